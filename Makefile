@@ -1,0 +1,55 @@
+# The course's two commands:
+#   make lab    create .venv if missing, install requirements.txt, start JupyterLab
+#               on 127.0.0.1 with token authentication (open the URL it prints)
+#   make test   the same set-up plus requirements-dev.txt, then every test
+# Other targets: make figures (regenerate figures/), make labs (student labs from
+# labs/solutions/), make bench-cpu (CPU benchmark), make clean.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PORT   ?= 8888
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+.PHONY: lab test figures labs bench-cpu lint clean setup setup-dev
+
+$(BIN)/python:
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10 or newer is needed, found " + sys.version.split()[0]'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: requirements.txt pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.installed-dev: requirements-dev.txt $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+setup: $(VENV)/.installed
+setup-dev: $(VENV)/.installed-dev
+
+# Binds to the loopback interface only; Jupyter's token authentication stays on
+# (a fresh random token is printed in the URL, or set JUPYTER_TOKEN yourself).
+lab: setup
+	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) $(ROOT_FLAG) \
+		--ServerApp.root_dir="$(CURDIR)" \
+		--LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb
+
+test: setup-dev
+	$(BIN)/python -m pytest
+
+figures: setup
+	$(BIN)/python -m flashcourse.figures figures
+
+labs: setup
+	$(BIN)/python tools/make_labs.py
+
+bench-cpu: setup
+	$(BIN)/python benchmarks/cpu_forward.py
+
+lint: setup-dev
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis test-artifacts

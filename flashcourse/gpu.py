@@ -1,0 +1,67 @@
+"""Decide, before Numba is imported, whether CUDA kernels run on a GPU or the simulator.
+
+Numba reads NUMBA_ENABLE_CUDASIM once, when it is first imported. So
+`import flashcourse` (which imports this module first) asks the CUDA driver
+directly, through ctypes, whether a GPU is present; if not, it switches on
+Numba's CUDA simulator, which runs kernels as Python threads on the CPU: slow,
+but it lets every learner run and check the CUDA kernels of notebook 06.
+
+It also points Numba's on-disk cache at a writable folder when the package
+folder is read-only (a system-wide or container install).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+
+def driver_has_gpu() -> bool:
+    """True if the NVIDIA driver library loads and reports at least one device."""
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        try:
+            if lib.cuInit(0) != 0:
+                return False
+            count = ctypes.c_int(0)
+            return lib.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+        except AttributeError:
+            return False
+    return False
+
+
+def select_cuda_target() -> None:
+    """Turn on the CUDA simulator when there is no GPU and Numba is not imported yet."""
+    if "NUMBA_ENABLE_CUDASIM" in os.environ or "numba" in sys.modules:
+        return
+    if not driver_has_gpu():
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+
+def using_simulator() -> bool:
+    """True when Numba's CUDA target is the simulator (set before numba was imported)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def select_cache_dir() -> None:
+    """Use a writable NUMBA_CACHE_DIR when the package folder is read-only."""
+    if "NUMBA_CACHE_DIR" in os.environ:
+        return
+    package_dir = Path(__file__).resolve().parent
+    if os.access(package_dir, os.W_OK):
+        return
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    for candidate in (base / "flashcourse-numba", Path(tempfile.gettempdir()) / "flashcourse-numba"):
+        try:
+            candidate.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(candidate, os.W_OK):
+            os.environ["NUMBA_CACHE_DIR"] = str(candidate)
+            return

@@ -1,0 +1,91 @@
+"""How many bytes the dense score matrix takes, and how to print byte counts.
+
+    M_score = Tq * Tk * s        bytes, for one head and one request
+
+    Tq  query positions        (positions)
+    Tk  key positions          (positions)
+    s   stored bytes per score (bytes/score): 8 fp64, 4 fp32, 2 fp16/bf16, 1 fp8
+
+Example: 4096 * 4096 * 2 B = 33,554,432 B = 32 MiB.
+
+Assumptions: one head, one request, no padding. It counts only the score matrix:
+Q, K, V and O need storage of their own, and a batch of B requests with H heads
+multiplies M_score by B * H. A causal mask hides about half the pairs, but a
+dense kernel still allocates the full rectangle; only a triangular store would
+reach the smaller causal count.
+"""
+
+from __future__ import annotations
+
+from ._checks import check_block, check_causal
+
+#: Bytes per stored score for the formats the widgets offer (bytes/score).
+BYTES_PER_SCORE = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def visible_pairs(t_query: int, t_key: int, *, causal: bool = False) -> int:
+    """Number of (query, key) pairs attention scores (pairs).
+
+    Non-causal: Tq * Tk. Causal (bottom-right aligned, query i sees key j iff
+    j <= i + Tk - Tq): sum over rows of the visible keys, clipped to [0, Tk].
+    """
+    tq = check_block(t_query, "t_query")
+    tk = check_block(t_key, "t_key")
+    if not check_causal(causal):
+        return tq * tk
+    off = tk - tq
+    # row i sees min(max(i + off + 1, 0), Tk) keys; sum in closed form.
+    total = 0
+    # rows with 0 < i + off + 1 < Tk form an arithmetic series
+    lo = max(0, -off)                 # first row that sees at least one key
+    hi = min(tq, tk - off - 1)        # first row that sees all Tk keys
+    if hi > lo:
+        first, last = lo + off + 1, hi - 1 + off + 1
+        total += (first + last) * (hi - lo) // 2
+    total += max(0, tq - max(hi, lo)) * tk
+    return total
+
+
+def score_matrix_bytes(t_query: int, t_key: int, bytes_per_score: int, *,
+                       causal: bool = False) -> int:
+    """M_score = Tq x Tk x s in bytes, for one head and one request.
+
+    Args:
+        t_query: Tq, query positions (>= 1).
+        t_key: Tk, key positions (>= 1).
+        bytes_per_score: s, bytes per stored score (e.g. 2 for fp16).
+        causal: count only the visible pairs, Tq*Tk minus the masked ones. This is
+            a lower bound that only a triangular (packed) store would reach: a
+            dense kernel still allocates the full Tq x Tk rectangle.
+
+    >>> score_matrix_bytes(4096, 4096, 2)
+    33554432
+    """
+    s = check_block(bytes_per_score, "bytes_per_score")
+    return visible_pairs(t_query, t_key, causal=causal) * s
+
+
+def binary_size(n_bytes: int | float) -> str:
+    """Human-readable binary size: 33554432 -> '32 MiB', 1536 -> '1.5 KiB'."""
+    if n_bytes < 0:
+        raise ValueError(f"n_bytes must be >= 0, got {n_bytes}")
+    value, unit = float(n_bytes), 0
+    while value >= 1024 and unit < len(_BINARY_UNITS) - 1:
+        value /= 1024
+        unit += 1
+    text = f"{value:.2f}".rstrip("0").rstrip(".") if unit else f"{int(n_bytes):,}"
+    return f"{text} {_BINARY_UNITS[unit]}"
+
+
+def format_bytes(n_bytes: int) -> str:
+    """Exact bytes with thousands separators and the binary size.
+
+    >>> format_bytes(33554432)
+    '33,554,432 B = 32 MiB'
+    """
+    n_bytes = int(n_bytes)
+    if n_bytes < 1024:
+        return f"{n_bytes:,} B"
+    return f"{n_bytes:,} B = {binary_size(n_bytes)}"

@@ -1,0 +1,192 @@
+"""Dense attention and the softmax steps the course builds on: the ground truth.
+
+Symbols (as in the FlashAttention papers):
+    Tq, Tk  query / key positions            (positions)
+    d       head dimension                   (elements per position)
+    S       scores  = scale * Q K^T          (Tq, Tk)
+    P       probabilities = softmax(S) rows  (Tq, Tk)
+    O       output  = P V                    (Tq, d)
+    m, l    row max and row sum of exp(S - m) (the softmax "statistics")
+    lse     log-sum-exp of each row = m + log(l)   (natural log)
+
+`attention` materialises the whole score matrix and works in float64: it is what
+every faster implementation in the course is checked against.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ._checks import check_causal, check_qkv, check_scale, visible_mask
+
+
+# ---------------------------------------------------------------------------
+# Dense attention
+# ---------------------------------------------------------------------------
+
+def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
+              allow_nonfinite: bool = False):
+    """Dense (standard) attention in float64.
+
+    Args:
+        q: (..., Tq, d) float16/32/64 queries.
+        k: (..., Tk, d) keys; leading dims must equal q's.
+        v: (..., Tk, d) values.
+        causal: bottom-right aligned mask, query i sees key j iff j <= i + Tk - Tq.
+        scale: multiplies the scores; default 1/sqrt(d).
+        allow_nonfinite: accept NaN/inf inputs (they then propagate).
+
+    Returns:
+        o:   (..., Tq, d) float64 output.
+        lse: (..., Tq) float64 natural-log logsumexp of each row's scaled, masked
+             scores. A row with no visible key has o = 0 and lse = -inf.
+    """
+    q, k, v = check_qkv(q, k, v, allow_nonfinite=allow_nonfinite)
+    causal = check_causal(causal)
+    d = q.shape[-1]
+    scale = check_scale(scale, d)
+    tq, tk = q.shape[-2], k.shape[-2]
+    q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
+
+    s = scale * (q64 @ np.swapaxes(k64, -1, -2))            # (..., Tq, Tk) scores
+    mask = visible_mask(tq, tk, causal)                      # (Tq, Tk)
+    s = np.where(mask, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)                        # (..., Tq, 1)
+    m_safe = np.where(np.isfinite(m), m, 0.0)                # fully masked rows: m = -inf
+    p = np.exp(s - m_safe)                                   # (..., Tq, Tk), 0 where masked
+    l = p.sum(axis=-1, keepdims=True)                        # (..., Tq, 1)
+    empty = l == 0.0
+    o = (p @ v64) / np.where(empty, 1.0, l)                  # (..., Tq, d)
+    o = np.where(empty, 0.0, o)
+    with np.errstate(divide="ignore"):
+        lse = np.where(empty, -np.inf, m_safe + np.log(np.where(empty, 1.0, l)))[..., 0]
+    return o, lse
+
+
+def scores(q, k, *, causal: bool = False, scale: float | None = None) -> np.ndarray:
+    """The (..., Tq, Tk) float64 score matrix S = scale * Q K^T, -inf where masked."""
+    dummy_v = k
+    q, k, _ = check_qkv(q, k, dummy_v)
+    causal = check_causal(causal)
+    scale = check_scale(scale, q.shape[-1])
+    s = scale * (q.astype(np.float64) @ np.swapaxes(k.astype(np.float64), -1, -2))
+    return np.where(visible_mask(q.shape[-2], k.shape[-2], causal), s, -np.inf)
+
+
+# ---------------------------------------------------------------------------
+# The softmax steps of notebook 02
+# ---------------------------------------------------------------------------
+
+def _check_vector(x, name="x") -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+    if not np.issubdtype(x.dtype, np.floating):
+        raise TypeError(f"{name} must have a float dtype, got {x.dtype}")
+    if x.ndim < 1 or x.shape[-1] == 0:
+        raise ValueError(f"{name} must have a non-empty last axis, got shape {x.shape}")
+    if np.isnan(x).any() or np.isposinf(x).any():
+        raise ValueError(f"{name} must not contain NaN or +inf (-inf means 'masked')")
+    return x
+
+
+def softmax_naive(x: np.ndarray) -> np.ndarray:
+    """exp(x) / sum(exp(x)) along the last axis, in x's dtype.
+
+    Deliberately unsafe: exp overflows to inf for x > ~88.7 in float32 and
+    x > ~11.1 in float16, and the result becomes inf/inf = NaN. Notebook 02
+    shows that failure; never use this for real work.
+    """
+    x = _check_vector(x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(x)
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax_safe(x: np.ndarray) -> np.ndarray:
+    """Max-subtracted ("safe") softmax: exp(x - max) / sum(exp(x - max)).
+
+    Mathematically identical to the naive one (the factor exp(-max) cancels)
+    but every exponent is <= 0, so nothing overflows. Two passes over x for
+    the statistics (max, then sum) and one more to normalise.
+    A row that is all -inf (fully masked) returns zeros.
+    """
+    x = _check_vector(x)
+    m = x.max(axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0).astype(x.dtype)
+    e = np.exp(x - m)
+    total = e.sum(axis=-1, keepdims=True)
+    return e / np.where(total == 0, 1, total)
+
+
+class SoftmaxState(NamedTuple):
+    """Running softmax statistics of the part of a row seen so far.
+
+    m: the running maximum (-inf before any element).
+    l: sum of exp(x_i - m) over the elements seen (0 before any element).
+    """
+
+    m: float
+    l: float
+
+
+EMPTY_STATE = SoftmaxState(-np.inf, 0.0)
+
+
+def online_update(state: SoftmaxState, x: float) -> SoftmaxState:
+    """Fold one more element x into the running (m, l) -- Milakov & Gimelshein 2018.
+
+        m' = max(m, x)
+        l' = l * exp(m - m') + exp(x - m')
+
+    The factor exp(m - m') rescales the old sum to the new maximum.
+    """
+    m, l = state
+    m_new = max(m, x)
+    if m_new == -np.inf:  # nothing visible yet
+        return EMPTY_STATE
+    return SoftmaxState(m_new, l * np.exp(m - m_new) + np.exp(x - m_new))
+
+
+def merge_states(a: SoftmaxState, b: SoftmaxState) -> SoftmaxState:
+    """Combine the statistics of two disjoint parts of one row.
+
+        m = max(m_a, m_b)
+        l = l_a * exp(m_a - m) + l_b * exp(m_b - m)
+
+    Associative and commutative, so blocks can be combined in any order: the
+    rule that lets FlashAttention process keys tile by tile.
+    """
+    m = max(a.m, b.m)
+    if m == -np.inf:
+        return EMPTY_STATE
+    return SoftmaxState(m, a.l * np.exp(a.m - m) + b.l * np.exp(b.m - m))
+
+
+def online_softmax_stats(x: np.ndarray) -> SoftmaxState:
+    """One pass over a 1-D array: its (m, l) with l = sum(exp(x - max(x)))."""
+    x = _check_vector(x)
+    if x.ndim != 1:
+        raise ValueError(f"x must be 1-D for online_softmax_stats, got shape {x.shape}")
+    state = EMPTY_STATE
+    for xi in x.astype(np.float64):
+        state = online_update(state, float(xi))
+    return state
+
+
+def online_softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax of a 1-D array from one statistics pass plus one normalising pass."""
+    m, l = online_softmax_stats(x)
+    if l == 0.0:
+        return np.zeros_like(x)
+    return (np.exp(x.astype(np.float64) - m) / l).astype(x.dtype)
+
+
+def logsumexp(x: np.ndarray) -> np.ndarray:
+    """Natural-log logsumexp along the last axis in float64 (-inf for all -inf rows)."""
+    x = _check_vector(x).astype(np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore"):
+        return (m_safe + np.log(np.exp(x - m_safe).sum(axis=-1, keepdims=True)))[..., 0]

@@ -1,0 +1,207 @@
+"""The tiled, IO-aware forward pass of FlashAttention, written in numpy.
+
+The full (Tq, Tk) score matrix is never formed: at any moment at most one
+(Br, Bc) score tile exists. Per query row we keep running softmax statistics
+
+    m  running max of the scores seen so far          (Br,)
+    l  running sum of exp(score - m)                  (Br,)
+    acc  unnormalised output sum_j exp(s_j - m) v_j    (Br, d)
+
+and rescale l and acc by exp(m_old - m_new) whenever a new tile raises the max.
+At the end O = acc / l and lse = m + log(l). This is exact attention: the same
+mathematics as `flashcourse.reference.attention`, with a different rounding order.
+
+Names follow the papers: Br = block_q (query rows per tile), Bc = block_k (key
+columns per tile), Tr = ceil(Tq / Br) query blocks, Tc = ceil(Tk / Bc) key blocks.
+
+Two loop orders:
+    "fa2" (FlashAttention-2): outer loop over query blocks i, inner over key
+          blocks j. Q_i, m, l, acc stay on chip for the whole inner loop; each
+          visible (i, j) pair loads K_j and V_j. O_i and lse_i are written once.
+    "fa1" (FlashAttention, Algorithm 1): outer loop over key blocks j, inner over
+          query blocks i. K_j, V_j are loaded once; O_i, l_i, m_i live in outer
+          memory and are read, updated and written back for every visible pair.
+
+Pass a `flashcourse.counter.TrafficCounter` as `counter=` to count every load and
+store from outer memory; the numerical result is identical either way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import (accumulator_dtype, check_block, check_causal, check_loop_order,
+                      check_qkv, check_scale, tile_visibility, visible_mask)
+
+
+def _blocks(t: int, b: int):
+    """Yield (index, start, stop) for blocks of size b over range(t); the last may be ragged."""
+    for idx, start in enumerate(range(0, t, b)):
+        yield idx, start, min(start + b, t)
+
+
+def _score_tile(q_i, k_j, scale, q0, q1, k0, k1, tq, tk, causal, status):
+    """S_ij = scale * Q_i K_j^T, with -inf where the causal mask hides a pair."""
+    s = scale * (q_i @ k_j.T)                                   # (Br, Bc)
+    if status == "partial":
+        s = np.where(visible_mask(tq, tk, causal, q0, q1, k0, k1), s, -np.inf)
+    return s
+
+
+def _safe_exp_diff(a, b):
+    """exp(a - b) where -inf - -inf is taken as exp(-inf) = 0 (nothing visible yet)."""
+    with np.errstate(invalid="ignore"):
+        diff = a - b
+    return np.exp(np.where(np.isnan(diff), -np.inf, diff))
+
+
+def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = False,
+            scale: float | None = None, loop_order: str = "fa2", counter=None,
+            allow_nonfinite: bool = False):
+    """Tiled exact attention.
+
+    Args:
+        q: (..., Tq, d) float16/32/64; k, v: (..., Tk, d), same leading dims and dtype.
+        block_q: Br, query rows per tile (>= 1; need not divide Tq).
+        block_k: Bc, key columns per tile (>= 1; need not divide Tk).
+        causal: bottom-right aligned mask (query i sees key j iff j <= i + Tk - Tq);
+            tiles that the mask hides entirely are skipped, never formed.
+        scale: score scale, default 1/sqrt(d).
+        loop_order: "fa2" (outer loop over query blocks) or "fa1" (over key blocks).
+        counter: optional TrafficCounter that counts outer-memory bytes.
+        allow_nonfinite: accept NaN/inf inputs.
+
+    Returns:
+        o:   (..., Tq, d) in the input dtype.
+        lse: (..., Tq) natural-log logsumexp per row, float32 (float64 for float64
+             input); -inf (and o = 0) for a row with no visible key.
+    """
+    q, k, v = check_qkv(q, k, v, allow_nonfinite=allow_nonfinite)
+    br = check_block(block_q, "block_q")
+    bc = check_block(block_k, "block_k")
+    causal = check_causal(causal)
+    loop_order = check_loop_order(loop_order)
+    d = q.shape[-1]
+    scale = check_scale(scale, d)
+    acc_t = accumulator_dtype(q.dtype)
+    if counter is not None:
+        counter.bind(q.dtype.itemsize)
+
+    lead = q.shape[:-2]
+    tq, tk = q.shape[-2], k.shape[-2]
+    qf = q.reshape(-1, tq, d)                                   # (BH, Tq, d)
+    kf = k.reshape(-1, tk, d)                                   # (BH, Tk, d)
+    vf = v.reshape(-1, tk, d)                                   # (BH, Tk, d)
+    o = np.empty(qf.shape, dtype=q.dtype)                       # (BH, Tq, d)
+    lse = np.empty(qf.shape[:2], dtype=acc_t)                   # (BH, Tq)
+    one_head = _forward_fa2 if loop_order == "fa2" else _forward_fa1
+    for h in range(qf.shape[0]):
+        o[h], lse[h] = one_head(qf[h], kf[h], vf[h], br, bc, causal, scale, acc_t,
+                                counter, h)
+    return o.reshape(*lead, tq, d), lse.reshape(*lead, tq)
+
+
+def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h):
+    """One head, outer loop over query blocks (FlashAttention-2 order)."""
+    tq, d = q.shape
+    tk = k.shape[0]
+    o = np.empty((tq, d), dtype=q.dtype)                        # outer memory
+    lse = np.empty(tq, dtype=acc_t)                             # outer memory
+    for i, q0, q1 in _blocks(tq, br):
+        # Step 1 -- partition: load the query tile Q_i (Br, d) onto the chip.
+        q_i = q[q0:q1].astype(acc_t)
+        if counter is not None:
+            counter.read("Q", (q1 - q0) * d, head=h, rows=(q0, q1), tile=(i, None))
+        m = np.full(q1 - q0, -np.inf, dtype=acc_t)              # (Br,) running max
+        l = np.zeros(q1 - q0, dtype=acc_t)                      # (Br,) running sum
+        acc = np.zeros((q1 - q0, d), dtype=acc_t)               # (Br, d) unnormalised O_i
+        for j, k0, k1 in _blocks(tk, bc):
+            status = tile_visibility(q0, q1, k0, k1, tq, tk, causal)
+            if status == "hidden":                              # causal tile skipping
+                if counter is not None:
+                    counter.skip((i, j), head=h)
+                continue
+            k_j = k[k0:k1].astype(acc_t)                        # (Bc, d)
+            v_j = v[k0:k1].astype(acc_t)                        # (Bc, d)
+            if counter is not None:
+                counter.read("K", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(i, j))
+                counter.read("V", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(i, j))
+                counter.compute((i, j), head=h)
+            # Step 2 -- one score block and the running statistics.
+            s = _score_tile(q_i, k_j, scale, q0, q1, k0, k1, tq, tk, causal, status)
+            m_new = np.maximum(m, s.max(axis=1))                # (Br,)
+            p = _safe_exp_diff(s, m_new[:, None])               # (Br, Bc)
+            alpha = _safe_exp_diff(m, m_new)                    # (Br,) rescale factor
+            # Step 3 -- rescale what we had, then add this tile's contribution.
+            l = alpha * l + p.sum(axis=1)
+            acc = alpha[:, None] * acc + p @ v_j                # (Br, d)
+            m = m_new
+            # Step 4 -- discard: s and p go out of scope; nothing is written.
+        seen = l > 0
+        o[q0:q1] = np.where(seen[:, None], acc / np.where(seen, l, 1)[:, None], 0)
+        with np.errstate(divide="ignore"):
+            lse[q0:q1] = np.where(seen, m + np.log(np.where(seen, l, 1)), -np.inf)
+        if counter is not None:
+            counter.write("O", (q1 - q0) * d, head=h, rows=(q0, q1), tile=(i, None))
+            counter.write("lse", q1 - q0, kind="stat", head=h, rows=(q0, q1),
+                          tile=(i, None))
+    return o, lse
+
+
+def _forward_fa1(q, k, v, br, bc, causal, scale, acc_t, counter, h):
+    """One head, outer loop over key blocks (FlashAttention Algorithm 1).
+
+    O, l, m live in outer memory and are read-modify-written per visible pair.
+    As in the paper, O_i is kept normalised after every update:
+        O_i <- (l_i e^{m_i - m_new} O_i + e^{m~ - m_new} P~ V_j) / l_new
+    """
+    tq, d = q.shape
+    tk = k.shape[0]
+    o_hbm = np.zeros((tq, d), dtype=acc_t)                      # outer memory
+    l_hbm = np.zeros(tq, dtype=acc_t)
+    m_hbm = np.full(tq, -np.inf, dtype=acc_t)
+    if counter is not None:                                     # initialise O, l, m
+        counter.write("O", tq * d, head=h, rows=(0, tq))
+        counter.write("l", tq, kind="stat", head=h, rows=(0, tq))
+        counter.write("m", tq, kind="stat", head=h, rows=(0, tq))
+    for j, k0, k1 in _blocks(tk, bc):
+        k_j = k[k0:k1].astype(acc_t)                            # (Bc, d), loaded once
+        v_j = v[k0:k1].astype(acc_t)
+        if counter is not None:
+            counter.read("K", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
+            counter.read("V", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
+        for i, q0, q1 in _blocks(tq, br):
+            status = tile_visibility(q0, q1, k0, k1, tq, tk, causal)
+            if status == "hidden":
+                if counter is not None:
+                    counter.skip((i, j), head=h)
+                continue
+            rows = q1 - q0
+            q_i = q[q0:q1].astype(acc_t)
+            o_i, l_i, m_i = o_hbm[q0:q1], l_hbm[q0:q1], m_hbm[q0:q1]
+            if counter is not None:
+                for name, n, kind in (("Q", rows * d, "element"), ("O", rows * d, "element"),
+                                      ("l", rows, "stat"), ("m", rows, "stat")):
+                    counter.read(name, n, kind=kind, head=h, rows=(q0, q1), tile=(i, j))
+                counter.compute((i, j), head=h)
+            s = _score_tile(q_i, k_j, scale, q0, q1, k0, k1, tq, tk, causal, status)
+            m_tile = s.max(axis=1)                              # (Br,)  m~_ij
+            p = _safe_exp_diff(s, m_tile[:, None])              # (Br, Bc) P~_ij
+            l_tile = p.sum(axis=1)                              # (Br,)  l~_ij
+            m_new = np.maximum(m_i, m_tile)
+            a_old = _safe_exp_diff(m_i, m_new)
+            a_tile = _safe_exp_diff(m_tile, m_new)
+            l_new = a_old * l_i + a_tile * l_tile
+            l_div = np.where(l_new > 0, l_new, 1)
+            o_hbm[q0:q1] = ((l_i * a_old)[:, None] * o_i + a_tile[:, None] * (p @ v_j)) \
+                / l_div[:, None]
+            l_hbm[q0:q1] = l_new
+            m_hbm[q0:q1] = m_new
+            if counter is not None:
+                counter.write("O", rows * d, head=h, rows=(q0, q1), tile=(i, j))
+                counter.write("l", rows, kind="stat", head=h, rows=(q0, q1), tile=(i, j))
+                counter.write("m", rows, kind="stat", head=h, rows=(q0, q1), tile=(i, j))
+    seen = l_hbm > 0
+    with np.errstate(divide="ignore"):
+        lse = np.where(seen, m_hbm + np.log(np.where(seen, l_hbm, 1)), -np.inf)
+    return o_hbm.astype(q.dtype), lse.astype(acc_t)

@@ -1,0 +1,151 @@
+"""flashcourse.tiled.forward against the float64 reference.
+
+Tolerances (relative, ||o - o_ref|| / ||o_ref||): float64 1e-12, float32 1e-5,
+float16 inputs 1e-2 (see helpers.TOL).
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flashcourse import reference, tiled
+from flashcourse.counter import TrafficCounter
+from helpers import TOL, assert_close_to_reference, make_qkv, rel_err
+
+dtypes = st.sampled_from([np.float64, np.float32, np.float16])
+
+
+@given(tq=st.integers(1, 40), tk=st.integers(1, 40), d=st.integers(1, 9),
+       bq=st.integers(1, 17), bk=st.integers(1, 17), causal=st.booleans(),
+       dtype=dtypes, order=st.sampled_from(["fa1", "fa2"]),
+       scale=st.one_of(st.none(), st.floats(0.05, 3.0)), seed=st.integers(0, 2**32 - 1))
+def test_tiled_matches_reference(tq, tk, d, bq, bk, causal, dtype, order, scale, seed):
+    rng = np.random.default_rng(seed)
+    q, k, v = make_qkv(rng, (), tq, tk, d, dtype)
+    o, lse = tiled.forward(q, k, v, block_q=bq, block_k=bk, causal=causal, scale=scale,
+                           loop_order=order)
+    o_ref, lse_ref = reference.attention(q, k, v, causal=causal, scale=scale)
+    assert o.dtype == dtype
+    assert lse.dtype == (np.float64 if dtype == np.float64 else np.float32)
+    assert_close_to_reference(o, lse, o_ref, lse_ref, dtype)
+
+
+@pytest.mark.parametrize("order", ["fa1", "fa2"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_batched_irregular(rng, order, causal):
+    q, k, v = make_qkv(rng, (2, 3), 37, 53, 7, np.float32)
+    o, lse = tiled.forward(q, k, v, block_q=16, block_k=10, causal=causal, loop_order=order)
+    o_ref, lse_ref = reference.attention(q, k, v, causal=causal)
+    assert o.shape == (2, 3, 37, 7) and lse.shape == (2, 3, 37)
+    assert_close_to_reference(o, lse, o_ref, lse_ref, np.float32)
+
+
+def test_loop_orders_agree(rng):
+    q, k, v = make_qkv(rng, (), 45, 31, 6)
+    for causal in (False, True):
+        a = tiled.forward(q, k, v, block_q=8, block_k=6, causal=causal, loop_order="fa1")
+        b = tiled.forward(q, k, v, block_q=8, block_k=6, causal=causal, loop_order="fa2")
+        assert rel_err(a[0], b[0]) < 1e-13
+        assert np.allclose(a[1], b[1], rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("order", ["fa1", "fa2"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_extreme_logits(order, dtype):
+    # scores of +-1e4 after scaling: exp would overflow without the running max
+    rng = np.random.default_rng(7)
+    q, k, v = make_qkv(rng, (), 19, 23, 4, dtype)
+    q = (q / np.linalg.norm(q, axis=-1, keepdims=True) * 100).astype(dtype)
+    k = (k / np.linalg.norm(k, axis=-1, keepdims=True) * 100).astype(dtype)
+    o, lse = tiled.forward(q, k, v, block_q=5, block_k=4, scale=1.0, loop_order=order)
+    o_ref, lse_ref = reference.attention(q, k, v, scale=1.0)
+    assert np.abs(lse_ref).max() > 5e3
+    assert np.all(np.isfinite(o)) and np.all(np.isfinite(lse))
+    assert_close_to_reference(o, lse, o_ref, lse_ref, dtype)
+
+
+@pytest.mark.parametrize("order", ["fa1", "fa2"])
+def test_fully_masked_rows(rng, order):
+    q, k, v = make_qkv(rng, (), 20, 6, 3, np.float32)   # rows 0..13 see no key
+    o, lse = tiled.forward(q, k, v, block_q=4, block_k=4, causal=True, loop_order=order)
+    assert np.all(o[:14] == 0) and np.all(np.isneginf(lse[:14]))
+    assert not np.isnan(o).any() and not np.isnan(lse).any()
+    o_ref, lse_ref = reference.attention(q, k, v, causal=True)
+    assert_close_to_reference(o, lse, o_ref, lse_ref, np.float32)
+
+
+def test_only_one_score_tile_and_hidden_tiles_skipped(rng):
+    q, k, v = make_qkv(rng, (), 32, 32, 4)
+    c = TrafficCounter()
+    tiled.forward(q, k, v, block_q=8, block_k=8, causal=True, counter=c)
+    computed = [e.tile for e in c.events if e.op == "compute"]
+    skipped = [e.tile for e in c.events if e.op == "skip"]
+    assert len(computed) == 10 and len(skipped) == 6       # 4x4 tiles, lower triangle
+    assert all(j <= i for i, j in computed) and all(j > i for i, j in skipped)
+    assert "S" not in c.by_tensor and "P" not in c.by_tensor  # no score ever stored
+
+
+def test_counter_does_not_change_result(rng):
+    q, k, v = make_qkv(rng, (2,), 29, 17, 5, np.float32)
+    for order in ("fa1", "fa2"):
+        plain = tiled.forward(q, k, v, block_q=6, block_k=7, causal=True, loop_order=order)
+        counted = tiled.forward(q, k, v, block_q=6, block_k=7, causal=True, loop_order=order,
+                                counter=TrafficCounter())
+        assert np.array_equal(plain[0], counted[0]) and np.array_equal(plain[1], counted[1])
+
+
+def test_scale_default_is_inverse_sqrt_d(rng):
+    q, k, v = make_qkv(rng, (), 5, 5, 16)
+    a = tiled.forward(q, k, v)
+    b = tiled.forward(q, k, v, scale=0.25)
+    assert np.array_equal(a[0], b[0])
+    assert TOL  # tolerances are defined in helpers
+
+
+# --- bad input --------------------------------------------------------------------
+
+def good(rng=np.random.default_rng(0)):
+    return make_qkv(rng, (), 6, 5, 4, np.float32)
+
+
+@pytest.mark.parametrize("mutate,exc,word", [
+    (lambda q, k, v: (q.tolist(), k, v), TypeError, "q must be a numpy array"),
+    (lambda q, k, v: (q, k.astype(np.int32), v), TypeError, "k must have dtype"),
+    (lambda q, k, v: (q, k, v.astype(np.float64)), TypeError, "share one dtype"),
+    (lambda q, k, v: (q[:, :3], k, v), ValueError, "head dim"),
+    (lambda q, k, v: (q, k, v[:4]), ValueError, "v must have the same shape"),
+    (lambda q, k, v: (q[None], k, v), ValueError, "number of dimensions"),
+    (lambda q, k, v: (q[None].repeat(2, 0), k[None].repeat(3, 0), v[None].repeat(3, 0)),
+     ValueError, "leading"),
+    (lambda q, k, v: (q[:0], k, v), ValueError, "q must not have an empty axis"),
+    (lambda q, k, v: (q[0], k, v), ValueError, "at least 2 dimensions"),
+])
+def test_bad_arrays(mutate, exc, word):
+    q, k, v = mutate(*good())
+    with pytest.raises(exc, match=word):
+        tiled.forward(q, k, v)
+
+
+@pytest.mark.parametrize("kwargs,exc,word", [
+    (dict(block_q=0), ValueError, "block_q"), (dict(block_k=-3), ValueError, "block_k"),
+    (dict(block_q=2.0), TypeError, "block_q"), (dict(block_k=True), TypeError, "block_k"),
+    (dict(loop_order="fa3"), ValueError, "loop_order"),
+    (dict(scale=float("nan")), ValueError, "scale"), (dict(scale="1"), TypeError, "scale"),
+    (dict(causal=1), TypeError, "causal"),
+])
+def test_bad_arguments(kwargs, exc, word):
+    with pytest.raises(exc, match=word):
+        tiled.forward(*good(), **kwargs)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nonfinite_inputs_rejected_unless_allowed(bad):
+    q, k, v = good()
+    k[1, 2] = bad
+    with pytest.raises(ValueError, match="k contains NaN or inf"):
+        tiled.forward(q, k, v)
+    with pytest.raises(ValueError, match="k contains NaN or inf"):
+        reference.attention(q, k, v)
+    o, _ = tiled.forward(q, k, v, allow_nonfinite=True)   # allowed: computes, no error
+    assert o.shape == q.shape
