@@ -65,7 +65,7 @@ def _close(yours, expected, rtol, atol) -> tuple[bool, str]:
     err = np.where(np.isnan(err), np.inf, err)
     idx = np.unravel_index(int(np.argmax(err)), err.shape) if err.ndim else ()
     return False, (f"largest difference at index {tuple(int(i) for i in idx)}: "
-                   f"yours {yours_arr[idx]!r}, expected {exp_arr[idx]!r}")
+                   f"yours {float(yours_arr[idx])!r}, expected {float(exp_arr[idx])!r}")
 
 
 def _compare(yours, expected, rtol, atol) -> tuple[bool, str]:

@@ -1,0 +1,235 @@
+"""Checkers for lab 03: derive the outer-memory traffic of the tiled forward (fa2 order).
+
+The learner writes, for one head, non-causal:
+
+    my_fa2_traffic(Tq, Tk, d, Br, Bc, e) -> (read_bytes, write_bytes)
+
+the bytes that `flashcourse.tiled.forward(..., loop_order="fa2")` moves between outer
+memory and the chip, with e bytes per Q/K/V/O element and 4 bytes per lse entry;
+and, as a bonus, the causal version (bottom-right aligned, fully hidden tiles skipped).
+
+The expected value is not a formula: it is what a `TrafficCounter` counts while the
+real tiled forward runs, so the learner checks a derivation against a measurement.
+Comparisons are exact (integers, no tolerance).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import tiled
+from ..counter import TrafficCounter
+from ._harness import TODO_LINE, Case, Result, run_checks
+
+# -- hints (tests assert on these exact strings) ------------------------------
+HINT_RAGGED = ("Ragged last block: when Tq is not a multiple of Br (or Tk of Bc), the last "
+               "block has fewer rows. Count real rows (Tq, Tk), not blocks x block size; only "
+               "the NUMBER of query blocks is rounded up, Tr = ceil(Tq / Br).")
+HINT_V = ("You count K but not V: every visible (query block, key block) pair loads both "
+          "K_j and V_j, 2 x rows(K_j) x d x e bytes.")
+HINT_ONCE = ("K and V are read once per query block, not once in all: the fa2 inner loop "
+             "re-loads every K_j, V_j for each of the Tr = ceil(Tq / Br) query blocks, so "
+             "K and V cost 2 x Tr x Tk x d x e bytes.")
+HINT_LSE = ("Writes are missing lse: besides O (Tq x d x e bytes) each query row stores its "
+            "log-sum-exp, one fp32 number = 4 bytes per row, for the backward pass.")
+HINT_LSE_SIZE = "lse is stored in fp32 whatever the input dtype: 4 bytes per row, not e."
+HINT_FLOOR = ("Number of query blocks: Tr = ceil(Tq / Br) = -(-Tq // Br); Tq // Br drops the "
+              "ragged last block.")
+HINT_SCORES = ("No score leaves the chip in tiled attention: S and P tiles are formed and "
+               "discarded on chip, so Tq x Tk never appears in the byte count.")
+HINT_GENERIC = ("Count per loop: for each query block i read Q_i once; for each key block j "
+                "read K_j and V_j; after the inner loop write O_i and lse_i. Sum over blocks.")
+HINT_RETURN = "Return a tuple (read_bytes, write_bytes) of two integers."
+HINT_CAUSAL_NONE = ("Causal: tiles that the mask hides entirely are skipped, so their K_j, V_j "
+                    "are never loaded. Your count equals the non-causal one.")
+HINT_CAUSAL_PARTIAL = ("Causal: a partly visible tile (the diagonal ones) is still loaded whole; "
+                       "only tiles hidden in full are skipped.")
+HINT_CAUSAL_ALIGN = ("Causal with Tq != Tk: the mask is bottom-right aligned, query i sees key j "
+                     "iff j <= i + Tk - Tq (not j <= i).")
+HINT_CAUSAL_GENERIC = ("Causal: query block [q0, q1) loads key block [k0, k1) unless "
+                       "k0 > q1 - 1 + Tk - Tq (hidden in full); count the real rows of each "
+                       "loaded key block. Q, O, lse are still read/written for every row.")
+
+_DTYPES = {2: np.float16, 4: np.float32, 8: np.float64}
+
+
+def counter_traffic(t_query, t_key, d, block_q, block_k, e, *, causal=False,
+                    loop_order="fa2") -> tuple[int, int]:
+    """(read_bytes, write_bytes) that a TrafficCounter counts for one head of the real
+    `flashcourse.tiled.forward` on random data with e bytes per element."""
+    rng = np.random.default_rng(t_query * 1009 + t_key)
+    dtype = _DTYPES.get(e, np.float32)
+    q = rng.standard_normal((t_query, d)).astype(dtype)
+    k = rng.standard_normal((t_key, d)).astype(dtype)
+    c = TrafficCounter(bytes_per_element=e)
+    tiled.forward(q, k, k, block_q=block_q, block_k=block_k, causal=causal,
+                  loop_order=loop_order, counter=c)
+    return c.read_bytes, c.write_bytes
+
+
+def compare_with_counter(fn, t_query, t_key, d, block_q, block_k, e, *, causal=False) -> None:
+    """Print your (read, write) bytes next to the counter's, for one configuration."""
+    measured = counter_traffic(t_query, t_key, d, block_q, block_k, e, causal=causal)
+    try:
+        yours = fn(t_query, t_key, d, block_q, block_k, e)
+    except NotImplementedError:
+        print(f"{TODO_LINE}: fill in the function first; the counter says "
+              f"read {measured[0]:,} B, write {measured[1]:,} B.")
+        return
+    print(f"Tq={t_query}, Tk={t_key}, d={d}, Br={block_q}, Bc={block_k}, e={e}"
+          f"{', causal' if causal else ''}")
+    print(f"  yours:   {yours}")
+    print(f"  counter: read {measured[0]:,} B, write {measured[1]:,} B")
+    print("  match" if _as_pair(yours) == measured else "  DIFFERENT")
+
+
+# -- typical mistakes, as formulas (used by the diagnoses and by the tests) ----
+
+def _ceil(a, b):
+    return -(-a // b)
+
+
+def wrong_no_ragged(tq, tk, d, br, bc, e):
+    """Counts every block as full: padded rows for Q, K, V, O and lse."""
+    tr, tc = _ceil(tq, br), _ceil(tk, bc)
+    return tr * br * d * e + 2 * tr * tc * bc * d * e, tr * br * d * e + 4 * tr * br
+
+
+def wrong_k_only(tq, tk, d, br, bc, e):
+    return tq * d * e + _ceil(tq, br) * tk * d * e, tq * d * e + 4 * tq
+
+
+def wrong_kv_once(tq, tk, d, br, bc, e):
+    return tq * d * e + 2 * tk * d * e, tq * d * e + 4 * tq
+
+
+def wrong_no_lse(tq, tk, d, br, bc, e):
+    return tq * d * e + 2 * _ceil(tq, br) * tk * d * e, tq * d * e
+
+
+def _reads_fa2(tq, tk, d, br, e):
+    return tq * d * e + 2 * _ceil(tq, br) * tk * d * e
+
+
+def _diagnoses(cfg):
+    tq, tk, d, br, bc, e = cfg
+    right_reads = _reads_fa2(tq, tk, d, br, e)
+
+    right_writes = tq * d * e + 4 * tq
+
+    def reads_are(value):          # a mistake that shows in the reads only
+        return lambda y, x: value != right_reads and int(y[0]) == value
+
+    def writes_are(value):
+        return lambda y, x: value != right_writes and int(y[1]) == value
+
+    ragged = wrong_no_ragged(*cfg)
+    is_ragged = bool(tq % br or tk % bc)
+    return [
+        (lambda y, x: not (isinstance(y, tuple) and len(y) == 2), HINT_RETURN),
+        (lambda y, x: is_ragged and int(y[0]) in (ragged[0], _ceil(tq, br) * br * d * e
+                                    + 2 * _ceil(tq, br) * _ceil(tk, bc) * bc * d * e,
+                                    tq * d * e + 2 * _ceil(tq, br) * _ceil(tk, bc) * bc * d * e,
+                                    _ceil(tq, br) * br * d * e + 2 * _ceil(tq, br) * tk * d * e)
+         or is_ragged and int(y[1]) in (ragged[1], _ceil(tq, br) * br * d * e + 4 * tq,
+                          tq * d * e + 4 * _ceil(tq, br) * br), HINT_RAGGED),
+        (reads_are(wrong_k_only(*cfg)[0]), HINT_V),
+        (reads_are(wrong_kv_once(*cfg)[0]), HINT_ONCE),
+        (reads_are(tq * d * e + 2 * (tq // br) * tk * d * e), HINT_FLOOR),
+        (lambda y, x: int(y[0]) > right_reads and (int(y[0]) - right_reads) % (tq * tk) == 0,
+         HINT_SCORES),
+        (writes_are(tq * d * e), HINT_LSE),
+        (writes_are(tq * d * e + e * tq), HINT_LSE_SIZE),
+    ]
+
+
+def _as_pair(out):
+    if isinstance(out, list):
+        out = tuple(out)
+    if isinstance(out, tuple) and len(out) == 2:
+        try:
+            return tuple(int(v) for v in out)
+        except (TypeError, ValueError):
+            return out
+    return out
+
+
+def _case(name, cfg, *, causal=False, diagnoses=None, hint=HINT_GENERIC):
+    def run(fn):
+        yours = _as_pair(fn(*cfg))
+        return yours, counter_traffic(*cfg, causal=causal)
+    return Case(name, run, hint, diagnoses if diagnoses is not None else _diagnoses(cfg),
+                rtol=0.0, atol=0.0)
+
+
+# (Tq, Tk, d, Br, Bc, e): divisible first, then each irregularity on its own
+FA2_CASES = [
+    ("blocks divide the lengths: Tq = Tk = 64, d = 16, Br = Bc = 16, e = 2",
+     (64, 64, 16, 16, 16, 2)),
+    ("Tq != Tk: Tq = 48, Tk = 80, d = 8, Br = 16, Bc = 16, e = 4", (48, 80, 8, 16, 16, 4)),
+    ("ragged last blocks: Tq = 50, Tk = 37, d = 7, Br = 16, Bc = 10, e = 2",
+     (50, 37, 7, 16, 10, 2)),
+    ("Br != Bc, Tq < Br: Tq = 5, Tk = 91, d = 3, Br = 8, Bc = 32, e = 8", (5, 91, 3, 8, 32, 8)),
+    ("one-row tiles: Tq = 7, Tk = 13, d = 5, Br = 1, Bc = 4, e = 2", (7, 13, 5, 1, 4, 2)),
+]
+
+CAUSAL_CASES = [
+    ("causal, square: Tq = Tk = 64, d = 8, Br = Bc = 16, e = 2", (64, 64, 8, 16, 16, 2)),
+    ("causal, ragged: Tq = Tk = 45, d = 5, Br = 8, Bc = 6, e = 4", (45, 45, 5, 8, 6, 4)),
+    ("causal, Tq < Tk (bottom-right): Tq = 20, Tk = 52, d = 4, Br = 8, Bc = 8, e = 2",
+     (20, 52, 4, 8, 8, 2)),
+    ("causal, Tq > Tk (rows that see nothing): Tq = 40, Tk = 12, d = 3, Br = 8, Bc = 4, e = 2",
+     (40, 12, 3, 8, 4, 2)),
+]
+
+
+def check_fa2_traffic(fn, *, verbose: bool = True) -> Result:
+    """Check my_fa2_traffic(Tq, Tk, d, Br, Bc, e) -> (read_bytes, write_bytes), non-causal."""
+    cases = [_case(name, cfg) for name, cfg in FA2_CASES]
+    return run_checks("my_fa2_traffic against the byte counter", fn, cases, verbose=verbose)
+
+
+# -- the causal bonus ---------------------------------------------------------
+
+def causal_reads_top_left(tq, tk, d, br, bc, e):
+    """fa2 reads if the mask were top-left aligned (j <= i): a typical mistake."""
+    total = tq * d * e
+    for q0 in range(0, tq, br):
+        q1 = min(q0 + br, tq)
+        for k0 in range(0, tk, bc):
+            if k0 <= q1 - 1:
+                total += 2 * (min(k0 + bc, tk) - k0) * d * e
+    return total
+
+
+def causal_reads_full_tiles_only(tq, tk, d, br, bc, e):
+    """fa2 reads if partly visible tiles were skipped too: a typical mistake."""
+    total, off = tq * d * e, tk - tq
+    for q0 in range(0, tq, br):
+        for k0 in range(0, tk, bc):
+            k1 = min(k0 + bc, tk)
+            if k1 - 1 <= q0 + off:
+                total += 2 * (k1 - k0) * d * e
+    return total
+
+
+def _causal_diagnoses(cfg):
+    tq, tk, d, br, bc, e = cfg
+    return [
+        (lambda y, x: not (isinstance(y, tuple) and len(y) == 2), HINT_RETURN),
+        (lambda y, x: y[0] != x[0] and int(y[0]) == _reads_fa2(tq, tk, d, br, e),
+         HINT_CAUSAL_NONE),
+        (lambda y, x: y[0] != x[0] and int(y[0]) == causal_reads_full_tiles_only(*cfg),
+         HINT_CAUSAL_PARTIAL),
+        (lambda y, x: y[0] != x[0] and tq != tk and int(y[0]) == causal_reads_top_left(*cfg),
+         HINT_CAUSAL_ALIGN),
+        (lambda y, x: int(y[1]) == tq * d * e, HINT_LSE),
+    ]
+
+
+def check_fa2_traffic_causal(fn, *, verbose: bool = True) -> Result:
+    """Bonus: check my_fa2_traffic_causal(Tq, Tk, d, Br, Bc, e), causal, bottom-right."""
+    cases = [_case(name, cfg, causal=True, diagnoses=_causal_diagnoses(cfg),
+                   hint=HINT_CAUSAL_GENERIC) for name, cfg in CAUSAL_CASES]
+    return run_checks("my_fa2_traffic_causal against the byte counter", fn, cases,
+                      verbose=verbose)

@@ -1,0 +1,318 @@
+"""The IO model: bytes moved between outer memory (HBM) and on-chip memory, per head.
+
+Two levels of memory, as in the FlashAttention paper (Dao et al., 2022, section 3.2):
+outer memory (HBM: large, slow, holds Q, K, V, O) and on-chip memory (SRAM / shared
+memory: small, fast, holds the tiles being worked on). The model counts every byte
+that crosses between the two, for ONE head of ONE request:
+
+    e   bytes per Q/K/V/O element      (2 for fp16/bf16, 4 for fp32)
+    s   bytes per stored score         (S and P of the dense path)
+    4   bytes per softmax statistic    (m, l or lse; always fp32)
+    Tq, Tk  query / key positions;  d  head dimension;  Br, Bc  tile rows / columns
+
+Standard attention (`dense_traffic`, the paper's Algorithm 0: three separate passes)
+
+    S = Q K^T      reads Q, K  (Tq + Tk) d e      writes S  Tq Tk s
+    P = softmax(S) reads S     Tq Tk s            writes P  Tq Tk s
+    O = P V        reads P, V  Tq Tk s + Tk d e   writes O  Tq d e
+
+    reads  = (Tq + 2 Tk) d e + 2 Tq Tk s          writes = 2 Tq Tk s + Tq d e
+
+Tiled attention (`tiled_traffic`): no score ever leaves the chip. With
+Tr = ceil(Tq / Br) query blocks and Tc = ceil(Tk / Bc) key blocks,
+
+    "fa2" (FlashAttention-2 order, outer loop over query blocks):
+        reads  = Tq d e + sum over visible (i, j) pairs of 2 rows(K_j) d e
+        writes = Tq d e + 4 Tq                        (O and lse, once each)
+      non-causal: reads = Tq d e + 2 Tr Tk d e: K and V are re-read once per query block.
+
+    "fa1" (FlashAttention Algorithm 1, outer loop over key blocks):
+        O, l, m initialised in outer memory            writes Tq d e + 8 Tq
+        K_j, V_j read once                             reads  2 Tk d e
+        per visible pair: read Q_i, O_i, l_i, m_i      reads  rows(Q_i) (2 d e + 8)
+                          write O_i, l_i, m_i          writes rows(Q_i) (d e + 8)
+      (Algorithm 1 returns O and keeps l, m; it writes no separate lse.)
+
+A ragged last block counts its real rows. With `causal=True` (bottom-right aligned:
+query i sees key j iff j <= i + Tk - Tq) a pair of blocks is skipped only when the
+mask hides all of it (`flashcourse._checks.tile_visibility` says "hidden"); partly
+visible tiles are loaded whole.
+
+Asymptotics (FlashAttention Theorem 2, N = Tq = Tk, M = on-chip memory in elements,
+d <= M <= N d): standard attention needs Theta(N d + N^2) HBM accesses; the tiled
+algorithm Theta(N^2 d^2 / M). With the paper's block sizes Bc = ceil(M / 4d) and
+Br = min(ceil(M / 4d), d), there are Tr = N / Br query blocks and the N d elements
+of K and V are re-read Tr times (fa2) -- or O is read/written Tc = N / Bc times
+(fa1) -- so traffic ~ N^2 d / B ~ N^2 d^2 / M. The ratio to the N^2 term is d^2 / M:
+about 0.08 for d = 64 and M = 50K elements (100 KiB of fp16), 0.3 for d = 128, so several
+times fewer bytes, although the FLOPs (`attention_flops`) are identical: tiling removes
+the stored N x N intermediate, not the N^2 pair interactions. (With Br capped at d, the
+fa2 count stops falling once M > 4 d^2; Theorem 2 is stated for Algorithm 1, whose O
+traffic keeps falling with Bc. figures/traffic_vs_budget.png shows both.)
+
+What the model leaves out: caches between HBM and the chip (the L2 cache of a GPU,
+tens of MiB, serves many K/V re-reads without touching HBM, so measured DRAM traffic
+of the tiled kernel is lower than this model says -- the measured-traffic lessons show
+it), masks or dropout stored in memory, padding, several heads or requests sharing
+loads, and the backward pass. It is a count of the bytes the algorithm asks for,
+not a timing model; `roofline_time_s` turns it into a lower bound on time.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._checks import check_block, check_causal, check_loop_order
+from .memory import visible_pairs
+
+#: Bytes per softmax statistic (m, l, lse): always fp32.
+BYTES_PER_STAT = 4
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Bytes moved between outer memory and the chip (for one head).
+
+    read_bytes: loaded from outer memory (bytes).
+    write_bytes: stored to outer memory (bytes).
+    """
+
+    read_bytes: int
+    write_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        """read_bytes + write_bytes (bytes)."""
+        return self.read_bytes + self.write_bytes
+
+    def __add__(self, other: "Traffic") -> "Traffic":
+        if not isinstance(other, Traffic):
+            return NotImplemented
+        return Traffic(self.read_bytes + other.read_bytes,
+                       self.write_bytes + other.write_bytes)
+
+    def __mul__(self, n: int) -> "Traffic":
+        """Traffic of n identical heads/requests."""
+        n = check_block(n, "n")
+        return Traffic(self.read_bytes * n, self.write_bytes * n)
+
+    __rmul__ = __mul__
+
+
+# ---------------------------------------------------------------------------
+# Standard (dense) attention
+# ---------------------------------------------------------------------------
+
+def dense_traffic(t_query: int, t_key: int, head_dim: int, *, bytes_per_element: int = 2,
+                  bytes_per_score: int = 2) -> Traffic:
+    """Outer-memory traffic of standard attention (Algorithm 0), one head.
+
+    reads  = (Tq + 2 Tk) d e + 2 Tq Tk s     (Q, K; S; P, V)
+    writes = 2 Tq Tk s + Tq d e              (S; P; O)
+
+    Args:
+        t_query: Tq (positions). t_key: Tk (positions). head_dim: d (elements).
+        bytes_per_element: e, bytes per Q/K/V/O element.
+        bytes_per_score: s, bytes per stored score/probability.
+
+    >>> dense_traffic(4096, 4096, 64).total_bytes
+    136314880
+    """
+    tq = check_block(t_query, "t_query")
+    tk = check_block(t_key, "t_key")
+    d = check_block(head_dim, "head_dim")
+    e = check_block(bytes_per_element, "bytes_per_element")
+    s = check_block(bytes_per_score, "bytes_per_score")
+    reads = (tq + 2 * tk) * d * e + 2 * tq * tk * s
+    writes = 2 * tq * tk * s + tq * d * e
+    return Traffic(reads, writes)
+
+
+# ---------------------------------------------------------------------------
+# Tiled attention
+# ---------------------------------------------------------------------------
+
+def _visible_sums(tq: int, tk: int, br: int, bc: int, causal: bool) -> tuple[int, int]:
+    """(sum over visible block pairs of rows(K_j), same of rows(Q_i)).
+
+    A pair (i, j) is visible unless the causal mask hides all of it, i.e. unless
+    k0 > q1 - 1 + (Tk - Tq) (the rule of `tile_visibility`). For query block i,
+    the visible key blocks are therefore j = 0 .. n_i - 1 with
+    n_i = clip(floor((q1 - 1 + Tk - Tq) / Bc) + 1, 0, Tc), whose rows add up to
+    min(n_i Bc, Tk). Vectorised over the Tr query blocks: fast for T up to millions.
+    """
+    tr = -(-tq // br)
+    tc = -(-tk // bc)
+    if not causal:
+        return tr * tk, tc * tq
+    q0 = np.arange(tr, dtype=np.int64) * br                     # (Tr,) first row
+    q1 = np.minimum(q0 + br, tq)                                # (Tr,) one past last row
+    last_visible_key = q1 - 1 + (tk - tq)                       # (Tr,) may be negative
+    n_blocks = np.clip(np.floor_divide(last_visible_key, bc) + 1, 0, tc)   # (Tr,)
+    key_rows = np.minimum(n_blocks * bc, tk)                    # (Tr,) rows of K seen
+    sum_key_rows = int(key_rows.sum(dtype=np.int64))
+    sum_query_rows = int(((q1 - q0) * n_blocks).sum(dtype=np.int64))
+    return sum_key_rows, sum_query_rows
+
+
+def visible_tile_count(t_query: int, t_key: int, block_q: int, block_k: int, *,
+                       causal: bool = False) -> int:
+    """Number of (query block, key block) tiles a tiled kernel forms (not skipped)."""
+    tq = check_block(t_query, "t_query")
+    tk = check_block(t_key, "t_key")
+    br = check_block(block_q, "block_q")
+    bc = check_block(block_k, "block_k")
+    tr, tc = -(-tq // br), -(-tk // bc)
+    if not check_causal(causal):
+        return tr * tc
+    q1 = np.minimum(np.arange(1, tr + 1, dtype=np.int64) * br, tq)
+    n_blocks = np.clip(np.floor_divide(q1 - 1 + (tk - tq), bc) + 1, 0, tc)
+    return int(n_blocks.sum(dtype=np.int64))
+
+
+def tiled_traffic(t_query: int, t_key: int, head_dim: int, block_q: int, block_k: int, *,
+                  causal: bool = False, loop_order: str = "fa2",
+                  bytes_per_element: int = 2) -> Traffic:
+    """Outer-memory traffic of tiled (Flash) attention, one head. See the module docstring.
+
+    Args:
+        t_query: Tq (positions). t_key: Tk (positions). head_dim: d (elements).
+        block_q: Br, query rows per tile. block_k: Bc, key rows per tile.
+        causal: bottom-right aligned mask; fully hidden tiles are skipped.
+        loop_order: "fa2" (outer loop over query blocks) or "fa1" (over key blocks).
+        bytes_per_element: e, bytes per Q/K/V/O element. Statistics take 4 bytes.
+
+    fa2: reads  = Tq d e + sum_visible 2 rows(K_j) d e;  writes = Tq d e + 4 Tq.
+    fa1: reads  = 2 Tk d e + sum_visible rows(Q_i) (2 d e + 8);
+         writes = Tq d e + 8 Tq + sum_visible rows(Q_i) (d e + 8).
+
+    >>> tiled_traffic(4096, 4096, 64, 64, 64).total_bytes
+    68173824
+    """
+    tq = check_block(t_query, "t_query")
+    tk = check_block(t_key, "t_key")
+    d = check_block(head_dim, "head_dim")
+    br = check_block(block_q, "block_q")
+    bc = check_block(block_k, "block_k")
+    causal = check_causal(causal)
+    loop_order = check_loop_order(loop_order)
+    e = check_block(bytes_per_element, "bytes_per_element")
+    st = BYTES_PER_STAT
+    key_rows, query_rows = _visible_sums(tq, tk, br, bc, causal)
+    if loop_order == "fa2":
+        reads = tq * d * e + 2 * key_rows * d * e               # Q once; K_j, V_j per pair
+        writes = tq * d * e + st * tq                           # O and lse once
+    else:
+        reads = 2 * tk * d * e + query_rows * (2 * d * e + 2 * st)    # K, V once; Q,O,l,m
+        writes = tq * d * e + 2 * st * tq + query_rows * (d * e + 2 * st)  # init; O,l,m
+    return Traffic(reads, writes)
+
+
+# ---------------------------------------------------------------------------
+# On-chip budget and the paper's block sizes
+# ---------------------------------------------------------------------------
+
+def tile_footprint_bytes(block_q: int, block_k: int, head_dim: int, *,
+                         bytes_per_element: int = 2, bytes_per_score: int = 4) -> int:
+    """On-chip bytes that one tile step of the fa2 loop keeps live (bytes).
+
+        Q_i            Br x d x e
+        K_j, V_j       2 x Bc x d x e
+        S_ij / P_ij    Br x Bc x s      (one score tile, overwritten by P in place)
+        acc (O_i)      Br x d x 4       (fp32 accumulator)
+        m, l           2 x Br x 4       (fp32 running statistics)
+
+    A real kernel holds the score tile and the accumulator in registers, not in
+    shared memory, and may double-buffer K and V; this is the budget of the model,
+    compared with the on-chip memory of one streaming multiprocessor.
+
+    >>> tile_footprint_bytes(64, 64, 64)
+    57856
+    """
+    br = check_block(block_q, "block_q")
+    bc = check_block(block_k, "block_k")
+    d = check_block(head_dim, "head_dim")
+    e = check_block(bytes_per_element, "bytes_per_element")
+    s = check_block(bytes_per_score, "bytes_per_score")
+    return (br * d * e + 2 * bc * d * e + br * bc * s
+            + br * d * BYTES_PER_STAT + 2 * br * BYTES_PER_STAT)
+
+
+def paper_block_sizes(sram_bytes: int, head_dim: int, bytes_per_element: int) -> tuple[int, int]:
+    """The FlashAttention paper's tile sizes (Algorithm 1, line 1) for a budget.
+
+    M = sram_bytes // bytes_per_element (elements); Bc = ceil(M / 4d) and
+    Br = min(ceil(M / 4d), d). Returns (Br, Bc).
+
+    >>> paper_block_sizes(100 * 1024, 64, 2)
+    (64, 200)
+    """
+    sram = check_block(sram_bytes, "sram_bytes")
+    d = check_block(head_dim, "head_dim")
+    e = check_block(bytes_per_element, "bytes_per_element")
+    m = sram // e                                               # M, elements
+    if m < 1:
+        raise ValueError(
+            f"sram_bytes must hold at least one element of {e} bytes, got {sram} bytes")
+    bc = -(-m // (4 * d))
+    br = min(bc, d)
+    return br, bc
+
+
+# ---------------------------------------------------------------------------
+# Arithmetic, intensity and a roofline bound
+# ---------------------------------------------------------------------------
+
+def attention_flops(t_query: int, t_key: int, head_dim: int, *, causal: bool = False) -> int:
+    """Floating-point operations of attention's two matrix products, one head (FLOP).
+
+    S = Q K^T and O = P V each take 2 Tq Tk d (a multiply and an add per term):
+    4 Tq Tk d in all, or 4 d x (visible pairs) when causal. Softmax (O(Tq Tk)) is
+    left out, as in the papers' FLOP counts. Tiling does not change this number.
+    """
+    d = check_block(head_dim, "head_dim")
+    return 4 * visible_pairs(t_query, t_key, causal=check_causal(causal)) * d
+
+
+def _check_positive_real(x, name: str) -> float:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a positive real number, got {x!r}")
+    x = float(x)
+    if not math.isfinite(x) or x <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {x}")
+    return x
+
+
+def arithmetic_intensity(flops, traffic) -> float:
+    """FLOPs per byte moved (FLOP/byte). `traffic` is a Traffic or a byte count."""
+    f = _check_positive_real(flops, "flops")
+    nbytes = traffic.total_bytes if isinstance(traffic, Traffic) else traffic
+    return f / _check_positive_real(nbytes, "traffic")
+
+
+def roofline_time_s(flops, nbytes, peak_flops_per_s, bandwidth_bytes_per_s) -> float:
+    """Roofline lower bound on run time (seconds): max(flops / peak, bytes / bandwidth).
+
+    A kernel can be no faster than its arithmetic at peak rate, nor than its
+    outer-memory traffic at full bandwidth; real kernels are slower than both.
+    """
+    if isinstance(nbytes, Traffic):
+        nbytes = nbytes.total_bytes
+    f = _check_nonnegative_real(flops, "flops")
+    b = _check_nonnegative_real(nbytes, "nbytes")
+    peak = _check_positive_real(peak_flops_per_s, "peak_flops_per_s")
+    bw = _check_positive_real(bandwidth_bytes_per_s, "bandwidth_bytes_per_s")
+    return max(f / peak, b / bw)
+
+
+def _check_nonnegative_real(x, name: str) -> float:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a non-negative real number, got {x!r}")
+    x = float(x)
+    if not math.isfinite(x) or x < 0:
+        raise ValueError(f"{name} must be a non-negative finite number, got {x}")
+    return x

@@ -1,0 +1,83 @@
+"""Lab 03 checkers: the solution passes, the stub is reported as not implemented, and typical
+wrong formulas fail with the hint that names the mistake. Comparisons in the checker are exact."""
+
+import numpy as np
+import pytest
+
+from flashcourse.labs import traffic as lab
+from flashcourse.traffic import tiled_traffic
+
+
+def solution(Tq, Tk, d, Br, Bc, e):
+    Tr = -(-Tq // Br)
+    return Tq * d * e + 2 * Tr * Tk * d * e, Tq * d * e + 4 * Tq
+
+
+def solution_causal(Tq, Tk, d, Br, Bc, e):
+    t = tiled_traffic(Tq, Tk, d, Br, Bc, causal=True, bytes_per_element=e)
+    return t.read_bytes, t.write_bytes
+
+
+def stub(*args):
+    raise NotImplementedError("FILL ME IN")
+
+
+def test_solution_passes(capsys):
+    assert lab.check_fa2_traffic(solution).passed
+    assert lab.check_fa2_traffic_causal(solution_causal).passed
+    out = capsys.readouterr().out
+    assert out.count("All checks passed") == 2 and "FAILED" not in out
+
+
+def test_numpy_ints_and_lists_are_accepted():
+    as_list = lambda *a: [np.int64(x) for x in solution(*a)]
+    assert lab.check_fa2_traffic(as_list, verbose=False).passed
+
+
+def test_stub_reports_not_implemented(capsys):
+    for check in (lab.check_fa2_traffic, lab.check_fa2_traffic_causal):
+        r = check(stub)
+        assert not r.passed and r.todo
+    lab.compare_with_counter(stub, 5, 7, 3, 2, 4, 2)
+    out = capsys.readouterr().out
+    assert out.count("Not implemented yet") == 3 and "FAILED" not in out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lab.wrong_no_ragged, lab.HINT_RAGGED),
+    (lab.wrong_k_only, lab.HINT_V),
+    (lab.wrong_kv_once, lab.HINT_ONCE),
+    (lab.wrong_no_lse, lab.HINT_LSE),
+    (lambda Tq, Tk, d, Br, Bc, e: (Tq * d * e + 2 * (Tq // Br) * Tk * d * e, Tq * d * e + 4 * Tq),
+     lab.HINT_FLOOR),
+    (lambda Tq, Tk, d, Br, Bc, e: (solution(Tq, Tk, d, Br, Bc, e)[0], Tq * d * e + e * Tq),
+     lab.HINT_LSE_SIZE),
+    (lambda Tq, Tk, d, Br, Bc, e: (solution(Tq, Tk, d, Br, Bc, e)[0] + 2 * Tq * Tk * 2,
+                                   solution(Tq, Tk, d, Br, Bc, e)[1]), lab.HINT_SCORES),
+    (lambda *a: solution(*a)[0], lab.HINT_RETURN),
+])
+def test_wrong_formulas_fail_with_matching_hint(capsys, wrong, hint):
+    r = lab.check_fa2_traffic(wrong)
+    assert not r.passed and not r.todo
+    assert r.hint == hint
+    out = capsys.readouterr().out
+    assert "FAILED" in out and hint in out and "All checks passed" not in out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (solution, lab.HINT_CAUSAL_NONE),
+    (lambda *a: (lab.causal_reads_full_tiles_only(*a), solution(*a)[1]), lab.HINT_CAUSAL_PARTIAL),
+    (lambda *a: (lab.causal_reads_top_left(*a), solution(*a)[1]), lab.HINT_CAUSAL_ALIGN),
+    (lambda Tq, Tk, d, Br, Bc, e: (solution_causal(Tq, Tk, d, Br, Bc, e)[0], Tq * d * e),
+     lab.HINT_LSE),
+])
+def test_wrong_causal_formulas_fail_with_matching_hint(wrong, hint):
+    r = lab.check_fa2_traffic_causal(wrong, verbose=False)
+    assert not r.passed and r.hint == hint
+
+
+def test_counter_traffic_is_the_model():
+    for cfg in [(50, 37, 7, 16, 10, 2), (5, 91, 3, 8, 32, 8), (7, 13, 5, 1, 4, 1)]:
+        for causal in (False, True):
+            t = tiled_traffic(*cfg[:5], causal=causal, bytes_per_element=cfg[5])
+            assert lab.counter_traffic(*cfg, causal=causal) == (t.read_bytes, t.write_bytes)
