@@ -71,17 +71,22 @@ def quiz_widget(question: Question, number: int | None = None):
                   layout=w.Layout(margin="0 0 1em 0"))
 
 
-def show_quiz(questions) -> object:
-    """Display a list of Questions as one widget (returned, and shown in Jupyter)."""
+def quiz_box(questions):
+    """All questions as one ipywidgets VBox (not displayed)."""
     import ipywidgets as w
 
-    box = w.VBox([quiz_widget(q, i + 1) for i, q in enumerate(questions)])
-    try:
-        from IPython.display import display
-        display(box)
-    except ImportError:  # pragma: no cover - IPython ships with jupyter
-        pass
-    return box
+    return w.VBox([quiz_widget(q, i + 1) for i, q in enumerate(questions)])
+
+
+def show_quiz(questions) -> None:
+    """Display a list of Questions as one widget in the notebook.
+
+    Returns None, so a bare `show_quiz([...])` as the last line of a cell shows
+    the quiz once (use `quiz_box` to get the widget itself).
+    """
+    from IPython.display import display
+
+    display(quiz_box(questions))
 
 
 #: The lesson's own "check your understanding" question (from the course seed).

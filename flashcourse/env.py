@@ -1,0 +1,103 @@
+"""The environment check of notebook 00: versions, GPU or simulator.
+
+    from flashcourse.env import show
+    show()          # prints a small table and what it means for the course
+
+`report()` returns the same facts as a dict, for tests and for bug reports:
+
+    python, platform       interpreter version and operating system
+    numpy, numba, numba-cuda, matplotlib, jupyterlab, ipywidgets, flashcourse
+                           installed versions (None when a package is missing)
+    cuda_gpu               True if the NVIDIA driver reports at least one GPU
+    simulator              True if Numba's CUDA target is the CPU simulator
+                           (flashcourse switches it on at import when there is no GPU)
+
+Versions are read from the installed package metadata, so `report()` imports
+none of the heavy packages (and in particular never imports Numba itself).
+"""
+
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+
+from . import gpu
+
+#: Distribution names whose versions the course cares about, in display order.
+PACKAGES = ("numpy", "numba", "numba-cuda", "matplotlib", "jupyterlab", "ipywidgets",
+            "flashcourse")
+
+#: Oldest Python the course supports.
+MIN_PYTHON = (3, 10)
+
+
+def package_version(name: str) -> str | None:
+    """Installed version of distribution `name`, or None if it is not installed."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def report() -> dict:
+    """Facts about this environment (see the module docstring for the keys)."""
+    facts = {
+        "python": platform.python_version(),
+        "platform": f"{platform.system()} {platform.machine()}",
+    }
+    for name in PACKAGES:
+        facts[name] = package_version(name)
+    facts["cuda_gpu"] = gpu.driver_has_gpu()
+    facts["simulator"] = gpu.using_simulator()
+    return facts
+
+
+def advice(facts: dict) -> list[str]:
+    """Plain-language notes about a `report()`: what works and what to fix."""
+    notes = []
+    py_ok = tuple(int(p) for p in facts["python"].split(".")[:2]) >= MIN_PYTHON
+    if not py_ok:
+        notes.append(f"Python {facts['python']} is too old: the course needs "
+                     f"{MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer.")
+    missing = [n for n in PACKAGES if facts.get(n) is None]
+    if missing:
+        notes.append("Missing packages: " + ", ".join(missing)
+                     + ". Run `make lab` (or `pip install -r requirements.txt`).")
+    numpy_version = facts.get("numpy")
+    if numpy_version and tuple(int(p) for p in numpy_version.split(".")[:2]) >= (2, 5):
+        notes.append(f"numpy {numpy_version}: numba-cuda 0.30 cannot compile kernels "
+                     "with numpy 2.5 or newer; install the pinned requirements.txt.")
+    if facts["cuda_gpu"] and facts["simulator"]:
+        notes.append("A GPU is visible but the CUDA simulator is on "
+                     "(NUMBA_ENABLE_CUDASIM is set): kernels will run slowly on the CPU.")
+    elif facts["cuda_gpu"]:
+        notes.append("An NVIDIA GPU is visible: notebook 06's kernels run on it. If they "
+                     "fail to compile, install requirements-gpu.txt (the CUDA toolkit wheels).")
+    elif facts["simulator"]:
+        notes.append("No NVIDIA GPU: CUDA kernels run in Numba's simulator (correct but slow), "
+                     "and the GPU notebooks plot the H200 results recorded in "
+                     "benchmarks/results/.")
+    else:
+        notes.append("No NVIDIA GPU and the simulator is off: import flashcourse before numba "
+                     "(or set NUMBA_ENABLE_CUDASIM=1) to run the CUDA notebooks.")
+    if not missing and py_ok:
+        notes.append("Everything the CPU notebooks need is installed.")
+    return notes
+
+
+def show(facts: dict | None = None) -> dict:
+    """Print the environment table and the advice; return the facts."""
+    facts = report() if facts is None else facts
+    width = max(len(k) for k in facts)
+    for key, value in facts.items():
+        if value is None:
+            value = "NOT INSTALLED"
+        elif value is True:
+            value = "yes"
+        elif value is False:
+            value = "no"
+        print(f"{key:<{width}}  {value}")
+    print()
+    for note in advice(facts):
+        print("-", note)
+    return facts

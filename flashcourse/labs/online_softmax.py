@@ -1,0 +1,281 @@
+"""Checkers for lab 01: the online softmax update and the merge of two states.
+
+The learner writes, vectorised over R rows (each argument an array of shape (R,)):
+
+    online_update(m, l, x) -> (m_new, l_new)
+        m_new = max(m, x)
+        l_new = l * exp(m - m_new) + exp(x - m_new)
+
+    merge_states(m_a, l_a, m_b, l_b) -> (m, l)
+        m = max(m_a, m_b)
+        l = l_a * exp(m_a - m) + l_b * exp(m_b - m)
+
+where m is the running maximum of a row (-inf before any element) and l the sum
+of exp(x_i - m) over the elements seen so far (0 before any element). A -inf
+element is a masked score: it must leave the state unchanged, and an all-masked
+row must stay at (-inf, 0), never NaN.
+
+Each checker returns a `flashcourse.labs._harness.Result` and prints either
+"All checks passed" or the first failing case with a hint naming the mistake.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._harness import TODO_LINE, Case, Result, run_checks
+
+# -- hints (tests assert on these exact strings) ------------------------------
+HINT_MAX = ("Wrong running max: m_new must be the larger of the old max and the new "
+            "element, m_new = np.maximum(m, x) (for merge: np.maximum(m_a, m_b)).")
+HINT_RESCALE = ("Missing rescale: when the max grows from m to m_new, every term already "
+                "summed in l was exp(x_i - m); multiply l by exp(m - m_new) before adding.")
+HINT_DIRECTION = ("The rescale factor points the wrong way: it is exp(m_old - m_new) (<= 1), "
+                  "not exp(m_new - m_old).")
+HINT_SHIFT = ("l must be measured relative to the max: add exp(x - m_new), not exp(x). "
+              "Without the shift exp overflows for large scores.")
+HINT_NEG_INF = ("-inf handling: when the max is still -inf (nothing visible yet), "
+                "exp(m - m_new) is exp(-inf - -inf) = exp(nan). Replace a -inf max by 0 "
+                "before subtracting (m_safe = np.where(m_new == -np.inf, 0.0, m_new)), so "
+                "an empty or masked state stays (m, l) = (-inf, 0).")
+HINT_OVERFLOW = ("Overflow: some exp() saw a large positive argument. Every exponent must "
+                 "be x - m_new or m - m_new, which are <= 0.")
+HINT_RETURN = "Return a tuple (m_new, l_new) of two arrays with the shape of the inputs."
+HINT_MERGE = ("Merge both sides relative to the common max: "
+              "l = l_a * exp(m_a - m) + l_b * exp(m_b - m) with m = max(m_a, m_b).")
+
+_RTOL, _ATOL = 1e-9, 1e-12     # float64 inputs; a few dozen roundings per row
+
+
+# -- the expected statistics, computed directly from the data -----------------
+
+def stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact (m, l) of each row of x (R, n), in float64; (-inf, 0) for all -inf rows."""
+    x = np.asarray(x, dtype=np.float64)
+    m = x.max(axis=-1)                                          # (R,)
+    m_safe = np.where(np.isneginf(m), 0.0, m)
+    l = np.exp(x - m_safe[:, None]).sum(axis=-1)                # (R,)
+    return m, l
+
+
+def _as_pair(out):
+    """The learner's result as a tuple of two float64 arrays (or left as is if malformed)."""
+    if isinstance(out, list):
+        out = tuple(out)
+    if isinstance(out, tuple) and len(out) == 2:
+        return tuple(np.asarray(o, dtype=np.float64) for o in out)
+    return out
+
+
+def fold(update, x: np.ndarray):
+    """Stream the columns of x (R, n) through `update`, starting from the empty state."""
+    rows = x.shape[0]
+    state = (np.full(rows, -np.inf), np.zeros(rows))
+    for col in range(x.shape[1]):
+        state = _as_pair(update(state[0].copy(), state[1].copy(), x[:, col].copy()))
+        if not (isinstance(state, tuple) and len(state) == 2):
+            raise TypeError("online_update must return a tuple (m_new, l_new)")
+    return state
+
+
+# -- typical mistakes, simulated on the same inputs ----------------------------
+
+def _safe(m):
+    return np.where(np.isneginf(m), 0.0, m)
+
+
+def _update_no_rescale(m, l, x):
+    m_new = np.maximum(m, x)
+    return m_new, l + np.exp(x - _safe(m_new))
+
+
+def _update_inverted(m, l, x):
+    m_new = np.maximum(m, x)
+    m_old = np.where(np.isneginf(m), m_new, m)                  # guard the empty state
+    with np.errstate(over="ignore", invalid="ignore"):
+        return m_new, l * np.exp(m_new - m_old) + np.exp(x - _safe(m_new))
+
+
+def _update_no_shift(m, l, x):
+    with np.errstate(over="ignore"):
+        return np.maximum(m, x), l + np.exp(x)
+
+
+def _merge_no_rescale(m_a, l_a, m_b, l_b):
+    return np.maximum(m_a, m_b), l_a + l_b
+
+
+def _merge_inverted(m_a, l_a, m_b, l_b):
+    m = np.maximum(m_a, m_b)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return m, l_a * np.exp(m - m_a) + l_b * np.exp(m - m_b)
+
+
+def _matches(candidate):
+    """A diagnosis predicate: the learner's output equals `candidate` (a pair)."""
+    def predicate(yours, _expected):
+        if not (isinstance(yours, tuple) and len(yours) == 2):
+            return False
+        return all(np.allclose(np.asarray(y, dtype=np.float64), c, rtol=1e-7, atol=1e-12,
+                               equal_nan=True) for y, c in zip(yours, candidate, strict=True))
+    return predicate
+
+
+def _has_nan(yours, _expected):
+    return isinstance(yours, tuple) and any(np.isnan(np.asarray(y, dtype=np.float64)).any()
+                                            for y in yours)
+
+
+def _has_posinf(yours, _expected):
+    return isinstance(yours, tuple) and any(np.isposinf(np.asarray(y, dtype=np.float64)).any()
+                                            for y in yours)
+
+
+def _m_wrong(yours, expected):
+    if not (isinstance(yours, tuple) and len(yours) == 2):
+        return False
+    m = np.asarray(yours[0], dtype=np.float64)
+    return m.shape == expected[0].shape and not np.allclose(m, expected[0], rtol=1e-12)
+
+
+def _not_pair(yours, _expected):
+    return not (isinstance(yours, tuple) and len(yours) == 2)
+
+
+# -- the inputs (fixed seeds: the same every time) ------------------------------
+
+def _stream_inputs():
+    rng = np.random.default_rng(1)
+    x = rng.normal(0.0, 3.0, size=(6, 37))                      # (R, n) scores
+    x[2] = np.sort(x[2])                                        # max rises at every step
+    x[3] = np.sort(x[3])[::-1]                                  # max set by the first element
+    return x
+
+
+def _masked_inputs():
+    rng = np.random.default_rng(2)
+    x = rng.normal(0.0, 2.0, size=(5, 19))
+    x[0, :7] = -np.inf                                          # masked prefix
+    x[1, 4:9] = -np.inf                                         # masked middle
+    x[2, :] = -np.inf                                           # fully masked row
+    x[3, ::2] = -np.inf                                         # every other one masked
+    return x
+
+
+def check_online_update(online_update, *, verbose: bool = True) -> Result:
+    """Check `online_update(m, l, x) -> (m_new, l_new)` on streams of scores.
+
+    Cases: one element into the empty state; 37-element streams (random, rising,
+    falling) over 6 rows; scores of +-1e4 (naive exp overflows); -inf (masked)
+    elements including a fully masked row.
+    """
+    def first(fn):
+        x = np.array([0.5, -2.0, 3.0, 1e4, -1e4])
+        yours = _as_pair(fn(np.full(5, -np.inf), np.zeros(5), x.copy()))
+        return yours, (x, np.ones(5))
+
+    x_stream = _stream_inputs()
+    x_big = _stream_inputs()[:, :11] * 3e3                      # |x| up to ~3e4
+    x_mask = _masked_inputs()
+
+    def streamed(x):
+        return lambda fn: (fold(fn, x), stats(x))
+
+    def wrong(update, x):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return fold(update, x)
+
+    common = [(_not_pair, HINT_RETURN), (_has_nan, HINT_NEG_INF), (_m_wrong, HINT_MAX)]
+    cases = [
+        Case("first element into the empty state (-inf, 0)", first,
+             "From the empty state (m, l) = (-inf, 0) one element x gives (x, 1).",
+             common + [(_has_posinf, HINT_SHIFT)], rtol=_RTOL, atol=_ATOL),
+        Case("37 random scores per row, 6 rows (rising, falling, random)", streamed(x_stream),
+             HINT_RESCALE,
+             common + [(_matches(wrong(_update_no_rescale, x_stream)), HINT_RESCALE),
+                       (_matches(wrong(_update_inverted, x_stream)), HINT_DIRECTION),
+                       (_matches(wrong(_update_no_shift, x_stream)), HINT_SHIFT)],
+             rtol=_RTOL, atol=_ATOL),
+        Case("large scores (|x| up to 3e4): nothing may overflow", streamed(x_big),
+             HINT_OVERFLOW,
+             common + [(_has_posinf, HINT_OVERFLOW)], rtol=_RTOL, atol=_ATOL),
+        Case("masked (-inf) scores, including a fully masked row", streamed(x_mask),
+             HINT_NEG_INF, common, rtol=_RTOL, atol=_ATOL),
+    ]
+    return run_checks("online_update(m, l, x)", online_update, cases, verbose=verbose)
+
+
+def _split_states(x: np.ndarray, cuts: list[int]):
+    """(m, l) of each piece of x's rows cut at the given columns."""
+    edges = [0, *cuts, x.shape[1]]
+    return [stats(x[:, a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+
+def check_merge_states(merge_states, *, verbose: bool = True) -> Result:
+    """Check `merge_states(m_a, l_a, m_b, l_b) -> (m, l)`.
+
+    Cases: two halves of random rows; one side empty (-inf, 0); both empty;
+    five pieces merged in a scrambled tree order (merging is associative and
+    commutative, so any order must give the whole row's statistics).
+    """
+    rng = np.random.default_rng(3)
+    x = rng.normal(0.0, 4.0, size=(6, 41))                       # (R, n)
+    x[1, 20:] += 15.0                                            # second half dominates
+    x[2, :20] += 15.0                                            # first half dominates
+    (ma, la), (mb, lb) = _split_states(x, [20])
+
+    def halves(fn):
+        return _as_pair(fn(ma.copy(), la.copy(), mb.copy(), lb.copy())), stats(x)
+
+    x_masked = _masked_inputs()
+    (ea, fa), (eb, fb) = _split_states(x_masked, [7])           # row 0's left part is empty
+
+    def with_empty(fn):
+        return _as_pair(fn(ea.copy(), fa.copy(), eb.copy(), fb.copy())), stats(x_masked)
+
+    def both_empty(fn):
+        empty_m, empty_l = np.full(3, -np.inf), np.zeros(3)
+        return (_as_pair(fn(empty_m.copy(), empty_l.copy(), empty_m.copy(), empty_l.copy())),
+                (empty_m, empty_l))
+
+    def scrambled(fn):
+        pieces = _split_states(x, [3, 11, 12, 30])               # 5 uneven pieces
+        p31 = _as_pair(fn(*pieces[3], *pieces[1]))
+        p04 = _as_pair(fn(*pieces[0], *pieces[4]))
+        left = _as_pair(fn(*p04, *pieces[2]))
+        return _as_pair(fn(*p31, *left)), stats(x)
+
+    def wrong(merge, *args):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return merge(*args)
+
+    common = [(_not_pair, HINT_RETURN), (_has_nan, HINT_NEG_INF), (_m_wrong, HINT_MAX)]
+    cases = [
+        Case("two halves of 6 random rows", halves, HINT_MERGE,
+             common + [(_matches(wrong(_merge_no_rescale, ma, la, mb, lb)), HINT_RESCALE),
+                       (_matches(wrong(_merge_inverted, ma, la, mb, lb)), HINT_DIRECTION)],
+             rtol=_RTOL, atol=_ATOL),
+        Case("one side empty (-inf, 0)", with_empty, HINT_NEG_INF, common,
+             rtol=_RTOL, atol=_ATOL),
+        Case("both sides empty", both_empty, HINT_NEG_INF, common, rtol=_RTOL, atol=_ATOL),
+        Case("five uneven pieces merged in a scrambled order", scrambled, HINT_MERGE, common,
+             rtol=_RTOL, atol=_ATOL),
+    ]
+    return run_checks("merge_states(m_a, l_a, m_b, l_b)", merge_states, cases, verbose=verbose)
+
+
+def show_stream(online_update, x=None) -> None:
+    """Print the learner's running (m, l) for one short row, next to the exact values."""
+    x = np.array([1.0, 3.0, 2.0, -np.inf, 7.0, 0.5]) if x is None else np.asarray(x, float)
+    m, l = np.array([-np.inf]), np.array([0.0])
+    print(f"{'step':>4} {'x':>6} {'m (yours)':>10} {'l (yours)':>11} {'m exact':>8} {'l exact':>9}")
+    for n, xi in enumerate(x, 1):
+        try:
+            m, l = _as_pair(online_update(m, l, np.array([xi])))
+        except NotImplementedError:
+            print(f"{TODO_LINE}: fill in online_update first.")
+            return
+        m_ref, l_ref = stats(x[None, :n])
+        print(f"{n:>4} {xi:>6.2f} {float(m[0]):>10.4f} {float(l[0]):>11.6f} "
+              f"{float(m_ref[0]):>8.4f} {float(l_ref[0]):>9.6f}")
+
