@@ -234,6 +234,9 @@ def test_score_memory_slider_moves_the_readout(tmp_path):
                     "(want) => { const e = document.querySelector("
                     "'.fc-score-memory .fc-score-readout'); return e && "
                     "e.textContent.trim() === want; }", arg=BEFORE)
+                plot_src = "() => { const i = document.querySelector('.fc-score-memory img'); " \
+                           "return i ? i.src : ''; }"
+                src_before = page.evaluate(plot_src)
                 handle = explorer.locator(".fc-slider-tq .noUi-handle")
                 handle.focus()
                 handle.press("ArrowRight")
@@ -244,6 +247,9 @@ def test_score_memory_slider_moves_the_readout(tmp_path):
                 assert readout.text_content().strip() == AFTER
                 slider_value = explorer.locator(".fc-slider-tq .widget-readout")
                 assert slider_value.text_content().strip() == "8,192"
+                # the plot arrives after the label: wait until it is redrawn
+                page.wait_for_function(
+                    f"(before) => ({plot_src})() !== before", arg=src_before)
                 explorer.screenshot(path=str(shot))
             except Exception as exc:
                 page.screenshot(path=str(ARTIFACTS / "browser_failure.png"), full_page=True)
