@@ -57,7 +57,8 @@ def select_cache_dir() -> None:
     if os.access(package_dir, os.W_OK):
         return
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    for candidate in (base / "flashcourse-numba", Path(tempfile.gettempdir()) / "flashcourse-numba"):
+    candidates = (base / "flashcourse-numba", Path(tempfile.gettempdir()) / "flashcourse-numba")
+    for candidate in candidates:
         try:
             candidate.mkdir(parents=True, exist_ok=True)
         except OSError:

@@ -89,7 +89,8 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
             yours, expected = case.run(fn)
         except NotImplementedError as exc:
             msg = str(exc) or "the function still raises NotImplementedError"
-            say(f"{TODO_LINE}: {msg}. Fill in the steps marked FILL ME IN, then run this cell again.")
+            say(f"{TODO_LINE}: {msg}. "
+                "Fill in the steps marked FILL ME IN, then run this cell again.")
             return Result(False, todo=True, case=case.name, hint=msg)
         except Exception as exc:  # the learner's code crashed: show where, kindly
             tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
