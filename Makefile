@@ -3,7 +3,7 @@
 #               on 127.0.0.1 with token authentication (open the URL it prints)
 #   make test   the same set-up plus requirements-dev.txt, then every test
 # Other targets: make figures (regenerate figures/), make labs (student labs from
-# labs/solutions/), make bench-cpu (CPU benchmark), make clean.
+# labs/solutions/), make bench-cpu / bench-gpu (benchmarks), make clean.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -11,7 +11,7 @@ BIN    := $(VENV)/bin
 PORT   ?= 8888
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test figures labs bench-cpu lint clean setup setup-dev
+.PHONY: lab test figures labs bench-cpu bench-gpu lint clean setup setup-dev
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10 or newer is needed, found " + sys.version.split()[0]'
@@ -47,6 +47,14 @@ labs: setup
 
 bench-cpu: setup
 	$(BIN)/python benchmarks/cpu_forward.py
+
+# On a machine with an NVIDIA GPU (after requirements-gpu.txt): check every kernel
+# against the float64 reference, time them beside PyTorch if installed, and run
+# compute-sanitizer's memcheck and racecheck on small ragged shapes.
+bench-gpu: setup
+	$(BIN)/python benchmarks/gpu_forward.py --check --variants --bench
+	compute-sanitizer --tool memcheck --report-api-errors no $(BIN)/python benchmarks/gpu_forward.py --sanitize-small
+	compute-sanitizer --tool racecheck $(BIN)/python benchmarks/gpu_forward.py --sanitize-small
 
 lint: setup-dev
 	$(BIN)/ruff check .
