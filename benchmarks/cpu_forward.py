@@ -1,0 +1,393 @@
+"""Benchmark flashcourse.cpu.forward against dense numpy attention (BLAS), on the CPU.
+
+    python benchmarks/cpu_forward.py            # N in 1024 2048 4096 8192, d = 64
+    python benchmarks/cpu_forward.py --quick    # N in 1024 4096, fewer repeats
+    python benchmarks/cpu_forward.py --sweep    # also try tile sizes (Br, Bc) at N = 4096
+    python benchmarks/cpu_forward.py --big      # only N = 65536: time and peak memory
+
+Method: one head, float32, d = 64, random normal inputs. Every variant is validated
+against the float64 reference (its last 256 rows) before it is timed. Each
+variant is called once to compile and warm up; then the variants run interleaved,
+`--repeats` times (dense, fast, fast causal, rows, loops, dense, ...), so that load
+from other processes on a shared machine hits them alike; we report the median time,
+the minimum, the median of the per-round ratios variant / dense (the number the
+course's speed bar is about: fast at most 1.5x at N = 4096; stretch 1.0x) and the
+ratio of the minima (the least disturbed runs), plus the load average. Before every
+timed call the script pauses 0.2 s, so that the worker threads of the previous
+call (OpenBLAS and OpenMP spin for a while after returning) are asleep again.
+GFLOP/s counts the forward's matrix products, 4 Tq Tk d floating-point operations
+(half of that when causal), as the papers do.
+
+Dense numpy attention (`flashcourse.cpu.dense_numpy`) is: S = (Q K^T) * scale,
+P = exp(S - rowmax(S)), O = (P V) / rowsum(P), in place where possible, with two
+BLAS matrix products (OpenBLAS threads) and numpy's vectorised exp. It is not
+masked, so the causal rows compare a causal kernel (half the work) with the
+non-causal dense baseline: read them as "what skipping hidden tiles buys".
+
+OpenBLAS: on some processors this workplace sets OPENBLAS_CORETYPE (and
+OPENBLAS_L2_SIZE) to pin OpenBLAS to an older, slower kernel. That would make dense
+numpy look slower than it is, so for a fair comparison run the benchmark with both
+unset (`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/cpu_forward.py`).
+The script records both variables and the kernel OpenBLAS actually chose in the JSON.
+
+The results go to benchmarks/results/cpu_forward_<tag>.json (tag: "2core" on a
+2-core machine, else the host name, plus "_<n>thread" with --threads n; --tag to
+override); --big writes its result into the same file under "big".
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import json
+import os
+import platform
+import resource
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import flashcourse  # noqa: E402,F401  (sets NUMBA_CACHE_DIR before numba loads)
+import numba  # noqa: E402
+
+from flashcourse import cpu, reference  # noqa: E402
+from flashcourse.memory import format_bytes  # noqa: E402
+
+D = 64
+
+
+# ---------------------------------------------------------------------------
+# the environment
+# ---------------------------------------------------------------------------
+
+def _openblas():
+    """ctypes handle of the OpenBLAS that numpy links (scipy-openblas wheels), or None."""
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*.so*"))
+    libs += glob.glob(os.path.join(os.path.dirname(np.__file__), ".dylibs", "*openblas*"))
+    for path in libs:
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+def _blas_call(name_options, restype=ctypes.c_int, *args):
+    lib = _openblas()
+    if lib is None:
+        return None
+    for name in name_options:
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = restype
+            return fn(*args)
+    return None
+
+
+def blas_info() -> dict:
+    info = {}
+    try:
+        import threadpoolctl  # optional
+        info["threadpoolctl"] = threadpoolctl.threadpool_info()
+    except ImportError:
+        pass
+    core = _blas_call(("scipy_openblas_get_corename64_", "scipy_openblas_get_corename",
+                       "openblas_get_corename"), ctypes.c_char_p)
+    config = _blas_call(("scipy_openblas_get_config64_", "scipy_openblas_get_config",
+                         "openblas_get_config"), ctypes.c_char_p)
+    threads = _blas_call(("scipy_openblas_get_num_threads64_",
+                          "scipy_openblas_get_num_threads", "openblas_get_num_threads"))
+    info.update(openblas_core=core.decode() if core else None,
+                openblas_config=config.decode() if config else None,
+                openblas_threads=threads)
+    try:
+        info["numpy_blas"] = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    except Exception:  # noqa: BLE001 (older numpy: no dict mode)
+        pass
+    return info
+
+
+def set_threads(n: int) -> None:
+    """Use n threads in both Numba's prange and OpenBLAS."""
+    numba.set_num_threads(n)
+    _blas_call(("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                "openblas_set_num_threads"), None, ctypes.c_int(n))
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def simd_flags() -> list:
+    """The vector instruction sets the CPU reports (Linux), e.g. ['avx2', 'avx512f', 'fma']."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return sorted(f for f in ("sse4_2", "avx", "avx2", "fma", "avx512f",
+                                          "avx512bw", "avx512vl") if f in flags)
+    except OSError:
+        pass
+    return []
+
+
+def machine_info() -> dict:
+    return {
+        "cpu": cpu_model(), "simd": simd_flags(), "logical_cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(), "numpy": np.__version__,
+        "numba": numba.__version__, "numba_threads": numba.get_num_threads(),
+        "numba_threading_layer": _threading_layer(),
+        "env": {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+                                               "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                               "NUMBA_NUM_THREADS")},
+        "blas": blas_info(),
+        "load_average_at_start": os.getloadavg(),
+    }
+
+
+def _threading_layer():
+    try:
+        return numba.threading_layer()
+    except ValueError:                       # no parallel function has run yet
+        return None
+
+
+# ---------------------------------------------------------------------------
+# the contenders
+# ---------------------------------------------------------------------------
+
+def flops(n, causal):
+    f = 4.0 * n * n * D
+    return f / 2 if causal else f
+
+
+def inputs(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((n, D), dtype=np.float32) for _ in range(3)]
+
+
+def validate(name, fn, q, k, v, causal):
+    """Relative error of the last <= 256 rows against the float64 reference.
+
+    Causal masks are bottom-right aligned, so the last rows of q against all of k
+    give exactly the same mask as in the full problem (and see the most keys).
+    """
+    rows = min(256, q.shape[0])
+    o = fn()
+    o_ref, _ = reference.attention(q[-rows:], k, v, causal=causal)
+    err = float(np.linalg.norm(o[-rows:] - o_ref) / np.linalg.norm(o_ref))
+    if not err <= 1e-5:
+        raise SystemExit(f"{name}: relative error {err:.3g} > 1e-5; not timing a wrong kernel")
+    return err
+
+
+#: Pause before every timed call, seconds. After a call returns, OpenBLAS's and
+#: OpenMP's worker threads keep spinning for a while, waiting for more work; on a
+#: 2-core machine they steal the cores from whatever runs next (measured: the kernel
+#: timed right after dense numpy was ~1.8x slower than the same kernel timed later).
+COOL_DOWN_S = 0.2
+
+
+def time_interleaved(variants: dict, repeats: int) -> dict:
+    """Run each callable once (warm-up), then all of them in turn, `repeats` rounds,
+    each timed call after a COOL_DOWN_S pause."""
+    for fn in variants.values():
+        fn()
+    times = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            time.sleep(COOL_DOWN_S)
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def bench_n(n, repeats, loops_max_n, block_q, block_k):
+    q, k, v = inputs(n)
+    variants = {
+        "dense_numpy": lambda: cpu.dense_numpy(q, k, v),
+        "cpu_fast": lambda: cpu.forward(q, k, v, block_q=block_q, block_k=block_k)[0],
+        "cpu_fast_causal": lambda: cpu.forward(q, k, v, block_q=block_q, block_k=block_k,
+                                               causal=True)[0],
+    }
+    variants["cpu_rows"] = lambda: cpu.forward_rows(q, k, v)[0]
+    if n <= loops_max_n:
+        variants["cpu_loops"] = lambda: cpu.forward_loops(q, k, v)[0]
+    errors = {name: validate(name, fn, q, k, v, name.endswith("causal"))
+              for name, fn in variants.items()}
+    times = time_interleaved(variants, repeats)
+    dense_t = np.array(times["dense_numpy"])
+    row = {"N": n, "d": D, "heads": 1, "dtype": "float32", "repeats": repeats,
+           "dense_score_matrix_bytes": n * n * 4, "results": {}}
+    for name, ts in times.items():
+        ts = np.array(ts)
+        causal = name.endswith("causal")
+        row["results"][name] = {
+            "median_ms": float(np.median(ts) * 1e3), "min_ms": float(ts.min() * 1e3),
+            "all_ms": [round(t * 1e3, 3) for t in ts],
+            "gflops": float(flops(n, causal) / np.median(ts) / 1e9),
+            "ratio_to_dense_median": float(np.median(ts / dense_t)),
+            "ratio_to_dense_of_minima": float(ts.min() / dense_t.min()),
+            "rel_err_vs_reference": errors[name],
+        }
+    return row
+
+
+def print_row(row):
+    n = row["N"]
+    for name, r in row["results"].items():
+        print(f"N={n:6d}  {name:16s} {r['median_ms']:9.1f} ms (min {r['min_ms']:8.1f})"
+              f"  {r['gflops']:6.1f} GFLOP/s  x{r['ratio_to_dense_median']:.2f} of dense"
+              f" (minima: x{r['ratio_to_dense_of_minima']:.2f})"
+              f"  err {r['rel_err_vs_reference']:.1e}", flush=True)
+
+
+def sweep(repeats):
+    """Time tile shapes (Br, Bc) at N = 4096 against dense, interleaved."""
+    n = 4096
+    q, k, v = inputs(n)
+    shapes = [(64, 128), (64, 256), (128, 64), (128, 128), (128, 256), (256, 64),
+              (256, 128), (256, 256), (512, 64), (512, 128)]
+    variants = {"dense_numpy": lambda: cpu.dense_numpy(q, k, v)}
+    for bq, bk in shapes:
+        variants[f"{bq}x{bk}"] = (lambda bq=bq, bk=bk:
+                                  cpu.forward(q, k, v, block_q=bq, block_k=bk))
+    times = time_interleaved(variants, repeats)
+    dense_t = np.array(times["dense_numpy"])
+    out = {}
+    for name, ts in times.items():
+        ts = np.array(ts)
+        out[name] = {"median_ms": float(np.median(ts) * 1e3),
+                     "ratio_to_dense_median": float(np.median(ts / dense_t))}
+        print(f"sweep N=4096 {name:12s} {out[name]['median_ms']:8.1f} ms  "
+              f"x{out[name]['ratio_to_dense_median']:.2f} of dense", flush=True)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# N = 65536: time and peak memory, in a fresh process
+# ---------------------------------------------------------------------------
+
+def _rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def big_child(n):
+    """Runs in a subprocess: prints one JSON line with time and memory of one call."""
+    import tracemalloc
+    q, k, v = inputs(256)
+    cpu.forward(q, k, v)                                   # compile / load from cache
+    q, k, v = inputs(n)
+    rss_before = _rss_bytes()
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    o, lse = cpu.forward(q, k, v)
+    seconds = time.perf_counter() - t0
+    _, traced_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # spot check: 64 rows against the float64 reference
+    o_ref, lse_ref = reference.attention(q[-64:], k, v)
+    err = float(np.linalg.norm(o[-64:] - o_ref) / np.linalg.norm(o_ref))
+    print(json.dumps({
+        "N": n, "d": D, "heads": 1, "dtype": "float32", "causal": False,
+        "seconds": seconds, "gflops": flops(n, False) / seconds / 1e9,
+        "rel_err_last_64_rows": err,
+        "input_bytes": 3 * q.nbytes, "output_bytes": o.nbytes + lse.nbytes,
+        "rss_before_call_bytes": rss_before, "peak_rss_before_call_bytes": peak_before,
+        "peak_rss_bytes": peak,
+        "numpy_allocations_peak_during_call_bytes": traced_peak,
+        "dense_score_matrix_bytes": n * n * 4,
+    }))
+
+
+def big(n):
+    out = subprocess.run([sys.executable, __file__, "--_big-child", str(n)],
+                         capture_output=True, text=True, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"N={n}: {res['seconds']:.1f} s, {res['gflops']:.1f} GFLOP/s, "
+          f"rel err {res['rel_err_last_64_rows']:.1e}\n"
+          f"  peak RSS of the process {format_bytes(res['peak_rss_bytes'])}"
+          f" (before the call: {format_bytes(res['peak_rss_before_call_bytes'])}, of which"
+          f" Python + numpy + Numba + LLVM are most)\n"
+          f"  inputs {format_bytes(res['input_bytes'])}, numpy allocations during the call"
+          f" {format_bytes(res['numpy_allocations_peak_during_call_bytes'])}\n"
+          f"  one dense fp32 score matrix would be {format_bytes(res['dense_score_matrix_bytes'])}")
+    return res
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="N in 1024 4096, 3 repeats")
+    ap.add_argument("--sweep", action="store_true", help="also sweep tile sizes at N=4096")
+    ap.add_argument("--big", action="store_true", help="only N = 65536 (time, peak RSS)")
+    ap.add_argument("--big-n", type=int, default=65536, help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, nargs="+", help="sequence lengths to time")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads for both Numba and OpenBLAS (default: all cores)")
+    ap.add_argument("--tag", default=None, help="results file suffix")
+    ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--_big-child", type=int, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args._big_child:
+        big_child(args._big_child)
+        return
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        print("note: OPENBLAS_CORETYPE is set; dense numpy may run an older kernel. For a fair"
+              " comparison: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python "
+              "benchmarks/cpu_forward.py", file=sys.stderr)
+    if args.threads:
+        set_threads(args.threads)
+    tag = args.tag or ("2core" if os.cpu_count() == 2 else socket.gethostname())
+    if args.threads and not args.tag:
+        tag += f"_{args.threads}thread"
+    path = ROOT / "benchmarks" / "results" / f"cpu_forward_{tag}.json"
+    record = json.loads(path.read_text()) if path.exists() else {}
+    info = machine_info()
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if args.big:
+        record["big"] = {"date": stamp, "machine": info, **big(args.big_n)}
+    else:
+        ns = args.n or ([1024, 4096] if args.quick else [1024, 2048, 4096, 8192])
+        repeats = args.repeats or (3 if args.quick else 9)
+        rows = []
+        for n in ns:
+            row = bench_n(n, repeats, loops_max_n=4096, block_q=cpu.DEFAULT_BLOCK_Q,
+                          block_k=cpu.DEFAULT_BLOCK_K)
+            print_row(row)
+            rows.append(row)
+        info["numba_threading_layer"] = _threading_layer()
+        record.update(date=stamp, machine=info, method=__doc__.split("\n\n")[2],
+                      cool_down_s=COOL_DOWN_S,
+                      block_q=cpu.DEFAULT_BLOCK_Q, block_k=cpu.DEFAULT_BLOCK_K, rows=rows)
+        record["load_average_at_end"] = os.getloadavg()
+        if args.sweep:
+            record["sweep_N4096"] = sweep(repeats)
+    if not args.no_save:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
