@@ -8,6 +8,7 @@ Modules (each small, named by what it holds):
     counter    a byte counter for outer-memory traffic of the numpy paths
     traffic    the IO model: bytes and FLOPs of dense and tiled attention
     gpus       published sizes and rates of a few GPUs
+    readouts   the numbers behind the widgets (pure functions)
     widgets    the interactive explorers (score memory, traffic, tile schedule)
     figures    the figures of figures/ (python -m flashcourse.figures DIR)
     cpu        the Numba CPU forward
