@@ -86,3 +86,18 @@ def test_student_lab_runs_and_reports_todo(path):
     text = text_outputs(nb)
     assert "not implemented yet" in text.lower(), f"{path.name}: stub not reported"
     assert PASS_LINE not in text
+
+
+def test_course_map_lists_every_notebook_and_lab():
+    """README and notebook 00 name every notebook and lab, and every name they link exists."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    start = (ROOT / "notebooks" / "00_start_here.ipynb").read_text()
+    for path in NOTEBOOKS + STUDENT_LABS:
+        rel = str(path.relative_to(ROOT))
+        assert rel in readme, f"README's course map does not list {rel}"
+        if path.name != "00_start_here.ipynb":
+            assert path.stem in start, f"notebook 00's course map does not list {path.stem}"
+    for link in re.findall(r"\]\(((?:notebooks|labs)/[^)]+\.ipynb)\)", readme):
+        assert (ROOT / link).exists(), f"README links to a missing file: {link}"
