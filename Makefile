@@ -37,7 +37,7 @@ lab: setup
 		--LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb
 
 test: setup-dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 figures: setup
 	$(BIN)/python -m flashcourse.figures figures
