@@ -89,3 +89,66 @@ def format_bytes(n_bytes: int) -> str:
     if n_bytes < 1024:
         return f"{n_bytes:,} B"
     return f"{n_bytes:,} B = {binary_size(n_bytes)}"
+
+
+# ---------------------------------------------------------------------------
+# What the forward keeps for the backward (notebook 08)
+# ---------------------------------------------------------------------------
+
+#: Methods `saved_for_backward_bytes` knows: standard attention keeps P, the tiled
+#: (FlashAttention) forward keeps only the per-row logsumexp L.
+BACKWARD_METHODS = ("standard", "tiled")
+
+
+def saved_for_backward(t_query: int, t_key: int, head_dim: int, *, method: str = "standard",
+                       bytes_per_element: int = 2, bytes_per_score: int = 2,
+                       causal: bool = False) -> dict:
+    """Bytes the forward keeps in outer memory for the backward, by tensor (one head).
+
+        both methods   Q, O   Tq x d x e each;  K, V   Tk x d x e each
+        "standard"     P      Tq x Tk x s      (the probabilities, for dV = P^T dO, dS)
+        "tiled"        L      Tq x 4           (lse, fp32: P is recomputed from it)
+
+    Args:
+        t_query: Tq (positions). t_key: Tk (positions). head_dim: d (elements).
+        method: "standard" or "tiled".
+        bytes_per_element: e, bytes per Q/K/V/O element.
+        bytes_per_score: s, bytes per stored probability (standard only).
+        causal: count P's visible pairs only (a triangular store; a dense kernel
+            still allocates the whole rectangle, see `score_matrix_bytes`).
+
+    Returns:
+        dict tensor name -> bytes, e.g. {"Q": ..., "K": ..., "V": ..., "O": ..., "P": ...}.
+    """
+    tq = check_block(t_query, "t_query")
+    tk = check_block(t_key, "t_key")
+    d = check_block(head_dim, "head_dim")
+    e = check_block(bytes_per_element, "bytes_per_element")
+    if method not in BACKWARD_METHODS:
+        raise ValueError(f"method must be 'standard' or 'tiled', got {method!r}")
+    out = {"Q": tq * d * e, "K": tk * d * e, "V": tk * d * e, "O": tq * d * e}
+    if method == "standard":
+        out["P"] = score_matrix_bytes(tq, tk, bytes_per_score, causal=causal)
+    else:
+        check_block(bytes_per_score, "bytes_per_score")
+        check_causal(causal)
+        out["L"] = tq * 4
+    return out
+
+
+def saved_for_backward_bytes(t_query: int, t_key: int, head_dim: int, *,
+                             method: str = "standard", bytes_per_element: int = 2,
+                             bytes_per_score: int = 2, causal: bool = False) -> int:
+    """Total bytes kept for the backward, one head (see `saved_for_backward`).
+
+        standard: (2 Tq + 2 Tk) d e + Tq Tk s
+        tiled:    (2 Tq + 2 Tk) d e + 4 Tq
+
+    >>> saved_for_backward_bytes(4096, 4096, 64, method="standard")
+    35651584
+    >>> saved_for_backward_bytes(4096, 4096, 64, method="tiled")
+    2113536
+    """
+    return sum(saved_for_backward(t_query, t_key, head_dim, method=method,
+                                  bytes_per_element=bytes_per_element,
+                                  bytes_per_score=bytes_per_score, causal=causal).values())

@@ -190,3 +190,84 @@ def logsumexp(x: np.ndarray) -> np.ndarray:
     m_safe = np.where(np.isfinite(m), m, 0.0)
     with np.errstate(divide="ignore"):
         return (m_safe + np.log(np.exp(x - m_safe).sum(axis=-1, keepdims=True)))[..., 0]
+
+
+# ---------------------------------------------------------------------------
+# The backward pass (notebook 08)
+# ---------------------------------------------------------------------------
+
+def check_grad_output(do, q) -> np.ndarray:
+    """Validate the output gradient dO: a float array with q's shape (..., Tq, d)."""
+    from ._checks import check_array
+
+    do = check_array(do, "do")
+    if do.shape != q.shape:
+        raise ValueError(
+            f"do must have the shape of the output o, which is q's shape (..., Tq, d) = "
+            f"{q.shape}, got {do.shape}")
+    return do
+
+
+def attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None = None):
+    """Gradients of dense attention, in float64, from the softmax Jacobian written out.
+
+    With S = scale * Q K^T (Tq, Tk), P = softmax(S) row by row, O = P V and a loss L
+    whose gradient with respect to O is dO = dL/dO (Tq, d):
+
+        dV = P^T dO                                  (Tk, d)
+        dP = dO V^T                                  (Tq, Tk)
+        dS_ij = sum_k J_i[j, k] dP_ik, with the softmax Jacobian of row i
+                J_i[j, k] = dP_ik/dS_ij = P_ij (delta_jk - P_ik), so
+        dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik)      (Tq, Tk)
+        dQ = scale * dS K                            (Tq, d)
+        dK = scale * dS^T Q                          (Tk, d)
+
+    This is the ground truth for the backward: it materialises P, dP and dS and
+    does not use the shortcut D_i = dO_i . O_i of FlashAttention (notebook 08
+    shows the two are equal), so the tiled backward is checked against an
+    independent formula.
+
+    Args:
+        q: (..., Tq, d), k, v: (..., Tk, d), float16/32/64, one dtype.
+        do: (..., Tq, d) float gradient of the loss with respect to the output o.
+        causal, scale: as in `attention`.
+
+    Returns:
+        (dq, dk, dv): float64 arrays shaped like q, k, v. A row with no visible key
+        (fully masked) contributes nothing: its dq row is 0 and it adds 0 to dk, dv.
+    """
+    q, k, v = check_qkv(q, k, v)
+    do = check_grad_output(do, q)
+    causal = check_causal(causal)
+    scale = check_scale(scale, q.shape[-1])
+    tq, tk = q.shape[-2], k.shape[-2]
+    q64, k64, v64, do64 = (x.astype(np.float64) for x in (q, k, v, do))
+
+    s = scale * (q64 @ np.swapaxes(k64, -1, -2))            # (..., Tq, Tk)
+    mask = visible_mask(tq, tk, causal)                      # (Tq, Tk)
+    s = np.where(mask, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(s - m_safe)                                   # 0 where masked
+    total = e.sum(axis=-1, keepdims=True)
+    p = e / np.where(total == 0.0, 1.0, total)               # (..., Tq, Tk); 0-rows stay 0
+
+    dv = np.swapaxes(p, -1, -2) @ do64                       # (..., Tk, d)
+    dp = do64 @ np.swapaxes(v64, -1, -2)                     # (..., Tq, Tk)
+    row_dot = (p * dp).sum(axis=-1, keepdims=True)           # (..., Tq, 1) sum_k P_ik dP_ik
+    ds = p * (dp - row_dot)                                  # (..., Tq, Tk)
+    dq = scale * (ds @ k64)                                  # (..., Tq, d)
+    dk = scale * (np.swapaxes(ds, -1, -2) @ q64)             # (..., Tk, d)
+    return dq, dk, dv
+
+
+def softmax_jacobian(p_row: np.ndarray) -> np.ndarray:
+    """The (Tk, Tk) Jacobian J[j, k] = d softmax_k / d s_j = p_j (delta_jk - p_k) of one row.
+
+    Notebook 08 uses it to show that J dP = P * (dP - sum_k P_k dP_k): the full
+    matrix never has to be built.
+    """
+    p = np.asarray(p_row, dtype=np.float64)
+    if p.ndim != 1:
+        raise ValueError(f"p_row must be 1-D (one row of probabilities), got shape {p.shape}")
+    return np.diag(p) - np.outer(p, p)

@@ -205,3 +205,164 @@ def _forward_fa1(q, k, v, br, bc, causal, scale, acc_t, counter, h):
     with np.errstate(divide="ignore"):
         lse = np.where(seen, m_hbm + np.log(np.where(seen, l_hbm, 1)), -np.inf)
     return o_hbm.astype(q.dtype), lse.astype(acc_t)
+
+
+# ---------------------------------------------------------------------------
+# The backward pass with recomputation (notebook 08)
+# ---------------------------------------------------------------------------
+
+def check_backward_inputs(q, k, v, o, lse, do):
+    """Validate the inputs of a backward pass; return (q, k, v, o, lse, do).
+
+    q (..., Tq, d), k, v (..., Tk, d) as for the forward; o and do must have q's
+    shape and dtype; lse must be a float array of shape (..., Tq) holding the
+    forward's natural-log logsumexp: finite, or -inf for a row with no visible key
+    (NaN and +inf are rejected).
+    """
+    from ._checks import check_array
+    from .reference import check_grad_output
+
+    q, k, v = check_qkv(q, k, v)
+    o = check_array(o, "o")
+    if o.shape != q.shape:
+        raise ValueError(f"o must have q's shape (..., Tq, d) = {q.shape}, got {o.shape}")
+    if o.dtype != q.dtype:
+        raise TypeError(f"o must have the dtype of q, k, v ({q.dtype}), got {o.dtype}")
+    do = check_grad_output(do, q)
+    if do.dtype != o.dtype:
+        raise TypeError(f"do must have the dtype of o ({o.dtype}), got {do.dtype}")
+    if not isinstance(lse, np.ndarray):
+        raise TypeError(f"lse must be a numpy array of shape (..., Tq), got {type(lse).__name__}")
+    if lse.dtype not in (np.float16, np.float32, np.float64):
+        raise TypeError(f"lse must have dtype float16, float32 or float64, got {lse.dtype}")
+    if lse.shape != q.shape[:-1]:
+        raise ValueError(
+            f"lse must have shape (..., Tq) = {q.shape[:-1]} (one logsumexp per query row), "
+            f"got {lse.shape}")
+    if np.isnan(lse).any() or np.isposinf(lse).any():
+        raise ValueError("lse contains NaN or +inf; only -inf (a row with no visible key) "
+                         "is allowed")
+    return q, k, v, o, lse, do
+
+
+def backward(q, k, v, o, lse, do, *, block_q: int = 64, block_k: int = 64,
+             causal: bool = False, scale: float | None = None, counter=None):
+    """FlashAttention-2's backward pass: gradients from O and lse, P recomputed per tile.
+
+    The forward kept only O (Tq, d) and lse (Tq,) -- not P (Tq, Tk). Here
+
+        D_i  = rowsum(dO_i * O_i) = sum_j P_ij dP_ij        (Tq,)  once, up front
+        for each key block j (outer loop; dK_j, dV_j stay on chip):
+          for each visible query block i (inner loop):
+            S_ij  = scale Q_i K_j^T                          (Br, Bc)  recomputed
+            P_ij  = exp(S_ij - lse_i)                        (Br, Bc)  exact, no max/sum
+            dV_j += P_ij^T dO_i                              (Bc, d)
+            dP_ij = dO_i V_j^T                               (Br, Bc)
+            dS_ij = P_ij * (dP_ij - D_i)                     (Br, Bc)
+            dQ_i += scale dS_ij K_j                          (Br, d)   in outer memory
+            dK_j += scale dS_ij^T Q_i                        (Bc, d)
+          write dK_j, dV_j once
+
+    At most one (Br, Bc) score tile (with its P, dP, dS) exists at a time. A row
+    with lse = -inf (no visible key) gets P = 0, hence zero gradients. Tiles the
+    causal mask hides entirely are skipped.
+
+    Args:
+        q, k, v: as for `forward`.
+        o: (..., Tq, d) the forward's output, q's dtype.
+        lse: (..., Tq) the forward's logsumexp (natural log; -inf for empty rows).
+        do: (..., Tq, d) gradient of the loss with respect to o, q's dtype.
+        block_q, block_k: Br, Bc (>= 1; need not divide Tq, Tk).
+        causal, scale: as for `forward` (they must match the forward's).
+        counter: optional TrafficCounter. It records K_j, V_j loads, per visible
+            tile the loads of Q_i, dO_i (elements), lse_i, D_i (statistics) and
+            the read-modify-write of dQ_i (elements), dK/dV writes, and the
+            compute/skip events; the pre-pass (read O, dO; write D; zero dQ) too.
+            Its totals equal `flashcourse.traffic.backward_traffic(...,
+            method="tiled")` when the dQ accumulator has the element size.
+
+    Returns:
+        (dq, dk, dv) in the input dtype, shaped like q, k, v. Accumulation is in
+        float32 (float64 for float64 input).
+    """
+    q, k, v, o, lse, do = check_backward_inputs(q, k, v, o, lse, do)
+    br = check_block(block_q, "block_q")
+    bc = check_block(block_k, "block_k")
+    causal = check_causal(causal)
+    d = q.shape[-1]
+    scale = check_scale(scale, d)
+    acc_t = accumulator_dtype(q.dtype)
+    if counter is not None:
+        counter.bind(q.dtype.itemsize)
+
+    lead = q.shape[:-2]
+    tq, tk = q.shape[-2], k.shape[-2]
+    flat = [x.reshape(-1, x.shape[-2], d) for x in (q, k, v, o, do)]
+    lsef = lse.reshape(-1, tq)
+    dq = np.empty(flat[0].shape, dtype=q.dtype)
+    dk = np.empty(flat[1].shape, dtype=q.dtype)
+    dv = np.empty(flat[2].shape, dtype=q.dtype)
+    for h in range(flat[0].shape[0]):
+        qh, kh, vh, oh, doh = (x[h] for x in flat)
+        dq[h], dk[h], dv[h] = _backward_one_head(qh, kh, vh, oh, lsef[h], doh, br, bc,
+                                                 causal, scale, acc_t, counter, h)
+    return (dq.reshape(*lead, tq, d), dk.reshape(*lead, tk, d), dv.reshape(*lead, tk, d))
+
+
+def _backward_one_head(q, k, v, o, lse, do, br, bc, causal, scale, acc_t, counter, h):
+    """One head of `backward`: outer loop over key blocks, inner over query blocks."""
+    tq, d = q.shape
+    tk = k.shape[0]
+    # Pre-pass: D = rowsum(dO * O), one number per query row (replaces sum_k P_ik dP_ik).
+    delta = (do.astype(acc_t) * o.astype(acc_t)).sum(axis=1)           # (Tq,)
+    lse_a = lse.astype(acc_t)
+    # lse = -inf marks an empty row: use +inf there so that exp(S - lse) = 0, never NaN.
+    lse_safe = np.where(np.isneginf(lse_a), np.inf, lse_a)             # (Tq,)
+    if counter is not None:
+        counter.read("O", tq * d, head=h, rows=(0, tq))
+        counter.read("dO", tq * d, head=h, rows=(0, tq))
+        counter.write("D", tq, kind="stat", head=h, rows=(0, tq))
+        counter.write("dQ", tq * d, head=h, rows=(0, tq))             # dQ = 0 (accumulator)
+    dq = np.zeros((tq, d), dtype=acc_t)                                 # outer memory
+    dk = np.empty((tk, d), dtype=q.dtype)
+    dv = np.empty((tk, d), dtype=q.dtype)
+    for j, k0, k1 in _blocks(tk, bc):
+        k_j = k[k0:k1].astype(acc_t)                                    # (Bc, d) on chip
+        v_j = v[k0:k1].astype(acc_t)                                    # (Bc, d)
+        dk_j = np.zeros((k1 - k0, d), dtype=acc_t)                      # (Bc, d) on chip
+        dv_j = np.zeros((k1 - k0, d), dtype=acc_t)                      # (Bc, d)
+        if counter is not None:
+            counter.read("K", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
+            counter.read("V", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
+        for i, q0, q1 in _blocks(tq, br):
+            status = tile_visibility(q0, q1, k0, k1, tq, tk, causal)
+            if status == "hidden":                                      # causal skipping
+                if counter is not None:
+                    counter.skip((i, j), head=h)
+                continue
+            rows = q1 - q0
+            q_i = q[q0:q1].astype(acc_t)                                # (Br, d)
+            do_i = do[q0:q1].astype(acc_t)                              # (Br, d)
+            if counter is not None:
+                counter.read("Q", rows * d, head=h, rows=(q0, q1), tile=(i, j))
+                counter.read("dO", rows * d, head=h, rows=(q0, q1), tile=(i, j))
+                counter.read("lse", rows, kind="stat", head=h, rows=(q0, q1), tile=(i, j))
+                counter.read("D", rows, kind="stat", head=h, rows=(q0, q1), tile=(i, j))
+                counter.read("dQ", rows * d, head=h, rows=(q0, q1), tile=(i, j))
+                counter.compute((i, j), head=h)
+            s = _score_tile(q_i, k_j, scale, q0, q1, k0, k1, tq, tk, causal, status)
+            p = np.exp(s - lse_safe[q0:q1, None])                       # (Br, Bc) recomputed P
+            dv_j += p.T @ do_i                                          # (Bc, d)
+            dp = do_i @ v_j.T                                           # (Br, Bc)
+            ds = p * (dp - delta[q0:q1, None])                          # (Br, Bc)
+            dq[q0:q1] += scale * (ds @ k_j)                             # (Br, d) read+write
+            dk_j += scale * (ds.T @ q_i)                                # (Bc, d)
+            if counter is not None:
+                counter.write("dQ", rows * d, head=h, rows=(q0, q1), tile=(i, j))
+            # s, p, dp, ds are discarded here: one score tile at a time.
+        dk[k0:k1] = dk_j
+        dv[k0:k1] = dv_j
+        if counter is not None:
+            counter.write("dK", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
+            counter.write("dV", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
+    return dq.astype(q.dtype), dk, dv

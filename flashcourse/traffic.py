@@ -316,3 +316,132 @@ def _check_nonnegative_real(x, name: str) -> float:
     if not math.isfinite(x) or x < 0:
         raise ValueError(f"{name} must be a non-negative finite number, got {x}")
     return x
+
+
+# ---------------------------------------------------------------------------
+# The backward pass (notebook 08)
+# ---------------------------------------------------------------------------
+#
+# Backward pass: FLOPs and outer-memory traffic, one head (notebook 08).
+#
+# Conventions as above: e bytes per Q/K/V/O/dO element, s bytes
+# per stored score, 4 bytes per statistic (lse L and D, fp32), a bytes per element
+# of the dQ accumulator (fp32 in real kernels: a = 4).
+#
+# FLOPs (two per multiply-add; elementwise work such as exp is left out, as in the
+# papers). With n = Tq Tk (or the visible pairs when causal):
+#
+#     forward                   S = Q K^T, O = P V                         4 n d
+#     standard backward         dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q
+#                               (P read from memory)                        8 n d
+#     tiled backward            the same four plus S = Q K^T recomputed    10 n d
+#                               = 2.5 x the forward: the benchmark convention
+#     tiled, dQ in a 2nd pass   pass 2 recomputes S and dP again           14 n d
+#
+# Traffic of the standard backward (FlashAttention paper, Algorithm 3; five passes,
+# every (Tq, Tk) intermediate goes through outer memory; dense rectangle even when
+# causal):
+#
+#     dV = P^T dO          reads P, dO       Tq Tk s + Tq d e        writes dV  Tk d e
+#     dP = dO V^T          reads dO, V       (Tq + Tk) d e           writes dP  Tq Tk s
+#     dS = P (dP - rowsum) reads P, dP       2 Tq Tk s               writes dS  Tq Tk s
+#     dQ = dS K            reads dS, K       Tq Tk s + Tk d e        writes dQ  Tq d e
+#     dK = dS^T Q          reads dS, Q       Tq Tk s + Tq d e        writes dK  Tk d e
+#
+#     reads = 5 Tq Tk s + (3 Tq + 2 Tk) d e      writes = 2 Tq Tk s + (Tq + 2 Tk) d e
+#
+# Traffic of the tiled backward (FlashAttention-2, `flashcourse.tiled.backward`):
+#
+#     pre-pass             reads O, dO       2 Tq d e                writes D  4 Tq, dQ = 0  Tq d a
+#     outer loop over key blocks j: K_j, V_j read once (2 Tk d e); dK_j, dV_j written once
+#     per visible pair (i, j):  reads Q_i, dO_i, L_i, D_i, dQ_i     rows(Q_i) (2 d e + 8 + d a)
+#                               writes dQ_i                          rows(Q_i) d a
+#     if a != e: a final pass converts dQ    reads Tq d a, writes Tq d e
+#
+#     "two_pass" instead of accumulating dQ in outer memory: pass 1 (key-major) as above
+#     without dQ; pass 2 (query-major) reads Q_i, dO_i, L_i, D_i once, K_j, V_j per
+#     visible pair and writes dQ once (no accumulator, no atomics, 4 n d more FLOPs).
+#
+# No (Tq, Tk) tensor crosses: the traffic grows like Tq Tk d / Bc instead of Tq Tk s.
+
+#: The dQ variants of the tiled backward.
+DQ_MODES = ("accumulate", "two_pass")
+
+
+def backward_flops(t_query: int, t_key: int, head_dim: int, *, causal: bool = False,
+                   recompute: bool = True, dq_mode: str = "accumulate") -> int:
+    """Matrix-product FLOPs of the backward pass, one head (FLOP).
+
+    recompute=False: the standard backward, P read from memory: 8 n d.
+    recompute=True: FlashAttention's backward, S recomputed per tile: 10 n d,
+    i.e. 2.5 x `attention_flops` (the convention every benchmark in the course
+    uses to turn a backward time into TFLOP/s). dq_mode="two_pass" (dQ in a
+    separate query-major pass that recomputes S and dP): 14 n d.
+    n = Tq Tk, or the visible pairs when causal.
+
+    >>> backward_flops(4096, 4096, 64) / attention_flops(4096, 4096, 64)
+    2.5
+    """
+    d = check_block(head_dim, "head_dim")
+    n = visible_pairs(t_query, t_key, causal=check_causal(causal))
+    if not isinstance(recompute, bool):
+        raise TypeError(f"recompute must be True or False, got {recompute!r}")
+    if dq_mode not in DQ_MODES:
+        raise ValueError(f"dq_mode must be 'accumulate' or 'two_pass', got {dq_mode!r}")
+    if not recompute:
+        return 8 * n * d
+    return (14 if dq_mode == "two_pass" else 10) * n * d
+
+
+def backward_traffic(t_query: int, t_key: int, head_dim: int, *, method: str = "tiled",
+                     block_q: int = 64, block_k: int = 64, causal: bool = False,
+                     bytes_per_element: int = 2, bytes_per_score: int = 2,
+                     bytes_per_accumulator: int = 4, dq_mode: str = "accumulate") -> Traffic:
+    """Outer-memory traffic of the backward pass, one head (see the module docstring).
+
+    Args:
+        t_query: Tq, t_key: Tk (positions); head_dim: d (elements).
+        method: "standard" (reads the stored P, writes dP and dS) or "tiled".
+        block_q, block_k: Br, Bc of the tiled backward.
+        causal: tiled only: hidden tiles are skipped (the standard path is dense).
+        bytes_per_element: e; bytes_per_score: s (standard only);
+        bytes_per_accumulator: a, bytes per dQ accumulator element (tiled, fp32 = 4).
+        dq_mode: "accumulate" (dQ_i read-modified-written per visible pair, as with
+            atomic adds) or "two_pass" (a second, query-major pass).
+
+    >>> backward_traffic(4096, 4096, 64, method="standard").total_bytes
+    239075328
+    """
+    tq = check_block(t_query, "t_query")
+    tk = check_block(t_key, "t_key")
+    d = check_block(head_dim, "head_dim")
+    e = check_block(bytes_per_element, "bytes_per_element")
+    s = check_block(bytes_per_score, "bytes_per_score")
+    a = check_block(bytes_per_accumulator, "bytes_per_accumulator")
+    br = check_block(block_q, "block_q")
+    bc = check_block(block_k, "block_k")
+    causal = check_causal(causal)
+    if dq_mode not in DQ_MODES:
+        raise ValueError(f"dq_mode must be 'accumulate' or 'two_pass', got {dq_mode!r}")
+    if method == "standard":
+        reads = 5 * tq * tk * s + (3 * tq + 2 * tk) * d * e
+        writes = 2 * tq * tk * s + (tq + 2 * tk) * d * e
+        return Traffic(reads, writes)
+    if method != "tiled":
+        raise ValueError(f"method must be 'standard' or 'tiled', got {method!r}")
+    st = BYTES_PER_STAT
+    key_rows, query_rows = _visible_sums(tq, tk, br, bc, causal)
+    reads = 2 * tq * d * e                                    # pre-pass: O, dO
+    writes = st * tq + 2 * tk * d * e                         # D; dK, dV once
+    reads += 2 * tk * d * e + query_rows * (2 * d * e + 2 * st)   # K, V; Q_i, dO_i, L_i, D_i
+    if dq_mode == "accumulate":
+        writes += tq * d * a                                  # dQ = 0
+        reads += query_rows * d * a                           # dQ_i read ...
+        writes += query_rows * d * a                          # ... and written, per pair
+        if a != e:
+            reads += tq * d * a
+            writes += tq * d * e
+    else:
+        reads += tq * (2 * d * e + 2 * st) + 2 * key_rows * d * e   # pass 2
+        writes += tq * d * e                                        # dQ once
+    return Traffic(reads, writes)

@@ -1,0 +1,183 @@
+"""Pictures for notebook 08: what each backward keeps in memory, moves, and computes.
+
+Pure functions give the numbers (tested); `plot_backward_costs` draws them on log
+axes; `backward_widget` adds a slider over the sequence length N (= Tq = Tk).
+
+    from flashcourse.backward_plots import backward_widget
+    backward_widget()          # in a notebook
+
+All numbers are for one head of one request (multiply by B x H for a batch):
+
+    kept for the backward   `flashcourse.memory.saved_for_backward_bytes`
+                            standard: Q, K, V, O + P (N x N x s)
+                            tiled:    Q, K, V, O + L (N x 4 B)
+    backward traffic        `flashcourse.traffic.backward_traffic` (bytes through HBM)
+    backward FLOPs          `flashcourse.traffic.backward_flops`
+                            standard 8 N^2 d; tiled (recompute S) 10 N^2 d
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import check_block
+from .memory import format_bytes, saved_for_backward_bytes
+from .traffic import backward_flops, backward_traffic
+
+METHODS = ("standard", "tiled")
+
+
+def backward_costs(n: int, head_dim: int = 64, *, bytes_per_element: int = 2,
+                   bytes_per_score: int = 2, block: int = 64, causal: bool = False) -> dict:
+    """{method: {"kept": bytes, "traffic": bytes, "flops": FLOP}} for N = Tq = Tk (one head)."""
+    n = check_block(n, "n")
+    out = {}
+    for method in METHODS:
+        out[method] = {
+            "kept": saved_for_backward_bytes(n, n, head_dim, method=method,
+                                             bytes_per_element=bytes_per_element,
+                                             bytes_per_score=bytes_per_score, causal=causal),
+            "traffic": backward_traffic(n, n, head_dim, method=method, block_q=block,
+                                        block_k=block, causal=causal,
+                                        bytes_per_element=bytes_per_element,
+                                        bytes_per_score=bytes_per_score).total_bytes,
+            "flops": backward_flops(n, n, head_dim, causal=causal,
+                                    recompute=(method == "tiled")),
+        }
+    return out
+
+
+def backward_curves(ns, head_dim: int = 64, **kwargs) -> dict:
+    """Arrays over the lengths `ns`: {method: {"kept"|"traffic"|"flops": np.ndarray}}."""
+    ns = [check_block(int(n), "n") for n in ns]
+    rows = [backward_costs(n, head_dim, **kwargs) for n in ns]
+    return {m: {key: np.array([r[m][key] for r in rows], dtype=np.float64)
+                for key in ("kept", "traffic", "flops")} for m in METHODS}
+
+
+def summary_lines(n: int, head_dim: int = 64, **kwargs) -> list[str]:
+    """Plain-text comparison at one length N (what the widget prints under the plot)."""
+    c = backward_costs(n, head_dim, **kwargs)
+    s, t = c["standard"], c["tiled"]
+    return [
+        f"N = {n:,}, d = {head_dim}, one head:",
+        f"  kept for the backward: standard {format_bytes(s['kept'])}, "
+        f"tiled {format_bytes(t['kept'])}  ({s['kept'] / t['kept']:.1f}x less)",
+        f"  backward traffic:      standard {format_bytes(s['traffic'])}, "
+        f"tiled {format_bytes(t['traffic'])}  ({s['traffic'] / t['traffic']:.1f}x less)",
+        f"  backward FLOPs:        standard {s['flops']:.3g}, tiled {t['flops']:.3g}  "
+        f"(recomputing S costs {t['flops'] / s['flops'] - 1:.0%} more)",
+    ]
+
+
+def plot_backward_costs(n: int = 4096, head_dim: int = 64, *, n_min: int = 256,
+                        n_max: int = 131072, fig=None, **kwargs):
+    """Three log-log panels over N (kept bytes, traffic bytes, FLOPs); a marker at `n`."""
+    import matplotlib.pyplot as plt
+
+    ns = np.unique(np.geomspace(n_min, n_max, 25).astype(int))
+    curves = backward_curves(ns, head_dim, **kwargs)
+    here = backward_costs(n, head_dim, **kwargs)
+    if fig is None:
+        fig = plt.figure(figsize=(12, 3.6))
+    axes = fig.subplots(1, 3)
+    titles = {"kept": "kept for the backward (bytes)", "traffic": "backward HBM traffic (bytes)",
+              "flops": "backward FLOPs"}
+    styles = {"standard": dict(color="#b35900", label="standard (stores P)"),
+              "tiled": dict(color="#1f6feb", label="tiled (recomputes P from L)")}
+    for ax, key in zip(axes, ("kept", "traffic", "flops")):
+        for m in METHODS:
+            ax.loglog(ns, curves[m][key], **styles[m])
+            ax.plot([n], [here[m][key]], "o", color=styles[m]["color"])
+        ax.axvline(n, color="grey", lw=0.8, ls=":")
+        ax.set_title(titles[key], fontsize=10)
+        ax.set_xlabel("N = Tq = Tk (positions)")
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"Backward pass, one head, d = {head_dim}", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def backward_widget(head_dim: int = 64):
+    """Slider over log2 N plus d, element-size and tile-size menus; redraws plot and numbers."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    exp = w.IntSlider(value=12, min=9, max=17, description="log2 N")
+    d = w.Dropdown(options=[32, 64, 128], value=head_dim, description="d")
+    e = w.Dropdown(options=[("fp16/bf16 (2 B)", 2), ("fp32 (4 B)", 4)], value=2,
+                   description="element")
+    blk = w.Dropdown(options=[32, 64, 128, 256], value=64, description="Br = Bc")
+    out = w.Output()
+
+    def redraw(*_):
+        with out:
+            out.clear_output(wait=True)
+            n = 2 ** exp.value
+            kw = dict(bytes_per_element=e.value, bytes_per_score=e.value, block=blk.value)
+            fig = plot_backward_costs(n, d.value, **kw)
+            plt.show()
+            plt.close(fig)
+            print("\n".join(summary_lines(n, d.value, **kw)))
+
+    for control in (exp, d, e, blk):
+        control.observe(redraw, names="value")
+    box = w.VBox([w.HBox([exp, d]), w.HBox([e, blk]), out])
+    display(box)
+    redraw()
+    return box
+
+
+# ---------------------------------------------------------------------------
+# Recorded GPU measurements (benchmarks/results/h200_backward.json)
+# ---------------------------------------------------------------------------
+
+def results_path():
+    """Where benchmarks/gpu_backward.py's recorded H200 results live in the repository."""
+    from pathlib import Path
+    return Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "h200_backward.json"
+
+
+def load_recorded(path=None):
+    """The recorded backward benchmark as a dict, or None when there is none yet."""
+    import json
+    path = results_path() if path is None else path
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def recorded_rows(res, *, n: int = 4096, d: int = 64, causal: bool = False) -> list:
+    """[(impl, ms, TFLOP/s)] measured at one (N, d, causal), fastest first."""
+    rows = [(r["impl"], r["ms"], r["tflops"]) for r in (res or {}).get("bench", [])
+            if "ms" in r and r["n"] == n and r["d"] == d and r["causal"] == causal]
+    return sorted(rows, key=lambda x: x[1])
+
+
+def plot_recorded(res, *, d: int = 64, fig=None):
+    """TFLOP/s against N for every implementation (default tiles), causal and not."""
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in res.get("bench", []) if "ms" in r and r.get("config") is None
+            and r["d"] == d]
+    if fig is None:
+        fig = plt.figure(figsize=(11, 3.6))
+    axes = fig.subplots(1, 2)
+    for ax, causal in zip(axes, (False, True)):
+        for impl in sorted({r["impl"] for r in rows}):
+            pts = sorted((r["n"], r["tflops"]) for r in rows
+                         if r["impl"] == impl and r["causal"] == causal)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=impl)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("N = Tq = Tk (positions)")
+        ax.set_ylabel("TFLOP/s (backward = 2.5 x forward FLOPs)")
+        ax.set_title(f"d = {d}, B x H = 32, {'causal' if causal else 'non-causal'}",
+                     fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig

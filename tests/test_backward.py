@@ -1,0 +1,333 @@
+"""The backward pass: reference.attention_backward and tiled.backward.
+
+Tolerances (relative, ||g - g_ref|| / ||g_ref|| per gradient, see helpers.TOL):
+float64 1e-12, float32 1e-5 -> 1e-4 for gradients (they sum Tq or Tk terms of
+mixed sign, so cancellation costs about one more digit), float16 inputs 2e-2.
+Finite differences of the reference: central differences with h = 1e-6 in
+float64, relative tolerance 1e-6 (truncation ~h^2, rounding ~1e-16/h = 1e-10).
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flashcourse import reference, tiled
+from flashcourse.counter import TrafficCounter
+from helpers import make_qkv, rel_err
+
+GRAD_TOL = {np.float64: 1e-12, np.float32: 1e-4, np.float16: 2e-2}
+dtypes = st.sampled_from([np.float64, np.float32, np.float16])
+
+
+def make_problem(rng, lead, tq, tk, d, dtype, causal=False, scale=None):
+    """q, k, v, do and the forward's o, lse (from the float64 reference, cast to dtype)."""
+    q, k, v = make_qkv(rng, lead, tq, tk, d, dtype)
+    do = rng.standard_normal((*lead, tq, d)).astype(dtype)
+    o, lse = reference.attention(q, k, v, causal=causal, scale=scale)
+    lse_t = np.float64 if dtype == np.float64 else np.float32
+    return q, k, v, o.astype(dtype), lse.astype(lse_t), do
+
+
+def assert_grads_close(got, ref, dtype):
+    tol = GRAD_TOL[np.dtype(dtype).type]
+    for name, g, r in zip(("dq", "dk", "dv"), got, ref):
+        assert g.shape == r.shape, name
+        assert g.dtype == dtype, name
+        assert np.isfinite(g).all(), f"{name} has NaN/inf"
+        err = rel_err(g, r)
+        assert err <= tol, f"{name} rel err {err:.3g} > {tol}"
+
+
+# --- the reference against finite differences --------------------------------------
+
+def _loss(q, k, v, do, causal, scale):
+    o, _ = reference.attention(q, k, v, causal=causal, scale=scale)
+    return float((o * do).sum())     # L = <O, dO>, so dL/dO = dO
+
+
+@pytest.mark.parametrize("causal,tq,tk", [(False, 5, 4), (True, 5, 4), (True, 3, 6),
+                                           (False, 1, 7)])
+def test_reference_matches_finite_differences(causal, tq, tk):
+    rng = np.random.default_rng(3)
+    d, scale, h = 3, 0.7, 1e-6
+    q, k, v = make_qkv(rng, (), tq, tk, d)
+    do = rng.standard_normal((tq, d))
+    grads = reference.attention_backward(q, k, v, do, causal=causal, scale=scale)
+    for which, (x, g) in enumerate(zip((q, k, v), grads)):
+        num = np.zeros_like(x)
+        for idx in np.ndindex(x.shape):
+            plus, minus = x.copy(), x.copy()
+            plus[idx] += h
+            minus[idx] -= h
+            args_p = [q, k, v]
+            args_m = [q, k, v]
+            args_p[which], args_m[which] = plus, minus
+            num[idx] = (_loss(*args_p, do, causal, scale) - _loss(*args_m, do, causal, scale)) \
+                / (2 * h)
+        assert rel_err(g, num) < 1e-6, f"gradient {which}: {rel_err(g, num):.3g}"
+
+
+def test_reference_jacobian_is_the_written_out_formula():
+    rng = np.random.default_rng(1)
+    p = reference.softmax_safe(rng.standard_normal(6))
+    dp = rng.standard_normal(6)
+    jac = reference.softmax_jacobian(p)
+    assert np.allclose(jac, jac.T)
+    assert np.allclose(jac @ dp, p * (dp - (p * dp).sum()), rtol=1e-14, atol=1e-15)
+    with pytest.raises(ValueError, match="p_row"):
+        reference.softmax_jacobian(np.ones((2, 2)))
+
+
+def test_reference_delta_identity(rng):
+    # sum_j P_ij dP_ij == dO_i . O_i: the shortcut the tiled backward relies on
+    q, k, v = make_qkv(rng, (), 7, 9, 4)
+    do = rng.standard_normal((7, 4))
+    o, _ = reference.attention(q, k, v)
+    p = np.exp(reference.scores(q, k) - reference.attention(q, k, v)[1][:, None])
+    assert np.allclose((p * (do @ v.T)).sum(1), (do * o).sum(1), rtol=1e-13)
+
+
+# --- tiled against the reference --------------------------------------------------
+
+@given(tq=st.integers(1, 30), tk=st.integers(1, 30), d=st.integers(1, 8),
+       bq=st.integers(1, 13), bk=st.integers(1, 13), causal=st.booleans(), dtype=dtypes,
+       scale=st.one_of(st.none(), st.floats(0.05, 3.0)), seed=st.integers(0, 2**32 - 1))
+def test_tiled_backward_matches_reference(tq, tk, d, bq, bk, causal, dtype, scale, seed):
+    rng = np.random.default_rng(seed)
+    q, k, v, o, lse, do = make_problem(rng, (), tq, tk, d, dtype, causal, scale)
+    got = tiled.backward(q, k, v, o, lse, do, block_q=bq, block_k=bk, causal=causal,
+                         scale=scale)
+    ref = reference.attention_backward(q, k, v, do, causal=causal, scale=scale)
+    assert_grads_close(got, ref, dtype)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_batched_irregular(rng, causal):
+    q, k, v, o, lse, do = make_problem(rng, (2, 3), 37, 53, 7, np.float32, causal)
+    got = tiled.backward(q, k, v, o, lse, do, block_q=16, block_k=10, causal=causal)
+    assert [g.shape for g in got] == [(2, 3, 37, 7), (2, 3, 53, 7), (2, 3, 53, 7)]
+    assert_grads_close(got, reference.attention_backward(q, k, v, do, causal=causal),
+                       np.float32)
+
+
+def test_with_the_tiled_forward(rng):
+    # the full round trip: tiled forward's own o and lse feed the tiled backward
+    q, k, v = make_qkv(rng, (), 45, 31, 6, np.float32)
+    do = rng.standard_normal(q.shape).astype(np.float32)
+    o, lse = tiled.forward(q, k, v, block_q=8, block_k=6, causal=True)
+    got = tiled.backward(q, k, v, o, lse, do, block_q=5, block_k=7, causal=True)
+    assert_grads_close(got, reference.attention_backward(q, k, v, do, causal=True),
+                       np.float32)
+
+
+def test_blocks_do_not_change_float64_result(rng):
+    q, k, v, o, lse, do = make_problem(rng, (), 23, 19, 5, np.float64, True)
+    a = tiled.backward(q, k, v, o, lse, do, block_q=1, block_k=1, causal=True)
+    b = tiled.backward(q, k, v, o, lse, do, block_q=64, block_k=64, causal=True)
+    for x, y in zip(a, b):
+        assert rel_err(x, y) < 1e-13
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_extreme_logits(dtype):
+    rng = np.random.default_rng(7)
+    q, k, v = make_qkv(rng, (), 19, 23, 4, dtype)
+    q = (q / np.linalg.norm(q, axis=-1, keepdims=True) * 30).astype(dtype)
+    k = (k / np.linalg.norm(k, axis=-1, keepdims=True) * 30).astype(dtype)
+    do = rng.standard_normal(q.shape).astype(dtype)
+    o, lse = tiled.forward(q, k, v, block_q=5, block_k=4, scale=1.0)
+    assert np.abs(lse).max() > 300          # exp(S) alone would overflow float32
+    got = tiled.backward(q, k, v, o, lse, do, block_q=5, block_k=4, scale=1.0)
+    ref = reference.attention_backward(q, k, v, do, scale=1.0)
+    # nearly one-hot rows: gradients are tiny and dominated by rounding of P; compare dv
+    assert all(np.isfinite(g).all() for g in got)
+    assert rel_err(got[2], ref[2]) <= GRAD_TOL[np.dtype(dtype).type]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fully_masked_rows_give_zero_gradients(rng, dtype):
+    q, k, v, o, lse, do = make_problem(rng, (), 20, 6, 3, dtype, causal=True)
+    assert np.isneginf(lse[:14]).all()                     # rows 0..13 see no key
+    got = tiled.backward(q, k, v, o, lse, do, block_q=4, block_k=4, causal=True)
+    ref = reference.attention_backward(q, k, v, do, causal=True)
+    for g in got + ref:
+        assert not np.isnan(g).any()
+    assert np.all(got[0][:14] == 0) and np.all(ref[0][:14] == 0)
+    assert_grads_close(got, ref, dtype)
+
+
+def test_one_score_tile_at_a_time_and_hidden_tiles_skipped(rng):
+    q, k, v, o, lse, do = make_problem(rng, (), 32, 32, 4, np.float32, True)
+    c = TrafficCounter()
+    tiled.backward(q, k, v, o, lse, do, block_q=8, block_k=8, causal=True, counter=c)
+    computed = [e.tile for e in c.events if e.op == "compute"]
+    skipped = [e.tile for e in c.events if e.op == "skip"]
+    assert len(computed) == 10 and len(skipped) == 6
+    assert all(j <= i for i, j in computed) and all(j > i for i, j in skipped)
+    assert not {"S", "P", "dP", "dS"} & set(c.by_tensor)    # no score-sized tensor stored
+    # key blocks are the outer loop: K and V are read once each
+    assert c.by_tensor["K"] == (32 * 4 * 4, 0) and c.by_tensor["V"] == (32 * 4 * 4, 0)
+    assert c.by_tensor["dK"] == (0, 32 * 4 * 4)
+
+
+def test_counter_does_not_change_result(rng):
+    args = make_problem(rng, (2,), 29, 17, 5, np.float32, True)
+    a = tiled.backward(*args, block_q=6, block_k=7, causal=True)
+    b = tiled.backward(*args, block_q=6, block_k=7, causal=True, counter=TrafficCounter())
+    for x, y in zip(a, b):
+        assert np.array_equal(x, y)
+
+
+# --- bad input ----------------------------------------------------------------------
+
+def good():
+    return make_problem(np.random.default_rng(0), (), 6, 5, 4, np.float32)
+
+
+@pytest.mark.parametrize("mutate,exc,word", [
+    (lambda q, k, v, o, l, g: (q, k, v, o[:5], l, g), ValueError, "o must have q's shape"),
+    (lambda q, k, v, o, l, g: (q, k, v, o.astype(np.float64), l, g), TypeError, "o must have"),
+    (lambda q, k, v, o, l, g: (q, k, v, o.tolist(), l, g), TypeError, "o must be a numpy"),
+    (lambda q, k, v, o, l, g: (q, k, v, o, l[:5], g), ValueError, "lse must have shape"),
+    (lambda q, k, v, o, l, g: (q, k, v, o, l[:, None], g), ValueError, "lse must have shape"),
+    (lambda q, k, v, o, l, g: (q, k, v, o, l.tolist(), g), TypeError, "lse must be a numpy"),
+    (lambda q, k, v, o, l, g: (q, k, v, o, l.astype(np.int64), g), TypeError, "lse must have"),
+    (lambda q, k, v, o, l, g: (q, k, v, o, np.full_like(l, np.nan), g), ValueError,
+     "lse contains NaN"),
+    (lambda q, k, v, o, l, g: (q, k, v, o, np.full_like(l, np.inf), g), ValueError,
+     r"\+inf"),
+    (lambda q, k, v, o, l, g: (q, k, v, o, l, g[:, :3]), ValueError, "do must have the shape"),
+    (lambda q, k, v, o, l, g: (q, k, v, o, l, g.astype(np.float16)), TypeError,
+     "do must have the dtype"),
+    (lambda q, k, v, o, l, g: (q, k, v, o, l, g.astype(np.int32)), TypeError, "do must have"),
+    (lambda q, k, v, o, l, g: (q, k, v, o, l, np.full_like(g, np.nan)), ValueError,
+     "do contains NaN"),
+    (lambda q, k, v, o, l, g: (q, k[:, :3], v, o, l, g), ValueError, "head dim"),
+    (lambda q, k, v, o, l, g: (q, k, v[:4], o, l, g), ValueError, "v must have the same"),
+])
+def test_inconsistent_inputs(mutate, exc, word):
+    with pytest.raises(exc, match=word):
+        tiled.backward(*mutate(*good()))
+
+
+@pytest.mark.parametrize("kwargs,exc,word", [
+    (dict(block_q=0), ValueError, "block_q"), (dict(block_k=2.5), TypeError, "block_k"),
+    (dict(scale=float("inf")), ValueError, "scale"), (dict(causal="yes"), TypeError, "causal"),
+])
+def test_bad_arguments(kwargs, exc, word):
+    with pytest.raises(exc, match=word):
+        tiled.backward(*good(), **kwargs)
+
+
+@pytest.mark.parametrize("mutate,exc,word", [
+    (lambda q, k, v, g: (q, k, v, g[:4]), ValueError, "do must have the shape"),
+    (lambda q, k, v, g: (q, k, v, g.astype(np.int32)), TypeError, "do must have dtype"),
+    (lambda q, k, v, g: (q, k, v, g.tolist()), TypeError, "do must be a numpy"),
+    (lambda q, k, v, g: (q, k.astype(np.float64), v, g), TypeError, "share one dtype"),
+])
+def test_reference_bad_inputs(mutate, exc, word):
+    q, k, v, _, _, do = good()
+    with pytest.raises(exc, match=word):
+        reference.attention_backward(*mutate(q, k, v, do))
+
+
+# --- memory kept, FLOPs and traffic of the backward (flashcourse.memory / .traffic) -------
+
+def test_saved_for_backward_bytes():
+    from flashcourse.memory import saved_for_backward, saved_for_backward_bytes
+    # standard: Q, K, V, O (4 x 4096 x 64 x 2 B) + P 4096 x 4096 x 2 B
+    assert saved_for_backward_bytes(4096, 4096, 64) == 4 * 4096 * 64 * 2 + 4096 * 4096 * 2
+    assert saved_for_backward_bytes(4096, 4096, 64, method="tiled") == \
+        4 * 4096 * 64 * 2 + 4096 * 4
+    parts = saved_for_backward(10, 6, 3, method="standard", bytes_per_element=4,
+                               bytes_per_score=1, causal=True)
+    assert parts == {"Q": 120, "K": 72, "V": 72, "O": 120, "P": 21}  # rows 4..9 see 1..6 keys
+    assert set(saved_for_backward(10, 6, 3, method="tiled")) == {"Q", "K", "V", "O", "L"}
+    with pytest.raises(ValueError, match="method"):
+        saved_for_backward_bytes(4, 4, 4, method="flash")
+    with pytest.raises(ValueError, match="t_query"):
+        saved_for_backward_bytes(0, 4, 4)
+
+
+def _cost():
+    from flashcourse import traffic
+    return traffic
+
+
+def test_backward_flops_conventions():
+    t = _cost()
+    from flashcourse.traffic import attention_flops
+    assert t.backward_flops(4096, 4096, 64) == 10 * 4096 * 4096 * 64
+    assert t.backward_flops(4096, 4096, 64) == 2.5 * attention_flops(4096, 4096, 64)
+    assert t.backward_flops(100, 80, 8, recompute=False) == 8 * 100 * 80 * 8
+    assert t.backward_flops(100, 80, 8, dq_mode="two_pass") == 14 * 100 * 80 * 8
+    from flashcourse.memory import visible_pairs
+    assert t.backward_flops(50, 70, 4, causal=True) == 10 * visible_pairs(50, 70, causal=True) * 4
+    with pytest.raises(ValueError, match="dq_mode"):
+        t.backward_flops(4, 4, 4, dq_mode="atomic")
+    with pytest.raises(TypeError, match="recompute"):
+        t.backward_flops(4, 4, 4, recompute=1)
+
+
+@pytest.mark.parametrize("tq,tk,d,bq,bk,causal", [(29, 17, 5, 6, 7, False),
+                                                   (29, 17, 5, 6, 7, True),
+                                                   (12, 40, 3, 5, 8, True),
+                                                   (64, 64, 4, 16, 16, True)])
+def test_tiled_backward_traffic_model_matches_counter(tq, tk, d, bq, bk, causal):
+    t = _cost()
+    rng = np.random.default_rng(0)
+    q, k, v, o, lse, do = make_problem(rng, (), tq, tk, d, np.float32, causal)
+    c = TrafficCounter()
+    tiled.backward(q, k, v, o, lse, do, block_q=bq, block_k=bk, causal=causal, counter=c)
+    model = t.backward_traffic(tq, tk, d, method="tiled", block_q=bq, block_k=bk,
+                               causal=causal, bytes_per_element=4)
+    assert (c.read_bytes, c.write_bytes) == (model.read_bytes, model.write_bytes)
+
+
+def test_backward_traffic_standard_and_variants():
+    t = _cost()
+    tq, tk, d = 300, 200, 16
+    std = t.backward_traffic(tq, tk, d, method="standard", bytes_per_element=2,
+                             bytes_per_score=4)
+    assert std.read_bytes == 5 * tq * tk * 4 + (3 * tq + 2 * tk) * d * 2
+    assert std.write_bytes == 2 * tq * tk * 4 + (tq + 2 * tk) * d * 2
+    # fp16 elements with an fp32 dQ accumulator add a final conversion pass
+    a4 = t.backward_traffic(tq, tk, d, bytes_per_element=2, bytes_per_accumulator=4)
+    a2 = t.backward_traffic(tq, tk, d, bytes_per_element=2, bytes_per_accumulator=2)
+    assert a4.total_bytes > a2.total_bytes
+    two = t.backward_traffic(tq, tk, d, dq_mode="two_pass")
+    assert two.total_bytes > 0
+    # causal skipping never adds bytes; bigger tiles never add bytes
+    assert t.backward_traffic(tq, tq, d, causal=True).total_bytes < \
+        t.backward_traffic(tq, tq, d).total_bytes
+    assert t.backward_traffic(4096, 4096, 64, block_q=128, block_k=128).total_bytes < \
+        t.backward_traffic(4096, 4096, 64).total_bytes
+    with pytest.raises(ValueError, match="method"):
+        t.backward_traffic(4, 4, 4, method="flash")
+    with pytest.raises(ValueError, match="block_k"):
+        t.backward_traffic(4, 4, 4, block_k=0)
+
+
+def test_backward_plot_numbers():
+    from flashcourse import backward_plots as bp
+    c = bp.backward_costs(4096, 64)
+    assert c["standard"]["kept"] / c["tiled"]["kept"] > 16
+    assert c["tiled"]["flops"] / c["standard"]["flops"] == 1.25
+    curves = bp.backward_curves([256, 1024, 4096], 64)
+    kept = curves["standard"]["kept"]
+    assert kept[2] / kept[1] > 10 and curves["tiled"]["kept"][2] / curves["tiled"]["kept"][1] < 5
+    lines = bp.summary_lines(1024, 32)
+    assert len(lines) == 4 and "25% more" in lines[3]
+    assert bp.recorded_rows(None) == []
+    res = {"bench": [{"impl": "a", "n": 4096, "d": 64, "causal": False, "ms": 2.0,
+                      "tflops": 5.0},
+                     {"impl": "b", "n": 4096, "d": 64, "causal": False, "ms": 1.0,
+                      "tflops": 10.0},
+                     {"impl": "c", "n": 4096, "d": 64, "causal": False, "error": "x"}]}
+    assert bp.recorded_rows(res) == [("b", 1.0, 10.0), ("a", 2.0, 5.0)]
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plt.close(bp.plot_backward_costs(2048, 64, n_max=8192))
+    plt.close(bp.plot_recorded(res))
