@@ -118,7 +118,7 @@ def check_shapes(seed=2026, n=20):
 
 
 def run_checks(results, save):
-    from flashcourse.cuda.backward import backward
+    from flashcourse.cuda.backward_kernels import backward
     rng = np.random.default_rng(7)
     rows, worst = [], 0.0
     for bh, tq, tk, d, causal in check_shapes():
@@ -147,7 +147,7 @@ def run_checks(results, save):
 
 
 def sanitize_small() -> int:
-    from flashcourse.cuda.backward import backward
+    from flashcourse.cuda.backward_kernels import backward
     rng = np.random.default_rng(1)
     bad = 0
     for causal, (tq, tk, d) in ((False, (37, 29, 40)), (True, (37, 29, 40)),
@@ -199,7 +199,7 @@ def torch_events():
 def bench_ours(bh, n, d, causal, kernel, cfg=None, reps=7):
     from numba import cuda
 
-    from flashcourse.cuda.backward import run as bwd_run
+    from flashcourse.cuda.backward_kernels import run as bwd_run
     rng = np.random.default_rng(0)
     host = [rng.standard_normal((bh, n, d)).astype(np.float32) for _ in range(4)]
     qf, kf, vf, dof = (cuda.to_device(x) for x in host)
@@ -294,7 +294,7 @@ def run_bench(results, save, sizes, dims, bh=32, simple=True):
 
 def resources(results, dims):
     """Registers / local memory / shared memory of the default fast kernels."""
-    from flashcourse.cuda.backward import _sig, default_config, make_fast_kernels, plan
+    from flashcourse.cuda.backward_kernels import _sig, default_config, make_fast_kernels, plan
     out = []
     for d in dims:
         for cfg in [default_config(d)] + EXTRA_CONFIGS.get(d, []):

@@ -11,7 +11,7 @@ import pytest
 
 from flashcourse import reference, tiled
 import flashcourse.cuda
-from flashcourse.cuda.backward import KERNELS, backward, plan
+from flashcourse.cuda.backward_kernels import KERNELS, backward, plan
 from helpers import rel_err
 
 TOL = 1e-4

@@ -22,7 +22,7 @@ import numpy as np
 from . import dense, flash, textbook
 from ._launch import SIMULATOR_MESSAGE, ceil_div, finish, prepare, simulator_note, using_simulator
 from .flash import FlashConfig, make_flash_kernel
-from .backward import backward  # noqa: F401  (gradients; the module is flashcourse.cuda.backward)
+from .backward_kernels import backward  # noqa: F401  (gradients; kernels in backward_kernels.py)
 
 KERNELS = ("textbook", "flash", "dense")
 
