@@ -350,13 +350,11 @@ def make_config(block_q: int, block_k: int, threads: int, tm: int, head_dim: int
     return FlashConfig(br, bc, t, tm, d, mq, mk, md, smem, regs_per_thread, unroll)
 
 
-def default_unroll() -> int | None:
-    """flashcourse.cuda.flash.run's default `unroll` (None if it has no such argument)."""
-    import inspect
-
+def default_unroll() -> int:
+    """The untuned inner-loop unroll of flashcourse.cuda.flash (what tuning starts from)."""
     from .cuda import flash
-    p = inspect.signature(flash.run).parameters.get("unroll")
-    return None if p is None else p.default
+
+    return flash.UNTUNED_UNROLL
 
 
 def _kernel_for(cfg: FlashConfig, shuffle: bool):
@@ -366,11 +364,7 @@ def _kernel_for(cfg: FlashConfig, shuffle: bool):
     plan = flash.plan(cfg.head_dim, cfg.block_q, cfg.block_k, cfg.threads, cfg.tm,
                       shuffle=shuffle)
     base = (cfg.block_q, cfg.block_k, cfg.threads, cfg.tm, plan.head_dim, plan.shuffle)
-    du = default_unroll()
-    if du is None:
-        kern, _ = flash.make_flash_kernel(*base)
-        return kern, {}
-    u = du if cfg.unroll is None else cfg.unroll
+    u = default_unroll() if cfg.unroll is None else cfg.unroll
     kern, _ = flash.make_flash_kernel(*base, u)
     return kern, {"unroll": u}
 
@@ -447,13 +441,8 @@ def enumerate_configs(head_dim: int, limits: DeviceLimits, *,
 def default_config(head_dim: int) -> tuple:
     """The untuned GPU default (block_q, block_k, threads, tm) of flashcourse.cuda.flash."""
     from .cuda import flash
-    import inspect
-    src = inspect.getsource(flash.default_config)
-    if "using_simulator" in src:          # its simulator branch would give tiny tiles
-        from unittest import mock
-        with mock.patch.object(flash, "using_simulator", lambda: False):
-            return tuple(flash.default_config(head_dim))
-    return tuple(flash.default_config(head_dim))
+
+    return tuple(flash.untuned_config(head_dim))
 
 
 # ---------------------------------------------------------------------------

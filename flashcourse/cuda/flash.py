@@ -53,6 +53,7 @@ Rules that keep it fast in Numba (see TOOLCHAIN.md):
 
 from __future__ import annotations
 
+
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -414,19 +415,65 @@ def signature():
     return SIGNATURE
 
 
-def default_config(d: int):
-    """(block_q, block_k, threads, tm) used when the caller gives none."""
-    if using_simulator():
-        return 8, 8, 16, 2
-    if d <= 64:                  # measured best on an H200 (benchmarks/NOTES_cuda_forward.md)
+#: Inner-product steps written per loop iteration before tuning (see make_flash_kernel).
+UNTUNED_UNROLL = 8
+
+
+def untuned_config(d: int):
+    """The hand-picked GPU default (block_q, block_k, threads, tm), before any sweep.
+
+    Measured best among a few variants on an H200 (benchmarks/NOTES_cuda_forward.md).
+    """
+    if d <= 64:
         return 128, 64, 256, 8
     return 64, 32, 256, 4
 
 
+@lru_cache(maxsize=None)
+def tuned_config(d: int):
+    """(block_q, block_k, threads, tm, unroll) that won the recorded tuning sweep for head
+    dimension d on this GPU model (benchmarks/results/h200_tuning_sweep.json, read by
+    flashcourse.tuning.tuned_config), or None: no GPU, another model, another d."""
+    if using_simulator():
+        return None
+    try:
+        from numba import cuda
+
+        from ..tuning import tuned_config as recorded
+        name = cuda.get_current_device().name
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        best = recorded(d, gpu_name=name)
+    except Exception:            # no record, unreadable record, no device: fall back
+        return None
+    if not best or any(best.get(k) is None for k in ("block_q", "block_k", "threads", "tm")):
+        return None
+    return (best["block_q"], best["block_k"], best["threads"], best["tm"],
+            best.get("unroll") or UNTUNED_UNROLL)
+
+
+def default_config(d: int):
+    """(block_q, block_k, threads, tm) used when the caller gives none.
+
+    Tiny tiles on the simulator; on a GPU, the tuned configuration recorded for this
+    GPU model and head dimension when there is one, else `untuned_config(d)`.
+    """
+    if using_simulator():
+        return 8, 8, 16, 2
+    tuned = tuned_config(d)
+    return tuned[:4] if tuned else untuned_config(d)
+
+
+def default_unroll(d: int) -> int:
+    """The inner-loop unroll used when the caller gives none (tuned when recorded)."""
+    tuned = tuned_config(d)
+    return tuned[4] if tuned else UNTUNED_UNROLL
+
+
 def run(qf, kf, vf, o, lse, tq, tk, d, scale, causal, block_q=None, block_k=None,
-        threads=None, tm=None, unroll=8):
+        threads=None, tm=None, unroll=None):
     """Launch the flash kernel on flattened float32 device arrays (BH, T, d)."""
     dq, dk, dt, dm = default_config(d)
+    unroll = default_unroll(d) if unroll is None else unroll
     block_q = dq if block_q is None else block_q
     block_k = dk if block_k is None else block_k
     threads = dt if threads is None else threads
@@ -444,7 +491,7 @@ def run(qf, kf, vf, o, lse, tq, tk, d, scale, causal, block_q=None, block_k=None
     return cfg
 
 
-def resources(block_q, block_k, threads, tm, d, unroll=8):
+def resources(block_q, block_k, threads, tm, d, unroll=UNTUNED_UNROLL):
     """Compile one variant on the GPU; return registers, local bytes, shared bytes per block."""
     cfg = plan(d, block_q, block_k, threads, tm)
     kern, cfg = make_flash_kernel(block_q, block_k, threads, tm, cfg.head_dim, cfg.shuffle,
