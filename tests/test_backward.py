@@ -1,22 +1,31 @@
 """The backward pass: reference.attention_backward and tiled.backward.
 
-Tolerances (relative, ||g - g_ref|| / ||g_ref|| per gradient, see helpers.TOL):
-float64 1e-12, float32 1e-5 -> 1e-4 for gradients (they sum Tq or Tk terms of
-mixed sign, so cancellation costs about one more digit), float16 inputs 2e-2.
-Finite differences of the reference: central differences with h = 1e-6 in
-float64, relative tolerance 1e-6 (truncation ~h^2, rounding ~1e-16/h = 1e-10).
+Gradient errors are measured against the size of the terms each gradient sums, not
+against the gradient itself: dQ_i = scale * sum_j P_ij (dP_ij - D_i) K_j adds terms of
+mixed sign, and when a gradient is small against its terms (nearly one-hot rows, tiny
+Tk) its own norm says nothing about rounding. `grad_scales` gives, in float64, the same
+sums over absolute values, |P|(|dP| + |D|)|K| etc.; the error is
+||g - g_ref|| / ||that||, which equals the plain relative error when nothing cancels.
+(Hypothesis found the cases: Tq = 1, Tk = 2, d = 1 in float32 gave a plain relative
+error of 1e-2 on a dq of 8e-7; both are kept below as explicit examples.)
+Tolerances: float64 1e-12, float32 1e-5, float16 inputs 1e-2. Gradients come back in
+the input dtype, and small float16 ones fall into its subnormal range (below 6.1e-5,
+spacing 2**-24 = 6e-8): differences under that spacing are not counted (hypothesis
+found 2.7e-2 from them alone at Tq = 1, Tk = 20, d = 1).
+Finite differences of the reference: central differences with h = 1e-6 in float64,
+relative tolerance 1e-6 (truncation ~h^2, rounding ~1e-16/h = 1e-10).
 """
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from flashcourse import reference, tiled
 from flashcourse.counter import TrafficCounter
 from helpers import make_qkv, rel_err
 
-GRAD_TOL = {np.float64: 1e-12, np.float32: 1e-4, np.float16: 2e-2}
+GRAD_TOL = {np.float64: 1e-12, np.float32: 1e-5, np.float16: 1e-2}
 dtypes = st.sampled_from([np.float64, np.float32, np.float16])
 
 
@@ -29,14 +38,36 @@ def make_problem(rng, lead, tq, tk, d, dtype, causal=False, scale=None):
     return q, k, v, o.astype(dtype), lse.astype(lse_t), do
 
 
-def assert_grads_close(got, ref, dtype):
+def grad_scales(q, k, v, do, causal=False, scale=None):
+    """Float64 sums of the absolute values of the terms of (dq, dk, dv)."""
+    q64, k64, v64, do64 = (x.astype(np.float64) for x in (q, k, v, do))
+    scale = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    s = reference.scores(q, k, causal=causal, scale=scale)             # (..., Tq, Tk)
+    m = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0))
+    p /= np.where(p.sum(-1, keepdims=True) > 0, p.sum(-1, keepdims=True), 1)
+    dp = np.abs(do64 @ np.swapaxes(v64, -1, -2))                       # |dO V^T|
+    d_row = (p * dp).sum(-1, keepdims=True)                            # >= |D|
+    ds = p * (dp + d_row)                                              # >= |dS|
+    t = lambda x: np.swapaxes(x, -1, -2)
+    return (abs(scale) * ds @ np.abs(k64), abs(scale) * t(ds) @ np.abs(q64),
+            t(p) @ np.abs(do64))
+
+
+def assert_grads_close(got, ref, dtype, problem):
+    """Each gradient within GRAD_TOL of the reference, relative to its terms' size."""
     tol = GRAD_TOL[np.dtype(dtype).type]
-    for name, g, r in zip(("dq", "dk", "dv"), got, ref):
+    for name, g, r, size in zip(("dq", "dk", "dv"), got, ref, grad_scales(*problem)):
         assert g.shape == r.shape, name
         assert g.dtype == dtype, name
         assert np.isfinite(g).all(), f"{name} has NaN/inf"
-        err = rel_err(g, r)
-        assert err <= tol, f"{name} rel err {err:.3g} > {tol}"
+        # differences below the output dtype's smallest spacing (float16 subnormals:
+        # 2**-24 = 6e-8) are representation, not arithmetic: they are not counted
+        floor = float(np.finfo(dtype).smallest_subnormal)
+        diff = np.maximum(np.abs(g.astype(np.float64) - r) - floor, 0)
+        denom = np.linalg.norm(size) or np.linalg.norm(r) or 1.0
+        err = float(np.linalg.norm(diff) / denom)
+        assert err <= tol, f"{name} error {err:.3g} > {tol} (relative to its terms)"
 
 
 # --- the reference against finite differences --------------------------------------
@@ -93,13 +124,17 @@ def test_reference_delta_identity(rng):
 @given(tq=st.integers(1, 30), tk=st.integers(1, 30), d=st.integers(1, 8),
        bq=st.integers(1, 13), bk=st.integers(1, 13), causal=st.booleans(), dtype=dtypes,
        scale=st.one_of(st.none(), st.floats(0.05, 3.0)), seed=st.integers(0, 2**32 - 1))
+@example(tq=1, tk=9, d=1, bq=1, bk=1, causal=False, dtype=np.float64, scale=1.75, seed=3)
+@example(tq=1, tk=2, d=1, bq=1, bk=1, causal=False, dtype=np.float32, scale=2.0, seed=3)
+@example(tq=1, tk=20, d=1, bq=1, bk=1, causal=False, dtype=np.float16, scale=0.25, seed=7)
+@example(tq=1, tk=20, d=1, bq=1, bk=1, causal=False, dtype=np.float16, scale=0.125, seed=7)
 def test_tiled_backward_matches_reference(tq, tk, d, bq, bk, causal, dtype, scale, seed):
     rng = np.random.default_rng(seed)
     q, k, v, o, lse, do = make_problem(rng, (), tq, tk, d, dtype, causal, scale)
     got = tiled.backward(q, k, v, o, lse, do, block_q=bq, block_k=bk, causal=causal,
                          scale=scale)
     ref = reference.attention_backward(q, k, v, do, causal=causal, scale=scale)
-    assert_grads_close(got, ref, dtype)
+    assert_grads_close(got, ref, dtype, (q, k, v, do, causal, scale))
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -108,7 +143,7 @@ def test_batched_irregular(rng, causal):
     got = tiled.backward(q, k, v, o, lse, do, block_q=16, block_k=10, causal=causal)
     assert [g.shape for g in got] == [(2, 3, 37, 7), (2, 3, 53, 7), (2, 3, 53, 7)]
     assert_grads_close(got, reference.attention_backward(q, k, v, do, causal=causal),
-                       np.float32)
+                       np.float32, (q, k, v, do, causal))
 
 
 def test_with_the_tiled_forward(rng):
@@ -118,7 +153,7 @@ def test_with_the_tiled_forward(rng):
     o, lse = tiled.forward(q, k, v, block_q=8, block_k=6, causal=True)
     got = tiled.backward(q, k, v, o, lse, do, block_q=5, block_k=7, causal=True)
     assert_grads_close(got, reference.attention_backward(q, k, v, do, causal=True),
-                       np.float32)
+                       np.float32, (q, k, v, do, True))
 
 
 def test_blocks_do_not_change_float64_result(rng):
@@ -140,9 +175,8 @@ def test_extreme_logits(dtype):
     assert np.abs(lse).max() > 300          # exp(S) alone would overflow float32
     got = tiled.backward(q, k, v, o, lse, do, block_q=5, block_k=4, scale=1.0)
     ref = reference.attention_backward(q, k, v, do, scale=1.0)
-    # nearly one-hot rows: gradients are tiny and dominated by rounding of P; compare dv
-    assert all(np.isfinite(g).all() for g in got)
-    assert rel_err(got[2], ref[2]) <= GRAD_TOL[np.dtype(dtype).type]
+    # nearly one-hot rows: gradients are tiny against their terms; measured as such
+    assert_grads_close(got, ref, dtype, (q, k, v, do, False, 1.0))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -154,7 +188,7 @@ def test_fully_masked_rows_give_zero_gradients(rng, dtype):
     for g in got + ref:
         assert not np.isnan(g).any()
     assert np.all(got[0][:14] == 0) and np.all(ref[0][:14] == 0)
-    assert_grads_close(got, ref, dtype)
+    assert_grads_close(got, ref, dtype, (q, k, v, do, True))
 
 
 def test_one_score_tile_at_a_time_and_hidden_tiles_skipped(rng):

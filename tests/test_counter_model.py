@@ -53,7 +53,7 @@ def test_dense_counter_equals_model(tq, tk, d, causal, dtype, heads, s, seed):
     o2, lse2 = dense.forward(q, k, v, causal=causal)
     assert np.array_equal(o, o2) and np.array_equal(lse, lse2)
     o_ref, lse_ref = reference.attention(q, k, v, causal=causal)
-    assert_close_to_reference(o, lse, o_ref, lse_ref, dtype)
+    assert_close_to_reference(o, lse, o_ref, lse_ref, dtype, inputs=(q, k, v, causal, None))
 
 
 def test_counter_element_size_override_matches_model():

@@ -43,7 +43,7 @@ def test_cpu_matches_reference(tq, tk, d, bq, bk, causal, dtype, name, scale, se
     o_ref, lse_ref = reference.attention(q, k, v, causal=causal, scale=scale)
     assert o.dtype == dtype
     assert lse.dtype == (np.float64 if dtype == np.float64 else np.float32)
-    assert_close_to_reference(o, lse, o_ref, lse_ref, dtype)
+    assert_close_to_reference(o, lse, o_ref, lse_ref, dtype, inputs=(q, k, v, causal, scale))
 
 
 @kernels

@@ -29,7 +29,7 @@ def test_tiled_matches_reference(tq, tk, d, bq, bk, causal, dtype, order, scale,
     o_ref, lse_ref = reference.attention(q, k, v, causal=causal, scale=scale)
     assert o.dtype == dtype
     assert lse.dtype == (np.float64 if dtype == np.float64 else np.float32)
-    assert_close_to_reference(o, lse, o_ref, lse_ref, dtype)
+    assert_close_to_reference(o, lse, o_ref, lse_ref, dtype, inputs=(q, k, v, causal, scale))
 
 
 @pytest.mark.parametrize("order", ["fa1", "fa2"])
