@@ -13,12 +13,14 @@ folder is read-only (a system-wide or container install).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 import tempfile
 from pathlib import Path
 
 
+@functools.lru_cache(maxsize=None)
 def driver_has_gpu() -> bool:
     """True if the NVIDIA driver library loads and reports at least one device."""
     for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
@@ -37,16 +39,36 @@ def driver_has_gpu() -> bool:
 
 
 def select_cuda_target() -> None:
-    """Turn on the CUDA simulator when there is no GPU and Numba is not imported yet."""
-    if "NUMBA_ENABLE_CUDASIM" in os.environ or "numba" in sys.modules:
+    """Turn on the CUDA simulator when there is no GPU, if it is not too late.
+
+    Too late means numba.cuda is already imported (it chose its target then); a plain
+    `import numba` before flashcourse is fine: Numba's configuration is re-read.
+    """
+    if "NUMBA_ENABLE_CUDASIM" in os.environ or "numba.cuda" in sys.modules:
         return
     if not driver_has_gpu():
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        if "numba" in sys.modules:
+            from numba.core import config
+            config.reload_config()
 
 
 def using_simulator() -> bool:
     """True when Numba's CUDA target is the simulator (set before numba was imported)."""
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+NO_TARGET_MESSAGE = (
+    "No CUDA GPU is visible and Numba's CUDA simulator is off: numba.cuda was imported "
+    "before flashcourse, so flashcourse could not switch the simulator on. Restart the "
+    "kernel and run `import flashcourse` before `from numba import cuda` (or set the "
+    "environment variable NUMBA_ENABLE_CUDASIM=1 before starting Python).")
+
+
+def check_cuda_target() -> None:
+    """Raise RuntimeError with NO_TARGET_MESSAGE when CUDA kernels could not run at all."""
+    if not using_simulator() and not driver_has_gpu():
+        raise RuntimeError(NO_TARGET_MESSAGE)
 
 
 def select_cache_dir() -> None:

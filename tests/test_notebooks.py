@@ -29,6 +29,9 @@ def execute(path: Path, timeout: int = 240):
     nb = nbformat.read(path, as_version=4)
     env_backup = dict(os.environ)
     os.environ["MPLBACKEND"] = "Agg"
+    # the kernel must choose GPU or simulator itself, as a learner's kernel does:
+    # do not let it inherit the choice that conftest made for this process
+    os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
     try:
         NotebookClient(nb, timeout=timeout, kernel_name="python3",
                        resources={"metadata": {"path": str(path.parent)}}).execute()
@@ -101,3 +104,17 @@ def test_course_map_lists_every_notebook_and_lab():
             assert path.stem in start, f"notebook 00's course map does not list {path.stem}"
     for link in re.findall(r"\]\(((?:notebooks|labs)/[^)]+\.ipynb)\)", readme):
         assert (ROOT / link).exists(), f"README links to a missing file: {link}"
+
+
+@pytest.mark.parametrize("path", ALL, ids=_ids(ALL))
+def test_flashcourse_is_imported_before_numba(path):
+    """flashcourse picks GPU or simulator; that is only possible before numba.cuda loads."""
+    import re
+
+    nb = json.loads(path.read_text())
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    first_numba = re.search(r"^(from numba|import numba)", code, re.M)
+    first_fc = re.search(r"^(import flashcourse|from flashcourse)", code, re.M)
+    if first_numba:
+        assert first_fc and first_fc.start() < first_numba.start(), \
+            f"{path.name} imports numba before flashcourse"

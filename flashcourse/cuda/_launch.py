@@ -40,8 +40,10 @@ def using_simulator() -> bool:
 
 
 def simulator_note() -> None:
-    """Print, once per process, that kernels run on the simulator."""
+    """Print, once per process, that kernels run on the simulator; fail clearly when
+    neither a GPU nor the simulator is available (numba.cuda imported too early)."""
     global _said
+    _gpu.check_cuda_target()
     if using_simulator() and not _said:
         print(SIMULATOR_MESSAGE, file=sys.stdout)
         _said = True
