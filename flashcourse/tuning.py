@@ -749,19 +749,26 @@ _RUN_KEYS = ("name", "impl", "seq_len", "head_dim", "heads", "cache_control", "d
              "l2_bytes", "time_ms", "model_bytes", "kernels")
 
 
+def _validate(doc, kind: str, keys, schema: str, items: str, item: str, item_keys) -> dict:
+    """Check a results document: an object with `keys`, the right `schema`, and every
+    entry of doc[items] holding `item_keys`; raise ValueError naming what is missing."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"{kind} document must be a JSON object, got {type(doc).__name__}")
+    missing = [k for k in keys if k not in doc]
+    if missing:
+        raise ValueError(f"{kind} document lacks keys {missing} (schema {schema})")
+    if doc["schema"] != schema:
+        raise ValueError(f"{kind} schema must be {schema!r}, got {doc['schema']!r}")
+    for i, entry in enumerate(doc[items]):
+        lack = [k for k in item_keys if k not in entry]
+        if lack:
+            raise ValueError(f"{kind} {item} {i} lacks keys {lack}")
+    return doc
+
+
 def validate_sweep(doc: dict) -> dict:
     """Check a sweep document against the schema; raise ValueError naming what is missing."""
-    if not isinstance(doc, dict):
-        raise ValueError(f"sweep document must be a JSON object, got {type(doc).__name__}")
-    missing = [k for k in _SWEEP_KEYS if k not in doc]
-    if missing:
-        raise ValueError(f"sweep document lacks keys {missing} (schema {SWEEP_SCHEMA})")
-    if doc["schema"] != SWEEP_SCHEMA:
-        raise ValueError(f"sweep schema must be {SWEEP_SCHEMA!r}, got {doc['schema']!r}")
-    for i, row in enumerate(doc["rows"]):
-        lack = [k for k in _ROW_KEYS if k not in row]
-        if lack:
-            raise ValueError(f"sweep row {i} lacks keys {lack}")
+    _validate(doc, "sweep", _SWEEP_KEYS, SWEEP_SCHEMA, "rows", "row", _ROW_KEYS)
     for k in ("gpu", "date"):
         if k not in doc["environment"]:
             raise ValueError(f"sweep environment lacks {k!r}")
@@ -770,18 +777,7 @@ def validate_sweep(doc: dict) -> dict:
 
 def validate_traffic(doc: dict) -> dict:
     """Check an ncu-traffic document against the schema; raise ValueError naming gaps."""
-    if not isinstance(doc, dict):
-        raise ValueError(f"traffic document must be a JSON object, got {type(doc).__name__}")
-    missing = [k for k in _TRAFFIC_KEYS if k not in doc]
-    if missing:
-        raise ValueError(f"traffic document lacks keys {missing} (schema {TRAFFIC_SCHEMA})")
-    if doc["schema"] != TRAFFIC_SCHEMA:
-        raise ValueError(f"traffic schema must be {TRAFFIC_SCHEMA!r}, got {doc['schema']!r}")
-    for i, run in enumerate(doc["runs"]):
-        lack = [k for k in _RUN_KEYS if k not in run]
-        if lack:
-            raise ValueError(f"traffic run {i} lacks keys {lack}")
-    return doc
+    return _validate(doc, "traffic", _TRAFFIC_KEYS, TRAFFIC_SCHEMA, "runs", "run", _RUN_KEYS)
 
 
 def _load(path, validate):
