@@ -66,7 +66,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import check_block, check_causal, check_loop_order
+from ._checks import check_block, check_causal, check_loop_order, check_sizes
 from .geometry import causal_block_sums, ceil_div, visible_pairs
 
 #: Bytes per softmax statistic (m, l, lse): always fp32.
@@ -122,11 +122,9 @@ def dense_traffic(t_query: int, t_key: int, head_dim: int, *, bytes_per_element:
     >>> dense_traffic(4096, 4096, 64).total_bytes
     136314880
     """
-    tq = check_block(t_query, "t_query")
-    tk = check_block(t_key, "t_key")
-    d = check_block(head_dim, "head_dim")
-    e = check_block(bytes_per_element, "bytes_per_element")
-    s = check_block(bytes_per_score, "bytes_per_score")
+    tq, tk, d, e, s = check_sizes(t_query=t_query, t_key=t_key, head_dim=head_dim,
+                                  bytes_per_element=bytes_per_element,
+                                  bytes_per_score=bytes_per_score)
     reads = (tq + 2 * tk) * d * e + 2 * tq * tk * s
     writes = 2 * tq * tk * s + tq * d * e
     return Traffic(reads, writes)
@@ -155,14 +153,11 @@ def tiled_traffic(t_query: int, t_key: int, head_dim: int, block_q: int, block_k
     >>> tiled_traffic(4096, 4096, 64, 64, 64).total_bytes
     68173824
     """
-    tq = check_block(t_query, "t_query")
-    tk = check_block(t_key, "t_key")
-    d = check_block(head_dim, "head_dim")
-    br = check_block(block_q, "block_q")
-    bc = check_block(block_k, "block_k")
+    tq, tk, d, br, bc, e = check_sizes(t_query=t_query, t_key=t_key, head_dim=head_dim,
+                                       block_q=block_q, block_k=block_k,
+                                       bytes_per_element=bytes_per_element)
     causal = check_causal(causal)
     loop_order = check_loop_order(loop_order)
-    e = check_block(bytes_per_element, "bytes_per_element")
     st = BYTES_PER_STAT
     _, key_rows, query_rows = causal_block_sums(tq, tk, br, bc, causal)
     if loop_order == "fa2":
@@ -195,11 +190,9 @@ def tile_footprint_bytes(block_q: int, block_k: int, head_dim: int, *,
     >>> tile_footprint_bytes(64, 64, 64)
     57856
     """
-    br = check_block(block_q, "block_q")
-    bc = check_block(block_k, "block_k")
-    d = check_block(head_dim, "head_dim")
-    e = check_block(bytes_per_element, "bytes_per_element")
-    s = check_block(bytes_per_score, "bytes_per_score")
+    br, bc, d, e, s = check_sizes(block_q=block_q, block_k=block_k, head_dim=head_dim,
+                                  bytes_per_element=bytes_per_element,
+                                  bytes_per_score=bytes_per_score)
     return (br * d * e + 2 * bc * d * e + br * bc * s
             + br * d * BYTES_PER_STAT + 2 * br * BYTES_PER_STAT)
 
@@ -374,14 +367,10 @@ def backward_traffic(t_query: int, t_key: int, head_dim: int, *, method: str = "
     >>> backward_traffic(4096, 4096, 64, method="standard").total_bytes
     239075328
     """
-    tq = check_block(t_query, "t_query")
-    tk = check_block(t_key, "t_key")
-    d = check_block(head_dim, "head_dim")
-    e = check_block(bytes_per_element, "bytes_per_element")
-    s = check_block(bytes_per_score, "bytes_per_score")
-    a = check_block(bytes_per_accumulator, "bytes_per_accumulator")
-    br = check_block(block_q, "block_q")
-    bc = check_block(block_k, "block_k")
+    tq, tk, d, e, s, a, br, bc = check_sizes(
+        t_query=t_query, t_key=t_key, head_dim=head_dim, bytes_per_element=bytes_per_element,
+        bytes_per_score=bytes_per_score, bytes_per_accumulator=bytes_per_accumulator,
+        block_q=block_q, block_k=block_k)
     causal = check_causal(causal)
     if dq_mode not in DQ_MODES:
         raise ValueError(f"dq_mode must be 'accumulate' or 'two_pass', got {dq_mode!r}")

@@ -5,7 +5,8 @@ versions, each registered CUDA kernel) and every backward (numpy tiled, each reg
 CUDA kernel) must
   - match the float64 reference on irregular shapes (Tq != Tk both ways, lengths not
     multiples of the tiles, odd d, batch dimensions, causal rows that see no key:
-    o = 0 and lse = -inf, zero gradients), within TOL[float32] (inputs are float32);
+    o = 0 and lse = -inf, zero gradients), within TOL[float32] (inputs are float32),
+    and on scores of +-1e4 (where exp overflows without the running max);
   - reject every entry of the bad-input table with the same error naming the argument
     (all of them validate through `flashcourse._checks.flatten_heads`).
 CUDA kernels run on Numba's simulator without a GPU: the shapes stay tiny (a few 8 x 8
@@ -78,6 +79,22 @@ def test_forward_matches_reference(impl, lead, tq, tk, d, causal):
     assert_close_to_reference(o, lse, o_ref, lse_ref, np.float32)
 
 
+@pytest.mark.parametrize("impl,dtype", [(impl, dtype) for impl in FORWARDS
+                                         for dtype in (np.float32, np.float64)
+                                         if dtype == np.float32 or not impl.startswith("cuda")])
+def test_forward_extreme_scores(impl, dtype):
+    """Scores of +-1e4 after scaling: exp would overflow without the running max."""
+    rng = np.random.default_rng(7)
+    q, k, v = make_qkv(rng, (), 19, 23, 4, dtype)
+    q = (q / np.linalg.norm(q, axis=-1, keepdims=True) * 100).astype(dtype)
+    k = (k / np.linalg.norm(k, axis=-1, keepdims=True) * 100).astype(dtype)
+    o, lse = FORWARDS[impl](q, k, v, scale=1.0)
+    o_ref, lse_ref = reference.attention(q, k, v, scale=1.0)
+    assert np.abs(lse_ref).max() > 5e3
+    assert np.all(np.isfinite(o)) and np.all(np.isfinite(lse))
+    assert_close_to_reference(o, lse, o_ref, lse_ref, dtype)
+
+
 def _backward_problem(lead, tq, tk, d, causal, seed=0):
     rng = np.random.default_rng(seed)
     q, k, v = make_qkv(rng, lead, tq, tk, d, dtype=np.float32)
@@ -122,26 +139,6 @@ BAD_ARRAYS = [
     (lambda q, k, v: (np.where(q == q[0, 0], np.nan, q).astype(q.dtype), k, v), ValueError,
      "q contains NaN or inf"),
 ]
-BAD_ARGUMENTS = [
-    (dict(scale=float("nan")), ValueError, "scale"), (dict(scale="1"), TypeError, "scale"),
-    (dict(causal=1), TypeError, "causal"),
-]
-
-
-@pytest.mark.parametrize("impl", list(FORWARDS))
-@pytest.mark.parametrize("mutate,exc,word", BAD_ARRAYS)
-def test_forward_bad_arrays(impl, mutate, exc, word):
-    with pytest.raises(exc, match=word):
-        FORWARDS[impl](*mutate(*good_forward()))
-
-
-@pytest.mark.parametrize("impl", list(FORWARDS))
-@pytest.mark.parametrize("kwargs,exc,word", BAD_ARGUMENTS)
-def test_forward_bad_arguments(impl, kwargs, exc, word):
-    with pytest.raises(exc, match=word):
-        FORWARDS[impl](*good_forward(), **kwargs)
-
-
 BLOCKED = {"tiled": tiled.forward, "cpu": cpu.forward, "cpu-rows": cpu.forward_rows,
            "cpu-loops": cpu.forward_loops, "tiled-backward": None}
 
@@ -186,17 +183,31 @@ BAD_BACKWARD = [
 ]
 
 
-@pytest.mark.parametrize("impl", list(BACKWARDS))
-@pytest.mark.parametrize("mutate,exc,word", BAD_BACKWARD)
-def test_backward_bad_inputs(impl, mutate, exc, word):
-    with pytest.raises(exc, match=word):
-        BACKWARDS[impl](*mutate(*good_backward()))
+BAD_ARGUMENTS = [
+    (dict(scale=float("nan")), ValueError, "scale"), (dict(scale="1"), TypeError, "scale"),
+    (dict(scale=float("inf")), ValueError, "scale"),
+    (dict(causal=1), TypeError, "causal"), (dict(causal="yes"), TypeError, "causal"),
+]
+IMPLS = [("forward", name) for name in FORWARDS] + [("backward", name) for name in BACKWARDS]
 
 
-@pytest.mark.parametrize("impl", list(BACKWARDS))
-@pytest.mark.parametrize("kwargs,exc,word", BAD_ARGUMENTS[:1] + [
-    (dict(scale=float("inf")), ValueError, "scale"), (dict(causal="yes"), TypeError, "causal"),
-])
-def test_backward_bad_arguments(impl, kwargs, exc, word):
+def call(direction, impl, mutate=None, **kwargs):
+    """Run one implementation on the good problem of its direction, mutated."""
+    args = good_forward() if direction == "forward" else good_backward()
+    fn = FORWARDS[impl] if direction == "forward" else BACKWARDS[impl]
+    return fn(*(mutate(*args) if mutate else args), **kwargs)
+
+
+@pytest.mark.parametrize("direction,impl,mutate,exc,word", [
+    (direction, impl, *bad) for direction, impl in IMPLS
+    for bad in (BAD_ARRAYS if direction == "forward" else BAD_BACKWARD)])
+def test_bad_arrays(direction, impl, mutate, exc, word):
     with pytest.raises(exc, match=word):
-        BACKWARDS[impl](*good_backward(), **kwargs)
+        call(direction, impl, mutate)
+
+
+@pytest.mark.parametrize("direction,impl", IMPLS)
+@pytest.mark.parametrize("kwargs,exc,word", BAD_ARGUMENTS)
+def test_bad_arguments(direction, impl, kwargs, exc, word):
+    with pytest.raises(exc, match=word):
+        call(direction, impl, **kwargs)

@@ -83,21 +83,6 @@ def test_agrees_with_numpy_tiled_in_float64(rng, name):
 
 
 @kernels
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_extreme_logits(name, dtype):
-    # scores of +-1e4 after scaling: exp would overflow without the running max
-    rng = np.random.default_rng(7)
-    q, k, v = make_qkv(rng, (), 19, 23, 4, dtype)
-    q = (q / np.linalg.norm(q, axis=-1, keepdims=True) * 100).astype(dtype)
-    k = (k / np.linalg.norm(k, axis=-1, keepdims=True) * 100).astype(dtype)
-    o, lse = KERNELS[name](q, k, v, block_q=5, block_k=4, scale=1.0)
-    o_ref, lse_ref = reference.attention(q, k, v, scale=1.0)
-    assert np.abs(lse_ref).max() > 5e3
-    assert np.all(np.isfinite(o)) and np.all(np.isfinite(lse))
-    assert_close_to_reference(o, lse, o_ref, lse_ref, dtype)
-
-
-@kernels
 def test_fully_masked_rows(rng, name):
     # causal with Tq > Tk: rows 0..13 see no key (j <= i + Tk - Tq = i - 14)
     q, k, v = make_qkv(rng, (), 20, 6, 3, np.float32)

@@ -52,21 +52,6 @@ def test_loop_orders_agree(rng):
 
 
 @pytest.mark.parametrize("order", ["fa1", "fa2"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_extreme_logits(order, dtype):
-    # scores of +-1e4 after scaling: exp would overflow without the running max
-    rng = np.random.default_rng(7)
-    q, k, v = make_qkv(rng, (), 19, 23, 4, dtype)
-    q = (q / np.linalg.norm(q, axis=-1, keepdims=True) * 100).astype(dtype)
-    k = (k / np.linalg.norm(k, axis=-1, keepdims=True) * 100).astype(dtype)
-    o, lse = tiled.forward(q, k, v, block_q=5, block_k=4, scale=1.0, loop_order=order)
-    o_ref, lse_ref = reference.attention(q, k, v, scale=1.0)
-    assert np.abs(lse_ref).max() > 5e3
-    assert np.all(np.isfinite(o)) and np.all(np.isfinite(lse))
-    assert_close_to_reference(o, lse, o_ref, lse_ref, dtype)
-
-
-@pytest.mark.parametrize("order", ["fa1", "fa2"])
 def test_fully_masked_rows(rng, order):
     q, k, v = make_qkv(rng, (), 20, 6, 3, np.float32)   # rows 0..13 see no key
     o, lse = tiled.forward(q, k, v, block_q=4, block_k=4, causal=True, loop_order=order)
