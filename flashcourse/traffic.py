@@ -53,9 +53,11 @@ traffic keeps falling with Bc. figures/traffic_vs_budget.png shows both.)
 What the model leaves out: caches between HBM and the chip (the L2 cache of a GPU,
 tens of MiB, serves many K/V re-reads without touching HBM, so measured DRAM traffic
 of the tiled kernel is lower than this model says -- the measured-traffic lessons show
-it), masks or dropout stored in memory, padding, several heads or requests sharing
-loads, and the backward pass. It is a count of the bytes the algorithm asks for,
-not a timing model; `roofline_time_s` turns it into a lower bound on time.
+it), masks or dropout stored in memory, padding, and several heads or requests sharing
+loads. The backward pass has its own counts (`backward_flops`, `backward_traffic`,
+below). It is a count of the bytes the algorithm asks for, not a timing model;
+`roofline_time_s` turns it into a lower bound on time. The causal sums are exact, in
+closed form (`flashcourse.geometry`), for any length.
 """
 
 from __future__ import annotations
