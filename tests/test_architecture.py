@@ -84,6 +84,36 @@ def test_no_import_cycle_lazy_imports_included():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+#: The layers of CONTRIBUTING.md's architecture map: a module imports from its own layer
+#: or below, never above (a module named here covers its submodules).
+LAYERS = {
+    "flashcourse.gpu": 0, "flashcourse._checks": 0, "flashcourse.gpus": 0,
+    "flashcourse.constants": 0, "flashcourse.timing": 0,
+    "flashcourse.geometry": 1, "flashcourse.memory": 1, "flashcourse.traffic": 1,
+    "flashcourse.limits": 1, "flashcourse.counter": 1, "flashcourse.reference": 1,
+    "flashcourse.results": 1, "flashcourse.env": 1,
+    "flashcourse.tiled": 2, "flashcourse.dense": 2, "flashcourse.cpu": 2,
+    "flashcourse.cuda": 2,
+    "flashcourse.configs": 3, "flashcourse.sweep": 3, "flashcourse.measured_traffic": 3,
+    "flashcourse.readouts": 4, "flashcourse.widgets": 4, "flashcourse.tuning_widget": 4,
+    "flashcourse.backward_plots": 4, "flashcourse.figures": 4, "flashcourse.quiz": 4,
+    "flashcourse.labs": 4, "flashcourse": 4,
+}
+
+
+def layer(mod: str) -> int:
+    while mod not in LAYERS:
+        mod = mod.rsplit(".", 1)[0]
+    return LAYERS[mod]
+
+
+def test_imports_go_down_the_layers():
+    upward = [f"{m} (layer {layer(m)}) imports {t} (layer {layer(t)})"
+              for m, p in MODULES.items() for t in sorted(imports_of(m, p))
+              if layer(t) > layer(m)]
+    assert not upward, "imports up the layers:\n" + "\n".join(upward)
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
