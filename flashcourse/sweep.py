@@ -153,7 +153,7 @@ def make_gpu_runner(cfg: LaunchConfig, seq_len: int, batch_heads: int, *, seed: 
     scale = 1.0 / math.sqrt(d)
     args = (cfg.block_q, cfg.block_k, cfg.threads, cfg.tm)
     sim = using_simulator()                # tiny smoke tests only: no registers there
-    kern, kw = _kernel_for(cfg, shuffle=not sim)
+    kern, kw = kernel_for(cfg, shuffle=not sim)
     ck = None if sim else kern.compile(flash.signature())
 
     def fn():
@@ -231,7 +231,7 @@ def best_by_head_dim(rows, defaults: dict) -> dict:
     return out
 
 
-def _kernel_for(cfg: LaunchConfig, shuffle: bool):
+def kernel_for(cfg: LaunchConfig, shuffle: bool):
     """The compiled-variant dispatcher of flash for `cfg`, made with exactly the arguments
     `flash.run` uses (so its cache serves the timed launches too); and run's kwargs."""
     from .cuda import flash
