@@ -62,6 +62,7 @@ import numpy as np
 from numba import cuda, float32
 from numba import uint64 as U   # unsigned indices: no negative-index wraparound code
 
+from .._checks import check_block
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ..limits import check_launch
@@ -143,7 +144,6 @@ def layout(d: int, block_q: int, block_k: int, threads: int, tm: int,
     Raises ValueError naming the argument when the pieces do not fit together. Whether
     the result fits a device is `plan`'s question (`flashcourse.limits.check_launch`).
     """
-    from .._checks import check_block
     block_q = check_block(block_q, "block_q")
     block_k = check_block(block_k, "block_k")
     threads = check_block(threads, "threads")
