@@ -88,3 +88,11 @@ def lab_functions(path: Path, *, student: bool) -> dict:
         linecache.cache[name] = (len(cell.source), None, cell.source.splitlines(True), name)
         exec(compile(cell.source, name, "exec"), namespace)  # noqa: S102
     return namespace
+
+
+def assert_stubs_not_implemented(results, out: str) -> None:
+    """Every checker result of a student stub says "Not implemented yet", none passes, and
+    the printed report (`out`, from capsys) says so once per check."""
+    assert all(r.todo and not r.passed for r in results)
+    assert out.count("Not implemented yet") == len(results)
+    assert "All checks passed" not in out
