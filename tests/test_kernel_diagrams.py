@@ -75,3 +75,12 @@ def test_backward_key_major_not_causal_visits_every_query_block():
 def test_backward_key_major_rejects_bad_arguments(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         K.plot_backward_key_major(**kwargs)
+
+
+def test_html_table_escapes_and_checks_row_length():
+    from flashcourse.tables import html_table
+    html = html_table(["name", "ratio"], [["a<b", 0.5], ["c", 2.0]], caption="x & y").data
+    assert "a&lt;b" in html and "x &amp; y" in html and html.count("<tr>") == 3
+    assert "text-align:right\">0.5" in html
+    with pytest.raises(ValueError, match="rows\\[1\\] must have 2 cells"):
+        html_table(["a", "b"], [[1, 2], [3]])
