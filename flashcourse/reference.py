@@ -193,7 +193,7 @@ def logsumexp(x: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------
-# The backward pass (notebook 08)
+# The backward pass (notebook 09)
 # ---------------------------------------------------------------------------
 
 def check_grad_output(do, q) -> np.ndarray:
@@ -223,7 +223,7 @@ def attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None
         dK = scale * dS^T Q                          (Tk, d)
 
     This is the ground truth for the backward: it materialises P, dP and dS and
-    does not use the shortcut D_i = dO_i . O_i of FlashAttention (notebook 08
+    does not use the shortcut D_i = dO_i . O_i of FlashAttention (notebook 09
     shows the two are equal), so the tiled backward is checked against an
     independent formula.
 
@@ -264,7 +264,7 @@ def attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None
 def softmax_jacobian(p_row: np.ndarray) -> np.ndarray:
     """The (Tk, Tk) Jacobian J[j, k] = d softmax_k / d s_j = p_j (delta_jk - p_k) of one row.
 
-    Notebook 08 uses it to show that J dP = P * (dP - sum_k P_k dP_k): the full
+    Notebook 09 uses it to show that J dP = P * (dP - sum_k P_k dP_k): the full
     matrix never has to be built.
     """
     p = np.asarray(p_row, dtype=np.float64)

@@ -208,7 +208,7 @@ def _forward_fa1(q, k, v, br, bc, causal, scale, acc_t, counter, h):
 
 
 # ---------------------------------------------------------------------------
-# The backward pass with recomputation (notebook 08)
+# The backward pass with recomputation (notebook 09)
 # ---------------------------------------------------------------------------
 
 def check_backward_inputs(q, k, v, o, lse, do):

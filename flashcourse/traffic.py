@@ -319,10 +319,10 @@ def _check_nonnegative_real(x, name: str) -> float:
 
 
 # ---------------------------------------------------------------------------
-# The backward pass (notebook 08)
+# The backward pass (notebook 09)
 # ---------------------------------------------------------------------------
 #
-# Backward pass: FLOPs and outer-memory traffic, one head (notebook 08).
+# Backward pass: FLOPs and outer-memory traffic, one head (notebook 09).
 #
 # Conventions as above: e bytes per Q/K/V/O/dO element, s bytes
 # per stored score, 4 bytes per statistic (lse L and D, fp32), a bytes per element
