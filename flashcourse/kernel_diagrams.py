@@ -80,7 +80,8 @@ def plot_flash_dataflow(config=None):
     ks_bytes = BYTES_FP32 * (v_off - k_off)                   # (Bc, d + pad)
     vs_bytes = BYTES_FP32 * (p_off - v_off)                   # (Bc, d)
     ps_bytes = BYTES_FP32 * br * c.p_stride                   # (Br, Bc + pad)
-    reg_values = tm + tn + tm * tn + tm * td + 2 * tm         # qa, kb, s, acc, m, l
+    kb = max(tn, td)                                          # K (TN) / V (TD) staging
+    reg_values = tm + kb + tm * tn + tm * td + 2 * tm         # qa, kb, s, acc, m, l
 
     plt = _plt()
     from matplotlib.patches import Rectangle
@@ -118,7 +119,7 @@ def plot_flash_dataflow(config=None):
             ("V", "Vs", f"(Bc, d) = ({bc}, {d})\n{_kib(vs_bytes)}")):
         _box(ax, X[key], s_, w, h + 0.2, title, detail, face["shared"])
     for key, title, detail in (
-            ("Q", "qa", f"TM = {tm} values"), ("K", "kb", f"TN = {tn} values"),
+            ("Q", "qa", f"TM = {tm} values"), ("K", "kb", f"max(TN, TD) = {kb} values"),
             ("P", "s", f"TM x TN = {tm} x {tn}"), ("O", "acc", f"TM x TD = {tm} x {td}"),
             ("lse", "m, l", f"TM = {tm} each")):
         _box(ax, X[key], r, w, h, title, detail, face["registers"])
