@@ -30,37 +30,33 @@ numpy look slower than it is, so for a fair comparison run the benchmark with bo
 unset (`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/cpu_forward.py`).
 The script records both variables and the kernel OpenBLAS actually chose in the JSON.
 
-The results go to benchmarks/results/cpu_forward_<tag>.json (tag: "2core" on a
-2-core machine, else the host name, plus "_<n>thread" with --threads n; --tag to
-override); --big writes its result into the same file under "big".
+The results go to benchmarks/out/cpu_forward_<tag>.json (tag: "2core" on a 2-core
+machine, else the host name, plus "_<n>thread" with --threads n; --tag to override);
+--out DIR writes elsewhere, --record replaces the recorded file in benchmarks/results/;
+--big writes its result into the same file under "big".
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
-import glob
 import json
 import os
-import platform
 import resource
 import socket
 import subprocess
 import sys
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import flashcourse  # noqa: F401  (sets NUMBA_CACHE_DIR before numba loads)
+import numba
+from threadpoolctl import threadpool_limits
 
-import flashcourse  # noqa: E402,F401  (sets NUMBA_CACHE_DIR before numba loads)
-import numba  # noqa: E402
-
-from flashcourse import cpu, reference  # noqa: E402
-from flashcourse.memory import format_bytes  # noqa: E402
+from flashcourse import cpu, env, reference, results
+from flashcourse.memory import format_bytes
+from flashcourse.timing import rel_err
 
 D = 64
 
@@ -69,94 +65,28 @@ D = 64
 # the environment
 # ---------------------------------------------------------------------------
 
-def _openblas():
-    """ctypes handle of the OpenBLAS that numpy links (scipy-openblas wheels), or None."""
-    libs = glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*.so*"))
-    libs += glob.glob(os.path.join(os.path.dirname(np.__file__), ".dylibs", "*openblas*"))
-    for path in libs:
-        try:
-            return ctypes.CDLL(path)
-        except OSError:
-            continue
-    return None
-
-
-def _blas_call(name_options, restype=ctypes.c_int, *args):
-    lib = _openblas()
-    if lib is None:
-        return None
-    for name in name_options:
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            fn.restype = restype
-            return fn(*args)
-    return None
-
-
-def blas_info() -> dict:
-    info = {}
-    try:
-        import threadpoolctl  # optional
-        info["threadpoolctl"] = threadpoolctl.threadpool_info()
-    except ImportError:
-        pass
-    core = _blas_call(("scipy_openblas_get_corename64_", "scipy_openblas_get_corename",
-                       "openblas_get_corename"), ctypes.c_char_p)
-    config = _blas_call(("scipy_openblas_get_config64_", "scipy_openblas_get_config",
-                         "openblas_get_config"), ctypes.c_char_p)
-    threads = _blas_call(("scipy_openblas_get_num_threads64_",
-                          "scipy_openblas_get_num_threads", "openblas_get_num_threads"))
-    info.update(openblas_core=core.decode() if core else None,
-                openblas_config=config.decode() if config else None,
-                openblas_threads=threads)
-    try:
-        info["numpy_blas"] = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-    except Exception:  # noqa: BLE001 (older numpy: no dict mode)
-        pass
-    return info
+_blas_limit = []
 
 
 def set_threads(n: int) -> None:
-    """Use n threads in both Numba's prange and OpenBLAS."""
+    """Use n threads in both Numba's prange and the BLAS numpy links (threadpoolctl)."""
     numba.set_num_threads(n)
-    _blas_call(("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-                "openblas_set_num_threads"), None, ctypes.c_int(n))
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def simd_flags() -> list:
-    """The vector instruction sets the CPU reports (Linux), e.g. ['avx2', 'avx512f', 'fma']."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                return sorted(f for f in ("sse4_2", "avx", "avx2", "fma", "avx512f",
-                                          "avx512bw", "avx512vl") if f in flags)
-    except OSError:
-        pass
-    return []
+    _blas_limit.append(threadpool_limits(limits=n, user_api="blas"))   # kept until exit
 
 
 def machine_info() -> dict:
+    """The environment record (flashcourse.env.record) plus what this benchmark varies."""
+    rec = env.record()
     return {
-        "cpu": cpu_model(), "simd": simd_flags(), "logical_cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(), "numpy": np.__version__,
-        "numba": numba.__version__, "numba_threads": numba.get_num_threads(),
+        "cpu": rec["cpu"]["name"], "cpu_features": rec["cpu"]["features"],
+        "logical_cpus": rec["cpu"]["count"], "cpus_allowed": rec["cpu"]["allowed"],
+        "python": rec["python"], "numpy": rec["numpy"], "numba": rec["numba"],
+        "numba_threads": numba.get_num_threads(),
         "numba_threading_layer": _threading_layer(),
         "env": {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
                                                "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                                "NUMBA_NUM_THREADS")},
-        "blas": blas_info(),
+        "blas": rec["blas"],
         "load_average_at_start": os.getloadavg(),
     }
 
@@ -191,7 +121,7 @@ def validate(name, fn, q, k, v, causal):
     rows = min(256, q.shape[0])
     o = fn()
     o_ref, _ = reference.attention(q[-rows:], k, v, causal=causal)
-    err = float(np.linalg.norm(o[-rows:] - o_ref) / np.linalg.norm(o_ref))
+    err = rel_err(o[-rows:], o_ref)
     if not err <= 1e-5:
         raise SystemExit(f"{name}: relative error {err:.3g} > 1e-5; not timing a wrong kernel")
     return err
@@ -307,7 +237,7 @@ def big_child(n):
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     # spot check: 64 rows against the float64 reference
     o_ref, lse_ref = reference.attention(q[-64:], k, v)
-    err = float(np.linalg.norm(o[-64:] - o_ref) / np.linalg.norm(o_ref))
+    err = rel_err(o[-64:], o_ref)
     print(json.dumps({
         "N": n, "d": D, "heads": 1, "dtype": "float32", "causal": False,
         "seconds": seconds, "gflops": flops(n, False) / seconds / 1e9,
@@ -347,6 +277,7 @@ def main(argv=None):
                     help="threads for both Numba and OpenBLAS (default: all cores)")
     ap.add_argument("--tag", default=None, help="results file suffix")
     ap.add_argument("--no-save", action="store_true")
+    results.add_output_arguments(ap, gpu=False)
     ap.add_argument("--_big-child", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args._big_child:
@@ -361,8 +292,8 @@ def main(argv=None):
     tag = args.tag or ("2core" if os.cpu_count() == 2 else socket.gethostname())
     if args.threads and not args.tag:
         tag += f"_{args.threads}thread"
-    path = ROOT / "benchmarks" / "results" / f"cpu_forward_{tag}.json"
-    record = json.loads(path.read_text()) if path.exists() else {}
+    path = results.output_dir(args) / f"cpu_forward_{tag}.json"
+    record = results.load(path, "cpu_forward") if path.exists() else {}
     info = machine_info()
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if args.big:
@@ -384,9 +315,8 @@ def main(argv=None):
         if args.sweep:
             record["sweep_N4096"] = sweep(repeats)
     if not args.no_save:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=1) + "\n")
-        print(f"wrote {path.relative_to(ROOT)}")
+        path.write_text(json.dumps(results.validate(record, "cpu_forward"), indent=1) + "\n")
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

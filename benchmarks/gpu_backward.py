@@ -1,8 +1,10 @@
 """Check and time the CUDA backward kernels on a GPU, against PyTorch SDPA's backward.
 
-Modes (combine them; each writes into --out):
+Modes (combine them; each writes into benchmarks/out/, or --out DIR; --record replaces
+the recorded benchmarks/results/h200_backward.json; --simulator-smoke runs tiny sizes
+without a GPU):
 
-    python3 benchmarks/gpu_backward.py --check --bench --out DIR
+    python3 benchmarks/gpu_backward.py --check --bench
         --check  gradients of every kernel vs the float64 reference
                  (flashcourse.reference.attention_backward) on >= 20 random shapes:
                  ragged T, causal on/off, Tq != Tk both ways, d in {32, 64, 128};
@@ -20,28 +22,24 @@ Modes (combine them; each writes into --out):
     python3 benchmarks/gpu_backward.py --plot benchmarks/results/h200_backward.json
         draws the PNG next to the JSON (on any machine; needs matplotlib).
 
-Writes DIR/h200_backward.json (environment, checks, timings) as it goes.
+Writes h200_backward.json (environment, checks, timings) as it goes.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import flashcourse  # noqa: E402,F401  (selects GPU or simulator before numba)
-from flashcourse import reference  # noqa: E402
+import flashcourse  # noqa: F401  (selects GPU or simulator before numba)
+from flashcourse import env, reference, results
+from flashcourse.cuda import backward
+from flashcourse.cuda.registry import BACKWARD
+from flashcourse.timing import rel_err, time_cuda
 
 TOL = 1e-4
 #: Tile variants (block_q, block_k, ty, tx) timed besides the default at N = 4096.
@@ -50,45 +48,7 @@ TOL = 1e-4
 #: d = 128 (32,64,16,16) 7.75, (64,64,16,16) 9.0, (32,32,8,16) 7.4: the defaults became
 #: (64,64,8,16) and (64,64,16,16). The old defaults stay in the sweep for comparison.
 EXTRA_CONFIGS = {64: [(64, 64, 16, 16)], 128: [(32, 64, 16, 16)]}
-KERNELS = ("simple", "fast", "fast_two_pass")
-
-
-def environment() -> dict:
-    env = {"date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-           "python": platform.python_version()}
-    try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm",
-                              "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=30)
-        env["nvidia_smi"] = smi.stdout.strip()
-    except Exception as exc:  # noqa: BLE001
-        env["nvidia_smi"] = f"unavailable: {exc!r}"
-    import numba
-    env["numpy"] = np.__version__
-    env["numba"] = numba.__version__
-    try:
-        from importlib import metadata
-        env["numba_cuda"] = metadata.version("numba-cuda")
-    except Exception:  # noqa: BLE001
-        env["numba_cuda"] = None
-    try:
-        import torch
-        env["torch"] = torch.__version__
-        env["torch_cuda"] = torch.version.cuda
-        env["gpu"] = torch.cuda.get_device_name(0)
-    except Exception as exc:  # noqa: BLE001
-        env["torch"] = f"unavailable: {exc!r}"
-    try:
-        from numba import cuda
-        dev = cuda.get_current_device()
-        name = getattr(dev, "name", "simulator")
-        env["numba_device"] = name.decode() if isinstance(name, bytes) else str(name)
-        env["compute_capability"] = list(dev.compute_capability)
-        env["cuda_driver_version"] = list(cuda.cudadrv.driver.driver.get_version())
-        env["cuda_runtime_version"] = list(cuda.runtime.get_version())
-    except Exception as exc:  # noqa: BLE001
-        env["numba_device_error"] = repr(exc)[:200]
-    return env
+KERNELS = tuple(BACKWARD)
 
 
 def problem(rng, bh, tq, tk, d, causal):
@@ -99,13 +59,11 @@ def problem(rng, bh, tq, tk, d, causal):
     return q, k, v, o.astype(np.float32), lse.astype(np.float32), do
 
 
-def rel_err(x, ref):
-    x = np.asarray(x, np.float64)
-    return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-300))
-
-
-def check_shapes(seed=2026, n=20):
-    """n random shapes: ragged, causal half the time, Tq != Tk both ways, d in {32,64,128}."""
+def check_shapes(seed=2026, n=20, smoke=False):
+    """n random shapes: ragged, causal half the time, Tq != Tk both ways, d in {32,64,128}
+    (smoke: two tiny ones, for the simulator)."""
+    if smoke:
+        return [(1, 5, 7, 8, True), (1, 7, 5, 8, False)]
     rng = np.random.default_rng(seed)
     shapes = [(2, 64, 64, 64, False), (2, 64, 64, 64, True), (1, 300, 77, 128, True),
               (1, 77, 300, 32, True)]                    # fixed corner cases first
@@ -117,11 +75,10 @@ def check_shapes(seed=2026, n=20):
     return shapes
 
 
-def run_checks(results, save):
-    from flashcourse.cuda.backward_kernels import backward
+def run_checks(results, save, smoke=False):
     rng = np.random.default_rng(7)
     rows, worst = [], 0.0
-    for bh, tq, tk, d, causal in check_shapes():
+    for bh, tq, tk, d, causal in check_shapes(smoke=smoke):
         q, k, v, o, lse, do = problem(rng, bh, tq, tk, d, causal)
         ref = reference.attention_backward(q, k, v, do, causal=causal)
         for kern in KERNELS:
@@ -140,14 +97,13 @@ def run_checks(results, save):
             print(f"check {kern:14s} bh={bh} Tq={tq:4d} Tk={tk:4d} d={d:3d} "
                   f"causal={causal!s:5s} max rel err {max(errs):.2e} {'ok' if ok else 'FAIL'}",
                   flush=True)
-    results["checks"] = {"tolerance": TOL, "n_shapes": len(check_shapes()),
+    results["checks"] = {"tolerance": TOL, "n_shapes": len(check_shapes(smoke=smoke)),
                          "all_ok": all(r["ok"] for r in rows), "worst_rel_err": worst,
                          "rows": rows}
     save()
 
 
 def sanitize_small() -> int:
-    from flashcourse.cuda.backward_kernels import backward
     rng = np.random.default_rng(1)
     bad = 0
     for causal, (tq, tk, d) in ((False, (37, 29, 40)), (True, (37, 29, 40)),
@@ -162,38 +118,10 @@ def sanitize_small() -> int:
     return 1 if bad else 0
 
 
-def time_it(fn, warmup=2, reps=7, events=None):
-    """Median milliseconds of fn() measured with device events (events=(start, stop, sync))."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, stop, elapsed = events()
-        start.record()
-        fn()
-        stop.record()
-        times.append(elapsed(start, stop))
+def time_it(fn, warmup=2, reps=7, backend="numba"):
+    """Median milliseconds of fn() and all the times (flashcourse.timing.time_cuda)."""
+    times = time_cuda(fn, warmup=warmup, repeats=reps, backend=backend)
     return float(np.median(times)), times
-
-
-def numba_events():
-    from numba import cuda
-    start, stop = cuda.event(), cuda.event()
-
-    def elapsed(a, b):
-        b.synchronize()
-        return a.elapsed_time(b)
-    return start, stop, elapsed
-
-
-def torch_events():
-    import torch
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def elapsed(a, b):
-        b.synchronize()
-        return a.elapsed_time(b)
-    return start, stop, elapsed
 
 
 def bench_ours(bh, n, d, causal, kernel, cfg=None, reps=7):
@@ -224,7 +152,7 @@ def bench_ours(bh, n, d, causal, kernel, cfg=None, reps=7):
     go()
     cuda.synchronize()
     first_s = time.time() - t0
-    ms, all_ms = time_it(go, warmup=1, reps=reps, events=numba_events)
+    ms, all_ms = time_it(go, warmup=1, reps=reps)
     return ms, all_ms, first_s
 
 
@@ -243,12 +171,12 @@ def bench_torch(bh, n, d, causal, backend, reps=7):
 
         def go():
             torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
-        ms, all_ms = time_it(go, warmup=2, reps=reps, events=torch_events)
+        ms, all_ms = time_it(go, warmup=2, reps=reps, backend="torch")
     return ms, all_ms
 
 
-def run_bench(results, save, sizes, dims, bh=32, simple=True):
-    from flashcourse.memory import visible_pairs
+def run_bench(results, save, sizes, dims, bh=32, simple=True, with_torch=True):
+    from flashcourse.geometry import visible_pairs
     rows = results.setdefault("bench", [])
     for d in dims:
         for causal in (False, True):
@@ -275,7 +203,7 @@ def run_bench(results, save, sizes, dims, bh=32, simple=True):
                     print("bench", json.dumps({k: v for k, v in row.items() if k != "all_ms"}),
                           flush=True)
                     save()
-                for backend in ("math", "efficient"):
+                for backend in ("math", "efficient") if with_torch else ():
                     try:
                         ms, all_ms = bench_torch(bh, n, d, causal, backend)
                         import torch
@@ -365,7 +293,6 @@ def plot(path: Path) -> Path:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--resources", action="store_true")
@@ -374,34 +301,39 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="1024,2048,4096,8192")
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--plot", type=Path)
+    results.add_output_arguments(ap)
     args = ap.parse_args(argv)
     if args.plot:
         print(plot(args.plot))
         return 0
+    results.require_gpu("benchmarks/gpu_backward.py", args.simulator_smoke)
     if args.sanitize_small:
         return sanitize_small()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results = {"env": environment(), "flop_convention":
+    out = results.output_dir(args)
+    smoke = args.simulator_smoke
+    if smoke:                             # tiny sizes: the simulator runs ~7k threads/s
+        args.sizes, args.dims, args.skip_simple = "16", "8", True
+    record = {"env": env.record(), "flop_convention":
                "backward FLOPs = 2.5 x forward = 10 Tq Tk d per head (visible pairs if causal)"}
     path = out / "h200_backward.json"
 
     def save():
-        path.write_text(json.dumps(results, indent=1))
+        path.write_text(json.dumps(results.validate(record, "gpu_backward"), indent=1))
     save()
-    print(results["env"], flush=True)
+    print(record["env"], flush=True)
     dims = [int(x) for x in args.dims.split(",")]
-    if args.resources:
-        resources(results, dims)
+    if args.resources and not smoke:      # registers: only a GPU compiles to machine code
+        resources(record, dims)
         save()
     if args.check:
-        run_checks(results, save)
+        run_checks(record, save, smoke=smoke)
     if args.bench:
-        run_bench(results, save, [int(x) for x in args.sizes.split(",")], dims,
-                  simple=not args.skip_simple)
+        run_bench(record, save, [int(x) for x in args.sizes.split(",")], dims,
+                  bh=2 if smoke else 32, simple=not args.skip_simple, with_torch=not smoke)
     save()
-    summary(results)
-    return 0 if results.get("checks", {}).get("all_ok", True) else 1
+    summary(record)
+    print("wrote", path)
+    return 0 if record.get("checks", {}).get("all_ok", True) else 1
 
 
 if __name__ == "__main__":

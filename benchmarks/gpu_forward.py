@@ -1,6 +1,7 @@
 """Check and benchmark the CUDA forward kernels of flashcourse.cuda on a GPU.
 
-    python benchmarks/gpu_forward.py --check --variants --bench --out DIR
+    python benchmarks/gpu_forward.py --check --variants --bench [--out DIR | --record]
+    python benchmarks/gpu_forward.py --check --simulator-smoke          # no GPU: tiny check
     compute-sanitizer --tool memcheck python3 benchmarks/gpu_forward.py --sanitize-small
     compute-sanitizer --tool racecheck python3 benchmarks/gpu_forward.py --sanitize-small
 
@@ -17,36 +18,32 @@
 --unroll-sweep     the default flash configuration of each d with unroll 1, 2, 4, 8.
 --kernels    a subset of textbook,flash,dense,torch for --check and --bench.
 --sanitize-small   one run of every kernel on small ragged shapes (for compute-sanitizer).
-Writes gpu_forward.json and gpu_forward.png (and logs) under --out.
+Writes gpu_forward.json and gpu_forward.png under benchmarks/out/ (or --out DIR;
+--record: benchmarks/results/).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
-import subprocess
 import sys
 import time
+import warnings
 from functools import partial
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
 
-import flashcourse  # noqa: E402  (selects GPU or simulator before numba loads)
-import numpy as np  # noqa: E402
-from numba import cuda  # noqa: E402
-import warnings  # noqa: E402
+import flashcourse  # noqa: F401  (selects GPU or simulator before numba loads)
+from flashcourse import env, reference, results
+from flashcourse._checks import Heads
+from flashcourse.cuda import extra_device_bytes, flash
+from flashcourse.cuda.registry import FORWARD
+from flashcourse.timing import rel_err, time_cuda
+from numba import cuda
 
 warnings.filterwarnings("ignore", message=".*under-utilization.*")
 
-from flashcourse import reference  # noqa: E402
-from flashcourse.cuda import dense, flash, textbook  # noqa: E402
-from flashcourse.cuda import extra_device_bytes  # noqa: E402
-
-KERNELS = ("textbook", "flash", "dense")
+KERNELS = tuple(FORWARD)
 NS = (1024, 2048, 4096, 8192, 16384)
 DS = (64, 128)
 BH = 32
@@ -57,71 +54,29 @@ def log(*a):
     print(*a, flush=True)
 
 
-def environment() -> dict:
-    env = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "python": platform.python_version(), "numpy": np.__version__}
-    import numba
-    env["numba"] = numba.__version__
-    try:
-        from importlib.metadata import version
-        env["numba_cuda"] = version("numba-cuda")
-    except Exception:
-        env["numba_cuda"] = "?"
-    try:
-        out = subprocess.run(["nvidia-smi",
-                              "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
-                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
-        env["nvidia_smi"] = out.stdout.strip()
-    except Exception as exc:
-        env["nvidia_smi"] = repr(exc)
-    if not flashcourse.gpu.using_simulator():
-        dev = cuda.get_current_device()
-        env["gpu"] = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-        env["compute_capability"] = list(dev.compute_capability)
-        env["sm_count"] = int(dev.MULTIPROCESSOR_COUNT)
-        env["cuda_runtime"] = ".".join(map(str, cuda.runtime.get_version()))
-        env["cuda_driver"] = ".".join(map(str, cuda.driver.driver.get_version()))
-    try:
-        import torch
-        env["torch"] = torch.__version__
-        env["torch_cuda"] = torch.version.cuda
-    except Exception:
-        env["torch"] = None
-    return env
-
-
 def flops(tq, tk, d, causal, bh=BH):
     f = 4.0 * bh * tq * tk * d
     return f / 2 if causal else f
 
 
-def rel_err(x, ref):
-    x = np.asarray(x, np.float64)
-    ref = np.asarray(ref, np.float64)
-    n = np.linalg.norm(ref)
-    return float(np.linalg.norm(x - ref) / n) if n > 0 else float(np.linalg.norm(x))
-
-
 def launch(name, qf, kf, vf, o, lse, tq, tk, d, scale, causal, cfg=None):
-    """Run one kernel on flattened device arrays (no allocation of o/lse inside)."""
-    if name == "flash":
-        cfg = cfg or {}
-        flash.run(qf, kf, vf, o, lse, tq, tk, d, scale, causal, **cfg)
-    elif name == "textbook":
-        textbook.run(qf, kf, vf, o, lse, tq, tk, d, scale, causal)
-    else:
-        dense.run(qf, kf, vf, o, lse, tq, tk, d, scale, causal)
+    """Run one registered kernel on flattened device arrays, writing into o and lse."""
+    x = Heads(qf, kf, vf, (qf.shape[0],), tq, tk, d, scale, causal, np.dtype(np.float32))
+    FORWARD[name].run(x, out=(o, lse), **(cfg or {}))
 
 
 # ----------------------------------------------------------------------------- check
-def check(rng, results, flash_cfgs, kernels=KERNELS):
-    """Every kernel (and every flash variant given) vs float64 on >= 20 random shapes."""
+def check(rng, results, flash_cfgs, kernels=KERNELS, smoke=False):
+    """Every kernel (and every flash variant given) vs float64 on >= 20 random shapes
+    (smoke: two tiny ones, for the simulator)."""
     shapes = []
     for d in (32, 64, 128):
         for (tq, tk) in ((1, 1), (37, 53), (100, 100), (129, 65), (257, 300), (64, 1000),
                          (500, 129)):
             shapes.append((2, tq, tk, d))
     shapes += [(3, 77, 91, 5), (1, 190, 190, 48), (2, 300, 17, 100), (1, 1024, 1024, 64)]
+    if smoke:
+        shapes = [(1, 5, 7, 8), (2, 9, 4, 3)]
     rows = []
     worst = 0.0
     for i, (bh, tq, tk, d) in enumerate(shapes):
@@ -169,47 +124,16 @@ def check(rng, results, flash_cfgs, kernels=KERNELS):
 
 
 # ----------------------------------------------------------------------------- timing
-def time_numba(fn, reps_hint=None, budget_s=0.3):
-    """Median ms of fn() over repeats, timed with CUDA events after one warm-up."""
-    fn()
-    cuda.synchronize()
-    start, stop = cuda.event(), cuda.event()
-    start.record()
-    fn()
-    stop.record()
-    stop.synchronize()
-    first = cuda.event_elapsed_time(start, stop)
-    least = 1 if first > 500 else 3
-    reps = reps_hint or int(min(20, max(least, budget_s * 1000 / max(first, 1e-3))))
-    times = [first]
-    for _ in range(reps):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop))
-    return float(np.median(times)), reps
+def time_numba(fn, reps_hint=None, budget_s=0.3, backend="numba"):
+    """(median ms, timed calls) of fn(): one warm-up, then CUDA events around each call
+    until `budget_s` is spent (3 to 20 calls; flashcourse.timing.time_cuda)."""
+    times = time_cuda(fn, warmup=1, repeats=reps_hint or 20,
+                      budget_s=None if reps_hint else budget_s, backend=backend)
+    return float(np.median(times)), len(times)
 
 
 def time_torch(fn, budget_s=0.3):
-    import torch
-    fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    fn()
-    e.record()
-    e.synchronize()
-    first = s.elapsed_time(e)
-    reps = int(min(20, max(1 if first > 500 else 3, budget_s * 1000 / max(first, 1e-3))))
-    times = [first]
-    for _ in range(reps):
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return float(np.median(times)), reps
+    return time_numba(fn, budget_s=budget_s, backend="torch")
 
 
 def make_inputs(rng, n, d):
@@ -441,21 +365,29 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="bench only N <= 4096")
     ap.add_argument("--unroll-sweep", action="store_true",
                     help="default flash configs with unroll 1, 2, 4, 8: check and time")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--kernels", default=",".join(KERNELS) + ",torch",
                     help="comma-separated subset of textbook,flash,dense,torch")
+    results.add_output_arguments(ap)
     args = ap.parse_args(argv)
+    results.require_gpu("benchmarks/gpu_forward.py", args.simulator_smoke)
+    smoke = args.simulator_smoke
+    if smoke and (args.variants or args.bench or args.unroll_sweep):
+        raise SystemExit("--simulator-smoke runs --check and --sanitize-small only (tiny "
+                         "shapes); timings need a GPU")
     if args.sanitize_small:
         sanitize_small()
         if not (args.check or args.variants or args.bench or args.unroll_sweep):
             return 0
     chosen = [k for k in args.kernels.split(",") if k in KERNELS]
     with_torch = "torch" in args.kernels.split(",")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = results.output_dir(args)
     rng = np.random.default_rng(2026)
-    results = {"env": environment()}
-    log(json.dumps(results["env"]))
+    record = {"env": env.record()}
+    log(json.dumps(record["env"]))
+
+    def save():
+        (out / "gpu_forward.json").write_text(
+            json.dumps(results.validate(record, "gpu_forward"), indent=1))
     cfgs = [dict(block_q=64, block_k=64, threads=256, tm=4),
             dict(block_q=128, block_k=64, threads=256, tm=8),
             dict(block_q=64, block_k=32, threads=128, tm=4),
@@ -468,25 +400,26 @@ def main(argv=None):
             dict(block_q=128, block_k=32, threads=512, tm=4)]
     ok = True
     if args.check:
-        ok = check(rng, results, [cfgs[0], cfgs[6], cfgs[7]] if "flash" in chosen else [], chosen)
-        (out / "gpu_forward.json").write_text(json.dumps(results, indent=1))
+        flash_cfgs = [cfgs[0], cfgs[6], cfgs[7]] if "flash" in chosen and not smoke else []
+        ok = check(rng, record, flash_cfgs, chosen, smoke=smoke)
+        save()
     if args.unroll_sweep:
-        unroll_sweep(rng, results)
-        (out / "gpu_forward.json").write_text(json.dumps(results, indent=1))
+        unroll_sweep(rng, record)
+        save()
     best = {}
     if args.variants:
-        rows = variants(rng, results, cfgs, [(4096, 64, False), (4096, 128, False)])
+        rows = variants(rng, record, cfgs, [(4096, 64, False), (4096, 128, False)])
         for d in DS:
             good = [r for r in rows if r["d"] == d and "ms" in r]
             if good:
                 best[d] = min(good, key=lambda r: r["ms"])["cfg"]
-        results["best_cfg"] = {str(k): v for k, v in best.items()}
+        record["best_cfg"] = {str(k): v for k, v in best.items()}
         log(f"best flash configs: {best}")
-        (out / "gpu_forward.json").write_text(json.dumps(results, indent=1))
+        save()
     if args.bench:
         ns = tuple(n for n in NS if n <= 4096) if args.quick else NS
-        rows = bench(rng, results, best, ns=ns, out=out, kernels=chosen, with_torch=with_torch)
-        (out / "gpu_forward.json").write_text(json.dumps(results, indent=1))
+        rows = bench(rng, record, best, ns=ns, out=out, kernels=chosen, with_torch=with_torch)
+        save()
         plot(rows, out / "gpu_forward.png")
         table(rows)
         table(rows, n=8192)

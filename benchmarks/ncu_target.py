@@ -5,7 +5,7 @@
     ncu --metrics ... python benchmarks/ncu_target.py --configs NAME[,NAME...]
 
 Each configuration is bracketed by two empty marker kernels, `ncu_begin` and
-`ncu_end`, so that `flashcourse.tuning.split_by_marker` can tell which profiled
+`ncu_end`, so that `flashcourse.measured_traffic.split_by_marker` can tell which profiled
 kernels belong to which configuration. Inputs are made on the host (numpy,
 standard normal, fp32) and copied to the GPU (copies are not kernels), so the only
 kernels between the markers are the attention path's own. PyTorch paths are warmed
@@ -22,9 +22,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 D = 64          # head dimension of every configuration (fp32)
 H = 16          # heads (B x H) unless a configuration says otherwise
@@ -119,10 +116,11 @@ def run_one(cfg):
     lse = cuda.device_array((h, n), np.float32)
     scale = 1.0 / np.sqrt(d)
     if impl == "flash":
-        from flashcourse import tuning as T
+        from flashcourse.configs import make_config
+        from flashcourse.sweep import _kernel_for
         args = (cfg["block_q"], cfg["block_k"], cfg["threads"], cfg["tm"])
-        tc = T.make_config(*args, d, unroll=cfg.get("unroll"))
-        kern, kw = T._kernel_for(tc, shuffle=True)
+        tc = make_config(*args, d, unroll=cfg.get("unroll"))
+        kern, kw = _kernel_for(tc, shuffle=True)
         ck = kern.compile(flash.signature())       # host-side compile before the markers
         cfg["regs_per_thread"] = int(ck.regs_per_thread)
         cfg["unroll"] = kw.get("unroll")

@@ -23,12 +23,13 @@ the kernels in a bracket are summed (a dense path is several kernels).
 Each configuration is joined with the two-level IO model (`flashcourse.traffic`,
 fp32: dense_traffic with 4-byte scores, tiled_traffic with the kernel's Br, Bc; the
 model counts bytes between "outer memory" and the chip) and with the three-level
-estimate `flashcourse.tuning.l2_aware_dram_bytes`. Ratios measured/model and a reason
-for every ratio outside [0.8, 1.25] go into the results.
+estimate `flashcourse.measured_traffic.l2_aware_dram_bytes`. Ratios measured/model and a
+reason for every ratio outside [0.8, 1.25] go into the results.
 
-Writes in --out: h200_ncu_traffic.json (schema flashcourse.tuning.ncu_traffic/1),
-h200_ncu_traffic.csv (one row per configuration and cache mode), and the raw ncu
-CSV of each mode (ncu_raw_flush.csv, ncu_raw_nocache.csv).
+Writes to benchmarks/out/ (or --out DIR; --record replaces the recorded results):
+h200_ncu_traffic.json (schema flashcourse/schemas/ncu_traffic.json), h200_ncu_traffic.csv
+(one row per configuration and cache mode), and the raw ncu CSV of each mode
+(ncu_raw_flush.csv, ncu_raw_nocache.csv).
 """
 
 from __future__ import annotations
@@ -44,8 +45,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import flashcourse  # noqa: F401  (selects the GPU or the simulator before numba loads)
+from flashcourse import env, results
+from flashcourse import measured_traffic as mt
+from flashcourse.limits import current_limits
+
+HERE = Path(__file__).resolve().parent
 
 MODES = {"all": "flush", "none": "nocache"}   # --cache-control value -> file tag
 
@@ -72,21 +77,20 @@ def _ncu_has(flag: str) -> bool:
     try:
         return flag in subprocess.run([NCU, "--help"], capture_output=True, text=True,
                                       timeout=60).stdout
-    except Exception:
+    except (OSError, subprocess.TimeoutExpired):  # ncu did not answer: use the plain flags
         return False
 
 
 def run_ncu(names, cache_control, workdir, tuned_json=None, timeout=400, part=0):
     """Run ncu once over the target; return (csv text, manifest list, seconds).
     A run that outlasts `timeout` is killed and returns what it wrote (often nothing)."""
-    from flashcourse.tuning import NCU_METRICS
     tag = MODES[cache_control]
     log = Path(workdir) / f"ncu_raw_{tag}_{part}.csv"
     manifest = Path(workdir) / f"manifest_{tag}_{part}.json"
     units = ["--print-units", "base"] if _ncu_has("--print-units") else []
     cmd = [NCU, "--clock-control", "none", "--cache-control", cache_control,
-           "--metrics", ",".join(NCU_METRICS), "--csv", *units,
-           "--log-file", str(log), sys.executable, str(ROOT / "benchmarks" / "ncu_target.py"),
+           "--metrics", ",".join(mt.NCU_METRICS), "--csv", *units,
+           "--log-file", str(log), sys.executable, str(HERE / "ncu_target.py"),
            "--configs", ",".join(names), "--manifest", str(manifest)]
     if tuned_json:
         cmd += ["--tuned-json", str(tuned_json)]
@@ -120,18 +124,17 @@ def tile_from_names(names):
 
 def join(kernels, manifest, cache_control, l2_bytes, limits):
     """One result row per configuration: measured sums + model + ratios + reasons."""
-    from flashcourse import tuning as T
-    groups = T.split_by_marker(kernels)
+    groups = mt.split_by_marker(kernels)
     bracketed = [m for m in manifest if m.get("bracketed")]
     runs = []
     for i, m in enumerate(bracketed):
         ks = groups[i] if i < len(groups) else []
-        meas = T.sum_metrics(ks)
+        meas = mt.sum_metrics(ks)
         if m["impl"] == "torch-efficient":
             tile = tile_from_names([k["kernel"] for k in ks])
             if tile:                      # PyTorch names its tile: ..._64x64_...
                 m = {**m, "block_q": tile[0], "block_k": tile[1]}
-        model = T.model_bytes(m["impl"], m["seq_len"], m["head_dim"], m["heads"],
+        model = mt.model_bytes(m["impl"], m["seq_len"], m["head_dim"], m["heads"],
                               block_q=m.get("block_q"), block_k=m.get("block_k"))
         run = {"name": m["name"], "impl": m["impl"], "seq_len": m["seq_len"],
                "head_dim": m["head_dim"], "heads": m["heads"],
@@ -143,7 +146,7 @@ def join(kernels, manifest, cache_control, l2_bytes, limits):
                "dram_read": meas["dram_read"], "dram_write": meas["dram_write"],
                "dram_bytes": meas["dram_bytes"], "l2_bytes": meas["l2_bytes"],
                "time_ms": meas["time_ms"], "model_bytes": model,
-               "kv_bytes": T.kv_bytes(m["seq_len"], m["head_dim"], m["heads"]),
+               "kv_bytes": mt.kv_bytes(m["seq_len"], m["head_dim"], m["heads"]),
                "l2_capacity": l2_bytes}
         run["dram_ratio"] = run["dram_bytes"] / model if model and ks else None
         run["l2_ratio"] = run["l2_bytes"] / model if model and ks else None
@@ -151,17 +154,17 @@ def join(kernels, manifest, cache_control, l2_bytes, limits):
         if m["impl"] == "flash":
             try:
                 regs = m.get("regs_per_thread")       # recorded by the target when compiled
-                est = T.l2_aware_dram_bytes(
+                est = mt.l2_aware_dram_bytes(
                     m["seq_len"], m["head_dim"], m["heads"], m["block_q"], m["block_k"],
                     m["threads"], m["tm"], limits, regs_per_thread=regs)
                 run.update(l2_aware_dram_bytes=est["bytes"], regs_per_thread=regs,
                            resident_blocks=est["resident_blocks"],
                            waves_per_head=est["waves_per_head"], kv_fits=est["kv_fits"])
                 run["l2_aware_ratio"] = (run["dram_bytes"] / est["bytes"]) if ks else None
-            except Exception as exc:
+            except ValueError as exc:     # e.g. a LaunchError: recorded, the run is kept
                 run["error"] += f" l2-aware model: {type(exc).__name__}: {exc}"
-        run["dram_reason"] = T.explain_ratio(run, l2_bytes, level="dram")
-        run["l2_reason"] = T.explain_ratio(run, l2_bytes, level="l2")
+        run["dram_reason"] = mt.explain_ratio(run, l2_bytes, level="dram")
+        run["l2_reason"] = mt.explain_ratio(run, l2_bytes, level="l2")
         runs.append(run)
     if len(groups) != len(bracketed):
         print(f"warning: {len(groups)} bracketed kernel groups, {len(bracketed)} configurations",
@@ -171,22 +174,24 @@ def join(kernels, manifest, cache_control, l2_bytes, limits):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--configs", default="", help="comma-separated names; default: all")
     ap.add_argument("--modes", nargs="+", default=["all", "none"], choices=list(MODES))
     ap.add_argument("--tuned-json", default=None)
     ap.add_argument("--timeout", type=int, default=400, help="seconds per ncu process")
     ap.add_argument("--deadline-s", type=float, default=1e9,
                     help="total seconds for all ncu processes (later ones get what is left)")
+    results.add_output_arguments(ap)
     args = ap.parse_args(argv)
+    results.require_gpu("benchmarks/ncu_traffic.py", args.simulator_smoke)
+    out = results.output_dir(args)
     global NCU
     NCU = find_ncu()
     if NCU is None:
         raise SystemExit("ncu (Nsight Compute) not found: nothing measured")
-    import flashcourse  # noqa: F401
-    from flashcourse import tuning as T
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import ncu_target
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("ncu_target", HERE / "ncu_target.py")
+    ncu_target = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ncu_target)
     configs = ncu_target.add_tuned(dict(ncu_target.CONFIGS), None)
     names = [n for n in args.configs.split(",") if n] or list(configs)
     if args.tuned_json and Path(args.tuned_json).exists() and not args.configs:
@@ -198,15 +203,10 @@ def main(argv=None):
     except ImportError:
         names = [n for n in names if not n.startswith("torch")]
         print("torch not importable: PyTorch SDPA paths left out", flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    env = T.environment()
-    try:
-        env["ncu"] = subprocess.run([NCU, "--version"], capture_output=True, text=True,
-                                    timeout=60).stdout.strip().splitlines()[-1]
-    except Exception:
-        env["ncu"] = None
-    limits = T.DeviceLimits.from_device()
+    environment = env.record()
+    environment["ncu"] = subprocess.run([NCU, "--version"], capture_output=True, text=True,
+                                        timeout=60).stdout.strip().splitlines()[-1]
+    limits = current_limits()
     # two parts, so that the long single-head runs cannot cost the rest if time runs out
     long_names = [n for n in names if "-h1-" in n]
     parts = [p for p in ([n for n in names if n not in long_names], long_names) if p]
@@ -223,7 +223,7 @@ def main(argv=None):
                                           min(args.timeout, left), part=i)
                 raw_seconds[f"{mode}_{i}"] = round(secs, 1)
                 raw[mode] += text + "\n"
-                kernels = T.parse_ncu_csv(text)
+                kernels = mt.parse_ncu_csv(text)
                 print(f"cache-control {mode}, part {i}: {len(kernels)} kernels profiled in "
                       f"{secs:.0f} s", flush=True)
                 runs += join(kernels, man, mode, limits.l2_bytes, limits)
@@ -235,12 +235,13 @@ def main(argv=None):
                                for n in part if n not in done]
     for mode, text in raw.items():
         (out / f"ncu_raw_{MODES[mode]}.csv").write_text(text)
-    doc = {"schema": T.TRAFFIC_SCHEMA, "environment": env, "limits": limits.to_dict(),
-           "metrics": list(T.NCU_METRICS),
+    doc = {"schema": results.TRAFFIC_SCHEMA, "environment": environment, "limits": limits.to_dict(),
+           "metrics": list(mt.NCU_METRICS),
            "ncu_flags": "--clock-control none --print-units base --csv; "
                         "--cache-control all (flush) and none",
            "dtype": "float32", "ncu_seconds": raw_seconds, "runs": runs, "failed": failed}
-    (out / "h200_ncu_traffic.json").write_text(json.dumps(doc, indent=1))
+    (out / "h200_ncu_traffic.json").write_text(
+        json.dumps(results.validate(doc, "ncu_traffic"), indent=1))
     cols = ["name", "impl", "seq_len", "head_dim", "heads", "block_q", "block_k", "threads",
             "tm", "cache_control", "n_kernels", "dram_bytes", "l2_bytes", "time_ms",
             "model_bytes", "l2_aware_dram_bytes", "dram_ratio", "l2_ratio", "l2_aware_ratio",

@@ -1,6 +1,8 @@
 """Tile-size sweep of the CUDA flash kernel on a GPU; writes the recorded tuning results.
 
-    python benchmarks/tune_sweep.py --out benchmarks/results          # on a GPU machine
+    python benchmarks/tune_sweep.py                     # on a GPU: writes benchmarks/out/
+    python benchmarks/tune_sweep.py --record            # on a GPU: replaces the recorded sweep
+    python benchmarks/tune_sweep.py --simulator-smoke --head-dims 16 --seq-lens 16 ...
 
 What it does (fp32, non-causal, B x H = 32 heads, Tq = Tk = N):
   phase A  every launchable (block_q, block_k, threads) from {32, 64, 128}^2 x
@@ -19,7 +21,7 @@ the output is checked against the float64 reference (first rows of head 0, and a
 irregular causal problem with the same tiles). The tuned default per d is the fastest
 geometric mean over N among configurations at least as fast as the default at every N.
 
-Outputs in --out: h200_tuning_sweep.json (schema in flashcourse/tuning.py) and
+Outputs in --out: h200_tuning_sweep.json (schema flashcourse/schemas/sweep.json) and
 h200_tuning_heatmap.png (TFLOP/s over (block_q, block_k), best thread count per cell).
 """
 
@@ -28,12 +30,12 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import flashcourse  # noqa: F401  (GPU or simulator, before Numba loads)
+from flashcourse import configs, env, limits, results, sweep
+from flashcourse.cuda import flash
+from flashcourse.gpu import using_simulator
 
 LOCK = None
 
@@ -51,30 +53,27 @@ def _init(lock):
 
 def _work(task):
     """Compile one configuration (no lock), then time it under the GPU lock; a row."""
-    import flashcourse  # noqa: F401  (GPU or simulator before numba)
-    from flashcourse import tuning as T
-    from flashcourse.cuda import flash
     d, key, n, bh, warmup, repeats, limits_dict, deadline = task
-    cfg = T.make_config(*key[:4], d, unroll=key[4])
-    row = T.config_row(cfg, n)
+    cfg = configs.make_config(*key[:4], d, unroll=key[4])
+    row = sweep.config_row(cfg, n)
     if time.time() > deadline:
         row.update(status="skipped", error="time budget spent")
         return row
     t0 = time.time()
     try:
-        sim = flash.using_simulator()      # a smoke test without a GPU
-        kern, _ = T._kernel_for(cfg, shuffle=not sim)
+        sim = using_simulator()      # a smoke test without a GPU
+        kern, _ = sweep._kernel_for(cfg, shuffle=not sim)
         if not sim:
             kern.compile(flash.signature())
-    except Exception as exc:
+    except Exception as exc:  # broad on purpose: a configuration that fails is data
         row.update(status="error", error=f"compile: {type(exc).__name__}: {exc}"[:500])
         return row
     compile_s = time.time() - t0
-    limits = T.DeviceLimits.from_dict(limits_dict)
-    T.host_inputs(bh, n, d)              # make the inputs before taking the GPU
+    device = limits.DeviceLimits.from_dict(limits_dict)
+    sweep.host_inputs(bh, n, d)              # make the inputs before taking the GPU
     with LOCK:
-        row = T.time_config(cfg, n, runner=T.make_gpu_runner, batch_heads=bh, warmup=warmup,
-                            repeats=repeats, limits=limits)
+        row = sweep.time_config(cfg, n, runner=sweep.make_gpu_runner, batch_heads=bh,
+                                warmup=warmup, repeats=repeats, limits=device)
     row["compile_s"] = round(compile_s, 2)
     return row
 
@@ -104,20 +103,17 @@ def top_keys(rows, d, n, k):
     return out[:k]
 
 
-def save(out, doc, T, heatmap=False):
+def save(out, doc, heatmap=False):
     """Write the sweep document (after every phase: a killed run keeps what it measured)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "h200_tuning_sweep.json").write_text(json.dumps(doc, indent=1))
+    from flashcourse.results import validate
+    from flashcourse.sweep import plot_sweep_heatmaps
+    (out / "h200_tuning_sweep.json").write_text(json.dumps(validate(doc, "sweep"), indent=1))
     if heatmap:
-        try:
-            T.plot_sweep_heatmaps(doc, out / "h200_tuning_heatmap.png")
-        except Exception as exc:  # the JSON is what matters
-            print("heatmap failed:", exc)
+        plot_sweep_heatmaps(doc, out / "h200_tuning_heatmap.png")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--seq-lens", type=int, nargs="+", default=[4096, 16384])
     ap.add_argument("--batch-heads", type=int, default=32)
@@ -132,19 +128,21 @@ def main(argv=None):
     ap.add_argument("--long-repeats", type=int, default=3)
     ap.add_argument("--workers", type=int, default=10)
     ap.add_argument("--budget-s", type=float, default=240.0)
+    results.add_output_arguments(ap)
     args = ap.parse_args(argv)
+    results.require_gpu("benchmarks/tune_sweep.py", args.simulator_smoke)
+    out = results.output_dir(args)
     deadline = time.time() + args.budget_s
 
-    import flashcourse  # noqa: F401
-    from flashcourse import tuning as T
-    limits = T.DeviceLimits.from_device()
-    env = T.environment()
-    print(f"GPU {env['gpu']}, driver {env['driver']}, CUDA {env['cuda']}; limits {limits}",
+    device = limits.current_limits()
+    environment = env.record()
+    print(f"GPU {environment['gpu']}, driver {environment['driver']}, CUDA "
+          f"{environment['cuda']}; limits {device}",
           flush=True)
     n0, rest = args.seq_lens[0], args.seq_lens[1:]
-    du = T.default_unroll()
+    du = flash.UNTUNED_UNROLL
     defaults = {str(d): {**dict(zip(("block_q", "block_k", "threads", "tm"),
-                                    T.default_config(d), strict=True)), "unroll": du}
+                                    flash.untuned_config(d), strict=True)), "unroll": du}
                 for d in args.head_dims}
     dkey = lambda d: tuple(defaults[str(d)][x] for x in ("block_q", "block_k", "threads",
                                                            "tm", "unroll"))
@@ -152,7 +150,7 @@ def main(argv=None):
     rejected = {}
     phase_a = []
     for d in args.head_dims:
-        ok, rej = T.enumerate_configs(d, limits, block_qs=args.block_qs,
+        ok, rej = configs.enumerate_configs(d, device, block_qs=args.block_qs,
                                       block_ks=args.block_ks, threads=args.threads, unroll=ua)
         rejected[str(d)] = [{"config": list(k), "reason": r} for k, r in rej]
         keys = [c.key() for c in ok]
@@ -160,8 +158,8 @@ def main(argv=None):
         if dk not in keys:
             keys.append(dk)
         phase_a += [(d, k) for k in keys]
-    out = Path(args.out)
-    doc = {"schema": T.SWEEP_SCHEMA, "environment": env, "limits": limits.to_dict(),
+    doc = {"schema": results.SWEEP_SCHEMA, "environment": environment,
+           "limits": device.to_dict(),
            "problem": {"batch_heads": args.batch_heads, "dtype": "float32", "causal": False,
                        "seq_lens": args.seq_lens, "warmup": args.warmup,
                        "repeats": args.repeats, "long_repeats": args.long_repeats,
@@ -171,19 +169,19 @@ def main(argv=None):
            "rejected": rejected}
     ctx = mp.get_context("spawn")
     lock = ctx.Lock()
-    ld = limits.to_dict()
+    ld = device.to_dict()
     rows = []
     with ctx.Pool(args.workers, initializer=_init, initargs=(lock,)) as pool:
         rows += run_phase(pool, [(d, k, n0, args.batch_heads, args.warmup, args.repeats, ld,
                                   deadline) for d, k in phase_a], "A")
-        save(out, {**doc, "rows": rows}, T)
+        save(out, {**doc, "rows": rows})
         tried = {(r["head_dim"], r["block_q"], r["block_k"], r["threads"], r["tm"],
                   r.get("unroll")) for r in rows}
         phase_b = []
         for d in args.head_dims:
             for (bq, bk, t, tm0, u0) in top_keys(rows, d, n0, 2):
                 variants = [(tm0, u) for u in (1, 2, 4, 8)] if du is not None else []
-                variants += [(tm, u0) for tm in T.valid_tms(bq, bk, t, d)]
+                variants += [(tm, u0) for tm in configs.valid_tms(bq, bk, t, d)]
                 for tm, u in variants:
                     if (d, bq, bk, t, tm, u) not in tried:
                         phase_b.append((d, (bq, bk, t, tm, u)))
@@ -200,8 +198,8 @@ def main(argv=None):
         for n in rest:
             rows += run_phase(pool, [(d, k, n, args.batch_heads, 1, args.long_repeats, ld,
                                       deadline + 40) for d, k in phase_c], f"C N={n}")
-        best = T.best_by_head_dim(rows, defaults)
-        save(out, {**doc, "rows": rows, "best": best}, T)
+        best = sweep.best_by_head_dim(rows, defaults)
+        save(out, {**doc, "rows": rows, "best": best})
         recheck_tasks = []
         for d in args.head_dims:
             dk = dkey(d)
@@ -214,7 +212,7 @@ def main(argv=None):
         rechecks = run_phase(pool, [(d, k, n0, args.batch_heads, args.warmup, args.repeats, ld,
                                      deadline + 55) for d, k in recheck_tasks], "recheck")
     doc.update(rows=rows, rechecks=rechecks, best=best)
-    save(out, doc, T, heatmap=True)
+    save(out, doc, heatmap=True)
     print("\nbest per head dimension (geometric mean over N; never slower than the default):")
     for d, b in best.items():
         print(f"  d={d}: Br={b['block_q']} Bc={b['block_k']} threads={b['threads']} "

@@ -2,78 +2,72 @@
 for this GPU model, that it is exact, and that it is at least as fast as the untuned
 default in the same run (fp32, B x H = 32, N = 4096, d in {64, 128}).
 
-    python benchmarks/verify_defaults.py [--out DIR]
+    python benchmarks/verify_defaults.py                  # on a GPU: writes benchmarks/out/
+    python benchmarks/verify_defaults.py --record         # replaces the recorded file
+    python benchmarks/verify_defaults.py --simulator-smoke     # tiny sizes, no GPU
 """
 
 import argparse
 import json
-import sys
+import statistics
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import flashcourse  # noqa: E402,F401  (selects the GPU before numba loads)
-from flashcourse import reference  # noqa: E402
-from flashcourse.cuda import flash, forward  # noqa: E402
-from flashcourse.tuning import environment  # noqa: E402
+import flashcourse  # noqa: F401  (selects the GPU or the simulator before numba loads)
+from flashcourse import env, reference, results
+from flashcourse.cuda import flash, forward
+from flashcourse.timing import rel_err, tflops, time_cuda
+from flashcourse.traffic import attention_flops
 
 
-def median_ms(fn, repeats=15, warmup=3):
+def main(argv=None):
     from numba import cuda
-    for _ in range(warmup):
-        fn()
-    cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        a, b = cuda.event(), cuda.event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(cuda.event_elapsed_time(a, b))
-    return float(np.median(times))
-
-
-def main():
-    from numba import cuda
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    results.add_output_arguments(ap)
+    args = ap.parse_args(argv)
+    results.require_gpu("benchmarks/verify_defaults.py", args.simulator_smoke)
+    out = results.output_dir(args)
+    smoke = args.simulator_smoke
     rng = np.random.default_rng(0)
-    report = {"environment": environment(), "rows": []}
-    for d in (64, 128):
-        tuned = flash.tuned_config(d)
+    report = {"environment": env.record(), "rows": []}
+    dims, (tq, tk), (bh, n) = ((8,), (5, 7), (2, 16)) if smoke else \
+        ((64, 128), (777, 1031), (32, 4096))
+    repeats = 1 if smoke else 15
+    for d in dims:
         # exactness of the default on a ragged causal shape, vs the float64 reference
-        q, k, v = (rng.standard_normal((2, 3, t, d)).astype(np.float32) for t in (777, 1031, 1031))
+        q, k, v = (rng.standard_normal((2, 3, t, d)).astype(np.float32) for t in (tq, tk, tk))
         o, lse = forward(q, k, v, causal=True)
         o_ref, _ = reference.attention(q, k, v, causal=True)
-        err = float(np.linalg.norm(o - o_ref) / np.linalg.norm(o_ref))
+        err = rel_err(o, o_ref)
         # timing: default (tuned when recorded) vs untuned, same run
-        bh, n = 32, 4096
         qd, kd, vd = (cuda.to_device(rng.standard_normal((bh, n, d)).astype(np.float32))
                       for _ in range(3))
         od = cuda.device_array((bh, n, d), np.float32)
         ld = cuda.device_array((bh, n), np.float32)
         scale = 1 / np.sqrt(d)
-        untuned = flash.untuned_config(d)
-        bq, bk, th, tm = untuned
-
+        untuned = flash.untuned_config(d) if not smoke else flash.default_config(d)
         base = (qd, kd, vd, od, ld, n, n, d, scale, False)
-        flops = 4 * bh * n * n * d
+        flops = attention_flops(n, n, d) * bh
+
+        def median_ms(fn):
+            return statistics.median(time_cuda(fn, warmup=1 if smoke else 3, repeats=repeats))
+
         ms_default = median_ms(partial(flash.run, *base))
-        ms_untuned = median_ms(partial(flash.run, *base, bq, bk, th, tm, flash.UNTUNED_UNROLL))
-        row = {"d": d, "tuned_config": tuned, "untuned_config": list(untuned),
+        ms_untuned = median_ms(partial(flash.run, *base, *untuned, flash.UNTUNED_UNROLL))
+        row = {"d": d, "tuned_config": None if smoke else flash._recorded_config(
+                   d, flash._gpu_name()),
+               "untuned_config": list(untuned),
                "default_config": list(flash.default_config(d)),
                "unroll_default": flash.default_unroll(d), "rel_err_ragged_causal": err,
                "ms_default": ms_default, "ms_untuned": ms_untuned,
-               "tflops_default": flops / ms_default / 1e9,
-               "tflops_untuned": flops / ms_untuned / 1e9}
+               "tflops_default": tflops(flops, ms_default),
+               "tflops_untuned": tflops(flops, ms_untuned)}
         report["rows"].append(row)
         print(json.dumps(row), flush=True)
-    if args.out:
-        Path(args.out, "h200_verify_defaults.json").write_text(json.dumps(report, indent=1))
+    path = out / "h200_verify_defaults.json"
+    path.write_text(json.dumps(results.validate(report, "verify_defaults"), indent=1))
+    print("wrote", path)
 
 
 if __name__ == "__main__":

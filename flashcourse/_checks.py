@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -55,29 +56,87 @@ def check_qkv(q, k, v, *, allow_nonfinite: bool = False):
     q = check_array(q, "q", allow_nonfinite=allow_nonfinite)
     k = check_array(k, "k", allow_nonfinite=allow_nonfinite)
     v = check_array(v, "v", allow_nonfinite=allow_nonfinite)
-    if not (q.ndim == k.ndim == v.ndim):
-        raise ValueError(
-            f"q, k and v must have the same number of dimensions, got shapes "
-            f"q {q.shape}, k {k.shape}, v {v.shape}"
-        )
-    if q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
-        raise ValueError(
-            f"leading (batch/head) dimensions of q, k, v must match exactly "
-            f"(no broadcasting), got q {q.shape[:-2]}, k {k.shape[:-2]}, v {v.shape[:-2]}"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"head dim d of q and k must match, got q d={q.shape[-1]} and k d={k.shape[-1]}"
-        )
-    if k.shape != v.shape:
-        raise ValueError(
-            f"v must have the same shape as k (..., Tk, d), got k {k.shape} and v {v.shape}"
-        )
+    check_qkv_shapes(q.shape, k.shape, v.shape)
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(
             f"q, k and v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}"
         )
     return q, k, v
+
+
+def check_qkv_shapes(qs: tuple, ks: tuple, vs: tuple) -> None:
+    """Raise ValueError unless q (..., Tq, d), k and v (..., Tk, d) fit together
+    (numpy or device arrays alike: only the shapes are read)."""
+    if not (len(qs) == len(ks) == len(vs)):
+        raise ValueError(
+            f"q, k and v must have the same number of dimensions, got shapes "
+            f"q {qs}, k {ks}, v {vs}"
+        )
+    if qs[:-2] != ks[:-2] or ks[:-2] != vs[:-2]:
+        raise ValueError(
+            f"leading (batch/head) dimensions of q, k, v must match exactly "
+            f"(no broadcasting), got q {qs[:-2]}, k {ks[:-2]}, v {vs[:-2]}"
+        )
+    if qs[-1] != ks[-1]:
+        raise ValueError(
+            f"head dim d of q and k must match, got q d={qs[-1]} and k d={ks[-1]}"
+        )
+    if ks != vs:
+        raise ValueError(
+            f"v must have the same shape as k (..., Tk, d), got k {ks} and v {vs}"
+        )
+
+
+def check_backward_shapes(qs: tuple, os_: tuple, lses: tuple, dos: tuple) -> None:
+    """Raise ValueError unless o and do have q's shape and lse is (..., Tq)."""
+    if os_ != qs:
+        raise ValueError(f"o must have q's shape (..., Tq, d) = {qs}, got {os_}")
+    if dos != qs:
+        raise ValueError(
+            f"do must have the shape of the output o, which is q's shape (..., Tq, d) = "
+            f"{qs}, got {dos}")
+    if lses != qs[:-1]:
+        raise ValueError(
+            f"lse must have shape (..., Tq) = {qs[:-1]} (one logsumexp per query row), "
+            f"got {lses}")
+
+
+def check_grad_output(do, q) -> np.ndarray:
+    """Validate the output gradient dO: a float array with q's shape (..., Tq, d)."""
+    do = check_array(do, "do")
+    if do.shape != q.shape:
+        raise ValueError(
+            f"do must have the shape of the output o, which is q's shape (..., Tq, d) = "
+            f"{q.shape}, got {do.shape}")
+    return do
+
+
+def check_backward_inputs(q, k, v, o, lse, do):
+    """Validate the inputs of a backward pass; return (q, k, v, o, lse, do).
+
+    q (..., Tq, d), k, v (..., Tk, d) as for the forward; o and do must have q's
+    shape and dtype; lse must be a float array of shape (..., Tq) holding the
+    forward's natural-log logsumexp: finite, or -inf for a row with no visible key
+    (NaN and +inf are rejected).
+    """
+    q, k, v = check_qkv(q, k, v)
+    o = check_array(o, "o")
+    if o.shape != q.shape:
+        raise ValueError(f"o must have q's shape (..., Tq, d) = {q.shape}, got {o.shape}")
+    if o.dtype != q.dtype:
+        raise TypeError(f"o must have the dtype of q, k, v ({q.dtype}), got {o.dtype}")
+    do = check_grad_output(do, q)
+    if do.dtype != o.dtype:
+        raise TypeError(f"do must have the dtype of o ({o.dtype}), got {do.dtype}")
+    if not isinstance(lse, np.ndarray):
+        raise TypeError(f"lse must be a numpy array of shape (..., Tq), got {type(lse).__name__}")
+    if lse.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"lse must have dtype float16, float32 or float64, got {lse.dtype}")
+    check_backward_shapes(q.shape, o.shape, lse.shape, do.shape)
+    if np.isnan(lse).any() or np.isposinf(lse).any():
+        raise ValueError("lse contains NaN or +inf; only -inf (a row with no visible key) "
+                         "is allowed")
+    return q, k, v, o, lse, do
 
 
 def check_block(b, name: str) -> int:
@@ -123,32 +182,62 @@ def accumulator_dtype(dtype) -> np.dtype:
     return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
 
 
-def causal_offset(t_query: int, t_key: int) -> int:
-    """Bottom-right alignment: query i may see key j iff j <= i + (Tk - Tq)."""
-    return t_key - t_query
+@dataclass(frozen=True)
+class Heads:
+    """Validated attention inputs, batch and head dimensions flattened into one, BH.
+
+    q (BH, Tq, d); k, v (BH, Tk, d); for a backward also o, do (BH, Tq, d) and
+    lse (BH, Tq). `lead` is the original leading shape (...), `dtype` the input
+    dtype, `acc_dtype` the dtype sums are kept in. `unflatten` undoes the flattening.
+    """
+
+    q: object
+    k: object
+    v: object
+    lead: tuple
+    tq: int
+    tk: int
+    d: int
+    scale: float
+    causal: bool
+    dtype: np.dtype
+    o: object = None
+    lse: object = None
+    do: object = None
+
+    @property
+    def bh(self) -> int:
+        return int(self.q.shape[0])
+
+    @property
+    def acc_dtype(self) -> np.dtype:
+        return accumulator_dtype(self.dtype)
+
+    def unflatten(self, x):
+        """(BH, T, ...) -> (..., T, ...): give a result the caller's leading shape back."""
+        return x.reshape(*self.lead, *x.shape[1:])
 
 
-def visible_mask(t_query: int, t_key: int, causal: bool,
-                 q0: int = 0, q1: int | None = None,
-                 k0: int = 0, k1: int | None = None) -> np.ndarray:
-    """Boolean (q1-q0, k1-k0) mask of visible pairs for rows [q0, q1), cols [k0, k1)."""
-    q1 = t_query if q1 is None else q1
-    k1 = t_key if k1 is None else k1
-    if not causal:
-        return np.ones((q1 - q0, k1 - k0), dtype=bool)
-    i = np.arange(q0, q1)[:, None]
-    j = np.arange(k0, k1)[None, :]
-    return j <= i + causal_offset(t_query, t_key)
+def flatten_heads(q, k, v, *, causal=False, scale=None, allow_nonfinite: bool = False,
+                  o=None, lse=None, do=None) -> Heads:
+    """Validate numpy inputs of a forward (q, k, v) or, given o, lse and do, of a backward;
+    return them flattened to (BH, T, d) as a `Heads` (views: nothing is copied).
 
-
-def tile_visibility(q0: int, q1: int, k0: int, k1: int,
-                    t_query: int, t_key: int, causal: bool) -> str:
-    """Classify the tile rows [q0, q1) x cols [k0, k1): 'full', 'partial' or 'hidden'."""
-    if not causal:
-        return "full"
-    off = causal_offset(t_query, t_key)
-    if k0 > (q1 - 1) + off:  # even the last row cannot see the first column
-        return "hidden"
-    if (k1 - 1) <= q0 + off:  # even the first row sees the last column
-        return "full"
-    return "partial"
+    Every forward and backward of the course (numpy, CPU, CUDA) starts here, so bad
+    input gives the same error everywhere.
+    """
+    backward = o is not None or lse is not None or do is not None
+    if backward:
+        q, k, v, o, lse, do = check_backward_inputs(q, k, v, o, lse, do)
+    else:
+        q, k, v = check_qkv(q, k, v, allow_nonfinite=allow_nonfinite)
+    causal = check_causal(causal)
+    lead = q.shape[:-2]
+    tq, tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = check_scale(scale, d)
+    heads = Heads(q.reshape(-1, tq, d), k.reshape(-1, tk, d), v.reshape(-1, tk, d),  # (BH, T, d)
+                  lead, tq, tk, d, scale, causal, q.dtype)
+    if not backward:
+        return heads
+    return Heads(heads.q, heads.k, heads.v, lead, tq, tk, d, scale, causal, q.dtype,
+                 o=o.reshape(-1, tq, d), lse=lse.reshape(-1, tq), do=do.reshape(-1, tq, d))

@@ -111,3 +111,34 @@ class TrafficCounter:
     @property
     def total_bytes(self) -> int:
         return self.read_bytes + self.write_bytes
+
+
+class NullCounter:
+    """The counter the numpy paths use when none is given: every call does nothing, so
+    the loops read like the paper's pseudocode, with no `if counter is not None`."""
+
+    def bind(self, itemsize: int) -> None:
+        pass
+
+    def read(self, tensor, n_elements, *, kind="element", head=0, rows=(0, 0), tile=None):
+        pass
+
+    def write(self, tensor, n_elements, *, kind="element", head=0, rows=(0, 0), tile=None):
+        pass
+
+    def compute(self, tile, *, head: int = 0) -> None:
+        pass
+
+    def skip(self, tile, *, head: int = 0) -> None:
+        pass
+
+
+def check_counter(counter):
+    """`counter` ready to use: a TrafficCounter (bound by the caller) or, for None, a
+    NullCounter. Anything else is a TypeError naming the argument."""
+    if counter is None:
+        return NullCounter()
+    if not isinstance(counter, (TrafficCounter, NullCounter)):
+        raise TypeError(f"counter must be a flashcourse.counter.TrafficCounter or None, "
+                        f"got {type(counter).__name__}")
+    return counter

@@ -78,8 +78,9 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
-from ._checks import (accumulator_dtype, check_block, check_causal, check_qkv,
-                      check_scale)
+from ._checks import check_block, flatten_heads
+from .constants import LN2, LOG2E
+from .geometry import ceil_div
 
 #: LLVM fast-math flags: everything fastmath=True sets except nnan and ninf.
 FASTMATH = {"contract", "reassoc", "nsz", "arcp", "afn"}
@@ -89,9 +90,6 @@ FASTMATH = {"contract", "reassoc", "nsz", "arcp", "afn"}
 #: loops too short (0.9x dense at N = 4096), Br = 128 gave 0.65x, Br = 256 0.5-0.6x.
 DEFAULT_BLOCK_Q = 256
 DEFAULT_BLOCK_K = 128
-
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 # ---------------------------------------------------------------------------
 # exp2 as a polynomial: 2^x = 2^n * 2^f, n = round(x), f = x - n in [-1/2, 1/2].
@@ -620,20 +618,16 @@ def dense_numpy(q, k, v, *, scale: float | None = None):
 # ---------------------------------------------------------------------------
 
 def _prepare(q, k, v, block_q, block_k, causal, scale, allow_nonfinite):
-    q, k, v = check_qkv(q, k, v, allow_nonfinite=allow_nonfinite)
+    x = flatten_heads(q, k, v, causal=causal, scale=scale, allow_nonfinite=allow_nonfinite)
     br = check_block(block_q, "block_q")
     bc = check_block(block_k, "block_k")
-    causal = check_causal(causal)
-    d = q.shape[-1]
-    scale = check_scale(scale, d)
-    acc_t = accumulator_dtype(q.dtype)
-    tq, tk = q.shape[-2], k.shape[-2]
-    qf = np.ascontiguousarray(q.reshape(-1, tq, d), dtype=acc_t)   # (BH, Tq, d)
-    kf = np.ascontiguousarray(k.reshape(-1, tk, d), dtype=acc_t)   # (BH, Tk, d)
-    vf = np.ascontiguousarray(v.reshape(-1, tk, d), dtype=acc_t)   # (BH, Tk, d)
-    br = min(br, tq)        # a tile taller than the sequence only wastes scratch
-    bc = min(bc, tk)
-    return q, qf, kf, vf, br, bc, causal, scale, acc_t
+    acc_t = x.acc_dtype
+    qf = np.ascontiguousarray(x.q, dtype=acc_t)                # (BH, Tq, d)
+    kf = np.ascontiguousarray(x.k, dtype=acc_t)                # (BH, Tk, d)
+    vf = np.ascontiguousarray(x.v, dtype=acc_t)                # (BH, Tk, d)
+    br = min(br, x.tq)      # a tile taller than the sequence only wastes scratch
+    bc = min(bc, x.tk)
+    return x, qf, kf, vf, br, bc, x.causal, x.scale, acc_t
 
 
 def _launch(kernel, n_items, *args):
@@ -651,13 +645,11 @@ def _launch(kernel, n_items, *args):
 
 def _work_items(qf, br):
     """(head, query block) pairs: the prange iterations of every kernel."""
-    return qf.shape[0] * -(-qf.shape[1] // br)
+    return qf.shape[0] * ceil_div(qf.shape[1], br)
 
 
-def _finish(q, o, lse):
-    lead = q.shape[:-2]
-    tq, d = q.shape[-2:]
-    return o.astype(q.dtype, copy=False).reshape(*lead, tq, d), lse.reshape(*lead, tq)
+def _finish(x, o, lse):
+    return x.unflatten(o.astype(x.dtype, copy=False)), x.unflatten(lse)
 
 
 def forward_loops(q, k, v, *, block_q: int = 64, block_k: int = 64,
@@ -670,7 +662,7 @@ def forward_loops(q, k, v, *, block_q: int = 64, block_k: int = 64,
     (`prange` is then a plain `range`): use it at tiny sizes only, to see what the
     compiler buys.
     """
-    q, qf, kf, vf, br, bc, causal, scale, acc_t = _prepare(
+    x, qf, kf, vf, br, bc, causal, scale, acc_t = _prepare(
         q, k, v, block_q, block_k, causal, scale, allow_nonfinite)
     o = np.empty(qf.shape, acc_t)                          # (BH, Tq, d)
     lse = np.empty(qf.shape[:2], acc_t)                    # (BH, Tq)
@@ -682,7 +674,7 @@ def forward_loops(q, k, v, *, block_q: int = 64, block_k: int = 64,
         _launch(_kernel_loops, _work_items(qf, br), *args)
     else:
         _kernel_loops.py_func(*args)
-    return _finish(q, o, lse)
+    return _finish(x, o, lse)
 
 
 def forward_rows(q, k, v, *, block_q: int = 64, block_k: int = 256,
@@ -692,14 +684,14 @@ def forward_rows(q, k, v, *, block_q: int = 64, block_k: int = 256,
 
     Same arguments and results as `forward`; slower (see the module docstring).
     """
-    q, qf, kf, vf, br, bc, causal, scale, acc_t = _prepare(
+    x, qf, kf, vf, br, bc, causal, scale, acc_t = _prepare(
         q, k, v, block_q, block_k, causal, scale, allow_nonfinite)
     kt = np.ascontiguousarray(np.swapaxes(kf, 1, 2))       # (BH, d, Tk) K^T
     o = np.empty(qf.shape, acc_t)                          # (BH, Tq, d)
     lse = np.empty(qf.shape[:2], acc_t)                    # (BH, Tq)
     _launch(_kernel_rows, _work_items(qf, br), qf, kt, vf, o, lse, br, bc, causal,
             acc_t.type(scale * LOG2E), _int_like(acc_t))
-    return _finish(q, o, lse)
+    return _finish(x, o, lse)
 
 
 def forward(q, k, v, *, block_q: int = DEFAULT_BLOCK_Q, block_k: int = DEFAULT_BLOCK_K,
@@ -725,10 +717,10 @@ def forward(q, k, v, *, block_q: int = DEFAULT_BLOCK_Q, block_k: int = DEFAULT_B
     they are not already contiguous in that dtype, and per-thread tiles of
     (Bc + 2 d + 5) Br elements; never anything of size (Tq, Tk).
     """
-    q, qf, kf, vf, br, bc, causal, scale, acc_t = _prepare(
+    x, qf, kf, vf, br, bc, causal, scale, acc_t = _prepare(
         q, k, v, block_q, block_k, causal, scale, allow_nonfinite)
     o = np.empty(qf.shape, acc_t)                          # (BH, Tq, d)
     lse = np.empty(qf.shape[:2], acc_t)                    # (BH, Tq)
     _launch(_kernel_cols, _work_items(qf, br), qf, kf, vf, o, lse, br, bc, causal,
             acc_t.type(scale * LOG2E), _int_like(acc_t))
-    return _finish(q, o, lse)
+    return _finish(x, o, lse)

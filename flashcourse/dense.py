@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import (accumulator_dtype, check_causal, check_qkv, check_scale,
-                      visible_mask)
+from ._checks import flatten_heads
+from .counter import check_counter
+from .geometry import visible_mask
 
 
 def forward(q, k, v, *, causal: bool = False, scale: float | None = None, counter=None,
@@ -52,25 +53,16 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, counte
         FloatingPointError: a finite score overflows the storage dtype (float16
             holds |S| <= 65504): Algorithm 0 cannot store it; use a wider dtype.
     """
-    q, k, v = check_qkv(q, k, v, allow_nonfinite=allow_nonfinite)
-    causal = check_causal(causal)
-    d = q.shape[-1]
-    scale = check_scale(scale, d)
-    acc_t = accumulator_dtype(q.dtype)
-    if counter is not None:
-        counter.bind(q.dtype.itemsize)
-
-    lead = q.shape[:-2]
-    tq, tk = q.shape[-2], k.shape[-2]
-    qf = q.reshape(-1, tq, d)                                   # (BH, Tq, d)
-    kf = k.reshape(-1, tk, d)                                   # (BH, Tk, d)
-    vf = v.reshape(-1, tk, d)                                   # (BH, Tk, d)
-    mask = visible_mask(tq, tk, causal)                         # (Tq, Tk)
-    o = np.empty(qf.shape, dtype=q.dtype)                       # (BH, Tq, d)
-    lse = np.empty(qf.shape[:2], dtype=acc_t)                   # (BH, Tq)
-    for h in range(qf.shape[0]):
-        o[h], lse[h] = _one_head(qf[h], kf[h], vf[h], mask, scale, acc_t, counter, h)
-    return o.reshape(*lead, tq, d), lse.reshape(*lead, tq)
+    x = flatten_heads(q, k, v, causal=causal, scale=scale, allow_nonfinite=allow_nonfinite)
+    counter = check_counter(counter)
+    counter.bind(x.dtype.itemsize)
+    mask = visible_mask(x.tq, x.tk, x.causal)                   # (Tq, Tk)
+    o = np.empty(x.q.shape, dtype=x.dtype)                      # (BH, Tq, d)
+    lse = np.empty((x.bh, x.tq), dtype=x.acc_dtype)             # (BH, Tq)
+    for h in range(x.bh):
+        o[h], lse[h] = _one_head(x.q[h], x.k[h], x.v[h], mask, x.scale, x.acc_dtype,
+                                 counter, h)
+    return x.unflatten(o), x.unflatten(lse)
 
 
 def _one_head(q, k, v, mask, scale, acc_t, counter, h):
@@ -79,9 +71,8 @@ def _one_head(q, k, v, mask, scale, acc_t, counter, h):
     store_t = q.dtype                                           # S, P stored like the input
 
     # Pass 1: read Q, K; S = scale Q K^T; write S (Tq x Tk scores) to outer memory.
-    if counter is not None:
-        counter.read("Q", tq * d, head=h, rows=(0, tq))
-        counter.read("K", tk * d, head=h, rows=(0, tk))
+    counter.read("Q", tq * d, head=h, rows=(0, tq))
+    counter.read("K", tk * d, head=h, rows=(0, tk))
     s = scale * (q.astype(acc_t) @ k.astype(acc_t).T)           # (Tq, Tk)
     s = np.where(mask, s, -np.inf)
     with np.errstate(over="ignore"):
@@ -92,12 +83,10 @@ def _one_head(q, k, v, mask, scale, acc_t, counter, h):
             f"a score of magnitude {np.abs(s[overflow]).max():.4g} overflows {store_t} "
             f"storage of S (max {np.finfo(store_t).max:.4g}); the dense path stores S in "
             f"the input dtype: use float32 inputs or a smaller scale")
-    if counter is not None:
-        counter.write("S", tq * tk, kind="score", head=h, rows=(0, tq))
+    counter.write("S", tq * tk, kind="score", head=h, rows=(0, tq))
 
     # Pass 2: read S; P = softmax(S) row by row; write P (Tq x Tk probabilities).
-    if counter is not None:
-        counter.read("S", tq * tk, kind="score", head=h, rows=(0, tq))
+    counter.read("S", tq * tk, kind="score", head=h, rows=(0, tq))
     s = s_hbm.astype(acc_t)                                     # (Tq, Tk)
     m = s.max(axis=1)                                           # (Tq,) row max
     m_safe = np.where(np.isneginf(m), 0, m)                     # rows with no visible key
@@ -108,14 +97,11 @@ def _one_head(q, k, v, mask, scale, acc_t, counter, h):
     p_hbm = p.astype(store_t)                                   # (Tq, Tk) materialised P
     with np.errstate(divide="ignore"):
         lse = np.where(seen, m_safe + np.log(np.where(seen, l, 1)), -np.inf).astype(acc_t)
-    if counter is not None:
-        counter.write("P", tq * tk, kind="score", head=h, rows=(0, tq))
+    counter.write("P", tq * tk, kind="score", head=h, rows=(0, tq))
 
     # Pass 3: read P, V; O = P V; write O.
-    if counter is not None:
-        counter.read("P", tq * tk, kind="score", head=h, rows=(0, tq))
-        counter.read("V", tk * d, head=h, rows=(0, tk))
+    counter.read("P", tq * tk, kind="score", head=h, rows=(0, tq))
+    counter.read("V", tk * d, head=h, rows=(0, tk))
     o = (p_hbm.astype(acc_t) @ v.astype(acc_t)).astype(store_t)   # (Tq, d)
-    if counter is not None:
-        counter.write("O", tq * d, head=h, rows=(0, tq))
+    counter.write("O", tq * d, head=h, rows=(0, tq))
     return o, lse

@@ -14,6 +14,10 @@
 
 Versions are read from the installed package metadata, so `report()` imports
 none of the heavy packages (and in particular never imports Numba itself).
+
+`record()` is what every results file stores beside its numbers (benchmarks, the
+tuning sweep, the traffic study): date, versions, the CPU as Numba sees it, the BLAS
+libraries and their threads (threadpoolctl), and the GPU, driver and CUDA versions.
 """
 
 from __future__ import annotations
@@ -101,3 +105,48 @@ def show(facts: dict | None = None) -> dict:
     for note in advice(facts):
         print("-", note)
     return facts
+
+
+def record() -> dict:
+    """The environment a measurement was made in, for results files (one recorder for all).
+
+    date (UTC), python, numpy, numba, numba_cuda, torch (versions or None); cpu: name,
+    count and features from Numba's system information; blas: the BLAS/OpenMP libraries
+    loaded and their thread counts (threadpoolctl); gpu, driver (nvidia-smi), cuda
+    (runtime) and cuda_driver_api (driver API) when a GPU is present, else None.
+    """
+    import datetime
+    import subprocess
+
+    import numpy as np
+    from numba.misc.numba_sysinfo import get_sysinfo
+    from threadpoolctl import threadpool_info
+
+    info = get_sysinfo()
+    env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "python": platform.python_version(), "numpy": np.__version__,
+           "numba": package_version("numba"), "numba_cuda": package_version("numba-cuda"),
+           "torch": package_version("torch"),
+           "cpu": {"name": info.get("CPU Name"), "count": info.get("CPU Count"),
+                   "allowed": info.get("CPUs Allowed"), "features": info.get("CPU Features")},
+           "blas": [{k: lib.get(k) for k in ("internal_api", "version", "num_threads",
+                                             "threading_layer", "architecture")}
+                    for lib in threadpool_info()],
+           "gpu": None, "driver": None, "cuda": None, "cuda_driver_api": None}
+    if gpu.using_simulator() or not gpu.driver_has_gpu():
+        return env
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=20).stdout.strip().splitlines()
+    except (OSError, subprocess.TimeoutExpired):  # no nvidia-smi: the name comes from Numba
+        out = []
+    if out:
+        env["gpu"], env["driver"] = [p.strip() for p in out[0].split(",")][:2]
+    from numba import cuda
+    env["cuda"] = ".".join(map(str, cuda.runtime.get_version()))
+    env["cuda_driver_api"] = ".".join(map(str, cuda.cudadrv.driver.driver.get_version()))
+    if env["gpu"] is None:
+        name = cuda.get_current_device().name
+        env["gpu"] = name.decode() if isinstance(name, bytes) else str(name)
+    return env

@@ -219,7 +219,7 @@ def plot_tile_schedule(t_query: int = 21, t_key: int = 29, block_q: int = 8, blo
     """Two panels (fa2, fa1): the causal score matrix as tiles, numbered in loop order."""
     plt = _plt()
     from matplotlib.patches import Patch, Rectangle
-    from ._checks import tile_visibility
+    from .geometry import tile_visibility
     fig, axes = plt.subplots(1, 2, figsize=(10.5, 5.4))
     titles = {"fa2": "fa2: outer loop over query blocks i",
               "fa1": "fa1: outer loop over key blocks j"}

@@ -19,7 +19,8 @@ measured: the sizes come from the kernel's own configuration):
 
 from __future__ import annotations
 
-from ._checks import check_block, check_causal, tile_visibility
+from ._checks import check_block, check_causal
+from .geometry import tile_visibility
 from .memory import format_bytes
 
 BYTES_FP32 = 4                      # every tile of the course's CUDA kernels is fp32

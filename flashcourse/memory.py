@@ -18,34 +18,12 @@ reach the smaller causal count.
 from __future__ import annotations
 
 from ._checks import check_block, check_causal
+from .geometry import visible_pairs
 
 #: Bytes per stored score for the formats the widgets offer (bytes/score).
 BYTES_PER_SCORE = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-
-
-def visible_pairs(t_query: int, t_key: int, *, causal: bool = False) -> int:
-    """Number of (query, key) pairs attention scores (pairs).
-
-    Non-causal: Tq * Tk. Causal (bottom-right aligned, query i sees key j iff
-    j <= i + Tk - Tq): sum over rows of the visible keys, clipped to [0, Tk].
-    """
-    tq = check_block(t_query, "t_query")
-    tk = check_block(t_key, "t_key")
-    if not check_causal(causal):
-        return tq * tk
-    off = tk - tq
-    # row i sees min(max(i + off + 1, 0), Tk) keys; sum in closed form.
-    total = 0
-    # rows with 0 < i + off + 1 < Tk form an arithmetic series
-    lo = max(0, -off)                 # first row that sees at least one key
-    hi = min(tq, tk - off - 1)        # first row that sees all Tk keys
-    if hi > lo:
-        first, last = lo + off + 1, hi - 1 + off + 1
-        total += (first + last) * (hi - lo) // 2
-    total += max(0, tq - max(hi, lo)) * tk
-    return total
 
 
 def score_matrix_bytes(t_query: int, t_key: int, bytes_per_score: int, *,

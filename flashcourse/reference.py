@@ -19,7 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import check_causal, check_qkv, check_scale, visible_mask
+from ._checks import check_causal, check_grad_output, check_qkv, check_scale
+from .geometry import visible_mask
 
 
 # ---------------------------------------------------------------------------
@@ -195,18 +196,6 @@ def logsumexp(x: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------
 # The backward pass (notebook 09)
 # ---------------------------------------------------------------------------
-
-def check_grad_output(do, q) -> np.ndarray:
-    """Validate the output gradient dO: a float array with q's shape (..., Tq, d)."""
-    from ._checks import check_array
-
-    do = check_array(do, "do")
-    if do.shape != q.shape:
-        raise ValueError(
-            f"do must have the shape of the output o, which is q's shape (..., Tq, d) = "
-            f"{q.shape}, got {do.shape}")
-    return do
-
 
 def attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None = None):
     """Gradients of dense attention, in float64, from the softmax Jacobian written out.

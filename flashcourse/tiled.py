@@ -1,4 +1,4 @@
-"""The tiled, IO-aware forward pass of FlashAttention, written in numpy.
+"""The tiled, IO-aware forward and backward passes of FlashAttention, written in numpy.
 
 The full (Tq, Tk) score matrix is never formed: at any moment at most one
 (Br, Bc) score tile exists. Per query row we keep running softmax statistics
@@ -22,16 +22,21 @@ Two loop orders:
           query blocks i. K_j, V_j are loaded once; O_i, l_i, m_i live in outer
           memory and are read, updated and written back for every visible pair.
 
+The backward (`backward`, notebook 08) recomputes each score tile from Q, K and the
+forward's lse instead of storing P.
+
 Pass a `flashcourse.counter.TrafficCounter` as `counter=` to count every load and
-store from outer memory; the numerical result is identical either way.
+store from outer memory; the numerical result is identical either way. Without one
+the loops call a do-nothing counter (`flashcourse.counter.NullCounter`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._checks import (accumulator_dtype, check_block, check_causal, check_loop_order,
-                      check_qkv, check_scale, tile_visibility, visible_mask)
+from ._checks import check_block, check_loop_order, flatten_heads
+from .counter import check_counter
+from .geometry import tile_visibility, visible_mask
 
 
 def _blocks(t: int, b: int):
@@ -76,29 +81,19 @@ def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = Fal
         lse: (..., Tq) natural-log logsumexp per row, float32 (float64 for float64
              input); -inf (and o = 0) for a row with no visible key.
     """
-    q, k, v = check_qkv(q, k, v, allow_nonfinite=allow_nonfinite)
+    x = flatten_heads(q, k, v, causal=causal, scale=scale, allow_nonfinite=allow_nonfinite)
     br = check_block(block_q, "block_q")
     bc = check_block(block_k, "block_k")
-    causal = check_causal(causal)
     loop_order = check_loop_order(loop_order)
-    d = q.shape[-1]
-    scale = check_scale(scale, d)
-    acc_t = accumulator_dtype(q.dtype)
-    if counter is not None:
-        counter.bind(q.dtype.itemsize)
-
-    lead = q.shape[:-2]
-    tq, tk = q.shape[-2], k.shape[-2]
-    qf = q.reshape(-1, tq, d)                                   # (BH, Tq, d)
-    kf = k.reshape(-1, tk, d)                                   # (BH, Tk, d)
-    vf = v.reshape(-1, tk, d)                                   # (BH, Tk, d)
-    o = np.empty(qf.shape, dtype=q.dtype)                       # (BH, Tq, d)
-    lse = np.empty(qf.shape[:2], dtype=acc_t)                   # (BH, Tq)
+    counter = check_counter(counter)
+    counter.bind(x.dtype.itemsize)
+    o = np.empty(x.q.shape, dtype=x.dtype)                      # (BH, Tq, d)
+    lse = np.empty((x.bh, x.tq), dtype=x.acc_dtype)             # (BH, Tq)
     one_head = _forward_fa2 if loop_order == "fa2" else _forward_fa1
-    for h in range(qf.shape[0]):
-        o[h], lse[h] = one_head(qf[h], kf[h], vf[h], br, bc, causal, scale, acc_t,
-                                counter, h)
-    return o.reshape(*lead, tq, d), lse.reshape(*lead, tq)
+    for h in range(x.bh):
+        o[h], lse[h] = one_head(x.q[h], x.k[h], x.v[h], br, bc, x.causal, x.scale,
+                                x.acc_dtype, counter, h)
+    return x.unflatten(o), x.unflatten(lse)
 
 
 def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h):
@@ -110,23 +105,20 @@ def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h):
     for i, q0, q1 in _blocks(tq, br):
         # Step 1 -- partition: load the query tile Q_i (Br, d) onto the chip.
         q_i = q[q0:q1].astype(acc_t)
-        if counter is not None:
-            counter.read("Q", (q1 - q0) * d, head=h, rows=(q0, q1), tile=(i, None))
+        counter.read("Q", (q1 - q0) * d, head=h, rows=(q0, q1), tile=(i, None))
         m = np.full(q1 - q0, -np.inf, dtype=acc_t)              # (Br,) running max
         l = np.zeros(q1 - q0, dtype=acc_t)                      # (Br,) running sum
         acc = np.zeros((q1 - q0, d), dtype=acc_t)               # (Br, d) unnormalised O_i
         for j, k0, k1 in _blocks(tk, bc):
             status = tile_visibility(q0, q1, k0, k1, tq, tk, causal)
             if status == "hidden":                              # causal tile skipping
-                if counter is not None:
-                    counter.skip((i, j), head=h)
+                counter.skip((i, j), head=h)
                 continue
             k_j = k[k0:k1].astype(acc_t)                        # (Bc, d)
             v_j = v[k0:k1].astype(acc_t)                        # (Bc, d)
-            if counter is not None:
-                counter.read("K", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(i, j))
-                counter.read("V", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(i, j))
-                counter.compute((i, j), head=h)
+            counter.read("K", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(i, j))
+            counter.read("V", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(i, j))
+            counter.compute((i, j), head=h)
             # Step 2 -- one score block and the running statistics.
             s = _score_tile(q_i, k_j, scale, q0, q1, k0, k1, tq, tk, causal, status)
             m_new = np.maximum(m, s.max(axis=1))                # (Br,)
@@ -141,10 +133,9 @@ def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h):
         o[q0:q1] = np.where(seen[:, None], acc / np.where(seen, l, 1)[:, None], 0)
         with np.errstate(divide="ignore"):
             lse[q0:q1] = np.where(seen, m + np.log(np.where(seen, l, 1)), -np.inf)
-        if counter is not None:
-            counter.write("O", (q1 - q0) * d, head=h, rows=(q0, q1), tile=(i, None))
-            counter.write("lse", q1 - q0, kind="stat", head=h, rows=(q0, q1),
-                          tile=(i, None))
+        counter.write("O", (q1 - q0) * d, head=h, rows=(q0, q1), tile=(i, None))
+        counter.write("lse", q1 - q0, kind="stat", head=h, rows=(q0, q1),
+                      tile=(i, None))
     return o, lse
 
 
@@ -160,30 +151,26 @@ def _forward_fa1(q, k, v, br, bc, causal, scale, acc_t, counter, h):
     o_hbm = np.zeros((tq, d), dtype=acc_t)                      # outer memory
     l_hbm = np.zeros(tq, dtype=acc_t)
     m_hbm = np.full(tq, -np.inf, dtype=acc_t)
-    if counter is not None:                                     # initialise O, l, m
-        counter.write("O", tq * d, head=h, rows=(0, tq))
-        counter.write("l", tq, kind="stat", head=h, rows=(0, tq))
-        counter.write("m", tq, kind="stat", head=h, rows=(0, tq))
+    counter.write("O", tq * d, head=h, rows=(0, tq))  # initialise O, l, m
+    counter.write("l", tq, kind="stat", head=h, rows=(0, tq))
+    counter.write("m", tq, kind="stat", head=h, rows=(0, tq))
     for j, k0, k1 in _blocks(tk, bc):
         k_j = k[k0:k1].astype(acc_t)                            # (Bc, d), loaded once
         v_j = v[k0:k1].astype(acc_t)
-        if counter is not None:
-            counter.read("K", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
-            counter.read("V", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
+        counter.read("K", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
+        counter.read("V", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
         for i, q0, q1 in _blocks(tq, br):
             status = tile_visibility(q0, q1, k0, k1, tq, tk, causal)
             if status == "hidden":
-                if counter is not None:
-                    counter.skip((i, j), head=h)
+                counter.skip((i, j), head=h)
                 continue
             rows = q1 - q0
             q_i = q[q0:q1].astype(acc_t)
             o_i, l_i, m_i = o_hbm[q0:q1], l_hbm[q0:q1], m_hbm[q0:q1]
-            if counter is not None:
-                for name, n, kind in (("Q", rows * d, "element"), ("O", rows * d, "element"),
-                                      ("l", rows, "stat"), ("m", rows, "stat")):
-                    counter.read(name, n, kind=kind, head=h, rows=(q0, q1), tile=(i, j))
-                counter.compute((i, j), head=h)
+            for name, n, kind in (("Q", rows * d, "element"), ("O", rows * d, "element"),
+                                  ("l", rows, "stat"), ("m", rows, "stat")):
+                counter.read(name, n, kind=kind, head=h, rows=(q0, q1), tile=(i, j))
+            counter.compute((i, j), head=h)
             s = _score_tile(q_i, k_j, scale, q0, q1, k0, k1, tq, tk, causal, status)
             m_tile = s.max(axis=1)                              # (Br,)  m~_ij
             p = _safe_exp_diff(s, m_tile[:, None])              # (Br, Bc) P~_ij
@@ -197,10 +184,9 @@ def _forward_fa1(q, k, v, br, bc, causal, scale, acc_t, counter, h):
                 / l_div[:, None]
             l_hbm[q0:q1] = l_new
             m_hbm[q0:q1] = m_new
-            if counter is not None:
-                counter.write("O", rows * d, head=h, rows=(q0, q1), tile=(i, j))
-                counter.write("l", rows, kind="stat", head=h, rows=(q0, q1), tile=(i, j))
-                counter.write("m", rows, kind="stat", head=h, rows=(q0, q1), tile=(i, j))
+            counter.write("O", rows * d, head=h, rows=(q0, q1), tile=(i, j))
+            counter.write("l", rows, kind="stat", head=h, rows=(q0, q1), tile=(i, j))
+            counter.write("m", rows, kind="stat", head=h, rows=(q0, q1), tile=(i, j))
     seen = l_hbm > 0
     with np.errstate(divide="ignore"):
         lse = np.where(seen, m_hbm + np.log(np.where(seen, l_hbm, 1)), -np.inf)
@@ -210,40 +196,6 @@ def _forward_fa1(q, k, v, br, bc, causal, scale, acc_t, counter, h):
 # ---------------------------------------------------------------------------
 # The backward pass with recomputation (notebook 09)
 # ---------------------------------------------------------------------------
-
-def check_backward_inputs(q, k, v, o, lse, do):
-    """Validate the inputs of a backward pass; return (q, k, v, o, lse, do).
-
-    q (..., Tq, d), k, v (..., Tk, d) as for the forward; o and do must have q's
-    shape and dtype; lse must be a float array of shape (..., Tq) holding the
-    forward's natural-log logsumexp: finite, or -inf for a row with no visible key
-    (NaN and +inf are rejected).
-    """
-    from ._checks import check_array
-    from .reference import check_grad_output
-
-    q, k, v = check_qkv(q, k, v)
-    o = check_array(o, "o")
-    if o.shape != q.shape:
-        raise ValueError(f"o must have q's shape (..., Tq, d) = {q.shape}, got {o.shape}")
-    if o.dtype != q.dtype:
-        raise TypeError(f"o must have the dtype of q, k, v ({q.dtype}), got {o.dtype}")
-    do = check_grad_output(do, q)
-    if do.dtype != o.dtype:
-        raise TypeError(f"do must have the dtype of o ({o.dtype}), got {do.dtype}")
-    if not isinstance(lse, np.ndarray):
-        raise TypeError(f"lse must be a numpy array of shape (..., Tq), got {type(lse).__name__}")
-    if lse.dtype not in (np.float16, np.float32, np.float64):
-        raise TypeError(f"lse must have dtype float16, float32 or float64, got {lse.dtype}")
-    if lse.shape != q.shape[:-1]:
-        raise ValueError(
-            f"lse must have shape (..., Tq) = {q.shape[:-1]} (one logsumexp per query row), "
-            f"got {lse.shape}")
-    if np.isnan(lse).any() or np.isposinf(lse).any():
-        raise ValueError("lse contains NaN or +inf; only -inf (a row with no visible key) "
-                         "is allowed")
-    return q, k, v, o, lse, do
-
 
 def backward(q, k, v, o, lse, do, *, block_q: int = 64, block_k: int = 64,
              causal: bool = False, scale: float | None = None, counter=None):
@@ -285,28 +237,19 @@ def backward(q, k, v, o, lse, do, *, block_q: int = 64, block_k: int = 64,
         (dq, dk, dv) in the input dtype, shaped like q, k, v. Accumulation is in
         float32 (float64 for float64 input).
     """
-    q, k, v, o, lse, do = check_backward_inputs(q, k, v, o, lse, do)
+    x = flatten_heads(q, k, v, causal=causal, scale=scale, o=o, lse=lse, do=do)
     br = check_block(block_q, "block_q")
     bc = check_block(block_k, "block_k")
-    causal = check_causal(causal)
-    d = q.shape[-1]
-    scale = check_scale(scale, d)
-    acc_t = accumulator_dtype(q.dtype)
-    if counter is not None:
-        counter.bind(q.dtype.itemsize)
-
-    lead = q.shape[:-2]
-    tq, tk = q.shape[-2], k.shape[-2]
-    flat = [x.reshape(-1, x.shape[-2], d) for x in (q, k, v, o, do)]
-    lsef = lse.reshape(-1, tq)
-    dq = np.empty(flat[0].shape, dtype=q.dtype)
-    dk = np.empty(flat[1].shape, dtype=q.dtype)
-    dv = np.empty(flat[2].shape, dtype=q.dtype)
-    for h in range(flat[0].shape[0]):
-        qh, kh, vh, oh, doh = (x[h] for x in flat)
-        dq[h], dk[h], dv[h] = _backward_one_head(qh, kh, vh, oh, lsef[h], doh, br, bc,
-                                                 causal, scale, acc_t, counter, h)
-    return (dq.reshape(*lead, tq, d), dk.reshape(*lead, tk, d), dv.reshape(*lead, tk, d))
+    counter = check_counter(counter)
+    counter.bind(x.dtype.itemsize)
+    dq = np.empty(x.q.shape, dtype=x.dtype)                     # (BH, Tq, d)
+    dk = np.empty(x.k.shape, dtype=x.dtype)                     # (BH, Tk, d)
+    dv = np.empty(x.v.shape, dtype=x.dtype)                     # (BH, Tk, d)
+    for h in range(x.bh):
+        dq[h], dk[h], dv[h] = _backward_one_head(x.q[h], x.k[h], x.v[h], x.o[h], x.lse[h],
+                                                 x.do[h], br, bc, x.causal, x.scale,
+                                                 x.acc_dtype, counter, h)
+    return x.unflatten(dq), x.unflatten(dk), x.unflatten(dv)
 
 
 def _backward_one_head(q, k, v, o, lse, do, br, bc, causal, scale, acc_t, counter, h):
@@ -318,11 +261,10 @@ def _backward_one_head(q, k, v, o, lse, do, br, bc, causal, scale, acc_t, counte
     lse_a = lse.astype(acc_t)
     # lse = -inf marks an empty row: use +inf there so that exp(S - lse) = 0, never NaN.
     lse_safe = np.where(np.isneginf(lse_a), np.inf, lse_a)             # (Tq,)
-    if counter is not None:
-        counter.read("O", tq * d, head=h, rows=(0, tq))
-        counter.read("dO", tq * d, head=h, rows=(0, tq))
-        counter.write("D", tq, kind="stat", head=h, rows=(0, tq))
-        counter.write("dQ", tq * d, head=h, rows=(0, tq))             # dQ = 0 (accumulator)
+    counter.read("O", tq * d, head=h, rows=(0, tq))
+    counter.read("dO", tq * d, head=h, rows=(0, tq))
+    counter.write("D", tq, kind="stat", head=h, rows=(0, tq))
+    counter.write("dQ", tq * d, head=h, rows=(0, tq))             # dQ = 0 (accumulator)
     dq = np.zeros((tq, d), dtype=acc_t)                                 # outer memory
     dk = np.empty((tk, d), dtype=q.dtype)
     dv = np.empty((tk, d), dtype=q.dtype)
@@ -331,25 +273,22 @@ def _backward_one_head(q, k, v, o, lse, do, br, bc, causal, scale, acc_t, counte
         v_j = v[k0:k1].astype(acc_t)                                    # (Bc, d)
         dk_j = np.zeros((k1 - k0, d), dtype=acc_t)                      # (Bc, d) on chip
         dv_j = np.zeros((k1 - k0, d), dtype=acc_t)                      # (Bc, d)
-        if counter is not None:
-            counter.read("K", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
-            counter.read("V", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
+        counter.read("K", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
+        counter.read("V", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
         for i, q0, q1 in _blocks(tq, br):
             status = tile_visibility(q0, q1, k0, k1, tq, tk, causal)
             if status == "hidden":                                      # causal skipping
-                if counter is not None:
-                    counter.skip((i, j), head=h)
+                counter.skip((i, j), head=h)
                 continue
             rows = q1 - q0
             q_i = q[q0:q1].astype(acc_t)                                # (Br, d)
             do_i = do[q0:q1].astype(acc_t)                              # (Br, d)
-            if counter is not None:
-                counter.read("Q", rows * d, head=h, rows=(q0, q1), tile=(i, j))
-                counter.read("dO", rows * d, head=h, rows=(q0, q1), tile=(i, j))
-                counter.read("lse", rows, kind="stat", head=h, rows=(q0, q1), tile=(i, j))
-                counter.read("D", rows, kind="stat", head=h, rows=(q0, q1), tile=(i, j))
-                counter.read("dQ", rows * d, head=h, rows=(q0, q1), tile=(i, j))
-                counter.compute((i, j), head=h)
+            counter.read("Q", rows * d, head=h, rows=(q0, q1), tile=(i, j))
+            counter.read("dO", rows * d, head=h, rows=(q0, q1), tile=(i, j))
+            counter.read("lse", rows, kind="stat", head=h, rows=(q0, q1), tile=(i, j))
+            counter.read("D", rows, kind="stat", head=h, rows=(q0, q1), tile=(i, j))
+            counter.read("dQ", rows * d, head=h, rows=(q0, q1), tile=(i, j))
+            counter.compute((i, j), head=h)
             s = _score_tile(q_i, k_j, scale, q0, q1, k0, k1, tq, tk, causal, status)
             p = np.exp(s - lse_safe[q0:q1, None])                       # (Br, Bc) recomputed P
             dv_j += p.T @ do_i                                          # (Bc, d)
@@ -357,12 +296,10 @@ def _backward_one_head(q, k, v, o, lse, do, br, bc, causal, scale, acc_t, counte
             ds = p * (dp - delta[q0:q1, None])                          # (Br, Bc)
             dq[q0:q1] += scale * (ds @ k_j)                             # (Br, d) read+write
             dk_j += scale * (ds.T @ q_i)                                # (Bc, d)
-            if counter is not None:
-                counter.write("dQ", rows * d, head=h, rows=(q0, q1), tile=(i, j))
+            counter.write("dQ", rows * d, head=h, rows=(q0, q1), tile=(i, j))
             # s, p, dp, ds are discarded here: one score tile at a time.
         dk[k0:k1] = dk_j
         dv[k0:k1] = dv_j
-        if counter is not None:
-            counter.write("dK", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
-            counter.write("dV", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
+        counter.write("dK", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
+        counter.write("dV", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
     return dq.astype(q.dtype), dk, dv

@@ -35,7 +35,7 @@ Tr = ceil(Tq / Br) query blocks and Tc = ceil(Tk / Bc) key blocks,
 
 A ragged last block counts its real rows. With `causal=True` (bottom-right aligned:
 query i sees key j iff j <= i + Tk - Tq) a pair of blocks is skipped only when the
-mask hides all of it (`flashcourse._checks.tile_visibility` says "hidden"); partly
+mask hides all of it (`flashcourse.geometry.tile_visibility` says "hidden"); partly
 visible tiles are loaded whole.
 
 Asymptotics (FlashAttention Theorem 2, N = Tq = Tk, M = on-chip memory in elements,
@@ -67,7 +67,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import check_block, check_causal, check_loop_order
-from .memory import visible_pairs
+from .geometry import causal_block_sums, ceil_div, visible_pairs
 
 #: Bytes per softmax statistic (m, l, lse): always fp32.
 BYTES_PER_STAT = 4
@@ -136,44 +136,6 @@ def dense_traffic(t_query: int, t_key: int, head_dim: int, *, bytes_per_element:
 # Tiled attention
 # ---------------------------------------------------------------------------
 
-def _visible_sums(tq: int, tk: int, br: int, bc: int, causal: bool) -> tuple[int, int]:
-    """(sum over visible block pairs of rows(K_j), same of rows(Q_i)).
-
-    A pair (i, j) is visible unless the causal mask hides all of it, i.e. unless
-    k0 > q1 - 1 + (Tk - Tq) (the rule of `tile_visibility`). For query block i,
-    the visible key blocks are therefore j = 0 .. n_i - 1 with
-    n_i = clip(floor((q1 - 1 + Tk - Tq) / Bc) + 1, 0, Tc), whose rows add up to
-    min(n_i Bc, Tk). Vectorised over the Tr query blocks: fast for T up to millions.
-    """
-    tr = -(-tq // br)
-    tc = -(-tk // bc)
-    if not causal:
-        return tr * tk, tc * tq
-    q0 = np.arange(tr, dtype=np.int64) * br                     # (Tr,) first row
-    q1 = np.minimum(q0 + br, tq)                                # (Tr,) one past last row
-    last_visible_key = q1 - 1 + (tk - tq)                       # (Tr,) may be negative
-    n_blocks = np.clip(np.floor_divide(last_visible_key, bc) + 1, 0, tc)   # (Tr,)
-    key_rows = np.minimum(n_blocks * bc, tk)                    # (Tr,) rows of K seen
-    sum_key_rows = int(key_rows.sum(dtype=np.int64))
-    sum_query_rows = int(((q1 - q0) * n_blocks).sum(dtype=np.int64))
-    return sum_key_rows, sum_query_rows
-
-
-def visible_tile_count(t_query: int, t_key: int, block_q: int, block_k: int, *,
-                       causal: bool = False) -> int:
-    """Number of (query block, key block) tiles a tiled kernel forms (not skipped)."""
-    tq = check_block(t_query, "t_query")
-    tk = check_block(t_key, "t_key")
-    br = check_block(block_q, "block_q")
-    bc = check_block(block_k, "block_k")
-    tr, tc = -(-tq // br), -(-tk // bc)
-    if not check_causal(causal):
-        return tr * tc
-    q1 = np.minimum(np.arange(1, tr + 1, dtype=np.int64) * br, tq)
-    n_blocks = np.clip(np.floor_divide(q1 - 1 + (tk - tq), bc) + 1, 0, tc)
-    return int(n_blocks.sum(dtype=np.int64))
-
-
 def tiled_traffic(t_query: int, t_key: int, head_dim: int, block_q: int, block_k: int, *,
                   causal: bool = False, loop_order: str = "fa2",
                   bytes_per_element: int = 2) -> Traffic:
@@ -202,7 +164,7 @@ def tiled_traffic(t_query: int, t_key: int, head_dim: int, block_q: int, block_k
     loop_order = check_loop_order(loop_order)
     e = check_block(bytes_per_element, "bytes_per_element")
     st = BYTES_PER_STAT
-    key_rows, query_rows = _visible_sums(tq, tk, br, bc, causal)
+    _, key_rows, query_rows = causal_block_sums(tq, tk, br, bc, causal)
     if loop_order == "fa2":
         reads = tq * d * e + 2 * key_rows * d * e               # Q once; K_j, V_j per pair
         writes = tq * d * e + st * tq                           # O and lse once
@@ -258,7 +220,7 @@ def paper_block_sizes(sram_bytes: int, head_dim: int, bytes_per_element: int) ->
     if m < 1:
         raise ValueError(
             f"sram_bytes must hold at least one element of {e} bytes, got {sram} bytes")
-    bc = -(-m // (4 * d))
+    bc = ceil_div(m, 4 * d)
     br = min(bc, d)
     return br, bc
 
@@ -430,7 +392,7 @@ def backward_traffic(t_query: int, t_key: int, head_dim: int, *, method: str = "
     if method != "tiled":
         raise ValueError(f"method must be 'standard' or 'tiled', got {method!r}")
     st = BYTES_PER_STAT
-    key_rows, query_rows = _visible_sums(tq, tk, br, bc, causal)
+    _, key_rows, query_rows = causal_block_sums(tq, tk, br, bc, causal)
     reads = 2 * tq * d * e                                    # pre-pass: O, dO
     writes = st * tq + 2 * tk * d * e                         # D; dK, dV once
     reads += 2 * tk * d * e + query_rows * (2 * d * e + 2 * st)   # K, V; Q_i, dO_i, L_i, D_i

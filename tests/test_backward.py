@@ -296,7 +296,7 @@ def test_backward_flops_conventions():
     assert t.backward_flops(4096, 4096, 64) == 2.5 * attention_flops(4096, 4096, 64)
     assert t.backward_flops(100, 80, 8, recompute=False) == 8 * 100 * 80 * 8
     assert t.backward_flops(100, 80, 8, dq_mode="two_pass") == 14 * 100 * 80 * 8
-    from flashcourse.memory import visible_pairs
+    from flashcourse.geometry import visible_pairs
     assert t.backward_flops(50, 70, 4, causal=True) == 10 * visible_pairs(50, 70, causal=True) * 4
     with pytest.raises(ValueError, match="dq_mode"):
         t.backward_flops(4, 4, 4, dq_mode="atomic")

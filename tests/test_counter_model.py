@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from flashcourse import dense, reference, tiled
 from flashcourse.counter import TrafficCounter
-from flashcourse.traffic import dense_traffic, tiled_traffic, visible_tile_count
+from flashcourse.geometry import visible_tile_count
+from flashcourse.traffic import dense_traffic, tiled_traffic
 from helpers import assert_close_to_reference, make_qkv
 
 dtypes = st.sampled_from([np.float16, np.float32, np.float64])

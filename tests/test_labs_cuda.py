@@ -19,7 +19,7 @@ from numba import cuda
 
 from flashcourse import reference
 from flashcourse.labs import cuda_kernel as L4
-from flashcourse.labs.cuda_kernel import F0, NEG_INF
+from flashcourse.constants import F0, NEG_INF
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flashcourse import memory
-from flashcourse._checks import visible_mask
+from flashcourse.geometry import visible_mask
 
 
 def test_lesson_example_is_32_mib():

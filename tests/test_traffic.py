@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from flashcourse import geometry
 from flashcourse import traffic as tr
-from flashcourse._checks import tile_visibility
+from flashcourse.geometry import tile_visibility
 from flashcourse.gpus import GPUS, get_gpu
 from flashcourse.memory import format_bytes, score_matrix_bytes
 
@@ -63,17 +64,17 @@ def test_causal_by_hand():
     # fa2 reads = 4 + 2*(2 + 2 + 2) = 16; writes = 4 + 16 = 20
     t = tr.tiled_traffic(4, 4, 1, 2, 2, causal=True, bytes_per_element=1)
     assert (t.read_bytes, t.write_bytes) == (16, 20)
-    assert tr.visible_tile_count(4, 4, 2, 2, causal=True) == 3
+    assert geometry.visible_tile_count(4, 4, 2, 2, causal=True) == 3
     # bottom-right alignment, Tq=2 < Tk=4: both rows see keys 0..2 or 0..3, nothing hidden
-    assert tr.visible_tile_count(2, 4, 1, 1, causal=True) == 7
-    assert tr.visible_tile_count(2, 4, 2, 2, causal=True) == 2
+    assert geometry.visible_tile_count(2, 4, 1, 1, causal=True) == 7
+    assert geometry.visible_tile_count(2, 4, 2, 2, causal=True) == 2
 
 
 def test_causal_more_queries_than_keys_skips_empty_rows():
     # Tq=10, Tk=3: rows 0..6 see no key; query blocks of 4: blocks 0 ([0,4)) sees nothing
     t = tr.tiled_traffic(10, 3, 2, 4, 1, causal=True, bytes_per_element=1)
     assert (t.read_bytes, t.write_bytes) == brute_force(10, 3, 2, 4, 1, True, "fa2", 1)
-    assert tr.visible_tile_count(10, 3, 4, 1, causal=True) == 1 + 3
+    assert geometry.visible_tile_count(10, 3, 4, 1, causal=True) == 1 + 3
 
 
 @given(tq=st.integers(1, 70), tk=st.integers(1, 70), d=st.integers(1, 9),
@@ -85,7 +86,7 @@ def test_closed_form_equals_block_loop(tq, tk, d, br, bc, causal, order, e):
     assert (t.read_bytes, t.write_bytes) == brute_force(tq, tk, d, br, bc, causal, order, e)
     tiles = sum(tile_visibility(q0, min(q0 + br, tq), k0, min(k0 + bc, tk), tq, tk, causal)
                 != "hidden" for q0 in range(0, tq, br) for k0 in range(0, tk, bc))
-    assert tr.visible_tile_count(tq, tk, br, bc, causal=causal) == tiles
+    assert geometry.visible_tile_count(tq, tk, br, bc, causal=causal) == tiles
 
 
 def test_non_causal_closed_form():

@@ -1,4 +1,5 @@
-"""flashcourse.tuning: occupancy maths, launch limits, enumeration, results, widget, CPU path.
+"""Tuning: occupancy maths, launch limits, enumeration, results, widget, CPU path
+(flashcourse.limits, configs, sweep, results, measured_traffic, tuning_widget).
 
 Everything here runs without a GPU: the occupancy numbers are checked by hand against
 the CUDA occupancy calculator's rules for compute capability 9.0 (H100/H200 limits:
@@ -12,10 +13,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from flashcourse import tuning as T
+from flashcourse import configs, limits, results, sweep, timing, tuning_widget
+from flashcourse import measured_traffic as mt
+from flashcourse.cuda import _launch, flash
 from flashcourse.traffic import attention_flops, dense_traffic, tiled_traffic
 
-H = T.H200_LIMITS
+H = limits.H200_LIMITS
 
 
 # ---------------------------------------------------------------------------
@@ -41,7 +44,7 @@ H = T.H200_LIMITS
     (96, 16, 0, 21, "threads (warps)"),
 ])
 def test_occupancy_hand_checked(threads, regs, smem, blocks, limiter):
-    occ = T.occupancy(threads, smem, H, regs_per_thread=regs)
+    occ = limits.occupancy(threads, smem, H, regs_per_thread=regs)
     assert occ.blocks_per_sm == blocks
     assert occ.limiter == limiter
     warps = -(-threads // 32)
@@ -51,7 +54,7 @@ def test_occupancy_hand_checked(threads, regs, smem, blocks, limiter):
 
 
 def test_occupancy_without_registers_skips_that_limit():
-    occ = T.occupancy(256, 70144, H, regs_per_thread=None)
+    occ = limits.occupancy(256, 70144, H, regs_per_thread=None)
     assert occ.by_resource["registers"] is None
     assert occ.blocks_per_sm == 3 and occ.limiter == "shared memory"
 
@@ -67,21 +70,21 @@ def test_occupancy_without_registers_skips_that_limit():
      262144, 65536),
 ])
 def test_launch_errors_name_limit_asked_available(kwargs, limit, asked, available):
-    with pytest.raises(T.LaunchError) as info:
-        T.check_launch(limits=H, **kwargs)
+    with pytest.raises(limits.LaunchError) as info:
+        limits.check_launch(limits=H, **kwargs)
     err = info.value
     assert (err.limit, err.asked, err.available) == (limit, asked, available)
     msg = str(err)
     assert limit in msg and f"{asked:,}" in msg and f"{available:,}" in msg
     with pytest.raises(ValueError):          # a LaunchError is a ValueError
-        T.occupancy(limits=H, **{"regs_per_thread": None, **kwargs})
+        limits.occupancy(limits=H, **{"regs_per_thread": None, **kwargs})
 
 
 def test_occupancy_rejects_bad_threads():
     with pytest.raises(TypeError, match="threads"):
-        T.occupancy(2.5, 0, H)
+        limits.occupancy(2.5, 0, H)
     with pytest.raises(ValueError, match="threads"):
-        T.occupancy(0, 0, H)
+        limits.occupancy(0, 0, H)
 
 
 # ---------------------------------------------------------------------------
@@ -89,42 +92,41 @@ def test_occupancy_rejects_bad_threads():
 # ---------------------------------------------------------------------------
 
 def test_make_config_uses_the_kernel_plan():
-    from flashcourse.cuda import flash
-    cfg = T.make_config(64, 64, 256, 4, 64)
+    cfg = configs.make_config(64, 64, 256, 4, 64)
     plan = flash.FlashConfig(64, 64, 256, 4, 64, True)
     assert cfg.shared_bytes == plan.shared_bytes
     assert (cfg.micro_q, cfg.micro_k, cfg.micro_d) == (plan.tm, plan.tn, plan.td) == (4, 4, 4)
     assert cfg.key() == (64, 64, 256, 4, None)
-    assert T.make_config(64, 64, 256, 4, 64, unroll=2).key() == (64, 64, 256, 4, 2)
+    assert configs.make_config(64, 64, 256, 4, 64, unroll=2).key() == (64, 64, 256, 4, 2)
     with pytest.raises(ValueError, match="unroll"):
-        T.make_config(64, 64, 256, 4, 64, unroll=0)
+        configs.make_config(64, 64, 256, 4, 64, unroll=0)
 
 
 def test_bad_shape_names_the_argument():
     with pytest.raises(ValueError, match="threads"):
-        T.make_config(64, 64, 100, 4, 64)
+        configs.make_config(64, 64, 100, 4, 64)
     with pytest.raises(ValueError, match="tm"):
-        T.make_config(64, 64, 256, 3, 64)
+        configs.make_config(64, 64, 256, 3, 64)
 
 
 def test_square_tm_and_valid_tms():
-    tms = T.valid_tms(64, 64, 256, 64)
+    tms = configs.valid_tms(64, 64, 256, 64)
     assert tms and all(64 % tm == 0 for tm in tms)
-    tm = T.square_tm(64, 64, 256, 64)
+    tm = configs.square_tm(64, 64, 256, 64)
     assert tm in tms
-    mq, mk, _, _ = T.kernel_plan(64, 64, 256, tm, 64)
+    mq, mk, _, _ = configs.kernel_plan(64, 64, 256, tm, 64)
     # no other valid tm gives a squarer micro-tile
     for other in tms:
-        oq, ok, _, _ = T.kernel_plan(64, 64, 256, other, 64)
+        oq, ok, _, _ = configs.kernel_plan(64, 64, 256, other, 64)
         assert abs(math.log(mq / mk)) <= abs(math.log(oq / ok)) + 1e-12
 
 
 def test_enumeration_with_h200_limits_and_fake_small_limits():
-    ok, rej = T.enumerate_configs(64, H)
+    ok, rej = configs.enumerate_configs(64, H)
     assert ok and all(c.shared_bytes <= H.smem_per_block_optin for c in ok)
     # a device without the opt-in (48 KiB per block) and only 128 threads per block
     small = replace(H, name="fake", smem_per_block_optin=49152, max_threads_per_block=128)
-    ok2, rej2 = T.enumerate_configs(64, small)
+    ok2, rej2 = configs.enumerate_configs(64, small)
     assert ok2, "some configurations must still fit"
     assert all(c.shared_bytes <= 49152 and c.threads <= 128 for c in ok2)
     reasons = [r for _, r in rej2]
@@ -137,14 +139,14 @@ def test_enumeration_with_h200_limits_and_fake_small_limits():
 
 
 def test_enumeration_applies_register_counts():
-    regs = {c.key(): 255 for c in T.enumerate_configs(64, H, threads=(256,))[0]}
+    regs = {c.key(): 255 for c in configs.enumerate_configs(64, H, threads=(256,))[0]}
     # 255 regs x 256 threads = 8192/warp x 8 warps = 65,536: exactly one block fits ...
-    ok, _ = T.enumerate_configs(64, H, threads=(256,), regs=regs)
-    assert ok and all(T.occupancy(256, c.shared_bytes, H, regs_per_thread=255).blocks_per_sm
+    ok, _ = configs.enumerate_configs(64, H, threads=(256,), regs=regs)
+    assert ok and all(limits.occupancy(256, c.shared_bytes, H, regs_per_thread=255).blocks_per_sm
                       == 1 for c in ok)
     # ... but not on a device with half the register file per block
     half = replace(H, max_regs_per_block=32768)
-    ok, rej = T.enumerate_configs(64, half, threads=(256,), regs=regs)
+    ok, rej = configs.enumerate_configs(64, half, threads=(256,), regs=regs)
     assert not ok
     assert rej and all("registers per block" in r and "asked 65,536" in r
                        and "available 32,768" in r for _, r in rej)
@@ -152,9 +154,9 @@ def test_enumeration_applies_register_counts():
 
 def test_default_config_is_launchable():
     for d in (64, 128):
-        key = T.default_config(d)
-        cfg = T.make_config(*key, d)
-        T.check_launch(cfg.threads, cfg.shared_bytes, H)
+        key = flash.untuned_config(d)
+        cfg = configs.make_config(*key, d)
+        limits.check_launch(cfg.threads, cfg.shared_bytes, H)
 
 
 def test_optin_failure_is_explained():
@@ -162,9 +164,9 @@ def test_optin_failure_is_explained():
         def compile(self, sig):
             raise AttributeError("no _codelibrary")
 
-    with pytest.raises(T.SharedMemoryOptInError, match="private API"):
-        T.set_max_dynamic_shared_bytes(Broken(), (), 100_000)
-    T.set_max_dynamic_shared_bytes(Broken(), (), 1000)   # <= 48 KiB: nothing to do
+    with pytest.raises(_launch.SharedMemoryOptInError, match="private API"):
+        _launch.set_max_dynamic_shared_bytes(Broken(), (), 100_000)
+    _launch.set_max_dynamic_shared_bytes(Broken(), (), 1000)   # <= 48 KiB: nothing to do
 
 
 # ---------------------------------------------------------------------------
@@ -187,8 +189,8 @@ def _fake_timer(fn, warmup, repeats):
 
 
 def test_sweep_rows_and_errors():
-    cfgs = [T.make_config(32, 32, 128, 4, 64), T.make_config(64, 64, 256, 4, 64)]
-    rows = T.sweep(cfgs, [256], runner=_fake_runner, timer=_fake_timer, batch_heads=2,
+    cfgs = [configs.make_config(32, 32, 128, 4, 64), configs.make_config(64, 64, 256, 4, 64)]
+    rows = sweep.sweep(cfgs, [256], runner=_fake_runner, timer=_fake_timer, batch_heads=2,
                    progress=False, limits=H)
     assert [r["status"] for r in rows] == ["error", "ok"]
     assert "does not compile" in rows[0]["error"]
@@ -201,7 +203,7 @@ def test_sweep_rows_and_errors():
 def test_wrong_result_is_an_error_row():
     def runner(cfg, n, bh):
         return (lambda: None), (lambda: 0.5)
-    row = T.time_config(T.make_config(64, 64, 256, 4, 64), 128, runner=runner,
+    row = sweep.time_config(configs.make_config(64, 64, 256, 4, 64), 128, runner=runner,
                         timer=_fake_timer)
     assert row["status"] == "error" and "wrong result" in row["error"]
 
@@ -219,7 +221,7 @@ def test_best_never_slower_than_default():
             _row(64, 4096, a, 20.0), _row(64, 16384, a, 9.0),     # faster on average, slower at 16k
             _row(64, 4096, b, 11.0), _row(64, 16384, b, 10.5),
             _row(64, 4096, (128, 128, 256, 8), 30.0)]             # never timed at 16k
-    best = T.best_by_head_dim(rows, {"64": dict(zip(("block_q", "block_k", "threads", "tm"),
+    best = sweep.best_by_head_dim(rows, {"64": dict(zip(("block_q", "block_k", "threads", "tm"),
                                                      dflt))})["64"]
     assert (best["block_q"], best["block_k"], best["threads"], best["tm"]) == b
     assert best["default_tflops"] == {"4096": 10.0, "16384": 10.0}
@@ -232,7 +234,7 @@ def test_best_never_slower_than_default():
 
 def _sweep_doc():
     rows = [_row(64, 4096, (64, 64, 256, 4), 12.0), _row(64, 16384, (64, 64, 256, 4), 13.0)]
-    return {"schema": T.SWEEP_SCHEMA, "environment": {"gpu": "NVIDIA H200", "date": "x"},
+    return {"schema": results.SWEEP_SCHEMA, "environment": {"gpu": "NVIDIA H200", "date": "x"},
             "limits": H.to_dict(), "problem": {"batch_heads": 32}, "default": {},
             "rows": rows, "best": {"64": {"block_q": 64, "block_k": 64, "threads": 256,
                                           "tm": 4}}}
@@ -241,32 +243,55 @@ def _sweep_doc():
 def test_sweep_loader_and_tuned_config(tmp_path):
     path = tmp_path / "s.json"
     path.write_text(json.dumps(_sweep_doc()))
-    assert T.load_sweep(path)["rows"][0]["tflops"] == 12.0
-    assert T.tuned_config(64, path) == {"block_q": 64, "block_k": 64, "threads": 256, "tm": 4,
-                                        "unroll": None}
-    assert T.tuned_config(128, path) is None
-    assert T.tuned_config(64, path, gpu_name="NVIDIA A100") is None
-    assert T.load_sweep(tmp_path / "missing.json") is None
-    assert T.DeviceLimits.from_dict(_sweep_doc()["limits"]) == H
+    assert results.load_sweep(path)["rows"][0]["tflops"] == 12.0
+    assert results.tuned_config(64, path) == {"block_q": 64, "block_k": 64, "threads": 256,
+                                              "tm": 4, "unroll": None}
+    assert results.tuned_config(128, path) is None
+    assert results.tuned_config(64, path, gpu_name="NVIDIA A100") is None
+    assert results.load_sweep(tmp_path / "missing.json") is None
+    assert limits.DeviceLimits.from_dict(_sweep_doc()["limits"]) == H
 
 
-@pytest.mark.parametrize("drop, match", [("rows", "lacks keys"), ("schema", "lacks keys")])
-def test_sweep_schema_errors(drop, match):
+@pytest.mark.parametrize("drop", ["rows", "schema"])
+def test_sweep_schema_errors(drop):
     doc = _sweep_doc()
     del doc[drop]
-    with pytest.raises(ValueError, match=match):
-        T.validate_sweep(doc)
+    with pytest.raises(results.ResultsError, match=f"'{drop}' is a required property"):
+        results.validate(doc, "sweep")
     doc = _sweep_doc()
     del doc["rows"][0]["tm"]
-    with pytest.raises(ValueError, match="row 0 lacks"):
-        T.validate_sweep(doc)
+    with pytest.raises(results.ResultsError, match="at rows/0: 'tm' is a required property"):
+        results.validate(doc, "sweep")
+
+
+@pytest.mark.parametrize("text, match", [
+    ("{not json", "not valid JSON"),
+    ('{"schema": "flashcourse.tuning.sweep/1"}', "'environment' is a required property"),
+    ("other schema", "at schema: 'flashcourse.tuning.sweep/1' was expected"),
+])
+def test_tuned_config_fails_loudly_on_a_broken_file(tmp_path, text, match):
+    if text == "other schema":
+        text = json.dumps({**_sweep_doc(), "schema": "other/1"})
+    path = tmp_path / "h200_tuning_sweep.json"
+    path.write_text(text)
+    with pytest.raises(results.ResultsError, match=match) as err:
+        results.tuned_config(64, path)
+    assert str(path) in str(err.value)                  # names the file
+
+
+def test_every_recorded_results_file_validates():
+    """Each JSON file in benchmarks/results/ has a kind and matches its schema."""
+    files = sorted(results.RECORDED_DIR.glob("*.json"))
+    assert files
+    for path in files:
+        assert results.load(path) is not None, path
 
 
 def test_committed_results_match_the_schema():
     """The recorded H200 files (when committed) load, and the tuned default is never
     slower than the untuned one in the same run."""
-    sweep = T.load_sweep()
-    traffic = T.load_traffic()
+    sweep = results.load_sweep()
+    traffic = results.load_traffic()
     if sweep is None and traffic is None:
         pytest.skip("no recorded GPU results committed yet")
     if sweep is not None:
@@ -307,35 +332,35 @@ NCU_CSV = "\n".join(
 
 
 def test_parse_ncu_csv_groups_and_sums():
-    kernels = T.parse_ncu_csv(NCU_CSV)
+    kernels = mt.parse_ncu_csv(NCU_CSV)
     assert len(kernels) == 8
     assert kernels[1]["metrics"]["dram__bytes_read.sum"] == 1048576          # "1,048,576"
     assert kernels[1]["metrics"]["dram__bytes_write.sum"] == 2000             # 2 Kbyte
-    groups = T.split_by_marker(kernels)
+    groups = mt.split_by_marker(kernels)
     assert [[k["kernel"] for k in g] for g in groups] == [
         ["flash_q64_k64_t256_m4_d64"], ["gemm", "softmax"]]                  # warm-up dropped
-    s = T.sum_metrics(groups[0])
+    s = mt.sum_metrics(groups[0])
     assert s["dram_bytes"] == 1048576 + 2000 and s["l2_bytes"] == 5e6
     assert s["time_ms"] == pytest.approx(2.5)
-    assert T.sum_metrics(groups[1])["dram_bytes"] == 150
-    assert T.parse_ncu_csv("no csv here") == []
+    assert mt.sum_metrics(groups[1])["dram_bytes"] == 150
+    assert mt.parse_ncu_csv("no csv here") == []
 
 
 def test_model_bytes_match_the_io_model():
-    assert T.model_bytes("dense", 1000, 48, 3) == 3 * dense_traffic(
+    assert mt.model_bytes("dense", 1000, 48, 3) == 3 * dense_traffic(
         1000, 1000, 48, bytes_per_element=4, bytes_per_score=4).total_bytes
-    assert T.model_bytes("flash", 1000, 48, 3, block_q=64, block_k=32) == 3 * tiled_traffic(
+    assert mt.model_bytes("flash", 1000, 48, 3, block_q=64, block_k=32) == 3 * tiled_traffic(
         1000, 1000, 48, 64, 32, bytes_per_element=4).total_bytes
-    assert T.kv_bytes(4096, 64, 16) == 32 * 2**20
+    assert mt.kv_bytes(4096, 64, 16) == 32 * 2**20
 
 
 def test_l2_aware_estimate_by_hand():
     # d=64, Br=64 (default tile, 3 blocks/SM by shared memory): resident = 3 x 132 = 396
-    small = T.l2_aware_dram_bytes(4096, 64, 16, 64, 64, 256, 4, H)
+    small = mt.l2_aware_dram_bytes(4096, 64, 16, 64, 64, 256, 4, H)
     assert small["resident_blocks"] == 396 and small["waves_per_head"] == 1
     n = 4096
     assert small["bytes"] == 16 * (2 * n * 64 * 4 + 4 * n + 2 * n * 64 * 4)
-    big = T.l2_aware_dram_bytes(262144, 64, 1, 64, 64, 256, 4, H)   # K+V = 128 MiB > 60 MiB
+    big = mt.l2_aware_dram_bytes(262144, 64, 1, 64, 64, 256, 4, H)   # K+V = 128 MiB > 60 MiB
     assert not big["kv_fits"] and big["waves_per_head"] == math.ceil(4096 / 396)
     n = 262144
     assert big["bytes"] == 2 * n * 64 * 4 + 4 * n + 2 * n * 64 * 4 * 11
@@ -344,13 +369,13 @@ def test_l2_aware_estimate_by_hand():
 def test_explanations_cover_every_band():
     run = {"impl": "flash", "seq_len": 4096, "head_dim": 64, "heads": 16,
            "dram_ratio": 0.02, "l2_ratio": 1.0}
-    assert "L2 serves" in T.explain_ratio(run, H.l2_bytes, "dram")
-    assert "within" in T.explain_ratio(run, H.l2_bytes, "l2")
+    assert "L2 serves" in mt.explain_ratio(run, H.l2_bytes, "dram")
+    assert "within" in mt.explain_ratio(run, H.l2_bytes, "l2")
     run.update(impl="dense", dram_ratio=1.9, l2_ratio=5.0)
-    assert T.explain_ratio(run, H.l2_bytes, "dram").startswith("above")
-    assert "tile" in T.explain_ratio(run, H.l2_bytes, "l2")
+    assert mt.explain_ratio(run, H.l2_bytes, "dram").startswith("above")
+    assert "tile" in mt.explain_ratio(run, H.l2_bytes, "l2")
     run["dram_ratio"] = None
-    assert T.explain_ratio(run, H.l2_bytes, "dram") == "no measurement"
+    assert mt.explain_ratio(run, H.l2_bytes, "dram") == "no measurement"
 
 
 # ---------------------------------------------------------------------------
@@ -358,19 +383,19 @@ def test_explanations_cover_every_band():
 # ---------------------------------------------------------------------------
 
 def test_widget_report_valid_and_invalid_settings():
-    ok = T.widget_report(64, 64, 256, 4, 64, 4096, measure=False, limits=H)
+    ok = tuning_widget.widget_report(64, 64, 256, 4, 64, 4096, measure=False, limits=H)
     assert "occupancy" in ok and "shared memory" in ok and "Cannot" not in ok
     assert "70,144 B" in ok                                   # the kernel's own footprint
-    too_big = T.widget_report(128, 128, 128, 2, 256, 4096, measure=False, limits=H)
+    too_big = tuning_widget.widget_report(128, 128, 128, 2, 256, 4096, measure=False, limits=H)
     assert "Cannot launch" in too_big and "available 232,448" in too_big
-    bad_shape = T.widget_report(64, 64, 100, 4, 64, 4096, measure=False, limits=H)
+    bad_shape = tuning_widget.widget_report(64, 64, 100, 4, 64, 4096, measure=False, limits=H)
     assert "Cannot launch" in bad_shape and "threads" in bad_shape
-    over = T.widget_report(64, 64, 2048, 4, 64, 4096, measure=False, limits=H)
+    over = tuning_widget.widget_report(64, 64, 2048, 4, 64, 4096, measure=False, limits=H)
     assert "Cannot launch" in over
 
 
 def test_widget_builds_and_survives_invalid_choices():
-    box = T.tuning_widget(measure=False)
+    box = tuning_widget.tuning_widget(measure=False)
     c = box.controls
     assert "occupancy" in box.report.value
     c["threads"].value = 2048                                  # too many threads
@@ -385,12 +410,13 @@ def test_widget_builds_and_survives_invalid_choices():
 def test_cpu_tuning_path_tiny():
     """Real timings of flashcourse.cpu.forward at a tiny size; output vs float64 reference
     (fp32 inputs: relative error < 1e-5)."""
-    t = T.cpu_time(16, 32, 48, 24, batch_heads=1, repeats=2)
+    t = sweep.cpu_time(16, 32, 48, 24, batch_heads=1, repeats=2)
     assert t["median_ms"] > 0 and t["gflops"] > 0
     assert t["rel_err"] < 1e-5
-    rows = T.cpu_sweep((16, 32), seq_len=40, head_dim=8, progress=False)
+    rows = sweep.cpu_sweep((16, 32), seq_len=40, head_dim=8, progress=False)
     assert len(rows) == 4 and all(r["rel_err"] < 1e-5 for r in rows)
-    html = T.widget_report(16, 32, 128, 4, 64, 1024, measure=True, cpu_seq_len=40, limits=H)
+    html = tuning_widget.widget_report(16, 32, 128, 4, 64, 1024, measure=True, cpu_seq_len=40,
+                                       limits=H)
     assert "flashcourse.cpu.forward" in html and "GFLOP/s" in html
 
 
@@ -398,24 +424,24 @@ def test_heatmap_grid_and_plot():
     rows = [_row(64, 4096, (32, 32, 128, 4), 5.0), _row(64, 4096, (32, 32, 256, 2), 6.0),
             _row(64, 4096, (64, 32, 256, 4), 7.0),
             {**_row(64, 4096, (64, 64, 256, 4), None), "status": "error"}]
-    bqs, bks, grid, thr = T.heatmap_grid(rows, 64, 4096)
+    bqs, bks, grid, thr = sweep.heatmap_grid(rows, 64, 4096)
     assert bqs == [32, 64] and bks == [32, 64]
     assert grid[0, 0] == 6.0 and thr[0, 0] == 256
     assert np.isnan(grid[1, 1]) and np.isnan(grid[0, 1])
-    ax = T.plot_heatmap(rows, 64, 4096)
+    ax = sweep.plot_heatmap(rows, 64, 4096)
     assert ax.get_xlabel().startswith("block_k")
 
 
 def test_time_host_budget():
-    times = T.time_host(lambda: None, warmup=0, repeats=4)
+    times = timing.time_host(lambda: None, warmup=0, repeats=4)
     assert len(times) == 4 and all(t >= 0 for t in times)
-    slow = T.time_host(lambda: sum(range(10000)), warmup=0, repeats=100, budget_s=0.0)
+    slow = timing.time_host(lambda: sum(range(10000)), warmup=0, repeats=100, budget_s=0.0)
     assert len(slow) == 1
 
 
 def _load_benchmark(name):
     import importlib.util
-    spec = importlib.util.spec_from_file_location(name, T.ROOT / "benchmarks" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, results.ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -432,11 +458,11 @@ def test_ncu_driver_joins_measurements_with_the_model():
              "status": "ok", "bracketed": True}
     skipped = {"name": "torch-math-N1024", "impl": "torch-math", "status": "error",
                "bracketed": False}
-    runs = ncu.join(T.parse_ncu_csv(NCU_CSV), [flash, skipped, dense], "all", H.l2_bytes, H)
+    runs = ncu.join(mt.parse_ncu_csv(NCU_CSV), [flash, skipped, dense], "all", H.l2_bytes, H)
     assert [r["name"] for r in runs] == ["flash-N4096-q64k64", "cuda-dense-N1024"]
     f, d = runs
     assert f["dram_bytes"] == 1048576 + 2000 and f["n_kernels"] == 1
-    assert f["model_bytes"] == T.model_bytes("flash", 4096, 64, 16, block_q=64, block_k=64)
+    assert f["model_bytes"] == mt.model_bytes("flash", 4096, 64, 16, block_q=64, block_k=64)
     assert f["dram_ratio"] == pytest.approx(f["dram_bytes"] / f["model_bytes"])
     assert f["l2_aware_dram_bytes"] > 0 and f["waves_per_head"] >= 1
     assert f["dram_reason"].startswith("below")
@@ -446,16 +472,17 @@ def test_ncu_driver_joins_measurements_with_the_model():
     # every flash configuration of the target is launchable on an H200
     for c in target.CONFIGS.values():
         if c["impl"] == "flash":
-            cfg = T.make_config(c["block_q"], c["block_k"], c["threads"], c["tm"], c["head_dim"])
-            T.check_launch(cfg.threads, cfg.shared_bytes, H)
+            cfg = configs.make_config(c["block_q"], c["block_k"], c["threads"], c["tm"],
+                                      c["head_dim"])
+            limits.check_launch(cfg.threads, cfg.shared_bytes, H)
 
 
 def test_host_inputs_are_cached_and_deterministic():
-    a = T.host_inputs(2, 16, 8)
-    b = T.host_inputs(2, 16, 8)
+    a = sweep.host_inputs(2, 16, 8)
+    b = sweep.host_inputs(2, 16, 8)
     assert a is b and a[0].shape == (2, 16, 8) and a[0].dtype == np.float32
     assert not np.array_equal(a[0], a[1])                  # q, k, v differ
-    c = T.host_inputs(2, 16, 8, seed=1)
+    c = sweep.host_inputs(2, 16, 8, seed=1)
     assert not np.array_equal(a[0], c[0])
 
 
@@ -463,7 +490,7 @@ def test_limits_from_the_simulated_device_default_to_hopper():
     from flashcourse.gpu import using_simulator
     if not using_simulator():
         pytest.skip("a real GPU: limits come from it")
-    lim = T.DeviceLimits.from_device()
+    lim = limits.DeviceLimits.from_device()
     assert "simulated" in lim.name
     assert lim.smem_per_block_optin == H.smem_per_block_optin
     assert lim.max_threads_per_block == 1024

@@ -14,7 +14,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from flashcourse import widgets as W
-from flashcourse._checks import tile_visibility
+from flashcourse.geometry import tile_visibility
 from flashcourse.gpus import GPUS
 from flashcourse.memory import BYTES_PER_SCORE
 from flashcourse.traffic import paper_block_sizes, tiled_traffic

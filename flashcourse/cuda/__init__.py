@@ -1,15 +1,17 @@
-"""flashcourse.cuda: Numba CUDA forward kernels, from the textbook version to a fast one.
+"""flashcourse.cuda: Numba CUDA attention kernels, from the textbook version to a fast one.
 
 Kernels, side by side (each module's header says the idea, the bytes it moves,
-the expected cost and what limits it):
+the expected cost and what limits it); `registry` lists them all, once:
 
-    dense     the unfused baseline: S to global memory, softmax kernel, then P V
-    textbook  one thread per query row, 32 x 32 tiles (flash-attention-minimal style)
-    flash     the fast one: a block of many threads per query block, coalesced
-              loads, register-tiled micro-tiles, exp2, online softmax, causal skipping
+    forward   dense      the unfused baseline: S to global memory, softmax kernel, then P V
+              textbook   one thread per query row, square tiles (flash-attention-minimal style)
+              flash      the fast one: a block of many threads per query block, coalesced
+                         loads, register-tiled micro-tiles, exp2, online softmax, causal skipping
+    backward  simple, fast, fast_two_pass    (backward_kernels.py)
 
-    from flashcourse.cuda import forward
+    from flashcourse.cuda import backward, forward
     o, lse = forward(q, k, v, kernel="flash", causal=True)
+    dq, dk, dv = backward(q, k, v, o, lse, do, kernel="fast", causal=True)
 
 Without a GPU every kernel runs on Numba's CUDA simulator (slow: tiny sizes only);
 `import flashcourse` selects it before Numba loads, and `forward` says so once.
@@ -17,33 +19,30 @@ Without a GPU every kernel runs on Numba's CUDA simulator (slow: tiny sizes only
 
 from __future__ import annotations
 
-import numpy as np
+from ._launch import finish, prepare, prepare_backward, simulator_note
+from .registry import FORWARD, get
 
-from . import dense, flash, textbook
-from ._launch import SIMULATOR_MESSAGE, ceil_div, finish, prepare, simulator_note, using_simulator
-from .flash import FlashConfig, make_flash_kernel
-from .backward_kernels import backward  # noqa: F401  (gradients; kernels in backward_kernels.py)
-
-KERNELS = ("textbook", "flash", "dense")
+#: Names of the registered forward kernels (`registry.FORWARD`), in registration order.
+KERNELS = tuple(FORWARD)
 
 
-def forward(q, k, v, *, kernel: str = "flash", block_q: int | None = None,
-            block_k: int | None = None, causal: bool = False, scale: float | None = None,
-            allow_nonfinite: bool = False, threads: int | None = None, tm: int | None = None):
-    """Exact attention forward on the GPU (or the simulator), fp32 compute.
+def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
+            scale: float | None = None, allow_nonfinite: bool = False, **options):
+    """Exact attention forward on the GPU (or the simulator).
 
     Args:
-        q: (..., Tq, d); k, v: (..., Tk, d). numpy arrays (float16/32/64; converted
-            to float32 for the kernels; o comes back in the input dtype) or float32
-            C-contiguous Numba device arrays (results stay on the device).
-        kernel: "flash" (default), "textbook" or "dense".
-        block_q, block_k: Br, Bc for "flash" (defaults chosen per d); "textbook"
-            uses block_q for its square tiles (block_k must equal it or be None);
-            "dense" ignores them.
+        q: (..., Tq, d); k, v: (..., Tk, d). numpy arrays (float16/32/64; copied to
+            the device as the kernel computes, float32 for the course's kernels; o
+            comes back in the input dtype) or C-contiguous Numba device arrays of a
+            dtype the kernel takes (results stay on the device).
+        kernel: a name of `registry.FORWARD`: "flash" (default), "textbook", "dense".
         causal: bottom-right aligned mask (query i sees key j iff j <= i + Tk - Tq).
         scale: score scale, default 1/sqrt(d).
         allow_nonfinite: accept NaN/inf in numpy inputs.
-        threads, tm: "flash" only: threads per block and query rows per thread.
+        options: what the kernel takes (`registry.FORWARD[kernel].options`), e.g.
+            block_q, block_k (Br, Bc) for "flash" and "textbook" (square tiles there),
+            threads, tm and unroll for "flash"; None means the kernel's default, and
+            an option the kernel does not use is a ValueError.
 
     Returns:
         o (..., Tq, d) and lse (..., Tq) natural-log logsumexp per row (float32;
@@ -54,34 +53,49 @@ def forward(q, k, v, *, kernel: str = "flash", block_q: int | None = None,
         ValueError/TypeError naming the argument for bad input, and ValueError
         naming the limit and the amounts for a configuration that cannot launch.
     """
-    from numba import cuda
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    spec = get("forward", kernel)
+    given = spec.check_options(options)
     simulator_note()
-    qf, kf, vf, lead, tq, tk, d, scale, causal, on_device, out_dtype, lse_dtype = prepare(
-        q, k, v, causal, scale, allow_nonfinite)
-    bh = qf.shape[0]
-    o = cuda.device_array((bh, tq, d), np.float32)
-    lse = cuda.device_array((bh, tq), np.float32)
-    if kernel == "flash":
-        flash.run(qf, kf, vf, o, lse, tq, tk, d, scale, causal, block_q=block_q,
-                  block_k=block_k, threads=threads, tm=tm)
-    elif kernel == "textbook":
-        if block_k is not None and block_k != block_q:
-            raise ValueError(f"block_k must equal block_q for the textbook kernel "
-                             f"(square tiles), got block_q={block_q}, block_k={block_k}")
-        textbook.run(qf, kf, vf, o, lse, tq, tk, d, scale, causal, block=block_q)
-    else:
-        dense.run(qf, kf, vf, o, lse, tq, tk, d, scale, causal)
-    return finish(o, lse, lead, tq, d, on_device, out_dtype, lse_dtype)
+    x, on_device, out_dtype, lse_dtype = prepare(q, k, v, causal, scale, allow_nonfinite,
+                                                 dtypes=spec.dtypes,
+                                                 convert_to=spec.convert_to)
+    o, lse = spec.run(x, **given)
+    return finish(x, (o, lse), on_device, (out_dtype, lse_dtype))
 
 
-def extra_device_bytes(kernel: str, bh: int, tq: int, tk: int) -> int:
-    """Device memory a kernel allocates beyond q, k, v, o and lse (bytes)."""
-    if kernel == "dense":
-        return dense.extra_bytes(bh, tq, tk)
-    return 0                             # textbook, flash: nothing beyond lse (Tq x 4 B per head)
+def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
+             scale: float | None = None, **options):
+    """Gradients of attention on the GPU (or Numba's simulator), fp32, P recomputed from lse.
+
+    Same contract as `flashcourse.tiled.backward`: q (..., Tq, d), k, v (..., Tk, d),
+    o and do (..., Tq, d) in q's dtype, lse (..., Tq) from the forward (-inf for a row
+    with no visible key). numpy inputs are converted to float32 (every kernel computes
+    in float32, so float64 input gets float32 accuracy) and the gradients come back as
+    numpy arrays in the input dtype; float32 C-contiguous device arrays stay on the
+    device.
+
+    Args:
+        kernel: a name of `registry.BACKWARD`: "simple" (one thread per row, two
+            launches), "fast" (key-major tiles, dQ by fp32 atomic adds) or
+            "fast_two_pass" (dQ by a second, query-major pass; deterministic).
+        options: block_q, block_k (Br, Bc) of the fast kernels (multiples of the thread
+            layout: 16 on a GPU, 4 under the simulator); None = a default for d.
+        causal, scale: as in the forward.
+
+    Returns:
+        (dq, dk, dv) shaped like q, k, v.
+    """
+    spec = get("backward", kernel)
+    given = spec.check_options(options)
+    simulator_note()
+    x, on_device, out_dtype = prepare_backward(q, k, v, o, lse, do, causal, scale)
+    grads = spec.run(x, **given)
+    return finish(x, grads, on_device, (out_dtype,) * 3)
 
 
-__all__ = ["forward", "KERNELS", "make_flash_kernel", "FlashConfig", "extra_device_bytes",
-           "using_simulator", "SIMULATOR_MESSAGE", "dense", "textbook", "flash", "ceil_div"]
+def extra_device_bytes(kernel: str, bh: int, tq: int, tk: int, d: int = 0) -> int:
+    """Device memory a forward kernel allocates beyond q, k, v, o and lse (bytes)."""
+    return get("forward", kernel).extra_bytes(bh, tq, tk, d)
+
+
+__all__ = ["forward", "backward", "KERNELS", "extra_device_bytes"]

@@ -1,42 +1,39 @@
-"""Shared plumbing of the CUDA kernels: input preparation, device limits, launches.
+"""Shared plumbing of the CUDA kernels: input preparation, the shared-memory opt-in, launches.
 
 Nothing here is attention maths. It holds what every kernel module needs:
 
 - `simulator_note()`: says once that kernels run on Numba's CUDA simulator.
-- `device_limits()`: threads per block, shared memory per block (default and
-  opt-in), registers per block, of the current device (fixed H100/H200-like
-  numbers under the simulator, so that the same configurations are rejected there).
-- `check_launch(...)`: rejects a configuration that cannot launch, with an error
-  that names the limit and both amounts, before anything is compiled.
-- `launch(...)`: launches a kernel with dynamic shared memory, raising the
-  kernel's dynamic shared-memory cap above 48 KB when needed (Numba has no public
-  API for it; we use the driver call through Numba's private objects and fail with
-  a clear message if they move).
-- `prepare(...)`: validates q, k, v (numpy or device arrays) and flattens the batch
-  dimensions, (..., T, d) -> (B*H, T, d).
+- `prepare(...)` / `prepare_backward(...)`: validate q, k, v (and o, lse, do), numpy
+  or device arrays, and flatten the batch dimensions, (..., T, d) -> (B*H, T, d), with
+  the checks a launch needs (C-contiguous device arrays, B*H within the grid's y limit).
+- `set_max_dynamic_shared_bytes(...)`: the opt-in beyond 48 KiB of dynamic shared
+  memory (Numba has no public call for it; this uses its private driver objects and
+  raises SharedMemoryOptInError, saying what moved, if they change).
+- `launch(...)`: launches a kernel with dynamic shared memory, opting in when needed.
+- `check_registers(...)`: after compiling, registers x threads must fit one block.
+
+Launch limits (threads, shared memory per block) are checked by
+`flashcourse.limits.check_launch` against `flashcourse.limits.current_limits()`.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 
 import numpy as np
 
 from .. import gpu as _gpu
-from .._checks import (accumulator_dtype, check_causal, check_qkv, check_scale)
+from .._checks import (Heads, accumulator_dtype, check_backward_shapes,
+                       check_causal, check_qkv_shapes, check_scale, flatten_heads)
+from ..gpu import using_simulator
+from ..limits import current_limits
 
 SIMULATOR_MESSAGE = ("no CUDA GPU found: running kernels on Numba's CUDA simulator "
                      "(slow; tiny sizes only)")
 _said = False
 
-#: Limits assumed under the simulator (those of an H100/H200, compute capability 9.0).
-SIM_LIMITS = {"threads": 1024, "shared_default": 48 * 1024,
-              "shared_optin": 227 * 1024, "registers": 65536, "warp": 32}
-
-
-def using_simulator() -> bool:
-    return _gpu.using_simulator()
+#: The largest grid y dimension: kernels put B*H there (CUDA's limit, 2**16 - 1).
+MAX_GRID_Y = 65535
 
 
 def simulator_note() -> None:
@@ -49,73 +46,69 @@ def simulator_note() -> None:
         _said = True
 
 
-def device_limits() -> dict:
-    """Per-block limits of the current device: threads, shared bytes, registers."""
-    if using_simulator():
-        return dict(SIM_LIMITS)
-    from numba import cuda
-    dev = cuda.get_current_device()
-    return {"threads": int(dev.MAX_THREADS_PER_BLOCK),
-            "shared_default": int(dev.MAX_SHARED_MEMORY_PER_BLOCK),
-            "shared_optin": int(dev.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
-            "registers": int(dev.MAX_REGISTERS_PER_BLOCK),
-            "warp": int(dev.WARP_SIZE)}
-
-
-def check_launch(name: str, threads: int, shared_bytes: int) -> None:
-    """Raise ValueError if `threads` or `shared_bytes` exceed the device's per-block limits."""
-    lim = device_limits()
-    if threads > lim["threads"]:
-        raise ValueError(
-            f"{name}: threads={threads} per block exceeds the device limit of "
-            f"{lim['threads']} threads per block")
-    if shared_bytes > lim["shared_optin"]:
-        raise ValueError(
-            f"{name}: needs {shared_bytes:,} B of shared memory per block, more than the "
-            f"device limit of {lim['shared_optin']:,} B per block; use smaller "
-            f"block_q/block_k")
-
-
 def check_registers(name: str, kernel, threads: int) -> None:
     """After compiling on a GPU: registers x threads must fit in one block's register file."""
     if using_simulator():
         return
     regs = int(kernel.regs_per_thread)
-    lim = device_limits()["registers"]
+    lim = current_limits().max_regs_per_block
     if regs * threads > lim:
         raise ValueError(
             f"{name}: {regs} registers/thread x {threads} threads = {regs * threads:,} "
             f"registers per block, more than the device limit of {lim:,}; use fewer threads")
 
 
+# ---------------------------------------------------------------------------
+# Opt-in to more than 48 KiB of dynamic shared memory (numba-cuda private API)
+# ---------------------------------------------------------------------------
+
+class SharedMemoryOptInError(RuntimeError):
+    """Raised when the private numba-cuda route to the opt-in attribute has moved."""
+
+
 _optin_done: dict = {}
 
 
-def _raise_shared_cap(dispatcher, signature, nbytes: int) -> None:
-    """Let `dispatcher` (compiled for `signature`) use `nbytes` > 48 KB of dynamic shared memory."""
-    key = (id(dispatcher), signature)
+def set_max_dynamic_shared_bytes(dispatcher, signature, nbytes: int) -> None:
+    """Let `dispatcher`'s compiled overload for `signature` use `nbytes` of dynamic
+    shared memory (Hopper allows up to 227 KiB per block, but only after this call).
+
+    numba-cuda has no public call for it: this compiles the overload, takes its
+    CUfunction and calls cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES). If that
+    private route moves, it raises SharedMemoryOptInError saying so.
+    """
+    nbytes = int(nbytes)
+    if nbytes <= 48 * 1024:
+        return
+    key = (id(dispatcher), tuple(signature))
     if _optin_done.get(key, 0) >= nbytes:
         return
     try:
         from numba.cuda.cudadrv.driver import binding, driver
-        kern = dispatcher.compile(signature)
+        kern = dispatcher.compile(tuple(signature))
         func = kern._codelibrary.get_cufunc()
         attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         driver.cuKernelSetAttribute(attr, nbytes, func.handle, func.device.id)
-    except Exception as exc:  # private API: say what failed instead of a bare launch error
-        raise RuntimeError(
-            f"could not raise the kernel's dynamic shared-memory limit to {nbytes:,} B "
-            f"(Numba's private driver API may have changed: {exc!r}); use smaller "
-            f"block_q/block_k so the kernel needs at most 48 KB") from exc
+    except (AttributeError, ImportError, TypeError) as exc:  # the private route moved
+        raise SharedMemoryOptInError(
+            f"could not raise the kernel's dynamic shared memory to {nbytes:,} bytes: "
+            f"numba-cuda's private API (dispatcher.compile()._codelibrary.get_cufunc(), "
+            f"driver.cuKernelSetAttribute) has changed ({type(exc).__name__}: {exc}). "
+            "Use tiles that need at most 49,152 bytes, or update "
+            "flashcourse.cuda._launch.set_max_dynamic_shared_bytes.") from exc
     _optin_done[key] = nbytes
 
 
 def launch(dispatcher, signature, grid, threads, shared_bytes, args) -> None:
     """Launch with `shared_bytes` of dynamic shared memory (opt-in above 48 KB on a GPU)."""
-    if not using_simulator() and shared_bytes > 48 * 1024:
-        _raise_shared_cap(dispatcher, signature, shared_bytes)
+    if not using_simulator():
+        set_max_dynamic_shared_bytes(dispatcher, signature, shared_bytes)
     dispatcher[grid, threads, 0, shared_bytes](*args)
 
+
+# ---------------------------------------------------------------------------
+# Inputs: numpy or device arrays -> flattened float32 device arrays
+# ---------------------------------------------------------------------------
 
 def is_device_array(x) -> bool:
     """True for a Numba device array (or any object with the CUDA array interface)."""
@@ -130,64 +123,105 @@ def is_device_array(x) -> bool:
     return cuda.is_cuda_array(x)
 
 
-def prepare(q, k, v, causal, scale, allow_nonfinite):
-    """Validate and flatten inputs.
+def _device_shape(name: str, x, dtypes) -> tuple:
+    """The shape of device array `x`, after checking its dtype and layout."""
+    if not is_device_array(x):
+        raise TypeError(f"{name} must be a device array like q, got {type(x).__name__}")
+    if np.dtype(x.dtype) not in dtypes:
+        raise TypeError(f"{name} on the device must have dtype "
+                        f"{' or '.join(str(np.dtype(t)) for t in dtypes)}, got {x.dtype}")
+    if not x.is_c_contiguous():
+        raise ValueError(f"{name} on the device must be C-contiguous (e.g. made by "
+                         "cuda.to_device(np.ascontiguousarray(...))), got a strided view")
+    return tuple(int(n) for n in x.shape)
 
-    Returns (qf, kf, vf, lead, tq, tk, d, scale, causal, on_device, out_dtype, lse_dtype)
-    where qf (BH, Tq, d), kf, vf (BH, Tk, d) are float32 C-contiguous device arrays.
-    numpy input of float16/float64 is converted to float32 (all kernels compute in
-    float32); device input must already be float32 and C-contiguous.
+
+def _check_grid(bh: int) -> None:
+    if bh > MAX_GRID_Y:
+        raise ValueError(f"batch x heads = {bh:,} exceeds the CUDA grid's y limit of "
+                         f"{MAX_GRID_Y:,} (the kernels launch one block row per head); "
+                         "split the batch into chunks")
+
+
+def prepare(q, k, v, causal, scale, allow_nonfinite, *, dtypes=(np.float32,),
+            convert_to=np.float32):
+    """Validate and flatten forward inputs for a kernel.
+
+    Returns (x, on_device, out_dtype, lse_dtype): x is a `flashcourse._checks.Heads`
+    whose q (BH, Tq, d), k, v (BH, Tk, d) are C-contiguous device arrays. numpy input
+    is copied to the device as `convert_to` (None keeps its dtype: a kernel that
+    computes in the input precision); device input must already have one of `dtypes`
+    and be C-contiguous. Results of numpy input come back in its dtype.
     """
     from numba import cuda
-    causal = check_causal(causal)
-    on_device = is_device_array(q) or is_device_array(k) or is_device_array(v)
-    if on_device:
-        shapes = {}
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            if not is_device_array(x):
-                raise TypeError(f"{name} must be a device array like q, got {type(x).__name__}")
-            if np.dtype(x.dtype) != np.float32:
-                raise TypeError(f"{name} on the device must be float32, got {x.dtype}")
-            shp = tuple(int(n) for n in x.shape)
+    if any(is_device_array(a) for a in (q, k, v)):
+        causal = check_causal(causal)
+        qs, ks, vs = (_device_shape(n, a, dtypes) for n, a in (("q", q), ("k", k), ("v", v)))
+        for name, shp in (("q", qs), ("k", ks), ("v", vs)):
             if len(shp) < 2 or 0 in shp:
                 raise ValueError(f"{name} must have shape (..., T, d) with no empty axis, "
                                  f"got {shp}")
-            shapes[name] = shp
-        qs, ks, vs = shapes["q"], shapes["k"], shapes["v"]
-        if not (len(qs) == len(ks) == len(vs)) or qs[:-2] != ks[:-2] or ks != vs \
-                or qs[-1] != ks[-1]:
-            raise ValueError(f"q (..., Tq, d), k and v (..., Tk, d) shapes do not match: "
-                             f"q {qs}, k {ks}, v {vs}")
-        lead = qs[:-2]
-        tq, d = qs[-2], qs[-1]
-        tk = ks[-2]
+        check_qkv_shapes(qs, ks, vs)
+        lead, (tq, d), tk = qs[:-2], qs[-2:], ks[-2]
         bh = int(np.prod(lead)) if lead else 1
-        qf, kf, vf = (x.reshape(bh, n, d) for x, n in ((q, tq), (k, tk), (v, tk)))
-        out_dtype, lse_dtype = np.dtype(np.float32), np.dtype(np.float32)
-    else:
-        q, k, v = check_qkv(q, k, v, allow_nonfinite=allow_nonfinite)
-        lead = q.shape[:-2]
-        tq, tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
-        bh = int(np.prod(lead)) if lead else 1
-        qf, kf, vf = (cuda.to_device(np.ascontiguousarray(x.reshape(bh, -1, d), np.float32))
-                      for x in (q, k, v))
-        out_dtype, lse_dtype = q.dtype, accumulator_dtype(q.dtype)
-    scale = check_scale(scale, d)
-    return qf, kf, vf, lead, tq, tk, d, scale, causal, on_device, out_dtype, lse_dtype
+        _check_grid(bh)
+        if len({np.dtype(a.dtype) for a in (q, k, v)}) != 1:
+            raise TypeError(f"q, k and v must share one dtype, got q {q.dtype}, "
+                            f"k {k.dtype}, v {v.dtype}")
+        dtype = np.dtype(q.dtype)
+        x = Heads(q.reshape(bh, tq, d), k.reshape(bh, tk, d), v.reshape(bh, tk, d),
+                  lead, tq, tk, d, check_scale(scale, d), causal, dtype)
+        return x, True, dtype, accumulator_dtype(dtype)
+    h = flatten_heads(q, k, v, causal=causal, scale=scale, allow_nonfinite=allow_nonfinite)
+    _check_grid(h.bh)
+    dt = h.dtype if convert_to is None else np.dtype(convert_to)
+    qf, kf, vf = (cuda.to_device(np.ascontiguousarray(a, dt)) for a in (h.q, h.k, h.v))
+    x = Heads(qf, kf, vf, h.lead, h.tq, h.tk, h.d, h.scale, h.causal, dt)
+    return x, False, h.dtype, h.acc_dtype
 
 
-def finish(o, lse, lead, tq, d, on_device, out_dtype, lse_dtype):
-    """Reshape (BH, Tq, d)/(BH, Tq) results back to (..., Tq, d)/(..., Tq)."""
+def prepare_backward(q, k, v, o, lse, do, causal, scale):
+    """Validate and flatten backward inputs (numpy or float32 device arrays).
+
+    Returns (x, on_device, out_dtype): x is a `Heads` with q, o, do (BH, Tq, d),
+    k, v (BH, Tk, d) and lse (BH, Tq) as float32 C-contiguous device arrays.
+    """
+    from numba import cuda
+    arrays = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do}
+    if any(is_device_array(a) for a in arrays.values()):
+        f32 = (np.float32,)
+        shapes = {n: _device_shape(n, a, f32) for n, a in arrays.items()}
+        for name in ("q", "k", "v", "o", "do"):
+            if len(shapes[name]) < 2 or 0 in shapes[name]:
+                raise ValueError(f"{name} must have shape (..., T, d) with no empty axis, "
+                                 f"got {shapes[name]}")
+        check_qkv_shapes(shapes["q"], shapes["k"], shapes["v"])
+        check_backward_shapes(shapes["q"], shapes["o"], shapes["lse"], shapes["do"])
+        qs, tk = shapes["q"], shapes["k"][-2]
+        lead, (tq, d) = qs[:-2], qs[-2:]
+        bh = int(np.prod(lead)) if lead else 1
+        _check_grid(bh)
+        x = Heads(q.reshape(bh, tq, d), k.reshape(bh, tk, d), v.reshape(bh, tk, d), lead,
+                  tq, tk, d, check_scale(scale, d), check_causal(causal),
+                  np.dtype(np.float32), o=o.reshape(bh, tq, d), lse=lse.reshape(bh, tq),
+                  do=do.reshape(bh, tq, d))
+        return x, True, np.dtype(np.float32)
+    h = flatten_heads(q, k, v, causal=causal, scale=scale, o=o, lse=lse, do=do)
+    _check_grid(h.bh)
+
+    def dev(a):
+        return cuda.to_device(np.ascontiguousarray(a, np.float32))
+
+    x = Heads(dev(h.q), dev(h.k), dev(h.v), h.lead, h.tq, h.tk, h.d, h.scale, h.causal,
+              np.dtype(np.float32), o=dev(h.o), lse=dev(h.lse), do=dev(h.do))
+    return x, False, h.dtype
+
+
+def finish(x: Heads, results, on_device: bool, dtypes):
+    """(BH, T, ...) device results -> (..., T, ...): left on the device for device input,
+    else copied to the host as `dtypes` (one per result)."""
     if on_device:
-        return o.reshape(*lead, tq, d), lse.reshape(*lead, tq)
-    o_h = o.copy_to_host().astype(out_dtype, copy=False)
-    lse_h = lse.copy_to_host().astype(lse_dtype, copy=False)
-    return o_h.reshape(*lead, tq, d), lse_h.reshape(*lead, tq)
+        return tuple(x.unflatten(r) for r in results)
+    return tuple(x.unflatten(r.copy_to_host().astype(t, copy=False))
+                 for r, t in zip(results, dtypes))
 
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-LOG2E = 1.0 / math.log(2.0)
-LN2 = math.log(2.0)

@@ -59,13 +59,16 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32
 
-from ._launch import ceil_div, check_launch, launch, simulator_note, using_simulator
+from ..geometry import ceil_div
+from ..gpu import using_simulator
+from ..limits import check_launch
+from ..constants import F0, NEG_INF
+from ._launch import launch
 
-F0 = np.float32(0.0)
-NEG_INF = np.float32(-np.inf)
 #: Largest head dimension the simple kernels support (their local arrays are this long).
 SIMPLE_MAX_D = 128
-KERNELS = ("simple", "fast", "fast_two_pass")
+#: The versions `run` launches (registered in flashcourse.cuda.registry).
+VERSIONS = ("simple", "fast", "fast_two_pass")
 
 
 # ---------------------------------------------------------------------------
@@ -246,7 +249,7 @@ def plan(d: int, block_q: int, block_k: int, ty: int, tx: int) -> BackwardConfig
                          f"columns ({tx})")
     cfg = BackwardConfig(int(block_q), int(block_k), int(ty), int(tx),
                          ceil_div(d, tx) * tx)
-    check_launch("backward kernel", cfg.threads, cfg.shared_bytes)
+    check_launch(cfg.threads, cfg.shared_bytes, what="backward kernel")
     return cfg
 
 
@@ -552,8 +555,8 @@ def run(qf, kf, vf, of, lse, dof, dq, dk, dv, tq, tk, d, scale, causal, *, kerne
     are overwritten. `delta` (BH, Tq) scratch may be passed to avoid an allocation.
     Returns the BackwardConfig used (None for "simple").
     """
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if kernel not in VERSIONS:
+        raise ValueError(f"kernel must be one of {VERSIONS}, got {kernel!r}")
     bh = qf.shape[0]
     if delta is None:
         delta = cuda.device_array((bh, tq), dtype=np.float32)
@@ -592,55 +595,3 @@ def run(qf, kf, vf, of, lse, dof, dq, dk, dv, tq, tk, d, scale, causal, *, kerne
         launch(q_pass, _sig("fast_q"), (ceil_div(tq, cfg.block_q), bh), cfg.threads,
                cfg.shared_bytes, args + (dq,) + tail)
     return cfg
-
-
-def backward(q, k, v, o, lse, do, *, kernel: str = "fast", block_q: int | None = None,
-             block_k: int | None = None, causal: bool = False, scale: float | None = None):
-    """Gradients of attention on the GPU (or Numba's simulator), fp32, P recomputed from lse.
-
-    Same contract as `flashcourse.tiled.backward`: q (..., Tq, d), k, v (..., Tk, d),
-    o and do (..., Tq, d) in q's dtype, lse (..., Tq) from the forward (-inf for a row
-    with no visible key). Inputs are converted to float32 (every kernel computes in
-    float32, so float64 input gets float32 accuracy) and the gradients are returned
-    as numpy arrays in the input dtype.
-
-    Args:
-        kernel: "simple" (one thread per row, two launches), "fast" (key-major tiles,
-            dQ by fp32 atomic adds) or "fast_two_pass" (dQ by a second, query-major
-            pass; deterministic).
-        block_q, block_k: Br, Bc of the fast kernels (multiples of the thread layout:
-            16 on a GPU, 4 under the simulator); None = a default for d.
-        causal, scale: as in the forward.
-
-    Returns:
-        (dq, dk, dv) numpy arrays shaped like q, k, v.
-    """
-    from ..tiled import check_backward_inputs
-    from .._checks import check_causal, check_scale
-
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
-    q, k, v, o, lse, do = check_backward_inputs(q, k, v, o, lse, do)
-    causal = check_causal(causal)
-    d = q.shape[-1]
-    scale = check_scale(scale, d)
-    simulator_note()
-    lead = q.shape[:-2]
-    tq, tk = q.shape[-2], k.shape[-2]
-    bh = int(np.prod(lead)) if lead else 1
-
-    def dev(x, t):
-        return cuda.to_device(np.ascontiguousarray(x.reshape(bh, t, -1), np.float32))
-
-    qf, of, dof = dev(q, tq), dev(o, tq), dev(do, tq)
-    kf, vf = dev(k, tk), dev(v, tk)
-    lsef = cuda.to_device(np.ascontiguousarray(lse.reshape(bh, tq), np.float32))
-    dq = cuda.device_array((bh, tq, d), np.float32)
-    dk = cuda.device_array((bh, tk, d), np.float32)
-    dv = cuda.device_array((bh, tk, d), np.float32)
-    run(qf, kf, vf, of, lsef, dof, dq, dk, dv, tq, tk, d, scale, causal, kernel=kernel,
-        block_q=block_q, block_k=block_k)
-    out = []
-    for x, t in ((dq, tq), (dk, tk), (dv, tk)):
-        out.append(x.copy_to_host().astype(q.dtype, copy=False).reshape(*lead, t, d))
-    return tuple(out)

@@ -34,11 +34,10 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32
 
-from ._launch import ceil_div, check_launch, using_simulator
-
-F0 = np.float32(0.0)
-F1 = np.float32(1.0)
-NEG_INF = np.float32(-np.inf)
+from ..geometry import ceil_div
+from ..gpu import using_simulator
+from ..limits import check_launch
+from ..constants import F0, F1, NEG_INF
 
 
 @lru_cache(maxsize=None)
@@ -161,8 +160,8 @@ def run(qf, kf, vf, o, lse, tq, tk, d, scale, causal, tile=None, softmax_threads
     t0, n0 = default_tile()
     tile = t0 if tile is None else tile
     softmax_threads = n0 if softmax_threads is None else softmax_threads
-    check_launch("dense scores kernel", tile * tile, 2 * tile * (tile + 1) * 4)
-    check_launch("dense softmax kernel", softmax_threads, softmax_threads * 4)
+    check_launch(tile * tile, 2 * tile * (tile + 1) * 4, what="dense scores kernel")
+    check_launch(softmax_threads, softmax_threads * 4, what="dense softmax kernel")
     scores, softmax, pv = make_dense_kernels(tile, softmax_threads)
     bh = qf.shape[0]
     s = cuda.device_array((bh, tq, tk), np.float32)          # the materialised S, then P

@@ -40,7 +40,7 @@ How to run it
     kern = make_flash_kernel(64, 64, 256, 4, head_dim=64)              # one variant
     python benchmarks/gpu_forward.py --check --bench                   # on a GPU
 
-Rules that keep it fast in Numba (see TOOLCHAIN.md):
+Rules that keep it fast in Numba:
     - every `cuda.local.array` is indexed only by compile-time constants inside
       loops over `range(CONSTANT)` that the compiler unrolls, so they live in
       registers (check with `get_local_mem_per_thread() == 0`);
@@ -62,13 +62,11 @@ import numpy as np
 from numba import cuda, float32
 from numba import uint64 as U   # unsigned indices: no negative-index wraparound code
 
-from ._launch import LN2, LOG2E, ceil_div, check_launch, check_registers, launch, using_simulator
-
-F0 = np.float32(0.0)
-F1 = np.float32(1.0)
-NEG_INF = np.float32(-np.inf)
-LN2_F = np.float32(LN2)
-FULL_MASK = 0xFFFFFFFF
+from ..geometry import ceil_div
+from ..gpu import using_simulator
+from ..limits import check_launch
+from ._launch import check_registers, launch
+from ..constants import F0, F1, FULL_MASK, LN2_F, LOG2E, NEG_INF
 
 
 @dataclass(frozen=True)
@@ -138,11 +136,12 @@ class FlashConfig:
         return 4 * self.offsets()[-1]
 
 
-def plan(d: int, block_q: int, block_k: int, threads: int, tm: int,
-         shuffle: bool | None = None) -> FlashConfig:
-    """Check a (block_q, block_k, threads, tm) choice for head dim d; return its config.
+def layout(d: int, block_q: int, block_k: int, threads: int, tm: int,
+           shuffle: bool | None = None) -> FlashConfig:
+    """Arrange `threads` over a (block_q, block_k) tile for head dim d; return the config.
 
-    Raises ValueError naming the argument when the pieces do not fit together.
+    Raises ValueError naming the argument when the pieces do not fit together. Whether
+    the result fits a device is `plan`'s question (`flashcourse.limits.check_launch`).
     """
     from .._checks import check_block
     block_q = check_block(block_q, "block_q")
@@ -166,8 +165,14 @@ def plan(d: int, block_q: int, block_k: int, threads: int, tm: int,
     if shuffle and threads % 32:
         raise ValueError(f"threads={threads} must be a multiple of 32 (a warp) on a GPU")
     head_dim = ceil_div(d, ct) * ct
-    cfg = FlashConfig(block_q, block_k, threads, tm, head_dim, bool(shuffle))
-    check_launch("flash kernel", threads, cfg.shared_bytes)
+    return FlashConfig(block_q, block_k, threads, tm, head_dim, bool(shuffle))
+
+
+def plan(d: int, block_q: int, block_k: int, threads: int, tm: int,
+         shuffle: bool | None = None) -> FlashConfig:
+    """`layout`, then check that one block fits this device's limits (LaunchError if not)."""
+    cfg = layout(d, block_q, block_k, threads, tm, shuffle)
+    check_launch(cfg.threads, cfg.shared_bytes, what="flash kernel")
     return cfg
 
 
@@ -430,43 +435,39 @@ def untuned_config(d: int):
 
 
 @lru_cache(maxsize=None)
-def tuned_config(d: int):
-    """(block_q, block_k, threads, tm, unroll) that won the recorded tuning sweep for head
-    dimension d on this GPU model (benchmarks/results/h200_tuning_sweep.json, read by
-    flashcourse.tuning.tuned_config), or None: no GPU, another model, another d."""
-    if using_simulator():
-        return None
-    try:
-        from numba import cuda
+def _recorded_config(d: int, gpu_name: str):
+    """The recorded tuned configuration for (d, this GPU model), read once per process."""
+    from ..results import tuned_config
+    return tuned_config(d, gpu_name=gpu_name)
 
-        from ..tuning import tuned_config as recorded
-        name = cuda.get_current_device().name
-        name = name.decode() if isinstance(name, bytes) else str(name)
-        best = recorded(d, gpu_name=name)
-    except Exception:            # no record, unreadable record, no device: fall back
-        return None
-    if not best or any(best.get(k) is None for k in ("block_q", "block_k", "threads", "tm")):
-        return None
-    return (best["block_q"], best["block_k"], best["threads"], best["tm"],
-            best.get("unroll") or UNTUNED_UNROLL)
+
+def _gpu_name() -> str:
+    from numba import cuda
+    name = cuda.get_current_device().name
+    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def default_config(d: int):
     """(block_q, block_k, threads, tm) used when the caller gives none.
 
     Tiny tiles on the simulator; on a GPU, the tuned configuration recorded for this
-    GPU model and head dimension when there is one, else `untuned_config(d)`.
+    GPU model and head dimension (`flashcourse.results.tuned_config`, which raises
+    ResultsError on a broken results file) when there is one, else `untuned_config(d)`.
     """
     if using_simulator():
         return 8, 8, 16, 2
-    tuned = tuned_config(d)
-    return tuned[:4] if tuned else untuned_config(d)
+    tuned = _recorded_config(d, _gpu_name())
+    if tuned is None:
+        return untuned_config(d)
+    return tuned["block_q"], tuned["block_k"], tuned["threads"], tuned["tm"]
 
 
 def default_unroll(d: int) -> int:
     """The inner-loop unroll used when the caller gives none (tuned when recorded)."""
-    tuned = tuned_config(d)
-    return tuned[4] if tuned else UNTUNED_UNROLL
+    if using_simulator():
+        return UNTUNED_UNROLL
+    tuned = _recorded_config(d, _gpu_name())
+    return (tuned or {}).get("unroll") or UNTUNED_UNROLL
 
 
 def run(qf, kf, vf, o, lse, tq, tk, d, scale, causal, block_q=None, block_k=None,

@@ -44,11 +44,11 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32
 
-from ._launch import ceil_div, check_launch, launch, using_simulator
-
-F0 = np.float32(0.0)
-F1 = np.float32(1.0)
-NEG_INF = np.float32(-np.inf)
+from ..geometry import ceil_div
+from ..gpu import using_simulator
+from ..limits import check_launch
+from ._launch import launch
+from ..constants import F0, F1, NEG_INF
 
 
 def shared_bytes(block: int, d: int) -> int:
@@ -151,7 +151,7 @@ def run(qf, kf, vf, o, lse, tq, tk, d, scale, causal, block=None):
     from .._checks import check_block
     block = default_block() if block is None else check_block(block, "block_q")
     nbytes = shared_bytes(block, d)
-    check_launch("textbook kernel", block, nbytes)
+    check_launch(block, nbytes, what="textbook kernel")
     kern = make_textbook_kernel(block)
     bh = qf.shape[0]
     args = (qf, kf, vf, o, lse, np.int32(tq), np.int32(tk), np.int32(d),

@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from .. import reference
-from .._checks import tile_visibility, visible_mask
+from ..geometry import tile_visibility, visible_mask
 from ._harness import Case, Result, run_checks
 
 # -- hints (tests assert on these exact strings) ------------------------------

@@ -44,13 +44,12 @@ import numpy as np
 from numba import cuda, float32
 
 from .. import reference
+from ..constants import F0, NEG_INF
 from ._harness import Case, Result, run_checks
 
 BQ = 4                      # query rows (threads) per block
 BC = 4                      # keys per tile
 DMAX = 8                    # largest head dimension the lab kernel takes
-F0 = np.float32(0.0)
-NEG_INF = np.float32(-np.inf)
 GARBAGE = np.float32(30.0)  # what s holds past the last key: large, so a missing mask shows
 
 # -- hints (tests assert on these exact strings) ------------------------------

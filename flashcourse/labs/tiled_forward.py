@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from .. import reference
-from .._checks import visible_mask
+from ..geometry import visible_mask
 from ._harness import Case, Result, run_checks
 
 # -- hints (tests assert on these exact strings) ------------------------------

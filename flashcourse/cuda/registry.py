@@ -1,0 +1,167 @@
+"""The CUDA kernels of the course, registered once: `FORWARD` and `BACKWARD` by name.
+
+`flashcourse.cuda.forward` / `backward`, the benchmarks and the tests read these two
+dicts; nothing else lists the kernels. One entry says everything a caller needs:
+
+    name         what `kernel=` selects
+    direction    "forward" or "backward"
+    run          run(x, out=None, **options) -> device results. x is a `_checks.Heads`
+                 whose arrays are C-contiguous device arrays flattened to (BH, T, d):
+                 x.q, x.k, x.v (and x.o, x.lse, x.do for a backward), with x.tq, x.tk,
+                 x.d, x.scale, x.causal and x.dtype (the dtype on the device). A forward
+                 returns (o (BH, Tq, d), lse (BH, Tq)); a backward (dq, dk, dv). `out`,
+                 when given, holds those arrays already allocated (benchmarks time the
+                 kernel alone, and poison the outputs to check every element is written).
+    options      the keyword options it accepts; any other one given is an error
+    extra_bytes  device memory it allocates beyond inputs and outputs, (bh, tq, tk, d) -> B
+    description  one line
+    dtypes       dtypes it accepts on the device; numpy input is copied to the device
+    convert_to   as this dtype (None: kept in its own dtype, for a kernel that computes
+                 in the input precision)
+
+To add a kernel: write its module beside the others (header comment: the idea, the
+bytes it moves, the expected cost), then one `register(Kernel(...))` line below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+DIRECTIONS = ("forward", "backward")
+
+
+def _no_extra(bh: int, tq: int, tk: int, d: int) -> int:
+    return 0
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One registered CUDA kernel (see the module docstring for each field)."""
+
+    name: str
+    direction: str
+    run: Callable
+    options: tuple = ()
+    extra_bytes: Callable = _no_extra
+    description: str = ""
+    dtypes: tuple = (np.float32,)
+    convert_to: object = np.float32
+
+    def check_options(self, options: dict) -> dict:
+        """The options that were given (not None); ValueError for one it does not take."""
+        given = {k: v for k, v in options.items() if v is not None}
+        unknown = sorted(set(given) - set(self.options))
+        if unknown:
+            takes = ", ".join(self.options) if self.options else "no options"
+            raise ValueError(f"the {self.direction} kernel {self.name!r} does not use "
+                             f"{', '.join(unknown)} (it takes {takes}); leave "
+                             f"{'it' if len(unknown) == 1 else 'them'} unset")
+        return given
+
+
+FORWARD: dict = {}
+BACKWARD: dict = {}
+
+
+def register(kernel: Kernel) -> Kernel:
+    """Add `kernel` to FORWARD or BACKWARD; a name may be registered once."""
+    if kernel.direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {kernel.direction!r}")
+    table = FORWARD if kernel.direction == "forward" else BACKWARD
+    if kernel.name in table:
+        raise ValueError(f"a {kernel.direction} kernel named {kernel.name!r} is registered")
+    table[kernel.name] = kernel
+    return kernel
+
+
+def get(direction: str, name) -> Kernel:
+    """The registered kernel `name`, or ValueError listing the ones there are."""
+    table = FORWARD if direction == "forward" else BACKWARD
+    if name not in table:
+        raise ValueError(f"kernel must be one of {tuple(table)}, got {name!r}")
+    return table[name]
+
+
+# ---------------------------------------------------------------------------
+# The kernels (modules side by side in flashcourse/cuda/)
+# ---------------------------------------------------------------------------
+
+def _forward_outputs(x, out):
+    if out is not None:
+        return out
+    from numba import cuda
+    return (cuda.device_array((x.bh, x.tq, x.d), np.float32),     # o (BH, Tq, d)
+            cuda.device_array((x.bh, x.tq), np.float32))          # lse (BH, Tq)
+
+
+def _run_dense(x, out=None):
+    from . import dense
+    o, lse = _forward_outputs(x, out)
+    dense.run(x.q, x.k, x.v, o, lse, x.tq, x.tk, x.d, x.scale, x.causal)
+    return o, lse
+
+
+def _dense_extra(bh: int, tq: int, tk: int, d: int) -> int:
+    from . import dense
+    return dense.extra_bytes(bh, tq, tk)
+
+
+def _run_textbook(x, out=None, block_q=None, block_k=None):
+    from . import textbook
+    if block_k is not None and block_k != block_q:
+        raise ValueError(f"block_k must equal block_q for the textbook kernel "
+                         f"(square tiles), got block_q={block_q}, block_k={block_k}")
+    o, lse = _forward_outputs(x, out)
+    textbook.run(x.q, x.k, x.v, o, lse, x.tq, x.tk, x.d, x.scale, x.causal, block=block_q)
+    return o, lse
+
+
+def _run_flash(x, out=None, **options):
+    from . import flash
+    o, lse = _forward_outputs(x, out)
+    flash.run(x.q, x.k, x.v, o, lse, x.tq, x.tk, x.d, x.scale, x.causal, **options)
+    return o, lse
+
+
+def _backward_runner(version: str):
+    def run(x, out=None, block_q=None, block_k=None):
+        from numba import cuda
+
+        from . import backward_kernels
+        if out is None:
+            out = (cuda.device_array((x.bh, x.tq, x.d), np.float32),   # dq (BH, Tq, d)
+                   cuda.device_array((x.bh, x.tk, x.d), np.float32),   # dk (BH, Tk, d)
+                   cuda.device_array((x.bh, x.tk, x.d), np.float32))   # dv (BH, Tk, d)
+        dq, dk, dv = out
+        backward_kernels.run(x.q, x.k, x.v, x.o, x.lse, x.do, dq, dk, dv, x.tq, x.tk, x.d,
+                             x.scale, x.causal, kernel=version, block_q=block_q,
+                             block_k=block_k)
+        return dq, dk, dv
+    run.__name__ = f"run_{version}"
+    return run
+
+
+def _delta_bytes(bh: int, tq: int, tk: int, d: int) -> int:
+    return 4 * bh * tq                                        # D = rowsum(dO * O), fp32
+
+
+register(Kernel("textbook", "forward", _run_textbook, ("block_q", "block_k"),
+                description="one thread per query row, square tiles "
+                            "(flash-attention-minimal style)"))
+register(Kernel("flash", "forward", _run_flash, ("block_q", "block_k", "threads", "tm",
+                                                  "unroll"),
+                description="register-tiled FlashAttention-2 order, exp2, causal skipping"))
+register(Kernel("dense", "forward", _run_dense, (), _dense_extra,
+                description="unfused baseline: S to global memory, softmax, then P V"))
+register(Kernel("simple", "backward", _backward_runner("simple"), (), _delta_bytes,
+                description="one thread per row, two launches, no shared memory (d <= 128)"))
+register(Kernel("fast", "backward", _backward_runner("fast"), ("block_q", "block_k"),
+                _delta_bytes,
+                description="FlashAttention-2 backward, key-major tiles, dQ by atomic adds"))
+register(Kernel("fast_two_pass", "backward", _backward_runner("fast_two_pass"),
+                ("block_q", "block_k"), _delta_bytes,
+                description="key-major dK, dV, then a query-major pass for dQ "
+                            "(deterministic)"))

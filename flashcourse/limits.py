@@ -1,0 +1,237 @@
+"""What fits on a GPU: per-block and per-SM limits, launch checks, occupancy (pure functions).
+
+A kernel launch fits only within the device's own limits (read from the device when
+there is one, `DeviceLimits.from_device()`; H200 numbers from `flashcourse.gpus` under
+the simulator, `current_limits()`):
+
+    shared memory per block   48 KiB by default; Hopper lets a kernel opt in to
+                              227 KiB (`flashcourse.cuda._launch.set_max_dynamic_shared_bytes`)
+    registers per thread      <= 255, and threads x registers <= 65,536 per block
+    threads per block         <= 1,024
+
+`check_launch` raises `LaunchError` naming the limit, the amount asked and the amount
+available. Occupancy = how many blocks of one kernel a streaming multiprocessor (SM)
+keeps resident at once. Each SM has a register file (65,536 32-bit registers), a shared
+memory pool (228 KiB on Hopper) and at most 64 warps (2,048 threads) and 32 blocks.
+The smallest of the four quotients is the number of resident blocks, and the resource
+that gives it is the *limiter* (`occupancy`). More resident blocks hide memory latency;
+bigger tiles re-read K and V fewer times (`flashcourse.traffic`), but need more shared
+memory and registers, so fewer of them fit: tile shape trades traffic against residency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+from ._checks import check_block
+from .geometry import ceil_div
+from .gpus import GPU, get_gpu
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """The per-block and per-SM resources of a GPU that decide whether, and how
+    many copies of, a kernel launch fit (units in each field name or comment)."""
+
+    name: str
+    compute_capability: tuple = (9, 0)
+    sm_count: int = 132
+    warp_size: int = 32                       # threads
+    max_threads_per_block: int = 1024         # threads
+    max_threads_per_sm: int = 2048            # threads (64 warps)
+    max_blocks_per_sm: int = 32               # blocks
+    regs_per_sm: int = 65536                  # 32-bit registers
+    max_regs_per_block: int = 65536           # 32-bit registers
+    max_regs_per_thread: int = 255            # 32-bit registers
+    reg_alloc_unit: int = 256                 # registers, granularity per warp
+    smem_per_sm: int = 233472                 # bytes (228 KiB)
+    smem_per_block: int = 49152               # bytes without opt-in (48 KiB)
+    smem_per_block_optin: int = 232448        # bytes with opt-in (227 KiB)
+    smem_reserved_per_block: int = 1024       # bytes the system keeps per block
+    smem_alloc_unit: int = 128                # bytes
+    l2_bytes: int = 52428800                  # bytes
+
+    @classmethod
+    def from_gpu(cls, gpu: GPU, name: str | None = None) -> "DeviceLimits":
+        """Compute-capability 9.0 limits with the SM count, shared memory and L2 of a
+        published GPU (`flashcourse.gpus`)."""
+        return cls(name=name or f"{gpu.name} (preset)", sm_count=gpu.sms,
+                   smem_per_sm=gpu.smem_per_sm_bytes,
+                   smem_per_block_optin=gpu.smem_per_block_optin_bytes,
+                   l2_bytes=gpu.l2_bytes)
+
+    @classmethod
+    def from_device(cls, device=None) -> "DeviceLimits":
+        """Read the limits of the current (or given) Numba CUDA device; under the
+        simulator, which has no attributes, the H200 preset's numbers."""
+        from numba import cuda
+
+        from .gpu import using_simulator
+        dev = cuda.get_current_device() if device is None else device
+        name = getattr(dev, "name", "simulated device (H100/H200 limits assumed)")
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        base = replace(H200_LIMITS, name=name)
+        if using_simulator():
+            return base
+
+        def attr(key, default):
+            # an attribute this driver/binding does not expose keeps the preset's value
+            value = getattr(dev, key, None)
+            return default if value is None else int(value)
+
+        return replace(
+            base,
+            compute_capability=tuple(getattr(dev, "compute_capability", (9, 0))),
+            sm_count=attr("MULTIPROCESSOR_COUNT", base.sm_count),
+            warp_size=attr("WARP_SIZE", base.warp_size),
+            max_threads_per_block=attr("MAX_THREADS_PER_BLOCK", base.max_threads_per_block),
+            max_threads_per_sm=attr("MAX_THREADS_PER_MULTIPROCESSOR", base.max_threads_per_sm),
+            max_blocks_per_sm=attr("MAX_BLOCKS_PER_MULTIPROCESSOR", base.max_blocks_per_sm),
+            regs_per_sm=attr("MAX_REGISTERS_PER_MULTIPROCESSOR", base.regs_per_sm),
+            max_regs_per_block=attr("MAX_REGISTERS_PER_BLOCK", base.max_regs_per_block),
+            smem_per_sm=attr("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR", base.smem_per_sm),
+            smem_per_block=attr("MAX_SHARED_MEMORY_PER_BLOCK", base.smem_per_block),
+            smem_per_block_optin=attr("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
+                                      base.smem_per_block_optin),
+            smem_reserved_per_block=attr("RESERVED_SHARED_MEMORY_PER_BLOCK",
+                                         base.smem_reserved_per_block),
+            l2_bytes=attr("L2_CACHE_SIZE", base.l2_bytes),
+        )
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DeviceLimits":
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        if "compute_capability" in kw:
+            kw["compute_capability"] = tuple(kw["compute_capability"])
+        return cls(**kw)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["compute_capability"] = list(self.compute_capability)
+        return d
+
+
+#: Hopper H100 SXM (132 SMs, 50 MiB L2), the CUDA occupancy calculator's numbers for cc 9.0.
+H100_LIMITS = DeviceLimits.from_gpu(get_gpu("H100 SXM"), "NVIDIA H100 80GB HBM3 (preset)")
+#: H200: the same SM as the H100 and 60 MiB of L2 (as an H200 reports it).
+H200_LIMITS = DeviceLimits.from_gpu(get_gpu("H200"), "NVIDIA H200 (preset)")
+
+
+def current_limits() -> DeviceLimits:
+    """The limits kernels are checked against: this GPU's, or the H200's under the simulator
+    (so that the same configurations are rejected there)."""
+    from .gpu import using_simulator
+    if using_simulator():
+        return H200_LIMITS
+    return _device_limits()
+
+
+_cached: list = []
+
+
+def _device_limits() -> DeviceLimits:
+    if not _cached:
+        _cached.append(DeviceLimits.from_device())
+    return _cached[0]
+
+
+class LaunchError(ValueError):
+    """A configuration that cannot launch; names the limit, the amount asked and available."""
+
+    def __init__(self, limit: str, asked: int, available: int, unit: str, what: str = ""):
+        self.limit, self.asked, self.available, self.unit = limit, int(asked), int(available), unit
+        lead = f"{what}: " if what else ""
+        super().__init__(
+            f"{lead}cannot launch: {limit} exceeded, asked {self.asked:,} {unit}, "
+            f"available {self.available:,} {unit}")
+
+
+def _ceil_to(x: int, unit: int) -> int:
+    return ceil_div(x, unit) * unit
+
+
+def check_launch(threads: int, shared_bytes: int, limits: DeviceLimits | None = None, *,
+                 regs_per_thread: int | None = None, optin: bool = True, what: str = "") -> None:
+    """Raise LaunchError if one block of this shape cannot launch on `limits`
+    (default: `current_limits()`).
+
+    threads: threads per block; shared_bytes: shared memory per block (bytes, static
+    plus dynamic); regs_per_thread: from the compiled kernel (None = unknown, skipped);
+    optin: whether the kernel raises its dynamic shared-memory limit beyond 48 KiB.
+    """
+    limits = current_limits() if limits is None else limits
+    threads = check_block(threads, "threads")
+    if threads > limits.max_threads_per_block:
+        raise LaunchError("threads per block", threads, limits.max_threads_per_block,
+                          "threads", what)
+    smem_cap = limits.smem_per_block_optin if optin else limits.smem_per_block
+    name = ("shared memory per block (opt-in)" if optin
+            else "shared memory per block (without opt-in)")
+    if shared_bytes > smem_cap:
+        raise LaunchError(name, shared_bytes, smem_cap, "bytes", what)
+    if regs_per_thread is not None:
+        if regs_per_thread > limits.max_regs_per_thread:
+            raise LaunchError("registers per thread", regs_per_thread,
+                              limits.max_regs_per_thread, "registers", what)
+        regs_block = _ceil_to(regs_per_thread * limits.warp_size, limits.reg_alloc_unit) \
+            * ceil_div(threads, limits.warp_size)
+        if regs_block > limits.max_regs_per_block:
+            raise LaunchError("registers per block", regs_block, limits.max_regs_per_block,
+                              "registers", what)
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """Resident blocks per SM and what limits them.
+
+    by_resource: blocks per SM each resource alone would allow (None when unknown).
+    limiter: the resource giving the smallest count. warps_per_sm, fraction: resident
+    warps and their share of the SM's maximum.
+    """
+
+    blocks_per_sm: int
+    limiter: str
+    by_resource: dict
+    warps_per_sm: int
+    fraction: float
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{k} {v}" for k, v in self.by_resource.items() if v is not None)
+        return (f"{self.blocks_per_sm} block(s)/SM = {self.warps_per_sm} warps "
+                f"({self.fraction:.0%} of the SM's warps); limited by {self.limiter} "
+                f"[{parts}]")
+
+
+def occupancy(threads: int, shared_bytes: int, limits: DeviceLimits, *,
+              regs_per_thread: int | None = None, optin: bool = True) -> Occupancy:
+    """Resident blocks per SM from threads, registers and shared memory (CUDA's calculator).
+
+        warps/block   W = ceil(threads / 32)
+        threads:      floor(max_warps_per_SM / W)
+        registers:    floor(regs_per_SM / (ceil(regs * 32, 256) * W))
+        shared mem:   floor(smem_per_SM / ceil(shared_bytes + reserved, 128))
+        blocks:       max_blocks_per_SM
+
+    Raises LaunchError when not even one block can launch.
+    """
+    check_launch(threads, shared_bytes, limits, regs_per_thread=regs_per_thread, optin=optin)
+    warps = ceil_div(threads, limits.warp_size)
+    max_warps = limits.max_threads_per_sm // limits.warp_size
+    by = {"threads (warps)": max_warps // warps, "blocks per SM": limits.max_blocks_per_sm}
+    if regs_per_thread is None:
+        by["registers"] = None
+    else:
+        per_warp = _ceil_to(max(regs_per_thread, 1) * limits.warp_size, limits.reg_alloc_unit)
+        by["registers"] = limits.regs_per_sm // (per_warp * warps)
+    # the system reserves smem_reserved_per_block (1 KiB on Hopper) even for 0 bytes
+    per_block = _ceil_to(shared_bytes + limits.smem_reserved_per_block, limits.smem_alloc_unit)
+    by["shared memory"] = limits.smem_per_sm // per_block
+    known = {k: v for k, v in by.items() if v is not None}
+    # ties: report the order a learner would act on (shared memory, registers, threads)
+    order = ["shared memory", "registers", "threads (warps)", "blocks per SM"]
+    blocks = min(known.values())
+    limiter = next(k for k in order if known.get(k) == blocks)
+    if blocks < 1:
+        raise LaunchError(limiter + " per SM", 1, 0, "blocks")
+    return Occupancy(blocks, limiter, by, blocks * warps, blocks * warps / max_warps)

@@ -1,0 +1,117 @@
+"""One timing harness for benchmarks, tests and notebooks: CUDA events, host clocks, units.
+
+    time_cuda(fn)    ms per call of GPU work, one CUDA-event pair per call, after warm-up;
+                     optionally flushing L2 before each call (cold-cache numbers), with
+                     Numba's events or PyTorch's (for library baselines)
+    time_host(fn)    ms per call of CPU work (perf_counter), after warm-up
+    tflops(f, ms)    TFLOP/s of f floating-point operations done in ms milliseconds
+    rel_err(x, ref)  ||x - ref|| / ||ref|| in float64 (the course's accuracy number)
+
+Take the median of the returned list (`statistics.median`): one slow call (a page
+fault, a clock change) then does not move the result.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def _numba_events():
+    from numba import cuda
+    return cuda.event(), cuda.event(), cuda.synchronize
+
+
+def _torch_events():
+    import torch
+    return (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True),
+            torch.cuda.synchronize)
+
+
+_flush_buffers: dict = {}
+
+
+def flush_l2(l2_bytes: int, backend: str = "numba") -> None:
+    """Evict the L2 cache by writing 2 x `l2_bytes` of zeros on the device."""
+    n = 2 * int(l2_bytes) // 4
+    key = (backend, n)
+    if backend == "torch":
+        import torch
+        if key not in _flush_buffers:
+            _flush_buffers[key] = torch.empty(n, dtype=torch.float32, device="cuda")
+        _flush_buffers[key].zero_()
+        return
+    from numba import cuda
+    if key not in _flush_buffers:
+        @cuda.jit
+        def fill_zero(buf):
+            i = cuda.grid(1)
+            if i < buf.size:
+                buf[i] = 0
+        _flush_buffers[key] = (cuda.device_array(n, np.float32), fill_zero)
+    buf, kernel = _flush_buffers[key]
+    kernel[(n + 255) // 256, 256](buf)
+
+
+def time_cuda(fn, *, warmup: int = 2, repeats: int = 10, budget_s: float | None = None,
+              l2_bytes: int | None = None, backend: str = "numba") -> list:
+    """Milliseconds per call of `fn` (which launches GPU work), one CUDA-event pair each.
+
+    warmup: untimed calls first (compilation, module load, caches). repeats: timed
+    calls; with `budget_s`, stop early once that many seconds were timed (at least 3
+    calls, or 1 when one call takes over half a second). l2_bytes: flush an L2 of this
+    size before every timed call (outside the events), for cold-cache times.
+    backend: "numba" (CUDA events of numba.cuda) or "torch" (torch.cuda.Event).
+    Returns the list of times (ms): take the median.
+    """
+    events = _torch_events if backend == "torch" else _numba_events
+    for _ in range(warmup):
+        fn()
+    times, spent = [], 0.0
+    for _ in range(repeats):
+        start, end, synchronize = events()
+        if l2_bytes:
+            flush_l2(l2_bytes, backend)
+        synchronize()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        ms = float(start.elapsed_time(end))
+        times.append(ms)
+        spent += ms * 1e-3
+        least = 1 if times[0] > 500 else 3
+        if budget_s is not None and spent > budget_s and len(times) >= least:
+            break
+    return times
+
+
+def time_host(fn, *, warmup: int = 1, repeats: int = 5, budget_s: float | None = None) -> list:
+    """Milliseconds per call of a CPU function (perf_counter), after `warmup` calls.
+    Stops early once `budget_s` seconds of timed calls have passed (at least one)."""
+    for _ in range(warmup):
+        fn()
+    times, spent = [], 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        times.append(dt * 1e3)
+        spent += dt
+        if budget_s is not None and spent > budget_s:
+            break
+    return times
+
+
+def tflops(flops: float, ms: float) -> float:
+    """TFLOP/s of `flops` floating-point operations done in `ms` milliseconds."""
+    return flops / (ms * 1e-3) / 1e12
+
+
+def rel_err(x, ref) -> float:
+    """||x - ref|| / ||ref|| (Frobenius, in float64); ||x|| when ref is all zeros."""
+    x = np.asarray(x, np.float64)
+    ref = np.asarray(ref, np.float64)
+    n = np.linalg.norm(ref)
+    return float(np.linalg.norm(x - ref) / n) if n > 0 else float(np.linalg.norm(x))

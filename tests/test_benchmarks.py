@@ -1,0 +1,74 @@
+"""The benchmark scripts keep recorded results safe (issue 14, item 3).
+
+Without a GPU every GPU benchmark stops with an error naming the missing GPU (unless
+asked for --simulator-smoke), and no run writes into benchmarks/results/ without
+--record. The scripts import the installed package (no sys.path edits).
+"""
+
+import hashlib
+import importlib.util
+from argparse import ArgumentParser
+from pathlib import Path
+
+import pytest
+
+from flashcourse import results
+from flashcourse.gpu import using_simulator
+
+BENCH = results.ROOT / "benchmarks"
+GPU_SCRIPTS = ["gpu_forward", "gpu_backward", "tune_sweep", "verify_defaults", "ncu_traffic"]
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _recorded_digest():
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(results.RECORDED_DIR.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("name", GPU_SCRIPTS)
+def test_gpu_benchmark_without_a_gpu_stops_and_names_it(name):
+    if not using_simulator():
+        pytest.skip("a GPU is present")
+    before = _recorded_digest()
+    with pytest.raises(SystemExit) as stop:
+        _load(name).main([])
+    assert stop.value.code not in (0, None)
+    assert "no NVIDIA CUDA GPU found" in str(stop.value.code)
+    assert "--simulator-smoke" in str(stop.value.code)
+    assert _recorded_digest() == before
+
+
+def _args(argv, gpu=True):
+    ap = ArgumentParser()
+    results.add_output_arguments(ap, gpu=gpu)
+    return ap.parse_args(argv)
+
+
+def test_default_output_is_the_untracked_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "OUT_DIR", tmp_path / "out")
+    assert results.output_dir(_args([])) == tmp_path / "out"
+    assert results.output_dir(_args(["--out", str(tmp_path / "x")])) == tmp_path / "x"
+
+
+def test_recorded_results_need_record():
+    with pytest.raises(SystemExit, match="pass --record"):
+        results.output_dir(_args(["--out", str(results.RECORDED_DIR)]))
+    with pytest.raises(SystemExit, match="never recorded"):
+        results.output_dir(_args(["--record", "--simulator-smoke"]))
+    assert results.output_dir(_args(["--record"], gpu=False)) == results.RECORDED_DIR
+
+
+def test_benchmarks_out_is_ignored_by_git():
+    ignore = (results.ROOT / ".gitignore").read_text().split()
+    assert "benchmarks/out/" in ignore
+
+
+@pytest.mark.parametrize("path", sorted(BENCH.glob("*.py")), ids=lambda p: p.name)
+def test_benchmarks_import_the_installed_package(path):
+    assert "sys.path.insert" not in Path(path).read_text()
