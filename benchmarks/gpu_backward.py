@@ -222,10 +222,10 @@ def run_bench(results, save, sizes, dims, bh=32, simple=True, with_torch=True):
 
 def resources(results, dims):
     """Registers / local memory / shared memory of the default fast kernels."""
-    from flashcourse.cuda.backward_kernels import _sig, default_config, make_fast_kernels, plan
+    from flashcourse.cuda.backward_kernels import _sig, default_tiles, make_fast_kernels, plan
     out = []
     for d in dims:
-        for cfg in [default_config(d)] + EXTRA_CONFIGS.get(d, []):
+        for cfg in [default_tiles(d)] + EXTRA_CONFIGS.get(d, []):
             p = plan(d, *cfg)
             kv_atomic, kv, qk, _ = make_fast_kernels(p.block_q, p.block_k, p.ty, p.tx,
                                                      p.head_dim)

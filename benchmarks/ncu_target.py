@@ -117,10 +117,10 @@ def run_one(cfg):
     scale = 1.0 / np.sqrt(d)
     if impl == "flash":
         from flashcourse.configs import make_config
-        from flashcourse.sweep import _kernel_for
+        from flashcourse.sweep import kernel_for
         args = (cfg["block_q"], cfg["block_k"], cfg["threads"], cfg["tm"])
         tc = make_config(*args, d, unroll=cfg.get("unroll"))
-        kern, kw = _kernel_for(tc, shuffle=True)
+        kern, kw = kernel_for(tc, shuffle=True)
         ck = kern.compile(flash.signature())       # host-side compile before the markers
         cfg["regs_per_thread"] = int(ck.regs_per_thread)
         cfg["unroll"] = kw.get("unroll")

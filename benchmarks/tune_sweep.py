@@ -62,7 +62,7 @@ def _work(task):
     t0 = time.time()
     try:
         sim = using_simulator()      # a smoke test without a GPU
-        kern, _ = sweep._kernel_for(cfg, shuffle=not sim)
+        kern, _ = sweep.kernel_for(cfg, shuffle=not sim)
         if not sim:
             kern.compile(flash.signature())
     except Exception as exc:  # broad on purpose: a configuration that fails is data

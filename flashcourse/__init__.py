@@ -1,23 +1,35 @@
 """flashcourse: the library behind the FlashAttention course.
 
-Modules (each small, named by what it holds):
-    reference  dense float64 attention (the ground truth), its backward, the softmax steps
-    tiled      the tiled, IO-aware forward and backward in numpy
-    dense      standard attention as the paper's Algorithm 0 (S and P stored), countable
-    memory     score-matrix bytes, bytes kept for the backward, byte formatting
-    counter    a byte counter for outer-memory traffic of the numpy paths
-    traffic    the IO model: bytes and FLOPs of dense and tiled attention
-    gpus       published sizes and rates of a few GPUs
-    readouts   the numbers behind the widgets (pure functions)
-    widgets    the interactive explorers (score memory, traffic, tile schedule)
-    figures    the figures of figures/ (python -m flashcourse.figures DIR)
-    cpu        the Numba CPU forward
-    cuda       Numba CUDA kernels (dense, textbook, flash; backward), simulator without a GPU
-    tuning     launchable configurations, occupancy, sweeps, the tuning widget
-    quiz       multiple-choice "check your understanding" widgets
-    labs       the lab checkers
-    env        the environment report of notebook 00
-    gpu        GPU-or-simulator selection (runs on import, before Numba loads)
+Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.md):
+
+ 0  gpu         GPU-or-simulator selection (runs on import, before Numba loads)
+    _checks     validation of every argument; `flatten_heads`, the one validate-and-flatten
+    gpus        published sizes and rates of a few GPUs
+    constants   float32 constants of the compiled kernels
+    timing      the timing harness: CUDA events, host clocks, TFLOP/s, relative error
+ 1  geometry    ceil_div, causal masks, visible pairs and tiles in closed form
+    memory      score-matrix bytes, bytes kept for the backward, byte formatting
+    traffic     the IO model: bytes and FLOPs of dense and tiled attention, forward and backward
+    limits      what fits on a GPU: DeviceLimits, check_launch, occupancy
+    counter     a byte counter for the numpy paths (and the do-nothing default)
+    reference   dense float64 attention (the ground truth), its backward, the softmax steps
+    results     recorded results: JSON Schemas (schemas/), loading, tuned_config, writing rules
+    env         the environment report of notebook 00 and the record stored with results
+ 2  tiled       the tiled, IO-aware forward and backward in numpy
+    dense       standard attention as the paper's Algorithm 0 (S and P stored), countable
+    cpu         the Numba CPU forward (three versions)
+    cuda        Numba CUDA kernels, one module each, listed once in cuda.registry
+ 3  configs     launch configurations of the flash kernel, which ones can launch
+    sweep       timing configurations, the tuned default, heatmaps; the CPU sweep
+    measured_traffic  Nsight Compute's bytes beside the model, and why they differ
+ 4  readouts    the numbers behind the widgets (pure functions)
+    widgets     the interactive explorers (score memory, traffic, tile schedule)
+    tuning_widget, backward_plots   the explorers of notebooks 07 and 09
+    figures     the figures of figures/ (python -m flashcourse.figures DIR)
+    kernel_diagrams  pictures of the CUDA kernels: forward data flow, backward key-major loop
+    tables      wide tables as HTML (notebooks print lines under ~100 characters)
+    quiz        multiple-choice "check your understanding" widgets
+    labs        the lab checkers
 """
 
 from . import gpu as _gpu

@@ -148,6 +148,11 @@ def check_block(b, name: str) -> int:
     return int(b)
 
 
+def check_sizes(**sizes) -> tuple:
+    """`check_block` on each keyword (its name is the argument's): the ints, in order."""
+    return tuple(check_block(value, name) for name, value in sizes.items())
+
+
 def check_length(t, name: str) -> int:
     """Return a positive integer length (positions, elements, ...)."""
     return check_block(t, name)

@@ -136,18 +136,15 @@ def backward_widget(head_dim: int = 64):
 
 def results_path():
     """Where benchmarks/gpu_backward.py's recorded H200 results live in the repository."""
-    from pathlib import Path
-    return Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "h200_backward.json"
+    from .results import RESULTS_DIR
+    return RESULTS_DIR / "h200_backward.json"
 
 
 def load_recorded(path=None):
-    """The recorded backward benchmark as a dict, or None when there is none yet."""
-    import json
-    path = results_path() if path is None else path
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    """The recorded backward benchmark (validated against its schema), or None when there
+    is none yet; a broken file raises flashcourse.results.ResultsError."""
+    from .results import load
+    return load(results_path() if path is None else path, "gpu_backward")
 
 
 def recorded_rows(res, *, n: int = 4096, d: int = 64, causal: bool = False) -> list:

@@ -699,19 +699,12 @@ def forward(q, k, v, *, block_q: int = DEFAULT_BLOCK_Q, block_k: int = DEFAULT_B
             allow_nonfinite: bool = False):
     """Tiled exact attention compiled with Numba: the fast version (v3).
 
-    Args:
-        q: (..., Tq, d) float16/32/64; k, v: (..., Tk, d), same leading dims and dtype.
-        block_q: Br, query rows per tile (>= 1; need not divide Tq).
-        block_k: Bc, key columns per tile (>= 1; need not divide Tk).
-        causal: bottom-right aligned mask (query i sees key j iff j <= i + Tk - Tq);
-            tiles the mask hides entirely are skipped.
-        scale: score scale, default 1/sqrt(d).
-        allow_nonfinite: accept NaN/inf inputs (they then propagate).
-
-    Returns:
-        o:   (..., Tq, d) in the input dtype.
-        lse: (..., Tq) natural-log logsumexp per row, float32 (float64 for float64
-             input); -inf (and o = 0) for a row with no visible key.
+    Arguments and results as `flashcourse.tiled.forward` (q (..., Tq, d); k, v
+    (..., Tk, d); block_q = Br, block_k = Bc, need not divide Tq, Tk; causal bottom-right
+    aligned, hidden tiles skipped; scale default 1/sqrt(d); allow_nonfinite lets NaN/inf
+    propagate), without its loop_order and counter: o (..., Tq, d) in the input dtype,
+    lse (..., Tq) float32 (float64 for float64 input), -inf (and o = 0) for a row with
+    no visible key.
 
     Memory: besides the inputs and outputs, float32/float64 copies of q, k, v when
     they are not already contiguous in that dtype, and per-thread tiles of

@@ -86,13 +86,16 @@ def time_config(cfg: LaunchConfig, seq_len: int, *, runner, batch_heads: int = 3
             occ = occupancy(cfg.threads, cfg.shared_bytes, limits,
                             regs_per_thread=row["regs_per_thread"])
             row.update(blocks_per_sm=occ.blocks_per_sm, limiter=occ.limiter)
+        if check is not None:            # validate first: a wrong kernel is never timed
+            fn()
+            row["rel_err"] = check()
+            if not row["rel_err"] < 1e-4:                              # fp32: ~1e-6 expected
+                row.update(status="error", error=f"wrong result: rel_err={row['rel_err']:.2e}")
+                return row
         times = timer(fn, warmup=warmup, repeats=repeats)
         ms = statistics.median(times)
         flops = attention_flops(seq_len, seq_len, cfg.head_dim) * batch_heads
         row.update(median_ms=ms, tflops=tflops(flops, ms), spread_ms=[min(times), max(times)])
-        row["rel_err"] = check() if check is not None else None
-        if row["rel_err"] is not None and not row["rel_err"] < 1e-4:   # fp32: ~1e-6 expected
-            row.update(status="error", error=f"wrong result: rel_err={row['rel_err']:.2e}")
     except Exception as exc:  # broad on purpose: a config that fails is data, not a crash
         row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:500])
     return row
@@ -150,7 +153,7 @@ def make_gpu_runner(cfg: LaunchConfig, seq_len: int, batch_heads: int, *, seed: 
     scale = 1.0 / math.sqrt(d)
     args = (cfg.block_q, cfg.block_k, cfg.threads, cfg.tm)
     sim = using_simulator()                # tiny smoke tests only: no registers there
-    kern, kw = _kernel_for(cfg, shuffle=not sim)
+    kern, kw = kernel_for(cfg, shuffle=not sim)
     ck = None if sim else kern.compile(flash.signature())
 
     def fn():
@@ -228,7 +231,7 @@ def best_by_head_dim(rows, defaults: dict) -> dict:
     return out
 
 
-def _kernel_for(cfg: LaunchConfig, shuffle: bool):
+def kernel_for(cfg: LaunchConfig, shuffle: bool):
     """The compiled-variant dispatcher of flash for `cfg`, made with exactly the arguments
     `flash.run` uses (so its cache serves the timed launches too); and run's kwargs."""
     from .cuda import flash

@@ -22,7 +22,7 @@ Two loop orders:
           query blocks i. K_j, V_j are loaded once; O_i, l_i, m_i live in outer
           memory and are read, updated and written back for every visible pair.
 
-The backward (`backward`, notebook 08) recomputes each score tile from Q, K and the
+The backward (`backward`, notebook 09) recomputes each score tile from Q, K and the
 forward's lse instead of storing P.
 
 Pass a `flashcourse.counter.TrafficCounter` as `counter=` to count every load and

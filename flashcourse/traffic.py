@@ -53,9 +53,11 @@ traffic keeps falling with Bc. figures/traffic_vs_budget.png shows both.)
 What the model leaves out: caches between HBM and the chip (the L2 cache of a GPU,
 tens of MiB, serves many K/V re-reads without touching HBM, so measured DRAM traffic
 of the tiled kernel is lower than this model says -- the measured-traffic lessons show
-it), masks or dropout stored in memory, padding, several heads or requests sharing
-loads, and the backward pass. It is a count of the bytes the algorithm asks for,
-not a timing model; `roofline_time_s` turns it into a lower bound on time.
+it), masks or dropout stored in memory, padding, and several heads or requests sharing
+loads. The backward pass has its own counts (`backward_flops`, `backward_traffic`,
+below). It is a count of the bytes the algorithm asks for, not a timing model;
+`roofline_time_s` turns it into a lower bound on time. The causal sums are exact, in
+closed form (`flashcourse.geometry`), for any length.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import check_block, check_causal, check_loop_order
+from ._checks import check_block, check_causal, check_loop_order, check_sizes
 from .geometry import causal_block_sums, ceil_div, visible_pairs
 
 #: Bytes per softmax statistic (m, l, lse): always fp32.
@@ -122,11 +124,9 @@ def dense_traffic(t_query: int, t_key: int, head_dim: int, *, bytes_per_element:
     >>> dense_traffic(4096, 4096, 64).total_bytes
     136314880
     """
-    tq = check_block(t_query, "t_query")
-    tk = check_block(t_key, "t_key")
-    d = check_block(head_dim, "head_dim")
-    e = check_block(bytes_per_element, "bytes_per_element")
-    s = check_block(bytes_per_score, "bytes_per_score")
+    tq, tk, d, e, s = check_sizes(t_query=t_query, t_key=t_key, head_dim=head_dim,
+                                  bytes_per_element=bytes_per_element,
+                                  bytes_per_score=bytes_per_score)
     reads = (tq + 2 * tk) * d * e + 2 * tq * tk * s
     writes = 2 * tq * tk * s + tq * d * e
     return Traffic(reads, writes)
@@ -155,14 +155,11 @@ def tiled_traffic(t_query: int, t_key: int, head_dim: int, block_q: int, block_k
     >>> tiled_traffic(4096, 4096, 64, 64, 64).total_bytes
     68173824
     """
-    tq = check_block(t_query, "t_query")
-    tk = check_block(t_key, "t_key")
-    d = check_block(head_dim, "head_dim")
-    br = check_block(block_q, "block_q")
-    bc = check_block(block_k, "block_k")
+    tq, tk, d, br, bc, e = check_sizes(t_query=t_query, t_key=t_key, head_dim=head_dim,
+                                       block_q=block_q, block_k=block_k,
+                                       bytes_per_element=bytes_per_element)
     causal = check_causal(causal)
     loop_order = check_loop_order(loop_order)
-    e = check_block(bytes_per_element, "bytes_per_element")
     st = BYTES_PER_STAT
     _, key_rows, query_rows = causal_block_sums(tq, tk, br, bc, causal)
     if loop_order == "fa2":
@@ -195,11 +192,9 @@ def tile_footprint_bytes(block_q: int, block_k: int, head_dim: int, *,
     >>> tile_footprint_bytes(64, 64, 64)
     57856
     """
-    br = check_block(block_q, "block_q")
-    bc = check_block(block_k, "block_k")
-    d = check_block(head_dim, "head_dim")
-    e = check_block(bytes_per_element, "bytes_per_element")
-    s = check_block(bytes_per_score, "bytes_per_score")
+    br, bc, d, e, s = check_sizes(block_q=block_q, block_k=block_k, head_dim=head_dim,
+                                  bytes_per_element=bytes_per_element,
+                                  bytes_per_score=bytes_per_score)
     return (br * d * e + 2 * bc * d * e + br * bc * s
             + br * d * BYTES_PER_STAT + 2 * br * BYTES_PER_STAT)
 
@@ -374,14 +369,10 @@ def backward_traffic(t_query: int, t_key: int, head_dim: int, *, method: str = "
     >>> backward_traffic(4096, 4096, 64, method="standard").total_bytes
     239075328
     """
-    tq = check_block(t_query, "t_query")
-    tk = check_block(t_key, "t_key")
-    d = check_block(head_dim, "head_dim")
-    e = check_block(bytes_per_element, "bytes_per_element")
-    s = check_block(bytes_per_score, "bytes_per_score")
-    a = check_block(bytes_per_accumulator, "bytes_per_accumulator")
-    br = check_block(block_q, "block_q")
-    bc = check_block(block_k, "block_k")
+    tq, tk, d, e, s, a, br, bc = check_sizes(
+        t_query=t_query, t_key=t_key, head_dim=head_dim, bytes_per_element=bytes_per_element,
+        bytes_per_score=bytes_per_score, bytes_per_accumulator=bytes_per_accumulator,
+        block_q=block_q, block_k=block_k)
     causal = check_causal(causal)
     if dq_mode not in DQ_MODES:
         raise ValueError(f"dq_mode must be 'accumulate' or 'two_pass', got {dq_mode!r}")

@@ -27,15 +27,6 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "course"))
 
 
-def rel_err(x, ref) -> float:
-    """||x - ref|| / ||ref|| in float64 (0 when both are 0)."""
-    x = np.asarray(x, dtype=np.float64)
-    ref = np.asarray(ref, dtype=np.float64)
-    denom = np.linalg.norm(ref)
-    num = np.linalg.norm(x - ref)
-    return float(num / denom) if denom > 0 else float(num)
-
-
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)

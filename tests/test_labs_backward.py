@@ -6,32 +6,16 @@ wrong implementation is a typical mistake; the test asserts the checker rejects 
 with the hint that names that mistake (Result.hint), not merely that it fails.
 """
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from flashcourse import reference
 from flashcourse.labs import backward as L5
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import make_labs  # noqa: E402
+from helpers import ROOT
+from helpers import lab_functions as functions_of
 
 LAB05 = ROOT / "labs" / "solutions" / "lab05_backward.ipynb"
-
-
-def functions_of(path: Path, *, student: bool) -> dict:
-    import nbformat
-
-    nb = make_labs.student_version(path) if student else nbformat.read(path, as_version=4)
-    namespace: dict = {}
-    for cell in nb.cells:
-        src = cell.source.lstrip()
-        if cell.cell_type == "code" and src.startswith(("import", "from", "def ")):
-            exec(compile(cell.source, path.name, "exec"), namespace)  # noqa: S102
-    return namespace
 
 
 @pytest.fixture(scope="module")

@@ -3,15 +3,15 @@
 The solution is taken from the solution notebook itself and the stub from the
 generated student version (their cells are executed here, with the source
 registered in linecache so that the checker can read it, as it can in Jupyter).
-Each wrong device function below is a mistake learners make; the test asserts
+Each entry of MISTAKES is the solution with one place changed, a mistake learners make;
+the test asserts
 the checker rejects it with the hint that names that mistake. Runs on Numba's
 CUDA simulator without a GPU (about a second in all).
 """
 
+import inspect
 import linecache
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,27 +21,10 @@ from flashcourse import reference
 from flashcourse.labs import cuda_kernel as L4
 from flashcourse.constants import F0, NEG_INF
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import make_labs  # noqa: E402
+from helpers import ROOT
+from helpers import lab_functions as functions_of
 
 LAB04 = ROOT / "labs" / "solutions" / "lab04_cuda_kernel.ipynb"
-
-
-def functions_of(path: Path, *, student: bool) -> dict:
-    """Execute the import and function cells of a lab (solution or student version)."""
-    import nbformat
-
-    nb = make_labs.student_version(path) if student else nbformat.read(path, as_version=4)
-    namespace: dict = {}
-    for n, cell in enumerate(nb.cells):
-        src = cell.source.lstrip()
-        if cell.cell_type != "code" or not src.startswith(("import", "from", "def ", "@")):
-            continue
-        name = f"<{path.stem}{'-student' if student else ''}-cell{n}>"
-        linecache.cache[name] = (len(cell.source), None, cell.source.splitlines(True), name)
-        exec(compile(cell.source, name, "exec"), namespace)  # noqa: S102
-    return namespace
 
 
 @pytest.fixture(scope="module")
@@ -49,103 +32,35 @@ def solution():
     return functions_of(LAB04, student=False)["tile_update"]
 
 
-# -- typical mistakes (each differs from the solution in one place) -----------
+# -- typical mistakes: the solution with one place changed ----------------------
 
-@cuda.jit(device=True)
-def no_rescale(s, acc, row, k0, tk, off, causal, m, l):
-    for j in range(s.shape[0]):
-        col = k0 + j
-        if col >= tk or (causal != 0 and col > row + off):
-            s[j] = NEG_INF
-    m_new = m
-    for j in range(s.shape[0]):
-        m_new = max(m_new, s[j])
-    m_safe = m_new if m_new != NEG_INF else F0
-    l_new = l                                    # forgot alpha on l and on acc
-    for j in range(s.shape[0]):
-        s[j] = math.exp(s[j] - m_safe)
-        l_new += s[j]
-    return m_new, l_new
+MISTAKES = {  # name: (what the solution says, what the mistake says)
+    "no_rescale": ("    alpha = math.exp(m - m_safe)\n",
+                   "    alpha = F1                   # forgot alpha on l and on acc\n"),
+    "tile_max_only": ("    m_new = m\n",
+                      "    m_new = NEG_INF              # forgot the running max m\n"),
+    "top_left_mask": ("col > row + off", "col > row"),       # top-left instead of bottom-right
+    "no_ragged_mask": ("if col >= tk or (causal != 0 and col > row + off)",
+                       "if causal != 0 and col > row + off"),     # forgot col >= tk
+    "float64_literal": ("else F0", "else 0.0"),                  # a float64 literal
+}
 
 
-@cuda.jit(device=True)
-def tile_max_only(s, acc, row, k0, tk, off, causal, m, l):
-    for j in range(s.shape[0]):
-        col = k0 + j
-        if col >= tk or (causal != 0 and col > row + off):
-            s[j] = NEG_INF
-    m_new = NEG_INF                              # forgot the running max m
-    for j in range(s.shape[0]):
-        m_new = max(m_new, s[j])
-    m_safe = m_new if m_new != NEG_INF else F0
-    alpha = math.exp(m - m_safe)
-    for x in range(acc.shape[0]):
-        acc[x] *= alpha
-    l_new = alpha * l
-    for j in range(s.shape[0]):
-        s[j] = math.exp(s[j] - m_safe)
-        l_new += s[j]
-    return m_new, l_new
-
-
-@cuda.jit(device=True)
-def top_left_mask(s, acc, row, k0, tk, off, causal, m, l):
-    for j in range(s.shape[0]):
-        col = k0 + j
-        if col >= tk or (causal != 0 and col > row):  # top-left instead of bottom-right
-            s[j] = NEG_INF
-    m_new = m
-    for j in range(s.shape[0]):
-        m_new = max(m_new, s[j])
-    m_safe = m_new if m_new != NEG_INF else F0
-    alpha = math.exp(m - m_safe)
-    for x in range(acc.shape[0]):
-        acc[x] *= alpha
-    l_new = alpha * l
-    for j in range(s.shape[0]):
-        s[j] = math.exp(s[j] - m_safe)
-        l_new += s[j]
-    return m_new, l_new
-
-
-@cuda.jit(device=True)
-def no_ragged_mask(s, acc, row, k0, tk, off, causal, m, l):
-    for j in range(s.shape[0]):
-        col = k0 + j
-        if causal != 0 and col > row + off:     # forgot col >= tk
-            s[j] = NEG_INF
-    m_new = m
-    for j in range(s.shape[0]):
-        m_new = max(m_new, s[j])
-    m_safe = m_new if m_new != NEG_INF else F0
-    alpha = math.exp(m - m_safe)
-    for x in range(acc.shape[0]):
-        acc[x] *= alpha
-    l_new = alpha * l
-    for j in range(s.shape[0]):
-        s[j] = math.exp(s[j] - m_safe)
-        l_new += s[j]
-    return m_new, l_new
-
-
-@cuda.jit(device=True)
-def float64_literal(s, acc, row, k0, tk, off, causal, m, l):
-    for j in range(s.shape[0]):
-        col = k0 + j
-        if col >= tk or (causal != 0 and col > row + off):
-            s[j] = NEG_INF
-    m_new = m
-    for j in range(s.shape[0]):
-        m_new = max(m_new, s[j])
-    m_safe = m_new if m_new != NEG_INF else 0.0  # a float64 literal
-    alpha = math.exp(m - m_safe)
-    for x in range(acc.shape[0]):
-        acc[x] *= alpha
-    l_new = alpha * l
-    for j in range(s.shape[0]):
-        s[j] = math.exp(s[j] - m_safe)
-        l_new += s[j]
-    return m_new, l_new
+@pytest.fixture(scope="module")
+def mistakes(solution):
+    """Each mistake compiled as a device function, its source readable by the checker."""
+    src = inspect.getsource(solution.py_func)
+    out = {}
+    for name, (right, wrong) in MISTAKES.items():
+        assert right in src, f"the solution no longer says {right!r}"
+        code = src.replace(right, wrong, 1).replace("def tile_update(", f"def {name}(", 1)
+        filename = f"<mistake-{name}>"
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        namespace = {"cuda": cuda, "math": math, "F0": F0, "F1": np.float32(1.0),
+                     "NEG_INF": NEG_INF}
+        exec(compile(code, filename, "exec"), namespace)  # noqa: S102
+        out[name] = namespace[name]
+    return out
 
 
 def test_solution_passes(solution, capsys):
@@ -175,21 +90,21 @@ def test_stub_reports_not_implemented(capsys):
 
 
 @pytest.mark.parametrize("wrong,hint", [
-    (no_rescale, L4.HINT_RESCALE),
-    (tile_max_only, L4.HINT_MAX),
-    (top_left_mask, L4.HINT_MASK_ALIGN),
-    (no_ragged_mask, L4.HINT_MASK_RAGGED),
-    (float64_literal, L4.HINT_FLOAT64),
+    ("no_rescale", L4.HINT_RESCALE),
+    ("tile_max_only", L4.HINT_MAX),
+    ("top_left_mask", L4.HINT_MASK_ALIGN),
+    ("no_ragged_mask", L4.HINT_MASK_RAGGED),
+    ("float64_literal", L4.HINT_FLOAT64),
 ])
-def test_wrong_versions_fail_with_their_hint(wrong, hint):
-    result = L4.check_tile_update(wrong, verbose=False)
+def test_wrong_versions_fail_with_their_hint(mistakes, wrong, hint):
+    result = L4.check_tile_update(mistakes[wrong], verbose=False)
     assert not result.passed and not result.todo
     assert result.hint == hint
 
 
-def test_float64_literals_are_found():
-    assert L4.float64_literals(float64_literal) == ["0.0"]
-    assert L4.float64_literals(no_rescale) == []
+def test_float64_literals_are_found(mistakes):
+    assert L4.float64_literals(mistakes["float64_literal"]) == ["0.0"]
+    assert L4.float64_literals(mistakes["no_rescale"]) == []
 
 
 def test_lab_kernel_rejects_large_d(solution):

@@ -7,36 +7,17 @@ a mistake learners make; the test asserts that the checker rejects it with the
 hint that names that mistake (Result.hint), not merely that it fails.
 """
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from flashcourse.labs import online_softmax as L1
 from flashcourse.labs import tiled_forward as L2
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import make_labs  # noqa: E402
+from helpers import ROOT
+from helpers import lab_functions as functions_of
 
 LAB01 = ROOT / "labs" / "solutions" / "lab01_online_softmax.ipynb"
 LAB02 = ROOT / "labs" / "solutions" / "lab02_tiled_forward.ipynb"
-
-
-def functions_of(path: Path, *, student: bool) -> dict:
-    """Execute the import and `def` cells of a lab (solution or student version)."""
-    import nbformat
-
-    nb = make_labs.student_version(path) if student else nbformat.read(path, as_version=4)
-    namespace: dict = {}
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        src = cell.source
-        if src.lstrip().startswith(("import", "from")) or src.lstrip().startswith("def "):
-            exec(compile(src, f"{path.name}", "exec"), namespace)  # noqa: S102
-    return namespace
 
 
 @pytest.fixture(scope="module")

@@ -52,21 +52,6 @@ def test_loop_orders_agree(rng):
 
 
 @pytest.mark.parametrize("order", ["fa1", "fa2"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_extreme_logits(order, dtype):
-    # scores of +-1e4 after scaling: exp would overflow without the running max
-    rng = np.random.default_rng(7)
-    q, k, v = make_qkv(rng, (), 19, 23, 4, dtype)
-    q = (q / np.linalg.norm(q, axis=-1, keepdims=True) * 100).astype(dtype)
-    k = (k / np.linalg.norm(k, axis=-1, keepdims=True) * 100).astype(dtype)
-    o, lse = tiled.forward(q, k, v, block_q=5, block_k=4, scale=1.0, loop_order=order)
-    o_ref, lse_ref = reference.attention(q, k, v, scale=1.0)
-    assert np.abs(lse_ref).max() > 5e3
-    assert np.all(np.isfinite(o)) and np.all(np.isfinite(lse))
-    assert_close_to_reference(o, lse, o_ref, lse_ref, dtype)
-
-
-@pytest.mark.parametrize("order", ["fa1", "fa2"])
 def test_fully_masked_rows(rng, order):
     q, k, v = make_qkv(rng, (), 20, 6, 3, np.float32)   # rows 0..13 see no key
     o, lse = tiled.forward(q, k, v, block_q=4, block_k=4, causal=True, loop_order=order)
@@ -110,34 +95,15 @@ def good():
     return make_qkv(np.random.default_rng(0), (), 6, 5, 4, np.float32)
 
 
-@pytest.mark.parametrize("mutate,exc,word", [
-    (lambda q, k, v: (q.tolist(), k, v), TypeError, "q must be a numpy array"),
-    (lambda q, k, v: (q, k.astype(np.int32), v), TypeError, "k must have dtype"),
-    (lambda q, k, v: (q, k, v.astype(np.float64)), TypeError, "share one dtype"),
-    (lambda q, k, v: (q[:, :3], k, v), ValueError, "head dim"),
-    (lambda q, k, v: (q, k, v[:4]), ValueError, "v must have the same shape"),
-    (lambda q, k, v: (q[None], k, v), ValueError, "number of dimensions"),
-    (lambda q, k, v: (q[None].repeat(2, 0), k[None].repeat(3, 0), v[None].repeat(3, 0)),
-     ValueError, "leading"),
-    (lambda q, k, v: (q[:0], k, v), ValueError, "q must not have an empty axis"),
-    (lambda q, k, v: (q[0], k, v), ValueError, "at least 2 dimensions"),
-])
-def test_bad_arrays(mutate, exc, word):
-    q, k, v = mutate(*good())
-    with pytest.raises(exc, match=word):
-        tiled.forward(q, k, v)
-
-
-@pytest.mark.parametrize("kwargs,exc,word", [
-    (dict(block_q=0), ValueError, "block_q"), (dict(block_k=-3), ValueError, "block_k"),
-    (dict(block_q=2.0), TypeError, "block_q"), (dict(block_k=True), TypeError, "block_k"),
-    (dict(loop_order="fa3"), ValueError, "loop_order"),
-    (dict(scale=float("nan")), ValueError, "scale"), (dict(scale="1"), TypeError, "scale"),
-    (dict(causal=1), TypeError, "causal"),
-])
-def test_bad_arguments(kwargs, exc, word):
-    with pytest.raises(exc, match=word):
-        tiled.forward(*good(), **kwargs)
+def test_bad_loop_order_and_counter():
+    """The shared bad-input table is in test_contract.py; these are tiled's own options."""
+    with pytest.raises(ValueError, match="loop_order"):
+        tiled.forward(*good(), loop_order="fa3")
+    with pytest.raises(TypeError, match="counter must be a flashcourse.counter.TrafficCounter"):
+        tiled.forward(*good(), counter="x")
+    with pytest.raises(TypeError, match="counter must be"):
+        q, k, v = good()
+        tiled.backward(q, k, v, q, np.zeros(6, np.float32), q, counter=1)
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])

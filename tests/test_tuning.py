@@ -200,12 +200,16 @@ def test_sweep_rows_and_errors():
     assert ok["blocks_per_sm"] == 3 and ok["limiter"] == "shared memory"
 
 
-def test_wrong_result_is_an_error_row():
+def test_wrong_result_is_an_error_row_and_never_timed():
     def runner(cfg, n, bh):
         return (lambda: None), (lambda: 0.5)
+
+    def timer(fn, warmup, repeats):
+        raise AssertionError("a wrong kernel was timed")
     row = sweep.time_config(configs.make_config(64, 64, 256, 4, 64), 128, runner=runner,
-                        timer=_fake_timer)
+                            timer=timer)
     assert row["status"] == "error" and "wrong result" in row["error"]
+    assert row["median_ms"] is None
 
 
 def _row(d, n, key, tflops):

@@ -532,7 +532,7 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
     return cuda.jit(bwd_kv_atomic), cuda.jit(bwd_kv), cuda.jit(bwd_q), cfg
 
 
-def default_config(d: int):
+def default_tiles(d: int):
     """(block_q, block_k, ty, tx) used when the caller gives none."""
     if using_simulator():
         return 8, 8, 4, 4
@@ -575,7 +575,7 @@ def run(qf, kf, vf, of, lse, dof, dq, dk, dv, tq, tk, d, scale, causal, *, kerne
                                                     *common)
         simple_dq[(ceil_div(tq, rows), bh), rows](qf, kf, vf, dof, lse, delta, dq, *common)
         return None
-    dbq, dbk, dty, dtx = default_config(d)
+    dbq, dbk, dty, dtx = default_tiles(d)
     block_q = dbq if block_q is None else block_q
     block_k = dbk if block_k is None else block_k
     ty = dty if ty is None else ty

@@ -20,6 +20,7 @@ import numpy as np
 from .. import tiled
 from ..counter import TrafficCounter
 from ._harness import TODO_LINE, Case, Result, run_checks
+from ..geometry import ceil_div
 
 # -- hints (tests assert on these exact strings) ------------------------------
 HINT_RAGGED = ("Ragged last block: when Tq is not a multiple of Br (or Tk of Bc), the last "
@@ -85,18 +86,14 @@ def compare_with_counter(fn, t_query, t_key, d, block_q, block_k, e, *, causal=F
 
 # -- typical mistakes, as formulas (used by the diagnoses and by the tests) ----
 
-def _ceil(a, b):
-    return -(-a // b)
-
-
 def wrong_no_ragged(tq, tk, d, br, bc, e):
     """Counts every block as full: padded rows for Q, K, V, O and lse."""
-    tr, tc = _ceil(tq, br), _ceil(tk, bc)
+    tr, tc = ceil_div(tq, br), ceil_div(tk, bc)
     return tr * br * d * e + 2 * tr * tc * bc * d * e, tr * br * d * e + 4 * tr * br
 
 
 def wrong_k_only(tq, tk, d, br, bc, e):
-    return tq * d * e + _ceil(tq, br) * tk * d * e, tq * d * e + 4 * tq
+    return tq * d * e + ceil_div(tq, br) * tk * d * e, tq * d * e + 4 * tq
 
 
 def wrong_kv_once(tq, tk, d, br, bc, e):
@@ -104,11 +101,11 @@ def wrong_kv_once(tq, tk, d, br, bc, e):
 
 
 def wrong_no_lse(tq, tk, d, br, bc, e):
-    return tq * d * e + 2 * _ceil(tq, br) * tk * d * e, tq * d * e
+    return tq * d * e + 2 * ceil_div(tq, br) * tk * d * e, tq * d * e
 
 
 def _reads_fa2(tq, tk, d, br, e):
-    return tq * d * e + 2 * _ceil(tq, br) * tk * d * e
+    return tq * d * e + 2 * ceil_div(tq, br) * tk * d * e
 
 
 def _diagnoses(cfg):
@@ -125,14 +122,15 @@ def _diagnoses(cfg):
 
     ragged = wrong_no_ragged(*cfg)
     is_ragged = bool(tq % br or tk % bc)
+    tr, tc = ceil_div(tq, br), ceil_div(tk, bc)          # query and key blocks
     return [
         (lambda y, x: not (isinstance(y, tuple) and len(y) == 2), HINT_RETURN),
-        (lambda y, x: is_ragged and int(y[0]) in (ragged[0], _ceil(tq, br) * br * d * e
-                                    + 2 * _ceil(tq, br) * _ceil(tk, bc) * bc * d * e,
-                                    tq * d * e + 2 * _ceil(tq, br) * _ceil(tk, bc) * bc * d * e,
-                                    _ceil(tq, br) * br * d * e + 2 * _ceil(tq, br) * tk * d * e)
-         or is_ragged and int(y[1]) in (ragged[1], _ceil(tq, br) * br * d * e + 4 * tq,
-                          tq * d * e + 4 * _ceil(tq, br) * br), HINT_RAGGED),
+        (lambda y, x: is_ragged and int(y[0]) in (ragged[0], tr * br * d * e
+                                                  + 2 * tr * tc * bc * d * e,
+                                                  tq * d * e + 2 * tr * tc * bc * d * e,
+                                                  tr * br * d * e + 2 * tr * tk * d * e)
+         or is_ragged and int(y[1]) in (ragged[1], tr * br * d * e + 4 * tq,
+                                        tq * d * e + 4 * tr * br), HINT_RAGGED),
         (reads_are(wrong_k_only(*cfg)[0]), HINT_V),
         (reads_are(wrong_kv_once(*cfg)[0]), HINT_ONCE),
         (reads_are(tq * d * e + 2 * (tq // br) * tk * d * e), HINT_FLOOR),
