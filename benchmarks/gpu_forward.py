@@ -159,7 +159,7 @@ def variants(rng, results, cfgs, points):
                 ms, reps = time_numba(partial(launch, "flash", qf, kf, vf, o, lse, n, n, d, scale,
                                               causal, cfg))
                 row.update(ms=ms, tflops=flops(n, n, d, causal) / ms / 1e9, reps=reps)
-            except Exception as exc:
+            except Exception as exc:  # a variant that fails is recorded; the others go on
                 row["error"] = repr(exc)[:300]
             rows.append(row)
             log(f"variant {cfg} n={n} d={d} causal={causal}: "
@@ -182,7 +182,7 @@ def bench(rng, results, flash_cfg_by_d, ns=NS, ds=DS, out=None, kernels=KERNELS,
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         has_torch = True
-    except Exception as exc:
+    except (ImportError, AttributeError, RuntimeError) as exc:  # no torch, or no CUDA torch
         log(f"torch unavailable: {exc!r}")
         has_torch = False
     names = list(kernels) + (["torch_math_fp32", "torch_efficient_fp32", "torch_flash_fp16"]
@@ -245,7 +245,7 @@ def bench(rng, results, flash_cfg_by_d, ns=NS, ds=DS, out=None, kernels=KERNELS,
                                 ms, reps = time_torch(run_t)
                             row.update(ms=ms, tflops=row["flops"] / ms / 1e9, reps=reps)
                             last_ms[(name, d, causal)] = (n, ms)
-                        except Exception as exc:
+                        except Exception as exc:  # recorded (e.g. out of memory); go on
                             row["error"] = repr(exc)[:300]
                             if has_torch:
                                 torch.cuda.empty_cache()

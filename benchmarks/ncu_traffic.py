@@ -1,6 +1,6 @@
 """Measure the bytes attention really moves, with Nsight Compute, and set them beside the model.
 
-    python benchmarks/ncu_traffic.py --out benchmarks/results        # GPU + ncu needed
+    python benchmarks/ncu_traffic.py --record      # GPU + ncu: replaces the recorded study
     python benchmarks/ncu_traffic.py --configs flash-N4096-q64k64 --out /tmp/x
 
 For each cache mode it runs, once,

@@ -123,16 +123,24 @@ def is_device_array(x) -> bool:
     return cuda.is_cuda_array(x)
 
 
-def _device_shape(name: str, x, dtypes) -> tuple:
-    """The shape of device array `x`, after checking its dtype and layout."""
+def _as_device(name: str, x, dtypes):
+    """`x` as a Numba device array (any object with the CUDA array interface is viewed
+    as one, without a copy), after checking its dtype and layout."""
     if not is_device_array(x):
         raise TypeError(f"{name} must be a device array like q, got {type(x).__name__}")
+    if not hasattr(x, "is_c_contiguous"):
+        from numba import cuda
+        x = cuda.as_cuda_array(x)
     if np.dtype(x.dtype) not in dtypes:
         raise TypeError(f"{name} on the device must have dtype "
                         f"{' or '.join(str(np.dtype(t)) for t in dtypes)}, got {x.dtype}")
     if not x.is_c_contiguous():
         raise ValueError(f"{name} on the device must be C-contiguous (e.g. made by "
                          "cuda.to_device(np.ascontiguousarray(...))), got a strided view")
+    return x
+
+
+def _shape(x) -> tuple:
     return tuple(int(n) for n in x.shape)
 
 
@@ -156,7 +164,8 @@ def prepare(q, k, v, causal, scale, allow_nonfinite, *, dtypes=(np.float32,),
     from numba import cuda
     if any(is_device_array(a) for a in (q, k, v)):
         causal = check_causal(causal)
-        qs, ks, vs = (_device_shape(n, a, dtypes) for n, a in (("q", q), ("k", k), ("v", v)))
+        q, k, v = (_as_device(n, a, dtypes) for n, a in (("q", q), ("k", k), ("v", v)))
+        qs, ks, vs = _shape(q), _shape(k), _shape(v)
         for name, shp in (("q", qs), ("k", ks), ("v", vs)):
             if len(shp) < 2 or 0 in shp:
                 raise ValueError(f"{name} must have shape (..., T, d) with no empty axis, "
@@ -189,8 +198,9 @@ def prepare_backward(q, k, v, o, lse, do, causal, scale):
     from numba import cuda
     arrays = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do}
     if any(is_device_array(a) for a in arrays.values()):
-        f32 = (np.float32,)
-        shapes = {n: _device_shape(n, a, f32) for n, a in arrays.items()}
+        arrays = {n: _as_device(n, a, (np.float32,)) for n, a in arrays.items()}
+        q, k, v, o, lse, do = arrays.values()
+        shapes = {n: _shape(a) for n, a in arrays.items()}
         for name in ("q", "k", "v", "o", "do"):
             if len(shapes[name]) < 2 or 0 in shapes[name]:
                 raise ValueError(f"{name} must have shape (..., T, d) with no empty axis, "
