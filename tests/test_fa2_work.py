@@ -96,3 +96,41 @@ def test_mask_errors():
         reference.attention_with_mask(q, q, q, np.ones((3, 4), dtype=bool))
     with pytest.raises(ValueError, match="mask must be a boolean"):
         reference.attention_with_mask(q, q, q, np.ones((3, 3)))
+
+
+def test_round_to_formats():
+    from flashcourse.formats import UNIT_ROUNDOFF, round_to
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(10_000).astype(np.float32) * 100
+    for fmt in ("fp16", "bf16", "fp32"):
+        r = round_to(x, fmt)
+        rel = np.abs(r - x) / np.abs(x)
+        assert rel.max() <= UNIT_ROUNDOFF[fmt] * (1 + 1e-6), fmt
+        assert np.array_equal(round_to(r, fmt), r)                   # idempotent
+    b = round_to(x, "bf16").view(np.uint32)
+    assert not (b & 0xFFFF).any()                                    # top 16 bits only
+    assert np.isinf(round_to(np.float32(np.inf), "bf16"))
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        round_to(x, "fp8")
+
+
+@pytest.mark.parametrize("order", ["fa2", "fa1"])
+def test_p_rounded_before_pv_is_the_largest_error(order):
+    """float32 inputs: rounding P to fp16 / bf16 costs ~u of that format (tolerances
+    below are 4 u, against the float64 reference); None keeps float32 accuracy."""
+    from flashcourse import tiled
+    from flashcourse.formats import UNIT_ROUNDOFF
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((t, 19)).astype(np.float32) for t in (45, 71, 71))
+    o_ref, lse_ref = reference.attention(q, k, v, causal=True)
+    rel = lambda o: np.linalg.norm(o - o_ref) / np.linalg.norm(o_ref)
+    base, _ = tiled.forward(q, k, v, block_q=16, block_k=24, causal=True, loop_order=order)
+    assert rel(base) < 1e-6
+    for fmt in ("fp16", "bf16"):
+        o, lse = tiled.forward(q, k, v, block_q=16, block_k=24, causal=True,
+                               loop_order=order, p_format=fmt)
+        err = rel(o)
+        assert UNIT_ROUNDOFF[fmt] / 50 < err < 4 * UNIT_ROUNDOFF[fmt], (fmt, err)
+        np.testing.assert_allclose(lse, lse_ref, rtol=1e-6)          # l from unrounded P
+    with pytest.raises(ValueError, match="p_format"):
+        tiled.forward(q, k, v, p_format="int8")
