@@ -31,7 +31,7 @@ def _plt():
 
 def _rate(x: float | None, unit: str) -> str:
     if x is None:
-        return "bandwidth not published"
+        return "not published"
     return f"{x / 1e12:.1f} T{unit}"
 
 
@@ -70,12 +70,12 @@ def plot_memory_hierarchy(gpu: str = "H200"):
     n = len(levels)
     for row, (lev, colour) in enumerate(zip(levels, colours, strict=True)):
         top, bottom = n - row, n - row - 1                     # y of the band
-        half_top, half_bottom = 0.75 + 0.6 * row, 0.75 + 0.6 * (row + 1)
+        half_top, half_bottom = 0.9 + 0.55 * row, 0.9 + 0.55 * (row + 1)
         ax.add_patch(Polygon([(-half_bottom, bottom + 0.04), (half_bottom, bottom + 0.04),
                               (half_top, top - 0.04), (-half_top, top - 0.04)],
                              closed=True, facecolor=colour, alpha=0.85, edgecolor="white"))
-        ax.text(0, bottom + 0.5, lev["name"], ha="center", va="center", color="white",
-                fontsize=10.5, fontweight="bold")
+        ax.text(0, bottom + 0.5, lev["name"].replace(" (", "\n("), ha="center", va="center",
+                color="white", fontsize=10, fontweight="bold")
         size = binary_size(lev["total_bytes"])
         if lev["per_sm_bytes"] is not None:
             size += f" in all ({binary_size(lev['per_sm_bytes'])} per SM)"
