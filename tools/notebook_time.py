@@ -79,7 +79,7 @@ def _source(cell) -> str:
 def _prose(text: str) -> str:
     text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)          # comments
     text = re.sub(r"\]\([^)]*\)", "]", text)                      # link targets
-    text = re.sub(r"\*\*Estimated time:\*\*.*?tools/notebook_time\.py`\)\.", " ", text)
+    text = TIME_RE.sub(" ", text)                                # the stated time itself
     return text
 
 
