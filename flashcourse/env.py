@@ -22,9 +22,8 @@ libraries and their threads (threadpoolctl), and the GPU, driver and CUDA versio
 
 from __future__ import annotations
 
-import textwrap
-
 import platform
+import textwrap
 from importlib import metadata
 
 from . import gpu
