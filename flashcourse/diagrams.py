@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .geometry import causal_mask
 from .gpus import get_gpu
 from .memory import binary_size
-from .reference import EMPTY_STATE, causal_mask, merge_states, online_softmax_stats
+from .reference import EMPTY_STATE, merge_states, online_softmax_stats
 
 WARP_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860",
                 "#da8bc3", "#8c8c8c")
