@@ -59,7 +59,8 @@ class Estimate:
 
     def sentence(self) -> str:
         """The stamp written at the top of the notebook."""
-        parts = [f"{self.words:,} words to read at {WORDS_PER_MINUTE} a minute",
+        words = max(100, round(self.words, -2))            # rounded: small edits keep the stamp
+        parts = [f"about {words:,} words to read at {WORDS_PER_MINUTE} a minute",
                  f"{self.code_cells} cells to run"]
         if self.exercises:
             parts.append(f"{self.exercises} exercise{'s' * (self.exercises > 1)}")
