@@ -37,8 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ._checks import check_block, check_causal
+from .geometry import visible_pairs
 from .gpus import GPU, get_gpu
-from .memory import visible_pairs
 
 VERSIONS = ("fa1", "fa2")
 
