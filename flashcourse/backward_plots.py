@@ -1,4 +1,4 @@
-"""Pictures for notebook 08: what each backward keeps in memory, moves, and computes.
+"""Pictures for notebook 09: what each backward keeps in memory, moves, and computes.
 
 Pure functions give the numbers (tested); `plot_backward_costs` draws them on log
 axes; `backward_widget` adds a slider over the sequence length N (= Tq = Tk).

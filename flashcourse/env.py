@@ -23,6 +23,7 @@ libraries and their threads (threadpoolctl), and the GPU, driver and CUDA versio
 from __future__ import annotations
 
 import platform
+import textwrap
 from importlib import metadata
 
 from . import gpu
@@ -102,8 +103,8 @@ def show(facts: dict | None = None) -> dict:
             value = "no"
         print(f"{key:<{width}}  {value}")
     print()
-    for note in advice(facts):
-        print("-", note)
+    for note in advice(facts):                      # wrapped: lines under 100 characters
+        print(textwrap.fill(note, width=96, initial_indent="- ", subsequent_indent="  "))
     return facts
 
 

@@ -12,7 +12,8 @@ T), so it works for T = 1e12 or 2**62 as well as for T = 5:
     causal_block_sums   tiles formed, and the K and Q rows they load (a floor sum)
     visible_tile_count  tiles a tiled kernel forms (not skipped)
 
-`visible_mask` and `tile_visibility` are the per-tile rules the numpy paths apply.
+`visible_mask` and `tile_visibility` are the per-tile rules the numpy paths apply;
+`causal_mask` also builds the top-left aligned mask (PyTorch's is_causal=True).
 """
 
 from __future__ import annotations
@@ -43,6 +44,28 @@ def visible_mask(t_query: int, t_key: int, causal: bool,
     i = np.arange(q0, q1)[:, None]
     j = np.arange(k0, k1)[None, :]
     return j <= i + causal_offset(t_query, t_key)
+
+
+#: Where a causal mask's diagonal starts when Tq != Tk.
+CAUSAL_ALIGNMENTS = ("bottom-right", "top-left")
+
+
+def causal_mask(t_query: int, t_key: int, *, align: str = "bottom-right") -> np.ndarray:
+    """Boolean (Tq, Tk) mask of the pairs a causal mask lets through.
+
+    align="bottom-right" (this course, FlashAttention 2.1 and later): query i sees key j
+        iff j <= i + Tk - Tq; the last query sees every key.
+    align="top-left" (PyTorch's scaled_dot_product_attention with is_causal=True, and
+        FlashAttention before 2.1): j <= i; the first query sees the first key.
+    The two agree when Tq == Tk.
+    """
+    tq = check_block(t_query, "t_query")
+    tk = check_block(t_key, "t_key")
+    if align not in CAUSAL_ALIGNMENTS:
+        raise ValueError(f"align must be 'bottom-right' or 'top-left', got {align!r}")
+    if align == "bottom-right":
+        return visible_mask(tq, tk, True)
+    return np.arange(tk)[None, :] <= np.arange(tq)[:, None]          # (Tq, Tk)
 
 
 def tile_visibility(q0: int, q1: int, k0: int, k1: int,

@@ -70,7 +70,7 @@ def format_bytes(n_bytes: int) -> str:
 
 
 # ---------------------------------------------------------------------------
-# What the forward keeps for the backward (notebook 08)
+# What the forward keeps for the backward (notebook 09)
 # ---------------------------------------------------------------------------
 
 #: Methods `saved_for_backward_bytes` knows: standard attention keeps P, the tiled

@@ -51,8 +51,12 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
     tq, tk = q.shape[-2], k.shape[-2]
     q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
 
+    return _masked_attention(q64, k64, v64, visible_mask(tq, tk, causal), scale)
+
+
+def _masked_attention(q64, k64, v64, mask, scale):
+    """Dense float64 attention with a boolean (Tq, Tk) mask of visible pairs."""
     s = scale * (q64 @ np.swapaxes(k64, -1, -2))            # (..., Tq, Tk) scores
-    mask = visible_mask(tq, tk, causal)                      # (Tq, Tk)
     s = np.where(mask, s, -np.inf)
     m = s.max(axis=-1, keepdims=True)                        # (..., Tq, 1)
     m_safe = np.where(np.isfinite(m), m, 0.0)                # fully masked rows: m = -inf
@@ -64,6 +68,20 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
     with np.errstate(divide="ignore"):
         lse = np.where(empty, -np.inf, m_safe + np.log(np.where(empty, 1.0, l)))[..., 0]
     return o, lse
+
+
+def attention_with_mask(q, k, v, mask, *, scale: float | None = None):
+    """Dense float64 attention where `mask` (a boolean (Tq, Tk) array) says which pairs
+    are visible: for example `geometry.causal_mask(Tq, Tk, align="top-left")`. Returns (o, lse)
+    like `attention`; a row with no visible key has o = 0 and lse = -inf."""
+    q, k, v = check_qkv(q, k, v)
+    scale = check_scale(scale, q.shape[-1])
+    tq, tk = q.shape[-2], k.shape[-2]
+    mask = np.asarray(mask)
+    if mask.dtype != np.bool_ or mask.shape != (tq, tk):
+        raise ValueError(f"mask must be a boolean array of shape (Tq, Tk) = ({tq}, {tk}), "
+                         f"got dtype {mask.dtype} and shape {mask.shape}")
+    return _masked_attention(*(x.astype(np.float64) for x in (q, k, v)), mask, scale)
 
 
 def scores(q, k, *, causal: bool = False, scale: float | None = None) -> np.ndarray:
@@ -194,7 +212,7 @@ def logsumexp(x: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------
-# The backward pass (notebook 08)
+# The backward pass (notebook 09)
 # ---------------------------------------------------------------------------
 
 def attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None = None):
@@ -212,7 +230,7 @@ def attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None
         dK = scale * dS^T Q                          (Tk, d)
 
     This is the ground truth for the backward: it materialises P, dP and dS and
-    does not use the shortcut D_i = dO_i . O_i of FlashAttention (notebook 08
+    does not use the shortcut D_i = dO_i . O_i of FlashAttention (notebook 09
     shows the two are equal), so the tiled backward is checked against an
     independent formula.
 
@@ -253,7 +271,7 @@ def attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None
 def softmax_jacobian(p_row: np.ndarray) -> np.ndarray:
     """The (Tk, Tk) Jacobian J[j, k] = d softmax_k / d s_j = p_j (delta_jk - p_k) of one row.
 
-    Notebook 08 uses it to show that J dP = P * (dP - sum_k P_k dP_k): the full
+    Notebook 09 uses it to show that J dP = P * (dP - sum_k P_k dP_k): the full
     matrix never has to be built.
     """
     p = np.asarray(p_row, dtype=np.float64)

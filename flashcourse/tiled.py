@@ -22,7 +22,7 @@ Two loop orders:
           query blocks i. K_j, V_j are loaded once; O_i, l_i, m_i live in outer
           memory and are read, updated and written back for every visible pair.
 
-The backward (`backward`, notebook 08) recomputes each score tile from Q, K and the
+The backward (`backward`, notebook 09) recomputes each score tile from Q, K and the
 forward's lse instead of storing P.
 
 Pass a `flashcourse.counter.TrafficCounter` as `counter=` to count every load and
@@ -36,6 +36,7 @@ import numpy as np
 
 from ._checks import check_block, check_loop_order, flatten_heads
 from .counter import check_counter
+from .formats import check_format, round_to
 from .geometry import tile_visibility, visible_mask
 
 
@@ -62,7 +63,7 @@ def _safe_exp_diff(a, b):
 
 def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = False,
             scale: float | None = None, loop_order: str = "fa2", counter=None,
-            allow_nonfinite: bool = False):
+            allow_nonfinite: bool = False, p_format: str | None = None):
     """Tiled exact attention.
 
     Args:
@@ -75,6 +76,9 @@ def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = Fal
         loop_order: "fa2" (outer loop over query blocks) or "fa1" (over key blocks).
         counter: optional TrafficCounter that counts outer-memory bytes.
         allow_nonfinite: accept NaN/inf inputs.
+        p_format: None, or "fp16" / "bf16" / "fp32" / "fp64": round each probability
+            tile P to that format before the P V product, as tensor-core kernels do
+            (l is still summed from the unrounded P). See `flashcourse.formats`.
 
     Returns:
         o:   (..., Tq, d) in the input dtype.
@@ -87,16 +91,21 @@ def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = Fal
     loop_order = check_loop_order(loop_order)
     counter = check_counter(counter)
     counter.bind(x.dtype.itemsize)
+    if p_format is None:
+        round_p = None
+    else:
+        fmt = check_format(p_format, "p_format")
+        round_p = lambda p: round_to(p, fmt).astype(x.acc_dtype)   # noqa: E731
     o = np.empty(x.q.shape, dtype=x.dtype)                      # (BH, Tq, d)
     lse = np.empty((x.bh, x.tq), dtype=x.acc_dtype)             # (BH, Tq)
     one_head = _forward_fa2 if loop_order == "fa2" else _forward_fa1
     for h in range(x.bh):
         o[h], lse[h] = one_head(x.q[h], x.k[h], x.v[h], br, bc, x.causal, x.scale,
-                                x.acc_dtype, counter, h)
+                                x.acc_dtype, counter, h, round_p)
     return x.unflatten(o), x.unflatten(lse)
 
 
-def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h):
+def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None):
     """One head, outer loop over query blocks (FlashAttention-2 order)."""
     tq, d = q.shape
     tk = k.shape[0]
@@ -126,7 +135,8 @@ def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h):
             alpha = _safe_exp_diff(m, m_new)                    # (Br,) rescale factor
             # Step 3 -- rescale what we had, then add this tile's contribution.
             l = alpha * l + p.sum(axis=1)
-            acc = alpha[:, None] * acc + p @ v_j                # (Br, d)
+            p_mm = p if round_p is None else round_p(p)         # (Br, Bc) as the MMA sees it
+            acc = alpha[:, None] * acc + p_mm @ v_j             # (Br, d)
             m = m_new
             # Step 4 -- discard: s and p go out of scope; nothing is written.
         seen = l > 0
@@ -139,7 +149,7 @@ def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h):
     return o, lse
 
 
-def _forward_fa1(q, k, v, br, bc, causal, scale, acc_t, counter, h):
+def _forward_fa1(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None):
     """One head, outer loop over key blocks (FlashAttention Algorithm 1).
 
     O, l, m live in outer memory and are read-modify-written per visible pair.
@@ -180,7 +190,8 @@ def _forward_fa1(q, k, v, br, bc, causal, scale, acc_t, counter, h):
             a_tile = _safe_exp_diff(m_tile, m_new)
             l_new = a_old * l_i + a_tile * l_tile
             l_div = np.where(l_new > 0, l_new, 1)
-            o_hbm[q0:q1] = ((l_i * a_old)[:, None] * o_i + a_tile[:, None] * (p @ v_j)) \
+            p_mm = p if round_p is None else round_p(p)         # (Br, Bc) as the MMA sees it
+            o_hbm[q0:q1] = ((l_i * a_old)[:, None] * o_i + a_tile[:, None] * (p_mm @ v_j)) \
                 / l_div[:, None]
             l_hbm[q0:q1] = l_new
             m_hbm[q0:q1] = m_new
@@ -194,7 +205,7 @@ def _forward_fa1(q, k, v, br, bc, causal, scale, acc_t, counter, h):
 
 
 # ---------------------------------------------------------------------------
-# The backward pass with recomputation (notebook 08)
+# The backward pass with recomputation (notebook 09)
 # ---------------------------------------------------------------------------
 
 def backward(q, k, v, o, lse, do, *, block_q: int = 64, block_k: int = 64,

@@ -175,28 +175,84 @@ def tiled_traffic(t_query: int, t_key: int, head_dim: int, block_q: int, block_k
 # On-chip budget and the paper's block sizes
 # ---------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class TileFootprint:
+    """On-chip bytes that one tile step keeps live, part by part (bytes).
+
+    The course's ONE on-chip footprint formula (notebooks 03, 04, 07 and the widgets
+    all use `tile_footprint`), for one step (i, j) of the tiled loop:
+
+        q_bytes       Q_i             Br x d x e
+        kv_bytes      K_j, V_j        2 x Bc x d x e
+        score_bytes   S_ij / P_ij     Br x Bc x s    (one score tile, P overwrites S)
+        acc_bytes     acc (O_i)       Br x d x a     (the unnormalised output, fp32: a = 4)
+        stats_bytes   m, l            2 x Br x 4     (fp32 running statistics)
+
+    `paper_bytes` is the part the FlashAttention paper's block-size rule counts: Q_i,
+    K_j, V_j and O_i at e bytes each, (2 Br + 2 Bc) d e. Algorithm 1 (line 1) sets
+    Bc = ceil(M / 4d), Br = min(Bc, d) so that these four tiles fit in M elements; it
+    leaves out the score tile and the statistics, so a paper tile can exceed the
+    budget once those are added (`total_bytes`). A real kernel keeps the score tile
+    and the accumulator in registers, not in shared memory, and may double-buffer K
+    and V: its shared memory is a different number (`flashcourse.cuda.flash`
+    `FlashConfig.shared_bytes`, notebook 07), compared with this model's budget.
+    """
+
+    q_bytes: int
+    kv_bytes: int
+    score_bytes: int
+    acc_bytes: int
+    stats_bytes: int
+    paper_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        """Everything one tile step keeps live: Q_i, K_j, V_j, S_ij, acc, m, l (bytes)."""
+        return (self.q_bytes + self.kv_bytes + self.score_bytes + self.acc_bytes
+                + self.stats_bytes)
+
+    def parts(self) -> dict:
+        """{'Q_i': bytes, 'K_j, V_j': ..., 'S_ij': ..., 'acc': ..., 'm, l': ...}."""
+        return {"Q_i": self.q_bytes, "K_j, V_j": self.kv_bytes, "S_ij": self.score_bytes,
+                "acc": self.acc_bytes, "m, l": self.stats_bytes}
+
+
+def tile_footprint(block_q: int, block_k: int, head_dim: int, *, bytes_per_element: int = 2,
+                   bytes_per_score: int = 4, bytes_per_accumulator: int = 4) -> TileFootprint:
+    """On-chip bytes of one tile step, part by part (see `TileFootprint`).
+
+    Args:
+        block_q: Br (rows). block_k: Bc (rows). head_dim: d (elements).
+        bytes_per_element: e, bytes per Q/K/V element as staged on chip.
+        bytes_per_score: s, bytes per score of the (Br, Bc) tile (fp32: 4).
+        bytes_per_accumulator: a, bytes per element of the output accumulator (fp32: 4).
+
+    >>> tile_footprint(64, 64, 64).total_bytes
+    57856
+    >>> tile_footprint(64, 64, 64).paper_bytes      # (2 Br + 2 Bc) d e
+    32768
+    """
+    br, bc, d, e, s, a = check_sizes(block_q=block_q, block_k=block_k, head_dim=head_dim,
+                                     bytes_per_element=bytes_per_element,
+                                     bytes_per_score=bytes_per_score,
+                                     bytes_per_accumulator=bytes_per_accumulator)
+    return TileFootprint(q_bytes=br * d * e, kv_bytes=2 * bc * d * e, score_bytes=br * bc * s,
+                         acc_bytes=br * d * a, stats_bytes=2 * br * BYTES_PER_STAT,
+                         paper_bytes=(2 * br + 2 * bc) * d * e)
+
+
 def tile_footprint_bytes(block_q: int, block_k: int, head_dim: int, *,
                          bytes_per_element: int = 2, bytes_per_score: int = 4) -> int:
-    """On-chip bytes that one tile step of the fa2 loop keeps live (bytes).
+    """Total on-chip bytes of one tile step: `tile_footprint(...).total_bytes` (bytes).
 
-        Q_i            Br x d x e
-        K_j, V_j       2 x Bc x d x e
-        S_ij / P_ij    Br x Bc x s      (one score tile, overwritten by P in place)
-        acc (O_i)      Br x d x 4       (fp32 accumulator)
-        m, l           2 x Br x 4       (fp32 running statistics)
-
-    A real kernel holds the score tile and the accumulator in registers, not in
-    shared memory, and may double-buffer K and V; this is the budget of the model,
-    compared with the on-chip memory of one streaming multiprocessor.
+        Br d e  +  2 Bc d e  +  Br Bc s  +  Br d 4  +  2 Br 4
+        (Q_i)      (K_j, V_j)  (S_ij)      (acc)      (m, l)
 
     >>> tile_footprint_bytes(64, 64, 64)
     57856
     """
-    br, bc, d, e, s = check_sizes(block_q=block_q, block_k=block_k, head_dim=head_dim,
-                                  bytes_per_element=bytes_per_element,
-                                  bytes_per_score=bytes_per_score)
-    return (br * d * e + 2 * bc * d * e + br * bc * s
-            + br * d * BYTES_PER_STAT + 2 * br * BYTES_PER_STAT)
+    return tile_footprint(block_q, block_k, head_dim, bytes_per_element=bytes_per_element,
+                          bytes_per_score=bytes_per_score).total_bytes
 
 
 def paper_block_sizes(sram_bytes: int, head_dim: int, bytes_per_element: int) -> tuple[int, int]:
@@ -276,10 +332,10 @@ def _check_nonnegative_real(x, name: str) -> float:
 
 
 # ---------------------------------------------------------------------------
-# The backward pass (notebook 08)
+# The backward pass (notebook 09)
 # ---------------------------------------------------------------------------
 #
-# Backward pass: FLOPs and outer-memory traffic, one head (notebook 08).
+# Backward pass: FLOPs and outer-memory traffic, one head (notebook 09).
 #
 # Conventions as above: e bytes per Q/K/V/O/dO element, s bytes
 # per stored score, 4 bytes per statistic (lse L and D, fp32), a bytes per element

@@ -204,3 +204,22 @@ def test_gpu_presets_are_consistent():
     assert (h200.sms, h200.smem_per_sm_bytes, h200.smem_per_block_optin_bytes) \
         == (132, 233_472, 232_448)
     assert np.isclose(h200.bandwidth_bytes_per_s, 4.8e12)
+
+
+def test_tile_footprint_is_the_one_formula():
+    """tile_footprint's parts add up; 03's fp32 formula and 04's bytes are special cases."""
+    from flashcourse.traffic import tile_footprint, tile_footprint_bytes
+    br, bc, d = 16, 24, 13                       # irregular on purpose
+    f = tile_footprint(br, bc, d, bytes_per_element=4, bytes_per_score=4)
+    assert f.total_bytes == (2 * br * d + 2 * bc * d + br * bc + 2 * br) * 4
+    assert sum(f.parts().values()) == f.total_bytes
+    assert tile_footprint_bytes(br, bc, d) == tile_footprint(br, bc, d).total_bytes
+    assert f.paper_bytes == (2 * br + 2 * bc) * d * 4
+    # the paper's rule fills M elements with Q, K, V, O only: the full footprint is larger
+    from flashcourse.traffic import paper_block_sizes
+    budget = 100 * 1024
+    pbr, pbc = paper_block_sizes(budget, 64, 2)
+    g = tile_footprint(pbr, pbc, 64)
+    assert g.paper_bytes <= budget + 4 * 64 * 2 < g.total_bytes
+    with pytest.raises(ValueError, match="bytes_per_accumulator"):
+        tile_footprint(8, 8, 8, bytes_per_accumulator=0)

@@ -2,7 +2,7 @@
 
 The forward kept O (Tq, d) and the per-row logsumexp L = lse (Tq,), not P. Every
 kernel here recomputes P tile by tile as P_ij = exp(S_ij - L_i), exactly, and uses
-D_i = rowsum(dO_i * O_i) in place of sum_j P_ij dP_ij (notebook 08 derives both).
+D_i = rowsum(dO_i * O_i) in place of sum_j P_ij dP_ij (notebook 09 derives both).
 
 Kernel versions, side by side (same contract, all validated against
 `flashcourse.reference.attention_backward` in float64 before they are timed):

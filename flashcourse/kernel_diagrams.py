@@ -1,0 +1,285 @@
+"""Pictures of the CUDA kernels: where each tile lives and which way the data flows.
+
+Two diagrams, each a function that returns a matplotlib Figure (nothing is
+measured: the sizes come from the kernel's own configuration):
+
+    plot_flash_dataflow(config)     notebook 06: global memory -> shared memory ->
+                                    registers in the fast forward kernel
+                                    (`flashcourse.cuda.flash`), steps 1-6, with the
+                                    bytes each level holds for one block / one thread
+    plot_backward_key_major(...)    notebook 09: the backward's key-major tile loop:
+                                    K_j, V_j and the dK_j, dV_j accumulators of one
+                                    key block stay on chip while the inner loop walks
+                                    the query blocks; every visible tile adds into a
+                                    row block dQ_i in global memory with atomic adds
+
+    from flashcourse.kernel_diagrams import plot_flash_dataflow
+    fig = plot_flash_dataflow()          # in a notebook: plt.show()
+"""
+
+from __future__ import annotations
+
+from ._checks import check_block, check_causal
+from .geometry import tile_visibility
+from .memory import format_bytes
+
+BYTES_FP32 = 4                      # every tile of the course's CUDA kernels is fp32
+
+_LEVEL_COLOURS = {"global": "#f3e0c8", "shared": "#d7e8f5", "registers": "#dcefd6"}
+_STEP_COLOUR = "#b22222"
+
+
+def _plt():
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _kib(nbytes: int) -> str:
+    return f"{nbytes / 1024:.1f} KiB"
+
+
+def _box(ax, x, y, w, h, title, detail, face):
+    from matplotlib.patches import FancyBboxPatch
+    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.02",
+                                facecolor=face, edgecolor="#333333", lw=1.2, zorder=2))
+    ax.text(x, y + 0.14, title, ha="center", va="center", fontsize=11, fontweight="bold",
+            zorder=3)
+    ax.text(x, y - 0.2, detail, ha="center", va="center", fontsize=8.5, zorder=3)
+
+
+def _arrow(ax, start, end, step, *, rad=0.0, label_at=0.5, offset=(0.0, 0.0)):
+    """An arrow from start to end with its step number in a red circle."""
+    from matplotlib.patches import FancyArrowPatch
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=14, lw=1.6,
+                                 color=_STEP_COLOUR, connectionstyle=f"arc3,rad={rad}",
+                                 shrinkA=2, shrinkB=2, zorder=4))
+    x = start[0] + (end[0] - start[0]) * label_at + offset[0]
+    y = start[1] + (end[1] - start[1]) * label_at + offset[1]
+    ax.text(x, y, str(step), ha="center", va="center", fontsize=9, color="white",
+            fontweight="bold", zorder=5,
+            bbox=dict(boxstyle="circle,pad=0.25", fc=_STEP_COLOUR, ec="none"))
+
+
+def plot_flash_dataflow(config=None):
+    """Global -> shared -> register data flow of `flashcourse.cuda.flash`, steps 1-6.
+
+    `config` is a `flashcourse.cuda.flash.FlashConfig` (default: Br = 128, Bc = 64,
+    256 threads, TM = 8, d = 64, the configuration notebook 06 draws). Shared-memory
+    bytes are the kernel's own (`config.shared_bytes`, padded strides included);
+    register counts are the float32 values one thread keeps live.
+    """
+    from .cuda.flash import FlashConfig
+    if config is None:
+        config = FlashConfig(128, 64, 256, 8, head_dim=64, shuffle=True)
+    if not isinstance(config, FlashConfig):
+        raise TypeError(f"config must be a flashcourse.cuda.flash.FlashConfig, "
+                        f"got {type(config).__name__}")
+    c = config
+    br, bc, d, tm, tn, td = c.block_q, c.block_k, c.head_dim, c.tm, c.tn, c.td
+    q_off, k_off, v_off, p_off, _, _ = c.offsets()
+    qt_bytes = BYTES_FP32 * (k_off - q_off)                   # (d, Br + pad)
+    ks_bytes = BYTES_FP32 * (v_off - k_off)                   # (Bc, d + pad)
+    vs_bytes = BYTES_FP32 * (p_off - v_off)                   # (Bc, d)
+    ps_bytes = BYTES_FP32 * br * c.p_stride                   # (Br, Bc + pad)
+    kb = max(tn, td)                                          # K (TN) / V (TD) staging
+    reg_values = tm + kb + tm * tn + tm * td + 2 * tm         # qa, kb, s, acc, m, l
+
+    plt = _plt()
+    from matplotlib.patches import Rectangle
+    fig, ax = plt.subplots(figsize=(12.5, 7.2))
+    ax.set_xlim(0, 13.1)
+    ax.set_ylim(-1.75, 7.0)
+    ax.axis("off")
+
+    bands = [   # (level, y centre, name, what it is)
+        ("global", 6.05, "global memory\n(HBM, off chip)",
+         "all heads; read and\nwritten by every block"),
+        ("shared", 3.75, "shared memory\nof one block",
+         f"{format_bytes(c.shared_bytes)}\n(the kernel's layout)"),
+        ("registers", 1.25, "registers of\none thread",
+         f"{reg_values} float32 values\n({c.threads} threads/block)"),
+    ]
+    for level, y, name, what in bands:
+        ax.add_patch(Rectangle((0.05, y - 1.0), 13.0, 2.0, facecolor=_LEVEL_COLOURS[level],
+                               edgecolor="none", alpha=0.45, zorder=0))
+        ax.text(0.15, y + 0.3, name, ha="left", va="center", fontsize=10.5, fontweight="bold")
+        ax.text(0.15, y - 0.55, what, ha="left", va="center", fontsize=8.5, color="#333333")
+
+    w, h = 1.6, 0.95
+    g, s_, r = 6.05, 3.75, 1.25
+    X = {"Q": 3.0, "K": 4.9, "P": 6.8, "V": 8.7, "O": 10.45, "lse": 12.2}
+    face = {k: v for k, v in _LEVEL_COLOURS.items()}
+    for key, title, detail in (("Q", "Q", "(Tq, d)"), ("K", "K", "(Tk, d)"),
+                               ("V", "V", "(Tk, d)"), ("O", "O", "(Tq, d)"),
+                               ("lse", "lse", "(Tq,)")):
+        _box(ax, X[key], g, w, h, title, detail, face["global"])
+    for key, title, detail in (
+            ("Q", "Qt", f"(d, Br) = ({d}, {br})\n{_kib(qt_bytes)}"),
+            ("K", "Ks", f"(Bc, d) = ({bc}, {d})\n{_kib(ks_bytes)}"),
+            ("P", "Ps", f"(Br, Bc) = ({br}, {bc})\n{_kib(ps_bytes)}"),
+            ("V", "Vs", f"(Bc, d) = ({bc}, {d})\n{_kib(vs_bytes)}")):
+        _box(ax, X[key], s_, w, h + 0.2, title, detail, face["shared"])
+    for key, title, detail in (
+            ("Q", "qa", f"TM = {tm} values"), ("K", "kb", f"max(TN, TD) = {kb} values"),
+            ("P", "s", f"TM x TN = {tm} x {tn}"), ("O", "acc", f"TM x TD = {tm} x {td}"),
+            ("lse", "m, l", f"TM = {tm} each")):
+        _box(ax, X[key], r, w, h, title, detail, face["registers"])
+
+    top, bot = h / 2, h / 2
+    sh = (h + 0.2) / 2
+    _arrow(ax, (X["Q"], g - top), (X["Q"], s_ + sh), 1)                       # Q_i -> Qt
+    _arrow(ax, (X["K"], g - top), (X["K"], s_ + sh), 2)                       # K_j -> Ks
+    _arrow(ax, (X["V"], g - top), (X["V"], s_ + sh), 2)                       # V_j -> Vs
+    _arrow(ax, (X["Q"], s_ - sh), (X["Q"], r + top), 3)                       # Qt -> qa
+    _arrow(ax, (X["K"], s_ - sh), (X["K"], r + top), 3)                       # Ks -> kb
+    _arrow(ax, (X["K"] + w / 2, r), (X["P"] - w / 2, r), 3)                   # kb -> s
+    _arrow(ax, (X["Q"], r - bot), (X["P"] - 0.25, r - bot), 3, rad=0.35,
+           label_at=0.5, offset=(0, -0.62))                                   # qa -> s
+    _arrow(ax, (X["P"] + 0.25, r - bot), (X["lse"], r - bot), 4, rad=0.3,
+           label_at=0.5, offset=(0, -0.72))                                   # s -> m, l
+    _arrow(ax, (X["P"], r + top), (X["P"], s_ - sh), 5)                       # s (P) -> Ps
+    _arrow(ax, (X["P"] + 0.3, s_ - sh), (X["O"] - 0.3, r + top), 5,
+           label_at=0.45)                                                     # Ps -> acc
+    _arrow(ax, (X["V"], s_ - sh), (X["O"] - 0.05, r + top), 5, label_at=0.4)  # Vs -> acc
+    _arrow(ax, (X["O"], r + top), (X["O"], g - top), 6, label_at=0.62)        # acc -> O
+    _arrow(ax, (X["lse"], r + top), (X["lse"], g - top), 6, label_at=0.62)    # m, l -> lse
+
+    steps = [
+        "1  Q_i -> Qt once per block (scaled by scale * log2 e), coalesced",
+        "2  for each key block j: K_j -> Ks, V_j -> Vs, coalesced; then a barrier",
+        f"3  S micro-tile: per step of d, load TM + TN = {tm + tn} values, "
+        f"do TM x TN = {tm * tn} multiply-adds",
+        "4  online softmax: row max over the row's threads (warp shuffle), "
+        "P = exp2(S - m), rescale l and acc",
+        "5  P -> Ps (each thread needs whole rows of P), then acc += P V_j "
+        "from Ps and Vs",
+        "6  after the last key block: O_i = acc / l and lse written once",
+    ]
+    for i, text in enumerate(steps):
+        col, row = divmod(i, 3)
+        ax.text(0.15 + 6.3 * col, -0.72 - 0.36 * row, text, ha="left", va="center",
+                fontsize=8.7, color="#222222")
+    ax.set_title(f"Data flow of the fast forward kernel (flashcourse.cuda.flash): "
+                 f"Br = {br}, Bc = {bc}, d = {d}, {c.threads} threads = RT {c.rt} x CT {c.ct}",
+                 fontsize=11.5)
+    fig.tight_layout()
+    return fig
+
+
+def plot_backward_key_major(t_query: int = 37, t_key: int = 45, block_q: int = 8,
+                            block_k: int = 8, column: int = 2, *, causal: bool = True):
+    """The backward's key-major loop, drawn for one key block `column` = j.
+
+    The score matrix as (Br, Bc) tiles; column j's K_j, V_j (above) and dK_j, dV_j
+    (below) stay on chip in one thread block; its inner loop visits the query
+    blocks i top to bottom (numbers; tiles hidden by the causal mask are skipped);
+    each visited tile adds scale * dS K_j into the row block dQ_i, in global memory,
+    with atomic adds (arrows), because other key blocks add into the same rows.
+    """
+    tq, tk = check_block(t_query, "t_query"), check_block(t_key, "t_key")
+    br, bc = check_block(block_q, "block_q"), check_block(block_k, "block_k")
+    causal = check_causal(causal)
+    tr, tc = -(-tq // br), -(-tk // bc)
+    if isinstance(column, bool) or not isinstance(column, int) or not 0 <= column < tc:
+        raise ValueError(f"column must be a key-block index in [0, {tc - 1}] for "
+                         f"t_key = {tk}, block_k = {bc}, got {column!r}")
+
+    plt = _plt()
+    from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
+    fig, ax = plt.subplots(figsize=(11, 7.4))
+    j = column
+    k0, k1 = j * bc, min((j + 1) * bc, tk)
+    status = {}
+    for i in range(tr):
+        for jj in range(tc):
+            q0, q1 = i * br, min((i + 1) * br, tq)
+            c0, c1 = jj * bc, min((jj + 1) * bc, tk)
+            status[i, jj] = tile_visibility(q0, q1, c0, c1, tq, tk, causal)
+    visited = [i for i in range(tr) if status[i, j] != "hidden"]
+
+    # the score matrix, tile by tile; column j drawn on top
+    for (i, jj), st in status.items():
+        q0, q1 = i * br, min((i + 1) * br, tq)
+        c0, c1 = jj * bc, min((jj + 1) * bc, tk)
+        mine = jj == j
+        face = ("#e6e6e6" if st == "hidden" else
+                ("#9ec9ee" if mine else "#eef4fa"))
+        ax.add_patch(Rectangle((c0, q0), c1 - c0, q1 - q0, facecolor=face,
+                               edgecolor="#333333" if mine else "#999999",
+                               lw=1.6 if mine else 0.8,
+                               hatch="///" if st == "hidden" else None, zorder=1))
+        if mine:
+            label = "skip" if st == "hidden" else str(visited.index(i) + 1)
+            ax.text((c0 + c1) / 2, (q0 + q1) / 2, label, ha="center", va="center",
+                    fontsize=10 if label != "skip" else 8.5,
+                    fontweight="bold" if label != "skip" else "normal", zorder=3)
+    # the chip: one thread block holds column j's K_j, V_j and dK_j, dV_j
+    pad = 0.4 * bc
+    top_y, bot_y = -2.6 * br / 8 - 3.2, tq + 3.2
+    ax.add_patch(Rectangle((k0 - pad, top_y - 0.6), (k1 - k0) + 2 * pad,
+                           bot_y + 4.4 - top_y, fill=False, ls="--", lw=1.5,
+                           edgecolor="#2a6f2a", zorder=2))
+    ax.add_patch(Rectangle((k0, top_y), k1 - k0, 3.2, facecolor="#dcefd6",
+                           edgecolor="#333333", zorder=2))
+    ax.text((k0 + k1) / 2, top_y + 1.6, "K_j, V_j", ha="center", va="center", fontsize=9.5,
+            fontweight="bold", zorder=3)
+    ax.add_patch(Rectangle((k0, bot_y), k1 - k0, 3.2, facecolor="#dcefd6",
+                           edgecolor="#333333", zorder=2))
+    ax.text((k0 + k1) / 2, bot_y + 1.6, "dK_j, dV_j", ha="center", va="center",
+            fontsize=9.5, fontweight="bold", zorder=3)
+    ax.text((k0 + k1) / 2, bot_y + 4.6,
+            "on chip (dashed): one thread block;\ndK_j, dV_j written once, at the end",
+            ha="center", va="top", fontsize=8.5, color="#2a6f2a")
+    # the inner loop: down the column
+    ax.add_patch(FancyArrowPatch((k0 - pad * 0.55, visited[0] * br if visited else 0),
+                                 (k0 - pad * 0.55, tq), arrowstyle="-|>",
+                                 mutation_scale=14, lw=1.6, color="#2a6f2a", zorder=4))
+    ax.text(k0 - pad, top_y - 1.2, "inner loop: query blocks i, top to bottom",
+            ha="left", va="bottom", fontsize=8.5, color="#2a6f2a")
+
+    # dQ in global memory: one row block per query block, atomic adds from column j
+    xq0 = tk + 0.35 * tk
+    wq = max(4.0, 0.18 * tk)
+    for i in range(tr):
+        q0, q1 = i * br, min((i + 1) * br, tq)
+        hit = i in visited
+        ax.add_patch(Rectangle((xq0, q0), wq, q1 - q0,
+                               facecolor="#f7c9c4" if hit else "#f3e0c8",
+                               edgecolor="#333333", lw=1.0, zorder=2))
+        ax.text(xq0 + wq / 2, (q0 + q1) / 2, f"dQ_{i}", ha="center", va="center",
+                fontsize=9, zorder=3)
+        if hit:
+            ax.add_patch(FancyArrowPatch((k1, (q0 + q1) / 2), (xq0, (q0 + q1) / 2),
+                                         arrowstyle="-|>", mutation_scale=12, lw=1.3,
+                                         color=_STEP_COLOUR, zorder=4))
+    ax.text(xq0 + wq / 2, -1.2, "dQ in global memory\n(fp32, zeroed first)", ha="center",
+            va="bottom", fontsize=9)
+    ax.text((k1 + xq0) / 2, tq + 1.0, "atomic adds:\nscale * dS K_j", ha="center", va="top",
+            fontsize=8.5, color=_STEP_COLOUR)
+
+    ax.set_xlim(min(-2.0, k0 - 1.3 * pad), xq0 + wq + 2)
+    ax.set_ylim(bot_y + 8.0, top_y - 3.0)
+    ax.set_aspect("equal")
+    ax.set_xticks(sorted(set(range(0, tk, bc)) | {tk}))
+    ax.set_yticks(sorted(set(range(0, tq, br)) | {tq}))
+    ax.tick_params(labelsize=8.5)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.set_xlabel(f"key position (Bc = {bc}); column j = {j} is the key block drawn",
+                  fontsize=9.5)
+    ax.set_ylabel(f"query position (Br = {br})", fontsize=9.5)
+    handles = [Patch(facecolor="#9ec9ee", edgecolor="#333333",
+                     label=f"tiles of key block j = {j}: visited in the order shown"),
+               Patch(facecolor="#eef4fa", edgecolor="#999999",
+                     label="other key blocks: other thread blocks, at the same time"),
+               Patch(facecolor="#e6e6e6", edgecolor="#999999", hatch="///",
+                     label="hidden by the causal mask: skipped"),
+               Patch(facecolor="#f7c9c4", edgecolor="#333333",
+                     label=f"dQ rows that key block {j} adds into")]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2,
+              fontsize=8.5, frameon=False)
+    ax.set_title(f"Backward, key-major loop: Tq = {tq}, Tk = {tk}, "
+                 f"{'causal' if causal else 'not causal'}; one thread block per key block",
+                 fontsize=11.5)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,60 @@
+"""The times stated in the notebooks and the README map are the tool's estimates."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import notebook_time  # noqa: E402
+
+
+def test_stamped_notebooks_and_readme_match_their_estimates():
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "notebook_time.py"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    stamped = [p for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
+               if notebook_time.stamped(p)]
+    assert len(stamped) >= 5                             # 00-04 at least
+
+
+def _notebook(tmp_path, words: int, code: int, extra_md: str = "") -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# T\n\n**Estimated time:** 5 minutes.\n\nx"),
+                nbformat.v4.new_markdown_cell(" ".join(["word"] * words) + extra_md)]
+    nb.cells += [nbformat.v4.new_code_cell(f"x = {i}") for i in range(code)]
+    nb.cells.append(nbformat.v4.new_code_cell("show_quiz([Question('a'), Question('b')])"))
+    path = tmp_path / "99_t.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_estimate_counts_and_rounds(tmp_path):
+    path = _notebook(tmp_path, 1500, 6, "\n\n### Try it\nguess")
+    est = notebook_time.estimate(path)
+    assert (est.code_cells, est.exercises, est.questions, est.widgets) == (7, 1, 2, 0)
+    # 1500 + "#", "T", "x", "###", "Try", "it", "guess": 10.05 + 7 + 5 + 2 = 24.05 -> 25 min
+    assert est.words == 1500 + 7 and est.minutes == 25
+
+
+def test_stamp_is_a_fixed_point(tmp_path):
+    path = _notebook(tmp_path, 300, 2)
+    est = notebook_time.estimate(path)
+    assert notebook_time._stamp_notebook(path, est)
+    assert notebook_time.stamped(path)
+    assert notebook_time.estimate(path) == est            # the stamp is not counted
+    assert not notebook_time._stamp_notebook(path, est)   # nothing left to change
+    nb = nbformat.read(path, as_version=4)
+    assert "about 10 minutes" in nb.cells[0].source
+
+
+def test_missing_sentence_is_an_error(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# no time here")]
+    path = tmp_path / "98_x.ipynb"
+    nbformat.write(nb, path)
+    with pytest.raises(ValueError, match="Estimated time"):
+        notebook_time._stamp_notebook(path, notebook_time.estimate(path))
