@@ -3,7 +3,8 @@
 #               on 127.0.0.1 with token authentication (open the URL it prints)
 #   make test   the same set-up plus requirements-dev.txt, then every test
 # Other targets: make figures (regenerate figures/), make labs (student labs from
-# labs/solutions/), make bench-cpu / bench-gpu (benchmarks), make clean.
+# labs/solutions/), make bench-cpu / bench-gpu (benchmarks), make site (the course
+# website in _build/site/), make site-check (check it in a browser), make clean.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -11,7 +12,7 @@ BIN    := $(VENV)/bin
 PORT   ?= 8888
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test figures labs bench-cpu bench-gpu lint clean setup setup-dev
+.PHONY: lab test figures labs bench-cpu bench-gpu lint clean setup setup-dev site site-check
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10 or newer is needed, found " + sys.version.split()[0]'
@@ -22,7 +23,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $@
 
-$(VENV)/.installed-dev: requirements-dev.txt $(VENV)/.installed
+$(VENV)/.installed-dev: requirements-dev.txt requirements-site.txt $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
@@ -56,8 +57,19 @@ bench-gpu: setup
 	compute-sanitizer --tool memcheck --report-api-errors no $(BIN)/python benchmarks/gpu_forward.py --sanitize-small
 	compute-sanitizer --tool racecheck $(BIN)/python benchmarks/gpu_forward.py --sanitize-small
 
+# The course website: every notebook executed on the CPU (a few minutes), the labs as the
+# learner receives them; nothing is downloaded. View it with
+#   .venv/bin/python -m http.server --bind 127.0.0.1 --directory _build/site 8000
+site: setup-dev
+	$(BIN)/python tools/build_site.py
+
+# Opens every page of _build/site in headless chromium: no broken links, images, maths,
+# console errors or tracebacks, and executed outputs on every notebook page.
+site-check: setup-dev
+	$(BIN)/python tools/site_check.py --executed _build/site
+
 lint: setup-dev
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis test-artifacts
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis test-artifacts _build
