@@ -8,6 +8,8 @@ the expected cost and what limits it); `registry` lists them all, once:
               flash      the fast one: a block of many threads per query block, coalesced
                          loads, register-tiled micro-tiles, exp2, online softmax, causal skipping
     backward  simple, fast, fast_two_pass    (backward_kernels.py)
+    decode    split + combine: Flash-Decoding, Tq = 1 against a long KV cache, GQA
+              (decode_kernels.py; `decode(q, k, v)`; registered as the forward "decode")
 
     from flashcourse.cuda import backward, forward
     o, lse = forward(q, k, v, kernel="flash", causal=True)
@@ -99,3 +101,12 @@ def extra_device_bytes(kernel: str, bh: int, tq: int, tk: int, d: int = 0) -> in
 
 
 __all__ = ["forward", "backward", "KERNELS", "extra_device_bytes"]
+
+
+def decode(q, k, v, **options):
+    """Flash-Decoding on the GPU (or the simulator): q (B, Hq, Tq, d), k, v (B, Hkv, Tk, d)
+    with Hq a multiple of Hkv (GQA, K and V never copied). See
+    `flashcourse.cuda.decode_kernels.decode` for the options (num_splits, block_k, causal,
+    scale, ...). Returns o (B, Hq, Tq, d) and lse (B, Hq, Tq)."""
+    from .decode_kernels import decode as run_decode
+    return run_decode(q, k, v, **options)

@@ -1,0 +1,644 @@
+"""decode: Flash-Decoding on the GPU, a split kernel and a combine kernel (fp32 arithmetic).
+
+Kernels, side by side:
+
+    decode_split     one thread block per (key split, row block, KV head): the online
+                     softmax over the split's keys for all G x Tq query rows of the KV
+                     head (every query head of a GQA group), written as a partial
+                     state (o_s normalised, lse_s) per row
+    decode_combine   one thread block per query row: merges the num_splits partial
+                     states (lse = m + log sum e^(lse_s - m), o = sum w_s o_s / sum w_s)
+
+    from flashcourse.cuda import decode
+    o, lse = decode(q, k, v)                    # q (B, Hq, Tq, d); k, v (B, Hkv, Tk, d)
+
+The idea (flashcourse.decode has the numpy version and the maths)
+    With Tq = 1 the FlashAttention-2 grid has B x H blocks: on a 132-SM GPU, B x H = 8
+    blocks leave 124 SMs idle. Splitting the keys gives B x Hkv x num_splits blocks.
+    Inside a block, every warp reads whole key rows with 16-byte loads: for d = 128,
+    16 lanes hold one fp16 key row (8 values each) or 32 lanes one fp32 row (4 each),
+    so one warp instruction reads 512 contiguous bytes. Each lane multiplies its 8 (4)
+    values by the matching query values, the lanes of a key add their partial dot
+    products with warp shuffles (xor butterfly), and every lane then updates its
+    slice of the output with the online softmax. `unroll` keys per lane group are
+    loaded before any is used, so each thread has 2 x unroll 16-byte loads in flight.
+    At the end the (warp, key slot) states meet in shared memory and are merged.
+
+The bytes it moves (the decode IO model, flashcourse.decode_io)
+    K and V once: 2 B Hkv Tk d e bytes (e = 2 for fp16, 4 for fp32), whatever the
+    group size G (the G query heads of a KV head share its loads); q once; the
+    partial states (S x B Hq Tq (d + 1) x 4 B) written and read once; o once.
+    At Tk = 65536, d = 128, fp16, B x Hkv = 8: 268 MB of K/V, 0.56 MB of partials.
+
+Expected cost and what limits it
+    Memory-bound: the time floor is the K/V bytes over the memory bandwidth (about
+    4.2 TB/s for a copy's read + write on an H200). Arithmetic per key: 2 d FLOP per
+    query row for q.k and 2 d for p.v, so 4 G d FLOP per 2 d e bytes = G FLOP/B in
+    fp16: far under the GPU's ~16 FLOP/B (fp32 FMA peak / bandwidth) for G = 1; the
+    shuffles, exponentials and fp16 -> fp32 conversions count too, so at G = 8 the
+    instruction issue comes close to the limit.
+
+How to run it
+    from flashcourse.cuda import decode
+    o, lse = decode(q, k, v, causal=False)                 # numpy in, numpy out
+    python benchmarks/gpu_decode.py --check --bench        # on a GPU
+
+Rules (as in flash.py): local arrays indexed only by compile-time constants in
+unrolled loops (registers), float32 constants, unsigned indices. The 16-byte loads
+are an LLVM intrinsic (`<4 x i32>` or `<4 x float>` load, aligned 16) that Numba
+has no public API for; on the simulator, and on a GPU when d is not a multiple of
+the vector or the arrays are not 16-byte aligned, plain masked element loads take
+its place.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda, float32
+from numba import uint64 as U
+
+from ._launch import LN2, LOG2E, ceil_div, check_launch, launch, using_simulator
+
+F0 = np.float32(0.0)
+F1 = np.float32(1.0)
+NEG_INF = np.float32(-np.inf)
+LN2_F = np.float32(LN2)
+FULL_MASK = 0xFFFFFFFF
+#: Most query rows (G x Tq) one block keeps in registers; more rows use more blocks.
+MAX_ROWS = 8
+#: Bytes per vector load.
+VECTOR_BYTES = 16
+
+
+# ---------------------------------------------------------------------------------------
+# 16-byte loads (GPU only)
+# ---------------------------------------------------------------------------------------
+
+def _vector_loaders():
+    """(load_f16x8, load_f32x4): device intrinsics that read 16 bytes at a flat element
+    index of a C-contiguous array and return the values as a tuple of float32."""
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    def make(elem_bits, n):
+        @intrinsic
+        def load(typingctx, arr, idx):
+            sig = types.UniTuple(types.float32, n)(arr, idx)
+
+            def codegen(context, builder, sig, args):
+                ary = context.make_array(sig.args[0])(context, builder, args[0])
+                ptr = builder.gep(ary.data, [args[1]])
+                i32 = ir.IntType(32)
+                if elem_bits == 16:      # 4 x i32, each word = 2 halves -> fpext
+                    vec = builder.load(builder.bitcast(ptr, ir.VectorType(i32, 4)
+                                                       .as_pointer()), align=16)
+                    vals = []
+                    for w in range(4):
+                        word = builder.extract_element(vec, ir.Constant(i32, w))
+                        h2 = builder.bitcast(word, ir.VectorType(ir.HalfType(), 2))
+                        f2 = builder.fpext(h2, ir.VectorType(ir.FloatType(), 2))
+                        vals += [builder.extract_element(f2, ir.Constant(i32, i))
+                                 for i in range(2)]
+                else:                    # 4 x float
+                    vec = builder.load(builder.bitcast(ptr, ir.VectorType(ir.FloatType(), 4)
+                                                       .as_pointer()), align=16)
+                    vals = [builder.extract_element(vec, ir.Constant(i32, i))
+                            for i in range(4)]
+                return context.make_tuple(builder, sig.return_type, vals)
+
+            return sig, codegen
+        return load
+
+    return make(16, 8), make(32, 4)
+
+
+_LOADERS = None
+
+
+def vector_loaders():
+    global _LOADERS
+    if _LOADERS is None:
+        _LOADERS = _vector_loaders()
+    return _LOADERS
+
+
+# ---------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """One compiled variant of the split kernel.
+
+    vec: elements per vector load (16 B / element size); lpk: lanes per key row
+    (a power of two <= 32); nv: vector loads per lane per key row; D = lpk*vec*nv the
+    padded head dim; kpw = 32 // lpk keys per warp at once; unroll: keys per lane group
+    loaded before use; warps per block; rows: query rows kept per block.
+    """
+
+    itemsize: int        # 2 (fp16) or 4 (fp32) bytes per K/V element
+    vec: int
+    lpk: int
+    nv: int
+    unroll: int
+    warps: int
+    rows: int
+    shuffle: bool        # warp shuffles (GPU) or shared-memory sums (simulator)
+    vector: bool         # 16-byte intrinsic loads (GPU, d == D, aligned)
+
+    @property
+    def head_dim(self):
+        return self.lpk * self.vec * self.nv
+
+    @property
+    def epl(self):                       # elements per lane per key row
+        return self.vec * self.nv
+
+    @property
+    def kpw(self):
+        return 32 // self.lpk
+
+    @property
+    def threads(self):
+        return 32 * self.warps
+
+    @property
+    def slots(self):                     # (warp, key slot) pairs, each one softmax state
+        return self.warps * self.kpw
+
+    @property
+    def keys_per_step(self):
+        return self.slots * self.unroll
+
+    def offsets(self):
+        a_off = 0                                        # acc (slots, rows, D)
+        m_off = a_off + self.slots * self.rows * self.head_dim
+        l_off = m_off + self.slots * self.rows
+        r_off = l_off + self.slots * self.rows           # simulator: partial dots
+        end = r_off + (0 if self.shuffle else self.threads * self.rows * self.unroll)
+        return a_off, m_off, l_off, r_off, end
+
+    @property
+    def shared_bytes(self):
+        return 4 * self.offsets()[-1]
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def plan(d: int, itemsize: int, rows: int, *, unroll: int = 4, warps: int = 4,
+         shuffle: bool | None = None, vector: bool | None = None) -> DecodeConfig:
+    """The split kernel's layout for head dim d, K/V element size and query rows."""
+    from .._checks import check_block
+    d = check_block(d, "d")
+    if itemsize not in (2, 4):
+        raise ValueError(f"K/V must be float16 or float32 on the GPU, got {itemsize} B "
+                         f"elements")
+    rows = min(check_block(rows, "rows"), MAX_ROWS)
+    unroll = check_block(unroll, "unroll")
+    warps = check_block(warps, "warps")
+    if shuffle is None:
+        shuffle = not using_simulator()
+    vec = VECTOR_BYTES // itemsize
+    lpk = min(32, _pow2_at_least(ceil_div(d, vec)))
+    nv = ceil_div(d, lpk * vec)
+    if vector is None:
+        vector = not using_simulator()
+    vector = bool(vector) and lpk * vec * nv == d and not using_simulator()
+    cfg = DecodeConfig(itemsize, vec, lpk, nv, unroll, warps, rows, bool(shuffle), vector)
+    check_launch("decode split kernel", cfg.threads, cfg.shared_bytes)
+    if cfg.shared_bytes > 48 * 1024:
+        raise ValueError(f"decode split kernel: needs {cfg.shared_bytes:,} B of shared memory "
+                         f"per block, more than 48 KiB; use fewer warps (warps={warps})")
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------
+# The split kernel
+# ---------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def make_split_kernel(cfg: DecodeConfig):
+    """Compile-time-specialised split kernel for one configuration (cached).
+
+    Launch with grid (num_splits, ceil(R / rows), B*Hkv), cfg.threads threads and
+    cfg.shared_bytes of dynamic shared memory. Arguments:
+        q (B*Hq*Tq, d), k, v (B*Hkv, Tk, d), o_part (S, B*Hq*Tq, d) float32,
+        lse_part (S, B*Hq*Tq) float32, R = G*Tq rows per KV head, Tq, Tk, d,
+        keys_per_split, qscale = scale*log2(e) (float32), causal (0/1), Tk - Tq.
+    Row r of KV head h is query row h*R + r of the flattened q (head h*G + r // Tq,
+    query r % Tq), so the G query heads of a group are adjacent.
+    """
+    VEC, LPK, NV, UN, NW, ROWS = cfg.vec, cfg.lpk, cfg.nv, cfg.unroll, cfg.warps, cfg.rows
+    D, EPL, KPW, NT, NSLOT = cfg.head_dim, cfg.epl, cfg.kpw, cfg.threads, cfg.slots
+    STEP = cfg.keys_per_step
+    A_OFF, M_OFF, L_OFF, R_OFF, _ = cfg.offsets()
+    SHUFFLE, VECTOR = cfg.shuffle, cfg.vector
+    RU = ROWS * UN                      # scores per lane per step
+    QN = ROWS * EPL                     # query / output registers per lane
+    KN = UN * EPL                       # K (and V) registers per lane
+    LOG_LPK = LPK.bit_length() - 1
+
+    if using_simulator() or not hasattr(math, "exp2"):
+        @cuda.jit(device=True)
+        def exp2(x):
+            return math.exp(x * LN2_F)
+
+        @cuda.jit(device=True)
+        def log2(x):
+            return math.log(x) / LN2_F
+    else:
+        exp2 = math.exp2
+        log2 = math.log2
+
+    if VECTOR:
+        load16, load32 = vector_loaders()
+        vload = load16 if cfg.itemsize == 2 else load32
+    else:
+        vload = None
+
+    @cuda.jit(device=True)
+    def load_row(arr, h, key, kl, tk, d, out, base):
+        """This lane's EPL values of row `key` of head h into out[base:base+EPL]
+        (zeros past the head dim or past Tk)."""
+        if VECTOR:
+            if key < tk:
+                row0 = (U(h) * U(tk) + U(key)) * U(D)
+                for vv in range(NV):
+                    t = vload(arr, row0 + U((vv * LPK + kl) * VEC))
+                    for e in range(VEC):
+                        out[base + vv * VEC + e] = t[e]
+            else:
+                for e in range(EPL):
+                    out[base + e] = F0
+        else:
+            for vv in range(NV):
+                for e in range(VEC):
+                    c = (vv * LPK + kl) * VEC + e
+                    x = F0
+                    if key < tk and c < d:
+                        x = float32(arr[U(h), U(key), U(c)])
+                    out[base + vv * VEC + e] = x
+
+    @cuda.jit(device=True)
+    def key_sums(dots, sm, tid):
+        """Sum each dots[i] over the LPK lanes of a key (all threads must call it)."""
+        if SHUFFLE:
+            for i in range(RU):
+                x = dots[i]
+                for st in range(LOG_LPK):
+                    x += cuda.shfl_xor_sync(FULL_MASK, x, LPK >> (st + 1))
+                dots[i] = x
+        else:
+            for i in range(RU):
+                sm[U(R_OFF + tid * RU + i)] = dots[i]
+            cuda.syncthreads()
+            g0 = tid - tid % LPK
+            for i in range(RU):
+                s = F0
+                for t in range(LPK):
+                    s += sm[U(R_OFF + (g0 + t) * RU + i)]
+                dots[i] = s
+            cuda.syncthreads()
+
+    def decode_split(q, k, v, o_part, lse_part, rows_kv, tq, tk, d, keys_per_split,
+                     qscale, causal, off):
+        sm = cuda.shared.array(0, float32)
+        tid = cuda.threadIdx.x
+        lane = tid % 32
+        warp = tid // 32
+        kl = lane % LPK                    # lane within its key row
+        kg = lane // LPK                   # key slot within the warp
+        slot = warp * KPW + kg
+        split = cuda.blockIdx.x
+        r0 = cuda.blockIdx.y * ROWS        # first row of this block (of the KV head's R)
+        h = cuda.blockIdx.z                # KV head (flattened B*Hkv)
+        row_base = h * rows_kv             # flattened q row of the KV head's row 0
+
+        # this lane's slice of every query row, pre-scaled by scale*log2(e)
+        qr = cuda.local.array(QN, float32)
+        for rr in range(ROWS):
+            for vv in range(NV):
+                for e in range(VEC):
+                    c = (vv * LPK + kl) * VEC + e
+                    x = F0
+                    if r0 + rr < rows_kv and c < d:
+                        x = float32(q[U(row_base + r0 + rr), U(c)]) * qscale
+                    qr[rr * EPL + vv * VEC + e] = x
+
+        acc = cuda.local.array(QN, float32)   # unnormalised output slice
+        m = cuda.local.array(ROWS, float32)           # running max (log2 units)
+        l = cuda.local.array(ROWS, float32)           # running sum of exp2(s - m)
+        kr = cuda.local.array(KN, float32)
+        vr = cuda.local.array(KN, float32)
+        sc = cuda.local.array(RU, float32)
+        for i in range(QN):
+            acc[i] = F0
+        for rr in range(ROWS):
+            m[rr] = NEG_INF
+            l[rr] = F0
+
+        k_begin = split * keys_per_split
+        k_end = min(k_begin + keys_per_split, tk)
+        for base in range(k_begin, k_end, STEP):
+            # issue every load of this step before using any: 2 x UN x NV 16-byte loads
+            for u in range(UN):
+                key = base + (u * NW + warp) * KPW + kg
+                if key >= k_end:
+                    key = tk                              # -> zeros, never read
+                load_row(k, h, key, kl, tk, d, kr, u * EPL)
+                load_row(v, h, key, kl, tk, d, vr, u * EPL)
+            # partial dot products of this lane, then summed over the key's lanes
+            for rr in range(ROWS):
+                for u in range(UN):
+                    s = F0
+                    for e in range(EPL):
+                        s += qr[rr * EPL + e] * kr[u * EPL + e]
+                    sc[rr * UN + u] = s
+            key_sums(sc, sm, tid)
+            # online softmax over this step's UN keys, one rescale per step
+            for rr in range(ROWS):
+                qi = (r0 + rr) % tq                       # query index of this row
+                mx = NEG_INF
+                for u in range(UN):
+                    key = base + (u * NW + warp) * KPW + kg
+                    if key >= k_end or (causal != 0 and key > qi + off):
+                        sc[rr * UN + u] = NEG_INF
+                    mx = max(mx, sc[rr * UN + u])
+                m_new = max(m[rr], mx)
+                m_use = m_new if m_new != NEG_INF else F0
+                alpha = exp2(m[rr] - m_use)
+                m[rr] = m_new
+                lsum = l[rr] * alpha
+                for e in range(EPL):
+                    acc[rr * EPL + e] *= alpha
+                for u in range(UN):
+                    p = exp2(sc[rr * UN + u] - m_use)
+                    lsum += p
+                    for e in range(EPL):
+                        acc[rr * EPL + e] += p * vr[u * EPL + e]
+                l[rr] = lsum
+
+        # every (warp, key slot) state to shared memory, then merge them per (row, col)
+        cuda.syncthreads()
+        for rr in range(ROWS):
+            if kl == 0:
+                sm[U(M_OFF + slot * ROWS + rr)] = m[rr]
+                sm[U(L_OFF + slot * ROWS + rr)] = l[rr]
+            for vv in range(NV):
+                for e in range(VEC):
+                    c = (vv * LPK + kl) * VEC + e
+                    sm[U(A_OFF + (slot * ROWS + rr) * D + c)] = acc[rr * EPL + vv * VEC + e]
+        cuda.syncthreads()
+        for idx in range(tid, ROWS * D, NT):
+            rr = idx // D
+            c = idx - rr * D
+            if r0 + rr < rows_kv and c < d:
+                mx = NEG_INF
+                for t in range(NSLOT):
+                    mx = max(mx, sm[U(M_OFF + t * ROWS + rr)])
+                m_use = mx if mx != NEG_INF else F0
+                lt = F0
+                at = F0
+                for t in range(NSLOT):
+                    w = exp2(sm[U(M_OFF + t * ROWS + rr)] - m_use)
+                    lt += sm[U(L_OFF + t * ROWS + rr)] * w
+                    at += sm[U(A_OFF + (t * ROWS + rr) * D + c)] * w
+                row = row_base + r0 + rr
+                if lt > F0:
+                    o_part[U(split), U(row), U(c)] = at / lt
+                    if c == 0:
+                        lse_part[U(split), U(row)] = (mx + log2(lt)) * LN2_F
+                else:                                     # no visible key in this split
+                    o_part[U(split), U(row), U(c)] = F0
+                    if c == 0:
+                        lse_part[U(split), U(row)] = NEG_INF
+
+    decode_split.__name__ = (f"decode_split_e{cfg.itemsize}_v{VEC}_l{LPK}_n{NV}_u{UN}_w{NW}"
+                             f"_r{ROWS}" + ("" if SHUFFLE else "_sim")
+                             + ("_vec" if VECTOR else ""))
+    return cuda.jit(decode_split)
+
+
+# ---------------------------------------------------------------------------------------
+# The combine kernel
+# ---------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def make_combine_kernel(threads: int):
+    """One block per query row; threads loop over the columns. Arguments:
+    o_part (S, rows, d), lse_part (S, rows), o (rows, d), lse (rows), S, d."""
+    NT = threads
+
+    def decode_combine(o_part, lse_part, o, lse, n_splits, d):
+        row = cuda.blockIdx.x
+        tid = cuda.threadIdx.x
+        mx = NEG_INF
+        for s in range(n_splits):
+            mx = max(mx, lse_part[U(s), U(row)])
+        m_use = mx if mx != NEG_INF else F0
+        total = F0
+        for s in range(n_splits):
+            total += math.exp(lse_part[U(s), U(row)] - m_use)
+        for c in range(tid, d, NT):
+            at = F0
+            for s in range(n_splits):
+                w = math.exp(lse_part[U(s), U(row)] - m_use)
+                at += w * o_part[U(s), U(row), U(c)]
+            o[U(row), U(c)] = at / total if total > F0 else F0
+        if tid == 0:
+            lse[U(row)] = m_use + math.log(total) if total > F0 else NEG_INF
+
+    decode_combine.__name__ = f"decode_combine_t{NT}"
+    return cuda.jit(decode_combine)
+
+
+def combine_threads(d: int) -> int:
+    """Threads of a combine block: d rounded up to a warp, at most 256."""
+    return min(256, 32 * ceil_div(d, 32))
+
+
+# ---------------------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------------------
+
+def default_launch(itemsize: int) -> dict:
+    """Split-kernel defaults (unroll, warps; chosen on an H200, see
+    benchmarks/NOTES_cuda_decode.md); tiny ones under the simulator."""
+    if using_simulator():
+        return {"unroll": 1, "warps": 1}
+    return {"unroll": 4 if itemsize == 2 else 2, "warps": 4}
+
+
+#: Resident blocks per SM assumed by the split heuristic on a GPU (FlashAttention-2
+#: uses 2 for its 128-thread blocks; ours are smaller and lighter).
+BLOCKS_PER_SM = 4
+#: Keys per split are a multiple of this (the heuristic's key block, Bc).
+DEFAULT_BLOCK_K = 64
+
+
+def sm_count() -> int:
+    if using_simulator():
+        return 132
+    return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+
+
+def plan_splits(b_hkv: int, rows_kv: int, tk: int, cfg: DecodeConfig, *,
+                num_splits=None, block_k=None, blocks_per_sm=None):
+    """(num_splits, keys_per_split): FlashAttention-2's heuristic over this GPU's SMs."""
+    from .. import decode as np_decode
+    from .._checks import check_block
+    block_k = DEFAULT_BLOCK_K if block_k is None else check_block(block_k, "block_k")
+    row_blocks = ceil_div(rows_kv, cfg.rows)
+    if num_splits is None:
+        num_splits = np_decode.choose_num_splits(
+            b_hkv, tk, block_k, row_blocks=row_blocks, sms=sm_count(),
+            blocks_per_sm=BLOCKS_PER_SM if blocks_per_sm is None else blocks_per_sm)
+    num_splits = check_block(num_splits, "num_splits")
+    k0, k1 = np_decode.split_bounds(tk, block_k, num_splits)[0]
+    per = k1 - k0
+    return num_splits, per
+
+
+def run(qf, kf, vf, o, lse, o_part, lse_part, *, tq, group, d, scale, causal, num_splits,
+        keys_per_split, cfg: DecodeConfig):
+    """Launch split (+ combine when num_splits > 1) on flattened device arrays.
+
+    qf (B*Hq*Tq, d); kf, vf (B*Hkv, Tk, d); o (B*Hq*Tq, d) float32; lse (B*Hq*Tq,);
+    o_part (S, B*Hq*Tq, d), lse_part (S, B*Hq*Tq) float32 workspaces (S = num_splits;
+    unused when num_splits == 1, the split kernel then writes o and lse directly).
+    """
+    b_hkv, tk = kf.shape[0], kf.shape[1]
+    rows_kv = group * tq
+    kern = make_split_kernel(cfg)
+    grid = (num_splits, ceil_div(rows_kv, cfg.rows), b_hkv)
+    if num_splits == 1:
+        op, lp = o.reshape(1, *o.shape), lse.reshape(1, *lse.shape)
+    else:
+        op, lp = o_part, lse_part
+    args = (qf, kf, vf, op, lp, np.int32(rows_kv), np.int32(tq), np.int32(tk), np.int32(d),
+            np.int32(keys_per_split), np.float32(scale * LOG2E),
+            np.int32(1 if causal else 0), np.int32(tk - tq))
+    launch(kern, None, grid, cfg.threads, cfg.shared_bytes, args)
+    if num_splits > 1:
+        nt = combine_threads(d)
+        make_combine_kernel(nt)[o.shape[0], nt](o_part, lse_part, o, lse,
+                                               np.int32(num_splits), np.int32(d))
+
+
+def _aligned(x) -> bool:
+    iface = getattr(x, "__cuda_array_interface__", None)
+    if iface is None:
+        return True
+    return iface["data"][0] % VECTOR_BYTES == 0
+
+
+def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
+           allow_nonfinite=False, unroll=None, warps=None, blocks_per_sm=None):
+    """Flash-Decoding on the GPU (or the simulator): exact attention, fp32 arithmetic.
+
+    Args:
+        q: (B, Hq, Tq, d); k, v: (B, Hkv, Tk, d) with Hq a multiple of Hkv (GQA; K and
+            V are never copied per query head). numpy arrays (float16 K/V stay float16
+            on the device; float32 and float64 run as float32; o comes back in q's
+            dtype) or C-contiguous float16/float32 device arrays (anything with the
+            CUDA array interface; results stay on the device, float32).
+        num_splits: key splits; None: FlashAttention-2's heuristic for this GPU.
+        block_k: splits are cut in whole blocks of block_k keys (default 64).
+        causal: bottom-right aligned mask; scale: default 1/sqrt(d).
+        unroll, warps: split-kernel variant (keys per lane group loaded before use,
+            warps per block); blocks_per_sm: the heuristic's residency assumption.
+
+    Returns:
+        o (B, Hq, Tq, d), lse (B, Hq, Tq) natural-log logsumexp (float32; float64 for
+        float64 numpy input). A row with no visible key gives o = 0, lse = -inf.
+    """
+    from .. import decode as np_decode
+    from .._checks import check_causal, check_scale
+    from ._launch import is_device_array, simulator_note
+    simulator_note()
+    causal = check_causal(causal)
+    on_device = any(is_device_array(x) for x in (q, k, v))
+    if on_device:
+        shapes = {}
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            if not is_device_array(x):
+                raise TypeError(f"{name} must be a device array like the others, got "
+                                f"{type(x).__name__}")
+            if np.dtype(x.dtype) not in (np.float16, np.float32):
+                raise TypeError(f"{name} on the device must be float16 or float32, got "
+                                f"{x.dtype}")
+            shapes[name] = tuple(int(n) for n in x.shape)
+        if len({np.dtype(x.dtype) for x in (q, k, v)}) != 1:
+            raise TypeError("q, k and v must share one dtype")
+        qs, ks, vs = shapes["q"], shapes["k"], shapes["v"]
+        if len(qs) != 4 or len(ks) != 4 or ks != vs or qs[0] != ks[0] or qs[3] != ks[3] \
+                or 0 in qs or 0 in ks:
+            raise ValueError(f"expected q (B, Hq, Tq, d) and k, v (B, Hkv, Tk, d) with "
+                             f"matching B and d, got q {qs}, k {ks}, v {vs}")
+        if qs[1] % ks[1]:
+            raise ValueError(f"the query heads Hq = q.shape[1] = {qs[1]} must be a multiple "
+                             f"of the key/value heads Hkv = k.shape[1] = {ks[1]}")
+        b, hq, tq, d = qs
+        hkv, tk = ks[1], ks[2]
+        if using_simulator():
+            dev = [q, k, v]
+        else:
+            from numba.cuda.cudadrv.devicearray import DeviceNDArray
+            dev = [x if isinstance(x, DeviceNDArray) else cuda.as_cuda_array(x)
+                   for x in (q, k, v)]
+        qf = dev[0].reshape(b * hq * tq, d)
+        kf = dev[1].reshape(b * hkv, tk, d)
+        vf = dev[2].reshape(b * hkv, tk, d)
+        itemsize = np.dtype(q.dtype).itemsize
+        aligned = all(_aligned(x) for x in (q, k, v))
+        out_dtype = lse_dtype = np.dtype(np.float32)
+    else:
+        q, k, v, _ = np_decode.check_gqa(q, k, v, allow_nonfinite=allow_nonfinite)
+        b, hq, tq, d = q.shape
+        hkv, tk = k.shape[1], k.shape[2]
+        work = np.float16 if q.dtype == np.float16 else np.float32
+        qf = cuda.to_device(np.ascontiguousarray(q.reshape(b * hq * tq, d), work))
+        kf = cuda.to_device(np.ascontiguousarray(k.reshape(b * hkv, tk, d), work))
+        vf = cuda.to_device(np.ascontiguousarray(v.reshape(b * hkv, tk, d), work))
+        itemsize = np.dtype(work).itemsize
+        aligned = True
+        out_dtype = q.dtype
+        lse_dtype = np.dtype(np.float64) if q.dtype == np.float64 else np.dtype(np.float32)
+    group = hq // hkv
+    scale = check_scale(scale, d)
+    dflt = default_launch(itemsize)
+    cfg = plan(d, itemsize, group * tq, unroll=dflt["unroll"] if unroll is None else unroll,
+               warps=dflt["warps"] if warps is None else warps,
+               vector=aligned)
+    ns, per = plan_splits(b * hkv, group * tq, tk, cfg, num_splits=num_splits,
+                          block_k=block_k, blocks_per_sm=blocks_per_sm)
+    rows = b * hq * tq
+    o = cuda.device_array((rows, d), np.float32)
+    lse = cuda.device_array((rows,), np.float32)
+    if ns > 1:
+        o_part = cuda.device_array((ns, rows, d), np.float32)
+        lse_part = cuda.device_array((ns, rows), np.float32)
+    else:
+        o_part = lse_part = None
+    run(qf, kf, vf, o, lse, o_part, lse_part, tq=tq, group=group, d=d, scale=scale,
+        causal=causal, num_splits=ns, keys_per_split=per, cfg=cfg)
+    if on_device:
+        return o.reshape(b, hq, tq, d), lse.reshape(b, hq, tq)
+    o_h = o.copy_to_host().astype(out_dtype, copy=False).reshape(b, hq, tq, d)
+    lse_h = lse.copy_to_host().astype(lse_dtype, copy=False).reshape(b, hq, tq)
+    return o_h, lse_h
+
+
+def workspace_bytes(num_splits: int, rows: int, d: int) -> int:
+    """Device memory the partial states take (bytes): S x rows x (d + 1) x 4."""
+    return 0 if num_splits == 1 else 4 * num_splits * rows * (d + 1)
