@@ -184,7 +184,7 @@ class Problem:
 
     def config(self, unroll=None, warps=None, num_splits=None, blocks_per_sm=None):
         item = np.dtype(self.dtype).itemsize
-        dflt = dk.default_launch(item)
+        dflt = dk.default_launch(item, self.g)
         cfg = dk.plan(self.d, item, self.g, unroll=unroll or dflt["unroll"],
                       warps=warps or dflt["warps"])
         ns, per = dk.plan_splits(self.b * self.hkv, self.g, self.tk, cfg,

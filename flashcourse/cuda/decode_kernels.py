@@ -471,12 +471,16 @@ def combine_threads(d: int) -> int:
 # Host side
 # ---------------------------------------------------------------------------------------
 
-def default_launch(itemsize: int) -> dict:
-    """Split-kernel defaults (unroll, warps; chosen on an H200, see
-    benchmarks/NOTES_cuda_decode.md); tiny ones under the simulator."""
+def default_launch(itemsize: int, rows: int = 1) -> dict:
+    """Split-kernel defaults (unroll, warps), picked from the variant timings of the first
+    H200 run (Tk = 65536, d = 128; benchmarks/NOTES_cuda_decode.md): fp16 unroll 2 with
+    8 warps (4 when a block keeps more than 4 query rows: shared memory), fp32 unroll 4
+    with 4 warps, unroll 2 for more than 4 rows (registers). Tiny ones on the simulator."""
     if using_simulator():
         return {"unroll": 1, "warps": 1}
-    return {"unroll": 4 if itemsize == 2 else 2, "warps": 4}
+    if rows > 4:
+        return {"unroll": 2, "warps": 4}
+    return {"unroll": 2, "warps": 8} if itemsize == 2 else {"unroll": 4, "warps": 4}
 
 
 #: Resident blocks per SM assumed by the split heuristic on a GPU (FlashAttention-2
@@ -616,7 +620,7 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
         lse_dtype = np.dtype(np.float64) if q.dtype == np.float64 else np.dtype(np.float32)
     group = hq // hkv
     scale = check_scale(scale, d)
-    dflt = default_launch(itemsize)
+    dflt = default_launch(itemsize, min(group * tq, MAX_ROWS))
     cfg = plan(d, itemsize, group * tq, unroll=dflt["unroll"] if unroll is None else unroll,
                warps=dflt["warps"] if warps is None else warps,
                vector=aligned)

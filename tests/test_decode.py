@@ -1,0 +1,276 @@
+"""Flash-Decoding: numpy split-KV forward, the CUDA split + combine kernels (simulator),
+the decode IO model, the KV-cache readout and the combine exercise's checker.
+
+Tolerances (relative to the float64 reference, as everywhere in the course): float64
+1e-12, float32 1e-5, float16 inputs 2e-2 against the reference computed from the rounded
+inputs (the GPU benchmark's fp16 bar; fp16 outputs carry ~3 decimal digits).
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flashcourse import decode, decode_io, kv_cache, reference
+from flashcourse.reference import SoftmaxState, merge_states
+from helpers import rel_err
+
+ROOT = Path(__file__).resolve().parents[1]
+TOL = {np.float64: 1e-12, np.float32: 1e-5, np.float16: 2e-2}
+
+
+def inputs(rng, b, hq, hkv, tq, tk, d, dtype):
+    q = rng.standard_normal((b, hq, tq, d)).astype(dtype)
+    k = (rng.standard_normal((b, hkv, tk, d)) * 1.5).astype(dtype)
+    v = rng.standard_normal((b, hkv, tk, d)).astype(dtype)
+    return q, k, v
+
+
+def expected(q, k, v, causal):
+    g = q.shape[1] // k.shape[1]
+    return reference.attention(q, decode.expand_kv(k, g), decode.expand_kv(v, g),
+                               causal=causal)
+
+
+def assert_matches(o, lse, o_ref, lse_ref, dtype):
+    fin = np.isfinite(lse_ref)
+    assert np.array_equal(np.isneginf(lse), ~fin), "rows with no visible key: lse = -inf"
+    assert np.all(o[~fin] == 0), "rows with no visible key: o = 0"
+    assert rel_err(o, o_ref) <= TOL[dtype]
+    if fin.any():
+        assert rel_err(lse[fin], lse_ref[fin]) <= TOL[dtype]
+
+
+# (B, Hq, Hkv, Tq, Tk, d, num_splits, block_k, causal)
+SHAPES = [
+    (1, 1, 1, 1, 1, 8, 1, 64, False),            # one key
+    (2, 4, 4, 1, 300, 37, 3, 64, False),         # Tk not a multiple of the split, odd d
+    (1, 8, 1, 1, 130, 16, 5, 16, False),         # MQA
+    (2, 8, 2, 1, 777, 24, None, 64, False),      # GQA G = 4, heuristic
+    (1, 6, 2, 5, 129, 12, 4, 16, True),          # causal, Tq > 1
+    (1, 2, 1, 7, 4, 8, 3, 2, True),              # causal, Tk < Tq: rows with no key
+    (1, 3, 3, 2, 50, 5, 9, 8, True),             # more splits than key blocks
+    (1, 2, 1, 1, 40, 8, 1, 128, False),          # one split larger than the keys
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+def test_split_kv_forward_matches_reference(rng, shape, dtype):
+    b, hq, hkv, tq, tk, d, ns, bk, causal = shape
+    q, k, v = inputs(rng, b, hq, hkv, tq, tk, d, dtype)
+    o, lse = decode.split_kv_forward(q, k, v, num_splits=ns, block_k=bk, causal=causal)
+    assert o.dtype == dtype and o.shape == q.shape and lse.shape == q.shape[:-1]
+    assert_matches(o, lse, *expected(q, k, v, causal), dtype)
+
+
+def test_parts_are_the_splits(rng):
+    q, k, v = inputs(rng, 1, 4, 2, 1, 300, 16, np.float64)
+    o, lse, (o_parts, lse_parts, bounds) = decode.split_kv_forward(
+        q, k, v, num_splits=3, block_k=64, return_parts=True)
+    assert bounds == [(0, 128), (128, 256), (256, 300)]
+    for s, (k0, k1) in enumerate(bounds):              # each part is attention on its keys
+        o_s, lse_s = expected(q, k[:, :, k0:k1], v[:, :, k0:k1], False)
+        assert rel_err(o_parts[s], o_s) <= 1e-12 and rel_err(lse_parts[s], lse_s) <= 1e-12
+
+
+@pytest.mark.parametrize("bad, match", [
+    (((1, 6, 1, 8), (1, 4, 10, 8)), r"Hq = q.shape\[1\] = 6 .* Hkv = k.shape\[1\] = 4"),
+    (((2, 4, 1, 8), (1, 4, 10, 8)), "batch size B"),
+    (((4, 1, 8), (4, 10, 8)), "4 dimensions"),
+    (((1, 4, 1, 8), (1, 4, 10, 6)), "head dim d"),
+])
+def test_bad_shapes_are_named(bad, match):
+    qs, ks = bad
+    with pytest.raises(ValueError, match=match):
+        decode.split_kv_forward(np.ones(qs), np.ones(ks), np.ones(ks))
+
+
+def test_bad_arguments():
+    q, k = np.ones((1, 2, 1, 4)), np.ones((1, 1, 5, 4))
+    with pytest.raises(ValueError, match="num_splits"):
+        decode.split_kv_forward(q, k, k, num_splits=0)
+    with pytest.raises(TypeError, match="block_k"):
+        decode.split_kv_forward(q, k, k, block_k=2.5)
+    with pytest.raises(TypeError, match="share one dtype"):
+        decode.split_kv_forward(q, k.astype(np.float32), k)
+
+
+def test_merge_is_the_course_merge_of_states(rng):
+    """merge on (o, lse) carries reference.merge_states with (m, l) = (lse, 1)."""
+    for _ in range(20):
+        la, lb = rng.normal(0, 5, 2)
+        oa, ob = rng.standard_normal(3), rng.standard_normal(3)
+        o, lse = decode.merge(oa, np.float64(la), ob, np.float64(lb))
+        st = merge_states(SoftmaxState(la, 1.0), SoftmaxState(lb, 1.0))
+        assert lse == pytest.approx(st.m + np.log(st.l), rel=1e-14)
+        w = np.exp(np.array([la, lb]) - st.m)
+        assert np.allclose(o, (w[0] * oa + w[1] * ob) / st.l, rtol=1e-14)
+    o, lse = decode.merge(np.ones(2), np.float64(-np.inf), np.ones(2), np.float64(-np.inf))
+    assert lse == -np.inf and np.all(o == 0)
+
+
+def test_merge_tree_equals_combine(rng):
+    q, k, v = inputs(rng, 1, 2, 1, 3, 500, 8, np.float64)
+    _, _, (o_parts, lse_parts, _) = decode.split_kv_forward(q, k, v, num_splits=7,
+                                                            block_k=32, return_parts=True)
+    o1, l1 = decode.combine(o_parts, lse_parts)
+    o2, l2, levels = decode.merge_tree(o_parts, lse_parts)
+    assert [len(lv) for lv in levels] == [7, 4, 2, 1]
+    assert rel_err(o1, o2) <= 1e-14 and rel_err(l1, l2) <= 1e-14
+
+
+def test_heuristic_follows_flash_attention():
+    assert decode.num_splits_heuristic(8, 264, 512) == 29
+    assert decode.num_splits_heuristic(300, 264, 512) == 1       # fills 80% of the SMs
+    assert decode.num_splits_heuristic(1, 264, 3) <= 3           # never more than blocks
+    assert 100 < decode.num_splits_heuristic(1, 264, 1000) <= 128  # the cap
+    # wave efficiency of the choice is >= 85% of the best
+    s = decode.num_splits_heuristic(48, 108, 1000)
+    assert s == 2                                                # FA2's own comment
+    assert decode.choose_num_splits(8, 65536, 128) == 29
+
+
+def test_split_bounds_cover_the_keys():
+    for tk, bk, ns in ((1, 64, 1), (300, 64, 3), (300, 64, 7), (1000, 7, 13)):
+        bounds = decode.split_bounds(tk, bk, ns)
+        assert len(bounds) == ns and bounds[0][0] == 0 and bounds[-1][1] == tk
+        assert all(b[1] == c[0] for b, c in zip(bounds, bounds[1:]))
+        assert all((b[1] - b[0]) % bk == 0 for b in bounds[:-1] if b[1] < tk)
+
+
+# ---------------------------------------------------------------------------- CUDA (sim)
+SIM_SHAPES = [
+    (1, 2, 1, 1, 20, 8, 3, 4, False),            # GQA G = 2, ragged split
+    (1, 4, 2, 3, 9, 5, 2, 4, True),              # causal Tq > 1, odd d
+    (1, 2, 2, 2, 1, 16, 2, 8, True),             # Tk < Tq: a row with no key; empty split
+    (2, 3, 1, 1, 7, 4, None, None, False),       # MQA, heuristic splits
+]
+
+
+@pytest.mark.parametrize("shape", SIM_SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_cuda_decode_matches_reference(rng, shape, dtype):
+    from flashcourse.cuda import decode as cuda_decode
+    b, hq, hkv, tq, tk, d, ns, bk, causal = shape
+    q, k, v = inputs(rng, b, hq, hkv, tq, tk, d, dtype)
+    o, lse = cuda_decode(q, k, v, num_splits=ns, block_k=bk, causal=causal)
+    assert o.dtype == dtype and lse.dtype == np.float32
+    assert_matches(o, lse, *expected(q, k, v, causal), dtype)
+
+
+def test_cuda_decode_rejects_bad_heads():
+    from flashcourse.cuda import decode as cuda_decode
+    with pytest.raises(ValueError, match="multiple"):
+        cuda_decode(np.ones((1, 3, 1, 4), np.float32), np.ones((1, 2, 5, 4), np.float32),
+                    np.ones((1, 2, 5, 4), np.float32))
+
+
+def test_cuda_plan_layout():
+    from flashcourse.cuda import decode_kernels as dk
+    cfg = dk.plan(128, 2, 1, unroll=2, warps=8, shuffle=True, vector=False)
+    assert (cfg.vec, cfg.lpk, cfg.kpw, cfg.head_dim) == (8, 16, 2, 128)
+    cfg = dk.plan(128, 4, 8, unroll=2, warps=4, shuffle=True, vector=False)
+    assert (cfg.vec, cfg.lpk, cfg.kpw, cfg.rows) == (4, 32, 1, 8)
+    assert dk.plan(37, 4, 20).rows == dk.MAX_ROWS
+    with pytest.raises(ValueError, match="float16 or float32"):
+        dk.plan(64, 8, 1)
+
+
+def test_benchmark_refuses_without_gpu_and_smoke_runs():
+    script = ROOT / "benchmarks" / "gpu_decode.py"
+    r = subprocess.run([sys.executable, str(script), "--bench", "--record"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr
+    r = subprocess.run([sys.executable, str(script), "--simulator-smoke"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "6/6 runs within tolerance" in r.stdout
+
+
+# ---------------------------------------------------------------------------- IO model
+def test_decode_traffic():
+    t = decode_io.decode_traffic(1, 8, 8, 65536, 128)
+    assert t.kv_bytes == 2 * 8 * 65536 * 128 * 2
+    assert t.partial_bytes == 0 and t.flops == 4 * 8 * 65536 * 128
+    assert t.intensity == pytest.approx(t.flops / t.total_bytes)
+    t8 = decode_io.decode_traffic(1, 64, 8, 65536, 128, num_splits=4)
+    assert t8.kv_bytes == t.kv_bytes                       # GQA: K/V read once per group
+    assert t8.partial_bytes == 2 * 4 * 64 * 129 * 4
+    assert decode_io.gqa_saving(64, 8) == 8
+    assert decode_io.fa2_grid_blocks(1, 8) == 8
+    assert decode_io.busy_sm_fraction(8, 132) == pytest.approx(8 / 132)
+    assert decode_io.time_floor_s(t, 4e12) == pytest.approx(t.total_bytes / 4e12)
+    with pytest.raises(ValueError, match="multiple"):
+        decode_io.decode_traffic(1, 6, 4, 10, 8)
+
+
+def test_recorded_results_plot():
+    import matplotlib
+    matplotlib.use("Agg")
+    if not decode_io.RESULTS.exists():
+        pytest.skip("no recorded H200 decode results yet")
+    res = decode_io.load_results()
+    assert "bench" in res and "environment" in res
+    fig = decode_io.plot_bandwidth(res["bench"])
+    assert len(fig.axes) >= 1
+
+
+# ---------------------------------------------------------------------------- KV cache
+def test_kv_cache_readout():
+    assert kv_cache.kv_cache_bytes(1, 32, 8192, 8, 128) == 2 ** 30
+    r = kv_cache.kv_cache_readout("Llama-3-8B", 1, 131072, "fp16", "H200")
+    assert r.cache_bytes == 32 * 2 * 131072 * 8 * 128 * 2
+    assert r.mha_cache_bytes == 4 * r.cache_bytes
+    assert r.per_token_bytes == 131072
+    assert r.fits and r.max_t_key > 131072
+    r70 = kv_cache.kv_cache_readout("Llama-3-70B", 8, 131072, "fp16", "H200")
+    assert not r70.fits
+    assert any("NOT fit" in line for line in r70.lines)
+    for kw, match in (({"model": "GPT-9"}, "model must be"), ({"batch": 0}, "batch"),
+                      ({"dtype": "int3"}, "dtype"), ({"gpu": "X1"}, "gpu")):
+        with pytest.raises(ValueError, match=match):
+            kv_cache.kv_cache_readout(**kw)
+
+
+def test_kv_cache_widget_builds():
+    import matplotlib
+    matplotlib.use("Agg")
+    box = kv_cache.kv_cache_widget()
+    assert "per token" in box.children[2].value
+
+
+# ---------------------------------------------------------------------------- the exercise
+def test_combine_checker():
+    from flashcourse.labs import decode as lab
+    assert lab.check_combine(lab.reference_combine, verbose=False)
+
+    def stub(o, lse):
+        raise NotImplementedError
+
+    assert lab.check_combine(stub, verbose=False).todo
+
+    def mean(o, lse):
+        return o.mean(0), lse.max(0)
+
+    def unnormalised(o, lse):
+        m = lse.max(0)
+        w = np.exp(lse - m)
+        return (w[..., None] * o).sum(0), m + np.log(w.sum(0))
+
+    def no_max(o, lse):
+        w = np.exp(lse)
+        return (w[..., None] * o).sum(0) / w.sum(0)[..., None], np.log(w.sum(0))
+
+    def no_guard(o, lse):
+        m = lse.max(0)
+        w = np.exp(lse - m)
+        return (w[..., None] * o).sum(0) / w.sum(0)[..., None], m + np.log(w.sum(0))
+
+    for fn, hint in ((mean, lab.HINT_MEAN), (unnormalised, lab.HINT_NORMALISE),
+                     (no_max, lab.HINT_OVERFLOW), (no_guard, lab.HINT_EMPTY)):
+        with np.errstate(all="ignore"):
+            res = lab.check_combine(fn, verbose=False)
+        assert not res and res.hint == hint, fn.__name__
