@@ -51,12 +51,16 @@ TOL = {np.float32: 1e-5, np.float16: 2e-2}
 BAR = {"tk": 65536, "bhkv": 8, "group": 1}
 FLUSH_BYTES = 256 * 1024 * 1024
 LOG_LINES: list = []
+LOG_PATH = None
 
 
 def log(*a):
     line = " ".join(str(x) for x in a)
     LOG_LINES.append(line)
     print(line, flush=True)
+    if LOG_PATH is not None:
+        with open(LOG_PATH, "a") as f:
+            f.write(line + "\n")
 
 
 def environment() -> dict:
@@ -182,11 +186,13 @@ class Problem:
         self.kv_bytes = 2 * b * hkv * tk * d * self.k.element_size()
         self.qo_bytes = self.rows * d * (self.q.element_size() + 4)
 
-    def config(self, unroll=None, warps=None, num_splits=None, blocks_per_sm=None):
+    def config(self, unroll=None, warps=None, num_splits=None, blocks_per_sm=None,
+               row_groups=None):
         item = np.dtype(self.dtype).itemsize
         dflt = dk.default_launch(item, self.g)
         cfg = dk.plan(self.d, item, self.g, unroll=unroll or dflt["unroll"],
-                      warps=warps or dflt["warps"])
+                      warps=warps or dflt["warps"],
+                      row_groups=row_groups or dflt["row_groups"])
         ns, per = dk.plan_splits(self.b * self.hkv, self.g, self.tk, cfg,
                                  num_splits=num_splits, blocks_per_sm=blocks_per_sm)
         return cfg, ns, per
@@ -237,36 +243,43 @@ def registers(cfg) -> int | None:
 
 
 # ----------------------------------------------------------------------------- variants
-def variants(results, timer):
+#: (B x Hkv, G, dtype, [(unroll, warps, row_groups, num_splits), ...]) at Tk = 65536;
+#: None = the default. The first run's sweep (unroll x warps x splits for fp16 and fp32,
+#: group 1 and 8) is in benchmarks/results/h200_decode_run1.json.
+VARIANTS = [
+    (8, 8, np.float16, [(2, 8, rg, None) for rg in (1, 2, 4, 8)]
+     + [(1, 8, 4, None), (4, 8, 4, None), (2, 4, 4, None), (4, 8, 8, None)]),
+    (8, 1, np.float16, [(None, None, None, ns) for ns in (48, 56, 57, 60, 63, 64, 66, 72)]),
+    (32, 1, np.float16, [(u, w, None, None) for u in (2, 4) for w in (4, 8)]),
+]
+
+
+def variants(results, timer, plan=VARIANTS):
     import torch
     rows = []
-    for (bhkv, group, dt) in ((8, 1, np.float16), (32, 1, np.float16), (8, 8, np.float16),
-                              (8, 1, np.float32)):
+    for (bhkv, group, dt, combos) in plan:
         b, hkv = split_shape(bhkv)
         p = Problem(torch, b, hkv, group, 65536, D, dt)
         o_ref, lse_ref = p.reference()
-        if (bhkv, group, dt) == (8, 1, np.float16):
-            combos = [(u, w, None) for u in (1, 2, 4, 8) for w in (2, 4, 8)]
-        else:
-            combos = [(u, 4, None) for u in (1, 2, 4)]
-        combos += [(None, None, ns) for ns in (8, 16, 32, 64, 128, 256, 512)]
-        for (u, w, ns) in combos:
+        for (u, w, rg, ns) in combos:
             row = {"bhkv": bhkv, "group": group, "dtype": np.dtype(dt).name, "tk": 65536,
-                   "unroll": u, "warps": w, "num_splits": ns}
+                   "unroll": u, "warps": w, "row_groups": rg, "num_splits": ns}
             try:
-                cfg, nsp, per = p.config(u, w, ns)
+                cfg, nsp, per = p.config(u, w, ns, row_groups=rg)
                 fn = p.runner(cfg, nsp, per)
                 p.o.fill_(float("nan"))
                 fn()
                 torch.cuda.synchronize()
                 e_o, e_l = p.errors(o_ref, lse_ref, lse=p.lse)
                 ms, reps = timer(fn)
-                row.update(unroll=cfg.unroll, warps=cfg.warps, num_splits=nsp,
-                           keys_per_split=per, regs=registers(cfg), ms=ms,
-                           gbs=p.kv_bytes / ms / 1e6, rel_err_o=e_o, rel_err_lse=e_l)
+                row.update(unroll=cfg.unroll, warps=cfg.warps, row_groups=cfg.row_groups,
+                           num_splits=nsp, keys_per_split=per, regs=registers(cfg), ms=ms,
+                           gbs=p.kv_bytes / ms / 1e6, rel_err_o=e_o, rel_err_lse=e_l,
+                           ok=e_o <= TOL[dt] and e_l <= TOL[dt])
                 log(f"variant {row['dtype']} BxHkv={bhkv} G={group} u={cfg.unroll} "
-                    f"w={cfg.warps} splits={nsp}: {ms * 1e3:8.1f} us {row['gbs']:7.0f} GB/s "
-                    f"regs {row['regs']} err {e_o:.1e}")
+                    f"w={cfg.warps} rg={cfg.row_groups} splits={nsp}: {ms * 1e3:8.1f} us "
+                    f"{row['gbs']:7.0f} GB/s regs {row['regs']} err {e_o:.1e}"
+                    + ("" if row["ok"] else "  CHECK FAILED"))
             except Exception as exc:
                 row["error"] = repr(exc)[:300]
                 log(f"variant {row}: ERROR")
@@ -384,6 +397,7 @@ def bench(results, timer, tks=TKS, bhkvs=BHKV, groups=GROUPS, fa2=True, out=None
                                          gbs=nb / ms_t / 1e6, rel_err_o=e_t, gqa=how))
                         log(f"torch {backend} {name}: {ms_t * 1e3:8.1f} us "
                             f"{nb / ms_t / 1e6:7.0f} GB/s ({how}) err {e_t:.1e}")
+                        del fn_t, out_t
                     except Exception as exc:
                         rows.append(dict(common, impl=f"torch_{backend}", error=repr(exc)[:300]))
                         log(f"torch {backend} {name}: ERROR {exc!r}"[:200])
@@ -406,9 +420,9 @@ def bench(results, timer, tks=TKS, bhkvs=BHKV, groups=GROUPS, fa2=True, out=None
                             log(f"FA2-order: ERROR {exc!r}"[:200])
                     del p
                     torch.cuda.empty_cache()
-                if out is not None:
+                if out is not None:                      # progress, in case of a time-out
                     results["bench"] = rows
-                    (out / "gpu_decode_partial.json").write_text(json.dumps(results, indent=1))
+                    (out / "decode_partial.json").write_text(json.dumps(results, indent=1))
     results["bench"] = rows
     return rows
 
@@ -481,6 +495,8 @@ def main(argv=None):
     ap.add_argument("--record", action="store_true",
                     help="write benchmarks/results/h200_decode.{json,png} + log")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out"))
+    ap.add_argument("--results-dir", default=str(ROOT / "benchmarks" / "results"),
+                    help="where --record writes (default benchmarks/results)")
     ap.add_argument("--simulator-smoke", action="store_true")
     ap.add_argument("--sanitize-small", action="store_true")
     args = ap.parse_args(argv)
@@ -503,9 +519,12 @@ def main(argv=None):
         ok = check(rng, {}, shapes=shapes)
         return 0 if ok else 1
 
-    out = ROOT / "benchmarks" / "results" if args.record else Path(args.out)
+    global LOG_PATH
+    out = Path(args.results_dir) if args.record else Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = "h200_decode" if args.record else "gpu_decode"
+    LOG_PATH = out / f"{stem}_log.txt"
+    LOG_PATH.write_text("")
     results = {"environment": environment(), "d": D,
                "timing": "CUDA events around each launch, L2 flushed (256 MiB write) before "
                          "each, median of repeats after a warm-up",
@@ -531,7 +550,6 @@ def main(argv=None):
             plot(rows, out / f"{stem}.png")
         except Exception as exc:
             log(f"plot failed: {exc!r}")
-    (out / f"{stem}_log.txt").write_text("\n".join(LOG_LINES) + "\n")
     return 0 if ok else 1
 
 

@@ -161,6 +161,20 @@ def test_cuda_decode_matches_reference(rng, shape, dtype):
     assert_matches(o, lse, *expected(q, k, v, causal), dtype)
 
 
+@pytest.mark.parametrize("warps, row_groups, unroll", [(4, 4, 2), (2, 2, 1), (8, 2, 1)])
+def test_cuda_decode_row_groups(rng, warps, row_groups, unroll):
+    """Warps split between the query rows of a GQA group (the GPU default for G > 4)."""
+    from flashcourse.cuda import decode as cuda_decode
+    q, k, v = inputs(rng, 1, 7, 1, 1, 21, 8, np.float32)       # G = 7: a ragged row group
+    o, lse = cuda_decode(q, k, v, num_splits=3, block_k=4, warps=warps,
+                         row_groups=row_groups, unroll=unroll)
+    assert_matches(o, lse, *expected(q, k, v, False), np.float32)
+    q, k, v = inputs(rng, 1, 4, 2, 3, 9, 5, np.float16)         # causal, Tq = 3, G = 2
+    o, lse = cuda_decode(q, k, v, num_splits=2, block_k=4, causal=True, warps=warps,
+                         row_groups=row_groups, unroll=unroll)
+    assert_matches(o, lse, *expected(q, k, v, True), np.float16)
+
+
 def test_cuda_decode_rejects_bad_heads():
     from flashcourse.cuda import decode as cuda_decode
     with pytest.raises(ValueError, match="multiple"):
@@ -177,6 +191,10 @@ def test_cuda_plan_layout():
     assert dk.plan(37, 4, 20).rows == dk.MAX_ROWS
     with pytest.raises(ValueError, match="float16 or float32"):
         dk.plan(64, 8, 1)
+    with pytest.raises(ValueError, match="multiple of row_groups"):
+        dk.plan(64, 2, 8, warps=4, row_groups=3)
+    cfg = dk.plan(128, 2, 5, warps=8, row_groups=4, shuffle=True, vector=False)
+    assert (cfg.rows, cfg.rows_per_warp, cfg.key_warps, cfg.slots) == (8, 2, 2, 4)
 
 
 def test_benchmark_refuses_without_gpu_and_smoke_runs():

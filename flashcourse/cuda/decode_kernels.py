@@ -138,7 +138,10 @@ class DecodeConfig:
     vec: elements per vector load (16 B / element size); lpk: lanes per key row
     (a power of two <= 32); nv: vector loads per lane per key row; D = lpk*vec*nv the
     padded head dim; kpw = 32 // lpk keys per warp at once; unroll: keys per lane group
-    loaded before use; warps per block; rows: query rows kept per block.
+    loaded before use; warps per block; rows: query rows kept per block; row_groups: the
+    warps are split into row_groups groups that each keep rows / row_groups of the rows
+    (every group reads the same keys, the later ones mostly from the L1 cache: fewer
+    registers per thread, more warps on an SM, for GQA groups).
     """
 
     itemsize: int        # 2 (fp16) or 4 (fp32) bytes per K/V element
@@ -150,6 +153,15 @@ class DecodeConfig:
     rows: int
     shuffle: bool        # warp shuffles (GPU) or shared-memory sums (simulator)
     vector: bool         # 16-byte intrinsic loads (GPU, d == D, aligned)
+    row_groups: int = 1
+
+    @property
+    def rows_per_warp(self):
+        return self.rows // self.row_groups
+
+    @property
+    def key_warps(self):                 # warps that share one row group's keys
+        return self.warps // self.row_groups
 
     @property
     def head_dim(self):
@@ -168,8 +180,8 @@ class DecodeConfig:
         return 32 * self.warps
 
     @property
-    def slots(self):                     # (warp, key slot) pairs, each one softmax state
-        return self.warps * self.kpw
+    def slots(self):                     # (key warp, key slot) pairs: softmax states per row
+        return self.key_warps * self.kpw
 
     @property
     def keys_per_step(self):
@@ -196,7 +208,8 @@ def _pow2_at_least(n: int) -> int:
 
 
 def plan(d: int, itemsize: int, rows: int, *, unroll: int = 4, warps: int = 4,
-         shuffle: bool | None = None, vector: bool | None = None) -> DecodeConfig:
+         row_groups: int = 1, shuffle: bool | None = None,
+         vector: bool | None = None) -> DecodeConfig:
     """The split kernel's layout for head dim d, K/V element size and query rows."""
     from .._checks import check_block
     d = check_block(d, "d")
@@ -214,7 +227,12 @@ def plan(d: int, itemsize: int, rows: int, *, unroll: int = 4, warps: int = 4,
     if vector is None:
         vector = not using_simulator()
     vector = bool(vector) and lpk * vec * nv == d and not using_simulator()
-    cfg = DecodeConfig(itemsize, vec, lpk, nv, unroll, warps, rows, bool(shuffle), vector)
+    row_groups = min(check_block(row_groups, "row_groups"), rows)
+    if warps % row_groups:
+        raise ValueError(f"warps={warps} must be a multiple of row_groups={row_groups}")
+    rows = ceil_div(rows, row_groups) * row_groups      # whole rows per group
+    cfg = DecodeConfig(itemsize, vec, lpk, nv, unroll, warps, rows, bool(shuffle), vector,
+                       row_groups)
     check_launch("decode split kernel", cfg.threads, cfg.shared_bytes)
     if cfg.shared_bytes > 48 * 1024:
         raise ValueError(f"decode split kernel: needs {cfg.shared_bytes:,} B of shared memory "
@@ -238,13 +256,14 @@ def make_split_kernel(cfg: DecodeConfig):
     Row r of KV head h is query row h*R + r of the flattened q (head h*G + r // Tq,
     query r % Tq), so the G query heads of a group are adjacent.
     """
-    VEC, LPK, NV, UN, NW, ROWS = cfg.vec, cfg.lpk, cfg.nv, cfg.unroll, cfg.warps, cfg.rows
+    VEC, LPK, NV, UN, ROWS = cfg.vec, cfg.lpk, cfg.nv, cfg.unroll, cfg.rows
+    RG, RPW, KW = cfg.row_groups, cfg.rows_per_warp, cfg.key_warps
     D, EPL, KPW, NT, NSLOT = cfg.head_dim, cfg.epl, cfg.kpw, cfg.threads, cfg.slots
     STEP = cfg.keys_per_step
     A_OFF, M_OFF, L_OFF, R_OFF, _ = cfg.offsets()
     SHUFFLE, VECTOR = cfg.shuffle, cfg.vector
-    RU = ROWS * UN                      # scores per lane per step
-    QN = ROWS * EPL                     # query / output registers per lane
+    RU = RPW * UN                       # scores per lane per step
+    QN = RPW * EPL                      # query / output registers per lane
     KN = UN * EPL                       # K (and V) registers per lane
     LOG_LPK = LPK.bit_length() - 1
 
@@ -316,34 +335,37 @@ def make_split_kernel(cfg: DecodeConfig):
         tid = cuda.threadIdx.x
         lane = tid % 32
         warp = tid // 32
+        rg = warp % RG                     # row group: rows rg*RPW .. rg*RPW + RPW - 1
+        kw = warp // RG                    # key warp within the row group
         kl = lane % LPK                    # lane within its key row
         kg = lane // LPK                   # key slot within the warp
-        slot = warp * KPW + kg
+        slot = kw * KPW + kg
         split = cuda.blockIdx.x
         r0 = cuda.blockIdx.y * ROWS        # first row of this block (of the KV head's R)
+        rw0 = r0 + rg * RPW                # first row of this warp
         h = cuda.blockIdx.z                # KV head (flattened B*Hkv)
         row_base = h * rows_kv             # flattened q row of the KV head's row 0
 
-        # this lane's slice of every query row, pre-scaled by scale*log2(e)
+        # this lane's slice of the warp's query rows, pre-scaled by scale*log2(e)
         qr = cuda.local.array(QN, float32)
-        for rr in range(ROWS):
+        for rr in range(RPW):
             for vv in range(NV):
                 for e in range(VEC):
                     c = (vv * LPK + kl) * VEC + e
                     x = F0
-                    if r0 + rr < rows_kv and c < d:
-                        x = float32(q[U(row_base + r0 + rr), U(c)]) * qscale
+                    if rw0 + rr < rows_kv and c < d:
+                        x = float32(q[U(row_base + rw0 + rr), U(c)]) * qscale
                     qr[rr * EPL + vv * VEC + e] = x
 
         acc = cuda.local.array(QN, float32)   # unnormalised output slice
-        m = cuda.local.array(ROWS, float32)           # running max (log2 units)
-        l = cuda.local.array(ROWS, float32)           # running sum of exp2(s - m)
+        m = cuda.local.array(RPW, float32)            # running max (log2 units)
+        l = cuda.local.array(RPW, float32)            # running sum of exp2(s - m)
         kr = cuda.local.array(KN, float32)
         vr = cuda.local.array(KN, float32)
         sc = cuda.local.array(RU, float32)
         for i in range(QN):
             acc[i] = F0
-        for rr in range(ROWS):
+        for rr in range(RPW):
             m[rr] = NEG_INF
             l[rr] = F0
 
@@ -352,13 +374,13 @@ def make_split_kernel(cfg: DecodeConfig):
         for base in range(k_begin, k_end, STEP):
             # issue every load of this step before using any: 2 x UN x NV 16-byte loads
             for u in range(UN):
-                key = base + (u * NW + warp) * KPW + kg
+                key = base + (u * KW + kw) * KPW + kg
                 if key >= k_end:
                     key = tk                              # -> zeros, never read
                 load_row(k, h, key, kl, tk, d, kr, u * EPL)
                 load_row(v, h, key, kl, tk, d, vr, u * EPL)
             # partial dot products of this lane, then summed over the key's lanes
-            for rr in range(ROWS):
+            for rr in range(RPW):
                 for u in range(UN):
                     s = F0
                     for e in range(EPL):
@@ -366,11 +388,11 @@ def make_split_kernel(cfg: DecodeConfig):
                     sc[rr * UN + u] = s
             key_sums(sc, sm, tid)
             # online softmax over this step's UN keys, one rescale per step
-            for rr in range(ROWS):
-                qi = (r0 + rr) % tq                       # query index of this row
+            for rr in range(RPW):
+                qi = (rw0 + rr) % tq                      # query index of this row
                 mx = NEG_INF
                 for u in range(UN):
-                    key = base + (u * NW + warp) * KPW + kg
+                    key = base + (u * KW + kw) * KPW + kg
                     if key >= k_end or (causal != 0 and key > qi + off):
                         sc[rr * UN + u] = NEG_INF
                     mx = max(mx, sc[rr * UN + u])
@@ -390,14 +412,15 @@ def make_split_kernel(cfg: DecodeConfig):
 
         # every (warp, key slot) state to shared memory, then merge them per (row, col)
         cuda.syncthreads()
-        for rr in range(ROWS):
+        for rr in range(RPW):
+            br = rg * RPW + rr                            # row within the block
             if kl == 0:
-                sm[U(M_OFF + slot * ROWS + rr)] = m[rr]
-                sm[U(L_OFF + slot * ROWS + rr)] = l[rr]
+                sm[U(M_OFF + slot * ROWS + br)] = m[rr]
+                sm[U(L_OFF + slot * ROWS + br)] = l[rr]
             for vv in range(NV):
                 for e in range(VEC):
                     c = (vv * LPK + kl) * VEC + e
-                    sm[U(A_OFF + (slot * ROWS + rr) * D + c)] = acc[rr * EPL + vv * VEC + e]
+                    sm[U(A_OFF + (slot * ROWS + br) * D + c)] = acc[rr * EPL + vv * VEC + e]
         cuda.syncthreads()
         for idx in range(tid, ROWS * D, NT):
             rr = idx // D
@@ -423,8 +446,8 @@ def make_split_kernel(cfg: DecodeConfig):
                     if c == 0:
                         lse_part[U(split), U(row)] = NEG_INF
 
-    decode_split.__name__ = (f"decode_split_e{cfg.itemsize}_v{VEC}_l{LPK}_n{NV}_u{UN}_w{NW}"
-                             f"_r{ROWS}" + ("" if SHUFFLE else "_sim")
+    decode_split.__name__ = (f"decode_split_e{cfg.itemsize}_v{VEC}_l{LPK}_n{NV}_u{UN}"
+                             f"_w{cfg.warps}_r{ROWS}_g{RG}" + ("" if SHUFFLE else "_sim")
                              + ("_vec" if VECTOR else ""))
     return cuda.jit(decode_split)
 
@@ -472,15 +495,21 @@ def combine_threads(d: int) -> int:
 # ---------------------------------------------------------------------------------------
 
 def default_launch(itemsize: int, rows: int = 1) -> dict:
-    """Split-kernel defaults (unroll, warps), picked from the variant timings of the first
-    H200 run (Tk = 65536, d = 128; benchmarks/NOTES_cuda_decode.md): fp16 unroll 2 with
-    8 warps (4 when a block keeps more than 4 query rows: shared memory), fp32 unroll 4
-    with 4 warps, unroll 2 for more than 4 rows (registers). Tiny ones on the simulator."""
+    """Split-kernel defaults (unroll, warps, row_groups).
+
+    From the variant timings of the first H200 run (Tk = 65536, d = 128;
+    benchmarks/NOTES_cuda_decode.md): fp16 unroll 2 with 8 warps, fp32 unroll 4 with 4
+    warps. A block with more than 4 query rows (GQA groups) splits its 8 warps into row
+    groups (2 rows each for 8 rows): with all 8 rows in every thread the first run measured only
+    ~450 GB/s (154-214 registers per thread, 8 warps per SM). Tiny ones on the simulator.
+    """
     if using_simulator():
-        return {"unroll": 1, "warps": 1}
+        return {"unroll": 1, "warps": 1, "row_groups": 1}
     if rows > 4:
-        return {"unroll": 2, "warps": 4}
-    return {"unroll": 2, "warps": 8} if itemsize == 2 else {"unroll": 4, "warps": 4}
+        return {"unroll": 2, "warps": 8, "row_groups": 4}
+    if itemsize == 2:
+        return {"unroll": 2, "warps": 8, "row_groups": 1}
+    return {"unroll": 4, "warps": 4, "row_groups": 1}
 
 
 #: Resident blocks per SM assumed by the split heuristic on a GPU (FlashAttention-2
@@ -547,7 +576,8 @@ def _aligned(x) -> bool:
 
 
 def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
-           allow_nonfinite=False, unroll=None, warps=None, blocks_per_sm=None):
+           allow_nonfinite=False, unroll=None, warps=None, row_groups=None,
+           blocks_per_sm=None):
     """Flash-Decoding on the GPU (or the simulator): exact attention, fp32 arithmetic.
 
     Args:
@@ -559,8 +589,9 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
         num_splits: key splits; None: FlashAttention-2's heuristic for this GPU.
         block_k: splits are cut in whole blocks of block_k keys (default 64).
         causal: bottom-right aligned mask; scale: default 1/sqrt(d).
-        unroll, warps: split-kernel variant (keys per lane group loaded before use,
-            warps per block); blocks_per_sm: the heuristic's residency assumption.
+        unroll, warps, row_groups: split-kernel variant (keys per lane group loaded
+            before use, warps per block, groups of warps that share the query rows);
+            blocks_per_sm: the heuristic's residency assumption.
 
     Returns:
         o (B, Hq, Tq, d), lse (B, Hq, Tq) natural-log logsumexp (float32; float64 for
@@ -623,6 +654,7 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
     dflt = default_launch(itemsize, min(group * tq, MAX_ROWS))
     cfg = plan(d, itemsize, group * tq, unroll=dflt["unroll"] if unroll is None else unroll,
                warps=dflt["warps"] if warps is None else warps,
+               row_groups=dflt["row_groups"] if row_groups is None else row_groups,
                vector=aligned)
     ns, per = plan_splits(b * hkv, group * tq, tk, cfg, num_splits=num_splits,
                           block_k=block_k, blocks_per_sm=blocks_per_sm)
