@@ -139,6 +139,16 @@ def load_results(path=None) -> dict:
     return json.loads(path.read_text())
 
 
+def copy_bandwidth(results=None) -> float:
+    """The device-to-device copy rate (bytes read + written per second) measured in the
+    recorded run: the best over its copies (the large ones reach it). bytes/s."""
+    results = load_results() if results is None else results
+    rates = [r["copy_gbs"] for r in results["bench"] if r.get("copy_gbs")]
+    if not rates:
+        raise ValueError("the recorded results hold no copy measurement")
+    return max(rates) * 1e9
+
+
 IMPL_STYLE = {
     "ours/float16": ("Flash-Decoding (ours), fp16 K/V", "C0", "-o"),
     "ours/float32": ("Flash-Decoding (ours), fp32 K/V", "C0", "--s"),

@@ -234,6 +234,28 @@ def test_recorded_results_plot():
     assert "bench" in res and "environment" in res
     fig = decode_io.plot_bandwidth(res["bench"])
     assert len(fig.axes) >= 1
+    assert 1e12 < decode_io.copy_bandwidth(res) < 10e12           # bytes/s, an H200 copy
+    assert res["bars"]["bar_0.8x_torch_flash"] and res["bars"]["bar_50x_fa2_order"]
+
+
+def test_registry_interface(rng):
+    """decode as a registered forward kernel: flattened (BH, T, d) device arrays, G = 1."""
+    from types import SimpleNamespace
+
+    from numba import cuda
+
+    from flashcourse.cuda import decode_kernels as dk
+    for dtype in (np.float32, np.float16):
+        q = rng.standard_normal((3, 2, 8)).astype(dtype)
+        k = rng.standard_normal((3, 13, 8)).astype(dtype)
+        v = rng.standard_normal((3, 13, 8)).astype(dtype)
+        x = SimpleNamespace(q=cuda.to_device(q), k=cuda.to_device(k), v=cuda.to_device(v),
+                            tq=2, tk=13, d=8, scale=8 ** -0.5, causal=True)
+        o, lse = dk.run_registered(x, num_splits=3, block_k=4)
+        o_ref, lse_ref = reference.attention(q, k, v, causal=True)
+        assert rel_err(o.copy_to_host(), o_ref) <= 1e-5
+        assert rel_err(lse.copy_to_host(), lse_ref) <= 1e-5
+    assert dk.registered_extra_bytes(8, 1, 65536, 128) > 0
 
 
 # ---------------------------------------------------------------------------- KV cache

@@ -678,3 +678,39 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
 def workspace_bytes(num_splits: int, rows: int, d: int) -> int:
     """Device memory the partial states take (bytes): S x rows x (d + 1) x 4."""
     return 0 if num_splits == 1 else 4 * num_splits * rows * (d + 1)
+
+
+# ---------------------------------------------------------------------------------------
+# The kernel registry's interface (flashcourse/cuda/registry.py)
+# ---------------------------------------------------------------------------------------
+
+def run_registered(x, out=None, num_splits=None, block_k=None):
+    """Run as a registered forward kernel: x.q (BH, Tq, d), x.k, x.v (BH, Tk, d) device
+    arrays (float32 or float16), x.tq, x.tk, x.d, x.scale, x.causal; one KV head per query
+    head (G = 1: grouped-query attention goes through `decode`). Returns (o (BH, Tq, d),
+    lse (BH, Tq)) float32 device arrays, into `out` when given."""
+    bh, tq, d = int(x.q.shape[0]), int(x.tq), int(x.d)
+    itemsize = np.dtype(x.k.dtype).itemsize
+    dflt = default_launch(itemsize, min(tq, MAX_ROWS))
+    cfg = plan(d, itemsize, tq, unroll=dflt["unroll"], warps=dflt["warps"],
+               row_groups=dflt["row_groups"], vector=all(_aligned(a) for a in (x.q, x.k, x.v)))
+    ns, per = plan_splits(bh, tq, int(x.tk), cfg, num_splits=num_splits, block_k=block_k)
+    if out is None:
+        o = cuda.device_array((bh, tq, d), np.float32)
+        lse = cuda.device_array((bh, tq), np.float32)
+    else:
+        o, lse = out
+    rows = bh * tq
+    o_part = cuda.device_array((ns, rows, d), np.float32) if ns > 1 else None
+    lse_part = cuda.device_array((ns, rows), np.float32) if ns > 1 else None
+    run(x.q.reshape(rows, d), x.k, x.v, o.reshape(rows, d), lse.reshape(rows), o_part,
+        lse_part, tq=tq, group=1, d=d, scale=float(x.scale), causal=bool(x.causal),
+        num_splits=ns, keys_per_split=per, cfg=cfg)
+    return o, lse
+
+
+def registered_extra_bytes(bh: int, tq: int, tk: int, d: int) -> int:
+    """Workspace of the partial states (bytes), with the splits the heuristic picks."""
+    cfg = plan(d, 4, tq, unroll=1, warps=1, shuffle=False, vector=False)
+    ns, _ = plan_splits(bh, tq, tk, cfg)
+    return workspace_bytes(ns, bh * tq, d)
