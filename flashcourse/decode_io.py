@@ -192,3 +192,43 @@ def plot_bandwidth(rows, *, group=None, fig=None):
     axes[-1].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     return fig
+
+
+def plot_roofline(rows, *, copy_bytes_per_s: float, peak_flops_per_s: float, ax=None):
+    """The roofline of one GPU with the measured decode points.
+
+    x: arithmetic intensity (FLOP per byte of K/V read); y: achieved FLOP/s
+    (4 B Hq Tq Tk d FLOPs over the time). The roof is min(peak, bandwidth x intensity) with
+    the measured copy rate as the bandwidth. Points: ours and PyTorch (fp16) at the largest
+    Tk for each B x Hkv and group size.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+    if ax is None:
+        ax = plt.figure(figsize=(6.4, 4)).subplots()
+    x = np.geomspace(0.1, 1e4, 200)
+    ax.plot(x, np.minimum(peak_flops_per_s, copy_bytes_per_s * x), "k-", lw=1.2,
+            label="roof: min(peak, copy bandwidth x intensity)")
+    tk_max = max(r["tk"] for r in rows)
+    styles = {("ours", 1): ("C0", "o"), ("ours", 8): ("C0", "s"),
+              ("torch_flash", 1): ("C1", "o"), ("torch_flash", 8): ("C1", "s")}
+    names = {"ours": "ours", "torch_flash": "PyTorch flash"}
+    for (impl, g), (colour, marker) in styles.items():
+        pts = [r for r in rows if r["impl"] == impl and r["group"] == g and r["tk"] == tk_max
+               and r["kv_dtype"] == "float16" and "ms" in r]
+        if not pts:
+            continue
+        flops = [4 * r["b"] * r["hq"] * r["tq"] * r["tk"] * r["d"] for r in pts]
+        inten = [f / r["kv_bytes"] for f, r in zip(flops, pts)]
+        perf = [f / (r["ms"] * 1e-3) for f, r in zip(flops, pts)]
+        ax.scatter(inten, perf, color=colour, marker=marker, zorder=3,
+                   label=f"{names[impl]}, fp16, G = {g} (B x Hkv = "
+                         f"{', '.join(str(r['bhkv']) for r in pts)})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of K and V)")
+    ax.set_ylabel("FLOP/s")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_title(f"decoding on the roofline (Tk = {tk_max:,})", fontsize=9)
+    return ax

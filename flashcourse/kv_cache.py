@@ -21,8 +21,8 @@ Model shapes (MODELS) are from the models' papers and released configurations:
                   config.json of meta-llama/Meta-Llama-3-8B)
     Llama-3-70B   80 layers, 64 query heads, 8 KV heads, d = 128, 70.6e9 parameters
                   (same Table 3; config.json of meta-llama/Meta-Llama-3-70B)
-    Mistral-7B    32 layers, 32 query heads, 8 KV heads, d = 128, 7.3e9 parameters
-                  (Jiang et al., "Mistral 7B", 2023, Table 1)
+    Mistral-7B    32 layers, 32 query heads, 8 KV heads, d = 128 (Jiang et al., "Mistral 7B",
+                  2023, Table 1); 7.3e9 parameters (Mistral AI's release announcement)
     Llama-2-7B    32 layers, 32 query heads, 32 KV heads (no GQA), d = 128, 6.7e9
                   parameters (Touvron et al., "Llama 2", 2023, Table 1 and section 2.2:
                   GQA only in the 34B and 70B models)
@@ -61,7 +61,7 @@ MODELS = {
     "Llama-3-70B": ModelShape("Llama-3-70B", 80, 64, 8, 128, 70.6e9,
                               "Llama 3 Herd of Models (2024), Table 3; HF config.json"),
     "Mistral-7B": ModelShape("Mistral-7B", 32, 32, 8, 128, 7.3e9,
-                             "Mistral 7B (Jiang et al., 2023), Table 1"),
+                             "Mistral 7B (Jiang et al., 2023), Table 1; 7.3B parameters per the release"),
     "Llama-2-7B": ModelShape("Llama-2-7B", 32, 32, 32, 128, 6.7e9,
                              "Llama 2 (Touvron et al., 2023), Table 1 (no GQA at 7B)"),
 }
