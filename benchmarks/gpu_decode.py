@@ -21,8 +21,14 @@
              (a 256 MiB write), median of the repeats.
 --record     write benchmarks/results/h200_decode.json, h200_decode.png and
              h200_decode_log.txt; without it everything goes to --out (default
-             benchmarks/out/, untracked). Refused on the simulator.
+             benchmarks/out/, untracked). Refused on the simulator
+             (flashcourse.results.output_dir).
 --simulator-smoke  run --check on tiny shapes under Numba's simulator (no timing).
+
+Timing note: `Timer` below leaves the L2 flush running on the GPU while the next launch
+is queued (no synchronize in between), so a launch prepared while the flush runs (~65 us
+for 256 MiB) costs nothing; `flashcourse.timing.time_cuda` synchronizes after its flush
+and counts the host's launch time. The recorded h200_decode.json was measured with Timer.
 """
 
 from __future__ import annotations
@@ -30,18 +36,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import flashcourse  # noqa: F401  (selects GPU or simulator before numba loads)
+import numpy as np
+from numba import cuda
 
-import flashcourse  # noqa: E402,F401  (selects GPU or simulator before numba loads)
-import numpy as np  # noqa: E402
-from numba import cuda  # noqa: E402
-
-from flashcourse import decode as np_decode  # noqa: E402
-from flashcourse import reference  # noqa: E402
-from flashcourse.cuda import decode_kernels as dk  # noqa: E402
+from flashcourse import decode as np_decode
+from flashcourse import reference, results
+from flashcourse.cuda import decode_kernels as dk
+from flashcourse.timing import rel_err
 
 TKS = (4096, 16384, 65536, 131072)
 BHKV = (1, 8, 32)
@@ -64,21 +67,9 @@ def log(*a):
 
 
 def environment() -> dict:
-    try:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from gpu_forward import environment as env_of_forward
-        return env_of_forward()
-    except Exception as exc:                 # the forward benchmark moved: the essentials
-        import platform
-        return {"python": platform.python_version(), "numpy": np.__version__,
-                "environment_error": repr(exc)}
-
-
-def rel_err(x, ref):
-    x = np.asarray(x, np.float64)
-    ref = np.asarray(ref, np.float64)
-    n = np.linalg.norm(ref)
-    return float(np.linalg.norm(x - ref) / n) if n > 0 else float(np.linalg.norm(x))
+    """The environment record of every results file (flashcourse.env.record)."""
+    from flashcourse.env import record
+    return record()
 
 
 def split_shape(bhkv: int):
@@ -102,7 +93,7 @@ CHECK_SHAPES = [
 ]
 
 
-def check(rng, results, shapes=CHECK_SHAPES, dtypes=(np.float32, np.float16)):
+def check(rng, doc, shapes=CHECK_SHAPES, dtypes=(np.float32, np.float16)):
     rows, worst = [], {}
     for (b, hq, hkv, tq, tk, d, ns, bk, causal) in shapes:
         for dt in dtypes:
@@ -130,7 +121,7 @@ def check(rng, results, shapes=CHECK_SHAPES, dtypes=(np.float32, np.float16)):
     n_ok = sum(r["ok"] for r in rows)
     log(f"check: {n_ok}/{len(rows)} runs within tolerance; worst "
         + ", ".join(f"{k} {v:.3g}" for k, v in worst.items()))
-    results["check"] = {"runs": len(rows), "passed": n_ok, "worst": worst, "rows": rows}
+    doc["check"] = {"runs": len(rows), "passed": n_ok, "worst": worst, "rows": rows}
     return n_ok == len(rows)
 
 
@@ -254,7 +245,7 @@ VARIANTS = [
 ]
 
 
-def variants(results, timer, plan=VARIANTS):
+def variants(doc, timer, plan=VARIANTS):
     import torch
     rows = []
     for (bhkv, group, dt, combos) in plan:
@@ -286,7 +277,7 @@ def variants(results, timer, plan=VARIANTS):
             rows.append(row)
         del p
         torch.cuda.empty_cache()
-    results["variants"] = rows
+    doc["variants"] = rows
     return rows
 
 
@@ -336,7 +327,9 @@ def torch_sdpa(p, backend):
 def fa2_order(p):
     """The course's FA2-order flash kernel on p in fp32 (K/V expanded per query head)."""
     import torch
-    from flashcourse.cuda import flash
+
+    from flashcourse._checks import Heads
+    from flashcourse.cuda.registry import FORWARD
     q = p.q.float().view(p.rows, 1, p.d)
     k = p.k.float().repeat_interleave(p.g, dim=1).view(p.rows, p.tk, p.d)
     v = p.v.float().repeat_interleave(p.g, dim=1).view(p.rows, p.tk, p.d)
@@ -344,13 +337,15 @@ def fa2_order(p):
     lse = torch.empty(p.rows, 1, device="cuda")
     qf, kf, vf, of, lf = (cuda.as_cuda_array(x) for x in (q, k, v, o, lse))
 
+    x = Heads(qf, kf, vf, (p.rows,), 1, p.tk, p.d, p.scale, False, np.dtype(np.float32))
+
     def fn():
-        flash.run(qf, kf, vf, of, lf, 1, p.tk, p.d, p.scale, False)
+        FORWARD["flash"].run(x, out=(of, lf))
     keep = (q, k, v)
     return fn, o, keep
 
 
-def bench(results, timer, tks=TKS, bhkvs=BHKV, groups=GROUPS, fa2=True, out=None):
+def bench(doc, timer, tks=TKS, bhkvs=BHKV, groups=GROUPS, fa2=True, out=None):
     import torch
     rows = []
     copies = {}
@@ -421,9 +416,9 @@ def bench(results, timer, tks=TKS, bhkvs=BHKV, groups=GROUPS, fa2=True, out=None
                     del p
                     torch.cuda.empty_cache()
                 if out is not None:                      # progress, in case of a time-out
-                    results["bench"] = rows
-                    (out / "decode_partial.json").write_text(json.dumps(results, indent=1))
-    results["bench"] = rows
+                    doc["bench"] = rows
+                    (out / "decode_partial.json").write_text(json.dumps(doc, indent=1))
+    doc["bench"] = rows
     return rows
 
 
@@ -492,60 +487,51 @@ def main(argv=None):
     ap.add_argument("--tks", default=",".join(map(str, TKS)), help="Tk values for --bench")
     ap.add_argument("--bhkv", default=",".join(map(str, BHKV)), help="B x Hkv values")
     ap.add_argument("--groups", default=",".join(map(str, GROUPS)), help="GQA group sizes")
-    ap.add_argument("--record", action="store_true",
-                    help="write benchmarks/results/h200_decode.{json,png} + log")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out"))
-    ap.add_argument("--results-dir", default=str(ROOT / "benchmarks" / "results"),
-                    help="where --record writes (default benchmarks/results)")
-    ap.add_argument("--simulator-smoke", action="store_true")
-    ap.add_argument("--sanitize-small", action="store_true")
+    ap.add_argument("--sanitize-small", action="store_true",
+                    help="one small run of each path, for compute-sanitizer")
+    results.add_output_arguments(ap)
     args = ap.parse_args(argv)
+    results.require_gpu("benchmarks/gpu_decode.py", args.simulator_smoke or args.sanitize_small)
 
     if args.sanitize_small:
         sanitize_small()
         return 0
-    if dk.using_simulator():
-        if not args.simulator_smoke:
-            print("gpu_decode.py needs a CUDA GPU (use --simulator-smoke for a tiny check "
-                  "under the simulator)", file=sys.stderr)
-            return 2
-        if args.record or args.bench or args.variants:
-            print("--simulator-smoke only checks: nothing is timed or recorded",
-                  file=sys.stderr)
-            return 2
-        rng = np.random.default_rng(0)
+    if args.simulator_smoke:
+        if args.bench or args.variants:
+            raise SystemExit("--simulator-smoke only checks: nothing is timed")
+        results.output_dir(args)                  # refuses --record with --simulator-smoke
         shapes = [(1, 2, 1, 1, 20, 8, 3, 4, False), (1, 4, 2, 3, 9, 5, 2, 4, True),
                   (1, 2, 2, 2, 1, 16, 2, 8, True)]
-        ok = check(rng, {}, shapes=shapes)
+        ok = check(np.random.default_rng(0), {}, shapes=shapes)
         return 0 if ok else 1
 
     global LOG_PATH
-    out = Path(args.results_dir) if args.record else Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = results.output_dir(args)
     stem = "h200_decode" if args.record else "gpu_decode"
     LOG_PATH = out / f"{stem}_log.txt"
     LOG_PATH.write_text("")
-    results = {"environment": environment(), "d": D,
-               "timing": "CUDA events around each launch, L2 flushed (256 MiB write) before "
-                         "each, median of repeats after a warm-up",
-               "bytes": "kv_bytes = 2 B Hkv Tk d e read once; gbs = kv_bytes / time; "
-                        "copy_gbs = (read + write) / time of a device copy of kv_bytes"}
+    doc = {"environment": environment(), "d": D,
+           "timing": "CUDA events around each launch, L2 flushed (256 MiB write) before "
+                     "each, median of repeats after a warm-up",
+           "bytes": "kv_bytes = 2 B Hkv Tk d e read once; gbs = kv_bytes / time; "
+                    "copy_gbs = (read + write) / time of a device copy of kv_bytes"}
     ok = True
     rng = np.random.default_rng(0)
     if args.check:
-        ok = check(rng, results)
-        (out / f"{stem}.json").write_text(json.dumps(results, indent=1))
+        ok = check(rng, doc)
+        (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
     timer = Timer() if (args.variants or args.bench) else None
     if args.variants:
-        variants(results, timer)
-        (out / f"{stem}.json").write_text(json.dumps(results, indent=1))
+        variants(doc, timer)
+        (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
     if args.bench:
         ints = [tuple(int(x) for x in a.split(",")) for a in (args.tks, args.bhkv, args.groups)]
-        rows = bench(results, timer, tks=ints[0], bhkvs=ints[1], groups=ints[2],
+        rows = bench(doc, timer, tks=ints[0], bhkvs=ints[1], groups=ints[2],
                      fa2=not args.no_fa2, out=out)
-        results["bars"] = bars(rows)
-        log("bars: " + json.dumps(results["bars"]))
-        (out / f"{stem}.json").write_text(json.dumps(results, indent=1))
+        doc["bars"] = bars(rows)
+        log("bars: " + json.dumps(doc["bars"]))
+        (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+        (out / "decode_partial.json").unlink(missing_ok=True)
         try:
             plot(rows, out / f"{stem}.png")
         except Exception as exc:

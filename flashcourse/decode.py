@@ -56,8 +56,8 @@ import math
 
 import numpy as np
 
-from ._checks import (accumulator_dtype, check_array, check_block, check_causal, check_scale,
-                      visible_mask)
+from ._checks import accumulator_dtype, check_array, check_block, check_causal, check_scale
+from .geometry import visible_mask
 
 #: FlashAttention-2's cap on the number of splits (flash_api.cpp: num_splits <= 128).
 MAX_SPLITS = 128

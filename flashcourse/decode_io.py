@@ -32,14 +32,15 @@ the SMs, and the plot of measured bandwidth against Tk from the recorded benchma
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ._checks import check_block
 
+from .results import RESULTS_DIR
+
 #: The recorded H200 measurements the notebooks plot.
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "h200_decode.json"
+RESULTS = RESULTS_DIR / "h200_decode.json"
 
 
 @dataclass(frozen=True)
@@ -132,11 +133,13 @@ def busy_sm_fraction(blocks: int, sms: int) -> float:
 
 def load_results(path=None) -> dict:
     """The recorded H200 decode benchmark (a dict with 'environment', 'bench', 'bars')."""
+    from .results import load
     path = RESULTS if path is None else Path(path)
-    if not path.exists():
+    doc = load(path, "gpu_decode")             # validated against schemas/gpu_decode.json
+    if doc is None:
         raise FileNotFoundError(f"no recorded decode results at {path}; run "
                                 f"benchmarks/gpu_decode.py --bench --record on a GPU")
-    return json.loads(path.read_text())
+    return doc
 
 
 def copy_bandwidth(results=None) -> float:

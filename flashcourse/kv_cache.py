@@ -61,7 +61,8 @@ MODELS = {
     "Llama-3-70B": ModelShape("Llama-3-70B", 80, 64, 8, 128, 70.6e9,
                               "Llama 3 Herd of Models (2024), Table 3; HF config.json"),
     "Mistral-7B": ModelShape("Mistral-7B", 32, 32, 8, 128, 7.3e9,
-                             "Mistral 7B (Jiang et al., 2023), Table 1; 7.3B parameters per the release"),
+                             "Mistral 7B (Jiang et al., 2023), Table 1; 7.3B parameters "
+                             "per the release"),
     "Llama-2-7B": ModelShape("Llama-2-7B", 32, 32, 32, 128, 6.7e9,
                              "Llama 2 (Touvron et al., 2023), Table 1 (no GQA at 7B)"),
 }

@@ -45,6 +45,7 @@ RESULT_KINDS = {
     "cpu_forward_*.json": "cpu_forward",
     "*verify_defaults.json": "verify_defaults",
     "*flash_unroll.json": "flash_unroll",
+    "*_decode*.json": "gpu_decode",
 }
 
 

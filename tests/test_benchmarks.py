@@ -16,7 +16,8 @@ from flashcourse import results
 from flashcourse.gpu import using_simulator
 
 BENCH = results.ROOT / "benchmarks"
-GPU_SCRIPTS = ["gpu_forward", "gpu_backward", "tune_sweep", "verify_defaults", "ncu_traffic"]
+GPU_SCRIPTS = ["gpu_forward", "gpu_backward", "tune_sweep", "verify_defaults", "ncu_traffic",
+               "gpu_decode"]
 
 
 def _load(name):

@@ -201,7 +201,7 @@ def test_benchmark_refuses_without_gpu_and_smoke_runs():
     script = ROOT / "benchmarks" / "gpu_decode.py"
     r = subprocess.run([sys.executable, str(script), "--bench", "--record"],
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr
+    assert r.returncode != 0 and "no NVIDIA CUDA GPU found" in r.stderr
     r = subprocess.run([sys.executable, str(script), "--simulator-smoke"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr

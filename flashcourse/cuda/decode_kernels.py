@@ -61,13 +61,10 @@ import numpy as np
 from numba import cuda, float32
 from numba import uint64 as U
 
-from ._launch import LN2, LOG2E, ceil_div, check_launch, launch, using_simulator
-
-F0 = np.float32(0.0)
-F1 = np.float32(1.0)
-NEG_INF = np.float32(-np.inf)
-LN2_F = np.float32(LN2)
-FULL_MASK = 0xFFFFFFFF
+from ..constants import F0, FULL_MASK, LN2_F, LOG2E, NEG_INF
+from ..geometry import ceil_div
+from ..limits import check_launch, current_limits
+from ._launch import launch, using_simulator
 #: Most query rows (G x Tq) one block keeps in registers; more rows use more blocks.
 MAX_ROWS = 8
 #: Bytes per vector load.
@@ -233,7 +230,7 @@ def plan(d: int, itemsize: int, rows: int, *, unroll: int = 4, warps: int = 4,
     rows = ceil_div(rows, row_groups) * row_groups      # whole rows per group
     cfg = DecodeConfig(itemsize, vec, lpk, nv, unroll, warps, rows, bool(shuffle), vector,
                        row_groups)
-    check_launch("decode split kernel", cfg.threads, cfg.shared_bytes)
+    check_launch(cfg.threads, cfg.shared_bytes, optin=False, what="decode split kernel")
     if cfg.shared_bytes > 48 * 1024:
         raise ValueError(f"decode split kernel: needs {cfg.shared_bytes:,} B of shared memory "
                          f"per block, more than 48 KiB; use fewer warps (warps={warps})")
@@ -520,9 +517,8 @@ DEFAULT_BLOCK_K = 64
 
 
 def sm_count() -> int:
-    if using_simulator():
-        return 132
-    return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+    """SMs of this GPU (the H200's 132 under the simulator)."""
+    return current_limits().sm_count
 
 
 def plan_splits(b_hkv: int, rows_kv: int, tk: int, cfg: DecodeConfig, *,

@@ -126,6 +126,16 @@ def _run_flash(x, out=None, **options):
     return o, lse
 
 
+def _run_decode(x, out=None, num_splits=None, block_k=None):
+    from . import decode_kernels
+    return decode_kernels.run_registered(x, out, num_splits=num_splits, block_k=block_k)
+
+
+def _decode_extra(bh: int, tq: int, tk: int, d: int) -> int:
+    from . import decode_kernels
+    return decode_kernels.registered_extra_bytes(bh, tq, tk, d)
+
+
 def _backward_runner(version: str):
     def run(x, out=None, block_q=None, block_k=None):
         from numba import cuda
@@ -156,6 +166,10 @@ register(Kernel("flash", "forward", _run_flash, ("block_q", "block_k", "threads"
                 description="register-tiled FlashAttention-2 order, exp2, causal skipping"))
 register(Kernel("dense", "forward", _run_dense, (), _dense_extra,
                 description="unfused baseline: S to global memory, softmax, then P V"))
+register(Kernel("decode", "forward", _run_decode, ("num_splits", "block_k"), _decode_extra,
+                description="Flash-Decoding: keys split over many blocks, then a combine "
+                            "kernel (one KV head per query head here; GQA: cuda.decode)",
+                dtypes=(np.float32, np.float16)))
 register(Kernel("simple", "backward", _backward_runner("simple"), (), _delta_bytes,
                 description="one thread per row, two launches, no shared memory (d <= 128)"))
 register(Kernel("fast", "backward", _backward_runner("fast"), ("block_q", "block_k"),
