@@ -72,6 +72,12 @@ def environment() -> dict:
     return record()
 
 
+def write(path, doc):
+    """Validate against schemas/gpu_decode.json, then write (results.validate)."""
+    results.validate(doc, "gpu_decode", str(path))
+    path.write_text(json.dumps(doc, indent=1))
+
+
 def split_shape(bhkv: int):
     """B x Hkv as (B, Hkv): 1 -> (1, 1), 8 -> (1, 8), 32 -> (4, 8)."""
     return (1, 1) if bhkv == 1 else (bhkv // 8, 8)
@@ -519,18 +525,18 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     if args.check:
         ok = check(rng, doc)
-        (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+        write(out / f"{stem}.json", doc)
     timer = Timer() if (args.variants or args.bench) else None
     if args.variants:
         variants(doc, timer)
-        (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+        write(out / f"{stem}.json", doc)
     if args.bench:
         ints = [tuple(int(x) for x in a.split(",")) for a in (args.tks, args.bhkv, args.groups)]
         rows = bench(doc, timer, tks=ints[0], bhkvs=ints[1], groups=ints[2],
                      fa2=not args.no_fa2, out=out)
         doc["bars"] = bars(rows)
         log("bars: " + json.dumps(doc["bars"]))
-        (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+        write(out / f"{stem}.json", doc)
         (out / "decode_partial.json").unlink(missing_ok=True)
         try:
             plot(rows, out / f"{stem}.png")
