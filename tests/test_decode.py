@@ -175,6 +175,21 @@ def test_cuda_decode_row_groups(rng, warps, row_groups, unroll):
     assert_matches(o, lse, *expected(q, k, v, True), np.float16)
 
 
+def test_cuda_decode_device_arrays(rng):
+    """Device input stays on the device (float32 results); mixed input is refused."""
+    from numba import cuda
+
+    from flashcourse.cuda import decode as cuda_decode
+    q, k, v = inputs(rng, 1, 4, 2, 1, 11, 8, np.float32)
+    o, lse = cuda_decode(cuda.to_device(q), cuda.to_device(k), cuda.to_device(v),
+                         num_splits=2, block_k=4)
+    assert o.shape == q.shape and lse.shape == q.shape[:-1]
+    assert_matches(o.copy_to_host(), lse.copy_to_host(), *expected(q, k, v, False),
+                   np.float32)
+    with pytest.raises(TypeError, match="k must be a device array"):
+        cuda_decode(cuda.to_device(q), k, v)
+
+
 def test_cuda_decode_rejects_bad_heads():
     from flashcourse.cuda import decode as cuda_decode
     with pytest.raises(ValueError, match="multiple"):
