@@ -56,6 +56,9 @@ bench-gpu: setup
 	$(BIN)/python benchmarks/gpu_forward.py --check --variants --bench
 	compute-sanitizer --tool memcheck --report-api-errors no $(BIN)/python benchmarks/gpu_forward.py --sanitize-small
 	compute-sanitizer --tool racecheck $(BIN)/python benchmarks/gpu_forward.py --sanitize-small
+	$(BIN)/python benchmarks/gpu_decode.py --check --variants --bench
+	compute-sanitizer --tool memcheck --report-api-errors no $(BIN)/python benchmarks/gpu_decode.py --sanitize-small
+	compute-sanitizer --tool racecheck $(BIN)/python benchmarks/gpu_decode.py --sanitize-small
 
 # The course website: every notebook executed on the CPU (a few minutes), the labs as the
 # learner receives them; nothing is downloaded. View it with
