@@ -1,29 +1,149 @@
-"""The quiz logic (no browser) and its widget."""
+"""The quiz logic (no browser), the question bank, and the widget."""
 
+import json
+import re
+from pathlib import Path
+
+import numpy as np
 import pytest
 
-from flashcourse.quiz import AVOIDED_OBJECT, Question, quiz_box, quiz_widget
+from flashcourse import quizzes
+from flashcourse.quiz import AVOIDED_OBJECT, Question, QuizSession, quiz_box, show_quiz
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
-def test_grade_right_and_wrong_reveal_answer_and_reasoning():
-    ok, msg = AVOIDED_OBJECT.grade(0)
-    assert ok and msg.startswith("Correct.") and "outer memory" in msg
+def test_wrong_pick_gives_its_misconception_and_does_not_reveal_the_answer():
     ok, msg = AVOIDED_OBJECT.grade("All model weights")
-    assert not ok and msg.startswith("Not quite.") and AVOIDED_OBJECT.why in msg
+    assert not ok and msg.startswith("Not quite.")
+    assert AVOIDED_OBJECT.feedback[1] in msg and "Try again" in msg
+    assert AVOIDED_OBJECT.choices[0] not in msg and AVOIDED_OBJECT.why not in msg
+
+
+def test_right_pick_and_show_answer_give_the_reasoning():
+    ok, msg = AVOIDED_OBJECT.grade(0)
+    assert ok and msg.startswith("Correct.") and AVOIDED_OBJECT.why in msg
+    assert AVOIDED_OBJECT.choices[0] in AVOIDED_OBJECT.reveal()
     assert AVOIDED_OBJECT.grade(None) == (False, "Pick one of the options first.")
 
 
-@pytest.mark.parametrize("choices,answer", [(["only one"], 0), (["a", "b"], 2), (["a", "b"], "a")])
+@pytest.mark.parametrize("choices,answer", [
+    (["only one"], 0), (["a", "b"], 2), (["a", "b"], "a"), (["a", "b"], -1),
+    ("abc", 0),                         # a string of choices is an error, not 3 letters
+    (["a", "b"], True),                 # a bool is not an index
+    (["a", "a"], 0), (["a", ""], 0), (["a", 3], 0),
+])
 def test_bad_questions_are_rejected(choices, answer):
     with pytest.raises(ValueError):
         Question("q", choices, answer, "why")
 
 
-def test_widget_reveals_feedback_after_a_choice():
-    box = quiz_widget(AVOIDED_OBJECT, 1)
-    _, options, button, feedback = box.children
+def test_numpy_integer_answers_are_accepted():
+    q = Question("q", ["a", "b", "c"], np.int64(2), "why")
+    assert q.answer == 2 and type(q.answer) is int
+    assert q.grade(np.int64(2))[0]
+
+
+def test_feedback_must_match_the_choices():
+    with pytest.raises(ValueError, match="feedback"):
+        Question("q", ["a", "b"], 0, "why", feedback=("x",))
+    with pytest.raises(ValueError, match="feedback"):
+        Question("q", ["a", "b"], 0, "why", feedback="xy")
+
+
+def test_order_is_a_stable_shuffle():
+    q = Question("Which?", [f"option {i}" for i in range(6)], 0, "why")
+    assert q.order() == q.order() == Question("Which?", q.choices, 3, "other").order()
+    assert sorted(q.order()) == list(range(6)) and q.order() != list(range(6))
+
+
+def test_the_right_option_is_not_always_shown_first():
+    firsts = [q.order().index(q.answer) for n in quizzes.names() for q in quizzes.get(n)]
+    assert 0 < sum(f == 0 for f in firsts) < 0.6 * len(firsts)
+
+
+def test_score_line_counts_first_tries():
+    qs = [Question(f"q{i}", ["a", "b", "c"], 0, "why") for i in range(3)]
+    s = QuizSession(qs)
+    assert s.score_line() == "0 of 3 on the first try (3 not answered yet)"
+    s.pick(0, 0)                      # right first time
+    s.pick(1, 1)                      # wrong, then right: not a first try
+    s.pick(1, 0)
+    s.show_answer(2)                  # revealed: not a first try either
+    s.pick(2, 0)
+    assert s.score_line() == "1 of 3 on the first try"
+    s.pick(0, None)                   # no pick: changes nothing
+    assert s.score_line() == "1 of 3 on the first try"
+
+
+@pytest.mark.parametrize("name", quizzes.names())
+def test_every_bank_question_has_feedback_for_each_wrong_option(name):
+    questions = quizzes.get(name)
+    assert 2 <= len(questions) <= 8
+    for q in questions:
+        for n, line in enumerate(q.feedback):
+            if n != q.answer:
+                assert len(line) > 20, (name, q.text, n)
+
+
+def test_bank_lookup_errors_are_clear():
+    assert quizzes.get(3) == quizzes.get("03")
+    with pytest.raises(ValueError, match="two-digit"):
+        quizzes.get("3")
+    with pytest.raises(ValueError, match="no quiz for notebook '99'"):
+        quizzes.get("99")
+
+
+def test_avoided_object_is_asked_at_most_three_times():
+    count = sum(q.text == AVOIDED_OBJECT.text
+                for n in quizzes.names() for q in quizzes.get(n))
+    assert 1 <= count <= 3
+
+
+def test_seed_points_are_asked():
+    texts = " ".join(q.text + " ".join(q.feedback) + " ".join(q.choices) + q.why
+                     for n in quizzes.names() for q in quizzes.get(n))
+    for needle in ("ONE head of ONE request", "padded", "fusion", "storage calculation",
+                   "memory hierarchy", "kernel named"):
+        assert needle in texts, needle
+
+
+def test_measured_traffic_feedback_does_not_overclaim():
+    text = " ".join(q.why for q in quizzes.get("07"))
+    assert "L2 traffic matches the model" not in text
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_notebook_quiz_cells_show_the_bank_by_name(path):
+    cells = json.loads(path.read_text())["cells"]
+    quiz = [c for c in cells if c["cell_type"] == "code" and "show_quiz(" in "".join(c["source"])]
+    assert len(quiz) == 1
+    src = "".join(quiz[0]["source"])
+    assert re.search(r'show_quiz\("' + path.name[:2] + r'"\)', src)
+    assert "answer=" not in src and "Question(" not in src
+
+
+def test_widget_retry_reveal_and_score():
+    box = quiz_box([AVOIDED_OBJECT, AVOIDED_OBJECT])
+    first, _, score = box.children
+    _, options, buttons, feedback = first.children
+    check, reveal = buttons.children
+    assert [v for _, v in options.options] == AVOIDED_OBJECT.order()
     assert feedback.value == ""
-    options.value = AVOIDED_OBJECT.choices[2]
-    button.click()
-    assert "Not quite" in feedback.value and "outer memory" in feedback.value
-    assert len(quiz_box([AVOIDED_OBJECT, AVOIDED_OBJECT]).children) == 2
+    options.value = 2
+    check.click()
+    assert "Not quite" in feedback.value and "Try again" in feedback.value
+    assert AVOIDED_OBJECT.why not in feedback.value
+    options.value = 0
+    check.click()
+    assert "Correct" in feedback.value
+    assert "0 of 2 on the first try" in score.value
+    reveal.click()
+    assert "The answer is" in feedback.value
+
+
+def test_show_quiz_takes_a_name_and_rejects_other_things():
+    show_quiz("03")
+    with pytest.raises(ValueError):
+        quiz_box(["not a question"])

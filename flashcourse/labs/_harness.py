@@ -5,11 +5,24 @@ with the expected value, and on a mismatch runs a list of *diagnoses*: small
 functions that recognise a typical mistake (no rescale, wrong max, off-by-one on
 a ragged tile, ...) from the learner's output and name it. The first diagnosis
 that fires gives the hint; otherwise the case's generic hint is shown.
+
+Hints come in two levels. Level 1 (the default) diagnoses: it names the
+mistake and points to the notebook's derivation. Level 2 (`check(fn,
+hint_level=2)`) adds a more explicit nudge, still without the solution's code.
+A diagnosis is `(predicate, hint)` or `(predicate, hint, hint2)`.
+
+Every case runs under a time limit (`Case.time_limit_s`, said in the first
+line), so a learner's endless loop ends with a message instead of a hung
+kernel. The limit uses SIGALRM, so it holds in the main thread on Linux and
+macOS (where Jupyter runs cells); elsewhere the checker says it has none.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -17,6 +30,20 @@ import numpy as np
 
 PASS_LINE = "All checks passed"
 TODO_LINE = "Not implemented yet"
+TIMEOUT_LINE = "Time limit"
+DEFAULT_TIME_LIMIT_S = 20.0
+HINT_NONE = ("Your function returned None: the last step must `return` its result "
+             "(a missing return is the usual cause).")
+HINT_SCALAR = ("Your function returned a single number where an array is expected: keep one "
+               "value per row (or per entry); a sum or max over the whole array loses the shape.")
+HINT_COMPLEX = ("Your result holds complex numbers: attention is real-valued. Look for a square "
+                "root or a power of a negative number, or a complex dtype.")
+HINT_OVERFLOW = ("Your result holds a number too large for a float (e.g. a Python integer like "
+                 "10**400): compute in floating point and keep values in range (subtract the "
+                 "running max before exp).")
+HINT_TIMEOUT = ("Your function did not finish within the time limit: look for a loop whose "
+                "end condition never becomes true (a `while` whose variable never changes, or "
+                "a range that does not advance).")
 
 
 @dataclass
@@ -29,6 +56,8 @@ class Case:
     diagnoses: list = field(default_factory=list)   # [(predicate(yours, expected), hint)]
     rtol: float = 1e-5
     atol: float = 1e-6
+    hint2: str = ""                                 # the second, more explicit level
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
 
 
 @dataclass
@@ -48,9 +77,57 @@ class Result:
         return None
 
 
+class CaseTimeout(Exception):
+    """Raised inside a case that ran past its time limit."""
+
+
+@contextmanager
+def time_limit(seconds: float):
+    """Raise CaseTimeout after `seconds` (main thread with SIGALRM only; else no limit)."""
+    usable = (hasattr(signal, "setitimer") and seconds and seconds > 0
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield False
+        return
+
+    def on_alarm(_signum, _frame):
+        raise CaseTimeout(f"did not finish within {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield True
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _structure(yours, expected) -> tuple[str, str] | None:
+    """(what, hint) when `yours` is not even the right kind of object, else None."""
+    if yours is None:
+        return "your function returned None", HINT_NONE
+    exp_shape = np.shape(expected)
+    if np.isscalar(yours) or (isinstance(yours, np.ndarray) and yours.ndim == 0):
+        if isinstance(yours, (str, bytes)):
+            return f"expected numbers, got the string {yours!r}", HINT_SCALAR
+        if isinstance(yours, complex) or np.iscomplexobj(yours):
+            return f"expected real numbers, got {yours!r}", HINT_COMPLEX
+        if isinstance(yours, int) and not isinstance(yours, bool):
+            if abs(yours) > 10**308:
+                return "your result is an integer too large for a float", HINT_OVERFLOW
+        if exp_shape != ():
+            return (f"expected an array of shape {exp_shape}, got the single number {yours!r}",
+                    HINT_SCALAR)
+    return None
+
+
 def _close(yours, expected, rtol, atol) -> tuple[bool, str]:
     try:
+        if np.iscomplexobj(yours):
+            return False, "your result holds complex numbers"
         yours_arr = np.asarray(yours, dtype=np.float64)
+    except OverflowError:
+        return False, "your result holds a number too large for a float"
     except (TypeError, ValueError):
         return False, f"expected an array-like of numbers, got {type(yours).__name__}"
     exp_arr = np.asarray(expected, dtype=np.float64)
@@ -68,8 +145,40 @@ def _close(yours, expected, rtol, atol) -> tuple[bool, str]:
                    f"yours {float(yours_arr[idx])!r}, expected {float(exp_arr[idx])!r}")
 
 
+def _structural(yours, expected) -> tuple[str, str] | None:
+    """A structural problem anywhere in `yours` (tuple parts included): (what, hint)."""
+    if isinstance(expected, tuple):
+        if yours is None:
+            return _structure(yours, expected)
+        if isinstance(yours, list):
+            yours = tuple(yours)
+        if not isinstance(yours, tuple):
+            return None                     # _compare reports the missing tuple
+        parts = zip(yours, expected)
+    else:
+        parts = [(yours, expected)]
+    for n, (y, e) in enumerate(parts):
+        found = _structure(y, e)
+        if found is None:
+            try:
+                if np.iscomplexobj(y):
+                    found = ("your result holds complex numbers", HINT_COMPLEX)
+                else:
+                    np.asarray(y, dtype=np.float64)
+            except OverflowError:
+                found = ("your result holds a number too large for a float", HINT_OVERFLOW)
+            except (TypeError, ValueError):
+                found = None
+        if found is not None:
+            what, hint = found
+            return (f"result [{n}]: {what}" if isinstance(expected, tuple) else what), hint
+    return None
+
+
 def _compare(yours, expected, rtol, atol) -> tuple[bool, str]:
     if isinstance(expected, tuple):
+        if isinstance(yours, list):
+            yours = tuple(yours)
         if not isinstance(yours, tuple) or len(yours) != len(expected):
             return False, f"expected a tuple of {len(expected)} results, got {type(yours).__name__}"
         for n, (y, e) in enumerate(zip(yours, expected)):
@@ -80,35 +189,64 @@ def _compare(yours, expected, rtol, atol) -> tuple[bool, str]:
     return _close(yours, expected, rtol, atol)
 
 
-def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = True) -> Result:
-    """Run every case against `fn`; print one line per case and the verdict."""
+def _pick_hint(case: Case, yours, expected, hint_level: int) -> str:
+    hint, hint2 = case.hint, case.hint2
+    for diagnosis in case.diagnoses:
+        predicate, text = diagnosis[0], diagnosis[1]
+        try:
+            fired = predicate(yours, expected)
+        except Exception:  # a diagnosis must never hide the failure itself
+            continue
+        if fired:
+            hint, hint2 = text, (diagnosis[2] if len(diagnosis) > 2 else "")
+            break
+    if hint_level >= 2 and hint2:
+        return f"{hint}\n  More explicitly: {hint2}"
+    return hint
+
+
+def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = True,
+               hint_level: int = 1) -> Result:
+    """Run every case against `fn`; print one line per case and the verdict.
+
+    hint_level: 1 names the mistake; 2 adds a more explicit second hint.
+    """
+    if isinstance(hint_level, bool) or hint_level not in (1, 2):
+        raise ValueError(f"hint_level must be 1 or 2, got {hint_level!r}")
     say = print if verbose else (lambda *a, **k: None)
-    say(f"Checking {title}")
+    limit = max((c.time_limit_s for c in cases), default=0)
+    say(f"Checking {title} (time limit {limit:g} s per case)")
     for case in cases:
         try:
-            yours, expected = case.run(fn)
+            with time_limit(case.time_limit_s):
+                yours, expected = case.run(fn)
         except NotImplementedError as exc:
             msg = str(exc) or "the function still raises NotImplementedError"
             say(f"{TODO_LINE}: {msg}. "
                 "Fill in the steps marked FILL ME IN, then run this cell again.")
             return Result(False, todo=True, case=case.name, hint=msg)
+        except CaseTimeout as exc:
+            say(f"  FAILED {case.name}: {TIMEOUT_LINE}: your function {exc}")
+            say(f"  Hint: {HINT_TIMEOUT}")
+            return Result(False, case=case.name, hint=HINT_TIMEOUT, detail=str(exc))
         except Exception as exc:  # the learner's code crashed: show where, kindly
             tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+            hint = case.hint if hint_level < 2 or not case.hint2 else \
+                f"{case.hint}\n  More explicitly: {case.hint2}"
             say(f"  FAILED {case.name}: your function raised {tb}")
-            say(f"  Hint: {case.hint}")
-            return Result(False, case=case.name, hint=case.hint, detail=tb)
+            say(f"  Hint: {hint}")
+            return Result(False, case=case.name, hint=hint, detail=tb)
+        broken = _structural(yours, expected)
+        if broken is not None:
+            what, hint = broken
+            say(f"  FAILED {case.name}: {what}")
+            say(f"  Hint: {hint}")
+            return Result(False, case=case.name, hint=hint, detail=what)
         ok, why = _compare(yours, expected, case.rtol, case.atol)
         if ok:
             say(f"  ok     {case.name}")
             continue
-        hint = case.hint
-        for predicate, diagnosis in case.diagnoses:
-            try:
-                if predicate(yours, expected):
-                    hint = diagnosis
-                    break
-            except Exception:  # a diagnosis must never hide the failure itself
-                continue
+        hint = _pick_hint(case, yours, expected, hint_level)
         say(f"  FAILED {case.name}: {why}")
         say(f"  Hint: {hint}")
         return Result(False, case=case.name, hint=hint, detail=why)

@@ -162,7 +162,8 @@ def _masked_inputs():
     return x
 
 
-def check_online_update(online_update, *, verbose: bool = True) -> Result:
+def check_online_update(online_update, *, verbose: bool = True,
+        hint_level: int = 1) -> Result:
     """Check `online_update(m, l, x) -> (m_new, l_new)` on streams of scores.
 
     Cases: one element into the empty state; 37-element streams (random, rising,
@@ -202,7 +203,8 @@ def check_online_update(online_update, *, verbose: bool = True) -> Result:
         Case("masked (-inf) scores, including a fully masked row", streamed(x_mask),
              HINT_NEG_INF, common, rtol=_RTOL, atol=_ATOL),
     ]
-    return run_checks("online_update(m, l, x)", online_update, cases, verbose=verbose)
+    return run_checks("online_update(m, l, x)", online_update, cases,
+                      verbose=verbose, hint_level=hint_level)
 
 
 def _split_states(x: np.ndarray, cuts: list[int]):
@@ -211,7 +213,8 @@ def _split_states(x: np.ndarray, cuts: list[int]):
     return [stats(x[:, a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
-def check_merge_states(merge_states, *, verbose: bool = True) -> Result:
+def check_merge_states(merge_states, *, verbose: bool = True,
+        hint_level: int = 1) -> Result:
     """Check `merge_states(m_a, l_a, m_b, l_b) -> (m, l)`.
 
     Cases: two halves of random rows; one side empty (-inf, 0); both empty;
@@ -261,7 +264,8 @@ def check_merge_states(merge_states, *, verbose: bool = True) -> Result:
         Case("five uneven pieces merged in a scrambled order", scrambled, HINT_MERGE, common,
              rtol=_RTOL, atol=_ATOL),
     ]
-    return run_checks("merge_states(m_a, l_a, m_b, l_b)", merge_states, cases, verbose=verbose)
+    return run_checks("merge_states(m_a, l_a, m_b, l_b)", merge_states, cases,
+                      verbose=verbose, hint_level=hint_level)
 
 
 def show_stream(online_update, x=None) -> None:

@@ -181,10 +181,12 @@ CAUSAL_CASES = [
 ]
 
 
-def check_fa2_traffic(fn, *, verbose: bool = True) -> Result:
+def check_fa2_traffic(fn, *, verbose: bool = True,
+        hint_level: int = 1) -> Result:
     """Check my_fa2_traffic(Tq, Tk, d, Br, Bc, e) -> (read_bytes, write_bytes), non-causal."""
     cases = [_case(name, cfg) for name, cfg in FA2_CASES]
-    return run_checks("my_fa2_traffic against the byte counter", fn, cases, verbose=verbose)
+    return run_checks("my_fa2_traffic against the byte counter", fn, cases,
+                      verbose=verbose, hint_level=hint_level)
 
 
 # -- the causal bonus ---------------------------------------------------------
@@ -225,9 +227,10 @@ def _causal_diagnoses(cfg):
     ]
 
 
-def check_fa2_traffic_causal(fn, *, verbose: bool = True) -> Result:
+def check_fa2_traffic_causal(fn, *, verbose: bool = True,
+        hint_level: int = 1) -> Result:
     """Bonus: check my_fa2_traffic_causal(Tq, Tk, d, Br, Bc, e), causal, bottom-right."""
     cases = [_case(name, cfg, causal=True, diagnoses=_causal_diagnoses(cfg),
                    hint=HINT_CAUSAL_GENERIC) for name, cfg in CAUSAL_CASES]
     return run_checks("my_fa2_traffic_causal against the byte counter", fn, cases,
-                      verbose=verbose)
+                      verbose=verbose, hint_level=hint_level)

@@ -1,0 +1,44 @@
+"""The course's quiz questions, one module per notebook: `nbNN.py` holds `QUESTIONS`.
+
+A notebook shows its quiz with `show_quiz("NN")` (see `flashcourse.quiz`), so the
+answers are not in the notebook's source. Questions used by more than one
+notebook live in `bank.py` (one home).
+
+Adding the quiz of a new notebook (e.g. 10_tensor_cores):
+1. create `flashcourse/quizzes/nb10.py` with `QUESTIONS = [Question(...), ...]`;
+   give every option a `feedback` line (the misconception a wrong option
+   reflects; for the right one, optional), and prefer questions that need a
+   calculation or a prediction over recall;
+2. end the notebook with a cell `from flashcourse.quiz import show_quiz` /
+   `show_quiz("10")`;
+3. `tests/test_quiz.py` checks every module it finds here: each loads, each
+   question has feedback for each wrong option, and the options shuffle.
+Renumbering a notebook means renaming its module (`git mv nb07.py nb08.py`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+
+_NAME = re.compile(r"^\d{2}$")
+
+
+def names() -> list[str]:
+    """The notebook numbers that have a quiz, e.g. ['00', '01', ...]."""
+    found = [m.name[2:] for m in pkgutil.iter_modules(__path__) if re.match(r"^nb\d{2}$", m.name)]
+    return sorted(found)
+
+
+def get(name) -> list:
+    """The questions of notebook `name` ('03' or 3)."""
+    if isinstance(name, int) and not isinstance(name, bool):
+        name = f"{name:02d}"
+    if not (isinstance(name, str) and _NAME.match(name)):
+        raise ValueError(f"quiz name must be a two-digit notebook number such as '03', "
+                         f"got {name!r}")
+    if name not in names():
+        raise ValueError(f"no quiz for notebook {name!r}; known: {', '.join(names())} "
+                         "(add flashcourse/quizzes/nb" + name + ".py, see its package docstring)")
+    return list(importlib.import_module(f"{__name__}.nb{name}").QUESTIONS)
