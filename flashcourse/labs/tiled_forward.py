@@ -1,28 +1,27 @@
-"""Checkers for lab 02: the per-tile step of the FlashAttention-2 loop.
+"""Checkers for lab 03 (follows notebook 03): the whole tiled forward of one head.
 
-The learner writes three functions (one head, float64, shapes in paper notation):
+The learner writes, in float64, with the paper's names (q (Tq, d), k and v (Tk, d)):
 
-    causal_tile_mask(q0, q1, k0, k1, t_query, t_key) -> (q1-q0, k1-k0) bool
-        True where query i (q0 <= i < q1) may attend key j (k0 <= j < k1), with
-        the bottom-right alignment of FlashAttention 2.1+: j <= i + Tk - Tq.
+    flash_forward(q, k, v, causal, scale, block_q, block_k) -> (o (Tq, d), lse (Tq,))
+        the FlashAttention-2 order: outer loop over query blocks of Br = block_q rows,
+        inner loop over key blocks of Bc = block_k rows; the causal mask is
+        bottom-right aligned (query i sees key j iff j <= i + Tk - Tq), key tiles the
+        mask hides in full are never loaded, and a row with no visible key gives
+        o = 0 and lse = -inf.
 
-    tile_step(q_i, k_j, v_j, mask, m, l, acc, scale) -> (m, l, acc)
-        q_i (Br, d), k_j (Bc, d), v_j (Bc, d), mask (Br, Bc) bool,
-        m (Br,) running max, l (Br,) running sum, acc (Br, d) unnormalised output.
-            S   = scale * q_i k_j^T, -inf where mask is False       (Br, Bc)
-            m'  = max(m, rowmax(S))                                   (Br,)
-            P   = exp(S - m')                                         (Br, Bc)
-            l'  = exp(m - m') l + rowsum(P)                           (Br,)
-            acc'= exp(m - m') acc + P v_j                             (Br, d)
+    fa1_forward(q, k, v, causal, scale, block_q, block_k, counter) -> (o, lse)
+        FlashAttention's Algorithm 1 order (outer loop over key blocks), with O, l, m
+        in outer memory, re-read and re-written for every visible tile, and every
+        load and store reported to `counter` (a TrafficCounter); its totals must
+        equal the FA1 model `flashcourse.traffic.tiled_traffic(..., loop_order="fa1")`.
 
-    finalize(m, l, acc) -> (o, lse)
-        o = acc / l (Br, d) and lse = m + log(l) (Br,); a row with l = 0 (no
-        visible key) gives o = 0 and lse = -inf.
+    merge_partials(o_a, lse_a, o_b, lse_b) -> (o, lse)   (going further)
+        combine the attention of the same queries over two disjoint key ranges
+        into the attention over their union (the Flash-Decoding combine).
 
-`run_forward` is the FlashAttention-2 loop (outer over query blocks, inner over
-key blocks) into which the checker plugs those functions; it skips every tile
-the causal mask hides entirely. Checkers print "All checks passed" or the first
-failing case with a hint naming the mistake, and return a `Result`.
+The derivations are in notebook 03 (the update rule, the causal tile test, the
+finalisation) and notebook 04 (the FA1 traffic). Each checker replays typical
+mistakes on the same inputs and names the one the learner's output matches.
 """
 
 from __future__ import annotations
@@ -32,353 +31,383 @@ import math
 import numpy as np
 
 from .. import reference
-from ..geometry import visible_mask
-from ._harness import Case, Result, run_checks
+from .._checks import tile_visibility, visible_mask
+from ..counter import TrafficCounter
+from ..traffic import tiled_traffic
+from ._harness import Case, Result, WatchedRows, plain, run_checks
 
-# -- hints (tests assert on these exact strings) ------------------------------
-HINT_TOP_LEFT = ("Mask alignment: this is the top-left mask (j <= i). The course aligns the "
-                 "causal mask bottom-right, as FlashAttention 2.1+: query i sees key j iff "
-                 "j <= i + (Tk - Tq), so the last query sees every key.")
-HINT_OFF_BY_ONE = ("Off by one on the diagonal: a query sees its own position, so the test is "
-                   "j <= i + (Tk - Tq), with <= (not <), and no extra +1.")
-HINT_LOCAL_INDEX = ("Use global positions: row r of the tile is query q0 + r and column c is "
-                    "key k0 + c; compare those, not the tile-local r and c.")
-HINT_RAGGED = ("Ragged tiles: the last tile may be smaller than the block. Build the mask "
-               "from the actual ranges, shape (q1 - q0, k1 - k0).")
-HINT_INVERTED = "The mask is inverted: True must mean 'visible' (j <= i + Tk - Tq)."
-HINT_MAX = ("Wrong running max: m_new = max(m, rowmax(S)) combines the old max with this "
-            "tile's; the tile's max alone forgets the earlier tiles.")
-HINT_RESCALE = ("Missing rescale: when the max grows, multiply both l and acc by "
-                "alpha = exp(m_old - m_new) before adding this tile's P and P @ v_j.")
-HINT_SCALE = "Apply the `scale` argument: S = scale * q_i @ k_j.T (do not assume 1/sqrt(d) or 1)."
-HINT_MASK_IGNORED = ("The mask is not applied: set S to -inf where mask is False before the "
-                     "row max, so masked keys get weight exp(-inf) = 0.")
-HINT_NEG_INF = ("-inf handling: a row that has seen no visible key keeps m = -inf, and "
-                "exp(-inf - -inf) is NaN. Subtract a finite stand-in "
-                "(m_safe = np.where(m_new == -np.inf, 0.0, m_new)) so such a row stays "
-                "(m, l, acc) = (-inf, 0, 0).")
-HINT_DIVIDE = "Forgot to divide by l: the output is o = acc / l[:, None] (acc is unnormalised)."
-HINT_LSE = "lse is the logsumexp of the row: lse = m + log(l), not log(l) alone."
-HINT_EMPTY = ("A row with no visible key has l = 0: return o = 0 and lse = -inf for it "
-              "(guard the division and the log), never NaN.")
-HINT_RETURN = "Return a tuple of arrays with the shapes in the docstring."
-HINT_FORWARD = ("The full loop disagrees with dense attention. Make the three smaller checks "
-                "pass first; then look for state that leaks between query blocks.")
+# -- hints: (level 1 diagnoses, level 2 more explicit); tests assert on these strings -----
+HINT_RESCALE = (
+    "Missing rescale: when a row's running max grows, the running sum and the accumulator "
+    "were measured against the OLD max and must be brought to the new one before this "
+    "tile is added (notebook 03, 'the update rule').",
+    "Both l and acc get multiplied by the factor exp(old max - new max), which is <= 1, "
+    "and only then receive this tile's row sums and P V_j.")
+HINT_MAX = (
+    "Wrong running max: the new max must combine the running max with this tile's row "
+    "max; the tile's max alone forgets the earlier tiles.",
+    "Take the elementwise maximum of the state m and the row maxima of the masked score "
+    "tile.")
+HINT_TOP_LEFT = (
+    "Mask alignment: your causal mask is top-left (key j visible iff j <= i). The course "
+    "aligns it bottom-right, as FlashAttention 2.1+: the LAST query sees every key.",
+    "Shift the diagonal by the offset Tk - Tq, both in the per-pair test and in the end of "
+    "the key range each query block visits.")
+HINT_NO_MASK = (
+    "The causal mask is not applied inside partly visible tiles: a query sees keys after its "
+    "own position.",
+    "In a diagonal tile compare global positions (query q0 + r, key k0 + c) and set hidden "
+    "scores to -inf before the row max.")
+HINT_NEG_INF = (
+    "-inf handling: NaN appears in rows that have seen no visible key yet. Their max is "
+    "still -inf, and -inf minus -inf is NaN.",
+    "Subtract a finite stand-in (0 works) wherever the new max is still -inf; the "
+    "probabilities and the factor are then exp(-inf) = 0 and the row stays empty. At the "
+    "end, rows with l = 0 get o = 0 and lse = -inf.")
+HINT_DIVIDE = (
+    "The output is not normalised: acc holds the UNnormalised sum, so each row must be "
+    "divided by its l at the end.",
+    "o = acc / l row by row, only for rows with l > 0.")
+HINT_LSE = (
+    "lse is the log-sum-exp of the row's scores, which includes the max that was subtracted.",
+    "lse = m + log(l), not log(l) alone.")
+HINT_SCALE = (
+    "Use the `scale` argument for the scores (the checker passes 0.37, not 1/sqrt(d)).",
+    "Multiply q_i k_j^T by `scale` before masking and before the max.")
+HINT_NO_SKIP = (
+    "Causal tile skipping: your loop loads key tiles that the causal mask hides in full. "
+    "The result is right, but those loads and that arithmetic are wasted (about half of the "
+    "tiles for Tq = Tk).",
+    "For query rows [q0, q1), the last visible key is q1 - 1 + (Tk - Tq): stop the key loop "
+    "there (or skip any tile whose first key is beyond it), and load K_j as k[k0:k1].")
+HINT_SKIP_TOO_MUCH = (
+    "Your loop skips key tiles that some query of the block can see.",
+    "A tile is hidden only if even the block's LAST query cannot see its FIRST key.")
+HINT_FORWARD = (
+    "Your forward disagrees with dense attention. Run it on a 2 x 3 example with one tile "
+    "and compare with flashcourse.reference.attention.",
+    "Check one step at a time: the score tile, the max, the probabilities, the rescale, the "
+    "final division.")
+HINT_FA1_MATH = (
+    "The FA1 result disagrees with dense attention. In Algorithm 1, O_i in outer memory is "
+    "kept NORMALISED after every tile, so merging needs the old l and both max shifts.",
+    "New O_i = (exp(m_i - m_new) l_i O_i + exp(m~ - m_new) P~ V_j) / l_new, with "
+    "l_new = exp(m_i - m_new) l_i + exp(m~ - m_new) l~ (FlashAttention paper, Algorithm 1).")
+HINT_FA1_KV_PER_TILE = (
+    "Your counter reads K and V once per visible TILE. In the FA1 order they are loaded once "
+    "per key block, in the outer loop, and stay on chip for the whole inner loop.",
+    "Move the K and V loads (and their counter.read calls) out of the inner loop.")
+HINT_FA1_NO_STATE = (
+    "Your counter misses the outer-memory state: in FA1, each visible tile re-reads O_i, l_i, "
+    "m_i and writes them back. That re-read is exactly FA1's extra traffic.",
+    "Per visible tile: read Q_i, O_i (elements), l_i, m_i (kind='stat'); write O_i, l_i, m_i.")
+HINT_FA1_INIT = (
+    "Your counter misses the initialisation: FA1 first writes O = 0, l = 0, m = -inf to outer "
+    "memory.",
+    "Before the loops: write O (Tq x d elements), l and m (Tq statistics each).")
+HINT_FA1_STAT_KIND = (
+    "Statistics are counted as elements: l and m take 4 bytes each (kind='stat'), not e.",
+    "Pass kind='stat' to counter.read / counter.write for l and m.")
+HINT_FA1_NO_SKIP = (
+    "Causal: your FA1 loop visits tiles that the mask hides in full; their Q_i, O_i, l_i, m_i "
+    "are re-read and re-written for nothing.",
+    "Skip a tile (before any load) when even its last query cannot see its first key.")
+HINT_FA1_TRAFFIC = (
+    "Your counted bytes differ from the FA1 model. Count per loop: K and V once per key "
+    "block; per visible tile read Q_i, O_i, l_i, m_i and write O_i, l_i, m_i; the "
+    "initial writes of O, l, m.",
+    "Compare counter.read_bytes and counter.write_bytes with tiled_traffic(..., "
+    "loop_order='fa1', bytes_per_element=8) on a small case and find the term that differs.")
+HINT_MERGE_AVERAGE = (
+    "A plain average of the two outputs ignores how much weight each key range carries.",
+    "Weight each partial output by its share of the total softmax mass, exp(lse_part - "
+    "lse_total).")
+HINT_MERGE_LSE = (
+    "The merged lse is not the log of the summed masses: the masses add, not the lse values.",
+    "lse_total = logaddexp(lse_a, lse_b).")
+HINT_MERGE_EMPTY = (
+    "A part with no visible key has lse = -inf; your merge produced NaN for such rows.",
+    "Where both parts are empty return o = 0, lse = -inf; logaddexp handles one -inf, and "
+    "exp(-inf) = 0 weights an empty part.")
+HINT_MERGE = (
+    "Your merge disagrees with attention over the union of the key ranges.",
+    "Each part's o is normalised over its own keys; undo that with its mass exp(lse), add, "
+    "renormalise.")
 
 _RTOL, _ATOL = 1e-9, 1e-12      # float64 throughout: only rounding differs
+SCALE = 0.37                     # on purpose not 1/sqrt(d)
+
+#: (name, Tq, Tk, d, Br, Bc, causal, spread): ragged, Tq != Tk both ways, empty rows, extremes.
+FORWARD_CASES = [
+    ("one tile, Tq = 3, Tk = 4, d = 3", 3, 4, 3, 8, 8, False, 1.0),
+    ("ragged tiles, Tq = 37, Tk = 29, d = 5, Br = 8, Bc = 6", 37, 29, 5, 8, 6, False, 1.0),
+    ("causal, Tq = 23 < Tk = 40, d = 4, Br = 7, Bc = 9", 23, 40, 4, 7, 9, True, 1.0),
+    ("causal, Tq = 40 > Tk = 23 (rows with no key), Br = 6, Bc = 5", 40, 23, 4, 6, 5, True, 1.0),
+    ("causal 1 x 1 tiles, Tq = Tk = 9, d = 2", 9, 9, 2, 1, 1, True, 1.0),
+    ("blocks larger than T, causal, Tq = 13, Tk = 11, d = 3", 13, 11, 3, 64, 64, True, 1.0),
+    ("large scores (|S| ~ 1e3), causal, Tq = 17, Tk = 21, d = 3", 17, 21, 3, 4, 8, True, 20.0),
+]
 
 
-# -- the FlashAttention-2 loop the checker runs --------------------------------
-
-def run_forward(q, k, v, tile_step, finalize, causal_tile_mask=None, *, block_q: int,
-                block_k: int, causal: bool, scale: float | None = None):
-    """O (Tq, d) and lse (Tq,) of one head from the learner's step, in the FA2 order.
-
-    Args:
-        q: (Tq, d); k, v: (Tk, d), float64.
-        tile_step, finalize: the learner's functions (see the module docstring).
-        causal_tile_mask: the learner's mask function; None uses the course's own.
-        block_q: Br, query rows per tile; block_k: Bc, key columns per tile.
-        causal: bottom-right aligned causal mask; fully hidden tiles are skipped.
-        scale: default 1/sqrt(d).
-    """
-    tq, d = q.shape
-    tk = k.shape[0]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    o = np.zeros((tq, d))                                       # (Tq, d)
-    lse = np.zeros(tq)                                          # (Tq,)
-    for q0 in range(0, tq, block_q):
-        q1 = min(q0 + block_q, tq)
-        m = np.full(q1 - q0, -np.inf)                           # (Br,)
-        l = np.zeros(q1 - q0)                                   # (Br,)
-        acc = np.zeros((q1 - q0, d))                            # (Br, d)
-        for k0 in range(0, tk, block_k):
-            k1 = min(k0 + block_k, tk)
-            if causal:
-                mask_fn = causal_tile_mask or _mask_reference
-                mask = np.asarray(mask_fn(q0, q1, k0, k1, tq, tk), dtype=bool)
-                if mask.shape != (q1 - q0, k1 - k0):
-                    raise ValueError(f"causal_tile_mask returned shape {mask.shape} for the "
-                                     f"tile rows [{q0}, {q1}) x cols [{k0}, {k1}), expected "
-                                     f"{(q1 - q0, k1 - k0)}")
-                if not mask.any():                              # hidden tile: skip it
-                    continue
-            else:
-                mask = np.ones((q1 - q0, k1 - k0), dtype=bool)
-            out = tile_step(q[q0:q1], k[k0:k1], v[k0:k1], mask, m, l, acc, scale)
-            m, l, acc = (np.asarray(x, dtype=np.float64) for x in out)
-        o_i, lse_i = finalize(m, l, acc)
-        o[q0:q1], lse[q0:q1] = o_i, lse_i
-    return o, lse
-
-
-# -- the spec, and typical mistakes simulated on the same inputs -----------------
-
-def _mask_reference(q0, q1, k0, k1, tq, tk):
-    return visible_mask(tq, tk, True, q0, q1, k0, k1)
-
+# -- the spec, with typical mistakes, replayed on the same inputs ---------------------------
 
 def _safe(m):
     return np.where(np.isneginf(m), 0.0, m)
 
 
-def _step(q_i, k_j, v_j, mask, m, l, acc, scale, *, rescale_l=True, rescale_acc=True,
-          keep_old_max=True, use_mask=True):
-    s = scale * (q_i @ k_j.T)                                   # (Br, Bc)
-    if use_mask:
-        s = np.where(mask, s, -np.inf)
-    m_tile = s.max(axis=1)                                      # (Br,)
-    m_new = np.maximum(m, m_tile) if keep_old_max else m_tile
-    with np.errstate(over="ignore", invalid="ignore"):
-        p = np.exp(s - _safe(m_new)[:, None])                   # (Br, Bc)
-        alpha = np.exp(m - _safe(m_new))                        # (Br,)
-    l_new = (alpha * l if rescale_l else l) + p.sum(axis=1)
-    acc_new = (alpha[:, None] * acc if rescale_acc else acc) + p @ v_j
-    return m_new, l_new, acc_new
+def replay(q, k, v, causal, scale, br, bc, mistake=None):
+    """float64 FA2 forward of one head, optionally with one typical mistake.
+
+    mistake: None, 'no_rescale', 'tile_max', 'top_left', 'no_mask', 'no_divide',
+    'lse_no_m', 'sqrt_scale', 'early_stop' (key loop ends at the block's
+    first row). Returns (o, lse) and the key rows loaded.
+    """
+    tq, d = q.shape
+    tk = k.shape[0]
+    off = 0 if mistake == "top_left" else tk - tq
+    if mistake == "sqrt_scale":
+        scale = 1.0 / math.sqrt(d)
+    o, lse, rows = np.zeros((tq, d)), np.full(tq, -np.inf), 0
+    with np.errstate(all="ignore"):
+        for q0 in range(0, tq, br):
+            q1 = min(q0 + br, tq)
+            m, l, acc = np.full(q1 - q0, -np.inf), np.zeros(q1 - q0), np.zeros((q1 - q0, d))
+            k_end = max(0, min(tk, q1 + off)) if causal else tk
+            if causal and mistake == "early_stop":
+                k_end = max(0, min(tk, q0 + off))
+            for k0 in range(0, k_end, bc):
+                k1 = min(k0 + bc, tk)
+                rows += k1 - k0
+                s = scale * (q[q0:q1] @ k[k0:k1].T)
+                if causal and mistake != "no_mask":
+                    s = np.where(np.arange(k0, k1)[None, :] <= np.arange(q0, q1)[:, None] + off,
+                                 s, -np.inf)
+                m_new = s.max(axis=1) if mistake == "tile_max" else np.maximum(m, s.max(axis=1))
+                p = np.exp(s - _safe(m_new)[:, None])
+                alpha = np.ones_like(m) if mistake == "no_rescale" else np.exp(m - _safe(m_new))
+                l = alpha * l + p.sum(axis=1)
+                acc = alpha[:, None] * acc + p @ v[k0:k1]
+                m = m_new
+            seen = l > 0
+            o[q0:q1][seen] = acc[seen] if mistake == "no_divide" else acc[seen] / l[seen, None]
+            lse[q0:q1][seen] = np.log(l[seen]) if mistake == "lse_no_m" else \
+                m[seen] + np.log(l[seen])
+    return (o, lse), rows
 
 
-def _finalize(m, l, acc):
-    seen = l > 0
-    o = np.where(seen[:, None], acc / np.where(seen, l, 1.0)[:, None], 0.0)
-    with np.errstate(divide="ignore"):
-        lse = np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)
-    return o, lse
+def visible_key_rows(tq, tk, br, bc, causal) -> int:
+    """Key rows an FA2 loop with causal tile skipping loads (sum over visible tiles)."""
+    total = 0
+    for q0 in range(0, tq, br):
+        for k0 in range(0, tk, bc):
+            k1 = min(k0 + bc, tk)
+            if tile_visibility(q0, min(q0 + br, tq), k0, k1, tq, tk, causal) != "hidden":
+                total += k1 - k0
+    return total
 
 
-def _as_tuple(out, n):
-    if isinstance(out, list):
-        out = tuple(out)
-    if isinstance(out, tuple) and len(out) == n:
-        return tuple(np.asarray(o, dtype=np.float64) for o in out)
-    return out
-
-
-def _matches(candidate):
-    def predicate(yours, _expected):
-        if not isinstance(yours, tuple) or len(yours) != len(candidate):
+def _close(a, b) -> bool:
+    a, b = plain(a), plain(b)
+    if not (isinstance(a, tuple) and len(a) == len(b)):
+        return False
+    for x, y in zip(a, b):
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        if x.shape != y.shape or not np.allclose(x, y, rtol=1e-7, atol=1e-10, equal_nan=True):
             return False
-        return all(np.shape(y) == np.shape(c) and
-                   np.allclose(y, c, rtol=1e-7, atol=1e-12, equal_nan=True)
-                   for y, c in zip(yours, candidate, strict=True))
-    return predicate
-
-
-def _matches_array(candidate):
-    def predicate(yours, _expected):
-        y = np.asarray(yours)
-        return y.shape == candidate.shape and np.array_equal(y.astype(bool), candidate)
-    return predicate
-
-
-def _shape_differs(yours, expected):
-    return np.shape(yours) != np.shape(expected)
+    return True
 
 
 def _has_nan(yours, _expected):
-    parts = yours if isinstance(yours, tuple) else (yours,)
-    return any(np.isnan(np.asarray(p, dtype=np.float64)).any() for p in parts)
+    return any(np.isnan(np.asarray(p, np.float64)).any() for p in plain(yours))
 
 
-def _not_tuple(n):
-    return lambda yours, _expected: not (isinstance(yours, tuple) and len(yours) == n)
-
-
-# -- checker 1: the causal mask of one tile --------------------------------------
-
-#: (q0, q1, k0, k1, Tq, Tk) tiles: square, ragged, Tq < Tk, Tq > Tk.
-MASK_TILES = [
-    ("diagonal tile, Tq = Tk = 10", (4, 8, 4, 8, 10, 10)),
-    ("ragged last tile, Tq = Tk = 10", (8, 10, 8, 10, 10, 10)),
-    ("Tq = 10 < Tk = 16 (offset +6)", (4, 8, 6, 11, 10, 16)),
-    ("Tq = 15 > Tk = 9 (offset -6, some rows see nothing)", (4, 9, 0, 5, 15, 9)),
-    ("ragged corner, Tq = 7, Tk = 9", (6, 7, 5, 9, 7, 9)),
-]
-
-
-def check_causal_tile_mask(causal_tile_mask, *, verbose: bool = True) -> Result:
-    """Check `causal_tile_mask(q0, q1, k0, k1, t_query, t_key)` on five tiles."""
-    cases = []
-    for name, (q0, q1, k0, k1, tq, tk) in MASK_TILES:
-        i = np.arange(q0, q1)[:, None]                          # global query positions
-        j = np.arange(k0, k1)[None, :]                          # global key positions
-        off = tk - tq
-        expected = j <= i + off                                 # (q1-q0, k1-k0)
-        r = np.arange(q1 - q0)[:, None]
-        c = np.arange(k1 - k0)[None, :]
-        diagnoses = [
-            (_shape_differs, HINT_RAGGED),
-            (_matches_array(j <= i), HINT_TOP_LEFT),
-            (_matches_array(j < i + off), HINT_OFF_BY_ONE),
-            (_matches_array(j <= i + off + 1), HINT_OFF_BY_ONE),
-            (_matches_array(c <= r + off), HINT_LOCAL_INDEX),
-            (_matches_array(c <= r), HINT_LOCAL_INDEX),
-            (_matches_array(~expected), HINT_INVERTED),
-        ]
-
-        def run(fn, args=(q0, q1, k0, k1, tq, tk), expected=expected):
-            return np.asarray(fn(*args)), expected
-
-        cases.append(Case(f"{name}: rows [{q0},{q1}) x cols [{k0},{k1})", run,
-                          "Query i sees key j iff j <= i + (Tk - Tq).", diagnoses,
-                          rtol=0, atol=0))
-    return run_checks("causal_tile_mask(q0, q1, k0, k1, t_query, t_key)", causal_tile_mask,
-                      cases, verbose=verbose)
-
-
-# -- checker 2: one tile step ------------------------------------------------------
-
-def _step_inputs(seed, br, bc, d, *, state="empty", boost=0.0, masked_rows=(), causal=False):
+def _inputs(seed, tq, tk, d, spread=1.0):
     rng = np.random.default_rng(seed)
-    q_i = rng.standard_normal((br, d))                          # (Br, d)
-    k_j = rng.standard_normal((bc, d)) * (1.0 + boost)          # (Bc, d)
-    v_j = rng.standard_normal((bc, d))                          # (Bc, d)
-    mask = np.ones((br, bc), dtype=bool)
-    if causal:
-        mask = np.arange(bc)[None, :] <= np.arange(br)[:, None] + 1
-    for r in masked_rows:
-        mask[r] = False
-    if state == "empty":
-        m, l, acc = np.full(br, -np.inf), np.zeros(br), np.zeros((br, d))
-    else:                                                       # a state from an earlier tile
-        m = rng.normal(0.0, 0.5, br)
-        l = rng.uniform(1.0, 4.0, br)
-        acc = rng.standard_normal((br, d)) * l[:, None]
-        for r in masked_rows:                                   # still empty for those rows
-            m[r], l[r], acc[r] = -np.inf, 0.0, 0.0
-    return q_i, k_j, v_j, mask, m, l, acc
+    q = rng.standard_normal((tq, d)) * spread                   # (Tq, d)
+    k = rng.standard_normal((tk, d)) * spread                   # (Tk, d)
+    v = rng.standard_normal((tk, d))                            # (Tk, d)
+    if spread == 1.0 and tk > 4:       # later keys align more with q: the max keeps growing
+        k = k * 0.3 + q.mean(axis=0) * np.linspace(0.2, 3.0, tk)[:, None]
+    return q, k, v
 
 
-def check_tile_step(tile_step, *, verbose: bool = True) -> Result:
-    """Check `tile_step(q_i, k_j, v_j, mask, m, l, acc, scale) -> (m, l, acc)`.
-
-    Cases: the first tile (empty state); a later tile whose scores raise the max
-    (the rescale matters); a partial causal tile with a fully masked row whose
-    state is still empty; a ragged 3 x 2 tile with d = 1. The scale is 0.37
-    everywhere, on purpose not 1/sqrt(d).
-    """
-    scale = 0.37
-    specs = [
-        ("first tile: empty state, Br = 5, Bc = 7, d = 3",
-         dict(seed=10, br=5, bc=7, d=3)),
-        ("later tile whose scores raise the max: Br = 6, Bc = 4, d = 5",
-         dict(seed=11, br=6, bc=4, d=5, state="earlier", boost=3.0)),
-        ("partial causal tile, row 0 fully masked and still empty",
-         dict(seed=12, br=4, bc=6, d=3, state="earlier", masked_rows=(0,), causal=True)),
-        ("ragged tile: Br = 3, Bc = 2, d = 1",
-         dict(seed=13, br=3, bc=2, d=1, state="earlier", boost=2.0)),
-    ]
-    cases = []
-    for name, spec in specs:
-        args = _step_inputs(**spec)
-        q_i, k_j, v_j, mask, m, l, acc = args
-        d = q_i.shape[1]
-        with np.errstate(all="ignore"):
-            expected = _step(*args, scale)
-            wrong = [
-                (_step(*args, scale, rescale_acc=False), HINT_RESCALE),
-                (_step(*args, scale, rescale_l=False), HINT_RESCALE),
-                (_step(*args, scale, rescale_l=False, rescale_acc=False), HINT_RESCALE),
-                (_step(*args, scale, keep_old_max=False), HINT_MAX),
-                (_step(*args, 1.0 / math.sqrt(d)), HINT_SCALE),
-                (_step(*args, 1.0), HINT_SCALE),
-                (_step(*args, scale, use_mask=False), HINT_MASK_IGNORED),
-            ]
-        diagnoses = [(_not_tuple(3), HINT_RETURN), (_has_nan, HINT_NEG_INF)]
-        diagnoses += [(_matches(w), hint) for w, hint in wrong]
-
-        def run(fn, args=args, expected=expected):
-            copies = tuple(a.copy() for a in args)
-            return _as_tuple(fn(*copies, scale), 3), expected
-
-        cases.append(Case(name, run, "Compare your step with the update rules in the "
-                          "docstring, one line at a time.", diagnoses,
-                          rtol=_RTOL, atol=_ATOL))
-    return run_checks("tile_step(q_i, k_j, v_j, mask, m, l, acc, scale)", tile_step, cases,
-                      verbose=verbose)
+def _result(out, n):
+    if isinstance(out, list):
+        out = tuple(out)
+    return plain(out) if isinstance(out, tuple) and len(out) == n else out
 
 
-# -- checker 3: the final normalisation ----------------------------------------------
+# -- checker 1: the whole FA2 forward -----------------------------------------------------
 
-def check_finalize(finalize, *, verbose: bool = True) -> Result:
-    """Check `finalize(m, l, acc) -> (o, lse)`, including rows with no visible key."""
-    rng = np.random.default_rng(20)
-    m = rng.normal(0.0, 2.0, 6)                                 # (Br,)
-    l = rng.uniform(1.0, 9.0, 6)                                # (Br,)
-    acc = rng.standard_normal((6, 4)) * l[:, None]              # (Br, d)
-    m_e, l_e, acc_e = m.copy(), l.copy(), acc.copy()
-    m_e[[1, 4]], l_e[[1, 4]], acc_e[[1, 4]] = -np.inf, 0.0, 0.0  # two empty rows
-
-    def case(m, l, acc):
-        expected = _finalize(m, l, acc)
-        with np.errstate(all="ignore"):
-            no_divide = (acc, expected[1])
-            no_m = (expected[0], np.log(l))
-        diagnoses = [(_not_tuple(2), HINT_RETURN), (_has_nan, HINT_EMPTY),
-                     (_matches(no_divide), HINT_DIVIDE), (_matches(no_m), HINT_LSE)]
-
-        def run(fn):
-            return _as_tuple(fn(m.copy(), l.copy(), acc.copy()), 2), expected
-        return run, diagnoses
-
-    run1, diag1 = case(m, l, acc)
-    run2, diag2 = case(m_e, l_e, acc_e)
-    cases = [
-        Case("six rows, every row saw keys", run1, "o = acc / l[:, None]; lse = m + log(l).",
-             diag1, rtol=_RTOL, atol=_ATOL),
-        Case("rows 1 and 4 saw no key (m = -inf, l = 0)", run2, HINT_EMPTY, diag2,
-             rtol=_RTOL, atol=_ATOL),
-    ]
-    return run_checks("finalize(m, l, acc)", finalize, cases, verbose=verbose)
-
-
-# -- checker 4: everything in the loop, against dense attention -----------------------
-
-#: (name, Tq, Tk, d, Br, Bc, causal, spread): ragged, causal, Tq != Tk, extreme scores.
-FORWARD_CASES = [
-    ("non-causal, Tq = 37, Tk = 29, d = 5, Br = 8, Bc = 6", 37, 29, 5, 8, 6, False, 1.0),
-    ("causal, Tq = 23 < Tk = 40, d = 4, Br = 7, Bc = 9", 23, 40, 4, 7, 9, True, 1.0),
-    ("causal, Tq = 40 > Tk = 23 (rows with no key), Br = 6, Bc = 5", 40, 23, 4, 6, 5, True, 1.0),
-    ("causal 1 x 1 tiles, Tq = Tk = 9, d = 2", 9, 9, 2, 1, 1, True, 1.0),
-    ("blocks larger than T, causal, Tq = 13, Tk = 11, d = 3", 13, 11, 3, 64, 64, True, 1.0),
-    ("extreme scores (|S| ~ 1e4), causal, Tq = 17, Tk = 21, d = 3", 17, 21, 3, 4, 8, True, 60.0),
-]
-
-
-def _dense_top_left(q, k, v, scale):
-    tq, tk = q.shape[0], k.shape[0]
-    s = scale * (q @ k.T)
-    s = np.where(np.arange(tk)[None, :] <= np.arange(tq)[:, None], s, -np.inf)
-    m = _safe(s.max(axis=1))
-    p = np.exp(s - m[:, None])
-    l = p.sum(axis=1)
-    return _finalize(m, l, p @ v)
-
-
-def check_tiled_forward(tile_step, finalize, causal_tile_mask, *,
-                        verbose: bool = True) -> Result:
-    """Plug the three functions into `run_forward` and compare with dense attention.
-
-    Six cases (see FORWARD_CASES): lengths that are not multiples of the tile,
-    Tq != Tk both ways, causal rows with no visible key, 1 x 1 tiles, blocks
-    larger than the sequence, and scores of order 1e4.
-    """
+def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Check `flash_forward(q, k, v, causal, scale, block_q, block_k)` on seven cases, then
+    check that tiles the causal mask hides in full are never loaded."""
     cases = []
     for n, (name, tq, tk, d, br, bc, causal, spread) in enumerate(FORWARD_CASES):
-        rng = np.random.default_rng(30 + n)
-        q = rng.standard_normal((tq, d)) * spread               # (Tq, d)
-        k = rng.standard_normal((tk, d)) * spread               # (Tk, d)
-        v = rng.standard_normal((tk, d))                        # (Tk, d)
-        expected = reference.attention(q, k, v, causal=causal)
-        diagnoses = [(_not_tuple(2), HINT_RETURN), (_has_nan, HINT_NEG_INF)]
-        if causal:
-            top_left = _dense_top_left(q, k, v, 1.0 / math.sqrt(d))
-            diagnoses.append((_matches(top_left), HINT_TOP_LEFT))
+        q, k, v = _inputs(40 + n, tq, tk, d, spread)
+        expected = reference.attention(q, k, v, causal=causal, scale=SCALE)
+        right, _ = replay(q, k, v, causal, SCALE, br, bc)
+        diagnoses = [(_has_nan, *HINT_NEG_INF)]
+        for mistake, hint in (("no_rescale", HINT_RESCALE), ("tile_max", HINT_MAX),
+                              ("top_left", HINT_TOP_LEFT), ("no_mask", HINT_NO_MASK),
+                              ("no_divide", HINT_DIVIDE), ("lse_no_m", HINT_LSE),
+                              ("sqrt_scale", HINT_SCALE),
+                              ("early_stop", HINT_SKIP_TOO_MUCH)):
+            wrong, _ = replay(q, k, v, causal, SCALE, br, bc, mistake)
+            if not _close(wrong, right):       # this case can see that mistake
+                diagnoses.append(((lambda y, e, w=wrong: _close(y, w)), *hint))
 
-        def run(both, q=q, k=k, v=v, br=br, bc=bc, causal=causal, expected=expected):
-            step, fin, mask = both
-            out = run_forward(q, k, v, step, fin, mask, block_q=br, block_k=bc, causal=causal)
-            return _as_tuple(out, 2), expected
+        def run(f, q=q, k=k, v=v, causal=causal, br=br, bc=bc, expected=expected):
+            out = f(q.copy(), k.copy(), v.copy(), causal, SCALE, br, bc)
+            return _result(out, 2), expected
 
-        cases.append(Case(name, run, HINT_FORWARD, diagnoses, rtol=_RTOL, atol=_ATOL))
-    return run_checks("the tiled forward built from your three functions",
-                      (tile_step, finalize, causal_tile_mask), cases, verbose=verbose)
+        cases.append(Case(name, run, HINT_FORWARD[0], diagnoses, rtol=_RTOL, atol=_ATOL,
+                          hint2=HINT_FORWARD[1]))
+
+    for name, tq, tk, br, bc in (("causal skipping, Tq = Tk = 24, Br = Bc = 4", 24, 24, 4, 4),
+                                 ("causal skipping, Tq = 10 < Tk = 30, Br = 4, Bc = 5",
+                                  10, 30, 4, 5)):
+        q, k, v = _inputs(60 + tq, tq, tk, 3)
+        want = visible_key_rows(tq, tk, br, bc, True)
+        everything = -(-tq // br) * tk
+
+        def run(f, q=q, k=k, v=v, br=br, bc=bc, want=want):
+            watched = WatchedRows.wrap(k.copy())
+            f(q.copy(), watched, v.copy(), True, SCALE, br, bc)
+            return watched.rows_read(), want
+
+        diagnoses = [((lambda y, e, a=everything: y >= a), *HINT_NO_SKIP),
+                     ((lambda y, e: y > e), *HINT_NO_SKIP),
+                     ((lambda y, e: y < e), *HINT_SKIP_TOO_MUCH)]
+        cases.append(Case(f"{name}: key rows loaded through k[k0:k1]", run, HINT_NO_SKIP[0],
+                          diagnoses, rtol=0, atol=0, hint2=HINT_NO_SKIP[1]))
+    return run_checks("flash_forward(q, k, v, causal, scale, block_q, block_k)", fn, cases,
+                      verbose=verbose, hint_level=hint_level)
+
+
+# -- checker 2: the FA1 order with its byte counter -------------------------------------------
+
+def fa1_model(tq, tk, d, br, bc, causal, e=8) -> tuple[int, int]:
+    t = tiled_traffic(tq, tk, d, br, bc, causal=causal, loop_order="fa1", bytes_per_element=e)
+    return t.read_bytes, t.write_bytes
+
+
+def _fa1_variants(tq, tk, d, br, bc, causal, e=8):
+    """(reads, writes) of typical counting mistakes, from the model's own terms."""
+    st = 4
+    q_rows = 0          # sum over visible tiles of rows(Q_i)
+    k_rows = 0          # sum over visible tiles of rows(K_j)
+    all_q_rows = -(-tk // bc) * tq
+    for k0 in range(0, tk, bc):
+        k1 = min(k0 + bc, tk)
+        for q0 in range(0, tq, br):
+            q1 = min(q0 + br, tq)
+            if tile_visibility(q0, q1, k0, k1, tq, tk, causal) != "hidden":
+                q_rows += q1 - q0
+                k_rows += k1 - k0
+    reads, writes = fa1_model(tq, tk, d, br, bc, causal, e)
+    return {
+        "kv_per_tile": (reads - 2 * tk * d * e + 2 * k_rows * d * e, writes),
+        "no_state": (reads - q_rows * (d * e + 2 * st), writes - q_rows * (d * e + 2 * st)),
+        "no_init": (reads, writes - tq * d * e - 2 * tq * st),
+        "stat_as_element": (reads + q_rows * 2 * (e - st),
+                            writes + (tq + q_rows) * 2 * (e - st)),
+        "no_skip": (2 * tk * d * e + all_q_rows * (2 * d * e + 2 * st),
+                    tq * d * e + 2 * tq * st + all_q_rows * (d * e + 2 * st)),
+    }
+
+
+FA1_CASES = [
+    ("FA1, ragged, Tq = 19, Tk = 14, d = 3, Br = 5, Bc = 4", 19, 14, 3, 5, 4, False),
+    ("FA1, causal, Tq = 12 < Tk = 20, d = 2, Br = 4, Bc = 6", 12, 20, 2, 4, 6, True),
+    ("FA1, causal, Tq = 21 > Tk = 9 (rows with no key), Br = 4, Bc = 3", 21, 9, 3, 4, 3, True),
+]
+
+
+def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Check `fa1_forward(q, k, v, causal, scale, block_q, block_k, counter)`: its result
+    against dense attention, then its counted bytes against the FA1 model."""
+    cases = []
+    for n, (name, tq, tk, d, br, bc, causal) in enumerate(FA1_CASES):
+        q, k, v = _inputs(70 + n, tq, tk, d)
+        expected = reference.attention(q, k, v, causal=causal, scale=SCALE)
+
+        def run(f, q=q, k=k, v=v, causal=causal, br=br, bc=bc, expected=expected):
+            out = f(q.copy(), k.copy(), v.copy(), causal, SCALE, br, bc,
+                    TrafficCounter(bytes_per_element=8, record_events=False))
+            return _result(out, 2), expected
+
+        cases.append(Case(f"{name}: result", run, HINT_FA1_MATH[0], [(_has_nan, *HINT_NEG_INF)],
+                          rtol=_RTOL, atol=_ATOL, hint2=HINT_FA1_MATH[1]))
+    for name, tq, tk, d, br, bc, causal in FA1_CASES:
+        q, k, v = _inputs(80, tq, tk, d)
+        want = fa1_model(tq, tk, d, br, bc, causal)
+        variants = _fa1_variants(tq, tk, d, br, bc, causal)
+        diagnoses = []
+        for key, hint in (("kv_per_tile", HINT_FA1_KV_PER_TILE), ("no_state", HINT_FA1_NO_STATE),
+                          ("no_init", HINT_FA1_INIT), ("stat_as_element", HINT_FA1_STAT_KIND),
+                          ("no_skip", HINT_FA1_NO_SKIP)):
+            if variants[key] != want:
+                diagnoses.append(((lambda y, e, w=variants[key]: tuple(y) == w), *hint))
+
+        def run(f, q=q, k=k, v=v, causal=causal, br=br, bc=bc, want=want):
+            counter = TrafficCounter(bytes_per_element=8, record_events=False)
+            f(q.copy(), k.copy(), v.copy(), causal, SCALE, br, bc, counter)
+            return (counter.read_bytes, counter.write_bytes), want
+
+        cases.append(Case(f"{name}: (read, write) bytes counted vs the FA1 model", run,
+                          HINT_FA1_TRAFFIC[0], diagnoses, rtol=0, atol=0,
+                          hint2=HINT_FA1_TRAFFIC[1]))
+    return run_checks("fa1_forward(q, k, v, causal, scale, block_q, block_k, counter)", fn,
+                      cases, verbose=verbose, hint_level=hint_level)
+
+
+# -- checker 3 (going further): merge two partial results --------------------------------------
+
+def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Check `merge_partials(o_a, lse_a, o_b, lse_b) -> (o, lse)` against attention over the
+    union of two key ranges; includes rows for which one or both ranges are fully masked."""
+    cases = []
+    for n, (name, tq, tk, split, causal, spread) in enumerate([
+            ("two halves, Tq = 5, Tk = 12", 5, 12, 6, False, 1.0),
+            ("uneven split, large scores, Tq = 4, Tk = 9", 4, 9, 2, False, 15.0),
+            ("causal, Tq = 8 > Tk = 6: rows with no key in one or both parts", 8, 6, 3, True,
+             1.0)]):
+        q, k, v = _inputs(90 + n, tq, tk, 3, spread)
+        mask = visible_mask(tq, tk, causal)                     # (Tq, Tk)
+        s = SCALE * (q @ k.T)
+        s = np.where(mask, s, -np.inf)
+
+        def part(cols, s=s, v=v):
+            sub = s[:, cols]                                    # (Tq, n)
+            mx = _safe(sub.max(axis=1))
+            with np.errstate(all="ignore"):
+                p = np.exp(sub - mx[:, None])
+                l = p.sum(axis=1)
+                o = np.where(l[:, None] > 0, (p @ v[cols]) / np.where(l > 0, l, 1)[:, None], 0.0)
+                lse = np.where(l > 0, mx + np.log(np.where(l > 0, l, 1)), -np.inf)
+            return o, lse
+
+        o_a, lse_a = part(np.arange(0, split))
+        o_b, lse_b = part(np.arange(split, tk))
+        expected = part(np.arange(tk))
+        with np.errstate(all="ignore"):
+            average = ((o_a + o_b) / 2, np.logaddexp(lse_a, lse_b))
+            bad = lse_a + lse_b
+            bad_use = np.where(np.isneginf(bad), 0.0, bad)
+            add_lse = (np.exp(lse_a - bad_use)[:, None] * o_a
+                       + np.exp(lse_b - bad_use)[:, None] * o_b, bad)
+        diagnoses = [(_has_nan, *HINT_MERGE_EMPTY),
+                     ((lambda y, e, w=average: _close(y, w)), *HINT_MERGE_AVERAGE),
+                     ((lambda y, e, w=add_lse: _close(y, w)), *HINT_MERGE_LSE)]
+
+        def run(f, a=(o_a, lse_a, o_b, lse_b), expected=expected):
+            return _result(f(*(x.copy() for x in a)), 2), expected
+
+        cases.append(Case(name, run, HINT_MERGE[0], diagnoses, rtol=_RTOL, atol=_ATOL,
+                          hint2=HINT_MERGE[1]))
+    return run_checks("merge_partials(o_a, lse_a, o_b, lse_b)", fn, cases, verbose=verbose,
+                      hint_level=hint_level)
+
+
+ALL_HINTS = [v for k, v in dict(globals()).items() if k.startswith("HINT_")]

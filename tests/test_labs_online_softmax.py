@@ -1,0 +1,165 @@
+"""Lab 02 (online softmax): the checker accepts the solution and catches the typical mistakes.
+
+The solutions are taken from the solution notebooks themselves (their function
+cells are executed here), and the stubs from the generated student version, so
+what is tested is exactly what learners get. Each wrong implementation below is
+a mistake learners make; the test asserts that the checker rejects it with the
+hint that names that mistake (Result.hint), not merely that it fails.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flashcourse.labs import online_softmax as L1
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import make_labs  # noqa: E402
+
+LAB01 = ROOT / "labs" / "solutions" / "lab02_online_softmax.ipynb"
+
+
+def functions_of(path: Path, *, student: bool) -> dict:
+    """Execute the import and `def` cells of a lab (solution or student version)."""
+    import nbformat
+
+    nb = make_labs.student_version(path) if student else nbformat.read(path, as_version=4)
+    namespace: dict = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        src = cell.source
+        if src.lstrip().startswith(("import", "from")) or src.lstrip().startswith("def "):
+            exec(compile(src, f"{path.name}", "exec"), namespace)  # noqa: S102
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def lab01():
+    return functions_of(LAB01, student=False)
+
+
+def _safe(m):
+    return np.where(m == -np.inf, 0.0, m)
+
+
+# ---------------------------------------------------------------------------
+# Lab 01: online softmax
+# ---------------------------------------------------------------------------
+
+def test_lab01_solutions_pass(lab01):
+    assert L1.check_online_update(lab01["online_update"], verbose=False).passed
+    assert L1.check_merge_states(lab01["merge_states"], verbose=False).passed
+
+
+def test_lab01_stubs_report_not_implemented(capsys):
+    ns = functions_of(LAB01, student=True)
+    for check, name in ((L1.check_online_update, "online_update"),
+                        (L1.check_merge_states, "merge_states")):
+        result = check(ns[name])
+        assert not result.passed and result.todo
+    out = capsys.readouterr().out
+    assert out.count("Not implemented yet") == 2
+    assert "All checks passed" not in out
+
+
+def test_lab01_solution_matches_reference_module(lab01):
+    """The notebook's rule agrees with flashcourse.reference.online_update, element by element."""
+    from flashcourse import reference
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 5, 50)
+    state = reference.EMPTY_STATE
+    m, l = np.array([-np.inf]), np.array([0.0])
+    for xi in x:
+        state = reference.online_update(state, float(xi))
+        m, l = lab01["online_update"](m, l, np.array([xi]))
+    # float64, same formula, same order: agreement to 1e-12 relative
+    assert m[0] == state.m and abs(l[0] - state.l) <= 1e-12 * state.l
+
+
+def _update_no_rescale(m, l, x):
+    m_new = np.maximum(m, x)
+    return m_new, l + np.exp(x - _safe(m_new))
+
+
+def _update_no_guard(m, l, x):
+    m_new = np.maximum(m, x)
+    return m_new, l * np.exp(m - m_new) + np.exp(x - m_new)
+
+
+def _update_forgets_old_max(m, l, x):
+    m_new = np.where(x == -np.inf, m, x)        # "the newest score is the max"
+    return m_new, l * np.exp(m - _safe(m_new)) + np.exp(x - _safe(m_new))
+
+
+def _update_inverted(m, l, x):
+    m_new = np.maximum(m, x)
+    old = np.where(m == -np.inf, m_new, m)
+    return m_new, l * np.exp(m_new - old) + np.exp(x - _safe(m_new))
+
+
+def _update_unshifted(m, l, x):
+    return np.maximum(m, x), l + np.exp(x)
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (_update_no_rescale, L1.HINT_RESCALE),
+    (_update_no_guard, L1.HINT_NEG_INF),
+    (_update_forgets_old_max, L1.HINT_MAX),
+    (_update_inverted, L1.HINT_DIRECTION),
+    (_update_unshifted, L1.HINT_SHIFT),
+], ids=lambda p: getattr(p, "__name__", "hint"))
+def test_lab01_wrong_updates_get_their_hint(wrong, hint):
+    with np.errstate(all="ignore"):
+        result = L1.check_online_update(wrong, verbose=False)
+    assert not result.passed and not result.todo
+    assert result.hint == hint
+
+
+def _merge_no_rescale(m_a, l_a, m_b, l_b):
+    return np.maximum(m_a, m_b), l_a + l_b
+
+
+def _merge_no_guard(m_a, l_a, m_b, l_b):
+    m = np.maximum(m_a, m_b)
+    return m, l_a * np.exp(m_a - m) + l_b * np.exp(m_b - m)
+
+
+def _merge_min(m_a, l_a, m_b, l_b):
+    m = np.minimum(m_a, m_b)
+    return m, l_a * np.exp(m_a - _safe(m)) + l_b * np.exp(m_b - _safe(m))
+
+
+def _merge_inverted(m_a, l_a, m_b, l_b):
+    m = np.maximum(m_a, m_b)
+    return m, l_a * np.exp(m - m_a) + l_b * np.exp(m - m_b)
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (_merge_no_rescale, L1.HINT_RESCALE),
+    (_merge_no_guard, L1.HINT_NEG_INF),
+    (_merge_min, L1.HINT_MAX),
+    (_merge_inverted, L1.HINT_DIRECTION),
+], ids=lambda p: getattr(p, "__name__", "hint"))
+def test_lab01_wrong_merges_get_their_hint(wrong, hint):
+    with np.errstate(all="ignore"):
+        result = L1.check_merge_states(wrong, verbose=False)
+    assert not result.passed and not result.todo
+    assert result.hint == hint
+
+
+def test_lab01_failure_prints_yours_and_expected(capsys):
+    with np.errstate(all="ignore"):
+        L1.check_online_update(_update_no_rescale)
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "yours" in out and "expected" in out and "Hint:" in out
+
+
+def test_lab01_crash_is_reported_not_raised():
+    def crashes(m, l, x):
+        return m[5], l                           # IndexError on some inputs
+    result = L1.check_online_update(crashes, verbose=False)
+    assert not result.passed and "IndexError" in result.detail
