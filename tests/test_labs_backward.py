@@ -1,127 +1,89 @@
-"""Lab 05 (backward): the checkers accept the solution, report stubs, and name each mistake.
-
-The solution functions are executed from the solution notebook itself and the stubs
-from the generated student version, so what is tested is what learners get. Each
-wrong implementation is a typical mistake; the test asserts the checker rejects it
-with the hint that names that mistake (Result.hint), not merely that it fails.
-"""
+"""Lab 09 (backward): solutions pass, stubs report "not implemented", typical mistakes get their
+own hint, and no hint contains a line of the solution."""
 
 import numpy as np
 import pytest
 
-from flashcourse import reference
-from flashcourse.labs import backward as L5
+from flashcourse.labs import backward as L
+from flashcourse.labs._harness import TODO_LINE
+from labtools import functions_of, hint_leaks, lab_path, mutate
 
-from helpers import ROOT
-from helpers import assert_stubs_not_implemented
-from helpers import lab_functions as functions_of
-
-LAB05 = ROOT / "labs" / "solutions" / "lab05_backward.ipynb"
+LAB = lab_path("lab09_backward")
 
 
 @pytest.fixture(scope="module")
-def sol():
-    return functions_of(LAB05, student=False)
+def lab():
+    return functions_of(LAB)
 
 
-def test_solution_passes(sol):
-    assert L5.check_compute_delta(sol["compute_delta"], verbose=False).passed
-    assert L5.check_recompute_p(sol["recompute_p"], verbose=False).passed
-    assert L5.check_tile_ds(sol["tile_ds"], verbose=False).passed
-    assert L5.check_backward(sol["compute_delta"], sol["recompute_p"], sol["tile_ds"],
-                             verbose=False).passed
+def test_solutions_pass(lab):
+    assert L.check_flash_backward(lab["flash_backward"], verbose=False).passed
+    assert L.check_flash_backward_dq(lab["flash_backward_dq"], verbose=False).passed
 
 
-def test_solution_run_backward_matches_reference(sol):
-    # the loop itself is right: plugged with the solution it equals the float64 reference
-    rng = np.random.default_rng(4)
-    q, k, v = (rng.standard_normal((t, 3)) for t in (10, 7, 7))
-    do = rng.standard_normal((10, 3))
-    o, lse = reference.attention(q, k, v, causal=True)
-    got = L5.run_backward(q, k, v, o, lse, do, sol["compute_delta"], sol["recompute_p"],
-                          sol["tile_ds"], block_q=3, block_k=2, causal=True)
-    ref = reference.attention_backward(q, k, v, do, causal=True)
-    for g, r in zip(got, ref):
-        assert np.allclose(g, r, rtol=1e-10, atol=1e-13)
+def test_solution_matches_the_library_backward(lab):
+    """Against flashcourse.tiled.backward (another implementation), rtol 1e-10."""
+    from flashcourse import reference, tiled
+    rng = np.random.default_rng(3)
+    q, k, v, do = (rng.standard_normal(s) for s in ((29, 5), (41, 5), (41, 5), (29, 5)))
+    o, lse = reference.attention(q, k, v, causal=True, scale=0.5)
+    got = lab["flash_backward"](q, k, v, o, lse, do, True, 0.5, 8, 6)
+    want = tiled.backward(q, k, v, o, lse, do, block_q=8, block_k=6, causal=True, scale=0.5)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
 
 
 def test_stubs_report_not_implemented(capsys):
-    ns = functions_of(LAB05, student=True)
-    results = [L5.check_compute_delta(ns["compute_delta"]),
-               L5.check_recompute_p(ns["recompute_p"]),
-               L5.check_tile_ds(ns["tile_ds"]),
-               L5.check_backward(ns["compute_delta"], ns["recompute_p"], ns["tile_ds"])]
-    assert_stubs_not_implemented(results, capsys.readouterr().out)
+    student = functions_of(LAB, student=True)
+    for check, fn in ((L.check_flash_backward, "flash_backward"),
+                      (L.check_flash_backward_dq, "flash_backward_dq")):
+        result = check(student[fn])
+        assert result.todo and not result.passed
+        assert TODO_LINE in capsys.readouterr().out
 
 
-# --- wrong versions of tile_ds -------------------------------------------------------
-
-@pytest.mark.parametrize("wrong,hint", [
-    (lambda p, do, v, delta: p * (do @ v.T), L5.HINT_FORGOT_D),
-    (lambda p, do, v, delta: do @ v.T - delta[:, None], L5.HINT_NO_P),
-    (lambda p, do, v, delta: p * (do @ v.T + delta[:, None]), L5.HINT_D_SIGN),
-])
-def test_tile_ds_mistakes(wrong, hint):
-    r = L5.check_tile_ds(wrong, verbose=False)
-    assert not r.passed and r.hint == hint
-
-
-def test_tile_ds_used_o_instead_of_do():
-    # the learner's function only sees do_i; a "used O" bug is simulated by recomputing O
-    # from p and v_j (p is a whole row here, so p @ v_j is O_i)
-    def wrong(p, do_i, v_j, delta_i):
-        o_i = p @ v_j
-        return p * (o_i @ v_j.T - delta_i[:, None])
-    r = L5.check_tile_ds(wrong, verbose=False)
-    assert not r.passed and r.hint == L5.HINT_O_FOR_DO
+MISTAKES = [
+    ("ds = p * (dp - delta[q0:q1, None])", "ds = p * dp", L.HINT_FORGOT_D),
+    ("dp = do_i @ v_j.T", "dp = o[q0:q1] @ v_j.T", L.HINT_DP_FROM_O),
+    ("dq[q0:q1] += scale * (ds @ k_j)", "dq[q0:q1] += ds @ k_j", L.HINT_SCALE_CHAIN),
+    ("dv_j += p.T @ do_i", "dv_j += p.T @ o[q0:q1]", L.HINT_DV),
+    ("dq[q0:q1] += scale * (ds @ k_j)", "dq[q0:q1] = scale * (ds @ k_j)", L.HINT_DQ_OVERWRITE),
+    ("offset = t_k - t_q ", "offset = 0 ", L.HINT_TOP_LEFT),
+    ("lse_i = np.where(np.isneginf(lse[q0:q1]), np.inf, lse[q0:q1])", "lse_i = lse[q0:q1]",
+     L.HINT_NEG_INF),
+    ("q_start = max(0, k0 - offset) // block_q * block_q", "q_start = 0", L.HINT_NO_SKIP),
+    ("q_start = max(0, k0 - offset) // block_q * block_q",
+     "q_start = max(0, k0 - offset + block_q) // block_q * block_q", L.HINT_SKIP_TOO_MUCH),
+]
 
 
-# --- wrong versions of recompute_p -----------------------------------------------------
-
-def _p_tile_max(q_i, k_j, mask, lse_i, scale):
-    s = np.where(mask, scale * (q_i @ k_j.T), -np.inf)
-    m = s.max(axis=1)
-    return np.exp(s - np.where(np.isfinite(m), m, 0.0)[:, None])
-
-
-def _p_no_lse(q_i, k_j, mask, lse_i, scale):
-    return np.exp(np.where(mask, scale * (q_i @ k_j.T), -np.inf))
+@pytest.mark.parametrize("old,new,hint", MISTAKES, ids=lambda x: str(x)[:30])
+def test_mistakes_get_their_hint(old, new, hint):
+    with np.errstate(all="ignore"):
+        result = L.check_flash_backward(mutate(LAB, "flash_backward", old, new), verbose=False)
+    assert not result.passed and result.hint == hint[0]
 
 
-def _p_no_mask(q_i, k_j, mask, lse_i, scale):
-    return np.exp(scale * (q_i @ k_j.T) - np.where(np.isneginf(lse_i), np.inf, lse_i)[:, None])
+def test_tile_softmax_is_named():
+    def tile_softmax(q, k, v, o, lse, do, causal, scale, block_q, block_k):
+        return L.replay(q, k, v, o, lse, do, causal, scale, block_q, block_k, "tile_softmax")
+    result = L.check_flash_backward(tile_softmax, verbose=False)
+    assert result.hint == L.HINT_TILE_SOFTMAX[0]
 
 
-def _p_nan_rows(q_i, k_j, mask, lse_i, scale):
-    return np.exp(np.where(mask, scale * (q_i @ k_j.T), -np.inf) - lse_i[:, None])
+DQ_MISTAKES = [
+    ("(p * (do_i @ v[k0:k1].T - delta_i[:, None]))", "(p * (do_i @ v[k0:k1].T))",
+     L.HINT_FORGOT_D),
+    ("dq[q0:q1] += scale * (", "dq[q0:q1] += (", L.HINT_SCALE_CHAIN),
+    ("dq[q0:q1] += scale * (", "dq[q0:q1] = scale * (", L.HINT_DQ_OVERWRITE),
+]
 
 
-def _p_ignores_scale(q_i, k_j, mask, lse_i, scale):
-    return np.exp(np.where(mask, q_i @ k_j.T, -np.inf)
-                  - np.where(np.isneginf(lse_i), np.inf, lse_i)[:, None])
+@pytest.mark.parametrize("old,new,hint", DQ_MISTAKES, ids=lambda x: str(x)[:30])
+def test_dq_mistakes_get_their_hint(old, new, hint):
+    result = L.check_flash_backward_dq(mutate(LAB, "flash_backward_dq", old, new), verbose=False)
+    assert not result.passed and result.hint == hint[0]
 
 
-@pytest.mark.parametrize("wrong,hint", [
-    (_p_tile_max, L5.HINT_TILE_MAX),
-    (_p_no_lse, L5.HINT_NO_LSE),
-    (_p_no_mask, L5.HINT_MASK),
-    (_p_nan_rows, L5.HINT_EMPTY_ROW),
-    (_p_ignores_scale, L5.HINT_SCALE),
-])
-def test_recompute_p_mistakes(wrong, hint):
-    r = L5.check_recompute_p(wrong, verbose=False)
-    assert not r.passed and r.hint == hint
-
-
-@pytest.mark.parametrize("wrong,hint", [
-    (lambda do, o: (o * o).sum(axis=1), L5.HINT_DELTA_O),
-    (lambda do, o: (do * o).sum(axis=0), L5.HINT_DELTA_AXIS),
-])
-def test_compute_delta_mistakes(wrong, hint):
-    r = L5.check_compute_delta(wrong, verbose=False)
-    assert not r.passed and r.hint == hint
-
-
-def test_full_check_catches_a_wrong_piece(sol):
-    r = L5.check_backward(sol["compute_delta"], _p_tile_max, sol["tile_ds"], verbose=False)
-    assert not r.passed and r.hint == L5.HINT_FULL
+def test_no_hint_contains_a_solution_line():
+    assert hint_leaks(L.ALL_HINTS, LAB) == []

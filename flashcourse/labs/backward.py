@@ -1,278 +1,260 @@
-"""Checkers for lab 05: the per-tile step of FlashAttention's backward pass.
+"""Checkers for lab 09 (follows the backward notebook): the tiled backward of one head.
 
-The learner writes three functions (one head, float64, paper notation):
+The learner writes, in float64 (q, o, do (Tq, d); k, v (Tk, d); lse (Tq,)):
 
-    compute_delta(do, o) -> (Tq,)
-        D_i = rowsum(dO_i * O_i) = sum_c dO[i, c] O[i, c]; it replaces the row sum
-        sum_j P_ij dP_ij of the softmax Jacobian.
+    flash_backward(q, k, v, o, lse, do, causal, scale, block_q, block_k) -> (dq, dk, dv)
+        FlashAttention-2's key-major backward: outer loop over key blocks (K_j, V_j and
+        their gradients dK_j, dV_j stay on chip), inner loop over the query blocks that
+        can see them. Per tile: recompute S and P = exp(S - lse) from the saved lse,
+        dV_j += P^T dO_i, dP = dO_i V_j^T, dS = P (dP - D_i) with D = rowsum(dO * O),
+        dQ_i += scale dS K_j (accumulated across key blocks), dK_j += scale dS^T Q_i.
+        Query blocks that the causal mask hides from the key block are never loaded
+        (load Q_i as q[q0:q1]); rows with lse = -inf (no visible key) contribute 0.
 
-    recompute_p(q_i, k_j, mask, lse_i, scale) -> (Br, Bc)
-        P_ij = exp(scale q_i k_j^T - lse_i): the probabilities, recomputed exactly
-        from the forward's logsumexp; 0 where mask is False and in rows whose
-        lse is -inf (no visible key).
+    flash_backward_dq(q, k, v, o, lse, do, causal, scale, block_q, block_k) -> dq
+        (going further) the query-major second pass that computes dQ without
+        accumulating across key blocks (no atomic adds on a GPU).
 
-    tile_ds(p, do_i, v_j, delta_i) -> (Br, Bc)
-        dP = dO_i V_j^T and dS = P * (dP - D_i[:, None]).
-
-`run_backward` is the FlashAttention-2 backward loop (outer over key blocks, inner
-over query blocks) into which the checker plugs those functions; it forms
-dV_j += P^T dO_i, dQ_i += scale dS K_j, dK_j += scale dS^T Q_i itself.
+The derivation (the softmax Jacobian, why D = rowsum(dO * O) replaces the row sum,
+the five products) is in the backward notebook. Expected values come from
+`flashcourse.reference.attention_backward`, which materialises P and the Jacobian and
+does not use D: an independent formula.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .. import reference
-from ..geometry import tile_visibility, visible_mask
-from ._harness import Case, Result, run_checks
+from .._checks import tile_visibility
+from ._harness import Case, Result, WatchedRows, plain, run_checks
 
-# -- hints (tests assert on these exact strings) ------------------------------
-HINT_DELTA_O = ("D uses both tensors: D_i = sum_c dO[i, c] * O[i, c], the dot product of "
-                "row i of dO with row i of O (not O with itself, not dO with itself).")
-HINT_DELTA_AXIS = ("Sum over the head dimension (axis=1, the d columns), giving one number "
-                   "per query row: shape (Tq,).")
-HINT_FORGOT_D = ("You forgot to subtract D: the softmax Jacobian gives "
-                 "dS = P * (dP - D[:, None]), not P * dP. D_i = sum_j P_ij dP_ij is the "
-                 "'everything else in the row' term of the Jacobian.")
-HINT_O_FOR_DO = ("dP comes from the output GRADIENT: dP = dO_i @ V_j.T. Using the output O "
-                 "itself (O_i @ V_j.T) gives the wrong dP.")
-HINT_NO_P = ("Multiply by P: dS = P * (dP - D[:, None]) elementwise; (dP - D) alone is the "
-             "gradient with respect to P, not to S.")
-HINT_D_SIGN = "Subtract D, do not add it: dS = P * (dP - D[:, None])."
-HINT_NO_LSE = ("P must be normalised: subtract the row's logsumexp, P = exp(S - lse[:, None]). "
-               "exp(S) alone is the unnormalised weight (its rows do not sum to 1).")
-HINT_TILE_MAX = ("Use the forward's lse, not this tile's max: exp(S - rowmax(S)) is "
-                 "normalised to this tile only. lse_i = m_i + log(l_i) already holds the "
-                 "whole row's max AND sum, so P = exp(S - lse) is exact with no second pass.")
-HINT_SCALE = "Apply the `scale` argument: S = scale * q_i @ k_j.T, as in the forward."
-HINT_MASK = ("Masked entries must be exactly 0: set S to -inf where mask is False before "
-             "the exp (exp(-inf) = 0), so hidden keys get no probability and no gradient.")
-HINT_EMPTY_ROW = ("A row with lse = -inf saw no key in the forward: its P must be 0, not "
-                  "NaN or inf. Use a stand-in (e.g. +inf) for lse in those rows, or "
-                  "np.where(np.isneginf(lse), ...), so that exp(S - lse) = 0 there.")
-HINT_RETURN = "Return a numpy array with the shape in the docstring."
-HINT_FULL = ("The full backward disagrees with the reference. Make the three smaller checks "
-             "pass first.")
+HINT_FORGOT_D = (
+    "dS is missing the row term of the softmax Jacobian: each row's dS must subtract that "
+    "row's sum of P * dP before multiplying by P (the backward notebook, 'the Jacobian').",
+    "That row sum equals D_i = dO_i . O_i, computed once before the loops; subtract it from "
+    "dP, row by row, then multiply by P elementwise.")
+HINT_DP_FROM_O = (
+    "dP must come from the output GRADIENT: the gradient of O = P V with respect to P uses "
+    "dO, not O.",
+    "dP is dO_i times V_j transposed, shape (Br, Bc).")
+HINT_SCALE_CHAIN = (
+    "The chain rule through S = scale * Q K^T: dQ and dK carry the factor `scale` (the "
+    "checker passes 0.37).",
+    "Multiply dS K_j and dS^T Q_i by `scale` before adding them to dQ_i and dK_j.")
+HINT_TILE_SOFTMAX = (
+    "P is recomputed with a softmax inside the tile: that normalises over this key block "
+    "only. The true P normalises over the whole row, which is what the saved lse holds.",
+    "P = exp(S - lse_i) row by row, with no max and no division: lse is the log of the "
+    "row's full normaliser.")
+HINT_DV = (
+    "dV: the gradient of O = P V with respect to V multiplies the probabilities by the "
+    "output GRADIENT dO, not by the output O.",
+    "dV_j accumulates P transposed times dO_i over the query blocks.")
+HINT_DQ_OVERWRITE = (
+    "dQ_i receives a contribution from EVERY key block: yours keeps only the last one.",
+    "Add each key block's scale * dS K_j into dQ_i; start dQ at zero before the loops.")
+HINT_DKDV_OVERWRITE = (
+    "dK_j and dV_j sum over all query blocks that see key block j: yours keep only one.",
+    "Accumulate into dK_j and dV_j inside the query loop; store them after it.")
+HINT_TOP_LEFT = (
+    "Mask alignment: your causal mask is top-left (j <= i). The course aligns it "
+    "bottom-right: query i sees key j iff j <= i + Tk - Tq.",
+    "Use the offset Tk - Tq both in the per-pair test and in the first query block each key "
+    "block visits.")
+HINT_NEG_INF = (
+    "NaN or inf: rows that saw no key (lse = -inf) make exp(S - lse) blow up.",
+    "For such rows P must be 0: replace their lse by +inf (or mask them) before the "
+    "exponential.")
+HINT_NO_SKIP = (
+    "Causal tile skipping: your key-block loop loads query blocks that cannot see that key "
+    "block. The gradients are right, but those loads and five products are wasted.",
+    "For key block [k0, k1) the first query row that sees key k0 is k0 - (Tk - Tq); start "
+    "the query loop at the block containing it, and load Q_i as q[q0:q1].")
+HINT_SKIP_TOO_MUCH = (
+    "Your query loop skips query blocks that do see this key block.",
+    "A query block is hidden from key block j only if even its LAST row cannot see key k0.")
+HINT_BACKWARD = (
+    "Your gradients disagree with the dense backward. Compare dV first (it needs only P), "
+    "then dP and dS on a 2 x 3 example.",
+    "flashcourse.reference.attention_backward gives the expected (dq, dk, dv) for small "
+    "inputs; check one tile (block sizes larger than T) before several.")
 
-_RTOL, _ATOL = 1e-9, 1e-12      # float64 throughout: only rounding differs
+_RTOL, _ATOL = 1e-9, 1e-11
+SCALE = 0.37
 
-
-# -- the spec ------------------------------------------------------------------------
-
-def _delta(do, o):
-    return (do * o).sum(axis=1)
-
-
-def _p(q_i, k_j, mask, lse_i, scale):
-    s = np.where(mask, scale * (q_i @ k_j.T), -np.inf)         # (Br, Bc)
-    lse_safe = np.where(np.isneginf(lse_i), np.inf, lse_i)      # empty rows -> P = 0
-    return np.exp(s - lse_safe[:, None])
-
-
-def _ds(p, do_i, v_j, delta_i):
-    return p * (do_i @ v_j.T - delta_i[:, None])
-
-
-def run_backward(q, k, v, o, lse, do, compute_delta, recompute_p, tile_ds, *,
-                 block_q: int, block_k: int, causal: bool, scale: float | None = None):
-    """(dq, dk, dv) of one head from the learner's three functions, FA2 backward order."""
-    tq, d = q.shape
-    tk = k.shape[0]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    delta = np.asarray(compute_delta(do, o), dtype=np.float64)  # (Tq,)
-    if delta.shape != (tq,):
-        raise ValueError(f"compute_delta returned shape {delta.shape}, expected {(tq,)}")
-    dq = np.zeros((tq, d))
-    dk = np.zeros((tk, d))
-    dv = np.zeros((tk, d))
-    for k0 in range(0, tk, block_k):
-        k1 = min(k0 + block_k, tk)
-        for q0 in range(0, tq, block_q):
-            q1 = min(q0 + block_q, tq)
-            if tile_visibility(q0, q1, k0, k1, tq, tk, causal) == "hidden":
-                continue
-            mask = visible_mask(tq, tk, causal, q0, q1, k0, k1)
-            p = np.asarray(recompute_p(q[q0:q1], k[k0:k1], mask, lse[q0:q1], scale))
-            ds = np.asarray(tile_ds(p, do[q0:q1], v[k0:k1], delta[q0:q1]))
-            dv[k0:k1] += p.T @ do[q0:q1]
-            dq[q0:q1] += scale * (ds @ k[k0:k1])
-            dk[k0:k1] += scale * (ds.T @ q[q0:q1])
-    return dq, dk, dv
-
-
-# -- helpers for diagnoses -------------------------------------------------------------
-
-def _matches(candidate):
-    def predicate(yours, _expected):
-        y = np.asarray(yours, dtype=np.float64)
-        c = np.asarray(candidate, dtype=np.float64)
-        return y.shape == c.shape and np.allclose(y, c, rtol=1e-7, atol=1e-12, equal_nan=True)
-    return predicate
-
-
-def _bad_shape(yours, expected):
-    return np.shape(yours) != np.shape(expected)
-
-
-def _nonfinite(yours, _expected):
-    return not np.isfinite(np.asarray(yours, dtype=np.float64)).all()
-
-
-def _masked_nonzero(mask):
-    def predicate(yours, _expected):
-        y = np.asarray(yours, dtype=np.float64)
-        return y.shape == mask.shape and bool(np.any(y[~mask] != 0))
-    return predicate
-
-
-def _tile(seed, br, bc, d):
-    rng = np.random.default_rng(seed)
-    q = rng.standard_normal((br, d))
-    k = rng.standard_normal((bc, d))
-    v = rng.standard_normal((bc, d))
-    do = rng.standard_normal((br, d))
-    return q, k, v, do
-
-
-# -- checker 1: D -----------------------------------------------------------------------
-
-def check_compute_delta(compute_delta, *, verbose: bool = True) -> Result:
-    """Check `compute_delta(do, o) -> (Tq,)` on two shapes."""
-    cases = []
-    for name, (tq, d, seed) in (("Tq = 6, d = 4", (6, 4, 1)), ("Tq = 5, d = 5", (5, 5, 2))):
-        rng = np.random.default_rng(seed)
-        do = rng.standard_normal((tq, d))
-        o = rng.standard_normal((tq, d))
-        expected = _delta(do, o)
-        diagnoses = [(_matches((do * o).sum(axis=0)), HINT_DELTA_AXIS),
-                     (_bad_shape, HINT_DELTA_AXIS),
-                     (_matches((o * o).sum(axis=1)), HINT_DELTA_O),
-                     (_matches((do * do).sum(axis=1)), HINT_DELTA_O)]
-
-        def run(fn, do=do, o=o, expected=expected):
-            return np.asarray(fn(do.copy(), o.copy()), dtype=np.float64), expected
-        cases.append(Case(name, run, "D_i = sum_c dO[i, c] * O[i, c].", diagnoses,
-                          rtol=_RTOL, atol=_ATOL))
-    return run_checks("compute_delta(do, o)", compute_delta, cases, verbose=verbose)
-
-
-# -- checker 2: P recomputed from lse ------------------------------------------------------
-
-def check_recompute_p(recompute_p, *, verbose: bool = True) -> Result:
-    """Check `recompute_p(q_i, k_j, mask, lse_i, scale)` against the forward's P.
-
-    Cases: a full tile; a tile with a causal mask; a tile with a row that saw no key
-    (lse = -inf, mask all False). lse comes from the whole row (several tiles), so a
-    tile-local softmax is caught. scale = 0.37 on purpose.
-    """
-    scale = 0.37
-    cases = []
-    specs = [("full tile, Br = 4, Bc = 5, d = 3", 40, 4, 5, 3, "full"),
-             ("partial causal tile, Br = 5, Bc = 6, d = 4", 41, 5, 6, 4, "causal"),
-             ("row 0 saw no key (lse = -inf), Br = 4, Bc = 3, d = 2", 42, 4, 3, 2, "empty")]
-    for name, seed, br, bc, d, kind in specs:
-        q, k, _, _ = _tile(seed, br, bc, d)
-        rng = np.random.default_rng(seed + 100)
-        k_rest = rng.standard_normal((7, d))                    # keys of other tiles
-        mask = np.ones((br, bc), dtype=bool)
-        if kind == "causal":
-            mask = np.arange(bc)[None, :] <= np.arange(br)[:, None] + 1
-        if kind == "empty":
-            mask[0] = False
-        s_all = np.concatenate([np.where(mask, scale * (q @ k.T), -np.inf),
-                                scale * (q @ k_rest.T)], axis=1)
-        if kind == "empty":
-            s_all[0] = -np.inf
-        lse = reference.logsumexp(s_all)                        # (Br,) whole-row lse
-        expected = _p(q, k, mask, lse, scale)
-        s = np.where(mask, scale * (q @ k.T), -np.inf)
-        s_nomask = scale * (q @ k.T)
-        with np.errstate(all="ignore"):
-            tile_max = np.exp(s - np.where(np.isfinite(s.max(1)), s.max(1), 0)[:, None])
-            wrong = [
-                (np.exp(s), HINT_NO_LSE),
-                (tile_max, HINT_TILE_MAX),
-                (tile_max / tile_max.sum(1, keepdims=True), HINT_TILE_MAX),
-                (_p(q, k, mask, lse, 1.0), HINT_SCALE),
-                (_p(q, k, mask, lse, 1.0 / math.sqrt(d)), HINT_SCALE),
-                (np.exp(s_nomask - np.where(np.isneginf(lse), np.inf, lse)[:, None]),
-                 HINT_MASK),
-            ]
-        diagnoses = [(_bad_shape, HINT_RETURN), (_nonfinite, HINT_EMPTY_ROW)]
-        diagnoses += [(_matches(w), hint) for w, hint in wrong]
-        diagnoses.append((_masked_nonzero(mask), HINT_MASK))
-
-        def run(fn, args=(q, k, mask, lse), expected=expected):
-            with np.errstate(all="ignore"):
-                out = fn(*(a.copy() for a in args), scale)
-            return np.asarray(out, dtype=np.float64), expected
-        cases.append(Case(name, run, "P = exp(scale * q_i @ k_j.T - lse[:, None]), 0 where "
-                          "masked.", diagnoses, rtol=_RTOL, atol=_ATOL))
-    return run_checks("recompute_p(q_i, k_j, mask, lse_i, scale)", recompute_p, cases,
-                      verbose=verbose)
-
-
-# -- checker 3: dS ------------------------------------------------------------------------
-
-def check_tile_ds(tile_ds, *, verbose: bool = True) -> Result:
-    """Check `tile_ds(p, do_i, v_j, delta_i) -> dS (Br, Bc)`.
-
-    The inputs come from a real attention problem (P from the forward, D = rowsum(dO*O)),
-    so that a version that used O in place of dO can be recognised.
-    """
-    cases = []
-    for name, (tq, tk, d, seed) in (("Br = 5, Bc = 4, d = 3", (5, 4, 3, 50)),
-                                    ("Br = 3, Bc = 7, d = 2", (3, 7, 2, 51))):
-        rng = np.random.default_rng(seed)
-        q, k, v = (rng.standard_normal((t, d)) for t in (tq, tk, tk))
-        do = rng.standard_normal((tq, d))
-        o, lse = reference.attention(q, k, v)
-        p = np.exp(reference.scores(q, k) - lse[:, None])       # (Br, Bc), a whole row here
-        delta = _delta(do, o)
-        expected = _ds(p, do, v, delta)
-        wrong = [(p * (do @ v.T), HINT_FORGOT_D),
-                 (p * (o @ v.T - delta[:, None]), HINT_O_FOR_DO),
-                 (p * (o @ v.T), HINT_O_FOR_DO),
-                 (do @ v.T - delta[:, None], HINT_NO_P),
-                 (p * (do @ v.T + delta[:, None]), HINT_D_SIGN)]
-        diagnoses = [(_bad_shape, HINT_RETURN)] + [(_matches(w), h) for w, h in wrong]
-
-        def run(fn, args=(p, do, v, delta), expected=expected):
-            out = fn(*(a.copy() for a in args))
-            return np.asarray(out, dtype=np.float64), expected
-        cases.append(Case(name, run, "dS = P * (dO_i @ V_j.T - D[:, None]).", diagnoses,
-                          rtol=_RTOL, atol=_ATOL))
-    return run_checks("tile_ds(p, do_i, v_j, delta_i)", tile_ds, cases, verbose=verbose)
-
-
-# -- checker 4: the whole backward ----------------------------------------------------------
-
-#: (name, Tq, Tk, d, Br, Bc, causal)
-BACKWARD_CASES = [
-    ("non-causal, Tq = 13, Tk = 11, d = 3, Br = 4, Bc = 5", 13, 11, 3, 4, 5, False),
-    ("causal, Tq = 9 < Tk = 14, d = 4, Br = 3, Bc = 4", 9, 14, 4, 3, 4, True),
-    ("causal, Tq = 15 > Tk = 8 (rows with no key), Br = 4, Bc = 3", 15, 8, 2, 4, 3, True),
+#: (name, Tq, Tk, d, Br, Bc, causal, spread)
+CASES = [
+    ("one tile, Tq = 3, Tk = 4, d = 3", 3, 4, 3, 8, 8, False, 1.0),
+    ("ragged, Tq = 21, Tk = 17, d = 5, Br = 6, Bc = 4", 21, 17, 5, 6, 4, False, 1.0),
+    ("causal, Tq = 13 < Tk = 22, d = 4, Br = 4, Bc = 5", 13, 22, 4, 4, 5, True, 1.0),
+    ("causal, Tq = 22 > Tk = 13 (rows with no key), Br = 5, Bc = 4", 22, 13, 3, 5, 4, True, 1.0),
+    ("causal 1 x 1 tiles, Tq = Tk = 6, d = 2", 6, 6, 2, 1, 1, True, 1.0),
+    ("large scores, causal, Tq = 11, Tk = 14, d = 3, Br = 4, Bc = 6", 11, 14, 3, 4, 6, True, 8.0),
 ]
 
 
-def check_backward(compute_delta, recompute_p, tile_ds, *, verbose: bool = True) -> Result:
-    """Plug the three functions into `run_backward`; compare with attention_backward."""
-    cases = []
-    for n, (name, tq, tk, d, br, bc, causal) in enumerate(BACKWARD_CASES):
-        rng = np.random.default_rng(60 + n)
-        q, k, v = (rng.standard_normal((t, d)) for t in (tq, tk, tk))
-        do = rng.standard_normal((tq, d))
-        o, lse = reference.attention(q, k, v, causal=causal)
-        expected = reference.attention_backward(q, k, v, do, causal=causal)
+def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
+    """float64 key-major backward, optionally with one typical mistake; (dq, dk, dv)."""
+    tq, d = q.shape
+    tk = k.shape[0]
+    off = 0 if mistake == "top_left" else tk - tq
+    delta = (do * o).sum(axis=1)
+    dq, dk, dv = np.zeros((tq, d)), np.zeros((tk, d)), np.zeros((tk, d))
+    lse_use = np.where(np.isneginf(lse), np.inf, lse)
+    with np.errstate(all="ignore"):
+        for k0 in range(0, tk, bc):
+            k1 = min(k0 + bc, tk)
+            dk_j, dv_j = np.zeros((k1 - k0, d)), np.zeros((k1 - k0, d))
+            q_start = 0
+            if causal and mistake == "skip_too_much":
+                q_start = max(0, k0 - off + br) // br * br
+            for q0 in range(q_start, tq, br):
+                q1 = min(q0 + br, tq)
+                s = scale * (q[q0:q1] @ k[k0:k1].T)
+                if causal:
+                    vis = np.arange(k0, k1)[None, :] <= np.arange(q0, q1)[:, None] + off
+                    s = np.where(vis, s, -np.inf)
+                if mistake == "tile_softmax":
+                    mx = np.max(s, axis=1, keepdims=True)
+                    e = np.exp(s - np.where(np.isneginf(mx), 0.0, mx))
+                    tot = e.sum(axis=1, keepdims=True)
+                    p = e / np.where(tot > 0, tot, 1.0)
+                else:
+                    p = np.exp(s - lse_use[q0:q1, None])
+                do_i = do[q0:q1]
+                dp = (o[q0:q1] if mistake == "dp_from_o" else do_i) @ v[k0:k1].T
+                ds = p * dp if mistake == "no_delta" else p * (dp - delta[q0:q1, None])
+                cq = 1.0 if mistake in ("no_scale", "no_scale_dq") else scale
+                ck = 1.0 if mistake in ("no_scale", "no_scale_dk") else scale
+                upd_v = p.T @ (o[q0:q1] if mistake == "dv_from_o" else do_i)
+                if mistake == "dkdv_overwrite":
+                    dv_j, dk_j = upd_v, ck * (ds.T @ q[q0:q1])
+                else:
+                    dv_j = dv_j + upd_v
+                    dk_j = dk_j + ck * (ds.T @ q[q0:q1])
+                if mistake == "dq_overwrite":
+                    dq[q0:q1] = cq * (ds @ k[k0:k1])
+                else:
+                    dq[q0:q1] += cq * (ds @ k[k0:k1])
+            dk[k0:k1], dv[k0:k1] = dk_j, dv_j
+    return dq, dk, dv
 
-        def run(fns, args=(q, k, v, o, lse, do), br=br, bc=bc, causal=causal,
-                expected=expected):
-            with np.errstate(all="ignore"):
-                out = run_backward(*args, *fns, block_q=br, block_k=bc, causal=causal)
-            return tuple(out), expected
-        cases.append(Case(name, run, HINT_FULL, [], rtol=_RTOL, atol=_ATOL))
-    return run_checks("the tiled backward built from your three functions",
-                      (compute_delta, recompute_p, tile_ds), cases, verbose=verbose)
+
+MISTAKES = [("no_delta", HINT_FORGOT_D), ("dp_from_o", HINT_DP_FROM_O),
+            ("no_scale", HINT_SCALE_CHAIN), ("no_scale_dq", HINT_SCALE_CHAIN),
+            ("no_scale_dk", HINT_SCALE_CHAIN), ("skip_too_much", HINT_SKIP_TOO_MUCH),
+            ("tile_softmax", HINT_TILE_SOFTMAX),
+            ("dv_from_o", HINT_DV), ("dq_overwrite", HINT_DQ_OVERWRITE),
+            ("dkdv_overwrite", HINT_DKDV_OVERWRITE), ("top_left", HINT_TOP_LEFT)]
+
+
+def visible_query_rows(tq, tk, br, bc, causal) -> int:
+    """Query rows a key-major loop with causal tile skipping loads (sum over visible tiles)."""
+    total = 0
+    for k0 in range(0, tk, bc):
+        k1 = min(k0 + bc, tk)
+        for q0 in range(0, tq, br):
+            q1 = min(q0 + br, tq)
+            if tile_visibility(q0, q1, k0, k1, tq, tk, causal) != "hidden":
+                total += q1 - q0
+    return total
+
+
+def _inputs(seed, tq, tk, d, causal, spread=1.0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((tq, d)) * spread                   # (Tq, d)
+    k = rng.standard_normal((tk, d)) * spread                   # (Tk, d)
+    v = rng.standard_normal((tk, d))                            # (Tk, d)
+    do = rng.standard_normal((tq, d))                           # (Tq, d)
+    o, lse = reference.attention(q, k, v, causal=causal, scale=SCALE)
+    return q, k, v, o, lse, do
+
+
+def _close(a, b) -> bool:
+    a, b = plain(a), plain(b)
+    if not (isinstance(a, tuple) and len(a) == len(b)):
+        return False
+    return all(np.shape(x) == np.shape(y) and
+               np.allclose(np.asarray(x, np.float64), y, rtol=1e-7, atol=1e-9, equal_nan=True)
+               for x, y in zip(a, b))
+
+
+def _nonfinite(yours, _expected):
+    return any(not np.isfinite(np.asarray(p, np.float64)).all() for p in plain(yours))
+
+
+def _result(out, n):
+    if isinstance(out, list):
+        out = tuple(out)
+    return plain(out) if isinstance(out, tuple) and len(out) == n else out
+
+
+def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Check `flash_backward(q, k, v, o, lse, do, causal, scale, block_q, block_k)` against
+    the dense float64 backward on six inputs, then its causal skipping of query blocks."""
+    cases = []
+    for n, (name, tq, tk, d, br, bc, causal, spread) in enumerate(CASES):
+        args = _inputs(100 + n, tq, tk, d, causal, spread)
+        q, k, v, o, lse, do = args
+        expected = reference.attention_backward(q, k, v, do, causal=causal, scale=SCALE)
+        right = replay(*args, causal, SCALE, br, bc)
+        diagnoses = [(_nonfinite, *HINT_NEG_INF)]
+        for mistake, hint in MISTAKES:
+            wrong = replay(*args, causal, SCALE, br, bc, mistake)
+            if not _close(wrong, right):
+                diagnoses.append(((lambda y, e, w=wrong: _close(y, w)), *hint))
+
+        def run(f, args=args, causal=causal, br=br, bc=bc, expected=expected):
+            out = f(*(a.copy() for a in args), causal, SCALE, br, bc)
+            return _result(out, 3), expected
+
+        cases.append(Case(name, run, HINT_BACKWARD[0], diagnoses, rtol=_RTOL, atol=_ATOL,
+                          hint2=HINT_BACKWARD[1]))
+    for name, tq, tk, br, bc in (("query blocks skipped, Tq = Tk = 20, Br = Bc = 4", 20, 20, 4, 4),
+                                 ("query blocks skipped, Tq = 24 > Tk = 10, Br = 5, Bc = 3",
+                                  24, 10, 5, 3)):
+        args = _inputs(120 + tq, tq, tk, 3, True)
+        want = visible_query_rows(tq, tk, br, bc, True)
+        everything = -(-tk // bc) * tq
+
+        def run(f, args=args, br=br, bc=bc, want=want):
+            q, *rest = (a.copy() for a in args)
+            watched = WatchedRows.wrap(q)
+            f(watched, *rest, True, SCALE, br, bc)
+            return watched.rows_read(), want
+
+        diagnoses = [((lambda y, e, a=everything: y >= a), *HINT_NO_SKIP),
+                     ((lambda y, e: y > e), *HINT_NO_SKIP),
+                     ((lambda y, e: y < e), *HINT_SKIP_TOO_MUCH)]
+        cases.append(Case(f"{name}: query rows loaded through q[q0:q1]", run, HINT_NO_SKIP[0],
+                          diagnoses, rtol=0, atol=0, hint2=HINT_NO_SKIP[1]))
+    return run_checks("flash_backward(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
+                      fn, cases, verbose=verbose, hint_level=hint_level)
+
+
+def check_flash_backward_dq(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Going further: check the query-major `flash_backward_dq(...) -> dq` on the same inputs."""
+    cases = []
+    for n, (name, tq, tk, d, br, bc, causal, spread) in enumerate(CASES):
+        args = _inputs(100 + n, tq, tk, d, causal, spread)
+        q, k, v, o, lse, do = args
+        expected = reference.attention_backward(q, k, v, do, causal=causal, scale=SCALE)[0]
+        diagnoses = [(lambda y, e: _nonfinite((y,), e), *HINT_NEG_INF)]
+        for mistake, hint in MISTAKES:
+            if mistake in ("dv_from_o", "dkdv_overwrite"):
+                continue                                       # dq does not see these
+            wrong = replay(*args, causal, SCALE, br, bc, mistake)[0]
+            if not np.allclose(wrong, expected, rtol=1e-7, atol=1e-9):
+                diagnoses.append(((lambda y, e, w=wrong: _close((y,), (w,))), *hint))
+
+        def run(f, args=args, causal=causal, br=br, bc=bc, expected=expected):
+            return plain(f(*(a.copy() for a in args), causal, SCALE, br, bc)), expected
+
+        cases.append(Case(name, run, HINT_BACKWARD[0], diagnoses, rtol=_RTOL, atol=_ATOL,
+                          hint2=HINT_BACKWARD[1]))
+    return run_checks("flash_backward_dq(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
+                      fn, cases, verbose=verbose, hint_level=hint_level)
+
+
+ALL_HINTS = [v for k, v in dict(globals()).items() if k.startswith("HINT_")]
