@@ -1,4 +1,4 @@
-"""Lab 03 checkers: the solution passes, the stub is reported as not implemented, and typical
+"""Lab 04 (traffic) checkers: the solution passes, the stub is reported as not implemented, and typical
 wrong formulas fail with the hint that names the mistake. Comparisons in the checker are exact."""
 
 import numpy as np
@@ -81,3 +81,56 @@ def test_counter_traffic_is_the_model():
         for causal in (False, True):
             t = tiled_traffic(*cfg[:5], causal=causal, bytes_per_element=cfg[5])
             assert lab.counter_traffic(*cfg, causal=causal) == (t.read_bytes, t.write_bytes)
+
+
+# -- part 4: the backward's bytes (taken from the solution notebook itself) -------------------
+
+from labtools import functions_of, hint_leaks, lab_path, mutate  # noqa: E402
+
+LAB = lab_path("lab04_traffic")
+
+
+def test_backward_solution_passes_and_stub_is_reported():
+    assert lab.check_backward_traffic(functions_of(LAB)["my_backward_traffic"],
+                                      verbose=False).passed
+    student = functions_of(LAB, student=True)
+    assert lab.check_backward_traffic(student["my_backward_traffic"], verbose=False).todo
+
+
+def test_backward_model_equals_the_counter():
+    from flashcourse.traffic import backward_traffic
+    for tq, tk, d, br, bc, e in ((50, 37, 7, 16, 10, 2), (9, 40, 3, 4, 6, 8)):
+        model = backward_traffic(tq, tk, d, block_q=br, block_k=bc, bytes_per_element=e,
+                                 bytes_per_accumulator=e)
+        assert lab.backward_counter_traffic(tq, tk, d, br, bc, e) == (model.read_bytes,
+                                                                        model.write_bytes)
+
+
+@pytest.mark.parametrize("old,new,hint", [
+    ("3 * Tq * d * e", "2 * Tq * d * e", lab.HINT_BWD_DQ),       # dQ_i not read per tile...
+    ("2 * 4 * Tq", "2 * e * Tq", lab.HINT_BWD_STAT),
+    ("write_bytes = 4 * Tq + Tq * d * e + 2 * Tk * d * e",
+     "write_bytes = 4 * Tq + Tq * d * e", lab.HINT_BWD_DKDV),
+], ids=["dq", "stat", "dkdv"])
+def test_backward_mistakes_get_their_hint(old, new, hint):
+    fn = mutate(LAB, "my_backward_traffic", old, new)
+    if hint is lab.HINT_BWD_DQ:                                  # ... nor written per tile
+        inner = fn
+
+        def fn(Tq, Tk, d, Br, Bc, e):
+            r, w = inner(Tq, Tk, d, Br, Bc, e)
+            return r, w - (-(-Tk // Bc)) * Tq * d * e
+    result = lab.check_backward_traffic(fn, verbose=False)
+    assert not result.passed and result.hint == hint
+
+
+def test_backward_q_read_once_is_named():
+    def once(Tq, Tk, d, Br, Bc, e):
+        r, w = functions_of(LAB)["my_backward_traffic"](Tq, Tk, d, Br, Bc, e)
+        tc = -(-Tk // Bc)
+        return r - tc * 2 * Tq * d * e + 2 * Tq * d * e, w
+    assert lab.check_backward_traffic(once, verbose=False).hint == lab.HINT_BWD_ONCE
+
+
+def test_no_hint_contains_a_solution_line():
+    assert hint_leaks(lab.ALL_HINTS, LAB) == []

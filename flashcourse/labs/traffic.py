@@ -234,3 +234,79 @@ def check_fa2_traffic_causal(fn, *, verbose: bool = True,
                    hint=HINT_CAUSAL_GENERIC) for name, cfg in CAUSAL_CASES]
     return run_checks("my_fa2_traffic_causal against the byte counter", fn, cases,
                       verbose=verbose, hint_level=hint_level)
+
+
+# -- part 4: the backward's bytes ----------------------------------------------------------
+
+HINT_BWD_DQ = ("dQ is missing its round trips: in the key-major backward every visible tile "
+               "reads dQ_i, adds its contribution and writes it back (atomic adds on a GPU), so "
+               "dQ costs rows(Q_i) x d x e read AND written per tile.")
+HINT_BWD_ONCE = ("Q_i and dO_i are re-read for every key block: the key-major loop keeps K_j, "
+                 "V_j on chip and walks all query blocks again for each key block.")
+HINT_BWD_STAT = ("lse and D are statistics: 4 bytes per row, whatever the element size e.")
+HINT_BWD_D = ("D = rowsum(dO * O) is computed before the loops: it reads O and dO once and "
+              "writes D (4 bytes per row); and each tile then reads D_i back.")
+HINT_BWD_DKDV = ("dK_j and dV_j are written once per key block, after the inner loop: "
+                 "2 x rows(K_j) x d x e bytes.")
+HINT_BWD_GENERIC = ("Count per loop of tiled.backward: before the loops (O, dO read; D written; "
+                    "dQ zeroed); per key block (K_j, V_j read; dK_j, dV_j written); per tile "
+                    "(Q_i, dO_i, dQ_i, lse_i, D_i read; dQ_i written).")
+
+
+def backward_counter_traffic(t_query, t_key, d, block_q, block_k, e) -> tuple[int, int]:
+    """(read_bytes, write_bytes) a TrafficCounter counts for `tiled.backward`, one head."""
+    rng = np.random.default_rng(t_query * 7 + t_key)
+    dtype = _DTYPES.get(e, np.float32)
+    q, do = (rng.standard_normal((t_query, d)).astype(dtype) for _ in range(2))
+    k, v = (rng.standard_normal((t_key, d)).astype(dtype) for _ in range(2))
+    o, lse = tiled.forward(q, k, v, block_q=block_q, block_k=block_k)
+    c = TrafficCounter(bytes_per_element=e, record_events=False)
+    tiled.backward(q, k, v, o, lse, do, block_q=block_q, block_k=block_k, counter=c)
+    return c.read_bytes, c.write_bytes
+
+
+def _bwd_variants(tq, tk, d, br, bc, e):
+    tc = _ceil(tk, bc)
+    reads = 2 * tq * d * e + 2 * tk * d * e + tc * (3 * tq * d * e + 8 * tq)
+    writes = 4 * tq + tq * d * e + tc * tq * d * e + 2 * tk * d * e
+    return {
+        "no_dq": (reads - tc * tq * d * e, writes - tc * tq * d * e),
+        "once": (reads - tc * 2 * tq * d * e + 2 * tq * d * e, writes),
+        "stat_e": (reads + tc * 2 * tq * (e - 4), writes + tq * (e - 4)),
+        "no_d": (reads - 2 * tq * d * e - tc * 4 * tq, writes - 4 * tq),
+        "no_dkdv": (reads, writes - 2 * tk * d * e),
+    }
+
+
+BACKWARD_CASES = [
+    ("backward, Tq = Tk = 32, d = 8, Br = Bc = 8, e = 2", (32, 32, 8, 8, 8, 2)),
+    ("backward, ragged, Tq = 50, Tk = 37, d = 7, Br = 16, Bc = 10, e = 2",
+     (50, 37, 7, 16, 10, 2)),
+    ("backward, Tq = 9 < Tk = 40, d = 3, Br = 4, Bc = 6, e = 8", (9, 40, 3, 4, 6, 8)),
+]
+
+
+def check_backward_traffic(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Check my_backward_traffic(Tq, Tk, d, Br, Bc, e) -> (read_bytes, write_bytes) of
+    `tiled.backward` (non-causal, dQ accumulated per tile) against the byte counter."""
+    cases = []
+    for name, cfg in BACKWARD_CASES:
+        variants = _bwd_variants(*cfg)
+        diagnoses = [(lambda y, x: not (isinstance(y, tuple) and len(y) == 2), HINT_RETURN)]
+        for key, hint in (("no_dq", HINT_BWD_DQ), ("once", HINT_BWD_ONCE),
+                          ("stat_e", HINT_BWD_STAT), ("no_d", HINT_BWD_D),
+                          ("no_dkdv", HINT_BWD_DKDV)):
+            diagnoses.append(((lambda y, x, w=variants[key]: tuple(y) == w), hint))
+        stat = variants["stat_e"]       # statistics at e bytes in the reads or the writes only
+        diagnoses.append(((lambda y, x, w=stat: (y[0] == w[0] and y[0] != x[0])
+                           or (y[1] == w[1] and y[1] != x[1])), HINT_BWD_STAT))
+
+        def run(f, cfg=cfg):
+            return _as_pair(f(*cfg)), backward_counter_traffic(*cfg)
+
+        cases.append(Case(name, run, HINT_BWD_GENERIC, diagnoses, rtol=0.0, atol=0.0))
+    return run_checks("my_backward_traffic against the byte counter", fn, cases,
+                      verbose=verbose, hint_level=hint_level)
+
+
+ALL_HINTS = [v for k, v in dict(globals()).items() if k.startswith("HINT_")]

@@ -13,6 +13,7 @@ Adding the quiz of a new notebook (e.g. 10_tensor_cores):
    `show_quiz("10")`;
 3. `tests/test_quiz.py` checks every module it finds here: each loads, each
    question has feedback for each wrong option, and the options shuffle.
+A lab's quiz lives in `labNN.py` and is shown with `show_quiz("labNN")`.
 Renumbering a notebook means renaming its module (`git mv nb07.py nb08.py`).
 """
 
@@ -22,12 +23,17 @@ import importlib
 import pkgutil
 import re
 
-_NAME = re.compile(r"^\d{2}$")
+_NAME = re.compile(r"^(\d{2}|lab\d{2})$")
 
 
 def names() -> list[str]:
-    """The notebook numbers that have a quiz, e.g. ['00', '01', ...]."""
-    found = [m.name[2:] for m in pkgutil.iter_modules(__path__) if re.match(r"^nb\d{2}$", m.name)]
+    """The notebooks and labs that have a quiz, e.g. ['00', '01', ..., 'lab04']."""
+    found = []
+    for m in pkgutil.iter_modules(__path__):
+        if re.match(r"^nb\d{2}$", m.name):
+            found.append(m.name[2:])
+        elif re.match(r"^lab\d{2}$", m.name):
+            found.append(m.name)
     return sorted(found)
 
 
@@ -36,9 +42,10 @@ def get(name) -> list:
     if isinstance(name, int) and not isinstance(name, bool):
         name = f"{name:02d}"
     if not (isinstance(name, str) and _NAME.match(name)):
-        raise ValueError(f"quiz name must be a two-digit notebook number such as '03', "
-                         f"got {name!r}")
+        raise ValueError(f"quiz name must be a two-digit notebook number such as '03' "
+                         f"(or a lab such as 'lab04'), got {name!r}")
     if name not in names():
         raise ValueError(f"no quiz for notebook {name!r}; known: {', '.join(names())} "
                          "(add flashcourse/quizzes/nb" + name + ".py, see its package docstring)")
-    return list(importlib.import_module(f"{__name__}.nb{name}").QUESTIONS)
+    module = name if name.startswith("lab") else f"nb{name}"
+    return list(importlib.import_module(f"{__name__}.{module}").QUESTIONS)

@@ -7,13 +7,14 @@ QUESTIONS = [
              "backward saves by not storing P, and to the ratio of its modelled traffic with "
              "recomputation to the forward's?",
              ["The saving grows about 4x (P is N x N; lse is N numbers); the traffic ratio "
-              "stays the same",
+              "stays about the same",
               "Both grow about 4x",
               "The saving stays the same; the traffic ratio doubles"],
              answer=0,
              why="Storing P costs N^2 s bytes per head, against 4 N bytes for lse: the saving "
                  "grows with N^2. Both passes re-read K and V once per query block, so both "
-                 "traffics grow the same way with N and their ratio does not depend on N.",
+                 "traffics grow the same way with N and their ratio hardly depends on N (only the "
+                 "linear terms, which fade at large N, differ).",
              feedback=("", "The saving is quadratic, but forward and backward traffic scale "
                        "alike, so their ratio is flat in N.",
                        "P is N x N, so the saving of not storing it grows with N^2.")),
