@@ -1,4 +1,4 @@
-"""Lab 04 (traffic) checkers: the solution passes, the stub is reported as not implemented, and typical
+"""Lab 04 (traffic): the solution passes, the stub is reported as not implemented, and typical
 wrong formulas fail with the hint that names the mistake. Comparisons in the checker are exact."""
 
 import numpy as np
