@@ -7,6 +7,7 @@ must name that mistake.
 
 from __future__ import annotations
 
+import linecache
 import re
 import sys
 from pathlib import Path
@@ -40,13 +41,16 @@ def functions_of(path: Path, *, student: bool = False, replace=()) -> dict:
     """Execute the import and definition cells of a lab; `replace` = [(old, new), ...] edits
     the source first (each `old` must occur)."""
     namespace: dict = {}
-    for src in cells_of(path, student=student):
+    for n, src in enumerate(cells_of(path, student=student)):
         if not _is_definition(src):
             continue
         for old, new in replace:
             if old in src:
                 src = src.replace(old, new)
-        exec(compile(src, path.name, "exec"), namespace)  # noqa: S102
+        # registered in linecache so that inspect.getsource works, as it does in Jupyter
+        name = f"<{path.stem}{'-student' if student else ''}-cell{n}-{hash(src)}>"
+        linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+        exec(compile(src, name, "exec"), namespace)  # noqa: S102
     return namespace
 
 

@@ -1,113 +1,148 @@
-"""Lab 04: the checker accepts the solution and names the typical mistakes.
-
-The solution is taken from the solution notebook itself and the stub from the
-generated student version (their cells are executed here, with the source
-registered in linecache so that the checker can read it, as it can in Jupyter).
-Each entry of MISTAKES is the solution with one place changed, a mistake learners make;
-the test asserts
-the checker rejects it with the hint that names that mistake. Runs on Numba's
-CUDA simulator without a GPU (about a second in all).
-"""
-
-import inspect
-import linecache
-import math
+"""Lab 06 (CUDA kernel parts): solutions pass, stubs report "not implemented", typical mistakes
+get their own hint, no hint contains a line of the solution. Runs on Numba's CUDA simulator
+without a GPU (tiny shapes: about a minute in all)."""
 
 import numpy as np
 import pytest
-from numba import cuda
 
-from flashcourse import reference
-from flashcourse.labs import cuda_kernel as L4
-from flashcourse.constants import F0, NEG_INF
+from flashcourse.labs import cuda_kernel as L
+from flashcourse.labs._harness import TODO_LINE
+from labtools import functions_of, hint_leaks, lab_path, mutate
 
-from helpers import ROOT
-from helpers import lab_functions as functions_of
-
-LAB04 = ROOT / "labs" / "solutions" / "lab04_cuda_kernel.ipynb"
+LAB = lab_path("lab06_cuda_kernel")
+PARTS = ("micro_tile_scores", "row_max", "row_sum", "online_update")
 
 
 @pytest.fixture(scope="module")
-def solution():
-    return functions_of(LAB04, student=False)["tile_update"]
+def lab():
+    return functions_of(LAB)
 
 
-# -- typical mistakes: the solution with one place changed ----------------------
-
-MISTAKES = {  # name: (what the solution says, what the mistake says)
-    "no_rescale": ("    alpha = math.exp(m - m_safe)\n",
-                   "    alpha = F1                   # forgot alpha on l and on acc\n"),
-    "tile_max_only": ("    m_new = m\n",
-                      "    m_new = NEG_INF              # forgot the running max m\n"),
-    "top_left_mask": ("col > row + off", "col > row"),       # top-left instead of bottom-right
-    "no_ragged_mask": ("if col >= tk or (causal != 0 and col > row + off)",
-                       "if causal != 0 and col > row + off"),     # forgot col >= tk
-    "float64_literal": ("else F0", "else 0.0"),                  # a float64 literal
-}
+def test_parts_pass(lab):
+    assert L.check_micro_tile_scores(lab["micro_tile_scores"], verbose=False).passed
+    assert L.check_row_reductions(lab["row_max"], lab["row_sum"], verbose=False).passed
+    assert L.check_online_update(lab["online_update"], verbose=False).passed
 
 
-@pytest.fixture(scope="module")
-def mistakes(solution):
-    """Each mistake compiled as a device function, its source readable by the checker."""
-    src = inspect.getsource(solution.py_func)
-    out = {}
-    for name, (right, wrong) in MISTAKES.items():
-        assert right in src, f"the solution no longer says {right!r}"
-        code = src.replace(right, wrong, 1).replace("def tile_update(", f"def {name}(", 1)
-        filename = f"<mistake-{name}>"
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-        namespace = {"cuda": cuda, "math": math, "F0": F0, "F1": np.float32(1.0),
-                     "NEG_INF": NEG_INF}
-        exec(compile(code, filename, "exec"), namespace)  # noqa: S102
-        out[name] = namespace[name]
-    return out
+def test_kernel_and_going_further_pass(lab):
+    parts = tuple(lab[p] for p in PARTS)
+    assert L.check_kernel(*parts, verbose=False).passed
+    assert L.check_key_blocks(lab["key_blocks"], parts, verbose=False).passed
 
 
-def test_solution_passes(solution, capsys):
-    assert L4.check_tile_update(solution).passed
-    assert "All checks passed" in capsys.readouterr().out
+def test_replay_without_mistakes_is_the_reference():
+    """The numpy replay (used to name mistakes) is itself right, to float64 rounding."""
+    from flashcourse import reference
+    for name, seed, tq, tk, d, causal, kv_start, spread, grow in L.KERNEL_CASES:
+        q, k, v = L._inputs(seed, tq, tk, d, spread, grow)
+        want = L._expected(q, k, v, causal, kv_start)
+        got = L.replay(q, k, v, causal=causal, kv_start=kv_start)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-9, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-9, atol=1e-12, err_msg=name)
+    assert reference is not None
 
 
-def test_solution_matches_reference_directly(solution):
-    """fp32 kernel vs float64 reference, relative error <= 1e-5, including empty causal rows."""
-    rng = np.random.default_rng(9)
-    q = rng.standard_normal((2, 7, 5)).astype(np.float32)
-    k = rng.standard_normal((2, 10, 5)).astype(np.float32)
-    v = rng.standard_normal((2, 10, 5)).astype(np.float32)
-    for causal in (False, True):
-        o, lse = L4.lab_forward(solution, q, k, v, causal=causal)
-        o_ref, lse_ref = reference.attention(q, k, v, causal=causal)
-        err = np.linalg.norm(o - o_ref) / np.linalg.norm(o_ref)
-        assert err <= 1e-5
-        assert np.allclose(lse, lse_ref, rtol=1e-5)
+def test_stubs_report_not_implemented(capsys):
+    student = functions_of(LAB, student=True)
+    parts = tuple(student[p] for p in PARTS)
+    results = [L.check_micro_tile_scores(parts[0]), L.check_row_reductions(*parts[1:3]),
+               L.check_online_update(parts[3]), L.check_kernel(*parts),
+               L.check_key_blocks(student["key_blocks"], parts)]
+    assert all(r.todo and not r.passed for r in results)
+    assert capsys.readouterr().out.count(TODO_LINE) == 5
+    L.show(parts[0])
+    assert "Not implemented yet" in capsys.readouterr().out
 
 
-def test_stub_reports_not_implemented(capsys):
-    stub = functions_of(LAB04, student=True)["tile_update"]
-    result = L4.check_tile_update(stub)
-    assert result.todo and not result.passed
-    assert "not implemented yet" in capsys.readouterr().out.lower()
+SCORE_MISTAKES = [
+    ("    for x in range(TM * TN):\n        s[x] = F0\n", "", L.HINT_SCORES_ZERO),
+    ("qa[i] = qs[kk, ty + RT * i]", "qa[i] = qs[kk, ty * TM + i]", L.HINT_SCORES_LAYOUT),
+    ("s[i * TN + j] += qa[i] * kb[j]", "s[i * TN + j] += qs[kk, ty + RT * i] * kb[j]",
+     L.HINT_REUSE),
+    ("        s[x] = F0", "        s[x] = 0.0", L.HINT_FLOAT64),
+]
 
 
-@pytest.mark.parametrize("wrong,hint", [
-    ("no_rescale", L4.HINT_RESCALE),
-    ("tile_max_only", L4.HINT_MAX),
-    ("top_left_mask", L4.HINT_MASK_ALIGN),
-    ("no_ragged_mask", L4.HINT_MASK_RAGGED),
-    ("float64_literal", L4.HINT_FLOAT64),
-])
-def test_wrong_versions_fail_with_their_hint(mistakes, wrong, hint):
-    result = L4.check_tile_update(mistakes[wrong], verbose=False)
-    assert not result.passed and not result.todo
-    assert result.hint == hint
+@pytest.mark.parametrize("old,new,hint", SCORE_MISTAKES, ids=lambda x: str(x)[:25])
+def test_score_mistakes_get_their_hint(old, new, hint):
+    fn = mutate(LAB, "micro_tile_scores", old, new)
+    if hint is L.HINT_SCORES_LAYOUT:         # contiguous rows AND columns
+        fn = functions_of(LAB, replace=[(old, new), ("kb[j] = ks[tx + CT * j, kk]",
+                                                      "kb[j] = ks[tx * TN + j, kk]")])[
+            "micro_tile_scores"]
+    result = L.check_micro_tile_scores(fn, verbose=False)
+    assert not result.passed and result.hint == hint[0]
 
 
-def test_float64_literals_are_found(mistakes):
-    assert L4.float64_literals(mistakes["float64_literal"]) == ["0.0"]
-    assert L4.float64_literals(mistakes["no_rescale"]) == []
+def test_show_flags_a_thread_without_reuse(capsys):
+    fn = mutate(LAB, "micro_tile_scores", "s[i * TN + j] += qa[i] * kb[j]",
+                "s[i * TN + j] += qs[kk, ty + RT * i] * kb[j]")
+    L.show(fn)
+    out = capsys.readouterr().out
+    assert out.count("<-- differs") == L.NT and "expected" in out
 
 
-def test_lab_kernel_rejects_large_d(solution):
-    x = np.zeros((2, L4.DMAX + 1), np.float32)
-    with pytest.raises(ValueError, match="d <="):
-        L4.lab_forward(solution, x, x, x)
+REDUCE_MISTAKES = [
+    ("        offset //= 2\n    return x\n    ### END SOLUTION\n\n\n@cuda.jit",
+     "        offset = 0\n    return x\n    ### END SOLUTION\n\n\n@cuda.jit",
+     L.HINT_REDUCE_STEPS),
+    ("def row_max(x, scratch, tid):\n    \"\"\"Max of x over the CT threads of this thread's row "
+     "(every thread gets it).\"\"\"\n    ### BEGIN SOLUTION (5 lines)\n    offset = CT // 2",
+     "def row_max(x, scratch, tid):\n    \"\"\"Max of x over the CT threads of this thread's row "
+     "(every thread gets it).\"\"\"\n    ### BEGIN SOLUTION (5 lines)\n    offset = CT",
+     L.HINT_REDUCE_CROSS),
+    ("x = max(x, shfl_xor(x, offset, scratch, tid))", "x += shfl_xor(x, offset, scratch, tid)",
+     L.HINT_REDUCE_OP),
+]
+
+
+@pytest.mark.parametrize("old,new,hint", REDUCE_MISTAKES, ids=["steps", "cross", "op"])
+def test_reduction_mistakes_get_their_hint(old, new, hint):
+    ns = functions_of(LAB, replace=[(old, new)])
+    result = L.check_row_reductions(ns["row_max"], ns["row_sum"], verbose=False)
+    assert not result.passed and result.hint == hint[0]
+
+
+UPDATE_MISTAKES = [
+    ("m_use = m_new if m_new != NEG_INF else F0", "m_use = m_new", L.HINT_NEG_INF),
+    ("alpha = math.exp(m[i] - m_use)", "alpha = float32(1)", L.HINT_RESCALE),
+    ("m_new = max(m[i], mx)", "m_new = mx", L.HINT_MAX),
+    ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp(s[i * TN + j])", L.HINT_SHIFT),
+]
+
+
+@pytest.mark.parametrize("old,new,hint", UPDATE_MISTAKES, ids=lambda x: str(x)[:25])
+def test_update_mistakes_get_their_hint(old, new, hint):
+    result = L.check_online_update(mutate(LAB, "online_update", old, new), verbose=False)
+    assert not result.passed and result.hint == hint[0]
+
+
+def test_kernel_names_a_missing_neg_inf_guard(lab):
+    """Issue 14 item 7: a case whose first key tile is fully masked (left padding)."""
+    update = mutate(LAB, "online_update", "m_use = m_new if m_new != NEG_INF else F0",
+                    "m_use = m_new")
+    parts = (lab["micro_tile_scores"], lab["row_max"], lab["row_sum"], update)
+    result = L.check_kernel(*parts, verbose=False)
+    assert not result.passed and "left padding" in result.case
+    assert result.hint == L.HINT_NEG_INF[0]
+
+
+def test_kernel_names_a_one_step_row_sum(lab):
+    ns = functions_of(LAB, replace=[(
+        "        x += shfl_xor(x, offset, scratch, tid)\n        offset //= 2",
+        "        x += shfl_xor(x, offset, scratch, tid)\n        offset = 0")])
+    parts = (lab["micro_tile_scores"], lab["row_max"], ns["row_sum"], lab["online_update"])
+    result = L.check_kernel(*parts, verbose=False)
+    assert not result.passed and result.hint == L.HINT_REDUCE_STEPS[0]
+
+
+def test_key_blocks_without_skipping_is_named(lab):
+    fn = mutate(LAB, "key_blocks", "    if causal == 0:\n        return n\n",
+                "    if causal == 0 or causal == 1:\n        return n\n")
+    parts = tuple(lab[p] for p in PARTS)
+    result = L.check_key_blocks(fn, parts, verbose=False)
+    assert not result.passed and result.hint == L.HINT_SKIP[0]
+
+
+def test_no_hint_contains_a_solution_line():
+    assert hint_leaks(L.ALL_HINTS, LAB) == []

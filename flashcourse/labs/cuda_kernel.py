@@ -1,35 +1,32 @@
-"""Checker for lab 04: the online-softmax update inside a CUDA kernel tile.
+"""Checkers for lab 06 (follows notebook 06): the parts of the fast CUDA kernel.
 
-The learner writes one Numba CUDA *device function* (run by one thread, for one
-query row, once per key tile of BC = 4 keys):
+The lab kernel is a miniature of `flashcourse.cuda.flash`: a block of NT = 8 threads
+computes BR = 4 query rows against key tiles of BC = 8 keys. Thread `tid` is column
+group tx = tid % CT and row group ty = tid // CT (CT = 4, RT = 2); it owns a
+TM x TN = 2 x 2 micro-tile of scores (rows ty + RT*i, key columns tx + CT*j) and a
+TM x TD = 2 x 2 micro-tile of the output (columns tx + CT*j of the D = 8 padded head
+dimension). The learner writes four device functions (float32 throughout):
 
-    @cuda.jit(device=True)
-    def tile_update(s, acc, row, k0, tk, off, causal, m, l):
-        s:      (BC,) float32 local array, the raw scores scale * q_row . k_j of keys
-                j = k0 .. k0 + BC - 1; entries past the last key (j >= Tk) hold garbage
-        acc:    (DMAX,) float32 local array, this row's unnormalised output sum_j p_j v_j
-        row:    the query position i;  k0: the first key position of the tile
-        tk:     Tk;  off = Tk - Tq (causal alignment);  causal: 0 or 1
-        m, l:   running max and running sum of exp(s - m) of this row (float32)
-      It must
-        1. mask: s_j = -inf where j >= Tk, or (causal and j > i + off),
-        2. m_new = max(m, max_j s_j),
-        3. m_safe = m_new, or 0 while m_new is still -inf (nothing visible yet),
-        4. alpha = exp(m - m_safe); acc *= alpha,
-        5. s_j = p_j = exp(s_j - m_safe); l_new = alpha l + sum_j p_j,
-      and return (m_new, l_new).
+    micro_tile_scores(qs, ks, s, qa, kb, ty, tx)
+        the register micro-tile product s[i*TN + j] = sum_kk qs[kk, ty + RT*i] *
+        ks[tx + CT*j, kk], loading each shared value once per kk into the registers
+        qa (TM,) and kb (TN,) and reusing it for TN (resp. TM) multiply-adds.
+    row_max(x, scratch, tid), row_sum(x, scratch, tid)
+        the max / sum of x over the CT threads that share a row, by a butterfly of
+        `shfl_xor(x, offset, scratch, tid)` steps (a warp shuffle on a GPU; the same
+        exchange through shared memory on the simulator, which has no shuffles).
+    online_update(s, acc, m, lp, i, mx)
+        the online-softmax update of micro-tile row i, given the row's tile max mx:
+        new max, finite stand-in while it is -inf, rescale factor, P in place of S,
+        this thread's partial row sum lp[i], and acc rescaled.
 
-`lab_forward` runs it inside a small kernel (`make_lab_kernel`): a block of BQ = 4
-threads, one per query row; the kernel computes the scores, calls `tile_update`,
-adds P V into `acc`, and at the end writes O = acc / l and lse = m + log(l). The
-kernel reads K and V straight from global memory (no shared memory, no barriers)
-so that it runs in seconds on Numba's CUDA simulator; the course's real kernel
-(`flashcourse.cuda.flash`) stages them in shared memory.
-
-`check_tile_update(fn)` runs it on tiny random shapes (ragged tiles, causal with
-Tq < Tk and Tq > Tk, large scores) against the float64 reference, recognises the
-usual mistakes by replaying them in numpy, and checks that every float constant
-is float32 (a Python float literal makes Numba compute in float64 on the GPU).
+`lab_forward(parts, q, k, v, ...)` runs them inside the lab kernel (skeleton in
+this module). `check_*` run each part on its own and then the whole kernel on
+tiny shapes (ragged, causal with Tq != Tk, left-padded keys whose first key tile
+is all padding, large scores) against the float64 reference; `show()` tallies
+each thread's shared-memory reads and register writes of your micro-tile product
+next to the expected counts, GPU-Puzzles style. Going further: `key_blocks`, the
+number of key tiles a query block must visit (causal tile skipping in the kernel).
 """
 
 from __future__ import annotations
@@ -38,45 +35,125 @@ import ast
 import inspect
 import math
 import textwrap
+import types
 from functools import lru_cache
 
 import numpy as np
 from numba import cuda, float32
 
 from .. import reference
-from ..constants import F0, NEG_INF
-from ..geometry import ceil_div
-from ._harness import Case, Result, run_checks
+from ..gpu import using_simulator
+from ._harness import Case, Result, run_checks, stub_guard
 
-BQ = 4                      # query rows (threads) per block
-BC = 4                      # keys per tile
-DMAX = 8                    # largest head dimension the lab kernel takes
-GARBAGE = np.float32(30.0)  # what s holds past the last key: large, so a missing mask shows
+BR = 4                      # query rows per block
+BC = 8                      # keys per tile
+CT = 4                      # threads sharing a row (column groups)
+RT = 2                      # row groups
+NT = CT * RT                # threads per block
+TM = BR // RT               # micro-tile rows per thread
+TN = BC // CT               # micro-tile key columns per thread
+D = 8                       # padded head dimension (d <= D)
+TD = D // CT                # output columns per thread
+F0 = np.float32(0.0)
+NEG_INF = np.float32(-np.inf)
+FULL_MASK = 0xFFFFFFFF
 
-# -- hints (tests assert on these exact strings) ------------------------------
-HINT_RESCALE = ("Missing rescale: when the max grows from m to m_new, the running sum l and "
-                "every entry of acc were measured relative to m; multiply both by "
-                "alpha = exp(m - m_safe) before adding this tile's terms.")
-HINT_MAX = ("Wrong max: m_new must be the larger of the running max m and this tile's "
-            "largest score, m_new = max(m, max_j s_j), not the tile's max alone.")
-HINT_MASK_ALIGN = ("Causal mask alignment: the mask is bottom-right aligned. Query i sees key "
-                   "j iff j <= i + off with off = Tk - Tq; hide col > row + off, not col > row.")
-HINT_MASK_RAGGED = ("Ragged last tile: entries of s past the last key (k0 + j >= tk) hold "
-                    "garbage; set them to -inf before taking the max.")
-HINT_NEG_INF = ("-inf handling: while a row has seen no visible key, m_new is -inf and "
-                "exp(m - m_new) = exp(-inf + inf) = NaN. Use m_safe = 0 in that case "
-                "(alpha and every p_j are then 0, and the row stays empty).")
-HINT_SHIFT = ("Subtract the max: p_j = exp(s_j - m_safe), not exp(s_j); without the shift "
-              "exp overflows for large scores.")
-HINT_FLOAT64 = ("float64 promotion: a Python float literal (0.0, 1.0, math.inf, ...) makes "
-                "Numba compute in float64 on a GPU (slow, and not what the kernel stores). "
-                "Write float32(0.0), or use the lab's F0 and NEG_INF constants.")
-HINT_RETURN = "Return a tuple (m_new, l_new) of two float32 numbers."
-HINT_GENERIC = ("Compare with the five steps of the spec; print s, m, l for one row of the "
-                "first case to see where they differ.")
+HINT_SCORES = (
+    "Your micro-tile of scores is wrong: thread (ty, tx) owns rows ty + RT*i and key columns "
+    "tx + CT*j, and each score sums over all D entries of the head dimension.",
+    "qs is Q transposed (qs[kk, row]) and ks is K (ks[col, kk]); start every score at 0 and "
+    "add one product per kk.")
+HINT_SCORES_LAYOUT = (
+    "Micro-tile layout: your rows or columns are contiguous (ty*TM + i, tx*TN + j). The lab "
+    "kernel strides them (ty + RT*i, tx + CT*j), as notebook 06's kernel does, so that the "
+    "threads of a warp read different shared-memory banks.",
+    "Use row ty + RT*i and column tx + CT*j, and store into s[i*TN + j].")
+HINT_SCORES_ZERO = (
+    "The scores are not reset: s still holds the previous tile's values when you add to it.",
+    "Set every entry of s to a float32 zero before the kk loop.")
+HINT_REUSE = (
+    "No register reuse: your product reads shared memory once per multiply-add. Load the TM "
+    "values of Q and the TN values of K for one kk into qa and kb, then do TM x TN "
+    "multiply-adds from those registers (notebook 06, 'the micro-tile').",
+    "Per thread and per kk: TM reads of qs, TN reads of ks, TM*TN multiply-adds. Use show() "
+    "to see your counts next to the expected ones.")
+HINT_REDUCE_STEPS = (
+    "The reduction does not reach all CT threads of the row: a butterfly needs log2(CT) "
+    "exchange steps, with offsets CT/2, CT/4, ..., 1.",
+    "Loop while the offset is > 0, halving it each step, and combine x with shfl_xor(x, offset, "
+    "scratch, tid) every time.")
+HINT_REDUCE_CROSS = (
+    "The reduction mixes rows: an offset of CT or more exchanges values with the threads of "
+    "ANOTHER row. Start at CT/2.",
+    "Offsets CT/2, ..., 1 keep tid ^ offset inside the CT threads of the same row.")
+HINT_REDUCE_OP = (
+    "Wrong combine: row_max must take the max of the two values and row_sum their sum.",
+    "max(x, other) for the max, x + other for the sum.")
+HINT_REDUCE = (
+    "Your reduction gives a wrong value for some thread: every thread of a row must end with "
+    "the row's full max (or sum).",
+    "A butterfly: for offset in CT/2, CT/4, ..., 1: x = combine(x, shfl_xor(x, offset, ...)).")
+HINT_RESCALE = (
+    "Missing rescale: when the max grows, this thread's partial sum lp[i] and its acc row were "
+    "measured against the old max and must be multiplied by the factor exp(old - new) first.",
+    "alpha = exp(m[i] - m_use); lp[i] = lp[i] * alpha + this tile's sum; every acc entry of row "
+    "i times alpha.")
+HINT_MAX = (
+    "Wrong max: the new max must combine the running max m[i] with the tile's row max mx.",
+    "m_new is the larger of m[i] and mx; store it back into m[i].")
+HINT_NEG_INF = (
+    "-inf handling: a row whose keys so far are all masked (here: left padding fills the first "
+    "key tile) has max -inf, and exp(-inf - (-inf)) is NaN, which poisons the row.",
+    "Use a finite stand-in (F0) for the subtraction while the new max is still NEG_INF; then "
+    "alpha and every p are exactly 0.")
+HINT_SHIFT = (
+    "Subtract the max: p = exp(s - m_use), not exp(s); large scores overflow otherwise.",
+    "Shift every score of the row by the stand-in max before the exponential.")
+HINT_P_NOT_STORED = (
+    "The probabilities must replace the scores in s: the kernel copies s to shared memory and "
+    "multiplies it by V.",
+    "Write each p back into s[i*TN + j].")
+HINT_FLOAT64 = (
+    "float64 promotion: a Python float literal (0.0, 1.0, math.inf, ...) makes Numba compute in "
+    "float64 on a GPU (slow, and not what the kernel stores).",
+    "Write float32(0.0), or use the lab's F0 and NEG_INF constants.")
+HINT_SKIP = (
+    "key_blocks: your count of key tiles is wrong for this query block.",
+    "With causal masking the block's last row q0 + BR - 1 (or Tq - 1) sees keys up to "
+    "row + Tk - Tq: count the tiles up to that key, never more than ceil(Tk / BC), never "
+    "negative.")
+HINT_KERNEL = (
+    "The kernel with your parts disagrees with the reference. Make the part checks pass first "
+    "(check_micro_tile_scores, check_row_reductions, check_online_update).",
+    "Then compare one row: print o and lse for a 4 x 8 input with one key tile.")
 
-_RTOL, _ATOL = 1e-4, 1e-5      # float32 kernel against the float64 reference
+_RTOL, _ATOL = 2e-4, 2e-5      # float32 kernel against the float64 reference
 
+
+# -- shuffles: real on a GPU, through shared memory on the simulator ------------------------
+
+if using_simulator():
+    @cuda.jit(device=True)
+    def shfl_xor(x, offset, scratch, tid):
+        """x of thread tid ^ offset (all NT threads of the block must call it together)."""
+        cuda.syncthreads()
+        scratch[tid] = x
+        cuda.syncthreads()
+        return scratch[tid ^ offset]
+else:
+    @cuda.jit(device=True)
+    def shfl_xor(x, offset, scratch, tid):
+        """x of thread tid ^ offset (a warp shuffle; scratch is unused on a GPU)."""
+        return cuda.shfl_xor_sync(FULL_MASK, x, offset)
+
+
+@cuda.jit(device=True)
+def all_key_blocks(q0, tq, tk, causal, off):
+    """Key tiles a query block visits without causal skipping: all of them."""
+    return (tk + BC - 1) // BC
+
+
+# -- the lab kernel -----------------------------------------------------------------------
 
 def _py_func(fn):
     """The plain Python function behind a Numba device function (GPU or simulator)."""
@@ -87,142 +164,295 @@ def _py_func(fn):
     return fn
 
 
-def _device_function(fn):
-    """`fn` as a CUDA device function (wrap a plain Python function if needed)."""
+def _device(fn):
     if hasattr(fn, "py_func") or type(fn).__name__ == "FakeCUDAKernel":
         return fn
     return cuda.jit(device=True)(fn)
 
 
 @lru_cache(maxsize=None)
-def make_lab_kernel(update):
-    """A one-thread-per-row attention kernel that calls `update` once per key tile."""
+def make_lab_kernel(scores, rmax, rsum, update, key_blocks):
+    """The lab kernel with the learner's four parts (and a key_blocks rule) plugged in."""
 
-    def lab_kernel(q, k, v, o, lse, tq, tk, d, scale, causal, off):
+    def lab_kernel(q, k, v, o, lse, visits, tq, tk, d, scale, causal, off, kv_start):
+        qs = cuda.shared.array((D, BR), float32)        # Q_i transposed, pre-scaled
+        ks = cuda.shared.array((BC, D), float32)        # K_j
+        vs = cuda.shared.array((BC, D), float32)        # V_j
+        ps = cuda.shared.array((BR, BC), float32)       # P of this tile
+        scratch = cuda.shared.array(NT, float32)        # shuffle exchange (simulator)
+        tid = cuda.threadIdx.x
+        tx = tid % CT
+        ty = tid // CT
         h = cuda.blockIdx.y
-        row = cuda.blockIdx.x * BQ + cuda.threadIdx.x
-        if row < tq:
-            s = cuda.local.array(BC, float32)         # (BC,) scores -> probabilities
-            acc = cuda.local.array(DMAX, float32)     # (DMAX,) unnormalised output row
-            for x in range(DMAX):
-                acc[x] = F0
-            m = NEG_INF
-            l = F0
-            for k0 in range(0, tk, BC):
-                for j in range(BC):                   # raw scores of this tile
-                    col = k0 + j
-                    if col < tk:
-                        dot = F0
-                        for x in range(d):
-                            dot += q[h, row, x] * k[h, col, x]
-                        s[j] = dot * scale
-                    else:
-                        s[j] = GARBAGE
-                m, l = update(s, acc, row, k0, tk, off, causal, m, l)
-                for j in range(BC):                   # acc += P V_tile
-                    col = k0 + j
-                    if col < tk:
-                        for x in range(d):
-                            acc[x] += s[j] * v[h, col, x]
-            if l > F0:
-                for x in range(d):
-                    o[h, row, x] = acc[x] / l
-                lse[h, row] = m + math.log(l)
-            else:
-                for x in range(d):
-                    o[h, row, x] = F0
-                lse[h, row] = NEG_INF
+        q0 = cuda.blockIdx.x * BR
+        for e in range(tid, BR * D, NT):                # global reads: Q_i, once
+            r = e // D
+            c = e % D
+            val = F0
+            if q0 + r < tq and c < d:
+                val = q[h, q0 + r, c] * scale
+            qs[c, r] = val
+        acc = cuda.local.array(TM * TD, float32)        # (TM, TD) unnormalised O
+        m = cuda.local.array(TM, float32)               # running row max
+        lp = cuda.local.array(TM, float32)              # this thread's part of the row sum
+        s = cuda.local.array(TM * TN, float32)          # (TM, TN) scores -> probabilities
+        qa = cuda.local.array(TM, float32)
+        kb = cuda.local.array(TN, float32)
+        for x in range(TM * TD):
+            acc[x] = F0
+        for i in range(TM):
+            m[i] = NEG_INF
+            lp[i] = F0
+        n_kb = key_blocks(q0, tq, tk, causal, off)
+        if tid == 0:
+            visits[h, cuda.blockIdx.x] = n_kb
+        for jb in range(n_kb):
+            k0 = jb * BC
+            cuda.syncthreads()                          # done with the previous K, V, P
+            for e in range(tid, BC * D, NT):            # global reads: K_j, V_j
+                r = e // D
+                c = e % D
+                kv = F0
+                vv = F0
+                if k0 + r < tk and c < d:
+                    kv = k[h, k0 + r, c]
+                    vv = v[h, k0 + r, c]
+                ks[r, c] = kv
+                vs[r, c] = vv
+            cuda.syncthreads()
+            scores(qs, ks, s, qa, kb, ty, tx)           # YOUR register micro-tile product
+            for i in range(TM):                         # ragged, left padding, causal
+                row = q0 + ty + RT * i
+                for j in range(TN):
+                    col = k0 + tx + CT * j
+                    if col >= tk or col < kv_start or (causal != 0 and col > row + off):
+                        s[i * TN + j] = NEG_INF
+            for i in range(TM):
+                mx = s[i * TN]
+                for j in range(1, TN):
+                    mx = max(mx, s[i * TN + j])
+                mx = rmax(mx, scratch, tid)             # YOUR row max across threads
+                update(s, acc, m, lp, i, mx)            # YOUR online update
+            for i in range(TM):
+                for j in range(TN):
+                    ps[ty + RT * i, tx + CT * j] = s[i * TN + j]
+            cuda.syncthreads()
+            for c in range(BC):                         # acc += P V_j
+                for i in range(TM):
+                    pv = ps[ty + RT * i, c]
+                    for j in range(TD):
+                        acc[i * TD + j] += pv * vs[c, tx + CT * j]
+        for i in range(TM):                             # epilogue
+            row = q0 + ty + RT * i
+            lt = rsum(lp[i], scratch, tid)              # YOUR row sum across threads
+            if row < tq:
+                if lt > F0:
+                    for j in range(TD):
+                        col = tx + CT * j
+                        if col < d:
+                            o[h, row, col] = acc[i * TD + j] / lt
+                    if tx == 0:
+                        lse[h, row] = m[i] + math.log(lt)
+                else:
+                    for j in range(TD):
+                        col = tx + CT * j
+                        if col < d:
+                            o[h, row, col] = F0
+                    if tx == 0:
+                        lse[h, row] = NEG_INF
 
     return cuda.jit(lab_kernel)
 
 
-def lab_forward(update, q, k, v, *, causal=False, scale=None):
-    """Attention of q (..., Tq, d), k, v (..., Tk, d) with the lab kernel; returns (o, lse).
+def lab_forward(parts, q, k, v, *, causal=False, kv_start=0, key_blocks=None):
+    """(o, lse, visits) of q (Tq, d), k, v (Tk, d) with the lab kernel and your parts.
 
-    Raises NotImplementedError for a stub `update` (before compiling anything).
+    parts: (micro_tile_scores, row_max, row_sum, online_update); key_blocks: your going-
+    further rule, or None for "every key tile". Keys before kv_start are padding (masked).
+    visits (blocks,) is the number of key tiles each query block visited.
     """
-    _stub_guard(update)
+    names = ("micro_tile_scores", "row_max", "row_sum", "online_update")
+    for fn, name in zip(parts, names):
+        stub_guard(fn, name)
+    if key_blocks is not None:
+        stub_guard(key_blocks, "key_blocks")
     q, k, v = (np.asarray(x, np.float32) for x in (q, k, v))
-    lead, tq, d = q.shape[:-2], q.shape[-2], q.shape[-1]
-    tk = k.shape[-2]
-    if d > DMAX:
-        raise ValueError(f"the lab kernel takes d <= {DMAX}, got d={d}")
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    bh = int(np.prod(lead)) if lead else 1
-    qf, kf, vf = (cuda.to_device(np.ascontiguousarray(x.reshape(bh, -1, d))) for x in (q, k, v))
-    o = cuda.to_device(np.full((bh, tq, d), np.nan, np.float32))    # poisoned
-    lse = cuda.to_device(np.full((bh, tq), np.nan, np.float32))
-    kern = make_lab_kernel(_device_function(update))
-    kern[(ceil_div(tq, BQ), bh), BQ](qf, kf, vf, o, lse, np.int32(tq), np.int32(tk), np.int32(d),
-                                  np.float32(scale), np.int32(1 if causal else 0),
-                                  np.int32(tk - tq))
-    return o.copy_to_host().reshape(*lead, tq, d), lse.copy_to_host().reshape(*lead, tq)
+    tq, d = q.shape
+    tk = k.shape[0]
+    if d > D:
+        raise ValueError(f"the lab kernel takes d <= {D}, got d={d}")
+    n_qb = -(-tq // BR)
+    qd, kd, vd = (cuda.to_device(np.ascontiguousarray(x[None])) for x in (q, k, v))
+    o = cuda.to_device(np.full((1, tq, d), np.nan, np.float32))     # poisoned
+    lse = cuda.to_device(np.full((1, tq), np.nan, np.float32))
+    visits = cuda.to_device(np.zeros((1, n_qb), np.int32))
+    kern = make_lab_kernel(*(_device(f) for f in parts),
+                           _device(key_blocks) if key_blocks is not None else all_key_blocks)
+    kern[(n_qb, 1), NT](qd, kd, vd, o, lse, visits, np.int32(tq), np.int32(tk), np.int32(d),
+                        np.float32(1.0 / math.sqrt(d)), np.int32(1 if causal else 0),
+                        np.int32(tk - tq), np.int32(kv_start))
+    return o.copy_to_host()[0], lse.copy_to_host()[0], visits.copy_to_host()[0]
 
 
-# -- the same tile loop in numpy, with the usual mistakes (for the hints) -----
+# -- a float64 replay of the kernel's arithmetic, with the typical mistakes -----------------
 
-def emulate(q, k, v, *, causal=False, mistake=None):
-    """float64 replay of the lab kernel, optionally with one typical mistake.
+def replay(q, k, v, *, causal=False, kv_start=0, mistake=None):
+    """(o, lse) of the lab kernel in float64, per thread, optionally with one mistake.
 
-    mistake: None, "no_rescale", "tile_max", "top_left", "no_ragged", "no_shift".
+    mistake: None, 'no_guard', 'no_rescale', 'tile_max', 'no_shift', 'max_one_step',
+    'sum_one_step', 'no_sum'.
     """
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    lead, tq, d = q.shape[:-2], q.shape[-2], q.shape[-1]
-    tk = k.shape[-2]
-    scale = 1.0 / math.sqrt(d)
-    qf, kf, vf = (x.reshape(-1, x.shape[-2], d) for x in (q, k, v))
-    o = np.zeros(qf.shape)
-    lse = np.full(qf.shape[:2], -np.inf)
+    tq, d = q.shape
+    tk = k.shape[0]
     off = tk - tq
+    scale = 1.0 / math.sqrt(d)
+    o = np.zeros((tq, d))
+    lse = np.full(tq, -np.inf)
+    owner = np.arange(BC) % CT                                 # tile column -> thread tx
+
+    def reduce(x, op, one_step):
+        out = x.copy()
+        offs = [CT // 2] if one_step else [CT // 2 ** s for s in range(1, CT.bit_length())]
+        for offset in offs:
+            out = op(out, out[np.arange(CT) ^ offset])
+        return out
+
     with np.errstate(all="ignore"):
-        for h in range(qf.shape[0]):
-            for i in range(tq):
-                m, l, acc = -np.inf, 0.0, np.zeros(d)
-                for k0 in range(0, tk, BC):
-                    cols = np.arange(k0, k0 + BC)
-                    s = np.full(BC, float(GARBAGE))
-                    inside = cols < tk
-                    s[inside] = scale * (kf[h, cols[inside]] @ qf[h, i])
-                    hide = ~inside if mistake != "no_ragged" else np.zeros(BC, bool)
-                    if causal:
-                        edge = i if mistake == "top_left" else i + off
-                        hide = hide | (cols > edge)
-                    s = np.where(hide, -np.inf, s)
-                    m_new = s.max() if mistake == "tile_max" else max(m, s.max())
-                    m_safe = 0.0 if m_new == -np.inf else m_new
-                    alpha = 1.0 if mistake == "no_rescale" else np.exp(m - m_safe)
-                    p = np.exp(s) if mistake == "no_shift" else np.exp(s - m_safe)
-                    acc = alpha * acc + p[inside] @ vf[h, cols[inside]]
-                    l = alpha * l + p.sum()
-                    m = m_new
-                if l > 0:
-                    o[h, i] = acc / l
-                    lse[h, i] = m + np.log(l)
-    return o.reshape(*lead, tq, d), lse.reshape(*lead, tq)
+        for r in range(tq):
+            m = np.full(CT, -np.inf)
+            lp = np.zeros(CT)
+            acc = np.zeros(D)
+            for k0 in range(0, tk, BC):
+                cols = np.arange(k0, k0 + BC)
+                s = np.full(BC, -np.inf)
+                inside = cols < tk
+                s[inside] = scale * (k[cols[inside]] @ q[r])
+                s[cols < kv_start] = -np.inf
+                if causal:
+                    s[cols > r + off] = -np.inf
+                local = np.array([s[owner == t].max() for t in range(CT)])
+                mx = reduce(local, np.maximum, mistake == "max_one_step")
+                m_new = mx if mistake == "tile_max" else np.maximum(m, mx)
+                m_use = m_new if mistake == "no_guard" else np.where(np.isneginf(m_new), 0.0,
+                                                                      m_new)
+                alpha = np.ones(CT) if mistake == "no_rescale" else np.exp(m - m_use)
+                p = np.exp(s) if mistake == "no_shift" else np.exp(s - m_use[owner])
+                lp = lp * alpha + np.array([p[owner == t].sum() for t in range(CT)])
+                acc = acc * alpha[np.arange(D) % CT]
+                acc = acc + p[inside] @ np.pad(v[cols[inside]], ((0, 0), (0, D - d)))
+                m = m_new
+            if mistake == "no_sum":
+                lt = lp
+            else:
+                lt = reduce(lp, np.add, mistake == "sum_one_step")
+            for c in range(d):
+                t = c % CT
+                o[r, c] = acc[c] / lt[t] if lt[t] > 0 else 0.0
+            lse[r] = m[0] + np.log(lt[0]) if lt[0] > 0 else -np.inf
+    return o, lse
 
 
 def _close_pair(a, b) -> bool:
-    """(o, lse) pairs agree (loosely: this only names a mistake), -inf entries alike."""
-    o_a, l_a = (np.asarray(x, np.float64) for x in a)
-    o_b, l_b = (np.asarray(x, np.float64) for x in b)
+    o_a, l_a = (np.asarray(x, np.float64) for x in a[:2])
+    o_b, l_b = (np.asarray(x, np.float64) for x in b[:2])
     if o_a.shape != o_b.shape or l_a.shape != l_b.shape:
         return False
-    if not (np.isfinite(o_b).all() and np.array_equal(np.isneginf(l_a), np.isneginf(l_b))):
+    if np.isnan(o_b).any() or np.isnan(l_b).any():
+        return bool(np.array_equal(np.isnan(o_a), np.isnan(o_b)))
+    if not np.array_equal(np.isneginf(l_a), np.isneginf(l_b)):
         return False
     fin = np.isfinite(l_b)
     return bool(np.allclose(o_a, o_b, rtol=1e-3, atol=1e-4)
                 and np.allclose(l_a[fin], l_b[fin], rtol=1e-3, atol=1e-4))
 
 
-def _matches(yours, replay) -> bool:
-    """Do the learner's (o, lse) agree with a replayed mistake?"""
+# -- pure-Python runs of one part, with tallies ---------------------------------------------
+
+class Tally(np.ndarray):
+    """An array that counts element reads and writes (for show() and the reuse check)."""
+
+    def __array_finalize__(self, obj):
+        self.reads = getattr(obj, "reads", 0)
+        self.writes = getattr(obj, "writes", 0)
+
+    def __getitem__(self, index):
+        self.reads += 1
+        return np.ndarray.__getitem__(self, index)
+
+    def __setitem__(self, index, value):
+        self.writes += 1
+        np.ndarray.__setitem__(self, index, value)
+
+
+def _tally(array):
+    t = np.array(array, dtype=np.float32).view(Tally)
+    t.reads = t.writes = 0
+    return t
+
+
+def _as_python(fn):
+    """The learner's device function as plain Python (its float32 constants work as-is)."""
+    inner = _py_func(fn)
+    if not isinstance(inner, types.FunctionType):
+        raise TypeError("expected a device function written with @cuda.jit(device=True)")
+    return inner
+
+
+def tally_scores(fn, seed=0):
+    """Per thread: (qs reads, ks reads, s writes), the learner's s, and the expected s."""
+    rng = np.random.default_rng(seed)
+    qs = rng.standard_normal((D, BR)).astype(np.float32)        # (D, BR)
+    ks = rng.standard_normal((BC, D)).astype(np.float32)        # (BC, D)
+    py = _as_python(fn)
+    counts, yours, expected = {}, {}, {}
+    for tid in range(NT):
+        tx, ty = tid % CT, tid // CT
+        tq_, tk_ = _tally(qs), _tally(ks)
+        s = _tally(np.full(TM * TN, 7.0))                       # stale values from "last tile"
+        py(tq_, tk_, s, np.zeros(TM, np.float32), np.zeros(TN, np.float32), ty, tx)
+        counts[(ty, tx)] = (tq_.reads, tk_.reads, s.writes)
+        yours[(ty, tx)] = np.asarray(s, np.float64).copy()
+        rows = ty + RT * np.arange(TM)
+        cols = tx + CT * np.arange(TN)
+        expected[(ty, tx)] = (qs[:, rows].T.astype(np.float64) @ ks[cols].T.astype(np.float64)
+                              ).reshape(-1)
+    return counts, yours, expected
+
+
+EXPECTED_COUNTS = (D * TM, D * TN)      # per thread: reads of qs, reads of ks (from registers)
+
+
+def show(micro_tile_scores) -> None:
+    """GPU-Puzzles style: each thread's memory traffic for one key tile, yours vs expected.
+
+    Global reads come from the kernel skeleton (the same for everyone); shared reads and
+    register writes are counted while your micro_tile_scores runs, one thread at a time,
+    as plain Python (the code the simulator runs).
+    """
     try:
-        return _close_pair(yours, replay)
-    except (ValueError, TypeError):  # a result of another shape or type: not this mistake
-        return False
+        counts, yours, expected = tally_scores(micro_tile_scores)
+    except NotImplementedError:
+        print("Not implemented yet: fill in micro_tile_scores first.")
+        return
+    g_q = -(-BR * D // NT)
+    g_kv = 2 * (-(-BC * D // NT))
+    print(f"one block: {NT} threads = {RT} row groups x {CT} column groups; "
+          f"micro-tile {TM} x {TN}; D = {D}")
+    print(f"global reads per thread (skeleton): Q {g_q} once, K and V {g_kv} per key tile; "
+          f"global writes: O {TD} per row, lse 1 per row (tx = 0)")
+    print(f"{'thread (ty, tx)':>16} | {'shared reads Q':>14} | {'shared reads K':>14} | "
+          f"{'s writes':>8} | {'values':>6}")
+    for (ty, tx), (rq, rk, ws) in counts.items():
+        ok = np.allclose(yours[(ty, tx)], expected[(ty, tx)], rtol=1e-5, atol=1e-5)
+        flag = "" if (rq, rk) == EXPECTED_COUNTS and ok else "   <-- differs"
+        print(f"{f'({ty}, {tx})':>16} | {rq:>14} | {rk:>14} | {ws:>8} | "
+              f"{'ok' if ok else 'WRONG':>6}{flag}")
+    print(f"{'expected':>16} | {EXPECTED_COUNTS[0]:>14} | {EXPECTED_COUNTS[1]:>14} | "
+          f"{'>= ' + str(TM * TN):>8} |")
 
 
-# -- float32 constants only ----------------------------------------------------
+# -- float32 constants only ---------------------------------------------------------------
 
 def float64_literals(fn) -> list[str]:
     """Float constants in `fn`'s source that are not wrapped in float32(...)."""
@@ -250,75 +480,297 @@ def float64_literals(fn) -> list[str]:
     return found
 
 
-# -- the checker -----------------------------------------------------------------
+def _float32_case(fns):
+    def run(_):
+        for fn in fns:
+            stub_guard(fn, getattr(_py_func(fn), "__name__", "function"))
+        return sum(len(float64_literals(fn)) for fn in fns), 0
+    return Case("float32 constants only", run, HINT_FLOAT64[0], rtol=0, atol=0,
+                hint2=HINT_FLOAT64[1])
 
-def _inputs(seed, lead, tq, tk, d, spread=1.0, grow=0):
+
+# -- checker 1: the micro-tile product (plain Python, no kernel) ------------------------------
+
+def check_micro_tile_scores(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Values of every thread's micro-tile, then its shared-memory reads (register reuse)."""
+    def values(f):
+        stub_guard(f, "micro_tile_scores")
+        _, yours, expected = tally_scores(f, seed=1)
+        keys = sorted(expected)
+        return (np.stack([yours[t] for t in keys]), np.stack([expected[t] for t in keys]))
+
+    def layout_contiguous(y, e):
+        rng = np.random.default_rng(1)
+        qs = rng.standard_normal((D, BR)).astype(np.float64)
+        ks = rng.standard_normal((BC, D)).astype(np.float64)
+        alt = []
+        for tid in range(NT):
+            tx, ty = tid % CT, tid // CT
+            rows, cols = ty * TM + np.arange(TM), tx * TN + np.arange(TN)
+            alt.append((qs[:, rows].T @ ks[cols].T).reshape(-1))
+        return np.allclose(y, np.stack(alt), rtol=1e-4, atol=1e-4)
+
+    def not_reset(y, e):
+        return np.allclose(y, e + 7.0, rtol=1e-4, atol=1e-4)
+
+    def reads(f):
+        stub_guard(f, "micro_tile_scores")
+        counts, _, _ = tally_scores(f)
+        worst = max(counts.values(), key=lambda c: c[0] + c[1])
+        return np.array(worst[:2]), np.array(EXPECTED_COUNTS)
+
+    cases = [
+        Case("values of each thread's 2 x 2 micro-tile, D = 8", values, HINT_SCORES[0],
+             [(not_reset, *HINT_SCORES_ZERO), (layout_contiguous, *HINT_SCORES_LAYOUT)],
+             rtol=1e-5, atol=1e-5, hint2=HINT_SCORES[1]),
+        Case("shared-memory reads per thread (qs, ks): one per value and kk", reads,
+             HINT_REUSE[0], rtol=0, atol=0, hint2=HINT_REUSE[1]),
+        _float32_case([fn]),
+    ]
+    return run_checks("micro_tile_scores(qs, ks, s, qa, kb, ty, tx)", fn, cases,
+                      verbose=verbose, hint_level=hint_level)
+
+
+# -- checker 2: the row reductions (a tiny kernel on the simulator or the GPU) ---------------
+
+@lru_cache(maxsize=None)
+def _reduce_kernel(rmax, rsum):
+    def kern(x, out_max, out_sum):
+        scratch = cuda.shared.array(NT, float32)
+        tid = cuda.threadIdx.x
+        out_max[tid] = rmax(x[tid], scratch, tid)
+        out_sum[tid] = rsum(x[tid], scratch, tid)
+    return cuda.jit(kern)
+
+
+def reduce_values(row_max, row_sum, x):
+    stub_guard(row_max, "row_max")
+    stub_guard(row_sum, "row_sum")
+    xd = cuda.to_device(np.asarray(x, np.float32))
+    mx = cuda.to_device(np.zeros(NT, np.float32))
+    sm = cuda.to_device(np.zeros(NT, np.float32))
+    _reduce_kernel(_device(row_max), _device(row_sum))[1, NT](xd, mx, sm)
+    return mx.copy_to_host(), sm.copy_to_host()
+
+
+def _butterfly(x, op, offsets):
+    out = np.asarray(x, np.float64).copy()
+    for offset in offsets:
+        out = op(out, out[np.arange(NT) ^ offset])
+    return out
+
+
+def check_row_reductions(row_max, row_sum, *, verbose: bool = True,
+                         hint_level: int = 1) -> Result:
+    """Every thread must end with its row's max and sum (rows = groups of CT threads)."""
+    x = np.array([3.0, -1.0, 7.0, 0.5, -2.0, -4.0, -3.0, -9.0], np.float32)   # (NT,)
+    full = [CT // 2 ** s for s in range(1, CT.bit_length())]
+    rows = np.arange(NT) // CT
+    exp_max = np.array([x[rows == r].max() for r in rows], np.float64)
+    exp_sum = np.array([x[rows == r].sum() for r in rows], np.float64)
+    wrong = {
+        "steps": (_butterfly(x, np.maximum, full[:1]), _butterfly(x, np.add, full[:1])),
+        "cross": (_butterfly(x, np.maximum, [CT] + full), _butterfly(x, np.add, [CT] + full)),
+        "op": (_butterfly(x, np.add, full), _butterfly(x, np.maximum, full)),
+    }
+
+    def case(which, expected, idx):
+        def run(fns):
+            return reduce_values(*fns, x)[idx], expected
+        diagnoses = [((lambda y, e, w=w[idx]: np.allclose(y, w)), *hint)
+                     for w, hint in ((wrong["steps"], HINT_REDUCE_STEPS),
+                                     (wrong["cross"], HINT_REDUCE_CROSS),
+                                     (wrong["op"], HINT_REDUCE_OP))
+                     if not np.allclose(w[idx], expected)]
+        return Case(f"{which} over the {CT} threads of each row, for all {NT} threads", run,
+                    HINT_REDUCE[0], diagnoses, rtol=1e-6, atol=1e-6, hint2=HINT_REDUCE[1])
+
+    cases = [case("row max", exp_max, 0), case("row sum", exp_sum, 1),
+             _float32_case([row_max, row_sum])]
+    return run_checks("row_max and row_sum", (row_max, row_sum), cases, verbose=verbose,
+                      hint_level=hint_level)
+
+
+# -- checker 3: the online update (plain Python, no kernel) ----------------------------------
+
+def _update_inputs(seed, *, empty=False, masked=False):
     rng = np.random.default_rng(seed)
-    q = (rng.standard_normal((*lead, tq, d)) * spread).astype(np.float32)
-    k = (rng.standard_normal((*lead, tk, d)) * spread).astype(np.float32)
-    v = rng.standard_normal((*lead, tk, d)).astype(np.float32)
-    if grow:   # later keys line up with q more and more (grow=1: the running max keeps
-        # growing, so a missing rescale shows) or less and less (grow=-1: a tile's max falls
-        # below the running max, so forgetting the running max shows)
+    s = (rng.standard_normal(TM * TN) * 3).astype(np.float32)
+    acc = rng.standard_normal(TM * TD).astype(np.float32)
+    m = rng.normal(0.0, 1.0, TM).astype(np.float32)
+    lp = rng.uniform(1.0, 3.0, TM).astype(np.float32)
+    if empty:
+        m[:], lp[:], acc[:] = NEG_INF, 0, 0
+    if masked:
+        s[:] = NEG_INF
+    return s, acc, m, lp
+
+
+def update_reference(s, acc, m, lp, i, mx, mistake=None):
+    s, acc, m, lp = (np.array(x, np.float64) for x in (s, acc, m, lp))
+    with np.errstate(all="ignore"):
+        m_new = mx if mistake == "tile_max" else max(m[i], mx)
+        m_use = m_new if (mistake == "no_guard" or m_new != -np.inf) else 0.0
+        alpha = 1.0 if mistake == "no_rescale" else math.exp(m[i] - m_use) \
+            if not (math.isnan(m[i] - m_use)) else math.nan
+        m[i] = m_new
+        row = slice(i * TN, (i + 1) * TN)
+        p = np.exp(s[row]) if mistake == "no_shift" else np.exp(s[row] - m_use)
+        if mistake != "p_not_stored":
+            s[row] = p
+        lp[i] = lp[i] * alpha + p.sum()
+        acc[i * TD:(i + 1) * TD] *= alpha
+    return s, acc, m, lp
+
+
+def check_online_update(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Run `online_update(s, acc, m, lp, i, mx)` on arrays and compare (s, acc, m, lp)."""
+    specs = [
+        ("first tile: empty state, row 0", dict(seed=1, empty=True), 0, None),
+        ("later tile whose max is larger, row 1", dict(seed=2), 1, 4.0),
+        ("later tile whose max is smaller, row 0", dict(seed=3), 0, -5.0),
+        ("a fully masked tile while the row is still empty, row 1",
+         dict(seed=4, empty=True, masked=True), 1, float(NEG_INF)),
+        ("large scores (|s| ~ 80), row 0", dict(seed=5), 0, None),
+    ]
+    cases = []
+    for name, spec, i, mx in specs:
+        s, acc, m, lp = _update_inputs(**spec)
+        if name.startswith("large"):
+            s = (s * 27).astype(np.float32)
+        if mx is None:
+            mx = float(s[i * TN:(i + 1) * TN].max())
+        mx = np.float32(mx)
+        expected = update_reference(s, acc, m, lp, i, mx)
+        diagnoses = []
+        for mistake, hint in (("no_guard", HINT_NEG_INF), ("no_rescale", HINT_RESCALE),
+                              ("tile_max", HINT_MAX), ("no_shift", HINT_SHIFT),
+                              ("p_not_stored", HINT_P_NOT_STORED)):
+            wrong = update_reference(s, acc, m, lp, i, mx, mistake)
+            if not all(np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
+                       for a, b in zip(wrong, expected)):
+                diagnoses.append(((lambda y, e, w=wrong: all(
+                    np.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True)
+                    for a, b in zip(y, w))), *hint))
+
+        def run(f, args=(s, acc, m, lp, i, mx), expected=expected):
+            stub_guard(f, "online_update")
+            s_, acc_, m_, lp_ = (np.array(a, np.float32) for a in args[:4])
+            with np.errstate(all="ignore"):
+                _as_python(f)(s_, acc_, m_, lp_, args[4], args[5])
+            return tuple(np.asarray(a, np.float64) for a in (s_, acc_, m_, lp_)), expected
+
+        cases.append(Case(name, run, HINT_KERNEL[0], diagnoses, rtol=1e-5, atol=1e-6,
+                          hint2=HINT_KERNEL[1]))
+    cases.append(_float32_case([fn]))
+    return run_checks("online_update(s, acc, m, lp, i, mx)", fn, cases, verbose=verbose,
+                      hint_level=hint_level)
+
+
+# -- checker 4: everything in the kernel ---------------------------------------------------
+
+def _inputs(seed, tq, tk, d, spread=1.0, grow=0):
+    rng = np.random.default_rng(seed)
+    q = (rng.standard_normal((tq, d)) * spread).astype(np.float32)
+    k = (rng.standard_normal((tk, d)) * spread).astype(np.float32)
+    v = rng.standard_normal((tk, d)).astype(np.float32)
+    if grow:      # later keys line up with q more (grow=1) or less (grow=-1)
         ramp = np.linspace(0.2, 3.0, tk, dtype=np.float32)[::grow]
-        k = (k * 0.2 + q.mean(axis=-2, keepdims=True) * ramp[:, None]).astype(np.float32)
+        k = (k * 0.2 + q.mean(axis=0) * ramp[:, None]).astype(np.float32)
     return q, k, v
 
 
-def _stub_guard(fn):
-    """A stub (raise NotImplementedError) is reported before any kernel is compiled."""
-    code = getattr(_py_func(fn), "__code__", None)
-    if code is not None and "NotImplementedError" in code.co_names:
-        raise NotImplementedError("tile_update still raises NotImplementedError")
+#: (name, seed, Tq, Tk, d, causal, kv_start, spread, grow): tiny, for the simulator.
+KERNEL_CASES = [
+    ("one block, one key tile (Tq = 4, Tk = 8, d = 3)", 1, 4, 8, 3, False, 0, 1.0, 0),
+    ("ragged, growing max (Tq = 5, Tk = 19, d = 5)", 2, 5, 19, 5, False, 0, 1.0, 1),
+    ("left padding: the first key tile is all padding (Tq = 3, Tk = 20, keys 0-9 padded)",
+     3, 3, 20, 4, False, 10, 1.0, 0),
+    ("causal, Tq = 6 < Tk = 13, falling maxima", 4, 6, 13, 4, True, 0, 2.0, -1),
+    ("causal, Tq = 9 > Tk = 5: rows with no key, large scores", 5, 9, 5, 4, True, 0, 6.0, 0),
+]
 
 
-def _numeric_case(name, seed, lead, tq, tk, d, causal, spread=1.0, grow=0):
-    q, k, v = _inputs(seed, lead, tq, tk, d, spread, grow)
-
-    def run(fn):
-        _stub_guard(fn)
-        out = lab_forward(fn, q, k, v, causal=causal)
-        if not (isinstance(out, tuple) and len(out) == 2):
-            raise TypeError("lab_forward returned something other than (o, lse)")
-        return out, tuple(np.asarray(x, np.float64) for x in
-                          reference.attention(q, k, v, causal=causal))
-
-    def nan_rows(yours, expected):
-        return bool(np.isnan(np.asarray(yours[0], np.float64)).any())
-
-    diagnoses = [(nan_rows, HINT_NEG_INF)]
-    right = emulate(q, k, v, causal=causal)
-    for mistake, hint in (("no_ragged", HINT_MASK_RAGGED), ("top_left", HINT_MASK_ALIGN),
-                          ("no_rescale", HINT_RESCALE), ("tile_max", HINT_MAX),
-                          ("no_shift", HINT_SHIFT)):
-        replay = emulate(q, k, v, causal=causal, mistake=mistake)
-        if _close_pair(replay, right):      # this case cannot see that mistake
-            continue
-        diagnoses.append(((lambda y, e, r=replay: _matches(y, r)), hint))
-    return Case(name, run, HINT_GENERIC, diagnoses, rtol=_RTOL, atol=_ATOL)
+def _expected(q, k, v, causal, kv_start):
+    if kv_start == 0:
+        return reference.attention(q, k, v, causal=causal)
+    o, lse = reference.attention(q, k[kv_start:], v[kv_start:], causal=False,
+                                 scale=1.0 / math.sqrt(q.shape[1]))
+    return o, lse
 
 
-def _float32_case():
-    def run(fn):
-        _stub_guard(fn)
-        return len(float64_literals(fn)), 0
-    return Case("float32 constants only", run, HINT_FLOAT64, rtol=0, atol=0)
+def check_kernel(micro_tile_scores, row_max, row_sum, online_update, *, verbose: bool = True,
+                 hint_level: int = 1) -> Result:
+    """Your four parts inside the lab kernel against the float64 reference (tiny shapes)."""
+    parts = (micro_tile_scores, row_max, row_sum, online_update)
+    cases = []
+    for name, seed, tq, tk, d, causal, kv_start, spread, grow in KERNEL_CASES:
+        q, k, v = _inputs(seed, tq, tk, d, spread, grow)
+        expected = tuple(np.asarray(x, np.float64) for x in _expected(q, k, v, causal, kv_start))
+        right = replay(q, k, v, causal=causal, kv_start=kv_start)
+        diagnoses = [((lambda y, e: bool(np.isnan(np.asarray(y[0], np.float64)).any())),
+                      *HINT_NEG_INF)]
+        for mistake, hint in (("no_guard", HINT_NEG_INF), ("no_rescale", HINT_RESCALE),
+                              ("tile_max", HINT_MAX), ("no_shift", HINT_SHIFT),
+                              ("max_one_step", HINT_REDUCE_STEPS),
+                              ("sum_one_step", HINT_REDUCE_STEPS), ("no_sum", HINT_REDUCE_STEPS)):
+            wrong = replay(q, k, v, causal=causal, kv_start=kv_start, mistake=mistake)
+            if _close_pair(wrong, right):
+                continue
+            diagnoses.append(((lambda y, e, w=wrong: _close_pair(y, w)), *hint))
+
+        def run(ps, q=q, k=k, v=v, causal=causal, kv_start=kv_start, expected=expected):
+            o, lse, _ = lab_forward(ps, q, k, v, causal=causal, kv_start=kv_start)
+            return (o, lse), expected
+
+        cases.append(Case(name, run, HINT_KERNEL[0], diagnoses, rtol=_RTOL, atol=_ATOL,
+                          hint2=HINT_KERNEL[1], time_limit_s=120))
+    cases.append(_float32_case(parts))
+    return run_checks("the lab kernel with your four parts", parts, cases, verbose=verbose,
+                      hint_level=hint_level)
 
 
-def cases():
-    return [
-        _numeric_case("one full tile (Tq=3, Tk=4, d=3)", 1, (1,), 3, 4, 3, False),
-        _numeric_case("ragged tiles, growing max (Tq=5, Tk=11, d=5)", 2, (2,), 5, 11, 5, False,
-                      grow=1),
-        _numeric_case("falling tile maxima (Tq=4, Tk=9, d=4)", 5, (1,), 4, 9, 4, False,
-                      spread=2.0, grow=-1),
-        _numeric_case("causal, Tq < Tk (Tq=6, Tk=10, d=4)", 3, (1,), 6, 10, 4, True, grow=1),
-        _numeric_case("causal, Tq > Tk: empty rows, large scores (Tq=9, Tk=5, d=4)", 4, (1,),
-                      9, 5, 4, True, spread=6.0),
-        _float32_case(),
-    ]
+# -- going further: causal tile skipping in the kernel ------------------------------------------
+
+def key_blocks_expected(q0, tq, tk, causal, off):
+    n = -(-tk // BC)
+    if not causal:
+        return n
+    last = min(q0 + BR, tq) - 1 + off                  # last key the block's last row sees
+    return max(0, min(n, last // BC + 1)) if last >= 0 else 0
 
 
-def check_tile_update(fn, *, verbose: bool = True) -> Result:
-    """Run `fn` (the learner's tile_update) in the lab kernel; print the verdict."""
-    return run_checks("tile_update inside the lab kernel", fn, cases(), verbose=verbose)
+def check_key_blocks(key_blocks, parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Your key_blocks(q0, tq, tk, causal, off) in the kernel: the tiles each query block
+    visits, then the result (causal, Tq != Tk both ways)."""
+    cases = []
+    for name, tq, tk, causal in (("causal, Tq = 12 < Tk = 30", 12, 30, True),
+                                 ("causal, Tq = 14 > Tk = 9: early blocks see nothing",
+                                  14, 9, True),
+                                 ("not causal, Tq = 5, Tk = 17: every tile", 5, 17, False)):
+        q, k, v = _inputs(tq + tk, tq, tk, 3)
+        want = np.array([key_blocks_expected(q0, tq, tk, causal, tk - tq)
+                         for q0 in range(0, tq, BR)], np.int64)
+        expected = tuple(np.asarray(x, np.float64) for x in reference.attention(
+            q, k, v, causal=causal))
+
+        def visits(f, q=q, k=k, v=v, causal=causal, want=want):
+            stub_guard(f, "key_blocks")
+            py = _as_python(f)
+            got = [py(q0, q.shape[0], k.shape[0], 1 if causal else 0, k.shape[0] - q.shape[0])
+                   for q0 in range(0, q.shape[0], BR)]
+            return np.array(got, np.int64), want
+
+        def result(f, q=q, k=k, v=v, causal=causal, expected=expected):
+            o, lse, _ = lab_forward(parts, q, k, v, causal=causal, key_blocks=f)
+            return (o, lse), expected
+
+        cases.append(Case(f"{name}: key tiles visited per query block", visits, HINT_SKIP[0],
+                          rtol=0, atol=0, hint2=HINT_SKIP[1]))
+        cases.append(Case(f"{name}: result in the kernel", result, HINT_SKIP[0], rtol=_RTOL,
+                          atol=_ATOL, hint2=HINT_SKIP[1], time_limit_s=120))
+    return run_checks("key_blocks(q0, tq, tk, causal, off)", key_blocks, cases,
+                      verbose=verbose, hint_level=hint_level)
+
+
+ALL_HINTS = [v for k, v in dict(globals()).items() if k.startswith("HINT_")]
