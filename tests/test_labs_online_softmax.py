@@ -50,12 +50,12 @@ def _safe(m):
 # Lab 01: online softmax
 # ---------------------------------------------------------------------------
 
-def test_lab01_solutions_pass(lab01):
+def test_lab02_solutions_pass(lab01):
     assert L1.check_online_update(lab01["online_update"], verbose=False).passed
     assert L1.check_merge_states(lab01["merge_states"], verbose=False).passed
 
 
-def test_lab01_stubs_report_not_implemented(capsys):
+def test_lab02_stubs_report_not_implemented(capsys):
     ns = functions_of(LAB01, student=True)
     for check, name in ((L1.check_online_update, "online_update"),
                         (L1.check_merge_states, "merge_states")):
@@ -66,7 +66,7 @@ def test_lab01_stubs_report_not_implemented(capsys):
     assert "All checks passed" not in out
 
 
-def test_lab01_solution_matches_reference_module(lab01):
+def test_lab02_solution_matches_reference_module(lab01):
     """The notebook's rule agrees with flashcourse.reference.online_update, element by element."""
     from flashcourse import reference
     rng = np.random.default_rng(0)
@@ -112,7 +112,7 @@ def _update_unshifted(m, l, x):
     (_update_inverted, L1.HINT_DIRECTION),
     (_update_unshifted, L1.HINT_SHIFT),
 ], ids=lambda p: getattr(p, "__name__", "hint"))
-def test_lab01_wrong_updates_get_their_hint(wrong, hint):
+def test_lab02_wrong_updates_get_their_hint(wrong, hint):
     with np.errstate(all="ignore"):
         result = L1.check_online_update(wrong, verbose=False)
     assert not result.passed and not result.todo
@@ -144,22 +144,63 @@ def _merge_inverted(m_a, l_a, m_b, l_b):
     (_merge_min, L1.HINT_MAX),
     (_merge_inverted, L1.HINT_DIRECTION),
 ], ids=lambda p: getattr(p, "__name__", "hint"))
-def test_lab01_wrong_merges_get_their_hint(wrong, hint):
+def test_lab02_wrong_merges_get_their_hint(wrong, hint):
     with np.errstate(all="ignore"):
         result = L1.check_merge_states(wrong, verbose=False)
     assert not result.passed and not result.todo
     assert result.hint == hint
 
 
-def test_lab01_failure_prints_yours_and_expected(capsys):
+def test_lab02_failure_prints_yours_and_expected(capsys):
     with np.errstate(all="ignore"):
         L1.check_online_update(_update_no_rescale)
     out = capsys.readouterr().out
     assert "FAILED" in out and "yours" in out and "expected" in out and "Hint:" in out
 
 
-def test_lab01_crash_is_reported_not_raised():
+def test_lab02_crash_is_reported_not_raised():
     def crashes(m, l, x):
         return m[5], l                           # IndexError on some inputs
     result = L1.check_online_update(crashes, verbose=False)
     assert not result.passed and "IndexError" in result.detail
+
+
+# -- going further, hint levels, no solution line in a hint ----------------------------------
+
+from labtools import functions_of as lab_functions  # noqa: E402
+from labtools import hint_leaks, mutate  # noqa: E402
+
+
+def test_stream_softmax_solution_passes_and_stub_is_reported(lab01):
+    assert L1.check_stream_softmax(lab01["stream_softmax"], lab01["merge_states"],
+                                   verbose=False).passed
+    student = lab_functions(LAB01, student=True)
+    assert L1.check_stream_softmax(student["stream_softmax"], lab01["merge_states"],
+                                   verbose=False).todo
+
+
+@pytest.mark.parametrize("old,new,hint", [
+    ("p = np.exp(x - np.where(np.isneginf(m), 0.0, m)[:, None])", "p = np.exp(x)",
+     L1.HINT_SOFTMAX_SHIFT),
+    ("return np.where(l[:, None] > 0, p / np.where(l > 0, l, 1.0)[:, None], 0.0)",
+     "return p / l[:, None]", L1.HINT_SOFTMAX_MASKED),
+    ("        m, l = merge_states(m, l, m_c, l_c)\n", "        m, l = m_c, l_c\n",
+     L1.HINT_SOFTMAX),
+], ids=["shift", "masked", "merge"])
+def test_stream_softmax_mistakes_get_their_hint(lab01, old, new, hint):
+    fn = mutate(LAB01, "stream_softmax", old, new)
+    with np.errstate(all="ignore"):
+        result = L1.check_stream_softmax(fn, lab01["merge_states"], verbose=False)
+    assert not result.passed and result.hint == hint
+
+
+def test_hint_level_two_adds_the_explicit_hint():
+    def no_rescale(m, l, x):
+        m_new = np.maximum(m, x)
+        return m_new, l + np.exp(x - _safe(m_new))
+    result = L1.check_online_update(no_rescale, verbose=False, hint_level=2)
+    assert L1.HINT_RESCALE in result.hint and L1.LEVEL2[L1.HINT_RESCALE] in result.hint
+
+
+def test_no_hint_contains_a_solution_line():
+    assert hint_leaks(L1.ALL_HINTS, LAB01) == []

