@@ -1,0 +1,297 @@
+"""Predict-then-check exercises of the notebooks (one home: notebooks call these by name).
+
+A notebook states a question, the learner writes a prediction into a cell, and
+
+    from flashcourse import exercises
+    exercises.check("03-second-tile", m=..., l=..., alpha=...)
+
+says which parts are right, names the likely mistake for each wrong part, and
+offers a "Show answer" button; `exercises.reveal(name)` prints the answer with
+its working. The answers are computed here by code (from the course's own
+functions), never typed in; a prediction left as None is "not answered yet", so
+a notebook still runs top to bottom.
+
+Adding an exercise: write a function returning an `Exercise` (question, the
+computed answer, a tolerance, and diagnoses that recognise typical wrong values),
+and register it in EXERCISES under "NN-short-name".
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ._checks import tile_visibility
+
+
+@dataclass
+class Exercise:
+    """One predict-then-check exercise.
+
+    answer: {part: value}; working: how the answer is computed (shown on reveal);
+    rtol: relative tolerance for numbers; diagnoses: {part: [(predicate(value), text)]}.
+    """
+
+    title: str
+    answer: dict
+    working: str
+    rtol: float = 5e-3
+    diagnoses: dict = field(default_factory=dict)
+    same: Callable | None = None          # custom comparison: same(part, yours, answer)
+
+
+def _same_number(a, b, rtol) -> bool:
+    try:
+        a, b = float(a), float(b)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    if math.isinf(b):
+        return a == b
+    return math.isfinite(a) and abs(a - b) <= rtol * max(abs(b), 1e-12)
+
+
+# -- notebook 03: the second key tile of one row ------------------------------------------
+
+TILE_1 = (1.0, 2.5, 0.5)                  # scores of one query row against key tile 1
+TILE_2 = (3.0, -1.0, 2.0)                 # ... and against key tile 2 (already scaled)
+
+
+def second_tile() -> Exercise:
+    s1, s2 = np.array(TILE_1), np.array(TILE_2)
+    m1 = float(s1.max())
+    l1 = float(np.exp(s1 - m1).sum())
+    m2 = max(m1, float(s2.max()))
+    alpha = math.exp(m1 - m2)
+    l2 = alpha * l1 + float(np.exp(s2 - m2).sum())
+    no_rescale = l1 + float(np.exp(s2 - m2).sum())
+    inverted = math.exp(m2 - m1)
+    tile_only = float(np.exp(s2 - m2).sum())
+    working = (f"tile 1: m = max{TILE_1} = {m1:g}, l = sum exp(s - {m1:g}) = {l1:.4f}\n"
+               f"tile 2: m' = max({m1:g}, max{TILE_2}) = {m2:g}; alpha = exp({m1:g} - {m2:g}) "
+               f"= {alpha:.4f}\n"
+               f"        l' = alpha * {l1:.4f} + sum exp(s - {m2:g}) = {l2:.4f}")
+    return Exercise(
+        "After the second key tile: the row's running max m, running sum l, and the rescale "
+        "factor alpha applied to the old l at that tile",
+        {"m": m2, "l": l2, "alpha": alpha}, working,
+        diagnoses={
+            "m": [(lambda y: _same_number(y, float(s2.max()), 1e-9) and m2 != s2.max(),
+                   "that is tile 2's max alone; the running max keeps the larger of both")],
+            "l": [(lambda y: _same_number(y, no_rescale, 5e-3),
+                   "you added tile 2's terms to the old l without rescaling it first"),
+                  (lambda y: _same_number(y, tile_only, 5e-3),
+                   "that is tile 2's sum alone; the old l (rescaled) must be added"),
+                  (lambda y: _same_number(y, inverted * l1 + tile_only, 5e-3),
+                   "the old l was multiplied by exp(m' - m) > 1; the factor is exp(m - m') <= 1")],
+            "alpha": [(lambda y: _same_number(y, inverted, 5e-3),
+                       "the factor points the wrong way: exp(old max - new max), at most 1"),
+                      (lambda y: _same_number(y, 1.0, 1e-9),
+                       "alpha is 1 only when the max does not grow; here it grows")],
+        })
+
+
+# -- notebook 03: which tiles does the causal mask skip when Tq != Tk ----------------------
+
+SKIP_SHAPE = (6, 10, 2, 2)                # Tq, Tk, Br, Bc
+
+
+def _tiles(tq, tk, br, bc, status, offset=None):
+    out = set()
+    for i, q0 in enumerate(range(0, tq, br)):
+        for j, k0 in enumerate(range(0, tk, bc)):
+            q1, k1 = min(q0 + br, tq), min(k0 + bc, tk)
+            if offset is None:
+                st = tile_visibility(q0, q1, k0, k1, tq, tk, True)
+            else:                                     # a wrong alignment, for diagnoses
+                st = "hidden" if k0 > q1 - 1 + offset else \
+                    ("full" if k1 - 1 <= q0 + offset else "partial")
+            if st in status:
+                out.add((i, j))
+    return out
+
+
+def causal_skips() -> Exercise:
+    tq, tk, br, bc = SKIP_SHAPE
+    skipped = _tiles(tq, tk, br, bc, {"hidden"})
+    partial = _tiles(tq, tk, br, bc, {"partial"})
+    top_left = _tiles(tq, tk, br, bc, {"hidden"}, offset=0)
+    rows = []
+    for i, q0 in enumerate(range(0, tq, br)):
+        rows.append(f"query block {i} (rows {q0}-{min(q0 + br, tq) - 1}): skips key blocks "
+                    f"{sorted(j for (a, j) in skipped if a == i)}")
+    working = (f"Tq = {tq}, Tk = {tk}: query i sees key j iff j <= i + {tk - tq}. A tile is "
+               "skipped iff even its last row cannot see its first key.\n" + "\n".join(rows)
+               + f"\npartly visible (computed, masked inside): {sorted(partial)}")
+
+    def as_set(y):
+        try:
+            return {(int(a), int(b)) for a, b in y}
+        except (TypeError, ValueError):
+            return None
+
+    def same(part, yours, answer):
+        return as_set(yours) == answer
+
+    return Exercise(
+        f"Tq = {tq}, Tk = {tk}, Br = {br}, Bc = {bc}, causal: the (query block, key block) "
+        "tiles that are skipped (0-based)",
+        {"skipped": skipped}, working, same=same,
+        diagnoses={"skipped": [
+            (lambda y: as_set(y) == top_left,
+             "that is the top-left mask (j <= i); the course aligns it bottom-right, "
+             f"j <= i + Tk - Tq = i + {tk - tq}"),
+            (lambda y: as_set(y) == skipped | partial,
+             "you also skipped partly visible tiles: they are computed and masked inside"),
+            (lambda y: as_set(y) is not None and as_set(y) < skipped,
+             "some tiles that no query of the block can see are missing"),
+            (lambda y: as_set(y) is None,
+             "give a list of (query block, key block) pairs, e.g. [(0, 3), (0, 4)]"),
+        ]})
+
+
+# -- notebook 06: key tiles visited with and without the causal mask --------------------------
+
+def causal_tiles_06() -> Exercise:
+    br, bc, n = 128, 64, 8192
+    full = (n // br) * (n // bc)
+    causal = sum(min(n // bc, (q0 + br + bc - 1) // bc) for q0 in range(0, n, br))
+    hidden_only = sum(1 for q0 in range(0, n, br) for k0 in range(0, n, bc)
+                      if k0 + bc - 1 <= q0)           # only tiles fully visible
+    working = (f"without the mask: ({n} / {br}) x ({n} / {bc}) = {full} tiles per head\n"
+               f"causal: query block q0 visits key tiles up to its last row q0 + {br - 1}: "
+               f"sum over q0 of ceil((q0 + {br}) / {bc}) = {causal}\n"
+               f"ratio {full / causal:.3f}: the {n // br * (br // bc)} diagonal tiles are "
+               "computed in full and masked element by element, so causal is a little more than "
+               "half the work.")
+    return Exercise(
+        "Br = 128, Bc = 64, N = 8192: key tiles visited per head without and with the mask",
+        {"tiles_full": full, "tiles_causal": causal}, working, rtol=0.0,
+        diagnoses={"tiles_causal": [
+            (lambda y: _same_number(y, full / 2, 0), "exactly half forgets the diagonal tiles, "
+             "which are only partly hidden and are computed"),
+            (lambda y: _same_number(y, hidden_only, 0), "that counts only tiles visible in full; "
+             "partly visible tiles on the diagonal are visited too"),
+        ], "tiles_full": [
+            (lambda y: _same_number(y, (n // bc) ** 2, 0), f"there are {n // br} query blocks "
+             f"of {br} rows, not {n // bc}"),
+        ]})
+
+
+# -- notebook 08: what the backward keeps, and what recomputation costs -------------------------
+
+def saved_bytes_08() -> Exercise:
+    from .memory import saved_for_backward
+    from .traffic import backward_flops
+    b, h, n, d = 4, 16, 8192, 128
+    p_bytes = b * h * saved_for_backward(n, n, d, method="standard")["P"]
+    l_bytes = b * h * saved_for_backward(n, n, d, method="tiled")["L"]
+    factor = backward_flops(n, n, d) / backward_flops(n, n, d, recompute=False)
+    working = (f"(a) P: B H N^2 s = {b} x {h} x {n}^2 x 2 B = {p_bytes:,} B\n"
+               f"(b) L: B H N x 4 B (fp32 statistics) = {l_bytes:,} B\n"
+               f"(c) backward FLOPs with recomputation / without = {factor:.2f} "
+               "(five tile products instead of four)")
+    return Exercise(
+        "B = 4, H = 16, d = 128, N = 8192, bf16: (a) bytes of P kept by standard attention "
+        "for one layer, (b) bytes of L kept by FlashAttention, (c) the backward's FLOP factor",
+        {"p_bytes": p_bytes, "l_bytes": l_bytes, "flops_factor": factor}, working, rtol=1e-3,
+        diagnoses={
+            "p_bytes": [(lambda y: _same_number(y, p_bytes / (b * h), 1e-3),
+                         "that is one head of one request; multiply by B x H"),
+                        (lambda y: _same_number(y, 2 * p_bytes, 1e-3),
+                         "bf16 stores 2 bytes per probability, not 4")],
+            "l_bytes": [(lambda y: _same_number(y, l_bytes / 2, 1e-3),
+                         "L is stored in fp32 (4 bytes per row), whatever the input type"),
+                        (lambda y: _same_number(y, l_bytes * d, 1e-3),
+                         "L is one number per query row, not a row of d numbers")],
+            "flops_factor": [(lambda y: _same_number(y, 2.5, 1e-3) and factor != 2.5,
+                              "2.5 is the backward against the FORWARD; the question compares "
+                              "the backward with and without recomputation"),
+                             (lambda y: _same_number(y, 1.0, 1e-9),
+                              "recomputing S costs one more tile product: not free")],
+        })
+
+
+EXERCISES = {
+    "03-second-tile": second_tile,
+    "03-causal-skips": causal_skips,
+    "06-causal-tiles": causal_tiles_06,
+    "08-saved-bytes": saved_bytes_08,
+}
+
+
+def get(name: str) -> Exercise:
+    if name not in EXERCISES:
+        raise ValueError(f"unknown exercise {name!r}; known: {', '.join(EXERCISES)}")
+    return EXERCISES[name]()
+
+
+def grade(name: str, **answers) -> tuple[bool, list[str]]:
+    """(all right?, one line per part) for a learner's predictions; None = not answered."""
+    ex = get(name)
+    unknown = set(answers) - set(ex.answer)
+    if unknown:
+        raise ValueError(f"exercise {name!r} has the parts {', '.join(ex.answer)}; "
+                         f"got {', '.join(sorted(unknown))}")
+    lines, all_right = [], True
+    for part, right in ex.answer.items():
+        yours = answers.get(part)
+        if yours is None:
+            lines.append(f"{part}: not answered yet (replace None with your prediction)")
+            all_right = False
+            continue
+        ok = ex.same(part, yours, right) if ex.same else _same_number(yours, right, ex.rtol)
+        if ok:
+            lines.append(f"{part}: right")
+            continue
+        all_right = False
+        why = "not what the rule gives; recompute this part step by step"
+        for predicate, text in ex.diagnoses.get(part, []):
+            try:
+                if predicate(yours):
+                    why = text
+                    break
+            except Exception:
+                continue
+        lines.append(f"{part}: not quite: {why}")
+    return all_right, lines
+
+
+def reveal(name: str) -> None:
+    """Print the answer and its working."""
+    ex = get(name)
+    print(f"{ex.title}\n{ex.working}")
+
+
+def check(name: str, **answers) -> bool:
+    """Print the verdict for each part and, in Jupyter, a "Show answer" button."""
+    ok, lines = grade(name, **answers)
+    print(("All right. " if ok else "") + get(name).title + ":")
+    for line in lines:
+        print("  " + line)
+    if not ok:
+        _reveal_button(name)
+    return ok
+
+
+def _reveal_button(name: str) -> None:
+    try:
+        import ipywidgets as w
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:                                        # plain Python: no button
+        return
+    if get_ipython() is None:
+        return
+    button = w.Button(description="Show answer")
+    out = w.HTML("")
+
+    def on_click(_):
+        ex = get(name)
+        out.value = f"<pre>{html.escape(ex.working)}</pre>"
+
+    button.on_click(on_click)
+    display(w.VBox([button, out]))
