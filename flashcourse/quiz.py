@@ -1,7 +1,7 @@
 """Multiple-choice "check your understanding" questions as ipywidgets.
 
 The questions of each notebook live in the package (`flashcourse.quizzes`), so a
-notebook's quiz cell is only `show_quiz("03")` and the answer is not on screen
+notebook's quiz cell is only `quizzes.show("03")` and the answer is not on screen
 before the learner answers. Each question:
 
 - shows its options in a shuffled order that is stable (seeded by the question's
@@ -15,8 +15,9 @@ before the learner answers. Each question:
 The logic (`Question.grade`, `QuizSession`) is plain Python, tested without a
 browser; the widget only shows it.
 
-    from flashcourse.quiz import show_quiz
-    show_quiz("03")                       # the questions of notebook 03
+    from flashcourse import quizzes
+    quizzes.show("03")                    # the questions of notebook 03
+    show_quiz([Question(...), ...])       # any list of questions
 """
 
 from __future__ import annotations
@@ -184,21 +185,21 @@ def _question_box(session: QuizSession, number: int, score):
                   layout=w.Layout(margin="0 0 1em 0"))
 
 
-def _questions(questions_or_name):
-    if isinstance(questions_or_name, str):
-        from .quizzes import get
-        return get(questions_or_name)
-    questions = list(questions_or_name)
-    if not all(isinstance(q, Question) for q in questions):
-        raise ValueError("show_quiz takes a notebook name such as '03' or a list of Questions")
+def _questions(questions):
+    if isinstance(questions, (str, bytes)):
+        raise ValueError("show_quiz takes a list of Questions; for a notebook's quiz use "
+                         "flashcourse.quizzes.show('03')")
+    questions = list(questions)
+    if not questions or not all(isinstance(q, Question) for q in questions):
+        raise ValueError("show_quiz takes a non-empty list of Questions")
     return questions
 
 
-def quiz_box(questions_or_name):
+def quiz_box(questions):
     """All questions as one ipywidgets VBox with a score line (not displayed)."""
     import ipywidgets as w
 
-    session = QuizSession(_questions(questions_or_name))
+    session = QuizSession(_questions(questions))
     score = w.HTML(f"<i>{html.escape(session.score_line())}</i>")
     boxes = [_question_box(session, i, score) for i in range(len(session.questions))]
     box = w.VBox([*boxes, score])
@@ -206,21 +207,31 @@ def quiz_box(questions_or_name):
     return box
 
 
-def show_quiz(questions_or_name) -> None:
-    """Display a notebook's quiz (`show_quiz("03")`) or a list of Questions.
+def show_quiz(questions) -> None:
+    """Display a list of Questions as one quiz with a score line.
 
-    Returns None, so a bare `show_quiz("03")` as the last line of a cell shows
+    Returns None, so a bare `show_quiz([...])` as the last line of a cell shows
     the quiz once (use `quiz_box` to get the widget itself).
     """
     from IPython.display import display
 
-    display(quiz_box(questions_or_name))
+    display(quiz_box(questions))
 
 
-def __getattr__(name):
-    # The lesson's own question now lives in the bank (asked in notebook 03 only);
-    # this alias keeps `from flashcourse.quiz import AVOIDED_OBJECT` working.
-    if name == "AVOIDED_OBJECT":
-        from .quizzes.bank import AVOIDED_OBJECT
-        return AVOIDED_OBJECT
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: The lesson's own "check your understanding" question (from the course seed). Asked once,
+#: in notebook 03 (flashcourse/quizzes/nb03.py), where the learner has seen the tiled forward.
+AVOIDED_OBJECT = Question(
+    "What is the main avoided object in tiled IO-aware attention?",
+    ["The full attention score/probability matrix in outer memory",
+     "All model weights",
+     "The causal relationship between tokens"],
+    answer=0,
+    why=("Tiles and running normalization allow the result to be accumulated without "
+         "retaining every pairwise score in HBM. The weights are still needed, and a "
+         "causal mask is still applied: only the Tq x Tk intermediate disappears."),
+    feedback=("",
+              "Weights are not what attention's memory problem is about: Q, K, V come from "
+              "them, and they are still read in full.",
+              "The causal mask is still applied, tile by tile; FlashAttention computes the same "
+              "function, so no relationship between tokens is dropped."),
+)

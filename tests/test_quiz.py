@@ -117,10 +117,11 @@ def test_measured_traffic_feedback_does_not_overclaim():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
 def test_notebook_quiz_cells_show_the_bank_by_name(path):
     cells = json.loads(path.read_text())["cells"]
-    quiz = [c for c in cells if c["cell_type"] == "code" and "show_quiz(" in "".join(c["source"])]
+    sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    quiz = [s for s in sources if "show_quiz(" in s or "quizzes.show(" in s]
     assert len(quiz) == 1
-    src = "".join(quiz[0]["source"])
-    assert re.search(r'show_quiz\("' + path.name[:2] + r'"\)', src)
+    src = quiz[0]
+    assert re.search(r'quizzes\.show\("' + path.name[:2] + r'"\)', src)
     assert "answer=" not in src and "Question(" not in src
 
 
@@ -143,7 +144,9 @@ def test_widget_retry_reveal_and_score():
     assert "The answer is" in feedback.value
 
 
-def test_show_quiz_takes_a_name_and_rejects_other_things():
-    show_quiz("03")
-    with pytest.raises(ValueError):
-        quiz_box(["not a question"])
+def test_quizzes_show_by_name_and_show_quiz_rejects_other_things():
+    quizzes.show("03")
+    show_quiz(quizzes.get("lab04"))
+    for bad in (["not a question"], [], "03"):
+        with pytest.raises(ValueError):
+            quiz_box(bad)

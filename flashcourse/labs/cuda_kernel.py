@@ -132,19 +132,22 @@ _RTOL, _ATOL = 2e-4, 2e-5      # float32 kernel against the float64 reference
 
 # -- shuffles: real on a GPU, through shared memory on the simulator ------------------------
 
-if using_simulator():
-    @cuda.jit(device=True)
-    def shfl_xor(x, offset, scratch, tid):
-        """x of thread tid ^ offset (all NT threads of the block must call it together)."""
-        cuda.syncthreads()
-        scratch[tid] = x
-        cuda.syncthreads()
-        return scratch[tid ^ offset]
-else:
-    @cuda.jit(device=True)
-    def shfl_xor(x, offset, scratch, tid):
-        """x of thread tid ^ offset (a warp shuffle; scratch is unused on a GPU)."""
-        return cuda.shfl_xor_sync(FULL_MASK, x, offset)
+def _shfl_xor_shared(x, offset, scratch, tid):
+    """x of thread tid ^ offset, exchanged through shared memory (all NT threads call it)."""
+    cuda.syncthreads()
+    scratch[tid] = x
+    cuda.syncthreads()
+    return scratch[tid ^ offset]
+
+
+def _shfl_xor_warp(x, offset, scratch, tid):
+    """x of thread tid ^ offset, by a warp shuffle (scratch is unused on a GPU)."""
+    return cuda.shfl_xor_sync(FULL_MASK, x, offset)
+
+
+#: The exchange step of a butterfly: a warp shuffle on a GPU, shared memory on the simulator
+#: (which has no shuffles). All threads of the block must call it together.
+shfl_xor = cuda.jit(device=True)(_shfl_xor_shared if using_simulator() else _shfl_xor_warp)
 
 
 @cuda.jit(device=True)

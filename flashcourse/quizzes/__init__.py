@@ -1,19 +1,20 @@
 """The course's quiz questions, one module per notebook: `nbNN.py` holds `QUESTIONS`.
 
-A notebook shows its quiz with `show_quiz("NN")` (see `flashcourse.quiz`), so the
-answers are not in the notebook's source. Questions used by more than one
-notebook live in `bank.py` (one home).
+A notebook shows its quiz with `quizzes.show("NN")` (the widget is
+`flashcourse.quiz`), so the answers are not in the notebook's source. The lesson's
+own question, `AVOIDED_OBJECT`, lives in `flashcourse.quiz` beside `Question`.
 
 Adding the quiz of a new notebook (e.g. 10_tensor_cores):
-1. create `flashcourse/quizzes/nb10.py` with `QUESTIONS = [Question(...), ...]`;
+1. create `flashcourse/quizzes/nb10.py` with `QUESTIONS = [Question(...), ...]`
+   (`from ..quiz import Question`);
    give every option a `feedback` line (the misconception a wrong option
    reflects; for the right one, optional), and prefer questions that need a
    calculation or a prediction over recall;
-2. end the notebook with a cell `from flashcourse.quiz import show_quiz` /
-   `show_quiz("10")`;
+2. end the notebook with a cell `from flashcourse import quizzes` /
+   `quizzes.show("10")`;
 3. `tests/test_quiz.py` checks every module it finds here: each loads, each
    question has feedback for each wrong option, and the options shuffle.
-A lab's quiz lives in `labNN.py` and is shown with `show_quiz("labNN")`.
+A lab's quiz lives in `labNN.py` and is shown with `quizzes.show("labNN")`.
 Renumbering a notebook means renaming its module (`git mv nb07.py nb08.py`).
 """
 
@@ -49,3 +50,9 @@ def get(name) -> list:
                          "(add flashcourse/quizzes/nb" + name + ".py, see its package docstring)")
     module = name if name.startswith("lab") else f"nb{name}"
     return list(importlib.import_module(f"{__name__}.{module}").QUESTIONS)
+
+
+def show(name) -> None:
+    """Display the quiz of notebook `name` ('03') or lab ('lab04') with its score line."""
+    from ..quiz import show_quiz
+    show_quiz(get(name))

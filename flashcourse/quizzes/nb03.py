@@ -1,7 +1,6 @@
 """Quiz of notebook 03 (the tiled forward)."""
 
-from ..quiz import Question
-from .bank import AVOIDED_OBJECT
+from ..quiz import AVOIDED_OBJECT, Question
 
 QUESTIONS = [
     AVOIDED_OBJECT,
