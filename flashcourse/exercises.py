@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._checks import tile_visibility
+from .geometry import tile_visibility
 
 
 @dataclass

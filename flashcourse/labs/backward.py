@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import reference
-from .._checks import tile_visibility
+from ..geometry import ceil_div, tile_visibility
 from ._harness import Case, Result, WatchedRows, plain, run_checks
 
 HINT_FORGOT_D = (
@@ -216,7 +216,7 @@ def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
                                   24, 10, 5, 3)):
         args = _inputs(120 + tq, tq, tk, 3, True)
         want = visible_query_rows(tq, tk, br, bc, True)
-        everything = -(-tk // bc) * tq
+        everything = ceil_div(tk, bc) * tq
 
         def run(f, args=args, br=br, bc=bc, want=want):
             q, *rest = (a.copy() for a in args)

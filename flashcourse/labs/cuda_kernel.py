@@ -42,6 +42,8 @@ import numpy as np
 from numba import cuda, float32
 
 from .. import reference
+from ..constants import F0, FULL_MASK, NEG_INF
+from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ._harness import Case, Result, run_checks, stub_guard
 
@@ -54,9 +56,6 @@ TM = BR // RT               # micro-tile rows per thread
 TN = BC // CT               # micro-tile key columns per thread
 D = 8                       # padded head dimension (d <= D)
 TD = D // CT                # output columns per thread
-F0 = np.float32(0.0)
-NEG_INF = np.float32(-np.inf)
-FULL_MASK = 0xFFFFFFFF
 
 HINT_SCORES = (
     "Your micro-tile of scores is wrong: thread (ty, tx) owns rows ty + RT*i and key columns "
@@ -284,7 +283,7 @@ def lab_forward(parts, q, k, v, *, causal=False, kv_start=0, key_blocks=None):
     tk = k.shape[0]
     if d > D:
         raise ValueError(f"the lab kernel takes d <= {D}, got d={d}")
-    n_qb = -(-tq // BR)
+    n_qb = ceil_div(tq, BR)
     qd, kd, vd = (cuda.to_device(np.ascontiguousarray(x[None])) for x in (q, k, v))
     o = cuda.to_device(np.full((1, tq, d), np.nan, np.float32))     # poisoned
     lse = cuda.to_device(np.full((1, tq), np.nan, np.float32))
@@ -438,8 +437,8 @@ def show(micro_tile_scores) -> None:
     except NotImplementedError:
         print("Not implemented yet: fill in micro_tile_scores first.")
         return
-    g_q = -(-BR * D // NT)
-    g_kv = 2 * (-(-BC * D // NT))
+    g_q = ceil_div(BR * D, NT)
+    g_kv = 2 * ceil_div(BC * D, NT)
     print(f"one block: {NT} threads = {RT} row groups x {CT} column groups; "
           f"micro-tile {TM} x {TN}; D = {D}")
     print(f"global reads per thread (skeleton): Q {g_q} once, K and V {g_kv} per key tile; "
@@ -736,7 +735,7 @@ def check_kernel(micro_tile_scores, row_max, row_sum, online_update, *, verbose:
 # -- going further: causal tile skipping in the kernel ------------------------------------------
 
 def key_blocks_expected(q0, tq, tk, causal, off):
-    n = -(-tk // BC)
+    n = ceil_div(tk, BC)
     if not causal:
         return n
     last = min(q0 + BR, tq) - 1 + off                  # last key the block's last row sees

@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from .. import reference
-from .._checks import tile_visibility, visible_mask
+from ..geometry import ceil_div, tile_visibility, visible_mask
 from ..counter import TrafficCounter
 from ..traffic import tiled_traffic
 from ._harness import Case, Result, WatchedRows, plain, run_checks
@@ -269,7 +269,7 @@ def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
                                   10, 30, 4, 5)):
         q, k, v = _inputs(60 + tq, tq, tk, 3)
         want = visible_key_rows(tq, tk, br, bc, True)
-        everything = -(-tq // br) * tk
+        everything = ceil_div(tq, br) * tk
 
         def run(f, q=q, k=k, v=v, br=br, bc=bc, want=want):
             watched = WatchedRows.wrap(k.copy())
@@ -297,7 +297,7 @@ def _fa1_variants(tq, tk, d, br, bc, causal, e=8):
     st = 4
     q_rows = 0          # sum over visible tiles of rows(Q_i)
     k_rows = 0          # sum over visible tiles of rows(K_j)
-    all_q_rows = -(-tk // bc) * tq
+    all_q_rows = ceil_div(tk, bc) * tq
     for k0 in range(0, tk, bc):
         k1 = min(k0 + bc, tk)
         for q0 in range(0, tq, br):

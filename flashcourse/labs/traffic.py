@@ -34,7 +34,7 @@ HINT_ONCE = ("K and V are read once per query block, not once in all: the fa2 in
 HINT_LSE = ("Writes are missing lse: besides O (Tq x d x e bytes) each query row stores its "
             "log-sum-exp, one fp32 number = 4 bytes per row, for the backward pass.")
 HINT_LSE_SIZE = "lse is stored in fp32 whatever the input dtype: 4 bytes per row, not e."
-HINT_FLOOR = ("Number of query blocks: Tr = ceil(Tq / Br) = -(-Tq // Br); Tq // Br drops the "
+HINT_FLOOR = ("Number of query blocks: Tr = ceil(Tq / Br), rounded UP; floor division drops the "
               "ragged last block.")
 HINT_SCORES = ("No score leaves the chip in tiled attention: S and P tiles are formed and "
                "discarded on chip, so Tq x Tk never appears in the byte count.")
@@ -266,7 +266,7 @@ def backward_counter_traffic(t_query, t_key, d, block_q, block_k, e) -> tuple[in
 
 
 def _bwd_variants(tq, tk, d, br, bc, e):
-    tc = _ceil(tk, bc)
+    tc = ceil_div(tk, bc)
     reads = 2 * tq * d * e + 2 * tk * d * e + tc * (3 * tq * d * e + 8 * tq)
     writes = 4 * tq + tq * d * e + tc * tq * d * e + 2 * tk * d * e
     return {
