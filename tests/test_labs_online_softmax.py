@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import make_labs  # noqa: E402
 
-LAB01 = ROOT / "labs" / "solutions" / "lab02_online_softmax.ipynb"
+LAB = ROOT / "labs" / "solutions" / "lab02_online_softmax.ipynb"
 
 
 def functions_of(path: Path, *, student: bool) -> dict:
@@ -38,8 +38,8 @@ def functions_of(path: Path, *, student: bool) -> dict:
 
 
 @pytest.fixture(scope="module")
-def lab01():
-    return functions_of(LAB01, student=False)
+def lab():
+    return functions_of(LAB, student=False)
 
 
 def _safe(m):
@@ -50,13 +50,13 @@ def _safe(m):
 # Lab 01: online softmax
 # ---------------------------------------------------------------------------
 
-def test_lab02_solutions_pass(lab01):
-    assert L1.check_online_update(lab01["online_update"], verbose=False).passed
-    assert L1.check_merge_states(lab01["merge_states"], verbose=False).passed
+def test_lab02_solutions_pass(lab):
+    assert L1.check_online_update(lab["online_update"], verbose=False).passed
+    assert L1.check_merge_states(lab["merge_states"], verbose=False).passed
 
 
 def test_lab02_stubs_report_not_implemented(capsys):
-    ns = functions_of(LAB01, student=True)
+    ns = functions_of(LAB, student=True)
     for check, name in ((L1.check_online_update, "online_update"),
                         (L1.check_merge_states, "merge_states")):
         result = check(ns[name])
@@ -66,7 +66,7 @@ def test_lab02_stubs_report_not_implemented(capsys):
     assert "All checks passed" not in out
 
 
-def test_lab02_solution_matches_reference_module(lab01):
+def test_lab02_solution_matches_reference_module(lab):
     """The notebook's rule agrees with flashcourse.reference.online_update, element by element."""
     from flashcourse import reference
     rng = np.random.default_rng(0)
@@ -75,7 +75,7 @@ def test_lab02_solution_matches_reference_module(lab01):
     m, l = np.array([-np.inf]), np.array([0.0])
     for xi in x:
         state = reference.online_update(state, float(xi))
-        m, l = lab01["online_update"](m, l, np.array([xi]))
+        m, l = lab["online_update"](m, l, np.array([xi]))
     # float64, same formula, same order: agreement to 1e-12 relative
     assert m[0] == state.m and abs(l[0] - state.l) <= 1e-12 * state.l
 
@@ -171,11 +171,11 @@ from labtools import functions_of as lab_functions  # noqa: E402
 from labtools import hint_leaks, mutate  # noqa: E402
 
 
-def test_stream_softmax_solution_passes_and_stub_is_reported(lab01):
-    assert L1.check_stream_softmax(lab01["stream_softmax"], lab01["merge_states"],
+def test_stream_softmax_solution_passes_and_stub_is_reported(lab):
+    assert L1.check_stream_softmax(lab["stream_softmax"], lab["merge_states"],
                                    verbose=False).passed
-    student = lab_functions(LAB01, student=True)
-    assert L1.check_stream_softmax(student["stream_softmax"], lab01["merge_states"],
+    student = lab_functions(LAB, student=True)
+    assert L1.check_stream_softmax(student["stream_softmax"], lab["merge_states"],
                                    verbose=False).todo
 
 
@@ -187,10 +187,10 @@ def test_stream_softmax_solution_passes_and_stub_is_reported(lab01):
     ("        m, l = merge_states(m, l, m_c, l_c)\n", "        m, l = m_c, l_c\n",
      L1.HINT_SOFTMAX),
 ], ids=["shift", "masked", "merge"])
-def test_stream_softmax_mistakes_get_their_hint(lab01, old, new, hint):
-    fn = mutate(LAB01, "stream_softmax", old, new)
+def test_stream_softmax_mistakes_get_their_hint(lab, old, new, hint):
+    fn = mutate(LAB, "stream_softmax", old, new)
     with np.errstate(all="ignore"):
-        result = L1.check_stream_softmax(fn, lab01["merge_states"], verbose=False)
+        result = L1.check_stream_softmax(fn, lab["merge_states"], verbose=False)
     assert not result.passed and result.hint == hint
 
 
@@ -203,4 +203,4 @@ def test_hint_level_two_adds_the_explicit_hint():
 
 
 def test_no_hint_contains_a_solution_line():
-    assert hint_leaks(L1.ALL_HINTS, LAB01) == []
+    assert hint_leaks(L1.ALL_HINTS, LAB) == []
