@@ -63,3 +63,20 @@ def test_hint_level_two_adds_the_explicit_hint():
     assert "level one" in two.hint and "level two" in two.hint
     with pytest.raises(ValueError, match="hint_level"):
         H.run_checks("c", lambda: np.ones(2), [case], hint_level=3)
+
+
+def test_an_outer_alarm_survives_a_checker_run():
+    """A per-test timeout (SIGALRM, as pytest-timeout's signal method) is given back."""
+    import signal
+
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *a: fired.append(1))
+    signal.setitimer(signal.ITIMER_REAL, 0.6)
+    try:
+        H.run_checks("quick", lambda: np.zeros(3), [_case(np.zeros(3), time_limit_s=5)],
+                     verbose=False)
+        time.sleep(1.0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert fired == [1]
