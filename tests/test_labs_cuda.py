@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from flashcourse.labs import cuda_kernel as L
+from flashcourse.labs import cuda_show as S
 from flashcourse.labs._harness import TODO_LINE
 from labtools import functions_of, hint_leaks, lab_path, mutate
 
@@ -50,7 +51,7 @@ def test_stubs_report_not_implemented(capsys):
                L.check_key_blocks(student["key_blocks"], parts)]
     assert all(r.todo and not r.passed for r in results)
     assert capsys.readouterr().out.count(TODO_LINE) == 5
-    L.show(parts[0])
+    S.show(parts[0])
     assert "Not implemented yet" in capsys.readouterr().out
 
 
@@ -77,7 +78,7 @@ def test_score_mistakes_get_their_hint(old, new, hint):
 def test_show_flags_a_thread_without_reuse(capsys):
     fn = mutate(LAB, "micro_tile_scores", "s[i * TN + j] += qa[i] * kb[j]",
                 "s[i * TN + j] += qs[kk, ty + RT * i] * kb[j]")
-    L.show(fn)
+    S.show(fn)
     out = capsys.readouterr().out
     assert out.count("<-- differs") == L.NT and "expected" in out
 
@@ -146,3 +147,18 @@ def test_key_blocks_without_skipping_is_named(lab):
 
 def test_no_hint_contains_a_solution_line():
     assert hint_leaks(L.ALL_HINTS, LAB) == []
+
+
+def test_show_counts_global_accesses_on_the_simulator(lab, capsys):
+    from flashcourse.gpu import using_simulator
+    parts = tuple(lab[p] for p in PARTS)
+    table = S.tally_global(parts)
+    if not using_simulator():
+        assert table is None
+        return
+    assert len(table) == L.NT
+    for tid, (reads, writes, want_reads, want_writes) in table.items():
+        assert (reads, writes) == (want_reads, want_writes), tid
+    S.show(parts[0], parts)
+    out = capsys.readouterr().out
+    assert "Global memory" in out and "differs" not in out

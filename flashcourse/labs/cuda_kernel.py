@@ -20,12 +20,12 @@ dimension). The learner writes four device functions (float32 throughout):
         new max, finite stand-in while it is -inf, rescale factor, P in place of S,
         this thread's partial row sum lp[i], and acc rescaled.
 
-`lab_forward(parts, q, k, v, ...)` runs them inside the lab kernel (skeleton in
-this module). `check_*` run each part on its own and then the whole kernel on
+`lab_forward(parts, q, k, v, ...)` runs them inside the lab kernel (the skeleton is in
+`flashcourse.labs.cuda_lab_kernel`). `check_*` run each part on its own and then the whole kernel on
 tiny shapes (ragged, causal with Tq != Tk, left-padded keys whose first key tile
 is all padding, large scores) against the float64 reference; `show()` tallies
-each thread's shared-memory reads and register writes of your micro-tile product
-next to the expected counts, GPU-Puzzles style. Going further: `key_blocks`, the
+each thread's memory accesses next to the expected counts, GPU-Puzzles style
+(`flashcourse.labs.cuda_show`). Going further: `key_blocks`, the
 number of key tiles a query block must visit (causal tile skipping in the kernel).
 """
 
@@ -35,27 +35,17 @@ import ast
 import inspect
 import math
 import textwrap
-import types
 from functools import lru_cache
 
 import numpy as np
 from numba import cuda, float32
 
 from .. import reference
-from ..constants import F0, FULL_MASK, NEG_INF
+from ..constants import NEG_INF
 from ..geometry import ceil_div
-from ..gpu import using_simulator
 from ._harness import Case, Result, run_checks, stub_guard
-
-BR = 4                      # query rows per block
-BC = 8                      # keys per tile
-CT = 4                      # threads sharing a row (column groups)
-RT = 2                      # row groups
-NT = CT * RT                # threads per block
-TM = BR // RT               # micro-tile rows per thread
-TN = BC // CT               # micro-tile key columns per thread
-D = 8                       # padded head dimension (d <= D)
-TD = D // CT                # output columns per thread
+from .cuda_lab_kernel import (BC, BR, CT, NT, TD, TM, TN, D, _device, _py_func, lab_forward)
+from .cuda_show import EXPECTED_COUNTS, _as_python, tally_scores
 
 HINT_SCORES = (
     "Your micro-tile of scores is wrong: thread (ty, tx) owns rows ty + RT*i and key columns "
@@ -129,173 +119,6 @@ HINT_KERNEL = (
 _RTOL, _ATOL = 2e-4, 2e-5      # float32 kernel against the float64 reference
 
 
-# -- shuffles: real on a GPU, through shared memory on the simulator ------------------------
-
-def _shfl_xor_shared(x, offset, scratch, tid):
-    """x of thread tid ^ offset, exchanged through shared memory (all NT threads call it)."""
-    cuda.syncthreads()
-    scratch[tid] = x
-    cuda.syncthreads()
-    return scratch[tid ^ offset]
-
-
-def _shfl_xor_warp(x, offset, scratch, tid):
-    """x of thread tid ^ offset, by a warp shuffle (scratch is unused on a GPU)."""
-    return cuda.shfl_xor_sync(FULL_MASK, x, offset)
-
-
-#: The exchange step of a butterfly: a warp shuffle on a GPU, shared memory on the simulator
-#: (which has no shuffles). All threads of the block must call it together.
-shfl_xor = cuda.jit(device=True)(_shfl_xor_shared if using_simulator() else _shfl_xor_warp)
-
-
-@cuda.jit(device=True)
-def all_key_blocks(q0, tq, tk, causal, off):
-    """Key tiles a query block visits without causal skipping: all of them."""
-    return (tk + BC - 1) // BC
-
-
-# -- the lab kernel -----------------------------------------------------------------------
-
-def _py_func(fn):
-    """The plain Python function behind a Numba device function (GPU or simulator)."""
-    for attr in ("py_func", "fn"):
-        inner = getattr(fn, attr, None)
-        if callable(inner):
-            return inner
-    return fn
-
-
-def _device(fn):
-    if hasattr(fn, "py_func") or type(fn).__name__ == "FakeCUDAKernel":
-        return fn
-    return cuda.jit(device=True)(fn)
-
-
-@lru_cache(maxsize=None)
-def make_lab_kernel(scores, rmax, rsum, update, key_blocks):
-    """The lab kernel with the learner's four parts (and a key_blocks rule) plugged in."""
-
-    def lab_kernel(q, k, v, o, lse, visits, tq, tk, d, scale, causal, off, kv_start):
-        qs = cuda.shared.array((D, BR), float32)        # Q_i transposed, pre-scaled
-        ks = cuda.shared.array((BC, D), float32)        # K_j
-        vs = cuda.shared.array((BC, D), float32)        # V_j
-        ps = cuda.shared.array((BR, BC), float32)       # P of this tile
-        scratch = cuda.shared.array(NT, float32)        # shuffle exchange (simulator)
-        tid = cuda.threadIdx.x
-        tx = tid % CT
-        ty = tid // CT
-        h = cuda.blockIdx.y
-        q0 = cuda.blockIdx.x * BR
-        for e in range(tid, BR * D, NT):                # global reads: Q_i, once
-            r = e // D
-            c = e % D
-            val = F0
-            if q0 + r < tq and c < d:
-                val = q[h, q0 + r, c] * scale
-            qs[c, r] = val
-        acc = cuda.local.array(TM * TD, float32)        # (TM, TD) unnormalised O
-        m = cuda.local.array(TM, float32)               # running row max
-        lp = cuda.local.array(TM, float32)              # this thread's part of the row sum
-        s = cuda.local.array(TM * TN, float32)          # (TM, TN) scores -> probabilities
-        qa = cuda.local.array(TM, float32)
-        kb = cuda.local.array(TN, float32)
-        for x in range(TM * TD):
-            acc[x] = F0
-        for i in range(TM):
-            m[i] = NEG_INF
-            lp[i] = F0
-        n_kb = key_blocks(q0, tq, tk, causal, off)
-        if tid == 0:
-            visits[h, cuda.blockIdx.x] = n_kb
-        for jb in range(n_kb):
-            k0 = jb * BC
-            cuda.syncthreads()                          # done with the previous K, V, P
-            for e in range(tid, BC * D, NT):            # global reads: K_j, V_j
-                r = e // D
-                c = e % D
-                kv = F0
-                vv = F0
-                if k0 + r < tk and c < d:
-                    kv = k[h, k0 + r, c]
-                    vv = v[h, k0 + r, c]
-                ks[r, c] = kv
-                vs[r, c] = vv
-            cuda.syncthreads()
-            scores(qs, ks, s, qa, kb, ty, tx)           # YOUR register micro-tile product
-            for i in range(TM):                         # ragged, left padding, causal
-                row = q0 + ty + RT * i
-                for j in range(TN):
-                    col = k0 + tx + CT * j
-                    if col >= tk or col < kv_start or (causal != 0 and col > row + off):
-                        s[i * TN + j] = NEG_INF
-            for i in range(TM):
-                mx = s[i * TN]
-                for j in range(1, TN):
-                    mx = max(mx, s[i * TN + j])
-                mx = rmax(mx, scratch, tid)             # YOUR row max across threads
-                update(s, acc, m, lp, i, mx)            # YOUR online update
-            for i in range(TM):
-                for j in range(TN):
-                    ps[ty + RT * i, tx + CT * j] = s[i * TN + j]
-            cuda.syncthreads()
-            for c in range(BC):                         # acc += P V_j
-                for i in range(TM):
-                    pv = ps[ty + RT * i, c]
-                    for j in range(TD):
-                        acc[i * TD + j] += pv * vs[c, tx + CT * j]
-        for i in range(TM):                             # epilogue
-            row = q0 + ty + RT * i
-            lt = rsum(lp[i], scratch, tid)              # YOUR row sum across threads
-            if row < tq:
-                if lt > F0:
-                    for j in range(TD):
-                        col = tx + CT * j
-                        if col < d:
-                            o[h, row, col] = acc[i * TD + j] / lt
-                    if tx == 0:
-                        lse[h, row] = m[i] + math.log(lt)
-                else:
-                    for j in range(TD):
-                        col = tx + CT * j
-                        if col < d:
-                            o[h, row, col] = F0
-                    if tx == 0:
-                        lse[h, row] = NEG_INF
-
-    return cuda.jit(lab_kernel)
-
-
-def lab_forward(parts, q, k, v, *, causal=False, kv_start=0, key_blocks=None):
-    """(o, lse, visits) of q (Tq, d), k, v (Tk, d) with the lab kernel and your parts.
-
-    parts: (micro_tile_scores, row_max, row_sum, online_update); key_blocks: your going-
-    further rule, or None for "every key tile". Keys before kv_start are padding (masked).
-    visits (blocks,) is the number of key tiles each query block visited.
-    """
-    names = ("micro_tile_scores", "row_max", "row_sum", "online_update")
-    for fn, name in zip(parts, names):
-        stub_guard(fn, name)
-    if key_blocks is not None:
-        stub_guard(key_blocks, "key_blocks")
-    q, k, v = (np.asarray(x, np.float32) for x in (q, k, v))
-    tq, d = q.shape
-    tk = k.shape[0]
-    if d > D:
-        raise ValueError(f"the lab kernel takes d <= {D}, got d={d}")
-    n_qb = ceil_div(tq, BR)
-    qd, kd, vd = (cuda.to_device(np.ascontiguousarray(x[None])) for x in (q, k, v))
-    o = cuda.to_device(np.full((1, tq, d), np.nan, np.float32))     # poisoned
-    lse = cuda.to_device(np.full((1, tq), np.nan, np.float32))
-    visits = cuda.to_device(np.zeros((1, n_qb), np.int32))
-    kern = make_lab_kernel(*(_device(f) for f in parts),
-                           _device(key_blocks) if key_blocks is not None else all_key_blocks)
-    kern[(n_qb, 1), NT](qd, kd, vd, o, lse, visits, np.int32(tq), np.int32(tk), np.int32(d),
-                        np.float32(1.0 / math.sqrt(d)), np.int32(1 if causal else 0),
-                        np.int32(tk - tq), np.int32(kv_start))
-    return o.copy_to_host()[0], lse.copy_to_host()[0], visits.copy_to_host()[0]
-
-
 # -- a float64 replay of the kernel's arithmetic, with the typical mistakes -----------------
 
 def replay(q, k, v, *, causal=False, kv_start=0, mistake=None):
@@ -367,91 +190,6 @@ def _close_pair(a, b) -> bool:
     fin = np.isfinite(l_b)
     return bool(np.allclose(o_a, o_b, rtol=1e-3, atol=1e-4)
                 and np.allclose(l_a[fin], l_b[fin], rtol=1e-3, atol=1e-4))
-
-
-# -- pure-Python runs of one part, with tallies ---------------------------------------------
-
-class Tally(np.ndarray):
-    """An array that counts element reads and writes (for show() and the reuse check)."""
-
-    def __array_finalize__(self, obj):
-        self.reads = getattr(obj, "reads", 0)
-        self.writes = getattr(obj, "writes", 0)
-
-    def __getitem__(self, index):
-        self.reads += 1
-        return np.ndarray.__getitem__(self, index)
-
-    def __setitem__(self, index, value):
-        self.writes += 1
-        np.ndarray.__setitem__(self, index, value)
-
-
-def _tally(array):
-    t = np.array(array, dtype=np.float32).view(Tally)
-    t.reads = t.writes = 0
-    return t
-
-
-def _as_python(fn):
-    """The learner's device function as plain Python (its float32 constants work as-is)."""
-    inner = _py_func(fn)
-    if not isinstance(inner, types.FunctionType):
-        raise TypeError("expected a device function written with @cuda.jit(device=True)")
-    return inner
-
-
-def tally_scores(fn, seed=0):
-    """Per thread: (qs reads, ks reads, s writes), the learner's s, and the expected s."""
-    rng = np.random.default_rng(seed)
-    qs = rng.standard_normal((D, BR)).astype(np.float32)        # (D, BR)
-    ks = rng.standard_normal((BC, D)).astype(np.float32)        # (BC, D)
-    py = _as_python(fn)
-    counts, yours, expected = {}, {}, {}
-    for tid in range(NT):
-        tx, ty = tid % CT, tid // CT
-        tq_, tk_ = _tally(qs), _tally(ks)
-        s = _tally(np.full(TM * TN, 7.0))                       # stale values from "last tile"
-        py(tq_, tk_, s, np.zeros(TM, np.float32), np.zeros(TN, np.float32), ty, tx)
-        counts[(ty, tx)] = (tq_.reads, tk_.reads, s.writes)
-        yours[(ty, tx)] = np.asarray(s, np.float64).copy()
-        rows = ty + RT * np.arange(TM)
-        cols = tx + CT * np.arange(TN)
-        expected[(ty, tx)] = (qs[:, rows].T.astype(np.float64) @ ks[cols].T.astype(np.float64)
-                              ).reshape(-1)
-    return counts, yours, expected
-
-
-EXPECTED_COUNTS = (D * TM, D * TN)      # per thread: reads of qs, reads of ks (from registers)
-
-
-def show(micro_tile_scores) -> None:
-    """GPU-Puzzles style: each thread's memory traffic for one key tile, yours vs expected.
-
-    Global reads come from the kernel skeleton (the same for everyone); shared reads and
-    register writes are counted while your micro_tile_scores runs, one thread at a time,
-    as plain Python (the code the simulator runs).
-    """
-    try:
-        counts, yours, expected = tally_scores(micro_tile_scores)
-    except NotImplementedError:
-        print("Not implemented yet: fill in micro_tile_scores first.")
-        return
-    g_q = ceil_div(BR * D, NT)
-    g_kv = 2 * ceil_div(BC * D, NT)
-    print(f"one block: {NT} threads = {RT} row groups x {CT} column groups; "
-          f"micro-tile {TM} x {TN}; D = {D}")
-    print(f"global reads per thread (skeleton): Q {g_q} once, K and V {g_kv} per key tile; "
-          f"global writes: O {TD} per row, lse 1 per row (tx = 0)")
-    print(f"{'thread (ty, tx)':>16} | {'shared reads Q':>14} | {'shared reads K':>14} | "
-          f"{'s writes':>8} | {'values':>6}")
-    for (ty, tx), (rq, rk, ws) in counts.items():
-        ok = np.allclose(yours[(ty, tx)], expected[(ty, tx)], rtol=1e-5, atol=1e-5)
-        flag = "" if (rq, rk) == EXPECTED_COUNTS and ok else "   <-- differs"
-        print(f"{f'({ty}, {tx})':>16} | {rq:>14} | {rk:>14} | {ws:>8} | "
-              f"{'ok' if ok else 'WRONG':>6}{flag}")
-    print(f"{'expected':>16} | {EXPECTED_COUNTS[0]:>14} | {EXPECTED_COUNTS[1]:>14} | "
-          f"{'>= ' + str(TM * TN):>8} |")
 
 
 # -- float32 constants only ---------------------------------------------------------------
