@@ -7,34 +7,13 @@ a mistake learners make; the test asserts that the checker rejects it with the
 hint that names that mistake (Result.hint), not merely that it fails.
 """
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from flashcourse.labs import online_softmax as L1
+from labtools import functions_of, hint_leaks, lab_path, mutate
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import make_labs  # noqa: E402
-
-LAB = ROOT / "labs" / "solutions" / "lab02_online_softmax.ipynb"
-
-
-def functions_of(path: Path, *, student: bool) -> dict:
-    """Execute the import and `def` cells of a lab (solution or student version)."""
-    import nbformat
-
-    nb = make_labs.student_version(path) if student else nbformat.read(path, as_version=4)
-    namespace: dict = {}
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        src = cell.source
-        if src.lstrip().startswith(("import", "from")) or src.lstrip().startswith("def "):
-            exec(compile(src, f"{path.name}", "exec"), namespace)  # noqa: S102
-    return namespace
+LAB = lab_path("lab02_online_softmax")
 
 
 @pytest.fixture(scope="module")
@@ -167,14 +146,11 @@ def test_lab02_crash_is_reported_not_raised():
 
 # -- going further, hint levels, no solution line in a hint ----------------------------------
 
-from labtools import functions_of as lab_functions  # noqa: E402
-from labtools import hint_leaks, mutate  # noqa: E402
-
 
 def test_stream_softmax_solution_passes_and_stub_is_reported(lab):
     assert L1.check_stream_softmax(lab["stream_softmax"], lab["merge_states"],
                                    verbose=False).passed
-    student = lab_functions(LAB, student=True)
+    student = functions_of(LAB, student=True)
     assert L1.check_stream_softmax(student["stream_softmax"], lab["merge_states"],
                                    verbose=False).todo
 
