@@ -7,6 +7,7 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     gpus        published sizes and rates of a few GPUs
     constants   float32 constants of the compiled kernels
     timing      the timing harness: CUDA events, host clocks, TFLOP/s, relative error
+    formats     rounding to fp16 / bf16 (emulated) and unit roundoffs
  1  geometry    ceil_div, causal masks, visible pairs and tiles in closed form
     memory      score-matrix bytes, bytes kept for the backward, byte formatting
     traffic     the IO model: bytes and FLOPs of dense and tiled attention, forward and backward
@@ -15,6 +16,7 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     reference   dense float64 attention (the ground truth), its backward, the softmax steps
     results     recorded results: JSON Schemas (schemas/), loading, tuned_config, writing rules
     env         the environment report of notebook 00 and the record stored with results
+    fa2_work    FlashAttention-2's three changes counted; exp-aware recompute cost
  2  tiled       the tiled, IO-aware forward and backward in numpy
     dense       standard attention as the paper's Algorithm 0 (S and P stored), countable
     cpu         the Numba CPU forward (three versions)
@@ -24,8 +26,11 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     measured_traffic  Nsight Compute's bytes beside the model, and why they differ
  4  readouts    the numbers behind the widgets (pure functions)
     widgets     the interactive explorers (score memory, traffic, tile schedule)
-    tuning_widget, backward_plots   the explorers of notebooks 07 and 08
+    tuning_widget, backward_plots   the explorers of notebooks 07 and 09
     figures     the figures of figures/ (python -m flashcourse.figures DIR)
+    diagrams    the teaching diagrams of notebooks 01-04
+    kernel_diagrams  pictures of the CUDA kernels: forward data flow, backward key-major loop
+    tables      wide tables as HTML (notebooks print lines under ~100 characters)
     quiz        multiple-choice "check your understanding" widgets (Question, the widget)
     quizzes     each notebook's questions, one module per notebook: quizzes.show("03")
     exercises   the notebooks' predict-then-check exercises and their checkers

@@ -181,9 +181,9 @@ def causal_tiles_06() -> Exercise:
         ]})
 
 
-# -- notebook 08: what the backward keeps, and what recomputation costs -------------------------
+# -- notebook 09: what the backward keeps, and what recomputation costs -------------------------
 
-def saved_bytes_08() -> Exercise:
+def saved_bytes_09() -> Exercise:
     from .memory import saved_for_backward
     from .traffic import backward_flops
     b, h, n, d = 4, 16, 8192, 128
@@ -219,7 +219,7 @@ EXERCISES = {
     "03-second-tile": second_tile,
     "03-causal-skips": causal_skips,
     "06-causal-tiles": causal_tiles_06,
-    "08-saved-bytes": saved_bytes_08,
+    "09-saved-bytes": saved_bytes_09,
 }
 
 

@@ -207,14 +207,33 @@ def quiz_box(questions):
     return box
 
 
+def static_html(questions) -> str:
+    """The quiz as plain HTML for the static website: each question with its options (in the
+    same shuffled order) and the answer with its reasoning behind a "Show answer" toggle."""
+    parts = []
+    for n, q in enumerate(_questions(questions), 1):
+        items = "".join(f"<li>{html.escape(q.choices[i])}</li>" for i in q.order())
+        parts.append(f"<p><b>Q{n}. {html.escape(q.text)}</b></p><ul>{items}</ul>"
+                     f"<details><summary>Show answer</summary><p>{html.escape(q.reveal())}"
+                     "</p></details>")
+    return "\n".join(parts)
+
+
 def show_quiz(questions) -> None:
     """Display a list of Questions as one quiz with a score line.
 
     Returns None, so a bare `show_quiz([...])` as the last line of a cell shows
-    the quiz once (use `quiz_box` to get the widget itself).
+    the quiz once (use `quiz_box` to get the widget itself). When the static
+    website is built (FLASHCOURSE_STATIC_SITE=1, no kernel behind the page) the
+    quiz is shown as HTML with each answer behind a toggle.
     """
-    from IPython.display import display
+    import os
 
+    from IPython.display import HTML, display
+
+    if os.environ.get("FLASHCOURSE_STATIC_SITE") == "1":
+        display(HTML(static_html(questions)))
+        return
     display(quiz_box(questions))
 
 

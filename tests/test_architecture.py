@@ -88,17 +88,17 @@ def test_no_import_cycle_lazy_imports_included():
 #: or below, never above (a module named here covers its submodules).
 LAYERS = {
     "flashcourse.gpu": 0, "flashcourse._checks": 0, "flashcourse.gpus": 0,
-    "flashcourse.constants": 0, "flashcourse.timing": 0,
+    "flashcourse.constants": 0, "flashcourse.timing": 0, "flashcourse.formats": 0,
     "flashcourse.geometry": 1, "flashcourse.memory": 1, "flashcourse.traffic": 1,
     "flashcourse.limits": 1, "flashcourse.counter": 1, "flashcourse.reference": 1,
-    "flashcourse.results": 1, "flashcourse.env": 1,
+    "flashcourse.results": 1, "flashcourse.env": 1, "flashcourse.fa2_work": 1,
     "flashcourse.tiled": 2, "flashcourse.dense": 2, "flashcourse.cpu": 2,
     "flashcourse.cuda": 2,
     "flashcourse.configs": 3, "flashcourse.sweep": 3, "flashcourse.measured_traffic": 3,
     "flashcourse.readouts": 4, "flashcourse.widgets": 4, "flashcourse.tuning_widget": 4,
     "flashcourse.backward_plots": 4, "flashcourse.figures": 4, "flashcourse.quiz": 4,
-    "flashcourse.quizzes": 4, "flashcourse.exercises": 4, "flashcourse.labs": 4,
-    "flashcourse": 4,
+    "flashcourse.labs": 4, "flashcourse.diagrams": 4, "flashcourse.quizzes": 4,
+    "flashcourse.exercises": 4, "flashcourse": 4,
 }
 
 

@@ -47,11 +47,11 @@ def test_causal_tiles_06():
     assert not ok and "diagonal" in lines[1]
 
 
-def test_saved_bytes_08():
+def test_saved_bytes_09():
     p = 4 * 16 * 8192 ** 2 * 2
     l = 4 * 16 * 8192 * 4
-    assert E.grade("08-saved-bytes", p_bytes=p, l_bytes=l, flops_factor=1.25)[0]
-    ok, lines = E.grade("08-saved-bytes", p_bytes=p // 64, l_bytes=l // 2, flops_factor=2.5)
+    assert E.grade("09-saved-bytes", p_bytes=p, l_bytes=l, flops_factor=1.25)[0]
+    ok, lines = E.grade("09-saved-bytes", p_bytes=p // 64, l_bytes=l // 2, flops_factor=2.5)
     assert not ok
     assert "B x H" in lines[0] and "fp32" in lines[1] and "FORWARD" in lines[2]
 
@@ -70,7 +70,7 @@ def test_bad_names_are_clear_errors():
 
 @pytest.mark.parametrize("nb,names", [("03_tiled_forward", ["03-second-tile", "03-causal-skips"]),
                                       ("06_numba_cuda_kernel", ["06-causal-tiles"]),
-                                      ("08_backward_recompute", ["08-saved-bytes"])])
+                                      ("09_backward_recompute", ["09-saved-bytes"])])
 def test_notebooks_ask_for_predictions_without_printing_answers(nb, names):
     cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
     code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]

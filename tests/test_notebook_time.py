@@ -58,3 +58,20 @@ def test_missing_sentence_is_an_error(tmp_path):
     nbformat.write(nb, path)
     with pytest.raises(ValueError, match="Estimated time"):
         notebook_time._stamp_notebook(path, notebook_time.estimate(path))
+
+
+def test_quizzes_kept_in_the_package_are_counted(tmp_path):
+    """A quiz cell `quizzes.show("03")` counts the questions of flashcourse/quizzes/nb03.py;
+    an AVOIDED_OBJECT on an import line is not a question."""
+    from flashcourse import quizzes
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# T\n\n**Estimated time:** 5 minutes."),
+                nbformat.v4.new_code_cell("from flashcourse.quiz import AVOIDED_OBJECT"),
+                nbformat.v4.new_code_cell('from flashcourse import quizzes\n\nquizzes.show("03")')]
+    path = tmp_path / "98_t.ipynb"
+    nbformat.write(nb, path)
+    assert notebook_time.estimate(path).questions == len(quizzes.get("03"))
+    assert notebook_time.bank_questions("lab04") == len(quizzes.get("lab04"))
+    with pytest.raises(ValueError, match="no nb99.py"):
+        notebook_time.bank_questions("99")

@@ -150,3 +150,13 @@ def test_quizzes_show_by_name_and_show_quiz_rejects_other_things():
     for bad in (["not a question"], [], "03"):
         with pytest.raises(ValueError):
             quiz_box(bad)
+
+
+def test_static_site_shows_the_answer_behind_a_toggle(monkeypatch, capsys):
+    from flashcourse.quiz import static_html
+    page = static_html(quizzes.get("03"))
+    assert page.count("<details>") == len(quizzes.get("03"))
+    first = quizzes.get("03")[0]
+    assert page.index(first.choices[first.order()[0]]) < page.index(first.choices[first.order()[1]])
+    monkeypatch.setenv("FLASHCOURSE_STATIC_SITE", "1")
+    quizzes.show("03")                  # displays HTML, not a widget; must not raise

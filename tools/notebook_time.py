@@ -84,6 +84,20 @@ def _prose(text: str) -> str:
     return text
 
 
+QUIZ_RE = re.compile(r"quizzes\.show\(\s*[\"']([^\"']+)[\"']\s*\)")
+
+
+def bank_questions(name: str) -> int:
+    """Questions of a quiz kept in the package (`quizzes.show("03")`), counted in its module's
+    source: flashcourse/quizzes/nbNN.py (or labNN.py)."""
+    module = name if name.startswith("lab") else f"nb{name}"
+    path = Path(__file__).resolve().parents[1] / "flashcourse" / "quizzes" / f"{module}.py"
+    if not path.exists():
+        raise ValueError(f"quizzes.show({name!r}): no {path.name} in flashcourse/quizzes/")
+    src = path.read_text(encoding="utf-8")
+    return src.count("Question(") + len(re.findall(r"^\s*AVOIDED_OBJECT,", src, re.M))
+
+
 def estimate(path) -> Estimate:
     """Count a notebook's words, code cells, exercises, quiz questions and widgets."""
     nb = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -95,7 +109,9 @@ def estimate(path) -> Estimate:
             exercises += len(EXERCISE_RE.findall(src))
         elif cell["cell_type"] == "code" and src.strip():
             code += 1
-            questions += src.count("Question(") + len(re.findall(r"\bAVOIDED_OBJECT\b", src))
+            questions += src.count("Question(") + len(re.findall(   # not on import lines
+                r"^(?!\s*(?:from|import)\b).*\bAVOIDED_OBJECT\b", src, re.M))
+            questions += sum(bank_questions(name) for name in QUIZ_RE.findall(src))
             widgets += len(WIDGET_RE.findall(src))
     return Estimate(words, code, exercises, questions, widgets)
 
