@@ -1,7 +1,5 @@
 """Helpers shared by the test modules (random attention inputs, error measures)."""
 
-import importlib.util
-import linecache
 from pathlib import Path
 
 import numpy as np
@@ -63,36 +61,3 @@ def assert_close_to_reference(o, lse, o_ref, lse_ref, dtype, inputs=None):
         got, want = lse[~empty].astype(np.float64), lse_ref[~empty]
         worst = float(np.max(np.abs(got - want) / (1 + np.abs(want))))
         assert worst <= tol, f"lse error {worst:.3g} > {tol}"
-
-
-def _make_labs():
-    spec = importlib.util.spec_from_file_location("make_labs", ROOT / "tools" / "make_labs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def lab_functions(path: Path, *, student: bool) -> dict:
-    """Execute the import and function cells of a lab (solution or student version, as
-    `make labs` writes it) and return their namespace. Each cell's source is registered
-    in linecache, so a checker can read a function's source, as it can in Jupyter."""
-    import nbformat
-
-    nb = _make_labs().student_version(path) if student else nbformat.read(path, as_version=4)
-    namespace: dict = {}
-    for n, cell in enumerate(nb.cells):
-        src = cell.source.lstrip()
-        if cell.cell_type != "code" or not src.startswith(("import", "from", "def ", "@")):
-            continue
-        name = f"<{path.stem}{'-student' if student else ''}-cell{n}>"
-        linecache.cache[name] = (len(cell.source), None, cell.source.splitlines(True), name)
-        exec(compile(cell.source, name, "exec"), namespace)  # noqa: S102
-    return namespace
-
-
-def assert_stubs_not_implemented(results, out: str) -> None:
-    """Every checker result of a student stub says "Not implemented yet", none passes, and
-    the printed report (`out`, from capsys) says so once per check."""
-    assert all(r.todo and not r.passed for r in results)
-    assert out.count("Not implemented yet") == len(results)
-    assert "All checks passed" not in out

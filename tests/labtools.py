@@ -91,3 +91,11 @@ def hint_leaks(hints, path: Path, min_len: int = 12) -> list[str]:
         if len(flat) >= min_len and any(flat in t for t in squeeze):
             leaks.append(line)
     return leaks
+
+
+def assert_stubs_not_implemented(results, out: str) -> None:
+    """Every checker result of a student stub says "Not implemented yet", none passes, and
+    the printed report (`out`, from capsys) says so once per check."""
+    assert all(r.todo and not r.passed for r in results)
+    assert out.count("Not implemented yet") == len(results)
+    assert "All checks passed" not in out
