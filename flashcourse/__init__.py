@@ -21,12 +21,16 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     dense       standard attention as the paper's Algorithm 0 (S and P stored), countable
     cpu         the Numba CPU forward (three versions)
     cuda        Numba CUDA kernels, one module each, listed once in cuda.registry
+    decode      Flash-Decoding in numpy: split-KV forward, FA2's split heuristic, combine
+    decode_io   the decode IO model (K/V read once), measured bandwidth and roofline plots
  3  configs     launch configurations of the flash kernel, which ones can launch
     sweep       timing configurations, the tuned default, heatmaps; the CPU sweep
     measured_traffic  Nsight Compute's bytes beside the model, and why they differ
  4  readouts    the numbers behind the widgets (pure functions)
     widgets     the interactive explorers (score memory, traffic, tile schedule)
     tuning_widget, backward_plots   the explorers of notebooks 07 and 09
+    kv_cache    KV-cache size of published model shapes against a GPU (readout + widget)
+    decode_plots  the pictures of notebook 11 (SMs busy, key splits, merge tree)
     figures     the figures of figures/ (python -m flashcourse.figures DIR)
     diagrams    the teaching diagrams of notebooks 01-04
     kernel_diagrams  pictures of the CUDA kernels: forward data flow, backward key-major loop
