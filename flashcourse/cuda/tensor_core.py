@@ -1,0 +1,793 @@
+"""tensor_core: FlashAttention-2 forward on tensor cores (mma.sync), from Numba.
+
+Two kernels side by side, one per input precision (building blocks in `mma.py`):
+
+    half   fp16 or bf16 q, k, v. S = Q K^T and O += P V on m16n8k16 tensor-core tiles
+           with fp32 accumulation; the online softmax in fp32 registers; P rounded to
+           the input type before the P V product; o in the input type, lse in fp32.
+    tf32x3 fp32 q, k, v at fp32-level accuracy: each operand x is split into a tf32
+           "big" part and a tf32 "small" remainder (x ~= big + small to ~2^-22 |x|)
+           and each product takes three m16n8k8 tf32 mma: small*big + big*small +
+           big*big (the small*small term, ~2^-22, is dropped). `passes=1` keeps only
+           big*big: plain TF32 (~1e-3 relative error), for the notebook's comparison.
+
+The idea (FlashAttention-2 "split-Q")
+    One thread block per (query block of Br = 16 x warps rows, head); each warp owns
+    16 query rows for the whole key loop, so no two warps ever need each other's
+    softmax statistics. Per key block (Bc rows of K and V):
+      1. the block loads K_j and V_j cooperatively into shared memory (rows padded so
+         that the fragment reads hit 32 different banks); V is stored transposed
+         (fp16/bf16, two keys per 32-bit word) or pre-split into big/small (fp32);
+      2. each warp computes its 16 x Bc tile of S with Q's fragments kept in registers
+         for the whole loop (fp16/bf16) or read from global memory (fp32, L1/L2);
+      3. online softmax on the accumulator fragments: each row lives in the 4 lanes
+         of a quad, so the row max and sum take two warp shuffles;
+      4. P = exp2(S scale log2(e) - m) stays in registers: the C layout of two m16n8
+         accumulator tiles IS the A layout of one m16n8k16 tile (see
+         `mma.p_as_a_operand`), so P feeds O += P V without touching shared memory.
+    Causal key blocks entirely above the diagonal are never visited; the diagonal
+    and ragged blocks are masked element by element.
+
+The bytes it moves (one head, no causal skipping; e bytes per element: 2 or 4)
+    reads Q once (Tq d e), K and V once per query block (2 Tk d e Tq/Br, mostly from
+    L2), writes O (Tq d e) and lse (Tq 4 B).
+
+Expected cost and what limits it
+    4 Tq Tk d FLOPs on tensor cores (x3 for 3xTF32) plus Tq Tk exponentials on the
+    special-function units. An H200's mma.sync reached ~369 TFLOP/s (fp16, a loop of
+    independent mma); wgmma-based kernels (FlashAttention-3, cuDNN) reach more, which
+    Numba cannot emit here. Limits: the exponentials (16 per 16-bit mma pair at
+    d = 64), shared-memory fragment loads (no ldmatrix), one K/V buffer (no copy/compute
+    overlap beyond what other resident blocks provide).
+
+How to run it
+    from flashcourse.cuda import forward
+    o, lse = forward(q16, k16, v16, kernel="tensor_core", causal=True)   # float16 in/out
+    o, lse = forward(q, k, v, kernel="tensor_core", precision="bf16")    # float32 in/out
+    o, lse = forward(q, k, v, kernel="tensor_core")                      # fp32: 3xTF32
+    python benchmarks/gpu_tensor_core.py --check --bench                 # on a GPU
+Without a GPU the same kernels run on Numba's CUDA simulator (tiny sizes only): each
+mma becomes a fragment exchange through shared memory (`mma.device_ops`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda, float32, uint32
+from numba import uint64 as U
+
+from ._launch import LN2, LOG2E, ceil_div, check_launch, check_registers, launch, using_simulator
+from .mma import SIM_SCRATCH_PER_WARP, device_ops, round_bf16
+
+F0 = np.float32(0.0)
+F1 = np.float32(1.0)
+NEG_INF = np.float32(-np.inf)
+LN2_F = np.float32(LN2)
+FULL_MASK = 0xFFFFFFFF
+Z32 = np.uint32(0)
+LO16 = np.uint32(0xFFFF)
+HI16 = np.uint32(0xFFFF0000)
+SH16 = np.uint32(16)
+
+PRECISIONS = ("fp16", "bf16", "3xtf32", "tf32")
+#: head dimensions compiled without padding; others are padded up to a multiple of 16
+MAX_HEAD_DIM = 256
+
+
+@dataclass(frozen=True)
+class TCConfig:
+    """One tensor-core kernel variant: precision, warps (Br = 16 warps), Bc, padded D."""
+
+    precision: str
+    warps: int
+    block_k: int
+    head_dim: int           # D: d rounded up to a multiple of 16
+    simulator: bool
+
+    @property
+    def block_q(self):
+        return 16 * self.warps
+
+    @property
+    def threads(self):
+        return 32 * self.warps
+
+    @property
+    def half(self):
+        return self.precision in ("fp16", "bf16")
+
+    # shared-memory layout in 32-bit words; strides padded so fragment reads are
+    # conflict-free: a warp reads rows g = 0..7 at word offsets t = 0..3 -> banks 4g + t
+    @property
+    def k_stride(self):
+        return (self.head_dim // 2 + 4) if self.half else (self.head_dim + 4)
+
+    @property
+    def v_stride(self):          # half: Vt[dim][key pair]; tf32: V[key][dim]
+        return (self.block_k // 2 + 4) if self.half else (self.head_dim + 4)
+
+    def offsets(self):
+        if self.half:
+            k_words = self.block_k * self.k_stride
+            v_words = self.head_dim * self.v_stride
+            return 0, k_words, k_words + v_words        # K, Vt, end
+        k_words = self.block_k * self.k_stride          # one of big / small
+        v_words = self.block_k * self.v_stride
+        return 0, 2 * k_words, 2 * k_words + 2 * v_words   # K big|small, V big|small, end
+
+    @property
+    def shared_bytes(self):
+        return 4 * self.offsets()[-1]
+
+
+def default_tiles(precision: str, d: int, simulator: bool) -> tuple[int, int]:
+    """(warps, block_k) used when the caller gives none."""
+    if simulator:
+        return 1, 16
+    if precision in ("fp16", "bf16"):
+        return 4, 64
+    return 4, (64 if d <= 64 else 32)
+
+
+def plan(precision: str, d: int, warps: int, block_k: int,
+         simulator: bool | None = None) -> TCConfig:
+    """Check a configuration for head dim d; return it (ValueError naming the argument)."""
+    from .._checks import check_block
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    warps = check_block(warps, "warps")
+    block_k = check_block(block_k, "block_k")
+    if simulator is None:
+        simulator = using_simulator()
+    if block_k % 16:
+        raise ValueError(f"block_k must be a multiple of 16 for the tensor-core kernel, "
+                         f"got {block_k}")
+    if d > MAX_HEAD_DIM:
+        raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
+                         f"kernel, got d={d}")
+    cfg = TCConfig(precision, warps, block_k, ceil_div(d, 16) * 16, bool(simulator))
+    check_launch("tensor_core kernel", cfg.threads, cfg.shared_bytes)
+    return cfg
+
+
+@lru_cache(maxsize=None)
+def make_tensor_core_kernel(precision: str, warps: int, block_k: int, head_dim: int,
+                            simulator: bool | None = None):
+    """Compile-time-specialised kernel for one configuration (cached); returns (kernel, cfg).
+
+    Arguments of the kernel: q, k, v (BH, T, W) uint32 words (two fp16/bf16 per word,
+    W = D/2) or float32 (W = D); o like q; lse (BH, Tq) float32; Tq, Tk;
+    qscale = scale*log2(e) (float32); causal (0/1); off = Tk - Tq.
+    Grid (ceil(Tq/Br), BH), 32*warps threads, cfg.shared_bytes of dynamic shared memory.
+    """
+    cfg = plan(precision, head_dim, warps, block_k, simulator)
+    if cfg.half:
+        kern = _make_half_kernel(cfg)
+    else:
+        kern = _make_tf32_kernel(cfg, passes=3 if precision == "3xtf32" else 1)
+    return kern, cfg
+
+
+def _row_ops(cfg: TCConfig):
+    """exp2/log2 and the quad reductions (warp shuffles on a GPU, shared scratch in the
+    simulator, which has no shuffles)."""
+    SIM = cfg.simulator
+    if SIM:
+        @cuda.jit(device=True)
+        def exp2(x):
+            return math.exp(x * LN2_F) if x != NEG_INF else F0
+
+        @cuda.jit(device=True)
+        def log2(x):
+            return math.log(x) / LN2_F
+
+        @cuda.jit(device=True)
+        def quad_max(x, red, tid):
+            red[tid] = x
+            cuda.syncthreads()
+            b = tid - tid % 4
+            r = max(max(red[b], red[b + 1]), max(red[b + 2], red[b + 3]))
+            cuda.syncthreads()
+            return r
+
+        @cuda.jit(device=True)
+        def quad_sum(x, red, tid):
+            red[tid] = x
+            cuda.syncthreads()
+            b = tid - tid % 4
+            r = (red[b] + red[b + 1]) + (red[b + 2] + red[b + 3])
+            cuda.syncthreads()
+            return r
+    else:
+        exp2 = math.exp2
+        log2 = math.log2
+
+        @cuda.jit(device=True, forceinline=True)
+        def quad_max(x, red, tid):
+            x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, 1))
+            return max(x, cuda.shfl_xor_sync(FULL_MASK, x, 2))
+
+        @cuda.jit(device=True, forceinline=True)
+        def quad_sum(x, red, tid):
+            x += cuda.shfl_xor_sync(FULL_MASK, x, 1)
+            return x + cuda.shfl_xor_sync(FULL_MASK, x, 2)
+    return exp2, log2, quad_max, quad_sum
+
+
+# --------------------------------------------------------------------------------------
+# kernel 1: fp16 / bf16 (m16n8k16)
+# --------------------------------------------------------------------------------------
+
+def _make_half_kernel(cfg: TCConfig):
+    ops = device_ops(cfg.simulator)
+    MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
+    PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
+    exp2, log2, quad_max, quad_sum = _row_ops(cfg)
+    NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
+    DW = D // 2                    # 32-bit words per row of q, k, v, o
+    KT = D // 16                   # k16 steps of S = Q K^T
+    NS = BC // 8                   # n8 tiles of S (per warp: 16 x Bc)
+    NO = D // 8                    # n8 tiles of O (per warp: 16 x D)
+    KP = BC // 16                  # k16 steps of O += P V
+    KS, VS = cfg.k_stride, cfg.v_stride
+    K_OFF, V_OFF, _ = cfg.offsets()
+    K_LOADS = ceil_div(BC * DW, NT)          # K words per thread per key block
+    V_LOADS = ceil_div((BC // 2) * DW, NT)   # V word pairs per thread per key block
+    QREGS, OREGS, SREGS = 4 * KT, 4 * NO, 4 * NS     # register array lengths
+    SIM = cfg.simulator
+    SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+    RED = NT if SIM else 1
+
+    def tc_half_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
+        sm = cuda.shared.array(0, uint32)
+        scr = cuda.shared.array(SCR, float32)     # simulator only: fragment exchange
+        red = cuda.shared.array(RED, float32)     # simulator only: quad reductions
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4                  # groupID: rows g and g + 8 of the warp's 16
+        t = lane % 4                   # threadID_in_group: columns 2t, 2t + 1 (+8)
+        wbase = warp * SIM_SCRATCH_PER_WARP
+        h = cuda.blockIdx.y
+        q0 = cuda.blockIdx.x * BR
+        r0 = q0 + warp * 16 + g        # the two query rows this lane holds
+        r1 = r0 + 8
+        par = 0                        # simulator scratch buffer parity
+
+        # Q fragments (A operand of S), kept in registers: reads Br*d*e bytes once
+        qa = cuda.local.array(QREGS, uint32)
+        for kk in range(KT):
+            w0 = kk * 8 + t
+            qa[4 * kk + 0] = q[U(h), U(r0), U(w0)] if r0 < tq else Z32
+            qa[4 * kk + 1] = q[U(h), U(r1), U(w0)] if r1 < tq else Z32
+            qa[4 * kk + 2] = q[U(h), U(r0), U(w0 + 4)] if r0 < tq else Z32
+            qa[4 * kk + 3] = q[U(h), U(r1), U(w0 + 4)] if r1 < tq else Z32
+
+        acc = cuda.local.array(OREGS, float32)   # O accumulator fragments, 16 x D
+        s = cuda.local.array(SREGS, float32)     # S / P fragments, 16 x Bc
+        for i in range(4 * NO):
+            acc[i] = F0
+        m0 = NEG_INF                   # running max of rows r0, r1 (log2 units)
+        m1 = NEG_INF
+        l0 = F0                        # this lane's part of the running row sums
+        l1 = F0
+
+        kend = tk
+        if causal != 0:
+            kend = min(tk, q0 + BR + off)
+        n_kb = (kend + BC - 1) // BC if kend > 0 else 0
+
+        for jb in range(n_kb):
+            k0 = jb * BC
+            cuda.syncthreads()         # every warp is done with the previous K, V
+            # K_j -> Ks[key][word], coalesced: reads Bc*d*e bytes
+            for it in range(K_LOADS):
+                e = tid + NT * it
+                if e < BC * DW:
+                    r = e // DW
+                    c = e - r * DW
+                    w = k[U(h), U(k0 + r), U(c)] if k0 + r < tk else Z32
+                    sm[U(K_OFF + r * KS + c)] = w
+            # V_j -> Vt[dim][key pair]: two keys' words re-paired into two dims' words
+            for it in range(V_LOADS):
+                e = tid + NT * it
+                if e < (BC // 2) * DW:
+                    rp = e // DW
+                    c = e - rp * DW
+                    key = k0 + 2 * rp
+                    w0 = v[U(h), U(key), U(c)] if key < tk else Z32
+                    w1 = v[U(h), U(key + 1), U(c)] if key + 1 < tk else Z32
+                    sm[U(V_OFF + (2 * c) * VS + rp)] = (w0 & LO16) | (w1 << SH16)
+                    sm[U(V_OFF + (2 * c + 1) * VS + rp)] = (w0 >> SH16) | (w1 & HI16)
+            cuda.syncthreads()
+
+            # S = Q K^T: NS x KT mma per warp
+            for i in range(4 * NS):
+                s[i] = F0
+            for kk in range(KT):
+                for n in range(NS):
+                    kb = K_OFF + (n * 8 + g) * KS + kk * 8 + t
+                    b0 = sm[U(kb)]
+                    b1 = sm[U(kb + 4)]
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, qa[4 * kk], qa[4 * kk + 1],
+                                         qa[4 * kk + 2], qa[4 * kk + 3], b0, b1,
+                                         s[4 * n], s[4 * n + 1], s[4 * n + 2], s[4 * n + 3])
+                    par = 1 - par
+                    s[4 * n] = x0
+                    s[4 * n + 1] = x1
+                    s[4 * n + 2] = x2
+                    s[4 * n + 3] = x3
+
+            # mask the ragged last key block and the blocks on the causal diagonal
+            if k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off):
+                for n in range(NS):
+                    for i in range(4):
+                        col = k0 + n * 8 + 2 * t + (i % 2)
+                        row = r0 if i < 2 else r1
+                        if col >= tk or (causal != 0 and col > row + off):
+                            s[4 * n + i] = NEG_INF
+
+            # online softmax, rows r0 (s[4n], s[4n+1]) and r1 (s[4n+2], s[4n+3])
+            x0 = NEG_INF
+            x1 = NEG_INF
+            for n in range(NS):
+                x0 = max(x0, max(s[4 * n], s[4 * n + 1]))
+                x1 = max(x1, max(s[4 * n + 2], s[4 * n + 3]))
+            x0 = quad_max(x0, red, tid) * qscale
+            x1 = quad_max(x1, red, tid) * qscale
+            mn0 = max(m0, x0)
+            mn1 = max(m1, x1)
+            mu0 = mn0 if mn0 != NEG_INF else F0      # a row fully masked so far
+            mu1 = mn1 if mn1 != NEG_INF else F0
+            alpha0 = exp2(m0 - mu0)
+            alpha1 = exp2(m1 - mu1)
+            m0 = mn0
+            m1 = mn1
+            ps0 = F0
+            ps1 = F0
+            for n in range(NS):
+                p = exp2(s[4 * n] * qscale - mu0)
+                s[4 * n] = p
+                ps0 += p
+                p = exp2(s[4 * n + 1] * qscale - mu0)
+                s[4 * n + 1] = p
+                ps0 += p
+                p = exp2(s[4 * n + 2] * qscale - mu1)
+                s[4 * n + 2] = p
+                ps1 += p
+                p = exp2(s[4 * n + 3] * qscale - mu1)
+                s[4 * n + 3] = p
+                ps1 += p
+            l0 = l0 * alpha0 + ps0
+            l1 = l1 * alpha1 + ps1
+            for n in range(NO):
+                acc[4 * n] *= alpha0
+                acc[4 * n + 1] *= alpha0
+                acc[4 * n + 2] *= alpha1
+                acc[4 * n + 3] *= alpha1
+
+            # O += P V: P's accumulator fragments are the A fragments (rounded to 16 bit)
+            for kp in range(KP):
+                j0 = 8 * kp                # S tile 2kp -> a0..a3, tile 2kp+1 -> a4..a7
+                a0 = PACK(s[j0], s[j0 + 1])
+                a1 = PACK(s[j0 + 2], s[j0 + 3])
+                a2 = PACK(s[j0 + 4], s[j0 + 5])
+                a3 = PACK(s[j0 + 6], s[j0 + 7])
+                for n in range(NO):
+                    vb = V_OFF + (n * 8 + g) * VS + kp * 8 + t
+                    b0 = sm[U(vb)]
+                    b1 = sm[U(vb + 4)]
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
+                                         acc[4 * n], acc[4 * n + 1], acc[4 * n + 2],
+                                         acc[4 * n + 3])
+                    par = 1 - par
+                    acc[4 * n] = x0
+                    acc[4 * n + 1] = x1
+                    acc[4 * n + 2] = x2
+                    acc[4 * n + 3] = x3
+
+        # epilogue: l = sum over the quad; O = acc / l packed to 16 bit; lse
+        l0 = quad_sum(l0, red, tid)
+        l1 = quad_sum(l1, red, tid)
+        inv0 = F1 / l0 if l0 > F0 else F0           # no visible key: o = 0
+        inv1 = F1 / l1 if l1 > F0 else F0
+        if r0 < tq:
+            for n in range(NO):
+                o[U(h), U(r0), U(n * 4 + t)] = PACK(acc[4 * n] * inv0, acc[4 * n + 1] * inv0)
+            if t == 0:
+                lse[U(h), U(r0)] = (m0 + log2(l0)) * LN2_F if l0 > F0 else NEG_INF
+        if r1 < tq:
+            for n in range(NO):
+                o[U(h), U(r1), U(n * 4 + t)] = PACK(acc[4 * n + 2] * inv1,
+                                                    acc[4 * n + 3] * inv1)
+            if t == 0:
+                lse[U(h), U(r1)] = (m1 + log2(l1)) * LN2_F if l1 > F0 else NEG_INF
+
+    tc_half_forward.__name__ = (f"tc_{cfg.precision}_w{NW}_k{BC}_d{D}"
+                                + ("_sim" if SIM else ""))
+    return cuda.jit(tc_half_forward)
+
+
+# --------------------------------------------------------------------------------------
+# kernel 2: fp32 through 3xTF32 (or 1xTF32), m16n8k8
+# --------------------------------------------------------------------------------------
+
+def _make_tf32_kernel(cfg: TCConfig, passes: int):
+    ops = device_ops(cfg.simulator)
+    MMA, TF32, AS_F32 = ops["mma_tf32"], ops["to_tf32"], ops["as_f32"]
+    exp2, log2, quad_max, quad_sum = _row_ops(cfg)
+    NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
+    KT = D // 8                    # k8 steps of S
+    NS = BC // 8                   # n8 tiles of S
+    NO = D // 8                    # n8 tiles of O; k8 steps of P V = NS
+    KS, VS = cfg.k_stride, cfg.v_stride
+    K_OFF, V_OFF, _ = cfg.offsets()
+    KW = BC * KS                   # words of one K plane (big or small)
+    VW = BC * VS
+    KV_LOADS = ceil_div(BC * D, NT)
+    THREE = passes == 3
+    QREGS, OREGS, SREGS = 4 * KT, 4 * NO, 4 * NS     # register array lengths
+    SIM = cfg.simulator
+    SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+    RED = NT if SIM else 1
+
+    def tc_tf32_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
+        sm = cuda.shared.array(0, uint32)
+        scr = cuda.shared.array(SCR, float32)
+        red = cuda.shared.array(RED, float32)
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4
+        t = lane % 4
+        wbase = warp * SIM_SCRATCH_PER_WARP
+        h = cuda.blockIdx.y
+        q0 = cuda.blockIdx.x * BR
+        r0 = q0 + warp * 16 + g
+        r1 = r0 + 8
+        par = 0
+
+        # Q fragments (tf32 A layout: cols t and t + 4 of each k8 step), split once
+        qb = cuda.local.array(QREGS, uint32)
+        qs = cuda.local.array(QREGS, uint32)
+        for kk in range(KT):
+            for i in range(4):
+                row = r0 if i % 2 == 0 else r1
+                col = kk * 8 + t + 4 * (i // 2)
+                x = q[U(h), U(row), U(col)] if row < tq else F0
+                big = TF32(x)
+                qb[4 * kk + i] = big
+                qs[4 * kk + i] = TF32(x - AS_F32(big))
+
+        acc = cuda.local.array(OREGS, float32)
+        s = cuda.local.array(SREGS, float32)
+        for i in range(4 * NO):
+            acc[i] = F0
+        m0 = NEG_INF
+        m1 = NEG_INF
+        l0 = F0
+        l1 = F0
+
+        kend = tk
+        if causal != 0:
+            kend = min(tk, q0 + BR + off)
+        n_kb = (kend + BC - 1) // BC if kend > 0 else 0
+
+        for jb in range(n_kb):
+            k0 = jb * BC
+            cuda.syncthreads()
+            # K_j, V_j -> shared, split into tf32 big / small planes: reads 2*Bc*d*4 B
+            for it in range(KV_LOADS):
+                e = tid + NT * it
+                if e < BC * D:
+                    r = e // D
+                    c = e - r * D
+                    kx = F0
+                    vx = F0
+                    if k0 + r < tk:
+                        kx = k[U(h), U(k0 + r), U(c)]
+                        vx = v[U(h), U(k0 + r), U(c)]
+                    kbig = TF32(kx)
+                    vbig = TF32(vx)
+                    sm[U(K_OFF + r * KS + c)] = kbig
+                    sm[U(V_OFF + r * VS + c)] = vbig
+                    if THREE:
+                        sm[U(K_OFF + KW + r * KS + c)] = TF32(kx - AS_F32(kbig))
+                        sm[U(V_OFF + VW + r * VS + c)] = TF32(vx - AS_F32(vbig))
+            cuda.syncthreads()
+
+            # S = Q K^T
+            for i in range(4 * NS):
+                s[i] = F0
+            for kk in range(KT):
+                for n in range(NS):
+                    kb = K_OFF + (n * 8 + g) * KS + kk * 8 + t
+                    b0 = sm[U(kb)]
+                    b1 = sm[U(kb + 4)]
+                    c0 = s[4 * n]
+                    c1 = s[4 * n + 1]
+                    c2 = s[4 * n + 2]
+                    c3 = s[4 * n + 3]
+                    if THREE:
+                        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, qs[4 * kk], qs[4 * kk + 1],
+                                             qs[4 * kk + 2], qs[4 * kk + 3], b0, b1,
+                                             c0, c1, c2, c3)
+                        par = 1 - par
+                        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, qb[4 * kk], qb[4 * kk + 1],
+                                             qb[4 * kk + 2], qb[4 * kk + 3],
+                                             sm[U(kb + KW)], sm[U(kb + KW + 4)],
+                                             c0, c1, c2, c3)
+                        par = 1 - par
+                    c0, c1, c2, c3 = MMA(scr, wbase, lane, par, qb[4 * kk], qb[4 * kk + 1],
+                                         qb[4 * kk + 2], qb[4 * kk + 3], b0, b1,
+                                         c0, c1, c2, c3)
+                    par = 1 - par
+                    s[4 * n] = c0
+                    s[4 * n + 1] = c1
+                    s[4 * n + 2] = c2
+                    s[4 * n + 3] = c3
+
+            if k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off):
+                for n in range(NS):
+                    for i in range(4):
+                        col = k0 + n * 8 + 2 * t + (i % 2)
+                        row = r0 if i < 2 else r1
+                        if col >= tk or (causal != 0 and col > row + off):
+                            s[4 * n + i] = NEG_INF
+
+            x0 = NEG_INF
+            x1 = NEG_INF
+            for n in range(NS):
+                x0 = max(x0, max(s[4 * n], s[4 * n + 1]))
+                x1 = max(x1, max(s[4 * n + 2], s[4 * n + 3]))
+            x0 = quad_max(x0, red, tid) * qscale
+            x1 = quad_max(x1, red, tid) * qscale
+            mn0 = max(m0, x0)
+            mn1 = max(m1, x1)
+            mu0 = mn0 if mn0 != NEG_INF else F0
+            mu1 = mn1 if mn1 != NEG_INF else F0
+            alpha0 = exp2(m0 - mu0)
+            alpha1 = exp2(m1 - mu1)
+            m0 = mn0
+            m1 = mn1
+            ps0 = F0
+            ps1 = F0
+            for n in range(NS):
+                p = exp2(s[4 * n] * qscale - mu0)
+                s[4 * n] = p
+                ps0 += p
+                p = exp2(s[4 * n + 1] * qscale - mu0)
+                s[4 * n + 1] = p
+                ps0 += p
+                p = exp2(s[4 * n + 2] * qscale - mu1)
+                s[4 * n + 2] = p
+                ps1 += p
+                p = exp2(s[4 * n + 3] * qscale - mu1)
+                s[4 * n + 3] = p
+                ps1 += p
+            l0 = l0 * alpha0 + ps0
+            l1 = l1 * alpha1 + ps1
+            for n in range(NO):
+                acc[4 * n] *= alpha0
+                acc[4 * n + 1] *= alpha0
+                acc[4 * n + 2] *= alpha1
+                acc[4 * n + 3] *= alpha1
+
+            # O += P V. The k index is permuted inside each k8 step (A col t <-> key 2t,
+            # col t + 4 <-> key 2t + 1, the same for V's rows) so that P's accumulator
+            # fragment of S tile j is the A fragment of k8 step j without moving data.
+            for j in range(NS):
+                pb0 = TF32(s[4 * j])           # (row g,     key 2t)
+                pb1 = TF32(s[4 * j + 2])       # (row g + 8, key 2t)
+                pb2 = TF32(s[4 * j + 1])       # (row g,     key 2t + 1)
+                pb3 = TF32(s[4 * j + 3])       # (row g + 8, key 2t + 1)
+                ps0_ = TF32(s[4 * j] - AS_F32(pb0))
+                ps1_ = TF32(s[4 * j + 2] - AS_F32(pb1))
+                ps2_ = TF32(s[4 * j + 1] - AS_F32(pb2))
+                ps3_ = TF32(s[4 * j + 3] - AS_F32(pb3))
+                for n in range(NO):
+                    vb = V_OFF + (j * 8 + 2 * t) * VS + n * 8 + g
+                    b0 = sm[U(vb)]
+                    b1 = sm[U(vb + VS)]
+                    c0 = acc[4 * n]
+                    c1 = acc[4 * n + 1]
+                    c2 = acc[4 * n + 2]
+                    c3 = acc[4 * n + 3]
+                    if THREE:
+                        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, ps0_, ps1_, ps2_, ps3_,
+                                             b0, b1, c0, c1, c2, c3)
+                        par = 1 - par
+                        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb0, pb1, pb2, pb3,
+                                             sm[U(vb + VW)], sm[U(vb + VW + VS)],
+                                             c0, c1, c2, c3)
+                        par = 1 - par
+                    c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb0, pb1, pb2, pb3, b0, b1,
+                                         c0, c1, c2, c3)
+                    par = 1 - par
+                    acc[4 * n] = c0
+                    acc[4 * n + 1] = c1
+                    acc[4 * n + 2] = c2
+                    acc[4 * n + 3] = c3
+
+        l0 = quad_sum(l0, red, tid)
+        l1 = quad_sum(l1, red, tid)
+        inv0 = F1 / l0 if l0 > F0 else F0
+        inv1 = F1 / l1 if l1 > F0 else F0
+        if r0 < tq:
+            for n in range(NO):
+                o[U(h), U(r0), U(n * 8 + 2 * t)] = acc[4 * n] * inv0
+                o[U(h), U(r0), U(n * 8 + 2 * t + 1)] = acc[4 * n + 1] * inv0
+            if t == 0:
+                lse[U(h), U(r0)] = (m0 + log2(l0)) * LN2_F if l0 > F0 else NEG_INF
+        if r1 < tq:
+            for n in range(NO):
+                o[U(h), U(r1), U(n * 8 + 2 * t)] = acc[4 * n + 2] * inv1
+                o[U(h), U(r1), U(n * 8 + 2 * t + 1)] = acc[4 * n + 3] * inv1
+            if t == 0:
+                lse[U(h), U(r1)] = (m1 + log2(l1)) * LN2_F if l1 > F0 else NEG_INF
+
+    tc_tf32_forward.__name__ = (f"tc_{cfg.precision}_w{NW}_k{BC}_d{D}"
+                                + ("_sim" if SIM else ""))
+    return cuda.jit(tc_tf32_forward)
+
+
+# --------------------------------------------------------------------------------------
+# host side
+# --------------------------------------------------------------------------------------
+
+_SIGS: dict = {}
+
+
+def signature(half: bool):
+    """The signature every variant of one kind is compiled for."""
+    if half not in _SIGS:
+        from numba import int32, types
+        el = uint32 if half else float32
+        a3 = types.Array(el, 3, "C")
+        a2 = types.Array(float32, 2, "C")
+        _SIGS[half] = (a3, a3, a3, a3, a2, int32, int32, float32, int32, int32)
+    return _SIGS[half]
+
+
+def check_capability(precision: str) -> None:
+    """bf16 and tf32 mma need compute capability 8.0+, fp16 m16n8k16 needs 8.0+ too
+    (Volta/Turing have other shapes): refuse with the GPU's capability named."""
+    if using_simulator():
+        return
+    dev = cuda.get_current_device()
+    cc = tuple(dev.compute_capability)
+    if cc < (8, 0):
+        raise RuntimeError(
+            f"the tensor-core kernel ({precision}) needs a GPU of compute capability 8.0 "
+            f"or newer (mma.sync m16n8k16/m16n8k8 with bf16/tf32); this GPU "
+            f"({dev.name}) has compute capability {cc[0]}.{cc[1]}")
+
+
+def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: bool,
+        precision: str, warps: int | None = None, block_k: int | None = None) -> TCConfig:
+    """Launch on prepared device arrays: (BH, T, W) uint32 words (fp16/bf16, W = D/2) or
+    float32 (W = D) with D = d rounded up to a multiple of 16 (padding columns zero)."""
+    check_capability(precision)
+    sim = using_simulator()
+    dw, dk = default_tiles(precision, d, sim)
+    warps = dw if warps is None else warps
+    block_k = dk if block_k is None else block_k
+    cfg = plan(precision, d, warps, block_k, sim)
+    kern, cfg = make_tensor_core_kernel(precision, cfg.warps, cfg.block_k, cfg.head_dim, sim)
+    bh = qw.shape[0]
+    grid = (ceil_div(tq, cfg.block_q), bh)
+    args = (qw, kw, vw, ow, lse, np.int32(tq), np.int32(tk), np.float32(scale * LOG2E),
+            np.int32(1 if causal else 0), np.int32(tk - tq))
+    if not sim:
+        check_registers("tensor_core kernel", kern.compile(signature(cfg.half)), cfg.threads)
+    launch(kern, signature(cfg.half), grid, cfg.threads, cfg.shared_bytes, args)
+    return cfg
+
+
+def resources(precision: str, d: int, warps: int, block_k: int) -> dict:
+    """Compile one variant on the GPU; registers, local bytes, shared bytes per block."""
+    cfg = plan(precision, d, warps, block_k, False)
+    kern, cfg = make_tensor_core_kernel(precision, warps, block_k, cfg.head_dim, False)
+    ck = kern.compile(signature(cfg.half))
+    return {"regs": int(ck.regs_per_thread), "local_bytes": int(ck.local_mem_per_thread),
+            "shared_bytes": cfg.shared_bytes}
+
+
+def _to_words(x: np.ndarray, precision: str, D: int) -> np.ndarray:
+    """(BH, T, d) float array -> (BH, T, D/2) uint32 words of two fp16/bf16 values
+    (zero-padded columns d..D-1) or (BH, T, D) float32 for the tf32 kernels."""
+    bh, n, d = x.shape
+    if precision in ("fp16", "bf16"):
+        bits = np.zeros((bh, n, D), np.uint16)                       # (BH, T, D)
+        if precision == "fp16":
+            bits[..., :d] = x.astype(np.float16).view(np.uint16)
+        else:
+            bits[..., :d] = (round_bf16(x).view(np.uint32) >> 16).astype(np.uint16)
+        return bits.view(np.uint32)                                  # (BH, T, D/2)
+    out = np.zeros((bh, n, D), np.float32)
+    out[..., :d] = x
+    return out
+
+
+def _from_words(w: np.ndarray, precision: str, d: int) -> np.ndarray:
+    """Inverse of `_to_words` for the output: -> (BH, T, d) float32 values."""
+    if precision in ("fp16", "bf16"):
+        bits = np.ascontiguousarray(w).view(np.uint16)[..., :d]      # (BH, T, d)
+        if precision == "fp16":
+            return bits.view(np.float16).astype(np.float32)
+        return (bits.astype(np.uint32) << 16).view(np.float32)
+    return np.ascontiguousarray(w[..., :d])
+
+
+def is_bfloat16(dtype) -> bool:
+    """True for the ml_dtypes bfloat16 numpy dtype (if that package is installed)."""
+    return getattr(np.dtype(dtype), "name", "") == "bfloat16"
+
+
+def default_precision(dtype) -> str:
+    """fp16 for float16 input, bf16 for bfloat16 (ml_dtypes), 3xtf32 for float32/64."""
+    if is_bfloat16(dtype):
+        return "bf16"
+    return "fp16" if np.dtype(dtype) == np.float16 else "3xtf32"
+
+
+def forward(q, k, v, *, causal: bool = False, scale: float | None = None,
+            precision: str | None = None, warps: int | None = None,
+            block_k: int | None = None, allow_nonfinite: bool = False):
+    """Exact attention forward on tensor cores (or the simulator), numpy in and out.
+
+    q (..., Tq, d), k and v (..., Tk, d): float16 (-> fp16 mma), bfloat16 from
+    ml_dtypes (-> bf16), float32 or float64 (-> 3xTF32). `precision` overrides that
+    choice: "fp16"/"bf16" round float32/64 inputs to 16 bits first (o comes back in
+    the input dtype, holding 16-bit values), "3xtf32" or "tf32" (one pass, ~1e-3).
+    warps (Br = 16 warps) and block_k (Bc, a multiple of 16) pick the tiles.
+    Returns o (..., Tq, d) in the input dtype and lse (..., Tq) (float32; float64 for
+    float64 input); a row with no visible key gives o = 0, lse = -inf.
+    """
+    from .._checks import accumulator_dtype, check_causal, check_qkv, check_scale
+    from ._launch import is_device_array, simulator_note
+    simulator_note()
+    causal = check_causal(causal)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if is_device_array(x):
+            raise TypeError(f"{name}: the tensor-core kernel takes numpy arrays in forward(); "
+                            f"for device-resident data call flashcourse.cuda.tensor_core.run "
+                            f"with prepared word arrays")
+    in_dtype = q.dtype if isinstance(q, np.ndarray) else None
+    if in_dtype is not None and is_bfloat16(in_dtype):
+        if not all(isinstance(x, np.ndarray) and is_bfloat16(x.dtype) for x in (k, v)):
+            raise TypeError("q, k and v must share one dtype (q is bfloat16)")
+        q, k, v = (x.astype(np.float32) for x in (q, k, v))
+    q, k, v = check_qkv(q, k, v, allow_nonfinite=allow_nonfinite)
+    if precision is None:
+        precision = default_precision(in_dtype if in_dtype is not None else q.dtype)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS} or None, got {precision!r}")
+    lead = q.shape[:-2]
+    tq, tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = check_scale(scale, d)
+    if d > MAX_HEAD_DIM:
+        raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
+                         f"kernel, got d={d}")
+    if precision == "fp16":
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            fin = np.abs(x[np.isfinite(x)])
+            big = float(fin.max()) if fin.size else 0.0
+            if big > 65504.0:
+                raise ValueError(f"{name} has |values| up to {big:.3g}, beyond float16's "
+                                 f"largest 65504: use precision='bf16' or '3xtf32'")
+    D = ceil_div(d, 16) * 16
+    bh = int(np.prod(lead)) if lead else 1
+    flat = [np.asarray(x, np.float32).reshape(bh, -1, d) for x in (q, k, v)]
+    qw, kw, vw = (cuda.to_device(_to_words(x, precision, D)) for x in flat)
+    ow = cuda.device_array_like(qw)
+    lse = cuda.device_array((bh, tq), np.float32)
+    run(qw, kw, vw, ow, lse, tq, tk, d, scale, causal, precision, warps, block_k)
+    o = _from_words(ow.copy_to_host(), precision, d)                   # (BH, Tq, d)
+    out_dtype = in_dtype if in_dtype is not None else q.dtype
+    lse_h = lse.copy_to_host().astype(accumulator_dtype(q.dtype), copy=False)
+    return o.astype(out_dtype).reshape(*lead, tq, d), lse_h.reshape(*lead, tq)

@@ -1,0 +1,241 @@
+"""Tensor-core building blocks and the tensor-core FlashAttention kernel.
+
+Runs without a GPU: the fragment maps and the numpy models of mma, the rounding and
+the 3xTF32 split are checked against plain numpy; the kernel runs on Numba's CUDA
+simulator on tiny shapes (each mma becomes a fragment exchange through shared memory).
+On a GPU, the intrinsics themselves are checked by benchmarks/gpu_tensor_core.py --check
+(and by the last test here, which is skipped without one).
+"""
+
+import numpy as np
+import pytest
+
+from flashcourse.cuda import mma
+from flashcourse.cuda import tensor_core as tc
+from flashcourse.reference import attention
+
+from conftest import rel_err
+
+
+# ---------------------------------------------------------------- fragment maps
+@pytest.mark.parametrize("name", sorted(mma.FRAGMENTS))
+def test_fragment_map_is_a_bijection(name):
+    """Every element of the tile is held by exactly one (lane, i)."""
+    _, shape, n = mma.FRAGMENTS[name]
+    idx = mma.index_table(name).reshape(-1, 2)                    # (32 n, 2)
+    assert len(idx) == shape[0] * shape[1]
+    assert len({tuple(x) for x in idx}) == len(idx)
+    assert idx[:, 0].min() == 0 and idx[:, 0].max() == shape[0] - 1
+    assert idx[:, 1].min() == 0 and idx[:, 1].max() == shape[1] - 1
+    own = mma.owner_table(name)
+    assert (own >= 0).all()
+
+
+def test_fragment_maps_match_the_ptx_tables():
+    """Spot values from the PTX ISA figures (lane 0, lane 5, lane 31)."""
+    assert [mma.a_m16n8k16(0, i) for i in range(8)] == [
+        (0, 0), (0, 1), (8, 0), (8, 1), (0, 8), (0, 9), (8, 8), (8, 9)]
+    assert mma.a_m16n8k16(5, 0) == (1, 2) and mma.a_m16n8k16(31, 7) == (15, 15)
+    assert [mma.b_m16n8k16(5, i) for i in range(4)] == [(2, 1), (3, 1), (10, 1), (11, 1)]
+    assert [mma.c_m16n8(31, i) for i in range(4)] == [(7, 6), (7, 7), (15, 6), (15, 7)]
+    assert [mma.a_m16n8k8(6, i) for i in range(4)] == [(1, 2), (9, 2), (1, 6), (9, 6)]
+    assert [mma.b_m16n8k8(6, i) for i in range(2)] == [(2, 1), (6, 1)]
+
+
+@pytest.mark.parametrize("name", sorted(mma.FRAGMENTS))
+def test_scatter_gather_round_trip(name, rng):
+    _, shape, _ = mma.FRAGMENTS[name]
+    tile = rng.standard_normal(shape).astype(np.float32)
+    frags = mma.to_fragments(tile, name)
+    assert frags.shape == (32, mma.FRAGMENTS[name][2])
+    np.testing.assert_array_equal(mma.from_fragments(frags, name), tile)
+
+
+def test_fragment_errors_name_the_problem():
+    with pytest.raises(ValueError, match="fragment name"):
+        mma.index_table("a_m16n8k32")
+    with pytest.raises(ValueError, match=r"shape \(16, 16\)"):
+        mma.to_fragments(np.zeros((16, 8)), "a_m16n8k16")
+
+
+def test_two_accumulator_tiles_are_one_a_operand():
+    """C layout of S tiles 2j, 2j+1 == A layout of the m16n8k16 P tile (lane by lane)."""
+    table = mma.p_as_a_operand()                                  # (32, 8, 2)
+    # a0,a1 <- tile 0 c0,c1; a2,a3 <- tile 0 c2,c3; a4..a7 <- tile 1 c0..c3
+    want = np.array([(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)])
+    for lane in range(32):
+        np.testing.assert_array_equal(table[lane], want)
+
+
+def test_tf32_k_permutation_reuses_the_accumulator(rng):
+    """The tf32 P V trick: A col t <-> key 2t, col t+4 <-> key 2t+1 (same for V's rows)
+    turns each lane's C fragment of an 8-key S tile into its A fragment, and the
+    product is unchanged because the same permutation is applied to V."""
+    P = rng.standard_normal((16, 8)).astype(np.float32)           # one S tile (16 x 8 keys)
+    V = rng.standard_normal((8, 8)).astype(np.float32)            # (8 keys, 8 dims)
+    perm = np.array([0, 2, 4, 6, 1, 3, 5, 7])                     # A col c -> key perm[c]
+    c = mma.to_fragments(P, "c_m16n8")                            # (32, 4)
+    a = c[:, [0, 2, 1, 3]]                                        # what the kernel passes
+    assert np.array_equal(mma.from_fragments(a, "a_m16n8k8"), P[:, perm])
+    b = mma.to_fragments(V[perm], "b_m16n8k8")
+    d = mma.mma_model(a, b, np.zeros((32, 4), np.float32), "tf32")
+    want = mma.matmul_model(P, V, "tf32")
+    np.testing.assert_allclose(mma.from_fragments(d, "c_m16n8"), want, rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------- models
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
+def test_mma_model_matches_numpy(precision, rng):
+    k = 8 if precision == "tf32" else 16
+    an, bn = ("a_m16n8k8", "b_m16n8k8") if k == 8 else ("a_m16n8k16", "b_m16n8k16")
+    A = rng.standard_normal((16, k)).astype(np.float32)
+    B = rng.standard_normal((k, 8)).astype(np.float32)
+    C = rng.standard_normal((16, 8)).astype(np.float32)
+    d = mma.mma_model(mma.to_fragments(A, an), mma.to_fragments(B, bn),
+                      mma.to_fragments(C, "c_m16n8"), precision)
+    r = mma.ROUNDERS[precision]
+    want = r(A).astype(np.float64) @ r(B).astype(np.float64) + C
+    # tolerance: float32 rounding of a sum of 16 products of size ~1 (~1e-6 relative)
+    assert rel_err(mma.from_fragments(d, "c_m16n8"), want) < 1e-6
+    # and the rounding matters: against unrounded inputs the error is that of the type
+    exact = A.astype(np.float64) @ B.astype(np.float64) + C
+    assert rel_err(mma.from_fragments(d, "c_m16n8"), exact) > 1e-5
+
+
+def test_rounding_models_agree_with_numpy_and_bit_rules(rng):
+    x = (rng.standard_normal(10000) * 10.0 ** rng.integers(-4, 4, 10000)).astype(np.float32)
+    np.testing.assert_array_equal(mma.round_fp16(x), x.astype(np.float16).astype(np.float32))
+    b = mma.round_bf16(x)
+    assert (b.view(np.uint32) & 0xFFFF == 0).all()                # 7 mantissa bits kept
+    assert (np.abs(b - x) <= np.abs(x) * 2.0 ** -8 * 1.0001).all()  # half an ulp of 2^-7
+    t = mma.round_tf32(x)
+    assert (t.view(np.uint32) & 0x1FFF == 0).all()                # 10 mantissa bits kept
+    assert (np.abs(t - x) <= np.abs(x) * 2.0 ** -11 * 1.0001).all()
+    # ties: bf16 to even, tf32 away from zero
+    one_and_half_ulp = np.array([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8], np.float32)
+    np.testing.assert_array_equal(mma.round_bf16(one_and_half_ulp),
+                                  np.array([1.0, 1 + 2 * 2.0 ** -7], np.float32))
+    tie = np.array([1 + 2.0 ** -11, -(1 + 2.0 ** -11)], np.float32)
+    np.testing.assert_array_equal(mma.round_tf32(tie),
+                                  np.array([1 + 2.0 ** -10, -(1 + 2.0 ** -10)], np.float32))
+    assert mma.round_tf32(np.float32(3.0)).shape == ()            # scalars stay scalars
+
+
+def test_pack_pair_round_trip(rng):
+    x = rng.standard_normal((2, 500)).astype(np.float32)
+    for prec, r in (("fp16", mma.round_fp16), ("bf16", mma.round_bf16)):
+        w = mma.pack_pair_model(x[0], x[1], prec)
+        lo, hi = mma.unpack_pair_model(w, prec)
+        np.testing.assert_array_equal(lo, r(x[0]))
+        np.testing.assert_array_equal(hi, r(x[1]))
+    w = mma.pack_pair_model(np.float32(1.0), np.float32(2.0), "fp16")
+    assert int(w) == 0x4000_3C00                                  # 2.0 high, 1.0 low
+
+
+def test_3xtf32_split_error_bounds(rng):
+    """x - big - small is below 2^-22 |x|; the 3xTF32 product error sits near fp32's and
+    three orders of magnitude below 1xTF32's."""
+    x = rng.standard_normal(100000).astype(np.float32)
+    big, small = mma.split_tf32(x)
+    assert (np.abs(x.astype(np.float64) - big - small) <= 2.0 ** -22 * np.abs(x)).all()
+    A = rng.standard_normal((64, 256)).astype(np.float32)
+    B = rng.standard_normal((256, 64)).astype(np.float32)
+    exact = A.astype(np.float64) @ B.astype(np.float64)
+    size = np.abs(A).astype(np.float64) @ np.abs(B).astype(np.float64)   # sum of |terms|
+
+    def err(p):
+        return float(np.max(np.abs(mma.matmul_model(A, B, p) - exact) / size))
+    e1, e3 = err("tf32"), err("3xtf32")
+    assert e1 > 1e-4                      # tf32 keeps 10 mantissa bits: ~2^-11 per operand
+    assert e3 < 2e-6                      # dropped small*small term: ~2^-22
+    assert e1 / e3 > 100
+
+
+# ---------------------------------------------------------------- the kernel (simulator)
+SIM_CASES = [  # (precision, Tq, Tk, d, causal)
+    ("fp16", 20, 24, 16, False),
+    ("fp16", 37, 21, 24, True),        # Tq > Tk: rows with no visible key
+    ("bf16", 20, 40, 16, True),
+    ("3xtf32", 37, 21, 13, True),      # odd d, padded to 16
+    ("3xtf32", 18, 33, 16, False),
+    ("tf32", 20, 24, 16, True),
+]
+
+
+@pytest.mark.parametrize("precision,tq,tk,d,causal", SIM_CASES)
+def test_kernel_matches_reference_on_the_simulator(precision, tq, tk, d, causal, rng):
+    q = rng.standard_normal((1, tq, d)).astype(np.float32)
+    k = rng.standard_normal((1, tk, d)).astype(np.float32)
+    v = rng.standard_normal((1, tk, d)).astype(np.float32)
+    r = {"fp16": mma.round_fp16, "bf16": mma.round_bf16}.get(precision, lambda x: x)
+    o_ref, lse_ref = attention(r(q), r(k), r(v), causal=causal)
+    o, lse = tc.forward(q, k, v, causal=causal, precision=precision)
+    assert o.dtype == np.float32 and lse.dtype == np.float32
+    fin = np.isfinite(lse_ref)
+    assert np.array_equal(np.isneginf(lse), ~fin)
+    assert np.all(o[~fin] == 0)
+    # tolerances (rel. to float64 on the inputs the kernel sees): 3xTF32 1e-5; one-pass
+    # TF32 5e-3; fp16/bf16 2e-2 (P is rounded to 16 bits inside the kernel)
+    tol = {"3xtf32": 1e-5, "tf32": 5e-3, "fp16": 2e-2, "bf16": 2e-2}[precision]
+    assert rel_err(o, o_ref) < tol
+    assert rel_err(lse[fin], lse_ref[fin]) < (1e-5 if precision != "tf32" else 5e-3)
+
+
+def test_float16_in_float16_out(rng):
+    q, k, v = (rng.standard_normal((2, n, 16)).astype(np.float16) for n in (17, 30, 30))
+    o, lse = tc.forward(q, k, v, causal=True)
+    assert o.dtype == np.float16 and o.shape == (2, 17, 16) and lse.dtype == np.float32
+    o_ref, _ = attention(q, k, v, causal=True)
+    assert rel_err(o, o_ref) < 2e-2
+
+
+def test_dispatch_from_cuda_forward(rng):
+    from flashcourse.cuda import forward
+    q, k, v = (rng.standard_normal((1, n, 16)).astype(np.float32) for n in (16, 16, 16))
+    o, _ = forward(q, k, v, kernel="tensor_core")
+    o_ref, _ = attention(q, k, v)
+    assert rel_err(o, o_ref) < 1e-5
+
+
+def test_bad_input_is_named(rng):
+    q = rng.standard_normal((1, 8, 16)).astype(np.float32)
+    with pytest.raises(ValueError, match="precision"):
+        tc.forward(q, q, q, precision="fp8")
+    with pytest.raises(ValueError, match="block_k"):
+        tc.forward(q, q, q, block_k=24)
+    with pytest.raises(ValueError, match="head dim"):
+        big = np.zeros((1, 4, 300), np.float32)
+        tc.forward(big, big, big)
+    with pytest.raises(TypeError, match="dtype"):
+        tc.forward(q, q.astype(np.float64), q)
+    with pytest.raises(ValueError, match="float16"):
+        tc.forward(q * 1e5, q, q, precision="fp16")
+    with pytest.raises(ValueError, match="NaN"):
+        bad = q.copy()
+        bad[0, 0, 0] = np.nan
+        tc.forward(bad, q, q)
+
+
+def test_config_layout_is_conflict_free():
+    """The padded strides make a warp's fragment reads hit 32 different banks."""
+    for prec in ("fp16", "3xtf32"):
+        cfg = tc.plan(prec, 64, 4, 64, simulator=True)
+        lanes = np.arange(32)
+        g, t = lanes // 4, lanes % 4
+        if cfg.half:
+            k_words = g * cfg.k_stride + t            # B of S: Ks[n*8 + g][kk*8 + t]
+            v_words = g * cfg.v_stride + t            # B of PV: Vt[n*8 + g][kp*8 + t]
+        else:
+            k_words = g * cfg.k_stride + t            # B of S: K[n*8 + g][kk*8 + t]
+            v_words = 2 * t * cfg.v_stride + g        # B of PV: V[j*8 + 2t][n*8 + g]
+        for words in (k_words, v_words):
+            assert len(set(words % 32)) == 32
+
+
+@pytest.mark.skipif(tc.using_simulator(), reason="needs a CUDA GPU (intrinsics)")
+def test_intrinsics_on_gpu():  # pragma: no cover - GPU only
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gpu_tensor_core
+    assert gpu_tensor_core.check_intrinsics(np.random.default_rng(0), {})
