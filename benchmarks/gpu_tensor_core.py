@@ -12,8 +12,9 @@
              Tolerances: 3xTF32 rel err of o and lse <= 1e-5 against float64 on the fp32
              inputs; fp16/bf16 rel err of o <= 2e-2 and of lse <= 1e-4 against float64 on
              the inputs rounded to 16 bits (P is rounded to 16 bits inside the kernel).
---variants   (warps, block_k) per precision and d: registers, shared memory, time at
-             N = 4096, B x H = 32, non-causal.
+--variants   GRID's (warps, block_k, m_tiles, prefetch, min_blocks) per precision and d:
+             registers, shared memory, time at N = 4096, B x H = 32, non-causal; the
+             fastest per (precision, d) is used by --bench and checked by --check.
 --bench      ms and TFLOP/s (4 B H Tq Tk d FLOPs, half when causal) for N in {1024, 4096,
              8192, 16384}, d in {64, 128}, causal off/on, B x H = 32: the tensor-core kernel
              (fp16, bf16, 3xTF32), the course's FFMA flash kernel (fp32) and PyTorch SDPA
@@ -169,7 +170,7 @@ def check_intrinsics(rng, results) -> bool:
 
 
 # ----------------------------------------------------------------------------- kernel check
-def run_poisoned(q, k, v, causal, precision, warps=None, block_k=None):
+def run_poisoned(q, k, v, causal, precision, knobs=None):
     """Run the kernel on (BH, T, d) float32 inputs with NaN-poisoned outputs."""
     bh, tq, d = q.shape
     tk = k.shape[1]
@@ -180,7 +181,7 @@ def run_poisoned(q, k, v, causal, precision, warps=None, block_k=None):
     ow = cuda.to_device(poison)
     lse = cuda.to_device(np.full((bh, tq), np.nan, np.float32))
     cfg = tc.run(qw, kw, vw, ow, lse, tq, tk, d, 1.0 / np.sqrt(d), causal, precision,
-                 warps, block_k)
+                 **(knobs or {}))
     cuda.synchronize()
     return tc._from_words(ow.copy_to_host(), precision, d), lse.copy_to_host(), cfg
 
@@ -201,8 +202,8 @@ def check_kernels(rng, results, configs) -> bool:
             if i == 3:                                 # extreme values: large scores
                 q *= 8.0
             refs = {}
-            for precision, warps, block_k in configs:
-                if (warps, block_k) != (None, None) and d not in (64, 128):
+            for precision, knobs in configs:
+                if knobs and d not in (64, 128):
                     continue
                 key = ROUND.get(precision)
                 if precision not in refs:
@@ -210,9 +211,9 @@ def check_kernels(rng, results, configs) -> bool:
                     refs[precision] = reference.attention(*ins, causal=causal)
                 o_ref, lse_ref = refs[precision]
                 try:
-                    o, lse, cfg = run_poisoned(q, k, v, causal, precision, warps, block_k)
+                    o, lse, cfg = run_poisoned(q, k, v, causal, precision, knobs)
                 except ValueError as exc:
-                    rows.append({"precision": precision, "warps": warps, "block_k": block_k,
+                    rows.append({"precision": precision, "knobs": knobs,
                                  "shape": [bh, tq, tk, d], "causal": causal,
                                  "skipped": str(exc)})
                     continue
@@ -227,12 +228,12 @@ def check_kernels(rng, results, configs) -> bool:
                 ok = ok_empty and e_o <= tol_o and e_l <= tol_l
                 w = worst.setdefault(precision, [0.0, 0.0])
                 w[0], w[1] = max(w[0], e_o), max(w[1], e_l)
-                rows.append({"precision": precision, "warps": cfg.warps,
-                             "block_k": cfg.block_k, "shape": [bh, tq, tk, d],
+                rows.append({"precision": precision, "config": knob_dict(cfg),
+                             "shape": [bh, tq, tk, d],
                              "causal": causal, "rel_err_o": e_o, "rel_err_lse": e_l,
                              "empty_rows_ok": ok_empty, "ok": ok})
                 if not ok:
-                    log(f"  CHECK FAILED {precision} w{cfg.warps} k{cfg.block_k} "
+                    log(f"  CHECK FAILED {precision} {knob_dict(cfg)} "
                         f"{(bh, tq, tk, d)} causal={causal}: o {e_o:.3g} lse {e_l:.3g} "
                         f"empty_ok={ok_empty}")
     runs = [r for r in rows if "ok" in r and r["precision"] in TOL]
@@ -305,31 +306,59 @@ class Inputs:
         return self.dev[precision]
 
 
-def tc_runner(inp, precision, causal, warps=None, block_k=None):
+def knob_dict(cfg) -> dict:
+    return {"warps": cfg.warps, "block_k": cfg.block_k, "m_tiles": cfg.m_tiles,
+            "prefetch": cfg.prefetch, "min_blocks": cfg.min_blocks}
+
+
+def knobs_of(t) -> dict:
+    """(warps, block_k, m_tiles, prefetch, min_blocks) -> keyword arguments of tc.run."""
+    return dict(zip(("warps", "block_k", "m_tiles", "prefetch", "min_blocks"), t))
+
+
+def tc_runner(inp, precision, causal, knobs=None):
     qw, kw, vw, ow, lse = inp.words(precision)
     n, d = inp.n, inp.d
     return partial(tc.run, qw, kw, vw, ow, lse, n, n, d, 1.0 / np.sqrt(d), causal,
-                   precision, warps, block_k)
+                   precision, **(knobs or {}))
 
 
-def variants(rng, results, grid):
+#: (precision, d) -> variants (warps, block_k, m_tiles, prefetch, min_blocks) to time
+GRID = {
+    ("fp16", 64): [(4, 64, 1, 0, 0), (8, 64, 1, 0, 0), (8, 64, 1, 1, 0), (8, 32, 1, 1, 0),
+                   (8, 32, 1, 0, 0), (4, 64, 2, 0, 0), (4, 32, 2, 0, 0), (8, 32, 2, 0, 0),
+                   (4, 32, 2, 1, 0), (8, 64, 1, 0, 2), (4, 64, 1, 1, 3), (8, 32, 1, 1, 2)],
+    ("fp16", 128): [(8, 64, 1, 0, 0), (8, 128, 1, 0, 0), (4, 64, 1, 0, 0), (8, 32, 1, 1, 0),
+                    (8, 64, 1, 1, 0), (4, 32, 2, 0, 0), (8, 32, 1, 0, 0)],
+    ("3xtf32", 64): [(8, 32, 1, 0, 0), (8, 32, 1, 1, 0), (8, 16, 1, 1, 0), (4, 32, 1, 1, 0),
+                     (8, 32, 1, 0, 2), (8, 64, 1, 0, 0), (16, 16, 1, 1, 0)],
+    ("3xtf32", 128): [(8, 32, 1, 0, 0), (8, 16, 1, 0, 0), (8, 16, 1, 1, 0), (8, 32, 1, 1, 0)],
+}
+
+
+def variants(rng, results, grid=None):
+    grid = GRID if grid is None else grid
     rows = []
     for d in DS:
         inp = Inputs(rng, 4096, d)
-        for precision, warps, block_k in grid:
-            row = {"precision": precision, "warps": warps, "block_k": block_k, "d": d,
-                   "n": 4096, "causal": False}
-            try:
-                row.update(tc.resources(precision, d, warps, block_k))
-                ms, reps = time_fn(tc_runner(inp, precision, False, warps, block_k))
-                row.update(ms=ms, tflops=flops(4096, 4096, d, False) / ms / 1e9, reps=reps)
-            except Exception as exc:
-                row["error"] = repr(exc)[:300]
-            rows.append(row)
-            log(f"variant {precision:7s} d={d} warps={warps} block_k={block_k:3d}: "
-                + (f"{row['ms']:.3f} ms {row['tflops']:7.2f} TFLOP/s regs {row['regs']} "
-                   f"local {row['local_bytes']} smem {row['shared_bytes']}"
-                   if "ms" in row else row.get("error", "")))
+        for (precision, dd), tuples in grid.items():
+            if dd != d:
+                continue
+            for t in tuples:
+                knobs = knobs_of(t)
+                row = {"precision": precision, "config": knobs, "d": d, "n": 4096,
+                       "causal": False}
+                try:
+                    row.update(tc.resources(precision, d, **knobs))
+                    ms, reps = time_fn(tc_runner(inp, precision, False, knobs))
+                    row.update(ms=ms, tflops=flops(4096, 4096, d, False) / ms / 1e9, reps=reps)
+                except Exception as exc:
+                    row["error"] = repr(exc)[:300]
+                rows.append(row)
+                log(f"variant {precision:7s} d={d} {t}: "
+                    + (f"{row['ms']:.3f} ms {row['tflops']:7.2f} TFLOP/s regs {row['regs']} "
+                       f"local {row['local_bytes']} smem {row['shared_bytes']}"
+                       if "ms" in row else row.get("error", "")))
         del inp
     results.setdefault("variants", []).extend(rows)
     best = {}
@@ -337,7 +366,7 @@ def variants(rng, results, grid):
         if "ms" in r:
             key = f"{r['precision']}_d{r['d']}"
             if key not in best or r["ms"] < best[key]["ms"]:
-                best[key] = {"warps": r["warps"], "block_k": r["block_k"], "ms": r["ms"]}
+                best[key] = dict(r["config"], ms=r["ms"])
     results["best_variant"] = best
     log(f"best variants: {best}")
     return best
@@ -379,11 +408,10 @@ def bench(rng, results, best, ns=NS, ds=DS, out=None):
                         try:
                             if name.startswith("tc_"):
                                 prec = name[3:]
-                                b = best.get(f"{prec}_d{d}", {})
-                                row["warps"] = b.get("warps")
-                                row["block_k"] = b.get("block_k")
-                                ms, reps = time_fn(tc_runner(inp, prec, causal, b.get("warps"),
-                                                             b.get("block_k")))
+                                b = {k: v for k, v in best.get(f"{prec}_d{d}", {}).items()
+                                     if k != "ms"}
+                                row["config"] = b
+                                ms, reps = time_fn(tc_runner(inp, prec, causal, b))
                             elif name == "flash_fp32":
                                 qf, kf, vf = (cuda.to_device(x) for x in inp.host)
                                 o = cuda.device_array_like(qf)
@@ -514,13 +542,19 @@ def sanitize_small():
                                       ((2,), 65, 130, 128, True), ((1,), 20, 9, 5, True)]:
         q, k, v = (rng.standard_normal((*lead, n, d)).astype(np.float32)
                    for n in (tq, tk, tk))
-        for precision in ("fp16", "bf16", "3xtf32", "tf32"):
+        for precision, knobs in (("fp16", {}), ("bf16", {}), ("3xtf32", {}), ("tf32", {}),
+                                 ("fp16", dict(warps=4, block_k=32, m_tiles=2, prefetch=True)),
+                                 ("fp16", dict(warps=2, block_k=64, m_tiles=1, prefetch=False)),
+                                 ("fp16", dict(warps=2, block_k=64, m_tiles=1, prefetch=True)),
+                                 ("3xtf32", dict(warps=2, block_k=32, prefetch=False)),
+                                 ("3xtf32", dict(warps=2, block_k=32, prefetch=True))):
             r = ROUND.get(precision, lambda x: x)
             o_ref, _ = reference.attention(r(q), r(k), r(v), causal=causal)
-            o, _ = tc.forward(q, k, v, causal=causal, precision=precision)
-            worst[precision] = max(worst.get(precision, 0.0), rel_err(o, o_ref))
-    print("sanitize-small: all precisions ran; worst rel err "
-          + ", ".join(f"{p} {e:.3g}" for p, e in worst.items()))
+            o, _ = tc.forward(q, k, v, causal=causal, precision=precision, **knobs)
+            key = precision + str(sorted(knobs.items()))
+            worst[key] = max(worst.get(key, 0.0), rel_err(o, o_ref))
+    print("sanitize-small: all variants ran; worst rel err "
+          + "; ".join(f"{p} {e:.3g}" for p, e in worst.items()))
 
 
 def simulator_smoke():
@@ -562,21 +596,25 @@ def main(argv=None):
     results = {"env": environment(), "bh": BH}
     log(json.dumps(results["env"]))
     ok = True
+    best = {}
     if args.check:
         ok = check_intrinsics(rng, results)
-        cfgs = [("fp16", None, None), ("bf16", None, None), ("3xtf32", None, None),
-                ("tf32", None, None), ("fp16", 8, 64), ("fp16", 4, 128), ("3xtf32", 8, 32)]
-        ok = check_kernels(rng, results, cfgs) and ok
         save(results, out)
-    best = {}
     if args.variants:
-        grid = [("fp16", 4, 64), ("fp16", 8, 64), ("fp16", 4, 128), ("fp16", 8, 128),
-                ("fp16", 4, 32), ("bf16", 4, 64), ("3xtf32", 4, 64), ("3xtf32", 4, 32),
-                ("3xtf32", 8, 32), ("3xtf32", 8, 64), ("3xtf32", 2, 64)]
-        best = variants(rng, results, grid)
-        for key in list(best):                 # bf16 uses the fp16 winner
+        best = variants(rng, results)
+        for key in list(best):                 # bf16 runs the same code: the fp16 winner
             if key.startswith("fp16"):
                 best.setdefault("bf16" + key[4:], best[key])
+        save(results, out)
+    if args.check:
+        cfgs = [(p, None) for p in ("fp16", "bf16", "3xtf32", "tf32")]
+        seen = set()
+        for (p, _), tuples in GRID.items():     # every timed variant is checked too
+            for t in tuples:
+                if (p, t) not in seen:
+                    seen.add((p, t))
+                    cfgs.append((p, knobs_of(t)))
+        ok = check_kernels(rng, results, cfgs) and ok
         save(results, out)
     if args.bench:
         ns = (1024, 4096) if args.quick else NS

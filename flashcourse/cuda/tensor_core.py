@@ -80,17 +80,25 @@ MAX_HEAD_DIM = 256
 
 @dataclass(frozen=True)
 class TCConfig:
-    """One tensor-core kernel variant: precision, warps (Br = 16 warps), Bc, padded D."""
+    """One tensor-core kernel variant.
+
+    precision; warps per block; block_k (Bc); head_dim D (d rounded up to a multiple of
+    16); m_tiles: 16-row tiles each warp owns (Br = 16 x m_tiles x warps; 2 lets every
+    K/V fragment read from shared memory feed two mma); prefetch: load the next K/V
+    block into registers while computing on this one (hides global-memory latency)."""
 
     precision: str
     warps: int
     block_k: int
-    head_dim: int           # D: d rounded up to a multiple of 16
+    head_dim: int
     simulator: bool
+    m_tiles: int = 1
+    prefetch: bool = False
+    min_blocks: int = 0     # > 0: ask the compiler to fit this many blocks per SM
 
     @property
     def block_q(self):
-        return 16 * self.warps
+        return 16 * self.m_tiles * self.warps
 
     @property
     def threads(self):
@@ -124,17 +132,18 @@ class TCConfig:
         return 4 * self.offsets()[-1]
 
 
-def default_tiles(precision: str, d: int, simulator: bool) -> tuple[int, int]:
-    """(warps, block_k) used when the caller gives none."""
+def default_tiles(precision: str, d: int, simulator: bool) -> tuple[int, int, int, bool]:
+    """(warps, block_k, m_tiles, prefetch) used when the caller gives none."""
     if simulator:
-        return 1, 16
+        return 1, 16, 1, True
     if precision in ("fp16", "bf16"):
-        return 4, 64
-    return 4, (64 if d <= 64 else 32)
+        return 8, 64, 1, False
+    return 8, 32, 1, False
 
 
 def plan(precision: str, d: int, warps: int, block_k: int,
-         simulator: bool | None = None) -> TCConfig:
+         simulator: bool | None = None, m_tiles: int = 1,
+         prefetch: bool = False, min_blocks: int = 0) -> TCConfig:
     """Check a configuration for head dim d; return it (ValueError naming the argument)."""
     from .._checks import check_block
     if precision not in PRECISIONS:
@@ -149,14 +158,20 @@ def plan(precision: str, d: int, warps: int, block_k: int,
     if d > MAX_HEAD_DIM:
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
                          f"kernel, got d={d}")
-    cfg = TCConfig(precision, warps, block_k, ceil_div(d, 16) * 16, bool(simulator))
+    if m_tiles not in (1, 2):
+        raise ValueError(f"m_tiles must be 1 or 2, got {m_tiles!r}")
+    if m_tiles == 2 and precision not in ("fp16", "bf16"):
+        raise ValueError("m_tiles=2 is implemented for fp16/bf16 only")
+    cfg = TCConfig(precision, warps, block_k, ceil_div(d, 16) * 16, bool(simulator),
+                   int(m_tiles), bool(prefetch), int(min_blocks))
     check_launch("tensor_core kernel", cfg.threads, cfg.shared_bytes)
     return cfg
 
 
 @lru_cache(maxsize=None)
 def make_tensor_core_kernel(precision: str, warps: int, block_k: int, head_dim: int,
-                            simulator: bool | None = None):
+                            simulator: bool | None = None, m_tiles: int = 1,
+                            prefetch: bool = False, min_blocks: int = 0):
     """Compile-time-specialised kernel for one configuration (cached); returns (kernel, cfg).
 
     Arguments of the kernel: q, k, v (BH, T, W) uint32 words (two fp16/bf16 per word,
@@ -164,12 +179,19 @@ def make_tensor_core_kernel(precision: str, warps: int, block_k: int, head_dim: 
     qscale = scale*log2(e) (float32); causal (0/1); off = Tk - Tq.
     Grid (ceil(Tq/Br), BH), 32*warps threads, cfg.shared_bytes of dynamic shared memory.
     """
-    cfg = plan(precision, head_dim, warps, block_k, simulator)
+    cfg = plan(precision, head_dim, warps, block_k, simulator, m_tiles, prefetch, min_blocks)
     if cfg.half:
         kern = _make_half_kernel(cfg)
     else:
         kern = _make_tf32_kernel(cfg, passes=3 if precision == "3xtf32" else 1)
     return kern, cfg
+
+
+def _jit(fn, cfg: TCConfig):
+    """cuda.jit, with launch bounds (threads, min_blocks) when min_blocks is set (GPU)."""
+    if cfg.min_blocks and not cfg.simulator:
+        return cuda.jit(fn, launch_bounds=(cfg.threads, cfg.min_blocks))
+    return cuda.jit(fn)
 
 
 def _row_ops(cfg: TCConfig):
@@ -228,16 +250,22 @@ def _make_half_kernel(cfg: TCConfig):
     PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
     exp2, log2, quad_max, quad_sum = _row_ops(cfg)
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
+    MT = cfg.m_tiles               # 16-row tiles per warp
+    PREFETCH = cfg.prefetch
     DW = D // 2                    # 32-bit words per row of q, k, v, o
     KT = D // 16                   # k16 steps of S = Q K^T
-    NS = BC // 8                   # n8 tiles of S (per warp: 16 x Bc)
-    NO = D // 8                    # n8 tiles of O (per warp: 16 x D)
+    NS = BC // 8                   # n8 tiles of S (per m-tile: 16 x Bc)
+    NO = D // 8                    # n8 tiles of O (per m-tile: 16 x D)
     KP = BC // 16                  # k16 steps of O += P V
     KS, VS = cfg.k_stride, cfg.v_stride
     K_OFF, V_OFF, _ = cfg.offsets()
     K_LOADS = ceil_div(BC * DW, NT)          # K words per thread per key block
     V_LOADS = ceil_div((BC // 2) * DW, NT)   # V word pairs per thread per key block
-    QREGS, OREGS, SREGS = 4 * KT, 4 * NO, 4 * NS     # register array lengths
+    QREGS, OREGS, SREGS = 4 * KT * MT, 4 * NO * MT, 4 * NS * MT   # register array lengths
+    ROWS = 2 * MT                  # query rows per lane
+    PK = K_LOADS if PREFETCH else 1
+    PV = V_LOADS if PREFETCH else 1
+    PAREGS = 4 * MT
     SIM = cfg.simulator
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
     RED = NT if SIM else 1
@@ -249,167 +277,223 @@ def _make_half_kernel(cfg: TCConfig):
         tid = cuda.threadIdx.x
         warp = tid // 32
         lane = tid % 32
-        g = lane // 4                  # groupID: rows g and g + 8 of the warp's 16
+        g = lane // 4                  # groupID: rows g and g + 8 of each 16-row tile
         t = lane % 4                   # threadID_in_group: columns 2t, 2t + 1 (+8)
         wbase = warp * SIM_SCRATCH_PER_WARP
         h = cuda.blockIdx.y
         q0 = cuda.blockIdx.x * BR
-        r0 = q0 + warp * 16 + g        # the two query rows this lane holds
-        r1 = r0 + 8
+        wrow = q0 + warp * 16 * MT + g   # row of (m-tile mt, half hf): wrow + 16 mt + 8 hf
         par = 0                        # simulator scratch buffer parity
 
         # Q fragments (A operand of S), kept in registers: reads Br*d*e bytes once
         qa = cuda.local.array(QREGS, uint32)
-        for kk in range(KT):
-            w0 = kk * 8 + t
-            qa[4 * kk + 0] = q[U(h), U(r0), U(w0)] if r0 < tq else Z32
-            qa[4 * kk + 1] = q[U(h), U(r1), U(w0)] if r1 < tq else Z32
-            qa[4 * kk + 2] = q[U(h), U(r0), U(w0 + 4)] if r0 < tq else Z32
-            qa[4 * kk + 3] = q[U(h), U(r1), U(w0 + 4)] if r1 < tq else Z32
+        for mt in range(MT):
+            r0 = wrow + 16 * mt
+            r1 = r0 + 8
+            for kk in range(KT):
+                w0 = kk * 8 + t
+                base = 4 * (mt * KT + kk)
+                qa[base + 0] = q[U(h), U(r0), U(w0)] if r0 < tq else Z32
+                qa[base + 1] = q[U(h), U(r1), U(w0)] if r1 < tq else Z32
+                qa[base + 2] = q[U(h), U(r0), U(w0 + 4)] if r0 < tq else Z32
+                qa[base + 3] = q[U(h), U(r1), U(w0 + 4)] if r1 < tq else Z32
 
-        acc = cuda.local.array(OREGS, float32)   # O accumulator fragments, 16 x D
-        s = cuda.local.array(SREGS, float32)     # S / P fragments, 16 x Bc
-        for i in range(4 * NO):
+        acc = cuda.local.array(OREGS, float32)   # O accumulator fragments, 16 MT x D
+        s = cuda.local.array(SREGS, float32)     # S / P fragments, 16 MT x Bc
+        m = cuda.local.array(ROWS, float32)      # running max per row (log2 units)
+        lp = cuda.local.array(ROWS, float32)     # this lane's part of the running row sums
+        alpha = cuda.local.array(ROWS, float32)
+        mu = cuda.local.array(ROWS, float32)
+        pa = cuda.local.array(PAREGS, uint32)    # P as A fragments of one k16 step
+        pk = cuda.local.array(PK, uint32)        # prefetched K words (next key block)
+        pv0 = cuda.local.array(PV, uint32)       # prefetched V words, even and odd keys
+        pv1 = cuda.local.array(PV, uint32)
+        for i in range(OREGS):
             acc[i] = F0
-        m0 = NEG_INF                   # running max of rows r0, r1 (log2 units)
-        m1 = NEG_INF
-        l0 = F0                        # this lane's part of the running row sums
-        l1 = F0
+        for i in range(ROWS):
+            m[i] = NEG_INF
+            lp[i] = F0
 
         kend = tk
         if causal != 0:
             kend = min(tk, q0 + BR + off)
         n_kb = (kend + BC - 1) // BC if kend > 0 else 0
 
+        # global -> registers for key block `jb` (K rows k0.., V key pairs)
+        for it in range(K_LOADS if PREFETCH else 0):
+            e = tid + NT * it
+            r = e // DW
+            c = e - r * DW
+            pk[it] = k[U(h), U(r), U(c)] if (e < BC * DW and r < tk and n_kb > 0) else Z32
+        for it in range(V_LOADS if PREFETCH else 0):
+            e = tid + NT * it
+            rp = e // DW
+            c = e - rp * DW
+            ok = e < (BC // 2) * DW and n_kb > 0
+            pv0[it] = v[U(h), U(2 * rp), U(c)] if (ok and 2 * rp < tk) else Z32
+            pv1[it] = v[U(h), U(2 * rp + 1), U(c)] if (ok and 2 * rp + 1 < tk) else Z32
+
         for jb in range(n_kb):
             k0 = jb * BC
             cuda.syncthreads()         # every warp is done with the previous K, V
-            # K_j -> Ks[key][word], coalesced: reads Bc*d*e bytes
-            for it in range(K_LOADS):
-                e = tid + NT * it
-                if e < BC * DW:
+            if not PREFETCH:           # global -> shared directly (latency exposed)
+                for it in range(K_LOADS):
+                    e = tid + NT * it
+                    if e < BC * DW:
+                        r = e // DW
+                        c = e - r * DW
+                        w = k[U(h), U(k0 + r), U(c)] if k0 + r < tk else Z32
+                        sm[U(K_OFF + r * KS + c)] = w
+                for it in range(V_LOADS):
+                    e = tid + NT * it
+                    if e < (BC // 2) * DW:
+                        rp = e // DW
+                        c = e - rp * DW
+                        key = k0 + 2 * rp
+                        w0 = v[U(h), U(key), U(c)] if key < tk else Z32
+                        w1 = v[U(h), U(key + 1), U(c)] if key + 1 < tk else Z32
+                        sm[U(V_OFF + (2 * c) * VS + rp)] = (w0 & LO16) | (w1 << SH16)
+                        sm[U(V_OFF + (2 * c + 1) * VS + rp)] = (w0 >> SH16) | (w1 & HI16)
+            else:
+                # registers -> shared: K_j -> Ks[key][word]; V_j -> Vt[dim][key pair], two
+                # keys' words re-paired into two dims' words (so P V's B reads are 32-bit)
+                for it in range(K_LOADS):
+                    e = tid + NT * it
+                    if e < BC * DW:
+                        r = e // DW
+                        sm[U(K_OFF + r * KS + e - r * DW)] = pk[it]
+                for it in range(V_LOADS):
+                    e = tid + NT * it
+                    if e < (BC // 2) * DW:
+                        rp = e // DW
+                        c = e - rp * DW
+                        w0 = pv0[it]
+                        w1 = pv1[it]
+                        sm[U(V_OFF + (2 * c) * VS + rp)] = (w0 & LO16) | (w1 << SH16)
+                        sm[U(V_OFF + (2 * c + 1) * VS + rp)] = (w0 >> SH16) | (w1 & HI16)
+            cuda.syncthreads()
+            if PREFETCH:               # next key block: global -> registers, in flight
+                k1 = k0 + BC           # while the tensor cores work on this one
+                more = jb + 1 < n_kb
+                for it in range(K_LOADS):
+                    e = tid + NT * it
                     r = e // DW
                     c = e - r * DW
-                    w = k[U(h), U(k0 + r), U(c)] if k0 + r < tk else Z32
-                    sm[U(K_OFF + r * KS + c)] = w
-            # V_j -> Vt[dim][key pair]: two keys' words re-paired into two dims' words
-            for it in range(V_LOADS):
-                e = tid + NT * it
-                if e < (BC // 2) * DW:
+                    if more and e < BC * DW and k1 + r < tk:
+                        pk[it] = k[U(h), U(k1 + r), U(c)]
+                    else:
+                        pk[it] = Z32
+                for it in range(V_LOADS):
+                    e = tid + NT * it
                     rp = e // DW
                     c = e - rp * DW
-                    key = k0 + 2 * rp
-                    w0 = v[U(h), U(key), U(c)] if key < tk else Z32
-                    w1 = v[U(h), U(key + 1), U(c)] if key + 1 < tk else Z32
-                    sm[U(V_OFF + (2 * c) * VS + rp)] = (w0 & LO16) | (w1 << SH16)
-                    sm[U(V_OFF + (2 * c + 1) * VS + rp)] = (w0 >> SH16) | (w1 & HI16)
-            cuda.syncthreads()
+                    key = k1 + 2 * rp
+                    ok = more and e < (BC // 2) * DW
+                    pv0[it] = v[U(h), U(key), U(c)] if (ok and key < tk) else Z32
+                    pv1[it] = v[U(h), U(key + 1), U(c)] if (ok and key + 1 < tk) else Z32
 
-            # S = Q K^T: NS x KT mma per warp
-            for i in range(4 * NS):
+            # S = Q K^T: each K fragment read once from shared memory feeds MT mma
+            for i in range(SREGS):
                 s[i] = F0
             for kk in range(KT):
                 for n in range(NS):
                     kb = K_OFF + (n * 8 + g) * KS + kk * 8 + t
                     b0 = sm[U(kb)]
                     b1 = sm[U(kb + 4)]
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, qa[4 * kk], qa[4 * kk + 1],
-                                         qa[4 * kk + 2], qa[4 * kk + 3], b0, b1,
-                                         s[4 * n], s[4 * n + 1], s[4 * n + 2], s[4 * n + 3])
-                    par = 1 - par
-                    s[4 * n] = x0
-                    s[4 * n + 1] = x1
-                    s[4 * n + 2] = x2
-                    s[4 * n + 3] = x3
+                    for mt in range(MT):
+                        qb = 4 * (mt * KT + kk)
+                        sb = 4 * (mt * NS + n)
+                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, qa[qb], qa[qb + 1],
+                                             qa[qb + 2], qa[qb + 3], b0, b1,
+                                             s[sb], s[sb + 1], s[sb + 2], s[sb + 3])
+                        par = 1 - par
+                        s[sb] = x0
+                        s[sb + 1] = x1
+                        s[sb + 2] = x2
+                        s[sb + 3] = x3
 
             # mask the ragged last key block and the blocks on the causal diagonal
             if k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off):
-                for n in range(NS):
-                    for i in range(4):
-                        col = k0 + n * 8 + 2 * t + (i % 2)
-                        row = r0 if i < 2 else r1
-                        if col >= tk or (causal != 0 and col > row + off):
-                            s[4 * n + i] = NEG_INF
+                for mt in range(MT):
+                    for n in range(NS):
+                        for i in range(4):
+                            col = k0 + n * 8 + 2 * t + (i % 2)
+                            row = wrow + 16 * mt + 8 * (i // 2)
+                            if col >= tk or (causal != 0 and col > row + off):
+                                s[4 * (mt * NS + n) + i] = NEG_INF
 
-            # online softmax, rows r0 (s[4n], s[4n+1]) and r1 (s[4n+2], s[4n+3])
-            x0 = NEG_INF
-            x1 = NEG_INF
-            for n in range(NS):
-                x0 = max(x0, max(s[4 * n], s[4 * n + 1]))
-                x1 = max(x1, max(s[4 * n + 2], s[4 * n + 3]))
-            x0 = quad_max(x0, red, tid) * qscale
-            x1 = quad_max(x1, red, tid) * qscale
-            mn0 = max(m0, x0)
-            mn1 = max(m1, x1)
-            mu0 = mn0 if mn0 != NEG_INF else F0      # a row fully masked so far
-            mu1 = mn1 if mn1 != NEG_INF else F0
-            alpha0 = exp2(m0 - mu0)
-            alpha1 = exp2(m1 - mu1)
-            m0 = mn0
-            m1 = mn1
-            ps0 = F0
-            ps1 = F0
-            for n in range(NS):
-                p = exp2(s[4 * n] * qscale - mu0)
-                s[4 * n] = p
-                ps0 += p
-                p = exp2(s[4 * n + 1] * qscale - mu0)
-                s[4 * n + 1] = p
-                ps0 += p
-                p = exp2(s[4 * n + 2] * qscale - mu1)
-                s[4 * n + 2] = p
-                ps1 += p
-                p = exp2(s[4 * n + 3] * qscale - mu1)
-                s[4 * n + 3] = p
-                ps1 += p
-            l0 = l0 * alpha0 + ps0
-            l1 = l1 * alpha1 + ps1
-            for n in range(NO):
-                acc[4 * n] *= alpha0
-                acc[4 * n + 1] *= alpha0
-                acc[4 * n + 2] *= alpha1
-                acc[4 * n + 3] *= alpha1
+            # online softmax; row (mt, hf) holds s[4 (mt NS + n) + 2 hf + {0, 1}]
+            for mt in range(MT):
+                for hf in range(2):
+                    x = NEG_INF
+                    for n in range(NS):
+                        sb = 4 * (mt * NS + n) + 2 * hf
+                        x = max(x, max(s[sb], s[sb + 1]))
+                    x = quad_max(x, red, tid) * qscale
+                    ri = 2 * mt + hf
+                    mn = max(m[ri], x)
+                    mu[ri] = mn if mn != NEG_INF else F0      # a row fully masked so far
+                    alpha[ri] = exp2(m[ri] - mu[ri])
+                    m[ri] = mn
+            for mt in range(MT):
+                for hf in range(2):
+                    ri = 2 * mt + hf
+                    ps = F0
+                    for n in range(NS):
+                        sb = 4 * (mt * NS + n) + 2 * hf
+                        p = exp2(s[sb] * qscale - mu[ri])
+                        s[sb] = p
+                        ps += p
+                        p = exp2(s[sb + 1] * qscale - mu[ri])
+                        s[sb + 1] = p
+                        ps += p
+                    lp[ri] = lp[ri] * alpha[ri] + ps
+                    for n in range(NO):
+                        ob = 4 * (mt * NO + n) + 2 * hf
+                        acc[ob] *= alpha[ri]
+                        acc[ob + 1] *= alpha[ri]
 
             # O += P V: P's accumulator fragments are the A fragments (rounded to 16 bit)
             for kp in range(KP):
-                j0 = 8 * kp                # S tile 2kp -> a0..a3, tile 2kp+1 -> a4..a7
-                a0 = PACK(s[j0], s[j0 + 1])
-                a1 = PACK(s[j0 + 2], s[j0 + 3])
-                a2 = PACK(s[j0 + 4], s[j0 + 5])
-                a3 = PACK(s[j0 + 6], s[j0 + 7])
+                for mt in range(MT):
+                    j0 = 4 * (mt * NS + 2 * kp)   # S tile 2kp -> a0..a3, 2kp+1 -> a4..a7
+                    pa[4 * mt] = PACK(s[j0], s[j0 + 1])
+                    pa[4 * mt + 1] = PACK(s[j0 + 2], s[j0 + 3])
+                    pa[4 * mt + 2] = PACK(s[j0 + 4], s[j0 + 5])
+                    pa[4 * mt + 3] = PACK(s[j0 + 6], s[j0 + 7])
                 for n in range(NO):
                     vb = V_OFF + (n * 8 + g) * VS + kp * 8 + t
                     b0 = sm[U(vb)]
                     b1 = sm[U(vb + 4)]
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
-                                         acc[4 * n], acc[4 * n + 1], acc[4 * n + 2],
-                                         acc[4 * n + 3])
-                    par = 1 - par
-                    acc[4 * n] = x0
-                    acc[4 * n + 1] = x1
-                    acc[4 * n + 2] = x2
-                    acc[4 * n + 3] = x3
+                    for mt in range(MT):
+                        ob = 4 * (mt * NO + n)
+                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[4 * mt],
+                                             pa[4 * mt + 1], pa[4 * mt + 2], pa[4 * mt + 3],
+                                             b0, b1, acc[ob], acc[ob + 1], acc[ob + 2],
+                                             acc[ob + 3])
+                        par = 1 - par
+                        acc[ob] = x0
+                        acc[ob + 1] = x1
+                        acc[ob + 2] = x2
+                        acc[ob + 3] = x3
 
         # epilogue: l = sum over the quad; O = acc / l packed to 16 bit; lse
-        l0 = quad_sum(l0, red, tid)
-        l1 = quad_sum(l1, red, tid)
-        inv0 = F1 / l0 if l0 > F0 else F0           # no visible key: o = 0
-        inv1 = F1 / l1 if l1 > F0 else F0
-        if r0 < tq:
-            for n in range(NO):
-                o[U(h), U(r0), U(n * 4 + t)] = PACK(acc[4 * n] * inv0, acc[4 * n + 1] * inv0)
-            if t == 0:
-                lse[U(h), U(r0)] = (m0 + log2(l0)) * LN2_F if l0 > F0 else NEG_INF
-        if r1 < tq:
-            for n in range(NO):
-                o[U(h), U(r1), U(n * 4 + t)] = PACK(acc[4 * n + 2] * inv1,
-                                                    acc[4 * n + 3] * inv1)
-            if t == 0:
-                lse[U(h), U(r1)] = (m1 + log2(l1)) * LN2_F if l1 > F0 else NEG_INF
+        for mt in range(MT):
+            for hf in range(2):
+                ri = 2 * mt + hf
+                lt = quad_sum(lp[ri], red, tid)
+                inv = F1 / lt if lt > F0 else F0          # no visible key: o = 0
+                row = wrow + 16 * mt + 8 * hf
+                if row < tq:
+                    for n in range(NO):
+                        ob = 4 * (mt * NO + n) + 2 * hf
+                        o[U(h), U(row), U(n * 4 + t)] = PACK(acc[ob] * inv, acc[ob + 1] * inv)
+                    if t == 0:
+                        lse[U(h), U(row)] = (m[ri] + log2(lt)) * LN2_F if lt > F0 else NEG_INF
 
-    tc_half_forward.__name__ = (f"tc_{cfg.precision}_w{NW}_k{BC}_d{D}"
-                                + ("_sim" if SIM else ""))
-    return cuda.jit(tc_half_forward)
+    tc_half_forward.__name__ = (f"tc_{cfg.precision}_w{NW}_k{BC}_d{D}_m{MT}"
+                                + ("_pf" if PREFETCH else "") + ("_sim" if SIM else ""))
+    return _jit(tc_half_forward, cfg)
 
 
 # --------------------------------------------------------------------------------------
@@ -430,6 +514,8 @@ def _make_tf32_kernel(cfg: TCConfig, passes: int):
     VW = BC * VS
     KV_LOADS = ceil_div(BC * D, NT)
     THREE = passes == 3
+    PREFETCH = cfg.prefetch
+    PKV = KV_LOADS if PREFETCH else 1
     QREGS, OREGS, SREGS = 4 * KT, 4 * NO, 4 * NS     # register array lengths
     SIM = cfg.simulator
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
@@ -465,6 +551,8 @@ def _make_tf32_kernel(cfg: TCConfig, passes: int):
 
         acc = cuda.local.array(OREGS, float32)
         s = cuda.local.array(SREGS, float32)
+        pkx = cuda.local.array(PKV, float32)   # K_j, V_j elements staged in registers
+        pvx = cuda.local.array(PKV, float32)
         for i in range(4 * NO):
             acc[i] = F0
         m0 = NEG_INF
@@ -477,20 +565,32 @@ def _make_tf32_kernel(cfg: TCConfig, passes: int):
             kend = min(tk, q0 + BR + off)
         n_kb = (kend + BC - 1) // BC if kend > 0 else 0
 
+        # global -> registers for the first key block
+        for it in range(KV_LOADS if PREFETCH else 0):
+            e = tid + NT * it
+            r = e // D
+            c = e - r * D
+            ok = e < BC * D and r < tk and n_kb > 0
+            pkx[it] = k[U(h), U(r), U(c)] if ok else F0
+            pvx[it] = v[U(h), U(r), U(c)] if ok else F0
+
         for jb in range(n_kb):
             k0 = jb * BC
             cuda.syncthreads()
-            # K_j, V_j -> shared, split into tf32 big / small planes: reads 2*Bc*d*4 B
+            # K_j, V_j -> shared (from registers when prefetched), split into tf32
+            # big / small planes
             for it in range(KV_LOADS):
                 e = tid + NT * it
                 if e < BC * D:
                     r = e // D
                     c = e - r * D
-                    kx = F0
-                    vx = F0
-                    if k0 + r < tk:
-                        kx = k[U(h), U(k0 + r), U(c)]
-                        vx = v[U(h), U(k0 + r), U(c)]
+                    if PREFETCH:
+                        kx = pkx[it]
+                        vx = pvx[it]
+                    else:
+                        ok = k0 + r < tk
+                        kx = k[U(h), U(k0 + r), U(c)] if ok else F0
+                        vx = v[U(h), U(k0 + r), U(c)] if ok else F0
                     kbig = TF32(kx)
                     vbig = TF32(vx)
                     sm[U(K_OFF + r * KS + c)] = kbig
@@ -499,6 +599,16 @@ def _make_tf32_kernel(cfg: TCConfig, passes: int):
                         sm[U(K_OFF + KW + r * KS + c)] = TF32(kx - AS_F32(kbig))
                         sm[U(V_OFF + VW + r * VS + c)] = TF32(vx - AS_F32(vbig))
             cuda.syncthreads()
+            if PREFETCH:               # next key block in flight during the mma work
+                k1 = k0 + BC
+                more = jb + 1 < n_kb
+                for it in range(KV_LOADS):
+                    e = tid + NT * it
+                    r = e // D
+                    c = e - r * D
+                    ok = more and e < BC * D and k1 + r < tk
+                    pkx[it] = k[U(h), U(k1 + r), U(c)] if ok else F0
+                    pvx[it] = v[U(h), U(k1 + r), U(c)] if ok else F0
 
             # S = Q K^T
             for i in range(4 * NS):
@@ -631,8 +741,8 @@ def _make_tf32_kernel(cfg: TCConfig, passes: int):
                 lse[U(h), U(r1)] = (m1 + log2(l1)) * LN2_F if l1 > F0 else NEG_INF
 
     tc_tf32_forward.__name__ = (f"tc_{cfg.precision}_w{NW}_k{BC}_d{D}"
-                                + ("_sim" if SIM else ""))
-    return cuda.jit(tc_tf32_forward)
+                                + ("_pf" if PREFETCH else "") + ("_sim" if SIM else ""))
+    return _jit(tc_tf32_forward, cfg)
 
 
 # --------------------------------------------------------------------------------------
@@ -668,16 +778,23 @@ def check_capability(precision: str) -> None:
 
 
 def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: bool,
-        precision: str, warps: int | None = None, block_k: int | None = None) -> TCConfig:
+        precision: str, warps: int | None = None, block_k: int | None = None,
+        m_tiles: int | None = None, prefetch: bool | None = None,
+        min_blocks: int | None = None) -> TCConfig:
     """Launch on prepared device arrays: (BH, T, W) uint32 words (fp16/bf16, W = D/2) or
-    float32 (W = D) with D = d rounded up to a multiple of 16 (padding columns zero)."""
+    float32 (W = D) with D = d rounded up to a multiple of 16 (padding columns zero).
+    Tiles left as None take `default_tiles`."""
     check_capability(precision)
     sim = using_simulator()
-    dw, dk = default_tiles(precision, d, sim)
+    dw, dk, dm, dp = default_tiles(precision, d, sim)
     warps = dw if warps is None else warps
     block_k = dk if block_k is None else block_k
-    cfg = plan(precision, d, warps, block_k, sim)
-    kern, cfg = make_tensor_core_kernel(precision, cfg.warps, cfg.block_k, cfg.head_dim, sim)
+    m_tiles = dm if m_tiles is None else m_tiles
+    prefetch = dp if prefetch is None else prefetch
+    min_blocks = 0 if min_blocks is None else min_blocks
+    cfg = plan(precision, d, warps, block_k, sim, m_tiles, prefetch, min_blocks)
+    kern, cfg = make_tensor_core_kernel(precision, cfg.warps, cfg.block_k, cfg.head_dim, sim,
+                                        cfg.m_tiles, cfg.prefetch, cfg.min_blocks)
     bh = qw.shape[0]
     grid = (ceil_div(tq, cfg.block_q), bh)
     args = (qw, kw, vw, ow, lse, np.int32(tq), np.int32(tk), np.float32(scale * LOG2E),
@@ -688,10 +805,12 @@ def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: boo
     return cfg
 
 
-def resources(precision: str, d: int, warps: int, block_k: int) -> dict:
+def resources(precision: str, d: int, warps: int, block_k: int, m_tiles: int = 1,
+              prefetch: bool = False, min_blocks: int = 0) -> dict:
     """Compile one variant on the GPU; registers, local bytes, shared bytes per block."""
-    cfg = plan(precision, d, warps, block_k, False)
-    kern, cfg = make_tensor_core_kernel(precision, warps, block_k, cfg.head_dim, False)
+    cfg = plan(precision, d, warps, block_k, False, m_tiles, prefetch, min_blocks)
+    kern, cfg = make_tensor_core_kernel(precision, warps, block_k, cfg.head_dim, False,
+                                        m_tiles, prefetch, min_blocks)
     ck = kern.compile(signature(cfg.half))
     return {"regs": int(ck.regs_per_thread), "local_bytes": int(ck.local_mem_per_thread),
             "shared_bytes": cfg.shared_bytes}
@@ -737,14 +856,16 @@ def default_precision(dtype) -> str:
 
 def forward(q, k, v, *, causal: bool = False, scale: float | None = None,
             precision: str | None = None, warps: int | None = None,
-            block_k: int | None = None, allow_nonfinite: bool = False):
+            block_k: int | None = None, m_tiles: int | None = None,
+            prefetch: bool | None = None, allow_nonfinite: bool = False):
     """Exact attention forward on tensor cores (or the simulator), numpy in and out.
 
     q (..., Tq, d), k and v (..., Tk, d): float16 (-> fp16 mma), bfloat16 from
     ml_dtypes (-> bf16), float32 or float64 (-> 3xTF32). `precision` overrides that
     choice: "fp16"/"bf16" round float32/64 inputs to 16 bits first (o comes back in
     the input dtype, holding 16-bit values), "3xtf32" or "tf32" (one pass, ~1e-3).
-    warps (Br = 16 warps) and block_k (Bc, a multiple of 16) pick the tiles.
+    warps, block_k (Bc, a multiple of 16), m_tiles (16-row tiles per warp; Br = 16 x
+    m_tiles x warps) and prefetch pick the variant (None: `default_tiles`).
     Returns o (..., Tq, d) in the input dtype and lse (..., Tq) (float32; float64 for
     float64 input); a row with no visible key gives o = 0, lse = -inf.
     """
@@ -786,7 +907,8 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None,
     qw, kw, vw = (cuda.to_device(_to_words(x, precision, D)) for x in flat)
     ow = cuda.device_array_like(qw)
     lse = cuda.device_array((bh, tq), np.float32)
-    run(qw, kw, vw, ow, lse, tq, tk, d, scale, causal, precision, warps, block_k)
+    run(qw, kw, vw, ow, lse, tq, tk, d, scale, causal, precision, warps, block_k, m_tiles,
+        prefetch)
     o = _from_words(ow.copy_to_host(), precision, d)                   # (BH, Tq, d)
     out_dtype = in_dtype if in_dtype is not None else q.dtype
     lse_h = lse.copy_to_host().astype(accumulator_dtype(q.dtype), copy=False)
