@@ -132,13 +132,16 @@ class TCConfig:
         return 4 * self.offsets()[-1]
 
 
-def default_tiles(precision: str, d: int, simulator: bool) -> tuple[int, int, int, bool]:
-    """(warps, block_k, m_tiles, prefetch) used when the caller gives none."""
+def default_tiles(precision: str, d: int, simulator: bool) -> tuple[int, int, int, bool, int]:
+    """(warps, block_k, m_tiles, prefetch, min_blocks) used when the caller gives none.
+
+    On a GPU: the fastest variant per precision and head dim in the recorded H200 sweep
+    (benchmarks/results/h200_tensor_core.json, "best_variant"; N = 4096, B x H = 32)."""
     if simulator:
-        return 1, 16, 1, True
+        return 1, 16, 1, True, 0
     if precision in ("fp16", "bf16"):
-        return 8, 64, 1, False
-    return 8, 32, 1, False
+        return (8, 32, 1, True, 2) if d <= 64 else (8, 32, 1, True, 0)
+    return (8, 32, 1, True, 0) if d <= 64 else (8, 16, 1, True, 0)
 
 
 def plan(precision: str, d: int, warps: int, block_k: int,
@@ -786,12 +789,14 @@ def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: boo
     Tiles left as None take `default_tiles`."""
     check_capability(precision)
     sim = using_simulator()
-    dw, dk, dm, dp = default_tiles(precision, d, sim)
+    dw, dk, dm, dp, db = default_tiles(precision, d, sim)
+    if (warps, block_k, m_tiles, prefetch, min_blocks) != (None,) * 5:
+        db = 0                         # a caller's own variant: no launch bound unless asked
     warps = dw if warps is None else warps
     block_k = dk if block_k is None else block_k
     m_tiles = dm if m_tiles is None else m_tiles
     prefetch = dp if prefetch is None else prefetch
-    min_blocks = 0 if min_blocks is None else min_blocks
+    min_blocks = db if min_blocks is None else min_blocks
     cfg = plan(precision, d, warps, block_k, sim, m_tiles, prefetch, min_blocks)
     kern, cfg = make_tensor_core_kernel(precision, cfg.warps, cfg.block_k, cfg.head_dim, sim,
                                         cfg.m_tiles, cfg.prefetch, cfg.min_blocks)
