@@ -21,7 +21,7 @@
              (flash fp16/bf16, cuDNN fp16/bf16, efficient fp32, math fp32 with TF32 off).
              Warm-up, CUDA events, medians of repeats; one shared input per point.
 --record     write benchmarks/results/h200_tensor_core.json (+ .png, + _log.txt); without
-             it results go to --out (default: a folder in the system temp directory).
+             it results go to --out (default: benchmarks/out/, untracked).
 Refuses to run without a GPU (except --simulator-smoke), so recorded results are never
 overwritten from a CPU-only machine.
 """
@@ -30,30 +30,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
-import tempfile
 import time
 from functools import partial
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+import flashcourse  # noqa: F401  (selects GPU or simulator before numba loads)
+import numpy as np
+from numba import cuda
 
-import flashcourse  # noqa: E402  (selects GPU or simulator before numba loads)
-import numpy as np  # noqa: E402
-from numba import cuda  # noqa: E402
-
-from flashcourse import reference  # noqa: E402
-from flashcourse.cuda import flash, mma  # noqa: E402
-from flashcourse.cuda import tensor_core as tc  # noqa: E402
+from flashcourse import env, reference, results
+from flashcourse.cuda import flash, mma
+from flashcourse.cuda import tensor_core as tc
+from flashcourse.timing import time_cuda
 
 NS = (1024, 4096, 8192, 16384)
 DS = (64, 128)
 BH = 32
 MAX_EST_S = 1.5
 TOL = {"3xtf32": (1e-5, 1e-5), "fp16": (2e-2, 1e-4), "bf16": (2e-2, 1e-4)}
-RECORD = ROOT / "benchmarks" / "results" / "h200_tensor_core"
 ROUND = {"fp16": mma.round_fp16, "bf16": mma.round_bf16}
 
 _log_lines: list[str] = []
@@ -247,45 +243,14 @@ def check_kernels(rng, results, configs) -> bool:
 
 # ----------------------------------------------------------------------------- timing
 def time_fn(fn, budget_s=0.3):
-    """Median ms of fn() over repeats (CUDA events), after one warm-up run."""
-    fn()
-    cuda.synchronize()
-    start, stop = cuda.event(), cuda.event()
-    start.record()
-    fn()
-    stop.record()
-    stop.synchronize()
-    first = cuda.event_elapsed_time(start, stop)
-    reps = int(min(30, max(3 if first < 500 else 1, budget_s * 1000 / max(first, 1e-3))))
-    times = [first]
-    for _ in range(reps):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop))
-    return float(np.median(times)), reps
+    """Median ms of fn() (CUDA events, warm-up first) and the number of timed calls."""
+    times = time_cuda(fn, warmup=1, repeats=30, budget_s=budget_s)
+    return float(statistics.median(times)), len(times)
 
 
 def time_torch(fn, budget_s=0.3):
-    import torch
-    fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    fn()
-    e.record()
-    e.synchronize()
-    first = s.elapsed_time(e)
-    reps = int(min(30, max(3 if first < 500 else 1, budget_s * 1000 / max(first, 1e-3))))
-    times = [first]
-    for _ in range(reps):
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return float(np.median(times)), reps
+    times = time_cuda(fn, warmup=1, repeats=30, budget_s=budget_s, backend="torch")
+    return float(statistics.median(times)), len(times)
 
 
 class Inputs:
@@ -574,27 +539,24 @@ def main(argv=None):
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--quick", action="store_true", help="bench only N in {1024, 4096}")
     ap.add_argument("--sanitize-small", action="store_true")
-    ap.add_argument("--simulator-smoke", action="store_true")
-    ap.add_argument("--record", action="store_true",
-                    help="write benchmarks/results/h200_tensor_core.* (GPU runs only)")
-    ap.add_argument("--out", default=str(Path(tempfile.gettempdir()) / "flashcourse_tc"))
+    results.add_output_arguments(ap)
     args = ap.parse_args(argv)
+    results.require_gpu("benchmarks/gpu_tensor_core.py", args.simulator_smoke)
     if args.simulator_smoke:
         simulator_smoke()
         return 0
-    if flashcourse.gpu.using_simulator():
-        print("gpu_tensor_core.py needs a CUDA GPU (only --simulator-smoke runs without one); "
-              "nothing was written.", file=sys.stderr)
-        return 2
     if args.sanitize_small:
         sanitize_small()
         if not (args.check or args.variants or args.bench):
             return 0
-    out = RECORD.parent if args.record else Path(args.out)
-    from gpu_forward import environment
+    out = results.output_dir(args)
     rng = np.random.default_rng(2026)
-    results = {"env": environment(), "bh": BH}
-    log(json.dumps(results["env"]))
+    doc = {"env": env.record(), "bh": BH}
+    log(json.dumps(doc["env"]))
+    return run_all(args, rng, doc, out)
+
+
+def run_all(args, rng, results, out: Path) -> int:
     ok = True
     best = {}
     if args.check:

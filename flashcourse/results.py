@@ -32,6 +32,7 @@ RESULTS_DIR = Path(os.environ.get("FLASHCOURSE_RESULTS", RECORDED_DIR))
 OUT_DIR = ROOT / "benchmarks" / "out"
 SWEEP_FILE = RESULTS_DIR / "h200_tuning_sweep.json"
 TRAFFIC_FILE = RESULTS_DIR / "h200_ncu_traffic.json"
+TENSOR_CORE_FILE = RESULTS_DIR / "h200_tensor_core.json"
 SWEEP_SCHEMA = "flashcourse.tuning.sweep/1"
 TRAFFIC_SCHEMA = "flashcourse.tuning.ncu_traffic/1"
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
@@ -46,6 +47,7 @@ RESULT_KINDS = {
     "*verify_defaults.json": "verify_defaults",
     "*flash_unroll.json": "flash_unroll",
     "*_decode*.json": "gpu_decode",
+    "*_tensor_core.json": "tensor_core",
 }
 
 
@@ -106,6 +108,11 @@ def load(path, kind: str | None = None) -> dict | None:
 def load_sweep(path=None) -> dict | None:
     """The recorded tuning sweep (validated), or None when none exists yet."""
     return load(SWEEP_FILE if path is None else path, "sweep")
+
+
+def load_tensor_core(path=None) -> dict | None:
+    """The recorded tensor-core results (benchmarks/gpu_tensor_core.py), or None."""
+    return load(TENSOR_CORE_FILE if path is None else path, "tensor_core")
 
 
 def load_traffic(path=None) -> dict | None:

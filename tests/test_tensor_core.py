@@ -14,7 +14,7 @@ from flashcourse.cuda import mma
 from flashcourse.cuda import tensor_core as tc
 from flashcourse.reference import attention
 
-from conftest import rel_err
+from flashcourse.timing import rel_err
 
 
 # ---------------------------------------------------------------- fragment maps
@@ -189,12 +189,30 @@ def test_float16_in_float16_out(rng):
     assert rel_err(o, o_ref) < 2e-2
 
 
-def test_dispatch_from_cuda_forward(rng):
-    from flashcourse.cuda import forward
-    q, k, v = (rng.standard_normal((1, n, 16)).astype(np.float32) for n in (16, 16, 16))
-    o, _ = forward(q, k, v, kernel="tensor_core")
+def test_registered_and_dispatched_from_cuda_forward(rng):
+    from flashcourse.cuda import KERNELS, forward
+    from flashcourse.cuda.registry import FORWARD
+    assert "tensor_core" in KERNELS and FORWARD["tensor_core"].convert_to is None
+    q, k, v = (rng.standard_normal((1, n, 16)).astype(np.float64) for n in (16, 16, 16))
+    o, lse = forward(q, k, v, kernel="tensor_core")
+    assert o.dtype == np.float64 and lse.dtype == np.float64   # float64 in, float64 out
     o_ref, _ = attention(q, k, v)
-    assert rel_err(o, o_ref) < 1e-5
+    assert rel_err(o, o_ref) < 1e-5                            # 3xTF32 on float32 copies
+    with pytest.raises(ValueError, match="does not use"):
+        forward(q, k, v, kernel="tensor_core", tm=4)
+
+
+def test_device_arrays_stay_on_the_device(rng):
+    """float16 device arrays with d a multiple of 16 run without a host copy."""
+    from numba import cuda
+
+    from flashcourse.cuda import forward
+    q, k, v = (rng.standard_normal((1, n, 16)).astype(np.float16) for n in (20, 24, 24))
+    o, lse = forward(*(cuda.to_device(a) for a in (q, k, v)), kernel="tensor_core",
+                     causal=True)
+    assert tc.is_device_array(o) and np.dtype(o.dtype) == np.float16
+    o_ref, _ = attention(q, k, v, causal=True)
+    assert rel_err(o.copy_to_host(), o_ref) < 2e-2
 
 
 def test_bad_input_is_named(rng):
@@ -208,6 +226,8 @@ def test_bad_input_is_named(rng):
         tc.forward(big, big, big)
     with pytest.raises(TypeError, match="dtype"):
         tc.forward(q, q.astype(np.float64), q)
+    with pytest.raises(ValueError, match="m_tiles"):
+        tc.forward(q, q, q, m_tiles=3)
     with pytest.raises(ValueError, match="float16"):
         tc.forward(q * 1e5, q, q, precision="fp16")
     with pytest.raises(ValueError, match="NaN"):
@@ -234,8 +254,11 @@ def test_config_layout_is_conflict_free():
 
 @pytest.mark.skipif(tc.using_simulator(), reason="needs a CUDA GPU (intrinsics)")
 def test_intrinsics_on_gpu():  # pragma: no cover - GPU only
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import gpu_tensor_core
-    assert gpu_tensor_core.check_intrinsics(np.random.default_rng(0), {})
+    import importlib.util
+
+    from flashcourse import results
+    path = results.ROOT / "benchmarks" / "gpu_tensor_core.py"
+    spec = importlib.util.spec_from_file_location("bench_gpu_tensor_core", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.check_intrinsics(np.random.default_rng(0), {})

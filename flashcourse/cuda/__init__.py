@@ -7,6 +7,8 @@ the expected cost and what limits it); `registry` lists them all, once:
               textbook   one thread per query row, square tiles (flash-attention-minimal style)
               flash      the fast one: a block of many threads per query block, coalesced
                          loads, register-tiled micro-tiles, exp2, online softmax, causal skipping
+              tensor_core  FlashAttention-2 on tensor cores (mma.sync; tensor_core.py, with
+                         the building blocks in mma.py): fp16/bf16, or fp32 via 3xTF32
     backward  simple, fast, fast_two_pass    (backward_kernels.py)
     decode    split + combine: Flash-Decoding, Tq = 1 against a long KV cache, GQA
               (decode_kernels.py; `decode(q, k, v)`; registered as the forward "decode")
@@ -43,7 +45,9 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
         allow_nonfinite: accept NaN/inf in numpy inputs.
         options: what the kernel takes (`registry.FORWARD[kernel].options`), e.g.
             block_q, block_k (Br, Bc) for "flash" and "textbook" (square tiles there),
-            threads, tm and unroll for "flash"; None means the kernel's default, and
+            threads, tm and unroll for "flash"; precision ("fp16", "bf16", "3xtf32",
+            "tf32"), warps, block_k, m_tiles, prefetch, min_blocks for "tensor_core"
+            (which keeps float16 input in float16); None means the kernel's default, and
             an option the kernel does not use is a ValueError.
 
     Returns:

@@ -136,6 +136,11 @@ def _decode_extra(bh: int, tq: int, tk: int, d: int) -> int:
     return decode_kernels.registered_extra_bytes(bh, tq, tk, d)
 
 
+def _run_tensor_core(x, out=None, **options):
+    from . import tensor_core
+    return tensor_core.run_heads(x, out, **options)
+
+
 def _backward_runner(version: str):
     def run(x, out=None, block_q=None, block_k=None):
         from numba import cuda
@@ -170,6 +175,13 @@ register(Kernel("decode", "forward", _run_decode, ("num_splits", "block_k"), _de
                 description="Flash-Decoding: keys split over many blocks, then a combine "
                             "kernel (one KV head per query head here; GQA: cuda.decode)",
                 dtypes=(np.float32, np.float16)))
+
+
+register(Kernel("tensor_core", "forward", _run_tensor_core,
+                ("precision", "warps", "block_k", "m_tiles", "prefetch", "min_blocks"),
+                description="FlashAttention-2 on tensor cores (mma.sync): fp16/bf16, or "
+                            "fp32 through 3xTF32",
+                dtypes=(np.float16, np.float32), convert_to=None))
 register(Kernel("simple", "backward", _backward_runner("simple"), (), _delta_bytes,
                 description="one thread per row, two launches, no shared memory (d <= 128)"))
 register(Kernel("fast", "backward", _backward_runner("fast"), ("block_q", "block_k"),

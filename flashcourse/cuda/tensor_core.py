@@ -1,77 +1,33 @@
-"""tensor_core: FlashAttention-2 forward on tensor cores (mma.sync), from Numba.
+"""tensor_core: the host side of the tensor-core FlashAttention forward.
 
-Two kernels side by side, one per input precision (building blocks in `mma.py`):
+The kernels, with the idea, the bytes they move and what limits them, are in
+`tensor_core_kernels.py`; the mma building blocks and their numpy models in `mma.py`.
+This module holds one kernel variant's configuration (`TCConfig`, `plan`, the measured
+`default_tiles`), `make_tensor_core_kernel` (compiled variants, cached), `run` (a launch
+on prepared 32-bit word arrays), `run_heads` (the registry's entry: device arrays in,
+device arrays out) and `forward` (`flashcourse.cuda.forward(..., kernel="tensor_core")`
+plus bfloat16 arrays of the ml_dtypes package).
 
-    half   fp16 or bf16 q, k, v. S = Q K^T and O += P V on m16n8k16 tensor-core tiles
-           with fp32 accumulation; the online softmax in fp32 registers; P rounded to
-           the input type before the P V product; o in the input type, lse in fp32.
-    tf32x3 fp32 q, k, v at fp32-level accuracy: each operand x is split into a tf32
-           "big" part and a tf32 "small" remainder (x ~= big + small to ~2^-22 |x|)
-           and each product takes three m16n8k8 tf32 mma: small*big + big*small +
-           big*big (the small*small term, ~2^-22, is dropped). `passes=1` keeps only
-           big*big: plain TF32 (~1e-3 relative error), for the notebook's comparison.
-
-The idea (FlashAttention-2 "split-Q")
-    One thread block per (query block of Br = 16 x warps rows, head); each warp owns
-    16 query rows for the whole key loop, so no two warps ever need each other's
-    softmax statistics. Per key block (Bc rows of K and V):
-      1. the block loads K_j and V_j cooperatively into shared memory (rows padded so
-         that the fragment reads hit 32 different banks); V is stored transposed
-         (fp16/bf16, two keys per 32-bit word) or pre-split into big/small (fp32);
-      2. each warp computes its 16 x Bc tile of S with Q's fragments kept in registers
-         for the whole loop (fp16/bf16) or read from global memory (fp32, L1/L2);
-      3. online softmax on the accumulator fragments: each row lives in the 4 lanes
-         of a quad, so the row max and sum take two warp shuffles;
-      4. P = exp2(S scale log2(e) - m) stays in registers: the C layout of two m16n8
-         accumulator tiles IS the A layout of one m16n8k16 tile (see
-         `mma.p_as_a_operand`), so P feeds O += P V without touching shared memory.
-    Causal key blocks entirely above the diagonal are never visited; the diagonal
-    and ragged blocks are masked element by element.
-
-The bytes it moves (one head, no causal skipping; e bytes per element: 2 or 4)
-    reads Q once (Tq d e), K and V once per query block (2 Tk d e Tq/Br, mostly from
-    L2), writes O (Tq d e) and lse (Tq 4 B).
-
-Expected cost and what limits it
-    4 Tq Tk d FLOPs on tensor cores (x3 for 3xTF32) plus Tq Tk exponentials on the
-    special-function units. An H200's mma.sync reached ~369 TFLOP/s (fp16, a loop of
-    independent mma); wgmma-based kernels (FlashAttention-3, cuDNN) reach more, which
-    Numba cannot emit here. Limits: the exponentials (16 per 16-bit mma pair at
-    d = 64), shared-memory fragment loads (no ldmatrix), one K/V buffer (no copy/compute
-    overlap beyond what other resident blocks provide).
-
-How to run it
     from flashcourse.cuda import forward
     o, lse = forward(q16, k16, v16, kernel="tensor_core", causal=True)   # float16 in/out
     o, lse = forward(q, k, v, kernel="tensor_core", precision="bf16")    # float32 in/out
     o, lse = forward(q, k, v, kernel="tensor_core")                      # fp32: 3xTF32
-    python benchmarks/gpu_tensor_core.py --check --bench                 # on a GPU
-Without a GPU the same kernels run on Numba's CUDA simulator (tiny sizes only): each
-mma becomes a fragment exchange through shared memory (`mma.device_ops`).
+    python benchmarks/gpu_tensor_core.py --check --variants --bench      # on a GPU
 """
-
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 from numba import cuda, float32, uint32
-from numba import uint64 as U
 
-from ._launch import LN2, LOG2E, ceil_div, check_launch, check_registers, launch, using_simulator
-from .mma import SIM_SCRATCH_PER_WARP, device_ops, round_bf16
-
-F0 = np.float32(0.0)
-F1 = np.float32(1.0)
-NEG_INF = np.float32(-np.inf)
-LN2_F = np.float32(LN2)
-FULL_MASK = 0xFFFFFFFF
-Z32 = np.uint32(0)
-LO16 = np.uint32(0xFFFF)
-HI16 = np.uint32(0xFFFF0000)
-SH16 = np.uint32(16)
+from ..constants import LOG2E
+from ..geometry import ceil_div
+from ..gpu import using_simulator
+from ..limits import check_launch
+from ._launch import check_registers, is_device_array, launch  # noqa: F401  (re-export)
+from .mma import round_bf16
 
 PRECISIONS = ("fp16", "bf16", "3xtf32", "tf32")
 #: head dimensions compiled without padding; others are padded up to a multiple of 16
@@ -167,7 +123,7 @@ def plan(precision: str, d: int, warps: int, block_k: int,
         raise ValueError("m_tiles=2 is implemented for fp16/bf16 only")
     cfg = TCConfig(precision, warps, block_k, ceil_div(d, 16) * 16, bool(simulator),
                    int(m_tiles), bool(prefetch), int(min_blocks))
-    check_launch("tensor_core kernel", cfg.threads, cfg.shared_bytes)
+    check_launch(cfg.threads, cfg.shared_bytes, what="tensor_core kernel")
     return cfg
 
 
@@ -182,570 +138,13 @@ def make_tensor_core_kernel(precision: str, warps: int, block_k: int, head_dim: 
     qscale = scale*log2(e) (float32); causal (0/1); off = Tk - Tq.
     Grid (ceil(Tq/Br), BH), 32*warps threads, cfg.shared_bytes of dynamic shared memory.
     """
+    from .tensor_core_kernels import make_half_kernel, make_tf32_kernel
     cfg = plan(precision, head_dim, warps, block_k, simulator, m_tiles, prefetch, min_blocks)
     if cfg.half:
-        kern = _make_half_kernel(cfg)
+        kern = make_half_kernel(cfg)
     else:
-        kern = _make_tf32_kernel(cfg, passes=3 if precision == "3xtf32" else 1)
+        kern = make_tf32_kernel(cfg, passes=3 if precision == "3xtf32" else 1)
     return kern, cfg
-
-
-def _jit(fn, cfg: TCConfig):
-    """cuda.jit, with launch bounds (threads, min_blocks) when min_blocks is set (GPU)."""
-    if cfg.min_blocks and not cfg.simulator:
-        return cuda.jit(fn, launch_bounds=(cfg.threads, cfg.min_blocks))
-    return cuda.jit(fn)
-
-
-def _row_ops(cfg: TCConfig):
-    """exp2/log2 and the quad reductions (warp shuffles on a GPU, shared scratch in the
-    simulator, which has no shuffles)."""
-    SIM = cfg.simulator
-    if SIM:
-        @cuda.jit(device=True)
-        def exp2(x):
-            return math.exp(x * LN2_F) if x != NEG_INF else F0
-
-        @cuda.jit(device=True)
-        def log2(x):
-            return math.log(x) / LN2_F
-
-        @cuda.jit(device=True)
-        def quad_max(x, red, tid):
-            red[tid] = x
-            cuda.syncthreads()
-            b = tid - tid % 4
-            r = max(max(red[b], red[b + 1]), max(red[b + 2], red[b + 3]))
-            cuda.syncthreads()
-            return r
-
-        @cuda.jit(device=True)
-        def quad_sum(x, red, tid):
-            red[tid] = x
-            cuda.syncthreads()
-            b = tid - tid % 4
-            r = (red[b] + red[b + 1]) + (red[b + 2] + red[b + 3])
-            cuda.syncthreads()
-            return r
-    else:
-        exp2 = math.exp2
-        log2 = math.log2
-
-        @cuda.jit(device=True, forceinline=True)
-        def quad_max(x, red, tid):
-            x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, 1))
-            return max(x, cuda.shfl_xor_sync(FULL_MASK, x, 2))
-
-        @cuda.jit(device=True, forceinline=True)
-        def quad_sum(x, red, tid):
-            x += cuda.shfl_xor_sync(FULL_MASK, x, 1)
-            return x + cuda.shfl_xor_sync(FULL_MASK, x, 2)
-    return exp2, log2, quad_max, quad_sum
-
-
-# --------------------------------------------------------------------------------------
-# kernel 1: fp16 / bf16 (m16n8k16)
-# --------------------------------------------------------------------------------------
-
-def _make_half_kernel(cfg: TCConfig):
-    ops = device_ops(cfg.simulator)
-    MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
-    PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
-    exp2, log2, quad_max, quad_sum = _row_ops(cfg)
-    NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
-    MT = cfg.m_tiles               # 16-row tiles per warp
-    PREFETCH = cfg.prefetch
-    DW = D // 2                    # 32-bit words per row of q, k, v, o
-    KT = D // 16                   # k16 steps of S = Q K^T
-    NS = BC // 8                   # n8 tiles of S (per m-tile: 16 x Bc)
-    NO = D // 8                    # n8 tiles of O (per m-tile: 16 x D)
-    KP = BC // 16                  # k16 steps of O += P V
-    KS, VS = cfg.k_stride, cfg.v_stride
-    K_OFF, V_OFF, _ = cfg.offsets()
-    K_LOADS = ceil_div(BC * DW, NT)          # K words per thread per key block
-    V_LOADS = ceil_div((BC // 2) * DW, NT)   # V word pairs per thread per key block
-    QREGS, OREGS, SREGS = 4 * KT * MT, 4 * NO * MT, 4 * NS * MT   # register array lengths
-    ROWS = 2 * MT                  # query rows per lane
-    PK = K_LOADS if PREFETCH else 1
-    PV = V_LOADS if PREFETCH else 1
-    PAREGS = 4 * MT
-    SIM = cfg.simulator
-    SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
-    RED = NT if SIM else 1
-
-    def tc_half_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
-        sm = cuda.shared.array(0, uint32)
-        scr = cuda.shared.array(SCR, float32)     # simulator only: fragment exchange
-        red = cuda.shared.array(RED, float32)     # simulator only: quad reductions
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4                  # groupID: rows g and g + 8 of each 16-row tile
-        t = lane % 4                   # threadID_in_group: columns 2t, 2t + 1 (+8)
-        wbase = warp * SIM_SCRATCH_PER_WARP
-        h = cuda.blockIdx.y
-        q0 = cuda.blockIdx.x * BR
-        wrow = q0 + warp * 16 * MT + g   # row of (m-tile mt, half hf): wrow + 16 mt + 8 hf
-        par = 0                        # simulator scratch buffer parity
-
-        # Q fragments (A operand of S), kept in registers: reads Br*d*e bytes once
-        qa = cuda.local.array(QREGS, uint32)
-        for mt in range(MT):
-            r0 = wrow + 16 * mt
-            r1 = r0 + 8
-            for kk in range(KT):
-                w0 = kk * 8 + t
-                base = 4 * (mt * KT + kk)
-                qa[base + 0] = q[U(h), U(r0), U(w0)] if r0 < tq else Z32
-                qa[base + 1] = q[U(h), U(r1), U(w0)] if r1 < tq else Z32
-                qa[base + 2] = q[U(h), U(r0), U(w0 + 4)] if r0 < tq else Z32
-                qa[base + 3] = q[U(h), U(r1), U(w0 + 4)] if r1 < tq else Z32
-
-        acc = cuda.local.array(OREGS, float32)   # O accumulator fragments, 16 MT x D
-        s = cuda.local.array(SREGS, float32)     # S / P fragments, 16 MT x Bc
-        m = cuda.local.array(ROWS, float32)      # running max per row (log2 units)
-        lp = cuda.local.array(ROWS, float32)     # this lane's part of the running row sums
-        alpha = cuda.local.array(ROWS, float32)
-        mu = cuda.local.array(ROWS, float32)
-        pa = cuda.local.array(PAREGS, uint32)    # P as A fragments of one k16 step
-        pk = cuda.local.array(PK, uint32)        # prefetched K words (next key block)
-        pv0 = cuda.local.array(PV, uint32)       # prefetched V words, even and odd keys
-        pv1 = cuda.local.array(PV, uint32)
-        for i in range(OREGS):
-            acc[i] = F0
-        for i in range(ROWS):
-            m[i] = NEG_INF
-            lp[i] = F0
-
-        kend = tk
-        if causal != 0:
-            kend = min(tk, q0 + BR + off)
-        n_kb = (kend + BC - 1) // BC if kend > 0 else 0
-
-        # global -> registers for key block `jb` (K rows k0.., V key pairs)
-        for it in range(K_LOADS if PREFETCH else 0):
-            e = tid + NT * it
-            r = e // DW
-            c = e - r * DW
-            pk[it] = k[U(h), U(r), U(c)] if (e < BC * DW and r < tk and n_kb > 0) else Z32
-        for it in range(V_LOADS if PREFETCH else 0):
-            e = tid + NT * it
-            rp = e // DW
-            c = e - rp * DW
-            ok = e < (BC // 2) * DW and n_kb > 0
-            pv0[it] = v[U(h), U(2 * rp), U(c)] if (ok and 2 * rp < tk) else Z32
-            pv1[it] = v[U(h), U(2 * rp + 1), U(c)] if (ok and 2 * rp + 1 < tk) else Z32
-
-        for jb in range(n_kb):
-            k0 = jb * BC
-            cuda.syncthreads()         # every warp is done with the previous K, V
-            if not PREFETCH:           # global -> shared directly (latency exposed)
-                for it in range(K_LOADS):
-                    e = tid + NT * it
-                    if e < BC * DW:
-                        r = e // DW
-                        c = e - r * DW
-                        w = k[U(h), U(k0 + r), U(c)] if k0 + r < tk else Z32
-                        sm[U(K_OFF + r * KS + c)] = w
-                for it in range(V_LOADS):
-                    e = tid + NT * it
-                    if e < (BC // 2) * DW:
-                        rp = e // DW
-                        c = e - rp * DW
-                        key = k0 + 2 * rp
-                        w0 = v[U(h), U(key), U(c)] if key < tk else Z32
-                        w1 = v[U(h), U(key + 1), U(c)] if key + 1 < tk else Z32
-                        sm[U(V_OFF + (2 * c) * VS + rp)] = (w0 & LO16) | (w1 << SH16)
-                        sm[U(V_OFF + (2 * c + 1) * VS + rp)] = (w0 >> SH16) | (w1 & HI16)
-            else:
-                # registers -> shared: K_j -> Ks[key][word]; V_j -> Vt[dim][key pair], two
-                # keys' words re-paired into two dims' words (so P V's B reads are 32-bit)
-                for it in range(K_LOADS):
-                    e = tid + NT * it
-                    if e < BC * DW:
-                        r = e // DW
-                        sm[U(K_OFF + r * KS + e - r * DW)] = pk[it]
-                for it in range(V_LOADS):
-                    e = tid + NT * it
-                    if e < (BC // 2) * DW:
-                        rp = e // DW
-                        c = e - rp * DW
-                        w0 = pv0[it]
-                        w1 = pv1[it]
-                        sm[U(V_OFF + (2 * c) * VS + rp)] = (w0 & LO16) | (w1 << SH16)
-                        sm[U(V_OFF + (2 * c + 1) * VS + rp)] = (w0 >> SH16) | (w1 & HI16)
-            cuda.syncthreads()
-            if PREFETCH:               # next key block: global -> registers, in flight
-                k1 = k0 + BC           # while the tensor cores work on this one
-                more = jb + 1 < n_kb
-                for it in range(K_LOADS):
-                    e = tid + NT * it
-                    r = e // DW
-                    c = e - r * DW
-                    if more and e < BC * DW and k1 + r < tk:
-                        pk[it] = k[U(h), U(k1 + r), U(c)]
-                    else:
-                        pk[it] = Z32
-                for it in range(V_LOADS):
-                    e = tid + NT * it
-                    rp = e // DW
-                    c = e - rp * DW
-                    key = k1 + 2 * rp
-                    ok = more and e < (BC // 2) * DW
-                    pv0[it] = v[U(h), U(key), U(c)] if (ok and key < tk) else Z32
-                    pv1[it] = v[U(h), U(key + 1), U(c)] if (ok and key + 1 < tk) else Z32
-
-            # S = Q K^T: each K fragment read once from shared memory feeds MT mma
-            for i in range(SREGS):
-                s[i] = F0
-            for kk in range(KT):
-                for n in range(NS):
-                    kb = K_OFF + (n * 8 + g) * KS + kk * 8 + t
-                    b0 = sm[U(kb)]
-                    b1 = sm[U(kb + 4)]
-                    for mt in range(MT):
-                        qb = 4 * (mt * KT + kk)
-                        sb = 4 * (mt * NS + n)
-                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, qa[qb], qa[qb + 1],
-                                             qa[qb + 2], qa[qb + 3], b0, b1,
-                                             s[sb], s[sb + 1], s[sb + 2], s[sb + 3])
-                        par = 1 - par
-                        s[sb] = x0
-                        s[sb + 1] = x1
-                        s[sb + 2] = x2
-                        s[sb + 3] = x3
-
-            # mask the ragged last key block and the blocks on the causal diagonal
-            if k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off):
-                for mt in range(MT):
-                    for n in range(NS):
-                        for i in range(4):
-                            col = k0 + n * 8 + 2 * t + (i % 2)
-                            row = wrow + 16 * mt + 8 * (i // 2)
-                            if col >= tk or (causal != 0 and col > row + off):
-                                s[4 * (mt * NS + n) + i] = NEG_INF
-
-            # online softmax; row (mt, hf) holds s[4 (mt NS + n) + 2 hf + {0, 1}]
-            for mt in range(MT):
-                for hf in range(2):
-                    x = NEG_INF
-                    for n in range(NS):
-                        sb = 4 * (mt * NS + n) + 2 * hf
-                        x = max(x, max(s[sb], s[sb + 1]))
-                    x = quad_max(x, red, tid) * qscale
-                    ri = 2 * mt + hf
-                    mn = max(m[ri], x)
-                    mu[ri] = mn if mn != NEG_INF else F0      # a row fully masked so far
-                    alpha[ri] = exp2(m[ri] - mu[ri])
-                    m[ri] = mn
-            for mt in range(MT):
-                for hf in range(2):
-                    ri = 2 * mt + hf
-                    ps = F0
-                    for n in range(NS):
-                        sb = 4 * (mt * NS + n) + 2 * hf
-                        p = exp2(s[sb] * qscale - mu[ri])
-                        s[sb] = p
-                        ps += p
-                        p = exp2(s[sb + 1] * qscale - mu[ri])
-                        s[sb + 1] = p
-                        ps += p
-                    lp[ri] = lp[ri] * alpha[ri] + ps
-                    for n in range(NO):
-                        ob = 4 * (mt * NO + n) + 2 * hf
-                        acc[ob] *= alpha[ri]
-                        acc[ob + 1] *= alpha[ri]
-
-            # O += P V: P's accumulator fragments are the A fragments (rounded to 16 bit)
-            for kp in range(KP):
-                for mt in range(MT):
-                    j0 = 4 * (mt * NS + 2 * kp)   # S tile 2kp -> a0..a3, 2kp+1 -> a4..a7
-                    pa[4 * mt] = PACK(s[j0], s[j0 + 1])
-                    pa[4 * mt + 1] = PACK(s[j0 + 2], s[j0 + 3])
-                    pa[4 * mt + 2] = PACK(s[j0 + 4], s[j0 + 5])
-                    pa[4 * mt + 3] = PACK(s[j0 + 6], s[j0 + 7])
-                for n in range(NO):
-                    vb = V_OFF + (n * 8 + g) * VS + kp * 8 + t
-                    b0 = sm[U(vb)]
-                    b1 = sm[U(vb + 4)]
-                    for mt in range(MT):
-                        ob = 4 * (mt * NO + n)
-                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[4 * mt],
-                                             pa[4 * mt + 1], pa[4 * mt + 2], pa[4 * mt + 3],
-                                             b0, b1, acc[ob], acc[ob + 1], acc[ob + 2],
-                                             acc[ob + 3])
-                        par = 1 - par
-                        acc[ob] = x0
-                        acc[ob + 1] = x1
-                        acc[ob + 2] = x2
-                        acc[ob + 3] = x3
-
-        # epilogue: l = sum over the quad; O = acc / l packed to 16 bit; lse
-        for mt in range(MT):
-            for hf in range(2):
-                ri = 2 * mt + hf
-                lt = quad_sum(lp[ri], red, tid)
-                inv = F1 / lt if lt > F0 else F0          # no visible key: o = 0
-                row = wrow + 16 * mt + 8 * hf
-                if row < tq:
-                    for n in range(NO):
-                        ob = 4 * (mt * NO + n) + 2 * hf
-                        o[U(h), U(row), U(n * 4 + t)] = PACK(acc[ob] * inv, acc[ob + 1] * inv)
-                    if t == 0:
-                        lse[U(h), U(row)] = (m[ri] + log2(lt)) * LN2_F if lt > F0 else NEG_INF
-
-    tc_half_forward.__name__ = (f"tc_{cfg.precision}_w{NW}_k{BC}_d{D}_m{MT}"
-                                + ("_pf" if PREFETCH else "") + ("_sim" if SIM else ""))
-    return _jit(tc_half_forward, cfg)
-
-
-# --------------------------------------------------------------------------------------
-# kernel 2: fp32 through 3xTF32 (or 1xTF32), m16n8k8
-# --------------------------------------------------------------------------------------
-
-def _make_tf32_kernel(cfg: TCConfig, passes: int):
-    ops = device_ops(cfg.simulator)
-    MMA, TF32, AS_F32 = ops["mma_tf32"], ops["to_tf32"], ops["as_f32"]
-    exp2, log2, quad_max, quad_sum = _row_ops(cfg)
-    NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
-    KT = D // 8                    # k8 steps of S
-    NS = BC // 8                   # n8 tiles of S
-    NO = D // 8                    # n8 tiles of O; k8 steps of P V = NS
-    KS, VS = cfg.k_stride, cfg.v_stride
-    K_OFF, V_OFF, _ = cfg.offsets()
-    KW = BC * KS                   # words of one K plane (big or small)
-    VW = BC * VS
-    KV_LOADS = ceil_div(BC * D, NT)
-    THREE = passes == 3
-    PREFETCH = cfg.prefetch
-    PKV = KV_LOADS if PREFETCH else 1
-    QREGS, OREGS, SREGS = 4 * KT, 4 * NO, 4 * NS     # register array lengths
-    SIM = cfg.simulator
-    SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
-    RED = NT if SIM else 1
-
-    def tc_tf32_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
-        sm = cuda.shared.array(0, uint32)
-        scr = cuda.shared.array(SCR, float32)
-        red = cuda.shared.array(RED, float32)
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
-        wbase = warp * SIM_SCRATCH_PER_WARP
-        h = cuda.blockIdx.y
-        q0 = cuda.blockIdx.x * BR
-        r0 = q0 + warp * 16 + g
-        r1 = r0 + 8
-        par = 0
-
-        # Q fragments (tf32 A layout: cols t and t + 4 of each k8 step), split once
-        qb = cuda.local.array(QREGS, uint32)
-        qs = cuda.local.array(QREGS, uint32)
-        for kk in range(KT):
-            for i in range(4):
-                row = r0 if i % 2 == 0 else r1
-                col = kk * 8 + t + 4 * (i // 2)
-                x = q[U(h), U(row), U(col)] if row < tq else F0
-                big = TF32(x)
-                qb[4 * kk + i] = big
-                qs[4 * kk + i] = TF32(x - AS_F32(big))
-
-        acc = cuda.local.array(OREGS, float32)
-        s = cuda.local.array(SREGS, float32)
-        pkx = cuda.local.array(PKV, float32)   # K_j, V_j elements staged in registers
-        pvx = cuda.local.array(PKV, float32)
-        for i in range(4 * NO):
-            acc[i] = F0
-        m0 = NEG_INF
-        m1 = NEG_INF
-        l0 = F0
-        l1 = F0
-
-        kend = tk
-        if causal != 0:
-            kend = min(tk, q0 + BR + off)
-        n_kb = (kend + BC - 1) // BC if kend > 0 else 0
-
-        # global -> registers for the first key block
-        for it in range(KV_LOADS if PREFETCH else 0):
-            e = tid + NT * it
-            r = e // D
-            c = e - r * D
-            ok = e < BC * D and r < tk and n_kb > 0
-            pkx[it] = k[U(h), U(r), U(c)] if ok else F0
-            pvx[it] = v[U(h), U(r), U(c)] if ok else F0
-
-        for jb in range(n_kb):
-            k0 = jb * BC
-            cuda.syncthreads()
-            # K_j, V_j -> shared (from registers when prefetched), split into tf32
-            # big / small planes
-            for it in range(KV_LOADS):
-                e = tid + NT * it
-                if e < BC * D:
-                    r = e // D
-                    c = e - r * D
-                    if PREFETCH:
-                        kx = pkx[it]
-                        vx = pvx[it]
-                    else:
-                        ok = k0 + r < tk
-                        kx = k[U(h), U(k0 + r), U(c)] if ok else F0
-                        vx = v[U(h), U(k0 + r), U(c)] if ok else F0
-                    kbig = TF32(kx)
-                    vbig = TF32(vx)
-                    sm[U(K_OFF + r * KS + c)] = kbig
-                    sm[U(V_OFF + r * VS + c)] = vbig
-                    if THREE:
-                        sm[U(K_OFF + KW + r * KS + c)] = TF32(kx - AS_F32(kbig))
-                        sm[U(V_OFF + VW + r * VS + c)] = TF32(vx - AS_F32(vbig))
-            cuda.syncthreads()
-            if PREFETCH:               # next key block in flight during the mma work
-                k1 = k0 + BC
-                more = jb + 1 < n_kb
-                for it in range(KV_LOADS):
-                    e = tid + NT * it
-                    r = e // D
-                    c = e - r * D
-                    ok = more and e < BC * D and k1 + r < tk
-                    pkx[it] = k[U(h), U(k1 + r), U(c)] if ok else F0
-                    pvx[it] = v[U(h), U(k1 + r), U(c)] if ok else F0
-
-            # S = Q K^T
-            for i in range(4 * NS):
-                s[i] = F0
-            for kk in range(KT):
-                for n in range(NS):
-                    kb = K_OFF + (n * 8 + g) * KS + kk * 8 + t
-                    b0 = sm[U(kb)]
-                    b1 = sm[U(kb + 4)]
-                    c0 = s[4 * n]
-                    c1 = s[4 * n + 1]
-                    c2 = s[4 * n + 2]
-                    c3 = s[4 * n + 3]
-                    if THREE:
-                        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, qs[4 * kk], qs[4 * kk + 1],
-                                             qs[4 * kk + 2], qs[4 * kk + 3], b0, b1,
-                                             c0, c1, c2, c3)
-                        par = 1 - par
-                        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, qb[4 * kk], qb[4 * kk + 1],
-                                             qb[4 * kk + 2], qb[4 * kk + 3],
-                                             sm[U(kb + KW)], sm[U(kb + KW + 4)],
-                                             c0, c1, c2, c3)
-                        par = 1 - par
-                    c0, c1, c2, c3 = MMA(scr, wbase, lane, par, qb[4 * kk], qb[4 * kk + 1],
-                                         qb[4 * kk + 2], qb[4 * kk + 3], b0, b1,
-                                         c0, c1, c2, c3)
-                    par = 1 - par
-                    s[4 * n] = c0
-                    s[4 * n + 1] = c1
-                    s[4 * n + 2] = c2
-                    s[4 * n + 3] = c3
-
-            if k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off):
-                for n in range(NS):
-                    for i in range(4):
-                        col = k0 + n * 8 + 2 * t + (i % 2)
-                        row = r0 if i < 2 else r1
-                        if col >= tk or (causal != 0 and col > row + off):
-                            s[4 * n + i] = NEG_INF
-
-            x0 = NEG_INF
-            x1 = NEG_INF
-            for n in range(NS):
-                x0 = max(x0, max(s[4 * n], s[4 * n + 1]))
-                x1 = max(x1, max(s[4 * n + 2], s[4 * n + 3]))
-            x0 = quad_max(x0, red, tid) * qscale
-            x1 = quad_max(x1, red, tid) * qscale
-            mn0 = max(m0, x0)
-            mn1 = max(m1, x1)
-            mu0 = mn0 if mn0 != NEG_INF else F0
-            mu1 = mn1 if mn1 != NEG_INF else F0
-            alpha0 = exp2(m0 - mu0)
-            alpha1 = exp2(m1 - mu1)
-            m0 = mn0
-            m1 = mn1
-            ps0 = F0
-            ps1 = F0
-            for n in range(NS):
-                p = exp2(s[4 * n] * qscale - mu0)
-                s[4 * n] = p
-                ps0 += p
-                p = exp2(s[4 * n + 1] * qscale - mu0)
-                s[4 * n + 1] = p
-                ps0 += p
-                p = exp2(s[4 * n + 2] * qscale - mu1)
-                s[4 * n + 2] = p
-                ps1 += p
-                p = exp2(s[4 * n + 3] * qscale - mu1)
-                s[4 * n + 3] = p
-                ps1 += p
-            l0 = l0 * alpha0 + ps0
-            l1 = l1 * alpha1 + ps1
-            for n in range(NO):
-                acc[4 * n] *= alpha0
-                acc[4 * n + 1] *= alpha0
-                acc[4 * n + 2] *= alpha1
-                acc[4 * n + 3] *= alpha1
-
-            # O += P V. The k index is permuted inside each k8 step (A col t <-> key 2t,
-            # col t + 4 <-> key 2t + 1, the same for V's rows) so that P's accumulator
-            # fragment of S tile j is the A fragment of k8 step j without moving data.
-            for j in range(NS):
-                pb0 = TF32(s[4 * j])           # (row g,     key 2t)
-                pb1 = TF32(s[4 * j + 2])       # (row g + 8, key 2t)
-                pb2 = TF32(s[4 * j + 1])       # (row g,     key 2t + 1)
-                pb3 = TF32(s[4 * j + 3])       # (row g + 8, key 2t + 1)
-                ps0_ = TF32(s[4 * j] - AS_F32(pb0))
-                ps1_ = TF32(s[4 * j + 2] - AS_F32(pb1))
-                ps2_ = TF32(s[4 * j + 1] - AS_F32(pb2))
-                ps3_ = TF32(s[4 * j + 3] - AS_F32(pb3))
-                for n in range(NO):
-                    vb = V_OFF + (j * 8 + 2 * t) * VS + n * 8 + g
-                    b0 = sm[U(vb)]
-                    b1 = sm[U(vb + VS)]
-                    c0 = acc[4 * n]
-                    c1 = acc[4 * n + 1]
-                    c2 = acc[4 * n + 2]
-                    c3 = acc[4 * n + 3]
-                    if THREE:
-                        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, ps0_, ps1_, ps2_, ps3_,
-                                             b0, b1, c0, c1, c2, c3)
-                        par = 1 - par
-                        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb0, pb1, pb2, pb3,
-                                             sm[U(vb + VW)], sm[U(vb + VW + VS)],
-                                             c0, c1, c2, c3)
-                        par = 1 - par
-                    c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb0, pb1, pb2, pb3, b0, b1,
-                                         c0, c1, c2, c3)
-                    par = 1 - par
-                    acc[4 * n] = c0
-                    acc[4 * n + 1] = c1
-                    acc[4 * n + 2] = c2
-                    acc[4 * n + 3] = c3
-
-        l0 = quad_sum(l0, red, tid)
-        l1 = quad_sum(l1, red, tid)
-        inv0 = F1 / l0 if l0 > F0 else F0
-        inv1 = F1 / l1 if l1 > F0 else F0
-        if r0 < tq:
-            for n in range(NO):
-                o[U(h), U(r0), U(n * 8 + 2 * t)] = acc[4 * n] * inv0
-                o[U(h), U(r0), U(n * 8 + 2 * t + 1)] = acc[4 * n + 1] * inv0
-            if t == 0:
-                lse[U(h), U(r0)] = (m0 + log2(l0)) * LN2_F if l0 > F0 else NEG_INF
-        if r1 < tq:
-            for n in range(NO):
-                o[U(h), U(r1), U(n * 8 + 2 * t)] = acc[4 * n + 2] * inv1
-                o[U(h), U(r1), U(n * 8 + 2 * t + 1)] = acc[4 * n + 3] * inv1
-            if t == 0:
-                lse[U(h), U(r1)] = (m1 + log2(l1)) * LN2_F if l1 > F0 else NEG_INF
-
-    tc_tf32_forward.__name__ = (f"tc_{cfg.precision}_w{NW}_k{BC}_d{D}"
-                                + ("_pf" if PREFETCH else "") + ("_sim" if SIM else ""))
-    return _jit(tc_tf32_forward, cfg)
 
 
 # --------------------------------------------------------------------------------------
@@ -859,62 +258,82 @@ def default_precision(dtype) -> str:
     return "fp16" if np.dtype(dtype) == np.float16 else "3xtf32"
 
 
-def forward(q, k, v, *, causal: bool = False, scale: float | None = None,
-            precision: str | None = None, warps: int | None = None,
-            block_k: int | None = None, m_tiles: int | None = None,
-            prefetch: bool | None = None, allow_nonfinite: bool = False):
-    """Exact attention forward on tensor cores (or the simulator), numpy in and out.
+def run_heads(x, out=None, precision: str | None = None, **tiles):
+    """The registry's entry (`flashcourse.cuda.forward(..., kernel="tensor_core")`).
 
-    q (..., Tq, d), k and v (..., Tk, d): float16 (-> fp16 mma), bfloat16 from
-    ml_dtypes (-> bf16), float32 or float64 (-> 3xTF32). `precision` overrides that
-    choice: "fp16"/"bf16" round float32/64 inputs to 16 bits first (o comes back in
-    the input dtype, holding 16-bit values), "3xtf32" or "tf32" (one pass, ~1e-3).
-    warps, block_k (Bc, a multiple of 16), m_tiles (16-row tiles per warp; Br = 16 x
-    m_tiles x warps) and prefetch pick the variant (None: `default_tiles`).
+    x: a `flashcourse._checks.Heads` with device arrays q (BH, Tq, d), k, v (BH, Tk, d)
+    of dtype float16, float32 or float64. Native cases run without a copy: float16 with
+    precision "fp16", float32 with "3xtf32"/"tf32", d a multiple of 16 (the 16-bit
+    arrays are viewed as 32-bit words, two values per word). Every other case (padding
+    d, rounding float32 to bf16/fp16, float64) converts through the host first: fine for
+    learning, not for timing. Returns (o (BH, Tq, d) float16 for fp16 from float16 input,
+    else float32; lse (BH, Tq) float32); `out` may hold those arrays already allocated.
+    """
+    precision = default_precision(x.dtype) if precision is None else precision
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS} or None, got {precision!r}")
+    if x.d > MAX_HEAD_DIM:
+        raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
+                         f"kernel, got d={x.d}")
+    half = precision in ("fp16", "bf16")
+    D = ceil_div(x.d, 16) * 16
+    dt = np.dtype(x.dtype)
+    native = D == x.d and ((precision == "fp16" and dt == np.float16)
+                           or (not half and dt == np.float32))
+    o_dtype = np.float16 if (precision == "fp16" and dt == np.float16) else np.float32
+    if native:
+        qw, kw, vw = ((a.view(np.uint32) if half else a) for a in (x.q, x.k, x.v))
+    else:
+        host = [a.copy_to_host().astype(np.float32) for a in (x.q, x.k, x.v)]
+        if precision == "fp16":
+            _check_fp16_range(host)
+        qw, kw, vw = (cuda.to_device(_to_words(a, precision, D)) for a in host)
+    if out is None:
+        out = (cuda.device_array((x.bh, x.tq, x.d), o_dtype),         # o (BH, Tq, d)
+               cuda.device_array((x.bh, x.tq), np.float32))            # lse (BH, Tq)
+    o, lse = out
+    direct = native and np.dtype(o.dtype) == np.dtype(o_dtype)
+    ow = (o.view(np.uint32) if half else o) if direct else cuda.device_array_like(qw)
+    run(qw, kw, vw, ow, lse, x.tq, x.tk, x.d, x.scale, x.causal, precision, **tiles)
+    if not direct:
+        o.copy_to_device(_from_words(ow.copy_to_host(), precision, x.d).astype(o.dtype))
+    return o, lse
+
+
+def _check_fp16_range(arrays) -> None:
+    for name, a in zip("qkv", arrays):
+        fin = np.abs(a[np.isfinite(a)])
+        big = float(fin.max()) if fin.size else 0.0
+        if big > 65504.0:
+            raise ValueError(f"{name} has |values| up to {big:.3g}, beyond float16's "
+                             f"largest 65504: use precision='bf16' or '3xtf32'")
+
+
+def forward(q, k, v, *, causal: bool = False, scale: float | None = None,
+            precision: str | None = None, allow_nonfinite: bool = False, **tiles):
+    """`flashcourse.cuda.forward(q, k, v, kernel="tensor_core", ...)`, which also takes
+    bfloat16 arrays of the ml_dtypes package (run as "bf16", returned as bfloat16).
+
+    q (..., Tq, d), k and v (..., Tk, d): float16 (-> fp16 mma), float32 or float64
+    (-> 3xTF32), numpy or device arrays. `precision` overrides that choice: "fp16" or
+    "bf16" round float32/64 inputs to 16 bits first (o comes back in the input dtype,
+    holding 16-bit values), "3xtf32", or "tf32" (one pass, ~1e-3). Tiles (warps,
+    block_k, m_tiles, prefetch, min_blocks) pick the variant (None: `default_tiles`).
     Returns o (..., Tq, d) in the input dtype and lse (..., Tq) (float32; float64 for
     float64 input); a row with no visible key gives o = 0, lse = -inf.
     """
-    from .._checks import accumulator_dtype, check_causal, check_qkv, check_scale
-    from ._launch import is_device_array, simulator_note
-    simulator_note()
-    causal = check_causal(causal)
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if is_device_array(x):
-            raise TypeError(f"{name}: the tensor-core kernel takes numpy arrays in forward(); "
-                            f"for device-resident data call flashcourse.cuda.tensor_core.run "
-                            f"with prepared word arrays")
-    in_dtype = q.dtype if isinstance(q, np.ndarray) else None
-    if in_dtype is not None and is_bfloat16(in_dtype):
-        if not all(isinstance(x, np.ndarray) and is_bfloat16(x.dtype) for x in (k, v)):
+    from . import forward as cuda_forward
+    bf16_in = isinstance(q, np.ndarray) and is_bfloat16(q.dtype)
+    if bf16_in:
+        if not all(isinstance(a, np.ndarray) and is_bfloat16(a.dtype) for a in (k, v)):
             raise TypeError("q, k and v must share one dtype (q is bfloat16)")
-        q, k, v = (x.astype(np.float32) for x in (q, k, v))
-    q, k, v = check_qkv(q, k, v, allow_nonfinite=allow_nonfinite)
-    if precision is None:
-        precision = default_precision(in_dtype if in_dtype is not None else q.dtype)
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS} or None, got {precision!r}")
-    lead = q.shape[:-2]
-    tq, tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
-    scale = check_scale(scale, d)
-    if d > MAX_HEAD_DIM:
-        raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
-                         f"kernel, got d={d}")
-    if precision == "fp16":
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            fin = np.abs(x[np.isfinite(x)])
-            big = float(fin.max()) if fin.size else 0.0
-            if big > 65504.0:
-                raise ValueError(f"{name} has |values| up to {big:.3g}, beyond float16's "
-                                 f"largest 65504: use precision='bf16' or '3xtf32'")
-    D = ceil_div(d, 16) * 16
-    bh = int(np.prod(lead)) if lead else 1
-    flat = [np.asarray(x, np.float32).reshape(bh, -1, d) for x in (q, k, v)]
-    qw, kw, vw = (cuda.to_device(_to_words(x, precision, D)) for x in flat)
-    ow = cuda.device_array_like(qw)
-    lse = cuda.device_array((bh, tq), np.float32)
-    run(qw, kw, vw, ow, lse, tq, tk, d, scale, causal, precision, warps, block_k, m_tiles,
-        prefetch)
-    o = _from_words(ow.copy_to_host(), precision, d)                   # (BH, Tq, d)
-    out_dtype = in_dtype if in_dtype is not None else q.dtype
-    lse_h = lse.copy_to_host().astype(accumulator_dtype(q.dtype), copy=False)
-    return o.astype(out_dtype).reshape(*lead, tq, d), lse_h.reshape(*lead, tq)
+        q, k, v = (a.astype(np.float32) for a in (q, k, v))
+        precision = "bf16" if precision is None else precision
+    o, lse = cuda_forward(q, k, v, kernel="tensor_core", causal=causal, scale=scale,
+                          allow_nonfinite=allow_nonfinite, precision=precision, **tiles)
+    return (o.astype(_bfloat16_dtype()) if bf16_in else o), lse
+
+
+def _bfloat16_dtype():
+    import ml_dtypes   # only reached with bfloat16 input, which needs ml_dtypes anyway
+    return ml_dtypes.bfloat16
