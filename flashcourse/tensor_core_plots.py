@@ -1,0 +1,183 @@
+"""Pictures and measurements for notebook 10 (tensor cores).
+
+    plot_fragments()              which lane holds which element of the m16n8k16 A, B and
+                                  C/D tiles (the PTX ISA's fragment maps, drawn)
+    p_rounding_error(...)         what rounding P to 16 bits before P V costs (numpy)
+    product_errors(...)           1xTF32, 3xTF32, fp32 and fp16 products against float64
+    recorded_rows(doc, n, d)      the recorded H200 comparison at one point, fastest first
+    plot_recorded(doc, d)         TFLOP/s against N, the hardware limits beside them
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .cuda import mma
+from .gpus import get_gpu
+
+#: How the notebook names each contender of benchmarks/gpu_tensor_core.py.
+LABELS = {
+    "tc_fp16": "course: tensor cores fp16", "tc_bf16": "course: tensor cores bf16",
+    "tc_3xtf32": "course: tensor cores 3xTF32 (fp32)", "flash_fp32": "course: FFMA flash fp32",
+    "torch_flash_fp16": "PyTorch flash fp16", "torch_flash_bf16": "PyTorch flash bf16",
+    "torch_cudnn_fp16": "PyTorch cuDNN fp16", "torch_cudnn_bf16": "PyTorch cuDNN bf16",
+    "torch_efficient_fp32": "PyTorch efficient fp32 (3xTF32)",
+    "torch_math_fp32": "PyTorch math fp32 (no TF32)",
+}
+
+
+def _plt():
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_fragments(lane_highlight: int | None = 5):
+    """Three tiles, each cell labelled with the lane that holds it (and the element index);
+    colour = the lane's group g = lane // 4. `lane_highlight` is outlined in black."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(13, 5.2),
+                             gridspec_kw={"width_ratios": [16, 8, 8]})
+    cmap = plt.get_cmap("tab10")
+    for ax, (name, title) in zip(axes, (("a_m16n8k16", "A (16 x 16): a0..a7 per lane"),
+                                        ("b_m16n8k16", "B (16 x 8, k x n): b0..b3"),
+                                        ("c_m16n8", "C / D (16 x 8): c0..c3"))):
+        fmap, shape, n = mma.FRAGMENTS[name]
+        rows, cols = shape
+        for lane in range(mma.WARP):
+            for i in range(n):
+                r, c = fmap(lane, i)
+                edge = "black" if lane == lane_highlight else "white"
+                ax.add_patch(plt.Rectangle((c, r), 1, 1, facecolor=cmap(lane // 4),
+                                           alpha=0.35 + 0.15 * (lane % 4), edgecolor=edge,
+                                           lw=2 if lane == lane_highlight else 0.5))
+                ax.text(c + 0.5, r + 0.5, f"{lane}\n{i}", ha="center", va="center",
+                        fontsize=6)
+        ax.set_xlim(0, cols)
+        ax.set_ylim(rows, 0)
+        ax.set_aspect("equal")
+        ax.set_xticks(np.arange(cols) + 0.5, [str(c) for c in range(cols)], fontsize=7)
+        ax.set_yticks(np.arange(rows) + 0.5, [str(r) for r in range(rows)], fontsize=7)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("column (k for A, n for B and C)")
+    axes[0].set_ylabel("row (m for A and C, k for B)")
+    fig.suptitle("mma.sync m16n8k16: each cell shows the lane holding it (top) and the element "
+                 "index (bottom);\ncolour = group g = lane // 4"
+                 + (f"; lane {lane_highlight} outlined" if lane_highlight is not None else ""),
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def p_rounding_error(n: int = 512, d: int = 64, precision: str = "fp16", seed: int = 0,
+                     scale_q: float = 1.0) -> dict:
+    """Relative error of O when P = exp(S - m) is rounded to 16 bits before P V, as the
+    tensor-core kernel does, against the float64 attention of the same (rounded) inputs.
+
+    Returns {"inputs_only": error from rounding q, k, v alone (against float64 on the
+    unrounded inputs), "p_rounded": error added by rounding P (against float64 on the
+    rounded inputs), "n", "d", "precision"}. Sum l stays unrounded, as in the kernel."""
+    rng = np.random.default_rng(seed)
+    r = mma.ROUNDERS[precision]
+    q = rng.standard_normal((n, d)) * scale_q
+    k, v = rng.standard_normal((n, d)), rng.standard_normal((n, d))
+
+    def attend(q_, k_, v_, round_p):
+        s = (q_ @ k_.T) / np.sqrt(d)                            # (n, n) scores
+        p = np.exp(s - s.max(axis=1, keepdims=True))            # (n, n), <= 1
+        l = p.sum(axis=1, keepdims=True)                        # (n, 1), from unrounded P
+        if round_p:
+            p = r(p).astype(np.float64)
+        return (p @ v_) / l                                     # (n, d)
+
+    qr, kr, vr = (r(x).astype(np.float64) for x in (q, k, v))
+    exact = attend(q, k, v, False)
+    exact_r = attend(qr, kr, vr, False)
+
+    def rel(x, ref):
+        return float(np.linalg.norm(x - ref) / np.linalg.norm(ref))
+    return {"inputs_only": rel(exact_r, exact), "p_rounded": rel(attend(qr, kr, vr, True),
+                                                                   exact_r),
+            "n": n, "d": d, "precision": precision}
+
+
+def _fp32_accumulate(pairs, k: int, chunk: int) -> np.ndarray:
+    """sum over k of the products of each (a, b) in `pairs`, accumulated as a tensor core
+    does: each chunk of `chunk` k-steps summed exactly, then added to a float32
+    accumulator (rounded after every add), the pairs in the order given."""
+    m, n = pairs[0][0].shape[0], pairs[0][1].shape[1]
+    acc = np.zeros((m, n), np.float32)                          # (m, n) fp32 registers
+    for k0 in range(0, k, chunk):
+        for a, b in pairs:
+            part = a[:, k0:k0 + chunk].astype(np.float64) @ b[k0:k0 + chunk].astype(np.float64)
+            acc = (acc.astype(np.float64) + part).astype(np.float32)
+    return acc
+
+
+def product_errors(m: int = 64, k: int = 512, n: int = 64, seed: int = 0) -> dict:
+    """max |A B - exact| / (|A| |B|) for each way to multiply float32 matrices, with the
+    sums kept in float32 as the hardware keeps them: "fp16", "bf16" (inputs rounded,
+    m16n8k16: chunks of 16), "tf32" (1 pass, m16n8k8: chunks of 8), "3xtf32"
+    (small*big + big*small + big*big per chunk of 8, the kernel's order) and "fp32 FFMA"
+    (one fused multiply-add per k, as a CUDA-core kernel). The denominator is the size
+    of the terms summed, so the numbers compare rounding, not cancellation."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(np.float32)          # (m, k)
+    b = rng.standard_normal((k, n)).astype(np.float32)          # (k, n)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    size = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    ab, as_ = mma.split_tf32(a)
+    bb, bs = mma.split_tf32(b)
+    got = {"fp16": _fp32_accumulate([(mma.round_fp16(a), mma.round_fp16(b))], k, 16),
+           "bf16": _fp32_accumulate([(mma.round_bf16(a), mma.round_bf16(b))], k, 16),
+           "tf32": _fp32_accumulate([(ab, bb)], k, 8),
+           "3xtf32": _fp32_accumulate([(as_, bb), (ab, bs), (ab, bb)], k, 8),
+           "fp32 FFMA": _fp32_accumulate([(a, b)], k, 1)}
+    return {p: float(np.max(np.abs(x.astype(np.float64) - exact) / size))
+            for p, x in got.items()}
+
+
+def recorded_rows(doc: dict, n: int = 4096, d: int = 64, causal: bool = False) -> list:
+    """Bench rows of the recorded document at one point, fastest first."""
+    rows = [r for r in doc.get("bench", []) if r["n"] == n and r["d"] == d
+            and r["causal"] == causal and "tflops" in r]
+    return sorted(rows, key=lambda r: -r["tflops"])
+
+
+def hardware_limits(gpu: str = "H200") -> dict:
+    """Datasheet peaks (TFLOP/s): dense fp16 tensor cores, tf32 (half of fp16 on Hopper),
+    fp32 FFMA on CUDA cores."""
+    g = get_gpu(gpu)
+    return {"fp16 tensor (dense)": g.fp16_tensor_flops_per_s / 1e12,
+            "tf32 tensor (dense)": g.fp16_tensor_flops_per_s / 2e12,
+            "fp32 FFMA": g.fp32_flops_per_s / 1e12}
+
+
+def plot_recorded(doc: dict, d: int = 64, gpu: str = "H200"):
+    """TFLOP/s against N for every contender, non-causal and causal, limits as lines."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+    lim = hardware_limits(gpu)
+    for ax, causal in zip(axes, (False, True)):
+        for name, label in LABELS.items():
+            pts = sorted((r["n"], r["tflops"]) for r in doc.get("bench", [])
+                         if r["kernel"] == name and r["d"] == d and r["causal"] == causal
+                         and "tflops" in r)
+            if pts:
+                x, y = zip(*pts)
+                own = name.startswith(("tc_", "flash_"))
+                ax.plot(x, y, "o-" if own else "s:", label=label, ms=4, lw=2 if own else 1)
+        for (what, v), ls in zip(lim.items(), ("--", "-.", ":")):
+            ax.axhline(v, color="grey", ls=ls, lw=1)
+            ax.text(1024, v * 1.05, f"{what}: {v:.0f}", fontsize=7, color="grey")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("N = Tq = Tk (positions)")
+        ax.set_title(f"d = {d}, {'causal' if causal else 'non-causal'}, "
+                     f"B x H = {doc.get('bh', '?')}")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("TFLOP/s (log scale)")
+    axes[1].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"Recorded on {doc['env'].get('gpu', '?')} ({doc['env'].get('date_utc', '')})",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
