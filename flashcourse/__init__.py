@@ -31,6 +31,7 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     tuning_widget, backward_plots   the explorers of notebooks 07 and 09
     kv_cache    KV-cache size of published model shapes against a GPU (readout + widget)
     decode_plots  the pictures of notebook 11 (SMs busy, key splits, merge tree)
+    tensor_core_plots  the fragment picture and measurements of notebook 10
     figures     the figures of figures/ (python -m flashcourse.figures DIR)
     diagrams    the teaching diagrams of notebooks 01-04
     kernel_diagrams  pictures of the CUDA kernels: forward data flow, backward key-major loop
