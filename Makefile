@@ -60,6 +60,10 @@ bench-gpu: setup
 	compute-sanitizer --tool memcheck --report-api-errors no $(BIN)/python benchmarks/gpu_decode.py --sanitize-small
 	compute-sanitizer --tool racecheck $(BIN)/python benchmarks/gpu_decode.py --sanitize-small
 
+	$(BIN)/python benchmarks/gpu_tensor_core.py --check --variants --bench
+	compute-sanitizer --tool memcheck --report-api-errors no $(BIN)/python benchmarks/gpu_tensor_core.py --sanitize-small
+	compute-sanitizer --tool racecheck $(BIN)/python benchmarks/gpu_tensor_core.py --sanitize-small
+
 # The course website: every notebook executed on the CPU (a few minutes), the labs as the
 # learner receives them; nothing is downloaded. View it with
 #   .venv/bin/python -m http.server --bind 127.0.0.1 --directory _build/site 8000
