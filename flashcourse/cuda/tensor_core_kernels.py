@@ -13,14 +13,14 @@ host side, configurations and the registry entry in `tensor_core.py`):
            big*big: plain TF32 (~1e-3 relative error), for the notebook's comparison.
 
 The idea (FlashAttention-2 "split-Q")
-    One thread block per (query block of Br = 16 x warps rows, head); each warp owns
-    16 query rows for the whole key loop, so no two warps ever need each other's
-    softmax statistics. Per key block (Bc rows of K and V):
+    One thread block per (query block of Br = 16 x m_tiles x warps rows, head); each
+    warp owns 16 (m_tiles = 2: 32) query rows for the whole key loop, so no two warps
+    ever need each other's softmax statistics. Per key block (Bc rows of K and V):
       1. the block loads K_j and V_j cooperatively into shared memory (rows padded so
          that the fragment reads hit 32 different banks); V is stored transposed
          (fp16/bf16, two keys per 32-bit word) or pre-split into big/small (fp32);
       2. each warp computes its 16 x Bc tile of S with Q's fragments kept in registers
-         for the whole loop (fp16/bf16) or read from global memory (fp32, L1/L2);
+         for the whole loop (for fp32 split into big/small once, at the start);
       3. online softmax on the accumulator fragments: each row lives in the 4 lanes
          of a quad, so the row max and sum take two warp shuffles;
       4. P = exp2(S scale log2(e) - m) stays in registers: the C layout of two m16n8
