@@ -155,7 +155,7 @@ def hardware_limits(gpu: str = "H200") -> dict:
 def plot_recorded(doc: dict, d: int = 64, gpu: str = "H200"):
     """TFLOP/s against N for every contender, non-causal and causal, limits as lines."""
     plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.4), sharey=True)
     lim = hardware_limits(gpu)
     for ax, causal in zip(axes, (False, True)):
         for name, label in LABELS.items():
@@ -176,8 +176,9 @@ def plot_recorded(doc: dict, d: int = 64, gpu: str = "H200"):
                      f"B x H = {doc.get('bh', '?')}")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("TFLOP/s (log scale)")
-    axes[1].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"Recorded on {doc['env'].get('gpu', '?')} ({doc['env'].get('date_utc', '')})",
-                 fontsize=10)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=7, frameon=False)
+    fig.suptitle(f"Recorded on {doc['env'].get('gpu', '?')} ({doc['env'].get('date_utc', '')}); "
+                 "solid: this course, dotted: PyTorch SDPA", fontsize=10)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
