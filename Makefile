@@ -59,7 +59,6 @@ bench-gpu: setup
 	$(BIN)/python benchmarks/gpu_decode.py --check --variants --bench
 	compute-sanitizer --tool memcheck --report-api-errors no $(BIN)/python benchmarks/gpu_decode.py --sanitize-small
 	compute-sanitizer --tool racecheck $(BIN)/python benchmarks/gpu_decode.py --sanitize-small
-
 	$(BIN)/python benchmarks/gpu_tensor_core.py --check --variants --bench
 	compute-sanitizer --tool memcheck --report-api-errors no $(BIN)/python benchmarks/gpu_tensor_core.py --sanitize-small
 	compute-sanitizer --tool racecheck $(BIN)/python benchmarks/gpu_tensor_core.py --sanitize-small

@@ -100,6 +100,7 @@ LAYERS = {
     "flashcourse.labs": 4, "flashcourse.diagrams": 4, "flashcourse": 4,
     "flashcourse.quizzes": 4, "flashcourse.exercises": 4,
     "flashcourse.kv_cache": 4, "flashcourse.decode_plots": 4,
+    "flashcourse.tensor_core_plots": 4,
 }
 
 
