@@ -499,12 +499,23 @@ def save(results, out: Path):
 
 
 # ----------------------------------------------------------------------------- small runs
-def sanitize_small():
-    """Every precision on small ragged shapes (run under compute-sanitizer)."""
+def sanitize_small(quick: bool = False):
+    """Every precision and code path on small ragged shapes (run under compute-sanitizer).
+    quick: one shape (d = 64, causal, Tq > Tk), plus float16 device arrays through
+    flashcourse.cuda.forward (the registry's no-copy path): fewer compilations."""
     rng = np.random.default_rng(7)
     worst = {}
-    for (lead, tq, tk, d, causal) in [((2,), 37, 53, 64, False), ((1,), 70, 45, 64, True),
-                                      ((2,), 65, 130, 128, True), ((1,), 20, 9, 5, True)]:
+    shapes = [((2,), 37, 53, 64, False), ((1,), 70, 45, 64, True), ((2,), 65, 130, 128, True),
+              ((1,), 20, 9, 5, True)]
+    if quick:
+        from flashcourse.cuda import forward
+        q, k, v = (rng.standard_normal((2, n, 64)).astype(np.float16) for n in (70, 45, 45))
+        o, _ = forward(*(cuda.to_device(a) for a in (q, k, v)), kernel="tensor_core",
+                       causal=True)
+        o_ref, _ = reference.attention(q, k, v, causal=True)
+        worst["fp16 device arrays"] = rel_err(o.copy_to_host(), o_ref)
+        shapes = shapes[1:2]
+    for (lead, tq, tk, d, causal) in shapes:
         q, k, v = (rng.standard_normal((*lead, n, d)).astype(np.float32)
                    for n in (tq, tk, tk))
         for precision, knobs in (("fp16", {}), ("bf16", {}), ("3xtf32", {}), ("tf32", {}),
@@ -537,7 +548,8 @@ def main(argv=None):
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--variants", action="store_true")
     ap.add_argument("--bench", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="bench only N in {1024, 4096}")
+    ap.add_argument("--quick", action="store_true",
+                    help="bench only N in {1024, 4096}; --sanitize-small on one shape")
     ap.add_argument("--sanitize-small", action="store_true")
     results.add_output_arguments(ap)
     args = ap.parse_args(argv)
@@ -546,7 +558,7 @@ def main(argv=None):
         simulator_smoke()
         return 0
     if args.sanitize_small:
-        sanitize_small()
+        sanitize_small(quick=args.quick)
         if not (args.check or args.variants or args.bench):
             return 0
     out = results.output_dir(args)
