@@ -262,3 +262,25 @@ def test_intrinsics_on_gpu():  # pragma: no cover - GPU only
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.check_intrinsics(np.random.default_rng(0), {})
+
+
+def test_old_gpus_are_refused_with_their_compute_capability(monkeypatch):
+    """mma.sync m16n8k16 (fp16/bf16) and m16n8k8 tf32 need compute capability 8.0+."""
+    from types import SimpleNamespace
+    dev = SimpleNamespace(compute_capability=(7, 5), name="Tesla T4")
+    monkeypatch.setattr(tc, "using_simulator", lambda: False)
+    monkeypatch.setattr(tc, "cuda", SimpleNamespace(get_current_device=lambda: dev))
+    for precision in ("fp16", "bf16", "3xtf32"):
+        with pytest.raises(RuntimeError, match=r"compute capability 7\.5"):
+            tc.check_capability(precision)
+    dev.compute_capability = (9, 0)
+    tc.check_capability("bf16")                                 # no error on sm_90
+
+
+def test_bfloat16_arrays_of_ml_dtypes(rng):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    q, k, v = (rng.standard_normal((1, n, 16)).astype(ml_dtypes.bfloat16) for n in (9, 12, 12))
+    o, _ = tc.forward(q, k, v, causal=True)
+    assert o.dtype == ml_dtypes.bfloat16
+    o_ref, _ = attention(*(a.astype(np.float32) for a in (q, k, v)), causal=True)
+    assert rel_err(o.astype(np.float32), o_ref) < 2e-2
