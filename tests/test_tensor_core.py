@@ -222,7 +222,7 @@ def test_bad_input_is_named(rng):
     with pytest.raises(ValueError, match="block_k"):
         tc.forward(q, q, q, block_k=24)
     with pytest.raises(ValueError, match="head dim"):
-        big = np.zeros((1, 4, 300), np.float32)
+        big = np.zeros((1, 4, 144), np.float32)
         tc.forward(big, big, big)
     with pytest.raises(TypeError, match="dtype"):
         tc.forward(q, q.astype(np.float64), q)

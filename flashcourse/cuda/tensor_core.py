@@ -30,8 +30,9 @@ from ._launch import check_registers, is_device_array, launch  # noqa: F401  (re
 from .mma import round_bf16
 
 PRECISIONS = ("fp16", "bf16", "3xtf32", "tf32")
-#: head dimensions compiled without padding; others are padded up to a multiple of 16
-MAX_HEAD_DIM = 256
+#: the largest head dimension d (checked on an H200: 5 to 128); d is padded with zeros up to
+#: a multiple of 16 (q, k: no change to the scores; v: extra output columns, dropped)
+MAX_HEAD_DIM = 128
 
 
 @dataclass(frozen=True)
@@ -274,7 +275,7 @@ def run_heads(x, out=None, precision: str | None = None, **tiles):
         raise ValueError(f"precision must be one of {PRECISIONS} or None, got {precision!r}")
     if x.d > MAX_HEAD_DIM:
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
-                         f"kernel, got d={x.d}")
+                         f"kernel (the sizes checked on a GPU), got d={x.d}")
     half = precision in ("fp16", "bf16")
     D = ceil_div(x.d, 16) * 16
     dt = np.dtype(x.dtype)
