@@ -43,7 +43,7 @@ from numba import cuda
 from flashcourse import env, reference, results
 from flashcourse.cuda import flash, mma
 from flashcourse.cuda import tensor_core as tc
-from flashcourse.timing import time_cuda
+from flashcourse.timing import rel_err, time_cuda
 
 NS = (1024, 4096, 8192, 16384)
 DS = (64, 128)
@@ -61,14 +61,8 @@ def log(*a):
     print(line, flush=True)
 
 
-def rel_err(x, ref):
-    x = np.asarray(x, np.float64)
-    ref = np.asarray(ref, np.float64)
-    n = np.linalg.norm(ref)
-    return float(np.linalg.norm(x - ref) / n) if n > 0 else float(np.linalg.norm(x))
-
-
 def flops(tq, tk, d, causal, bh=BH):
+    """4 B H Tq Tk d, halved when causal (the papers' and PyTorch benchmarks' convention)."""
     f = 4.0 * bh * tq * tk * d
     return f / 2 if causal else f
 
