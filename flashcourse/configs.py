@@ -18,7 +18,6 @@ widget shows without timing. The untuned and tuned defaults live beside the kern
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from ._checks import check_block
@@ -107,14 +106,9 @@ def valid_tms(block_q: int, block_k: int, threads: int, head_dim: int,
 def square_tm(block_q: int, block_k: int, threads: int, head_dim: int):
     """The valid tm whose score micro-tile TM x TN is closest to square (larger tm on
     ties): the most multiply-adds per shared-memory load for a given register count.
-    None when no tm fits."""
-    best = None
-    for tm in valid_tms(block_q, block_k, threads, head_dim):
-        mq, mk, _, _ = kernel_plan(block_q, block_k, threads, tm, head_dim)
-        score = (abs(math.log(mq / mk)), -tm)
-        if best is None or score < best[0]:
-            best = (score, tm)
-    return None if best is None else best[1]
+    None when no tm fits. (The kernel's own rule, `flashcourse.cuda.flash.square_tm`.)"""
+    from .cuda import flash
+    return flash.square_tm(head_dim, block_q, block_k, threads)
 
 
 def enumerate_configs(head_dim: int, limits: DeviceLimits, *,

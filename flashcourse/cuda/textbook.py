@@ -142,14 +142,53 @@ def signature():
     return (a3, a3, a3, a3, a2, int32, int32, int32, float32, int32, int32)
 
 
-def default_block() -> int:
-    return 8 if using_simulator() else 32
+#: Tile rows (= threads per block) tried, best first: one warp, then half and a quarter.
+BLOCKS = (32, 16, 8)
+#: The tile under Numba's simulator.
+SIMULATOR_BLOCK = 8
+
+
+@lru_cache(maxsize=None)
+def choose_block(d: int, limits) -> int:
+    """Tile rows (= threads per block) for head dim d on `limits` (pure): the first of
+    BLOCKS whose K, V and S tiles (`shared_bytes`) fit one block's shared memory with
+    the opt-in. At d = 256 a T4 (64 KiB) gets 16: 32 rows would need 69,632 B.
+    LaunchError naming shared memory when none fits."""
+    from ..limits import LaunchError
+    for block in BLOCKS:
+        try:
+            check_launch(block, shared_bytes(block, d), limits)
+        except LaunchError:
+            continue
+        return block
+    raise LaunchError("shared memory per block (opt-in)", shared_bytes(BLOCKS[-1], d),
+                      limits.smem_per_block_optin, "bytes",
+                      f"textbook kernel d={d} on {limits.name}: no tile fits")
+
+
+def default_block(d: int = 64, limits=None) -> int:
+    """Tile rows when the caller gives none: SIMULATOR_BLOCK on the simulator (when no
+    `limits` are given), else `choose_block` for this device's (or the given) limits."""
+    from ..limits import current_limits
+    if limits is None:
+        if using_simulator():
+            return SIMULATOR_BLOCK
+        limits = current_limits()
+    return choose_block(d, limits)
+
+
+def launches(d: int, tq: int, tk: int, bh: int, limits):
+    """The launch `run` makes with the default tile for `limits` (a `Launch`)."""
+    from ..limits import Launch
+    block = default_block(d, limits)
+    return (Launch(f"textbook kernel d={d}", (ceil_div(tq, block), bh), block,
+                   shared_bytes(block, d), config=f"Br=Bc={block} threads={block}"),)
 
 
 def run(qf, kf, vf, o, lse, tq, tk, d, scale, causal, block=None):
     """Launch on flattened float32 device arrays (B*H, T, d); grid (ceil(Tq/B), B*H)."""
     from .._checks import check_block
-    block = default_block() if block is None else check_block(block, "block_q")
+    block = default_block(d) if block is None else check_block(block, "block_q")
     nbytes = shared_bytes(block, d)
     check_launch(block, nbytes, what="textbook kernel")
     kern = make_textbook_kernel(block)

@@ -1,0 +1,54 @@
+"""Every CUDA kernel at awkward head dims (1, 3, 65, 129, 256), forward and backward,
+against the float64 reference, on Numba's simulator (or the GPU when there is one).
+
+Shapes are tiny and ragged (Tq = 5, Tk = 7 or the reverse, causal both ways, so some
+rows see no key) so each case takes well under a few seconds in the simulator; d = 1
+and d = 3 are below one thread column, 65 and 129 one past a power of two, 256 the
+largest head dim FlashAttention supports. Which configuration a GPU would choose at
+these d is tests/test_gpu_presets.py's job (pure); here the kernels compute.
+
+Tolerances: forward o and lse within 1e-5 relative (float32 compute, helpers.TOL);
+backward dq, dk, dv within 1e-4 relative per gradient (float32; a sum over Tq or Tk
+products of d-long dot products; measured ~3e-7 here).
+"""
+
+import numpy as np
+import pytest
+
+from flashcourse import reference
+from flashcourse.cuda import backward, forward
+from flashcourse.cuda.registry import BACKWARD, FORWARD
+from helpers import assert_close_to_reference, make_qkv, rel_err
+
+HEAD_DIMS = (1, 3, 65, 129, 256)
+BACKWARD_TOL = 1e-4
+CASES = [(5, 7, False), (7, 5, True)]       # (Tq, Tk, causal); Tq > Tk: rows with no key
+
+
+@pytest.mark.parametrize("kernel", tuple(FORWARD))
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_forward_at_awkward_head_dims(kernel, d):
+    rng = np.random.default_rng(d)
+    # dense loops over d in tiles with two barriers each (slow in the simulator): one case
+    for tq, tk, causal in CASES[-1:] if kernel == "dense" else CASES:
+        q, k, v = make_qkv(rng, (1,), tq, tk, d, dtype=np.float32)
+        o, lse = forward(q, k, v, kernel=kernel, causal=causal)
+        o_ref, lse_ref = reference.attention(q.astype(np.float64), k.astype(np.float64),
+                                             v.astype(np.float64), causal=causal)
+        assert_close_to_reference(o, lse, o_ref, lse_ref, np.float32)
+
+
+@pytest.mark.parametrize("kernel", tuple(BACKWARD))
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_backward_at_awkward_head_dims(kernel, d):
+    rng = np.random.default_rng(100 + d)
+    for tq, tk, causal in CASES:
+        q, k, v = (x.astype(np.float64) for x in make_qkv(rng, (1,), tq, tk, d))
+        do = rng.standard_normal((1, tq, d))
+        o, lse = reference.attention(q, k, v, causal=causal)
+        ref = reference.attention_backward(q, k, v, do, causal=causal)
+        f32 = [x.astype(np.float32) for x in (q, k, v, o, lse, do)]
+        got = backward(*f32, kernel=kernel, causal=causal)
+        for name, g, r in zip(("dq", "dk", "dv"), got, ref):
+            assert np.isfinite(g).all(), name
+            assert rel_err(g, r) <= BACKWARD_TOL, (kernel, d, tq, tk, causal, name)
