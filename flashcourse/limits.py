@@ -227,6 +227,39 @@ def check_launch(threads: int, shared_bytes: int, limits: DeviceLimits | None = 
             raise LaunchError(f"grid {axis} dimension", blocks, most, "blocks", what)
 
 
+#: Resident warps per SM a chosen default should keep when some candidate can: every
+#: default measured on the H200 keeps at least 8 (e.g. the backward's 2 blocks x 4 warps
+#: at d = 64); fewer leave too little work to hide memory latency. A heuristic: only the
+#: H200 was measured.
+MIN_RESIDENT_WARPS = 8
+
+
+def pick_config(candidates, limits: DeviceLimits, what: str,
+                min_warps: int = MIN_RESIDENT_WARPS):
+    """The key of the first candidate that launches on `limits` and keeps at least
+    `min_warps` warps resident per SM; failing that, of the first that launches.
+
+    candidates: (key, threads, shared_bytes) best first (a kernel's preference order,
+    already filtered by its own rules, e.g. no register spills). LaunchError naming
+    shared memory per block, with the smallest candidate's bytes, when none launches.
+    """
+    fitting, smallest = [], None
+    for key, threads, shared in candidates:
+        smallest = shared if smallest is None else min(smallest, shared)
+        try:
+            occ = occupancy(threads, shared, limits)
+        except LaunchError:
+            continue
+        if occ.warps_per_sm >= min_warps:
+            return key
+        fitting.append(key)
+    if fitting:
+        return fitting[0]
+    raise LaunchError("shared memory per block (opt-in)", smallest or 0,
+                      limits.smem_per_block_optin, "bytes",
+                      f"{what} on {limits.name}: no configuration fits")
+
+
 @dataclass(frozen=True)
 class Launch:
     """One kernel launch of a chosen configuration, as the device's limits see it.

@@ -19,7 +19,8 @@ from flashcourse.cuda import backward_kernels as bk
 from flashcourse.cuda import flash, textbook
 from flashcourse.cuda.registry import BACKWARD, FORWARD
 from flashcourse.geometry import ceil_div
-from flashcourse.limits import PRESETS, DeviceLimits, Launch, LaunchError, get_preset
+from flashcourse.limits import (MIN_RESIDENT_WARPS, PRESETS, DeviceLimits, Launch, LaunchError,
+                               get_preset, occupancy, pick_config)
 
 KERNELS = [(k.direction, k) for k in list(FORWARD.values()) + list(BACKWARD.values())]
 KERNEL_IDS = [f"{d}-{k.name}" for d, k in KERNELS]
@@ -136,18 +137,51 @@ def test_a_kernel_that_needs_sm80_may_refuse_naming_the_compute_capability():
         "65,536 bytes" in str(exc)
 
 
+def _warps(threads, shared, lim):
+    try:
+        return occupancy(threads, shared, lim).warps_per_sm
+    except LaunchError:
+        return None                                   # does not launch at all
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
-def test_defaults_at_the_largest_head_dim_fit_and_use_the_shared_memory(name):
-    """At d = 256 the chosen tiles use a good share of what the GPU offers (they were not
-    shrunk further than needed): the next larger candidate in the preference order does
-    not fit, or keeps too many floats per thread."""
+@pytest.mark.parametrize("d", [1, 64, 100, 128, 200, 256])
+def test_backward_tiles_are_the_first_good_candidate(name, d):
+    """The chosen tiles are not shrunk further than needed: every candidate before them
+    in the preference order does not launch, keeps too many floats per thread, or keeps
+    fewer than MIN_RESIDENT_WARPS warps per SM (only allowed when no candidate does)."""
     lim = PRESETS[name]
-    tiles = bk.choose_tiles(256, lim)
-    order = (bk.measured_tiles(256),) + bk.FALLBACK_TILES
-    for better in order[:order.index(tiles)]:
-        cfg = bk.layout(256, *better)
-        assert cfg.shared_bytes > lim.smem_per_block_optin or \
-            bk.micro_floats(cfg) > bk.MAX_MICRO_FLOATS, (name, better)
+    tiles = bk.choose_tiles(d, lim)
+    order = (bk.measured_tiles(d),) + bk.FALLBACK_TILES
+    ok = [t for t in order if bk.micro_floats(bk.layout(d, *t)) <= bk.MAX_MICRO_FLOATS
+          and _warps(bk.layout(d, *t).threads, bk.layout(d, *t).shared_bytes, lim)]
+    busy = [t for t in ok if _warps(bk.layout(d, *t).threads, bk.layout(d, *t).shared_bytes,
+                                    lim) >= MIN_RESIDENT_WARPS]
+    assert tiles == (busy or ok)[0]
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("d", [1, 64, 100, 128, 200, 256])
+def test_flash_config_is_the_first_good_candidate(name, d):
+    lim = PRESETS[name]
+    chosen = flash.default_config(d, lim)
+    order = list(flash._candidates(d, flash._tuned_key(d, lim.model)))
+    cfgs = [flash.layout(d, *c, shuffle=True) for c in order]
+    ok = [c for c, cfg in zip(order, cfgs) if flash.micro_floats(cfg) <= flash.MAX_MICRO_FLOATS
+          and _warps(cfg.threads, cfg.shared_bytes, lim)]
+    busy = [c for c, cfg in zip(order, cfgs) if c in ok
+            and _warps(cfg.threads, cfg.shared_bytes, lim) >= MIN_RESIDENT_WARPS]
+    assert chosen == (busy or ok)[0]
+
+
+def test_pick_config_prefers_enough_resident_warps_then_any_that_fits():
+    t4 = PRESETS["T4"]                                # 64 KiB per SM and per block
+    # 40 KiB x 128 threads: 1 block = 4 warps; 20 KiB x 128 threads: 3 blocks = 12 warps
+    assert pick_config([("a", 128, 40 * KiB), ("b", 128, 20 * KiB)], t4, "k") == "b"
+    assert pick_config([("x", 128, 70 * KiB), ("a", 128, 40 * KiB)], t4, "k") == "a"
+    with pytest.raises(LaunchError, match="k on T4 .preset.: no configuration fits: "
+                                          "cannot launch: shared memory per block"):
+        pick_config([("x", 128, 70 * KiB)], t4, "k")
 
 
 def test_h200_backward_at_d256_no_longer_refuses():
@@ -250,3 +284,17 @@ def test_simple_backward_goes_to_d256_and_names_the_limit_beyond():
     BACKWARD["simple"].launches(256, 8, 8, 1, PRESETS["T4"])
     with pytest.raises(ValueError, match="d <= 256"):
         BACKWARD["simple"].launches(257, 8, 8, 1, PRESETS["T4"])
+
+
+def test_readme_table_is_the_code_s():
+    """The README's "Which GPUs" table is `configs.preset_table()` (regenerate it if not)."""
+    from pathlib import Path
+
+    from flashcourse.configs import preset_table
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index("<!-- PRESET-TABLE")
+    body = readme[readme.index("\n", start) + 1:readme.index("<!-- /PRESET-TABLE -->")]
+    assert body.strip() == preset_table().strip(), \
+        "README's preset table is stale: paste flashcourse.configs.preset_table() there"
+    assert textbook.choose_block(240, PRESETS["T4"]) == 32      # the README's "from d = 241"
+    assert textbook.choose_block(241, PRESETS["T4"]) == 16

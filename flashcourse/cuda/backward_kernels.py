@@ -582,25 +582,19 @@ def micro_floats(cfg: BackwardConfig) -> int:
 def choose_tiles(d: int, limits):
     """(block_q, block_k, ty, tx) of the fast kernels for head dim d on `limits` (pure).
 
-    The first of `measured_tiles(d)` and FALLBACK_TILES that (1) fits one block within
-    `limits` (threads, shared memory with the opt-in) and (2) keeps at most
-    MAX_MICRO_FLOATS floats per thread. LaunchError naming shared memory when none fits.
+    Candidates, best first: `measured_tiles(d)`, then FALLBACK_TILES, each kept only if
+    it holds at most MAX_MICRO_FLOATS floats per thread. The first that fits one block
+    within `limits` (threads, shared memory with the opt-in) and keeps
+    `limits.MIN_RESIDENT_WARPS` warps resident per SM wins (`limits.pick_config`);
+    LaunchError naming shared memory per block when none fits.
     """
-    from ..limits import LaunchError
-    smallest = None
+    from ..limits import pick_config
+    cands = []
     for tiles in (measured_tiles(d),) + FALLBACK_TILES:
         cfg = layout(d, *tiles)
-        smallest = cfg.shared_bytes if smallest is None else min(smallest, cfg.shared_bytes)
-        if micro_floats(cfg) > MAX_MICRO_FLOATS:
-            continue
-        try:
-            check_launch(cfg.threads, cfg.shared_bytes, limits)
-        except LaunchError:
-            continue
-        return tiles
-    raise LaunchError("shared memory per block (opt-in)", smallest,
-                      limits.smem_per_block_optin, "bytes",
-                      f"backward kernel d={d} on {limits.name}: no configuration fits")
+        if micro_floats(cfg) <= MAX_MICRO_FLOATS:
+            cands.append((tiles, cfg.threads, cfg.shared_bytes))
+    return pick_config(cands, limits, f"backward kernel d={d}")
 
 
 def default_tiles(d: int, limits=None):

@@ -483,27 +483,20 @@ def _candidates(d: int, tuned):
 def choose_config(d: int, limits, tuned=None):
     """(block_q, block_k, threads, tm) for head dim d on a GPU with these limits (pure).
 
-    The first of: `tuned` (the recorded choice for this GPU model, when there is one),
-    `untuned_config(d)`, then FALLBACK_TILES (each with the squarest micro-tile), that
-    (1) fits one block within `limits` (threads, shared memory with the opt-in), and
-    (2) keeps at most MAX_MICRO_FLOATS floats per thread (no register spills).
-    LaunchError naming shared memory per block when none fits.
+    Candidates, best first: `tuned` (the recorded choice for this GPU model, when there
+    is one), `untuned_config(d)`, then FALLBACK_TILES (each with the squarest micro-tile),
+    each kept only if it holds at most MAX_MICRO_FLOATS floats per thread (no register
+    spills). The first that fits one block within `limits` (threads, shared memory with
+    the opt-in) and keeps `limits.MIN_RESIDENT_WARPS` warps resident per SM wins
+    (`limits.pick_config`); LaunchError naming shared memory per block when none fits.
     """
-    from ..limits import LaunchError
-    smallest = None
-    for br, bc, t, tm in _candidates(d, tuned):
-        cfg = layout(d, br, bc, t, tm, shuffle=True)
-        smallest = cfg.shared_bytes if smallest is None else min(smallest, cfg.shared_bytes)
-        if micro_floats(cfg) > MAX_MICRO_FLOATS:
-            continue
-        try:
-            check_launch(cfg.threads, cfg.shared_bytes, limits)
-        except LaunchError:
-            continue
-        return br, bc, t, tm
-    raise LaunchError("shared memory per block (opt-in)", smallest,
-                      limits.smem_per_block_optin, "bytes",
-                      f"flash kernel d={d} on {limits.name}: no configuration fits")
+    from ..limits import pick_config
+    cands = []
+    for key in _candidates(d, tuned):
+        cfg = layout(d, *key, shuffle=True)
+        if micro_floats(cfg) <= MAX_MICRO_FLOATS:
+            cands.append((key, cfg.threads, cfg.shared_bytes))
+    return pick_config(cands, limits, f"flash kernel d={d}")
 
 
 @lru_cache(maxsize=None)

@@ -152,18 +152,12 @@ SIMULATOR_BLOCK = 8
 def choose_block(d: int, limits) -> int:
     """Tile rows (= threads per block) for head dim d on `limits` (pure): the first of
     BLOCKS whose K, V and S tiles (`shared_bytes`) fit one block's shared memory with
-    the opt-in. At d = 256 a T4 (64 KiB) gets 16: 32 rows would need 69,632 B.
-    LaunchError naming shared memory when none fits."""
-    from ..limits import LaunchError
-    for block in BLOCKS:
-        try:
-            check_launch(block, shared_bytes(block, d), limits)
-        except LaunchError:
-            continue
-        return block
-    raise LaunchError("shared memory per block (opt-in)", shared_bytes(BLOCKS[-1], d),
-                      limits.smem_per_block_optin, "bytes",
-                      f"textbook kernel d={d} on {limits.name}: no tile fits")
+    the opt-in (`limits.pick_config`, without its resident-warps preference: smaller
+    blocks would only fill warps partly). At d = 256 a T4 (64 KiB) gets 16: 32 rows would
+    need 69,632 B. LaunchError naming shared memory when none fits."""
+    from ..limits import pick_config
+    return pick_config([(b, b, shared_bytes(b, d)) for b in BLOCKS], limits,
+                       f"textbook kernel d={d}", min_warps=0)   # a block is one warp at most
 
 
 def default_block(d: int = 64, limits=None) -> int:
