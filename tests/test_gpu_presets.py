@@ -298,3 +298,13 @@ def test_readme_table_is_the_code_s():
         "README's preset table is stale: paste flashcourse.configs.preset_table() there"
     assert textbook.choose_block(240, PRESETS["T4"]) == 32      # the README's "from d = 241"
     assert textbook.choose_block(241, PRESETS["T4"]) == 16
+
+
+def test_default_launches_lists_every_kernel_or_its_refusal():
+    from flashcourse.configs import default_launches
+    got = default_launches(PRESETS["T4"], 256)
+    assert set(got) == {(k.direction, k.name) for _, k in KERNELS}
+    assert all(isinstance(v, tuple) and v for v in got.values())
+    refused = default_launches(TINY, 256)
+    assert isinstance(refused["forward", "flash"], LaunchError)
+    assert isinstance(refused["forward", "dense"], tuple)        # 2,176 B static tiles fit
