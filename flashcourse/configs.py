@@ -184,8 +184,9 @@ def describe_config(block_q: int, block_k: int, threads: int, tm: int, head_dim:
 
 def default_launches(limits: DeviceLimits, head_dim: int, tq: int = 4096, tk: int = 4096,
                      batch_heads: int = 32) -> dict:
-    """{(direction, kernel name): its launches (tuple of `limits.Launch`) or the
-    LaunchError/ValueError that refuses it} with each registered kernel's default
+    """{(direction, kernel name): its launches (tuple of `limits.Launch`) or the error
+    that refuses it (LaunchError, or RuntimeError/ValueError naming the compute
+    capability or head dim it needs)} with each registered kernel's default
     configuration on a GPU with `limits` (no GPU needed)."""
     from .cuda.registry import BACKWARD, FORWARD
     out = {}
@@ -193,7 +194,7 @@ def default_launches(limits: DeviceLimits, head_dim: int, tq: int = 4096, tk: in
         try:
             out[spec.direction, spec.name] = spec.launches(head_dim, tq, tk, batch_heads,
                                                            limits)
-        except ValueError as exc:
+        except (ValueError, RuntimeError) as exc:
             out[spec.direction, spec.name] = exc
     return out
 

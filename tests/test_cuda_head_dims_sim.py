@@ -9,7 +9,11 @@ these d is tests/test_gpu_presets.py's job (pure); here the kernels compute, wit
 simulator's tiny tiles, and then with the tiles and thread layouts the GPU presets get
 at d = 256 (run at d = 3 to stay fast: the arrangement of threads does not depend on d).
 
-Tolerances: forward o and lse within 1e-5 relative (float32 compute, helpers.TOL);
+The tensor-core kernel supports d <= 128 (its MAX_HEAD_DIM): beyond, the test checks
+that it refuses, naming the limit.
+
+Tolerances: forward o and lse within 1e-5 relative (float32 compute, helpers.TOL; the
+tensor-core kernel runs float32 input as 3xTF32, within it too);
 backward dq, dk, dv within 1e-4 relative per gradient (float32; a sum over Tq or Tk
 products of d-long dot products; measured ~3e-7 here).
 """
@@ -31,8 +35,17 @@ CASES = [(5, 7, False), (7, 5, True)]       # (Tq, Tk, causal); Tq > Tk: rows wi
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_forward_at_awkward_head_dims(kernel, d):
     rng = np.random.default_rng(d)
-    # dense loops over d in tiles with two barriers each (slow in the simulator): one case
-    for tq, tk, causal in CASES[-1:] if kernel == "dense" else CASES:
+    if kernel == "tensor_core":
+        from flashcourse.cuda.tensor_core import MAX_HEAD_DIM
+        if d > MAX_HEAD_DIM:             # its documented limit: refused, naming it
+            q, k, v = make_qkv(rng, (1,), 5, 7, d, dtype=np.float32)
+            with pytest.raises(ValueError, match=f"at most {MAX_HEAD_DIM}"):
+                forward(q, k, v, kernel=kernel)
+            return
+    # dense loops over d in tiles with two barriers each, tensor_core emulates each mma
+    # (both slow in the simulator): one case each
+    slow = kernel in ("dense", "tensor_core")
+    for tq, tk, causal in CASES[-1:] if slow else CASES:
         q, k, v = make_qkv(rng, (1,), tq, tk, d, dtype=np.float32)
         o, lse = forward(q, k, v, kernel=kernel, causal=causal)
         o_ref, lse_ref = reference.attention(q.astype(np.float64), k.astype(np.float64),

@@ -48,6 +48,20 @@ def fits(launch: Launch, lim: DeviceLimits) -> list:
     return bad
 
 
+def allowed_refusal(kernel, d, lim, exc) -> bool:
+    """The refusals a kernel may give on a preset, each naming what the GPU lacks (any
+    other refusal fails the test below): the tensor-core kernel needs compute capability
+    8.0 (mma.sync with bf16/tf32; fp16 m16n8k16) and supports d <= 128."""
+    if kernel.name == "tensor_core":
+        from flashcourse.cuda.tensor_core import MAX_HEAD_DIM
+        if lim.compute_capability < (8, 0):
+            cc = "{}.{}".format(*lim.compute_capability)
+            return isinstance(exc, RuntimeError) and f"compute capability {cc}" in str(exc)
+        if d > MAX_HEAD_DIM:
+            return isinstance(exc, ValueError) and f"at most {MAX_HEAD_DIM}" in str(exc)
+    return False
+
+
 # ---------------------------------------------------------------------------
 # The presets carry the published numbers
 # ---------------------------------------------------------------------------
@@ -119,8 +133,9 @@ def test_every_kernel_launches_within_every_preset(direction, kernel):
                     pytest.fail(f"{direction} kernel {kernel.name!r} registers no `launches` "
                                 "(flashcourse.cuda.registry): say which launches its "
                                 "default configuration makes on a GPU with given limits")
-                except LaunchError as exc:     # refused: allowed only when nothing can fit
-                    problems.append(f"{name} d={d} Tq={tq}: refused: {exc}")
+                except (LaunchError, ValueError, RuntimeError) as exc:
+                    if not allowed_refusal(kernel, d, lim, exc):
+                        problems.append(f"{name} d={d} Tq={tq}: refused: {exc}")
                     continue
                 assert launches, kernel.name
                 for one in launches:
@@ -130,8 +145,19 @@ def test_every_kernel_launches_within_every_preset(direction, kernel):
     assert not problems, "\n".join(problems[:10])
 
 
-def test_a_kernel_that_needs_sm80_may_refuse_naming_the_compute_capability():
-    """What the test above accepts as a refusal: a LaunchError naming the limit."""
+def test_the_tensor_core_kernel_refuses_below_sm80_naming_the_compute_capability():
+    tc = FORWARD["tensor_core"]
+    with pytest.raises(RuntimeError, match=r"compute capability 8\.0 or newer.*T4 \(preset\)"
+                                           r"\) has compute capability 7\.5"):
+        tc.launches(64, 128, 128, 1, PRESETS["T4"])
+    for name in ("A10G", "L4", "RTX 3090", "RTX 4090", "A100 40GB", "H100 SXM", "H200"):
+        (one,) = tc.launches(64, 4096, 4096, 32, PRESETS[name])
+        assert not fits(one, PRESETS[name])
+    with pytest.raises(ValueError, match="at most 128"):
+        tc.launches(129, 128, 128, 1, PRESETS["H200"])
+
+
+def test_a_launch_error_names_the_limit_and_the_amounts():
     exc = LaunchError("shared memory per block (opt-in)", 70_000, 65_536, "bytes", "x")
     assert "shared memory per block (opt-in) exceeded, asked 70,000 bytes, available " \
         "65,536 bytes" in str(exc)
@@ -304,6 +330,7 @@ def test_default_launches_lists_every_kernel_or_its_refusal():
     from flashcourse.configs import default_launches
     got = default_launches(PRESETS["T4"], 256)
     assert set(got) == {(k.direction, k.name) for _, k in KERNELS}
+    assert isinstance(got.pop(("forward", "tensor_core")), RuntimeError)   # CC 7.5
     assert all(isinstance(v, tuple) and v for v in got.values())
     refused = default_launches(TINY, 256)
     assert isinstance(refused["forward", "flash"], LaunchError)

@@ -24,8 +24,9 @@ dicts; nothing else lists the kernels. One entry says everything a caller needs:
                  from the limits by a pure function beside the kernel (flash.choose_config,
                  backward_kernels.choose_tiles, textbook.choose_block; dense.GPU_TILES and
                  decode_kernels.default_launch are fixed shapes that fit every preset).
-                 Raises LaunchError naming the limit where no configuration fits (or
-                 ValueError naming the compute capability a kernel needs).
+                 Raises LaunchError naming the limit where no configuration fits,
+                 RuntimeError naming the compute capability a kernel needs (tensor_core
+                 below 8.0) or ValueError for a head dim it does not support.
                  tests/test_gpu_presets.py checks every kernel on every preset.
 
 To add a kernel: write its module beside the others (header comment: the idea, the
@@ -207,7 +208,8 @@ register(Kernel("tensor_core", "forward", _run_tensor_core,
                 ("precision", "warps", "block_k", "m_tiles", "prefetch", "min_blocks"),
                 description="FlashAttention-2 on tensor cores (mma.sync): fp16/bf16, or "
                             "fp32 through 3xTF32",
-                dtypes=(np.float16, np.float32), convert_to=None))
+                dtypes=(np.float16, np.float32), convert_to=None,
+                launches=_launches("tensor_core")))
 register(Kernel("simple", "backward", _backward_runner("simple"), (), _delta_bytes,
                 description="one thread per row, two launches, no shared memory (d <= 256)",
                 launches=_launches("backward_kernels", kernel="simple")))
