@@ -335,3 +335,21 @@ def test_default_launches_lists_every_kernel_or_its_refusal():
     refused = default_launches(TINY, 256)
     assert isinstance(refused["forward", "flash"], LaunchError)
     assert isinstance(refused["forward", "dense"], tuple)        # 2,176 B static tiles fit
+
+
+def test_a_device_starts_from_the_table_of_its_compute_capability(monkeypatch):
+    """`DeviceLimits.from_device` on a GPU: what the device reports wins; what it does not
+    report comes from its compute capability's row (here an sm_86 card that reports only
+    its name, CC and SM count), and the tuned H200 choice does not apply to it."""
+    from types import SimpleNamespace
+
+    import flashcourse.gpu
+    monkeypatch.setattr(flashcourse.gpu, "using_simulator", lambda: False)
+    dev = SimpleNamespace(name=b"NVIDIA GeForce RTX 3090", compute_capability=(8, 6),
+                          MULTIPROCESSOR_COUNT=82, MAX_GRID_DIM_Y=65535)
+    lim = DeviceLimits.from_device(dev)
+    assert (lim.name, lim.model, lim.sm_count, lim.sm_arch) == \
+        ("NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 3090", 82, "sm_86")
+    assert (lim.smem_per_block_optin, lim.max_threads_per_sm, lim.max_blocks_per_sm) == \
+        (99 * KiB, 1536, 16)
+    assert flash.default_config(64, lim) == flash.default_config(64, PRESETS["RTX 3090"])

@@ -644,6 +644,8 @@ def launches(d: int, tq: int, tk: int, bh: int, limits, kernel: str = "fast"):
     cfg = layout(d, *tiles)
     label = f"Br={br} Bc={bc} threads={ty}x{tx}"
     first = "kv_atomic" if kernel == "fast" else "kv"
+    # the key-major kernel without dQ is the atomic one minus its dQ part: its recorded
+    # registers (kv_atomic) bound it
     out.append(Launch(f"backward {first} d={d}", (ceil_div(tk, bc), bh), cfg.threads,
                       cfg.shared_bytes, regs_per_thread=_recorded_regs(d, tiles, "kv_atomic"),
                       config=label))
