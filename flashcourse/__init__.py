@@ -4,7 +4,7 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
 
  0  gpu         GPU-or-simulator selection (runs on import, before Numba loads)
     _checks     validation of every argument; `flatten_heads`, the one validate-and-flatten
-    gpus        published sizes and rates of a few GPUs
+    gpus        published sizes and rates of common GPUs; limits per compute capability
     constants   float32 constants of the compiled kernels
     timing      the timing harness: CUDA events, host clocks, TFLOP/s, relative error
     formats     rounding to fp16 / bf16 (emulated) and unit roundoffs

@@ -14,11 +14,17 @@ limit that rejects each, `flashcourse.limits`); `describe_config` gathers what t
 widget shows without timing. The untuned and tuned defaults live beside the kernel
 (`flashcourse.cuda.flash.untuned_config`, `default_config`); timing them is
 `flashcourse.sweep`.
+
+Any GPU: each kernel family chooses its default configuration from a device's limits
+with one pure function beside its kernel (`flash.choose_config`,
+`backward_kernels.choose_tiles`, `textbook.choose_block`; dense and the simple backward
+have fixed shapes that fit every preset), and says which launches that makes
+(`registry` entries' `launches`). `default_launches` gathers them for one GPU;
+`preset_table` is the table of the README's "Which GPUs".
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from ._checks import check_block
@@ -107,14 +113,9 @@ def valid_tms(block_q: int, block_k: int, threads: int, head_dim: int,
 def square_tm(block_q: int, block_k: int, threads: int, head_dim: int):
     """The valid tm whose score micro-tile TM x TN is closest to square (larger tm on
     ties): the most multiply-adds per shared-memory load for a given register count.
-    None when no tm fits."""
-    best = None
-    for tm in valid_tms(block_q, block_k, threads, head_dim):
-        mq, mk, _, _ = kernel_plan(block_q, block_k, threads, tm, head_dim)
-        score = (abs(math.log(mq / mk)), -tm)
-        if best is None or score < best[0]:
-            best = (score, tm)
-    return None if best is None else best[1]
+    None when no tm fits. (The kernel's own rule, `flashcourse.cuda.flash.square_tm`.)"""
+    from .cuda import flash
+    return flash.square_tm(head_dim, block_q, block_k, threads)
 
 
 def enumerate_configs(head_dim: int, limits: DeviceLimits, *,
@@ -179,3 +180,42 @@ def describe_config(block_q: int, block_k: int, threads: int, tm: int, head_dim:
             "traffic": traffic,
             "flops": attention_flops(seq_len, seq_len, head_dim) * batch_heads,
             "kv_rereads": ceil_div(seq_len, block_q)}
+
+
+def default_launches(limits: DeviceLimits, head_dim: int, tq: int = 4096, tk: int = 4096,
+                     batch_heads: int = 32) -> dict:
+    """{(direction, kernel name): its launches (tuple of `limits.Launch`) or the error
+    that refuses it (LaunchError, or RuntimeError/ValueError naming the compute
+    capability or head dim it needs)} with each registered kernel's default
+    configuration on a GPU with `limits` (no GPU needed)."""
+    from .cuda.registry import BACKWARD, FORWARD
+    out = {}
+    for spec in list(FORWARD.values()) + list(BACKWARD.values()):
+        try:
+            out[spec.direction, spec.name] = spec.launches(head_dim, tq, tk, batch_heads,
+                                                           limits)
+        except (ValueError, RuntimeError) as exc:
+            out[spec.direction, spec.name] = exc
+    return out
+
+
+def preset_table(head_dims=(64, 128, 256)) -> str:
+    """A markdown table: per GPU preset (`limits.PRESETS`), its compute capability and
+    shared memory per block, and the default tiles of the flash forward (Br x Bc, threads)
+    and of the fast backward (Br x Bc, TY x TX threads) at each head dim."""
+    from .cuda import backward_kernels, flash
+    from .limits import PRESETS
+    head = ["GPU", "CC", "shared/block"] + [f"flash d={d}" for d in head_dims] + \
+        [f"backward d={d}" for d in head_dims]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, lim in PRESETS.items():
+        cells = [name, "{}.{}".format(*lim.compute_capability),
+                 f"{lim.smem_per_block_optin // 1024} KiB"]
+        for d in head_dims:
+            br, bc, t, tm = flash.default_config(d, lim)
+            cells.append(f"{br}x{bc}, {t}")
+        for d in head_dims:
+            br, bc, ty, tx = backward_kernels.default_tiles(d, lim)
+            cells.append(f"{br}x{bc}, {ty}x{tx}")
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)

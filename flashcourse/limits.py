@@ -2,12 +2,15 @@
 
 A kernel launch fits only within the device's own limits (read from the device when
 there is one, `DeviceLimits.from_device()`; H200 numbers from `flashcourse.gpus` under
-the simulator, `current_limits()`):
+the simulator, `current_limits()`; `PRESETS` holds the limits of common GPUs, built
+from their published specifications in `flashcourse.gpus`):
 
-    shared memory per block   48 KiB by default; Hopper lets a kernel opt in to
-                              227 KiB (`flashcourse.cuda._launch.set_max_dynamic_shared_bytes`)
+    shared memory per block   48 KiB by default; a kernel may opt in to more: 64 KiB on
+                              a T4 (CC 7.5), 99 KiB on CC 8.6/8.9, 163 KiB on an A100,
+                              227 KiB on Hopper (`flashcourse.cuda._launch.launch`)
     registers per thread      <= 255, and threads x registers <= 65,536 per block
     threads per block         <= 1,024
+    grid                      <= 2**31 - 1 x 65,535 x 65,535 blocks
 
 `check_launch` raises `LaunchError` naming the limit, the amount asked and the amount
 available. Occupancy = how many blocks of one kernel a streaming multiprocessor (SM)
@@ -25,7 +28,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from ._checks import check_block
 from .geometry import ceil_div
-from .gpus import GPU, get_gpu
+from .gpus import GPU, GPUS, get_gpu
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ class DeviceLimits:
     many copies of, a kernel launch fit (units in each field name or comment)."""
 
     name: str
-    compute_capability: tuple = (9, 0)
+    compute_capability: tuple = (9, 0)        # (major, minor)
     sm_count: int = 132
     warp_size: int = 32                       # threads
     max_threads_per_block: int = 1024         # threads
@@ -50,15 +53,30 @@ class DeviceLimits:
     smem_reserved_per_block: int = 1024       # bytes the system keeps per block
     smem_alloc_unit: int = 128                # bytes
     l2_bytes: int = 52428800                  # bytes
+    max_grid: tuple = (2 ** 31 - 1, 65535, 65535)   # blocks in x, y, z
+    model: str = ""                           # the name the device reports ("NVIDIA H200")
+
+    @property
+    def sm_arch(self) -> str:
+        """The compute capability as nvcc names it, e.g. "sm_80"."""
+        return "sm_{}{}".format(*self.compute_capability)
 
     @classmethod
     def from_gpu(cls, gpu: GPU, name: str | None = None) -> "DeviceLimits":
-        """Compute-capability 9.0 limits with the SM count, shared memory and L2 of a
-        published GPU (`flashcourse.gpus`)."""
-        return cls(name=name or f"{gpu.name} (preset)", sm_count=gpu.sms,
-                   smem_per_sm=gpu.smem_per_sm_bytes,
-                   smem_per_block_optin=gpu.smem_per_block_optin_bytes,
-                   l2_bytes=gpu.l2_bytes)
+        """The limits of a published GPU (`flashcourse.gpus`): per-SM and per-block limits
+        of its compute capability, and its own SM count and L2."""
+        cc = gpu.limits
+        return cls(name=name or f"{gpu.name} (preset)",
+                   compute_capability=cc.cc, sm_count=gpu.sms,
+                   max_threads_per_block=cc.max_threads_per_block,
+                   max_threads_per_sm=cc.max_threads_per_sm,
+                   max_blocks_per_sm=cc.max_blocks_per_sm,
+                   regs_per_sm=cc.regs_per_sm, max_regs_per_block=cc.max_regs_per_block,
+                   max_regs_per_thread=cc.max_regs_per_thread,
+                   smem_per_sm=cc.smem_per_sm, smem_per_block=cc.smem_per_block,
+                   smem_per_block_optin=cc.smem_per_block_optin,
+                   smem_reserved_per_block=cc.smem_reserved_per_block,
+                   l2_bytes=gpu.l2_bytes, model=gpu.device_name)
 
     @classmethod
     def from_device(cls, device=None) -> "DeviceLimits":
@@ -70,9 +88,14 @@ class DeviceLimits:
         dev = cuda.get_current_device() if device is None else device
         name = getattr(dev, "name", "simulated device (H100/H200 limits assumed)")
         name = name.decode() if isinstance(name, bytes) else str(name)
-        base = replace(H200_LIMITS, name=name)
+        base = replace(H200_LIMITS, name=name, model=name)
         if using_simulator():
             return base
+        cc = tuple(getattr(dev, "compute_capability", (9, 0)))
+        for preset in PRESETS.values():      # start from the table of this CC, if listed
+            if preset.compute_capability == cc:
+                base = replace(preset, name=name, model=name)
+                break
 
         def attr(key, default):
             # an attribute this driver/binding does not expose keeps the preset's value
@@ -81,7 +104,7 @@ class DeviceLimits:
 
         return replace(
             base,
-            compute_capability=tuple(getattr(dev, "compute_capability", (9, 0))),
+            compute_capability=cc,
             sm_count=attr("MULTIPROCESSOR_COUNT", base.sm_count),
             warp_size=attr("WARP_SIZE", base.warp_size),
             max_threads_per_block=attr("MAX_THREADS_PER_BLOCK", base.max_threads_per_block),
@@ -96,26 +119,44 @@ class DeviceLimits:
             smem_reserved_per_block=attr("RESERVED_SHARED_MEMORY_PER_BLOCK",
                                          base.smem_reserved_per_block),
             l2_bytes=attr("L2_CACHE_SIZE", base.l2_bytes),
+            max_grid=(attr("MAX_GRID_DIM_X", base.max_grid[0]),
+                      attr("MAX_GRID_DIM_Y", base.max_grid[1]),
+                      attr("MAX_GRID_DIM_Z", base.max_grid[2])),
         )
 
     @classmethod
     def from_dict(cls, d: dict) -> "DeviceLimits":
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
-        if "compute_capability" in kw:
-            kw["compute_capability"] = tuple(kw["compute_capability"])
+        for key in ("compute_capability", "max_grid"):
+            if key in kw:
+                kw[key] = tuple(kw[key])
         return cls(**kw)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["compute_capability"] = list(self.compute_capability)
+        d["max_grid"] = list(self.max_grid)
         return d
 
 
+#: The limits of every GPU of `flashcourse.gpus.GPUS`, by the same name ("T4", "A10G",
+#: "L4", "RTX 3090", "RTX 4090", "A100 40GB", "A100 80GB", "H100 SXM", "H200"): the
+#: per-SM/per-block limits of its compute capability (CUDA C++ Programming Guide) with its
+#: datasheet's SM count and L2. Kernels choose their configurations from these
+#: (`flashcourse.cuda.registry`, `launches`); only the H200's were measured.
+PRESETS = {name: DeviceLimits.from_gpu(gpu) for name, gpu in GPUS.items()}
+
 #: Hopper H100 SXM (132 SMs, 50 MiB L2), the CUDA occupancy calculator's numbers for cc 9.0.
-H100_LIMITS = DeviceLimits.from_gpu(get_gpu("H100 SXM"), "NVIDIA H100 80GB HBM3 (preset)")
+H100_LIMITS = replace(PRESETS["H100 SXM"], name="NVIDIA H100 80GB HBM3 (preset)")
 #: H200: the same SM as the H100 and 60 MiB of L2 (as an H200 reports it).
-H200_LIMITS = DeviceLimits.from_gpu(get_gpu("H200"), "NVIDIA H200 (preset)")
+H200_LIMITS = replace(PRESETS["H200"], name="NVIDIA H200 (preset)")
+
+
+def get_preset(name: str) -> DeviceLimits:
+    """The limits of the GPU called `name` (a key of PRESETS)."""
+    get_gpu(name)                            # ValueError naming the argument
+    return PRESETS[name]
 
 
 def current_limits() -> DeviceLimits:
@@ -152,13 +193,15 @@ def _ceil_to(x: int, unit: int) -> int:
 
 
 def check_launch(threads: int, shared_bytes: int, limits: DeviceLimits | None = None, *,
-                 regs_per_thread: int | None = None, optin: bool = True, what: str = "") -> None:
+                 regs_per_thread: int | None = None, optin: bool = True, what: str = "",
+                 grid: tuple | None = None) -> None:
     """Raise LaunchError if one block of this shape cannot launch on `limits`
     (default: `current_limits()`).
 
     threads: threads per block; shared_bytes: shared memory per block (bytes, static
     plus dynamic); regs_per_thread: from the compiled kernel (None = unknown, skipped);
-    optin: whether the kernel raises its dynamic shared-memory limit beyond 48 KiB.
+    optin: whether the kernel raises its dynamic shared-memory limit beyond 48 KiB;
+    grid: blocks in x, y (and z), None = not checked.
     """
     limits = current_limits() if limits is None else limits
     threads = check_block(threads, "threads")
@@ -179,6 +222,74 @@ def check_launch(threads: int, shared_bytes: int, limits: DeviceLimits | None = 
         if regs_block > limits.max_regs_per_block:
             raise LaunchError("registers per block", regs_block, limits.max_regs_per_block,
                               "registers", what)
+    for axis, blocks, most in zip("xyz", grid or (), limits.max_grid):
+        if blocks > most:
+            raise LaunchError(f"grid {axis} dimension", blocks, most, "blocks", what)
+
+
+#: Resident warps per SM a chosen default should keep when some candidate can: every
+#: default measured on the H200 keeps at least 8 (e.g. the backward's 2 blocks x 4 warps
+#: at d = 64); fewer leave too little work to hide memory latency. A heuristic: only the
+#: H200 was measured.
+MIN_RESIDENT_WARPS = 8
+
+
+def pick_config(candidates, limits: DeviceLimits, what: str,
+                min_warps: int = MIN_RESIDENT_WARPS):
+    """The key of the first candidate that launches on `limits` and keeps at least
+    `min_warps` warps resident per SM; failing that, of the first that launches.
+
+    candidates: (key, threads, shared_bytes) best first (a kernel's preference order,
+    already filtered by its own rules, e.g. no register spills). LaunchError naming
+    shared memory per block, with the smallest candidate's bytes, when none launches.
+    """
+    fitting, smallest = [], None
+    for key, threads, shared in candidates:
+        smallest = shared if smallest is None else min(smallest, shared)
+        try:
+            occ = occupancy(threads, shared, limits)
+        except LaunchError:
+            continue
+        if occ.warps_per_sm >= min_warps:
+            return key
+        fitting.append(key)
+    if fitting:
+        return fitting[0]
+    raise LaunchError("shared memory per block (opt-in)", smallest or 0,
+                      limits.smem_per_block_optin, "bytes",
+                      f"{what} on {limits.name}: no configuration fits")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of a chosen configuration, as the device's limits see it.
+
+    what: the kernel (and its configuration, for messages); grid: blocks (x, y[, z]);
+    threads: per block; shared_bytes: per block (static plus dynamic); optin: whether
+    the kernel opts in beyond 48 KiB of dynamic shared memory; regs_per_thread: as
+    compiled for the H200 (recorded in benchmarks/results/), None where unknown;
+    config: the tile choices in words, e.g. "Br=64 Bc=32 threads=256 tm=4".
+    """
+
+    what: str
+    grid: tuple
+    threads: int
+    shared_bytes: int
+    optin: bool = True
+    regs_per_thread: int | None = None
+    config: str = ""
+
+    def check(self, limits: DeviceLimits) -> None:
+        """LaunchError naming the limit if this launch cannot run on `limits`.
+
+        Unknown registers per thread count as `limits.max_regs_per_thread` (255): no
+        compiled kernel uses more, so this bound is conservative. With 255 registers a
+        block of up to 256 threads always fits the 65,536 registers of a block.
+        """
+        regs = limits.max_regs_per_thread if self.regs_per_thread is None \
+            else self.regs_per_thread
+        check_launch(self.threads, self.shared_bytes, limits, regs_per_thread=regs,
+                     optin=self.optin, what=self.what, grid=self.grid)
 
 
 @dataclass(frozen=True)

@@ -120,12 +120,14 @@ def load_traffic(path=None) -> dict | None:
     return load(TRAFFIC_FILE if path is None else path, "ncu_traffic")
 
 
-def tuned_config(head_dim: int, path=None, gpu_name: str | None = None) -> dict | None:
+def tuned_config(head_dim: int, path=None, gpu_name: str | None = None,
+                 doc=None) -> dict | None:
     """The tuned default {block_q, block_k, threads, tm, unroll} for `head_dim` from the
-    recorded sweep; None when there is no record (no file, another head dimension, or
-    another GPU when `gpu_name` is given). A broken file raises ResultsError."""
+    recorded sweep (or the already loaded `doc`); None when there is no record (no file,
+    another head dimension, or another GPU when `gpu_name` is given). A broken file
+    raises ResultsError."""
     d = check_block(head_dim, "head_dim")
-    doc = load_sweep(path)
+    doc = load_sweep(path) if doc is None else doc
     if doc is None:
         return None
     if gpu_name is not None and gpu_name != doc["environment"].get("gpu"):
@@ -159,6 +161,26 @@ def recorded_row(head_dim, seq_len, block_q, block_k, threads, tm, doc=None):
     hits = [r for r in doc["rows"] if r["seq_len"] == seq_len
             and _match(r, head_dim, block_q, block_k, threads, tm)]
     return max(hits, key=lambda r: r.get("tflops") or 0.0) if hits else None
+
+
+#: The recorded backward benchmark of the H200 (its "resources" hold registers per thread).
+BACKWARD_FILE = RESULTS_DIR / "h200_backward.json"
+
+
+def load_backward(path=None) -> dict | None:
+    """The recorded backward benchmark (validated), or None when none exists."""
+    return load(BACKWARD_FILE if path is None else path, "gpu_backward")
+
+
+def recorded_backward_regs(head_dim, tiles, kernel, doc=None):
+    """Registers per thread recorded on the H200 for a fast backward kernel ("kv_atomic"
+    or "q_pass") with tiles (block_q, block_k, ty, tx) at `head_dim`, or None."""
+    doc = load_backward() if doc is None else doc
+    for r in (doc or {}).get("resources", []):
+        if (r.get("d"), tuple(r.get("config") or ()), r.get("kernel")) == \
+                (head_dim, tuple(tiles), kernel) and r.get("regs"):
+            return r["regs"]
+    return None
 
 
 def recorded_regs(head_dim, block_q, block_k, threads, tm, doc=None):

@@ -195,7 +195,8 @@ def test_validation_names_the_argument(call, name):
 
 
 def test_gpu_presets_are_consistent():
-    assert set(GPUS) == {"T4", "A100 40GB", "A100 80GB", "H100 SXM", "H200"}
+    assert set(GPUS) == {"T4", "A10G", "L4", "RTX 3090", "RTX 4090", "A100 40GB",
+                         "A100 80GB", "H100 SXM", "H200"}
     for g in GPUS.values():
         assert g.smem_per_block_optin_bytes <= g.smem_per_sm_bytes < g.l2_bytes < g.memory_bytes
         assert g.fp32_flops_per_s < g.fp16_tensor_flops_per_s

@@ -17,7 +17,7 @@ Kernel versions, side by side (same contract, all validated against
                         recomputes s, p, dP, dS to get dQ_i = scale sum_j dS_ij k_j.
                       Each thread re-reads whole rows of Q/dO (or K/V) from global
                       memory for every pair: ~ 4 Tq Tk d 4 B of loads, served by the
-                      caches at best. Correct, slow, no atomics, d <= 128.
+                      caches at best. Correct, slow, no atomics, d <= 256.
   2. "fast"           FlashAttention-2's backward. One thread block per (key block j
                       of Bc rows, head). K_j, V_j are loaded into shared memory once;
                       dK_j, dV_j accumulate in registers (each thread owns a micro-tile
@@ -66,7 +66,10 @@ from ..constants import F0, NEG_INF
 from ._launch import launch
 
 #: Largest head dimension the simple kernels support (their local arrays are this long).
-SIMPLE_MAX_D = 128
+SIMPLE_MAX_D = 256
+#: Below this head dimension the simple kernels are compiled with local arrays of this
+#: length (what was measured on the H200); above it, with SIMPLE_MAX_D.
+SIMPLE_SMALL_D = 128
 #: The versions `run` launches (registered in flashcourse.cuda.registry).
 VERSIONS = ("simple", "fast", "fast_two_pass")
 
@@ -106,7 +109,9 @@ def _sig(name):
 # ---------------------------------------------------------------------------
 
 @lru_cache(maxsize=None)
-def _simple_kernels():
+def _simple_kernels(max_d: int = SIMPLE_SMALL_D):
+    """(delta, simple_dkdv, simple_dq) with per-thread accumulators of max_d floats."""
+    MAXD = max_d
 
     @cuda.jit
     def bwd_delta(o, do, delta, dq, zero_dq, tq, d):
@@ -131,8 +136,8 @@ def _simple_kernels():
         h = cuda.blockIdx.y
         if j >= tk:
             return
-        adk = cuda.local.array(SIMPLE_MAX_D, float32)      # dK_j accumulator (d,)
-        adv = cuda.local.array(SIMPLE_MAX_D, float32)      # dV_j accumulator (d,)
+        adk = cuda.local.array(MAXD, float32)      # dK_j accumulator (d,)
+        adv = cuda.local.array(MAXD, float32)      # dV_j accumulator (d,)
         for c in range(d):
             adk[c] = F0
             adv[c] = F0
@@ -164,7 +169,7 @@ def _simple_kernels():
         h = cuda.blockIdx.y
         if i >= tq:
             return
-        adq = cuda.local.array(SIMPLE_MAX_D, float32)
+        adq = cuda.local.array(MAXD, float32)
         for c in range(d):
             adq[c] = F0
         li = lse[h, i]
@@ -237,8 +242,9 @@ class BackwardConfig:
         return 4 * self.offsets()[-1]
 
 
-def plan(d: int, block_q: int, block_k: int, ty: int, tx: int) -> BackwardConfig:
-    """Check a fast-kernel configuration; return it (ValueError names the bad argument)."""
+def layout(d: int, block_q: int, block_k: int, ty: int, tx: int) -> BackwardConfig:
+    """Arrange TY x TX threads over Br x Bc tiles for head dim d; ValueError names the bad
+    argument. Whether it fits a device is `plan`'s question (`check_launch`)."""
     for name, val in (("block_q", block_q), ("block_k", block_k), ("ty", ty), ("tx", tx)):
         if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
             raise ValueError(f"{name} must be a positive integer, got {val!r}")
@@ -247,8 +253,12 @@ def plan(d: int, block_q: int, block_k: int, ty: int, tx: int) -> BackwardConfig
     if block_k % ty or block_k % tx:
         raise ValueError(f"block_k={block_k} must be a multiple of the thread rows ({ty}) and "
                          f"columns ({tx})")
-    cfg = BackwardConfig(int(block_q), int(block_k), int(ty), int(tx),
-                         ceil_div(d, tx) * tx)
+    return BackwardConfig(int(block_q), int(block_k), int(ty), int(tx), ceil_div(d, tx) * tx)
+
+
+def plan(d: int, block_q: int, block_k: int, ty: int, tx: int) -> BackwardConfig:
+    """`layout`, then check that one block fits this device's limits (LaunchError if not)."""
+    cfg = layout(d, block_q, block_k, ty, tx)
     check_launch(cfg.threads, cfg.shared_bytes, what="backward kernel")
     return cfg
 
@@ -532,15 +542,125 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
     return cuda.jit(bwd_kv_atomic), cuda.jit(bwd_kv), cuda.jit(bwd_q), cfg
 
 
-def default_tiles(d: int):
-    """(block_q, block_k, ty, tx) used when the caller gives none."""
-    if using_simulator():
-        return 8, 8, 4, 4
-    # Chosen from the first H200 sweep (benchmarks/NOTES_cuda_backward.md): at d = 64 the
-    # 8 x 16-thread layout (8 x 4 micro-tiles, 2 blocks per SM) beat 16 x 16 threads by 25 %.
+#: The tiles under Numba's simulator: (block_q, block_k, ty, tx), 16 simulated threads.
+SIMULATOR_TILES = (8, 8, 4, 4)
+#: Most floats a thread may keep in its arrays (dK, dV, S, dP, dQ micro-tiles and the
+#: staging rows; `micro_floats`) for the chosen configuration: the measured defaults keep
+#: 184 at d = 64 and d = 128 and compiled to 253 and 219 registers with no local memory on
+#: the H200 (benchmarks/results/h200_backward.json, "resources"); more would spill.
+MAX_MICRO_FLOATS = 192
+#: (block_q, block_k, ty, tx) tried after the measured default when it does not fit, best
+#: first: larger tiles (fewer passes over Q, dO and over K, V), then wider key tiles (the
+#: key-major kernel re-reads Q_i, dO_i once per key block), then more threads.
+FALLBACK_TILES = tuple(sorted(
+    ((br, bc, ty, tx) for br in (64, 32, 16, 8) for bc in (64, 32, 16)
+     for ty, tx in ((16, 16), (8, 16), (8, 32))
+     if br % ty == 0 and bc % ty == 0 and bc % tx == 0),
+    key=lambda c: (-c[0] * c[1], -c[1], -c[2] * c[3])))
+
+
+def measured_tiles(d: int):
+    """(block_q, block_k, ty, tx) measured on the H200, before any fitting to a device.
+
+    Chosen from the first H200 sweep (benchmarks/NOTES_cuda_backward.md): at d = 64 the
+    8 x 16-thread layout (8 x 4 micro-tiles, 2 blocks per SM) beat 16 x 16 threads by 25 %.
+    """
     if d <= 64:
         return 64, 64, 8, 16
     return 64, 64, 16, 16
+
+
+def micro_floats(cfg: BackwardConfig) -> int:
+    """Floats one thread keeps in arrays: dK, dV (AR x AD each), S, dP (MR x MC each),
+    dQ (MR x AD) and four staging rows (2 max(MR, AR) + 2 max(MC, AD))."""
+    mr, mc = cfg.block_q // cfg.ty, cfg.block_k // cfg.tx
+    ar, ad = cfg.block_k // cfg.ty, cfg.head_dim // cfg.tx
+    return 2 * ar * ad + 2 * mr * mc + mr * ad + 2 * max(mr, ar) + 2 * max(mc, ad)
+
+
+@lru_cache(maxsize=None)
+def choose_tiles(d: int, limits):
+    """(block_q, block_k, ty, tx) of the fast kernels for head dim d on `limits` (pure).
+
+    Candidates, best first: `measured_tiles(d)`, then FALLBACK_TILES, each kept only if
+    it holds at most MAX_MICRO_FLOATS floats per thread. The first that fits one block
+    within `limits` (threads, shared memory with the opt-in) and keeps
+    `limits.MIN_RESIDENT_WARPS` warps resident per SM wins (`limits.pick_config`);
+    LaunchError naming shared memory per block when none fits.
+    """
+    from ..limits import pick_config
+    cands = []
+    for tiles in (measured_tiles(d),) + FALLBACK_TILES:
+        cfg = layout(d, *tiles)
+        if micro_floats(cfg) <= MAX_MICRO_FLOATS:
+            cands.append((tiles, cfg.threads, cfg.shared_bytes))
+    return pick_config(cands, limits, f"backward kernel d={d}")
+
+
+def default_tiles(d: int, limits=None):
+    """(block_q, block_k, ty, tx) used when the caller gives none: SIMULATOR_TILES on the
+    simulator (when no `limits` are given), else `choose_tiles` for this device's limits
+    (or the given ones)."""
+    from ..limits import current_limits
+    if limits is None:
+        if using_simulator():
+            return SIMULATOR_TILES
+        limits = current_limits()
+    return choose_tiles(d, limits)
+
+
+@lru_cache(maxsize=None)
+def _recorded_regs(d: int, tiles: tuple, kernel: str):
+    """Registers per thread the H200 recorded for this kernel and tiles, or None."""
+    from ..results import recorded_backward_regs
+    return recorded_backward_regs(d, tiles, kernel, doc=_backward_doc())
+
+
+@lru_cache(maxsize=None)
+def _backward_doc():
+    """The recorded H200 backward benchmark, read once per process ({} without one)."""
+    from ..results import load_backward
+    return load_backward() or {}
+
+
+def launches(d: int, tq: int, tk: int, bh: int, limits, kernel: str = "fast"):
+    """The launches `run(kernel=...)` makes with the default tiles for `limits` (a GPU's),
+    as `flashcourse.limits.Launch`es; LaunchError when no configuration fits, ValueError
+    for the simple kernel beyond SIMPLE_MAX_D."""
+    from ..limits import Launch
+    if kernel not in VERSIONS:
+        raise ValueError(f"kernel must be one of {VERSIONS}, got {kernel!r}")
+    rows = 128
+    out = [Launch("backward delta", (ceil_div(tq, rows), bh), rows, 0, optin=False,
+                  config=f"threads={rows}")]
+    if kernel == "simple":
+        check_simple_d(d)
+        return tuple(out + [
+            Launch(f"simple_dkdv d={d}", (ceil_div(tk, rows), bh), rows, 0, optin=False,
+                   config=f"threads={rows}"),
+            Launch(f"simple_dq d={d}", (ceil_div(tq, rows), bh), rows, 0, optin=False,
+                   config=f"threads={rows}")])
+    br, bc, ty, tx = tiles = default_tiles(d, limits)
+    cfg = layout(d, *tiles)
+    label = f"Br={br} Bc={bc} threads={ty}x{tx}"
+    first = "kv_atomic" if kernel == "fast" else "kv"
+    # the key-major kernel without dQ is the atomic one minus its dQ part: its recorded
+    # registers (kv_atomic) bound it
+    out.append(Launch(f"backward {first} d={d}", (ceil_div(tk, bc), bh), cfg.threads,
+                      cfg.shared_bytes, regs_per_thread=_recorded_regs(d, tiles, "kv_atomic"),
+                      config=label))
+    if kernel == "fast_two_pass":
+        out.append(Launch(f"backward q_pass d={d}", (ceil_div(tq, br), bh), cfg.threads,
+                          cfg.shared_bytes, regs_per_thread=_recorded_regs(d, tiles, "q_pass"),
+                          config=label))
+    return tuple(out)
+
+
+def check_simple_d(d: int) -> None:
+    """ValueError unless the simple kernels support head dim d."""
+    if d > SIMPLE_MAX_D:
+        raise ValueError(f"the simple kernel supports head dim d <= {SIMPLE_MAX_D}, "
+                         f"got d={d}; use kernel='fast'")
 
 
 # ---------------------------------------------------------------------------
@@ -560,16 +680,16 @@ def run(qf, kf, vf, of, lse, dof, dq, dk, dv, tq, tk, d, scale, causal, *, kerne
     bh = qf.shape[0]
     if delta is None:
         delta = cuda.device_array((bh, tq), dtype=np.float32)
-    bwd_delta, simple_dkdv, simple_dq = _simple_kernels()
+    if kernel == "simple":
+        check_simple_d(d)
+    bwd_delta, simple_dkdv, simple_dq = _simple_kernels(
+        SIMPLE_SMALL_D if d <= SIMPLE_SMALL_D else SIMPLE_MAX_D)
     off = np.int32(tk - tq)
     i32 = np.int32
     rows = 128
     zero_dq = i32(1 if kernel == "fast" else 0)         # atomics need dQ = 0 first
     bwd_delta[(ceil_div(tq, rows), bh), rows](of, dof, delta, dq, zero_dq, i32(tq), i32(d))
     if kernel == "simple":
-        if d > SIMPLE_MAX_D:
-            raise ValueError(f"the simple kernel supports head dim d <= {SIMPLE_MAX_D}, "
-                             f"got d={d}; use kernel='fast'")
         common = (i32(tq), i32(tk), i32(d), np.float32(scale), i32(1 if causal else 0), off)
         simple_dkdv[(ceil_div(tk, rows), bh), rows](qf, kf, vf, dof, lse, delta, dk, dv,
                                                     *common)

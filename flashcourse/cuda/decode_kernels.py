@@ -501,16 +501,17 @@ def combine_threads(d: int) -> int:
 # Host side
 # ---------------------------------------------------------------------------------------
 
-def default_launch(itemsize: int, rows: int = 1) -> dict:
+def default_launch(itemsize: int, rows: int = 1, simulator: bool | None = None) -> dict:
     """Split-kernel defaults (unroll, warps, row_groups).
 
     From the variant timings of the first H200 run (Tk = 65536, d = 128;
     benchmarks/NOTES_cuda_decode.md): fp16 unroll 2 with 8 warps, fp32 unroll 4 with 4
     warps. A block with more than 4 query rows (GQA groups) splits its 8 warps into row
     groups (2 rows each for 8 rows): with all 8 rows in every thread the first run measured only
-    ~450 GB/s (154-214 registers per thread, 8 warps per SM). Tiny ones on the simulator.
+    ~450 GB/s (154-214 registers per thread, 8 warps per SM). Tiny ones on the simulator
+    (`simulator`: None = whether it runs now; False = a GPU's defaults).
     """
-    if using_simulator():
+    if using_simulator() if simulator is None else simulator:
         return {"unroll": 1, "warps": 1, "row_groups": 1}
     if rows > 4:
         return {"unroll": 2, "warps": 8, "row_groups": 4}
@@ -532,15 +533,17 @@ def sm_count() -> int:
 
 
 def plan_splits(b_hkv: int, rows_kv: int, tk: int, cfg: DecodeConfig, *,
-                num_splits=None, block_k=None, blocks_per_sm=None):
-    """(num_splits, keys_per_split): FlashAttention-2's heuristic over this GPU's SMs."""
+                num_splits=None, block_k=None, blocks_per_sm=None, sms=None):
+    """(num_splits, keys_per_split): FlashAttention-2's heuristic over this GPU's SMs
+    (or `sms` of them)."""
     from .. import decode as np_decode
     from .._checks import check_block
     block_k = DEFAULT_BLOCK_K if block_k is None else check_block(block_k, "block_k")
     row_blocks = ceil_div(rows_kv, cfg.rows)
     if num_splits is None:
         num_splits = np_decode.choose_num_splits(
-            b_hkv, tk, block_k, row_blocks=row_blocks, sms=sm_count(),
+            b_hkv, tk, block_k, row_blocks=row_blocks,
+            sms=sm_count() if sms is None else sms,
             blocks_per_sm=BLOCKS_PER_SM if blocks_per_sm is None else blocks_per_sm)
     num_splits = check_block(num_splits, "num_splits")
     k0, k1 = np_decode.split_bounds(tk, block_k, num_splits)[0]
@@ -713,6 +716,26 @@ def run_registered(x, out=None, num_splits=None, block_k=None):
         lse_part, tq=tq, group=1, d=d, scale=float(x.scale), causal=bool(x.causal),
         num_splits=ns, keys_per_split=per, cfg=cfg)
     return o, lse
+
+
+def launches(d: int, tq: int, tk: int, bh: int, limits):
+    """The launches `run_registered` makes for fp32 K/V on a GPU with `limits` (the split
+    kernel with a GPU's default variant and the heuristic's splits over limits.sm_count
+    SMs, then the combine kernel when there are several splits), as
+    `flashcourse.limits.Launch`es. Static layout: at most 48 KiB, no opt-in."""
+    from ..limits import Launch
+    dflt = default_launch(4, min(tq, MAX_ROWS), simulator=False)
+    cfg = plan(d, 4, tq, unroll=dflt["unroll"], warps=dflt["warps"],
+               row_groups=dflt["row_groups"], shuffle=True, vector=False)
+    ns, per = plan_splits(bh, tq, tk, cfg, sms=limits.sm_count)
+    label = (f"warps={cfg.warps} unroll={cfg.unroll} row_groups={cfg.row_groups} "
+             f"splits={ns}")
+    out = [Launch(f"decode split d={d}", (ns, ceil_div(tq, cfg.rows), bh), cfg.threads,
+                  cfg.shared_bytes, optin=False, config=label)]
+    if ns > 1:
+        out.append(Launch(f"decode combine d={d}", (bh * tq,), combine_threads(d), 0,
+                          optin=False, config=label))
+    return tuple(out)
 
 
 def registered_extra_bytes(bh: int, tq: int, tk: int, d: int) -> int:

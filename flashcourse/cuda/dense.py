@@ -36,7 +36,7 @@ from numba import cuda, float32
 
 from ..geometry import ceil_div
 from ..gpu import using_simulator
-from ..limits import check_launch
+from ..limits import check_launch, current_limits
 from ..constants import F0, F1, NEG_INF
 
 
@@ -145,8 +145,34 @@ def make_dense_kernels(tile: int = 16, softmax_threads: int = 128):
     return cuda.jit(dense_scores), cuda.jit(dense_softmax), cuda.jit(dense_pv)
 
 
+#: (tile, softmax_threads) on a GPU: 16 x 16 threads per product tile, 128 per softmax row.
+GPU_TILES = (16, 128)
+#: Under Numba's simulator: 8 x 8 tiles (fewer barriers per d than 4 x 4; each costs ~50 ms).
+SIMULATOR_TILES = (8, 8)
+
+
 def default_tile() -> tuple[int, int]:
-    return (4, 8) if using_simulator() else (16, 128)
+    return SIMULATOR_TILES if using_simulator() else GPU_TILES
+
+
+def tile_shared_bytes(tile: int) -> int:
+    """Static shared memory of the two product kernels: two T x (T + 1) float32 tiles."""
+    return 2 * tile * (tile + 1) * 4
+
+
+def launches(d: int, tq: int, tk: int, bh: int, limits, tiles=GPU_TILES):
+    """The three launches of `run` with `tiles` (GPU_TILES), as `flashcourse.limits.Launch`es
+    (static shared memory: no opt-in). Nothing here depends on d but the P V grid; the
+    limits that bind are the grid's (Tq / 16 blocks in y) and device memory for S
+    (`extra_bytes`), which DeviceLimits does not hold."""
+    from ..limits import Launch
+    t, ns = tiles
+    label = f"tile={t}x{t} softmax_threads={ns}"
+    return (Launch("dense scores", (ceil_div(tk, t), ceil_div(tq, t), bh), t * t,
+                   tile_shared_bytes(t), optin=False, config=label),
+            Launch("dense softmax", (tq, bh), ns, ns * 4, optin=False, config=label),
+            Launch("dense pv", (ceil_div(d, t), ceil_div(tq, t), bh), t * t,
+                   tile_shared_bytes(t), optin=False, config=label))
 
 
 def extra_bytes(bh: int, tq: int, tk: int) -> int:
@@ -160,8 +186,8 @@ def run(qf, kf, vf, o, lse, tq, tk, d, scale, causal, tile=None, softmax_threads
     t0, n0 = default_tile()
     tile = t0 if tile is None else tile
     softmax_threads = n0 if softmax_threads is None else softmax_threads
-    check_launch(tile * tile, 2 * tile * (tile + 1) * 4, what="dense scores kernel")
-    check_launch(softmax_threads, softmax_threads * 4, what="dense softmax kernel")
+    for one in launches(d, tq, tk, qf.shape[0], current_limits(), (tile, softmax_threads)):
+        check_launch(one.threads, one.shared_bytes, optin=False, what=one.what, grid=one.grid)
     scores, softmax, pv = make_dense_kernels(tile, softmax_threads)
     bh = qf.shape[0]
     s = cuda.device_array((bh, tq, tk), np.float32)          # the materialised S, then P

@@ -422,6 +422,18 @@ def signature():
 
 #: Inner-product steps written per loop iteration before tuning (see make_flash_kernel).
 UNTUNED_UNROLL = 8
+#: The configuration under Numba's simulator: tiny tiles, a few simulated threads.
+SIMULATOR_CONFIG = (8, 8, 16, 2)
+#: Most floats a thread may keep in its micro-tile arrays (O, S, m, l, staging) for the
+#: chosen configuration: (128, 128, 32, 128, tm=8) keeps 200 and compiled to 233
+#: registers with no local memory on the H200 (benchmarks/results/h200_tuning_sweep.json);
+#: more would spill to local memory.
+MAX_MICRO_FLOATS = 200
+#: Tiles tried after the untuned default when it does not fit, best first: larger tiles
+#: re-read K and V fewer times (flashcourse.traffic), then more threads per block.
+FALLBACK_TILES = tuple(sorted(((br, bc, t) for br in (128, 64, 32, 16)
+                               for bc in (64, 32, 16) for t in (256, 128)),
+                              key=lambda c: (-c[0] * c[1], -c[2], -c[0])))
 
 
 def untuned_config(d: int):
@@ -434,40 +446,126 @@ def untuned_config(d: int):
     return 64, 32, 256, 4
 
 
+def micro_floats(cfg: FlashConfig) -> int:
+    """Floats one thread keeps in registers: O (TM x TD), S (TM x TN), m, l, q (TM each)
+    and the K/V staging row (max(TD, TN))."""
+    return cfg.tm * cfg.td + cfg.tm * cfg.tn + 3 * cfg.tm + max(cfg.td, cfg.tn)
+
+
+def square_tm(d: int, block_q: int, block_k: int, threads: int, candidates=(1, 2, 4, 8, 16)):
+    """The rows per thread whose score micro-tile TM x TN is closest to square (larger tm
+    on ties), among those the GPU layout can arrange: the most multiply-adds per
+    shared-memory load for a given register count. None when no tm fits."""
+    best = None
+    for tm in candidates:
+        try:
+            cfg = layout(d, block_q, block_k, threads, tm, shuffle=True)
+        except ValueError:
+            continue
+        score = (abs(math.log(cfg.tm / cfg.tn)), -tm)
+        if best is None or score < best[0]:
+            best = (score, tm)
+    return None if best is None else best[1]
+
+
+def _candidates(d: int, tuned):
+    """(block_q, block_k, threads, tm), best first: the tuned, the untuned, the fallbacks."""
+    if tuned is not None:
+        yield tuple(tuned)
+    yield untuned_config(d)
+    for br, bc, t in FALLBACK_TILES:
+        tm = square_tm(d, br, bc, t)
+        if tm is not None:
+            yield br, bc, t, tm
+
+
+@lru_cache(maxsize=None)
+def choose_config(d: int, limits, tuned=None):
+    """(block_q, block_k, threads, tm) for head dim d on a GPU with these limits (pure).
+
+    Candidates, best first: `tuned` (the recorded choice for this GPU model, when there
+    is one), `untuned_config(d)`, then FALLBACK_TILES (each with the squarest micro-tile),
+    each kept only if it holds at most MAX_MICRO_FLOATS floats per thread (no register
+    spills). The first that fits one block within `limits` (threads, shared memory with
+    the opt-in) and keeps `limits.MIN_RESIDENT_WARPS` warps resident per SM wins
+    (`limits.pick_config`); LaunchError naming shared memory per block when none fits.
+    """
+    from ..limits import pick_config
+    cands = []
+    for key in _candidates(d, tuned):
+        cfg = layout(d, *key, shuffle=True)
+        if micro_floats(cfg) <= MAX_MICRO_FLOATS:
+            cands.append((key, cfg.threads, cfg.shared_bytes))
+    return pick_config(cands, limits, f"flash kernel d={d}")
+
+
 @lru_cache(maxsize=None)
 def _recorded_config(d: int, gpu_name: str):
     """The recorded tuned configuration for (d, this GPU model), read once per process."""
     from ..results import tuned_config
-    return tuned_config(d, gpu_name=gpu_name)
+    return tuned_config(d, gpu_name=gpu_name, doc=_sweep())
 
 
-def _gpu_name() -> str:
-    from numba import cuda
-    name = cuda.get_current_device().name
-    return name.decode() if isinstance(name, bytes) else str(name)
+@lru_cache(maxsize=None)
+def _recorded_regs(d: int, block_q: int, block_k: int, threads: int, tm: int):
+    """Registers per thread the H200 sweep recorded for this configuration, or None."""
+    from ..results import recorded_regs
+    return recorded_regs(d, block_q, block_k, threads, tm, doc=_sweep())
 
 
-def default_config(d: int):
+@lru_cache(maxsize=None)
+def _sweep():
+    """The recorded H200 sweep (validated), read once per process; None without one."""
+    from ..results import load_sweep
+    return load_sweep()
+
+
+def default_config(d: int, limits=None):
     """(block_q, block_k, threads, tm) used when the caller gives none.
 
-    Tiny tiles on the simulator; on a GPU, the tuned configuration recorded for this
-    GPU model and head dimension (`flashcourse.results.tuned_config`, which raises
-    ResultsError on a broken results file) when there is one, else `untuned_config(d)`.
+    Tiny tiles on the simulator (when no `limits` are given); on a GPU (or for the given
+    `limits`), `choose_config` from this device's limits, trying first the tuned
+    configuration recorded for this GPU model and head dimension
+    (`flashcourse.results.tuned_config`, which raises ResultsError on a broken results
+    file): only an H200 has one.
     """
-    if using_simulator():
-        return 8, 8, 16, 2
-    tuned = _recorded_config(d, _gpu_name())
+    from ..limits import current_limits
+    if limits is None:
+        if using_simulator():
+            return SIMULATOR_CONFIG
+        limits = current_limits()
+    return choose_config(d, limits, _tuned_key(d, limits.model))
+
+
+def _tuned_key(d: int, model: str):
+    tuned = _recorded_config(d, model)
     if tuned is None:
-        return untuned_config(d)
+        return None
     return tuned["block_q"], tuned["block_k"], tuned["threads"], tuned["tm"]
 
 
-def default_unroll(d: int) -> int:
+def default_unroll(d: int, limits=None) -> int:
     """The inner-loop unroll used when the caller gives none (tuned when recorded)."""
-    if using_simulator():
+    from ..limits import current_limits
+    if limits is None:
+        if using_simulator():
+            return UNTUNED_UNROLL
+        limits = current_limits()
+    key = _tuned_key(d, limits.model)
+    if key is None or key != default_config(d, limits):     # the tuned one did not fit
         return UNTUNED_UNROLL
-    tuned = _recorded_config(d, _gpu_name())
-    return (tuned or {}).get("unroll") or UNTUNED_UNROLL
+    return _recorded_config(d, limits.model).get("unroll") or UNTUNED_UNROLL
+
+
+def launches(d: int, tq: int, tk: int, bh: int, limits):
+    """The launch `run` makes with the default configuration for `limits` (a GPU's layout),
+    as a `flashcourse.limits.Launch`; LaunchError when no configuration fits."""
+    from ..limits import Launch
+    br, bc, t, tm = default_config(d, limits)
+    cfg = layout(d, br, bc, t, tm, shuffle=True)
+    return (Launch(f"flash kernel d={d}", (ceil_div(tq, br), bh), t, cfg.shared_bytes,
+                   regs_per_thread=_recorded_regs(d, br, bc, t, tm),
+                   config=f"Br={br} Bc={bc} threads={t} tm={tm}"),)
 
 
 def run(qf, kf, vf, o, lse, tq, tk, d, scale, causal, block_q=None, block_k=None,

@@ -18,6 +18,16 @@ dicts; nothing else lists the kernels. One entry says everything a caller needs:
     dtypes       dtypes it accepts on the device; numpy input is copied to the device
     convert_to   as this dtype (None: kept in its own dtype, for a kernel that computes
                  in the input precision)
+    launches     launches(d, tq, tk, bh, limits) -> the `flashcourse.limits.Launch`es that
+                 `run` makes with its default configuration on a GPU with `limits` (a
+                 `DeviceLimits`, e.g. one of `limits.PRESETS`): the configuration is chosen
+                 from the limits by a pure function beside the kernel (flash.choose_config,
+                 backward_kernels.choose_tiles, textbook.choose_block; dense.GPU_TILES and
+                 decode_kernels.default_launch are fixed shapes that fit every preset).
+                 Raises LaunchError naming the limit where no configuration fits,
+                 RuntimeError naming the compute capability a kernel needs (tensor_core
+                 below 8.0) or ValueError for a head dim it does not support.
+                 tests/test_gpu_presets.py checks every kernel on every preset.
 
 To add a kernel: write its module beside the others (header comment: the idea, the
 bytes it moves, the expected cost), then one `register(Kernel(...))` line below.
@@ -37,6 +47,10 @@ def _no_extra(bh: int, tq: int, tk: int, d: int) -> int:
     return 0
 
 
+def _no_launches(d: int, tq: int, tk: int, bh: int, limits):
+    raise NotImplementedError("this kernel registered no `launches` function")
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One registered CUDA kernel (see the module docstring for each field)."""
@@ -49,6 +63,7 @@ class Kernel:
     description: str = ""
     dtypes: tuple = (np.float32,)
     convert_to: object = np.float32
+    launches: Callable = _no_launches
 
     def check_options(self, options: dict) -> dict:
         """The options that were given (not None); ValueError for one it does not take."""
@@ -163,31 +178,47 @@ def _delta_bytes(bh: int, tq: int, tk: int, d: int) -> int:
     return 4 * bh * tq                                        # D = rowsum(dO * O), fp32
 
 
+def _launches(module: str, **kw):
+    """The `launches` function of a kernel module (imported when called)."""
+    def launches(d, tq, tk, bh, limits):
+        from importlib import import_module
+        return import_module(f"{__package__}.{module}").launches(d, tq, tk, bh, limits, **kw)
+    launches.__name__ = f"launches_{module}"
+    return launches
+
+
 register(Kernel("textbook", "forward", _run_textbook, ("block_q", "block_k"),
                 description="one thread per query row, square tiles "
-                            "(flash-attention-minimal style)"))
+                            "(flash-attention-minimal style)",
+                launches=_launches("textbook")))
 register(Kernel("flash", "forward", _run_flash, ("block_q", "block_k", "threads", "tm",
                                                   "unroll"),
-                description="register-tiled FlashAttention-2 order, exp2, causal skipping"))
+                description="register-tiled FlashAttention-2 order, exp2, causal skipping",
+                launches=_launches("flash")))
 register(Kernel("dense", "forward", _run_dense, (), _dense_extra,
-                description="unfused baseline: S to global memory, softmax, then P V"))
+                description="unfused baseline: S to global memory, softmax, then P V",
+                launches=_launches("dense")))
 register(Kernel("decode", "forward", _run_decode, ("num_splits", "block_k"), _decode_extra,
                 description="Flash-Decoding: keys split over many blocks, then a combine "
                             "kernel (one KV head per query head here; GQA: cuda.decode)",
-                dtypes=(np.float32, np.float16)))
+                dtypes=(np.float32, np.float16), launches=_launches("decode_kernels")))
 
 
 register(Kernel("tensor_core", "forward", _run_tensor_core,
                 ("precision", "warps", "block_k", "m_tiles", "prefetch", "min_blocks"),
                 description="FlashAttention-2 on tensor cores (mma.sync): fp16/bf16, or "
                             "fp32 through 3xTF32",
-                dtypes=(np.float16, np.float32), convert_to=None))
+                dtypes=(np.float16, np.float32), convert_to=None,
+                launches=_launches("tensor_core")))
 register(Kernel("simple", "backward", _backward_runner("simple"), (), _delta_bytes,
-                description="one thread per row, two launches, no shared memory (d <= 128)"))
+                description="one thread per row, two launches, no shared memory (d <= 256)",
+                launches=_launches("backward_kernels", kernel="simple")))
 register(Kernel("fast", "backward", _backward_runner("fast"), ("block_q", "block_k"),
                 _delta_bytes,
-                description="FlashAttention-2 backward, key-major tiles, dQ by atomic adds"))
+                description="FlashAttention-2 backward, key-major tiles, dQ by atomic adds",
+                launches=_launches("backward_kernels", kernel="fast")))
 register(Kernel("fast_two_pass", "backward", _backward_runner("fast_two_pass"),
                 ("block_q", "block_k"), _delta_bytes,
                 description="key-major dK, dV, then a query-major pass for dQ "
-                            "(deterministic)"))
+                            "(deterministic)",
+                launches=_launches("backward_kernels", kernel="fast_two_pass")))

@@ -166,18 +166,39 @@ def signature(half: bool):
     return _SIGS[half]
 
 
-def check_capability(precision: str) -> None:
+def check_capability(precision: str, limits=None) -> None:
     """bf16 and tf32 mma need compute capability 8.0+, fp16 m16n8k16 needs 8.0+ too
-    (Volta/Turing have other shapes): refuse with the GPU's capability named."""
-    if using_simulator():
+    (Volta/Turing have other shapes): refuse with the GPU's capability named. `limits`
+    (a `flashcourse.limits.DeviceLimits`, e.g. a preset) instead of this GPU."""
+    if limits is not None:
+        cc, name = tuple(limits.compute_capability), limits.name
+    elif using_simulator():
         return
-    dev = cuda.get_current_device()
-    cc = tuple(dev.compute_capability)
+    else:
+        dev = cuda.get_current_device()
+        cc, name = tuple(dev.compute_capability), dev.name
     if cc < (8, 0):
         raise RuntimeError(
             f"the tensor-core kernel ({precision}) needs a GPU of compute capability 8.0 "
             f"or newer (mma.sync m16n8k16/m16n8k8 with bf16/tf32); this GPU "
-            f"({dev.name}) has compute capability {cc[0]}.{cc[1]}")
+            f"({name}) has compute capability {cc[0]}.{cc[1]}")
+
+
+def launches(d: int, tq: int, tk: int, bh: int, limits, precision: str = "3xtf32"):
+    """The launch `run` makes with the default tiles (float32 input: "3xtf32") on a GPU with
+    `limits`, as a `flashcourse.limits.Launch`. RuntimeError naming the compute capability
+    below 8.0 (`check_capability`), ValueError for d > MAX_HEAD_DIM."""
+    from ..limits import Launch
+    check_capability(precision, limits)
+    if d > MAX_HEAD_DIM:
+        raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
+                         f"kernel, got d={d}")
+    warps, block_k, m_tiles, prefetch, min_blocks = default_tiles(precision, d, False)
+    cfg = TCConfig(precision, warps, block_k, ceil_div(d, 16) * 16, False, m_tiles,
+                   prefetch, min_blocks)
+    return (Launch(f"tensor_core kernel {precision} d={d}", (ceil_div(tq, cfg.block_q), bh),
+                   cfg.threads, cfg.shared_bytes,
+                   config=f"Br={cfg.block_q} Bc={block_k} warps={warps}"),)
 
 
 def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: bool,

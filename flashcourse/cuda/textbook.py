@@ -142,14 +142,47 @@ def signature():
     return (a3, a3, a3, a3, a2, int32, int32, int32, float32, int32, int32)
 
 
-def default_block() -> int:
-    return 8 if using_simulator() else 32
+#: Tile rows (= threads per block) tried, best first: one warp, then half and a quarter.
+BLOCKS = (32, 16, 8)
+#: The tile under Numba's simulator.
+SIMULATOR_BLOCK = 8
+
+
+@lru_cache(maxsize=None)
+def choose_block(d: int, limits) -> int:
+    """Tile rows (= threads per block) for head dim d on `limits` (pure): the first of
+    BLOCKS whose K, V and S tiles (`shared_bytes`) fit one block's shared memory with
+    the opt-in (`limits.pick_config`, without its resident-warps preference: smaller
+    blocks would only fill warps partly). At d = 256 a T4 (64 KiB) gets 16: 32 rows would
+    need 69,632 B. LaunchError naming shared memory when none fits."""
+    from ..limits import pick_config
+    return pick_config([(b, b, shared_bytes(b, d)) for b in BLOCKS], limits,
+                       f"textbook kernel d={d}", min_warps=0)   # a block is one warp at most
+
+
+def default_block(d: int = 64, limits=None) -> int:
+    """Tile rows when the caller gives none: SIMULATOR_BLOCK on the simulator (when no
+    `limits` are given), else `choose_block` for this device's (or the given) limits."""
+    from ..limits import current_limits
+    if limits is None:
+        if using_simulator():
+            return SIMULATOR_BLOCK
+        limits = current_limits()
+    return choose_block(d, limits)
+
+
+def launches(d: int, tq: int, tk: int, bh: int, limits):
+    """The launch `run` makes with the default tile for `limits` (a `Launch`)."""
+    from ..limits import Launch
+    block = default_block(d, limits)
+    return (Launch(f"textbook kernel d={d}", (ceil_div(tq, block), bh), block,
+                   shared_bytes(block, d), config=f"Br=Bc={block} threads={block}"),)
 
 
 def run(qf, kf, vf, o, lse, tq, tk, d, scale, causal, block=None):
     """Launch on flattened float32 device arrays (B*H, T, d); grid (ceil(Tq/B), B*H)."""
     from .._checks import check_block
-    block = default_block() if block is None else check_block(block, "block_q")
+    block = default_block(d) if block is None else check_block(block, "block_q")
     nbytes = shared_bytes(block, d)
     check_launch(block, nbytes, what="textbook kernel")
     kern = make_textbook_kernel(block)
