@@ -27,8 +27,9 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     sweep       timing configurations, the tuned default, heatmaps; the CPU sweep
     measured_traffic  Nsight Compute's bytes beside the model, and why they differ
  4  readouts    the numbers behind the widgets (pure functions)
-    widgets     the interactive explorers (score memory, traffic, tile schedule)
-    tuning_widget, backward_plots   the explorers of notebooks 07 and 09
+    widgets     the interactive explorers, one module each on one base (widgets._base):
+                score memory, traffic, tile schedule, tuning, backward
+    backward_plots  the numbers and plots behind the backward explorer (notebook 09)
     kv_cache    KV-cache size of published model shapes against a GPU (readout + widget)
     decode_plots  the pictures of notebook 11 (SMs busy, key splits, merge tree)
     tensor_core_plots  the fragment picture and measurements of notebook 10

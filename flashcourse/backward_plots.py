@@ -1,10 +1,8 @@
 """Pictures for notebook 09: what each backward keeps in memory, moves, and computes.
 
 Pure functions give the numbers (tested); `plot_backward_costs` draws them on log
-axes; `backward_widget` adds a slider over the sequence length N (= Tq = Tk).
-
-    from flashcourse.backward_plots import backward_widget
-    backward_widget()          # in a notebook
+axes; the explorer `flashcourse.widgets.backward.backward_explorer` adds a slider over
+the sequence length N (= Tq = Tk) and menus for d, the element size and the tile.
 
 All numbers are for one head of one request (multiply by B x H for a batch):
 
@@ -57,14 +55,16 @@ def backward_curves(ns, head_dim: int = 64, **kwargs) -> dict:
 
 def summary_lines(n: int, head_dim: int = 64, **kwargs) -> list[str]:
     """Plain-text comparison at one length N (what the widget prints under the plot)."""
+    from .readouts import compare
+
     c = backward_costs(n, head_dim, **kwargs)
     s, t = c["standard"], c["tiled"]
     return [
         f"N = {n:,}, d = {head_dim}, one head:",
         f"  kept for the backward: standard {format_bytes(s['kept'])}, "
-        f"tiled {format_bytes(t['kept'])}  ({s['kept'] / t['kept']:.1f}x less)",
+        f"tiled {format_bytes(t['kept'])}  (tiled: {compare(t['kept'], s['kept'])})",
         f"  backward traffic:      standard {format_bytes(s['traffic'])}, "
-        f"tiled {format_bytes(t['traffic'])}  ({s['traffic'] / t['traffic']:.1f}x less)",
+        f"tiled {format_bytes(t['traffic'])}  (tiled: {compare(t['traffic'], s['traffic'])})",
         f"  backward FLOPs:        standard {s['flops']:.3g}, tiled {t['flops']:.3g}  "
         f"(recomputing S costs {t['flops'] / s['flops'] - 1:.0%} more)",
     ]
@@ -97,37 +97,6 @@ def plot_backward_costs(n: int = 4096, head_dim: int = 64, *, n_min: int = 256,
     fig.suptitle(f"Backward pass, one head, d = {head_dim}", fontsize=11)
     fig.tight_layout()
     return fig
-
-
-def backward_widget(head_dim: int = 64):
-    """Slider over log2 N plus d, element-size and tile-size menus; redraws plot and numbers."""
-    import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-
-    exp = w.IntSlider(value=12, min=9, max=17, description="log2 N")
-    d = w.Dropdown(options=[32, 64, 128], value=head_dim, description="d")
-    e = w.Dropdown(options=[("fp16/bf16 (2 B)", 2), ("fp32 (4 B)", 4)], value=2,
-                   description="element")
-    blk = w.Dropdown(options=[32, 64, 128, 256], value=64, description="Br = Bc")
-    out = w.Output()
-
-    def redraw(*_):
-        with out:
-            out.clear_output(wait=True)
-            n = 2 ** exp.value
-            kw = dict(bytes_per_element=e.value, bytes_per_score=e.value, block=blk.value)
-            fig = plot_backward_costs(n, d.value, **kw)
-            plt.show()
-            plt.close(fig)
-            print("\n".join(summary_lines(n, d.value, **kw)))
-
-    for control in (exp, d, e, blk):
-        control.observe(redraw, names="value")
-    box = w.VBox([w.HBox([exp, d]), w.HBox([e, blk]), out])
-    display(box)
-    redraw()
-    return box
 
 
 # ---------------------------------------------------------------------------

@@ -6,8 +6,8 @@
     schedule_steps(t_query, t_key, head_dim, block_q, block_k, causal, loop_order)
 
 They raise ValueError (a message that names the setting) for settings that make no
-sense; the widgets in `flashcourse.widgets` catch it and show the message instead of
-a traceback. Byte counts are printed exactly, with thousands separators, and in
+sense; the widgets of the `flashcourse.widgets` package catch it and show the message
+instead of a traceback. Byte counts are printed exactly, with thousands separators, and in
 binary units (`flashcourse.memory.format_bytes`: 33,554,432 B = 32 MiB).
 """
 
@@ -23,11 +23,16 @@ from .counter import TrafficCounter
 from .gpus import GPU, GPUS
 from .memory import BYTES_PER_SCORE, format_bytes, score_matrix_bytes
 from .traffic import (arithmetic_intensity, attention_flops, dense_traffic,
-                      roofline_time_s, tile_footprint_bytes, tiled_traffic)
+                      paper_block_sizes, roofline_time_s, tile_footprint_bytes, tiled_traffic)
 
 DTYPES = tuple(BYTES_PER_SCORE)              # ('fp64', 'fp32', 'fp16', 'bf16', 'fp8')
 DEFAULT_GPU = "A100 80GB"
-MAX_LOG2_LENGTH = 20                         # the length sliders reach 2**20 = 1,048,576
+MAX_LOG2_LENGTH = 40                         # lengths up to 2**40 = 1,099,511,627,776 positions
+MAX_COUNT = 2 ** 20                          # batch B, heads H: at most 1,048,576 each
+MAX_HEAD_DIM = 4096                          # d (elements) in the traffic explorer
+MAX_BLOCK = 2 ** 16                          # Br, Bc (rows) in the traffic explorer
+MAX_CAUSAL_BLOCKS = 2 ** 22                  # causal counts walk the query blocks: keep it quick
+MAX_LENGTH = 2 ** MAX_LOG2_LENGTH
 MAX_SCHEDULE_LENGTH = 256                    # the tile schedule replays a real run: keep it small
 MAX_SCHEDULE_TILES = 1024                    # tiles drawn at once (Tr x Tc)
 
@@ -36,12 +41,17 @@ MAX_SCHEDULE_TILES = 1024                    # tiles drawn at once (Tr x Tc)
 # Pure helpers: validation and formatting
 # ----------------------------------------------------------------------------------------
 
-def _positive_int(value, what: str) -> int:
-    """`value` as an int >= 1, else ValueError naming `what` (a setting the learner sees)."""
+def _positive_int(value, what: str, most: int | None = None) -> int:
+    """`value` as an int in [1, most], else ValueError naming `what` (a setting the learner
+    sees). A float with a whole value (3e9) is accepted as that integer."""
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) and value == int(value):
+        value = int(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{what} must be a whole number, got {value!r}")
     if value < 1:
-        raise ValueError(f"{what} must be at least 1, got {value}")
+        raise ValueError(f"{what} must be at least 1, got {value:,}")
+    if most is not None and value > most:
+        raise ValueError(f"{what} must be at most {most:,}, got {value:,}")
     return int(value)
 
 
@@ -63,6 +73,23 @@ def _times(big: float, small: float) -> str:
     """'143x' style ratio, with sensible rounding."""
     r = big / small
     return f"{r:,.0f}x" if r >= 10 else f"{r:,.1f}x"
+
+
+def compare(ours: float, theirs: float, *, fewer: str = "less", more: str = "more",
+            digits: int = 1) -> str:
+    """How `ours` compares with `theirs`, always as a factor >= 1: '2.0x less' when
+    ours = theirs / 2, '1.7x more' when ours = 1.7 theirs, 'the same' when equal.
+
+    Ratios below 1 are never printed ('0.6x less' reads as a saving): the word flips.
+
+    >>> compare(50, 100), compare(170, 100), compare(3, 3)
+    ('2.0x less', '1.7x more', 'the same')
+    """
+    if ours == theirs:
+        return "the same"
+    if ours < theirs:
+        return f"{theirs / ours:,.{digits}f}x {fewer}" if ours > 0 else f"none ({fewer})"
+    return f"{ours / theirs:,.{digits}f}x {more}" if theirs > 0 else "more (from none)"
 
 
 def format_seconds(t: float) -> str:
@@ -125,11 +152,11 @@ def score_memory_readout(t_query, t_key, dtype="fp16", batch=1, heads=1, causal=
     >>> score_memory_readout(4096, 4096, "fp16").headline
     'M_score per head: 33,554,432 B = 32 MiB'
     """
-    tq = _positive_int(t_query, "Tq (query positions)")
-    tk = _positive_int(t_key, "Tk (key positions)")
+    tq = _positive_int(t_query, "Tq (query positions)", MAX_LENGTH)
+    tk = _positive_int(t_key, "Tk (key positions)", MAX_LENGTH)
     s = _dtype_bytes(dtype)
-    b = _positive_int(batch, "batch")
-    h = _positive_int(heads, "heads")
+    b = _positive_int(batch, "batch", MAX_COUNT)
+    h = _positive_int(heads, "heads", MAX_COUNT)
     if not isinstance(causal, (bool, np.bool_)):
         raise ValueError(f"causal must be True or False, got {causal!r}")
     g = _gpu(gpu)
@@ -171,7 +198,8 @@ def score_memory_readout(t_query, t_key, dtype="fp16", batch=1, heads=1, causal=
 class ScoreMemoryCurve:
     """M_score against length, for the plot.
 
-    x: lengths (positions); per_head, batch: bytes at each x. If `tied`, x is N = Tq = Tk;
+    x: lengths (positions); per_head, batch: bytes at each x (float64 arrays: exact up to
+    2**53 and never overflowing, unlike int64 at N ~ 3e9). If `tied`, x is N = Tq = Tk;
     otherwise x is Tk with Tq fixed. limits: (label, capacity bytes, largest fitting x or
     None if even x = 1 does not fit, curve name 'per_head' or 'batch').
     """
@@ -202,10 +230,10 @@ def score_memory_curve(t_query, t_key, dtype="fp16", batch=1, heads=1, tied=True
     """
     r = score_memory_readout(t_query, t_key, dtype, batch, heads, False, gpu)
     bh = r.batch * r.heads
-    x_max = max(2 ** MAX_LOG2_LENGTH, 2 * (r.t_query if tied else r.t_key))
-    x = np.unique(np.round(np.geomspace(1, x_max, 400)).astype(np.int64))
+    x_max = max(2 ** 20, 2 * (r.t_query if tied else r.t_key))
+    x = np.unique(np.round(np.geomspace(1.0, float(x_max), 400)))     # (<= 400,) float64
     s = r.bytes_per_score
-    per_head = (x * x * s) if tied else (r.t_query * x * s)
+    per_head = (x * x * s) if tied else (float(r.t_query) * x * s)    # bytes, float64
     coeff_head = s if tied else r.t_query * s
     g = r.gpu
     limits = (
@@ -261,12 +289,14 @@ def traffic_readout(t, head_dim, block_q, block_k, budget_bytes, dtype="fp16",
             fp32/fp64 the fp32 peak (optimistic for fp64).
 
     A footprint above the budget, or too little room for two resident blocks on one SM,
-    is reported in `warnings` (the numbers are still computed).
+    is reported in `warnings` (the numbers are still computed). A block larger than T is
+    allowed: the kernel's tile keeps its Br (or Bc) rows of on-chip memory, and the one
+    ragged block holds the T real rows (noted in `lines`).
     """
-    t = _positive_int(t, "T (sequence length)")
-    d = _positive_int(head_dim, "d (head dimension)")
-    br = _positive_int(block_q, "block_q (Br)")
-    bc = _positive_int(block_k, "block_k (Bc)")
+    t = _positive_int(t, "T (sequence length)", MAX_LENGTH)
+    d = _positive_int(head_dim, "d (head dimension)", MAX_HEAD_DIM)
+    br = _positive_int(block_q, "block_q (Br)", MAX_BLOCK)
+    bc = _positive_int(block_k, "block_k (Bc)", MAX_BLOCK)
     budget = _positive_int(budget_bytes, "on-chip budget (bytes)")
     e = _dtype_bytes(dtype)
     if loop_order not in ("fa1", "fa2"):
@@ -274,12 +304,10 @@ def traffic_readout(t, head_dim, block_q, block_k, budget_bytes, dtype="fp16",
     if not isinstance(causal, (bool, np.bool_)):
         raise ValueError(f"causal must be True or False, got {causal!r}")
     g = _gpu(gpu)
-    if br > t:
-        raise ValueError(f"block_q (Br) = {br:,} is larger than the sequence T = {t:,}: "
-                         f"choose Br <= T")
-    if bc > t:
-        raise ValueError(f"block_k (Bc) = {bc:,} is larger than the sequence T = {t:,}: "
-                         f"choose Bc <= T")
+    if causal and -(-t // br) > MAX_CAUSAL_BLOCKS:
+        raise ValueError(f"causal with T = {t:,} and Br = {br:,} gives {-(-t // br):,} query "
+                         f"blocks; this explorer counts causal traffic block by block, up to "
+                         f"{MAX_CAUSAL_BLOCKS:,} blocks: choose a larger Br or a shorter T")
 
     dense = dense_traffic(t, t, d, bytes_per_element=e, bytes_per_score=e)
     tiled = tiled_traffic(t, t, d, br, bc, causal=bool(causal), loop_order=loop_order,
@@ -295,10 +323,18 @@ def traffic_readout(t, head_dim, block_q, block_k, budget_bytes, dtype="fp16",
 
     warnings = []
     if foot > budget:
+        paper = paper_block_sizes(budget, d, e)
+        why = ""
+        if (br, bc) == (min(paper[0], t), min(paper[1], t)):
+            why = (f" The paper's rule (Bc = ceil(M / 4d), Br = min(Bc, d), M = budget / e "
+                   f"elements) sizes only the Q, K, V and O tiles; this footprint also counts "
+                   f"the Br x Bc score tile (fp32), the fp32 accumulator and m, l, so the "
+                   f"paper's tile overshoots. The button 'paper's Br, Bc for this budget' "
+                   f"picks the largest tile of the paper's shape whose whole footprint fits.")
         warnings.append(
             f"Tile footprint {format_bytes(foot)} exceeds the on-chip budget "
             f"{format_bytes(budget)}: this tile no longer fits the scratchpad (shared "
-            f"memory). Choose a smaller block_q or block_k.")
+            f"memory). Choose a smaller block_q or block_k.{why}")
     if budget > g.smem_per_block_optin_bytes:
         warnings.append(
             f"The budget {format_bytes(budget)} is more than one thread block may use on "
@@ -315,13 +351,17 @@ def traffic_readout(t, head_dim, block_q, block_k, budget_bytes, dtype="fp16",
             f"cut residency, leaving no other block to hide memory latency.")
 
     mode = "causal, " if causal else ""
+    ragged = [f"{name} = {b:,} > T = {t:,}: one ragged block of {t:,} row{'s' if t > 1 else ''}"
+              for name, b in (("Br", br), ("Bc", bc)) if b > t]
     lines = (
         f"Dense (Algorithm 0): read {format_bytes(dense.read_bytes)}, "
         f"write {format_bytes(dense.write_bytes)}, total {format_bytes(dense.total_bytes)}",
         f"Tiled ({loop_order}, {mode}Br = {br}, Bc = {bc}): read "
         f"{format_bytes(tiled.read_bytes)}, write {format_bytes(tiled.write_bytes)}, "
         f"total {format_bytes(tiled.total_bytes)}",
-        f"Dense / tiled traffic: {ratio:,.2f}x",
+        (f"Tiled moves {compare(tiled.total_bytes, dense.total_bytes, digits=2)} than dense"
+         if tiled.total_bytes != dense.total_bytes else "Tiled moves as many bytes as dense")
+        + (f" ({'; '.join(ragged)})" if ragged else ""),
         (f"FLOPs of the visible pairs (the same for dense and tiled; a dense kernel may "
          f"also compute the masked ones): {format_flops(flops)}" if causal else
          f"FLOPs (the same for dense and tiled): {format_flops(flops)}"),
@@ -336,6 +376,41 @@ def traffic_readout(t, head_dim, block_q, block_k, budget_bytes, dtype="fp16",
     return TrafficReadout(dense, tiled, ratio, flops, arithmetic_intensity(flops, dense),
                           arithmetic_intensity(flops, tiled), time_dense, time_tiled, peak,
                           foot, budget, foot <= budget, blocks, g, tuple(warnings), lines)
+
+
+def paper_tile_that_fits(budget_bytes, head_dim, dtype="fp16", t=None) -> tuple:
+    """(Br, Bc, paper_Br, paper_Bc): the paper's tile for this budget, reconciled with the
+    footprint the traffic explorer counts.
+
+    The paper's rule (`flashcourse.traffic.paper_block_sizes`: Bc = ceil(M / 4d),
+    Br = min(Bc, d), M = budget / e elements) sizes only the Q, K, V and O tiles.
+    `tile_footprint_bytes` also counts the Br x Bc fp32 score tile, the fp32 accumulator
+    and m, l, so the paper's tile does not fit its own budget there. This returns the
+    largest tile of the paper's shape (Br = min(Bc, d)) whose whole footprint fits, with
+    Bc counted down from the paper's value, and both capped at `t` rows when given.
+    Raises ValueError when not even Br = Bc = 1 fits.
+
+    >>> paper_tile_that_fits(64 * 1024, 64, "fp16")
+    (64, 79, 64, 128)
+    """
+    budget = _positive_int(budget_bytes, "on-chip budget (bytes)")
+    d = _positive_int(head_dim, "d (head dimension)", MAX_HEAD_DIM)
+    e = _dtype_bytes(dtype)
+    cap = MAX_BLOCK if t is None else _positive_int(t, "T (sequence length)", MAX_LENGTH)
+    pbr, pbc = paper_block_sizes(budget, d, e)
+    bc = min(pbc, cap)
+    # footprint grows with Bc (Br = min(Bc, d) too): a binary search for the largest fit
+    def fits(c):
+        return tile_footprint_bytes(min(c, d, cap), c, d, bytes_per_element=e) <= budget
+    if not fits(1):
+        raise ValueError(f"not even a 1 x 1 tile fits {budget:,} B with d = {d:,} "
+                         f"({tile_footprint_bytes(1, 1, d, bytes_per_element=e):,} B): "
+                         f"raise the budget or lower d")
+    lo, hi = 1, bc
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return min(lo, d, cap), lo, pbr, pbc
 
 
 # ----------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Tuning: occupancy maths, launch limits, enumeration, results, widget, CPU path
-(flashcourse.limits, configs, sweep, results, measured_traffic, tuning_widget).
+(flashcourse.limits, configs, sweep, results, measured_traffic, widgets.tuning).
 
 Everything here runs without a GPU: the occupancy numbers are checked by hand against
 the CUDA occupancy calculator's rules for compute capability 9.0 (H100/H200 limits:
@@ -13,10 +13,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from flashcourse import configs, limits, results, sweep, timing, tuning_widget
+from flashcourse import configs, limits, results, sweep, timing
 from flashcourse import measured_traffic as mt
 from flashcourse.cuda import _launch, flash
 from flashcourse.traffic import attention_flops, dense_traffic, tiled_traffic
+from flashcourse.widgets.tuning import tuning_report
 
 H = limits.H200_LIMITS
 
@@ -386,29 +387,16 @@ def test_explanations_cover_every_band():
 # widget and the CPU tuning path
 # ---------------------------------------------------------------------------
 
-def test_widget_report_valid_and_invalid_settings():
-    ok = tuning_widget.widget_report(64, 64, 256, 4, 64, 4096, measure=False, limits=H)
+def test_tuning_report_valid_and_invalid_settings():
+    ok = tuning_report(64, 64, 256, 4, 64, 4096, measure=False, limits=H)
     assert "occupancy" in ok and "shared memory" in ok and "Cannot" not in ok
     assert "70,144 B" in ok                                   # the kernel's own footprint
-    too_big = tuning_widget.widget_report(128, 128, 128, 2, 256, 4096, measure=False, limits=H)
-    assert "Cannot launch" in too_big and "available 232,448" in too_big
-    bad_shape = tuning_widget.widget_report(64, 64, 100, 4, 64, 4096, measure=False, limits=H)
-    assert "Cannot launch" in bad_shape and "threads" in bad_shape
-    over = tuning_widget.widget_report(64, 64, 2048, 4, 64, 4096, measure=False, limits=H)
-    assert "Cannot launch" in over
-
-
-def test_widget_builds_and_survives_invalid_choices():
-    box = tuning_widget.tuning_widget(measure=False)
-    c = box.controls
-    assert "occupancy" in box.report.value
-    c["threads"].value = 2048                                  # too many threads
-    assert "Cannot launch" in box.report.value
-    c["threads"].value = 256
-    c["tm"].value = 16                                         # does not divide the layout
-    assert "Cannot launch" in box.report.value
-    c["tm"].value = 4
-    assert "occupancy" in box.report.value
+    with pytest.raises(ValueError, match="available 232,448"):
+        tuning_report(128, 128, 128, 2, 256, 4096, measure=False, limits=H)
+    with pytest.raises(ValueError, match="threads"):
+        tuning_report(64, 64, 100, 4, 64, 4096, measure=False, limits=H)
+    with pytest.raises(ValueError, match="at most 1,024 threads"):
+        tuning_report(64, 64, 2048, 4, 64, 4096, measure=False, limits=H)
 
 
 def test_cpu_tuning_path_tiny():
@@ -419,8 +407,7 @@ def test_cpu_tuning_path_tiny():
     assert t["rel_err"] < 1e-5
     rows = sweep.cpu_sweep((16, 32), seq_len=40, head_dim=8, progress=False)
     assert len(rows) == 4 and all(r["rel_err"] < 1e-5 for r in rows)
-    html = tuning_widget.widget_report(16, 32, 128, 4, 64, 1024, measure=True, cpu_seq_len=40,
-                                       limits=H)
+    html = tuning_report(16, 32, 128, 4, 64, 1024, measure=True, cpu_seq_len=40, limits=H)
     assert "flashcourse.cpu.forward" in html and "GFLOP/s" in html
 
 

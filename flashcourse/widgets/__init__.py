@@ -1,0 +1,21 @@
+"""The course's interactive explorers (ipywidgets + matplotlib), one module each.
+
+    score_memory.score_memory_explorer()   M_score = Tq x Tk x s per head and per batch,
+                                           against a GPU's on-chip memory, L2, device memory
+    traffic.traffic_explorer()             outer-memory bytes of dense and tiled attention,
+                                           FLOPs, intensity, a roofline bound, the tile fit
+    tile_schedule.tile_schedule()          the score matrix as tiles; a step slider (with
+                                           Play) replays a real `flashcourse.tiled.forward`
+    tuning.tuning_explorer()               tile sizes, threads and rows per thread of the
+                                           CUDA flash kernel: shared memory, occupancy,
+                                           traffic, recorded and live timings
+    backward.backward_explorer()           what each backward keeps, moves and computes
+
+Import each from its module (`from flashcourse.widgets.traffic import traffic_explorer`).
+All are built on `_base.Explorer`: one message line instead of a traceback for any
+invalid setting, serialised redraws, one persistent figure rendered sharp at the size it
+is shown. Each returns its widget without displaying it: put the call last in a cell.
+The numbers behind them are pure functions in `flashcourse.readouts` (and
+`flashcourse.backward_plots`, `flashcourse.configs`, `flashcourse.limits`), tested
+without a browser.
+"""

@@ -1,0 +1,396 @@
+"""What every explorer shares: controls, a message area, a safe refresh, a crisp plot.
+
+    Explorer          an ipywidgets VBox: a title, rows of controls, a message line, a
+                      readout and (optionally) a plot beside it. Subclasses write
+                      `update()` (compute from the controls, set the readout, call
+                      `self.draw(fn)`) and `clear()` (what to blank on an error).
+    LengthControl     a slider over powers of two plus a free-entry box, kept in sync;
+                      the box is the value, capped at the slider's end
+    CountBox          a free-entry box for a whole number in [lo, hi]
+    parse_whole       '3,000', '3e9', '4096' -> int; anything else -> ValueError
+
+Three promises, each tested in tests/test_widgets.py:
+
+1. A refresh never raises and never shows a traceback: any error of a setting
+   (ValueError from the readouts, and anything else: OverflowError, MemoryError, ...)
+   becomes a one-line message, the plot is hidden, the readout blanked.
+2. Refreshes are serialised. Controls can change faster than a plot is drawn (two
+   dropdowns changed quickly, a slider dragged, Play): a change that arrives while a
+   refresh runs (from another thread, or from an observer inside the refresh) only marks
+   the explorer dirty, and the running refresh goes round once more with the newest
+   values. All drawing, in every explorer, also holds one lock: matplotlib's text and
+   mathtext parsing is not thread-safe.
+3. Plots are drawn on one persistent matplotlib Figure (object API, no pyplot state),
+   rendered at twice its CSS size and shown at exactly that size (`width` px), so the
+   image is sharp and never stretched; it shrinks with the page (max-width 100%).
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import math
+import numbers
+import re
+import threading
+
+import ipywidgets as w
+import numpy as np
+
+LABEL_STYLE = {"description_width": "initial"}
+LOOP_ORDERS = [("fa2: outer loop over query blocks", "fa2"),
+               ("fa1: outer loop over key blocks", "fa1")]
+RENDER_DPI = 200                          # PNG pixels per inch: 2 x the 100 px/inch layout
+_DRAW_LOCK = threading.RLock()            # one matplotlib render at a time, all explorers
+_MAX_MESSAGE = 300                        # characters of an error message shown
+
+
+# ----------------------------------------------------------------------------------------
+# Small HTML helpers
+# ----------------------------------------------------------------------------------------
+
+def message_html(text: str, level: str = "error", title: str | None = None) -> str:
+    """A coloured one-block message ('' for no message)."""
+    if not text:
+        return ""
+    colour = {"error": "#b00020", "warning": "#8a5300"}[level]
+    icon = title or {"error": "Cannot show this setting:", "warning": "Warning:"}[level]
+    return (f'<div style="color:{colour};border-left:4px solid {colour};padding:2px 8px;'
+            f'margin:4px 0;white-space:normal;line-height:1.45"><b>{icon}</b> '
+            f'{html.escape(text)}</div>')
+
+
+def lines_html(lines) -> str:
+    """Lines of plain text as HTML that wraps (never a line running off the screen)."""
+    body = "".join(f"<div>{html.escape(x)}</div>" for x in lines)
+    return f'<div style="line-height:1.45;margin:2px 0;white-space:normal">{body}</div>'
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line: the message of a ValueError, else 'Type: message'."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if not isinstance(exc, ValueError) or not text:
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE - 3] + "..."
+
+
+def show(widget, flag: bool) -> None:
+    widget.layout.display = None if flag else "none"
+
+
+# ----------------------------------------------------------------------------------------
+# Checking constructor arguments (a clear ValueError, never an ipywidgets TraitError)
+# ----------------------------------------------------------------------------------------
+
+def check_int_arg(value, name: str, lo: int, hi: int) -> int:
+    """A constructor argument that must be an int in [lo, hi]."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be a whole number (an int) between {lo:,} and {hi:,}, "
+                         f"got {value!r} (a {type(value).__name__})")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be between {lo:,} and {hi:,}, got {value:,}")
+    return int(value)
+
+
+def check_choice(value, name: str, options) -> object:
+    """A constructor argument that must be one of `options` (values, or (label, value))."""
+    values = [o[1] if isinstance(o, tuple) else o for o in options]
+    if isinstance(value, (bool, np.bool_)) or value not in values:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, values))}, "
+                         f"got {value!r}")
+    return value
+
+
+def check_flag(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+# ----------------------------------------------------------------------------------------
+# Free-entry boxes
+# ----------------------------------------------------------------------------------------
+
+_WHOLE = re.compile(r"^[+-]?\d+$")
+
+
+def parse_whole(text, what: str, lo: int = 1, hi: int | None = None) -> int:
+    """A typed whole number: '4096', '4,096', '4_096', '3e9', '2**20'; in [lo, hi].
+
+    Raises ValueError naming `what` for anything else (text, fractions, out of range).
+    """
+    raw = str(text).strip()
+    s = raw.replace(",", "").replace("_", "").replace(" ", "")
+    value = None
+    if _WHOLE.match(s):
+        value = int(s)
+    elif re.match(r"^\d+\*\*\d{1,4}$", s):                     # 2**20
+        base, exp = s.split("**")
+        value = int(base) ** int(exp) if int(exp) <= 4096 else None
+    else:
+        try:
+            f = float(s)
+        except ValueError:
+            f = None
+        if f is not None and math.isfinite(f) and f == int(f):
+            value = int(f)
+    if value is None:
+        raise ValueError(f"{what} must be a whole number, got {raw!r}")
+    if value < lo:
+        raise ValueError(f"{what} must be at least {lo:,}, got {value:,}")
+    if hi is not None and value > hi:
+        raise ValueError(f"{what} must be at most {hi:,}, got {value:,}")
+    return value
+
+
+def _text_arg(value, name: str) -> str:
+    """A starting value for a free-entry box: an int (shown with separators)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be a whole number (an int), got {value!r} "
+                         f"(a {type(value).__name__})")
+    return f"{int(value):,}"
+
+
+class CountBox:
+    """A free-entry box for a whole number in [lo, hi]; `.value` parses or raises."""
+
+    def __init__(self, description, value, name, what, lo=1, hi=2 ** 20, width="170px"):
+        self.what, self.lo, self.hi = what, lo, hi
+        self.text = w.Text(value=_text_arg(value, name), description=description,
+                           continuous_update=False, style=LABEL_STYLE,
+                           layout=w.Layout(width=width))
+
+    @property
+    def value(self) -> int:
+        return parse_whole(self.text.value, self.what, self.lo, self.hi)
+
+    def observe(self, fn):
+        self.text.observe(fn, names="value")
+
+
+class LengthControl:
+    """A log-scale slider over powers of two plus a free-entry box, kept in sync.
+
+    The box holds the value (any whole number in [1, 2**max_log2]: the same bounds as the
+    slider; outside them, or not a number, the explorer shows a message); the slider jumps
+    between powers of two 1 .. 2**max_log2, so one arrow key press doubles or halves the
+    length, and a typed length moves the slider to the largest power of two below it.
+    """
+
+    def __init__(self, description, value, name, what, max_log2, slider_class=""):
+        self.what, self.hi = what, 2 ** max_log2
+        self.powers = [2 ** p for p in range(max_log2 + 1)]
+        text = _text_arg(value, name)
+        below = [p for p in self.powers if p <= value]
+        self.slider = w.SelectionSlider(
+            options=[(f"{p:,}", p) for p in self.powers], value=below[-1] if below else 1,
+            description=description, continuous_update=False, style=LABEL_STYLE,
+            layout=w.Layout(width="400px"))
+        if slider_class:
+            self.slider.add_class(slider_class)
+        self.text = w.Text(value=text, continuous_update=False,
+                           layout=w.Layout(width="150px"))
+        self.box = w.HBox([self.slider, self.text])
+        self._syncing = False
+        self.slider.observe(self._from_slider, names="value")
+        self.text.observe(self._from_text, names="value")
+
+    def _from_slider(self, change):
+        if not self._syncing:
+            self._syncing = True
+            try:
+                self.text.value = f"{change['new']:,}"
+            finally:
+                self._syncing = False
+
+    def _from_text(self, change):
+        """Move the slider to the largest power of two <= the typed length (if valid)."""
+        try:
+            v = parse_whole(change["new"], self.what, 1, self.hi)
+        except ValueError:
+            return
+        below = [p for p in self.powers if p <= v]
+        if not self._syncing and below and self.slider.value != below[-1]:
+            self._syncing = True
+            try:
+                self.slider.value = below[-1]
+            finally:
+                self._syncing = False
+
+    @property
+    def value(self) -> int:
+        return parse_whole(self.text.value, self.what, 1, self.hi)
+
+    def set(self, v: int) -> None:
+        self.text.value = f"{int(v):,}"
+
+    def observe(self, fn):
+        self.text.observe(fn, names="value")
+
+    def set_disabled(self, flag):
+        self.slider.disabled = flag
+        self.text.disabled = flag
+
+
+# ----------------------------------------------------------------------------------------
+# The base explorer
+# ----------------------------------------------------------------------------------------
+
+class Explorer(w.VBox):
+    """Base of every explorer: title, controls, message, readout, plot; a safe refresh.
+
+    Subclass contract:
+        css_class      a CSS class on the box (browser tests find the widget by it)
+        update()       read the controls, compute, set the readout, draw; raise for an
+                       invalid setting (any exception becomes the one-line message)
+        clear()        blank what `update` shows (called on an error)
+    Build the controls, then call `super().__init__(title, rows, readout, plot_px=...)`,
+    then `self.watch(*controls)` and `self.refresh()`.
+    """
+
+    css_class = "fc-explorer"
+    error_title = "Cannot show this setting:"
+
+    def __init__(self, title: str, rows, readout, *, plot_px=None, plot_class="",
+                 side_by_side=True, layout="constrained"):
+        self.message = w.HTML(value="")
+        self.message.add_class("fc-message")
+        self.warning = w.HTML(value="")
+        self.warning.add_class("fc-warning")
+        self.image = None
+        self._fig = None
+        self._dirty = False
+        self._refresh_lock = threading.Lock()
+        self.errors = 0                    # refreshes that ended in a message (for tests)
+        body = [readout]
+        if plot_px is not None:
+            width, height = plot_px
+            self._plot_px = (width, height)
+            self.image = w.Image(format="png", layout=w.Layout(
+                width=f"{width}px", max_width="100%", height="auto", flex="0 0 auto"))
+            if plot_class:
+                self.image.add_class(plot_class)
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.figure import Figure
+
+            self._fig = Figure(figsize=(width / 100, height / 100), dpi=100, layout=layout)
+            FigureCanvasAgg(self._fig)
+            readout.layout.flex = "1 1 300px"
+            readout.layout.min_width = "280px"
+            body = ([w.HBox([self.image, readout],
+                            layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))]
+                    if side_by_side else [readout, self.image])
+        super().__init__([w.HTML(title), *rows, self.message, self.warning, *body])
+        self.add_class(self.css_class)
+
+    # -- to override ----------------------------------------------------------------------
+    def update(self) -> None:                       # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def clear(self) -> None:
+        self.warning.value = ""
+
+    # -- wiring -----------------------------------------------------------------------------
+    def watch(self, *controls) -> None:
+        """Refresh whenever one of `controls` (widgets, LengthControl, CountBox) changes."""
+        for c in controls:
+            if isinstance(c, (LengthControl, CountBox)):
+                c.observe(self.refresh)
+            else:
+                c.observe(self.refresh, names="value")
+
+    def refresh(self, _change=None) -> None:
+        """Recompute and redraw from the controls; never raises (see the module docstring).
+
+        A call that arrives while a refresh runs marks the explorer dirty and returns;
+        the running refresh then goes round again with the newest values.
+        """
+        self._dirty = True
+        while True:
+            if not self._refresh_lock.acquire(blocking=False):
+                return                     # the running refresh will see _dirty
+            try:
+                rounds = 0
+                while self._dirty and rounds < 8:   # an update that keeps changing its
+                    self._dirty = False             # own controls stops after 8 rounds
+                    rounds += 1
+                    self._run_update()
+                if rounds >= 8:
+                    self._dirty = False
+            finally:
+                self._refresh_lock.release()
+            if not self._dirty:            # nothing arrived between the last round and now
+                return
+
+    def _run_update(self) -> None:
+        try:
+            self.update()
+        except Exception as exc:  # noqa: BLE001 - every error of a setting becomes a message
+            self.errors += 1
+            self.message.value = message_html(one_line(exc), title=self.error_title)
+            try:
+                self.clear()
+            except Exception:  # noqa: BLE001 - blanking must not hide the message
+                pass
+            if self.image is not None:
+                show(self.image, False)
+            return
+        self.message.value = ""
+        if self.image is not None:
+            show(self.image, True)
+
+    def draw(self, paint) -> None:
+        """Clear the persistent figure, `paint(fig)`, and show it as a crisp PNG."""
+        with _DRAW_LOCK:
+            fig = self._fig
+            fig.clear()
+            paint(fig)
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=RENDER_DPI)
+        self.image.value = buf.getvalue()
+
+
+# ----------------------------------------------------------------------------------------
+# Axis ticks without mathtext (faster, and nothing to parse)
+# ----------------------------------------------------------------------------------------
+
+def length_ticks(axis, hi, lo=1.0) -> None:
+    """Ticks at powers of two (every 4th, or fewer on a long axis): 1, 16, 256, 4K, 64K, 1M."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    def label(x, _pos):
+        x = int(round(x))
+        for unit, size in (("T", 2 ** 40), ("G", 2 ** 30), ("M", 2 ** 20), ("K", 2 ** 10)):
+            if x >= size and x % size == 0:
+                return f"{x // size}{unit}"
+        return f"{x}"
+
+    top, bottom = int(math.log2(hi)), max(0, math.ceil(math.log2(max(lo, 1))))
+    step = max(4, 4 * math.ceil((top - bottom) / 40))
+    axis.set_major_locator(FixedLocator([2.0 ** p for p in range(bottom, top + 1, step)]))
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(FuncFormatter(label))
+
+
+def byte_ticks(axis, hi, lo=1.0, step_log2=10) -> None:
+    """Ticks at every `step_log2`-th power of two in [lo, hi], labelled '1 MiB', '4 MiB'."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    from ..memory import binary_size
+
+    top = int(math.log2(hi))
+    step = max(step_log2, step_log2 * math.ceil(top / (8 * step_log2)))   # <= ~8 ticks
+    ticks = [2.0 ** p for p in range(0, top + 1, step) if lo <= 2.0 ** p <= hi]
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(FuncFormatter(lambda x, _pos: binary_size(int(x))))
+
+
+def count_ticks(axis, unit: str = "") -> None:
+    """Log-axis labels as '1e9' style plain text (no mathtext), with an optional unit."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, numticks=8))
+    axis.set_major_formatter(FuncFormatter(
+        lambda x, _pos: f"1e{int(round(math.log10(x)))}{unit}" if x > 0 else ""))
+    axis.set_minor_formatter(NullFormatter())

@@ -1,0 +1,98 @@
+"""The backward explorer: what the standard and the tiled backward keep, move and compute.
+
+    from flashcourse.widgets.backward import backward_explorer
+    backward_explorer()                      # last line of a cell (shown once)
+
+A slider over log2 N (N = Tq = Tk) and menus for d, the element size and the tile
+Br = Bc; three log-log panels (`flashcourse.backward_plots.plot_backward_costs`, drawn
+on the explorer's own figure) and the numbers at N (`backward_plots.summary_lines`).
+Fast changes of several controls are serialised by the base explorer: the plot always
+ends at the last setting, and no redraw starts while another one runs.
+"""
+
+from __future__ import annotations
+
+from ..backward_plots import plot_backward_costs, summary_lines
+from ._base import (LABEL_STYLE, Explorer, byte_ticks, check_choice, check_int_arg,
+                    count_ticks, length_ticks, lines_html)
+
+HEAD_DIMS = (32, 64, 128)
+ELEMENTS = (("fp16/bf16 (2 B)", 2), ("fp32 (4 B)", 4))
+BLOCKS = (32, 64, 128, 256)
+LOG2_N = (9, 17)                   # N from 512 to 131,072 positions
+
+
+class BackwardExplorer(Explorer):
+    """The backward explorer (a VBox). Controls are in `.controls`."""
+
+    css_class = "fc-backward"
+
+    def __init__(self, head_dim=64, log2_n=12, bytes_per_element=2, block=64):
+        import ipywidgets as w
+
+        auto = dict(style=LABEL_STYLE, layout=w.Layout(width="auto"))
+        self.log2_n = w.IntSlider(value=check_int_arg(log2_n, "log2_n", *LOG2_N),
+                                  min=LOG2_N[0], max=LOG2_N[1], description="log2 N",
+                                  continuous_update=False, style=LABEL_STYLE,
+                                  layout=w.Layout(width="320px"))
+        self.log2_n.add_class("fc-slider-log2n")
+        self.head_dim = w.Dropdown(options=HEAD_DIMS,
+                                   value=check_choice(head_dim, "head_dim", HEAD_DIMS),
+                                   description="d", **auto)
+        self.element = w.Dropdown(options=ELEMENTS,
+                                  value=check_choice(bytes_per_element, "bytes_per_element",
+                                                     ELEMENTS),
+                                  description="element", **auto)
+        self.block = w.Dropdown(options=BLOCKS, value=check_choice(block, "block", BLOCKS),
+                                description="Br = Bc", **auto)
+        self.controls = {"log2_n": self.log2_n, "head_dim": self.head_dim,
+                         "element": self.element, "block": self.block}
+        self.summary = w.HTML(value="")
+        self.summary.add_class("fc-backward-readout")
+        self.lines = []
+        super().__init__(
+            "<b>Backward pass</b>, one head: the standard backward (stores P) against the "
+            "tiled one (recomputes P from lse)",
+            [w.HBox([self.log2_n, self.head_dim, self.element, self.block],
+                    layout=w.Layout(flex_flow="row wrap"))],
+            self.summary, plot_px=(900, 290), plot_class="fc-backward-plot",
+            side_by_side=False, layout=None)
+        self.watch(self.log2_n, self.head_dim, self.element, self.block)
+        self.refresh()
+
+    def clear(self):
+        super().clear()
+        self.summary.value = ""
+
+    def update(self):
+        n, d = 2 ** self.log2_n.value, self.head_dim.value
+        kw = dict(bytes_per_element=self.element.value, bytes_per_score=self.element.value,
+                  block=self.block.value)
+        self.lines = summary_lines(n, d, **kw)
+        self.summary.value = lines_html(self.lines)
+        self.draw(lambda fig: _paint(fig, n, d, kw))
+
+
+def _paint(fig, n, d, kw):
+    plot_backward_costs(n, d, fig=fig, **kw)
+    axes = fig.axes
+    for ax in axes:                          # plain-text tick labels: no mathtext to parse
+        length_ticks(ax.xaxis, 131072, 256)
+        ax.tick_params(labelsize=8)
+        ax.title.set_fontsize(9)
+        ax.xaxis.label.set_fontsize(8)
+    for ax in axes[:2]:
+        lo, hi = ax.get_ylim()
+        byte_ticks(ax.yaxis, hi, lo, step_log2=2)
+    count_ticks(axes[2].yaxis, " FLOP")
+    fig.tight_layout()
+
+
+def backward_explorer(**kwargs) -> BackwardExplorer:
+    """Widget: kept bytes, backward traffic and FLOPs of both backwards against N.
+
+    Keyword arguments set the starting values (head_dim, log2_n, bytes_per_element,
+    block); a value that is not on offer raises a ValueError naming it. Returns the
+    widget without displaying it: put the call last in a cell (it is shown once).
+    """
+    return BackwardExplorer(**kwargs)

@@ -1,0 +1,196 @@
+"""The tile-schedule explorer: the Tq x Tk score matrix as tiles, replayed step by step.
+
+    from flashcourse.widgets.tile_schedule import tile_schedule
+    tile_schedule()                          # last line of a cell
+
+A real `flashcourse.tiled.forward` run on small random inputs is replayed
+(`flashcourse.readouts.schedule_steps`, pure and tested): the step slider (with Play)
+counts from 1, as the text does ("Step 1 of 12"); each step shows which tile is formed
+or skipped and which blocks are loaded or stored, with the bytes moved so far.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..memory import format_bytes
+from ..readouts import (MAX_SCHEDULE_LENGTH, _block_edges, describe_step, schedule_steps)
+from ..traffic import tiled_traffic
+from ._base import (LABEL_STYLE, LOOP_ORDERS, Explorer, check_choice, check_flag,
+                    check_int_arg, lines_html)
+
+MAX_SCHEDULE_BLOCK = 128          # Br, Bc and d sliders end here
+
+
+class TileSchedule(Explorer):
+    """The tile-schedule explorer (a VBox). Controls are in `.controls`."""
+
+    css_class = "fc-schedule"
+
+    def __init__(self, t_query=96, t_key=80, head_dim=16, block_q=32, block_k=32,
+                 causal=True, loop_order="fa2", interval_ms=600):
+        import ipywidgets as w
+
+        def slider(desc, name, value, lo, hi, cls):
+            s = w.IntSlider(value=check_int_arg(value, name, lo, hi), min=lo, max=hi,
+                            description=desc, continuous_update=False, style=LABEL_STYLE,
+                            layout=w.Layout(width="280px"))
+            s.add_class(cls)
+            return s
+
+        self.tq = slider("Tq", "t_query", t_query, 1, MAX_SCHEDULE_LENGTH,
+                         "fc-slider-sched-tq")
+        self.tk = slider("Tk", "t_key", t_key, 1, MAX_SCHEDULE_LENGTH, "fc-slider-sched-tk")
+        self.head_dim = slider("d", "head_dim", head_dim, 1, MAX_SCHEDULE_BLOCK,
+                               "fc-slider-sched-d")
+        self.block_q = slider("block_q (Br)", "block_q", block_q, 1, MAX_SCHEDULE_BLOCK,
+                              "fc-slider-sched-br")
+        self.block_k = slider("block_k (Bc)", "block_k", block_k, 1, MAX_SCHEDULE_BLOCK,
+                              "fc-slider-sched-bc")
+        interval_ms = check_int_arg(interval_ms, "interval_ms", 50, 10_000)
+        auto = dict(style=LABEL_STYLE, layout=w.Layout(width="auto"))
+        self.causal = w.Checkbox(value=check_flag(causal, "causal"), description="causal",
+                                 **auto)
+        self.loop_order = w.Dropdown(options=LOOP_ORDERS,
+                                     value=check_choice(loop_order, "loop_order", LOOP_ORDERS),
+                                     description="loop order", **auto)
+        # steps count from 1, like the text "Step 1 of 12"
+        self.play = w.Play(value=1, min=1, max=2, step=1, interval=interval_ms,
+                           description="play")
+        self.step = w.IntSlider(value=1, min=1, max=2, description="step",
+                                style=LABEL_STYLE, layout=w.Layout(width="480px"))
+        self.step.add_class("fc-slider-step")
+        w.jslink((self.play, "value"), (self.step, "value"))
+        self.controls = {"t_query": self.tq, "t_key": self.tk, "head_dim": self.head_dim,
+                         "block_q": self.block_q, "block_k": self.block_k,
+                         "causal": self.causal, "loop_order": self.loop_order,
+                         "step": self.step, "play": self.play}
+        self.status = w.HTML(value="")
+        self.status.add_class("fc-schedule-readout")
+        self.steps = []
+        self._config = None
+        wrap = w.Layout(flex_flow="row wrap")
+        super().__init__(
+            "<b>Tile schedule</b>: a real tiled forward, replayed step by step "
+            "(fp16 byte counts: 2 B per element, 4 B per statistic)",
+            [w.HBox([self.tq, self.tk, self.head_dim], layout=wrap),
+             w.HBox([self.block_q, self.block_k, self.causal, self.loop_order], layout=wrap),
+             w.HBox([self.play, self.step])],
+            self.status, plot_px=(600, 340), plot_class="fc-schedule-plot")
+        self.watch(self.tq, self.tk, self.head_dim, self.block_q, self.block_k, self.causal,
+                   self.loop_order, self.step)
+        self.refresh()
+
+    def clear(self):
+        super().clear()
+        self.status.value = ""
+        self.steps = []
+
+    def update(self):
+        config = (self.tq.value, self.tk.value, self.head_dim.value, self.block_q.value,
+                  self.block_k.value, self.causal.value, self.loop_order.value)
+        if config != self._config or not self.steps:
+            self.steps, self._config = [], None
+            self.steps = schedule_steps(*config)
+            self._config = config
+            n = len(self.steps)
+            # widen first, then clamp the value (a max below the value would clamp it early)
+            for s in (self.step, self.play):
+                s.max = max(n, 2)
+                s.value = min(s.value, n)
+            self._dirty = False            # our own slider changes: this round shows them
+        k = min(self.step.value, len(self.steps))                 # 1-based step number
+        self._show_step(k)
+
+    def _show_step(self, k):
+        st = self.steps[k - 1]
+        tq, tk, d, br, bc, causal, order = self._config
+        final = self.steps[-1]
+        model = tiled_traffic(tq, tk, d, br, bc, causal=causal, loop_order=order)
+        lines = [describe_step(st, len(self.steps)),
+                 f"Moved so far: read {format_bytes(st.read_bytes)}, written "
+                 f"{format_bytes(st.write_bytes)}, total {format_bytes(st.total_bytes)}.",
+                 f"Whole run ({len(self.steps)} steps): {format_bytes(final.total_bytes)}; "
+                 f"the IO model tiled_traffic gives {format_bytes(model.total_bytes)}."]
+        self.status.value = lines_html(lines)
+        steps, config = self.steps, self._config
+        self.draw(lambda fig: _paint(fig, steps, config, k))
+
+
+def _paint(fig, steps, config, k):
+    """The tiles (done, skipped, current), the mask boundary, and the Q/O and K/V strips."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    tq, tk, d, br, bc, causal, order = config
+    qe, ke = _block_edges(tq, br), _block_edges(tk, bc)
+    n_r, n_c = len(qe) - 1, len(ke) - 1
+    state = np.zeros((n_r, n_c))                  # (Tr, Tc): 0 not yet, 1 done, 2 skipped, 3 now
+    for st in steps[:k]:
+        if st.kind == "tile":
+            state[st.tile] = 1
+        elif st.kind == "skip":
+            state[st.tile] = 2
+    cur = steps[k - 1]
+    if cur.kind in ("tile", "skip"):
+        state[cur.tile] = 3 if cur.kind == "tile" else 2
+    cmap = ListedColormap(["#ffffff", "#9ecae1", "#d9d9d9", "#fd8d3c"])
+
+    gs = fig.add_gridspec(2, 2, width_ratios=[1, 12], height_ratios=[1, 10])
+    ax = fig.add_subplot(gs[1, 1])
+    axq = fig.add_subplot(gs[1, 0], sharey=ax)
+    axk = fig.add_subplot(gs[0, 1], sharex=ax)
+    ax.pcolormesh(ke, qe, state, cmap=cmap, vmin=-0.5, vmax=3.5, edgecolors="#555555",
+                  linewidth=0.6)
+    if causal:  # the mask boundary: query i sees key j iff j <= i + Tk - Tq
+        rows = np.repeat(np.arange(tq + 1), 2)[1:-1]                  # staircase
+        cols = np.clip(np.repeat(np.arange(tq) + tk - tq + 1, 2), 0, tk)
+        ax.plot(cols, rows, color="#b00020", lw=1.2)
+    if n_r * n_c <= 256:
+        for i, j in zip(*np.nonzero(state == 2)):
+            ax.text((ke[j] + ke[j + 1]) / 2, (qe[i] + qe[i + 1]) / 2, "skip",
+                    ha="center", va="center", fontsize=7, color="#555555")
+    ax.set_xlim(0, tk)
+    ax.set_ylim(tq, 0)
+    ax.set_xlabel("key position (Tk)", fontsize=9)
+    ax.tick_params(labelleft=False, labelsize=8)
+
+    def strip(axis, edges, tensors, vertical, block):
+        resident = [] if block is None else [(edges[block], edges[block + 1])]
+        loaded = [(a, b) for t, a, b, _ in cur.reads if t in tensors]
+        stored = [(a, b) for t, a, b, _ in cur.writes if t in tensors]
+        for spans, colour in ((resident, "#fdd0a2"), (loaded, "#fd8d3c"),
+                              (stored, "#31a354")):
+            for a, b in spans:
+                (axis.axhspan if vertical else axis.axvspan)(a, b, color=colour)
+        for e in edges:
+            (axis.axhline if vertical else axis.axvline)(e, color="#555555", lw=0.6)
+
+    on_chip = cur.kind == "tile"
+    strip(axq, qe, ("Q", "O", "lse", "l", "m"), True, cur.tile[0] if on_chip else None)
+    axq.set_xticks([])
+    axq.set_ylabel("query position (Tq)", fontsize=9)
+    axq.tick_params(labelsize=8)
+    axq.set_title("Q/O", fontsize=8)
+    strip(axk, ke, ("K", "V"), False, cur.tile[1] if on_chip else None)
+    axk.set_yticks([])
+    axk.set_ylabel("K,V", fontsize=8, rotation=0, ha="right", va="center")
+    axk.tick_params(labelbottom=False)
+    handles = [Patch(color=c, label=t) for c, t in (
+        ("#fd8d3c", "tile on chip / block loaded this step"),
+        ("#fdd0a2", "block on chip (loaded before)"), ("#9ecae1", "tile done"),
+        ("#d9d9d9", "skipped (causal mask)"), ("#31a354", "block stored"))]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7,
+               frameon=False)
+    fig.suptitle(f"{order}: step {k} of {len(steps)}, {cur.total_bytes:,} B moved so far",
+                 fontsize=9)
+
+
+def tile_schedule(**kwargs) -> TileSchedule:
+    """Widget: the score matrix as tiles; a step slider with Play replays a real run.
+
+    Keyword arguments set the starting values (t_query, t_key, head_dim, block_q,
+    block_k, causal, loop_order, interval_ms); a value of the wrong type or range raises
+    a ValueError naming it. Returns the widget: put it last in a cell to show it.
+    """
+    return TileSchedule(**kwargs)
