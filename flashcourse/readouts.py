@@ -326,11 +326,11 @@ def traffic_readout(t, head_dim, block_q, block_k, budget_bytes, dtype="fp16",
         paper = paper_block_sizes(budget, d, e)
         why = ""
         if (br, bc) == (min(paper[0], t), min(paper[1], t)):
-            why = (f" The paper's rule (Bc = ceil(M / 4d), Br = min(Bc, d), M = budget / e "
-                   f"elements) sizes only the Q, K, V and O tiles; this footprint also counts "
-                   f"the Br x Bc score tile (fp32), the fp32 accumulator and m, l, so the "
-                   f"paper's tile overshoots. The button 'paper's Br, Bc for this budget' "
-                   f"picks the largest tile of the paper's shape whose whole footprint fits.")
+            why = (" The paper's rule (Bc = ceil(M / 4d), Br = min(Bc, d), M = budget / e "
+                   "elements) sizes only the Q, K, V and O tiles; this footprint also counts "
+                   "the Br x Bc score tile (fp32), the fp32 accumulator and m, l, so the "
+                   "paper's tile overshoots. The button 'paper's Br, Bc for this budget' "
+                   "picks the largest tile of the paper's shape whose whole footprint fits.")
         warnings.append(
             f"Tile footprint {format_bytes(foot)} exceeds the on-chip budget "
             f"{format_bytes(budget)}: this tile no longer fits the scratchpad (shared "

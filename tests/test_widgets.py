@@ -1,19 +1,24 @@
-"""The widgets' pure readout functions (exact numbers), and the widgets in Python.
+"""The widgets' pure readout functions (exact numbers), and the explorers in Python.
 
 The readouts are checked against numbers derived by hand from the formulas in
 flashcourse.memory / flashcourse.traffic (exact integers: no tolerance), and the
 tile-schedule replay against an independent count of tiles and the IO model.
-The widgets are built and driven by setting `.value` on their controls (no browser;
-tests/test_browser.py drives them in JupyterLab).
+The explorers (flashcourse.widgets.*) are built and driven by setting `.value` on their
+controls (no browser; tests/test_browser.py drives them in JupyterLab): every invalid
+setting gives a one-line message and never raises, redraws are serialised, values of
+any size are either shown correctly or refused with a message.
 """
 
 import math
+import struct
+import threading
 
+import numpy as np
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from flashcourse import widgets as W
+from flashcourse import readouts as W
 from flashcourse.geometry import tile_visibility
 from flashcourse.gpus import GPUS
 from flashcourse.memory import BYTES_PER_SCORE
@@ -123,7 +128,7 @@ def test_traffic_worked_example_by_hand():
     # footprint 64*64*2 + 2*64*64*2 + 64*64*4 + 64*64*4 + 2*64*4 = 57,856 B; 164 KiB / it = 2
     assert r.footprint_bytes == 57_856 and r.fits_budget and r.blocks_per_sm == 2
     assert r.warnings == ()
-    assert r.lines[2] == "Dense / tiled traffic: 2.00x"
+    assert r.lines[2] == "Tiled moves 2.00x less than dense"
     assert r.lines[3] == "FLOPs (the same for dense and tiled): 4,294,967,296 FLOP (4.29 GFLOP)"
 
 
@@ -163,8 +168,10 @@ def test_causal_fa1_matches_the_model():
 @pytest.mark.parametrize("args,word", [
     ((0, 64, 64, 64, 1024), "T"),
     ((128, 0, 64, 64, 1024), "d"),
-    ((128, 64, 256, 64, 1024), "block_q"),
-    ((128, 64, 64, 129, 1024), "block_k"),
+    ((128, 64, 0, 64, 1024), "block_q"),
+    ((128, 64, 64, 2 ** 17, 1024), "block_k"),
+    ((2 ** 41, 64, 64, 64, 1024), "T"),
+    ((2 ** 40, 64, 64, 64, 1024, "fp16", "fa2", True), "query blocks"),
     ((128, 64, 64, 64, 0), "budget"),
     ((128, 64, 64, 64, 1024, "fp4"), "dtype"),
     ((128, 64, 64, 64, 1024, "fp16", "fa3"), "loop order"),
@@ -243,105 +250,430 @@ def test_format_helpers():
     assert W.format_flops(12) == "12 FLOP"
 
 
+def test_block_larger_than_t_is_one_ragged_block():
+    """The traffic slider's first stop is T = 1: valid with the default 64 x 64 tile."""
+    r = W.traffic_readout(1, 64, 64, 64, 100 * 1024)
+    assert r.tiled == tiled_traffic(1, 1, 64, 64, 64)
+    assert "Br = 64 > T = 1: one ragged block of 1 row" in r.lines[2]
+
+
+def test_compare_flips_the_word_below_one():
+    assert W.compare(50, 100) == "2.0x less" and W.compare(170, 100) == "1.7x more"
+    assert W.compare(1, 1) == "the same" and W.compare(1, 3, digits=2) == "3.00x less"
+    for a, b in ((1, 7), (7, 1), (2.5, 2.4), (2.4, 2.5)):
+        text = W.compare(a, b)
+        assert float(text.split("x")[0]) >= 1.0, text
+
+
+def test_backward_summary_says_more_when_tiled_moves_more():
+    # N = 512, d = 64, Br = Bc = 32, fp16: the tiled backward moves 1.69x the bytes
+    from flashcourse.backward_plots import backward_costs, summary_lines
+
+    c = backward_costs(512, 64, block=32)
+    assert c["tiled"]["traffic"] > c["standard"]["traffic"]
+    lines = summary_lines(512, 64, block=32)
+    assert lines[2].endswith("(tiled: 1.7x more)"), lines[2]
+    assert "0." not in lines[2].split("(")[-1]
+    assert summary_lines(4096, 64)[1].endswith("(tiled: 16.9x less)")
+
+
+def test_paper_tile_fits_its_own_budget_at_every_budget():
+    """The button's tile fits the footprint the explorer counts, at 4 .. 512 KiB."""
+    from flashcourse.traffic import tile_footprint_bytes
+
+    for dtype, e in (("fp16", 2), ("fp32", 4)):
+        for d in (32, 64, 128):
+            for kib in range(4, 513, 4):
+                br, bc, pbr, pbc = W.paper_tile_that_fits(kib * 1024, d, dtype)
+                assert (pbr, pbc) == paper_block_sizes(kib * 1024, d, e)
+                assert br == min(bc, d) and bc <= pbc
+                assert tile_footprint_bytes(br, bc, d, bytes_per_element=e) <= kib * 1024
+                if bc < pbc:          # the largest of the paper's shape: one more row fails
+                    assert tile_footprint_bytes(min(bc + 1, d), bc + 1, d,
+                                                bytes_per_element=e) > kib * 1024
+    assert W.paper_tile_that_fits(64 * 1024, 64, "fp16", t=50) == (50, 50, 64, 128)
+    with pytest.raises(ValueError, match="not even a 1 x 1 tile"):
+        W.paper_tile_that_fits(4 * 1024, 4096, "fp32")
+
+
+def test_curve_at_huge_lengths_is_exact_and_positive():
+    """Tq = 3e9 overflowed int64 (negative bytes); Tq = 2**70 raised TypeError."""
+    c = W.score_memory_curve(3 * 10 ** 9, 3 * 10 ** 9, "fp16", 1, 1, True, "H200")
+    assert c.x[-1] >= 6e9 and np.all(c.per_head > 0) and np.all(np.diff(c.per_head) > 0)
+    assert c.current_per_head == 18 * 10 ** 18                  # exact Python int
+    with pytest.raises(ValueError, match="at most 1,099,511,627,776"):
+        W.score_memory_curve(2 ** 70, 1, "fp16")
+
+
 # ---------------------------------------------------------------------------
-# The widgets, driven from Python
+# The explorers, driven from Python
 # ---------------------------------------------------------------------------
 
+from flashcourse.widgets import _base as B  # noqa: E402
+from flashcourse.widgets.backward import backward_explorer  # noqa: E402
+from flashcourse.widgets.score_memory import score_memory_explorer  # noqa: E402
+from flashcourse.widgets.tile_schedule import tile_schedule  # noqa: E402
+from flashcourse.widgets.traffic import traffic_explorer  # noqa: E402
+from flashcourse.widgets.tuning import tuning_explorer  # noqa: E402
+
+EXPLORERS = (score_memory_explorer, traffic_explorer, tile_schedule, backward_explorer,
+             lambda: tuning_explorer(measure=False))
+
+
+def _png_size(data: bytes):
+    assert bytes(data).startswith(PNG_MAGIC)
+    return struct.unpack(">II", bytes(data)[16:24])                # IHDR width, height
+
+
+def _message(ex) -> str:
+    """The explorer's message as plain text (one line), '' when none."""
+    import html
+    import re
+    return html.unescape(re.sub("<[^>]+>", "", ex.message.value)).strip()
+
+
+@pytest.mark.parametrize("make", EXPLORERS)
+def test_every_explorer_is_built_once_and_not_displayed(make, monkeypatch):
+    """backward_plots.backward_widget displayed its box and returned it (08 showed it twice)."""
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: shown.append(a))
+    ex = make()
+    assert shown == [] and _message(ex) == "" and ex.errors == 0
+    assert isinstance(ex, B.Explorer) and ex.css_class in ex._dom_classes
+
+
+@pytest.mark.parametrize("make", EXPLORERS[:4])
+def test_plot_rendered_at_twice_its_displayed_size(make):
+    """The PNG has 2x the pixels of the CSS width it is shown at: sharp, never stretched."""
+    ex = make()
+    width_px = int(ex.image.layout.width.removesuffix("px"))
+    assert ex.image.layout.max_width == "100%" and ex.image.layout.height == "auto"
+    assert width_px <= 900                                       # fits a 1280 px screen
+    w, h = _png_size(ex.image.value)
+    assert (w, h) == (2 * width_px, 2 * ex._plot_px[1])
+
+
 def test_score_explorer_reacts_and_shows_messages():
-    ex = W.score_memory_explorer()
-    assert "fc-score-memory" in ex._dom_classes
+    ex = score_memory_explorer()
+    c = ex.controls
     assert ex.headline.value == "M_score per head: 33,554,432 B = 32 MiB"
-    assert bytes(ex.image.value).startswith(PNG_MAGIC)
     first_png = ex.image.value
-    ex.controls["t_query_slider"].value = 8192                  # one step right
-    assert ex.controls["t_query"].value == 8192 and ex.controls["t_key"].value == 8192
+    c["t_query_slider"].value = 8192                             # one step right
+    assert c["t_query"].value == "8,192" and c["t_key"].value == "8,192"
     assert ex.headline.value == "M_score per head: 134,217,728 B = 128 MiB"
     assert ex.image.value != first_png
-    ex.controls["t_query"].value = 3000                         # free entry, not a power of 2
-    assert ex.controls["t_query_slider"].value == 2048
+    c["t_query"].value = "3000"                                  # free entry
+    assert c["t_query_slider"].value == 2048
     assert ex.headline.value == f"M_score per head: {3000 * 3000 * 2:,} B = 17.17 MiB"
-    ex.controls["tied"].value = False
-    ex.controls["t_key"].value = 1000
+    c["tied"].value = False
+    c["t_key"].value = "1,000"
     assert ex.readout.per_head_bytes == 3000 * 1000 * 2
-    ex.controls["t_query"].value = 0                            # invalid: message, no raise
-    assert "Tq (query positions) must be at least 1" in ex.message.value
+    c["t_query"].value = "0"                                     # invalid: message, no raise
+    assert _message(ex) == ("Cannot show this setting: Tq (query positions) must be at least 1, "
+                            "got 0")
     assert ex.headline.value == "M_score per head: (invalid setting)"
-    assert ex.image.layout.display == "none"                    # no stale plot
-    ex.controls["t_query"].value = 4096
-    assert ex.message.value == "" and ex.image.layout.display is None
-    ex.controls["dtype"].value = "fp8"
-    ex.controls["batch"].value = 4
-    ex.controls["heads"].value = 32
+    assert ex.image.layout.display == "none"                     # no stale plot
+    c["t_query"].value = "4096"
+    assert _message(ex) == "" and ex.image.layout.display is None
+    c["dtype"].value = "fp8"
+    c["batch"].value = "4"
+    c["heads"].value = "32"
     assert ex.readout.total_bytes == 4096 * 1000 * 128
-    ex.controls["batch"].value = 0
-    assert "batch must be at least 1" in ex.message.value
-    ex.controls["batch"].value = 1
-    ex.controls["causal"].value = True
+    c["causal"].value = True
     assert "Causal" in ex.details.value
-    ex.controls["gpu"].value = "T4"
+    c["gpu"].value = "T4"
     assert "T4 device memory" in ex.details.value
 
 
+@pytest.mark.parametrize("text,word", [("0", "at least 1, got 0"), ("-3", "at least 1, got -3"),
+                                       ("2.5", "whole number"), ("many", "whole number"),
+                                       (f"{2 ** 20 + 1}", "at most 1,048,576")])
+def test_batch_box_rejects_with_a_message(text, word):
+    """The batch box (a clamping BoundedIntText) accepted 0 and turned -3 into 0."""
+    ex = score_memory_explorer()
+    ex.controls["batch"].value = text
+    assert ex.controls["batch"].value == text                   # kept as typed, not clamped
+    assert word in _message(ex) and "batch" in _message(ex)
+
+
+@pytest.mark.parametrize("typed,shown", [
+    ("3e9", "M_score per head: 18,000,000,000,000,000,000 B = 15.61 EiB"),
+    ("1000000000", "M_score per head: 2,000,000,000,000,000,000 B = 1.73 EiB"),
+    (f"{2 ** 40}", f"M_score per head: {2 ** 81:,} B = 2097152 EiB"),
+])
+def test_score_explorer_at_huge_lengths_plots_the_typed_value(typed, shown):
+    ex = score_memory_explorer()
+    ex.controls["t_query"].value = typed
+    n = B.parse_whole(typed, "n")
+    assert _message(ex) == "" and ex.headline.value == shown
+    assert ex.controls["t_query_slider"].value == 2 ** int(math.log2(n))   # slider follows
+    ax = ex._fig.axes[0]
+    assert ax.get_xlim()[1] >= n                                 # the dot is on the chart
+    curve, dot = ax.get_lines()[0], [x for x in ax.get_lines() if x.get_marker() == "o"][0]
+    y = np.asarray(curve.get_ydata(), dtype=float)
+    assert curve.get_label() == "one head" and np.all(y > 0) and np.all(np.diff(y) > 0)
+    assert float(dot.get_xdata()[0]) == n and float(dot.get_ydata()[0]) == float(n * n * 2)
+    assert ax.get_ylim()[1] > n * n * 2
+
+
+@pytest.mark.parametrize("typed,word", [(f"{2 ** 70}", "at most 1,099,511,627,776"),
+                                        ("1e400", "whole number"), ("4096.5", "whole number")])
+def test_score_explorer_refuses_huge_lengths_with_a_message(typed, word):
+    ex = score_memory_explorer()
+    ex.controls["t_query"].value = typed
+    assert word in _message(ex) and ex.errors == 1
+
+
 def test_traffic_explorer_reacts_and_shows_messages():
-    ex = W.traffic_explorer()
-    assert "fc-traffic" in ex._dom_classes
-    assert "Dense / tiled traffic: 2.00x" in ex.details.value and ex.warning.value == ""
-    ex.controls["block_q"].value = 5000
-    assert "block_q (Br) = 5,000 is larger than the sequence" in ex.message.value
-    assert ex.image.layout.display == "none"
-    ex.controls["block_q"].value = 256
-    ex.controls["block_k"].value = 256
-    assert ex.message.value == ""
-    assert "no longer fits the scratchpad" in ex.warning.value
-    ex.controls["budget_kib"].value = 64
+    ex = traffic_explorer()
+    c = ex.controls
+    assert "Tiled moves 2.00x less than dense" in ex.details.value and ex.warning.value == ""
+    c["block_q"].value = "256"
+    c["block_k"].value = "256"
+    assert _message(ex) == "" and "no longer fits the scratchpad" in ex.warning.value
+    c["budget_kib"].value = 64
     ex.paper.click()
-    br, bc = paper_block_sizes(64 * 1024, 64, 2)
-    assert (ex.controls["block_q"].value, ex.controls["block_k"].value) == (br, bc)
-    assert ex.readout.tiled == tiled_traffic(4096, 4096, 64, br, bc)
-    ex.controls["t"].value = 100                                # paper's Bc = 128 > T
+    br, bc, pbr, pbc = W.paper_tile_that_fits(64 * 1024, 64, "fp16", 4096)
+    assert (pbr, pbc) == paper_block_sizes(64 * 1024, 64, 2) == (64, 128)
+    assert (c["block_q"].value, c["block_k"].value) == (f"{br:,}", f"{bc:,}") == ("64", "79")
+    assert ex.readout.fits_budget and ex.readout.tiled == tiled_traffic(4096, 4096, 64, br, bc)
+    assert "So the button chose Br = 64, Bc = 79" in ex.note.value
+    c["t"].value = "50"                                          # paper's Bc = 128 > T
+    assert ex.note.value == ""                                   # the note was about T = 4096
     ex.paper.click()
-    assert (ex.controls["block_q"].value, ex.controls["block_k"].value) == (64, 100)
-    assert ex.message.value == ""
-    ex.controls["t"].value = 4096
+    assert (c["block_q"].value, c["block_k"].value) == ("50", "50")
+    assert _message(ex) == ""
+    c["t"].value = "4096"
     ex.paper.click()
     for name, value in (("loop_order", "fa1"), ("causal", True), ("dtype", "fp32"),
-                        ("gpu", "H200"), ("t", 1000), ("head_dim", 80)):
-        ex.controls[name].value = value
-        assert ex.message.value == "", name
-    assert ex.readout.tiled == tiled_traffic(1000, 1000, 80, br, bc, causal=True,
+                        ("gpu", "H200"), ("t", "1000"), ("head_dim", "80")):
+        c[name].value = value
+        assert _message(ex) == "", name
+    assert ex.readout.tiled == tiled_traffic(1000, 1000, 80, 64, 79, causal=True,
                                              loop_order="fa1", bytes_per_element=4)
-    ex.controls["t"].value = 0
-    assert "T (sequence length) must be at least 1" in ex.message.value
-    ex.controls["t"].value = 4096
-    ex.controls["head_dim"].value = -1
-    assert "d (head dimension)" in ex.message.value
-    ex.controls["head_dim"].value = 64
-    assert ex.message.value == "" and bytes(ex.image.value).startswith(PNG_MAGIC)
+    c["t"].value = "0"
+    assert "T (sequence length) must be at least 1" in _message(ex)
+    c["t"].value = "4096"
+    c["head_dim"].value = "-1"
+    assert "d (head dimension)" in _message(ex)
+    c["head_dim"].value = "64"
+    assert _message(ex) == "" and bytes(ex.image.value).startswith(PNG_MAGIC)
 
 
-def test_tile_schedule_steps_and_messages():
-    ex = W.tile_schedule()
-    assert "fc-schedule" in ex._dom_classes
+@pytest.mark.parametrize("kib", [4, 16, 100, 164, 512])
+def test_paper_button_tile_fits_in_the_explorer(kib):
+    """04's button picked a tile the explorer then said does not fit, at every budget."""
+    ex = traffic_explorer(budget_kib=kib)
+    ex.paper.click()
+    assert ex.readout.fits_budget
+    assert "no longer fits" not in ex.warning.value and "Paper's rule" in ex.note.value
+
+
+def test_paper_rule_typed_by_hand_explains_the_overshoot():
+    ex = traffic_explorer(block_q=64, block_k=200, budget_kib=100)     # the paper's tile
+    assert not ex.readout.fits_budget
+    assert "sizes only the Q, K, V and O tiles" in ex.warning.value
+
+
+def test_traffic_explorer_home_key_gives_a_valid_setting():
+    """The slider's first stop (Home key) is T = 1: it gave an error with Br = Bc = 64."""
+    ex = traffic_explorer()
+    ex.controls["t_slider"].value = ex.controls["t_slider"].options[0][1]
+    assert ex.controls["t"].value == "1" and _message(ex) == ""
+    assert ex.readout.tiled == tiled_traffic(1, 1, 64, 64, 64)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_traffic_explorer_at_a_trillion_positions(causal):
+    """T = 1e12 raised OverflowError / MemoryError from matplotlib."""
+    ex = traffic_explorer(causal=causal)
+    ex.controls["t"].value = "1e12"
+    if causal:                                 # too many query blocks to walk: a message
+        assert "query blocks" in _message(ex) and ex.image.layout.display == "none"
+    else:
+        assert _message(ex) == "" and ex.readout.dense.total_bytes == (
+            (3 * 10 ** 12 * 64 * 2 + 2 * 10 ** 24 * 2) + 2 * 10 ** 24 * 2 + 10 ** 12 * 64 * 2)
+        assert _png_size(ex.image.value)[0] > 0
+    ex.controls["t"].value = f"{2 ** 70}"
+    assert "at most 1,099,511,627,776" in _message(ex)
+
+
+def test_any_error_of_a_setting_is_a_one_line_message(monkeypatch):
+    """Not only ValueError: an OverflowError from drawing is shown, not raised."""
+    ex = traffic_explorer()
+    import flashcourse.widgets.traffic as TM
+
+    def boom(*_a, **_k):
+        raise OverflowError("cannot convert float infinity to integer\nsecond line")
+
+    monkeypatch.setattr(TM, "_paint", boom)
+    ex.controls["t"].value = "8192"
+    assert _message(ex) == ("Cannot show this setting: OverflowError: cannot convert float "
+                            "infinity to integer")
+    assert ex.image.layout.display == "none" and ex.details.value == ""
+    monkeypatch.undo()
+    ex.controls["t"].value = "4096"
+    assert _message(ex) == "" and ex.image.layout.display is None
+
+
+@pytest.mark.parametrize("make,kwargs,name", [
+    (score_memory_explorer, dict(t_query="4096"), "t_query"),
+    (score_memory_explorer, dict(batch=2.0), "batch"),
+    (score_memory_explorer, dict(dtype="int8"), "dtype"),
+    (traffic_explorer, dict(t="4096"), "t"),
+    (traffic_explorer, dict(block_q="64"), "block_q"),
+    (traffic_explorer, dict(budget_kib="100"), "budget_kib"),
+    (tile_schedule, dict(t_query="96"), "t_query"),
+    (tile_schedule, dict(block_k=500), "block_k"),
+    (backward_explorer, dict(head_dim="64"), "head_dim"),
+    (backward_explorer, dict(log2_n=30), "log2_n"),
+    (tuning_explorer, dict(seq_len="4096"), "seq_len"),
+])
+def test_a_string_size_gives_a_clear_error_naming_it(make, kwargs, name):
+    """A string size failed inside ipywidgets (TraitError); now a ValueError naming it."""
+    with pytest.raises(ValueError, match=f"^{name} must be"):
+        make(**kwargs)
+
+
+def test_tile_schedule_steps_count_from_one():
+    ex = tile_schedule()
+    c = ex.controls
     n = len(ex.steps)
-    assert ex.controls["step"].max == n - 1 == ex.controls["play"].max
+    assert c["step"].value == c["step"].min == c["play"].min == 1 == c["play"].value
+    assert c["step"].max == n == c["play"].max == 12
+    assert "Step 1 of 12" in ex.status.value and ex._fig._suptitle.get_text().startswith(
+        "fa2: step 1 of 12")
     first = ex.image.value
-    ex.controls["step"].value = 5
+    c["step"].value = 6
     assert ex.status.value.count("Step 6 of 12") == 1
     assert "total 9,344 B = 9.12 KiB" in ex.status.value
     assert ex.image.value != first
-    ex.controls["loop_order"].value = "fa1"
-    assert len(ex.steps) == 10 and ex.controls["step"].max == 9
-    ex.controls["step"].value = 9
+    c["step"].value = 12
+    assert "Step 12 of 12" in ex.status.value
+    c["loop_order"].value = "fa1"
+    assert len(ex.steps) == 10 and c["step"].max == 10 and c["step"].value == 10
+    assert "Step 10 of 10" in ex.status.value
     assert ex.steps[-1].total_bytes == tiled_traffic(96, 80, 16, 32, 32, causal=True,
                                                      loop_order="fa1").total_bytes
-    ex.controls["block_q"].value = 1
-    ex.controls["block_k"].value = 1                            # 96 x 80 tiles: too many
-    assert "too many" in ex.message.value
+    c["block_q"].value = 1
+    c["block_k"].value = 1                                       # 96 x 80 tiles: too many
+    assert "too many" in _message(ex)
     assert ex.image.layout.display == "none" and ex.status.value == ""
-    ex.controls["step"].value = 3                               # no crash while invalid
-    ex.controls["block_q"].value = 200                          # larger than Tq
-    assert "larger than Tq" in ex.message.value
-    ex.controls["block_q"].value = 16
-    ex.controls["block_k"].value = 16
-    assert ex.message.value == "" and len(ex.steps) > 10
-    assert ex.image.layout.display is None and "Step" in ex.status.value
+    c["step"].value = 3                                          # no crash while invalid
+    assert "too many" in _message(ex)
+    c["block_q"].value = 16
+    c["block_k"].value = 16
+    assert _message(ex) == "" and len(ex.steps) > 10
+    assert ex.image.layout.display is None and "Step 3 of" in ex.status.value
+
+
+def test_backward_explorer_readout_and_messages():
+    ex = backward_explorer()
+    assert ex.lines[0] == "N = 4,096, d = 64, one head:"
+    assert "(tiled: 16.9x less)" in ex.summary.value
+    ex.controls["log2_n"].value = 9
+    ex.controls["block"].value = 32
+    assert "(tiled: 1.7x more)" in ex.summary.value             # was '(0.6x less)'
+    texts = [t.get_text() for ax in ex._fig.axes for t in ax.get_yticklabels()]
+    assert not any("$" in t for t in texts)                      # no mathtext to parse
+
+
+def test_fast_changes_from_many_threads_never_give_a_traceback():
+    """08: log2 N = 17 then d = 128 and Br = Bc = 256 changed quickly gave a ~7,500 px
+    matplotlib traceback. Changes now arrive from 6 threads at once while redraws run;
+    afterwards there is no message, and the plot and readout show the last setting."""
+    ex = backward_explorer()
+    c = ex.controls
+    settings = [("log2_n", 17), ("head_dim", 128), ("block", 256), ("element", 4),
+                ("log2_n", 10), ("head_dim", 32)]
+    barrier = threading.Barrier(len(settings))
+    errors = []
+
+    def change(name, value):
+        try:
+            barrier.wait()
+            for _ in range(3):
+                c[name].value = value
+                ex.refresh()
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=change, args=s) for s in settings]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == [] and ex.errors == 0 and _message(ex) == ""
+    ex.refresh()                                                 # settle: the last values
+    n, d = 2 ** c["log2_n"].value, c["head_dim"].value
+    assert ex.lines[0] == f"N = {n:,}, d = {d}, one head:"
+    assert ex._fig._suptitle.get_text() == f"Backward pass, one head, d = {d}"
+
+
+def test_a_change_during_a_redraw_is_drawn_after_it(monkeypatch):
+    """A refresh requested while one runs is not started inside it: it runs next."""
+    ex = backward_explorer()
+    import flashcourse.widgets.backward as BM
+
+    depth, calls, real = [0], [], BM._paint
+
+    def paint(fig, n, d, kw):
+        depth[0] += 1
+        calls.append((n, d))
+        try:
+            if len(calls) == 1:
+                ex.controls["head_dim"].value = 128     # arrives mid-draw
+            assert depth[0] == 1, "a redraw started inside another"
+            real(fig, n, d, kw)
+        finally:
+            depth[0] -= 1
+
+    monkeypatch.setattr(BM, "_paint", paint)
+    ex.controls["log2_n"].value = 17
+    assert calls == [(2 ** 17, 64), (2 ** 17, 128)]
+    assert _message(ex) == "" and ex.lines[0] == "N = 131,072, d = 128, one head:"
+
+
+def test_tuning_explorer_messages_and_labels():
+    ex = tuning_explorer(measure=False)
+    c = ex.controls
+    assert "occupancy" in ex.report.value and _message(ex) == ""
+    assert c["tm"].description == "tm (query rows per thread)"
+    assert all(x.style.description_width == "initial" for x in c.values())   # not cut off
+    c["threads"].value = 2048
+    msg = _message(ex)
+    assert msg.startswith("Cannot launch: threads = 2,048: a CUDA thread block holds at most "
+                          "1,024 threads"), msg
+    assert "column groups" not in msg and ex.report.value == ""
+    c["threads"].value = 256
+    c["tm"].value = 16                                           # does not divide the layout
+    assert _message(ex).startswith("Cannot launch:")
+    c["tm"].value = 4
+    assert _message(ex) == "" and "occupancy" in ex.report.value
+
+
+def test_tuning_explorer_says_untimed_not_failed():
+    """A configuration the recorded sweep skipped read 'failed (time budget spent)'."""
+    from flashcourse.tuning import load_sweep, recorded_row
+
+    doc = load_sweep()
+    if doc is None:
+        pytest.skip("no recorded sweep in benchmarks/results/")
+    rec = recorded_row(64, 4096, 128, 64, 256, 4, doc)
+    assert rec is not None and rec.get("status") == "skipped"
+    ex = tuning_explorer(head_dim=64, seq_len=4096, block_q=128, block_k=64, threads=256,
+                         tm=4, measure=False)
+    assert "not timed in the recorded sweep" in ex.report.value
+    assert "failed" not in ex.report.value
+
+
+def test_parse_whole():
+    assert [B.parse_whole(x, "n") for x in ("4096", "4,096", " 4_096 ", "3e9", "2**20")] == [
+        4096, 4096, 4096, 3 * 10 ** 9, 2 ** 20]
+    for bad in ("", "x", "1.5", "inf", "nan", "1e400", "2**99999"):
+        with pytest.raises(ValueError, match="n must be a whole number"):
+            B.parse_whole(bad, "n")
+    with pytest.raises(ValueError, match="at most 10"):
+        B.parse_whole("11", "n", 1, 10)

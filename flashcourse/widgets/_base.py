@@ -275,11 +275,14 @@ class Explorer(w.VBox):
 
             self._fig = Figure(figsize=(width / 100, height / 100), dpi=100, layout=layout)
             FigureCanvasAgg(self._fig)
-            readout.layout.flex = "1 1 300px"
-            readout.layout.min_width = "280px"
-            body = ([w.HBox([self.image, readout],
-                            layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))]
-                    if side_by_side else [readout, self.image])
+            # the image always sits in a row box: alone in a column box, Chrome gives it
+            # its natural (2x) height and centres the picture in a band of white
+            row = w.Layout(flex_flow="row wrap", align_items="flex-start")
+            if side_by_side:                            # beside the plot when there is room
+                readout.layout.flex = "1 1 260px"
+                readout.layout.min_width = "260px"
+            body = ([w.HBox([self.image, readout], layout=row)] if side_by_side
+                    else [w.HBox([self.image], layout=row), readout])
         super().__init__([w.HTML(title), *rows, self.message, self.warning, *body])
         self.add_class(self.css_class)
 

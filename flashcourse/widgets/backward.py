@@ -68,9 +68,10 @@ class BackwardExplorer(Explorer):
         n, d = 2 ** self.log2_n.value, self.head_dim.value
         kw = dict(bytes_per_element=self.element.value, bytes_per_score=self.element.value,
                   block=self.block.value)
-        self.lines = summary_lines(n, d, **kw)
-        self.summary.value = lines_html(self.lines)
+        lines = summary_lines(n, d, **kw)
         self.draw(lambda fig: _paint(fig, n, d, kw))
+        self.lines = lines                  # the numbers change with the plot, not before it
+        self.summary.value = lines_html(lines)
 
 
 def _paint(fig, n, d, kw):

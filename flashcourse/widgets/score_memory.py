@@ -62,7 +62,7 @@ class ScoreMemoryExplorer(Explorer):
             [self.tq.box, w.HBox([self.tk.box, self.tied], layout=wrap),
              w.HBox([self.dtype, self.batch.text, self.heads.text, self.causal, self.gpu],
                     layout=wrap)],
-            w.VBox([self.headline, self.details]), plot_px=(600, 300),
+            w.VBox([self.headline, self.details]), plot_px=(520, 280),
             plot_class="fc-score-plot")
         self.tq.observe(self._on_tq)
         self.tied.observe(self._on_tied, names="value")

@@ -34,7 +34,7 @@ class TileSchedule(Explorer):
         def slider(desc, name, value, lo, hi, cls):
             s = w.IntSlider(value=check_int_arg(value, name, lo, hi), min=lo, max=hi,
                             description=desc, continuous_update=False, style=LABEL_STYLE,
-                            layout=w.Layout(width="280px"))
+                            layout=w.Layout(width="260px"))
             s.add_class(cls)
             return s
 
@@ -76,7 +76,7 @@ class TileSchedule(Explorer):
             [w.HBox([self.tq, self.tk, self.head_dim], layout=wrap),
              w.HBox([self.block_q, self.block_k, self.causal, self.loop_order], layout=wrap),
              w.HBox([self.play, self.step])],
-            self.status, plot_px=(600, 340), plot_class="fc-schedule-plot")
+            self.status, plot_px=(520, 300), plot_class="fc-schedule-plot")
         self.watch(self.tq, self.tk, self.head_dim, self.block_q, self.block_k, self.causal,
                    self.loop_order, self.step)
         self.refresh()

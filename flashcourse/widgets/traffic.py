@@ -83,7 +83,7 @@ class TrafficExplorer(Explorer):
              w.HBox([self.budget, self.paper], layout=wrap),
              w.HBox([self.loop_order, self.causal, self.gpu], layout=wrap),
              self.note],
-            self.details, plot_px=(560, 250), plot_class="fc-traffic-plot")
+            self.details, plot_px=(520, 240), plot_class="fc-traffic-plot")
         self.watch(self.t, self.head_dim, self.block_q, self.block_k, self.budget,
                    self.dtype, self.loop_order, self.causal, self.gpu)
         for c in (self.t, self.head_dim, self.block_q, self.block_k):   # typed: note is stale
