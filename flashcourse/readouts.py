@@ -31,7 +31,6 @@ MAX_LOG2_LENGTH = 40                         # lengths up to 2**40 = 1,099,511,6
 MAX_COUNT = 2 ** 20                          # batch B, heads H: at most 1,048,576 each
 MAX_HEAD_DIM = 4096                          # d (elements) in the traffic explorer
 MAX_BLOCK = 2 ** 16                          # Br, Bc (rows) in the traffic explorer
-MAX_CAUSAL_BLOCKS = 2 ** 22                  # causal counts walk the query blocks: keep it quick
 MAX_LENGTH = 2 ** MAX_LOG2_LENGTH
 MAX_SCHEDULE_LENGTH = 256                    # the tile schedule replays a real run: keep it small
 MAX_SCHEDULE_TILES = 1024                    # tiles drawn at once (Tr x Tc)
@@ -304,10 +303,6 @@ def traffic_readout(t, head_dim, block_q, block_k, budget_bytes, dtype="fp16",
     if not isinstance(causal, (bool, np.bool_)):
         raise ValueError(f"causal must be True or False, got {causal!r}")
     g = _gpu(gpu)
-    if causal and -(-t // br) > MAX_CAUSAL_BLOCKS:
-        raise ValueError(f"causal with T = {t:,} and Br = {br:,} gives {-(-t // br):,} query "
-                         f"blocks; this explorer counts causal traffic block by block, up to "
-                         f"{MAX_CAUSAL_BLOCKS:,} blocks: choose a larger Br or a shorter T")
 
     dense = dense_traffic(t, t, d, bytes_per_element=e, bytes_per_score=e)
     tiled = tiled_traffic(t, t, d, br, bc, causal=bool(causal), loop_order=loop_order,
