@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .counter import TrafficCounter
+from .geometry import ceil_div
 from .gpus import GPU, GPUS
 from .memory import BYTES_PER_SCORE, format_bytes, score_matrix_bytes
 from .traffic import (arithmetic_intensity, attention_flops, dense_traffic,
@@ -477,7 +478,7 @@ def schedule_steps(t_query, t_key, head_dim, block_q, block_k, causal=False,
         raise ValueError(f"block_q (Br) = {br} is larger than Tq = {tq}: choose Br <= Tq")
     if bc > tk:
         raise ValueError(f"block_k (Bc) = {bc} is larger than Tk = {tk}: choose Bc <= Tk")
-    tiles = math.ceil(tq / br) * math.ceil(tk / bc)
+    tiles = ceil_div(tq, br) * ceil_div(tk, bc)
     if tiles > MAX_SCHEDULE_TILES:
         raise ValueError(f"{tiles:,} tiles is too many to walk through (at most "
                          f"{MAX_SCHEDULE_TILES:,}): choose bigger blocks")
