@@ -15,6 +15,11 @@ Import each from its module (`from flashcourse.widgets.traffic import traffic_ex
 All are built on `_base.Explorer`: one message line instead of a traceback for any
 invalid setting, serialised redraws, one persistent figure rendered sharp at the size it
 is shown. Each returns its widget without displaying it: put the call last in a cell.
+CSS classes for browser tests: the explorers `fc-score-memory`, `fc-traffic`, `fc-schedule`,
+`fc-tuning`, `fc-backward`; their readouts `fc-score-readout`, `fc-traffic-readout`,
+`fc-schedule-readout`, `fc-tuning-readout`, `fc-backward-readout`; sliders `fc-slider-tq`,
+`fc-slider-tk`, `fc-slider-t`, `fc-slider-budget`, `fc-slider-step`, `fc-slider-log2n`;
+`fc-message` (the one-line error), `fc-warning`, `fc-note` (the paper button's note).
 The numbers behind them are pure functions in `flashcourse.readouts` (and
 `flashcourse.backward_plots`, `flashcourse.configs`, `flashcourse.limits`), tested
 without a browser.
