@@ -14,6 +14,7 @@ without /usr/bin/chromium, failing under CI=true):
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -33,83 +34,79 @@ def _need_browser():
                         "(pip install -r requirements-dev.txt)")
 
 
-def _fail(page, lab, name, exc):
-    page.screenshot(path=str(ARTIFACTS / f"{name}_failure.png"), full_page=False)
-    raise AssertionError(f"browser test failed: {type(exc).__name__}: {exc}\n"
-                         f"(screenshot: {ARTIFACTS / (name + '_failure.png')})\n"
-                         f"{lab.log_tail()}") from exc
+@contextmanager
+def _notebook_run_in_browser(tmp_path, notebook, name, width, height):
+    """JupyterLab + chromium at width x height, `notebook` run; yields the page. A failure
+    saves a screenshot and the server log; the stored notebook must stay untouched."""
+    _need_browser()
+    ARTIFACTS.mkdir(exist_ok=True)
+    stored = (ROOT / notebook).read_bytes()
+    with jupyter_lab(ROOT, tmp_path) as lab, chromium_page(width, height) as page:
+        try:
+            open_and_run_all(page, lab, notebook)
+            yield page
+        except Exception as exc:
+            page.screenshot(path=str(ARTIFACTS / f"{name}_failure.png"), full_page=False)
+            raise AssertionError(f"browser test failed: {type(exc).__name__}: {exc}\n"
+                                 f"(screenshot: {ARTIFACTS / (name + '_failure.png')})\n"
+                                 f"{lab.log_tail()}") from exc
+    assert (ROOT / notebook).read_bytes() == stored, f"{notebook} was modified by the browser"
 
 
 def test_explorers_fit_a_1280x720_screen(tmp_path):
-    _need_browser()
-    ARTIFACTS.mkdir(exist_ok=True)
-    notebook = "notebooks/04_io_traffic_model.ipynb"
-    stored = (ROOT / notebook).read_bytes()
-    with jupyter_lab(ROOT, tmp_path) as lab, chromium_page(1280, 720) as page:
-        try:
-            open_and_run_all(page, lab, notebook)
-            page.locator(".fc-schedule .fc-schedule-readout").first.wait_for()
-            page.wait_for_function(
-                "() => document.querySelectorAll('.fc-schedule img').length > 0 && "
-                "document.querySelector('.fc-schedule img').naturalWidth > 0")
-            area = page.locator(".jp-NotebookPanel .jp-WindowedPanel-outer, "
-                                ".jp-NotebookPanel .jp-Notebook").first.bounding_box()
-            for cls in ("fc-score-memory", "fc-traffic", "fc-schedule"):
-                box = page.locator(f".{cls}").first
-                box.scroll_into_view_if_needed()
-                time.sleep(0.3)
-                bb = box.bounding_box()
-                box.screenshot(path=str(ARTIFACTS / f"browser_1280x720_{cls}.png"))
-                assert bb["height"] <= area["height"], (cls, bb, area)
-                assert bb["width"] <= area["width"], (cls, bb, area)
-                img = page.locator(f".{cls} img").first
-                size = img.evaluate("i => [i.clientWidth, i.naturalWidth, i.clientHeight,"
-                                    " i.naturalHeight]")
-                # rendered at 2x: natural = 2 x shown, up to rounding (never stretched)
-                assert abs(size[1] - 2 * size[0]) <= 2 and abs(size[3] - 2 * size[2]) <= 2, \
-                    (cls, size)
-        except Exception as exc:
-            _fail(page, lab, "browser_1280x720", exc)
-    assert (ROOT / notebook).read_bytes() == stored, f"{notebook} was modified by the browser"
+    with _notebook_run_in_browser(tmp_path, "notebooks/04_io_traffic_model.ipynb",
+                                  "browser_1280x720", 1280, 720) as page:
+        page.locator(".fc-schedule .fc-schedule-readout").first.wait_for()
+        page.wait_for_function(
+            "() => document.querySelectorAll('.fc-schedule img').length > 0 && "
+            "document.querySelector('.fc-schedule img').naturalWidth > 0")
+        area = page.locator(".jp-NotebookPanel .jp-WindowedPanel-outer, "
+                            ".jp-NotebookPanel .jp-Notebook").first.bounding_box()
+        for cls in ("fc-score-memory", "fc-traffic", "fc-schedule"):
+            box = page.locator(f".{cls}").first
+            box.scroll_into_view_if_needed()
+            time.sleep(0.3)
+            bb = box.bounding_box()
+            box.screenshot(path=str(ARTIFACTS / f"browser_1280x720_{cls}.png"))
+            assert bb["height"] <= area["height"], (cls, bb, area)
+            assert bb["width"] <= area["width"], (cls, bb, area)
+            img = page.locator(f".{cls} img").first
+            size = img.evaluate("i => [i.clientWidth, i.naturalWidth, i.clientHeight,"
+                                " i.naturalHeight]")
+            # rendered at 2x: natural = 2 x shown, up to rounding (never stretched)
+            assert abs(size[1] - 2 * size[0]) <= 2 and abs(size[3] - 2 * size[2]) <= 2, \
+                (cls, size)
 
 
 def test_backward_explorer_survives_fast_changes(tmp_path):
-    _need_browser()
-    ARTIFACTS.mkdir(exist_ok=True)
-    notebook = "notebooks/08_backward_recompute.ipynb"
-    stored = (ROOT / notebook).read_bytes()
-    with jupyter_lab(ROOT, tmp_path) as lab, chromium_page(1400, 1000) as page:
-        try:
-            open_and_run_all(page, lab, notebook)
-            explorer = page.locator(".fc-backward")
-            explorer.first.locator(".fc-backward-readout").wait_for()
-            page.wait_for_function(
-                "() => { const e = document.querySelector('.fc-backward-readout'); "
-                "return e && e.textContent.includes('N = 4,096, d = 64'); }")
-            assert explorer.count() == 1, "the backward explorer is shown more than once"
-            ex = explorer.first
-            ex.scroll_into_view_if_needed()
-            handle = ex.locator(".fc-slider-log2n .noUi-handle")
-            handle.focus()
-            handle.press("End")                                  # log2 N = 17
-            selects = ex.locator("select")
-            selects.nth(0).select_option(label="128")           # d, right away
-            selects.nth(2).select_option(label="256")           # Br = Bc, right away
-            page.wait_for_function(
-                "() => { const e = document.querySelector('.fc-backward-readout'); "
-                "return e && e.textContent.includes('N = 131,072, d = 128'); }")
-            # the readout is set after the plot is drawn: both show the last setting now
-            page.locator(".jp-StatusBar-TextItem", has_text="| Idle").first.wait_for()
-            time.sleep(0.5)
-            size = ex.locator("img").first.evaluate(
-                "i => [i.clientWidth, i.naturalWidth, i.clientHeight, i.naturalHeight]")
-            assert abs(size[1] - 2 * size[0]) <= 2 and abs(size[3] - 2 * size[2]) <= 2, size
-            assert ex.bounding_box()["height"] <= 599    # the visible area at 1280 x 720
-            text = ex.text_content()
-            assert "Traceback" not in text and "Cannot show" not in text, text[:500]
-            assert page.locator(".fc-backward .jp-OutputArea-output[data-mime-type="
-                                "'application/vnd.jupyter.stderr']").count() == 0
-            ex.screenshot(path=str(ARTIFACTS / "browser_backward.png"))
-        except Exception as exc:
-            _fail(page, lab, "browser_backward", exc)
-    assert (ROOT / notebook).read_bytes() == stored, f"{notebook} was modified by the browser"
+    with _notebook_run_in_browser(tmp_path, "notebooks/08_backward_recompute.ipynb",
+                                  "browser_backward", 1400, 1000) as page:
+        explorer = page.locator(".fc-backward")
+        explorer.first.locator(".fc-backward-readout").wait_for()
+        page.wait_for_function(
+            "() => { const e = document.querySelector('.fc-backward-readout'); "
+            "return e && e.textContent.includes('N = 4,096, d = 64'); }")
+        assert explorer.count() == 1, "the backward explorer is shown more than once"
+        ex = explorer.first
+        ex.scroll_into_view_if_needed()
+        handle = ex.locator(".fc-slider-log2n .noUi-handle")
+        handle.focus()
+        handle.press("End")                                  # log2 N = 17
+        selects = ex.locator("select")
+        selects.nth(0).select_option(label="128")           # d, right away
+        selects.nth(2).select_option(label="256")           # Br = Bc, right away
+        page.wait_for_function(
+            "() => { const e = document.querySelector('.fc-backward-readout'); "
+            "return e && e.textContent.includes('N = 131,072, d = 128'); }")
+        # the readout is set after the plot is drawn: both show the last setting now
+        page.locator(".jp-StatusBar-TextItem", has_text="| Idle").first.wait_for()
+        time.sleep(0.5)
+        size = ex.locator("img").first.evaluate(
+            "i => [i.clientWidth, i.naturalWidth, i.clientHeight, i.naturalHeight]")
+        assert abs(size[1] - 2 * size[0]) <= 2 and abs(size[3] - 2 * size[2]) <= 2, size
+        assert ex.bounding_box()["height"] <= 599    # the visible area at 1280 x 720
+        text = ex.text_content()
+        assert "Traceback" not in text and "Cannot show" not in text, text[:500]
+        assert page.locator(".jp-OutputArea-output[data-mime-type="
+                            "'application/vnd.jupyter.error']").count() == 0   # no traceback
+        ex.screenshot(path=str(ARTIFACTS / "browser_backward.png"))
