@@ -3,7 +3,8 @@
 Starts JupyterLab on 127.0.0.1 (a free port, a random token) with every Jupyter,
 IPython, matplotlib and settings folder pointed into a throw-away directory (nothing
 is written to the user's home; the "Jupyter news" toast is switched off by a settings
-override), opens notebooks/04_io_traffic_model.ipynb in Debian's /usr/bin/chromium
+override), opens notebooks/01_dense_attention_and_memory.ipynb (the score-memory
+explorer's home since notebook 04 refers to it) in Debian's /usr/bin/chromium
 through Playwright (never `playwright install`), runs all cells, waits for the
 score-memory explorer, presses ArrowRight on its Tq slider handle and asserts that
 the readout changes from exactly
@@ -34,7 +35,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = "notebooks/04_io_traffic_model.ipynb"
+NOTEBOOK = "notebooks/01_dense_attention_and_memory.ipynb"
 CHROMIUM = Path(os.environ.get("FLASHCOURSE_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync",

@@ -3,10 +3,10 @@
 Uses the JupyterLab + Debian chromium machinery of tests/test_browser.py (skipped
 without /usr/bin/chromium, failing under CI=true):
 
-- notebook 04 at a 1280 x 720 viewport: each explorer (controls, message, readout and
-  plot together) is at most as tall as the notebook's visible area and as wide as it,
+- notebooks 01 and 04 at a 1280 x 720 viewport: each explorer (controls, message, readout
+  and plot together) is at most as tall as the notebook's visible area and as wide as it,
   and its plot is shown at the CSS size it was rendered for (not stretched);
-- notebook 08: the backward explorer is shown once; changing log2 N to 17, then d to
+- notebook 09: the backward explorer is shown once; changing log2 N to 17, then d to
   128 and Br = Bc to 256 without waiting (the sequence that filled the widget with a
   matplotlib traceback) leaves no error output and a readout for the last setting.
 """
@@ -53,16 +53,19 @@ def _notebook_run_in_browser(tmp_path, notebook, name, width, height):
     assert (ROOT / notebook).read_bytes() == stored, f"{notebook} was modified by the browser"
 
 
-def test_explorers_fit_a_1280x720_screen(tmp_path):
-    with _notebook_run_in_browser(tmp_path, "notebooks/04_io_traffic_model.ipynb",
-                                  "browser_1280x720", 1280, 720) as page:
-        page.locator(".fc-schedule .fc-schedule-readout").first.wait_for()
+@pytest.mark.parametrize("notebook,classes", [
+    ("notebooks/01_dense_attention_and_memory.ipynb", ("fc-score-memory",)),
+    ("notebooks/04_io_traffic_model.ipynb", ("fc-traffic", "fc-schedule")),
+])
+def test_explorers_fit_a_1280x720_screen(tmp_path, notebook, classes):
+    with _notebook_run_in_browser(tmp_path, notebook, "browser_1280x720", 1280, 720) as page:
+        last = classes[-1]
         page.wait_for_function(
-            "() => document.querySelectorAll('.fc-schedule img').length > 0 && "
-            "document.querySelector('.fc-schedule img').naturalWidth > 0")
+            f"() => document.querySelectorAll('.{last} img').length > 0 && "
+            f"document.querySelector('.{last} img').naturalWidth > 0")
         area = page.locator(".jp-NotebookPanel .jp-WindowedPanel-outer, "
                             ".jp-NotebookPanel .jp-Notebook").first.bounding_box()
-        for cls in ("fc-score-memory", "fc-traffic", "fc-schedule"):
+        for cls in classes:
             box = page.locator(f".{cls}").first
             box.scroll_into_view_if_needed()
             time.sleep(0.3)
@@ -79,7 +82,7 @@ def test_explorers_fit_a_1280x720_screen(tmp_path):
 
 
 def test_backward_explorer_survives_fast_changes(tmp_path):
-    with _notebook_run_in_browser(tmp_path, "notebooks/08_backward_recompute.ipynb",
+    with _notebook_run_in_browser(tmp_path, "notebooks/09_backward_recompute.ipynb",
                                   "browser_backward", 1400, 1000) as page:
         explorer = page.locator(".fc-backward")
         explorer.first.locator(".fc-backward-readout").wait_for()
