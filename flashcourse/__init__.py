@@ -28,9 +28,9 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     measured_traffic  Nsight Compute's bytes beside the model, and why they differ
  4  readouts    the numbers behind the widgets (pure functions)
     widgets     the interactive explorers, one module each on one base (widgets._base):
-                score memory, traffic, tile schedule, tuning, backward
+                score memory, traffic, tile schedule, tuning, backward, KV cache
     backward_plots  the numbers and plots behind the backward explorer (notebook 09)
-    kv_cache    KV-cache size of published model shapes against a GPU (readout + widget)
+    kv_cache    KV-cache size of published model shapes against a GPU (the readout)
     decode_plots  the pictures of notebook 11 (SMs busy, key splits, merge tree)
     tensor_core_plots  the fragment picture and measurements of notebook 10
     figures     the figures of figures/ (python -m flashcourse.figures DIR)

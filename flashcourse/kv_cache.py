@@ -1,4 +1,5 @@
-"""How big the KV cache of a model is, against a GPU's memory (readout + widget).
+"""How big the KV cache of a model is, against a GPU's memory (the readout; the explorer
+is `flashcourse.widgets.kv_cache.kv_cache_explorer`).
 
 During generation a transformer keeps, for every layer, the keys and values of every
 token seen so far: the *KV cache*. Its size is
@@ -154,45 +155,3 @@ def kv_cache_readout(model="Llama-3-8B", batch=1, t_key=8192, dtype="fp16",
     )
     return KVCacheReadout(m, b, tk, dtype, gpu, cache, per_token, weights, mha, int(max_tk),
                           floor, fits, lines)
-
-
-def kv_cache_widget(model="Llama-3-8B", batch=1, log2_t_key=13, dtype="fp16", gpu="H200"):
-    """Sliders and menus for kv_cache_readout, and a bar of cache + weights against the
-    GPU's memory. Invalid settings show the message instead of raising."""
-    import ipywidgets as w
-    import matplotlib.pyplot as plt
-
-    wm = w.Dropdown(options=list(MODELS), value=model, description="model")
-    wb = w.IntSlider(value=batch, min=1, max=256, description="batch")
-    wt = w.IntSlider(value=log2_t_key, min=7, max=20, description="log2 Tk")
-    wd = w.Dropdown(options=list(BYTES_PER_ELEMENT), value=dtype, description="dtype")
-    wg = w.Dropdown(options=list(GPUS), value=gpu, description="GPU")
-    text = w.HTML()
-    out = w.Output()
-
-    def update(*_):
-        try:
-            r = kv_cache_readout(wm.value, wb.value, 2 ** wt.value, wd.value, wg.value)
-        except ValueError as exc:
-            text.value = f"<span style='color:#b35900'>{exc}</span>"
-            return
-        text.value = "<br>".join(r.lines)
-        out.clear_output(wait=True)
-        with out:
-            fig, ax = plt.subplots(figsize=(6.4, 1.6))
-            gib = 1024 ** 3
-            ax.barh([0], [r.weights_bytes / gib], color="C7", label="weights")
-            ax.barh([0], [r.cache_bytes / gib], left=[r.weights_bytes / gib], color="C0",
-                    label="KV cache")
-            ax.axvline(r.gpu.memory_bytes / gib, color="C3", ls="--",
-                       label=f"{r.gpu.name} memory")
-            ax.set_yticks([])
-            ax.set_xlabel("GiB")
-            ax.legend(fontsize=7, loc="lower right")
-            fig.tight_layout()
-            plt.show()
-
-    for x in (wm, wb, wt, wd, wg):
-        x.observe(update, "value")
-    update()
-    return w.VBox([w.HBox([wm, wd, wg]), w.HBox([wb, wt]), text, out])

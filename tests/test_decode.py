@@ -294,13 +294,6 @@ def test_kv_cache_readout():
             kv_cache.kv_cache_readout(**kw)
 
 
-def test_kv_cache_widget_builds():
-    import matplotlib
-    matplotlib.use("Agg")
-    box = kv_cache.kv_cache_widget()
-    assert "per token" in box.children[2].value
-
-
 # ---------------------------------------------------------------------------- the exercise
 def test_combine_checker():
     from flashcourse.labs import decode as lab

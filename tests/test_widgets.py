@@ -310,13 +310,14 @@ def test_curve_at_huge_lengths_is_exact_and_positive():
 
 from flashcourse.widgets import _base as B  # noqa: E402
 from flashcourse.widgets.backward import backward_explorer  # noqa: E402
+from flashcourse.widgets.kv_cache import kv_cache_explorer  # noqa: E402
 from flashcourse.widgets.score_memory import score_memory_explorer  # noqa: E402
 from flashcourse.widgets.tile_schedule import tile_schedule  # noqa: E402
 from flashcourse.widgets.traffic import traffic_explorer  # noqa: E402
 from flashcourse.widgets.tuning import tuning_explorer  # noqa: E402
 
 EXPLORERS = (score_memory_explorer, traffic_explorer, tile_schedule, backward_explorer,
-             lambda: tuning_explorer(measure=False))
+             kv_cache_explorer, lambda: tuning_explorer(measure=False))
 
 
 def _png_size(data: bytes):
@@ -343,7 +344,7 @@ def test_every_explorer_is_built_once_and_not_displayed(make, monkeypatch):
     assert isinstance(ex, B.Explorer) and ex.css_class in ex._dom_classes
 
 
-@pytest.mark.parametrize("make", EXPLORERS[:4])
+@pytest.mark.parametrize("make", EXPLORERS[:5])
 def test_plot_rendered_at_twice_its_displayed_size(make):
     """The PNG has 2x the pixels of the CSS width it is shown at: sharp, never stretched."""
     ex = make()
@@ -727,3 +728,20 @@ def test_every_tuning_setting_gives_a_report_or_a_launch_message(bq, bk, th, tm,
     msg = _message(ex)
     assert (msg.startswith("Cannot launch:") and ex.report.value == "") or (
         msg == "" and "occupancy" in ex.report.value), msg
+
+
+def test_kv_cache_explorer_readout_plot_and_messages():
+    from flashcourse.kv_cache import kv_cache_readout
+
+    ex = kv_cache_explorer()
+    assert "fc-kv-cache" in ex._dom_classes and _message(ex) == ""
+    assert "per token of context" in ex.details.value
+    assert ex.readout == kv_cache_readout("Llama-3-8B", 1, 2 ** 13, "fp16", "H200")
+    assert _png_size(ex.image.value) == (2 * 640, 2 * 150)
+    ex.controls["model"].value = "Llama-3-70B"
+    ex.controls["batch"].value = 256
+    ex.controls["log2_t_key"].value = 20                       # ~82 PiB: far past the GPU
+    assert _message(ex) == "" and not ex.readout.fits
+    assert ex.readout.cache_bytes == 256 * 80 * 2 * 2 ** 20 * 8 * 128 * 2
+    with pytest.raises(ValueError, match="^log2_t_key must be"):
+        kv_cache_explorer(log2_t_key="13")
