@@ -84,7 +84,7 @@ def _paint(fig, r):
     ax.set_yticks([])
     ax.set_xlabel("GiB", fontsize=8)
     ax.tick_params(labelsize=8)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
 
 
 def kv_cache_explorer(**kwargs) -> KVCacheExplorer:
