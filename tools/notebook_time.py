@@ -37,7 +37,7 @@ MINUTES_PER_WIDGET = 5
 STAMP = "`tools/notebook_time.py`"
 TIME_RE = re.compile(r"\*\*Estimated time:\*\*[^\n]*?(?=\s*\*\*Lab|\n\n|\n\*\*|\Z)")
 EXERCISE_RE = re.compile(r"^#+\s*(Try it|Exercise|Predict)", re.IGNORECASE | re.MULTILINE)
-WIDGET_RE = re.compile(r"\b(\w+_explorer|tile_schedule|tuning_widget)\(")
+WIDGET_RE = re.compile(r"\b(\w+_explorer|tile_schedule)\(")
 README_ROW_RE = (r"^(\| {num} \| \[notebooks/{name}\]\(notebooks/{name}\) \|[^\n]*?)"
                  r"(?: \(about \d+ min\))?( \|)$")
 
