@@ -745,3 +745,19 @@ def test_kv_cache_explorer_readout_plot_and_messages():
     assert ex.readout.cache_bytes == 256 * 80 * 2 * 2 ** 20 * 8 * 128 * 2
     with pytest.raises(ValueError, match="^log2_t_key must be"):
         kv_cache_explorer(log2_t_key="13")
+
+
+@pytest.mark.parametrize("make", EXPLORERS)
+def test_static_site_shows_a_still_picture(make, monkeypatch):
+    """tools/build_site.py sets FLASHCOURSE_STATIC_SITE=1: no kernel, so plain HTML."""
+    ex = make()
+    live = ex._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in live
+    monkeypatch.setenv("FLASHCOURSE_STATIC_SITE", "1")
+    bundle = ex._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "text/plain"}
+    page = bundle["text/html"]
+    assert page.startswith(f'<div class="{ex.css_class}">') and "Settings: " in page
+    assert "Run the notebook in JupyterLab" in page
+    assert ('<img src="data:image/png;base64,' in page) == (ex.image is not None)
+    assert "<script" not in page and "Traceback" not in page

@@ -23,14 +23,20 @@ Three promises, each tested in tests/test_widgets.py:
 3. Plots are drawn on one persistent matplotlib Figure (object API, no pyplot state),
    rendered at twice its CSS size and shown at exactly that size (`width` px), so the
    image is sharp and never stretched; it shrinks with the page (max-width 100%).
+
+On the static website (FLASHCOURSE_STATIC_SITE=1, set by tools/build_site.py: no kernel
+behind the page) an explorer shows itself as plain HTML: its settings, its readout and
+its plot as a still picture, with a line saying how to move the controls.
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import io
 import math
 import numbers
+import os
 import re
 import threading
 
@@ -285,6 +291,7 @@ class Explorer(w.VBox):
                     else [w.HBox([self.image], layout=row), readout])
         super().__init__([w.HTML(title), *rows, self.message, self.warning, *body])
         self.add_class(self.css_class)
+        self._title, self._rows, self._readout = title, rows, readout
 
     # -- to override ----------------------------------------------------------------------
     def update(self) -> None:                       # pragma: no cover - abstract
@@ -324,6 +331,43 @@ class Explorer(w.VBox):
                 self._refresh_lock.release()
             if not self._dirty:            # nothing arrived between the last round and now
                 return
+
+    def _repr_mimebundle_(self, **kwargs):
+        """The live widget, or on the static website a still HTML picture of it."""
+        if os.environ.get("FLASHCOURSE_STATIC_SITE") == "1":
+            return {"text/html": self.static_html(),
+                    "text/plain": f"{type(self).__name__} (run the notebook to use it)"}
+        return super()._repr_mimebundle_(**kwargs)
+
+    def static_html(self) -> str:
+        """Title, current settings, message, readout and plot as plain HTML."""
+        settings = []
+
+        def walk(widgets):
+            for x in widgets:
+                if isinstance(x, w.Box):
+                    walk(x.children)
+                elif getattr(x, "description", "") and hasattr(x, "value") and not isinstance(
+                        x, (w.Button, w.Play)):
+                    value = x.label if hasattr(x, "label") and x.label is not None else x.value
+                    settings.append(f"{html.escape(x.description)} = "
+                                    f"{html.escape(str(value))}")
+
+        walk(self._rows)
+        parts = [f"<div>{self._title}</div>",
+                 f'<div style="color:#555">Settings: {"; ".join(settings)}. '
+                 "Run the notebook in JupyterLab to move the controls.</div>",
+                 self.message.value, self.warning.value]
+        if self.image is not None and self.image.value and self.image.layout.display is None:
+            png = base64.b64encode(bytes(self.image.value)).decode("ascii")
+            parts.append(f'<img src="data:image/png;base64,{png}" alt="{type(self).__name__} '
+                         f'plot" style="width:{self._plot_px[0]}px;max-width:100%">')
+        for x in getattr(self._readout, "children", None) or (self._readout,):
+            if isinstance(x, w.Label):                          # plain text, not HTML
+                parts.append(f"<div>{html.escape(x.value)}</div>")
+            elif hasattr(x, "value"):
+                parts.append(x.value)
+        return f'<div class="{self.css_class}">{"".join(p for p in parts if p)}</div>'
 
     def _run_update(self) -> None:
         try:
