@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import flatten_heads
+from ._guards import forward_result
 from .counter import check_counter
 from .geometry import visible_mask
 
@@ -62,7 +63,9 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, counte
     for h in range(x.bh):
         o[h], lse[h] = _one_head(x.q[h], x.k[h], x.v[h], mask, x.scale, x.acc_dtype,
                                  counter, h)
-    return x.unflatten(o), x.unflatten(lse)
+    return forward_result(q, k, v, x.unflatten(o), x.unflatten(lse), x.causal,
+                          compute=x.acc_dtype.name, allow_nonfinite=allow_nonfinite,
+                          scale=x.scale)
 
 
 def _one_head(q, k, v, mask, scale, acc_t, counter, h):
