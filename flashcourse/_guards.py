@@ -11,7 +11,10 @@ returned, so that every path (numpy, Numba CPU, CUDA) shares one rule:
     raise ValueError saying so and what to do. Exact (no bound is guessed): a finite
     result is never rejected. Cost: one pass over o and lse, O(Tq d) per head.
     A row that sees a NaN or inf input (allowed by allow_nonfinite=True) gets
-    o = NaN and lse = NaN: never the empty-row result o = 0, lse = -inf.
+    o = NaN and lse = NaN: never the empty-row result o = 0, lse = -inf. Other rows
+    keep their values, except where a kernel that multiplies whole tiles (dense,
+    the CUDA kernels) spread a masked NaN/inf into them (0 * NaN = NaN in P V):
+    those rows are NaN too.
 
 `lse_rowsums` (every backward)
     P_ij = exp(S_ij - lse_i) sums to 1 over j exactly when lse_i belongs to the
@@ -70,9 +73,13 @@ def forward_result(q, k, v, o, lse, causal: bool, *, compute: str,
     if not allow_nonfinite and finite[:, sees].all():
         return o, lse
     qf, kf, vf = (x.reshape(-1, x.shape[-2], d) for x in (q, k, v))
-    clean = (_clean_rows(qf, kf, vf, causal) if allow_nonfinite
-             else np.ones(finite.shape, dtype=bool))                   # (BH, Tq)
-    bad = sees[None, :] & clean & ~finite
+    if allow_nonfinite:
+        clean = _clean_rows(qf, kf, vf, causal)                          # (BH, Tq)
+        head_ok = (np.isfinite(kf).all(axis=(1, 2)) & np.isfinite(vf).all(axis=(1, 2)))
+        strict = clean & head_ok[:, None]       # nothing non-finite anywhere in the head
+    else:
+        clean = strict = np.ones(finite.shape, dtype=bool)
+    bad = sees[None, :] & strict & ~finite
     if bad.any():
         h, i = (int(x[0]) for x in np.nonzero(bad))
         with np.errstate(all="ignore"):
@@ -86,7 +93,9 @@ def forward_result(q, k, v, o, lse, causal: bool, *, compute: str,
             f"{float(np.finfo(compute).max):.3g} (exp needs score differences below that "
             f"too). Lower scale, normalise q and k (divide by their largest row norm), "
             f"or {advice or 'pass float64 inputs'}.")
-    dirty = sees[None, :] & ~clean
+    # Rows that see a NaN/inf, and rows a kernel spoiled through a masked one
+    # (0 * NaN = NaN in a tile's P V: the dense and CUDA kernels): NaN, never "masked".
+    dirty = sees[None, :] & (~clean | (~strict & ~finite))
     if np.any(dirty):
         of = of.copy()
         lf = lf.copy()
