@@ -28,12 +28,14 @@ import math
 
 import numpy as np
 
+from .geometry import causal_offset
+
 
 def rows_that_see_keys(t_query: int, t_key: int, causal: bool) -> np.ndarray:
     """(Tq,) bool: query i sees at least one key (causal: i + Tk - Tq >= 0)."""
     if not causal:
         return np.ones(t_query, dtype=bool)
-    return np.arange(t_query) + (t_key - t_query) >= 0
+    return np.arange(t_query) + causal_offset(t_query, t_key) >= 0
 
 
 def _clean_rows(qf, kf, vf, causal):
@@ -44,7 +46,7 @@ def _clean_rows(qf, kf, vf, causal):
     if not causal:
         return q_ok & ~kv_bad.any(axis=-1)[:, None]
     first_bad = np.where(kv_bad.any(axis=-1), kv_bad.argmax(axis=-1), tk)  # (BH,)
-    last_seen = np.arange(tq) + (tk - tq)                                # (Tq,) key index
+    last_seen = np.arange(tq) + causal_offset(tq, tk)                    # (Tq,) key index
     return q_ok & (first_bad[:, None] > last_seen[None, :])
 
 

@@ -2,10 +2,10 @@
 
 Starts JupyterLab on 127.0.0.1 (a free port, a random token) with every Jupyter,
 IPython, matplotlib and settings folder pointed into a throw-away directory (nothing
-is written to the user's home; the "Jupyter news" toast, autosave and notebook
-windowing are switched off by a settings override), and drives Debian's
-/usr/bin/chromium through Playwright (never `playwright install`). One server and one
-browser per test module (per xdist worker).
+is written to the user's home or the repository: checkpoints go there too; the
+"Jupyter news" toast, autosave and notebook windowing are switched off by a settings
+override), and drives Debian's /usr/bin/chromium through Playwright (never
+`playwright install`). One server and one browser per test module (per xdist worker).
 
 test_course_page_in_the_browser, for every notebook and lab found on disk
 (notebooks/*.ipynb, labs/*.ipynb, labs/solutions/*.ipynb; nothing hard-coded):
@@ -142,7 +142,10 @@ def jupyter_lab(root: Path, scratch: Path, startup_s: float = 60):
     cmd = [str(jupyter), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
            f"--LabApp.app_settings_dir={dirs['lab-settings']}",
-           "--ServerApp.port_retries=0", "--LabApp.news_url=None"]
+           "--ServerApp.port_retries=0", "--LabApp.news_url=None",
+           # checkpoints (written when a notebook is opened) go to the scratch folder,
+           # never into the repository (.ipynb_checkpoints/ would be read as notebooks)
+           f"--FileCheckpoints.checkpoint_dir={scratch / 'checkpoints'}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     log = scratch / "jupyterlab.log"
@@ -429,6 +432,7 @@ def test_course_page_in_the_browser(path, lab, browser):
             raise AssertionError(f"{notebook} in the browser: {type(exc).__name__}: {exc}\n"
                                  f"(screenshot: {shot})\n{lab.log_tail()}") from exc
     assert path.read_bytes() == stored, f"{notebook} was modified by the browser"
+    assert not (path.parent / ".ipynb_checkpoints").exists(), "checkpoints written beside it"
     print(f"{notebook}: {state['done']} cells ran in {ran_s:.1f} s; {len(moved)} widgets "
           f"moved ({'; '.join(moved)}); {time.monotonic() - started:.1f} s in all")
 

@@ -17,7 +17,7 @@ import pytest
 import flashcourse.cuda as fcuda
 from flashcourse import cpu, dense, reference, tiled
 from flashcourse.counter import TrafficCounter
-from flashcourse.cuda.backward_kernels import KERNELS as CUDA_BACKWARD_KERNELS
+from flashcourse.cuda.registry import BACKWARD as CUDA_BACKWARD_KERNELS
 
 # Overflow and NaN are what these tests feed in: numpy's and the simulator's warnings
 # about them are expected.
