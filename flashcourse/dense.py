@@ -39,7 +39,9 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, counte
         scale: score scale, default 1/sqrt(d).
         counter: optional TrafficCounter; S and P are counted with kind "score"
             (s = counter.bytes_per_score, default e), Q/K/V/O with kind "element".
-        allow_nonfinite: accept NaN/inf inputs (they then propagate).
+        allow_nonfinite: accept NaN/inf inputs. A row that sees a NaN or inf (in its
+            q row or in a k, v row it sees) gets o = NaN and lse = NaN, and so does a
+            row that a masked NaN/inf of v reaches through P V (0 * NaN = NaN).
 
     Returns:
         o:   (..., Tq, d) in the input dtype.
@@ -53,6 +55,8 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, counte
     Raises:
         FloatingPointError: a finite score overflows the storage dtype (float16
             holds |S| <= 65504): Algorithm 0 cannot store it; use a wider dtype.
+        ValueError: a row with finite inputs that sees keys got a non-finite result:
+            the scores overflow the compute type (`flashcourse._guards`).
     """
     x = flatten_heads(q, k, v, causal=causal, scale=scale, allow_nonfinite=allow_nonfinite)
     counter = check_counter(counter)

@@ -44,7 +44,8 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
         causal: bottom-right aligned mask (query i sees key j iff j <= i + Tk - Tq).
         scale: score scale, default 1/sqrt(d).
         allow_nonfinite: accept NaN/inf in numpy inputs. A row that sees a NaN or inf
-            (in its q row or in a k, v row it sees) gets o = NaN and lse = NaN.
+            (in its q row or in a k, v row it sees) gets o = NaN and lse = NaN, and so
+            does a row that a masked NaN/inf of v reaches through a tile's P V.
         options: what the kernel takes (`registry.FORWARD[kernel].options`), e.g.
             block_q, block_k (Br, Bc) for "flash" and "textbook" (square tiles there),
             threads, tm and unroll for "flash"; precision ("fp16", "bf16", "3xtf32",
