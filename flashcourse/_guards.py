@@ -89,8 +89,9 @@ def forward_result(q, k, v, o, lse, causal: bool, *, compute: str,
                 + _log10_norm_max(qf) + _log10_norm_max(kf)
         raise ValueError(
             f"the attention scores overflow {compute}: query row {i} (of flattened head "
-            f"{h}) sees keys and has finite inputs, but its result is {lf[h, i]} "
-            f"(lse) -- not the o = 0, lse = -inf of a masked row. |scale * q.k| can reach "
+            f"{h}) sees keys and has finite inputs, but its result is not finite "
+            f"(lse = {lf[h, i]}; o = 0, lse = -inf is kept for rows that see no key, and "
+            f"a huge v can overflow the weighted sum too). |scale * q.k| can reach "
             f"|scale| max|q_i| max|k_j| ~ 1e{bound:.1f}, and {compute} holds at most "
             f"{float(np.finfo(compute).max):.3g} (exp needs score differences below that "
             f"too). Lower scale, normalise q and k (divide by their largest row norm), "
