@@ -38,11 +38,13 @@ def rows_that_see_keys(t_query: int, t_key: int, causal: bool) -> np.ndarray:
     return np.arange(t_query) + causal_offset(t_query, t_key) >= 0
 
 
-def _clean_rows(qf, kf, vf, causal):
-    """(BH, Tq) bool: the row's q and every k, v row it sees are finite."""
+def _clean_rows(qf, kf, vf, causal, kv_group=1):
+    """(BH, Tq) bool: the row's q and every k, v row it sees are finite. k and v may
+    have BH / kv_group heads (grouped-query attention: one per kv_group query heads)."""
     tq, tk = qf.shape[1], kf.shape[1]
     q_ok = np.isfinite(qf).all(axis=-1)                                  # (BH, Tq)
-    kv_bad = ~(np.isfinite(kf).all(axis=-1) & np.isfinite(vf).all(axis=-1))  # (BH, Tk)
+    kv_bad = ~(np.isfinite(kf).all(axis=-1) & np.isfinite(vf).all(axis=-1))  # (BHkv, Tk)
+    kv_bad = np.repeat(kv_bad, kv_group, axis=0)                         # (BH, Tk)
     if not causal:
         return q_ok & ~kv_bad.any(axis=-1)[:, None]
     first_bad = np.where(kv_bad.any(axis=-1), kv_bad.argmax(axis=-1), tk)  # (BH,)
@@ -60,12 +62,14 @@ def _log10_norm_max(x) -> float:
 
 
 def forward_result(q, k, v, o, lse, causal: bool, *, compute: str,
-                   allow_nonfinite: bool = False, scale: float = 1.0, advice: str = ""):
+                   allow_nonfinite: bool = False, scale: float = 1.0, advice: str = "",
+                   kv_group: int = 1):
     """Return (o, lse) after the rule of the module docstring; raise on overflow.
 
     q (..., Tq, d), k, v (..., Tk, d): the validated inputs; o (..., Tq, d) and
     lse (..., Tq): the kernel's results (numpy). compute: the compute type's name
-    for the message; advice: what to try, appended to the message.
+    for the message; advice: what to try, appended to the message. kv_group: query
+    heads per k/v head (grouped-query attention, `flashcourse.decode`), else 1.
     """
     tq, tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     sees = rows_that_see_keys(tq, tk, causal)                            # (Tq,)
@@ -76,8 +80,9 @@ def forward_result(q, k, v, o, lse, causal: bool, *, compute: str,
         return o, lse
     qf, kf, vf = (x.reshape(-1, x.shape[-2], d) for x in (q, k, v))
     if allow_nonfinite:
-        clean = _clean_rows(qf, kf, vf, causal)                          # (BH, Tq)
-        head_ok = (np.isfinite(kf).all(axis=(1, 2)) & np.isfinite(vf).all(axis=(1, 2)))
+        clean = _clean_rows(qf, kf, vf, causal, kv_group)                # (BH, Tq)
+        kv_ok = np.isfinite(kf).all(axis=(1, 2)) & np.isfinite(vf).all(axis=(1, 2))
+        head_ok = np.repeat(kv_ok, kv_group)                             # (BH,)
         strict = clean & head_ok[:, None]       # nothing non-finite anywhere in the head
     else:
         clean = strict = np.ones(finite.shape, dtype=bool)

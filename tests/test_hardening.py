@@ -35,8 +35,10 @@ FORWARDS = {
     "cuda_flash": lambda q, k, v, **kw: fcuda.forward(q, k, v, kernel="flash", **kw),
     "cuda_textbook": lambda q, k, v, **kw: fcuda.forward(q, k, v, kernel="textbook", **kw),
     "cuda_dense": lambda q, k, v, **kw: fcuda.forward(q, k, v, kernel="dense", **kw),
+    "cuda_decode": lambda q, k, v, **kw: fcuda.forward(q, k, v, kernel="decode", **kw),
 }
-TILE_KERNELS = ("dense", "cuda_flash", "cuda_textbook", "cuda_dense")   # P V of whole tiles
+TILE_KERNELS = ("dense", "cuda_flash", "cuda_textbook", "cuda_dense",   # P V of whole tiles
+                "cuda_decode")
 NUMPY_FLOAT64 = ("tiled_fa2", "tiled_fa1", "dense", "cpu_loops", "cpu_rows", "cpu_cols")
 
 
@@ -165,6 +167,27 @@ def test_masked_rows_stay_masked_next_to_nonfinite_inputs():
         o, lse = FORWARDS[name](q, k, v, causal=True, allow_nonfinite=True)
         assert np.isneginf(lse[:, :3]).all() and (o[:, :3] == 0).all()
         assert np.isnan(lse[:, 3:]).all()
+
+
+def test_flash_decoding_overflow_and_nan_with_grouped_heads():
+    """flashcourse.decode (GQA: Hq = 4 query heads share Hkv = 2 k/v heads)."""
+    from flashcourse import decode
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 4, 5, 4)).astype(np.float32)
+    k, v = (rng.standard_normal((1, 2, 7, 4)).astype(np.float32) for _ in range(2))
+    with np.errstate(all="ignore"), pytest.raises(ValueError, match="overflow"):
+        decode.split_kv_forward(q * 1e20, k * 1e20, v, num_splits=2, block_k=2)
+    k[0, 1, 3, 0] = np.nan                    # kv head 1 serves query heads 2 and 3
+    o, lse = decode.split_kv_forward(q, k, v, num_splits=2, block_k=2, causal=True,
+                                     allow_nonfinite=True)
+    hit = np.zeros((1, 4, 5), bool)
+    hit[0, 2:, 1:] = True                     # causal row i sees keys 0..i+2
+    assert np.isnan(lse[hit]).all() and np.isnan(o[hit]).all()
+    clean_k = np.nan_to_num(k)
+    o_ref, lse_ref = reference.attention(q, decode.expand_kv(clean_k, 2),
+                                         decode.expand_kv(v, 2), causal=True)
+    assert np.allclose(o[~hit], o_ref[~hit], rtol=0, atol=1e-5)
+    assert np.allclose(lse[~hit], lse_ref[~hit], rtol=1e-5, atol=0)
 
 
 # --- 2. backward with an lse that is not the inputs' ------------------------------
