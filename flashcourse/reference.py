@@ -104,6 +104,7 @@ def scores(q, k, *, causal: bool = False, scale: float | None = None) -> np.ndar
     q, k, _ = check_qkv(q, k, dummy_v)
     causal = check_causal(causal)
     scale = check_scale(scale, q.shape[-1])
+    check_dense_size(q.shape[:-2], q.shape[-2], k.shape[-2], "reference.scores", copies=3)
     s = scale * (q.astype(np.float64) @ np.swapaxes(k.astype(np.float64), -1, -2))
     return np.where(visible_mask(q.shape[-2], k.shape[-2], causal), s, -np.inf)
 

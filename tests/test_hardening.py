@@ -257,6 +257,8 @@ def test_reference_refuses_what_it_cannot_hold(monkeypatch):
     small = np.zeros((1, 200, 2))
     with pytest.raises(MemoryError, match="FLASHCOURSE_DENSE_MAX_BYTES"):
         reference.attention_backward(small, small, small, small)
+    with pytest.raises(MemoryError, match="reference.scores"):
+        reference.scores(np.zeros((1, 400, 2)), small)          # 3 x 8 x 400 x 200 B
     reference.attention(small[:, :100], small[:, :100], small[:, :100])   # 320 KB: fine
 
 
