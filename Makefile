@@ -11,11 +11,23 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8888
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+# The interpreter that will run the course: the venv's once it exists, else $(PYTHON).
+RUN_PYTHON = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
-.PHONY: lab test figures labs bench-cpu bench-gpu lint clean setup setup-dev site site-check
+.PHONY: lab test figures labs bench-cpu bench-gpu lint clean setup setup-dev site site-check \
+	check-python port-free
 
-$(BIN)/python:
-	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10 or newer is needed, found " + sys.version.split()[0]'
+# Python 3.10+ (a plain exit, not `assert`, which PYTHONOPTIMIZE removes); checked on
+# every run, also when .venv already exists (it may have been made by an older Python).
+check-python:
+	@$(RUN_PYTHON) -c 'import sys; v = sys.version_info; sys.exit(0 if v >= (3, 10) else "Python 3.10 or newer is needed, found %d.%d (%s). Remove $(VENV) if an older Python made it, then run: make PYTHON=python3.12 ..." % (v[0], v[1], sys.executable))'
+
+# `make lab` must serve on the port it prints: fail clearly when that port is taken
+# (JupyterLab itself is also told not to move to another one: port_retries=0).
+port-free:
+	@$(PYTHON) tools/port_free.py $(PORT)
+
+$(BIN)/python: | check-python
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
@@ -27,14 +39,14 @@ $(VENV)/.installed-dev: requirements-dev.txt requirements-site.txt $(VENV)/.inst
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-setup: $(VENV)/.installed
-setup-dev: $(VENV)/.installed-dev
+setup: check-python $(VENV)/.installed
+setup-dev: check-python $(VENV)/.installed-dev
 
 # Binds to the loopback interface only; Jupyter's token authentication stays on
 # (a fresh random token is printed in the URL, or set JUPYTER_TOKEN yourself).
-lab: setup
+lab: check-python port-free setup
 	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) $(ROOT_FLAG) \
-		--ServerApp.root_dir="$(CURDIR)" \
+		--ServerApp.port_retries=0 --ServerApp.root_dir="$(CURDIR)" \
 		--LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb
 
 test: setup-dev

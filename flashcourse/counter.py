@@ -64,6 +64,12 @@ class TrafficCounter:
     by_tensor: dict = field(default_factory=dict)
     events: list = field(default_factory=list)
 
+    def __post_init__(self):
+        for name in ("bytes_per_element", "bytes_per_score", "bytes_per_stat"):
+            size = getattr(self, name)
+            if size is not None or name == "bytes_per_stat":
+                setattr(self, name, check_block(size, name))     # a positive int, not bool
+
     def bind(self, itemsize: int) -> None:
         """Called by an instrumented forward with its input's itemsize (bytes)."""
         if self.bytes_per_element is None:

@@ -79,6 +79,7 @@ from numba import njit, prange, types
 from numba.extending import overload
 
 from ._checks import check_block, flatten_heads
+from ._guards import forward_result
 from .constants import LN2, LOG2E
 from .geometry import ceil_div
 
@@ -157,13 +158,16 @@ def _exp2_row_impl(x, out, bits):
 
 
 def exp2_poly(x):
-    """2 ** x elementwise for a 1-D float32/float64 array with x <= 0 (test helper).
+    """2 ** x elementwise for a float32/float64 array of any shape with x <= 0.
 
     Inputs below -126 (float32) / -1022 (float64) are clamped there, so the
     result is never 0 but at most 2^-126 (resp. 2^-1022) where 2^x would be smaller.
     """
-    x = np.ascontiguousarray(x)
-    return _exp2_poly(x, _int_like(x.dtype))
+    if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64):
+        raise TypeError(f"x must be a float32 or float64 numpy array, got "
+                        f"{getattr(x, 'dtype', type(x).__name__)}")
+    flat = np.ascontiguousarray(x).reshape(-1)               # the kernel works on 1-D rows
+    return _exp2_poly(flat, _int_like(x.dtype)).reshape(x.shape)
 
 
 def _int_like(dtype):
@@ -334,7 +338,8 @@ def _kernel_rows(q, kt, v, o, lse, br, bc, causal, scale2, int_t):
     off = tk - tq                                   # causal: j <= i + off
     nqb = (tq + br - 1) // br
     dt = q.dtype
-    zero = q[0, 0, 0] * 0                           # 0 in the accumulator dtype
+    zero = np.zeros(1, dt)[0]                       # 0 in the accumulator dtype (not
+                                                    # q[0, 0, 0] * 0: NaN if q[0, 0, 0] is)
     for item in prange(bh * nqb):
         h = item // nqb
         t = item % nqb
@@ -652,6 +657,12 @@ def _finish(x, o, lse):
     return x.unflatten(o.astype(x.dtype, copy=False)), x.unflatten(lse)
 
 
+def _checked(x, q, k, v, o, lse, allow_nonfinite):
+    """_finish, then the overflow / non-finite rule of `flashcourse._guards`."""
+    return forward_result(q, k, v, *_finish(x, o, lse), x.causal, scale=x.scale,
+                          compute=lse.dtype.name, allow_nonfinite=allow_nonfinite)
+
+
 def forward_loops(q, k, v, *, block_q: int = 64, block_k: int = 64,
                   causal: bool = False, scale: float | None = None,
                   allow_nonfinite: bool = False, compiled: bool = True):
@@ -674,7 +685,7 @@ def forward_loops(q, k, v, *, block_q: int = 64, block_k: int = 64,
         _launch(_kernel_loops, _work_items(qf, br), *args)
     else:
         _kernel_loops.py_func(*args)
-    return _finish(x, o, lse)
+    return _checked(x, q, k, v, o, lse, allow_nonfinite)
 
 
 def forward_rows(q, k, v, *, block_q: int = 64, block_k: int = 256,
@@ -691,7 +702,7 @@ def forward_rows(q, k, v, *, block_q: int = 64, block_k: int = 256,
     lse = np.empty(qf.shape[:2], acc_t)                    # (BH, Tq)
     _launch(_kernel_rows, _work_items(qf, br), qf, kt, vf, o, lse, br, bc, causal,
             acc_t.type(scale * LOG2E), _int_like(acc_t))
-    return _finish(x, o, lse)
+    return _checked(x, q, k, v, o, lse, allow_nonfinite)
 
 
 def forward(q, k, v, *, block_q: int = DEFAULT_BLOCK_Q, block_k: int = DEFAULT_BLOCK_K,
@@ -701,10 +712,14 @@ def forward(q, k, v, *, block_q: int = DEFAULT_BLOCK_Q, block_k: int = DEFAULT_B
 
     Arguments and results as `flashcourse.tiled.forward` (q (..., Tq, d); k, v
     (..., Tk, d); block_q = Br, block_k = Bc, need not divide Tq, Tk; causal bottom-right
-    aligned, hidden tiles skipped; scale default 1/sqrt(d); allow_nonfinite lets NaN/inf
-    propagate), without its loop_order and counter: o (..., Tq, d) in the input dtype,
-    lse (..., Tq) float32 (float64 for float64 input), -inf (and o = 0) for a row with
-    no visible key.
+    aligned, hidden tiles skipped; scale default 1/sqrt(d)), without its loop_order and
+    counter: o (..., Tq, d) in the input dtype, lse (..., Tq) float32 (float64 for
+    float64 input), -inf (and o = 0) for a row with no visible key, and only then.
+    allow_nonfinite=True accepts NaN/inf inputs: a row that sees one (in its q row or
+    in a k, v row it sees) gets o = NaN and lse = NaN, other rows are computed as usual
+    (true of all three versions). Raises ValueError when a row with finite inputs that
+    sees keys gets a non-finite result: the scores overflow the compute type
+    (`flashcourse._guards`).
 
     Memory: besides the inputs and outputs, float32/float64 copies of q, k, v when
     they are not already contiguous in that dtype, and per-thread tiles of
@@ -716,4 +731,4 @@ def forward(q, k, v, *, block_q: int = DEFAULT_BLOCK_Q, block_k: int = DEFAULT_B
     lse = np.empty(qf.shape[:2], acc_t)                    # (BH, Tq)
     _launch(_kernel_cols, _work_items(qf, br), qf, kf, vf, o, lse, br, bc, causal,
             acc_t.type(scale * LOG2E), _int_like(acc_t))
-    return _finish(x, o, lse)
+    return _checked(x, q, k, v, o, lse, allow_nonfinite)

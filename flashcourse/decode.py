@@ -57,6 +57,7 @@ import math
 import numpy as np
 
 from ._checks import accumulator_dtype, check_array, check_block, check_causal, check_scale
+from ._guards import forward_result
 from .geometry import visible_mask
 
 #: FlashAttention-2's cap on the number of splits (flash_api.cpp: num_splits <= 128).
@@ -333,11 +334,17 @@ def split_kv_forward(q, k, v, *, num_splits: int | None = None, block_k: int = 6
         causal: bottom-right aligned mask (query i sees key j iff j <= i + Tk - Tq).
         scale: score scale, default 1/sqrt(d).
         return_parts: also return the per-split states and bounds.
+        allow_nonfinite: accept NaN/inf inputs; a row that sees one (in its q row or
+            in a k, v row it sees) gets o = NaN and lse = NaN.
 
     Returns:
         o (B, Hq, Tq, d) in the input dtype and lse (B, Hq, Tq) float32 (float64 for
         float64 input); with return_parts, also (o_parts (S, B, Hq, Tq, d),
         lse_parts (S, B, Hq, Tq), bounds [(k0, k1), ...]).
+
+    Raises:
+        ValueError when a row with finite inputs that sees keys gets a non-finite
+        result: the scores overflow the compute type (`flashcourse._guards`).
     """
     q, k, v, g = check_gqa(q, k, v, allow_nonfinite=allow_nonfinite)
     bk = check_block(block_k, "block_k")
@@ -355,6 +362,8 @@ def split_kv_forward(q, k, v, *, num_splits: int | None = None, block_k: int = 6
     o, lse = combine(o_parts, lse_parts)
     o = o.astype(q.dtype)
     lse = lse.astype(accumulator_dtype(q.dtype))
+    o, lse = forward_result(q, k, v, o, lse, causal, compute=accumulator_dtype(q.dtype).name,
+                            allow_nonfinite=allow_nonfinite, scale=scale, kv_group=g)
     if return_parts:
         return o, lse, (o_parts, lse_parts, bounds)
     return o, lse

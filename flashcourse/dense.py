@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import flatten_heads
+from ._guards import forward_result
 from .counter import check_counter
 from .geometry import visible_mask
 
@@ -38,7 +39,9 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, counte
         scale: score scale, default 1/sqrt(d).
         counter: optional TrafficCounter; S and P are counted with kind "score"
             (s = counter.bytes_per_score, default e), Q/K/V/O with kind "element".
-        allow_nonfinite: accept NaN/inf inputs (they then propagate).
+        allow_nonfinite: accept NaN/inf inputs. A row that sees a NaN or inf (in its
+            q row or in a k, v row it sees) gets o = NaN and lse = NaN, and so does a
+            row that a masked NaN/inf of v reaches through P V (0 * NaN = NaN).
 
     Returns:
         o:   (..., Tq, d) in the input dtype.
@@ -52,6 +55,8 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, counte
     Raises:
         FloatingPointError: a finite score overflows the storage dtype (float16
             holds |S| <= 65504): Algorithm 0 cannot store it; use a wider dtype.
+        ValueError: a row with finite inputs that sees keys got a non-finite result:
+            the scores overflow the compute type (`flashcourse._guards`).
     """
     x = flatten_heads(q, k, v, causal=causal, scale=scale, allow_nonfinite=allow_nonfinite)
     counter = check_counter(counter)
@@ -62,7 +67,9 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, counte
     for h in range(x.bh):
         o[h], lse[h] = _one_head(x.q[h], x.k[h], x.v[h], mask, x.scale, x.acc_dtype,
                                  counter, h)
-    return x.unflatten(o), x.unflatten(lse)
+    return forward_result(q, k, v, x.unflatten(o), x.unflatten(lse), x.causal,
+                          compute=x.acc_dtype.name, allow_nonfinite=allow_nonfinite,
+                          scale=x.scale)
 
 
 def _one_head(q, k, v, mask, scale, acc_t, counter, h):

@@ -72,19 +72,48 @@ def check_cuda_target() -> None:
 
 
 def select_cache_dir() -> None:
-    """Use a writable NUMBA_CACHE_DIR when the package folder is read-only."""
+    """Use a private, writable NUMBA_CACHE_DIR when the package folder is read-only."""
     if "NUMBA_CACHE_DIR" in os.environ:
         return
     package_dir = Path(__file__).resolve().parent
     if os.access(package_dir, os.W_OK):
         return
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    candidates = (base / "flashcourse-numba", Path(tempfile.gettempdir()) / "flashcourse-numba")
-    for candidate in candidates:
-        try:
-            candidate.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            continue
-        if os.access(candidate, os.W_OK):
-            os.environ["NUMBA_CACHE_DIR"] = str(candidate)
-            return
+    os.environ["NUMBA_CACHE_DIR"] = str(choose_cache_dir())
+
+
+def choose_cache_dir() -> Path:
+    """A cache folder only the current user can write to.
+
+    Numba's cache index is a pickle: whoever can write the folder can run code in
+    every process that loads it. So a folder is accepted only if it is a real
+    directory (not a symlink) owned by the current user and not writable by group
+    or others; a missing one is created with mode 0700. Tried in order:
+    $XDG_CACHE_HOME (or ~/.cache)/flashcourse-numba, then
+    $TMPDIR/flashcourse-numba-<uid>; if neither qualifies (e.g. another user
+    pre-created it with mode 777), a fresh private temporary folder.
+    """
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    for candidate in (base / "flashcourse-numba",
+                      Path(tempfile.gettempdir()) / f"flashcourse-numba-{uid}"):
+        if private_dir(candidate):
+            return candidate
+    return Path(tempfile.mkdtemp(prefix="flashcourse-numba-"))     # mode 0700, ours
+
+
+def private_dir(path: Path) -> bool:
+    """Create `path` (mode 0700) if missing; True if it is a directory that only the
+    current user can write to: owned by them, no group/other write bit, no symlink."""
+    import stat
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.lstat()
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode):                      # a symlink or a file
+        return False
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return False
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return False
+    return os.access(path, os.W_OK | os.X_OK)

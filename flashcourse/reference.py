@@ -20,12 +20,19 @@ from typing import NamedTuple
 import numpy as np
 
 from ._checks import check_causal, check_grad_output, check_qkv, check_scale
+from ._guards import check_dense_size
 from .geometry import visible_mask
 
 
 # ---------------------------------------------------------------------------
 # Dense attention
 # ---------------------------------------------------------------------------
+
+#: Peak memory of `attention`, in (Tq, Tk) float64 matrices at once (S, exp(S - m), P V
+#: temporaries; ~3.2 measured): used by its size guard (`_guards.check_dense_size`).
+PEAK_COPIES = 4
+#: The same for `attention_backward` (P, dP, dS and temporaries).
+PEAK_COPIES_BACKWARD = 6
 
 def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
               allow_nonfinite: bool = False):
@@ -43,12 +50,18 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
         o:   (..., Tq, d) float64 output.
         lse: (..., Tq) float64 natural-log logsumexp of each row's scaled, masked
              scores. A row with no visible key has o = 0 and lse = -inf.
+
+    Raises:
+        MemoryError (before allocating) when the (..., Tq, Tk) float64 matrices would
+        need more than `flashcourse._guards.dense_memory_limit()` bytes: check long
+        sequences a few rows or heads at a time, or use `flashcourse.tiled.forward`.
     """
     q, k, v = check_qkv(q, k, v, allow_nonfinite=allow_nonfinite)
     causal = check_causal(causal)
     d = q.shape[-1]
     scale = check_scale(scale, d)
     tq, tk = q.shape[-2], k.shape[-2]
+    check_dense_size(q.shape[:-2], tq, tk, "reference.attention", copies=PEAK_COPIES)
     q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
 
     return _masked_attention(q64, k64, v64, visible_mask(tq, tk, causal), scale)
@@ -81,6 +94,7 @@ def attention_with_mask(q, k, v, mask, *, scale: float | None = None):
     if mask.dtype != np.bool_ or mask.shape != (tq, tk):
         raise ValueError(f"mask must be a boolean array of shape (Tq, Tk) = ({tq}, {tk}), "
                          f"got dtype {mask.dtype} and shape {mask.shape}")
+    check_dense_size(q.shape[:-2], tq, tk, "reference.attention_with_mask", copies=PEAK_COPIES)
     return _masked_attention(*(x.astype(np.float64) for x in (q, k, v)), mask, scale)
 
 
@@ -90,6 +104,7 @@ def scores(q, k, *, causal: bool = False, scale: float | None = None) -> np.ndar
     q, k, _ = check_qkv(q, k, dummy_v)
     causal = check_causal(causal)
     scale = check_scale(scale, q.shape[-1])
+    check_dense_size(q.shape[:-2], q.shape[-2], k.shape[-2], "reference.scores", copies=3)
     s = scale * (q.astype(np.float64) @ np.swapaxes(k.astype(np.float64), -1, -2))
     return np.where(visible_mask(q.shape[-2], k.shape[-2], causal), s, -np.inf)
 
@@ -248,6 +263,8 @@ def attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None
     causal = check_causal(causal)
     scale = check_scale(scale, q.shape[-1])
     tq, tk = q.shape[-2], k.shape[-2]
+    check_dense_size(q.shape[:-2], tq, tk, "reference.attention_backward",
+                     copies=PEAK_COPIES_BACKWARD)
     q64, k64, v64, do64 = (x.astype(np.float64) for x in (q, k, v, do))
 
     s = scale * (q64 @ np.swapaxes(k64, -1, -2))            # (..., Tq, Tk)

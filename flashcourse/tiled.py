@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import check_block, check_loop_order, flatten_heads
+from ._guards import forward_result, lse_rowsums
 from .counter import check_counter
 from .formats import check_format, round_to
 from .geometry import tile_visibility, visible_mask
@@ -48,7 +49,8 @@ def _blocks(t: int, b: int):
 
 def _score_tile(q_i, k_j, scale, q0, q1, k0, k1, tq, tk, causal, status):
     """S_ij = scale * Q_i K_j^T, with -inf where the causal mask hides a pair."""
-    s = scale * (q_i @ k_j.T)                                   # (Br, Bc)
+    with np.errstate(over="ignore", invalid="ignore"):          # overflow: see _guards
+        s = scale * (q_i @ k_j.T)                               # (Br, Bc)
     if status == "partial":
         s = np.where(visible_mask(tq, tk, causal, q0, q1, k0, k1), s, -np.inf)
     return s
@@ -75,7 +77,9 @@ def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = Fal
         scale: score scale, default 1/sqrt(d).
         loop_order: "fa2" (outer loop over query blocks) or "fa1" (over key blocks).
         counter: optional TrafficCounter that counts outer-memory bytes.
-        allow_nonfinite: accept NaN/inf inputs.
+        allow_nonfinite: accept NaN/inf inputs. A row that sees a NaN or inf (in its
+            q row or in a k, v row it sees) gets o = NaN and lse = NaN; other rows
+            are computed as usual.
         p_format: None, or "fp16" / "bf16" / "fp32" / "fp64": round each probability
             tile P to that format before the P V product, as tensor-core kernels do
             (l is still summed from the unrounded P). See `flashcourse.formats`.
@@ -83,7 +87,12 @@ def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = Fal
     Returns:
         o:   (..., Tq, d) in the input dtype.
         lse: (..., Tq) natural-log logsumexp per row, float32 (float64 for float64
-             input); -inf (and o = 0) for a row with no visible key.
+             input); -inf (and o = 0) for a row with no visible key, and only then.
+
+    Raises:
+        ValueError when a row with finite inputs that sees keys gets a non-finite
+        result: the scores scale * q.k overflow the compute type (float32 for
+        float16/32 input: |S| > 3.4e38). See `flashcourse._guards.forward_result`.
     """
     x = flatten_heads(q, k, v, causal=causal, scale=scale, allow_nonfinite=allow_nonfinite)
     br = check_block(block_q, "block_q")
@@ -102,7 +111,9 @@ def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = Fal
     for h in range(x.bh):
         o[h], lse[h] = one_head(x.q[h], x.k[h], x.v[h], br, bc, x.causal, x.scale,
                                 x.acc_dtype, counter, h, round_p)
-    return x.unflatten(o), x.unflatten(lse)
+    return forward_result(q, k, v, x.unflatten(o), x.unflatten(lse), x.causal,
+                          compute=x.acc_dtype.name, allow_nonfinite=allow_nonfinite,
+                          scale=x.scale)
 
 
 def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None):
@@ -247,6 +258,12 @@ def backward(q, k, v, o, lse, do, *, block_q: int = 64, block_k: int = 64,
     Returns:
         (dq, dk, dv) in the input dtype, shaped like q, k, v. Accumulation is in
         float32 (float64 for float64 input).
+
+    Raises:
+        ValueError "lse does not match the inputs" when a recomputed row of P does
+        not sum to 1 (within `flashcourse._guards.lse_tolerance`: 1e-3 plus rounding
+        terms in float32, 1e-9 plus rounding terms in float64), or lse = -inf for a
+        row that sees keys: lse must be the forward's for the same q, k, causal, scale.
     """
     x = flatten_heads(q, k, v, causal=causal, scale=scale, o=o, lse=lse, do=do)
     br = check_block(block_q, "block_q")
@@ -256,15 +273,19 @@ def backward(q, k, v, o, lse, do, *, block_q: int = 64, block_k: int = 64,
     dq = np.empty(x.q.shape, dtype=x.dtype)                     # (BH, Tq, d)
     dk = np.empty(x.k.shape, dtype=x.dtype)                     # (BH, Tk, d)
     dv = np.empty(x.v.shape, dtype=x.dtype)                     # (BH, Tk, d)
+    psum = np.zeros((x.bh, x.tq), dtype=x.acc_dtype)            # (BH, Tq) sum_j P_ij
     for h in range(x.bh):
         dq[h], dk[h], dv[h] = _backward_one_head(x.q[h], x.k[h], x.v[h], x.o[h], x.lse[h],
                                                  x.do[h], br, bc, x.causal, x.scale,
-                                                 x.acc_dtype, counter, h)
+                                                 x.acc_dtype, counter, h, psum[h])
+    lse_rowsums(x.unflatten(psum), q, k, lse, x.causal, x.scale, x.acc_dtype)
     return x.unflatten(dq), x.unflatten(dk), x.unflatten(dv)
 
 
-def _backward_one_head(q, k, v, o, lse, do, br, bc, causal, scale, acc_t, counter, h):
-    """One head of `backward`: outer loop over key blocks, inner over query blocks."""
+def _backward_one_head(q, k, v, o, lse, do, br, bc, causal, scale, acc_t, counter, h,
+                       psum):
+    """One head of `backward`: outer loop over key blocks, inner over query blocks.
+    Adds each recomputed row sum of P into psum (Tq,), for the lse check."""
     tq, d = q.shape
     tk = k.shape[0]
     # Pre-pass: D = rowsum(dO * O), one number per query row (replaces sum_k P_ik dP_ik).
@@ -302,6 +323,7 @@ def _backward_one_head(q, k, v, o, lse, do, br, bc, causal, scale, acc_t, counte
             counter.compute((i, j), head=h)
             s = _score_tile(q_i, k_j, scale, q0, q1, k0, k1, tq, tk, causal, status)
             p = np.exp(s - lse_safe[q0:q1, None])                       # (Br, Bc) recomputed P
+            psum[q0:q1] += p.sum(axis=1)                                # (Br,) lse check
             dv_j += p.T @ do_i                                          # (Bc, d)
             dp = do_i @ v_j.T                                           # (Br, Bc)
             ds = p * (dp - delta[q0:q1, None])                          # (Br, Bc)

@@ -30,3 +30,15 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "course"))
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+#: pytest-timeout for tests that execute notebooks or drive a browser (seconds); every
+#: other test gets pyproject's `timeout` (600 s). An explicit timeout marker wins.
+SLOW_TIMEOUT_S = 1200
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("timeout") is None and (
+                item.get_closest_marker("notebook") or item.get_closest_marker("browser")):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))

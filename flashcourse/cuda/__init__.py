@@ -23,6 +23,7 @@ Without a GPU every kernel runs on Numba's CUDA simulator (slow: tiny sizes only
 
 from __future__ import annotations
 
+from .._guards import forward_result, lse_rowsums
 from ._launch import finish, prepare, prepare_backward, simulator_note
 from .registry import FORWARD, get
 
@@ -42,7 +43,9 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
         kernel: a name of `registry.FORWARD`: "flash" (default), "textbook", "dense".
         causal: bottom-right aligned mask (query i sees key j iff j <= i + Tk - Tq).
         scale: score scale, default 1/sqrt(d).
-        allow_nonfinite: accept NaN/inf in numpy inputs.
+        allow_nonfinite: accept NaN/inf in numpy inputs. A row that sees a NaN or inf
+            (in its q row or in a k, v row it sees) gets o = NaN and lse = NaN, and so
+            does a row that a masked NaN/inf of v reaches through a tile's P V.
         options: what the kernel takes (`registry.FORWARD[kernel].options`), e.g.
             block_q, block_k (Br, Bc) for "flash" and "textbook" (square tiles there),
             threads, tm and unroll for "flash"; precision ("fp16", "bf16", "3xtf32",
@@ -53,11 +56,14 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
     Returns:
         o (..., Tq, d) and lse (..., Tq) natural-log logsumexp per row (float32;
         float64 for float64 numpy input); a row with no visible key gives o = 0,
-        lse = -inf.
+        lse = -inf, and only then.
 
     Raises:
         ValueError/TypeError naming the argument for bad input, and ValueError
         naming the limit and the amounts for a configuration that cannot launch.
+        ValueError for numpy inputs when a row with finite inputs that sees keys gets
+        a non-finite result: the scores overflow float32 (`flashcourse._guards`).
+        Results of device-array inputs stay on the device and are not checked.
     """
     spec = get("forward", kernel)
     given = spec.check_options(options)
@@ -66,7 +72,13 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
                                                  dtypes=spec.dtypes,
                                                  convert_to=spec.convert_to)
     o, lse = spec.run(x, **given)
-    return finish(x, (o, lse), on_device, (out_dtype, lse_dtype))
+    o, lse = finish(x, (o, lse), on_device, (out_dtype, lse_dtype))
+    if on_device:                   # results stay on the device: not checked (see Raises)
+        return o, lse
+    return forward_result(q, k, v, o, lse, x.causal, scale=x.scale,
+                          allow_nonfinite=allow_nonfinite, compute="float32",
+                          advice="use flashcourse.tiled.forward or flashcourse.cpu.forward "
+                                 "with float64 inputs (the CUDA kernels compute in float32)")
 
 
 def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
@@ -90,12 +102,25 @@ def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
 
     Returns:
         (dq, dk, dv) shaped like q, k, v.
+
+    Raises:
+        ValueError "lse does not match the inputs" (numpy inputs) when a recomputed row
+        of P does not sum to 1: every kernel adds up its rows of P (psum; Br atomic adds
+        per tile in the fast kernels) and `flashcourse._guards.lse_rowsums` compares
+        the sums with 1 (1e-3 plus float32 rounding terms), and rejects lse = -inf for
+        a row that sees keys. Device-array inputs are not checked.
     """
+    from numba import cuda
+
     spec = get("backward", kernel)
     given = spec.check_options(options)
     simulator_note()
     x, on_device, out_dtype = prepare_backward(q, k, v, o, lse, do, causal, scale)
-    grads = spec.run(x, **given)
+    psum = cuda.device_array((x.bh, x.tq), dtype="float32")   # (BH, Tq) sum_j P_ij
+    grads = spec.run(x, psum=psum, **given)
+    if not on_device:
+        lse_rowsums(x.unflatten(psum.copy_to_host()), q, k, lse, x.causal, x.scale,
+                    "float32")
     return finish(x, grads, on_device, (out_dtype,) * 3)
 
 

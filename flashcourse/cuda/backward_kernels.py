@@ -87,16 +87,16 @@ def _sig(name):
         a3 = types.Array(float32, 3, "C")
         a2 = types.Array(float32, 2, "C")
         _SIGS.update({
-            # o, do, delta, dq, zero_dq, tq, d
-            "delta": (a3, a3, a2, a3, int32, int32, int32),
+            # o, do, delta, dq, zero_dq, tq, d, psum
+            "delta": (a3, a3, a2, a3, int32, int32, int32, a2),
             # q, k, v, do, lse, delta, out_a, out_b, tq, tk, d, scale, causal, off
             "simple_dkdv": (a3, a3, a3, a3, a2, a2, a3, a3, int32, int32, int32, float32,
                             int32, int32),
             "simple_dq": (a3, a3, a3, a3, a2, a2, a3, int32, int32, int32, float32, int32,
-                          int32),
-            # q, k, v, do, lse, delta, dq, dk, dv, tq, tk, d, scale, causal, off
+                          int32, a2),
+            # q, k, v, do, lse, delta, dq, dk, dv, tq, tk, d, scale, causal, off, psum
             "fast_kv": (a3, a3, a3, a3, a2, a2, a3, a3, a3, int32, int32, int32, float32,
-                        int32, int32),
+                        int32, int32, a2),
             # q, k, v, do, lse, delta, dq, tq, tk, d, scale, causal, off
             "fast_q": (a3, a3, a3, a3, a2, a2, a3, int32, int32, int32, float32, int32,
                        int32),
@@ -114,10 +114,12 @@ def _simple_kernels(max_d: int = SIMPLE_SMALL_D):
     MAXD = max_d
 
     @cuda.jit
-    def bwd_delta(o, do, delta, dq, zero_dq, tq, d):
+    def bwd_delta(o, do, delta, dq, zero_dq, tq, d, psum):
         """D[h, i] = sum_c dO[h, i, c] O[h, i, c]; one thread per query row i.
 
-        With zero_dq != 0 it also sets dQ[h, i, :] = 0, ready for atomic adds.
+        With zero_dq != 0 it also sets dQ[h, i, :] = 0, ready for atomic adds. It sets
+        psum[h, i] = 0: the kernels below add each recomputed row of P into it (the
+        lse check: a row of P sums to 1 only if lse belongs to q, k, causal, scale).
         """
         i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         h = cuda.blockIdx.y
@@ -128,6 +130,7 @@ def _simple_kernels(max_d: int = SIMPLE_SMALL_D):
                 if zero_dq != 0:
                     dq[h, i, c] = F0
             delta[h, i] = acc
+            psum[h, i] = F0
 
     @cuda.jit
     def simple_dkdv(q, k, v, do, lse, delta, dk, dv, tq, tk, d, scale, causal, off):
@@ -163,8 +166,9 @@ def _simple_kernels(max_d: int = SIMPLE_SMALL_D):
             dv[h, j, c] = adv[c]
 
     @cuda.jit
-    def simple_dq(q, k, v, do, lse, delta, dq, tq, tk, d, scale, causal, off):
-        """One thread per query row i: dQ_i = scale sum_j dS_ij k_j (S, P, dP recomputed)."""
+    def simple_dq(q, k, v, do, lse, delta, dq, tq, tk, d, scale, causal, off, psum):
+        """One thread per query row i: dQ_i = scale sum_j dS_ij k_j (S, P, dP recomputed);
+        psum[h, i] = sum_j P_ij."""
         i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         h = cuda.blockIdx.y
         if i >= tq:
@@ -179,17 +183,21 @@ def _simple_kernels(max_d: int = SIMPLE_SMALL_D):
         if li == NEG_INF:
             j1 = 0
         di = delta[h, i]
+        ps = F0
         for j in range(j1):
             s = F0
             dp = F0
             for c in range(d):
                 s += q[h, i, c] * k[h, j, c]
                 dp += do[h, i, c] * v[h, j, c]
-            ds = math.exp(s * scale - li) * (dp - di)
+            p = math.exp(s * scale - li)
+            ps += p
+            ds = p * (dp - di)
             for c in range(d):
                 adq[c] += ds * k[h, j, c]
         for c in range(d):
             dq[h, i, c] = adq[c] * scale
+        psum[h, i] = ps
 
     return bwd_delta, simple_dkdv, simple_dq
 
@@ -292,7 +300,7 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
     def _key_major(WITH_DQ):
         """The key-major kernel; WITH_DQ (compile-time) adds dQ_i by atomic adds."""
 
-        def kernel(q, k, v, do, lse, delta, dq, dk, dv, tq, tk, d, scale, causal, off):
+        def kernel(q, k, v, do, lse, delta, dq, dk, dv, tq, tk, d, scale, causal, off, psum):
             sm = cuda.shared.array(0, float32)
             tid = cuda.threadIdx.x
             tx = tid % TX
@@ -388,6 +396,15 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
                         sm[P_OFF + row * PS + col] = p
                         sm[S_OFF + row * PS + col] = p * (dp[a * MC + b] - di)
                 cuda.syncthreads()
+
+                # psum_i += rowsum(P) (the lse check): Br atomic adds per tile, against
+                # Br d for dQ. P stays in shared memory until the next barrier.
+                for r in range(tid, BR, NT):
+                    if q0 + r < tq:
+                        ps = F0
+                        for cc in range(BC):
+                            ps += sm[P_OFF + r * PS + cc]
+                        cuda.atomic.add(psum, (h, q0 + r), ps)
 
                 # dV_j += P^T dO_i and dK_j += dS^T Q_i: (AR, AD) per thread.
                 for r in range(BR):
@@ -668,11 +685,13 @@ def check_simple_d(d: int) -> None:
 # ---------------------------------------------------------------------------
 
 def run(qf, kf, vf, of, lse, dof, dq, dk, dv, tq, tk, d, scale, causal, *, kernel="fast",
-        block_q=None, block_k=None, ty=None, tx=None, delta=None):
+        block_q=None, block_k=None, ty=None, tx=None, delta=None, psum=None):
     """Launch one backward version on flattened float32 device arrays.
 
     qf, of, dof, dq (BH, Tq, d); kf, vf, dk, dv (BH, Tk, d); lse (BH, Tq). dq, dk, dv
-    are overwritten. `delta` (BH, Tq) scratch may be passed to avoid an allocation.
+    are overwritten. `delta` (BH, Tq) scratch may be passed to avoid an allocation;
+    so may `psum` (BH, Tq), which receives sum_j P_ij of every recomputed row (the
+    lse check of `backward`; not checked here).
     Returns the BackwardConfig used (None for "simple").
     """
     if kernel not in VERSIONS:
@@ -680,6 +699,8 @@ def run(qf, kf, vf, of, lse, dof, dq, dk, dv, tq, tk, d, scale, causal, *, kerne
     bh = qf.shape[0]
     if delta is None:
         delta = cuda.device_array((bh, tq), dtype=np.float32)
+    if psum is None:
+        psum = cuda.device_array((bh, tq), dtype=np.float32)
     if kernel == "simple":
         check_simple_d(d)
     bwd_delta, simple_dkdv, simple_dq = _simple_kernels(
@@ -688,12 +709,14 @@ def run(qf, kf, vf, of, lse, dof, dq, dk, dv, tq, tk, d, scale, causal, *, kerne
     i32 = np.int32
     rows = 128
     zero_dq = i32(1 if kernel == "fast" else 0)         # atomics need dQ = 0 first
-    bwd_delta[(ceil_div(tq, rows), bh), rows](of, dof, delta, dq, zero_dq, i32(tq), i32(d))
+    bwd_delta[(ceil_div(tq, rows), bh), rows](of, dof, delta, dq, zero_dq, i32(tq), i32(d),
+                                              psum)
     if kernel == "simple":
         common = (i32(tq), i32(tk), i32(d), np.float32(scale), i32(1 if causal else 0), off)
         simple_dkdv[(ceil_div(tk, rows), bh), rows](qf, kf, vf, dof, lse, delta, dk, dv,
                                                     *common)
-        simple_dq[(ceil_div(tq, rows), bh), rows](qf, kf, vf, dof, lse, delta, dq, *common)
+        simple_dq[(ceil_div(tq, rows), bh), rows](qf, kf, vf, dof, lse, delta, dq, *common,
+                                                  psum)
         return None
     dbq, dbk, dty, dtx = default_tiles(d)
     block_q = dbq if block_q is None else block_q
@@ -708,10 +731,10 @@ def run(qf, kf, vf, of, lse, dof, dq, dk, dv, tq, tk, d, scale, causal, *, kerne
     grid_k = (ceil_div(tk, cfg.block_k), bh)
     if kernel == "fast":
         launch(kv_atomic, _sig("fast_kv"), grid_k, cfg.threads, cfg.shared_bytes,
-               args + (dq, dk, dv) + tail)
+               args + (dq, dk, dv) + tail + (psum,))
     else:
         launch(kv_plain, _sig("fast_kv"), grid_k, cfg.threads, cfg.shared_bytes,
-               args + (dq, dk, dv) + tail)
+               args + (dq, dk, dv) + tail + (psum,))
         launch(q_pass, _sig("fast_q"), (ceil_div(tq, cfg.block_q), bh), cfg.threads,
                cfg.shared_bytes, args + (dq,) + tail)
     return cfg
