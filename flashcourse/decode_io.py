@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._checks import check_block
+from ._checks import check_block, check_sizes
 
 from .results import RESULTS_DIR
 
@@ -81,14 +81,9 @@ def decode_traffic(batch: int, heads_q: int, heads_kv: int, t_key: int, head_dim
     >>> t.kv_bytes
     268435456
     """
-    b = check_block(batch, "batch")
-    hq = check_block(heads_q, "heads_q")
-    hkv = check_block(heads_kv, "heads_kv")
-    tk = check_block(t_key, "t_key")
-    d = check_block(head_dim, "head_dim")
-    tq = check_block(t_query, "t_query")
-    e = check_block(bytes_per_element, "bytes_per_element")
-    s = check_block(num_splits, "num_splits")
+    b, hq, hkv, tk, d, tq, e, s = check_sizes(
+        batch=batch, heads_q=heads_q, heads_kv=heads_kv, t_key=t_key, head_dim=head_dim,
+        t_query=t_query, bytes_per_element=bytes_per_element, num_splits=num_splits)
     if hq % hkv:
         raise ValueError(f"heads_q = {hq} must be a multiple of heads_kv = {hkv} "
                          f"(grouped-query attention)")

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._checks import check_block, check_causal
+from ._checks import check_block, check_causal, check_sizes
 from .geometry import visible_pairs
 from .gpus import GPU, get_gpu
 
@@ -133,10 +133,7 @@ def tile_time_s(block_q: int, block_k: int, head_dim: int, version: str = "fa2",
 
 def grid_blocks(batch: int, heads: int, t_query: int, block_q: int, version: str) -> int:
     """Thread blocks of the forward launch: FA1 B x H; FA2 B x H x ceil(Tq / Br)."""
-    b = check_block(batch, "batch")
-    h = check_block(heads, "heads")
-    tq = check_block(t_query, "t_query")
-    br = check_block(block_q, "block_q")
+    b, h, tq, br = check_sizes(batch=batch, heads=heads, t_query=t_query, block_q=block_q)
     if version not in VERSIONS:
         raise ValueError(f"version must be 'fa1' or 'fa2', got {version!r}")
     return b * h * (1 if version == "fa1" else -(-tq // br))

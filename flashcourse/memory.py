@@ -17,7 +17,7 @@ reach the smaller causal count.
 
 from __future__ import annotations
 
-from ._checks import check_block, check_causal
+from ._checks import check_block, check_causal, check_sizes
 from .geometry import visible_pairs
 
 #: Bytes per stored score for the formats the widgets offer (bytes/score).
@@ -98,10 +98,8 @@ def saved_for_backward(t_query: int, t_key: int, head_dim: int, *, method: str =
     Returns:
         dict tensor name -> bytes, e.g. {"Q": ..., "K": ..., "V": ..., "O": ..., "P": ...}.
     """
-    tq = check_block(t_query, "t_query")
-    tk = check_block(t_key, "t_key")
-    d = check_block(head_dim, "head_dim")
-    e = check_block(bytes_per_element, "bytes_per_element")
+    tq, tk, d, e = check_sizes(t_query=t_query, t_key=t_key, head_dim=head_dim,
+                               bytes_per_element=bytes_per_element)
     if method not in BACKWARD_METHODS:
         raise ValueError(f"method must be 'standard' or 'tiled', got {method!r}")
     out = {"Q": tq * d * e, "K": tk * d * e, "V": tk * d * e, "O": tq * d * e}

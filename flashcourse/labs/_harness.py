@@ -259,6 +259,20 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
     return Result(True)
 
 
+def as_pair(out):
+    """The learner's result as a tuple of two float64 arrays (or left as is if malformed)."""
+    if isinstance(out, list):
+        out = tuple(out)
+    if isinstance(out, tuple) and len(out) == 2:
+        return tuple(np.asarray(o, dtype=np.float64) for o in out)
+    return out
+
+
+def not_pair(yours, _expected):
+    """Diagnosis: the learner's function did not return a pair."""
+    return not (isinstance(yours, tuple) and len(yours) == 2)
+
+
 class WatchedRows(np.ndarray):
     """An input array that logs which row ranges the learner's code slices from it.
 

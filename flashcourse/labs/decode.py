@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import decode as np_decode
-from ._harness import Case, Result, run_checks
+from ._harness import Case, Result, as_pair, not_pair, run_checks
 
 HINT_RETURN = "Return a tuple (o, lse): o of shape (R, d), lse of shape (R,)."
 HINT_MEAN = ("Each split must count in proportion to its softmax mass: weight o_s by "
@@ -56,18 +56,6 @@ def _parts(seed, b, hq, hkv, tq, tk, d, num_splits, block_k, causal=False, shift
     lse_parts = lse_parts.reshape(s, rows) + shift
     return (o_parts.reshape(s, rows, d), lse_parts,
             (o.reshape(rows, d), lse.reshape(rows) + shift))
-
-
-def _as_pair(out):
-    if isinstance(out, list):
-        out = tuple(out)
-    if isinstance(out, tuple) and len(out) == 2:
-        return tuple(np.asarray(x, dtype=np.float64) for x in out)
-    return out
-
-
-def _not_pair(yours, _expected):
-    return not (isinstance(yours, tuple) and len(yours) == 2)
 
 
 def _has_nan(yours, expected):
@@ -124,7 +112,7 @@ def check_combine(combine, *, verbose: bool = True) -> Result:
 
         def run(fn):
             with np.errstate(all="ignore"):
-                yours = _as_pair(fn(o_parts.copy(), lse_parts.copy()))
+                yours = as_pair(fn(o_parts.copy(), lse_parts.copy()))
             return yours, expected
         return run
 
@@ -132,7 +120,7 @@ def check_combine(combine, *, verbose: bool = True) -> Result:
     for key, (o_parts, lse_parts, _) in cases_data.items():
         with np.errstate(all="ignore"):
             mean, unnorm = _mean(o_parts), _unnormalised(o_parts, lse_parts)
-        diag = [(_not_pair, HINT_RETURN), (_has_nan, HINT_EMPTY if "empty" in key
+        diag = [(not_pair, HINT_RETURN), (_has_nan, HINT_EMPTY if "empty" in key
                                            or "no visible" in key else HINT_OVERFLOW),
                 (_has_inf_o, HINT_OVERFLOW),
                 (_o_matches(mean), HINT_MEAN), (_o_matches(unnorm), HINT_NORMALISE),

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._harness import TODO_LINE, Case, Result, run_checks
+from ._harness import TODO_LINE, Case, Result, as_pair, not_pair, run_checks
 
 # -- hints (tests assert on these exact strings): level 1 names the mistake ----------
 HINT_MAX = ("Wrong running max: the new max must be the larger of the old max and the new "
@@ -90,21 +90,12 @@ def stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return m, l
 
 
-def _as_pair(out):
-    """The learner's result as a tuple of two float64 arrays (or left as is if malformed)."""
-    if isinstance(out, list):
-        out = tuple(out)
-    if isinstance(out, tuple) and len(out) == 2:
-        return tuple(np.asarray(o, dtype=np.float64) for o in out)
-    return out
-
-
 def fold(update, x: np.ndarray):
     """Stream the columns of x (R, n) through `update`, starting from the empty state."""
     rows = x.shape[0]
     state = (np.full(rows, -np.inf), np.zeros(rows))
     for col in range(x.shape[1]):
-        state = _as_pair(update(state[0].copy(), state[1].copy(), x[:, col].copy()))
+        state = as_pair(update(state[0].copy(), state[1].copy(), x[:, col].copy()))
         if not (isinstance(state, tuple) and len(state) == 2):
             raise TypeError("online_update must return a tuple (m_new, l_new)")
     return state
@@ -170,10 +161,6 @@ def _m_wrong(yours, expected):
     return m.shape == expected[0].shape and not np.allclose(m, expected[0], rtol=1e-12)
 
 
-def _not_pair(yours, _expected):
-    return not (isinstance(yours, tuple) and len(yours) == 2)
-
-
 # -- the inputs (fixed seeds: the same every time) ------------------------------
 
 def _stream_inputs():
@@ -204,7 +191,7 @@ def check_online_update(online_update, *, verbose: bool = True,
     """
     def first(fn):
         x = np.array([0.5, -2.0, 3.0, 1e4, -1e4])
-        yours = _as_pair(fn(np.full(5, -np.inf), np.zeros(5), x.copy()))
+        yours = as_pair(fn(np.full(5, -np.inf), np.zeros(5), x.copy()))
         return yours, (x, np.ones(5))
 
     x_stream = _stream_inputs()
@@ -218,7 +205,7 @@ def check_online_update(online_update, *, verbose: bool = True,
         with np.errstate(over="ignore", invalid="ignore"):
             return fold(update, x)
 
-    common = [(_not_pair, HINT_RETURN), (_has_nan, HINT_NEG_INF), (_m_wrong, HINT_MAX)]
+    common = [(not_pair, HINT_RETURN), (_has_nan, HINT_NEG_INF), (_m_wrong, HINT_MAX)]
     cases = [
         Case("first element into the empty state (-inf, 0)", first,
              "From the empty state (m, l) = (-inf, 0) one element x gives (x, 1).",
@@ -260,31 +247,31 @@ def check_merge_states(merge_states, *, verbose: bool = True,
     (ma, la), (mb, lb) = _split_states(x, [20])
 
     def halves(fn):
-        return _as_pair(fn(ma.copy(), la.copy(), mb.copy(), lb.copy())), stats(x)
+        return as_pair(fn(ma.copy(), la.copy(), mb.copy(), lb.copy())), stats(x)
 
     x_masked = _masked_inputs()
     (ea, fa), (eb, fb) = _split_states(x_masked, [7])           # row 0's left part is empty
 
     def with_empty(fn):
-        return _as_pair(fn(ea.copy(), fa.copy(), eb.copy(), fb.copy())), stats(x_masked)
+        return as_pair(fn(ea.copy(), fa.copy(), eb.copy(), fb.copy())), stats(x_masked)
 
     def both_empty(fn):
         empty_m, empty_l = np.full(3, -np.inf), np.zeros(3)
-        return (_as_pair(fn(empty_m.copy(), empty_l.copy(), empty_m.copy(), empty_l.copy())),
+        return (as_pair(fn(empty_m.copy(), empty_l.copy(), empty_m.copy(), empty_l.copy())),
                 (empty_m, empty_l))
 
     def scrambled(fn):
         pieces = _split_states(x, [3, 11, 12, 30])               # 5 uneven pieces
-        p31 = _as_pair(fn(*pieces[3], *pieces[1]))
-        p04 = _as_pair(fn(*pieces[0], *pieces[4]))
-        left = _as_pair(fn(*p04, *pieces[2]))
-        return _as_pair(fn(*p31, *left)), stats(x)
+        p31 = as_pair(fn(*pieces[3], *pieces[1]))
+        p04 = as_pair(fn(*pieces[0], *pieces[4]))
+        left = as_pair(fn(*p04, *pieces[2]))
+        return as_pair(fn(*p31, *left)), stats(x)
 
     def wrong(merge, *args):
         with np.errstate(over="ignore", invalid="ignore"):
             return merge(*args)
 
-    common = [(_not_pair, HINT_RETURN), (_has_nan, HINT_NEG_INF), (_m_wrong, HINT_MAX)]
+    common = [(not_pair, HINT_RETURN), (_has_nan, HINT_NEG_INF), (_m_wrong, HINT_MAX)]
     cases = [
         Case("two halves of 6 random rows", halves, HINT_MERGE,
              common + [(_matches(wrong(_merge_no_rescale, ma, la, mb, lb)), HINT_RESCALE),
@@ -307,7 +294,7 @@ def show_stream(online_update, x=None) -> None:
     print(f"{'step':>4} {'x':>6} {'m (yours)':>10} {'l (yours)':>11} {'m exact':>8} {'l exact':>9}")
     for n, xi in enumerate(x, 1):
         try:
-            m, l = _as_pair(online_update(m, l, np.array([xi])))
+            m, l = as_pair(online_update(m, l, np.array([xi])))
         except NotImplementedError:
             print(f"{TODO_LINE}: fill in online_update first.")
             return
