@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import nbformat
+import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "labs" / "solutions"
@@ -59,6 +61,48 @@ def mutate(path: Path, name: str, old: str, new: str):
     sources = [s for s in cells_of(path) if f"def {name}(" in s]
     assert sources and old in sources[0], (name, old)
     return functions_of(path, replace=[(old, new)])[name]
+
+
+def assert_hint(check, fn, hint: str, *args, todo: bool = False):
+    """Run the lab checker `check` on the wrong `fn` (numpy warnings silenced; `args` go after
+    `fn`): it must fail and name `hint`; `todo` also asserts it is not read as a TODO stub."""
+    with np.errstate(all="ignore"):
+        result = check(fn, *args, verbose=False)
+    assert not result.passed and result.hint == hint
+    if todo:
+        assert not result.todo
+    return result
+
+
+def lab_fixture(path: Path):
+    """A module-scoped fixture: the functions of the solution lab at `path`."""
+    @pytest.fixture(scope="module")
+    def lab():
+        return functions_of(path)
+    return lab
+
+
+def run_named(ns: dict, checks, **kw) -> list:
+    """Each (checker, function name, ...) of `checks` run on those functions of `ns`."""
+    return [check(*(ns[n] for n in names), **kw) for check, *names in checks]
+
+
+def stubs_test(path: Path, checks):
+    """A test: the student version's stubs fail every check of `checks` (as `run_named`)
+    with "Not implemented yet" (see `assert_stubs_not_implemented`)."""
+    def test(capsys):
+        results = run_named(functions_of(path, student=True), checks)
+        assert_stubs_not_implemented(results, capsys.readouterr().out)
+    return test
+
+
+def mistakes_test(check, path: Path, name: str, mistakes, *, id_width: int = 30):
+    """A test: each (old, new, hint) of `mistakes`, an edit of the solution's function `name`,
+    must fail `check` with hint[0] (see `mutate`, `assert_hint`)."""
+    @pytest.mark.parametrize("old,new,hint", mistakes, ids=lambda x: str(x)[:id_width])
+    def test(old, new, hint):
+        assert_hint(check, mutate(path, name, old, new), hint[0])
+    return test
 
 
 def solution_lines(path: Path) -> list[str]:

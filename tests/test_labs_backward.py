@@ -2,22 +2,20 @@
 own hint, and no hint contains a line of the solution."""
 
 import numpy as np
-import pytest
 
 from flashcourse.labs import backward as L
-from labtools import assert_stubs_not_implemented, functions_of, hint_leaks, lab_path, mutate
+from labtools import hint_leaks, lab_fixture, lab_path, mistakes_test, run_named, stubs_test
 
 LAB = lab_path("lab09_backward")
 
 
-@pytest.fixture(scope="module")
-def lab():
-    return functions_of(LAB)
+CHECKS = ((L.check_flash_backward, "flash_backward"),
+          (L.check_flash_backward_dq, "flash_backward_dq"))
+lab = lab_fixture(LAB)
 
 
 def test_solutions_pass(lab):
-    assert L.check_flash_backward(lab["flash_backward"], verbose=False).passed
-    assert L.check_flash_backward_dq(lab["flash_backward_dq"], verbose=False).passed
+    assert all(r.passed for r in run_named(lab, CHECKS, verbose=False))
 
 
 def test_solution_matches_the_library_backward(lab):
@@ -32,11 +30,7 @@ def test_solution_matches_the_library_backward(lab):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
 
 
-def test_stubs_report_not_implemented(capsys):
-    student = functions_of(LAB, student=True)
-    results = [L.check_flash_backward(student["flash_backward"]),
-               L.check_flash_backward_dq(student["flash_backward_dq"])]
-    assert_stubs_not_implemented(results, capsys.readouterr().out)
+test_stubs_report_not_implemented = stubs_test(LAB, CHECKS)
 
 
 MISTAKES = [
@@ -54,11 +48,8 @@ MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("old,new,hint", MISTAKES, ids=lambda x: str(x)[:30])
-def test_mistakes_get_their_hint(old, new, hint):
-    with np.errstate(all="ignore"):
-        result = L.check_flash_backward(mutate(LAB, "flash_backward", old, new), verbose=False)
-    assert not result.passed and result.hint == hint[0]
+test_mistakes_get_their_hint = mistakes_test(
+    L.check_flash_backward, LAB, "flash_backward", MISTAKES)
 
 
 def test_tile_softmax_is_named():
@@ -76,10 +67,8 @@ DQ_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("old,new,hint", DQ_MISTAKES, ids=lambda x: str(x)[:30])
-def test_dq_mistakes_get_their_hint(old, new, hint):
-    result = L.check_flash_backward_dq(mutate(LAB, "flash_backward_dq", old, new), verbose=False)
-    assert not result.passed and result.hint == hint[0]
+test_dq_mistakes_get_their_hint = mistakes_test(
+    L.check_flash_backward_dq, LAB, "flash_backward_dq", DQ_MISTAKES)
 
 
 def test_no_hint_contains_a_solution_line():

@@ -7,15 +7,14 @@ import pytest
 
 from flashcourse.labs import cuda_kernel as L
 from flashcourse.labs import cuda_show as S
-from labtools import assert_stubs_not_implemented, functions_of, hint_leaks, lab_path, mutate
+from labtools import (assert_hint, assert_stubs_not_implemented, functions_of, hint_leaks,
+                      lab_fixture, lab_path, mistakes_test, mutate)
 
 LAB = lab_path("lab06_cuda_kernel")
 PARTS = ("micro_tile_scores", "row_max", "row_sum", "online_update")
 
 
-@pytest.fixture(scope="module")
-def lab():
-    return functions_of(LAB)
+lab = lab_fixture(LAB)
 
 
 def test_parts_pass(lab):
@@ -69,8 +68,7 @@ def test_score_mistakes_get_their_hint(old, new, hint):
         fn = functions_of(LAB, replace=[(old, new), ("kb[j] = ks[tx + CT * j, kk]",
                                                       "kb[j] = ks[tx * TN + j, kk]")])[
             "micro_tile_scores"]
-    result = L.check_micro_tile_scores(fn, verbose=False)
-    assert not result.passed and result.hint == hint[0]
+    assert_hint(L.check_micro_tile_scores, fn, hint[0])
 
 
 def test_show_flags_a_thread_without_reuse(capsys):
@@ -98,8 +96,7 @@ REDUCE_MISTAKES = [
 @pytest.mark.parametrize("old,new,hint", REDUCE_MISTAKES, ids=["steps", "cross", "op"])
 def test_reduction_mistakes_get_their_hint(old, new, hint):
     ns = functions_of(LAB, replace=[(old, new)])
-    result = L.check_row_reductions(ns["row_max"], ns["row_sum"], verbose=False)
-    assert not result.passed and result.hint == hint[0]
+    assert_hint(L.check_row_reductions, ns["row_max"], hint[0], ns["row_sum"])
 
 
 UPDATE_MISTAKES = [
@@ -110,10 +107,8 @@ UPDATE_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("old,new,hint", UPDATE_MISTAKES, ids=lambda x: str(x)[:25])
-def test_update_mistakes_get_their_hint(old, new, hint):
-    result = L.check_online_update(mutate(LAB, "online_update", old, new), verbose=False)
-    assert not result.passed and result.hint == hint[0]
+test_update_mistakes_get_their_hint = mistakes_test(
+    L.check_online_update, LAB, "online_update", UPDATE_MISTAKES, id_width=25)
 
 
 def test_kernel_names_a_missing_neg_inf_guard(lab):

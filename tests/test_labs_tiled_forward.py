@@ -2,23 +2,21 @@
 their own hint, and no hint contains a line of the solution."""
 
 import numpy as np
-import pytest
 
 from flashcourse.labs import tiled_forward as L
-from labtools import assert_stubs_not_implemented, functions_of, hint_leaks, lab_path, mutate
+from labtools import (functions_of, hint_leaks, lab_fixture, lab_path, mistakes_test, mutate,
+                      run_named, stubs_test)
 
 LAB = lab_path("lab03_tiled_forward")
 
 
-@pytest.fixture(scope="module")
-def lab():
-    return functions_of(LAB)
+CHECKS = ((L.check_flash_forward, "flash_forward"), (L.check_fa1_forward, "fa1_forward"),
+          (L.check_merge_partials, "merge_partials"))
+lab = lab_fixture(LAB)
 
 
 def test_solutions_pass(lab):
-    assert L.check_flash_forward(lab["flash_forward"], verbose=False).passed
-    assert L.check_fa1_forward(lab["fa1_forward"], verbose=False).passed
-    assert L.check_merge_partials(lab["merge_partials"], verbose=False).passed
+    assert all(r.passed for r in run_named(lab, CHECKS, verbose=False))
 
 
 def test_solution_agrees_with_the_library_on_irregular_causal_inputs(lab):
@@ -35,12 +33,7 @@ def test_solution_agrees_with_the_library_on_irregular_causal_inputs(lab):
                 np.testing.assert_allclose(lse, want[1], rtol=1e-10, atol=1e-12)
 
 
-def test_stubs_report_not_implemented(capsys):
-    student = functions_of(LAB, student=True)
-    results = [L.check_flash_forward(student["flash_forward"]),
-               L.check_fa1_forward(student["fa1_forward"]),
-               L.check_merge_partials(student["merge_partials"])]
-    assert_stubs_not_implemented(results, capsys.readouterr().out)
+test_stubs_report_not_implemented = stubs_test(LAB, CHECKS)
 
 
 FORWARD_MISTAKES = [
@@ -57,10 +50,8 @@ FORWARD_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("old,new,hint", FORWARD_MISTAKES, ids=lambda x: str(x)[:30])
-def test_forward_mistakes_get_their_hint(old, new, hint):
-    result = L.check_flash_forward(mutate(LAB, "flash_forward", old, new), verbose=False)
-    assert not result.passed and result.hint == hint[0]
+test_forward_mistakes_get_their_hint = mistakes_test(
+    L.check_flash_forward, LAB, "flash_forward", FORWARD_MISTAKES)
 
 
 def test_hint_level_two_is_more_explicit():
@@ -80,10 +71,8 @@ FA1_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("old,new,hint", FA1_MISTAKES, ids=lambda x: str(x)[:30])
-def test_fa1_mistakes_get_their_hint(old, new, hint):
-    result = L.check_fa1_forward(mutate(LAB, "fa1_forward", old, new), verbose=False)
-    assert not result.passed and result.hint == hint[0]
+test_fa1_mistakes_get_their_hint = mistakes_test(
+    L.check_fa1_forward, LAB, "fa1_forward", FA1_MISTAKES)
 
 
 def test_fa1_kv_loaded_per_tile_is_named():
@@ -114,11 +103,8 @@ MERGE_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("old,new,hint", MERGE_MISTAKES, ids=lambda x: str(x)[:30])
-def test_merge_mistakes_get_their_hint(old, new, hint):
-    with np.errstate(all="ignore"):
-        result = L.check_merge_partials(mutate(LAB, "merge_partials", old, new), verbose=False)
-    assert not result.passed and result.hint == hint[0]
+test_merge_mistakes_get_their_hint = mistakes_test(
+    L.check_merge_partials, LAB, "merge_partials", MERGE_MISTAKES)
 
 
 def test_no_hint_contains_a_solution_line():
