@@ -96,6 +96,14 @@ def stubs_test(path: Path, checks):
     return test
 
 
+def lab_tests(path: Path, checks):
+    """The usual start of a lab's tests: the fixture `lab` (`lab_fixture`), a test that the
+    solutions pass every check of `checks` and one that the stubs do not (`stubs_test`)."""
+    def test_solutions_pass(lab):
+        assert all(r.passed for r in run_named(lab, checks, verbose=False))
+    return lab_fixture(path), test_solutions_pass, stubs_test(path, checks)
+
+
 def mistakes_test(check, path: Path, name: str, mistakes, *, id_width: int = 30):
     """A test: each (old, new, hint) of `mistakes`, an edit of the solution's function `name`,
     must fail `check` with hint[0] (see `mutate`, `assert_hint`)."""

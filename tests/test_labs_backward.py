@@ -4,18 +4,14 @@ own hint, and no hint contains a line of the solution."""
 import numpy as np
 
 from flashcourse.labs import backward as L
-from labtools import hint_leaks, lab_fixture, lab_path, mistakes_test, run_named, stubs_test
+from labtools import hint_leaks, lab_path, lab_tests, mistakes_test
 
 LAB = lab_path("lab09_backward")
 
 
 CHECKS = ((L.check_flash_backward, "flash_backward"),
           (L.check_flash_backward_dq, "flash_backward_dq"))
-lab = lab_fixture(LAB)
-
-
-def test_solutions_pass(lab):
-    assert all(r.passed for r in run_named(lab, CHECKS, verbose=False))
+lab, test_solutions_pass, test_stubs_report_not_implemented = lab_tests(LAB, CHECKS)
 
 
 def test_solution_matches_the_library_backward(lab):
@@ -28,9 +24,6 @@ def test_solution_matches_the_library_backward(lab):
     want = tiled.backward(q, k, v, o, lse, do, block_q=8, block_k=6, causal=True, scale=0.5)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
-
-
-test_stubs_report_not_implemented = stubs_test(LAB, CHECKS)
 
 
 MISTAKES = [

@@ -4,19 +4,14 @@ their own hint, and no hint contains a line of the solution."""
 import numpy as np
 
 from flashcourse.labs import tiled_forward as L
-from labtools import (functions_of, hint_leaks, lab_fixture, lab_path, mistakes_test, mutate,
-                      run_named, stubs_test)
+from labtools import functions_of, hint_leaks, lab_path, lab_tests, mistakes_test, mutate
 
 LAB = lab_path("lab03_tiled_forward")
 
 
 CHECKS = ((L.check_flash_forward, "flash_forward"), (L.check_fa1_forward, "fa1_forward"),
           (L.check_merge_partials, "merge_partials"))
-lab = lab_fixture(LAB)
-
-
-def test_solutions_pass(lab):
-    assert all(r.passed for r in run_named(lab, CHECKS, verbose=False))
+lab, test_solutions_pass, test_stubs_report_not_implemented = lab_tests(LAB, CHECKS)
 
 
 def test_solution_agrees_with_the_library_on_irregular_causal_inputs(lab):
@@ -31,9 +26,6 @@ def test_solution_agrees_with_the_library_on_irregular_causal_inputs(lab):
                 o, lse = fn(q, k, v, causal, 0.3, br, bc)
                 np.testing.assert_allclose(o, want[0], rtol=1e-10, atol=1e-12)
                 np.testing.assert_allclose(lse, want[1], rtol=1e-10, atol=1e-12)
-
-
-test_stubs_report_not_implemented = stubs_test(LAB, CHECKS)
 
 
 FORWARD_MISTAKES = [
