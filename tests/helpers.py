@@ -1,5 +1,8 @@
 """Helpers shared by the test modules (random attention inputs, error measures)."""
 
+import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -7,11 +10,41 @@ import numpy as np
 from flashcourse.timing import rel_err  # noqa: F401  (the course's one error measure)
 
 ROOT = Path(__file__).resolve().parents[1]
+TOOLS = ROOT / "tools"
+if str(TOOLS) not in sys.path:          # the tools/ scripts import as modules in the tests
+    sys.path.insert(0, str(TOOLS))
 
 #: Relative-error tolerance of an implementation against the float64 reference,
 #: by input dtype: float64 rounding ~1e-16 per op, a few thousand ops -> 1e-12;
 #: float32 accumulation -> 1e-5; float16 inputs/outputs (3 decimal digits) -> 1e-2.
 TOL = {np.float64: 1e-12, np.float32: 1e-5, np.float16: 1e-2}
+
+
+def tool(name: str):
+    """The script tools/<name>.py as a module."""
+    return importlib.import_module(name)
+
+
+def assert_tool_check_passes(name: str) -> None:
+    """`python tools/<name>.py --check` exits 0 (its output is the failure message)."""
+    r = subprocess.run([sys.executable, str(TOOLS / f"{name}.py"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def cpu_forwards(block_q: int, block_k: int, sep: str = "-") -> dict:
+    """The numpy forwards (tiled in both loop orders, dense) and the three Numba CPU versions,
+    with these tiles: name -> f(q, k, v, **kw) -> (o, lse); `sep` joins the name's parts."""
+    from flashcourse import cpu, dense, tiled
+    tiles = dict(block_q=block_q, block_k=block_k)
+    binds = {f"tiled{sep}fa2": (tiled.forward, dict(loop_order="fa2")),
+             f"tiled{sep}fa1": (tiled.forward, dict(loop_order="fa1")),
+             f"cpu{sep}loops": (cpu.forward_loops, {}), f"cpu{sep}rows": (cpu.forward_rows, {}),
+             f"cpu{sep}cols": (cpu.forward, {})}
+
+    def bind(fn, fixed):
+        return lambda q, k, v, **kw: fn(q, k, v, **tiles, **fixed, **kw)
+    return {"dense": dense.forward, **{name: bind(*b) for name, b in binds.items()}}
 
 
 def make_qkv(rng, lead, tq, tk, d, dtype=np.float64, spread=1.0):

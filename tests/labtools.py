@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import linecache
 import re
-import sys
 from pathlib import Path
 
 import nbformat
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT, tool
+
 SOLUTIONS = ROOT / "labs" / "solutions"
-sys.path.insert(0, str(ROOT / "tools"))
-import make_labs  # noqa: E402
+make_labs = tool("make_labs")
 
 BEGIN = re.compile(r"^\s*### BEGIN SOLUTION")
 END = re.compile(r"^\s*### END SOLUTION")

@@ -221,9 +221,10 @@ def open_and_run_all(page, lab: Lab, notebook: str) -> None:
         pass
 
 
-def _require_browser() -> None:
+def _require_browser(what: str = "real-browser tests") -> None:
+    """Skip (fail under CI=true) without chromium or playwright; `what` names the tests."""
     _require(CHROMIUM.exists(), f"Debian's chromium is not installed at {CHROMIUM} "
-             "(apt-get install chromium); the real-browser tests are skipped")
+             f"(apt-get install chromium); the {what} are skipped")
     try:
         import playwright  # noqa: F401
     except ImportError:
@@ -373,14 +374,12 @@ def _move_control(page, root) -> str | None:
         current = sel.evaluate("e => e.selectedIndex")
         sel.select_option(index=(current + 1) % n)
         return "a dropdown, the next option"
-    toggle = root.locator(".widget-toggle-buttons button:not(.mod-active)")
-    if toggle.count():
-        toggle.first.click()
-        return "a toggle button"
-    box = root.locator(".widget-checkbox input[type=checkbox]")
-    if box.count():
-        box.first.click()
-        return "a checkbox"
+    for selector, what in ((".widget-toggle-buttons button:not(.mod-active)", "a toggle button"),
+                           (".widget-checkbox input[type=checkbox]", "a checkbox")):
+        found = root.locator(selector)
+        if found.count():
+            found.first.click()
+            return what
     number = root.locator(".widget-text input[type=number]")
     if number.count():
         n = number.first

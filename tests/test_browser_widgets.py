@@ -18,27 +18,17 @@ from contextlib import contextmanager
 
 import pytest
 
-from test_browser import (ARTIFACTS, CHROMIUM, ROOT, _require, chromium_page, jupyter_lab,
+from test_browser import (ARTIFACTS, ROOT, _require_browser, chromium_page, jupyter_lab,
                           open_and_run_all)
 
 pytestmark = pytest.mark.browser
-
-
-def _need_browser():
-    _require(CHROMIUM.exists(), f"Debian's chromium is not installed at {CHROMIUM} "
-             "(apt-get install chromium); the real-browser widget tests are skipped")
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
-        _require(False, "the playwright Python package is not installed "
-                        "(pip install -r requirements-dev.txt)")
 
 
 @contextmanager
 def _notebook_run_in_browser(tmp_path, notebook, name, width, height):
     """JupyterLab + chromium at width x height, `notebook` run; yields the page. A failure
     saves a screenshot and the server log; the stored notebook must stay untouched."""
-    _need_browser()
+    _require_browser("real-browser widget tests")
     ARTIFACTS.mkdir(exist_ok=True)
     stored = (ROOT / notebook).read_bytes()
     with jupyter_lab(ROOT, tmp_path) as lab, chromium_page(width, height) as page:

@@ -16,11 +16,11 @@ tiles; the simulator runs ~7k threads/s).
 import numpy as np
 import pytest
 
-from flashcourse import cpu, dense, reference, tiled
+from flashcourse import cpu, reference, tiled
 from flashcourse import cuda as fc_cuda
 from flashcourse.cuda.registry import BACKWARD, FORWARD
 from flashcourse.gpu import using_simulator
-from helpers import assert_close_to_reference, make_qkv, rel_err
+from helpers import assert_close_to_reference, cpu_forwards, make_qkv, rel_err
 
 SIM = using_simulator()
 #: tiles small enough that the tiny shapes below span several of them on the simulator
@@ -41,16 +41,7 @@ def _cuda_backward(name):
     return run
 
 
-FORWARDS = {
-    "tiled-fa2": lambda q, k, v, **kw: tiled.forward(q, k, v, block_q=4, block_k=3, **kw),
-    "tiled-fa1": lambda q, k, v, **kw: tiled.forward(q, k, v, block_q=4, block_k=3,
-                                                     loop_order="fa1", **kw),
-    "dense": dense.forward,
-    "cpu": lambda q, k, v, **kw: cpu.forward(q, k, v, block_q=4, block_k=3, **kw),
-    "cpu-rows": lambda q, k, v, **kw: cpu.forward_rows(q, k, v, block_q=4, block_k=3, **kw),
-    "cpu-loops": lambda q, k, v, **kw: cpu.forward_loops(q, k, v, block_q=4, block_k=3, **kw),
-    **{f"cuda-{name}": _cuda_forward(name) for name in FORWARD},
-}
+FORWARDS = {**cpu_forwards(4, 3), **{f"cuda-{name}": _cuda_forward(name) for name in FORWARD}}
 BACKWARDS = {
     "tiled": lambda *a, **kw: tiled.backward(*a, block_q=4, block_k=3, **kw),
     **{f"cuda-{name}": _cuda_backward(name) for name in BACKWARD},

@@ -15,23 +15,17 @@ import numpy as np
 import pytest
 
 import flashcourse.cuda as fcuda
-from flashcourse import cpu, dense, reference, tiled
+from flashcourse import cpu, reference, tiled
 from flashcourse.counter import TrafficCounter
 from flashcourse.cuda.registry import BACKWARD as CUDA_BACKWARD_KERNELS
+from helpers import cpu_forwards
 
 # Overflow and NaN are what these tests feed in: numpy's and the simulator's warnings
 # about them are expected.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 FORWARDS = {
-    "tiled_fa2": lambda q, k, v, **kw: tiled.forward(q, k, v, block_q=2, block_k=3,
-                                                     loop_order="fa2", **kw),
-    "tiled_fa1": lambda q, k, v, **kw: tiled.forward(q, k, v, block_q=2, block_k=3,
-                                                     loop_order="fa1", **kw),
-    "dense": dense.forward,
-    "cpu_loops": lambda q, k, v, **kw: cpu.forward_loops(q, k, v, block_q=2, block_k=3, **kw),
-    "cpu_rows": lambda q, k, v, **kw: cpu.forward_rows(q, k, v, block_q=2, block_k=3, **kw),
-    "cpu_cols": lambda q, k, v, **kw: cpu.forward(q, k, v, block_q=2, block_k=3, **kw),
+    **cpu_forwards(2, 3, sep="_"),
     "cuda_flash": lambda q, k, v, **kw: fcuda.forward(q, k, v, kernel="flash", **kw),
     "cuda_textbook": lambda q, k, v, **kw: fcuda.forward(q, k, v, kernel="textbook", **kw),
     "cuda_dense": lambda q, k, v, **kw: fcuda.forward(q, k, v, kernel="dense", **kw),
@@ -86,6 +80,16 @@ def test_scores_at_the_edge_are_right_or_raise(name, causal):
     assert np.allclose(lse, lse_ref, rtol=1e-5, atol=0)
 
 
+def _assert_causal_matches_reference(name, dtype, size, o_atol, lse_rtol):
+    """FORWARDS[name] on `inputs(dtype, size)`, causal: o within o_atol (absolute) and lse
+    within lse_rtol (relative) of the reference."""
+    q, k, v = inputs(dtype, size)
+    o, lse = FORWARDS[name](q, k, v, causal=True)
+    o_ref, lse_ref = reference.attention(q, k, v, causal=True)
+    assert np.allclose(o, o_ref, rtol=0, atol=o_atol)
+    assert np.allclose(lse, lse_ref, rtol=lse_rtol, atol=0)
+
+
 @pytest.mark.parametrize("name", FORWARDS)
 def test_large_finite_scores_are_computed(name):
     """|S| up to ~1e36 fits float32: no error, and the answer is the reference's.
@@ -93,21 +97,13 @@ def test_large_finite_scores_are_computed(name):
     Such a softmax is one-hot: o equals one row of v (tolerance 1e-6 absolute, as
     float32 rounding of v) and lse the largest score (relative 1e-5).
     """
-    q, k, v = inputs(np.float32, 1e17)
-    o, lse = FORWARDS[name](q, k, v, causal=True)
-    o_ref, lse_ref = reference.attention(q, k, v, causal=True)
-    assert np.allclose(o, o_ref, rtol=0, atol=1e-6)
-    assert np.allclose(lse, lse_ref, rtol=1e-5, atol=0)
+    _assert_causal_matches_reference(name, np.float32, 1e17, o_atol=1e-6, lse_rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", NUMPY_FLOAT64)
 def test_float64_inputs_where_float32_would_overflow(name):
     """Around 1e19 float64 inputs work on the numpy and CPU paths (relative 1e-12)."""
-    q, k, v = inputs(np.float64, 1e19)
-    o, lse = FORWARDS[name](q, k, v, causal=True)
-    o_ref, lse_ref = reference.attention(q, k, v, causal=True)
-    assert np.allclose(o, o_ref, rtol=0, atol=1e-12)
-    assert np.allclose(lse, lse_ref, rtol=1e-12, atol=0)
+    _assert_causal_matches_reference(name, np.float64, 1e19, o_atol=1e-12, lse_rtol=1e-12)
 
 
 @pytest.mark.parametrize("name", FORWARDS)

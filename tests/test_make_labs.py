@@ -1,20 +1,14 @@
 """Student labs are generated from the solutions and kept in sync."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import make_labs  # noqa: E402
+from helpers import assert_tool_check_passes, tool
+
+make_labs = tool("make_labs")
 
 
 def test_student_labs_are_in_sync():
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "make_labs.py"), "--check"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert_tool_check_passes("make_labs")
 
 
 def test_strip_code_replaces_region_at_indent():

@@ -1,21 +1,17 @@
 """The times stated in the notebooks and the README map are the tool's estimates."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import notebook_time  # noqa: E402
+from helpers import ROOT, assert_tool_check_passes, tool
+
+notebook_time = tool("notebook_time")
 
 
 def test_stamped_notebooks_and_readme_match_their_estimates():
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "notebook_time.py"), "--check"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert_tool_check_passes("notebook_time")
     stamped = [p for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
                if notebook_time.stamped(p)]
     assert len(stamped) >= 5                             # 00-04 at least
