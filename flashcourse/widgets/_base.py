@@ -43,6 +43,8 @@ import threading
 import ipywidgets as w
 import numpy as np
 
+from ..gpus import GPUS
+
 LABEL_STYLE = {"description_width": "initial"}
 LOOP_ORDERS = [("fa2: outer loop over query blocks", "fa2"),
                ("fa1: outer loop over key blocks", "fa1")]
@@ -111,6 +113,46 @@ def check_flag(value, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be True or False, got {value!r}")
     return bool(value)
+
+
+# ----------------------------------------------------------------------------------------
+# Control building (the pieces every explorer's constructor repeats)
+# ----------------------------------------------------------------------------------------
+
+def auto_width() -> dict:
+    """Keyword arguments of a control as wide as its content, its label in full."""
+    return dict(style=LABEL_STYLE, layout=w.Layout(width="auto"))
+
+
+def menu(options, value, name: str, description: str) -> w.Dropdown:
+    """A dropdown of `options` set to `value` (checked: ValueError naming `name`)."""
+    return w.Dropdown(options=options, value=check_choice(value, name, options),
+                      description=description, **auto_width())
+
+
+def classed(widget, css_class: str):
+    """`widget` with the CSS class `css_class` (the stylesheet and the browser tests find
+    it by that class)."""
+    widget.add_class(css_class)
+    return widget
+
+
+def html_box(css_class: str) -> w.HTML:
+    """An empty HTML readout with the CSS class `css_class`."""
+    return classed(w.HTML(value=""), css_class)
+
+
+def row(*children) -> w.HBox:
+    """Controls side by side, wrapping onto the next line where the notebook is narrow."""
+    return w.HBox(list(children), layout=w.Layout(flex_flow="row wrap"))
+
+
+def gpu_menu(gpu) -> w.Dropdown:
+    """The GPU dropdown of the memory explorers (`gpu` checked against flashcourse.gpus),
+    set apart from the controls before it."""
+    return w.Dropdown(options=list(GPUS), value=check_choice(gpu, "gpu", list(GPUS)),
+                      description="GPU", style=LABEL_STYLE,
+                      layout=w.Layout(width="auto", margin="2px 2px 2px 16px"))
 
 
 # ----------------------------------------------------------------------------------------
@@ -249,20 +291,20 @@ class Explorer(w.VBox):
         css_class      a CSS class on the box (browser tests find the widget by it)
         update()       read the controls, compute, set the readout, draw; raise for an
                        invalid setting (any exception becomes the one-line message)
-        clear()        blank what `update` shows (called on an error)
+        clear()        blank what `update` shows (called on an error); the base blanks
+                       the warning and the HTML widgets named in `blanked`
     Build the controls, then call `super().__init__(title, rows, readout, plot_px=...)`,
     then `self.watch(*controls)` and `self.refresh()`.
     """
 
     css_class = "fc-explorer"
     error_title = "Cannot show this setting:"
+    blanked: tuple = ()                # attributes (HTML readouts) that `clear` empties
 
     def __init__(self, title: str, rows, readout, *, plot_px=None, plot_class="",
                  side_by_side=True, layout="constrained"):
-        self.message = w.HTML(value="")
-        self.message.add_class("fc-message")
-        self.warning = w.HTML(value="")
-        self.warning.add_class("fc-warning")
+        self.message = html_box("fc-message")
+        self.warning = html_box("fc-warning")
         self.image = None
         self._fig = None
         self._dirty = False
@@ -299,6 +341,8 @@ class Explorer(w.VBox):
 
     def clear(self) -> None:
         self.warning.value = ""
+        for name in self.blanked:
+            getattr(self, name).value = ""
 
     # -- wiring -----------------------------------------------------------------------------
     def watch(self, *controls) -> None:

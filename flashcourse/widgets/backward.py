@@ -13,8 +13,8 @@ ends at the last setting, and no redraw starts while another one runs.
 from __future__ import annotations
 
 from ..backward_plots import plot_backward_costs, summary_lines
-from ._base import (LABEL_STYLE, Explorer, byte_ticks, check_choice, check_int_arg,
-                    count_ticks, length_ticks, lines_html)
+from ._base import (LABEL_STYLE, Explorer, byte_ticks, check_int_arg, classed, count_ticks,
+                    html_box, length_ticks, lines_html, menu, row)
 
 HEAD_DIMS = (32, 64, 128)
 ELEMENTS = (("fp16/bf16 (2 B)", 2), ("fp32 (4 B)", 4))
@@ -26,43 +26,31 @@ class BackwardExplorer(Explorer):
     """The backward explorer (a VBox). Controls are in `.controls`."""
 
     css_class = "fc-backward"
+    blanked = ("summary",)
 
     def __init__(self, head_dim=64, log2_n=12, bytes_per_element=2, block=64):
         import ipywidgets as w
 
-        auto = dict(style=LABEL_STYLE, layout=w.Layout(width="auto"))
         self.log2_n = w.IntSlider(value=check_int_arg(log2_n, "log2_n", *LOG2_N),
                                   min=LOG2_N[0], max=LOG2_N[1], description="log2 N",
                                   continuous_update=False, style=LABEL_STYLE,
                                   layout=w.Layout(width="320px"))
-        self.log2_n.add_class("fc-slider-log2n")
-        self.head_dim = w.Dropdown(options=HEAD_DIMS,
-                                   value=check_choice(head_dim, "head_dim", HEAD_DIMS),
-                                   description="d", **auto)
-        self.element = w.Dropdown(options=ELEMENTS,
-                                  value=check_choice(bytes_per_element, "bytes_per_element",
-                                                     ELEMENTS),
-                                  description="element", **auto)
-        self.block = w.Dropdown(options=BLOCKS, value=check_choice(block, "block", BLOCKS),
-                                description="Br = Bc", **auto)
+        classed(self.log2_n, "fc-slider-log2n")
+        self.head_dim = menu(HEAD_DIMS, head_dim, "head_dim", "d")
+        self.element = menu(ELEMENTS, bytes_per_element, "bytes_per_element", "element")
+        self.block = menu(BLOCKS, block, "block", "Br = Bc")
         self.controls = {"log2_n": self.log2_n, "head_dim": self.head_dim,
                          "element": self.element, "block": self.block}
-        self.summary = w.HTML(value="")
-        self.summary.add_class("fc-backward-readout")
+        self.summary = html_box("fc-backward-readout")
         self.lines = []
         super().__init__(
             "<b>Backward pass</b>, one head: the standard backward (stores P) against the "
             "tiled one (recomputes P from lse)",
-            [w.HBox([self.log2_n, self.head_dim, self.element, self.block],
-                    layout=w.Layout(flex_flow="row wrap"))],
+            [row(self.log2_n, self.head_dim, self.element, self.block)],
             self.summary, plot_px=(900, 290), plot_class="fc-backward-plot",
             side_by_side=False, layout=None)
         self.watch(self.log2_n, self.head_dim, self.element, self.block)
         self.refresh()
-
-    def clear(self):
-        super().clear()
-        self.summary.value = ""
 
     def update(self):
         n, d = 2 ** self.log2_n.value, self.head_dim.value

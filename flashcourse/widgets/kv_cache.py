@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..gpus import GPUS
 from ..kv_cache import BYTES_PER_ELEMENT, MODELS, kv_cache_readout
-from ._base import LABEL_STYLE, Explorer, check_choice, check_int_arg, lines_html
+from ._base import LABEL_STYLE, Explorer, check_int_arg, classed, html_box, lines_html, menu, row
 
 LOG2_T_KEY = (7, 20)                  # Tk from 128 to 1,048,576 tokens
 BATCH = (1, 256)
@@ -22,19 +22,14 @@ class KVCacheExplorer(Explorer):
     """The KV-cache explorer (a VBox). Controls are in `.controls`."""
 
     css_class = "fc-kv-cache"
+    blanked = ("details",)
 
     def __init__(self, model="Llama-3-8B", batch=1, log2_t_key=13, dtype="fp16", gpu="H200"):
         import ipywidgets as w
 
-        auto = dict(style=LABEL_STYLE, layout=w.Layout(width="auto"))
-        self.model = w.Dropdown(options=list(MODELS),
-                                value=check_choice(model, "model", list(MODELS)),
-                                description="model", **auto)
-        self.dtype = w.Dropdown(options=list(BYTES_PER_ELEMENT),
-                                value=check_choice(dtype, "dtype", list(BYTES_PER_ELEMENT)),
-                                description="dtype", **auto)
-        self.gpu = w.Dropdown(options=list(GPUS), value=check_choice(gpu, "gpu", list(GPUS)),
-                              description="GPU", **auto)
+        self.model = menu(list(MODELS), model, "model", "model")
+        self.dtype = menu(list(BYTES_PER_ELEMENT), dtype, "dtype", "dtype")
+        self.gpu = menu(list(GPUS), gpu, "gpu", "GPU")
         slider = dict(continuous_update=False, style=LABEL_STYLE,
                       layout=w.Layout(width="320px"))
         self.batch = w.IntSlider(value=check_int_arg(batch, "batch", *BATCH), min=BATCH[0],
@@ -42,27 +37,20 @@ class KVCacheExplorer(Explorer):
         self.log2_t_key = w.IntSlider(value=check_int_arg(log2_t_key, "log2_t_key", *LOG2_T_KEY),
                                       min=LOG2_T_KEY[0], max=LOG2_T_KEY[1],
                                       description="log2 Tk", **slider)
-        self.batch.add_class("fc-slider-batch")
-        self.log2_t_key.add_class("fc-slider-log2tk")
+        classed(self.batch, "fc-slider-batch")
+        classed(self.log2_t_key, "fc-slider-log2tk")
         self.controls = {"model": self.model, "dtype": self.dtype, "gpu": self.gpu,
                          "batch": self.batch, "log2_t_key": self.log2_t_key}
-        self.details = w.HTML(value="")
-        self.details.add_class("fc-kv-cache-readout")
+        self.details = html_box("fc-kv-cache-readout")
         self.readout = None
-        wrap = w.Layout(flex_flow="row wrap")
         super().__init__(
             "<b>KV cache</b>: M_kv = batch &times; layers &times; 2 &times; Tk &times; Hkv "
             "&times; d &times; e bytes, beside the weights and the GPU's memory",
-            [w.HBox([self.model, self.dtype, self.gpu], layout=wrap),
-             w.HBox([self.batch, self.log2_t_key], layout=wrap)],
+            [row(self.model, self.dtype, self.gpu), row(self.batch, self.log2_t_key)],
             self.details, plot_px=(640, 150), plot_class="fc-kv-cache-plot",
             side_by_side=False)
         self.watch(*self.controls.values())
         self.refresh()
-
-    def clear(self):
-        super().clear()
-        self.details.value = ""
 
     def update(self):
         r = kv_cache_readout(self.model.value, self.batch.value, 2 ** self.log2_t_key.value,

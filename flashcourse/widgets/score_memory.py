@@ -14,8 +14,8 @@ from ..gpus import GPUS
 from ..memory import format_bytes
 from ..readouts import (DEFAULT_GPU, DTYPES, MAX_COUNT, MAX_LOG2_LENGTH, score_memory_curve,
                         score_memory_readout)
-from ._base import (LABEL_STYLE, CountBox, Explorer, LengthControl, byte_ticks, check_choice,
-                    check_flag, length_ticks, lines_html)
+from ._base import (CountBox, Explorer, LengthControl, auto_width, byte_ticks, check_choice,
+                    check_flag, classed, gpu_menu, html_box, length_ticks, lines_html, row)
 
 
 class ScoreMemoryExplorer(Explorer):
@@ -35,33 +35,27 @@ class ScoreMemoryExplorer(Explorer):
                                 "Tq (query positions)", MAX_LOG2_LENGTH, "fc-slider-tq")
         self.tk = LengthControl("Tk (key positions)", t_key, "t_key", "Tk (key positions)",
                                 MAX_LOG2_LENGTH, "fc-slider-tk")
-        auto = dict(style=LABEL_STYLE, layout=w.Layout(width="auto"))
+        auto = auto_width()
         self.tied = w.Checkbox(value=tied, description="Tk = Tq", **auto)
         self.dtype = w.Dropdown(options=list(DTYPES), value=dtype, description="score dtype",
                                 **auto)
         self.batch = CountBox("batch B", batch, "batch", "batch", 1, MAX_COUNT)
         self.heads = CountBox("heads H", heads, "heads", "heads", 1, MAX_COUNT)
         self.causal = w.Checkbox(value=causal, description="causal", **auto)
-        self.gpu = w.Dropdown(options=list(GPUS), value=gpu, description="GPU",
-                              style=LABEL_STYLE, layout=w.Layout(width="auto",
-                                                                 margin="2px 2px 2px 16px"))
+        self.gpu = gpu_menu(gpu)
         self.controls = {"t_query": self.tq.text, "t_key": self.tk.text,
                          "t_query_slider": self.tq.slider, "t_key_slider": self.tk.slider,
                          "tied": self.tied, "dtype": self.dtype, "batch": self.batch.text,
                          "heads": self.heads.text, "causal": self.causal, "gpu": self.gpu}
-        self.headline = w.Label(value="")
-        self.headline.add_class("fc-score-readout")
-        self.details = w.HTML(value="")
-        self.details.add_class("fc-score-details")
+        self.headline = classed(w.Label(value=""), "fc-score-readout")
+        self.details = html_box("fc-score-details")
         self.readout = None
         self._copying = False
-        wrap = w.Layout(flex_flow="row wrap")
         super().__init__(
             "<b>Score-matrix memory</b>: M_score = Tq &times; Tk &times; s bytes per head "
             "and request",
-            [self.tq.box, w.HBox([self.tk.box, self.tied], layout=wrap),
-             w.HBox([self.dtype, self.batch.text, self.heads.text, self.causal, self.gpu],
-                    layout=wrap)],
+            [self.tq.box, row(self.tk.box, self.tied),
+             row(self.dtype, self.batch.text, self.heads.text, self.causal, self.gpu)],
             w.VBox([self.headline, self.details]), plot_px=(520, 280),
             plot_class="fc-score-plot")
         self.tq.observe(self._on_tq)

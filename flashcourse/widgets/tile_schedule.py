@@ -16,8 +16,8 @@ import numpy as np
 from ..memory import format_bytes
 from ..readouts import (MAX_SCHEDULE_LENGTH, _block_edges, describe_step, schedule_steps)
 from ..traffic import tiled_traffic
-from ._base import (LABEL_STYLE, LOOP_ORDERS, Explorer, check_choice, check_flag,
-                    check_int_arg, lines_html)
+from ._base import (LABEL_STYLE, LOOP_ORDERS, Explorer, auto_width, check_flag, check_int_arg,
+                    classed, html_box, lines_html, menu, row)
 
 MAX_SCHEDULE_BLOCK = 128          # Br, Bc and d sliders end here
 
@@ -48,33 +48,29 @@ class TileSchedule(Explorer):
         self.block_k = slider("block_k (Bc)", "block_k", block_k, 1, MAX_SCHEDULE_BLOCK,
                               "fc-slider-sched-bc")
         interval_ms = check_int_arg(interval_ms, "interval_ms", 50, 10_000)
-        auto = dict(style=LABEL_STYLE, layout=w.Layout(width="auto"))
+        auto = auto_width()
         self.causal = w.Checkbox(value=check_flag(causal, "causal"), description="causal",
                                  **auto)
-        self.loop_order = w.Dropdown(options=LOOP_ORDERS,
-                                     value=check_choice(loop_order, "loop_order", LOOP_ORDERS),
-                                     description="loop order", **auto)
+        self.loop_order = menu(LOOP_ORDERS, loop_order, "loop_order", "loop order")
         # steps count from 1, like the text "Step 1 of 12"
         self.play = w.Play(value=1, min=1, max=2, step=1, interval=interval_ms,
                            description="play")
         self.step = w.IntSlider(value=1, min=1, max=2, description="step",
                                 style=LABEL_STYLE, layout=w.Layout(width="480px"))
-        self.step.add_class("fc-slider-step")
+        classed(self.step, "fc-slider-step")
         w.jslink((self.play, "value"), (self.step, "value"))
         self.controls = {"t_query": self.tq, "t_key": self.tk, "head_dim": self.head_dim,
                          "block_q": self.block_q, "block_k": self.block_k,
                          "causal": self.causal, "loop_order": self.loop_order,
                          "step": self.step, "play": self.play}
-        self.status = w.HTML(value="")
-        self.status.add_class("fc-schedule-readout")
+        self.status = html_box("fc-schedule-readout")
         self.steps = []
         self._config = None
-        wrap = w.Layout(flex_flow="row wrap")
         super().__init__(
             "<b>Tile schedule</b>: a real tiled forward, replayed step by step "
             "(fp16 byte counts: 2 B per element, 4 B per statistic)",
-            [w.HBox([self.tq, self.tk, self.head_dim], layout=wrap),
-             w.HBox([self.block_q, self.block_k, self.causal, self.loop_order], layout=wrap),
+            [row(self.tq, self.tk, self.head_dim),
+             row(self.block_q, self.block_k, self.causal, self.loop_order),
              w.HBox([self.play, self.step])],
             self.status, plot_px=(520, 300), plot_class="fc-schedule-plot")
         self.watch(self.tq, self.tk, self.head_dim, self.block_q, self.block_k, self.causal,

@@ -20,15 +20,16 @@ from ..gpus import GPUS
 from ..memory import format_bytes
 from ..readouts import (DEFAULT_GPU, DTYPES, MAX_BLOCK, MAX_HEAD_DIM, MAX_LOG2_LENGTH, compare,
                         paper_tile_that_fits, traffic_readout)
-from ._base import (LABEL_STYLE, LOOP_ORDERS, CountBox, Explorer, LengthControl, byte_ticks,
-                    check_choice, check_flag, check_int_arg, lines_html, message_html,
-                    one_line)
+from ._base import (LABEL_STYLE, LOOP_ORDERS, CountBox, Explorer, LengthControl, auto_width,
+                    byte_ticks, check_choice, check_flag, check_int_arg, gpu_menu, html_box,
+                    lines_html, message_html, one_line, row)
 
 
 class TrafficExplorer(Explorer):
     """The traffic explorer (a VBox). Controls are in `.controls`."""
 
     css_class = "fc-traffic"
+    blanked = ("details",)
 
     def __init__(self, t=4096, head_dim=64, block_q=64, block_k=64, budget_kib=100,
                  dtype="fp16", loop_order="fa2", causal=False, gpu=DEFAULT_GPU):
@@ -55,33 +56,27 @@ class TrafficExplorer(Explorer):
                               tooltip="the paper's tile shape (Br = min(Bc, d)), the largest "
                                       "whose whole footprint fits the budget",
                               layout=w.Layout(width="auto"))
-        auto = dict(style=LABEL_STYLE, layout=w.Layout(width="auto"))
+        auto = auto_width()
         self.dtype = w.Dropdown(options=list(DTYPES), value=dtype, description="dtype", **auto)
         self.loop_order = w.Dropdown(options=LOOP_ORDERS, value=loop_order,
                                      description="loop order", **auto)
         self.causal = w.Checkbox(value=causal, description="causal", **auto)
-        self.gpu = w.Dropdown(options=list(GPUS), value=gpu, description="GPU",
-                              style=LABEL_STYLE, layout=w.Layout(width="auto",
-                                                                 margin="2px 2px 2px 16px"))
+        self.gpu = gpu_menu(gpu)
         self.controls = {"t": self.t.text, "t_slider": self.t.slider,
                          "head_dim": self.head_dim.text, "block_q": self.block_q.text,
                          "block_k": self.block_k.text, "budget_kib": self.budget,
                          "dtype": self.dtype, "loop_order": self.loop_order,
                          "causal": self.causal, "gpu": self.gpu}
-        self.note = w.HTML(value="")                 # what the paper button chose, and why
-        self.note.add_class("fc-note")
-        self.details = w.HTML(value="")
-        self.details.add_class("fc-traffic-readout")
+        self.note = html_box("fc-note")              # what the paper button chose, and why
+        self.details = html_box("fc-traffic-readout")
         self.readout = None
         self._setting = False
-        wrap = w.Layout(flex_flow="row wrap")
         super().__init__(
             "<b>Outer-memory traffic</b> of one head: dense (Algorithm 0) against tiled",
             [self.t.box,
-             w.HBox([self.head_dim.text, self.block_q.text, self.block_k.text, self.dtype],
-                    layout=wrap),
-             w.HBox([self.budget, self.paper], layout=wrap),
-             w.HBox([self.loop_order, self.causal, self.gpu], layout=wrap),
+             row(self.head_dim.text, self.block_q.text, self.block_k.text, self.dtype),
+             row(self.budget, self.paper),
+             row(self.loop_order, self.causal, self.gpu),
              self.note],
             self.details, plot_px=(520, 240), plot_class="fc-traffic-plot")
         self.watch(self.t, self.head_dim, self.block_q, self.block_k, self.budget,
@@ -128,10 +123,6 @@ class TrafficExplorer(Explorer):
     def refresh(self, _change=None):
         if not self._setting:                       # the paper button sets two boxes: one
             super().refresh()                       # refresh after both
-
-    def clear(self):
-        super().clear()
-        self.details.value = ""
 
     def update(self):
         r = traffic_readout(self.t.value, self.head_dim.value, self.block_q.value,

@@ -22,7 +22,7 @@ from ..limits import DeviceLimits
 from ..memory import format_bytes
 from ..results import load_sweep, recorded_limits, recorded_regs, recorded_row
 from ..sweep import cpu_time, gpu_available, gpu_time
-from ._base import LABEL_STYLE, Explorer, check_choice
+from ._base import Explorer, html_box, menu, row
 
 BLOCKS = (8, 16, 32, 64, 128, 256)
 THREADS = (32, 64, 128, 256, 512, 1024, 2048)    # 2048: to meet the 1,024-per-block limit
@@ -121,16 +121,11 @@ class TuningExplorer(Explorer):
     """The tuning explorer (a VBox). Controls in `.controls`, the HTML in `.report`."""
 
     css_class = "fc-tuning"
+    blanked = ("report",)
     error_title = "Cannot launch:"
 
     def __init__(self, head_dim=64, seq_len=4096, *, block_q=64, block_k=64, threads=256,
                  tm=4, measure=True, cpu_seq_len=256, limits=None):
-        import ipywidgets as w
-
-        def menu(options, value, name, description):
-            return w.Dropdown(options=options, value=check_choice(value, name, options),
-                              description=description, style=LABEL_STYLE,
-                              layout=w.Layout(width="auto"))
 
         self.block_q = menu(BLOCKS, block_q, "block_q", "block_q (Br)")
         self.block_k = menu(BLOCKS, block_k, "block_k", "block_k (Bc)")
@@ -142,20 +137,14 @@ class TuningExplorer(Explorer):
         self.controls = {"block_q": self.block_q, "block_k": self.block_k,
                          "threads": self.threads, "tm": self.tm, "head_dim": self.head_dim,
                          "seq_len": self.seq_len}
-        self.report = w.HTML(value="")
-        self.report.add_class("fc-tuning-readout")
-        wrap = w.Layout(flex_flow="row wrap")
+        self.report = html_box("fc-tuning-readout")
         super().__init__(
             "<b>Tuning the CUDA flash kernel</b>: one launch configuration",
-            [w.HBox([self.block_q, self.block_k, self.threads], layout=wrap),
-             w.HBox([self.tm, self.head_dim, self.seq_len], layout=wrap)],
+            [row(self.block_q, self.block_k, self.threads),
+             row(self.tm, self.head_dim, self.seq_len)],
             self.report)
         self.watch(*self.controls.values())
         self.refresh()
-
-    def clear(self):
-        super().clear()
-        self.report.value = ""
 
     def update(self):
         self.report.value = tuning_report(
