@@ -27,7 +27,6 @@ Writes h200_backward.json (environment, checks, timings) as it goes.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -292,11 +291,7 @@ def plot(path: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true")
-    ap.add_argument("--bench", action="store_true")
-    ap.add_argument("--resources", action="store_true")
-    ap.add_argument("--sanitize-small", action="store_true")
+    ap = results.benchmark_parser(__doc__, "check", "bench", "resources", "sanitize-small")
     ap.add_argument("--skip-simple", action="store_true", help="do not time the simple kernel")
     ap.add_argument("--sizes", default="1024,2048,4096,8192")
     ap.add_argument("--dims", default="64,128")

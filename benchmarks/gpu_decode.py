@@ -33,7 +33,6 @@ and counts the host's launch time. The recorded h200_decode.json was measured wi
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -485,10 +484,7 @@ def sanitize_small():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--check", action="store_true")
-    ap.add_argument("--variants", action="store_true")
-    ap.add_argument("--bench", action="store_true")
+    ap = results.benchmark_parser(__doc__, "check", "variants", "bench")
     ap.add_argument("--no-fa2", action="store_true", help="skip the FA2-order kernel")
     ap.add_argument("--tks", default=",".join(map(str, TKS)), help="Tk values for --bench")
     ap.add_argument("--bhkv", default=",".join(map(str, BHKV)), help="B x Hkv values")

@@ -24,7 +24,6 @@ Writes gpu_forward.json and gpu_forward.png under benchmarks/out/ (or --out DIR;
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -38,7 +37,7 @@ from flashcourse import env, reference, results
 from flashcourse._checks import Heads
 from flashcourse.cuda import extra_device_bytes, flash
 from flashcourse.cuda.registry import FORWARD
-from flashcourse.timing import rel_err, time_cuda
+from flashcourse.timing import SlowSkip, rel_err, row_summary, time_cuda
 from numba import cuda
 
 warnings.filterwarnings("ignore", message=".*under-utilization.*")
@@ -188,7 +187,7 @@ def bench(rng, results, flash_cfg_by_d, ns=NS, ds=DS, out=None, kernels=KERNELS,
     names = list(kernels) + (["torch_math_fp32", "torch_efficient_fp32", "torch_flash_fp16"]
                              if has_torch else [])
     rows = []
-    last_ms = {}                                   # (name, d, causal) -> (n, ms)
+    slow = SlowSkip()                              # keyed by (name, d, causal)
     total = len(ns) * len(ds) * 2 * len(names)
     done = 0
     t_start = time.time()
@@ -205,8 +204,7 @@ def bench(rng, results, flash_cfg_by_d, ns=NS, ds=DS, out=None, kernels=KERNELS,
                     done += 1
                     row = {"kernel": name, "n": n, "d": d, "causal": causal, "bh": BH,
                            "flops": flops(n, n, d, causal)}
-                    prev = last_ms.get((name, d, causal))
-                    est = prev[1] * (n / prev[0]) ** 2 / 1000 if prev else 0.0
+                    est = slow.estimate_s((name, d, causal), n)
                     if est > MAX_EST_S:
                         row["skipped"] = f"estimated {est:.1f} s per run (> {MAX_EST_S} s): skipped"
                     else:
@@ -244,17 +242,15 @@ def bench(rng, results, flash_cfg_by_d, ns=NS, ds=DS, out=None, kernels=KERNELS,
                                 del res
                                 ms, reps = time_torch(run_t)
                             row.update(ms=ms, tflops=row["flops"] / ms / 1e9, reps=reps)
-                            last_ms[(name, d, causal)] = (n, ms)
+                            slow.record((name, d, causal), n, ms)
                         except Exception as exc:  # recorded (e.g. out of memory); go on
                             row["error"] = repr(exc)[:300]
                             if has_torch:
                                 torch.cuda.empty_cache()
                     rows.append(row)
                     el = time.time() - t_start
-                    msg = (f"{row['ms']:9.3f} ms {row['tflops']:7.2f} TFLOP/s" if "ms" in row
-                           else row.get("skipped", row.get("error", "")))
                     log(f"[{done:3d}/{total}] {el:6.1f}s d={d} causal={int(causal)} n={n:5d} "
-                        f"{name:22s} {msg}")
+                        f"{name:22s} {row_summary(row)}")
                 del qf, kf, vf, o, lse, tq_t
                 if out is not None:
                     results["bench"] = rows
@@ -357,11 +353,7 @@ def sanitize_small():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true")
-    ap.add_argument("--variants", action="store_true")
-    ap.add_argument("--bench", action="store_true")
-    ap.add_argument("--sanitize-small", action="store_true")
+    ap = results.benchmark_parser(__doc__, "check", "variants", "bench", "sanitize-small")
     ap.add_argument("--quick", action="store_true", help="bench only N <= 4096")
     ap.add_argument("--unroll-sweep", action="store_true",
                     help="default flash configs with unroll 1, 2, 4, 8: check and time")

@@ -28,7 +28,6 @@ overwritten from a CPU-only machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -43,7 +42,7 @@ from numba import cuda
 from flashcourse import env, reference, results
 from flashcourse.cuda import flash, mma
 from flashcourse.cuda import tensor_core as tc
-from flashcourse.timing import rel_err, time_cuda
+from flashcourse.timing import SlowSkip, rel_err, row_summary, time_cuda
 
 NS = (1024, 4096, 8192, 16384)
 DS = (64, 128)
@@ -349,7 +348,7 @@ def bench(rng, results, best, ns=NS, ds=DS, out=None):
         has_torch = False
     names = [c for c in CONTENDERS if has_torch or not c.startswith("torch")]
     rows = []
-    last = {}
+    slow = SlowSkip()                              # keyed by (name, d, causal)
     t0 = time.time()
     for d in ds:
         for causal in (False, True):
@@ -359,8 +358,7 @@ def bench(rng, results, best, ns=NS, ds=DS, out=None):
                 for name in names:
                     row = {"kernel": name, "n": n, "d": d, "causal": causal, "bh": BH,
                            "flops": flops(n, n, d, causal)}
-                    prev = last.get((name, d, causal))
-                    est = prev[1] * (n / prev[0]) ** 2 / 1000 if prev else 0.0
+                    est = slow.estimate_s((name, d, causal), n)
                     if est > MAX_EST_S:
                         row["skipped"] = f"estimated {est:.1f} s per run: skipped"
                     else:
@@ -397,16 +395,14 @@ def bench(rng, results, best, ns=NS, ds=DS, out=None):
                                             *ins, is_causal=causal, scale=1.0 / np.sqrt(d))
                                 ms, reps = time_torch(run_t)
                             row.update(ms=ms, tflops=row["flops"] / ms / 1e9, reps=reps)
-                            last[(name, d, causal)] = (n, ms)
+                            slow.record((name, d, causal), n, ms)
                         except Exception as exc:
                             row["error"] = repr(exc)[:300]
                             if has_torch:
                                 torch.cuda.empty_cache()
                     rows.append(row)
-                    msg = (f"{row['ms']:9.3f} ms {row['tflops']:7.2f} TFLOP/s" if "ms" in row
-                           else row.get("skipped", row.get("error", "")))
                     log(f"{time.time() - t0:6.1f}s d={d} causal={int(causal)} n={n:5d} "
-                        f"{name:22s} {msg}")
+                        f"{name:22s} {row_summary(row)}")
                 del inp, tt
                 if has_torch:
                     torch.cuda.empty_cache()
@@ -538,10 +534,7 @@ def simulator_smoke():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true")
-    ap.add_argument("--variants", action="store_true")
-    ap.add_argument("--bench", action="store_true")
+    ap = results.benchmark_parser(__doc__, "check", "variants", "bench")
     ap.add_argument("--quick", action="store_true",
                     help="bench only N in {1024, 4096}; --sanitize-small on one shape")
     ap.add_argument("--sanitize-small", action="store_true")

@@ -202,6 +202,16 @@ class MissingGPUError(SystemExit):
     """A GPU benchmark started where there is no GPU (exits with status 2)."""
 
 
+def benchmark_parser(doc: str, *flags: str):
+    """The argument parser of a benchmark script: the first line of its docstring `doc`
+    as the description, and an on/off option --NAME for each of `flags`."""
+    import argparse
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    for flag in flags:
+        parser.add_argument(f"--{flag}", action="store_true")
+    return parser
+
+
 def add_output_arguments(parser, gpu: bool = True) -> None:
     """--out, --record and (for a GPU script) --simulator-smoke, the same for every
     benchmark script."""

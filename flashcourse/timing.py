@@ -104,6 +104,30 @@ def time_host(fn, *, warmup: int = 1, repeats: int = 5, budget_s: float | None =
     return times
 
 
+class SlowSkip:
+    """A benchmark's guard against configurations too slow to time: the seconds of one run
+    estimated from the last one timed under the same key (kernel, d, causal, ...) at n
+    positions, scaled as (n / n_last)^2 (attention's work grows as n^2)."""
+
+    def __init__(self):
+        self.last = {}                               # key -> (n, ms) of the last timed run
+
+    def estimate_s(self, key, n: int) -> float:
+        """Estimated seconds of one run at `n` (0.0 when nothing under `key` was timed)."""
+        prev = self.last.get(key)
+        return prev[1] * (n / prev[0]) ** 2 / 1000 if prev else 0.0
+
+    def record(self, key, n: int, ms: float) -> None:
+        self.last[key] = (n, ms)
+
+
+def row_summary(row: dict) -> str:
+    """A benchmark row as one log line: its time and TFLOP/s, or why it has none."""
+    if "ms" in row:
+        return f"{row['ms']:9.3f} ms {row['tflops']:7.2f} TFLOP/s"
+    return row.get("skipped", row.get("error", ""))
+
+
 def tflops(flops: float, ms: float) -> float:
     """TFLOP/s of `flops` floating-point operations done in `ms` milliseconds."""
     return flops / (ms * 1e-3) / 1e12

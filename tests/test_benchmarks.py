@@ -73,3 +73,22 @@ def test_benchmarks_out_is_ignored_by_git():
 @pytest.mark.parametrize("path", sorted(BENCH.glob("*.py")), ids=lambda p: p.name)
 def test_benchmarks_import_the_installed_package(path):
     assert "sys.path.insert" not in Path(path).read_text()
+
+
+def test_slow_skip_scales_the_last_timed_run_as_n_squared():
+    """SlowSkip (the guard of the benchmark loops): 0 s before any run of the key, then
+    the last time x (n / n_last)^2, per key (exact arithmetic: powers of two)."""
+    from flashcourse.timing import SlowSkip
+    slow = SlowSkip()
+    assert slow.estimate_s(("flash", 64, False), 4096) == 0.0
+    slow.record(("flash", 64, False), 1024, 250.0)
+    assert slow.estimate_s(("flash", 64, False), 4096) == 4.0
+    assert slow.estimate_s(("flash", 64, True), 4096) == 0.0
+
+
+def test_row_summary_names_the_time_or_why_there_is_none():
+    from flashcourse.timing import row_summary
+    assert row_summary({"ms": 1.5, "tflops": 2.25}) == "    1.500 ms    2.25 TFLOP/s"
+    assert row_summary({"skipped": "too slow", "error": "x"}) == "too slow"
+    assert row_summary({"error": "OOM"}) == "OOM"
+    assert row_summary({}) == ""
