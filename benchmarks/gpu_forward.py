@@ -273,25 +273,9 @@ def table(rows, n=4096, d=64):
 def plot(rows, path):
     import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
-    for ai, d in enumerate(DS):
-        for ci, causal in enumerate((False, True)):
-            ax = axes[ai][ci]
-            names = sorted({r["kernel"] for r in rows})
-            for name in names:
-                pts = [(r["n"], r["tflops"]) for r in rows
-                       if r["kernel"] == name and r["d"] == d and r["causal"] == causal
-                       and "tflops" in r]
-                if pts:
-                    x, y = zip(*pts)
-                    ax.plot(x, y, "o--" if "fp16" in name else "o-", label=name)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_title(f"d = {d}, {'causal' if causal else 'non-causal'}")
-            ax.set_xlabel("N = Tq = Tk (positions)")
-            ax.set_ylabel("TFLOP/s (log scale)")
-            ax.grid(alpha=0.3)
+    from flashcourse.bench_plots import tflops_grid
+    fig, axes = tflops_grid(rows, sorted({r["kernel"] for r in rows}), DS,
+                            lambda name: "o--" if "fp16" in name else "o-", figsize=(11, 8))
     axes[0][0].legend(fontsize=8)
     fig.suptitle(f"Attention forward, B x H = {BH}, fp32 (dashed: fp16 tensor cores)")
     fig.tight_layout()

@@ -457,24 +457,11 @@ def summarize(results):
 def plot(rows, path):
     import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5), sharex=True)
-    for ai, d in enumerate(DS):
-        for ci, causal in enumerate((False, True)):
-            ax = axes[ai][ci]
-            for name in CONTENDERS:
-                pts = [(r["n"], r["tflops"]) for r in rows if r["kernel"] == name
-                       and r["d"] == d and r["causal"] == causal and "tflops" in r]
-                if pts:
-                    x, y = zip(*pts)
-                    style = "-" if name.startswith(("tc_", "flash_")) else ":"
-                    ax.plot(x, y, "o" + style, label=name, ms=4)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_title(f"d = {d}, {'causal' if causal else 'non-causal'}")
-            ax.set_xlabel("N = Tq = Tk (positions)")
-            ax.set_ylabel("TFLOP/s (log scale)")
-            ax.grid(alpha=0.3)
+    from flashcourse.bench_plots import tflops_grid
+
+    def fmt(name):                          # solid: this course's kernels; dotted: PyTorch
+        return "o" + ("-" if name.startswith(("tc_", "flash_")) else ":")
+    fig, axes = tflops_grid(rows, CONTENDERS, DS, fmt, figsize=(12, 8.5), ms=4)
     axes[0][0].legend(fontsize=7, ncol=2)
     fig.suptitle(f"Attention forward on tensor cores, B x H = {BH} (solid: this course, "
                  "dotted: PyTorch SDPA)")
