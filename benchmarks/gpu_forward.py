@@ -187,7 +187,7 @@ def bench(rng, results, flash_cfg_by_d, ns=NS, ds=DS, out=None, kernels=KERNELS,
     names = list(kernels) + (["torch_math_fp32", "torch_efficient_fp32", "torch_flash_fp16"]
                              if has_torch else [])
     rows = []
-    slow = SlowSkip()                              # keyed by (name, d, causal)
+    slow = SlowSkip(MAX_EST_S)                     # keyed by (name, d, causal)
     total = len(ns) * len(ds) * 2 * len(names)
     done = 0
     t_start = time.time()
@@ -204,9 +204,9 @@ def bench(rng, results, flash_cfg_by_d, ns=NS, ds=DS, out=None, kernels=KERNELS,
                     done += 1
                     row = {"kernel": name, "n": n, "d": d, "causal": causal, "bh": BH,
                            "flops": flops(n, n, d, causal)}
-                    est = slow.estimate_s((name, d, causal), n)
-                    if est > MAX_EST_S:
-                        row["skipped"] = f"estimated {est:.1f} s per run (> {MAX_EST_S} s): skipped"
+                    skipped = slow.reason((name, d, causal), n)
+                    if skipped:
+                        row["skipped"] = skipped
                     else:
                         try:
                             if name in KERNELS:

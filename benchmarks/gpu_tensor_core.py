@@ -348,7 +348,7 @@ def bench(rng, results, best, ns=NS, ds=DS, out=None):
         has_torch = False
     names = [c for c in CONTENDERS if has_torch or not c.startswith("torch")]
     rows = []
-    slow = SlowSkip()                              # keyed by (name, d, causal)
+    slow = SlowSkip(MAX_EST_S)                     # keyed by (name, d, causal)
     t0 = time.time()
     for d in ds:
         for causal in (False, True):
@@ -358,9 +358,9 @@ def bench(rng, results, best, ns=NS, ds=DS, out=None):
                 for name in names:
                     row = {"kernel": name, "n": n, "d": d, "causal": causal, "bh": BH,
                            "flops": flops(n, n, d, causal)}
-                    est = slow.estimate_s((name, d, causal), n)
-                    if est > MAX_EST_S:
-                        row["skipped"] = f"estimated {est:.1f} s per run: skipped"
+                    skipped = slow.reason((name, d, causal), n)
+                    if skipped:
+                        row["skipped"] = skipped
                     else:
                         try:
                             if name.startswith("tc_"):

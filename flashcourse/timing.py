@@ -107,15 +107,24 @@ def time_host(fn, *, warmup: int = 1, repeats: int = 5, budget_s: float | None =
 class SlowSkip:
     """A benchmark's guard against configurations too slow to time: the seconds of one run
     estimated from the last one timed under the same key (kernel, d, causal, ...) at n
-    positions, scaled as (n / n_last)^2 (attention's work grows as n^2)."""
+    positions, scaled as (n / n_last)^2 (attention's work grows as n^2); above `limit_s`
+    the configuration is skipped."""
 
-    def __init__(self):
+    def __init__(self, limit_s: float):
+        self.limit_s = limit_s
         self.last = {}                               # key -> (n, ms) of the last timed run
 
     def estimate_s(self, key, n: int) -> float:
         """Estimated seconds of one run at `n` (0.0 when nothing under `key` was timed)."""
         prev = self.last.get(key)
         return prev[1] * (n / prev[0]) ** 2 / 1000 if prev else 0.0
+
+    def reason(self, key, n: int) -> str | None:
+        """Why the run at `n` is skipped (the row's "skipped" text), or None: time it."""
+        est = self.estimate_s(key, n)
+        if est > self.limit_s:
+            return f"estimated {est:.1f} s per run (> {self.limit_s} s): skipped"
+        return None
 
     def record(self, key, n: int, ms: float) -> None:
         self.last[key] = (n, ms)

@@ -79,10 +79,13 @@ def test_slow_skip_scales_the_last_timed_run_as_n_squared():
     """SlowSkip (the guard of the benchmark loops): 0 s before any run of the key, then
     the last time x (n / n_last)^2, per key (exact arithmetic: powers of two)."""
     from flashcourse.timing import SlowSkip
-    slow = SlowSkip()
+    slow = SlowSkip(1.0)
     assert slow.estimate_s(("flash", 64, False), 4096) == 0.0
+    assert slow.reason(("flash", 64, False), 4096) is None
     slow.record(("flash", 64, False), 1024, 250.0)
     assert slow.estimate_s(("flash", 64, False), 4096) == 4.0
+    assert slow.reason(("flash", 64, False), 2048) is None            # 1.0 s: not above
+    assert slow.reason(("flash", 64, False), 4096) == "estimated 4.0 s per run (> 1.0 s): skipped"
     assert slow.estimate_s(("flash", 64, True), 4096) == 0.0
 
 
