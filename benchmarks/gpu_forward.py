@@ -37,7 +37,8 @@ from flashcourse import env, reference, results
 from flashcourse._checks import Heads
 from flashcourse.cuda import extra_device_bytes, flash
 from flashcourse.cuda.registry import FORWARD
-from flashcourse.timing import SlowSkip, rel_err, row_summary, time_cuda
+from flashcourse.timing import (SlowSkip, attention_flops, bench_row, measure_variant, rel_err,
+                                row_summary, time_cuda, variant_summary)
 from numba import cuda
 
 warnings.filterwarnings("ignore", message=".*under-utilization.*")
@@ -54,8 +55,7 @@ def log(*a):
 
 
 def flops(tq, tk, d, causal, bh=BH):
-    f = 4.0 * bh * tq * tk * d
-    return f / 2 if causal else f
+    return attention_flops(tq, tk, d, causal, bh)
 
 
 def launch(name, qf, kf, vf, o, lse, tq, tk, d, scale, causal, cfg=None):
@@ -151,20 +151,15 @@ def variants(rng, results, cfgs, points):
         lse = cuda.device_array((BH, n), np.float32)
         scale = 1.0 / np.sqrt(d)
         for cfg in cfgs:
-            row = {"cfg": cfg, "n": n, "d": d, "causal": causal}
-            try:
-                row.update(flash.resources(cfg["block_q"], cfg["block_k"], cfg["threads"],
-                                           cfg["tm"], d))
-                ms, reps = time_numba(partial(launch, "flash", qf, kf, vf, o, lse, n, n, d, scale,
-                                              causal, cfg))
-                row.update(ms=ms, tflops=flops(n, n, d, causal) / ms / 1e9, reps=reps)
-            except Exception as exc:  # a variant that fails is recorded; the others go on
-                row["error"] = repr(exc)[:300]
+            row = measure_variant(
+                {"cfg": cfg, "n": n, "d": d, "causal": causal},
+                partial(flash.resources, cfg["block_q"], cfg["block_k"], cfg["threads"],
+                        cfg["tm"], d),
+                partial(time_numba, partial(launch, "flash", qf, kf, vf, o, lse, n, n, d, scale,
+                                            causal, cfg)),
+                flops(n, n, d, causal))
             rows.append(row)
-            log(f"variant {cfg} n={n} d={d} causal={causal}: "
-                + (f"{row['ms']:.3f} ms {row['tflops']:.2f} TFLOP/s regs {row['regs']} "
-                   f"local {row['local_bytes']} smem {row['shared_bytes']}"
-                   if "ms" in row else row.get("error", "")))
+            log(f"variant {cfg} n={n} d={d} causal={causal}: {variant_summary(row)}")
         del qf, kf, vf, o, lse
     results.setdefault("variants", []).extend(rows)
     return rows
@@ -202,8 +197,7 @@ def bench(rng, results, flash_cfg_by_d, ns=NS, ds=DS, out=None, kernels=KERNELS,
                 tq_t = None
                 for name in names:
                     done += 1
-                    row = {"kernel": name, "n": n, "d": d, "causal": causal, "bh": BH,
-                           "flops": flops(n, n, d, causal)}
+                    row = bench_row(name, n, d, causal, BH)
                     skipped = slow.reason((name, d, causal), n)
                     if skipped:
                         row["skipped"] = skipped

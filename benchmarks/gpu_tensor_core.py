@@ -42,7 +42,8 @@ from numba import cuda
 from flashcourse import env, reference, results
 from flashcourse.cuda import flash, mma
 from flashcourse.cuda import tensor_core as tc
-from flashcourse.timing import SlowSkip, rel_err, row_summary, time_cuda
+from flashcourse.timing import (SlowSkip, attention_flops, bench_row, measure_variant, rel_err,
+                                row_summary, time_cuda, variant_summary)
 
 NS = (1024, 4096, 8192, 16384)
 DS = (64, 128)
@@ -61,9 +62,7 @@ def log(*a):
 
 
 def flops(tq, tk, d, causal, bh=BH):
-    """4 B H Tq Tk d, halved when causal (the papers' and PyTorch benchmarks' convention)."""
-    f = 4.0 * bh * tq * tk * d
-    return f / 2 if causal else f
+    return attention_flops(tq, tk, d, causal, bh)
 
 
 # ----------------------------------------------------------------------------- intrinsics
@@ -294,6 +293,11 @@ GRID = {
 }
 
 
+def time_tc(inp, precision, causal, knobs):
+    """(median ms, timed calls) of the tensor-core kernel with `knobs` on `inp`."""
+    return time_fn(tc_runner(inp, precision, causal, knobs))
+
+
 def variants(rng, results, grid=None):
     grid = GRID if grid is None else grid
     rows = []
@@ -304,19 +308,14 @@ def variants(rng, results, grid=None):
                 continue
             for t in tuples:
                 knobs = knobs_of(t)
-                row = {"precision": precision, "config": knobs, "d": d, "n": 4096,
-                       "causal": False}
-                try:
-                    row.update(tc.resources(precision, d, **knobs))
-                    ms, reps = time_fn(tc_runner(inp, precision, False, knobs))
-                    row.update(ms=ms, tflops=flops(4096, 4096, d, False) / ms / 1e9, reps=reps)
-                except Exception as exc:
-                    row["error"] = repr(exc)[:300]
+                row = measure_variant(
+                    {"precision": precision, "config": knobs, "d": d, "n": 4096,
+                     "causal": False},
+                    partial(tc.resources, precision, d, **knobs),
+                    partial(time_tc, inp, precision, False, knobs),
+                    flops(4096, 4096, d, False))
                 rows.append(row)
-                log(f"variant {precision:7s} d={d} {t}: "
-                    + (f"{row['ms']:.3f} ms {row['tflops']:7.2f} TFLOP/s regs {row['regs']} "
-                       f"local {row['local_bytes']} smem {row['shared_bytes']}"
-                       if "ms" in row else row.get("error", "")))
+                log(f"variant {precision:7s} d={d} {t}: {variant_summary(row, 7)}")
         del inp
     results.setdefault("variants", []).extend(rows)
     best = {}
@@ -356,8 +355,7 @@ def bench(rng, results, best, ns=NS, ds=DS, out=None):
                 inp = Inputs(rng, n, d)
                 tt = None
                 for name in names:
-                    row = {"kernel": name, "n": n, "d": d, "causal": causal, "bh": BH,
-                           "flops": flops(n, n, d, causal)}
+                    row = bench_row(name, n, d, causal, BH)
                     skipped = slow.reason((name, d, causal), n)
                     if skipped:
                         row["skipped"] = skipped

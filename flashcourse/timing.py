@@ -130,6 +130,40 @@ class SlowSkip:
         self.last[key] = (n, ms)
 
 
+def attention_flops(tq: int, tk: int, d: int, causal: bool, bh: int = 1) -> float:
+    """Forward FLOPs: 4 B H Tq Tk d, halved when causal (the papers' and PyTorch's
+    benchmark convention)."""
+    f = 4.0 * bh * tq * tk * d
+    return f / 2 if causal else f
+
+
+def bench_row(kernel: str, n: int, d: int, causal: bool, bh: int) -> dict:
+    """A forward benchmark's result row before timing (Tq = Tk = n; FLOPs as above)."""
+    return {"kernel": kernel, "n": n, "d": d, "causal": causal, "bh": bh,
+            "flops": attention_flops(n, n, d, causal, bh)}
+
+
+def measure_variant(row: dict, resources, timer, flops: float) -> dict:
+    """Fill a benchmark's variant `row`: the kernel's `resources()` (registers, local and
+    shared bytes), the (ms, reps) of `timer()` and the TFLOP/s of `flops`. A variant that
+    fails gets its error recorded in the row instead (the others go on)."""
+    try:
+        row.update(resources())
+        ms, reps = timer()
+        row.update(ms=ms, tflops=flops / ms / 1e9, reps=reps)
+    except Exception as exc:
+        row["error"] = repr(exc)[:300]
+    return row
+
+
+def variant_summary(row: dict, tflops_width: int = 0) -> str:
+    """A variant row (see `measure_variant`) as the end of one log line."""
+    if "ms" not in row:
+        return row.get("error", "")
+    return (f"{row['ms']:.3f} ms {row['tflops']:{tflops_width}.2f} TFLOP/s regs {row['regs']} "
+            f"local {row['local_bytes']} smem {row['shared_bytes']}")
+
+
 def row_summary(row: dict) -> str:
     """A benchmark row as one log line: its time and TFLOP/s, or why it has none."""
     if "ms" in row:
