@@ -37,7 +37,7 @@ from flashcourse import env, reference, results
 from flashcourse._checks import Heads
 from flashcourse.cuda import extra_device_bytes, flash
 from flashcourse.cuda.registry import FORWARD
-from flashcourse.timing import (SlowSkip, attention_flops, bench_row, measure_variant, rel_err,
+from flashcourse.timing import (SlowSkip, attention_flops, measure_variant, rel_err,
                                 row_summary, time_cuda, variant_summary)
 from numba import cuda
 
@@ -197,11 +197,8 @@ def bench(rng, results, flash_cfg_by_d, ns=NS, ds=DS, out=None, kernels=KERNELS,
                 tq_t = None
                 for name in names:
                     done += 1
-                    row = bench_row(name, n, d, causal, BH)
-                    skipped = slow.reason((name, d, causal), n)
-                    if skipped:
-                        row["skipped"] = skipped
-                    else:
+                    row = slow.row(name, n, d, causal, BH)
+                    if "skipped" not in row:
                         try:
                             if name in KERNELS:
                                 cfg = flash_cfg_by_d.get(d) if name == "flash" else None

@@ -42,7 +42,7 @@ from numba import cuda
 from flashcourse import env, reference, results
 from flashcourse.cuda import flash, mma
 from flashcourse.cuda import tensor_core as tc
-from flashcourse.timing import (SlowSkip, attention_flops, bench_row, measure_variant, rel_err,
+from flashcourse.timing import (SlowSkip, attention_flops, measure_variant, rel_err,
                                 row_summary, time_cuda, variant_summary)
 
 NS = (1024, 4096, 8192, 16384)
@@ -355,11 +355,8 @@ def bench(rng, results, best, ns=NS, ds=DS, out=None):
                 inp = Inputs(rng, n, d)
                 tt = None
                 for name in names:
-                    row = bench_row(name, n, d, causal, BH)
-                    skipped = slow.reason((name, d, causal), n)
-                    if skipped:
-                        row["skipped"] = skipped
-                    else:
+                    row = slow.row(name, n, d, causal, BH)
+                    if "skipped" not in row:
                         try:
                             if name.startswith("tc_"):
                                 prec = name[3:]

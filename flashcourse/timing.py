@@ -126,6 +126,15 @@ class SlowSkip:
             return f"estimated {est:.1f} s per run (> {self.limit_s} s): skipped"
         return None
 
+    def row(self, kernel: str, n: int, d: int, causal: bool, bh: int) -> dict:
+        """The `bench_row` of a configuration (key (kernel, d, causal)), with "skipped" set
+        where it is estimated too slow to time."""
+        row = bench_row(kernel, n, d, causal, bh)
+        skipped = self.reason((kernel, d, causal), n)
+        if skipped:
+            row["skipped"] = skipped
+        return row
+
     def record(self, key, n: int, ms: float) -> None:
         self.last[key] = (n, ms)
 

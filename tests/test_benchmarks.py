@@ -87,6 +87,9 @@ def test_slow_skip_scales_the_last_timed_run_as_n_squared():
     assert slow.reason(("flash", 64, False), 2048) is None            # 1.0 s: not above
     assert slow.reason(("flash", 64, False), 4096) == "estimated 4.0 s per run (> 1.0 s): skipped"
     assert slow.estimate_s(("flash", 64, True), 4096) == 0.0
+    assert slow.row("flash", 4096, 64, False, 32)["skipped"].startswith("estimated 4.0 s")
+    row = slow.row("flash", 2048, 64, True, 32)             # causal: half of 4 x 32 N^2 d
+    assert "skipped" not in row and row["flops"] == 2.0 * 32 * 2048 * 2048 * 64
 
 
 def test_row_summary_names_the_time_or_why_there_is_none():
