@@ -148,6 +148,23 @@ def check_block(b, name: str) -> int:
     return int(b)
 
 
+def check_count(value, what: str, most: int | None = None, *,
+                whole_floats: bool = False) -> int:
+    """`value` as an int in [1, most], else ValueError naming `what` (a setting a learner
+    sees, in a readout or a widget); `whole_floats` also takes a float with a whole value
+    (3e9)."""
+    if whole_floats and isinstance(value, (float, np.floating)) and math.isfinite(value):
+        value = int(value) if value == int(value) else value
+    whole = isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+    if not whole:
+        raise ValueError(f"{what} must be a whole number, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{what} must be at least 1, got {value:,}")
+    if most is not None and value > most:
+        raise ValueError(f"{what} must be at most {most:,}, got {value:,}")
+    return int(value)
+
+
 def check_sizes(**sizes) -> tuple:
     """`check_block` on each keyword (its name is the argument's): the ints, in order."""
     return tuple(check_block(value, name) for name, value in sizes.items())

@@ -32,11 +32,10 @@ The parameter counts give the memory the weights take (parameters x e) beside th
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
-import numpy as np
 
+from ._checks import check_count
 from .gpus import GPU, GPUS
 from .memory import format_bytes
 
@@ -70,11 +69,7 @@ MODELS = {
 
 
 def _count(value, what: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{what} must be a whole number, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{what} must be at least 1, got {value}")
-    return int(value)
+    return check_count(value, what)
 
 
 def kv_cache_bytes(batch: int, layers: int, t_key: int, heads_kv: int, head_dim: int,

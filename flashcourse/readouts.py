@@ -14,11 +14,11 @@ binary units (`flashcourse.memory.format_bytes`: 33,554,432 B = 32 MiB).
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._checks import check_count
 from .counter import TrafficCounter
 from .geometry import ceil_div
 from .gpus import GPU, GPUS
@@ -44,15 +44,7 @@ MAX_SCHEDULE_TILES = 1024                    # tiles drawn at once (Tr x Tc)
 def _positive_int(value, what: str, most: int | None = None) -> int:
     """`value` as an int in [1, most], else ValueError naming `what` (a setting the learner
     sees). A float with a whole value (3e9) is accepted as that integer."""
-    if isinstance(value, (float, np.floating)) and math.isfinite(value) and value == int(value):
-        value = int(value)
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{what} must be a whole number, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{what} must be at least 1, got {value:,}")
-    if most is not None and value > most:
-        raise ValueError(f"{what} must be at most {most:,}, got {value:,}")
-    return int(value)
+    return check_count(value, what, most, whole_floats=True)
 
 
 def _dtype_bytes(dtype: str) -> int:
