@@ -82,17 +82,6 @@ def _update_unshifted(m, l, x):
     return np.maximum(m, x), l + np.exp(x)
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (_update_no_rescale, L1.HINT_RESCALE),
-    (_update_no_guard, L1.HINT_NEG_INF),
-    (_update_forgets_old_max, L1.HINT_MAX),
-    (_update_inverted, L1.HINT_DIRECTION),
-    (_update_unshifted, L1.HINT_SHIFT),
-], ids=lambda p: getattr(p, "__name__", "hint"))
-def test_lab02_wrong_updates_get_their_hint(wrong, hint):
-    assert_hint(L1.check_online_update, wrong, hint, todo=True)
-
-
 def _merge_no_rescale(m_a, l_a, m_b, l_b):
     return np.maximum(m_a, m_b), l_a + l_b
 
@@ -112,14 +101,20 @@ def _merge_inverted(m_a, l_a, m_b, l_b):
     return m, l_a * np.exp(m - m_a) + l_b * np.exp(m - m_b)
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (_merge_no_rescale, L1.HINT_RESCALE),
-    (_merge_no_guard, L1.HINT_NEG_INF),
-    (_merge_min, L1.HINT_MAX),
-    (_merge_inverted, L1.HINT_DIRECTION),
-], ids=lambda p: getattr(p, "__name__", "hint"))
-def test_lab02_wrong_merges_get_their_hint(wrong, hint):
-    assert_hint(L1.check_merge_states, wrong, hint, todo=True)
+#: (checker, a wrong update or merge, the hint it must get)
+WRONG = [(L1.check_online_update, wrong, hint) for wrong, hint in (
+    (_update_no_rescale, L1.HINT_RESCALE), (_update_no_guard, L1.HINT_NEG_INF),
+    (_update_forgets_old_max, L1.HINT_MAX), (_update_inverted, L1.HINT_DIRECTION),
+    (_update_unshifted, L1.HINT_SHIFT))] + [
+    (L1.check_merge_states, wrong, hint) for wrong, hint in (
+        (_merge_no_rescale, L1.HINT_RESCALE), (_merge_no_guard, L1.HINT_NEG_INF),
+        (_merge_min, L1.HINT_MAX), (_merge_inverted, L1.HINT_DIRECTION))]
+
+
+@pytest.mark.parametrize("check, wrong, hint", WRONG,
+                         ids=[f"{c.__name__}-{w.__name__}" for c, w, _ in WRONG])
+def test_lab02_wrong_functions_get_their_hint(check, wrong, hint):
+    assert_hint(check, wrong, hint, todo=True)
 
 
 def test_lab02_failure_prints_yours_and_expected(capsys):
