@@ -259,6 +259,23 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
     return Result(True)
 
 
+def result_tuple(out, n: int):
+    """The learner's result as a plain tuple if it is a tuple (or list) of `n` parts (see
+    `plain`); anything else is left as is for the checks to name."""
+    if isinstance(out, list):
+        out = tuple(out)
+    return plain(out) if isinstance(out, tuple) and len(out) == n else out
+
+
+def random_qkv(rng, tq: int, tk: int, d: int, spread: float = 1.0):
+    """Standard-normal q (Tq, d), k (Tk, d), v (Tk, d) drawn in that order from `rng`;
+    q and k scaled by `spread` (larger scores)."""
+    q = rng.standard_normal((tq, d)) * spread                   # (Tq, d)
+    k = rng.standard_normal((tk, d)) * spread                   # (Tk, d)
+    v = rng.standard_normal((tk, d))                            # (Tk, d)
+    return q, k, v
+
+
 def as_pair(out):
     """The learner's result as a tuple of two float64 arrays (or left as is if malformed)."""
     if isinstance(out, list):

@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import reference
 from ..geometry import ceil_div, tile_visibility
-from ._harness import Case, Result, WatchedRows, plain, run_checks
+from ._harness import Case, Result, WatchedRows, plain, random_qkv, result_tuple, run_checks
 
 HINT_FORGOT_D = (
     "dS is missing the row term of the softmax Jacobian: each row's dS must subtract that "
@@ -163,9 +163,7 @@ def visible_query_rows(tq, tk, br, bc, causal) -> int:
 
 def _inputs(seed, tq, tk, d, causal, spread=1.0):
     rng = np.random.default_rng(seed)
-    q = rng.standard_normal((tq, d)) * spread                   # (Tq, d)
-    k = rng.standard_normal((tk, d)) * spread                   # (Tk, d)
-    v = rng.standard_normal((tk, d))                            # (Tk, d)
+    q, k, v = random_qkv(rng, tq, tk, d, spread)
     do = rng.standard_normal((tq, d))                           # (Tq, d)
     o, lse = reference.attention(q, k, v, causal=causal, scale=SCALE)
     return q, k, v, o, lse, do
@@ -182,12 +180,6 @@ def _close(a, b) -> bool:
 
 def _nonfinite(yours, _expected):
     return any(not np.isfinite(np.asarray(p, np.float64)).all() for p in plain(yours))
-
-
-def _result(out, n):
-    if isinstance(out, list):
-        out = tuple(out)
-    return plain(out) if isinstance(out, tuple) and len(out) == n else out
 
 
 def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
@@ -207,7 +199,7 @@ def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
 
         def run(f, args=args, causal=causal, br=br, bc=bc, expected=expected):
             out = f(*(a.copy() for a in args), causal, SCALE, br, bc)
-            return _result(out, 3), expected
+            return result_tuple(out, 3), expected
 
         cases.append(Case(name, run, HINT_BACKWARD[0], diagnoses, rtol=_RTOL, atol=_ATOL,
                           hint2=HINT_BACKWARD[1]))

@@ -34,7 +34,7 @@ from .. import reference
 from ..geometry import ceil_div, tile_visibility, visible_mask
 from ..counter import TrafficCounter
 from ..traffic import tiled_traffic
-from ._harness import Case, Result, WatchedRows, plain, run_checks
+from ._harness import Case, Result, WatchedRows, plain, random_qkv, result_tuple, run_checks
 
 # -- hints: (level 1 diagnoses, level 2 more explicit); tests assert on these strings -----
 HINT_RESCALE = (
@@ -222,19 +222,10 @@ def _has_nan(yours, _expected):
 
 
 def _inputs(seed, tq, tk, d, spread=1.0):
-    rng = np.random.default_rng(seed)
-    q = rng.standard_normal((tq, d)) * spread                   # (Tq, d)
-    k = rng.standard_normal((tk, d)) * spread                   # (Tk, d)
-    v = rng.standard_normal((tk, d))                            # (Tk, d)
+    q, k, v = random_qkv(np.random.default_rng(seed), tq, tk, d, spread)
     if spread == 1.0 and tk > 4:       # later keys align more with q: the max keeps growing
         k = k * 0.3 + q.mean(axis=0) * np.linspace(0.2, 3.0, tk)[:, None]
     return q, k, v
-
-
-def _result(out, n):
-    if isinstance(out, list):
-        out = tuple(out)
-    return plain(out) if isinstance(out, tuple) and len(out) == n else out
 
 
 # -- checker 1: the whole FA2 forward -----------------------------------------------------
@@ -259,7 +250,7 @@ def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
 
         def run(f, q=q, k=k, v=v, causal=causal, br=br, bc=bc, expected=expected):
             out = f(q.copy(), k.copy(), v.copy(), causal, SCALE, br, bc)
-            return _result(out, 2), expected
+            return result_tuple(out, 2), expected
 
         cases.append(Case(name, run, HINT_FORWARD[0], diagnoses, rtol=_RTOL, atol=_ATOL,
                           hint2=HINT_FORWARD[1]))
@@ -335,7 +326,7 @@ def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Resul
         def run(f, q=q, k=k, v=v, causal=causal, br=br, bc=bc, expected=expected):
             out = f(q.copy(), k.copy(), v.copy(), causal, SCALE, br, bc,
                     TrafficCounter(bytes_per_element=8, record_events=False))
-            return _result(out, 2), expected
+            return result_tuple(out, 2), expected
 
         cases.append(Case(f"{name}: result", run, HINT_FA1_MATH[0], [(_has_nan, *HINT_NEG_INF)],
                           rtol=_RTOL, atol=_ATOL, hint2=HINT_FA1_MATH[1]))
@@ -402,7 +393,7 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
                      ((lambda y, e, w=add_lse: _close(y, w)), *HINT_MERGE_LSE)]
 
         def run(f, a=(o_a, lse_a, o_b, lse_b), expected=expected):
-            return _result(f(*(x.copy() for x in a)), 2), expected
+            return result_tuple(f(*(x.copy() for x in a)), 2), expected
 
         cases.append(Case(name, run, HINT_MERGE[0], diagnoses, rtol=_RTOL, atol=_ATOL,
                           hint2=HINT_MERGE[1]))
