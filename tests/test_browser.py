@@ -255,22 +255,6 @@ def browser():
 
 
 @contextmanager
-def chromium_page(width: int = 1400, height: int = 1000):
-    """A page in a browser of its own (tests that need a particular screen size)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                     args=CHROMIUM_ARGS)
-        try:
-            page = chromium.new_page(viewport={"width": width, "height": height})
-            page.set_default_timeout(TIMEOUT_MS)
-            yield page
-        finally:
-            chromium.close()
-
-
-@contextmanager
 def notebook_page(browser, lab: Lab, notebook: str, width: int = 1400, height: int = 1000):
     """A fresh page; on exit its kernel is shut down (the session deleted)."""
     page = browser.new_page(viewport={"width": width, "height": height})
