@@ -1,7 +1,8 @@
 """The explorers in a real browser, on a small screen and under fast hands.
 
-Uses the JupyterLab + Debian chromium machinery of tests/test_browser.py (skipped
-without /usr/bin/chromium, failing under CI=true):
+Uses the JupyterLab + Debian chromium fixtures of tests/test_browser.py (skipped
+without /usr/bin/chromium, failing under CI=true; tests/test_browser.py also moves one
+control of every widget of every notebook):
 
 - notebooks 01 and 04 at a 1280 x 720 viewport: each explorer (controls, message, readout
   and plot together) is at most as tall as the notebook's visible area and as wide as it,
@@ -18,28 +19,28 @@ from contextlib import contextmanager
 
 import pytest
 
-from test_browser import (ARTIFACTS, ROOT, _require_browser, chromium_page, jupyter_lab,
-                          open_and_run_all)
+# the module-scoped fixtures `lab` (JupyterLab) and `browser` (chromium) come from there
+from test_browser import (ARTIFACTS, ROOT, browser, lab, notebook_page,  # noqa: F401
+                          run_all_and_wait)
 
 pytestmark = pytest.mark.browser
 
 
 @contextmanager
-def _notebook_run_in_browser(tmp_path, notebook, name, width, height):
-    """JupyterLab + chromium at width x height, `notebook` run; yields the page. A failure
+def _notebook_run_in_browser(server, chromium, notebook, name, width, height):
+    """`notebook` run (Run All) in chromium at width x height; yields the page. A failure
     saves a screenshot and the server log; the stored notebook must stay untouched."""
-    _require_browser("real-browser widget tests")
     ARTIFACTS.mkdir(exist_ok=True)
     stored = (ROOT / notebook).read_bytes()
-    with jupyter_lab(ROOT, tmp_path) as lab, chromium_page(width, height) as page:
+    with notebook_page(chromium, server, notebook, width, height) as page:
         try:
-            open_and_run_all(page, lab, notebook)
+            run_all_and_wait(page, server, notebook)
             yield page
         except Exception as exc:
             page.screenshot(path=str(ARTIFACTS / f"{name}_failure.png"), full_page=False)
             raise AssertionError(f"browser test failed: {type(exc).__name__}: {exc}\n"
                                  f"(screenshot: {ARTIFACTS / (name + '_failure.png')})\n"
-                                 f"{lab.log_tail()}") from exc
+                                 f"{server.log_tail()}") from exc
     assert (ROOT / notebook).read_bytes() == stored, f"{notebook} was modified by the browser"
 
 
@@ -47,8 +48,9 @@ def _notebook_run_in_browser(tmp_path, notebook, name, width, height):
     ("notebooks/01_dense_attention_and_memory.ipynb", ("fc-score-memory",)),
     ("notebooks/04_io_traffic_model.ipynb", ("fc-traffic", "fc-schedule")),
 ])
-def test_explorers_fit_a_1280x720_screen(tmp_path, notebook, classes):
-    with _notebook_run_in_browser(tmp_path, notebook, "browser_1280x720", 1280, 720) as page:
+def test_explorers_fit_a_1280x720_screen(lab, browser, notebook, classes):  # noqa: F811
+    with _notebook_run_in_browser(lab, browser, notebook, "browser_1280x720", 1280,
+                                  720) as page:
         last = classes[-1]
         page.wait_for_function(
             f"() => document.querySelectorAll('.{last} img').length > 0 && "
@@ -71,8 +73,8 @@ def test_explorers_fit_a_1280x720_screen(tmp_path, notebook, classes):
                 (cls, size)
 
 
-def test_backward_explorer_survives_fast_changes(tmp_path):
-    with _notebook_run_in_browser(tmp_path, "notebooks/09_backward_recompute.ipynb",
+def test_backward_explorer_survives_fast_changes(lab, browser):  # noqa: F811
+    with _notebook_run_in_browser(lab, browser, "notebooks/09_backward_recompute.ipynb",
                                   "browser_backward", 1400, 1000) as page:
         explorer = page.locator(".fc-backward")
         explorer.first.locator(".fc-backward-readout").wait_for()
