@@ -221,10 +221,9 @@ def open_and_run_all(page, lab: Lab, notebook: str) -> None:
         pass
 
 
-def _require_browser(what: str = "real-browser tests") -> None:
-    """Skip (fail under CI=true) without chromium or playwright; `what` names the tests."""
+def _require_browser() -> None:
     _require(CHROMIUM.exists(), f"Debian's chromium is not installed at {CHROMIUM} "
-             f"(apt-get install chromium); the {what} are skipped")
+             "(apt-get install chromium); the real-browser tests are skipped")
     try:
         import playwright  # noqa: F401
     except ImportError:
