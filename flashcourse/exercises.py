@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from .geometry import tile_visibility
+from .printing import say
 
 
 @dataclass
@@ -263,15 +264,15 @@ def grade(name: str, **answers) -> tuple[bool, list[str]]:
 def reveal(name: str) -> None:
     """Print the answer and its working."""
     ex = get(name)
-    print(f"{ex.title}\n{ex.working}")
+    say(f"{ex.title}\n{ex.working}")
 
 
 def check(name: str, **answers) -> bool:
     """Print the verdict for each part and, in Jupyter, a "Show answer" button."""
     ok, lines = grade(name, **answers)
-    print(("All right. " if ok else "") + get(name).title + ":")
+    say(("All right. " if ok else "") + get(name).title + ":")
     for line in lines:
-        print("  " + line)
+        say("  " + line)
     if not ok:
         _reveal_button(name)
     return ok

@@ -29,6 +29,8 @@ from typing import Callable
 
 import numpy as np
 
+from flashcourse.printing import say as _say_wrapped
+
 PASS_LINE = "All checks passed"
 TODO_LINE = "Not implemented yet"
 TIMEOUT_LINE = "Time limit"
@@ -218,7 +220,7 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
     """
     if isinstance(hint_level, bool) or hint_level not in (1, 2):
         raise ValueError(f"hint_level must be 1 or 2, got {hint_level!r}")
-    say = print if verbose else (lambda *a, **k: None)
+    say = _say_wrapped if verbose else (lambda *a, **k: None)
     limit = max((c.time_limit_s for c in cases), default=0)
     say(f"Checking {title} (time limit {limit:g} s per case)")
     for case in cases:

@@ -141,7 +141,8 @@ def show(micro_tile_scores, parts=None) -> None:
         print("Not implemented yet: fill in micro_tile_scores first.")
         return
     print(f"one block: {NT} threads = {RT} row groups x {CT} column groups; "
-          f"micro-tile {TM} x {TN}; D = {D}. Shared memory, one key tile:")
+          f"micro-tile {TM} x {TN}; D = {D}.")
+    print("Shared memory, one key tile:")
     print(f"{'thread (ty, tx)':>16} | {'shared reads Q':>14} | {'shared reads K':>14} | "
           f"{'s writes':>8} | {'values':>6}")
     for (ty, tx), (rq, rk, ws) in counts.items():
