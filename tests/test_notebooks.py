@@ -19,6 +19,8 @@ STUDENT_LABS = sorted(ROOT.glob("labs/*.ipynb"))
 SOLUTIONS = sorted(ROOT.glob("labs/solutions/*.ipynb"))
 ALL = NOTEBOOKS + STUDENT_LABS + SOLUTIONS
 PASS_LINE = "All checks passed"
+MAX_LINE = 100   # characters: a longer printed line wraps mid-number in JupyterLab at 1400 px
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 def _ids(paths):
@@ -53,6 +55,42 @@ def text_outputs(nb) -> str:
     return "\n".join(parts)
 
 
+def long_lines(nb) -> list[str]:
+    """Printed lines longer than MAX_LINE: stream text and text/plain results (not widget reprs)."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                text = out.get("text", "")
+            elif out.get("output_type") == "execute_result":
+                data = out.get("data", {})
+                text = "" if WIDGET_MIME in data else data.get("text/plain", "")
+            else:
+                continue
+            for n, line in enumerate(text.splitlines(), 1):
+                if len(line) > MAX_LINE:
+                    found.append(f"cell {i}, line {n} ({len(line)} characters): {line[:80]}...")
+    return found
+
+
+def assert_short_lines(path: Path, nb) -> None:
+    long = long_lines(nb)
+    assert not long, (f"{path.name} prints lines over {MAX_LINE} characters "
+                      "(wrap them, or print one fact per line):\n" + "\n".join(long))
+
+
+def test_long_lines_are_found():
+    """The width check itself: it flags a long stream line, skips widget reprs."""
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ok\n" + "x" * 101),
+                    nbformat.v4.new_output("execute_result", data={
+                        "text/plain": "VBox(" + "y" * 200 + ")", WIDGET_MIME: {}}),
+                    nbformat.v4.new_output("execute_result", data={"text/plain": "z" * 100})]
+    nb.cells = [cell]
+    assert long_lines(nb) == [f"cell 0, line 2 (101 characters): {'x' * 80}..."]
+
+
 def test_course_has_notebooks():
     assert NOTEBOOKS, "no notebooks found"
     assert len(STUDENT_LABS) == len(SOLUTIONS), "every lab needs a solution"
@@ -70,13 +108,14 @@ def test_stored_without_outputs(path):
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_notebook_runs(path):
-    execute(path)
+    assert_short_lines(path, execute(path))
 
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", SOLUTIONS, ids=_ids(SOLUTIONS))
 def test_solution_passes_its_checks(path):
     nb = execute(path)
+    assert_short_lines(path, nb)
     text = text_outputs(nb)
     assert PASS_LINE in text, f"{path.name}: checker did not report '{PASS_LINE}'"
     assert "FAILED" not in text
@@ -86,6 +125,7 @@ def test_solution_passes_its_checks(path):
 @pytest.mark.parametrize("path", STUDENT_LABS, ids=_ids(STUDENT_LABS))
 def test_student_lab_runs_and_reports_todo(path):
     nb = execute(path)
+    assert_short_lines(path, nb)
     text = text_outputs(nb)
     assert "not implemented yet" in text.lower(), f"{path.name}: stub not reported"
     assert PASS_LINE not in text
