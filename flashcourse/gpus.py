@@ -62,7 +62,7 @@ whitepaper gives 50 MB). No other GPU in this table was measured by the course.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 KiB = 1024
 MiB = 1024 ** 2
@@ -156,6 +156,24 @@ class GPU:
         return self.smem_per_sm_bytes * self.sms
 
 
+# Two chips sold with two memory sizes: each is written once here, the other size below
+# with `replace`.
+_A100_40GB = GPU("A100 40GB", (8, 0), 40 * GiB, 1555e9, 40 * MiB, 108, 19.5e12, 312e12,
+                 "NVIDIA A100-SXM4-40GB",
+                 "A100 datasheet (SXM): 40 GB HBM2, 1,555 GB/s, 19.5 TFLOPS fp32, "
+                 "312 TFLOPS fp16 tensor; whitepaper: 108 SMs, 40 MB L2; CC 8.0: "
+                 "164 KB shared memory per SM, 163 KB per block",
+                 sfu_ops_per_s=16 * 108 * 1.41e9,
+                 smem_bandwidth_bytes_per_s=128 * 108 * 1.41e9,
+                 l2_bandwidth_bytes_per_s=5120 * 1.41e9, clock_hz=1.41e9)
+_H100_SXM = GPU("H100 SXM", (9, 0), 80 * GiB, 3.35e12, 50 * MiB, 132, 67e12, 989e12,
+                "NVIDIA H100 80GB HBM3",
+                "H100 datasheet (SXM): 80 GB HBM3, 3.35 TB/s, 67 TFLOPS fp32, "
+                "989 TFLOPS fp16 tensor (dense); Hopper whitepaper: 132 SMs, 50 MB "
+                "L2; CC 9.0: 228 KB shared memory per SM, 227 KB per block",
+                sfu_ops_per_s=3.9e12, smem_bandwidth_bytes_per_s=128 * 132 * 1.98e9,
+                clock_hz=1.98e9)
+
 GPUS = {
     "T4": GPU("T4", (7, 5), 16 * GiB, 320e9, 4 * MiB, 40, 8.1e12, 65e12, "Tesla T4",
               "NVIDIA T4 datasheet: 16 GB GDDR6, 320 GB/s, 8.1 TFLOPS fp32, 65 TFLOPS "
@@ -182,35 +200,20 @@ GPUS = {
                     "NVIDIA Ada (AD102) whitepaper: 128 SMs, 24 GB GDDR6X, 1,008 GB/s, "
                     "72 MB L2, 82.6 TFLOPS fp32, 165.2 TFLOPS fp16 tensor (fp32 "
                     "accumulate, dense); CC 8.9"),
-    "A100 40GB": GPU("A100 40GB", (8, 0), 40 * GiB, 1555e9, 40 * MiB, 108, 19.5e12, 312e12,
-                     "NVIDIA A100-SXM4-40GB",
-                     "A100 datasheet (SXM): 40 GB HBM2, 1,555 GB/s, 19.5 TFLOPS fp32, "
-                     "312 TFLOPS fp16 tensor; whitepaper: 108 SMs, 40 MB L2; CC 8.0: "
-                     "164 KB shared memory per SM, 163 KB per block",
-                     sfu_ops_per_s=16 * 108 * 1.41e9,
-                     smem_bandwidth_bytes_per_s=128 * 108 * 1.41e9,
-                     l2_bandwidth_bytes_per_s=5120 * 1.41e9, clock_hz=1.41e9),
-    "A100 80GB": GPU("A100 80GB", (8, 0), 80 * GiB, 2039e9, 40 * MiB, 108, 19.5e12, 312e12,
-                     "NVIDIA A100-SXM4-80GB",
-                     "A100 datasheet (SXM): 80 GB HBM2e, 2,039 GB/s; otherwise as the "
-                     "A100 40GB",
-                     sfu_ops_per_s=16 * 108 * 1.41e9,
-                     smem_bandwidth_bytes_per_s=128 * 108 * 1.41e9,
-                     l2_bandwidth_bytes_per_s=5120 * 1.41e9, clock_hz=1.41e9),
-    "H100 SXM": GPU("H100 SXM", (9, 0), 80 * GiB, 3.35e12, 50 * MiB, 132, 67e12, 989e12,
-                    "NVIDIA H100 80GB HBM3",
-                    "H100 datasheet (SXM): 80 GB HBM3, 3.35 TB/s, 67 TFLOPS fp32, "
-                    "989 TFLOPS fp16 tensor (dense); Hopper whitepaper: 132 SMs, 50 MB "
-                    "L2; CC 9.0: 228 KB shared memory per SM, 227 KB per block",
-                    sfu_ops_per_s=3.9e12, smem_bandwidth_bytes_per_s=128 * 132 * 1.98e9,
-                    clock_hz=1.98e9),
-    "H200": GPU("H200", (9, 0), 141 * GiB, 4.8e12, 60 * MiB, 132, 67e12, 989e12,
-                "NVIDIA H200",
-                "H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, 67 TFLOPS fp32, 989 "
-                "TFLOPS fp16 tensor (dense); 132 SMs, 228/227 KiB shared memory and "
-                "60 MiB L2 as reported by cudaGetDeviceProperties on an H200",
-                sfu_ops_per_s=3.9e12, smem_bandwidth_bytes_per_s=128 * 132 * 1.98e9,
-                clock_hz=1.98e9),
+    "A100 40GB": _A100_40GB,
+    # the same chip and clocks; only the memory (and the name) differ
+    "A100 80GB": replace(
+        _A100_40GB, name="A100 80GB", memory_bytes=80 * GiB, bandwidth_bytes_per_s=2039e9,
+        device_name="NVIDIA A100-SXM4-80GB",
+        source="A100 datasheet (SXM): 80 GB HBM2e, 2,039 GB/s; otherwise as the A100 40GB"),
+    "H100 SXM": _H100_SXM,
+    "H200": replace(
+        _H100_SXM, name="H200", memory_bytes=141 * GiB, bandwidth_bytes_per_s=4.8e12,
+        l2_bytes=60 * MiB, device_name="NVIDIA H200",
+        source="H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, 67 TFLOPS fp32, 989 TFLOPS "
+               "fp16 tensor (dense); otherwise as the H100 SXM (the same GH100 chip); 132 "
+               "SMs, 228/227 KiB shared memory and 60 MiB L2 as reported by "
+               "cudaGetDeviceProperties on an H200"),
 }
 
 
