@@ -63,6 +63,7 @@ from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ..limits import check_launch
 from ..constants import F0, NEG_INF
+from ._device import visible_key_blocks
 from ._launch import launch
 
 #: Largest head dimension the simple kernels support (their local arrays are this long).
@@ -490,10 +491,7 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
         rd = cuda.local.array(RB, float32)
         for x in range(SD):
             dqa[x] = F0
-        kend = tk
-        if causal != 0:
-            kend = min(tk, q0 + BR + off)
-        n_kb = (kend + BC - 1) // BC if kend > 0 else 0
+        n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
         for jb in range(n_kb):
             k0 = jb * BC
             cuda.syncthreads()

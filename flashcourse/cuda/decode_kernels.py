@@ -74,6 +74,7 @@ from numba import uint64 as U
 from ..constants import F0, FULL_MASK, LN2_F, LOG2E, NEG_INF
 from ..geometry import ceil_div
 from ..limits import check_launch, current_limits
+from ._device import exp2_log2, reset_state
 from ._launch import launch, using_simulator
 #: Most query rows (G x Tq) one block keeps in registers; more rows use more blocks.
 MAX_ROWS = 8
@@ -274,17 +275,7 @@ def make_split_kernel(cfg: DecodeConfig):
     KN = UN * EPL                       # K (and V) registers per lane
     LOG_LPK = LPK.bit_length() - 1
 
-    if using_simulator() or not hasattr(math, "exp2"):
-        @cuda.jit(device=True)
-        def exp2(x):
-            return math.exp(x * LN2_F)
-
-        @cuda.jit(device=True)
-        def log2(x):
-            return math.log(x) / LN2_F
-    else:
-        exp2 = math.exp2
-        log2 = math.log2
+    exp2, log2 = exp2_log2()
 
     if VECTOR:
         load16, load32 = vector_loaders()
@@ -370,11 +361,7 @@ def make_split_kernel(cfg: DecodeConfig):
         kr = cuda.local.array(KN, float32)
         vr = cuda.local.array(KN, float32)
         sc = cuda.local.array(RU, float32)
-        for i in range(QN):
-            acc[i] = F0
-        for rr in range(RPW):
-            m[rr] = NEG_INF
-            l[rr] = F0
+        reset_state(acc, QN, m, l, RPW)
 
         k_begin = split * keys_per_split
         k_end = min(k_begin + keys_per_split, tk)

@@ -66,6 +66,7 @@ from .._checks import check_block
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ..limits import check_launch
+from ._device import exp2_log2, reset_state, visible_key_blocks
 from ._launch import check_registers, launch
 from ..constants import F0, F1, FULL_MASK, LN2_F, LOG2E, NEG_INF
 
@@ -216,17 +217,7 @@ def make_flash_kernel(block_q: int = 64, block_k: int = 64, threads: int = 256, 
     KU = _unroll(D, unroll)             # inner-product steps unrolled per loop iteration
     CU = _unroll(BC, unroll)
 
-    if using_simulator() or not hasattr(math, "exp2"):
-        @cuda.jit(device=True)
-        def exp2(x):
-            return math.exp(x * LN2_F)
-
-        @cuda.jit(device=True)
-        def log2(x):
-            return math.log(x) / LN2_F
-    else:
-        exp2 = math.exp2
-        log2 = math.log2
+    exp2, log2 = exp2_log2()
 
     @cuda.jit(device=True)
     def row_max(x, sm, row, tx):
@@ -285,17 +276,10 @@ def make_flash_kernel(block_q: int = 64, block_k: int = 64, threads: int = 256, 
         s = cuda.local.array(ST, float32)     # (TM, TN) score / probability micro-tile
         qa = cuda.local.array(TM, float32)
         kb = cuda.local.array(KB, float32)
-        for i in range(OT):
-            acc[i] = F0
-        for i in range(TM):
-            m[i] = NEG_INF
-            lp[i] = F0
+        reset_state(acc, OT, m, lp, TM)
 
         # key blocks this query block can see: all, or up to the last row's diagonal
-        kend = tk
-        if causal != 0:
-            kend = min(tk, q0 + BR + off)
-        n_kb = (kend + BC - 1) // BC if kend > 0 else 0
+        n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
 
         for jb in range(n_kb):
             k0 = jb * BC

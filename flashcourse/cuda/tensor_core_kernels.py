@@ -71,6 +71,7 @@ from numba import uint64 as U
 
 from ..constants import F0, F1, FULL_MASK, LN2_F, NEG_INF
 from ..geometry import ceil_div
+from ._device import reset_state, visible_key_blocks
 from .mma import SIM_SCRATCH_PER_WARP, device_ops
 
 Z32 = np.uint32(0)
@@ -200,16 +201,9 @@ def make_half_kernel(cfg):
         pk = cuda.local.array(PK, uint32)        # prefetched K words (next key block)
         pv0 = cuda.local.array(PV, uint32)       # prefetched V words, even and odd keys
         pv1 = cuda.local.array(PV, uint32)
-        for i in range(OREGS):
-            acc[i] = F0
-        for i in range(ROWS):
-            m[i] = NEG_INF
-            lp[i] = F0
+        reset_state(acc, OREGS, m, lp, ROWS)
 
-        kend = tk
-        if causal != 0:
-            kend = min(tk, q0 + BR + off)
-        n_kb = (kend + BC - 1) // BC if kend > 0 else 0
+        n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
 
         # global -> registers for key block `jb` (K rows k0.., V key pairs)
         for it in range(K_LOADS if PREFETCH else 0):
@@ -452,10 +446,7 @@ def make_tf32_kernel(cfg, passes: int):
         l0 = F0
         l1 = F0
 
-        kend = tk
-        if causal != 0:
-            kend = min(tk, q0 + BR + off)
-        n_kb = (kend + BC - 1) // BC if kend > 0 else 0
+        n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
 
         # global -> registers for the first key block
         for it in range(KV_LOADS if PREFETCH else 0):
