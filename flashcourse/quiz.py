@@ -27,6 +27,15 @@ import html
 import numbers
 import random
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .results import schema_errors
+
+try:
+    import tomllib
+except ImportError:              # Python 3.10: the same parser as a package (requirements.txt)
+    import tomli as tomllib
 
 RIGHT = "Correct."
 WRONG = "Not quite."
@@ -237,20 +246,113 @@ def show_quiz(questions) -> None:
     display(quiz_box(questions))
 
 
-#: The lesson's own "check your understanding" question (from the course seed). Asked once,
-#: in notebook 03 (flashcourse/quizzes/nb03.py), where the learner has seen the tiled forward.
-AVOIDED_OBJECT = Question(
-    "What is the main avoided object in tiled IO-aware attention?",
-    ["The full attention score/probability matrix in outer memory",
-     "All model weights",
-     "The causal relationship between tokens"],
-    answer=0,
-    why=("Tiles and running normalization allow the result to be accumulated without "
-         "retaining every pairwise score in HBM. The weights are still needed, and a "
-         "causal mask is still applied: only the Tq x Tk intermediate disappears."),
-    feedback=("",
-              "Weights are not what attention's memory problem is about: Q, K, V come from "
-              "them, and they are still read in full.",
-              "The causal mask is still applied, tile by tile; FlashAttention computes the same "
-              "function, so no relationship between tokens is dropped."),
-)
+#: The quiz files (one per notebook or lab, and lesson.toml); their format is described in
+#: flashcourse/quizzes/__init__.py and checked against flashcourse/schemas/quiz.json.
+QUIZ_DIR = Path(__file__).resolve().parent / "quizzes"
+#: The lesson's own questions (not one notebook's), each with an `id`; a notebook's file
+#: asks one with `include = "<id>"`.
+LESSON_FILE = QUIZ_DIR / "lesson.toml"
+
+
+class QuizFileError(ValueError):
+    """A quiz file that does not parse or does not follow the format; the message names the
+    file, the question (and option) and what is wrong."""
+
+
+def _shown(path: Path) -> str:
+    """A quiz file as errors name it: flashcourse/quizzes/nb09.toml, or the path given."""
+    try:
+        return str(path.relative_to(QUIZ_DIR.parents[1]))
+    except ValueError:
+        return str(path)
+
+
+def _place(file: str, where: list) -> str:
+    """'nb09.toml, question 3, option 2' for the document path ['question', 2, 'option', 1]."""
+    out = file
+    for key in ("question", "option"):
+        if len(where) >= 2 and where[0] == key and isinstance(where[1], int):
+            out, where = f"{out}, {key} {where[1] + 1}", where[2:]
+    return f"{out}, {'.'.join(map(str, where))}" if where else out
+
+
+def _schema_problem(error) -> tuple[list, str]:
+    """(document path, plain words) for one jsonschema error in a quiz file."""
+    where, found = list(error.absolute_path), error.instance
+    if error.validator in ("contains", "minContains", "maxContains"):
+        right = sum(isinstance(o, dict) and o.get("right") is True for o in found)
+        return where[:-1], f"needs exactly one option with right = true, found {right}"
+    if error.validator == "additionalProperties":
+        allowed = list(error.schema.get("properties", {}))
+        unknown = ", ".join(repr(k) for k in found if k not in allowed)
+        return where, f"unknown key {unknown} (allowed: {', '.join(allowed)})"
+    if error.validator == "minItems" and where[-1:] == ["option"]:
+        return where[:-1], f"needs at least 2 options, found {len(found)}"
+    if error.validator == "maxProperties":
+        return where, "a question with include = ... has no other keys"
+    return where, error.message if len(error.message) <= 200 else error.message[:200] + "..."
+
+
+@lru_cache(maxsize=None)
+def _parse(path: Path, mtime_ns: int) -> tuple:
+    """(id or None, Question) for each question of one quiz file; cached until it changes."""
+    file = _shown(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:            # its message gives line and column
+        raise QuizFileError(f"{file}: not valid TOML: {exc}") from None
+    errors = schema_errors(doc, "quiz")
+    if errors:
+        where, problem = _schema_problem(errors[0])
+        more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+        raise QuizFileError(f"{_place(file, where)}: {problem}{more} "
+                            "(the format: flashcourse/quizzes/__init__.py)")
+    lesson = path == LESSON_FILE
+    out = []
+    for n, q in enumerate(doc["question"], 1):
+        here = f"{file}, question {n}"
+        if ("id" in q) != lesson:
+            raise QuizFileError(f"{here}: every question of {LESSON_FILE.name} has an id, "
+                                "and only those (another file includes one by its id)")
+        if "include" in q:
+            known = _lesson_questions()
+            if q["include"] not in known:
+                raise QuizFileError(f"{here}: include = {q['include']!r} is no id in "
+                                    f"{LESSON_FILE.name} (ids: {', '.join(known)})")
+            out.append((None, known[q["include"]]))
+            continue
+        options = q["option"]
+        try:
+            question = Question(q["text"], [o["text"] for o in options],
+                                answer=[o.get("right", False) for o in options].index(True),
+                                why=q["why"], feedback=[o.get("feedback", "") for o in options])
+        except ValueError as exc:                     # e.g. two options with the same text
+            raise QuizFileError(f"{here}: {exc}") from None
+        out.append((q.get("id"), question))
+    ids = [i for i, _ in out if i is not None]
+    if len(set(ids)) != len(ids):
+        raise QuizFileError(f"{file}: ids must be distinct, got {ids}")
+    return tuple(out)
+
+
+def load_questions(path) -> list[Question]:
+    """The questions of one quiz file (TOML, the format of flashcourse/quizzes/__init__.py),
+    checked against flashcourse/schemas/quiz.json; QuizFileError naming the file, the
+    question and what is wrong when it does not parse or follow the format."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise QuizFileError(f"{_shown(path)}: no such quiz file")
+    return [q for _, q in _parse(path, path.stat().st_mtime_ns)]
+
+
+def _lesson_questions() -> dict:
+    """lesson.toml's questions by id."""
+    if not LESSON_FILE.is_file():
+        raise QuizFileError(f"{_shown(LESSON_FILE)}: no such quiz file")
+    return dict(_parse(LESSON_FILE, LESSON_FILE.stat().st_mtime_ns))
+
+
+#: The lesson's own "check your understanding" question (from the course seed), kept in
+#: flashcourse/quizzes/lesson.toml. Asked once, in notebook 03 (nb03.toml includes it),
+#: where the learner has seen the tiled forward.
+AVOIDED_OBJECT = _lesson_questions()["avoided_object"]
