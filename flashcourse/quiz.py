@@ -276,10 +276,13 @@ def _place(file: str, where: list) -> str:
     return f"{out}, {'.'.join(map(str, where))}" if where else out
 
 
+_COUNTING = ("contains", "minContains", "maxContains")      # the one right option
+
+
 def _schema_problem(error) -> tuple[list, str]:
     """(document path, plain words) for one jsonschema error in a quiz file."""
     where, found = list(error.absolute_path), error.instance
-    if error.validator in ("contains", "minContains", "maxContains"):
+    if error.validator in _COUNTING:
         right = sum(isinstance(o, dict) and o.get("right") is True for o in found)
         return where[:-1], f"needs exactly one option with right = true, found {right}"
     if error.validator == "additionalProperties":
@@ -301,10 +304,12 @@ def _parse(path: Path, mtime_ns: int) -> tuple:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:            # its message gives line and column
         raise QuizFileError(f"{file}: not valid TOML: {exc}") from None
-    errors = schema_errors(doc, "quiz")
+    # "exactly one right option" last: a wrongly typed `right` would also break the count
+    errors = sorted(schema_errors(doc, "quiz"), key=lambda e: e.validator in _COUNTING)
     if errors:
         where, problem = _schema_problem(errors[0])
-        more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+        more = len(errors) - 1
+        more = f" (and {more} more problem{'s' * (more > 1)})" if more else ""
         raise QuizFileError(f"{_place(file, where)}: {problem}{more} "
                             "(the format: flashcourse/quizzes/__init__.py)")
     lesson = path == LESSON_FILE
