@@ -1,8 +1,11 @@
 """Multiple-choice "check your understanding" questions as ipywidgets.
 
-The questions of each notebook live in the package (`flashcourse.quizzes`), so a
-notebook's quiz cell is only `quizzes.show("03")` and the answer is not on screen
-before the learner answers. Each question:
+The questions of each notebook live in the package as data, one TOML file per notebook
+(`flashcourse/quizzes/nb03.toml`; the format is in `flashcourse/quizzes/__init__.py`),
+so a notebook's quiz cell is only `quizzes.show("03")` and the answer is not on screen
+before the learner answers. `load_questions(path)` reads one file, checks it against
+`flashcourse/schemas/quiz.json` and builds `Question`s; a broken file raises
+`QuizFileError` naming the file, the question and what is wrong. Each question:
 
 - shows its options in a shuffled order that is stable (seeded by the question's
   text, so a re-run shows the same order);
@@ -17,6 +20,7 @@ browser; the widget only shows it.
 
     from flashcourse import quizzes
     quizzes.show("03")                    # the questions of notebook 03
+    show_quiz(load_questions("my.toml"))  # the questions of any quiz file
     show_quiz([Question(...), ...])       # any list of questions
 """
 
