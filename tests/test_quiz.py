@@ -201,14 +201,14 @@ GOOD = """
 [[question]]
 text = "First?"
 why = "Because."
-
-[[question.option]]
-text = "right one"
-right = true
-
-[[question.option]]
-text = "wrong one"
-feedback = "A misconception."
+option = [{text = "right one", right = true},      # an array of inline tables is the same
+          {text = "wrong one", feedback = "A misconception."}]
+"""
+SECOND = """
+[[question]]
+text = "Q?"
+why = "W."
+option = [{text = "a", right = true}, {text = "b"}]
 """
 
 
@@ -218,45 +218,26 @@ def write(tmp_path, text, name="nb98.toml"):
     return path
 
 
-def second(question: str) -> str:
-    """A file whose second question is `question` (the first is a good one)."""
-    return GOOD + "\n" + question
+def broken(old: str, new: str) -> str:
+    """A good first question, and a second one (SECOND) with `old` replaced by `new`."""
+    assert old in SECOND
+    return GOOD + SECOND.replace(old, new)
 
 
-OPTIONS = """
-[[question.option]]
-text = "a"
-right = true
-
-[[question.option]]
-text = "b"
-"""
-
+EXACTLY_ONE = r"question 2: needs exactly one option with right = true, found "
 BROKEN = {
-    "missing why": (second('[[question]]\ntext = "Q?"\n' + OPTIONS),
-                    r"question 2: 'why' is a required property"),
-    "two right": (second('[[question]]\ntext = "Q?"\nwhy = "W."\n'
-                         + OPTIONS.replace('"b"', '"b"\nright = true')),
-                  r"question 2: needs exactly one option with right = true, found 2"),
-    "no right": (second('[[question]]\ntext = "Q?"\nwhy = "W."\n'
-                        + OPTIONS.replace("right = true", "")),
-                 r"question 2: needs exactly one option with right = true, found 0"),
-    "right = false only": (second('[[question]]\ntext = "Q?"\nwhy = "W."\n'
-                                  + OPTIONS.replace("right = true", "right = false")),
-                           r"question 2: needs exactly one option with right = true, found 0"),
-    "unknown option key": (second('[[question]]\ntext = "Q?"\nwhy = "W."\n'
-                                  + OPTIONS.replace('"b"', '"b"\nfeeback = "typo"')),
+    "missing why": (broken('why = "W."\n', ""), r"question 2: 'why' is a required property"),
+    "two right": (broken('"b"}', '"b", right = true}'), EXACTLY_ONE + "2"),
+    "no right": (broken(", right = true", ""), EXACTLY_ONE + "0"),
+    "right = false only": (broken("right = true", "right = false"), EXACTLY_ONE + "0"),
+    "unknown option key": (broken('"b"}', '"b", feeback = "typo"}'),
                            r"question 2, option 2: unknown key 'feeback' \(allowed: text, "
                            r"right, feedback\)"),
-    "unknown question key": (GOOD.replace('why = "Because."', 'why = "B."\nanswer = 0'),
-                             r"question 1: unknown key 'answer'"),
+    "duplicate option text": (broken('"b"', '"a"'), r"question 2: choices must be distinct"),
+    "unknown question key": (broken('why = "W."', 'why = "W."\nanswer = 0'),
+                             r"question 2: unknown key 'answer'"),
     "unknown top-level key": ('title = "x"\n' + GOOD, r"unknown key 'title'"),
-    "duplicate option text": (second('[[question]]\ntext = "Q?"\nwhy = "W."\n'
-                                     + OPTIONS.replace('"b"', '"a"')),
-                              r"question 2: choices must be distinct"),
-    "one option": (GOOD.replace('[[question.option]]\ntext = "wrong one"\n'
-                                'feedback = "A misconception."\n', ""),
-                   r"question 1: needs at least 2 options, found 1"),
+    "one option": (broken(', {text = "b"}', ""), r"question 2: needs at least 2 options, found 1"),
     "empty text": (GOOD.replace('"First?"', '""'), r"question 1, text: '' should be non-empty"),
     "wrong type": (GOOD.replace("right = true", "right = 1"),
                    r"question 1, option 1, right: 1 is not of type 'boolean'"),
@@ -316,3 +297,11 @@ def test_an_edited_file_is_read_again(tmp_path):
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))   # a later edit
     assert load_questions(path)[0].text == "Second?"
+
+
+def test_the_documented_example_is_a_valid_quiz_file(tmp_path):
+    import textwrap
+    doc = quizzes.__doc__
+    example = textwrap.dedent(doc[doc.index("    # Quiz of notebook 09"):doc.index("- `[[")])
+    (q,) = load_questions(write(tmp_path, example))
+    assert "the backward saves by" in q.text and q.choices[q.answer].startswith("The saving")
