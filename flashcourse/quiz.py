@@ -302,7 +302,8 @@ def _schema_problem(error) -> tuple[list, str]:
 
 @lru_cache(maxsize=None)
 def _parse(path: Path, mtime_ns: int) -> tuple:
-    """(id or None, Question) for each question of one quiz file; cached until it changes."""
+    """(id or None, Question or the id it includes) for each question of one quiz file;
+    cached until the file changes."""
     file = _shown(path)
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -323,12 +324,8 @@ def _parse(path: Path, mtime_ns: int) -> tuple:
         if ("id" in q) != lesson:
             raise QuizFileError(f"{here}: every question of {LESSON_FILE.name} has an id, "
                                 "and only those (another file includes one by its id)")
-        if "include" in q:
-            known = _lesson_questions()
-            if q["include"] not in known:
-                raise QuizFileError(f"{here}: include = {q['include']!r} is no id in "
-                                    f"{LESSON_FILE.name} (ids: {', '.join(known)})")
-            out.append((None, known[q["include"]]))
+        if "include" in q:                            # looked up when loaded
+            out.append((None, q["include"]))
             continue
         options = q["option"]
         try:
@@ -351,7 +348,15 @@ def load_questions(path) -> list[Question]:
     path = Path(path).resolve()
     if not path.is_file():
         raise QuizFileError(f"{_shown(path)}: no such quiz file")
-    return [q for _, q in _parse(path, path.stat().st_mtime_ns)]
+    entries = [q for _, q in _parse(path, path.stat().st_mtime_ns)]
+    if all(isinstance(q, Question) for q in entries):
+        return entries
+    lesson = _lesson_questions()
+    for n, q in enumerate(entries, 1):
+        if isinstance(q, str) and q not in lesson:
+            raise QuizFileError(f"{_shown(path)}, question {n}: include = {q!r} is no id in "
+                                f"{LESSON_FILE.name} (ids: {', '.join(lesson)})")
+    return [lesson[q] if isinstance(q, str) else q for q in entries]
 
 
 def _lesson_questions() -> dict:

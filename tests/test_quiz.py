@@ -1,6 +1,7 @@
 """The quiz logic (no browser), the question bank, and the widget."""
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -290,7 +291,6 @@ def test_multi_line_strings_join_into_one_line(tmp_path):
 
 
 def test_an_edited_file_is_read_again(tmp_path):
-    import os
     path = write(tmp_path, GOOD)
     assert load_questions(path)[0].text == "First?"
     path.write_text(GOOD.replace("First?", "Second?"))
@@ -305,3 +305,21 @@ def test_the_documented_example_is_a_valid_quiz_file(tmp_path):
     example = textwrap.dedent(doc[doc.index("    # Quiz of notebook 09"):doc.index("- `[[")])
     (q,) = load_questions(write(tmp_path, example))
     assert "the backward saves by" in q.text and q.choices[q.answer].startswith("The saving")
+
+
+def test_includes_read_the_lesson_file_as_it_is_now(tmp_path, monkeypatch):
+    import flashcourse.quiz as quiz_module
+    lesson = write(tmp_path, GOOD.replace('text = "First?"', 'id = "first"\ntext = "First?"'),
+                   "lesson.toml")
+    monkeypatch.setattr(quiz_module, "LESSON_FILE", lesson.resolve())
+    notebook = write(tmp_path, '[[question]]\ninclude = "first"\n' + SECOND)
+    assert [q.text for q in load_questions(notebook)] == ["First?", "Q?"]
+    lesson.write_text(lesson.read_text().replace('"first"', '"renamed"'))
+    stat = lesson.stat()
+    os.utime(lesson, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))   # a later edit
+    with pytest.raises(QuizFileError, match=r"nb98.toml, question 1: include = 'first' is no "
+                                            r"id in lesson.toml \(ids: renamed\)"):
+        load_questions(notebook)
+    lesson.write_text(GOOD.replace('text = "First?"', 'id = "x"\ntext = "First?"') * 2)
+    with pytest.raises(QuizFileError, match=r"lesson.toml: ids must be distinct"):
+        load_questions(lesson)
