@@ -37,8 +37,9 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     diagrams    the teaching diagrams of notebooks 01-04
     kernel_diagrams  pictures of the CUDA kernels: forward data flow, backward key-major loop
     tables      wide tables as HTML (notebooks print lines under ~100 characters)
-    quiz        multiple-choice "check your understanding" widgets (Question, the widget)
-    quizzes     each notebook's questions, one module per notebook: quizzes.show("03")
+    quiz        multiple-choice "check your understanding" widgets (Question, the widget,
+                reading a quiz file)
+    quizzes     each notebook's questions, one TOML file per notebook: quizzes.show("03")
     exercises   the notebooks' predict-then-check exercises and their checkers
     labs        the lab checkers
 """

@@ -1,8 +1,11 @@
 """Multiple-choice "check your understanding" questions as ipywidgets.
 
-The questions of each notebook live in the package (`flashcourse.quizzes`), so a
-notebook's quiz cell is only `quizzes.show("03")` and the answer is not on screen
-before the learner answers. Each question:
+The questions of each notebook live in the package as data, one TOML file per notebook
+(`flashcourse/quizzes/nb03.toml`; the format is in `flashcourse/quizzes/__init__.py`),
+so a notebook's quiz cell is only `quizzes.show("03")` and the answer is not on screen
+before the learner answers. `load_questions(path)` reads one file, checks it against
+`flashcourse/schemas/quiz.json` and builds `Question`s; a broken file raises
+`QuizFileError` naming the file, the question and what is wrong. Each question:
 
 - shows its options in a shuffled order that is stable (seeded by the question's
   text, so a re-run shows the same order);
@@ -17,6 +20,7 @@ browser; the widget only shows it.
 
     from flashcourse import quizzes
     quizzes.show("03")                    # the questions of notebook 03
+    show_quiz(load_questions("my.toml"))  # the questions of any quiz file
     show_quiz([Question(...), ...])       # any list of questions
 """
 
@@ -27,6 +31,15 @@ import html
 import numbers
 import random
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .results import schema_errors
+
+try:
+    import tomllib
+except ImportError:              # Python 3.10: the same parser as a package (requirements.txt)
+    import tomli as tomllib
 
 RIGHT = "Correct."
 WRONG = "Not quite."
@@ -237,20 +250,123 @@ def show_quiz(questions) -> None:
     display(quiz_box(questions))
 
 
-#: The lesson's own "check your understanding" question (from the course seed). Asked once,
-#: in notebook 03 (flashcourse/quizzes/nb03.py), where the learner has seen the tiled forward.
-AVOIDED_OBJECT = Question(
-    "What is the main avoided object in tiled IO-aware attention?",
-    ["The full attention score/probability matrix in outer memory",
-     "All model weights",
-     "The causal relationship between tokens"],
-    answer=0,
-    why=("Tiles and running normalization allow the result to be accumulated without "
-         "retaining every pairwise score in HBM. The weights are still needed, and a "
-         "causal mask is still applied: only the Tq x Tk intermediate disappears."),
-    feedback=("",
-              "Weights are not what attention's memory problem is about: Q, K, V come from "
-              "them, and they are still read in full.",
-              "The causal mask is still applied, tile by tile; FlashAttention computes the same "
-              "function, so no relationship between tokens is dropped."),
-)
+#: The quiz files (one per notebook or lab, and lesson.toml); their format is described in
+#: flashcourse/quizzes/__init__.py and checked against flashcourse/schemas/quiz.json.
+QUIZ_DIR = Path(__file__).resolve().parent / "quizzes"
+#: The lesson's own questions (not one notebook's), each with an `id`; a notebook's file
+#: asks one with `include = "<id>"`.
+LESSON_FILE = QUIZ_DIR / "lesson.toml"
+
+
+class QuizFileError(ValueError):
+    """A quiz file that does not parse or does not follow the format; the message names the
+    file, the question (and option) and what is wrong."""
+
+
+def _shown(path: Path) -> str:
+    """A quiz file as errors name it: flashcourse/quizzes/nb09.toml, or the path given."""
+    try:
+        return str(path.relative_to(QUIZ_DIR.parents[1]))
+    except ValueError:
+        return str(path)
+
+
+def _place(file: str, where: list) -> str:
+    """'nb09.toml, question 3, option 2' for the document path ['question', 2, 'option', 1]."""
+    out = file
+    for key in ("question", "option"):
+        if len(where) >= 2 and where[0] == key and isinstance(where[1], int):
+            out, where = f"{out}, {key} {where[1] + 1}", where[2:]
+    return f"{out}, {'.'.join(map(str, where))}" if where else out
+
+
+_COUNTING = ("contains", "minContains", "maxContains")      # the one right option
+
+
+def _schema_problem(error) -> tuple[list, str]:
+    """(document path, plain words) for one jsonschema error in a quiz file."""
+    where, found = list(error.absolute_path), error.instance
+    if error.validator in _COUNTING:
+        right = sum(isinstance(o, dict) and o.get("right") is True for o in found)
+        return where[:-1], f"needs exactly one option with right = true, found {right}"
+    if error.validator == "additionalProperties":
+        allowed = list(error.schema.get("properties", {}))
+        unknown = ", ".join(repr(k) for k in found if k not in allowed)
+        return where, f"unknown key {unknown} (allowed: {', '.join(allowed)})"
+    if error.validator == "minItems" and where[-1:] == ["option"]:
+        return where[:-1], f"needs at least 2 options, found {len(found)}"
+    if error.validator == "maxProperties":
+        return where, "a question with include = ... has no other keys"
+    return where, error.message if len(error.message) <= 200 else error.message[:200] + "..."
+
+
+@lru_cache(maxsize=None)
+def _parse(path: Path, mtime_ns: int) -> tuple:
+    """(id or None, Question or the id it includes) for each question of one quiz file;
+    cached until the file changes."""
+    file = _shown(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:            # its message gives line and column
+        raise QuizFileError(f"{file}: not valid TOML: {exc}") from None
+    # "exactly one right option" last: a wrongly typed `right` would also break the count
+    errors = sorted(schema_errors(doc, "quiz"), key=lambda e: e.validator in _COUNTING)
+    if errors:
+        where, problem = _schema_problem(errors[0])
+        more = len(errors) - 1
+        more = f" (and {more} more problem{'s' * (more > 1)})" if more else ""
+        raise QuizFileError(f"{_place(file, where)}: {problem}{more} "
+                            "(the format: flashcourse/quizzes/__init__.py)")
+    lesson = path == LESSON_FILE
+    out = []
+    for n, q in enumerate(doc["question"], 1):
+        here = f"{file}, question {n}"
+        if ("id" in q) != lesson:
+            raise QuizFileError(f"{here}: every question of {LESSON_FILE.name} has an id, "
+                                "and only those (another file includes one by its id)")
+        if "include" in q:                            # looked up when loaded
+            out.append((None, q["include"]))
+            continue
+        options = q["option"]
+        try:
+            question = Question(q["text"], [o["text"] for o in options],
+                                answer=[o.get("right", False) for o in options].index(True),
+                                why=q["why"], feedback=[o.get("feedback", "") for o in options])
+        except ValueError as exc:                     # e.g. two options with the same text
+            raise QuizFileError(f"{here}: {exc}") from None
+        out.append((q.get("id"), question))
+    ids = [i for i, _ in out if i is not None]
+    if len(set(ids)) != len(ids):
+        raise QuizFileError(f"{file}: ids must be distinct, got {ids}")
+    return tuple(out)
+
+
+def load_questions(path) -> list[Question]:
+    """The questions of one quiz file (TOML, the format of flashcourse/quizzes/__init__.py),
+    checked against flashcourse/schemas/quiz.json; QuizFileError naming the file, the
+    question and what is wrong when it does not parse or follow the format."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise QuizFileError(f"{_shown(path)}: no such quiz file")
+    entries = [q for _, q in _parse(path, path.stat().st_mtime_ns)]
+    if all(isinstance(q, Question) for q in entries):
+        return entries
+    lesson = _lesson_questions()
+    for n, q in enumerate(entries, 1):
+        if isinstance(q, str) and q not in lesson:
+            raise QuizFileError(f"{_shown(path)}, question {n}: include = {q!r} is no id in "
+                                f"{LESSON_FILE.name} (ids: {', '.join(lesson)})")
+    return [lesson[q] if isinstance(q, str) else q for q in entries]
+
+
+def _lesson_questions() -> dict:
+    """lesson.toml's questions by id."""
+    if not LESSON_FILE.is_file():
+        raise QuizFileError(f"{_shown(LESSON_FILE)}: no such quiz file")
+    return dict(_parse(LESSON_FILE, LESSON_FILE.stat().st_mtime_ns))
+
+
+#: The lesson's own "check your understanding" question (from the course seed), kept in
+#: flashcourse/quizzes/lesson.toml. Asked once, in notebook 03 (nb03.toml includes it),
+#: where the learner has seen the tiled forward.
+AVOIDED_OBJECT = _lesson_questions()["avoided_object"]

@@ -75,12 +75,19 @@ def schema(kind: str) -> dict:
     return json.loads(path.read_text())
 
 
+def schema_errors(doc, kind: str) -> list:
+    """Where `doc` breaks flashcourse/schemas/<kind>.json: jsonschema's ValidationErrors in
+    document order (none: it matches). Also checks the quiz files (kind "quiz")."""
+    import jsonschema
+    validator = jsonschema.Draft202012Validator(schema(kind))
+    return sorted(validator.iter_errors(doc),   # keys before indices at one depth, each in order
+                  key=lambda e: [(isinstance(p, int), p) for p in e.absolute_path])
+
+
 def validate(doc, kind: str, source: str = "results document") -> dict:
     """Return `doc` if it matches the schema of `kind`; else ResultsError naming `source`,
     where in the document the first problem is, and what it is."""
-    import jsonschema
-    validator = jsonschema.Draft202012Validator(schema(kind))
-    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    errors = schema_errors(doc, kind)
     if errors:
         first = errors[0]
         where = "/".join(str(p) for p in first.absolute_path) or "(top level)"

@@ -57,7 +57,7 @@ def test_missing_sentence_is_an_error(tmp_path):
 
 
 def test_quizzes_kept_in_the_package_are_counted(tmp_path):
-    """A quiz cell `quizzes.show("03")` counts the questions of flashcourse/quizzes/nb03.py;
+    """A quiz cell `quizzes.show("03")` counts the questions of flashcourse/quizzes/nb03.toml;
     an AVOIDED_OBJECT on an import line is not a question."""
     from flashcourse import quizzes
 
@@ -69,5 +69,7 @@ def test_quizzes_kept_in_the_package_are_counted(tmp_path):
     nbformat.write(nb, path)
     assert notebook_time.estimate(path).questions == len(quizzes.get("03"))
     assert notebook_time.bank_questions("lab04") == len(quizzes.get("lab04"))
-    with pytest.raises(ValueError, match="no nb99.py"):
+    nb03 = ROOT / "flashcourse" / "quizzes" / "nb03.toml"          # counted another way
+    assert notebook_time.bank_questions("03") == nb03.read_text().count("[[question]]")
+    with pytest.raises(ValueError, match=r"quizzes.show\('99'\): no quiz for notebook '99'"):
         notebook_time.bank_questions("99")

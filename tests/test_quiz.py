@@ -1,6 +1,7 @@
 """The quiz logic (no browser), the question bank, and the widget."""
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -8,10 +9,12 @@ import numpy as np
 import pytest
 
 from flashcourse import quizzes
-from flashcourse.quiz import AVOIDED_OBJECT, Question, QuizSession, quiz_box, show_quiz
+from flashcourse.quiz import (AVOIDED_OBJECT, LESSON_FILE, QUIZ_DIR, Question, QuizFileError,
+                              QuizSession, load_questions, quiz_box, show_quiz)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+QUIZ_FILES = sorted(QUIZ_DIR.glob("*.toml"))
 
 
 def test_wrong_pick_gives_its_misconception_and_does_not_reveal_the_answer():
@@ -160,3 +163,163 @@ def test_static_site_shows_the_answer_behind_a_toggle(monkeypatch, capsys):
     assert page.index(first.choices[first.order()[0]]) < page.index(first.choices[first.order()[1]])
     monkeypatch.setenv("FLASHCOURSE_STATIC_SITE", "1")
     quizzes.show("03")                  # displays HTML, not a widget; must not raise
+
+
+# The quiz files (flashcourse/quizzes/*.toml) and their loader.
+
+@pytest.mark.parametrize("path", QUIZ_FILES, ids=lambda p: p.name)
+def test_every_quiz_file_follows_the_format_and_reads_easily(path):
+    questions = load_questions(path)
+    assert questions and all(isinstance(q, Question) for q in questions)
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        assert len(line) <= 100, f"{path.name}:{n} is longer than 100 characters"
+        # a line-ending backslash joins the next line with no space unless one stands before it
+        assert not line.endswith("\\") or line.endswith(" \\"), f"{path.name}:{n}"
+    for q in questions:                 # the joined prose: one line, single spaces
+        for s in (q.text, q.why, *q.choices, *q.feedback):
+            assert "\n" not in s and "  " not in s and s == s.strip(), (path.name, s)
+
+
+def test_every_quiz_file_is_shown_by_name():
+    names = {p.stem for p in QUIZ_FILES} - {LESSON_FILE.stem}
+    assert sorted(n if n.startswith("lab") else n[2:] for n in names) == quizzes.names()
+    assert quizzes.path(3) == QUIZ_DIR / "nb03.toml" and quizzes.path("lab04").is_file()
+
+
+def test_the_lesson_question_has_one_home():
+    assert load_questions(LESSON_FILE) == [AVOIDED_OBJECT]
+    assert quizzes.get("03")[0] == AVOIDED_OBJECT
+    assert 'include = "avoided_object"' in (QUIZ_DIR / "nb03.toml").read_text()
+
+
+def test_get_returns_a_new_list_each_call():
+    first = quizzes.get("09")
+    first.clear()
+    assert len(quizzes.get("09")) == 5 and quizzes.get("09") is not quizzes.get("09")
+
+
+GOOD = """
+[[question]]
+text = "First?"
+why = "Because."
+option = [{text = "right one", right = true},      # an array of inline tables is the same
+          {text = "wrong one", feedback = "A misconception."}]
+"""
+SECOND = """
+[[question]]
+text = "Q?"
+why = "W."
+option = [{text = "a", right = true}, {text = "b"}]
+"""
+
+
+def write(tmp_path, text, name="nb98.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def broken(old: str, new: str) -> str:
+    """A good first question, and a second one (SECOND) with `old` replaced by `new`."""
+    assert old in SECOND
+    return GOOD + SECOND.replace(old, new)
+
+
+EXACTLY_ONE = r"question 2: needs exactly one option with right = true, found "
+BROKEN = {
+    "missing why": (broken('why = "W."\n', ""), r"question 2: 'why' is a required property"),
+    "two right": (broken('"b"}', '"b", right = true}'), EXACTLY_ONE + "2"),
+    "no right": (broken(", right = true", ""), EXACTLY_ONE + "0"),
+    "right = false only": (broken("right = true", "right = false"), EXACTLY_ONE + "0"),
+    "unknown option key": (broken('"b"}', '"b", feeback = "typo"}'),
+                           r"question 2, option 2: unknown key 'feeback' \(allowed: text, "
+                           r"right, feedback\)"),
+    "duplicate option text": (broken('"b"', '"a"'), r"question 2: choices must be distinct"),
+    "unknown question key": (broken('why = "W."', 'why = "W."\nanswer = 0'),
+                             r"question 2: unknown key 'answer'"),
+    "unknown top-level key": ('title = "x"\n' + GOOD, r"unknown key 'title'"),
+    "one option": (broken(', {text = "b"}', ""), r"question 2: needs at least 2 options, found 1"),
+    "empty text": (GOOD.replace('"First?"', '""'), r"question 1, text: '' should be non-empty"),
+    "wrong type": (GOOD.replace("right = true", "right = 1"),
+                   r"question 1, option 1, right: 1 is not of type 'boolean'"),
+    "no questions": ("# nothing yet\n", r"'question' is a required property"),
+    "include with more keys": ('[[question]]\ninclude = "avoided_object"\ntext = "Q?"\n',
+                               r"question 1: a question with include = \.\.\. has no other keys"),
+    "include of no id": ('[[question]]\ninclude = "no_such_question"\n',
+                         r"question 1: include = 'no_such_question' is no id in lesson.toml "
+                         r"\(ids: avoided_object\)"),
+    "id outside lesson.toml": (GOOD.replace('text = "First?"', 'id = "first"\ntext = "First?"'),
+                               r"question 1: every question of lesson.toml has an id"),
+    "syntax error": (GOOD.replace('why = "Because."', 'why = "Because.'),
+                     r"not valid TOML: .*line 4"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_broken_quiz_file_names_the_file_the_question_and_the_problem(tmp_path, case):
+    text, message = BROKEN[case]
+    path = write(tmp_path, text)
+    with pytest.raises(QuizFileError, match=re.escape(str(path)) + r"(: |, ).*" + message):
+        load_questions(path)
+
+
+def test_a_good_file_loads_and_a_missing_one_is_named(tmp_path):
+    (q,) = load_questions(write(tmp_path, GOOD))
+    assert q == Question("First?", ["right one", "wrong one"], 0, "Because.",
+                         feedback=("", "A misconception."))
+    with pytest.raises(QuizFileError, match="nb97.toml: no such quiz file"):
+        load_questions(tmp_path / "nb97.toml")
+
+
+def test_the_file_keeps_the_option_order_and_aligns_answer_and_feedback(tmp_path):
+    texts = ["delta", "alpha", "charlie", "bravo"]        # not sorted: the file's order counts
+    options = "".join(f'\n[[question.option]]\ntext = "{t}"\nfeedback = "because {t}"\n'
+                      + ("right = true\n" if t == "charlie" else "") for t in texts)
+    (q,) = load_questions(write(tmp_path, '[[question]]\ntext = "Which?"\nwhy = "W."\n'
+                                + options))
+    assert list(q.choices) == texts and q.answer == 2
+    assert list(q.feedback) == [f"because {t}" for t in texts]
+    # the learner sees the order a Question built from the same text and options shows
+    assert q.order() == Question("Which?", texts, 0, "other").order()
+
+
+def test_multi_line_strings_join_into_one_line(tmp_path):
+    text = GOOD.replace('text = "First?"',
+                        'text = """\nHow many tiles \\\n    are skipped?"""')
+    (q,) = load_questions(write(tmp_path, text))
+    assert q.text == "How many tiles are skipped?"
+
+
+def test_an_edited_file_is_read_again(tmp_path):
+    path = write(tmp_path, GOOD)
+    assert load_questions(path)[0].text == "First?"
+    path.write_text(GOOD.replace("First?", "Second?"))
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))   # a later edit
+    assert load_questions(path)[0].text == "Second?"
+
+
+def test_the_documented_example_is_a_valid_quiz_file(tmp_path):
+    import textwrap
+    doc = quizzes.__doc__
+    example = textwrap.dedent(doc[doc.index("    # Quiz of notebook 09"):doc.index("- `[[")])
+    (q,) = load_questions(write(tmp_path, example))
+    assert "the backward saves by" in q.text and q.choices[q.answer].startswith("The saving")
+
+
+def test_includes_read_the_lesson_file_as_it_is_now(tmp_path, monkeypatch):
+    import flashcourse.quiz as quiz_module
+    lesson = write(tmp_path, GOOD.replace('text = "First?"', 'id = "first"\ntext = "First?"'),
+                   "lesson.toml")
+    monkeypatch.setattr(quiz_module, "LESSON_FILE", lesson.resolve())
+    notebook = write(tmp_path, '[[question]]\ninclude = "first"\n' + SECOND)
+    assert [q.text for q in load_questions(notebook)] == ["First?", "Q?"]
+    lesson.write_text(lesson.read_text().replace('"first"', '"renamed"'))
+    stat = lesson.stat()
+    os.utime(lesson, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))   # a later edit
+    with pytest.raises(QuizFileError, match=r"nb98.toml, question 1: include = 'first' is no "
+                                            r"id in lesson.toml \(ids: renamed\)"):
+        load_questions(notebook)
+    lesson.write_text(GOOD.replace('text = "First?"', 'id = "x"\ntext = "First?"') * 2)
+    with pytest.raises(QuizFileError, match=r"lesson.toml: ids must be distinct"):
+        load_questions(lesson)

@@ -88,14 +88,15 @@ QUIZ_RE = re.compile(r"quizzes\.show\(\s*[\"']([^\"']+)[\"']\s*\)")
 
 
 def bank_questions(name: str) -> int:
-    """Questions of a quiz kept in the package (`quizzes.show("03")`), counted in its module's
-    source: flashcourse/quizzes/nbNN.py (or labNN.py)."""
-    module = name if name.startswith("lab") else f"nb{name}"
-    path = Path(__file__).resolve().parents[1] / "flashcourse" / "quizzes" / f"{module}.py"
-    if not path.exists():
-        raise ValueError(f"quizzes.show({name!r}): no {path.name} in flashcourse/quizzes/")
-    src = path.read_text(encoding="utf-8")
-    return src.count("Question(") + len(re.findall(r"^\s*AVOIDED_OBJECT,", src, re.M))
+    """Questions of a quiz kept in the package (`quizzes.show("03")`), as the package loads
+    them: flashcourse/quizzes/nbNN.toml (or labNN.toml), through `flashcourse.quizzes.get`."""
+    if str(ROOT) not in sys.path:            # run as a script: this checkout's package
+        sys.path.insert(0, str(ROOT))
+    from flashcourse import quizzes
+    try:
+        return len(quizzes.get(name))
+    except ValueError as exc:                # no such quiz, or a broken file (named)
+        raise ValueError(f"quizzes.show({name!r}): {exc}") from None
 
 
 def estimate(path) -> Estimate:
