@@ -292,6 +292,14 @@ TILED_CASES = [
     ("large scores (|S| ~ 1e3), causal, Tq = 17, Tk = 21, d = 3", 17, 21, 3, 4, 8, True, 20.0),
 ]
 
+#: The causal shapes on which the tiled labs count the rows their loops load:
+#: (name, Tq, Tk, Br, Bc); Tq = Tk, and Tq != Tk both ways.
+SKIPPING_SHAPES = [
+    ("Tq = Tk = 24, Br = Bc = 4", 24, 24, 4, 4),
+    ("Tq = 10 < Tk = 30, Br = 4, Bc = 5", 10, 30, 4, 5),
+    ("Tq = 24 > Tk = 10, Br = 5, Bc = 3", 24, 10, 5, 3),
+]
+
 
 def as_pair(out):
     """The learner's result as a tuple of two float64 arrays (or left as is if malformed)."""
@@ -382,6 +390,35 @@ def mistake_diagnoses(replay: Callable, mistakes, close: Callable, *, right=None
         if seen(wrong, right):
             diagnoses.append(((lambda yours, _expected, w=wrong: close(yours, w)), *hint))
     return diagnoses
+
+
+def tiled_cases(inputs: Callable, expected: Callable, replay: Callable, mistakes,
+                close: Callable, hint, *, scale: float, rtol: float, atol: float,
+                parts: int | None = None, first=()) -> list[Case]:
+    """One Case per shape of TILED_CASES for a tiled lab function called as
+    `fn(*arrays, causal, scale, block_q, block_k)`.
+
+    inputs(n, Tq, Tk, d, causal, spread) -> the case's arrays (n: its index, for seeds);
+    expected(arrays, causal) -> what fn must return; `fn` returns a tuple of `parts`
+    arrays (None: one array). A failure is named by the diagnoses `first`, then by the
+    typical mistakes replayed as `replay(*arrays, causal, scale, Br, Bc, mistake)`
+    (`mistake_diagnoses` with `close`); else by `hint` = (level 1, level 2).
+    """
+    cases = []
+    for n, (name, tq, tk, d, br, bc, causal, spread) in enumerate(TILED_CASES):
+        arrays = inputs(n, tq, tk, d, causal, spread)
+        rest = (causal, scale, br, bc)
+        diagnoses = list(first) + mistake_diagnoses(
+            lambda mistake, arrays=arrays, rest=rest: replay(*arrays, *rest, mistake),
+            mistakes, close)
+        want = expected(arrays, causal)
+
+        def run(fn, arrays=arrays, rest=rest, want=want):
+            out = fn(*(a.copy() for a in arrays), *rest)
+            return (plain(out) if parts is None else result_tuple(out, parts)), want
+
+        cases.append(Case(name, run, hint[0], diagnoses, rtol=rtol, atol=atol, hint2=hint[1]))
+    return cases
 
 
 def rows_loaded_case(name: str, arrays, rest, watch: int, want: int, no_skip,

@@ -27,8 +27,8 @@ import numpy as np
 
 from .. import reference
 from ..geometry import causal_block_sums
-from ._harness import (TILED_CASES, Case, Result, mistake_diagnoses, parts_close, plain,
-                       random_qkv, result_tuple, rows_loaded_case, run_checks)
+from ._harness import (SKIPPING_SHAPES, Result, parts_close, plain, random_qkv,
+                       rows_loaded_case, run_checks, tiled_cases)
 
 HINT_FORGOT_D = (
     "dS is missing the row term of the softmax Jacobian: each row's dS must subtract that "
@@ -150,6 +150,12 @@ def _inputs(seed, tq, tk, d, causal, spread=1.0):
     return q, k, v, o, lse, do
 
 
+def _gradients(args, causal):
+    """The dense float64 backward (dq, dk, dv) of _inputs' (q, k, v, o, lse, do)."""
+    q, k, v, _, _, do = args
+    return reference.attention_backward(q, k, v, do, causal=causal, scale=SCALE)
+
+
 def _close(a, b) -> bool:
     return parts_close(a, b, rtol=1e-7, atol=1e-9)
 
@@ -161,49 +167,26 @@ def _nonfinite(yours, _expected):
 def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Check `flash_backward(q, k, v, o, lse, do, causal, scale, block_q, block_k)` against
     the dense float64 backward on seven inputs, then its causal skipping of query blocks."""
-    cases = []
-    for n, (name, tq, tk, d, br, bc, causal, spread) in enumerate(TILED_CASES):
-        args = _inputs(100 + n, tq, tk, d, causal, spread)
-        q, k, v, o, lse, do = args
-        expected = reference.attention_backward(q, k, v, do, causal=causal, scale=SCALE)
-        diagnoses = [(_nonfinite, *HINT_NEG_INF)] + mistake_diagnoses(
-            lambda mistake, args=args, causal=causal, br=br, bc=bc:
-                replay(*args, causal, SCALE, br, bc, mistake), MISTAKES, _close)
-
-        def run(f, args=args, causal=causal, br=br, bc=bc, expected=expected):
-            out = f(*(a.copy() for a in args), causal, SCALE, br, bc)
-            return result_tuple(out, 3), expected
-
-        cases.append(Case(name, run, HINT_BACKWARD[0], diagnoses, rtol=_RTOL, atol=_ATOL,
-                          hint2=HINT_BACKWARD[1]))
-    for name, tq, tk, br, bc in (("query blocks skipped, Tq = Tk = 20, Br = Bc = 4", 20, 20, 4, 4),
-                                 ("query blocks skipped, Tq = 24 > Tk = 10, Br = 5, Bc = 3",
-                                  24, 10, 5, 3)):
+    cases = tiled_cases(lambda n, *shape: _inputs(100 + n, *shape), _gradients, replay,
+                        MISTAKES, _close, HINT_BACKWARD, scale=SCALE, rtol=_RTOL, atol=_ATOL,
+                        parts=3, first=[(_nonfinite, *HINT_NEG_INF)])
+    for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
         _, _, query_rows = causal_block_sums(tq, tk, br, bc, True)   # over visible tiles
-        cases.append(rows_loaded_case(f"{name}: query rows loaded through q[q0:q1]",
-                                      _inputs(120 + tq, tq, tk, 3, True), (True, SCALE, br, bc),
-                                      0, query_rows, HINT_NO_SKIP, HINT_SKIP_TOO_MUCH))
+        cases.append(rows_loaded_case(f"query blocks skipped, {name}: query rows loaded through "
+                                      "q[q0:q1]", _inputs(120 + n, tq, tk, 3, True),
+                                      (True, SCALE, br, bc), 0, query_rows, HINT_NO_SKIP,
+                                      HINT_SKIP_TOO_MUCH))
     return run_checks("flash_backward(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
                       fn, cases, verbose=verbose, hint_level=hint_level)
 
 
 def check_flash_backward_dq(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Going further: check the query-major `flash_backward_dq(...) -> dq` on the same inputs."""
-    cases = []
-    for n, (name, tq, tk, d, br, bc, causal, spread) in enumerate(TILED_CASES):
-        args = _inputs(100 + n, tq, tk, d, causal, spread)
-        q, k, v, o, lse, do = args
-        expected = reference.attention_backward(q, k, v, do, causal=causal, scale=SCALE)[0]
-        diagnoses = [(lambda y, e: _nonfinite((y,), e), *HINT_NEG_INF)] + mistake_diagnoses(
-            lambda mistake, args=args, causal=causal, br=br, bc=bc:
-                replay(*args, causal, SCALE, br, bc, mistake)[0], DQ_MISTAKES,
-            lambda a, b: _close((a,), (b,)), right=expected)
-
-        def run(f, args=args, causal=causal, br=br, bc=bc, expected=expected):
-            return plain(f(*(a.copy() for a in args), causal, SCALE, br, bc)), expected
-
-        cases.append(Case(name, run, HINT_BACKWARD[0], diagnoses, rtol=_RTOL, atol=_ATOL,
-                          hint2=HINT_BACKWARD[1]))
+    cases = tiled_cases(lambda n, *shape: _inputs(100 + n, *shape),
+                        lambda args, causal: _gradients(args, causal)[0],
+                        lambda *args: replay(*args)[0], DQ_MISTAKES,
+                        lambda a, b: _close((a,), (b,)), HINT_BACKWARD, scale=SCALE, rtol=_RTOL,
+                        atol=_ATOL, first=[(lambda y, e: _nonfinite((y,), e), *HINT_NEG_INF)])
     return run_checks("flash_backward_dq(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
                       fn, cases, verbose=verbose, hint_level=hint_level)
 

@@ -34,8 +34,8 @@ from .. import reference
 from ..geometry import causal_block_sums, ceil_div, visible_mask
 from ..counter import TrafficCounter
 from ..traffic import tiled_traffic
-from ._harness import (TILED_CASES, Case, Result, mistake_diagnoses, parts_close, plain,
-                       random_qkv, result_tuple, rows_loaded_case, run_checks)
+from ._harness import (SKIPPING_SHAPES, Case, Result, parts_close, plain, random_qkv,
+                       result_tuple, rows_loaded_case, run_checks, tiled_cases)
 
 # -- hints: (level 1 diagnoses, level 2 more explicit); tests assert on these strings -----
 HINT_RESCALE = (
@@ -208,27 +208,14 @@ def _inputs(seed, tq, tk, d, spread=1.0):
 def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Check `flash_forward(q, k, v, causal, scale, block_q, block_k)` on seven cases, then
     check that tiles the causal mask hides in full are never loaded."""
-    cases = []
-    for n, (name, tq, tk, d, br, bc, causal, spread) in enumerate(TILED_CASES):
-        q, k, v = _inputs(40 + n, tq, tk, d, spread)
-        expected = reference.attention(q, k, v, causal=causal, scale=SCALE)
-        diagnoses = [(_has_nan, *HINT_NEG_INF)] + mistake_diagnoses(
-            lambda mistake, q=q, k=k, v=v, causal=causal, br=br, bc=bc:
-                replay(q, k, v, causal, SCALE, br, bc, mistake), MISTAKES, _close)
-
-        def run(f, q=q, k=k, v=v, causal=causal, br=br, bc=bc, expected=expected):
-            out = f(q.copy(), k.copy(), v.copy(), causal, SCALE, br, bc)
-            return result_tuple(out, 2), expected
-
-        cases.append(Case(name, run, HINT_FORWARD[0], diagnoses, rtol=_RTOL, atol=_ATOL,
-                          hint2=HINT_FORWARD[1]))
-
-    for name, tq, tk, br, bc in (("causal skipping, Tq = Tk = 24, Br = Bc = 4", 24, 24, 4, 4),
-                                 ("causal skipping, Tq = 10 < Tk = 30, Br = 4, Bc = 5",
-                                  10, 30, 4, 5)):
+    cases = tiled_cases(lambda n, tq, tk, d, causal, spread: _inputs(40 + n, tq, tk, d, spread),
+                        lambda qkv, causal: reference.attention(*qkv, causal=causal, scale=SCALE),
+                        replay, MISTAKES, _close, HINT_FORWARD, scale=SCALE, rtol=_RTOL,
+                        atol=_ATOL, parts=2, first=[(_has_nan, *HINT_NEG_INF)])
+    for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
         _, key_rows, _ = causal_block_sums(tq, tk, br, bc, True)   # over visible tiles
-        cases.append(rows_loaded_case(f"{name}: key rows loaded through k[k0:k1]",
-                                      _inputs(60 + tq, tq, tk, 3), (True, SCALE, br, bc), 1,
+        cases.append(rows_loaded_case(f"causal skipping, {name}: key rows loaded through k[k0:k1]",
+                                      _inputs(60 + n, tq, tk, 3), (True, SCALE, br, bc), 1,
                                       key_rows, HINT_NO_SKIP, HINT_SKIP_TOO_MUCH))
     return run_checks("flash_forward(q, k, v, causal, scale, block_q, block_k)", fn, cases,
                       verbose=verbose, hint_level=hint_level)
