@@ -103,12 +103,24 @@ def lab_tests(path: Path, checks):
     return lab_fixture(path), test_solutions_pass, stubs_test(path, checks)
 
 
-def mistakes_test(check, path: Path, name: str, mistakes, *, id_width: int = 30):
-    """A test: each (old, new, hint) of `mistakes`, an edit of the solution's function `name`,
-    must fail `check` with hint[0] (see `mutate`, `assert_hint`)."""
-    @pytest.mark.parametrize("old,new,hint", mistakes, ids=lambda x: str(x)[:id_width])
-    def test(old, new, hint):
-        assert_hint(check, mutate(path, name, old, new), hint[0])
+def mistakes_test(path: Path, checks, mistakes: dict, *, id_width: int = 30):
+    """A test: each (old, new, hint) of `mistakes[name]`, an edit of the solution's function
+    `name`, must fail the checker of `name` in `checks` ((checker, name) pairs, as for
+    `lab_tests`) with hint[0] (see `mutate`, `assert_hint`)."""
+    check_of = {name: check for check, name in checks}
+    rows = [(name, old, new, hint) for name, edits in mistakes.items()
+            for old, new, hint in edits]
+
+    @pytest.mark.parametrize("name,old,new,hint", rows, ids=lambda x: str(x)[:id_width])
+    def test(name, old, new, hint):
+        assert_hint(check_of[name], mutate(path, name, old, new), hint[0])
+    return test
+
+
+def hint_leaks_test(hints, path: Path):
+    """A test: no line of the solution lab at `path` stands in any of `hints` (`hint_leaks`)."""
+    def test():
+        assert hint_leaks(hints, path) == []
     return test
 
 

@@ -4,7 +4,7 @@ own hint, and no hint contains a line of the solution."""
 import numpy as np
 
 from flashcourse.labs import backward as L
-from labtools import hint_leaks, lab_path, lab_tests, mistakes_test
+from labtools import hint_leaks_test, lab_path, lab_tests, mistakes_test
 
 LAB = lab_path("lab09_backward")
 
@@ -26,7 +26,8 @@ def test_solution_matches_the_library_backward(lab):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
 
 
-MISTAKES = [
+#: function: [(solution text, the mistake that replaces it, the hint it must get), ...]
+MISTAKES = {"flash_backward": [
     ("ds = p * (dp - delta[q0:q1, None])", "ds = p * dp", L.HINT_FORGOT_D),
     ("dp = do_i @ v_j.T", "dp = o[q0:q1] @ v_j.T", L.HINT_DP_FROM_O),
     ("dq[q0:q1] += scale * (ds @ k_j)", "dq[q0:q1] += ds @ k_j", L.HINT_SCALE_CHAIN),
@@ -38,11 +39,14 @@ MISTAKES = [
     ("q_start = max(0, k0 - offset) // block_q * block_q", "q_start = 0", L.HINT_NO_SKIP),
     ("q_start = max(0, k0 - offset) // block_q * block_q",
      "q_start = max(0, k0 - offset + block_q) // block_q * block_q", L.HINT_SKIP_TOO_MUCH),
-]
-
-
-test_mistakes_get_their_hint = mistakes_test(
-    L.check_flash_backward, LAB, "flash_backward", MISTAKES)
+], "flash_backward_dq": [
+    ("(p * (do_i @ v[k0:k1].T - delta_i[:, None]))", "(p * (do_i @ v[k0:k1].T))",
+     L.HINT_FORGOT_D),
+    ("dq[q0:q1] += scale * (", "dq[q0:q1] += (", L.HINT_SCALE_CHAIN),
+    ("dq[q0:q1] += scale * (", "dq[q0:q1] = scale * (", L.HINT_DQ_OVERWRITE),
+]}
+test_mistakes_get_their_hint = mistakes_test(LAB, CHECKS, MISTAKES)
+test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)
 
 
 def test_tile_softmax_is_named():
@@ -51,18 +55,3 @@ def test_tile_softmax_is_named():
     result = L.check_flash_backward(tile_softmax, verbose=False)
     assert result.hint == L.HINT_TILE_SOFTMAX[0]
 
-
-DQ_MISTAKES = [
-    ("(p * (do_i @ v[k0:k1].T - delta_i[:, None]))", "(p * (do_i @ v[k0:k1].T))",
-     L.HINT_FORGOT_D),
-    ("dq[q0:q1] += scale * (", "dq[q0:q1] += (", L.HINT_SCALE_CHAIN),
-    ("dq[q0:q1] += scale * (", "dq[q0:q1] = scale * (", L.HINT_DQ_OVERWRITE),
-]
-
-
-test_dq_mistakes_get_their_hint = mistakes_test(
-    L.check_flash_backward_dq, LAB, "flash_backward_dq", DQ_MISTAKES)
-
-
-def test_no_hint_contains_a_solution_line():
-    assert hint_leaks(L.ALL_HINTS, LAB) == []

@@ -7,7 +7,7 @@ import pytest
 
 from flashcourse.labs import cuda_kernel as L
 from flashcourse.labs import cuda_show as S
-from labtools import (assert_hint, assert_stubs_not_implemented, functions_of, hint_leaks,
+from labtools import (assert_hint, assert_stubs_not_implemented, functions_of, hint_leaks_test,
                       lab_fixture, lab_path, mistakes_test, mutate)
 
 LAB = lab_path("lab06_cuda_kernel")
@@ -99,6 +99,7 @@ def test_reduction_mistakes_get_their_hint(old, new, hint):
     assert_hint(L.check_row_reductions, ns["row_max"], hint[0], ns["row_sum"])
 
 
+#: [(solution text, the mistake that replaces it, the hint it must get), ...]
 UPDATE_MISTAKES = [
     ("m_use = m_new if m_new != NEG_INF else F0", "m_use = m_new", L.HINT_NEG_INF),
     ("alpha = math.exp(m[i] - m_use)", "alpha = float32(1)", L.HINT_RESCALE),
@@ -108,7 +109,8 @@ UPDATE_MISTAKES = [
 
 
 test_update_mistakes_get_their_hint = mistakes_test(
-    L.check_online_update, LAB, "online_update", UPDATE_MISTAKES, id_width=25)
+    LAB, ((L.check_online_update, "online_update"),), {"online_update": UPDATE_MISTAKES},
+    id_width=25)
 
 
 def test_kernel_names_a_missing_neg_inf_guard(lab):
@@ -138,8 +140,7 @@ def test_key_blocks_without_skipping_is_named(lab):
     assert not result.passed and result.hint == L.HINT_SKIP[0]
 
 
-def test_no_hint_contains_a_solution_line():
-    assert hint_leaks(L.ALL_HINTS, LAB) == []
+test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)
 
 
 def test_show_counts_global_accesses_on_the_simulator(lab, capsys):

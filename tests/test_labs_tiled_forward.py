@@ -4,7 +4,7 @@ their own hint, and no hint contains a line of the solution."""
 import numpy as np
 
 from flashcourse.labs import tiled_forward as L
-from labtools import functions_of, hint_leaks, lab_path, lab_tests, mistakes_test, mutate
+from labtools import functions_of, hint_leaks_test, lab_path, lab_tests, mistakes_test, mutate
 
 LAB = lab_path("lab03_tiled_forward")
 
@@ -28,7 +28,8 @@ def test_solution_agrees_with_the_library_on_irregular_causal_inputs(lab):
                 np.testing.assert_allclose(lse, want[1], rtol=1e-10, atol=1e-12)
 
 
-FORWARD_MISTAKES = [
+#: function: [(solution text, the mistake that replaces it, the hint it must get), ...]
+MISTAKES = {"flash_forward": [
     ("alpha = np.exp(m - m_use)", "alpha = np.ones_like(m)", L.HINT_RESCALE),
     ("m_new = np.maximum(m, s.max(axis=1))", "m_new = s.max(axis=1)", L.HINT_MAX),
     ("offset = t_k - t_q ", "offset = 0 ", L.HINT_TOP_LEFT),
@@ -39,11 +40,21 @@ FORWARD_MISTAKES = [
     ("k_end = max(0, min(t_k, q1 + offset))", "k_end = t_k", L.HINT_NO_SKIP),
     ("k_end = max(0, min(t_k, q1 + offset))", "k_end = max(0, min(t_k, q0 + offset))",
      L.HINT_SKIP_TOO_MUCH),
-]
-
-
-test_forward_mistakes_get_their_hint = mistakes_test(
-    L.check_flash_forward, LAB, "flash_forward", FORWARD_MISTAKES)
+], "fa1_forward": [
+    ('            counter.write("O", (q1 - q0) * d)\n', "", L.HINT_FA1_TRAFFIC),
+    ('    counter.write("O", t_q * d)\n    counter.write("l", t_q, kind="stat")\n'
+     '    counter.write("m", t_q, kind="stat")\n', "", L.HINT_FA1_INIT),
+    ('counter.read("l", q1 - q0, kind="stat")', 'counter.read("l", q1 - q0)',
+     L.HINT_FA1_TRAFFIC),
+    ("a_old * l_i)[:, None] * o[q0:q1]", "a_old)[:, None] * o[q0:q1]", L.HINT_FA1_MATH),
+    ("if causal and k0 > q1 - 1 + offset:", "if False:", L.HINT_FA1_NO_SKIP),
+], "merge_partials": [
+    ("o = w_a[:, None] * o_a + w_b[:, None] * o_b", "o = (o_a + o_b) / 2", L.HINT_MERGE_AVERAGE),
+    ("lse = np.logaddexp(lse_a, lse_b)", "lse = lse_a + lse_b", L.HINT_MERGE_LSE),
+    ("lse_use = np.where(np.isneginf(lse), 0.0, lse)", "lse_use = lse", L.HINT_MERGE_EMPTY),
+]}
+test_mistakes_get_their_hint = mistakes_test(LAB, CHECKS, MISTAKES)
+test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)
 
 
 def test_hint_level_two_is_more_explicit():
@@ -52,28 +63,9 @@ def test_hint_level_two_is_more_explicit():
     assert L.HINT_RESCALE[0] in result.hint and L.HINT_RESCALE[1] in result.hint
 
 
-FA1_MISTAKES = [
-    ('            counter.write("O", (q1 - q0) * d)\n', "", L.HINT_FA1_TRAFFIC),
-    ('    counter.write("O", t_q * d)\n    counter.write("l", t_q, kind="stat")\n'
-     '    counter.write("m", t_q, kind="stat")\n', "", L.HINT_FA1_INIT),
-    ('counter.read("l", q1 - q0, kind="stat")', 'counter.read("l", q1 - q0)',
-     L.HINT_FA1_TRAFFIC),
-    ("a_old * l_i)[:, None] * o[q0:q1]", "a_old)[:, None] * o[q0:q1]", L.HINT_FA1_MATH),
-    ("if causal and k0 > q1 - 1 + offset:", "if False:", L.HINT_FA1_NO_SKIP),
-]
-
-
-test_fa1_mistakes_get_their_hint = mistakes_test(
-    L.check_fa1_forward, LAB, "fa1_forward", FA1_MISTAKES)
-
-
 def test_fa1_kv_loaded_per_tile_is_named():
     def per_tile(q, k, v, causal, scale, block_q, block_k, counter):
         inner = functions_of(LAB)["fa1_forward"]
-
-        class PerTile:
-            def __init__(self):
-                self.read_bytes = self.write_bytes = 0
         o, lse = inner(q, k, v, causal, scale, block_q, block_k, counter)
         t_q, d = q.shape
         t_k = k.shape[0]
@@ -86,18 +78,3 @@ def test_fa1_kv_loaded_per_tile_is_named():
         return o, lse
     result = L.check_fa1_forward(per_tile, verbose=False)
     assert result.hint == L.HINT_FA1_KV_PER_TILE[0]
-
-
-MERGE_MISTAKES = [
-    ("o = w_a[:, None] * o_a + w_b[:, None] * o_b", "o = (o_a + o_b) / 2", L.HINT_MERGE_AVERAGE),
-    ("lse = np.logaddexp(lse_a, lse_b)", "lse = lse_a + lse_b", L.HINT_MERGE_LSE),
-    ("lse_use = np.where(np.isneginf(lse), 0.0, lse)", "lse_use = lse", L.HINT_MERGE_EMPTY),
-]
-
-
-test_merge_mistakes_get_their_hint = mistakes_test(
-    L.check_merge_partials, LAB, "merge_partials", MERGE_MISTAKES)
-
-
-def test_no_hint_contains_a_solution_line():
-    assert hint_leaks(L.ALL_HINTS, LAB) == []

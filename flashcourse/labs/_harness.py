@@ -278,6 +278,29 @@ def random_qkv(rng, tq: int, tk: int, d: int, spread: float = 1.0):
     return q, k, v
 
 
+#: The irregular shapes the tiled labs (forward, backward) check on, in float64:
+#: (name, Tq, Tk, d, Br, Bc, causal, spread). Ragged tiles, Tq != Tk both ways, rows with
+#: no visible key (causal, Tq > Tk), 1 x 1 tiles, blocks larger than T, and large scores
+#: (q and k scaled by `spread`, |S| ~ 1e3 at the checkers' scale 0.37).
+TILED_CASES = [
+    ("one tile, Tq = 3, Tk = 4, d = 3", 3, 4, 3, 8, 8, False, 1.0),
+    ("ragged tiles, Tq = 37, Tk = 29, d = 5, Br = 8, Bc = 6", 37, 29, 5, 8, 6, False, 1.0),
+    ("causal, Tq = 23 < Tk = 40, d = 4, Br = 7, Bc = 9", 23, 40, 4, 7, 9, True, 1.0),
+    ("causal, Tq = 40 > Tk = 23 (rows with no key), Br = 6, Bc = 5", 40, 23, 4, 6, 5, True, 1.0),
+    ("causal 1 x 1 tiles, Tq = Tk = 9, d = 2", 9, 9, 2, 1, 1, True, 1.0),
+    ("blocks larger than T, causal, Tq = 13, Tk = 11, d = 3", 13, 11, 3, 64, 64, True, 1.0),
+    ("large scores (|S| ~ 1e3), causal, Tq = 17, Tk = 21, d = 3", 17, 21, 3, 4, 8, True, 20.0),
+]
+
+#: The causal shapes on which the tiled labs count the rows their loops load:
+#: (name, Tq, Tk, Br, Bc); Tq = Tk, and Tq != Tk both ways.
+SKIPPING_SHAPES = [
+    ("Tq = Tk = 24, Br = Bc = 4", 24, 24, 4, 4),
+    ("Tq = 10 < Tk = 30, Br = 4, Bc = 5", 10, 30, 4, 5),
+    ("Tq = 24 > Tk = 10, Br = 5, Bc = 3", 24, 10, 5, 3),
+]
+
+
 def as_pair(out):
     """The learner's result as a tuple of two float64 arrays (or left as is if malformed)."""
     if isinstance(out, list):
@@ -333,6 +356,90 @@ def plain(x):
     if isinstance(x, np.ndarray):
         return np.asarray(x).view(np.ndarray)
     return x
+
+
+def parts_close(a, b, *, rtol: float, atol: float) -> bool:
+    """Whether `a` and `b` are tuples of the same length whose parts (WatchedRows stripped)
+    have equal shapes and agree in float64 within rtol and atol (NaN matches NaN)."""
+    a, b = plain(a), plain(b)
+    if not (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)):
+        return False
+    for x, y in zip(a, b):
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        if x.shape != y.shape or not np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True):
+            return False
+    return True
+
+
+def mistake_diagnoses(replay: Callable, mistakes, close: Callable, *, right=None,
+                      seen: Callable | None = None) -> list:
+    """The diagnoses of one case from typical mistakes replayed on its inputs.
+
+    `replay(mistake)` is the spec's output with that mistake; `replay(None)` is the right
+    output unless `right` is given. Each (mistake, hint) of `mistakes` that this case can
+    see (its output is not `close` to the right one; `seen(wrong, right)` when given)
+    gives the diagnosis "the learner's output is `close` to that wrong output", with
+    `hint` = (level 1, level 2). Mistakes the case cannot see are left out, so they never
+    name a failure that has another cause.
+    """
+    right = replay(None) if right is None else right
+    seen = seen or (lambda wrong, ok: not close(wrong, ok))
+    diagnoses = []
+    for mistake, hint in mistakes:
+        wrong = replay(mistake)
+        if seen(wrong, right):
+            diagnoses.append(((lambda yours, _expected, w=wrong: close(yours, w)), *hint))
+    return diagnoses
+
+
+def tiled_cases(inputs: Callable, expected: Callable, replay: Callable, mistakes,
+                close: Callable, hint, *, scale: float, rtol: float, atol: float,
+                parts: int | None = None, first=()) -> list[Case]:
+    """One Case per shape of TILED_CASES for a tiled lab function called as
+    `fn(*arrays, causal, scale, block_q, block_k)`.
+
+    inputs(n, Tq, Tk, d, causal, spread) -> the case's arrays (n: its index, for seeds);
+    expected(arrays, causal) -> what fn must return; `fn` returns a tuple of `parts`
+    arrays (None: one array). A failure is named by the diagnoses `first`, then by the
+    typical mistakes replayed as `replay(*arrays, causal, scale, Br, Bc, mistake)`
+    (`mistake_diagnoses` with `close`); else by `hint` = (level 1, level 2).
+    """
+    cases = []
+    for n, (name, tq, tk, d, br, bc, causal, spread) in enumerate(TILED_CASES):
+        arrays = inputs(n, tq, tk, d, causal, spread)
+        rest = (causal, scale, br, bc)
+        diagnoses = list(first) + mistake_diagnoses(
+            lambda mistake, arrays=arrays, rest=rest: replay(*arrays, *rest, mistake),
+            mistakes, close)
+        want = expected(arrays, causal)
+
+        def run(fn, arrays=arrays, rest=rest, want=want):
+            out = fn(*(a.copy() for a in arrays), *rest)
+            return (plain(out) if parts is None else result_tuple(out, parts)), want
+
+        cases.append(Case(name, run, hint[0], diagnoses, rtol=rtol, atol=atol, hint2=hint[1]))
+    return cases
+
+
+def rows_loaded_case(name: str, arrays, rest, watch: int, want: int, no_skip,
+                     skip_too_much) -> Case:
+    """A Case on causal tile skipping: the rows the learner's loop loads from one input.
+
+    Runs `fn(*arrays, *rest)` on copies of `arrays`, the one at position `watch` wrapped
+    in `WatchedRows`, and compares the rows it loads through slices `x[a:b]` with `want`
+    (the rows of the tiles the mask leaves visible, e.g. from
+    `flashcourse.geometry.causal_block_sums`). More rows: hint `no_skip`; fewer:
+    `skip_too_much` (each a (level 1, level 2) pair); exact integers.
+    """
+    def run(fn):
+        args = [a.copy() for a in arrays]
+        args[watch] = WatchedRows.wrap(args[watch])
+        fn(*args, *rest)
+        return args[watch].rows_read(), want
+
+    diagnoses = [((lambda yours, expected: yours > expected), *no_skip),
+                 ((lambda yours, expected: yours < expected), *skip_too_much)]
+    return Case(name, run, no_skip[0], diagnoses, rtol=0, atol=0, hint2=no_skip[1])
 
 
 def stub_guard(fn, what: str):

@@ -26,8 +26,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import reference
-from ..geometry import ceil_div, tile_visibility
-from ._harness import Case, Result, WatchedRows, plain, random_qkv, result_tuple, run_checks
+from ..geometry import causal_block_sums
+from ._harness import (SKIPPING_SHAPES, Result, parts_close, plain, random_qkv,
+                       rows_loaded_case, run_checks, tiled_cases)
 
 HINT_FORGOT_D = (
     "dS is missing the row term of the softmax Jacobian: each row's dS must subtract that "
@@ -83,16 +84,6 @@ HINT_BACKWARD = (
 _RTOL, _ATOL = 1e-9, 1e-11
 SCALE = 0.37
 
-#: (name, Tq, Tk, d, Br, Bc, causal, spread)
-CASES = [
-    ("one tile, Tq = 3, Tk = 4, d = 3", 3, 4, 3, 8, 8, False, 1.0),
-    ("ragged, Tq = 21, Tk = 17, d = 5, Br = 6, Bc = 4", 21, 17, 5, 6, 4, False, 1.0),
-    ("causal, Tq = 13 < Tk = 22, d = 4, Br = 4, Bc = 5", 13, 22, 4, 4, 5, True, 1.0),
-    ("causal, Tq = 22 > Tk = 13 (rows with no key), Br = 5, Bc = 4", 22, 13, 3, 5, 4, True, 1.0),
-    ("causal 1 x 1 tiles, Tq = Tk = 6, d = 2", 6, 6, 2, 1, 1, True, 1.0),
-    ("large scores, causal, Tq = 11, Tk = 14, d = 3, Br = 4, Bc = 6", 11, 14, 3, 4, 6, True, 8.0),
-]
-
 
 def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
     """float64 key-major backward, optionally with one typical mistake; (dq, dk, dv)."""
@@ -147,18 +138,8 @@ MISTAKES = [("no_delta", HINT_FORGOT_D), ("dp_from_o", HINT_DP_FROM_O),
             ("tile_softmax", HINT_TILE_SOFTMAX),
             ("dv_from_o", HINT_DV), ("dq_overwrite", HINT_DQ_OVERWRITE),
             ("dkdv_overwrite", HINT_DKDV_OVERWRITE), ("top_left", HINT_TOP_LEFT)]
-
-
-def visible_query_rows(tq, tk, br, bc, causal) -> int:
-    """Query rows a key-major loop with causal tile skipping loads (sum over visible tiles)."""
-    total = 0
-    for k0 in range(0, tk, bc):
-        k1 = min(k0 + bc, tk)
-        for q0 in range(0, tq, br):
-            q1 = min(q0 + br, tq)
-            if tile_visibility(q0, q1, k0, k1, tq, tk, causal) != "hidden":
-                total += q1 - q0
-    return total
+#: the mistakes dq can show (dv_from_o and dkdv_overwrite change only dk, dv)
+DQ_MISTAKES = [(m, h) for m, h in MISTAKES if m not in ("dv_from_o", "dkdv_overwrite")]
 
 
 def _inputs(seed, tq, tk, d, causal, spread=1.0):
@@ -169,13 +150,14 @@ def _inputs(seed, tq, tk, d, causal, spread=1.0):
     return q, k, v, o, lse, do
 
 
+def _gradients(args, causal):
+    """The dense float64 backward (dq, dk, dv) of _inputs' (q, k, v, o, lse, do)."""
+    q, k, v, _, _, do = args
+    return reference.attention_backward(q, k, v, do, causal=causal, scale=SCALE)
+
+
 def _close(a, b) -> bool:
-    a, b = plain(a), plain(b)
-    if not (isinstance(a, tuple) and len(a) == len(b)):
-        return False
-    return all(np.shape(x) == np.shape(y) and
-               np.allclose(np.asarray(x, np.float64), y, rtol=1e-7, atol=1e-9, equal_nan=True)
-               for x, y in zip(a, b))
+    return parts_close(a, b, rtol=1e-7, atol=1e-9)
 
 
 def _nonfinite(yours, _expected):
@@ -184,67 +166,27 @@ def _nonfinite(yours, _expected):
 
 def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Check `flash_backward(q, k, v, o, lse, do, causal, scale, block_q, block_k)` against
-    the dense float64 backward on six inputs, then its causal skipping of query blocks."""
-    cases = []
-    for n, (name, tq, tk, d, br, bc, causal, spread) in enumerate(CASES):
-        args = _inputs(100 + n, tq, tk, d, causal, spread)
-        q, k, v, o, lse, do = args
-        expected = reference.attention_backward(q, k, v, do, causal=causal, scale=SCALE)
-        right = replay(*args, causal, SCALE, br, bc)
-        diagnoses = [(_nonfinite, *HINT_NEG_INF)]
-        for mistake, hint in MISTAKES:
-            wrong = replay(*args, causal, SCALE, br, bc, mistake)
-            if not _close(wrong, right):
-                diagnoses.append(((lambda y, e, w=wrong: _close(y, w)), *hint))
-
-        def run(f, args=args, causal=causal, br=br, bc=bc, expected=expected):
-            out = f(*(a.copy() for a in args), causal, SCALE, br, bc)
-            return result_tuple(out, 3), expected
-
-        cases.append(Case(name, run, HINT_BACKWARD[0], diagnoses, rtol=_RTOL, atol=_ATOL,
-                          hint2=HINT_BACKWARD[1]))
-    for name, tq, tk, br, bc in (("query blocks skipped, Tq = Tk = 20, Br = Bc = 4", 20, 20, 4, 4),
-                                 ("query blocks skipped, Tq = 24 > Tk = 10, Br = 5, Bc = 3",
-                                  24, 10, 5, 3)):
-        args = _inputs(120 + tq, tq, tk, 3, True)
-        want = visible_query_rows(tq, tk, br, bc, True)
-        everything = ceil_div(tk, bc) * tq
-
-        def run(f, args=args, br=br, bc=bc, want=want):
-            q, *rest = (a.copy() for a in args)
-            watched = WatchedRows.wrap(q)
-            f(watched, *rest, True, SCALE, br, bc)
-            return watched.rows_read(), want
-
-        diagnoses = [((lambda y, e, a=everything: y >= a), *HINT_NO_SKIP),
-                     ((lambda y, e: y > e), *HINT_NO_SKIP),
-                     ((lambda y, e: y < e), *HINT_SKIP_TOO_MUCH)]
-        cases.append(Case(f"{name}: query rows loaded through q[q0:q1]", run, HINT_NO_SKIP[0],
-                          diagnoses, rtol=0, atol=0, hint2=HINT_NO_SKIP[1]))
+    the dense float64 backward on seven inputs, then its causal skipping of query blocks."""
+    cases = tiled_cases(lambda n, *shape: _inputs(100 + n, *shape), _gradients, replay,
+                        MISTAKES, _close, HINT_BACKWARD, scale=SCALE, rtol=_RTOL, atol=_ATOL,
+                        parts=3, first=[(_nonfinite, *HINT_NEG_INF)])
+    for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
+        _, _, query_rows = causal_block_sums(tq, tk, br, bc, True)   # over visible tiles
+        cases.append(rows_loaded_case(f"query blocks skipped, {name}: query rows loaded through "
+                                      "q[q0:q1]", _inputs(120 + n, tq, tk, 3, True),
+                                      (True, SCALE, br, bc), 0, query_rows, HINT_NO_SKIP,
+                                      HINT_SKIP_TOO_MUCH))
     return run_checks("flash_backward(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
                       fn, cases, verbose=verbose, hint_level=hint_level)
 
 
 def check_flash_backward_dq(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Going further: check the query-major `flash_backward_dq(...) -> dq` on the same inputs."""
-    cases = []
-    for n, (name, tq, tk, d, br, bc, causal, spread) in enumerate(CASES):
-        args = _inputs(100 + n, tq, tk, d, causal, spread)
-        q, k, v, o, lse, do = args
-        expected = reference.attention_backward(q, k, v, do, causal=causal, scale=SCALE)[0]
-        diagnoses = [(lambda y, e: _nonfinite((y,), e), *HINT_NEG_INF)]
-        for mistake, hint in MISTAKES:
-            if mistake in ("dv_from_o", "dkdv_overwrite"):
-                continue                                       # dq does not see these
-            wrong = replay(*args, causal, SCALE, br, bc, mistake)[0]
-            if not np.allclose(wrong, expected, rtol=1e-7, atol=1e-9):
-                diagnoses.append(((lambda y, e, w=wrong: _close((y,), (w,))), *hint))
-
-        def run(f, args=args, causal=causal, br=br, bc=bc, expected=expected):
-            return plain(f(*(a.copy() for a in args), causal, SCALE, br, bc)), expected
-
-        cases.append(Case(name, run, HINT_BACKWARD[0], diagnoses, rtol=_RTOL, atol=_ATOL,
-                          hint2=HINT_BACKWARD[1]))
+    cases = tiled_cases(lambda n, *shape: _inputs(100 + n, *shape),
+                        lambda args, causal: _gradients(args, causal)[0],
+                        lambda *args: replay(*args)[0], DQ_MISTAKES,
+                        lambda a, b: _close((a,), (b,)), HINT_BACKWARD, scale=SCALE, rtol=_RTOL,
+                        atol=_ATOL, first=[(lambda y, e: _nonfinite((y,), e), *HINT_NEG_INF)])
     return run_checks("flash_backward_dq(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
                       fn, cases, verbose=verbose, hint_level=hint_level)
 

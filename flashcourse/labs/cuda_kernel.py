@@ -43,7 +43,7 @@ from numba import cuda, float32
 from .. import reference
 from ..constants import NEG_INF
 from ..geometry import ceil_div
-from ._harness import Case, Result, run_checks, stub_guard
+from ._harness import Case, Result, mistake_diagnoses, run_checks, stub_guard
 from .cuda_lab_kernel import (BC, BR, CT, NT, TD, TM, TN, D, _device, _py_func, lab_forward)
 from .cuda_show import EXPECTED_COUNTS, _as_python, tally_scores
 
@@ -363,6 +363,14 @@ def update_reference(s, acc, m, lp, i, mx, mistake=None):
     return s, acc, m, lp
 
 
+UPDATE_MISTAKES = [("no_guard", HINT_NEG_INF), ("no_rescale", HINT_RESCALE), ("tile_max", HINT_MAX),
+                   ("no_shift", HINT_SHIFT), ("p_not_stored", HINT_P_NOT_STORED)]
+
+
+def _all_close(a, b, rtol, atol) -> bool:
+    return all(np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True) for x, y in zip(a, b))
+
+
 def check_online_update(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Run `online_update(s, acc, m, lp, i, mx)` on arrays and compare (s, acc, m, lp)."""
     specs = [
@@ -382,16 +390,10 @@ def check_online_update(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
             mx = float(s[i * TN:(i + 1) * TN].max())
         mx = np.float32(mx)
         expected = update_reference(s, acc, m, lp, i, mx)
-        diagnoses = []
-        for mistake, hint in (("no_guard", HINT_NEG_INF), ("no_rescale", HINT_RESCALE),
-                              ("tile_max", HINT_MAX), ("no_shift", HINT_SHIFT),
-                              ("p_not_stored", HINT_P_NOT_STORED)):
-            wrong = update_reference(s, acc, m, lp, i, mx, mistake)
-            if not all(np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
-                       for a, b in zip(wrong, expected)):
-                diagnoses.append(((lambda y, e, w=wrong: all(
-                    np.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True)
-                    for a, b in zip(y, w))), *hint))
+        diagnoses = mistake_diagnoses(
+            lambda mistake, args=(s, acc, m, lp, i, mx): update_reference(*args, mistake),
+            UPDATE_MISTAKES, lambda y, w: _all_close(y, w, 1e-4, 1e-5), right=expected,
+            seen=lambda w, e: not _all_close(w, e, 1e-5, 1e-6))
 
         def run(f, args=(s, acc, m, lp, i, mx), expected=expected):
             stub_guard(f, "online_update")
@@ -431,6 +433,11 @@ KERNEL_CASES = [
 ]
 
 
+KERNEL_MISTAKES = [("no_guard", HINT_NEG_INF), ("no_rescale", HINT_RESCALE), ("tile_max", HINT_MAX),
+                   ("no_shift", HINT_SHIFT), ("max_one_step", HINT_REDUCE_STEPS),
+                   ("sum_one_step", HINT_REDUCE_STEPS), ("no_sum", HINT_REDUCE_STEPS)]
+
+
 def _expected(q, k, v, causal, kv_start):
     if kv_start == 0:
         return reference.attention(q, k, v, causal=causal)
@@ -447,17 +454,11 @@ def check_kernel(micro_tile_scores, row_max, row_sum, online_update, *, verbose:
     for name, seed, tq, tk, d, causal, kv_start, spread, grow in KERNEL_CASES:
         q, k, v = _inputs(seed, tq, tk, d, spread, grow)
         expected = tuple(np.asarray(x, np.float64) for x in _expected(q, k, v, causal, kv_start))
-        right = replay(q, k, v, causal=causal, kv_start=kv_start)
         diagnoses = [((lambda y, e: bool(np.isnan(np.asarray(y[0], np.float64)).any())),
-                      *HINT_NEG_INF)]
-        for mistake, hint in (("no_guard", HINT_NEG_INF), ("no_rescale", HINT_RESCALE),
-                              ("tile_max", HINT_MAX), ("no_shift", HINT_SHIFT),
-                              ("max_one_step", HINT_REDUCE_STEPS),
-                              ("sum_one_step", HINT_REDUCE_STEPS), ("no_sum", HINT_REDUCE_STEPS)):
-            wrong = replay(q, k, v, causal=causal, kv_start=kv_start, mistake=mistake)
-            if _close_pair(wrong, right):
-                continue
-            diagnoses.append(((lambda y, e, w=wrong: _close_pair(y, w)), *hint))
+                      *HINT_NEG_INF)] + mistake_diagnoses(
+            lambda mistake, q=q, k=k, v=v, causal=causal, kv_start=kv_start:
+                replay(q, k, v, causal=causal, kv_start=kv_start, mistake=mistake),
+            KERNEL_MISTAKES, _close_pair)
 
         def run(ps, q=q, k=k, v=v, causal=causal, kv_start=kv_start, expected=expected):
             o, lse, _ = lab_forward(ps, q, k, v, causal=causal, kv_start=kv_start)

@@ -31,10 +31,11 @@ import math
 import numpy as np
 
 from .. import reference
-from ..geometry import ceil_div, tile_visibility, visible_mask
+from ..geometry import causal_block_sums, ceil_div, visible_mask
 from ..counter import TrafficCounter
 from ..traffic import tiled_traffic
-from ._harness import Case, Result, WatchedRows, plain, random_qkv, result_tuple, run_checks
+from ._harness import (SKIPPING_SHAPES, Case, Result, parts_close, plain, random_qkv,
+                       result_tuple, rows_loaded_case, run_checks, tiled_cases)
 
 # -- hints: (level 1 diagnoses, level 2 more explicit); tests assert on these strings -----
 HINT_RESCALE = (
@@ -137,18 +138,6 @@ HINT_MERGE = (
 _RTOL, _ATOL = 1e-9, 1e-12      # float64 throughout: only rounding differs
 SCALE = 0.37                     # on purpose not 1/sqrt(d)
 
-#: (name, Tq, Tk, d, Br, Bc, causal, spread): ragged, Tq != Tk both ways, empty rows, extremes.
-FORWARD_CASES = [
-    ("one tile, Tq = 3, Tk = 4, d = 3", 3, 4, 3, 8, 8, False, 1.0),
-    ("ragged tiles, Tq = 37, Tk = 29, d = 5, Br = 8, Bc = 6", 37, 29, 5, 8, 6, False, 1.0),
-    ("causal, Tq = 23 < Tk = 40, d = 4, Br = 7, Bc = 9", 23, 40, 4, 7, 9, True, 1.0),
-    ("causal, Tq = 40 > Tk = 23 (rows with no key), Br = 6, Bc = 5", 40, 23, 4, 6, 5, True, 1.0),
-    ("causal 1 x 1 tiles, Tq = Tk = 9, d = 2", 9, 9, 2, 1, 1, True, 1.0),
-    ("blocks larger than T, causal, Tq = 13, Tk = 11, d = 3", 13, 11, 3, 64, 64, True, 1.0),
-    ("large scores (|S| ~ 1e3), causal, Tq = 17, Tk = 21, d = 3", 17, 21, 3, 4, 8, True, 20.0),
-]
-
-
 # -- the spec, with typical mistakes, replayed on the same inputs ---------------------------
 
 def _safe(m):
@@ -160,14 +149,14 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
 
     mistake: None, 'no_rescale', 'tile_max', 'top_left', 'no_mask', 'no_divide',
     'lse_no_m', 'sqrt_scale', 'early_stop' (key loop ends at the block's
-    first row). Returns (o, lse) and the key rows loaded.
+    first row). Returns (o, lse).
     """
     tq, d = q.shape
     tk = k.shape[0]
     off = 0 if mistake == "top_left" else tk - tq
     if mistake == "sqrt_scale":
         scale = 1.0 / math.sqrt(d)
-    o, lse, rows = np.zeros((tq, d)), np.full(tq, -np.inf), 0
+    o, lse = np.zeros((tq, d)), np.full(tq, -np.inf)
     with np.errstate(all="ignore"):
         for q0 in range(0, tq, br):
             q1 = min(q0 + br, tq)
@@ -177,7 +166,6 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
                 k_end = max(0, min(tk, q0 + off))
             for k0 in range(0, k_end, bc):
                 k1 = min(k0 + bc, tk)
-                rows += k1 - k0
                 s = scale * (q[q0:q1] @ k[k0:k1].T)
                 if causal and mistake != "no_mask":
                     s = np.where(np.arange(k0, k1)[None, :] <= np.arange(q0, q1)[:, None] + off,
@@ -192,29 +180,16 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
             o[q0:q1][seen] = acc[seen] if mistake == "no_divide" else acc[seen] / l[seen, None]
             lse[q0:q1][seen] = np.log(l[seen]) if mistake == "lse_no_m" else \
                 m[seen] + np.log(l[seen])
-    return (o, lse), rows
+    return o, lse
 
 
-def visible_key_rows(tq, tk, br, bc, causal) -> int:
-    """Key rows an FA2 loop with causal tile skipping loads (sum over visible tiles)."""
-    total = 0
-    for q0 in range(0, tq, br):
-        for k0 in range(0, tk, bc):
-            k1 = min(k0 + bc, tk)
-            if tile_visibility(q0, min(q0 + br, tq), k0, k1, tq, tk, causal) != "hidden":
-                total += k1 - k0
-    return total
+MISTAKES = [("no_rescale", HINT_RESCALE), ("tile_max", HINT_MAX), ("top_left", HINT_TOP_LEFT),
+            ("no_mask", HINT_NO_MASK), ("no_divide", HINT_DIVIDE), ("lse_no_m", HINT_LSE),
+            ("sqrt_scale", HINT_SCALE), ("early_stop", HINT_SKIP_TOO_MUCH)]
 
 
 def _close(a, b) -> bool:
-    a, b = plain(a), plain(b)
-    if not (isinstance(a, tuple) and len(a) == len(b)):
-        return False
-    for x, y in zip(a, b):
-        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-        if x.shape != y.shape or not np.allclose(x, y, rtol=1e-7, atol=1e-10, equal_nan=True):
-            return False
-    return True
+    return parts_close(a, b, rtol=1e-7, atol=1e-10)
 
 
 def _has_nan(yours, _expected):
@@ -233,45 +208,15 @@ def _inputs(seed, tq, tk, d, spread=1.0):
 def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Check `flash_forward(q, k, v, causal, scale, block_q, block_k)` on seven cases, then
     check that tiles the causal mask hides in full are never loaded."""
-    cases = []
-    for n, (name, tq, tk, d, br, bc, causal, spread) in enumerate(FORWARD_CASES):
-        q, k, v = _inputs(40 + n, tq, tk, d, spread)
-        expected = reference.attention(q, k, v, causal=causal, scale=SCALE)
-        right, _ = replay(q, k, v, causal, SCALE, br, bc)
-        diagnoses = [(_has_nan, *HINT_NEG_INF)]
-        for mistake, hint in (("no_rescale", HINT_RESCALE), ("tile_max", HINT_MAX),
-                              ("top_left", HINT_TOP_LEFT), ("no_mask", HINT_NO_MASK),
-                              ("no_divide", HINT_DIVIDE), ("lse_no_m", HINT_LSE),
-                              ("sqrt_scale", HINT_SCALE),
-                              ("early_stop", HINT_SKIP_TOO_MUCH)):
-            wrong, _ = replay(q, k, v, causal, SCALE, br, bc, mistake)
-            if not _close(wrong, right):       # this case can see that mistake
-                diagnoses.append(((lambda y, e, w=wrong: _close(y, w)), *hint))
-
-        def run(f, q=q, k=k, v=v, causal=causal, br=br, bc=bc, expected=expected):
-            out = f(q.copy(), k.copy(), v.copy(), causal, SCALE, br, bc)
-            return result_tuple(out, 2), expected
-
-        cases.append(Case(name, run, HINT_FORWARD[0], diagnoses, rtol=_RTOL, atol=_ATOL,
-                          hint2=HINT_FORWARD[1]))
-
-    for name, tq, tk, br, bc in (("causal skipping, Tq = Tk = 24, Br = Bc = 4", 24, 24, 4, 4),
-                                 ("causal skipping, Tq = 10 < Tk = 30, Br = 4, Bc = 5",
-                                  10, 30, 4, 5)):
-        q, k, v = _inputs(60 + tq, tq, tk, 3)
-        want = visible_key_rows(tq, tk, br, bc, True)
-        everything = ceil_div(tq, br) * tk
-
-        def run(f, q=q, k=k, v=v, br=br, bc=bc, want=want):
-            watched = WatchedRows.wrap(k.copy())
-            f(q.copy(), watched, v.copy(), True, SCALE, br, bc)
-            return watched.rows_read(), want
-
-        diagnoses = [((lambda y, e, a=everything: y >= a), *HINT_NO_SKIP),
-                     ((lambda y, e: y > e), *HINT_NO_SKIP),
-                     ((lambda y, e: y < e), *HINT_SKIP_TOO_MUCH)]
-        cases.append(Case(f"{name}: key rows loaded through k[k0:k1]", run, HINT_NO_SKIP[0],
-                          diagnoses, rtol=0, atol=0, hint2=HINT_NO_SKIP[1]))
+    cases = tiled_cases(lambda n, tq, tk, d, causal, spread: _inputs(40 + n, tq, tk, d, spread),
+                        lambda qkv, causal: reference.attention(*qkv, causal=causal, scale=SCALE),
+                        replay, MISTAKES, _close, HINT_FORWARD, scale=SCALE, rtol=_RTOL,
+                        atol=_ATOL, parts=2, first=[(_has_nan, *HINT_NEG_INF)])
+    for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
+        _, key_rows, _ = causal_block_sums(tq, tk, br, bc, True)   # over visible tiles
+        cases.append(rows_loaded_case(f"causal skipping, {name}: key rows loaded through k[k0:k1]",
+                                      _inputs(60 + n, tq, tk, 3), (True, SCALE, br, bc), 1,
+                                      key_rows, HINT_NO_SKIP, HINT_SKIP_TOO_MUCH))
     return run_checks("flash_forward(q, k, v, causal, scale, block_q, block_k)", fn, cases,
                       verbose=verbose, hint_level=hint_level)
 
@@ -286,16 +231,9 @@ def fa1_model(tq, tk, d, br, bc, causal, e=8) -> tuple[int, int]:
 def _fa1_variants(tq, tk, d, br, bc, causal, e=8):
     """(reads, writes) of typical counting mistakes, from the model's own terms."""
     st = 4
-    q_rows = 0          # sum over visible tiles of rows(Q_i)
-    k_rows = 0          # sum over visible tiles of rows(K_j)
+    # k_rows, q_rows: sums over the visible tiles of rows(K_j) and rows(Q_i)
+    _, k_rows, q_rows = causal_block_sums(tq, tk, br, bc, causal)
     all_q_rows = ceil_div(tk, bc) * tq
-    for k0 in range(0, tk, bc):
-        k1 = min(k0 + bc, tk)
-        for q0 in range(0, tq, br):
-            q1 = min(q0 + br, tq)
-            if tile_visibility(q0, q1, k0, k1, tq, tk, causal) != "hidden":
-                q_rows += q1 - q0
-                k_rows += k1 - k0
     reads, writes = fa1_model(tq, tk, d, br, bc, causal, e)
     return {
         "kv_per_tile": (reads - 2 * tk * d * e + 2 * k_rows * d * e, writes),
