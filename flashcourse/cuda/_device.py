@@ -23,10 +23,13 @@ def _inlined(fn):
     return cuda.jit(device=True, forceinline=True)(fn)
 
 
-def exp2_log2():
+def exp2_log2(simulator: bool | None = None):
     """(exp2, log2) on float32: the hardware's math.exp2 / math.log2 where Numba has them
-    on a GPU; on the simulator (or an older Numba) exp(x ln 2) and log(x) / ln 2."""
-    if using_simulator() or not hasattr(math, "exp2"):
+    on a GPU; on the simulator (or a Python without math.exp2, 3.10) exp(x ln 2) and
+    log(x) / ln 2. simulator: build for the simulator; None = `using_simulator()`."""
+    if simulator is None:
+        simulator = using_simulator()
+    if simulator or not hasattr(math, "exp2"):
         @cuda.jit(device=True)
         def exp2(x):
             return math.exp(x * LN2_F)

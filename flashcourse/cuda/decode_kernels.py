@@ -73,9 +73,10 @@ from numba import uint64 as U
 
 from ..constants import F0, FULL_MASK, LN2_F, LOG2E, NEG_INF
 from ..geometry import ceil_div
+from ..gpu import using_simulator
 from ..limits import check_launch, current_limits
 from ._device import exp2_log2, reset_state
-from ._launch import launch, using_simulator
+from ._launch import launch
 #: Most query rows (G x Tq) one block keeps in registers; more rows use more blocks.
 MAX_ROWS = 8
 #: Bytes per vector load.

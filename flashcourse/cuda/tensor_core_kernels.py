@@ -63,15 +63,13 @@ mma becomes a fragment exchange through shared memory (`mma.device_ops`).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ..constants import F0, F1, FULL_MASK, LN2_F, NEG_INF
 from ..geometry import ceil_div
-from ._device import reset_state, visible_key_blocks
+from ._device import exp2_log2, reset_state, visible_key_blocks
 from .mma import SIM_SCRATCH_PER_WARP, device_ops
 
 Z32 = np.uint32(0)
@@ -91,15 +89,8 @@ def _row_ops(cfg):
     """exp2/log2 and the quad reductions (warp shuffles on a GPU, shared scratch in the
     simulator, which has no shuffles)."""
     SIM = cfg.simulator
+    exp2, log2 = exp2_log2(SIM)
     if SIM:
-        @cuda.jit(device=True)
-        def exp2(x):
-            return math.exp(x * LN2_F) if x != NEG_INF else F0
-
-        @cuda.jit(device=True)
-        def log2(x):
-            return math.log(x) / LN2_F
-
         @cuda.jit(device=True)
         def quad_max(x, red, tid):
             red[tid] = x
@@ -118,9 +109,6 @@ def _row_ops(cfg):
             cuda.syncthreads()
             return r
     else:
-        exp2 = math.exp2
-        log2 = math.log2
-
         @cuda.jit(device=True, forceinline=True)
         def quad_max(x, red, tid):
             x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, 1))
