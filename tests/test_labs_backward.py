@@ -3,8 +3,12 @@ own hint, and no hint contains a line of the solution."""
 
 import numpy as np
 
+import pytest
+
+from flashcourse import reference
+from flashcourse.labs import _harness as H
 from flashcourse.labs import backward as L
-from labtools import hint_leaks_test, lab_path, lab_tests, mistakes_test
+from labtools import hint_leaks_test, lab_path, lab_tests, mistakes_test, mutate
 
 LAB = lab_path("lab09_backward")
 
@@ -39,6 +43,11 @@ MISTAKES = {"flash_backward": [
     ("q_start = max(0, k0 - offset) // block_q * block_q", "q_start = 0", L.HINT_NO_SKIP),
     ("q_start = max(0, k0 - offset) // block_q * block_q",
      "q_start = max(0, k0 - offset + block_q) // block_q * block_q", L.HINT_SKIP_TOO_MUCH),
+    ("delta = (do * o).sum(axis=1)", "delta = (do * do).sum(axis=1)", L.HINT_DELTA_DODO),
+    ("k1 = min(k0 + block_k, t_k)", "k1 = min(k0 + block_k, t_k - 1)", L.HINT_RAGGED_OFF_BY_ONE),
+    ("dq, dk, dv = np.zeros((t_q, d)),", "dq, dk, dv = np.zeros((t_q, d), np.float32),",
+     (H.HINT_PRECISION,)),
+    ("    return dq, dk, dv", "    return dq, dk.T, dv", (H.HINT_SHAPE,)),
 ], "flash_backward_dq": [
     ("(p * (do_i @ v[k0:k1].T - delta_i[:, None]))", "(p * (do_i @ v[k0:k1].T))",
      L.HINT_FORGOT_D),
@@ -55,3 +64,42 @@ def test_tile_softmax_is_named():
     result = L.check_flash_backward(tile_softmax, verbose=False)
     assert result.hint == L.HINT_TILE_SOFTMAX[0]
 
+
+
+@pytest.mark.parametrize("mistake,hint", [("k_ragged_drop", L.HINT_RAGGED_DROP),
+                                          ("q_ragged_drop", L.HINT_RAGGED_Q)])
+def test_ragged_blocks_dropped_are_named(mistake, hint):
+    def wrong(*args):
+        return L.replay(*args, mistake)
+    assert L.check_flash_backward(wrong, verbose=False).hint == hint[0]
+
+
+def test_calling_the_dense_backward_fails_on_what_it_holds():
+    def dense(q, k, v, o, lse, do, causal, scale, block_q, block_k):
+        return reference.attention_backward(q, k, v, do, causal=causal, scale=scale)
+    result = L.check_flash_backward(dense, verbose=False)
+    assert not result.passed and result.hint == L.HINT_HELD[0]
+    assert "largest temporary" in result.case
+
+
+@pytest.mark.parametrize("convert", [lambda x: np.asarray(x), lambda x: x.astype(np.float64),
+                                     lambda x: np.array(x, copy=True)],
+                         ids=["asarray", "astype", "array"])
+def test_a_correct_backward_that_converts_its_inputs_passes(lab, convert):
+    fn = lab["flash_backward"]
+    result = L.check_flash_backward(
+        lambda *a: fn(*(convert(x) for x in a[:6]), *a[6:]), verbose=False)
+    assert result.passed, (result.case, result.detail)
+
+
+def test_no_skipping_is_caught_after_converting_the_inputs():
+    fn = mutate(LAB, "flash_backward", "q_start = max(0, k0 - offset) // block_q * block_q",
+                "q_start = 0")
+    result = L.check_flash_backward(lambda *a: fn(*(np.asarray(x) for x in a[:6]), *a[6:]),
+                                    verbose=False)
+    assert result.hint == L.HINT_NO_SKIP[0] and "NaN" in result.case
+
+
+def test_gradients_are_named_dq_dk_dv():
+    fn = mutate(LAB, "flash_backward", "dv_j += p.T @ do_i", "dv_j += p.T @ o[q0:q1]")
+    assert L.check_flash_backward(fn, verbose=False).detail.startswith("dv: ")

@@ -3,6 +3,10 @@ their own hint, and no hint contains a line of the solution."""
 
 import numpy as np
 
+import pytest
+
+from flashcourse import reference
+from flashcourse.labs import _harness as H
 from flashcourse.labs import tiled_forward as L
 from labtools import functions_of, hint_leaks_test, lab_path, lab_tests, mistakes_test, mutate
 
@@ -40,6 +44,13 @@ MISTAKES = {"flash_forward": [
     ("k_end = max(0, min(t_k, q1 + offset))", "k_end = t_k", L.HINT_NO_SKIP),
     ("k_end = max(0, min(t_k, q1 + offset))", "k_end = max(0, min(t_k, q0 + offset))",
      L.HINT_SKIP_TOO_MUCH),
+    ("l = alpha * l + p.sum(axis=1)", "l = l + p.sum(axis=1)", L.HINT_RESCALE_L),
+    ("acc = alpha[:, None] * acc + p @ v_j", "acc = acc + p @ v_j", L.HINT_RESCALE_ACC),
+    ("        k_end = t_k\n", "        k_end = t_k // block_k * block_k\n", L.HINT_RAGGED_DROP),
+    ("k1 = min(k0 + block_k, t_k)", "k1 = min(k0 + block_k, t_k - 1)", L.HINT_RAGGED_OFF_BY_ONE),
+    ("m[seen] + np.log(l[seen])", "(m[seen] + np.log(l[seen])) / np.log(2)", L.HINT_LSE_BASE2),
+    ("o, lse = np.zeros((t_q, d)),", "o, lse = np.zeros((t_q, d), np.float32),", (H.HINT_PRECISION,)),
+    ("    return o, lse", "    return o, lse[:, None]", (H.HINT_SHAPE,)),
 ], "fa1_forward": [
     ('            counter.write("O", (q1 - q0) * d)\n', "", L.HINT_FA1_TRAFFIC),
     ('    counter.write("O", t_q * d)\n    counter.write("l", t_q, kind="stat")\n'
@@ -78,3 +89,89 @@ def test_fa1_kv_loaded_per_tile_is_named():
         return o, lse
     result = L.check_fa1_forward(per_tile, verbose=False)
     assert result.hint == L.HINT_FA1_KV_PER_TILE[0]
+
+
+def no_online_softmax(q, k, v, causal, scale, block_q, block_k):
+    """Per query block: the key tiles' scores concatenated, ONE softmax over the whole row,
+    one P V. Right numbers, and it loads K by tiles, but it holds a Br x Tk block."""
+    t_q, d = q.shape
+    t_k = k.shape[0]
+    offset = t_k - t_q
+    o, lse = np.zeros((t_q, d)), np.full(t_q, -np.inf)
+    for q0 in range(0, t_q, block_q):
+        q1 = min(q0 + block_q, t_q)
+        k_end = max(0, min(t_k, q1 + offset)) if causal else t_k
+        tiles = []
+        for k0 in range(0, k_end, block_k):
+            k1 = min(k0 + block_k, t_k)
+            s = scale * (q[q0:q1] @ k[k0:k1].T)
+            if causal:
+                s = np.where(np.arange(k0, k1)[None] <= np.arange(q0, q1)[:, None] + offset,
+                             s, -np.inf)
+            tiles.append(s)
+        if not tiles:
+            continue
+        s = np.concatenate(tiles, axis=1)                       # (Br, k_end): the whole row
+        m = s.max(axis=1)
+        m_use = np.where(np.isneginf(m), 0.0, m)
+        p = np.exp(s - m_use[:, None])
+        l = p.sum(axis=1)
+        seen = l > 0
+        o[q0:q1][seen] = (p @ v[:s.shape[1]])[seen] / l[seen, None]
+        lse[q0:q1][seen] = m_use[seen] + np.log(l[seen])
+    return o, lse
+
+
+def test_a_forward_without_online_softmax_fails_on_what_it_holds():
+    with np.errstate(all="ignore"):
+        result = L.check_flash_forward(no_online_softmax, verbose=False)
+    assert not result.passed and result.hint == L.HINT_HELD[0]
+    assert "largest temporary" in result.case and "2,097,152 B" in result.detail
+
+
+def test_calling_the_dense_reference_is_named_as_holding_the_score_matrix():
+    def dense(q, k, v, causal, scale, block_q, block_k):
+        return reference.attention(q, k, v, causal=causal, scale=scale)
+    result = L.check_flash_forward(dense, verbose=False)
+    assert not result.passed and result.hint == L.HINT_HELD[0]
+
+
+@pytest.mark.parametrize("convert", [
+    lambda x: np.asarray(x), lambda x: np.asarray(x, dtype=np.float64),
+    lambda x: x.astype(np.float64), lambda x: np.array(x), lambda x: x.copy(),
+    lambda x: x[:], lambda x: np.ascontiguousarray(x)],
+    ids=["asarray", "asarray-f64", "astype", "array", "copy", "view", "contiguous"])
+def test_a_correct_forward_that_converts_its_inputs_passes(lab, convert):
+    fn = lab["flash_forward"]
+    result = L.check_flash_forward(
+        lambda q, k, v, *rest: fn(convert(q), convert(k), convert(v), *rest), verbose=False)
+    assert result.passed, (result.case, result.detail)
+
+
+def test_no_skipping_is_caught_after_converting_the_inputs():
+    fn = mutate(LAB, "flash_forward", "k_end = max(0, min(t_k, q1 + offset))", "k_end = t_k")
+    result = L.check_flash_forward(
+        lambda q, k, v, *rest: fn(np.asarray(q), np.asarray(k), np.asarray(v), *rest),
+        verbose=False)
+    assert result.hint == L.HINT_NO_SKIP[0] and "NaN" in result.case
+
+
+def test_the_ragged_last_query_block_dropped_is_named():
+    def drop(q, k, v, causal, scale, block_q, block_k):
+        return L.replay(q, k, v, causal, scale, block_q, block_k, "q_ragged_drop")
+    assert L.check_flash_forward(drop, verbose=False).hint == L.HINT_RAGGED_Q[0]
+
+
+def test_outputs_are_named_o_and_lse():
+    fn = mutate(LAB, "flash_forward", "m[seen] + np.log(l[seen])", "np.log(l[seen])")
+    result = L.check_flash_forward(fn, verbose=False)
+    assert result.detail.startswith("lse: ")
+    fn = mutate(LAB, "flash_forward", "    return o, lse", "    return o, lse[:, None]")
+    assert L.check_flash_forward(fn, verbose=False).detail.startswith("lse: shape (37, 1), expected (37,)")
+
+
+def test_float32_output_names_the_dtype_and_the_tolerance():
+    fn = mutate(LAB, "flash_forward", "o, lse = np.zeros((t_q, d)),",
+                "o, lse = np.zeros((t_q, d), np.float32),")
+    result = L.check_flash_forward(fn, verbose=False)
+    assert "float32" in result.detail and "rtol 1e-09" in result.detail

@@ -4,24 +4,39 @@ A checker is a list of `Case`s. Each case calls the learner's function, compares
 with the expected value, and on a mismatch runs a list of *diagnoses*: small
 functions that recognise a typical mistake (no rescale, wrong max, off-by-one on
 a ragged tile, ...) from the learner's output and name it. The first diagnosis
-that fires gives the hint; otherwise the case's generic hint is shown.
+that fires gives the hint; otherwise a result of the wrong precision (float32 where
+float64 is compared) or shape gets its own hint, and anything else the case's
+generic hint. Results are named as the contract names them (o, lse; dq, dk, dv).
 
 Hints come in two levels. Level 1 (the default) diagnoses: it names the
 mistake and points to the notebook's derivation. Level 2 (`check(fn,
 hint_level=2)`) adds a more explicit nudge, still without the solution's code.
 A diagnosis is `(predicate, hint)` or `(predicate, hint, hint2)`.
 
-Every case runs under a time limit (`Case.time_limit_s`, said in the first
-line), so a learner's endless loop ends with a message instead of a hung
-kernel. The limit uses SIGALRM, so it holds in the main thread on Linux and
-macOS (where Jupyter runs cells); elsewhere the checker says it has none.
+Besides the numbers, checkers check the algorithm: `held_memory_case` measures the
+largest temporary the learner's function holds (tracemalloc, which sees numpy's
+buffers), `rows_loaded_case` counts the rows loaded by slices, and
+`hidden_tiles_case` fills tiles that must never be touched with NaN (a check through
+the values, so converting or copying the inputs changes nothing).
+
+The harness survives what a learner's code can do to it. Every case runs under a
+time limit (`Case.time_limit_s`, said in the first line) that `except Exception` cannot
+swallow (the timeout is not an `Exception`, and it is raised again every half second
+until the case ends): SIGALRM in the main thread, an asynchronous exception raised in
+the checking thread elsewhere. `sys.exit()`, any other exception and a result that
+cannot be read as numbers end in a FAILED line (Ctrl+C still interrupts), and what the
+learner's function prints is capped at `PRINT_CAP` characters.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import io
 import signal
 import threading
 import time
+import tracemalloc
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +50,8 @@ PASS_LINE = "All checks passed"
 TODO_LINE = "Not implemented yet"
 TIMEOUT_LINE = "Time limit"
 DEFAULT_TIME_LIMIT_S = 20.0
+REPEAT_S = 0.5          # the timeout is raised again this often until the case ends
+PRINT_CAP = 2000        # characters of the learner's printed output shown per case
 HINT_NONE = ("Your function returned None: the last step must `return` its result "
              "(a missing return is the usual cause).")
 HINT_SCALAR = ("Your function returned a single number where an array is expected: keep one "
@@ -47,11 +64,25 @@ HINT_OVERFLOW = ("Your result holds a number too large for a float (e.g. a Pytho
 HINT_TIMEOUT = ("Your function did not finish within the time limit: look for a loop whose "
                 "end condition never becomes true (a `while` whose variable never changes, or "
                 "a range that does not advance).")
+HINT_EXIT = ("Your function called sys.exit() (or exit()/quit()), which would stop the whole "
+             "kernel: return a result instead, or raise an exception to signal a problem.")
+HINT_UNREADABLE = ("Your result could not be read as numbers (converting it to a numpy array "
+                   "raised the error above): return numpy arrays (or tuples of them).")
+HINT_PRECISION = (
+    "Your result agrees with the expected values to about 7 significant digits, the "
+    "precision of float32, but this checker compares in float64 (tolerance above): keep "
+    "every array float64 (np.zeros and np.full give float64; avoid astype(np.float32) and "
+    "float32 inputs to your own temporaries).")
+HINT_SHAPE = (
+    "A result has the wrong shape (named above): compare it with the shapes in the "
+    "function's contract. The usual causes are a transposed tile, a block size used where "
+    "a length is meant, or a dropped or extra axis.")
 
 
 @dataclass
 class Case:
-    """One check: `run(fn)` returns (yours, expected); compared by `close`."""
+    """One check: `run(fn)` returns (yours, expected); compared by `compare` if given (it
+    returns (ok, why)), else numerically within rtol and atol, part by part."""
 
     name: str
     run: Callable
@@ -61,6 +92,8 @@ class Case:
     atol: float = 1e-6
     hint2: str = ""                                 # the second, more explicit level
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    names: tuple = ()                               # the results' names, e.g. ("o", "lse")
+    compare: Callable | None = None                 # (yours, expected) -> (ok, why)
 
 
 @dataclass
@@ -80,33 +113,118 @@ class Result:
         return None
 
 
-class CaseTimeout(Exception):
-    """Raised inside a case that ran past its time limit."""
+class CaseTimeout(BaseException):
+    """Raised inside a case that ran past its time limit. A BaseException, like
+    KeyboardInterrupt, so that a learner's `except Exception:` does not swallow it."""
 
 
 @contextmanager
 def time_limit(seconds: float):
-    """Raise CaseTimeout after `seconds` (main thread with SIGALRM only; else no limit)."""
-    usable = (hasattr(signal, "setitimer") and seconds and seconds > 0
-              and threading.current_thread() is threading.main_thread())
-    if not usable:
+    """Raise CaseTimeout after `seconds`, and again every REPEAT_S until the block ends.
+
+    In the main thread (where Jupyter runs cells) by SIGALRM, which also interrupts a
+    sleep; in any other thread by an asynchronous exception set on that thread (it lands
+    at the next Python bytecode, so a single long numpy call finishes first). Yields
+    whether a limit is enforced (False only for a limit <= 0).
+    """
+    if not seconds or seconds <= 0:
         yield False
         return
+    message = f"did not finish within {seconds:g} s"
+    if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
+        with _alarm_limit(seconds, message):
+            yield True
+    else:
+        with _thread_limit(seconds, message):
+            yield True
+
+
+@contextmanager
+def _alarm_limit(seconds, message):
+    done = []
 
     def on_alarm(_signum, _frame):
-        raise CaseTimeout(f"did not finish within {seconds:g} s")
+        if not done:
+            raise CaseTimeout(message)
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     started = time.monotonic()
-    pending, interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    pending, interval = signal.setitimer(signal.ITIMER_REAL, seconds, REPEAT_S)
     try:
-        yield True
+        yield
     finally:
+        done.append(True)
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         if pending > 0:     # someone else's alarm (e.g. pytest-timeout): give it back
             left = max(pending - (time.monotonic() - started), 1e-3)
             signal.setitimer(signal.ITIMER_REAL, left, interval)
+
+
+def _set_async_exc(thread_id, exc) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
+                                               ctypes.py_object(exc) if exc else None)
+
+
+@contextmanager
+def _thread_limit(seconds, message):
+    target = threading.get_ident()
+    lock, finished = threading.Lock(), threading.Event()
+
+    def watchdog():
+        wait = seconds
+        while not finished.wait(wait):
+            with lock:
+                if not finished.is_set():
+                    _set_async_exc(target, CaseTimeout)
+            wait = REPEAT_S
+
+    dog = threading.Thread(target=watchdog, name="lab-check-time-limit", daemon=True)
+    dog.start()
+    try:
+        yield
+    except CaseTimeout:
+        raise CaseTimeout(message) from None
+    finally:
+        with lock:
+            finished.set()
+            _set_async_exc(target, None)     # clear one that has not landed yet
+        dog.join()
+
+
+class _CappedText(io.TextIOBase):
+    """A text stream that keeps the first `cap` characters written to it and counts the rest."""
+
+    def __init__(self, cap: int):
+        self.cap, self.kept, self.dropped = cap, [], 0
+        self._size = 0
+
+    def writable(self):
+        return True
+
+    def write(self, text):
+        text = str(text)
+        room = self.cap - self._size
+        if room > 0:
+            self.kept.append(text[:room])
+            self._size += min(room, len(text))
+        self.dropped += max(0, len(text) - max(room, 0))
+        return len(text)
+
+    def report(self) -> str:
+        out = "".join(self.kept)
+        if self.dropped:
+            out += (f"\n  ... (output capped: {self.dropped:,} more characters printed by your "
+                    "function are not shown)")
+        return out
+
+
+@contextmanager
+def _captured_output():
+    """The learner's prints (stdout and stderr) during a case, capped at PRINT_CAP."""
+    buffer = _CappedText(PRINT_CAP)
+    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+        yield buffer
 
 
 def _structure(yours, expected) -> tuple[str, str] | None:
@@ -128,31 +246,56 @@ def _structure(yours, expected) -> tuple[str, str] | None:
     return None
 
 
-def _close(yours, expected, rtol, atol) -> tuple[bool, str]:
+#: kinds of mismatch `_close` reports, each with its own hint when no diagnosis fires
+SHAPE, PRECISION, VALUE = "shape", "precision", "value"
+
+
+def _low_precision(yours) -> str:
+    dtype = getattr(yours, "dtype", None)
+    return str(dtype) if dtype is not None and dtype in (np.float32, np.float16) else ""
+
+
+def _close(yours, expected, rtol, atol) -> tuple[bool, str, str]:
+    """(ok, why, kind) of one result against its expected value (kind: SHAPE, PRECISION,
+    VALUE; "" when ok)."""
     try:
         if np.iscomplexobj(yours):
-            return False, "your result holds complex numbers"
+            return False, "your result holds complex numbers", VALUE
         yours_arr = np.asarray(yours, dtype=np.float64)
     except OverflowError:
-        return False, "your result holds a number too large for a float"
+        return False, "your result holds a number too large for a float", VALUE
     except (TypeError, ValueError):
-        return False, f"expected an array-like of numbers, got {type(yours).__name__}"
+        return False, f"expected an array-like of numbers, got {type(yours).__name__}", VALUE
     exp_arr = np.asarray(expected, dtype=np.float64)
     if yours_arr.shape != exp_arr.shape:
-        return False, f"shape {yours_arr.shape}, expected {exp_arr.shape}"
+        return False, f"shape {yours_arr.shape}, expected {exp_arr.shape}", SHAPE
     if np.isnan(yours_arr).any() and not np.isnan(exp_arr).any():
-        return False, "your result contains NaN"
+        return False, "your result contains NaN", VALUE
     ok = np.allclose(yours_arr, exp_arr, rtol=rtol, atol=atol, equal_nan=True)
     if ok:
-        return True, ""
+        return True, "", ""
     err = np.abs(yours_arr - exp_arr)
     err = np.where(np.isnan(err), np.inf, err)
     idx = np.unravel_index(int(np.argmax(err)), err.shape) if err.ndim else ()
-    return False, (f"largest difference at index {tuple(int(i) for i in idx)}: "
-                   f"yours {float(yours_arr[idx])!r}, expected {float(exp_arr[idx])!r}")
+    why = (f"largest difference at index {tuple(int(i) for i in idx)}: "
+           f"yours {float(yours_arr[idx])!r}, expected {float(exp_arr[idx])!r}")
+    low = _low_precision(yours)
+    near = rtol < 1e-6 and np.allclose(yours_arr, exp_arr, rtol=2e-3 if low == "float16"
+                                       else 1e-5, atol=max(atol, 1e-6), equal_nan=True)
+    if near:
+        what = f"your result is {low}" if low else "your result looks rounded to float32"
+        return False, (f"{why} ({what}; the checker compares in float64 at rtol {rtol:g}, "
+                       f"atol {atol:g})"), PRECISION
+    if low:
+        why += f" (your result is {low})"
+    return False, why, VALUE
 
 
-def _structural(yours, expected) -> tuple[str, str] | None:
+def _label(n: int, names) -> str:
+    return names[n] if n < len(names) else f"result [{n}]"
+
+
+def _structural(yours, expected, names=()) -> tuple[str, str] | None:
     """A structural problem anywhere in `yours` (tuple parts included): (what, hint)."""
     if isinstance(expected, tuple):
         if yours is None:
@@ -178,26 +321,39 @@ def _structural(yours, expected) -> tuple[str, str] | None:
                 found = None
         if found is not None:
             what, hint = found
-            return (f"result [{n}]: {what}" if isinstance(expected, tuple) else what), hint
+            return (f"{_label(n, names)}: {what}" if isinstance(expected, tuple) else what), hint
     return None
 
 
-def _compare(yours, expected, rtol, atol) -> tuple[bool, str]:
+def _compare(yours, expected, rtol, atol, names=()) -> tuple[bool, str, str]:
     if isinstance(expected, tuple):
         if isinstance(yours, list):
             yours = tuple(yours)
         if not isinstance(yours, tuple) or len(yours) != len(expected):
-            return False, f"expected a tuple of {len(expected)} results, got {type(yours).__name__}"
+            what = f" ({', '.join(names)})" if names else ""
+            return (False, f"expected a tuple of {len(expected)} results{what}, got "
+                    f"{type(yours).__name__}", VALUE)
+        found = []
         for n, (y, e) in enumerate(zip(yours, expected)):
-            ok, why = _close(y, e, rtol, atol)
+            ok, why, kind = _close(y, e, rtol, atol)
             if not ok:
-                return False, f"result [{n}]: {why}"
-        return True, ""
+                found.append((f"{_label(n, names)}: {why}", kind))
+        if not found:
+            return True, "", ""
+        # a shape or value mistake in one part outranks float32 rounding in another
+        for want in (SHAPE, VALUE, PRECISION):
+            for why, kind in found:
+                if kind == want:
+                    return False, why, kind
     return _close(yours, expected, rtol, atol)
 
 
-def _pick_hint(case: Case, yours, expected, hint_level: int) -> str:
+def _pick_hint(case: Case, yours, expected, hint_level: int, kind: str = VALUE) -> str:
     hint, hint2 = case.hint, case.hint2
+    if kind == PRECISION:
+        hint, hint2 = HINT_PRECISION, ""
+    elif kind == SHAPE:
+        hint, hint2 = HINT_SHAPE, ""
     for diagnosis in case.diagnoses:
         predicate, text = diagnosis[0], diagnosis[1]
         try:
@@ -212,6 +368,27 @@ def _pick_hint(case: Case, yours, expected, hint_level: int) -> str:
     return hint
 
 
+def _judge(case: Case, yours, expected, hint_level: int) -> tuple[bool, str, str]:
+    """(ok, why, hint) for one case's result."""
+    broken = _structural(yours, expected, case.names)
+    if broken is not None:
+        return False, broken[0], broken[1]
+    if case.compare is not None:
+        ok, why = case.compare(yours, expected)
+        kind = VALUE
+    else:
+        ok, why, kind = _compare(yours, expected, case.rtol, case.atol, case.names)
+    if ok:
+        return True, "", ""
+    return False, why, _pick_hint(case, yours, expected, hint_level, kind)
+
+
+def _with_level(case: Case, hint_level: int) -> str:
+    if hint_level < 2 or not case.hint2:
+        return case.hint
+    return f"{case.hint}\n  More explicitly: {case.hint2}"
+
+
 def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = True,
                hint_level: int = 1) -> Result:
     """Run every case against `fn`; print one line per case and the verdict.
@@ -224,39 +401,45 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
     limit = max((c.time_limit_s for c in cases), default=0)
     say(f"Checking {title} (time limit {limit:g} s per case)")
     for case in cases:
-        try:
-            with time_limit(case.time_limit_s):
-                yours, expected = case.run(fn)
-        except NotImplementedError as exc:
-            msg = str(exc) or "the function still raises NotImplementedError"
+        failed = None                      # (what, hint) when the run itself failed
+        with _captured_output() as printed:
+            try:
+                with time_limit(case.time_limit_s):
+                    yours, expected = case.run(fn)
+            except NotImplementedError as exc:
+                failed = exc
+            except CaseTimeout as exc:
+                failed = (f"{TIMEOUT_LINE}: your function {exc}", HINT_TIMEOUT)
+            except KeyboardInterrupt:
+                raise
+            except SystemExit as exc:
+                failed = (f"your function called sys.exit({'' if exc.code is None else exc.code!r})",
+                          HINT_EXIT)
+            except BaseException as exc:  # the learner's code crashed: show where, kindly
+                tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+                failed = (f"your function raised {tb}", _with_level(case, hint_level))
+        text = printed.report()
+        if text.strip():
+            say("  Your function printed:\n" + text.rstrip())
+        if isinstance(failed, NotImplementedError):
+            msg = str(failed) or "the function still raises NotImplementedError"
             say(f"{TODO_LINE}: {msg}. "
                 "Fill in the steps marked FILL ME IN, then run this cell again.")
             return Result(False, todo=True, case=case.name, hint=msg)
-        except CaseTimeout as exc:
-            say(f"  FAILED {case.name}: {TIMEOUT_LINE}: your function {exc}")
-            say(f"  Hint: {HINT_TIMEOUT}")
-            return Result(False, case=case.name, hint=HINT_TIMEOUT, detail=str(exc))
-        except Exception as exc:  # the learner's code crashed: show where, kindly
-            tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            hint = case.hint if hint_level < 2 or not case.hint2 else \
-                f"{case.hint}\n  More explicitly: {case.hint2}"
-            say(f"  FAILED {case.name}: your function raised {tb}")
-            say(f"  Hint: {hint}")
-            return Result(False, case=case.name, hint=hint, detail=tb)
-        broken = _structural(yours, expected)
-        if broken is not None:
-            what, hint = broken
-            say(f"  FAILED {case.name}: {what}")
-            say(f"  Hint: {hint}")
-            return Result(False, case=case.name, hint=hint, detail=what)
-        ok, why = _compare(yours, expected, case.rtol, case.atol)
-        if ok:
-            say(f"  ok     {case.name}")
-            continue
-        hint = _pick_hint(case, yours, expected, hint_level)
-        say(f"  FAILED {case.name}: {why}")
+        if failed is None:
+            try:
+                ok, why, hint = _judge(case, yours, expected, hint_level)
+            except Exception as exc:     # e.g. a result whose __array__ raises
+                tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+                ok, why, hint = False, f"reading your result raised {tb}", HINT_UNREADABLE
+            if ok:
+                say(f"  ok     {case.name}")
+                continue
+            failed = (why, hint)
+        what, hint = failed
+        say(f"  FAILED {case.name}: {what}")
         say(f"  Hint: {hint}")
-        return Result(False, case=case.name, hint=hint, detail=why)
+        return Result(False, case=case.name, hint=hint, detail=what)
     say(f"{PASS_LINE} ({len(cases)} cases).")
     return Result(True)
 
@@ -281,10 +464,12 @@ def random_qkv(rng, tq: int, tk: int, d: int, spread: float = 1.0):
 #: The irregular shapes the tiled labs (forward, backward) check on, in float64:
 #: (name, Tq, Tk, d, Br, Bc, causal, spread). Ragged tiles, Tq != Tk both ways, rows with
 #: no visible key (causal, Tq > Tk), 1 x 1 tiles, blocks larger than T, and large scores
-#: (q and k scaled by `spread`, |S| ~ 1e3 at the checkers' scale 0.37).
+#: (q and k scaled by `spread`, |S| ~ 1e3 at the checkers' scale 0.37). The ragged case comes
+#: first: there a dropped last query block and a dropped last key block differ (with one
+#: tile larger than T, both leave every row empty).
 TILED_CASES = [
-    ("one tile, Tq = 3, Tk = 4, d = 3", 3, 4, 3, 8, 8, False, 1.0),
     ("ragged tiles, Tq = 37, Tk = 29, d = 5, Br = 8, Bc = 6", 37, 29, 5, 8, 6, False, 1.0),
+    ("one tile, Tq = 3, Tk = 4, d = 3", 3, 4, 3, 8, 8, False, 1.0),
     ("causal, Tq = 23 < Tk = 40, d = 4, Br = 7, Bc = 9", 23, 40, 4, 7, 9, True, 1.0),
     ("causal, Tq = 40 > Tk = 23 (rows with no key), Br = 6, Bc = 5", 40, 23, 4, 6, 5, True, 1.0),
     ("causal 1 x 1 tiles, Tq = Tk = 9, d = 2", 9, 9, 2, 1, 1, True, 1.0),
@@ -319,12 +504,19 @@ class WatchedRows(np.ndarray):
     """An input array that logs which row ranges the learner's code slices from it.
 
     `k = WatchedRows.wrap(k)`; after the run, `k.rows_read()` is the number of rows
-    loaded through `k[a:b]` (or `k[a:b, ...]`) slices. Arrays derived from it
-    (views, products) log nothing, so only loads from "outer memory" count.
+    loaded through `k[a:b]` (or `k[a:b, ...]`) slices. Views and products derived from it
+    log nothing, so only loads from "outer memory" count; a whole copy of it
+    (`k.astype(float)`, `k.copy()`) logs into the same record. `np.asarray(k)` gives a
+    plain array that logs nothing: `counted()` then says False, and the checker relies on
+    `hidden_tiles_case`, which checks through the values.
     """
 
     def __array_finalize__(self, obj):
-        self._log = None
+        log = getattr(obj, "_log", None)
+        # a whole copy (astype, copy) keeps counting; a slice taken in __getitem__ does not
+        same = (log is not None and getattr(obj, "shape", None) == self.shape
+                and not getattr(obj, "_slicing", False))
+        self._log = log if same else None
 
     @classmethod
     def wrap(cls, array):
@@ -333,20 +525,33 @@ class WatchedRows(np.ndarray):
         return watched
 
     def __getitem__(self, index):
+        self._slicing = True
+        try:
+            out = super().__getitem__(index)
+        finally:
+            self._slicing = False
         log = getattr(self, "_log", None)
-        if log is not None:
-            first = index[0] if isinstance(index, tuple) and index else index
-            if isinstance(first, slice):
-                start, stop, step = first.indices(self.shape[0])
-                log.append(len(range(start, stop, step)))
-            elif isinstance(first, (int, np.integer)):
-                log.append(1)
-            else:
-                log.append(self.shape[0])          # a fancy index: count the whole array
-        return super().__getitem__(index)
+        if log is None:
+            return out
+        if isinstance(out, WatchedRows) and out.shape == self.shape:
+            out._log = log                         # a view of the whole array (k[:]): counts on
+            return out
+        first = index[0] if isinstance(index, tuple) and index else index
+        if isinstance(first, slice):
+            start, stop, step = first.indices(self.shape[0])
+            log.append(len(range(start, stop, step)))
+        elif isinstance(first, (int, np.integer)):
+            log.append(1)
+        else:
+            log.append(self.shape[0])              # a fancy index: count the whole array
+        return out
 
     def rows_read(self) -> int:
         return int(sum(self._log or ()))
+
+    def counted(self) -> bool:
+        """Whether any load was logged (False when the learner read a plain conversion)."""
+        return bool(self._log)
 
 
 def plain(x):
@@ -394,7 +599,7 @@ def mistake_diagnoses(replay: Callable, mistakes, close: Callable, *, right=None
 
 def tiled_cases(inputs: Callable, expected: Callable, replay: Callable, mistakes,
                 close: Callable, hint, *, scale: float, rtol: float, atol: float,
-                parts: int | None = None, first=()) -> list[Case]:
+                parts: int | None = None, first=(), names=()) -> list[Case]:
     """One Case per shape of TILED_CASES for a tiled lab function called as
     `fn(*arrays, causal, scale, block_q, block_k)`.
 
@@ -402,7 +607,8 @@ def tiled_cases(inputs: Callable, expected: Callable, replay: Callable, mistakes
     expected(arrays, causal) -> what fn must return; `fn` returns a tuple of `parts`
     arrays (None: one array). A failure is named by the diagnoses `first`, then by the
     typical mistakes replayed as `replay(*arrays, causal, scale, Br, Bc, mistake)`
-    (`mistake_diagnoses` with `close`); else by `hint` = (level 1, level 2).
+    (`mistake_diagnoses` with `close`); else by `hint` = (level 1, level 2). `names`
+    names the results in messages (e.g. ("o", "lse")).
     """
     cases = []
     for n, (name, tq, tk, d, br, bc, causal, spread) in enumerate(TILED_CASES):
@@ -417,7 +623,8 @@ def tiled_cases(inputs: Callable, expected: Callable, replay: Callable, mistakes
             out = fn(*(a.copy() for a in arrays), *rest)
             return (plain(out) if parts is None else result_tuple(out, parts)), want
 
-        cases.append(Case(name, run, hint[0], diagnoses, rtol=rtol, atol=atol, hint2=hint[1]))
+        cases.append(Case(name, run, hint[0], diagnoses, rtol=rtol, atol=atol, hint2=hint[1],
+                          names=names))
     return cases
 
 
@@ -429,17 +636,91 @@ def rows_loaded_case(name: str, arrays, rest, watch: int, want: int, no_skip,
     in `WatchedRows`, and compares the rows it loads through slices `x[a:b]` with `want`
     (the rows of the tiles the mask leaves visible, e.g. from
     `flashcourse.geometry.causal_block_sums`). More rows: hint `no_skip`; fewer:
-    `skip_too_much` (each a (level 1, level 2) pair); exact integers.
+    `skip_too_much` (each a (level 1, level 2) pair); exact integers. When the learner's
+    code logged no load at all (it read a plain conversion such as `np.asarray(k)`), the
+    count is not known and the case passes: `hidden_tiles_case` decides on the values.
     """
     def run(fn):
         args = [a.copy() for a in arrays]
         args[watch] = WatchedRows.wrap(args[watch])
         fn(*args, *rest)
+        if not args[watch].counted():
+            return want, want
         return args[watch].rows_read(), want
 
     diagnoses = [((lambda yours, expected: yours > expected), *no_skip),
                  ((lambda yours, expected: yours < expected), *skip_too_much)]
     return Case(name, run, no_skip[0], diagnoses, rtol=0, atol=0, hint2=no_skip[1])
+
+
+def hidden_tiles_case(name: str, arrays, rest, poisons, hint) -> Case:
+    """A Case on tile skipping checked through the values: tiles that must never be
+    touched hold NaN, and the results they must not reach stay finite.
+
+    `poisons` is a list of (rows, check): `rows` = [(input index, row slice), ...] to fill
+    with NaN, and `check(out)` -> the number of result entries that the NaN reached but
+    must not (a learner who processes a hidden tile multiplies its NaN by a probability
+    of 0, and 0 * NaN = NaN). One run per poison; the case passes with 0 entries reached.
+    Converting, copying or viewing the inputs cannot change the verdict.
+    """
+    def run(fn):
+        reached = 0
+        for rows, check in poisons:
+            args = [np.array(a, copy=True) for a in arrays]
+            for index, sl in rows:
+                args[index][sl] = np.nan
+            with np.errstate(all="ignore"):
+                out = fn(*args, *rest)
+            reached += int(check(plain(out)))
+        return reached, 0
+
+    return Case(name, run, hint[0], rtol=0, atol=0, hint2=hint[1])
+
+
+def held_memory(fn, *args) -> tuple[object, int]:
+    """(fn(*args), the largest number of bytes it held at once beyond what existed before),
+    measured with tracemalloc (which sees numpy's array buffers)."""
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        out = fn(*args)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()
+    return out, max(0, peak - base)
+
+
+def held_budget(inputs: int, outputs: int, tile: int, e: int = 8) -> int:
+    """Bytes a tiled function may hold at once, from element counts: two copies of its
+    inputs (a learner may convert them), its outputs, sixteen tile-sized temporaries
+    (`tile` elements: S, P, masks, the per-block state) and 64 KiB for Python's objects."""
+    return (2 * inputs + outputs + 16 * tile) * e + 64 * 1024
+
+
+def held_memory_case(name: str, arrays, rest, budget: int, hint, describe) -> Case:
+    """A Case on what the learner's function holds at once: at most `budget` bytes.
+
+    Runs `fn(*arrays, *rest)` on copies (made before measuring) under `held_memory`.
+    `describe(peak)` says in words what a peak of that many bytes would be (e.g. "a
+    64 x 4096 block of float64 scores"); the hint `hint` = (level 1, level 2) says why the
+    algorithm must not hold it.
+    """
+    def run(fn):
+        args = [np.array(a, copy=True) for a in arrays]
+        _, peak = held_memory(fn, *args, *rest)
+        return peak, budget
+
+    def compare(peak, limit):
+        if peak <= limit:
+            return True, ""
+        return False, (f"your function held {peak:,} B at once ({describe(peak)}); the tiled "
+                       f"algorithm needs at most about {limit:,} B here")
+
+    return Case(name, run, hint[0], rtol=0, atol=0, hint2=hint[1], compare=compare)
 
 
 def stub_guard(fn, what: str):

@@ -26,15 +26,45 @@ from __future__ import annotations
 import numpy as np
 
 from .. import reference
-from ..geometry import causal_block_sums
-from ._harness import (SKIPPING_SHAPES, Result, parts_close, plain, random_qkv,
-                       rows_loaded_case, run_checks, tiled_cases)
+from ..geometry import causal_block_sums, tile_visibility
+from ._harness import (SKIPPING_SHAPES, Result, held_budget, held_memory_case,
+                       hidden_tiles_case, parts_close, plain, random_qkv, rows_loaded_case,
+                       run_checks, tiled_cases)
 
 HINT_FORGOT_D = (
     "dS is missing the row term of the softmax Jacobian: each row's dS must subtract that "
     "row's sum of P * dP before multiplying by P (the backward notebook, 'the Jacobian').",
     "That row sum equals D_i = dO_i . O_i, computed once before the loops; subtract it from "
     "dP, row by row, then multiply by P elementwise.")
+HINT_DELTA_DODO = (
+    "D is computed from the wrong arrays: D_i = rowsum(dO_i * O_i) multiplies the output "
+    "gradient by the OUTPUT O, not by dO again (it is the row sum of P * dP, and dP = dO "
+    "V^T while O = P V).",
+    "D has shape (Tq,): for each row, the dot product of that row of dO with the same row "
+    "of O, computed once before the loops.")
+HINT_RAGGED_DROP = (
+    "The ragged last key block is missing: when Tk is not a multiple of Bc the last key "
+    "block is shorter, and your loop leaves it out, so its keys get no dK, dV and add "
+    "nothing to dQ.",
+    "Loop k0 over range(0, Tk, Bc) and clip the block's end to Tk (a ceiling count of "
+    "blocks, not a floor).")
+HINT_RAGGED_OFF_BY_ONE = (
+    "Off by one at the end of the keys: the last key gets no gradient. Python slices and "
+    "ranges exclude their end, so a block's end is clipped to Tk, not Tk - 1.",
+    "The block [k0, k1) ends at k1 = min(k0 + Bc, Tk); k[k0:k1] then includes key Tk - 1.")
+HINT_RAGGED_Q = (
+    "The ragged last query block is missing: when Tq is not a multiple of Br the last query "
+    "block is shorter, and your query loop leaves it out, so those rows get no dQ and add "
+    "nothing to dK, dV.",
+    "Loop q0 from the first visible block to Tq in steps of Br and clip the block's end to "
+    "Tq.")
+HINT_HELD = (
+    "Your backward holds more than a tile at once: a block as wide as all the keys (Br x Tk, "
+    "or the whole Tq x Tk matrix of P or dS). Recomputing P tile by tile from lse is the "
+    "point of the FlashAttention backward: nothing of size Tq x Tk is ever stored. (Calling "
+    "flashcourse.reference.attention_backward, the dense algorithm, also holds it.)",
+    "Per key block keep dK_j, dV_j (Bc, d); per query block recompute S, P, dP, dS "
+    "(Br, Bc) from lse and D, add their products, and drop them before the next tile.")
 HINT_DP_FROM_O = (
     "dP must come from the output GRADIENT: the gradient of O = P V with respect to P uses "
     "dO, not O.",
@@ -90,17 +120,19 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
     tq, d = q.shape
     tk = k.shape[0]
     off = 0 if mistake == "top_left" else tk - tq
-    delta = (do * o).sum(axis=1)
+    delta = (do * (do if mistake == "delta_do_do" else o)).sum(axis=1)
     dq, dk, dv = np.zeros((tq, d)), np.zeros((tk, d)), np.zeros((tk, d))
     lse_use = np.where(np.isneginf(lse), np.inf, lse)
     with np.errstate(all="ignore"):
         for k0 in range(0, tk, bc):
-            k1 = min(k0 + bc, tk)
+            k1 = min(k0 + bc, tk - 1 if mistake == "k_off_by_one" else tk)
+            if k1 <= k0 or (mistake == "k_ragged_drop" and k0 + bc > tk):
+                continue
             dk_j, dv_j = np.zeros((k1 - k0, d)), np.zeros((k1 - k0, d))
             q_start = 0
             if causal and mistake == "skip_too_much":
                 q_start = max(0, k0 - off + br) // br * br
-            for q0 in range(q_start, tq, br):
+            for q0 in range(q_start, tq // br * br if mistake == "q_ragged_drop" else tq, br):
                 q1 = min(q0 + br, tq)
                 s = scale * (q[q0:q1] @ k[k0:k1].T)
                 if causal:
@@ -132,12 +164,15 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
     return dq, dk, dv
 
 
-MISTAKES = [("no_delta", HINT_FORGOT_D), ("dp_from_o", HINT_DP_FROM_O),
+MISTAKES = [("no_delta", HINT_FORGOT_D), ("delta_do_do", HINT_DELTA_DODO),
+            ("dp_from_o", HINT_DP_FROM_O),
             ("no_scale", HINT_SCALE_CHAIN), ("no_scale_dq", HINT_SCALE_CHAIN),
             ("no_scale_dk", HINT_SCALE_CHAIN), ("skip_too_much", HINT_SKIP_TOO_MUCH),
             ("tile_softmax", HINT_TILE_SOFTMAX),
             ("dv_from_o", HINT_DV), ("dq_overwrite", HINT_DQ_OVERWRITE),
-            ("dkdv_overwrite", HINT_DKDV_OVERWRITE), ("top_left", HINT_TOP_LEFT)]
+            ("dkdv_overwrite", HINT_DKDV_OVERWRITE), ("top_left", HINT_TOP_LEFT),
+            ("k_ragged_drop", HINT_RAGGED_DROP), ("k_off_by_one", HINT_RAGGED_OFF_BY_ONE),
+            ("q_ragged_drop", HINT_RAGGED_Q)]
 #: the mistakes dq can show (dv_from_o and dkdv_overwrite change only dk, dv)
 DQ_MISTAKES = [(m, h) for m, h in MISTAKES if m not in ("dv_from_o", "dkdv_overwrite")]
 
@@ -164,18 +199,65 @@ def _nonfinite(yours, _expected):
     return any(not np.isfinite(np.asarray(p, np.float64)).all() for p in plain(yours))
 
 
+#: the case on what is held at once: (Tq, Tk, d, Br, Bc), Tk >> Bc, not causal
+HELD_SHAPE = (128, 4096, 3, 64, 16)
+
+
+def _held_case():
+    tq, tk, d, br, bc = HELD_SHAPE
+    budget = held_budget((3 * tq + 2 * tk) * d + tq, (tq + 2 * tk) * d + tq,
+                         br * bc + (br + bc) * d + 2 * br)
+    return held_memory_case(
+        f"largest temporary held at once, Tq = {tq}, Tk = {tk}, d = {d}, Br = {br}, "
+        f"Bc = {bc}", _inputs(150, tq, tk, d, False), (False, SCALE, br, bc), budget,
+        HINT_HELD, lambda peak: (f"for scale: one Br x Tk = {br} x {tk} block of float64 is "
+                                 f"{br * tk * 8:,} B, a Tq x Tk matrix {tq * tk * 8:,} B"))
+
+
+def _hidden_tiles_case(n, name, tq, tk, br, bc):
+    """For each query block: Q_i, O_i and dO_i set to NaN; the dK, dV rows of the key blocks
+    that the causal mask hides it from must stay finite."""
+    args = _inputs(130 + n, tq, tk, 3, True)
+    poisons = []
+    for q0 in range(0, tq, br):
+        q1 = min(q0 + br, tq)
+        rows = np.zeros(tk, bool)
+        for k0 in range(0, tk, bc):
+            k1 = min(k0 + bc, tk)
+            rows[k0:k1] = tile_visibility(q0, q1, k0, k1, tq, tk, True) == "hidden"
+        if rows.any():
+            poisons.append(([(0, slice(q0, q1)), (3, slice(q0, q1)), (5, slice(q0, q1))],
+                            lambda out, rows=rows: _nan_key_rows(out, rows)))
+    return hidden_tiles_case(f"query blocks skipped, {name}: hidden query tiles filled with "
+                             "NaN never reach dk, dv", args, (True, SCALE, br, bc), poisons,
+                             HINT_NO_SKIP)
+
+
+def _nan_key_rows(out, rows) -> int:
+    """NaN entries of dk and dv in key `rows` (a result that is not a triple counts as all)."""
+    if not (isinstance(out, tuple) and len(out) == 3):
+        return int(rows.sum())
+    dk, dv = (np.asarray(x, np.float64) for x in out[1:])
+    return int(np.isnan(dk[rows]).sum() + np.isnan(dv[rows]).sum())
+
+
 def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Check `flash_backward(q, k, v, o, lse, do, causal, scale, block_q, block_k)` against
-    the dense float64 backward on seven inputs, then its causal skipping of query blocks."""
+    the dense float64 backward on seven inputs; then the algorithm: the largest temporary it
+    holds (no Br x Tk block) and its causal skipping of query blocks (rows sliced from q,
+    and NaN tiles)."""
     cases = tiled_cases(lambda n, *shape: _inputs(100 + n, *shape), _gradients, replay,
                         MISTAKES, _close, HINT_BACKWARD, scale=SCALE, rtol=_RTOL, atol=_ATOL,
-                        parts=3, first=[(_nonfinite, *HINT_NEG_INF)])
+                        parts=3, first=[(_nonfinite, *HINT_NEG_INF)],
+                        names=("dq", "dk", "dv"))
+    cases.append(_held_case())
     for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
         _, _, query_rows = causal_block_sums(tq, tk, br, bc, True)   # over visible tiles
         cases.append(rows_loaded_case(f"query blocks skipped, {name}: query rows loaded through "
                                       "q[q0:q1]", _inputs(120 + n, tq, tk, 3, True),
                                       (True, SCALE, br, bc), 0, query_rows, HINT_NO_SKIP,
                                       HINT_SKIP_TOO_MUCH))
+        cases.append(_hidden_tiles_case(n, name, tq, tk, br, bc))
     return run_checks("flash_backward(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
                       fn, cases, verbose=verbose, hint_level=hint_level)
 
@@ -186,7 +268,8 @@ def check_flash_backward_dq(fn, *, verbose: bool = True, hint_level: int = 1) ->
                         lambda args, causal: _gradients(args, causal)[0],
                         lambda *args: replay(*args)[0], DQ_MISTAKES,
                         lambda a, b: _close((a,), (b,)), HINT_BACKWARD, scale=SCALE, rtol=_RTOL,
-                        atol=_ATOL, first=[(lambda y, e: _nonfinite((y,), e), *HINT_NEG_INF)])
+                        atol=_ATOL, first=[(lambda y, e: _nonfinite((y,), e), *HINT_NEG_INF)],
+                        names=("dq",))
     return run_checks("flash_backward_dq(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
                       fn, cases, verbose=verbose, hint_level=hint_level)
 

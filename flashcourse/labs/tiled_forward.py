@@ -31,11 +31,13 @@ import math
 import numpy as np
 
 from .. import reference
-from ..geometry import causal_block_sums, ceil_div, visible_mask
+from ..geometry import causal_block_sums, ceil_div, tile_visibility, visible_mask
 from ..counter import TrafficCounter
 from ..traffic import tiled_traffic
-from ._harness import (SKIPPING_SHAPES, Case, Result, parts_close, plain, random_qkv,
-                       result_tuple, rows_loaded_case, run_checks, tiled_cases)
+from ._harness import (SKIPPING_SHAPES, Case, Result, held_memory_case,
+                       held_budget as _held_budget, hidden_tiles_case,
+                       parts_close, plain, random_qkv, result_tuple, rows_loaded_case,
+                       run_checks, tiled_cases)
 
 # -- hints: (level 1 diagnoses, level 2 more explicit); tests assert on these strings -----
 HINT_RESCALE = (
@@ -44,6 +46,44 @@ HINT_RESCALE = (
     "tile is added (notebook 03, 'the update rule').",
     "Both l and acc get multiplied by the factor exp(old max - new max), which is <= 1, "
     "and only then receive this tile's row sums and P V_j.")
+HINT_RESCALE_L = (
+    "Half a rescale: your accumulator is brought to the new max but the running sum l is "
+    "not. l and acc are sums against the same max; when it grows, both must be multiplied "
+    "by the same factor before this tile is added (notebook 03, 'the update rule').",
+    "l = alpha * l + (this tile's row sums), with the same alpha = exp(old max - new max) "
+    "that multiplies acc.")
+HINT_RESCALE_ACC = (
+    "Half a rescale: your running sum l is brought to the new max but the accumulator acc "
+    "is not. Both are sums against the same max; when it grows, both must be multiplied by "
+    "the same factor before this tile is added (notebook 03, 'the update rule').",
+    "acc = alpha[:, None] * acc + P V_j, with the alpha that multiplies l, broadcast over "
+    "the d columns of each row.")
+HINT_RAGGED_DROP = (
+    "The ragged last key block is missing: when Tk is not a multiple of Bc the last key "
+    "block is shorter, and your loop (or block count) leaves it out, so those keys never "
+    "reach the softmax.",
+    "Count key blocks with a ceiling, ceil(Tk / Bc), or loop k0 over range(0, end, Bc) and "
+    "clip the block's end to Tk.")
+HINT_RAGGED_OFF_BY_ONE = (
+    "Off by one at the end of the keys: the last key never enters the softmax. Python "
+    "slices and ranges exclude their end, so a block's end is clipped to Tk, not Tk - 1.",
+    "The block [k0, k1) ends at k1 = min(k0 + Bc, Tk); k[k0:k1] then includes key Tk - 1.")
+HINT_RAGGED_Q = (
+    "The ragged last query block is missing: when Tq is not a multiple of Br the last query "
+    "block is shorter, and your loop leaves it out, so its rows keep o = 0 and lse = -inf.",
+    "Loop q0 over range(0, Tq, Br) and clip the block's end to Tq.")
+HINT_LSE_BASE2 = (
+    "Your lse is in base 2: it equals the natural-log lse divided by ln 2. If you compute "
+    "with exp2 (scores times log2(e)), convert the final statistic back to natural log.",
+    "lse = ln(l) + m in natural-log units; a base-2 log-sum-exp must be multiplied by ln 2.")
+HINT_HELD = (
+    "Your forward holds more than a tile at once: a block of scores as wide as all the keys "
+    "(Br x Tk, or the whole Tq x Tk matrix). That is what FlashAttention exists to avoid: "
+    "the online softmax folds each Br x Bc tile into m, l and acc and then throws it away. "
+    "(Calling flashcourse.reference.attention, the dense algorithm, also holds it.)",
+    "Per query block keep only m (Br,), l (Br,), acc (Br, d); per key tile compute S "
+    "(Br, Bc), update the state, and drop S before the next tile. No list of tiles, no "
+    "concatenation, no softmax over the whole row.")
 HINT_MAX = (
     "Wrong running max: the new max must combine the running max with this tile's row "
     "max; the tile's max alone forgets the earlier tiles.",
@@ -147,9 +187,11 @@ def _safe(m):
 def replay(q, k, v, causal, scale, br, bc, mistake=None):
     """float64 FA2 forward of one head, optionally with one typical mistake.
 
-    mistake: None, 'no_rescale', 'tile_max', 'top_left', 'no_mask', 'no_divide',
-    'lse_no_m', 'sqrt_scale', 'early_stop' (key loop ends at the block's
-    first row). Returns (o, lse).
+    mistake: None, 'no_rescale', 'no_rescale_l', 'no_rescale_acc', 'tile_max',
+    'top_left', 'no_mask', 'no_divide', 'lse_no_m', 'lse_base2', 'sqrt_scale',
+    'early_stop' (key loop ends at the block's first row), 'k_ragged_drop' (only full
+    key blocks), 'k_off_by_one' (blocks end at Tk - 1), 'q_ragged_drop' (only full
+    query blocks). Returns (o, lse).
     """
     tq, d = q.shape
     tk = k.shape[0]
@@ -158,14 +200,16 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
         scale = 1.0 / math.sqrt(d)
     o, lse = np.zeros((tq, d)), np.full(tq, -np.inf)
     with np.errstate(all="ignore"):
-        for q0 in range(0, tq, br):
+        for q0 in range(0, tq // br * br if mistake == "q_ragged_drop" else tq, br):
             q1 = min(q0 + br, tq)
             m, l, acc = np.full(q1 - q0, -np.inf), np.zeros(q1 - q0), np.zeros((q1 - q0, d))
             k_end = max(0, min(tk, q1 + off)) if causal else tk
             if causal and mistake == "early_stop":
                 k_end = max(0, min(tk, q0 + off))
             for k0 in range(0, k_end, bc):
-                k1 = min(k0 + bc, tk)
+                k1 = min(k0 + bc, tk - 1 if mistake == "k_off_by_one" else tk)
+                if k1 <= k0 or (mistake == "k_ragged_drop" and k0 + bc > tk):
+                    continue
                 s = scale * (q[q0:q1] @ k[k0:k1].T)
                 if causal and mistake != "no_mask":
                     s = np.where(np.arange(k0, k1)[None, :] <= np.arange(q0, q1)[:, None] + off,
@@ -173,19 +217,26 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
                 m_new = s.max(axis=1) if mistake == "tile_max" else np.maximum(m, s.max(axis=1))
                 p = np.exp(s - _safe(m_new)[:, None])
                 alpha = np.ones_like(m) if mistake == "no_rescale" else np.exp(m - _safe(m_new))
-                l = alpha * l + p.sum(axis=1)
-                acc = alpha[:, None] * acc + p @ v[k0:k1]
+                a_l = 1.0 if mistake == "no_rescale_l" else alpha
+                a_acc = 1.0 if mistake == "no_rescale_acc" else alpha[:, None]
+                l = a_l * l + p.sum(axis=1)
+                acc = a_acc * acc + p @ v[k0:k1]
                 m = m_new
             seen = l > 0
             o[q0:q1][seen] = acc[seen] if mistake == "no_divide" else acc[seen] / l[seen, None]
             lse[q0:q1][seen] = np.log(l[seen]) if mistake == "lse_no_m" else \
                 m[seen] + np.log(l[seen])
+    if mistake == "lse_base2":
+        lse = lse / np.log(2.0)
     return o, lse
 
 
-MISTAKES = [("no_rescale", HINT_RESCALE), ("tile_max", HINT_MAX), ("top_left", HINT_TOP_LEFT),
-            ("no_mask", HINT_NO_MASK), ("no_divide", HINT_DIVIDE), ("lse_no_m", HINT_LSE),
-            ("sqrt_scale", HINT_SCALE), ("early_stop", HINT_SKIP_TOO_MUCH)]
+MISTAKES = [("no_rescale", HINT_RESCALE), ("no_rescale_l", HINT_RESCALE_L),
+            ("no_rescale_acc", HINT_RESCALE_ACC), ("tile_max", HINT_MAX),
+            ("top_left", HINT_TOP_LEFT), ("no_mask", HINT_NO_MASK), ("no_divide", HINT_DIVIDE),
+            ("lse_no_m", HINT_LSE), ("lse_base2", HINT_LSE_BASE2), ("sqrt_scale", HINT_SCALE),
+            ("early_stop", HINT_SKIP_TOO_MUCH), ("k_ragged_drop", HINT_RAGGED_DROP),
+            ("k_off_by_one", HINT_RAGGED_OFF_BY_ONE), ("q_ragged_drop", HINT_RAGGED_Q)]
 
 
 def _close(a, b) -> bool:
@@ -205,18 +256,74 @@ def _inputs(seed, tq, tk, d, spread=1.0):
 
 # -- checker 1: the whole FA2 forward -----------------------------------------------------
 
+#: the case on what is held at once: (Tq, Tk, d, Br, Bc), Tk >> Bc, not causal
+HELD_SHAPE = (128, 4096, 3, 64, 16)
+
+
+def held_budget(tq, tk, d, br, bc) -> int:
+    """Bytes the tiled forward may hold at once (`_harness.held_budget`): about 0.6 MiB at
+    HELD_SHAPE, where one Br x Tk block of float64 scores is 2 MiB."""
+    return _held_budget((tq + 2 * tk) * d, tq * (d + 1), br * bc + br * d + bc * d + 2 * br)
+
+
+def _describe_held(tq, tk, br, e=8) -> str:
+    return (f"for scale: one Br x Tk = {br} x {tk} block of float64 scores is "
+            f"{br * tk * e:,} B, the whole {tq} x {tk} score matrix {tq * tk * e:,} B")
+
+
+def _held_case():
+    tq, tk, d, br, bc = HELD_SHAPE
+    return held_memory_case(
+        f"largest temporary held at once, Tq = {tq}, Tk = {tk}, d = {d}, Br = {br}, "
+        f"Bc = {bc}", _inputs(55, tq, tk, d), (False, SCALE, br, bc),
+        held_budget(tq, tk, d, br, bc), HINT_HELD,
+        lambda peak: _describe_held(tq, tk, br))
+
+
+def _hidden_tiles_case(n, name, tq, tk, br, bc):
+    """For each key block: K_j and V_j set to NaN; the rows of the query blocks that the
+    causal mask hides it from must stay finite (NaN reaches them only if the tile is
+    processed)."""
+    q, k, v = _inputs(65 + n, tq, tk, 3)
+    poisons = []
+    for k0 in range(0, tk, bc):
+        k1 = min(k0 + bc, tk)
+        rows = np.zeros(tq, bool)
+        for q0 in range(0, tq, br):
+            q1 = min(q0 + br, tq)
+            rows[q0:q1] = tile_visibility(q0, q1, k0, k1, tq, tk, True) == "hidden"
+        if rows.any():
+            poisons.append(([(1, slice(k0, k1)), (2, slice(k0, k1))],
+                            lambda out, rows=rows: _nan_rows(out, rows)))
+    return hidden_tiles_case(f"causal skipping, {name}: hidden key tiles filled with NaN "
+                             "never reach the output", (q, k, v), (True, SCALE, br, bc),
+                             poisons, HINT_NO_SKIP)
+
+
+def _nan_rows(out, rows) -> int:
+    """NaN entries of (o, lse) in `rows` (anything else that is not a pair counts as all)."""
+    if not (isinstance(out, tuple) and len(out) == 2):
+        return int(rows.sum())
+    o, lse = (np.asarray(x, np.float64) for x in out)
+    return int(np.isnan(o[rows]).sum() + np.isnan(lse[rows]).sum())
+
+
 def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
-    """Check `flash_forward(q, k, v, causal, scale, block_q, block_k)` on seven cases, then
-    check that tiles the causal mask hides in full are never loaded."""
+    """Check `flash_forward(q, k, v, causal, scale, block_q, block_k)` on seven cases; then
+    the algorithm: the largest temporary it holds (no Br x Tk block), and that tiles the
+    causal mask hides in full are never loaded (rows sliced from k, and NaN tiles)."""
     cases = tiled_cases(lambda n, tq, tk, d, causal, spread: _inputs(40 + n, tq, tk, d, spread),
                         lambda qkv, causal: reference.attention(*qkv, causal=causal, scale=SCALE),
                         replay, MISTAKES, _close, HINT_FORWARD, scale=SCALE, rtol=_RTOL,
-                        atol=_ATOL, parts=2, first=[(_has_nan, *HINT_NEG_INF)])
+                        atol=_ATOL, parts=2, first=[(_has_nan, *HINT_NEG_INF)],
+                        names=("o", "lse"))
+    cases.append(_held_case())
     for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
         _, key_rows, _ = causal_block_sums(tq, tk, br, bc, True)   # over visible tiles
         cases.append(rows_loaded_case(f"causal skipping, {name}: key rows loaded through k[k0:k1]",
                                       _inputs(60 + n, tq, tk, 3), (True, SCALE, br, bc), 1,
                                       key_rows, HINT_NO_SKIP, HINT_SKIP_TOO_MUCH))
+        cases.append(_hidden_tiles_case(n, name, tq, tk, br, bc))
     return run_checks("flash_forward(q, k, v, causal, scale, block_q, block_k)", fn, cases,
                       verbose=verbose, hint_level=hint_level)
 
@@ -267,7 +374,7 @@ def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Resul
             return result_tuple(out, 2), expected
 
         cases.append(Case(f"{name}: result", run, HINT_FA1_MATH[0], [(_has_nan, *HINT_NEG_INF)],
-                          rtol=_RTOL, atol=_ATOL, hint2=HINT_FA1_MATH[1]))
+                          rtol=_RTOL, atol=_ATOL, hint2=HINT_FA1_MATH[1], names=("o", "lse")))
     for name, tq, tk, d, br, bc, causal in FA1_CASES:
         q, k, v = _inputs(80, tq, tk, d)
         want = fa1_model(tq, tk, d, br, bc, causal)
@@ -334,7 +441,7 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
             return result_tuple(f(*(x.copy() for x in a)), 2), expected
 
         cases.append(Case(name, run, HINT_MERGE[0], diagnoses, rtol=_RTOL, atol=_ATOL,
-                          hint2=HINT_MERGE[1]))
+                          hint2=HINT_MERGE[1], names=("o", "lse")))
     return run_checks("merge_partials(o_a, lse_a, o_b, lse_b)", fn, cases, verbose=verbose,
                       hint_level=hint_level)
 
