@@ -80,3 +80,94 @@ def test_an_outer_alarm_survives_a_checker_run():
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert fired == [1]
+
+
+def _spin_swallowing():
+    """A learner's loop whose `except Exception:` would swallow an ordinary timeout."""
+    while True:
+        try:
+            time.sleep(0.01)
+        except Exception:
+            pass
+
+
+def test_the_time_limit_cannot_be_swallowed_by_except_exception():
+    start = time.monotonic()
+    result = H.run_checks("swallow", _spin_swallowing, [_case(np.zeros(3), time_limit_s=0.5)],
+                          verbose=False)
+    assert time.monotonic() - start < 5
+    assert not result and result.hint == H.HINT_TIMEOUT
+
+
+def test_the_time_limit_holds_off_the_main_thread():
+    import threading
+
+    out = {}
+
+    def spin_python():
+        x = 0
+        while True:                      # pure Python: the asynchronous timeout lands here
+            try:
+                x += 1
+            except Exception:
+                pass
+
+    for name, fn in (("sleep", _spin_swallowing), ("python", spin_python)):
+        t = threading.Thread(target=lambda fn=fn, name=name: out.__setitem__(name, H.run_checks(
+            "thread", fn, [_case(np.zeros(3), time_limit_s=0.5)], verbose=False)))
+        start = time.monotonic()
+        t.start()
+        t.join(10)
+        assert not t.is_alive() and time.monotonic() - start < 5
+        assert out[name].hint == H.HINT_TIMEOUT
+
+
+def test_sys_exit_in_the_learners_function_is_a_failed_line(capsys):
+    import sys
+    result = H.run_checks("exit", lambda: sys.exit(3), [_case(np.zeros(3))])
+    out = capsys.readouterr().out
+    assert not result and result.hint == H.HINT_EXIT and "FAILED" in out and "sys.exit(3)" in out
+
+
+def test_keyboard_interrupt_still_interrupts():
+    def interrupt():
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        H.run_checks("stop", interrupt, [_case(np.zeros(3))], verbose=False)
+
+
+def test_a_result_whose_array_conversion_raises_is_a_failed_line(capsys):
+    class Broken:
+        def __array__(self, *a, **k):
+            raise RuntimeError("no array for you")
+    result = H.run_checks("broken", lambda: Broken(), [_case(np.zeros(3))])
+    out = capsys.readouterr().out
+    assert not result and "FAILED" in out and "no array for you" in result.detail
+    assert result.hint == H.HINT_UNREADABLE
+
+
+def test_printed_output_is_capped(capsys):
+    def chatty():
+        for _ in range(100_000):
+            print("x" * 50)
+        return np.zeros(3)
+    result = H.run_checks("chatty", chatty, [_case(np.zeros(3))])
+    out = capsys.readouterr().out
+    assert result.passed and len(out) < H.PRINT_CAP + 1000
+    assert "output capped" in out and f"{100_000 * 51 - H.PRINT_CAP:,}" in out
+
+
+def test_held_memory_sees_numpy_buffers():
+    _, peak = H.held_memory(lambda: np.ones((512, 512)).sum())
+    assert 2_000_000 < peak < 2_300_000
+
+
+def test_watched_rows_counts_through_copies_and_whole_views():
+    k = H.WatchedRows.wrap(np.zeros((10, 3)))
+    k.astype(np.float64)[2:5]
+    k[:][0:4]
+    k.copy()[7]
+    assert k.rows_read() == 3 + 4 + 1
+    assert not H.WatchedRows.wrap(np.zeros((4, 2))).counted()
+    plain_view = np.asarray(H.WatchedRows.wrap(np.zeros((4, 2))))
+    assert type(plain_view) is np.ndarray
