@@ -137,7 +137,7 @@ def test_key_blocks_without_skipping_is_named(lab):
                 "    if causal == 0 or causal == 1:\n        return n\n")
     parts = tuple(lab[p] for p in PARTS)
     result = L.check_key_blocks(fn, parts, verbose=False)
-    assert not result.passed and result.hint == L.HINT_SKIP[0]
+    assert not result.passed and result.hint == L.HINT_SKIP_NONE[0]
 
 
 test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)
@@ -156,3 +156,34 @@ def test_show_counts_global_accesses_on_the_simulator(lab, capsys):
     S.show(parts[0], parts)
     out = capsys.readouterr().out
     assert "Global memory" in out and "differs" not in out
+
+
+#: key_blocks: [(solution text, the mistake that replaces it, the hint it must get), ...]
+KEY_BLOCK_MISTAKES = [
+    ("    if causal == 0:\n        return n\n", "    return n\n", L.HINT_SKIP_NONE),
+    ("return min(n, last // BC + 1)", "return min(n, last // BC)", L.HINT_SKIP_OFF_BY_ONE),
+    ("last = min(q0 + BR, tq) - 1 + off", "last = min(q0 + BR, tq) - 1", L.HINT_SKIP_TOP_LEFT),
+    ("n = (tk + BC - 1) // BC", "n = tk // BC", L.HINT_SKIP_FLOOR),
+    ("    if last < 0:\n        return 0\n", "", L.HINT_SKIP_NEGATIVE),
+]
+
+
+@pytest.mark.parametrize("old,new,hint", KEY_BLOCK_MISTAKES,
+                         ids=["no-skip", "off-by-one", "top-left", "floor", "negative"])
+def test_key_blocks_mistakes_get_their_hint(lab, old, new, hint):
+    parts = tuple(lab[p] for p in PARTS)
+    assert_hint(L.check_key_blocks, mutate(LAB, "key_blocks", old, new), hint[0], parts)
+
+
+def test_kernel_catches_a_row_max_that_mixes_two_rows(lab):
+    """The butterfly starting at offset CT passes the part check's hint HINT_REDUCE_CROSS,
+    and in the kernel a row of scores near -60 next to one near +60 comes out empty."""
+    ns = functions_of(LAB, replace=[(REDUCE_MISTAKES[1][0], REDUCE_MISTAKES[1][1])])
+    parts = (lab["micro_tile_scores"], ns["row_max"], lab["row_sum"], lab["online_update"])
+    result = L.check_kernel(*parts, verbose=False)
+    assert not result.passed and result.hint == L.HINT_ROW_MIX[0]
+
+
+def test_online_update_hint_is_not_circular():
+    for hint in (L.HINT_UPDATE,):
+        assert "check_online_update" not in " ".join(hint)

@@ -111,6 +111,40 @@ HINT_SKIP = (
     "With causal masking the block's last row q0 + BR - 1 (or Tq - 1) sees keys up to "
     "row + Tk - Tq: count the tiles up to that key, never more than ceil(Tk / BC), never "
     "negative.")
+HINT_SKIP_NONE = (
+    "key_blocks: your count does not skip anything: with causal = 1 a query block only needs "
+    "the key tiles up to the last key its LAST row can see; the later tiles are all masked.",
+    "Return the full count only when causal is 0; otherwise count the tiles up to the key "
+    "row + off of the block's last row.")
+HINT_SKIP_OFF_BY_ONE = (
+    "key_blocks: off by one. The last visible key `last` lies in tile number last // BC "
+    "(counting from 0), so the block visits that many tiles PLUS ONE; yours is one tile off.",
+    "A count of tiles 0 .. t is t + 1; check your answer for a block whose last key is the "
+    "first key of a tile.")
+HINT_SKIP_TOP_LEFT = (
+    "key_blocks: your count uses a top-left causal mask (key j visible iff j <= i). The lab "
+    "kernel aligns it bottom-right: the last key a row i sees is i + off, with off = Tk - Tq.",
+    "Add `off` to the block's last row before dividing by BC.")
+HINT_SKIP_FLOOR = (
+    "key_blocks: the number of key tiles is a ceiling, ceil(Tk / BC): when Tk is not a "
+    "multiple of BC the last, shorter tile still has to be visited. Yours rounds down.",
+    "Integer ceiling division: (Tk + BC - 1) // BC.")
+HINT_SKIP_NEGATIVE = (
+    "key_blocks: a query block whose rows see no key at all (causal, Tq > Tk) must visit 0 "
+    "tiles: your count is negative, or counts a tile for it.",
+    "When the block's last row sees no key (last < 0), return 0.")
+HINT_UPDATE = (
+    "Your online update leaves a wrong value in s, acc, m or lp (named above). Compare with "
+    "notebook 06's update rule, one step at a time: new max, finite stand-in, rescale "
+    "factor, P written over S, partial sum, acc rescaled.",
+    "The four arrays are changed in place: s (row i only), acc (row i), m[i] and lp[i]; "
+    "nothing else.")
+HINT_ROW_MIX = (
+    "Your row max mixes two rows: an offset of CT or more in row_max combines the max of "
+    "ANOTHER row, and here one row's scores are far larger than the next row's, so "
+    "exp(s - that max) underflows to 0 and the smaller row comes out empty. (The shift is "
+    "only harmless when the rows are alike, which is why the part check alone can miss it.)",
+    "row_max's butterfly offsets are CT/2, ..., 1, so tid ^ offset stays inside the row.")
 HINT_KERNEL = (
     "The kernel with your parts disagrees with the reference. Make the part checks pass first "
     "(check_micro_tile_scores, check_row_reductions, check_online_update).",
@@ -402,8 +436,8 @@ def check_online_update(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
                 _as_python(f)(s_, acc_, m_, lp_, args[4], args[5])
             return tuple(np.asarray(a, np.float64) for a in (s_, acc_, m_, lp_)), expected
 
-        cases.append(Case(name, run, HINT_KERNEL[0], diagnoses, rtol=1e-5, atol=1e-6,
-                          hint2=HINT_KERNEL[1]))
+        cases.append(Case(name, run, HINT_UPDATE[0], diagnoses, rtol=1e-5, atol=1e-6,
+                          hint2=HINT_UPDATE[1], names=("s", "acc", "m", "lp")))
     cases.append(_float32_case([fn]))
     return run_checks("online_update(s, acc, m, lp, i, mx)", fn, cases, verbose=verbose,
                       hint_level=hint_level)
@@ -446,6 +480,37 @@ def _expected(q, k, v, causal, kv_start):
     return o, lse
 
 
+def _row_mix_inputs():
+    """Tq = 4, Tk = 8, d = 4: rows 0 and 2 score about +60 against every key, rows 1 and 3
+    about -60. In float32, exp(-120) underflows to 0: a row max that mixes row r with row
+    r ^ 1 (the partner of thread tid ^ CT) leaves the odd rows empty."""
+    rng = np.random.default_rng(9)
+    u = np.zeros(4, np.float32)
+    u[0] = 1.0
+    sign = np.where(np.arange(4) % 2 == 0, 1.0, -1.0)[:, None]
+    q = (12.0 * sign * u + 0.1 * rng.standard_normal((4, 4))).astype(np.float32)
+    k = (10.0 * u + 0.1 * rng.standard_normal((8, 4))).astype(np.float32)
+    v = rng.standard_normal((8, 4)).astype(np.float32)
+    return q, k, v
+
+
+def _row_mix_case() -> Case:
+    q, k, v = _row_mix_inputs()
+    expected = tuple(np.asarray(x, np.float64) for x in reference.attention(q, k, v))
+
+    def emptied_odd_rows(y, e):
+        lse = np.asarray(y[1], np.float64)
+        return bool((~np.isfinite(lse[1::2])).any() and np.isfinite(lse[0::2]).all())
+
+    def run(ps):
+        o, lse, _ = lab_forward(ps, q, k, v)
+        return (o, lse), expected
+
+    return Case("rows of very different scores: rows 0, 2 near +60, rows 1, 3 near -60",
+                run, HINT_KERNEL[0], [(emptied_odd_rows, *HINT_ROW_MIX)], rtol=_RTOL,
+                atol=_ATOL, hint2=HINT_KERNEL[1], time_limit_s=120, names=("o", "lse"))
+
+
 def check_kernel(micro_tile_scores, row_max, row_sum, online_update, *, verbose: bool = True,
                  hint_level: int = 1) -> Result:
     """Your four parts inside the lab kernel against the float64 reference (tiny shapes)."""
@@ -465,7 +530,8 @@ def check_kernel(micro_tile_scores, row_max, row_sum, online_update, *, verbose:
             return (o, lse), expected
 
         cases.append(Case(name, run, HINT_KERNEL[0], diagnoses, rtol=_RTOL, atol=_ATOL,
-                          hint2=HINT_KERNEL[1], time_limit_s=120))
+                          hint2=HINT_KERNEL[1], time_limit_s=120, names=("o", "lse")))
+    cases.append(_row_mix_case())
     cases.append(_float32_case(parts))
     return run_checks("the lab kernel with your four parts", parts, cases, verbose=verbose,
                       hint_level=hint_level)
@@ -473,12 +539,25 @@ def check_kernel(micro_tile_scores, row_max, row_sum, online_update, *, verbose:
 
 # -- going further: causal tile skipping in the kernel ------------------------------------------
 
-def key_blocks_expected(q0, tq, tk, causal, off):
-    n = ceil_div(tk, BC)
-    if not causal:
+def key_blocks_expected(q0, tq, tk, causal, off, mistake=None):
+    """Key tiles the query block at q0 visits, optionally with one typical mistake:
+    'no_skip', 'off_by_one' (last // BC), 'top_left' (off = 0), 'floor' (Tk // BC tiles),
+    'negative' (no clamp at 0 for blocks that see nothing)."""
+    n = tk // BC if mistake == "floor" else ceil_div(tk, BC)
+    if not causal or mistake == "no_skip":
         return n
+    if mistake == "top_left":
+        off = 0
     last = min(q0 + BR, tq) - 1 + off                  # last key the block's last row sees
-    return max(0, min(n, last // BC + 1)) if last >= 0 else 0
+    count = last // BC + (0 if mistake == "off_by_one" else 1)
+    if mistake == "negative":
+        return min(n, count)
+    return max(0, min(n, count)) if last >= 0 else 0
+
+
+KEY_BLOCK_MISTAKES = [("no_skip", HINT_SKIP_NONE), ("top_left", HINT_SKIP_TOP_LEFT),
+                      ("floor", HINT_SKIP_FLOOR), ("off_by_one", HINT_SKIP_OFF_BY_ONE),
+                      ("negative", HINT_SKIP_NEGATIVE)]
 
 
 def check_key_blocks(key_blocks, parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
@@ -486,12 +565,16 @@ def check_key_blocks(key_blocks, parts, *, verbose: bool = True, hint_level: int
     visits, then the result (causal, Tq != Tk both ways)."""
     cases = []
     for name, tq, tk, causal in (("causal, Tq = 12 < Tk = 30", 12, 30, True),
-                                 ("causal, Tq = 14 > Tk = 9: early blocks see nothing",
-                                  14, 9, True),
+                                 ("causal, Tq = 22 > Tk = 5: early blocks see nothing",
+                                  22, 5, True),
                                  ("not causal, Tq = 5, Tk = 17: every tile", 5, 17, False)):
         q, k, v = _inputs(tq + tk, tq, tk, 3)
-        want = np.array([key_blocks_expected(q0, tq, tk, causal, tk - tq)
-                         for q0 in range(0, tq, BR)], np.int64)
+        def counts(mistake=None, tq=tq, tk=tk, causal=causal):
+            return np.array([key_blocks_expected(q0, tq, tk, causal, tk - tq, mistake)
+                             for q0 in range(0, tq, BR)], np.int64)
+        want = counts()
+        diagnoses = mistake_diagnoses(counts, KEY_BLOCK_MISTAKES,
+                                      lambda y, w: np.array_equal(np.asarray(y), w))
         expected = tuple(np.asarray(x, np.float64) for x in reference.attention(
             q, k, v, causal=causal))
 
@@ -507,9 +590,9 @@ def check_key_blocks(key_blocks, parts, *, verbose: bool = True, hint_level: int
             return (o, lse), expected
 
         cases.append(Case(f"{name}: key tiles visited per query block", visits, HINT_SKIP[0],
-                          rtol=0, atol=0, hint2=HINT_SKIP[1]))
+                          diagnoses, rtol=0, atol=0, hint2=HINT_SKIP[1]))
         cases.append(Case(f"{name}: result in the kernel", result, HINT_SKIP[0], rtol=_RTOL,
-                          atol=_ATOL, hint2=HINT_SKIP[1], time_limit_s=120))
+                          atol=_ATOL, hint2=HINT_SKIP[1], time_limit_s=120, names=("o", "lse")))
     return run_checks("key_blocks(q0, tq, tk, causal, off)", key_blocks, cases,
                       verbose=verbose, hint_level=hint_level)
 
