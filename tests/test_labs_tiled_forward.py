@@ -49,7 +49,8 @@ MISTAKES = {"flash_forward": [
     ("        k_end = t_k\n", "        k_end = t_k // block_k * block_k\n", L.HINT_RAGGED_DROP),
     ("k1 = min(k0 + block_k, t_k)", "k1 = min(k0 + block_k, t_k - 1)", L.HINT_RAGGED_OFF_BY_ONE),
     ("m[seen] + np.log(l[seen])", "(m[seen] + np.log(l[seen])) / np.log(2)", L.HINT_LSE_BASE2),
-    ("o, lse = np.zeros((t_q, d)),", "o, lse = np.zeros((t_q, d), np.float32),", (H.HINT_PRECISION,)),
+    ("o, lse = np.zeros((t_q, d)),", "o, lse = np.zeros((t_q, d), np.float32),",
+     (H.HINT_PRECISION,)),
     ("    return o, lse", "    return o, lse[:, None]", (H.HINT_SHAPE,)),
 ], "fa1_forward": [
     ('            counter.write("O", (q1 - q0) * d)\n', "", L.HINT_FA1_TRAFFIC),

@@ -413,8 +413,8 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
             except KeyboardInterrupt:
                 raise
             except SystemExit as exc:
-                failed = (f"your function called sys.exit({'' if exc.code is None else exc.code!r})",
-                          HINT_EXIT)
+                code = "" if exc.code is None else repr(exc.code)
+                failed = (f"your function called sys.exit({code})", HINT_EXIT)
             except BaseException as exc:  # the learner's code crashed: show where, kindly
                 tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
                 failed = (f"your function raised {tb}", _with_level(case, hint_level))
