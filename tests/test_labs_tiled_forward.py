@@ -168,7 +168,8 @@ def test_outputs_are_named_o_and_lse():
     result = L.check_flash_forward(fn, verbose=False)
     assert result.detail.startswith("lse: ")
     fn = mutate(LAB, "flash_forward", "    return o, lse", "    return o, lse[:, None]")
-    assert L.check_flash_forward(fn, verbose=False).detail.startswith("lse: shape (37, 1), expected (37,)")
+    detail = L.check_flash_forward(fn, verbose=False).detail
+    assert detail.startswith("lse: shape (37, 1), expected (37,)")
 
 
 def test_float32_output_names_the_dtype_and_the_tolerance():
