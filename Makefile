@@ -53,7 +53,7 @@ test: setup-dev
 	$(BIN)/python -m pytest -n 2
 
 figures: setup
-	$(BIN)/python -m flashcourse.figures figures
+	$(BIN)/python -m flashcourse.plots.readme figures
 
 labs: setup
 	$(BIN)/python tools/make_labs.py

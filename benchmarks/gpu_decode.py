@@ -460,7 +460,7 @@ def bars(rows) -> dict:
 def plot(rows, path):
     import matplotlib
     matplotlib.use("Agg")
-    from flashcourse.decode_io import plot_bandwidth
+    from flashcourse.plots.decode import plot_bandwidth
     fig = plot_bandwidth(rows)
     fig.savefig(path, dpi=110)
 

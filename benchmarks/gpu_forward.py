@@ -37,7 +37,7 @@ from flashcourse import env, reference, results
 from flashcourse._checks import Heads
 from flashcourse.cuda import extra_device_bytes, flash
 from flashcourse.cuda.registry import FORWARD
-from flashcourse.timing import (SlowSkip, attention_flops, measure_variant, rel_err,
+from flashcourse.timing import (SlowSkip, benchmark_flops, measure_variant, rel_err,
                                 row_summary, time_cuda, variant_summary)
 from numba import cuda
 
@@ -55,7 +55,7 @@ def log(*a):
 
 
 def flops(tq, tk, d, causal, bh=BH):
-    return attention_flops(tq, tk, d, causal, bh)
+    return benchmark_flops(tq, tk, d, causal, bh)
 
 
 def launch(name, qf, kf, vf, o, lse, tq, tk, d, scale, causal, cfg=None):
@@ -264,7 +264,7 @@ def table(rows, n=4096, d=64):
 def plot(rows, path):
     import matplotlib
     matplotlib.use("Agg")
-    from flashcourse.bench_plots import tflops_grid
+    from flashcourse.plots.bench import tflops_grid
     fig, axes = tflops_grid(rows, sorted({r["kernel"] for r in rows}), DS,
                             lambda name: "o--" if "fp16" in name else "o-", figsize=(11, 8))
     axes[0][0].legend(fontsize=8)

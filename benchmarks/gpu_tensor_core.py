@@ -42,7 +42,7 @@ from numba import cuda
 from flashcourse import env, reference, results
 from flashcourse.cuda import flash, mma
 from flashcourse.cuda import tensor_core as tc
-from flashcourse.timing import (SlowSkip, attention_flops, measure_variant, rel_err,
+from flashcourse.timing import (SlowSkip, benchmark_flops, measure_variant, rel_err,
                                 row_summary, time_cuda, variant_summary)
 
 NS = (1024, 4096, 8192, 16384)
@@ -62,7 +62,7 @@ def log(*a):
 
 
 def flops(tq, tk, d, causal, bh=BH):
-    return attention_flops(tq, tk, d, causal, bh)
+    return benchmark_flops(tq, tk, d, causal, bh)
 
 
 # ----------------------------------------------------------------------------- intrinsics
@@ -452,7 +452,7 @@ def summarize(results):
 def plot(rows, path):
     import matplotlib
     matplotlib.use("Agg")
-    from flashcourse.bench_plots import tflops_grid
+    from flashcourse.plots.bench import tflops_grid
 
     def fmt(name):                          # solid: this course's kernels; dotted: PyTorch
         return "o" + ("-" if name.startswith(("tc_", "flash_")) else ":")

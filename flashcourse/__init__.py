@@ -22,21 +22,17 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     cpu         the Numba CPU forward (three versions)
     cuda        Numba CUDA kernels, one module each, listed once in cuda.registry
     decode      Flash-Decoding in numpy: split-KV forward, FA2's split heuristic, combine
-    decode_io   the decode IO model (K/V read once), measured bandwidth and roofline plots
+    decode_io   the decode IO model (K/V read once) and its recorded measurements
  3  configs     launch configurations of the flash kernel, which ones can launch
     sweep       timing configurations, the tuned default, heatmaps; the CPU sweep
     measured_traffic  Nsight Compute's bytes beside the model, and why they differ
- 4  readouts    the numbers behind the widgets (pure functions)
-    widgets     the interactive explorers, one module each on one base (widgets._base):
-                score memory, traffic, tile schedule, tuning, backward, KV cache
-    backward_plots  the numbers and plots behind the backward explorer (notebook 09)
+ 4  widgets     the interactive explorers, one module each on one base (widgets._base):
+                score memory, traffic, tile schedule, tuning, backward, KV cache; the
+                numbers behind them (widgets.readouts, pure functions)
+    plots       every picture, one module per topic, one style (plots.style): memory,
+                softmax, tiles, traffic, roofline, kernels, measured, backward,
+                tensor_cores, decode, bench; tables (HTML); readme (make figures)
     kv_cache    KV-cache size of published model shapes against a GPU (the readout)
-    decode_plots  the pictures of notebook 11 (SMs busy, key splits, merge tree)
-    tensor_core_plots  the fragment picture and measurements of notebook 10
-    figures     the figures of figures/ (python -m flashcourse.figures DIR)
-    diagrams    the teaching diagrams of notebooks 01-04
-    kernel_diagrams  pictures of the CUDA kernels: forward data flow, backward key-major loop
-    tables      wide tables as HTML (notebooks print lines under ~100 characters)
     quiz        multiple-choice "check your understanding" widgets (Question, the widget,
                 reading a quiz file)
     quizzes     each notebook's questions, one TOML file per notebook: quizzes.show("03")

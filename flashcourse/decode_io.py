@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._checks import check_block, check_sizes
-
 from .results import RESULTS_DIR
 
 #: The recorded H200 measurements the notebooks plot.
@@ -147,86 +146,3 @@ def copy_bandwidth(results=None) -> float:
     return max(rates) * 1e9
 
 
-IMPL_STYLE = {
-    "ours/float16": ("Flash-Decoding (ours), fp16 K/V", "C0", "-o"),
-    "ours/float32": ("Flash-Decoding (ours), fp32 K/V", "C0", "--s"),
-    "torch_flash/float16": ("PyTorch SDPA flash, fp16", "C1", "-o"),
-    "torch_efficient/float32": ("PyTorch SDPA efficient, fp32", "C1", "--s"),
-    "fa2_order_fp32/float32": ("course FA2-order kernel, fp32", "C3", ":^"),
-}
-
-
-def plot_bandwidth(rows, *, group=None, fig=None):
-    """Achieved K/V read bandwidth (GB/s) against Tk, one panel per B x Hkv, with the
-    copy rate (read + write) of the same bytes dashed. `rows` is the 'bench' list of
-    the recorded JSON; group: only that GQA group size (None: group 1)."""
-    import matplotlib.pyplot as plt
-    group = 1 if group is None else group
-    rows = [r for r in rows if r.get("group") == group and "ms" in r
-            and r["ms"] == r["ms"]]
-    bhkvs = sorted({r["bhkv"] for r in rows})
-    if fig is None:
-        fig = plt.figure(figsize=(4.2 * max(1, len(bhkvs)), 3.6))
-    axes = fig.subplots(1, max(1, len(bhkvs)), sharey=True, squeeze=False)[0]
-    for ax, bhkv in zip(axes, bhkvs):
-        sel = [r for r in rows if r["bhkv"] == bhkv]
-        for key, (label, colour, style) in IMPL_STYLE.items():
-            impl, dt = key.split("/")
-            pts = sorted((r["tk"], r["gbs"]) for r in sel
-                         if r["impl"] == impl and r["kv_dtype"] == dt)
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=colour,
-                        label=label, ms=4)
-        cp = sorted({(r["tk"], r["copy_gbs"]) for r in sel if r["kv_dtype"] == "float16"})
-        if cp:
-            ax.plot([p[0] for p in cp], [p[1] for p in cp], "--", color="k", lw=1,
-                    label="device copy (read + write)")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("Tk (keys in the cache)")
-        ax.set_title(f"B x Hkv = {bhkv}, G = {group}")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].set_ylabel("K/V bytes read / time (GB/s)")
-    axes[-1].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    return fig
-
-
-def plot_roofline(rows, *, copy_bytes_per_s: float, peak_flops_per_s: float, ax=None):
-    """The roofline of one GPU with the measured decode points.
-
-    x: arithmetic intensity (FLOP per byte of K/V read); y: achieved FLOP/s
-    (4 B Hq Tq Tk d FLOPs over the time). The roof is min(peak, bandwidth x intensity) with
-    the measured copy rate as the bandwidth. Points: ours and PyTorch (fp16) at the largest
-    Tk for each B x Hkv and group size.
-    """
-    import matplotlib.pyplot as plt
-    import numpy as np
-    if ax is None:
-        ax = plt.figure(figsize=(6.4, 4)).subplots()
-    x = np.geomspace(0.1, 1e4, 200)
-    ax.plot(x, np.minimum(peak_flops_per_s, copy_bytes_per_s * x), "k-", lw=1.2,
-            label="roof: min(peak, copy bandwidth x intensity)")
-    tk_max = max(r["tk"] for r in rows)
-    styles = {("ours", 1): ("C0", "o"), ("ours", 8): ("C0", "s"),
-              ("torch_flash", 1): ("C1", "o"), ("torch_flash", 8): ("C1", "s")}
-    names = {"ours": "ours", "torch_flash": "PyTorch flash"}
-    for (impl, g), (colour, marker) in styles.items():
-        pts = [r for r in rows if r["impl"] == impl and r["group"] == g and r["tk"] == tk_max
-               and r["kv_dtype"] == "float16" and "ms" in r]
-        if not pts:
-            continue
-        flops = [4 * r["b"] * r["hq"] * r["tq"] * r["tk"] * r["d"] for r in pts]
-        inten = [f / r["kv_bytes"] for f, r in zip(flops, pts)]
-        perf = [f / (r["ms"] * 1e-3) for f, r in zip(flops, pts)]
-        ax.scatter(inten, perf, color=colour, marker=marker, zorder=3,
-                   label=f"{names[impl]}, fp16, G = {g} (B x Hkv = "
-                         f"{', '.join(str(r['bhkv']) for r in pts)})")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP per byte of K and V)")
-    ax.set_ylabel("FLOP/s")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
-    ax.set_title(f"decoding on the roofline (Tk = {tk_max:,})", fontsize=9)
-    return ax

@@ -139,9 +139,10 @@ class SlowSkip:
         self.last[key] = (n, ms)
 
 
-def attention_flops(tq: int, tk: int, d: int, causal: bool, bh: int = 1) -> float:
-    """Forward FLOPs: 4 B H Tq Tk d, halved when causal (the papers' and PyTorch's
-    benchmark convention)."""
+def benchmark_flops(tq: int, tk: int, d: int, causal: bool, bh: int = 1) -> float:
+    """Forward FLOPs by the benchmark convention: 4 B H Tq Tk d, halved when causal (the
+    papers' and PyTorch's benchmarks). The exact count of the visible pairs is
+    `flashcourse.traffic.attention_flops` (4 d x visible pairs, one head)."""
     f = 4.0 * bh * tq * tk * d
     return f / 2 if causal else f
 
@@ -149,7 +150,7 @@ def attention_flops(tq: int, tk: int, d: int, causal: bool, bh: int = 1) -> floa
 def bench_row(kernel: str, n: int, d: int, causal: bool, bh: int) -> dict:
     """A forward benchmark's result row before timing (Tq = Tk = n; FLOPs as above)."""
     return {"kernel": kernel, "n": n, "d": d, "causal": causal, "bh": bh,
-            "flops": attention_flops(n, n, d, causal, bh)}
+            "flops": benchmark_flops(n, n, d, causal, bh)}
 
 
 def measure_variant(row: dict, resources, timer, flops: float) -> dict:

@@ -97,12 +97,10 @@ LAYERS = {
     "flashcourse.tiled": 2, "flashcourse.dense": 2, "flashcourse.cpu": 2,
     "flashcourse.cuda": 2, "flashcourse.decode": 2, "flashcourse.decode_io": 2,
     "flashcourse.configs": 3, "flashcourse.sweep": 3, "flashcourse.measured_traffic": 3,
-    "flashcourse.readouts": 4, "flashcourse.widgets": 4,
-    "flashcourse.backward_plots": 4, "flashcourse.figures": 4, "flashcourse.quiz": 4,
-    "flashcourse.labs": 4, "flashcourse.diagrams": 4, "flashcourse": 4,
+    "flashcourse.widgets": 4, "flashcourse.plots": 4, "flashcourse.quiz": 4,
+    "flashcourse.labs": 4, "flashcourse": 4,
     "flashcourse.quizzes": 4, "flashcourse.exercises": 4,
-    "flashcourse.kv_cache": 4, "flashcourse.decode_plots": 4,
-    "flashcourse.tensor_core_plots": 4,
+    "flashcourse.kv_cache": 4,
 }
 
 

@@ -309,7 +309,7 @@ def test_backward_traffic_standard_and_variants():
 
 
 def test_backward_plot_numbers():
-    from flashcourse import backward_plots as bp
+    from flashcourse.plots import backward as bp
     c = bp.backward_costs(4096, 64)
     assert c["standard"]["kept"] / c["tiled"]["kept"] > 16
     assert c["tiled"]["flops"] / c["standard"]["flops"] == 1.25
@@ -318,15 +318,15 @@ def test_backward_plot_numbers():
     assert kept[2] / kept[1] > 10 and curves["tiled"]["kept"][2] / curves["tiled"]["kept"][1] < 5
     lines = bp.summary_lines(1024, 32)
     assert len(lines) == 4 and "25% more" in lines[3]
-    assert bp.recorded_rows(None) == []
+    assert bp.backward_rows(None) == []
     res = {"bench": [{"impl": "a", "n": 4096, "d": 64, "causal": False, "ms": 2.0,
                       "tflops": 5.0},
                      {"impl": "b", "n": 4096, "d": 64, "causal": False, "ms": 1.0,
                       "tflops": 10.0},
                      {"impl": "c", "n": 4096, "d": 64, "causal": False, "error": "x"}]}
-    assert bp.recorded_rows(res) == [("b", 1.0, 10.0), ("a", 2.0, 5.0)]
+    assert bp.backward_rows(res) == [("b", 1.0, 10.0), ("a", 2.0, 5.0)]
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     plt.close(bp.plot_backward_costs(2048, 64, n_max=8192))
-    plt.close(bp.plot_recorded(res))
+    plt.close(bp.plot_backward_recorded(res))

@@ -251,7 +251,8 @@ def test_recorded_results_plot():
         pytest.skip("no recorded H200 decode results yet")
     res = decode_io.load_results()
     assert "bench" in res and "environment" in res
-    fig = decode_io.plot_bandwidth(res["bench"])
+    from flashcourse.plots.decode import plot_bandwidth
+    fig = plot_bandwidth(res["bench"])
     assert len(fig.axes) >= 1
     assert 1e12 < decode_io.copy_bandwidth(res) < 10e12           # bytes/s, an H200 copy
     assert res["bars"]["bar_0.8x_torch_flash"] and res["bars"]["bar_50x_fa2_order"]

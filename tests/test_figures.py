@@ -1,4 +1,4 @@
-"""`python -m flashcourse.figures DIR` writes every course figure as a non-trivial PNG."""
+"""`python -m flashcourse.plots.readme DIR` writes every course figure as a non-trivial PNG."""
 
 import subprocess
 import sys
@@ -7,14 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flashcourse import figures
+from flashcourse.plots import readme as figures
+from flashcourse.plots.tiles import tile_order
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def test_figure_script_writes_pngs(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "flashcourse.figures", str(tmp_path / "out")],
+    r = subprocess.run([sys.executable, "-m", "flashcourse.plots.readme", str(tmp_path / "out")],
                        capture_output=True, text=True, cwd=ROOT, timeout=120,
                        env={"MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin",
                             "HOME": str(tmp_path)})
@@ -36,11 +37,11 @@ def test_figure_script_writes_pngs(tmp_path):
 
 
 def test_tile_order_replays_the_loop():
-    order, skipped = figures.tile_order(21, 29, 8, 6, causal=True, loop_order="fa2")
+    order, skipped = tile_order(21, 29, 8, 6, causal=True, loop_order="fa2")
     # fa2 walks rows of tiles; fa1 walks columns; the same tiles are skipped
     assert [t for t, _ in sorted(order.items(), key=lambda kv: kv[1])][:3] == \
         [(0, 0), (0, 1), (0, 2)]
-    order1, skipped1 = figures.tile_order(21, 29, 8, 6, causal=True, loop_order="fa1")
+    order1, skipped1 = tile_order(21, 29, 8, 6, causal=True, loop_order="fa1")
     assert [t for t, _ in sorted(order1.items(), key=lambda kv: kv[1])][:3] == \
         [(0, 0), (1, 0), (2, 0)]
     assert skipped == skipped1 == {(0, 3), (0, 4), (1, 4)}

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from flashcourse import readouts as W
+from flashcourse.widgets import readouts as W
 from flashcourse.geometry import tile_visibility
 from flashcourse.gpus import GPUS
 from flashcourse.memory import BYTES_PER_SCORE
@@ -266,7 +266,7 @@ def test_compare_flips_the_word_below_one():
 
 def test_backward_summary_says_more_when_tiled_moves_more():
     # N = 512, d = 64, Br = Bc = 32, fp16: the tiled backward moves 1.69x the bytes
-    from flashcourse.backward_plots import backward_costs, summary_lines
+    from flashcourse.plots.backward import backward_costs, summary_lines
 
     c = backward_costs(512, 64, block=32)
     assert c["tiled"]["traffic"] > c["standard"]["traffic"]

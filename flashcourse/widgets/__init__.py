@@ -24,7 +24,7 @@ sliders `fc-slider-tq`,
 `fc-slider-tk`, `fc-slider-t`, `fc-slider-budget`, `fc-slider-step`, `fc-slider-log2n`,
 `fc-slider-batch`, `fc-slider-log2tk`;
 `fc-message` (the one-line error), `fc-warning`, `fc-note` (the paper button's note).
-The numbers behind them are pure functions in `flashcourse.readouts` (and
-`flashcourse.backward_plots`, `flashcourse.configs`, `flashcourse.limits`), tested
+The numbers behind them are pure functions in `flashcourse.widgets.readouts` (and
+`flashcourse.plots.backward`, `flashcourse.configs`, `flashcourse.limits`), tested
 without a browser.
 """

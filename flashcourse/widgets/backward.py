@@ -4,15 +4,15 @@
     backward_explorer()                      # last line of a cell (shown once)
 
 A slider over log2 N (N = Tq = Tk) and menus for d, the element size and the tile
-Br = Bc; three log-log panels (`flashcourse.backward_plots.plot_backward_costs`, drawn
-on the explorer's own figure) and the numbers at N (`backward_plots.summary_lines`).
+Br = Bc; three log-log panels (`flashcourse.plots.backward.plot_backward_costs`, drawn
+on the explorer's own figure) and the numbers at N (`plots.backward.summary_lines`).
 Fast changes of several controls are serialised by the base explorer: the plot always
 ends at the last setting, and no redraw starts while another one runs.
 """
 
 from __future__ import annotations
 
-from ..backward_plots import plot_backward_costs, summary_lines
+from ..plots.backward import plot_backward_costs, summary_lines
 from ._base import (LABEL_STYLE, Explorer, byte_ticks, check_int_arg, classed, count_ticks,
                     html_box, length_ticks, lines_html, menu, row)
 

@@ -3,7 +3,7 @@
     from flashcourse.widgets.score_memory import score_memory_explorer
     score_memory_explorer(t_query=4096, dtype="fp16", gpu="H200")    # last line of a cell
 
-The numbers come from `flashcourse.readouts.score_memory_readout` and
+The numbers come from `flashcourse.widgets.readouts.score_memory_readout` and
 `score_memory_curve` (pure, tested). Lengths go from 1 to 2**40 positions on the slider
 and in the boxes alike; typed lengths need not be powers of two ('3000', '3e9').
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..gpus import GPUS
 from ..memory import format_bytes
-from ..readouts import (DEFAULT_GPU, DTYPES, MAX_COUNT, MAX_LOG2_LENGTH, score_memory_curve,
+from .readouts import (DEFAULT_GPU, DTYPES, MAX_COUNT, MAX_LOG2_LENGTH, score_memory_curve,
                         score_memory_readout)
 from ._base import (CountBox, Explorer, LengthControl, auto_width, byte_ticks, check_choice,
                     check_flag, classed, gpu_menu, html_box, length_ticks, lines_html, row)

@@ -4,7 +4,7 @@
     tile_schedule()                          # last line of a cell
 
 A real `flashcourse.tiled.forward` run on small random inputs is replayed
-(`flashcourse.readouts.schedule_steps`, pure and tested): the step slider (with Play)
+(`flashcourse.widgets.readouts.schedule_steps`, pure and tested): the step slider (with Play)
 counts from 1, as the text does ("Step 1 of 12"); each step shows which tile is formed
 or skipped and which blocks are loaded or stored, with the bytes moved so far.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import format_bytes
-from ..readouts import (MAX_SCHEDULE_LENGTH, _block_edges, describe_step, schedule_steps)
+from .readouts import (MAX_SCHEDULE_LENGTH, _block_edges, describe_step, schedule_steps)
 from ..traffic import tiled_traffic
 from ._base import (LABEL_STYLE, LOOP_ORDERS, Explorer, auto_width, check_flag, check_int_arg,
                     classed, html_box, lines_html, menu, row)

@@ -3,10 +3,10 @@
     from flashcourse.widgets.traffic import traffic_explorer
     traffic_explorer()                       # last line of a cell
 
-The numbers come from `flashcourse.readouts.traffic_readout` (pure, tested): bytes read
+The numbers come from `flashcourse.widgets.readouts.traffic_readout` (pure, tested): bytes read
 and written, FLOPs, arithmetic intensity, a roofline lower bound on time, and whether
 the tile fits the on-chip budget. The button "paper's Br, Bc for this budget" uses
-`flashcourse.readouts.paper_tile_that_fits`: the paper's rule sizes only the Q, K, V, O
+`flashcourse.widgets.readouts.paper_tile_that_fits`: the paper's rule sizes only the Q, K, V, O
 tiles, while this explorer's footprint also counts the score tile and the fp32
 accumulator, so the button takes the largest tile of the paper's shape that fits, and
 says so.
@@ -18,7 +18,7 @@ import numpy as np
 
 from ..gpus import GPUS
 from ..memory import format_bytes
-from ..readouts import (DEFAULT_GPU, DTYPES, MAX_BLOCK, MAX_HEAD_DIM, MAX_LOG2_LENGTH, compare,
+from .readouts import (DEFAULT_GPU, DTYPES, MAX_BLOCK, MAX_HEAD_DIM, MAX_LOG2_LENGTH, compare,
                         paper_tile_that_fits, traffic_readout)
 from ._base import (LABEL_STYLE, LOOP_ORDERS, CountBox, Explorer, LengthControl, auto_width,
                     byte_ticks, check_choice, check_flag, check_int_arg, gpu_menu, html_box,

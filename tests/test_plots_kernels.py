@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from flashcourse import kernel_diagrams as K  # noqa: E402
+from flashcourse.plots import kernels as K  # noqa: E402
 from flashcourse.cuda.flash import FlashConfig  # noqa: E402
 
 
@@ -78,7 +78,7 @@ def test_backward_key_major_rejects_bad_arguments(kwargs, match):
 
 
 def test_html_table_escapes_and_checks_row_length():
-    from flashcourse.tables import html_table
+    from flashcourse.plots.tables import html_table
     html = html_table(["name", "ratio"], [["a<b", 0.5], ["c", 2.0]], caption="x & y").data
     assert "a&lt;b" in html and "x &amp; y" in html and html.count("<tr>") == 3
     assert "text-align:right\">0.5" in html

@@ -4,7 +4,7 @@
                                   C/D tiles (the PTX ISA's fragment maps, drawn)
     p_rounding_error(...)         what rounding P to 16 bits before P V costs (numpy)
     product_errors(...)           1xTF32, 3xTF32, fp32 and fp16 products against float64
-    recorded_rows(doc, n, d)      the recorded H200 comparison at one point, fastest first
+    tensor_core_rows(doc, n, d)      the recorded H200 comparison at one point, fastest first
     plot_recorded(doc, d)         TFLOP/s against N, the hardware limits beside them
 """
 
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cuda import mma
-from .gpus import get_gpu
+from ..cuda import mma
+from ..gpus import get_gpu
+from .style import plt as _plt
 
 #: How the notebook names each contender of benchmarks/gpu_tensor_core.py.
 LABELS = {
@@ -25,10 +26,6 @@ LABELS = {
     "torch_math_fp32": "PyTorch math fp32 (no TF32)",
 }
 
-
-def _plt():
-    import matplotlib.pyplot as plt
-    return plt
 
 
 def plot_fragments(lane_highlight: int | None = 5):
@@ -136,7 +133,7 @@ def product_errors(m: int = 64, k: int = 512, n: int = 64, seed: int = 0) -> dic
             for p, x in got.items()}
 
 
-def recorded_rows(doc: dict, n: int = 4096, d: int = 64, causal: bool = False) -> list:
+def tensor_core_rows(doc: dict, n: int = 4096, d: int = 64, causal: bool = False) -> list:
     """Bench rows of the recorded document at one point, fastest first."""
     rows = [r for r in doc.get("bench", []) if r["n"] == n and r["d"] == d
             and r["causal"] == causal and "tflops" in r]
@@ -152,7 +149,7 @@ def hardware_limits(gpu: str = "H200") -> dict:
             "fp32 FFMA": g.fp32_flops_per_s / 1e12}
 
 
-def plot_recorded(doc: dict, d: int = 64, gpu: str = "H200"):
+def plot_tensor_core_recorded(doc: dict, d: int = 64, gpu: str = "H200"):
     """TFLOP/s against N for every contender, non-causal and causal, limits as lines."""
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.4), sharey=True)

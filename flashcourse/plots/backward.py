@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import check_block
-from .memory import format_bytes, saved_for_backward_bytes
-from .traffic import backward_flops, backward_traffic
+from .._checks import check_block
+from ..memory import format_bytes, saved_for_backward_bytes
+from ..traffic import backward_flops, backward_traffic
 
 METHODS = ("standard", "tiled")
 
@@ -55,7 +55,7 @@ def backward_curves(ns, head_dim: int = 64, **kwargs) -> dict:
 
 def summary_lines(n: int, head_dim: int = 64, **kwargs) -> list[str]:
     """Plain-text comparison at one length N (what the widget prints under the plot)."""
-    from .readouts import compare
+    from ..widgets.readouts import compare
 
     c = backward_costs(n, head_dim, **kwargs)
     s, t = c["standard"], c["tiled"]
@@ -105,25 +105,25 @@ def plot_backward_costs(n: int = 4096, head_dim: int = 64, *, n_min: int = 256,
 
 def results_path():
     """Where benchmarks/gpu_backward.py's recorded H200 results live in the repository."""
-    from .results import RESULTS_DIR
+    from ..results import RESULTS_DIR
     return RESULTS_DIR / "h200_backward.json"
 
 
 def load_recorded(path=None):
     """The recorded backward benchmark (validated against its schema), or None when there
     is none yet; a broken file raises flashcourse.results.ResultsError."""
-    from .results import load
+    from ..results import load
     return load(results_path() if path is None else path, "gpu_backward")
 
 
-def recorded_rows(res, *, n: int = 4096, d: int = 64, causal: bool = False) -> list:
+def backward_rows(res, *, n: int = 4096, d: int = 64, causal: bool = False) -> list:
     """[(impl, ms, TFLOP/s)] measured at one (N, d, causal), fastest first."""
     rows = [(r["impl"], r["ms"], r["tflops"]) for r in (res or {}).get("bench", [])
             if "ms" in r and r["n"] == n and r["d"] == d and r["causal"] == causal]
     return sorted(rows, key=lambda x: x[1])
 
 
-def plot_recorded(res, *, d: int = 64, fig=None):
+def plot_backward_recorded(res, *, d: int = 64, fig=None):
     """TFLOP/s against N for every implementation (default tiles), causal and not."""
     import matplotlib.pyplot as plt
 

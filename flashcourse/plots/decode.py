@@ -1,8 +1,5 @@
-"""Pictures for notebook 11 (Flash-Decoding): SMs busy, key splits, the merge tree.
-
-    draw_sms(blocks, sms, ax)              which SMs get a thread block in the first wave
-    draw_splits(bounds, t_key, block_k, ax)  the key axis cut into splits of whole blocks
-    draw_merge_tree(levels, ax)            partial states merged pairwise, level by level
+"""The Flash-Decoding pictures of notebook 11: the SMs a grid fills, the key splits,
+the merge tree of the combine, and the measured K/V bandwidth.
 """
 
 from __future__ import annotations
@@ -67,3 +64,48 @@ def draw_merge_tree(levels, ax, *, row: int = 0):
     ax.axis("off")
     ax.set_title("merge tree: each node shows lse of one query row "
                  "(leaves: the splits, root: the whole row)", fontsize=9)
+
+
+IMPL_STYLE = {
+    "ours/float16": ("Flash-Decoding (ours), fp16 K/V", "C0", "-o"),
+    "ours/float32": ("Flash-Decoding (ours), fp32 K/V", "C0", "--s"),
+    "torch_flash/float16": ("PyTorch SDPA flash, fp16", "C1", "-o"),
+    "torch_efficient/float32": ("PyTorch SDPA efficient, fp32", "C1", "--s"),
+    "fa2_order_fp32/float32": ("course FA2-order kernel, fp32", "C3", ":^"),
+}
+
+
+def plot_bandwidth(rows, *, group=None, fig=None):
+    """Achieved K/V read bandwidth (GB/s) against Tk, one panel per B x Hkv, with the
+    copy rate (read + write) of the same bytes dashed. `rows` is the 'bench' list of
+    the recorded JSON; group: only that GQA group size (None: group 1)."""
+    import matplotlib.pyplot as plt
+    group = 1 if group is None else group
+    rows = [r for r in rows if r.get("group") == group and "ms" in r
+            and r["ms"] == r["ms"]]
+    bhkvs = sorted({r["bhkv"] for r in rows})
+    if fig is None:
+        fig = plt.figure(figsize=(4.2 * max(1, len(bhkvs)), 3.6))
+    axes = fig.subplots(1, max(1, len(bhkvs)), sharey=True, squeeze=False)[0]
+    for ax, bhkv in zip(axes, bhkvs):
+        sel = [r for r in rows if r["bhkv"] == bhkv]
+        for key, (label, colour, style) in IMPL_STYLE.items():
+            impl, dt = key.split("/")
+            pts = sorted((r["tk"], r["gbs"]) for r in sel
+                         if r["impl"] == impl and r["kv_dtype"] == dt)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=colour,
+                        label=label, ms=4)
+        cp = sorted({(r["tk"], r["copy_gbs"]) for r in sel if r["kv_dtype"] == "float16"})
+        if cp:
+            ax.plot([p[0] for p in cp], [p[1] for p in cp], "--", color="k", lw=1,
+                    label="device copy (read + write)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("Tk (keys in the cache)")
+        ax.set_title(f"B x Hkv = {bhkv}, G = {group}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("K/V bytes read / time (GB/s)")
+    axes[-1].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig

@@ -18,13 +18,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._checks import check_count
-from .counter import TrafficCounter
-from .geometry import ceil_div
-from .gpus import GPU, GPUS
-from .memory import BYTES_PER_SCORE, format_bytes, score_matrix_bytes
-from .traffic import (arithmetic_intensity, attention_flops, dense_traffic,
-                      paper_block_sizes, roofline_time_s, tile_footprint_bytes, tiled_traffic)
+from .._checks import check_count
+from ..counter import TrafficCounter
+from ..geometry import ceil_div
+from ..gpus import GPU, GPUS
+from ..memory import BYTES_PER_SCORE, format_bytes, score_matrix_bytes
+from ..traffic import (
+    arithmetic_intensity,
+    attention_flops,
+    dense_traffic,
+    paper_block_sizes,
+    roofline_time_s,
+    tile_footprint_bytes,
+    tiled_traffic,
+)
 
 DTYPES = tuple(BYTES_PER_SCORE)              # ('fp64', 'fp32', 'fp16', 'bf16', 'fp8')
 DEFAULT_GPU = "A100 80GB"
@@ -450,7 +457,7 @@ def schedule_steps(t_query, t_key, head_dim, block_q, block_k, causal=False,
     row (fa2: O_i, lse_i) and fa1's initialisation are steps of their own. The last
     step's cumulative bytes equal the counter's totals (and the IO model).
     """
-    from .tiled import forward
+    from ..tiled import forward
 
     tq = _positive_int(t_query, "Tq (query positions)")
     tk = _positive_int(t_key, "Tk (key positions)")

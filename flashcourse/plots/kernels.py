@@ -19,19 +19,16 @@ measured: the sizes come from the kernel's own configuration):
 
 from __future__ import annotations
 
-from ._checks import check_block, check_causal
-from .geometry import tile_visibility
-from .memory import format_bytes
+from .._checks import check_block, check_causal
+from ..geometry import tile_visibility
+from ..memory import format_bytes
+from .style import plt as _plt
 
 BYTES_FP32 = 4                      # every tile of the course's CUDA kernels is fp32
 
 _LEVEL_COLOURS = {"global": "#f3e0c8", "shared": "#d7e8f5", "registers": "#dcefd6"}
 _STEP_COLOUR = "#b22222"
 
-
-def _plt():
-    import matplotlib.pyplot as plt
-    return plt
 
 
 def _kib(nbytes: int) -> str:
@@ -68,7 +65,7 @@ def plot_flash_dataflow(config=None):
     bytes are the kernel's own (`config.shared_bytes`, padded strides included);
     register counts are the float32 values one thread keeps live.
     """
-    from .cuda.flash import FlashConfig
+    from ..cuda.flash import FlashConfig
     if config is None:
         config = FlashConfig(128, 64, 256, 8, head_dim=64, shuffle=True)
     if not isinstance(config, FlashConfig):

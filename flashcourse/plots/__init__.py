@@ -1,0 +1,19 @@
+"""The course's pictures: one module per topic, one style for all (`plots.style`).
+
+    memory        the memory hierarchy; the score matrix against sequence length (01)
+    softmax       the online softmax streamed and merged (02)
+    tiles         the tile schedule, split-K vs split-Q warps, causal alignment (03)
+    traffic       dense vs tiled bytes against N and against the on-chip budget (03-04)
+    roofline      attention (04) and decoding (11) on a GPU's roofline
+    kernels       the CUDA kernel's data flow; the key-major backward (06, 09)
+    measured      Nsight Compute counters against the IO model (08)
+    backward      the backward's costs and the recorded backward timings (09)
+    tensor_cores  mma fragments, rounding errors, recorded tensor-core timings (10)
+    decode        Flash-Decoding's SMs, splits, merge tree and bandwidth (11)
+    bench         TFLOP/s grids of recorded benchmarks
+    tables        HTML tables for notebook output
+    readme        the README's figures (`make figures`)
+
+Each `plot_*` function returns a matplotlib Figure (or draws into an axes it is given);
+the notebook shows it and the tests check that it draws and that its text is readable.
+"""

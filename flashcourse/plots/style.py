@@ -1,0 +1,58 @@
+"""One style for every figure of the course (the gallery's practice: a small style module).
+
+Sizes are chosen for where a figure is shown: JupyterLab's output area at a 1280 px wide
+window is about 1,000 px, and the inline backend draws at 100 dpi with a tight bounding
+box, so a figure of at most `MAX_WIDTH_IN` inches is shown at its own size (never shrunk),
+and a font of `MIN_FONT_PT` points is that many points on the screen. `smallest_font_pt`
+reports a figure's smallest visible text, which the tests hold to `MIN_FONT_PT`.
+"""
+
+from __future__ import annotations
+
+#: inches; at the inline backend's 100 dpi, 960 px: fits JupyterLab's output area at 1280 px
+MAX_WIDTH_IN = 9.6
+#: points; no text of a figure is smaller
+MIN_FONT_PT = 9.0
+#: one colour per quantity, shared by every figure that shows it
+COLOURS = {"fp32": "#1f77b4", "fp16": "#d62728", "fp8": "#2ca02c",
+           "dense": "#d62728", "fa2": "#1f77b4", "fa1": "#9467bd", "flops": "#444444"}
+#: one colour per warp (or per column) in the diagrams that tell them apart
+WARP_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860",
+                "#da8bc3", "#8c8c8c")
+#: the course's matplotlib settings, applied by `plt()`
+RC = {"font.size": 10, "axes.titlesize": 10.5, "axes.labelsize": 10, "xtick.labelsize": 9.5,
+      "ytick.labelsize": 9.5, "legend.fontsize": 9, "figure.titlesize": 11,
+      "legend.frameon": False}
+
+
+def plt():
+    """matplotlib.pyplot with the course's style (imported lazily: `import flashcourse`
+    does not load matplotlib)."""
+    import matplotlib
+    import matplotlib.pyplot as pyplot
+    matplotlib.rcParams.update(RC)
+    return pyplot
+
+
+def smallest_font_pt(fig) -> float:
+    """The smallest font size (points) of the visible, non-empty text in `fig`."""
+    from matplotlib.text import Text
+    fig.canvas.draw()
+    sizes = [t.get_fontsize() for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and _shown(t)]
+    return min(sizes, default=float("inf"))
+
+
+def _shown(text) -> bool:
+    """Whether a Text artist is drawn: visible itself and inside a visible axes/figure."""
+    artist = text
+    while artist is not None:
+        if not artist.get_visible():
+            return False
+        artist = getattr(artist, "axes", None) if artist is not text.axes else None
+    return True
+
+
+def width_in(fig) -> float:
+    """The figure's width in inches."""
+    return float(fig.get_size_inches()[0])
