@@ -78,7 +78,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
-from ._checks import check_block, flatten_heads
+from ._checks import check_block, check_not_subclass, flatten_heads
 from ._guards import forward_result
 from .constants import LN2, LOG2E
 from .geometry import ceil_div
@@ -166,6 +166,7 @@ def exp2_poly(x):
     if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64):
         raise TypeError(f"x must be a float32 or float64 numpy array, got "
                         f"{getattr(x, 'dtype', type(x).__name__)}")
+    check_not_subclass(x, "x")
     flat = np.ascontiguousarray(x).reshape(-1)               # the kernel works on 1-D rows
     return _exp2_poly(flat, _int_like(x.dtype)).reshape(x.shape)
 

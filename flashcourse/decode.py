@@ -56,7 +56,8 @@ import math
 
 import numpy as np
 
-from ._checks import accumulator_dtype, check_array, check_block, check_causal, check_scale
+from ._checks import (accumulator_dtype, check_array, check_block, check_causal,
+                      check_not_subclass, check_scale)
 from ._guards import forward_result
 from .geometry import ceil_div, visible_mask
 
@@ -289,7 +290,8 @@ def merge(o_a, lse_a, o_b, lse_b):
     o_a, o_b: (..., d); lse_a, lse_b: (...). Two empty states (-inf) give o = 0,
     lse = -inf.
     """
-    o_a, lse_a, o_b, lse_b = (np.asarray(x) for x in (o_a, lse_a, o_b, lse_b))
+    o_a, lse_a, o_b, lse_b = (np.asarray(check_not_subclass(x, n)) for x, n in
+                              ((o_a, "o_a"), (lse_a, "lse_a"), (o_b, "o_b"), (lse_b, "lse_b")))
     m = np.maximum(lse_a, lse_b)
     w_a, w_b = _exp_diff(lse_a, m), _exp_diff(lse_b, m)
     total = w_a + w_b                                        # >= 1 unless both empty
@@ -309,7 +311,8 @@ def combine(o_parts, lse_parts):
         o = sum_s w_s o_s / sum_s w_s
     Equal to merging the S states pairwise in any order (up to rounding).
     """
-    o_parts, lse_parts = np.asarray(o_parts), np.asarray(lse_parts)
+    o_parts = np.asarray(check_not_subclass(o_parts, "o_parts"))
+    lse_parts = np.asarray(check_not_subclass(lse_parts, "lse_parts"))
     m = lse_parts.max(axis=0)                                # (...)
     w = _exp_diff(lse_parts, m)                              # (S, ...)
     total = w.sum(axis=0)
@@ -328,7 +331,10 @@ def merge_tree(o_parts, lse_parts, merge_fn=merge):
     level merges neighbours (an odd one out moves up unchanged), and the last level
     holds the single result. `merge_fn(o_a, lse_a, o_b, lse_b)` does each merge.
     """
-    level = [(np.asarray(o), np.asarray(lse)) for o, lse in zip(o_parts, lse_parts)]
+    level = [(np.asarray(check_not_subclass(o, "o_parts")),
+              np.asarray(check_not_subclass(lse, "lse_parts")))
+             for o, lse in zip(check_not_subclass(o_parts, "o_parts"),
+                               check_not_subclass(lse_parts, "lse_parts"))]
     if not level:
         raise ValueError("o_parts must hold at least one partial state")
     levels = [level]

@@ -67,3 +67,100 @@ def test_num_splits_beyond_the_key_blocks_or_the_cap():
     with pytest.raises(ValueError, match="num_splits"):
         decode_kernels.plan_splits(1, 1, 20, decode_kernels.plan(8, 4, 1, unroll=1, warps=1),
                                    num_splits=6, block_k=4)
+
+
+# --- 2. array subclasses ------------------------------------------------------------
+
+def _plain(lead=(1, 2), tq=3, tk=5, d=4, dtype=np.float32, seed=1):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((*lead, tq, d)).astype(dtype)
+    k = rng.standard_normal((*lead, tk, d)).astype(dtype)
+    v = rng.standard_normal((*lead, tk, d)).astype(dtype)
+    return q, k, v
+
+
+def _masked(x):
+    mask = np.zeros(x.shape, bool)
+    mask[..., 1, :] = True                       # one row hidden: the kernels would use it
+    return np.ma.MaskedArray(x, mask=mask)
+
+
+def _forwards():
+    from flashcourse import cpu, dense, reference, tiled
+    return {
+        "reference": reference.attention,
+        "dense": dense.forward,
+        "tiled": lambda q, k, v: tiled.forward(q, k, v, block_q=2, block_k=2),
+        "cpu": lambda q, k, v: cpu.forward(q, k, v, block_q=4, block_k=4),
+        "cpu_loops": lambda q, k, v: cpu.forward_loops(q, k, v, block_q=2, block_k=2),
+        "cuda_flash": lambda q, k, v: fcuda.forward(q, k, v, kernel="flash"),
+        "cuda_textbook": lambda q, k, v: fcuda.forward(q, k, v, kernel="textbook"),
+        "cuda_tensor_core": lambda q, k, v: fcuda.forward(q, k, v, kernel="tensor_core"),
+        "decode": lambda q, k, v: decode.split_kv_forward(q, k, v, num_splits=2, block_k=2),
+        "cuda_decode": lambda q, k, v: fcuda.decode(q, k, v, num_splits=2, block_k=2),
+    }
+
+
+@pytest.mark.parametrize("name", list(_forwards()))
+@pytest.mark.parametrize("arg", ["q", "k", "v"])
+def test_masked_arrays_are_refused_naming_the_argument(name, arg):
+    """Before: the CPU, CUDA and decode paths ignored the mask; numpy ones crashed."""
+    q, k, v = _plain()
+    args = dict(q=q, k=k, v=v)
+    args[arg] = _masked(args[arg])
+    with pytest.raises(TypeError, match=f"^{arg} is a masked array .* fill or drop"):
+        _forwards()[name](**args)
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+@pytest.mark.parametrize("name", [n for n in _forwards() if "decode" not in n])
+def test_np_matrix_is_refused_naming_the_argument(name):
+    """Before: reference took it, dense/tiled/cpu/cuda failed deep in numpy or Numba."""
+    q, k, v = (x[0, 0] for x in _plain())                    # (T, d): a matrix can hold it
+    with pytest.raises(TypeError, match=r"^k is a numpy.matrix .* np.asarray\(k\)"):
+        _forwards()[name](q, np.asmatrix(k), v)
+
+
+@pytest.mark.parametrize("name", ["tiled", "cuda_fast", "cuda_simple"])
+@pytest.mark.parametrize("arg", ["o", "lse", "do"])
+def test_backward_refuses_masked_arrays(name, arg):
+    from flashcourse import tiled
+    q, k, v = _plain()
+    o, lse = tiled.forward(q, k, v, block_q=2, block_k=2)
+    args = dict(o=o, lse=lse, do=np.ones_like(o))
+    args[arg] = np.ma.MaskedArray(args[arg], mask=np.zeros(args[arg].shape, bool))
+    backward = {"tiled": lambda *a: tiled.backward(*a, block_q=2, block_k=2),
+                "cuda_fast": lambda *a: fcuda.backward(*a, kernel="fast"),
+                "cuda_simple": lambda *a: fcuda.backward(*a, kernel="simple")}[name]
+    with pytest.raises(TypeError, match=f"^{arg} is a masked array"):
+        backward(q, k, v, args["o"], args["lse"], args["do"])
+
+
+def test_small_entries_refuse_masked_arrays():
+    from flashcourse import cpu, reference
+    q, k, v = (x[0, 0].astype(np.float64) for x in _plain())
+    mask = np.ones((3, 5), bool)
+    with pytest.raises(TypeError, match="^mask is a masked array"):
+        reference.attention_with_mask(q, k, v, np.ma.MaskedArray(mask))
+    with pytest.raises(TypeError, match="^x is a masked array"):
+        reference.softmax_safe(np.ma.MaskedArray(np.ones(4)))
+    with pytest.raises(TypeError, match="^x is a masked array"):
+        cpu.exp2_poly(np.ma.MaskedArray(-np.ones(4)))
+    o_parts, lse_parts = np.zeros((2, 3, 4)), np.zeros((2, 3))
+    with pytest.raises(TypeError, match="^lse_parts is a masked array"):
+        decode.combine(o_parts, np.ma.MaskedArray(lse_parts))
+    with pytest.raises(TypeError, match="^o_parts is a masked array"):
+        decode.merge_tree(np.ma.MaskedArray(o_parts), lse_parts)
+    with pytest.raises(TypeError, match="^lse_b is a masked array"):
+        decode.merge(o_parts[0], lse_parts[0], o_parts[1], np.ma.MaskedArray(lse_parts[1]))
+
+
+def test_memmap_and_plain_views_still_work(tmp_path):
+    """Other ndarray subclasses (np.memmap) behave as arrays and are taken as they are."""
+    from flashcourse import reference, tiled
+    q, k, v = (x.astype(np.float64) for x in _plain())
+    mm = np.memmap(tmp_path / "k.bin", dtype=np.float64, mode="w+", shape=k.shape)
+    mm[:] = k
+    o, lse = tiled.forward(q, mm, v, block_q=2, block_k=2)
+    o_ref, lse_ref = reference.attention(q, k, v)
+    assert np.allclose(o, o_ref, rtol=1e-12, atol=0) and np.allclose(lse, lse_ref, rtol=1e-12)
