@@ -164,3 +164,76 @@ def test_memmap_and_plain_views_still_work(tmp_path):
     o, lse = tiled.forward(q, mm, v, block_q=2, block_k=2)
     o_ref, lse_ref = reference.attention(q, k, v)
     assert np.allclose(o, o_ref, rtol=1e-12, atol=0) and np.allclose(lse, lse_ref, rtol=1e-12)
+
+
+# --- 3. quiz files -------------------------------------------------------------------
+
+QUIZ = """
+[[question]]
+text = "First?"
+why = "Because."
+option = [{text = "right one", right = true}, {text = "wrong one", feedback = "No."}]
+"""
+
+
+@pytest.mark.parametrize("content, message", [
+    ("Latin-1: café".encode("latin-1"), r"not UTF-8 text \(byte 0xe9 at offset 12, line 1\)"),
+    (QUIZ.encode("utf-16"), r"contains a NUL byte|not UTF-8 text"),
+    (b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", r"not UTF-8 text|contains a NUL byte"),
+    (QUIZ.encode() + b"\0", r"contains a NUL byte at offset"),
+], ids=["latin-1", "utf-16", "png", "nul"])
+def test_quiz_files_that_are_not_utf8_text_are_named(tmp_path, content, message):
+    from flashcourse.quiz import QuizFileError, load_questions
+    path = tmp_path / "nb98.toml"
+    path.write_bytes(content)
+    with pytest.raises(QuizFileError, match=r"nb98.toml: " + message):
+        load_questions(path)
+
+
+def test_quiz_file_utf8_with_bom_and_accents_loads(tmp_path):
+    from flashcourse.quiz import load_questions
+    path = tmp_path / "nb98.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + QUIZ.replace("First?", "Première?").encode())
+    assert load_questions(path)[0].text == "Première?"
+
+
+def test_quiz_paths_that_are_not_regular_files_are_named(tmp_path):
+    import os
+    import threading
+
+    from flashcourse.quiz import QuizFileError, load_questions
+    (tmp_path / "nb97.toml").mkdir()
+    with pytest.raises(QuizFileError, match=r"nb97.toml: is a directory"):
+        load_questions(tmp_path / "nb97.toml")
+    fifo = tmp_path / "nb96.toml"
+    os.mkfifo(fifo)
+    box = {}
+
+    def load():
+        try:
+            load_questions(fifo)
+        except QuizFileError as exc:
+            box["error"] = str(exc)
+    t = threading.Thread(target=load, daemon=True)     # a blocked open must not hang pytest
+    t.start()
+    t.join(5)
+    if t.is_alive():                                    # unblock it: open the write end
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("load_questions blocked on a FIFO")
+    assert "nb96.toml: not a regular file (a FIFO" in box["error"]
+    with pytest.raises(QuizFileError, match=r"null: not a regular file"):
+        load_questions("/dev/null")
+
+
+def test_quiz_cache_follows_the_content_not_the_mtime(tmp_path):
+    import os
+
+    from flashcourse.quiz import load_questions
+    path = tmp_path / "nb98.toml"
+    path.write_text(QUIZ)
+    before = path.stat()
+    assert load_questions(path)[0].text == "First?"
+    path.write_text(QUIZ.replace("First?", "Second"))   # the same length, the same mtime
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_mtime_ns == before.st_mtime_ns
+    assert load_questions(path)[0].text == "Second"
