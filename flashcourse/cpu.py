@@ -67,11 +67,18 @@ output has the input dtype, lse is float32 (float64 for float64 input).
 
 Compiled code is cached on disk (`cache=True`); `flashcourse.gpu.select_cache_dir`
 points NUMBA_CACHE_DIR at a writable folder when the package is installed read-only.
+
+Threads: the parallel kernels run one at a time per process (`_launch` holds a lock).
+Numba's "workqueue" threading layer, the one used when neither TBB nor OpenMP is
+available, is not thread-safe: two Python threads calling a parallel kernel at once
+terminate the whole process ("Concurrent access has been detected"). Each call
+already uses every CPU thread, so taking turns costs little.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 
 import numba
 import numpy as np
@@ -636,17 +643,24 @@ def _prepare(q, k, v, block_q, block_k, causal, scale, allow_nonfinite):
     return x, qf, kf, vf, br, bc, x.causal, x.scale, acc_t
 
 
+#: One parallel kernel at a time per process (the module docstring's "Threads").
+_PARALLEL_LOCK = threading.Lock()
+
+
 def _launch(kernel, n_items, *args):
     """Run a prange kernel on at most n_items threads (a team larger than the work
-    only adds wake-up and barrier costs, which on a busy machine reach milliseconds)."""
+    only adds wake-up and barrier costs, which on a busy machine reach milliseconds),
+    holding `_PARALLEL_LOCK`: the workqueue threading layer aborts the process when
+    two Python threads run parallel kernels at once."""
     threads = numba.get_num_threads()
-    if n_items >= threads:
-        return kernel(*args)
-    numba.set_num_threads(max(1, n_items))
-    try:
-        return kernel(*args)
-    finally:
-        numba.set_num_threads(threads)
+    with _PARALLEL_LOCK:
+        if n_items >= threads:
+            return kernel(*args)
+        numba.set_num_threads(max(1, n_items))
+        try:
+            return kernel(*args)
+        finally:
+            numba.set_num_threads(threads)
 
 
 def _work_items(qf, br):

@@ -237,3 +237,87 @@ def test_quiz_cache_follows_the_content_not_the_mtime(tmp_path):
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert path.stat().st_mtime_ns == before.st_mtime_ns
     assert load_questions(path)[0].text == "Second"
+
+
+# --- 4. threads ----------------------------------------------------------------------
+
+def _in_threads(jobs):
+    """Run each job (a no-argument callable) in its own thread, all released together;
+    returns what each returned, or raises the first exception one raised."""
+    import threading
+    start = threading.Barrier(len(jobs))
+    out = [None] * len(jobs)
+
+    def run(i):
+        start.wait()
+        try:
+            out[i] = jobs[i]()
+        except BaseException as exc:        # handed to the main thread below
+            out[i] = exc
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for r in out:
+        if isinstance(r, BaseException):
+            raise r
+    return out
+
+
+def test_simulated_cuda_calls_from_two_threads_are_right():
+    """Before: the second thread's launch failed, 'concurrent simulated kernel not
+    supported' (the simulator swaps module globals while a kernel runs)."""
+    from flashcourse import reference
+    from flashcourse.gpu import using_simulator
+    if not using_simulator():
+        pytest.skip("serialisation is for the simulator; a GPU runs calls as they come")
+    problems = [_plain(lead=(1,), tq=3, tk=5, d=4, seed=s) for s in range(2)]
+    dq = _plain(lead=(1, 2), tq=1, tk=6, d=4, seed=5)
+
+    def flash(q, k, v):
+        return lambda: [fcuda.forward(q, k, v, kernel="flash") for _ in range(2)]
+    results = _in_threads([flash(*problems[0]), flash(*problems[1]),
+                           lambda: fcuda.decode(*dq, num_splits=2, block_k=2)])
+    for (q, k, v), runs in zip(problems, results[:2]):
+        o_ref, lse_ref = reference.attention(q, k, v)
+        for o, lse in runs:
+            assert np.allclose(o, o_ref, rtol=0, atol=1e-5)     # float32: 1e-5
+            assert np.allclose(lse, lse_ref, rtol=1e-5, atol=0)
+    o, _ = results[2]
+    assert np.allclose(o, reference.attention(*dq)[0], rtol=0, atol=1e-5)
+
+
+CPU_THREADS = """
+import threading, numpy as np, flashcourse
+from flashcourse import cpu, reference
+rng = np.random.default_rng(0)
+q, k, v = (rng.standard_normal((2, 33, 8)).astype(np.float32) for _ in range(3))
+cpu.forward(q, k, v)                       # compile (or load from the cache) first
+ref = reference.attention(q, k, v)[0]
+bad = []
+def run():
+    for _ in range(20):
+        if not np.allclose(cpu.forward(q, k, v, block_q=4, block_k=8)[0], ref, atol=1e-5):
+            bad.append(1)
+ts = [threading.Thread(target=run) for _ in range(2)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+import numba
+print("layer", numba.threading_layer(), "bad", len(bad))
+"""
+
+
+def test_cpu_kernels_from_two_threads_under_the_workqueue_layer():
+    """Before: Numba's workqueue layer terminated the process ("Concurrent access has
+    been detected"); now the parallel kernels take turns."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "NUMBA_THREADING_LAYER": "workqueue", "PYTHONPATH": str(root)}
+    r = subprocess.run([sys.executable, "-c", CPU_THREADS], cwd=root, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "layer workqueue bad 0" in r.stdout, r.stdout + r.stderr
