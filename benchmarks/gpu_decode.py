@@ -90,8 +90,8 @@ CHECK_SHAPES = [
     (1, 8, 1, 1, 1000, 128, 7, 64, False),       # MQA
     (2, 16, 2, 1, 777, 128, None, 64, False),    # GQA G = 8, heuristic splits
     (1, 4, 2, 5, 129, 64, 4, 32, True),          # causal, Tq > 1, G = 2
-    (1, 2, 1, 6, 4, 128, 3, 64, True),           # causal, Tk < Tq: empty rows
-    (1, 3, 1, 2, 50, 37, 9, 8, True),            # odd d, more splits than blocks
+    (1, 2, 1, 6, 4, 128, 3, 1, True),            # causal, Tk < Tq: empty rows, empty split
+    (1, 3, 1, 2, 50, 37, 5, 8, True),            # odd d, 5 splits of 7 blocks: one empty
     (3, 6, 3, 1, 5000, 128, 40, 64, False),
     (1, 8, 8, 1, 2049, 64, 16, 64, False),
     (1, 24, 3, 3, 333, 96, 5, 64, True),         # G = 8, Tq = 3: 24 rows, 3 row blocks

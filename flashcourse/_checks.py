@@ -17,17 +17,38 @@ FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 LOOP_ORDERS = ("fa1", "fa2")
 
 
+def check_not_subclass(x, name: str):
+    """Return ``x`` unless it is a masked array or an np.matrix (TypeError naming `name`).
+
+    A masked array's mask would be ignored by the kernels (they read the raw data,
+    masked entries included), and np.matrix is always 2-D with its own `*`, so
+    reshaping to (..., T, d) fails deep in numpy or Numba. Other ndarray subclasses
+    (np.memmap, ...) behave as arrays and are taken as they are.
+    """
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(
+            f"{name} is a masked array (numpy.ma): masked arrays are not supported, "
+            f"their mask would be ignored; fill or drop the masked entries first "
+            f"(e.g. {name}.filled(0.0), or select the rows you want)")
+    if isinstance(x, np.matrix):
+        raise TypeError(
+            f"{name} is a numpy.matrix (always 2-D): pass a plain array, "
+            f"np.asarray({name}), of shape (..., T, d)")
+    return x
+
+
 def check_array(x, name: str, *, allow_nonfinite: bool = False) -> np.ndarray:
     """Return ``x`` if it is a float16/32/64 numpy array of shape ``(..., T, d)``.
 
-    Raises TypeError for non-arrays and non-float dtypes, ValueError for a
-    wrong number of dimensions, an empty axis, or NaN/inf entries (unless
-    ``allow_nonfinite``).
+    Raises TypeError for non-arrays, masked arrays, np.matrix (`check_not_subclass`)
+    and non-float dtypes, ValueError for a wrong number of dimensions, an empty
+    axis, or NaN/inf entries (unless ``allow_nonfinite``).
     """
     if not isinstance(x, np.ndarray):
         raise TypeError(
             f"{name} must be a numpy array of shape (..., T, d), got {type(x).__name__}"
         )
+    check_not_subclass(x, name)
     if x.dtype not in FLOAT_DTYPES:
         raise TypeError(
             f"{name} must have dtype float16, float32 or float64, got {x.dtype}"
@@ -130,6 +151,7 @@ def check_backward_inputs(q, k, v, o, lse, do):
         raise TypeError(f"do must have the dtype of o ({o.dtype}), got {do.dtype}")
     if not isinstance(lse, np.ndarray):
         raise TypeError(f"lse must be a numpy array of shape (..., Tq), got {type(lse).__name__}")
+    check_not_subclass(lse, "lse")
     if lse.dtype not in FLOAT_DTYPES:
         raise TypeError(f"lse must have dtype float16, float32 or float64, got {lse.dtype}")
     check_backward_shapes(q.shape, o.shape, lse.shape, do.shape)

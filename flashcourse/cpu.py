@@ -67,18 +67,25 @@ output has the input dtype, lse is float32 (float64 for float64 input).
 
 Compiled code is cached on disk (`cache=True`); `flashcourse.gpu.select_cache_dir`
 points NUMBA_CACHE_DIR at a writable folder when the package is installed read-only.
+
+Threads: the parallel kernels run one at a time per process (`_launch` holds a lock).
+Numba's "workqueue" threading layer, the one used when neither TBB nor OpenMP is
+available, is not thread-safe: two Python threads calling a parallel kernel at once
+terminate the whole process ("Concurrent access has been detected"). Each call
+already uses every CPU thread, so taking turns costs little.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 
 import numba
 import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
-from ._checks import check_block, flatten_heads
+from ._checks import check_block, check_not_subclass, flatten_heads
 from ._guards import forward_result
 from .constants import LN2, LOG2E
 from .geometry import ceil_div
@@ -166,6 +173,7 @@ def exp2_poly(x):
     if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64):
         raise TypeError(f"x must be a float32 or float64 numpy array, got "
                         f"{getattr(x, 'dtype', type(x).__name__)}")
+    check_not_subclass(x, "x")
     flat = np.ascontiguousarray(x).reshape(-1)               # the kernel works on 1-D rows
     return _exp2_poly(flat, _int_like(x.dtype)).reshape(x.shape)
 
@@ -635,17 +643,24 @@ def _prepare(q, k, v, block_q, block_k, causal, scale, allow_nonfinite):
     return x, qf, kf, vf, br, bc, x.causal, x.scale, acc_t
 
 
+#: One parallel kernel at a time per process (the module docstring's "Threads").
+_PARALLEL_LOCK = threading.Lock()
+
+
 def _launch(kernel, n_items, *args):
     """Run a prange kernel on at most n_items threads (a team larger than the work
-    only adds wake-up and barrier costs, which on a busy machine reach milliseconds)."""
+    only adds wake-up and barrier costs, which on a busy machine reach milliseconds),
+    holding `_PARALLEL_LOCK`: the workqueue threading layer aborts the process when
+    two Python threads run parallel kernels at once."""
     threads = numba.get_num_threads()
-    if n_items >= threads:
-        return kernel(*args)
-    numba.set_num_threads(max(1, n_items))
-    try:
-        return kernel(*args)
-    finally:
-        numba.set_num_threads(threads)
+    with _PARALLEL_LOCK:
+        if n_items >= threads:
+            return kernel(*args)
+        numba.set_num_threads(max(1, n_items))
+        try:
+            return kernel(*args)
+        finally:
+            numba.set_num_threads(threads)
 
 
 def _work_items(qf, br):

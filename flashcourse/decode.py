@@ -56,9 +56,10 @@ import math
 
 import numpy as np
 
-from ._checks import accumulator_dtype, check_array, check_block, check_causal, check_scale
+from ._checks import (accumulator_dtype, check_array, check_block, check_causal,
+                      check_not_subclass, check_scale)
 from ._guards import forward_result
-from .geometry import visible_mask
+from .geometry import ceil_div, visible_mask
 
 #: FlashAttention-2's cap on the number of splits (flash_api.cpp: num_splits <= 128).
 MAX_SPLITS = 128
@@ -175,20 +176,46 @@ def choose_num_splits(batch_heads_kv: int, t_key: int, block_k: int, *, row_bloc
                                 n_blocks, max_splits)
 
 
+def check_num_splits(num_splits, t_key: int, block_k: int) -> int:
+    """`num_splits` as an int in [1, min(Tc, MAX_SPLITS)], Tc = ceil(Tk / block_k).
+
+    Each split takes whole blocks of block_k keys, so at most Tc splits can hold a
+    key; MAX_SPLITS (128) is FlashAttention-2's cap. TypeError for a non-integer,
+    ValueError naming num_splits, Tc and how it is computed otherwise (checked before
+    any work: 10**7 splits would otherwise run for a minute and fail in numpy).
+    """
+    ns = check_block(num_splits, "num_splits")
+    tk, bk = check_block(t_key, "t_key"), check_block(block_k, "block_k")
+    n_blocks = ceil_div(tk, bk)                              # Tc key blocks
+    if ns > n_blocks:
+        raise ValueError(
+            f"num_splits = {ns:,} is more than the key blocks: Tc = ceil(Tk / block_k) = "
+            f"ceil({tk:,} / {bk}) = {n_blocks:,}, and each split takes whole key blocks, "
+            f"so at most {n_blocks:,} splits can hold a key. Pass num_splits <= "
+            f"{min(n_blocks, MAX_SPLITS):,}, a smaller block_k, or None (the heuristic)")
+    if ns > MAX_SPLITS:
+        raise ValueError(
+            f"num_splits = {ns:,} is more than MAX_SPLITS = {MAX_SPLITS} (FlashAttention-2's "
+            f"cap; the combine step reads every split per row). Pass num_splits <= "
+            f"{MAX_SPLITS}, or None (the heuristic)")
+    return ns
+
+
 def split_bounds(t_key: int, block_k: int, num_splits: int) -> list:
     """[(k0, k1), ...]: the key range of each split, as FlashAttention cuts it.
 
     Each split takes ceil(Tc / num_splits) whole key blocks of block_k keys
     (Tc = ceil(Tk / block_k)); the last non-empty split may be ragged, and splits past
-    the end are empty (k0 == k1 == Tk).
+    the end are empty (k0 == k1 == Tk: 4 splits of 5 blocks take 2, 2, 1 and 0 blocks).
+    num_splits must be at most min(Tc, MAX_SPLITS) (`check_num_splits`).
 
     >>> split_bounds(300, 64, 3)
     [(0, 128), (128, 256), (256, 300)]
     """
     tk = check_block(t_key, "t_key")
     bk = check_block(block_k, "block_k")
-    ns = check_block(num_splits, "num_splits")
-    n_blocks = -(-tk // bk)                               # Tc key blocks
+    ns = check_num_splits(num_splits, tk, bk)
+    n_blocks = ceil_div(tk, bk)                           # Tc key blocks
     per = -(-n_blocks // ns) * bk                          # keys per split
     return [(min(s * per, tk), min((s + 1) * per, tk)) for s in range(ns)]
 
@@ -263,7 +290,8 @@ def merge(o_a, lse_a, o_b, lse_b):
     o_a, o_b: (..., d); lse_a, lse_b: (...). Two empty states (-inf) give o = 0,
     lse = -inf.
     """
-    o_a, lse_a, o_b, lse_b = (np.asarray(x) for x in (o_a, lse_a, o_b, lse_b))
+    o_a, lse_a, o_b, lse_b = (np.asarray(check_not_subclass(x, n)) for x, n in
+                              ((o_a, "o_a"), (lse_a, "lse_a"), (o_b, "o_b"), (lse_b, "lse_b")))
     m = np.maximum(lse_a, lse_b)
     w_a, w_b = _exp_diff(lse_a, m), _exp_diff(lse_b, m)
     total = w_a + w_b                                        # >= 1 unless both empty
@@ -283,7 +311,8 @@ def combine(o_parts, lse_parts):
         o = sum_s w_s o_s / sum_s w_s
     Equal to merging the S states pairwise in any order (up to rounding).
     """
-    o_parts, lse_parts = np.asarray(o_parts), np.asarray(lse_parts)
+    o_parts = np.asarray(check_not_subclass(o_parts, "o_parts"))
+    lse_parts = np.asarray(check_not_subclass(lse_parts, "lse_parts"))
     m = lse_parts.max(axis=0)                                # (...)
     w = _exp_diff(lse_parts, m)                              # (S, ...)
     total = w.sum(axis=0)
@@ -302,7 +331,10 @@ def merge_tree(o_parts, lse_parts, merge_fn=merge):
     level merges neighbours (an odd one out moves up unchanged), and the last level
     holds the single result. `merge_fn(o_a, lse_a, o_b, lse_b)` does each merge.
     """
-    level = [(np.asarray(o), np.asarray(lse)) for o, lse in zip(o_parts, lse_parts)]
+    level = [(np.asarray(check_not_subclass(o, "o_parts")),
+              np.asarray(check_not_subclass(lse, "lse_parts")))
+             for o, lse in zip(check_not_subclass(o_parts, "o_parts"),
+                               check_not_subclass(lse_parts, "lse_parts"))]
     if not level:
         raise ValueError("o_parts must hold at least one partial state")
     levels = [level]
@@ -327,8 +359,9 @@ def split_kv_forward(q, k, v, *, num_splits: int | None = None, block_k: int = 6
     Args:
         q: (B, Hq, Tq, d) float16/32/64 queries (Tq = 1 for one decoding step).
         k, v: (B, Hkv, Tk, d) the KV cache, same dtype; Hq must be a multiple of Hkv.
-        num_splits: number of key splits (>= 1; more splits than key blocks leaves
-            some empty, which is allowed); None picks it with `choose_num_splits`
+        num_splits: number of key splits, 1 .. min(Tc, MAX_SPLITS = 128) with
+            Tc = ceil(Tk / block_k) the key blocks (a ValueError naming num_splits
+            otherwise: `check_num_splits`); None picks it with `choose_num_splits`
             for an H200 (132 SMs).
         block_k: keys per tile (Bc) inside a split, and the unit splits are cut in.
         causal: bottom-right aligned mask (query i sees key j iff j <= i + Tk - Tq).
@@ -353,7 +386,7 @@ def split_kv_forward(q, k, v, *, num_splits: int | None = None, block_k: int = 6
     b, hkv, tk = k.shape[0], k.shape[1], k.shape[2]
     if num_splits is None:
         num_splits = choose_num_splits(b * hkv, tk, bk)
-    ns = check_block(num_splits, "num_splits")
+    ns = check_num_splits(num_splits, tk, bk)
     bounds = split_bounds(tk, bk, ns)
     parts = [split_partial(q, k, v, k0, k1, block_k=bk, causal=causal, scale=scale)
              for k0, k1 in bounds]

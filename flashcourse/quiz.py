@@ -29,7 +29,9 @@ from __future__ import annotations
 import hashlib
 import html
 import numbers
+import os
 import random
+import stat
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -263,6 +265,10 @@ class QuizFileError(ValueError):
     file, the question (and option) and what is wrong."""
 
 
+#: The largest quiz file read (bytes); the course's are under 5 KB.
+MAX_QUIZ_BYTES = 1 << 20
+
+
 def _shown(path: Path) -> str:
     """A quiz file as errors name it: flashcourse/quizzes/nb09.toml, or the path given."""
     try:
@@ -300,13 +306,65 @@ def _schema_problem(error) -> tuple[list, str]:
     return where, error.message if len(error.message) <= 200 else error.message[:200] + "..."
 
 
-@lru_cache(maxsize=None)
-def _parse(path: Path, mtime_ns: int) -> tuple:
-    """(id or None, Question or the id it includes) for each question of one quiz file;
-    cached until the file changes."""
+def _read(path: Path) -> bytes:
+    """The bytes of one quiz file. QuizFileError naming it when it is missing, is not a
+    regular file (a directory, a FIFO, a device: checked with os.stat before opening, and
+    again on the open descriptor, so a FIFO never blocks) or is larger than
+    MAX_QUIZ_BYTES."""
     file = _shown(path)
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        mode = os.stat(path).st_mode
+        if stat.S_ISREG(mode):
+            # O_NONBLOCK: should the path become a FIFO after the stat, open does not wait
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as f:
+                mode = os.fstat(f.fileno()).st_mode
+                data = f.read(MAX_QUIZ_BYTES + 1) if stat.S_ISREG(mode) else b""
+    except FileNotFoundError:
+        raise QuizFileError(f"{file}: no such quiz file") from None
+    except OSError as exc:                    # permission denied, a broken link, ...
+        raise QuizFileError(f"{file}: cannot read it ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(mode):
+        raise QuizFileError(f"{file}: is a directory, not a quiz file (a .toml file)")
+    if not stat.S_ISREG(mode):
+        raise QuizFileError(f"{file}: not a regular file (a FIFO, socket or device); a quiz "
+                            "file is a plain UTF-8 TOML file")
+    if len(data) > MAX_QUIZ_BYTES:
+        raise QuizFileError(f"{file}: larger than {MAX_QUIZ_BYTES:,} bytes; a quiz file is "
+                            "a few KB of TOML")
+    return data
+
+
+def _text(file: str, data: bytes) -> str:
+    """A quiz file's bytes as text: UTF-8 (a leading byte-order mark is dropped), else
+    QuizFileError naming the file and the first bad byte."""
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise QuizFileError(f"{file}: contains a NUL byte at offset {nul}: a binary file, "
+                            "not a UTF-8 TOML quiz file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise QuizFileError(
+            f"{file}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}, "
+            f"line {line}); save the file as UTF-8") from None
+    return text.removeprefix("\ufeff")
+
+
+def _parse(path: Path) -> tuple:
+    """(id or None, Question or the id it includes) for each question of one quiz file,
+    read now; the parse is cached by the file's content, so any edit is seen (whatever
+    its modification time)."""
+    return _parse_bytes(path, _read(path))
+
+
+@lru_cache(maxsize=64)
+def _parse_bytes(path: Path, data: bytes) -> tuple:
+    """`_parse` of the content `data` of `path` (the key is the content itself)."""
+    file = _shown(path)
+    try:
+        doc = tomllib.loads(_text(file, data))
     except tomllib.TOMLDecodeError as exc:            # its message gives line and column
         raise QuizFileError(f"{file}: not valid TOML: {exc}") from None
     # "exactly one right option" last: a wrongly typed `right` would also break the count
@@ -346,9 +404,7 @@ def load_questions(path) -> list[Question]:
     checked against flashcourse/schemas/quiz.json; QuizFileError naming the file, the
     question and what is wrong when it does not parse or follow the format."""
     path = Path(path).resolve()
-    if not path.is_file():
-        raise QuizFileError(f"{_shown(path)}: no such quiz file")
-    entries = [q for _, q in _parse(path, path.stat().st_mtime_ns)]
+    entries = [q for _, q in _parse(path)]
     if all(isinstance(q, Question) for q in entries):
         return entries
     lesson = _lesson_questions()
@@ -361,9 +417,7 @@ def load_questions(path) -> list[Question]:
 
 def _lesson_questions() -> dict:
     """lesson.toml's questions by id."""
-    if not LESSON_FILE.is_file():
-        raise QuizFileError(f"{_shown(LESSON_FILE)}: no such quiz file")
-    return dict(_parse(LESSON_FILE, LESSON_FILE.stat().st_mtime_ns))
+    return dict(_parse(LESSON_FILE))
 
 
 #: The lesson's own "check your understanding" question (from the course seed), kept in

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import check_causal, check_grad_output, check_qkv, check_scale
+from ._checks import check_causal, check_grad_output, check_not_subclass, check_qkv, check_scale
 from ._guards import check_dense_size
 from .geometry import visible_mask
 
@@ -90,7 +90,7 @@ def attention_with_mask(q, k, v, mask, *, scale: float | None = None):
     q, k, v = check_qkv(q, k, v)
     scale = check_scale(scale, q.shape[-1])
     tq, tk = q.shape[-2], k.shape[-2]
-    mask = np.asarray(mask)
+    mask = np.asarray(check_not_subclass(mask, "mask"))
     if mask.dtype != np.bool_ or mask.shape != (tq, tk):
         raise ValueError(f"mask must be a boolean array of shape (Tq, Tk) = ({tq}, {tk}), "
                          f"got dtype {mask.dtype} and shape {mask.shape}")
@@ -116,6 +116,7 @@ def scores(q, k, *, causal: bool = False, scale: float | None = None) -> np.ndar
 def _check_vector(x, name="x") -> np.ndarray:
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+    check_not_subclass(x, name)
     if not np.issubdtype(x.dtype, np.floating):
         raise TypeError(f"{name} must have a float dtype, got {x.dtype}")
     if x.ndim < 1 or x.shape[-1] == 0:

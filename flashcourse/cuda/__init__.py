@@ -19,18 +19,22 @@ the expected cost and what limits it); `registry` lists them all, once:
 
 Without a GPU every kernel runs on Numba's CUDA simulator (slow: tiny sizes only);
 `import flashcourse` selects it before Numba loads, and `forward` says so once.
+The simulator runs one kernel at a time per process: under it `forward`, `backward`
+and `decode` are serialised (a lock; threads take turns and get right results). On a
+GPU calls are not serialised (`_launch`'s docstring says more).
 """
 
 from __future__ import annotations
 
 from .._guards import forward_result, lse_rowsums
-from ._launch import finish, prepare, prepare_backward, simulator_note
+from ._launch import finish, prepare, prepare_backward, serialised, simulator_note
 from .registry import FORWARD, get
 
 #: Names of the registered forward kernels (`registry.FORWARD`), in registration order.
 KERNELS = tuple(FORWARD)
 
 
+@serialised
 def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
             scale: float | None = None, allow_nonfinite: bool = False, **options):
     """Exact attention forward on the GPU (or the simulator).
@@ -81,6 +85,7 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
                                  "with float64 inputs (the CUDA kernels compute in float32)")
 
 
+@serialised
 def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
              scale: float | None = None, **options):
     """Gradients of attention on the GPU (or Numba's simulator), fp32, P recomputed from lse.
@@ -132,6 +137,7 @@ def extra_device_bytes(kernel: str, bh: int, tq: int, tk: int, d: int = 0) -> in
 __all__ = ["forward", "backward", "KERNELS", "extra_device_bytes"]
 
 
+@serialised
 def decode(q, k, v, **options):
     """Flash-Decoding on the GPU (or the simulator): q (B, Hq, Tq, d), k, v (B, Hkv, Tk, d)
     with Hq a multiple of Hkv (GQA, K and V never copied). See

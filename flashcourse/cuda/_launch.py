@@ -11,6 +11,15 @@ Nothing here is attention maths. It holds what every kernel module needs:
   raises SharedMemoryOptInError, saying what moved, if they change).
 - `launch(...)`: launches a kernel with dynamic shared memory, opting in when needed.
 - `check_registers(...)`: after compiling, registers x threads must fit one block.
+- `serialised` / `simulator_lock()`: under the simulator, one kernel call at a time.
+
+Threads: Numba's CUDA simulator runs one kernel at a time per process (it swaps the
+`cuda` module's globals while a kernel runs; a second thread's launch fails with
+"concurrent simulated kernel not supported"). Under the simulator `launch` and the
+public entries `cuda.forward`, `cuda.backward`, `cuda.decode` (decorated with
+`serialised`) hold one re-entrant lock, so calls from several threads run one after
+another and each gets its right result. On a GPU nothing is serialised (numba-cuda
+launches from several host threads share the device; not tested by the course).
 
 Launch limits (threads, shared memory per block) are checked by
 `flashcourse.limits.check_launch` against `flashcourse.limits.current_limits()`.
@@ -18,7 +27,10 @@ Launch limits (threads, shared memory per block) are checked by
 
 from __future__ import annotations
 
+import functools
 import sys
+import threading
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -44,6 +56,28 @@ def simulator_note() -> None:
     if using_simulator() and not _said:
         print(SIMULATOR_MESSAGE, file=sys.stdout)
         _said = True
+
+
+#: Held around simulated kernel calls (re-entrant: a public entry holds it, and the
+#: launches inside it take it again).
+_SIMULATOR_LOCK = threading.RLock()
+
+
+def simulator_lock():
+    """A context manager: the simulator's lock when kernels run on the simulator (one
+    simulated kernel at a time per process), else a no-op."""
+    return _SIMULATOR_LOCK if using_simulator() else nullcontext()
+
+
+def serialised(fn):
+    """Decorator: under the simulator, `fn` runs holding the simulator's lock, so two
+    threads calling it take turns instead of breaking the simulator (see the module
+    docstring); on a GPU `fn` runs as it is."""
+    @functools.wraps(fn)
+    def run_serialised(*args, **kwargs):
+        with simulator_lock():
+            return fn(*args, **kwargs)
+    return run_serialised
 
 
 def check_registers(name: str, kernel, threads: int) -> None:
@@ -103,7 +137,8 @@ def launch(dispatcher, signature, grid, threads, shared_bytes, args) -> None:
     """Launch with `shared_bytes` of dynamic shared memory (opt-in above 48 KB on a GPU)."""
     if not using_simulator():
         set_max_dynamic_shared_bytes(dispatcher, signature, shared_bytes)
-    dispatcher[grid, threads, 0, shared_bytes](*args)
+    with simulator_lock():             # one simulated kernel at a time (module docstring)
+        dispatcher[grid, threads, 0, shared_bytes](*args)
 
 
 # ---------------------------------------------------------------------------

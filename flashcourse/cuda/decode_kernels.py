@@ -533,7 +533,7 @@ def plan_splits(b_hkv: int, rows_kv: int, tk: int, cfg: DecodeConfig, *,
             b_hkv, tk, block_k, row_blocks=row_blocks,
             sms=sm_count() if sms is None else sms,
             blocks_per_sm=BLOCKS_PER_SM if blocks_per_sm is None else blocks_per_sm)
-    num_splits = check_block(num_splits, "num_splits")
+    num_splits = np_decode.check_num_splits(num_splits, tk, block_k)   # <= key blocks, 128
     k0, k1 = np_decode.split_bounds(tk, block_k, num_splits)[0]
     per = k1 - k0
     return num_splits, per
@@ -583,7 +583,9 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
             on the device; float32 and float64 run as float32; o comes back in q's
             dtype) or C-contiguous float16/float32 device arrays (anything with the
             CUDA array interface; results stay on the device, float32).
-        num_splits: key splits; None: FlashAttention-2's heuristic for this GPU.
+        num_splits: key splits, 1 .. min(ceil(Tk / block_k), 128) (else a ValueError
+            naming num_splits, before any launch); None: FlashAttention-2's heuristic
+            for this GPU.
         block_k: splits are cut in whole blocks of block_k keys (default 64).
         causal: bottom-right aligned mask; scale: default 1/sqrt(d).
         unroll, warps, row_groups: split-kernel variant (keys per lane group loaded

@@ -42,6 +42,7 @@ from numba import cuda, float32
 
 from .. import reference
 from ..constants import NEG_INF
+from ..cuda._launch import simulator_lock
 from ..geometry import ceil_div
 from ._harness import Case, Result, mistake_diagnoses, run_checks, stub_guard
 from .cuda_lab_kernel import (BC, BR, CT, NT, TD, TM, TN, D, _device, _py_func, lab_forward)
@@ -323,7 +324,9 @@ def reduce_values(row_max, row_sum, x):
     xd = cuda.to_device(np.asarray(x, np.float32))
     mx = cuda.to_device(np.zeros(NT, np.float32))
     sm = cuda.to_device(np.zeros(NT, np.float32))
-    _reduce_kernel(_device(row_max), _device(row_sum))[1, NT](xd, mx, sm)
+    kern = _reduce_kernel(_device(row_max), _device(row_sum))
+    with simulator_lock():         # one simulated kernel at a time (cuda/_launch.py)
+        kern[1, NT](xd, mx, sm)
     return mx.copy_to_host(), sm.copy_to_host()
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from numba import cuda, float32
 
 from ..constants import F0, FULL_MASK, NEG_INF
+from ..cuda._launch import simulator_lock
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ._harness import stub_guard
@@ -192,7 +193,9 @@ def lab_forward(parts, q, k, v, *, causal=False, kv_start=0, key_blocks=None):
     visits = cuda.to_device(np.zeros((1, n_qb), np.int32))
     kern = make_lab_kernel(*(_device(f) for f in parts),
                            _device(key_blocks) if key_blocks is not None else all_key_blocks)
-    kern[(n_qb, 1), NT](qd, kd, vd, o, lse, visits, np.int32(tq), np.int32(tk), np.int32(d),
-                        np.float32(1.0 / math.sqrt(d)), np.int32(1 if causal else 0),
-                        np.int32(tk - tq), np.int32(kv_start))
+    with simulator_lock():         # one simulated kernel at a time (cuda/_launch.py)
+        kern[(n_qb, 1), NT](qd, kd, vd, o, lse, visits, np.int32(tq), np.int32(tk),
+                            np.int32(d), np.float32(1.0 / math.sqrt(d)),
+                            np.int32(1 if causal else 0), np.int32(tk - tq),
+                            np.int32(kv_start))
     return o.copy_to_host()[0], lse.copy_to_host()[0], visits.copy_to_host()[0]

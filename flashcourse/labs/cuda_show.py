@@ -13,6 +13,7 @@ import types
 
 import numpy as np
 
+from ..cuda._launch import simulator_lock
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from .cuda_lab_kernel import (BC, BR, CT, NT, RT, TD, TM, TN, D, _device, _py_func,
@@ -108,14 +109,15 @@ def tally_global(parts, t_key: int = 2 * BC):
               for shape in ((1, BR, D), (1, t_key, D), (1, t_key, D), (1, BR, D), (1, BR))]
     visits = np.zeros((1, 1), np.int32)
     kern = make_lab_kernel(*(_device(f) for f in parts), all_key_blocks)
-    _ACTIVE_TALLY.clear()
-    try:
-        kern[(1, 1), NT](*arrays, visits, np.int32(BR), np.int32(t_key), np.int32(D),
-                         np.float32(1.0 / math.sqrt(D)), np.int32(0), np.int32(t_key - BR),
-                         np.int32(0))
-        counts = dict(_ACTIVE_TALLY)
-    finally:
+    with simulator_lock():         # one simulated kernel at a time (cuda/_launch.py)
         _ACTIVE_TALLY.clear()
+        try:
+            kern[(1, 1), NT](*arrays, visits, np.int32(BR), np.int32(t_key), np.int32(D),
+                             np.float32(1.0 / math.sqrt(D)), np.int32(0),
+                             np.int32(t_key - BR), np.int32(0))
+            counts = dict(_ACTIVE_TALLY)
+        finally:
+            _ACTIVE_TALLY.clear()
     tiles = ceil_div(t_key, BC)
     out = {}
     for tid in range(NT):
