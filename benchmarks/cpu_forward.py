@@ -30,10 +30,16 @@ numpy look slower than it is, so for a fair comparison run the benchmark with bo
 unset (`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/cpu_forward.py`).
 The script records both variables and the kernel OpenBLAS actually chose in the JSON.
 
-The results go to benchmarks/out/cpu_forward_<tag>.json (tag: "2core" on a 2-core
-machine, else the host name, plus "_<n>thread" with --threads n; --tag to override);
---out DIR writes elsewhere, --record replaces the recorded file in benchmarks/results/;
---big writes its result into the same file under "big".
+Output: one file per run, written when the run is done, never merged with an earlier
+file: benchmarks/out/cpu_forward_<machine>.json, where <machine> names the machine it
+ran on (`machine_name`: the CPU as Numba names it and the cores this process may use,
+e.g. "znver3_2core", plus "_<n>thread" with --threads n); --big writes
+cpu_forward_<machine>_big.json. --tag NAME replaces <machine>, --out DIR writes
+elsewhere (never inside benchmarks/results/). --record replaces that machine's file
+in benchmarks/results/ whole, and only from the full run: the default sizes and at
+least the default repeats (no --quick, --n, --tag, --no-save; --big at N = 65536).
+The older recorded files cpu_forward_2core.json and cpu_forward_2core_1thread.json
+(which notebook 05 reads) were named by core count alone; no run writes them again.
 """
 
 from __future__ import annotations
@@ -41,8 +47,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
-import socket
 import subprocess
 import sys
 import time
@@ -59,6 +65,11 @@ from flashcourse.memory import format_bytes
 from flashcourse.timing import rel_err
 
 D = 64
+#: The full run (the one --record needs): sequence lengths, repeats, and N of --big.
+NS = (1024, 2048, 4096, 8192)
+REPEATS = 9
+QUICK_NS, QUICK_REPEATS = (1024, 4096), 3
+BIG_N = 65536
 
 
 # ---------------------------------------------------------------------------
@@ -89,6 +100,35 @@ def machine_info() -> dict:
         "blas": rec["blas"],
         "load_average_at_start": os.getloadavg(),
     }
+
+
+def machine_name(info: dict, threads: int | None = None) -> str:
+    """The name of the machine a run was made on, for its file name: the CPU as Numba
+    names it (e.g. "znver3", "skylake-avx512") and the CPUs this process may use, from
+    `machine_info`, plus "_<n>thread" when the run was limited to n threads."""
+    cpu = re.sub(r"[^a-z0-9]+", "-", str(info.get("cpu") or "").lower()).strip("-")
+    cores = info.get("cpus_allowed") or info.get("logical_cpus")
+    name = f"{cpu or 'unknown-cpu'}_{cores}core"
+    return name + (f"_{threads}thread" if threads else "")
+
+
+def record_conflicts(args) -> dict:
+    """{option: reason} for each option set that makes this run other than the full
+    one --record needs (flashcourse.results.check_outputs refuses them)."""
+    out = {}
+    if args.quick:
+        out["--quick"] = "a recorded run times every default N with every repeat"
+    if args.n is not None and tuple(args.n) != NS:
+        out["--n"] = f"a recorded run times N in {' '.join(map(str, NS))}"
+    if args.repeats is not None and args.repeats < REPEATS:
+        out["--repeats"] = f"a recorded run repeats at least {REPEATS} times"
+    if args.big and args.big_n != BIG_N:
+        out["--big-n"] = f"a recorded --big run is at N = {BIG_N}"
+    if args.tag is not None:
+        out["--tag"] = "a recorded file is named by the machine it ran on"
+    if args.no_save:
+        out["--no-save"] = "nothing would be recorded"
+    return out
 
 
 def _threading_layer():
@@ -267,15 +307,18 @@ def big(n):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="N in 1024 4096, 3 repeats")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"N in {' '.join(map(str, QUICK_NS))}, {QUICK_REPEATS} repeats")
     ap.add_argument("--sweep", action="store_true", help="also sweep tile sizes at N=4096")
     ap.add_argument("--big", action="store_true", help="only N = 65536 (time, peak RSS)")
-    ap.add_argument("--big-n", type=int, default=65536, help=argparse.SUPPRESS)
+    ap.add_argument("--big-n", type=int, default=BIG_N, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, nargs="+", help="sequence lengths to time")
-    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=None,
+                    help=f"timed rounds (default {REPEATS}; --quick: {QUICK_REPEATS})")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for both Numba and OpenBLAS (default: all cores)")
-    ap.add_argument("--tag", default=None, help="results file suffix")
+    ap.add_argument("--tag", default=None,
+                    help="results file suffix instead of the machine's name (not with --record)")
     ap.add_argument("--no-save", action="store_true")
     results.add_output_arguments(ap, gpu=False)
     ap.add_argument("--_big-child", type=int, default=None, help=argparse.SUPPRESS)
@@ -283,24 +326,22 @@ def main(argv=None):
     if args._big_child:
         big_child(args._big_child)
         return
+    results.check_outputs(args, __file__, gpu=False, conflicts=record_conflicts(args))
     if os.environ.get("OPENBLAS_CORETYPE"):
         print("note: OPENBLAS_CORETYPE is set; dense numpy may run an older kernel. For a fair"
               " comparison: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python "
               "benchmarks/cpu_forward.py", file=sys.stderr)
     if args.threads:
         set_threads(args.threads)
-    tag = args.tag or ("2core" if os.cpu_count() == 2 else socket.gethostname())
-    if args.threads and not args.tag:
-        tag += f"_{args.threads}thread"
-    path = results.output_dir(args) / f"cpu_forward_{tag}.json"
-    record = results.load(path, "cpu_forward") if path.exists() else {}
     info = machine_info()
+    name = args.tag or machine_name(info, args.threads)
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    if args.big:
-        record["big"] = {"date": stamp, "machine": info, **big(args.big_n)}
+    if args.big:                            # a run of its own: a file of its own
+        name += "_big"
+        record = {"big": {"date": stamp, "machine": info, **big(args.big_n)}}
     else:
-        ns = args.n or ([1024, 4096] if args.quick else [1024, 2048, 4096, 8192])
-        repeats = args.repeats or (3 if args.quick else 9)
+        ns = args.n or (QUICK_NS if args.quick else NS)
+        repeats = args.repeats or (QUICK_REPEATS if args.quick else REPEATS)
         rows = []
         for n in ns:
             row = bench_n(n, repeats, loops_max_n=4096, block_q=cpu.DEFAULT_BLOCK_Q,
@@ -308,15 +349,19 @@ def main(argv=None):
             print_row(row)
             rows.append(row)
         info["numba_threading_layer"] = _threading_layer()
-        record.update(date=stamp, machine=info, method=__doc__.split("\n\n")[2],
+        record = dict(date=stamp, machine=info, method=__doc__.split("\n\n")[2],
                       cool_down_s=COOL_DOWN_S,
                       block_q=cpu.DEFAULT_BLOCK_Q, block_k=cpu.DEFAULT_BLOCK_K, rows=rows)
         record["load_average_at_end"] = os.getloadavg()
         if args.sweep:
             record["sweep_N4096"] = sweep(repeats)
-    if not args.no_save:
-        path.write_text(json.dumps(results.validate(record, "cpu_forward"), indent=1) + "\n")
-        print(f"wrote {path}")
+    if args.no_save:
+        return
+    text = json.dumps(results.validate(record, "cpu_forward"), indent=1) + "\n"
+    out = results.output_dir(args)              # --record: a staging folder
+    path = results.write_atomic(out / f"cpu_forward_{name}.json", text)
+    print(f"wrote {path}")
+    results.finish(args, out)                   # --record: into benchmarks/results/
 
 
 if __name__ == "__main__":

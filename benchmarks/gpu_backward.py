@@ -1,8 +1,9 @@
 """Check and time the CUDA backward kernels on a GPU, against PyTorch SDPA's backward.
 
-Modes (combine them; each writes into benchmarks/out/, or --out DIR; --record replaces
-the recorded benchmarks/results/h200_backward.json; --simulator-smoke runs tiny sizes
-without a GPU):
+Modes (combine them; each writes into benchmarks/out/, or --out DIR, never inside
+benchmarks/results/; --record, on a GPU, replaces the recorded
+benchmarks/results/h200_backward.json once the run has passed its checks;
+--simulator-smoke runs tiny sizes without a GPU):
 
     python3 benchmarks/gpu_backward.py --check --bench
         --check  gradients of every kernel vs the float64 reference
@@ -20,9 +21,12 @@ without a GPU):
         one small ragged causal and non-causal problem through every kernel (for
         `compute-sanitizer --tool memcheck|racecheck`); exits 1 on a wrong gradient.
     python3 benchmarks/gpu_backward.py --plot benchmarks/results/h200_backward.json
-        draws the PNG next to the JSON (on any machine; needs matplotlib).
+        draws h200_backward.png from that JSON (any machine; needs matplotlib) into
+        benchmarks/out/ (or --out DIR); with --record, on a GPU, into
+        benchmarks/results/, beside the recorded JSON.
 
-Writes h200_backward.json (environment, checks, timings) as it goes.
+Writes h200_backward.json (environment, checks, timings) as it goes (with --record: into
+a staging folder benchmarks/out/record-*/, moved into benchmarks/results/ at the end).
 """
 
 from __future__ import annotations
@@ -260,7 +264,8 @@ def summary(results):
               f"worst rel err {c['worst_rel_err']:.2e}")
 
 
-def plot(path: Path) -> Path:
+def plot(path: Path, out_dir: Path) -> Path:
+    """Draw the backward results `path` (JSON) into out_dir/<its name>.png."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -285,7 +290,7 @@ def plot(path: Path) -> Path:
     gpu = res.get("env", {}).get("gpu", "GPU")
     fig.suptitle(f"Attention backward, fp32, {gpu}, {res.get('env', {}).get('date_utc', '')}")
     fig.tight_layout()
-    out = path.with_suffix(".png")
+    out = Path(out_dir) / (Path(path).stem + ".png")
     fig.savefig(out, dpi=110)
     return out
 
@@ -295,11 +300,15 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-simple", action="store_true", help="do not time the simple kernel")
     ap.add_argument("--sizes", default="1024,2048,4096,8192")
     ap.add_argument("--dims", default="64,128")
-    ap.add_argument("--plot", type=Path)
+    ap.add_argument("--plot", type=Path, metavar="JSON",
+                    help="draw this backward JSON as <name>.png into the output folder")
     results.add_output_arguments(ap)
     args = ap.parse_args(argv)
+    results.check_outputs(args, __file__)
     if args.plot:
-        print(plot(args.plot))
+        out = results.output_dir(args)
+        print(plot(args.plot, out))
+        results.finish(args, out)                # --record (a GPU): beside the recorded JSON
         return 0
     results.require_gpu("benchmarks/gpu_backward.py", args.simulator_smoke)
     if args.sanitize_small:
@@ -328,7 +337,9 @@ def main(argv=None) -> int:
     save()
     summary(record)
     print("wrote", path)
-    return 0 if record.get("checks", {}).get("all_ok", True) else 1
+    ok = record.get("checks", {}).get("all_ok", True)
+    results.finish(args, out, ok)                # --record: into benchmarks/results/ if ok
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

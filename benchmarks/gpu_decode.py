@@ -19,10 +19,12 @@
              timed (a float64 reference computed in torch on the GPU). Timing: warm-up,
              then CUDA events around each launch with the L2 cache flushed before it
              (a 256 MiB write), median of the repeats.
---record     write benchmarks/results/h200_decode.json, h200_decode.png and
-             h200_decode_log.txt; without it everything goes to --out (default
-             benchmarks/out/, untracked). Refused on the simulator
-             (flashcourse.results.output_dir).
+--record     on a GPU: write benchmarks/results/h200_decode.json, h200_decode.png and
+             h200_decode_log.txt once the run has passed its checks (as it goes, they
+             are written into a staging folder benchmarks/out/record-*/); without it
+             everything goes to --out (default benchmarks/out/, untracked; never inside
+             benchmarks/results/). Refused without a GPU and with --simulator-smoke
+             (flashcourse.results.check_outputs).
 --simulator-smoke  run --check on tiny shapes under Numba's simulator (no timing).
 
 Timing note: `Timer` below leaves the L2 flush running on the GPU while the next launch
@@ -493,6 +495,7 @@ def main(argv=None):
                     help="one small run of each path, for compute-sanitizer")
     results.add_output_arguments(ap)
     args = ap.parse_args(argv)
+    results.check_outputs(args, __file__)
     results.require_gpu("benchmarks/gpu_decode.py", args.simulator_smoke or args.sanitize_small)
 
     if args.sanitize_small:
@@ -501,7 +504,6 @@ def main(argv=None):
     if args.simulator_smoke:
         if args.bench or args.variants:
             raise SystemExit("--simulator-smoke only checks: nothing is timed")
-        results.output_dir(args)                  # refuses --record with --simulator-smoke
         shapes = [(1, 2, 1, 1, 20, 8, 3, 4, False), (1, 4, 2, 3, 9, 5, 2, 4, True),
                   (1, 2, 2, 2, 1, 16, 2, 8, True)]
         ok = check(np.random.default_rng(0), {}, shapes=shapes)
@@ -538,6 +540,7 @@ def main(argv=None):
             plot(rows, out / f"{stem}.png")
         except Exception as exc:
             log(f"plot failed: {exc!r}")
+    results.finish(args, out, ok)            # --record: into benchmarks/results/ if ok
     return 0 if ok else 1
 
 

@@ -18,8 +18,10 @@
 --unroll-sweep     the default flash configuration of each d with unroll 1, 2, 4, 8.
 --kernels    a subset of textbook,flash,dense,torch for --check and --bench.
 --sanitize-small   one run of every kernel on small ragged shapes (for compute-sanitizer).
-Writes gpu_forward.json and gpu_forward.png under benchmarks/out/ (or --out DIR;
---record: benchmarks/results/).
+Writes gpu_forward.json and gpu_forward.png under benchmarks/out/ (or --out DIR, never
+inside benchmarks/results/) as it goes; --record (on a GPU) writes them into a staging
+folder benchmarks/out/record-*/ and moves them into benchmarks/results/ once the run
+has passed its checks.
 """
 
 from __future__ import annotations
@@ -336,6 +338,7 @@ def main(argv=None):
                     help="comma-separated subset of textbook,flash,dense,torch")
     results.add_output_arguments(ap)
     args = ap.parse_args(argv)
+    results.check_outputs(args, __file__)
     results.require_gpu("benchmarks/gpu_forward.py", args.simulator_smoke)
     smoke = args.simulator_smoke
     if smoke and (args.variants or args.bench or args.unroll_sweep):
@@ -390,6 +393,7 @@ def main(argv=None):
         plot(rows, out / "gpu_forward.png")
         table(rows)
         table(rows, n=8192)
+    results.finish(args, out, ok)            # --record: into benchmarks/results/ if ok
     return 0 if ok else 1
 
 

@@ -20,10 +20,12 @@
              (fp16, bf16, 3xTF32), the course's FFMA flash kernel (fp32) and PyTorch SDPA
              (flash fp16/bf16, cuDNN fp16/bf16, efficient fp32, math fp32 with TF32 off).
              Warm-up, CUDA events, medians of repeats; one shared input per point.
---record     write benchmarks/results/h200_tensor_core.json (+ .png, + _log.txt); without
-             it results go to --out (default: benchmarks/out/, untracked).
-Refuses to run without a GPU (except --simulator-smoke), so recorded results are never
-overwritten from a CPU-only machine.
+--record     on a GPU: write benchmarks/results/h200_tensor_core.json (+ .png, + _log.txt)
+             once the run has passed its checks (it writes into a staging folder
+             benchmarks/out/record-*/ as it goes); without it results go to --out
+             (default: benchmarks/out/, untracked; never inside benchmarks/results/).
+Refuses to run without a GPU (except --simulator-smoke, which records nothing), so
+recorded results are never overwritten from a CPU-only machine.
 """
 
 from __future__ import annotations
@@ -522,6 +524,7 @@ def main(argv=None):
     ap.add_argument("--sanitize-small", action="store_true")
     results.add_output_arguments(ap)
     args = ap.parse_args(argv)
+    results.check_outputs(args, __file__)
     results.require_gpu("benchmarks/gpu_tensor_core.py", args.simulator_smoke)
     if args.simulator_smoke:
         simulator_smoke()
@@ -534,7 +537,9 @@ def main(argv=None):
     rng = np.random.default_rng(2026)
     doc = {"env": env.record(), "bh": BH}
     log(json.dumps(doc["env"]))
-    return run_all(args, rng, doc, out)
+    status = run_all(args, rng, doc, out)
+    results.finish(args, out, ok=status == 0)    # --record: into benchmarks/results/ if ok
+    return status
 
 
 def run_all(args, rng, results, out: Path) -> int:

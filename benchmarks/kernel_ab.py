@@ -99,6 +99,7 @@ def main(argv=None):
     ap.add_argument("--simulator-smoke", action="store_true",
                     help="tiny shapes on Numba's CUDA simulator (the numbers mean nothing)")
     args = ap.parse_args(argv)
+    results.check_outputs(args, __file__)      # it writes only to stdout: nothing to refuse
     if args.table:
         print(table(args.table))
         return

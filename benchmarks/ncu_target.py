@@ -12,7 +12,11 @@ kernels between the markers are the attention path's own. PyTorch paths are warm
 up once on a tiny input *before* the begin marker (library set-up kernels then fall
 outside the brackets). Numba kernels compile on the host before their first launch.
 
-`--manifest PATH` writes the list of configurations run, in order, as JSON.
+`--manifest PATH` writes the list of configurations run, in order, as JSON, once they
+have run (never an empty list: with no known configuration it stops with an error and
+writes nothing). PATH may not be inside benchmarks/results/ (this script records
+nothing; benchmarks/ncu_traffic.py --record does). It needs a GPU for everything but
+--list: on Numba's CUDA simulator it stops with a message instead of running.
 Prints nothing on stdout (ncu's CSV may share it); progress goes to stderr.
 """
 
@@ -22,6 +26,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from flashcourse import results   # (also selects the GPU or the simulator before numba)
 
 D = 64          # head dimension of every configuration (fp32)
 H = 16          # heads (B x H) unless a configuration says otherwise
@@ -139,9 +145,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", default="", help="comma-separated names (see --list)")
     ap.add_argument("--list", action="store_true")
-    ap.add_argument("--manifest", default=None)
+    ap.add_argument("--manifest", type=Path, default=None,
+                    help="JSON list of the configurations run (not inside benchmarks/results/)")
     ap.add_argument("--tuned-json", default=None, help="sweep JSON: adds flash-N4096-tuned")
     args = ap.parse_args(argv)
+    results.check_outputs(args, __file__, outputs={"--manifest": args.manifest})
     configs = dict(CONFIGS)
     if args.tuned_json and Path(args.tuned_json).exists():
         best = json.loads(Path(args.tuned_json).read_text()).get("best", {}).get(str(D))
@@ -155,7 +163,10 @@ def main(argv=None):
     if unknown:                    # say so, run the others
         print(f"unknown configuration(s) {unknown}; see --list", file=sys.stderr)
         names = [n for n in names if n in configs]
-    import flashcourse  # noqa: F401
+    if not names:
+        raise SystemExit(f"benchmarks/ncu_target.py: --configs {args.configs!r}: no known "
+                         "configuration to run (see --list); nothing run, nothing written")
+    results.require_gpu("benchmarks/ncu_target.py", smoke_option=False)
     import numpy as np
     from numba import cuda
     begin, end = _markers()
@@ -182,8 +193,8 @@ def main(argv=None):
             if bracketed:
                 end[1, 1](flag)
                 cuda.synchronize()
-    if args.manifest:
-        Path(args.manifest).write_text(json.dumps(done, indent=1))
+    if args.manifest:              # after the runs, whole: a reader never finds it half written
+        results.write_atomic(args.manifest, json.dumps(done, indent=1))
 
 
 if __name__ == "__main__":

@@ -26,10 +26,11 @@ model counts bytes between "outer memory" and the chip) and with the three-level
 estimate `flashcourse.measured_traffic.l2_aware_dram_bytes`. Ratios measured/model and a
 reason for every ratio outside [0.8, 1.25] go into the results.
 
-Writes to benchmarks/out/ (or --out DIR; --record replaces the recorded results):
-h200_ncu_traffic.json (schema flashcourse/schemas/ncu_traffic.json), h200_ncu_traffic.csv
-(one row per configuration and cache mode), and the raw ncu CSV of each mode
-(ncu_raw_flush.csv, ncu_raw_nocache.csv).
+Writes to benchmarks/out/ (or --out DIR, never inside benchmarks/results/; --record, on a
+GPU, replaces the recorded results once something was measured): h200_ncu_traffic.json
+(schema flashcourse/schemas/ncu_traffic.json), h200_ncu_traffic.csv (one row per
+configuration and cache mode), and the raw ncu CSV of each mode (ncu_raw_flush.csv,
+ncu_raw_nocache.csv).
 """
 
 from __future__ import annotations
@@ -182,6 +183,7 @@ def main(argv=None):
                     help="total seconds for all ncu processes (later ones get what is left)")
     results.add_output_arguments(ap)
     args = ap.parse_args(argv)
+    results.check_outputs(args, __file__)
     results.require_gpu("benchmarks/ncu_traffic.py", args.simulator_smoke)
     out = results.output_dir(args)
     global NCU
@@ -254,6 +256,7 @@ def main(argv=None):
             w.writerow(r)
     for f_ in failed:
         print(f"not measured: {f_['name']} ({f_['cache_control']}): {f_.get('error', '')}")
+    results.finish(args, out, ok=bool(runs))    # --record: only when something was measured
     print(f"\n{'name':28s} {'cache':5s} {'DRAM MiB':>10s} {'L2 MiB':>10s} {'model MiB':>10s} "
           f"{'DRAM/mod':>8s} {'L2/mod':>7s} {'ms':>8s}")
     for r in runs:

@@ -21,8 +21,10 @@ the output is checked against the float64 reference (first rows of head 0, and a
 irregular causal problem with the same tiles). The tuned default per d is the fastest
 geometric mean over N among configurations at least as fast as the default at every N.
 
-Outputs in --out: h200_tuning_sweep.json (schema flashcourse/schemas/sweep.json) and
-h200_tuning_heatmap.png (TFLOP/s over (block_q, block_k), best thread count per cell).
+Outputs in benchmarks/out/ (or --out DIR, never inside benchmarks/results/; --record, on
+a GPU, replaces the recorded files once the sweep is done): h200_tuning_sweep.json
+(schema flashcourse/schemas/sweep.json) and h200_tuning_heatmap.png (TFLOP/s over
+(block_q, block_k), best thread count per cell).
 """
 
 from __future__ import annotations
@@ -130,6 +132,7 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=240.0)
     results.add_output_arguments(ap)
     args = ap.parse_args(argv)
+    results.check_outputs(args, __file__)
     results.require_gpu("benchmarks/tune_sweep.py", args.simulator_smoke)
     out = results.output_dir(args)
     deadline = time.time() + args.budget_s
@@ -213,6 +216,7 @@ def main(argv=None):
                                      deadline + 55) for d, k in recheck_tasks], "recheck")
     doc.update(rows=rows, rechecks=rechecks, best=best)
     save(out, doc, heatmap=True)
+    results.finish(args, out)                # --record: now into benchmarks/results/
     print("\nbest per head dimension (geometric mean over N; never slower than the default):")
     for d, b in best.items():
         print(f"  d={d}: Br={b['block_q']} Bc={b['block_k']} threads={b['threads']} "

@@ -3,7 +3,8 @@ for this GPU model, that it is exact, and that it is at least as fast as the unt
 default in the same run (fp32, B x H = 32, N = 4096, d in {64, 128}).
 
     python benchmarks/verify_defaults.py                  # on a GPU: writes benchmarks/out/
-    python benchmarks/verify_defaults.py --record         # replaces the recorded file
+    python benchmarks/verify_defaults.py --record         # on a GPU: replaces the recorded
+                                                          # file once the run is done
     python benchmarks/verify_defaults.py --simulator-smoke     # tiny sizes, no GPU
 """
 
@@ -26,6 +27,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     results.add_output_arguments(ap)
     args = ap.parse_args(argv)
+    results.check_outputs(args, __file__)
     results.require_gpu("benchmarks/verify_defaults.py", args.simulator_smoke)
     out = results.output_dir(args)
     smoke = args.simulator_smoke
@@ -68,6 +70,7 @@ def main(argv=None):
     path = out / "h200_verify_defaults.json"
     path.write_text(json.dumps(results.validate(report, "verify_defaults"), indent=1))
     print("wrote", path)
+    results.finish(args, out)                # --record: now into benchmarks/results/
 
 
 if __name__ == "__main__":

@@ -8,9 +8,12 @@ raises `ResultsError` naming the file and what is wrong; "no record" (no file, a
 GPU, another head dimension) is None.
 
 The benchmark scripts share the rules for writing (`add_output_arguments`,
-`require_gpu`, `output_dir`): without a GPU they stop with an error unless asked for a
+`check_outputs`, `require_gpu`, `output_dir`, `finish`; the rules are listed above
+`check_outputs`): without a GPU they stop with an error unless asked for a
 `--simulator-smoke` run; they write to the untracked `benchmarks/out/` unless given
-`--out`; and they replace a recorded file in `benchmarks/results/` only with `--record`.
+`--out`; no output option may name a path inside `benchmarks/results/` without
+`--record`; and `--record` (on a GPU; for the CPU benchmark, its full default run)
+replaces recorded files only once the run has succeeded.
 """
 
 from __future__ import annotations
@@ -204,9 +207,24 @@ def recorded_regs(head_dim, block_q, block_k, threads, tm, doc=None):
 # ---------------------------------------------------------------------------
 # Writing: the rules every benchmark script follows
 # ---------------------------------------------------------------------------
+#
+# 1. Every output option (--out, --manifest, ...) naming a path inside benchmarks/results/
+#    (a file or a folder, after following symlinks and '..') is refused unless --record
+#    is given; a script without --record never writes there.
+# 2. --record of a GPU script needs a real GPU (the CUDA simulator is not one, nor is
+#    --simulator-smoke); a CPU script's --record needs its full default run (its own
+#    `conflicts`). --record also needs the package of the script's own checkout, so
+#    that it writes that checkout's benchmarks/results/ (a script run as
+#    `python benchmarks/x.py` imports the *installed* flashcourse).
+# 3. Nothing is written into benchmarks/results/ while a run goes: a --record run
+#    writes into a fresh staging folder under benchmarks/out/, and `finish` moves its
+#    files into benchmarks/results/ (each replaced atomically) only when the run has
+#    succeeded. A crash or a failed check leaves the recorded files as they were.
+# `check_outputs` (rules 1 and 2) runs right after a script parses its arguments,
+# before anything runs; `output_dir` and `finish` carry out rule 3.
 
 class MissingGPUError(SystemExit):
-    """A GPU benchmark started where there is no GPU (exits with status 2)."""
+    """A GPU benchmark started where there is no GPU (exits with status 1)."""
 
 
 def benchmark_parser(doc: str, *flags: str):
@@ -223,9 +241,12 @@ def add_output_arguments(parser, gpu: bool = True) -> None:
     """--out, --record and (for a GPU script) --simulator-smoke, the same for every
     benchmark script."""
     parser.add_argument("--out", type=Path, default=None,
-                        help="folder for the results (default benchmarks/out/, untracked)")
+                        help="folder for the results (default benchmarks/out/, untracked; "
+                             "never inside benchmarks/results/)")
     parser.add_argument("--record", action="store_true",
-                        help="write into benchmarks/results/, replacing the recorded files")
+                        help="replace the recorded files in benchmarks/results/ once the "
+                             "run has succeeded" + (" (on a GPU only)" if gpu else
+                                                    " (the full default run only)"))
     if not gpu:
         return
     parser.add_argument("--simulator-smoke", action="store_true",
@@ -233,38 +254,151 @@ def add_output_arguments(parser, gpu: bool = True) -> None:
                              "the numbers mean nothing")
 
 
-def require_gpu(script: str, simulator_smoke: bool = False) -> None:
-    """Stop with a message naming the missing GPU unless a CUDA GPU is here, or the
-    caller asked for a simulator smoke run."""
+def has_gpu() -> bool:
+    """True when CUDA kernels run on a real GPU: the driver reports one and Numba's CUDA
+    target is not the simulator."""
     from .gpu import driver_has_gpu, using_simulator
-    if simulator_smoke:
+    return driver_has_gpu() and not using_simulator()
+
+
+def require_gpu(script: str, simulator_smoke: bool = False, smoke_option: bool = True) -> None:
+    """Stop with a message naming the missing GPU unless a CUDA GPU is here, or the
+    caller asked for a simulator smoke run. `smoke_option`: the script has
+    --simulator-smoke (the message suggests it)."""
+    if simulator_smoke or has_gpu():
         return
-    if using_simulator() or not driver_has_gpu():
-        raise MissingGPUError(
-            f"{script}: no NVIDIA CUDA GPU found (the driver reports none, so Numba runs "
-            "its CUDA simulator): this benchmark measures a GPU. Run it on a machine with "
-            "one, or pass --simulator-smoke to check that it runs (tiny sizes, no "
-            "meaningful numbers).")
+    hint = (", or pass --simulator-smoke to check that it runs (tiny sizes, no meaningful "
+            "numbers)") if smoke_option else ""
+    raise MissingGPUError(
+        f"{script}: no NVIDIA CUDA GPU found (the driver reports none, so Numba runs "
+        f"its CUDA simulator): this benchmark measures a GPU. Run it on a machine with "
+        f"one{hint}.")
+
+
+def inside_recorded(path, recorded_dirs=None) -> bool:
+    """True when `path` (a file or folder, existing or not) resolves to benchmarks/results/
+    or anything inside it, symlinks and '..' followed. `recorded_dirs`: the folders to
+    protect (default: RECORDED_DIR)."""
+    target = Path(path).resolve()
+    for folder in recorded_dirs or (RECORDED_DIR,):
+        folder = Path(folder).resolve()
+        if target == folder or folder in target.parents:
+            return True
+    return False
+
+
+def output_problem(args, gpu: bool = True, outputs: dict | None = None,
+                   conflicts: dict | None = None, script_file=None) -> str | None:
+    """What is wrong with a run's output options (rules 1 and 2 above), or None.
+
+    args: the parsed arguments (its `out`, `record`, `simulator_smoke` when the script
+    has them); gpu: a GPU script; outputs: {option: path} of other paths the run writes
+    (e.g. {"--manifest": args.manifest}); conflicts: {option: reason} of options that
+    are set and make the run other than the full one that --record needs;
+    script_file: the script's own path (its checkout's benchmarks/results/ is protected
+    too, and --record needs the package of that checkout)."""
+    has_record = hasattr(args, "record")
+    record = bool(getattr(args, "record", False))
+    protected = [RECORDED_DIR]
+    if script_file is not None:
+        protected.append(Path(script_file).resolve().parent / "results")
+    paths = {"--out": getattr(args, "out", None), **(outputs or {})}
+    if record:
+        if gpu and getattr(args, "simulator_smoke", False):
+            return ("--record with --simulator-smoke: simulator numbers are never recorded; "
+                    "leave out --record")
+        if gpu and not has_gpu():
+            return ("--record needs a GPU run: no NVIDIA CUDA GPU found (the driver reports "
+                    "none, or Numba runs its CUDA simulator), so nothing would be worth "
+                    "recording; leave out --record")
+        if conflicts:
+            listed = ", ".join(f"{option} ({reason})" for option, reason in conflicts.items())
+            return f"--record needs the full default run: leave out {listed}"
+        out = paths.pop("--out")
+        if out is not None and Path(out).resolve() != RECORDED_DIR.resolve():
+            return f"--record writes to benchmarks/results/; leave out --out {out}"
+        if script_file is not None and protected[1].resolve() != RECORDED_DIR.resolve():
+            return (f"--record: this script's checkout is {protected[1].parents[1]}, but "
+                    f"flashcourse was imported from {ROOT}, so --record would write "
+                    f"{RECORDED_DIR}; run it with PYTHONPATH={protected[1].parents[1]}")
+    for option, path in paths.items():
+        if path is None or not inside_recorded(path, protected):
+            continue
+        if record:                  # only the script's own recorded files, via output_dir
+            return (f"{option} {path}: inside benchmarks/results/; a --record run writes "
+                    f"there through its own file names only: choose another {option}")
+        how = ("pass --record to replace them (on a GPU), or " if gpu else
+               "pass --record to replace them (with the full run), or ") if has_record else \
+            "this script never writes there: "
+        return (f"{option} {path} is inside benchmarks/results/, which holds the recorded "
+                f"results: {how}choose another {option}")
+    return None
+
+
+def check_outputs(args, script_file, gpu: bool = True, outputs: dict | None = None,
+                  conflicts: dict | None = None) -> None:
+    """The one check of a benchmark's output options (rules 1 and 2 above): every
+    script calls it with its own `__file__` right after parsing its arguments, before
+    anything runs or is written. Stops (status 1) with a message naming the option."""
+    problem = output_problem(args, gpu, outputs, conflicts, script_file)
+    if problem:
+        raise SystemExit(f"benchmarks/{Path(script_file).name}: {problem}")
 
 
 def output_dir(args) -> Path:
-    """The folder a benchmark writes to, from its --out/--record/--simulator-smoke.
+    """The folder a benchmark writes into as it runs, from its --out/--record.
 
-    Default: benchmarks/out/. --record: benchmarks/results/ (refused in a simulator
-    smoke run). A --out inside benchmarks/results/ without --record is refused, so that
-    recorded measurements are never overwritten by accident.
-    """
+    Default: benchmarks/out/ (untracked), or --out. --record: a fresh staging folder
+    benchmarks/out/record-*/, whose files `finish` moves into benchmarks/results/ when
+    the run has succeeded. Refuses what `check_outputs` refuses (a script calls that
+    first; this is the second line of defence)."""
+    problem = output_problem(args, gpu=hasattr(args, "simulator_smoke"))
+    if problem:
+        raise SystemExit(problem)
     if args.record:
-        if getattr(args, "simulator_smoke", False):
-            raise SystemExit("--record with --simulator-smoke: simulator numbers are never "
-                             "recorded")
-        if args.out is not None and Path(args.out).resolve() != RECORDED_DIR.resolve():
-            raise SystemExit("--record writes to benchmarks/results/; leave out --out")
-        out = RECORDED_DIR
-    else:
-        out = OUT_DIR if args.out is None else Path(args.out)
-        if out.resolve() == RECORDED_DIR.resolve():
-            raise SystemExit(f"{out} holds the recorded results: pass --record to replace "
-                             "them (on a GPU), or choose another --out")
+        import tempfile
+        OUT_DIR.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="record-", dir=OUT_DIR))
+    out = OUT_DIR if args.out is None else Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def write_atomic(path, data) -> Path:
+    """Write `data` (str or bytes) to `path` through a temporary file in the same folder
+    and a rename, so that a reader (or a crash) never finds it half written."""
+    import tempfile
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:           # anything, even KeyboardInterrupt: no stray temp file
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def finish(args, out: Path, ok: bool = True) -> list:
+    """End of a run that wrote into `out` (from `output_dir`). Without --record: nothing
+    to do. With --record and `ok`: move every file of the staging folder `out` into
+    benchmarks/results/, each replacing the recorded file of that name atomically, and
+    remove `out`; not `ok` (a failed check, nothing measured): record nothing and say
+    where the run's files are. Returns the recorded paths."""
+    if not args.record:
+        return []
+    out = Path(out)
+    if out.resolve().parent != OUT_DIR.resolve() or not out.name.startswith("record-"):
+        raise ValueError(f"out must be a staging folder from output_dir, got {out}")
+    if not ok:
+        print(f"the run did not succeed: nothing recorded, benchmarks/results/ unchanged; "
+              f"its files are in {out}", flush=True)
+        return []
+    import shutil
+    recorded = []
+    for src in sorted(p for p in out.iterdir() if p.is_file()):
+        recorded.append(write_atomic(RECORDED_DIR / src.name, src.read_bytes()))
+        print(f"recorded {recorded[-1]}", flush=True)
+    shutil.rmtree(out)
+    return recorded

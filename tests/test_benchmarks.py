@@ -1,4 +1,4 @@
-"""The benchmark scripts keep recorded results safe (issue 14, item 3).
+"""The benchmark scripts keep recorded results safe (issue 14, item 3; issue 23).
 
 Without a GPU every GPU benchmark stops with an error naming the missing GPU (unless
 asked for --simulator-smoke), and no run writes into benchmarks/results/ without
@@ -57,12 +57,62 @@ def test_default_output_is_the_untracked_folder(tmp_path, monkeypatch):
     assert results.output_dir(_args(["--out", str(tmp_path / "x")])) == tmp_path / "x"
 
 
-def test_recorded_results_need_record():
-    with pytest.raises(SystemExit, match="pass --record"):
-        results.output_dir(_args(["--out", str(results.RECORDED_DIR)]))
+def test_recorded_results_need_record(tmp_path):
+    inside = [results.RECORDED_DIR, results.RECORDED_DIR / "sub",
+              results.RECORDED_DIR / "h200_forward.json",
+              results.OUT_DIR / ".." / "results" / "x"]
+    link = tmp_path / "link"
+    link.symlink_to(results.RECORDED_DIR, target_is_directory=True)
+    for path in inside + [link, link / "sub"]:
+        assert results.inside_recorded(path), path
+        with pytest.raises(SystemExit, match="pass --record"):
+            results.output_dir(_args(["--out", str(path)]))
+    for path in (results.OUT_DIR, results.ROOT / "benchmarks", tmp_path / "results"):
+        assert not results.inside_recorded(path), path
     with pytest.raises(SystemExit, match="never recorded"):
         results.output_dir(_args(["--record", "--simulator-smoke"]))
-    assert results.output_dir(_args(["--record"], gpu=False)) == results.RECORDED_DIR
+
+
+def test_record_needs_a_gpu(monkeypatch):
+    monkeypatch.setattr(results, "has_gpu", lambda: False)
+    assert "needs a GPU run" in results.output_problem(_args(["--record"]))
+    assert results.output_problem(_args(["--record"], gpu=False), gpu=False) is None
+    monkeypatch.setattr(results, "has_gpu", lambda: True)
+    assert results.output_problem(_args(["--record"])) is None
+    assert "leave out --out" in results.output_problem(_args(["--record", "--out", "/tmp/x"]))
+
+
+def test_record_needs_the_package_of_the_scripts_checkout(tmp_path, monkeypatch):
+    """`python other/benchmarks/x.py --record` with flashcourse imported from here would
+    write this checkout's results: refused, naming the PYTHONPATH to use."""
+    monkeypatch.setattr(results, "has_gpu", lambda: True)
+    other = tmp_path / "other" / "benchmarks" / "gpu_forward.py"
+    problem = results.output_problem(_args(["--record"]), script_file=other)
+    assert f"PYTHONPATH={tmp_path / 'other'}" in problem
+    assert results.output_problem(_args(["--out", str(other.parent / "results")]),
+                                  script_file=other).startswith("--out")
+
+
+def test_record_writes_the_recorded_files_only_when_the_run_succeeded(tmp_path, monkeypatch):
+    recorded, out_dir = tmp_path / "results", tmp_path / "out"
+    recorded.mkdir()
+    (recorded / "a.json").write_text("old")
+    monkeypatch.setattr(results, "RECORDED_DIR", recorded)
+    monkeypatch.setattr(results, "OUT_DIR", out_dir)
+    args = _args(["--record"], gpu=False)
+    staging = results.output_dir(args)
+    assert staging.parent == out_dir and staging.name.startswith("record-")
+    (staging / "a.json").write_text("new")
+    assert (recorded / "a.json").read_text() == "old"         # nothing while the run goes
+    assert results.finish(args, staging, ok=False) == []       # a failed check: nothing
+    assert (recorded / "a.json").read_text() == "old" and (staging / "a.json").exists()
+    assert results.finish(args, staging) == [recorded / "a.json"]
+    assert (recorded / "a.json").read_text() == "new"
+    assert not staging.exists() and sorted(p.name for p in recorded.iterdir()) == ["a.json"]
+    with pytest.raises(ValueError, match="staging folder"):
+        results.finish(args, recorded)
+    plain = _args(["--out", str(tmp_path / "mine")], gpu=False)
+    assert results.finish(plain, results.output_dir(plain)) == []
 
 
 def test_benchmarks_out_is_ignored_by_git():

@@ -1,0 +1,275 @@
+"""Recorded results are written only by a GPU run with --record (issue 23).
+
+Every benchmark script runs here, as a subprocess on this CPU machine, with each of its
+output options: --out inside benchmarks/results/ (directly, through '..' and through a
+symlink), --record (no GPU here), --record with --simulator-smoke, --manifest, --plot,
+and the CPU benchmark's reduced runs with --record. Each refused case must exit
+non-zero with a message naming the option; afterwards `git status` of
+benchmarks/results/ and the bytes of every file in it must be as before. (Were a guard
+to break, the fixture puts the recorded files back before the test fails.)
+
+The scripts import the package of this checkout (PYTHONPATH), as `python benchmarks/x.py`
+from another folder would import the installed one. On a machine with a GPU these
+cases would really run (and --record would record), so the module is skipped there.
+"""
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from flashcourse import results
+
+ROOT = results.ROOT
+BENCH = ROOT / "benchmarks"
+RECORDED = results.RECORDED_DIR
+TIMEOUT_S = 60            # per script run; a refused run takes < 1 s (Python + imports)
+
+pytestmark = pytest.mark.skipif(results.has_gpu(), reason="a GPU is here: --record would "
+                                "really run and record; these cases are for CPU machines")
+
+#: Scripts with --out / --record / --simulator-smoke (flashcourse.results.add_output_arguments).
+GPU_OUTPUT_SCRIPTS = ["gpu_forward", "gpu_backward", "gpu_decode", "gpu_tensor_core",
+                      "tune_sweep", "verify_defaults", "ncu_traffic"]
+INSIDE = "benchmarks/results/sub"
+NO_GPU = "no NVIDIA CUDA GPU found"
+
+# (script, argv, what the error must name). {tmp}: a fresh folder of the case (it must
+# stay empty or absent); {link}: a symlink to benchmarks/results/.
+REFUSED = [
+    *[(s, ["--record"], "--record") for s in GPU_OUTPUT_SCRIPTS],
+    *[(s, ["--simulator-smoke", "--out", INSIDE], "--out") for s in GPU_OUTPUT_SCRIPTS],
+    # scripts whose smoke run returned before they looked at their output options
+    *[(s, ["--record", "--simulator-smoke"], "--simulator-smoke")
+      for s in ("gpu_forward", "gpu_decode", "gpu_tensor_core")],
+    ("gpu_decode", ["--record", "--sanitize-small"], "--record"),
+    ("gpu_forward", ["--out", "benchmarks/results"], "--out"),
+    ("gpu_tensor_core", ["--simulator-smoke", "--out", "benchmarks/out/../results"], "--out"),
+    ("verify_defaults", ["--simulator-smoke", "--out", "{link}/sub"], "--out"),
+    ("gpu_backward", ["--plot", "benchmarks/results/h200_backward.json", "--record"],
+     "--record"),
+    ("gpu_backward", ["--plot", "benchmarks/results/h200_backward.json", "--out",
+                      "benchmarks/results"], "--out"),
+    ("cpu_forward", ["--record", "--n", "64", "--repeats", "1"], "--n"),
+    ("cpu_forward", ["--record", "--quick"], "--quick"),
+    ("cpu_forward", ["--record", "--tag", "2core"], "--tag"),
+    ("cpu_forward", ["--record", "--out", "{tmp}"], "--out"),
+    ("cpu_forward", ["--n", "64", "--repeats", "1", "--out", INSIDE], "--out"),
+    ("cpu_forward", ["--n", "64", "--out", "{link}"], "--out"),
+    ("ncu_target", ["--manifest", "benchmarks/results/h200_forward.json"], "--manifest"),
+    ("ncu_target", ["--configs", "cuda-dense-N1024", "--manifest", "{link}/new.json"],
+     "--manifest"),
+    ("ncu_target", ["--manifest", "{tmp}/manifest.json"], "--configs"),
+    ("ncu_target", ["--configs", "nonsense", "--manifest", "{tmp}/manifest.json"], "--configs"),
+    # a known configuration on the simulator: a clear stop, not a hang, and no manifest
+    ("ncu_target", ["--configs", "cuda-dense-N1024", "--manifest", "{tmp}/manifest.json"],
+     NO_GPU),
+    # --out outside benchmarks/results/ is fine, but these scripts measure a GPU
+    *[(s, ["--out", "{tmp}"], NO_GPU) for s in GPU_OUTPUT_SCRIPTS],
+    ("kernel_ab", ["--label", "x"], NO_GPU),
+]
+
+# (script, argv, files the run writes under {tmp})
+ALLOWED = [
+    ("gpu_backward", ["--plot", "benchmarks/results/h200_backward.json", "--out", "{tmp}"],
+     ["h200_backward.png"]),
+    ("ncu_target", ["--list"], []),
+]
+
+
+def _case_id(case):
+    return f"{case[0]} {' '.join(case[1])}"
+
+
+def _snapshot():
+    """(git status of benchmarks/results/, {path: bytes} of every file in it, and its
+    folders: git does not see an empty one)."""
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--",
+                             str(RECORDED)], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout
+    files = {p.relative_to(RECORDED): p.read_bytes()
+             for p in sorted(RECORDED.rglob("*")) if p.is_file()}
+    folders = sorted(p.relative_to(RECORDED) for p in RECORDED.rglob("*") if p.is_dir())
+    return status, files, folders
+
+
+def _restore(files, folders):
+    """Put benchmarks/results/ back as `files` and `folders` (a guard broke: undo what a
+    run wrote)."""
+    for p in sorted(RECORDED.rglob("*"), reverse=True):      # deepest first
+        rel = p.relative_to(RECORDED)
+        if p.is_symlink() or p.is_file():
+            if rel not in files:
+                p.unlink()
+        elif p.is_dir() and rel not in folders:
+            shutil.rmtree(p)
+    for rel, data in files.items():
+        if (RECORDED / rel).read_bytes() != data:
+            (RECORDED / rel).write_bytes(data)
+
+
+def _run(case, folder: Path):
+    script, argv = case[0], case[1]
+    link = folder / "link"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(RECORDED, target_is_directory=True)
+    tmp = folder / "tmp"
+    argv = [a.format(tmp=tmp, link=link) for a in argv]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg")
+    cmd = [sys.executable, str(BENCH / f"{script}.py"), *argv]
+    with subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:   # a run that should have been refused: stop it
+            os.killpg(proc.pid, signal.SIGKILL)             # and its workers (tune_sweep)
+            out, err = proc.communicate()
+            err += f"\n(killed after {TIMEOUT_S} s)"
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), tmp
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    """Run every case (two at a time: a 2-core machine); check the recorded files after."""
+    before = _snapshot()
+    cases = REFUSED + ALLOWED
+    base = tmp_path_factory.mktemp("bench_outputs")
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            done = list(pool.map(lambda ic: _run(ic[1], base / f"case{ic[0]}"),
+                                 enumerate(cases)))
+    finally:
+        after = _snapshot()
+        if after != before:
+            _restore(*before[1:])
+    return {_case_id(c): d for c, d in zip(cases, done)}, before, after
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=_case_id)
+def test_refused_run_names_the_option_and_writes_nothing(outcomes, case):
+    proc, tmp = outcomes[0][_case_id(case)]
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0, said
+    assert case[2] in said, said
+    if case[2] != NO_GPU:
+        assert "Traceback" not in said, said
+    assert not tmp.exists() or not any(tmp.iterdir()), sorted(tmp.iterdir())
+
+
+@pytest.mark.parametrize("case", ALLOWED, ids=_case_id)
+def test_allowed_run_writes_only_where_it_was_told(outcomes, case):
+    proc, tmp = outcomes[0][_case_id(case)]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    written = sorted(p.name for p in tmp.iterdir()) if tmp.exists() else []
+    assert written == sorted(case[2])
+
+
+def test_recorded_results_are_unchanged(outcomes):
+    _, (status_before, files_before, dirs_before), (status_after, files_after, dirs_after) = \
+        outcomes
+    changed = sorted(str(p) for p in set(files_before) | set(files_after)
+                     if files_before.get(p) != files_after.get(p))
+    assert status_after == status_before, f"git status changed (restored): {status_after}"
+    assert not changed, f"runs wrote into benchmarks/results/ (restored): {changed}"
+    assert dirs_after == dirs_before, f"folders made in benchmarks/results/ (removed): " \
+        f"{sorted(set(dirs_after) - set(dirs_before))}"
+
+
+def test_every_benchmark_script_checks_its_outputs():
+    """One check for all (flashcourse.results.check_outputs), right after parsing; a
+    script that writes through output_dir also calls finish (the --record step)."""
+    for path in sorted(BENCH.glob("*.py")):
+        text = path.read_text()
+        assert "results.check_outputs(args, __file__" in text, path.name
+        if "results.output_dir(" in text:
+            assert "results.finish(" in text, path.name
+
+
+# ----------------------------------------------------------------------------- in process
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def cpu_forward(tmp_path, monkeypatch):
+    """benchmarks/cpu_forward.py with a fake checkout under tmp_path (its recorded folder
+    tmp_path/benchmarks/results/) and instant, fake timings."""
+    mod = _load("cpu_forward")
+    checkout = tmp_path / "benchmarks"
+    (checkout / "results").mkdir(parents=True)
+    monkeypatch.setattr(mod, "__file__", str(checkout / "cpu_forward.py"))
+    monkeypatch.setattr(results, "RECORDED_DIR", checkout / "results")
+    monkeypatch.setattr(results, "OUT_DIR", checkout / "out")
+    monkeypatch.setattr(mod, "machine_info", lambda: {"cpu": "Zen 9", "cpus_allowed": 2,
+                                                      "logical_cpus": 2})
+    monkeypatch.setattr(mod, "bench_n", lambda n, repeats, **kw: {
+        "N": n, "d": 64, "repeats": repeats, "results": {}})
+    monkeypatch.setattr(mod, "print_row", lambda row: None)
+    monkeypatch.setattr(mod, "big", lambda n: {"N": n, "seconds": 1.0})
+    return mod
+
+
+def test_cpu_forward_files_are_named_by_the_machine():
+    mod = _load("cpu_forward")
+    assert mod.machine_name({"cpu": "znver3", "cpus_allowed": 2}) == "znver3_2core"
+    assert mod.machine_name({"cpu": "Skylake-AVX512", "logical_cpus": 8}, threads=1) == \
+        "skylake-avx512_8core_1thread"
+    assert mod.machine_name({"cpu": None, "cpus_allowed": 2}) == "unknown-cpu_2core"
+
+
+def test_cpu_forward_record_replaces_that_machines_file_whole(cpu_forward):
+    recorded = results.RECORDED_DIR
+    mine = recorded / "cpu_forward_zen-9_2core.json"
+    mine.write_text(json.dumps({"date": "old", "machine": {"cpu": "Zen 9"}, "rows": [],
+                                "big": {"N": 1, "seconds": 1.0}, "sweep_N4096": {}}))
+    legacy = recorded / "cpu_forward_2core.json"
+    legacy.write_text("another machine's record\n")
+    cpu_forward.main(["--record"])
+    doc = json.loads(mine.read_text())
+    assert "big" not in doc and "sweep_N4096" not in doc          # nothing kept from before
+    assert doc["date"] != "old"
+    assert [(r["N"], r["repeats"]) for r in doc["rows"]] == \
+        [(n, cpu_forward.REPEATS) for n in cpu_forward.NS]
+    assert legacy.read_text() == "another machine's record\n"
+    assert not any(results.OUT_DIR.iterdir())                      # staging folder gone
+    cpu_forward.main(["--record", "--big"])                       # a run of its own
+    big = json.loads((recorded / "cpu_forward_zen-9_2core_big.json").read_text())
+    assert set(big) == {"big"} and big["big"]["N"] == cpu_forward.BIG_N
+    assert "big" not in json.loads(mine.read_text())
+
+
+def test_cpu_forward_out_never_merges_two_runs(cpu_forward, tmp_path):
+    out = tmp_path / "elsewhere"
+    cpu_forward.main(["--n", "64", "--repeats", "1", "--out", str(out)])
+    cpu_forward.main(["--n", "128", "--repeats", "1", "--out", str(out)])
+    doc = json.loads((out / "cpu_forward_zen-9_2core.json").read_text())
+    assert [r["N"] for r in doc["rows"]] == [128]
+    assert not any(results.RECORDED_DIR.iterdir())
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["--repeats", "8"], "--repeats"), (["--n", "1024", "4096"], "--n"),
+    (["--quick"], "--quick"), (["--big", "--big-n", "1024"], "--big-n"),
+    (["--tag", "2core"], "--tag"), (["--no-save"], "--no-save")])
+def test_cpu_forward_refuses_a_reduced_record_before_timing(cpu_forward, argv, option):
+    cpu_forward.bench_n = cpu_forward.big = None           # any timing would fail
+    with pytest.raises(SystemExit, match=f"--record needs the full default run: leave "
+                                         f"out {option} "):
+        cpu_forward.main(["--record", *argv])
+    assert not any(results.RECORDED_DIR.iterdir())
+
+
+def test_cpu_forward_records_more_repeats_and_the_default_sizes(cpu_forward):
+    cpu_forward.main(["--record", "--repeats", "11", "--n", *map(str, cpu_forward.NS)])
+    doc = json.loads((results.RECORDED_DIR / "cpu_forward_zen-9_2core.json").read_text())
+    assert {r["repeats"] for r in doc["rows"]} == {11}
