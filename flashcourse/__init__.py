@@ -46,3 +46,15 @@ _gpu.select_cuda_target()
 _gpu.select_cache_dir()
 
 __version__ = "0.1.0"
+
+
+def _audit_figures() -> None:
+    """Under the notebook tests: measure every figure a cell draws (plots.style)."""
+    import os
+    path = os.environ.get("FLASHCOURSE_FIGURE_AUDIT")
+    if path:
+        from .plots.style import install_audit
+        install_audit(path)
+
+
+_audit_figures()

@@ -325,9 +325,26 @@ PAGE_JS = r"""
     const svgs = [...root.querySelectorAll('svg')].map(e => e.outerHTML.length);
     return clone.textContent + '|' + imgs.join(',') + '|' + svgs.join(',');
   };
+  window.fcShrunkImages = (least) => {
+    const found = [];
+    const cells = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')];
+    cells.forEach((c, i) => {
+      c.querySelectorAll('.jp-OutputArea-output img').forEach(img => {
+        const w = img.naturalWidth, shown = img.clientWidth;
+        if (w > 0 && shown < least * w)
+          found.push(`code cell ${i}: a ${w} px wide figure shown at ${shown} px `
+                     + `(${(100 * shown / w).toFixed(0)}%)`);
+      });
+    });
+    return found;
+  };
   return true;
 }
 """
+#: the window width at which every figure must be shown at (nearly) its own size, and the
+#: least share of its pixel width it may be shown at (text then stays >= 9 pt on screen,
+#: since every figure's text is >= 9.5 pt: tests/test_notebooks.py measures it)
+FIGURE_WINDOW_PX, FIGURE_LEAST_SHARE = 1280, 0.95
 
 
 def run_all_and_wait(page, lab: Lab, notebook: str) -> dict:
@@ -412,6 +429,20 @@ def check_widgets(page) -> list:
     return problems, moved
 
 
+def save_figure_shots(page, stem: str) -> int:
+    """Each figure as the browser shows it, for review: test-artifacts/figures/STEM_K.png."""
+    out = ARTIFACTS / "figures"
+    out.mkdir(parents=True, exist_ok=True)
+    images = page.locator(".jp-Notebook .jp-OutputArea-output img")
+    n = images.count()
+    for k in range(n):
+        try:
+            images.nth(k).screenshot(path=str(out / f"{stem}_{k:02d}.png"), timeout=10_000)
+        except Exception:  # noqa: BLE001 - a review aid only: never fail the test on it
+            pass
+    return n
+
+
 @pytest.mark.parametrize("path", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_course_page_in_the_browser(path, lab, browser):
     notebook = str(path.relative_to(ROOT))
@@ -419,12 +450,17 @@ def test_course_page_in_the_browser(path, lab, browser):
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / f"browser_{path.stem}.png"
     started = time.monotonic()
-    with notebook_page(browser, lab, notebook) as page:
+    with notebook_page(browser, lab, notebook, width=FIGURE_WINDOW_PX) as page:
         try:
             state = run_all_and_wait(page, lab, notebook)
             errors = page.evaluate("window.fcErrors()")
             assert not errors, "error output after Run All:\n" + "\n".join(errors)
             assert state["todo"] == 0, f"code cell {state['firstTodo']} never ran: {state}"
+            save_figure_shots(page, path.stem)
+            shrunk = page.evaluate("(least) => window.fcShrunkImages(least)",
+                                   FIGURE_LEAST_SHARE)
+            assert not shrunk, (f"figures shrunk at a {FIGURE_WINDOW_PX} px window (their "
+                                "text gets small):\n" + "\n".join(shrunk))
             ran_s = time.monotonic() - started
             problems, moved = check_widgets(page)
             errors = page.evaluate("window.fcErrors()")

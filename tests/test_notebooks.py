@@ -13,6 +13,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from flashcourse.plots.style import AUDIT_ENV, MAX_WIDTH_IN, MIN_FONT_PT
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(ROOT.glob("notebooks/*.ipynb"))
 STUDENT_LABS = sorted(ROOT.glob("labs/*.ipynb"))
@@ -27,10 +29,14 @@ def _ids(paths):
     return [str(p.relative_to(ROOT)) for p in paths]
 
 
-def execute(path: Path, timeout: int = 240):
+def execute(path: Path, timeout: int = 240, audit: Path | None = None):
+    """Run `path` on a fresh kernel; `audit`: a file where every figure is measured
+    (flashcourse.plots.style.install_audit)."""
     nb = nbformat.read(path, as_version=4)
     env_backup = dict(os.environ)
     os.environ["MPLBACKEND"] = "Agg"
+    if audit is not None:
+        os.environ[AUDIT_ENV] = str(audit)
     # the kernel must choose GPU or simulator itself, as a learner's kernel does:
     # do not let it inherit the choice that conftest made for this process
     os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
@@ -105,10 +111,32 @@ def test_stored_without_outputs(path):
             assert cell.get("execution_count") is None, f"cell {i} has an execution count"
 
 
-def run_checked(path: Path) -> str:
-    """Execute `path`, check that no printed line is too long, and return its text output."""
-    nb = execute(path)
+def unreadable_figures(audit: Path) -> list[str]:
+    """Figures of an audit file wider than JupyterLab shows unshrunk at 1280 px, or with
+    text under MIN_FONT_PT."""
+    if not audit.exists():
+        return []
+    bad = []
+    for line in audit.read_text().splitlines():
+        fig = json.loads(line)
+        if fig["width_in"] > MAX_WIDTH_IN + 1e-9:
+            bad.append(f"cell [{fig['cell']}]: {fig['width_in']:.2f} in wide (at most "
+                       f"{MAX_WIDTH_IN} in: JupyterLab shrinks it at 1280 px)")
+        if fig["min_font_pt"] < MIN_FONT_PT - 1e-9:
+            bad.append(f"cell [{fig['cell']}]: text of {fig['min_font_pt']:g} pt "
+                       f"({fig['text']!r}), under {MIN_FONT_PT:g} pt")
+    return bad
+
+
+def run_checked(path: Path, tmp: Path | None = None) -> str:
+    """Execute `path`, check that no printed line is too long and that every figure is
+    readable (with a folder `tmp` for the figure audit), and return its text output."""
+    audit = None if tmp is None else tmp / "figures.jsonl"
+    nb = execute(path, audit=audit)
     assert_short_lines(path, nb)
+    if audit is not None:
+        bad = unreadable_figures(audit)
+        assert not bad, f"{path.name} draws figures that are hard to read:\n" + "\n".join(bad)
     return text_outputs(nb)
 
 
@@ -122,10 +150,10 @@ RUNS = ([("notebook", p) for p in NOTEBOOKS] + [("solution", p) for p in SOLUTIO
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("kind,path", RUNS, ids=_ids(p for _, p in RUNS))
-def test_runs_top_to_bottom(kind, path):
-    """A notebook runs; a lab solution reports its checkers' pass line; a student lab
-    reports its stubs as not implemented yet."""
-    text = run_checked(path)
+def test_runs_top_to_bottom(kind, path, tmp_path):
+    """A notebook runs and its figures are readable; a lab solution reports its checkers'
+    pass line; a student lab reports its stubs as not implemented yet."""
+    text = run_checked(path, tmp_path)
     must, must_not = EXPECTED[kind]
     lower = text.lower()
     for phrase in must:

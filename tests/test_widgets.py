@@ -334,7 +334,7 @@ def _message(ex) -> str:
 
 @pytest.mark.parametrize("make", EXPLORERS)
 def test_every_explorer_is_built_once_and_not_displayed(make, monkeypatch):
-    """backward_plots.backward_widget displayed its box and returned it (08 showed it twice)."""
+    """the backward explorer displayed its box and returned it (08 showed it twice)."""
     import IPython.display
 
     shown = []

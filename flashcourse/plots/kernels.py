@@ -13,7 +13,7 @@ measured: the sizes come from the kernel's own configuration):
                                     the query blocks; every visible tile adds into a
                                     row block dQ_i in global memory with atomic adds
 
-    from flashcourse.kernel_diagrams import plot_flash_dataflow
+    from flashcourse.plots.kernels import plot_flash_dataflow
     fig = plot_flash_dataflow()          # in a notebook: plt.show()
 """
 

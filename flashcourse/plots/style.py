@@ -56,3 +56,50 @@ def _shown(text) -> bool:
 def width_in(fig) -> float:
     """The figure's width in inches."""
     return float(fig.get_size_inches()[0])
+
+
+def smallest_text(fig) -> tuple[float, str]:
+    """(size in points, the text) of the smallest visible, non-empty text in `fig`."""
+    from matplotlib.text import Text
+    fig.canvas.draw()
+    found = [(t.get_fontsize(), t.get_text().strip()[:40]) for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and _shown(t)]
+    return min(found, default=(float("inf"), ""))
+
+
+#: set to a file path, every figure a notebook's cells leave open is measured after the
+#: cell and one JSON line per figure appended there (tests/test_notebooks.py reads it)
+AUDIT_ENV = "FLASHCOURSE_FIGURE_AUDIT"
+
+
+def install_audit(path) -> bool:
+    """Measure every new figure after each cell of this IPython kernel (width in inches,
+    smallest text) into the JSON-lines file `path`; False outside IPython."""
+    import json
+    import sys
+    import weakref
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    if ip is None:
+        return False
+    seen = weakref.WeakSet()
+
+    def audit(*_):
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is None:
+            return
+        for num in pyplot.get_fignums():
+            fig = pyplot.figure(num)
+            if fig in seen:
+                continue
+            seen.add(fig)
+            size, text = smallest_text(fig)
+            with open(path, "a", encoding="utf-8") as out:
+                out.write(json.dumps({"cell": ip.execution_count, "width_in": width_in(fig),
+                                      "min_font_pt": size, "text": text}) + "\n")
+
+    ip.events.register("post_execute", audit)
+    return True

@@ -3,7 +3,7 @@
 A printed line over ~100 characters wraps mid-number in a notebook of ordinary
 width ("10 / 24"); an HTML table wraps inside its cells instead.
 
-    from flashcourse.tables import html_table
+    from flashcourse.plots.tables import html_table
     display(html_table(["N", "ms"], [[1024, 1.5], [2048, 5.9]], caption="timings"))
 """
 
