@@ -54,8 +54,12 @@ def _shown(text) -> bool:
 
 
 def width_in(fig) -> float:
-    """The figure's width in inches."""
-    return float(fig.get_size_inches()[0])
+    """The width (inches) of the figure as the inline backend shows it: its tight bounding
+    box (which takes in a legend or label outside the axes) plus 0.1 in of padding on each
+    side; at 100 dpi, its width in pixels / 100."""
+    fig.canvas.draw()
+    tight = fig.get_tightbbox(fig.canvas.get_renderer())
+    return float(tight.width) + 0.2
 
 
 def smallest_text(fig) -> tuple[float, str]:
