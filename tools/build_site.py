@@ -1,4 +1,4 @@
-"""Build the course website: `python tools/build_site.py [--no-execute] [--out DIR]`.
+"""Build the course website: `python tools/build_site.py [--out DIR] [--only GLOB] [--execute GLOB]`
 
 1. Stage the pages into `_build/site-src/` (`<out>-src/`): README.md becomes the landing
    page (its course map links straight to the pages), the notebooks, the student labs
