@@ -82,7 +82,8 @@ site: setup-dev
 	$(BIN)/python tools/build_site.py
 
 # Opens every page of _build/site in headless chromium: no broken links, images, maths,
-# console errors or tracebacks, and executed outputs on every notebook page.
+# console errors or tracebacks, executed outputs on every notebook page, and in each cell
+# every figure its executed notebook (_build/site-src/) made.
 site-check: setup-dev
 	$(BIN)/python tools/site_check.py --executed _build/site
 

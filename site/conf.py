@@ -3,9 +3,9 @@
 The sources are not the repository itself: `tools/build_site.py` stages README.md
 (as the landing page), the notebooks, the student labs and the figures into
 `_build/site-src/`, adds a header to each page (where the notebook lives and how to
-run it), and then runs Sphinx with this configuration. Nothing is downloaded at build
-or view time: the theme's assets ship with its package and MathJax comes from the
-`sphinx-mathjax-offline` package.
+run it), executes the notebooks there, and then runs Sphinx with this configuration.
+Nothing is downloaded at build or view time: the theme's assets ship with its package
+and MathJax comes from the `sphinx-mathjax-offline` package.
 """
 
 import os
@@ -23,13 +23,11 @@ suppress_warnings = ["myst.header"]
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
 myst_heading_anchors = 3
 
-# Notebooks: executed at build time on the CPU (the simulator and the recorded H200
-# results stand in for a GPU); labs are shown as the learner receives them.
-nb_execution_mode = os.environ.get("FLASHCOURSE_SITE_EXECUTE", "force")
-nb_execution_timeout = int(os.environ.get("FLASHCOURSE_SITE_TIMEOUT", "600"))
-nb_execution_excludepatterns = ["labs/*"]
-nb_execution_raise_on_error = True
-nb_execution_show_tb = True
+# Notebooks: tools/build_site.py executes them before Sphinx runs (on the CPU: the
+# simulator and the recorded H200 results stand in for a GPU), in kernels with Jupyter's
+# inline matplotlib backend, so their figures are outputs; Sphinx renders the stored
+# outputs and executes nothing. Labs are shown as the learner receives them.
+nb_execution_mode = "off"
 nb_merge_streams = True
 # No widget JavaScript from a CDN: widgets render as still pictures in static mode
 # (FLASHCOURSE_STATIC_SITE, set by tools/build_site.py while the notebooks execute).

@@ -10,7 +10,13 @@ Playwright, and reports, per page:
 - images that did not load (naturalWidth 0);
 - internal links to a page or file that does not exist, or to an anchor that is not on
   the target page;
-- maths that MathJax did not typeset, and a Python traceback in the page text.
+- maths that MathJax did not typeset, and a Python traceback in the page text;
+- figures: for each notebook page whose notebook the build executed (the executed
+  notebooks are in `<SITE_DIR>-src/`, see tools/build_site.py), per code cell, the
+  figures (picture outputs) the executed notebook has against the images that cell's
+  container shows on the page, loaded; a notebook executed with another matplotlib
+  backend than Jupyter's inline one (which emits no figures) is a problem too. With
+  --executed, every notebook page must come from an executed notebook.
 
 Exit status 0 when nothing is wrong. `tests/test_site.py` calls `check_site`.
 """
@@ -18,7 +24,9 @@ Exit status 0 when nothing is wrong. `tests/test_site.py` calls `check_site`.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -29,6 +37,10 @@ from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import build_site  # noqa: E402  (where the build stages, tags and executes the notebooks)
+
 CHROMIUM = Path(os.environ.get("FLASHCOURSE_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync",
@@ -88,6 +100,78 @@ _PAGE_SCRIPT = """() => {
   return {imgs, links, ids, rawMath, outputs, text: main.innerText};
 }"""
 
+# Per tagged cell container: the images among its outputs that are pictures of their own
+# (not an <img> inside an HTML output, such as a widget's still picture), and how many
+# of them loaded.
+_CELLS_SCRIPT = """(prefix) => {
+  const cells = {};
+  for (const c of document.querySelectorAll('div.cell')) {
+    const tag = [...c.classList].find(k => k.startsWith(prefix));
+    if (!tag) continue;
+    const imgs = [...c.querySelectorAll('.cell_output img')].filter(
+        i => !i.closest('.output.text_html'));
+    cells[tag.slice(prefix.length)] = {
+      shown: imgs.length,
+      loaded: imgs.filter(i => i.complete && i.naturalWidth > 0).length};
+  }
+  return cells;
+}"""
+
+
+def executed_notebook(site: Path, rel: str) -> dict | None:
+    """The executed notebook behind page `rel` of `site` (None if the build did not
+    execute it: then its page shows no outputs)."""
+    path = build_site.stage_dir(site) / Path(rel).with_suffix(".ipynb")
+    if not path.exists():
+        return None
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return nb if build_site.META_KEY in nb.get("metadata", {}) else None
+
+
+def figure_cells(nb: dict) -> list[tuple[int, dict, int]]:
+    """(index in the repository's notebook, cell, figures) for each code cell of an
+    executed staged notebook (the index leaves out the header the build inserts)."""
+    cells = [c for c in nb["cells"] if c.get("id") != "site-header"]
+    return [(i, c, build_site.figures_of(c)) for i, c in enumerate(cells)
+            if c["cell_type"] == "code"]
+
+
+def _cell_name(i: int, cell: dict) -> str:
+    source = cell.get("source", "")
+    source = "".join(source) if isinstance(source, list) else source
+    first = next((line.strip() for line in source.splitlines() if line.strip()), "")
+    first = re.sub(r"\s+#.*$", "", first)                # its code, not its comment
+    first = first if len(first) <= 60 else first[:57] + "..."
+    return f'cell {i} (id "{cell.get("id")}": {first})'
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def figure_problems(nb: dict, shown: dict) -> list[str]:
+    """What is wrong with the figures of a page: its executed notebook `nb` against
+    `shown` ({cell id: {"shown": images, "loaded": loaded images}}, from the page)."""
+    backend = nb["metadata"][build_site.META_KEY].get("matplotlib_backend", "")
+    if backend not in build_site.INLINE_NAMES:
+        return [f"the notebook was executed with matplotlib backend {backend!r}, not Jupyter's "
+                f"inline one: its figures were never emitted (rebuild it with "
+                f"tools/build_site.py)"]
+    out = []
+    for i, cell, figures in figure_cells(nb):
+        page = shown.get(cell.get("id"))
+        if page is None:
+            if figures:
+                out.append(f"{_cell_name(i, cell)}: the notebook made "
+                           f"{_plural(figures, 'figure')}, the page has no such cell")
+            continue
+        if page["loaded"] != figures or page["shown"] != figures:
+            lost = page["shown"] - page["loaded"]
+            out.append(f"{_cell_name(i, cell)}: the notebook made "
+                       f"{_plural(figures, 'figure')}, the page shows {page['loaded']}"
+                       + (f" (and {_plural(lost, 'image')} that did not load)" if lost else ""))
+    return out
+
 
 def _target_file(site: Path, base: str, url: str) -> tuple[Path | None, str]:
     """The file a same-site URL points to (None for external URLs) and its anchor."""
@@ -101,14 +185,15 @@ def _target_file(site: Path, base: str, url: str) -> tuple[Path | None, str]:
     return path, frag
 
 
-def check_site(site: Path, *, executed: bool = False,
+def check_site(site: Path, *, executed: bool = False, only: list[str] | None = None,
                timeout_ms: int = 60_000) -> dict[str, list[str]]:
     """Problems found on each page of `site` ({page: [problem, ...]}, empty when clean);
-    `executed`: every notebook page must also show cell outputs."""
+    `executed`: every notebook page must also show cell outputs, and come from an
+    executed notebook; `only`: check just these pages (paths relative to `site`)."""
     from playwright.sync_api import sync_playwright
 
     site = site.resolve()
-    pages = pages_of(site)
+    pages = pages_of(site) if only is None else list(only)
     if not pages:
         return {"(site)": [f"no HTML pages under {site}"]}
     problems: dict[str, list[str]] = {}
@@ -142,6 +227,13 @@ def check_site(site: Path, *, executed: bool = False,
                     out.append(f"{info['rawMath']} maths elements not typeset")
                 if executed and rel.startswith("notebooks/") and not info["outputs"]:
                     out.append("a notebook page without executed outputs")
+                nb = executed_notebook(site, rel) if rel.startswith("notebooks/") else None
+                if nb is not None:
+                    out += figure_problems(nb, page.evaluate(_CELLS_SCRIPT,
+                                                             "tag_" + build_site.CELL_TAG))
+                elif executed and rel.startswith("notebooks/"):
+                    out.append(f"no executed notebook behind this page in "
+                               f"{build_site.stage_dir(site)}: its figures cannot be checked")
                 if "Traceback (most recent call last)" in info["text"]:
                     out.append("a Python traceback is on the page")
                 for url in sorted(set(info["links"])):
