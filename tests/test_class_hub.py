@@ -68,6 +68,7 @@ SPAWN_S = 240         # a learner's server ready, three starting at once on 2 bu
 PULL_S = 120          # nbgitpuller's clone
 NOTEBOOK_S = 400      # all cells of notebook 01, three kernels at once
 STOP_S = 60           # the hub stopping its servers and proxy after SIGTERM
+CLASS_S = 660         # all three learners, login to last cell (pytest's timeout: 900 s)
 
 pytestmark = [pytest.mark.notebook, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -575,14 +576,28 @@ def test_three_learners_run_notebook_01_on_jupyterhub(class_hub):
     began = time.monotonic()
     barrier = threading.Barrier(len(LEARNERS))
     rows, failures = [], []
-    with concurrent.futures.ThreadPoolExecutor(len(LEARNERS)) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(len(LEARNERS))
+    try:
         futures = {pool.submit(_learner, hub, user, barrier): user for user in LEARNERS}
-        for future in concurrent.futures.as_completed(futures):
+        for future in concurrent.futures.as_completed(futures, timeout=CLASS_S):
             try:
                 rows.append(future.result())
             except Exception as exc:  # noqa: BLE001 - every learner's failure is reported
                 barrier.abort()        # the others stop waiting for this one
                 failures.append(f"{futures[future]}: {type(exc).__name__}: {exc}")
+    except concurrent.futures.TimeoutError:
+        barrier.abort()
+        hub.stop()
+        pytest.fail(f"the learners did not finish within {CLASS_S} s (done: "
+                    f"{[r['learner'] for r in rows]}, failed: {failures})\n{hub.log_tail()}")
+    except BaseException:
+        # interrupted (pytest's timeout): stop the class now, so that the learners' threads,
+        # waiting on its sockets, end at once instead of at their own deadlines
+        barrier.abort()
+        hub.stop()
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     hub.track()
     real = [f for f in failures if "BrokenBarrierError" not in f] or failures
     assert not failures, "\n".join(real) + "\n" + hub.log_tail()

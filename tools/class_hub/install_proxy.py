@@ -73,6 +73,7 @@ def ensure_proxy(dest: Path | None = None, timeout_s: float = 300) -> Path:
             raise ProxyUnavailable("the npm registry cannot be reached (`npm ping` failed), so "
                                    f"configurable-http-proxy cannot be installed:\n{output}")
         raise RuntimeError(f"`{' '.join(cmd)}` failed:\n{output}")
+    shutil.rmtree(staging / ".npm-cache", ignore_errors=True)     # only needed while installing
     shutil.rmtree(dest, ignore_errors=True)
     staging.rename(dest)
     exe = installed(dest)
