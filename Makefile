@@ -4,7 +4,8 @@
 #   make test   the same set-up plus requirements-dev.txt, then every test
 # Other targets: make figures (regenerate figures/), make labs (student labs from
 # labs/solutions/), make bench-cpu / bench-gpu (benchmarks), make site (the course
-# website in _build/site/), make site-check (check it in a browser), make clean.
+# website in _build/site/), make site-check (check it in a browser), make class-hub (a class
+# on JupyterHub on this machine, 127.0.0.1 only), make clean.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -15,7 +16,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 RUN_PYTHON = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
 .PHONY: lab test figures labs bench-cpu bench-gpu lint clean setup setup-dev site site-check \
-	check-python port-free
+	check-python port-free class-hub
 
 # Python 3.10+ (a plain exit, not `assert`, which PYTHONOPTIMIZE removes); checked on
 # every run, also when .venv already exists (it may have been made by an older Python).
@@ -86,6 +87,15 @@ site: setup-dev
 # every figure its executed notebook (_build/site-src/) made.
 site-check: setup-dev
 	$(BIN)/python tools/site_check.py --executed _build/site
+
+# A class on this machine: JupyterHub on 127.0.0.1:8000 with the learners' shared password
+# (tools/class_hub/jupyterhub_config.py says what it sets up; CLASS_HUB_LEARNERS names them),
+# its proxy from npm (pinned, installed once into .venv). tests/test_class_hub.py runs the
+# same command with three learners. Stop it with Ctrl-C: it stops every server it started.
+class-hub: check-python setup-dev
+	@test -n "$$CLASS_HUB_PASSWORD" || { echo "Set CLASS_HUB_PASSWORD (8+ characters) in the environment first"; exit 1; }
+	$(BIN)/python tools/class_hub/install_proxy.py
+	$(BIN)/jupyterhub -f tools/class_hub/jupyterhub_config.py
 
 lint: setup-dev
 	$(BIN)/ruff check .
