@@ -242,6 +242,114 @@ def test_tiled_backward_float64_tolerance_is_tight():
         tiled.backward(q, k, v, o, lse + 1e-6, do, causal=True)
 
 
+# --- issue 23: cuda.decode's guard; results of device arrays, checked on request ---
+
+def gqa_inputs(seed=3, tq=2, tk=7, d=4, size=1.0):
+    """q (1, 4, Tq, d) and k, v (1, 2, Tk, d): two query heads per k/v head."""
+    rng = np.random.default_rng(seed)
+    q = (rng.standard_normal((1, 4, tq, d)) * size).astype(np.float32)
+    k = (rng.standard_normal((1, 2, tk, d)) * size).astype(np.float32)
+    v = rng.standard_normal((1, 2, tk, d)).astype(np.float32)
+    return q, k, v
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("size,scale", [(3.0, 1e38), (1e20, None)])
+def test_cuda_decode_overflow_raises_instead_of_looking_masked(num_splits, size, scale):
+    """cuda.decode once skipped forward_result: scale = 1e38 gave o = 0, lse = -inf."""
+    q, k, v = gqa_inputs(size=size)
+    with pytest.raises(ValueError, match="overflow float32"):
+        fcuda.decode(q, k, v, scale=scale, num_splits=num_splits, block_k=2)
+
+
+def _gqa_reference(q, k, v, causal):
+    return reference.attention(q, np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1),
+                               causal=causal)
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_cuda_decode_nan_row_is_nan_numpy_and_device(num_splits):
+    """A NaN in q's row 1 of query head 3: that row is NaN (not o = 0, lse = -inf, as the
+    kernels once wrote for a NaN sum), in numpy results and in device results alike
+    (no check needed); the other rows are the reference's (float32 1e-5)."""
+    from numba import cuda
+    q, k, v = gqa_inputs()
+    q[0, 3, 1, 2] = np.nan
+    hit = np.zeros((1, 4, 2), bool)
+    hit[0, 3, 1] = True
+    o_ref, lse_ref = _gqa_reference(np.nan_to_num(q), k, v, causal=False)
+    o, lse = fcuda.decode(q, k, v, allow_nonfinite=True, num_splits=num_splits, block_k=2)
+    od, lsed = fcuda.decode(*(cuda.to_device(x) for x in (q, k, v)), num_splits=num_splits,
+                            block_k=2)
+    for o_, lse_ in ((o, lse), (od.copy_to_host(), lsed.copy_to_host())):
+        assert np.isnan(lse_[hit]).all() and np.isnan(o_[hit]).all()
+        assert np.allclose(o_[~hit], o_ref[~hit], rtol=0, atol=1e-5)
+        assert np.allclose(lse_[~hit], lse_ref[~hit], rtol=1e-5, atol=0)
+
+
+def test_device_scan_flags_only_rows_that_see_keys():
+    """result_check.rows_finite: Tq = 4, Tk = 2, causal, so rows 0 and 1 see no key and
+    are skipped (whatever they hold); -inf or NaN in a row that sees keys is flagged, in
+    lse or in o (float16 o too: the tensor-core kernel's fp16 output)."""
+    from numba import cuda
+
+    from flashcourse.cuda.result_check import rows_finite
+    for o_dtype in (np.float32, np.float16):
+        o = np.ones((2, 4, 3), o_dtype)
+        lse = np.zeros((2, 4), np.float32)
+        o[:, :2], lse[:, :2] = np.nan, -np.inf               # rows that see no key
+        assert rows_finite(cuda.to_device(o), cuda.to_device(lse), 4, 2, True)
+        assert not rows_finite(cuda.to_device(o), cuda.to_device(lse), 4, 2, False)
+        for where in ("lse", "o"):
+            bad_o, bad_lse = o.copy(), lse.copy()
+            if where == "lse":
+                bad_lse[1, 2] = -np.inf                      # looks masked, sees a key
+            else:
+                bad_o[1, 3, 2] = np.nan
+            assert not rows_finite(cuda.to_device(bad_o), cuda.to_device(bad_lse), 4, 2,
+                                   True)
+
+
+DEVICE_FORWARDS = {
+    "flash": lambda *a, **kw: fcuda.forward(*a, kernel="flash", **kw),
+    "tensor_core": lambda *a, **kw: fcuda.forward(*a, kernel="tensor_core", **kw),
+    "decode": lambda *a, **kw: fcuda.decode(*a, num_splits=2, block_k=2, **kw),
+}
+
+
+@pytest.mark.parametrize("name", DEVICE_FORWARDS)
+def test_device_results_are_checked_with_check_true(name):
+    """check=True on device arrays: a right result passes untouched (causal, Tq > Tk:
+    a row with no key keeps o = 0, lse = -inf); scores beyond float32 raise the overflow
+    error; a NaN input is named, or with allow_nonfinite=True its row becomes NaN."""
+    from numba import cuda
+    q, k, v = gqa_inputs(tq=3, tk=2, d=16)
+    if name != "decode":                             # one k/v head per query head
+        q = q[:, :2].copy()
+    g = q.shape[1] // k.shape[1]
+
+    def run(q, k, v, **kw):
+        o, lse = DEVICE_FORWARDS[name](*(cuda.to_device(x) for x in (q, k, v)),
+                                       causal=True, **kw)
+        return o.copy_to_host(), lse.copy_to_host()
+    o_ref, lse_ref = reference.attention(q, np.repeat(k, g, axis=1), np.repeat(v, g, axis=1),
+                                         causal=True)
+    o, lse = run(q, k, v, check=True)
+    assert np.isneginf(lse[..., 0]).all() and np.isfinite(lse[..., 1:]).all()
+    assert np.allclose(o, o_ref, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="overflow float32"):
+        run(q * 3, k * 3, v, scale=1e38, check=True)
+    bad = q.copy()
+    bad[0, 1, 2, 0] = np.nan
+    with pytest.raises(ValueError, match=r"q \(a device array\) contains NaN"):
+        run(bad, k, v, check=True)
+    o, lse = run(bad, k, v, check=True, allow_nonfinite=True)
+    hit = np.zeros(lse.shape, bool)
+    hit[0, 1, 2] = True
+    assert np.isnan(lse[hit]).all() and np.isnan(o[hit]).all()
+    assert np.allclose(lse[~hit], lse_ref[~hit], rtol=1e-5, atol=0)
+
+
 # --- 10. small ones ---------------------------------------------------------------
 
 def test_reference_refuses_what_it_cannot_hold(monkeypatch):

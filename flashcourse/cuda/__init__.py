@@ -26,13 +26,19 @@ from __future__ import annotations
 from .._guards import forward_result, lse_rowsums
 from ._launch import finish, prepare, prepare_backward, simulator_note
 from .registry import FORWARD, get
+from .result_check import check_result
+
+#: What `forward` and `decode` suggest when float32 scores overflow.
+FLOAT64_ADVICE = ("use flashcourse.tiled.forward or flashcourse.cpu.forward with float64 "
+                  "inputs (the CUDA kernels compute in float32)")
 
 #: Names of the registered forward kernels (`registry.FORWARD`), in registration order.
 KERNELS = tuple(FORWARD)
 
 
 def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
-            scale: float | None = None, allow_nonfinite: bool = False, **options):
+            scale: float | None = None, allow_nonfinite: bool = False, check: bool = False,
+            **options):
     """Exact attention forward on the GPU (or the simulator).
 
     Args:
@@ -46,6 +52,11 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
         allow_nonfinite: accept NaN/inf in numpy inputs. A row that sees a NaN or inf
             (in its q row or in a k, v row it sees) gets o = NaN and lse = NaN, and so
             does a row that a masked NaN/inf of v reaches through a tile's P V.
+        check: device-array inputs only (numpy results are always checked): check the
+            results on the device as numpy results are checked on the host
+            (`result_check.check_result`: one pass over o and lse and one host sync when
+            they are finite; a copy to the host to find the cause when not). Off by
+            default, so that a device-array call never waits for the GPU.
         options: what the kernel takes (`registry.FORWARD[kernel].options`), e.g.
             block_q, block_k (Br, Bc) for "flash" and "textbook" (square tiles there),
             threads, tm and unroll for "flash"; precision ("fp16", "bf16", "3xtf32",
@@ -63,7 +74,9 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
         naming the limit and the amounts for a configuration that cannot launch.
         ValueError for numpy inputs when a row with finite inputs that sees keys gets
         a non-finite result: the scores overflow float32 (`flashcourse._guards`).
-        Results of device-array inputs stay on the device and are not checked.
+        Results of device-array inputs stay on the device and are checked only with
+        check=True (then also ValueError naming q, k or v if one holds a NaN/inf and
+        allow_nonfinite is False).
     """
     spec = get("forward", kernel)
     given = spec.check_options(options)
@@ -72,13 +85,15 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
                                                  dtypes=spec.dtypes,
                                                  convert_to=spec.convert_to)
     o, lse = spec.run(x, **given)
+    if on_device and check:         # results stay on the device: checked on request
+        check_result(x.q, x.k, x.v, o, lse, causal=x.causal, scale=x.scale,
+                     allow_nonfinite=allow_nonfinite, advice=FLOAT64_ADVICE)
     o, lse = finish(x, (o, lse), on_device, (out_dtype, lse_dtype))
-    if on_device:                   # results stay on the device: not checked (see Raises)
+    if on_device:
         return o, lse
     return forward_result(q, k, v, o, lse, x.causal, scale=x.scale,
                           allow_nonfinite=allow_nonfinite, compute="float32",
-                          advice="use flashcourse.tiled.forward or flashcourse.cpu.forward "
-                                 "with float64 inputs (the CUDA kernels compute in float32)")
+                          advice=FLOAT64_ADVICE)
 
 
 def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
@@ -136,6 +151,8 @@ def decode(q, k, v, **options):
     """Flash-Decoding on the GPU (or the simulator): q (B, Hq, Tq, d), k, v (B, Hkv, Tk, d)
     with Hq a multiple of Hkv (GQA, K and V never copied). See
     `flashcourse.cuda.decode_kernels.decode` for the options (num_splits, block_k, causal,
-    scale, ...). Returns o (B, Hq, Tq, d) and lse (B, Hq, Tq)."""
+    scale, allow_nonfinite, check, ...). Returns o (B, Hq, Tq, d) and lse (B, Hq, Tq);
+    numpy results are checked as `forward`'s are (overflow raises, NaN stays NaN), device
+    results with check=True."""
     from .decode_kernels import decode as run_decode
     return run_decode(q, k, v, **options)
