@@ -11,6 +11,8 @@
 CUDA kernels run on Numba's simulator here (tiny shapes: a few seconds in all).
 """
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -240,6 +242,88 @@ def test_tiled_backward_float64_tolerance_is_tight():
     tiled.backward(q, k, v, o, lse, do, causal=True)
     with pytest.raises(ValueError, match="lse does not match"):
         tiled.backward(q, k, v, o, lse + 1e-6, do, causal=True)
+
+
+# --- issue 23: the CUDA backward checks o, and float32 gradients that overflow -----
+
+CUDA_BACKWARDS = {name: f for name, f in BACKWARDS.items() if name.startswith("cuda_")}
+
+
+def wrong_os(q, k, v, o, causal):
+    """o of other values v, of no row at all (zeros), and 10% off."""
+    yield "other v", tiled.forward(q, k, v[:, ::-1].copy(), causal=causal)[0]
+    yield "zeros", np.zeros_like(o)
+    yield "10% off", o * np.asarray(1.1, o.dtype)
+
+
+@pytest.mark.parametrize("name", CUDA_BACKWARDS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_cuda_backward_rejects_an_o_of_other_inputs(name, causal):
+    """The kernels sum each row of dS = P (dP - D) beside P: do_i . (P V - o)_i, which is
+    0 only for the forward's o (lse is right here, so only the o check can object)."""
+    q, k, v, o, lse, do = backward_problem(causal=causal)
+    for why, bad in wrong_os(q, k, v, o, causal):
+        with pytest.raises(ValueError, match="o does not match the inputs"):
+            CUDA_BACKWARDS[name](q, k, v, bad, lse, do, causal=causal)
+        assert why
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_forward_o(kernel):
+    q, k, v, *_ = backward_problem(spread=3.0, d=16, tq=11, tk=13)
+    return fcuda.forward(q, k, v, causal=True, kernel=kernel)[0]
+
+
+@pytest.mark.parametrize("name", CUDA_BACKWARDS)
+def test_cuda_backward_accepts_o_from_other_forwards(name):
+    """No false alarm (scores up to ~50): o from the CUDA flash and tensor-core forwards,
+    o rounded to float16 and back, and float16 inputs end to end."""
+    q, k, v, o, lse, do = backward_problem(spread=3.0, d=16, tq=11, tk=13)
+    for kernel in ("flash", "tensor_core"):
+        CUDA_BACKWARDS[name](q, k, v, _cuda_forward_o(kernel), lse, do, causal=True)
+    CUDA_BACKWARDS[name](q, k, v, o.astype(np.float16).astype(np.float32), lse, do,
+                         causal=True)
+    h = [x.astype(np.float16) for x in (q, k, v, do)]
+    o16, lse16 = tiled.forward(*h[:3], causal=True)
+    CUDA_BACKWARDS[name](*h[:3], o16, lse16, h[3], causal=True)
+
+
+@pytest.mark.parametrize("name", CUDA_BACKWARDS)
+def test_cuda_backward_gradient_overflow_raises(name):
+    """Finite inputs, gradients beyond the range: float32 (do ~ 1e38) raises naming
+    float32; float16 inputs whose float32 gradients pass 65504 name float16; a float64
+    input beyond float32's range is named before any kernel runs."""
+    q, k, v, o, lse, do = backward_problem()
+    with pytest.raises(ValueError, match="gradients overflow float32.*divide do"):
+        CUDA_BACKWARDS[name](q, k, v, o, lse, do * np.float32(1e38), causal=True)
+    h = [x.astype(np.float16) for x in (q, k, v)]
+    o16, lse16 = tiled.forward(*h, causal=True)
+    big_do = np.full(o16.shape, 6e4, np.float16)       # dv_j = sum_i P_ij do_i > 65504
+    with pytest.raises(ValueError, match="do not fit float16.*float32 inputs"):
+        CUDA_BACKWARDS[name](*h, o16, lse16, big_do, causal=True)
+    q64, k64, v64, o64, do64 = (x.astype(np.float64) for x in (q, k, v, o, do))
+    with pytest.raises(ValueError, match="do has values beyond float32's range"):
+        CUDA_BACKWARDS[name](q64, k64, v64, o64, lse, do64 * 1e39, causal=True)
+
+
+def test_cuda_backward_device_arrays_checked_with_check_true():
+    """Device inputs are not checked by default (no host sync); check=True runs the
+    numpy path's checks on host copies: a NaN in o is named, a wrong o is caught."""
+    from numba import cuda
+    q, k, v, o, lse, do = backward_problem()
+    dev = [cuda.to_device(x) for x in (q, k, v, o, lse, do)]
+    dq, _, _ = fcuda.backward(*dev, causal=True, check=True)
+    ref = reference.attention_backward(q, k, v, do, causal=True)[0]
+    assert np.allclose(dq.copy_to_host(), ref, rtol=0, atol=1e-4)
+    nan_o = o.copy()
+    nan_o[1, 2, 3] = np.nan
+    dev[3] = cuda.to_device(nan_o)
+    fcuda.backward(*dev, causal=True)                   # unchecked: no error, no sync
+    with pytest.raises(ValueError, match=r"o \(a device array\) contains NaN"):
+        fcuda.backward(*dev, causal=True, check=True)
+    dev[3] = cuda.to_device(np.zeros_like(o))
+    with pytest.raises(ValueError, match="o does not match the inputs"):
+        fcuda.backward(*dev, causal=True, check=True)
 
 
 # --- issue 23: cuda.decode's guard; results of device arrays, checked on request ---

@@ -23,7 +23,8 @@ Without a GPU every kernel runs on Numba's CUDA simulator (slow: tiny sizes only
 
 from __future__ import annotations
 
-from .._guards import forward_result, lse_rowsums
+from .._checks import BACKWARD_NONFINITE_HINT, check_array
+from .._guards import forward_result, gradients_finite, lse_rowsums, o_rowsums
 from ._launch import finish, prepare, prepare_backward, simulator_note
 from .registry import FORWARD, get
 from .result_check import check_result
@@ -97,7 +98,7 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
 
 
 def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
-             scale: float | None = None, **options):
+             scale: float | None = None, check: bool = False, **options):
     """Gradients of attention on the GPU (or Numba's simulator), fp32, P recomputed from lse.
 
     Same contract as `flashcourse.tiled.backward`: q (..., Tq, d), k, v (..., Tk, d),
@@ -114,16 +115,26 @@ def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
         options: block_q, block_k (Br, Bc) of the fast kernels (multiples of the thread
             layout: 16 on a GPU, 4 under the simulator); None = a default for d.
         causal, scale: as in the forward.
+        check: device-array inputs only (numpy inputs are always checked): run the
+            checks below on host copies of the inputs and results (a full copy and a
+            host sync; off by default).
 
     Returns:
         (dq, dk, dv) shaped like q, k, v.
 
-    Raises:
-        ValueError "lse does not match the inputs" (numpy inputs) when a recomputed row
-        of P does not sum to 1: every kernel adds up its rows of P (psum; Br atomic adds
-        per tile in the fast kernels) and `flashcourse._guards.lse_rowsums` compares
-        the sums with 1 (1e-3 plus float32 rounding terms), and rejects lse = -inf for
-        a row that sees keys. Device-array inputs are not checked.
+    Raises (numpy inputs; device arrays with check=True):
+        ValueError naming the argument for bad input: shapes, dtypes, NaN/inf, a
+        float64 value beyond float32's range.
+        ValueError "lse does not match the inputs" when a recomputed row of P does not
+        sum to 1: every kernel adds up its rows of P (psum; Br atomic adds per tile in
+        the fast kernels) and `flashcourse._guards.lse_rowsums` compares the sums with 1
+        (1e-3 plus float32 rounding terms), and rejects lse = -inf for a row that sees
+        keys.
+        ValueError "the gradients overflow float32" when dq, dk or dv is not finite
+        (`_guards.gradients_finite`; "do not fit float16" for float16 inputs).
+        ValueError "o does not match the inputs" when o is not the forward's output:
+        the kernels add up each row of dS = P (dP - D) too (dsum, beside psum), which
+        is do_i . (P V - o)_i, and `_guards.o_rowsums` compares it with 0.
     """
     from numba import cuda
 
@@ -132,11 +143,27 @@ def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
     simulator_note()
     x, on_device, out_dtype = prepare_backward(q, k, v, o, lse, do, causal, scale)
     psum = cuda.device_array((x.bh, x.tq), dtype="float32")   # (BH, Tq) sum_j P_ij
-    grads = spec.run(x, psum=psum, **given)
-    if not on_device:
-        lse_rowsums(x.unflatten(psum.copy_to_host()), q, k, lse, x.causal, x.scale,
-                    "float32")
-    return finish(x, grads, on_device, (out_dtype,) * 3)
+    dsum = cuda.device_array((x.bh, x.tq), dtype="float32")   # (BH, Tq) sum_j dS_ij
+    grads = spec.run(x, psum=psum, dsum=dsum, **given)
+    if on_device and not check:        # results stay on the device: checked on request
+        return finish(x, grads, True, (out_dtype,) * 3)
+    g32 = [g.copy_to_host() for g in grads]                       # (BH, T, d) float32
+    if on_device:
+        host = [a.copy_to_host() for a in (x.q, x.k, x.v, x.o, x.lse, x.do)]
+        for name, a in zip(("q", "k", "v", "o", "do"), host[:4] + host[5:]):
+            check_array(a, f"{name} (a device array)", hint=BACKWARD_NONFINITE_HINT)
+        returned = g32
+    else:                              # the caller's arrays, flattened to (BH, T, ...)
+        host = [a.reshape(x.bh, *a.shape[-2:]) for a in (q, k, v, o)]
+        host += [lse.reshape(x.bh, x.tq), do.reshape(x.bh, x.tq, x.d)]
+        returned = [g.astype(out_dtype, copy=False) for g in g32]
+    hq, hk, hv, ho, hl, hdo = host
+    lse_rowsums(psum.copy_to_host(), hq, hk, hl, x.causal, x.scale, "float32")
+    gradients_finite(list(zip(g32, returned)), "float32")
+    o_rowsums(dsum.copy_to_host(), hq, hk, hv, ho, hl, hdo, x.causal, x.scale, "float32")
+    if on_device:
+        return finish(x, grads, True, (out_dtype,) * 3)
+    return tuple(x.unflatten(g) for g in returned)
 
 
 def extra_device_bytes(kernel: str, bh: int, tq: int, tk: int, d: int = 0) -> int:
