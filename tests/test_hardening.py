@@ -373,6 +373,21 @@ def test_cuda_decode_nan_row_is_nan_numpy_and_device(num_splits):
         assert np.allclose(lse_[~hit], lse_ref[~hit], rtol=1e-5, atol=0)
 
 
+@pytest.mark.parametrize("kernel", fcuda.KERNELS)
+def test_device_nan_row_is_nan_without_a_check(kernel):
+    """Device results are unchecked by default, so the kernels themselves must not make a
+    NaN row look masked: every registered forward writes o = NaN, lse = NaN for a NaN in
+    q's row 2 (they once wrote o = 0, lse = -inf for a sum of P that is NaN)."""
+    from numba import cuda
+    q, k, v = inputs(np.float32, 1.0, d=16)
+    q[1, 2, 5] = np.nan
+    o, lse = fcuda.forward(*(cuda.to_device(x) for x in (q, k, v)), kernel=kernel,
+                           causal=True)
+    o, lse = o.copy_to_host(), lse.copy_to_host()
+    assert np.isnan(lse[1, 2]) and np.isnan(o[1, 2]).all()
+    assert np.isfinite(lse[0]).all() and np.isfinite(o[0]).all()
+
+
 def test_device_scan_flags_only_rows_that_see_keys():
     """result_check.rows_finite: Tq = 4, Tk = 2, causal, so rows 0 and 1 see no key and
     are skipped (whatever they hold); -inf or NaN in a row that sees keys is flagged, in
