@@ -19,6 +19,10 @@ the expected cost and what limits it); `registry` lists them all, once:
 
 Without a GPU every kernel runs on Numba's CUDA simulator (slow: tiny sizes only);
 `import flashcourse` selects it before Numba loads, and `forward` says so once.
+
+Results are checked like every other path's (`flashcourse._guards`): always for numpy
+inputs; for device arrays only with check=True (`result_check.py`: one scan kernel and
+one host sync), so that by default a device-array call never waits for the GPU.
 """
 
 from __future__ import annotations
