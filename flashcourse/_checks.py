@@ -37,12 +37,19 @@ def check_not_subclass(x, name: str):
     return x
 
 
-def check_array(x, name: str, *, allow_nonfinite: bool = False) -> np.ndarray:
+#: What a NaN/inf input error suggests: a forward takes allow_nonfinite, a backward not.
+NONFINITE_HINT = "pass allow_nonfinite=True if that is intended"
+BACKWARD_NONFINITE_HINT = ("a backward needs finite inputs (o, lse and do as the forward "
+                           "returned them for finite q, k, v)")
+
+
+def check_array(x, name: str, *, allow_nonfinite: bool = False,
+                hint: str = NONFINITE_HINT) -> np.ndarray:
     """Return ``x`` if it is a float16/32/64 numpy array of shape ``(..., T, d)``.
 
     Raises TypeError for non-arrays, masked arrays, np.matrix (`check_not_subclass`)
     and non-float dtypes, ValueError for a wrong number of dimensions, an empty
-    axis, or NaN/inf entries (unless ``allow_nonfinite``).
+    axis, or NaN/inf entries (unless ``allow_nonfinite``; the message ends with ``hint``).
     """
     if not isinstance(x, np.ndarray):
         raise TypeError(
@@ -62,21 +69,18 @@ def check_array(x, name: str, *, allow_nonfinite: bool = False) -> np.ndarray:
             f"{name} must not have an empty axis (T >= 1, d >= 1), got shape {x.shape}"
         )
     if not allow_nonfinite and not np.isfinite(x).all():
-        raise ValueError(
-            f"{name} contains NaN or inf; pass allow_nonfinite=True if that is intended"
-        )
+        raise ValueError(f"{name} contains NaN or inf; {hint}")
     return x
 
 
-def check_qkv(q, k, v, *, allow_nonfinite: bool = False):
+def check_qkv(q, k, v, *, allow_nonfinite: bool = False, hint: str = NONFINITE_HINT):
     """Validate q (..., Tq, d), k (..., Tk, d), v (..., Tk, d); return them.
 
     Leading (batch/head) dimensions must match exactly: nothing is broadcast.
     All three must share one dtype.
     """
-    q = check_array(q, "q", allow_nonfinite=allow_nonfinite)
-    k = check_array(k, "k", allow_nonfinite=allow_nonfinite)
-    v = check_array(v, "v", allow_nonfinite=allow_nonfinite)
+    q, k, v = (check_array(x, name, allow_nonfinite=allow_nonfinite, hint=hint)
+               for x, name in ((q, "q"), (k, "k"), (v, "v")))
     check_qkv_shapes(q.shape, k.shape, v.shape)
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(
@@ -124,7 +128,7 @@ def check_backward_shapes(qs: tuple, os_: tuple, lses: tuple, dos: tuple) -> Non
 
 def check_grad_output(do, q) -> np.ndarray:
     """Validate the output gradient dO: a float array with q's shape (..., Tq, d)."""
-    do = check_array(do, "do")
+    do = check_array(do, "do", hint=BACKWARD_NONFINITE_HINT)
     if do.shape != q.shape:
         raise ValueError(
             f"do must have the shape of the output o, which is q's shape (..., Tq, d) = "
@@ -140,8 +144,8 @@ def check_backward_inputs(q, k, v, o, lse, do):
     forward's natural-log logsumexp: finite, or -inf for a row with no visible key
     (NaN and +inf are rejected).
     """
-    q, k, v = check_qkv(q, k, v)
-    o = check_array(o, "o")
+    q, k, v = check_qkv(q, k, v, hint=BACKWARD_NONFINITE_HINT)
+    o = check_array(o, "o", hint=BACKWARD_NONFINITE_HINT)
     if o.shape != q.shape:
         raise ValueError(f"o must have q's shape (..., Tq, d) = {q.shape}, got {o.shape}")
     if o.dtype != q.dtype:

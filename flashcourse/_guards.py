@@ -20,6 +20,17 @@ returned, so that every path (numpy, Numba CPU, CUDA) shares one rule:
     P_ij = exp(S_ij - lse_i) sums to 1 over j exactly when lse_i belongs to the
     inputs (q, k, causal, scale); the backward kernels sum each recomputed row of P
     and this check compares the sums with 1 (tolerance in `lse_tolerance`).
+
+`o_rowsums` (the CUDA backward)
+    dS_ij = P_ij (dP_ij - D_i) with dP_ij = dO_i . v_j and D_i = dO_i . o_i sums over j
+    to dO_i . (P V)_i - D_i sum_j P_ij = dO_i . (P V - o)_i: 0 exactly when o is the
+    forward's output P V (in the direction dO_i, the one the gradients depend on). The
+    kernels sum each recomputed row of dS beside the row of P; this check compares the
+    sums with 0 (tolerance in `o_tolerance`).
+
+`gradients_finite` (the CUDA backward)
+    From finite inputs, a non-finite dq, dk or dv means the float32 gradients overflowed
+    (or did not fit the output dtype): raise ValueError saying so and what to do.
 """
 
 from __future__ import annotations
@@ -172,6 +183,85 @@ def lse_rowsums(rowsum, q, k, lse, causal: bool, scale: float, compute) -> None:
             f"{float(rowsum.reshape(-1)[worst]):.6g}, not 1 (allowed error "
             f"{float(tol.reshape(-1)[worst]):.2g}). Pass the lse that the forward returned "
             f"for these q, k, causal and scale (causal={causal}, scale={scale:.6g}).")
+
+
+def o_tolerance(q, k, v, o, lse, do, scale: float, compute) -> np.ndarray:
+    """(..., Tq) allowed |sum_j dS_ij| for each row, in float64.
+
+    The sum is dO_i . (P V - o)_i plus rounding: the error of P (as in `lse_tolerance`)
+    times |dP_ij - D_i| <= |dO_i| (max_j |v_j| + |o_i|), and the d-term dot products
+    dP and D in the compute type. We allow (lse_tolerance + 8 (d eps_c + eps_o))
+    |dO_i| (max_j |v_j| + |o_i|), eps_o the rounding of o's dtype (an o stored in
+    float16 passes). A wrong o is caught once |dO_i . (P V - o)_i| passes ~1e-3 of that
+    scale; an error below it changes the gradients by less than ~1e-3 of theirs.
+    """
+    eps_c = float(np.finfo(compute).eps)
+    eps_o = float(np.finfo(o.dtype).eps)
+    d = q.shape[-1]
+    with np.errstate(all="ignore"):
+        def norm(x):                                                     # (..., T)
+            x = x.astype(np.float64)
+            return np.sqrt((x * x).sum(axis=-1))
+        size = norm(do) * (norm(v).max(axis=-1)[..., None] + norm(o))     # (..., Tq)
+        rel = lse_tolerance(q, k, lse, scale, compute) + 8 * (d * eps_c + eps_o)
+        return rel * size
+
+
+#: What to do when the float32 gradients overflow (`o_rowsums`, `gradients_finite`).
+GRADIENT_ADVICE = ("The gradients are linear in do: divide do by a power of two and "
+                   "multiply dq, dk, dv by it afterwards, or use flashcourse.tiled.backward "
+                   "with float64 inputs.")
+
+
+def o_rowsums(dsum, q, k, v, o, lse, do, causal: bool, scale: float, compute) -> None:
+    """Raise ValueError unless o belongs to (q, k, v, lse) in the direction of do.
+
+    dsum (..., Tq): sum_j dS_ij of the recomputed dS (0 for a row with no visible key).
+    It must be 0 within `o_tolerance`; a sum that is not finite is an overflow.
+    """
+    tq = q.shape[-2]
+    ds = dsum.astype(np.float64).reshape(-1, tq)                         # (BH, Tq)
+    if not np.isfinite(ds).all():
+        h, i = (int(x[0]) for x in np.nonzero(~np.isfinite(ds)))
+        raise ValueError(
+            f"the backward overflows {compute}: the recomputed row {i} (of flattened head "
+            f"{h}) of dS = P (dP - D), D = rowsum(do * o), sums to {ds[h, i]}, although "
+            f"the inputs are finite. {GRADIENT_ADVICE}")
+    tol = o_tolerance(q, k, v, o, lse, do, scale, compute).reshape(-1, tq)
+    err = np.abs(ds)
+    if (err > tol).any():
+        h, i = np.unravel_index(int(np.argmax(err - tol)), err.shape)
+        raise ValueError(
+            f"o does not match the inputs: for query row {i} (of flattened head {h}), "
+            f"sum_j dS_ij = do_i . (P V - o)_i = {ds[h, i]:.6g}, not 0 (allowed error "
+            f"{tol[h, i]:.2g}), so o is not the output P V of these q, k, v (P from lse). "
+            f"Pass the o that the forward returned for these q, k, v, causal and scale "
+            f"(causal={causal}, scale={scale:.6g}).")
+
+
+def gradients_finite(grads, compute: str, names=("dq", "dk", "dv")) -> None:
+    """Raise ValueError if a gradient is not finite; call it once the inputs are known
+    finite. grads: (computed, returned) pairs, in the compute type and in the dtype the
+    caller gets (they differ for float16 inputs: float32 gradients up to 3.4e38, float16
+    ones up to 65504)."""
+    for name, (g, out) in zip(names, grads):
+        bad_g = ~np.isfinite(g)
+        if not bad_g.any() and np.isfinite(out).all():
+            continue
+        if bad_g.any():
+            idx = tuple(int(n) for n in np.argwhere(bad_g)[0])
+            raise ValueError(
+                f"the gradients overflow {compute}: {name}{list(idx)} = {float(g[idx])} "
+                f"although q, k, v, o, lse and do are finite ({compute} is the compute "
+                f"type of the kernels and holds at most {float(np.finfo(compute).max):.3g}). "
+                f"{GRADIENT_ADVICE}")
+        idx = tuple(int(n) for n in np.argwhere(~np.isfinite(out))[0])
+        raise ValueError(
+            f"the gradients do not fit {out.dtype}: {name}{list(idx)} = {float(g[idx]):.4g} "
+            f"(computed in {compute}), beyond {out.dtype}'s largest "
+            f"{float(np.finfo(out.dtype).max):.6g}; the gradients come back in the input "
+            f"dtype: pass float32 inputs, or divide do by a power of two and multiply the "
+            f"gradients by it afterwards.")
 
 
 # ---------------------------------------------------------------------------

@@ -11,6 +11,8 @@
 CUDA kernels run on Numba's simulator here (tiny shapes: a few seconds in all).
 """
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -240,6 +242,213 @@ def test_tiled_backward_float64_tolerance_is_tight():
     tiled.backward(q, k, v, o, lse, do, causal=True)
     with pytest.raises(ValueError, match="lse does not match"):
         tiled.backward(q, k, v, o, lse + 1e-6, do, causal=True)
+
+
+# --- issue 23: the CUDA backward checks o, and float32 gradients that overflow -----
+
+CUDA_BACKWARDS = {name: f for name, f in BACKWARDS.items() if name.startswith("cuda_")}
+
+
+def wrong_os(q, k, v, o, causal):
+    """o of other values v, of no row at all (zeros), and 10% off."""
+    yield "other v", tiled.forward(q, k, v[:, ::-1].copy(), causal=causal)[0]
+    yield "zeros", np.zeros_like(o)
+    yield "10% off", o * np.asarray(1.1, o.dtype)
+
+
+@pytest.mark.parametrize("name", CUDA_BACKWARDS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_cuda_backward_rejects_an_o_of_other_inputs(name, causal):
+    """The kernels sum each row of dS = P (dP - D) beside P: do_i . (P V - o)_i, which is
+    0 only for the forward's o (lse is right here, so only the o check can object)."""
+    q, k, v, o, lse, do = backward_problem(causal=causal)
+    for why, bad in wrong_os(q, k, v, o, causal):
+        with pytest.raises(ValueError, match="o does not match the inputs"):
+            CUDA_BACKWARDS[name](q, k, v, bad, lse, do, causal=causal)
+        assert why
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_forward_o(kernel):
+    q, k, v, *_ = backward_problem(spread=3.0, d=16, tq=11, tk=13)
+    return fcuda.forward(q, k, v, causal=True, kernel=kernel)[0]
+
+
+@pytest.mark.parametrize("name", CUDA_BACKWARDS)
+def test_cuda_backward_accepts_o_from_other_forwards(name):
+    """No false alarm (scores up to ~50): o from the CUDA flash and tensor-core forwards,
+    o rounded to float16 and back, and float16 inputs end to end."""
+    q, k, v, o, lse, do = backward_problem(spread=3.0, d=16, tq=11, tk=13)
+    for kernel in ("flash", "tensor_core"):
+        CUDA_BACKWARDS[name](q, k, v, _cuda_forward_o(kernel), lse, do, causal=True)
+    CUDA_BACKWARDS[name](q, k, v, o.astype(np.float16).astype(np.float32), lse, do,
+                         causal=True)
+    h = [x.astype(np.float16) for x in (q, k, v, do)]
+    o16, lse16 = tiled.forward(*h[:3], causal=True)
+    CUDA_BACKWARDS[name](*h[:3], o16, lse16, h[3], causal=True)
+
+
+@pytest.mark.parametrize("name", CUDA_BACKWARDS)
+def test_cuda_backward_gradient_overflow_raises(name):
+    """Finite inputs, gradients beyond the range: float32 (|do| up to 3e38: the exact dv
+    reaches 5.5e38) raises naming float32; float16 inputs whose float32 gradients pass
+    65504 (exact dv: 1.3e5) name float16; a float64 input beyond float32's range is named
+    before any kernel runs."""
+    q, k, v, o, lse, do = backward_problem()
+    big = np.clip(do, -1, 1) * np.float32(3e38)
+    with pytest.raises(ValueError, match="gradients overflow float32.*divide do"):
+        CUDA_BACKWARDS[name](q, k, v, o, lse, big, causal=True)
+    h = [x.astype(np.float16) for x in (q, k, v)]
+    o16, lse16 = tiled.forward(*h, causal=True)
+    big_do = np.full(o16.shape, 6e4, np.float16)       # dv_j = sum_i P_ij do_i > 65504
+    with pytest.raises(ValueError, match="do not fit float16.*float32 inputs"):
+        CUDA_BACKWARDS[name](*h, o16, lse16, big_do, causal=True)
+    q64, k64, v64, o64, do64 = (x.astype(np.float64) for x in (q, k, v, o, do))
+    with pytest.raises(ValueError, match="do has values beyond float32's range"):
+        CUDA_BACKWARDS[name](q64, k64, v64, o64, lse, do64 * 1e39, causal=True)
+
+
+def test_cuda_backward_device_arrays_checked_with_check_true():
+    """Device inputs are not checked by default (no host sync); check=True runs the
+    numpy path's checks on host copies: a NaN in o is named, a wrong o is caught."""
+    from numba import cuda
+    q, k, v, o, lse, do = backward_problem()
+    dev = [cuda.to_device(x) for x in (q, k, v, o, lse, do)]
+    dq, _, _ = fcuda.backward(*dev, causal=True, check=True)
+    ref = reference.attention_backward(q, k, v, do, causal=True)[0]
+    assert np.allclose(dq.copy_to_host(), ref, rtol=0, atol=1e-4)
+    nan_o = o.copy()
+    nan_o[1, 2, 3] = np.nan
+    dev[3] = cuda.to_device(nan_o)
+    fcuda.backward(*dev, causal=True)                   # unchecked: no error, no sync
+    with pytest.raises(ValueError, match=r"o \(a device array\) contains NaN"):
+        fcuda.backward(*dev, causal=True, check=True)
+    dev[3] = cuda.to_device(np.zeros_like(o))
+    with pytest.raises(ValueError, match="o does not match the inputs"):
+        fcuda.backward(*dev, causal=True, check=True)
+
+
+# --- issue 23: cuda.decode's guard; results of device arrays, checked on request ---
+
+def gqa_inputs(seed=3, tq=2, tk=7, d=4, size=1.0):
+    """q (1, 4, Tq, d) and k, v (1, 2, Tk, d): two query heads per k/v head."""
+    rng = np.random.default_rng(seed)
+    q = (rng.standard_normal((1, 4, tq, d)) * size).astype(np.float32)
+    k = (rng.standard_normal((1, 2, tk, d)) * size).astype(np.float32)
+    v = rng.standard_normal((1, 2, tk, d)).astype(np.float32)
+    return q, k, v
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("size,scale", [(3.0, 1e38), (1e20, None)])
+def test_cuda_decode_overflow_raises_instead_of_looking_masked(num_splits, size, scale):
+    """cuda.decode once skipped forward_result: scale = 1e38 gave o = 0, lse = -inf."""
+    q, k, v = gqa_inputs(size=size)
+    with pytest.raises(ValueError, match="overflow float32"):
+        fcuda.decode(q, k, v, scale=scale, num_splits=num_splits, block_k=2)
+
+
+def _gqa_reference(q, k, v, causal):
+    return reference.attention(q, np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1),
+                               causal=causal)
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_cuda_decode_nan_row_is_nan_numpy_and_device(num_splits):
+    """A NaN in q's row 1 of query head 3: that row is NaN (not o = 0, lse = -inf, as the
+    kernels once wrote for a NaN sum), in numpy results and in device results alike
+    (no check needed); the other rows are the reference's (float32 1e-5)."""
+    from numba import cuda
+    q, k, v = gqa_inputs()
+    q[0, 3, 1, 2] = np.nan
+    hit = np.zeros((1, 4, 2), bool)
+    hit[0, 3, 1] = True
+    o_ref, lse_ref = _gqa_reference(np.nan_to_num(q), k, v, causal=False)
+    o, lse = fcuda.decode(q, k, v, allow_nonfinite=True, num_splits=num_splits, block_k=2)
+    od, lsed = fcuda.decode(*(cuda.to_device(x) for x in (q, k, v)), num_splits=num_splits,
+                            block_k=2)
+    for o_, lse_ in ((o, lse), (od.copy_to_host(), lsed.copy_to_host())):
+        assert np.isnan(lse_[hit]).all() and np.isnan(o_[hit]).all()
+        assert np.allclose(o_[~hit], o_ref[~hit], rtol=0, atol=1e-5)
+        assert np.allclose(lse_[~hit], lse_ref[~hit], rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("kernel", fcuda.KERNELS)
+def test_device_nan_row_is_nan_without_a_check(kernel):
+    """Device results are unchecked by default, so the kernels themselves must not make a
+    NaN row look masked: every registered forward writes o = NaN, lse = NaN for a NaN in
+    q's row 2 (they once wrote o = 0, lse = -inf for a sum of P that is NaN)."""
+    from numba import cuda
+    q, k, v = inputs(np.float32, 1.0, d=16)
+    q[1, 2, 5] = np.nan
+    o, lse = fcuda.forward(*(cuda.to_device(x) for x in (q, k, v)), kernel=kernel,
+                           causal=True)
+    o, lse = o.copy_to_host(), lse.copy_to_host()
+    assert np.isnan(lse[1, 2]) and np.isnan(o[1, 2]).all()
+    assert np.isfinite(lse[0]).all() and np.isfinite(o[0]).all()
+
+
+def test_device_scan_flags_only_rows_that_see_keys():
+    """result_check.rows_finite: Tq = 4, Tk = 2, causal, so rows 0 and 1 see no key and
+    are skipped (whatever they hold); -inf or NaN in a row that sees keys is flagged, in
+    lse or in o (float16 o too: the tensor-core kernel's fp16 output)."""
+    from numba import cuda
+
+    from flashcourse.cuda.result_check import rows_finite
+    for o_dtype in (np.float32, np.float16):
+        o = np.ones((2, 4, 3), o_dtype)
+        lse = np.zeros((2, 4), np.float32)
+        o[:, :2], lse[:, :2] = np.nan, -np.inf               # rows that see no key
+        assert rows_finite(cuda.to_device(o), cuda.to_device(lse), 4, 2, True)
+        assert not rows_finite(cuda.to_device(o), cuda.to_device(lse), 4, 2, False)
+        for where in ("lse", "o"):
+            bad_o, bad_lse = o.copy(), lse.copy()
+            if where == "lse":
+                bad_lse[1, 2] = -np.inf                      # looks masked, sees a key
+            else:
+                bad_o[1, 3, 2] = np.nan
+            assert not rows_finite(cuda.to_device(bad_o), cuda.to_device(bad_lse), 4, 2,
+                                   True)
+
+
+DEVICE_FORWARDS = {
+    "flash": lambda *a, **kw: fcuda.forward(*a, kernel="flash", **kw),
+    "tensor_core": lambda *a, **kw: fcuda.forward(*a, kernel="tensor_core", **kw),
+    "decode": lambda *a, **kw: fcuda.decode(*a, num_splits=2, block_k=2, **kw),
+}
+
+
+@pytest.mark.parametrize("name", DEVICE_FORWARDS)
+def test_device_results_are_checked_with_check_true(name):
+    """check=True on device arrays: a right result passes untouched (causal, Tq > Tk:
+    a row with no key keeps o = 0, lse = -inf); scores beyond float32 raise the overflow
+    error; a NaN input is named, or with allow_nonfinite=True its row becomes NaN."""
+    from numba import cuda
+    q, k, v = gqa_inputs(tq=3, tk=2, d=16)
+    if name != "decode":                             # one k/v head per query head
+        q = q[:, :2].copy()
+    g = q.shape[1] // k.shape[1]
+
+    def run(q, k, v, **kw):
+        o, lse = DEVICE_FORWARDS[name](*(cuda.to_device(x) for x in (q, k, v)),
+                                       causal=True, **kw)
+        return o.copy_to_host(), lse.copy_to_host()
+    o_ref, lse_ref = reference.attention(q, np.repeat(k, g, axis=1), np.repeat(v, g, axis=1),
+                                         causal=True)
+    o, lse = run(q, k, v, check=True)
+    assert np.isneginf(lse[..., 0]).all() and np.isfinite(lse[..., 1:]).all()
+    assert np.allclose(o, o_ref, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="overflow float32"):
+        run(q * 3, k * 3, v, scale=1e38, check=True)
+    bad = q.copy()
+    bad[0, 1, 2, 0] = np.nan
+    with pytest.raises(ValueError, match=r"q \(a device array\) contains NaN"):
+        run(bad, k, v, check=True)
+    o, lse = run(bad, k, v, check=True, allow_nonfinite=True)
+    hit = np.zeros(lse.shape, bool)
+    hit[0, 1, 2] = True
+    assert np.isnan(lse[hit]).all() and np.isnan(o[hit]).all()
+    assert np.allclose(lse[~hit], lse_ref[~hit], rtol=1e-5, atol=0)
 
 
 # --- 10. small ones ---------------------------------------------------------------

@@ -181,6 +181,57 @@ def test_kernel_matches_reference_on_the_simulator(precision, tq, tk, d, causal,
     assert rel_err(lse[fin], lse_ref[fin]) < (1e-5 if precision != "tf32" else 5e-3)
 
 
+# Any finite scale (issue 23): the kernel once masked with -inf before the scale
+# multiplied (-inf x 0 = NaN, -inf x -1 = +inf) and took the row max before scaling (a
+# negative scale turned it into the min). Each case has a masked or padded key (Tk not a
+# multiple of 16, or causal) except the last, whose spread of scores (+-60, d = 16)
+# overflowed exp2 when a negative scale made the "max" the smallest score.
+SCALE_CASES = [  # (precision, Tq, Tk, d, causal, scale, input size)
+    ("3xtf32", 3, 5, 8, False, 0.0, 1.0),       # the issue's repro: Tk = 5
+    ("3xtf32", 5, 3, 8, True, -0.7, 1.0),       # causal, Tq > Tk: rows with no key too
+    ("fp16", 9, 21, 16, True, 0.0, 1.0),        # two key blocks, the diagonal one masked
+    ("bf16", 3, 5, 8, False, -1e-39, 1.0),      # subnormal float32 scale x log2(e)
+    ("tf32", 4, 7, 8, True, 1e-30, 1.0),
+    ("3xtf32", 16, 16, 16, False, -1.0, 2.0),   # no mask: the max must be of scaled scores
+]
+
+
+@pytest.mark.parametrize("precision,tq,tk,d,causal,scale,size", SCALE_CASES)
+def test_kernel_is_right_for_any_finite_scale(precision, tq, tk, d, causal, scale, size,
+                                              rng):
+    """The reference's answer (tolerances as in the test above) for scale 0, negative and
+    tiny scales; never the overflow error, never -inf or NaN for a row that sees keys."""
+    q = (rng.standard_normal((1, tq, d)) * size).astype(np.float32)
+    k = (rng.standard_normal((1, tk, d)) * size).astype(np.float32)
+    v = rng.standard_normal((1, tk, d)).astype(np.float32)
+    r = {"fp16": mma.round_fp16, "bf16": mma.round_bf16}.get(precision, lambda x: x)
+    o_ref, lse_ref = attention(r(q), r(k), r(v), causal=causal, scale=scale)
+    o, lse = tc.forward(q, k, v, causal=causal, precision=precision, scale=scale)
+    fin = np.isfinite(lse_ref)
+    assert np.array_equal(np.isneginf(lse), ~fin) and np.isfinite(lse[fin]).all()
+    assert np.all(o[~fin] == 0)
+    tol = {"3xtf32": 1e-5, "tf32": 5e-3, "fp16": 2e-2, "bf16": 2e-2}[precision]
+    assert rel_err(o, o_ref) < tol
+    assert rel_err(lse[fin], lse_ref[fin]) < (1e-5 if precision != "tf32" else 5e-3)
+
+
+def test_scale_zero_on_device_arrays(rng):
+    """Device arrays skip the host's result check: at scale 0 the kernel itself must give
+    the mean of the visible v rows and lse = log(number of visible keys)."""
+    from numba import cuda
+
+    from flashcourse.cuda import forward
+    q, k, v = (rng.standard_normal((1, n, 16)).astype(np.float32) for n in (6, 5, 5))
+    o, lse = forward(*(cuda.to_device(a) for a in (q, k, v)), kernel="tensor_core",
+                     causal=True, scale=0.0)
+    o, lse = o.copy_to_host(), lse.copy_to_host()
+    seen = np.arange(6)              # causal, Tk = Tq - 1: row i sees keys 0..i-1 (i keys)
+    assert np.isneginf(lse[0, 0]) and (o[0, 0] == 0).all()
+    np.testing.assert_allclose(lse[0, 1:], np.log(seen[1:]), rtol=1e-6)
+    want = np.cumsum(v[0], axis=0)[: 5] / np.arange(1, 6)[:, None]   # (5, d) running means
+    np.testing.assert_allclose(o[0, 1:], want, rtol=0, atol=1e-5)
+
+
 def test_float16_in_float16_out(rng):
     q, k, v = (rng.standard_normal((2, n, 16)).astype(np.float16) for n in (17, 30, 30))
     o, lse = tc.forward(q, k, v, causal=True)

@@ -22,13 +22,23 @@ Without a GPU every kernel runs on Numba's CUDA simulator (slow: tiny sizes only
 The simulator runs one kernel at a time per process: under it `forward`, `backward`
 and `decode` are serialised (a lock; threads take turns and get right results). On a
 GPU calls are not serialised (`_launch`'s docstring says more).
+
+Results are checked like every other path's (`flashcourse._guards`): always for numpy
+inputs; for device arrays only with check=True (`result_check.py`: one scan kernel and
+one host sync), so that by default a device-array call never waits for the GPU.
 """
 
 from __future__ import annotations
 
-from .._guards import forward_result, lse_rowsums
+from .._checks import BACKWARD_NONFINITE_HINT, check_array
+from .._guards import forward_result, gradients_finite, lse_rowsums, o_rowsums
 from ._launch import finish, prepare, prepare_backward, serialised, simulator_note
 from .registry import FORWARD, get
+from .result_check import check_result
+
+#: What `forward` and `decode` suggest when float32 scores overflow.
+FLOAT64_ADVICE = ("use flashcourse.tiled.forward or flashcourse.cpu.forward with float64 "
+                  "inputs (the CUDA kernels compute in float32)")
 
 #: Names of the registered forward kernels (`registry.FORWARD`), in registration order.
 KERNELS = tuple(FORWARD)
@@ -36,7 +46,8 @@ KERNELS = tuple(FORWARD)
 
 @serialised
 def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
-            scale: float | None = None, allow_nonfinite: bool = False, **options):
+            scale: float | None = None, allow_nonfinite: bool = False, check: bool = False,
+            **options):
     """Exact attention forward on the GPU (or the simulator).
 
     Args:
@@ -50,6 +61,11 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
         allow_nonfinite: accept NaN/inf in numpy inputs. A row that sees a NaN or inf
             (in its q row or in a k, v row it sees) gets o = NaN and lse = NaN, and so
             does a row that a masked NaN/inf of v reaches through a tile's P V.
+        check: device-array inputs only (numpy results are always checked): check the
+            results on the device as numpy results are checked on the host
+            (`result_check.check_result`: one pass over o and lse and one host sync when
+            they are finite; a copy to the host to find the cause when not). Off by
+            default, so that a device-array call never waits for the GPU.
         options: what the kernel takes (`registry.FORWARD[kernel].options`), e.g.
             block_q, block_k (Br, Bc) for "flash" and "textbook" (square tiles there),
             threads, tm and unroll for "flash"; precision ("fp16", "bf16", "3xtf32",
@@ -67,7 +83,9 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
         naming the limit and the amounts for a configuration that cannot launch.
         ValueError for numpy inputs when a row with finite inputs that sees keys gets
         a non-finite result: the scores overflow float32 (`flashcourse._guards`).
-        Results of device-array inputs stay on the device and are not checked.
+        Results of device-array inputs stay on the device and are checked only with
+        check=True (then also ValueError naming q, k or v if one holds a NaN/inf and
+        allow_nonfinite is False).
     """
     spec = get("forward", kernel)
     given = spec.check_options(options)
@@ -76,18 +94,20 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
                                                  dtypes=spec.dtypes,
                                                  convert_to=spec.convert_to)
     o, lse = spec.run(x, **given)
+    if on_device and check:         # results stay on the device: checked on request
+        check_result(x.q, x.k, x.v, o, lse, causal=x.causal, scale=x.scale,
+                     allow_nonfinite=allow_nonfinite, advice=FLOAT64_ADVICE)
     o, lse = finish(x, (o, lse), on_device, (out_dtype, lse_dtype))
-    if on_device:                   # results stay on the device: not checked (see Raises)
+    if on_device:
         return o, lse
     return forward_result(q, k, v, o, lse, x.causal, scale=x.scale,
                           allow_nonfinite=allow_nonfinite, compute="float32",
-                          advice="use flashcourse.tiled.forward or flashcourse.cpu.forward "
-                                 "with float64 inputs (the CUDA kernels compute in float32)")
+                          advice=FLOAT64_ADVICE)
 
 
 @serialised
 def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
-             scale: float | None = None, **options):
+             scale: float | None = None, check: bool = False, **options):
     """Gradients of attention on the GPU (or Numba's simulator), fp32, P recomputed from lse.
 
     Same contract as `flashcourse.tiled.backward`: q (..., Tq, d), k, v (..., Tk, d),
@@ -104,16 +124,26 @@ def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
         options: block_q, block_k (Br, Bc) of the fast kernels (multiples of the thread
             layout: 16 on a GPU, 4 under the simulator); None = a default for d.
         causal, scale: as in the forward.
+        check: device-array inputs only (numpy inputs are always checked): run the
+            checks below on host copies of the inputs and results (a full copy and a
+            host sync; off by default).
 
     Returns:
         (dq, dk, dv) shaped like q, k, v.
 
-    Raises:
-        ValueError "lse does not match the inputs" (numpy inputs) when a recomputed row
-        of P does not sum to 1: every kernel adds up its rows of P (psum; Br atomic adds
-        per tile in the fast kernels) and `flashcourse._guards.lse_rowsums` compares
-        the sums with 1 (1e-3 plus float32 rounding terms), and rejects lse = -inf for
-        a row that sees keys. Device-array inputs are not checked.
+    Raises (numpy inputs; device arrays with check=True):
+        ValueError naming the argument for bad input: shapes, dtypes, NaN/inf, a
+        float64 value beyond float32's range.
+        ValueError "lse does not match the inputs" when a recomputed row of P does not
+        sum to 1: every kernel adds up its rows of P (psum; Br atomic adds per tile in
+        the fast kernels) and `flashcourse._guards.lse_rowsums` compares the sums with 1
+        (1e-3 plus float32 rounding terms), and rejects lse = -inf for a row that sees
+        keys.
+        ValueError "the gradients overflow float32" when dq, dk or dv is not finite
+        (`_guards.gradients_finite`; "do not fit float16" for float16 inputs).
+        ValueError "o does not match the inputs" when o is not the forward's output:
+        the kernels add up each row of dS = P (dP - D) too (dsum, beside psum), which
+        is do_i . (P V - o)_i, and `_guards.o_rowsums` compares it with 0.
     """
     from numba import cuda
 
@@ -122,11 +152,27 @@ def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
     simulator_note()
     x, on_device, out_dtype = prepare_backward(q, k, v, o, lse, do, causal, scale)
     psum = cuda.device_array((x.bh, x.tq), dtype="float32")   # (BH, Tq) sum_j P_ij
-    grads = spec.run(x, psum=psum, **given)
-    if not on_device:
-        lse_rowsums(x.unflatten(psum.copy_to_host()), q, k, lse, x.causal, x.scale,
-                    "float32")
-    return finish(x, grads, on_device, (out_dtype,) * 3)
+    dsum = cuda.device_array((x.bh, x.tq), dtype="float32")   # (BH, Tq) sum_j dS_ij
+    grads = spec.run(x, psum=psum, dsum=dsum, **given)
+    if on_device and not check:        # results stay on the device: checked on request
+        return finish(x, grads, True, (out_dtype,) * 3)
+    g32 = [g.copy_to_host() for g in grads]                       # (BH, T, d) float32
+    if on_device:
+        host = [a.copy_to_host() for a in (x.q, x.k, x.v, x.o, x.lse, x.do)]
+        for name, a in zip(("q", "k", "v", "o", "do"), host[:4] + host[5:]):
+            check_array(a, f"{name} (a device array)", hint=BACKWARD_NONFINITE_HINT)
+        returned = g32
+    else:                              # the caller's arrays, flattened to (BH, T, ...)
+        host = [a.reshape(x.bh, *a.shape[-2:]) for a in (q, k, v, o)]
+        host += [lse.reshape(x.bh, x.tq), do.reshape(x.bh, x.tq, x.d)]
+        returned = [g.astype(out_dtype, copy=False) for g in g32]
+    hq, hk, hv, ho, hl, hdo = host
+    lse_rowsums(psum.copy_to_host(), hq, hk, hl, x.causal, x.scale, "float32")
+    gradients_finite(list(zip(g32, returned)), "float32")
+    o_rowsums(dsum.copy_to_host(), hq, hk, hv, ho, hl, hdo, x.causal, x.scale, "float32")
+    if on_device:
+        return finish(x, grads, True, (out_dtype,) * 3)
+    return tuple(x.unflatten(g) for g in returned)
 
 
 def extra_device_bytes(kernel: str, bh: int, tq: int, tk: int, d: int = 0) -> int:
@@ -142,6 +188,8 @@ def decode(q, k, v, **options):
     """Flash-Decoding on the GPU (or the simulator): q (B, Hq, Tq, d), k, v (B, Hkv, Tk, d)
     with Hq a multiple of Hkv (GQA, K and V never copied). See
     `flashcourse.cuda.decode_kernels.decode` for the options (num_splits, block_k, causal,
-    scale, ...). Returns o (B, Hq, Tq, d) and lse (B, Hq, Tq)."""
+    scale, allow_nonfinite, check, ...). Returns o (B, Hq, Tq, d) and lse (B, Hq, Tq);
+    numpy results are checked as `forward`'s are (overflow raises, NaN stays NaN), device
+    results with check=True."""
     from .decode_kernels import decode as run_decode
     return run_decode(q, k, v, **options)

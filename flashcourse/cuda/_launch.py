@@ -254,11 +254,22 @@ def prepare_backward(q, k, v, o, lse, do, causal, scale):
     h = flatten_heads(q, k, v, causal=causal, scale=scale, o=o, lse=lse, do=do)
     _check_grid(h.bh)
 
-    def dev(a):
-        return cuda.to_device(np.ascontiguousarray(a, np.float32))
+    def dev(name, a):
+        with np.errstate(over="ignore"):
+            a32 = np.ascontiguousarray(a, np.float32)
+        lost = np.isfinite(a) & ~np.isfinite(a32)        # float64 values beyond float32
+        if lost.any():
+            raise ValueError(
+                f"{name} has values beyond float32's range (|{name}| up to "
+                f"{float(np.abs(a[lost]).max()):.3g}; float32 holds at most "
+                f"{float(np.finfo(np.float32).max):.3g}), and the CUDA backward computes in "
+                f"float32: scale the inputs down or use flashcourse.tiled.backward with "
+                f"float64 inputs")
+        return cuda.to_device(a32)
 
-    x = Heads(dev(h.q), dev(h.k), dev(h.v), h.lead, h.tq, h.tk, h.d, h.scale, h.causal,
-              np.dtype(np.float32), o=dev(h.o), lse=dev(h.lse), do=dev(h.do))
+    x = Heads(dev("q", h.q), dev("k", h.k), dev("v", h.v), h.lead, h.tq, h.tk, h.d, h.scale,
+              h.causal, np.dtype(np.float32), o=dev("o", h.o), lse=dev("lse", h.lse),
+              do=dev("do", h.do))
     return x, False, h.dtype
 
 

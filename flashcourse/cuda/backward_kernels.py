@@ -8,7 +8,9 @@ Kernel versions, side by side (same contract, all validated against
 `flashcourse.reference.attention_backward` in float64 before they are timed):
 
   0. delta            D = rowsum(dO * O): one thread per query row. Reads 2 Tq d 4 B,
-                      writes Tq 4 B. Every version below runs it first.
+                      writes Tq 4 B. Every version below runs it first, and adds up each
+                      recomputed row of P and of dS (psum, dsum: the lse and o checks of
+                      `flashcourse.cuda.backward`, `_guards.lse_rowsums` / `o_rowsums`).
   1. "simple"         the textbook version, two launches, no shared memory:
                       simple_dkdv: one thread per KEY row j loops over all visible
                         query rows i: s = scale q_i.k_j, p = exp(s - L_i),
@@ -88,16 +90,16 @@ def _sig(name):
         a3 = types.Array(float32, 3, "C")
         a2 = types.Array(float32, 2, "C")
         _SIGS.update({
-            # o, do, delta, dq, zero_dq, tq, d, psum
-            "delta": (a3, a3, a2, a3, int32, int32, int32, a2),
+            # o, do, delta, dq, zero_dq, tq, d, psum, dsum
+            "delta": (a3, a3, a2, a3, int32, int32, int32, a2, a2),
             # q, k, v, do, lse, delta, out_a, out_b, tq, tk, d, scale, causal, off
             "simple_dkdv": (a3, a3, a3, a3, a2, a2, a3, a3, int32, int32, int32, float32,
                             int32, int32),
             "simple_dq": (a3, a3, a3, a3, a2, a2, a3, int32, int32, int32, float32, int32,
-                          int32, a2),
-            # q, k, v, do, lse, delta, dq, dk, dv, tq, tk, d, scale, causal, off, psum
+                          int32, a2, a2),
+            # q, k, v, do, lse, delta, dq, dk, dv, tq, tk, d, scale, causal, off, psum, dsum
             "fast_kv": (a3, a3, a3, a3, a2, a2, a3, a3, a3, int32, int32, int32, float32,
-                        int32, int32, a2),
+                        int32, int32, a2, a2),
             # q, k, v, do, lse, delta, dq, tq, tk, d, scale, causal, off
             "fast_q": (a3, a3, a3, a3, a2, a2, a3, int32, int32, int32, float32, int32,
                        int32),
@@ -115,12 +117,14 @@ def _simple_kernels(max_d: int = SIMPLE_SMALL_D):
     MAXD = max_d
 
     @cuda.jit
-    def bwd_delta(o, do, delta, dq, zero_dq, tq, d, psum):
+    def bwd_delta(o, do, delta, dq, zero_dq, tq, d, psum, dsum):
         """D[h, i] = sum_c dO[h, i, c] O[h, i, c]; one thread per query row i.
 
         With zero_dq != 0 it also sets dQ[h, i, :] = 0, ready for atomic adds. It sets
-        psum[h, i] = 0: the kernels below add each recomputed row of P into it (the
-        lse check: a row of P sums to 1 only if lse belongs to q, k, causal, scale).
+        psum[h, i] = 0 and dsum[h, i] = 0: the kernels below add each recomputed row of
+        P and of dS into them (the lse check: a row of P sums to 1 only if lse belongs
+        to q, k, causal, scale; the o check: a row of dS = P (dP - D) sums to
+        dO_i . (P V - O)_i, 0 only if o is P V).
         """
         i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         h = cuda.blockIdx.y
@@ -132,6 +136,7 @@ def _simple_kernels(max_d: int = SIMPLE_SMALL_D):
                     dq[h, i, c] = F0
             delta[h, i] = acc
             psum[h, i] = F0
+            dsum[h, i] = F0
 
     @cuda.jit
     def simple_dkdv(q, k, v, do, lse, delta, dk, dv, tq, tk, d, scale, causal, off):
@@ -167,9 +172,9 @@ def _simple_kernels(max_d: int = SIMPLE_SMALL_D):
             dv[h, j, c] = adv[c]
 
     @cuda.jit
-    def simple_dq(q, k, v, do, lse, delta, dq, tq, tk, d, scale, causal, off, psum):
+    def simple_dq(q, k, v, do, lse, delta, dq, tq, tk, d, scale, causal, off, psum, dsum):
         """One thread per query row i: dQ_i = scale sum_j dS_ij k_j (S, P, dP recomputed);
-        psum[h, i] = sum_j P_ij."""
+        psum[h, i] = sum_j P_ij, dsum[h, i] = sum_j dS_ij."""
         i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         h = cuda.blockIdx.y
         if i >= tq:
@@ -185,6 +190,7 @@ def _simple_kernels(max_d: int = SIMPLE_SMALL_D):
             j1 = 0
         di = delta[h, i]
         ps = F0
+        dss = F0
         for j in range(j1):
             s = F0
             dp = F0
@@ -194,11 +200,13 @@ def _simple_kernels(max_d: int = SIMPLE_SMALL_D):
             p = math.exp(s * scale - li)
             ps += p
             ds = p * (dp - di)
+            dss += ds
             for c in range(d):
                 adq[c] += ds * k[h, j, c]
         for c in range(d):
             dq[h, i, c] = adq[c] * scale
         psum[h, i] = ps
+        dsum[h, i] = dss
 
     return bwd_delta, simple_dkdv, simple_dq
 
@@ -301,7 +309,8 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
     def _key_major(WITH_DQ):
         """The key-major kernel; WITH_DQ (compile-time) adds dQ_i by atomic adds."""
 
-        def kernel(q, k, v, do, lse, delta, dq, dk, dv, tq, tk, d, scale, causal, off, psum):
+        def kernel(q, k, v, do, lse, delta, dq, dk, dv, tq, tk, d, scale, causal, off, psum,
+                   dsum):
             sm = cuda.shared.array(0, float32)
             tid = cuda.threadIdx.x
             tx = tid % TX
@@ -398,14 +407,18 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
                         sm[S_OFF + row * PS + col] = p * (dp[a * MC + b] - di)
                 cuda.syncthreads()
 
-                # psum_i += rowsum(P) (the lse check): Br atomic adds per tile, against
-                # Br d for dQ. P stays in shared memory until the next barrier.
+                # psum_i += rowsum(P), dsum_i += rowsum(dS) (the lse and o checks): 2 Br
+                # atomic adds per tile, against Br d for dQ. P and dS stay in shared memory
+                # until the next barrier.
                 for r in range(tid, BR, NT):
                     if q0 + r < tq:
                         ps = F0
+                        dss = F0
                         for cc in range(BC):
                             ps += sm[P_OFF + r * PS + cc]
+                            dss += sm[S_OFF + r * PS + cc]
                         cuda.atomic.add(psum, (h, q0 + r), ps)
+                        cuda.atomic.add(dsum, (h, q0 + r), dss)
 
                 # dV_j += P^T dO_i and dK_j += dS^T Q_i: (AR, AD) per thread.
                 for r in range(BR):
@@ -683,13 +696,13 @@ def check_simple_d(d: int) -> None:
 # ---------------------------------------------------------------------------
 
 def run(qf, kf, vf, of, lse, dof, dq, dk, dv, tq, tk, d, scale, causal, *, kernel="fast",
-        block_q=None, block_k=None, ty=None, tx=None, delta=None, psum=None):
+        block_q=None, block_k=None, ty=None, tx=None, delta=None, psum=None, dsum=None):
     """Launch one backward version on flattened float32 device arrays.
 
     qf, of, dof, dq (BH, Tq, d); kf, vf, dk, dv (BH, Tk, d); lse (BH, Tq). dq, dk, dv
     are overwritten. `delta` (BH, Tq) scratch may be passed to avoid an allocation;
-    so may `psum` (BH, Tq), which receives sum_j P_ij of every recomputed row (the
-    lse check of `backward`; not checked here).
+    so may `psum` and `dsum` (BH, Tq), which receive sum_j P_ij and sum_j dS_ij of every
+    recomputed row (the lse and o checks of `backward`; not checked here).
     Returns the BackwardConfig used (None for "simple").
     """
     if kernel not in VERSIONS:
@@ -699,6 +712,8 @@ def run(qf, kf, vf, of, lse, dof, dq, dk, dv, tq, tk, d, scale, causal, *, kerne
         delta = cuda.device_array((bh, tq), dtype=np.float32)
     if psum is None:
         psum = cuda.device_array((bh, tq), dtype=np.float32)
+    if dsum is None:
+        dsum = cuda.device_array((bh, tq), dtype=np.float32)
     if kernel == "simple":
         check_simple_d(d)
     bwd_delta, simple_dkdv, simple_dq = _simple_kernels(
@@ -708,13 +723,13 @@ def run(qf, kf, vf, of, lse, dof, dq, dk, dv, tq, tk, d, scale, causal, *, kerne
     rows = 128
     zero_dq = i32(1 if kernel == "fast" else 0)         # atomics need dQ = 0 first
     bwd_delta[(ceil_div(tq, rows), bh), rows](of, dof, delta, dq, zero_dq, i32(tq), i32(d),
-                                              psum)
+                                              psum, dsum)
     if kernel == "simple":
         common = (i32(tq), i32(tk), i32(d), np.float32(scale), i32(1 if causal else 0), off)
         simple_dkdv[(ceil_div(tk, rows), bh), rows](qf, kf, vf, dof, lse, delta, dk, dv,
                                                     *common)
         simple_dq[(ceil_div(tq, rows), bh), rows](qf, kf, vf, dof, lse, delta, dq, *common,
-                                                  psum)
+                                                  psum, dsum)
         return None
     dbq, dbk, dty, dtx = default_tiles(d)
     block_q = dbq if block_q is None else block_q
@@ -729,10 +744,10 @@ def run(qf, kf, vf, of, lse, dof, dq, dk, dv, tq, tk, d, scale, causal, *, kerne
     grid_k = (ceil_div(tk, cfg.block_k), bh)
     if kernel == "fast":
         launch(kv_atomic, _sig("fast_kv"), grid_k, cfg.threads, cfg.shared_bytes,
-               args + (dq, dk, dv) + tail + (psum,))
+               args + (dq, dk, dv) + tail + (psum, dsum))
     else:
         launch(kv_plain, _sig("fast_kv"), grid_k, cfg.threads, cfg.shared_bytes,
-               args + (dq, dk, dv) + tail + (psum,))
+               args + (dq, dk, dv) + tail + (psum, dsum))
         launch(q_pass, _sig("fast_q"), (ceil_div(tq, cfg.block_q), bh), cfg.threads,
                cfg.shared_bytes, args + (dq,) + tail)
     return cfg

@@ -75,8 +75,11 @@ from ..constants import F0, FULL_MASK, LN2_F, LOG2E, NEG_INF
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ..limits import check_launch, current_limits
+from .._guards import forward_result
 from ._device import exp2_log2, reset_state
 from ._launch import launch
+from .result_check import check_result
+
 #: Most query rows (G x Tq) one block keeps in registers; more rows use more blocks.
 MAX_ROWS = 8
 #: Bytes per vector load.
@@ -432,7 +435,7 @@ def make_split_kernel(cfg: DecodeConfig):
                     lt += sm[U(L_OFF + t * ROWS + rr)] * w
                     at += sm[U(A_OFF + (t * ROWS + rr) * D + c)] * w
                 row = row_base + r0 + rr
-                if lt > F0:
+                if lt != F0:                              # (a NaN stays NaN)
                     o_part[U(split), U(row), U(c)] = at / lt
                     if c == 0:
                         lse_part[U(split), U(row)] = (mx + log2(lt)) * LN2_F
@@ -472,9 +475,9 @@ def make_combine_kernel(threads: int):
             for s in range(n_splits):
                 w = math.exp(lse_part[U(s), U(row)] - m_use)
                 at += w * o_part[U(s), U(row), U(c)]
-            o[U(row), U(c)] = at / total if total > F0 else F0
+            o[U(row), U(c)] = at / total if total != F0 else F0     # NaN stays NaN
         if tid == 0:
-            lse[U(row)] = m_use + math.log(total) if total > F0 else NEG_INF
+            lse[U(row)] = m_use + math.log(total) if total != F0 else NEG_INF
 
     decode_combine.__name__ = f"decode_combine_t{NT}"
     return cuda.jit(decode_combine)
@@ -573,7 +576,7 @@ def _aligned(x) -> bool:
 
 
 def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
-           allow_nonfinite=False, unroll=None, warps=None, row_groups=None,
+           allow_nonfinite=False, check=False, unroll=None, warps=None, row_groups=None,
            blocks_per_sm=None):
     """Flash-Decoding on the GPU (or the simulator): exact attention, fp32 arithmetic.
 
@@ -588,6 +591,11 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
             for this GPU.
         block_k: splits are cut in whole blocks of block_k keys (default 64).
         causal: bottom-right aligned mask; scale: default 1/sqrt(d).
+        allow_nonfinite: accept NaN/inf in numpy inputs: the rows that see one get
+            o = NaN, lse = NaN (never the empty row's o = 0, lse = -inf).
+        check: device-array inputs only: check the results on the device as numpy
+            results are checked (`result_check.check_result`: one pass over o and lse
+            and one host sync; off by default, so a call never waits for the GPU).
         unroll, warps, row_groups: split-kernel variant (keys per lane group loaded
             before use, warps per block, groups of warps that share the query rows);
             blocks_per_sm: the heuristic's residency assumption.
@@ -595,6 +603,12 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
     Returns:
         o (B, Hq, Tq, d), lse (B, Hq, Tq) natural-log logsumexp (float32; float64 for
         float64 numpy input). A row with no visible key gives o = 0, lse = -inf.
+
+    Raises:
+        ValueError/TypeError naming the argument for bad input. ValueError when a row
+        that sees keys and has finite inputs gets a non-finite result (the scores
+        overflow float32; `flashcourse._guards.forward_result`, as `cuda.forward`):
+        always for numpy inputs, with check=True for device arrays.
     """
     from .. import decode as np_decode
     from .._checks import check_causal, check_scale
@@ -667,11 +681,19 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
         o_part = lse_part = None
     run(qf, kf, vf, o, lse, o_part, lse_part, tq=tq, group=group, d=d, scale=scale,
         causal=causal, num_splits=ns, keys_per_split=per, cfg=cfg)
+    advice = ("use flashcourse.decode.split_kv_forward with float64 inputs (the CUDA "
+              "kernels compute in float32)")
     if on_device:
-        return o.reshape(b, hq, tq, d), lse.reshape(b, hq, tq)
+        o, lse = o.reshape(b, hq, tq, d), lse.reshape(b, hq, tq)
+        if check:
+            check_result(dev[0], dev[1], dev[2], o, lse, causal=causal, scale=scale,
+                         allow_nonfinite=allow_nonfinite, kv_group=group, advice=advice)
+        return o, lse
     o_h = o.copy_to_host().astype(out_dtype, copy=False).reshape(b, hq, tq, d)
     lse_h = lse.copy_to_host().astype(lse_dtype, copy=False).reshape(b, hq, tq)
-    return o_h, lse_h
+    return forward_result(q, k, v, o_h, lse_h, causal, compute="float32",
+                          allow_nonfinite=allow_nonfinite, scale=scale, advice=advice,
+                          kv_group=group)
 
 
 def workspace_bytes(num_splits: int, rows: int, d: int) -> int:

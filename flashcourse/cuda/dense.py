@@ -110,11 +110,11 @@ def make_dense_kernels(tile: int = 16, softmax_threads: int = 128):
             cuda.syncthreads()
             width //= 2
         total = red[0]
-        inv = F1 / total if total > F0 else F0
+        inv = F1 / total if total != F0 else F0          # a NaN sum stays NaN
         for j in range(tx, tk, NS):
             s[h, i, j] = math.exp(s[h, i, j] - m_use) * inv
         if tx == 0:
-            lse[h, i] = m + math.log(total) if total > F0 else NEG_INF
+            lse[h, i] = m + math.log(total) if total != F0 else NEG_INF
 
     def dense_pv(p, v, o, tq, tk, d):
         # O[h, i, x] = sum_j P[h, i, j] V[h, j, x]; grid (d/T, Tq/T, BH)

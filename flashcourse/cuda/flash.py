@@ -367,7 +367,7 @@ def make_flash_kernel(block_q: int = 64, block_k: int = 64, threads: int = 256, 
             if not SHUFFLE:
                 cuda.syncthreads()
             if row < tq:
-                if lt > F0:
+                if lt != F0:               # (a NaN sum stays NaN: never looks masked)
                     inv = F1 / lt
                     for j in range(TD):
                         col = tx + CT * j

@@ -12,8 +12,9 @@ dicts; nothing else lists the kernels. One entry says everything a caller needs:
                  returns (o (BH, Tq, d), lse (BH, Tq)); a backward (dq, dk, dv). `out`,
                  when given, holds those arrays already allocated (benchmarks time the
                  kernel alone, and poison the outputs to check every element is written).
-                 A backward also takes psum=None: a (BH, Tq) float32 device array that
-                 receives sum_j P_ij of each recomputed row (the lse check of `backward`).
+                 A backward also takes psum=None and dsum=None: (BH, Tq) float32 device
+                 arrays that receive sum_j P_ij and sum_j dS_ij of each recomputed row (the
+                 lse and o checks of `backward`).
     options      the keyword options it accepts; any other one given is an error
     extra_bytes  device memory it allocates beyond inputs and outputs, (bh, tq, tk, d) -> B
     description  one line
@@ -159,7 +160,7 @@ def _run_tensor_core(x, out=None, **options):
 
 
 def _backward_runner(version: str):
-    def run(x, out=None, block_q=None, block_k=None, psum=None):
+    def run(x, out=None, block_q=None, block_k=None, psum=None, dsum=None):
         from numba import cuda
 
         from . import backward_kernels
@@ -170,7 +171,7 @@ def _backward_runner(version: str):
         dq, dk, dv = out
         backward_kernels.run(x.q, x.k, x.v, x.o, x.lse, x.do, dq, dk, dv, x.tq, x.tk, x.d,
                              x.scale, x.causal, kernel=version, block_q=block_q,
-                             block_k=block_k, psum=psum)
+                             block_k=block_k, psum=psum, dsum=dsum)
         return dq, dk, dv
     run.__name__ = f"run_{version}"
     return run

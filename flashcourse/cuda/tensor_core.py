@@ -332,7 +332,8 @@ def _check_fp16_range(arrays) -> None:
 
 
 def forward(q, k, v, *, causal: bool = False, scale: float | None = None,
-            precision: str | None = None, allow_nonfinite: bool = False, **tiles):
+            precision: str | None = None, allow_nonfinite: bool = False,
+            check: bool = False, **tiles):
     """`flashcourse.cuda.forward(q, k, v, kernel="tensor_core", ...)`, which also takes
     bfloat16 arrays of the ml_dtypes package (run as "bf16", returned as bfloat16).
 
@@ -340,7 +341,8 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None,
     (-> 3xTF32), numpy or device arrays. `precision` overrides that choice: "fp16" or
     "bf16" round float32/64 inputs to 16 bits first (o comes back in the input dtype,
     holding 16-bit values), "3xtf32", or "tf32" (one pass, ~1e-3). Tiles (warps,
-    block_k, m_tiles, prefetch, min_blocks) pick the variant (None: `default_tiles`).
+    block_k, m_tiles, prefetch, min_blocks) pick the variant (None: `default_tiles`);
+    check: check device-array results on the device, as `flashcourse.cuda.forward` says.
     Returns o (..., Tq, d) in the input dtype and lse (..., Tq) (float32; float64 for
     float64 input); a row with no visible key gives o = 0, lse = -inf.
     """
@@ -352,7 +354,8 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None,
         q, k, v = (a.astype(np.float32) for a in (q, k, v))
         precision = "bf16" if precision is None else precision
     o, lse = cuda_forward(q, k, v, kernel="tensor_core", causal=causal, scale=scale,
-                          allow_nonfinite=allow_nonfinite, precision=precision, **tiles)
+                          allow_nonfinite=allow_nonfinite, check=check, precision=precision,
+                          **tiles)
     return (o.astype(_bfloat16_dtype()) if bf16_in else o), lse
 
 

@@ -29,6 +29,16 @@ The idea (FlashAttention-2 "split-Q")
     Causal key blocks entirely above the diagonal are never visited; the diagonal
     and ragged blocks are masked element by element.
 
+Any finite scale (SCALE: 0, negative, tiny)
+    The scale multiplies S inside the exponent, exp2(S qscale - m): one FMA, so an
+    unmasked tile pays nothing for it. Two cases need care. A negative scale would
+    turn the row max of S into the min of the scaled scores: the kernel negates q once,
+    as it loads Q's fragments (exact: only the sign bits change), and uses |scale|. A
+    masked score must be -inf after scaling, and -inf x 0 is NaN, -inf x (-1) is +inf:
+    a tile that needs a mask (the ragged last one, those on the causal diagonal) scales
+    its scores first, then writes -inf where masked, and uses a scale of 1 for the rest
+    of the tile. Unmasked tiles run the same instructions as with a positive scale.
+
 The bytes it moves (one head, no causal skipping; e bytes per element: 2 or 4)
     reads Q once (Tq d e), K and V once per query block (2 Tk d e Tq/Br, mostly from
     L2), writes O (Tq d e) and lse (Tq 4 B).
@@ -76,6 +86,7 @@ Z32 = np.uint32(0)
 LO16 = np.uint32(0xFFFF)
 HI16 = np.uint32(0xFFFF0000)
 SH16 = np.uint32(16)
+SIGN2 = np.uint32(0x80008000)      # the sign bits of both 16-bit halves of a word
 
 
 def _jit(fn, cfg):
@@ -165,6 +176,9 @@ def make_half_kernel(cfg):
         q0 = cuda.blockIdx.x * BR
         wrow = q0 + warp * 16 * MT + g   # row of (m-tile mt, half hf): wrow + 16 mt + 8 hf
         par = 0                        # simulator scratch buffer parity
+        # a negative scale: negate q (exact, the sign bits) and use |scale| (see SCALE)
+        qsign = SIGN2 if qscale < F0 else Z32
+        qsc = -qscale if qscale < F0 else qscale
 
         # Q fragments (A operand of S), kept in registers: reads Br*d*e bytes once
         qa = cuda.local.array(QREGS, uint32)
@@ -174,10 +188,10 @@ def make_half_kernel(cfg):
             for kk in range(KT):
                 w0 = kk * 8 + t
                 base = 4 * (mt * KT + kk)
-                qa[base + 0] = q[U(h), U(r0), U(w0)] if r0 < tq else Z32
-                qa[base + 1] = q[U(h), U(r1), U(w0)] if r1 < tq else Z32
-                qa[base + 2] = q[U(h), U(r0), U(w0 + 4)] if r0 < tq else Z32
-                qa[base + 3] = q[U(h), U(r1), U(w0 + 4)] if r1 < tq else Z32
+                qa[base + 0] = (q[U(h), U(r0), U(w0)] if r0 < tq else Z32) ^ qsign
+                qa[base + 1] = (q[U(h), U(r1), U(w0)] if r1 < tq else Z32) ^ qsign
+                qa[base + 2] = (q[U(h), U(r0), U(w0 + 4)] if r0 < tq else Z32) ^ qsign
+                qa[base + 3] = (q[U(h), U(r1), U(w0 + 4)] if r1 < tq else Z32) ^ qsign
 
         acc = cuda.local.array(OREGS, float32)   # O accumulator fragments, 16 MT x D
         s = cuda.local.array(SREGS, float32)     # S / P fragments, 16 MT x Bc
@@ -286,15 +300,21 @@ def make_half_kernel(cfg):
                         s[sb + 2] = x2
                         s[sb + 3] = x3
 
-            # mask the ragged last key block and the blocks on the causal diagonal
+            # mask the ragged last key block and the blocks on the causal diagonal: there
+            # the scores are scaled first, so a masked -inf never meets the scale (SCALE)
+            sc = qsc
             if k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off):
                 for mt in range(MT):
                     for n in range(NS):
                         for i in range(4):
                             col = k0 + n * 8 + 2 * t + (i % 2)
                             row = wrow + 16 * mt + 8 * (i // 2)
+                            j = 4 * (mt * NS + n) + i
                             if col >= tk or (causal != 0 and col > row + off):
-                                s[4 * (mt * NS + n) + i] = NEG_INF
+                                s[j] = NEG_INF
+                            else:
+                                s[j] = s[j] * qsc
+                sc = F1
 
             # online softmax; row (mt, hf) holds s[4 (mt NS + n) + 2 hf + {0, 1}]
             for mt in range(MT):
@@ -303,7 +323,7 @@ def make_half_kernel(cfg):
                     for n in range(NS):
                         sb = 4 * (mt * NS + n) + 2 * hf
                         x = max(x, max(s[sb], s[sb + 1]))
-                    x = quad_max(x, red, tid) * qscale
+                    x = quad_max(x, red, tid) * sc          # sc >= 0: max(s) sc = max(s sc)
                     ri = 2 * mt + hf
                     mn = max(m[ri], x)
                     mu[ri] = mn if mn != NEG_INF else F0      # a row fully masked so far
@@ -315,10 +335,10 @@ def make_half_kernel(cfg):
                     ps = F0
                     for n in range(NS):
                         sb = 4 * (mt * NS + n) + 2 * hf
-                        p = exp2(s[sb] * qscale - mu[ri])
+                        p = exp2(s[sb] * sc - mu[ri])
                         s[sb] = p
                         ps += p
-                        p = exp2(s[sb + 1] * qscale - mu[ri])
+                        p = exp2(s[sb + 1] * sc - mu[ri])
                         s[sb + 1] = p
                         ps += p
                     lp[ri] = lp[ri] * alpha[ri] + ps
@@ -356,14 +376,14 @@ def make_half_kernel(cfg):
             for hf in range(2):
                 ri = 2 * mt + hf
                 lt = quad_sum(lp[ri], red, tid)
-                inv = F1 / lt if lt > F0 else F0          # no visible key: o = 0
+                inv = F1 / lt if lt != F0 else F0         # no visible key: o = 0 (NaN: NaN)
                 row = wrow + 16 * mt + 8 * hf
                 if row < tq:
                     for n in range(NO):
                         ob = 4 * (mt * NO + n) + 2 * hf
                         o[U(h), U(row), U(n * 4 + t)] = PACK(acc[ob] * inv, acc[ob + 1] * inv)
                     if t == 0:
-                        lse[U(h), U(row)] = (m[ri] + log2(lt)) * LN2_F if lt > F0 else NEG_INF
+                        lse[U(h), U(row)] = (m[ri] + log2(lt)) * LN2_F if lt != F0 else NEG_INF
 
     tc_half_forward.__name__ = (f"tc_{cfg.precision}_w{NW}_k{BC}_d{D}_m{MT}"
                                 + ("_pf" if PREFETCH else "") + ("_sim" if SIM else ""))
@@ -410,6 +430,8 @@ def make_tf32_kernel(cfg, passes: int):
         r0 = q0 + warp * 16 + g
         r1 = r0 + 8
         par = 0
+        neg = qscale < F0              # a negative scale: negate q (exact), use |scale|
+        qsc = -qscale if neg else qscale
 
         # Q fragments (tf32 A layout: cols t and t + 4 of each k8 step), split once
         qb = cuda.local.array(QREGS, uint32)
@@ -419,6 +441,7 @@ def make_tf32_kernel(cfg, passes: int):
                 row = r0 if i % 2 == 0 else r1
                 col = kk * 8 + t + 4 * (i // 2)
                 x = q[U(h), U(row), U(col)] if row < tq else F0
+                x = -x if neg else x
                 big = TF32(x)
                 qb[4 * kk + i] = big
                 qs[4 * kk + i] = TF32(x - AS_F32(big))
@@ -512,6 +535,7 @@ def make_tf32_kernel(cfg, passes: int):
                     s[4 * n + 2] = c2
                     s[4 * n + 3] = c3
 
+            sc = qsc                   # masked tiles: scaled first, then masked (SCALE)
             if k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off):
                 for n in range(NS):
                     for i in range(4):
@@ -519,14 +543,17 @@ def make_tf32_kernel(cfg, passes: int):
                         row = r0 if i < 2 else r1
                         if col >= tk or (causal != 0 and col > row + off):
                             s[4 * n + i] = NEG_INF
+                        else:
+                            s[4 * n + i] = s[4 * n + i] * qsc
+                sc = F1
 
             x0 = NEG_INF
             x1 = NEG_INF
             for n in range(NS):
                 x0 = max(x0, max(s[4 * n], s[4 * n + 1]))
                 x1 = max(x1, max(s[4 * n + 2], s[4 * n + 3]))
-            x0 = quad_max(x0, red, tid) * qscale
-            x1 = quad_max(x1, red, tid) * qscale
+            x0 = quad_max(x0, red, tid) * sc
+            x1 = quad_max(x1, red, tid) * sc
             mn0 = max(m0, x0)
             mn1 = max(m1, x1)
             mu0 = mn0 if mn0 != NEG_INF else F0
@@ -538,16 +565,16 @@ def make_tf32_kernel(cfg, passes: int):
             ps0 = F0
             ps1 = F0
             for n in range(NS):
-                p = exp2(s[4 * n] * qscale - mu0)
+                p = exp2(s[4 * n] * sc - mu0)
                 s[4 * n] = p
                 ps0 += p
-                p = exp2(s[4 * n + 1] * qscale - mu0)
+                p = exp2(s[4 * n + 1] * sc - mu0)
                 s[4 * n + 1] = p
                 ps0 += p
-                p = exp2(s[4 * n + 2] * qscale - mu1)
+                p = exp2(s[4 * n + 2] * sc - mu1)
                 s[4 * n + 2] = p
                 ps1 += p
-                p = exp2(s[4 * n + 3] * qscale - mu1)
+                p = exp2(s[4 * n + 3] * sc - mu1)
                 s[4 * n + 3] = p
                 ps1 += p
             l0 = l0 * alpha0 + ps0
@@ -596,20 +623,20 @@ def make_tf32_kernel(cfg, passes: int):
 
         l0 = quad_sum(l0, red, tid)
         l1 = quad_sum(l1, red, tid)
-        inv0 = F1 / l0 if l0 > F0 else F0
-        inv1 = F1 / l1 if l1 > F0 else F0
+        inv0 = F1 / l0 if l0 != F0 else F0      # l = 0: no visible key; NaN stays NaN
+        inv1 = F1 / l1 if l1 != F0 else F0
         if r0 < tq:
             for n in range(NO):
                 o[U(h), U(r0), U(n * 8 + 2 * t)] = acc[4 * n] * inv0
                 o[U(h), U(r0), U(n * 8 + 2 * t + 1)] = acc[4 * n + 1] * inv0
             if t == 0:
-                lse[U(h), U(r0)] = (m0 + log2(l0)) * LN2_F if l0 > F0 else NEG_INF
+                lse[U(h), U(r0)] = (m0 + log2(l0)) * LN2_F if l0 != F0 else NEG_INF
         if r1 < tq:
             for n in range(NO):
                 o[U(h), U(r1), U(n * 8 + 2 * t)] = acc[4 * n + 2] * inv1
                 o[U(h), U(r1), U(n * 8 + 2 * t + 1)] = acc[4 * n + 3] * inv1
             if t == 0:
-                lse[U(h), U(r1)] = (m1 + log2(l1)) * LN2_F if l1 > F0 else NEG_INF
+                lse[U(h), U(r1)] = (m1 + log2(l1)) * LN2_F if l1 != F0 else NEG_INF
 
     tc_tf32_forward.__name__ = (f"tc_{cfg.precision}_w{NW}_k{BC}_d{D}"
                                 + ("_pf" if PREFETCH else "") + ("_sim" if SIM else ""))

@@ -107,7 +107,9 @@ def make_textbook_kernel(block: int = 32):
                     sm[ss + tx * B + y] = s
                     row_m = max(row_m, s)
                 m_new = max(m, row_m)
-                if m_new != NEG_INF:          # at least one visible key so far
+                # the block holds a key this row sees (so a NaN score is never skipped:
+                # max() drops NaN, and a NaN row would look masked)
+                if k0 < tk and (causal == 0 or k0 <= row + off):
                     alpha = math.exp(m - m_new)   # 0 when m = -inf
                     row_l = F0
                     for y in range(B):
@@ -123,7 +125,7 @@ def make_textbook_kernel(block: int = 32):
                             pv += sm[ss + tx * B + y] * sm[vs + y * d + x]
                         o[h, row, x] = alpha * o[h, row, x] + pv
         if row < tq:
-            if l > F0:
+            if l != F0:             # (a NaN sum stays NaN: never looks masked)
                 inv = F1 / l
                 for x in range(d):
                     o[h, row, x] *= inv
