@@ -505,7 +505,7 @@ def main(argv=None):
         if args.bench or args.variants:
             raise SystemExit("--simulator-smoke only checks: nothing is timed")
         shapes = [(1, 2, 1, 1, 20, 8, 3, 4, False), (1, 4, 2, 3, 9, 5, 2, 4, True),
-                  (1, 2, 2, 2, 1, 16, 2, 8, True)]
+                  (1, 2, 2, 2, 1, 16, 1, 8, True)]
         ok = check(np.random.default_rng(0), {}, shapes=shapes)
         return 0 if ok else 1
 

@@ -414,7 +414,7 @@ def test_device_scan_flags_only_rows_that_see_keys():
 DEVICE_FORWARDS = {
     "flash": lambda *a, **kw: fcuda.forward(*a, kernel="flash", **kw),
     "tensor_core": lambda *a, **kw: fcuda.forward(*a, kernel="tensor_core", **kw),
-    "decode": lambda *a, **kw: fcuda.decode(*a, num_splits=2, block_k=2, **kw),
+    "decode": lambda *a, **kw: fcuda.decode(*a, num_splits=2, block_k=1, **kw),
 }
 
 
