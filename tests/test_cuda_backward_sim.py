@@ -14,6 +14,7 @@ import flashcourse.cuda
 from flashcourse.cuda import backward
 from flashcourse.cuda.backward_kernels import plan
 from flashcourse.cuda.registry import BACKWARD
+from flashcourse.gpu import using_simulator
 from helpers import rel_err
 
 TOL = 1e-4
@@ -48,11 +49,18 @@ def test_kernel_matches_reference(kernel, tq, tk, d, causal):
         assert empty.any() and np.all(got[0][:, empty] == 0)
 
 
+#: explicit (Br, Bc) that fit the fast kernel's thread layout: 4 x 4 simulator threads,
+#: 8 rows x 16 columns of threads on a GPU (Br, Bc multiples of those)
+SMALL_BLOCKS = (4, 8) if using_simulator() else (8, 16)
+TALL_BLOCKS = (32, 8) if using_simulator() else (32, 16)
+
+
 def test_explicit_blocks_and_float64_io():
     q, k, v, o, lse, do = problem(10, 9, 4, True, seed=3, lead=(), scale=0.3)
     q, k, v, o, do = (x.astype(np.float64) for x in (q, k, v, o, do))
-    got = backward(q, k, v, o, lse.astype(np.float64), do, kernel="fast", block_q=4,
-                      block_k=8, causal=True, scale=0.3)
+    block_q, block_k = SMALL_BLOCKS
+    got = backward(q, k, v, o, lse.astype(np.float64), do, kernel="fast", block_q=block_q,
+                      block_k=block_k, causal=True, scale=0.3)
     ref = reference.attention_backward(q, k, v, do, causal=True, scale=0.3)
     assert all(g.dtype == np.float64 for g in got)
     assert all(rel_err(g, r) <= TOL for g, r in zip(got, ref))
@@ -86,6 +94,8 @@ def test_block_larger_than_thread_count():
     # 16 simulator threads, Br = 32 rows: every row's L and D must still be loaded
     q, k, v, o, lse, do = problem(37, 21, 3, True, seed=5, lead=())
     ref = reference.attention_backward(q, k, v, do, causal=True)
+    block_q, block_k = TALL_BLOCKS
     for kern in ("fast", "fast_two_pass"):
-        got = backward(q, k, v, o, lse, do, kernel=kern, block_q=32, block_k=8, causal=True)
+        got = backward(q, k, v, o, lse, do, kernel=kern, block_q=block_q, block_k=block_k,
+                       causal=True)
         assert all(rel_err(g, r) <= TOL for g, r in zip(got, ref)), kern
