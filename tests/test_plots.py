@@ -8,7 +8,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from flashcourse.plots import memory, roofline, softmax, tiles  # noqa: E402
+from flashcourse.plots import memory, roofline, softmax, style, tiles, traffic  # noqa: E402
 from flashcourse.gpus import GPUS  # noqa: E402
 
 
@@ -63,3 +63,36 @@ def test_bad_arguments_are_named():
         softmax.plot_merge_tree(cuts=(2, 4))
     with pytest.raises(ValueError, match="gpu"):
         memory.plot_memory_hierarchy("V100")
+
+
+def _decode_roofline():
+    """plot_decode_roofline with the recorded H200 results, as notebook 11 calls it."""
+    from flashcourse import decode_io
+    rec = decode_io.load_results()
+    ax = roofline.plot_decode_roofline(rec["bench"], copy_bytes_per_s=decode_io.copy_bandwidth(rec),
+                                       peak_flops_per_s=GPUS["H200"].fp16_tensor_flops_per_s)
+    return ax.figure
+
+
+#: every plot function of plots.memory, softmax, tiles, traffic and roofline, at its
+#: defaults (the decode roofline, which needs results, with the recorded ones)
+READABLE_PART_A = {**PLOTS, "score_memory": memory.plot_score_memory,
+                   "tile_schedule": tiles.plot_tile_schedule,
+                   "traffic_vs_length": traffic.plot_traffic_vs_length,
+                   "traffic_vs_budget": traffic.plot_traffic_vs_budget,
+                   "decode_roofline": _decode_roofline}
+
+
+@pytest.mark.parametrize("name", sorted(READABLE_PART_A))
+def test_readable_part_a(name):
+    """At its defaults each figure fits JupyterLab's output area at 1280 px unshrunk
+    (as the inline backend shows it) and has no text under MIN_FONT_PT (issue 26)."""
+    import matplotlib.pyplot as plt
+    fig = READABLE_PART_A[name]()
+    try:
+        width = style.width_in(fig)
+        size, text = style.smallest_text(fig)
+        assert width <= style.MAX_WIDTH_IN, f"{name}: {width:.2f} in wide"
+        assert size >= style.MIN_FONT_PT, f"{name}: {text!r} at {size:g} pt"
+    finally:
+        plt.close(fig)

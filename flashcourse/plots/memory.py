@@ -48,12 +48,12 @@ def plot_memory_hierarchy(gpu: str = "H200"):
     plt = _plt()
     from matplotlib.patches import Polygon
     levels = memory_levels(gpu)
-    fig, ax = plt.subplots(figsize=(11, 4.6))
+    fig, ax = plt.subplots(figsize=(9.2, 5.2))
     colours = ("#8172b3", "#55a868", "#4c72b0", "#c44e52")
     n = len(levels)
     for row, (lev, colour) in enumerate(zip(levels, colours, strict=True)):
         top, bottom = n - row, n - row - 1                     # y of the band
-        half_top, half_bottom = 0.9 + 0.55 * row, 0.9 + 0.55 * (row + 1)
+        half_top, half_bottom = 0.75 + 0.45 * row, 0.75 + 0.45 * (row + 1)
         ax.add_patch(Polygon([(-half_bottom, bottom + 0.04), (half_bottom, bottom + 0.04),
                               (half_top, top - 0.04), (-half_top, top - 0.04)],
                              closed=True, facecolor=colour, alpha=0.85, edgecolor="white"))
@@ -62,22 +62,25 @@ def plot_memory_hierarchy(gpu: str = "H200"):
         size = binary_size(lev["total_bytes"])
         if lev["per_sm_bytes"] is not None:
             size += f" in all ({binary_size(lev['per_sm_bytes'])} per SM)"
-        bw = "bandwidth: " + _rate(lev["bandwidth"], "B/s")
+        bw = "bandwidth " + _rate(lev["bandwidth"], "B/s")
         if lev["name"].startswith("shared") and lev["bandwidth"] is not None:
             bw += " (derived*)"
-        ax.text(3.3, bottom + 0.62, f"{size};  {bw}", va="center", fontsize=10)
-        ax.text(3.3, bottom + 0.28, lev["note"], va="center", fontsize=9, color="#444444")
-    ax.annotate("", xy=(-3.4, 0.1), xytext=(-3.4, n - 0.1),
+        # one fact per line: capacity; bandwidth; who manages it
+        ax.text(2.9, bottom + 0.5, f"{size}\n{bw}", va="bottom", fontsize=10,
+                linespacing=1.3)
+        ax.text(2.9, bottom + 0.43, lev["note"], va="top", fontsize=9, color="#444444")
+    ax.annotate("", xy=(-2.9, 0.1), xytext=(-2.9, n - 0.1),
                 arrowprops=dict(arrowstyle="->", color="#555555"))
-    ax.text(-3.55, n / 2, "larger, slower,\nfurther from the\narithmetic units",
+    ax.text(-3.05, n / 2, "larger, slower,\nfurther from the\narithmetic units",
             ha="right", va="center", fontsize=9, color="#555555")
-    ax.text(3.3, -0.25, "* 32 banks x 4 B = 128 B per clock per SM, x SMs x clock "
-            "(CUDA Programming Guide; flashcourse.gpus)", fontsize=8, color="#666666")
-    ax.set_xlim(-5.3, 10.6)
-    ax.set_ylim(-0.4, n + 0.05)
+    ax.text(2.9, -0.12, "* 32 banks x 4 B = 128 B per clock per SM, x SMs x clock\n"
+            "   (CUDA Programming Guide; flashcourse.gpus)", fontsize=9, color="#666666",
+            va="top")
+    ax.set_xlim(-4.6, 9.0)
+    ax.set_ylim(-0.6, n + 0.05)
     ax.axis("off")
     g = get_gpu(gpu)
-    ax.set_title(f"The memories of an {g.name} ({g.sms} SMs): the tiled kernel keeps its "
+    ax.set_title(f"The memories of an {g.name} ({g.sms} SMs): the tiled kernel keeps its\n"
                  "working set in shared memory and registers", fontsize=11)
     fig.tight_layout()
     return fig

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..gpus import get_gpu
+from .style import legend_below
 from .style import plt as _plt
 
 
@@ -35,19 +36,21 @@ def plot_attention_roofline(gpu: str = "H200", n: int = 4096, head_dim: int = 64
     g = get_gpu(gpu)
     bw = g.bandwidth_bytes_per_s
     ai = np.logspace(-1, 4, 400)                                      # FLOP/byte
-    fig, ax = plt.subplots(figsize=(9.5, 5.2))
+    fig, ax = plt.subplots(figsize=(9.2, 5.0))
     for peak, label, colour in ((g.fp16_tensor_flops_per_s, "fp16 tensor-core peak", "C0"),
                                 (g.fp32_flops_per_s, "fp32 (non-matmul) peak", "C7")):
-        ax.plot(ai, np.minimum(peak, ai * bw), color=colour, lw=2,
-                label=f"{label} {peak / 1e12:.0f} TFLOP/s")
+        ax.plot(ai, np.minimum(peak, ai * bw), color=colour, lw=2)
+        # the roof named on its flat part, right-aligned, clear of the points on the slope
+        ax.text(ai[-1], peak * 1.25, f"{label}: {peak / 1e12:.0f} TFLOP/s", ha="right",
+                va="bottom", fontsize=9.5, color=colour)
         ax.axvline(peak / bw, color=colour, ls=":", lw=1)
         ax.text(peak / bw * 1.08, peak * 0.55, f"balance\n{peak / bw:.0f} FLOP/B",
-                fontsize=8, color=colour)
+                fontsize=9, color=colour, va="top")
     markers = ("s", "o", "^", "D")
     for (label, (flops, nbytes)), mk in zip(roofline_points(n, head_dim).items(), markers):
         x = flops / nbytes
         y = min(g.fp16_tensor_flops_per_s, x * bw)
-        ax.plot([x], [y], mk, ms=10, mec="black",
+        ax.plot([x], [y], mk, ms=10, mec="black", ls="none",
                 label=f"{label}: {x:.0f} FLOP/B, at most {y / 1e12:.0f} TFLOP/s")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -55,9 +58,9 @@ def plot_attention_roofline(gpu: str = "H200", n: int = 4096, head_dim: int = 64
     ax.set_ylabel("attainable FLOP/s (upper bound)")
     ax.set_ylim(1e11, 3e15)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8.5, loc="upper left")
     ax.set_title(f"Roofline of an {g.name} ({bw / 1e12:.1f} TB/s HBM): attention forward, "
                  f"N = {n:,}, d = {head_dim}, fp16, one head", fontsize=10.5)
+    legend_below(ax)
     fig.tight_layout()
     return fig
 
@@ -70,10 +73,9 @@ def plot_decode_roofline(rows, *, copy_bytes_per_s: float, peak_flops_per_s: flo
     the measured copy rate as the bandwidth. Points: ours and PyTorch (fp16) at the largest
     Tk for each B x Hkv and group size.
     """
-    import matplotlib.pyplot as plt
-    import numpy as np
+    plt = _plt()
     if ax is None:
-        ax = plt.figure(figsize=(6.4, 4)).subplots()
+        ax = plt.figure(figsize=(7.6, 4.8), layout="tight").subplots()
     x = np.geomspace(0.1, 1e4, 200)
     ax.plot(x, np.minimum(peak_flops_per_s, copy_bytes_per_s * x), "k-", lw=1.2,
             label="roof: min(peak, copy bandwidth x intensity)")
@@ -97,6 +99,6 @@ def plot_decode_roofline(rows, *, copy_bytes_per_s: float, peak_flops_per_s: flo
     ax.set_xlabel("arithmetic intensity (FLOP per byte of K and V)")
     ax.set_ylabel("FLOP/s")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
-    ax.set_title(f"decoding on the roofline (Tk = {tk_max:,})", fontsize=9)
+    ax.set_title(f"Decoding on the roofline (Tk = {tk_max:,})")
+    legend_below(ax, ncol=2)                    # off the points, which sit near the roof
     return ax

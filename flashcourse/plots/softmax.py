@@ -48,55 +48,68 @@ def plot_online_softmax(x=None, v=None):
                       [0.2, 0.8, -0.9], [0.5, 0.6, 0.7], [-0.3, -0.8, 0.4]])
     steps = online_softmax_trace(x, v)
     n, d = len(steps), np.asarray(v).shape[1]
-    fig, (top, mid, bot) = plt.subplots(3, 1, figsize=(12, 7.6), sharex=True,
-                                        gridspec_kw={"height_ratios": [1, 0.8, 1.6]})
+    fig, (top, mid, bot) = plt.subplots(3, 1, figsize=(9.4, 8.4), sharex=True,
+                                        gridspec_kw={"height_ratios": [1, 0.8, 1.7]})
     idx = np.arange(1, n + 1)
-    top.bar(idx, x, color="#cccccc", label="score x_n")
+    # bars from the bottom of the axis (not from 0), each with its value: a score of 0
+    # (or below) is still a visible bar
+    base = min(0.0, float(np.min(x))) - 0.6
+    top.bar(idx, np.asarray(x) - base, bottom=base, color="#cccccc", edgecolor="#999999",
+            label="score x_n")
+    for k, xk in enumerate(x):
+        top.text(k + 1, xk + 0.12, f"{xk:g}", ha="center", va="bottom", fontsize=9,
+                 color="#555555")
     top.step(idx, [s["m"] for s in steps], where="mid", color="C3", lw=2,
              label="running max m_n")
+    top.set_ylim(base, float(np.max(x)) + 1.0)
     top.set_ylabel("score")
-    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=9)
+    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
     mid.plot(idx, [s["l"] for s in steps], "o-", color="C0", label="running sum l_n")
     for k, s in enumerate(steps):
         if 0 < s["alpha"] < 1:
             mid.annotate(f"alpha = {s['alpha']:.2f}", (k + 1, s["l"]), xytext=(6, -14),
-                         textcoords="offset points", fontsize=8.5, color="C3")
+                         textcoords="offset points", fontsize=9, color="C3")
     mid.set_ylabel("l")
-    mid.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=9)
+    mid.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
     offsets = np.linspace(-0.25, 0.25, d)
+    side = 0.07                      # the rescale arrow sits this far left of the add arrow
     for c in range(d):
         colour = WARP_COLOURS[c]
         xs = idx + offsets[c]
         bot.plot(xs, [s["acc"][c] for s in steps], "-", color=colour, lw=0.8, alpha=0.5)
-        bot.plot(xs, [s["acc"][c] for s in steps], "o", color=colour, ms=6,
-                 label=f"acc[{c}] after the step")
+        bot.plot(xs, [s["acc"][c] for s in steps], "o", color=colour, ms=6, zorder=3,
+                 label=f"acc[{c}] after")
         for k, s in enumerate(steps):
             before = s["acc_before"][c]
             scaled = s["alpha"] * before
             if 0 < s["alpha"] < 1:                 # the rescale: acc * alpha, towards 0
-                bot.plot([xs[k]], [before], "o", mfc="white", mec=colour, ms=6)
-                bot.annotate("", xy=(xs[k], scaled), xytext=(xs[k], before),
-                             arrowprops=dict(arrowstyle="->", color="C3", lw=1.4))
+                xr = xs[k] - side
+                bot.plot([xr], [before], "o", mfc="white", mec=colour, ms=6, zorder=3)
+                bot.annotate("", xy=(xr, scaled), xytext=(xr, before),
+                             arrowprops=dict(arrowstyle="->", color="C3", lw=1.4,
+                                             shrinkA=3, shrinkB=0))
+                bot.plot([xr, xs[k]], [scaled, scaled], ":", color="#888888", lw=0.9)
             bot.annotate("", xy=(xs[k], s["acc"][c]), xytext=(xs[k], scaled),
-                         arrowprops=dict(arrowstyle="->", color="#888888", lw=0.9))
+                         arrowprops=dict(arrowstyle="->", color="#888888", lw=0.9,
+                                         shrinkA=0, shrinkB=3))
     for k, s in enumerate(steps):
         if 0 < s["alpha"] < 1:
             bot.axvspan(k + 0.6, k + 1.4, color="C3", alpha=0.07)
-    bot.plot([], [], "o", mfc="white", mec="#555555", label="acc before the step")
-    bot.plot([], [], color="C3", label="rescale: acc x alpha")
+    bot.plot([], [], "o", mfc="white", mec="#555555", label="acc before")
+    bot.plot([], [], color="C3", label="rescale:\nacc x alpha")
     bot.plot([], [], color="#888888", label="add e^(x - m) v")
     bot.axhline(0, color="black", lw=0.6)
     bot.set_ylabel("acc = sum e^(x - m) v")
-    bot.set_xlabel("element n of the row (shaded: the max grew, so acc was multiplied by "
-                   "alpha < 1 before the new term was added)")
-    bot.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=9)
+    bot.set_xlabel("element n of the row (shaded: the max grew, so acc was multiplied\n"
+                   "by alpha < 1 before the new term was added)")
+    bot.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
     bot.set_xticks(idx)
     last = steps[-1]
     p = np.exp(np.asarray(x) - np.max(x))
     exact = p @ np.asarray(v) / p.sum()
     err = float(np.abs(last["acc"] / last["l"] - exact).max())
-    fig.suptitle("Online softmax with an output: the state (m, l, acc) as scores stream in;"
-                 f"  acc / l at the end matches softmax(x) V to {err:.1e}", fontsize=11)
+    fig.suptitle("Online softmax with an output: the state (m, l, acc) as scores stream in;\n"
+                 f"acc / l at the end matches softmax(x) V to {err:.1e}", fontsize=11)
     fig.tight_layout()
     return fig
 
@@ -121,48 +134,50 @@ def plot_merge_tree(x=None, cuts=(3, 5, 9)):
     a, b, c, d = (online_softmax_stats(p) if p.size else EMPTY_STATE for p in pieces)
     names = "abcd"
     whole = online_softmax_stats(x)
-    fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.8))
-    box = dict(boxstyle="round,pad=0.35", fc="white", ec="#333333")
+    fig, axes = plt.subplots(1, 2, figsize=(9.4, 5.0))
+    box = dict(boxstyle="round,pad=0.3", fc="white", ec="#333333")
     leaf_y, mid_y, top_y = 0.12, 0.5, 0.86
-    leaf_x = (0.12, 0.37, 0.63, 0.88)
+    leaf_x = (0.11, 0.37, 0.63, 0.89)
 
     def node(ax, xy, st, label, colour="#333333"):
-        ax.text(*xy, f"{label}\n{_state_text(st)}", ha="center", va="center", fontsize=9,
-                bbox={**box, "ec": colour})
+        return ax.text(*xy, f"{label}\n{_state_text(st)}", ha="center", va="center",
+                       fontsize=9, bbox={**box, "ec": colour})
 
-    def edge(ax, p0, p1):
-        ax.annotate("", xy=p1, xytext=p0, arrowprops=dict(arrowstyle="->", color="#777777",
-                                                          shrinkA=22, shrinkB=22))
+    def edge(ax, child, parent):
+        """An arrow from box to box, clipped at both boxes' edges (never over their text)."""
+        ax.figure.canvas.draw()                        # the boxes' patches get their size
+        ax.annotate("", xy=(0.5, 0.5), xycoords=parent, xytext=(0.5, 0.5), textcoords=child,
+                    arrowprops=dict(arrowstyle="->", color="#777777", shrinkA=2, shrinkB=2,
+                                    patchA=child.get_bbox_patch(),
+                                    patchB=parent.get_bbox_patch()))
 
     # left: (a + b) + (c + d), a balanced tree
     ax = axes[0]
     ab, cd = merge_states(a, b), merge_states(c, d)
     root = merge_states(ab, cd)
-    for k, st in enumerate((a, b, c, d)):
-        node(ax, (leaf_x[k], leaf_y), st, f"{names[k]}: {len(pieces[k])} scores")
-    node(ax, (0.25, mid_y), ab, "a + b")
-    node(ax, (0.75, mid_y), cd, "c + d")
-    node(ax, (0.5, top_y), root, "(a + b) + (c + d)", "C3")
-    for p0, p1 in (((leaf_x[0], leaf_y), (0.25, mid_y)), ((leaf_x[1], leaf_y), (0.25, mid_y)),
-                   ((leaf_x[2], leaf_y), (0.75, mid_y)), ((leaf_x[3], leaf_y), (0.75, mid_y)),
-                   ((0.25, mid_y), (0.5, top_y)), ((0.75, mid_y), (0.5, top_y))):
-        edge(ax, p0, p1)
-    ax.set_title("merged as a balanced tree (parallel workers)", fontsize=10)
+    leaves = [node(ax, (leaf_x[k], leaf_y), st, f"{names[k]}: {len(pieces[k])} scores")
+              for k, st in enumerate((a, b, c, d))]
+    n_ab = node(ax, (0.25, mid_y), ab, "a + b")
+    n_cd = node(ax, (0.75, mid_y), cd, "c + d")
+    n_root = node(ax, (0.5, top_y), root, "(a + b) + (c + d)", "C3")
+    for child, parent in ((leaves[0], n_ab), (leaves[1], n_ab), (leaves[2], n_cd),
+                          (leaves[3], n_cd), (n_ab, n_root), (n_cd, n_root)):
+        edge(ax, child, parent)
+    ax.set_title("merged as a balanced tree\n(parallel workers)", fontsize=10)
     # right: ((d + c) + b) + a, a chain in reverse order
     ax = axes[1]
     dc = merge_states(d, c)
     dcb = merge_states(dc, b)
     root2 = merge_states(dcb, a)
-    for k, st in enumerate((a, b, c, d)):
-        node(ax, (leaf_x[k], leaf_y), st, f"{names[k]}: {len(pieces[k])} scores")
-    node(ax, (0.75, 0.37), dc, "d + c")
-    node(ax, (0.55, 0.62), dcb, "(d + c) + b")
-    node(ax, (0.3, top_y), root2, "((d + c) + b) + a", "C3")
-    for p0, p1 in (((leaf_x[3], leaf_y), (0.75, 0.37)), ((leaf_x[2], leaf_y), (0.75, 0.37)),
-                   ((0.75, 0.37), (0.55, 0.62)), ((leaf_x[1], leaf_y), (0.55, 0.62)),
-                   ((0.55, 0.62), (0.3, top_y)), ((leaf_x[0], leaf_y), (0.3, top_y))):
-        edge(ax, p0, p1)
-    ax.set_title("merged right to left, one piece at a time (a sequential loop)",
+    leaves = [node(ax, (leaf_x[k], leaf_y), st, f"{names[k]}: {len(pieces[k])} scores")
+              for k, st in enumerate((a, b, c, d))]
+    n_dc = node(ax, (0.75, 0.37), dc, "d + c")
+    n_dcb = node(ax, (0.55, 0.62), dcb, "(d + c) + b")
+    n_root2 = node(ax, (0.3, top_y), root2, "((d + c) + b) + a", "C3")
+    for child, parent in ((leaves[3], n_dc), (leaves[2], n_dc), (n_dc, n_dcb),
+                          (leaves[1], n_dcb), (n_dcb, n_root2), (leaves[0], n_root2)):
+        edge(ax, child, parent)
+    ax.set_title("merged right to left, one piece at a time\n(a sequential loop)",
                  fontsize=10)
     for ax in axes:
         ax.set_xlim(0, 1)
@@ -170,7 +185,7 @@ def plot_merge_tree(x=None, cuts=(3, 5, 9)):
         ax.axis("off")
     lse_gap = max(abs(root.m + np.log(root.l) - whole.m - np.log(whole.l)),
                   abs(root2.m + np.log(root2.l) - whole.m - np.log(whole.l)))
-    fig.suptitle(f"Merging (m, l) states is associative and commutative: both roots equal "
+    fig.suptitle(f"Merging (m, l) states is associative and commutative: both roots equal\n"
                  f"the whole row's state (m = {whole.m:.2f}, l = {whole.l:.3f}); "
                  f"lse differs by {lse_gap:.1e}", fontsize=10.5)
     fig.tight_layout()

@@ -107,3 +107,17 @@ def install_audit(path) -> bool:
 
     ip.events.register("post_execute", audit)
     return True
+
+
+def legend_below(ax, *, ncol: int = 1, gap_pt: float = 6, **kwargs):
+    """A legend centred under `ax`, below its tick labels and x label (off the data, the
+    gallery's practice); `kwargs` go to `ax.legend` (handles, labels, fontsize, ...). It is
+    part of the axes' tight bounding box, so `tight_layout` and `width_in` count it."""
+    from matplotlib.transforms import ScaledTranslation
+    fig = ax.figure
+    fig.canvas.draw()
+    below = ax.xaxis.get_tightbbox(fig.canvas.get_renderer())     # ticks and label, pixels
+    drop_in = (ax.bbox.y0 - below.y0) / fig.dpi + gap_pt / 72 if below is not None else 0.3
+    shift = ScaledTranslation(0, -drop_in, fig.dpi_scale_trans)
+    return ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0), ncol=ncol,
+                     bbox_transform=ax.transAxes + shift, **kwargs)

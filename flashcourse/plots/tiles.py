@@ -41,7 +41,7 @@ def plot_tile_schedule(t_query: int = 21, t_key: int = 29, block_q: int = 8, blo
     from matplotlib.patches import Patch, Rectangle
 
     from ..geometry import tile_visibility
-    fig, axes = plt.subplots(1, 2, figsize=(10.5, 5.4))
+    fig, axes = plt.subplots(1, 2, figsize=(9.4, 5.1))
     titles = {"fa2": "fa2: outer loop over query blocks i",
               "fa1": "fa1: outer loop over key blocks j"}
     for ax, order_name in zip(axes, ("fa2", "fa1"), strict=True):
@@ -74,7 +74,7 @@ def plot_tile_schedule(t_query: int = 21, t_key: int = 29, block_q: int = 8, blo
         ax.set_aspect("equal")
         ax.set_xticks(sorted(set(range(0, t_key, block_k)) | {t_key}))
         ax.set_yticks(sorted(set(range(0, t_query, block_q)) | {t_query}))
-        ax.set_xlabel(f"key position j (Bc = {block_k}; the last block is ragged)")
+        ax.set_xlabel(f"key position j (Bc = {block_k};\nthe last block is ragged)")
         ax.set_ylabel(f"query position i (Br = {block_q})")
         ax.set_title(titles[order_name], fontsize=11)
     handles = [Patch(facecolor="#cfe3f7", edgecolor="#333333", label="fully visible tile"),
@@ -85,9 +85,9 @@ def plot_tile_schedule(t_query: int = 21, t_key: int = 29, block_q: int = 8, blo
                plt.Line2D([], [], color="#b22222",
                           label="causal boundary: query i sees keys j <= i + Tk - Tq")]
     fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=9, frameon=False)
-    fig.suptitle(f"Tile schedule of the causal score matrix, Tq = {t_query}, Tk = {t_key}: "
+    fig.suptitle(f"Tile schedule of the causal score matrix, Tq = {t_query}, Tk = {t_key}:\n"
                  "the numbers give the order in which tiles are formed", fontsize=11.5)
-    fig.tight_layout(rect=(0, 0.1, 1, 0.97))
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     return fig
 
 
@@ -108,7 +108,7 @@ def plot_warp_partition(warps: int = 4, block_q: int = 64, block_k: int = 64,
     plt = _plt()
     if not 1 <= warps <= len(WARP_COLOURS):
         raise ValueError(f"warps must be between 1 and {len(WARP_COLOURS)}, got {warps}")
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.6))
+    fig, axes = plt.subplots(1, 2, figsize=(9.4, 4.6))
     grey = "#d9d9d9"
     for ax, scheme in zip(axes, ("split-K", "split-Q"), strict=True):
         # geometry (arbitrary units): Q (Br x d) at left, K^T (d x Bc) above S (Br x Bc),
@@ -142,26 +142,26 @@ def plot_warp_partition(warps: int = 4, block_q: int = 64, block_k: int = 64,
             ax.text(ox + wq / 2 + 0.2, -0.75, f"{warps} partial O_i,\nadded up through\n"
                     "shared memory", ha="center", va="top", fontsize=9, color="#c44e52")
             nbytes = warp_exchange_bytes(block_q, head_dim, warps, "split-K")
-            title = (f"split-K (FlashAttention): K_j, V_j split across {warps} warps\n"
-                     f"per tile: {binary_size(nbytes)} of partial outputs and row\n"
-                     "statistics written, synchronised, read back and added")
+            title = (f"split-K (FlashAttention):\nK_j, V_j split across {warps} warps\n"
+                     f"per tile: {binary_size(nbytes)} of partial outputs and\nrow "
+                     "statistics written, synchronised,\nread back and added")
         else:
             ax.add_patch(Rectangle((sx, ky), ws, 1.4, fc=grey, ec="#888888"))
             ax.add_patch(Rectangle((vx, 0), wq, h, fc=grey, ec="#888888"))
-            ax.text(sx + ws / 2, ky + 0.7, "K_j^T\nread by all warps", ha="center",
+            ax.text(sx + ws / 2, ky + 0.7, "K_j^T\nread by\nall warps", ha="center",
                     va="center", fontsize=9)
             ax.text(vx + wq / 2, h / 2, "V_j\nread by\nall warps", ha="center", va="center",
                     fontsize=9)
             ax.text(ox + wq / 2, -0.75, "each warp writes\nits own rows of O_i", ha="center",
                     va="top", fontsize=9, color="#55a868")
-            title = (f"split-Q (FlashAttention-2): Q_i split across {warps} warps\n"
-                     "per tile: nothing to exchange between warps (0 B)\n ")
-        for xy, text in (((qx + wq / 2, h + 0.15), f"Q_i ({block_q} x {head_dim})"),
-                         ((sx + ws / 2, ky + 1.55), f"K_j^T ({head_dim} x {block_k})"),
-                         ((sx + ws / 2, -0.15), f"S = Q_i K_j^T -> P ({block_q} x {block_k})"),
-                         ((vx + wq / 2, h + 0.15), f"V_j ({block_k} x {head_dim})"),
-                         ((ox + wq / 2, h + 0.15), f"O_i ({block_q} x {head_dim})")):
-            ax.text(*xy, text, ha="center", va="bottom" if xy[1] > 0 else "top", fontsize=8.5)
+            title = (f"split-Q (FlashAttention-2):\nQ_i split across {warps} warps\n"
+                     "per tile: nothing to exchange\nbetween warps (0 B)\n ")
+        for xy, text in (((qx + wq / 2, h + 0.15), f"Q_i\n{block_q} x {head_dim}"),
+                         ((sx + ws / 2, ky + 1.55), f"K_j^T  {head_dim} x {block_k}"),
+                         ((sx + ws / 2, -0.15), f"S = Q_i K_j^T -> P\n{block_q} x {block_k}"),
+                         ((vx + wq / 2, h + 0.15), f"V_j\n{block_k} x {head_dim}"),
+                         ((ox + wq / 2, h + 0.15), f"O_i\n{block_q} x {head_dim}")):
+            ax.text(*xy, text, ha="center", va="bottom" if xy[1] > 0 else "top", fontsize=9)
         ax.text(sx - 0.4, h / 2, "x", ha="center", va="center", fontsize=13)
         ax.text(vx - 0.4, h / 2, "x", ha="center", va="center", fontsize=13)
         ax.text(ox - 0.5, h / 2, "=", ha="center", va="center", fontsize=13)
@@ -176,8 +176,8 @@ def plot_warp_partition(warps: int = 4, block_q: int = 64, block_k: int = 64,
     fig.legend(handles=handles, loc="lower center", ncol=warps + 1, fontsize=9,
                frameon=False)
     fig.suptitle(f"One thread block, one tile (Br = {block_q}, Bc = {block_k}, d = {head_dim}):"
-                 " which warp computes what", fontsize=11.5)
-    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+                 " which warp computes what", fontsize=11)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.94))
     return fig
 
 
@@ -186,24 +186,29 @@ def plot_causal_alignment(shapes=((4, 7), (7, 4))):
     is_causal=True) beside bottom-right aligned (this course, FlashAttention 2.1+).
     A visible pair is dark; rows that see no key are marked."""
     plt = _plt()
-    fig, axes = plt.subplots(len(shapes), 2, figsize=(10, 3.5 * len(shapes)),
+    fig, axes = plt.subplots(len(shapes), 2, figsize=(9.2, 3.9 * len(shapes)),
                              squeeze=False)
     for row, (tq, tk) in enumerate(shapes):
         for col, align in enumerate(("top-left", "bottom-right")):
             ax = axes[row, col]
             mask = causal_mask(tq, tk, align=align)                   # (Tq, Tk)
             ax.imshow(mask, cmap="Blues", vmin=-0.4, vmax=1.2)
-            for i in range(tq):
-                if not mask[i].any():
-                    ax.text(tk - 0.5, i, "  sees no key: o = 0, lse = -inf", va="center",
-                            fontsize=8, color="#c44e52", clip_on=False)
+            empty = [i for i in range(tq) if not mask[i].any()]
+            for i in empty:
+                ax.text(tk - 0.5, i, "  no key", va="center", fontsize=9, color="#c44e52",
+                        clip_on=False)
             ax.set_xticks(range(tk))
             ax.set_yticks(range(tq))
             ax.set_xticks(np.arange(-0.5, tk), minor=True)
             ax.set_yticks(np.arange(-0.5, tq), minor=True)
             ax.grid(which="minor", color="white", lw=1.5)
             ax.tick_params(which="minor", length=0)
-            ax.set_xlabel("key position j")
+            xlabel = "key position j"
+            if empty:                    # what an empty row gives, said once under the mask
+                rows = (f"row {empty[0]} sees" if len(empty) == 1
+                        else f"rows {empty[0]}-{empty[-1]} see")
+                xlabel += f"\n({rows} no key: o = 0, lse = -inf)"
+            ax.set_xlabel(xlabel)
             ax.set_ylabel("query position i")
             sign = "+" if tk >= tq else "-"
             rule = ("j <= i" if align == "top-left"

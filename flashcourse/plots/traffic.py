@@ -12,7 +12,7 @@ from ..gpus import GPUS
 from ..memory import binary_size
 from ..traffic import attention_flops, dense_traffic, paper_block_sizes, tiled_traffic
 from .memory import _binary_axis, _pow2_axis
-from .style import COLOURS
+from .style import COLOURS, legend_below
 from .style import plt as _plt
 
 
@@ -20,7 +20,8 @@ def plot_traffic_vs_length(head_dim: int = 64, e: int = 2):
     """Dense vs tiled outer-memory bytes (left) and FLOPs (right) against N, one head."""
     plt = _plt()
     lengths = 2 ** np.arange(9, 18)                               # 512 .. 131,072
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9.4, 4.8),
+                              gridspec_kw={"width_ratios": [3, 2]})
     series = [("dense (Algorithm 0, S and P in HBM)", COLOURS["dense"], "o-",
                lambda n: dense_traffic(n, n, head_dim, bytes_per_element=e, bytes_per_score=e)),
               ("tiled fa2, Br = Bc = 64", COLOURS["fa2"], "s--",
@@ -42,7 +43,7 @@ def plot_traffic_vs_length(head_dim: int = 64, e: int = 2):
     ax.set_ylabel("bytes read + written, outer memory")
     ax.set_title(f"Outer-memory traffic per head (d = {head_dim}, fp16)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8.5, loc="upper left")
+    ax.legend(loc="upper left")                 # the lines start low: the corner is empty
 
     flops = [attention_flops(int(n), int(n), head_dim) for n in lengths]
     ax2.plot(lengths, flops, "o-", color=COLOURS["dense"], ms=7, mfc="none", label="dense")
@@ -54,9 +55,9 @@ def plot_traffic_vs_length(head_dim: int = 64, e: int = 2):
     _pow2_axis(ax2.xaxis, lengths[::2])
     ax2.set_xlabel("sequence length N (positions)")
     ax2.set_ylabel(r"FLOPs $= 4 N^2 d$ (FLOP)")
-    ax2.set_title("Arithmetic: identical for dense and tiled")
+    ax2.set_title("Arithmetic: identical\nfor dense and tiled")
     ax2.grid(True, alpha=0.3)
-    ax2.legend(fontsize=8.5, loc="upper left")
+    ax2.legend(loc="upper left")
     fig.tight_layout()
     return fig
 
@@ -89,16 +90,16 @@ def plot_traffic_vs_budget(n: int = 16384, head_dim: int = 64, e: int = 2, gpu: 
     ax.axvline(g.smem_per_block_optin_bytes, color="#555555", ls="--", lw=1)
     ax.text(g.smem_per_block_optin_bytes * 0.93, 2 ** 27,
             f"{g.name}: {binary_size(g.smem_per_block_optin_bytes)}\nshared memory\nper block",
-            ha="right", va="center", fontsize=8.5, color="#333333")
+            ha="right", va="center", fontsize=9, color="#333333")
     knee = 4 * head_dim * head_dim * e
     ax.axvline(knee, color=COLOURS["fa2"], ls=":", lw=1)
     ax.text(knee * 0.93, lo * 1.3, f"right of this line, fa2 keeps Br = d = {head_dim}\n"
             f"($M = 4d^2$ elements = {binary_size(knee)});\nK, V still re-read N / Br times",
-            fontsize=8.5, color=COLOURS["fa2"], ha="right", va="bottom")
+            fontsize=9, color=COLOURS["fa2"], ha="right", va="bottom")
     ax.set_xlabel("on-chip budget M (bytes); Bc = ceil(M / 4d), Br = min(Bc, d) in elements")
     ax.set_ylabel("bytes read + written, outer memory")
     ax.set_title(f"Bigger tiles, less traffic: N = {n:,}, d = {head_dim}, fp16, one head")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8.5, loc="upper right")
+    legend_below(ax, ncol=2)                    # off the lines and the marked budgets
     fig.tight_layout()
     return fig
