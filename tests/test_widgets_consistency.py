@@ -174,11 +174,16 @@ def test_tuning_menus_mark_what_cannot_launch():
     assert threads[256] == "256" and threads[1024].startswith("1024 (cannot launch: ")
     assert _labels(ex, "tm")[16].startswith("16 (cannot launch: ")
     assert _message(ex) == "" and "occupancy" in ex.report.value
-    # the marks follow the other choices; the chosen values stay
+    # the marks follow the other choices; the chosen values stay. With 2,048 threads no
+    # tm (nor Br, Bc, d) can launch: only the menu that holds the fix is marked
     ex.controls["threads"].value = 2048
     assert _message(ex).startswith("Cannot launch: threads = 2,048")
-    assert all("threads per block: 2,048 > 1,024" in x for x in _labels(ex, "tm").values())
     assert ex.controls["threads"].value == 2048 and ex.controls["tm"].value == 4
+    assert ex.controls["threads"].label.startswith("2048 (cannot launch: ")
+    for name in ("block_q", "block_k", "tm", "head_dim"):
+        assert not any("cannot" in x for x in _labels(ex, name).values()), name
+    assert [v for v, x in _labels(ex, "threads").items() if "cannot" not in x] == [
+        32, 64, 128, 256, 512]
     ex.controls["threads"].value = 128
     assert _message(ex) == "" and _labels(ex, "tm")[4] == "4"
     assert ex.controls["tm"].value == 4 and ex.controls["block_q"].value == 64

@@ -6,8 +6,9 @@
 Menus for block_q (Br), block_k (Bc), threads per block, tm (query rows per thread),
 d and N. Each option that cannot launch together with the other five choices is marked
 in its menu before it is picked, with the reason in a few words ('2048 (cannot launch:
-threads per block: 2,048 > 1,024)', `flashcourse.configs.launch_problem`); it can still
-be picked, and then the report's place holds the full message. The report
+threads per block: 2,048 > 1,024)', `flashcourse.configs.launch_problem`; a menu none
+of whose options would help is left plain, so the marks point at the menu to change); it
+can still be picked, and then the report's place holds the full message. The report
 (`tuning_report`, a pure function of the setting apart from the optional timing) shows
 the kernel's shared memory, the model's on-chip footprint, registers, occupancy and its
 limiter, the model's traffic, a timing (on this GPU, or of `flashcourse.cpu.forward`
@@ -78,18 +79,25 @@ def option_labels(setting: dict, limits: DeviceLimits, doc=None) -> dict:
     """{menu: ((label, value), ...)} for the menus in MARKED: each option as the number,
     or 'value (cannot launch: why)' when it cannot launch with the other choices of
     `setting` ({block_q, block_k, threads, tm, head_dim}: values). Registers per thread
-    recorded by the sweep (`doc`) count, as in the report."""
-    out = {}
+    recorded by the sweep (`doc`) count, as in the report.
+
+    A menu none of whose options launches with the others (threads = 2,048 makes every
+    block_q fail) is left unmarked when another menu holds a fix, so the marks point at
+    the menus to change; when no single menu can fix the setting, all are marked.
+    """
+    whys = {}
     for name, values in zip(MARKED, (BLOCKS, BLOCKS, THREADS, TMS, HEAD_DIMS)):
-        labels = []
+        whys[name] = []
         for v in values:
             c = dict(setting, **{name: v})
             args = (c["block_q"], c["block_k"], c["threads"], c["tm"], c["head_dim"])
             regs = recorded_regs(args[4], *args[:4], doc) if doc else None
-            why = launch_problem(*args, limits, regs_per_thread=regs)
-            labels.append((f"{v} (cannot launch: {why})" if why else f"{v}", v))
-        out[name] = tuple(labels)
-    return out
+            whys[name].append((v, launch_problem(*args, limits, regs_per_thread=regs)))
+    fixable = {name for name, pairs in whys.items() if any(w is None for _, w in pairs)}
+    return {name: tuple((f"{v} (cannot launch: {why})"
+                         if why and (name in fixable or not fixable) else f"{v}", v)
+                        for v, why in pairs)
+            for name, pairs in whys.items()}
 
 
 def tuning_report(block_q, block_k, threads, tm, head_dim, seq_len, *, limits=None,
