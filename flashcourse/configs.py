@@ -11,9 +11,10 @@ A launch configuration of the flash kernel (`flashcourse.cuda.flash`) is
 `make_config` fills in the micro-tile and shared-memory footprint from the kernel's own
 layout; `enumerate_configs` splits a grid of them into launchable and rejected (with the
 limit that rejects each, `flashcourse.limits`); `describe_config` gathers what the tuning
-widget shows without timing. The untuned and tuned defaults live beside the kernel
-(`flashcourse.cuda.flash.untuned_config`, `default_config`); timing them is
-`flashcourse.sweep`.
+widget shows without timing, and `launch_problem` says in a few words why one cannot
+launch (the tuning menus mark such options with it). The untuned and tuned defaults
+live beside the kernel (`flashcourse.cuda.flash.untuned_config`, `default_config`);
+timing them is `flashcourse.sweep`.
 
 Any GPU: each kernel family chooses its default configuration from a device's limits
 with one pure function beside its kernel (`flash.choose_config`,
@@ -25,11 +26,12 @@ have fixed shapes that fit every preset), and says which launches that makes
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from ._checks import check_block
 from .geometry import ceil_div
-from .limits import DeviceLimits, check_launch, occupancy
+from .limits import DeviceLimits, LaunchError, check_launch, occupancy
 
 #: Bytes per fp32 element: the course's CUDA kernels compute and store fp32.
 FP32 = 4
@@ -159,6 +161,37 @@ def enumerate_configs(head_dim: int, limits: DeviceLimits, *,
                         continue
                     ok.append(cfg)
     return ok, rejected
+
+
+def launch_problem(block_q: int, block_k: int, threads: int, tm: int, head_dim: int,
+                   limits: DeviceLimits, *, regs_per_thread: int | None = None) -> str | None:
+    """None when this configuration can launch on `limits`, else why not, in a few words
+    (a menu label: `widgets.tuning` marks each option that cannot launch with it).
+
+    The same checks as `describe_config`, in the same order as the tuning report: threads
+    against the per-block limit, the kernel's layout (`make_config`), then
+    `check_launch` and `occupancy`. A limit reads 'threads per block: 2,048 > 1,024'; a
+    layout rule is the kernel's own message without its parenthesised details.
+
+    >>> from flashcourse.limits import H200_LIMITS
+    >>> launch_problem(64, 64, 2048, 4, 64, H200_LIMITS)
+    'threads per block: 2,048 > 1,024'
+    >>> launch_problem(64, 64, 256, 4, 64, H200_LIMITS) is None
+    True
+    """
+    try:
+        check_launch(threads, 0, limits)
+        cfg = make_config(block_q, block_k, threads, tm, head_dim,
+                          regs_per_thread=regs_per_thread)
+        check_launch(threads, cfg.shared_bytes, limits, regs_per_thread=regs_per_thread)
+        occupancy(threads, cfg.shared_bytes, limits, regs_per_thread=regs_per_thread)
+    except LaunchError as exc:
+        unit = "" if exc.unit in exc.limit else f" {exc.unit}"
+        return f"{exc.limit}: {exc.asked:,} > {exc.available:,}{unit}"
+    except ValueError as exc:                  # the kernel's layout rules (flash.layout)
+        return re.sub(r"\s*\(threads=.*\)$|\s*\(threads=\d+ / \(.*\)\)$", "",
+                      str(exc)).strip()
+    return None
 
 
 def describe_config(block_q: int, block_k: int, threads: int, tm: int, head_dim: int,

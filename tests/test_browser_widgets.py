@@ -9,19 +9,27 @@ control of every widget of every notebook):
   and its plot is shown at the CSS size it was rendered for (not stretched);
 - notebook 09: the backward explorer is shown once; changing log2 N to 17, then d to
   128 and Br = Bc to 256 without waiting (the sequence that filled the widget with a
-  matplotlib traceback) leaves no error output and a readout for the last setting.
+  matplotlib traceback) leaves no error output and a readout for the last setting;
+- the tile schedule under Play at 1280 px (a one-cell notebook in a scratch folder,
+  ticks every 150 ms, faster than a draw): the title drawn in the picture (the PNG's
+  "Title" text) and the readout show the same step whenever they are looked at (a
+  difference may last only the instant between the two messages), and when Play
+  reaches the last step the display follows within a few seconds (it trailed by
+  seconds before, and more the longer Play ran).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from contextlib import contextmanager
 
 import pytest
 
 # the module-scoped fixtures `lab` (JupyterLab) and `browser` (chromium) come from there
-from test_browser import (ARTIFACTS, ROOT, browser, lab, notebook_page,  # noqa: F401
-                          run_all_and_wait)
+from test_browser import (ARTIFACTS, ROOT, browser, jupyter_lab, lab,  # noqa: F401
+                          notebook_page, open_and_run_all, run_all_and_wait)
 
 pytestmark = pytest.mark.browser
 
@@ -105,3 +113,80 @@ def test_backward_explorer_survives_fast_changes(lab, browser):  # noqa: F811
         assert page.locator(".jp-OutputArea-output[data-mime-type="
                             "'application/vnd.jupyter.error']").count() == 0   # no traceback
         ex.screenshot(path=str(ARTIFACTS / "browser_backward.png"))
+
+
+#: The readout's step and the step in the title written into the shown PNG (read back
+#: from the image's blob: the same bytes the browser draws).
+SCHEDULE_STATE_JS = r"""
+async () => {
+  const ex = document.querySelector('.fc-schedule');
+  const text = ex.querySelector('.fc-schedule-readout').textContent;
+  const m = text.match(/Step (\d+) of (\d+):/);
+  const slider = ex.querySelector('.fc-slider-step .widget-readout');
+  const img = ex.querySelector('img');
+  const bytes = new Uint8Array(await (await fetch(img.src)).arrayBuffer());
+  let title = null;
+  for (let i = 8; i + 8 <= bytes.length;) {
+    const n = ((bytes[i] << 24) | (bytes[i + 1] << 16) | (bytes[i + 2] << 8) | bytes[i + 3]) >>> 0;
+    const kind = String.fromCharCode(...bytes.slice(i + 4, i + 8));
+    if (kind === 'tEXt') {
+      const body = new TextDecoder('latin1').decode(bytes.slice(i + 8, i + 8 + n));
+      if (body.startsWith('Title\u0000')) { title = body.slice(6); break; }
+    }
+    i += 12 + n;
+  }
+  const t = title && title.match(/step (\d+) of (\d+)/);
+  return {readout: m ? +m[1] : null, n: m ? +m[2] : null, title: t ? +t[1] : null,
+          slider: slider ? +slider.textContent.trim() : null, time: performance.now()};
+}
+"""
+
+
+def test_tile_schedule_play_keeps_title_and_readout_together(browser, tmp_path,  # noqa: F811
+                                                             monkeypatch):
+    root = tmp_path / "root"
+    root.mkdir()
+    source = ("from flashcourse.widgets.tile_schedule import tile_schedule\n"
+              "tile_schedule(block_q=16, block_k=16, causal=False, interval_ms=150)")
+    (root / "play.ipynb").write_text(json.dumps({
+        "cells": [{"cell_type": "code", "execution_count": None, "id": "play",
+                   "metadata": {}, "outputs": [], "source": source}],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                    "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5}))
+    # the kernel runs in the scratch folder: it must import this checkout's flashcourse
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    ARTIFACTS.mkdir(exist_ok=True)
+    with jupyter_lab(root, tmp_path / "scratch") as server, \
+            notebook_page(browser, server, "play.ipynb", 1280, 800) as page:
+        try:
+            open_and_run_all(page, server, "play.ipynb")
+            page.wait_for_function(
+                "() => { const e = document.querySelector('.fc-schedule-readout'); "
+                "return e && e.textContent.includes('Step 1 of 36'); }")
+            ex = page.locator(".fc-schedule").first
+            ex.scroll_into_view_if_needed()
+            ex.locator(".widget-play button").first.click()        # Play
+            samples, deadline = [], time.monotonic() + 60
+            while time.monotonic() < deadline:
+                s = page.evaluate(SCHEDULE_STATE_JS)
+                samples.append(s)
+                if s["readout"] == s["title"] == 36:
+                    break
+                time.sleep(0.1)
+            ex.screenshot(path=str(ARTIFACTS / "browser_play_1280.png"))
+        except Exception as exc:
+            page.screenshot(path=str(ARTIFACTS / "browser_play_failure.png"))
+            raise AssertionError(f"{type(exc).__name__}: {exc}\n{server.log_tail()}") from exc
+    last = samples[-1]
+    assert last["readout"] == last["title"] == 36, samples[-5:]
+    assert len({s["readout"] for s in samples}) > 3, "Play did not move the display"
+    apart = [i for i, s in enumerate(samples) if s["readout"] != s["title"]]
+    assert not [i for i in apart if i + 1 in apart], [samples[i] for i in apart]
+    reached = next(s["time"] for s in samples if s["slider"] == 36)
+    behind_s = (last["time"] - reached) / 1000
+    assert behind_s < 5.0, (behind_s, samples[-8:])
+    print(f"Play: {len(samples)} looks, {len({s['readout'] for s in samples})} steps seen, "
+          f"{len(apart)} caught between the picture and the text; the display reached "
+          f"step 36 {behind_s:.2f} s after the slider")

@@ -39,6 +39,22 @@ def test_no_command_disables_the_token_or_binds_everywhere():
     assert "--ip=127.0.0.1" in make
 
 
+def test_readme_says_what_make_lab_serves_and_opens():
+    """README said `make lab` starts JupyterLab "on notebooks/"; it serves the repository
+    root and opens notebook 00. The README's words are checked against the Makefile."""
+    make = (ROOT / "Makefile").read_text()
+    recipe = make.split("\nlab:", 1)[1].split("\n\n", 1)[0]
+    root = re.search(r"--ServerApp\.root_dir=\"?([^\s\"]+)", recipe).group(1)
+    start = re.search(r"--LabApp\.default_url=/lab/tree/(\S+)", recipe).group(1)
+    assert root == "$(CURDIR)" and (ROOT / start).exists(), (root, start)
+    readme = (ROOT / "README.md").read_text()
+    assert "on notebooks/" not in readme
+    line = next(x for x in readme.splitlines() if x.startswith("make lab "))
+    assert "notebook 00" in line, line
+    assert "`make lab` serves the repository root" in readme
+    assert f"http://127.0.0.1:8888/lab/tree/{start}?token=" in readme
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -188,7 +188,7 @@ def test_traffic_readout_rejects_bad_settings(args, word):
 @given(st.integers(1, 90), st.integers(1, 90), st.integers(1, 9), st.integers(1, 40),
        st.integers(1, 40), st.booleans(), st.sampled_from(["fa1", "fa2"]))
 def test_schedule_replays_every_tile_and_matches_the_model(tq, tk, d, br, bc, causal, order):
-    br, bc = min(br, tq), min(bc, tk)
+    # Br > Tq and Bc > Tk included: one ragged block
     tr, tc = math.ceil(tq / br), math.ceil(tk / bc)
     assume(tr * tc <= W.MAX_SCHEDULE_TILES)
     steps = W.schedule_steps(tq, tk, d, br, bc, causal, order)
@@ -233,7 +233,8 @@ def test_schedule_fa2_first_steps_by_hand():
 @pytest.mark.parametrize("args,word", [
     ((257, 16, 8, 8, 8), "Tq"),
     ((16, 0, 8, 8, 8), "Tk"),
-    ((16, 16, 8, 17, 8), "block_q"),
+    ((16, 16, 8, 0, 8), "block_q"),
+    ((16, 16, 0, 8, 8), "d"),
     ((256, 256, 8, 4, 4), "too many"),
     ((16, 16, 8, 8, 8, False, "fa3"), "loop order"),
 ])
@@ -370,11 +371,11 @@ def test_score_explorer_reacts_and_shows_messages():
     c["tied"].value = False
     c["t_key"].value = "1,000"
     assert ex.readout.per_head_bytes == 3000 * 1000 * 2
-    c["t_query"].value = "0"                                     # invalid: message, no raise
+    c["t_query"].value = "0"                       # invalid: back to 3,000, a message, no raise
     assert _message(ex) == ("Cannot show this setting: Tq (query positions) must be at least 1, "
-                            "got 0")
-    assert ex.headline.value == "M_score per head: (invalid setting)"
-    assert ex.image.layout.display == "none"                     # no stale plot
+                            "got 0. The box shows 3,000 again (the last valid value).")
+    assert c["t_query"].value == "3,000" and c["t_query_slider"].value == 2048
+    assert ex.readout.per_head_bytes == 3000 * 1000 * 2 and ex.image.layout.display is None
     c["t_query"].value = "4096"
     assert _message(ex) == "" and ex.image.layout.display is None
     c["dtype"].value = "fp8"
@@ -391,11 +392,13 @@ def test_score_explorer_reacts_and_shows_messages():
                                        ("2.5", "whole number"), ("many", "whole number"),
                                        (f"{2 ** 20 + 1}", "at most 1,048,576")])
 def test_batch_box_rejects_with_a_message(text, word):
-    """The batch box (a clamping BoundedIntText) accepted 0 and turned -3 into 0."""
-    ex = score_memory_explorer()
+    """The batch box (a clamping BoundedIntText) accepted 0 and turned -3 into 0 without a
+    word. Now the box goes back to its last valid value and the message says why."""
+    ex = score_memory_explorer(batch=2)
     ex.controls["batch"].value = text
-    assert ex.controls["batch"].value == text                   # kept as typed, not clamped
+    assert ex.controls["batch"].value == "2" and ex.readout.batch == 2     # one value shown
     assert word in _message(ex) and "batch" in _message(ex)
+    assert _message(ex).endswith("The box shows 2 again (the last valid value).")
 
 
 @pytest.mark.parametrize("typed,shown", [
@@ -549,12 +552,13 @@ def test_tile_schedule_steps_count_from_one():
     assert "Step 1 of 12" in ex.status.value and ex._fig._suptitle.get_text().startswith(
         "fa2: step 1 of 12")
     first = ex.image.value
-    c["step"].value = 6
+    c["step"].value = 6                                          # drawn in the background
+    assert ex.settle()
     assert ex.status.value.count("Step 6 of 12") == 1
     assert "total 9,344 B = 9.12 KiB" in ex.status.value
     assert ex.image.value != first
     c["step"].value = 12
-    assert "Step 12 of 12" in ex.status.value
+    assert ex.settle() and "Step 12 of 12" in ex.status.value
     c["loop_order"].value = "fa1"
     assert len(ex.steps) == 10 and c["step"].max == 10 and c["step"].value == 10
     assert "Step 10 of 10" in ex.status.value
@@ -565,7 +569,7 @@ def test_tile_schedule_steps_count_from_one():
     assert "too many" in _message(ex)
     assert ex.image.layout.display == "none" and ex.status.value == ""
     c["step"].value = 3                                          # no crash while invalid
-    assert "too many" in _message(ex)
+    assert ex.settle() and "too many" in _message(ex)
     c["block_q"].value = 16
     c["block_k"].value = 16
     assert _message(ex) == "" and len(ex.steps) > 10
@@ -690,7 +694,8 @@ _TYPED = st.one_of(st.integers(-10, 2 ** 45).map(str), st.text(max_size=12),
 @settings(max_examples=25, deadline=None)
 @given(st.data())
 def test_any_typed_value_gives_a_readout_or_one_message(data):
-    """Whatever a learner types into any box, the explorer shows numbers or one message."""
+    """Whatever a learner types into any box, the explorer shows numbers, with one message
+    when the entry was refused (the box then shows its last valid value again)."""
     ex = _EXPLORER_CACHE.get("score") or _EXPLORER_CACHE.setdefault(
         "score", score_memory_explorer(tied=False))
     tr = _EXPLORER_CACHE.get("traffic") or _EXPLORER_CACHE.setdefault(
@@ -700,16 +705,19 @@ def test_any_typed_value_gives_a_readout_or_one_message(data):
     for explorer, names in ((ex, ("t_query", "t_key", "batch", "heads")),
                             (tr, ("t", "head_dim", "block_q", "block_k"))):
         name = data.draw(st.sampled_from(names))
-        explorer.controls[name].value = data.draw(_TYPED)
+        typed = data.draw(_TYPED)
+        explorer.controls[name].value = typed
         msg = _message(explorer)
         assert "\n" not in msg and len(msg) < 400
-        if msg:
-            assert explorer.image.layout.display == "none"
-        else:
-            assert explorer.image.layout.display is None
-            assert bytes(explorer.image.value).startswith(PNG_MAGIC)
+        # taken, or refused with a message and the box back at a valid value: either way
+        # the box holds a number and the plot shows it
+        refused = explorer.controls[name].value != typed
+        assert (msg != "") == refused and B.parse_whole(explorer.controls[name].value, name)
+        assert explorer.image.layout.display is None
+        assert bytes(explorer.image.value).startswith(PNG_MAGIC)
         explorer.controls[name].value = defaults[explorer][name]   # valid for the next one
-        assert _message(explorer) == ""
+        explorer.refresh()                            # (a refused entry's message stays
+        assert _message(explorer) == ""               # until the next change)
 
 
 _EXPLORER_CACHE = {}

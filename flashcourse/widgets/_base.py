@@ -7,9 +7,10 @@
     LengthControl     a slider over powers of two plus a free-entry box, kept in sync;
                       the box is the value, capped at the slider's end
     CountBox          a free-entry box for a whole number in [lo, hi]
+    (both go back to their last valid value on an invalid entry: promise 5 below)
     parse_whole       '3,000', '3e9', '4096' -> int; anything else -> ValueError
 
-Three promises, each tested in tests/test_widgets.py:
+Five promises, each tested in tests/test_widgets.py:
 
 1. A refresh never raises and never shows a traceback: any error of a setting
    (ValueError from the readouts, and anything else: OverflowError, MemoryError, ...)
@@ -22,7 +23,17 @@ Three promises, each tested in tests/test_widgets.py:
    mathtext parsing is not thread-safe.
 3. Plots are drawn on one persistent matplotlib Figure (object API, no pyplot state),
    rendered at twice its CSS size and shown at exactly that size (`width` px), so the
-   image is sharp and never stretched; it shrinks with the page (max-width 100%).
+   image is sharp and never stretched; it shrinks with the page (max-width 100%). The
+   PNG carries the figure's title as its "Title" text, so a test can read what was drawn.
+4. A control that changes faster than a plot is drawn (a Play button ticking at 600 ms
+   against a draw of up to a second on a busy 2-core machine) is watched with
+   `watch_fast`: each change only marks the explorer dirty and returns, and one
+   background thread draws the newest value until it has caught up. Changes that arrive
+   while it draws are coalesced, so the picture never falls behind the control by more
+   than one draw; `settle()` waits for it (tests).
+5. A free-entry box that receives something it cannot take (text, 0, a length past the
+   slider's end) goes back to its last valid value, so box, slider and readout always
+   show one value, and the explorer's message says what was refused and what is shown.
 
 On the static website (FLASHCOURSE_STATIC_SITE=1, set by tools/build_site.py: no kernel
 behind the page) an explorer shows itself as plain HTML: its settings, its readout and
@@ -39,6 +50,7 @@ import numbers
 import os
 import re
 import threading
+import time
 
 import ipywidgets as w
 import numpy as np
@@ -191,57 +203,104 @@ def parse_whole(text, what: str, lo: int = 1, hi: int | None = None) -> int:
     return value
 
 
-def _text_arg(value, name: str) -> str:
-    """A starting value for a free-entry box: an int (shown with separators)."""
+def _text_arg(value, name: str, lo: int, hi: int) -> int:
+    """A starting value for a free-entry box: an int in [lo, hi] (ValueError naming it)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name} must be a whole number (an int), got {value!r} "
                          f"(a {type(value).__name__})")
-    return f"{int(value):,}"
+    return check_int_arg(value, name, lo, hi)
 
 
-class CountBox:
-    """A free-entry box for a whole number in [lo, hi]; `.value` parses or raises."""
+class _FreeEntry:
+    """A text box that always shows a valid whole number in [lo, hi].
 
-    def __init__(self, description, value, name, what, lo=1, hi=2 ** 20, width="170px"):
-        self.what, self.lo, self.hi = what, lo, hi
-        self.text = w.Text(value=_text_arg(value, name), description=description,
-                           continuous_update=False, style=LABEL_STYLE,
-                           layout=w.Layout(width=width))
+    An entry that parses is taken (`value`). Anything else (text, a fraction, a number
+    out of range) puts the box back to the last valid value, and `refused` says why
+    (the explorer shows it as its message after the refresh that follows). Functions
+    given to `observe` run once per value taken: a restore is one change, and the refused
+    entry itself notifies no one, so box, slider and readout never disagree.
+    """
+
+    def _init_entry(self, text: w.Text, value: int) -> None:
+        self.text, self.valid, self.refused = text, value, ""
+        self._restoring = False
+        text.observe(self._check, names="value")
+
+    def _check(self, change) -> None:
+        if self._restoring:
+            return
+        try:
+            self.valid = parse_whole(change["new"], self.what, self.lo, self.hi)
+        except ValueError as exc:
+            self.refused = (f"{one_line(exc)}. The box shows {self.valid:,} again "
+                            f"(the last valid value).")
+            self._restoring = True
+            try:
+                self.text.value = f"{self.valid:,}"
+            finally:
+                self._restoring = False
+            return
+        self._taken(self.valid)
+
+    def _taken(self, value: int) -> None:
+        """A valid value was entered (subclasses follow it with their slider)."""
 
     @property
     def value(self) -> int:
-        return parse_whole(self.text.value, self.what, self.lo, self.hi)
+        return self.valid
 
-    def observe(self, fn):
-        self.text.observe(fn, names="value")
+    def take_refusal(self) -> str:
+        """The reason the last entry was refused ('' if none), once."""
+        text, self.refused = self.refused, ""
+        return text
+
+    def observe(self, fn) -> None:
+        def call(change):
+            if change["new"] == self.text.value:      # not the refused entry
+                fn(change)
+        self.text.observe(call, names="value")
 
 
-class LengthControl:
+class CountBox(_FreeEntry):
+    """A free-entry box for a whole number in [lo, hi]; `.value` is its last valid value."""
+
+    def __init__(self, description, value, name, what, lo=1, hi=2 ** 20, width="170px"):
+        self.what, self.lo, self.hi = what, lo, hi
+        value = _text_arg(value, name, lo, hi)
+        self._init_entry(w.Text(value=f"{value:,}", description=description,
+                                continuous_update=False, style=LABEL_STYLE,
+                                layout=w.Layout(width=width)), value)
+
+
+class LengthControl(_FreeEntry):
     """A log-scale slider over powers of two plus a free-entry box, kept in sync.
 
     The box holds the value (any whole number in [1, 2**max_log2]: the same bounds as the
-    slider; outside them, or not a number, the explorer shows a message); the slider jumps
-    between powers of two 1 .. 2**max_log2, so one arrow key press doubles or halves the
-    length, and a typed length moves the slider to the largest power of two below it.
+    slider; anything else is refused and the box goes back to its last valid value); the
+    slider jumps between powers of two 1 .. 2**max_log2, so one arrow key press doubles or
+    halves the length, and a typed length moves the slider to the largest power of two
+    below it.
     """
 
     def __init__(self, description, value, name, what, max_log2, slider_class=""):
-        self.what, self.hi = what, 2 ** max_log2
+        self.what, self.lo, self.hi = what, 1, 2 ** max_log2
         self.powers = [2 ** p for p in range(max_log2 + 1)]
-        text = _text_arg(value, name)
-        below = [p for p in self.powers if p <= value]
+        value = _text_arg(value, name, self.lo, self.hi)
         self.slider = w.SelectionSlider(
-            options=[(f"{p:,}", p) for p in self.powers], value=below[-1] if below else 1,
+            options=[(f"{p:,}", p) for p in self.powers], value=self._below(value),
             description=description, continuous_update=False, style=LABEL_STYLE,
             layout=w.Layout(width="400px"))
         if slider_class:
             self.slider.add_class(slider_class)
-        self.text = w.Text(value=text, continuous_update=False,
-                           layout=w.Layout(width="150px"))
-        self.box = w.HBox([self.slider, self.text])
         self._syncing = False
+        self._init_entry(w.Text(value=f"{value:,}", continuous_update=False,
+                                layout=w.Layout(width="150px")), value)
+        self.box = w.HBox([self.slider, self.text])
         self.slider.observe(self._from_slider, names="value")
-        self.text.observe(self._from_text, names="value")
+
+    def _below(self, v: int) -> int:
+        """The largest power of two <= v (v >= 1)."""
+        return 1 << (int(v).bit_length() - 1)
 
     def _from_slider(self, change):
         if not self._syncing:
@@ -251,29 +310,17 @@ class LengthControl:
             finally:
                 self._syncing = False
 
-    def _from_text(self, change):
-        """Move the slider to the largest power of two <= the typed length (if valid)."""
-        try:
-            v = parse_whole(change["new"], self.what, 1, self.hi)
-        except ValueError:
-            return
-        below = [p for p in self.powers if p <= v]
-        if not self._syncing and below and self.slider.value != below[-1]:
+    def _taken(self, v: int) -> None:
+        """Move the slider to the largest power of two <= the typed length."""
+        if not self._syncing and self.slider.value != self._below(v):
             self._syncing = True
             try:
-                self.slider.value = below[-1]
+                self.slider.value = self._below(v)
             finally:
                 self._syncing = False
 
-    @property
-    def value(self) -> int:
-        return parse_whole(self.text.value, self.what, 1, self.hi)
-
     def set(self, v: int) -> None:
         self.text.value = f"{int(v):,}"
-
-    def observe(self, fn):
-        self.text.observe(fn, names="value")
 
     def set_disabled(self, flag):
         self.slider.disabled = flag
@@ -294,7 +341,8 @@ class Explorer(w.VBox):
         clear()        blank what `update` shows (called on an error); the base blanks
                        the warning and the HTML widgets named in `blanked`
     Build the controls, then call `super().__init__(title, rows, readout, plot_px=...)`,
-    then `self.watch(*controls)` and `self.refresh()`.
+    then `self.watch(*controls)` (`self.watch_fast(control)` for one that may change
+    faster than a draw, like a Play-driven step) and `self.refresh()`.
     """
 
     css_class = "fc-explorer"
@@ -309,6 +357,10 @@ class Explorer(w.VBox):
         self._fig = None
         self._dirty = False
         self._refresh_lock = threading.Lock()
+        self._background = False           # a background refresh thread runs (watch_fast)
+        self._updater = None               # the thread running update() rounds, if any
+        self._from_elsewhere = False       # a change came from another thread mid-round
+        self._background_guard = threading.Lock()
         self.errors = 0                    # refreshes that ended in a message (for tests)
         body = [readout]
         if plot_px is not None:
@@ -353,28 +405,81 @@ class Explorer(w.VBox):
             else:
                 c.observe(self.refresh, names="value")
 
+    def watch_fast(self, *controls) -> None:
+        """Refresh in the background whenever one of `controls` changes (promise 4)."""
+        for c in controls:
+            c.observe(self.refresh_soon, names="value")
+
     def refresh(self, _change=None) -> None:
         """Recompute and redraw from the controls; never raises (see the module docstring).
 
         A call that arrives while a refresh runs marks the explorer dirty and returns;
         the running refresh then goes round again with the newest values.
         """
-        self._dirty = True
+        self._mark_dirty()
         while True:
             if not self._refresh_lock.acquire(blocking=False):
                 return                     # the running refresh will see _dirty
             try:
-                rounds = 0
-                while self._dirty and rounds < 8:   # an update that keeps changing its
-                    self._dirty = False             # own controls stops after 8 rounds
-                    rounds += 1
-                    self._run_update()
-                if rounds >= 8:
-                    self._dirty = False
+                self._rounds()
             finally:
                 self._refresh_lock.release()
             if not self._dirty:            # nothing arrived between the last round and now
                 return
+
+    def _mark_dirty(self) -> None:
+        self._dirty = True
+        if self._updater is not None and self._updater != threading.get_ident():
+            self._from_elsewhere = True
+
+    def _rounds(self) -> None:
+        """Update while dirty (the caller holds the refresh lock). An update that keeps
+        changing its own controls stops after 8 rounds; changes from other threads (the
+        learner, Play) are never dropped: each one restarts the count."""
+        rounds = 0
+        self._updater = threading.get_ident()
+        try:
+            while self._dirty and rounds < 8:
+                self._dirty = self._from_elsewhere = False
+                rounds += 1
+                self._run_update()
+                if self._from_elsewhere:
+                    rounds = 0
+        finally:
+            self._updater = None
+        if rounds >= 8:
+            self._dirty = False
+
+    def refresh_soon(self, _change=None) -> None:
+        """Mark the explorer dirty and return at once; one background thread refreshes
+        until nothing new has arrived (changes coalesce: the newest value is drawn)."""
+        self._mark_dirty()
+        if self._refresh_lock.locked():
+            return                         # a running refresh goes round again (or, for
+        with self._background_guard:       # the update's own slider changes, need not)
+            if self._background:
+                return                     # the running thread will see _dirty
+            self._background = True
+        threading.Thread(target=self._refresh_in_background, daemon=True,
+                         name=f"{type(self).__name__} refresh").start()
+
+    def _refresh_in_background(self) -> None:
+        while True:
+            with self._refresh_lock:       # waits for a refresh running elsewhere
+                self._rounds()
+            with self._background_guard:
+                if not self._dirty:
+                    self._background = False
+                    return
+
+    def settle(self, timeout_s: float = 60.0) -> bool:
+        """Wait until no background refresh runs (True) or `timeout_s` passed (False)."""
+        deadline = time.monotonic() + timeout_s
+        while self._background or self._refresh_lock.locked():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
 
     def _repr_mimebundle_(self, **kwargs):
         """The live widget, or on the static website a still HTML picture of it."""
@@ -413,12 +518,18 @@ class Explorer(w.VBox):
                 parts.append(x.value)
         return f'<div class="{self.css_class}">{"".join(p for p in parts if p)}</div>'
 
+    def _refusals(self) -> list:
+        """Why free-entry boxes refused their last entry (each reason given once)."""
+        boxes = [x for x in vars(self).values() if isinstance(x, _FreeEntry)]
+        return [r for r in (b.take_refusal() for b in boxes) if r]
+
     def _run_update(self) -> None:
         try:
             self.update()
         except Exception as exc:  # noqa: BLE001 - every error of a setting becomes a message
             self.errors += 1
-            self.message.value = message_html(one_line(exc), title=self.error_title)
+            self.message.value = message_html(" ".join([*self._refusals(), one_line(exc)]),
+                                              title=self.error_title)
             try:
                 self.clear()
             except Exception:  # noqa: BLE001 - blanking must not hide the message
@@ -426,19 +537,33 @@ class Explorer(w.VBox):
             if self.image is not None:
                 show(self.image, False)
             return
-        self.message.value = ""
+        refused = self._refusals()           # an entry put back: the readout shows the
+        if refused:                          # last valid value, the message says why
+            self.errors += 1
+        self.message.value = message_html(" ".join(refused), title=self.error_title)
         if self.image is not None:
             show(self.image, True)
 
     def draw(self, paint) -> None:
         """Clear the persistent figure, `paint(fig)`, and show it as a crisp PNG."""
+        self.image.value = self.render(paint)
+
+    def render(self, paint, clear: bool = True) -> bytes:
+        """`paint(fig)` on the persistent figure (cleared first unless `clear` is False)
+        and return it as a crisp PNG, the figure's title in its "Title" text."""
         with _DRAW_LOCK:
             fig = self._fig
-            fig.clear()
+            if clear:
+                fig.clear()
             paint(fig)
             buf = io.BytesIO()
-            fig.savefig(buf, format="png", dpi=RENDER_DPI)
-        self.image.value = buf.getvalue()
+            title = fig.get_suptitle()
+            # zlib level 1: the same pixels, ~10% more bytes, encoded several times
+            # faster than the default 6 (a step of the tile schedule under Play)
+            fig.savefig(buf, format="png", dpi=RENDER_DPI,
+                        metadata={"Title": title} if title else None,
+                        pil_kwargs={"compress_level": 1})
+        return buf.getvalue()
 
 
 # ----------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
     score_memory_curve(t_query, t_key, dtype, batch, heads, tied, gpu)
     traffic_readout(t, head_dim, block_q, block_k, budget_bytes, dtype, loop_order, causal, gpu)
     schedule_steps(t_query, t_key, head_dim, block_q, block_k, causal, loop_order)
+    describe_step(step, n_steps), ragged_blocks_note(t_query, t_key, block_q, block_k)
 
 They raise ValueError (a message that names the setting) for settings that make no
 sense; the widgets of the `flashcourse.widgets` package catch it and show the message
@@ -455,7 +456,8 @@ def schedule_steps(t_query, t_key, head_dim, block_q, block_k, causal=False,
     event log: every formed or skipped tile is one step, carrying the loads issued just
     before it (and, in fa1, the write-back of O_i, l_i, m_i after it); stores of a whole
     row (fa2: O_i, lse_i) and fa1's initialisation are steps of their own. The last
-    step's cumulative bytes equal the counter's totals (and the IO model).
+    step's cumulative bytes equal the counter's totals (and the IO model). A block larger
+    than its length (Br > Tq, Bc > Tk) is one ragged block of Tq (Tk) rows.
     """
     from ..tiled import forward
 
@@ -473,10 +475,8 @@ def schedule_steps(t_query, t_key, head_dim, block_q, block_k, causal=False,
         if n > MAX_SCHEDULE_LENGTH:
             raise ValueError(f"{name} = {n:,} is too long to replay here: use at most "
                              f"{MAX_SCHEDULE_LENGTH}")
-    if br > tq:
-        raise ValueError(f"block_q (Br) = {br} is larger than Tq = {tq}: choose Br <= Tq")
-    if bc > tk:
-        raise ValueError(f"block_k (Bc) = {bc} is larger than Tk = {tk}: choose Bc <= Tk")
+    # Br > Tq (or Bc > Tk) is valid: one ragged block holds the Tq (Tk) real rows, as in
+    # `tiled.forward` and lab 03
     tiles = ceil_div(tq, br) * ceil_div(tk, bc)
     if tiles > MAX_SCHEDULE_TILES:
         raise ValueError(f"{tiles:,} tiles is too many to walk through (at most "
@@ -524,6 +524,19 @@ def schedule_steps(t_query, t_key, head_dim, block_q, block_k, causal=False,
                                   tuple(reads), tuple(writes), rd, wr))
     assert (rd, wr) == (counter.read_bytes, counter.write_bytes)
     return steps
+
+
+def ragged_blocks_note(t_query, t_key, block_q, block_k) -> str:
+    """'' or one sentence for blocks larger than their length (each is one ragged block).
+
+    >>> ragged_blocks_note(20, 80, 32, 32)
+    'Br = 32 > Tq = 20: one ragged query block of 20 rows.'
+    """
+    parts = [f"{name} = {b:,} > {tn} = {t:,}: one ragged {what} block of {t:,} "
+             f"row{'s' if t > 1 else ''}"
+             for name, b, tn, t, what in (("Br", block_q, "Tq", t_query, "query"),
+                                          ("Bc", block_k, "Tk", t_key, "key")) if b > t]
+    return "; ".join(parts) + "." if parts else ""
 
 
 def describe_step(step: ScheduleStep, n_steps: int) -> str:

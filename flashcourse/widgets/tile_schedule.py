@@ -6,7 +6,14 @@
 A real `flashcourse.tiled.forward` run on small random inputs is replayed
 (`flashcourse.widgets.readouts.schedule_steps`, pure and tested): the step slider (with Play)
 counts from 1, as the text does ("Step 1 of 12"); each step shows which tile is formed
-or skipped and which blocks are loaded or stored, with the bytes moved so far.
+or skipped and which blocks are loaded or stored, with the bytes moved so far. Blocks
+larger than the sequence (Br > Tq, Bc > Tk) are one ragged block, as in lab 03.
+
+Play: the figure of a setting is built once and a step only recolours it (about a
+quarter of a full redraw), and step changes are drawn in the background, coalesced
+(`Explorer.watch_fast`): when Play ticks faster than a draw, the steps in between are
+skipped rather than queued, and the picture (its title) and the readout are set from
+the same step, one right after the other.
 """
 
 from __future__ import annotations
@@ -14,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import format_bytes
-from .readouts import (MAX_SCHEDULE_LENGTH, _block_edges, describe_step, schedule_steps)
+from .readouts import (MAX_SCHEDULE_LENGTH, _block_edges, describe_step, ragged_blocks_note,
+                       schedule_steps)
 from ..traffic import tiled_traffic
 from ._base import (LABEL_STYLE, LOOP_ORDERS, Explorer, auto_width, check_flag, check_int_arg,
                     classed, html_box, lines_html, menu, row)
@@ -66,6 +74,8 @@ class TileSchedule(Explorer):
         self.status = html_box("fc-schedule-readout")
         self.steps = []
         self._config = None
+        self._picture = None               # the figure of the current setting
+        self.shown_step = None             # the step the picture and readout show
         super().__init__(
             "<b>Tile schedule</b>: a real tiled forward, replayed step by step "
             "(fp16 byte counts: 2 B per element, 4 B per statistic)",
@@ -74,13 +84,15 @@ class TileSchedule(Explorer):
              w.HBox([self.play, self.step])],
             self.status, plot_px=(520, 300), plot_class="fc-schedule-plot")
         self.watch(self.tq, self.tk, self.head_dim, self.block_q, self.block_k, self.causal,
-                   self.loop_order, self.step)
+                   self.loop_order)
+        self.watch_fast(self.step)         # Play: coalesced, drawn in the background
         self.refresh()
 
     def clear(self):
         super().clear()
         self.status.value = ""
         self.steps = []
+        self._picture = None               # it may be half built: build it afresh
 
     def update(self):
         config = (self.tq.value, self.tk.value, self.head_dim.value, self.block_q.value,
@@ -99,87 +111,147 @@ class TileSchedule(Explorer):
         self._show_step(k)
 
     def _show_step(self, k):
-        st = self.steps[k - 1]
-        tq, tk, d, br, bc, causal, order = self._config
-        final = self.steps[-1]
+        """Picture and readout of step k, from one state, set one right after the other
+        (the picture first: its title never trails the text)."""
+        steps, config = self.steps, self._config
+        st = steps[k - 1]
+        tq, tk, d, br, bc, causal, order = config
+        final = steps[-1]
         model = tiled_traffic(tq, tk, d, br, bc, causal=causal, loop_order=order)
-        lines = [describe_step(st, len(self.steps)),
+        lines = [describe_step(st, len(steps)),
                  f"Moved so far: read {format_bytes(st.read_bytes)}, written "
                  f"{format_bytes(st.write_bytes)}, total {format_bytes(st.total_bytes)}.",
-                 f"Whole run ({len(self.steps)} steps): {format_bytes(final.total_bytes)}; "
+                 f"Whole run ({len(steps)} steps): {format_bytes(final.total_bytes)}; "
                  f"the IO model tiled_traffic gives {format_bytes(model.total_bytes)}."]
+        ragged = ragged_blocks_note(tq, tk, br, bc)
+        if ragged:
+            lines.append(ragged)
+
+        def paint(fig):
+            picture = self._picture
+            if picture is None or picture.config != config:
+                picture = self._picture = _SchedulePicture(fig, steps, config)
+            picture.show(k)
+
+        png = self.render(paint, clear=False)
+        self.image.value = png
         self.status.value = lines_html(lines)
-        steps, config = self.steps, self._config
-        self.draw(lambda fig: _paint(fig, steps, config, k))
+        self.shown_step = k
 
 
-def _paint(fig, steps, config, k):
-    """The tiles (done, skipped, current), the mask boundary, and the Q/O and K/V strips."""
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch
+def _keep_layout(fig) -> None:
+    """No layout engine from now on: the axes stay where the last layout put them (and
+    savefig skips the extra draw it makes for an engine, even a placeholder one)."""
+    import matplotlib as mpl
 
-    tq, tk, d, br, bc, causal, order = config
-    qe, ke = _block_edges(tq, br), _block_edges(tk, bc)
-    n_r, n_c = len(qe) - 1, len(ke) - 1
-    state = np.zeros((n_r, n_c))                  # (Tr, Tc): 0 not yet, 1 done, 2 skipped, 3 now
-    for st in steps[:k]:
-        if st.kind == "tile":
-            state[st.tile] = 1
-        elif st.kind == "skip":
-            state[st.tile] = 2
-    cur = steps[k - 1]
-    if cur.kind in ("tile", "skip"):
-        state[cur.tile] = 3 if cur.kind == "tile" else 2
-    cmap = ListedColormap(["#ffffff", "#9ecae1", "#d9d9d9", "#fd8d3c"])
+    if fig.get_layout_engine() is not None:
+        with mpl.rc_context({"figure.autolayout": False,
+                             "figure.constrained_layout.use": False}):
+            fig.set_layout_engine(None)
 
-    gs = fig.add_gridspec(2, 2, width_ratios=[1, 12], height_ratios=[1, 10])
-    ax = fig.add_subplot(gs[1, 1])
-    axq = fig.add_subplot(gs[1, 0], sharey=ax)
-    axk = fig.add_subplot(gs[0, 1], sharex=ax)
-    ax.pcolormesh(ke, qe, state, cmap=cmap, vmin=-0.5, vmax=3.5, edgecolors="#555555",
-                  linewidth=0.6)
-    if causal:  # the mask boundary: query i sees key j iff j <= i + Tk - Tq
-        rows = np.repeat(np.arange(tq + 1), 2)[1:-1]                  # staircase
-        cols = np.clip(np.repeat(np.arange(tq) + tk - tq + 1, 2), 0, tk)
-        ax.plot(cols, rows, color="#b00020", lw=1.2)
-    if n_r * n_c <= 256:
-        for i, j in zip(*np.nonzero(state == 2)):
-            ax.text((ke[j] + ke[j + 1]) / 2, (qe[i] + qe[i + 1]) / 2, "skip",
-                    ha="center", va="center", fontsize=7, color="#555555")
-    ax.set_xlim(0, tk)
-    ax.set_ylim(tq, 0)
-    ax.set_xlabel("key position (Tk)", fontsize=9)
-    ax.tick_params(labelleft=False, labelsize=8)
 
-    def strip(axis, edges, tensors, vertical, block):
-        resident = [] if block is None else [(edges[block], edges[block + 1])]
-        loaded = [(a, b) for t, a, b, _ in cur.reads if t in tensors]
-        stored = [(a, b) for t, a, b, _ in cur.writes if t in tensors]
-        for spans, colour in ((resident, "#fdd0a2"), (loaded, "#fd8d3c"),
-                              (stored, "#31a354")):
-            for a, b in spans:
-                (axis.axhspan if vertical else axis.axvspan)(a, b, color=colour)
-        for e in edges:
-            (axis.axhline if vertical else axis.axvline)(e, color="#555555", lw=0.6)
+def step_title(order: str, k: int, n: int, total_bytes: int) -> str:
+    """The picture's title for step k of n (the readout's first line says the same)."""
+    return f"{order}: step {k} of {n}, {total_bytes:,} B moved so far"
 
-    on_chip = cur.kind == "tile"
-    strip(axq, qe, ("Q", "O", "lse", "l", "m"), True, cur.tile[0] if on_chip else None)
-    axq.set_xticks([])
-    axq.set_ylabel("query position (Tq)", fontsize=9)
-    axq.tick_params(labelsize=8)
-    axq.set_title("Q/O", fontsize=8)
-    strip(axk, ke, ("K", "V"), False, cur.tile[1] if on_chip else None)
-    axk.set_yticks([])
-    axk.set_ylabel("K,V", fontsize=8, rotation=0, ha="right", va="center")
-    axk.tick_params(labelbottom=False)
-    handles = [Patch(color=c, label=t) for c, t in (
-        ("#fd8d3c", "tile on chip / block loaded this step"),
-        ("#fdd0a2", "block on chip (loaded before)"), ("#9ecae1", "tile done"),
-        ("#d9d9d9", "skipped (causal mask)"), ("#31a354", "block stored"))]
-    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7,
-               frameon=False)
-    fig.suptitle(f"{order}: step {k} of {len(steps)}, {cur.total_bytes:,} B moved so far",
-                 fontsize=9)
+
+class _SchedulePicture:
+    """The figure of one setting: built once, then each step only recolours the tiles,
+    redraws the Q/O and K/V strips' spans and retitles; the layout is computed at the
+    first draw (constrained) and then kept, so a step costs one plain render."""
+
+    COLOURS = ["#ffffff", "#9ecae1", "#d9d9d9", "#fd8d3c"]   # not yet, done, skipped, now
+
+    def __init__(self, fig, steps, config):
+        from matplotlib.colors import ListedColormap
+        from matplotlib.patches import Patch
+
+        self.fig, self.steps, self.config = fig, steps, config
+        tq, tk, d, br, bc, causal, order = config
+        self.qe, self.ke = _block_edges(tq, br), _block_edges(tk, bc)
+        n_r, n_c = len(self.qe) - 1, len(self.ke) - 1
+        fig.clear()
+        fig.set_layout_engine("constrained")
+        self._laid_out = False
+        gs = fig.add_gridspec(2, 2, width_ratios=[1, 12], height_ratios=[1, 10])
+        ax = self.ax = fig.add_subplot(gs[1, 1])
+        axq = self.axq = fig.add_subplot(gs[1, 0], sharey=ax)
+        axk = self.axk = fig.add_subplot(gs[0, 1], sharex=ax)
+        self.mesh = ax.pcolormesh(self.ke, self.qe, np.zeros((n_r, n_c)),  # (Tr, Tc)
+                                  cmap=ListedColormap(self.COLOURS), vmin=-0.5, vmax=3.5,
+                                  edgecolors="#555555", linewidth=0.6)
+        if causal:  # the mask boundary: query i sees key j iff j <= i + Tk - Tq
+            rows = np.repeat(np.arange(tq + 1), 2)[1:-1]                  # staircase
+            cols = np.clip(np.repeat(np.arange(tq) + tk - tq + 1, 2), 0, tk)
+            ax.plot(cols, rows, color="#b00020", lw=1.2)
+        self.label_skips = n_r * n_c <= 256
+        ax.set_xlim(0, tk)
+        ax.set_ylim(tq, 0)
+        ax.set_xlabel("key position (Tk)", fontsize=9)
+        ax.tick_params(labelleft=False, labelsize=8)
+        for e in self.qe:
+            axq.axhline(e, color="#555555", lw=0.6)
+        for e in self.ke:
+            axk.axvline(e, color="#555555", lw=0.6)
+        axq.set_xticks([])
+        axq.set_ylabel("query position (Tq)", fontsize=9)
+        axq.tick_params(labelsize=8)
+        axq.set_title("Q/O", fontsize=8)
+        axk.set_yticks([])
+        axk.set_ylabel("K,V", fontsize=8, rotation=0, ha="right", va="center")
+        axk.tick_params(labelbottom=False)
+        handles = [Patch(color=c, label=t) for c, t in (
+            ("#fd8d3c", "tile on chip / block loaded this step"),
+            ("#fdd0a2", "block on chip (loaded before)"), ("#9ecae1", "tile done"),
+            ("#d9d9d9", "skipped (causal mask)"), ("#31a354", "block stored"))]
+        fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7,
+                   frameon=False)
+        self.title = fig.suptitle("", fontsize=9)
+        self._step_artists = []
+
+    def show(self, k):
+        """Set the figure to step k (1-based)."""
+        if self._laid_out:                 # the first draw placed everything: keep it
+            _keep_layout(self.fig)         # (no layout pass, no extra draw per step)
+        self._laid_out = True
+        for a in self._step_artists:
+            a.remove()
+        self._step_artists = []
+        steps, ax = self.steps, self.ax
+        state = np.zeros(self.mesh.get_array().shape)   # (Tr, Tc): see COLOURS
+        for st in steps[:k]:
+            if st.kind == "tile":
+                state[st.tile] = 1
+            elif st.kind == "skip":
+                state[st.tile] = 2
+        cur = steps[k - 1]
+        if cur.kind in ("tile", "skip"):
+            state[cur.tile] = 3 if cur.kind == "tile" else 2
+        self.mesh.set_array(state)
+        qe, ke = self.qe, self.ke
+        if self.label_skips:
+            for i, j in zip(*np.nonzero(state == 2)):
+                self._step_artists.append(ax.text(
+                    (ke[j] + ke[j + 1]) / 2, (qe[i] + qe[i + 1]) / 2, "skip", ha="center",
+                    va="center", fontsize=7, color="#555555"))
+
+        def strip(axis, edges, tensors, vertical, block):
+            resident = [] if block is None else [(edges[block], edges[block + 1])]
+            loaded = [(a, b) for t, a, b, _ in cur.reads if t in tensors]
+            stored = [(a, b) for t, a, b, _ in cur.writes if t in tensors]
+            for spans, colour in ((resident, "#fdd0a2"), (loaded, "#fd8d3c"),
+                                  (stored, "#31a354")):
+                for a, b in spans:
+                    self._step_artists.append(
+                        (axis.axhspan if vertical else axis.axvspan)(a, b, color=colour,
+                                                                     zorder=0.5))
+
+        on_chip = cur.kind == "tile"
+        strip(self.axq, qe, ("Q", "O", "lse", "l", "m"), True,
+              cur.tile[0] if on_chip else None)
+        strip(self.axk, ke, ("K", "V"), False, cur.tile[1] if on_chip else None)
+        order = self.config[-1]
+        self.title.set_text(step_title(order, k, len(steps), cur.total_bytes))
 
 
 def tile_schedule(**kwargs) -> TileSchedule:

@@ -4,10 +4,15 @@
     tuning_explorer(head_dim=64, seq_len=4096, measure=True, cpu_seq_len=256)
 
 Menus for block_q (Br), block_k (Bc), threads per block, tm (query rows per thread),
-d and N. The report (`tuning_report`, a pure function of the setting apart from the
-optional timing) shows the kernel's shared memory, the model's on-chip footprint,
-registers, occupancy and its limiter, the model's traffic, a timing (on this GPU, or
-of `flashcourse.cpu.forward` without one) and the recorded H200 sweep's row.
+d and N. Each option that cannot launch together with the other five choices is marked
+in its menu before it is picked, with the reason in a few words ('2048 (cannot launch:
+threads per block: 2,048 > 1,024)', `flashcourse.configs.launch_problem`; a menu none
+of whose options would help is left plain, so the marks point at the menu to change); it
+can still be picked, and then the report's place holds the full message. The report
+(`tuning_report`, a pure function of the setting apart from the optional timing) shows
+the kernel's shared memory, the model's on-chip footprint, registers, occupancy and its
+limiter, the model's traffic, a timing (on this GPU, or of `flashcourse.cpu.forward`
+without one) and the recorded H200 sweep's row.
 The judging and timing helpers live in `flashcourse.configs` (a configuration's shape),
 `flashcourse.limits` (launch limits, occupancy), `flashcourse.results` (the recorded
 sweep) and `flashcourse.sweep` (timing on this GPU or the CPU).
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import html
 
-from ..configs import describe_config
+from ..configs import describe_config, launch_problem
 from ..limits import DeviceLimits
 from ..memory import format_bytes
 from ..results import load_sweep, recorded_limits, recorded_regs, recorded_row
@@ -58,6 +63,43 @@ def _recorded_line(rec, doc, seq_len) -> str:
     return f"recorded on the H200: failed ({esc(why)})"
 
 
+def report_limits(limits=None, measure: bool = True) -> DeviceLimits:
+    """The limits a setting is judged against: `limits` if given, else this GPU's when
+    measuring on one, else the recorded H200's."""
+    if limits is not None:
+        return limits
+    return DeviceLimits.from_device() if measure and gpu_available() else recorded_limits()
+
+
+#: The menus whose options can make a configuration unable to launch (N cannot).
+MARKED = ("block_q", "block_k", "threads", "tm", "head_dim")
+
+
+def option_labels(setting: dict, limits: DeviceLimits, doc=None) -> dict:
+    """{menu: ((label, value), ...)} for the menus in MARKED: each option as the number,
+    or 'value (cannot launch: why)' when it cannot launch with the other choices of
+    `setting` ({block_q, block_k, threads, tm, head_dim}: values). Registers per thread
+    recorded by the sweep (`doc`) count, as in the report.
+
+    A menu none of whose options launches with the others (threads = 2,048 makes every
+    block_q fail) is left unmarked when another menu holds a fix, so the marks point at
+    the menus to change; when no single menu can fix the setting, all are marked.
+    """
+    whys = {}
+    for name, values in zip(MARKED, (BLOCKS, BLOCKS, THREADS, TMS, HEAD_DIMS)):
+        whys[name] = []
+        for v in values:
+            c = dict(setting, **{name: v})
+            args = (c["block_q"], c["block_k"], c["threads"], c["tm"], c["head_dim"])
+            regs = recorded_regs(args[4], *args[:4], doc) if doc else None
+            whys[name].append((v, launch_problem(*args, limits, regs_per_thread=regs)))
+    fixable = {name for name, pairs in whys.items() if any(w is None for _, w in pairs)}
+    return {name: tuple((f"{v} (cannot launch: {why})"
+                         if why and (name in fixable or not fixable) else f"{v}", v)
+                        for v, why in pairs)
+            for name, pairs in whys.items()}
+
+
 def tuning_report(block_q, block_k, threads, tm, head_dim, seq_len, *, limits=None,
                   measure: bool = True, cpu_seq_len: int = 256, doc=None) -> str:
     """The explorer's HTML for one setting. Raises ValueError for a setting that cannot
@@ -66,9 +108,7 @@ def tuning_report(block_q, block_k, threads, tm, head_dim, seq_len, *, limits=No
     esc = html.escape
     if doc is None:
         doc = load_sweep()
-    if limits is None:
-        limits = (DeviceLimits.from_device() if measure and gpu_available()
-                  else recorded_limits())
+    limits = report_limits(limits, measure)
     too_many = _threads_limit_message(threads, limits)
     if too_many:
         raise ValueError(too_many)
@@ -138,6 +178,8 @@ class TuningExplorer(Explorer):
                          "threads": self.threads, "tm": self.tm, "head_dim": self.head_dim,
                          "seq_len": self.seq_len}
         self.report = html_box("fc-tuning-readout")
+        self._relabelling = False
+        self._doc = load_sweep()
         super().__init__(
             "<b>Tuning the CUDA flash kernel</b>: one launch configuration",
             [row(self.block_q, self.block_k, self.threads),
@@ -146,11 +188,31 @@ class TuningExplorer(Explorer):
         self.watch(*self.controls.values())
         self.refresh()
 
+    def refresh(self, _change=None):
+        if not self._relabelling:           # new labels are not a new setting
+            super().refresh()
+
+    def relabel(self, limits) -> None:
+        """Mark, in each menu, the options that cannot launch with the other choices."""
+        setting = {name: self.controls[name].value for name in MARKED}
+        self._relabelling = True
+        try:
+            for name, options in option_labels(setting, limits, self._doc).items():
+                menu = self.controls[name]
+                if tuple(menu.options) != options:
+                    with menu.hold_sync():          # one message: new labels, same value
+                        menu.options = options      # (this selects the first option)
+                        menu.value = setting[name]
+        finally:
+            self._relabelling = False
+
     def update(self):
+        limits = report_limits(self.limits, self.measure)
+        self.relabel(limits)
         self.report.value = tuning_report(
             self.block_q.value, self.block_k.value, self.threads.value, self.tm.value,
-            self.head_dim.value, self.seq_len.value, limits=self.limits,
-            measure=self.measure, cpu_seq_len=self.cpu_seq_len)
+            self.head_dim.value, self.seq_len.value, limits=limits,
+            measure=self.measure, cpu_seq_len=self.cpu_seq_len, doc=self._doc)
 
 
 def tuning_explorer(head_dim: int = 64, seq_len: int = 4096, **kwargs) -> TuningExplorer:
