@@ -5,8 +5,8 @@ sequence lengths (warm-up, CUDA events, median of repeats: `flashcourse.timing`)
 result row each; `best_by_head_dim` picks the tuned default per head dimension (never
 slower than the untuned one in the same run). The H200 results are recorded in
 `benchmarks/results/h200_tuning_sweep.json` (`flashcourse.results.load_sweep`);
-`heatmap_grid` arranges them by tile for `flashcourse.plots.tuning`, which draws them. Without a GPU, `cpu_sweep` tunes
-`flashcourse.cpu.forward` for real on this CPU.
+`heatmap_grid` arranges them by tile for `flashcourse.plots.tuning`, which draws them.
+Without a GPU, `cpu_sweep` tunes `flashcourse.cpu.forward` for real on this CPU.
 """
 
 from __future__ import annotations

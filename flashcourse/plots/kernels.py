@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from .._checks import check_block, check_causal
 from ..geometry import tile_visibility
-from ..memory import format_bytes
 from .style import MIN_FONT_PT as FONT
 from .style import plt as _plt
 
