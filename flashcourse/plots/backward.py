@@ -21,7 +21,7 @@ import numpy as np
 from .._checks import check_block
 from ..memory import format_bytes, saved_for_backward_bytes
 from ..traffic import backward_flops, backward_traffic
-from .style import FULL_WIDTH_IN, legend_below
+from .style import FULL_WIDTH_IN, legend_under_panels
 from .style import plt as _plt
 
 METHODS = ("standard", "tiled")
@@ -161,5 +161,5 @@ def plot_backward_recorded(res, *, d: int = 64, fig=None):
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("TFLOP/s\n(backward = 2.5 x forward FLOPs)")
     if rows:
-        legend_below(fig, ncol=2)
+        legend_under_panels(fig, ncol=2)
     return fig

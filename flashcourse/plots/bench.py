@@ -6,7 +6,7 @@ rows are their result rows (dicts with kernel, n, d, causal and, when timed, tfl
 
 from __future__ import annotations
 
-from .style import FULL_WIDTH_IN, legend_below
+from .style import FULL_WIDTH_IN, legend_under_panels
 from .style import plt as _plt
 
 
@@ -47,5 +47,5 @@ def tflops_grid(rows, names, dims, fmt, *, figsize=None, labels=None, ncol: int 
             handles.setdefault(t, h)
             texts.setdefault(t, t)
     if handles:
-        legend_below(fig, list(handles.values()), list(texts), ncol=ncol)
+        legend_under_panels(fig, list(handles.values()), list(texts), ncol=ncol)
     return fig, axes

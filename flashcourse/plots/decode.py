@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from .style import FULL_WIDTH_IN, legend_below
+from .style import FULL_WIDTH_IN, legend_under_panels
 from .style import MIN_FONT_PT as FONT
 from .style import plt as _plt
 
@@ -115,5 +115,5 @@ def plot_bandwidth(rows, *, group=None, fig=None):
     axes[0].set_ylabel("K/V bytes read / time (GB/s)")
     labelled = max(axes, key=lambda a: len(a.get_legend_handles_labels()[1]))
     if labelled.get_legend_handles_labels()[1]:
-        legend_below(fig, *labelled.get_legend_handles_labels(), ncol=2)
+        legend_under_panels(fig, *labelled.get_legend_handles_labels(), ncol=2)
     return fig

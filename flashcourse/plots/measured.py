@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .style import FULL_WIDTH_IN, legend_below
+from .style import FULL_WIDTH_IN, legend_under_panels
 from .style import plt as _plt
 
 #: each implementation of benchmarks/ncu_traffic.py in the course's words
@@ -82,7 +82,7 @@ def plot_traffic_comparison(doc: dict):
     axes[0].set_title("caches flushed (--cache-control all)", fontsize=10)
     gpu = doc.get("environment", {}).get("gpu", "GPU")
     fig.suptitle(f"Bytes moved: measured on the {gpu} (ncu) against the two-level model")
-    legend_below(fig, ncol=3)
+    legend_under_panels(fig, ncol=3)
     return fig
 
 

@@ -116,7 +116,7 @@ def install_audit(path) -> bool:
 FULL_WIDTH_IN = 9.3
 
 
-def legend_below(fig, handles=None, labels=None, *, ncol: int = 3, **kwargs):
+def legend_under_panels(fig, handles=None, labels=None, *, ncol: int = 3, **kwargs):
     """One legend for every panel of `fig`, under the panels (off the data). `fig` must
     use layout="constrained", which makes room for it; the handles default to those of
     the first axes."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..cuda import mma
 from ..gpus import get_gpu
-from .style import FULL_WIDTH_IN, legend_below
+from .style import FULL_WIDTH_IN, legend_under_panels
 from .style import MIN_FONT_PT as FONT
 from .style import plt as _plt
 
@@ -211,7 +211,7 @@ def plot_tensor_core_recorded(doc: dict, d: int = 64, gpu: str = "H200"):
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("TFLOP/s (log scale)")
     handles, labels = axes[0].get_legend_handles_labels()
-    legend_below(fig, handles, labels, ncol=2)
+    legend_under_panels(fig, handles, labels, ncol=2)
     fig.suptitle(f"Recorded on {doc['env'].get('gpu', '?')} "
                  f"({str(doc['env'].get('date_utc', ''))[:10]}); "
                  "solid: this course, dotted: PyTorch SDPA", fontsize=10.5)
