@@ -5,7 +5,7 @@
     p_rounding_error(...)         what rounding P to 16 bits before P V costs (numpy)
     product_errors(...)           1xTF32, 3xTF32, fp32 and fp16 products against float64
     tensor_core_rows(doc, n, d)      the recorded H200 comparison at one point, fastest first
-    plot_recorded(doc, d)         TFLOP/s against N, the hardware limits beside them
+    plot_tensor_core_recorded(doc, d)  TFLOP/s against N, the hardware limits as lines
 """
 
 from __future__ import annotations
