@@ -267,11 +267,9 @@ def plot(rows, path):
     import matplotlib
     matplotlib.use("Agg")
     from flashcourse.plots.bench import tflops_grid
-    fig, axes = tflops_grid(rows, sorted({r["kernel"] for r in rows}), DS,
-                            lambda name: "o--" if "fp16" in name else "o-", figsize=(11, 8))
-    axes[0][0].legend(fontsize=8)
+    fig, _ = tflops_grid(rows, sorted({r["kernel"] for r in rows}), DS,
+                         lambda name: "o--" if "fp16" in name else "o-")
     fig.suptitle(f"Attention forward, B x H = {BH}, fp32 (dashed: fp16 tensor cores)")
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 

@@ -458,11 +458,9 @@ def plot(rows, path):
 
     def fmt(name):                          # solid: this course's kernels; dotted: PyTorch
         return "o" + ("-" if name.startswith(("tc_", "flash_")) else ":")
-    fig, axes = tflops_grid(rows, CONTENDERS, DS, fmt, figsize=(12, 8.5), ms=4)
-    axes[0][0].legend(fontsize=7, ncol=2)
-    fig.suptitle(f"Attention forward on tensor cores, B x H = {BH} (solid: this course, "
+    fig, _ = tflops_grid(rows, CONTENDERS, DS, fmt, ncol=2, ms=4)
+    fig.suptitle(f"Attention forward on tensor cores, B x H = {BH}\n(solid: this course, "
                  "dotted: PyTorch SDPA)")
-    fig.tight_layout()
     fig.savefig(path, dpi=100)
 
 

@@ -108,7 +108,7 @@ def top_keys(rows, d, n, k):
 def save(out, doc, heatmap=False):
     """Write the sweep document (after every phase: a killed run keeps what it measured)."""
     from flashcourse.results import validate
-    from flashcourse.sweep import plot_sweep_heatmaps
+    from flashcourse.plots.tuning import plot_sweep_heatmaps
     (out / "h200_tuning_sweep.json").write_text(json.dumps(validate(doc, "sweep"), indent=1))
     if heatmap:
         plot_sweep_heatmaps(doc, out / "h200_tuning_heatmap.png")

@@ -24,7 +24,7 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     decode      Flash-Decoding in numpy: split-KV forward, FA2's split heuristic, combine
     decode_io   the decode IO model (K/V read once) and its recorded measurements
  3  configs     launch configurations of the flash kernel, which ones can launch
-    sweep       timing configurations, the tuned default, heatmaps; the CPU sweep
+    sweep       timing configurations, the tuned default, heatmap grids; the CPU sweep
     measured_traffic  Nsight Compute's bytes beside the model, and why they differ
  4  widgets     the interactive explorers, one module each on one base (widgets._base):
                 score memory, traffic, tile schedule, tuning, backward, KV cache; the

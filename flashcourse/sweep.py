@@ -1,12 +1,12 @@
-"""Tuning sweeps: time launch configurations, pick the tuned default, plot the results.
+"""Tuning sweeps: time launch configurations, pick the tuned default.
 
 `sweep` times configurations of the flash kernel (`flashcourse.configs`) at several
 sequence lengths (warm-up, CUDA events, median of repeats: `flashcourse.timing`), one
 result row each; `best_by_head_dim` picks the tuned default per head dimension (never
 slower than the untuned one in the same run). The H200 results are recorded in
 `benchmarks/results/h200_tuning_sweep.json` (`flashcourse.results.load_sweep`);
-`plot_sweep_heatmaps` draws them. Without a GPU, `cpu_sweep` tunes
-`flashcourse.cpu.forward` for real on this CPU.
+`heatmap_grid` arranges them by tile for `flashcourse.plots.tuning`, which draws them.
+Without a GPU, `cpu_sweep` tunes `flashcourse.cpu.forward` for real on this CPU.
 """
 
 from __future__ import annotations
@@ -257,50 +257,6 @@ def heatmap_grid(rows, head_dim: int, seq_len: int):
         if not (grid[i, j] >= r["tflops"]):
             grid[i, j], thr[i, j] = r["tflops"], r["threads"]
     return bqs, bks, grid, thr
-
-
-def plot_heatmap(rows, head_dim: int, seq_len: int, ax=None, title: str | None = None):
-    """Heatmap of TFLOP/s over (block_q, block_k), the best thread count per cell."""
-    import matplotlib.pyplot as plt
-    bqs, bks, grid, thr = heatmap_grid(rows, head_dim, seq_len)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(4.2, 3.6))
-    im = ax.imshow(grid, cmap="viridis", origin="lower")
-    ax.set_xticks(range(len(bks)), [str(b) for b in bks])
-    ax.set_yticks(range(len(bqs)), [str(b) for b in bqs])
-    ax.set_xlabel("block_k = Bc (keys per tile)")
-    ax.set_ylabel("block_q = Br (queries per tile)")
-    for i in range(len(bqs)):
-        for j in range(len(bks)):
-            if np.isnan(grid[i, j]):
-                ax.text(j, i, "n/a", ha="center", va="center", fontsize=7, color="0.4")
-                continue
-            lo, hi = np.nanmin(grid), np.nanmax(grid)
-            light = hi == lo or (grid[i, j] - lo) / (hi - lo) > 0.5   # bright cell: dark text
-            ax.text(j, i, f"{grid[i, j]:.1f}\n{thr[i, j]}t", ha="center", va="center",
-                    fontsize=7, color="k" if light else "w")
-    ax.set_title(title or f"TFLOP/s, d={head_dim}, N={seq_len}")
-    ax.figure.colorbar(im, ax=ax, label="TFLOP/s")
-    return ax
-
-
-def plot_sweep_heatmaps(doc: dict, path=None):
-    """One heatmap per (head_dim, seq_len) in the sweep document; saves to `path`."""
-    import matplotlib.pyplot as plt
-    rows = doc["rows"]
-    dims = sorted({r["head_dim"] for r in rows})
-    seqs = sorted({r["seq_len"] for r in rows})
-    fig, axes = plt.subplots(len(dims), len(seqs), figsize=(4.4 * len(seqs), 3.7 * len(dims)),
-                             squeeze=False)
-    for i, d in enumerate(dims):
-        for j, n in enumerate(seqs):
-            plot_heatmap(rows, d, n, ax=axes[i][j])
-    fig.suptitle(f"{doc['environment'].get('gpu')}: flash forward, fp32, "
-                 f"B x H = {doc['problem'].get('batch_heads')} (best thread count per cell)")
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=110)
-    return fig
 
 
 def cpu_time(block_q: int, block_k: int, seq_len: int, head_dim: int, *, batch_heads: int = 2,

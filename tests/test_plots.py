@@ -96,3 +96,89 @@ def test_readable_part_a(name):
         assert size >= style.MIN_FONT_PT, f"{name}: {text!r} at {size:g} pt"
     finally:
         plt.close(fig)
+
+
+def _recorded(load):
+    doc = load()
+    if doc is None:
+        pytest.skip("no recorded results in benchmarks/results/")
+    return doc
+
+
+def _on_axes(draw, figsize):
+    """A drawing helper that draws into an axes, on a figure of the notebook's size."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=figsize)
+    draw(ax)
+    return fig
+
+
+def _part_b():
+    """The library figures of notebooks 06-11 (kernels, measured, backward, tensor_cores,
+    decode, tuning, bench), each at its defaults with the recorded results it needs."""
+    import json
+
+    from flashcourse import decode, decode_io, results
+    from flashcourse.plots import backward, bench, kernels, measured, tensor_cores, tuning
+    from flashcourse.plots import decode as dp
+
+    def forward_rows():
+        return json.loads((results.RESULTS_DIR / "h200_forward.json").read_text())["bench"]
+
+    def tree(ax):
+        q, k, v = (np.random.default_rng(0).standard_normal(s) for s in
+                   ((1, 4, 1, 16), (1, 2, 300, 16), (1, 2, 300, 16)))
+        _, _, (o6, l6, _) = decode.split_kv_forward(q, k, v, num_splits=6, block_k=32,
+                                                    return_parts=True)
+        dp.draw_merge_tree(decode.merge_tree(o6, l6)[2], ax)
+
+    return {
+        "kernels.plot_flash_dataflow": kernels.plot_flash_dataflow,
+        "kernels.plot_backward_key_major": kernels.plot_backward_key_major,
+        "measured.plot_traffic_bars":
+            lambda: measured.plot_traffic_bars(_recorded(results.load_traffic)).figure,
+        "measured.plot_traffic_comparison":
+            lambda: measured.plot_traffic_comparison(_recorded(results.load_traffic)),
+        "measured.plot_dram_vs_kv":
+            lambda: measured.plot_dram_vs_kv(_recorded(results.load_traffic)).figure,
+        "backward.plot_backward_costs": backward.plot_backward_costs,
+        "backward.plot_backward_recorded":
+            lambda: backward.plot_backward_recorded(_recorded(backward.load_recorded)),
+        "tensor_cores.plot_fragments": tensor_cores.plot_fragments,
+        "tensor_cores.plot_tensor_core_recorded(d=64)": lambda: tensor_cores.
+            plot_tensor_core_recorded(_recorded(results.load_tensor_core), d=64),
+        "tensor_cores.plot_tensor_core_recorded(d=128)": lambda: tensor_cores.
+            plot_tensor_core_recorded(_recorded(results.load_tensor_core), d=128),
+        "decode.plot_bandwidth":
+            lambda: dp.plot_bandwidth(_recorded(decode_io.load_results)["bench"]),
+        "decode.draw_sms": lambda: _on_axes(lambda ax: dp.draw_sms(8, 132, ax), (10, 2.6)),
+        "decode.draw_splits": lambda: _on_axes(
+            lambda ax: dp.draw_splits(decode.split_bounds(300, 64, 4), 300, 64, ax), (10, 1.6)),
+        "decode.draw_merge_tree": lambda: _on_axes(tree, (9, 3)),
+        "tuning.plot_heatmap": lambda: tuning.plot_heatmap(
+            _recorded(results.load_sweep)["rows"], 64, 4096).figure,
+        "tuning.plot_sweep_heatmaps":
+            lambda: tuning.plot_sweep_heatmaps(_recorded(results.load_sweep)),
+        "bench.tflops_grid": lambda: bench.tflops_grid(
+            forward_rows(), sorted({r["kernel"] for r in forward_rows()}), (64, 128),
+            lambda name: "o-")[0],
+    }
+
+
+PART_B = sorted(_part_b())
+
+
+@pytest.mark.parametrize("name", PART_B)
+def test_readable_part_b(name):
+    """Each library figure of notebooks 06-11 is shown unshrunk in JupyterLab at 1280 px
+    (at most MAX_WIDTH_IN as the inline backend shows it) with no text under MIN_FONT_PT."""
+    import matplotlib.pyplot as plt
+
+    from flashcourse.plots.style import MAX_WIDTH_IN, MIN_FONT_PT, smallest_text, width_in
+    fig = _part_b()[name]()
+    try:
+        assert width_in(fig) <= MAX_WIDTH_IN, f"{name}: {width_in(fig):.2f} in wide"
+        size, text = smallest_text(fig)
+        assert size >= MIN_FONT_PT, f"{name}: text {text!r} at {size} pt"
+    finally:
+        plt.close(fig)

@@ -419,7 +419,8 @@ def test_heatmap_grid_and_plot():
     assert bqs == [32, 64] and bks == [32, 64]
     assert grid[0, 0] == 6.0 and thr[0, 0] == 256
     assert np.isnan(grid[1, 1]) and np.isnan(grid[0, 1])
-    ax = sweep.plot_heatmap(rows, 64, 4096)
+    from flashcourse.plots import tuning as tuning_plots
+    ax = tuning_plots.plot_heatmap(rows, 64, 4096)
     assert ax.get_xlabel().startswith("block_k")
 
 

@@ -10,6 +10,7 @@
     backward      the backward's costs and the recorded backward timings (09)
     tensor_cores  mma fragments, rounding errors, recorded tensor-core timings (10)
     decode        Flash-Decoding's SMs, splits, merge tree and bandwidth (11)
+    tuning        the tuning sweep's TFLOP/s heatmaps over (Br, Bc) (07)
     bench         TFLOP/s grids of recorded benchmarks
     tables        HTML tables for notebook output
     readme        the README's figures (`make figures`)

@@ -8,7 +8,7 @@ All numbers are for one head of one request (multiply by B x H for a batch):
 
     kept for the backward   `flashcourse.memory.saved_for_backward_bytes`
                             standard: Q, K, V, O + P (N x N x s)
-                            tiled:    Q, K, V, O + L (N x 4 B)
+                            tiled:    Q, K, V, O + lse (N x 4 B)
     backward traffic        `flashcourse.traffic.backward_traffic` (bytes through HBM)
     backward FLOPs          `flashcourse.traffic.backward_flops`
                             standard 8 N^2 d; tiled (recompute S) 10 N^2 d
@@ -21,6 +21,8 @@ import numpy as np
 from .._checks import check_block
 from ..memory import format_bytes, saved_for_backward_bytes
 from ..traffic import backward_flops, backward_traffic
+from .style import FULL_WIDTH_IN, legend_under_panels
+from .style import plt as _plt
 
 METHODS = ("standard", "tiled")
 
@@ -72,30 +74,31 @@ def summary_lines(n: int, head_dim: int = 64, **kwargs) -> list[str]:
 
 def plot_backward_costs(n: int = 4096, head_dim: int = 64, *, n_min: int = 256,
                         n_max: int = 131072, fig=None, **kwargs):
-    """Three log-log panels over N (kept bytes, traffic bytes, FLOPs); a marker at `n`."""
-    import matplotlib.pyplot as plt
-
+    """Three log-log panels over N (kept bytes, traffic bytes, FLOPs); a marker at `n`;
+    the legend beside the last panel (off the data). `fig`: draw on this figure."""
     ns = np.unique(np.geomspace(n_min, n_max, 25).astype(int))
     curves = backward_curves(ns, head_dim, **kwargs)
     here = backward_costs(n, head_dim, **kwargs)
     if fig is None:
-        fig = plt.figure(figsize=(12, 3.6))
+        fig = _plt().figure(figsize=(FULL_WIDTH_IN, 3.4), layout="constrained")
     axes = fig.subplots(1, 3)
-    titles = {"kept": "kept for the backward (bytes)", "traffic": "backward HBM traffic (bytes)",
-              "flops": "backward FLOPs"}
-    styles = {"standard": dict(color="#b35900", label="standard (stores P)"),
-              "tiled": dict(color="#1f6feb", label="tiled (recomputes P from L)")}
+    titles = {"kept": "kept for the backward\n(bytes)",
+              "traffic": "backward HBM traffic\n(bytes)", "flops": "backward FLOPs"}
+    styles = {"standard": dict(color="#b35900", label="standard\n(stores P)"),
+              "tiled": dict(color="#1f6feb", label="tiled\n(recomputes P\nfrom lse)")}
     for ax, key in zip(axes, ("kept", "traffic", "flops")):
         for m in METHODS:
             ax.loglog(ns, curves[m][key], **styles[m])
             ax.plot([n], [here[m][key]], "o", color=styles[m]["color"])
         ax.axvline(n, color="grey", lw=0.8, ls=":")
         ax.set_title(titles[key], fontsize=10)
-        ax.set_xlabel("N = Tq = Tk (positions)")
+        ax.set_xlabel("N = Tq = Tk")
         ax.grid(alpha=0.3, which="both")
-    axes[0].legend(fontsize=8)
+    axes[2].legend(loc="center left", bbox_to_anchor=(1.04, 0.5), frameon=False,
+                   labelspacing=1.0, title=f"dots: N = {n:,}", title_fontsize=9)
     fig.suptitle(f"Backward pass, one head, d = {head_dim}", fontsize=11)
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     return fig
 
 
@@ -123,27 +126,40 @@ def backward_rows(res, *, n: int = 4096, d: int = 64, causal: bool = False) -> l
     return sorted(rows, key=lambda x: x[1])
 
 
-def plot_backward_recorded(res, *, d: int = 64, fig=None):
-    """TFLOP/s against N for every implementation (default tiles), causal and not."""
-    import matplotlib.pyplot as plt
+#: each implementation of benchmarks/gpu_backward.py in the course's words
+IMPL_WORDS = {"fast": "course fast: dQ by atomic adds",
+              "fast_two_pass": "course fast_two_pass: dQ in a second pass",
+              "torch_efficient_fp32": "PyTorch memory-efficient fp32",
+              "torch_math_fp32": "PyTorch math fp32"}
 
+
+def plot_backward_recorded(res, *, d: int = 64, fig=None):
+    """TFLOP/s against N for every implementation (default tiles), non-causal and causal
+    side by side on one scale, the legend under the panels. `fig`: draw on this figure
+    (it is given a constrained layout)."""
     rows = [r for r in res.get("bench", []) if "ms" in r and r.get("config") is None
             and r["d"] == d]
     if fig is None:
-        fig = plt.figure(figsize=(11, 3.6))
-    axes = fig.subplots(1, 2)
+        fig = _plt().figure(figsize=(FULL_WIDTH_IN, 4.2), layout="constrained")
+    else:
+        fig.set_layout_engine("constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    impls = sorted({r["impl"] for r in rows}, key=lambda i: (i not in IMPL_WORDS, i))
     for ax, causal in zip(axes, (False, True)):
-        for impl in sorted({r["impl"] for r in rows}):
+        for k, impl in enumerate(impls):
             pts = sorted((r["n"], r["tflops"]) for r in rows
                          if r["impl"] == impl and r["causal"] == causal)
             if pts:
-                ax.plot(*zip(*pts), marker="o", label=impl)
+                ax.plot(*zip(*pts), marker="o", color=f"C{k}",
+                        ls="-" if impl.startswith("fast") else ":",
+                        label=IMPL_WORDS.get(impl, impl))
         ax.set_xscale("log", base=2)
         ax.set_xlabel("N = Tq = Tk (positions)")
-        ax.set_ylabel("TFLOP/s (backward = 2.5 x forward FLOPs)")
-        ax.set_title(f"d = {d}, B x H = 32, {'causal' if causal else 'non-causal'}",
-                     fontsize=10)
+        bh = sorted({r["bh"] for r in rows if "bh" in r})
+        ax.set_title(f"d = {d}, B x H = {', '.join(map(str, bh)) or '?'}, "
+                     f"{'causal' if causal else 'non-causal'}", fontsize=10)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+    axes[0].set_ylabel("TFLOP/s\n(backward = 2.5 x forward FLOPs)")
+    if rows:
+        legend_under_panels(fig, ncol=2)
     return fig

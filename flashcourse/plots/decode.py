@@ -8,6 +8,10 @@ import math
 
 import numpy as np
 
+from .style import FULL_WIDTH_IN, legend_under_panels
+from .style import MIN_FONT_PT as FONT
+from .style import plt as _plt
+
 
 def draw_sms(blocks: int, sms: int, ax, *, title: str | None = None, cols: int = 22):
     """One square per SM, filled when the launch gives it at least one block."""
@@ -33,7 +37,8 @@ def draw_splits(bounds, t_key: int, block_k: int, ax):
         if k1 > k0:
             ax.barh(0, k1 - k0, left=k0, height=0.6, color=f"C{s % 10}", alpha=0.8)
             ax.text((k0 + k1) / 2, 0, f"split {s}\nkeys {k0}..{k1 - 1}", ha="center",
-                    va="center", fontsize=7)
+                    va="center", fontsize=9.5, zorder=3,
+                    bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.85))
     for edge in range(0, t_key + 1, block_k):
         ax.axvline(edge, color="k", lw=0.4, alpha=0.5)
     empty = [s for s, (k0, k1) in enumerate(bounds) if k1 == k0]
@@ -51,19 +56,19 @@ def draw_merge_tree(levels, ax, *, row: int = 0):
         y = n_levels - 1 - depth
         for i, (_o, lse) in enumerate(level):
             val = float(np.asarray(lse).reshape(-1)[row])
-            ax.scatter([xs[depth][i]], [y], s=500, color="C0" if depth else "C2", zorder=3)
+            ax.scatter([xs[depth][i]], [y], s=1000, color="C0" if depth else "C2", zorder=3)
             ax.text(xs[depth][i], y, f"{val:.2f}" if np.isfinite(val) else "-inf",
-                    ha="center", va="center", fontsize=7, color="w", zorder=4)
+                    ha="center", va="center", fontsize=FONT, color="w", zorder=4)
             if depth:
                 kids = [2 * i, 2 * i + 1] if 2 * i + 1 < len(levels[depth - 1]) else [2 * i]
                 for kid in kids:
                     ax.plot([xs[depth - 1][kid], xs[depth][i]], [y + 1, y], color="0.5",
                             zorder=1)
-    ax.set_ylim(-0.6, n_levels - 0.4)
+    ax.set_ylim(-0.5, n_levels - 0.5)
     ax.set_xlim(0, 1)
     ax.axis("off")
     ax.set_title("merge tree: each node shows lse of one query row "
-                 "(leaves: the splits, root: the whole row)", fontsize=9)
+                 "(leaves: the splits, root: the whole row)", fontsize=10)
 
 
 IMPL_STYLE = {
@@ -76,16 +81,18 @@ IMPL_STYLE = {
 
 
 def plot_bandwidth(rows, *, group=None, fig=None):
-    """Achieved K/V read bandwidth (GB/s) against Tk, one panel per B x Hkv, with the
-    copy rate (read + write) of the same bytes dashed. `rows` is the 'bench' list of
-    the recorded JSON; group: only that GQA group size (None: group 1)."""
-    import matplotlib.pyplot as plt
+    """Achieved K/V read bandwidth (GB/s) against Tk, one panel per B x Hkv on one y scale,
+    with the copy rate (read + write) of the same bytes dashed and one legend under the
+    panels. `rows` is the 'bench' list of the recorded JSON; group: only that GQA group
+    size (None: group 1). `fig`: draw on this figure (it is given a constrained layout)."""
     group = 1 if group is None else group
     rows = [r for r in rows if r.get("group") == group and "ms" in r
             and r["ms"] == r["ms"]]
     bhkvs = sorted({r["bhkv"] for r in rows})
     if fig is None:
-        fig = plt.figure(figsize=(4.2 * max(1, len(bhkvs)), 3.6))
+        fig = _plt().figure(figsize=(FULL_WIDTH_IN, 4.4), layout="constrained")
+    else:
+        fig.set_layout_engine("constrained")
     axes = fig.subplots(1, max(1, len(bhkvs)), sharey=True, squeeze=False)[0]
     for ax, bhkv in zip(axes, bhkvs):
         sel = [r for r in rows if r["bhkv"] == bhkv]
@@ -106,6 +113,7 @@ def plot_bandwidth(rows, *, group=None, fig=None):
         ax.set_title(f"B x Hkv = {bhkv}, G = {group}")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("K/V bytes read / time (GB/s)")
-    axes[-1].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    labelled = max(axes, key=lambda a: len(a.get_legend_handles_labels()[1]))
+    if labelled.get_legend_handles_labels()[1]:
+        legend_under_panels(fig, *labelled.get_legend_handles_labels(), ncol=2)
     return fig

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from .._checks import check_block, check_causal
 from ..geometry import tile_visibility
-from ..memory import format_bytes
+from .style import MIN_FONT_PT as FONT
 from .style import plt as _plt
 
 BYTES_FP32 = 4                      # every tile of the course's CUDA kernels is fp32
@@ -36,23 +36,27 @@ def _kib(nbytes: int) -> str:
 
 
 def _box(ax, x, y, w, h, title, detail, face):
+    """A rounded box centred at (x, y), inches: a bold title above its detail lines."""
     from matplotlib.patches import FancyBboxPatch
     ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.02",
                                 facecolor=face, edgecolor="#333333", lw=1.2, zorder=2))
-    ax.text(x, y + 0.14, title, ha="center", va="center", fontsize=11, fontweight="bold",
-            zorder=3)
-    ax.text(x, y - 0.2, detail, ha="center", va="center", fontsize=8.5, zorder=3)
+    ax.text(x, y + h / 2 - 0.17, title, ha="center", va="center", fontsize=10.5,
+            fontweight="bold", zorder=3)
+    ax.text(x, y + h / 2 - 0.32, detail, ha="center", va="top", fontsize=FONT,
+            linespacing=1.15, zorder=3)
 
 
-def _arrow(ax, start, end, step, *, rad=0.0, label_at=0.5, offset=(0.0, 0.0)):
-    """An arrow from start to end with its step number in a red circle."""
+def _arrow(ax, start, end, step=None, *, rad=0.0, label_at=0.5, offset=(0.0, 0.0)):
+    """An arrow from start to end, with its step number in a red circle (when given)."""
     from matplotlib.patches import FancyArrowPatch
     ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=14, lw=1.6,
                                  color=_STEP_COLOUR, connectionstyle=f"arc3,rad={rad}",
                                  shrinkA=2, shrinkB=2, zorder=4))
+    if step is None:
+        return
     x = start[0] + (end[0] - start[0]) * label_at + offset[0]
     y = start[1] + (end[1] - start[1]) * label_at + offset[1]
-    ax.text(x, y, str(step), ha="center", va="center", fontsize=9, color="white",
+    ax.text(x, y, str(step), ha="center", va="center", fontsize=9.5, color="white",
             fontweight="bold", zorder=5,
             bbox=dict(boxstyle="circle,pad=0.25", fc=_STEP_COLOUR, ec="none"))
 
@@ -63,7 +67,8 @@ def plot_flash_dataflow(config=None):
     `config` is a `flashcourse.cuda.flash.FlashConfig` (default: Br = 128, Bc = 64,
     256 threads, TM = 8, d = 64, the configuration notebook 06 draws). Shared-memory
     bytes are the kernel's own (`config.shared_bytes`, padded strides included);
-    register counts are the float32 values one thread keeps live.
+    register counts are the float32 values one thread keeps live. Drawn in inches
+    (the axes fill the figure), `style.MAX_WIDTH_IN` wide at most.
     """
     from ..cuda.flash import FlashConfig
     if config is None:
@@ -83,83 +88,86 @@ def plot_flash_dataflow(config=None):
 
     plt = _plt()
     from matplotlib.patches import Rectangle
-    fig, ax = plt.subplots(figsize=(12.5, 7.2))
-    ax.set_xlim(0, 13.1)
-    ax.set_ylim(-1.75, 7.0)
+    width, bottom, height = 9.3, 0.3, 7.6                     # inches: the axes' units
+    fig = plt.figure(figsize=(width, height - bottom))
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, width)
+    ax.set_ylim(bottom, height)
     ax.axis("off")
 
-    bands = [   # (level, y centre, name, what it is)
-        ("global", 6.05, "global memory\n(HBM, off chip)",
-         "all heads; read and\nwritten by every block"),
-        ("shared", 3.75, "shared memory\nof one block",
-         f"{format_bytes(c.shared_bytes)}\n(the kernel's layout)"),
-        ("registers", 1.25, "registers of\none thread",
-         f"{reg_values} float32 values\n({c.threads} threads/block)"),
+    g, s_, r = 6.2, 4.4, 2.75                                 # band centres (inches)
+    bands = [   # (level, y centre, band height, name, what it is)
+        ("global", g, 1.3, "global memory\n(HBM, off chip)",
+         "all heads; read\nand written by\nevery block"),
+        ("shared", s_, 1.6, "shared memory\nof one block",
+         f"{c.shared_bytes:,} B\n= {_kib(c.shared_bytes)}\n(the kernel's\nlayout)"),
+        ("registers", r, 1.3, "registers of\none thread",
+         f"{reg_values} float32\nvalues\n({c.threads} threads\nper block)"),
     ]
-    for level, y, name, what in bands:
-        ax.add_patch(Rectangle((0.05, y - 1.0), 13.0, 2.0, facecolor=_LEVEL_COLOURS[level],
-                               edgecolor="none", alpha=0.45, zorder=0))
-        ax.text(0.15, y + 0.3, name, ha="left", va="center", fontsize=10.5, fontweight="bold")
-        ax.text(0.15, y - 0.55, what, ha="left", va="center", fontsize=8.5, color="#333333")
+    for level, y, bh, name, what in bands:
+        ax.add_patch(Rectangle((0.05, y - bh / 2), width - 0.1, bh,
+                               facecolor=_LEVEL_COLOURS[level], edgecolor="none", alpha=0.45,
+                               zorder=0))
+        ax.text(0.15, y + bh / 2 - 0.1, name, ha="left", va="top", fontsize=10,
+                fontweight="bold", linespacing=1.1)
+        ax.text(0.15, y + bh / 2 - 0.55, what, ha="left", va="top", fontsize=FONT,
+                color="#333333", linespacing=1.1)
 
-    w, h = 1.6, 0.95
-    g, s_, r = 6.05, 3.75, 1.25
-    X = {"Q": 3.0, "K": 4.9, "P": 6.8, "V": 8.7, "O": 10.45, "lse": 12.2}
-    face = {k: v for k, v in _LEVEL_COLOURS.items()}
+    w, h, hs = 1.0, 0.8, 1.15                                 # box width, heights
+    X = {k: 2.15 + 1.32 * i for i, k in enumerate(("Q", "K", "P", "V", "O", "lse"))}
+    face = _LEVEL_COLOURS
     for key, title, detail in (("Q", "Q", "(Tq, d)"), ("K", "K", "(Tk, d)"),
                                ("V", "V", "(Tk, d)"), ("O", "O", "(Tq, d)"),
                                ("lse", "lse", "(Tq,)")):
         _box(ax, X[key], g, w, h, title, detail, face["global"])
+    for key, title, shape, dims, nbytes in (
+            ("Q", "Qt", "(d, Br)", (d, br), qt_bytes), ("K", "Ks", "(Bc, d)", (bc, d), ks_bytes),
+            ("P", "Ps", "(Br, Bc)", (br, bc), ps_bytes),
+            ("V", "Vs", "(Bc, d)", (bc, d), vs_bytes)):
+        _box(ax, X[key], s_, w, hs, title,
+             f"{shape}\n= {dims[0]} x {dims[1]}\n{_kib(nbytes)}", face["shared"])
     for key, title, detail in (
-            ("Q", "Qt", f"(d, Br) = ({d}, {br})\n{_kib(qt_bytes)}"),
-            ("K", "Ks", f"(Bc, d) = ({bc}, {d})\n{_kib(ks_bytes)}"),
-            ("P", "Ps", f"(Br, Bc) = ({br}, {bc})\n{_kib(ps_bytes)}"),
-            ("V", "Vs", f"(Bc, d) = ({bc}, {d})\n{_kib(vs_bytes)}")):
-        _box(ax, X[key], s_, w, h + 0.2, title, detail, face["shared"])
-    for key, title, detail in (
-            ("Q", "qa", f"TM = {tm} values"), ("K", "kb", f"max(TN, TD) = {kb} values"),
-            ("P", "s", f"TM x TN = {tm} x {tn}"), ("O", "acc", f"TM x TD = {tm} x {td}"),
-            ("lse", "m, l", f"TM = {tm} each")):
+            ("Q", "qa", f"TM = {tm}\nvalues"), ("K", "kb", f"max(TN, TD)\n= {kb} values"),
+            ("P", "s", f"TM x TN\n= {tm} x {tn}"), ("O", "acc", f"TM x TD\n= {tm} x {td}"),
+            ("lse", "m, l", f"TM = {tm}\neach")):
         _box(ax, X[key], r, w, h, title, detail, face["registers"])
 
-    top, bot = h / 2, h / 2
-    sh = (h + 0.2) / 2
+    top = h / 2
+    sh = hs / 2
     _arrow(ax, (X["Q"], g - top), (X["Q"], s_ + sh), 1)                       # Q_i -> Qt
     _arrow(ax, (X["K"], g - top), (X["K"], s_ + sh), 2)                       # K_j -> Ks
     _arrow(ax, (X["V"], g - top), (X["V"], s_ + sh), 2)                       # V_j -> Vs
     _arrow(ax, (X["Q"], s_ - sh), (X["Q"], r + top), 3)                       # Qt -> qa
     _arrow(ax, (X["K"], s_ - sh), (X["K"], r + top), 3)                       # Ks -> kb
-    _arrow(ax, (X["K"] + w / 2, r), (X["P"] - w / 2, r), 3)                   # kb -> s
-    _arrow(ax, (X["Q"], r - bot), (X["P"] - 0.25, r - bot), 3, rad=0.35,
-           label_at=0.5, offset=(0, -0.62))                                   # qa -> s
-    _arrow(ax, (X["P"] + 0.25, r - bot), (X["lse"], r - bot), 4, rad=0.3,
-           label_at=0.5, offset=(0, -0.72))                                   # s -> m, l
+    _arrow(ax, (X["K"] + w / 2, r), (X["P"] - w / 2, r))                      # kb -> s
+    _arrow(ax, (X["Q"], r - top), (X["P"] - 0.25, r - top), 3, rad=0.3,
+           offset=(0, -0.34))                                                 # qa -> s
+    _arrow(ax, (X["P"] + 0.25, r - top), (X["lse"], r - top), 4, rad=0.25,
+           offset=(0, -0.45))                                                 # s -> m, l
     _arrow(ax, (X["P"], r + top), (X["P"], s_ - sh), 5)                       # s (P) -> Ps
     _arrow(ax, (X["P"] + 0.3, s_ - sh), (X["O"] - 0.3, r + top), 5,
-           label_at=0.45)                                                     # Ps -> acc
-    _arrow(ax, (X["V"], s_ - sh), (X["O"] - 0.05, r + top), 5, label_at=0.4)  # Vs -> acc
-    _arrow(ax, (X["O"], r + top), (X["O"], g - top), 6, label_at=0.62)        # acc -> O
-    _arrow(ax, (X["lse"], r + top), (X["lse"], g - top), 6, label_at=0.62)    # m, l -> lse
+           label_at=0.4)                                                      # Ps -> acc
+    _arrow(ax, (X["V"], s_ - sh), (X["O"] - 0.05, r + top), 5, label_at=0.55)  # Vs -> acc
+    _arrow(ax, (X["O"], r + top), (X["O"], g - top), 6)                       # acc -> O
+    _arrow(ax, (X["lse"], r + top), (X["lse"], g - top), 6)                   # m, l -> lse
 
     steps = [
         "1  Q_i -> Qt once per block (scaled by scale * log2 e), coalesced",
         "2  for each key block j: K_j -> Ks, V_j -> Vs, coalesced; then a barrier",
-        f"3  S micro-tile: per step of d, load TM + TN = {tm + tn} values, "
-        f"do TM x TN = {tm * tn} multiply-adds",
+        f"3  S micro-tile: per step of d, a thread loads TM + TN = {tm + tn} values "
+        f"(qa, kb) and does TM x TN = {tm} x {tn} = {tm * tn} multiply-adds",
         "4  online softmax: row max over the row's threads (warp shuffle), "
         "P = exp2(S - m), rescale l and acc",
         "5  P -> Ps (each thread needs whole rows of P), then acc += P V_j "
         "from Ps and Vs",
         "6  after the last key block: O_i = acc / l and lse written once",
     ]
-    for i, text in enumerate(steps):
-        col, row = divmod(i, 3)
-        ax.text(0.15 + 6.3 * col, -0.72 - 0.36 * row, text, ha="left", va="center",
-                fontsize=8.7, color="#222222")
-    ax.set_title(f"Data flow of the fast forward kernel (flashcourse.cuda.flash): "
-                 f"Br = {br}, Bc = {bc}, d = {d}, {c.threads} threads = RT {c.rt} x CT {c.ct}",
-                 fontsize=11.5)
-    fig.tight_layout()
+    ax.text(0.15, 1.5, "\n".join(steps), ha="left", va="top", fontsize=FONT,
+            color="#222222", linespacing=1.45)
+    ax.text(width / 2, height - 0.1,
+            "Data flow of the fast forward kernel (flashcourse.cuda.flash)\n"
+            f"Br = {br}, Bc = {bc}, d = {d}, {c.threads} threads = RT {c.rt} x CT {c.ct}",
+            ha="center", va="top", fontsize=11)
     return fig
 
 
@@ -208,7 +216,7 @@ def plot_backward_key_major(t_query: int = 37, t_key: int = 45, block_q: int = 8
         if mine:
             label = "skip" if st == "hidden" else str(visited.index(i) + 1)
             ax.text((c0 + c1) / 2, (q0 + q1) / 2, label, ha="center", va="center",
-                    fontsize=10 if label != "skip" else 8.5,
+                    fontsize=10 if label != "skip" else FONT,
                     fontweight="bold" if label != "skip" else "normal", zorder=3)
     # the chip: one thread block holds column j's K_j, V_j and dK_j, dV_j
     pad = 0.4 * bc
@@ -226,13 +234,13 @@ def plot_backward_key_major(t_query: int = 37, t_key: int = 45, block_q: int = 8
             fontsize=9.5, fontweight="bold", zorder=3)
     ax.text((k0 + k1) / 2, bot_y + 4.6,
             "on chip (dashed): one thread block;\ndK_j, dV_j written once, at the end",
-            ha="center", va="top", fontsize=8.5, color="#2a6f2a")
+            ha="center", va="top", fontsize=FONT, color="#2a6f2a")
     # the inner loop: down the column
     ax.add_patch(FancyArrowPatch((k0 - pad * 0.55, visited[0] * br if visited else 0),
                                  (k0 - pad * 0.55, tq), arrowstyle="-|>",
                                  mutation_scale=14, lw=1.6, color="#2a6f2a", zorder=4))
     ax.text(k0 - pad, top_y - 1.2, "inner loop: query blocks i, top to bottom",
-            ha="left", va="bottom", fontsize=8.5, color="#2a6f2a")
+            ha="left", va="bottom", fontsize=FONT, color="#2a6f2a")
 
     # dQ in global memory: one row block per query block, atomic adds from column j
     xq0 = tk + 0.35 * tk
@@ -252,14 +260,14 @@ def plot_backward_key_major(t_query: int = 37, t_key: int = 45, block_q: int = 8
     ax.text(xq0 + wq / 2, -1.2, "dQ in global memory\n(fp32, zeroed first)", ha="center",
             va="bottom", fontsize=9)
     ax.text((k1 + xq0) / 2, tq + 1.0, "atomic adds:\nscale * dS K_j", ha="center", va="top",
-            fontsize=8.5, color=_STEP_COLOUR)
+            fontsize=FONT, color=_STEP_COLOUR)
 
     ax.set_xlim(min(-2.0, k0 - 1.3 * pad), xq0 + wq + 2)
     ax.set_ylim(bot_y + 8.0, top_y - 3.0)
     ax.set_aspect("equal")
     ax.set_xticks(sorted(set(range(0, tk, bc)) | {tk}))
     ax.set_yticks(sorted(set(range(0, tq, br)) | {tq}))
-    ax.tick_params(labelsize=8.5)
+    ax.tick_params(labelsize=FONT)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     ax.set_xlabel(f"key position (Bc = {bc}); column j = {j} is the key block drawn",
@@ -274,7 +282,7 @@ def plot_backward_key_major(t_query: int = 37, t_key: int = 45, block_q: int = 8
                Patch(facecolor="#f7c9c4", edgecolor="#333333",
                      label=f"dQ rows that key block {j} adds into")]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2,
-              fontsize=8.5, frameon=False)
+              fontsize=FONT, frameon=False)
     ax.set_title(f"Backward, key-major loop: Tq = {tq}, Tk = {tk}, "
                  f"{'causal' if causal else 'not causal'}; one thread block per key block",
                  fontsize=11.5)

@@ -121,3 +121,39 @@ def legend_below(ax, *, ncol: int = 1, gap_pt: float = 6, **kwargs):
     shift = ScaledTranslation(0, -drop_in, fig.dpi_scale_trans)
     return ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0), ncol=ncol,
                      bbox_transform=ax.transAxes + shift, **kwargs)
+
+
+# --- shared helpers of the multi-panel figures (notebooks 06-11) ---------------------
+
+#: inches: the figure width of a figure that spans the output area (a constrained layout
+#: fills it; `width_in` adds the inline backend's padding: at most MAX_WIDTH_IN)
+FULL_WIDTH_IN = 9.3
+
+
+def legend_under_panels(fig, handles=None, labels=None, *, ncol: int = 3, **kwargs):
+    """One legend for every panel of `fig`, under the panels (off the data). `fig` must
+    use layout="constrained", which makes room for it; the handles default to those of
+    the first axes."""
+    if handles is None:
+        handles, labels = fig.axes[0].get_legend_handles_labels()
+    return fig.legend(handles, labels, loc="outside lower center", ncol=ncol,
+                      frameon=False, **kwargs)
+
+
+def shared_norm(*grids):
+    """One colour scale (a matplotlib Normalize) for panels that show the same quantity:
+    from the smallest to the largest finite value of all `grids` (so a colour means one
+    value in every panel)."""
+    import numpy as np
+    from matplotlib.colors import Normalize
+    values = np.concatenate([np.asarray(g, dtype=float).ravel() for g in grids])
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return Normalize(0.0, 1.0)
+    return Normalize(float(values.min()), float(values.max()))
+
+
+def text_colour(cmap, norm, value) -> str:
+    """"k" or "w": the text colour that reads on the cell colour `cmap(norm(value))`."""
+    r, g, b, _ = cmap(norm(value))
+    return "k" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "w"

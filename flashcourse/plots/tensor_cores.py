@@ -5,7 +5,7 @@
     p_rounding_error(...)         what rounding P to 16 bits before P V costs (numpy)
     product_errors(...)           1xTF32, 3xTF32, fp32 and fp16 products against float64
     tensor_core_rows(doc, n, d)      the recorded H200 comparison at one point, fastest first
-    plot_recorded(doc, d)         TFLOP/s against N, the hardware limits beside them
+    plot_tensor_core_recorded(doc, d)  TFLOP/s against N, the hardware limits as lines
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import numpy as np
 
 from ..cuda import mma
 from ..gpus import get_gpu
+from .style import FULL_WIDTH_IN, legend_under_panels
+from .style import MIN_FONT_PT as FONT
 from .style import plt as _plt
 
 #: How the notebook names each contender of benchmarks/gpu_tensor_core.py.
@@ -28,40 +30,65 @@ LABELS = {
 
 
 
+def _draw_fragment(ax, name, title, xlabel, ylabel, lane_highlight, cmap):
+    """One tile: each cell labelled with the lane that holds it and the element index."""
+    from matplotlib.patches import Rectangle
+    fmap, shape, n = mma.FRAGMENTS[name]
+    rows, cols = shape
+    for lane in range(mma.WARP):
+        for i in range(n):
+            r, c = fmap(lane, i)
+            mine = lane == lane_highlight
+            ax.add_patch(Rectangle((c, r), 1, 1, facecolor=cmap(lane // 4),
+                                   alpha=0.35 + 0.15 * (lane % 4), edgecolor="white",
+                                   lw=0.5, zorder=1))
+            if mine:                                          # opaque outline, on top
+                ax.add_patch(Rectangle((c + 0.04, r + 0.04), 0.92, 0.92, fill=False,
+                                       edgecolor="black", lw=2, zorder=2))
+            ax.text(c + 0.5, r + 0.5, f"{lane}\n{i}", ha="center", va="center",
+                    fontsize=FONT, linespacing=0.95, zorder=3)
+    ax.set_xlim(0, cols)
+    ax.set_ylim(rows, 0)
+    ax.set_xticks(np.arange(cols) + 0.5, [str(c) for c in range(cols)])
+    ax.set_yticks(np.arange(rows) + 0.5, [str(r) for r in range(rows)])
+    ax.tick_params(length=0, labelsize=FONT)
+    ax.set_title(title, fontsize=10.5)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+
+
 def plot_fragments(lane_highlight: int | None = 5):
-    """Three tiles, each cell labelled with the lane that holds it (and the element index);
-    colour = the lane's group g = lane // 4. `lane_highlight` is outlined in black."""
+    """Three tiles, each cell labelled with the lane that holds it (top) and the element
+    index (bottom); colour = the lane's group g = lane // 4. `lane_highlight` is outlined
+    in black. The operands A and B on the first row, the accumulator C / D and the key on
+    the second (one row of three would be too narrow for 9-pt cell labels)."""
     plt = _plt()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 5.2),
-                             gridspec_kw={"width_ratios": [16, 8, 8]})
+    cell, width, height = 0.3, 9.3, 11.5                      # inches
+    fig = plt.figure(figsize=(width, height))
+
+    def place(x, y, cols, rows=16):                           # an axes of `cols` x `rows` cells
+        return fig.add_axes((x / width, y / height, cols * cell / width, rows * cell / height))
+
     cmap = plt.get_cmap("tab10")
-    for ax, (name, title) in zip(axes, (("a_m16n8k16", "A (16 x 16): a0..a7 per lane"),
-                                        ("b_m16n8k16", "B (16 x 8, k x n): b0..b3"),
-                                        ("c_m16n8", "C / D (16 x 8): c0..c3"))):
-        fmap, shape, n = mma.FRAGMENTS[name]
-        rows, cols = shape
-        for lane in range(mma.WARP):
-            for i in range(n):
-                r, c = fmap(lane, i)
-                edge = "black" if lane == lane_highlight else "white"
-                ax.add_patch(plt.Rectangle((c, r), 1, 1, facecolor=cmap(lane // 4),
-                                           alpha=0.35 + 0.15 * (lane % 4), edgecolor=edge,
-                                           lw=2 if lane == lane_highlight else 0.5))
-                ax.text(c + 0.5, r + 0.5, f"{lane}\n{i}", ha="center", va="center",
-                        fontsize=6)
-        ax.set_xlim(0, cols)
-        ax.set_ylim(rows, 0)
-        ax.set_aspect("equal")
-        ax.set_xticks(np.arange(cols) + 0.5, [str(c) for c in range(cols)], fontsize=7)
-        ax.set_yticks(np.arange(rows) + 0.5, [str(r) for r in range(rows)], fontsize=7)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("column (k for A, n for B and C)")
-    axes[0].set_ylabel("row (m for A and C, k for B)")
-    fig.suptitle("mma.sync m16n8k16: each cell shows the lane holding it (top) and the element "
-                 "index (bottom);\ncolour = group g = lane // 4"
-                 + (f"; lane {lane_highlight} outlined" if lane_highlight is not None else ""),
-                 fontsize=10)
-    fig.tight_layout()
+    row1, row2 = 6.25, 0.6                                    # bottom of each row of tiles
+    _draw_fragment(place(0.75, row1, 16), "a_m16n8k16", "A (16 x 16): a0..a7 per lane",
+                   "column k", "row m", lane_highlight, cmap)
+    _draw_fragment(place(6.35, row1, 8), "b_m16n8k16", "B (16 x 8, k x n): b0..b3",
+                   "column n", "row k", lane_highlight, cmap)
+    _draw_fragment(place(0.75, row2, 8), "c_m16n8", "C / D (16 x 8): c0..c3",
+                   "column n", "row m", lane_highlight, cmap)
+    key = ("mma.sync m16n8k16, D = A B + C:\n"
+           "each cell shows the lane of the warp\n"
+           "that holds it (top) and the index of\n"
+           "the element in that lane's registers\n"
+           "(bottom: a0..a7, b0..b3, c0..c3).\n\n"
+           "Colour: the lane's group g = lane // 4\n"
+           "(the shade: t = lane % 4).")
+    if lane_highlight is not None:
+        key += (f"\n\nLane {lane_highlight} (g = {lane_highlight // 4}, "
+                f"t = {lane_highlight % 4}) is outlined\nin black in all three tiles.")
+    fig.text(3.75 / width, (row2 + 16 * cell) / height, key, ha="left", va="top",
+             fontsize=10.5, linespacing=1.35)
     return fig
 
 
@@ -150,32 +177,42 @@ def hardware_limits(gpu: str = "H200") -> dict:
 
 
 def plot_tensor_core_recorded(doc: dict, d: int = 64, gpu: str = "H200"):
-    """TFLOP/s against N for every contender, non-causal and causal, limits as lines."""
+    """TFLOP/s against N for every contender, non-causal and causal, on one log scale;
+    the hardware limits as lines, labelled at the left edge above the lines (clear of
+    the data, which starts at the smallest N), the legend under the panels."""
     plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.4), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(FULL_WIDTH_IN, 6.2), sharey=True,
+                             layout="constrained")
     lim = hardware_limits(gpu)
+    ns = sorted({r["n"] for r in doc.get("bench", []) if r["d"] == d and "tflops" in r})
     for ax, causal in zip(axes, (False, True)):
-        for name, label in LABELS.items():
+        for k, (name, label) in enumerate(LABELS.items()):
             pts = sorted((r["n"], r["tflops"]) for r in doc.get("bench", [])
                          if r["kernel"] == name and r["d"] == d and r["causal"] == causal
                          and "tflops" in r)
             if pts:
                 x, y = zip(*pts)
                 own = name.startswith(("tc_", "flash_"))
-                ax.plot(x, y, "o-" if own else "s:", label=label, ms=4, lw=2 if own else 1)
+                ax.plot(x, y, "o-" if own else "s:", label=label, color=f"C{k}", ms=4,
+                        lw=2 if own else 1.2)
         for (what, v), ls in zip(lim.items(), ("--", "-.", ":")):
             ax.axhline(v, color="grey", ls=ls, lw=1)
-            ax.text(1024, v * 1.05, f"{what}: {v:.0f}", fontsize=7, color="grey")
+            ax.annotate(f"{what}: {v:.0f}", (0, v), xycoords=("axes fraction", "data"),
+                        xytext=(4, 2), textcoords="offset points", va="bottom",
+                        fontsize=FONT, color="dimgrey",
+                        bbox=dict(fc="white", ec="none", alpha=0.8, pad=0.5))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        if ns:
+            ax.set_xlim(ns[0] / 2 ** 1.3, ns[-1] * 2 ** 0.3)  # room on the left for the labels
         ax.set_xlabel("N = Tq = Tk (positions)")
         ax.set_title(f"d = {d}, {'causal' if causal else 'non-causal'}, "
                      f"B x H = {doc.get('bh', '?')}")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("TFLOP/s (log scale)")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=7, frameon=False)
-    fig.suptitle(f"Recorded on {doc['env'].get('gpu', '?')} ({doc['env'].get('date_utc', '')}); "
-                 "solid: this course, dotted: PyTorch SDPA", fontsize=10)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    legend_under_panels(fig, handles, labels, ncol=2)
+    fig.suptitle(f"Recorded on {doc['env'].get('gpu', '?')} "
+                 f"({str(doc['env'].get('date_utc', ''))[:10]}); "
+                 "solid: this course, dotted: PyTorch SDPA", fontsize=10.5)
     return fig
