@@ -182,3 +182,21 @@ def test_readable_part_b(name):
         assert size >= MIN_FONT_PT, f"{name}: text {text!r} at {size} pt"
     finally:
         plt.close(fig)
+
+
+def _explorers():
+    from flashcourse.widgets import backward, kv_cache, score_memory, tile_schedule, traffic
+    return {"backward": backward.backward_explorer, "kv_cache": kv_cache.kv_cache_explorer,
+            "score_memory": score_memory.score_memory_explorer,
+            "tile_schedule": tile_schedule.tile_schedule, "traffic": traffic.traffic_explorer}
+
+
+@pytest.mark.parametrize("name", sorted(_explorers()))
+def test_readable_explorer_plots(name):
+    """An explorer's picture (shown at its own width in pixels) fits JupyterLab's output area
+    at 1280 px and has no text under MIN_FONT_PT at its default setting."""
+    explorer = _explorers()[name]()
+    width_px = explorer._plot_px[0]
+    assert width_px <= style.MAX_WIDTH_IN * 100, f"{name}: {width_px} px wide"
+    size, text = style.smallest_text(explorer._fig)
+    assert size >= style.MIN_FONT_PT, f"{name}: {text!r} at {size:g} pt"

@@ -67,9 +67,9 @@ def _paint(fig, n, d, kw):
     axes = fig.axes
     for ax in axes:                          # plain-text tick labels: no mathtext to parse
         length_ticks(ax.xaxis, 131072, 256)
-        ax.tick_params(labelsize=8)
+        ax.tick_params(labelsize=9)
         ax.title.set_fontsize(9)
-        ax.xaxis.label.set_fontsize(8)
+        ax.xaxis.label.set_fontsize(9)
     for ax in axes[:2]:
         lo, hi = ax.get_ylim()
         byte_ticks(ax.yaxis, hi, lo, step_log2=2)

@@ -70,9 +70,9 @@ def _paint(fig, r):
     ax.axvline(r.gpu.memory_bytes / gib, color="C3", ls="--", label=f"{r.gpu.name} memory")
     ax.set_xlim(0, max(weights + cache, r.gpu.memory_bytes / gib) * 1.05)
     ax.set_yticks([])
-    ax.set_xlabel("GiB", fontsize=8)
-    ax.tick_params(labelsize=8)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    ax.set_xlabel("GiB", fontsize=9)
+    ax.tick_params(labelsize=9)
+    ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
 
 
 def kv_cache_explorer(**kwargs) -> KVCacheExplorer:

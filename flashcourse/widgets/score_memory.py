@@ -56,7 +56,7 @@ class ScoreMemoryExplorer(Explorer):
             "and request",
             [self.tq.box, row(self.tk.box, self.tied),
              row(self.dtype, self.batch.text, self.heads.text, self.causal, self.gpu)],
-            w.VBox([self.headline, self.details]), plot_px=(520, 280),
+            w.VBox([self.headline, self.details]), plot_px=(560, 420),
             plot_class="fc-score-plot")
         self.tq.observe(self._on_tq)
         self.tied.observe(self._on_tied, names="value")
@@ -119,7 +119,7 @@ def _paint(fig, r, c):
         ax.plot([x_now], [float(c.current_batch)], "o", color="C1", ms=7, zorder=5)
     ax.annotate(f"now: {format_bytes(c.current_per_head).split(' = ')[-1]} per head",
                 (x_now, float(c.current_per_head)), textcoords="offset points",
-                xytext=(-10, 8), ha="right", fontsize=8, color="C0",
+                xytext=(-10, 8), ha="right", fontsize=9, color="C0",
                 bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.8))
     ax.set_xlabel("sequence length N = Tq = Tk (positions)" if c.tied
                   else f"key length Tk (positions), Tq = {r.t_query:,} fixed", fontsize=9)
@@ -130,9 +130,9 @@ def _paint(fig, r, c):
     ax.set_ylim(1, y_hi)
     length_ticks(ax.xaxis, x_hi)
     byte_ticks(ax.yaxis, y_hi)
-    ax.tick_params(labelsize=8)
+    ax.tick_params(labelsize=9)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(loc="upper left", fontsize=7)
+    fig.legend(loc="outside lower center", ncol=1, fontsize=9, frameon=False)  # off the data
 
 
 def score_memory_explorer(**kwargs) -> ScoreMemoryExplorer:

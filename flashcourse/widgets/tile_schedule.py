@@ -82,7 +82,7 @@ class TileSchedule(Explorer):
             [row(self.tq, self.tk, self.head_dim),
              row(self.block_q, self.block_k, self.causal, self.loop_order),
              w.HBox([self.play, self.step])],
-            self.status, plot_px=(520, 300), plot_class="fc-schedule-plot")
+            self.status, plot_px=(560, 360), plot_class="fc-schedule-plot")
         self.watch(self.tq, self.tk, self.head_dim, self.block_q, self.block_k, self.causal,
                    self.loop_order)
         self.watch_fast(self.step)         # Play: coalesced, drawn in the background
@@ -188,23 +188,23 @@ class _SchedulePicture:
         ax.set_xlim(0, tk)
         ax.set_ylim(tq, 0)
         ax.set_xlabel("key position (Tk)", fontsize=9)
-        ax.tick_params(labelleft=False, labelsize=8)
+        ax.tick_params(labelleft=False, labelsize=9)
         for e in self.qe:
             axq.axhline(e, color="#555555", lw=0.6)
         for e in self.ke:
             axk.axvline(e, color="#555555", lw=0.6)
         axq.set_xticks([])
         axq.set_ylabel("query position (Tq)", fontsize=9)
-        axq.tick_params(labelsize=8)
-        axq.set_title("Q/O", fontsize=8)
+        axq.tick_params(labelsize=9)
+        axq.set_title("Q/O", fontsize=9)
         axk.set_yticks([])
-        axk.set_ylabel("K,V", fontsize=8, rotation=0, ha="right", va="center")
+        axk.set_ylabel("K,V", fontsize=9, rotation=0, ha="right", va="center")
         axk.tick_params(labelbottom=False)
         handles = [Patch(color=c, label=t) for c, t in (
-            ("#fd8d3c", "tile on chip / block loaded this step"),
+            ("#fd8d3c", "on chip, loaded this step"),
             ("#fdd0a2", "block on chip (loaded before)"), ("#9ecae1", "tile done"),
             ("#d9d9d9", "skipped (causal mask)"), ("#31a354", "block stored"))]
-        fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7,
+        fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=9,
                    frameon=False)
         self.title = fig.suptitle("", fontsize=9)
         self._step_artists = []
@@ -233,7 +233,7 @@ class _SchedulePicture:
             for i, j in zip(*np.nonzero(state == 2)):
                 self._step_artists.append(ax.text(
                     (ke[j] + ke[j + 1]) / 2, (qe[i] + qe[i + 1]) / 2, "skip", ha="center",
-                    va="center", fontsize=7, color="#555555"))
+                    va="center", fontsize=9, color="#555555"))
 
         def strip(axis, edges, tensors, vertical, block):
             resident = [] if block is None else [(edges[block], edges[block + 1])]

@@ -146,10 +146,10 @@ def _paint(fig, r, order):
     ax.barh(y + 0.2, writes, height=0.38, color="C1", label="written")
     for yy, val in list(zip(y - 0.2, reads)) + list(zip(y + 0.2, writes)):
         ax.text(val, yy, " " + format_bytes(int(val)).split(" = ")[-1], va="center",
-                fontsize=8)
+                fontsize=9)
     if not r.fits_budget:
         ax.text(0.99, 0.5, "tile does not fit\nthe on-chip budget", transform=ax.transAxes,
-                ha="right", va="center", color="#b00020", fontsize=8)
+                ha="right", va="center", color="#b00020", fontsize=9)
     ax.set_yticks(y, names)
     ax.invert_yaxis()
     ax.set_xscale("log", base=2)
@@ -157,12 +157,12 @@ def _paint(fig, r, order):
     ax.set_xlim(lo, hi)
     byte_ticks(ax.xaxis, hi, lo, step_log2=2)
     ax.set_xlabel("bytes moved to/from outer memory (log scale)", fontsize=9)
-    ax.tick_params(labelsize=8)
+    ax.tick_params(labelsize=9)
     tiled_vs_dense = compare(r.tiled.total_bytes, r.dense.total_bytes, digits=2)
     ax.set_title(f"tiled moves {tiled_vs_dense}"
                  + (" than dense" if "x" in tiled_vs_dense else " as dense")
                  + f"; both {r.flops:.3g} FLOP", fontsize=9)
-    ax.legend(loc="lower right", fontsize=7)
+    ax.legend(loc="lower right", fontsize=9)
 
 
 def traffic_explorer(**kwargs) -> TrafficExplorer:
