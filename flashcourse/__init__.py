@@ -15,6 +15,8 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     counter     a byte counter for the numpy paths (and the do-nothing default)
     reference   dense float64 attention (the ground truth), its backward, the softmax steps
     results     recorded results: JSON Schemas (schemas/), loading, tuned_config, writing rules
+    _guards     the result guards: a non-finite row that sees keys is an error; lse and o
+                must belong to a backward's inputs; gradients must be finite
     env         the environment report of notebook 00 and the record stored with results
     fa2_work    FlashAttention-2's three changes counted; exp-aware recompute cost
  2  tiled       the tiled, IO-aware forward and backward in numpy
