@@ -653,6 +653,24 @@ def rows_loaded_case(name: str, arrays, rest, watch: int, want: int, no_skip,
     return Case(name, run, no_skip[0], diagnoses, rtol=0, atol=0, hint2=no_skip[1])
 
 
+def hidden_blocks(tq: int, tk: int, br: int, bc: int, poison: str):
+    """For each block of the `poison` side ("key": key blocks of Bc rows, "query": query
+    blocks of Br rows) that some block of the other side cannot see under the causal mask:
+    (its row slice, a bool mask over the other side's rows whose block cannot see it)."""
+    from ..geometry import tile_visibility
+    keys = poison == "key"
+    n_own, b_own, n_other, b_other = (tk, bc, tq, br) if keys else (tq, br, tk, bc)
+    for a0 in range(0, n_own, b_own):
+        a1 = min(a0 + b_own, n_own)
+        rows = np.zeros(n_other, bool)
+        for c0 in range(0, n_other, b_other):
+            c1 = min(c0 + b_other, n_other)
+            q0, q1, k0, k1 = (c0, c1, a0, a1) if keys else (a0, a1, c0, c1)
+            rows[c0:c1] = tile_visibility(q0, q1, k0, k1, tq, tk, True) == "hidden"
+        if rows.any():
+            yield slice(a0, a1), rows
+
+
 def hidden_tiles_case(name: str, arrays, rest, poisons, hint) -> Case:
     """A Case on tile skipping checked through the values: tiles that must never be
     touched hold NaN, and the results they must not reach stay finite.

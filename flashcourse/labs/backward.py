@@ -26,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import reference
-from ..geometry import causal_block_sums, tile_visibility
-from ._harness import (SKIPPING_SHAPES, Result, held_budget, held_memory_case,
+from ..geometry import causal_block_sums
+from ._harness import (SKIPPING_SHAPES, Result, held_budget, held_memory_case, hidden_blocks,
                        hidden_tiles_case, parts_close, plain, random_qkv, rows_loaded_case,
                        run_checks, tiled_cases)
 
@@ -218,16 +218,9 @@ def _hidden_tiles_case(n, name, tq, tk, br, bc):
     """For each query block: Q_i, O_i and dO_i set to NaN; the dK, dV rows of the key blocks
     that the causal mask hides it from must stay finite."""
     args = _inputs(130 + n, tq, tk, 3, True)
-    poisons = []
-    for q0 in range(0, tq, br):
-        q1 = min(q0 + br, tq)
-        rows = np.zeros(tk, bool)
-        for k0 in range(0, tk, bc):
-            k1 = min(k0 + bc, tk)
-            rows[k0:k1] = tile_visibility(q0, q1, k0, k1, tq, tk, True) == "hidden"
-        if rows.any():
-            poisons.append(([(0, slice(q0, q1)), (3, slice(q0, q1)), (5, slice(q0, q1))],
-                            lambda out, rows=rows: _nan_key_rows(out, rows)))
+    poisons = [([(0, queries), (3, queries), (5, queries)],
+                lambda out, rows=rows: _nan_key_rows(out, rows))
+               for queries, rows in hidden_blocks(tq, tk, br, bc, "query")]
     return hidden_tiles_case(f"query blocks skipped, {name}: hidden query tiles filled with "
                              "NaN never reach dk, dv", args, (True, SCALE, br, bc), poisons,
                              HINT_NO_SKIP)

@@ -31,10 +31,10 @@ import math
 import numpy as np
 
 from .. import reference
-from ..geometry import causal_block_sums, ceil_div, tile_visibility, visible_mask
+from ..geometry import causal_block_sums, ceil_div, visible_mask
 from ..counter import TrafficCounter
 from ..traffic import tiled_traffic
-from ._harness import (SKIPPING_SHAPES, Case, Result, held_memory_case,
+from ._harness import (SKIPPING_SHAPES, Case, Result, hidden_blocks, held_memory_case,
                        held_budget as _held_budget, hidden_tiles_case,
                        parts_close, plain, random_qkv, result_tuple, rows_loaded_case,
                        run_checks, tiled_cases)
@@ -285,16 +285,8 @@ def _hidden_tiles_case(n, name, tq, tk, br, bc):
     causal mask hides it from must stay finite (NaN reaches them only if the tile is
     processed)."""
     q, k, v = _inputs(65 + n, tq, tk, 3)
-    poisons = []
-    for k0 in range(0, tk, bc):
-        k1 = min(k0 + bc, tk)
-        rows = np.zeros(tq, bool)
-        for q0 in range(0, tq, br):
-            q1 = min(q0 + br, tq)
-            rows[q0:q1] = tile_visibility(q0, q1, k0, k1, tq, tk, True) == "hidden"
-        if rows.any():
-            poisons.append(([(1, slice(k0, k1)), (2, slice(k0, k1))],
-                            lambda out, rows=rows: _nan_rows(out, rows)))
+    poisons = [([(1, keys), (2, keys)], lambda out, rows=rows: _nan_rows(out, rows))
+               for keys, rows in hidden_blocks(tq, tk, br, bc, "key")]
     return hidden_tiles_case(f"causal skipping, {name}: hidden key tiles filled with NaN "
                              "never reach the output", (q, k, v), (True, SCALE, br, bc),
                              poisons, HINT_NO_SKIP)
