@@ -329,7 +329,9 @@ PAGE_JS = r"""
     const found = [];
     const cells = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')];
     cells.forEach((c, i) => {
-      c.querySelectorAll('.jp-OutputArea-output img').forEach(img => {
+      // matplotlib figures only: an explorer's picture is a widget image drawn at 2x and
+      // sized by CSS on purpose (tests/test_plots.py holds its width and fonts)
+      c.querySelectorAll('.jp-OutputArea-output img:not(.widget-image)').forEach(img => {
         const w = img.naturalWidth, shown = img.clientWidth;
         if (w > 0 && shown < least * w)
           found.push(`code cell ${i}: a ${w} px wide figure shown at ${shown} px `

@@ -193,8 +193,9 @@ def _explorers():
 
 @pytest.mark.parametrize("name", sorted(_explorers()))
 def test_readable_explorer_plots(name):
-    """An explorer's picture (shown at its own width in pixels) fits JupyterLab's output area
-    at 1280 px and has no text under MIN_FONT_PT at its default setting."""
+    """An explorer's picture (a widget image drawn at 2x and shown at its own width in CSS
+    pixels) fits JupyterLab's output area at 1280 px and has no text under MIN_FONT_PT at
+    its default setting."""
     explorer = _explorers()[name]()
     width_px = explorer._plot_px[0]
     assert width_px <= style.MAX_WIDTH_IN * 100, f"{name}: {width_px} px wide"

@@ -88,8 +88,9 @@ def plot_flash_dataflow(config=None):
 
     plt = _plt()
     from matplotlib.patches import Rectangle
-    width, bottom, height = 9.3, 0.3, 7.6                     # inches: the axes' units
-    fig = plt.figure(figsize=(width, height - bottom))
+    width, bottom, height = 9.3, 0.3, 7.6                     # the axes' units (~inches)
+    shrink = 8.6 / width                       # shown at 8.6 in: fits the output area
+    fig = plt.figure(figsize=(width * shrink, (height - bottom) * shrink))
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, width)
     ax.set_ylim(bottom, height)

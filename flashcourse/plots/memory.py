@@ -48,7 +48,7 @@ def plot_memory_hierarchy(gpu: str = "H200"):
     plt = _plt()
     from matplotlib.patches import Polygon
     levels = memory_levels(gpu)
-    fig, ax = plt.subplots(figsize=(9.2, 5.2))
+    fig, ax = plt.subplots(figsize=(8.6, 5.2))
     colours = ("#8172b3", "#55a868", "#4c72b0", "#c44e52")
     n = len(levels)
     for row, (lev, colour) in enumerate(zip(levels, colours, strict=True)):

@@ -36,7 +36,7 @@ def plot_attention_roofline(gpu: str = "H200", n: int = 4096, head_dim: int = 64
     g = get_gpu(gpu)
     bw = g.bandwidth_bytes_per_s
     ai = np.logspace(-1, 4, 400)                                      # FLOP/byte
-    fig, ax = plt.subplots(figsize=(9.2, 5.0))
+    fig, ax = plt.subplots(figsize=(8.6, 5.0))
     for peak, label, colour in ((g.fp16_tensor_flops_per_s, "fp16 tensor-core peak", "C0"),
                                 (g.fp32_flops_per_s, "fp32 (non-matmul) peak", "C7")):
         ax.plot(ai, np.minimum(peak, ai * bw), color=colour, lw=2)

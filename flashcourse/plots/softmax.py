@@ -48,7 +48,7 @@ def plot_online_softmax(x=None, v=None):
                       [0.2, 0.8, -0.9], [0.5, 0.6, 0.7], [-0.3, -0.8, 0.4]])
     steps = online_softmax_trace(x, v)
     n, d = len(steps), np.asarray(v).shape[1]
-    fig, (top, mid, bot) = plt.subplots(3, 1, figsize=(9.4, 8.4), sharex=True,
+    fig, (top, mid, bot) = plt.subplots(3, 1, figsize=(8.6, 8.4), sharex=True,
                                         gridspec_kw={"height_ratios": [1, 0.8, 1.7]})
     idx = np.arange(1, n + 1)
     # bars from the bottom of the axis (not from 0), each with its value: a score of 0
@@ -134,7 +134,7 @@ def plot_merge_tree(x=None, cuts=(3, 5, 9)):
     a, b, c, d = (online_softmax_stats(p) if p.size else EMPTY_STATE for p in pieces)
     names = "abcd"
     whole = online_softmax_stats(x)
-    fig, axes = plt.subplots(1, 2, figsize=(9.4, 5.0))
+    fig, axes = plt.subplots(1, 2, figsize=(8.6, 5.0))
     box = dict(boxstyle="round,pad=0.3", fc="white", ec="#333333")
     leaf_y, mid_y, top_y = 0.12, 0.5, 0.86
     leaf_x = (0.11, 0.37, 0.63, 0.89)

@@ -9,8 +9,9 @@ reports a figure's smallest visible text, which the tests hold to `MIN_FONT_PT`.
 
 from __future__ import annotations
 
-#: inches; at the inline backend's 100 dpi, 960 px: fits JupyterLab's output area at 1280 px
-MAX_WIDTH_IN = 9.6
+#: inches; at the inline backend's 100 dpi, 890 px: shown at >= 95% of its width in
+#: JupyterLab's output area at a 1280 px window (848 px with the file browser open)
+MAX_WIDTH_IN = 8.9
 #: points; no text of a figure is smaller
 MIN_FONT_PT = 9.0
 #: one colour per quantity, shared by every figure that shows it
@@ -127,7 +128,7 @@ def legend_below(ax, *, ncol: int = 1, gap_pt: float = 6, **kwargs):
 
 #: inches: the figure width of a figure that spans the output area (a constrained layout
 #: fills it; `width_in` adds the inline backend's padding: at most MAX_WIDTH_IN)
-FULL_WIDTH_IN = 9.3
+FULL_WIDTH_IN = 8.6
 
 
 def legend_under_panels(fig, handles=None, labels=None, *, ncol: int = 3, **kwargs):

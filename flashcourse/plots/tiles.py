@@ -41,7 +41,7 @@ def plot_tile_schedule(t_query: int = 21, t_key: int = 29, block_q: int = 8, blo
     from matplotlib.patches import Patch, Rectangle
 
     from ..geometry import tile_visibility
-    fig, axes = plt.subplots(1, 2, figsize=(9.4, 5.1))
+    fig, axes = plt.subplots(1, 2, figsize=(8.6, 5.1))
     titles = {"fa2": "fa2: outer loop over query blocks i",
               "fa1": "fa1: outer loop over key blocks j"}
     for ax, order_name in zip(axes, ("fa2", "fa1"), strict=True):
@@ -108,7 +108,7 @@ def plot_warp_partition(warps: int = 4, block_q: int = 64, block_k: int = 64,
     plt = _plt()
     if not 1 <= warps <= len(WARP_COLOURS):
         raise ValueError(f"warps must be between 1 and {len(WARP_COLOURS)}, got {warps}")
-    fig, axes = plt.subplots(1, 2, figsize=(9.4, 4.6))
+    fig, axes = plt.subplots(1, 2, figsize=(8.6, 4.6))
     grey = "#d9d9d9"
     for ax, scheme in zip(axes, ("split-K", "split-Q"), strict=True):
         # geometry (arbitrary units): Q (Br x d) at left, K^T (d x Bc) above S (Br x Bc),
@@ -186,7 +186,7 @@ def plot_causal_alignment(shapes=((4, 7), (7, 4))):
     is_causal=True) beside bottom-right aligned (this course, FlashAttention 2.1+).
     A visible pair is dark; rows that see no key are marked."""
     plt = _plt()
-    fig, axes = plt.subplots(len(shapes), 2, figsize=(9.2, 3.9 * len(shapes)),
+    fig, axes = plt.subplots(len(shapes), 2, figsize=(8.6, 3.9 * len(shapes)),
                              squeeze=False)
     for row, (tq, tk) in enumerate(shapes):
         for col, align in enumerate(("top-left", "bottom-right")):

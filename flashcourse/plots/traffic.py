@@ -20,7 +20,7 @@ def plot_traffic_vs_length(head_dim: int = 64, e: int = 2):
     """Dense vs tiled outer-memory bytes (left) and FLOPs (right) against N, one head."""
     plt = _plt()
     lengths = 2 ** np.arange(9, 18)                               # 512 .. 131,072
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9.4, 4.8),
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(8.6, 4.8),
                               gridspec_kw={"width_ratios": [3, 2]})
     series = [("dense (Algorithm 0, S and P in HBM)", COLOURS["dense"], "o-",
                lambda n: dense_traffic(n, n, head_dim, bytes_per_element=e, bytes_per_score=e)),

@@ -47,7 +47,7 @@ class BackwardExplorer(Explorer):
             "<b>Backward pass</b>, one head: the standard backward (stores P) against the "
             "tiled one (recomputes P from lse)",
             [row(self.log2_n, self.head_dim, self.element, self.block)],
-            self.summary, plot_px=(900, 290), plot_class="fc-backward-plot",
+            self.summary, plot_px=(840, 300), plot_class="fc-backward-plot",
             side_by_side=False, layout=None)
         self.watch(self.log2_n, self.head_dim, self.element, self.block)
         self.refresh()
