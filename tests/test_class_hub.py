@@ -149,8 +149,16 @@ def _descendants(root: int) -> dict[int, int]:
 
 
 def _alive(pid: int, start: int) -> bool:
+    """Whether `pid` (started at `start`) still runs: a zombie (exited, not yet reaped by
+    its parent, which may be a slow init once the hub has gone) does not."""
     st = _stat(pid)
-    return st is not None and st[1] == start
+    if st is None or st[1] != start:
+        return False
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2:].split()[0] not in ("Z", "X")
 
 
 def _listening(pid: int) -> list[str]:
