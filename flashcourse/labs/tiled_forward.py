@@ -35,7 +35,7 @@ from ..geometry import causal_block_sums, ceil_div, visible_mask
 from ..counter import TrafficCounter
 from ..traffic import tiled_traffic
 from ._harness import (SKIPPING_SHAPES, Case, Result, hidden_blocks, held_memory_case,
-                       held_budget as _held_budget, hidden_tiles_case,
+                       held_budget, hidden_tiles_case,
                        parts_close, plain, random_qkv, result_tuple, rows_loaded_case,
                        run_checks, tiled_cases)
 
@@ -260,12 +260,6 @@ def _inputs(seed, tq, tk, d, spread=1.0):
 HELD_SHAPE = (128, 4096, 3, 64, 16)
 
 
-def held_budget(tq, tk, d, br, bc) -> int:
-    """Bytes the tiled forward may hold at once (`_harness.held_budget`): about 0.6 MiB at
-    HELD_SHAPE, where one Br x Tk block of float64 scores is 2 MiB."""
-    return _held_budget((tq + 2 * tk) * d, tq * (d + 1), br * bc + br * d + bc * d + 2 * br)
-
-
 def _describe_held(tq, tk, br, e=8) -> str:
     return (f"for scale: one Br x Tk = {br} x {tk} block of float64 scores is "
             f"{br * tk * e:,} B, the whole {tq} x {tk} score matrix {tq * tk * e:,} B")
@@ -276,7 +270,8 @@ def _held_case():
     return held_memory_case(
         f"largest temporary held at once, Tq = {tq}, Tk = {tk}, d = {d}, Br = {br}, "
         f"Bc = {bc}", _inputs(55, tq, tk, d), (False, SCALE, br, bc),
-        held_budget(tq, tk, d, br, bc), HINT_HELD,
+        held_budget((tq + 2 * tk) * d, tq * (d + 1), br * bc + br * d + bc * d + 2 * br),
+        HINT_HELD,
         lambda peak: _describe_held(tq, tk, br))
 
 
