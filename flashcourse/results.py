@@ -51,6 +51,7 @@ RESULT_KINDS = {
     "*flash_unroll.json": "flash_unroll",
     "*_decode*.json": "gpu_decode",
     "*_tensor_core.json": "tensor_core",
+    "*_host_path.json": "host_path",
 }
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from .._checks import BACKWARD_NONFINITE_HINT, check_array
 from .._guards import forward_result, gradients_finite, lse_rowsums, o_rowsums
+from . import host_plans
 from ._launch import finish, prepare, prepare_backward, serialised, simulator_note
 from .registry import FORWARD, get
 from .result_check import check_result
@@ -42,6 +43,8 @@ FLOAT64_ADVICE = ("use flashcourse.tiled.forward or flashcourse.cpu.forward with
 
 #: Names of the registered forward kernels (`registry.FORWARD`), in registration order.
 KERNELS = tuple(FORWARD)
+#: Forward kernels whose device-array calls take the cached fast path (`host_plans`).
+PLANNED_KERNELS = ("flash", "tensor_core", "decode")
 
 
 @serialised
@@ -87,6 +90,17 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
         check=True (then also ValueError naming q, k or v if one holds a NaN/inf and
         allow_nonfinite is False).
     """
+    if not check and kernel in PLANNED_KERNELS:   # device arrays: the cached fast path
+        settings = (kernel, causal, scale, allow_nonfinite, tuple(sorted(options.items())))
+        return host_plans.cached_call(
+            "forward", (q, k, v), settings,
+            lambda: _forward(q, k, v, kernel, causal, scale, allow_nonfinite, False, options))
+    return _forward(q, k, v, kernel, causal, scale, allow_nonfinite, check, options)
+
+
+def _forward(q, k, v, kernel, causal, scale, allow_nonfinite, check, options):
+    """`forward`'s checked path (every call with numpy inputs, or check=True; a device
+    call's first call per shape, whose launches `host_plans` records)."""
     spec = get("forward", kernel)
     given = spec.check_options(options)
     simulator_note()
@@ -180,7 +194,7 @@ def extra_device_bytes(kernel: str, bh: int, tq: int, tk: int, d: int = 0) -> in
     return get("forward", kernel).extra_bytes(bh, tq, tk, d)
 
 
-__all__ = ["forward", "backward", "KERNELS", "extra_device_bytes"]
+__all__ = ["forward", "backward", "decode", "capture", "KERNELS", "extra_device_bytes"]
 
 
 @serialised
@@ -192,4 +206,38 @@ def decode(q, k, v, **options):
     numpy results are checked as `forward`'s are (overflow raises, NaN stays NaN), device
     results with check=True."""
     from .decode_kernels import decode as run_decode
-    return run_decode(q, k, v, **options)
+    if options.get("check"):
+        return run_decode(q, k, v, **options)
+    return host_plans.cached_call("decode", (q, k, v), tuple(sorted(options.items())),
+                                  lambda: run_decode(q, k, v, **options))
+
+
+def capture(call: str, q, k, v, **options):
+    """Record one `forward` or `decode` call on these device arrays into a CUDA graph.
+
+    Returns a `host_plans.CapturedCall`: `g.replay()` queues the whole call (its two
+    kernels for decode) with one driver call and returns the same output arrays every
+    time; write new values into q, k, v (or the KV cache) between replays. GPU only;
+    the call's first run builds its plan (`host_plans`), then the plan is recorded.
+
+        g = capture("decode", q, k_cache, v_cache)
+        o, lse = g.replay()
+    """
+    if call not in ("forward", "decode"):
+        raise ValueError(f"call must be 'forward' or 'decode', got {call!r}")
+    if options.get("check"):
+        raise ValueError("check=True waits for the GPU and cannot be captured")
+    if call == "decode":
+        return host_plans.capture("decode", lambda: decode(q, k, v, **options), (q, k, v),
+                                  tuple(sorted(options.items())))
+    kernel = options.pop("kernel", "flash")
+    if kernel not in PLANNED_KERNELS:
+        raise ValueError(f"kernel {kernel!r} cannot be captured; one of {PLANNED_KERNELS}")
+    causal = options.pop("causal", False)
+    scale = options.pop("scale", None)
+    allow_nonfinite = options.pop("allow_nonfinite", False)
+    settings = (kernel, causal, scale, allow_nonfinite, tuple(sorted(options.items())))
+    return host_plans.capture(
+        "forward", lambda: forward(q, k, v, kernel=kernel, causal=causal, scale=scale,
+                                   allow_nonfinite=allow_nonfinite, **options),
+        (q, k, v), settings)

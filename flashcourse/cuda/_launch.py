@@ -13,6 +13,9 @@ Nothing here is attention maths. It holds what every kernel module needs:
 - `check_registers(...)`: after compiling, registers x threads must fit one block.
 - `serialised` / `simulator_lock()`: under the simulator, one kernel call at a time.
 
+Every `launch` is also offered to `host_plans.record`, which keeps it while the public
+fast path records a checked call to build its plan (`host_plans.py`).
+
 Threads: Numba's CUDA simulator runs one kernel at a time per process (it swaps the
 `cuda` module's globals while a kernel runs; a second thread's launch fails with
 "concurrent simulated kernel not supported"). Under the simulator `launch` and the
@@ -39,6 +42,7 @@ from .._checks import (Heads, accumulator_dtype, check_backward_shapes,
                        check_causal, check_qkv_shapes, check_scale, flatten_heads)
 from ..gpu import using_simulator
 from ..limits import current_limits
+from . import host_plans
 
 SIMULATOR_MESSAGE = ("no CUDA GPU found: running kernels on Numba's CUDA simulator "
                      "(slow; tiny sizes only)")
@@ -139,6 +143,7 @@ def launch(dispatcher, signature, grid, threads, shared_bytes, args) -> None:
         set_max_dynamic_shared_bytes(dispatcher, signature, shared_bytes)
     with simulator_lock():             # one simulated kernel at a time (module docstring)
         dispatcher[grid, threads, 0, shared_bytes](*args)
+    host_plans.record(dispatcher, grid, threads, shared_bytes, args)
 
 
 # ---------------------------------------------------------------------------

@@ -564,8 +564,8 @@ def run(qf, kf, vf, o, lse, o_part, lse_part, *, tq, group, d, scale, causal, nu
     launch(kern, None, grid, cfg.threads, cfg.shared_bytes, args)
     if num_splits > 1:
         nt = combine_threads(d)
-        make_combine_kernel(nt)[o.shape[0], nt](o_part, lse_part, o, lse,
-                                               np.int32(num_splits), np.int32(d))
+        launch(make_combine_kernel(nt), None, int(o.shape[0]), nt, 0,
+               (o_part, lse_part, o, lse, np.int32(num_splits), np.int32(d)))
 
 
 def _aligned(x) -> bool:
@@ -622,9 +622,19 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
             if not is_device_array(x):
                 raise TypeError(f"{name} must be a device array like the others, got "
                                 f"{type(x).__name__}")
+        if not using_simulator():      # any CUDA-array-interface object (a torch tensor)
+            from numba.cuda.cudadrv.devicearray import DeviceNDArray
+            q, k, v = (x if isinstance(x, DeviceNDArray) else cuda.as_cuda_array(x)
+                       for x in (q, k, v))
+        for name, x in (("q", q), ("k", k), ("v", v)):
             if np.dtype(x.dtype) not in (np.float16, np.float32):
                 raise TypeError(f"{name} on the device must be float16 or float32, got "
                                 f"{x.dtype}")
+            contiguous = getattr(x, "is_c_contiguous", None)
+            if contiguous is not None and not contiguous():
+                raise ValueError(f"{name} on the device must be C-contiguous (e.g. made by "
+                                 "cuda.to_device(np.ascontiguousarray(...))), got a strided "
+                                 "view")
             shapes[name] = tuple(int(n) for n in x.shape)
         if len({np.dtype(x.dtype) for x in (q, k, v)}) != 1:
             raise TypeError("q, k and v must share one dtype")
@@ -638,12 +648,7 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
                              f"of the key/value heads Hkv = k.shape[1] = {ks[1]}")
         b, hq, tq, d = qs
         hkv, tk = ks[1], ks[2]
-        if using_simulator():
-            dev = [q, k, v]
-        else:
-            from numba.cuda.cudadrv.devicearray import DeviceNDArray
-            dev = [x if isinstance(x, DeviceNDArray) else cuda.as_cuda_array(x)
-                   for x in (q, k, v)]
+        dev = [q, k, v]
         qf = dev[0].reshape(b * hq * tq, d)
         kf = dev[1].reshape(b * hkv, tk, d)
         vf = dev[2].reshape(b * hkv, tk, d)
