@@ -216,9 +216,66 @@ def saved_bytes_09() -> Exercise:
         })
 
 
+# -- notebook 03: non-matmul FLOPs of one tile, FA1 against FA2 ------------------------------
+
+NONMATMUL_TILE = (32, 48, 40)             # Br, Bc, d: not the notebook's 64 x 64 x 64 example
+
+
+def nonmatmul_flops_03() -> Exercise:
+    from .fa2_work import matmul_flops_per_tile, nonmatmul_per_tile
+    br, bc, d = NONMATMUL_TILE
+    fa1 = nonmatmul_per_tile(br, bc, d, "fa1").flops
+    fa2_n = nonmatmul_per_tile(br, bc, d, "fa2")
+    fa2 = fa2_n.flops
+    shared = 4 * br * bc
+    mm = matmul_flops_per_tile(br, bc, d)
+    working = (f"Br = {br}, Bc = {bc}, d = {d}; one FLOP per add, multiply, subtract or max; "
+               "exp, log and 1/x are SFU operations, not counted here\n"
+               f"both: scale S, row max, S - m, row sum: 4 Br Bc = {shared}\n"
+               f"FA1 (Alg. 1, lines 10-12): m_new = max: Br = {br}; l_new = e^(m - m_new) l + "
+               f"e^(m~ - m_new) l~: 2 Br sub + 2 Br mul + Br add = {5 * br};\n"
+               f"     O <- diag(l_new)^-1 (diag(l) e^(m - m_new) O + e^(m~ - m_new) P~ V): "
+               f"Br mul (l e^..) + 3 Br d mul + Br d add = {br + 4 * br * d}\n"
+               f"     FA1 = {shared} + {br} + {5 * br} + {br + 4 * br * d} = {fa1}\n"
+               f"FA2 (Alg. 1, lines 9-10): m_new: Br = {br}; l = e^(m - m_new) l + rowsum: "
+               f"Br sub + Br mul + Br add = {3 * br};\n"
+               f"     O = diag(e^(m - m_new)) O + P~ V: Br d mul = {br * d} (the + is the "
+               "matrix product's own accumulate)\n"
+               f"     FA2 = {shared} + {br} + {3 * br} + {br * d} = {fa2}\n"
+               f"ratio {fa1 / fa2:.2f}; against {mm:,} matmul FLOPs. FA2's O / l and lse "
+               f"({fa2_n.end_flops} FLOPs) come once per query block, after its last tile.")
+    share = ("you left out the work both versions share: scaling S, the row max, S - m and "
+             "the row sum, Br Bc each")
+    return Exercise(
+        f"Non-matmul FLOPs of one tile step, Br = {br}, Bc = {bc}, d = {d}: FA1 and FA2",
+        {"fa1_flops": fa1, "fa2_flops": fa2}, working, rtol=0.0,
+        diagnoses={
+            "fa1_flops": [
+                (lambda y: _same_number(y, fa1 - shared, 0), share),
+                (lambda y: _same_number(y, fa1 - 2 * br * d, 0),
+                 "line 12 touches the (Br, d) output block more than once: the old O is "
+                 "scaled by l e^(m - m_new), the new P~ V by e^(m~ - m_new), the two are "
+                 "added, and the sum is multiplied by 1 / l_new"),
+                (lambda y: _same_number(y, mm, 0),
+                 "that is the tile's matmul FLOPs (4 Br Bc d); the question is everything else"),
+            ],
+            "fa2_flops": [
+                (lambda y: _same_number(y, fa2 - shared, 0), share),
+                (lambda y: _same_number(y, fa2 + fa2_n.end_flops, 0),
+                 "FA2 divides by l and forms lse once per query block, after the last tile: "
+                 "not part of one tile step"),
+                (lambda y: _same_number(y, fa2 + br * d, 0),
+                 "the + of O = diag(.) O + P~ V is the matrix product's own accumulate (the "
+                 "mma adds into O), not Br d separate additions"),
+                (lambda y: _same_number(y, fa1, 0),
+                 "that is FA1's count: FA2 neither rescales l~ nor renormalises O every tile"),
+            ]})
+
+
 EXERCISES = {
     "03-second-tile": second_tile,
     "03-causal-skips": causal_skips,
+    "03-nonmatmul-flops": nonmatmul_flops_03,
     "06-causal-tiles": causal_tiles_06,
     "09-saved-bytes": saved_bytes_09,
 }

@@ -68,7 +68,20 @@ def test_bad_names_are_clear_errors():
         E.grade("03-second-tile", mm=1)
 
 
-@pytest.mark.parametrize("nb,names", [("03_tiled_forward", ["03-second-tile", "03-causal-skips"]),
+def test_nonmatmul_flops_03():
+    br, bc, d = E.NONMATMUL_TILE
+    fa1 = 4 * br * bc + br + 5 * br + br + 4 * br * d          # counted by hand, line by line
+    fa2 = 4 * br * bc + br + 3 * br + br * d
+    assert E.grade("03-nonmatmul-flops", fa1_flops=fa1, fa2_flops=fa2)[0]
+    ok, lines = E.grade("03-nonmatmul-flops", fa1_flops=fa1 - 4 * br * bc,
+                        fa2_flops=fa2 + br * d + br)
+    assert not ok and "share" in lines[0] and "once per query block" in lines[1]
+    ok, lines = E.grade("03-nonmatmul-flops", fa1_flops=fa1 - 2 * br * d, fa2_flops=fa1)
+    assert not ok and "more than once" in lines[0] and "FA1's count" in lines[1]
+
+
+@pytest.mark.parametrize("nb,names", [("03_tiled_forward", ["03-second-tile", "03-causal-skips",
+                                                            "03-nonmatmul-flops"]),
                                       ("06_numba_cuda_kernel", ["06-causal-tiles"]),
                                       ("09_backward_recompute", ["09-saved-bytes"])])
 def test_notebooks_ask_for_predictions_without_printing_answers(nb, names):

@@ -143,13 +143,16 @@ def test_stream_softmax_solution_passes_and_stub_is_reported(lab):
 
 
 @pytest.mark.parametrize("old,new,hint", [
-    ("p = np.exp(x - np.where(np.isneginf(m), 0.0, m)[:, None])", "p = np.exp(x)",
+    ("p = np.exp(x[:, c0:c0 + chunk] - m_safe)", "p = np.exp(x[:, c0:c0 + chunk])",
      L1.HINT_SOFTMAX_SHIFT),
-    ("return np.where(l[:, None] > 0, p / np.where(l > 0, l, 1.0)[:, None], 0.0)",
-     "return p / l[:, None]", L1.HINT_SOFTMAX_MASKED),
+    ("np.where(l[:, None] > 0, p / l_safe, 0.0)", "p / l[:, None]", L1.HINT_SOFTMAX_MASKED),
     ("        m, l = merge_states(m, l, m_c, l_c)\n", "        m, l = m_c, l_c\n",
      L1.HINT_SOFTMAX),
-], ids=["shift", "masked", "merge"])
+    ("        p = np.exp(x[:, c0:c0 + chunk] - m_safe)                # (R, chunk)\n"
+     "        out[:, c0:c0 + chunk] = np.where(l[:, None] > 0, p / l_safe, 0.0)\n",
+     "        p = np.exp(x - m_safe)                                 # the whole x at once\n"
+     "        out = np.where(l[:, None] > 0, p / l_safe, 0.0)\n", L1.HINT_STREAM_CHUNKS),
+], ids=["shift", "masked", "merge", "whole-x"])
 def test_stream_softmax_mistakes_get_their_hint(lab, old, new, hint):
     fn = mutate(LAB, "stream_softmax", old, new)
     assert_hint(L1.check_stream_softmax, fn, hint, lab["merge_states"])

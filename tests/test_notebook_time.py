@@ -32,8 +32,30 @@ def test_estimate_counts_and_rounds(tmp_path):
     path = _notebook(tmp_path, 1500, 6, "\n\n### Try it\nguess")
     est = notebook_time.estimate(path)
     assert (est.code_cells, est.exercises, est.questions, est.widgets) == (7, 1, 2, 0)
-    # 1500 + "#", "T", "x", "###", "Try", "it", "guess": 10.05 + 7 + 5 + 2 = 24.05 -> 25 min
-    assert est.words == 1500 + 7 and est.minutes == 25
+    # 1500 + "#", "T", "x", "###", "Try", "it", "guess", plain prose at 150 a minute: 10.05;
+    # 7 cells + 7 code lines / 15; one exercise 10; 2 questions: 29.5 -> 30 min
+    assert est.words == 1500 + 7 and est.maths_words == 0 and est.code_lines == 7
+    assert est.minutes == 30
+
+
+def test_maths_dense_prose_lab_lines_and_one_count_per_exercise(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# T\n\n**Estimated time:** 5 minutes.\n\nx"),
+                nbformat.v4.new_markdown_cell("$$a = b$$ " + " ".join(["w"] * 199)),
+                nbformat.v4.new_markdown_cell("**Predict, then check.** guess"),
+                nbformat.v4.new_code_cell('exercises.check("03-second-tile", m=None)'),
+                nbformat.v4.new_code_cell("def f():\n    ### BEGIN SOLUTION\n    a = 1\n"
+                                          "    return a\n    ### END SOLUTION"),
+                nbformat.v4.new_markdown_cell("## Going further\nmore"),
+                nbformat.v4.new_code_cell("    ### BEGIN SOLUTION\n    b = 2\n"
+                                          "    ### END SOLUTION")]
+    path = tmp_path / "lab99_t.ipynb"
+    nbformat.write(nb, path)
+    est = notebook_time.estimate(path)
+    assert est.maths_words == 3 + 199               # the cell with display maths, at 100 a minute
+    assert est.exercises == 1                       # the "Predict" lead and its check: once
+    assert (est.solution_lines, est.optional_lines) == (2, 1)
+    assert "going-further parts" in est.sentence() and "+ 5 going further" in est.readme_note()
 
 
 def test_stamp_is_a_fixed_point(tmp_path):

@@ -1,21 +1,46 @@
-"""Estimate how long a learner needs for a notebook, and stamp it where the learner reads it.
+"""Estimate how long a learner needs for a notebook or a lab, and stamp it where it is read.
 
     python tools/notebook_time.py notebooks/03_tiled_forward.ipynb ...          # print
-    python tools/notebook_time.py --write notebooks/0[0-4]*.ipynb               # stamp
+    python tools/notebook_time.py --write                                        # stamp all
     python tools/notebook_time.py --check                                        # verify
 
-The estimate, in minutes (rounded up to 5):
+How the estimate is derived, in minutes (rounded up to 5). The first version counted all
+prose at 150 words a minute and 5 minutes per exercise; a review against the notebooks found
+its times 1.5-2x short for the maths-heavy notebooks (03, 04, 09, 10) and lab 09, because a
+derivation is not read at the speed of prose and a pencil exercise is not a five-minute
+task. So the rates now depend on what is read:
 
-    reading     words of markdown / 150 words a minute (technical prose, maths included)
-    running     1 minute per code cell (read the code, run it, read its output)
-    exercises   5 minutes per exercise ("Try it", "Exercise" or "Predict" sections)
-    quiz        1 minute per quiz question
-    exploring   5 minutes per interactive widget
+    maths-dense prose   words / 100 a minute: a markdown cell with display maths ($$),
+                        or with at least one inline formula ($...$) per 25 words
+    other prose         words / 150 a minute
+    running             1 minute per code cell (run it, read its output), plus 1 minute per
+                        15 non-blank lines of code (reading the code: a long benchmark cell
+                        is not read in the minute a two-liner is)
+    exercises           10 minutes per pencil exercise: each `exercises.check(...)` cell, and
+                        each "Try it" / "Exercise" / "Predict" heading or bold lead whose next
+                        code cell is not already an `exercises.check` (one exercise, once)
+    quiz                1 minute per quiz question
+    exploring           5 minutes per interactive widget
 
-`--write` replaces the "**Estimated time:** ..." sentence at the top of each notebook
-and adds "(about N min)" to the notebook's row of the README's course map. `--check`
-(run by tests/test_notebook_time.py) fails when a stamped notebook or README row no longer
-matches its estimate: after editing a notebook, run `--write` on it.
+A lab (labs/solutions/labNN_*.ipynb) is mostly writing code, so its estimate is
+
+    reading             as above (a lab's specs are maths-dense: mostly 100 words a minute)
+    running             as above (the solution's own lines are counted as writing instead)
+    writing             1.5 minutes per line of the solution (non-blank, non-comment lines
+                        inside ### BEGIN/END SOLUTION): write it, run the checker, read the
+                        hint, fix. The rate is an estimate for a learner who has just done the
+                        notebook, not a measurement; it gives lab 09 (the backward, 45 lines)
+                        about 85 minutes against the 60 it used to state by hand.
+                        Solution lines after a "Going further" heading are optional: the
+                        stamp gives their minutes separately, and the README row the core.
+
+The 100 and 150 words a minute are the usual ranges for technical and for plain reading;
+10 minutes per exercise is the issue's and the reviewers' figure for a pencil calculation
+with a check. `--write` replaces the "**Estimated time:** ..." sentence in the first cell
+of each notebook and of each solution lab (run tools/make_labs.py afterwards: the student
+labs copy it), and adds "(about N min)" to the item's row of the README's course map.
+`--check` (run by tests/test_notebook_time.py) fails when a stamped notebook or lab, or its
+README row, no longer matches its estimate: after editing one, run `--write`.
 """
 
 from __future__ import annotations
@@ -29,17 +54,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS_PER_MINUTE = 150
+WORDS_PER_MINUTE = 150              # plain prose
+MATHS_WORDS_PER_MINUTE = 100        # derivations: display maths, or dense inline formulas
+WORDS_PER_FORMULA = 25              # at least one inline formula per this many words: maths-dense
 MINUTES_PER_CODE_CELL = 1
-MINUTES_PER_EXERCISE = 5
+CODE_LINES_PER_MINUTE = 15
+MINUTES_PER_EXERCISE = 10
+MINUTES_PER_SOLUTION_LINE = 1.5     # labs: write, check, fix
 MINUTES_PER_QUESTION = 1
 MINUTES_PER_WIDGET = 5
 STAMP = "`tools/notebook_time.py`"
 TIME_RE = re.compile(r"\*\*Estimated time:\*\*[^\n]*?(?=\s*\*\*Lab|\n\n|\n\*\*|\Z)")
-EXERCISE_RE = re.compile(r"^#+\s*(Try it|Exercise|Predict)", re.IGNORECASE | re.MULTILINE)
+EXERCISE_RE = re.compile(r"^(?:#+\s*|\*\*)(?:\d+\.\s*)?(?:Try it|Exercise\b|Predict)",
+                         re.IGNORECASE | re.MULTILINE)
+CHECK_RE = re.compile(r"\bexercises\.check\(")
 WIDGET_RE = re.compile(r"\b(\w+_explorer|tile_schedule)\(")
-README_ROW_RE = (r"^(\| {num} \| \[notebooks/{name}\]\(notebooks/{name}\) \|[^\n]*?)"
-                 r"(?: \(about \d+ min\))?( \|)$")
+README_ROW_RE = (r"^(\| {num} \| \[{folder}/{name}\]\({folder}/{name}\) \|[^\n]*?)"
+                 r"(?: \(about \d+ min(?: \+ \d+ going further)?\))?( \|)$")
 
 
 @dataclass(frozen=True)
@@ -49,26 +80,56 @@ class Estimate:
     exercises: int
     questions: int
     widgets: int
+    maths_words: int = 0           # of `words`, those in maths-dense cells
+    solution_lines: int = 0        # labs only
+    code_lines: int = 0            # non-blank code lines outside solution regions
+    optional_lines: int = 0        # labs: solution lines of the "Going further" parts
+
+    @property
+    def raw_minutes(self) -> float:
+        plain = self.words - self.maths_words
+        return (plain / WORDS_PER_MINUTE + self.maths_words / MATHS_WORDS_PER_MINUTE
+                + self.code_cells * MINUTES_PER_CODE_CELL
+                + self.code_lines / CODE_LINES_PER_MINUTE
+                + self.exercises * MINUTES_PER_EXERCISE + self.questions * MINUTES_PER_QUESTION
+                + self.widgets * MINUTES_PER_WIDGET
+                + self.solution_lines * MINUTES_PER_SOLUTION_LINE)
 
     @property
     def minutes(self) -> int:
-        raw = (self.words / WORDS_PER_MINUTE + self.code_cells * MINUTES_PER_CODE_CELL
-               + self.exercises * MINUTES_PER_EXERCISE + self.questions * MINUTES_PER_QUESTION
-               + self.widgets * MINUTES_PER_WIDGET)
-        return 5 * math.ceil(raw / 5)
+        return 5 * math.ceil(self.raw_minutes / 5)
+
+    def readme_note(self) -> str:
+        """What the README's course map says, e.g. "(about 55 min + 30 going further)"."""
+        extra = f" + {self.optional_minutes} going further" if self.optional_lines else ""
+        return f"(about {self.minutes} min{extra})"
+
+    @property
+    def optional_minutes(self) -> int:
+        return 5 * math.ceil(self.optional_lines * MINUTES_PER_SOLUTION_LINE / 5)
 
     def sentence(self) -> str:
         """The stamp written at the top of the notebook."""
         words = max(100, round(self.words, -2))            # rounded: small edits keep the stamp
-        parts = [f"about {words:,} words to read at {WORDS_PER_MINUTE} a minute",
+        maths = round(self.maths_words, -2)
+        parts = [f"about {words:,} words to read, {maths:,} of them maths-dense "
+                 f"(at {MATHS_WORDS_PER_MINUTE} a minute, the rest at {WORDS_PER_MINUTE})",
                  f"{self.code_cells} cells to run"]
+        if self.code_lines >= CODE_LINES_PER_MINUTE:
+            parts.append(f"about {round(self.code_lines, -1):,} lines of code to read")
+        if self.solution_lines:
+            parts.append(f"{self.solution_lines} lines of solution to write at "
+                         f"{MINUTES_PER_SOLUTION_LINE:g} minutes a line")
         if self.exercises:
-            parts.append(f"{self.exercises} exercise{'s' * (self.exercises > 1)}")
+            parts.append(f"{self.exercises} exercise{'s' * (self.exercises > 1)} at "
+                         f"{MINUTES_PER_EXERCISE} minutes")
         if self.questions:
             parts.append(f"{self.questions} quiz question{'s' * (self.questions > 1)}")
         if self.widgets:
             parts.append(f"{self.widgets} widget{'s' * (self.widgets > 1)} to explore")
-        return (f"**Estimated time:** about {self.minutes} minutes ({', '.join(parts)}; "
+        extra = (f", plus about {self.optional_minutes} for the going-further parts "
+                 f"({self.optional_lines} lines)" if self.optional_lines else "")
+        return (f"**Estimated time:** about {self.minutes} minutes{extra} ({', '.join(parts)}; "
                 f"{STAMP}).")
 
 
@@ -99,22 +160,56 @@ def bank_questions(name: str) -> int:
         raise ValueError(f"quizzes.show({name!r}): {exc}") from None
 
 
+def _maths_dense(text: str, words: int) -> bool:
+    formulas = len(re.findall(r"(?<![\\$])\$(?!\$)[^$\n]+?\$", text))
+    return "$$" in text or (words > 0 and formulas * WORDS_PER_FORMULA >= words)
+
+
+def _solution_lines(src: str) -> int:
+    n, inside = 0, False
+    for line in src.splitlines():
+        if "### BEGIN SOLUTION" in line:
+            inside = True
+        elif "### END SOLUTION" in line:
+            inside = False
+        elif inside and line.strip() and not line.strip().startswith("#"):
+            n += 1
+    return n
+
+
 def estimate(path) -> Estimate:
-    """Count a notebook's words, code cells, exercises, quiz questions and widgets."""
+    """Count a notebook's words (and maths-dense words), code cells, exercises, quiz
+    questions, widgets and, in a solution lab, lines of solution."""
     nb = json.loads(Path(path).read_text(encoding="utf-8"))
-    words = code = exercises = questions = widgets = 0
-    for cell in nb["cells"]:
+    words = maths = code = exercises = questions = widgets = lines = code_lines = optional = 0
+    further = False
+    cells = nb["cells"]
+    for n, cell in enumerate(cells):
         src = _source(cell)
         if cell["cell_type"] == "markdown":
-            words += len(re.findall(r"\S+", _prose(src)))
-            exercises += len(EXERCISE_RE.findall(src))
+            prose = _prose(src)
+            w = len(re.findall(r"\S+", prose))
+            words += w
+            maths += w if _maths_dense(prose, w) else 0
+            further = further or bool(re.search(r"^#+.*going further", src, re.I | re.M))
+            nxt = next((_source(c) for c in cells[n + 1:] if c["cell_type"] == "code"), "")
+            if not CHECK_RE.search(nxt):          # else the check cell counts it, once
+                exercises += len(EXERCISE_RE.findall(src))
         elif cell["cell_type"] == "code" and src.strip():
             code += 1
+            exercises += len(CHECK_RE.findall(src))
+            sol = _solution_lines(src)
+            if further:
+                optional += sol
+            else:
+                lines += sol
+            code_lines += sum(1 for ln in src.splitlines() if ln.strip()) - sol
             questions += src.count("Question(") + len(re.findall(   # not on import lines
                 r"^(?!\s*(?:from|import)\b).*\bAVOIDED_OBJECT\b", src, re.M))
             questions += sum(bank_questions(name) for name in QUIZ_RE.findall(src))
             widgets += len(WIDGET_RE.findall(src))
-    return Estimate(words, code, exercises, questions, widgets)
+    return Estimate(words, code, exercises, questions, widgets, maths, lines, code_lines,
+                    optional)
 
 
 def _stamp_notebook(path: Path, est: Estimate) -> bool:
@@ -134,12 +229,15 @@ def _stamp_notebook(path: Path, est: Estimate) -> bool:
 
 
 def _readme_row(path: Path) -> re.Pattern:
-    return re.compile(README_ROW_RE.format(num=re.escape(path.name[:2]),
+    lab = path.name.startswith("lab")
+    num = f"Lab {path.name[3:5]}" if lab else path.name[:2]
+    folder = "labs" if lab else "notebooks"
+    return re.compile(README_ROW_RE.format(num=re.escape(num), folder=folder,
                                            name=re.escape(path.name)), re.MULTILINE)
 
 
 def _stamp_readme(readme: str, path: Path, est: Estimate) -> str:
-    new, n = _readme_row(path).subn(rf"\g<1> (about {est.minutes} min)\g<2>", readme)
+    new, n = _readme_row(path).subn(rf"\g<1> {est.readme_note()}\g<2>", readme)
     if n != 1:
         raise ValueError(f"README.md: no course-map row for {path.name}")
     return new
@@ -164,9 +262,9 @@ def check(paths) -> list[str]:
         if est.sentence() not in src:
             problems.append(f"{path.name}: the stated time is not '{est.sentence()}'")
         m = _readme_row(path).search(readme)
-        if m is None or f"(about {est.minutes} min)" not in m.group(0):
+        if m is None or est.readme_note() not in m.group(0):
             problems.append(f"README.md: the row of {path.name} should say "
-                            f"'(about {est.minutes} min)'")
+                            f"'{est.readme_note()}'")
     return problems
 
 
@@ -176,7 +274,8 @@ def main(argv=None) -> int:
     ap.add_argument("--write", action="store_true", help="stamp notebooks and README rows")
     ap.add_argument("--check", action="store_true", help="verify the stamped notebooks")
     args = ap.parse_args(argv)
-    paths = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    paths = args.notebooks or (sorted((ROOT / "notebooks").glob("*.ipynb"))
+                               + sorted((ROOT / "labs" / "solutions").glob("lab*.ipynb")))
     if args.check:
         problems = check(paths)
         print("\n".join(problems) or "stated times match the estimates")

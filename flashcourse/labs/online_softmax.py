@@ -51,6 +51,9 @@ HINT_SOFTMAX_SHIFT = ("Your probabilities overflow or do not sum to 1: pass 2 mu
 HINT_SOFTMAX_MASKED = ("A fully masked row must give probabilities 0 (not NaN): its l is 0.")
 HINT_SOFTMAX = ("Pass 1 folds each chunk's statistics into the row's state with your "
                 "merge_states; pass 2 turns every score into exp(score - m) / l.")
+HINT_STREAM_CHUNKS = ("The contract: x is touched only through slices of `chunk` columns, in "
+                      "both passes (a kernel never holds the whole row). Your code computed on "
+                      "a wider piece of x at once, e.g. pass 2 on the whole x.")
 
 #: level 2: more explicit, still without the solution's code (check(..., hint_level=2))
 LEVEL2 = {
@@ -65,6 +68,8 @@ LEVEL2 = {
     HINT_SOFTMAX_SHIFT: "Finish pass 1 over all chunks before computing any probability.",
     HINT_SOFTMAX_MASKED: "Divide only where l > 0; elsewhere the probabilities are 0.",
     HINT_SOFTMAX: "Compare one row with flashcourse.reference.softmax_safe.",
+    HINT_STREAM_CHUNKS: ("Loop over c0 in range(0, n, chunk) in pass 2 as well, and write each "
+                         "chunk's probabilities into its columns of the output."),
 }
 
 
@@ -306,6 +311,49 @@ def show_stream(online_update, x=None) -> None:
 
 # -- going further: softmax of a row that arrives in chunks -----------------------------------
 
+class _ColumnWatch(np.ndarray):
+    """An input that logs the widest piece of it (in columns) that any numpy operation
+    touched: slices `x[:, a:b]` are views that log nothing until they are computed with.
+    `np.asarray(x)` gives a plain array that logs nothing; the checker's values still
+    catch every wrong result, this only checks the contract's "through slices"."""
+
+    def __array_finalize__(self, obj):
+        self._widest = getattr(obj, "_widest", None)
+
+    @classmethod
+    def wrap(cls, array):
+        watched = np.asarray(array).view(cls)
+        watched._widest = [0]
+        return watched
+
+    def _log(self, args):
+        for a in args:
+            if isinstance(a, _ColumnWatch) and a._widest is not None and a.ndim >= 1:
+                a._widest[0] = max(a._widest[0], a.shape[-1] if a.ndim > 1 else 1)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        self._log(inputs)
+        inputs = tuple(np.asarray(a) if isinstance(a, _ColumnWatch) else a for a in inputs)
+        out = kwargs.get("out")
+        if out:
+            kwargs["out"] = tuple(np.asarray(a) if isinstance(a, _ColumnWatch) else a
+                                  for a in out)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        flat = list(args) + list(kwargs.values())
+        flat += [a for x in args if isinstance(x, (list, tuple)) for a in x]
+        self._log(flat)
+
+        def plain(a):
+            if isinstance(a, _ColumnWatch):
+                return np.asarray(a)
+            if isinstance(a, (list, tuple)):
+                return type(a)(plain(b) for b in a)
+            return a
+        return func(*plain(args), **{k: plain(v) for k, v in kwargs.items()})
+
+
 def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
                          hint_level: int = 1) -> Result:
     """Check `stream_softmax(x, chunk, merge_states)` against the dense safe softmax."""
@@ -349,6 +397,24 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
                      ((lambda y, e: bool(np.isnan(y).any())), HINT_SOFTMAX_MASKED),
                      ((lambda y, e: bool(np.isinf(y).any())), HINT_SOFTMAX_SHIFT)]
         cases.append(Case(name, run, HINT_SOFTMAX, diagnoses, rtol=_RTOL, atol=_ATOL))
+
+    x_wide, chunk_wide = _stream_inputs(), 8
+
+    def run_widest(fns):
+        f, merge = fns
+        watched = _ColumnWatch.wrap(x_wide.copy())
+        with np.errstate(all="ignore"):
+            f(watched, chunk_wide, merge)
+        return np.float64(watched._widest[0]), np.float64(chunk_wide)
+
+    def at_most(yours, expected):
+        if float(yours) <= float(expected):
+            return True, ""
+        return False, (f"your code computed on {float(yours):.0f} columns of x at once; the "
+                       f"contract allows slices of chunk = {float(expected):.0f} columns")
+
+    cases.append(Case(f"x touched only through slices of chunk = {chunk_wide} columns",
+                      run_widest, HINT_STREAM_CHUNKS, compare=at_most))
     return run_checks("stream_softmax(x, chunk, merge_states)", (stream_softmax, merge_states),
                       _with_level2(cases), verbose=verbose, hint_level=hint_level)
 

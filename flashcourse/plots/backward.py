@@ -129,8 +129,12 @@ def backward_rows(res, *, n: int = 4096, d: int = 64, causal: bool = False) -> l
 #: each implementation of benchmarks/gpu_backward.py in the course's words
 IMPL_WORDS = {"fast": "course fast: dQ by atomic adds",
               "fast_two_pass": "course fast_two_pass: dQ in a second pass",
-              "torch_efficient_fp32": "PyTorch memory-efficient fp32",
-              "torch_math_fp32": "PyTorch math fp32"}
+              "torch_efficient_fp32": "PyTorch memory-efficient fp32 (3xTF32, tensor cores)",
+              "torch_math_fp32": "PyTorch math fp32 (TF32 off)"}
+#: Implementations on other hardware than the fp32 multiply-add units, drawn dashed: PyTorch's
+#: memory-efficient kernel runs fp32 as 3xTF32 on the tensor cores on sm_80+
+#: (`OpMultiplyAddFastF32` in its mem_eff_attention/gemm_kernel_utils.h).
+OTHER_UNITS = {"torch_efficient_fp32"}
 
 
 def plot_backward_recorded(res, *, d: int = 64, fig=None):
@@ -151,7 +155,8 @@ def plot_backward_recorded(res, *, d: int = 64, fig=None):
                          if r["impl"] == impl and r["causal"] == causal)
             if pts:
                 ax.plot(*zip(*pts), marker="o", color=f"C{k}",
-                        ls="-" if impl.startswith("fast") else ":",
+                        ls="-" if impl.startswith("fast") else
+                        ("--" if impl in OTHER_UNITS else ":"),
                         label=IMPL_WORDS.get(impl, impl))
         ax.set_xscale("log", base=2)
         ax.set_xlabel("N = Tq = Tk (positions)")
