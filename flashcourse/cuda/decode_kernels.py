@@ -498,14 +498,16 @@ def default_launch(itemsize: int, rows: int = 1, simulator: bool | None = None) 
     From the variant timings of the first H200 run (Tk = 65536, d = 128;
     benchmarks/NOTES_cuda_decode.md): fp16 unroll 2 with 8 warps, fp32 unroll 4 with 4
     warps. A block with more than 4 query rows (GQA groups) splits its 8 warps into row
-    groups (2 rows each for 8 rows): with all 8 rows in every thread the first run measured only
-    ~450 GB/s (154-214 registers per thread, 8 warps per SM). Tiny ones on the simulator
+    groups: with all 8 rows in every thread the first run measured only ~450 GB/s (154-214
+    registers per thread, 8 warps per SM). Two row groups of 4 rows beat four of 2 by ~25%
+    (G x Tq = 16, Tk = 16k-128k: 156-550 us against 197-710 us;
+    benchmarks/results/h200_decode_row_variants_log.txt). Tiny ones on the simulator
     (`simulator`: None = whether it runs now; False = a GPU's defaults).
     """
     if using_simulator() if simulator is None else simulator:
         return {"unroll": 1, "warps": 1, "row_groups": 1}
     if rows > 4:
-        return {"unroll": 2, "warps": 8, "row_groups": 4}
+        return {"unroll": 2, "warps": 8, "row_groups": 2}
     if itemsize == 2:
         return {"unroll": 2, "warps": 8, "row_groups": 1}
     return {"unroll": 4, "warps": 4, "row_groups": 1}
