@@ -11,7 +11,9 @@ every question:
 - no two option boxes (the radio labels) overlap;
 - each option's text lies inside its own box (no line runs past its bottom or right edge),
   and each box inside the notebook's output area;
-- every option is shown (as many boxes as options).
+- every option is shown (as many boxes as options);
+- and the options still behave as radio buttons: a click on an option's text picks it,
+  Tab and Space pick another, and Check grades it.
 
 ipywidgets' RadioButtons give each label a fixed one-line height, so a long option used
 to wrap onto the next one (notebooks 04 Q3, 05 Q5/Q6, 06 Q4 at 1280 and 1440 px);
@@ -159,10 +161,31 @@ def test_quiz_options_wrap_without_overlapping(quiz_lab, browser):  # noqa: F811
                 problems += layout_problems(questions, where)
                 area = questions[0]["area"]
                 seen.append(f"{where}: output area {area['right'] - area['left']:.0f} px wide")
+                # for review: the question whose options wrap the most, as shown
+                tallest = max(range(len(questions)), key=lambda k: sum(
+                    o["box"]["bottom"] - o["box"]["top"] for o in questions[k]["options"]))
+                shot = page.locator(f".{OPTIONS_CLASS}").nth(tallest).locator("xpath=..")
+                shot.scroll_into_view_if_needed()
                 slug = where.split(",")[0].replace(" ", "")
-                page.locator(f".{OPTIONS_CLASS}").nth(0).scroll_into_view_if_needed()
-                page.screenshot(path=str(ARTIFACTS / f"browser_quiz_{slug}"
+                shot.screenshot(path=str(ARTIFACTS / f"browser_quiz_{slug}"
                                          f"{'_nosidebar' if collapse else ''}.png"))
+            # the options are still native radio buttons: a click on an option's (wrapped)
+            # text picks it, Tab and Space pick another, and Check grades the pick
+            first = page.locator(f".{OPTIONS_CLASS}").first
+            first.scroll_into_view_if_needed()
+            labels = first.locator(".widget-radio-box > label")
+            labels.nth(1).click(position={"x": 60, "y": 5})
+            assert labels.nth(1).locator("input").is_checked()
+            # ipywidgets' radios carry no common name, so each is its own tab stop: Tab
+            # reaches the next option and Space picks it (as before the CSS)
+            labels.nth(1).locator("input").press("Tab")
+            page.keyboard.press("Space")
+            assert labels.nth(2).locator("input").is_checked()
+            assert not labels.nth(1).locator("input").is_checked()
+            box = first.locator("xpath=..")
+            box.locator("button", has_text="Check").click()
+            box.locator(".widget-html", has_text="Try again").or_(
+                box.locator(".widget-html", has_text="Correct.")).first.wait_for()
         except Exception as exc:
             page.screenshot(path=str(ARTIFACTS / "browser_quiz_failure.png"))
             raise AssertionError(f"{type(exc).__name__}: {exc}\n{quiz_lab.log_tail()}") from exc
