@@ -171,14 +171,38 @@ class QuizSession:
         return line
 
 
+#: The CSS class of a question's options (a RadioButtons widget), for QUIZ_CSS and the
+#: browser test (tests/test_browser_quiz.py).
+OPTIONS_CLASS = "fc-quiz-options"
+#: ipywidgets gives each radio label a fixed height of one line (and the widget a fixed
+#: 300 px width), so a long option wraps onto the option below it. These rules, scoped to
+#: OPTIONS_CLASS, let a label grow with its text (the radio button stays on its first line)
+#: and let the widget take, and never exceed, the width of the output area. They are
+#: written into each question's title (an HTML widget: a <style> element there applies to
+#: the page), so the quiz lays out the same wherever the widget is shown.
+QUIZ_CSS = f"""
+.{OPTIONS_CLASS} {{ width: auto; max-width: 100%; min-width: 0; line-height: normal; }}
+.{OPTIONS_CLASS} .widget-radio-box, .{OPTIONS_CLASS} .jupyter-widget-radio-box {{
+  min-width: 0; margin-bottom: 0 !important; }}
+.{OPTIONS_CLASS} .widget-radio-box label, .{OPTIONS_CLASS} .jupyter-widget-radio-box label {{
+  display: flex; align-items: flex-start; height: auto; min-height: 0;
+  line-height: 1.4; padding: 2px 0; white-space: normal; overflow-wrap: anywhere;
+  box-sizing: border-box; max-width: 100%; }}
+.{OPTIONS_CLASS} .widget-radio-box input, .{OPTIONS_CLASS} .jupyter-widget-radio-box input {{
+  order: -1; flex: none; float: none; height: 1.4em; margin-top: 0; }}
+""".strip()
+
+
 def _question_box(session: QuizSession, number: int, score):
     import ipywidgets as w
 
     question = session.questions[number]
     order = question.order()
-    label = w.HTML(f"<b>{html.escape(f'Q{number + 1}. ' + question.text)}</b>")
+    label = w.HTML(f"<style>{QUIZ_CSS}</style>"
+                   f"<b>{html.escape(f'Q{number + 1}. ' + question.text)}</b>")
     options = w.RadioButtons(options=[(question.choices[i], i) for i in order], value=None,
-                             layout=w.Layout(width="auto"))
+                             layout=w.Layout(width="auto", max_width="100%"))
+    options.add_class(OPTIONS_CLASS)
     check = w.Button(description="Check", button_style="primary")
     reveal = w.Button(description="Show answer")
     feedback = w.HTML("")

@@ -18,7 +18,7 @@ QUIZ_FILES = sorted(QUIZ_DIR.glob("*.toml"))
 
 
 def test_wrong_pick_gives_its_misconception_and_does_not_reveal_the_answer():
-    ok, msg = AVOIDED_OBJECT.grade("All model weights")
+    ok, msg = AVOIDED_OBJECT.grade(AVOIDED_OBJECT.choices[1])   # by its text
     assert not ok and msg.startswith("Not quite.")
     assert AVOIDED_OBJECT.feedback[1] in msg and "Try again" in msg
     assert AVOIDED_OBJECT.choices[0] not in msg and AVOIDED_OBJECT.why not in msg
@@ -64,6 +64,62 @@ def test_order_is_a_stable_shuffle():
 def test_the_right_option_is_not_always_shown_first():
     firsts = [q.order().index(q.answer) for n in quizzes.names() for q in quizzes.get(n)]
     assert 0 < sum(f == 0 for f in firsts) < 0.6 * len(firsts)
+
+
+def _length_cues() -> dict:
+    """How often the right option stands out by its length, over every distinct question of
+    every quiz file (lesson.toml's question, included by nb03.toml, counts once)."""
+    seen, counts = {}, {"questions": 0, "unique longest": 0, "longest or tied": 0,
+                        "unique shortest": 0, "ratio": []}
+    for path in QUIZ_FILES:
+        for q in load_questions(path):
+            if q.text in seen:
+                continue
+            seen[q.text] = path.name
+            lengths = [len(c) for c in q.choices]
+            right, others = lengths[q.answer], lengths[:q.answer] + lengths[q.answer + 1:]
+            counts["questions"] += 1
+            counts["unique longest"] += right > max(others)
+            counts["longest or tied"] += right >= max(others)
+            counts["unique shortest"] += right < min(others)
+            counts["ratio"].append(right / (sum(others) / len(others)))
+    return counts
+
+
+#: A learner who picks the longest option must not score well (issue 20: it was the unique
+#: longest in 34 of 48 questions). The bounds leave room for numeric options.
+MOST_UNIQUE_LONGEST, MOST_LONGEST_OR_TIED, MOST_UNIQUE_SHORTEST = 0.40, 0.50, 0.40
+#: the right option's length over the mean length of the wrong ones, averaged
+MOST_MEAN_RATIO = 1.15
+
+
+def test_the_right_option_is_not_given_away_by_its_length():
+    c = _length_cues()
+    n = c["questions"]
+    mean_ratio = sum(c["ratio"]) / n
+    shown = (f"{n} questions: right option the unique longest in {c['unique longest']}, "
+             f"longest or tied in {c['longest or tied']}, the unique shortest in "
+             f"{c['unique shortest']}; mean length ratio right / wrong {mean_ratio:.2f}")
+    print(shown)
+    assert n >= 40, shown
+    assert c["unique longest"] <= MOST_UNIQUE_LONGEST * n, shown
+    assert c["longest or tied"] <= MOST_LONGEST_OR_TIED * n, shown
+    assert c["unique shortest"] <= MOST_UNIQUE_SHORTEST * n, shown    # nor the reverse cue
+    assert mean_ratio <= MOST_MEAN_RATIO, shown
+
+
+def test_the_length_statistic_sees_a_give_away(tmp_path, monkeypatch):
+    long_right = "".join(f"""
+[[question]]
+text = "Q{i}?"
+why = "W."
+option = [{{text = "the right one, with every detail spelled out", right = true}},
+          {{text = "wrong", feedback = "No."}}, {{text = "wrong too", feedback = "No."}}]
+""" for i in range(3))
+    monkeypatch.setitem(globals(), "QUIZ_FILES", [write(tmp_path, long_right)])
+    c = _length_cues()
+    assert c["questions"] == 3 and c["unique longest"] == c["longest or tied"] == 3
+    assert min(c["ratio"]) > 5
 
 
 def test_score_line_counts_first_tries():
