@@ -152,12 +152,14 @@ class Puzzle:
     def describe(self) -> None:
         """Print the puzzle: its contract, the numpy spec and the first case's launch."""
         import inspect
+        import textwrap
         c = self.cases[0]
         print(f"Puzzle {self.number}: {self.title}")
-        print(self.contract)
+        print(textwrap.fill(self.contract, 98, subsequent_indent="    "))
         print("spec (numpy):")
         print(inspect.getsource(self.spec).rstrip())
-        print(f"first case: {c.name}; grid {c.grid}, block {c.block}")
+        print(f"first case: {c.name}")
+        print(f"    grid {c.grid}, block {c.block}")
 
     def _expected_outputs(self, case):
         arrays = {k: np.asarray(v, np.float64) for k, v in case.arrays.items()}
@@ -215,8 +217,8 @@ class Puzzle:
             return
         c = self.cases[case]
         out = launch(kernel, c)
-        print(f"puzzle {self.number} ({self.name}), case: {c.name}; grid {c.grid}, "
-              f"block {c.block}")
+        print(f"puzzle {self.number} ({self.name}), case: {c.name}")
+        print(f"  grid {c.grid}, block {c.block}")
         if out.error:
             print(f"  the kernel stopped: {out.error[:160]}")
         print(_table(out.trace))

@@ -38,6 +38,7 @@ WARP = 32
 BANKS = 32          # shared memory: 32 banks of 4 bytes
 SECTOR_BYTES = 32   # global memory is moved in 32-byte sectors
 
+_ALLOC_LOCK = threading.Lock()
 _ACTIVE: dict | None = None      # thread key -> list of events, while a traced kernel runs
 
 
@@ -122,15 +123,16 @@ def tracing():
         def shared_array(self, shape, dtype, alignment=None):
             frame = sys._getframe(1)
             where = (frame.f_code.co_filename, frame.f_lineno)
-            res = self._allocations.get(where)
-            if res is None:
-                if hasattr(dtype, "key") or not isinstance(dtype, (type, np.dtype)):
-                    from numba.np import numpy_support
-                    dtype = numpy_support.as_dtype(dtype)
-                res = np.empty(shape, dtype)
-                if res.dtype.kind == "f":
-                    res.fill(np.nan)
-                self._allocations[where] = res
+            with _ALLOC_LOCK:      # the first threads of a block arrive together: one array
+                res = self._allocations.get(where)
+                if res is None:
+                    if hasattr(dtype, "key") or not isinstance(dtype, (type, np.dtype)):
+                        from numba.np import numpy_support
+                        dtype = numpy_support.as_dtype(dtype)
+                    res = np.empty(shape, dtype)
+                    if res.dtype.kind == "f":
+                        res.fill(np.nan)
+                    self._allocations[where] = res
             return res.view(_shared_class(f"shared line {where[1]}"))
 
         def syncthreads(self):
