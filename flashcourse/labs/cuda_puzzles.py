@@ -1,0 +1,994 @@
+"""Checkers for lab 05 (before lab 06): a ladder of small Numba CUDA puzzles, GPU-Puzzles style.
+
+Each puzzle is a `Puzzle`: a spec in numpy (`spec`, shown by `describe()`), the kernel's
+contract (its arguments and launch), cases on ragged sizes, and a checker that launches the
+learner's `@cuda.jit` kernel on every case and checks
+
+    the values          against the numpy spec (float32, rtol 1e-4, atol 1e-5);
+    the algorithm       from a trace of every memory access of every simulated thread
+                        (`flashcourse.labs.cuda_trace`): races on shared memory (a missing
+                        `cuda.syncthreads()`), global reads beyond the puzzle's budget (no
+                        reuse through shared memory or registers), 32-byte sectors per warp
+                        access (coalesced or strided), shared-memory bank conflicts.
+
+A failure is named by the first diagnosis that fires: a typical mistake replayed in numpy
+whose output yours matches, a rule of the algorithm that your trace breaks, or an error
+(a read past the ragged edge). `show()` tables each thread's global and shared reads and
+writes next to the counts the puzzle expects. The algorithm rules need the simulator's
+trace; on a GPU only the values are checked (the trace is a simulator feature).
+
+    P = puzzle("map_guard"); P.describe(); P.check(my_kernel); P.show(my_kernel)
+
+The puzzles climb to lab 06: indexing and guards, 2-D blocks, shared memory and barriers,
+block reductions, the warp-shuffle butterfly, a tiled matmul, register micro-tiles,
+coalescing, bank conflicts, the online softmax on a row, a one-block FlashAttention forward.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..cuda._launch import simulator_lock
+from ..gpu import using_simulator
+from ._harness import Case, Result, run_checks, stub_guard
+from .cuda_trace import Trace, tracing, traced
+
+RTOL, ATOL = 1e-4, 1e-5          # float32 kernels against the float64 numpy spec
+NEG = -np.inf
+
+# -- hints shared by several puzzles ----------------------------------------------------------
+
+HINT_EDGE = (
+    "A thread read or wrote past the ragged edge of an array (the error above names the "
+    "index): the grid has more threads than elements, so the extra threads must do nothing.",
+    "Compute the thread's index first, then wrap every load and store in `if index < n:` "
+    "(one bound per dimension).")
+HINT_SYNC = (
+    "A race on shared memory: one thread wrote an element that another thread touched "
+    "between the same two barriers, so the result depends on which thread runs first. A "
+    "barrier (syncthreads) is missing: after the loads, before reading them; and before "
+    "overwriting a tile that others may still be reading.",
+    "Every thread must reach every syncthreads (never put one inside an `if` that only "
+    "some threads take). In a loop over tiles you need two: after the load, and at the end "
+    "of the iteration.")
+HINT_TWICE = (
+    "Some output element was written by more than one thread: two threads computed the same "
+    "index.",
+    "The block's offset (block index times block size) plus the thread index gives every "
+    "thread of the grid its own element.")
+
+
+# -- the machinery ----------------------------------------------------------------------------
+
+@dataclass
+class PuzzleCase:
+    """One launch: inputs (float32 arrays), outputs (shapes, written by the kernel; they
+    start as NaN), int32 scalars, the kernel's argument order, grid and block."""
+
+    name: str
+    arrays: dict
+    outputs: dict
+    scalars: dict
+    order: tuple
+    grid: tuple
+    block: tuple
+
+
+@dataclass
+class Outcome:
+    """What one launch gave: outputs, the error text (or ""), the trace (simulator)."""
+
+    outputs: dict
+    error: str = ""
+    trace: Trace | None = None
+    broken: int = -1          # index of the first algorithm rule the trace breaks
+    why: str = ""
+
+
+def launch(kernel, case: PuzzleCase, *, trace: bool = True) -> Outcome:
+    """Run `kernel[grid, block](...)` on the case; traced on the simulator."""
+    from numba import cuda
+    outs = {k: np.full(shape, np.nan, np.float32) for k, shape in case.outputs.items()}
+    sim = using_simulator() and trace
+    args = []
+    for name in case.order:
+        if name in case.scalars:
+            args.append(np.int32(case.scalars[name]) if isinstance(case.scalars[name], int)
+                        else np.float32(case.scalars[name]))
+        elif name in case.arrays:
+            a = np.asarray(case.arrays[name], np.float32)
+            args.append(traced(a, name) if sim else cuda.to_device(a))
+        else:
+            args.append(traced(outs[name], name) if sim else cuda.to_device(outs[name]))
+    error = ""
+    recorded = None
+    try:
+        if sim:
+            with tracing() as recorded:
+                recorded.block_dim = tuple(case.block) + (1,) * (3 - len(case.block))
+                kernel[case.grid, case.block](*args)
+            for name, a in zip(case.order, args):
+                if name in outs:
+                    outs[name] = np.asarray(a).view(np.ndarray).copy()
+        else:
+            with simulator_lock():
+                kernel[case.grid, case.block](*args)
+            for name, a in zip(case.order, args):
+                if name in outs:
+                    outs[name] = a.copy_to_host()
+    except (IndexError, FloatingPointError, ZeroDivisionError, ValueError, TypeError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return Outcome(outs, error, recorded)
+
+
+@dataclass
+class Rule:
+    """An algorithm check on the trace: `test(trace, case)` -> "" or what is wrong."""
+
+    test: Callable
+    hint: tuple
+
+
+@dataclass
+class Puzzle:
+    number: int
+    name: str
+    title: str
+    contract: str                      # the kernel's signature and what it must do
+    spec: Callable                     # numpy: (arrays, scalars) -> {output: array}
+    cases: list
+    hint: tuple                        # (level 1, level 2) when nothing more specific fires
+    mistakes: list = field(default_factory=list)    # [(replay(arrays, scalars), hint)]
+    rules: list = field(default_factory=list)       # [Rule]
+    edge_hint: tuple = HINT_EDGE
+    expected: Callable | None = None   # case -> {"global read": n, ...} totals for show()
+    first: list = field(default_factory=list)       # [(predicate(yours, expected), hint)]
+    time_limit_s: float = 60.0
+
+    def describe(self) -> None:
+        """Print the puzzle: its contract, the numpy spec and the first case's launch."""
+        import inspect
+        import textwrap
+        c = self.cases[0]
+        print(f"Puzzle {self.number}: {self.title}")
+        print(textwrap.fill(self.contract, 98, subsequent_indent="    "))
+        print("spec (numpy):")
+        print(inspect.getsource(self.spec).rstrip())
+        print(f"first case: {c.name}")
+        print(f"    grid {c.grid}, block {c.block}")
+
+    def _expected_outputs(self, case):
+        arrays = {k: np.asarray(v, np.float64) for k, v in case.arrays.items()}
+        with np.errstate(all="ignore"):
+            return {k: np.asarray(v, np.float64) for k, v in self.spec(arrays,
+                                                                        case.scalars).items()}
+
+    def _case(self, case: PuzzleCase) -> Case:
+        want = self._expected_outputs(case)
+        arrays64 = {k: np.asarray(v, np.float64) for k, v in case.arrays.items()}
+        diagnoses = [((lambda y, e: bool(y.error) and "outside" in y.error), *self.edge_hint),
+                     ((lambda y, e: bool(y.error)), *self.edge_hint)]
+        diagnoses += [(pred, *hint) for pred, hint in self.first]
+        for replay, hint in self.mistakes:
+            with np.errstate(all="ignore"):
+                wrong = replay(arrays64, case.scalars)
+            if not _outputs_close(wrong, want):
+                diagnoses.append(((lambda y, e, w=wrong: not y.error
+                                   and _outputs_close(y.outputs, w)), *hint))
+        for i, rule in enumerate(self.rules):
+            diagnoses.append(((lambda y, e, i=i: y.broken == i), *rule.hint))
+
+        def run(kernel, case=case, want=want):
+            stub_guard(kernel, self.name)
+            out = launch(kernel, case)
+            if not out.error and out.trace is not None:     # the rules name wrong values too
+                for i, rule in enumerate(self.rules):
+                    why = rule.test(out.trace, case)
+                    if why:
+                        out.broken, out.why = i, why
+                        break
+            return out, want
+
+        return Case(case.name, run, self.hint[0], diagnoses, hint2=self.hint[1],
+                    compare=_compare, time_limit_s=self.time_limit_s)
+
+    def check(self, kernel, *, verbose: bool = True, hint_level: int = 1) -> Result:
+        """Launch `kernel` on every case; values, then the algorithm rules (simulator)."""
+        if not using_simulator() and verbose:
+            print("(on a GPU: values only; the access rules are checked on the simulator)")
+        return run_checks(f"puzzle {self.number}, {self.name}", kernel,
+                          [self._case(c) for c in self.cases], verbose=verbose,
+                          hint_level=hint_level)
+
+    def show(self, kernel, case: int = 0) -> None:
+        """Each thread's global and shared reads and writes (threads with the same counts
+        are grouped), bank conflicts and sectors, next to what the puzzle expects."""
+        try:
+            stub_guard(kernel, self.name)
+        except NotImplementedError:
+            print(f"Not implemented yet: fill in {self.name} first.")
+            return
+        if not using_simulator():
+            print("show() counts accesses on the simulator only (this machine has a GPU).")
+            return
+        c = self.cases[case]
+        out = launch(kernel, c)
+        print(f"puzzle {self.number} ({self.name}), case: {c.name}")
+        print(f"  grid {c.grid}, block {c.block}")
+        if out.error:
+            print(f"  the kernel stopped: {out.error[:160]}")
+        print(_table(out.trace))
+        print(_summary(out.trace, self.expected(c) if self.expected else None))
+
+
+def _outputs_close(a: dict, b: dict) -> bool:
+    for k in b:
+        x, y = np.asarray(a.get(k), np.float64), np.asarray(b[k], np.float64)
+        if x.shape != y.shape or not np.allclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True):
+            return False
+    return True
+
+
+def _compare(yours: Outcome, want: dict):
+    if yours.error:
+        return False, f"the kernel stopped: {yours.error[:200]}"
+    for k, y in want.items():
+        x = np.asarray(yours.outputs[k], np.float64)
+        if not np.allclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True):
+            bad = ~np.isclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True)
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            return False, (f"{k}: {int(bad.sum())} of {bad.size} elements differ, first at "
+                           f"{idx}: yours {x[idx]!r}, expected {y[idx]!r} (NaN means never written)")
+    if yours.broken >= 0:
+        return False, f"right values, but {yours.why}"
+    return True, ""
+
+
+_KINDS = ("global read", "global write", "shared read", "shared write")
+
+
+def _table(trace: Trace) -> str:
+    """One line per run of consecutive threads of a block with the same four counts."""
+    def name(key):
+        block, thread = key
+        b = block[0] if block[1:] == (0, 0) else block[:2]
+        t = thread[0] if thread[1:] == (0, 0) else thread[:2]
+        return b, t
+
+    groups = []                                  # [block, first thread, last thread, counts]
+    for key in trace.threads():
+        b, t = name(key)
+        counts = trace.counts(key)
+        if groups and groups[-1][0] == b and groups[-1][3] == counts:
+            groups[-1][2] = t
+        else:
+            groups.append([b, t, t, counts])
+    head = f"  {'':<40}" + "".join(f"{k.split()[0][0] + '.' + k.split()[1]:>8}" for k in _KINDS)
+    rows = [head]
+    for b, first, last, counts in groups:
+        who = f"block {b}, threads {first}..{last}" if first != last else \
+            f"block {b}, thread {first}"
+        rows.append(f"  {who:<40}" + "".join(f"{counts[k]:>8}" for k in _KINDS))
+    return "\n".join(rows)
+
+
+def _summary(trace: Trace, expected: dict | None) -> str:
+    conflicts, worst = trace.bank_conflicts()
+    touched, ideal = trace.sectors()
+    have = {k: trace.total(k) for k in _KINDS}
+    have["bank conflicts"] = conflicts
+    have["global sectors"] = touched
+    lines = ["  totals:    " + ", ".join(f"{k} {v}" for k, v in have.items())]
+    if expected:
+        exp = dict(expected)
+        lines.append("  expected:  " + ", ".join(f"{k} {v}" for k, v in exp.items()))
+        diff = [k for k, v in exp.items() if have.get(k) != v]
+        lines.append("  " + ("all as expected" if not diff else "differs: " + ", ".join(diff)))
+    lines.append(f"  (worst shared access: {worst}-way; fewest possible sectors: {ideal})")
+    return "\n".join("\n".join(_wrap(line)) for line in lines)
+
+
+def _wrap(line, width=98):
+    out = []
+    while len(line) > width:
+        cut = line.rfind(", ", 0, width) + 1 or width
+        out.append(line[:cut])
+        line = "             " + line[cut:].lstrip()
+    out.append(line)
+    return out
+
+
+def _rng(seed):
+    return np.random.default_rng(seed)
+
+
+def _f32(x):
+    return np.asarray(x, np.float32)
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+# -- rules on the trace -----------------------------------------------------------------------
+
+def no_races(trace, case):
+    found = trace.races()
+    if not found:
+        return ""
+    block, array, off, epoch = found[0]
+    return (f"{len(found)} shared elements raced (first: {array}[{off}] in block {block}, "
+            f"between barriers {epoch} and {epoch + 1})")
+
+
+def written_once(array):
+    def test(trace, case):
+        many = {off: who for off, who in trace.written_by(array).items() if len(who) > 1}
+        if many:
+            off, who = next(iter(many.items()))
+            return (f"{len(many)} elements of {array} were written by several threads "
+                    f"(element {off}: {len(who)} threads)")
+        return ""
+    return test
+
+
+def reads_at_most(array, budget: Callable, what: str):
+    """Total global reads of `array` <= budget(case)."""
+    def test(trace, case):
+        n, most = trace.total("global read", array), budget(case)
+        return "" if n <= most else (f"the kernel read {array} {n} times from global memory; "
+                                     f"{what} needs at most {most}")
+    return test
+
+
+def shared_reads_at_most(budget: Callable, what: str):
+    def test(trace, case):
+        n, most = trace.max_per_thread("shared read"), budget(case)
+        return "" if n <= most else (f"a thread read shared memory {n} times; {what} needs "
+                                     f"at most {most} per thread")
+    return test
+
+
+def coalesced(slack: float = 1.25):
+    def test(trace, case):
+        touched, ideal = trace.sectors()
+        return "" if touched <= slack * ideal else (
+            f"the warps' global accesses touched {touched} 32-byte sectors where {ideal} "
+            f"would do (strided: neighbouring threads read addresses far apart)")
+    return test
+
+
+def x_walks_rows(array):
+    """Threads (x, y) and (x + 1, y) of a block write neighbouring elements of `array`."""
+    def test(trace, case):
+        where = {key: off for off, keys in trace.written_by(array).items() for key in keys}
+        for (block, (x, y, z)), off in where.items():
+            right = where.get((block, (x + 1, y, z)))
+            if right is not None and right != off + 1:
+                return (f"threads ({x}, {y}) and ({x + 1}, {y}) of block {block} wrote "
+                        f"elements {off} and {right} of {array}, not neighbours")
+        return ""
+    return test
+
+
+def no_bank_conflicts(trace, case):
+    extra, worst = trace.bank_conflicts()
+    return "" if extra == 0 else (f"{extra} extra shared-memory wavefronts from bank conflicts "
+                                  f"(worst access {worst}-way)")
+
+
+# -- puzzle 1: map with a guard ---------------------------------------------------------------
+
+HINT_MAP = ("Each thread handles one element: out[i] = 2 a[i] + 1 for its global index i.",
+            "The global index is blockIdx.x times blockDim.x plus threadIdx.x; guard with i < n.")
+HINT_BLOCK_INDEX = (
+    "Only the first block's elements are right: the index uses threadIdx.x alone, so every "
+    "block writes the same first blockDim.x elements. Add the block's offset.",
+    "The global index is blockIdx.x * blockDim.x + threadIdx.x.")
+HINT_GUARD_SHORT = (
+    "The last element was never written (NaN): your guard stops one element early.",
+    "The valid indices are 0 .. n - 1: the guard is i < n.")
+
+
+def spec_map_guard(arrays, scalars):
+    return {"out": 2 * arrays["a"] + 1}
+
+
+def _map_case(name, n, seed):
+    return PuzzleCase(name, {"a": _rng(seed).standard_normal(n)}, {"out": (n,)}, {"n": n},
+                      ("a", "out", "n"), (_cdiv(n, 32),), (32,))
+
+
+def _map_thread_only(arrays, scalars):
+    a = arrays["a"]
+    out = np.full(a.shape, np.nan)
+    out[:32] = 2 * a[:32] + 1
+    return {"out": out}
+
+
+def _map_short(arrays, scalars):
+    out = 2 * arrays["a"] + 1
+    out[-1] = np.nan
+    return {"out": out}
+
+
+# -- puzzle 2: 2-D blocks, broadcast ----------------------------------------------------------
+
+HINT_2D = ("Each output is a[r, c] times b[c]: the row comes from the y coordinates, the column "
+           "from the x coordinates.",
+           "The row is blockIdx.y times blockDim.y plus threadIdx.y, the column the same in x; "
+           "guard both (r < rows, c < cols).")
+HINT_BROADCAST = ("b is broadcast along the wrong axis: b has one value per column, so it is "
+                  "indexed by the column c.",
+                  "Multiply by b[c], not b[r].")
+HINT_SWAPPED_XY = (
+    "Right values, but the row comes from x and the column from y: neighbouring threads "
+    "(consecutive threadIdx.x) then touch addresses a whole row apart, so each warp access "
+    "needs many memory sectors (strided). Let x walk along a row.",
+    "c from the x coordinates, r from the y coordinates: out[r, c] with c = ... threadIdx.x.")
+
+
+def spec_broadcast_2d(arrays, scalars):
+    return {"out": arrays["a"] * arrays["b"][None, :]}
+
+
+def _bc_case(name, rows, cols, seed):
+    rng = _rng(seed)
+    return PuzzleCase(name, {"a": rng.standard_normal((rows, cols)),
+                             "b": rng.standard_normal(cols)}, {"out": (rows, cols)},
+                      {"rows": rows, "cols": cols}, ("a", "b", "out", "rows", "cols"),
+                      (_cdiv(cols, 8), _cdiv(rows, 8)), (8, 8))
+
+
+def _bc_wrong_axis(arrays, scalars):
+    a, b = arrays["a"], arrays["b"]
+    return {"out": a * b[: a.shape[0], None]} if a.shape[0] <= b.size else {"out": a * np.nan}
+
+
+# -- puzzle 3: shared memory with a halo ------------------------------------------------------
+
+TPB3 = 32
+HINT_HALO_SUM = ("out[i] = a[i] + a[i + 1] (a[n] counts as 0): each block loads its 32 "
+                 "elements and one more (the halo) into shared memory, waits, then adds.",
+                 "sh = cuda.shared.array(TPB + 1, float32); thread t loads a[i] into sh[t]; "
+                 "the last thread also loads a[i + 1] (or 0) into sh[TPB]; a barrier; then "
+                 "add sh[t] and its right neighbour.")
+HINT_HALO = ("The block's last element is wrong (NaN: a shared element nobody loaded): "
+             "out[i] of the last thread of a block needs a[i + 1], which belongs to the next "
+             "block. Load that halo element too.",
+             "One thread (e.g. t == TPB - 1) also loads a[i + 1] (0 past the end) into "
+             "sh[TPB].")
+HINT_HALO_GLOBAL = ("Right values, but the kernel reads a from global memory twice per "
+                    "element: read each element once into shared memory and take the "
+                    "neighbour from there (that reuse is why shared memory exists).",
+                    "Global reads per block: TPB + 1 (the halo).")
+
+
+def spec_halo_sum(arrays, scalars):
+    a = arrays["a"]
+    return {"out": a + np.append(a[1:], 0.0)}
+
+
+def _halo_case(name, n, seed):
+    return PuzzleCase(name, {"a": _rng(seed).standard_normal(n)}, {"out": (n,)}, {"n": n},
+                      ("a", "out", "n"), (_cdiv(n, TPB3),), (TPB3,))
+
+
+def _halo_missing(arrays, scalars):
+    out = spec_halo_sum(arrays, scalars)["out"]
+    i = np.arange(out.size)
+    out[(i % TPB3 == TPB3 - 1) & (i < out.size - 1)] = np.nan
+    return {"out": out}
+
+
+# -- puzzle 4: block reduction (sum and max) --------------------------------------------------
+
+TPB4 = 64
+HINT_REDUCE = ("Each block reduces its 64 elements: out_sum[block] and out_max[block]. A tree "
+               "in shared memory: at stride s = 32, 16, ..., 1 thread t < s combines sh[t] and "
+               "sh[t + s], with a barrier after each step.",
+               "Pad the ragged block: 0 for the sum, -inf for the max. Thread 0 writes the "
+               "block's results.")
+HINT_PAD_MAX = ("The max of the ragged last block is wrong: threads past the end padded the "
+                "max with 0, which wins over all-negative data. The neutral value of a max "
+                "is -inf (math.inf negated), as 0 is the sum's.",
+                "Load -inf (e.g. float32(-math.inf)) where i >= n for the max array.")
+HINT_TREE = ("The tree stops short or starts too low: your result is the reduction of only "
+             "the first half of each block. The first stride is blockDim.x // 2 = 32.",
+             "Start at half the block and halve the stride after each step, down to 1.")
+HINT_ONE_WRITER = ("Some block result was written by several threads: after the tree only "
+                   "sh[0] holds the block's result; let thread 0 write it.",
+                   "if cuda.threadIdx.x == 0: out_sum[cuda.blockIdx.x] = ...")
+
+
+def spec_block_reduce(arrays, scalars):
+    a = arrays["a"]
+    blocks = _cdiv(a.size, TPB4)
+    pad = np.full(blocks * TPB4, np.nan)
+    pad[:a.size] = a
+    tiles = pad.reshape(blocks, TPB4)
+    return {"out_sum": np.nansum(tiles, axis=1), "out_max": np.nanmax(tiles, axis=1)}
+
+
+def _red_case(name, n, seed, shift=0.0):
+    return PuzzleCase(name, {"a": _rng(seed).standard_normal(n) + shift},
+                      {"out_sum": (_cdiv(n, TPB4),), "out_max": (_cdiv(n, TPB4),)}, {"n": n},
+                      ("a", "out_sum", "out_max", "n"), (_cdiv(n, TPB4),), (TPB4,))
+
+
+def _red_pad_zero(arrays, scalars):
+    out = spec_block_reduce(arrays, scalars)
+    n = arrays["a"].size
+    if n % TPB4:
+        out["out_max"][-1] = max(out["out_max"][-1], 0.0)
+    return out
+
+
+def _red_half(arrays, scalars):
+    a = arrays["a"]
+    blocks = _cdiv(a.size, TPB4)
+    s, m = np.zeros(blocks), np.zeros(blocks)
+    for b in range(blocks):
+        part = a[b * TPB4: min(b * TPB4 + TPB4 // 2, a.size)]
+        s[b], m[b] = part.sum(), part.max()
+    return {"out_sum": s, "out_max": m}
+
+
+# -- puzzle 5: the warp-shuffle butterfly -----------------------------------------------------
+
+GROUP5 = 8
+HINT_BUTTERFLY = ("Every lane must end with the sum and the max over its group of 8 lanes "
+                  "(lanes 0-7, 8-15, ...): a butterfly of shfl_xor exchanges with offsets 4, 2, "
+                  "1, combining each time.",
+                  "Start with half the group size, combine with the partner's value from "
+                  "shfl_xor, halve the offset, until it is 0 (the same for the max).")
+HINT_FLY_STEPS = ("The butterfly stops after one step: log2(8) = 3 exchanges are needed, with "
+                  "offsets 4, 2 and 1.",
+                  "Loop while the offset is > 0, halving it each time.")
+HINT_FLY_CROSS = ("The butterfly mixes two groups: an offset of 8 or more exchanges with a lane "
+                  "of ANOTHER group (lane ^ 8). Start at GROUP // 2 = 4.",
+                  "Offsets 4, 2, 1 keep lane ^ offset inside the group of 8.")
+HINT_FLY_OP = ("The combine is swapped: the sum must add the two values, the max take the "
+               "larger.",
+               "s = s + shfl_xor(s, ...); m = max(m, shfl_xor(m, ...)).")
+HINT_FLY_GLOBAL = ("Right values, but lanes read other lanes' x from global memory: read your "
+                   "own x once and exchange registers with shfl_xor.",
+                   "One global read of x per lane.")
+
+
+def spec_butterfly(arrays, scalars):
+    x = arrays["x"]
+    g = x.reshape(-1, GROUP5)
+    return {"out_sum": np.repeat(g.sum(1), GROUP5), "out_max": np.repeat(g.max(1), GROUP5)}
+
+
+def _fly(x, offsets):
+    s, m = x.copy(), x.copy()
+    lanes = np.arange(x.size)
+    for off in offsets:
+        partner = (lanes & ~31) | ((lanes % 32) ^ off)
+        s, m = s + s[partner], np.maximum(m, m[partner])
+    return {"out_sum": s, "out_max": m}
+
+
+def _fly_case(name, blocks, seed):
+    return PuzzleCase(name, {"x": _rng(seed).standard_normal(32 * blocks)},
+                      {"out_sum": (32 * blocks,), "out_max": (32 * blocks,)}, {},
+                      ("x", "out_sum", "out_max"), (blocks,), (32,))
+
+
+# -- puzzle 6: tiled matmul in shared memory --------------------------------------------------
+
+T6 = 4
+HINT_MATMUL = ("c = a @ b, block (4, 4) per 4 x 4 tile of c: loop over the k tiles; load one "
+               "4 x 4 tile of a and of b into shared memory (0 outside the matrices), barrier, "
+               "add the 4 products, barrier.",
+               "Thread (tx, ty) loads a[row, kt*T + tx] and b[kt*T + ty, col]; the number of k "
+               "tiles is ceil(k / T).")
+HINT_K_TILES = ("The last, partial k tile is missing: the number of k tiles is a ceiling, "
+                "ceil(k / T), when k is not a multiple of the tile.",
+                "(k + T - 1) // T tiles; the load writes 0 where the index is past k.")
+HINT_MATMUL_GLOBAL = ("Right values, but the inner product reads a or b from global memory: "
+                      "each element of a tile should be read from global memory once per "
+                      "block and then reused T times from shared memory.",
+                      "Global reads per thread: 2 per k tile (one of a, one of b).")
+HINT_TILE_EDGE = ("A tile load read past the edge of a or b: the last tiles are ragged; load 0 "
+                  "where the row or the k index is outside the matrix.",
+                  "if row < m and kk < k: value = a[row, kk] else 0; the same for b.")
+
+
+def spec_matmul(arrays, scalars):
+    return {"c": arrays["a"] @ arrays["b"]}
+
+
+def _mm_case(name, m, n, k, seed, block=(T6, T6), tile=T6):
+    rng = _rng(seed)
+    return PuzzleCase(name, {"a": rng.standard_normal((m, k)), "b": rng.standard_normal((k, n))},
+                      {"c": (m, n)}, {"m": m, "n": n, "k": k}, ("a", "b", "c", "m", "n", "k"),
+                      (_cdiv(n, tile), _cdiv(m, tile)), block)
+
+
+def _mm_floor(arrays, scalars):
+    k = scalars["k"] // T6 * T6
+    return {"c": arrays["a"][:, :k] @ arrays["b"][:k]}
+
+
+def _mm_budget(case):
+    blocks = int(np.prod(case.grid))
+    return blocks * T6 * T6 * _cdiv(case.scalars["k"], T6)
+
+
+# -- puzzle 7: register micro-tiles -----------------------------------------------------------
+
+TM7 = TN7 = 2            # micro-tile per thread
+B7 = 4                   # threads per block side: a block computes an 8 x 8 tile of c
+K7 = 16                  # the whole k (<= 16) is staged in shared memory at once
+HINT_MICRO = ("Each thread of the (4, 4) block computes a 2 x 2 micro-tile of the block's 8 x 8 "
+              "tile of c (e.g. rows ty + 4 i, columns tx + 4 j), from A and B staged in shared "
+              "memory.",
+              "Load the block's 8 rows of a (8 x k) and 8 columns of b (k x 8) into shared (0 "
+              "outside), barrier; per kk: 2 values of A and 2 of B into registers, 4 "
+              "multiply-adds.")
+HINT_MICRO_REUSE = ("Right values, but no register reuse: per kk the thread reads shared "
+                    "memory once per multiply-add (8 reads for 4 products). Load the 2 values "
+                    "of A and the 2 of B for one kk into registers (cuda.local.array) and reuse "
+                    "each twice: 4 reads for 4 products (lab 06's micro-tile).",
+                    "Shared reads per thread: (TM + TN) per kk.")
+HINT_MICRO_EDGE = ("A thread wrote or read outside c (or a, b) at the ragged edge: guard the "
+                   "micro-tile's stores with row < m and col < n, and load 0 past the edges.",
+                   "Store each of the 4 outputs only where its row < m and its column < n.")
+
+
+def _mt_case(name, m, n, k, seed):
+    return _mm_case(name, m, n, k, seed, block=(B7, B7), tile=B7 * TM7)
+
+
+# -- puzzle 8: coalesced loads ----------------------------------------------------------------
+
+HINT_ROWSUM = ("out[r] = sum over c of a[r, c], one warp of 32 threads, thread r for row r. "
+               "Stage a through shared memory with coalesced loads (consecutive threads read "
+               "consecutive addresses), barrier, then each thread sums its row from shared.",
+               "Thread t copies elements e = t, t + 32, t + 64, ... of the flattened array "
+               "(row e // cols, column e % cols); a barrier; then thread r < rows sums row r "
+               "of the shared copy.")
+HINT_STRIDED = ("Right values, but strided loads: thread r reading a[r, c] means the 32 "
+                "threads of the warp read 32 addresses a row apart, one 32-byte sector each. "
+                "Let consecutive threads read consecutive elements (through shared memory).",
+                "The warp's k-th load should cover a[e0 .. e0 + 31] of the flattened array.")
+
+
+def spec_row_sums(arrays, scalars):
+    return {"out": arrays["a"].sum(axis=1)}
+
+
+def _rows_case(name, rows, cols, seed):
+    return PuzzleCase(name, {"a": _rng(seed).standard_normal((rows, cols))}, {"out": (rows,)},
+                      {"rows": rows, "cols": cols}, ("a", "out", "rows", "cols"), (1,), (32,))
+
+
+# -- puzzle 9: bank conflicts (transpose) -----------------------------------------------------
+
+HINT_TRANSPOSE = ("out = a.T through a shared tile, one warp: lane l copies element l of each "
+                  "row of a into the tile (coalesced reads), barrier, then for each row c of "
+                  "out, lane l writes out[c, l] = tile[l, c] (coalesced writes).",
+                  "Phase 1: for each row r, lane copies a's element (r, lane) into the tile. "
+                  "Phase 2: for each column c, lanes below rows write the tile's (lane, c) to "
+                  "out's (c, lane).")
+HINT_BANKS = ("Right values, but bank conflicts: reading a column of a tile with 32 floats per "
+              "row puts all lanes in the same bank (word lane*32 + c, bank c), so the warp's "
+              "read is served one lane at a time. Pad each row by one word (33 columns) or "
+              "swizzle the column index (c ^ lane).",
+              "tile = cuda.shared.array((ROWS, 33), float32): word lane*33 + c lands in bank "
+              "(lane + c) % 32, a different one per lane.")
+HINT_TRANSPOSE_STRIDED = ("Right values, but strided global writes (or reads): writing "
+                          "out[c, lane] straight from a[lane, c] makes neighbouring lanes "
+                          "touch addresses a row apart. Go through a shared tile so both "
+                          "the global reads and writes are along rows.",
+                          "Read a[r, lane], write out[c, lane]: lane is always the last index.")
+
+
+def spec_transpose(arrays, scalars):
+    return {"out": arrays["a"].T.copy()}
+
+
+def _tr_case(name, rows, seed):
+    return PuzzleCase(name, {"a": _rng(seed).standard_normal((rows, 32))}, {"out": (32, rows)},
+                      {"rows": rows}, ("a", "out", "rows"), (1,), (32,))
+
+
+# -- puzzle 10: online softmax on a row -------------------------------------------------------
+
+HINT_SOFTMAX = ("out[r] = softmax(x[r]), one warp per row: each lane keeps a running (m, l) "
+                "over its elements c = lane, lane + 32, ...; a butterfly merges the 32 pairs; "
+                "then each lane writes exp(x - m) / l for its elements.",
+                "Merge (m1, l1), (m2, l2): m = max(m1, m2), l = l1 exp(m1 - m) + l2 exp(m2 - m); "
+                "with -inf as the start and a finite stand-in while m is still -inf.")
+HINT_SM_RESCALE = ("Missing rescale in the running sum: when a lane's max grows, its l was "
+                   "measured against the old max and must be multiplied by exp(m_old - m_new) "
+                   "before adding the new term.",
+                   "l = l * exp(m - m_new) + exp(x - m_new); m = m_new.")
+HINT_SM_MERGE = ("The butterfly adds the lanes' sums without rescaling them to the common max: "
+                 "l1 and l2 are measured against different maxima m1 and m2.",
+                 "l = l1 * exp(m1 - m) + l2 * exp(m2 - m) with m = max(m1, m2).")
+HINT_SM_NAN = ("NaN in a row with masked (-inf) entries: a lane whose elements are all -inf "
+               "has m = -inf, and exp(-inf - (-inf)) is NaN. Use a finite stand-in (0) for the "
+               "subtraction while the max is still -inf.",
+               "m_use = m_new if m_new != -inf else 0 before every exp(... - m_use).")
+HINT_SM_SHIFT = ("inf or NaN on a row of large values: exp(x) overflows float32 for x > 88. "
+                 "Subtract the running max before every exponential.",
+                 "exp(x - m), never exp(x).")
+
+
+def spec_softmax(arrays, scalars):
+    x = arrays["x"]
+    m = x.max(axis=1, keepdims=True)
+    p = np.exp(x - m)
+    return {"out": p / p.sum(axis=1, keepdims=True)}
+
+
+def _softmax_replay(x, mistake=None):
+    rows, cols = x.shape
+    out = np.zeros_like(x)
+    with np.errstate(all="ignore"):
+        for r in range(rows):
+            m, l = np.full(32, -np.inf), np.zeros(32)
+            for lane in range(32):
+                for c in range(lane, cols, 32):
+                    v = x[r, c]
+                    mn = max(m[lane], v)
+                    mu = mn if (mn != -np.inf or mistake == "no_guard") else 0.0
+                    ex = np.exp(v) if mistake == "no_shift" else np.exp(v - mu)
+                    alpha = 1.0 if mistake == "no_rescale" else np.exp(m[lane] - mu)
+                    l[lane] = l[lane] * alpha + ex
+                    m[lane] = mn
+            for off in (16, 8, 4, 2, 1):
+                p = np.arange(32) ^ off
+                mn = np.maximum(m, m[p])
+                mu = mn if mistake == "no_guard" else np.where(mn == -np.inf, 0.0, mn)
+                if mistake == "merge":
+                    l = l + l[p]
+                elif mistake == "no_shift":
+                    l = l + l[p]
+                else:
+                    l = l * np.exp(m - mu) + l[p] * np.exp(m[p] - mu)
+                m = mn
+            for c in range(cols):
+                lane = c % 32
+                e = np.exp(x[r, c]) if mistake == "no_shift" else np.exp(x[r, c] - m[lane])
+                out[r, c] = e / l[lane]
+    return out
+
+
+def _sm_case(name, seed):
+    rng = _rng(seed)
+    x = rng.standard_normal((3, 70))
+    x[1] *= 40.0                           # large values: exp(x) would overflow
+    x[1, 5] = 200.0
+    x[2, 6:] = -np.inf                     # masked: lanes 6..31 see only -inf
+    x[0] = np.sort(x[0])                   # a growing max inside every lane
+    return PuzzleCase(name, {"x": x}, {"out": x.shape}, {"rows": 3, "cols": 70},
+                      ("x", "out", "rows", "cols"), (3,), (32,))
+
+
+def _sm_nan(y, e):
+    return not y.error and bool(np.isnan(y.outputs["out"][2]).any()) and \
+        not np.isnan(y.outputs["out"][0]).any()
+
+
+def _sm_overflow(y, e):
+    row = np.asarray(y.outputs["out"][1], np.float64)
+    return not y.error and not np.isfinite(row).all() or (not y.error and np.allclose(row, 0))
+
+
+# -- puzzle 11: a one-block FlashAttention forward --------------------------------------------
+
+BR11, BC11, D11 = 16, 8, 4
+HINT_FLASH = ("One block of 16 threads, thread r for query row r (r < tq): loop over key tiles "
+              "of 8; the block loads K_j and V_j into shared memory (0 past tk); each thread "
+              "scores its row against the tile's keys (masked past tk), updates its running "
+              "max m, sum l and accumulator acc (online softmax), and finally writes acc / l.",
+              "Per tile: barrier; cooperative load; barrier; per key c < BC with k0 + c < tk: "
+              "s = scale q . k; the new max is the larger of m and s; alpha = exp(m - new max); "
+              "p = exp(s - new max); l = l alpha + p; acc = acc alpha + p v.")
+HINT_FLASH_MASK = ("The ragged last key tile is not masked: its padded keys (zeros) score 0 and "
+                   "take part in the softmax. Skip (or give -inf to) keys k0 + c >= tk.",
+                   "if k0 + c < tk: ... (only visible keys update m, l and acc).")
+HINT_FLASH_RESCALE = ("Missing rescale: when the row max grows, l and acc were accumulated "
+                      "against the old max and must be multiplied by exp(m_old - m_new).",
+                      "alpha = exp(m - m_new); l = l * alpha + p; acc[x] = acc[x] * alpha + "
+                      "p * v[x].")
+HINT_FLASH_GLOBAL = ("Right values, but the kernel reads K or V from global memory inside the "
+                     "per-row loop: each tile should be read from global memory once per "
+                     "block (into shared memory) and reused by all 16 rows.",
+                     "Global reads of k: one per element of each tile, by the whole block.")
+
+
+def spec_flash(arrays, scalars):
+    q, k, v = arrays["q"], arrays["k"], arrays["v"]
+    s = q @ k.T * scalars["scale"]
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return {"o": p @ v / p.sum(axis=1, keepdims=True)}
+
+
+def _flash_replay(mistake):
+    def replay(arrays, scalars):
+        q, k, v = arrays["q"], arrays["k"], arrays["v"]
+        tk, d = k.shape
+        ntile = _cdiv(tk, BC11)
+        kp = np.zeros((ntile * BC11, d))
+        vp = np.zeros((ntile * BC11, d))
+        kp[:tk], vp[:tk] = k, v
+        o = np.zeros_like(q)
+        for r in range(q.shape[0]):
+            m, l, acc = -np.inf, 0.0, np.zeros(d)
+            for c in range(ntile * BC11):
+                if c >= tk and mistake != "no_mask":
+                    continue
+                s = scalars["scale"] * q[r] @ kp[c]
+                mn = max(m, s)
+                alpha = 1.0 if mistake == "no_rescale" else np.exp(m - mn)
+                p = np.exp(s - mn)
+                l, acc, m = l * alpha + p, acc * alpha + p * vp[c], mn
+            o[r] = acc / l
+        return {"o": o}
+    return replay
+
+
+def _flash_case(name, tq, tk, d, seed, spread=1.0):
+    rng = _rng(seed)
+    q = rng.standard_normal((tq, d)) * spread
+    k = rng.standard_normal((tk, d)) * spread
+    k[-BC11:] += 0.8 * q.mean(axis=0)        # the max grows in the last tiles
+    v = rng.standard_normal((tk, d))
+    return PuzzleCase(name, {"q": q, "k": k, "v": v}, {"o": (tq, d)},
+                      {"tq": tq, "tk": tk, "d": d, "scale": 1.0 / math.sqrt(d)},
+                      ("q", "k", "v", "o", "tq", "tk", "d", "scale"), (1,), (BR11,))
+
+
+# -- the ladder -------------------------------------------------------------------------------
+
+def _ladder() -> list[Puzzle]:
+    return [
+        Puzzle(1, "map_guard", "map, with a guard for the ragged edge",
+               "map_guard(a, out, n): out[i] = 2 a[i] + 1 for i < n; blocks of 32 threads, "
+               "ceil(n / 32) blocks.", spec_map_guard,
+               [_map_case("n = 50: two blocks, the second ragged", 50, 1),
+                _map_case("n = 7: one block, mostly idle threads", 7, 2)],
+               HINT_MAP, [(_map_thread_only, HINT_BLOCK_INDEX), (_map_short, HINT_GUARD_SHORT)],
+               [Rule(written_once("out"), HINT_TWICE)],
+               expected=lambda c: {"global read": c.scalars["n"], "global write": c.scalars["n"],
+                                   "shared read": 0, "shared write": 0}),
+        Puzzle(2, "broadcast_2d", "2-D blocks: a row of b broadcast over a matrix",
+               "broadcast_2d(a, b, out, rows, cols): out[r, c] = a[r, c] * b[c]; blocks of "
+               "(8, 8) threads (x, y), grid (ceil(cols / 8), ceil(rows / 8)).",
+               spec_broadcast_2d,
+               [_bc_case("rows = 10, cols = 13: ragged both ways", 10, 13, 3),
+                _bc_case("rows = 5, cols = 20", 5, 20, 4)],
+               HINT_2D, [(_bc_wrong_axis, HINT_BROADCAST)],
+               [Rule(written_once("out"), HINT_TWICE), Rule(x_walks_rows("out"), HINT_SWAPPED_XY)],
+               expected=lambda c: {"global read": 2 * c.arrays["a"].size,
+                                   "global write": c.arrays["a"].size}),
+        Puzzle(3, "halo_sum", "shared memory and syncthreads: a neighbour sum with a halo",
+               "halo_sum(a, out, n): out[i] = a[i] + a[i + 1], a[n] = 0; blocks of TPB = 32, "
+               "through a shared array of TPB + 1 floats.", spec_halo_sum,
+               [_halo_case("n = 70: three blocks, the last ragged", 70, 5),
+                _halo_case("n = 32: one full block", 32, 6)],
+               HINT_HALO_SUM, [(_halo_missing, HINT_HALO)],
+               [Rule(no_races, HINT_SYNC),
+                Rule(reads_at_most("a", lambda c: c.scalars["n"] + c.grid[0],
+                                   "one read per element plus one halo element per block"),
+                     HINT_HALO_GLOBAL)],
+               expected=lambda c: {"global read": c.scalars["n"] + c.grid[0] - 1,
+                                   "global write": c.scalars["n"]}),
+        Puzzle(4, "block_reduce", "block reduction: sum and max by a tree in shared memory",
+               "block_reduce(a, out_sum, out_max, n): out_sum[b], out_max[b] = sum and max of "
+               "block b's 64 elements; TPB = 64 threads per block.", spec_block_reduce,
+               [_red_case("n = 150: three blocks, the last ragged", 150, 7),
+                _red_case("n = 40, all values negative: one ragged block", 40, 8, shift=-5.0)],
+               HINT_REDUCE, [(_red_pad_zero, HINT_PAD_MAX), (_red_half, HINT_TREE)],
+               [Rule(no_races, HINT_SYNC), Rule(written_once("out_sum"), HINT_ONE_WRITER),
+                Rule(written_once("out_max"), HINT_ONE_WRITER)],
+               expected=lambda c: {"global read": c.scalars["n"],
+                                   "global write": 2 * c.grid[0]}),
+        Puzzle(5, "butterfly", "the warp-shuffle butterfly: sum and max over groups of 8 lanes",
+               "butterfly(x, out_sum, out_max): every lane gets the sum and the max of x over "
+               "its group of GROUP = 8 lanes, by shfl_xor(value, offset, scratch, lane); "
+               "blocks of 32.", spec_butterfly,
+               [_fly_case("one warp", 1, 9), _fly_case("two blocks of one warp", 2, 10)],
+               HINT_BUTTERFLY,
+               [(lambda a, s: _fly(a["x"], [4]), HINT_FLY_STEPS),
+                (lambda a, s: _fly(a["x"], [8, 4, 2, 1]), HINT_FLY_CROSS),
+                (lambda a, s: {"out_sum": _fly(a["x"], [4, 2, 1])["out_max"],
+                               "out_max": _fly(a["x"], [4, 2, 1])["out_sum"]}, HINT_FLY_OP)],
+               [Rule(reads_at_most("x", lambda c: c.arrays["x"].size, "one read per lane"),
+                     HINT_FLY_GLOBAL)],
+               expected=lambda c: {"global read": c.arrays["x"].size,
+                                   "global write": 2 * c.arrays["x"].size}),
+        Puzzle(6, "matmul_tiled", "tiled matmul with shared memory",
+               "matmul_tiled(a, b, c, m, n, k): c = a @ b (m x k times k x n); blocks of "
+               "(T, T) = (4, 4) threads, one 4 x 4 tile of c each; grid (ceil(n / 4), "
+               "ceil(m / 4)).", spec_matmul,
+               [_mm_case("m = 10, n = 9, k = 13: ragged everywhere", 10, 9, 13, 11),
+                _mm_case("m = 4, n = 4, k = 8: one block", 4, 4, 8, 12)],
+               HINT_MATMUL, [(_mm_floor, HINT_K_TILES)],
+               [Rule(no_races, HINT_SYNC),
+                Rule(reads_at_most("a", _mm_budget, "one read per element of each tile"),
+                     HINT_MATMUL_GLOBAL),
+                Rule(reads_at_most("b", _mm_budget, "one read per element of each tile"),
+                     HINT_MATMUL_GLOBAL)],
+               edge_hint=HINT_TILE_EDGE,
+               expected=lambda c: {"global read": 2 * _mm_budget(c),
+                                   "global write": c.scalars["m"] * c.scalars["n"]}),
+        Puzzle(7, "matmul_micro", "register micro-tiles: 2 x 2 outputs per thread",
+               "matmul_micro(a, b, c, m, n, k): c = a @ b with k <= 16; blocks of (4, 4) threads "
+               "compute an 8 x 8 tile of c, 2 x 2 outputs per thread, from shared A (8 x 16) "
+               "and B (16 x 8); grid (ceil(n / 8), ceil(m / 8)).", spec_matmul,
+               [_mt_case("m = 13, n = 14, k = 11: ragged", 13, 14, 11, 13),
+                _mt_case("m = 8, n = 8, k = 16: one block", 8, 8, 16, 14)],
+               HINT_MICRO, [],
+               [Rule(no_races, HINT_SYNC),
+                Rule(shared_reads_at_most(lambda c: (TM7 + TN7) * K7,
+                                          "(TM + TN) reads per kk"), HINT_MICRO_REUSE)],
+               edge_hint=HINT_MICRO_EDGE,
+               expected=lambda c: {"global write": c.scalars["m"] * c.scalars["n"]}),
+        Puzzle(8, "row_sums", "coalesced vs strided loads: row sums",
+               "row_sums(a, out, rows, cols): out[r] = sum of row r of a (rows <= 32, "
+               "cols <= 32); one block of 32 threads; thread r writes out[r].", spec_row_sums,
+               [_rows_case("rows = 27, cols = 20", 27, 20, 15),
+                _rows_case("rows = 32, cols = 24", 32, 24, 16)],
+               HINT_ROWSUM, [],
+               [Rule(no_races, HINT_SYNC), Rule(coalesced(), HINT_STRIDED)],
+               expected=lambda c: {"global read": c.arrays["a"].size,
+                                   "global write": c.scalars["rows"],
+                                   "shared read": c.arrays["a"].size,
+                                   "shared write": c.arrays["a"].size}),
+        Puzzle(9, "transpose", "shared-memory bank conflicts: a transpose through a tile",
+               "transpose(a, out, rows): out = a.T for a (rows, 32), rows <= 32; one block of "
+               "32 threads; reads and writes coalesced, and no bank conflicts.", spec_transpose,
+               [_tr_case("rows = 20", 20, 17), _tr_case("rows = 32", 32, 18)],
+               HINT_TRANSPOSE, [],
+               [Rule(no_races, HINT_SYNC), Rule(coalesced(), HINT_TRANSPOSE_STRIDED),
+                Rule(no_bank_conflicts, HINT_BANKS)],
+               expected=lambda c: {"global read": c.arrays["a"].size,
+                                   "global write": c.arrays["a"].size, "bank conflicts": 0}),
+        Puzzle(10, "softmax_rows", "the online softmax on a row, merged across a warp",
+               "softmax_rows(x, out, rows, cols): out[r] = softmax(x[r]); one block of 32 "
+               "threads per row; x has -inf entries (masked) and large values.", spec_softmax,
+               [_sm_case("rows of 70: sorted, large (|x| ~ 100), masked after 6", 19)],
+               HINT_SOFTMAX,
+               [(lambda a, s, m=m: {"out": _softmax_replay(a["x"], m)}, h) for m, h in
+                (("no_rescale", HINT_SM_RESCALE), ("merge", HINT_SM_MERGE))],
+               [], expected=lambda c: {"global write": c.arrays["x"].size},
+               first=[(_sm_nan, HINT_SM_NAN), (_sm_overflow, HINT_SM_SHIFT)]),
+        Puzzle(11, "flash_block", "a one-block FlashAttention forward",
+               "flash_block(q, k, v, o, tq, tk, d, scale): o = softmax(scale q k^T) v for "
+               "tq <= 16, d <= 4; one block of 16 threads (one per query row), key tiles of "
+               "BC = 8 in shared memory.", spec_flash,
+               [_flash_case("tq = 11, tk = 21, d = 3: ragged key tile, growing max", 11, 21, 3,
+                            20),
+                _flash_case("tq = 16, tk = 16, d = 4, large scores", 16, 16, 4, 21, 4.0)],
+               HINT_FLASH, [(_flash_replay("no_mask"), HINT_FLASH_MASK),
+                            (_flash_replay("no_rescale"), HINT_FLASH_RESCALE)],
+               [Rule(no_races, HINT_SYNC),
+                Rule(reads_at_most("k", lambda c: _cdiv(c.scalars["tk"], BC11) * BC11 *
+                                   c.scalars["d"], "one read per element per tile"),
+                     HINT_FLASH_GLOBAL)],
+               expected=lambda c: {"global write": c.scalars["tq"] * c.scalars["d"]}),
+    ]
+
+
+PUZZLES = {p.name: p for p in _ladder()}
+
+
+def puzzle(name: str) -> Puzzle:
+    """The puzzle called `name` (see `PUZZLES`, in ladder order)."""
+    if name not in PUZZLES:
+        raise ValueError(f"no puzzle {name!r}; the puzzles are {list(PUZZLES)}")
+    return PUZZLES[name]
+
+
+ALL_HINTS = [v for k, v in dict(globals()).items() if k.startswith("HINT_")]

@@ -1,0 +1,618 @@
+"""Checkers for lab 10 (follows notebook 10): the FA2 forward's inner loop on m16n8k16 fragments.
+
+The lab kernel is a one-warp miniature of `flashcourse.cuda.tensor_core_kernels` (fp16
+inputs, fp32 accumulation): a block of 32 lanes computes BR = 16 query rows against key
+tiles of BC = 16 keys, head dimension padded to D = 16. The skeleton stages Q (pre-scaled),
+K and V transposed (vt[dim, key]) in shared memory as float32 and masks the scores; the
+learner writes, as Numba device functions:
+
+    load_a(tile, r0, c0, lane, a, ai)   a[ai..ai+3]: the A fragment of tile[r0:r0+16, c0:c0+16]
+                                        (4 words of two fp16 each, by the PTX fragment map)
+    load_b(tile, n0, k0, lane, b)       b[0..1]: the B fragment of B[kk, n] = tile[n0 + n, k0 + kk]
+    quad_max / quad_sum(x, red, lane)   max / sum over the 4 lanes of a row group (shuffles)
+    scores_tile(qa, ks, s, b, scr, w)   S = Q K_j^T: 4 NS accumulators, one mma per n8 tile, k16
+    softmax_tile(s, acc, m, lp, red, lane)
+                                        row max across the quad, rescale, P over S, partial sums
+    pv_tile(s, vt, acc, pa, b, scr, w)  P (the accumulators, packed) as the A operand; O += P V_j
+
+`mma(a, ai, b, c, ci, scr, w)` and `pack(lo, hi)` are given: the mma.sync intrinsic and the
+cvt to f16x2 on a GPU, their simulator twins (`flashcourse.cuda.mma.device_ops`) without one.
+`w` = [lane, parity] (the simulator's fragment exchange alternates two scratch buffers).
+`lab_forward(parts, q, k, v)` runs the kernel; `check_*` check each part and then the whole
+kernel against a numpy replay of the same arithmetic (fp16 rounding of Q, K, V and P), whose
+typical mistakes name a failure. `time_against_course(parts)` (GPU only) times the lab kernel
+beside the course's tensor-core kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda, float32, int32, uint32
+
+from ..constants import F0, NEG_INF
+from ..cuda import mma as M
+from ..cuda._launch import simulator_lock
+from ..geometry import ceil_div
+from ..gpu import using_simulator
+from ._harness import Case, Result, run_checks, stub_guard
+from .cuda_lab_kernel import _device
+
+BR = 16                     # query rows per block (one m16 tile, one warp)
+BC = 16                     # keys per tile
+D = 16                      # padded head dimension
+NT = 32                     # one warp
+KT = D // 16                # k16 steps of S = Q K^T
+NS = BC // 8                # n8 tiles of S
+NO = D // 8                 # n8 tiles of O
+KP = BC // 16               # k16 steps of O += P V
+
+_OPS = M.device_ops(using_simulator())
+pack = _OPS["pack_fp16"]
+_MMA = _OPS["mma_fp16"]
+
+
+@cuda.jit(device=True)
+def mma(a, ai, b, c, ci, scr, w):
+    """c[ci..ci+3] += A B on one m16n8k16 tile: A = a[ai..ai+3] (4 words), B = b[0..1]."""
+    x0, x1, x2, x3 = _MMA(scr, 0, w[0], w[1], a[ai], a[ai + 1], a[ai + 2], a[ai + 3],
+                          b[0], b[1], c[ci], c[ci + 1], c[ci + 2], c[ci + 3])
+    w[1] = 1 - w[1]
+    c[ci] = x0
+    c[ci + 1] = x1
+    c[ci + 2] = x2
+    c[ci + 3] = x3
+
+
+PARTS = ("load_a", "load_b", "quad_max", "quad_sum", "scores_tile", "softmax_tile", "pv_tile")
+
+# -- hints ----------------------------------------------------------------------------------
+
+HINT_A = ("Your A fragment is wrong: lane = 4 g + t holds, in word w, the two neighbouring "
+          "elements (row, col), (row, col + 1) of the 16 x 16 tile, with row from g and col "
+          "from t (notebook 10's fragment map, mma.a_m16n8k16).",
+          "Word w: row = r0 + g + 8 (w % 2), col = c0 + 2 t + 8 (w // 2); pack(lo = col, "
+          "hi = col + 1).")
+HINT_A_T = ("Your A fragment is the tile transposed: the row of the A map comes from the "
+            "group g = lane // 4 and indexes the tile's FIRST axis.",
+            "tile[row, col], with row from g and col from t.")
+HINT_A_WORDS = ("Words 1 and 2 of your A fragment are swapped: word 1 holds rows g + 8 (same "
+                "columns as word 0), word 2 the columns 8 further right (same rows).",
+                "Word w adds 8 to the row when w is odd and 8 to the column when w >= 2.")
+HINT_A_PLUS8 = ("Your A fragment never reaches the lower 8 rows (or the right 8 columns) of "
+                "the tile: words 1 and 3 are rows g + 8, words 2 and 3 columns 2t + 8.",
+                "row = r0 + g + 8 (w % 2), col = c0 + 2 t + 8 (w // 2).")
+HINT_PAIR = ("The two halves of each word are swapped: pack(lo, hi) puts lo in the low 16 "
+             "bits, which the mma reads as the element with the SMALLER column (k) index.",
+             "pack(tile[.., col], tile[.., col + 1]).")
+HINT_B = ("Your B fragment is wrong: lane = 4 g + t holds B[k, n] for n = g and k = 2 t, "
+          "2 t + 1 (word 0) and 2 t + 8, 2 t + 9 (word 1), where B[kk, n] = tile[n0 + n, "
+          "k0 + kk].",
+          "Word w: pack(tile[n0 + g, k0 + 2 t + 8 w], tile[n0 + g, k0 + 2 t + 8 w + 1]).")
+HINT_B_T = ("Your B fragment reads the tile the other way round: B = K^T, so B[kk, n] is "
+            "tile[n0 + n, k0 + kk] (K's row n, its dimension kk): the tile's first index "
+            "comes from g.",
+            "tile[n0 + g, k0 + 2 t + ...].")
+HINT_B_GT = ("Your B fragment swaps the lane's roles: n (the tile's row) comes from the group "
+             "g = lane // 4, k from t = lane % 4.",
+             "n = g, k = 2 t (+ 1, + 8, + 9).")
+HINT_B_PLUS8 = ("Word 1 of your B fragment repeats word 0: it holds k = 2 t + 8, 2 t + 9.",
+                "Add 8 to k for word 1.")
+HINT_QUAD = ("Every lane must end with the max (sum) over the 4 lanes of its row group "
+             "(lanes 4 g .. 4 g + 3): two shfl_xor exchanges, offsets 1 and 2.",
+             "x = combine(x, shfl_xor(x, 1, red, lane)); then the same with offset 2.")
+HINT_QUAD_STEP = ("Your reduction covers only 2 of the 4 lanes of a row group: a quad needs "
+                  "two exchanges, offsets 1 AND 2.",
+                  "Add the exchange with offset 2.")
+HINT_QUAD_CROSS = ("Your reduction mixes row groups: an offset of 4 or more exchanges with "
+                   "a lane of ANOTHER group g (another row of the tile).",
+                   "Offsets 1 and 2 keep lane ^ offset inside the quad.")
+HINT_QUAD_OP = ("quad_max must take the max of the two values and quad_sum add them.",
+                "max(x, other); x + other.")
+HINT_RESET = ("The scores are not reset: s still holds the previous tile's P when the mma "
+              "adds Q K_j^T to it (an mma computes C + A B).",
+              "Set the 4 NS accumulators of s to F0 before the first mma of each tile.")
+HINT_RESCALE = ("Missing rescale: when a row's max grows, its partial sum lp and its acc "
+                "accumulators were measured against the old max: multiply them by "
+                "exp(m_old - m_new).",
+                "alpha = exp(m[hf] - m_use); lp[hf] = lp[hf] alpha + this tile's sum; the acc "
+                "entries 4 n + 2 hf, 4 n + 2 hf + 1 of every n8 tile n times alpha.")
+HINT_TILE_MAX = ("Wrong max: the new row max must combine the running max m[hf] with this "
+                 "tile's max.",
+                 "m_new = the larger of m[hf] and the quad's max.")
+HINT_P_ORDER = ("P is fed in the wrong fragment order: the A operand of P V takes S tile 2 kp "
+                "(columns 0-7) as its words 0 (row g) and 1 (row g + 8) and S tile 2 kp + 1 "
+                "(columns 8-15) as words 2 and 3 (mma.p_as_a_operand).",
+                "pa[0] from s[j0], s[j0 + 1]; pa[1] from s[j0 + 2], s[j0 + 3]; pa[2] from "
+                "s[j0 + 4], s[j0 + 5]; pa[3] from s[j0 + 6], s[j0 + 7], with j0 = 8 kp.")
+HINT_PV_B = ("The B operand of P V is wrong: B[kk, n] = V[key kk, dim n] = vt[n0 + n, kk], "
+             "so load_b on vt with n0 = 8 n gives it (vt is V transposed).",
+             "load_b(vt, 8 n, 16 kp, lane, b) for each n8 tile n of O.")
+HINT_KERNEL = ("The kernel with your parts disagrees with the numpy replay. Make the part "
+               "checks pass first (check_fragments, check_quad).",
+               "Then compare one tile: Tq = Tk = 16 is one S tile and one P V step.")
+
+_RTOL, _ATOL = 2e-3, 2e-3        # fp16 operands, fp32 accumulation, against a replay that rounds
+
+
+# -- the lab kernel -------------------------------------------------------------------------
+
+@cuda.jit(device=True)
+def mask_scores(s, k0, q0, tk, causal, off, lane):
+    """The skeleton's mask: -inf for keys past tk and (causal) above the diagonal; the row and
+    column of accumulator i of n8 tile n come from the C fragment map (mma.c_m16n8)."""
+    g = lane // 4
+    t = lane % 4
+    for n in range(NS):
+        for i in range(4):
+            col = k0 + 8 * n + 2 * t + (i % 2)
+            row = q0 + g + 8 * (i // 2)
+            if col >= tk or (causal != 0 and col > row + off):
+                s[4 * n + i] = NEG_INF
+
+
+@lru_cache(maxsize=None)
+def make_lab_kernel(load_a, scores_tile, softmax_tile, pv_tile, quad_sum):
+    """The lab kernel with the learner's parts plugged in."""
+    SCR = M.SIM_SCRATCH_PER_WARP if using_simulator() else 1
+
+    def lab_kernel(q, k, v, o, lse, tq, tk, d, scale, causal):
+        qs = cuda.shared.array((BR, D), float32)          # Q_i, pre-scaled
+        ks = cuda.shared.array((BC, D), float32)          # K_j
+        vt = cuda.shared.array((D, BC), float32)          # V_j transposed: vt[dim, key]
+        scr = cuda.shared.array(SCR, float32)             # simulator: fragment exchange
+        red = cuda.shared.array(NT, float32)              # simulator: shuffles
+        lane = cuda.threadIdx.x
+        q0 = cuda.blockIdx.x * BR
+        off = tk - tq
+        w = cuda.local.array(2, int32)                    # [lane, simulator parity]
+        w[0] = lane
+        w[1] = 0
+        for e in range(lane, BR * D, NT):                 # global reads: Q_i once
+            r = e // D
+            c = e % D
+            qs[r, c] = q[q0 + r, c] * scale if (q0 + r < tq and c < d) else F0
+        cuda.syncthreads()
+        qa = cuda.local.array(4 * KT, uint32)             # Q's A fragments, kept in registers
+        for kk in range(KT):
+            load_a(qs, 0, 16 * kk, lane, qa, 4 * kk)      # YOUR A fragment
+        s = cuda.local.array(4 * NS, float32)             # S / P accumulators (16 x BC)
+        acc = cuda.local.array(4 * NO, float32)           # O accumulators (16 x D)
+        m = cuda.local.array(2, float32)                  # rows g and g + 8
+        lp = cuda.local.array(2, float32)
+        b = cuda.local.array(2, uint32)
+        pa = cuda.local.array(4, uint32)
+        for x in range(4 * NS):
+            s[x] = F0
+        for x in range(4 * NO):
+            acc[x] = F0
+        for hf in range(2):
+            m[hf] = NEG_INF
+            lp[hf] = F0
+        for k0 in range(0, tk, BC):
+            cuda.syncthreads()                            # done with the previous K, V
+            for e in range(lane, BC * D, NT):             # global reads: K_j, V_j
+                r = e // D
+                c = e % D
+                ok = k0 + r < tk and c < d
+                ks[r, c] = k[k0 + r, c] if ok else F0
+                vt[c, r] = v[k0 + r, c] if ok else F0
+            cuda.syncthreads()
+            scores_tile(qa, ks, s, b, scr, w)             # YOUR S = Q K_j^T
+            mask_scores(s, k0, q0, tk, causal, off, lane)
+            softmax_tile(s, acc, m, lp, red, lane)        # YOUR online softmax
+            pv_tile(s, vt, acc, pa, b, scr, w)            # YOUR O += P V_j
+        g = lane // 4
+        t = lane % 4
+        for hf in range(2):                               # epilogue
+            lt = quad_sum(lp[hf], red, lane)              # YOUR quad sum
+            row = q0 + g + 8 * hf
+            if row < tq:
+                for n in range(NO):
+                    for c in range(2):
+                        col = 8 * n + 2 * t + c
+                        if col < d:
+                            o[row, col] = acc[4 * n + 2 * hf + c] / lt if lt > F0 else F0
+                if t == 0:
+                    lse[row] = m[hf] + math.log(lt) if lt > F0 else NEG_INF
+
+    return cuda.jit(lab_kernel)
+
+
+def lab_forward(parts, q, k, v, *, causal=False):
+    """(o, lse) of q (Tq, d), k, v (Tk, d), d <= 16, with the lab kernel and your parts
+    (a dict or tuple in the order of PARTS)."""
+    fns = _parts(parts)
+    for name in PARTS:
+        stub_guard(fns[name], name)
+    q, k, v = (np.ascontiguousarray(x, np.float32) for x in (q, k, v))
+    tq, d = q.shape
+    tk = k.shape[0]
+    if d > D:
+        raise ValueError(f"the lab kernel takes d <= {D}, got d={d}")
+    kern = make_lab_kernel(*(_device(fns[n]) for n in ("load_a", "scores_tile",
+                                                       "softmax_tile", "pv_tile",
+                                                       "quad_sum")))
+    qd, kd, vd = (cuda.to_device(x) for x in (q, k, v))
+    o = cuda.to_device(np.full((tq, d), np.nan, np.float32))
+    lse = cuda.to_device(np.full(tq, np.nan, np.float32))
+    with simulator_lock():
+        kern[ceil_div(tq, BR), NT](qd, kd, vd, o, lse, np.int32(tq), np.int32(tk),
+                                   np.int32(d), np.float32(1 / math.sqrt(d)),
+                                   np.int32(1 if causal else 0))
+    return o.copy_to_host(), lse.copy_to_host()
+
+
+def _parts(parts) -> dict:
+    if isinstance(parts, dict):
+        return {n: parts[n] for n in PARTS}
+    return dict(zip(PARTS, parts))
+
+
+# -- checker 1: the fragment loads ------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def _load_kernel(load_a, load_b):
+    def kern(tile, words_a, words_b, r0, c0):
+        lane = cuda.threadIdx.x
+        a = cuda.local.array(4, uint32)
+        b = cuda.local.array(2, uint32)
+        for x in range(4):
+            a[x] = 0
+        load_a(tile, r0, c0, lane, a, 0)
+        load_b(tile, r0, c0, lane, b)
+        for x in range(4):
+            words_a[lane, x] = a[x]
+        for x in range(2):
+            words_b[lane, x] = b[x]
+    return cuda.jit(kern)
+
+
+def fragment_values(load_a, load_b, tile, r0, c0):
+    """(32, 8) and (32, 4): the values your load_a and load_b put in each lane's fragment."""
+    stub_guard(load_a, "load_a")
+    stub_guard(load_b, "load_b")
+    kern = _load_kernel(_device(load_a), _device(load_b))
+    wa = cuda.to_device(np.zeros((NT, 4), np.uint32))
+    wb = cuda.to_device(np.zeros((NT, 2), np.uint32))
+    with simulator_lock():
+        kern[1, NT](cuda.to_device(np.asarray(tile, np.float32)), wa, wb, np.int32(r0),
+                    np.int32(c0))
+
+    def unpack(words):
+        lo, hi = M.unpack_pair_model(words, "fp16")
+        return np.stack([lo, hi], axis=-1).reshape(NT, -1).astype(np.float64)
+    return unpack(wa.copy_to_host()), unpack(wb.copy_to_host())
+
+
+def _by_map(tile, fmap, n, r0, c0):
+    """(32, n): tile[r0 + r, c0 + c] for (r, c) = fmap(lane, i) (a mistake's map may reach
+    past the 16 x 16 sub-tile: the checker's tile is 32 x 32)."""
+    out = np.full((NT, n), np.nan)
+    for lane in range(NT):
+        for i in range(n):
+            r, c = fmap(lane, i)
+            if r0 + r < tile.shape[0] and c0 + c < tile.shape[1]:
+                out[lane, i] = tile[r0 + r, c0 + c]
+    return out
+
+
+def _a_mistakes():
+    g = M.group_of
+    t = M.thread_in_group
+    return [
+        (lambda L, i: M.a_m16n8k16(L, i)[::-1], HINT_A_T),
+        (lambda L, i: M.a_m16n8k16(L, {2: 4, 3: 5, 4: 2, 5: 3}.get(i, i)), HINT_A_WORDS),
+        (lambda L, i: (g(L), 2 * t(L) + (i & 1)), HINT_A_PLUS8),
+        (lambda L, i: M.a_m16n8k16(L, i ^ 1), HINT_PAIR),
+    ]
+
+
+def _b_mistakes():
+    g = M.group_of
+    t = M.thread_in_group
+    return [
+        (lambda L, i: M.b_m16n8k16(L, i), HINT_B_T),      # tile[k, n] instead of tile[n, k]
+        (lambda L, i: (t(L), 2 * g(L) + (i & 1) + (8 if i >= 2 else 0)), HINT_B_GT),
+        (lambda L, i: (g(L), 2 * t(L) + (i & 1)), HINT_B_PLUS8),
+        (lambda L, i: (g(L), M.b_m16n8k16(L, i ^ 1)[0]), HINT_PAIR),
+    ]
+
+
+def _equal_to(wrong):
+    return lambda yours, _expected: np.array_equal(yours, wrong)
+
+
+def check_fragments(load_a, load_b, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Your load_a and load_b on a 32 x 32 tile, at offsets (0, 0) and (16, 8), against the
+    PTX maps; a mismatch is named by the typical mistakes."""
+    rng = np.random.default_rng(10)
+    tile = M.round_fp16(rng.standard_normal((32, 32))).astype(np.float64)   # (32, 32)
+    cases = []
+    for r0, c0 in ((0, 0), (16, 8)):
+        want_a = _by_map(tile, M.a_m16n8k16, 8, r0, c0)
+        want_b = _by_map(tile, lambda L, i: M.b_m16n8k16(L, i)[::-1], 4, r0, c0)  # tile[n, k]
+        diag_a = [(_equal_to(_by_map(tile, f, 8, r0, c0)), *h) for f, h in _a_mistakes()]
+        diag_b = [(_equal_to(_by_map(tile, f, 4, r0, c0)), *h) for f, h in _b_mistakes()]
+
+        def run_a(fns, r0=r0, c0=c0, want=want_a):
+            return fragment_values(*fns, tile, r0, c0)[0], want
+
+        def run_b(fns, r0=r0, c0=c0, want=want_b):
+            return fragment_values(*fns, tile, r0, c0)[1], want
+
+        cases.append(Case(f"load_a: A fragment of tile[{r0}:{r0 + 16}, {c0}:{c0 + 16}]", run_a,
+                          HINT_A[0], diag_a, rtol=0, atol=0, hint2=HINT_A[1]))
+        cases.append(Case(f"load_b: B fragment, n0 = {r0}, k0 = {c0}", run_b, HINT_B[0],
+                          diag_b, rtol=0, atol=0, hint2=HINT_B[1]))
+    return run_checks("load_a and load_b (m16n8k16 fragments)", (load_a, load_b), cases,
+                      verbose=verbose, hint_level=hint_level)
+
+
+# -- checker 2: the quad reductions ------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def _quad_kernel(qmax, qsum):
+    def kern(x, out_max, out_sum):
+        red = cuda.shared.array(NT, float32)
+        lane = cuda.threadIdx.x
+        out_max[lane] = qmax(x[lane], red, lane)
+        out_sum[lane] = qsum(x[lane], red, lane)
+    return cuda.jit(kern)
+
+
+def _quad(x, op, offsets):
+    out = np.asarray(x, np.float64).copy()
+    for off in offsets:
+        out = op(out, out[np.arange(NT) ^ off])
+    return out
+
+
+def check_quad(quad_max, quad_sum, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Every lane must end with the max and the sum over its quad (lanes 4 g .. 4 g + 3)."""
+    x = np.random.default_rng(11).standard_normal(NT).astype(np.float32)
+
+    def run(fns, idx):
+        stub_guard(fns[0], "quad_max")
+        stub_guard(fns[1], "quad_sum")
+        mx = cuda.to_device(np.zeros(NT, np.float32))
+        sm = cuda.to_device(np.zeros(NT, np.float32))
+        with simulator_lock():
+            _quad_kernel(_device(fns[0]), _device(fns[1]))[1, NT](cuda.to_device(x), mx, sm)
+        return (mx.copy_to_host(), sm.copy_to_host())[idx]
+
+    cases = []
+    for idx, (what, op, other) in enumerate((("max", np.maximum, np.add),
+                                             ("sum", np.add, np.maximum))):
+        want = _quad(x, op, (1, 2))
+        wrongs = [(_quad(x, op, (1,)), HINT_QUAD_STEP), (_quad(x, op, (2,)), HINT_QUAD_STEP),
+                  (_quad(x, op, (1, 2, 4)), HINT_QUAD_CROSS),
+                  (_quad(x, op, (4, 8)), HINT_QUAD_CROSS), (_quad(x, other, (1, 2)), HINT_QUAD_OP)]
+        diagnoses = [((lambda y, e, w=w: np.allclose(y, w, rtol=1e-6, atol=1e-6)), *h)
+                     for w, h in wrongs]
+        cases.append(Case(f"quad_{what} on all 32 lanes", lambda f, i=idx, w=want: (run(f, i), w),
+                          HINT_QUAD[0], diagnoses, rtol=1e-6, atol=1e-6, hint2=HINT_QUAD[1]))
+    return run_checks("quad_max and quad_sum", (quad_max, quad_sum), cases, verbose=verbose,
+                      hint_level=hint_level)
+
+
+# -- checker 3: the whole inner loop in the kernel ----------------------------------------------
+
+def replay(q, k, v, *, causal=False, mistake=None):
+    """(o, lse) of the lab kernel's arithmetic in float64 with fp16 rounding of Q (scaled),
+    K, V and P, optionally with one mistake: 'no_reset', 'no_rescale', 'tile_max',
+    'p_order'."""
+    r16 = M.round_fp16
+    tq, d = q.shape
+    tk = k.shape[0]
+    scale = np.float32(1 / math.sqrt(d))
+    o = np.zeros((tq, d))
+    lse = np.full(tq, -np.inf)
+    off = tk - tq
+    for q0 in range(0, tq, BR):
+        qb = np.zeros((BR, D))
+        rows = min(BR, tq - q0)
+        qb[:rows, :d] = r16(np.float32(q[q0:q0 + rows]) * scale)
+        m = np.full(BR, -np.inf)
+        lp = np.zeros(BR)
+        acc = np.zeros((BR, D))
+        s_prev = np.zeros((BR, BC))
+        for k0 in range(0, tk, BC):
+            kb = np.zeros((BC, D))
+            vb = np.zeros((BC, D))
+            n = min(BC, tk - k0)
+            kb[:n, :d] = r16(k[k0:k0 + n])
+            vb[:n, :d] = r16(v[k0:k0 + n])
+            s = qb @ kb.T + (s_prev if mistake == "no_reset" else 0.0)
+            cols = k0 + np.arange(BC)[None, :]
+            rws = q0 + np.arange(BR)[:, None]
+            masked = (cols >= tk) | ((cols > rws + off) if causal else False)
+            s = np.where(masked, -np.inf, s)
+            with np.errstate(all="ignore"):
+                x = s.max(axis=1)
+                m_new = x if mistake == "tile_max" else np.maximum(m, x)
+                m_use = np.where(np.isneginf(m_new), 0.0, m_new)
+                alpha = np.ones(BR) if mistake == "no_rescale" else np.exp(m - m_use)
+                p = np.exp(s - m_use[:, None])
+            lp = lp * alpha + p.sum(axis=1)
+            acc = acc * alpha[:, None]
+            p16 = r16(p).astype(np.float64)
+            if mistake == "p_order":
+                swapped = p16.copy()
+                swapped[8:, 0:8] = p16[0:8, 8:16]
+                swapped[0:8, 8:16] = p16[8:, 0:8]
+                p16 = swapped
+            acc = acc + p16 @ vb
+            m = m_new
+            s_prev = p
+        for r in range(rows):
+            if lp[r] > 0:
+                o[q0 + r] = acc[r, :d] / lp[r]
+                lse[q0 + r] = m[r] + math.log(lp[r])
+    return o, lse
+
+
+KERNEL_MISTAKES = [("no_reset", HINT_RESET), ("no_rescale", HINT_RESCALE),
+                   ("tile_max", HINT_TILE_MAX), ("p_order", HINT_P_ORDER)]
+
+
+def _inputs(seed, tq, tk, d, spread=1.0, grow=False):
+    rng = np.random.default_rng(seed)
+    q = (rng.standard_normal((tq, d)) * spread).astype(np.float32)
+    k = (rng.standard_normal((tk, d)) * spread).astype(np.float32)
+    v = rng.standard_normal((tk, d)).astype(np.float32)
+    if grow:     # later keys line up with the queries: the max grows tile by tile
+        ramp = np.linspace(0.0, 2.5, tk, dtype=np.float32)
+        k = (k * 0.3 + q.mean(axis=0) * ramp[:, None]).astype(np.float32)
+    return q, k, v
+
+
+#: (name, seed, Tq, Tk, d, causal, spread, grow): one warp per 16 query rows
+KERNEL_CASES = [
+    ("one tile: Tq = Tk = d = 16", 1, 16, 16, 16, False, 1.0, False),
+    ("ragged: Tq = 13, Tk = 37 (3 key tiles), d = 11, growing max", 2, 13, 37, 11, False,
+     1.0, True),
+    ("two query blocks, causal: Tq = 20, Tk = 24, d = 8", 3, 20, 24, 8, True, 1.5, False),
+]
+
+
+def _close(a, b, rtol=_RTOL, atol=_ATOL) -> bool:
+    return all(np.asarray(x).shape == np.asarray(y).shape
+               and np.allclose(np.asarray(x, np.float64), np.asarray(y, np.float64), rtol=rtol,
+                               atol=atol, equal_nan=True) for x, y in zip(a, b))
+
+
+def check_kernel(parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Your parts inside the lab kernel against the numpy replay (and so the reference)."""
+    fns = _parts(parts)
+    cases = []
+    for name, seed, tq, tk, d, causal, spread, grow in KERNEL_CASES:
+        q, k, v = _inputs(seed, tq, tk, d, spread, grow)
+        want = replay(q, k, v, causal=causal)
+        diagnoses = []
+        for mistake, hint in KERNEL_MISTAKES:
+            wrong = replay(q, k, v, causal=causal, mistake=mistake)
+            if not _close(wrong, want):
+                diagnoses.append(((lambda y, e, w=wrong: _close(y, w)), *hint))
+
+        def run(f, q=q, k=k, v=v, causal=causal, want=want):
+            return lab_forward(f, q, k, v, causal=causal), want
+
+        cases.append(Case(name, run, HINT_KERNEL[0], diagnoses, rtol=_RTOL, atol=_ATOL,
+                          hint2=HINT_KERNEL[1], time_limit_s=120, names=("o", "lse")))
+    return run_checks("the lab kernel with your parts", fns, cases, verbose=verbose,
+                      hint_level=hint_level)
+
+
+# -- going further: the mask on the accumulator fragments ---------------------------------------
+
+HINT_MASK = ("Your mask hides the wrong scores: accumulator i of n8 tile n of lane 4 g + t is "
+             "S[g + 8 (i // 2), 8 n + 2 t + (i % 2)] of the 16 x 16 tile (the C map of "
+             "notebook 10); hide it when its key is past tk or (causal) after row + off.",
+             "row = q0 + g + 8 (i // 2), col = k0 + 8 n + 2 t + (i % 2).")
+HINT_MASK_ROWS = ("Accumulators 2 and 3 are row g + 8, not row g: your causal mask uses row g "
+                  "for all four.", "row = q0 + g + 8 (i // 2).")
+HINT_MASK_TOPLEFT = ("Your causal mask is top-left (key j visible iff j <= i): the course "
+                     "aligns it bottom-right, key j visible iff j <= i + off, off = Tk - Tq.",
+                     "Compare col with row + off.")
+HINT_MASK_EDGE = ("Your ragged-edge test is off by one: key index tk is the first one PAST "
+                  "the end.", "Hide col >= tk.")
+HINT_MASK_TILE = ("Your column ignores the n8 tile: accumulators of tile n sit 8 n columns "
+                  "further right.", "col = k0 + 8 n + 2 t + (i % 2).")
+
+#: (k0, q0, tk, causal, off): key tile start, query block start, Tk, causal, Tk - Tq
+MASK_CASES = [(16, 0, 27, 0, 0), (0, 0, 16, 1, 0), (16, 16, 40, 1, 8), (0, 16, 20, 1, -12)]
+
+
+def mask_model(k0, q0, tk, causal, off, mistake=None):
+    """(32, 4 NS) bool: which accumulators the mask hides, optionally with one mistake:
+    'rows' (row g for all four), 'top_left' (off = 0), 'edge' (col > tk), 'tile' (no 8 n)."""
+    out = np.zeros((NT, 4 * NS), bool)
+    for lane in range(NT):
+        g, t = lane // 4, lane % 4
+        for n in range(NS):
+            for i in range(4):
+                col = k0 + (0 if mistake == "tile" else 8 * n) + 2 * t + (i % 2)
+                row = q0 + g + (0 if mistake == "rows" else 8 * (i // 2))
+                o = 0 if mistake == "top_left" else off
+                past = col > tk if mistake == "edge" else col >= tk
+                out[lane, 4 * n + i] = past or (causal != 0 and col > row + o)
+    return out
+
+
+@lru_cache(maxsize=None)
+def _mask_kernel(mask):
+    def kern(hidden, k0, q0, tk, causal, off):
+        lane = cuda.threadIdx.x
+        s = cuda.local.array(4 * NS, float32)
+        for x in range(4 * NS):
+            s[x] = F0
+        mask(s, k0, q0, tk, causal, off, lane)
+        for x in range(4 * NS):
+            hidden[lane, x] = 1 if s[x] == NEG_INF else 0
+    return cuda.jit(kern)
+
+
+def check_mask(mask_tile, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Your mask_tile(s, k0, q0, tk, causal, off, lane) on the fragments: ragged and causal."""
+    cases = []
+    mistakes = [("rows", HINT_MASK_ROWS), ("top_left", HINT_MASK_TOPLEFT),
+                ("edge", HINT_MASK_EDGE), ("tile", HINT_MASK_TILE)]
+    for k0, q0, tk, causal, off in MASK_CASES:
+        want = mask_model(k0, q0, tk, causal, off).astype(np.int64)
+        diagnoses = []
+        for mistake, hint in mistakes:
+            wrong = mask_model(k0, q0, tk, causal, off, mistake).astype(np.int64)
+            if not np.array_equal(wrong, want):
+                diagnoses.append(((lambda y, e, w=wrong: np.array_equal(y, w)), *hint))
+
+        def run(f, args=(k0, q0, tk, causal, off), want=want):
+            stub_guard(f, "mask_tile")
+            hidden = cuda.to_device(np.zeros((NT, 4 * NS), np.int32))
+            with simulator_lock():
+                _mask_kernel(_device(f))[1, NT](hidden, *(np.int32(a) for a in args))
+            return hidden.copy_to_host().astype(np.int64), want
+
+        what = "causal" if causal else "ragged"
+        cases.append(Case(f"{what}: k0 = {k0}, q0 = {q0}, Tk = {tk}, off = {off}", run,
+                          HINT_MASK[0], diagnoses, rtol=0, atol=0, hint2=HINT_MASK[1]))
+    return run_checks("mask_tile (scores hidden on the fragments)", mask_tile, cases,
+                      verbose=verbose, hint_level=hint_level)
+
+
+# -- on a GPU: the real instructions, timed beside the course's kernel ---------------------
+
+def time_against_course(parts, *, tq: int = 4096, tk: int = 4096, d: int = 16):
+    """GPU only (None on the simulator): median ms of the lab kernel (one warp per 16 rows)
+    and of the course's tensor-core kernel (`flashcourse.cuda.forward(kernel="tensor_core")`,
+    fp16) on the same fp16-valued inputs, each after a warm-up, by CUDA events."""
+    if using_simulator() or not cuda.is_available():
+        return None
+    from ..cuda import forward
+    from ..timing import time_cuda
+    q, k, v = _inputs(0, tq, tk, d)
+    fns = _parts(parts)
+    kern = make_lab_kernel(*(_device(fns[n]) for n in ("load_a", "scores_tile", "softmax_tile",
+                                                       "pv_tile", "quad_sum")))
+    qd, kd, vd = (cuda.to_device(x) for x in (q, k, v))
+    o = cuda.device_array((tq, d), np.float32)
+    lse = cuda.device_array(tq, np.float32)
+    args = (qd, kd, vd, o, lse, np.int32(tq), np.int32(tk), np.int32(d),
+            np.float32(1 / math.sqrt(d)), np.int32(0))
+
+    def lab():
+        kern[ceil_div(tq, BR), NT](*args)
+
+    q16, k16, v16 = (cuda.to_device(x.astype(np.float16)[None]) for x in (q, k, v))
+
+    def course():
+        forward(q16, k16, v16, kernel="tensor_core")
+
+    lab_ms = float(np.median(time_cuda(lab)))              # time_cuda gives milliseconds
+    course_ms = float(np.median(time_cuda(course)))
+    return {"lab_ms": lab_ms, "course_ms": course_ms, "shape": (tq, tk, d)}
+
+
+ALL_HINTS = [v for k, v in dict(globals()).items() if k.startswith("HINT_")]
