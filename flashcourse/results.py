@@ -36,6 +36,7 @@ OUT_DIR = ROOT / "benchmarks" / "out"
 SWEEP_FILE = RESULTS_DIR / "h200_tuning_sweep.json"
 TRAFFIC_FILE = RESULTS_DIR / "h200_ncu_traffic.json"
 TENSOR_CORE_FILE = RESULTS_DIR / "h200_tensor_core.json"
+HOST_PATH_FILE = RESULTS_DIR / "h200_host_path.json"
 SWEEP_SCHEMA = "flashcourse.tuning.sweep/1"
 TRAFFIC_SCHEMA = "flashcourse.tuning.ncu_traffic/1"
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
@@ -124,6 +125,11 @@ def load_sweep(path=None) -> dict | None:
 def load_tensor_core(path=None) -> dict | None:
     """The recorded tensor-core results (benchmarks/gpu_tensor_core.py), or None."""
     return load(TENSOR_CORE_FILE if path is None else path, "tensor_core")
+
+
+def load_host_path(path=None) -> dict | None:
+    """The recorded host/wall/GPU times of the public calls (benchmarks/gpu_host_path.py)."""
+    return load(HOST_PATH_FILE if path is None else path, "host_path")
 
 
 def load_traffic(path=None) -> dict | None:

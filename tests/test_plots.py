@@ -119,7 +119,8 @@ def _part_b():
     import json
 
     from flashcourse import decode, decode_io, results
-    from flashcourse.plots import backward, bench, kernels, measured, tensor_cores, tuning
+    from flashcourse.plots import (backward, bench, host_path, kernels, measured, tensor_cores,
+                                   tuning)
     from flashcourse.plots import decode as dp
 
     def forward_rows():
@@ -145,6 +146,8 @@ def _part_b():
         "backward.plot_backward_recorded":
             lambda: backward.plot_backward_recorded(_recorded(backward.load_recorded)),
         "tensor_cores.plot_fragments": tensor_cores.plot_fragments,
+        "host_path.plot_call_times": lambda: host_path.plot_call_times(
+            _recorded(results.load_host_path)),
         "tensor_cores.plot_tensor_core_recorded(d=64)": lambda: tensor_cores.
             plot_tensor_core_recorded(_recorded(results.load_tensor_core), d=64),
         "tensor_cores.plot_tensor_core_recorded(d=128)": lambda: tensor_cores.

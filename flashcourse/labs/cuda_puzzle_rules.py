@@ -1,0 +1,363 @@
+"""The machinery of lab 05's puzzles (`cuda_puzzles.py` holds the puzzles themselves).
+
+`Puzzle` (spec, cases, checker, `describe`/`check`/`show`), `PuzzleCase`, `launch` (a
+kernel on one case, traced on the simulator), the per-thread tables of `show()`, and the
+algorithm rules every puzzle can use: no shared-memory races (a missing syncthreads),
+written once, global-read budgets, coalesced accesses, no bank conflicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..cuda._launch import simulator_lock
+from ..gpu import using_simulator
+from ._harness import Case, Result, run_checks, stub_guard
+from .cuda_trace import Trace, tracing, traced
+
+RTOL, ATOL = 1e-4, 1e-5          # float32 kernels against the float64 numpy spec
+NEG = -np.inf
+
+# -- hints shared by several puzzles ----------------------------------------------------------
+
+HINT_EDGE = (
+    "A thread read or wrote past the ragged edge of an array (the error above names the "
+    "index): the grid has more threads than elements, so the extra threads must do nothing.",
+    "Compute the thread's index first, then wrap every load and store in `if index < n:` "
+    "(one bound per dimension).")
+HINT_SYNC = (
+    "A race on shared memory: one thread wrote an element that another thread touched "
+    "between the same two barriers, so the result depends on which thread runs first. A "
+    "barrier (syncthreads) is missing: after the loads, before reading them; and before "
+    "overwriting a tile that others may still be reading.",
+    "Every thread must reach every syncthreads (never put one inside an `if` that only "
+    "some threads take). In a loop over tiles you need two: after the load, and at the end "
+    "of the iteration.")
+HINT_TWICE = (
+    "Some output element was written by more than one thread: two threads computed the same "
+    "index.",
+    "The block's offset (block index times block size) plus the thread index gives every "
+    "thread of the grid its own element.")
+
+
+# -- the machinery ----------------------------------------------------------------------------
+
+@dataclass
+class PuzzleCase:
+    """One launch: inputs (float32 arrays), outputs (shapes, written by the kernel; they
+    start as NaN), int32 scalars, the kernel's argument order, grid and block."""
+
+    name: str
+    arrays: dict
+    outputs: dict
+    scalars: dict
+    order: tuple
+    grid: tuple
+    block: tuple
+
+
+@dataclass
+class Outcome:
+    """What one launch gave: outputs, the error text (or ""), the trace (simulator)."""
+
+    outputs: dict
+    error: str = ""
+    trace: Trace | None = None
+    broken: int = -1          # index of the first algorithm rule the trace breaks
+    why: str = ""
+
+
+def launch(kernel, case: PuzzleCase, *, trace: bool = True) -> Outcome:
+    """Run `kernel[grid, block](...)` on the case; traced on the simulator."""
+    from numba import cuda
+    outs = {k: np.full(shape, np.nan, np.float32) for k, shape in case.outputs.items()}
+    sim = using_simulator() and trace
+    args = []
+    for name in case.order:
+        if name in case.scalars:
+            args.append(np.int32(case.scalars[name]) if isinstance(case.scalars[name], int)
+                        else np.float32(case.scalars[name]))
+        elif name in case.arrays:
+            a = np.asarray(case.arrays[name], np.float32)
+            args.append(traced(a, name) if sim else cuda.to_device(a))
+        else:
+            args.append(traced(outs[name], name) if sim else cuda.to_device(outs[name]))
+    error = ""
+    recorded = None
+    try:
+        if sim:
+            with tracing() as recorded:
+                recorded.block_dim = tuple(case.block) + (1,) * (3 - len(case.block))
+                kernel[case.grid, case.block](*args)
+            for name, a in zip(case.order, args):
+                if name in outs:
+                    outs[name] = np.asarray(a).view(np.ndarray).copy()
+        else:
+            with simulator_lock():
+                kernel[case.grid, case.block](*args)
+            for name, a in zip(case.order, args):
+                if name in outs:
+                    outs[name] = a.copy_to_host()
+    except (IndexError, FloatingPointError, ZeroDivisionError, ValueError, TypeError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return Outcome(outs, error, recorded)
+
+
+@dataclass
+class Rule:
+    """An algorithm check on the trace: `test(trace, case)` -> "" or what is wrong."""
+
+    test: Callable
+    hint: tuple
+
+
+@dataclass
+class Puzzle:
+    number: int
+    name: str
+    title: str
+    contract: str                      # the kernel's signature and what it must do
+    spec: Callable                     # numpy: (arrays, scalars) -> {output: array}
+    cases: list
+    hint: tuple                        # (level 1, level 2) when nothing more specific fires
+    mistakes: list = field(default_factory=list)    # [(replay(arrays, scalars), hint)]
+    rules: list = field(default_factory=list)       # [Rule]
+    edge_hint: tuple = HINT_EDGE
+    expected: Callable | None = None   # case -> {"global read": n, ...} totals for show()
+    first: list = field(default_factory=list)       # [(predicate(yours, expected), hint)]
+    time_limit_s: float = 60.0
+
+    def describe(self) -> None:
+        """Print the puzzle: its contract, the numpy spec and the first case's launch."""
+        import inspect
+        import textwrap
+        c = self.cases[0]
+        print(f"Puzzle {self.number}: {self.title}")
+        print(textwrap.fill(self.contract, 98, subsequent_indent="    "))
+        print("spec (numpy):")
+        print(inspect.getsource(self.spec).rstrip())
+        print(f"first case: {c.name}")
+        print(f"    grid {c.grid}, block {c.block}")
+
+    def _expected_outputs(self, case):
+        arrays = {k: np.asarray(v, np.float64) for k, v in case.arrays.items()}
+        with np.errstate(all="ignore"):
+            return {k: np.asarray(v, np.float64) for k, v in self.spec(arrays,
+                                                                        case.scalars).items()}
+
+    def _case(self, case: PuzzleCase) -> Case:
+        want = self._expected_outputs(case)
+        arrays64 = {k: np.asarray(v, np.float64) for k, v in case.arrays.items()}
+        diagnoses = [((lambda y, e: bool(y.error) and "outside" in y.error), *self.edge_hint),
+                     ((lambda y, e: bool(y.error)), *self.edge_hint)]
+        diagnoses += [(pred, *hint) for pred, hint in self.first]
+        for replay, hint in self.mistakes:
+            with np.errstate(all="ignore"):
+                wrong = replay(arrays64, case.scalars)
+            if not _outputs_close(wrong, want):
+                diagnoses.append(((lambda y, e, w=wrong: not y.error
+                                   and _outputs_close(y.outputs, w)), *hint))
+        for i, rule in enumerate(self.rules):
+            diagnoses.append(((lambda y, e, i=i: y.broken == i), *rule.hint))
+
+        def run(kernel, case=case, want=want):
+            stub_guard(kernel, self.name)
+            out = launch(kernel, case)
+            if not out.error and out.trace is not None:     # the rules name wrong values too
+                for i, rule in enumerate(self.rules):
+                    why = rule.test(out.trace, case)
+                    if why:
+                        out.broken, out.why = i, why
+                        break
+            return out, want
+
+        return Case(case.name, run, self.hint[0], diagnoses, hint2=self.hint[1],
+                    compare=_compare, time_limit_s=self.time_limit_s)
+
+    def check(self, kernel, *, verbose: bool = True, hint_level: int = 1) -> Result:
+        """Launch `kernel` on every case; values, then the algorithm rules (simulator)."""
+        if not using_simulator() and verbose:
+            print("(on a GPU: values only; the access rules are checked on the simulator)")
+        return run_checks(f"puzzle {self.number}, {self.name}", kernel,
+                          [self._case(c) for c in self.cases], verbose=verbose,
+                          hint_level=hint_level)
+
+    def show(self, kernel, case: int = 0) -> None:
+        """Each thread's global and shared reads and writes (threads with the same counts
+        are grouped), bank conflicts and sectors, next to what the puzzle expects."""
+        try:
+            stub_guard(kernel, self.name)
+        except NotImplementedError:
+            print(f"Not implemented yet: fill in {self.name} first.")
+            return
+        if not using_simulator():
+            print("show() counts accesses on the simulator only (this machine has a GPU).")
+            return
+        c = self.cases[case]
+        out = launch(kernel, c)
+        print(f"puzzle {self.number} ({self.name}), case: {c.name}")
+        print(f"  grid {c.grid}, block {c.block}")
+        if out.error:
+            print(f"  the kernel stopped: {out.error[:160]}")
+        print(_table(out.trace))
+        print(_summary(out.trace, self.expected(c) if self.expected else None))
+
+
+def _outputs_close(a: dict, b: dict) -> bool:
+    for k in b:
+        x, y = np.asarray(a.get(k), np.float64), np.asarray(b[k], np.float64)
+        if x.shape != y.shape or not np.allclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True):
+            return False
+    return True
+
+
+def _compare(yours: Outcome, want: dict):
+    if yours.error:
+        return False, f"the kernel stopped: {yours.error[:200]}"
+    for k, y in want.items():
+        x = np.asarray(yours.outputs[k], np.float64)
+        if not np.allclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True):
+            bad = ~np.isclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True)
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            return False, (f"{k}: {int(bad.sum())} of {bad.size} elements differ, first at "
+                           f"{idx}: yours {x[idx]!r}, expected {y[idx]!r} "
+                           "(NaN means never written)")
+    if yours.broken >= 0:
+        return False, f"right values, but {yours.why}"
+    return True, ""
+
+
+_KINDS = ("global read", "global write", "shared read", "shared write")
+
+
+def _table(trace: Trace) -> str:
+    """One line per run of consecutive threads of a block with the same four counts."""
+    def name(key):
+        block, thread = key
+        b = block[0] if block[1:] == (0, 0) else block[:2]
+        t = thread[0] if thread[1:] == (0, 0) else thread[:2]
+        return b, t
+
+    groups = []                                  # [block, first thread, last thread, counts]
+    for key in trace.threads():
+        b, t = name(key)
+        counts = trace.counts(key)
+        if groups and groups[-1][0] == b and groups[-1][3] == counts:
+            groups[-1][2] = t
+        else:
+            groups.append([b, t, t, counts])
+    head = f"  {'':<40}" + "".join(f"{k.split()[0][0] + '.' + k.split()[1]:>8}" for k in _KINDS)
+    rows = [head]
+    for b, first, last, counts in groups:
+        who = f"block {b}, threads {first}..{last}" if first != last else \
+            f"block {b}, thread {first}"
+        rows.append(f"  {who:<40}" + "".join(f"{counts[k]:>8}" for k in _KINDS))
+    return "\n".join(rows)
+
+
+def _summary(trace: Trace, expected: dict | None) -> str:
+    conflicts, worst = trace.bank_conflicts()
+    touched, ideal = trace.sectors()
+    have = {k: trace.total(k) for k in _KINDS}
+    have["bank conflicts"] = conflicts
+    have["global sectors"] = touched
+    lines = ["  totals:    " + ", ".join(f"{k} {v}" for k, v in have.items())]
+    if expected:
+        exp = dict(expected)
+        lines.append("  expected:  " + ", ".join(f"{k} {v}" for k, v in exp.items()))
+        diff = [k for k, v in exp.items() if have.get(k) != v]
+        lines.append("  " + ("all as expected" if not diff else "differs: " + ", ".join(diff)))
+    lines.append(f"  (worst shared access: {worst}-way; fewest possible sectors: {ideal})")
+    return "\n".join("\n".join(_wrap(line)) for line in lines)
+
+
+def _wrap(line, width=98):
+    out = []
+    while len(line) > width:
+        cut = line.rfind(", ", 0, width) + 1 or width
+        out.append(line[:cut])
+        line = "             " + line[cut:].lstrip()
+    out.append(line)
+    return out
+
+
+def _rng(seed):
+    return np.random.default_rng(seed)
+
+
+def _f32(x):
+    return np.asarray(x, np.float32)
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+# -- rules on the trace -----------------------------------------------------------------------
+
+def no_races(trace, case):
+    found = trace.races()
+    if not found:
+        return ""
+    block, array, off, epoch = found[0]
+    return (f"{len(found)} shared elements raced (first: {array}[{off}] in block {block}, "
+            f"between barriers {epoch} and {epoch + 1})")
+
+
+def written_once(array):
+    def test(trace, case):
+        many = {off: who for off, who in trace.written_by(array).items() if len(who) > 1}
+        if many:
+            off, who = next(iter(many.items()))
+            return (f"{len(many)} elements of {array} were written by several threads "
+                    f"(element {off}: {len(who)} threads)")
+        return ""
+    return test
+
+
+def reads_at_most(array, budget: Callable, what: str):
+    """Total global reads of `array` <= budget(case)."""
+    def test(trace, case):
+        n, most = trace.total("global read", array), budget(case)
+        return "" if n <= most else (f"the kernel read {array} {n} times from global memory; "
+                                     f"{what} needs at most {most}")
+    return test
+
+
+def shared_reads_at_most(budget: Callable, what: str):
+    def test(trace, case):
+        n, most = trace.max_per_thread("shared read"), budget(case)
+        return "" if n <= most else (f"a thread read shared memory {n} times; {what} needs "
+                                     f"at most {most} per thread")
+    return test
+
+
+def coalesced(slack: float = 1.25):
+    def test(trace, case):
+        touched, ideal = trace.sectors()
+        return "" if touched <= slack * ideal else (
+            f"the warps' global accesses touched {touched} 32-byte sectors where {ideal} "
+            f"would do (strided: neighbouring threads read addresses far apart)")
+    return test
+
+
+def x_walks_rows(array):
+    """Threads (x, y) and (x + 1, y) of a block write neighbouring elements of `array`."""
+    def test(trace, case):
+        where = {key: off for off, keys in trace.written_by(array).items() for key in keys}
+        for (block, (x, y, z)), off in where.items():
+            right = where.get((block, (x + 1, y, z)))
+            if right is not None and right != off + 1:
+                return (f"threads ({x}, {y}) and ({x + 1}, {y}) of block {block} wrote "
+                        f"elements {off} and {right} of {array}, not neighbours")
+        return ""
+    return test
+
+
+def no_bank_conflicts(trace, case):
+    extra, worst = trace.bank_conflicts()
+    return "" if extra == 0 else (f"{extra} extra shared-memory wavefronts from bank conflicts "
+                                  f"(worst access {worst}-way)")
