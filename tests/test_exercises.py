@@ -144,3 +144,34 @@ def test_notebooks_ask_for_predictions_without_printing_answers(nb, names):
         assert "## Exercises" in names_
         assert names_.index("## Exercises") == len(names_) - 3   # before summary, reading
 
+
+REVEAL = "<details>\n<summary>Show the answer</summary>\n\n"   # blank line: markdown inside renders
+#: answers printed in the markdown after a "Try it" cell, hidden behind the reveal
+HIDDEN_ANSWERS = {"01_dense_attention_and_memory": "With one query the \"matrix\" is a single row",
+                  "02_online_softmax": "After the second element: $(2,\\ 1 + e^{-2})$"}
+COURSE = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted(
+    (ROOT / "labs" / "solutions").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", COURSE, ids=lambda p: p.stem)
+def test_try_it_answers_are_behind_a_reveal(path):
+    """Every <details> block is the course's one reveal (JupyterLab and the site render it;
+    the blank line after the summary lets markdown and maths inside render) and is closed;
+    the markdown after a "### Try it" cell and its code opens with it; the known answers
+    sit inside one."""
+    cells = json.loads(path.read_text())["cells"]
+    md = ["".join(c["source"]) if c["cell_type"] == "markdown" else None for c in cells]
+    for i, s in enumerate(md):
+        if s is None:
+            continue
+        assert s.count("<details>") == s.count("</details>"), f"cell {i}: unclosed <details>"
+        for at in [j for j in range(len(s)) if s.startswith("<details>", j)]:
+            assert s.startswith(REVEAL, at), f"cell {i}: a <details> that is not {REVEAL!r}"
+        if "### Try it" in s:
+            nxt = next(j for j in range(i + 1, len(md)) if md[j] is not None)
+            assert md[nxt].startswith(REVEAL), f"cell {nxt}: the Try it answer is not hidden"
+    answer = HIDDEN_ANSWERS.get(path.stem)
+    if answer:
+        cell = next(s for s in md if s and answer in s)
+        start, end = cell.index(REVEAL), cell.index("</details>")
+        assert start < cell.index(answer) < end
