@@ -272,11 +272,212 @@ def nonmatmul_flops_03() -> Exercise:
             ]})
 
 
+# -- notebook 05: smaller tiles in the fast CPU kernel -----------------------------------------
+
+BLOCKS_05 = (2048, 32, 16)                # N, the Br tried, the Bc tried (the defaults: cpu.py)
+
+
+def _direction(y):
+    """A learner's "faster" / "slower" as that word, or None for anything else."""
+    if not isinstance(y, str):
+        return None
+    word = y.strip().lower()
+    return word if word in ("faster", "slower") else None
+
+
+def block_sizes_05() -> Exercise:
+    from . import cpu
+    n, br_small, bc_small = BLOCKS_05
+    br, bc = cpu.DEFAULT_BLOCK_Q, cpu.DEFAULT_BLOCK_K
+    kv_reads = -(-n // br_small)              # K and V: once per query block, Tq / Br
+    kv_default = -(-n // br)
+    tiles = -(-n // bc_small)                 # key tiles one query block folds in, Tk / Bc
+    tiles_default = -(-n // bc)
+    lanes = 16                                # float32 per AVX-512 vector (8 with AVX2)
+    # The direction is the cost model's: the FLOPs do not change, the fixed costs do.
+    # Smaller Br: K and V streamed Tq / Br times, and every inner loop (along Br) is a
+    # couple of vectors long, so its set-up is paid for little work. Smaller Bc: the
+    # per-tile costs that do not shrink with Bc (a max, alpha = exp2 and the rescale of
+    # d accumulators per row) are paid Tk / Bc times.
+    answer = {"br32": "slower", "kv_reads_br32": kv_reads,
+              "bc16": "slower", "key_tiles_bc16": tiles}
+    recorded = ""
+    try:
+        import json
+        from .results import RESULTS_DIR
+        sweep = json.loads((RESULTS_DIR / "cpu_forward_2core.json").read_text())["sweep_N4096"]
+        small, big = sweep.get(f"64x{bc}"), sweep.get(f"{br}x{bc}")
+        if small and big:
+            recorded = (f"\nrecorded on the course's 2-core machine, N = 4096: Br = 64 takes "
+                        f"{small['median_ms'] / big['median_ms']:.2f}x the time of Br = {br} "
+                        f"(Bc = {bc}; benchmarks/results/cpu_forward_2core.json)")
+    except (OSError, ValueError, KeyError):
+        pass
+    working = (
+        f"defaults Br = {br}, Bc = {bc}; N = {n}, d = 64; the FLOPs (4 N^2 d) are the same "
+        "for every tile shape: only the fixed costs move\n"
+        f"Br = {br_small}: K and V are read once per query block, Tq / Br = {n} / {br_small} "
+        f"= {kv_reads} times (default: {kv_default}); every inner loop runs along the "
+        f"{br_small} query rows, {br_small // lanes} AVX-512 vectors ({br_small // 8} with "
+        "AVX2), so each loop's set-up is paid for very little work: slower. More query "
+        f"blocks do not help 2 cores: the default already makes {kv_default}.\n"
+        f"Bc = {bc_small}: one query block folds in Tk / Bc = {n} / {bc_small} = {tiles} key "
+        f"tiles (default: {tiles_default}); each costs every row a max, a rescale factor "
+        "alpha (one exp2) and a rescale of its d = 64 accumulators, none of which shrink "
+        "with Bc: slower, by less (those costs are about 1 / (2 Bc) of a tile's "
+        "multiply-adds)." + recorded)
+    return Exercise(
+        f"N = {n}, d = 64, the fast kernel (v3) with Br = {br_small} and with Bc = {bc_small} "
+        "instead of the defaults: faster or slower, and the counts behind it",
+        answer, working, rtol=0.0,
+        same=lambda part, yours, right: (_direction(yours) == right if isinstance(right, str)
+                                         else _same_number(yours, right, 0.0)),
+        diagnoses={
+            "br32": [
+                (lambda y: _direction(y) is None, 'answer with the word "faster" or "slower"'),
+                (lambda y: _direction(y) == "faster",
+                 "more, smaller query blocks do not give 2 cores more to do (the default "
+                 f"already makes {kv_default} blocks); each inner loop now runs over "
+                 f"{br_small} rows, {br_small // lanes}-{br_small // 8} vector instructions, "
+                 "so the loop set-up is paid for little work, and K and V are read "
+                 f"{kv_reads // kv_default} times as often")],
+            "kv_reads_br32": [
+                (lambda y: _same_number(y, kv_default, 0.0),
+                 f"that is the default's count (Br = {br}); with Br = {br_small} there are "
+                 "more query blocks"),
+                (lambda y: _same_number(y, 2 * kv_reads, 0.0),
+                 "you counted K and V together; the question is how many times each is read"),
+                (lambda y: _same_number(y, -(-n // bc), 0.0),
+                 "that divides by Bc: K and V are read once per QUERY block, Tq / Br"),
+                (lambda y: _same_number(y, 1, 0.0),
+                 "once would need all of K and V held on chip beside every query block; the "
+                 "tiled kernel streams them once per query block")],
+            "bc16": [
+                (lambda y: _direction(y) is None, 'answer with the word "faster" or "slower"'),
+                (lambda y: _direction(y) == "faster",
+                 f"the default ({bc}, {br}) float32 score tile ({bc * br * 4 // 1024} KiB) "
+                 "already stays in the core's L2 cache, so a smaller one saves no memory "
+                 f"traffic; instead a query block folds in {tiles // tiles_default} times as "
+                 "many key tiles, and each costs every row a max, an alpha and a rescale of "
+                 "d accumulators")],
+            "key_tiles_bc16": [
+                (lambda y: _same_number(y, tiles_default, 0.0),
+                 f"that is the default's count (Bc = {bc})"),
+                (lambda y: _same_number(y, tiles * kv_default, 0.0),
+                 "that counts the key tiles of all query blocks together; the question "
+                 "asks for one query block"),
+                (lambda y: _same_number(y, -(-n // br), 0.0) or _same_number(y, kv_reads, 0.0),
+                 "that divides by Br: the key tiles are Tk / Bc"),
+            ]})
+
+
+# -- notebook 08: the DRAM bytes of one flash configuration, predicted before it is shown -------
+
+DRAM_RUN_08 = "flash-N4096-q64k64"        # 16 heads, d = 64, fp32, Br = Bc = 64
+DRAM_CACHE_08 = "all"                     # ncu empties the caches before the kernel
+DRAM_BAND_08 = (2 / 3, 3 / 2)             # yours / measured counted as right: a factor 1.5
+MIB = 2 ** 20
+
+
+def dram_flash_08() -> Exercise:
+    from . import measured_traffic as mt
+    from .results import load_traffic
+    doc = load_traffic()
+    run = None if doc is None else next(
+        (r for r in doc["runs"] if r["name"] == DRAM_RUN_08
+         and r["cache_control"] == DRAM_CACHE_08 and r.get("dram_bytes") is not None), None)
+    if run is None:
+        raise ValueError(f"exercise 08-dram-flash needs the recorded ncu study with "
+                         f"{DRAM_RUN_08} (benchmarks/results/h200_ncu_traffic.json)")
+    n, d, h, br, bc = (run["seq_len"], run["head_dim"], run["heads"], run["block_q"],
+                       run["block_k"])
+    e = 4                                                     # fp32 bytes per element
+    model = mt.model_bytes("flash", n, d, h, block_q=br, block_k=bc) / MIB
+    dram = run["dram_bytes"] / MIB
+    tr = -(-n // br)
+    one = n * d * e * h / MIB                                 # one of Q, K, V, O: 16 MiB
+    kv_head = 2 * n * d * e / MIB
+    l2 = doc["limits"]["l2_bytes"] / MIB
+    lse = 4 * n * h / MIB
+    kv_once = mt.kv_reads_from_dram(run)
+    working = (
+        f"{DRAM_RUN_08}: N = {n}, d = {d}, {h} heads, fp32, Br = {br}, Bc = {bc}, caches "
+        "flushed before the kernel\n"
+        f"(a) model (fa2 order): Q read once {one:g} MiB + K and V once per query block, "
+        f"Tr = {n} / {br} = {tr} times: 2 x {one:g} x {tr} = {2 * one * tr:g} MiB + O "
+        f"written once {one:g} MiB + lse {lse:g} MiB = {model:.2f} MiB\n"
+        f"(b) measured DRAM: {dram:.1f} MiB = {dram / model:.3f} of the model; Q, K, V, O "
+        f"once would be {4 * one + lse:.1f} MiB\n"
+        f"why: one head's K and V are {kv_head:g} MiB ({h} heads: {kv_head * h:g} MiB), small "
+        f"next to the {l2:g} MiB L2. The hundreds of blocks resident at once read the same "
+        "K_j, V_j tiles at nearly the same time: the first read comes from DRAM, the other "
+        f"{tr - 1} are L2 hits. K and V crossed DRAM {kv_once:.2f} times, not {tr}: below 1 "
+        "because part of O was still in the write-back L2 when the kernel ended. The model "
+        "counts the bytes the SMs ask of memory outside the chip: here they land in L2.")
+    lo, hi = DRAM_BAND_08
+
+    def same(part, yours, right):
+        if part == "dram_mib":
+            try:
+                ratio = float(yours) / right
+            except (TypeError, ValueError, ZeroDivisionError):
+                return False
+            return lo <= ratio <= hi
+        return _same_number(yours, right, 0.01)
+
+    def near(y, value, rtol=0.02):
+        return _same_number(y, value, rtol)
+
+    return Exercise(
+        f"{DRAM_RUN_08} (N = {n}, d = {d}, {h} heads, fp32, Br = Bc = {br}, caches flushed): "
+        "(a) the two-level model's MiB, (b) the MiB DRAM really moved (within a factor 1.5)",
+        {"model_mib": model, "dram_mib": dram}, working, same=same,
+        diagnoses={
+            "model_mib": [
+                (lambda y: near(y, model * MIB / 1e6, 0.005),
+                 "that is in MB (10^6 bytes); the question asks MiB (2^20 bytes)"),
+                (lambda y: near(y, 4 * one + lse),
+                 f"that charges K and V once; the model charges them once per query block, "
+                 f"Tr = N / Br = {tr} times"),
+                (lambda y: near(y, model / h),
+                 f"that is one head; the run has {h}"),
+                (lambda y: near(y, model / 2),
+                 "fp32: 4 bytes per element, not 2"),
+                (lambda y: near(y, 2 * one * tr, 0.005),
+                 f"you left out the one read of Q and the one write of O ({one:g} MiB each)"),
+                (lambda y: near(y, mt.model_bytes("dense", n, d, h) / MIB),
+                 "that is Algorithm 0's count (S and P through memory); the flash kernel is "
+                 "tiled: Q once, K and V once per query block, O once"),
+            ],
+            "dram_mib": [
+                (lambda y: near(y, model, 0.1),
+                 f"that is the model: DRAM would see K and V {tr} times. But each head's K "
+                 f"and V ({kv_head:g} MiB) fit in the {l2:g} MiB L2, and the blocks running "
+                 "together read the same tiles at nearly the same moment: L2 hits serve all "
+                 "but the first read"),
+                (lambda y: float(y) > model,
+                 "more than the model: the flash kernel never asks for more bytes than the "
+                 "model counts; caches can only take some away"),
+                (lambda y: float(y) > hi * dram,
+                 f"too many: with {kv_head * h:g} MiB of K and V in a {l2:g} MiB L2, the "
+                 f"{tr} re-reads of each tile are L2 hits, so DRAM sees each tensor about "
+                 "once"),
+                (lambda y: near(y, 2 * one, 0.1),
+                 f"you counted K and V only; Q ({one:g} MiB) must come from DRAM too (the "
+                 "caches were flushed), and O goes out"),
+                (lambda y: float(y) < lo * dram,
+                 f"too few: the caches were flushed, so Q, K and V ({3 * one:g} MiB) must "
+                 "cross DRAM at least once"),
+            ]})
+
+
 EXERCISES = {
     "03-second-tile": second_tile,
     "03-causal-skips": causal_skips,
     "03-nonmatmul-flops": nonmatmul_flops_03,
+    "05-block-sizes": block_sizes_05,
     "06-causal-tiles": causal_tiles_06,
+    "08-dram-flash": dram_flash_08,
     "09-saved-bytes": saved_bytes_09,
 }
 

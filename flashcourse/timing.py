@@ -5,6 +5,10 @@
                      Numba's events or PyTorch's (for library baselines)
     time_host(fn)    ms per call of CPU work (perf_counter), after warm-up
     tflops(f, ms)    TFLOP/s of f floating-point operations done in ms milliseconds
+    spread(times)    (min, median, max) of repeated timings
+    unresolved(...)  where the repeats' spread does not resolve an order (versions at one
+                     size, or one version between neighbouring sizes): noise, not speed;
+                     `describe_unresolved` says it in one short line per size
     rel_err(x, ref)  ||x - ref|| / ||ref|| in float64 (the course's accuracy number)
 
 Take the median of the returned list (`statistics.median`): one slow call (a page
@@ -179,6 +183,96 @@ def row_summary(row: dict) -> str:
     if "ms" in row:
         return f"{row['ms']:9.3f} ms {row['tflops']:7.2f} TFLOP/s"
     return row.get("skipped", row.get("error", ""))
+
+
+def spread(times) -> tuple[float, float, float]:
+    """(min, median, max) of repeated timings, in their unit. The median is the number to
+    report; min..max is every repeat's range, the honest picture of the noise."""
+    t = np.asarray(times, np.float64)
+    if t.size == 0:
+        raise ValueError("spread of no timings")
+    return float(t.min()), float(np.median(t)), float(t.max())
+
+
+def _overlap(a, b) -> bool:
+    """Whether the ranges min..max of two lists of timings overlap."""
+    return min(a) <= max(b) and min(b) <= max(a)
+
+
+def unresolved(sizes, runs: dict) -> list[dict]:
+    """Where repeated timings do not resolve an order, so a plot's order is noise.
+
+    runs: {version: [timings at sizes[0], timings at sizes[1], ...]} (lists of repeats,
+    any one unit). Returns one dict per finding, {"n", "names", "kind", "why"}:
+      kind "versions": two versions whose min..max ranges overlap at size n (which one
+          is faster is not measured at that size);
+      kind "growth": one version whose range at n overlaps its range at the next size,
+          or whose median at n is above it, although the work grows with the size (the
+          rise from n to the next size is not measured: call overhead and noise).
+    """
+    sizes = list(sizes)
+    for name, per_size in runs.items():
+        if len(per_size) != len(sizes):
+            raise ValueError(f"{name}: {len(per_size)} lists of timings for {len(sizes)} sizes")
+    found = []
+    names = list(runs)
+    for i, n in enumerate(sizes):
+        for a_i, a in enumerate(names):
+            for b in names[a_i + 1:]:
+                ra, rb = runs[a][i], runs[b][i]
+                if _overlap(ra, rb):
+                    found.append({"n": n, "names": (a, b), "kind": "versions",
+                                  "why": f"the ranges of {a} ({min(ra):.3g}..{max(ra):.3g}) and "
+                                         f"{b} ({min(rb):.3g}..{max(rb):.3g}) overlap: which is "
+                                         "faster is not measured here"})
+        if i + 1 < len(sizes):
+            for a in names:
+                here, nxt = runs[a][i], runs[a][i + 1]
+                if _overlap(here, nxt) or np.median(here) >= np.median(nxt):
+                    found.append({"n": n, "names": (a,), "kind": "growth",
+                                  "why": f"{a}'s range at {n} ({min(here):.3g}..{max(here):.3g}) "
+                                         f"reaches its range at {sizes[i + 1]} "
+                                         f"({min(nxt):.3g}..{max(nxt):.3g}), though the work "
+                                         "grows: overhead and noise, not speed"})
+    return found
+
+
+def describe_unresolved(sizes, runs: dict, width: int = 96) -> list[str]:
+    """`unresolved` as lines of at most `width` characters, one paragraph per size: the
+    groups of versions whose ranges overlap (chained: a overlaps b, b overlaps c), then the
+    versions whose rise to the next size is not resolved, e.g.
+    "N = 512: order not resolved among a, b; rise to N = 1,024 not resolved: b"."""
+    import textwrap
+    sizes = list(sizes)
+    names = list(runs)
+    found = unresolved(sizes, runs)
+    lines = []
+    for i, n in enumerate(sizes):
+        group = {name: {name} for name in names}              # chained overlaps, merged
+        for f in found:
+            if f["n"] == n and f["kind"] == "versions":
+                a, b = f["names"]
+                merged = group[a] | group[b]
+                for name in merged:
+                    group[name] = merged
+        groups, seen = [], set()
+        for name in names:
+            if len(group[name]) > 1 and name not in seen:
+                seen |= group[name]
+                groups.append([x for x in names if x in group[name]])
+        grow = [f["names"][0] for f in found if f["n"] == n and f["kind"] == "growth"]
+        parts = []
+        if groups == [names]:
+            parts.append(f"order not resolved among all {len(names)} versions")
+        elif groups:
+            parts.append("order not resolved among " + "; among ".join(", ".join(g)
+                                                                        for g in groups))
+        if grow:
+            parts.append(f"rise to N = {sizes[i + 1]:,} not resolved: " + ", ".join(grow))
+        if parts:
+            lines += textwrap.wrap(f"N = {n:,}: " + "; ".join(parts), width=width,
+                                   subsequent_indent="    ")
+    return lines
 
 
 def tflops(flops: float, ms: float) -> float:

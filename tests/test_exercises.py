@@ -80,9 +80,55 @@ def test_nonmatmul_flops_03():
     assert not ok and "more than once" in lines[0] and "FA1's count" in lines[1]
 
 
+def test_block_sizes_05():
+    from flashcourse import cpu
+    n, br, bc = E.BLOCKS_05
+    kv, tiles = n // br, n // bc                              # once per query block; Tk / Bc
+    right = dict(br32="slower", kv_reads_br32=kv, bc16=" Slower", key_tiles_bc16=tiles)
+    assert E.grade("05-block-sizes", **right)[0]
+    default_kv = n // cpu.DEFAULT_BLOCK_Q
+    ok, lines = E.grade("05-block-sizes", br32="faster", kv_reads_br32=default_kv,
+                        bc16="faster", key_tiles_bc16=tiles * default_kv)
+    assert not ok
+    assert "do not give 2 cores" in lines[0] and "default's count" in lines[1]
+    assert "L2 cache" in lines[2] and "all query blocks" in lines[3]
+    ok, lines = E.grade("05-block-sizes", br32="yes", kv_reads_br32=2 * kv, bc16=True,
+                        key_tiles_bc16=n // cpu.DEFAULT_BLOCK_K)
+    assert not ok
+    assert '"faster" or "slower"' in lines[0] and "together" in lines[1]
+    assert '"faster" or "slower"' in lines[2] and "default's count" in lines[3]
+    ok, lines = E.grade("05-block-sizes", kv_reads_br32=n // cpu.DEFAULT_BLOCK_K,
+                        key_tiles_bc16=n // br)
+    assert "QUERY block" in lines[1] and "divides by Br" in lines[3]
+
+
+def test_dram_flash_08():
+    """Right: the model to 1 %, the measurement within a factor 1.5 (64 MiB, "every tensor
+    once", counts); each typical slip gets its reason, the L2 hits above all."""
+    mib = 2 ** 20
+    n, d, h, br = 4096, 64, 16, 64
+    one = n * d * 4 * h / mib                                  # Q, K, V or O: 16 MiB
+    model = one + 2 * one * (n // br) + one + 4 * n * h / mib   # counted by hand: 2080.25
+    assert model == pytest.approx(2080.25)
+    assert E.grade("08-dram-flash", model_mib=2080, dram_mib=4 * one)[0]
+    assert E.grade("08-dram-flash", model_mib=model, dram_mib=3 * one)[0]
+    ok, lines = E.grade("08-dram-flash", model_mib=model * mib / 1e6, dram_mib=model)
+    assert not ok and "MB" in lines[0] and "L2 hits" in lines[1]
+    ok, lines = E.grade("08-dram-flash", model_mib=4 * one, dram_mib=2 * one)
+    assert not ok and "once per query block" in lines[0] and "K and V only" in lines[1]
+    ok, lines = E.grade("08-dram-flash", model_mib=model / h, dram_mib=3 * model)
+    assert "one head" in lines[0] and "more than the model" in lines[1]
+    ok, lines = E.grade("08-dram-flash", model_mib=2 * one * (n // br), dram_mib=400)
+    assert "left out" in lines[0] and "too many" in lines[1]
+    ok, lines = E.grade("08-dram-flash", model_mib=model / 2, dram_mib=5)
+    assert "4 bytes" in lines[0] and "too few" in lines[1]
+
+
 @pytest.mark.parametrize("nb,names", [("03_tiled_forward", ["03-second-tile", "03-causal-skips",
                                                             "03-nonmatmul-flops"]),
+                                      ("05_numba_cpu", ["05-block-sizes"]),
                                       ("06_numba_cuda_kernel", ["06-causal-tiles"]),
+                                      ("08_measured_traffic", ["08-dram-flash"]),
                                       ("09_backward_recompute", ["09-saved-bytes"])])
 def test_notebooks_ask_for_predictions_without_printing_answers(nb, names):
     cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
@@ -97,3 +143,35 @@ def test_notebooks_ask_for_predictions_without_printing_answers(nb, names):
         names_ = [md[i].split("\n")[0] for i in heads]
         assert "## Exercises" in names_
         assert names_.index("## Exercises") == len(names_) - 3   # before summary, reading
+
+
+REVEAL = "<details>\n<summary>Show the answer</summary>\n\n"   # blank line: markdown inside renders
+#: answers printed in the markdown after a "Try it" cell, hidden behind the reveal
+HIDDEN_ANSWERS = {"01_dense_attention_and_memory": "With one query the \"matrix\" is a single row",
+                  "02_online_softmax": "After the second element: $(2,\\ 1 + e^{-2})$"}
+COURSE = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted(
+    (ROOT / "labs" / "solutions").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", COURSE, ids=lambda p: p.stem)
+def test_try_it_answers_are_behind_a_reveal(path):
+    """Every <details> block is the course's one reveal (JupyterLab and the site render it;
+    the blank line after the summary lets markdown and maths inside render) and is closed;
+    the markdown after a "### Try it" cell and its code opens with it; the known answers
+    sit inside one."""
+    cells = json.loads(path.read_text())["cells"]
+    md = ["".join(c["source"]) if c["cell_type"] == "markdown" else None for c in cells]
+    for i, s in enumerate(md):
+        if s is None:
+            continue
+        assert s.count("<details>") == s.count("</details>"), f"cell {i}: unclosed <details>"
+        for at in [j for j in range(len(s)) if s.startswith("<details>", j)]:
+            assert s.startswith(REVEAL, at), f"cell {i}: a <details> that is not {REVEAL!r}"
+        if "### Try it" in s:
+            nxt = next(j for j in range(i + 1, len(md)) if md[j] is not None)
+            assert md[nxt].startswith(REVEAL), f"cell {nxt}: the Try it answer is not hidden"
+    answer = HIDDEN_ANSWERS.get(path.stem)
+    if answer:
+        cell = next(s for s in md if s and answer in s)
+        start, end = cell.index(REVEAL), cell.index("</details>")
+        assert start < cell.index(answer) < end

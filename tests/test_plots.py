@@ -204,3 +204,41 @@ def test_readable_explorer_plots(name):
     assert width_px <= style.MAX_WIDTH_IN * 100, f"{name}: {width_px} px wide"
     size, text = style.smallest_text(explorer._fig)
     assert size >= style.MIN_FONT_PT, f"{name}: {text!r} at {size:g} pt"
+
+
+def test_timing_spread_rings_unresolved_points():
+    """Notebook 05's live timing plot: a band per version, rings exactly where the repeats
+    do not resolve an order (versions overlapping at one N; a version's own rise to the
+    next N), the dotted fixed-cost line, readable at the course's sizes."""
+    import matplotlib.pyplot as plt
+    from flashcourse.plots import timings as TP
+    from flashcourse.timing import describe_unresolved, spread, unresolved
+    sizes = [256, 512, 1024]
+    runs = {"fast": [[0.30, 0.90, 0.35], [1.0, 1.1, 1.05], [4.0, 4.1, 4.2]],
+            "slow": [[0.50, 0.55, 0.60], [2.0, 2.1, 2.2], [8.0, 8.5, 9.0]]}
+    assert spread(runs["fast"][0]) == (0.30, 0.35, 0.90)
+    found = unresolved(sizes, runs)
+    assert [(f["n"], f["kind"], f["names"]) for f in found] == [
+        (256, "versions", ("fast", "slow"))]                  # 0.3..0.9 overlaps 0.5..0.6
+    runs["slow"][0] = [0.5, 2.5, 0.6]                          # slower at 256 than at 512?
+    found = unresolved(sizes, runs)
+    assert (256, "growth", ("slow",)) in [(f["n"], f["kind"], f["names"]) for f in found]
+    assert TP.flagged_points(sizes, runs) == {("fast", 256), ("slow", 256)}
+    lines = describe_unresolved(sizes, runs)
+    assert len(lines) == 1
+    assert lines[0].startswith("N = 256: order not resolved among all 2 versions")
+    assert "rise to N = 512 not resolved: slow" in lines[0]
+    assert describe_unresolved([256], {"a": [[1.0]], "b": [[2.0]]}) == []
+    chained = {"a": [[1.0, 2.0]], "b": [[1.9, 3.0]], "c": [[2.9, 4.0]], "d": [[9.0]]}
+    assert describe_unresolved([256], chained) == ["N = 256: order not resolved among a, b, c"]
+    with pytest.raises(ValueError, match="3 sizes"):
+        unresolved(sizes, {"a": [[1.0]]})
+    fig = TP.plot_timing_spread(sizes, runs, overhead_ms=0.2, colours={"fast": "C1"})
+    ax = fig.axes[0]
+    assert len(ax.collections) == 2                            # one band per version
+    rings = [ln for ln in ax.lines if ln.get_marker() == "o" and ln.get_linestyle() == "None"]
+    assert sum(len(ln.get_xdata()) for ln in rings) == 2
+    assert any(ln.get_linestyle() == ":" for ln in ax.lines)   # the fixed-cost line
+    assert style.width_in(fig) <= style.MAX_WIDTH_IN
+    assert style.smallest_font_pt(fig) >= style.MIN_FONT_PT
+    plt.close(fig)

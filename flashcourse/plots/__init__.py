@@ -6,6 +6,7 @@
     traffic       dense vs tiled bytes against N and against the on-chip budget (03-04)
     roofline      attention (04) and decoding (11) on a GPU's roofline
     kernels       the CUDA kernel's data flow; the key-major backward (06, 09)
+    timings       live timings with the spread of their repeats, noise flagged (05)
     measured      Nsight Compute counters against the IO model (08)
     backward      the backward's costs and the recorded backward timings (09)
     tensor_cores  mma fragments, rounding errors, recorded tensor-core timings (10)
