@@ -448,6 +448,8 @@ def make_tf32_kernel(cfg, passes: int):
 
         acc = cuda.local.array(OREGS, float32)
         s = cuda.local.array(SREGS, float32)
+        pb = cuda.local.array(SREGS, uint32)   # P split into tf32 big and small parts
+        pl = cuda.local.array(SREGS, uint32)
         pkx = cuda.local.array(PKV, float32)   # K_j, V_j elements staged in registers
         pvx = cuda.local.array(PKV, float32)
         for i in range(4 * NO):
@@ -588,38 +590,51 @@ def make_tf32_kernel(cfg, passes: int):
             # O += P V. The k index is permuted inside each k8 step (A col t <-> key 2t,
             # col t + 4 <-> key 2t + 1, the same for V's rows) so that P's accumulator
             # fragment of S tile j is the A fragment of k8 step j without moving data.
+            # Accuracy: a tensor core adds into its accumulator at about fp32 precision but
+            # not as IEEE round-to-nearest (it truncates; Fasi et al. 2021), so a running O
+            # kept in the accumulator across all Tk / Bc key blocks gathered an error that
+            # grew with Tk (1.2e-4 at Tk = 16,384). This key block's P V therefore starts
+            # from zero, its small terms (x 2^-11) in accumulators of their own, and is added
+            # to O with ordinary fp32 adds (round to nearest), as CUTLASS's 3xTF32 does.
             for j in range(NS):
-                pb0 = TF32(s[4 * j])           # (row g,     key 2t)
-                pb1 = TF32(s[4 * j + 2])       # (row g + 8, key 2t)
-                pb2 = TF32(s[4 * j + 1])       # (row g,     key 2t + 1)
-                pb3 = TF32(s[4 * j + 3])       # (row g + 8, key 2t + 1)
-                ps0_ = TF32(s[4 * j] - AS_F32(pb0))
-                ps1_ = TF32(s[4 * j + 2] - AS_F32(pb1))
-                ps2_ = TF32(s[4 * j + 1] - AS_F32(pb2))
-                ps3_ = TF32(s[4 * j + 3] - AS_F32(pb3))
-                for n in range(NO):
+                for i in range(4):
+                    x = s[4 * j + i]
+                    big = TF32(x)
+                    pb[4 * j + i] = big
+                    pl[4 * j + i] = TF32(x - AS_F32(big))
+            for n in range(NO):
+                c0 = F0                        # this key block's P V, tile n (big terms)
+                c1 = F0
+                c2 = F0
+                c3 = F0
+                e0 = F0                        # its small terms
+                e1 = F0
+                e2 = F0
+                e3 = F0
+                for j in range(NS):
                     vb = V_OFF + (j * 8 + 2 * t) * VS + n * 8 + g
                     b0 = sm[U(vb)]
                     b1 = sm[U(vb + VS)]
-                    c0 = acc[4 * n]
-                    c1 = acc[4 * n + 1]
-                    c2 = acc[4 * n + 2]
-                    c3 = acc[4 * n + 3]
+                    # A fragment: (row g, key 2t), (row g + 8, key 2t), (row g, key 2t + 1),
+                    # (row g + 8, key 2t + 1) = accumulator entries 0, 2, 1, 3 of tile j
                     if THREE:
-                        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, ps0_, ps1_, ps2_, ps3_,
-                                             b0, b1, c0, c1, c2, c3)
+                        e0, e1, e2, e3 = MMA(scr, wbase, lane, par, pl[4 * j], pl[4 * j + 2],
+                                             pl[4 * j + 1], pl[4 * j + 3], b0, b1,
+                                             e0, e1, e2, e3)
                         par = 1 - par
-                        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb0, pb1, pb2, pb3,
+                        e0, e1, e2, e3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
+                                             pb[4 * j + 1], pb[4 * j + 3],
                                              sm[U(vb + VW)], sm[U(vb + VW + VS)],
-                                             c0, c1, c2, c3)
+                                             e0, e1, e2, e3)
                         par = 1 - par
-                    c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb0, pb1, pb2, pb3, b0, b1,
+                    c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
+                                         pb[4 * j + 1], pb[4 * j + 3], b0, b1,
                                          c0, c1, c2, c3)
                     par = 1 - par
-                    acc[4 * n] = c0
-                    acc[4 * n + 1] = c1
-                    acc[4 * n + 2] = c2
-                    acc[4 * n + 3] = c3
+                acc[4 * n] += c0 + e0
+                acc[4 * n + 1] += c1 + e1
+                acc[4 * n + 2] += c2 + e2
+                acc[4 * n + 3] += c3 + e3
 
         l0 = quad_sum(l0, red, tid)
         l1 = quad_sum(l1, red, tid)
