@@ -223,7 +223,7 @@ def _compare(yours: Outcome, want: dict):
             bad = ~np.isclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True)
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
             return False, (f"{k}: {int(bad.sum())} of {bad.size} elements differ, first at "
-                           f"{idx}: yours {x[idx]!r}, expected {y[idx]!r} "
+                           f"{idx}: yours {float(x[idx])!r}, expected {float(y[idx])!r} "
                            "(NaN means never written)")
     if yours.broken >= 0:
         return False, f"right values, but {yours.why}"
