@@ -335,3 +335,40 @@ def test_bfloat16_arrays_of_ml_dtypes(rng):
     assert o.dtype == ml_dtypes.bfloat16
     o_ref, _ = attention(*(a.astype(np.float32) for a in (q, k, v)), causal=True)
     assert rel_err(o.astype(np.float32), o_ref) < 2e-2
+
+
+@pytest.mark.parametrize("precision, dtype, d", [("bf16", np.float32, 40), ("bf16", np.float32, 64),
+                                                 ("fp16", np.float16, 40),
+                                                 ("3xtf32", np.float32, 24)])
+def test_device_conversion_matches_the_host_words_bit_for_bit(precision, dtype, d, rng):
+    """float32 -> bf16 words (round half to even) and zero padding of d happen on the device
+    (no host round trip); the words and the unpacked output equal the host models'."""
+    from numba import cuda
+    D = -(-d // 16) * 16
+    x = (rng.standard_normal((2, 7, d)) * 3).astype(dtype)
+    x.reshape(-1)[:3] = [0.0, -0.0, 1.0 + 2.0 ** -8]          # a tie, rounded to even
+    assert tc.device_convertible(dtype, precision)
+    words = tc.device_words(cuda.to_device(x), precision, D).copy_to_host()
+    np.testing.assert_array_equal(words, tc._to_words(x.astype(np.float32), precision, D))
+    o = cuda.device_array((2, 7, d), np.float16 if precision == "fp16" else np.float32)
+    tc.device_unwords(cuda.to_device(words), o, precision, d)
+    np.testing.assert_array_equal(o.copy_to_host(),
+                                  tc._from_words(words, precision, d).astype(o.dtype))
+
+
+def test_float32_to_fp16_keeps_the_host_range_check(rng):
+    assert not tc.device_convertible(np.float32, "fp16")
+    assert not tc.device_convertible(np.float64, "bf16")
+
+
+def test_bf16_on_float32_device_arrays_is_right(rng):
+    from numba import cuda
+
+    from flashcourse.cuda import forward
+    q, k, v = (rng.standard_normal((2, 19, 40)).astype(np.float32) for _ in range(3))
+    o, lse = forward(*(cuda.to_device(a) for a in (q, k, v)), kernel="tensor_core",
+                     precision="bf16", causal=True)
+    r = [tc.round_bf16(a) for a in (q, k, v)]
+    ref_o, ref_lse = attention(*r, causal=True)
+    assert rel_err(o.copy_to_host(), ref_o) < 2e-2
+    np.testing.assert_allclose(lse.copy_to_host(), ref_lse, rtol=1e-2, atol=1e-2)

@@ -286,10 +286,12 @@ def run_heads(x, out=None, precision: str | None = None, **tiles):
     x: a `flashcourse._checks.Heads` with device arrays q (BH, Tq, d), k, v (BH, Tk, d)
     of dtype float16, float32 or float64. Native cases run without a copy: float16 with
     precision "fp16", float32 with "3xtf32"/"tf32", d a multiple of 16 (the 16-bit
-    arrays are viewed as 32-bit words, two values per word). Every other case (padding
-    d, rounding float32 to bf16/fp16, float64) converts through the host first: fine for
-    learning, not for timing. Returns (o (BH, Tq, d) float16 for fp16 from float16 input,
-    else float32; lse (BH, Tq) float32); `out` may hold those arrays already allocated.
+    arrays are viewed as 32-bit words, two values per word). Padding d and rounding
+    float32 to bf16 happen on the device (`device_words`, `device_unwords`: small
+    conversion kernels, no host round trip). float64, and float32 rounded to fp16 (whose
+    range, 65,504, is checked first), convert through the host: fine for learning, not
+    for timing. Returns (o (BH, Tq, d) float16 for fp16 from float16 input, else float32;
+    lse (BH, Tq) float32); `out` may hold those arrays already allocated.
     """
     precision = default_precision(x.dtype) if precision is None else precision
     if precision not in PRECISIONS:
@@ -303,9 +305,12 @@ def run_heads(x, out=None, precision: str | None = None, **tiles):
     native = D == x.d and ((precision == "fp16" and dt == np.float16)
                            or (not half and dt == np.float32))
     o_dtype = np.float16 if (precision == "fp16" and dt == np.float16) else np.float32
+    on_device = device_convertible(dt, precision)
     if native:
         qw, kw, vw = ((a.view(np.uint32) if half else a) for a in (x.q, x.k, x.v))
-    else:
+    elif on_device:                    # padding d, float32 -> bf16: on the device
+        qw, kw, vw = (device_words(a, precision, D) for a in (x.q, x.k, x.v))
+    else:                              # float64, or float32 -> fp16 (range check): host
         host = [a.copy_to_host().astype(np.float32) for a in (x.q, x.k, x.v)]
         if precision == "fp16":
             _check_fp16_range(host)
@@ -318,8 +323,123 @@ def run_heads(x, out=None, precision: str | None = None, **tiles):
     ow = (o.view(np.uint32) if half else o) if direct else cuda.device_array_like(qw)
     run(qw, kw, vw, ow, lse, x.tq, x.tk, x.d, x.scale, x.causal, precision, **tiles)
     if not direct:
-        o.copy_to_device(_from_words(ow.copy_to_host(), precision, x.d).astype(o.dtype))
+        if on_device and np.dtype(o.dtype) == np.dtype(o_dtype):
+            device_unwords(ow, o, precision, x.d)
+        else:
+            o.copy_to_device(_from_words(ow.copy_to_host(), precision, x.d).astype(o.dtype))
     return o, lse
+
+
+# ---------------------------------------------------------------------------------------
+# On-device conversion to the kernels' word layout (no host round trip)
+# ---------------------------------------------------------------------------------------
+
+#: Threads per block of the conversion kernels.
+CONVERT_THREADS = 256
+
+
+def device_convertible(dtype, precision: str) -> bool:
+    """True when `device_words` can prepare `dtype` input for `precision` on the device:
+    float16 for fp16 (padding d), float32 for bf16, 3xtf32 and tf32 (rounding, padding).
+    float32 -> fp16 goes through the host, which checks float16's range (65,504) first."""
+    dt = np.dtype(dtype)
+    return (precision == "fp16" and dt == np.float16) or (
+        precision != "fp16" and dt == np.float32)
+
+
+@lru_cache(maxsize=None)
+def _convert_kernels():
+    @cuda.jit
+    def words_bf16(src, dst, n_rows, d, D):
+        # src (rows, d) uint32 = float32 bits; dst (rows, D) uint16 bf16 bits, zero-padded
+        i = cuda.grid(1)
+        if i < n_rows * D:
+            r = i // D
+            c = i - r * D
+            b = uint32(0)
+            if c < d:
+                u = src[r, c]
+                if (u & uint32(0x7FFFFFFF)) > uint32(0x7F800000):      # NaN stays NaN
+                    b = (u >> uint32(16)) | uint32(0x40)
+                else:                                               # round half to even
+                    b = (u + uint32(0x7FFF) + ((u >> uint32(16)) & uint32(1))) >> uint32(16)
+            dst[r, c] = b
+
+    @cuda.jit
+    def pad_copy(src, dst, n_rows, d, D):
+        # dst (rows, D) = src (rows, d) with zero columns d..D-1 (same element type)
+        i = cuda.grid(1)
+        if i < n_rows * D:
+            r = i // D
+            c = i - r * D
+            if c < d:
+                dst[r, c] = src[r, c]
+            else:
+                dst[r, c] = 0
+
+    @cuda.jit
+    def unwords_bf16(src, dst, n_rows, d, D):
+        # src (rows, D) uint16 bf16 bits; dst (rows, d) uint32 = float32 bits
+        i = cuda.grid(1)
+        if i < n_rows * d:
+            r = i // d
+            c = i - r * d
+            dst[r, c] = uint32(src[r, c]) << uint32(16)
+
+    @cuda.jit
+    def unpad_copy(src, dst, n_rows, d, D):
+        i = cuda.grid(1)
+        if i < n_rows * d:
+            r = i // d
+            c = i - r * d
+            dst[r, c] = src[r, c]
+
+    return words_bf16, pad_copy, unwords_bf16, unpad_copy
+
+
+def _convert(kernel, src, dst, rows, d, D, n):
+    grid = max(1, ceil_div(n, CONVERT_THREADS))
+    launch(kernel, None, grid, CONVERT_THREADS, 0,
+           (src, dst, np.int32(rows), np.int32(d), np.int32(D)))
+
+
+def device_words(a, precision: str, D: int):
+    """(BH, T, d) device array -> the kernels' (BH, T, W) words on the device (fp16 or
+    bf16: W = D/2 uint32 of two values; tf32: W = D float32), columns d..D-1 zero."""
+    words_bf16, pad_copy, _, _ = _convert_kernels()
+    bh, n, d = (int(s) for s in a.shape)
+    rows = bh * n
+    if precision in ("fp16", "bf16"):
+        out = cuda.device_array((bh, n, D // 2), np.uint32)
+        dst = out.view(np.uint16).reshape(rows, D)                  # (BH*T, D) 16-bit
+        if precision == "bf16":
+            _convert(words_bf16, a.view(np.uint32).reshape(rows, d), dst, rows, d, D, rows * D)
+        else:
+            _convert(pad_copy, a.view(np.uint16).reshape(rows, d), dst, rows, d, D, rows * D)
+        return out
+    out = cuda.device_array((bh, n, D), np.float32)
+    _convert(pad_copy, a.reshape(rows, d), out.reshape(rows, D), rows, d, D, rows * D)
+    return out
+
+
+def device_unwords(w, o, precision: str, d: int) -> None:
+    """Inverse of `device_words` for the output, into o (BH, Tq, d): float32 for bf16 and
+    the tf32 kernels, float16 for fp16."""
+    _, _, unwords_bf16, unpad_copy = _convert_kernels()
+    bh, n = int(o.shape[0]), int(o.shape[1])
+    rows = bh * n
+    if precision in ("fp16", "bf16"):
+        D = 2 * int(w.shape[2])
+        src = w.view(np.uint16).reshape(rows, D)
+        if precision == "bf16":
+            _convert(unwords_bf16, src, o.view(np.uint32).reshape(rows, d), rows, d, D,
+                     rows * d)
+        else:
+            _convert(unpad_copy, src, o.view(np.uint16).reshape(rows, d), rows, d, D,
+                     rows * d)
+        return
+    D = int(w.shape[2])
+    _convert(unpad_copy, w.reshape(rows, D), o.reshape(rows, d), rows, d, D, rows * d)
 
 
 def _check_fp16_range(arrays) -> None:
