@@ -34,7 +34,11 @@ where the course's kernels run (as PyTorch's caching allocator orders it on its 
 work queued on another stream that reads an output must finish before that output is
 dropped.
 
-CUDA graphs (`captured`): a plan can also be recorded once into a CUDA graph and replayed
+One GPU per process: a plan belongs to the CUDA context it was built in, and the key does
+not hold the device (reading it costs more than the rest of a replay). A program that switches
+between GPUs should set FLASHCOURSE_PACKED_LAUNCH=0.
+
+CUDA graphs (`capture`): a plan can also be recorded once into a CUDA graph and replayed
 with one driver call, into fixed output arrays (decode is the classic case).
 """
 
