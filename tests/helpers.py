@@ -3,6 +3,7 @@
 import importlib
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -94,3 +95,21 @@ def assert_close_to_reference(o, lse, o_ref, lse_ref, dtype, inputs=None):
         got, want = lse[~empty].astype(np.float64), lse_ref[~empty]
         worst = float(np.max(np.abs(got - want) / (1 + np.abs(want))))
         assert worst <= tol, f"lse error {worst:.3g} > {tol}"
+
+
+def wait_until_ready(proc, probe, what: str, timeout_s: float, log_tail, interval_s: float):
+    """Poll `probe()` (raises OSError until the server answers) while `proc` runs; a clear
+    RuntimeError with the server's log tail if it exits first or is not ready in time."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {proc.returncode} before it was "
+                               f"ready\n{log_tail()}")
+        try:
+            probe()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} not ready after {timeout_s} s\n"
+                                   f"{log_tail()}") from None
+            time.sleep(interval_s)

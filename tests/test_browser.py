@@ -45,6 +45,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from helpers import wait_until_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The exact check below runs on the notebook that shows the score-memory explorer at
@@ -159,19 +160,8 @@ def jupyter_lab(root: Path, scratch: Path, startup_s: float = 60):
                                 stderr=subprocess.STDOUT, start_new_session=True)
     lab = Lab(proc, port, token, log)
     try:
-        deadline = time.monotonic() + startup_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited with code {proc.returncode} "
-                                   f"before it was ready\n{lab.log_tail()}")
-            try:
-                lab.api("/api/status")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"JupyterLab not ready after {startup_s} s\n"
-                                       f"{lab.log_tail()}") from None
-                time.sleep(0.25)
+        wait_until_ready(proc, lambda: lab.api("/api/status"), "JupyterLab", startup_s,
+                         lab.log_tail, 0.25)
         yield lab
     finally:
         try:                                  # shut kernels down cleanly first

@@ -55,7 +55,7 @@ from http.cookiejar import CookieJar
 from pathlib import Path
 
 import pytest
-from helpers import TOOLS
+from helpers import TOOLS, wait_until_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = TOOLS / "class_hub" / "jupyterhub_config.py"
@@ -333,19 +333,8 @@ def class_hub(tmp_path_factory):
     hub = Hub(proc, port, log, state, password)
     hub.repo, hub.scratch = repo, scratch
     try:
-        deadline = time.monotonic() + HUB_START_S
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"JupyterHub exited with code {proc.returncode} before it "
-                                   f"was ready\n{hub.log_tail()}")
-            try:
-                hub.api("/hub/api/")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"JupyterHub not ready after {HUB_START_S} s\n"
-                                       f"{hub.log_tail()}") from None
-                time.sleep(0.5)
+        wait_until_ready(proc, lambda: hub.api("/hub/api/"), "JupyterHub", HUB_START_S,
+                         hub.log_tail, 0.5)
         yield hub
     finally:
         hub.stop()

@@ -650,10 +650,9 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
                              f"of the key/value heads Hkv = k.shape[1] = {ks[1]}")
         b, hq, tq, d = qs
         hkv, tk = ks[1], ks[2]
-        dev = [q, k, v]
-        qf = dev[0].reshape(b * hq * tq, d)
-        kf = dev[1].reshape(b * hkv, tk, d)
-        vf = dev[2].reshape(b * hkv, tk, d)
+        qf = q.reshape(b * hq * tq, d)
+        kf = k.reshape(b * hkv, tk, d)
+        vf = v.reshape(b * hkv, tk, d)
         itemsize = np.dtype(q.dtype).itemsize
         aligned = all(_aligned(x) for x in (q, k, v))
         out_dtype = lse_dtype = np.dtype(np.float32)
@@ -693,7 +692,7 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
     if on_device:
         o, lse = o.reshape(b, hq, tq, d), lse.reshape(b, hq, tq)
         if check:
-            check_result(dev[0], dev[1], dev[2], o, lse, causal=causal, scale=scale,
+            check_result(q, k, v, o, lse, causal=causal, scale=scale,
                          allow_nonfinite=allow_nonfinite, kv_group=group, advice=advice)
         return o, lse
     o_h = o.copy_to_host().astype(out_dtype, copy=False).reshape(b, hq, tq, d)

@@ -262,12 +262,6 @@ def clear() -> None:
         _UNPLANNABLE.clear()
 
 
-def plan_for(entry: str, arrays, settings):
-    """The cached plan of this call (after a first call), or None."""
-    key, _ = plan_key(entry, arrays, settings)
-    return None if key is None else _PLANS.get(key)
-
-
 # ---------------------------------------------------------------------------------------
 # CUDA graphs
 # ---------------------------------------------------------------------------------------

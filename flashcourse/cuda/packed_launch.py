@@ -72,9 +72,9 @@ class PackedLaunch:
     already run through Numba (so the overload is compiled and any opt-in done);
     grid, block: launch shape (ints or tuples); shared_bytes: dynamic shared memory.
 
-    `set_array(i, a)` points array argument i at device array `a` (same dtype, shape
-    and strides as at packing: the caller's plan is keyed on them); `launch()` queues
-    the kernel on the default stream.
+    `set_pointer(i, ptr)` points array argument i at another device address (an array of
+    the same dtype, shape and strides as at packing: the caller's plan is keyed on them);
+    `launch(stream)` queues the kernel (default: the legacy default stream).
     """
 
     def __init__(self, dispatcher, args, grid, block, shared_bytes: int = 0):
@@ -151,10 +151,6 @@ class PackedLaunch:
             raise PackedLaunchError(
                 f"{kernel}: the packed arguments ({len(ours)} values) differ from those "
                 f"numba-cuda prepares ({len(theirs)}): {ours[:80]} vs {theirs[:80]}")
-
-    def set_array(self, index: int, a) -> None:
-        """Point array argument `index` at `a` (same shape and dtype as packed)."""
-        self._data_slot[index].value = device_pointer(a)
 
     def set_pointer(self, index: int, ptr: int) -> None:
         """Point array argument `index` at device address `ptr`."""

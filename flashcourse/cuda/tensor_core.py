@@ -349,97 +349,89 @@ def device_convertible(dtype, precision: str) -> bool:
 
 @lru_cache(maxsize=None)
 def _convert_kernels():
+    """(bf16 rounding, bf16 unpacking, column copy): element-wise kernels over (rows, m)
+    arrays, src (rows, n_src) -> dst (rows, n_dst); columns of dst past n_src are zero."""
     @cuda.jit
-    def words_bf16(src, dst, n_rows, d, D):
-        # src (rows, d) uint32 = float32 bits; dst (rows, D) uint16 bf16 bits, zero-padded
+    def words_bf16(src, dst, rows, n_src, n_dst):
+        # src uint32 = float32 bits; dst uint16 bf16 bits, rounded half to even
         i = cuda.grid(1)
-        if i < n_rows * D:
-            r = i // D
-            c = i - r * D
+        if i < rows * n_dst:
+            r = i // n_dst
+            c = i - r * n_dst
             b = uint32(0)
-            if c < d:
+            if c < n_src:
                 u = src[r, c]
                 if (u & uint32(0x7FFFFFFF)) > uint32(0x7F800000):      # NaN stays NaN
                     b = (u >> uint32(16)) | uint32(0x40)
-                else:                                               # round half to even
+                else:
                     b = (u + uint32(0x7FFF) + ((u >> uint32(16)) & uint32(1))) >> uint32(16)
             dst[r, c] = b
 
     @cuda.jit
-    def pad_copy(src, dst, n_rows, d, D):
-        # dst (rows, D) = src (rows, d) with zero columns d..D-1 (same element type)
+    def unwords_bf16(src, dst, rows, n_src, n_dst):
+        # src uint16 bf16 bits; dst uint32 = float32 bits (n_dst <= n_src)
         i = cuda.grid(1)
-        if i < n_rows * D:
-            r = i // D
-            c = i - r * D
-            if c < d:
+        if i < rows * n_dst:
+            r = i // n_dst
+            c = i - r * n_dst
+            dst[r, c] = uint32(src[r, c]) << uint32(16)
+
+    @cuda.jit
+    def copy_columns(src, dst, rows, n_src, n_dst):
+        # the same element type: pads with zeros (n_dst > n_src) or drops columns
+        i = cuda.grid(1)
+        if i < rows * n_dst:
+            r = i // n_dst
+            c = i - r * n_dst
+            if c < n_src:
                 dst[r, c] = src[r, c]
             else:
                 dst[r, c] = 0
 
-    @cuda.jit
-    def unwords_bf16(src, dst, n_rows, d, D):
-        # src (rows, D) uint16 bf16 bits; dst (rows, d) uint32 = float32 bits
-        i = cuda.grid(1)
-        if i < n_rows * d:
-            r = i // d
-            c = i - r * d
-            dst[r, c] = uint32(src[r, c]) << uint32(16)
-
-    @cuda.jit
-    def unpad_copy(src, dst, n_rows, d, D):
-        i = cuda.grid(1)
-        if i < n_rows * d:
-            r = i // d
-            c = i - r * d
-            dst[r, c] = src[r, c]
-
-    return words_bf16, pad_copy, unwords_bf16, unpad_copy
+    return words_bf16, unwords_bf16, copy_columns
 
 
-def _convert(kernel, src, dst, rows, d, D, n):
-    grid = max(1, ceil_div(n, CONVERT_THREADS))
+def _convert(kernel, src, dst) -> None:
+    """Launch one of `_convert_kernels` on 2-D src (rows, n_src) and dst (rows, n_dst)."""
+    rows, n_src = (int(n) for n in src.shape)
+    n_dst = int(dst.shape[1])
+    grid = max(1, ceil_div(rows * n_dst, CONVERT_THREADS))
     launch(kernel, None, grid, CONVERT_THREADS, 0,
-           (src, dst, np.int32(rows), np.int32(d), np.int32(D)))
+           (src, dst, np.int32(rows), np.int32(n_src), np.int32(n_dst)))
+
+
+def _bits(a, precision: str, cols: int):
+    """`a` as (rows, cols) elements of the words' type: 16-bit values for fp16/bf16,
+    float32 for the tf32 kernels (a view, no copy)."""
+    v = a.view(np.uint16) if precision in ("fp16", "bf16") else a
+    return v.reshape(int(v.size) // cols, cols)
 
 
 def device_words(a, precision: str, D: int):
     """(BH, T, d) device array -> the kernels' (BH, T, W) words on the device (fp16 or
     bf16: W = D/2 uint32 of two values; tf32: W = D float32), columns d..D-1 zero."""
-    words_bf16, pad_copy, _, _ = _convert_kernels()
+    words_bf16, _, copy_columns = _convert_kernels()
     bh, n, d = (int(s) for s in a.shape)
-    rows = bh * n
-    if precision in ("fp16", "bf16"):
-        out = cuda.device_array((bh, n, D // 2), np.uint32)
-        dst = out.view(np.uint16).reshape(rows, D)                  # (BH*T, D) 16-bit
-        if precision == "bf16":
-            _convert(words_bf16, a.view(np.uint32).reshape(rows, d), dst, rows, d, D, rows * D)
-        else:
-            _convert(pad_copy, a.view(np.uint16).reshape(rows, d), dst, rows, d, D, rows * D)
-        return out
-    out = cuda.device_array((bh, n, D), np.float32)
-    _convert(pad_copy, a.reshape(rows, d), out.reshape(rows, D), rows, d, D, rows * D)
+    half = precision in ("fp16", "bf16")
+    out = cuda.device_array((bh, n, D // 2 if half else D), np.uint32 if half else np.float32)
+    if precision == "bf16":
+        _convert(words_bf16, a.view(np.uint32).reshape(bh * n, d), _bits(out, precision, D))
+    else:
+        _convert(copy_columns, _bits(a, precision, d), _bits(out, precision, D))
     return out
 
 
 def device_unwords(w, o, precision: str, d: int) -> None:
     """Inverse of `device_words` for the output, into o (BH, Tq, d): float32 for bf16 and
     the tf32 kernels, float16 for fp16."""
-    _, _, unwords_bf16, unpad_copy = _convert_kernels()
-    bh, n = int(o.shape[0]), int(o.shape[1])
-    rows = bh * n
-    if precision in ("fp16", "bf16"):
-        D = 2 * int(w.shape[2])
-        src = w.view(np.uint16).reshape(rows, D)
-        if precision == "bf16":
-            _convert(unwords_bf16, src, o.view(np.uint32).reshape(rows, d), rows, d, D,
-                     rows * d)
-        else:
-            _convert(unpad_copy, src, o.view(np.uint16).reshape(rows, d), rows, d, D,
-                     rows * d)
-        return
-    D = int(w.shape[2])
-    _convert(unpad_copy, w.reshape(rows, D), o.reshape(rows, d), rows, d, D, rows * d)
+    _, unwords_bf16, copy_columns = _convert_kernels()
+    half = precision in ("fp16", "bf16")
+    D = 2 * int(w.shape[2]) if half else int(w.shape[2])
+    if precision == "bf16":
+        _convert(unwords_bf16, _bits(w, precision, D),
+                 o.view(np.uint32).reshape(int(o.size) // d, d))
+    else:
+        _convert(copy_columns, _bits(w, precision, D), _bits(o, precision, d))
 
 
 def _check_fp16_range(arrays) -> None:
