@@ -128,6 +128,23 @@ def forward_result(q, k, v, o, lse, causal: bool, *, compute: str,
 # backward: does lse belong to the inputs?
 # ---------------------------------------------------------------------------
 
+class _Info:
+    """eps and max of a compute type (np.finfo's two fields the checks use)."""
+
+    def __init__(self, eps: float, big: float):
+        self.eps, self.max = eps, big
+
+
+def compute_info(compute) -> _Info:
+    """eps and largest value of the compute type `compute`: a numpy float dtype (or its
+    name), or "bfloat16" (8 exponent bits, 7 stored mantissa bits: eps 2^-7), which numpy
+    does not know without the ml_dtypes package."""
+    if str(compute) == "bfloat16":
+        return _Info(2.0 ** -7, float(np.finfo(np.float32).max))
+    fi = np.finfo(compute)
+    return _Info(float(fi.eps), float(fi.max))
+
+
 def lse_tolerance(q, k, lse, scale: float, compute) -> np.ndarray:
     """(..., Tq) allowed |sum_j P_ij - 1| for each row, in float64.
 
@@ -139,7 +156,7 @@ def lse_tolerance(q, k, lse, scale: float, compute) -> np.ndarray:
     (float64). A wrong lse_i off by delta gives a sum of exp(-delta): any delta above
     the tolerance is caught.
     """
-    eps_c = float(np.finfo(compute).eps)
+    eps_c = compute_info(compute).eps
     eps_l = float(np.finfo(lse.dtype).eps)
     d, tk = q.shape[-1], k.shape[-2]
     with np.errstate(all="ignore"):
@@ -195,7 +212,7 @@ def o_tolerance(q, k, v, o, lse, do, scale: float, compute) -> np.ndarray:
     float16 passes). A wrong o is caught once |dO_i . (P V - o)_i| passes ~1e-3 of that
     scale; an error below it changes the gradients by less than ~1e-3 of theirs.
     """
-    eps_c = float(np.finfo(compute).eps)
+    eps_c = compute_info(compute).eps
     eps_o = float(np.finfo(o.dtype).eps)
     d = q.shape[-1]
     with np.errstate(all="ignore"):
@@ -253,7 +270,7 @@ def gradients_finite(grads, compute: str, names=("dq", "dk", "dv")) -> None:
             raise ValueError(
                 f"the gradients overflow {compute}: {name}{list(idx)} = {float(g[idx])} "
                 f"although q, k, v, o, lse and do are finite ({compute} is the compute "
-                f"type of the kernels and holds at most {float(np.finfo(compute).max):.3g}). "
+                f"type of the kernels and holds at most {compute_info(compute).max:.3g}). "
                 f"{GRADIENT_ADVICE}")
         idx = tuple(int(n) for n in np.argwhere(~np.isfinite(out))[0])
         raise ValueError(

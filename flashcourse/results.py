@@ -37,6 +37,7 @@ SWEEP_FILE = RESULTS_DIR / "h200_tuning_sweep.json"
 TRAFFIC_FILE = RESULTS_DIR / "h200_ncu_traffic.json"
 TENSOR_CORE_FILE = RESULTS_DIR / "h200_tensor_core.json"
 HOST_PATH_FILE = RESULTS_DIR / "h200_host_path.json"
+TC_BACKWARD_FILE = RESULTS_DIR / "h200_tc_backward.json"
 SWEEP_SCHEMA = "flashcourse.tuning.sweep/1"
 TRAFFIC_SCHEMA = "flashcourse.tuning.ncu_traffic/1"
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
@@ -53,6 +54,7 @@ RESULT_KINDS = {
     "*_decode*.json": "gpu_decode",
     "*_tensor_core.json": "tensor_core",
     "*_host_path.json": "host_path",
+    "*_tc_backward.json": "tc_backward",
 }
 
 
@@ -130,6 +132,11 @@ def load_tensor_core(path=None) -> dict | None:
 def load_host_path(path=None) -> dict | None:
     """The recorded host/wall/GPU times of the public calls (benchmarks/gpu_host_path.py)."""
     return load(HOST_PATH_FILE if path is None else path, "host_path")
+
+
+def load_tc_backward(path=None) -> dict | None:
+    """The recorded tensor-core backward run (benchmarks/gpu_tc_backward.py), or None."""
+    return load(TC_BACKWARD_FILE if path is None else path, "tc_backward")
 
 
 def load_traffic(path=None) -> dict | None:

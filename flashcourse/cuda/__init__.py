@@ -164,13 +164,19 @@ def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
     spec = get("backward", kernel)
     given = spec.check_options(options)
     simulator_note()
-    x, on_device, out_dtype = prepare_backward(q, k, v, o, lse, do, causal, scale)
-    psum = cuda.device_array((x.bh, x.tq), dtype="float32")   # (BH, Tq) sum_j P_ij
-    dsum = cuda.device_array((x.bh, x.tq), dtype="float32")   # (BH, Tq) sum_j dS_ij
+    x, on_device, out_dtype = prepare_backward(q, k, v, o, lse, do, causal, scale,
+                                               dtypes=spec.dtypes,
+                                               convert_to=spec.convert_to)
+    checked = check or not on_device
+    compute = spec.compute(given, x.dtype)
+    psum = dsum = None
+    if checked:            # the kernels add up each row of P and dS for the checks
+        psum = cuda.device_array((x.bh, x.tq), dtype="float32")   # (BH, Tq) sum_j P_ij
+        dsum = cuda.device_array((x.bh, x.tq), dtype="float32")   # (BH, Tq) sum_j dS_ij
     grads = spec.run(x, psum=psum, dsum=dsum, **given)
-    if on_device and not check:        # results stay on the device: checked on request
+    if not checked:                    # results stay on the device: checked on request
         return finish(x, grads, True, (out_dtype,) * 3)
-    g32 = [g.copy_to_host() for g in grads]                       # (BH, T, d) float32
+    g32 = [g.copy_to_host() for g in grads]                       # (BH, T, d)
     if on_device:
         host = [a.copy_to_host() for a in (x.q, x.k, x.v, x.o, x.lse, x.do)]
         for name, a in zip(("q", "k", "v", "o", "do"), host[:4] + host[5:]):
@@ -181,9 +187,9 @@ def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
         host += [lse.reshape(x.bh, x.tq), do.reshape(x.bh, x.tq, x.d)]
         returned = [g.astype(out_dtype, copy=False) for g in g32]
     hq, hk, hv, ho, hl, hdo = host
-    lse_rowsums(psum.copy_to_host(), hq, hk, hl, x.causal, x.scale, "float32")
-    gradients_finite(list(zip(g32, returned)), "float32")
-    o_rowsums(dsum.copy_to_host(), hq, hk, hv, ho, hl, hdo, x.causal, x.scale, "float32")
+    lse_rowsums(psum.copy_to_host(), hq, hk, hl, x.causal, x.scale, compute)
+    gradients_finite(list(zip(g32, returned)), compute)
+    o_rowsums(dsum.copy_to_host(), hq, hk, hv, ho, hl, hdo, x.causal, x.scale, compute)
     if on_device:
         return finish(x, grads, True, (out_dtype,) * 3)
     return tuple(x.unflatten(g) for g in returned)

@@ -229,17 +229,25 @@ def prepare(q, k, v, causal, scale, allow_nonfinite, *, dtypes=(np.float32,),
     return x, False, h.dtype, h.acc_dtype
 
 
-def prepare_backward(q, k, v, o, lse, do, causal, scale):
-    """Validate and flatten backward inputs (numpy or float32 device arrays).
+def prepare_backward(q, k, v, o, lse, do, causal, scale, *, dtypes=(np.float32,),
+                     convert_to=np.float32):
+    """Validate and flatten backward inputs (numpy or device arrays).
 
     Returns (x, on_device, out_dtype): x is a `Heads` with q, o, do (BH, Tq, d),
-    k, v (BH, Tk, d) and lse (BH, Tq) as float32 C-contiguous device arrays.
+    k, v (BH, Tk, d) as C-contiguous device arrays of one dtype (one of `dtypes`) and
+    lse (BH, Tq) float32. numpy input is copied as `convert_to` (None: float16 stays
+    float16, other floats become float32).
     """
     from numba import cuda
     arrays = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do}
     if any(is_device_array(a) for a in arrays.values()):
-        arrays = {n: _as_device(n, a, (np.float32,)) for n, a in arrays.items()}
+        arrays = {n: _as_device(n, a, (np.float32,) if n == "lse" else dtypes)
+                  for n, a in arrays.items()}
         q, k, v, o, lse, do = arrays.values()
+        for name in ("k", "v", "o", "do"):
+            if np.dtype(arrays[name].dtype) != np.dtype(q.dtype):
+                raise TypeError(f"{name} must have q's dtype {q.dtype} on the device, got "
+                                f"{arrays[name].dtype}")
         shapes = {n: _shape(a) for n, a in arrays.items()}
         for name in ("q", "k", "v", "o", "do"):
             if len(shapes[name]) < 2 or 0 in shapes[name]:
@@ -251,17 +259,27 @@ def prepare_backward(q, k, v, o, lse, do, causal, scale):
         lead, (tq, d) = qs[:-2], qs[-2:]
         bh = int(np.prod(lead)) if lead else 1
         _check_grid(bh)
+        dt = np.dtype(q.dtype)
         x = Heads(q.reshape(bh, tq, d), k.reshape(bh, tk, d), v.reshape(bh, tk, d), lead,
                   tq, tk, d, check_scale(scale, d), check_causal(causal),
-                  np.dtype(np.float32), o=o.reshape(bh, tq, d), lse=lse.reshape(bh, tq),
+                  dt, o=o.reshape(bh, tq, d), lse=lse.reshape(bh, tq),
                   do=do.reshape(bh, tq, d))
-        return x, True, np.dtype(np.float32)
+        return x, True, dt
     h = flatten_heads(q, k, v, causal=causal, scale=scale, o=o, lse=lse, do=do)
     _check_grid(h.bh)
+    work = np.dtype(np.float32)
+    if convert_to is None and np.dtype(h.dtype) == np.float16:
+        work = np.dtype(np.float16)
+    elif convert_to is not None:
+        work = np.dtype(convert_to)
+    if work not in [np.dtype(t) for t in dtypes]:
+        raise TypeError(f"this backward kernel takes "
+                        f"{' or '.join(str(np.dtype(t)) for t in dtypes)} inputs, got "
+                        f"{np.dtype(h.dtype)}")
 
-    def dev(name, a):
+    def dev(name, a, as_type=work):
         with np.errstate(over="ignore"):
-            a32 = np.ascontiguousarray(a, np.float32)
+            a32 = np.ascontiguousarray(a, as_type)
         lost = np.isfinite(a) & ~np.isfinite(a32)        # float64 values beyond float32
         if lost.any():
             raise ValueError(
@@ -273,7 +291,7 @@ def prepare_backward(q, k, v, o, lse, do, causal, scale):
         return cuda.to_device(a32)
 
     x = Heads(dev("q", h.q), dev("k", h.k), dev("v", h.v), h.lead, h.tq, h.tk, h.d, h.scale,
-              h.causal, np.dtype(np.float32), o=dev("o", h.o), lse=dev("lse", h.lse),
+              h.causal, work, o=dev("o", h.o), lse=dev("lse", h.lse, np.float32),
               do=dev("do", h.do))
     return x, False, h.dtype
 

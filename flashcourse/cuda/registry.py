@@ -21,6 +21,9 @@ dicts; nothing else lists the kernels. One entry says everything a caller needs:
     dtypes       dtypes it accepts on the device; numpy input is copied to the device
     convert_to   as this dtype (None: kept in its own dtype, for a kernel that computes
                  in the input precision)
+    compute      compute(options, dtype) -> the name of the type whose rounding the
+                 backward's checks allow for ("float32"; the tensor-core backward:
+                 "float16" or "bfloat16")
     launches     launches(d, tq, tk, bh, limits) -> the `flashcourse.limits.Launch`es that
                  `run` makes with its default configuration on a GPU with `limits` (a
                  `DeviceLimits`, e.g. one of `limits.PRESETS`): the configuration is chosen
@@ -50,6 +53,10 @@ def _no_extra(bh: int, tq: int, tk: int, d: int) -> int:
     return 0
 
 
+def _float32_compute(options: dict, dtype) -> str:
+    return "float32"
+
+
 def _no_launches(d: int, tq: int, tk: int, bh: int, limits):
     raise NotImplementedError("this kernel registered no `launches` function")
 
@@ -67,6 +74,7 @@ class Kernel:
     dtypes: tuple = (np.float32,)
     convert_to: object = np.float32
     launches: Callable = _no_launches
+    compute: Callable = _float32_compute
 
     def check_options(self, options: dict) -> dict:
         """The options that were given (not None); ValueError for one it does not take."""
@@ -177,6 +185,21 @@ def _backward_runner(version: str):
     return run
 
 
+def _run_tc_backward(x, out=None, psum=None, dsum=None, **options):
+    from . import tc_backward
+    return tc_backward.run_heads(x, out, psum=psum, dsum=dsum, **options)
+
+
+def _tc_backward_compute(options: dict, dtype) -> str:
+    from . import tc_backward
+    return tc_backward.compute_type(options, dtype)
+
+
+def _tc_backward_extra(bh: int, tq: int, tk: int, d: int) -> int:
+    # D (BH, Tq) fp32; float16 input adds fp32 dq, dk, dv beside the float16 ones
+    return 4 * bh * tq + 4 * bh * (tq + 2 * tk) * d
+
+
 def _delta_bytes(bh: int, tq: int, tk: int, d: int) -> int:
     return 4 * bh * tq                                        # D = rowsum(dO * O), fp32
 
@@ -225,3 +248,10 @@ register(Kernel("fast_two_pass", "backward", _backward_runner("fast_two_pass"),
                 description="key-major dK, dV, then a query-major pass for dQ "
                             "(deterministic)",
                 launches=_launches("backward_kernels", kernel="fast_two_pass")))
+register(Kernel("tensor_core", "backward", _run_tc_backward,
+                ("precision", "deterministic", "pipeline", "warps", "block_q", "kv_regs",
+                 "q_block_k", "min_blocks"), _tc_backward_extra,
+                description="FlashAttention-2 backward on tensor cores (mma.sync): fp16 "
+                            "for float16, bf16 for float32; dQ by atomics or a second pass",
+                dtypes=(np.float16, np.float32), convert_to=None,
+                launches=_launches("tc_backward"), compute=_tc_backward_compute))

@@ -1,0 +1,234 @@
+"""smem_ops: asynchronous copies into shared memory and `ldmatrix` fragment loads, from Numba.
+
+Two PTX instruction families that FlashAttention-2's kernels are built on and that
+numba-cuda has no API for (written as `numba.cuda.extending.intrinsic` inline PTX, the
+recipe in ../shared/TOOLCHAIN.md, checked on an H200):
+
+    cp.async.cg.shared.global [smem], [gmem], 16, src_size
+        copies 16 bytes from global to shared memory WITHOUT passing through registers,
+        asynchronously: the thread goes on while the copy is in flight. src_size = 0
+        writes 16 zero bytes instead (rows past the end of a tensor). `commit_group`
+        closes a group of copies; `wait_group 0` waits until all of this thread's groups
+        have landed (a barrier is still needed before OTHER threads read them).
+    ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 {r0, r1, r2, r3}, [addr]
+        the warp loads four 8 x 8 tiles of 16-bit values: lane l gives the address of
+        row l % 8 of tile l // 8, and receives, of each tile, row l // 4, columns
+        2 (l % 4) and 2 (l % 4) + 1 in one 32-bit register; with .trans, rows 2 (l % 4)
+        and 2 (l % 4) + 1 of column l // 4: the tile transposed on the way. One
+        instruction replaces four 32-bit shared loads, and .trans serves a B operand
+        stored with k along the rows (P V's V, P^T dO's dO) with no transposed copy.
+
+Each is wrapped in a device function with ONE signature on both targets, so a kernel
+calls the same names on a GPU and under Numba's simulator (`ops(simulator)`):
+
+    ld_b(sm, base, stride, lane)    four tiles at word offsets base + {0, 4} (columns)
+                                    and rows {0..7, 8..15} x stride: the B fragments
+                                    (b0, b1) of two n8 tiles of an m16n8k16 product
+                                    whose B is stored n-major (row = n, two k per word)
+    ld_bt(sm, base, stride, lane)   the same with .trans, tiles at rows {0..7, 8..15}
+                                    and words {0, 4}: B stored k-major (row = k)
+    cp16(sm, sidx, g, h, r, c, nbytes)   16 bytes g[h, r, c:c+4] -> sm[sidx:sidx+4]
+                                    (uint32 words; nbytes 0: zeros), asynchronous
+    commit(), wait_all()            cp.async.commit_group / wait_group 0
+
+The simulator twins compute what each lane would receive directly from the layout (no
+exchange between lanes is needed: every lane knows the tile's address), and copy
+synchronously. `ld_b_model` / `ld_bt_model` are the numpy models the tests compare with
+the m16n8k16 B fragment maps of `mma.py`.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from .mma import b_m16n8k16
+
+LO16 = np.uint32(0xFFFF)
+
+
+# --------------------------------------------------------------------------------------
+# numpy models (what lane `lane` receives), used by the simulator twins and the tests
+# --------------------------------------------------------------------------------------
+
+def _half(word, which):
+    return (int(word) >> (16 * which)) & 0xFFFF
+
+
+def ld_b_model(words: np.ndarray, base: int, stride: int, lane: int) -> tuple:
+    """ldmatrix.x4 (no .trans) of tiles (rows 0..7 | 8..15) x (words 0..3 | 4..7)."""
+    g, t = lane // 4, lane % 4
+    out = []
+    for j in range(4):
+        row, w0 = (j // 2) * 8 + g, (j % 2) * 4
+        out.append(np.uint32(words[base + row * stride + w0 + t]))
+    return tuple(out)
+
+
+def ld_bt_model(words: np.ndarray, base: int, stride: int, lane: int) -> tuple:
+    """ldmatrix.x4.trans of tiles (rows 0..7 | 8..15) x (words 0..3 | 4..7)."""
+    g, t = lane // 4, lane % 4
+    out = []
+    for j in range(4):
+        row0, w0 = (j % 2) * 8, (j // 2) * 4
+        lo = _half(words[base + (row0 + 2 * t) * stride + w0 + g // 2], g % 2)
+        hi = _half(words[base + (row0 + 2 * t + 1) * stride + w0 + g // 2], g % 2)
+        out.append(np.uint32(lo | (hi << 16)))
+    return tuple(out)
+
+
+def b_fragment_of(tile_kn: np.ndarray, lane: int) -> tuple:
+    """The two B registers (b0, b1) of an m16n8k16 product for a 16 x 8 (k, n) tile of
+    uint16 values, packed as the mma reads them (the fragment map of `mma.py`)."""
+    vals = [int(tile_kn[b_m16n8k16(lane, i)]) for i in range(4)]
+    return (np.uint32(vals[0] | (vals[1] << 16)), np.uint32(vals[2] | (vals[3] << 16)))
+
+
+# --------------------------------------------------------------------------------------
+# GPU intrinsics
+# --------------------------------------------------------------------------------------
+
+_INTRINSICS = None
+
+
+def _make_intrinsics():
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.cuda.extending import intrinsic
+
+    li, l64 = ir.IntType(32), ir.IntType(64)
+    u32 = types.uint32
+
+    def item_address(context, builder, aryty, ary, inds, indtys):
+        arr = context.make_array(aryty)(context, builder, ary)
+        idx = [context.cast(builder, v, t, types.intp) for v, t in zip(inds, indtys)]
+        ptr = cgutils.get_item_pointer(context, builder, aryty, arr, idx, wraparound=False)
+        return builder.ptrtoint(ptr, l64)
+
+    def shared_address(context, builder, aryty, ary, idx, idxty):
+        p64 = item_address(context, builder, aryty, ary, [idx], [idxty])
+        s64 = builder.asm(ir.FunctionType(l64, [l64]), "cvta.to.shared.u64 $0, $1;", "=l,l",
+                          [p64], side_effect=False)
+        return builder.trunc(s64, li)
+
+    def ldmatrix(trans):
+        ptx = ("ldmatrix.sync.aligned.m8n8.x4" + (".trans" if trans else "")
+               + ".shared.b16 {$0,$1,$2,$3}, [$4];")
+
+        @intrinsic
+        def ld(typingctx, ary, idx):
+            sig = types.UniTuple(u32, 4)(ary, idx)
+
+            def codegen(context, builder, signature, args):
+                aryty, idxty = signature.args
+                a = shared_address(context, builder, aryty, args[0], args[1], idxty)
+                fnty = ir.FunctionType(ir.LiteralStructType([li] * 4), [li])
+                r = builder.asm(fnty, ptx, "=r,=r,=r,=r,r,~{memory}", [a], side_effect=True)
+                return context.make_tuple(builder, signature.return_type,
+                                          [builder.extract_value(r, i) for i in range(4)])
+            return sig, codegen
+        return ld
+
+    @intrinsic
+    def cp_async16(typingctx, sary, sidx, gary, h, r, c, nbytes):
+        sig = types.void(sary, sidx, gary, h, r, c, nbytes)
+
+        def codegen(context, builder, signature, args):
+            st, sit, gt, ht, rt, ct, nt = signature.args
+            sa = shared_address(context, builder, st, args[0], args[1], sit)
+            ga = item_address(context, builder, gt, args[2], args[3:6], (ht, rt, ct))
+            n = builder.trunc(context.cast(builder, args[6], nt, types.int64), li)
+            builder.asm(ir.FunctionType(ir.VoidType(), [li, l64, li]),
+                        "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
+                        [sa, ga, n], side_effect=True)
+            return context.get_dummy_value()
+        return sig, codegen
+
+    def bare(ptx):
+        @intrinsic
+        def op(typingctx):
+            sig = types.void()
+
+            def codegen(context, builder, signature, args):
+                builder.asm(ir.FunctionType(ir.VoidType(), []), ptx, "~{memory}", [],
+                            side_effect=True)
+                return context.get_dummy_value()
+            return sig, codegen
+        return op
+
+    return {"ldmatrix_x4": ldmatrix(False), "ldmatrix_x4_trans": ldmatrix(True),
+            "cp_async16": cp_async16, "commit": bare("cp.async.commit_group;"),
+            "wait_all": bare("cp.async.wait_group 0;")}
+
+
+def intrinsics() -> dict:
+    """The GPU intrinsics by name (built once; not usable under the simulator)."""
+    global _INTRINSICS
+    if _INTRINSICS is None:
+        _INTRINSICS = _make_intrinsics()
+    return _INTRINSICS
+
+
+# --------------------------------------------------------------------------------------
+# device functions for kernels: the same names and signatures on both targets
+# --------------------------------------------------------------------------------------
+
+def _sim_ops():
+    def ld_b(sm, base, stride, lane):
+        g = lane // 4
+        t = lane % 4
+        return (sm[base + g * stride + t], sm[base + g * stride + 4 + t],
+                sm[base + (8 + g) * stride + t], sm[base + (8 + g) * stride + 4 + t])
+
+    def ld_bt(sm, base, stride, lane):
+        g = lane // 4
+        t = lane % 4
+        sh = np.uint32(16 * (g % 2))
+        out = []
+        for j in range(4):
+            row0, w0 = (j % 2) * 8, (j // 2) * 4
+            lo = (np.uint32(sm[base + (row0 + 2 * t) * stride + w0 + g // 2]) >> sh) & LO16
+            hi = (np.uint32(sm[base + (row0 + 2 * t + 1) * stride + w0 + g // 2]) >> sh) & LO16
+            out.append(np.uint32(lo | (hi << np.uint32(16))))
+        return out[0], out[1], out[2], out[3]
+
+    def cp16(sm, sidx, g, h, r, c, nbytes):
+        for i in range(4):
+            sm[sidx + i] = g[h, r, c + i] if nbytes != 0 else np.uint32(0)
+
+    def commit():
+        return None
+
+    def wait_all():
+        return None
+
+    return {name: cuda.jit(device=True)(f) for name, f in
+            (("ld_b", ld_b), ("ld_bt", ld_bt), ("cp16", cp16), ("commit", commit),
+             ("wait_all", wait_all))}
+
+
+def _gpu_ops():
+    ins = intrinsics()
+    LDSM, LDSMT, CP = ins["ldmatrix_x4"], ins["ldmatrix_x4_trans"], ins["cp_async16"]
+
+    @cuda.jit(device=True, forceinline=True)
+    def ld_b(sm, base, stride, lane):
+        j = lane // 8
+        return LDSM(sm, base + ((j // 2) * 8 + lane % 8) * stride + (j % 2) * 4)
+
+    @cuda.jit(device=True, forceinline=True)
+    def ld_bt(sm, base, stride, lane):
+        j = lane // 8
+        return LDSMT(sm, base + ((j % 2) * 8 + lane % 8) * stride + (j // 2) * 4)
+
+    @cuda.jit(device=True, forceinline=True)
+    def cp16(sm, sidx, g, h, r, c, nbytes):
+        CP(sm, sidx, g, h, r, c, nbytes)
+
+    return {"ld_b": ld_b, "ld_bt": ld_bt, "cp16": cp16, "commit": ins["commit"],
+            "wait_all": ins["wait_all"]}
+
+
+def ops(simulator: bool) -> dict:
+    """ld_b, ld_bt, cp16, commit, wait_all for a GPU (inline PTX) or the simulator."""
+    return _sim_ops() if simulator else _gpu_ops()

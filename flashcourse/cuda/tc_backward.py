@@ -1,0 +1,400 @@
+"""tc_backward: the host side of the tensor-core backward (FlashAttention-2's, on mma.sync).
+
+The kernels, with the idea and the fragment layouts of the transposed products, are in
+`tc_backward_kernels.py`. This module holds one variant's configuration (`TCBConfig`,
+`plan`, `default_tiles`), the compiled variants (cached), `run` (the launches on prepared
+32-bit word arrays) and `run_heads`, the registry's entry:
+
+    from flashcourse.cuda import backward
+    dq, dk, dv = backward(q16, k16, v16, o16, lse, do16, kernel="tensor_core")   # fp16
+    dq, dk, dv = backward(q, k, v, o, lse, do, kernel="tensor_core", precision="bf16")
+    dq, dk, dv = backward(..., kernel="tensor_core", deterministic=True)  # dQ without atomics
+    python benchmarks/gpu_tc_backward.py --check --bench                  # on a GPU
+
+Precisions: "fp16" for float16 arrays, "bf16" for float32 arrays (rounded to bf16 on the
+device; the gradients come back in float32). 3xTF32 (fp32 accuracy on the tensor cores) is
+not built yet: for float32 gradients at fp32 accuracy use kernel="fast".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda
+
+from ..constants import LOG2E, NEG_INF
+from ..geometry import ceil_div
+from ..gpu import using_simulator
+from ..limits import check_launch
+from ._launch import check_registers, launch
+
+PRECISIONS = ("fp16", "bf16")
+#: key-major kernel versions: "plain" (v1, tc_backward_kernels), "async" (v2, cp.async +
+#: ldmatrix, tc_backward_kernels_async)
+PIPELINES = ("async", "plain")
+#: the largest head dimension (d is padded with zeros up to a multiple of 16)
+MAX_HEAD_DIM = 128
+#: the pre-pass pads its (2, BH, Tq) lse/D workspace to a multiple of this many rows
+#: (every block_q divides it, so version 2 copies whole 16-byte chunks)
+LD_ROWS = 128
+#: threads per block of the small pre/post-pass kernels
+PASS_THREADS = 128
+LOG2E_F = np.float32(LOG2E)
+POS_INF = np.float32(np.inf)
+
+
+@dataclass(frozen=True)
+class TCBConfig:
+    """One variant of the two kernels.
+
+    precision; warps per block (kernel 1: Bc = 16 x warps keys, one 16-key tile per warp;
+    kernel 2: 16 x warps query rows); block_q (Br of kernel 1, a multiple of 16 with
+    warps a multiple of Br/16); head_dim D (d rounded up to 16); with_dq (kernel 1 adds
+    dQ by atomics; False: kernel 2 computes it); sums (add the row sums of P and dS for
+    the checks); kv_regs (K_j, V_j A fragments in registers; False: read from shared
+    memory, for d = 128 where registers run out); q_block_k (Bc of kernel 2)."""
+
+    precision: str
+    warps: int
+    block_q: int
+    head_dim: int
+    simulator: bool
+    with_dq: bool = True
+    sums: bool = False
+    kv_regs: bool = True
+    q_block_k: int = 64
+    min_blocks: int = 0
+    pipeline: str = "async"    # "async": version 2 (cp.async + ldmatrix); "plain": version 1
+
+    @property
+    def block_k(self):
+        return 16 * self.warps
+
+    @property
+    def threads(self):
+        return 32 * self.warps
+
+    # shared-memory strides in 32-bit words, padded so that the fragment reads of a warp
+    # (rows g = 0..7, words t = 0..3) fall in 32 different banks: 4 g + t
+    @property
+    def row_stride(self):          # row-major rows of Q, dO (kernel 1), K, V (kernel 2)
+        return self.head_dim // 2 + 4
+
+    @property
+    def t_stride(self):            # transposed-packed Q, dO: [dim][query pair]
+        return self.block_q // 2 + 4
+
+    @property
+    def kt_stride(self):           # transposed-packed K (kernel 1): [dim][key pair]
+        return self.block_k // 2 + 4
+
+    @property
+    def ds_stride(self):           # dS[query][key] in fp32
+        return self.block_k + 4
+
+    @property
+    def qkt_stride(self):          # transposed-packed K (kernel 2)
+        return self.q_block_k // 2 + 4
+
+    def offsets(self):
+        """Word offsets of kernel 1's shared arrays: QN, DON, QT, DOT, L, D, KT, dS, KN,
+        VN, end (KT and dS only with with_dq; KN, VN only without kv_regs)."""
+        sizes = [self.block_q * self.row_stride] * 2 + [self.head_dim * self.t_stride] * 2
+        sizes += [self.block_q, self.block_q]
+        sizes += [self.head_dim * self.kt_stride if self.with_dq else 0,
+                  self.block_q * self.ds_stride if self.with_dq else 0]
+        sizes += [0 if self.kv_regs else self.block_k * self.row_stride] * 2
+        out, at = [], 0
+        for n in sizes:
+            out.append(at)
+            at += n
+        return tuple(out) + (at,)
+
+    def async_offsets(self):
+        """Word offsets of version 2's shared arrays: QN, DON, L, D (inside buffer 0;
+        buffer 1 is BUF words further), K row-major, V row-major, dS, BUF, end."""
+        buf = 2 * self.block_q * self.row_stride + 2 * self.block_q
+        kn = 2 * buf
+        vn = kn + self.block_k * self.row_stride
+        ds = vn + (0 if self.kv_regs else self.block_k * self.row_stride)
+        end = ds + (self.block_q * self.ds_stride if self.with_dq else 0)
+        qn = self.block_q * self.row_stride
+        return 0, qn, 2 * qn, 2 * qn + self.block_q, kn, vn, ds, buf, end
+
+    def q_offsets(self):
+        """Word offsets of kernel 2's shared arrays: KN, VN, KT, end."""
+        kn = self.q_block_k * self.row_stride
+        kt = self.head_dim * self.qkt_stride
+        return 0, kn, 2 * kn, 2 * kn + kt
+
+    @property
+    def shared_bytes(self):
+        if self.pipeline == "async":
+            return 4 * self.async_offsets()[-1]
+        return 4 * self.offsets()[-1]
+
+    @property
+    def q_shared_bytes(self):
+        return 4 * self.q_offsets()[-1]
+
+
+def default_tiles(d: int, simulator: bool) -> dict:
+    """The variant used when the caller names none (warps, block_q, kv_regs, q_block_k)."""
+    if simulator:
+        return {"warps": 1, "block_q": 16, "kv_regs": True, "q_block_k": 16,
+                "pipeline": "async"}
+    if d <= 64:
+        return {"warps": 8, "block_q": 64, "kv_regs": True, "q_block_k": 64,
+                "pipeline": "async"}
+    return {"warps": 8, "block_q": 64, "kv_regs": False, "q_block_k": 32, "pipeline": "async"}
+
+
+def plan(precision: str, d: int, warps: int, block_q: int, simulator: bool | None = None,
+         with_dq: bool = True, sums: bool = False, kv_regs: bool = True,
+         q_block_k: int = 64, min_blocks: int = 0, pipeline: str = "async") -> TCBConfig:
+    """Check one configuration for head dim d (ValueError naming the argument)."""
+    from .._checks import check_block
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS} for the tensor-core "
+                         f"backward, got {precision!r}")
+    warps = check_block(warps, "warps")
+    block_q = check_block(block_q, "block_q")
+    q_block_k = check_block(q_block_k, "q_block_k")
+    if d > MAX_HEAD_DIM:
+        raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
+                         f"backward, got d={d}")
+    if block_q % 16 or q_block_k % 16 or LD_ROWS % block_q:
+        raise ValueError(f"block_q must be 16, 32, 64 or 128 and q_block_k a multiple of 16, "
+                         f"got {block_q} and {q_block_k}")
+    D = ceil_div(d, 16) * 16
+    mq = block_q // 16
+    if warps % mq or (D // 8) % (warps // mq):
+        raise ValueError(f"block_q={block_q} does not fit warps={warps} at d={d}: dQ's "
+                         f"{mq} 16-row tiles are shared out among the warps, so warps must "
+                         f"be a multiple of block_q/16 and d/8 of warps/(block_q/16)")
+    if pipeline not in PIPELINES:
+        raise ValueError(f"pipeline must be one of {PIPELINES}, got {pipeline!r}")
+    if pipeline == "async" and (D // 8 // (warps // mq)) % 2:
+        raise ValueError(f"block_q={block_q}, warps={warps} at d={d}: version 2 reads dQ's "
+                         f"B fragments two n8 tiles at a time; use more query rows per warp")
+    if simulator is None:
+        simulator = using_simulator()
+    cfg = TCBConfig(precision, warps, block_q, D, bool(simulator), bool(with_dq),
+                    bool(sums), bool(kv_regs), q_block_k, int(min_blocks), pipeline)
+    check_launch(cfg.threads, cfg.shared_bytes, what="tensor-core backward kernel")
+    check_launch(cfg.threads, cfg.q_shared_bytes, what="tensor-core backward dQ kernel")
+    return cfg
+
+
+@lru_cache(maxsize=None)
+def kernels(cfg: TCBConfig):
+    """(key-major kernel, query-major dQ kernel or None) for one configuration (cached)."""
+    from .tc_backward_kernels import make_key_major_kernel, make_query_major_kernel
+    from .tc_backward_kernels_async import make_key_major_async_kernel
+    key_major = (make_key_major_async_kernel if cfg.pipeline == "async"
+                 else make_key_major_kernel)(cfg)
+    return key_major, None if cfg.with_dq else make_query_major_kernel(cfg)
+
+
+_SIGS: dict = {}
+
+
+def signatures(pipeline: str = "plain"):
+    """(key-major, query-major) kernel signatures for one key-major version."""
+    if not _SIGS:
+        from numba import float32, int32, types, uint32
+        w3 = types.Array(uint32, 3, "C")
+        f3 = types.Array(float32, 3, "C")
+        f2 = types.Array(float32, 2, "C")
+        tail = (int32, int32, int32, float32, float32, int32, int32)
+        _SIGS["kv"] = (w3, w3, w3, w3, f2, f2, f3, f3, f3) + tail + (f2, f2)
+        _SIGS["q"] = (w3, w3, w3, w3, f2, f2, f3) + tail
+        _SIGS["kv_async"] = (w3, w3, w3, w3, w3, f3, f3, f3) + tail + (f2, f2)
+    return _SIGS["kv_async" if pipeline == "async" else "kv"], _SIGS["q"]
+
+
+@lru_cache(maxsize=None)
+def _pass_kernels():
+    """(delta, cast): D = rowsum(dO o O) in fp32 (also zeroing dQ for the atomics and the
+    row sums), and an element-wise cast of the fp32 gradients to the output dtype."""
+    from numba import float32
+
+    @cuda.jit
+    def tc_delta(o, do, lse, ld, dq, zero_dq, tq, d, psum, dsum, sums):
+        # ld[0, h, i] = lse log2(e) (+inf for lse = -inf and padded rows i >= Tq: P = 0),
+        # ld[1, h, i] = D = rowsum(dO o O) (0 in padded rows); i < ld.shape[2]
+        i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        h = cuda.blockIdx.y
+        if i < tq:
+            acc = float32(0.0)
+            for c in range(d):
+                acc += float32(do[h, i, c]) * float32(o[h, i, c])
+                if zero_dq != 0:
+                    dq[h, i, c] = float32(0.0)
+            ld[1, h, i] = acc
+            lv = lse[h, i]
+            ld[0, h, i] = lv * LOG2E_F if lv != NEG_INF else POS_INF
+            if sums != 0:
+                psum[h, i] = float32(0.0)
+                dsum[h, i] = float32(0.0)
+        elif i < ld.shape[2]:
+            ld[1, h, i] = float32(0.0)
+            ld[0, h, i] = POS_INF
+
+    @cuda.jit
+    def tc_cast(src, dst, n):
+        i = cuda.grid(1)
+        if i < n:
+            dst[i] = src[i]
+
+    return tc_delta, tc_cast
+
+
+def check_capability(limits=None) -> None:
+    """mma.sync m16n8k16 with fp16/bf16 needs compute capability 8.0 or newer."""
+    from .tensor_core import check_capability as forward_check
+    forward_check("tensor-core backward", limits)
+
+
+def launches(d: int, tq: int, tk: int, bh: int, limits, deterministic: bool = False):
+    """The launches `run` makes with the default tiles on a GPU with `limits`."""
+    from ..limits import Launch
+    check_capability(limits)
+    if d > MAX_HEAD_DIM:
+        raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
+                         f"backward, got d={d}")
+    t = default_tiles(d, False)
+    cfg = TCBConfig("fp16", t["warps"], t["block_q"], ceil_div(d, 16) * 16, False,
+                    not deterministic, False, t["kv_regs"], t["q_block_k"], 0, t["pipeline"])
+    out = [Launch("tensor-core backward D pass", (ceil_div(tq, PASS_THREADS), bh),
+                  PASS_THREADS, 0, config=""),
+           Launch(f"tensor-core backward key-major d={d}", (ceil_div(tk, cfg.block_k), bh),
+                  cfg.threads, cfg.shared_bytes,
+                  config=f"Br={cfg.block_q} Bc={cfg.block_k} warps={cfg.warps}")]
+    if deterministic:
+        out.append(Launch(f"tensor-core backward dQ pass d={d}",
+                          (ceil_div(tq, 16 * cfg.warps), bh), cfg.threads,
+                          cfg.q_shared_bytes, config=f"Bc={cfg.q_block_k}"))
+    return tuple(out)
+
+
+def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale: float,
+        causal: bool, precision: str, *, deterministic: bool = False, psum=None, dsum=None,
+        warps=None, block_q=None, kv_regs=None, q_block_k=None, min_blocks=None,
+        pipeline=None, ld=None) -> TCBConfig:
+    """Launch the backward on prepared device arrays.
+
+    qw, dow (BH, Tq, D/2), kw, vw (BH, Tk, D/2): uint32 words of two fp16/bf16 values,
+    D = d rounded up to 16 (padding columns zero); o, do (BH, Tq, d) float16/float32
+    (for D = rowsum(dO o O)); lse (BH, Tq) float32; dq (BH, Tq, d), dk, dv (BH, Tk, d)
+    float32, overwritten. psum, dsum (BH, Tq) float32: when given, they receive the row
+    sums of P and dS (the checks of `flashcourse.cuda.backward`). ld: the pre-pass's
+    (2, BH, Tq rounded up to 128) float32 workspace (allocated when None)."""
+    check_capability()
+    sim = using_simulator()
+    tiles = default_tiles(d, sim)
+    given = {"warps": warps, "block_q": block_q, "kv_regs": kv_regs, "q_block_k": q_block_k,
+             "pipeline": pipeline}
+    tiles.update({n: v for n, v in given.items() if v is not None})
+    sums = psum is not None
+    cfg = plan(precision, d, tiles["warps"], tiles["block_q"], sim, not deterministic, sums,
+               tiles["kv_regs"], tiles["q_block_k"], min_blocks or 0, tiles["pipeline"])
+    key_major, query_major = kernels(cfg)
+    bh = qw.shape[0]
+    i32, f32 = np.int32, np.float32
+    tqp = ceil_div(tq, LD_ROWS) * LD_ROWS
+    if ld is None or tuple(ld.shape) != (2, bh, tqp):
+        ld = cuda.device_array((2, bh, tqp), np.float32)
+    delta = ld[1]
+    if not sums:
+        psum = dsum = delta            # never written (sums=False), any (BH, Tq) array
+    tc_delta, _ = _pass_kernels()
+    launch(tc_delta, None, (ceil_div(tqp, PASS_THREADS), bh), PASS_THREADS, 0,
+           (o, do, lse, ld, dq, i32(0 if deterministic else 1), i32(tq), i32(d), psum, dsum,
+            i32(1 if sums else 0)))
+    tail = (i32(tq), i32(tk), i32(d), f32(scale * LOG2E), f32(scale), i32(1 if causal else 0),
+            i32(tk - tq))
+    sig_kv, sig_q = signatures(cfg.pipeline)
+    if not sim:
+        check_registers("tensor-core backward kernel", key_major.compile(sig_kv),
+                        cfg.threads)
+    head = ((qw, kw, vw, dow, ld.view(np.uint32)) if cfg.pipeline == "async"
+            else (qw, kw, vw, dow, lse, delta))
+    launch(key_major, sig_kv, (ceil_div(tk, cfg.block_k), bh), cfg.threads, cfg.shared_bytes,
+           head + (dq, dk, dv) + tail + (psum, dsum))
+    if deterministic:
+        if not sim:
+            check_registers("tensor-core backward dQ kernel", query_major.compile(sig_q),
+                            cfg.threads)
+        launch(query_major, sig_q, (ceil_div(tq, 16 * cfg.warps), bh), cfg.threads,
+               cfg.q_shared_bytes, (qw, kw, vw, dow, lse, delta, dq) + tail)
+    return cfg
+
+
+def default_precision(dtype) -> str:
+    """fp16 for float16 arrays; float32 arrays must name precision="bf16"."""
+    if np.dtype(dtype) == np.float16:
+        return "fp16"
+    raise ValueError("the tensor-core backward takes float32 arrays with precision='bf16' "
+                     "(rounded to bfloat16 on the device); 3xTF32 is not built yet: for "
+                     "fp32-accurate gradients use kernel='fast'")
+
+
+def compute_type(options: dict, dtype) -> str:
+    """The type the checks of `flashcourse.cuda.backward` allow rounding errors of."""
+    precision = options.get("precision") or default_precision(dtype)
+    return "float16" if precision == "fp16" else "bfloat16"
+
+
+def _words(a, precision: str, D: int):
+    """(BH, T, d) float16/float32 device array -> (BH, T, D/2) uint32 words."""
+    from .tensor_core import device_words
+    if precision == "fp16" and np.dtype(a.dtype) == np.float16 and int(a.shape[2]) == D:
+        return a.view(np.uint32)
+    return device_words(a, precision, D)
+
+
+def _cast(src, dst) -> None:
+    """fp32 device array -> dst (same shape, float16) on the device."""
+    _, tc_cast = _pass_kernels()
+    n = int(src.size)
+    launch(tc_cast, None, max(1, ceil_div(n, 256)), 256, 0,
+           (src.reshape(n), dst.reshape(n), np.int32(n)))
+
+
+def run_heads(x, out=None, psum=None, dsum=None, precision=None, deterministic=False,
+              **tiles):
+    """The registry's entry (`flashcourse.cuda.backward(..., kernel="tensor_core")`).
+
+    x: a `Heads` of C-contiguous device arrays q, o, do (BH, Tq, d), k, v (BH, Tk, d) of
+    one dtype, float16 (precision "fp16") or float32 ("bf16"), lse (BH, Tq) float32.
+    Returns (dq, dk, dv) in x's dtype (BH, T, d); `out` may hold them already allocated.
+    """
+    dt = np.dtype(x.dtype)
+    precision = default_precision(dt) if precision is None else precision
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS} for the tensor-core "
+                         f"backward, got {precision!r}")
+    if (precision == "fp16") != (dt == np.float16):
+        raise ValueError(f"precision={precision!r} takes "
+                         f"{'float16' if precision == 'fp16' else 'float32'} arrays, got "
+                         f"{dt}: use precision='fp16' for float16 and 'bf16' for float32")
+    if x.d > MAX_HEAD_DIM:
+        raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
+                         f"backward, got d={x.d}")
+    D = ceil_div(x.d, 16) * 16
+    qw, kw, vw, dow = (_words(a, precision, D) for a in (x.q, x.k, x.v, x.do))
+    if out is None:
+        out = (cuda.device_array((x.bh, x.tq, x.d), dt),
+               cuda.device_array((x.bh, x.tk, x.d), dt),
+               cuda.device_array((x.bh, x.tk, x.d), dt))
+    f32 = dt == np.float32
+    work = out if f32 else tuple(cuda.device_array(tuple(int(n) for n in g.shape), np.float32)
+                                 for g in out)
+    run(qw, kw, vw, dow, x.o, x.do, x.lse, *work, x.tq, x.tk, x.d, x.scale, x.causal,
+        precision, deterministic=bool(deterministic), psum=psum, dsum=dsum, **tiles)
+    if not f32:
+        for src, dst in zip(work, out):
+            _cast(src, dst)
+    return tuple(out)

@@ -1,0 +1,359 @@
+"""tc_backward_kernels_async: version 2 of the key-major tensor-core backward kernel.
+
+Same maths, same work split and same contract as version 1 (`tc_backward_kernels.py`,
+whose header explains the transposed products S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
+dK += dS^T Q, dQ += dS K); what changes is how Q_i, dO_i reach the tensor cores:
+
+  v1 "plain"  each query block is loaded by plain 32-bit loads into registers and stored
+              to shared memory twice (row-major, and transposed-packed for the products
+              whose k runs over queries), after a barrier and with nothing to overlap
+              the global-memory latency; every B fragment is two 32-bit shared loads.
+  v2 "async"  Q_i, dO_i (and the scaled lse, D of their rows) go global -> shared with
+              `cp.async` (16 bytes per instruction, no registers) into one of TWO
+              buffers, while the block computes on the other: the copy of query block
+              i + 1 is issued right after the barrier that opens block i. Only the
+              row-major copy exists: `ldmatrix.x4` reads the B fragments of two n8 tiles
+              per instruction for S^T and dP^T, and `ldmatrix.x4.trans` transposes on the
+              way for dV += P^T dO, dK += dS^T Q, and dQ += dS K (K_j row-major, loaded
+              once). Rows past Tq arrive as zeros (src_size 0), with L = +inf and D = 0
+              in the padded rows of the pre-pass's arrays, so they add nothing.
+
+Shared memory (32-bit words; rows padded by 4 words = 16 bytes, so the 8 row addresses
+of one ldmatrix tile fall in different bank groups): 2 x (Q_i, dO_i: Br x (D/2 + 4)),
+2 x (L, D: Br floats), K_j row-major (Bc x (D/2 + 4)), dS (Br x (Bc + 4) floats); and,
+without kv_regs, V_j row-major.
+"""
+
+from __future__ import annotations
+
+from numba import cuda, float32, uint32
+from numba import uint64 as U
+
+from ..constants import F0
+from ._device import exp2_log2
+from .mma import SIM_SCRATCH_PER_WARP, device_ops
+from .smem_ops import ops as smem_ops
+from .tc_backward_kernels import Z32, _col_sum, _jit
+
+
+def make_key_major_async_kernel(cfg):
+    ops = device_ops(cfg.simulator)
+    MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
+    PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
+    so = smem_ops(cfg.simulator)
+    LDB, LDBT, CP16, COMMIT, WAIT = so["ld_b"], so["ld_bt"], so["cp16"], so["commit"], \
+        so["wait_all"]
+    exp2, _ = exp2_log2(cfg.simulator)
+    col_sum = _col_sum(cfg.simulator)
+    SIM = cfg.simulator
+    NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
+    WITH_DQ, SUMS, KV_REGS = cfg.with_dq, cfg.sums, cfg.kv_regs
+    DW = D // 2
+    KT = D // 16
+    NS = BR // 8
+    NO = D // 8
+    KQ = BR // 16
+    KK = BC // 16
+    MQ = BR // 16
+    NQW = NO // (NW // MQ)
+    QS, DSS = cfg.row_stride, cfg.ds_stride
+    QN, DON, LS, DS, KNO, VNO, DSO, BUF, _ = cfg.async_offsets()
+    CH = DW // 4                                   # 16-byte chunks per row
+    QCH = -(-(BR * CH) // NT)                      # Q (and dO) chunks per thread per tile
+    LCH = BR // 4                                  # 16-byte chunks of L (and D) per tile
+    KLOADS = -(-(BC * DW) // NT)
+    KAREGS = 4 * KT if KV_REGS else 1
+    OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW
+    SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+
+    def tc_bwd_key_major_async(q, k, v, do, ldw, dq, dk, dv, tq, tk, d, qscale, scale,
+                               causal, off, psum, dsum):
+        # ldw (2, BH, Tq padded) 32-bit words: [0] = lse log2(e) (+inf: no key, padding),
+        # [1] = D. cp.async and ldmatrix need 16-byte aligned shared addresses.
+        if SIM:
+            sm = cuda.shared.array(0, uint32)
+            smf = cuda.shared.array(0, float32)
+            scr = cuda.shared.array(SCR, float32)   # fragment exchange of the simulated mma
+        else:
+            sm = cuda.shared.array(0, uint32, alignment=16)
+            smf = cuda.shared.array(0, float32, alignment=16)
+            scr = smf                                # unused on a GPU
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4
+        t = lane % 4
+        wbase = warp * SIM_SCRATCH_PER_WARP
+        par = 0
+        h = cuda.blockIdx.y
+        k0 = cuda.blockIdx.x * BC
+        kr0 = k0 + warp * 16 + g
+        kr1 = kr0 + 8
+
+        first = k0 - off if causal != 0 else 0
+        first = max(first, 0)
+        qb0 = first // BR
+        n_qb = (tq + BR - 1) // BR
+
+        # query block qb0 -> buffer 0, in flight while K_j, V_j are loaded
+        if qb0 < n_qb:
+            q0 = qb0 * BR
+            for it in range(QCH):
+                e = tid + NT * it
+                if e < BR * CH:
+                    r = e // CH
+                    c = (e - r * CH) * 4
+                    row = q0 + r
+                    ok = row < tq
+                    src = row if ok else 0
+                    CP16(sm, U(QN + r * QS + c), q, h, src, c, 16 if ok else 0)
+                    CP16(sm, U(DON + r * QS + c), do, h, src, c, 16 if ok else 0)
+            if tid < LCH:
+                CP16(sm, U(LS + 4 * tid), ldw, 0, h, q0 + 4 * tid, 16)
+            elif tid < 2 * LCH:
+                CP16(sm, U(DS + 4 * (tid - LCH)), ldw, 1, h, q0 + 4 * (tid - LCH), 16)
+            COMMIT()
+
+        ka = cuda.local.array(KAREGS, uint32)
+        va = cuda.local.array(KAREGS, uint32)
+        if KV_REGS:
+            for kk in range(KT):
+                w0 = kk * 8 + t
+                ka[4 * kk] = k[U(h), U(kr0), U(w0)] if kr0 < tk else Z32
+                ka[4 * kk + 1] = k[U(h), U(kr1), U(w0)] if kr1 < tk else Z32
+                ka[4 * kk + 2] = k[U(h), U(kr0), U(w0 + 4)] if kr0 < tk else Z32
+                ka[4 * kk + 3] = k[U(h), U(kr1), U(w0 + 4)] if kr1 < tk else Z32
+                va[4 * kk] = v[U(h), U(kr0), U(w0)] if kr0 < tk else Z32
+                va[4 * kk + 1] = v[U(h), U(kr1), U(w0)] if kr1 < tk else Z32
+                va[4 * kk + 2] = v[U(h), U(kr0), U(w0 + 4)] if kr0 < tk else Z32
+                va[4 * kk + 3] = v[U(h), U(kr1), U(w0 + 4)] if kr1 < tk else Z32
+        for it in range(KLOADS):               # K_j (and V_j) row-major, once
+            e = tid + NT * it
+            if e < BC * DW:
+                r = e // DW
+                c = e - r * DW
+                key = k0 + r
+                sm[U(KNO + r * QS + c)] = k[U(h), U(key), U(c)] if key < tk else Z32
+                if not KV_REGS:
+                    sm[U(VNO + r * QS + c)] = v[U(h), U(key), U(c)] if key < tk else Z32
+
+        dka = cuda.local.array(OREGS, float32)
+        dva = cuda.local.array(OREGS, float32)
+        for i in range(OREGS):
+            dka[i] = F0
+            dva[i] = F0
+        s = cuda.local.array(SREGS, float32)
+        dp = cuda.local.array(SREGS, float32)
+        pa = cuda.local.array(4, uint32)
+        dqa = cuda.local.array(QREGS, float32)
+
+        for qb in range(qb0, n_qb):
+            q0 = qb * BR
+            bo = ((qb - qb0) % 2) * BUF          # this block's buffer
+            WAIT()
+            cuda.syncthreads()                  # block qb landed; buffer 1 - bo is free
+            if qb + 1 < n_qb:                   # block qb + 1 -> the other buffer
+                q1 = q0 + BR
+                nb_ = BUF - bo
+                for it in range(QCH):
+                    e = tid + NT * it
+                    if e < BR * CH:
+                        r = e // CH
+                        c = (e - r * CH) * 4
+                        row = q1 + r
+                        ok = row < tq
+                        src = row if ok else 0
+                        CP16(sm, U(nb_ + QN + r * QS + c), q, h, src, c, 16 if ok else 0)
+                        CP16(sm, U(nb_ + DON + r * QS + c), do, h, src, c, 16 if ok else 0)
+                if tid < LCH:
+                    CP16(sm, U(nb_ + LS + 4 * tid), ldw, 0, h, q1 + 4 * tid, 16)
+                elif tid < 2 * LCH:
+                    CP16(sm, U(nb_ + DS + 4 * (tid - LCH)), ldw, 1, h,
+                         q1 + 4 * (tid - LCH), 16)
+                COMMIT()
+
+            # S^T = K_j Q_i^T, dP^T = V_j dO_i^T: two n8 tiles per ldmatrix.x4
+            for i in range(SREGS):
+                s[i] = F0
+                dp[i] = F0
+            for kk in range(KT):
+                if KV_REGS:
+                    a0, a1, a2, a3 = ka[4 * kk], ka[4 * kk + 1], ka[4 * kk + 2], ka[4 * kk + 3]
+                    c0, c1, c2, c3 = va[4 * kk], va[4 * kk + 1], va[4 * kk + 2], va[4 * kk + 3]
+                else:
+                    ab = (warp * 16 + g) * QS + kk * 8 + t
+                    a0, a1 = sm[U(KNO + ab)], sm[U(KNO + ab + 8 * QS)]
+                    a2, a3 = sm[U(KNO + ab + 4)], sm[U(KNO + ab + 8 * QS + 4)]
+                    c0, c1 = sm[U(VNO + ab)], sm[U(VNO + ab + 8 * QS)]
+                    c2, c3 = sm[U(VNO + ab + 4)], sm[U(VNO + ab + 8 * QS + 4)]
+                for n2 in range(NS // 2):
+                    n = 2 * n2
+                    b0, b1, b2, b3 = LDB(sm, U(bo + QN + (n * 8) * QS + kk * 8), QS, lane)
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
+                                         s[4 * n], s[4 * n + 1], s[4 * n + 2], s[4 * n + 3])
+                    par = 1 - par
+                    s[4 * n] = x0
+                    s[4 * n + 1] = x1
+                    s[4 * n + 2] = x2
+                    s[4 * n + 3] = x3
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3,
+                                         s[4 * n + 4], s[4 * n + 5], s[4 * n + 6],
+                                         s[4 * n + 7])
+                    par = 1 - par
+                    s[4 * n + 4] = x0
+                    s[4 * n + 5] = x1
+                    s[4 * n + 6] = x2
+                    s[4 * n + 7] = x3
+                    b0, b1, b2, b3 = LDB(sm, U(bo + DON + (n * 8) * QS + kk * 8), QS, lane)
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, c0, c1, c2, c3, b0, b1,
+                                         dp[4 * n], dp[4 * n + 1], dp[4 * n + 2],
+                                         dp[4 * n + 3])
+                    par = 1 - par
+                    dp[4 * n] = x0
+                    dp[4 * n + 1] = x1
+                    dp[4 * n + 2] = x2
+                    dp[4 * n + 3] = x3
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, c0, c1, c2, c3, b2, b3,
+                                         dp[4 * n + 4], dp[4 * n + 5], dp[4 * n + 6],
+                                         dp[4 * n + 7])
+                    par = 1 - par
+                    dp[4 * n + 4] = x0
+                    dp[4 * n + 5] = x1
+                    dp[4 * n + 6] = x2
+                    dp[4 * n + 7] = x3
+
+            # P^T = exp2(S^T qscale - L) (L = +inf in padded rows), dS^T = P^T (dP^T - D)
+            edge = k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off)
+            for n in range(NS):
+                for e2 in range(2):
+                    col = n * 8 + 2 * t + e2
+                    lrow = smf[U(bo + LS + col)]
+                    drow = smf[U(bo + DS + col)]
+                    for hf in range(2):
+                        j = 4 * n + 2 * hf + e2
+                        p = exp2(s[j] * qscale - lrow)
+                        if edge:
+                            key = kr0 + 8 * hf
+                            if key >= tk or (causal != 0 and key > q0 + col + off):
+                                p = F0
+                        s[j] = p
+                        dp[j] = p * (dp[j] - drow)
+            if SUMS:
+                for n in range(NS):
+                    for e2 in range(2):
+                        ps = col_sum(s[4 * n + e2] + s[4 * n + 2 + e2])
+                        ds = col_sum(dp[4 * n + e2] + dp[4 * n + 2 + e2])
+                        qrow = q0 + n * 8 + 2 * t + e2
+                        if (g == 0 or SIM) and qrow < tq:
+                            cuda.atomic.add(psum, (h, qrow), ps)
+                            cuda.atomic.add(dsum, (h, qrow), ds)
+
+            # dV_j += P^T dO_i, dK_j += dS^T Q_i: B by ldmatrix.trans of the row-major tiles
+            for kp in range(KQ):
+                j0 = 8 * kp
+                pa[0] = PACK(s[j0], s[j0 + 1])
+                pa[1] = PACK(s[j0 + 2], s[j0 + 3])
+                pa[2] = PACK(s[j0 + 4], s[j0 + 5])
+                pa[3] = PACK(s[j0 + 6], s[j0 + 7])
+                for n2 in range(NO // 2):
+                    n = 2 * n2
+                    b0, b1, b2, b3 = LDBT(sm, U(bo + DON + (kp * 16) * QS + n * 4), QS, lane)
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
+                                         b0, b1, dva[4 * n], dva[4 * n + 1], dva[4 * n + 2],
+                                         dva[4 * n + 3])
+                    par = 1 - par
+                    dva[4 * n] = x0
+                    dva[4 * n + 1] = x1
+                    dva[4 * n + 2] = x2
+                    dva[4 * n + 3] = x3
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
+                                         b2, b3, dva[4 * n + 4], dva[4 * n + 5],
+                                         dva[4 * n + 6], dva[4 * n + 7])
+                    par = 1 - par
+                    dva[4 * n + 4] = x0
+                    dva[4 * n + 5] = x1
+                    dva[4 * n + 6] = x2
+                    dva[4 * n + 7] = x3
+                pa[0] = PACK(dp[j0], dp[j0 + 1])
+                pa[1] = PACK(dp[j0 + 2], dp[j0 + 3])
+                pa[2] = PACK(dp[j0 + 4], dp[j0 + 5])
+                pa[3] = PACK(dp[j0 + 6], dp[j0 + 7])
+                for n2 in range(NO // 2):
+                    n = 2 * n2
+                    b0, b1, b2, b3 = LDBT(sm, U(bo + QN + (kp * 16) * QS + n * 4), QS, lane)
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
+                                         b0, b1, dka[4 * n], dka[4 * n + 1], dka[4 * n + 2],
+                                         dka[4 * n + 3])
+                    par = 1 - par
+                    dka[4 * n] = x0
+                    dka[4 * n + 1] = x1
+                    dka[4 * n + 2] = x2
+                    dka[4 * n + 3] = x3
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
+                                         b2, b3, dka[4 * n + 4], dka[4 * n + 5],
+                                         dka[4 * n + 6], dka[4 * n + 7])
+                    par = 1 - par
+                    dka[4 * n + 4] = x0
+                    dka[4 * n + 5] = x1
+                    dka[4 * n + 6] = x2
+                    dka[4 * n + 7] = x3
+
+            if WITH_DQ:
+                for n in range(NS):
+                    for i in range(4):
+                        col = n * 8 + 2 * t + (i % 2)
+                        key = warp * 16 + g + 8 * (i // 2)
+                        smf[U(DSO + col * DSS + key)] = dp[4 * n + i]
+                cuda.syncthreads()
+                mq = warp % MQ
+                nb = (warp // MQ) * NQW
+                for i in range(QREGS):
+                    dqa[i] = F0
+                for kp in range(KK):
+                    rb = DSO + (mq * 16 + g) * DSS + kp * 16 + 2 * t
+                    a0 = PACK(smf[U(rb)], smf[U(rb + 1)])
+                    a1 = PACK(smf[U(rb + 8 * DSS)], smf[U(rb + 8 * DSS + 1)])
+                    a2 = PACK(smf[U(rb + 8)], smf[U(rb + 9)])
+                    a3 = PACK(smf[U(rb + 8 * DSS + 8)], smf[U(rb + 8 * DSS + 9)])
+                    for n2 in range(NQW // 2):
+                        n = 2 * n2
+                        b0, b1, b2, b3 = LDBT(sm, U(KNO + (kp * 16) * QS + (nb + n) * 4), QS,
+                                              lane)
+                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
+                                             dqa[4 * n], dqa[4 * n + 1], dqa[4 * n + 2],
+                                             dqa[4 * n + 3])
+                        par = 1 - par
+                        dqa[4 * n] = x0
+                        dqa[4 * n + 1] = x1
+                        dqa[4 * n + 2] = x2
+                        dqa[4 * n + 3] = x3
+                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3,
+                                             dqa[4 * n + 4], dqa[4 * n + 5], dqa[4 * n + 6],
+                                             dqa[4 * n + 7])
+                        par = 1 - par
+                        dqa[4 * n + 4] = x0
+                        dqa[4 * n + 5] = x1
+                        dqa[4 * n + 6] = x2
+                        dqa[4 * n + 7] = x3
+                for n in range(NQW):
+                    for i in range(4):
+                        r = q0 + mq * 16 + g + 8 * (i // 2)
+                        c = (nb + n) * 8 + 2 * t + (i % 2)
+                        if r < tq and c < d:
+                            cuda.atomic.add(dq, (h, r, c), dqa[4 * n + i] * scale)
+
+        for n in range(NO):
+            for i in range(4):
+                key = kr0 + 8 * (i // 2)
+                c = n * 8 + 2 * t + (i % 2)
+                if key < tk and c < d:
+                    dk[U(h), U(key), U(c)] = dka[4 * n + i] * scale
+                    dv[U(h), U(key), U(c)] = dva[4 * n + i]
+
+    tc_bwd_key_major_async.__name__ = (f"tc_bwd_kv_async_{cfg.precision}_w{NW}_q{BR}_d{D}"
+                                       + ("_dq" if WITH_DQ else "")
+                                       + ("_sums" if SUMS else "")
+                                       + ("" if KV_REGS else "_kvsh")
+                                       + ("_sim" if SIM else ""))
+    return _jit(tc_bwd_key_major_async, cfg)
+
