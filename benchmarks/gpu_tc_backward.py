@@ -104,10 +104,15 @@ def check_shapes():
     return shapes
 
 
+#: the shapes of a --quick check (the first six, and one key: dP and D must cancel)
+QUICK = 6
+
+
 def run_checks(res, configs, quick=False):
     rng = np.random.default_rng(7)
     rows = []
-    for bh, tq, tk, d, causal in check_shapes()[:6 if quick else None]:
+    shapes = check_shapes()
+    for bh, tq, tk, d, causal in (shapes[:QUICK] + [shapes[9]]) if quick else shapes:
         for precision in ("fp16", "bf16"):
             host, r64 = inputs(rng, bh, tq, tk, d, precision)
             ref = reference.attention_backward(*r64[:3], r64[3], causal=causal)
@@ -307,7 +312,8 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--sanitize-small", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="6 check shapes, N = 4096 only")
+    ap.add_argument("--quick", action="store_true", help="7 check shapes, N = 4096 only")
+    ap.add_argument("--ns", type=int, nargs="+", help="the bench's N values")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
     args = ap.parse_args(argv)
     if args.sanitize_small:
@@ -321,7 +327,7 @@ def main(argv=None) -> int:
         if args.variants:
             run_variants(res)
         if args.bench:
-            run_bench(res, ns=(4096,) if args.quick else (4096, 8192))
+            run_bench(res, ns=args.ns or ((4096,) if args.quick else (4096, 8192)))
     finally:
         path.write_text(json.dumps(res, indent=1) + "\n")
         log("wrote", path)

@@ -34,7 +34,11 @@ def problem(tq, tk, d, causal, seed=0, lead=(2,), scale=None):
     return q, k, v, o, lse, do
 
 
-@pytest.mark.parametrize("kernel", tuple(BACKWARD))
+#: the fp32 kernels (the tensor-core backward rounds to 16 bits: tests/test_tc_backward.py)
+FP32_KERNELS = tuple(n for n in BACKWARD if n != "tensor_core")
+
+
+@pytest.mark.parametrize("kernel", FP32_KERNELS)
 @pytest.mark.parametrize("tq,tk,d,causal", CASES)
 def test_kernel_matches_reference(kernel, tq, tk, d, causal):
     q, k, v, o, lse, do = problem(tq, tk, d, causal)

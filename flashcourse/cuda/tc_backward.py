@@ -140,14 +140,46 @@ class TCBConfig:
 
 
 def default_tiles(d: int, simulator: bool) -> dict:
-    """The variant used when the caller names none (warps, block_q, kv_regs, q_block_k)."""
+    """The variant used when the caller names none (warps, block_q, kv_regs, q_block_k,
+    pipeline). On a GPU: the fastest of the H200 sweep at N = 4096 (benchmarks/results/
+    h200_tc_backward.json, "variants"): 8 warps (Bc = 128 keys), Br = 64, version 2; K_j
+    and V_j fragments in registers up to d = 64, read from shared memory above. A head
+    dim whose dQ tiles do not split in even pairs over 8 warps (D/8 = 6, 10, 14: d = 33..48,
+    65..80, 97..112) takes 4 warps."""
     if simulator:
         return {"warps": 1, "block_q": 16, "kv_regs": True, "q_block_k": 16,
                 "pipeline": "async"}
-    if d <= 64:
-        return {"warps": 8, "block_q": 64, "kv_regs": True, "q_block_k": 64,
-                "pipeline": "async"}
-    return {"warps": 8, "block_q": 64, "kv_regs": False, "q_block_k": 32, "pipeline": "async"}
+    D = ceil_div(d, 16) * 16
+    warps = 8 if (D // 8 // 2) % 2 == 0 else 4
+    return {"warps": warps, "block_q": 64, "kv_regs": D <= 64, "q_block_k": 64 if D <= 64
+            else 32, "pipeline": "async"}
+
+
+def _candidates(d: int) -> list:
+    """Tile choices best first (the H200's default, then smaller blocks for GPUs with less
+    shared memory per block), those valid for d."""
+    first = default_tiles(d, False)
+    out = [first]
+    for warps, block_q in ((4, 64), (4, 32), (2, 32)):
+        t = dict(first, warps=warps, block_q=block_q)
+        if t not in out:
+            out.append(t)
+    D = ceil_div(d, 16) * 16
+    return [t for t in out if t["warps"] % (t["block_q"] // 16) == 0
+            and (D // 8 // (t["warps"] // (t["block_q"] // 16))) % 2 == 0]
+
+
+def choose_tiles(d: int, limits, deterministic: bool = False) -> dict:
+    """The first of `_candidates(d)` whose kernels fit `limits` (a `DeviceLimits`);
+    LaunchError naming shared memory when none does."""
+    from ..limits import pick_config
+    D = ceil_div(d, 16) * 16
+    cands = []
+    for i, t in enumerate(_candidates(d)):
+        cfg = TCBConfig("fp16", t["warps"], t["block_q"], D, False, not deterministic, False,
+                        t["kv_regs"], t["q_block_k"], 0, t["pipeline"])
+        cands.append((i, cfg.threads, max(cfg.shared_bytes, cfg.q_shared_bytes)))
+    return _candidates(d)[pick_config(cands, limits, f"tensor-core backward d={d}")]
 
 
 def plan(precision: str, d: int, warps: int, block_q: int, simulator: bool | None = None,
@@ -216,8 +248,9 @@ def signatures(pipeline: str = "plain"):
 
 @lru_cache(maxsize=None)
 def _pass_kernels():
-    """(delta, cast): D = rowsum(dO o O) in fp32 (also zeroing dQ for the atomics and the
-    row sums), and an element-wise cast of the fp32 gradients to the output dtype."""
+    """(delta, delta_bf16, cast): D = rowsum(dO o O) in fp32 (also zeroing dQ for the
+    atomics and the row sums; delta_bf16 rounds float32 o, dO to bf16 first), and an
+    element-wise cast of the fp32 gradients to the output dtype."""
     from numba import float32
 
     @cuda.jit
@@ -242,13 +275,47 @@ def _pass_kernels():
             ld[1, h, i] = float32(0.0)
             ld[0, h, i] = POS_INF
 
+    from numba import uint32
+
+    from .mma import device_ops
+    as_f32 = device_ops(using_simulator())["as_f32"]
+
+    @cuda.jit(device=True)
+    def bf16_value(u):
+        # the float32 (given as its bits u) rounded to bfloat16, half to even, as float32
+        return as_f32((u + uint32(0x7FFF) + ((u >> uint32(16)) & uint32(1)))
+                      & uint32(0xFFFF0000))
+
+    @cuda.jit
+    def tc_delta_bf16(o, do, lse, ld, dq, zero_dq, tq, d, psum, dsum, sums):
+        # as tc_delta, for bf16: o, do are float32 arrays viewed as uint32, rounded to
+        # bf16 first, so that D = rowsum(dO o O) uses the dO the tensor cores see (with
+        # one key, dP = dO . v and D = dO . o cancel exactly, as they must)
+        i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        h = cuda.blockIdx.y
+        if i < tq:
+            acc = float32(0.0)
+            for c in range(d):
+                acc += bf16_value(do[h, i, c]) * bf16_value(o[h, i, c])
+                if zero_dq != 0:
+                    dq[h, i, c] = float32(0.0)
+            ld[1, h, i] = acc
+            lv = lse[h, i]
+            ld[0, h, i] = lv * LOG2E_F if lv != NEG_INF else POS_INF
+            if sums != 0:
+                psum[h, i] = float32(0.0)
+                dsum[h, i] = float32(0.0)
+        elif i < ld.shape[2]:
+            ld[1, h, i] = float32(0.0)
+            ld[0, h, i] = POS_INF
+
     @cuda.jit
     def tc_cast(src, dst, n):
         i = cuda.grid(1)
         if i < n:
             dst[i] = src[i]
 
-    return tc_delta, tc_cast
+    return tc_delta, tc_delta_bf16, tc_cast
 
 
 def check_capability(limits=None) -> None:
@@ -264,7 +331,7 @@ def launches(d: int, tq: int, tk: int, bh: int, limits, deterministic: bool = Fa
     if d > MAX_HEAD_DIM:
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
                          f"backward, got d={d}")
-    t = default_tiles(d, False)
+    t = choose_tiles(d, limits, deterministic)
     cfg = TCBConfig("fp16", t["warps"], t["block_q"], ceil_div(d, 16) * 16, False,
                     not deterministic, False, t["kv_regs"], t["q_block_k"], 0, t["pipeline"])
     out = [Launch("tensor-core backward D pass", (ceil_div(tq, PASS_THREADS), bh),
@@ -293,7 +360,11 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
     (2, BH, Tq rounded up to 128) float32 workspace (allocated when None)."""
     check_capability()
     sim = using_simulator()
-    tiles = default_tiles(d, sim)
+    if sim:
+        tiles = default_tiles(d, True)
+    else:
+        from ..limits import current_limits
+        tiles = choose_tiles(d, current_limits(), deterministic)
     given = {"warps": warps, "block_q": block_q, "kv_regs": kv_regs, "q_block_k": q_block_k,
              "pipeline": pipeline}
     tiles.update({n: v for n, v in given.items() if v is not None})
@@ -309,7 +380,9 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
     delta = ld[1]
     if not sums:
         psum = dsum = delta            # never written (sums=False), any (BH, Tq) array
-    tc_delta, _ = _pass_kernels()
+    tc_delta, tc_delta_bf16, _ = _pass_kernels()
+    if precision == "bf16":            # D from the bf16-rounded o, dO (float32 arrays)
+        tc_delta, o, do = tc_delta_bf16, o.view(np.uint32), do.view(np.uint32)
     launch(tc_delta, None, (ceil_div(tqp, PASS_THREADS), bh), PASS_THREADS, 0,
            (o, do, lse, ld, dq, i32(0 if deterministic else 1), i32(tq), i32(d), psum, dsum,
             i32(1 if sums else 0)))
@@ -342,9 +415,14 @@ def default_precision(dtype) -> str:
 
 
 def compute_type(options: dict, dtype) -> str:
-    """The type the checks of `flashcourse.cuda.backward` allow rounding errors of."""
+    """The type the checks of `flashcourse.cuda.backward` allow rounding errors of.
+
+    fp16 takes float16 arrays, which the tensor cores multiply exactly (sums in fp32):
+    the recomputed P and dS row sums are float32-accurate ("float32"; P is rounded to
+    16 bits only after they are summed). bf16 rounds float32 inputs first, so S moves by
+    ~2^-8 of |q||k| from the scores the caller's lse came from ("bfloat16")."""
     precision = options.get("precision") or default_precision(dtype)
-    return "float16" if precision == "fp16" else "bfloat16"
+    return "float32" if precision == "fp16" else "bfloat16"
 
 
 def _words(a, precision: str, D: int):
@@ -352,12 +430,30 @@ def _words(a, precision: str, D: int):
     from .tensor_core import device_words
     if precision == "fp16" and np.dtype(a.dtype) == np.float16 and int(a.shape[2]) == D:
         return a.view(np.uint32)
-    return device_words(a, precision, D)
+    return device_words(a, precision, D, alloc=_array)
+
+
+def _array(shape, dtype):
+    """A device array from the pool of `host_plans` (its memory goes back to the pool when
+    the array dies: no cudaMalloc/cudaFree, which would synchronise, per call); a plain
+    device array under the simulator."""
+    shape = tuple(int(n) for n in shape)
+    if using_simulator():
+        return cuda.device_array(shape, dtype)
+    from numba.cuda.cudadrv import devices
+
+    from .host_plans import POOL
+    dt = np.dtype(dtype)
+    strides, step = [], dt.itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return POOL.array(devices.get_context(), shape, tuple(reversed(strides)), dt, step)
 
 
 def _cast(src, dst) -> None:
     """fp32 device array -> dst (same shape, float16) on the device."""
-    _, tc_cast = _pass_kernels()
+    _, _, tc_cast = _pass_kernels()
     n = int(src.size)
     launch(tc_cast, None, max(1, ceil_div(n, 256)), 256, 0,
            (src.reshape(n), dst.reshape(n), np.int32(n)))
@@ -386,14 +482,13 @@ def run_heads(x, out=None, psum=None, dsum=None, precision=None, deterministic=F
     D = ceil_div(x.d, 16) * 16
     qw, kw, vw, dow = (_words(a, precision, D) for a in (x.q, x.k, x.v, x.do))
     if out is None:
-        out = (cuda.device_array((x.bh, x.tq, x.d), dt),
-               cuda.device_array((x.bh, x.tk, x.d), dt),
-               cuda.device_array((x.bh, x.tk, x.d), dt))
+        out = (_array((x.bh, x.tq, x.d), dt), _array((x.bh, x.tk, x.d), dt),
+               _array((x.bh, x.tk, x.d), dt))
     f32 = dt == np.float32
-    work = out if f32 else tuple(cuda.device_array(tuple(int(n) for n in g.shape), np.float32)
-                                 for g in out)
+    work = out if f32 else tuple(_array(g.shape, np.float32) for g in out)
+    ld = _array((2, x.bh, ceil_div(x.tq, LD_ROWS) * LD_ROWS), np.float32)
     run(qw, kw, vw, dow, x.o, x.do, x.lse, *work, x.tq, x.tk, x.d, x.scale, x.causal,
-        precision, deterministic=bool(deterministic), psum=psum, dsum=dsum, **tiles)
+        precision, deterministic=bool(deterministic), psum=psum, dsum=dsum, ld=ld, **tiles)
     if not f32:
         for src, dst in zip(work, out):
             _cast(src, dst)

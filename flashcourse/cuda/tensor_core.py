@@ -407,13 +407,15 @@ def _bits(a, precision: str, cols: int):
     return v.reshape(int(v.size) // cols, cols)
 
 
-def device_words(a, precision: str, D: int):
+def device_words(a, precision: str, D: int, alloc=None):
     """(BH, T, d) device array -> the kernels' (BH, T, W) words on the device (fp16 or
-    bf16: W = D/2 uint32 of two values; tf32: W = D float32), columns d..D-1 zero."""
+    bf16: W = D/2 uint32 of two values; tf32: W = D float32), columns d..D-1 zero.
+    alloc(shape, dtype) makes the output array (default `cuda.device_array`)."""
     words_bf16, _, copy_columns = _convert_kernels()
     bh, n, d = (int(s) for s in a.shape)
     half = precision in ("fp16", "bf16")
-    out = cuda.device_array((bh, n, D // 2 if half else D), np.uint32 if half else np.float32)
+    out = (alloc or cuda.device_array)((bh, n, D // 2 if half else D),
+                                      np.uint32 if half else np.float32)
     if precision == "bf16":
         _convert(words_bf16, a.view(np.uint32).reshape(bh * n, d), _bits(out, precision, D))
     else:

@@ -1,0 +1,252 @@
+"""The tensor-core backward (flashcourse.cuda.tc_backward*) on Numba's simulator, and the
+models of its shared-memory fragment loads (flashcourse.cuda.smem_ops).
+
+Two references: the float64 gradients of the float16/bfloat16-rounded inputs
+(`reference.attention_backward`; the kernels round P and dS to 16 bits, as FlashAttention-2
+does, so they differ from it by ~1e-3 relative), and a numpy model that rounds P and dS
+where the kernels do (agreement to ~1e-5: a wrong fragment, mask or scale is off by O(1)).
+Shapes: ragged tiles, Tq != Tk both ways, causal with rows that see no key, odd d,
+large logits. Each simulated mma costs a barrier: the shapes are tiny (1 warp, Br = 16).
+"""
+
+import numpy as np
+import pytest
+from numba import cuda, uint32   # module globals: the simulator swaps them inside kernels
+
+from flashcourse import reference
+from flashcourse.cuda import backward, forward, smem_ops
+from flashcourse.cuda import tc_backward as tcb
+from flashcourse.cuda.mma import round_bf16
+from flashcourse.cuda.registry import BACKWARD
+from flashcourse.gpu import using_simulator
+from helpers import rel_err
+
+pytestmark = pytest.mark.skipif(not using_simulator(), reason="simulator tests (CPU machine)")
+
+ROUND = {"fp16": lambda x: np.asarray(x, np.float64).astype(np.float16).astype(np.float64),
+         "bf16": lambda x: round_bf16(np.asarray(x, np.float64)).astype(np.float64)}
+#: vs the float64 gradients of the rounded inputs: P and dS rounded to 16 bits
+TOL_REF = {"fp16": 3e-3, "bf16": 2e-2}
+#: vs the numpy model that rounds P and dS where the kernels do (and the output to its
+#: dtype): left are a few elements rounded the other way at a tie, and fp32 sums
+TOL_MODEL = {"fp16": 1e-4, "bf16": 1e-4}
+
+
+def problem(tq, tk, d, causal, precision, seed=0, lead=(1,), big=1.0):
+    """Inputs in the kernel's dtype (float16 for fp16, float32 for bf16), o and lse from the
+    float64 forward of the rounded inputs (o stored in the input dtype)."""
+    rng = np.random.default_rng(seed)
+    q, k, v, do = (rng.standard_normal((*lead, t, d)).astype(np.float32)
+                   for t in (tq, tk, tk, tq))
+    q = q * np.float32(big)
+    dt = np.float16 if precision == "fp16" else np.float32
+    q, k, v, do = (ROUND[precision](a).astype(dt) for a in (q, k, v, do))
+    o, lse = reference.attention(*(a.astype(np.float64) for a in (q, k, v)), causal=causal)
+    return q, k, v, ROUND[precision](o).astype(dt), lse.astype(np.float32), do
+
+
+def model(q, k, v, o, lse, do, causal, precision):
+    """float64 gradients with P and dS rounded to 16 bits where the kernels round them."""
+    r = ROUND[precision]
+    q, k, v, o, do = (a.astype(np.float64) for a in (q, k, v, o, do))
+    tq, tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = 1.0 / np.sqrt(d)
+    s = q @ np.swapaxes(k, -1, -2)
+    lse = lse.astype(np.float64)[..., None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = np.where(np.isneginf(lse), 0.0, np.exp(scale * s - lse))
+    if causal:
+        p = np.where(np.arange(tk)[None, :] > np.arange(tq)[:, None] + tk - tq, 0.0, p)
+    dp = do @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (do * o).sum(-1, keepdims=True))
+    dv = np.swapaxes(r(p), -1, -2) @ do
+    dk = scale * np.swapaxes(r(ds), -1, -2) @ q
+    dq = scale * r(ds) @ k
+    return dq, dk, dv
+
+
+CASES = [  # (Tq, Tk, d, causal)
+    (20, 24, 16, False),
+    (19, 6, 5, True),        # Tq > Tk: rows 0..12 see no key
+    (7, 37, 20, True),       # Tk > Tq, d padded to 32
+    (33, 17, 16, True),
+]
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("tq,tk,d,causal", CASES)
+def test_matches_reference_and_rounding_model(precision, tq, tk, d, causal):
+    args = problem(tq, tk, d, causal, precision, seed=tq + tk)
+    got = backward(*args, kernel="tensor_core", causal=causal, precision=precision)
+    q, k, v, o, lse, do = args
+    ref = reference.attention_backward(*(a.astype(np.float64) for a in (q, k, v, do)),
+                                       causal=causal)
+    mod = model(*args, causal, precision)
+    for name, g, r, m in zip(("dq", "dk", "dv"), got, ref, mod):
+        assert g.dtype == q.dtype and g.shape == r.shape, name
+        assert rel_err(g, r) <= TOL_REF[precision], f"{name}: {rel_err(g, r):.2e}"
+        m = m.astype(g.dtype).astype(np.float64)          # the output's own rounding
+        assert rel_err(g, m) <= TOL_MODEL[precision], f"{name} vs model: {rel_err(g, m):.2e}"
+    if tq > tk and causal:                     # rows that see no key: dq = 0 exactly
+        empty = np.isneginf(lse[0])
+        assert empty.any() and np.all(got[0][0, empty] == 0)
+
+
+def test_versions_and_dq_designs_agree():
+    """v1 ("plain") and v2 ("async": cp.async + ldmatrix) do the same arithmetic in the same
+    order: equal bit for bit. dQ by atomics vs by the query-major pass: the same sums in
+    another order."""
+    args = problem(21, 35, 24, True, "fp16", seed=3, lead=(2,))
+    runs = {(pipe, det): backward(*args, kernel="tensor_core", causal=True, pipeline=pipe,
+                                  deterministic=det)
+            for pipe in ("async", "plain") for det in (False, True)}
+    for det in (False, True):
+        for a, b in zip(runs["async", det], runs["plain", det]):
+            assert np.array_equal(a, b)
+    for a, b in zip(runs["async", False], runs["async", True]):
+        assert rel_err(a, b) <= 1e-3
+
+
+def test_large_logits_and_device_arrays():
+    """Peaked softmax rows (scores ~ +-40) stay finite and accurate; device arrays in,
+    device arrays out, in the input dtype."""
+    args = problem(18, 18, 16, False, "fp16", seed=5, big=8.0)
+    dev = [cuda.to_device(a) for a in args]
+    got = [g.copy_to_host() for g in backward(*dev, kernel="tensor_core")]
+    mod = model(*args, False, "fp16")
+    for g, m in zip(got, mod):
+        assert np.isfinite(g).all() and g.dtype == np.float16
+        assert rel_err(g, m) <= 2e-3
+
+
+def test_bf16_from_float32_device_arrays_with_the_course_forward():
+    rng = np.random.default_rng(9)
+    q, k, v, do = (cuda.to_device(rng.standard_normal((1, t, 16)).astype(np.float32))
+                   for t in (17, 23, 23, 17))
+    o, lse = forward(q, k, v, kernel="tensor_core", precision="bf16", causal=True)
+    got = backward(q, k, v, o, lse, do, kernel="tensor_core", precision="bf16", causal=True)
+    r = [ROUND["bf16"](a.copy_to_host()) for a in (q, k, v, do)]
+    ref = reference.attention_backward(*r, causal=True)
+    for g, rr in zip(got, ref):
+        assert g.dtype == np.float32 and rel_err(g.copy_to_host(), rr) <= TOL_REF["bf16"]
+
+
+@pytest.mark.parametrize("kwargs,exc,word", [
+    (dict(precision="3xtf32"), ValueError, "precision must be one of"),
+    (dict(precision="fp16"), ValueError, "takes float16 arrays"),
+    (dict(pipeline="fast"), ValueError, "pipeline must be one of"),
+    (dict(block_q=48), ValueError, "block_q must be 16, 32, 64 or 128"),
+    (dict(warps=1, block_q=32), ValueError, "does not fit warps"),
+    (dict(tiles=3), ValueError, "does not use tiles"),
+])
+def test_bad_options_are_named(kwargs, exc, word):
+    args = problem(6, 5, 16, False, "bf16")
+    kwargs = {"precision": "bf16", **kwargs}
+    with pytest.raises(exc, match=word):
+        backward(*args, kernel="tensor_core", **kwargs)
+
+
+def test_float32_needs_a_precision_and_large_d_is_refused():
+    args = problem(6, 5, 16, False, "bf16")
+    with pytest.raises(ValueError, match="precision='bf16'"):
+        backward(*args, kernel="tensor_core")
+    big = problem(3, 3, 129, False, "fp16")
+    with pytest.raises(ValueError, match="at most 128"):
+        backward(*big, kernel="tensor_core")
+
+
+def test_wrong_lse_is_caught_with_16_bit_tolerances():
+    q, k, v, o, lse, do = problem(10, 12, 16, False, "fp16")
+    with pytest.raises(ValueError, match="lse does not match"):
+        backward(q, k, v, o, lse + np.float32(0.5), do, kernel="tensor_core")
+
+
+def test_registered_once_with_its_options():
+    spec = BACKWARD["tensor_core"]
+    assert {"precision", "deterministic", "pipeline"} <= set(spec.options)
+    assert spec.compute({}, np.float16) == "float32"      # float16 inputs are exact
+    assert spec.compute({"precision": "bf16"}, np.float32) == "bfloat16"
+
+
+def test_default_tiles_fit_every_head_dim_on_the_h200():
+    from flashcourse.limits import PRESETS
+    for d in range(1, 129):
+        t = tcb.choose_tiles(d, PRESETS["H200"])
+        cfg = tcb.plan("fp16", d, t["warps"], t["block_q"], False, True, False,
+                       t["kv_regs"], t["q_block_k"], 0, t["pipeline"])
+        assert cfg.shared_bytes <= PRESETS["H200"].smem_per_block_optin
+
+
+# --------------------------------------------------------------------------------------
+# ldmatrix / cp.async: numpy models vs the mma fragment maps, and the simulator twins
+# --------------------------------------------------------------------------------------
+
+def _tile_words(tile16: np.ndarray, pad: int = 4) -> tuple:
+    """(rows, 2w) uint16 -> flat uint32 words, rows of w words padded by `pad`; stride."""
+    rows, cols = tile16.shape
+    stride = cols // 2 + pad
+    words = np.zeros(rows * stride, np.uint32)
+    packed = tile16[:, 0::2].astype(np.uint32) | (tile16[:, 1::2].astype(np.uint32) << 16)
+    for r in range(rows):
+        words[r * stride:r * stride + cols // 2] = packed[r]
+    return words, stride
+
+
+def test_ldmatrix_trans_of_a_k_major_tile_is_the_mma_b_fragment():
+    """B stored with k along the rows (dO_i for dV += P^T dO): .trans gives b0, b1 of
+    two n8 tiles; without .trans the lanes get the wrong elements."""
+    tile = np.random.default_rng(0).integers(0, 2 ** 16, (16, 16)).astype(np.uint16)  # (k, n)
+    words, stride = _tile_words(tile)
+    wrong = 0
+    for lane in range(32):
+        got = smem_ops.ld_bt_model(words, 0, stride, lane)
+        want = smem_ops.b_fragment_of(tile[:, :8], lane) + smem_ops.b_fragment_of(tile[:, 8:],
+                                                                                  lane)
+        assert got == want, lane
+        wrong += smem_ops.ld_b_model(words, 0, stride, lane) != want
+    assert wrong > 0
+
+
+def test_ldmatrix_of_an_n_major_tile_is_the_mma_b_fragment():
+    """B stored with n along the rows (Q_i for S^T = K Q^T): plain ldmatrix gives it."""
+    stored = np.random.default_rng(1).integers(0, 2 ** 16, (16, 16)).astype(np.uint16)  # (n, k)
+    words, stride = _tile_words(stored)
+    for lane in range(32):
+        got = smem_ops.ld_b_model(words, 0, stride, lane)
+        want = (smem_ops.b_fragment_of(stored[:8].T, lane)
+                + smem_ops.b_fragment_of(stored[8:].T, lane))
+        assert got == want, lane
+
+
+def test_simulator_twins_match_the_models():
+    ops = smem_ops.ops(True)
+    ld_b, ld_bt, cp16 = ops["ld_b"], ops["ld_bt"], ops["cp16"]
+    tile = np.random.default_rng(2).integers(0, 2 ** 16, (16, 16)).astype(np.uint16)
+    words, stride = _tile_words(tile)
+    g = np.arange(2 * 3 * 8, dtype=np.uint32).reshape(2, 3, 8)
+
+    @cuda.jit
+    def probe(src, out, g, copied):
+        sm = cuda.shared.array(256, uint32)
+        lane = cuda.threadIdx.x
+        for i in range(lane, src.size, 32):
+            sm[i] = src[i]
+        cuda.syncthreads()
+        a = ld_b(sm, 0, stride, lane)
+        b = ld_bt(sm, 0, stride, lane)
+        for i in range(4):
+            out[lane, i] = a[i]
+            out[lane, 4 + i] = b[i]
+        if lane == 0:
+            cp16(sm, 200, g, 1, 2, 4, 16)
+            cp16(sm, 204, g, 1, 2, 0, 0)
+            for i in range(8):
+                copied[i] = sm[200 + i]
+
+    out = np.zeros((32, 8), np.uint32)
+    copied = np.zeros(8, np.uint32)
+    probe[1, 32](words, out, g, copied)
+    for lane in range(32):
+        assert tuple(out[lane, :4]) == smem_ops.ld_b_model(words, 0, stride, lane)
+        assert tuple(out[lane, 4:]) == smem_ops.ld_bt_model(words, 0, stride, lane)
+    assert list(copied[:4]) == list(g[1, 2, 4:8]) and not copied[4:].any()
