@@ -15,23 +15,24 @@
                     fp32 backward. TFLOP/s = 2.5 x forward FLOPs = 10 N^2 d per head
                     (half when causal), medians of CUDA-event timings after warm-up.
     python3 benchmarks/gpu_tc_backward.py --sanitize-small    (for compute-sanitizer)
+    python3 benchmarks/gpu_tc_backward.py --simulator-smoke   (no GPU: one tiny check)
 
-Writes tc_backward.json and prints a log into --out (never into benchmarks/results/).
+Writes gpu_tc_backward.json into benchmarks/out/ (or --out DIR, never inside
+benchmarks/results/); --record, on a GPU, writes h200_tc_backward.json there once the
+checks have passed. The recorded file was assembled from three such runs (its "runs").
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import flashcourse  # noqa: F401  (selects GPU or simulator before numba loads)
 import numpy as np
 from numba import cuda
 
-from flashcourse import env, reference
+from flashcourse import env, reference, results
 from flashcourse.cuda import backward, forward
 from flashcourse.cuda import tc_backward as tcb
 from flashcourse.cuda.mma import round_bf16
@@ -306,21 +307,37 @@ def sanitize_small() -> int:
     return 1 if bad else 0
 
 
+def simulator_smoke() -> int:
+    """Without a GPU: one tiny problem per precision through both dQ designs (no PyTorch,
+    no timing; the numbers mean nothing beyond 'it runs and is right')."""
+    rng = np.random.default_rng(3)
+    bad = 0
+    for precision in ("fp16", "bf16"):
+        host, r64 = inputs(rng, 1, 9, 13, 16, precision)
+        ref = reference.attention_backward(*r64[:3], r64[3], causal=True)
+        for det in (False, True):
+            err = max(rel_err(g, r) for g, r in zip(ours(host, True, precision, det), ref))
+            log(f"smoke {precision} det={det}: rel err {err:.2e}")
+            bad += not err <= BOUND[precision]
+    return 1 if bad else 0
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true")
-    ap.add_argument("--variants", action="store_true")
-    ap.add_argument("--bench", action="store_true")
-    ap.add_argument("--sanitize-small", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="7 check shapes, N = 4096 only")
+    ap = results.benchmark_parser(__doc__, "check", "variants", "bench", "quick",
+                                  "sanitize-small")
     ap.add_argument("--ns", type=int, nargs="+", help="the bench's N values")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
+    results.add_output_arguments(ap)
     args = ap.parse_args(argv)
+    results.check_outputs(args, __file__)
+    results.require_gpu("benchmarks/gpu_tc_backward.py", args.simulator_smoke)
+    if args.simulator_smoke:
+        return simulator_smoke()
     if args.sanitize_small:
         return sanitize_small()
-    args.out.mkdir(parents=True, exist_ok=True)
+    out = results.output_dir(args)
+    stem = "h200_tc_backward" if args.record else "gpu_tc_backward"
     res = {"environment": env.record(), "bh": BH}
-    path = args.out / "tc_backward.json"
+    path = out / f"{stem}.json"
     try:
         if args.check:
             run_checks(res, {}, quick=args.quick)
@@ -331,7 +348,10 @@ def main(argv=None) -> int:
     finally:
         path.write_text(json.dumps(res, indent=1) + "\n")
         log("wrote", path)
-    return 0 if res.get("checks", {}).get("all_ok", True) else 1
+    ok = res.get("checks", {}).get("all_ok", True)
+    results.validate(json.loads(path.read_text()), "tc_backward", stem)
+    results.finish(args, out, ok)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -161,6 +161,31 @@ def test_wrong_lse_is_caught_with_16_bit_tolerances():
         backward(q, k, v, o, lse + np.float32(0.5), do, kernel="tensor_core")
 
 
+def test_wrong_o_is_caught_and_a_shifted_lse_too():
+    """fp16 inputs are exact: the row sums of P and dS are checked at float32 tolerance, so
+    an lse off by 0.05 or the o of other inputs is refused (the fp32 kernels' hardening
+    tests, tests/test_hardening.py, on a float16 problem)."""
+    q, k, v, o, lse, do = problem(11, 13, 16, True, "fp16", seed=2)
+    backward(q, k, v, o, lse, do, kernel="tensor_core", causal=True)      # right: fine
+    with pytest.raises(ValueError, match="lse does not match"):
+        backward(q, k, v, o, lse + np.float32(0.05), do, kernel="tensor_core", causal=True)
+    with pytest.raises(ValueError, match="o does not match"):
+        backward(q, k, v, o[:, ::-1].copy(), lse, do, kernel="tensor_core", causal=True)
+
+
+def test_float16_gradient_overflow_is_named():
+    """Equal value rows make dS = P (dP - D) = 0, while dv = sum_i P_ij do_i reaches
+    ~4e5 in fp32: it does not fit the float16 output. With other v, dS itself passes
+    65504 where the kernel rounds it to float16: named as a float16 overflow."""
+    q, k, v, o, lse, _ = problem(12, 12, 16, True, "fp16", seed=4)
+    v1 = np.ones_like(v)
+    big = np.full(o.shape, 6e4, np.float16)
+    with pytest.raises(ValueError, match="do not fit float16"):
+        backward(q, k, v1, np.ones_like(o), lse, big, kernel="tensor_core", causal=True)
+    with pytest.raises(ValueError, match="overflow float16"):
+        backward(q, k, v, o, lse, big, kernel="tensor_core", causal=True)
+
+
 def test_registered_once_with_its_options():
     spec = BACKWARD["tensor_core"]
     assert {"precision", "deterministic", "pipeline"} <= set(spec.options)

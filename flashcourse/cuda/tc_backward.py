@@ -492,4 +492,8 @@ def run_heads(x, out=None, psum=None, dsum=None, precision=None, deterministic=F
     if not f32:
         for src, dst in zip(work, out):
             _cast(src, dst)
+        if psum is not None:           # a checked call: fp32 gradients that float16 lacks
+            from .._guards import gradients_finite  # (dS is rounded to float16 inside:
+            gradients_finite(                     # its overflow is a float16 one)
+                [(w.copy_to_host(), g.copy_to_host()) for w, g in zip(work, out)], "float16")
     return tuple(out)
