@@ -9,7 +9,10 @@ the expected cost and what limits it); `registry` lists them all, once:
                          loads, register-tiled micro-tiles, exp2, online softmax, causal skipping
               tensor_core  FlashAttention-2 on tensor cores (mma.sync; tensor_core.py, with
                          the building blocks in mma.py): fp16/bf16, or fp32 via 3xTF32
-    backward  simple, fast, fast_two_pass    (backward_kernels.py)
+    backward  simple, fast, fast_two_pass    (backward_kernels.py; fp32 on the CUDA cores)
+              tensor_core  FlashAttention-2's backward on tensor cores (tc_backward.py; kernels
+                         in tc_backward_kernels*.py, ldmatrix/cp.async in smem_ops.py): fp16
+                         for float16, bf16 for float32; dQ by atomics or a second pass
     decode    split + combine: Flash-Decoding, Tq = 1 against a long KV cache, GQA
               (decode_kernels.py; `decode(q, k, v)`; registered as the forward "decode")
 
@@ -122,21 +125,27 @@ def _forward(q, k, v, kernel, causal, scale, allow_nonfinite, check, options):
 @serialised
 def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
              scale: float | None = None, check: bool = False, **options):
-    """Gradients of attention on the GPU (or Numba's simulator), fp32, P recomputed from lse.
+    """Gradients of attention on the GPU (or Numba's simulator), P recomputed from lse.
 
     Same contract as `flashcourse.tiled.backward`: q (..., Tq, d), k, v (..., Tk, d),
     o and do (..., Tq, d) in q's dtype, lse (..., Tq) from the forward (-inf for a row
-    with no visible key). numpy inputs are converted to float32 (every kernel computes
-    in float32, so float64 input gets float32 accuracy) and the gradients come back as
-    numpy arrays in the input dtype; float32 C-contiguous device arrays stay on the
-    device.
+    with no visible key). The fp32 kernels convert numpy inputs to float32 (so float64
+    input gets float32 accuracy) and take float32 C-contiguous device arrays; the
+    tensor-core kernel takes float16 (fp16) or float32 (precision="bf16") arrays. The
+    gradients come back in the input dtype: numpy for numpy input, device arrays (left
+    on the device) for device input.
 
     Args:
         kernel: a name of `registry.BACKWARD`: "simple" (one thread per row, two
-            launches), "fast" (key-major tiles, dQ by fp32 atomic adds) or
-            "fast_two_pass" (dQ by a second, query-major pass; deterministic).
+            launches), "fast" (key-major tiles, dQ by fp32 atomic adds),
+            "fast_two_pass" (dQ by a second, query-major pass; deterministic), or
+            "tensor_core" (FlashAttention-2's backward on mma.sync, `tc_backward.py`).
         options: block_q, block_k (Br, Bc) of the fast kernels (multiples of the thread
-            layout: 16 on a GPU, 4 under the simulator); None = a default for d.
+            layout: 16 on a GPU, 4 under the simulator); None = a default for d. The
+            tensor-core kernel takes precision ("fp16" for float16, "bf16" for float32),
+            deterministic (dQ by a query-major pass instead of atomic adds), pipeline
+            ("async": cp.async + ldmatrix, or "plain": version 1) and its tiles (warps,
+            block_q, kv_regs, q_block_k).
         causal, scale: as in the forward.
         check: device-array inputs only (numpy inputs are always checked): run the
             checks below on host copies of the inputs and results (a full copy and a
