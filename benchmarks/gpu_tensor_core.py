@@ -15,6 +15,9 @@
 --variants   GRID's (warps, block_k, m_tiles, prefetch, min_blocks) per precision and d:
              registers, shared memory, time at N = 4096, B x H = 32, non-causal; the
              fastest per (precision, d) is used by --bench and checked by --check.
+--pipelines  version 2 of the fp16/bf16 kernel (pipeline="async": cp.async double
+             buffering + ldmatrix) checked like --check, then timed beside version 1 at
+             PIPELINE_GRID's variants (N = 4096, B x H = 32, non-causal).
 --bench      ms and TFLOP/s (4 B H Tq Tk d FLOPs, half when causal) for N in {1024, 4096,
              8192, 16384}, d in {64, 128}, causal off/on, B x H = 32: the tensor-core kernel
              (fp16, bf16, 3xTF32), the course's FFMA flash kernel (fp32) and PyTorch SDPA
@@ -331,6 +334,41 @@ def variants(rng, results, grid=None):
     return best
 
 
+#: (precision, d) -> variants timed in both pipelines (v1 "plain", v2 "async": cp.async +
+#: ldmatrix); the first of each is version 1's default
+PIPELINE_GRID = {("fp16", 64): [(8, 32, 1, 1, 2), (8, 64, 1, 0, 0)],
+                 ("fp16", 128): [(8, 32, 1, 1, 0), (8, 64, 1, 0, 0)]}
+
+
+def pipelines(rng, results) -> bool:
+    """Version 2 of the fp16/bf16 kernel against version 1: checked on the check shapes
+    (into results["pipelines_check"]), then timed at N = 4096 (results["pipelines"])."""
+    first = {d: ts[0] for (_, d), ts in PIPELINE_GRID.items()}
+    cfgs = [("fp16", dict(knobs_of(first[64]), pipeline="async")),
+            ("bf16", dict(knobs_of(first[64]), pipeline="async")),
+            ("fp16", dict(knobs_of(first[128]), pipeline="async"))]
+    check = {}
+    ok = check_kernels(rng, check, cfgs)
+    results["pipelines_check"] = check["check"]
+    rows = []
+    for (precision, d), tuples in PIPELINE_GRID.items():
+        inp = Inputs(rng, 4096, d)
+        for t in tuples:
+            for pipe in ("plain", "async"):
+                knobs = dict(knobs_of(t), pipeline=pipe)
+                row = measure_variant(
+                    {"precision": precision, "config": knobs_of(t), "pipeline": pipe, "d": d,
+                     "n": 4096, "causal": False},
+                    partial(tc.resources, precision, d, **knobs),
+                    partial(time_tc, inp, precision, False, knobs),
+                    flops(4096, 4096, d, False))
+                rows.append(row)
+                log(f"pipeline {pipe:5s} {precision} d={d} {t}: {variant_summary(row, 7)}")
+        del inp
+    results["pipelines"] = rows
+    return ok
+
+
 CONTENDERS = ("tc_fp16", "tc_bf16", "tc_3xtf32", "flash_fp32", "torch_flash_fp16",
               "torch_flash_bf16", "torch_cudnn_fp16", "torch_cudnn_bf16",
               "torch_efficient_fp32", "torch_math_fp32")
@@ -516,7 +554,7 @@ def simulator_smoke():
 
 
 def main(argv=None):
-    ap = results.benchmark_parser(__doc__, "check", "variants", "bench")
+    ap = results.benchmark_parser(__doc__, "check", "variants", "bench", "pipelines")
     ap.add_argument("--quick", action="store_true",
                     help="bench only N in {1024, 4096}; --sanitize-small on one shape")
     ap.add_argument("--sanitize-small", action="store_true")
@@ -545,6 +583,9 @@ def run_all(args, rng, results, out: Path) -> int:
     best = {}
     if args.check:
         ok = check_intrinsics(rng, results)
+        save(results, out)
+    if args.pipelines:
+        ok = pipelines(rng, results) and ok
         save(results, out)
     if args.variants:
         best = variants(rng, results)

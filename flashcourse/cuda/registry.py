@@ -231,7 +231,8 @@ register(Kernel("decode", "forward", _run_decode, ("num_splits", "block_k"), _de
 
 
 register(Kernel("tensor_core", "forward", _run_tensor_core,
-                ("precision", "warps", "block_k", "m_tiles", "prefetch", "min_blocks"),
+                ("precision", "warps", "block_k", "m_tiles", "prefetch", "min_blocks",
+                 "pipeline"),
                 description="FlashAttention-2 on tensor cores (mma.sync): fp16/bf16, or "
                             "fp32 through 3xTF32",
                 dtypes=(np.float16, np.float32), convert_to=None,

@@ -30,6 +30,9 @@ from ._launch import check_registers, is_device_array, launch  # noqa: F401  (re
 from .mma import round_bf16
 
 PRECISIONS = ("fp16", "bf16", "3xtf32", "tf32")
+#: kernel versions: "plain" (register prefetch, transposed V; the default until version 2 is
+#: measured on a GPU) and "async" (cp.async + ldmatrix, fp16/bf16)
+PIPELINES = ("plain", "async")
 #: the largest head dimension d (checked on an H200: 5 to 128); d is padded with zeros up to
 #: a multiple of 16 (q, k: no change to the scores; v: extra output columns, dropped)
 MAX_HEAD_DIM = 128
@@ -42,7 +45,9 @@ class TCConfig:
     precision; warps per block; block_k (Bc); head_dim D (d rounded up to a multiple of
     16); m_tiles: 16-row tiles each warp owns (Br = 16 x m_tiles x warps; 2 lets every
     K/V fragment read from shared memory feed two mma); prefetch: load the next K/V
-    block into registers while computing on this one (hides global-memory latency)."""
+    block into registers while computing on this one (hides global-memory latency);
+    pipeline: "plain" (version 1, `tensor_core_kernels`) or "async" (fp16/bf16 only:
+    cp.async double buffering and ldmatrix, `tensor_core_kernels_async`)."""
 
     precision: str
     warps: int
@@ -52,6 +57,7 @@ class TCConfig:
     m_tiles: int = 1
     prefetch: bool = False
     min_blocks: int = 0     # > 0: ask the compiler to fit this many blocks per SM
+    pipeline: str = "plain"
 
     @property
     def block_q(self):
@@ -84,8 +90,15 @@ class TCConfig:
         v_words = self.block_k * self.v_stride
         return 0, 2 * k_words, 2 * k_words + 2 * v_words   # K big|small, V big|small, end
 
+    def async_offsets(self):
+        """Version 2's layout (words): K, V row-major in buffer 0, the buffer size, end."""
+        rows = self.block_k * self.k_stride
+        return 0, rows, 2 * rows, 4 * rows
+
     @property
     def shared_bytes(self):
+        if self.pipeline == "async":
+            return 4 * self.async_offsets()[-1]
         return 4 * self.offsets()[-1]
 
 
@@ -103,7 +116,7 @@ def default_tiles(precision: str, d: int, simulator: bool) -> tuple[int, int, in
 
 def plan(precision: str, d: int, warps: int, block_k: int,
          simulator: bool | None = None, m_tiles: int = 1,
-         prefetch: bool = False, min_blocks: int = 0) -> TCConfig:
+         prefetch: bool = False, min_blocks: int = 0, pipeline: str = "plain") -> TCConfig:
     """Check a configuration for head dim d; return it (ValueError naming the argument)."""
     from .._checks import check_block
     if precision not in PRECISIONS:
@@ -122,8 +135,12 @@ def plan(precision: str, d: int, warps: int, block_k: int,
         raise ValueError(f"m_tiles must be 1 or 2, got {m_tiles!r}")
     if m_tiles == 2 and precision not in ("fp16", "bf16"):
         raise ValueError("m_tiles=2 is implemented for fp16/bf16 only")
+    if pipeline not in PIPELINES:
+        raise ValueError(f"pipeline must be one of {PIPELINES}, got {pipeline!r}")
+    if pipeline == "async" and precision not in ("fp16", "bf16"):
+        raise ValueError("pipeline='async' is implemented for fp16/bf16 only")
     cfg = TCConfig(precision, warps, block_k, ceil_div(d, 16) * 16, bool(simulator),
-                   int(m_tiles), bool(prefetch), int(min_blocks))
+                   int(m_tiles), bool(prefetch), int(min_blocks), pipeline)
     check_launch(cfg.threads, cfg.shared_bytes, what="tensor_core kernel")
     return cfg
 
@@ -131,7 +148,8 @@ def plan(precision: str, d: int, warps: int, block_k: int,
 @lru_cache(maxsize=None)
 def make_tensor_core_kernel(precision: str, warps: int, block_k: int, head_dim: int,
                             simulator: bool | None = None, m_tiles: int = 1,
-                            prefetch: bool = False, min_blocks: int = 0):
+                            prefetch: bool = False, min_blocks: int = 0,
+                            pipeline: str = "plain"):
     """Compile-time-specialised kernel for one configuration (cached); returns (kernel, cfg).
 
     Arguments of the kernel: q, k, v (BH, T, W) uint32 words (two fp16/bf16 per word,
@@ -140,8 +158,12 @@ def make_tensor_core_kernel(precision: str, warps: int, block_k: int, head_dim: 
     Grid (ceil(Tq/Br), BH), 32*warps threads, cfg.shared_bytes of dynamic shared memory.
     """
     from .tensor_core_kernels import make_half_kernel, make_tf32_kernel
-    cfg = plan(precision, head_dim, warps, block_k, simulator, m_tiles, prefetch, min_blocks)
-    if cfg.half:
+    cfg = plan(precision, head_dim, warps, block_k, simulator, m_tiles, prefetch, min_blocks,
+               pipeline)
+    if cfg.pipeline == "async":
+        from .tensor_core_kernels_async import make_half_async_kernel
+        kern = make_half_async_kernel(cfg)
+    elif cfg.half:
         kern = make_half_kernel(cfg)
     else:
         kern = make_tf32_kernel(cfg, passes=3 if precision == "3xtf32" else 1)
@@ -204,7 +226,7 @@ def launches(d: int, tq: int, tk: int, bh: int, limits, precision: str = "3xtf32
 def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: bool,
         precision: str, warps: int | None = None, block_k: int | None = None,
         m_tiles: int | None = None, prefetch: bool | None = None,
-        min_blocks: int | None = None) -> TCConfig:
+        min_blocks: int | None = None, pipeline: str | None = None) -> TCConfig:
     """Launch on prepared device arrays: (BH, T, W) uint32 words (fp16/bf16, W = D/2) or
     float32 (W = D) with D = d rounded up to a multiple of 16 (padding columns zero).
     Tiles left as None take `default_tiles`."""
@@ -218,9 +240,11 @@ def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: boo
     m_tiles = dm if m_tiles is None else m_tiles
     prefetch = dp if prefetch is None else prefetch
     min_blocks = db if min_blocks is None else min_blocks
-    cfg = plan(precision, d, warps, block_k, sim, m_tiles, prefetch, min_blocks)
+    cfg = plan(precision, d, warps, block_k, sim, m_tiles, prefetch, min_blocks,
+               pipeline or "plain")
     kern, cfg = make_tensor_core_kernel(precision, cfg.warps, cfg.block_k, cfg.head_dim, sim,
-                                        cfg.m_tiles, cfg.prefetch, cfg.min_blocks)
+                                        cfg.m_tiles, cfg.prefetch, cfg.min_blocks,
+                                        cfg.pipeline)
     bh = qw.shape[0]
     grid = (ceil_div(tq, cfg.block_q), bh)
     args = (qw, kw, vw, ow, lse, np.int32(tq), np.int32(tk), np.float32(scale * LOG2E),
@@ -232,11 +256,11 @@ def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: boo
 
 
 def resources(precision: str, d: int, warps: int, block_k: int, m_tiles: int = 1,
-              prefetch: bool = False, min_blocks: int = 0) -> dict:
+              prefetch: bool = False, min_blocks: int = 0, pipeline: str = "plain") -> dict:
     """Compile one variant on the GPU; registers, local bytes, shared bytes per block."""
-    cfg = plan(precision, d, warps, block_k, False, m_tiles, prefetch, min_blocks)
+    cfg = plan(precision, d, warps, block_k, False, m_tiles, prefetch, min_blocks, pipeline)
     kern, cfg = make_tensor_core_kernel(precision, warps, block_k, cfg.head_dim, False,
-                                        m_tiles, prefetch, min_blocks)
+                                        m_tiles, prefetch, min_blocks, pipeline)
     ck = kern.compile(signature(cfg.half))
     return {"regs": int(ck.regs_per_thread), "local_bytes": int(ck.local_mem_per_thread),
             "shared_bytes": cfg.shared_bytes}
