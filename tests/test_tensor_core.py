@@ -181,6 +181,31 @@ def test_kernel_matches_reference_on_the_simulator(precision, tq, tk, d, causal,
     assert rel_err(lse[fin], lse_ref[fin]) < (1e-5 if precision != "tf32" else 5e-3)
 
 
+# Version 2 (pipeline="async": cp.async + ldmatrix) does version 1's arithmetic in the
+# same order: equal bit for bit (ragged and causal key blocks, two m-tiles, a negative
+# scale, rows that see no key).
+@pytest.mark.parametrize("precision,tq,tk,d,causal,m_tiles,scale", [
+    ("fp16", 21, 37, 24, True, 1, None),
+    ("bf16", 19, 6, 16, True, 1, -0.3),
+    ("fp16", 33, 40, 16, False, 2, None),
+])
+def test_async_version_equals_version_1(precision, tq, tk, d, causal, m_tiles, scale, rng):
+    q, k, v = (rng.standard_normal((2, t, d)).astype(np.float32) for t in (tq, tk, tk))
+    if precision == "fp16":
+        q, k, v = (a.astype(np.float16) for a in (q, k, v))
+    runs = [tc.forward(q, k, v, causal=causal, scale=scale, precision=precision,
+                       m_tiles=m_tiles, pipeline=p) for p in ("plain", "async")]
+    assert np.array_equal(runs[0][0], runs[1][0])
+    assert np.array_equal(runs[0][1], runs[1][1])
+
+
+def test_async_version_refuses_tf32():
+    with pytest.raises(ValueError, match="fp16/bf16 only"):
+        tc.plan("3xtf32", 64, 8, 32, pipeline="async")
+    with pytest.raises(ValueError, match="pipeline must be one of"):
+        tc.plan("fp16", 64, 8, 32, pipeline="tma")
+
+
 # Any finite scale (issue 23): the kernel once masked with -inf before the scale
 # multiplied (-inf x 0 = NaN, -inf x -1 = +inf) and took the row max before scaling (a
 # negative scale turned it into the min). Each case has a masked or padded key (Tk not a
