@@ -471,6 +471,77 @@ def dram_flash_08() -> Exercise:
             ]})
 
 
+# -- notebook 10: the tensor-core backward's B loads and its deterministic FLOPs ---------------
+
+TC_BWD_10 = (2048, 96, True)              # N = Tq = Tk, d, causal: the FLOP part's problem
+_LOAD_WORDS = {"ld_b": "ld_b", "ldmatrix": "ld_b", "ld_bt": "ld_bt",
+               "ldmatrix.trans": "ld_bt", "trans": "ld_bt"}
+
+
+def _load_name(y):
+    """A learner's "ld_b" / "ld_bt" (or "ldmatrix" / "ldmatrix.trans"), or None."""
+    return _LOAD_WORDS.get(y.strip().lower()) if isinstance(y, str) else None
+
+
+def tc_backward_10() -> Exercise:
+    from .plots.tc_backward import PRODUCTS, b_load
+    from .traffic import backward_flops
+    n, d, causal = TC_BWD_10
+    loads = {f"{p['key']}_load": b_load(p["b_rows"]) for p in PRODUCTS}
+    det = backward_flops(n, n, d, causal=causal, dq_mode="two_pass")
+    atomic = backward_flops(n, n, d, causal=causal)
+    dense = backward_flops(n, n, d, dq_mode="two_pass")
+    unit = det // 14                                          # d x visible pairs
+    k_of = {"s": "d", "dp": "d", "dv": "queries", "dk": "queries", "dq": "keys"}
+    working = "\n".join(
+        f"{p['kernel']}: B = {p['B']}; the copy's rows run over {p['b_rows']} -> "
+        f"{loads[p['key'] + '_load']}" for p in PRODUCTS)
+    working += ("\nrule: b0, b1 of a lane are two neighbouring k of one n. Rows over n (k "
+                "along a row, two k per word): plain ldmatrix. Rows over k: ldmatrix.trans "
+                "(or, as version 1 did, a second, transposed copy)."
+                f"\nN = {n}, d = {d}, causal: visible pairs N (N + 1) / 2 = {unit // d:,}; "
+                f"kernel 1 without dQ runs S, dP, dV, dK (4 products), kernel 2 S, dP, dQ "
+                f"(3): 7 x 2 x pairs x d = 14 x {unit // d:,} x {d} = {det:,} FLOPs "
+                f"(the atomic version: 10 x ... = {atomic:,})")
+
+    def diagnose_load(key):
+        k = k_of[key]
+        if k == "d":
+            wrong = ("its B operand's k runs over d, along a stored row: two neighbouring k "
+                     "are already one 32-bit word, so plain ldmatrix hands each lane its "
+                     "register; .trans would give it two rows instead")
+        else:
+            wrong = (f"its B operand's k runs over {k}, down the rows of the row-major copy: "
+                     f"b0, b1 are two consecutive {k} of one column, a row apart, so the load "
+                     "must transpose on the way (.trans)")
+        return [(lambda y: _load_name(y) is None,
+                 'answer "ld_b" (ldmatrix) or "ld_bt" (ldmatrix.trans)'),
+                (lambda y: _load_name(y) != loads[f"{key}_load"], wrong)]
+
+    def same(part, yours, right):
+        if part.endswith("_load"):
+            return _load_name(yours) == right
+        return _same_number(yours, right, 1e-3)
+
+    diagnoses = {f"{key}_load": diagnose_load(key) for key in k_of}
+    diagnoses["det_flops"] = [
+        (lambda y: _same_number(y, atomic, 1e-3),
+         "that is the atomic version's 10 x pairs x d; kernel 2 recomputes S and dP for dQ"),
+        (lambda y: _same_number(y, 12 * unit, 1e-3),
+         "kernel 2 recomputes dP = dO V^T as well as S: dS needs both"),
+        (lambda y: _same_number(y, dense, 1e-3),
+         "causal: only the visible pairs are computed, about half of N^2"),
+        (lambda y: _same_number(y, det / 2, 1e-3),
+         "FLOPs count a multiply and an add: 2 per multiply-add"),
+        (lambda y: _same_number(y, 8 * unit, 1e-3),
+         "8 x pairs x d is the backward that reads a stored P (4 products)"),
+    ]
+    return Exercise(
+        "Kernel 1 (v2): the B load of S^T, dP^T, dV, dK, dQ; and the deterministic "
+        f"backward's FLOPs for one head at N = {n}, d = {d}, causal",
+        {**loads, "det_flops": det}, working, same=same, diagnoses=diagnoses)
+
+
 EXERCISES = {
     "03-second-tile": second_tile,
     "03-causal-skips": causal_skips,
@@ -479,6 +550,7 @@ EXERCISES = {
     "06-causal-tiles": causal_tiles_06,
     "08-dram-flash": dram_flash_08,
     "09-saved-bytes": saved_bytes_09,
+    "10-tc-backward": tc_backward_10,
 }
 
 

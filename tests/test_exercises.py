@@ -124,12 +124,37 @@ def test_dram_flash_08():
     assert "4 bytes" in lines[0] and "too few" in lines[1]
 
 
+def test_tc_backward_10():
+    """The loads by either name; the FLOPs counted by hand (visible pairs N (N + 1) / 2, 14 per
+    pair and dimension) or as half of N^2 (within the tolerance); each typical slip named."""
+    n, d, causal = E.TC_BWD_10
+    assert causal
+    pairs = n * (n + 1) // 2
+    right = dict(s_load="ld_b", dp_load="ldmatrix", dv_load="ld_bt", dk_load=" LD_BT",
+                 dq_load="ldmatrix.trans", det_flops=14 * pairs * d)
+    assert E.grade("10-tc-backward", **right)[0]
+    assert E.grade("10-tc-backward", **{**right, "det_flops": 14 * n * n * d / 2})[0]
+    ok, lines = E.grade("10-tc-backward", s_load="ld_bt", dp_load="ld_bt", dv_load="ld_b",
+                        dk_load="ldmatrix", dq_load="ld_b", det_flops=10 * pairs * d)
+    assert not ok and not any(line.endswith(": right") for line in lines)
+    assert "runs over d" in lines[0] and "plain ldmatrix" in lines[1]
+    assert "over queries" in lines[2] and ".trans" in lines[3] and "over keys" in lines[4]
+    assert "atomic version" in lines[5]
+    for wrong, hint in ((12 * pairs * d, "dP = dO V^T"), (14 * n * n * d, "visible pairs"),
+                        (7 * pairs * d, "a multiply and an add"), (8 * pairs * d, "stored P")):
+        ok, lines = E.grade("10-tc-backward", **{**right, "det_flops": wrong})
+        assert not ok and hint in lines[5], (wrong, lines[5])
+    ok, lines = E.grade("10-tc-backward", **{**right, "s_load": "ldmatrix.x4", "dv_load": 1})
+    assert not ok and '"ld_b" (ldmatrix)' in lines[0] and '"ld_bt"' in lines[2]
+
+
 @pytest.mark.parametrize("nb,names", [("03_tiled_forward", ["03-second-tile", "03-causal-skips",
                                                             "03-nonmatmul-flops"]),
                                       ("05_numba_cpu", ["05-block-sizes"]),
                                       ("06_numba_cuda_kernel", ["06-causal-tiles"]),
                                       ("08_measured_traffic", ["08-dram-flash"]),
-                                      ("09_backward_recompute", ["09-saved-bytes"])])
+                                      ("09_backward_recompute", ["09-saved-bytes"]),
+                                      ("10_tensor_cores", ["10-tc-backward"])])
 def test_notebooks_ask_for_predictions_without_printing_answers(nb, names):
     cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
     code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]

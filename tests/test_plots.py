@@ -115,12 +115,13 @@ def _on_axes(draw, figsize):
 
 def _part_b():
     """The library figures of notebooks 06-11 (kernels, measured, backward, tensor_cores,
-    decode, tuning, bench), each at its defaults with the recorded results it needs."""
+    tc_backward, decode, tuning, bench), each at its defaults with the recorded results it
+    needs."""
     import json
 
     from flashcourse import decode, decode_io, results
-    from flashcourse.plots import (backward, bench, host_path, kernels, measured, tensor_cores,
-                                   tuning)
+    from flashcourse.plots import (backward, bench, host_path, kernels, measured, tc_backward,
+                                   tensor_cores, tuning)
     from flashcourse.plots import decode as dp
 
     def forward_rows():
@@ -146,6 +147,9 @@ def _part_b():
         "backward.plot_backward_recorded":
             lambda: backward.plot_backward_recorded(_recorded(backward.load_recorded)),
         "tensor_cores.plot_fragments": tensor_cores.plot_fragments,
+        "tc_backward.plot_b_trans": tc_backward.plot_b_trans,
+        "tc_backward.plot_bench": lambda: tc_backward.plot_bench(
+            _recorded(results.load_tc_backward)),
         "host_path.plot_call_times": lambda: host_path.plot_call_times(
             _recorded(results.load_host_path)),
         "tensor_cores.plot_tensor_core_recorded(d=64)": lambda: tensor_cores.

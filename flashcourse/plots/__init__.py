@@ -10,6 +10,8 @@
     measured      Nsight Compute counters against the IO model (08)
     backward      the backward's costs and the recorded backward timings (09)
     tensor_cores  mma fragments, rounding errors, recorded tensor-core timings (10)
+    tc_backward   the tensor-core backward: its products, ldmatrix(.trans) loads, roundings,
+                  recorded variants and timings (10, section 7)
     decode        Flash-Decoding's SMs, splits, merge tree and bandwidth (11)
     tuning        the tuning sweep's TFLOP/s heatmaps over (Br, Bc) (07)
     bench         TFLOP/s grids of recorded benchmarks

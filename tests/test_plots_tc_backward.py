@@ -1,0 +1,130 @@
+"""flashcourse.plots.tc_backward: the product table matches the kernel's code, the B loads
+follow from the ldmatrix models, the rounding model is the reference when nothing is rounded
+and is the fp16 kernel when everything is, and the recorded tables read the results file."""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flashcourse import reference, results
+from flashcourse.cuda import smem_ops
+from flashcourse.plots import tc_backward as TB
+from flashcourse.timing import rel_err
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_pack_rows_puts_two_neighbours_in_a_word_and_pads():
+    tile = np.array([[1, 2, 3, 4], [5, 6, 7, 8]], np.uint16)
+    words, stride = TB.pack_rows(tile, pad_words=1)
+    assert stride == 3
+    assert words.tolist() == [1 | 2 << 16, 3 | 4 << 16, 0, 5 | 6 << 16, 7 | 8 << 16, 0]
+    with pytest.raises(ValueError, match="even number of columns"):
+        TB.pack_rows(np.zeros((2, 3)))
+
+
+def test_b_load_follows_the_models():
+    """A copy whose rows run over n needs plain ldmatrix, over k the .trans form; the
+    other load is right for no lane."""
+    assert TB.lanes_matching("ld_b", "n") == TB.lanes_matching("ld_bt", "k") == 32
+    assert TB.lanes_matching("ld_b", "k") == TB.lanes_matching("ld_bt", "n") == 0
+    assert TB.b_load("n") == "ld_b" and TB.b_load("k") == "ld_bt"
+    with pytest.raises(ValueError, match="load must be"):
+        TB.lanes_matching("ldsm", "k")
+    with pytest.raises(ValueError, match="rows_are"):
+        TB.b_tiles(np.zeros((16, 16)), "m")
+
+
+def test_b_tiles_are_what_the_mma_reads():
+    """B[k][n] of each n8 tile: stored[k, n] (rows over k) or stored[n, k] (rows over n)."""
+    stored = np.arange(256, dtype=np.uint16).reshape(16, 16)
+    t0, t1 = TB.b_tiles(stored, "k")
+    assert t0[3, 5] == stored[3, 5] and t1[3, 5] == stored[3, 13]
+    t0, t1 = TB.b_tiles(stored, "n")
+    assert t0[3, 5] == stored[5, 3] and t1[3, 5] == stored[13, 3]
+    # lane 0's first register: k = 0, 1 at n = 0, two neighbours along a stored row
+    assert smem_ops.b_fragment_of(t0, 0)[0] == int(stored[0, 0]) | int(stored[0, 1]) << 16
+
+
+def test_products_match_the_kernel_source():
+    """Version 2 of kernel 1 loads each product's B operand as PRODUCTS says: plain
+    ldmatrix (LDB) of Q_i, dO_i for S^T, dP^T; .trans (LDBT) of dO_i, Q_i, K_j for dV, dK,
+    dQ (read from tc_backward_kernels_async.py, in the order the kernel issues them)."""
+    src = (ROOT / "flashcourse" / "cuda" / "tc_backward_kernels_async.py").read_text()
+    calls = re.findall(r"\b(LDBT?)\(sm, U\((?:bo \+ )?(QN|DON|KNO)", src)
+    assert calls == [("LDB", "QN"), ("LDB", "DON"), ("LDBT", "DON"), ("LDBT", "QN"),
+                     ("LDBT", "KNO")]
+    loads = {"LDB": "ld_b", "LDBT": "ld_bt"}
+    assert [TB.b_load(p["b_rows"]) for p in TB.PRODUCTS] == [loads[c] for c, _ in calls]
+    assert [p["key"] for p in TB.PRODUCTS] == ["s", "dp", "dv", "dk", "dq"]
+    flops = [2 * np.prod([{"Br": 64, "Bc": 128, "d": 96}[x] for x in p["mnk"]])
+             for p in TB.PRODUCTS]
+    assert len(set(flops)) == 1 and sum(flops) == 10 * 64 * 128 * 96
+
+
+@pytest.mark.parametrize("tq,tk,causal", [(9, 7, True), (7, 12, True), (10, 10, False)])
+def test_rounding_model_without_roundings_is_the_reference(tq, tk, causal):
+    """Tq > Tk causal: the first rows see no key and get zero gradients, as in the
+    reference (float64, 1e-12)."""
+    rng = np.random.default_rng(3)
+    q, k, v, do = (rng.standard_normal((2, n, 5)) for n in (tq, tk, tk, tq))
+    got = TB.rounding_model(q, k, v, do, np.zeros((2, tq, 5)), causal=causal, roundings=())
+    for g, r in zip(got, reference.attention_backward(q, k, v, do, causal=causal)):
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="roundings must be among"):
+        TB.rounding_model(q, k, v, do, q, roundings=("P to fp8",))
+
+
+def test_rounding_model_is_the_fp16_kernel():
+    """The three roundings reproduce the tensor-core backward's own error (simulator or
+    GPU), each gradient's relative error within 5% of the model's: nothing else the kernel
+    does (fp32 sums, exp2) is visible at this size."""
+    from flashcourse.cuda import backward, forward
+    rng = np.random.default_rng(10)
+    q, k, v, do = (rng.standard_normal((1, n, 16)).astype(np.float16) for n in (20, 24, 24, 20))
+    o, lse = forward(q, k, v, kernel="tensor_core", causal=True)
+    ref = reference.attention_backward(q, k, v, do, causal=True)
+    got = backward(q, k, v, o, lse, do, kernel="tensor_core", causal=True)
+    model = TB.rounding_model(q, k, v, do, o.astype(np.float64), causal=True)
+    for g, m, r in zip(got, model, ref):
+        assert rel_err(g, r) == pytest.approx(rel_err(m, r), rel=0.05)
+    assert "dQ" in TB.error_text(got, ref) and "dV" in TB.error_text(got, ref)
+
+
+def _doc():
+    doc = results.load_tc_backward()
+    if doc is None:
+        pytest.skip("no recorded tensor-core backward in benchmarks/results/")
+    return doc
+
+
+def test_recorded_tables_read_the_file():
+    doc = _doc()
+    timed = [r for r in doc["variants"] if "tflops" in r]
+    rows = TB.variant_table(doc)
+    assert len(rows) == len(timed) and all(len(r) == len(TB.VARIANT_HEADER) for r in rows)
+    assert sum(r[-1] == "yes" for r in rows) <= 2                     # one default per d
+    for v1, v2 in TB.version_pairs(doc):
+        assert v1["tiles"]["pipeline"] == "plain" and v2["tiles"]["pipeline"] == "async"
+        assert v1["d"] == v2["d"] and v1["tiles"]["warps"] == v2["tiles"]["warps"]
+    bench = TB.bench_table(doc)
+    assert len(bench) == len(doc["bench"])
+    assert all(len(r) == len(TB.BENCH_HEADER) for r in bench)
+    for row, r in zip(bench, sorted(doc["bench"], key=lambda r: (r["d"], r["causal"], r["n"]))):
+        assert row[-2] == round(r["tflops"]["ours_fp16_raw"] / r["tflops"]["torch_flash_fp16"], 2)
+    lines = TB.check_lines(doc) + TB.gap_lines(doc, exp_per_s=3.9e12)
+    assert lines and all(len(line) <= 100 for line in TB.gap_lines(doc, exp_per_s=3.9e12))
+
+
+def test_tables_survive_missing_contenders():
+    """A point where PyTorch did not run shows '-', and no checks gives one line."""
+    doc = json.loads(json.dumps(_doc()))
+    for r in doc["bench"]:
+        r["tflops"].pop("torch_flash_fp16", None)
+    doc.pop("checks", None)
+    assert all(row[-1] == row[-2] == "-" for row in TB.bench_table(doc))
+    assert TB.check_lines(doc) == ["no gradient checks recorded"]
+    assert not any("PyTorch flash" in line for line in TB.gap_lines(doc, exp_per_s=3.9e12))
