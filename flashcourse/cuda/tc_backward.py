@@ -246,11 +246,9 @@ def signatures(pipeline: str = "plain"):
     return _SIGS["kv_async" if pipeline == "async" else "kv"], _SIGS["q"]
 
 
-@lru_cache(maxsize=None)
-def _pass_kernels():
-    """(delta, delta_bf16, cast): D = rowsum(dO o O) in fp32 (also zeroing dQ for the
-    atomics and the row sums; delta_bf16 rounds float32 o, dO to bf16 first), and an
-    element-wise cast of the fp32 gradients to the output dtype."""
+def _delta_kernel(value):
+    """The pre-pass kernel, reading each element of o and dO through `value` (a device
+    function: the float32 it stands for)."""
     from numba import float32
 
     @cuda.jit
@@ -262,7 +260,7 @@ def _pass_kernels():
         if i < tq:
             acc = float32(0.0)
             for c in range(d):
-                acc += float32(do[h, i, c]) * float32(o[h, i, c])
+                acc += value(do[h, i, c]) * value(o[h, i, c])
                 if zero_dq != 0:
                     dq[h, i, c] = float32(0.0)
             ld[1, h, i] = acc
@@ -274,11 +272,24 @@ def _pass_kernels():
         elif i < ld.shape[2]:
             ld[1, h, i] = float32(0.0)
             ld[0, h, i] = POS_INF
+    return tc_delta
 
-    from numba import uint32
+
+@lru_cache(maxsize=None)
+def _pass_kernels():
+    """(delta, delta_bf16, cast): D = rowsum(dO o O) in fp32 (also zeroing dQ for the
+    atomics and the row sums; delta_bf16 takes float32 o, dO viewed as uint32 and rounds
+    them to bf16 first, so that D uses the dO the tensor cores see: with one key,
+    dP = dO . v and D = dO . o cancel exactly, as they must), and an element-wise cast of
+    the fp32 gradients to the output dtype."""
+    from numba import float32, uint32
 
     from .mma import device_ops
     as_f32 = device_ops(using_simulator())["as_f32"]
+
+    @cuda.jit(device=True)
+    def as_float(x):                   # float16 or float32
+        return float32(x)
 
     @cuda.jit(device=True)
     def bf16_value(u):
@@ -287,35 +298,12 @@ def _pass_kernels():
                       & uint32(0xFFFF0000))
 
     @cuda.jit
-    def tc_delta_bf16(o, do, lse, ld, dq, zero_dq, tq, d, psum, dsum, sums):
-        # as tc_delta, for bf16: o, do are float32 arrays viewed as uint32, rounded to
-        # bf16 first, so that D = rowsum(dO o O) uses the dO the tensor cores see (with
-        # one key, dP = dO . v and D = dO . o cancel exactly, as they must)
-        i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-        h = cuda.blockIdx.y
-        if i < tq:
-            acc = float32(0.0)
-            for c in range(d):
-                acc += bf16_value(do[h, i, c]) * bf16_value(o[h, i, c])
-                if zero_dq != 0:
-                    dq[h, i, c] = float32(0.0)
-            ld[1, h, i] = acc
-            lv = lse[h, i]
-            ld[0, h, i] = lv * LOG2E_F if lv != NEG_INF else POS_INF
-            if sums != 0:
-                psum[h, i] = float32(0.0)
-                dsum[h, i] = float32(0.0)
-        elif i < ld.shape[2]:
-            ld[1, h, i] = float32(0.0)
-            ld[0, h, i] = POS_INF
-
-    @cuda.jit
     def tc_cast(src, dst, n):
         i = cuda.grid(1)
         if i < n:
             dst[i] = src[i]
 
-    return tc_delta, tc_delta_bf16, tc_cast
+    return _delta_kernel(as_float), _delta_kernel(bf16_value), tc_cast
 
 
 def check_capability(limits=None) -> None:
