@@ -171,7 +171,13 @@ def _candidates(d: int) -> list:
 
 def choose_tiles(d: int, limits, deterministic: bool = False) -> dict:
     """The first of `_candidates(d)` whose kernels fit `limits` (a `DeviceLimits`);
-    LaunchError naming shared memory when none does."""
+    LaunchError naming shared memory when none does. (Cached: a pure function of its
+    arguments, ~0.1 ms to evaluate, asked on every call.)"""
+    return dict(_choose_tiles(d, limits, bool(deterministic)))
+
+
+@lru_cache(maxsize=None)
+def _choose_tiles(d: int, limits, deterministic: bool) -> tuple:
     from ..limits import pick_config
     D = ceil_div(d, 16) * 16
     cands = []
@@ -179,7 +185,8 @@ def choose_tiles(d: int, limits, deterministic: bool = False) -> dict:
         cfg = TCBConfig("fp16", t["warps"], t["block_q"], D, False, not deterministic, False,
                         t["kv_regs"], t["q_block_k"], 0, t["pipeline"])
         cands.append((i, cfg.threads, max(cfg.shared_bytes, cfg.q_shared_bytes)))
-    return _candidates(d)[pick_config(cands, limits, f"tensor-core backward d={d}")]
+    best = _candidates(d)[pick_config(cands, limits, f"tensor-core backward d={d}")]
+    return tuple(best.items())
 
 
 def plan(precision: str, d: int, warps: int, block_q: int, simulator: bool | None = None,
@@ -217,6 +224,13 @@ def plan(precision: str, d: int, warps: int, block_q: int, simulator: bool | Non
     check_launch(cfg.threads, cfg.shared_bytes, what="tensor-core backward kernel")
     check_launch(cfg.threads, cfg.q_shared_bytes, what="tensor-core backward dQ kernel")
     return cfg
+
+
+@lru_cache(maxsize=256)
+def _plan(*args) -> TCBConfig:
+    """`plan`, cached (its checks take ~0.1 ms, on every call; the launch limits are
+    those of the one GPU a process uses, as in `host_plans`)."""
+    return plan(*args)
 
 
 @lru_cache(maxsize=None)
@@ -357,8 +371,8 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
              "pipeline": pipeline}
     tiles.update({n: v for n, v in given.items() if v is not None})
     sums = psum is not None
-    cfg = plan(precision, d, tiles["warps"], tiles["block_q"], sim, not deterministic, sums,
-               tiles["kv_regs"], tiles["q_block_k"], min_blocks or 0, tiles["pipeline"])
+    cfg = _plan(precision, d, tiles["warps"], tiles["block_q"], sim, not deterministic, sums,
+                tiles["kv_regs"], tiles["q_block_k"], min_blocks or 0, tiles["pipeline"])
     key_major, query_major = kernels(cfg)
     bh = qw.shape[0]
     i32, f32 = np.int32, np.float32
