@@ -35,7 +35,7 @@ from numba import cuda
 from flashcourse import env, reference, results
 from flashcourse.cuda import backward, forward
 from flashcourse.cuda import tc_backward as tcb
-from flashcourse.cuda.mma import round_bf16
+from flashcourse.cuda.mma import ROUNDERS
 from flashcourse.geometry import visible_pairs
 from flashcourse.timing import rel_err, time_cuda
 
@@ -57,8 +57,7 @@ def log(*a):
 
 
 def rounded(x, precision):
-    return (x.astype(np.float16).astype(np.float64) if precision == "fp16"
-            else round_bf16(x).astype(np.float64))
+    return ROUNDERS[precision](x).astype(np.float64)
 
 
 def inputs(rng, bh, tq, tk, d, precision):

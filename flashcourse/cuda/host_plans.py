@@ -151,6 +151,16 @@ class OutputPool:
                                    finalizer=functools.partial(self._give_back, nbytes, raw))
         return DeviceNDArray(shape, strides, dtype, gpu_data=mem)
 
+    def empty(self, shape, dtype):
+        """A new C-contiguous device array of `shape`/`dtype` from the pool (current context)."""
+        from numba.cuda.cudadrv import devices
+        shape, dt = tuple(int(n) for n in shape), np.dtype(dtype)
+        strides, step = [], dt.itemsize
+        for n in reversed(shape):
+            strides.append(step)
+            step *= n
+        return self.array(devices.get_context(), shape, tuple(reversed(strides)), dt, step)
+
 
 POOL = OutputPool()
 

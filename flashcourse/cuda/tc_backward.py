@@ -23,7 +23,7 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda
 
-from ..constants import LOG2E, NEG_INF
+from ..constants import LOG2E, LOG2E_F, NEG_INF, POS_INF
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ..limits import check_launch
@@ -40,8 +40,6 @@ MAX_HEAD_DIM = 128
 LD_ROWS = 128
 #: threads per block of the small pre/post-pass kernels
 PASS_THREADS = 128
-LOG2E_F = np.float32(LOG2E)
-POS_INF = np.float32(np.inf)
 
 
 @dataclass(frozen=True)
@@ -439,18 +437,10 @@ def _array(shape, dtype):
     """A device array from the pool of `host_plans` (its memory goes back to the pool when
     the array dies: no cudaMalloc/cudaFree, which would synchronise, per call); a plain
     device array under the simulator."""
-    shape = tuple(int(n) for n in shape)
     if using_simulator():
-        return cuda.device_array(shape, dtype)
-    from numba.cuda.cudadrv import devices
-
+        return cuda.device_array(tuple(int(n) for n in shape), dtype)
     from .host_plans import POOL
-    dt = np.dtype(dtype)
-    strides, step = [], dt.itemsize
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return POOL.array(devices.get_context(), shape, tuple(reversed(strides)), dt, step)
+    return POOL.empty(shape, dtype)
 
 
 def _cast(src, dst) -> None:

@@ -56,20 +56,13 @@ per key block (mostly from L2), dQ atomics Tq d 4 B per key block.
 
 from __future__ import annotations
 
-import numpy as np
 from numba import cuda, float32, uint32
 from numba import uint64 as U
 
-from ..constants import F0, FULL_MASK, LOG2E
+from ..constants import F0, FULL_MASK, LOG2E_F, POS_INF
 from ._device import exp2_log2
 from .mma import SIM_SCRATCH_PER_WARP, device_ops
-
-Z32 = np.uint32(0)
-LO16 = np.uint32(0xFFFF)
-HI16 = np.uint32(0xFFFF0000)
-SH16 = np.uint32(16)
-POS_INF = np.float32(np.inf)
-LOG2E_F = np.float32(LOG2E)
+from .tensor_core_kernels import HI16, LO16, SH16, Z32, _jit
 
 
 def _col_sum(simulator: bool):
@@ -88,12 +81,6 @@ def _col_sum(simulator: bool):
         x += cuda.shfl_xor_sync(FULL_MASK, x, 8)
         return x + cuda.shfl_xor_sync(FULL_MASK, x, 16)
     return col_sum
-
-
-def _jit(fn, cfg):
-    if cfg.min_blocks and not cfg.simulator:
-        return cuda.jit(fn, launch_bounds=(cfg.threads, cfg.min_blocks))
-    return cuda.jit(fn)
 
 
 # --------------------------------------------------------------------------------------

@@ -33,7 +33,8 @@ from ..constants import F0
 from ._device import exp2_log2
 from .mma import SIM_SCRATCH_PER_WARP, device_ops
 from .smem_ops import ops as smem_ops
-from .tc_backward_kernels import Z32, _col_sum, _jit
+from .tc_backward_kernels import _col_sum
+from .tensor_core_kernels import Z32, _jit
 
 
 def make_key_major_async_kernel(cfg):
