@@ -15,6 +15,8 @@
 --variants   GRID's (warps, block_k, m_tiles, prefetch, min_blocks) per precision and d:
              registers, shared memory, time at N = 4096, B x H = 32, non-causal; the
              fastest per (precision, d) is used by --bench and checked by --check.
+--async-variants  the same for ASYNC_GRID (version 2, pipeline="async"); with --check
+             the winners are checked too.
 --pipelines  version 2 of the fp16/bf16 kernel (pipeline="async": cp.async double
              buffering + ldmatrix) checked like --check, then timed beside version 1 at
              PIPELINE_GRID's variants (N = 4096, B x H = 32, non-causal).
@@ -274,8 +276,10 @@ def knob_dict(cfg) -> dict:
 
 
 def knobs_of(t) -> dict:
-    """(warps, block_k, m_tiles, prefetch, min_blocks) -> keyword arguments of tc.run."""
-    return dict(zip(("warps", "block_k", "m_tiles", "prefetch", "min_blocks"), t))
+    """(warps, block_k, m_tiles, prefetch, min_blocks[, pipeline]) -> keywords of tc.run
+    (GRID's five-tuples are version 1, "plain"; fp16/bf16 default to version 2)."""
+    t = tuple(t) + ("plain",) * (6 - len(t))
+    return dict(zip(("warps", "block_k", "m_tiles", "prefetch", "min_blocks", "pipeline"), t))
 
 
 def tc_runner(inp, precision, causal, knobs=None):
@@ -340,13 +344,30 @@ PIPELINE_GRID = {("fp16", 64): [(8, 32, 1, 1, 2), (8, 64, 1, 0, 0)],
                  ("fp16", 128): [(8, 32, 1, 1, 0), (8, 64, 1, 0, 0)]}
 
 
+#: version 2's (pipeline="async") tile variants: FA2's own choices (4 warps of 32 rows,
+#: Bc = 128 at d = 64, 64 at d = 128) beside the 8-warp ones
+ASYNC_GRID = {
+    ("fp16", 64): [(8, 32, 1, 0, 2, "async"), (8, 64, 1, 0, 0, "async"),
+                   (8, 64, 1, 0, 2, "async"), (8, 128, 1, 0, 0, "async"),
+                   (4, 64, 2, 0, 0, "async"), (4, 128, 2, 0, 0, "async"),
+                   (8, 64, 2, 0, 0, "async"), (4, 32, 2, 0, 2, "async"),
+                   (4, 64, 1, 0, 2, "async"), (8, 32, 2, 0, 0, "async")],
+    ("fp16", 128): [(8, 32, 1, 0, 0, "async"), (8, 64, 1, 0, 0, "async"),
+                    (8, 128, 1, 0, 0, "async"), (4, 64, 2, 0, 0, "async"),
+                    (4, 32, 2, 0, 0, "async"), (8, 64, 2, 0, 0, "async"),
+                    (4, 64, 1, 0, 0, "async"), (8, 32, 2, 0, 0, "async"),
+                    (4, 128, 1, 0, 0, "async")],
+}
+
+
 def pipelines(rng, results) -> bool:
     """Version 2 of the fp16/bf16 kernel against version 1: checked on the check shapes
     (into results["pipelines_check"]), then timed at N = 4096 (results["pipelines"])."""
     first = {d: ts[0] for (_, d), ts in PIPELINE_GRID.items()}
     cfgs = [("fp16", dict(knobs_of(first[64]), pipeline="async")),
             ("bf16", dict(knobs_of(first[64]), pipeline="async")),
-            ("fp16", dict(knobs_of(first[128]), pipeline="async"))]
+            ("fp16", dict(knobs_of(first[128]), pipeline="async")),
+            ("fp16", None), ("bf16", None)]            # the defaults (version 2 too)
     check = {}
     ok = check_kernels(rng, check, cfgs)
     results["pipelines_check"] = check["check"]
@@ -554,7 +575,8 @@ def simulator_smoke():
 
 
 def main(argv=None):
-    ap = results.benchmark_parser(__doc__, "check", "variants", "bench", "pipelines")
+    ap = results.benchmark_parser(__doc__, "check", "variants", "async-variants", "bench",
+                                  "pipelines")
     ap.add_argument("--quick", action="store_true",
                     help="bench only N in {1024, 4096}; --sanitize-small on one shape")
     ap.add_argument("--sanitize-small", action="store_true")
@@ -587,8 +609,11 @@ def run_all(args, rng, results, out: Path) -> int:
     if args.pipelines:
         ok = pipelines(rng, results) and ok
         save(results, out)
-    if args.variants:
-        best = variants(rng, results)
+    if args.variants or args.async_variants:
+        grid = {key: (GRID.get(key, []) if args.variants else [])
+                + (ASYNC_GRID.get(key, []) if args.async_variants else [])
+                for key in {**GRID, **ASYNC_GRID}}
+        best = variants(rng, results, {key: ts for key, ts in grid.items() if ts})
         for key in list(best):                 # bf16 runs the same code: the fp16 winner
             if key.startswith("fp16"):
                 best.setdefault("bf16" + key[4:], best[key])
@@ -601,6 +626,9 @@ def run_all(args, rng, results, out: Path) -> int:
                 if (p, t) not in seen:
                     seen.add((p, t))
                     cfgs.append((p, knobs_of(t)))
+        for key, row in best.items():           # and the winners of --async-variants
+            if row.get("pipeline") == "async":
+                cfgs.append((key.split("_d")[0], {n: x for n, x in row.items() if n != "ms"}))
         ok = check_kernels(rng, results, cfgs) and ok
         save(results, out)
     if args.bench:

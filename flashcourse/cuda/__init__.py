@@ -48,6 +48,8 @@ FLOAT64_ADVICE = ("use flashcourse.tiled.forward or flashcourse.cpu.forward with
 KERNELS = tuple(FORWARD)
 #: Forward kernels whose device-array calls take the cached fast path (`host_plans`).
 PLANNED_KERNELS = ("flash", "tensor_core", "decode")
+#: backward kernels whose device-array calls replay a cached plan (`host_plans`)
+PLANNED_BACKWARD = ("tensor_core",)
 
 
 @serialised
@@ -168,6 +170,17 @@ def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
         the kernels add up each row of dS = P (dP - D) too (dsum, beside psum), which
         is do_i . (P V - o)_i, and `_guards.o_rowsums` compares it with 0.
     """
+    if not check and kernel in PLANNED_BACKWARD:  # device arrays: the cached fast path
+        settings = (kernel, causal, scale, tuple(sorted(options.items())))
+        return host_plans.cached_call(
+            "backward", (q, k, v, o, lse, do), settings,
+            lambda: _backward(q, k, v, o, lse, do, kernel, causal, scale, False, options))
+    return _backward(q, k, v, o, lse, do, kernel, causal, scale, check, options)
+
+
+def _backward(q, k, v, o, lse, do, kernel, causal, scale, check, options):
+    """`backward`'s checked path (numpy inputs, check=True, and the first call per shape
+    of device arrays, whose launches `host_plans` records)."""
     from numba import cuda
 
     spec = get("backward", kernel)

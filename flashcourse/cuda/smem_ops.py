@@ -29,7 +29,17 @@ calls the same names on a GPU and under Numba's simulator (`ops(simulator)`):
                                     and words {0, 4}: B stored k-major (row = k)
     cp16(sm, sidx, g, h, r, c, nbytes)   16 bytes g[h, r, c:c+4] -> sm[sidx:sidx+4]
                                     (uint32 words; nbytes 0: zeros), asynchronous
+    cp16f(sm, sidx, g, gidx, nbytes)    the same from a 1-D array: g[gidx:gidx+4] (one
+                                    unsigned index, no stride products per copy)
     commit(), wait_all()            cp.async.commit_group / wait_group 0
+    red_add(g, gidx, x)             red.global.add.f32: g[gidx] += x, atomically, for a
+                                    1-D float32 array and an unsigned index (Numba's
+                                    cuda.atomic.add casts every index to a signed one and
+                                    wraps negative ones: ~25 instructions per add on a
+                                    3-D array, 3 here)
+    ex2(x)                          ex2.approx.ftz.f32: 2^x in one MUFU instruction
+                                    (math.exp2 adds a rescale for results below 2^-126,
+                                    which a probability rounded to 16 bits never needs)
 
 The simulator twins compute what each lane would receive directly from the layout (no
 exchange between lanes is needed: every lane knows the tile's address), and copy
@@ -38,8 +48,12 @@ the m16n8k16 B fragment maps of `mma.py`.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import cuda
+
+from ..constants import LN2_F
 
 from .mma import b_m16n8k16
 
@@ -130,6 +144,45 @@ def _make_intrinsics():
         return ld
 
     @intrinsic
+    def cp_async16_flat(typingctx, sary, sidx, gary, gidx, nbytes):
+        sig = types.void(sary, sidx, gary, gidx, nbytes)
+
+        def codegen(context, builder, signature, args):
+            st, sit, gt, git, nt = signature.args
+            sa = shared_address(context, builder, st, args[0], args[1], sit)
+            ga = item_address(context, builder, gt, args[2], [args[3]], [git])
+            n = builder.trunc(context.cast(builder, args[4], nt, types.int64), li)
+            builder.asm(ir.FunctionType(ir.VoidType(), [li, l64, li]),
+                        "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
+                        [sa, ga, n], side_effect=True)
+            return context.get_dummy_value()
+        return sig, codegen
+
+    @intrinsic
+    def red_add_f32(typingctx, gary, gidx, x):
+        sig = types.void(gary, gidx, x)
+
+        def codegen(context, builder, signature, args):
+            gt, git, xt = signature.args
+            ga = item_address(context, builder, gt, args[0], [args[1]], [git])
+            xv = context.cast(builder, args[2], xt, types.float32)
+            builder.asm(ir.FunctionType(ir.VoidType(), [l64, ir.FloatType()]),
+                        "red.global.add.f32 [$0], $1;", "l,f,~{memory}", [ga, xv],
+                        side_effect=True)
+            return context.get_dummy_value()
+        return sig, codegen
+
+    @intrinsic
+    def ex2_ftz(typingctx, x):
+        sig = types.float32(types.float32)
+
+        def codegen(context, builder, signature, args):
+            f = ir.FloatType()
+            return builder.asm(ir.FunctionType(f, [f]), "ex2.approx.ftz.f32 $0, $1;", "=f,f",
+                               [args[0]], side_effect=False)
+        return sig, codegen
+
+    @intrinsic
     def cp_async16(typingctx, sary, sidx, gary, h, r, c, nbytes):
         sig = types.void(sary, sidx, gary, h, r, c, nbytes)
 
@@ -157,7 +210,9 @@ def _make_intrinsics():
         return op
 
     return {"ldmatrix_x4": ldmatrix(False), "ldmatrix_x4_trans": ldmatrix(True),
-            "cp_async16": cp_async16, "commit": bare("cp.async.commit_group;"),
+            "cp_async16": cp_async16, "cp_async16_flat": cp_async16_flat,
+            "red_add_f32": red_add_f32, "ex2_ftz": ex2_ftz,
+            "commit": bare("cp.async.commit_group;"),
             "wait_all": bare("cp.async.wait_group 0;")}
 
 
@@ -196,6 +251,16 @@ def _sim_ops():
         for i in range(4):
             sm[sidx + i] = g[h, r, c + i] if nbytes != 0 else np.uint32(0)
 
+    def cp16f(sm, sidx, g, gidx, nbytes):
+        for i in range(4):
+            sm[sidx + i] = g[gidx + i] if nbytes != 0 else np.uint32(0)
+
+    def red_add(g, gidx, x):
+        cuda.atomic.add(g, gidx, x)
+
+    def ex2(x):
+        return math.exp(x * LN2_F)
+
     def commit():
         return None
 
@@ -203,7 +268,8 @@ def _sim_ops():
         return None
 
     return {name: cuda.jit(device=True)(f) for name, f in
-            (("ld_b", ld_b), ("ld_bt", ld_bt), ("cp16", cp16), ("commit", commit),
+            (("ld_b", ld_b), ("ld_bt", ld_bt), ("cp16", cp16), ("cp16f", cp16f),
+             ("red_add", red_add), ("ex2", ex2), ("commit", commit),
              ("wait_all", wait_all))}
 
 
@@ -225,10 +291,12 @@ def _gpu_ops():
     def cp16(sm, sidx, g, h, r, c, nbytes):
         CP(sm, sidx, g, h, r, c, nbytes)
 
-    return {"ld_b": ld_b, "ld_bt": ld_bt, "cp16": cp16, "commit": ins["commit"],
+    return {"ld_b": ld_b, "ld_bt": ld_bt, "cp16": cp16, "cp16f": ins["cp_async16_flat"],
+            "red_add": ins["red_add_f32"], "ex2": ins["ex2_ftz"], "commit": ins["commit"],
             "wait_all": ins["wait_all"]}
 
 
 def ops(simulator: bool) -> dict:
-    """ld_b, ld_bt, cp16, commit, wait_all for a GPU (inline PTX) or the simulator."""
+    """ld_b, ld_bt, cp16, cp16f, red_add, ex2, commit, wait_all for a GPU (inline PTX) or
+    the simulator."""
     return _sim_ops() if simulator else _gpu_ops()

@@ -92,6 +92,10 @@ class TCBConfig:
         return self.block_k + 4
 
     @property
+    def dsh_stride(self):          # version 2: dS^T[key][query pair], rounded to 16 bits
+        return self.block_q // 2 + 4
+
+    @property
     def qkt_stride(self):          # transposed-packed K (kernel 2)
         return self.q_block_k // 2 + 4
 
@@ -116,7 +120,7 @@ class TCBConfig:
         kn = 2 * buf
         vn = kn + self.block_k * self.row_stride
         ds = vn + (0 if self.kv_regs else self.block_k * self.row_stride)
-        end = ds + (self.block_q * self.ds_stride if self.with_dq else 0)
+        end = ds + (self.block_k * self.dsh_stride if self.with_dq else 0)
         qn = self.block_q * self.row_stride
         return 0, qn, 2 * qn, 2 * qn + self.block_q, kn, vn, ds, buf, end
 
@@ -140,7 +144,7 @@ class TCBConfig:
 def default_tiles(d: int, simulator: bool) -> dict:
     """The variant used when the caller names none (warps, block_q, kv_regs, q_block_k,
     pipeline). On a GPU: the fastest of the H200 sweep at N = 4096 (benchmarks/results/
-    h200_tc_backward.json, "variants"): 8 warps (Bc = 128 keys), Br = 64, version 2; K_j
+    h200_tc_backward.json, "variants"): 8 warps (Bc = 128 keys), Br = 32, version 2; K_j
     and V_j fragments in registers up to d = 64, read from shared memory above. A head
     dim whose dQ tiles do not split in even pairs over 8 warps (D/8 = 6, 10, 14: d = 33..48,
     65..80, 97..112) takes 4 warps."""
@@ -149,7 +153,7 @@ def default_tiles(d: int, simulator: bool) -> dict:
                 "pipeline": "async"}
     D = ceil_div(d, 16) * 16
     warps = 8 if (D // 8 // 2) % 2 == 0 else 4
-    return {"warps": warps, "block_q": 64, "kv_regs": D <= 64, "q_block_k": 64 if D <= 64
+    return {"warps": warps, "block_q": 32, "kv_regs": D <= 64, "q_block_k": 64 if D <= 64
             else 32, "pipeline": "async"}
 
 
@@ -254,7 +258,9 @@ def signatures(pipeline: str = "plain"):
         tail = (int32, int32, int32, float32, float32, int32, int32)
         _SIGS["kv"] = (w3, w3, w3, w3, f2, f2, f3, f3, f3) + tail + (f2, f2)
         _SIGS["q"] = (w3, w3, w3, w3, f2, f2, f3) + tail
-        _SIGS["kv_async"] = (w3, w3, w3, w3, w3, f3, f3, f3) + tail + (f2, f2)
+        w1 = types.Array(uint32, 1, "C")
+        f1 = types.Array(float32, 1, "C")
+        _SIGS["kv_async"] = (w1, w3, w3, w1, w1, f1, f3, f3) + tail + (f2, f2)
     return _SIGS["kv_async" if pipeline == "async" else "kv"], _SIGS["q"]
 
 
@@ -392,10 +398,12 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
     if not sim:
         check_registers("tensor-core backward kernel", key_major.compile(sig_kv),
                         cfg.threads)
-    head = ((qw, kw, vw, dow, ld.view(np.uint32)) if cfg.pipeline == "async"
-            else (qw, kw, vw, dow, lse, delta))
+    if cfg.pipeline == "async":        # version 2 takes q, dO, lse/D and dQ flat (1-D)
+        head = (_flat(qw), kw, vw, _flat(dow), _flat(ld.view(np.uint32)), _flat(dq))
+    else:
+        head = (qw, kw, vw, dow, lse, delta, dq)
     launch(key_major, sig_kv, (ceil_div(tk, cfg.block_k), bh), cfg.threads, cfg.shared_bytes,
-           head + (dq, dk, dv) + tail + (psum, dsum))
+           head + (dk, dv) + tail + (psum, dsum))
     if deterministic:
         if not sim:
             check_registers("tensor-core backward dQ kernel", query_major.compile(sig_q),
@@ -403,6 +411,11 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
         launch(query_major, sig_q, (ceil_div(tq, 16 * cfg.warps), bh), cfg.threads,
                cfg.q_shared_bytes, (qw, kw, vw, dow, lse, delta, dq) + tail)
     return cfg
+
+
+def _flat(a):
+    """A C-contiguous device array as a 1-D view of the same memory."""
+    return a.reshape(int(a.size))
 
 
 def default_precision(dtype) -> str:

@@ -30,9 +30,9 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ..constants import F0
-from ._device import exp2_log2
 from .mma import SIM_SCRATCH_PER_WARP, device_ops
 from .smem_ops import ops as smem_ops
+from .tc_backward import LD_ROWS
 from .tc_backward_kernels import _col_sum
 from .tensor_core_kernels import Z32, _jit
 
@@ -42,9 +42,9 @@ def make_key_major_async_kernel(cfg):
     MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
     PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
     so = smem_ops(cfg.simulator)
-    LDB, LDBT, CP16, COMMIT, WAIT = so["ld_b"], so["ld_bt"], so["cp16"], so["commit"], \
+    LDB, LDBT, CP16F, COMMIT, WAIT = so["ld_b"], so["ld_bt"], so["cp16f"], so["commit"], \
         so["wait_all"]
-    exp2, _ = exp2_log2(cfg.simulator)
+    RED, exp2 = so["red_add"], so["ex2"]
     col_sum = _col_sum(cfg.simulator)
     SIM = cfg.simulator
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
@@ -57,7 +57,8 @@ def make_key_major_async_kernel(cfg):
     KK = BC // 16
     MQ = BR // 16
     NQW = NO // (NW // MQ)
-    QS, DSS = cfg.row_stride, cfg.ds_stride
+    QS, DSH = cfg.row_stride, cfg.dsh_stride
+    LDR = LD_ROWS
     QN, DON, LS, DS, KNO, VNO, DSO, BUF, _ = cfg.async_offsets()
     CH = DW // 4                                   # 16-byte chunks per row
     QCH = -(-(BR * CH) // NT)                      # Q (and dO) chunks per thread per tile
@@ -69,8 +70,10 @@ def make_key_major_async_kernel(cfg):
 
     def tc_bwd_key_major_async(q, k, v, do, ldw, dq, dk, dv, tq, tk, d, qscale, scale,
                                causal, off, psum, dsum):
-        # ldw (2, BH, Tq padded) 32-bit words: [0] = lse log2(e) (+inf: no key, padding),
-        # [1] = D. cp.async and ldmatrix need 16-byte aligned shared addresses.
+        # q, do: (BH, Tq, D/2) words and dq (BH, Tq, d) float32, FLAT (1-D): one unsigned
+        # index per access, no stride products. ldw: (2, BH, Tq padded to LD_ROWS) words,
+        # flat: [0] = lse log2(e) (+inf: no key, padding), [1] = D. cp.async and ldmatrix
+        # need 16-byte aligned shared addresses.
         if SIM:
             sm = cuda.shared.array(0, uint32)
             smf = cuda.shared.array(0, float32)
@@ -88,6 +91,10 @@ def make_key_major_async_kernel(cfg):
         par = 0
         h = cuda.blockIdx.y
         k0 = cuda.blockIdx.x * BC
+        tqp = (tq + LDR - 1) // LDR * LDR
+        lbase = h * tqp                          # row 0 of this head's lse log2(e)
+        dbase = (cuda.gridDim.y + h) * tqp       # and of its D
+        qbase = h * tq                           # row 0 of this head's Q, dO, dQ
         kr0 = k0 + warp * 16 + g
         kr1 = kr0 + 8
 
@@ -107,12 +114,13 @@ def make_key_major_async_kernel(cfg):
                     row = q0 + r
                     ok = row < tq
                     src = row if ok else 0
-                    CP16(sm, U(QN + r * QS + c), q, h, src, c, 16 if ok else 0)
-                    CP16(sm, U(DON + r * QS + c), do, h, src, c, 16 if ok else 0)
+                    gi = U(qbase + src) * U(DW) + U(c)
+                    CP16F(sm, U(QN + r * QS + c), q, gi, 16 if ok else 0)
+                    CP16F(sm, U(DON + r * QS + c), do, gi, 16 if ok else 0)
             if tid < LCH:
-                CP16(sm, U(LS + 4 * tid), ldw, 0, h, q0 + 4 * tid, 16)
+                CP16F(sm, U(LS + 4 * tid), ldw, U(lbase + q0 + 4 * tid), 16)
             elif tid < 2 * LCH:
-                CP16(sm, U(DS + 4 * (tid - LCH)), ldw, 1, h, q0 + 4 * (tid - LCH), 16)
+                CP16F(sm, U(DS + 4 * (tid - LCH)), ldw, U(dbase + q0 + 4 * (tid - LCH)), 16)
             COMMIT()
 
         ka = cuda.local.array(KAREGS, uint32)
@@ -164,13 +172,14 @@ def make_key_major_async_kernel(cfg):
                         row = q1 + r
                         ok = row < tq
                         src = row if ok else 0
-                        CP16(sm, U(nb_ + QN + r * QS + c), q, h, src, c, 16 if ok else 0)
-                        CP16(sm, U(nb_ + DON + r * QS + c), do, h, src, c, 16 if ok else 0)
+                        gi = U(qbase + src) * U(DW) + U(c)
+                        CP16F(sm, U(nb_ + QN + r * QS + c), q, gi, 16 if ok else 0)
+                        CP16F(sm, U(nb_ + DON + r * QS + c), do, gi, 16 if ok else 0)
                 if tid < LCH:
-                    CP16(sm, U(nb_ + LS + 4 * tid), ldw, 0, h, q1 + 4 * tid, 16)
+                    CP16F(sm, U(nb_ + LS + 4 * tid), ldw, U(lbase + q1 + 4 * tid), 16)
                 elif tid < 2 * LCH:
-                    CP16(sm, U(nb_ + DS + 4 * (tid - LCH)), ldw, 1, h,
-                         q1 + 4 * (tid - LCH), 16)
+                    CP16F(sm, U(nb_ + DS + 4 * (tid - LCH)), ldw,
+                          U(dbase + q1 + 4 * (tid - LCH)), 16)
                 COMMIT()
 
             # S^T = K_j Q_i^T, dP^T = V_j dO_i^T: two n8 tiles per ldmatrix.x4
@@ -279,6 +288,12 @@ def make_key_major_async_kernel(cfg):
                 pa[1] = PACK(dp[j0 + 2], dp[j0 + 3])
                 pa[2] = PACK(dp[j0 + 4], dp[j0 + 5])
                 pa[3] = PACK(dp[j0 + 6], dp[j0 + 7])
+                if WITH_DQ:                     # dS^T rounded, [key][query pair], for dQ
+                    sb = DSO + (warp * 16 + g) * DSH + 8 * kp + t
+                    sm[U(sb)] = pa[0]
+                    sm[U(sb + 8 * DSH)] = pa[1]
+                    sm[U(sb + 4)] = pa[2]
+                    sm[U(sb + 8 * DSH + 4)] = pa[3]
                 for n2 in range(NO // 2):
                     n = 2 * n2
                     b0, b1, b2, b3 = LDBT(sm, U(bo + QN + (kp * 16) * QS + n * 4), QS, lane)
@@ -300,22 +315,15 @@ def make_key_major_async_kernel(cfg):
                     dka[4 * n + 7] = x3
 
             if WITH_DQ:
-                for n in range(NS):
-                    for i in range(4):
-                        col = n * 8 + 2 * t + (i % 2)
-                        key = warp * 16 + g + 8 * (i // 2)
-                        smf[U(DSO + col * DSS + key)] = dp[4 * n + i]
                 cuda.syncthreads()
                 mq = warp % MQ
                 nb = (warp // MQ) * NQW
                 for i in range(QREGS):
                     dqa[i] = F0
                 for kp in range(KK):
-                    rb = DSO + (mq * 16 + g) * DSS + kp * 16 + 2 * t
-                    a0 = PACK(smf[U(rb)], smf[U(rb + 1)])
-                    a1 = PACK(smf[U(rb + 8 * DSS)], smf[U(rb + 8 * DSS + 1)])
-                    a2 = PACK(smf[U(rb + 8)], smf[U(rb + 9)])
-                    a3 = PACK(smf[U(rb + 8 * DSS + 8)], smf[U(rb + 8 * DSS + 9)])
+                    # A = dS (rows = queries, k = keys) is dS^T's tiles transposed: the
+                    # four tiles of ldmatrix.trans come as (a0, a2, a1, a3)
+                    a0, a2, a1, a3 = LDBT(sm, U(DSO + (kp * 16) * DSH + mq * 8), DSH, lane)
                     for n2 in range(NQW // 2):
                         n = 2 * n2
                         b0, b1, b2, b3 = LDBT(sm, U(KNO + (kp * 16) * QS + (nb + n) * 4), QS,
@@ -336,12 +344,22 @@ def make_key_major_async_kernel(cfg):
                         dqa[4 * n + 5] = x1
                         dqa[4 * n + 6] = x2
                         dqa[4 * n + 7] = x3
-                for n in range(NQW):
-                    for i in range(4):
-                        r = q0 + mq * 16 + g + 8 * (i // 2)
-                        c = (nb + n) * 8 + 2 * t + (i % 2)
-                        if r < tq and c < d:
-                            cuda.atomic.add(dq, (h, r, c), dqa[4 * n + i] * scale)
+                r0 = q0 + mq * 16 + g
+                g0 = U(qbase + r0) * U(d) + U(nb * 8 + 2 * t)
+                g1 = g0 + U(8 * d)
+                if q0 + BR <= tq and d == D:    # the whole tile is inside: no checks
+                    for n in range(NQW):
+                        RED(dq, g0 + U(8 * n), dqa[4 * n] * scale)
+                        RED(dq, g0 + U(8 * n + 1), dqa[4 * n + 1] * scale)
+                        RED(dq, g1 + U(8 * n), dqa[4 * n + 2] * scale)
+                        RED(dq, g1 + U(8 * n + 1), dqa[4 * n + 3] * scale)
+                else:
+                    for n in range(NQW):
+                        for i in range(4):
+                            c = (nb + n) * 8 + 2 * t + (i % 2)
+                            if r0 + 8 * (i // 2) < tq and c < d:
+                                RED(dq, (g1 if i >= 2 else g0) + U(8 * n + (i % 2)),
+                                    dqa[4 * n + i] * scale)
 
         for n in range(NO):
             for i in range(4):

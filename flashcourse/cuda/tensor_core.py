@@ -102,16 +102,22 @@ class TCConfig:
         return 4 * self.offsets()[-1]
 
 
-def default_tiles(precision: str, d: int, simulator: bool) -> tuple[int, int, int, bool, int]:
-    """(warps, block_k, m_tiles, prefetch, min_blocks) used when the caller gives none.
+def default_tiles(precision: str, d: int,
+                  simulator: bool) -> tuple[int, int, int, bool, int, str]:
+    """(warps, block_k, m_tiles, prefetch, min_blocks, pipeline) used when the caller gives
+    none.
 
-    On a GPU: the fastest variant per precision and head dim in the recorded H200 sweep
-    (benchmarks/results/h200_tensor_core.json, "best_variant"; N = 4096, B x H = 32)."""
-    if simulator:
-        return 1, 16, 1, True, 0
+    On a GPU: the fastest variant per precision and head dim in the H200 sweeps at
+    N = 4096, B x H = 32 (benchmarks/NOTES_tensor_core.md): fp16/bf16 take version 2
+    ("async": cp.async + ldmatrix), 8 warps of 32 rows (m_tiles = 2) and Bc = 64 up to
+    d = 64, 8 warps of 16 rows and Bc = 128 above; the simulator runs version 2 too."""
     if precision in ("fp16", "bf16"):
-        return (8, 32, 1, True, 2) if d <= 64 else (8, 32, 1, True, 0)
-    return (8, 32, 1, True, 0) if d <= 64 else (8, 16, 1, True, 0)
+        if simulator:
+            return 1, 16, 1, False, 0, "async"
+        return (8, 64, 2, False, 0, "async") if d <= 64 else (8, 128, 1, False, 0, "async")
+    if simulator:
+        return 1, 16, 1, True, 0, "plain"
+    return (8, 32, 1, True, 0, "plain") if d <= 64 else (8, 16, 1, True, 0, "plain")
 
 
 def plan(precision: str, d: int, warps: int, block_k: int,
@@ -177,15 +183,18 @@ def make_tensor_core_kernel(precision: str, warps: int, block_k: int, head_dim: 
 _SIGS: dict = {}
 
 
-def signature(half: bool):
-    """The signature every variant of one kind is compiled for."""
-    if half not in _SIGS:
+def signature(half: bool, pipeline: str = "plain"):
+    """The signature every variant of one kind is compiled for (version 2, "async", takes
+    k and v flat: 1-D views of the same words)."""
+    key = (half, pipeline)
+    if key not in _SIGS:
         from numba import int32, types
         el = uint32 if half else float32
         a3 = types.Array(el, 3, "C")
+        kv = types.Array(el, 1, "C") if pipeline == "async" else a3
         a2 = types.Array(float32, 2, "C")
-        _SIGS[half] = (a3, a3, a3, a3, a2, int32, int32, float32, int32, int32)
-    return _SIGS[half]
+        _SIGS[key] = (a3, kv, kv, a3, a2, int32, int32, float32, int32, int32)
+    return _SIGS[key]
 
 
 def check_capability(precision: str, limits=None) -> None:
@@ -215,9 +224,10 @@ def launches(d: int, tq: int, tk: int, bh: int, limits, precision: str = "3xtf32
     if d > MAX_HEAD_DIM:
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
                          f"kernel, got d={d}")
-    warps, block_k, m_tiles, prefetch, min_blocks = default_tiles(precision, d, False)
+    warps, block_k, m_tiles, prefetch, min_blocks, pipeline = default_tiles(precision, d,
+                                                                            False)
     cfg = TCConfig(precision, warps, block_k, ceil_div(d, 16) * 16, False, m_tiles,
-                   prefetch, min_blocks)
+                   prefetch, min_blocks, pipeline)
     return (Launch(f"tensor_core kernel {precision} d={d}", (ceil_div(tq, cfg.block_q), bh),
                    cfg.threads, cfg.shared_bytes,
                    config=f"Br={cfg.block_q} Bc={block_k} warps={warps}"),)
@@ -232,7 +242,7 @@ def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: boo
     Tiles left as None take `default_tiles`."""
     check_capability(precision)
     sim = using_simulator()
-    dw, dk, dm, dp, db = default_tiles(precision, d, sim)
+    dw, dk, dm, dp, db, dpipe = default_tiles(precision, d, sim)
     if (warps, block_k, m_tiles, prefetch, min_blocks) != (None,) * 5:
         db = 0                         # a caller's own variant: no launch bound unless asked
     warps = dw if warps is None else warps
@@ -241,17 +251,20 @@ def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: boo
     prefetch = dp if prefetch is None else prefetch
     min_blocks = db if min_blocks is None else min_blocks
     cfg = plan(precision, d, warps, block_k, sim, m_tiles, prefetch, min_blocks,
-               pipeline or "plain")
+               pipeline or dpipe)
     kern, cfg = make_tensor_core_kernel(precision, cfg.warps, cfg.block_k, cfg.head_dim, sim,
                                         cfg.m_tiles, cfg.prefetch, cfg.min_blocks,
                                         cfg.pipeline)
     bh = qw.shape[0]
     grid = (ceil_div(tq, cfg.block_q), bh)
+    if cfg.pipeline == "async":
+        kw, vw = kw.reshape(int(kw.size)), vw.reshape(int(vw.size))
     args = (qw, kw, vw, ow, lse, np.int32(tq), np.int32(tk), np.float32(scale * LOG2E),
             np.int32(1 if causal else 0), np.int32(tk - tq))
+    sig = signature(cfg.half, cfg.pipeline)
     if not sim:
-        check_registers("tensor_core kernel", kern.compile(signature(cfg.half)), cfg.threads)
-    launch(kern, signature(cfg.half), grid, cfg.threads, cfg.shared_bytes, args)
+        check_registers("tensor_core kernel", kern.compile(sig), cfg.threads)
+    launch(kern, sig, grid, cfg.threads, cfg.shared_bytes, args)
     return cfg
 
 
@@ -261,7 +274,7 @@ def resources(precision: str, d: int, warps: int, block_k: int, m_tiles: int = 1
     cfg = plan(precision, d, warps, block_k, False, m_tiles, prefetch, min_blocks, pipeline)
     kern, cfg = make_tensor_core_kernel(precision, warps, block_k, cfg.head_dim, False,
                                         m_tiles, prefetch, min_blocks, pipeline)
-    ck = kern.compile(signature(cfg.half))
+    ck = kern.compile(signature(cfg.half, cfg.pipeline))
     return {"regs": int(ck.regs_per_thread), "local_bytes": int(ck.local_mem_per_thread),
             "shared_bytes": cfg.shared_bytes}
 

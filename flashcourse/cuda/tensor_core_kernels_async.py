@@ -41,9 +41,10 @@ def make_half_async_kernel(cfg):
     MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
     PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
     so = smem_ops(cfg.simulator)
-    LDB, LDBT, CP16, COMMIT, WAIT = so["ld_b"], so["ld_bt"], so["cp16"], so["commit"], \
+    LDB, LDBT, CP16F, COMMIT, WAIT = so["ld_b"], so["ld_bt"], so["cp16f"], so["commit"], \
         so["wait_all"]
-    exp2, log2, quad_max, quad_sum = _row_ops(cfg)
+    _, log2, quad_max, quad_sum = _row_ops(cfg)
+    exp2 = so["ex2"]               # ex2.approx.ftz: one instruction (math.exp2: three more)
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
     MT = cfg.m_tiles
     DW = D // 2
@@ -63,6 +64,7 @@ def make_half_async_kernel(cfg):
     RED = NT if SIM else 1
 
     def tc_half_forward_async(q, k, v, o, lse, tq, tk, qscale, causal, off):
+        # k, v: (BH, Tk, D/2) words FLAT (1-D): one unsigned index per 16-byte copy
         if SIM:
             sm = cuda.shared.array(0, uint32)
             scr = cuda.shared.array(SCR, float32)
@@ -78,6 +80,7 @@ def make_half_async_kernel(cfg):
         t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         h = cuda.blockIdx.y
+        kbase = h * tk                 # row 0 of this head's K and V
         q0 = cuda.blockIdx.x * BR
         wrow = q0 + warp * 16 * MT + g
         par = 0
@@ -93,8 +96,9 @@ def make_half_async_kernel(cfg):
                     c = (e - r * CH) * 4
                     ok = r < tk
                     src = r if ok else 0
-                    CP16(sm, U(K_OFF + r * KS + c), k, h, src, c, 16 if ok else 0)
-                    CP16(sm, U(V_OFF + r * KS + c), v, h, src, c, 16 if ok else 0)
+                    gi = U(kbase + src) * U(DW) + U(c)
+                    CP16F(sm, U(K_OFF + r * KS + c), k, gi, 16 if ok else 0)
+                    CP16F(sm, U(V_OFF + r * KS + c), v, gi, 16 if ok else 0)
             COMMIT()
 
         qa = cuda.local.array(QREGS, uint32)
@@ -134,8 +138,9 @@ def make_half_async_kernel(cfg):
                         key = k1 + r
                         ok = key < tk
                         src = key if ok else 0
-                        CP16(sm, U(nb + K_OFF + r * KS + c), k, h, src, c, 16 if ok else 0)
-                        CP16(sm, U(nb + V_OFF + r * KS + c), v, h, src, c, 16 if ok else 0)
+                        gi = U(kbase + src) * U(DW) + U(c)
+                        CP16F(sm, U(nb + K_OFF + r * KS + c), k, gi, 16 if ok else 0)
+                        CP16F(sm, U(nb + V_OFF + r * KS + c), v, gi, 16 if ok else 0)
                 COMMIT()
 
             # S = Q K^T: one ldmatrix.x4 gives the B fragments of two n8 tiles

@@ -1,0 +1,185 @@
+"""The issues' bars in one run: the course's tensor-core forward and backward through the
+PUBLIC calls (device arrays, as a user calls them) beside PyTorch SDPA on the same GPU.
+
+    python3 benchmarks/gpu_bars.py --out DIR [--record]
+
+forward   B x H = 32, N in {4096, 8192, 16384}, d in {64, 128}, causal off/on:
+          `flashcourse.cuda.forward(q, k, v, kernel="tensor_core")` on float16 device arrays
+          (fp16) and on float32 device arrays with precision="bf16"; PyTorch flash fp16 and
+          bf16. TFLOP/s = 4 N^2 d per head (half when causal).
+backward  B x H = 32, N in {4096, 8192}, d in {64, 128}, causal off/on:
+          `flashcourse.cuda.backward(..., kernel="tensor_core")` on float16 device arrays;
+          PyTorch flash fp16 (autograd.grad of SDPA). TFLOP/s = 10 N^2 d per head.
+errors    at N = 4096 (two heads), relative norm error of o (forward) and of dq, dk, dv
+          (backward) against float64 on the same rounded inputs, ours beside PyTorch flash.
+Medians of CUDA-event timings (`flashcourse.timing.time_cuda`) after warm-up. Writes
+h200_bars.json (and _log.txt) into DIR; --record moves them into benchmarks/results/ once the run
+has finished (on a GPU only).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from functools import partial
+
+import flashcourse  # noqa: F401  (selects GPU or simulator before numba loads)
+import numpy as np
+from numba import cuda
+
+from flashcourse import env, reference, results
+from flashcourse.cuda import backward, forward
+from flashcourse.timing import rel_err, time_cuda
+
+BH = 32
+FWD_NS, BWD_NS, DS = (4096, 8192, 16384), (4096, 8192), (64, 128)
+LOG = []
+
+
+def log(*a):
+    line = " ".join(str(x) for x in a)
+    LOG.append(line)
+    print(line, flush=True)
+
+
+def med(fn, backend="numba", reps=10):
+    return float(statistics.median(time_cuda(fn, warmup=3, repeats=reps, backend=backend)))
+
+
+def torch_inputs(n, d, dtype, grad=False, seed=0):
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return [torch.randn((1, BH, n, d), device="cuda", dtype=dtype, generator=g,
+                        requires_grad=grad) for _ in range(4)]
+
+
+def as_numba(t):
+    """A (1, BH, n, d) torch tensor as a (BH, n, d) Numba device array (no copy)."""
+    return cuda.as_cuda_array(t.detach().view(t.shape[1:]))
+
+
+def sdpa(ins, causal, backend):
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(getattr(SDPBackend, backend)):
+        return F.scaled_dot_product_attention(*ins, is_causal=causal)
+
+
+def bench_forward(rows):
+    import torch
+    for d in DS:
+        for causal in (False, True):
+            for n in FWD_NS:
+                fl = 4 * BH * n * n * d / (2 if causal else 1)
+                t16 = torch_inputs(n, d, torch.float16)[:3]
+                q, k, v = (as_numba(t) for t in t16)
+                t32 = [t.float() for t in t16]
+                q32, k32, v32 = (as_numba(t) for t in t32)
+                tb = [t.bfloat16() for t in t32]
+                row = {"n": n, "d": d, "causal": causal}
+                row["ours_fp16_ms"] = med(partial(forward, q, k, v, kernel="tensor_core",
+                                                  causal=causal))
+                row["ours_bf16_f32_ms"] = med(partial(forward, q32, k32, v32,
+                                                      kernel="tensor_core", causal=causal,
+                                                      precision="bf16"))
+                row["torch_flash_fp16_ms"] = med(partial(sdpa, t16, causal, "FLASH_ATTENTION"),
+                                                 "torch")
+                row["torch_flash_bf16_ms"] = med(partial(sdpa, tb, causal, "FLASH_ATTENTION"),
+                                                 "torch")
+                for key in [k_ for k_ in row if k_.endswith("_ms")]:
+                    row[key[:-3] + "_tflops"] = fl / row[key] / 1e9
+                row["fp16_ratio"] = row["torch_flash_fp16_ms"] / row["ours_fp16_ms"]
+                row["bf16_f32_ratio_vs_flash_bf16"] = (row["torch_flash_bf16_ms"]
+                                                       / row["ours_bf16_f32_ms"])
+                rows.append(row)
+                log(f"fwd d={d} causal={causal!s:5} N={n:5d}: ours fp16 "
+                    f"{row['ours_fp16_tflops']:6.1f} bf16(f32) {row['ours_bf16_f32_tflops']:6.1f}"
+                    f" | torch flash fp16 {row['torch_flash_fp16_tflops']:6.1f} bf16 "
+                    f"{row['torch_flash_bf16_tflops']:6.1f} TFLOP/s | ratio fp16 "
+                    f"{row['fp16_ratio']:.2f} bf16(f32) {row['bf16_f32_ratio_vs_flash_bf16']:.2f}")
+                torch.cuda.empty_cache()
+
+
+def bench_backward(rows):
+    import torch
+    for d in DS:
+        for causal in (False, True):
+            for n in BWD_NS:
+                fl = 10 * BH * n * n * d / (2 if causal else 1)
+                tq, tk, tv, tdo = torch_inputs(n, d, torch.float16, grad=True)
+                q, k, v, do = (as_numba(t) for t in (tq, tk, tv, tdo))
+                o, lse = forward(q, k, v, kernel="tensor_core", causal=causal)
+                row = {"n": n, "d": d, "causal": causal}
+                row["ours_fp16_ms"] = med(partial(backward, q, k, v, o, lse, do,
+                                                  kernel="tensor_core", causal=causal), reps=7)
+                to = sdpa((tq, tk, tv), causal, "FLASH_ATTENTION")
+                row["torch_flash_fp16_ms"] = med(
+                    partial(torch.autograd.grad, to, (tq, tk, tv), tdo, retain_graph=True),
+                    "torch", reps=7)
+                for key in [k_ for k_ in row if k_.endswith("_ms")]:
+                    row[key[:-3] + "_tflops"] = fl / row[key] / 1e9
+                row["fp16_ratio"] = row["torch_flash_fp16_ms"] / row["ours_fp16_ms"]
+                rows.append(row)
+                log(f"bwd d={d} causal={causal!s:5} N={n:5d}: ours fp16 "
+                    f"{row['ours_fp16_tflops']:6.1f} | torch flash fp16 "
+                    f"{row['torch_flash_fp16_tflops']:6.1f} TFLOP/s | ratio "
+                    f"{row['fp16_ratio']:.2f}")
+                torch.cuda.empty_cache()
+
+
+def errors(rows, n=4096, heads=2):
+    """Relative errors against float64 on the same rounded inputs (first `heads` heads)."""
+    import torch
+    for d in DS:
+        for causal in (False, True):
+            tq, tk, tv, tdo = torch_inputs(n, d, torch.float16, grad=True, seed=1)
+            host = [t.detach()[0, :heads].float().cpu().numpy().astype(np.float64)
+                    for t in (tq, tk, tv, tdo)]
+            o64, _ = reference.attention(*host[:3], causal=causal)
+            g64 = reference.attention_backward(*host, causal=causal)
+            q, k, v, do = (as_numba(t) for t in (tq, tk, tv, tdo))
+            o, lse = forward(q, k, v, kernel="tensor_core", causal=causal)
+            grads = backward(q, k, v, o, lse, do, kernel="tensor_core", causal=causal)
+            to = sdpa((tq, tk, tv), causal, "FLASH_ATTENTION")
+            tg = torch.autograd.grad(to, (tq, tk, tv), tdo)
+            row = {"n": n, "d": d, "causal": causal, "heads": heads,
+                   "ours_o": rel_err(o.copy_to_host()[:heads], o64),
+                   "torch_o": rel_err(to.detach()[0, :heads].float().cpu().numpy(), o64)}
+            for name, g, t, r in zip(("dq", "dk", "dv"), grads, tg, g64):
+                row[f"ours_{name}"] = rel_err(g.copy_to_host()[:heads], r)
+                row[f"torch_{name}"] = rel_err(t[0, :heads].float().cpu().numpy(), r)
+            row["ok"] = all(row[f"ours_{x}"] <= 2 * row[f"torch_{x}"] + 1e-4
+                            for x in ("o", "dq", "dk", "dv"))
+            rows.append(row)
+            log("err " + json.dumps({k_: (round(x, 8) if isinstance(x, float) else x)
+                                     for k_, x in row.items()}))
+
+
+def main(argv=None) -> int:
+    ap = results.benchmark_parser(__doc__)
+    results.add_output_arguments(ap)
+    args = ap.parse_args(argv)
+    results.check_outputs(args, __file__)
+    results.require_gpu("benchmarks/gpu_bars.py", args.simulator_smoke)
+    if args.simulator_smoke:
+        print("gpu_bars: needs PyTorch on a GPU; nothing to smoke-test")
+        return 0
+    out = results.output_dir(args)
+    doc = {"env": env.record(), "bh": BH, "what": __doc__.splitlines()[0]}
+    log(json.dumps(doc["env"]))
+    t0 = time.time()
+    for name, fn in (("errors", errors), ("forward", bench_forward),
+                     ("backward", bench_backward)):
+        doc[name] = []
+        fn(doc[name])
+        log(f"{name} done at {time.time() - t0:.0f} s")
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "h200_bars.json").write_text(json.dumps(doc, indent=1))
+        (out / "h200_bars_log.txt").write_text("\n".join(LOG) + "\n")
+    results.finish(args, out, ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
