@@ -1,4 +1,5 @@
-"""smem_ops: asynchronous copies into shared memory and `ldmatrix` fragment loads, from Numba.
+"""smem_ops: asynchronous copies into shared memory and `ldmatrix` fragment loads, from Numba
+(and two small helpers the same kernels need: `red.global.add.f32` and `ex2.approx.ftz`).
 
 Two PTX instruction families that FlashAttention-2's kernels are built on and that
 numba-cuda has no API for (written as `numba.cuda.extending.intrinsic` inline PTX, the

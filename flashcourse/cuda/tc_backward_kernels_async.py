@@ -20,8 +20,14 @@ dK += dS^T Q, dQ += dS K); what changes is how Q_i, dO_i reach the tensor cores:
 
 Shared memory (32-bit words; rows padded by 4 words = 16 bytes, so the 8 row addresses
 of one ldmatrix tile fall in different bank groups): 2 x (Q_i, dO_i: Br x (D/2 + 4)),
-2 x (L, D: Br floats), K_j row-major (Bc x (D/2 + 4)), dS (Br x (Bc + 4) floats); and,
-without kv_regs, V_j row-major.
+2 x (L, D: Br floats), K_j row-major (Bc x (D/2 + 4)), dS^T rounded to 16 bits (Bc x
+(Br/2 + 4): [key][query pair], written from the A fragments of dK += dS^T Q, read for
+dQ += dS K by ldmatrix.trans); and, without kv_regs, V_j row-major.
+
+Instruction economy (benchmarks/NOTES_tc_backward.md, "tuned"): Q, dO, lse/D and dQ are
+passed flat (1-D) so every cp.async and every dQ add takes one unsigned index
+(`red.global.add.f32`, not Numba's atomic with its signed-index wraparound), dQ adds of a
+query block inside Tq skip the bounds checks, and P = ex2.approx.ftz(...).
 """
 
 from __future__ import annotations

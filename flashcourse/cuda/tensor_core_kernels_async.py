@@ -17,8 +17,10 @@ A operand of P V). What changes is how K_j and V_j reach the tensor cores:
 
 The same building blocks run the tensor-core backward's version 2
 (`tc_backward_kernels_async.py`), measured there at 1.4-1.6x its version 1 on an H200.
-This forward version is selected with `pipeline="async"`; `default_tiles` keeps version 1
-until it is measured on a GPU (benchmarks/gpu_tensor_core.py).
+It is the default for fp16/bf16 (`tensor_core.default_tiles`): on an H200 it measured
+1.3-4.8x version 1 at the same tiles (benchmarks/NOTES_tensor_core.md). The exponentials
+are `ex2.approx.ftz` (one instruction; `math.exp2` adds a rescale for results below 2^-126)
+and K, V arrive flat (1-D), one unsigned index per copy.
 
 Shared memory: 2 buffers x (K_j, V_j: Bc x (D/2 + 4) words); the 4-word pad puts the 8
 row addresses of one ldmatrix tile in different bank groups.
