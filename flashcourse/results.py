@@ -38,6 +38,7 @@ TRAFFIC_FILE = RESULTS_DIR / "h200_ncu_traffic.json"
 TENSOR_CORE_FILE = RESULTS_DIR / "h200_tensor_core.json"
 HOST_PATH_FILE = RESULTS_DIR / "h200_host_path.json"
 TC_BACKWARD_FILE = RESULTS_DIR / "h200_tc_backward.json"
+BARS_FILE = RESULTS_DIR / "h200_bars.json"
 SWEEP_SCHEMA = "flashcourse.tuning.sweep/1"
 TRAFFIC_SCHEMA = "flashcourse.tuning.ncu_traffic/1"
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
@@ -55,6 +56,9 @@ RESULT_KINDS = {
     "*_tensor_core.json": "tensor_core",
     "*_host_path.json": "host_path",
     "*_tc_backward.json": "tc_backward",
+    "*_tc_backward_v2_*.json": "tc_backward",     # one step's own runs (checks, variants)
+    "*_tensor_core_v2_*.json": "tensor_core",
+    "*_bars.json": "bars",
 }
 
 
@@ -132,6 +136,11 @@ def load_tensor_core(path=None) -> dict | None:
 def load_host_path(path=None) -> dict | None:
     """The recorded host/wall/GPU times of the public calls (benchmarks/gpu_host_path.py)."""
     return load(HOST_PATH_FILE if path is None else path, "host_path")
+
+
+def load_bars(path=None) -> dict | None:
+    """The issues' bars measured through the public calls (benchmarks/gpu_bars.py), or None."""
+    return load(BARS_FILE if path is None else path, "bars")
 
 
 def load_tc_backward(path=None) -> dict | None:
