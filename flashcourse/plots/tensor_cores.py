@@ -6,6 +6,11 @@
     product_errors(...)           1xTF32, 3xTF32, fp32 and fp16 products against float64
     tensor_core_rows(doc, n, d)      the recorded H200 comparison at one point, fastest first
     plot_tensor_core_recorded(doc, d)  TFLOP/s against N, the hardware limits as lines
+    ab_step_rows(ab)              version 2's instruction-count step: before/after per tile
+    bars_forward_rows(bars)       the public forward beside PyTorch flash (gpu_bars.py)
+    bars_backward_rows(bars)      the public backward beside PyTorch flash
+    bars_error_rows(bars)         errors against float64, ours beside PyTorch flash
+    ratio_span(rows, col)         "lo-hi" of one ratio column
 """
 
 from __future__ import annotations
@@ -216,3 +221,48 @@ def plot_tensor_core_recorded(doc: dict, d: int = 64, gpu: str = "H200"):
                  f"({str(doc['env'].get('date_utc', ''))[:10]}); "
                  "solid: this course, dotted: PyTorch SDPA", fontsize=10.5)
     return fig
+
+
+def ab_step_rows(ab: dict) -> list[list]:
+    """Rows (d, warps, Bc, m_tiles, TFLOP/s before, after, gain) of the recorded A/B of
+    benchmarks/results/h200_tensor_core_v2_ab.json: the median of its two repeats each."""
+    by: dict = {}
+    for r in ab.get("ab", []):
+        key = (r["d"], r["warps"], r["block_k"], r["m_tiles"])
+        by.setdefault(key, {}).setdefault(r["version"], []).append(r["tflops"])
+    rows = []
+    for (d, w, bk, mt), v in by.items():
+        if "before" in v and "after" in v:
+            b, a = float(np.median(v["before"])), float(np.median(v["after"]))
+            rows.append([d, w, bk, mt, round(b, 1), round(a, 1), f"{a / b:.2f}x"])
+    return rows
+
+
+def bars_forward_rows(bars: dict) -> list[list]:
+    """Rows (d, causal, N, ours fp16, PyTorch flash fp16, ratio, ours bf16 from float32,
+    PyTorch flash bf16, ratio) in TFLOP/s, from benchmarks/results/h200_bars.json."""
+    return [[r["d"], "on" if r["causal"] else "off", r["n"],
+             round(r["ours_fp16_tflops"], 1), round(r["torch_flash_fp16_tflops"], 1),
+             round(r["fp16_ratio"], 2), round(r["ours_bf16_f32_tflops"], 1),
+             round(r["torch_flash_bf16_tflops"], 1), round(r["bf16_f32_ratio_vs_flash_bf16"], 2)]
+            for r in bars.get("forward", [])]
+
+
+def bars_backward_rows(bars: dict) -> list[list]:
+    """Rows (d, causal, N, ours fp16, PyTorch flash fp16, ratio) in TFLOP/s."""
+    return [[r["d"], "on" if r["causal"] else "off", r["n"], round(r["ours_fp16_tflops"], 1),
+             round(r["torch_flash_fp16_tflops"], 1), round(r["fp16_ratio"], 2)]
+            for r in bars.get("backward", [])]
+
+
+def bars_error_rows(bars: dict) -> list[list]:
+    """Rows (d, causal, then ours / PyTorch for o, dq, dk, dv) of relative errors."""
+    return [[r["d"], "on" if r["causal"] else "off"]
+            + [f"{r['ours_' + x]:.1e} / {r['torch_' + x]:.1e}" for x in ("o", "dq", "dk", "dv")]
+            for r in bars.get("errors", [])]
+
+
+def ratio_span(rows: list[list], col: int) -> str:
+    """'lo-hi' of column `col` of table rows (two decimals)."""
+    vals = [r[col] for r in rows]
+    return f"{min(vals):.2f}-{max(vals):.2f}" if vals else "-"
