@@ -28,6 +28,7 @@ from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ..limits import check_launch
 from ._launch import check_registers, launch
+from .tc_backward_kernels import LD_ROWS
 
 PRECISIONS = ("fp16", "bf16")
 #: key-major kernel versions: "plain" (v1, tc_backward_kernels), "async" (v2, cp.async +
@@ -35,9 +36,6 @@ PRECISIONS = ("fp16", "bf16")
 PIPELINES = ("async", "plain")
 #: the largest head dimension (d is padded with zeros up to a multiple of 16)
 MAX_HEAD_DIM = 128
-#: the pre-pass pads its (2, BH, Tq) lse/D workspace to a multiple of this many rows
-#: (every block_q divides it, so version 2 copies whole 16-byte chunks)
-LD_ROWS = 128
 #: threads per block of the small pre/post-pass kernels
 PASS_THREADS = 128
 

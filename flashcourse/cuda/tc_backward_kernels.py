@@ -65,6 +65,11 @@ from .mma import SIM_SCRATCH_PER_WARP, device_ops
 from .tensor_core_kernels import HI16, LO16, SH16, Z32, _jit
 
 
+#: the pre-pass pads its (2, BH, Tq) lse/D workspace to a multiple of this many rows
+#: (every block_q divides it, so version 2 copies whole 16-byte chunks)
+LD_ROWS = 128
+
+
 def _col_sum(simulator: bool):
     """Sum of x over the 8 quads of a warp (the 8 lanes with the same threadID_in_group):
     shuffles on a GPU; in the simulator (no shuffles) every lane keeps its own x and the

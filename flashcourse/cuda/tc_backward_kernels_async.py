@@ -38,8 +38,7 @@ from numba import uint64 as U
 from ..constants import F0
 from .mma import SIM_SCRATCH_PER_WARP, device_ops
 from .smem_ops import ops as smem_ops
-from .tc_backward import LD_ROWS
-from .tc_backward_kernels import _col_sum
+from .tc_backward_kernels import LD_ROWS, _col_sum
 from .tensor_core_kernels import Z32, _jit
 
 
