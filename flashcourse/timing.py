@@ -68,6 +68,13 @@ def time_cuda(fn, *, warmup: int = 2, repeats: int = 10, budget_s: float | None 
     size before every timed call (outside the events), for cold-cache times.
     backend: "numba" (CUDA events of numba.cuda) or "torch" (torch.cuda.Event).
     Returns the list of times (ms): take the median.
+
+    The GPU is idle when each timed call starts (the synchronisation before it), so the
+    events also bracket the host work `fn` does before its launches: a function that spends
+    0.2 ms of Python before launching a 0.5 ms kernel measures ~0.7 ms. That is what a user
+    of `fn` gets; to time a kernel alone, time a call that only launches it (on an H200 the
+    tensor-core forward measured 0.79 ms through `tensor_core.run` and 0.54 ms as a bare
+    launch: benchmarks/NOTES_tensor_core.md).
     """
     events = _torch_events if backend == "torch" else _numba_events
     for _ in range(warmup):

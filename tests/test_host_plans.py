@@ -127,3 +127,23 @@ def test_decode_refuses_a_strided_device_view():
     k = cuda.to_device(np.ones((1, 2, 18, 8), np.float32))
     with pytest.raises(ValueError, match="k on the device must be C-contiguous"):
         decode(q, k[:, :, ::2], k[:, :, ::2])
+
+
+def test_backward_device_calls_take_the_plan_cache_unless_checked(monkeypatch):
+    """`backward(..., kernel="tensor_core")` hands its six arrays and every setting to the
+    plan cache (which runs the checked path itself for numpy inputs, the simulator and a
+    first call); check=True and the CUDA-core kernels never go there."""
+    import flashcourse.cuda as fc
+    seen = []
+
+    def cached(entry, arrays, settings, slow):
+        seen.append((entry, len(arrays), settings))
+        return "planned"
+    monkeypatch.setattr(host_plans, "cached_call", cached)
+    monkeypatch.setattr(fc, "_backward", lambda *a: "checked path")
+    args = [FakeDeviceArray((1, 4, 16), ptr=p) for p in (16, 32, 48, 64, 80, 96)]
+    assert fc.backward(*args, kernel="tensor_core", causal=True, precision="fp16") == "planned"
+    assert seen == [("backward", 6, ("tensor_core", True, None, (("precision", "fp16"),)))]
+    assert fc.backward(*args, kernel="tensor_core", check=True) == "checked path"
+    assert fc.backward(*args, kernel="fast") == "checked path"
+    assert len(seen) == 1
