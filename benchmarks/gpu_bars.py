@@ -101,7 +101,8 @@ def bench_forward(rows):
                 torch.cuda.empty_cache()
 
 
-def bench_backward(rows):
+def bench_backward(rows, block_qs=()):
+    """block_qs: also time the public call with these Br (tile variants, same run)."""
     import torch
     for d in DS:
         for causal in (False, True):
@@ -113,6 +114,13 @@ def bench_backward(rows):
                 row = {"n": n, "d": d, "causal": causal}
                 row["ours_fp16_ms"] = med(partial(backward, q, k, v, o, lse, do,
                                                   kernel="tensor_core", causal=causal), reps=7)
+                for bq in block_qs:
+                    try:
+                        row[f"ours_fp16_bq{bq}_ms"] = med(partial(
+                            backward, q, k, v, o, lse, do, kernel="tensor_core",
+                            causal=causal, block_q=bq), reps=7)
+                    except ValueError as exc:        # a tile that does not fit this d
+                        log(f"Br={bq} at d={d}: {exc}")
                 to = sdpa((tq, tk, tv), causal, "FLASH_ATTENTION")
                 row["torch_flash_fp16_ms"] = med(
                     partial(torch.autograd.grad, to, (tq, tk, tv), tdo, retain_graph=True),
@@ -121,8 +129,10 @@ def bench_backward(rows):
                     row[key[:-3] + "_tflops"] = fl / row[key] / 1e9
                 row["fp16_ratio"] = row["torch_flash_fp16_ms"] / row["ours_fp16_ms"]
                 rows.append(row)
+                extra = "".join(f" Br={bq}: {row[f'ours_fp16_bq{bq}_tflops']:6.1f}"
+                                for bq in block_qs if f"ours_fp16_bq{bq}_tflops" in row)
                 log(f"bwd d={d} causal={causal!s:5} N={n:5d}: ours fp16 "
-                    f"{row['ours_fp16_tflops']:6.1f} | torch flash fp16 "
+                    f"{row['ours_fp16_tflops']:6.1f}{extra} | torch flash fp16 "
                     f"{row['torch_flash_fp16_tflops']:6.1f} TFLOP/s | ratio "
                     f"{row['fp16_ratio']:.2f}")
                 torch.cuda.empty_cache()
@@ -158,6 +168,10 @@ def errors(rows, n=4096, heads=2):
 
 def main(argv=None) -> int:
     ap = results.benchmark_parser(__doc__)
+    ap.add_argument("--parts", nargs="+", default=["errors", "forward", "backward"],
+                    choices=["errors", "forward", "backward"], help="what to run")
+    ap.add_argument("--bwd-block-q", type=int, nargs="*", default=[],
+                    help="also time the backward with these Br (block_q)")
     results.add_output_arguments(ap)
     args = ap.parse_args(argv)
     results.check_outputs(args, __file__)
@@ -170,9 +184,10 @@ def main(argv=None) -> int:
     log(json.dumps(doc["env"]))
     t0 = time.time()
     for name, fn in (("errors", errors), ("forward", bench_forward),
-                     ("backward", bench_backward)):
+                     ("backward", partial(bench_backward, block_qs=args.bwd_block_q))):
         doc[name] = []
-        fn(doc[name])
+        if name in args.parts:
+            fn(doc[name])
         log(f"{name} done at {time.time() - t0:.0f} s")
         out.mkdir(parents=True, exist_ok=True)
         (out / "h200_bars.json").write_text(json.dumps(doc, indent=1))
