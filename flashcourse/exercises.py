@@ -542,6 +542,56 @@ def tc_backward_10() -> Exercise:
         {**loads, "det_flops": det}, working, same=same, diagnoses=diagnoses)
 
 
+#: exercise 12: a K tile of S = Q K^T (Bc = 128 keys x d = 64 fp16, K-major, 128-byte
+#: swizzle) that starts at this shared-memory byte, and the element whose offset is asked
+WGMMA_12 = {"start": 8192, "rows": 128, "row": 9, "k": 20, "narrow_row_bytes": 64}
+
+
+def descriptors_12() -> Exercise:
+    from .cuda import wgmma_layouts as W
+    e = WGMMA_12
+    start_field = e["start"] >> 4
+    sbo = W.ATOM_ROWS * 128
+    plain = e["row"] * 128 + e["k"] * 2
+    offset = int(W.kmajor_offset(e["row"], e["k"], 128, rows=e["rows"]))
+    narrow = e["narrow_row_bytes"]
+    conflict = W.conflict_degree(np.arange(W.ATOM_ROWS) * narrow)
+    working = (f"start field = start address >> 4 = {e['start']} >> 4 = {start_field}\n"
+               f"SBO = the step between 8-row core-matrix groups along N:\n"
+               f"  8 rows x 128 B = {sbo} B (the descriptor stores {sbo} >> 4 = {sbo >> 4})\n"
+               f"element (row {e['row']}, k {e['k']}): unswizzled {e['row']} x 128 + "
+               f"{e['k']} x 2 = {plain};\n"
+               f"  its 16-byte chunk {plain >> 4 & 7} XOR (row bits {plain >> 7 & 7}) = "
+               f"{(plain >> 4 & 7) ^ (plain >> 7 & 7)}: byte {offset}\n"
+               f"rows of {narrow} B, no swizzle: chunk c of row r is in bank group\n"
+               f"  (r x {narrow // 16} + c) mod 8: 8 rows hit {8 // conflict} groups, "
+               f"{conflict}-way")
+    diagnoses = {
+        "start_field": [(lambda y: _same_number(y, e["start"], 1e-9),
+                         "the field holds the address in 16-byte units: shift right by 4")],
+        "sbo_bytes": [(lambda y: _same_number(y, 128, 1e-9),
+                       "128 B is one row; SBO steps over a whole 8-row core-matrix group"),
+                      (lambda y: _same_number(y, sbo >> 4, 1e-9),
+                       "that is the encoded field (>> 4); the question asks for bytes")],
+        "offset": [(lambda y: _same_number(y, plain, 1e-9),
+                    "that is the unswizzled offset: XOR the chunk bits 4-6 with bits 7-9"),
+                   (lambda y: _same_number(y, plain + e["start"], 1e-9)
+                    or _same_number(y, offset + e["start"], 1e-9),
+                    "the offset is inside the tile: leave out the tile's start address")],
+        "conflict_64": [(lambda y: _same_number(y, 8, 1e-9),
+                         "8-way is for 128-byte rows; two 64-byte rows share one 128-byte "
+                         "line of banks"),
+                        (lambda y: _same_number(y, 1, 1e-9),
+                         "without a swizzle the rows' chunk c lands on only 2 bank groups")],
+    }
+    return Exercise(
+        f"A {e['rows']} x 64 fp16 K tile (K-major, 128-byte swizzle) at shared byte "
+        f"{e['start']}: its descriptor's start field and SBO, the byte offset of element "
+        f"({e['row']}, {e['k']}), and the conflict of a column read of 64-byte rows",
+        {"start_field": start_field, "sbo_bytes": sbo, "offset": offset,
+         "conflict_64": conflict}, working, rtol=1e-9, diagnoses=diagnoses)
+
+
 EXERCISES = {
     "03-second-tile": second_tile,
     "03-causal-skips": causal_skips,
@@ -551,6 +601,7 @@ EXERCISES = {
     "08-dram-flash": dram_flash_08,
     "09-saved-bytes": saved_bytes_09,
     "10-tc-backward": tc_backward_10,
+    "12-descriptors": descriptors_12,
 }
 
 

@@ -154,7 +154,8 @@ def test_tc_backward_10():
                                       ("06_numba_cuda_kernel", ["06-causal-tiles"]),
                                       ("08_measured_traffic", ["08-dram-flash"]),
                                       ("09_backward_recompute", ["09-saved-bytes"]),
-                                      ("10_tensor_cores", ["10-tc-backward"])])
+                                      ("10_tensor_cores", ["10-tc-backward"]),
+                                      ("12_hopper_wgmma", ["12-descriptors"])])
 def test_notebooks_ask_for_predictions_without_printing_answers(nb, names):
     cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
     code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
@@ -200,3 +201,18 @@ def test_try_it_answers_are_behind_a_reveal(path):
         cell = next(s for s in md if s and answer in s)
         start, end = cell.index(REVEAL), cell.index("</details>")
         assert start < cell.index(answer) < end
+
+
+def test_descriptors_12():
+    """Right answers from the layout model; each typical slip named."""
+    ans = E.get("12-descriptors").answer
+    assert ans["start_field"] == E.WGMMA_12["start"] // 16 and ans["sbo_bytes"] == 1024
+    assert E.grade("12-descriptors", **ans)[0]
+    ok, lines = E.grade("12-descriptors", start_field=E.WGMMA_12["start"], sbo_bytes=128,
+                        offset=E.WGMMA_12["row"] * 128 + E.WGMMA_12["k"] * 2, conflict_64=8)
+    assert not ok and "16-byte units" in lines[0] and "one row" in lines[1]
+    assert "unswizzled" in lines[2] and "128-byte rows" in lines[3]
+    ok, lines = E.grade("12-descriptors", **{**ans, "sbo_bytes": 64, "conflict_64": 1,
+                                             "offset": ans["offset"] + E.WGMMA_12["start"]})
+    assert not ok and "encoded field" in lines[1] and "inside the tile" in lines[2]
+    assert "2 bank groups" in lines[3]

@@ -27,7 +27,7 @@ def test_decode_inverts_descriptor(swizzle):
     (dict(start=0, lbo=-16, sbo=0), "lbo must be a non-negative multiple of 16"),
     (dict(start=0, lbo=0, sbo=1 << 18), "sbo must be below 262144"),
     (dict(start=0, lbo=0, sbo=0, swizzle=96), "swizzle must be one of"),
-    (dict(start=512, lbo=0, sbo=0, swizzle=128), "starts on a 1024-byte boundary"),
+    (dict(start=512, lbo=0, sbo=0, swizzle=128), "must start on a 1024-byte boundary"),
     (dict(start=0, lbo=0, sbo=0, base_offset=8), "base_offset must be in 0..7"),
 ])
 def test_bad_descriptor_fields_are_named(kwargs, match):

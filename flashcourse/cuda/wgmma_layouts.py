@@ -70,8 +70,8 @@ def descriptor(start: int, lbo: int, sbo: int, swizzle=None, base_offset: int = 
     if not 0 <= int(base_offset) < 8:
         raise ValueError(f"base_offset must be in 0..7, got {base_offset}")
     if mode is not None and int(start) % (ATOM_ROWS * mode) and base_offset == 0:
-        raise ValueError(f"a {mode}-byte swizzled tile starts on a {ATOM_ROWS * mode}-byte "
-                         f"boundary (the XOR uses the address bits), got start={start}")
+        raise ValueError(f"a {mode}-byte swizzled tile must start on a {ATOM_ROWS * mode}-byte "
+                         f"boundary, got start={start}")
     return (_units(start, "start") | _units(lbo, "lbo") << 16 | _units(sbo, "sbo") << 32
             | int(base_offset) << 49 | SWIZZLE_CODE[mode] << 62)
 
