@@ -57,7 +57,7 @@ PRODUCTS = (
      "B": "Q_i (k = queries): Q_i row-major in shared memory", "b_rows": "k"},
     {"key": "dq", "maths": "dQ_i += dS K_j", "kernel": "dQ_i += dS K_j (atomics)",
      "mnk": ("Br", "d", "Bc"),
-     "A": "dS (rows = queries): fp32 in shared memory, packed to 16 bits",
+     "A": "dS (rows = queries): dS^T in 16 bits in shared memory, by ldmatrix.trans",
      "B": "K_j (k = keys): K_j row-major in shared memory", "b_rows": "k"},
 )
 
