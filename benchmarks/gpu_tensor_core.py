@@ -307,6 +307,16 @@ def time_tc(inp, precision, causal, knobs):
     return time_fn(tc_runner(inp, precision, causal, knobs))
 
 
+def time_variant(inp, precision, knobs, **meta):
+    """One variant's row: resources (registers, local, shared bytes) and time on `inp`
+    (non-causal), beside the keys of `meta` (which may replace "config")."""
+    d = inp.d
+    return measure_variant(
+        {"precision": precision, "config": knobs, "d": d, "n": inp.n, "causal": False, **meta},
+        partial(tc.resources, precision, d, **knobs),
+        partial(time_tc, inp, precision, False, knobs), flops(inp.n, inp.n, d, False))
+
+
 def variants(rng, results, grid=None):
     grid = GRID if grid is None else grid
     rows = []
@@ -316,13 +326,7 @@ def variants(rng, results, grid=None):
             if dd != d:
                 continue
             for t in tuples:
-                knobs = knobs_of(t)
-                row = measure_variant(
-                    {"precision": precision, "config": knobs, "d": d, "n": 4096,
-                     "causal": False},
-                    partial(tc.resources, precision, d, **knobs),
-                    partial(time_tc, inp, precision, False, knobs),
-                    flops(4096, 4096, d, False))
+                row = time_variant(inp, precision, knobs_of(t))
                 rows.append(row)
                 log(f"variant {precision:7s} d={d} {t}: {variant_summary(row, 7)}")
         del inp
@@ -376,13 +380,8 @@ def pipelines(rng, results) -> bool:
         inp = Inputs(rng, 4096, d)
         for t in tuples:
             for pipe in ("plain", "async"):
-                knobs = dict(knobs_of(t), pipeline=pipe)
-                row = measure_variant(
-                    {"precision": precision, "config": knobs_of(t), "pipeline": pipe, "d": d,
-                     "n": 4096, "causal": False},
-                    partial(tc.resources, precision, d, **knobs),
-                    partial(time_tc, inp, precision, False, knobs),
-                    flops(4096, 4096, d, False))
+                row = time_variant(inp, precision, dict(knobs_of(t), pipeline=pipe),
+                                   config=knobs_of(t), pipeline=pipe)
                 rows.append(row)
                 log(f"pipeline {pipe:5s} {precision} d={d} {t}: {variant_summary(row, 7)}")
         del inp

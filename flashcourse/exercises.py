@@ -555,7 +555,7 @@ def descriptors_12() -> Exercise:
     plain = e["row"] * 128 + e["k"] * 2
     offset = int(W.kmajor_offset(e["row"], e["k"], 128, rows=e["rows"]))
     narrow = e["narrow_row_bytes"]
-    conflict = W.conflict_degree(np.arange(W.ATOM_ROWS) * narrow)
+    conflict = W.conflict_degree(W.column_read(None, 0, narrow))
     working = (f"start field = start address >> 4 = {e['start']} >> 4 = {start_field}\n"
                f"SBO = the step between 8-row core-matrix groups along N:\n"
                f"  8 rows x 128 B = {sbo} B (the descriptor stores {sbo} >> 4 = {sbo >> 4})\n"

@@ -279,14 +279,14 @@ def test_simulator_twins_match_the_models():
             out[lane, i] = a[i]
             out[lane, 4 + i] = b[i]
         if lane == 0:
-            cp16(sm, 200, g, 1, 2, 4, 16)
-            cp16(sm, 204, g, 1, 2, 0, 0)
+            cp16(sm, 200, g, (1 * 3 + 2) * 8 + 4, 16)   # g[1, 2, 4:8] of the (2, 3, 8) words
+            cp16(sm, 204, g, (1 * 3 + 2) * 8, 0)
             for i in range(8):
                 copied[i] = sm[200 + i]
 
     out = np.zeros((32, 8), np.uint32)
     copied = np.zeros(8, np.uint32)
-    probe[1, 32](words, out, g, copied)
+    probe[1, 32](words, out, g.reshape(-1), copied)
     for lane in range(32):
         assert tuple(out[lane, :4]) == smem_ops.ld_b_model(words, 0, stride, lane)
         assert tuple(out[lane, 4:]) == smem_ops.ld_bt_model(words, 0, stride, lane)

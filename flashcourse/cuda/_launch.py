@@ -150,6 +150,12 @@ def launch(dispatcher, signature, grid, threads, shared_bytes, args) -> None:
 # Inputs: numpy or device arrays -> flattened float32 device arrays
 # ---------------------------------------------------------------------------
 
+def flat(a):
+    """A C-contiguous device array as a 1-D view of the same memory (for the kernels that
+    index it with one unsigned index: `smem_ops.cp16`, `smem_ops.red_add`)."""
+    return a.reshape(int(a.size))
+
+
 def is_device_array(x) -> bool:
     """True for a Numba device array (or any object with the CUDA array interface)."""
     if isinstance(x, np.ndarray):

@@ -28,10 +28,10 @@ calls the same names on a GPU and under Numba's simulator (`ops(simulator)`):
                                     whose B is stored n-major (row = n, two k per word)
     ld_bt(sm, base, stride, lane)   the same with .trans, tiles at rows {0..7, 8..15}
                                     and words {0, 4}: B stored k-major (row = k)
-    cp16(sm, sidx, g, h, r, c, nbytes)   16 bytes g[h, r, c:c+4] -> sm[sidx:sidx+4]
-                                    (uint32 words; nbytes 0: zeros), asynchronous
-    cp16f(sm, sidx, g, gidx, nbytes)    the same from a 1-D array: g[gidx:gidx+4] (one
-                                    unsigned index, no stride products per copy)
+    cp16(sm, sidx, g, gidx, nbytes)  16 bytes g[gidx:gidx+4] -> sm[sidx:sidx+4] (uint32
+                                    words of a 1-D array, one unsigned index: a 3-D
+                                    index cost ~30 instructions of stride arithmetic per
+                                    copy; nbytes 0: zeros), asynchronous
     commit(), wait_all()            cp.async.commit_group / wait_group 0
     red_add(g, gidx, x)             red.global.add.f32: g[gidx] += x, atomically, for a
                                     1-D float32 array and an unsigned index (Numba's
@@ -145,7 +145,7 @@ def _make_intrinsics():
         return ld
 
     @intrinsic
-    def cp_async16_flat(typingctx, sary, sidx, gary, gidx, nbytes):
+    def cp_async16(typingctx, sary, sidx, gary, gidx, nbytes):
         sig = types.void(sary, sidx, gary, gidx, nbytes)
 
         def codegen(context, builder, signature, args):
@@ -183,20 +183,6 @@ def _make_intrinsics():
                                [args[0]], side_effect=False)
         return sig, codegen
 
-    @intrinsic
-    def cp_async16(typingctx, sary, sidx, gary, h, r, c, nbytes):
-        sig = types.void(sary, sidx, gary, h, r, c, nbytes)
-
-        def codegen(context, builder, signature, args):
-            st, sit, gt, ht, rt, ct, nt = signature.args
-            sa = shared_address(context, builder, st, args[0], args[1], sit)
-            ga = item_address(context, builder, gt, args[2], args[3:6], (ht, rt, ct))
-            n = builder.trunc(context.cast(builder, args[6], nt, types.int64), li)
-            builder.asm(ir.FunctionType(ir.VoidType(), [li, l64, li]),
-                        "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
-                        [sa, ga, n], side_effect=True)
-            return context.get_dummy_value()
-        return sig, codegen
 
     def bare(ptx):
         @intrinsic
@@ -211,7 +197,7 @@ def _make_intrinsics():
         return op
 
     return {"ldmatrix_x4": ldmatrix(False), "ldmatrix_x4_trans": ldmatrix(True),
-            "cp_async16": cp_async16, "cp_async16_flat": cp_async16_flat,
+            "cp_async16": cp_async16,
             "red_add_f32": red_add_f32, "ex2_ftz": ex2_ftz,
             "commit": bare("cp.async.commit_group;"),
             "wait_all": bare("cp.async.wait_group 0;")}
@@ -248,11 +234,7 @@ def _sim_ops():
             out.append(np.uint32(lo | (hi << np.uint32(16))))
         return out[0], out[1], out[2], out[3]
 
-    def cp16(sm, sidx, g, h, r, c, nbytes):
-        for i in range(4):
-            sm[sidx + i] = g[h, r, c + i] if nbytes != 0 else np.uint32(0)
-
-    def cp16f(sm, sidx, g, gidx, nbytes):
+    def cp16(sm, sidx, g, gidx, nbytes):
         for i in range(4):
             sm[sidx + i] = g[gidx + i] if nbytes != 0 else np.uint32(0)
 
@@ -269,14 +251,14 @@ def _sim_ops():
         return None
 
     return {name: cuda.jit(device=True)(f) for name, f in
-            (("ld_b", ld_b), ("ld_bt", ld_bt), ("cp16", cp16), ("cp16f", cp16f),
+            (("ld_b", ld_b), ("ld_bt", ld_bt), ("cp16", cp16),
              ("red_add", red_add), ("ex2", ex2), ("commit", commit),
              ("wait_all", wait_all))}
 
 
 def _gpu_ops():
     ins = intrinsics()
-    LDSM, LDSMT, CP = ins["ldmatrix_x4"], ins["ldmatrix_x4_trans"], ins["cp_async16"]
+    LDSM, LDSMT = ins["ldmatrix_x4"], ins["ldmatrix_x4_trans"]
 
     @cuda.jit(device=True, forceinline=True)
     def ld_b(sm, base, stride, lane):
@@ -288,16 +270,12 @@ def _gpu_ops():
         j = lane // 8
         return LDSMT(sm, base + ((j % 2) * 8 + lane % 8) * stride + (j // 2) * 4)
 
-    @cuda.jit(device=True, forceinline=True)
-    def cp16(sm, sidx, g, h, r, c, nbytes):
-        CP(sm, sidx, g, h, r, c, nbytes)
-
-    return {"ld_b": ld_b, "ld_bt": ld_bt, "cp16": cp16, "cp16f": ins["cp_async16_flat"],
+    return {"ld_b": ld_b, "ld_bt": ld_bt, "cp16": ins["cp_async16"],
             "red_add": ins["red_add_f32"], "ex2": ins["ex2_ftz"], "commit": ins["commit"],
             "wait_all": ins["wait_all"]}
 
 
 def ops(simulator: bool) -> dict:
-    """ld_b, ld_bt, cp16, cp16f, red_add, ex2, commit, wait_all for a GPU (inline PTX) or
+    """ld_b, ld_bt, cp16, red_add, ex2, commit, wait_all for a GPU (inline PTX) or
     the simulator."""
     return _sim_ops() if simulator else _gpu_ops()

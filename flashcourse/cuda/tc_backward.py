@@ -27,7 +27,7 @@ from ..constants import LOG2E, LOG2E_F, NEG_INF, POS_INF
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ..limits import check_launch
-from ._launch import check_registers, launch
+from ._launch import check_registers, flat, launch
 from .tc_backward_kernels import LD_ROWS
 
 PRECISIONS = ("fp16", "bf16")
@@ -397,7 +397,7 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
         check_registers("tensor-core backward kernel", key_major.compile(sig_kv),
                         cfg.threads)
     if cfg.pipeline == "async":        # version 2 takes q, dO, lse/D and dQ flat (1-D)
-        head = (_flat(qw), kw, vw, _flat(dow), _flat(ld.view(np.uint32)), _flat(dq))
+        head = (flat(qw), kw, vw, flat(dow), flat(ld.view(np.uint32)), flat(dq))
     else:
         head = (qw, kw, vw, dow, lse, delta, dq)
     launch(key_major, sig_kv, (ceil_div(tk, cfg.block_k), bh), cfg.threads, cfg.shared_bytes,
@@ -409,11 +409,6 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
         launch(query_major, sig_q, (ceil_div(tq, 16 * cfg.warps), bh), cfg.threads,
                cfg.q_shared_bytes, (qw, kw, vw, dow, lse, delta, dq) + tail)
     return cfg
-
-
-def _flat(a):
-    """A C-contiguous device array as a 1-D view of the same memory."""
-    return a.reshape(int(a.size))
 
 
 def default_precision(dtype) -> str:

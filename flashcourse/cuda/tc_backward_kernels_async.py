@@ -47,7 +47,7 @@ def make_key_major_async_kernel(cfg):
     MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
     PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
     so = smem_ops(cfg.simulator)
-    LDB, LDBT, CP16F, COMMIT, WAIT = so["ld_b"], so["ld_bt"], so["cp16f"], so["commit"], \
+    LDB, LDBT, CP16, COMMIT, WAIT = so["ld_b"], so["ld_bt"], so["cp16"], so["commit"], \
         so["wait_all"]
     RED, exp2 = so["red_add"], so["ex2"]
     col_sum = _col_sum(cfg.simulator)
@@ -120,12 +120,12 @@ def make_key_major_async_kernel(cfg):
                     ok = row < tq
                     src = row if ok else 0
                     gi = U(qbase + src) * U(DW) + U(c)
-                    CP16F(sm, U(QN + r * QS + c), q, gi, 16 if ok else 0)
-                    CP16F(sm, U(DON + r * QS + c), do, gi, 16 if ok else 0)
+                    CP16(sm, U(QN + r * QS + c), q, gi, 16 if ok else 0)
+                    CP16(sm, U(DON + r * QS + c), do, gi, 16 if ok else 0)
             if tid < LCH:
-                CP16F(sm, U(LS + 4 * tid), ldw, U(lbase + q0 + 4 * tid), 16)
+                CP16(sm, U(LS + 4 * tid), ldw, U(lbase + q0 + 4 * tid), 16)
             elif tid < 2 * LCH:
-                CP16F(sm, U(DS + 4 * (tid - LCH)), ldw, U(dbase + q0 + 4 * (tid - LCH)), 16)
+                CP16(sm, U(DS + 4 * (tid - LCH)), ldw, U(dbase + q0 + 4 * (tid - LCH)), 16)
             COMMIT()
 
         ka = cuda.local.array(KAREGS, uint32)
@@ -178,13 +178,13 @@ def make_key_major_async_kernel(cfg):
                         ok = row < tq
                         src = row if ok else 0
                         gi = U(qbase + src) * U(DW) + U(c)
-                        CP16F(sm, U(nb_ + QN + r * QS + c), q, gi, 16 if ok else 0)
-                        CP16F(sm, U(nb_ + DON + r * QS + c), do, gi, 16 if ok else 0)
+                        CP16(sm, U(nb_ + QN + r * QS + c), q, gi, 16 if ok else 0)
+                        CP16(sm, U(nb_ + DON + r * QS + c), do, gi, 16 if ok else 0)
                 if tid < LCH:
-                    CP16F(sm, U(nb_ + LS + 4 * tid), ldw, U(lbase + q1 + 4 * tid), 16)
+                    CP16(sm, U(nb_ + LS + 4 * tid), ldw, U(lbase + q1 + 4 * tid), 16)
                 elif tid < 2 * LCH:
-                    CP16F(sm, U(nb_ + DS + 4 * (tid - LCH)), ldw,
-                          U(dbase + q1 + 4 * (tid - LCH)), 16)
+                    CP16(sm, U(nb_ + DS + 4 * (tid - LCH)), ldw,
+                         U(dbase + q1 + 4 * (tid - LCH)), 16)
                 COMMIT()
 
             # S^T = K_j Q_i^T, dP^T = V_j dO_i^T: two n8 tiles per ldmatrix.x4

@@ -26,7 +26,7 @@ from ..constants import LOG2E
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ..limits import check_launch
-from ._launch import check_registers, is_device_array, launch  # noqa: F401  (re-export)
+from ._launch import check_registers, flat, is_device_array, launch  # noqa: F401  (re-export)
 from .mma import round_bf16
 
 PRECISIONS = ("fp16", "bf16", "3xtf32", "tf32")
@@ -258,7 +258,7 @@ def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: boo
     bh = qw.shape[0]
     grid = (ceil_div(tq, cfg.block_q), bh)
     if cfg.pipeline == "async":
-        kw, vw = kw.reshape(int(kw.size)), vw.reshape(int(vw.size))
+        kw, vw = flat(kw), flat(vw)
     args = (qw, kw, vw, ow, lse, np.int32(tq), np.int32(tk), np.float32(scale * LOG2E),
             np.int32(1 if causal else 0), np.int32(tk - tq))
     sig = signature(cfg.half, cfg.pipeline)

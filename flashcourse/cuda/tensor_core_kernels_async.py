@@ -43,7 +43,7 @@ def make_half_async_kernel(cfg):
     MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
     PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
     so = smem_ops(cfg.simulator)
-    LDB, LDBT, CP16F, COMMIT, WAIT = so["ld_b"], so["ld_bt"], so["cp16f"], so["commit"], \
+    LDB, LDBT, CP16, COMMIT, WAIT = so["ld_b"], so["ld_bt"], so["cp16"], so["commit"], \
         so["wait_all"]
     _, log2, quad_max, quad_sum = _row_ops(cfg)
     exp2 = so["ex2"]               # ex2.approx.ftz: one instruction (math.exp2: three more)
@@ -99,8 +99,8 @@ def make_half_async_kernel(cfg):
                     ok = r < tk
                     src = r if ok else 0
                     gi = U(kbase + src) * U(DW) + U(c)
-                    CP16F(sm, U(K_OFF + r * KS + c), k, gi, 16 if ok else 0)
-                    CP16F(sm, U(V_OFF + r * KS + c), v, gi, 16 if ok else 0)
+                    CP16(sm, U(K_OFF + r * KS + c), k, gi, 16 if ok else 0)
+                    CP16(sm, U(V_OFF + r * KS + c), v, gi, 16 if ok else 0)
             COMMIT()
 
         qa = cuda.local.array(QREGS, uint32)
@@ -141,8 +141,8 @@ def make_half_async_kernel(cfg):
                         ok = key < tk
                         src = key if ok else 0
                         gi = U(kbase + src) * U(DW) + U(c)
-                        CP16F(sm, U(nb + K_OFF + r * KS + c), k, gi, 16 if ok else 0)
-                        CP16F(sm, U(nb + V_OFF + r * KS + c), v, gi, 16 if ok else 0)
+                        CP16(sm, U(nb + K_OFF + r * KS + c), k, gi, 16 if ok else 0)
+                        CP16(sm, U(nb + V_OFF + r * KS + c), v, gi, 16 if ok else 0)
                 COMMIT()
 
             # S = Q K^T: one ldmatrix.x4 gives the B fragments of two n8 tiles

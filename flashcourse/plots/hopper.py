@@ -54,7 +54,7 @@ def plot_swizzle(swizzle: int = 128, chunk: int = 2):
     read = [(row, chunk) for row in range(W.ATOM_ROWS)]
     fig, axes = plt.subplots(1, 2, figsize=(8.6, 4.4), layout="constrained")
     cmap = plt.get_cmap("tab10")
-    n_plain = W.conflict_degree(r[:, chunk] * swizzle + chunk * W.CHUNK)
+    n_plain = W.conflict_degree(W.column_read(None, chunk, swizzle))
     n_swz = W.conflict_degree(W.column_read(swizzle, chunk))
     art = "an" if n_plain == 8 else "a"
     _draw_atom(axes[0], plain, read, f"no swizzle: the outlined column\nis {art} "
