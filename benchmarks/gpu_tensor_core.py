@@ -381,7 +381,7 @@ def pipelines(rng, results) -> bool:
         for t in tuples:
             for pipe in ("plain", "async"):
                 row = time_variant(inp, precision, dict(knobs_of(t), pipeline=pipe),
-                                   config=knobs_of(t), pipeline=pipe)
+                                   pipeline=pipe)
                 rows.append(row)
                 log(f"pipeline {pipe:5s} {precision} d={d} {t}: {variant_summary(row, 7)}")
         del inp
