@@ -128,3 +128,24 @@ def test_tables_survive_missing_contenders():
     assert all(row[-1] == row[-2] == "-" for row in TB.bench_table(doc))
     assert TB.check_lines(doc) == ["no gradient checks recorded"]
     assert not any("PyTorch flash" in line for line in TB.gap_lines(doc, exp_per_s=3.9e12))
+
+
+def test_bars_tables_keep_their_columns():
+    """The public-call tables of notebooks 10 and 12 (h200_bars.json): each ratio column is
+    our TFLOP/s over PyTorch's in its row, and the A/B step's gain is after / before."""
+    from flashcourse import results
+    from flashcourse.plots import tensor_cores as TP
+    bars, ab = results.load_bars(), results.load_tensor_core_ab()
+    if bars is None or ab is None:
+        pytest.skip("no recorded bars")
+    fw, bw = TP.bars_forward_rows(bars), TP.bars_backward_rows(bars)
+    assert len(fw) == len(bars["forward"]) and len(bw) == len(bars["backward"])
+    for r in fw:
+        assert abs(r[5] - r[3] / r[4]) < 0.011 and abs(r[8] - r[6] / r[7]) < 0.011
+    for r in bw:
+        assert abs(r[5] - r[3] / r[4]) < 0.011
+    for r in TP.ab_step_rows(ab):
+        assert abs(float(r[6][:-1]) - r[5] / r[4]) < 0.006
+    assert TP.ratio_span([[0.5], [0.9], [0.7]], 0) == "0.50-0.90"
+    errs = TP.bars_error_rows(bars)
+    assert len(errs) == len(bars["errors"]) and all(len(r) == 6 for r in errs)
