@@ -468,20 +468,25 @@ def plot(rows, path):
 
 
 def sanitize_small():
-    """One small ragged run of each path (split + combine, GQA, causal, fp16/fp32)."""
+    """One small ragged run of each path (split + combine, GQA, causal, fp16/fp32; the
+    fp16 GQA runs take the tensor-core split kernel, which also runs at 24 rows per KV
+    head (two 16-row tiles), d = 256 and one row)."""
     rng = np.random.default_rng(7)
-    for dt in (np.float32, np.float16):
-        for (b, hq, hkv, tq, tk, d, ns, causal) in ((1, 4, 2, 3, 203, 128, 3, True),
-                                                    (2, 8, 1, 1, 517, 64, 5, False)):
-            q = rng.standard_normal((b, hq, tq, d)).astype(dt)
-            k = rng.standard_normal((b, hkv, tk, d)).astype(dt)
-            v = rng.standard_normal((b, hkv, tk, d)).astype(dt)
-            o, lse = dk.decode(q, k, v, num_splits=ns, causal=causal)
-            g = hq // hkv
-            o_ref, _ = reference.attention(q, np_decode.expand_kv(k, g),
-                                           np_decode.expand_kv(v, g), causal=causal)
-            print("sanitize-small", np.dtype(dt).name, (b, hq, hkv, tq, tk, d), "rel err",
-                  f"{rel_err(o, o_ref):.2e}")
+    runs = [(dt, shape, {}) for dt in (np.float32, np.float16)
+            for shape in ((1, 4, 2, 3, 203, 128, 3, True), (2, 8, 1, 1, 517, 64, 5, False))]
+    runs += [(np.float16, (1, 12, 1, 2, 333, 128, 4, True), {"kernel": "tensor_core"}),
+             (np.float16, (1, 2, 1, 1, 100, 256, 2, False), {"kernel": "tensor_core"}),
+             (np.float16, (1, 3, 3, 1, 150, 64, 2, False), {"kernel": "tensor_core"})]
+    for dt, (b, hq, hkv, tq, tk, d, ns, causal), opts in runs:
+        q = rng.standard_normal((b, hq, tq, d)).astype(dt)
+        k = rng.standard_normal((b, hkv, tk, d)).astype(dt)
+        v = rng.standard_normal((b, hkv, tk, d)).astype(dt)
+        o, lse = dk.decode(q, k, v, num_splits=ns, causal=causal, **opts)
+        g = hq // hkv
+        o_ref, _ = reference.attention(q, np_decode.expand_kv(k, g),
+                                       np_decode.expand_kv(v, g), causal=causal)
+        print("sanitize-small", np.dtype(dt).name, (b, hq, hkv, tq, tk, d), "rel err",
+              f"{rel_err(o, o_ref):.2e}")
     cuda.synchronize()
 
 

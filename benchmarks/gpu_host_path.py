@@ -38,6 +38,7 @@ from numba import cuda
 
 from flashcourse import reference, results
 from flashcourse.cuda import capture, decode, forward, host_plans
+from flashcourse.cuda import decode_kernels as dk
 from flashcourse.timing import rel_err
 
 CALLS = 200
@@ -80,6 +81,10 @@ DECODE_CHECKS = [  # b, hq, hkv, tq, tk, d, dtype, causal
     (2, 8, 2, 1, 5003, 128, np.float16, False),
     (1, 4, 1, 4, 777, 64, np.float32, True),
     (3, 6, 3, 2, 300, 40, np.float32, False),
+    (1, 4, 1, 4, 777, 64, np.float16, True),       # 16 rows per KV head: tensor-core split
+    (1, 12, 1, 2, 3001, 128, np.float16, True),    # 24 rows: two 16-row tiles per warp
+    (1, 40, 1, 1, 999, 64, np.float16, False),     # 40 rows: two row blocks
+    (1, 2, 1, 3, 1000, 256, np.float16, True),     # d = 256
 ]
 FORWARD_CHECKS = [  # kernel, bh, tq, tk, d, dtype, causal
     ("tensor_core", 4, 1000, 1000, 64, np.float16, False),
@@ -242,6 +247,54 @@ def measure(fn, torch, host_calls=CALLS, rounds=ROUNDS):
     return {name: round(min(v), 2) for name, v in got.items()}
 
 
+#: --decode-variants: (B x Hkv, Tk, G, Tq) problems and the split-kernel variants timed
+VARIANT_PROBLEMS = [(8, 65536, 1, 1), (8, 65536, 4, 1), (8, 65536, 1, 4), (8, 65536, 4, 4),
+                    (32, 131072, 4, 1), (1, 16384, 4, 4)]
+VARIANTS = [{"kernel": "cuda_cores"}] + [
+    {"kernel": "tensor_core", "tc_warps": nw, "tc_block_k": bk}
+    for nw, bk in ((1, 16), (4, 16), (6, 16), (8, 16), (12, 16), (4, 32))]
+
+
+def decode_variants(doc, torch):
+    """The public decode call with each split-kernel variant: wall and GPU time per call
+    (one round each), PyTorch flash beside; picks the defaults (decode_tc_kernels)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    rows = []
+    for bhkv, tk, group, tq in VARIANT_PROBLEMS:
+        b, hkv = (1, bhkv) if bhkv <= 8 else (bhkv // 8, 8)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        qt = torch.randn(b, hkv * group, tq, 128, device="cuda", dtype=torch.float16,
+                         generator=g)
+        kt = torch.randn(b, hkv, tk, 128, device="cuda", dtype=torch.float16, generator=g)
+        vt = torch.randn_like(kt)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            ref = F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=group > 1).float()
+
+        def theirs(qt=qt, kt=kt, vt=vt, gqa=group > 1):
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=gqa)
+        t_gpu = gpu_us(theirs, torch)
+        kv = 2 * b * hkv * tk * 128 * 2
+        for var in VARIANTS:
+            def ours(var=var, qt=qt, kt=kt, vt=vt):
+                return decode(qt, kt, vt, **var)
+            o, _ = ours()
+            err = float((torch.as_tensor(o, device="cuda") - ref).abs().max())
+            row = {"bhkv": bhkv, "tk": tk, "group": group, "tq": tq, **var,
+                   "wall_us": round(wall_us(ours, torch), 2),
+                   "gpu_us": round(gpu_us(ours, torch), 2),
+                   "torch_gpu_us": round(t_gpu, 2), "max_abs_diff_vs_torch": err}
+            row["tbs"] = round(kv / row["gpu_us"] / 1e6, 3)
+            row["vs_torch_gpu"] = round(t_gpu / row["gpu_us"], 3)
+            rows.append(row)
+            log(f"variant B*Hkv={bhkv:2d} Tk={tk:6d} G={group} Tq={tq} {var}: gpu "
+                f"{row['gpu_us']:7.1f} us = {row['tbs']:.2f} TB/s, wall {row['wall_us']:7.1f}"
+                f" | torch gpu {t_gpu:7.1f} -> {row['vs_torch_gpu']:.2f}x, diff {err:.1e}")
+        torch.cuda.empty_cache()
+    doc["decode_variants"] = rows
+
+
 def bench_decode(doc, torch):
     rows = []
     for bhkv in (1, 8, 32):
@@ -287,6 +340,7 @@ def decode_row(torch, bhkv, tk, group, tq):
     row["graph_wall_ratio"] = round(row["torch_flash"]["wall_us"] /
                                     row["ours_graph"]["wall_us"], 3)
     kv = 2 * b * hkv * tk * 128 * 2
+    row["split_kernel"] = dk.choose_kernel(None, 128, 2, group * tq, True)
     row["kv_bytes"] = kv
     row["ours_tbs"] = round(kv / row["ours"]["wall_us"] / 1e6, 3)
     row["torch_tbs"] = round(kv / row["torch_flash"]["wall_us"] / 1e6, 3)
@@ -295,7 +349,8 @@ def decode_row(torch, bhkv, tk, group, tq):
         f"{row['ours']['gpu_us']:7.1f} | graph wall {row['ours_graph']['wall_us']:7.1f} | "
         f"checked path host {row['ours_checked_path']['host_us']:6.1f} | torch host "
         f"{row['torch_flash']['host_us']:5.1f} wall {row['torch_flash']['wall_us']:7.1f} -> "
-        f"{row['wall_ratio']:.2f}x (graph {row['graph_wall_ratio']:.2f}x), diff {err:.1e}")
+        f"{row['wall_ratio']:.2f}x (graph {row['graph_wall_ratio']:.2f}x), diff {err:.1e} "
+        f"[{row['split_kernel']}]")
     return row
 
 
@@ -374,6 +429,9 @@ def summary(doc) -> dict:
 
 def main(argv=None):
     ap = results.benchmark_parser(__doc__, "check", "bench")
+    ap.add_argument("--decode-variants", action="store_true",
+                    help="time the decode split-kernel variants (VARIANTS) first")
+    ap.add_argument("--no-forward", action="store_true", help="--bench: decode only")
     results.add_output_arguments(ap)
     args = ap.parse_args(argv)
     results.check_outputs(args, __file__)
@@ -402,9 +460,12 @@ def main(argv=None):
     ok = True
     if args.check:
         ok = check(doc)
+    if args.decode_variants and ok:
+        decode_variants(doc, torch)
     if args.bench and ok:
         bench_decode(doc, torch)
-        bench_forward(doc, torch)
+        if not args.no_forward:
+            bench_forward(doc, torch)
         doc["summary"] = summary(doc)
         log("summary: " + json.dumps(doc["summary"]))
     results.validate(doc, "host_path", stem)

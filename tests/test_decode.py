@@ -176,6 +176,79 @@ def test_cuda_decode_row_groups(rng, warps, row_groups, unroll):
     assert_matches(o, lse, *expected(q, k, v, True), np.float16)
 
 
+# the tensor-core split kernel (fp16; d a multiple of 16): b, hq, hkv, tq, tk, d, splits,
+# block_k, causal, tc_block_k, m_tiles, tc_warps
+TC_SHAPES = [
+    (1, 4, 1, 1, 50, 16, 3, 16, False, 16, 1, 1),   # G = 4, ragged last split and block
+    (2, 4, 2, 3, 37, 32, 2, 16, True, 16, 1, 1),    # causal, Tq = 3: limits r mod Tq
+    (1, 2, 2, 3, 2, 16, 1, 16, True, 16, 1, 2),     # Tk < Tq: a row that sees no key
+    (1, 6, 1, 3, 40, 16, 2, 16, True, 32, 2, 1),    # 18 rows: two 16-row tiles, Bc = 32
+    (1, 17, 1, 1, 33, 16, 2, 16, False, 16, 1, 1),  # 17 rows: two row blocks of one tile
+    (1, 4, 1, 2, 90, 16, 2, 48, True, 16, 1, 2),    # 2 warps share a split's 3 blocks
+    (1, 6, 1, 3, 70, 16, 1, 16, False, 16, 2, 3),   # 3 warps merged, two tiles each
+]
+
+
+@pytest.mark.parametrize("shape", TC_SHAPES)
+def test_cuda_decode_tensor_core(rng, shape):
+    """kernel="tensor_core": the rows of a KV head as the M of m16n8k16 products."""
+    from flashcourse.cuda import decode as cuda_decode
+    b, hq, hkv, tq, tk, d, ns, bk, causal, tbk, mt, nw = shape
+    q, k, v = inputs(rng, b, hq, hkv, tq, tk, d, np.float16)
+    o, lse = cuda_decode(q, k, v, num_splits=ns, block_k=bk, causal=causal,
+                         kernel="tensor_core", tc_block_k=tbk, m_tiles=mt, tc_warps=nw)
+    assert o.dtype == np.float16
+    assert_matches(o, lse, *expected(q, k, v, causal), np.float16)
+    # and agrees with the CUDA-core kernel on the same rounded inputs to fp16 rounding
+    o2, lse2 = cuda_decode(q, k, v, num_splits=ns, block_k=bk, causal=causal,
+                           kernel="cuda_cores")
+    fin = np.isfinite(lse2)
+    assert np.array_equal(np.isfinite(lse), fin)
+    assert np.abs(lse[fin] - lse2[fin]).max() <= 1e-3
+    assert np.abs(o.astype(np.float32) - o2.astype(np.float32)).max() <= 4e-3
+
+
+def test_cuda_decode_tensor_core_device_arrays(rng):
+    """Device arrays in, float32 device arrays out, as the CUDA-core kernel."""
+    from numba import cuda
+
+    from flashcourse.cuda import decode as cuda_decode
+    q, k, v = inputs(rng, 1, 4, 1, 2, 30, 32, np.float16)
+    o, lse = cuda_decode(*(cuda.to_device(x) for x in (q, k, v)), num_splits=2,
+                         block_k=16, causal=True, kernel="tensor_core")
+    assert o.dtype == np.float32 and o.shape == q.shape
+    assert_matches(o.copy_to_host(), lse.copy_to_host(), *expected(q, k, v, True),
+                   np.float16)
+
+
+def test_decode_kernel_choice():
+    from flashcourse.cuda import decode as cuda_decode
+    from flashcourse.cuda import decode_kernels as dk
+    assert dk.choose_kernel("tensor_core", 64, 2, 1, True) == "tensor_core"
+    assert dk.choose_kernel(None, 64, 4, 8, True) == "cuda_cores"          # fp32 K/V
+    assert dk.choose_kernel(None, 40, 2, 8, True) == "cuda_cores"          # d % 16 != 0
+    expect = "cuda_cores" if using_simulator() else "tensor_core"
+    assert dk.choose_kernel(None, 128, 2, 4, True) == expect
+    assert dk.choose_kernel(None, 128, 2, 1, True) == "cuda_cores"         # one row
+    assert dk.choose_kernel(None, 64, 2, 4, False) == "cuda_cores"         # unaligned
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        dk.choose_kernel("tc", 64, 2, 1, True)
+    q = np.zeros((1, 2, 1, 8), np.float16)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        cuda_decode(q, q, q, kernel="tensor_core")
+    with pytest.raises(ValueError, match="tc_block_k must be a multiple of 16"):
+        dk.tc_plan(64, 4, block_k=24)
+    with pytest.raises(ValueError, match="m_tiles must be 1 or 2"):
+        dk.tc_plan(64, 4, m_tiles=3)
+    cfg = dk.tc_plan(128, 4, block_k=32, warps=1, simulator=False)
+    assert (cfg.rows, cfg.threads, cfg.shared_bytes) == (16, 32, 4 * 4 * 32 * 68)
+    assert dk.tc_blocks_per_sm(cfg) == 233472 // (cfg.shared_bytes + 1024)
+    cfg = dk.tc_plan(128, 20, simulator=False)
+    assert (cfg.m_tiles, cfg.warps, cfg.block_k) == (2, 8, 16)
+    # two buffers of K_j and V_j per warp (16 x 68 words each), or the merge if larger
+    assert cfg.shared_bytes == 4 * max(8 * 4 * 16 * 68, 2 * 8 * 32 + 8 * 32 * 128)
+
+
 def test_cuda_decode_device_arrays(rng):
     """Device input stays on the device (float32 results); mixed input is refused."""
     from numba import cuda

@@ -77,7 +77,11 @@ from ..gpu import using_simulator
 from ..limits import check_launch, current_limits
 from .._guards import forward_result
 from ._device import exp2_log2, reset_state
-from ._launch import launch
+from ._launch import flat, launch
+from .decode_tc_kernels import (SPLIT_KERNELS, TC_MIN_ROWS, DecodeTCConfig,  # noqa: F401
+                                choose_kernel, make_split_tc_kernel, tc_blocks_per_sm,
+                                tc_plan)
+from .decode_tc_kernels import signature as tc_signature
 from .result_check import check_result
 
 #: Most query rows (G x Tq) one block keeps in registers; more rows use more blocks.
@@ -544,6 +548,21 @@ def plan_splits(b_hkv: int, rows_kv: int, tk: int, cfg: DecodeConfig, *,
     return num_splits, per
 
 
+def split_config(kernel, d: int, itemsize: int, rows: int, aligned: bool, *, unroll=None,
+                 warps=None, row_groups=None, tc_block_k=None, m_tiles=None, tc_warps=None):
+    """(config, blocks per SM for the split heuristic, None = its default) of the split
+    kernel `choose_kernel` picks for `rows` = G x Tq query rows per KV head."""
+    if choose_kernel(kernel, d, itemsize, rows, aligned) == "tensor_core":
+        cfg = tc_plan(d, rows, block_k=tc_block_k, m_tiles=m_tiles, warps=tc_warps)
+        return cfg, tc_blocks_per_sm(cfg)
+    dflt = default_launch(itemsize, min(rows, MAX_ROWS))
+    cfg = plan(d, itemsize, rows, unroll=dflt["unroll"] if unroll is None else unroll,
+               warps=dflt["warps"] if warps is None else warps,
+               row_groups=dflt["row_groups"] if row_groups is None else row_groups,
+               vector=aligned)
+    return cfg, None
+
+
 def run(qf, kf, vf, o, lse, o_part, lse_part, *, tq, group, d, scale, causal, num_splits,
         keys_per_split, cfg: DecodeConfig):
     """Launch split (+ combine when num_splits > 1) on flattened device arrays.
@@ -554,16 +573,23 @@ def run(qf, kf, vf, o, lse, o_part, lse_part, *, tq, group, d, scale, causal, nu
     """
     b_hkv, tk = kf.shape[0], kf.shape[1]
     rows_kv = group * tq
-    kern = make_split_kernel(cfg)
     grid = (num_splits, ceil_div(rows_kv, cfg.rows), b_hkv)
     if num_splits == 1:
         op, lp = o.reshape(1, *o.shape), lse.reshape(1, *lse.shape)
     else:
         op, lp = o_part, lse_part
-    args = (qf, kf, vf, op, lp, np.int32(rows_kv), np.int32(tq), np.int32(tk), np.int32(d),
-            np.int32(keys_per_split), np.float32(scale * LOG2E),
+    tail = (np.int32(keys_per_split), np.float32(scale * LOG2E),
             np.int32(1 if causal else 0), np.int32(tk - tq))
-    launch(kern, None, grid, cfg.threads, cfg.shared_bytes, args)
+    sig = None
+    if isinstance(cfg, DecodeTCConfig):          # fp16 words; K, V flat
+        kern, sig = make_split_tc_kernel(cfg), tc_signature()
+        args = (qf.view(np.uint32), flat(kf).view(np.uint32), flat(vf).view(np.uint32), op, lp,
+                np.int32(rows_kv), np.int32(tq), np.int32(tk)) + tail
+    else:
+        kern = make_split_kernel(cfg)
+        args = (qf, kf, vf, op, lp, np.int32(rows_kv), np.int32(tq), np.int32(tk),
+                np.int32(d)) + tail
+    launch(kern, sig, grid, cfg.threads, cfg.shared_bytes, args)
     if num_splits > 1:
         nt = combine_threads(d)
         launch(make_combine_kernel(nt), None, int(o.shape[0]), nt, 0,
@@ -579,7 +605,7 @@ def _aligned(x) -> bool:
 
 def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
            allow_nonfinite=False, check=False, unroll=None, warps=None, row_groups=None,
-           blocks_per_sm=None):
+           blocks_per_sm=None, kernel=None, tc_block_k=None, m_tiles=None, tc_warps=None):
     """Flash-Decoding on the GPU (or the simulator): exact attention, fp32 arithmetic.
 
     Args:
@@ -598,8 +624,14 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
         check: device-array inputs only: check the results on the device as numpy
             results are checked (`result_check.check_result`: one pass over o and lse
             and one host sync; off by default, so a call never waits for the GPU).
-        unroll, warps, row_groups: split-kernel variant (keys per lane group loaded
-            before use, warps per block, groups of warps that share the query rows);
+        kernel: the split kernel, "cuda_cores" (`make_split_kernel`, any dtype and d)
+            or "tensor_core" (`decode_tc_kernels`: float16 q, k, v, d a multiple of 16
+            up to 256, 16-byte aligned arrays); None: the tensor-core one for float16
+            with at least TC_MIN_ROWS query rows (G x Tq) per KV head where it can run.
+        unroll, warps, row_groups: the CUDA-core split kernel's variant (keys per lane
+            group loaded before use, warps per block, groups of warps that share the
+            query rows); tc_block_k, m_tiles, tc_warps: the tensor-core one's (keys per
+            warp step, 16-row tiles per warp, warps per block sharing a split's keys);
             blocks_per_sm: the heuristic's residency assumption.
 
     Returns:
@@ -670,13 +702,12 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
         lse_dtype = np.dtype(np.float64) if q.dtype == np.float64 else np.dtype(np.float32)
     group = hq // hkv
     scale = check_scale(scale, d)
-    dflt = default_launch(itemsize, min(group * tq, MAX_ROWS))
-    cfg = plan(d, itemsize, group * tq, unroll=dflt["unroll"] if unroll is None else unroll,
-               warps=dflt["warps"] if warps is None else warps,
-               row_groups=dflt["row_groups"] if row_groups is None else row_groups,
-               vector=aligned)
+    cfg, bps = split_config(kernel, d, itemsize, group * tq, aligned, unroll=unroll,
+                            warps=warps, row_groups=row_groups, tc_block_k=tc_block_k,
+                            m_tiles=m_tiles, tc_warps=tc_warps)
     ns, per = plan_splits(b * hkv, group * tq, tk, cfg, num_splits=num_splits,
-                          block_k=block_k, blocks_per_sm=blocks_per_sm)
+                          block_k=block_k,
+                          blocks_per_sm=bps if blocks_per_sm is None else blocks_per_sm)
     rows = b * hq * tq
     o = cuda.device_array((rows, d), np.float32)
     lse = cuda.device_array((rows,), np.float32)
