@@ -252,7 +252,7 @@ VARIANT_PROBLEMS = [(8, 65536, 1, 1), (8, 65536, 4, 1), (8, 65536, 1, 4), (8, 65
                     (32, 131072, 4, 1), (1, 16384, 4, 4)]
 VARIANTS = [{"kernel": "cuda_cores"}] + [
     {"kernel": "tensor_core", "tc_warps": nw, "tc_block_k": bk}
-    for nw, bk in ((1, 16), (4, 16), (6, 16), (8, 16), (12, 16), (4, 32))]
+    for nw, bk in ((1, 16), (4, 16), (6, 16), (8, 16), (4, 32))]
 
 
 def decode_variants(doc, torch):

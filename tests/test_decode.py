@@ -245,6 +245,9 @@ def test_decode_kernel_choice():
     assert dk.tc_blocks_per_sm(cfg) == 233472 // (cfg.shared_bytes + 1024)
     cfg = dk.tc_plan(128, 20, simulator=False)
     assert (cfg.m_tiles, cfg.warps, cfg.block_k) == (2, 8, 16)
+    assert dk.tc_plan(256, 4, simulator=False).warps == 4       # 8 warps' buffers: 270 KB
+    with pytest.raises(ValueError, match="shared memory"):
+        dk.tc_plan(256, 4, warps=8, simulator=False)
     # two buffers of K_j and V_j per warp (16 x 68 words each), or the merge if larger
     assert cfg.shared_bytes == 4 * max(8 * 4 * 16 * 68, 2 * 8 * 32 + 8 * 32 * 128)
 

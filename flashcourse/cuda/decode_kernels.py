@@ -77,7 +77,7 @@ from ..gpu import using_simulator
 from ..limits import check_launch, current_limits
 from .._guards import forward_result
 from ._device import exp2_log2, reset_state
-from ._launch import flat, launch
+from ._launch import check_registers, flat, launch
 from .decode_tc_kernels import (SPLIT_KERNELS, TC_MIN_ROWS, DecodeTCConfig,  # noqa: F401
                                 choose_kernel, make_split_tc_kernel, tc_blocks_per_sm,
                                 tc_plan)
@@ -589,6 +589,8 @@ def run(qf, kf, vf, o, lse, o_part, lse_part, *, tq, group, d, scale, causal, nu
         kern = make_split_kernel(cfg)
         args = (qf, kf, vf, op, lp, np.int32(rows_kv), np.int32(tq), np.int32(tk),
                 np.int32(d)) + tail
+    if sig is not None and not using_simulator():     # registers x threads fit a block
+        check_registers("decode tensor-core split", kern.compile(sig), cfg.threads)
     launch(kern, sig, grid, cfg.threads, cfg.shared_bytes, args)
     if num_splits > 1:
         nt = combine_threads(d)

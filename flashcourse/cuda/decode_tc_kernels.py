@@ -138,7 +138,8 @@ def tc_plan(d: int, rows: int, *, block_k=None, m_tiles=None, warps=None,
             simulator: bool | None = None) -> DecodeTCConfig:
     """The tensor-core split kernel's variant: Bc keys per warp step (default 16), 16-row
     tiles per warp (1 up to 16 rows per KV head, else 2), warps per block sharing the
-    split's keys (default 8 on a GPU, 1 on the simulator)."""
+    split's keys (default 8 on a GPU, fewer when their buffers would not fit: 4 at d = 256;
+    1 on the simulator)."""
     from .._checks import check_block
     sim = using_simulator() if simulator is None else simulator
     bk = DEFAULT_TC_BLOCK_K if block_k is None else check_block(block_k, "tc_block_k")
@@ -147,7 +148,13 @@ def tc_plan(d: int, rows: int, *, block_k=None, m_tiles=None, warps=None,
     mt = (1 if rows <= 16 else 2) if m_tiles is None else check_block(m_tiles, "m_tiles")
     if mt not in (1, 2):
         raise ValueError(f"m_tiles must be 1 or 2, got {mt}")
-    nw = (1 if sim else DEFAULT_TC_WARPS) if warps is None else check_block(warps, "tc_warps")
+    if warps is None:              # the default, halved until the buffers fit (d = 256)
+        nw = 1 if sim else DEFAULT_TC_WARPS
+        cap = current_limits().smem_per_block_optin
+        while nw > 1 and DecodeTCConfig(d, bk, mt, sim, nw).shared_bytes > cap:
+            nw //= 2
+    else:
+        nw = check_block(warps, "tc_warps")
     cfg = DecodeTCConfig(d, bk, mt, sim, nw)
     check_launch(cfg.threads, cfg.shared_bytes, optin=True, what="decode tensor-core split")
     return cfg
