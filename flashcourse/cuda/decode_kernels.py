@@ -8,6 +8,9 @@ Kernels, side by side:
                      state (o_s normalised, lse_s) per row
     decode_combine   one thread block per query row: merges the num_splits partial
                      states (lse = m + log sum e^(lse_s - m), o = sum w_s o_s / sum w_s)
+    decode_split_tc  (decode_tc_kernels.py) the split kernel on the tensor cores: the
+                     G x Tq rows of a KV head as the M rows of m16n8k16 products; the
+                     fp16 default on a GPU from 2 rows per KV head (`choose_kernel`)
 
     from flashcourse.cuda import decode
     o, lse = decode(q, k, v)                    # q (B, Hq, Tq, d); k, v (B, Hkv, Tk, d)
@@ -44,7 +47,10 @@ Expected cost and what limits it
     Tk = 65,536, B x Hkv = 8, fp16: 105.5 us = 2.55 TB/s (PyTorch flash 89 us; the
     course's FA2-order kernel, fp32, 174x slower than ours in fp32); B x Hkv = 32:
     91-98% of a device copy's rate; G = 8: 0.55-0.8 TB/s on the large problems, 4-5x
-    under PyTorch, whose kernel puts the G query heads on tensor cores. Small problems
+    under PyTorch, whose kernel puts the G query heads on tensor cores. The tensor-core
+    split kernel does the same: at B x Hkv = 8, Tk = 65,536 it measured 78-81 us for 1-16
+    rows per KV head against this kernel's 78 / 164 / 545 us for 1 / 4 / 16
+    (h200_host_path.json, NOTES_cuda_decode.md run 3). Small problems
     are dominated by the Python-side launch of two Numba kernels (~70 us measured at
     2-16 MiB).
 
