@@ -47,10 +47,8 @@ Expected cost and what limits it
     Tk = 65,536, B x Hkv = 8, fp16: 105.5 us = 2.55 TB/s (PyTorch flash 89 us; the
     course's FA2-order kernel, fp32, 174x slower than ours in fp32); B x Hkv = 32:
     91-98% of a device copy's rate; G = 8: 0.55-0.8 TB/s on the large problems, 4-5x
-    under PyTorch, whose kernel puts the G query heads on tensor cores. The tensor-core
-    split kernel does the same: at B x Hkv = 8, Tk = 65,536 it measured 78-81 us for 1-16
-    rows per KV head against this kernel's 78 / 164 / 545 us for 1 / 4 / 16
-    (h200_host_path.json, NOTES_cuda_decode.md run 3). Small problems
+    under PyTorch, whose kernel puts the G query heads on tensor cores, as decode_split_tc
+    does (NOTES_cuda_decode.md, run 3: 78-81 us for 1-16 rows, this kernel 78-545 us). Small problems
     are dominated by the Python-side launch of two Numba kernels (~70 us measured at
     2-16 MiB).
 
