@@ -148,14 +148,12 @@ class OutputPool:
 
     def __init__(self):
         self._free: dict = {}
-        self._lent: dict = {}            # device address -> its allocation, while lent
         self._lock = threading.Lock()
 
-    def _give_back(self, nbytes, addr):
+    def _give_back(self, nbytes, raw):
         with self._lock:
-            raw = self._lent.pop(addr, None)
             free = self._free.setdefault(nbytes, [])
-            if raw is not None and len(free) < MAX_FREE_PER_SIZE:
+            if len(free) < MAX_FREE_PER_SIZE:
                 free.append(raw)
 
     def array(self, ctx, shape, strides, dtype, nbytes, template=None):
@@ -166,10 +164,8 @@ class OutputPool:
             free = self._free.get(nbytes)
             raw = free.pop() if free else None
         if raw is None:
-            raw = ctx.memalloc(nbytes)
+            raw = ctx.memalloc(nbytes)                   # kept alive by the pointer
         mem = _pooled_pointer_class()(ctx, raw, nbytes, self)
-        with self._lock:               # the pool, not the pointer, keeps the allocation:
-            self._lent[mem._back[2]] = raw      # never garbage with it (see below)
         if template is not None:
             new = object.__new__(type(template))
             new.__dict__.update(template.__dict__)
@@ -195,25 +191,19 @@ _POOLED = []
 
 def _pooled_pointer_class():
     """numba-cuda's MemoryPointer whose buffer goes back to its pool when the pointer
-    dies (`__del__`: a third of the cost of the `weakref.finalize` a finalizer= makes).
-
-    It holds only the address, not the allocation (`raw`, an OwnedPointer whose own
-    weakref finaliser frees the memory): the pool keeps `raw` while it is lent. Were the
-    pointer to hold it, both could die together as cyclic garbage, where CPython runs
-    weakref callbacks (raw's free) before `__del__` (the give-back), and the pool would
-    take back freed memory."""
+    dies (`__del__`: a third of the cost of the `weakref.finalize` a finalizer= makes)."""
     if not _POOLED:
         from numba.cuda.cudadrv import driver
 
         class PooledPointer(driver.MemoryPointer):
             def __init__(self, ctx, raw, nbytes, pool):
                 super().__init__(ctx, raw.device_pointer, nbytes)
-                self._back = (pool, nbytes, int(raw.device_ctypes_pointer.value or 0))
+                self._back = (pool, nbytes, raw)
 
             def __del__(self):
                 with contextlib.suppress(Exception):     # (interpreter shutdown)
-                    pool, nbytes, addr = self._back
-                    pool._give_back(nbytes, addr)
+                    pool, nbytes, raw = self._back
+                    pool._give_back(nbytes, raw)
         _POOLED.append(PooledPointer)
     return _POOLED[0]
 
