@@ -45,6 +45,7 @@ with one driver call, into fixed output arrays (decode is the classic case).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import warnings
 
@@ -156,22 +157,17 @@ class OutputPool:
             if len(free) < MAX_FREE_PER_SIZE:
                 free.append(raw)
 
-    def array(self, ctx, shape, strides, dtype, nbytes, template=None):
-        """A new DeviceNDArray of `shape`/`dtype` whose memory comes from the pool
-        (`template`: an array of that shape and dtype to copy the fields of, which costs a
-        third of building one; `Plan` checks the copy against a built array once)."""
+    def array(self, ctx, shape, strides, dtype, nbytes):
+        """A new DeviceNDArray of `shape`/`dtype` whose memory comes from the pool."""
+        from numba.cuda.cudadrv import driver
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
         with self._lock:
             free = self._free.get(nbytes)
             raw = free.pop() if free else None
         if raw is None:
-            raw = ctx.memalloc(nbytes)                   # kept alive by the pointer
-        mem = _pooled_pointer_class()(ctx, raw, nbytes, self)
-        if template is not None:
-            new = object.__new__(type(template))
-            new.__dict__.update(template.__dict__)
-            new.gpu_data = mem
-            return new
-        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+            raw = ctx.memalloc(nbytes)                   # kept alive by the finaliser
+        mem = driver.MemoryPointer(ctx, raw.device_pointer, nbytes,
+                                   finalizer=functools.partial(self._give_back, nbytes, raw))
         return DeviceNDArray(shape, strides, dtype, gpu_data=mem)
 
     def empty(self, shape, dtype):
@@ -186,26 +182,6 @@ class OutputPool:
 
 
 POOL = OutputPool()
-_POOLED = []
-
-
-def _pooled_pointer_class():
-    """numba-cuda's MemoryPointer whose buffer goes back to its pool when the pointer
-    dies (`__del__`: a third of the cost of the `weakref.finalize` a finalizer= makes)."""
-    if not _POOLED:
-        from numba.cuda.cudadrv import driver
-
-        class PooledPointer(driver.MemoryPointer):
-            def __init__(self, ctx, raw, nbytes, pool):
-                super().__init__(ctx, raw.device_pointer, nbytes)
-                self._back = (pool, nbytes, raw)
-
-            def __del__(self):
-                with contextlib.suppress(Exception):     # (interpreter shutdown)
-                    pool, nbytes, raw = self._back
-                    pool._give_back(nbytes, raw)
-        _POOLED.append(PooledPointer)
-    return _POOLED[0]
 
 
 # ---------------------------------------------------------------------------------------
@@ -233,7 +209,6 @@ class Plan:
             out_ptrs.append(int(r.device_ctypes_pointer.value or 0))
             self.outputs.append((tuple(r.shape), tuple(r.strides), r.dtype,
                                  int(r.alloc_size)))
-        self._templates = [self._template(r, o) for r, o in zip(result, self.outputs)]
         self.launches = []
         self.slots = []                     # (launch, arg index, "in"/"out", number)
         keep, seen_in, seen_out = [], set(), set()
@@ -256,35 +231,12 @@ class Plan:
         self._ctx = devices.get_context()
         self._lock = threading.Lock()
 
-    @staticmethod
-    def _template(result, spec):
-        """The fields of a result array (without its memory) to copy for new outputs, if
-        such a copy equals an array built by the constructor (else None: build each)."""
-        from numba.cuda.cudadrv.devicearray import DeviceNDArray
-        if type(result) is not DeviceNDArray:
-            return None
-        try:
-            made = DeviceNDArray(*spec[:3], gpu_data=result.gpu_data)
-            copy = object.__new__(DeviceNDArray)
-            copy.__dict__.update(result.__dict__)
-            copy.gpu_data = result.gpu_data
-            same = (copy.__cuda_array_interface__ == made.__cuda_array_interface__
-                    and copy.__dict__.keys() == made.__dict__.keys()
-                    and copy.size == made.size and copy.alloc_size == made.alloc_size)
-        except Exception:
-            return None
-        if not same:
-            return None
-        copy.gpu_data = None               # a template only: holds no device memory
-        return copy
-
     def replay(self, in_ptrs, stream: int = 0, outs=None):
         """Queue the kernels on `in_ptrs` (device addresses of the inputs); returns the
         outputs (new pool arrays, or `outs`)."""
         if outs is None:
             ctx = self._ctx
-            outs = tuple(POOL.array(ctx, *o, template=t)
-                         for o, t in zip(self.outputs, self._templates))
+            outs = tuple(POOL.array(ctx, *o) for o in self.outputs)
         out_ptrs = [int(o.device_ctypes_pointer.value or 0) for o in outs]
         with self._lock:
             launches = self.launches
