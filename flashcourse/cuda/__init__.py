@@ -14,7 +14,9 @@ the expected cost and what limits it); `registry` lists them all, once:
                          in tc_backward_kernels*.py, ldmatrix/cp.async in smem_ops.py): fp16
                          for float16, bf16 for float32; dQ by atomics or a second pass
     decode    split + combine: Flash-Decoding, Tq = 1 against a long KV cache, GQA
-              (decode_kernels.py; `decode(q, k, v)`; registered as the forward "decode")
+              (decode_kernels.py; `decode(q, k, v)`; registered as the forward "decode");
+              for fp16 with several query rows per KV head the split kernel runs on the
+              tensor cores (decode_tc_kernels.py; `decode(..., kernel=...)` picks)
 
     from flashcourse.cuda import backward, forward
     o, lse = forward(q, k, v, kernel="flash", causal=True)
@@ -230,9 +232,9 @@ def decode(q, k, v, **options):
     """Flash-Decoding on the GPU (or the simulator): q (B, Hq, Tq, d), k, v (B, Hkv, Tk, d)
     with Hq a multiple of Hkv (GQA, K and V never copied). See
     `flashcourse.cuda.decode_kernels.decode` for the options (num_splits, block_k, causal,
-    scale, allow_nonfinite, check, ...). Returns o (B, Hq, Tq, d) and lse (B, Hq, Tq);
-    numpy results are checked as `forward`'s are (overflow raises, NaN stays NaN), device
-    results with check=True."""
+    scale, allow_nonfinite, check, kernel="cuda_cores" | "tensor_core", ...). Returns
+    o (B, Hq, Tq, d) and lse (B, Hq, Tq); numpy results are checked as `forward`'s are
+    (overflow raises, NaN stays NaN), device results with check=True."""
     from .decode_kernels import decode as run_decode
     if options.get("check"):
         return run_decode(q, k, v, **options)
