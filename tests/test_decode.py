@@ -236,6 +236,11 @@ def test_decode_kernel_choice():
     q = np.zeros((1, 2, 1, 8), np.float16)
     with pytest.raises(ValueError, match="multiple of 16"):
         cuda_decode(q, q, q, kernel="tensor_core")
+    with pytest.raises(ValueError, match="tc_warps: not an option of the cuda_cores"):
+        cuda_decode(q, q, q, tc_warps=2)
+    q16 = np.zeros((1, 2, 1, 16), np.float16)
+    with pytest.raises(ValueError, match="unroll, warps: not an option of the tensor_core"):
+        cuda_decode(q16, q16, q16, kernel="tensor_core", warps=2, unroll=1)
     with pytest.raises(ValueError, match="tc_block_k must be a multiple of 16"):
         dk.tc_plan(64, 4, block_k=24)
     with pytest.raises(ValueError, match="m_tiles must be 1 or 2"):

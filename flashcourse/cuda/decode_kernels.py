@@ -51,10 +51,7 @@ Expected cost and what limits it
     does (NOTES_cuda_decode.md, run 3: 78-81 us for 1-16 rows, this kernel 78-545 us).
     Small problems: the host's launch costs (NOTES_host_path.md).
 
-How to run it
-    from flashcourse.cuda import decode
-    o, lse = decode(q, k, v, causal=False)                 # numpy in, numpy out
-    python benchmarks/gpu_decode.py --check --bench        # on a GPU
+How to run it: decode(q, k, v) above; on a GPU, python benchmarks/gpu_decode.py --check --bench
 
 Rules (as in flash.py): local arrays indexed only by compile-time constants in
 unrolled loops (registers), float32 constants, unsigned indices. The 16-byte loads
@@ -82,8 +79,8 @@ from .._guards import forward_result
 from ._device import exp2_log2, reset_state
 from ._launch import check_registers, flat, launch
 from .decode_tc_kernels import (SPLIT_KERNELS, TC_MIN_ROWS, DecodeTCConfig,  # noqa: F401
-                                choose_kernel, make_split_tc_kernel, tc_blocks_per_sm,
-                                tc_plan)
+                                check_split_options, choose_kernel, make_split_tc_kernel,
+                                tc_blocks_per_sm, tc_plan)
 from .decode_tc_kernels import signature as tc_signature
 from .result_check import check_result
 
@@ -555,7 +552,10 @@ def split_config(kernel, d: int, itemsize: int, rows: int, aligned: bool, *, unr
                  warps=None, row_groups=None, tc_block_k=None, m_tiles=None, tc_warps=None):
     """(config, blocks per SM for the split heuristic, None = its default) of the split
     kernel `choose_kernel` picks for `rows` = G x Tq query rows per KV head."""
-    if choose_kernel(kernel, d, itemsize, rows, aligned) == "tensor_core":
+    chosen = choose_kernel(kernel, d, itemsize, rows, aligned)
+    check_split_options(chosen, kernel, unroll=unroll, warps=warps, row_groups=row_groups,
+                        tc_block_k=tc_block_k, m_tiles=m_tiles, tc_warps=tc_warps)
+    if chosen == "tensor_core":
         cfg = tc_plan(d, rows, block_k=tc_block_k, m_tiles=m_tiles, warps=tc_warps)
         return cfg, tc_blocks_per_sm(cfg)
     dflt = default_launch(itemsize, min(rows, MAX_ROWS))

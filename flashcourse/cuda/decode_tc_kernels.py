@@ -134,6 +134,22 @@ def choose_kernel(kernel, d: int, itemsize: int, rows: int, aligned: bool) -> st
     return kernel
 
 
+#: Each split kernel's own options (`decode`'s keyword arguments).
+SPLIT_OPTIONS = {"cuda_cores": ("unroll", "warps", "row_groups"),
+                 "tensor_core": ("tc_block_k", "m_tiles", "tc_warps")}
+
+
+def check_split_options(chosen: str, kernel, **options) -> None:
+    """ValueError naming the options given (not None) that belong to the split kernel
+    this call does not run (`chosen`, from `choose_kernel(kernel, ...)`)."""
+    other = "cuda_cores" if chosen == "tensor_core" else "tensor_core"
+    unused = [n for n in SPLIT_OPTIONS[other] if options.get(n) is not None]
+    if unused:
+        raise ValueError(f"{', '.join(unused)}: not an option of the {chosen} split kernel, "
+                         f"which this call runs (kernel={kernel!r}); pass kernel={other!r} "
+                         f"to run the other one")
+
+
 def tc_plan(d: int, rows: int, *, block_k=None, m_tiles=None, warps=None,
             simulator: bool | None = None) -> DecodeTCConfig:
     """The tensor-core split kernel's variant: Bc keys per warp step (default 16), 16-row
