@@ -408,3 +408,34 @@ def test_combine_checker():
         with np.errstate(all="ignore"):
             res = lab.check_combine(fn, verbose=False)
         assert not res and res.hint == hint, fn.__name__
+
+
+# ---------------------------------------------------------------------------- hard inputs
+def test_tensor_core_split_nan_row_large_scores_and_overflow(rng):
+    """The tensor-core split kernel on hard inputs: a NaN in one query row makes only that
+    row NaN (numpy and device results alike); large fp16 scores (|s| ~ 3e3) stay exact
+    (the scores accumulate in fp32, the max is subtracted); scale = 1e38 overflows fp32
+    and raises instead of looking like a masked row."""
+    from numba import cuda
+
+    from flashcourse.cuda import decode as cuda_decode
+    opts = {"num_splits": 2, "block_k": 16, "kernel": "tensor_core"}
+    q, k, v = inputs(rng, 1, 4, 1, 2, 40, 16, np.float16)
+    q[0, 2, 1, 5] = np.nan
+    hit = np.zeros((1, 4, 2), bool)
+    hit[0, 2, 1] = True
+    o_ref, lse_ref = expected(np.nan_to_num(q), k, v, False)
+    o, lse = cuda_decode(q, k, v, allow_nonfinite=True, **opts)
+    od, lsed = cuda_decode(*(cuda.to_device(x) for x in (q, k, v)), **opts)
+    for o_, lse_ in ((o.astype(np.float32), lse), (od.copy_to_host(), lsed.copy_to_host())):
+        assert np.isnan(lse_[hit]).all() and np.isnan(o_[hit]).all()
+        assert rel_err(o_[~hit], o_ref[~hit]) <= 2e-2
+        assert np.allclose(lse_[~hit], lse_ref[~hit], rtol=1e-3, atol=1e-3)
+    big = (rng.standard_normal((1, 4, 2, 16)) * 30).astype(np.float16)
+    kb = (rng.standard_normal((1, 1, 40, 16)) * 30).astype(np.float16)
+    o, lse = cuda_decode(big, kb, v, **opts)
+    o_ref, lse_ref = expected(big, kb, v, False)
+    assert np.abs(lse_ref).max() > 1e3
+    assert rel_err(o, o_ref) <= 2e-2 and rel_err(lse, lse_ref) <= 1e-4
+    with pytest.raises(ValueError, match="overflow float32"):
+        cuda_decode(np.ones_like(q), k, v, scale=1e38, **opts)
