@@ -5,8 +5,10 @@ PUBLIC calls (device arrays, as a user calls them) beside PyTorch SDPA on the sa
 
 forward   B x H = 32, N in {4096, 8192, 16384}, d in {64, 128}, causal off/on:
           `flashcourse.cuda.forward(q, k, v, kernel="tensor_core")` on float16 device arrays
-          (fp16) and on float32 device arrays with precision="bf16"; PyTorch flash fp16 and
-          bf16. TFLOP/s = 4 N^2 d per head (half when causal).
+          (fp16), on float32 device arrays with precision="bf16" (converted on the device),
+          and on bf16 bit arrays (the torch bf16 tensors viewed as uint16: bf16 with no
+          conversion); PyTorch flash fp16 and bf16. TFLOP/s = 4 N^2 d per head (half when
+          causal).
 backward  B x H = 32, N in {4096, 8192}, d in {64, 128}, causal off/on:
           `flashcourse.cuda.backward(..., kernel="tensor_core")` on float16 device arrays;
           PyTorch flash fp16 (autograd.grad of SDPA). TFLOP/s = 10 N^2 d per head.
@@ -77,12 +79,15 @@ def bench_forward(rows):
                 t32 = [t.float() for t in t16]
                 q32, k32, v32 = (as_numba(t) for t in t32)
                 tb = [t.bfloat16() for t in t32]
+                qb, kb, vb = (as_numba(t.view(torch.int16)).view(np.uint16) for t in tb)
                 row = {"n": n, "d": d, "causal": causal}
                 row["ours_fp16_ms"] = med(partial(forward, q, k, v, kernel="tensor_core",
                                                   causal=causal))
                 row["ours_bf16_f32_ms"] = med(partial(forward, q32, k32, v32,
                                                       kernel="tensor_core", causal=causal,
                                                       precision="bf16"))
+                row["ours_bf16_bits_ms"] = med(partial(forward, qb, kb, vb,
+                                                       kernel="tensor_core", causal=causal))
                 row["torch_flash_fp16_ms"] = med(partial(sdpa, t16, causal, "FLASH_ATTENTION"),
                                                  "torch")
                 row["torch_flash_bf16_ms"] = med(partial(sdpa, tb, causal, "FLASH_ATTENTION"),
@@ -92,12 +97,14 @@ def bench_forward(rows):
                 row["fp16_ratio"] = row["torch_flash_fp16_ms"] / row["ours_fp16_ms"]
                 row["bf16_f32_ratio_vs_flash_bf16"] = (row["torch_flash_bf16_ms"]
                                                        / row["ours_bf16_f32_ms"])
+                row["bf16_ratio"] = row["torch_flash_bf16_ms"] / row["ours_bf16_bits_ms"]
                 rows.append(row)
                 log(f"fwd d={d} causal={causal!s:5} N={n:5d}: ours fp16 "
                     f"{row['ours_fp16_tflops']:6.1f} bf16(f32) {row['ours_bf16_f32_tflops']:6.1f}"
                     f" | torch flash fp16 {row['torch_flash_fp16_tflops']:6.1f} bf16 "
                     f"{row['torch_flash_bf16_tflops']:6.1f} TFLOP/s | ratio fp16 "
-                    f"{row['fp16_ratio']:.2f} bf16(f32) {row['bf16_f32_ratio_vs_flash_bf16']:.2f}")
+                    f"{row['fp16_ratio']:.2f} bf16(f32) {row['bf16_f32_ratio_vs_flash_bf16']:.2f}"
+                    f" bf16 {row['bf16_ratio']:.2f}")
                 torch.cuda.empty_cache()
 
 

@@ -397,3 +397,44 @@ def test_bf16_on_float32_device_arrays_is_right(rng):
     ref_o, ref_lse = attention(*r, causal=True)
     assert rel_err(o.copy_to_host(), ref_o) < 2e-2
     np.testing.assert_allclose(lse.copy_to_host(), ref_lse, rtol=1e-2, atol=1e-2)
+
+
+def _bf16_bits(a):
+    """float32 -> bf16 bit patterns (uint16), rounded as the kernels round."""
+    return (tc.round_bf16(a).view(np.uint32) >> 16).astype(np.uint16)
+
+
+@pytest.mark.parametrize("d", [32, 40])                 # native, and padded on the device
+def test_bf16_bit_arrays_run_natively_and_match_the_float32_path(rng, d):
+    """uint16 device arrays are bf16 bit patterns (no numpy bfloat16 type: e.g. a torch
+    bfloat16 tensor viewed as int16): they run as "bf16" without a conversion and give o
+    as bf16 bits, bit-equal to the float32 arrays' precision="bf16" path on the same
+    (rounded) values, and within bf16 accuracy of the float64 reference."""
+    from numba import cuda
+
+    from flashcourse.cuda import forward
+    q, k, v = (rng.standard_normal((2, 19, d)).astype(np.float32) for _ in range(3))
+    bits = [cuda.to_device(_bf16_bits(a)) for a in (q, k, v)]
+    o, lse = forward(*bits, kernel="tensor_core", causal=True)
+    assert np.dtype(o.dtype) == np.uint16 and o.shape == (2, 19, d)
+    o32 = (o.copy_to_host().astype(np.uint32) << 16).view(np.float32)
+    o_f, lse_f = forward(*(cuda.to_device(a) for a in (q, k, v)), kernel="tensor_core",
+                         precision="bf16", causal=True)
+    np.testing.assert_array_equal(o32, o_f.copy_to_host())
+    np.testing.assert_array_equal(lse.copy_to_host(), lse_f.copy_to_host())
+    ref_o, _ = attention(*(tc.round_bf16(a) for a in (q, k, v)), causal=True)
+    assert rel_err(o32, ref_o) < 2e-2
+
+
+def test_bf16_bit_arrays_refuse_other_precisions_and_check(rng):
+    from numba import cuda
+
+    from flashcourse.cuda import forward
+    bits = [cuda.to_device(_bf16_bits(rng.standard_normal((1, 8, 16)).astype(np.float32)))
+            for _ in range(3)]
+    with pytest.raises(ValueError, match="uint16 arrays hold bf16 bit patterns"):
+        forward(*bits, kernel="tensor_core", precision="fp16")
+    with pytest.raises(ValueError, match="check=True checks floating-point arrays"):
+        forward(*bits, kernel="tensor_core", check=True)
+    with pytest.raises(TypeError, match="dtype"):
+        forward(*bits, kernel="flash")                      # only the tensor-core kernel

@@ -114,6 +114,10 @@ def _forward(q, k, v, kernel, causal, scale, allow_nonfinite, check, options):
     x, on_device, out_dtype, lse_dtype = prepare(q, k, v, causal, scale, allow_nonfinite,
                                                  dtypes=spec.dtypes,
                                                  convert_to=spec.convert_to)
+    if on_device and check and x.dtype.kind != "f":
+        raise ValueError(f"check=True checks floating-point arrays; {x.dtype} arrays (bf16 "
+                         f"bit patterns for kernel='tensor_core') are not checked: run "
+                         f"without check, or with float32 arrays and precision='bf16'")
     o, lse = spec.run(x, **given)
     if on_device and check:         # results stay on the device: checked on request
         check_result(x.q, x.k, x.v, o, lse, causal=x.causal, scale=x.scale,

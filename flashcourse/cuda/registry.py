@@ -235,7 +235,7 @@ register(Kernel("tensor_core", "forward", _run_tensor_core,
                  "pipeline"),
                 description="FlashAttention-2 on tensor cores (mma.sync): fp16/bf16, or "
                             "fp32 through 3xTF32",
-                dtypes=(np.float16, np.float32), convert_to=None,
+                dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
                 launches=_launches("tensor_core")))
 register(Kernel("simple", "backward", _backward_runner("simple"), (), _delta_bytes,
                 description="one thread per row, two launches, no shared memory (d <= 256)",

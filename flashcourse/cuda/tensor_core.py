@@ -12,6 +12,7 @@ plus bfloat16 arrays of the ml_dtypes package).
     o, lse = forward(q16, k16, v16, kernel="tensor_core", causal=True)   # float16 in/out
     o, lse = forward(q, k, v, kernel="tensor_core", precision="bf16")    # float32 in/out
     o, lse = forward(q, k, v, kernel="tensor_core")                      # fp32: 3xTF32
+    o, lse = forward(qb, kb, vb, kernel="tensor_core")   # uint16 device arrays: bf16 bits
     python benchmarks/gpu_tensor_core.py --check --variants --bench      # on a GPU
 """
 from __future__ import annotations
@@ -310,9 +311,16 @@ def is_bfloat16(dtype) -> bool:
     return getattr(np.dtype(dtype), "name", "") == "bfloat16"
 
 
+#: Device arrays of this dtype hold bf16 bit patterns (what numpy, Numba and the CUDA array
+#: interface have no bfloat16 type for: e.g. a torch bfloat16 tensor viewed as int16 -> a
+#: uint16 Numba view); they run as "bf16" with no conversion, and o comes back as bf16 bits.
+BF16_BITS = np.dtype(np.uint16)
+
+
 def default_precision(dtype) -> str:
-    """fp16 for float16 input, bf16 for bfloat16 (ml_dtypes), 3xtf32 for float32/64."""
-    if is_bfloat16(dtype):
+    """fp16 for float16 input, bf16 for bfloat16 (ml_dtypes) and for uint16 device arrays
+    of bf16 bits (BF16_BITS), 3xtf32 for float32/64."""
+    if is_bfloat16(dtype) or np.dtype(dtype) == BF16_BITS:
         return "bf16"
     return "fp16" if np.dtype(dtype) == np.float16 else "3xtf32"
 
@@ -321,14 +329,16 @@ def run_heads(x, out=None, precision: str | None = None, **tiles):
     """The registry's entry (`flashcourse.cuda.forward(..., kernel="tensor_core")`).
 
     x: a `flashcourse._checks.Heads` with device arrays q (BH, Tq, d), k, v (BH, Tk, d)
-    of dtype float16, float32 or float64. Native cases run without a copy: float16 with
-    precision "fp16", float32 with "3xtf32"/"tf32", d a multiple of 16 (the 16-bit
+    of dtype float16, float32, float64 or uint16 (bf16 bit patterns, precision "bf16"
+    only). Native cases run without a copy: float16 with precision "fp16", uint16 bf16
+    bits with "bf16", float32 with "3xtf32"/"tf32", d a multiple of 16 (the 16-bit
     arrays are viewed as 32-bit words, two values per word). Padding d and rounding
     float32 to bf16 happen on the device (`device_words`, `device_unwords`: small
     conversion kernels, no host round trip). float64, and float32 rounded to fp16 (whose
     range, 65,504, is checked first), convert through the host: fine for learning, not
-    for timing. Returns (o (BH, Tq, d) float16 for fp16 from float16 input, else float32;
-    lse (BH, Tq) float32); `out` may hold those arrays already allocated.
+    for timing. Returns (o (BH, Tq, d) float16 for fp16 from float16 input, uint16 bf16
+    bits for bf16 bits, else float32; lse (BH, Tq) float32); `out` may hold those arrays
+    already allocated.
     """
     precision = default_precision(x.dtype) if precision is None else precision
     if precision not in PRECISIONS:
@@ -339,9 +349,14 @@ def run_heads(x, out=None, precision: str | None = None, **tiles):
     half = precision in ("fp16", "bf16")
     D = ceil_div(x.d, 16) * 16
     dt = np.dtype(x.dtype)
+    if dt == BF16_BITS and precision != "bf16":
+        raise ValueError(f"uint16 arrays hold bf16 bit patterns: they run with "
+                         f"precision='bf16' (or None), got precision={precision!r}")
     native = D == x.d and ((precision == "fp16" and dt == np.float16)
+                           or (precision == "bf16" and dt == BF16_BITS)
                            or (not half and dt == np.float32))
-    o_dtype = np.float16 if (precision == "fp16" and dt == np.float16) else np.float32
+    o_dtype = (np.float16 if (precision == "fp16" and dt == np.float16)
+               else BF16_BITS if dt == BF16_BITS else np.float32)
     on_device = device_convertible(dt, precision)
     if native:
         qw, kw, vw = ((a.view(np.uint32) if half else a) for a in (x.q, x.k, x.v))
@@ -380,8 +395,8 @@ def device_convertible(dtype, precision: str) -> bool:
     float16 for fp16 (padding d), float32 for bf16, 3xtf32 and tf32 (rounding, padding).
     float32 -> fp16 goes through the host, which checks float16's range (65,504) first."""
     dt = np.dtype(dtype)
-    return (precision == "fp16" and dt == np.float16) or (
-        precision != "fp16" and dt == np.float32)
+    return ((precision == "fp16" and dt == np.float16) or (precision == "bf16" and dt == BF16_BITS)
+            or (precision != "fp16" and dt == np.float32))
 
 
 @lru_cache(maxsize=None)
@@ -453,20 +468,20 @@ def device_words(a, precision: str, D: int, alloc=None):
     half = precision in ("fp16", "bf16")
     out = (alloc or cuda.device_array)((bh, n, D // 2 if half else D),
                                       np.uint32 if half else np.float32)
-    if precision == "bf16":
+    if precision == "bf16" and np.dtype(a.dtype) == np.float32:
         _convert(words_bf16, a.view(np.uint32).reshape(bh * n, d), _bits(out, precision, D))
-    else:
+    else:                              # the same 16-bit (or fp32) values, padded
         _convert(copy_columns, _bits(a, precision, d), _bits(out, precision, D))
     return out
 
 
 def device_unwords(w, o, precision: str, d: int) -> None:
     """Inverse of `device_words` for the output, into o (BH, Tq, d): float32 for bf16 and
-    the tf32 kernels, float16 for fp16."""
+    the tf32 kernels (or uint16 bf16 bits), float16 for fp16."""
     _, unwords_bf16, copy_columns = _convert_kernels()
     half = precision in ("fp16", "bf16")
     D = 2 * int(w.shape[2]) if half else int(w.shape[2])
-    if precision == "bf16":
+    if precision == "bf16" and np.dtype(o.dtype) == np.float32:
         _convert(unwords_bf16, _bits(w, precision, D),
                  o.view(np.uint32).reshape(int(o.size) // d, d))
     else:
