@@ -305,3 +305,39 @@ def test_bf16_one_key_cancels():
                                                       kernel="tensor_core", precision="bf16"))
     scale = np.abs(dv).max()
     assert np.abs(dq).max() <= 1e-6 * scale and np.abs(dk).max() <= 1e-6 * scale
+
+
+def _bits(a):
+    """float32 -> bf16 bit patterns (uint16), rounded half to even (as the kernels round)."""
+    return (round_bf16(a).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def _from_bits(b):
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.mark.parametrize("d", [16, 24])               # native, and padded on the device
+def test_bf16_bit_arrays_match_the_float32_path(d):
+    """uint16 device arrays of bf16 bit patterns (forward and backward, no conversion):
+    o and the gradients come back as bf16 bits, bit-equal to the float32 arrays'
+    precision="bf16" results rounded to bf16 (the same rounded inputs and D, the same
+    kernels; the float32 path's accuracy is tested above)."""
+    rng = np.random.default_rng(5)
+    q, k, v, do = (rng.standard_normal((2, t, d)).astype(np.float32) for t in (19, 23, 23, 19))
+    f32 = [cuda.to_device(a) for a in (q, k, v, do)]
+    bits = [cuda.to_device(_bits(a)) for a in (q, k, v, do)]
+    o_f, lse_f = forward(*f32[:3], kernel="tensor_core", precision="bf16", causal=True)
+    o_b, lse_b = forward(*bits[:3], kernel="tensor_core", causal=True)
+    assert np.dtype(o_b.dtype) == np.uint16
+    np.testing.assert_array_equal(o_b.copy_to_host(), _bits(o_f.copy_to_host()))
+    got_f = backward(*f32[:3], o_f, lse_f, f32[3], kernel="tensor_core", precision="bf16",
+                     causal=True)
+    got_b = backward(*bits[:3], o_b, lse_b, bits[3], kernel="tensor_core", causal=True)
+    for gf, gb in zip(got_f, got_b):
+        assert np.dtype(gb.dtype) == np.uint16
+        # the float32 path rounds o and dO to bf16 for D too: the same D, the same kernels
+        np.testing.assert_array_equal(gb.copy_to_host(), _bits(gf.copy_to_host()))
+    with pytest.raises(ValueError, match="check=True checks floating-point arrays"):
+        backward(*bits[:3], o_b, lse_b, bits[3], kernel="tensor_core", check=True)
+    with pytest.raises(ValueError, match="takes float16 arrays"):
+        backward(*bits[:3], o_b, lse_b, bits[3], kernel="tensor_core", precision="fp16")

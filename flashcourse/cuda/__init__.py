@@ -114,10 +114,7 @@ def _forward(q, k, v, kernel, causal, scale, allow_nonfinite, check, options):
     x, on_device, out_dtype, lse_dtype = prepare(q, k, v, causal, scale, allow_nonfinite,
                                                  dtypes=spec.dtypes,
                                                  convert_to=spec.convert_to)
-    if on_device and check and x.dtype.kind != "f":
-        raise ValueError(f"check=True checks floating-point arrays; {x.dtype} arrays (bf16 "
-                         f"bit patterns for kernel='tensor_core') are not checked: run "
-                         f"without check, or with float32 arrays and precision='bf16'")
+    _checkable(x, on_device and check)
     o, lse = spec.run(x, **given)
     if on_device and check:         # results stay on the device: checked on request
         check_result(x.q, x.k, x.v, o, lse, causal=x.causal, scale=x.scale,
@@ -184,6 +181,15 @@ def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
     return _backward(q, k, v, o, lse, do, kernel, causal, scale, check, options)
 
 
+def _checkable(x, check: bool) -> None:
+    """check=True reads the arrays as numbers: refuse the uint16 bf16 bit patterns (the
+    tensor-core kernels' bf16 input), whose values it would misread."""
+    if check and x.dtype.kind != "f":
+        raise ValueError(f"check=True checks floating-point arrays; {x.dtype} arrays (bf16 "
+                         f"bit patterns for kernel='tensor_core') are not checked: run "
+                         f"without check, or with float32 arrays and precision='bf16'")
+
+
 def _backward(q, k, v, o, lse, do, kernel, causal, scale, check, options):
     """`backward`'s checked path (numpy inputs, check=True, and the first call per shape
     of device arrays, whose launches `host_plans` records)."""
@@ -195,6 +201,7 @@ def _backward(q, k, v, o, lse, do, kernel, causal, scale, check, options):
     x, on_device, out_dtype = prepare_backward(q, k, v, o, lse, do, causal, scale,
                                                dtypes=spec.dtypes,
                                                convert_to=spec.convert_to)
+    _checkable(x, on_device and check)
     checked = check or not on_device
     compute = spec.compute(given, x.dtype)
     psum = dsum = None

@@ -254,5 +254,5 @@ register(Kernel("tensor_core", "backward", _run_tc_backward,
                  "q_block_k", "min_blocks"), _tc_backward_extra,
                 description="FlashAttention-2 backward on tensor cores (mma.sync): fp16 "
                             "for float16, bf16 for float32; dQ by atomics or a second pass",
-                dtypes=(np.float16, np.float32), convert_to=None,
+                dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
                 launches=_launches("tc_backward"), compute=_tc_backward_compute))

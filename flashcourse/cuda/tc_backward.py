@@ -12,7 +12,8 @@ The kernels, with the idea and the fragment layouts of the transposed products, 
     python benchmarks/gpu_tc_backward.py --check --bench                  # on a GPU
 
 Precisions: "fp16" for float16 arrays, "bf16" for float32 arrays (rounded to bf16 on the
-device; the gradients come back in float32). 3xTF32 (fp32 accuracy on the tensor cores) is
+device; the gradients come back in float32) or for uint16 arrays of bf16 bit patterns (no
+conversion; the gradients come back as bf16 bits). 3xTF32 (fp32 accuracy on the tensor cores) is
 not built yet: for float32 gradients at fp32 accuracy use kernel="fast".
 """
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..gpu import using_simulator
 from ..limits import check_launch
 from ._launch import check_registers, flat, launch
 from .tc_backward_kernels import LD_ROWS
+from .tensor_core import BF16_BITS
 
 PRECISIONS = ("fp16", "bf16")
 #: key-major kernel versions: "plain" (v1, tc_backward_kernels), "async" (v2, cp.async +
@@ -293,11 +295,12 @@ def _delta_kernel(value):
 
 @lru_cache(maxsize=None)
 def _pass_kernels():
-    """(delta, delta_bf16, cast): D = rowsum(dO o O) in fp32 (also zeroing dQ for the
-    atomics and the row sums; delta_bf16 takes float32 o, dO viewed as uint32 and rounds
-    them to bf16 first, so that D uses the dO the tensor cores see: with one key,
-    dP = dO . v and D = dO . o cancel exactly, as they must), and an element-wise cast of
-    the fp32 gradients to the output dtype."""
+    """(delta, delta_bf16, cast, delta_bits, cast_bf16): D = rowsum(dO o O) in fp32 (also
+    zeroing dQ for the atomics and the row sums; delta_bf16 takes float32 o, dO viewed as
+    uint32 and rounds them to bf16 first, so that D uses the dO the tensor cores see: with
+    one key, dP = dO . v and D = dO . o cancel exactly, as they must; delta_bits takes o,
+    dO as bf16 bit patterns), an element-wise cast of the fp32 gradients to the output
+    dtype, and one to bf16 bits (rounded half to even)."""
     from numba import float32, uint32
 
     from .mma import device_ops
@@ -313,13 +316,30 @@ def _pass_kernels():
         return as_f32((u + uint32(0x7FFF) + ((u >> uint32(16)) & uint32(1)))
                       & uint32(0xFFFF0000))
 
+    @cuda.jit(device=True)
+    def bf16_bits_value(b):
+        # a bf16 bit pattern (uint16) as the float32 it stands for
+        return as_f32(uint32(b) << uint32(16))
+
     @cuda.jit
     def tc_cast(src, dst, n):
         i = cuda.grid(1)
         if i < n:
             dst[i] = src[i]
 
-    return _delta_kernel(as_float), _delta_kernel(bf16_value), tc_cast
+    @cuda.jit
+    def tc_cast_bf16(src, dst, n):
+        # float32 (viewed as uint32 bits) -> bf16 bits, rounded half to even (NaN stays NaN)
+        i = cuda.grid(1)
+        if i < n:
+            u = src[i]
+            if (u & uint32(0x7FFFFFFF)) > uint32(0x7F800000):
+                dst[i] = (u >> uint32(16)) | uint32(0x40)
+            else:
+                dst[i] = (u + uint32(0x7FFF) + ((u >> uint32(16)) & uint32(1))) >> uint32(16)
+
+    return (_delta_kernel(as_float), _delta_kernel(bf16_value), tc_cast,
+            _delta_kernel(bf16_bits_value), tc_cast_bf16)
 
 
 def check_capability(limits=None) -> None:
@@ -384,8 +404,10 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
     delta = ld[1]
     if not sums:
         psum = dsum = delta            # never written (sums=False), any (BH, Tq) array
-    tc_delta, tc_delta_bf16, _ = _pass_kernels()
-    if precision == "bf16":            # D from the bf16-rounded o, dO (float32 arrays)
+    tc_delta, tc_delta_bf16, _, tc_delta_bits, _ = _pass_kernels()
+    if precision == "bf16" and np.dtype(o.dtype) == BF16_BITS:     # bf16 bit arrays
+        tc_delta = tc_delta_bits
+    elif precision == "bf16":          # D from the bf16-rounded o, dO (float32 arrays)
         tc_delta, o, do = tc_delta_bf16, o.view(np.uint32), do.view(np.uint32)
     launch(tc_delta, None, (ceil_div(tqp, PASS_THREADS), bh), PASS_THREADS, 0,
            (o, do, lse, ld, dq, i32(0 if deterministic else 1), i32(tq), i32(d), psum, dsum,
@@ -412,9 +434,12 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
 
 
 def default_precision(dtype) -> str:
-    """fp16 for float16 arrays; float32 arrays must name precision="bf16"."""
+    """fp16 for float16 arrays, bf16 for uint16 arrays of bf16 bit patterns
+    (`tensor_core.BF16_BITS`); float32 arrays must name precision="bf16"."""
     if np.dtype(dtype) == np.float16:
         return "fp16"
+    if np.dtype(dtype) == BF16_BITS:
+        return "bf16"
     raise ValueError("the tensor-core backward takes float32 arrays with precision='bf16' "
                      "(rounded to bfloat16 on the device); 3xTF32 is not built yet: for "
                      "fp32-accurate gradients use kernel='fast'")
@@ -432,9 +457,12 @@ def compute_type(options: dict, dtype) -> str:
 
 
 def _words(a, precision: str, D: int):
-    """(BH, T, d) float16/float32 device array -> (BH, T, D/2) uint32 words."""
+    """(BH, T, d) float16/float32 (or bf16 bits) device array -> (BH, T, D/2) uint32
+    words (a view when no conversion or padding is needed)."""
     from .tensor_core import device_words
-    if precision == "fp16" and np.dtype(a.dtype) == np.float16 and int(a.shape[2]) == D:
+    native = ((precision == "fp16" and np.dtype(a.dtype) == np.float16)
+              or (precision == "bf16" and np.dtype(a.dtype) == BF16_BITS))
+    if native and int(a.shape[2]) == D:
         return a.view(np.uint32)
     return device_words(a, precision, D, alloc=_array)
 
@@ -449,11 +477,12 @@ def _array(shape, dtype):
     return POOL.empty(shape, dtype)
 
 
-def _cast(src, dst) -> None:
-    """fp32 device array -> dst (same shape, float16) on the device."""
-    _, _, tc_cast = _pass_kernels()
+def _cast(src, dst, bits: bool = False) -> None:
+    """fp32 device array -> dst (same shape, float16; or bf16 bits, uint16) on the device."""
+    _, _, tc_cast, _, tc_cast_bf16 = _pass_kernels()
     n = int(src.size)
-    launch(tc_cast, None, max(1, ceil_div(n, 256)), 256, 0,
+    kern, src = (tc_cast_bf16, src.view(np.uint32)) if bits else (tc_cast, src)
+    launch(kern, None, max(1, ceil_div(n, 256)), 256, 0,
            (src.reshape(n), dst.reshape(n), np.int32(n)))
 
 
@@ -462,7 +491,8 @@ def run_heads(x, out=None, psum=None, dsum=None, precision=None, deterministic=F
     """The registry's entry (`flashcourse.cuda.backward(..., kernel="tensor_core")`).
 
     x: a `Heads` of C-contiguous device arrays q, o, do (BH, Tq, d), k, v (BH, Tk, d) of
-    one dtype, float16 (precision "fp16") or float32 ("bf16"), lse (BH, Tq) float32.
+    one dtype, float16 (precision "fp16"), float32 ("bf16") or uint16 bf16 bit patterns
+    ("bf16": no conversion in, gradients rounded to bf16 bits out), lse (BH, Tq) float32.
     Returns (dq, dk, dv) in x's dtype (BH, T, d); `out` may hold them already allocated.
     """
     dt = np.dtype(x.dtype)
@@ -472,8 +502,9 @@ def run_heads(x, out=None, psum=None, dsum=None, precision=None, deterministic=F
                          f"backward, got {precision!r}")
     if (precision == "fp16") != (dt == np.float16):
         raise ValueError(f"precision={precision!r} takes "
-                         f"{'float16' if precision == 'fp16' else 'float32'} arrays, got "
-                         f"{dt}: use precision='fp16' for float16 and 'bf16' for float32")
+                         f"{'float16' if precision == 'fp16' else 'float32 or uint16'} "
+                         f"arrays, got {dt}: use precision='fp16' for float16 and 'bf16' "
+                         f"for float32 (or uint16 bf16 bit patterns)")
     if x.d > MAX_HEAD_DIM:
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
                          f"backward, got d={x.d}")
@@ -489,7 +520,7 @@ def run_heads(x, out=None, psum=None, dsum=None, precision=None, deterministic=F
         precision, deterministic=bool(deterministic), psum=psum, dsum=dsum, ld=ld, **tiles)
     if not f32:
         for src, dst in zip(work, out):
-            _cast(src, dst)
+            _cast(src, dst, bits=dt == BF16_BITS)
         if psum is not None:           # a checked call: fp32 gradients that float16 lacks
             from .._guards import gradients_finite  # (dS is rounded to float16 inside:
             gradients_finite(                     # its overflow is a float16 one)
