@@ -10,8 +10,9 @@ forward   B x H = 32, N in {4096, 8192, 16384}, d in {64, 128}, causal off/on:
           conversion); PyTorch flash fp16 and bf16. TFLOP/s = 4 N^2 d per head (half when
           causal).
 backward  B x H = 32, N in {4096, 8192}, d in {64, 128}, causal off/on:
-          `flashcourse.cuda.backward(..., kernel="tensor_core")` on float16 device arrays;
-          PyTorch flash fp16 (autograd.grad of SDPA). TFLOP/s = 10 N^2 d per head.
+          `flashcourse.cuda.backward(..., kernel="tensor_core")` on float16 device arrays
+          and on bf16 bit arrays; PyTorch flash fp16 and bf16 (autograd.grad of SDPA).
+          TFLOP/s = 10 N^2 d per head.
 errors    at N = 4096 (two heads), relative norm error of o (forward) and of dq, dk, dv
           (backward) against float64 on the same rounded inputs, ours beside PyTorch flash.
 Medians of CUDA-event timings (`flashcourse.timing.time_cuda`) after warm-up. Writes
@@ -61,6 +62,13 @@ def as_numba(t):
     return cuda.as_cuda_array(t.detach().view(t.shape[1:]))
 
 
+def as_bits(t):
+    """A (1, BH, n, d) torch bfloat16 tensor as a (BH, n, d) uint16 Numba device array of
+    its bf16 bit patterns (no copy): the tensor-core kernels' bf16 input."""
+    import torch
+    return as_numba(t.detach().view(torch.int16)).view(np.uint16)
+
+
 def sdpa(ins, causal, backend):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -79,7 +87,7 @@ def bench_forward(rows):
                 t32 = [t.float() for t in t16]
                 q32, k32, v32 = (as_numba(t) for t in t32)
                 tb = [t.bfloat16() for t in t32]
-                qb, kb, vb = (as_numba(t.view(torch.int16)).view(np.uint16) for t in tb)
+                qb, kb, vb = (as_bits(t) for t in tb)
                 row = {"n": n, "d": d, "causal": causal}
                 row["ours_fp16_ms"] = med(partial(forward, q, k, v, kernel="tensor_core",
                                                   causal=causal))
@@ -132,16 +140,31 @@ def bench_backward(rows, block_qs=()):
                 row["torch_flash_fp16_ms"] = med(
                     partial(torch.autograd.grad, to, (tq, tk, tv), tdo, retain_graph=True),
                     "torch", reps=7)
+                # bf16: ours on bf16 bit arrays (no conversion) beside PyTorch flash bf16
+                tb = [t.detach().bfloat16().requires_grad_(t.requires_grad)
+                      for t in (tq, tk, tv, tdo)]
+                qb, kb, vb, dob = (as_bits(t) for t in tb)
+                ob, lseb = forward(qb, kb, vb, kernel="tensor_core", causal=causal)
+                row["ours_bf16_bits_ms"] = med(partial(backward, qb, kb, vb, ob, lseb, dob,
+                                                       kernel="tensor_core", causal=causal),
+                                               reps=7)
+                tob = sdpa(tb[:3], causal, "FLASH_ATTENTION")
+                row["torch_flash_bf16_ms"] = med(
+                    partial(torch.autograd.grad, tob, tuple(tb[:3]), tb[3], retain_graph=True),
+                    "torch", reps=7)
                 for key in [k_ for k_ in row if k_.endswith("_ms")]:
                     row[key[:-3] + "_tflops"] = fl / row[key] / 1e9
                 row["fp16_ratio"] = row["torch_flash_fp16_ms"] / row["ours_fp16_ms"]
+                row["bf16_ratio"] = row["torch_flash_bf16_ms"] / row["ours_bf16_bits_ms"]
                 rows.append(row)
                 extra = "".join(f" Br={bq}: {row[f'ours_fp16_bq{bq}_tflops']:6.1f}"
                                 for bq in block_qs if f"ours_fp16_bq{bq}_tflops" in row)
                 log(f"bwd d={d} causal={causal!s:5} N={n:5d}: ours fp16 "
                     f"{row['ours_fp16_tflops']:6.1f}{extra} | torch flash fp16 "
                     f"{row['torch_flash_fp16_tflops']:6.1f} TFLOP/s | ratio "
-                    f"{row['fp16_ratio']:.2f}")
+                    f"{row['fp16_ratio']:.2f} | bf16 ours {row['ours_bf16_bits_tflops']:6.1f}"
+                    f" torch {row['torch_flash_bf16_tflops']:6.1f} ratio "
+                    f"{row['bf16_ratio']:.2f}")
                 torch.cuda.empty_cache()
 
 
