@@ -56,7 +56,7 @@ def test_numba_device_arrays_are_keyed_from_their_fields(monkeypatch):
             self.device_ctypes_pointer = ctypes.c_void_p(ptr)
             self.shape, self.dtype = shape, np.dtype(dtype)
             self.strides = strides or (shape[1] * self.dtype.itemsize, self.dtype.itemsize)
-    monkeypatch.setattr(host_plans, "_DNA", [Arr])
+    monkeypatch.setattr(host_plans, "_device_array_class", lambda: Arr)
     base, ptrs = host_plans.plan_key("decode", [Arr(4096), Arr(8192)], ("s",))
     assert ptrs == [4096, 8192]
     assert base == key(Arr(1024), Arr(2048))

@@ -65,8 +65,6 @@ class DecodeTCConfig:
     m_tiles: int
     simulator: bool
     warps: int = 1
-    precision: str = "fp16"
-    min_blocks: int = 0
 
     @property
     def threads(self):
@@ -488,6 +486,4 @@ def make_split_tc_kernel(cfg: DecodeTCConfig):
 
     decode_split_tc.__name__ = (f"decode_split_tc_w{NW}_k{BC}_d{D}_m{MT}"
                                 + ("_sim" if SIM else ""))
-    if cfg.min_blocks and not SIM:
-        return cuda.jit(decode_split_tc, launch_bounds=(NT, cfg.min_blocks))
     return cuda.jit(decode_split_tc)

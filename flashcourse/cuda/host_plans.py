@@ -90,17 +90,14 @@ def _recording():
 # Keys
 # ---------------------------------------------------------------------------------------
 
-_DNA = []                # [numba's DeviceNDArray class, or None on the simulator]
-
-
+@functools.lru_cache(maxsize=None)
 def _device_array_class():
-    if not _DNA:
-        try:
-            from numba.cuda.cudadrv.devicearray import DeviceNDArray
-        except ImportError:            # the simulator's module has no such class
-            DeviceNDArray = None
-        _DNA.append(DeviceNDArray)
-    return _DNA[0]
+    """numba's DeviceNDArray class, or None on the simulator (whose module has none)."""
+    try:
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+    except ImportError:
+        return None
+    return DeviceNDArray
 
 
 def _interface(a):

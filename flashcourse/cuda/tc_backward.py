@@ -30,7 +30,7 @@ from ..gpu import using_simulator
 from ..limits import check_launch
 from ._launch import check_registers, flat, launch
 from .tc_backward_kernels import LD_ROWS
-from .tensor_core import BF16_BITS
+from .tensor_core import BF16_BITS, _convert, _convert_kernels
 
 PRECISIONS = ("fp16", "bf16")
 #: key-major kernel versions: "plain" (v1, tc_backward_kernels), "async" (v2, cp.async +
@@ -295,12 +295,12 @@ def _delta_kernel(value):
 
 @lru_cache(maxsize=None)
 def _pass_kernels():
-    """(delta, delta_bf16, cast, delta_bits, cast_bf16): D = rowsum(dO o O) in fp32 (also
+    """(delta, delta_bf16, cast, delta_bits): D = rowsum(dO o O) in fp32 (also
     zeroing dQ for the atomics and the row sums; delta_bf16 takes float32 o, dO viewed as
     uint32 and rounds them to bf16 first, so that D uses the dO the tensor cores see: with
     one key, dP = dO . v and D = dO . o cancel exactly, as they must; delta_bits takes o,
-    dO as bf16 bit patterns), an element-wise cast of the fp32 gradients to the output
-    dtype, and one to bf16 bits (rounded half to even)."""
+    dO as bf16 bit patterns), and an element-wise cast of the fp32 gradients to the
+    output dtype (to bf16 bits: `tensor_core`'s bf16 rounding kernel)."""
     from numba import float32, uint32
 
     from .mma import device_ops
@@ -327,19 +327,8 @@ def _pass_kernels():
         if i < n:
             dst[i] = src[i]
 
-    @cuda.jit
-    def tc_cast_bf16(src, dst, n):
-        # float32 (viewed as uint32 bits) -> bf16 bits, rounded half to even (NaN stays NaN)
-        i = cuda.grid(1)
-        if i < n:
-            u = src[i]
-            if (u & uint32(0x7FFFFFFF)) > uint32(0x7F800000):
-                dst[i] = (u >> uint32(16)) | uint32(0x40)
-            else:
-                dst[i] = (u + uint32(0x7FFF) + ((u >> uint32(16)) & uint32(1))) >> uint32(16)
-
     return (_delta_kernel(as_float), _delta_kernel(bf16_value), tc_cast,
-            _delta_kernel(bf16_bits_value), tc_cast_bf16)
+            _delta_kernel(bf16_bits_value))
 
 
 def check_capability(limits=None) -> None:
@@ -404,7 +393,7 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
     delta = ld[1]
     if not sums:
         psum = dsum = delta            # never written (sums=False), any (BH, Tq) array
-    tc_delta, tc_delta_bf16, _, tc_delta_bits, _ = _pass_kernels()
+    tc_delta, tc_delta_bf16, _, tc_delta_bits = _pass_kernels()
     if precision == "bf16" and np.dtype(o.dtype) == BF16_BITS:     # bf16 bit arrays
         tc_delta = tc_delta_bits
     elif precision == "bf16":          # D from the bf16-rounded o, dO (float32 arrays)
@@ -479,10 +468,12 @@ def _array(shape, dtype):
 
 def _cast(src, dst, bits: bool = False) -> None:
     """fp32 device array -> dst (same shape, float16; or bf16 bits, uint16) on the device."""
-    _, _, tc_cast, _, tc_cast_bf16 = _pass_kernels()
     n = int(src.size)
-    kern, src = (tc_cast_bf16, src.view(np.uint32)) if bits else (tc_cast, src)
-    launch(kern, None, max(1, ceil_div(n, 256)), 256, 0,
+    if bits:                           # the forward's float32 -> bf16 rounding, one row
+        _convert(_convert_kernels()[0], src.view(np.uint32).reshape(1, n), dst.reshape(1, n))
+        return
+    _, _, tc_cast, _ = _pass_kernels()
+    launch(tc_cast, None, max(1, ceil_div(n, 256)), 256, 0,
            (src.reshape(n), dst.reshape(n), np.int32(n)))
 
 
