@@ -45,7 +45,6 @@ with one driver call, into fixed output arrays (decode is the classic case).
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import warnings
 
@@ -146,25 +145,34 @@ class OutputPool:
 
     def __init__(self):
         self._free: dict = {}
+        self._lent: dict = {}            # device address -> its allocation, while lent
         self._lock = threading.Lock()
 
-    def _give_back(self, nbytes, raw):
+    def _give_back(self, nbytes, addr):
         with self._lock:
+            raw = self._lent.pop(addr, None)
             free = self._free.setdefault(nbytes, [])
-            if len(free) < MAX_FREE_PER_SIZE:
+            if raw is not None and len(free) < MAX_FREE_PER_SIZE:
                 free.append(raw)
 
-    def array(self, ctx, shape, strides, dtype, nbytes):
-        """A new DeviceNDArray of `shape`/`dtype` whose memory comes from the pool."""
-        from numba.cuda.cudadrv import driver
-        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+    def array(self, ctx, shape, strides, dtype, nbytes, template=None):
+        """A new DeviceNDArray of `shape`/`dtype` whose memory comes from the pool
+        (`template`: an array of that shape and dtype to copy the fields of, which costs a
+        third of building one; `Plan` checks the copy against a built array once)."""
         with self._lock:
             free = self._free.get(nbytes)
             raw = free.pop() if free else None
         if raw is None:
-            raw = ctx.memalloc(nbytes)                   # kept alive by the finaliser
-        mem = driver.MemoryPointer(ctx, raw.device_pointer, nbytes,
-                                   finalizer=functools.partial(self._give_back, nbytes, raw))
+            raw = ctx.memalloc(nbytes)
+        mem = _pooled_pointer_class()(ctx, raw, nbytes, self)
+        with self._lock:               # the pool, not the pointer, keeps the allocation:
+            self._lent[mem._back[2]] = raw      # never garbage with it (see below)
+        if template is not None:
+            new = object.__new__(type(template))
+            new.__dict__.update(template.__dict__)
+            new.gpu_data = mem
+            return new
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
         return DeviceNDArray(shape, strides, dtype, gpu_data=mem)
 
     def empty(self, shape, dtype):
@@ -179,6 +187,32 @@ class OutputPool:
 
 
 POOL = OutputPool()
+_POOLED = []
+
+
+def _pooled_pointer_class():
+    """numba-cuda's MemoryPointer whose buffer goes back to its pool when the pointer
+    dies (`__del__`: a third of the cost of the `weakref.finalize` a finalizer= makes).
+
+    It holds only the address, not the allocation (`raw`, an OwnedPointer whose own
+    weakref finaliser frees the memory): the pool keeps `raw` while it is lent. Were the
+    pointer to hold it, both could die together as cyclic garbage, where CPython runs
+    weakref callbacks (raw's free) before `__del__` (the give-back), and the pool would
+    take back freed memory."""
+    if not _POOLED:
+        from numba.cuda.cudadrv import driver
+
+        class PooledPointer(driver.MemoryPointer):
+            def __init__(self, ctx, raw, nbytes, pool):
+                super().__init__(ctx, raw.device_pointer, nbytes)
+                self._back = (pool, nbytes, int(raw.device_ctypes_pointer.value or 0))
+
+            def __del__(self):
+                with contextlib.suppress(Exception):     # (interpreter shutdown)
+                    pool, nbytes, addr = self._back
+                    pool._give_back(nbytes, addr)
+        _POOLED.append(PooledPointer)
+    return _POOLED[0]
 
 
 # ---------------------------------------------------------------------------------------
@@ -206,6 +240,7 @@ class Plan:
             out_ptrs.append(int(r.device_ctypes_pointer.value or 0))
             self.outputs.append((tuple(r.shape), tuple(r.strides), r.dtype,
                                  int(r.alloc_size)))
+        self._templates = [self._template(r, o) for r, o in zip(result, self.outputs)]
         self.launches = []
         self.slots = []                     # (launch, arg index, "in"/"out", number)
         keep, seen_in, seen_out = [], set(), set()
@@ -228,12 +263,35 @@ class Plan:
         self._ctx = devices.get_context()
         self._lock = threading.Lock()
 
+    @staticmethod
+    def _template(result, spec):
+        """The fields of a result array (without its memory) to copy for new outputs, if
+        such a copy equals an array built by the constructor (else None: build each)."""
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+        if type(result) is not DeviceNDArray:
+            return None
+        try:
+            made = DeviceNDArray(*spec[:3], gpu_data=result.gpu_data)
+            copy = object.__new__(DeviceNDArray)
+            copy.__dict__.update(result.__dict__)
+            copy.gpu_data = result.gpu_data
+            same = (copy.__cuda_array_interface__ == made.__cuda_array_interface__
+                    and copy.__dict__.keys() == made.__dict__.keys()
+                    and copy.size == made.size and copy.alloc_size == made.alloc_size)
+        except Exception:
+            return None
+        if not same:
+            return None
+        copy.gpu_data = None               # a template only: holds no device memory
+        return copy
+
     def replay(self, in_ptrs, stream: int = 0, outs=None):
         """Queue the kernels on `in_ptrs` (device addresses of the inputs); returns the
         outputs (new pool arrays, or `outs`)."""
         if outs is None:
             ctx = self._ctx
-            outs = tuple(POOL.array(ctx, *o) for o in self.outputs)
+            outs = tuple(POOL.array(ctx, *o, template=t)
+                         for o, t in zip(self.outputs, self._templates))
         out_ptrs = [int(o.device_ctypes_pointer.value or 0) for o in outs]
         with self._lock:
             launches = self.launches
