@@ -45,6 +45,7 @@ with one driver call, into fixed output arrays (decode is the classic case).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import warnings
 
