@@ -13,6 +13,11 @@ backward  B x H = 32, N in {4096, 8192}, d in {64, 128}, causal off/on:
           `flashcourse.cuda.backward(..., kernel="tensor_core")` on float16 device arrays
           and on bf16 bit arrays; PyTorch flash fp16 and bf16 (autograd.grad of SDPA).
           TFLOP/s = 10 N^2 d per head.
+tf32      B x H = 32, N in {4096, 8192, 16384}, d in {64, 128}, causal off/on: the
+          3xTF32 forward on float32 device arrays (the default, and each --tf32-configs
+          variant) beside PyTorch's memory-efficient backend on the same fp32 tensors;
+          then max |o - o64| / max |o64| against float64 (two heads) at Tq = 512,
+          Tk = 16,384, d = 128 and on ragged, causal, Tq != Tk shapes, ours beside it.
 errors    at N = 4096 (two heads), relative norm error of o (forward) and of dq, dk, dv
           (backward) against float64 on the same rounded inputs, ours beside PyTorch flash.
 Medians of CUDA-event timings (`flashcourse.timing.time_cuda`) after warm-up. Writes
@@ -168,6 +173,76 @@ def bench_backward(rows, block_qs=()):
                 torch.cuda.empty_cache()
 
 
+def max_rel(x, ref) -> float:
+    """max |x - ref| / max |ref| (the issue's "max relative error of o")."""
+    x, ref = np.asarray(x, np.float64), np.asarray(ref, np.float64)
+    return float(np.abs(x - ref).max() / np.abs(ref).max())
+
+
+def tf32_config(text):
+    """'async:8:32' -> {"pipeline": "async", "warps": 8, "block_k": 32} (a --tf32-configs
+    variant of the 3xTF32 forward)."""
+    pipe, warps, bk = text.split(":")
+    return {"pipeline": pipe, "warps": int(warps), "block_k": int(bk)}
+
+
+#: (Tq, Tk, d, causal) of the 3xTF32 accuracy rows: the issue's long rows, then ragged,
+#: causal and Tq != Tk shapes
+TF32_ERROR_SHAPES = [(512, 16384, 128, False), (70, 5000, 128, False), (333, 517, 64, True),
+                     (1000, 777, 128, True), (129, 2049, 64, False), (4096, 4096, 128, True)]
+
+
+def bench_tf32(rows, configs=()):
+    """3xTF32 beside PyTorch's efficient fp32: speed at every point, then accuracy rows."""
+    import torch
+    variants = [("default", {})] + [(text, tf32_config(text)) for text in configs]
+    for d in DS:
+        for causal in (False, True):
+            for n in FWD_NS:
+                fl = 4 * BH * n * n * d / (2 if causal else 1)
+                t32 = torch_inputs(n, d, torch.float32)[:3]
+                q, k, v = (as_numba(t) for t in t32)
+                row = {"kind": "speed", "n": n, "d": d, "causal": causal}
+                for label, knobs in variants:
+                    row[f"ours_3xtf32_{label}_ms"] = med(partial(
+                        forward, q, k, v, kernel="tensor_core", causal=causal, **knobs),
+                        reps=5)
+                row["torch_efficient_fp32_ms"] = med(
+                    partial(sdpa, t32, causal, "EFFICIENT_ATTENTION"), "torch", reps=5)
+                for key in [k_ for k_ in row if k_.endswith("_ms")]:
+                    row[key[:-3] + "_tflops"] = fl / row[key] / 1e9
+                for label, _ in variants:
+                    row[f"ratio_{label}"] = (row["torch_efficient_fp32_ms"]
+                                             / row[f"ours_3xtf32_{label}_ms"])
+                rows.append(row)
+                log(f"tf32 d={d} causal={causal!s:5} N={n:5d}: "
+                    + " ".join(f"{label} {row[f'ours_3xtf32_{label}_tflops']:5.1f}"
+                               f" ({row[f'ratio_{label}']:.2f}x)" for label, _ in variants)
+                    + f" | torch efficient {row['torch_efficient_fp32_tflops']:5.1f} TFLOP/s")
+                torch.cuda.empty_cache()
+    for tq_, tk_, d, causal in TF32_ERROR_SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(3)
+        ts = [torch.randn((1, 2, n_, d), device="cuda", generator=g)
+              for n_ in (tq_, tk_, tk_)]
+        host = [t[0].cpu().numpy().astype(np.float64) for t in ts]
+        o64, _ = reference.attention(*host, causal=causal)
+        q, k, v = (as_numba(t) for t in ts)
+        row = {"kind": "error", "tq": tq_, "tk": tk_, "d": d, "causal": causal,
+               "torch_efficient": max_rel(sdpa(ts, causal, "EFFICIENT_ATTENTION")[0]
+                                          .cpu().numpy(), o64)}
+        outs = []
+        for label, knobs in variants:
+            o, _ = forward(q, k, v, kernel="tensor_core", causal=causal, **knobs)
+            outs.append(o.copy_to_host())
+            row[f"ours_{label}"] = max_rel(outs[-1], o64)
+        row["variants_bit_equal"] = all(np.array_equal(outs[0], x) for x in outs[1:])
+        rows.append(row)
+        log(f"tf32 error Tq={tq_} Tk={tk_} d={d} causal={causal}: "
+            + " ".join(f"{label} {row[f'ours_{label}']:.2e}" for label, _ in variants)
+            + f" | torch efficient {row['torch_efficient']:.2e} | variants bit-equal "
+            f"{row['variants_bit_equal']}")
+
+
 def errors(rows, n=4096, heads=2):
     """Relative errors against float64 on the same rounded inputs (first `heads` heads)."""
     import torch
@@ -198,8 +273,10 @@ def errors(rows, n=4096, heads=2):
 
 def main(argv=None) -> int:
     ap = results.benchmark_parser(__doc__)
-    ap.add_argument("--parts", nargs="+", default=["errors", "forward", "backward"],
-                    choices=["errors", "forward", "backward"], help="what to run")
+    ap.add_argument("--parts", nargs="+", default=["errors", "forward", "backward", "tf32"],
+                    choices=["errors", "forward", "backward", "tf32"], help="what to run")
+    ap.add_argument("--tf32-configs", nargs="*", default=[],
+                    help="tf32: also time these 3xTF32 variants, PIPELINE:WARPS:BLOCK_K")
     ap.add_argument("--bwd-block-q", type=int, nargs="*", default=[],
                     help="also time the backward with these Br (block_q)")
     results.add_output_arguments(ap)
@@ -214,7 +291,8 @@ def main(argv=None) -> int:
     log(json.dumps(doc["env"]))
     t0 = time.time()
     for name, fn in (("errors", errors), ("forward", bench_forward),
-                     ("backward", partial(bench_backward, block_qs=args.bwd_block_q))):
+                     ("backward", partial(bench_backward, block_qs=args.bwd_block_q)),
+                     ("tf32", partial(bench_tf32, configs=args.tf32_configs))):
         doc[name] = []
         if name in args.parts:
             fn(doc[name])

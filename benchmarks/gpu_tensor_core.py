@@ -361,6 +361,14 @@ ASYNC_GRID = {
                     (4, 32, 2, 0, 0, "async"), (8, 64, 2, 0, 0, "async"),
                     (4, 64, 1, 0, 0, "async"), (8, 32, 2, 0, 0, "async"),
                     (4, 128, 1, 0, 0, "async")],
+    # 3xTF32 version 2 (tensor_core_kernels_tf32_async: Q, K, V raw fp32 in shared
+    # memory, split where read), beside version 1's default (8, 32 | 16, prefetch)
+    ("3xtf32", 64): [(8, 32, 1, 1, 0), (8, 32, 1, 0, 0, "async"), (8, 64, 1, 0, 0, "async"),
+                     (4, 64, 1, 0, 0, "async"), (4, 32, 1, 0, 0, "async"),
+                     (8, 16, 1, 0, 0, "async"), (8, 32, 1, 0, 2, "async")],
+    ("3xtf32", 128): [(8, 16, 1, 1, 0), (8, 32, 1, 0, 0, "async"), (4, 32, 1, 0, 0, "async"),
+                      (8, 16, 1, 0, 0, "async"), (4, 16, 1, 0, 0, "async"),
+                      (4, 64, 1, 0, 0, "async"), (8, 16, 1, 0, 2, "async")],
 }
 
 
@@ -579,6 +587,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="bench only N in {1024, 4096}; --sanitize-small on one shape")
     ap.add_argument("--sanitize-small", action="store_true")
+    ap.add_argument("--precisions", nargs="+", default=None,
+                    help="--variants/--async-variants/--check: only these precisions")
     results.add_output_arguments(ap)
     args = ap.parse_args(argv)
     results.check_outputs(args, __file__)
@@ -612,7 +622,8 @@ def run_all(args, rng, results, out: Path) -> int:
         grid = {key: (GRID.get(key, []) if args.variants else [])
                 + (ASYNC_GRID.get(key, []) if args.async_variants else [])
                 for key in {**GRID, **ASYNC_GRID}}
-        best = variants(rng, results, {key: ts for key, ts in grid.items() if ts})
+        best = variants(rng, results, {key: ts for key, ts in grid.items() if ts and (
+            args.precisions is None or key[0] in args.precisions)})
         for key in list(best):                 # bf16 runs the same code: the fp16 winner
             if key.startswith("fp16"):
                 best.setdefault("bf16" + key[4:], best[key])
@@ -628,6 +639,8 @@ def run_all(args, rng, results, out: Path) -> int:
         for key, row in best.items():           # and the winners of --async-variants
             if row.get("pipeline") == "async":
                 cfgs.append((key.split("_d")[0], {n: x for n, x in row.items() if n != "ms"}))
+        if args.precisions is not None:         # the precisions asked for only
+            cfgs = [c for c in cfgs if c[0] in args.precisions]
         ok = check_kernels(rng, results, cfgs) and ok
         save(results, out)
     if args.bench:

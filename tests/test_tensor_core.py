@@ -183,27 +183,37 @@ def test_kernel_matches_reference_on_the_simulator(precision, tq, tk, d, causal,
 
 # Version 2 (pipeline="async": cp.async + ldmatrix) does version 1's arithmetic in the
 # same order: equal bit for bit (ragged and causal key blocks, two m-tiles, a negative
-# scale, rows that see no key).
-@pytest.mark.parametrize("precision,tq,tk,d,causal,m_tiles,scale", [
-    ("fp16", 21, 37, 24, True, 1, None),
-    ("bf16", 19, 6, 16, True, 1, -0.3),
-    ("fp16", 33, 40, 16, False, 2, None),
+# scale, rows that see no key). 3xTF32/TF32's version 2 splits each fragment into big and
+# small where it reads it, version 1 once into planes: the same values, the same products.
+@pytest.mark.parametrize("precision,tq,tk,d,causal,m_tiles,scale,warps", [
+    ("fp16", 21, 37, 24, True, 1, None, None),
+    ("bf16", 19, 6, 16, True, 1, -0.3, None),
+    ("fp16", 33, 40, 16, False, 2, None, None),
+    ("3xtf32", 19, 6, 16, True, 1, -0.3, None),
+    ("3xtf32", 20, 37, 24, False, 1, None, None),
+    ("3xtf32", 33, 21, 16, True, 1, None, 2),
+    ("tf32", 17, 33, 32, True, 1, None, None),
 ])
-def test_async_version_equals_version_1(precision, tq, tk, d, causal, m_tiles, scale, rng):
+def test_async_version_equals_version_1(precision, tq, tk, d, causal, m_tiles, scale, warps,
+                                        rng):
     q, k, v = (rng.standard_normal((2, t, d)).astype(np.float32) for t in (tq, tk, tk))
     if precision == "fp16":
         q, k, v = (a.astype(np.float16) for a in (q, k, v))
+    tiles = {} if warps is None else {"warps": warps, "block_k": 16}
     runs = [tc.forward(q, k, v, causal=causal, scale=scale, precision=precision,
-                       m_tiles=m_tiles, pipeline=p) for p in ("plain", "async")]
+                       m_tiles=m_tiles, pipeline=p, **tiles) for p in ("plain", "async")]
     assert np.array_equal(runs[0][0], runs[1][0])
     assert np.array_equal(runs[0][1], runs[1][1])
 
 
-def test_async_version_refuses_tf32():
-    with pytest.raises(ValueError, match="fp16/bf16 only"):
-        tc.plan("3xtf32", 64, 8, 32, pipeline="async")
+def test_async_version_options():
+    with pytest.raises(ValueError, match="prefetch=True is version 1's"):
+        tc.plan("3xtf32", 64, 8, 32, prefetch=True, pipeline="async")
     with pytest.raises(ValueError, match="pipeline must be one of"):
         tc.plan("fp16", 64, 8, 32, pipeline="tma")
+    cfg = tc.plan("3xtf32", 128, 4, 32, simulator=False, pipeline="async")
+    rows = 128 + 4                     # words per row of Q, K and V (padded)
+    assert cfg.shared_bytes == 4 * rows * (cfg.block_q + 4 * 32)
 
 
 # Any finite scale (issue 23): the kernel once masked with -inf before the scale

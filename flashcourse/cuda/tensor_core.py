@@ -31,8 +31,9 @@ from ._launch import check_registers, flat, is_device_array, launch  # noqa: F40
 from .mma import round_bf16
 
 PRECISIONS = ("fp16", "bf16", "3xtf32", "tf32")
-#: kernel versions: "plain" (register prefetch, transposed V; the default until version 2 is
-#: measured on a GPU) and "async" (cp.async + ldmatrix, fp16/bf16)
+#: kernel versions: "plain" (version 1: register prefetch, transposed V) and "async"
+#: (version 2: cp.async + ldmatrix; fp16/bf16 `tensor_core_kernels_async`, 3xTF32/TF32
+#: `tensor_core_kernels_tf32_async`)
 PIPELINES = ("plain", "async")
 #: the largest head dimension d (checked on an H200: 5 to 128); d is padded with zeros up to
 #: a multiple of 16 (q, k: no change to the scores; v: extra output columns, dropped)
@@ -47,8 +48,9 @@ class TCConfig:
     16); m_tiles: 16-row tiles each warp owns (Br = 16 x m_tiles x warps; 2 lets every
     K/V fragment read from shared memory feed two mma); prefetch: load the next K/V
     block into registers while computing on this one (hides global-memory latency);
-    pipeline: "plain" (version 1, `tensor_core_kernels`) or "async" (fp16/bf16 only:
-    cp.async double buffering and ldmatrix, `tensor_core_kernels_async`)."""
+    pipeline: "plain" (version 1, `tensor_core_kernels`) or "async" (version 2:
+    cp.async double buffering and ldmatrix; `tensor_core_kernels_async` for fp16/bf16,
+    `tensor_core_kernels_tf32_async` for 3xTF32/TF32)."""
 
     precision: str
     warps: int
@@ -91,6 +93,13 @@ class TCConfig:
         v_words = self.block_k * self.v_stride
         return 0, 2 * k_words, 2 * k_words + 2 * v_words   # K big|small, V big|small, end
 
+    def tf32_async_offsets(self):
+        """Version 2's layout for 3xTF32/TF32 (words): Q, then K, V row-major (raw fp32)
+        in buffer 0, the buffer size, end."""
+        rows = self.block_k * self.k_stride
+        k_off = self.block_q * self.k_stride
+        return 0, k_off, k_off + rows, 2 * rows, k_off + 4 * rows
+
     def async_offsets(self):
         """Version 2's layout (words): K, V row-major in buffer 0, the buffer size, end."""
         rows = self.block_k * self.k_stride
@@ -99,7 +108,7 @@ class TCConfig:
     @property
     def shared_bytes(self):
         if self.pipeline == "async":
-            return 4 * self.async_offsets()[-1]
+            return 4 * (self.async_offsets() if self.half else self.tf32_async_offsets())[-1]
         return 4 * self.offsets()[-1]
 
 
@@ -144,8 +153,9 @@ def plan(precision: str, d: int, warps: int, block_k: int,
         raise ValueError("m_tiles=2 is implemented for fp16/bf16 only")
     if pipeline not in PIPELINES:
         raise ValueError(f"pipeline must be one of {PIPELINES}, got {pipeline!r}")
-    if pipeline == "async" and precision not in ("fp16", "bf16"):
-        raise ValueError("pipeline='async' is implemented for fp16/bf16 only")
+    if pipeline == "async" and prefetch:
+        raise ValueError("prefetch=True is version 1's register prefetch; pipeline='async' "
+                         "copies with cp.async instead: give one of them")
     cfg = TCConfig(precision, warps, block_k, ceil_div(d, 16) * 16, bool(simulator),
                    int(m_tiles), bool(prefetch), int(min_blocks), pipeline)
     check_launch(cfg.threads, cfg.shared_bytes, what="tensor_core kernel")
@@ -167,9 +177,12 @@ def make_tensor_core_kernel(precision: str, warps: int, block_k: int, head_dim: 
     from .tensor_core_kernels import make_half_kernel, make_tf32_kernel
     cfg = plan(precision, head_dim, warps, block_k, simulator, m_tiles, prefetch, min_blocks,
                pipeline)
-    if cfg.pipeline == "async":
+    if cfg.pipeline == "async" and cfg.half:
         from .tensor_core_kernels_async import make_half_async_kernel
         kern = make_half_async_kernel(cfg)
+    elif cfg.pipeline == "async":
+        from .tensor_core_kernels_tf32_async import make_tf32_async_kernel
+        kern = make_tf32_async_kernel(cfg, passes=3 if precision == "3xtf32" else 1)
     elif cfg.half:
         kern = make_half_kernel(cfg)
     else:
@@ -192,9 +205,10 @@ def signature(half: bool, pipeline: str = "plain"):
         from numba import int32, types
         el = uint32 if half else float32
         a3 = types.Array(el, 3, "C")
-        kv = types.Array(el, 1, "C") if pipeline == "async" else a3
+        kv = types.Array(uint32, 1, "C") if pipeline == "async" else a3
+        qa = kv if pipeline == "async" and not half else a3   # tf32 v2: Q flat words too
         a2 = types.Array(float32, 2, "C")
-        _SIGS[key] = (a3, kv, kv, a3, a2, int32, int32, float32, int32, int32)
+        _SIGS[key] = (qa, kv, kv, a3, a2, int32, int32, float32, int32, int32)
     return _SIGS[key]
 
 
@@ -249,17 +263,20 @@ def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: boo
     warps = dw if warps is None else warps
     block_k = dk if block_k is None else block_k
     m_tiles = dm if m_tiles is None else m_tiles
-    prefetch = dp if prefetch is None else prefetch
+    pipeline = pipeline or dpipe
+    if prefetch is None:               # version 2 copies asynchronously: no register prefetch
+        prefetch = dp if pipeline == dpipe else pipeline != "async"
     min_blocks = db if min_blocks is None else min_blocks
-    cfg = plan(precision, d, warps, block_k, sim, m_tiles, prefetch, min_blocks,
-               pipeline or dpipe)
+    cfg = plan(precision, d, warps, block_k, sim, m_tiles, prefetch, min_blocks, pipeline)
     kern, cfg = make_tensor_core_kernel(precision, cfg.warps, cfg.block_k, cfg.head_dim, sim,
                                         cfg.m_tiles, cfg.prefetch, cfg.min_blocks,
                                         cfg.pipeline)
     bh = qw.shape[0]
     grid = (ceil_div(tq, cfg.block_q), bh)
-    if cfg.pipeline == "async":
+    if cfg.pipeline == "async" and cfg.half:
         kw, vw = flat(kw), flat(vw)
+    elif cfg.pipeline == "async":        # the fp32 bits as words, flat
+        qw, kw, vw = (flat(a).view(np.uint32) for a in (qw, kw, vw))
     args = (qw, kw, vw, ow, lse, np.int32(tq), np.int32(tk), np.float32(scale * LOG2E),
             np.int32(1 if causal else 0), np.int32(tk - tq))
     sig = signature(cfg.half, cfg.pipeline)
