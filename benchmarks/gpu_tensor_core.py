@@ -537,10 +537,11 @@ def save(results, out: Path):
 
 
 # ----------------------------------------------------------------------------- small runs
-def sanitize_small(quick: bool = False):
+def sanitize_small(quick: bool = False, precisions=None):
     """Every precision and code path on small ragged shapes (run under compute-sanitizer).
     quick: one shape (d = 64, causal, Tq > Tk), plus float16 device arrays through
-    flashcourse.cuda.forward (the registry's no-copy path): fewer compilations."""
+    flashcourse.cuda.forward (the registry's no-copy path): fewer compilations.
+    precisions: only these precisions' variants."""
     rng = np.random.default_rng(7)
     worst = {}
     shapes = [((2,), 37, 53, 64, False), ((1,), 70, 45, 64, True), ((2,), 65, 130, 128, True),
@@ -561,7 +562,11 @@ def sanitize_small(quick: bool = False):
                                  ("fp16", dict(warps=2, block_k=64, m_tiles=1, prefetch=False)),
                                  ("fp16", dict(warps=2, block_k=64, m_tiles=1, prefetch=True)),
                                  ("3xtf32", dict(warps=2, block_k=32, prefetch=False)),
-                                 ("3xtf32", dict(warps=2, block_k=32, prefetch=True))):
+                                 ("3xtf32", dict(warps=2, block_k=32, prefetch=True)),
+                                 ("3xtf32", dict(warps=2, block_k=32, pipeline="async")),
+                                 ("tf32", dict(warps=4, block_k=16, pipeline="async"))):
+            if precisions is not None and precision not in precisions:
+                continue
             r = ROUND.get(precision, lambda x: x)
             o_ref, _ = reference.attention(r(q), r(k), r(v), causal=causal)
             o, _ = tc.forward(q, k, v, causal=causal, precision=precision, **knobs)
@@ -597,7 +602,7 @@ def main(argv=None):
         simulator_smoke()
         return 0
     if args.sanitize_small:
-        sanitize_small(quick=args.quick)
+        sanitize_small(quick=args.quick, precisions=args.precisions)
         if not (args.check or args.variants or args.bench):
             return 0
     out = results.output_dir(args)
