@@ -145,7 +145,9 @@ def default_tiles(d: int, simulator: bool) -> dict:
     """The variant used when the caller names none (warps, block_q, kv_regs, q_block_k,
     pipeline). On a GPU: the fastest of the H200 sweep at N = 4096 (benchmarks/results/
     h200_tc_backward.json, "variants"): 8 warps (Bc = 128 keys), Br = 32, version 2; K_j
-    and V_j fragments in registers up to d = 64, read from shared memory above. A head
+    and V_j fragments in registers up to d = 64, read from shared memory above. At d = 64,
+    Br = 64: 3-7% faster than 32 at all four points of the Br sweep
+    (results/h200_tc_backward_br_variants_log.txt). A head
     dim whose dQ tiles do not split in even pairs over 8 warps (D/8 = 6, 10, 14: d = 33..48,
     65..80, 97..112) takes 4 warps."""
     if simulator:
@@ -153,8 +155,8 @@ def default_tiles(d: int, simulator: bool) -> dict:
                 "pipeline": "async"}
     D = ceil_div(d, 16) * 16
     warps = 8 if (D // 8 // 2) % 2 == 0 else 4
-    return {"warps": warps, "block_q": 32, "kv_regs": D <= 64, "q_block_k": 64 if D <= 64
-            else 32, "pipeline": "async"}
+    return {"warps": warps, "block_q": 64 if D == 64 else 32, "kv_regs": D <= 64,
+            "q_block_k": 64 if D <= 64 else 32, "pipeline": "async"}
 
 
 def _candidates(d: int) -> list:
