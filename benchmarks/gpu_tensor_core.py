@@ -541,7 +541,7 @@ def sanitize_small(quick: bool = False, precisions=None):
     """Every precision and code path on small ragged shapes (run under compute-sanitizer).
     quick: one shape (d = 64, causal, Tq > Tk), plus float16 device arrays through
     flashcourse.cuda.forward (the registry's no-copy path): fewer compilations.
-    precisions: only these precisions' variants."""
+    precisions: only these precisions' variants (with quick: also d = 128)."""
     rng = np.random.default_rng(7)
     worst = {}
     shapes = [((2,), 37, 53, 64, False), ((1,), 70, 45, 64, True), ((2,), 65, 130, 128, True),
@@ -553,7 +553,7 @@ def sanitize_small(quick: bool = False, precisions=None):
                        causal=True)
         o_ref, _ = reference.attention(q, k, v, causal=True)
         worst["fp16 device arrays"] = rel_err(o.copy_to_host(), o_ref)
-        shapes = shapes[1:2]
+        shapes = shapes[1:3] if precisions is not None else shapes[1:2]
     for (lead, tq, tk, d, causal) in shapes:
         q, k, v = (rng.standard_normal((*lead, n, d)).astype(np.float32)
                    for n in (tq, tk, tk))
