@@ -206,6 +206,24 @@ def test_async_version_equals_version_1(precision, tq, tk, d, causal, m_tiles, s
     assert np.array_equal(runs[0][1], runs[1][1])
 
 
+def test_variant_resolution_on_a_gpu():
+    """What a call runs on a GPU (no kernel launched): the H200 defaults, and a register
+    prefetch asked for without a pipeline runs version 1 (at d = 128 the 3xTF32 default is
+    version 2, which has no register prefetch)."""
+    cfg = tc.resolve_tiles("3xtf32", 128, False)
+    assert (cfg.pipeline, cfg.warps, cfg.block_k, cfg.prefetch) == ("async", 4, 32, False)
+    cfg = tc.resolve_tiles("3xtf32", 64, False)
+    assert (cfg.pipeline, cfg.warps, cfg.block_k, cfg.prefetch) == ("plain", 8, 32, True)
+    cfg = tc.resolve_tiles("3xtf32", 128, False, warps=2, block_k=32, prefetch=True)
+    assert (cfg.pipeline, cfg.prefetch) == ("plain", True)
+    cfg = tc.resolve_tiles("3xtf32", 128, False, warps=2, block_k=32, pipeline="plain")
+    assert cfg.prefetch is True        # version 1 asked for by name: its default prefetch
+    cfg = tc.resolve_tiles("tf32", 128, False)
+    assert cfg.pipeline == "plain"
+    cfg = tc.resolve_tiles("fp16", 128, False, prefetch=True)
+    assert cfg.pipeline == "plain"
+
+
 def test_async_version_options():
     with pytest.raises(ValueError, match="prefetch=True is version 1's"):
         tc.plan("3xtf32", 64, 8, 32, prefetch=True, pipeline="async")

@@ -254,6 +254,26 @@ def launches(d: int, tq: int, tk: int, bh: int, limits, precision: str = "3xtf32
                    config=f"Br={cfg.block_q} Bc={block_k} warps={warps}"),)
 
 
+def resolve_tiles(precision: str, d: int, simulator: bool, warps=None, block_k=None,
+                  m_tiles=None, prefetch=None, min_blocks=None, pipeline=None) -> TCConfig:
+    """The variant a call runs: the caller's tiles, the rest from `default_tiles`. A
+    register prefetch asked for without a pipeline means version 1 (it is version 1's
+    knob); version 2 never prefetches into registers."""
+    dw, dk, dm, dp, db, dpipe = default_tiles(precision, d, simulator)
+    if (warps, block_k, m_tiles, prefetch, min_blocks) != (None,) * 5:
+        db = 0                         # a caller's own variant: no launch bound unless asked
+    warps = dw if warps is None else warps
+    block_k = dk if block_k is None else block_k
+    m_tiles = dm if m_tiles is None else m_tiles
+    if pipeline is None:
+        pipeline = "plain" if prefetch else dpipe
+    if prefetch is None:
+        prefetch = dp if pipeline == dpipe else pipeline != "async"
+    min_blocks = db if min_blocks is None else min_blocks
+    return plan(precision, d, warps, block_k, simulator, m_tiles, prefetch, min_blocks,
+                pipeline)
+
+
 def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: bool,
         precision: str, warps: int | None = None, block_k: int | None = None,
         m_tiles: int | None = None, prefetch: bool | None = None,
@@ -263,17 +283,8 @@ def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: boo
     Tiles left as None take `default_tiles`."""
     check_capability(precision)
     sim = using_simulator()
-    dw, dk, dm, dp, db, dpipe = default_tiles(precision, d, sim)
-    if (warps, block_k, m_tiles, prefetch, min_blocks) != (None,) * 5:
-        db = 0                         # a caller's own variant: no launch bound unless asked
-    warps = dw if warps is None else warps
-    block_k = dk if block_k is None else block_k
-    m_tiles = dm if m_tiles is None else m_tiles
-    pipeline = pipeline or dpipe
-    if prefetch is None:               # version 2 copies asynchronously: no register prefetch
-        prefetch = dp if pipeline == dpipe else pipeline != "async"
-    min_blocks = db if min_blocks is None else min_blocks
-    cfg = plan(precision, d, warps, block_k, sim, m_tiles, prefetch, min_blocks, pipeline)
+    cfg = resolve_tiles(precision, d, sim, warps, block_k, m_tiles, prefetch, min_blocks,
+                        pipeline)
     kern, cfg = make_tensor_core_kernel(precision, cfg.warps, cfg.block_k, cfg.head_dim, sim,
                                         cfg.m_tiles, cfg.prefetch, cfg.min_blocks,
                                         cfg.pipeline)
