@@ -40,6 +40,7 @@ HOST_PATH_FILE = RESULTS_DIR / "h200_host_path.json"
 TC_BACKWARD_FILE = RESULTS_DIR / "h200_tc_backward.json"
 BARS_FILE = RESULTS_DIR / "h200_bars.json"
 TENSOR_CORE_AB_FILE = RESULTS_DIR / "h200_tensor_core_v2_ab.json"
+TF32_VARIANTS_FILE = RESULTS_DIR / "h200_tensor_core_v2_tf32_variants.json"
 SWEEP_SCHEMA = "flashcourse.tuning.sweep/1"
 TRAFFIC_SCHEMA = "flashcourse.tuning.ncu_traffic/1"
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
@@ -142,6 +143,11 @@ def load_host_path(path=None) -> dict | None:
 def load_bars(path=None) -> dict | None:
     """The issues' bars measured through the public calls (benchmarks/gpu_bars.py), or None."""
     return load(BARS_FILE if path is None else path, "bars")
+
+
+def load_tf32_variants(path=None) -> dict | None:
+    """3xTF32 version 1 against version 2's tile variants (raw, N = 4096), and their checks."""
+    return load(TF32_VARIANTS_FILE if path is None else path, "tensor_core")
 
 
 def load_tensor_core_ab(path=None) -> dict | None:

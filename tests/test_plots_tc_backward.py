@@ -142,8 +142,15 @@ def test_bars_tables_keep_their_columns():
     assert len(fw) == len(bars["forward"]) and len(bw) == len(bars["backward"])
     for r in fw:
         assert abs(r[5] - r[3] / r[4]) < 0.011 and abs(r[8] - r[6] / r[7]) < 0.011
+        assert r[9] == "-" or abs(r[10] - r[9] / r[7]) < 0.011
     for r in bw:
         assert abs(r[5] - r[3] / r[4]) < 0.011
+        assert r[6] == "-" or abs(r[8] - r[6] / r[7]) < 0.011
+    tf = TP.bars_tf32_rows(bars)
+    assert len(tf) == sum(r.get("kind") == "speed" for r in bars.get("tf32", []))
+    for r in tf:
+        assert abs(r[5] - r[3] / r[4]) < 0.011
+    assert all(len(r) == 6 for r in TP.bars_tf32_error_rows(bars))
     for r in TP.ab_step_rows(ab):
         assert abs(float(r[6][:-1]) - r[5] / r[4]) < 0.006
     assert TP.ratio_span([[0.5], [0.9], [0.7]], 0) == "0.50-0.90"

@@ -10,6 +10,9 @@
     bars_forward_rows(bars)       the public forward beside PyTorch flash (gpu_bars.py)
     bars_backward_rows(bars)      the public backward beside PyTorch flash
     bars_error_rows(bars)         errors against float64, ours beside PyTorch flash
+    bars_tf32_rows(bars)          the public 3xTF32 forward beside PyTorch efficient fp32
+    bars_tf32_error_rows(bars)    3xTF32's max relative error of o, ours beside PyTorch
+    tf32_version_rows(doc)        3xTF32 version 1 against version 2's best tile, per d
     ratio_span(rows, col)         "lo-hi" of one ratio column
 """
 
@@ -240,19 +243,79 @@ def ab_step_rows(ab: dict) -> list[list]:
 
 def bars_forward_rows(bars: dict) -> list[list]:
     """Rows (d, causal, N, ours fp16, PyTorch flash fp16, ratio, ours bf16 from float32,
-    PyTorch flash bf16, ratio) in TFLOP/s, from benchmarks/results/h200_bars.json."""
-    return [[r["d"], "on" if r["causal"] else "off", r["n"],
-             round(r["ours_fp16_tflops"], 1), round(r["torch_flash_fp16_tflops"], 1),
-             round(r["fp16_ratio"], 2), round(r["ours_bf16_f32_tflops"], 1),
-             round(r["torch_flash_bf16_tflops"], 1), round(r["bf16_f32_ratio_vs_flash_bf16"], 2)]
-            for r in bars.get("forward", [])]
+    PyTorch flash bf16, ratio, ours bf16 from bf16 bits, ratio) in TFLOP/s, from
+    benchmarks/results/h200_bars.json (the last two "-" in a run that did not time bits)."""
+    out = []
+    for r in bars.get("forward", []):
+        row = [r["d"], "on" if r["causal"] else "off", r["n"],
+               round(r["ours_fp16_tflops"], 1), round(r["torch_flash_fp16_tflops"], 1),
+               round(r["fp16_ratio"], 2), round(r["ours_bf16_f32_tflops"], 1),
+               round(r["torch_flash_bf16_tflops"], 1),
+               round(r["bf16_f32_ratio_vs_flash_bf16"], 2)]
+        bits = "ours_bf16_bits_tflops" in r
+        row += ([round(r["ours_bf16_bits_tflops"], 1), round(r["bf16_ratio"], 2)] if bits
+                else ["-", "-"])
+        out.append(row)
+    return out
 
 
 def bars_backward_rows(bars: dict) -> list[list]:
-    """Rows (d, causal, N, ours fp16, PyTorch flash fp16, ratio) in TFLOP/s."""
-    return [[r["d"], "on" if r["causal"] else "off", r["n"], round(r["ours_fp16_tflops"], 1),
-             round(r["torch_flash_fp16_tflops"], 1), round(r["fp16_ratio"], 2)]
-            for r in bars.get("backward", [])]
+    """Rows (d, causal, N, ours fp16, PyTorch flash fp16, ratio, ours bf16 bits, PyTorch
+    flash bf16, ratio) in TFLOP/s ("-" where a run did not time bf16)."""
+    out = []
+    for r in bars.get("backward", []):
+        row = [r["d"], "on" if r["causal"] else "off", r["n"], round(r["ours_fp16_tflops"], 1),
+               round(r["torch_flash_fp16_tflops"], 1), round(r["fp16_ratio"], 2)]
+        if "ours_bf16_bits_tflops" in r:
+            row += [round(r["ours_bf16_bits_tflops"], 1), round(r["torch_flash_bf16_tflops"], 1),
+                    round(r["bf16_ratio"], 2)]
+        else:
+            row += ["-", "-", "-"]
+        out.append(row)
+    return out
+
+
+def bars_tf32_rows(bars: dict) -> list[list]:
+    """Rows (d, causal, N, ours 3xTF32 (the default), PyTorch efficient fp32, ratio) in
+    TFLOP/s, from the "tf32" part of h200_bars.json (none in a run without it)."""
+    return [[r["d"], "on" if r["causal"] else "off", r["n"],
+             round(r["ours_3xtf32_default_tflops"], 1),
+             round(r["torch_efficient_fp32_tflops"], 1), round(r["ratio_default"], 2)]
+            for r in bars.get("tf32", []) if r.get("kind") == "speed"]
+
+
+def bars_tf32_error_rows(bars: dict) -> list[list]:
+    """Rows (Tq, Tk, d, causal, ours, PyTorch efficient): max |o - o64| / max |o64|."""
+    out = []
+    for r in bars.get("tf32", []):
+        if r.get("kind") != "error":
+            continue
+        theirs = f"{r['torch_efficient']:.2e}"
+        if r["causal"] and r["tq"] > r["tk"] and "torch_rows_with_keys" not in r:
+            theirs += " (the first Tq - Tk rows see no key: PyTorch's o there is not 0)"
+        out.append([r["tq"], r["tk"], r["d"], "on" if r["causal"] else "off",
+                    f"{r['ours_default']:.2e}", theirs])
+    return out
+
+
+def tf32_version_rows(doc: dict) -> list[list]:
+    """Rows (d, version, warps, Bc, registers, local bytes, TFLOP/s, / version 1) of the
+    3xTF32 variant sweep (h200_tensor_core_v2_tf32_variants.json): version 1's variant
+    and version 2's fastest, per head dim."""
+    out = []
+    for d in sorted({r["d"] for r in doc.get("variants", [])}):
+        rows = [r for r in doc["variants"] if r["d"] == d and r["precision"] == "3xtf32"
+                and "ms" in r]
+        v1 = [r for r in rows if r["config"].get("pipeline", "plain") == "plain"]
+        v2 = [r for r in rows if r["config"].get("pipeline") == "async"]
+        if not v1 or not v2:
+            continue
+        base = max(v1, key=lambda r: r["tflops"])
+        for name, r in (("1", base), ("2", max(v2, key=lambda r: r["tflops"]))):
+            c = r["config"]
+            out.append([d, name, c["warps"], c["block_k"], r["regs"], r["local_bytes"],
+                        round(r["tflops"], 1), round(r["tflops"] / base["tflops"], 2)])
+    return out
 
 
 def bars_error_rows(bars: dict) -> list[list]:
