@@ -10,7 +10,8 @@
           (so stale pointers would show), and against the float64 reference; decode
           (fp16/fp32, GQA, Tq > 1, ragged Tk, causal) and forward (tensor_core fp16,
           flash fp32; ragged, causal, Tq != Tk).
---bench   per call, the least of 3 rounds (`measure`), a round's host time the median
+--bench   per call, the least of 3 rounds (`measure`; host times also of --host-passes
+          later rounds spread over the run, `host_passes`), a round's host time the median
           of 200 calls (the checked path: 1 round, 50 calls): host time (perf_counter around the
           call, no synchronisation: the time before the call returns; measured with the
           GPU kept busy by a sleep kernel, so that it is the Python and driver work alone,
