@@ -188,9 +188,9 @@ class OutputPool:
 
 
 POOL = OutputPool()
-_POOLED = []
 
 
+@functools.lru_cache(maxsize=None)
 def _pooled_pointer_class():
     """numba-cuda's MemoryPointer whose buffer goes back to its pool when the pointer
     dies (`__del__`: a third of the cost of the `weakref.finalize` a finalizer= makes).
@@ -200,20 +200,18 @@ def _pooled_pointer_class():
     pointer to hold it, both could die together as cyclic garbage, where CPython runs
     weakref callbacks (raw's free) before `__del__` (the give-back), and the pool would
     take back freed memory."""
-    if not _POOLED:
-        from numba.cuda.cudadrv import driver
+    from numba.cuda.cudadrv import driver
 
-        class PooledPointer(driver.MemoryPointer):
-            def __init__(self, ctx, raw, nbytes, pool):
-                super().__init__(ctx, raw.device_pointer, nbytes)
-                self._back = (pool, nbytes, int(raw.device_ctypes_pointer.value or 0))
+    class PooledPointer(driver.MemoryPointer):
+        def __init__(self, ctx, raw, nbytes, pool):
+            super().__init__(ctx, raw.device_pointer, nbytes)
+            self._back = (pool, nbytes, int(raw.device_ctypes_pointer.value or 0))
 
-            def __del__(self):
-                with contextlib.suppress(Exception):     # (interpreter shutdown)
-                    pool, nbytes, addr = self._back
-                    pool._give_back(nbytes, addr)
-        _POOLED.append(PooledPointer)
-    return _POOLED[0]
+        def __del__(self):
+            with contextlib.suppress(Exception):     # (interpreter shutdown)
+                pool, nbytes, addr = self._back
+                pool._give_back(nbytes, addr)
+    return PooledPointer
 
 
 # ---------------------------------------------------------------------------------------
