@@ -41,6 +41,7 @@ TC_BACKWARD_FILE = RESULTS_DIR / "h200_tc_backward.json"
 BARS_FILE = RESULTS_DIR / "h200_bars.json"
 TENSOR_CORE_AB_FILE = RESULTS_DIR / "h200_tensor_core_v2_ab.json"
 TF32_VARIANTS_FILE = RESULTS_DIR / "h200_tensor_core_v2_tf32_variants.json"
+HOPPER_FILE = RESULTS_DIR / "h200_hopper.json"
 SWEEP_SCHEMA = "flashcourse.tuning.sweep/1"
 TRAFFIC_SCHEMA = "flashcourse.tuning.ncu_traffic/1"
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
@@ -61,6 +62,7 @@ RESULT_KINDS = {
     "*_tc_backward_v2_*.json": "tc_backward",     # one step's own runs (checks, variants)
     "*_tensor_core_v2_*.json": "tensor_core",
     "*_bars.json": "bars",
+    "*_hopper.json": "hopper",
 }
 
 
@@ -143,6 +145,11 @@ def load_host_path(path=None) -> dict | None:
 def load_bars(path=None) -> dict | None:
     """The issues' bars measured through the public calls (benchmarks/gpu_bars.py), or None."""
     return load(BARS_FILE if path is None else path, "bars")
+
+
+def load_hopper(path=None) -> dict | None:
+    """The Hopper (wgmma) forward's recorded run (benchmarks/gpu_hopper.py), or None."""
+    return load(HOPPER_FILE if path is None else path, "hopper")
 
 
 def load_tf32_variants(path=None) -> dict | None:

@@ -51,7 +51,16 @@ def fits(launch: Launch, lim: DeviceLimits) -> list:
 def allowed_refusal(kernel, d, lim, exc) -> bool:
     """The refusals a kernel may give on a preset, each naming what the GPU lacks (any
     other refusal fails the test below): the tensor-core kernel needs compute capability
-    8.0 (mma.sync with bf16/tf32; fp16 m16n8k16) and supports d <= 128."""
+    8.0 (mma.sync with bf16/tf32; fp16 m16n8k16) and supports d <= 128; the hopper kernel
+    needs exactly 9.0 (wgmma) and supports d <= 128."""
+    if kernel.name == "hopper":
+        from flashcourse.cuda.hopper import CAPABILITY, MAX_HEAD_DIM
+        if lim.compute_capability != CAPABILITY:
+            cc = "{}.{}".format(*lim.compute_capability)
+            return (isinstance(exc, RuntimeError) and f"compute capability {cc}" in str(exc)
+                    and "9.0" in str(exc))
+        if d > MAX_HEAD_DIM:
+            return isinstance(exc, ValueError) and f"at most {MAX_HEAD_DIM}" in str(exc)
     if kernel.name == "tensor_core":
         from flashcourse.cuda.tensor_core import MAX_HEAD_DIM
         if lim.compute_capability < (8, 0):
@@ -332,6 +341,7 @@ def test_default_launches_lists_every_kernel_or_its_refusal():
     assert set(got) == {(k.direction, k.name) for _, k in KERNELS}
     assert isinstance(got.pop(("forward", "tensor_core")), RuntimeError)   # CC 7.5
     assert isinstance(got.pop(("backward", "tensor_core")), RuntimeError)  # mma.sync: 8.0
+    assert isinstance(got.pop(("forward", "hopper")), RuntimeError)        # wgmma: 9.0 only
     assert all(isinstance(v, tuple) and v for v in got.values())
     refused = default_launches(TINY, 256)
     assert isinstance(refused["forward", "flash"], LaunchError)

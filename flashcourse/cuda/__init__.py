@@ -9,6 +9,8 @@ the expected cost and what limits it); `registry` lists them all, once:
                          loads, register-tiled micro-tiles, exp2, online softmax, causal skipping
               tensor_core  FlashAttention-2 on tensor cores (mma.sync; tensor_core.py, with
                          the building blocks in mma.py): fp16/bf16, or fp32 via 3xTF32
+              hopper     the same on Hopper's warpgroup tensor cores (wgmma, compute
+                         capability 9.0 only; hopper.py, kernels in hopper_kernels.py)
     backward  simple, fast, fast_two_pass    (backward_kernels.py; fp32 on the CUDA cores)
               tensor_core  FlashAttention-2's backward on tensor cores (tc_backward.py; kernels
                          in tc_backward_kernels*.py, ldmatrix/cp.async in smem_ops.py): fp16
@@ -49,7 +51,7 @@ FLOAT64_ADVICE = ("use flashcourse.tiled.forward or flashcourse.cpu.forward with
 #: Names of the registered forward kernels (`registry.FORWARD`), in registration order.
 KERNELS = tuple(FORWARD)
 #: Forward kernels whose device-array calls take the cached fast path (`host_plans`).
-PLANNED_KERNELS = ("flash", "tensor_core", "decode")
+PLANNED_KERNELS = ("flash", "tensor_core", "hopper", "decode")
 #: backward kernels whose device-array calls replay a cached plan (`host_plans`)
 PLANNED_BACKWARD = ("tensor_core",)
 

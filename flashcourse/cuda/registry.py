@@ -167,6 +167,11 @@ def _run_tensor_core(x, out=None, **options):
     return tensor_core.run_heads(x, out, **options)
 
 
+def _run_hopper(x, out=None, **options):
+    from . import hopper
+    return hopper.run_heads(x, out, **options)
+
+
 def _backward_runner(version: str):
     def run(x, out=None, block_q=None, block_k=None, psum=None, dsum=None):
         from numba import cuda
@@ -237,6 +242,12 @@ register(Kernel("tensor_core", "forward", _run_tensor_core,
                             "fp32 through 3xTF32",
                 dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
                 launches=_launches("tensor_core")))
+register(Kernel("hopper", "forward", _run_hopper,
+                ("precision", "warpgroups", "block_k", "pipeline"),
+                description="FlashAttention on Hopper's warpgroup tensor cores (wgmma, "
+                            "compute capability 9.0 only): fp16/bf16",
+                dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
+                launches=_launches("hopper")))
 register(Kernel("simple", "backward", _backward_runner("simple"), (), _delta_bytes,
                 description="one thread per row, two launches, no shared memory (d <= 256)",
                 launches=_launches("backward_kernels", kernel="simple")))

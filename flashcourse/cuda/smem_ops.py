@@ -160,6 +160,31 @@ def _make_intrinsics():
         return sig, codegen
 
     @intrinsic
+    def cp_async16_raw(typingctx, saddr, gaddr, nbytes):
+        # addresses already computed: saddr a 32-bit shared address, gaddr a 64-bit global
+        sig = types.void(saddr, gaddr, nbytes)
+
+        def codegen(context, builder, signature, args):
+            st, gt, nt = signature.args
+            sa = builder.trunc(context.cast(builder, args[0], st, types.uint64), li)
+            ga = context.cast(builder, args[1], gt, types.uint64)
+            n = builder.trunc(context.cast(builder, args[2], nt, types.int64), li)
+            builder.asm(ir.FunctionType(ir.VoidType(), [li, l64, li]),
+                        "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
+                        [sa, ga, n], side_effect=True)
+            return context.get_dummy_value()
+        return sig, codegen
+
+    @intrinsic
+    def global_address(typingctx, gary, gidx):
+        sig = types.uint64(gary, gidx)
+
+        def codegen(context, builder, signature, args):
+            gt, git = signature.args
+            return item_address(context, builder, gt, args[0], [args[1]], [git])
+        return sig, codegen
+
+    @intrinsic
     def red_add_f32(typingctx, gary, gidx, x):
         sig = types.void(gary, gidx, x)
 
@@ -197,8 +222,8 @@ def _make_intrinsics():
         return op
 
     return {"ldmatrix_x4": ldmatrix(False), "ldmatrix_x4_trans": ldmatrix(True),
-            "cp_async16": cp_async16,
-            "red_add_f32": red_add_f32, "ex2_ftz": ex2_ftz,
+            "cp_async16": cp_async16, "cp_async16_raw": cp_async16_raw,
+            "global_address": global_address, "red_add_f32": red_add_f32, "ex2_ftz": ex2_ftz,
             "commit": bare("cp.async.commit_group;"),
             "wait_all": bare("cp.async.wait_group 0;")}
 

@@ -359,7 +359,7 @@ def default_precision(dtype) -> str:
     return "fp16" if np.dtype(dtype) == np.float16 else "3xtf32"
 
 
-def run_heads(x, out=None, precision: str | None = None, **tiles):
+def run_heads(x, out=None, precision: str | None = None, _run=None, **tiles):
     """The registry's entry (`flashcourse.cuda.forward(..., kernel="tensor_core")`).
 
     x: a `flashcourse._checks.Heads` with device arrays q (BH, Tq, d), k, v (BH, Tk, d)
@@ -372,7 +372,8 @@ def run_heads(x, out=None, precision: str | None = None, **tiles):
     range, 65,504, is checked first), convert through the host: fine for learning, not
     for timing. Returns (o (BH, Tq, d) float16 for fp16 from float16 input, uint16 bf16
     bits for bf16 bits, else float32; lse (BH, Tq) float32); `out` may hold those arrays
-    already allocated.
+    already allocated. `_run`: the launch on the prepared words (default `run`; the
+    Hopper kernel passes its own, `hopper.run`, and shares everything else).
     """
     precision = default_precision(x.dtype) if precision is None else precision
     if precision not in PRECISIONS:
@@ -407,7 +408,8 @@ def run_heads(x, out=None, precision: str | None = None, **tiles):
     o, lse = out
     direct = native and np.dtype(o.dtype) == np.dtype(o_dtype)
     ow = (o.view(np.uint32) if half else o) if direct else cuda.device_array_like(qw)
-    run(qw, kw, vw, ow, lse, x.tq, x.tk, x.d, x.scale, x.causal, precision, **tiles)
+    (_run or run)(qw, kw, vw, ow, lse, x.tq, x.tk, x.d, x.scale, x.causal, precision,
+                  **tiles)
     if not direct:
         if on_device and np.dtype(o.dtype) == np.dtype(o_dtype):
             device_unwords(ow, o, precision, x.d)

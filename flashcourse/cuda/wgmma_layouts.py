@@ -130,3 +130,39 @@ def atom_chunks(swizzle=128) -> np.ndarray:
     rb = _mode(swizzle) or CHUNK
     r, c = np.meshgrid(np.arange(ATOM_ROWS), np.arange(rb // CHUNK), indexing="ij")
     return (swizzle_offset(r * rb + c * CHUNK, swizzle) % rb) // CHUNK
+
+
+# --------------------------------------------------------------------------------------
+# The no-swizzle ("interleaved") layouts of the course's Hopper kernel, and what wgmma reads
+# --------------------------------------------------------------------------------------
+
+def operand_address(desc: int, mn, k, mn_major: bool = False):
+    """Byte address(es) that wgmma reads for element (mn, k) of one k16 operand tile from a
+    no-swizzle descriptor (PTX ISA, "Shared Memory Matrix Layout"): the tile is made of 8 x 8
+    core matrices of 128 contiguous bytes; LBO steps between core matrices along K, SBO
+    along M (or N). K-major: a core matrix row is 8 consecutive k of one mn (16 bytes);
+    MN-major (B with the transpose bit, e.g. V of P V): 8 consecutive mn of one k. Which
+    stride is which for MN-major was checked on an H200 (exchanging them gave 1.3 relative
+    error, benchmarks/results/h200_hopper_log.txt's layout probe)."""
+    f = decode(desc)
+    if f["swizzle"] is not None:
+        raise ValueError("operand_address models the no-swizzle layout only")
+    mn, k = np.asarray(mn, dtype=np.int64), np.asarray(k, dtype=np.int64)
+    inner = (k % 8) * 16 + (mn % 8) * 2 if mn_major else (mn % 8) * 16 + (k % 8) * 2
+    return f["start"] + (mn // 8) * f["sbo"] + (k // 8) * f["lbo"] + inner
+
+
+def interleaved_kmajor(row, col, width: int):
+    """Byte offset of element (row, col) of a K-major tile `width` elements wide (fp16/bf16)
+    in the kernel's layout: core matrix (row // 8, col // 8) at (row // 8) (16 width) +
+    (col // 8) 128, so LBO = 128 and SBO = 16 width (Q and K_j of hopper_kernels)."""
+    row, col = np.asarray(row, dtype=np.int64), np.asarray(col, dtype=np.int64)
+    return (row // 8) * (16 * width) + (col // 8) * 128 + (row % 8) * 16 + (col % 8) * 2
+
+
+def interleaved_mnmajor(key, col, keys: int):
+    """Byte offset of V_j[key, col] in the kernel's MN-major layout (`keys` rows): column
+    chunk col // 8 at (col // 8) (16 keys), then 16 bytes per key, so one 16-byte row of V
+    (8 values of one key) is one row of a core matrix: LBO = 128 (8 keys), SBO = 16 keys."""
+    key, col = np.asarray(key, dtype=np.int64), np.asarray(col, dtype=np.int64)
+    return (col // 8) * (16 * keys) + key * 16 + (col % 8) * 2

@@ -1,0 +1,256 @@
+"""hopper: the host side of the Hopper (wgmma) forward, `forward(..., kernel="hopper")`.
+
+The kernel, its shared-memory layout and what limits it are in `hopper_kernels.py`; the
+instructions in `wgmma.py`; a numpy model of the descriptors and swizzles in
+`wgmma_layouts.py` (what notebook 12 draws and the CPU tests check).
+
+    from flashcourse.cuda import forward
+    o, lse = forward(q16, k16, v16, kernel="hopper", causal=True)     # float16 in/out
+    o, lse = forward(qb, kb, vb, kernel="hopper")      # uint16 device arrays: bf16 bits
+    o, lse = forward(q, k, v, kernel="hopper", precision="bf16")      # float32 in/out
+    python benchmarks/gpu_hopper.py --check --bench                   # on an H100/H200
+
+`wgmma` exists on compute capability 9.0 only (sm_90a: H100, H200, GH200): every other
+GPU, and Numba's CUDA simulator, get a clear refusal naming what they lack; the portable
+tensor-core kernel (`kernel="tensor_core"`, mma.sync) runs everywhere from 8.0.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..constants import LOG2E
+from ..geometry import ceil_div
+from ..gpu import using_simulator
+from ..limits import check_launch
+from ._launch import check_registers, flat, launch
+
+PRECISIONS = ("fp16", "bf16")
+#: head dims (d is padded with zeros up to a multiple of 16; the kernel's tiles are d wide)
+MAX_HEAD_DIM = 128
+#: the only compute capability with wgmma (PTX's sm_90a target)
+CAPABILITY = (9, 0)
+
+
+@dataclass(frozen=True)
+class HopperConfig:
+    """One variant: precision, warpgroups per block (Br = 64 x warpgroups), block_k (Bc,
+    the N of S = Q K^T's wgmma), head_dim D (d rounded up to a multiple of 16),
+    negative_scale (compiled for scale < 0: the scores are negated once, see
+    `tensor_core_kernels`' SCALE note), v_swap (probe: the V descriptor's two strides
+    exchanged), pipeline ("serial": version 1, "overlap": version 2, `hopper_kernels`)."""
+
+    precision: str
+    warpgroups: int
+    block_k: int
+    head_dim: int
+    negative_scale: bool = False
+    v_swap: bool = False
+    pipeline: str = "overlap"
+
+    @property
+    def block_q(self):
+        return 64 * self.warpgroups
+
+    @property
+    def threads(self):
+        return 128 * self.warpgroups
+
+    def offsets(self):
+        """32-bit word offsets: Q, K and V of buffer 0, the buffer size, the end."""
+        q_words = self.block_q * self.head_dim // 2
+        tile = self.block_k * self.head_dim // 2
+        return 0, q_words, q_words + tile, 2 * tile, q_words + 4 * tile
+
+    def kmajor_lbo_sbo(self):
+        """Q and K tiles (K-major, no swizzle): bytes between core matrices along K (LBO)
+        and along M/N (SBO)."""
+        return 128, 16 * self.head_dim
+
+    def v_lbo_sbo(self):
+        """V tile (MN-major, no swizzle): LBO, SBO in bytes."""
+        k_step, n_step = 128, 16 * self.block_k
+        return (n_step, k_step) if self.v_swap else (k_step, n_step)
+
+    @property
+    def shared_bytes(self):
+        return 4 * self.offsets()[-1]
+
+
+def default_tiles(d: int) -> tuple[int, int, str]:
+    """(warpgroups, block_k, pipeline) when the caller gives none: the fastest bare kernel
+    at N = 4096, B x H = 32 on an H200 (benchmarks/NOTES_hopper.md)."""
+    return (3, 64, "overlap") if d > 64 else (4, 64, "overlap")
+
+
+def plan(precision: str, d: int, warpgroups: int, block_k: int, negative_scale: bool = False,
+         v_swap: bool = False, pipeline: str = "overlap") -> HopperConfig:
+    """Check a configuration for head dim d (ValueError naming the argument)."""
+    from .._checks import check_block
+    from .hopper_kernels import PIPELINES
+    if pipeline not in PIPELINES:
+        raise ValueError(f"pipeline must be one of {PIPELINES}, got {pipeline!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS} for the hopper kernel, "
+                         f"got {precision!r}")
+    if warpgroups not in (1, 2, 3, 4):
+        raise ValueError(f"warpgroups must be 1, 2, 3 or 4, got {warpgroups!r}")
+    block_k = check_block(block_k, "block_k")
+    if block_k % 16 or block_k > 256:
+        raise ValueError(f"block_k must be a multiple of 16 up to 256 for the hopper kernel, "
+                         f"got {block_k}")
+    if d > MAX_HEAD_DIM:
+        raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the hopper kernel, "
+                         f"got d={d}")
+    cfg = HopperConfig(precision, int(warpgroups), block_k, ceil_div(d, 16) * 16,
+                       bool(negative_scale), bool(v_swap), pipeline)
+    check_launch(cfg.threads, cfg.shared_bytes, what="hopper kernel")
+    return cfg
+
+
+def check_capability(limits=None) -> None:
+    """RuntimeError unless the GPU (or `limits`, a `flashcourse.limits.DeviceLimits`) has
+    compute capability 9.0; the simulator cannot run wgmma either."""
+    if limits is not None:
+        cc, name = tuple(limits.compute_capability), limits.name
+    elif using_simulator():
+        raise RuntimeError(
+            "the hopper kernel runs wgmma (warpgroup tensor-core instructions), which "
+            "Numba's CUDA simulator cannot run: use kernel='tensor_core' on the simulator, "
+            "and notebook 12's numpy model of the layouts")
+    else:
+        from numba import cuda
+        dev = cuda.get_current_device()
+        cc, name = tuple(dev.compute_capability), dev.name
+    if cc != CAPABILITY:
+        raise RuntimeError(
+            f"the hopper kernel needs a GPU of compute capability 9.0 (wgmma, sm_90a: "
+            f"H100/H200); this GPU ({name}) has compute capability {cc[0]}.{cc[1]}: use "
+            f"kernel='tensor_core' (mma.sync, 8.0 and newer)")
+
+
+@lru_cache(maxsize=None)
+def make_hopper_kernel(precision: str, warpgroups: int, block_k: int, head_dim: int,
+                       negative_scale: bool = False, v_swap: bool = False,
+                       pipeline: str = "overlap"):
+    """(kernel, cfg) for one configuration, compiled on first use and cached."""
+    from .hopper_kernels import make_wgmma_kernel
+    cfg = plan(precision, head_dim, warpgroups, block_k, negative_scale, v_swap, pipeline)
+    return make_wgmma_kernel(cfg), cfg
+
+
+_SIG = []
+
+
+def signature():
+    if not _SIG:
+        from numba import float32, int32, types, uint32
+        w1 = types.Array(uint32, 1, "C")
+        _SIG.append((w1, w1, w1, types.Array(uint32, 3, "C"), types.Array(float32, 2, "C"),
+                     int32, int32, float32, int32, int32))
+    return _SIG[0]
+
+
+def resolve(precision: str, d: int, scale: float, warpgroups=None, block_k=None,
+            pipeline=None, v_swap=False) -> HopperConfig:
+    """The variant a call runs: the caller's choices, the rest from `default_tiles`."""
+    dw, dk, dp = default_tiles(d)
+    return plan(precision, d, dw if warpgroups is None else warpgroups,
+                dk if block_k is None else block_k, scale < 0, v_swap,
+                dp if pipeline is None else pipeline)
+
+
+def prepared(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: bool,
+             precision: str, warpgroups=None, block_k=None, pipeline=None, v_swap=False):
+    """(kernel, signature, grid, cfg, args) of one launch, compiled and checked: what `run`
+    launches (benchmarks time a bare launch of it)."""
+    check_capability()
+    cfg = resolve(precision, d, scale, warpgroups, block_k, pipeline, v_swap)
+    kern, cfg = make_hopper_kernel(cfg.precision, cfg.warpgroups, cfg.block_k, cfg.head_dim,
+                                   cfg.negative_scale, cfg.v_swap, cfg.pipeline)
+    sig = signature()
+    check_registers("hopper kernel", kern.compile(sig), cfg.threads)
+    args = (flat(qw), flat(kw), flat(vw), ow, lse, np.int32(tq), np.int32(tk),
+            np.float32(scale * LOG2E), np.int32(1 if causal else 0), np.int32(tk - tq))
+    return kern, sig, (ceil_div(tq, cfg.block_q), qw.shape[0]), cfg, args
+
+
+def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: bool,
+        precision: str, warpgroups: int | None = None, block_k: int | None = None,
+        pipeline: str | None = None, v_swap: bool = False) -> HopperConfig:
+    """Launch on prepared device arrays: (BH, T, D/2) uint32 words of two fp16/bf16 values,
+    D = d rounded up to a multiple of 16 (padding columns zero); lse (BH, Tq) float32."""
+    kern, sig, grid, cfg, args = prepared(qw, kw, vw, ow, lse, tq, tk, d, scale, causal,
+                                          precision, warpgroups, block_k, pipeline, v_swap)
+    launch(kern, sig, grid, cfg.threads, cfg.shared_bytes, args)
+    return cfg
+
+
+def resources(precision: str, d: int, warpgroups: int, block_k: int,
+              pipeline: str = "overlap") -> dict:
+    """Compile one variant on the GPU: registers, local bytes, shared bytes per block."""
+    cfg = plan(precision, d, warpgroups, block_k, pipeline=pipeline)
+    kern, cfg = make_hopper_kernel(precision, warpgroups, block_k, cfg.head_dim,
+                                   pipeline=pipeline)
+    ck = kern.compile(signature())
+    return {"regs": int(ck.regs_per_thread), "local_bytes": int(ck.local_mem_per_thread),
+            "shared_bytes": cfg.shared_bytes}
+
+
+def copy_plan(cfg: HopperConfig, tile: str) -> np.ndarray:
+    """A numpy model of the kernel's loaders (`hopper_kernels._Parts`): (copies, 4) int64
+    rows [thread, row, 16-byte chunk, shared byte offset inside the tile] of the `cp.async`
+    copies one block makes for tile "q" (Br rows), "k" or "v" (Bc rows). Copy e goes to
+    thread e mod threads; e's low 3 bits pick the row inside a core matrix, so 8 threads in
+    a row fill one core matrix's 128 contiguous bytes."""
+    if tile not in ("q", "k", "v"):
+        raise ValueError(f"tile must be 'q', 'k' or 'v', got {tile!r}")
+    rows = cfg.block_q if tile == "q" else cfg.block_k
+    ch = cfg.head_dim // 8
+    e = np.arange(rows * ch, dtype=np.int64)
+    ri, cc, rg = e % 8, (e // 8) % ch, e // (8 * ch)
+    r = rg * 8 + ri
+    off = (cc * cfg.block_k + r) * 16 if tile == "v" else ((rg * ch + cc) * 8 + ri) * 16
+    return np.stack([e % cfg.threads, r, cc, off], axis=1)
+
+
+def default_precision(dtype) -> str:
+    """fp16 for float16 input; bf16 for uint16 bf16 bit arrays and for float32 (bf16 keeps
+    float32's range; fp16 overflows above 65,504)."""
+    return "fp16" if np.dtype(dtype) == np.float16 else "bf16"
+
+
+def run_heads(x, out=None, precision: str | None = None, **tiles):
+    """The registry's entry: as `tensor_core.run_heads` (device arrays in and out, the
+    same conversions), on the wgmma kernel. float32 input defaults to bf16."""
+    from . import tensor_core
+    precision = default_precision(x.dtype) if precision is None else precision
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS} or None for the hopper "
+                         f"kernel, got {precision!r}")
+    check_capability()
+    return tensor_core.run_heads(x, out, precision, _run=run, **tiles)
+
+
+def launches(d: int, tq: int, tk: int, bh: int, limits):
+    """The launch `run` makes with the default tiles on a GPU with `limits`."""
+    from ..limits import Launch
+    check_capability(limits)
+    if d > MAX_HEAD_DIM:
+        raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the hopper kernel, "
+                         f"got d={d}")
+    wg, bk, pipe = default_tiles(d)
+    cfg = HopperConfig("fp16", wg, bk, ceil_div(d, 16) * 16, pipeline=pipe)
+    return (Launch(f"hopper kernel d={d}", (ceil_div(tq, cfg.block_q), bh), cfg.threads,
+                   cfg.shared_bytes, regs_per_thread=launch_bound_registers(cfg.threads, limits),
+                   config=f"Br={cfg.block_q} Bc={bk} warpgroups={wg} {pipe}"),)
+
+
+def launch_bound_registers(threads: int, limits) -> int:
+    """Registers per thread the compiler may use under the kernel's launch bound (threads,
+    1 block): the register file split over the block's warps, in 256-register units per warp
+    (384 threads: 168; 512: 128), at most 255."""
+    warps = ceil_div(threads, 32)
+    return min(255, limits.max_regs_per_block // warps // 256 * 256 // 32)

@@ -1,0 +1,418 @@
+"""hopper_kernels: the FlashAttention forward on Hopper's warpgroup tensor cores (wgmma).
+
+Version 1 ("wgmma"): the same maths and contract as the mma.sync forward's version 2
+(`tensor_core_kernels_async.py`, whose header explains the online softmax on
+accumulator fragments), with the two products moved from mma.sync to `wgmma.mma_async`
+(`wgmma.py`):
+
+    S = Q K_j^T    one warpgroup (4 warps, 128 threads) owns 64 query rows; per key block
+                   it issues d / 16 instructions m64n{Bc}k16 with BOTH operands read from
+                   shared memory through descriptors (SS). mma.sync needed 64 / 16 x Bc / 8
+                   x d / 16 warp instructions and an ldmatrix per two for the same tile.
+    O += P V_j     P stays in registers: the accumulator layout of S is, per warp, the
+                   m16n8 C layout, so two n8 tiles of S are one k16 A fragment, exactly as
+                   for mma.sync (`mma.p_as_a_operand`); Bc / 16 instructions m64n{d}k16
+                   with A from registers (RS) and V read MN-major (d contiguous, the
+                   descriptor's transpose bit set): no transposed copy of V.
+
+Shared memory (no swizzle; `wgmma_layouts` models it): every tile is stored as 8 x 8
+"core matrices" of 128 contiguous bytes (8 rows of 16 bytes). Q (Br x d) and K_j (Bc x d)
+are K-major: core (row group rg, column chunk cc) at byte rg (d 16) + cc 128, so the
+descriptor's leading byte offset (between core matrices along K) is 128 and its stride
+byte offset (along M or N) is 16 d; V_j (Bc x d) is MN-major: core (key group, column
+chunk cc) at cc (Bc 16) + key group 128. A 16-byte `cp.async` copies one row of one core
+matrix (8 consecutive values of one row of q, k or v), and a warp's 32 copies fill four
+whole core matrices: conflict-free writes, 64 contiguous bytes read per row. K_j, V_j are
+double-buffered: block j + 1 is in flight while block j computes, as in version 2.
+
+Asynchrony: each product is one commit group, waited for at once (`wait_group 0`) before
+its result is read, so within a warpgroup the softmax and the tensor cores take turns.
+Overlap comes from the other warpgroups of the block (Br = 64 x warpgroups), whose
+products run while this one does its softmax: FlashAttention-3's "ping-pong" schedule
+without the barriers that force the turns.
+
+Bytes moved: as the mma.sync kernel (Q once, K and V once per query block of Br rows).
+FLOPs: 4 Tq Tk d (half when causal). An H200's wgmma loop from Numba issued 907 TFLOP/s
+(../shared/TOOLCHAIN.md); the exponentials (Tq Tk of them, on the 16-per-clock special
+function units of each SM) cost about half the tensor-core time at d = 128 and as much at
+d = 64, which is why the softmax must overlap the products.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float32, uint32
+from numba import uint64 as U
+
+from ..constants import F0, F1, FULL_MASK, LN2_F, NEG_INF
+from . import wgmma
+from ._device import reset_state, visible_key_blocks
+from .mma import device_ops
+from .smem_ops import intrinsics as smem_intrinsics
+from .smem_ops import ops as smem_ops
+
+#: 16-byte units in a descriptor's 14-bit fields
+DESC_UNIT = 16
+#: kernel versions, side by side: "serial" (version 1) and "overlap" (version 2)
+PIPELINES = ("serial", "overlap")
+
+
+def _inl(fn):
+    return cuda.jit(device=True, forceinline=True)(fn)
+
+
+class _Parts:
+    """What both versions share for one configuration: sizes, descriptors, the wgmma
+    intrinsics and the device functions (inlined into the kernel)."""
+
+    def __init__(self, cfg):
+        kind = "f16" if cfg.precision == "fp16" else "bf16"
+        PACK = device_ops(False)["pack_fp16" if cfg.precision == "fp16" else "pack_bf16"]
+        so = smem_ops(False)
+        exp2 = so["ex2"]
+        self.COMMIT, self.WAIT = so["commit"], so["wait_all"]
+        self.NT, self.BR, self.BC, self.D = cfg.threads, cfg.block_q, cfg.block_k, cfg.head_dim
+        NT, BR, BC, D = self.NT, self.BR, self.BC, self.D
+        NEG = cfg.negative_scale
+        DW = D // 2                     # 32-bit words per row of q, k, v, o
+        CH = D // 8                     # 16-byte chunks per row (core-matrix columns)
+        self.KT = D // 16               # k16 steps of S = Q K^T
+        self.KP = BC // 16              # k16 steps of O += P V
+        NS = BC // 8                    # n8 tiles of S per warp
+        NO = D // 8                     # n8 tiles of O per warp
+        self.SREGS, self.OREGS = SREGS, OREGS = BC // 2, D // 2   # fp32 accumulators
+        self.PREGS = BC // 4            # P as A fragments: 4 words per k16 step
+        self.Q_OFF, self.K_OFF, self.V_OFF, self.BUF, _ = cfg.offsets()
+        lbo, sbo = cfg.kmajor_lbo_sbo()
+        self.DESC_KM = U((lbo // DESC_UNIT) << 16) | (U(sbo // DESC_UNIT) << U(32))
+        lbo, sbo = cfg.v_lbo_sbo()
+        self.DESC_V = U((lbo // DESC_UNIT) << 16) | (U(sbo // DESC_UNIT) << U(32))
+        self.KSTEP = U(256 // DESC_UNIT)  # 16 elements along K: two core matrices, 256 B
+        self.WG_Q = U(64 * D * 2)       # bytes of 64 rows of Q
+        self.MMA_S = wgmma.mma_ss(BC, kind)
+        self.MMA_O = wgmma.mma_rs(D, kind, 1)
+        self.FENCE_O = wgmma.tie(OREGS, wgmma.FENCE)
+        self.WAIT_S = wgmma.tie(SREGS, wgmma.WAIT0)
+        self.WAIT1_S = wgmma.tie(SREGS, wgmma.WAIT1)
+        self.WAIT_O = wgmma.tie(OREGS, wgmma.WAIT0)
+        self.PIN_P = wgmma.tie(self.PREGS, "", True)
+        self.FENCE = wgmma.bare(wgmma.FENCE)
+        self.WCOMMIT = wgmma.bare(wgmma.COMMIT)
+        self.PROXY = wgmma.bare(wgmma.PROXY_FENCE)
+        self.SADDR = wgmma.shared_address()
+        log2 = math.log2
+
+        ins = smem_intrinsics()
+        CPR = ins["cp_async16_raw"]
+        self.GADDR = ins["global_address"]
+        ROW_BYTES = 4 * DW
+
+        def kmajor_loader(ROWS):
+            LOADS = -(-(ROWS * CH) // NT)
+
+            @_inl
+            def load(saddr, gaddr, nvalid, tid):
+                # ROWS rows from global byte address gaddr (rows past nvalid as zeros) into
+                # K-major core matrices at shared byte address saddr: 8 threads fill one
+                for it in range(LOADS):
+                    e = tid + NT * it
+                    if NT * (it + 1) <= ROWS * CH or e < ROWS * CH:
+                        ri = e % 8
+                        cc = (e // 8) % CH
+                        rg = e // (8 * CH)
+                        r = rg * 8 + ri
+                        ok = r < nvalid
+                        CPR(saddr + U(((rg * CH + cc) * 8 + ri) * 16),
+                            gaddr + U((r if ok else 0) * ROW_BYTES + cc * 16), 16 if ok else 0)
+            return load
+
+        V_LOADS = -(-(BC * CH) // NT)
+
+        @_inl
+        def load_v(saddr, gaddr, nvalid, tid):
+            # V_j MN-major: chunk cc of key r at byte cc (Bc 16) + r 16
+            for it in range(V_LOADS):
+                e = tid + NT * it
+                if NT * (it + 1) <= BC * CH or e < BC * CH:
+                    ri = e % 8
+                    cc = (e // 8) % CH
+                    r = (e // (8 * CH)) * 8 + ri
+                    ok = r < nvalid
+                    CPR(saddr + U((cc * BC + r) * 16),
+                        gaddr + U((r if ok else 0) * ROW_BYTES + cc * 16), 16 if ok else 0)
+
+        @_inl
+        def scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, qsc, t):
+            # S (raw scores, this thread's fragments) -> P = exp2(S qsc - m) in place;
+            # the running max m, the rescale alpha and the row sums lp (log2 units)
+            if NEG:
+                for i in range(SREGS):
+                    s[i] = -s[i]
+            sc = qsc
+            if k0 + BC > tk or (causal != 0 and k0 + BC - 1 > wg_row0 + off):
+                for n in range(NS):
+                    for i in range(4):
+                        col = k0 + n * 8 + 2 * t + (i % 2)
+                        row = row0 + 8 * (i // 2)
+                        j = 4 * n + i
+                        if col >= tk or (causal != 0 and col > row + off):
+                            s[j] = NEG_INF
+                        else:
+                            s[j] = s[j] * qsc
+                sc = F1
+            for hf in range(2):
+                x = NEG_INF
+                for n in range(NS):
+                    x = max(x, max(s[4 * n + 2 * hf], s[4 * n + 2 * hf + 1]))
+                x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, 1))
+                x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, 2)) * sc
+                mn = max(m[hf], x)
+                mu = mn if mn != NEG_INF else F0    # a row with no visible key so far
+                alpha[hf] = exp2(m[hf] - mu)
+                m[hf] = mn
+                ps = F0
+                for n in range(NS):
+                    j = 4 * n + 2 * hf
+                    p = exp2(s[j] * sc - mu)
+                    s[j] = p
+                    ps += p
+                    p = exp2(s[j + 1] * sc - mu)
+                    s[j + 1] = p
+                    ps += p
+                lp[hf] = lp[hf] * alpha[hf] + ps
+
+        @_inl
+        def rescale_and_pack(acc, alpha, s, pa):
+            # O *= alpha per row; P -> 16-bit A fragments (two n8 tiles = one k16 step)
+            for hf in range(2):
+                for n in range(NO):
+                    acc[4 * n + 2 * hf] *= alpha[hf]
+                    acc[4 * n + 2 * hf + 1] *= alpha[hf]
+            for kp in range(BC // 16):
+                j0 = 8 * kp
+                pa[4 * kp] = PACK(s[j0], s[j0 + 1])
+                pa[4 * kp + 1] = PACK(s[j0 + 2], s[j0 + 3])
+                pa[4 * kp + 2] = PACK(s[j0 + 4], s[j0 + 5])
+                pa[4 * kp + 3] = PACK(s[j0 + 6], s[j0 + 7])
+
+        @_inl
+        def epilogue(acc, m, lp, o, lse, h, row0, t, tq):
+            for hf in range(2):
+                lt = lp[hf]
+                lt += cuda.shfl_xor_sync(FULL_MASK, lt, 1)
+                lt += cuda.shfl_xor_sync(FULL_MASK, lt, 2)
+                inv = F1 / lt if lt != F0 else F0
+                row = row0 + 8 * hf
+                if row < tq:
+                    for n in range(NO):
+                        ob = 4 * n + 2 * hf
+                        o[U(h), U(row), U(n * 4 + t)] = PACK(acc[ob] * inv, acc[ob + 1] * inv)
+                    if t == 0:
+                        lse[U(h), U(row)] = (m[hf] + log2(lt)) * LN2_F if lt != F0 else NEG_INF
+
+        self.load_q, self.load_k, self.load_v = kmajor_loader(BR), kmajor_loader(BC), load_v
+        self.scores_to_p, self.rescale_and_pack, self.epilogue = (scores_to_p,
+                                                                  rescale_and_pack, epilogue)
+
+
+def make_wgmma_kernel(cfg):
+    """The kernel of one `hopper.HopperConfig` (GPU only: wgmma has no simulator)."""
+    P = _Parts(cfg)
+    build = _serial if cfg.pipeline == "serial" else _overlap
+    kern = build(P)
+    kern.__name__ = kern.__qualname__ = (
+        f"hopper_{cfg.pipeline}_{cfg.precision}_wg{cfg.warpgroups}_k{P.BC}_d{P.D}"
+        + ("_neg" if cfg.negative_scale else ""))   # the name profilers show
+    return cuda.jit(kern, launch_bounds=(P.NT, 1))
+
+
+def _serial(P):
+    """Version 1: each product waited for at once; the warpgroups overlap one another."""
+    BR, BC, KT, KP = P.BR, P.BC, P.KT, P.KP
+    SREGS, OREGS, PREGS = P.SREGS, P.OREGS, P.PREGS
+    Q_OFF, K_OFF, V_OFF, BUF = P.Q_OFF, P.K_OFF, P.V_OFF, P.BUF
+    DESC_KM, DESC_V, KSTEP, WG_Q = P.DESC_KM, P.DESC_V, P.KSTEP, P.WG_Q
+    MMA_S, MMA_O, FENCE, FENCE_O, WCOMMIT = P.MMA_S, P.MMA_O, P.FENCE, P.FENCE_O, P.WCOMMIT
+    WAIT_S, WAIT_O, PIN_P, PROXY, SADDR = P.WAIT_S, P.WAIT_O, P.PIN_P, P.PROXY, P.SADDR
+    COMMIT, WAIT = P.COMMIT, P.WAIT
+    load_q, load_k, load_v, GADDR = P.load_q, P.load_k, P.load_v, P.GADDR
+    ROW_BYTES = 2 * P.D
+    scores_to_p, rescale_and_pack, epilogue = P.scores_to_p, P.rescale_and_pack, P.epilogue
+
+    def hopper_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
+        # q, k, v flat uint32 words (BH T D/2); o (BH, Tq, D/2) words; lse (BH, Tq)
+        sm = cuda.shared.array(0, uint32, alignment=16)
+        tid = cuda.threadIdx.x
+        wg = tid // 128
+        t = tid % 4
+        h = cuda.blockIdx.y
+        qb = cuda.blockIdx.x
+        if causal != 0:                # longest rows first: the short blocks fill the tail
+            qb = cuda.gridDim.x - 1 - qb
+        q0 = qb * BR
+        wg_row0 = q0 + 64 * wg
+        row0 = wg_row0 + 16 * ((tid // 32) % 4) + (tid % 32) // 4   # rows row0, row0 + 8
+        kbase = h * tk
+        base = U(SADDR(sm, 0))
+        qsc = -qscale if qscale < F0 else qscale
+        desc_q = ((base + U(4 * Q_OFF) + U(wg) * WG_Q) >> U(4)) | DESC_KM
+
+        gk = GADDR(k, 0) + U(kbase) * U(ROW_BYTES)   # byte address of this head's K row 0
+        gv = GADDR(v, 0) + U(kbase) * U(ROW_BYTES)
+        load_q(base + U(4 * Q_OFF), GADDR(q, 0) + U(h * tq + q0) * U(ROW_BYTES), tq - q0, tid)
+        n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
+        if n_kb > 0:
+            load_k(base + U(4 * K_OFF), gk, tk, tid)
+            load_v(base + U(4 * V_OFF), gv, tk, tid)
+        COMMIT()
+
+        acc = cuda.local.array(OREGS, float32)
+        s = cuda.local.array(SREGS, float32)
+        pa = cuda.local.array(PREGS, uint32)
+        m = cuda.local.array(2, float32)
+        lp = cuda.local.array(2, float32)
+        alpha = cuda.local.array(2, float32)
+        reset_state(acc, OREGS, m, lp, 2)
+
+        for jb in range(n_kb):
+            k0 = jb * BC
+            bo = (jb % 2) * BUF
+            WAIT()
+            PROXY()                    # this thread's copies -> visible to wgmma
+            cuda.syncthreads()         # everyone's copies landed; the other buffer free
+            if jb + 1 < n_kb:
+                nb = BUF - bo
+                g1 = U(k0 + BC) * U(ROW_BYTES)
+                load_k(base + U(4 * (nb + K_OFF)), gk + g1, tk - k0 - BC, tid)
+                load_v(base + U(4 * (nb + V_OFF)), gv + g1, tk - k0 - BC, tid)
+                COMMIT()
+
+            # S = Q K_j^T: d / 16 wgmma, A and B from shared memory
+            desc_k = ((base + U(4 * (bo + K_OFF))) >> U(4)) | DESC_KM
+            FENCE()
+            for kk in range(KT):
+                MMA_S(s, desc_q + U(kk) * KSTEP, desc_k + U(kk) * KSTEP, 1 if kk > 0 else 0)
+            WCOMMIT()
+            WAIT_S(s)
+            scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, qsc, t)
+            rescale_and_pack(acc, alpha, s, pa)
+
+            # O += P V_j: Bc / 16 wgmma, P from registers, V MN-major from shared memory
+            desc_v = ((base + U(4 * (bo + V_OFF))) >> U(4)) | DESC_V
+            PIN_P(pa)
+            FENCE_O(acc)
+            for kp in range(KP):
+                MMA_O(acc, pa[4 * kp], pa[4 * kp + 1], pa[4 * kp + 2], pa[4 * kp + 3],
+                      desc_v + U(kp) * KSTEP, 1)
+            WCOMMIT()
+            WAIT_O(acc)
+            PIN_P(pa)
+
+        epilogue(acc, m, lp, o, lse, h, row0, t, tq)
+
+    return hopper_forward
+
+
+def _overlap(P):
+    """Version 2: the softmax of key block j runs while the tensor cores compute
+    O += P_{j-1} V_{j-1} (FlashAttention-3's intra-warpgroup overlap): per iteration,
+    issue S_j = Q K_j^T, issue P_{j-1} V_{j-1}, wait for S_j only (wait_group 1), softmax,
+    then wait for the product and rescale O. K runs one block ahead of V: at the top of
+    iteration j, K_j and V_{j-1} are in shared memory and K_{j+1}, V_j are fetched."""
+    BR, BC, KT, KP = P.BR, P.BC, P.KT, P.KP
+    SREGS, OREGS, PREGS = P.SREGS, P.OREGS, P.PREGS
+    Q_OFF, K_OFF, V_OFF, BUF = P.Q_OFF, P.K_OFF, P.V_OFF, P.BUF
+    DESC_KM, DESC_V, KSTEP, WG_Q = P.DESC_KM, P.DESC_V, P.KSTEP, P.WG_Q
+    MMA_S, MMA_O, FENCE_O, WCOMMIT = P.MMA_S, P.MMA_O, P.FENCE_O, P.WCOMMIT
+    WAIT_S, WAIT1_S, WAIT_O, PIN_P, PROXY, SADDR = (P.WAIT_S, P.WAIT1_S, P.WAIT_O, P.PIN_P,
+                                                    P.PROXY, P.SADDR)
+    COMMIT, WAIT = P.COMMIT, P.WAIT
+    load_q, load_k, load_v, GADDR = P.load_q, P.load_k, P.load_v, P.GADDR
+    ROW_BYTES = 2 * P.D
+    scores_to_p, rescale_and_pack, epilogue = P.scores_to_p, P.rescale_and_pack, P.epilogue
+
+    def hopper_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
+        sm = cuda.shared.array(0, uint32, alignment=16)
+        tid = cuda.threadIdx.x
+        wg = tid // 128
+        t = tid % 4
+        h = cuda.blockIdx.y
+        qb = cuda.blockIdx.x
+        if causal != 0:                # longest rows first: the short blocks fill the tail
+            qb = cuda.gridDim.x - 1 - qb
+        q0 = qb * BR
+        wg_row0 = q0 + 64 * wg
+        row0 = wg_row0 + 16 * ((tid // 32) % 4) + (tid % 32) // 4
+        kbase = h * tk
+        base = U(SADDR(sm, 0))
+        qsc = -qscale if qscale < F0 else qscale
+        desc_q = ((base + U(4 * Q_OFF) + U(wg) * WG_Q) >> U(4)) | DESC_KM
+
+        gk = GADDR(k, 0) + U(kbase) * U(ROW_BYTES)
+        gv = GADDR(v, 0) + U(kbase) * U(ROW_BYTES)
+        load_q(base + U(4 * Q_OFF), GADDR(q, 0) + U(h * tq + q0) * U(ROW_BYTES), tq - q0, tid)
+        n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
+        if n_kb > 0:
+            load_k(base + U(4 * K_OFF), gk, tk, tid)
+        COMMIT()
+
+        acc = cuda.local.array(OREGS, float32)
+        s = cuda.local.array(SREGS, float32)
+        pa = cuda.local.array(PREGS, uint32)
+        m = cuda.local.array(2, float32)
+        lp = cuda.local.array(2, float32)
+        alpha = cuda.local.array(2, float32)
+        reset_state(acc, OREGS, m, lp, 2)
+        for i in range(PREGS):
+            pa[i] = 0
+
+        for jb in range(n_kb):
+            k0 = jb * BC
+            WAIT()
+            PROXY()
+            cuda.syncthreads()         # K_j, V_{j-1} landed; S_{j-1}, PV_{j-2} done
+            kb = (jb % 2) * BUF        # K_j's buffer; V_j goes to the same buffer's V
+            if jb + 1 < n_kb:
+                load_k(base + U(4 * (BUF - kb + K_OFF)), gk + U(k0 + BC) * U(ROW_BYTES),
+                       tk - k0 - BC, tid)
+            load_v(base + U(4 * (kb + V_OFF)), gv + U(k0) * U(ROW_BYTES), tk - k0, tid)
+            COMMIT()
+
+            desc_k = ((base + U(4 * (kb + K_OFF))) >> U(4)) | DESC_KM
+            PIN_P(pa)
+            FENCE_O(acc)
+            for kk in range(KT):
+                MMA_S(s, desc_q + U(kk) * KSTEP, desc_k + U(kk) * KSTEP, 1 if kk > 0 else 0)
+            WCOMMIT()
+            if jb > 0:                 # P_{j-1} V_{j-1}, in flight during the softmax
+                desc_v = ((base + U(4 * (BUF - kb + V_OFF))) >> U(4)) | DESC_V
+                for kp in range(KP):
+                    MMA_O(acc, pa[4 * kp], pa[4 * kp + 1], pa[4 * kp + 2], pa[4 * kp + 3],
+                          desc_v + U(kp) * KSTEP, 1)
+                WCOMMIT()
+                WAIT1_S(s)
+            else:
+                WAIT_S(s)
+            scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, qsc, t)
+            WAIT_O(acc)
+            PIN_P(pa)
+            rescale_and_pack(acc, alpha, s, pa)
+
+        if n_kb > 0:                   # the last P V
+            WAIT()
+            PROXY()
+            cuda.syncthreads()
+            desc_v = ((base + U(4 * (((n_kb - 1) % 2) * BUF + V_OFF))) >> U(4)) | DESC_V
+            PIN_P(pa)
+            FENCE_O(acc)
+            for kp in range(KP):
+                MMA_O(acc, pa[4 * kp], pa[4 * kp + 1], pa[4 * kp + 2], pa[4 * kp + 3],
+                      desc_v + U(kp) * KSTEP, 1)
+            WCOMMIT()
+            WAIT_O(acc)
+            PIN_P(pa)
+
+        epilogue(acc, m, lp, o, lse, h, row0, t, tq)
+
+    return hopper_forward

@@ -1,0 +1,218 @@
+"""wgmma: Hopper's warpgroup tensor-core instructions from Numba (inline PTX, GPU only).
+
+`wgmma.mma_async` (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate";
+sm_90a, compute capability 9.0) is issued by a *warpgroup*: four consecutive warps, 128
+threads, together. One instruction computes D (64 x N, fp32) = A (64 x 16) B (16 x N) + D
+for N up to 256 in steps of 8. B always comes from shared memory through a 64-bit matrix
+descriptor (`wgmma_layouts.descriptor` is its numpy model); A comes from shared memory
+too ("SS") or from registers ("RS": each warp holds 16 rows of A in the m16n8k16 A
+fragment layout of `mma.py`). The accumulator is spread like mma.sync's: warp w of the
+warpgroup holds rows 16 w .. 16 w + 15, and per 8 columns the m16n8 C layout, so thread
+(g, t) of warp w holds d[4 j + i] = D[16 w + g + 8 (i // 2), 8 j + 2 t + i % 2].
+
+The instruction is asynchronous: it returns before the product is done. The rules (PTX
+ISA, "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group"):
+
+    wgmma.fence.sync.aligned       before the first wgmma that reads registers (the
+                                   accumulator or an A fragment) written by other
+                                   instructions since the last fence
+    wgmma.commit_group.sync.aligned  closes a group of issued wgmma
+    wgmma.wait_group.sync.aligned N  waits until at most N groups are in flight: only
+                                   then may the accumulator registers be read
+    fence.proxy.async.shared::cta  after threads write shared memory that wgmma (the
+                                   "async proxy") will read
+
+LLVM knows none of this: to it an inline-asm output is ready when the asm returns. So
+every intrinsic here takes a thread's accumulator as a LOCAL ARRAY and passes all of it
+through the asm statement as tied in/out operands (`tie`), as CUTLASS's
+`warpgroup_fence_operand` does: the fence and the wait then carry a data dependence on
+each accumulator register, and the compiler cannot move an accumulator read above the
+wait, or a write below the fence. Local arrays indexed with constants (after unrolling)
+live in registers.
+
+    mma_ss(n, kind)(acc, desc_a, desc_b, scale_d)     acc[0 : n / 2] (+)= A B, both from
+                                                      shared memory, both K-major
+    mma_rs(n, kind, tnsp_b)(acc, a0, a1, a2, a3, desc_b, scale_d)
+                                                      A from registers (4 words of two
+                                                      16-bit values); tnsp_b = 1: B is
+                                                      stored MN-major (N contiguous)
+    tie(n, ptx)(acc)                                  `ptx` with acc[0 : n] tied through
+                                                      it ("" pins the values: no code)
+    fence(), commit(), wait0()                        wgmma.fence / commit / wait_group 0
+                                                      with no operands
+    proxy_fence()                                     fence.proxy.async.shared::cta
+    shared_address(ary, idx)                          the 32-bit shared-memory address of
+                                                      ary[idx] (for descriptors)
+
+scale_d = 0 ignores the accumulator's old value (D = A B): the first product of a tile
+needs no zeroing. kind: "f16" or "bf16" inputs, fp32 accumulation. Recipe checked on an
+H200 in ../shared/TOOLCHAIN.md; the simulator cannot run any of this (no warpgroups, no
+descriptors): the Hopper kernel refuses to run there (`hopper.check_capability`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+KINDS = ("f16", "bf16")
+
+
+def _tools():
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.cuda.extending import intrinsic
+    return ir, types, cgutils, intrinsic
+
+
+def _elements(context, builder, aryty, ary, n):
+    """Pointers to elements 0..n-1 of a local array (constant offsets: registers)."""
+    ir, _, cgutils, _ = _tools()
+    arr = context.make_array(aryty)(context, builder, ary)
+    return [cgutils.gep_inbounds(builder, arr.data, i) for i in range(n)]
+
+
+def _tied_asm(builder, ptrs, ptx, cons_in, args_in, elty):
+    """asm with the values behind `ptrs` as outputs $0..$n-1, inputs `args_in` next, then
+    the old values tied to the outputs; stores the outputs back."""
+    ir = _tools()[0]
+    n = len(ptrs)
+    vals = [builder.load(p) for p in ptrs]
+    cons = ",".join(["=" + elty[1]] * n + cons_in + [str(i) for i in range(n)] + ["~{memory}"])
+    fnty = ir.FunctionType(ir.LiteralStructType([elty[0]] * n) if n > 1 else elty[0],
+                           [a.type for a in args_in] + [elty[0]] * n)
+    r = builder.asm(fnty, ptx, cons, list(args_in) + vals, side_effect=True)
+    for i, p in enumerate(ptrs):
+        builder.store(builder.extract_value(r, i) if n > 1 else r, p)
+
+
+def _regs(first: int, n: int) -> str:
+    return ", ".join(f"${i}" for i in range(first, first + n))
+
+
+def _check(n: int, kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if not (8 <= n <= 256 and n % 8 == 0):
+        raise ValueError(f"wgmma N must be a multiple of 8 in 8..256, got {n}")
+
+
+@lru_cache(maxsize=None)
+def mma_ss(n: int, kind: str = "f16"):
+    """acc (n / 2 fp32 per thread) (+)= A (64 x 16, shared) B (16 x n, shared), K-major."""
+    _check(n, kind)
+    ir, types, _, intrinsic = _tools()
+    na = n // 2
+    ptx = ("{\n.reg .pred p;\nsetp.ne.b32 p, $%d, 0;\n"
+           "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, $%d, $%d, p, 1, 1, 0, 0;\n}"
+           % (na + 2, n, kind, kind, _regs(0, na), na, na + 1))
+
+    @intrinsic
+    def mma(typingctx, acc, desc_a, desc_b, scale_d):
+        sig = types.void(acc, desc_a, desc_b, scale_d)
+
+        def codegen(context, builder, signature, args):
+            aty, dat, dbt, sdt = signature.args
+            ptrs = _elements(context, builder, aty, args[0], na)
+            da = context.cast(builder, args[1], dat, types.uint64)
+            db = context.cast(builder, args[2], dbt, types.uint64)
+            sd = context.cast(builder, args[3], sdt, types.int32)
+            _tied_asm(builder, ptrs, ptx, ["l", "l", "r"], [da, db, sd],
+                      (ir.FloatType(), "f"))
+            return context.get_dummy_value()
+        return sig, codegen
+    return mma
+
+
+@lru_cache(maxsize=None)
+def mma_rs(n: int, kind: str = "f16", tnsp_b: int = 1):
+    """acc (+)= A (64 x 16, registers: a0..a3 per thread) B (16 x n, shared); tnsp_b = 1
+    when B is stored MN-major (n contiguous), 0 when K-major."""
+    _check(n, kind)
+    ir, types, _, intrinsic = _tools()
+    na = n // 2
+    ptx = ("{\n.reg .pred p;\nsetp.ne.b32 p, $%d, 0;\n"
+           "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, {%s}, $%d, p, 1, 1, %d;\n}"
+           % (na + 5, n, kind, kind, _regs(0, na), _regs(na, 4), na + 4, int(tnsp_b)))
+
+    @intrinsic
+    def mma(typingctx, acc, a0, a1, a2, a3, desc_b, scale_d):
+        sig = types.void(acc, a0, a1, a2, a3, desc_b, scale_d)
+
+        def codegen(context, builder, signature, args):
+            sg = signature.args
+            ptrs = _elements(context, builder, sg[0], args[0], na)
+            a = [context.cast(builder, args[i], sg[i], types.uint32) for i in range(1, 5)]
+            db = context.cast(builder, args[5], sg[5], types.uint64)
+            sd = context.cast(builder, args[6], sg[6], types.int32)
+            _tied_asm(builder, ptrs, ptx, ["r"] * 4 + ["l", "r"], a + [db, sd],
+                      (ir.FloatType(), "f"))
+            return context.get_dummy_value()
+        return sig, codegen
+    return mma
+
+
+@lru_cache(maxsize=None)
+def tie(n: int, ptx: str = "", word: bool = False):
+    """`ptx` (e.g. the wait) with elements 0..n-1 of a local array tied through it:
+    float32 elements, or uint32 with word=True."""
+    ir, types, _, intrinsic = _tools()
+    elty = (ir.IntType(32), "r") if word else (ir.FloatType(), "f")
+
+    @intrinsic
+    def tied(typingctx, acc):
+        sig = types.void(acc)
+
+        def codegen(context, builder, signature, args):
+            ptrs = _elements(context, builder, signature.args[0], args[0], n)
+            _tied_asm(builder, ptrs, ptx, [], [], elty)
+            return context.get_dummy_value()
+        return sig, codegen
+    return tied
+
+
+FENCE = "wgmma.fence.sync.aligned;"
+COMMIT = "wgmma.commit_group.sync.aligned;"
+WAIT0 = "wgmma.wait_group.sync.aligned 0;"
+WAIT1 = "wgmma.wait_group.sync.aligned 1;"
+PROXY_FENCE = "fence.proxy.async.shared::cta;"
+
+
+@lru_cache(maxsize=None)
+def bare(ptx: str):
+    """An intrinsic that emits `ptx` alone (side effect, memory clobber)."""
+    ir, types, _, intrinsic = _tools()
+
+    @intrinsic
+    def op(typingctx):
+        sig = types.void()
+
+        def codegen(context, builder, signature, args):
+            builder.asm(ir.FunctionType(ir.VoidType(), []), ptx, "~{memory}", [],
+                        side_effect=True)
+            return context.get_dummy_value()
+        return sig, codegen
+    return op
+
+
+@lru_cache(maxsize=None)
+def shared_address():
+    """shared_address(ary, idx) -> uint32: the shared-memory address of ary[idx]."""
+    ir, types, cgutils, intrinsic = _tools()
+
+    @intrinsic
+    def addr(typingctx, ary, idx):
+        sig = types.uint32(ary, idx)
+
+        def codegen(context, builder, signature, args):
+            aty, ity = signature.args
+            arr = context.make_array(aty)(context, builder, args[0])
+            i = context.cast(builder, args[1], ity, types.intp)
+            ptr = cgutils.get_item_pointer(context, builder, aty, arr, [i], wraparound=False)
+            l64 = ir.IntType(64)
+            p64 = builder.ptrtoint(ptr, l64)
+            s64 = builder.asm(ir.FunctionType(l64, [l64]), "cvta.to.shared.u64 $0, $1;",
+                              "=l,l", [p64], side_effect=False)
+            return builder.trunc(s64, ir.IntType(32))
+        return sig, codegen
+    return addr
