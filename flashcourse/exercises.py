@@ -592,6 +592,53 @@ def descriptors_12() -> Exercise:
          "conflict_64": conflict}, working, rtol=1e-9, diagnoses=diagnoses)
 
 
+#: exercise 2 of notebook 12: the Hopper kernel's V_j tile (MN-major, no swizzle)
+V_LAYOUT_12 = {"keys": 64, "d": 128, "key": 13, "col": 37, "kp": 3}
+
+
+def v_layout_12() -> Exercise:
+    from .cuda import hopper
+    from .cuda import wgmma_layouts as W
+    e = V_LAYOUT_12
+    cfg = hopper.HopperConfig("fp16", 3, e["keys"], e["d"])
+    lbo, sbo = cfg.v_lbo_sbo()
+    offset = int(W.interleaved_mnmajor(e["key"], e["col"], e["keys"]))
+    kstep = 16 * 16                     # 16 keys of one k16 step, 16 bytes each
+    start = e["kp"] * kstep
+    row_major = (e["key"] * e["d"] + e["col"]) * 2
+    working = (f"V_j is stored MN-major in core matrices of 8 keys x 8 columns (16 B per key):\n"
+               f"  column chunk {e['col']} // 8 = {e['col'] // 8} starts at "
+               f"{e['col'] // 8} x (16 B x {e['keys']} keys) = {e['col'] // 8 * 16 * e['keys']}\n"
+               f"  key {e['key']}: + {e['key']} x 16 = {e['key'] * 16}; column {e['col']} % 8 = "
+               f"{e['col'] % 8}: + {e['col'] % 8} x 2 -> byte {offset}\n"
+               f"LBO (next 8 keys, along K of P V) = 8 x 16 = {lbo} B; SBO (next 8 columns, "
+               f"along N) = 16 x {e['keys']} = {sbo} B\n"
+               f"k16 step kp = {e['kp']}: keys {16 * e['kp']}.. start {e['kp']} x 16 keys x 16 B "
+               f"= {start} B into the tile")
+    diagnoses = {
+        "offset": [(lambda y: _same_number(y, row_major, 1e-9),
+                    "that is row-major (key x d + col) x 2; the kernel stores each 8-column "
+                    "chunk of all keys together"),
+                   (lambda y: _same_number(y, int(W.interleaved_kmajor(e["key"], e["col"],
+                                                                        e["d"])), 1e-9),
+                    "that is the K-major layout of Q and K; V is MN-major")],
+        "lbo_bytes": [(lambda y: _same_number(y, sbo, 1e-9),
+                       "that is SBO: LBO steps along K (the keys), 8 keys of 16 bytes")],
+        "sbo_bytes": [(lambda y: _same_number(y, lbo, 1e-9),
+                       "that is LBO; SBO steps along N (columns of d): 8 columns further is "
+                       "a whole chunk of all the keys")],
+        "start_bytes": [(lambda y: _same_number(y, e["kp"] * 32, 1e-9),
+                         "32 bytes is 16 values along one K-major row; here K runs over keys, "
+                         "and each key is a 16-byte row of a core matrix")],
+    }
+    return Exercise(
+        f"The Hopper kernel's V_j ({e['keys']} keys x d = {e['d']} fp16, MN-major, no "
+        f"swizzle): the byte offset of V[{e['key']}, {e['col']}], the descriptor's LBO and "
+        f"SBO, and where the k16 step kp = {e['kp']} starts",
+        {"offset": offset, "lbo_bytes": lbo, "sbo_bytes": sbo, "start_bytes": start},
+        working, rtol=1e-9, diagnoses=diagnoses)
+
+
 EXERCISES = {
     "03-second-tile": second_tile,
     "03-causal-skips": causal_skips,
@@ -602,6 +649,7 @@ EXERCISES = {
     "09-saved-bytes": saved_bytes_09,
     "10-tc-backward": tc_backward_10,
     "12-descriptors": descriptors_12,
+    "12-v-layout": v_layout_12,
 }
 
 

@@ -47,7 +47,8 @@ def _cuda_backward(name):
     return run
 
 
-FORWARDS = {**cpu_forwards(4, 3), **{f"cuda-{name}": _cuda_forward(name) for name in FORWARD}}
+FORWARDS = {**cpu_forwards(4, 3), **{f"cuda-{name}": _cuda_forward(name)
+                                     for name, k in FORWARD.items() if k.simulator}}
 BACKWARDS = {
     "tiled": lambda *a, **kw: tiled.backward(*a, block_q=4, block_k=3, **kw),
     **{f"cuda-{name}": _cuda_backward(name) for name in BACKWARD},

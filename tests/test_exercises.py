@@ -155,7 +155,7 @@ def test_tc_backward_10():
                                       ("08_measured_traffic", ["08-dram-flash"]),
                                       ("09_backward_recompute", ["09-saved-bytes"]),
                                       ("10_tensor_cores", ["10-tc-backward"]),
-                                      ("12_hopper_wgmma", ["12-descriptors"])])
+                                      ("12_hopper_wgmma", ["12-descriptors", "12-v-layout"])])
 def test_notebooks_ask_for_predictions_without_printing_answers(nb, names):
     cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
     code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
@@ -216,3 +216,17 @@ def test_descriptors_12():
                                              "offset": ans["offset"] + E.WGMMA_12["start"]})
     assert not ok and "encoded field" in lines[1] and "inside the tile" in lines[2]
     assert "2 bank groups" in lines[3]
+
+
+def test_v_layout_12():
+    """Right answers from the kernel's own configuration and layout model; each slip named."""
+    ans = E.get("12-v-layout").answer
+    e = E.V_LAYOUT_12
+    assert (ans["lbo_bytes"], ans["sbo_bytes"]) == (128, 16 * e["keys"])
+    assert ans["start_bytes"] == 256 * e["kp"]
+    assert E.grade("12-v-layout", **ans)[0]
+    ok, lines = E.grade("12-v-layout", offset=(e["key"] * e["d"] + e["col"]) * 2,
+                        lbo_bytes=ans["sbo_bytes"], sbo_bytes=ans["lbo_bytes"],
+                        start_bytes=32 * e["kp"])
+    assert not ok and "row-major" in lines[0] and "that is SBO" in lines[1]
+    assert "that is LBO" in lines[2] and "32 bytes" in lines[3]

@@ -27,6 +27,7 @@ def test_the_kernel_is_registered_once_with_its_options():
     k = FORWARD["hopper"]
     assert set(k.options) == {"precision", "warpgroups", "block_k", "pipeline"}
     assert np.float16 in k.dtypes and np.uint16 in k.dtypes
+    assert [n for n, spec in FORWARD.items() if not spec.simulator] == ["hopper"]
 
 
 def test_the_simulator_is_refused_naming_what_it_cannot_run():

@@ -50,6 +50,8 @@ FLOAT64_ADVICE = ("use flashcourse.tiled.forward or flashcourse.cpu.forward with
 
 #: Names of the registered forward kernels (`registry.FORWARD`), in registration order.
 KERNELS = tuple(FORWARD)
+#: The forward kernels that run on Numba's simulator too (all but the Hopper-only "hopper").
+SIM_KERNELS = tuple(name for name, spec in FORWARD.items() if spec.simulator)
 #: Forward kernels whose device-array calls take the cached fast path (`host_plans`).
 PLANNED_KERNELS = ("flash", "tensor_core", "hopper", "decode")
 #: backward kernels whose device-array calls replay a cached plan (`host_plans`)
@@ -238,7 +240,8 @@ def extra_device_bytes(kernel: str, bh: int, tq: int, tk: int, d: int = 0) -> in
     return get("forward", kernel).extra_bytes(bh, tq, tk, d)
 
 
-__all__ = ["forward", "backward", "decode", "capture", "KERNELS", "extra_device_bytes"]
+__all__ = ["forward", "backward", "decode", "capture", "KERNELS", "SIM_KERNELS",
+           "extra_device_bytes"]
 
 
 @serialised

@@ -34,6 +34,9 @@ dicts; nothing else lists the kernels. One entry says everything a caller needs:
                  RuntimeError naming the compute capability a kernel needs (tensor_core
                  below 8.0) or ValueError for a head dim it does not support.
                  tests/test_gpu_presets.py checks every kernel on every preset.
+    simulator    False for a kernel built from instructions Numba's CUDA simulator cannot
+                 run (hopper: wgmma); its `run` refuses there with a RuntimeError, and the
+                 tests that run every kernel on the simulator leave it out
 
 To add a kernel: write its module beside the others (header comment: the idea, the
 bytes it moves, the expected cost), then one `register(Kernel(...))` line below.
@@ -75,6 +78,7 @@ class Kernel:
     convert_to: object = np.float32
     launches: Callable = _no_launches
     compute: Callable = _float32_compute
+    simulator: bool = True
 
     def check_options(self, options: dict) -> dict:
         """The options that were given (not None); ValueError for one it does not take."""
@@ -247,7 +251,7 @@ register(Kernel("hopper", "forward", _run_hopper,
                 description="FlashAttention on Hopper's warpgroup tensor cores (wgmma, "
                             "compute capability 9.0 only): fp16/bf16",
                 dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
-                launches=_launches("hopper")))
+                launches=_launches("hopper"), simulator=False))
 register(Kernel("simple", "backward", _backward_runner("simple"), (), _delta_bytes,
                 description="one thread per row, two launches, no shared memory (d <= 256)",
                 launches=_launches("backward_kernels", kernel="simple")))

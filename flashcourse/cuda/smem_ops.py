@@ -33,6 +33,10 @@ calls the same names on a GPU and under Numba's simulator (`ops(simulator)`):
                                     index cost ~30 instructions of stride arithmetic per
                                     copy; nbytes 0: zeros), asynchronous
     commit(), wait_all()            cp.async.commit_group / wait_group 0
+    cp_async16_raw(saddr, gaddr, n) (intrinsics() only) the same copy from a 32-bit shared
+                                    and a 64-bit global byte address computed by the
+                                    caller; global_address(g, i): the byte address of g[i]
+                                    (the Hopper kernel forms its addresses once per tile)
     red_add(g, gidx, x)             red.global.add.f32: g[gidx] += x, atomically, for a
                                     1-D float32 array and an unsigned index (Numba's
                                     cuda.atomic.add casts every index to a signed one and

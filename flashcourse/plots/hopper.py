@@ -1,8 +1,15 @@
-"""Pictures for the Hopper path (wgmma): swizzled shared-memory layouts.
+"""Pictures and tables for the Hopper path (wgmma): swizzled shared-memory layouts, the
+course's kernel layout, and its recorded measurements.
 
     plot_swizzle(swizzle, chunk)   one atom of 8 rows, each 16-byte chunk coloured by the
                                    bank group it lands in, without and with the swizzle;
                                    the 8 chunks that one column read touches outlined
+    plot_kernel_layout(rows, d, keys)  where the course's kernel puts each 16-byte chunk of
+                                   a K-major tile (Q, K_j) and of the MN-major V_j: the
+                                   byte offset's 128-byte core matrix, drawn over the tile
+    variant_rows(doc)              (d, warpgroups, Bc, serial, overlap TFLOP/s, registers)
+    bench_rows(doc)                the public call beside PyTorch flash, cuDNN, mma.sync
+    plot_bench(doc)                those TFLOP/s as grouped bars, the fp16 peak drawn
 
 The layouts come from the numpy model `flashcourse.cuda.wgmma_layouts`.
 """
@@ -63,4 +70,93 @@ def plot_swizzle(swizzle: int = 128, chunk: int = 2):
                "groups)" if n_swz == 1 else f"{swizzle}-byte swizzle: {n_swz}-way", cmap)
     fig.suptitle(f"One {W.ATOM_ROWS} x {swizzle}-byte atom; each cell: the bank group "
                  "(of 8) its 16 bytes land in", fontsize=10.5)
+    return fig
+
+
+def plot_kernel_layout(rows: int = 16, d: int = 32, keys: int = 16):
+    """Two tiles as the Hopper kernel stores them (no swizzle): a K-major tile of `rows` x d
+    (Q or K_j) and V_j of `keys` x d, MN-major. Each cell is one 16-byte chunk (8 values of
+    one row); its number is the 128-byte core matrix it lands in (offset // 128), so the
+    8 rows x 16 bytes of each core matrix are contiguous."""
+    for name, v in (("rows", rows), ("d", d), ("keys", keys)):
+        if v <= 0 or v % 8:
+            raise ValueError(f"{name} must be a positive multiple of 8, got {v}")
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 4.2), layout="constrained")
+    cmap = plt.get_cmap("tab20")
+    for ax, (n, title, off) in zip(axes, (
+            (rows, f"Q or K_j, K-major ({rows} x {d}): LBO 128 B, SBO {16 * d} B",
+             lambda r, c: W.interleaved_kmajor(r, 8 * c, d)),
+            (keys, f"V_j, MN-major ({keys} x {d}): LBO 128 B, SBO {16 * keys} B",
+             lambda r, c: W.interleaved_mnmajor(r, 8 * c, keys)))):
+        r, c = np.meshgrid(np.arange(n), np.arange(d // 8), indexing="ij")
+        core = off(r, c) // 128
+        ax.imshow(core % 20, cmap=cmap, aspect="auto", vmin=0, vmax=19)
+        for (i, j), val in np.ndenumerate(core):
+            ax.text(j, i, str(int(val)), ha="center", va="center", fontsize=FONT)
+        ax.set_xticks(range(d // 8), [f"{8 * j}-{8 * j + 7}" for j in range(d // 8)])
+        ax.set_xlabel("columns of d (one 16-byte chunk each)")
+        ax.set_ylabel("row (query or key)")
+        ax.tick_params(labelsize=FONT)
+        ax.set_title(title, fontsize=10)
+    fig.suptitle("The course's Hopper kernel: each cell a 16-byte copy, its number the core "
+                 "matrix (128 contiguous bytes) it lands in", fontsize=10.5)
+    return fig
+
+
+def variant_rows(doc: dict) -> list[list]:
+    """Rows (d, warpgroups, Br, Bc, version 1 serial TFLOP/s, version 2 overlap TFLOP/s,
+    registers serial / overlap) from the recorded run's bare-kernel variants."""
+    by = {}
+    for v in doc.get("variants", []):
+        by.setdefault((v["d"], v["warpgroups"], v["block_k"]), {})[v["pipeline"]] = v
+    out = []
+    for (d, wg, bk), pv in sorted(by.items()):
+        s, o = pv.get("serial"), pv.get("overlap")
+        out.append([d, wg, 64 * wg, bk, round(s["tflops"], 1) if s else "-",
+                    round(o["tflops"], 1) if o else "-",
+                    f"{s['regs'] if s else '-'} / {o['regs'] if o else '-'}"
+                    + (f" (+{o['local_bytes']} B spilled)" if o and o["local_bytes"] else "")])
+    return out
+
+
+def bench_rows(doc: dict) -> list[list]:
+    """Rows (d, causal, N, hopper fp16, hopper bf16, course mma.sync fp16, PyTorch flash
+    fp16, cuDNN fp16, hopper / flash fp16, hopper / flash bf16, hopper / cuDNN) TFLOP/s."""
+    out = []
+    for r in sorted(doc.get("bench", []), key=lambda r: (r["d"], r["causal"], r["n"])):
+        out.append([r["d"], "on" if r["causal"] else "off", r["n"],
+                    round(r["hopper_fp16_tflops"], 1), round(r["hopper_bf16_tflops"], 1),
+                    round(r["tensor_core_fp16_tflops"], 1),
+                    round(r["torch_flash_fp16_tflops"], 1), round(r["cudnn_fp16_tflops"], 1),
+                    round(r["fp16_ratio"], 2), round(r["bf16_ratio"], 2),
+                    round(r["fp16_vs_cudnn"], 2)])
+    return out
+
+
+def plot_bench(doc: dict, peak_flops: float | None = None):
+    """Grouped bars per (d, causal, N): the course's Hopper kernel, its mma.sync kernel,
+    PyTorch flash (FlashAttention-2) and cuDNN, fp16, TFLOP/s; a dashed line at the peak."""
+    rows = bench_rows(doc)
+    if not rows:
+        raise ValueError("the recorded run has no bench rows to plot")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(10.5, 4.2), layout="constrained")
+    series = (("course hopper (wgmma)", 3), ("course tensor_core (mma.sync)", 5),
+              ("PyTorch flash (FA2)", 6), ("cuDNN", 7))
+    x = np.arange(len(rows))
+    width = 0.2
+    for i, (label, col) in enumerate(series):
+        ax.bar(x + (i - 1.5) * width, [r[col] for r in rows], width, label=label)
+    if peak_flops:
+        ax.axhline(peak_flops / 1e12, ls="--", color="grey", lw=1)
+        ax.text(len(rows) - 0.5, peak_flops / 1e12, "dense fp16 peak", ha="right",
+                va="bottom", fontsize=FONT, color="grey")
+    ax.set_xticks(x, [f"d={r[0]}\n{'causal' if r[1] == 'on' else 'full'}\nN={r[2]}"
+                      for r in rows])
+    ax.tick_params(labelsize=FONT)
+    ax.set_ylabel("TFLOP/s (fp16, B x H = 32)")
+    ax.legend(fontsize=FONT, ncol=4, loc="upper left")
+    ax.set_title("Forward through the public call, one H200 run (benchmarks/results/"
+                 "h200_hopper.json)", fontsize=10)
     return fig
