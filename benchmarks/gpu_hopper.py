@@ -36,6 +36,7 @@ from numba import cuda
 from flashcourse import env, reference, results
 from flashcourse.cuda import forward, hopper, mma
 from flashcourse.timing import rel_err, time_cuda
+from gpu_bars import as_bits, as_numba, sdpa_bottom_right   # benchmarks/: the same helpers
 
 BH = 32
 NS, DS = (4096, 8192, 16384), (64, 128)
@@ -151,24 +152,9 @@ def torch_inputs(n, d, dtype, bh=BH, tq=None, seed=0):
             for t in (tq, n, n)]
 
 
-def as_numba(t):
-    return cuda.as_cuda_array(t.detach().view(t.shape[1:]))
-
-
-def as_bits(t):
-    import torch
-    return as_numba(t.detach().view(torch.int16)).view(np.uint16)
-
-
 def sdpa(ins, causal, backend):
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.attention.bias import causal_lower_right
-    kw = {"is_causal": causal}
-    if causal and ins[0].shape[-2] != ins[1].shape[-2]:
-        kw = {"attn_mask": causal_lower_right(ins[0].shape[-2], ins[1].shape[-2])}
-    with sdpa_kernel(getattr(SDPBackend, backend)):
-        return F.scaled_dot_product_attention(*ins, **kw)
+    """PyTorch SDPA with the course's (bottom-right) causal mask."""
+    return sdpa_bottom_right(ins, causal, backend)
 
 
 def errors(doc) -> bool:

@@ -42,6 +42,7 @@ BARS_FILE = RESULTS_DIR / "h200_bars.json"
 TENSOR_CORE_AB_FILE = RESULTS_DIR / "h200_tensor_core_v2_ab.json"
 TF32_VARIANTS_FILE = RESULTS_DIR / "h200_tensor_core_v2_tf32_variants.json"
 HOPPER_FILE = RESULTS_DIR / "h200_hopper.json"
+HOPPER_V3_FILE = RESULTS_DIR / "h200_hopper_v3_variants.json"
 SWEEP_SCHEMA = "flashcourse.tuning.sweep/1"
 TRAFFIC_SCHEMA = "flashcourse.tuning.ncu_traffic/1"
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
@@ -63,6 +64,7 @@ RESULT_KINDS = {
     "*_tensor_core_v2_*.json": "tensor_core",
     "*_bars.json": "bars",
     "*_hopper.json": "hopper",
+    "*_hopper_*.json": "hopper",               # one version's own runs (variants)
 }
 
 
@@ -148,7 +150,8 @@ def load_bars(path=None) -> dict | None:
 
 
 def load_hopper(path=None) -> dict | None:
-    """The Hopper (wgmma) forward's recorded run (benchmarks/gpu_hopper.py), or None."""
+    """The Hopper (wgmma) forward's recorded run (benchmarks/gpu_hopper.py), or None;
+    path=HOPPER_V3_FILE: version 3's own run (beside version 2)."""
     return load(HOPPER_FILE if path is None else path, "hopper")
 
 

@@ -56,13 +56,20 @@ class HopperConfig:
 
     @property
     def threads(self):
-        return 128 * self.warpgroups
+        """128 per warpgroup, + 32 for the producer warp of version 3 ("specialised")."""
+        return 128 * self.warpgroups + (32 if self.pipeline == "specialised" else 0)
+
+    @property
+    def stages(self):
+        """K/V buffers (each one K_j and one V_j): 2, or 3 for version 3."""
+        return 3 if self.pipeline == "specialised" else 2
 
     def offsets(self):
-        """32-bit word offsets: Q, K and V of buffer 0, the buffer size, the end."""
+        """32-bit word offsets: Q, K and V of buffer 0, the buffer size, the end of the
+        buffers (version 3 keeps 2 x stages mbarriers of 2 words there)."""
         q_words = self.block_q * self.head_dim // 2
         tile = self.block_k * self.head_dim // 2
-        return 0, q_words, q_words + tile, 2 * tile, q_words + 4 * tile
+        return 0, q_words, q_words + tile, 2 * tile, q_words + 2 * self.stages * tile
 
     def kmajor_lbo_sbo(self):
         """Q and K tiles (K-major, no swizzle): bytes between core matrices along K (LBO)
@@ -76,7 +83,8 @@ class HopperConfig:
 
     @property
     def shared_bytes(self):
-        return 4 * self.offsets()[-1]
+        barriers = 4 * self.stages if self.pipeline == "specialised" else 0
+        return 4 * (self.offsets()[-1] + barriers)
 
 
 def default_tiles(d: int) -> tuple[int, int, str]:
@@ -95,8 +103,9 @@ def plan(precision: str, d: int, warpgroups: int, block_k: int, negative_scale: 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS} for the hopper kernel, "
                          f"got {precision!r}")
-    if warpgroups not in (1, 2, 3, 4):
-        raise ValueError(f"warpgroups must be 1, 2, 3 or 4, got {warpgroups!r}")
+    if warpgroups not in (1, 2, 3, 4) or (pipeline == "specialised" and warpgroups > 3):
+        raise ValueError(f"warpgroups must be 1, 2, 3 or 4 (3 with pipeline='specialised'), "
+                         f"got {warpgroups!r}")
     block_k = check_block(block_k, "block_k")
     if block_k % 16 or block_k > 256:
         raise ValueError(f"block_k must be a multiple of 16 up to 256 for the hopper kernel, "
@@ -203,8 +212,9 @@ def copy_plan(cfg: HopperConfig, tile: str) -> np.ndarray:
     """A numpy model of the kernel's loaders (`hopper_kernels._Parts`): (copies, 4) int64
     rows [thread, row, 16-byte chunk, shared byte offset inside the tile] of the `cp.async`
     copies one block makes for tile "q" (Br rows), "k" or "v" (Bc rows). Copy e goes to
-    thread e mod threads; e's low 3 bits pick the row inside a core matrix, so 8 threads in
-    a row fill one core matrix's 128 contiguous bytes."""
+    thread e mod threads (version 3: K, V to the producer warp, Q to each row's own
+    warpgroup); e's low 3 bits pick the row inside a core matrix, so 8 threads in a row
+    fill one core matrix's 128 contiguous bytes."""
     if tile not in ("q", "k", "v"):
         raise ValueError(f"tile must be 'q', 'k' or 'v', got {tile!r}")
     rows = cfg.block_q if tile == "q" else cfg.block_k
@@ -213,7 +223,15 @@ def copy_plan(cfg: HopperConfig, tile: str) -> np.ndarray:
     ri, cc, rg = e % 8, (e // 8) % ch, e // (8 * ch)
     r = rg * 8 + ri
     off = (cc * cfg.block_k + r) * 16 if tile == "v" else ((rg * ch + cc) * 8 + ri) * 16
-    return np.stack([e % cfg.threads, r, cc, off], axis=1)
+    consumers = 128 * cfg.warpgroups
+    if cfg.pipeline != "specialised":
+        thread = e % consumers
+    elif tile == "q":                  # each warpgroup copies its own 64 rows
+        per_wg = 64 * ch
+        thread = 128 * (e // per_wg) + (e % per_wg) % 128
+    else:                              # the producer warp, after the consumers
+        thread = consumers + e % 32
+    return np.stack([thread, r, cc, off], axis=1)
 
 
 def default_precision(dtype) -> str:

@@ -25,11 +25,18 @@ matrix (8 consecutive values of one row of q, k or v), and a warp's 32 copies fi
 whole core matrices: conflict-free writes, 64 contiguous bytes read per row. K_j, V_j are
 double-buffered: block j + 1 is in flight while block j computes, as in version 2.
 
-Asynchrony: each product is one commit group, waited for at once (`wait_group 0`) before
-its result is read, so within a warpgroup the softmax and the tensor cores take turns.
+Asynchrony (version 1, "serial"): each product is one commit group, waited for at once
+(`wait_group 0`) before its result is read, so within a warpgroup the softmax and the tensor
+cores take turns.
 Overlap comes from the other warpgroups of the block (Br = 64 x warpgroups), whose
 products run while this one does its softmax: FlashAttention-3's "ping-pong" schedule
 without the barriers that force the turns.
+
+Version 2 ("overlap") issues S_j and P_{j-1} V_{j-1} together and does block j's softmax
+while the second product runs (FlashAttention-3's intra-warpgroup overlap). Version 3
+("specialised") adds warp specialisation: a producer warp copies K_j, V_j into 3 stages
+guarded by mbarriers, and the consumer warpgroups never meet at a block-wide barrier; with
+`cp.async` from one warp (no TMA) it measured slower (benchmarks/NOTES_hopper.md).
 
 Bytes moved: as the mma.sync kernel (Q once, K and V once per query block of Br rows).
 FLOPs: 4 Tq Tk d (half when causal). An H200's wgmma loop from Numba issued 907 TFLOP/s
@@ -54,8 +61,9 @@ from .smem_ops import ops as smem_ops
 
 #: 16-byte units in a descriptor's 14-bit fields
 DESC_UNIT = 16
-#: kernel versions, side by side: "serial" (version 1) and "overlap" (version 2)
-PIPELINES = ("serial", "overlap")
+#: kernel versions, side by side: "serial" (version 1), "overlap" (version 2) and
+#: "specialised" (version 3: a producer warp and mbarriers)
+PIPELINES = ("serial", "overlap", "specialised")
 
 
 def _inl(fn):
@@ -73,7 +81,7 @@ class _Parts:
         exp2 = so["ex2"]
         self.COMMIT, self.WAIT = so["commit"], so["wait_all"]
         self.NT, self.BR, self.BC, self.D = cfg.threads, cfg.block_q, cfg.block_k, cfg.head_dim
-        NT, BR, BC, D = self.NT, self.BR, self.BC, self.D
+        BR, BC, D = self.BR, self.BC, self.D
         NEG = cfg.negative_scale
         DW = D // 2                     # 32-bit words per row of q, k, v, o
         CH = D // 8                     # 16-byte chunks per row (core-matrix columns)
@@ -83,7 +91,8 @@ class _Parts:
         NO = D // 8                     # n8 tiles of O per warp
         self.SREGS, self.OREGS = SREGS, OREGS = BC // 2, D // 2   # fp32 accumulators
         self.PREGS = BC // 4            # P as A fragments: 4 words per k16 step
-        self.Q_OFF, self.K_OFF, self.V_OFF, self.BUF, _ = cfg.offsets()
+        self.Q_OFF, self.K_OFF, self.V_OFF, self.BUF, self.END = cfg.offsets()
+        self.STAGES = cfg.stages
         lbo, sbo = cfg.kmajor_lbo_sbo()
         self.DESC_KM = U((lbo // DESC_UNIT) << 16) | (U(sbo // DESC_UNIT) << U(32))
         lbo, sbo = cfg.v_lbo_sbo()
@@ -108,39 +117,42 @@ class _Parts:
         self.GADDR = ins["global_address"]
         ROW_BYTES = 4 * DW
 
-        def kmajor_loader(ROWS):
-            LOADS = -(-(ROWS * CH) // NT)
+        def kmajor_loader(ROWS, THREADS):
+            LOADS = -(-(ROWS * CH) // THREADS)
 
             @_inl
-            def load(saddr, gaddr, nvalid, tid):
-                # ROWS rows from global byte address gaddr (rows past nvalid as zeros) into
-                # K-major core matrices at shared byte address saddr: 8 threads fill one
+            def load(saddr, gaddr, nvalid, tid, rbase):
+                # rows rbase .. rbase + ROWS - 1 from global byte address gaddr (its row 0;
+                # rows past nvalid as zeros, read from row 0) into K-major core matrices at
+                # shared byte address saddr: 8 threads fill one; THREADS threads take part
                 for it in range(LOADS):
-                    e = tid + NT * it
-                    if NT * (it + 1) <= ROWS * CH or e < ROWS * CH:
+                    e = tid + THREADS * it
+                    if THREADS * (it + 1) <= ROWS * CH or e < ROWS * CH:
                         ri = e % 8
                         cc = (e // 8) % CH
                         rg = e // (8 * CH)
-                        r = rg * 8 + ri
+                        r = rbase + rg * 8 + ri
                         ok = r < nvalid
                         CPR(saddr + U(((rg * CH + cc) * 8 + ri) * 16),
                             gaddr + U((r if ok else 0) * ROW_BYTES + cc * 16), 16 if ok else 0)
             return load
 
-        V_LOADS = -(-(BC * CH) // NT)
+        def v_loader(THREADS):
+            LOADS = -(-(BC * CH) // THREADS)
 
-        @_inl
-        def load_v(saddr, gaddr, nvalid, tid):
-            # V_j MN-major: chunk cc of key r at byte cc (Bc 16) + r 16
-            for it in range(V_LOADS):
-                e = tid + NT * it
-                if NT * (it + 1) <= BC * CH or e < BC * CH:
-                    ri = e % 8
-                    cc = (e // 8) % CH
-                    r = (e // (8 * CH)) * 8 + ri
-                    ok = r < nvalid
-                    CPR(saddr + U((cc * BC + r) * 16),
-                        gaddr + U((r if ok else 0) * ROW_BYTES + cc * 16), 16 if ok else 0)
+            @_inl
+            def load_v(saddr, gaddr, nvalid, tid):
+                # V_j MN-major: chunk cc of key r at byte cc (Bc 16) + r 16
+                for it in range(LOADS):
+                    e = tid + THREADS * it
+                    if THREADS * (it + 1) <= BC * CH or e < BC * CH:
+                        ri = e % 8
+                        cc = (e // 8) % CH
+                        r = (e // (8 * CH)) * 8 + ri
+                        ok = r < nvalid
+                        CPR(saddr + U((cc * BC + r) * 16),
+                            gaddr + U((r if ok else 0) * ROW_BYTES + cc * 16), 16 if ok else 0)
+            return load_v
 
         @_inl
         def scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, qsc, t):
@@ -211,7 +223,11 @@ class _Parts:
                     if t == 0:
                         lse[U(h), U(row)] = (m[hf] + log2(lt)) * LN2_F if lt != F0 else NEG_INF
 
-        self.load_q, self.load_k, self.load_v = kmajor_loader(BR), kmajor_loader(BC), load_v
+        NC = 128 * cfg.warpgroups      # consumer threads (all threads but a producer warp)
+        self.load_q, self.load_k, self.load_v = (kmajor_loader(BR, NC), kmajor_loader(BC, NC),
+                                                 v_loader(NC))
+        self.load_q_wg = kmajor_loader(64, 128)      # one warpgroup's 64 rows of Q
+        self.load_k_warp, self.load_v_warp = kmajor_loader(BC, 32), v_loader(32)
         self.scores_to_p, self.rescale_and_pack, self.epilogue = (scores_to_p,
                                                                   rescale_and_pack, epilogue)
 
@@ -219,7 +235,7 @@ class _Parts:
 def make_wgmma_kernel(cfg):
     """The kernel of one `hopper.HopperConfig` (GPU only: wgmma has no simulator)."""
     P = _Parts(cfg)
-    build = _serial if cfg.pipeline == "serial" else _overlap
+    build = {"serial": _serial, "overlap": _overlap, "specialised": _specialised}[cfg.pipeline]
     kern = build(P)
     kern.__name__ = kern.__qualname__ = (
         f"hopper_{cfg.pipeline}_{cfg.precision}_wg{cfg.warpgroups}_k{P.BC}_d{P.D}"
@@ -260,10 +276,11 @@ def _serial(P):
 
         gk = GADDR(k, 0) + U(kbase) * U(ROW_BYTES)   # byte address of this head's K row 0
         gv = GADDR(v, 0) + U(kbase) * U(ROW_BYTES)
-        load_q(base + U(4 * Q_OFF), GADDR(q, 0) + U(h * tq + q0) * U(ROW_BYTES), tq - q0, tid)
+        load_q(base + U(4 * Q_OFF), GADDR(q, 0) + U(h * tq + q0) * U(ROW_BYTES), tq - q0, tid,
+               0)
         n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
         if n_kb > 0:
-            load_k(base + U(4 * K_OFF), gk, tk, tid)
+            load_k(base + U(4 * K_OFF), gk, tk, tid, 0)
             load_v(base + U(4 * V_OFF), gv, tk, tid)
         COMMIT()
 
@@ -284,7 +301,7 @@ def _serial(P):
             if jb + 1 < n_kb:
                 nb = BUF - bo
                 g1 = U(k0 + BC) * U(ROW_BYTES)
-                load_k(base + U(4 * (nb + K_OFF)), gk + g1, tk - k0 - BC, tid)
+                load_k(base + U(4 * (nb + K_OFF)), gk + g1, tk - k0 - BC, tid, 0)
                 load_v(base + U(4 * (nb + V_OFF)), gv + g1, tk - k0 - BC, tid)
                 COMMIT()
 
@@ -351,10 +368,11 @@ def _overlap(P):
 
         gk = GADDR(k, 0) + U(kbase) * U(ROW_BYTES)
         gv = GADDR(v, 0) + U(kbase) * U(ROW_BYTES)
-        load_q(base + U(4 * Q_OFF), GADDR(q, 0) + U(h * tq + q0) * U(ROW_BYTES), tq - q0, tid)
+        load_q(base + U(4 * Q_OFF), GADDR(q, 0) + U(h * tq + q0) * U(ROW_BYTES), tq - q0, tid,
+               0)
         n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
         if n_kb > 0:
-            load_k(base + U(4 * K_OFF), gk, tk, tid)
+            load_k(base + U(4 * K_OFF), gk, tk, tid, 0)
         COMMIT()
 
         acc = cuda.local.array(OREGS, float32)
@@ -375,7 +393,7 @@ def _overlap(P):
             kb = (jb % 2) * BUF        # K_j's buffer; V_j goes to the same buffer's V
             if jb + 1 < n_kb:
                 load_k(base + U(4 * (BUF - kb + K_OFF)), gk + U(k0 + BC) * U(ROW_BYTES),
-                       tk - k0 - BC, tid)
+                       tk - k0 - BC, tid, 0)
             load_v(base + U(4 * (kb + V_OFF)), gv + U(k0) * U(ROW_BYTES), tk - k0, tid)
             COMMIT()
 
@@ -404,6 +422,139 @@ def _overlap(P):
             PROXY()
             cuda.syncthreads()
             desc_v = ((base + U(4 * (((n_kb - 1) % 2) * BUF + V_OFF))) >> U(4)) | DESC_V
+            PIN_P(pa)
+            FENCE_O(acc)
+            for kp in range(KP):
+                MMA_O(acc, pa[4 * kp], pa[4 * kp + 1], pa[4 * kp + 2], pa[4 * kp + 3],
+                      desc_v + U(kp) * KSTEP, 1)
+            WCOMMIT()
+            WAIT_O(acc)
+            PIN_P(pa)
+
+        epilogue(acc, m, lp, o, lse, h, row0, t, tq)
+
+    return hopper_forward
+
+
+def _specialised(P):
+    """Version 3: warp specialisation (FlashAttention-3). One producer warp, the block's last,
+    copies K_j, V_j into a ring of 3 stages and, for each, makes the stage's "full" mbarrier
+    complete once its copies have landed (cp.async.mbarrier.arrive.noinc); each consumer
+    warpgroup loads its own 64 rows of Q, then waits only on "full" barriers and, once its
+    P V product from a stage is finished, arrives on that stage's "empty" barrier, which
+    the producer waits on before refilling it. No block-wide barrier after the start, so
+    the warpgroups drift apart and one's softmax can fall into another's products. The
+    consumers' loop is version 2's (S_j and P_{j-1} V_{j-1} in flight together)."""
+    BR, BC, KT, KP = P.BR, P.BC, P.KT, P.KP
+    SREGS, OREGS, PREGS = P.SREGS, P.OREGS, P.PREGS
+    Q_OFF, K_OFF, V_OFF, BUF, END, S = P.Q_OFF, P.K_OFF, P.V_OFF, P.BUF, P.END, P.STAGES
+    DESC_KM, DESC_V, KSTEP, WG_Q = P.DESC_KM, P.DESC_V, P.KSTEP, P.WG_Q
+    MMA_S, MMA_O, FENCE_O, WCOMMIT = P.MMA_S, P.MMA_O, P.FENCE_O, P.WCOMMIT
+    WAIT_S, WAIT1_S, WAIT_O, PIN_P, PROXY, SADDR = (P.WAIT_S, P.WAIT1_S, P.WAIT_O, P.PIN_P,
+                                                    P.PROXY, P.SADDR)
+    COMMIT, WAIT = P.COMMIT, P.WAIT
+    load_q_wg, load_k_warp, load_v_warp, GADDR = (P.load_q_wg, P.load_k_warp, P.load_v_warp,
+                                                  P.GADDR)
+    scores_to_p, rescale_and_pack, epilogue = P.scores_to_p, P.rescale_and_pack, P.epilogue
+    mb = wgmma.mbarrier_ops()
+    MB_INIT, MB_ARRIVE, MB_COPIES, MB_TRY, NAMED = (mb["init"], mb["arrive"],
+                                                    mb["arrive_copies"], mb["try_wait"],
+                                                    mb["named_barrier"])
+    ROW_BYTES = 2 * P.D
+    NC = BR * 2                        # consumer threads: 128 per warpgroup (Br = 64 each)
+    MBAR = 4 * END                     # byte offset of the mbarriers: full[0..S), empty[0..S)
+
+    def hopper_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
+        sm = cuda.shared.array(0, uint32, alignment=16)
+        tid = cuda.threadIdx.x
+        h = cuda.blockIdx.y
+        qb = cuda.blockIdx.x
+        if causal != 0:
+            qb = cuda.gridDim.x - 1 - qb
+        q0 = qb * BR
+        kbase = h * tk
+        base = U(SADDR(sm, 0))
+        n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
+        if tid == 0:
+            for i in range(S):
+                MB_INIT(base + U(MBAR + 8 * i), 32)          # full: the producer's 32 lanes
+                MB_INIT(base + U(MBAR + 8 * (S + i)), NC)    # empty: every consumer thread
+        cuda.syncthreads()             # the barriers exist; from here on, no block barrier
+
+        if tid >= NC:                  # ---- the producer warp ----
+            lane = tid - NC
+            gk = GADDR(k, 0) + U(kbase) * U(ROW_BYTES)
+            gv = GADDR(v, 0) + U(kbase) * U(ROW_BYTES)
+            for jb in range(n_kb):
+                st = jb % S
+                if jb >= S:            # wait until every consumer is done with the stage
+                    par = ((jb // S) - 1) % 2
+                    while MB_TRY(base + U(MBAR + 8 * (S + st)), par) == 0:
+                        pass
+                g1 = U(jb * BC) * U(ROW_BYTES)
+                load_k_warp(base + U(4 * (st * BUF + K_OFF)), gk + g1, tk - jb * BC, lane, 0)
+                load_v_warp(base + U(4 * (st * BUF + V_OFF)), gv + g1, tk - jb * BC, lane)
+                MB_COPIES(base + U(MBAR + 8 * st))
+            COMMIT()                   # then wait for the copies before the warp exits
+            WAIT()
+            return
+
+        # ---- the consumer warpgroups ----
+        wg = tid // 128
+        t = tid % 4
+        wg_row0 = q0 + 64 * wg
+        row0 = wg_row0 + 16 * ((tid // 32) % 4) + (tid % 32) // 4
+        qsc = -qscale if qscale < F0 else qscale
+        desc_q = ((base + U(4 * Q_OFF) + U(wg) * WG_Q) >> U(4)) | DESC_KM
+        load_q_wg(base + U(4 * Q_OFF) + U(wg) * WG_Q,
+                  GADDR(q, 0) + U(h * tq + q0) * U(ROW_BYTES), tq - q0, tid % 128, 64 * wg)
+        COMMIT()
+        WAIT()
+        PROXY()
+        NAMED(1 + wg, 128)             # this warpgroup's Q is in shared memory
+
+        acc = cuda.local.array(OREGS, float32)
+        s = cuda.local.array(SREGS, float32)
+        pa = cuda.local.array(PREGS, uint32)
+        m = cuda.local.array(2, float32)
+        lp = cuda.local.array(2, float32)
+        alpha = cuda.local.array(2, float32)
+        reset_state(acc, OREGS, m, lp, 2)
+        for i in range(PREGS):
+            pa[i] = 0
+
+        for jb in range(n_kb):
+            k0 = jb * BC
+            st = jb % S
+            while MB_TRY(base + U(MBAR + 8 * st), (jb // S) % 2) == 0:
+                pass
+            PROXY()
+            desc_k = ((base + U(4 * (st * BUF + K_OFF))) >> U(4)) | DESC_KM
+            PIN_P(pa)
+            FENCE_O(acc)
+            for kk in range(KT):
+                MMA_S(s, desc_q + U(kk) * KSTEP, desc_k + U(kk) * KSTEP, 1 if kk > 0 else 0)
+            WCOMMIT()
+            if jb > 0:
+                sp = (jb - 1) % S
+                desc_v = ((base + U(4 * (sp * BUF + V_OFF))) >> U(4)) | DESC_V
+                for kp in range(KP):
+                    MMA_O(acc, pa[4 * kp], pa[4 * kp + 1], pa[4 * kp + 2], pa[4 * kp + 3],
+                          desc_v + U(kp) * KSTEP, 1)
+                WCOMMIT()
+                WAIT1_S(s)
+            else:
+                WAIT_S(s)
+            scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, qsc, t)
+            WAIT_O(acc)
+            PIN_P(pa)
+            if jb > 0:                 # stage jb - 1: K and V both read
+                MB_ARRIVE(base + U(MBAR + 8 * (S + (jb - 1) % S)))
+            rescale_and_pack(acc, alpha, s, pa)
+
+        if n_kb > 0:
+            sp = (n_kb - 1) % S
+            desc_v = ((base + U(4 * (sp * BUF + V_OFF))) >> U(4)) | DESC_V
             PIN_P(pa)
             FENCE_O(acc)
             for kp in range(KP):

@@ -216,3 +216,74 @@ def shared_address():
             return builder.trunc(s64, ir.IntType(32))
         return sig, codegen
     return addr
+
+
+# --------------------------------------------------------------------------------------
+# mbarriers and named barriers (warp specialisation: producers and consumers meet here)
+# --------------------------------------------------------------------------------------
+#
+#   mbar_init(addr, count)      mbarrier.init: a barrier object (8 bytes of shared memory at
+#                               32-bit shared address addr) whose phase completes after
+#                               `count` arrivals
+#   mbar_arrive(addr)           one arrival (mbarrier.arrive)
+#   mbar_arrive_copies(addr)    one arrival, made when all of this thread's earlier cp.async
+#                               copies have landed (cp.async.mbarrier.arrive.noinc)
+#   mbar_try_wait(addr, parity) 1 once the phase of that parity has completed, else 0
+#                               (mbarrier.try_wait.parity: loop on it)
+#   named_barrier(id, threads)  bar.sync id, threads: only `threads` threads wait (id 1..15;
+#                               id 0 is __syncthreads)
+
+@lru_cache(maxsize=None)
+def mbarrier_ops():
+    ir, types, _, intrinsic = _tools()
+    li = ir.IntType(32)
+
+    def _vals(context, builder, a, tys):
+        return [builder.trunc(context.cast(builder, v, t, types.uint64), li)
+                for v, t in zip(a, tys)]
+
+    def asm1(ptx, cons):
+        @intrinsic
+        def op(typingctx, a0):
+            sig = types.void(a0)
+
+            def codegen(context, builder, signature, a):
+                builder.asm(ir.FunctionType(ir.VoidType(), [li]), ptx, cons,
+                            _vals(context, builder, a, signature.args), side_effect=True)
+                return context.get_dummy_value()
+            return sig, codegen
+        return op
+
+    def asm2(ptx, cons):
+        @intrinsic
+        def op(typingctx, a0, a1):
+            sig = types.void(a0, a1)
+
+            def codegen(context, builder, signature, a):
+                builder.asm(ir.FunctionType(ir.VoidType(), [li, li]), ptx, cons,
+                            _vals(context, builder, a, signature.args), side_effect=True)
+                return context.get_dummy_value()
+            return sig, codegen
+        return op
+
+    @intrinsic
+    def try_wait(typingctx, addr, parity):
+        sig = types.uint32(addr, parity)
+
+        def codegen(context, builder, signature, a):
+            vals = _vals(context, builder, a, signature.args)
+            return builder.asm(
+                ir.FunctionType(li, [li, li]),
+                "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\n"
+                "selp.u32 $0, 1, 0, p;\n}", "=r,r,r,~{memory}", vals, side_effect=True)
+        return sig, codegen
+
+    return {
+        "init": asm2("mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}"),
+        "arrive": asm1("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [$0];\n}",
+                       "r,~{memory}"),
+        "arrive_copies": asm1("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [$0];",
+                              "r,~{memory}"),
+        "try_wait": try_wait,
+        "named_barrier": asm2("bar.sync $0, $1;", "r,r,~{memory}"),
+    }
