@@ -82,12 +82,12 @@ def plot_kernel_layout(rows: int = 16, d: int = 32, keys: int = 16):
         if v <= 0 or v % 8:
             raise ValueError(f"{name} must be a positive multiple of 8, got {v}")
     plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(9.0, 4.2), layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(7.8, 4.2), layout="constrained")
     cmap = plt.get_cmap("tab20")
     for ax, (n, title, off) in zip(axes, (
-            (rows, f"Q or K_j, K-major ({rows} x {d}): LBO 128 B, SBO {16 * d} B",
+            (rows, f"Q or K_j, K-major ({rows} x {d})\nLBO 128 B, SBO {16 * d} B",
              lambda r, c: W.interleaved_kmajor(r, 8 * c, d)),
-            (keys, f"V_j, MN-major ({keys} x {d}): LBO 128 B, SBO {16 * keys} B",
+            (keys, f"V_j, MN-major ({keys} x {d})\nLBO 128 B, SBO {16 * keys} B",
              lambda r, c: W.interleaved_mnmajor(r, 8 * c, keys)))):
         r, c = np.meshgrid(np.arange(n), np.arange(d // 8), indexing="ij")
         core = off(r, c) // 128
@@ -99,8 +99,8 @@ def plot_kernel_layout(rows: int = 16, d: int = 32, keys: int = 16):
         ax.set_ylabel("row (query or key)")
         ax.tick_params(labelsize=FONT)
         ax.set_title(title, fontsize=10)
-    fig.suptitle("The course's Hopper kernel: each cell a 16-byte copy, its number the core "
-                 "matrix (128 contiguous bytes) it lands in", fontsize=10.5)
+    fig.suptitle("Each cell: a 16-byte copy; its number: the core matrix\n(128 contiguous "
+                 "bytes) it lands in", fontsize=10.5)
     return fig
 
 
@@ -141,7 +141,7 @@ def plot_bench(doc: dict, peak_flops: float | None = None):
     if not rows:
         raise ValueError("the recorded run has no bench rows to plot")
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(10.5, 4.2), layout="constrained")
+    fig, ax = plt.subplots(figsize=(8.2, 4.6), layout="constrained")
     series = (("course hopper (wgmma)", 3), ("course tensor_core (mma.sync)", 5),
               ("PyTorch flash (FA2)", 6), ("cuDNN", 7))
     x = np.arange(len(rows))
@@ -152,11 +152,11 @@ def plot_bench(doc: dict, peak_flops: float | None = None):
         ax.axhline(peak_flops / 1e12, ls="--", color="grey", lw=1)
         ax.text(len(rows) - 0.5, peak_flops / 1e12, "dense fp16 peak", ha="right",
                 va="bottom", fontsize=FONT, color="grey")
-    ax.set_xticks(x, [f"d={r[0]}\n{'causal' if r[1] == 'on' else 'full'}\nN={r[2]}"
+    ax.set_xticks(x, [f"d={r[0]}\n{'causal' if r[1] == 'on' else 'full'}\nN={r[2] // 1024}k"
                       for r in rows])
     ax.tick_params(labelsize=FONT)
     ax.set_ylabel("TFLOP/s (fp16, B x H = 32)")
-    ax.legend(fontsize=FONT, ncol=4, loc="upper left")
+    ax.legend(fontsize=FONT, ncol=2, loc="upper left")
     ax.set_title("Forward through the public call, one H200 run (benchmarks/results/"
                  "h200_hopper.json)", fontsize=10)
     return fig
