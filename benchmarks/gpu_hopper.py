@@ -24,7 +24,6 @@
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from functools import partial
@@ -35,8 +34,8 @@ from numba import cuda
 
 from flashcourse import env, reference, results
 from flashcourse.cuda import forward, hopper, mma
-from flashcourse.timing import rel_err, time_cuda
-from gpu_bars import as_bits, as_numba, sdpa_bottom_right   # benchmarks/: the same helpers
+from flashcourse.timing import rel_err
+from gpu_bars import LOG, as_bits, as_numba, log, med, sdpa_bottom_right  # shared helpers
 
 BH = 32
 NS, DS = (4096, 8192, 16384), (64, 128)
@@ -46,17 +45,6 @@ GRID = {64: [(wg, bk, p) for p in ("serial", "overlap") for wg, bk in
         128: [(wg, bk, p) for p in ("serial", "overlap") for wg, bk in
               ((1, 64), (1, 128), (2, 64), (2, 128), (3, 64))]}
 ROUND = {"fp16": mma.round_fp16, "bf16": mma.round_bf16}
-LOG = []
-
-
-def log(*a):
-    line = " ".join(str(x) for x in a)
-    LOG.append(line)
-    print(line, flush=True)
-
-
-def med(fn, backend="numba", reps=10):
-    return float(statistics.median(time_cuda(fn, warmup=3, repeats=reps, backend=backend)))
 
 
 def device_inputs(host, precision):

@@ -109,12 +109,12 @@ class _Parts:
         self.FENCE = wgmma.bare(wgmma.FENCE)
         self.WCOMMIT = wgmma.bare(wgmma.COMMIT)
         self.PROXY = wgmma.bare(wgmma.PROXY_FENCE)
-        self.SADDR = wgmma.shared_address()
         log2 = math.log2
 
         ins = smem_intrinsics()
         CPR = ins["cp_async16_raw"]
         self.GADDR = ins["global_address"]
+        self.SADDR = ins["shared_address"]
         ROW_BYTES = 4 * DW
 
         def kmajor_loader(ROWS, THREADS):
@@ -223,6 +223,34 @@ class _Parts:
                     if t == 0:
                         lse[U(h), U(row)] = (m[hf] + log2(lt)) * LN2_F if lt != F0 else NEG_INF
 
+        MMA_S, MMA_O, KSTEP, KT, KP = self.MMA_S, self.MMA_O, self.KSTEP, self.KT, self.KP
+        FENCE_O, WCOMMIT, WAIT_O, PIN_P = self.FENCE_O, self.WCOMMIT, self.WAIT_O, self.PIN_P
+
+        @_inl
+        def s_product(s, desc_q, desc_k):
+            # S = Q K_j^T: d / 16 wgmma, A and B from shared memory (issued, not waited for)
+            for kk in range(KT):
+                MMA_S(s, desc_q + U(kk) * KSTEP, desc_k + U(kk) * KSTEP, 1 if kk > 0 else 0)
+
+        @_inl
+        def pv_product(acc, pa, desc_v):
+            # O += P V_j: Bc / 16 wgmma, P from registers, V MN-major (issued, not waited for)
+            for kp in range(KP):
+                MMA_O(acc, pa[4 * kp], pa[4 * kp + 1], pa[4 * kp + 2], pa[4 * kp + 3],
+                      desc_v + U(kp) * KSTEP, 1)
+
+        @_inl
+        def pv_and_wait(acc, pa, desc_v):
+            # the fence, P V, its wait; P pinned on both sides (the product reads it)
+            PIN_P(pa)
+            FENCE_O(acc)
+            pv_product(acc, pa, desc_v)
+            WCOMMIT()
+            WAIT_O(acc)
+            PIN_P(pa)
+
+        self.s_product, self.pv_product, self.pv_and_wait = s_product, pv_product, pv_and_wait
+
         NC = 128 * cfg.warpgroups      # consumer threads (all threads but a producer warp)
         self.load_q, self.load_k, self.load_v = (kmajor_loader(BR, NC), kmajor_loader(BC, NC),
                                                  v_loader(NC))
@@ -245,16 +273,16 @@ def make_wgmma_kernel(cfg):
 
 def _serial(P):
     """Version 1: each product waited for at once; the warpgroups overlap one another."""
-    BR, BC, KT, KP = P.BR, P.BC, P.KT, P.KP
+    BR, BC = P.BR, P.BC
     SREGS, OREGS, PREGS = P.SREGS, P.OREGS, P.PREGS
     Q_OFF, K_OFF, V_OFF, BUF = P.Q_OFF, P.K_OFF, P.V_OFF, P.BUF
-    DESC_KM, DESC_V, KSTEP, WG_Q = P.DESC_KM, P.DESC_V, P.KSTEP, P.WG_Q
-    MMA_S, MMA_O, FENCE, FENCE_O, WCOMMIT = P.MMA_S, P.MMA_O, P.FENCE, P.FENCE_O, P.WCOMMIT
-    WAIT_S, WAIT_O, PIN_P, PROXY, SADDR = P.WAIT_S, P.WAIT_O, P.PIN_P, P.PROXY, P.SADDR
+    DESC_KM, DESC_V, WG_Q = P.DESC_KM, P.DESC_V, P.WG_Q
+    FENCE, WCOMMIT, WAIT_S, PROXY, SADDR = P.FENCE, P.WCOMMIT, P.WAIT_S, P.PROXY, P.SADDR
     COMMIT, WAIT = P.COMMIT, P.WAIT
     load_q, load_k, load_v, GADDR = P.load_q, P.load_k, P.load_v, P.GADDR
     ROW_BYTES = 2 * P.D
     scores_to_p, rescale_and_pack, epilogue = P.scores_to_p, P.rescale_and_pack, P.epilogue
+    s_product, pv_and_wait = P.s_product, P.pv_and_wait
 
     def hopper_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
         # q, k, v flat uint32 words (BH T D/2); o (BH, Tq, D/2) words; lse (BH, Tq)
@@ -308,8 +336,7 @@ def _serial(P):
             # S = Q K_j^T: d / 16 wgmma, A and B from shared memory
             desc_k = ((base + U(4 * (bo + K_OFF))) >> U(4)) | DESC_KM
             FENCE()
-            for kk in range(KT):
-                MMA_S(s, desc_q + U(kk) * KSTEP, desc_k + U(kk) * KSTEP, 1 if kk > 0 else 0)
+            s_product(s, desc_q, desc_k)
             WCOMMIT()
             WAIT_S(s)
             scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, qsc, t)
@@ -317,14 +344,7 @@ def _serial(P):
 
             # O += P V_j: Bc / 16 wgmma, P from registers, V MN-major from shared memory
             desc_v = ((base + U(4 * (bo + V_OFF))) >> U(4)) | DESC_V
-            PIN_P(pa)
-            FENCE_O(acc)
-            for kp in range(KP):
-                MMA_O(acc, pa[4 * kp], pa[4 * kp + 1], pa[4 * kp + 2], pa[4 * kp + 3],
-                      desc_v + U(kp) * KSTEP, 1)
-            WCOMMIT()
-            WAIT_O(acc)
-            PIN_P(pa)
+            pv_and_wait(acc, pa, desc_v)
 
         epilogue(acc, m, lp, o, lse, h, row0, t, tq)
 
@@ -337,17 +357,18 @@ def _overlap(P):
     issue S_j = Q K_j^T, issue P_{j-1} V_{j-1}, wait for S_j only (wait_group 1), softmax,
     then wait for the product and rescale O. K runs one block ahead of V: at the top of
     iteration j, K_j and V_{j-1} are in shared memory and K_{j+1}, V_j are fetched."""
-    BR, BC, KT, KP = P.BR, P.BC, P.KT, P.KP
+    BR, BC = P.BR, P.BC
     SREGS, OREGS, PREGS = P.SREGS, P.OREGS, P.PREGS
     Q_OFF, K_OFF, V_OFF, BUF = P.Q_OFF, P.K_OFF, P.V_OFF, P.BUF
-    DESC_KM, DESC_V, KSTEP, WG_Q = P.DESC_KM, P.DESC_V, P.KSTEP, P.WG_Q
-    MMA_S, MMA_O, FENCE_O, WCOMMIT = P.MMA_S, P.MMA_O, P.FENCE_O, P.WCOMMIT
+    DESC_KM, DESC_V, WG_Q = P.DESC_KM, P.DESC_V, P.WG_Q
+    FENCE_O, WCOMMIT = P.FENCE_O, P.WCOMMIT
     WAIT_S, WAIT1_S, WAIT_O, PIN_P, PROXY, SADDR = (P.WAIT_S, P.WAIT1_S, P.WAIT_O, P.PIN_P,
                                                     P.PROXY, P.SADDR)
     COMMIT, WAIT = P.COMMIT, P.WAIT
     load_q, load_k, load_v, GADDR = P.load_q, P.load_k, P.load_v, P.GADDR
     ROW_BYTES = 2 * P.D
     scores_to_p, rescale_and_pack, epilogue = P.scores_to_p, P.rescale_and_pack, P.epilogue
+    s_product, pv_product, pv_and_wait = P.s_product, P.pv_product, P.pv_and_wait
 
     def hopper_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
         sm = cuda.shared.array(0, uint32, alignment=16)
@@ -400,14 +421,11 @@ def _overlap(P):
             desc_k = ((base + U(4 * (kb + K_OFF))) >> U(4)) | DESC_KM
             PIN_P(pa)
             FENCE_O(acc)
-            for kk in range(KT):
-                MMA_S(s, desc_q + U(kk) * KSTEP, desc_k + U(kk) * KSTEP, 1 if kk > 0 else 0)
+            s_product(s, desc_q, desc_k)
             WCOMMIT()
             if jb > 0:                 # P_{j-1} V_{j-1}, in flight during the softmax
                 desc_v = ((base + U(4 * (BUF - kb + V_OFF))) >> U(4)) | DESC_V
-                for kp in range(KP):
-                    MMA_O(acc, pa[4 * kp], pa[4 * kp + 1], pa[4 * kp + 2], pa[4 * kp + 3],
-                          desc_v + U(kp) * KSTEP, 1)
+                pv_product(acc, pa, desc_v)
                 WCOMMIT()
                 WAIT1_S(s)
             else:
@@ -422,14 +440,7 @@ def _overlap(P):
             PROXY()
             cuda.syncthreads()
             desc_v = ((base + U(4 * (((n_kb - 1) % 2) * BUF + V_OFF))) >> U(4)) | DESC_V
-            PIN_P(pa)
-            FENCE_O(acc)
-            for kp in range(KP):
-                MMA_O(acc, pa[4 * kp], pa[4 * kp + 1], pa[4 * kp + 2], pa[4 * kp + 3],
-                      desc_v + U(kp) * KSTEP, 1)
-            WCOMMIT()
-            WAIT_O(acc)
-            PIN_P(pa)
+            pv_and_wait(acc, pa, desc_v)
 
         epilogue(acc, m, lp, o, lse, h, row0, t, tq)
 
@@ -445,17 +456,18 @@ def _specialised(P):
     the producer waits on before refilling it. No block-wide barrier after the start, so
     the warpgroups drift apart and one's softmax can fall into another's products. The
     consumers' loop is version 2's (S_j and P_{j-1} V_{j-1} in flight together)."""
-    BR, BC, KT, KP = P.BR, P.BC, P.KT, P.KP
+    BR, BC = P.BR, P.BC
     SREGS, OREGS, PREGS = P.SREGS, P.OREGS, P.PREGS
     Q_OFF, K_OFF, V_OFF, BUF, END, S = P.Q_OFF, P.K_OFF, P.V_OFF, P.BUF, P.END, P.STAGES
-    DESC_KM, DESC_V, KSTEP, WG_Q = P.DESC_KM, P.DESC_V, P.KSTEP, P.WG_Q
-    MMA_S, MMA_O, FENCE_O, WCOMMIT = P.MMA_S, P.MMA_O, P.FENCE_O, P.WCOMMIT
+    DESC_KM, DESC_V, WG_Q = P.DESC_KM, P.DESC_V, P.WG_Q
+    FENCE_O, WCOMMIT = P.FENCE_O, P.WCOMMIT
     WAIT_S, WAIT1_S, WAIT_O, PIN_P, PROXY, SADDR = (P.WAIT_S, P.WAIT1_S, P.WAIT_O, P.PIN_P,
                                                     P.PROXY, P.SADDR)
     COMMIT, WAIT = P.COMMIT, P.WAIT
     load_q_wg, load_k_warp, load_v_warp, GADDR = (P.load_q_wg, P.load_k_warp, P.load_v_warp,
                                                   P.GADDR)
     scores_to_p, rescale_and_pack, epilogue = P.scores_to_p, P.rescale_and_pack, P.epilogue
+    s_product, pv_product, pv_and_wait = P.s_product, P.pv_product, P.pv_and_wait
     mb = wgmma.mbarrier_ops()
     MB_INIT, MB_ARRIVE, MB_COPIES, MB_TRY, NAMED = (mb["init"], mb["arrive"],
                                                     mb["arrive_copies"], mb["try_wait"],
@@ -532,15 +544,12 @@ def _specialised(P):
             desc_k = ((base + U(4 * (st * BUF + K_OFF))) >> U(4)) | DESC_KM
             PIN_P(pa)
             FENCE_O(acc)
-            for kk in range(KT):
-                MMA_S(s, desc_q + U(kk) * KSTEP, desc_k + U(kk) * KSTEP, 1 if kk > 0 else 0)
+            s_product(s, desc_q, desc_k)
             WCOMMIT()
             if jb > 0:
                 sp = (jb - 1) % S
                 desc_v = ((base + U(4 * (sp * BUF + V_OFF))) >> U(4)) | DESC_V
-                for kp in range(KP):
-                    MMA_O(acc, pa[4 * kp], pa[4 * kp + 1], pa[4 * kp + 2], pa[4 * kp + 3],
-                          desc_v + U(kp) * KSTEP, 1)
+                pv_product(acc, pa, desc_v)
                 WCOMMIT()
                 WAIT1_S(s)
             else:
@@ -555,14 +564,7 @@ def _specialised(P):
         if n_kb > 0:
             sp = (n_kb - 1) % S
             desc_v = ((base + U(4 * (sp * BUF + V_OFF))) >> U(4)) | DESC_V
-            PIN_P(pa)
-            FENCE_O(acc)
-            for kp in range(KP):
-                MMA_O(acc, pa[4 * kp], pa[4 * kp + 1], pa[4 * kp + 2], pa[4 * kp + 3],
-                      desc_v + U(kp) * KSTEP, 1)
-            WCOMMIT()
-            WAIT_O(acc)
-            PIN_P(pa)
+            pv_and_wait(acc, pa, desc_v)
 
         epilogue(acc, m, lp, o, lse, h, row0, t, tq)
 

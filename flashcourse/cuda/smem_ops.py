@@ -35,8 +35,9 @@ calls the same names on a GPU and under Numba's simulator (`ops(simulator)`):
     commit(), wait_all()            cp.async.commit_group / wait_group 0
     cp_async16_raw(saddr, gaddr, n) (intrinsics() only) the same copy from a 32-bit shared
                                     and a 64-bit global byte address computed by the
-                                    caller; global_address(g, i): the byte address of g[i]
-                                    (the Hopper kernel forms its addresses once per tile)
+                                    caller; global_address(g, i): the byte address of g[i];
+                                    shared_address(sm, i): the 32-bit shared address of
+                                    sm[i] (the Hopper kernel forms its addresses once per tile)
     red_add(g, gidx, x)             red.global.add.f32: g[gidx] += x, atomically, for a
                                     1-D float32 array and an unsigned index (Numba's
                                     cuda.atomic.add casts every index to a signed one and
@@ -54,6 +55,7 @@ the m16n8k16 B fragment maps of `mma.py`.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 from numba import cuda
@@ -148,6 +150,12 @@ def _make_intrinsics():
             return sig, codegen
         return ld
 
+    def cp16_asm(builder, sa, ga, n64):
+        """cp.async of 16 bytes, shared address sa (i32), global ga (i64), n64 source bytes."""
+        builder.asm(ir.FunctionType(ir.VoidType(), [li, l64, li]),
+                    "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
+                    [sa, ga, builder.trunc(n64, li)], side_effect=True)
+
     @intrinsic
     def cp_async16(typingctx, sary, sidx, gary, gidx, nbytes):
         sig = types.void(sary, sidx, gary, gidx, nbytes)
@@ -156,10 +164,7 @@ def _make_intrinsics():
             st, sit, gt, git, nt = signature.args
             sa = shared_address(context, builder, st, args[0], args[1], sit)
             ga = item_address(context, builder, gt, args[2], [args[3]], [git])
-            n = builder.trunc(context.cast(builder, args[4], nt, types.int64), li)
-            builder.asm(ir.FunctionType(ir.VoidType(), [li, l64, li]),
-                        "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
-                        [sa, ga, n], side_effect=True)
+            cp16_asm(builder, sa, ga, context.cast(builder, args[4], nt, types.int64))
             return context.get_dummy_value()
         return sig, codegen
 
@@ -172,11 +177,18 @@ def _make_intrinsics():
             st, gt, nt = signature.args
             sa = builder.trunc(context.cast(builder, args[0], st, types.uint64), li)
             ga = context.cast(builder, args[1], gt, types.uint64)
-            n = builder.trunc(context.cast(builder, args[2], nt, types.int64), li)
-            builder.asm(ir.FunctionType(ir.VoidType(), [li, l64, li]),
-                        "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
-                        [sa, ga, n], side_effect=True)
+            cp16_asm(builder, sa, ga, context.cast(builder, args[2], nt, types.int64))
             return context.get_dummy_value()
+        return sig, codegen
+
+    @intrinsic
+    def shared_address_of(typingctx, sary, sidx):
+        # the 32-bit shared-memory address of sary[sidx] (wgmma descriptors are built on it)
+        sig = types.uint32(sary, sidx)
+
+        def codegen(context, builder, signature, args):
+            st, sit = signature.args
+            return shared_address(context, builder, st, args[0], args[1], sit)
         return sig, codegen
 
     @intrinsic
@@ -212,24 +224,34 @@ def _make_intrinsics():
                                [args[0]], side_effect=False)
         return sig, codegen
 
-
-    def bare(ptx):
-        @intrinsic
-        def op(typingctx):
-            sig = types.void()
-
-            def codegen(context, builder, signature, args):
-                builder.asm(ir.FunctionType(ir.VoidType(), []), ptx, "~{memory}", [],
-                            side_effect=True)
-                return context.get_dummy_value()
-            return sig, codegen
-        return op
+    bare = bare_ptx
 
     return {"ldmatrix_x4": ldmatrix(False), "ldmatrix_x4_trans": ldmatrix(True),
             "cp_async16": cp_async16, "cp_async16_raw": cp_async16_raw,
-            "global_address": global_address, "red_add_f32": red_add_f32, "ex2_ftz": ex2_ftz,
+            "global_address": global_address, "shared_address": shared_address_of,
+            "red_add_f32": red_add_f32, "ex2_ftz": ex2_ftz,
             "commit": bare("cp.async.commit_group;"),
             "wait_all": bare("cp.async.wait_group 0;")}
+
+
+@lru_cache(maxsize=None)
+def bare_ptx(ptx: str):
+    """An intrinsic that emits `ptx` alone, with no operands (side effect, memory clobber):
+    cp.async.commit_group, wgmma.fence, fence.proxy.async, ..."""
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def op(typingctx):
+        sig = types.void()
+
+        def codegen(context, builder, signature, args):
+            builder.asm(ir.FunctionType(ir.VoidType(), []), ptx, "~{memory}", [],
+                        side_effect=True)
+            return context.get_dummy_value()
+        return sig, codegen
+    return op
 
 
 def intrinsics() -> dict:

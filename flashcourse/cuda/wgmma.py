@@ -41,8 +41,7 @@ live in registers.
     fence(), commit(), wait0()                        wgmma.fence / commit / wait_group 0
                                                       with no operands
     proxy_fence()                                     fence.proxy.async.shared::cta
-    shared_address(ary, idx)                          the 32-bit shared-memory address of
-                                                      ary[idx] (for descriptors)
+(the 32-bit shared address a descriptor starts from: `smem_ops.intrinsics()["shared_address"]`)
 
 scale_d = 0 ignores the accumulator's old value (D = A B): the first product of a tile
 needs no zeroing. kind: "f16" or "bf16" inputs, fp32 accumulation. Recipe checked on an
@@ -53,6 +52,8 @@ descriptors): the Hopper kernel refuses to run there (`hopper.check_capability`)
 from __future__ import annotations
 
 from functools import lru_cache
+
+from .smem_ops import bare_ptx
 
 KINDS = ("f16", "bf16")
 
@@ -178,44 +179,8 @@ WAIT1 = "wgmma.wait_group.sync.aligned 1;"
 PROXY_FENCE = "fence.proxy.async.shared::cta;"
 
 
-@lru_cache(maxsize=None)
-def bare(ptx: str):
-    """An intrinsic that emits `ptx` alone (side effect, memory clobber)."""
-    ir, types, _, intrinsic = _tools()
-
-    @intrinsic
-    def op(typingctx):
-        sig = types.void()
-
-        def codegen(context, builder, signature, args):
-            builder.asm(ir.FunctionType(ir.VoidType(), []), ptx, "~{memory}", [],
-                        side_effect=True)
-            return context.get_dummy_value()
-        return sig, codegen
-    return op
-
-
-@lru_cache(maxsize=None)
-def shared_address():
-    """shared_address(ary, idx) -> uint32: the shared-memory address of ary[idx]."""
-    ir, types, cgutils, intrinsic = _tools()
-
-    @intrinsic
-    def addr(typingctx, ary, idx):
-        sig = types.uint32(ary, idx)
-
-        def codegen(context, builder, signature, args):
-            aty, ity = signature.args
-            arr = context.make_array(aty)(context, builder, args[0])
-            i = context.cast(builder, args[1], ity, types.intp)
-            ptr = cgutils.get_item_pointer(context, builder, aty, arr, [i], wraparound=False)
-            l64 = ir.IntType(64)
-            p64 = builder.ptrtoint(ptr, l64)
-            s64 = builder.asm(ir.FunctionType(l64, [l64]), "cvta.to.shared.u64 $0, $1;",
-                              "=l,l", [p64], side_effect=False)
-            return builder.trunc(s64, ir.IntType(32))
-        return sig, codegen
-    return addr
+#: bare(ptx): an intrinsic that emits `ptx` alone (fence, commit, wait with no operands)
+bare = bare_ptx
 
 
 # --------------------------------------------------------------------------------------
