@@ -104,7 +104,7 @@ SHAPES = [  # bh, tq, tk, d, causal, scale
     (3, 257, 513, 128, False, None), (1, 512, 2048, 64, True, None)]
 
 
-def check(rng, doc) -> bool:
+def check(rng, doc, configs=()) -> bool:
     ok_all = True
     # which stride is which for the MN-major V descriptor: the one that matches float64
     for v_swap in (False, True):
@@ -128,6 +128,19 @@ def check(rng, doc) -> bool:
             ok = e <= 2e-2 and el <= 1e-4 and mo
             ok_all &= ok
             log(f"check tiles wg={wg} bk={bk} {pipe} d={d}: err_o {e:.2e} "
+                f"{'ok' if ok else 'FAIL'}")
+    for wg, bk, pipe in configs:       # --configs tiles: on every shape
+        for bh, tq, tk, d, causal, scale in SHAPES:
+            e, el, mo = check_one(rng, bh, tq, tk, d, causal, "fp16", scale,
+                                  tiles={"warpgroups": wg, "block_k": bk, "pipeline": pipe})
+            ok = e <= 2e-2 and el <= 1e-4 and mo
+            ok_all &= ok
+            doc["checks"].append({"precision": "fp16", "bh": bh, "tq": tq, "tk": tk, "d": d,
+                                  "causal": causal, "scale": scale, "err_o": e, "err_lse": el,
+                                  "masked_rows_ok": mo, "ok": ok, "warpgroups": wg,
+                                  "block_k": bk, "pipeline": pipe})
+            log(f"check {pipe} wg={wg} bk={bk} bh={bh} tq={tq} tk={tk} d={d} "
+                f"causal={causal} scale={scale}: err_o {e:.2e} err_lse {el:.2e} masked {mo} "
                 f"{'ok' if ok else 'FAIL'}")
     return ok_all
 
@@ -253,10 +266,11 @@ def bench(doc, ns=NS, ds=DS):
 def sanitize_small():
     rng = np.random.default_rng(3)
     for precision in ("fp16", "bf16"):
-        for pipe in ("serial", "overlap"):
+        for pipe, wg in (("serial", None), ("overlap", None), ("specialised", 2),
+                         ("producer", 2), ("pingpong", 2)):
             for bh, tq, tk, d, causal, scale in SHAPES[1:4] + SHAPES[7:8]:
                 e, *_ = check_one(rng, bh, tq, tk, d, causal, precision, scale,
-                                  tiles={"pipeline": pipe})
+                                  tiles={"pipeline": pipe, "warpgroups": wg})
                 print(f"sanitize {precision} {pipe} {tq}x{tk} d={d}: err {e:.2e}")
 
 
@@ -265,7 +279,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ns", type=int, nargs="*", default=list(NS))
     ap.add_argument("--ds", type=int, nargs="*", default=list(DS))
     ap.add_argument("--configs", nargs="*", default=[],
-                    help="--variants: only these, WARPGROUPS:BLOCK_K:PIPELINE")
+                    help="--variants: only these, WARPGROUPS:BLOCK_K:PIPELINE (and --check "
+                         "checks each of them on every shape)")
     results.add_output_arguments(ap)
     args = ap.parse_args(argv)
     results.check_outputs(args, __file__)
@@ -284,13 +299,13 @@ def main(argv=None) -> int:
     t0 = time.time()
     ok = True
     rng = np.random.default_rng(0)
+    configs = [(int(c.split(":")[0]), int(c.split(":")[1]), c.split(":")[2])
+               for c in args.configs]
     if args.check:
-        ok &= check(rng, doc)
+        ok &= check(rng, doc, configs)
         ok &= errors(doc)
         log(f"checks {'all ok' if ok else 'FAILED'} at {time.time() - t0:.0f} s")
     if args.variants:
-        configs = [(int(c.split(":")[0]), int(c.split(":")[1]), c.split(":")[2])
-                   for c in args.configs]
         variants(doc, configs or None, tuple(args.ds))
         log(f"variants done at {time.time() - t0:.0f} s")
     if args.bench:

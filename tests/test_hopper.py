@@ -20,8 +20,10 @@ from flashcourse.cuda.registry import FORWARD
 
 CONFIGS = [hopper.HopperConfig(p, wg, bk, d, pipeline=pipe)
            for p in ("fp16", "bf16") for d in (16, 64, 128) for wg in (1, 2, 3, 4)
-           for bk in (64, 128) for pipe in ("serial", "overlap", "specialised")
-           if not (pipe == "specialised" and wg == 4)]
+           for bk in (64, 128)
+           for pipe in ("serial", "overlap", "specialised", "producer", "pingpong")
+           if not (pipe in ("specialised", "producer", "pingpong") and wg == 4)
+           and not (pipe == "pingpong" and wg == 1)]
 
 
 def test_the_kernel_is_registered_once_with_its_options():
@@ -84,6 +86,29 @@ def test_shared_memory_holds_q_and_two_buffers_of_k_and_v():
         hopper.plan("fp16", 64, 4, 64, pipeline="specialised")
 
 
+@pytest.mark.parametrize("wg", (1, 2, 3))
+def test_setmaxnreg_moves_registers_to_the_consumers_within_the_register_file(wg):
+    """Versions 4 and 5: a producer warpgroup of 128 threads; after setmaxnreg the block's
+    registers (128 per warpgroup x count) still fit the 65,536 of an SM, the counts are
+    multiples of 8 in setmaxnreg's 24..256, and the consumers hold more than the launch
+    bound gives every thread."""
+    for pipe in ("producer", "pingpong"):
+        if pipe == "pingpong" and wg == 1:
+            with pytest.raises(ValueError, match="at least 2"):
+                hopper.plan("fp16", 64, wg, 64, pipeline=pipe)
+            continue
+        cfg = hopper.plan("fp16", 128, wg, 64, pipeline=pipe)
+        assert cfg.threads == 128 * (wg + 1) and cfg.producer_threads == 128
+        assert cfg.stages == 3
+        producer, consumers = cfg.setmaxnreg()
+        assert all(r % 8 == 0 and 24 <= r <= 256 for r in (producer, consumers))
+        assert 128 * (wg * consumers + producer) <= 65536
+        bound = hopper.launch_bound_registers(cfg.threads, limits.PRESETS["H200"])
+        assert producer < bound < consumers or consumers == 240
+    with pytest.raises(ValueError, match="at most 3"):
+        hopper.plan("fp16", 64, 4, 64, pipeline="producer")
+
+
 @pytest.mark.parametrize("cfg", CONFIGS[:24], ids=str)
 def test_every_copy_lands_once_where_its_layout_puts_it(cfg):
     D = cfg.head_dim
@@ -144,6 +169,26 @@ def test_the_probe_layout_is_the_one_the_model_rejects():
 def test_operand_address_refuses_a_swizzled_descriptor():
     with pytest.raises(ValueError, match="no-swizzle"):
         W.operand_address(W.descriptor(1024, 16, 1024, swizzle=128), 0, 0)
+
+
+def test_the_recorded_runs_of_versions_3_to_5_passed_their_checks_and_sanitizers():
+    """results/h200_hopper_v45_variants.json: every tile of versions 3-5 checked on every
+    shape against float64 (outputs poisoned first) and timed beside version 2, same run;
+    the sanitizer logs of all five versions end with no error and no hazard."""
+    doc = results.load_hopper(results.RESULTS_DIR / "h200_hopper_v45_variants.json")
+    assert doc is not None and doc["env"]["gpu"].startswith("NVIDIA H")
+    assert all(c["ok"] for c in doc["checks"])
+    checked = {(c["pipeline"], c["warpgroups"], c["block_k"]) for c in doc["checks"]
+               if "pipeline" in c}
+    timed = {(v["pipeline"], v["warpgroups"], v["block_k"]) for v in doc["variants"]}
+    assert {p for p, *_ in timed} == {"overlap", "specialised", "producer", "pingpong"}
+    assert timed <= checked
+    for tool, summary in (("memcheck", "ERROR SUMMARY: 0 errors"),
+                          ("racecheck", "RACECHECK SUMMARY: 0 hazards")):
+        text = (results.RESULTS_DIR / f"h200_hopper_v45_sanitizer_{tool}.txt").read_text()
+        assert summary in text
+        assert all(f"sanitize {p} {pipe}" in text for p in ("fp16", "bf16")
+                   for pipe in ("serial", "overlap", "specialised", "producer", "pingpong"))
 
 
 def test_the_recorded_run_passed_its_checks_and_holds_every_point():

@@ -40,7 +40,8 @@ class HopperConfig:
     the N of S = Q K^T's wgmma), head_dim D (d rounded up to a multiple of 16),
     negative_scale (compiled for scale < 0: the scores are negated once, see
     `tensor_core_kernels`' SCALE note), v_swap (probe: the V descriptor's two strides
-    exchanged), pipeline ("serial": version 1, "overlap": version 2, `hopper_kernels`)."""
+    exchanged), pipeline ("serial": version 1, "overlap": version 2, "specialised":
+    version 3, "producer": version 4, "pingpong": version 5; `hopper_kernels`)."""
 
     precision: str
     warpgroups: int
@@ -56,13 +57,25 @@ class HopperConfig:
 
     @property
     def threads(self):
-        """128 per warpgroup, + 32 for the producer warp of version 3 ("specialised")."""
-        return 128 * self.warpgroups + (32 if self.pipeline == "specialised" else 0)
+        """128 per warpgroup, + the producer: 32 threads for version 3 ("specialised"), a
+        warpgroup of 128 for version 4 ("producer")."""
+        return 128 * self.warpgroups + self.producer_threads
+
+    @property
+    def producer_threads(self):
+        return {"specialised": 32, "producer": 128, "pingpong": 128}.get(self.pipeline, 0)
+
+    def setmaxnreg(self):
+        """Versions 4-5's registers per thread after `setmaxnreg` (producer, consumers): the
+        producer warpgroup gives most of its share of the 65,536-register file to the
+        consumers (multiples of 8; 128 x (wg x consumers + producer) <= 65,536)."""
+        producer = 72 if self.warpgroups <= 2 else 40
+        return producer, min(240, (512 - producer) // self.warpgroups // 8 * 8)
 
     @property
     def stages(self):
         """K/V buffers (each one K_j and one V_j): 2, or 3 for version 3."""
-        return 3 if self.pipeline == "specialised" else 2
+        return 3 if self.producer_threads else 2
 
     def offsets(self):
         """32-bit word offsets: Q, K and V of buffer 0, the buffer size, the end of the
@@ -83,7 +96,7 @@ class HopperConfig:
 
     @property
     def shared_bytes(self):
-        barriers = 4 * self.stages if self.pipeline == "specialised" else 0
+        barriers = 4 * self.stages if self.producer_threads else 0
         return 4 * (self.offsets()[-1] + barriers)
 
 
@@ -103,9 +116,12 @@ def plan(precision: str, d: int, warpgroups: int, block_k: int, negative_scale: 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS} for the hopper kernel, "
                          f"got {precision!r}")
-    if warpgroups not in (1, 2, 3, 4) or (pipeline == "specialised" and warpgroups > 3):
-        raise ValueError(f"warpgroups must be 1, 2, 3 or 4 (3 with pipeline='specialised'), "
-                         f"got {warpgroups!r}")
+    if warpgroups not in (1, 2, 3, 4) or (pipeline in ("specialised", "producer", "pingpong")
+                                          and warpgroups > 3) or (pipeline == "pingpong"
+                                                                  and warpgroups < 2):
+        raise ValueError(f"warpgroups must be 1, 2, 3 or 4 (at most 3 with pipeline="
+                         f"'specialised', 'producer' or 'pingpong'; at least 2 with "
+                         f"'pingpong'), got {warpgroups!r}")
     block_k = check_block(block_k, "block_k")
     if block_k % 16 or block_k > 256:
         raise ValueError(f"block_k must be a multiple of 16 up to 256 for the hopper kernel, "
@@ -212,7 +228,7 @@ def copy_plan(cfg: HopperConfig, tile: str) -> np.ndarray:
     """A numpy model of the kernel's loaders (`hopper_kernels._Parts`): (copies, 4) int64
     rows [thread, row, 16-byte chunk, shared byte offset inside the tile] of the `cp.async`
     copies one block makes for tile "q" (Br rows), "k" or "v" (Bc rows). Copy e goes to
-    thread e mod threads (version 3: K, V to the producer warp, Q to each row's own
+    thread e mod threads (versions 3 and 4: K, V to the producer, Q to each row's own
     warpgroup); e's low 3 bits pick the row inside a core matrix, so 8 threads in a row
     fill one core matrix's 128 contiguous bytes."""
     if tile not in ("q", "k", "v"):
@@ -224,13 +240,13 @@ def copy_plan(cfg: HopperConfig, tile: str) -> np.ndarray:
     r = rg * 8 + ri
     off = (cc * cfg.block_k + r) * 16 if tile == "v" else ((rg * ch + cc) * 8 + ri) * 16
     consumers = 128 * cfg.warpgroups
-    if cfg.pipeline != "specialised":
+    if not cfg.producer_threads:
         thread = e % consumers
     elif tile == "q":                  # each warpgroup copies its own 64 rows
         per_wg = 64 * ch
         thread = 128 * (e // per_wg) + (e % per_wg) % 128
-    else:                              # the producer warp, after the consumers
-        thread = consumers + e % 32
+    else:                              # the producer, after the consumers
+        thread = consumers + e % cfg.producer_threads
     return np.stack([thread, r, cc, off], axis=1)
 
 

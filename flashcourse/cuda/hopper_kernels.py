@@ -32,11 +32,20 @@ Overlap comes from the other warpgroups of the block (Br = 64 x warpgroups), who
 products run while this one does its softmax: FlashAttention-3's "ping-pong" schedule
 without the barriers that force the turns.
 
-Version 2 ("overlap") issues S_j and P_{j-1} V_{j-1} together and does block j's softmax
-while the second product runs (FlashAttention-3's intra-warpgroup overlap). Version 3
-("specialised") adds warp specialisation: a producer warp copies K_j, V_j into 3 stages
-guarded by mbarriers, and the consumer warpgroups never meet at a block-wide barrier; with
-`cp.async` from one warp (no TMA) it measured slower (benchmarks/NOTES_hopper.md).
+Version 2 ("overlap") issues S_j and P_{j-1} V_{j-1} together and waits for S_j only
+(`wait_group 1`), as FlashAttention-3's intra-warpgroup overlap does. What it does not get
+is the exponentials overlapping the product: ptxas moves the wait for P V
+(WARPGROUP.DEPBAR) up to the top of its basic block, which is the join after the mask
+test, before the softmax (its SASS; benchmarks/NOTES_hopper.md, "Where version 2's wait
+really is"). Placing the softmax inside both arms of the mask test pins the wait after the
+exponentials, and measured slower, so the version stays as it is.
+Version 3 ("specialised") adds warp specialisation: a producer warp copies K_j, V_j into 3
+stages guarded by mbarriers, and the consumer warpgroups never meet at a block-wide barrier;
+with `cp.async` from one warp (no TMA) it measured 2.5x slower than version 2. Version 4
+("producer") makes the producer a warpgroup and moves its registers to the consumers with
+`setmaxnreg`; version 5 ("pingpong") has the consumer warpgroups take turns to issue their
+products. Both measured level with version 2, not faster: copies by `cp.async`, 16 bytes a
+thread, keep the L2 busy (benchmarks/NOTES_hopper.md).
 
 Bytes moved: as the mma.sync kernel (Q once, K and V once per query block of Br rows).
 FLOPs: 4 Tq Tk d (half when causal). An H200's wgmma loop from Numba issued 907 TFLOP/s
@@ -62,8 +71,10 @@ from .smem_ops import ops as smem_ops
 #: 16-byte units in a descriptor's 14-bit fields
 DESC_UNIT = 16
 #: kernel versions, side by side: "serial" (version 1), "overlap" (version 2) and
-#: "specialised" (version 3: a producer warp and mbarriers)
-PIPELINES = ("serial", "overlap", "specialised")
+#: "specialised" (version 3: a producer warp and mbarriers), "producer" (version 4: version 3
+#: with a producer warpgroup that gives its registers to the consumers by setmaxnreg),
+#: "pingpong" (version 5: version 4, the consumer warpgroups issuing their products in turn)
+PIPELINES = ("serial", "overlap", "specialised", "producer", "pingpong")
 
 
 def _inl(fn):
@@ -255,7 +266,8 @@ class _Parts:
         self.load_q, self.load_k, self.load_v = (kmajor_loader(BR, NC), kmajor_loader(BC, NC),
                                                  v_loader(NC))
         self.load_q_wg = kmajor_loader(64, 128)      # one warpgroup's 64 rows of Q
-        self.load_k_warp, self.load_v_warp = kmajor_loader(BC, 32), v_loader(32)
+        PT = max(cfg.producer_threads, 32)
+        self.load_k_prod, self.load_v_prod = kmajor_loader(BC, PT), v_loader(PT)
         self.scores_to_p, self.rescale_and_pack, self.epilogue = (scores_to_p,
                                                                   rescale_and_pack, epilogue)
 
@@ -263,8 +275,9 @@ class _Parts:
 def make_wgmma_kernel(cfg):
     """The kernel of one `hopper.HopperConfig` (GPU only: wgmma has no simulator)."""
     P = _Parts(cfg)
-    build = {"serial": _serial, "overlap": _overlap, "specialised": _specialised}[cfg.pipeline]
-    kern = build(P)
+    build = {"serial": _serial, "overlap": _overlap, "specialised": _specialised,
+             "producer": _specialised, "pingpong": _specialised}[cfg.pipeline]
+    kern = build(P, cfg) if build is _specialised else build(P)
     kern.__name__ = kern.__qualname__ = (
         f"hopper_{cfg.pipeline}_{cfg.precision}_wg{cfg.warpgroups}_k{P.BC}_d{P.D}"
         + ("_neg" if cfg.negative_scale else ""))   # the name profilers show
@@ -447,7 +460,7 @@ def _overlap(P):
     return hopper_forward
 
 
-def _specialised(P):
+def _specialised(P, cfg):
     """Version 3: warp specialisation (FlashAttention-3). One producer warp, the block's last,
     copies K_j, V_j into a ring of 3 stages and, for each, makes the stage's "full" mbarrier
     complete once its copies have landed (cp.async.mbarrier.arrive.noinc); each consumer
@@ -455,7 +468,19 @@ def _specialised(P):
     P V product from a stage is finished, arrives on that stage's "empty" barrier, which
     the producer waits on before refilling it. No block-wide barrier after the start, so
     the warpgroups drift apart and one's softmax can fall into another's products. The
-    consumers' loop is version 2's (S_j and P_{j-1} V_{j-1} in flight together)."""
+    consumers' loop is version 2's (S_j and P_{j-1} V_{j-1} in flight together).
+
+    Version 4 (cfg.pipeline "producer", FlashAttention-3's producer warpgroup): the producer
+    is a whole warpgroup of 128 threads (4x the copy issue of one warp), and `setmaxnreg`
+    moves registers from it to the consumers (`HopperConfig.setmaxnreg`): the producer
+    drops to 40-72 registers a thread and each consumer rises to 152-216, above the launch
+    bound's share of the register file.
+
+    Version 5 (cfg.pipeline "pingpong", FlashAttention-3's inter-warpgroup schedule): the
+    consumer warpgroups take turns to issue their products, through a ring of named
+    barriers (warpgroup w waits on barrier 4 + w, issues S_j and P_{j-1} V_{j-1}, then lets
+    warpgroup w + 1 go), so one warpgroup's softmax runs while the next one's products
+    occupy the tensor cores."""
     BR, BC = P.BR, P.BC
     SREGS, OREGS, PREGS = P.SREGS, P.OREGS, P.PREGS
     Q_OFF, K_OFF, V_OFF, BUF, END, S = P.Q_OFF, P.K_OFF, P.V_OFF, P.BUF, P.END, P.STAGES
@@ -464,14 +489,26 @@ def _specialised(P):
     WAIT_S, WAIT1_S, WAIT_O, PIN_P, PROXY, SADDR = (P.WAIT_S, P.WAIT1_S, P.WAIT_O, P.PIN_P,
                                                     P.PROXY, P.SADDR)
     COMMIT, WAIT = P.COMMIT, P.WAIT
-    load_q_wg, load_k_warp, load_v_warp, GADDR = (P.load_q_wg, P.load_k_warp, P.load_v_warp,
+    load_q_wg, load_k_prod, load_v_prod, GADDR = (P.load_q_wg, P.load_k_prod, P.load_v_prod,
                                                   P.GADDR)
+    PT = cfg.producer_threads
+    PING = cfg.pipeline == "pingpong"
+    NWG = cfg.warpgroups
+    if cfg.pipeline in ("producer", "pingpong"):
+        reg_p, reg_c = cfg.setmaxnreg()
+        REG_DEC = wgmma.bare(f"setmaxnreg.dec.sync.aligned.u32 {reg_p};")
+        REG_INC = wgmma.bare(f"setmaxnreg.inc.sync.aligned.u32 {reg_c};")
+        SETREG = True
+    else:
+        REG_DEC = REG_INC = wgmma.bare("")
+        SETREG = False
     scores_to_p, rescale_and_pack, epilogue = P.scores_to_p, P.rescale_and_pack, P.epilogue
     s_product, pv_product, pv_and_wait = P.s_product, P.pv_product, P.pv_and_wait
     mb = wgmma.mbarrier_ops()
     MB_INIT, MB_ARRIVE, MB_COPIES, MB_TRY, NAMED = (mb["init"], mb["arrive"],
                                                     mb["arrive_copies"], mb["try_wait"],
                                                     mb["named_barrier"])
+    NAMED_ARRIVE = mb["named_arrive"]
     ROW_BYTES = 2 * P.D
     NC = BR * 2                        # consumer threads: 128 per warpgroup (Br = 64 each)
     MBAR = 4 * END                     # byte offset of the mbarriers: full[0..S), empty[0..S)
@@ -489,11 +526,13 @@ def _specialised(P):
         n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
         if tid == 0:
             for i in range(S):
-                MB_INIT(base + U(MBAR + 8 * i), 32)          # full: the producer's 32 lanes
+                MB_INIT(base + U(MBAR + 8 * i), PT)          # full: each producer thread
                 MB_INIT(base + U(MBAR + 8 * (S + i)), NC)    # empty: every consumer thread
         cuda.syncthreads()             # the barriers exist; from here on, no block barrier
 
-        if tid >= NC:                  # ---- the producer warp ----
+        if tid >= NC:                  # ---- the producer (a warp, or a warpgroup) ----
+            if SETREG:
+                REG_DEC()              # give registers back: the consumers take them
             lane = tid - NC
             gk = GADDR(k, 0) + U(kbase) * U(ROW_BYTES)
             gv = GADDR(v, 0) + U(kbase) * U(ROW_BYTES)
@@ -504,14 +543,16 @@ def _specialised(P):
                     while MB_TRY(base + U(MBAR + 8 * (S + st)), par) == 0:
                         pass
                 g1 = U(jb * BC) * U(ROW_BYTES)
-                load_k_warp(base + U(4 * (st * BUF + K_OFF)), gk + g1, tk - jb * BC, lane, 0)
-                load_v_warp(base + U(4 * (st * BUF + V_OFF)), gv + g1, tk - jb * BC, lane)
+                load_k_prod(base + U(4 * (st * BUF + K_OFF)), gk + g1, tk - jb * BC, lane, 0)
+                load_v_prod(base + U(4 * (st * BUF + V_OFF)), gv + g1, tk - jb * BC, lane)
                 MB_COPIES(base + U(MBAR + 8 * st))
             COMMIT()                   # then wait for the copies before the warp exits
             WAIT()
             return
 
         # ---- the consumer warpgroups ----
+        if SETREG:
+            REG_INC()
         wg = tid // 128
         t = tid % 4
         wg_row0 = q0 + 64 * wg
@@ -535,6 +576,8 @@ def _specialised(P):
         for i in range(PREGS):
             pa[i] = 0
 
+        if PING and wg == NWG - 1:     # the last warpgroup lets the first one go first
+            NAMED_ARRIVE(4, 256)
         for jb in range(n_kb):
             k0 = jb * BC
             st = jb % S
@@ -542,6 +585,8 @@ def _specialised(P):
                 pass
             PROXY()
             desc_k = ((base + U(4 * (st * BUF + K_OFF))) >> U(4)) | DESC_KM
+            if PING:                   # my turn to issue
+                NAMED(4 + wg, 256)
             PIN_P(pa)
             FENCE_O(acc)
             s_product(s, desc_q, desc_k)
@@ -551,8 +596,12 @@ def _specialised(P):
                 desc_v = ((base + U(4 * (sp * BUF + V_OFF))) >> U(4)) | DESC_V
                 pv_product(acc, pa, desc_v)
                 WCOMMIT()
+                if PING:               # the next warpgroup's turn
+                    NAMED_ARRIVE(4 + (wg + 1) % NWG, 256)
                 WAIT1_S(s)
             else:
+                if PING:
+                    NAMED_ARRIVE(4 + (wg + 1) % NWG, 256)
                 WAIT_S(s)
             scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, qsc, t)
             WAIT_O(acc)

@@ -197,6 +197,8 @@ bare = bare_ptx
 #                               (mbarrier.try_wait.parity: loop on it)
 #   named_barrier(id, threads)  bar.sync id, threads: only `threads` threads wait (id 1..15;
 #                               id 0 is __syncthreads)
+#   named_arrive(id, threads)   bar.arrive id, threads: counts toward the barrier's threads
+#                               without waiting (the other side of a ping-pong hand-over)
 
 @lru_cache(maxsize=None)
 def mbarrier_ops():
@@ -251,4 +253,5 @@ def mbarrier_ops():
                               "r,~{memory}"),
         "try_wait": try_wait,
         "named_barrier": asm2("bar.sync $0, $1;", "r,r,~{memory}"),
+        "named_arrive": asm2("bar.arrive $0, $1;", "r,r,~{memory}"),
     }
