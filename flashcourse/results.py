@@ -43,6 +43,7 @@ TENSOR_CORE_AB_FILE = RESULTS_DIR / "h200_tensor_core_v2_ab.json"
 TF32_VARIANTS_FILE = RESULTS_DIR / "h200_tensor_core_v2_tf32_variants.json"
 HOPPER_FILE = RESULTS_DIR / "h200_hopper.json"
 HOPPER_V3_FILE = RESULTS_DIR / "h200_hopper_v3_variants.json"
+HOPPER_V45_FILE = RESULTS_DIR / "h200_hopper_v45_variants.json"
 SWEEP_SCHEMA = "flashcourse.tuning.sweep/1"
 TRAFFIC_SCHEMA = "flashcourse.tuning.ncu_traffic/1"
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
@@ -151,7 +152,8 @@ def load_bars(path=None) -> dict | None:
 
 def load_hopper(path=None) -> dict | None:
     """The Hopper (wgmma) forward's recorded run (benchmarks/gpu_hopper.py), or None;
-    path=HOPPER_V3_FILE: version 3's own run (beside version 2)."""
+    path=HOPPER_V3_FILE: version 3's own run (beside version 2); HOPPER_V45_FILE: versions
+    3-5 beside version 2."""
     return load(HOPPER_FILE if path is None else path, "hopper")
 
 
