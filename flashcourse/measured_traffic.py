@@ -63,6 +63,25 @@ def parse_ncu_csv(text: str) -> list:
     return [kernels[i] for i in sorted(kernels)]
 
 
+def parse_ncu_text(text: str) -> list:
+    """Parse Nsight Compute's default (human-readable) report into one dict per profiled
+    kernel launch: {kernel (the name up to "(" or "["), metrics {metric name: number}} from
+    the sections' "name  [unit]  value" rows, values as printed (percent, cycles, us ...);
+    rule text and ==PROF== lines are skipped."""
+    import re
+    row = re.compile(r"^ {4}(\S.*?) {2,}(?:(\S+) +)?([-\d,]*\.?\d+)$")
+    out = []
+    for ln in text.splitlines():
+        if ln.startswith("  ") and not ln.startswith("   ") and "(" in ln:
+            out.append({"kernel": re.split(r"[\[(]", ln.strip(), maxsplit=1)[0],
+                        "metrics": {}})
+            continue
+        m = row.match(ln)
+        if m and out:
+            out[-1]["metrics"][m.group(1)] = float(m.group(3).replace(",", ""))
+    return out
+
+
 def split_by_marker(kernels: list, begin: str = "ncu_begin", end: str = "ncu_end") -> list:
     """Group the kernels of one ncu run by configuration: the kernels launched between
     a `begin` marker kernel and the next `end` marker (names containing those words)

@@ -351,6 +351,32 @@ def test_parse_ncu_csv_groups_and_sums():
     assert mt.parse_ncu_csv("no csv here") == []
 
 
+NCU_TEXT = """==PROF== Disconnected from process 1
+  hopper_overlap_fp16_wg3_k64_d128[v14,cw51](Array<unsigned int, 1, C>) (22, 32, 1)x(384, 1, 1)
+    Section: GPU Speed Of Light Throughput
+    ----------------------- ----------- ------------
+    Metric Name             Metric Unit Metric Value
+    ----------------------- ----------- ------------
+    Elapsed Cycles                cycle    1,487,826
+    L2 Cache Throughput               %        67.83
+    SM Active Cycles              cycle 1,320,185.78
+    Issued Warp Per Scheduler                   0.36
+    OPT   Memory is more heavily utilized than Compute: Look at the Memory Workload 2
+  other_kernel(int) (1, 1, 1)x(32, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
+    Duration                         us         4.10
+"""
+
+
+def test_parse_ncu_text_reads_each_launch_and_its_rows():
+    k = mt.parse_ncu_text(NCU_TEXT)
+    assert [x["kernel"] for x in k] == ["hopper_overlap_fp16_wg3_k64_d128", "other_kernel"]
+    assert k[0]["metrics"] == {"Elapsed Cycles": 1487826.0, "L2 Cache Throughput": 67.83,
+                               "SM Active Cycles": 1320185.78,
+                               "Issued Warp Per Scheduler": 0.36}
+    assert k[1]["metrics"] == {"Duration": 4.1}
+    assert mt.parse_ncu_text("no report here") == []
+
+
 def test_model_bytes_match_the_io_model():
     assert mt.model_bytes("dense", 1000, 48, 3) == 3 * dense_traffic(
         1000, 1000, 48, bytes_per_element=4, bytes_per_score=4).total_bytes
