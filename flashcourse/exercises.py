@@ -639,6 +639,62 @@ def v_layout_12() -> Exercise:
         working, rtol=1e-9, diagnoses=diagnoses)
 
 
+#: exercise 3 of notebook 12: the register budget of version 4 (a producer warpgroup)
+SETMAXNREG_12 = {"consumers": 2, "block_k": 128, "d": 128}
+
+
+def setmaxnreg_12() -> Exercise:
+    from .cuda import hopper
+    from .limits import PRESETS
+    e = SETMAXNREG_12
+    cfg = hopper.HopperConfig("fp16", e["consumers"], e["block_k"], e["d"], pipeline="producer")
+    lim = PRESETS["H200"]
+    launch = hopper.launch_bound_registers(cfg.threads, lim)
+    producer, consumer = cfg.setmaxnreg()
+    accumulators = 64 * e["block_k"] // 128 + 64 * e["d"] // 128
+    total = lim.max_regs_per_block
+    warps = cfg.threads // 32
+    unrounded = (total // 128 - producer) // e["consumers"]
+    working = (f"{cfg.threads} threads = {warps} warps share {total:,} registers; a warp gets "
+               f"them in units of 256\n  (8 a thread): {total:,} / {warps} warps / 32 = "
+               f"{total / cfg.threads:.1f} -> {launch} a thread, every thread alike\n"
+               f"after setmaxnreg.dec the producer's 128 threads keep {producer} each: "
+               f"{total:,} / 128 - {producer} = {total // 128 - producer}\n"
+               f"  left for {e['consumers']} consumer warpgroups: "
+               f"{total // 128 - producer} / {e['consumers']} = {unrounded} -> a multiple "
+               f"of 8: {consumer}\n"
+               f"fp32 accumulators of one consumer thread: S (64 x Bc = {e['block_k']}) / 128 "
+               f"= {64 * e['block_k'] // 128}, O (64 x d = {e['d']}) / 128 = "
+               f"{64 * e['d'] // 128}:\n  {accumulators}, before P, the addresses and the "
+               f"softmax's own")
+    diagnoses = {
+        "launch_regs": [(lambda y: _same_number(y, total // cfg.threads, 1e-9),
+                         "registers go to whole warps in units of 256 (8 a thread): round "
+                         "down to a multiple of 8"),
+                        (lambda y: _same_number(y, 255, 1e-9),
+                         "255 is the most one thread may address; with this many threads the "
+                         "register file runs out first")],
+        "consumer_regs": [(lambda y: _same_number(y, unrounded, 1e-9),
+                           "setmaxnreg takes a multiple of 8: round down"),
+                          (lambda y: _same_number(y, total // 128 // e["consumers"], 1e-9)
+                           or _same_number(y, 240, 1e-9),
+                           f"the producer warpgroup keeps {producer} a thread: 128 x "
+                           f"{producer} registers are not the consumers'")],
+        "accumulators": [(lambda y: _same_number(y, accumulators // 2, 1e-9),
+                          "both products accumulate in registers: S_j and O"),
+                         (lambda y: _same_number(y, 2 * accumulators, 1e-9),
+                          "a warpgroup's 64 x N accumulator tile is spread over its 128 "
+                          "threads")],
+    }
+    return Exercise(
+        f"Version 4 with {e['consumers']} consumer warpgroups and a producer warpgroup "
+        f"(Bc = {e['block_k']}, d = {e['d']}): registers a thread under the launch bound, the "
+        f"most a consumer thread can get after setmaxnreg (the producer keeps {producer}), "
+        f"and its fp32 accumulators",
+        {"launch_regs": launch, "consumer_regs": consumer, "accumulators": accumulators},
+        working, rtol=1e-9, diagnoses=diagnoses)
+
+
 EXERCISES = {
     "03-second-tile": second_tile,
     "03-causal-skips": causal_skips,
@@ -650,6 +706,7 @@ EXERCISES = {
     "10-tc-backward": tc_backward_10,
     "12-descriptors": descriptors_12,
     "12-v-layout": v_layout_12,
+    "12-setmaxnreg": setmaxnreg_12,
 }
 
 

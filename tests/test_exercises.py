@@ -155,7 +155,8 @@ def test_tc_backward_10():
                                       ("08_measured_traffic", ["08-dram-flash"]),
                                       ("09_backward_recompute", ["09-saved-bytes"]),
                                       ("10_tensor_cores", ["10-tc-backward"]),
-                                      ("12_hopper_wgmma", ["12-descriptors", "12-v-layout"])])
+                                      ("12_hopper_wgmma", ["12-descriptors", "12-v-layout",
+                                                           "12-setmaxnreg"])])
 def test_notebooks_ask_for_predictions_without_printing_answers(nb, names):
     cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
     code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
@@ -230,3 +231,16 @@ def test_v_layout_12():
                         start_bytes=32 * e["kp"])
     assert not ok and "row-major" in lines[0] and "that is SBO" in lines[1]
     assert "that is LBO" in lines[2] and "32 bytes" in lines[3]
+
+
+def test_setmaxnreg_12():
+    """Right answers from the kernel's own register arithmetic; each slip named."""
+    ans = E.get("12-setmaxnreg").answer
+    assert ans == {"launch_regs": 168, "consumer_regs": 216, "accumulators": 128}
+    assert E.grade("12-setmaxnreg", **ans)[0]
+    ok, lines = E.grade("12-setmaxnreg", launch_regs=170, consumer_regs=220, accumulators=64)
+    assert not ok and "units of 256" in lines[0] and "multiple of 8" in lines[1]
+    assert "S_j and O" in lines[2]
+    ok, lines = E.grade("12-setmaxnreg", launch_regs=255, consumer_regs=256, accumulators=256)
+    assert not ok and "255 is the most" in lines[0] and "producer warpgroup keeps" in lines[1]
+    assert "128 threads" in lines[2]
