@@ -34,6 +34,11 @@ MAX_HEAD_DIM = 128
 CAPABILITY = (9, 0)
 
 
+#: threads of the producer of the warp-specialised versions: one warp for version 3, a
+#: warpgroup (which hands its registers to the consumers by setmaxnreg) for versions 4-5
+PRODUCER_THREADS = {"specialised": 32, "producer": 128, "pingpong": 128}
+
+
 @dataclass(frozen=True)
 class HopperConfig:
     """One variant: precision, warpgroups per block (Br = 64 x warpgroups), block_k (Bc,
@@ -63,7 +68,7 @@ class HopperConfig:
 
     @property
     def producer_threads(self):
-        return {"specialised": 32, "producer": 128, "pingpong": 128}.get(self.pipeline, 0)
+        return PRODUCER_THREADS.get(self.pipeline, 0)
 
     def setmaxnreg(self):
         """Versions 4-5's registers per thread after `setmaxnreg` (producer, consumers): the
@@ -116,9 +121,8 @@ def plan(precision: str, d: int, warpgroups: int, block_k: int, negative_scale: 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS} for the hopper kernel, "
                          f"got {precision!r}")
-    if warpgroups not in (1, 2, 3, 4) or (pipeline in ("specialised", "producer", "pingpong")
-                                          and warpgroups > 3) or (pipeline == "pingpong"
-                                                                  and warpgroups < 2):
+    if warpgroups not in (1, 2, 3, 4) or (pipeline in PRODUCER_THREADS and warpgroups > 3) \
+            or (pipeline == "pingpong" and warpgroups < 2):
         raise ValueError(f"warpgroups must be 1, 2, 3 or 4 (at most 3 with pipeline="
                          f"'specialised', 'producer' or 'pingpong'; at least 2 with "
                          f"'pingpong'), got {warpgroups!r}")

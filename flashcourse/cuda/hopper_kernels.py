@@ -86,6 +86,7 @@ class _Parts:
     intrinsics and the device functions (inlined into the kernel)."""
 
     def __init__(self, cfg):
+        self.cfg = cfg
         kind = "f16" if cfg.precision == "fp16" else "bf16"
         PACK = device_ops(False)["pack_fp16" if cfg.precision == "fp16" else "pack_bf16"]
         so = smem_ops(False)
@@ -277,7 +278,7 @@ def make_wgmma_kernel(cfg):
     P = _Parts(cfg)
     build = {"serial": _serial, "overlap": _overlap, "specialised": _specialised,
              "producer": _specialised, "pingpong": _specialised}[cfg.pipeline]
-    kern = build(P, cfg) if build is _specialised else build(P)
+    kern = build(P)
     kern.__name__ = kern.__qualname__ = (
         f"hopper_{cfg.pipeline}_{cfg.precision}_wg{cfg.warpgroups}_k{P.BC}_d{P.D}"
         + ("_neg" if cfg.negative_scale else ""))   # the name profilers show
@@ -460,7 +461,7 @@ def _overlap(P):
     return hopper_forward
 
 
-def _specialised(P, cfg):
+def _specialised(P):
     """Version 3: warp specialisation (FlashAttention-3). One producer warp, the block's last,
     copies K_j, V_j into a ring of 3 stages and, for each, makes the stage's "full" mbarrier
     complete once its copies have landed (cp.async.mbarrier.arrive.noinc); each consumer
@@ -491,10 +492,11 @@ def _specialised(P, cfg):
     COMMIT, WAIT = P.COMMIT, P.WAIT
     load_q_wg, load_k_prod, load_v_prod, GADDR = (P.load_q_wg, P.load_k_prod, P.load_v_prod,
                                                   P.GADDR)
+    cfg = P.cfg
     PT = cfg.producer_threads
     PING = cfg.pipeline == "pingpong"
     NWG = cfg.warpgroups
-    if cfg.pipeline in ("producer", "pingpong"):
+    if PT == 128:                      # a producer warpgroup: it can hand registers over
         reg_p, reg_c = cfg.setmaxnreg()
         REG_DEC = wgmma.bare(f"setmaxnreg.dec.sync.aligned.u32 {reg_p};")
         REG_INC = wgmma.bare(f"setmaxnreg.inc.sync.aligned.u32 {reg_c};")
