@@ -41,3 +41,11 @@ def test_serialization_is_read_from_ptxas_info_line():
             "are serialized due to non wgmma instructions reading accumulator registers")
     assert hs.serialized(line)
     assert not hs.serialized("ptxas info    : Used 166 registers, used 1 barriers")
+
+
+def test_a_copy_wait_between_the_product_waits_does_not_end_the_window():
+    """DEPBAR.LE SB0 (cp.async) and gsb0 waits share a mnemonic: only the gsb0, 0x0 wait
+    closes the window opened by gsb0, 0x1."""
+    sass = _sass("WARPGROUP.DEPBAR.LE gsb0, 0x1", "MUFU.EX2 R1, R1", "DEPBAR.LE SB0, 0x0",
+                 "MUFU.EX2 R2, R2", "WARPGROUP.DEPBAR.LE gsb0, 0x0", "MUFU.EX2 R3, R3")
+    assert hs.wait_report(sass) == [{"between": 2, "after": 1, "instructions_between": 4}]
