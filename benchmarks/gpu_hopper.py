@@ -8,9 +8,16 @@
 --check     the kernel against float64 on the inputs rounded to 16 bits, outputs poisoned
             with NaN first: ragged Tq, Tk (not multiples of the tiles), Tq != Tk, causal
             (bottom-right; rows that see no key), d in {16, 40, 64, 80, 128}, a negative
-            scale, every --variants tile; then at N = 4096 (two heads of B x H = 32) and on
-            ragged causal Tq != Tk shapes the relative error of o beside PyTorch flash's
-            on the same rounded inputs (the bar: within 2x of it, + 1e-4).
+            scale, every --variants tile, version 2 with its tail split forced (2-3 pieces,
+            causal too), without the skip and in head-major order; then at N = 4096 (two
+            heads of B x H = 32) and on ragged causal Tq != Tk shapes the relative error of
+            o beside PyTorch flash's on the same rounded inputs (the bar: within 2x of it,
+            + 1e-4).
+--ab        version 2's scheduling changes, one at a time, through the public call in one
+            run, interleaved (3 rounds of medians): none (skip_masked=False, splits=1,
+            order="head-major"), the per-warpgroup skip of masked key blocks, causal units
+            longest first over all heads (order="lpt"), and the tail split (`tail_split`):
+            the default; beside PyTorch flash.
 --variants  registers, local bytes, shared memory and the bare kernel's time at N = 4096,
             B x H = 32, non-causal, for GRID's (warpgroups, block_k) per d.
 --bench     B x H = 32, N in {4096, 8192, 16384}, d in {64, 128}, causal off/on, through
@@ -129,6 +136,23 @@ def check(rng, doc, configs=()) -> bool:
             ok_all &= ok
             log(f"check tiles wg={wg} bk={bk} {pipe} d={d}: err_o {e:.2e} "
                 f"{'ok' if ok else 'FAIL'}")
+    for extra in ({"splits": 3}, {"splits": 2}, {"skip_masked": False},
+                  {"order": "head-major"}):
+        for bh, tq, tk, d, causal, scale in SHAPES:   # version 2's split and skip
+            tiles = dict(extra)
+            if "splits" in tiles:
+                tiles["splits"] = min(tiles["splits"], -(-tk // 64))
+                if tiles["splits"] == 1:
+                    continue
+            e, el, mo = check_one(rng, bh, tq, tk, d, causal, "fp16", scale, tiles=tiles)
+            ok = e <= 2e-2 and el <= 1e-4 and mo
+            ok_all &= ok
+            doc["checks"].append({"precision": "fp16", "bh": bh, "tq": tq, "tk": tk, "d": d,
+                                  "causal": causal, "scale": scale, "err_o": e, "err_lse": el,
+                                  "masked_rows_ok": mo, "ok": ok, **tiles})
+            log(f"check overlap {tiles} bh={bh} tq={tq} tk={tk} d={d} causal={causal} "
+                f"scale={scale}: err_o {e:.2e} err_lse {el:.2e} masked {mo} "
+                f"{'ok' if ok else 'FAIL'}")
     for wg, bk, pipe in configs:       # --configs tiles: on every shape
         for bh, tq, tk, d, causal, scale in SHAPES:
             e, el, mo = check_one(rng, bh, tq, tk, d, causal, "fp16", scale,
@@ -213,10 +237,14 @@ def bare(q, k, v, o, lse, n, d, causal, precision, **tiles):
     """A function that only launches the kernel (compiled, checked and its arguments built
     once, before timing): the kernel's own time, without the public call's host work."""
     from flashcourse.cuda._launch import launch
-    kern, sig, grid, cfg, args = hopper.prepared(
+    steps, _ = hopper.prepared(
         q.view(np.uint32), k.view(np.uint32), v.view(np.uint32), o.view(np.uint32), lse, n,
         n, d, d ** -0.5, causal, precision, **tiles)
-    return partial(launch, kern, sig, grid, cfg.threads, cfg.shared_bytes, args)
+
+    def go():
+        for step in steps:             # the kernel, and the combine when the tail is split
+            launch(*step)
+    return go
 
 
 def bench(doc, ns=NS, ds=DS):
@@ -263,6 +291,44 @@ def bench(doc, ns=NS, ds=DS):
                 torch.cuda.empty_cache()
 
 
+AB_POINTS = [(4096, 64, False), (4096, 64, True), (4096, 128, False), (4096, 128, True),
+             (8192, 128, False), (8192, 64, True)]
+#: each adds one change: the skip, longest-first causal order over all heads (causal only:
+#: non-causal, "skip+lpt" is "skip" again, a measure of the noise), the tail split
+AB_VARIANTS = {"neither": {"skip_masked": False, "splits": 1, "order": "head-major"},
+               "skip": {"splits": 1, "order": "head-major"}, "skip+lpt": {"splits": 1},
+               "default": {}}
+
+
+def ab(doc, rounds=3):
+    """Version 2's scheduling changes through the public call, interleaved, same run."""
+    import torch
+    doc["ab"] = []
+    for n, d, causal in AB_POINTS:
+        fl = 4 * BH * n * n * d / (2 if causal else 1)
+        t16 = torch_inputs(n, d, torch.float16)
+        q, k, v = (as_numba(t) for t in t16)
+        fns = {name: partial(forward, q, k, v, kernel="hopper", causal=causal, **kw)
+               for name, kw in AB_VARIANTS.items()}
+        times = {name: [] for name in [*fns, "torch_flash"]}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                times[name].append(med(fn))
+            times["torch_flash"].append(med(partial(sdpa, t16, causal, "FLASH_ATTENTION"),
+                                            "torch"))
+        row = {"n": n, "d": d, "causal": causal}
+        for name, ts_ in times.items():
+            row[f"{name}_ms"] = float(np.median(ts_))
+            row[f"{name}_tflops"] = fl / row[f"{name}_ms"] / 1e9
+            row[f"{name}_rounds_ms"] = ts_
+        doc["ab"].append(row)
+        log(f"ab d={d} causal={causal!s:5} N={n:5d}: " + " | ".join(
+            f"{name} {row[name + '_tflops']:6.1f}" for name in times)
+            + f" | default / flash {row['torch_flash_ms'] / row['default_ms']:.3f}")
+        del t16
+        torch.cuda.empty_cache()
+
+
 def sanitize_small():
     rng = np.random.default_rng(3)
     for precision in ("fp16", "bf16"):
@@ -272,10 +338,15 @@ def sanitize_small():
                 e, *_ = check_one(rng, bh, tq, tk, d, causal, precision, scale,
                                   tiles={"pipeline": pipe, "warpgroups": wg})
                 print(f"sanitize {precision} {pipe} {tq}x{tk} d={d}: err {e:.2e}")
+        for bh, tq, tk, d, causal, scale in SHAPES[1:4] + SHAPES[7:8]:   # the split tail
+            e, *_ = check_one(rng, bh, tq, tk, d, causal, precision, scale,
+                              tiles={"splits": min(2, -(-tk // 64))})
+            print(f"sanitize {precision} overlap split {tq}x{tk} d={d}: err {e:.2e}")
 
 
 def main(argv=None) -> int:
-    ap = results.benchmark_parser(__doc__, "check", "variants", "bench", "sanitize-small")
+    ap = results.benchmark_parser(__doc__, "check", "ab", "variants", "bench",
+                                  "sanitize-small")
     ap.add_argument("--ns", type=int, nargs="*", default=list(NS))
     ap.add_argument("--ds", type=int, nargs="*", default=list(DS))
     ap.add_argument("--configs", nargs="*", default=[],
@@ -305,6 +376,9 @@ def main(argv=None) -> int:
         ok &= check(rng, doc, configs)
         ok &= errors(doc)
         log(f"checks {'all ok' if ok else 'FAILED'} at {time.time() - t0:.0f} s")
+    if args.ab:
+        ab(doc)
+        log(f"ab done at {time.time() - t0:.0f} s")
     if args.variants:
         variants(doc, configs or None, tuple(args.ds))
         log(f"variants done at {time.time() - t0:.0f} s")

@@ -40,6 +40,9 @@ def test_serialization_is_read_from_ptxas_info_line():
     line = ("ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions "
             "are serialized due to non wgmma instructions reading accumulator registers")
     assert hs.serialized(line)
+    assert hs.serialized("ptxas info    : (C7519) Potential Performance Loss: wgmma.mma_async "
+                         "instructions are serialized due to program dependence on "
+                         "compiler-inserted WG.AR in divergent path in the function 'k'")
     assert not hs.serialized("ptxas info    : Used 166 registers, used 1 barriers")
 
 

@@ -3,8 +3,8 @@
     python3 tools/hopper_sass.py [--pipelines overlap producer] [--configs fp16:3:64:128 ...]
 
 For each configuration (precision:warpgroups:block_k:d) and pipeline: registers, spill bytes,
-whether ptxas serialized the wgmma instructions (its `(C7514) Potential Performance Loss`
-line, an *info* message of `ptxas -v`, not a warning), and where the waits for the products
+whether ptxas serialized the wgmma instructions (its `(C7514)` or `(C7519) Potential Performance
+Loss` line, an *info* message of `ptxas -v`, not a warning), and where the waits for the products
 sit in the SASS: the number of MUFU.EX2 (the softmax's exponentials) between the wait for
 S_j (`WARPGROUP.DEPBAR.LE gsb0, 0x1`) and the wait for P_{j-1} V_{j-1} (`... 0x0`). Version 2
 is written so that the exponentials run between the two; ptxas moved its second wait above
@@ -15,7 +15,7 @@ Needs, beside the course's packages: the CUDA compiler pieces as wheels, in a se
 environment (they are not in requirements.txt):
 
     python3 -m venv /tmp/ptxenv && /tmp/ptxenv/bin/pip install -e . "numba-cuda[cu13]" \\
-        nvidia-cuda-nvcc nvidia-cuda-cuobjdump
+        nvidia-cuda-nvcc nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
     /tmp/ptxenv/bin/python tools/hopper_sass.py
 
 Numba asks the driver for the GPU's compute capability when it builds a kernel; with no GPU
@@ -66,8 +66,11 @@ def wait_report(sass: str) -> list[dict]:
 
 
 def serialized(ptxas_output: str) -> bool:
-    """ptxas put a wait after every wgmma (its C7514 message)."""
-    return "C7514" in ptxas_output
+    """ptxas put a wait after every wgmma: its "Potential Performance Loss: wgmma.mma_async
+    instructions are serialized" info line, whatever the reason (C7514: non-wgmma
+    instructions read the accumulators; C7519: a wgmma in a branch ptxas thinks divergent,
+    e.g. one on threadIdx / 128 that is not broadcast from one lane first)."""
+    return "wgmma.mma_async instructions are serialized" in ptxas_output
 
 
 def _tool(name: str) -> str:
@@ -82,7 +85,7 @@ def _tool(name: str) -> str:
     found = shutil.which(name)
     if found:
         return found
-    raise SystemExit(f"hopper_sass: no {name}: install nvidia-cuda-nvcc and "
+    raise SystemExit(f"hopper_sass: no {name}: install nvidia-cuda-nvcc, nvidia-cuda-nvdisasm and "
                      f"nvidia-cuda-cuobjdump (see the docstring)")
 
 
@@ -96,7 +99,7 @@ def compile_one(precision: str, wg: int, bk: int, d: int, pipeline: str, work: P
     kw = {}
     if "launch_bounds" in inspect.signature(cuda.compile_ptx).parameters:
         kw["launch_bounds"] = (cfg.threads, 1)
-    ptx, _ = cuda.compile_ptx(kern.py_func, hopper.signature(), cc=(9, 0), **kw)
+    ptx, _ = cuda.compile_ptx(kern.py_func, hopper.signature(pipeline), cc=(9, 0), **kw)
     ptx = re.sub(r"\.target sm_90\b", ".target sm_90a", ptx)
     name = f"{pipeline}_{precision}_wg{wg}_bk{bk}_d{d}"
     (work / f"{name}.ptx").write_text(ptx)
@@ -122,6 +125,9 @@ def _pretend_compute_capability_9():
         compute_capability = (9, 0)
         name = "no GPU (compute capability 9.0 assumed)"
     dispatcher.get_current_device = lambda: Hopper()
+    from flashcourse import limits             # hopper.plan checks against the H200's
+    if not limits._cached:
+        limits._cached.append(limits.H200_LIMITS)
 
 
 def main(argv=None) -> int:
@@ -148,7 +154,7 @@ def main(argv=None) -> int:
                 waits = "; ".join(f"{w['between']} EX2 between the waits, {w['after']} after"
                                   for w in r["waits"]) or "no wait_group 1"
                 print(f"{r['name']:34} {r['regs']} regs, spills {r['spill_bytes']} B, "
-                      f"{'SERIALIZED (C7514)' if r['serialized'] else 'not serialized'} | "
+                      f"{'SERIALIZED' if r['serialized'] else 'not serialized'} | "
                       f"{waits}")
     return 0
 

@@ -46,7 +46,10 @@ class HopperConfig:
     negative_scale (compiled for scale < 0: the scores are negated once, see
     `tensor_core_kernels`' SCALE note), v_swap (probe: the V descriptor's two strides
     exchanged), pipeline ("serial": version 1, "overlap": version 2, "specialised":
-    version 3, "producer": version 4, "pingpong": version 5; `hopper_kernels`)."""
+    version 3, "producer": version 4, "pingpong": version 5; `hopper_kernels`),
+    skip_masked (version 2: a warpgroup skips the products of the key blocks masked for
+    all its rows: past its rows' causal diagonal, or all of them when its rows are past
+    Tq; False runs them, as versions 1 and 3-5 do)."""
 
     precision: str
     warpgroups: int
@@ -55,6 +58,7 @@ class HopperConfig:
     negative_scale: bool = False
     v_swap: bool = False
     pipeline: str = "overlap"
+    skip_masked: bool = True
 
     @property
     def block_q(self):
@@ -112,7 +116,8 @@ def default_tiles(d: int) -> tuple[int, int, str]:
 
 
 def plan(precision: str, d: int, warpgroups: int, block_k: int, negative_scale: bool = False,
-         v_swap: bool = False, pipeline: str = "overlap") -> HopperConfig:
+         v_swap: bool = False, pipeline: str = "overlap",
+         skip_masked: bool = True) -> HopperConfig:
     """Check a configuration for head dim d (ValueError naming the argument)."""
     from .._checks import check_block
     from .hopper_kernels import PIPELINES
@@ -134,7 +139,7 @@ def plan(precision: str, d: int, warpgroups: int, block_k: int, negative_scale: 
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the hopper kernel, "
                          f"got d={d}")
     cfg = HopperConfig(precision, int(warpgroups), block_k, ceil_div(d, 16) * 16,
-                       bool(negative_scale), bool(v_swap), pipeline)
+                       bool(negative_scale), bool(v_swap), pipeline, bool(skip_masked))
     check_launch(cfg.threads, cfg.shared_bytes, what="hopper kernel")
     return cfg
 
@@ -161,59 +166,115 @@ def check_capability(limits=None) -> None:
 
 
 @lru_cache(maxsize=None)
-def make_hopper_kernel(precision: str, warpgroups: int, block_k: int, head_dim: int,
-                       negative_scale: bool = False, v_swap: bool = False,
-                       pipeline: str = "overlap"):
-    """(kernel, cfg) for one configuration, compiled on first use and cached."""
+def make_hopper_kernel(cfg: HopperConfig):
+    """The kernel of one (checked) configuration, compiled on first use and cached."""
     from .hopper_kernels import make_wgmma_kernel
-    cfg = plan(precision, head_dim, warpgroups, block_k, negative_scale, v_swap, pipeline)
-    return make_wgmma_kernel(cfg), cfg
+    return make_wgmma_kernel(cfg)
 
 
-_SIG = []
+_SIG: dict = {}
 
 
-def signature():
+def signature(pipeline: str = "overlap"):
+    """The kernel's argument types. Version 2 ("overlap") also takes its 1-D grid's and
+    the tail split's (`tail_split`): query blocks per head, heads, whole units, pieces per
+    split unit, and the float32 workspaces of the pieces' o and lse."""
     if not _SIG:
         from numba import float32, int32, types, uint32
         w1 = types.Array(uint32, 1, "C")
-        _SIG.append((w1, w1, w1, types.Array(uint32, 3, "C"), types.Array(float32, 2, "C"),
-                     int32, int32, float32, int32, int32))
-    return _SIG[0]
+        f1 = types.Array(float32, 1, "C")
+        base = (w1, w1, w1, types.Array(uint32, 3, "C"), types.Array(float32, 2, "C"),
+                int32, int32, float32, int32, int32)
+        _SIG["base"] = base
+        _SIG["overlap"] = base + (int32, int32, int32, int32, int32, f1, f1)
+    return _SIG["overlap" if pipeline == "overlap" else "base"]
 
 
 def resolve(precision: str, d: int, scale: float, warpgroups=None, block_k=None,
-            pipeline=None, v_swap=False) -> HopperConfig:
+            pipeline=None, v_swap=False, skip_masked=True) -> HopperConfig:
     """The variant a call runs: the caller's choices, the rest from `default_tiles`."""
     dw, dk, dp = default_tiles(d)
     return plan(precision, d, dw if warpgroups is None else warpgroups,
                 dk if block_k is None else block_k, scale < 0, v_swap,
-                dp if pipeline is None else pipeline)
+                dp if pipeline is None else pipeline, skip_masked)
+
+
+def resident_blocks(cfg: HopperConfig, regs_per_thread: int, limits=None) -> int:
+    """Blocks of this configuration resident per SM (`limits.occupancy`): 1 for the
+    default tiles, whose warpgroups fill the register file."""
+    from ..limits import current_limits, occupancy
+    lim = current_limits() if limits is None else limits
+    return occupancy(cfg.threads, cfg.shared_bytes, lim,
+                     regs_per_thread=regs_per_thread).blocks_per_sm
+
+
+_EMPTY: list = []
+
+
+def _workspace(floats: int):
+    from numba import cuda
+    if floats == 1:                      # no split: one shared placeholder per process
+        if not _EMPTY:
+            _EMPTY.append(cuda.device_array(1, np.float32))
+        return _EMPTY[0]
+    return cuda.device_array(floats, np.float32)
 
 
 def prepared(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: bool,
-             precision: str, warpgroups=None, block_k=None, pipeline=None, v_swap=False):
-    """(kernel, signature, grid, cfg, args) of one launch, compiled and checked: what `run`
-    launches (benchmarks time a bare launch of it)."""
+             precision: str, warpgroups=None, block_k=None, pipeline=None, v_swap=False,
+             splits=None, skip_masked=True, order="lpt"):
+    """(launches, cfg): the launches of one call, compiled and checked, each a tuple
+    (kernel, signature, grid, threads, shared bytes, args) for `_launch.launch`, in
+    order: the kernel, then (version 2 with a split tail, `tail_split`) the combine.
+    splits: None chooses (`tail_split.plan`), 1 never splits, s > 1 splits the last
+    wave's units into s key ranges (version 2 only). order: the causal units' order,
+    "lpt" (longest first over all heads) or "head-major" (`tail_split.unit`)."""
+    from . import tail_split
     check_capability()
-    cfg = resolve(precision, d, scale, warpgroups, block_k, pipeline, v_swap)
-    kern, cfg = make_hopper_kernel(cfg.precision, cfg.warpgroups, cfg.block_k, cfg.head_dim,
-                                   cfg.negative_scale, cfg.v_swap, cfg.pipeline)
-    sig = signature()
-    check_registers("hopper kernel", kern.compile(sig), cfg.threads)
+    if order not in tail_split.ORDERS:
+        raise ValueError(f"order must be one of {tail_split.ORDERS}, got {order!r}")
+    cfg = resolve(precision, d, scale, warpgroups, block_k, pipeline, v_swap, skip_masked)
+    if splits not in (None, 1) and cfg.pipeline != "overlap":
+        raise ValueError(f"splits applies to pipeline='overlap' only (version 2); got "
+                         f"splits={splits!r} with pipeline={cfg.pipeline!r}")
+    kern = make_hopper_kernel(cfg)
+    sig = signature(cfg.pipeline)
+    ck = kern.compile(sig)
+    check_registers("hopper kernel", ck, cfg.threads)
+    nqb, bh = ceil_div(tq, cfg.block_q), qw.shape[0]
     args = (flat(qw), flat(kw), flat(vw), ow, lse, np.int32(tq), np.int32(tk),
             np.float32(scale * LOG2E), np.int32(1 if causal else 0), np.int32(tk - tq))
-    return kern, sig, (ceil_div(tq, cfg.block_q), qw.shape[0]), cfg, args
+    if cfg.pipeline != "overlap":
+        return [(kern, sig, (nqb, bh), cfg.threads, cfg.shared_bytes, args)], cfg
+    from ..limits import current_limits
+    slots = current_limits().sm_count * resident_blocks(cfg, int(ck.regs_per_thread))
+    sp = tail_split.plan(nqb * bh, ceil_div(tk, cfg.block_k), slots, causal, splits)
+    part_o, part_lse = (_workspace(n) for n in
+                        tail_split.workspace_shape(sp, cfg.block_q, cfg.head_dim))
+    lpt = np.int32(order == "lpt")
+    args += (np.int32(nqb), np.int32(bh), lpt, np.int32(sp.main), np.int32(sp.splits), part_o,
+             part_lse)
+    steps = [(kern, sig, sp.blocks, cfg.threads, cfg.shared_bytes, args)]
+    if sp.tail:
+        comb = tail_split.make_combine_kernel(cfg.precision, cfg.head_dim, cfg.block_q)
+        steps.append((comb, None, sp.tail * cfg.block_q,
+                      tail_split.combine_threads(cfg.head_dim), 0,
+                      (part_o, part_lse, ow, lse, np.int32(tq), np.int32(nqb), np.int32(bh),
+                       lpt, np.int32(sp.main), np.int32(sp.splits),
+                       np.int32(1 if causal else 0))))
+    return steps, cfg
 
 
 def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: bool,
         precision: str, warpgroups: int | None = None, block_k: int | None = None,
-        pipeline: str | None = None, v_swap: bool = False) -> HopperConfig:
+        pipeline: str | None = None, v_swap: bool = False, splits: int | None = None,
+        skip_masked: bool = True, order: str = "lpt") -> HopperConfig:
     """Launch on prepared device arrays: (BH, T, D/2) uint32 words of two fp16/bf16 values,
     D = d rounded up to a multiple of 16 (padding columns zero); lse (BH, Tq) float32."""
-    kern, sig, grid, cfg, args = prepared(qw, kw, vw, ow, lse, tq, tk, d, scale, causal,
-                                          precision, warpgroups, block_k, pipeline, v_swap)
-    launch(kern, sig, grid, cfg.threads, cfg.shared_bytes, args)
+    steps, cfg = prepared(qw, kw, vw, ow, lse, tq, tk, d, scale, causal, precision,
+                          warpgroups, block_k, pipeline, v_swap, splits, skip_masked, order)
+    for step in steps:
+        launch(*step)
     return cfg
 
 
@@ -221,9 +282,7 @@ def resources(precision: str, d: int, warpgroups: int, block_k: int,
               pipeline: str = "overlap") -> dict:
     """Compile one variant on the GPU: registers, local bytes, shared bytes per block."""
     cfg = plan(precision, d, warpgroups, block_k, pipeline=pipeline)
-    kern, cfg = make_hopper_kernel(precision, warpgroups, block_k, cfg.head_dim,
-                                   pipeline=pipeline)
-    ck = kern.compile(signature())
+    ck = make_hopper_kernel(cfg).compile(signature(pipeline))
     return {"regs": int(ck.regs_per_thread), "local_bytes": int(ck.local_mem_per_thread),
             "shared_bytes": cfg.shared_bytes}
 

@@ -221,11 +221,20 @@ class _Parts:
                 pa[4 * kp + 3] = PACK(s[j0 + 6], s[j0 + 7])
 
         @_inl
+        def row_total(lp, hf):
+            # the row sum l of rows row0 + 8 hf: the quad's four partial sums added
+            lt = lp[hf]
+            lt += cuda.shfl_xor_sync(FULL_MASK, lt, 1)
+            return lt + cuda.shfl_xor_sync(FULL_MASK, lt, 2)
+
+        @_inl
+        def row_lse(m, hf, lt):
+            return (m[hf] + log2(lt)) * LN2_F if lt != F0 else NEG_INF
+
+        @_inl
         def epilogue(acc, m, lp, o, lse, h, row0, t, tq):
             for hf in range(2):
-                lt = lp[hf]
-                lt += cuda.shfl_xor_sync(FULL_MASK, lt, 1)
-                lt += cuda.shfl_xor_sync(FULL_MASK, lt, 2)
+                lt = row_total(lp, hf)
                 inv = F1 / lt if lt != F0 else F0
                 row = row0 + 8 * hf
                 if row < tq:
@@ -233,7 +242,24 @@ class _Parts:
                         ob = 4 * n + 2 * hf
                         o[U(h), U(row), U(n * 4 + t)] = PACK(acc[ob] * inv, acc[ob + 1] * inv)
                     if t == 0:
-                        lse[U(h), U(row)] = (m[hf] + log2(lt)) * LN2_F if lt != F0 else NEG_INF
+                        lse[U(h), U(row)] = row_lse(m, hf, lt)
+
+        @_inl
+        def epilogue_part(acc, m, lp, part_o, part_lse, prow0, row0, t, tq):
+            # one piece of a split unit: o normalised by this piece's own l, in float32,
+            # and its lse, at workspace rows prow0, prow0 + 8 (`tail_split` combines them)
+            for hf in range(2):
+                lt = row_total(lp, hf)
+                inv = F1 / lt if lt != F0 else F0
+                if row0 + 8 * hf < tq:
+                    pr = prow0 + 8 * hf
+                    for n in range(NO):
+                        ob = 4 * n + 2 * hf
+                        c = pr * D + n * 8 + 2 * t
+                        part_o[U(c)] = acc[ob] * inv
+                        part_o[U(c + 1)] = acc[ob + 1] * inv
+                    if t == 0:
+                        part_lse[U(pr)] = row_lse(m, hf, lt)
 
         MMA_S, MMA_O, KSTEP, KT, KP = self.MMA_S, self.MMA_O, self.KSTEP, self.KT, self.KP
         FENCE_O, WCOMMIT, WAIT_O, PIN_P = self.FENCE_O, self.WCOMMIT, self.WAIT_O, self.PIN_P
@@ -271,6 +297,7 @@ class _Parts:
         self.load_k_prod, self.load_v_prod = kmajor_loader(BC, PT), v_loader(PT)
         self.scores_to_p, self.rescale_and_pack, self.epilogue = (scores_to_p,
                                                                   rescale_and_pack, epilogue)
+        self.epilogue_part = epilogue_part
 
 
 def make_wgmma_kernel(cfg):
@@ -281,7 +308,8 @@ def make_wgmma_kernel(cfg):
     kern = build(P)
     kern.__name__ = kern.__qualname__ = (
         f"hopper_{cfg.pipeline}_{cfg.precision}_wg{cfg.warpgroups}_k{P.BC}_d{P.D}"
-        + ("_neg" if cfg.negative_scale else ""))   # the name profilers show
+        + ("_neg" if cfg.negative_scale else "")
+        + ("" if cfg.skip_masked or cfg.pipeline != "overlap" else "_noskip"))   # profilers
     return cuda.jit(kern, launch_bounds=(P.NT, 1))
 
 
@@ -384,15 +412,32 @@ def _overlap(P):
     scores_to_p, rescale_and_pack, epilogue = P.scores_to_p, P.rescale_and_pack, P.epilogue
     s_product, pv_product, pv_and_wait = P.s_product, P.pv_product, P.pv_and_wait
 
-    def hopper_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
+    SKIP = P.cfg.skip_masked
+    epilogue_part = P.epilogue_part
+
+    def hopper_forward(q, k, v, o, lse, tq, tk, qscale, causal, off, nqb, bh, lpt, n_main,
+                       splits, part_o, part_lse):
+        # one block per work unit (query block, head) in a 1-D grid (`tail_split.unit`:
+        # head-major, or causal longest first over all heads); blocks n_main.. are the
+        # tail's pieces: unit n_main + p // splits, key range p % splits of `splits`,
+        # written to part_o, part_lse for the combine kernel
         sm = cuda.shared.array(0, uint32, alignment=16)
         tid = cuda.threadIdx.x
-        wg = tid // 128
+        # the warpgroup, broadcast from lane 0 (as CUTLASS's canonical_warp_group_idx):
+        # ptxas then knows it is the same in the whole warp, and a branch on it (the
+        # skip below) is not "divergent", which would serialize every wgmma (C7519)
+        wg = cuda.shfl_sync(FULL_MASK, tid // 128, 0)
         t = tid % 4
-        h = cuda.blockIdx.y
-        qb = cuda.blockIdx.x
-        if causal != 0:                # longest rows first: the short blocks fill the tail
-            qb = cuda.gridDim.x - 1 - qb
+        x = cuda.blockIdx.x
+        piece = x - n_main             # >= 0: a piece of a split unit
+        u = x if piece < 0 else n_main + piece // splits
+        h = u // nqb
+        qb = u % nqb
+        if causal != 0 and lpt != 0:   # longest first over all heads: the short ones
+            h = u % bh                 # fill the last waves (list scheduling, LPT)
+            qb = nqb - 1 - u // bh
+        elif causal != 0:              # each head's longest first, head after head
+            qb = nqb - 1 - qb
         q0 = qb * BR
         wg_row0 = q0 + 64 * wg
         row0 = wg_row0 + 16 * ((tid // 32) % 4) + (tid % 32) // 4
@@ -405,9 +450,24 @@ def _overlap(P):
         gv = GADDR(v, 0) + U(kbase) * U(ROW_BYTES)
         load_q(base + U(4 * Q_OFF), GADDR(q, 0) + U(h * tq + q0) * U(ROW_BYTES), tq - q0, tid,
                0)
-        n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
-        if n_kb > 0:
-            load_k(base + U(4 * K_OFF), gk, tk, tid, 0)
+        # the block's key blocks [kb0, kb1): those its last real row sees, or one piece
+        n_kb = visible_key_blocks(tk, causal, min(q0 + BR, tq) + off, BC)
+        kb0 = 0
+        kb1 = n_kb
+        if piece >= 0:
+            kb0 = (piece % splits) * n_kb // splits
+            kb1 = (piece % splits + 1) * n_kb // splits
+        # this warpgroup's end: the tiles past its own rows' diagonal, or all of them when
+        # its rows are past Tq, are masked for every row it owns: it skips their products
+        # (it still copies and meets the barriers)
+        kb_wg = kb1
+        if SKIP:
+            kb_wg = min(kb1, visible_key_blocks(tk, causal, min(wg_row0 + 64, tq) + off, BC))
+            if wg_row0 >= tq:
+                kb_wg = kb0
+        if kb1 > kb0:
+            load_k(base + U(4 * ((kb0 % 2) * BUF + K_OFF)), gk + U(kb0 * BC) * U(ROW_BYTES),
+                   tk - kb0 * BC, tid, 0)
         COMMIT()
 
         acc = cuda.local.array(OREGS, float32)
@@ -420,43 +480,51 @@ def _overlap(P):
         for i in range(PREGS):
             pa[i] = 0
 
-        for jb in range(n_kb):
+        for jb in range(kb0, kb1):
             k0 = jb * BC
             WAIT()
             PROXY()
             cuda.syncthreads()         # K_j, V_{j-1} landed; S_{j-1}, PV_{j-2} done
             kb = (jb % 2) * BUF        # K_j's buffer; V_j goes to the same buffer's V
-            if jb + 1 < n_kb:
+            if jb + 1 < kb1:
                 load_k(base + U(4 * (BUF - kb + K_OFF)), gk + U(k0 + BC) * U(ROW_BYTES),
                        tk - k0 - BC, tid, 0)
             load_v(base + U(4 * (kb + V_OFF)), gv + U(k0) * U(ROW_BYTES), tk - k0, tid)
             COMMIT()
 
-            desc_k = ((base + U(4 * (kb + K_OFF))) >> U(4)) | DESC_KM
-            PIN_P(pa)
-            FENCE_O(acc)
-            s_product(s, desc_q, desc_k)
-            WCOMMIT()
-            if jb > 0:                 # P_{j-1} V_{j-1}, in flight during the softmax
-                desc_v = ((base + U(4 * (BUF - kb + V_OFF))) >> U(4)) | DESC_V
-                pv_product(acc, pa, desc_v)
+            if jb < kb_wg:
+                desc_k = ((base + U(4 * (kb + K_OFF))) >> U(4)) | DESC_KM
+                PIN_P(pa)
+                FENCE_O(acc)
+                s_product(s, desc_q, desc_k)
                 WCOMMIT()
-                WAIT1_S(s)
-            else:
-                WAIT_S(s)
-            scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, qsc, t)
-            WAIT_O(acc)
-            PIN_P(pa)
-            rescale_and_pack(acc, alpha, s, pa)
+                if jb > kb0:           # P_{j-1} V_{j-1}, in flight during the softmax
+                    desc_v = ((base + U(4 * (BUF - kb + V_OFF))) >> U(4)) | DESC_V
+                    pv_product(acc, pa, desc_v)
+                    WCOMMIT()
+                    WAIT1_S(s)
+                else:
+                    WAIT_S(s)
+                scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, qsc, t)
+                WAIT_O(acc)
+                PIN_P(pa)
+                rescale_and_pack(acc, alpha, s, pa)
+            elif jb == kb_wg and jb > kb0:     # this warpgroup's last P V (V_{j-1} landed)
+                desc_v = ((base + U(4 * (BUF - kb + V_OFF))) >> U(4)) | DESC_V
+                pv_and_wait(acc, pa, desc_v)
 
-        if n_kb > 0:                   # the last P V
+        if kb1 > kb0:                  # the last P V
             WAIT()
             PROXY()
             cuda.syncthreads()
-            desc_v = ((base + U(4 * (((n_kb - 1) % 2) * BUF + V_OFF))) >> U(4)) | DESC_V
-            pv_and_wait(acc, pa, desc_v)
+            if kb_wg == kb1:
+                desc_v = ((base + U(4 * (((kb1 - 1) % 2) * BUF + V_OFF))) >> U(4)) | DESC_V
+                pv_and_wait(acc, pa, desc_v)
 
-        epilogue(acc, m, lp, o, lse, h, row0, t, tq)
+        if piece < 0:
+            epilogue(acc, m, lp, o, lse, h, row0, t, tq)
+        else:
+            epilogue_part(acc, m, lp, part_o, part_lse, piece * BR + row0 - q0, row0, t, tq)
 
     return hopper_forward
 

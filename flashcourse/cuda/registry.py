@@ -247,7 +247,8 @@ register(Kernel("tensor_core", "forward", _run_tensor_core,
                 dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
                 launches=_launches("tensor_core")))
 register(Kernel("hopper", "forward", _run_hopper,
-                ("precision", "warpgroups", "block_k", "pipeline"),
+                ("precision", "warpgroups", "block_k", "pipeline", "splits", "skip_masked",
+                 "order"),
                 description="FlashAttention on Hopper's warpgroup tensor cores (wgmma, "
                             "compute capability 9.0 only): fp16/bf16",
                 dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
