@@ -24,7 +24,9 @@
             the public call with device arrays: hopper fp16 and bf16 (bf16 bit arrays),
             the course's mma.sync kernel (tensor_core fp16), PyTorch SDPA flash (FA2) and
             cuDNN, fp16 and bf16, all on the same tensors; TFLOP/s = 4 N^2 d per head
-            (half when causal); the bare hopper kernel beside its public call.
+            (half when causal); the bare hopper kernel beside its public call. Each time
+            is the median of BENCH_ROUNDS rounds, each round a median of 10 timings of
+            every kernel in turn (so that a slow stretch of the GPU hits all of them).
 --record    on a GPU: benchmarks/results/h200_hopper.json (+ _log.txt) once the checks
             passed. Refuses to run without a GPU of compute capability 9.0.
 """
@@ -45,6 +47,8 @@ from flashcourse.timing import rel_err
 from gpu_bars import LOG, as_bits, as_numba, log, med, sdpa_bottom_right  # shared helpers
 
 BH = 32
+#: --bench: rounds of medians per point, every kernel once per round (the median is kept)
+BENCH_ROUNDS = 3
 NS, DS = (4096, 8192, 16384), (64, 128)
 #: (warpgroups, block_k, pipeline) per d for --variants (and checked by --check)
 GRID = {64: [(wg, bk, p) for p in ("serial", "overlap") for wg, bk in
@@ -260,19 +264,27 @@ def bench(doc, ns=NS, ds=DS):
                 o = cuda.device_array((BH, n, d), np.float16)
                 lse = cuda.device_array((BH, n), np.float32)
                 row = {"n": n, "d": d, "causal": causal}
-                row["hopper_fp16_ms"] = med(partial(forward, q, k, v, kernel="hopper",
-                                                    causal=causal))
-                row["hopper_bf16_ms"] = med(partial(forward, qb, kb, vb, kernel="hopper",
-                                                    causal=causal))
-                row["hopper_fp16_raw_ms"] = med(bare(q, k, v, o, lse, n, d, causal, "fp16"))
-                row["tensor_core_fp16_ms"] = med(partial(forward, q, k, v,
-                                                         kernel="tensor_core", causal=causal))
+                fns = {"hopper_fp16": (partial(forward, q, k, v, kernel="hopper",
+                                               causal=causal), "numba"),
+                       "hopper_bf16": (partial(forward, qb, kb, vb, kernel="hopper",
+                                               causal=causal), "numba"),
+                       "hopper_fp16_raw": (bare(q, k, v, o, lse, n, d, causal, "fp16"),
+                                           "numba"),
+                       "tensor_core_fp16": (partial(forward, q, k, v, kernel="tensor_core",
+                                                    causal=causal), "numba")}
                 for name, ins in (("fp16", t16), ("bf16", tb)):
-                    row[f"torch_flash_{name}_ms"] = med(partial(sdpa, ins, causal,
-                                                                "FLASH_ATTENTION"), "torch")
-                    row[f"cudnn_{name}_ms"] = med(partial(sdpa, ins, causal,
-                                                          "CUDNN_ATTENTION"), "torch")
-                for key in [k_ for k_ in row if k_.endswith("_ms")]:
+                    fns[f"torch_flash_{name}"] = (partial(sdpa, ins, causal,
+                                                          "FLASH_ATTENTION"), "torch")
+                    fns[f"cudnn_{name}"] = (partial(sdpa, ins, causal, "CUDNN_ATTENTION"),
+                                            "torch")
+                rounds = {name: [] for name in fns}
+                for _ in range(BENCH_ROUNDS):  # interleaved: drift hits every kernel alike
+                    for name, (fn, backend) in fns.items():
+                        rounds[name].append(med(fn, backend))
+                for name, ts_ in rounds.items():
+                    row[f"{name}_ms"] = float(np.median(ts_))
+                    row[f"{name}_rounds_ms"] = ts_
+                for key in [k_ for k_ in row if k_.endswith("_ms") and "rounds" not in k_]:
                     row[key[:-3] + "_tflops"] = fl / row[key] / 1e9
                 row["fp16_ratio"] = row["torch_flash_fp16_ms"] / row["hopper_fp16_ms"]
                 row["bf16_ratio"] = row["torch_flash_bf16_ms"] / row["hopper_bf16_ms"]

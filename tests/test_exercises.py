@@ -156,7 +156,7 @@ def test_tc_backward_10():
                                       ("09_backward_recompute", ["09-saved-bytes"]),
                                       ("10_tensor_cores", ["10-tc-backward"]),
                                       ("12_hopper_wgmma", ["12-descriptors", "12-v-layout",
-                                                           "12-setmaxnreg"])])
+                                                           "12-setmaxnreg", "12-waves"])])
 def test_notebooks_ask_for_predictions_without_printing_answers(nb, names):
     cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
     code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
@@ -244,3 +244,17 @@ def test_setmaxnreg_12():
     ok, lines = E.grade("12-setmaxnreg", launch_regs=255, consumer_regs=256, accumulators=256)
     assert not ok and "255 is the most" in lines[0] and "producer warpgroup keeps" in lines[1]
     assert "128 threads" in lines[2]
+
+
+def test_waves_12():
+    """Right answers from tail_split's own plan; each slip named."""
+    ans = E.get("12-waves").answer
+    assert ans == {"blocks": 704, "waves": 6.0, "splits": 3, "split_times": 5 + 22 / 64}
+    assert E.grade("12-waves", **ans)[0]
+    ok, lines = E.grade("12-waves", blocks=672, waves=704 / 132, splits=3,
+                        split_times=5 + 1 / 3)
+    assert not ok and "round the blocks up" in lines[0] and "round up" in lines[1]
+    assert "right" in lines[2] and "longest" in lines[3]
+    ok, lines = E.grade("12-waves", blocks=22, waves=5, splits=132, split_times=ans["waves"])
+    assert not ok and "every head" in lines[0] and "wave of their own" in lines[1]
+    assert "last wave's blocks" in lines[2] and "not quite" in lines[3]

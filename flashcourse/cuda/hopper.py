@@ -112,7 +112,7 @@ class HopperConfig:
 def default_tiles(d: int) -> tuple[int, int, str]:
     """(warpgroups, block_k, pipeline) when the caller gives none: the fastest bare kernel
     at N = 4096, B x H = 32 on an H200 (benchmarks/NOTES_hopper.md)."""
-    return (3, 64, "overlap") if d > 64 else (4, 64, "overlap")
+    return (3, 80, "overlap") if d > 64 else (4, 64, "overlap")
 
 
 def plan(precision: str, d: int, warpgroups: int, block_k: int, negative_scale: bool = False,

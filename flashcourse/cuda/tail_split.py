@@ -120,15 +120,25 @@ def unit(u: int, nqb: int, bh: int, causal: bool, order: str = "lpt") -> tuple[i
     return (h, nqb - 1 - qb) if causal else (h, qb)
 
 
+def list_schedule(costs, slots: int) -> np.ndarray:
+    """Finish time of each of `slots` slots when blocks of these costs, in this order, each
+    go to the first slot that is free (what a GPU's block scheduler does)."""
+    import heapq
+    free = [(0.0, i) for i in range(slots)]
+    for c in costs:
+        t, i = heapq.heappop(free)
+        heapq.heappush(free, (t + c, i))
+    out = np.zeros(slots)
+    for t, i in free:
+        out[i] = t
+    return out
+
+
 def causal_block_times(nqb: int, bh: int, key_blocks_of, slots: int, order: str) -> float:
     """Length of a causal launch in key-block times: units of cost key_blocks_of(qb) taken
     in `unit`'s `order` by the first free of `slots` slots."""
-    import heapq
     costs = [key_blocks_of(unit(u, nqb, bh, True, order)[1]) for u in range(nqb * bh)]
-    free = [0.0] * slots
-    for c in costs:
-        heapq.heappush(free, heapq.heappop(free) + c)
-    return max(free)
+    return float(list_schedule(costs, slots).max())
 
 
 def key_range(piece: int, splits: int, key_blocks: int) -> tuple[int, int]:

@@ -10,6 +10,9 @@ course's kernel layout, and its recorded measurements.
     variant_rows(doc)              (d, warpgroups, Bc, serial, overlap TFLOP/s, registers)
     bench_rows(doc)                the public call beside PyTorch flash, cuDNN, mma.sync
     plot_bench(doc)                those TFLOP/s as grouped bars, the fp16 peak drawn
+    plot_schedule(n, bh, ...)      when each SM finishes its blocks (`cuda.tail_split`):
+                                   causal head after head against longest first, and the
+                                   last wave whole against split along the keys
 
 The layouts come from the numpy model `flashcourse.cuda.wgmma_layouts`.
 """
@@ -159,4 +162,45 @@ def plot_bench(doc: dict, peak_flops: float | None = None):
     ax.legend(fontsize=FONT, ncol=2, loc="upper left")
     ax.set_title("Forward through the public call, one H200 run (benchmarks/results/"
                  "h200_hopper.json)", fontsize=10)
+    return fig
+
+
+def plot_schedule(n: int = 4096, bh: int = 32, block_q: int = 192, block_k: int = 64,
+                  sms: int = 132):
+    """Two panels of the SMs' finish times, sorted (a GPU's block scheduler: each block to
+    the first free SM): causal (a block's cost = the key blocks it sees), each head's blocks
+    longest first head after head, against longest first over all heads; non-causal, the
+    blocks whole against the last wave split (`tail_split.plan`). The dashed line is the work
+    spread evenly: the area above a curve and below the longest is idle SM time."""
+    from ..cuda import tail_split as T
+    plt = _plt()
+    nqb, kb = -(-n // block_q), -(-n // block_k)
+
+    def cost(qb):                    # key blocks query block qb sees (bottom-right mask)
+        return -(-min(qb * block_q + block_q, n) // block_k)
+
+    causal = {order: T.list_schedule([cost(T.unit(u, nqb, bh, True, order)[1])
+                                      for u in range(nqb * bh)], sms) / kb
+              for order in ("head-major", "lpt")}
+    sp = T.plan(nqb * bh, kb, sms)
+    pieces = [(b - a) / kb for _, a, b in T.block_work(sp, kb)]
+    full = {"whole blocks": T.list_schedule([1.0] * (nqb * bh), sms),
+            f"last wave split in {sp.splits}": T.list_schedule(pieces, sms)}
+    fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.8), layout="constrained")
+    for ax, (title, runs, work) in zip(axes, (
+            ("causal", causal, bh * sum(cost(qb) for qb in range(nqb)) / kb / sms),
+            ("non-causal", full, nqb * bh / sms))):
+        for (label, t), style in zip(runs.items(), ("-", "-")):
+            ax.plot(np.arange(sms), np.sort(t)[::-1], style,
+                    label=f"{label}: ends at {t.max():.2f}")
+        ax.axhline(work, ls="--", color="grey", lw=1)
+        ax.text(sms - 1, work, "work / SMs", ha="right", va="bottom", fontsize=FONT,
+                color="grey")
+        ax.set_xlabel("SM (sorted by when it finishes)")
+        ax.set_ylabel("time (block-times)")
+        ax.set_title(f"{title}: N = {n}, Br = {block_q}, Bc = {block_k}", fontsize=9)
+        ax.legend(fontsize=FONT, loc="lower left")
+        ax.tick_params(labelsize=FONT)
+    fig.suptitle(f"When each of {sms} SMs finishes (B x H = {bh}, one block per SM)",
+                 fontsize=10)
     return fig
