@@ -190,9 +190,8 @@ def plot_schedule(n: int = 4096, bh: int = 32, block_q: int = 192, block_k: int 
     for ax, (title, runs, work) in zip(axes, (
             ("causal", causal, bh * sum(cost(qb) for qb in range(nqb)) / kb / sms),
             ("non-causal", full, nqb * bh / sms))):
-        for (label, t), style in zip(runs.items(), ("-", "-")):
-            ax.plot(np.arange(sms), np.sort(t)[::-1], style,
-                    label=f"{label}: ends at {t.max():.2f}")
+        for label, t in runs.items():
+            ax.plot(np.arange(sms), np.sort(t)[::-1], label=f"{label}: ends at {t.max():.2f}")
         ax.axhline(work, ls="--", color="grey", lw=1)
         ax.text(sms - 1, work, "work / SMs", ha="right", va="bottom", fontsize=FONT,
                 color="grey")
