@@ -20,39 +20,17 @@ from __future__ import annotations
 
 import html
 import math
-from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
+from ._exercise import Exercise, _same_number
+from .exercises_hopper import (SETMAXNREG_12, V_LAYOUT_12, WAVES_12,  # noqa: F401
+                               WGMMA_12, descriptors_12, setmaxnreg_12, v_layout_12, waves_12)
 from .geometry import tile_visibility
 from .printing import say
 
 
-@dataclass
-class Exercise:
-    """One predict-then-check exercise.
-
-    answer: {part: value}; working: how the answer is computed (shown on reveal);
-    rtol: relative tolerance for numbers; diagnoses: {part: [(predicate(value), text)]}.
-    """
-
-    title: str
-    answer: dict
-    working: str
-    rtol: float = 5e-3
-    diagnoses: dict = field(default_factory=dict)
-    same: Callable | None = None          # custom comparison: same(part, yours, answer)
-
-
-def _same_number(a, b, rtol) -> bool:
-    try:
-        a, b = float(a), float(b)
-    except (TypeError, ValueError, OverflowError):
-        return False
-    if math.isinf(b):
-        return a == b
-    return math.isfinite(a) and abs(a - b) <= rtol * max(abs(b), 1e-12)
+# Exercise (one predict-then-check exercise) and the number comparison live in _exercise
 
 
 # -- notebook 03: the second key tile of one row ------------------------------------------
@@ -542,9 +520,6 @@ def tc_backward_10() -> Exercise:
         {**loads, "det_flops": det}, working, same=same, diagnoses=diagnoses)
 
 
-# notebook 12's exercises live in exercises_hopper (they need Exercise, defined above)
-from .exercises_hopper import (SETMAXNREG_12, V_LAYOUT_12, WAVES_12,  # noqa: E402, F401
-                               WGMMA_12, descriptors_12, setmaxnreg_12, v_layout_12, waves_12)
 
 EXERCISES = {
     "03-second-tile": second_tile,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from .exercises import Exercise, _same_number
+from ._exercise import Exercise, _same_number
 
 #: exercise 12: a K tile of S = Q K^T (Bc = 128 keys x d = 64 fp16, K-major, 128-byte
 #: swizzle) that starts at this shared-memory byte, and the element whose offset is asked
