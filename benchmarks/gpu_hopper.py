@@ -13,11 +13,13 @@
             heads of B x H = 32) and on ragged causal Tq != Tk shapes the relative error of
             o beside PyTorch flash's on the same rounded inputs (the bar: within 2x of it,
             + 1e-4).
---ab        version 2's scheduling changes, one at a time, through the public call in one
-            run, interleaved (3 rounds of medians): none (skip_masked=False, splits=1,
-            order="head-major"), the per-warpgroup skip of masked key blocks, causal units
-            longest first over all heads (order="lpt"), and the tail split (`tail_split`):
-            the default; beside PyTorch flash.
+--ab        version 2's changes, one at a time, through the public call in one run,
+            interleaved (3 rounds of medians): none (skip_masked=False, splits=1,
+            order="head-major", lazy_rescale=False), the per-warpgroup skip of masked key
+            blocks, causal units longest first over all heads (order="lpt"), the tail split
+            (`tail_split`), and the lazy rescale: the default; beside PyTorch flash.
+            --check also runs the lazy rescale against every block's rescale on inputs
+            whose maxima climb along the keys and on 3x-scaled scores (HARD).
 --variants  registers, local bytes, shared memory and the bare kernel's time at N = 4096,
             B x H = 32, non-causal, for GRID's (warpgroups, block_k) per d.
 --bench     B x H = 32, N in {4096, 8192, 16384}, d in {64, 128}, causal off/on, through
@@ -74,8 +76,21 @@ def to_float(o, precision):
     return (h.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-def check_one(rng, bh, tq, tk, d, causal, precision, scale=None, tiles=None, v_swap=False):
+def make_inputs(rng, bh, tq, tk, d, kind="normal"):
+    """float32 q, k, v: standard normal, or "rising": key j scaled by 1 + 4 j / Tk, so
+    each row's scores grow along the keys and its running max climbs block after block
+    (the lazy rescale then keeps a stale max and P grows towards its bound, 2^8)."""
     host = [rng.standard_normal((bh, n, d)).astype(np.float32) for n in (tq, tk, tk)]
+    if kind == "rising":
+        host[1] *= (1 + 4 * np.arange(tk, dtype=np.float32) / tk)[None, :, None]
+    elif kind != "normal":
+        raise ValueError(f"kind must be 'normal' or 'rising', got {kind!r}")
+    return host
+
+
+def check_one(rng, bh, tq, tk, d, causal, precision, scale=None, tiles=None, v_swap=False,
+              kind="normal"):
+    host = make_inputs(rng, bh, tq, tk, d, kind)
     rounded = [ROUND[precision](a).astype(np.float64) for a in host]
     o64, lse64 = reference.attention(*rounded, causal=causal, scale=scale)
     q, k, v = device_inputs(host, precision)
@@ -115,6 +130,13 @@ SHAPES = [  # bh, tq, tk, d, causal, scale
     (3, 257, 513, 128, False, None), (1, 512, 2048, 64, True, None)]
 
 
+#: inputs that work the lazy rescale (bh, tq, tk, d, causal, scale, kind): maxima that climb
+#: along the keys ("rising"), and scores 3x larger than 1/sqrt(d) gives (the max jumps by far
+#: more than the threshold, rows are nearly one-hot)
+HARD = [(2, 300, 1000, 64, False, None, "rising"), (1, 333, 1000, 128, True, None, "rising"),
+        (2, 257, 513, 128, False, 3.0, "normal"), (1, 200, 700, 64, True, 3.0, "rising")]
+
+
 def check(rng, doc, configs=()) -> bool:
     ok_all = True
     # which stride is which for the MN-major V descriptor: the one that matches float64
@@ -141,7 +163,7 @@ def check(rng, doc, configs=()) -> bool:
             log(f"check tiles wg={wg} bk={bk} {pipe} d={d}: err_o {e:.2e} "
                 f"{'ok' if ok else 'FAIL'}")
     for extra in ({"splits": 3}, {"splits": 2}, {"skip_masked": False},
-                  {"order": "head-major"}):
+                  {"order": "head-major"}, {"lazy_rescale": False}):
         for bh, tq, tk, d, causal, scale in SHAPES:   # version 2's split and skip
             tiles = dict(extra)
             if "splits" in tiles:
@@ -157,6 +179,24 @@ def check(rng, doc, configs=()) -> bool:
             log(f"check overlap {tiles} bh={bh} tq={tq} tk={tk} d={d} causal={causal} "
                 f"scale={scale}: err_o {e:.2e} err_lse {el:.2e} masked {mo} "
                 f"{'ok' if ok else 'FAIL'}")
+    for bh, tq, tk, d, causal, scale, kind in HARD:   # the lazy rescale against every block
+        got = {}
+        for lazy in (True, False):
+            for precision in ("fp16", "bf16"):
+                got[lazy, precision] = check_one(np.random.default_rng(7), bh, tq, tk, d,
+                                                 causal, precision, scale, kind=kind,
+                                                 tiles={"lazy_rescale": lazy})
+        for precision in ("fp16", "bf16"):
+            (e, el, mo), (e0, *_) = got[True, precision], got[False, precision]
+            ok = e <= 2e-2 and el <= 1e-4 and mo and e <= 2 * e0 + 1e-4
+            ok_all &= ok
+            doc["checks"].append({"precision": precision, "bh": bh, "tq": tq, "tk": tk, "d": d,
+                                  "causal": causal, "scale": scale, "err_o": e, "err_lse": el,
+                                  "masked_rows_ok": mo, "ok": ok, "inputs": kind,
+                                  "err_o_every_block": e0})
+            log(f"check lazy {precision} {kind} bh={bh} tq={tq} tk={tk} d={d} causal={causal} "
+                f"scale={scale}: err_o {e:.2e} (every block {e0:.2e}) err_lse {el:.2e} "
+                f"masked {mo} {'ok' if ok else 'FAIL'}")
     for wg, bk, pipe in configs:       # --configs tiles: on every shape
         for bh, tq, tk, d, causal, scale in SHAPES:
             e, el, mo = check_one(rng, bh, tq, tk, d, causal, "fp16", scale,
@@ -306,10 +346,13 @@ def bench(doc, ns=NS, ds=DS):
 AB_POINTS = [(4096, 64, False), (4096, 64, True), (4096, 128, False), (4096, 128, True),
              (8192, 128, False), (8192, 64, True)]
 #: each adds one change: the skip, longest-first causal order over all heads (causal only:
-#: non-causal, "skip+lpt" is "skip" again, a measure of the noise), the tail split
-AB_VARIANTS = {"neither": {"skip_masked": False, "splits": 1, "order": "head-major"},
-               "skip": {"splits": 1, "order": "head-major"}, "skip+lpt": {"splits": 1},
-               "default": {}}
+#: non-causal, "skip+lpt" is "skip" again, a measure of the noise), the tail split, and the
+#: lazy rescale (the default)
+AB_VARIANTS = {"neither": {"skip_masked": False, "splits": 1, "order": "head-major",
+                           "lazy_rescale": False},
+               "skip": {"splits": 1, "order": "head-major", "lazy_rescale": False},
+               "skip+lpt": {"splits": 1, "lazy_rescale": False},
+               "skip+lpt+split": {"lazy_rescale": False}, "default": {}}
 
 
 def ab(doc, rounds=3):

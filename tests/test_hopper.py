@@ -29,7 +29,7 @@ CONFIGS = [hopper.HopperConfig(p, wg, bk, d, pipeline=pipe)
 def test_the_kernel_is_registered_once_with_its_options():
     k = FORWARD["hopper"]
     assert set(k.options) == {"precision", "warpgroups", "block_k", "pipeline", "splits",
-                              "skip_masked", "order"}
+                              "skip_masked", "order", "lazy_rescale"}
     assert np.float16 in k.dtypes and np.uint16 in k.dtypes
     assert [n for n, spec in FORWARD.items() if not spec.simulator] == ["hopper"]
 

@@ -89,19 +89,21 @@ def _tool(name: str) -> str:
                      f"nvidia-cuda-cuobjdump (see the docstring)")
 
 
-def compile_one(precision: str, wg: int, bk: int, d: int, pipeline: str, work: Path) -> dict:
+def compile_one(precision: str, wg: int, bk: int, d: int, pipeline: str, work: Path,
+                lazy_rescale: bool = False) -> dict:
     from numba import cuda
 
     from flashcourse.cuda import hopper
     from flashcourse.cuda.hopper_kernels import make_wgmma_kernel
-    cfg = hopper.HopperConfig(precision, wg, bk, d, pipeline=pipeline)
+    cfg = hopper.HopperConfig(precision, wg, bk, d, pipeline=pipeline,
+                              lazy_rescale=lazy_rescale)
     kern = make_wgmma_kernel(cfg)
     kw = {}
     if "launch_bounds" in inspect.signature(cuda.compile_ptx).parameters:
         kw["launch_bounds"] = (cfg.threads, 1)
     ptx, _ = cuda.compile_ptx(kern.py_func, hopper.signature(pipeline), cc=(9, 0), **kw)
     ptx = re.sub(r"\.target sm_90\b", ".target sm_90a", ptx)
-    name = f"{pipeline}_{precision}_wg{wg}_bk{bk}_d{d}"
+    name = f"{pipeline}_{precision}_wg{wg}_bk{bk}_d{d}" + ("_lazy" if lazy_rescale else "")
     (work / f"{name}.ptx").write_text(ptx)
     cubin = work / f"{name}.cubin"
     r = subprocess.run([_tool("ptxas"), "-arch=sm_90a", "-v", str(work / f"{name}.ptx"),
@@ -137,6 +139,8 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", nargs="*", default=["fp16:4:64:64", "fp16:3:64:128",
                                                      "fp16:2:128:128"],
                     help="PRECISION:WARPGROUPS:BLOCK_K:D")
+    ap.add_argument("--lazy", action="store_true",
+                    help="compile with lazy_rescale=True (the conditional rescale)")
     args = ap.parse_args(argv)
     os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -150,7 +154,8 @@ def main(argv=None) -> int:
                     hopper.plan(p, int(d), int(wg), int(bk), pipeline=pipeline)
                 except ValueError:
                     continue
-                r = compile_one(p, int(wg), int(bk), int(d), pipeline, Path(tmp))
+                r = compile_one(p, int(wg), int(bk), int(d), pipeline, Path(tmp),
+                                args.lazy)
                 waits = "; ".join(f"{w['between']} EX2 between the waits, {w['after']} after"
                                   for w in r["waits"]) or "no wait_group 1"
                 print(f"{r['name']:34} {r['regs']} regs, spills {r['spill_bytes']} B, "

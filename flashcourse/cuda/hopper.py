@@ -37,6 +37,9 @@ CAPABILITY = (9, 0)
 #: threads of the producer of the warp-specialised versions: one warp for version 3, a
 #: warpgroup (which hands its registers to the consumers by setmaxnreg) for versions 4-5
 PRODUCER_THREADS = {"specialised": 32, "producer": 128, "pingpong": 128}
+#: the default of `lazy_rescale` (`hopper_kernels.RESCALE_THRESHOLD`): a row's running max,
+#: and O's rescale, change only when a score passes the max by 2^8 (FlashAttention-4)
+LAZY_RESCALE = True
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class HopperConfig:
     v_swap: bool = False
     pipeline: str = "overlap"
     skip_masked: bool = True
+    lazy_rescale: bool = LAZY_RESCALE
 
     @property
     def block_q(self):
@@ -117,7 +121,7 @@ def default_tiles(d: int) -> tuple[int, int, str]:
 
 def plan(precision: str, d: int, warpgroups: int, block_k: int, negative_scale: bool = False,
          v_swap: bool = False, pipeline: str = "overlap",
-         skip_masked: bool = True) -> HopperConfig:
+         skip_masked: bool = True, lazy_rescale: bool = LAZY_RESCALE) -> HopperConfig:
     """Check a configuration for head dim d (ValueError naming the argument)."""
     from .._checks import check_block
     from .hopper_kernels import PIPELINES
@@ -139,7 +143,8 @@ def plan(precision: str, d: int, warpgroups: int, block_k: int, negative_scale: 
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the hopper kernel, "
                          f"got d={d}")
     cfg = HopperConfig(precision, int(warpgroups), block_k, ceil_div(d, 16) * 16,
-                       bool(negative_scale), bool(v_swap), pipeline, bool(skip_masked))
+                       bool(negative_scale), bool(v_swap), pipeline, bool(skip_masked),
+                       bool(lazy_rescale))
     check_launch(cfg.threads, cfg.shared_bytes, what="hopper kernel")
     return cfg
 
@@ -191,12 +196,13 @@ def signature(pipeline: str = "overlap"):
 
 
 def resolve(precision: str, d: int, scale: float, warpgroups=None, block_k=None,
-            pipeline=None, v_swap=False, skip_masked=True) -> HopperConfig:
+            pipeline=None, v_swap=False, skip_masked=True,
+            lazy_rescale=LAZY_RESCALE) -> HopperConfig:
     """The variant a call runs: the caller's choices, the rest from `default_tiles`."""
     dw, dk, dp = default_tiles(d)
     return plan(precision, d, dw if warpgroups is None else warpgroups,
                 dk if block_k is None else block_k, scale < 0, v_swap,
-                dp if pipeline is None else pipeline, skip_masked)
+                dp if pipeline is None else pipeline, skip_masked, lazy_rescale)
 
 
 def resident_blocks(cfg: HopperConfig, regs_per_thread: int, limits=None) -> int:
@@ -222,7 +228,7 @@ def _workspace(floats: int):
 
 def prepared(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: bool,
              precision: str, warpgroups=None, block_k=None, pipeline=None, v_swap=False,
-             splits=None, skip_masked=True, order="lpt"):
+             splits=None, skip_masked=True, order="lpt", lazy_rescale=LAZY_RESCALE):
     """(launches, cfg): the launches of one call, compiled and checked, each a tuple
     (kernel, signature, grid, threads, shared bytes, args) for `_launch.launch`, in
     order: the kernel, then (version 2 with a split tail, `tail_split`) the combine.
@@ -233,7 +239,8 @@ def prepared(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal
     check_capability()
     if order not in tail_split.ORDERS:
         raise ValueError(f"order must be one of {tail_split.ORDERS}, got {order!r}")
-    cfg = resolve(precision, d, scale, warpgroups, block_k, pipeline, v_swap, skip_masked)
+    cfg = resolve(precision, d, scale, warpgroups, block_k, pipeline, v_swap, skip_masked,
+                  lazy_rescale)
     if splits not in (None, 1) and cfg.pipeline != "overlap":
         raise ValueError(f"splits applies to pipeline='overlap' only (version 2); got "
                          f"splits={splits!r} with pipeline={cfg.pipeline!r}")
@@ -268,11 +275,13 @@ def prepared(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal
 def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: bool,
         precision: str, warpgroups: int | None = None, block_k: int | None = None,
         pipeline: str | None = None, v_swap: bool = False, splits: int | None = None,
-        skip_masked: bool = True, order: str = "lpt") -> HopperConfig:
+        skip_masked: bool = True, order: str = "lpt",
+        lazy_rescale: bool = LAZY_RESCALE) -> HopperConfig:
     """Launch on prepared device arrays: (BH, T, D/2) uint32 words of two fp16/bf16 values,
     D = d rounded up to a multiple of 16 (padding columns zero); lse (BH, Tq) float32."""
     steps, cfg = prepared(qw, kw, vw, ow, lse, tq, tk, d, scale, causal, precision,
-                          warpgroups, block_k, pipeline, v_swap, splits, skip_masked, order)
+                          warpgroups, block_k, pipeline, v_swap, splits, skip_masked, order,
+                          lazy_rescale)
     for step in steps:
         launch(*step)
     return cfg

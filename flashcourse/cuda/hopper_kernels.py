@@ -70,6 +70,10 @@ from .smem_ops import ops as smem_ops
 
 #: 16-byte units in a descriptor's 14-bit fields
 DESC_UNIT = 16
+#: the lazy rescale's threshold, log2 units (FlashAttention-4's `rescale_threshold` for 16-bit
+#: inputs): a row keeps its running max m until a score passes m + 8, so P <= 2^8 = 256
+#: (exact in fp16 and bf16) and O is rescaled only when a row's max moved that far
+RESCALE_THRESHOLD = 8.0
 #: kernel versions, side by side: "serial" (version 1), "overlap" (version 2) and
 #: "specialised" (version 3: a producer warp and mbarriers), "producer" (version 4: version 3
 #: with a producer warpgroup that gives its registers to the consumers by setmaxnreg),
@@ -95,6 +99,8 @@ class _Parts:
         self.NT, self.BR, self.BC, self.D = cfg.threads, cfg.block_q, cfg.block_k, cfg.head_dim
         BR, BC, D = self.BR, self.BC, self.D
         NEG = cfg.negative_scale
+        LAZY = cfg.lazy_rescale
+        TH = float32(RESCALE_THRESHOLD)
         DW = D // 2                     # 32-bit words per row of q, k, v, o
         CH = D // 8                     # 16-byte chunks per row (core-matrix columns)
         self.KT = D // 16               # k16 steps of S = Q K^T
@@ -191,9 +197,15 @@ class _Parts:
                     x = max(x, max(s[4 * n + 2 * hf], s[4 * n + 2 * hf + 1]))
                 x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, 1))
                 x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, 2)) * sc
-                mn = max(m[hf], x)
+                mo = m[hf]
+                mn = max(mo, x)
+                if LAZY and mn <= mo + TH:
+                    mn = mo                # keep the old max: P <= 2^threshold, alpha = 1
                 mu = mn if mn != NEG_INF else F0    # a row with no visible key so far
-                alpha[hf] = exp2(m[hf] - mu)
+                if LAZY:
+                    alpha[hf] = F1 if mn == mo else exp2(mo - mu)
+                else:
+                    alpha[hf] = exp2(mo - mu)
                 m[hf] = mn
                 ps = F0
                 for n in range(NS):
@@ -208,11 +220,13 @@ class _Parts:
 
         @_inl
         def rescale_and_pack(acc, alpha, s, pa):
-            # O *= alpha per row; P -> 16-bit A fragments (two n8 tiles = one k16 step)
-            for hf in range(2):
-                for n in range(NO):
-                    acc[4 * n + 2 * hf] *= alpha[hf]
-                    acc[4 * n + 2 * hf + 1] *= alpha[hf]
+            # O *= alpha per row (lazy: only when some row of the warp changed its max);
+            # P -> 16-bit A fragments (two n8 tiles = one k16 step)
+            if not LAZY or cuda.any_sync(FULL_MASK, alpha[0] != F1 or alpha[1] != F1):
+                for hf in range(2):
+                    for n in range(NO):
+                        acc[4 * n + 2 * hf] *= alpha[hf]
+                        acc[4 * n + 2 * hf + 1] *= alpha[hf]
             for kp in range(BC // 16):
                 j0 = 8 * kp
                 pa[4 * kp] = PACK(s[j0], s[j0 + 1])
@@ -309,7 +323,8 @@ def make_wgmma_kernel(cfg):
     kern.__name__ = kern.__qualname__ = (
         f"hopper_{cfg.pipeline}_{cfg.precision}_wg{cfg.warpgroups}_k{P.BC}_d{P.D}"
         + ("_neg" if cfg.negative_scale else "")
-        + ("" if cfg.skip_masked or cfg.pipeline != "overlap" else "_noskip"))   # profilers
+        + ("" if cfg.skip_masked or cfg.pipeline != "overlap" else "_noskip")
+        + ("_lazy" if cfg.lazy_rescale else ""))   # names for profilers
     return cuda.jit(kern, launch_bounds=(P.NT, 1))
 
 

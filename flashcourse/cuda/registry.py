@@ -248,7 +248,7 @@ register(Kernel("tensor_core", "forward", _run_tensor_core,
                 launches=_launches("tensor_core")))
 register(Kernel("hopper", "forward", _run_hopper,
                 ("precision", "warpgroups", "block_k", "pipeline", "splits", "skip_masked",
-                 "order"),
+                 "order", "lazy_rescale"),
                 description="FlashAttention on Hopper's warpgroup tensor cores (wgmma, "
                             "compute capability 9.0 only): fp16/bf16",
                 dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
