@@ -11,6 +11,12 @@ and rescale l and acc by exp(m_old - m_new) whenever a new tile raises the max.
 At the end O = acc / l and lse = m + log(l). This is exact attention: the same
 mathematics as `flashcourse.reference.attention`, with a different rounding order.
 
+Any reference point m gives the same O and lse (it cancels in acc / l), as long as
+exp(s - m) neither overflows nor underflows to nothing. The lazy rescale
+(`rescale_threshold`, FlashAttention-4's trick, in the course's Hopper kernel) uses that:
+a row keeps its old max until a score passes it by more than `rescale_threshold` in
+log2 units, so P <= 2^threshold and most blocks rescale nothing (`rescale_counts`).
+
 Names follow the papers: Br = block_q (query rows per tile), Bc = block_k (key
 columns per tile), Tr = ceil(Tq / Br) query blocks, Tc = ceil(Tk / Bc) key blocks.
 
@@ -65,7 +71,8 @@ def _safe_exp_diff(a, b):
 
 def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = False,
             scale: float | None = None, loop_order: str = "fa2", counter=None,
-            allow_nonfinite: bool = False, p_format: str | None = None):
+            allow_nonfinite: bool = False, p_format: str | None = None,
+            rescale_threshold: float = 0.0):
     """Tiled exact attention.
 
     Args:
@@ -83,6 +90,10 @@ def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = Fal
         p_format: None, or "fp16" / "bf16" / "fp32" / "fp64": round each probability
             tile P to that format before the P V product, as tensor-core kernels do
             (l is still summed from the unrounded P). See `flashcourse.formats`.
+        rescale_threshold: 0 (every raised max rescales, as in the papers), or the lazy
+            rescale's threshold t in log2 units, 0 <= t <= 64 (loop_order "fa2" only):
+            a row keeps its running max m until a tile's max passes m + t ln 2, so
+            P <= 2^t. The Hopper kernel uses t = 8 (`hopper_kernels.RESCALE_THRESHOLD`).
 
     Returns:
         o:   (..., Tq, d) in the input dtype.
@@ -98,6 +109,10 @@ def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = Fal
     br = check_block(block_q, "block_q")
     bc = check_block(block_k, "block_k")
     loop_order = check_loop_order(loop_order)
+    lazy_t = check_rescale_threshold(rescale_threshold) * np.log(2.0)
+    if lazy_t and loop_order != "fa2":
+        raise ValueError(f"rescale_threshold applies to loop_order='fa2' only, got "
+                         f"rescale_threshold={rescale_threshold!r} with loop_order='fa1'")
     counter = check_counter(counter)
     counter.bind(x.dtype.itemsize)
     if p_format is None:
@@ -109,15 +124,18 @@ def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = Fal
     lse = np.empty((x.bh, x.tq), dtype=x.acc_dtype)             # (BH, Tq)
     one_head = _forward_fa2 if loop_order == "fa2" else _forward_fa1
     for h in range(x.bh):
+        extra = {"lazy_t": lazy_t} if lazy_t else {}
         o[h], lse[h] = one_head(x.q[h], x.k[h], x.v[h], br, bc, x.causal, x.scale,
-                                x.acc_dtype, counter, h, round_p)
+                                x.acc_dtype, counter, h, round_p, **extra)
     return forward_result(q, k, v, x.unflatten(o), x.unflatten(lse), x.causal,
                           compute=x.acc_dtype.name, allow_nonfinite=allow_nonfinite,
                           scale=x.scale)
 
 
-def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None):
-    """One head, outer loop over query blocks (FlashAttention-2 order)."""
+def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None,
+                 lazy_t=0.0):
+    """One head, outer loop over query blocks (FlashAttention-2 order); lazy_t > 0: the
+    lazy rescale, threshold lazy_t in natural-log units."""
     tq, d = q.shape
     tk = k.shape[0]
     o = np.empty((tq, d), dtype=q.dtype)                        # outer memory
@@ -142,6 +160,8 @@ def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None
             # Step 2 -- one score block and the running statistics.
             s = _score_tile(q_i, k_j, scale, q0, q1, k0, k1, tq, tk, causal, status)
             m_new = np.maximum(m, s.max(axis=1))                # (Br,)
+            if lazy_t:                                          # keep m unless passed by t
+                m_new = np.where(m_new <= m + lazy_t, m, m_new).astype(acc_t)
             p = _safe_exp_diff(s, m_new[:, None])               # (Br, Bc)
             alpha = _safe_exp_diff(m, m_new)                    # (Br,) rescale factor
             # Step 3 -- rescale what we had, then add this tile's contribution.
@@ -158,6 +178,53 @@ def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None
         counter.write("lse", q1 - q0, kind="stat", head=h, rows=(q0, q1),
                       tile=(i, None))
     return o, lse
+
+
+#: the largest lazy-rescale threshold accepted (log2 units): P <= 2^64 still fits float32
+MAX_RESCALE_THRESHOLD = 64.0
+
+
+def check_rescale_threshold(t) -> float:
+    """`rescale_threshold` as a float in [0, MAX_RESCALE_THRESHOLD] (ValueError naming it)."""
+    import numbers
+    if isinstance(t, (bool, np.bool_)) or not isinstance(t, numbers.Real) \
+            or not 0 <= float(t) <= MAX_RESCALE_THRESHOLD:
+        raise ValueError(f"rescale_threshold must be a number from 0 to "
+                         f"{MAX_RESCALE_THRESHOLD:g} (log2 units), got {t!r}")
+    return float(t)
+
+
+def rescale_counts(q, k, *, block_k: int = 64, rescale_threshold: float = 0.0,
+                   causal: bool = False, scale: float | None = None) -> dict:
+    """How often the online softmax rescales, row by row, key block after key block.
+
+    q (..., Tq, d), k (..., Tk, d) as for `forward`. Returns a dict: "blocks" (visible
+    (row, key block) pairs after each row's first visible block), "rescales" (those that
+    changed the row's running max, so that O had to be multiplied by alpha != 1),
+    "max_p_log2" (log2 of the largest P = 2^(s - m) formed: 0 with every-block rescaling,
+    at most the threshold with the lazy one). Scores in log2 units, as the kernels form them.
+    """
+    x = flatten_heads(q, k, k, causal=causal, scale=scale)
+    bc = check_block(block_k, "block_k")
+    t = check_rescale_threshold(rescale_threshold)
+    blocks = rescales = 0
+    max_p = -np.inf
+    for h in range(x.bh):
+        s = x.scale * (x.q[h].astype(np.float64) @ x.k[h].astype(np.float64).T) / np.log(2.0)
+        s = np.where(visible_mask(x.tq, x.tk, x.causal, 0, x.tq, 0, x.tk), s, -np.inf)
+        m = np.full(x.tq, -np.inf)
+        for _, k0, k1 in _blocks(x.tk, bc):
+            tile_max = s[:, k0:k1].max(axis=1)
+            seen = np.isfinite(m) & np.isfinite(tile_max)
+            m_new = np.maximum(m, tile_max)
+            m_new = np.where(m_new <= m + t, m, m_new) if t else m_new
+            blocks += int(seen.sum())
+            rescales += int((seen & (m_new != m)).sum())
+            m = m_new
+            ok = np.isfinite(m)
+            if ok.any():
+                max_p = max(max_p, float(np.max(tile_max[ok] - m[ok])))
+    return {"blocks": blocks, "rescales": rescales, "max_p_log2": max_p}
 
 
 def _forward_fa1(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None):
