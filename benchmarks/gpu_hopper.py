@@ -54,9 +54,9 @@ BENCH_ROUNDS = 3
 NS, DS = (4096, 8192, 16384), (64, 128)
 #: (warpgroups, block_k, pipeline) per d for --variants (and checked by --check)
 GRID = {64: [(wg, bk, p) for p in ("serial", "overlap") for wg, bk in
-             ((1, 64), (1, 128), (2, 64), (2, 128), (3, 64), (3, 128), (4, 64))],
+             ((1, 64), (1, 128), (2, 64), (2, 128), (3, 64), (3, 128), (4, 64), (4, 80))],
         128: [(wg, bk, p) for p in ("serial", "overlap") for wg, bk in
-              ((1, 64), (1, 128), (2, 64), (2, 128), (3, 64))]}
+              ((1, 64), (1, 128), (2, 64), (2, 128), (3, 64), (3, 80))]}
 ROUND = {"fp16": mma.round_fp16, "bf16": mma.round_bf16}
 
 
