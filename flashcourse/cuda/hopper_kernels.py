@@ -39,6 +39,10 @@ is the exponentials overlapping the product: ptxas moves the wait for P V
 test, before the softmax (its SASS; benchmarks/NOTES_hopper.md, "Where version 2's wait
 really is"). Placing the softmax inside both arms of the mask test pins the wait after the
 exponentials, and measured slower, so the version stays as it is.
+The lazy rescale (cfg.lazy_rescale, every version; FlashAttention-4's `rescale_threshold`):
+a row keeps its running max until a score passes it by RESCALE_THRESHOLD (log2 units), so
+alpha = 1 for most key blocks and a warp skips O's rescale unless one of its rows moved
+(`cuda.any_sync`); exact, since any reference max cancels in O = acc / l (`tiled.py`).
 Version 3 ("specialised") adds warp specialisation: a producer warp copies K_j, V_j into 3
 stages guarded by mbarriers, and the consumer warpgroups never meet at a block-wide barrier;
 with `cp.async` from one warp (no TMA) it measured 2.5x slower than version 2. Version 4
