@@ -24,8 +24,9 @@ import math
 import numpy as np
 
 from ._exercise import Exercise, _same_number
-from .exercises_hopper import (SETMAXNREG_12, V_LAYOUT_12, WAVES_12,  # noqa: F401
-                               WGMMA_12, descriptors_12, setmaxnreg_12, v_layout_12, waves_12)
+from .exercises_hopper import (RESCALE_12, SETMAXNREG_12, V_LAYOUT_12,  # noqa: F401
+                               WAVES_12, WGMMA_12, descriptors_12, rescale_12, setmaxnreg_12,
+                               v_layout_12, waves_12)
 from .geometry import tile_visibility
 from .printing import say
 
@@ -534,6 +535,7 @@ EXERCISES = {
     "12-v-layout": v_layout_12,
     "12-setmaxnreg": setmaxnreg_12,
     "12-waves": waves_12,
+    "12-rescale": rescale_12,
 }
 
 

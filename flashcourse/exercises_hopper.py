@@ -1,6 +1,7 @@
 """exercises_hopper: notebook 12's exercises (the Hopper path), checked like every exercise
 (`exercises.check`): descriptors and swizzles, version 2's V layout, version 4's register
-budget, and how the blocks of a launch fill the SMs in waves (`cuda.tail_split`)."""
+budget, how the blocks of a launch fill the SMs in waves (`cuda.tail_split`), and the lazy
+rescale (`hopper_kernels.RESCALE_THRESHOLD`)."""
 
 from __future__ import annotations
 
@@ -210,3 +211,49 @@ def waves_12() -> Exercise:
         f"a split, pieces per tail block, block-times with the split",
         {"blocks": units, "waves": waves, "splits": sp.splits, "split_times": split_times},
         working, rtol=1e-3, diagnoses=diagnoses)
+
+
+#: exercise 5: the lazy rescale (threshold in log2 units, as `hopper_kernels.RESCALE_THRESHOLD`)
+#: on one row whose kept max is m (log2 units), then two key blocks whose largest scores are
+#: x1 and x2; d is the head dim of the warpgroup's O tile (64 x d fp32 over 128 threads)
+RESCALE_12 = {"threshold": 8.0, "m": 3.0, "x1": 10.5, "x2": 12.0, "d": 128}
+
+
+def rescale_12() -> Exercise:
+    e = RESCALE_12
+    t, m0, x1, x2 = e["threshold"], e["m"], e["x1"], e["x2"]
+    m1 = m0 if max(m0, x1) <= m0 + t else max(m0, x1)
+    p1 = 2.0 ** (x1 - m1)
+    m2 = m1 if max(m1, x2) <= m1 + t else max(m1, x2)
+    alpha = 2.0 ** (m1 - m2)
+    skipped = 64 * e["d"] // 128
+    working = (f"block 1: max(m, x1) = {max(m0, x1)} <= m + threshold = {m0 + t}: keep m = {m1}\n"
+               f"  its largest P = 2^(x1 - m) = 2^{x1 - m1} = {p1:.4g} (<= 2^{t:g} = {2 ** t:g})\n"
+               f"block 2: {x2} > {m1} + {t:g} = {m1 + t}: the max moves to {m2}\n"
+               f"  alpha = 2^(m_old - m_new) = 2^({m1} - {m2}) = {alpha:.6g}: O and l shrink\n"
+               f"a block that moves no row's max skips O *= alpha: the 64 x {e['d']} fp32 tile "
+               f"over 128 threads = {skipped} multiplies a thread")
+    diagnoses = {
+        "m1": [(lambda y: _same_number(y, x1, 1e-9),
+                f"{x1} is within {t:g} of the kept max {m0}: the row keeps its max")],
+        "p1": [(lambda y: _same_number(y, 1.0, 1e-9),
+                "with the old max kept, the block's top score sits above it: P > 1"),
+               (lambda y: _same_number(y, math.exp(x1 - m1), 1e-3),
+                "scores and maxima are in log2 units here: P = 2^(s - m), not e^(s - m)")],
+        "m2": [(lambda y: _same_number(y, m1, 1e-9),
+                f"{x2} passes {m1} + {t:g}: the max moves")],
+        "alpha": [(lambda y: _same_number(y, 1 / alpha, 1e-6),
+                   "alpha shrinks what was summed against the old max: 2^(m_old - m_new)"),
+                  (lambda y: _same_number(y, 2.0 ** (x1 - m2), 1e-6),
+                   f"the old max is the one the row kept, {m1}, not block 1's top score")],
+        "skipped": [(lambda y: _same_number(y, 64 * e["d"], 1e-9),
+                     "the 64 x d accumulator tile is spread over the warpgroup's 128 threads"),
+                    (lambda y: _same_number(y, e["d"], 1e-9),
+                     "count a thread's O accumulators: 64 x d values over 128 threads")],
+    }
+    return Exercise(
+        f"Lazy rescale, threshold {t:g} (log2 units): a row's kept max {m0}, then blocks with "
+        f"top scores {x1} and {x2}: the max after each, block 1's largest P, block 2's alpha, "
+        f"and the multiplies a thread skips per block at d = {e['d']}",
+        {"m1": m1, "p1": p1, "m2": m2, "alpha": alpha, "skipped": skipped},
+        working, rtol=1e-6, diagnoses=diagnoses)

@@ -156,7 +156,8 @@ def test_tc_backward_10():
                                       ("09_backward_recompute", ["09-saved-bytes"]),
                                       ("10_tensor_cores", ["10-tc-backward"]),
                                       ("12_hopper_wgmma", ["12-descriptors", "12-v-layout",
-                                                           "12-setmaxnreg", "12-waves"])])
+                                                           "12-setmaxnreg", "12-waves",
+                                                           "12-rescale"])])
 def test_notebooks_ask_for_predictions_without_printing_answers(nb, names):
     cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
     code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
@@ -258,3 +259,17 @@ def test_waves_12():
     ok, lines = E.grade("12-waves", blocks=22, waves=5, splits=132, split_times=ans["waves"])
     assert not ok and "every head" in lines[0] and "wave of their own" in lines[1]
     assert "last wave's blocks" in lines[2] and "not quite" in lines[3]
+
+
+def test_rescale_12():
+    """The lazy rescale by hand: kept max, P above 1, a move, alpha; each slip named."""
+    ans = E.get("12-rescale").answer
+    assert ans == {"m1": 3.0, "p1": 2 ** 7.5, "m2": 12.0, "alpha": 2.0 ** -9, "skipped": 64}
+    assert E.grade("12-rescale", **ans)[0]
+    ok, lines = E.grade("12-rescale", m1=10.5, p1=1.0, m2=3.0, alpha=512.0, skipped=8192)
+    assert not ok and "keeps its max" in lines[0] and "P > 1" in lines[1]
+    assert "moves" in lines[2] and "shrinks" in lines[3] and "128 threads" in lines[4]
+    ok, lines = E.grade("12-rescale", m1=3.0, p1=float(np.exp(7.5)), m2=12.0,
+                        alpha=2.0 ** (10.5 - 12), skipped=128)
+    assert not ok and "right" in lines[0] and "log2 units" in lines[1]
+    assert "kept" in lines[3] and "64 x d values" in lines[4]
