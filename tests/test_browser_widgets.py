@@ -182,8 +182,19 @@ def test_tile_schedule_play_keeps_title_and_readout_together(browser, tmp_path, 
     last = samples[-1]
     assert last["readout"] == last["title"] == 36, samples[-5:]
     assert len({s["readout"] for s in samples}) > 3, "Play did not move the display"
-    apart = [i for i, s in enumerate(samples) if s["readout"] != s["title"]]
-    assert not [i for i in apart if i + 1 in apart], [samples[i] for i in apart]
+    # the widget sends the picture first, then the text: between the browser's handling of
+    # the two messages a look may find the title one step ahead, never behind, and (on a
+    # loaded machine) for more than one look in a row, but not for long
+    apart = [s for s in samples if s["readout"] != s["title"]]
+    assert all(s["title"] == s["readout"] + 1 for s in apart), apart
+    runs, start = [], None
+    for s in samples:
+        if s["readout"] != s["title"]:
+            start = s["time"] if start is None else start
+        elif start is not None:
+            runs.append(s["time"] - start)
+            start = None
+    assert max(runs, default=0) < 1500, (runs, apart)
     reached = next(s["time"] for s in samples if s["slider"] == 36)
     behind_s = (last["time"] - reached) / 1000
     assert behind_s < 5.0, (behind_s, samples[-8:])
