@@ -62,6 +62,13 @@ def _score_tile(q_i, k_j, scale, q0, q1, k0, k1, tq, tk, causal, status):
     return s
 
 
+def _running_max(m, tile_max, t=0.0):
+    """The new running max: max(m, tile_max); with t > 0 (the lazy rescale, t in the
+    scores' own units) m is kept while that max is at most m + t."""
+    m_new = np.maximum(m, tile_max)
+    return np.where(m_new <= m + t, m, m_new).astype(m_new.dtype) if t else m_new
+
+
 def _safe_exp_diff(a, b):
     """exp(a - b) where -inf - -inf is taken as exp(-inf) = 0 (nothing visible yet)."""
     with np.errstate(invalid="ignore"):
@@ -159,9 +166,7 @@ def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None
             counter.compute((i, j), head=h)
             # Step 2 -- one score block and the running statistics.
             s = _score_tile(q_i, k_j, scale, q0, q1, k0, k1, tq, tk, causal, status)
-            m_new = np.maximum(m, s.max(axis=1))                # (Br,)
-            if lazy_t:                                          # keep m unless passed by t
-                m_new = np.where(m_new <= m + lazy_t, m, m_new).astype(acc_t)
+            m_new = _running_max(m, s.max(axis=1), lazy_t)      # (Br,)
             p = _safe_exp_diff(s, m_new[:, None])               # (Br, Bc)
             alpha = _safe_exp_diff(m, m_new)                    # (Br,) rescale factor
             # Step 3 -- rescale what we had, then add this tile's contribution.
@@ -216,8 +221,7 @@ def rescale_counts(q, k, *, block_k: int = 64, rescale_threshold: float = 0.0,
         for _, k0, k1 in _blocks(x.tk, bc):
             tile_max = s[:, k0:k1].max(axis=1)
             seen = np.isfinite(m) & np.isfinite(tile_max)
-            m_new = np.maximum(m, tile_max)
-            m_new = np.where(m_new <= m + t, m, m_new) if t else m_new
+            m_new = _running_max(m, tile_max, t)
             blocks += int(seen.sum())
             rescales += int((seen & (m_new != m)).sum())
             m = m_new

@@ -90,11 +90,13 @@ def _tool(name: str) -> str:
 
 
 def compile_one(precision: str, wg: int, bk: int, d: int, pipeline: str, work: Path,
-                lazy_rescale: bool = False) -> dict:
+                lazy_rescale: bool | None = None) -> dict:
     from numba import cuda
 
     from flashcourse.cuda import hopper
     from flashcourse.cuda.hopper_kernels import make_wgmma_kernel
+    if lazy_rescale is None:           # the kernel's own default
+        lazy_rescale = hopper.LAZY_RESCALE
     cfg = hopper.HopperConfig(precision, wg, bk, d, pipeline=pipeline,
                               lazy_rescale=lazy_rescale)
     kern = make_wgmma_kernel(cfg)
@@ -139,8 +141,9 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", nargs="*", default=["fp16:4:64:64", "fp16:3:64:128",
                                                      "fp16:2:128:128"],
                     help="PRECISION:WARPGROUPS:BLOCK_K:D")
-    ap.add_argument("--lazy", action="store_true",
-                    help="compile with lazy_rescale=True (the conditional rescale)")
+    ap.add_argument("--every-block", action="store_true",
+                    help="compile with lazy_rescale=False (the papers' rescale at every "
+                         "raised max; the default compiles the kernel's default, lazy)")
     args = ap.parse_args(argv)
     os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -155,7 +158,7 @@ def main(argv=None) -> int:
                 except ValueError:
                     continue
                 r = compile_one(p, int(wg), int(bk), int(d), pipeline, Path(tmp),
-                                args.lazy)
+                                False if args.every_block else None)
                 waits = "; ".join(f"{w['between']} EX2 between the waits, {w['after']} after"
                                   for w in r["waits"]) or "no wait_group 1"
                 print(f"{r['name']:34} {r['regs']} regs, spills {r['spill_bytes']} B, "
