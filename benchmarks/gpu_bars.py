@@ -94,7 +94,9 @@ def sdpa_bottom_right(ins, causal, backend):
         return F.scaled_dot_product_attention(*ins, attn_mask=mask)
 
 
-def bench_forward(rows):
+def bench_forward(rows, every_block=False):
+    """every_block: also time fp16 and bf16 bits with lazy_rescale=False (the A/B of the
+    lazy rescale, same run)."""
     import torch
     for d in DS:
         for causal in (False, True):
@@ -114,6 +116,13 @@ def bench_forward(rows):
                                                       precision="bf16"))
                 row["ours_bf16_bits_ms"] = med(partial(forward, qb, kb, vb,
                                                        kernel="tensor_core", causal=causal))
+                if every_block:
+                    row["ours_fp16_every_block_ms"] = med(partial(
+                        forward, q, k, v, kernel="tensor_core", causal=causal,
+                        lazy_rescale=False))
+                    row["ours_bf16_bits_every_block_ms"] = med(partial(
+                        forward, qb, kb, vb, kernel="tensor_core", causal=causal,
+                        lazy_rescale=False))
                 row["torch_flash_fp16_ms"] = med(partial(sdpa, t16, causal, "FLASH_ATTENTION"),
                                                  "torch")
                 row["torch_flash_bf16_ms"] = med(partial(sdpa, tb, causal, "FLASH_ATTENTION"),
@@ -130,7 +139,10 @@ def bench_forward(rows):
                     f" | torch flash fp16 {row['torch_flash_fp16_tflops']:6.1f} bf16 "
                     f"{row['torch_flash_bf16_tflops']:6.1f} TFLOP/s | ratio fp16 "
                     f"{row['fp16_ratio']:.2f} bf16(f32) {row['bf16_f32_ratio_vs_flash_bf16']:.2f}"
-                    f" bf16 {row['bf16_ratio']:.2f}")
+                    f" bf16 {row['bf16_ratio']:.2f}"
+                    + (f" | every block: fp16 {row['ours_fp16_every_block_tflops']:6.1f}"
+                       f" bf16 {row['ours_bf16_bits_every_block_tflops']:6.1f}"
+                       if every_block else ""))
                 torch.cuda.empty_cache()
 
 
@@ -294,6 +306,8 @@ def main(argv=None) -> int:
                     choices=["errors", "forward", "backward", "tf32"], help="what to run")
     ap.add_argument("--tf32-configs", nargs="*", default=[],
                     help="tf32: also time these 3xTF32 variants, PIPELINE:WARPS:BLOCK_K")
+    ap.add_argument("--fwd-every-block", action="store_true",
+                    help="forward: also time lazy_rescale=False (the lazy rescale's A/B)")
     ap.add_argument("--bwd-block-q", type=int, nargs="*", default=[],
                     help="also time the backward with these Br (block_q)")
     results.add_output_arguments(ap)
@@ -307,7 +321,8 @@ def main(argv=None) -> int:
     doc = {"env": env.record(), "bh": BH, "what": __doc__.splitlines()[0]}
     log(json.dumps(doc["env"]))
     t0 = time.time()
-    for name, fn in (("errors", errors), ("forward", bench_forward),
+    for name, fn in (("errors", errors),
+                     ("forward", partial(bench_forward, every_block=args.fwd_every_block)),
                      ("backward", partial(bench_backward, block_qs=args.bwd_block_q)),
                      ("tf32", partial(bench_tf32, configs=args.tf32_configs))):
         doc[name] = []

@@ -22,3 +22,8 @@ LN2_F = np.float32(LN2)
 LOG2E_F = np.float32(LOG2E)
 #: All 32 lanes of a warp (the mask of cuda.shfl_xor_sync).
 FULL_MASK = 0xFFFFFFFF
+#: The lazy rescale's threshold, log2 units (FlashAttention-4's `rescale_threshold` for 16-bit
+#: inputs): a row keeps its running max m until a score passes m + 8, so P <= 2^8 = 256
+#: (exact in fp16 and bf16) and O is rescaled only when a row's max moved that far. Used by
+#: the Hopper kernel and the mma.sync fp16/bf16 forward (version 2).
+RESCALE_THRESHOLD = 8.0

@@ -1,7 +1,7 @@
 """exercises_hopper: notebook 12's exercises (the Hopper path), checked like every exercise
 (`exercises.check`): descriptors and swizzles, version 2's V layout, version 4's register
 budget, how the blocks of a launch fill the SMs in waves (`cuda.tail_split`), and the lazy
-rescale (`hopper_kernels.RESCALE_THRESHOLD`)."""
+rescale (`constants.RESCALE_THRESHOLD`)."""
 
 from __future__ import annotations
 
@@ -213,7 +213,7 @@ def waves_12() -> Exercise:
         working, rtol=1e-3, diagnoses=diagnoses)
 
 
-#: exercise 5: the lazy rescale (threshold in log2 units, as `hopper_kernels.RESCALE_THRESHOLD`)
+#: exercise 5: the lazy rescale (threshold in log2 units, as `constants.RESCALE_THRESHOLD`)
 #: on one row whose kept max is m (log2 units), then two key blocks whose largest scores are
 #: x1 and x2; d is the head dim of the warpgroup's O tile (64 x d fp32 over 128 threads)
 RESCALE_12 = {"threshold": 8.0, "m": 3.0, "x1": 10.5, "x2": 12.0, "d": 128}

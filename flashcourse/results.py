@@ -66,6 +66,7 @@ RESULT_KINDS = {
     "*_tc_backward_v2_*.json": "tc_backward",     # one step's own runs (checks, variants)
     "*_tensor_core_v2_*.json": "tensor_core",
     "*_bars.json": "bars",
+    "*_bars_*.json": "bars",                   # one A/B run of the bars script
     "*_hopper.json": "hopper",
     "*_hopper_*.json": "hopper",               # one version's own runs (variants)
 }

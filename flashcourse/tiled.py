@@ -100,7 +100,7 @@ def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = Fal
         rescale_threshold: 0 (every raised max rescales, as in the papers), or the lazy
             rescale's threshold t in log2 units, 0 <= t <= 64 (loop_order "fa2" only):
             a row keeps its running max m until a tile's max passes m + t ln 2, so
-            P <= 2^t. The Hopper kernel uses t = 8 (`hopper_kernels.RESCALE_THRESHOLD`).
+            P <= 2^t. The Hopper kernel uses t = 8 (`constants.RESCALE_THRESHOLD`).
 
     Returns:
         o:   (..., Tq, d) in the input dtype.

@@ -200,10 +200,55 @@ def test_async_version_equals_version_1(precision, tq, tk, d, causal, m_tiles, s
     if precision == "fp16":
         q, k, v = (a.astype(np.float16) for a in (q, k, v))
     tiles = {} if warps is None else {"warps": warps, "block_k": 16}
+    if precision in ("fp16", "bf16"):
+        tiles["lazy_rescale"] = False  # version 1 rescales at every raised max
     runs = [tc.forward(q, k, v, causal=causal, scale=scale, precision=precision,
                        m_tiles=m_tiles, pipeline=p, **tiles) for p in ("plain", "async")]
     assert np.array_equal(runs[0][0], runs[1][0])
     assert np.array_equal(runs[0][1], runs[1][1])
+
+
+# The lazy rescale (fp16/bf16 version 2, an option): a row keeps its max until a score
+# passes it by 8 (log2 units). Scores that climb block by block, some steps under the
+# threshold (kept: P up to 2^8 in 16 bits) and some over it (rescaled), ragged and causal.
+@pytest.mark.parametrize("precision,tq,tk,causal,m_tiles", [
+    ("fp16", 20, 90, False, 1),
+    ("bf16", 37, 90, True, 1),
+    ("fp16", 33, 75, True, 2),
+])
+def test_lazy_rescale_matches_float64_on_climbing_scores(precision, tq, tk, causal, m_tiles,
+                                                         rng):
+    d = 16
+    steps = np.array([0.0, 2.0, 9.0, 10.0, 11.5, 10.5])      # natural-log units per block
+    lift = np.repeat(steps, 16)[:tk] + 0.3 * rng.standard_normal(tk)
+    q = 0.1 * rng.standard_normal((1, tq, d))
+    q[..., 0] = 1.0 + 0.1 * rng.uniform(size=tq)
+    k = 0.1 * rng.standard_normal((1, tk, d))
+    k[0, :, 0] = lift
+    v = rng.standard_normal((1, tk, d))
+    q, k, v = (a.astype(np.float32) for a in (q, k, v))       # o comes back float32
+    r = {"fp16": mma.round_fp16, "bf16": mma.round_bf16}[precision]
+    o_ref, lse_ref = attention(r(q), r(k), r(v), causal=causal, scale=1.0)
+    runs = {lazy: tc.forward(q, k, v, causal=causal, scale=1.0, precision=precision,
+                             m_tiles=m_tiles, pipeline="async", lazy_rescale=lazy)
+            for lazy in (True, False)}
+    fin = np.isfinite(lse_ref)
+    for o, lse in runs.values():
+        assert np.all(np.isfinite(o)) and np.array_equal(np.isneginf(lse), ~fin)
+        assert rel_err(o, o_ref) < 2e-2
+        assert rel_err(lse[fin], lse_ref[fin]) < 1e-5
+    assert not np.array_equal(runs[True][0], runs[False][0])  # another reference max
+
+
+def test_lazy_rescale_option():
+    assert tc.plan("fp16", 64, 8, 64, simulator=False, pipeline="async",
+                   lazy_rescale=True).lazy_rescale
+    assert not tc.resolve_tiles("bf16", 128, False).lazy_rescale   # the default: off
+    assert tc.resolve_tiles("fp16", 64, False, lazy_rescale=True).lazy_rescale
+    with pytest.raises(ValueError, match="lazy_rescale=True is implemented"):
+        tc.plan("3xtf32", 64, 4, 32, simulator=False, pipeline="async", lazy_rescale=True)
+    with pytest.raises(ValueError, match="lazy_rescale must be"):
+        tc.plan("fp16", 64, 8, 64, simulator=False, pipeline="async", lazy_rescale=2)
 
 
 def test_variant_resolution_on_a_gpu():

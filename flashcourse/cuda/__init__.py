@@ -84,8 +84,9 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
             block_q, block_k (Br, Bc) for "flash" and "textbook" (square tiles there),
             threads, tm and unroll for "flash"; precision ("fp16", "bf16", "3xtf32",
             "tf32"), warps, block_k, m_tiles, prefetch, min_blocks, pipeline ("plain" |
-            "async": version 1 or 2) for "tensor_core" (which keeps float16 input in
-            float16); None means the kernel's default, and
+            "async": version 1 or 2), lazy_rescale (fp16/bf16 version 2) for
+            "tensor_core" (which keeps float16 input in float16); None means the
+            kernel's default, and
             an option the kernel does not use is a ValueError.
 
     Returns:

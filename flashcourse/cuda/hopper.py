@@ -37,7 +37,7 @@ CAPABILITY = (9, 0)
 #: threads of the producer of the warp-specialised versions: one warp for version 3, a
 #: warpgroup (which hands its registers to the consumers by setmaxnreg) for versions 4-5
 PRODUCER_THREADS = {"specialised": 32, "producer": 128, "pingpong": 128}
-#: the default of `lazy_rescale` (`hopper_kernels.RESCALE_THRESHOLD`): a row's running max,
+#: the default of `lazy_rescale` (`constants.RESCALE_THRESHOLD`): a row's running max,
 #: and O's rescale, change only when a score passes the max by 2^8 (FlashAttention-4)
 LAZY_RESCALE = True
 

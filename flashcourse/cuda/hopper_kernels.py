@@ -65,7 +65,7 @@ import math
 from numba import cuda, float32, uint32
 from numba import uint64 as U
 
-from ..constants import F0, F1, FULL_MASK, LN2_F, NEG_INF
+from ..constants import F0, F1, FULL_MASK, LN2_F, NEG_INF, RESCALE_THRESHOLD
 from . import wgmma
 from ._device import reset_state, visible_key_blocks
 from .mma import device_ops
@@ -74,10 +74,6 @@ from .smem_ops import ops as smem_ops
 
 #: 16-byte units in a descriptor's 14-bit fields
 DESC_UNIT = 16
-#: the lazy rescale's threshold, log2 units (FlashAttention-4's `rescale_threshold` for 16-bit
-#: inputs): a row keeps its running max m until a score passes m + 8, so P <= 2^8 = 256
-#: (exact in fp16 and bf16) and O is rescaled only when a row's max moved that far
-RESCALE_THRESHOLD = 8.0
 #: kernel versions, side by side: "serial" (version 1), "overlap" (version 2) and
 #: "specialised" (version 3: a producer warp and mbarriers), "producer" (version 4: version 3
 #: with a producer warpgroup that gives its registers to the consumers by setmaxnreg),

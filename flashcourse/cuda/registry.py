@@ -241,7 +241,7 @@ register(Kernel("decode", "forward", _run_decode, ("num_splits", "block_k"), _de
 
 register(Kernel("tensor_core", "forward", _run_tensor_core,
                 ("precision", "warps", "block_k", "m_tiles", "prefetch", "min_blocks",
-                 "pipeline"),
+                 "pipeline", "lazy_rescale"),
                 description="FlashAttention-2 on tensor cores (mma.sync): fp16/bf16, or "
                             "fp32 through 3xTF32",
                 dtypes=(np.float16, np.float32, np.uint16), convert_to=None,

@@ -50,7 +50,13 @@ class TCConfig:
     block into registers while computing on this one (hides global-memory latency);
     pipeline: "plain" (version 1, `tensor_core_kernels`) or "async" (version 2:
     cp.async double buffering and ldmatrix; `tensor_core_kernels_async` for fp16/bf16,
-    `tensor_core_kernels_tf32_async` for 3xTF32/TF32)."""
+    `tensor_core_kernels_tf32_async` for 3xTF32/TF32); lazy_rescale (fp16/bf16 version 2
+    only; off by default): a row keeps its running max until a score passes it by
+    `constants.RESCALE_THRESHOLD` (log2 units), and O is rescaled only when some row of the
+    warp moved its max (FlashAttention-4's trick, exact: any reference max cancels). It
+    paid on Hopper's wgmma kernel; here it ran at 0.81-0.93x the speed of rescaling every block
+    (the branch around O's rescale keeps the compiler from interleaving those multiplies
+    with P V's mma: benchmarks/NOTES_tensor_core.md)."""
 
     precision: str
     warps: int
@@ -61,6 +67,7 @@ class TCConfig:
     prefetch: bool = False
     min_blocks: int = 0     # > 0: ask the compiler to fit this many blocks per SM
     pipeline: str = "plain"
+    lazy_rescale: bool = False
 
     @property
     def block_q(self):
@@ -138,8 +145,10 @@ def default_tiles(precision: str, d: int,
 
 def plan(precision: str, d: int, warps: int, block_k: int,
          simulator: bool | None = None, m_tiles: int = 1,
-         prefetch: bool = False, min_blocks: int = 0, pipeline: str = "plain") -> TCConfig:
-    """Check a configuration for head dim d; return it (ValueError naming the argument)."""
+         prefetch: bool = False, min_blocks: int = 0, pipeline: str = "plain",
+         lazy_rescale: bool | None = None) -> TCConfig:
+    """Check a configuration for head dim d; return it (ValueError naming the argument).
+    lazy_rescale None means off (only fp16/bf16 version 2 has it: slower there, an A/B)."""
     from .._checks import check_block
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -162,8 +171,17 @@ def plan(precision: str, d: int, warps: int, block_k: int,
     if pipeline == "async" and prefetch:
         raise ValueError("prefetch=True is version 1's register prefetch; pipeline='async' "
                          "copies with cp.async instead: give one of them")
+    lazy_ok = precision in ("fp16", "bf16") and pipeline == "async"
+    if lazy_rescale is None:
+        lazy_rescale = False
+    elif lazy_rescale not in (True, False):
+        raise ValueError(f"lazy_rescale must be True, False or None, got {lazy_rescale!r}")
+    elif lazy_rescale and not lazy_ok:
+        raise ValueError("lazy_rescale=True is implemented in the fp16/bf16 version 2 kernel "
+                         f"(pipeline='async') only, got precision={precision!r}, "
+                         f"pipeline={pipeline!r}")
     cfg = TCConfig(precision, warps, block_k, ceil_div(d, 16) * 16, bool(simulator),
-                   int(m_tiles), bool(prefetch), int(min_blocks), pipeline)
+                   int(m_tiles), bool(prefetch), int(min_blocks), pipeline, bool(lazy_rescale))
     check_launch(cfg.threads, cfg.shared_bytes, what="tensor_core kernel")
     return cfg
 
@@ -172,7 +190,7 @@ def plan(precision: str, d: int, warps: int, block_k: int,
 def make_tensor_core_kernel(precision: str, warps: int, block_k: int, head_dim: int,
                             simulator: bool | None = None, m_tiles: int = 1,
                             prefetch: bool = False, min_blocks: int = 0,
-                            pipeline: str = "plain"):
+                            pipeline: str = "plain", lazy_rescale: bool | None = None):
     """Compile-time-specialised kernel for one configuration (cached); returns (kernel, cfg).
 
     Arguments of the kernel: q, k, v (BH, T, W) uint32 words (two fp16/bf16 per word,
@@ -182,7 +200,7 @@ def make_tensor_core_kernel(precision: str, warps: int, block_k: int, head_dim: 
     """
     from .tensor_core_kernels import make_half_kernel, make_tf32_kernel
     cfg = plan(precision, head_dim, warps, block_k, simulator, m_tiles, prefetch, min_blocks,
-               pipeline)
+               pipeline, lazy_rescale)
     if cfg.pipeline == "async" and cfg.half:
         from .tensor_core_kernels_async import make_half_async_kernel
         kern = make_half_async_kernel(cfg)
@@ -255,7 +273,8 @@ def launches(d: int, tq: int, tk: int, bh: int, limits, precision: str = "3xtf32
 
 
 def resolve_tiles(precision: str, d: int, simulator: bool, warps=None, block_k=None,
-                  m_tiles=None, prefetch=None, min_blocks=None, pipeline=None) -> TCConfig:
+                  m_tiles=None, prefetch=None, min_blocks=None, pipeline=None,
+                  lazy_rescale=None) -> TCConfig:
     """The variant a call runs: the caller's tiles, the rest from `default_tiles`. A
     register prefetch asked for without a pipeline means version 1 (it is version 1's
     knob); version 2 never prefetches into registers."""
@@ -271,23 +290,24 @@ def resolve_tiles(precision: str, d: int, simulator: bool, warps=None, block_k=N
         prefetch = dp if pipeline == dpipe else pipeline != "async"
     min_blocks = db if min_blocks is None else min_blocks
     return plan(precision, d, warps, block_k, simulator, m_tiles, prefetch, min_blocks,
-                pipeline)
+                pipeline, lazy_rescale)
 
 
 def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: bool,
         precision: str, warps: int | None = None, block_k: int | None = None,
         m_tiles: int | None = None, prefetch: bool | None = None,
-        min_blocks: int | None = None, pipeline: str | None = None) -> TCConfig:
+        min_blocks: int | None = None, pipeline: str | None = None,
+        lazy_rescale: bool | None = None) -> TCConfig:
     """Launch on prepared device arrays: (BH, T, W) uint32 words (fp16/bf16, W = D/2) or
     float32 (W = D) with D = d rounded up to a multiple of 16 (padding columns zero).
     Tiles left as None take `default_tiles`."""
     check_capability(precision)
     sim = using_simulator()
     cfg = resolve_tiles(precision, d, sim, warps, block_k, m_tiles, prefetch, min_blocks,
-                        pipeline)
+                        pipeline, lazy_rescale)
     kern, cfg = make_tensor_core_kernel(precision, cfg.warps, cfg.block_k, cfg.head_dim, sim,
                                         cfg.m_tiles, cfg.prefetch, cfg.min_blocks,
-                                        cfg.pipeline)
+                                        cfg.pipeline, cfg.lazy_rescale)
     bh = qw.shape[0]
     grid = (ceil_div(tq, cfg.block_q), bh)
     if cfg.pipeline == "async" and cfg.half:
@@ -304,11 +324,14 @@ def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: boo
 
 
 def resources(precision: str, d: int, warps: int, block_k: int, m_tiles: int = 1,
-              prefetch: bool = False, min_blocks: int = 0, pipeline: str = "plain") -> dict:
+              prefetch: bool = False, min_blocks: int = 0, pipeline: str = "plain",
+              lazy_rescale: bool | None = None) -> dict:
     """Compile one variant on the GPU; registers, local bytes, shared bytes per block."""
-    cfg = plan(precision, d, warps, block_k, False, m_tiles, prefetch, min_blocks, pipeline)
+    cfg = plan(precision, d, warps, block_k, False, m_tiles, prefetch, min_blocks, pipeline,
+               lazy_rescale)
     kern, cfg = make_tensor_core_kernel(precision, warps, block_k, cfg.head_dim, False,
-                                        m_tiles, prefetch, min_blocks, pipeline)
+                                        m_tiles, prefetch, min_blocks, pipeline,
+                                        cfg.lazy_rescale)
     ck = kern.compile(signature(cfg.half, cfg.pipeline))
     return {"regs": int(ck.regs_per_thread), "local_bytes": int(ck.local_mem_per_thread),
             "shared_bytes": cfg.shared_bytes}

@@ -22,6 +22,14 @@ It is the default for fp16/bf16 (`tensor_core.default_tiles`): on an H200 it mea
 are `ex2.approx.ftz` (one instruction; `math.exp2` adds a rescale for results below 2^-126)
 and K, V arrive flat (1-D), one unsigned index per copy.
 
+lazy_rescale (an option, off by default): FlashAttention-4's lazy rescale as in the Hopper
+kernel (a row keeps its max until a score passes it by `constants.RESCALE_THRESHOLD`; O is
+rescaled only when `cuda.any_sync` says some row of the warp moved; the simulator, which has
+no warp votes, always rescales, exact since alpha = 1 for a kept max). It paid on Hopper,
+where O's rescale waits on the asynchronous wgmma; here O's multiplies interleave with P V's
+mma and cost little, while the branch around them stops that: the same run measured it at
+0.81-0.93x the speed of rescaling every block (results/h200_bars_lazy_ab_log.txt).
+
 Shared memory: 2 buffers x (K_j, V_j: Bc x (D/2 + 4) words); the 4-word pad puts the 8
 row addresses of one ldmatrix tile in different bank groups.
 """
@@ -31,7 +39,7 @@ from __future__ import annotations
 from numba import cuda, float32, uint32
 from numba import uint64 as U
 
-from ..constants import F0, F1, LN2_F, NEG_INF
+from ..constants import F0, F1, FULL_MASK, LN2_F, NEG_INF, RESCALE_THRESHOLD
 from ._device import reset_state, visible_key_blocks
 from .mma import SIM_SCRATCH_PER_WARP, device_ops
 from .smem_ops import ops as smem_ops
@@ -62,6 +70,8 @@ def make_half_async_kernel(cfg):
     ROWS = 2 * MT
     PAREGS = 4 * MT
     SIM = cfg.simulator
+    LAZY = cfg.lazy_rescale
+    TH = float32(RESCALE_THRESHOLD)
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
     RED = NT if SIM else 1
 
@@ -194,10 +204,24 @@ def make_half_async_kernel(cfg):
                         x = max(x, max(s[sb], s[sb + 1]))
                     x = quad_max(x, red, tid) * sc
                     ri = 2 * mt + hf
-                    mn = max(m[ri], x)
+                    mo = m[ri]
+                    mn = max(mo, x)
+                    if LAZY and mn <= mo + TH:
+                        mn = mo            # keep the old max: P <= 2^TH, alpha = 1
                     mu[ri] = mn if mn != NEG_INF else F0
-                    alpha[ri] = exp2(m[ri] - mu[ri])
+                    if LAZY:
+                        alpha[ri] = F1 if mn == mo else exp2(mo - mu[ri])
+                    else:
+                        alpha[ri] = exp2(mo - mu[ri])
                     m[ri] = mn
+            # O *= alpha: lazily, only when some row of the warp moved its max (on the
+            # simulator, which has no warp votes, always: alpha = 1 leaves acc exact)
+            resc = True
+            if LAZY and not SIM:
+                ch = False
+                for ri in range(ROWS):
+                    ch = ch or alpha[ri] != F1
+                resc = cuda.any_sync(FULL_MASK, ch)
             for mt in range(MT):
                 for hf in range(2):
                     ri = 2 * mt + hf
@@ -211,10 +235,11 @@ def make_half_async_kernel(cfg):
                         s[sb + 1] = p
                         ps += p
                     lp[ri] = lp[ri] * alpha[ri] + ps
-                    for n in range(NO):
-                        ob = 4 * (mt * NO + n) + 2 * hf
-                        acc[ob] *= alpha[ri]
-                        acc[ob + 1] *= alpha[ri]
+                    if resc:
+                        for n in range(NO):
+                            ob = 4 * (mt * NO + n) + 2 * hf
+                            acc[ob] *= alpha[ri]
+                            acc[ob + 1] *= alpha[ri]
 
             # O += P V: ldmatrix.x4.trans of the row-major V tile gives two n8 B fragments
             for kp in range(KP):
@@ -262,5 +287,5 @@ def make_half_async_kernel(cfg):
                         lse[U(h), U(row)] = (m[ri] + log2(lt)) * LN2_F if lt != F0 else NEG_INF
 
     tc_half_forward_async.__name__ = (f"tc_{cfg.precision}_async_w{NW}_k{BC}_d{D}_m{MT}"
-                                      + ("_sim" if SIM else ""))
+                                      + ("_lazy" if LAZY else "") + ("_sim" if SIM else ""))
     return _jit(tc_half_forward_async, cfg)
