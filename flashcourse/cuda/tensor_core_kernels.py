@@ -7,9 +7,9 @@ host side, configurations and the registry entry in `tensor_core.py`):
            with fp32 accumulation; the online softmax in fp32 registers; P rounded to
            the input type before the P V product; o in the input type, lse in fp32.
     tf32x3 fp32 q, k, v at fp32-level accuracy: each operand x is split into a tf32
-           "big" part and a tf32 "small" remainder (x ~= big + small to ~2^-22 |x|)
-           and each product takes three m16n8k8 tf32 mma: small*big + big*small +
-           big*big (the small*small term, ~2^-22, is dropped). `passes=1` keeps only
+           "big" part and a tf32 "small" remainder (x ~= big + small to ~2^-21 |x|,
+           `mma.split_tf32`) and each product takes three m16n8k8 tf32 mma: small*big +
+           big*small + big*big (the small*small term, ~2^-22, is dropped). `passes=1` keeps only
            big*big: plain TF32 (~1e-3 relative error), for the notebook's comparison.
 
 The idea (FlashAttention-2 "split-Q")
@@ -396,7 +396,7 @@ def make_half_kernel(cfg):
 
 def make_tf32_kernel(cfg, passes: int):
     ops = device_ops(cfg.simulator)
-    MMA, TF32, AS_F32 = ops["mma_tf32"], ops["to_tf32"], ops["as_f32"]
+    MMA, AS_F32 = ops["mma_tf32"], ops["as_f32"]
     exp2, log2, quad_max, quad_sum = _row_ops(cfg)
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
     KT = D // 8                    # k8 steps of S
@@ -408,6 +408,10 @@ def make_tf32_kernel(cfg, passes: int):
     VW = BC * VS
     KV_LOADS = ceil_div(BC * D, NT)
     THREE = passes == 3
+    # the 3xTF32 split (`mma.split_tf32`): big rounded on the bits (2 instructions where
+    # cvt.rna.tf32 takes 3), small truncated (1); one-pass TF32 keeps cvt.rna.tf32
+    BIG = ops["tf32_round"] if THREE else ops["to_tf32"]
+    SMALL = ops["tf32_trunc"]
     PREFETCH = cfg.prefetch
     PKV = KV_LOADS if PREFETCH else 1
     QREGS, OREGS, SREGS = 4 * KT, 4 * NO, 4 * NS     # register array lengths
@@ -442,9 +446,9 @@ def make_tf32_kernel(cfg, passes: int):
                 col = kk * 8 + t + 4 * (i // 2)
                 x = q[U(h), U(row), U(col)] if row < tq else F0
                 x = -x if neg else x
-                big = TF32(x)
+                big = BIG(x)
                 qb[4 * kk + i] = big
-                qs[4 * kk + i] = TF32(x - AS_F32(big))
+                qs[4 * kk + i] = SMALL(x - AS_F32(big))
 
         acc = cuda.local.array(OREGS, float32)
         s = cuda.local.array(SREGS, float32)
@@ -487,13 +491,13 @@ def make_tf32_kernel(cfg, passes: int):
                         ok = k0 + r < tk
                         kx = k[U(h), U(k0 + r), U(c)] if ok else F0
                         vx = v[U(h), U(k0 + r), U(c)] if ok else F0
-                    kbig = TF32(kx)
-                    vbig = TF32(vx)
+                    kbig = BIG(kx)
+                    vbig = BIG(vx)
                     sm[U(K_OFF + r * KS + c)] = kbig
                     sm[U(V_OFF + r * VS + c)] = vbig
                     if THREE:
-                        sm[U(K_OFF + KW + r * KS + c)] = TF32(kx - AS_F32(kbig))
-                        sm[U(V_OFF + VW + r * VS + c)] = TF32(vx - AS_F32(vbig))
+                        sm[U(K_OFF + KW + r * KS + c)] = SMALL(kx - AS_F32(kbig))
+                        sm[U(V_OFF + VW + r * VS + c)] = SMALL(vx - AS_F32(vbig))
             cuda.syncthreads()
             if PREFETCH:               # next key block in flight during the mma work
                 k1 = k0 + BC
@@ -599,9 +603,9 @@ def make_tf32_kernel(cfg, passes: int):
             for j in range(NS):
                 for i in range(4):
                     x = s[4 * j + i]
-                    big = TF32(x)
+                    big = BIG(x)
                     pb[4 * j + i] = big
-                    pl[4 * j + i] = TF32(x - AS_F32(big))
+                    pl[4 * j + i] = SMALL(x - AS_F32(big))
             for n in range(NO):
                 c0 = F0                        # this key block's P V, tile n (big terms)
                 c1 = F0

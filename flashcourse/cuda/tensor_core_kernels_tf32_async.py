@@ -19,9 +19,12 @@ output is the same bit for bit. What changes is where the operands live:
                         (an 8 x 8 tile of 16-bit values is an 8 x 4 tile of 32-bit ones:
                         lane l receives row l // 4, word l % 4, which is the (g, t) of
                         a tf32 A or B fragment), V's by two 32-bit loads. The split
-                        (cvt.rna.tf32, a subtraction, cvt.rna.tf32) costs three ALU
-                        instructions per value per warp, where the tensor pipe, not the
-                        issue slots, is the limit of a 3xTF32 kernel.
+                        costs ALU instructions per value and warp: with cvt.rna.tf32
+                        twice, seven in SASS, and ncu found the d = 128 kernel issue-
+                        bound (11 instructions per mma, the integer ALU pipe the busiest
+                        at 53%: results/h200_tf32_ncu_d128_log.txt); `mma.split_tf32`'s
+                        bit rounding (four) ran it 1.2x faster, to 0.95-1.03x PyTorch's
+                        efficient fp32 (results/h200_tf32_split_ab_log.txt).
 
 Shared memory (32-bit words, every row padded to D + 4 words so that a warp's 8 x 4
 fragment reads fall in 32 different banks): Q (Br rows), then 2 buffers of K_j and V_j
@@ -42,7 +45,7 @@ from .tensor_core_kernels import _jit, _row_ops
 
 def make_tf32_async_kernel(cfg, passes: int):
     ops = device_ops(cfg.simulator)
-    MMA, TF32, AS_F32 = ops["mma_tf32"], ops["to_tf32"], ops["as_f32"]
+    MMA, AS_F32 = ops["mma_tf32"], ops["as_f32"]
     so = smem_ops(cfg.simulator)
     LDB, CP16, COMMIT, WAIT = so["ld_b"], so["cp16"], so["commit"], so["wait_all"]
     exp2, log2, quad_max, quad_sum = _row_ops(cfg)
@@ -56,6 +59,10 @@ def make_tf32_async_kernel(cfg, passes: int):
     KV_LOADS = -(-(BC * CH) // NT)
     Q_LOADS = -(-(BR * CH) // NT)
     THREE = passes == 3
+    # the 3xTF32 split (`mma.split_tf32`): big rounded on the bits (2 instructions where
+    # cvt.rna.tf32 takes 3), small truncated (1); one-pass TF32 keeps cvt.rna.tf32
+    BIG = ops["tf32_round"] if THREE else ops["to_tf32"]
+    SMALL = ops["tf32_trunc"]
     OREGS, SREGS = 4 * NO, 4 * NS
     SIM = cfg.simulator
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
@@ -157,14 +164,14 @@ def make_tf32_async_kernel(cfg, passes: int):
                     x1 = -x1
                     x2 = -x2
                     x3 = -x3
-                a0 = TF32(x0)
-                a1 = TF32(x1)
-                a2 = TF32(x2)
-                a3 = TF32(x3)
-                e0 = TF32(x0 - AS_F32(a0))
-                e1 = TF32(x1 - AS_F32(a1))
-                e2 = TF32(x2 - AS_F32(a2))
-                e3 = TF32(x3 - AS_F32(a3))
+                a0 = BIG(x0)
+                a1 = BIG(x1)
+                a2 = BIG(x2)
+                a3 = BIG(x3)
+                e0 = SMALL(x0 - AS_F32(a0))
+                e1 = SMALL(x1 - AS_F32(a1))
+                e2 = SMALL(x2 - AS_F32(a2))
+                e3 = SMALL(x3 - AS_F32(a3))
                 for n2 in range(NS // 2):
                     k0w, k1w, k2w, k3w = LDB(sm, U(bo + K_OFF + (n2 * 16) * RS + kk * 8),
                                              RS, lane)
@@ -172,8 +179,8 @@ def make_tf32_async_kernel(cfg, passes: int):
                         n = 2 * n2 + half
                         y0 = AS_F32(k0w if half == 0 else k2w)
                         y1 = AS_F32(k1w if half == 0 else k3w)
-                        b0 = TF32(y0)
-                        b1 = TF32(y1)
+                        b0 = BIG(y0)
+                        b1 = BIG(y1)
                         c0 = s[4 * n]
                         c1 = s[4 * n + 1]
                         c2 = s[4 * n + 2]
@@ -183,7 +190,7 @@ def make_tf32_async_kernel(cfg, passes: int):
                                                  b0, b1, c0, c1, c2, c3)
                             par = 1 - par
                             c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3,
-                                                 TF32(y0 - AS_F32(b0)), TF32(y1 - AS_F32(b1)),
+                                                 SMALL(y0 - AS_F32(b0)), SMALL(y1 - AS_F32(b1)),
                                                  c0, c1, c2, c3)
                             par = 1 - par
                         c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
@@ -249,9 +256,9 @@ def make_tf32_async_kernel(cfg, passes: int):
             for j in range(NS):
                 for i in range(4):
                     x = s[4 * j + i]
-                    big = TF32(x)
+                    big = BIG(x)
                     pb[4 * j + i] = big
-                    pl[4 * j + i] = TF32(x - AS_F32(big))
+                    pl[4 * j + i] = SMALL(x - AS_F32(big))
             for n in range(NO):
                 c0 = F0
                 c1 = F0
@@ -265,8 +272,8 @@ def make_tf32_async_kernel(cfg, passes: int):
                     vb = bo + V_OFF + (j * 8 + 2 * t) * RS + n * 8 + g
                     y0 = AS_F32(sm[U(vb)])
                     y1 = AS_F32(sm[U(vb + RS)])
-                    b0 = TF32(y0)
-                    b1 = TF32(y1)
+                    b0 = BIG(y0)
+                    b1 = BIG(y1)
                     if THREE:
                         f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pl[4 * j], pl[4 * j + 2],
                                              pl[4 * j + 1], pl[4 * j + 3], b0, b1,
@@ -274,7 +281,7 @@ def make_tf32_async_kernel(cfg, passes: int):
                         par = 1 - par
                         f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
                                              pb[4 * j + 1], pb[4 * j + 3],
-                                             TF32(y0 - AS_F32(b0)), TF32(y1 - AS_F32(b1)),
+                                             SMALL(y0 - AS_F32(b0)), SMALL(y1 - AS_F32(b1)),
                                              f0, f1, f2, f3)
                         par = 1 - par
                     c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
