@@ -512,3 +512,18 @@ def test_bf16_bit_arrays_refuse_other_precisions_and_check(rng):
         forward(*bits, kernel="tensor_core", check=True)
     with pytest.raises(TypeError, match="dtype"):
         forward(*bits, kernel="flash")                      # only the tensor-core kernel
+
+
+@pytest.mark.parametrize("where", ["k", "v"])
+def test_3xtf32_keeps_a_nan_input_nan(where, rng):
+    """The split rounds big on the bits, which turns the NaN 0x7FFFFFFF (what GPU
+    arithmetic makes) into -0; small = NaN - big must carry it to the output."""
+    q, k, v = (rng.standard_normal((1, t, 16)).astype(np.float32) for t in (5, 7, 7))
+    bad = np.array([0x7FFFFFFF], np.uint32).view(np.float32)[0]
+    (k if where == "k" else v)[0, 3, 1] = bad
+    o, lse = tc.forward(q, k, v, precision="3xtf32", allow_nonfinite=True)
+    assert np.isnan(o).any(axis=-1).all()          # every row sees key 3
+    if where == "k":
+        assert np.isnan(lse).all()
+    big, small = mma.split_tf32(np.array([bad]))
+    assert not np.isnan(big[0]) and np.isnan(small[0])
