@@ -254,12 +254,12 @@ def test_lazy_rescale_option():
 
 def test_variant_resolution_on_a_gpu():
     """What a call runs on a GPU (no kernel launched): the H200 defaults, and a register
-    prefetch asked for without a pipeline runs version 1 (at d = 128 the 3xTF32 default is
-    version 2, which has no register prefetch)."""
+    prefetch asked for without a pipeline runs version 1 (the 3xTF32 default is version 2,
+    which has no register prefetch)."""
     cfg = tc.resolve_tiles("3xtf32", 128, False)
     assert (cfg.pipeline, cfg.warps, cfg.block_k, cfg.prefetch) == ("async", 4, 32, False)
     cfg = tc.resolve_tiles("3xtf32", 64, False)
-    assert (cfg.pipeline, cfg.warps, cfg.block_k, cfg.prefetch) == ("plain", 8, 32, True)
+    assert (cfg.pipeline, cfg.warps, cfg.block_k, cfg.prefetch) == ("async", 4, 64, False)
     cfg = tc.resolve_tiles("3xtf32", 128, False, warps=2, block_k=32, prefetch=True)
     assert (cfg.pipeline, cfg.prefetch) == ("plain", True)
     cfg = tc.resolve_tiles("3xtf32", 128, False, warps=2, block_k=32, pipeline="plain")

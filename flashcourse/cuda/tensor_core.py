@@ -128,18 +128,18 @@ def default_tiles(precision: str, d: int,
     N = 4096, B x H = 32 (benchmarks/NOTES_tensor_core.md): fp16/bf16 take version 2
     ("async": cp.async + ldmatrix), 8 warps of 32 rows (m_tiles = 2) and Bc = 64 up to
     d = 64, 8 warps of 16 rows and Bc = 128 above; the simulator runs version 2 too.
-    3xTF32: version 1 (8 warps, Bc = 32, register prefetch) up to d = 64, where it beat
-    version 2 (1.16-1.23x PyTorch efficient fp32 against 1.02-1.12x); version 2 with 4 warps
-    and Bc = 32 above (its Q and K/V in shared memory leave the registers version 1 spilled).
-    One-pass TF32 keeps version 1."""
+    3xTF32: version 2, 4 warps, with Bc = 64 up to d = 64 and Bc = 32 above (with the split
+    of `mma.split_tf32`: 1.42-1.45x and 0.96-1.03x PyTorch efficient fp32, against version
+    1's 1.19-1.26x at d = 64; benchmarks/NOTES_tensor_core.md). One-pass TF32 keeps
+    version 1."""
     if precision in ("fp16", "bf16"):
         if simulator:
             return 1, 16, 1, False, 0, "async"
         return (8, 64, 2, False, 0, "async") if d <= 64 else (8, 128, 1, False, 0, "async")
     if simulator:
         return 1, 16, 1, True, 0, "plain"
-    if d > 64 and precision == "3xtf32":   # version 2: 0.76-0.83x -> from 0.60-0.67x of
-        return 4, 32, 1, False, 0, "async"  # PyTorch efficient fp32 (NOTES_tensor_core.md)
+    if precision == "3xtf32":
+        return (4, 64, 1, False, 0, "async") if d <= 64 else (4, 32, 1, False, 0, "async")
     return (8, 32, 1, True, 0, "plain") if d <= 64 else (8, 16, 1, True, 0, "plain")
 
 

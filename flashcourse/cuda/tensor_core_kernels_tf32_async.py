@@ -85,7 +85,10 @@ def make_tf32_async_kernel(cfg, passes: int):
         t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         h = cuda.blockIdx.y
-        q0 = cuda.blockIdx.x * BR
+        bx = cuda.blockIdx.x
+        if causal != 0:                # heaviest query blocks (most visible keys) first:
+            bx = cuda.gridDim.x - 1 - bx    # a shorter tail of the last wave
+        q0 = bx * BR
         r0 = q0 + warp * 16 + g
         r1 = r0 + 8
         par = 0

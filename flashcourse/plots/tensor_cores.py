@@ -325,6 +325,30 @@ def bars_error_rows(bars: dict) -> list[list]:
             for r in bars.get("errors", [])]
 
 
+#: the 3xTF32 splits of the A/B (`results.load_tf32_split_ab`), as the notebook names them
+SPLIT_NAMES = {"cvt": "cvt.rna.tf32 twice (before)",
+               "trunc_rna": "big truncated, small rounded (CUTLASS)",
+               "rna_trunc": "big rounded on the bits, small truncated (adopted)"}
+
+
+def tf32_split_rows(doc: dict) -> list[list]:
+    """Rows (split, d = 64 default ratio span, d = 128 default ratio span, error at Tq = 512,
+    Tk = 16,384, worst error of the accuracy rows) of the split A/B; ratios to PyTorch's
+    efficient fp32 in the same process."""
+    out = []
+    for split in doc["splits"]:
+        rows = [r for r in doc["tf32"] if r["split"] == split]
+        speed = [r for r in rows if r["kind"] == "speed"]
+        errs = [r for r in rows if r["kind"] == "error"]
+        span = {d: ratio_span([[r["ratio_default"]] for r in speed if r["d"] == d], 0)
+                for d in (64, 128)}
+        long_row = [r["ours_default"] for r in errs if (r["tq"], r["tk"]) == (512, 16384)]
+        out.append([SPLIT_NAMES.get(split, split), span[64], span[128],
+                    f"{long_row[0]:.2e}" if long_row else "-",
+                    f"{max(r['ours_default'] for r in errs):.2e}"])
+    return out
+
+
 def ratio_span(rows: list[list], col: int) -> str:
     """'lo-hi' of column `col` of table rows (two decimals)."""
     vals = [r[col] for r in rows]
