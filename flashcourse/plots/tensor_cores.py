@@ -325,6 +325,32 @@ def bars_error_rows(bars: dict) -> list[list]:
             for r in bars.get("errors", [])]
 
 
+def ncu_summary(path, n: int = 4096, d: int = 128, bh: int = 32) -> dict | None:
+    """The numbers notebook 10 reads from a recorded Nsight Compute text report of the
+    3xTF32 forward (results/h200_tf32_ncu_d*_log.txt; None if the file is missing):
+    warp instructions, issue-slot use, the busiest pipe, registers, and the mma count
+    of the run's shape (S = Q K^T and P V, three m16n8k8 tf32 mma of 2048 FLOPs each)."""
+    import re
+    from pathlib import Path
+    path = Path(path)
+    if not path.exists():
+        return None
+    text = path.read_text()
+
+    def num(label):
+        m = re.search(rf"{label}\s+\S+\s+([\d,.]+)", text)
+        return float(m.group(1).replace(",", "")) if m else None
+    pipe = re.search(r"(\w+) is the highest-utilized pipeline \(([\d.]+)%\)", text)
+    mma = 2 * 3 * 2 * bh * n * n * d / 2048
+    instr = num("Executed Instructions")
+    return {"instructions": instr, "issue_busy_pct": num("Issue Slots Busy"),
+            "pipe": pipe.group(1) if pipe else None,
+            "pipe_pct": float(pipe.group(2)) if pipe else None,
+            "registers": num("Registers Per Thread"),
+            "warps_per_scheduler": num("Active Warps Per Scheduler"),
+            "mma": mma, "per_mma": instr / mma if instr else None}
+
+
 #: the 3xTF32 splits of the A/B (`results.load_tf32_split_ab`), as the notebook names them
 SPLIT_NAMES = {"cvt": "cvt.rna.tf32 twice (before)",
                "trunc_rna": "big truncated, small rounded (CUTLASS)",
