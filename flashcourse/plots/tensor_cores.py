@@ -275,13 +275,24 @@ def bars_backward_rows(bars: dict) -> list[list]:
     return out
 
 
-def bars_tf32_rows(bars: dict) -> list[list]:
-    """Rows (d, causal, N, ours 3xTF32 (the default), PyTorch efficient fp32, ratio) in
-    TFLOP/s, from the "tf32" part of h200_bars.json (none in a run without it)."""
-    return [[r["d"], "on" if r["causal"] else "off", r["n"],
-             round(r["ours_3xtf32_default_tflops"], 1),
-             round(r["torch_efficient_fp32_tflops"], 1), round(r["ratio_default"], 2)]
-            for r in bars.get("tf32", []) if r.get("kind") == "speed"]
+def bars_tf32_rows(bars: dict, labels: dict | None = None) -> list[list]:
+    """Rows (d, causal, N, ours 3xTF32, PyTorch efficient fp32, ratio) in TFLOP/s, from the
+    "tf32" part of a gpu_bars.py run (none in a run without it). labels: the variant to
+    show per head dim (a --tf32-configs label such as "async:4:64"), else "default"."""
+    out = []
+    for r in bars.get("tf32", []):
+        if r.get("kind") != "speed":
+            continue
+        lab = (labels or {}).get(r["d"], "default")
+        out.append([r["d"], "on" if r["causal"] else "off", r["n"],
+                    round(r[f"ours_3xtf32_{lab}_tflops"], 1),
+                    round(r["torch_efficient_fp32_tflops"], 1), round(r[f"ratio_{lab}"], 2)])
+    return out
+
+
+#: the tile sweep with the adopted split (results/h200_bars_tf32_tiles.json): the variant of
+#: each head dim that is the default now (its "default" column is the old default's tiles)
+TF32_TILES_DEFAULTS = {64: "async:4:64", 128: "default"}
 
 
 def bars_tf32_error_rows(bars: dict) -> list[list]:
