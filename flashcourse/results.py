@@ -43,6 +43,7 @@ TENSOR_CORE_AB_FILE = RESULTS_DIR / "h200_tensor_core_v2_ab.json"
 TF32_VARIANTS_FILE = RESULTS_DIR / "h200_tensor_core_v2_tf32_variants.json"
 TF32_SPLIT_FILE = RESULTS_DIR / "h200_bars_tf32_split_ab.json"
 TF32_TILES_FILE = RESULTS_DIR / "h200_bars_tf32_tiles.json"
+LAZY_AB_FILE = RESULTS_DIR / "h200_bars_lazy_ab.json"
 HOPPER_FILE = RESULTS_DIR / "h200_hopper.json"
 HOPPER_V3_FILE = RESULTS_DIR / "h200_hopper_v3_variants.json"
 HOPPER_V45_FILE = RESULTS_DIR / "h200_hopper_v45_variants.json"
@@ -165,6 +166,11 @@ def load_hopper(path=None) -> dict | None:
 def load_tf32_variants(path=None) -> dict | None:
     """3xTF32 version 1 against version 2's tile variants (raw, N = 4096), and their checks."""
     return load(TF32_VARIANTS_FILE if path is None else path, "tensor_core")
+
+
+def load_lazy_ab(path=None) -> dict | None:
+    """The mma.sync forward's lazy-rescale A/B (public call, 12 points, one run), or None."""
+    return load(LAZY_AB_FILE if path is None else path, "bars")
 
 
 def load_tf32_tiles(path=None) -> dict | None:
