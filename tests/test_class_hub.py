@@ -638,6 +638,13 @@ def test_three_learners_run_notebook_01_on_jupyterhub(class_hub):
     while any(_stat(r["server_pid"]) for r in rows) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not [r["learner"] for r in rows if _stat(r["server_pid"])], "servers still running"
+    # a server shuts its kernels down as it stops, but a kernel may exit a moment after its
+    # server: wait for them too (bounded), so that what the hub's stop finds is a real leak
+    kernels = {pid: st for pid, st in hub.tracked.items() if "ipykernel" in _cmdline(pid)}
+    while any(_alive(*p) for p in kernels.items()) and time.monotonic() < deadline + STOP_S:
+        time.sleep(0.5)
+    assert not [pid for pid, st in kernels.items() if _alive(pid, st)], \
+        f"kernels still running {STOP_S} s after their servers stopped"
     proxy_pid = int((hub.state / "jupyterhub-proxy.pid").read_text())
     assert proxy_pid in hub.tracked
     extra = {"hub MiB": _status_mib(hub_pid, "VmRSS"),
