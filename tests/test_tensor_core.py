@@ -514,16 +514,36 @@ def test_bf16_bit_arrays_refuse_other_precisions_and_check(rng):
         forward(*bits, kernel="flash")                      # only the tensor-core kernel
 
 
+@pytest.mark.parametrize("pipeline", ["plain", "async"])
 @pytest.mark.parametrize("where", ["k", "v"])
-def test_3xtf32_keeps_a_nan_input_nan(where, rng):
+def test_3xtf32_keeps_a_nan_input_nan(where, pipeline, rng):
     """The split rounds big on the bits, which turns the NaN 0x7FFFFFFF (what GPU
-    arithmetic makes) into -0; small = NaN - big must carry it to the output."""
+    arithmetic makes) into -0; small = NaN - big must carry it to the output (both
+    versions: version 1 splits into planes, version 2 where it reads). Device arrays:
+    for numpy input the host marks such rows NaN itself, whatever the kernel did."""
+    from numba import cuda
     q, k, v = (rng.standard_normal((1, t, 16)).astype(np.float32) for t in (5, 7, 7))
     bad = np.array([0x7FFFFFFF], np.uint32).view(np.float32)[0]
     (k if where == "k" else v)[0, 3, 1] = bad
-    o, lse = tc.forward(q, k, v, precision="3xtf32", allow_nonfinite=True)
+    o, lse = tc.forward(*(cuda.to_device(a) for a in (q, k, v)), precision="3xtf32",
+                        pipeline=pipeline)
+    o, lse = o.copy_to_host(), lse.copy_to_host()
     assert np.isnan(o).any(axis=-1).all()          # every row sees key 3
     if where == "k":
         assert np.isnan(lse).all()
     big, small = mma.split_tf32(np.array([bad]))
     assert not np.isnan(big[0]) and np.isnan(small[0])
+
+
+def test_split_model_is_the_kernels_split(rng):
+    """mma.split_tf32 (the numpy model the notebook and the error bounds use) is, bit for
+    bit, what the kernels do: big = tf32_round(x), small = tf32_trunc(x - big)."""
+    ops = mma.device_ops(True)                   # the simulator's device functions
+    x = np.concatenate([rng.standard_normal(200), [1 / 3, -2.5e-39, 3.0e38, -0.0]])
+    x = x.astype(np.float32)
+    big, small = mma.split_tf32(x)
+    for xi, b, sm in zip(x, big, small):
+        bw = ops["tf32_round"].py_func(xi)
+        sw = ops["tf32_trunc"].py_func(xi - mma.sim_as_f32(bw))
+        assert int(bw) == int(np.float32(b).view(np.uint32))
+        assert int(sw) == int(np.float32(sm).view(np.uint32))
