@@ -168,21 +168,6 @@ def load_tf32_variants(path=None) -> dict | None:
     return load(TF32_VARIANTS_FILE if path is None else path, "tensor_core")
 
 
-def load_lazy_ab(path=None) -> dict | None:
-    """The mma.sync forward's lazy-rescale A/B (public call, 12 points, one run), or None."""
-    return load(LAZY_AB_FILE if path is None else path, "bars")
-
-
-def load_tf32_tiles(path=None) -> dict | None:
-    """The 3xTF32 tile sweep with the adopted split (public call beside PyTorch), or None."""
-    return load(TF32_TILES_FILE if path is None else path, "bars")
-
-
-def load_tf32_split_ab(path=None) -> dict | None:
-    """The 3xTF32 split A/B (three splits, one process each, public call), or None."""
-    return load(TF32_SPLIT_FILE if path is None else path, "bars")
-
-
 def load_tensor_core_ab(path=None) -> dict | None:
     """The forward version 2's instruction-count step, before/after in one process."""
     return load(TENSOR_CORE_AB_FILE if path is None else path, "tensor_core")

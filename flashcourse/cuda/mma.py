@@ -407,11 +407,11 @@ def sim_to_tf32(x):
 
 
 def sim_tf32_trunc(x):
-    return np.uint32(_sim_scalar_bits(x) & 0xFFFFE000)
+    return np.uint32(_sim_scalar_bits(truncate_tf32(np.float32(x))))
 
 
-def sim_tf32_round(x):
-    return np.uint32(((_sim_scalar_bits(x) + 0x1000) & 0xFFFFFFFF) & 0xFFFFE000)
+#: the twin of tf32_round: round_tf32's bit rule, as for cvt.rna (neither tests finiteness)
+sim_tf32_round = sim_to_tf32
 
 
 def sim_as_f32(w):

@@ -172,11 +172,9 @@ def plan(precision: str, d: int, warps: int, block_k: int,
         raise ValueError("prefetch=True is version 1's register prefetch; pipeline='async' "
                          "copies with cp.async instead: give one of them")
     lazy_ok = precision in ("fp16", "bf16") and pipeline == "async"
-    if lazy_rescale is None:
-        lazy_rescale = False
-    elif lazy_rescale not in (True, False):
+    if lazy_rescale not in (None, True, False):
         raise ValueError(f"lazy_rescale must be True, False or None, got {lazy_rescale!r}")
-    elif lazy_rescale and not lazy_ok:
+    if lazy_rescale and not lazy_ok:
         raise ValueError("lazy_rescale=True is implemented in the fp16/bf16 version 2 kernel "
                          f"(pipeline='async') only, got precision={precision!r}, "
                          f"pipeline={pipeline!r}")

@@ -209,10 +209,7 @@ def make_half_async_kernel(cfg):
                     if LAZY and mn <= mo + TH:
                         mn = mo            # keep the old max: P <= 2^TH, alpha = 1
                     mu[ri] = mn if mn != NEG_INF else F0
-                    if LAZY:
-                        alpha[ri] = F1 if mn == mo else exp2(mo - mu[ri])
-                    else:
-                        alpha[ri] = exp2(mo - mu[ri])
+                    alpha[ri] = F1 if LAZY and mn == mo else exp2(mo - mu[ri])
                     m[ri] = mn
             # O *= alpha: lazily, only when some row of the warp moved its max (on the
             # simulator, which has no warp votes, always: alpha = 1 leaves acc exact)

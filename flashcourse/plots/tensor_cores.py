@@ -10,13 +10,18 @@
     bars_forward_rows(bars)       the public forward beside PyTorch flash (gpu_bars.py)
     bars_backward_rows(bars)      the public backward beside PyTorch flash
     bars_error_rows(bars)         errors against float64, ours beside PyTorch flash
-    bars_tf32_rows(bars)          the public 3xTF32 forward beside PyTorch efficient fp32
+    bars_tf32_rows(bars, labels)  the public 3xTF32 forward beside PyTorch efficient fp32
     bars_tf32_error_rows(bars)    3xTF32's max relative error of o, ours beside PyTorch
     tf32_version_rows(doc)        3xTF32 version 1 against version 2's best tile, per d
+    ncu_summary(path)             a recorded Nsight Compute report: instructions per mma, ...
+    tf32_split_rows(doc)          the 3xTF32 split A/B: speed and error per split
     ratio_span(rows, col)         "lo-hi" of one ratio column
 """
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import numpy as np
 
@@ -341,8 +346,6 @@ def ncu_summary(path, n: int = 4096, d: int = 128, bh: int = 32) -> dict | None:
     3xTF32 forward (results/h200_tf32_ncu_d*_log.txt; None if the file is missing):
     warp instructions, issue-slot use, the busiest pipe, registers, and the mma count
     of the run's shape (S = Q K^T and P V, three m16n8k8 tf32 mma of 2048 FLOPs each)."""
-    import re
-    from pathlib import Path
     path = Path(path)
     if not path.exists():
         return None
@@ -362,7 +365,7 @@ def ncu_summary(path, n: int = 4096, d: int = 128, bh: int = 32) -> dict | None:
             "mma": mma, "per_mma": instr / mma if instr else None}
 
 
-#: the 3xTF32 splits of the A/B (`results.load_tf32_split_ab`), as the notebook names them
+#: the 3xTF32 splits of the A/B (results.TF32_SPLIT_FILE), as the notebook names them
 SPLIT_NAMES = {"cvt": "cvt.rna.tf32 twice (before)",
                "trunc_rna": "big truncated, small rounded (CUTLASS)",
                "rna_trunc": "big rounded on the bits, small truncated (adopted)"}
