@@ -9,6 +9,7 @@ On a GPU, the intrinsics themselves are checked by benchmarks/gpu_tensor_core.py
 
 import numpy as np
 import pytest
+from numba import cuda
 
 from flashcourse.cuda import mma
 from flashcourse.cuda import tensor_core as tc
@@ -384,6 +385,36 @@ def test_bad_input_is_named(rng):
         bad = q.copy()
         bad[0, 0, 0] = np.nan
         tc.forward(bad, q, q)
+
+
+@pytest.mark.parametrize("order", ["launch", "head_reversed", "heaviest_first"])
+@pytest.mark.parametrize("causal", [0, 1])
+def test_query_block_orders_cover_the_grid(order, causal):
+    """Each order maps the (query blocks, heads) grid onto itself one to one; with a causal
+    mask heaviest_first launches every head's heavier blocks before any lighter one."""
+    from flashcourse.cuda._device import query_block_order
+    block_of = query_block_order(order)
+
+    @cuda.jit
+    def where(out, causal):
+        qb, h = block_of(causal)
+        if cuda.threadIdx.x == 0:
+            lin = cuda.blockIdx.x + cuda.gridDim.x * cuda.blockIdx.y
+            out[lin, 0] = qb
+            out[lin, 1] = h
+
+    nq, nh = 5, 3
+    out = np.full((nq * nh, 2), -1, np.int64)
+    where[(nq, nh), 1](out, causal)
+    assert sorted(map(tuple, out)) == [(q, h) for q in range(nq) for h in range(nh)]
+    if causal and order == "heaviest_first":
+        assert list(out[:, 0]) == sorted(out[:, 0], reverse=True)
+    if causal and order == "head_reversed":
+        assert list(out[:nq, 0]) == list(range(nq))[::-1]
+    if not causal or order == "launch":
+        assert list(out[:, 0]) == [i % nq for i in range(nq * nh)]
+    with pytest.raises(ValueError, match="order must be one of"):
+        query_block_order("random")
 
 
 def test_config_layout_is_conflict_free():

@@ -61,3 +61,45 @@ def visible_key_blocks(tk, causal, q_end, BC):
     if causal != 0:
         kend = min(tk, q_end)
     return (kend + BC - 1) // BC if kend > 0 else 0
+
+
+#: the orders `query_block_order` knows (what a causal launch runs first)
+BLOCK_ORDERS = ("launch", "head_reversed", "heaviest_first")
+
+
+def query_block_order(order: str):
+    """A device function (causal) -> (query block, head) of this thread block, for a grid
+    of (query blocks, heads). The GPU starts blocks in launch order (x fastest), so the
+    order decides which blocks are left for the last wave. With a causal mask query block
+    i sees i + 1 key blocks, and a wave that ends on heavy blocks leaves SMs idle:
+
+      "launch"          block (x, y) = (query block x, head y): in each head light first
+      "head_reversed"   x reversed: in each head heaviest first (one head per wave or so
+                        at N = 16384, several heads per wave at N = 4096)
+      "heaviest_first"  the launch index x + X y read head-fastest and reversed: the
+                        heaviest block of every head, then the next heaviest of every
+                        head, ...; the lightest blocks run last (the longest-processing-
+                        time-first rule of scheduling)
+
+    Without a mask every order is the launch order (all blocks weigh the same)."""
+    if order not in BLOCK_ORDERS:
+        raise ValueError(f"order must be one of {BLOCK_ORDERS}, got {order!r}")
+
+    if order == "launch":
+        @_inlined
+        def block_of(causal):
+            return cuda.blockIdx.x, cuda.blockIdx.y
+    elif order == "head_reversed":
+        @_inlined
+        def block_of(causal):
+            if causal != 0:
+                return cuda.gridDim.x - 1 - cuda.blockIdx.x, cuda.blockIdx.y
+            return cuda.blockIdx.x, cuda.blockIdx.y
+    else:
+        @_inlined
+        def block_of(causal):
+            if causal != 0:
+                lin = cuda.blockIdx.x + cuda.gridDim.x * cuda.blockIdx.y
+                return cuda.gridDim.x - 1 - lin // cuda.gridDim.y, lin % cuda.gridDim.y
+            return cuda.blockIdx.x, cuda.blockIdx.y
+    return block_of

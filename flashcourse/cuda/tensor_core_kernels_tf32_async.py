@@ -37,10 +37,13 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ..constants import F0, F1, LN2_F, NEG_INF
-from ._device import visible_key_blocks
+from ._device import query_block_order, visible_key_blocks
 from .mma import SIM_SCRATCH_PER_WARP, device_ops
 from .smem_ops import ops as smem_ops
 from .tensor_core_kernels import _jit, _row_ops
+
+#: which causal query blocks run first (`_device.query_block_order`)
+CAUSAL_ORDER = "heaviest_first"
 
 
 def make_tf32_async_kernel(cfg, passes: int):
@@ -67,6 +70,7 @@ def make_tf32_async_kernel(cfg, passes: int):
     SIM = cfg.simulator
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
     RED = NT if SIM else 1
+    block_of = query_block_order(CAUSAL_ORDER)
 
     def tc_tf32_forward_async(q, k, v, o, lse, tq, tk, qscale, causal, off):
         # q, k, v: the fp32 bits as uint32 words, FLAT (1-D): one unsigned index per copy
@@ -84,10 +88,7 @@ def make_tf32_async_kernel(cfg, passes: int):
         g = lane // 4
         t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
-        h = cuda.blockIdx.y
-        bx = cuda.blockIdx.x
-        if causal != 0:                # heaviest query blocks (most visible keys) first:
-            bx = cuda.gridDim.x - 1 - bx    # a shorter tail of the last wave
+        bx, h = block_of(causal)       # causal: heaviest query blocks first
         q0 = bx * BR
         r0 = q0 + warp * 16 + g
         r1 = r0 + 8
