@@ -154,6 +154,23 @@ def test_every_kernel_launches_within_every_preset(direction, kernel):
     assert not problems, "\n".join(problems[:10])
 
 
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "3xtf32", "tf32"])
+def test_every_tensor_core_precision_launches_within_every_preset(precision):
+    """The registry's check above runs float32 input (3xTF32); each precision chooses its
+    own tiles, and each must fit every GPU of compute capability 8.0 or newer."""
+    from flashcourse.cuda import tensor_core as tc
+    problems = []
+    for name, lim in PRESETS.items():
+        if lim.compute_capability < (8, 0):
+            continue
+        for d in range(1, tc.MAX_HEAD_DIM + 1):
+            for one in tc.launches(d, 4096, 4096, 32, lim, precision=precision):
+                bad = fits(one, lim)
+                if bad:
+                    problems.append(f"{name} d={d}: {one} exceeds {bad}")
+    assert not problems, "\n".join(problems[:10])
+
+
 def test_the_tensor_core_kernel_refuses_below_sm80_naming_the_compute_capability():
     tc = FORWARD["tensor_core"]
     with pytest.raises(RuntimeError, match=r"compute capability 8\.0 or newer.*T4 \(preset\)"

@@ -210,6 +210,30 @@ def test_async_version_equals_version_1(precision, tq, tk, d, causal, m_tiles, s
     assert np.array_equal(runs[0][1], runs[1][1])
 
 
+# Version 3 (pipeline="planes", 3xTF32/TF32): K, V split once per block into planes
+# instead of per warp at each read; the same values, the same products: equal bit for bit
+# to version 2 (several key blocks through the single staging buffer, ragged and causal
+# blocks, rows with no key, a negative scale, two and four warps).
+@pytest.mark.parametrize("precision,tq,tk,d,causal,scale,warps,block_k", [
+    ("3xtf32", 19, 6, 16, True, -0.3, 1, 16),
+    ("3xtf32", 20, 70, 24, False, None, 1, 16),
+    ("3xtf32", 70, 45, 40, True, None, 2, 32),
+    ("3xtf32", 33, 81, 16, True, None, 4, 16),
+    ("tf32", 17, 33, 32, True, None, 1, 16),
+])
+def test_planes_version_equals_version_2(precision, tq, tk, d, causal, scale, warps, block_k,
+                                         rng):
+    q, k, v = (rng.standard_normal((2, t, d)).astype(np.float32) for t in (tq, tk, tk))
+    runs = [tc.forward(q, k, v, causal=causal, scale=scale, precision=precision, pipeline=p,
+                       warps=warps, block_k=block_k) for p in ("async", "planes")]
+    assert np.array_equal(runs[0][0], runs[1][0])
+    assert np.array_equal(runs[0][1], runs[1][1])
+    o_ref, _ = attention(*(a.astype(np.float64) for a in (q, k, v)), causal=causal,
+                         scale=scale)
+    if precision == "3xtf32":
+        assert rel_err(runs[1][0], o_ref) < 1e-5
+
+
 # The lazy rescale (fp16/bf16 version 2, an option): a row keeps its max until a score
 # passes it by 8 (log2 units). Scores that climb block by block, some steps under the
 # threshold (kept: P up to 2^8 in 16 bits) and some over it (rescaled), ragged and causal.
@@ -258,9 +282,9 @@ def test_variant_resolution_on_a_gpu():
     prefetch asked for without a pipeline runs version 1 (the 3xTF32 default is version 2,
     which has no register prefetch)."""
     cfg = tc.resolve_tiles("3xtf32", 128, False)
-    assert (cfg.pipeline, cfg.warps, cfg.block_k, cfg.prefetch) == ("async", 4, 32, False)
+    assert (cfg.pipeline, cfg.warps, cfg.block_k, cfg.prefetch) == ("planes", 8, 32, False)
     cfg = tc.resolve_tiles("3xtf32", 64, False)
-    assert (cfg.pipeline, cfg.warps, cfg.block_k, cfg.prefetch) == ("async", 4, 64, False)
+    assert (cfg.pipeline, cfg.warps, cfg.block_k, cfg.prefetch) == ("planes", 8, 64, False)
     cfg = tc.resolve_tiles("3xtf32", 128, False, warps=2, block_k=32, prefetch=True)
     assert (cfg.pipeline, cfg.prefetch) == ("plain", True)
     cfg = tc.resolve_tiles("3xtf32", 128, False, warps=2, block_k=32, pipeline="plain")
@@ -271,6 +295,25 @@ def test_variant_resolution_on_a_gpu():
     assert cfg.pipeline == "plain"
 
 
+def test_tiles_follow_the_gpus_shared_memory():
+    """On an H200 the defaults; where a block may have less shared memory (99 KB on an
+    RTX 4090, 163 KB on an A100 40GB) the first smaller variant that fits: the 3xTF32
+    version 3 at d = 128 (165 KB) falls back to version 2, fp16's 8 x 128 (136 KB) to Bc 64."""
+    from flashcourse.limits import PRESETS
+    h200, a100, rtx = PRESETS["H200"], PRESETS["A100 40GB"], PRESETS["RTX 4090"]
+    for p in tc.PRECISIONS:
+        for d in (16, 64, 100, 128):
+            assert tc.choose_tiles(p, d, h200) == tc.default_tiles(p, d, False)
+    assert tc.choose_tiles("3xtf32", 128, a100)[5] == "async"
+    assert tc.choose_tiles("3xtf32", 64, a100)[5] == "planes"
+    assert tc.choose_tiles("3xtf32", 128, rtx)[:2] == (4, 32)
+    assert tc.choose_tiles("fp16", 128, rtx)[:2] == (8, 64)
+    cfg = tc.resolve_tiles("fp16", 128, False, limits=rtx)
+    assert cfg.shared_bytes <= rtx.smem_per_block_optin
+    cfg = tc.resolve_tiles("fp16", 128, False, warps=8, block_k=128, limits=rtx)
+    assert cfg.block_k == 128          # a caller's own tiles are kept (and checked at launch)
+
+
 def test_async_version_options():
     with pytest.raises(ValueError, match="prefetch=True is version 1's"):
         tc.plan("3xtf32", 64, 8, 32, prefetch=True, pipeline="async")
@@ -279,6 +322,12 @@ def test_async_version_options():
     cfg = tc.plan("3xtf32", 128, 4, 32, simulator=False, pipeline="async")
     rows = 128 + 4                     # words per row of Q, K and V (padded)
     assert cfg.shared_bytes == 4 * rows * (cfg.block_q + 4 * 32)
+    cfg = tc.plan("3xtf32", 128, 8, 32, simulator=False, pipeline="planes")
+    assert cfg.shared_bytes == 4 * rows * (cfg.block_q + 6 * 32)    # Q, staging, 4 planes
+    with pytest.raises(ValueError, match="built for 3xtf32 and tf32 only"):
+        tc.plan("fp16", 64, 8, 32, pipeline="planes")
+    with pytest.raises(ValueError, match="prefetch=True is version 1's"):
+        tc.plan("3xtf32", 64, 8, 32, prefetch=True, pipeline="planes")
 
 
 # Any finite scale (issue 23): the kernel once masked with -inf before the scale

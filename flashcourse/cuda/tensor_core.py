@@ -31,10 +31,11 @@ from ._launch import check_registers, flat, is_device_array, launch  # noqa: F40
 from .mma import round_bf16
 
 PRECISIONS = ("fp16", "bf16", "3xtf32", "tf32")
-#: kernel versions: "plain" (version 1: register prefetch, transposed V) and "async"
+#: kernel versions: "plain" (version 1: register prefetch, transposed V), "async"
 #: (version 2: cp.async + ldmatrix; fp16/bf16 `tensor_core_kernels_async`, 3xTF32/TF32
-#: `tensor_core_kernels_tf32_async`)
-PIPELINES = ("plain", "async")
+#: `tensor_core_kernels_tf32_async`) and, for 3xTF32/TF32, "planes" (version 3: K, V split
+#: once per block into big/small planes; `tensor_core_kernels_tf32_planes`)
+PIPELINES = ("plain", "async", "planes")
 #: the largest head dimension d (checked on an H200: 5 to 128); d is padded with zeros up to
 #: a multiple of 16 (q, k: no change to the scores; v: extra output columns, dropped)
 MAX_HEAD_DIM = 128
@@ -107,6 +108,13 @@ class TCConfig:
         k_off = self.block_q * self.k_stride
         return 0, k_off, k_off + rows, 2 * rows, k_off + 4 * rows
 
+    def tf32_planes_offsets(self):
+        """Version 3's layout for 3xTF32/TF32 (words): Q, K and V raw (the cp.async staging
+        buffer), the planes K big, K small, V big, V small, end."""
+        rows = self.block_k * self.k_stride
+        at = self.block_q * self.k_stride
+        return (0,) + tuple(at + i * rows for i in range(7))
+
     def async_offsets(self):
         """Version 2's layout (words): K, V row-major in buffer 0, the buffer size, end."""
         rows = self.block_k * self.k_stride
@@ -114,6 +122,8 @@ class TCConfig:
 
     @property
     def shared_bytes(self):
+        if self.pipeline == "planes":
+            return 4 * self.tf32_planes_offsets()[-1]
         if self.pipeline == "async":
             return 4 * (self.async_offsets() if self.half else self.tf32_async_offsets())[-1]
         return 4 * self.offsets()[-1]
@@ -122,16 +132,17 @@ class TCConfig:
 def default_tiles(precision: str, d: int,
                   simulator: bool) -> tuple[int, int, int, bool, int, str]:
     """(warps, block_k, m_tiles, prefetch, min_blocks, pipeline) used when the caller gives
-    none.
+    none, on an H200 (`choose_tiles` takes the first of `tile_candidates` that fits another
+    GPU's limits).
 
     On a GPU: the fastest variant per precision and head dim in the H200 sweeps at
     N = 4096, B x H = 32 (benchmarks/NOTES_tensor_core.md): fp16/bf16 take version 2
     ("async": cp.async + ldmatrix), 8 warps of 32 rows (m_tiles = 2) and Bc = 64 up to
     d = 64, 8 warps of 16 rows and Bc = 128 above; the simulator runs version 2 too.
-    3xTF32: version 2, 4 warps, with Bc = 64 up to d = 64 and Bc = 32 above (with the split
-    of `mma.split_tf32`: 1.42-1.45x and 0.96-1.03x PyTorch efficient fp32, against version
-    1's 1.19-1.26x at d = 64; benchmarks/NOTES_tensor_core.md). One-pass TF32 keeps
-    version 1."""
+    3xTF32: version 3 ("planes": K, V split once per block), 8 warps, Bc = 64 up to d = 64
+    and Bc = 32 above (1.43-1.66x and 1.04-1.08x PyTorch efficient fp32, against version
+    2's 1.33-1.51x and 0.95-1.01x in the same run: results/h200_bars_tf32_planes.json).
+    One-pass TF32 keeps version 1."""
     if precision in ("fp16", "bf16"):
         if simulator:
             return 1, 16, 1, False, 0, "async"
@@ -139,8 +150,46 @@ def default_tiles(precision: str, d: int,
     if simulator:
         return 1, 16, 1, True, 0, "plain"
     if precision == "3xtf32":
-        return (4, 64, 1, False, 0, "async") if d <= 64 else (4, 32, 1, False, 0, "async")
+        return (8, 64, 1, False, 0, "planes") if d <= 64 else (8, 32, 1, False, 0, "planes")
     return (8, 32, 1, True, 0, "plain") if d <= 64 else (8, 16, 1, True, 0, "plain")
+
+
+#: smaller variants, best first, for GPUs with less shared memory per block than an H200
+#: (99 KB on an RTX 3090/4090, L4 or A10G; 163 KB on an A100 40GB)
+_FALLBACKS = {
+    "fp16": [(8, 64, 1, False, 0, "async"), (4, 64, 1, False, 0, "async"),
+             (4, 32, 1, False, 0, "async")],
+    "3xtf32": [(4, 64, 1, False, 0, "async"), (4, 32, 1, False, 0, "async"),
+               (4, 16, 1, False, 0, "async"), (2, 16, 1, False, 0, "async")],
+    "tf32": [(4, 16, 1, True, 0, "plain"), (2, 16, 1, True, 0, "plain")],
+}
+_FALLBACKS["bf16"] = _FALLBACKS["fp16"]
+
+
+def tile_candidates(precision: str, d: int) -> list:
+    """The variants a GPU may run when the caller names none, best first: the H200's
+    `default_tiles`, then `_FALLBACKS`; each as default_tiles' tuple."""
+    out = [default_tiles(precision, d, False)]
+    out += [t for t in _FALLBACKS[precision] if t not in out]
+    return out
+
+
+def choose_tiles(precision: str, d: int, limits) -> tuple:
+    """The first of `tile_candidates` whose launch fits `limits` (a `DeviceLimits`) with
+    at least 8 warps resident per SM, else the first that fits (`limits.pick_config`);
+    LaunchError naming shared memory when none does. Cached: asked on every call."""
+    return _choose_tiles(precision, ceil_div(d, 16) * 16, limits)
+
+
+@lru_cache(maxsize=None)
+def _choose_tiles(precision: str, D: int, limits) -> tuple:
+    from ..limits import pick_config
+    cands = tile_candidates(precision, D)
+    keyed = []
+    for i, (w, bk, mt, pf, mb, pipe) in enumerate(cands):
+        cfg = TCConfig(precision, w, bk, D, False, mt, pf, mb, pipe)
+        keyed.append((i, cfg.threads, cfg.shared_bytes))
+    return cands[pick_config(keyed, limits, f"tensor_core kernel {precision} d={D}")]
 
 
 def plan(precision: str, d: int, warps: int, block_k: int,
@@ -168,9 +217,12 @@ def plan(precision: str, d: int, warps: int, block_k: int,
         raise ValueError("m_tiles=2 is implemented for fp16/bf16 only")
     if pipeline not in PIPELINES:
         raise ValueError(f"pipeline must be one of {PIPELINES}, got {pipeline!r}")
-    if pipeline == "async" and prefetch:
-        raise ValueError("prefetch=True is version 1's register prefetch; pipeline='async' "
-                         "copies with cp.async instead: give one of them")
+    if pipeline != "plain" and prefetch:
+        raise ValueError(f"prefetch=True is version 1's register prefetch; pipeline="
+                         f"{pipeline!r} copies with cp.async instead: give one of them")
+    if pipeline == "planes" and precision not in ("3xtf32", "tf32"):
+        raise ValueError(f"pipeline='planes' (version 3) is built for 3xtf32 and tf32 only, "
+                         f"got precision={precision!r}")
     lazy_ok = precision in ("fp16", "bf16") and pipeline == "async"
     if lazy_rescale not in (None, True, False):
         raise ValueError(f"lazy_rescale must be True, False or None, got {lazy_rescale!r}")
@@ -205,6 +257,9 @@ def make_tensor_core_kernel(precision: str, warps: int, block_k: int, head_dim: 
     elif cfg.pipeline == "async":
         from .tensor_core_kernels_tf32_async import make_tf32_async_kernel
         kern = make_tf32_async_kernel(cfg, passes=3 if precision == "3xtf32" else 1)
+    elif cfg.pipeline == "planes":
+        from .tensor_core_kernels_tf32_planes import make_tf32_planes_kernel
+        kern = make_tf32_planes_kernel(cfg, passes=3 if precision == "3xtf32" else 1)
     elif cfg.half:
         kern = make_half_kernel(cfg)
     else:
@@ -227,8 +282,9 @@ def signature(half: bool, pipeline: str = "plain"):
         from numba import int32, types
         el = uint32 if half else float32
         a3 = types.Array(el, 3, "C")
-        kv = types.Array(uint32, 1, "C") if pipeline == "async" else a3
-        qa = kv if pipeline == "async" and not half else a3   # tf32 v2: Q flat words too
+        cp = pipeline in ("async", "planes")      # cp.async versions: flat words
+        kv = types.Array(uint32, 1, "C") if cp else a3
+        qa = kv if cp and not half else a3   # tf32 v2, v3: Q flat words too
         a2 = types.Array(float32, 2, "C")
         _SIGS[key] = (qa, kv, kv, a3, a2, int32, int32, float32, int32, int32)
     return _SIGS[key]
@@ -261,8 +317,8 @@ def launches(d: int, tq: int, tk: int, bh: int, limits, precision: str = "3xtf32
     if d > MAX_HEAD_DIM:
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
                          f"kernel, got d={d}")
-    warps, block_k, m_tiles, prefetch, min_blocks, pipeline = default_tiles(precision, d,
-                                                                            False)
+    warps, block_k, m_tiles, prefetch, min_blocks, pipeline = choose_tiles(precision, d,
+                                                                           limits)
     cfg = TCConfig(precision, warps, block_k, ceil_div(d, 16) * 16, False, m_tiles,
                    prefetch, min_blocks, pipeline)
     return (Launch(f"tensor_core kernel {precision} d={d}", (ceil_div(tq, cfg.block_q), bh),
@@ -272,11 +328,15 @@ def launches(d: int, tq: int, tk: int, bh: int, limits, precision: str = "3xtf32
 
 def resolve_tiles(precision: str, d: int, simulator: bool, warps=None, block_k=None,
                   m_tiles=None, prefetch=None, min_blocks=None, pipeline=None,
-                  lazy_rescale=None) -> TCConfig:
-    """The variant a call runs: the caller's tiles, the rest from `default_tiles`. A
-    register prefetch asked for without a pipeline means version 1 (it is version 1's
-    knob); version 2 never prefetches into registers."""
-    dw, dk, dm, dp, db, dpipe = default_tiles(precision, d, simulator)
+                  lazy_rescale=None, limits=None) -> TCConfig:
+    """The variant a call runs: the caller's tiles, the rest from `default_tiles` (given
+    `limits`, a GPU's `DeviceLimits`, from `choose_tiles`). A register prefetch asked for
+    without a pipeline means version 1 (it is version 1's knob); versions 2 and 3 never
+    prefetch into registers."""
+    if limits is not None and not simulator:
+        dw, dk, dm, dp, db, dpipe = choose_tiles(precision, d, limits)
+    else:
+        dw, dk, dm, dp, db, dpipe = default_tiles(precision, d, simulator)
     if (warps, block_k, m_tiles, prefetch, min_blocks) != (None,) * 5:
         db = 0                         # a caller's own variant: no launch bound unless asked
     warps = dw if warps is None else warps
@@ -285,7 +345,7 @@ def resolve_tiles(precision: str, d: int, simulator: bool, warps=None, block_k=N
     if pipeline is None:
         pipeline = "plain" if prefetch else dpipe
     if prefetch is None:
-        prefetch = dp if pipeline == dpipe else pipeline != "async"
+        prefetch = dp if pipeline == dpipe else pipeline == "plain"
     min_blocks = db if min_blocks is None else min_blocks
     return plan(precision, d, warps, block_k, simulator, m_tiles, prefetch, min_blocks,
                 pipeline, lazy_rescale)
@@ -301,8 +361,13 @@ def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: boo
     Tiles left as None take `default_tiles`."""
     check_capability(precision)
     sim = using_simulator()
+    if sim:
+        limits = None
+    else:
+        from ..limits import current_limits
+        limits = current_limits()
     cfg = resolve_tiles(precision, d, sim, warps, block_k, m_tiles, prefetch, min_blocks,
-                        pipeline, lazy_rescale)
+                        pipeline, lazy_rescale, limits)
     kern, cfg = make_tensor_core_kernel(precision, cfg.warps, cfg.block_k, cfg.head_dim, sim,
                                         cfg.m_tiles, cfg.prefetch, cfg.min_blocks,
                                         cfg.pipeline, cfg.lazy_rescale)
@@ -310,7 +375,7 @@ def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: boo
     grid = (ceil_div(tq, cfg.block_q), bh)
     if cfg.pipeline == "async" and cfg.half:
         kw, vw = flat(kw), flat(vw)
-    elif cfg.pipeline == "async":        # the fp32 bits as words, flat
+    elif cfg.pipeline in ("async", "planes"):     # the fp32 bits as words, flat
         qw, kw, vw = (flat(a).view(np.uint32) for a in (qw, kw, vw))
     args = (qw, kw, vw, ow, lse, np.int32(tq), np.int32(tk), np.float32(scale * LOG2E),
             np.int32(1 if causal else 0), np.int32(tk - tq))

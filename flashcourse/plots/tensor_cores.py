@@ -300,6 +300,25 @@ def bars_tf32_rows(bars: dict, labels: dict | None = None) -> list[list]:
 TF32_TILES_DEFAULTS = {64: "async:4:64", 128: "default"}
 
 
+#: the version-3 A/B (results/h200_bars_tf32_planes.json): the tiles of each head dim that
+#: are the default now; its "default" column is version 2's old defaults
+TF32_PLANES_DEFAULTS = {64: "planes:8:64", 128: "planes:8:32"}
+
+
+def tf32_planes_rows(doc: dict) -> list[list]:
+    """Rows (d, causal, N, version 2 / PyTorch, version 3 TFLOP/s, PyTorch efficient fp32
+    TFLOP/s, version 3 / PyTorch) of the version-3 A/B, at the default tiles of each."""
+    out = []
+    for r in doc.get("tf32", []):
+        if r.get("kind") != "speed":
+            continue
+        lab = TF32_PLANES_DEFAULTS[r["d"]]
+        out.append([r["d"], "on" if r["causal"] else "off", r["n"],
+                    round(r["ratio_default"], 2), round(r[f"ours_3xtf32_{lab}_tflops"], 1),
+                    round(r["torch_efficient_fp32_tflops"], 1), round(r[f"ratio_{lab}"], 2)])
+    return out
+
+
 def bars_tf32_error_rows(bars: dict) -> list[list]:
     """Rows (Tq, Tk, d, causal, ours, PyTorch efficient): max |o - o64| / max |o64|."""
     out = []
