@@ -171,6 +171,22 @@ def test_every_tensor_core_precision_launches_within_every_preset(precision):
     assert not problems, "\n".join(problems[:10])
 
 
+@pytest.mark.parametrize("precision", ["fp16", "3xtf32"])
+def test_every_tensor_core_backward_precision_launches_within_every_preset(precision):
+    """The same for the backward: fp16/bf16 share one layout, 3xTF32 has its own."""
+    from flashcourse.cuda import tc_backward as tcb
+    problems = []
+    for name, lim in PRESETS.items():
+        if lim.compute_capability < (8, 0):
+            continue
+        for d in range(1, tcb.MAX_HEAD_DIM + 1):
+            for one in tcb.launches(d, 4096, 4096, 32, lim, precision=precision):
+                bad = fits(one, lim)
+                if bad:
+                    problems.append(f"{name} d={d}: {one} exceeds {bad}")
+    assert not problems, "\n".join(problems[:10])
+
+
 def test_the_tensor_core_kernel_refuses_below_sm80_naming_the_compute_capability():
     tc = FORWARD["tensor_core"]
     with pytest.raises(RuntimeError, match=r"compute capability 8\.0 or newer.*T4 \(preset\)"

@@ -14,7 +14,8 @@ the expected cost and what limits it); `registry` lists them all, once:
     backward  simple, fast, fast_two_pass    (backward_kernels.py; fp32 on the CUDA cores)
               tensor_core  FlashAttention-2's backward on tensor cores (tc_backward.py; kernels
                          in tc_backward_kernels*.py, ldmatrix/cp.async in smem_ops.py): fp16
-                         for float16, bf16 for float32; dQ by atomics or a second pass
+                         for float16, 3xTF32 (or bf16) for float32; dQ by atomics or a
+                         second pass
     decode    split + combine: Flash-Decoding, Tq = 1 against a long KV cache, GQA
               (decode_kernels.py; `decode(q, k, v)`; registered as the forward "decode");
               for fp16 with several query rows per KV head the split kernel runs on the
@@ -84,7 +85,8 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
             block_q, block_k (Br, Bc) for "flash" and "textbook" (square tiles there),
             threads, tm and unroll for "flash"; precision ("fp16", "bf16", "3xtf32",
             "tf32"), warps, block_k, m_tiles, prefetch, min_blocks, pipeline ("plain" |
-            "async": version 1 or 2), lazy_rescale (fp16/bf16 version 2) for
+            "async" | "planes": version 1, 2 or, 3xTF32/TF32 only, 3), lazy_rescale
+            (fp16/bf16 version 2) for
             "tensor_core" (which keeps float16 input in float16); None means the
             kernel's default, and
             an option the kernel does not use is a ValueError.
@@ -142,9 +144,9 @@ def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
     o and do (..., Tq, d) in q's dtype, lse (..., Tq) from the forward (-inf for a row
     with no visible key). The fp32 kernels convert numpy inputs to float32 (so float64
     input gets float32 accuracy) and take float32 C-contiguous device arrays; the
-    tensor-core kernel takes float16 (fp16) or float32 (precision="bf16") arrays. The
-    gradients come back in the input dtype: numpy for numpy input, device arrays (left
-    on the device) for device input.
+    tensor-core kernel takes float16 (fp16) or float32 (3xTF32, or precision="bf16")
+    arrays. The gradients come back in the input dtype: numpy for numpy input, device
+    arrays (left on the device) for device input.
 
     Args:
         kernel: a name of `registry.BACKWARD`: "simple" (one thread per row, two
@@ -153,8 +155,9 @@ def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
             "tensor_core" (FlashAttention-2's backward on mma.sync, `tc_backward.py`).
         options: block_q, block_k (Br, Bc) of the fast kernels (multiples of the thread
             layout: 16 on a GPU, 4 under the simulator); None = a default for d. The
-            tensor-core kernel takes precision ("fp16" for float16, "bf16" for float32),
-            deterministic (dQ by a query-major pass instead of atomic adds), pipeline
+            tensor-core kernel takes precision ("fp16" for float16, "3xtf32", the default,
+            or "bf16" for float32), deterministic (dQ by a query-major pass instead of
+            atomic adds; fp16/bf16 only), pipeline
             ("async": cp.async + ldmatrix, or "plain": version 1) and its tiles (warps,
             block_q, kv_regs, q_block_k).
         causal, scale: as in the forward.

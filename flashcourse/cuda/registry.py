@@ -269,6 +269,7 @@ register(Kernel("tensor_core", "backward", _run_tc_backward,
                 ("precision", "deterministic", "pipeline", "warps", "block_q", "kv_regs",
                  "q_block_k", "min_blocks"), _tc_backward_extra,
                 description="FlashAttention-2 backward on tensor cores (mma.sync): fp16 "
-                            "for float16, bf16 for float32; dQ by atomics or a second pass",
+                            "for float16, 3xTF32 (or bf16) for float32; dQ by atomics or "
+                            "a second pass",
                 dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
                 launches=_launches("tc_backward"), compute=_tc_backward_compute))

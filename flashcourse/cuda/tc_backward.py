@@ -7,14 +7,17 @@ The kernels, with the idea and the fragment layouts of the transposed products, 
 
     from flashcourse.cuda import backward
     dq, dk, dv = backward(q16, k16, v16, o16, lse, do16, kernel="tensor_core")   # fp16
+    dq, dk, dv = backward(q, k, v, o, lse, do, kernel="tensor_core")             # 3xTF32
     dq, dk, dv = backward(q, k, v, o, lse, do, kernel="tensor_core", precision="bf16")
     dq, dk, dv = backward(..., kernel="tensor_core", deterministic=True)  # dQ without atomics
     python benchmarks/gpu_tc_backward.py --check --bench                  # on a GPU
 
-Precisions: "fp16" for float16 arrays, "bf16" for float32 arrays (rounded to bf16 on the
-device; the gradients come back in float32) or for uint16 arrays of bf16 bit patterns (no
-conversion; the gradients come back as bf16 bits). 3xTF32 (fp32 accuracy on the tensor cores) is
-not built yet: for float32 gradients at fp32 accuracy use kernel="fast".
+Precisions: "fp16" for float16 arrays; "3xtf32" (the default for float32 arrays: fp32
+accuracy on the tensor cores, mma.sync m16n8k8 TF32 with each operand split into big and
+small, `tc_backward_kernels_tf32.py`; dQ by atomics only, deterministic=True is refused);
+"bf16" for float32 arrays (rounded to bf16 on the device; the gradients come back in
+float32) or for uint16 arrays of bf16 bit patterns (no conversion; the gradients come back
+as bf16 bits).
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ from ._launch import check_registers, flat, launch
 from .tc_backward_kernels import LD_ROWS
 from .tensor_core import BF16_BITS, _convert, _convert_kernels
 
-PRECISIONS = ("fp16", "bf16")
+PRECISIONS = ("fp16", "bf16", "3xtf32")
 #: key-major kernel versions: "plain" (v1, tc_backward_kernels), "async" (v2, cp.async +
 #: ldmatrix, tc_backward_kernels_async)
 PIPELINES = ("async", "plain")
@@ -99,6 +102,32 @@ class TCBConfig:
     def qkt_stride(self):          # transposed-packed K (kernel 2)
         return self.q_block_k // 2 + 4
 
+    @property
+    def tf32(self):
+        return self.precision == "3xtf32"
+
+    @property
+    def tf32_row_stride(self):     # 3xtf32: rows of Q, dO, K, V, one fp32 per word
+        return self.head_dim + 4
+
+    @property
+    def tf32_ds_stride(self):      # 3xtf32: dS[query][key] big / small planes
+        return self.block_k + 4
+
+    def tf32_offsets(self):
+        """Word offsets of the 3xtf32 kernel's shared arrays: QN, DON, L, D (inside
+        buffer 0; buffer 1 is BUF words further), K, V row-major, dS big, dS small, BUF,
+        end (the dS planes only with with_dq)."""
+        rs = self.tf32_row_stride
+        qn = self.block_q * rs
+        buf = 2 * qn + 2 * self.block_q
+        kn = 2 * buf
+        vn = kn + self.block_k * rs
+        dsb = vn + self.block_k * rs
+        plane = self.block_q * self.tf32_ds_stride if self.with_dq else 0
+        return 0, qn, 2 * qn, 2 * qn + self.block_q, kn, vn, dsb, dsb + plane, buf, \
+            dsb + 2 * plane
+
     def offsets(self):
         """Word offsets of kernel 1's shared arrays: QN, DON, QT, DOT, L, D, KT, dS, KN,
         VN, end (KT and dS only with with_dq; KN, VN only without kv_regs)."""
@@ -132,6 +161,8 @@ class TCBConfig:
 
     @property
     def shared_bytes(self):
+        if self.tf32:
+            return 4 * self.tf32_offsets()[-1]
         if self.pipeline == "async":
             return 4 * self.async_offsets()[-1]
         return 4 * self.offsets()[-1]
@@ -141,15 +172,18 @@ class TCBConfig:
         return 4 * self.q_offsets()[-1]
 
 
-def default_tiles(d: int, simulator: bool) -> dict:
+def default_tiles(d: int, simulator: bool, precision: str = "fp16") -> dict:
     """The variant used when the caller names none (warps, block_q, kv_regs, q_block_k,
-    pipeline). On a GPU: the fastest of the H200 sweep at N = 4096 (benchmarks/results/
-    h200_tc_backward.json, "variants"): 8 warps (Bc = 128 keys), Br = 32, version 2; K_j
-    and V_j fragments in registers up to d = 64, read from shared memory above. At d = 64,
+    pipeline). 3xtf32: `_tf32_tiles`. fp16/bf16 on a GPU: the fastest of the H200 sweep
+    at N = 4096 (benchmarks/results/h200_tc_backward.json, "variants"): 8 warps (Bc = 128
+    keys), Br = 32, version 2; K_j and V_j fragments in registers up to d = 64, read from
+    shared memory above. At d = 64,
     Br = 64: 3-7% faster than 32 at all four points of the Br sweep
     (results/h200_tc_backward_br_variants_log.txt). A head
     dim whose dQ tiles do not split in even pairs over 8 warps (D/8 = 6, 10, 14: d = 33..48,
     65..80, 97..112) takes 4 warps."""
+    if precision == "3xtf32":
+        return _tf32_tiles(d, simulator)
     if simulator:
         return {"warps": 1, "block_q": 16, "kv_regs": True, "q_block_k": 16,
                 "pipeline": "async"}
@@ -159,10 +193,39 @@ def default_tiles(d: int, simulator: bool) -> dict:
             "q_block_k": 64 if D <= 64 else 32, "pipeline": "async"}
 
 
-def _candidates(d: int) -> list:
+def _tf32_tiles(d: int, simulator: bool) -> dict:
+    """3xtf32's variant: K_j, V_j always in shared memory (kv_regs False: split into
+    big/small fragments where read), version 2's cp.async pipeline (the only one built).
+    Under the simulator 1 warp, Br = 16. On a GPU, chosen by ptxas's register counts
+    (sm_90, no spills; not timed yet): 4 warps (Bc = 64 keys) with Br = 32 up to d = 64
+    (235 registers, 87.5 KB of shared memory at d = 64: 2 blocks per H200 SM) and at
+    d = 65..80, Br = 16 at d = 81..96 and 113..128 (232 registers, 110 KB at d = 128: the
+    16 x d dK, dV accumulators alone take d registers), 2 warps with Br = 16 at
+    d = 97..112 (dQ's d/8 = 14 column tiles do not split over 4 warps; Br = 32 spills)."""
+    t = {"warps": 1, "block_q": 16, "kv_regs": False, "q_block_k": 16, "pipeline": "async"}
+    if simulator:
+        return t
+    D = ceil_div(d, 16) * 16
+    if D <= 64 or D == 80:
+        return dict(t, warps=4, block_q=32)
+    if (D // 8) % 4 == 0:
+        return dict(t, warps=4, block_q=16)
+    return dict(t, warps=2, block_q=16)
+
+
+def _candidates(d: int, precision: str = "fp16") -> list:
     """Tile choices best first (the H200's default, then smaller blocks for GPUs with less
     shared memory per block), those valid for d."""
-    first = default_tiles(d, False)
+    first = default_tiles(d, False, precision)
+    if precision == "3xtf32":
+        out = [first]
+        for warps, block_q in ((4, 16), (2, 16), (2, 32), (1, 16)):
+            t = dict(first, warps=warps, block_q=block_q)
+            if t not in out:
+                out.append(t)
+        D = ceil_div(d, 16) * 16
+        return [t for t in out if t["warps"] % (t["block_q"] // 16) == 0
+                and (D // 8) % (t["warps"] // (t["block_q"] // 16)) == 0]
     out = [first]
     for warps, block_q in ((4, 64), (4, 32), (2, 32)):
         t = dict(first, warps=warps, block_q=block_q)
@@ -173,23 +236,29 @@ def _candidates(d: int) -> list:
             and (D // 8 // (t["warps"] // (t["block_q"] // 16))) % 2 == 0]
 
 
-def choose_tiles(d: int, limits, deterministic: bool = False) -> dict:
-    """The first of `_candidates(d)` whose kernels fit `limits` (a `DeviceLimits`);
-    LaunchError naming shared memory when none does. (Cached: a pure function of its
-    arguments, ~0.1 ms to evaluate, asked on every call.)"""
-    return dict(_choose_tiles(d, limits, bool(deterministic)))
+def choose_tiles(d: int, limits, deterministic: bool = False,
+                 precision: str = "fp16") -> dict:
+    """The first of `_candidates(d, precision)` whose kernels fit `limits` (a
+    `DeviceLimits`); LaunchError naming shared memory when none does. (Cached: a pure
+    function of its arguments, ~0.1 ms to evaluate, asked on every call.) fp16 and bf16
+    share one layout; 3xtf32 has its own."""
+    tf32 = precision == "3xtf32"
+    return dict(_choose_tiles(d, limits, bool(deterministic), tf32))
 
 
 @lru_cache(maxsize=None)
-def _choose_tiles(d: int, limits, deterministic: bool) -> tuple:
+def _choose_tiles(d: int, limits, deterministic: bool, tf32: bool = False) -> tuple:
     from ..limits import pick_config
     D = ceil_div(d, 16) * 16
+    precision = "3xtf32" if tf32 else "fp16"
     cands = []
-    for i, t in enumerate(_candidates(d)):
-        cfg = TCBConfig("fp16", t["warps"], t["block_q"], D, False, not deterministic, False,
-                        t["kv_regs"], t["q_block_k"], 0, t["pipeline"])
-        cands.append((i, cfg.threads, max(cfg.shared_bytes, cfg.q_shared_bytes)))
-    best = _candidates(d)[pick_config(cands, limits, f"tensor-core backward d={d}")]
+    for i, t in enumerate(_candidates(d, precision)):
+        cfg = TCBConfig(precision, t["warps"], t["block_q"], D, False, not deterministic,
+                        False, t["kv_regs"], t["q_block_k"], 0, t["pipeline"])
+        q_bytes = 0 if tf32 else cfg.q_shared_bytes
+        cands.append((i, cfg.threads, max(cfg.shared_bytes, q_bytes)))
+    best = _candidates(d, precision)[pick_config(cands, limits,
+                                                 f"tensor-core backward d={d}")]
     return tuple(best.items())
 
 
@@ -218,7 +287,10 @@ def plan(precision: str, d: int, warps: int, block_q: int, simulator: bool | Non
                          f"be a multiple of block_q/16 and d/8 of warps/(block_q/16)")
     if pipeline not in PIPELINES:
         raise ValueError(f"pipeline must be one of {PIPELINES}, got {pipeline!r}")
-    if pipeline == "async" and (D // 8 // (warps // mq)) % 2:
+    tf32 = precision == "3xtf32"
+    if tf32:
+        _check_tf32_options(not with_dq, pipeline, kv_regs)
+    elif pipeline == "async" and (D // 8 // (warps // mq)) % 2:
         raise ValueError(f"block_q={block_q}, warps={warps} at d={d}: version 2 reads dQ's "
                          f"B fragments two n8 tiles at a time; use more query rows per warp")
     if simulator is None:
@@ -226,8 +298,23 @@ def plan(precision: str, d: int, warps: int, block_q: int, simulator: bool | Non
     cfg = TCBConfig(precision, warps, block_q, D, bool(simulator), bool(with_dq),
                     bool(sums), bool(kv_regs), q_block_k, int(min_blocks), pipeline)
     check_launch(cfg.threads, cfg.shared_bytes, what="tensor-core backward kernel")
-    check_launch(cfg.threads, cfg.q_shared_bytes, what="tensor-core backward dQ kernel")
+    if not tf32:
+        check_launch(cfg.threads, cfg.q_shared_bytes, what="tensor-core backward dQ kernel")
     return cfg
+
+
+def _check_tf32_options(deterministic, pipeline, kv_regs) -> None:
+    """What precision='3xtf32' does not build: ValueError naming the option."""
+    if deterministic:
+        raise ValueError("deterministic=True is not built for precision='3xtf32' (its dQ "
+                         "is added by fp32 atomics): use deterministic=False, or "
+                         "kernel='fast_two_pass' for deterministic fp32 gradients")
+    if pipeline not in (None, "async"):
+        raise ValueError(f"precision='3xtf32' is built with pipeline='async' only, got "
+                         f"pipeline={pipeline!r}")
+    if kv_regs:
+        raise ValueError("precision='3xtf32' keeps K_j, V_j in shared memory: kv_regs "
+                         "must be False (or not given)")
 
 
 @lru_cache(maxsize=256)
@@ -242,6 +329,9 @@ def kernels(cfg: TCBConfig):
     """(key-major kernel, query-major dQ kernel or None) for one configuration (cached)."""
     from .tc_backward_kernels import make_key_major_kernel, make_query_major_kernel
     from .tc_backward_kernels_async import make_key_major_async_kernel
+    if cfg.tf32:
+        from .tc_backward_kernels_tf32 import make_key_major_tf32_kernel
+        return make_key_major_tf32_kernel(cfg), None
     key_major = (make_key_major_async_kernel if cfg.pipeline == "async"
                  else make_key_major_kernel)(cfg)
     return key_major, None if cfg.with_dq else make_query_major_kernel(cfg)
@@ -250,8 +340,9 @@ def kernels(cfg: TCBConfig):
 _SIGS: dict = {}
 
 
-def signatures(pipeline: str = "plain"):
-    """(key-major, query-major) kernel signatures for one key-major version."""
+def signatures(pipeline: str = "plain", precision: str = "fp16"):
+    """(key-major, query-major) kernel signatures for one key-major version (3xtf32: the
+    key-major one, q, k, v, dO, lse/D and dQ flat; no query-major kernel: None)."""
     if not _SIGS:
         from numba import float32, int32, types, uint32
         w3 = types.Array(uint32, 3, "C")
@@ -263,6 +354,9 @@ def signatures(pipeline: str = "plain"):
         w1 = types.Array(uint32, 1, "C")
         f1 = types.Array(float32, 1, "C")
         _SIGS["kv_async"] = (w1, w3, w3, w1, w1, f1, f3, f3) + tail + (f2, f2)
+        _SIGS["kv_tf32"] = (w1, w1, w1, w1, w1, f1, f3, f3) + tail + (f2, f2)
+    if precision == "3xtf32":
+        return _SIGS["kv_tf32"], None
     return _SIGS["kv_async" if pipeline == "async" else "kv"], _SIGS["q"]
 
 
@@ -334,20 +428,27 @@ def _pass_kernels():
 
 
 def check_capability(limits=None) -> None:
-    """mma.sync m16n8k16 with fp16/bf16 needs compute capability 8.0 or newer."""
+    """mma.sync m16n8k16 with fp16/bf16 (and m16n8k8 with tf32) needs compute capability
+    8.0 or newer."""
     from .tensor_core import check_capability as forward_check
     forward_check("tensor-core backward", limits)
 
 
-def launches(d: int, tq: int, tk: int, bh: int, limits, deterministic: bool = False):
-    """The launches `run` makes with the default tiles on a GPU with `limits`."""
+def launches(d: int, tq: int, tk: int, bh: int, limits, deterministic: bool = False,
+             precision: str = "fp16"):
+    """The launches `run` makes with the default tiles on a GPU with `limits` (fp16 and
+    bf16 share them; precision="3xtf32": its kernel's)."""
     from ..limits import Launch
     check_capability(limits)
     if d > MAX_HEAD_DIM:
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
                          f"backward, got d={d}")
-    t = choose_tiles(d, limits, deterministic)
-    cfg = TCBConfig("fp16", t["warps"], t["block_q"], ceil_div(d, 16) * 16, False,
+    if precision == "3xtf32":
+        _check_tf32_options(deterministic, None, False)
+    else:
+        precision = "fp16"
+    t = choose_tiles(d, limits, deterministic, precision)
+    cfg = TCBConfig(precision, t["warps"], t["block_q"], ceil_div(d, 16) * 16, False,
                     not deterministic, False, t["kv_regs"], t["q_block_k"], 0, t["pipeline"])
     out = [Launch("tensor-core backward D pass", (ceil_div(tq, PASS_THREADS), bh),
                   PASS_THREADS, 0, config=""),
@@ -368,7 +469,8 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
     """Launch the backward on prepared device arrays.
 
     qw, dow (BH, Tq, D/2), kw, vw (BH, Tk, D/2): uint32 words of two fp16/bf16 values,
-    D = d rounded up to 16 (padding columns zero); o, do (BH, Tq, d) float16/float32
+    D = d rounded up to 16 (padding columns zero); for "3xtf32" (BH, T, D) uint32 words
+    of the fp32 bits (`_words`); o, do (BH, Tq, d) float16/float32
     (for D = rowsum(dO o O)); lse (BH, Tq) float32; dq (BH, Tq, d), dk, dv (BH, Tk, d)
     float32, overwritten. psum, dsum (BH, Tq) float32: when given, they receive the row
     sums of P and dS (the checks of `flashcourse.cuda.backward`). ld: the pre-pass's
@@ -376,10 +478,10 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
     check_capability()
     sim = using_simulator()
     if sim:
-        tiles = default_tiles(d, True)
+        tiles = default_tiles(d, True, precision)
     else:
         from ..limits import current_limits
-        tiles = choose_tiles(d, current_limits(), deterministic)
+        tiles = choose_tiles(d, current_limits(), deterministic, precision)
     given = {"warps": warps, "block_q": block_q, "kv_regs": kv_regs, "q_block_k": q_block_k,
              "pipeline": pipeline}
     tiles.update({n: v for n, v in given.items() if v is not None})
@@ -405,11 +507,13 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
             i32(1 if sums else 0)))
     tail = (i32(tq), i32(tk), i32(d), f32(scale * LOG2E), f32(scale), i32(1 if causal else 0),
             i32(tk - tq))
-    sig_kv, sig_q = signatures(cfg.pipeline)
+    sig_kv, sig_q = signatures(cfg.pipeline, precision)
     if not sim:
         check_registers("tensor-core backward kernel", key_major.compile(sig_kv),
                         cfg.threads)
-    if cfg.pipeline == "async":        # version 2 takes q, dO, lse/D and dQ flat (1-D)
+    if cfg.tf32:                       # 3xtf32 takes q, k, v, dO, lse/D and dQ flat
+        head = (flat(qw), flat(kw), flat(vw), flat(dow), flat(ld.view(np.uint32)), flat(dq))
+    elif cfg.pipeline == "async":      # version 2 takes q, dO, lse/D and dQ flat (1-D)
         head = (flat(qw), kw, vw, flat(dow), flat(ld.view(np.uint32)), flat(dq))
     else:
         head = (qw, kw, vw, dow, lse, delta, dq)
@@ -425,15 +529,17 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
 
 
 def default_precision(dtype) -> str:
-    """fp16 for float16 arrays, bf16 for uint16 arrays of bf16 bit patterns
-    (`tensor_core.BF16_BITS`); float32 arrays must name precision="bf16"."""
+    """fp16 for float16 arrays, 3xtf32 for float32 arrays (fp32 accuracy; precision="bf16"
+    rounds them to bfloat16 instead), bf16 for uint16 arrays of bf16 bit patterns
+    (`tensor_core.BF16_BITS`)."""
     if np.dtype(dtype) == np.float16:
         return "fp16"
     if np.dtype(dtype) == BF16_BITS:
         return "bf16"
-    raise ValueError("the tensor-core backward takes float32 arrays with precision='bf16' "
-                     "(rounded to bfloat16 on the device); 3xTF32 is not built yet: for "
-                     "fp32-accurate gradients use kernel='fast'")
+    if np.dtype(dtype) == np.float32:
+        return "3xtf32"
+    raise ValueError(f"the tensor-core backward takes float16, float32 or uint16 (bf16 "
+                     f"bits) arrays, got {np.dtype(dtype)}")
 
 
 def compute_type(options: dict, dtype) -> str:
@@ -441,21 +547,25 @@ def compute_type(options: dict, dtype) -> str:
 
     fp16 takes float16 arrays, which the tensor cores multiply exactly (sums in fp32):
     the recomputed P and dS row sums are float32-accurate ("float32"; P is rounded to
-    16 bits only after they are summed). bf16 rounds float32 inputs first, so S moves by
+    16 bits only after they are summed). 3xtf32 computes every product to ~2^-21 of
+    |a||b|, as fp32 does ("float32"). bf16 rounds float32 inputs first, so S moves by
     ~2^-8 of |q||k| from the scores the caller's lse came from ("bfloat16")."""
     precision = options.get("precision") or default_precision(dtype)
-    return "float32" if precision == "fp16" else "bfloat16"
+    return "float32" if precision in ("fp16", "3xtf32") else "bfloat16"
 
 
 def _words(a, precision: str, D: int):
     """(BH, T, d) float16/float32 (or bf16 bits) device array -> (BH, T, D/2) uint32
-    words (a view when no conversion or padding is needed)."""
+    words (a view when no conversion or padding is needed); for "3xtf32" (BH, T, D)
+    uint32 views of the fp32 bits, columns d..D-1 zero."""
     from .tensor_core import device_words
     native = ((precision == "fp16" and np.dtype(a.dtype) == np.float16)
-              or (precision == "bf16" and np.dtype(a.dtype) == BF16_BITS))
+              or (precision == "bf16" and np.dtype(a.dtype) == BF16_BITS)
+              or (precision == "3xtf32" and np.dtype(a.dtype) == np.float32))
     if native and int(a.shape[2]) == D:
         return a.view(np.uint32)
-    return device_words(a, precision, D, alloc=_array)
+    w = device_words(a, precision, D, alloc=_array)
+    return w.view(np.uint32) if precision == "3xtf32" else w
 
 
 def _array(shape, dtype):
@@ -484,20 +594,24 @@ def run_heads(x, out=None, psum=None, dsum=None, precision=None, deterministic=F
     """The registry's entry (`flashcourse.cuda.backward(..., kernel="tensor_core")`).
 
     x: a `Heads` of C-contiguous device arrays q, o, do (BH, Tq, d), k, v (BH, Tk, d) of
-    one dtype, float16 (precision "fp16"), float32 ("bf16") or uint16 bf16 bit patterns
-    ("bf16": no conversion in, gradients rounded to bf16 bits out), lse (BH, Tq) float32.
-    Returns (dq, dk, dv) in x's dtype (BH, T, d); `out` may hold them already allocated.
+    one dtype, float16 (precision "fp16"), float32 ("3xtf32" by default, or "bf16") or
+    uint16 bf16 bit patterns ("bf16": no conversion in, gradients rounded to bf16 bits
+    out), lse (BH, Tq) float32. Returns (dq, dk, dv) in x's dtype (BH, T, d); `out` may
+    hold them already allocated.
     """
     dt = np.dtype(x.dtype)
     precision = default_precision(dt) if precision is None else precision
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS} for the tensor-core "
                          f"backward, got {precision!r}")
-    if (precision == "fp16") != (dt == np.float16):
-        raise ValueError(f"precision={precision!r} takes "
-                         f"{'float16' if precision == 'fp16' else 'float32 or uint16'} "
-                         f"arrays, got {dt}: use precision='fp16' for float16 and 'bf16' "
-                         f"for float32 (or uint16 bf16 bit patterns)")
+    takes = {"fp16": "float16", "bf16": "float32 or uint16", "3xtf32": "float32"}[precision]
+    if ((precision == "fp16") != (dt == np.float16)
+            or (precision == "3xtf32" and dt != np.float32)):
+        raise ValueError(f"precision={precision!r} takes {takes} arrays, got {dt}: use "
+                         f"precision='fp16' for float16, '3xtf32' (the default) or 'bf16' "
+                         f"for float32, 'bf16' for uint16 bf16 bit patterns")
+    if precision == "3xtf32":
+        _check_tf32_options(deterministic, tiles.get("pipeline"), tiles.get("kv_regs"))
     if x.d > MAX_HEAD_DIM:
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
                          f"backward, got d={x.d}")
