@@ -18,6 +18,11 @@ tf32      B x H = 32, N in {4096, 8192, 16384}, d in {64, 128}, causal off/on: t
           variant) beside PyTorch's memory-efficient backend on the same fp32 tensors;
           then max |o - o64| / max |o64| against float64 (two heads) at Tq = 512,
           Tk = 16,384, d = 128 and on ragged, causal, Tq != Tk shapes, ours beside it.
+tf32_backward  B x H = 32, N in {4096, 8192}, d in {64, 128}, causal off/on: the 3xTF32
+          backward (`flashcourse.cuda.backward(..., kernel="tensor_core")` on float32 device
+          arrays, o and lse from the course's 3xTF32 forward) beside PyTorch's memory-
+          efficient fp32 backward (autograd.grad of SDPA); then rel. norm errors of dq, dk,
+          dv against float64 on ragged, causal, Tq != Tk shapes (TF32_BWD_ERROR_SHAPES).
 errors    at N = 4096 (two heads), relative norm error of o (forward) and of dq, dk, dv
           (backward) against float64 on the same rounded inputs, ours beside PyTorch flash.
 Medians of CUDA-event timings (`flashcourse.timing.time_cuda`) after warm-up. Writes
@@ -272,6 +277,64 @@ def bench_tf32(rows, configs=()):
             f"{row['variants_bit_equal']}")
 
 
+#: (Tq, Tk, d, causal) of the 3xTF32 backward's accuracy rows
+TF32_BWD_ERROR_SHAPES = [(333, 517, 64, True), (1000, 777, 128, True), (129, 2049, 64, False),
+                         (517, 333, 100, False), (2048, 2048, 128, True), (70, 1500, 128, False)]
+
+
+def bench_tf32_backward(rows):
+    """3xTF32 backward beside PyTorch's efficient fp32 backward: speed, then accuracy."""
+    import torch
+    for d in DS:
+        for causal in (False, True):
+            for n in BWD_NS:
+                fl = 10 * BH * n * n * d / (2 if causal else 1)
+                tq, tk, tv, tdo = torch_inputs(n, d, torch.float32, grad=True)
+                q, k, v, do = (as_numba(t) for t in (tq, tk, tv, tdo))
+                o, lse = forward(q, k, v, kernel="tensor_core", causal=causal)
+                row = {"kind": "speed", "n": n, "d": d, "causal": causal}
+                row["ours_3xtf32_ms"] = med(partial(backward, q, k, v, o, lse, do,
+                                                    kernel="tensor_core", causal=causal),
+                                            reps=5)
+                to = sdpa((tq, tk, tv), causal, "EFFICIENT_ATTENTION")
+                row["torch_efficient_fp32_ms"] = med(
+                    partial(torch.autograd.grad, to, (tq, tk, tv), tdo, retain_graph=True),
+                    "torch", reps=5)
+                for key in [k_ for k_ in row if k_.endswith("_ms")]:
+                    row[key[:-3] + "_tflops"] = fl / row[key] / 1e9
+                row["ratio"] = row["torch_efficient_fp32_ms"] / row["ours_3xtf32_ms"]
+                rows.append(row)
+                log(f"bwd tf32 d={d} causal={causal!s:5} N={n:5d}: ours 3xTF32 "
+                    f"{row['ours_3xtf32_tflops']:5.1f} | torch efficient fp32 "
+                    f"{row['torch_efficient_fp32_tflops']:5.1f} TFLOP/s | ratio "
+                    f"{row['ratio']:.2f}")
+                del to, tq, tk, tv, tdo, q, k, v, do, o, lse
+                torch.cuda.empty_cache()
+    for tq_, tk_, d, causal in TF32_BWD_ERROR_SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(5)
+        ts = [torch.randn((1, 2, n_, d), device="cuda", generator=g, requires_grad=True)
+              for n_ in (tq_, tk_, tk_)]
+        tdo = torch.randn((1, 2, tq_, d), device="cuda", generator=g)
+        host = [t[0].detach().cpu().numpy().astype(np.float64) for t in ts + [tdo]]
+        g64 = reference.attention_backward(*host, causal=causal)
+        q, k, v, do = (as_numba(t) for t in ts + [tdo])
+        o, lse = forward(q, k, v, kernel="tensor_core", causal=causal)
+        ours = [x.copy_to_host() for x in backward(q, k, v, o, lse, do, kernel="tensor_core",
+                                                     causal=causal)]
+        to = sdpa_bottom_right(ts, causal, "EFFICIENT_ATTENTION")
+        theirs = [x[0].cpu().numpy() for x in torch.autograd.grad(to, ts, tdo)]
+        row = {"kind": "error", "tq": tq_, "tk": tk_, "d": d, "causal": causal}
+        for name, a, b, r in zip(("dq", "dk", "dv"), ours, theirs, g64):
+            row[f"ours_{name}"] = rel_err(a, r)
+            row[f"torch_{name}"] = rel_err(b, r)
+        row["ok"] = max(row[f"ours_{x}"] for x in ("dq", "dk", "dv")) <= 1e-5
+        rows.append(row)
+        log(f"bwd tf32 error Tq={tq_} Tk={tk_} d={d} causal={causal}: ours "
+            + " ".join(f"{x} {row['ours_' + x]:.2e}" for x in ("dq", "dk", "dv"))
+            + " | torch efficient " + " ".join(f"{x} {row['torch_' + x]:.2e}"
+                                               for x in ("dq", "dk", "dv")))
+
+
 def errors(rows, n=4096, heads=2):
     """Relative errors against float64 on the same rounded inputs (first `heads` heads)."""
     import torch
@@ -302,8 +365,10 @@ def errors(rows, n=4096, heads=2):
 
 def main(argv=None) -> int:
     ap = results.benchmark_parser(__doc__)
-    ap.add_argument("--parts", nargs="+", default=["errors", "forward", "backward", "tf32"],
-                    choices=["errors", "forward", "backward", "tf32"], help="what to run")
+    ap.add_argument("--parts", nargs="+",
+                    default=["errors", "forward", "backward", "tf32", "tf32_backward"],
+                    choices=["errors", "forward", "backward", "tf32", "tf32_backward"],
+                    help="what to run")
     ap.add_argument("--tf32-configs", nargs="*", default=[],
                     help="tf32: also time these 3xTF32 variants, PIPELINE:WARPS:BLOCK_K")
     ap.add_argument("--fwd-every-block", action="store_true",
@@ -324,7 +389,8 @@ def main(argv=None) -> int:
     for name, fn in (("errors", errors),
                      ("forward", partial(bench_forward, every_block=args.fwd_every_block)),
                      ("backward", partial(bench_backward, block_qs=args.bwd_block_q)),
-                     ("tf32", partial(bench_tf32, configs=args.tf32_configs))):
+                     ("tf32", partial(bench_tf32, configs=args.tf32_configs)),
+                     ("tf32_backward", bench_tf32_backward)):
         doc[name] = []
         if name in args.parts:
             fn(doc[name])

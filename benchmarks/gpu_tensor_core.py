@@ -130,13 +130,17 @@ def check_intrinsics(rng, results) -> bool:
         for i in range(4):
             d[ln, i] = x[i]
 
+    rnd, trn = ins["tf32_round"], ins["tf32_trunc"]
+
     @cuda.jit
-    def kcvt(x, w, r):
+    def kcvt(x, w, w2, r):
+        # big by cvt.rna.tf32 (w) and by the kernels' bit rounding (w2); small truncated
         i = cuda.grid(1)
         if i < x.shape[0]:
-            big = t32(x[i])
-            w[i] = big
-            r[i] = asf(t32(x[i] - asf(big)))
+            w[i] = t32(x[i])
+            big = rnd(x[i])
+            w2[i] = big
+            r[i] = asf(trn(x[i] - asf(big)))
 
     A = rng.standard_normal((16, 8)).astype(np.float32)
     B = rng.standard_normal((8, 8)).astype(np.float32)
@@ -149,12 +153,14 @@ def check_intrinsics(rng, results) -> bool:
     rows.append({"what": "mma m16n8k8 tf32", "rel_err": e, "ok": e < 1e-6})
     x = (rng.standard_normal(4096) * 10.0 ** rng.integers(-20, 20, 4096)).astype(np.float32)
     w = cuda.device_array(4096, np.uint32)
+    w2 = cuda.device_array(4096, np.uint32)
     r = cuda.device_array(4096, np.float32)
-    kcvt[32, 128](cuda.to_device(x), w, r)
+    kcvt[32, 128](cuda.to_device(x), w, w2, r)
     big, small = mma.split_tf32(x)
-    same = bool(np.array_equal(w.copy_to_host(), big.view(np.uint32)))
+    same = bool(np.array_equal(w.copy_to_host(), big.view(np.uint32))
+                and np.array_equal(w2.copy_to_host(), big.view(np.uint32)))
     same2 = bool(np.array_equal(r.copy_to_host(), small))
-    rows.append({"what": "cvt.rna.tf32 == round_tf32 (bits); split small part",
+    rows.append({"what": "cvt.rna.tf32 == tf32_round == split_tf32 big; small",
                  "bit_exact": same and same2, "ok": same and same2})
     for row in rows:
         ok_all &= row["ok"]
