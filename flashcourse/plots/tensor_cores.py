@@ -333,6 +333,23 @@ def bars_tf32_error_rows(bars: dict) -> list[list]:
     return out
 
 
+def bars_tf32_backward_rows(bars: dict) -> tuple[list[list], list[list]]:
+    """(speed rows (d, causal, N, ours 3xTF32, PyTorch efficient fp32, ratio) in TFLOP/s,
+    error rows (Tq, Tk, d, causal, ours dq / dk / dv, PyTorch's)) of the "tf32_backward"
+    part of a gpu_bars.py run; two empty lists in a run without it."""
+    speed, errs = [], []
+    for r in bars.get("tf32_backward", []):
+        if r.get("kind") == "speed":
+            speed.append([r["d"], "on" if r["causal"] else "off", r["n"],
+                          round(r["ours_3xtf32_tflops"], 1),
+                          round(r["torch_efficient_fp32_tflops"], 1), round(r["ratio"], 2)])
+        elif r.get("kind") == "error":
+            errs.append([r["tq"], r["tk"], r["d"], "on" if r["causal"] else "off"]
+                        + [" / ".join(f"{r[f'{who}_{x}']:.1e}" for x in ("dq", "dk", "dv"))
+                           for who in ("ours", "torch")])
+    return speed, errs
+
+
 def tf32_version_rows(doc: dict) -> list[list]:
     """Rows (d, version, warps, Bc, registers, local bytes, TFLOP/s, / version 1) of the
     3xTF32 variant sweep (h200_tensor_core_v2_tf32_variants.json): version 1's variant
