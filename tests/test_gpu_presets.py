@@ -154,33 +154,22 @@ def test_every_kernel_launches_within_every_preset(direction, kernel):
     assert not problems, "\n".join(problems[:10])
 
 
-@pytest.mark.parametrize("precision", ["fp16", "bf16", "3xtf32", "tf32"])
-def test_every_tensor_core_precision_launches_within_every_preset(precision):
-    """The registry's check above runs float32 input (3xTF32); each precision chooses its
-    own tiles, and each must fit every GPU of compute capability 8.0 or newer."""
-    from flashcourse.cuda import tensor_core as tc
+@pytest.mark.parametrize("module, precision", [
+    ("tensor_core", "fp16"), ("tensor_core", "bf16"), ("tensor_core", "3xtf32"),
+    ("tensor_core", "tf32"), ("tc_backward", "fp16"), ("tc_backward", "3xtf32")])
+def test_every_tensor_core_precision_launches_within_every_preset(module, precision):
+    """The registry's check above runs one precision per direction (float32 forward:
+    3xTF32; backward: fp16's tiles); each precision chooses its own tiles (the backward's
+    fp16 and bf16 share one layout), and each must fit every GPU of compute capability
+    8.0 or newer."""
+    from importlib import import_module
+    mod = import_module(f"flashcourse.cuda.{module}")
     problems = []
     for name, lim in PRESETS.items():
         if lim.compute_capability < (8, 0):
             continue
-        for d in range(1, tc.MAX_HEAD_DIM + 1):
-            for one in tc.launches(d, 4096, 4096, 32, lim, precision=precision):
-                bad = fits(one, lim)
-                if bad:
-                    problems.append(f"{name} d={d}: {one} exceeds {bad}")
-    assert not problems, "\n".join(problems[:10])
-
-
-@pytest.mark.parametrize("precision", ["fp16", "3xtf32"])
-def test_every_tensor_core_backward_precision_launches_within_every_preset(precision):
-    """The same for the backward: fp16/bf16 share one layout, 3xTF32 has its own."""
-    from flashcourse.cuda import tc_backward as tcb
-    problems = []
-    for name, lim in PRESETS.items():
-        if lim.compute_capability < (8, 0):
-            continue
-        for d in range(1, tcb.MAX_HEAD_DIM + 1):
-            for one in tcb.launches(d, 4096, 4096, 32, lim, precision=precision):
+        for d in range(1, mod.MAX_HEAD_DIM + 1):
+            for one in mod.launches(d, 4096, 4096, 32, lim, precision=precision):
                 bad = fits(one, lim)
                 if bad:
                     problems.append(f"{name} d={d}: {one} exceeds {bad}")
