@@ -26,7 +26,7 @@ from numba import cuda, float32, uint32
 from ..constants import LOG2E
 from ..geometry import ceil_div
 from ..gpu import using_simulator
-from ..limits import check_launch
+from ..limits import check_launch, current_limits
 from ._launch import check_registers, flat, is_device_array, launch  # noqa: F401  (re-export)
 from .mma import round_bf16
 
@@ -360,14 +360,9 @@ def run(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal: boo
     float32 (W = D) with D = d rounded up to a multiple of 16 (padding columns zero).
     Tiles left as None take `default_tiles`."""
     check_capability(precision)
-    sim = using_simulator()
-    if sim:
-        limits = None
-    else:
-        from ..limits import current_limits
-        limits = current_limits()
+    sim = using_simulator()             # (resolve_tiles ignores the limits there)
     cfg = resolve_tiles(precision, d, sim, warps, block_k, m_tiles, prefetch, min_blocks,
-                        pipeline, lazy_rescale, limits)
+                        pipeline, lazy_rescale, current_limits())
     kern, cfg = make_tensor_core_kernel(precision, cfg.warps, cfg.block_k, cfg.head_dim, sim,
                                         cfg.m_tiles, cfg.prefetch, cfg.min_blocks,
                                         cfg.pipeline, cfg.lazy_rescale)

@@ -42,9 +42,6 @@ from .mma import SIM_SCRATCH_PER_WARP, device_ops
 from .smem_ops import ops as smem_ops
 from .tensor_core_kernels import _jit, _row_ops
 
-#: which causal query blocks run first (`_device.query_block_order`)
-CAUSAL_ORDER = "heaviest_first"
-
 
 def make_tf32_async_kernel(cfg, passes: int):
     ops = device_ops(cfg.simulator)
@@ -70,7 +67,7 @@ def make_tf32_async_kernel(cfg, passes: int):
     SIM = cfg.simulator
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
     RED = NT if SIM else 1
-    block_of = query_block_order(CAUSAL_ORDER)
+    block_of = query_block_order()   # _device.CAUSAL_ORDER
 
     def tc_tf32_forward_async(q, k, v, o, lse, tq, tk, qscale, causal, off):
         # q, k, v: the fp32 bits as uint32 words, FLAT (1-D): one unsigned index per copy

@@ -20,8 +20,8 @@ so the output is the same bit for bit. What changes is who splits K_j and V_j:
 
 Per key block a warp issues (d = 128, Bc = 32; counted from the loops below): S's K
 fragments 2 ldmatrix per 6 mma instead of 1 ldmatrix and 16 ALU; P V's V fragments 4 loads
-per 3 mma instead of 2 loads and 8 ALU; plus its share of the block's split (2 Bc D / W / 32
-values per lane... 4 ALU, 1 load and 2 stores each). The price: a second barrier per key block
+per 3 mma instead of 2 loads and 8 ALU; plus its share of the block's split (2 Bc D / (32 W)
+values per lane, each 1 load, 4 ALU and 2 stores). The price: a second barrier per key block
 (the planes are single-buffered: the split waits until every warp is done with block j - 1)
 and shared memory for the planes (4 Bc (D + 4) words).
 
@@ -42,7 +42,6 @@ from ._device import query_block_order, visible_key_blocks
 from .mma import SIM_SCRATCH_PER_WARP, device_ops
 from .smem_ops import ops as smem_ops
 from .tensor_core_kernels import _jit, _row_ops
-from . import tensor_core_kernels_tf32_async as _v2
 
 
 def make_tf32_planes_kernel(cfg, passes: int):
@@ -69,7 +68,7 @@ def make_tf32_planes_kernel(cfg, passes: int):
     SIM = cfg.simulator
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
     RED = NT if SIM else 1
-    block_of = query_block_order(_v2.CAUSAL_ORDER)
+    block_of = query_block_order()   # _device.CAUSAL_ORDER
 
     def tc_tf32_forward_planes(q, k, v, o, lse, tq, tk, qscale, causal, off):
         # q, k, v: the fp32 bits as uint32 words, FLAT (1-D): one unsigned index per copy
