@@ -107,6 +107,59 @@ def test_versions_and_dq_designs_agree():
         assert rel_err(a, b) <= 1e-3
 
 
+def test_kv_fragments_by_ldmatrix_equal_scalar_loads():
+    """K_j, V_j in shared memory (kv_regs=False, d > 64's default): version 2 reads their A
+    fragments by ldmatrix.x4 (tiles arriving as a0, a2, a1, a3) or by four 32-bit loads;
+    both equal version 1 bit for bit, and the rounding model."""
+    from flashcourse.cuda import tc_backward_kernels_async as v2
+    args = problem(37, 45, 40, True, "fp16", seed=5)
+    kw = dict(kernel="tensor_core", causal=True, kv_regs=False)
+    want = backward(*args, pipeline="plain", **kw)
+    keep = v2.KV_FRAGMENTS
+    try:
+        for how in ("ldmatrix", "scalar"):
+            v2.KV_FRAGMENTS = how
+            tcb.kernels.cache_clear()
+            for a, b in zip(backward(*args, pipeline="async", **kw), want):
+                assert np.array_equal(a, b), how
+    finally:
+        v2.KV_FRAGMENTS = keep
+        tcb.kernels.cache_clear()
+    for name, g, m in zip(("dq", "dk", "dv"), want, model(*args, True, "fp16")):
+        m = m.astype(g.dtype).astype(np.float64)
+        assert rel_err(g, m) <= TOL_MODEL["fp16"], f"{name} vs model: {rel_err(g, m):.2e}"
+
+
+@pytest.mark.parametrize("precision", ["fp16", "3xtf32"])
+def test_causal_key_block_orders_agree(precision):
+    """_device.key_block_order: the heaviest-first grid (key block 0 of every head first)
+    covers every (key block, head) once: the same gradients as the launch order (4 key
+    blocks x 3 heads, so a mapping that mixed up X and Y would skip or repeat blocks)."""
+    from flashcourse.cuda import _device
+    fp16 = precision == "fp16"
+    args = problem(30, 61, 16, True, "fp16" if fp16 else "bf16", seed=8, lead=(3,))
+    if not fp16:
+        rng = np.random.default_rng(8)
+        q, k, v, do = (rng.standard_normal((3, t, 16)).astype(np.float32)
+                       for t in (30, 61, 61, 30))
+        o, lse = reference.attention(*(a.astype(np.float64) for a in (q, k, v)), causal=True)
+        args = (q, k, v, o.astype(np.float32), lse.astype(np.float32), do)
+    keep = _device.CAUSAL_KEY_ORDER
+    runs = {}
+    try:
+        for order in _device.KEY_ORDERS:
+            _device.CAUSAL_KEY_ORDER = order
+            tcb.kernels.cache_clear()
+            runs[order] = backward(*args, kernel="tensor_core", causal=True)
+    finally:
+        _device.CAUSAL_KEY_ORDER = keep
+        tcb.kernels.cache_clear()
+    for a, b in zip(runs["launch"], runs["heaviest_first"]):
+        assert rel_err(a, b) <= 1e-6
+    with pytest.raises(ValueError, match="order must be one of"):
+        _device.key_block_order("head_reversed")
+
+
 @pytest.mark.parametrize("warps,block_q", [(4, 32)])
 def test_multi_warp_tiles_agree_with_version_1(warps, block_q):
     """Several warps per block: each warp's slice of dQ (rows mq, columns nb), the dS^T

@@ -109,3 +109,39 @@ def query_block_order(order: str | None = None):
                 return cuda.gridDim.x - 1 - lin // cuda.gridDim.y, lin % cuda.gridDim.y
             return cuda.blockIdx.x, cuda.blockIdx.y
     return block_of
+
+
+#: the orders `key_block_order` knows, and the one the backward kernels are built with
+KEY_ORDERS = ("launch", "heaviest_first")
+CAUSAL_KEY_ORDER = "launch"
+
+
+def key_block_order(order: str | None = None):
+    """The backward's twin of `query_block_order`: a device function (causal) -> (key
+    block, head) for a grid of (key blocks, heads). With a causal mask key block j sees
+    the query blocks from its diagonal on, so key block 0 is the heaviest and launch
+    order is already heaviest first within each head:
+
+      "launch"          block (x, y) = (key block x, head y)
+      "heaviest_first"  the launch index x + X y read head-fastest: key block 0 of every
+                        head, then key block 1 of every head, ...
+
+    Without a mask both are the launch order. order None: `CAUSAL_KEY_ORDER`, read when
+    called (when a kernel is built)."""
+    if order is None:
+        order = CAUSAL_KEY_ORDER
+    if order not in KEY_ORDERS:
+        raise ValueError(f"order must be one of {KEY_ORDERS}, got {order!r}")
+
+    if order == "launch":
+        @_inlined
+        def block_of(causal):
+            return cuda.blockIdx.x, cuda.blockIdx.y
+    else:
+        @_inlined
+        def block_of(causal):
+            if causal != 0:
+                lin = cuda.blockIdx.x + cuda.gridDim.x * cuda.blockIdx.y
+                return lin // cuda.gridDim.y, lin % cuda.gridDim.y
+            return cuda.blockIdx.x, cuda.blockIdx.y
+    return block_of

@@ -36,10 +36,17 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ..constants import F0
+from ._device import key_block_order
 from .mma import SIM_SCRATCH_PER_WARP, device_ops
 from .smem_ops import ops as smem_ops
 from .tc_backward_kernels import LD_ROWS, _col_sum
 from .tensor_core_kernels import Z32, _jit
+
+#: how K_j, V_j's A fragments of S^T, dP^T are read from shared memory when they are not
+#: kept in registers (kv_regs=False, d > 64): "ldmatrix" (one ldmatrix.x4 per 16 x 16
+#: tile) or "scalar" (four 32-bit loads per tile, the first version). Read when a kernel
+#: is built; the two give the same bits.
+KV_FRAGMENTS = "ldmatrix"
 
 
 def make_key_major_async_kernel(cfg):
@@ -52,8 +59,10 @@ def make_key_major_async_kernel(cfg):
     RED, exp2 = so["red_add"], so["ex2"]
     col_sum = _col_sum(cfg.simulator)
     SIM = cfg.simulator
+    block_of = key_block_order()       # _device.CAUSAL_KEY_ORDER
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
     WITH_DQ, SUMS, KV_REGS = cfg.with_dq, cfg.sums, cfg.kv_regs
+    KV_LDSM = KV_FRAGMENTS == "ldmatrix"
     DW = D // 2
     KT = D // 16
     NS = BR // 8
@@ -94,8 +103,8 @@ def make_key_major_async_kernel(cfg):
         t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         par = 0
-        h = cuda.blockIdx.y
-        k0 = cuda.blockIdx.x * BC
+        kb, h = block_of(causal)
+        k0 = kb * BC
         tqp = (tq + LDR - 1) // LDR * LDR
         lbase = h * tqp                          # row 0 of this head's lse log2(e)
         dbase = (cuda.gridDim.y + h) * tqp       # and of its D
@@ -195,6 +204,10 @@ def make_key_major_async_kernel(cfg):
                 if KV_REGS:
                     a0, a1, a2, a3 = ka[4 * kk], ka[4 * kk + 1], ka[4 * kk + 2], ka[4 * kk + 3]
                     c0, c1, c2, c3 = va[4 * kk], va[4 * kk + 1], va[4 * kk + 2], va[4 * kk + 3]
+                elif KV_LDSM:                   # one ldmatrix.x4 per A tile: its four
+                    ab = (warp * 16) * QS + kk * 8  # tiles come as (a0, a2, a1, a3)
+                    a0, a2, a1, a3 = LDB(sm, U(KNO + ab), QS, lane)
+                    c0, c2, c1, c3 = LDB(sm, U(VNO + ab), QS, lane)
                 else:
                     ab = (warp * 16 + g) * QS + kk * 8 + t
                     a0, a1 = sm[U(KNO + ab)], sm[U(KNO + ab + 8 * QS)]
@@ -378,6 +391,7 @@ def make_key_major_async_kernel(cfg):
                                        + ("_dq" if WITH_DQ else "")
                                        + ("_sums" if SUMS else "")
                                        + ("" if KV_REGS else "_kvsh")
+                                       + ("" if KV_REGS or KV_LDSM else "_scalar")
                                        + ("_sim" if SIM else ""))
     return _jit(tc_bwd_key_major_async, cfg)
 

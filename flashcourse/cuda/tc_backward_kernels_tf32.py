@@ -76,6 +76,7 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ..constants import F0
+from ._device import key_block_order
 from .mma import SIM_SCRATCH_PER_WARP, device_ops
 from .smem_ops import ops as smem_ops
 from .tc_backward_kernels import LD_ROWS, _col_sum
@@ -91,6 +92,7 @@ def make_key_major_tf32_kernel(cfg):
     RED, exp2 = so["red_add"], so["ex2"]
     col_sum = _col_sum(cfg.simulator)
     SIM = cfg.simulator
+    block_of = key_block_order()       # _device.CAUSAL_KEY_ORDER
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
     WITH_DQ, SUMS = cfg.with_dq, cfg.sums
     KT = D // 8                    # k8 steps of S^T, dP^T (over d)
@@ -129,8 +131,8 @@ def make_key_major_tf32_kernel(cfg):
         t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         par = 0
-        h = cuda.blockIdx.y
-        k0 = cuda.blockIdx.x * BC
+        kb, h = block_of(causal)
+        k0 = kb * BC
         tqp = (tq + LDR - 1) // LDR * LDR
         lbase = h * tqp                          # row 0 of this head's lse log2(e)
         dbase = (cuda.gridDim.y + h) * tqp       # and of its D
