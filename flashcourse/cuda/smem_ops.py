@@ -22,6 +22,10 @@ recipe in ../shared/TOOLCHAIN.md, checked on an H200):
 Each is wrapped in a device function with ONE signature on both targets, so a kernel
 calls the same names on a GPU and under Numba's simulator (`ops(simulator)`):
 
+    ld_a(sm, base, stride, lane)    the A fragment (a0, a1, a2, a3) of an m16n8k16 product
+                                    from a 16 x 16 tile stored row-major (row = m, two k
+                                    per word): tiles at rows {0..7, 8..15}, then words
+                                    {0, 4}
     ld_b(sm, base, stride, lane)    four tiles at word offsets base + {0, 4} (columns)
                                     and rows {0..7, 8..15} x stride: the B fragments
                                     (b0, b1) of two n8 tiles of an m16n8k16 product
@@ -108,10 +112,9 @@ def b_fragment_of(tile_kn: np.ndarray, lane: int) -> tuple:
 # GPU intrinsics
 # --------------------------------------------------------------------------------------
 
-_INTRINSICS = None
 
 
-def _make_intrinsics():
+def _make_intrinsics(linear: bool = False):
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
@@ -127,6 +130,15 @@ def _make_intrinsics():
         return builder.ptrtoint(ptr, l64)
 
     def shared_address(context, builder, aryty, ary, idx, idxty):
+        if linear and aryty.ndim == 1:
+            # the array's start converted once (the same asm, merged by the compiler),
+            # then a 32-bit offset: a constant part of idx becomes the load's immediate
+            arr = context.make_array(aryty)(context, builder, ary)
+            s64 = builder.asm(ir.FunctionType(l64, [l64]), "cvta.to.shared.u64 $0, $1;",
+                              "=l,l", [builder.ptrtoint(arr.data, l64)], side_effect=False)
+            size = context.get_abi_sizeof(context.get_data_type(aryty.dtype))
+            i32 = builder.trunc(context.cast(builder, idx, idxty, types.uint64), li)
+            return builder.add(builder.trunc(s64, li), builder.mul(i32, ir.Constant(li, size)))
         p64 = item_address(context, builder, aryty, ary, [idx], [idxty])
         s64 = builder.asm(ir.FunctionType(l64, [l64]), "cvta.to.shared.u64 $0, $1;", "=l,l",
                           [p64], side_effect=False)
@@ -254,12 +266,14 @@ def bare_ptx(ptx: str):
     return op
 
 
-def intrinsics() -> dict:
-    """The GPU intrinsics by name (built once; not usable under the simulator)."""
-    global _INTRINSICS
-    if _INTRINSICS is None:
-        _INTRINSICS = _make_intrinsics()
-    return _INTRINSICS
+@lru_cache(maxsize=None)
+def intrinsics(linear: bool = False) -> dict:
+    """The GPU intrinsics by name (built once; not usable under the simulator). linear:
+    shared addresses of 1-D arrays as (the array's start, converted once) + a 32-bit
+    offset, which ptxas folds into the instruction's immediate where the index has a
+    constant part (the generic form adds a 64-bit product and converts at every access:
+    3 instructions per ldmatrix in the backward's SASS)."""
+    return _make_intrinsics(linear)
 
 
 # --------------------------------------------------------------------------------------
@@ -267,6 +281,12 @@ def intrinsics() -> dict:
 # --------------------------------------------------------------------------------------
 
 def _sim_ops():
+    def ld_a(sm, base, stride, lane):
+        g = lane // 4
+        t = lane % 4
+        return (sm[base + g * stride + t], sm[base + (8 + g) * stride + t],
+                sm[base + g * stride + 4 + t], sm[base + (8 + g) * stride + 4 + t])
+
     def ld_b(sm, base, stride, lane):
         g = lane // 4
         t = lane % 4
@@ -302,14 +322,19 @@ def _sim_ops():
         return None
 
     return {name: cuda.jit(device=True)(f) for name, f in
-            (("ld_b", ld_b), ("ld_bt", ld_bt), ("cp16", cp16),
+            (("ld_a", ld_a), ("ld_b", ld_b), ("ld_bt", ld_bt), ("cp16", cp16),
              ("red_add", red_add), ("ex2", ex2), ("commit", commit),
              ("wait_all", wait_all))}
 
 
-def _gpu_ops():
-    ins = intrinsics()
+def _gpu_ops(linear=False):
+    ins = intrinsics(linear)
     LDSM, LDSMT = ins["ldmatrix_x4"], ins["ldmatrix_x4_trans"]
+
+    @cuda.jit(device=True, forceinline=True)
+    def ld_a(sm, base, stride, lane):
+        j = lane // 8
+        return LDSM(sm, base + ((j % 2) * 8 + lane % 8) * stride + (j // 2) * 4)
 
     @cuda.jit(device=True, forceinline=True)
     def ld_b(sm, base, stride, lane):
@@ -321,12 +346,12 @@ def _gpu_ops():
         j = lane // 8
         return LDSMT(sm, base + ((j % 2) * 8 + lane % 8) * stride + (j // 2) * 4)
 
-    return {"ld_b": ld_b, "ld_bt": ld_bt, "cp16": ins["cp_async16"],
+    return {"ld_a": ld_a, "ld_b": ld_b, "ld_bt": ld_bt, "cp16": ins["cp_async16"],
             "red_add": ins["red_add_f32"], "ex2": ins["ex2_ftz"], "commit": ins["commit"],
             "wait_all": ins["wait_all"]}
 
 
-def ops(simulator: bool) -> dict:
-    """ld_b, ld_bt, cp16, red_add, ex2, commit, wait_all for a GPU (inline PTX) or
-    the simulator."""
-    return _sim_ops() if simulator else _gpu_ops()
+def ops(simulator: bool, linear: bool = False) -> dict:
+    """ld_a, ld_b, ld_bt, cp16, red_add, ex2, commit, wait_all for a GPU (inline PTX) or
+    the simulator (linear: `intrinsics(linear)`'s shared addresses; no effect there)."""
+    return _sim_ops() if simulator else _gpu_ops(linear)

@@ -47,15 +47,19 @@ from .tensor_core_kernels import Z32, _jit
 #: tile) or "scalar" (four 32-bit loads per tile, the first version). Read when a kernel
 #: is built; the two give the same bits.
 KV_FRAGMENTS = "ldmatrix"
+#: shared addresses as one converted start + 32-bit offsets (`smem_ops.intrinsics`), so
+#: the constant part of each ldmatrix address is folded into the instruction; read when a
+#: kernel is built (False: the generic form the forward kernels use)
+LINEAR_SHARED = True
 
 
 def make_key_major_async_kernel(cfg):
     ops = device_ops(cfg.simulator)
     MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
     PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
-    so = smem_ops(cfg.simulator)
-    LDB, LDBT, CP16, COMMIT, WAIT = so["ld_b"], so["ld_bt"], so["cp16"], so["commit"], \
-        so["wait_all"]
+    so = smem_ops(cfg.simulator, LINEAR_SHARED)
+    LDA, LDB, LDBT, CP16, COMMIT, WAIT = so["ld_a"], so["ld_b"], so["ld_bt"], so["cp16"], \
+        so["commit"], so["wait_all"]
     RED, exp2 = so["red_add"], so["ex2"]
     col_sum = _col_sum(cfg.simulator)
     SIM = cfg.simulator
@@ -204,10 +208,10 @@ def make_key_major_async_kernel(cfg):
                 if KV_REGS:
                     a0, a1, a2, a3 = ka[4 * kk], ka[4 * kk + 1], ka[4 * kk + 2], ka[4 * kk + 3]
                     c0, c1, c2, c3 = va[4 * kk], va[4 * kk + 1], va[4 * kk + 2], va[4 * kk + 3]
-                elif KV_LDSM:                   # one ldmatrix.x4 per A tile: its four
-                    ab = (warp * 16) * QS + kk * 8  # tiles come as (a0, a2, a1, a3)
-                    a0, a2, a1, a3 = LDB(sm, U(KNO + ab), QS, lane)
-                    c0, c2, c1, c3 = LDB(sm, U(VNO + ab), QS, lane)
+                elif KV_LDSM:                   # one ldmatrix.x4 per A tile
+                    ab = (warp * 16) * QS + kk * 8
+                    a0, a1, a2, a3 = LDA(sm, U(KNO + ab), QS, lane)
+                    c0, c1, c2, c3 = LDA(sm, U(VNO + ab), QS, lane)
                 else:
                     ab = (warp * 16 + g) * QS + kk * 8 + t
                     a0, a1 = sm[U(KNO + ab)], sm[U(KNO + ab + 8 * QS)]

@@ -78,6 +78,7 @@ from numba import uint64 as U
 from ..constants import F0
 from ._device import key_block_order
 from .mma import SIM_SCRATCH_PER_WARP, device_ops
+from . import tc_backward_kernels_async as v2
 from .smem_ops import ops as smem_ops
 from .tc_backward_kernels import LD_ROWS, _col_sum
 from .tensor_core_kernels import _jit
@@ -87,7 +88,7 @@ def make_key_major_tf32_kernel(cfg):
     ops = device_ops(cfg.simulator)
     MMA, AS_F32 = ops["mma_tf32"], ops["as_f32"]
     BIG, SMALL = ops["tf32_round"], ops["tf32_trunc"]
-    so = smem_ops(cfg.simulator)
+    so = smem_ops(cfg.simulator, v2.LINEAR_SHARED)
     LDB, CP16, COMMIT, WAIT = so["ld_b"], so["cp16"], so["commit"], so["wait_all"]
     RED, exp2 = so["red_add"], so["ex2"]
     col_sum = _col_sum(cfg.simulator)
