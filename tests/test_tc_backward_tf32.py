@@ -149,7 +149,8 @@ def test_3xtf32_takes_float32_arrays_only():
 
 def test_gpu_tiles_fit_every_head_dim_on_the_h200():
     """The default tiles plan for every d (dQ's column tiles split over the warps) and fit
-    the H200's shared memory with two blocks per SM; launches() reports them."""
+    the H200's shared memory with two blocks per SM, or one of 8 warps (d = 113..128);
+    launches() reports them."""
     from flashcourse.limits import PRESETS
     h200 = PRESETS["H200"]
     for d in range(1, 129):
@@ -157,8 +158,11 @@ def test_gpu_tiles_fit_every_head_dim_on_the_h200():
         cfg = tcb.plan("3xtf32", d, t["warps"], t["block_q"], False, True, False,
                        t["kv_regs"], t["q_block_k"], 0, t["pipeline"])
         assert cfg.shared_bytes <= h200.smem_per_block_optin
-        assert 2 * (cfg.shared_bytes + 1024) <= h200.smem_per_sm, (d, cfg.shared_bytes)
+        blocks = h200.smem_per_sm // (cfg.shared_bytes + 1024)
+        assert blocks >= 2 or t["warps"] == 8, (d, cfg.shared_bytes, t)
     pre, key_major = tcb.launches(128, 4096, 4096, 32, h200, precision="3xtf32")
+    assert key_major.grid == (4096 // 128, 32) and key_major.threads == 256
+    pre, key_major = tcb.launches(64, 4096, 4096, 32, h200, precision="3xtf32")
     assert key_major.grid == (4096 // 64, 32) and key_major.threads == 128
     with pytest.raises(ValueError, match="deterministic=True is not built"):
         tcb.launches(64, 128, 128, 1, h200, deterministic=True, precision="3xtf32")

@@ -113,7 +113,7 @@ def query_block_order(order: str | None = None):
 
 #: the orders `key_block_order` knows, and the one the backward kernels are built with
 KEY_ORDERS = ("launch", "heaviest_first")
-CAUSAL_KEY_ORDER = "launch"
+CAUSAL_KEY_ORDER = "heaviest_first"
 
 
 def key_block_order(order: str | None = None):

@@ -208,6 +208,8 @@ def _tf32_tiles(d: int, simulator: bool) -> dict:
     D = ceil_div(d, 16) * 16
     if D <= 64 or D == 80:
         return dict(t, warps=4, block_q=32)
+    if D == 128:
+        return dict(t, warps=8, block_q=16)
     if (D // 8) % 4 == 0:
         return dict(t, warps=4, block_q=16)
     return dict(t, warps=2, block_q=16)
