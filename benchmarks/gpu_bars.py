@@ -23,6 +23,7 @@ tf32_backward  B x H = 32, N in {4096, 8192}, d in {64, 128}, causal off/on: the
           arrays, o and lse from the course's 3xTF32 forward) beside PyTorch's memory-
           efficient fp32 backward (autograd.grad of SDPA); then rel. norm errors of dq, dk,
           dv against float64 on ragged, causal, Tq != Tk shapes (TF32_BWD_ERROR_SHAPES).
+          --tf32-bwd-configs PIPELINE:WARPS:BLOCK_Q also times those variants (same run).
 errors    at N = 4096 (two heads), relative norm error of o (forward) and of dq, dk, dv
           (backward) against float64 on the same rounded inputs, ours beside PyTorch flash.
 Medians of CUDA-event timings (`flashcourse.timing.time_cuda`) after warm-up. Writes
@@ -282,8 +283,16 @@ TF32_BWD_ERROR_SHAPES = [(333, 517, 64, True), (1000, 777, 128, True), (129, 204
                          (517, 333, 100, False), (2048, 2048, 128, True), (70, 1500, 128, False)]
 
 
-def bench_tf32_backward(rows):
-    """3xTF32 backward beside PyTorch's efficient fp32 backward: speed, then accuracy."""
+def tf32_bwd_config(text):
+    """'planes:8:16' -> {"pipeline": "planes", "warps": 8, "block_q": 16} (a
+    --tf32-bwd-configs variant of the 3xTF32 backward)."""
+    pipe, warps, bq = text.split(":")
+    return {"pipeline": pipe, "warps": int(warps), "block_q": int(bq)}
+
+
+def bench_tf32_backward(rows, configs=()):
+    """3xTF32 backward beside PyTorch's efficient fp32 backward: speed (the default, and
+    each of `configs`), then accuracy (the default)."""
     import torch
     for d in DS:
         for causal in (False, True):
@@ -296,6 +305,13 @@ def bench_tf32_backward(rows):
                 row["ours_3xtf32_ms"] = med(partial(backward, q, k, v, o, lse, do,
                                                     kernel="tensor_core", causal=causal),
                                             reps=5)
+                for c in configs:
+                    try:
+                        row[f"ours_3xtf32_{c}_ms"] = med(partial(
+                            backward, q, k, v, o, lse, do, kernel="tensor_core",
+                            causal=causal, **tf32_bwd_config(c)), reps=5)
+                    except ValueError as exc:        # a variant that does not fit this d
+                        log(f"3xTF32 backward {c} at d={d}: {exc}")
                 to = sdpa((tq, tk, tv), causal, "EFFICIENT_ATTENTION")
                 row["torch_efficient_fp32_ms"] = med(
                     partial(torch.autograd.grad, to, (tq, tk, tv), tdo, retain_graph=True),
@@ -304,8 +320,10 @@ def bench_tf32_backward(rows):
                     row[key[:-3] + "_tflops"] = fl / row[key] / 1e9
                 row["ratio"] = row["torch_efficient_fp32_ms"] / row["ours_3xtf32_ms"]
                 rows.append(row)
+                extra = "".join(f" {c} {row[f'ours_3xtf32_{c}_tflops']:5.1f}" for c in configs
+                                if f"ours_3xtf32_{c}_tflops" in row)
                 log(f"bwd tf32 d={d} causal={causal!s:5} N={n:5d}: ours 3xTF32 "
-                    f"{row['ours_3xtf32_tflops']:5.1f} | torch efficient fp32 "
+                    f"{row['ours_3xtf32_tflops']:5.1f}{extra} | torch efficient fp32 "
                     f"{row['torch_efficient_fp32_tflops']:5.1f} TFLOP/s | ratio "
                     f"{row['ratio']:.2f}")
                 del to, tq, tk, tv, tdo, q, k, v, do, o, lse
@@ -373,6 +391,8 @@ def main(argv=None) -> int:
                     help="tf32: also time these 3xTF32 variants, PIPELINE:WARPS:BLOCK_K")
     ap.add_argument("--fwd-every-block", action="store_true",
                     help="forward: also time lazy_rescale=False (the lazy rescale's A/B)")
+    ap.add_argument("--tf32-bwd-configs", nargs="*", default=[],
+                    help="tf32_backward: also time these variants, PIPELINE:WARPS:BLOCK_Q")
     ap.add_argument("--bwd-block-q", type=int, nargs="*", default=[],
                     help="also time the backward with these Br (block_q)")
     results.add_output_arguments(ap)
@@ -390,7 +410,8 @@ def main(argv=None) -> int:
                      ("forward", partial(bench_forward, every_block=args.fwd_every_block)),
                      ("backward", partial(bench_backward, block_qs=args.bwd_block_q)),
                      ("tf32", partial(bench_tf32, configs=args.tf32_configs)),
-                     ("tf32_backward", bench_tf32_backward)):
+                     ("tf32_backward", partial(bench_tf32_backward,
+                                               configs=args.tf32_bwd_configs))):
         doc[name] = []
         if name in args.parts:
             fn(doc[name])

@@ -158,7 +158,8 @@ def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
             tensor-core kernel takes precision ("fp16" for float16, "3xtf32", the default,
             or "bf16" for float32), deterministic (dQ by a query-major pass instead of
             atomic adds; fp16/bf16 only), pipeline
-            ("async": cp.async + ldmatrix, or "plain": version 1) and its tiles (warps,
+            ("async": cp.async + ldmatrix, or "plain": version 1; 3xtf32: "async" or
+            "planes", Q_i and dO_i split once per query block) and its tiles (warps,
             block_q, kv_regs, q_block_k).
         causal, scale: as in the forward.
         check: device-array inputs only (numpy inputs are always checked): run the

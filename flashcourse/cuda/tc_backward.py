@@ -39,6 +39,9 @@ PRECISIONS = ("fp16", "bf16", "3xtf32")
 #: key-major kernel versions: "plain" (v1, tc_backward_kernels), "async" (v2, cp.async +
 #: ldmatrix, tc_backward_kernels_async)
 PIPELINES = ("async", "plain")
+#: the 3xtf32 kernel's: "async" (Q_i, dO_i split where each warp reads them) or "planes"
+#: (split once per query block into big/small planes in shared memory)
+TF32_PIPELINES = ("async", "planes")
 #: the largest head dimension (d is padded with zeros up to a multiple of 16)
 MAX_HEAD_DIM = 128
 #: threads per block of the small pre/post-pass kernels
@@ -125,8 +128,15 @@ class TCBConfig:
         vn = kn + self.block_k * rs
         dsb = vn + self.block_k * rs
         plane = self.block_q * self.tf32_ds_stride if self.with_dq else 0
+        small = 2 * qn if self.pipeline == "planes" else 0
         return 0, qn, 2 * qn, 2 * qn + self.block_q, kn, vn, dsb, dsb + plane, buf, \
-            dsb + 2 * plane
+            dsb + 2 * plane + small
+
+    def tf32_small_offsets(self):
+        """pipeline "planes": word offsets of the small planes of Q_i and dO_i (their big
+        planes replace the raw values in the buffer), after the dS planes."""
+        end = self.tf32_offsets()[-1] - 2 * self.block_q * self.tf32_row_stride
+        return end, end + self.block_q * self.tf32_row_stride
 
     def offsets(self):
         """Word offsets of kernel 1's shared arrays: QN, DON, QT, DOT, L, D, KT, dS, KN,
@@ -195,7 +205,8 @@ def default_tiles(d: int, simulator: bool, precision: str = "fp16") -> dict:
 
 def _tf32_tiles(d: int, simulator: bool) -> dict:
     """3xtf32's variant: K_j, V_j always in shared memory (kv_regs False: split into
-    big/small fragments where read), version 2's cp.async pipeline (the only one built).
+    big/small fragments where read), version 2's cp.async pipeline ("planes", which splits
+    Q_i and dO_i once per query block, is built and simulator-tested but not yet timed).
     Under the simulator 1 warp, Br = 16. On a GPU, chosen by ptxas's register counts
     (sm_90, no spills; not timed yet): 4 warps (Bc = 64 keys) with Br = 32 up to d = 64
     (235 registers, 87.5 KB of shared memory at d = 64: 2 blocks per H200 SM) and at
@@ -287,9 +298,10 @@ def plan(precision: str, d: int, warps: int, block_q: int, simulator: bool | Non
         raise ValueError(f"block_q={block_q} does not fit warps={warps} at d={d}: dQ's "
                          f"{mq} 16-row tiles are shared out among the warps, so warps must "
                          f"be a multiple of block_q/16 and d/8 of warps/(block_q/16)")
-    if pipeline not in PIPELINES:
-        raise ValueError(f"pipeline must be one of {PIPELINES}, got {pipeline!r}")
     tf32 = precision == "3xtf32"
+    if pipeline not in (TF32_PIPELINES if tf32 else PIPELINES):
+        raise ValueError(f"pipeline must be one of {TF32_PIPELINES if tf32 else PIPELINES}"
+                         f" for precision={precision!r}, got {pipeline!r}")
     if tf32:
         _check_tf32_options(not with_dq, pipeline, kv_regs)
     elif pipeline == "async" and (D // 8 // (warps // mq)) % 2:
@@ -311,9 +323,9 @@ def _check_tf32_options(deterministic, pipeline, kv_regs) -> None:
         raise ValueError("deterministic=True is not built for precision='3xtf32' (its dQ "
                          "is added by fp32 atomics): use deterministic=False, or "
                          "kernel='fast_two_pass' for deterministic fp32 gradients")
-    if pipeline not in (None, "async"):
-        raise ValueError(f"precision='3xtf32' is built with pipeline='async' only, got "
-                         f"pipeline={pipeline!r}")
+    if pipeline not in (None,) + TF32_PIPELINES:
+        raise ValueError(f"precision='3xtf32' is built with pipeline='async' or 'planes', "
+                         f"got pipeline={pipeline!r}")
     if kv_regs:
         raise ValueError("precision='3xtf32' keeps K_j, V_j in shared memory: kv_regs "
                          "must be False (or not given)")

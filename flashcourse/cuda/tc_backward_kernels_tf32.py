@@ -48,6 +48,13 @@ the running dK_j, dV_j (registers) or to dQ (atomics) with ordinary fp32 adds (r
 nearest): a tensor core's accumulator truncates, and a running sum kept in it drifts with
 the number of blocks (the forward's P V, `make_tf32_kernel`'s header).
 
+pipeline="planes" (built, bit-equal to "async" on the simulator, not yet timed): after the
+barrier that opens query block i, the block splits Q_i and dO_i once, big in place of the
+raw values and small into planes of their own (Br x (D + 4) words each, 2 Br (D + 4) x 4 B
+more shared memory), and every warp reads both instead of splitting each B fragment it
+loads (the forward's version 3 idea, for the operands all warps share). K_j, V_j are still
+split where read.
+
 Masks exactly as the fp16 kernels: P = 0 where key >= Tk, query >= Tq (rows past Tq come
 as zeros with L = +inf from the pre-pass's padding), or, with causal, key > query + Tk -
 Tq; a row with lse = -inf (it sees no key) has L = +inf: P = 0.
@@ -104,6 +111,9 @@ def make_key_major_tf32_kernel(cfg):
     NQW = NO // (NW // MQ)         # n8 tiles of dQ per warp
     RS, DSS = cfg.tf32_row_stride, cfg.tf32_ds_stride
     QN, DON, LS, DS, KNO, VNO, DSB, DSL, BUF, _ = cfg.tf32_offsets()
+    PLANES = cfg.pipeline == "planes"
+    QSN, DOSN = cfg.tf32_small_offsets() if PLANES else (0, 0)
+    SPL = -(-(BR * D) // NT)      # planes: Q_i (and dO_i) values split per thread
     LDR = LD_ROWS
     CH = D // 4                    # 16-byte chunks per row
     QCH = -(-(BR * CH) // NT)      # Q (and dO) chunks per thread per query block
@@ -213,6 +223,19 @@ def make_key_major_tf32_kernel(cfg):
                     CP16(sm, U(nb_ + DS + 4 * (tid - LCH)), ldw,
                          U(dbase + q1 + 4 * (tid - LCH)), 16)
                 COMMIT()
+            if PLANES:                          # Q_i, dO_i -> big (in place) + small
+                for it in range(SPL):
+                    e = tid + NT * it
+                    if e < BR * D:
+                        r = e // D
+                        w = r * RS + (e - r * D)
+                        for which in range(2):
+                            at = U(bo + (QN if which == 0 else DON) + w)
+                            x = AS_F32(sm[at])
+                            big = BIG(x)
+                            sm[at] = big
+                            sm[U((QSN if which == 0 else DOSN) + w)] = SMALL(x - AS_F32(big))
+                cuda.syncthreads()              # the planes are complete
 
             # S^T = K_j Q_i^T, dP^T = V_j dO_i^T (from zero; small, small, big per k8 step)
             for i in range(SREGS):
@@ -235,15 +258,27 @@ def make_key_major_tf32_kernel(cfg):
                     sa2 = SMALL(x2 - AS_F32(a2))
                     sa3 = SMALL(x3 - AS_F32(a3))
                     bsrc = bo + (QN if which == 0 else DON)
+                    ssrc = QSN if which == 0 else DOSN
                     for n2 in range(NS // 2):
                         y0w, y1w, y2w, y3w = LDB(sm, U(bsrc + (n2 * 16) * RS + kk * 8), RS,
                                                  lane)
+                        if PLANES:
+                            z0w, z1w, z2w, z3w = LDB(sm, U(ssrc + (n2 * 16) * RS + kk * 8),
+                                                     RS, lane)
                         for half in range(2):
                             n = 2 * n2 + half
-                            y0 = AS_F32(y0w if half == 0 else y2w)
-                            y1 = AS_F32(y1w if half == 0 else y3w)
-                            b0 = BIG(y0)
-                            b1 = BIG(y1)
+                            if PLANES:
+                                b0 = y0w if half == 0 else y2w
+                                b1 = y1w if half == 0 else y3w
+                                sb0 = z0w if half == 0 else z2w
+                                sb1 = z1w if half == 0 else z3w
+                            else:
+                                y0 = AS_F32(y0w if half == 0 else y2w)
+                                y1 = AS_F32(y1w if half == 0 else y3w)
+                                b0 = BIG(y0)
+                                b1 = BIG(y1)
+                                sb0 = SMALL(y0 - AS_F32(b0))
+                                sb1 = SMALL(y1 - AS_F32(b1))
                             if which == 0:
                                 c0 = s[4 * n]
                                 c1 = s[4 * n + 1]
@@ -258,8 +293,7 @@ def make_key_major_tf32_kernel(cfg):
                                                  b0, b1, c0, c1, c2, c3)
                             par = 1 - par
                             c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3,
-                                                 SMALL(y0 - AS_F32(b0)),
-                                                 SMALL(y1 - AS_F32(b1)), c0, c1, c2, c3)
+                                                 sb0, sb1, c0, c1, c2, c3)
                             par = 1 - par
                             c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3,
                                                  b0, b1, c0, c1, c2, c3)
@@ -319,6 +353,7 @@ def make_key_major_tf32_kernel(cfg):
                             sm[U(DSB + sb)] = pb[4 * n + i]
                             sm[U(DSL + sb)] = pl[4 * n + i]
                 bsrc = bo + (DON if which == 0 else QN)
+                ssrc = DOSN if which == 0 else QSN
                 for n in range(NO):
                     c0 = F0
                     c1 = F0
@@ -329,18 +364,25 @@ def make_key_major_tf32_kernel(cfg):
                     f2 = F0
                     f3 = F0
                     for j in range(NS):
-                        xb = bsrc + (j * 8 + 2 * t) * RS + n * 8 + g
-                        y0 = AS_F32(sm[U(xb)])
-                        y1 = AS_F32(sm[U(xb + RS)])
-                        b0 = BIG(y0)
-                        b1 = BIG(y1)
+                        xo = (j * 8 + 2 * t) * RS + n * 8 + g
+                        if PLANES:
+                            b0 = sm[U(bsrc + xo)]
+                            b1 = sm[U(bsrc + xo + RS)]
+                            sb0 = sm[U(ssrc + xo)]
+                            sb1 = sm[U(ssrc + xo + RS)]
+                        else:
+                            y0 = AS_F32(sm[U(bsrc + xo)])
+                            y1 = AS_F32(sm[U(bsrc + xo + RS)])
+                            b0 = BIG(y0)
+                            b1 = BIG(y1)
+                            sb0 = SMALL(y0 - AS_F32(b0))
+                            sb1 = SMALL(y1 - AS_F32(b1))
                         f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pl[4 * j], pl[4 * j + 2],
                                              pl[4 * j + 1], pl[4 * j + 3], b0, b1,
                                              f0, f1, f2, f3)
                         par = 1 - par
                         f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
-                                             pb[4 * j + 1], pb[4 * j + 3],
-                                             SMALL(y0 - AS_F32(b0)), SMALL(y1 - AS_F32(b1)),
+                                             pb[4 * j + 1], pb[4 * j + 3], sb0, sb1,
                                              f0, f1, f2, f3)
                         par = 1 - par
                         c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
@@ -432,5 +474,6 @@ def make_key_major_tf32_kernel(cfg):
     tc_bwd_key_major_tf32.__name__ = (f"tc_bwd_kv_3xtf32_w{NW}_q{BR}_d{D}"
                                       + ("_dq" if WITH_DQ else "")
                                       + ("_sums" if SUMS else "")
+                                      + ("_planes" if PLANES else "")
                                       + ("_sim" if SIM else ""))
     return _jit(tc_bwd_key_major_tf32, cfg)
