@@ -128,20 +128,16 @@ def key_block_order(order: str | None = None):
 
     Without a mask both are the launch order. order None: `CAUSAL_KEY_ORDER`, read when
     called (when a kernel is built)."""
-    if order is None:
-        order = CAUSAL_KEY_ORDER
+    order = CAUSAL_KEY_ORDER if order is None else order
     if order not in KEY_ORDERS:
         raise ValueError(f"order must be one of {KEY_ORDERS}, got {order!r}")
-
     if order == "launch":
-        @_inlined
-        def block_of(causal):
-            return cuda.blockIdx.x, cuda.blockIdx.y
-    else:
-        @_inlined
-        def block_of(causal):
-            if causal != 0:
-                lin = cuda.blockIdx.x + cuda.gridDim.x * cuda.blockIdx.y
-                return lin // cuda.gridDim.y, lin % cuda.gridDim.y
-            return cuda.blockIdx.x, cuda.blockIdx.y
+        return query_block_order("launch")
+
+    @_inlined
+    def block_of(causal):
+        if causal != 0:
+            lin = cuda.blockIdx.x + cuda.gridDim.x * cuda.blockIdx.y
+            return lin // cuda.gridDim.y, lin % cuda.gridDim.y
+        return cuda.blockIdx.x, cuda.blockIdx.y
     return block_of
