@@ -112,8 +112,6 @@ def b_fragment_of(tile_kn: np.ndarray, lane: int) -> tuple:
 # GPU intrinsics
 # --------------------------------------------------------------------------------------
 
-
-
 def _make_intrinsics(linear: bool = False):
     from llvmlite import ir
     from numba import types
