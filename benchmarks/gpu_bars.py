@@ -210,11 +210,12 @@ def max_rel(x, ref) -> float:
     return float(np.abs(x - ref).max() / np.abs(ref).max())
 
 
-def tf32_config(text):
+def tf32_config(text, tile="block_k"):
     """'async:8:32' -> {"pipeline": "async", "warps": 8, "block_k": 32} (a --tf32-configs
-    variant of the 3xTF32 forward)."""
-    pipe, warps, bk = text.split(":")
-    return {"pipeline": pipe, "warps": int(warps), "block_k": int(bk)}
+    variant of the 3xTF32 forward; tile="block_q": a --tf32-bwd-configs variant of the
+    backward)."""
+    pipe, warps, size = text.split(":")
+    return {"pipeline": pipe, "warps": int(warps), tile: int(size)}
 
 
 #: (Tq, Tk, d, causal) of the 3xTF32 accuracy rows: the issue's long rows, then ragged,
@@ -283,13 +284,6 @@ TF32_BWD_ERROR_SHAPES = [(333, 517, 64, True), (1000, 777, 128, True), (129, 204
                          (517, 333, 100, False), (2048, 2048, 128, True), (70, 1500, 128, False)]
 
 
-def tf32_bwd_config(text):
-    """'planes:8:16' -> {"pipeline": "planes", "warps": 8, "block_q": 16} (a
-    --tf32-bwd-configs variant of the 3xTF32 backward)."""
-    pipe, warps, bq = text.split(":")
-    return {"pipeline": pipe, "warps": int(warps), "block_q": int(bq)}
-
-
 def bench_tf32_backward(rows, configs=()):
     """3xTF32 backward beside PyTorch's efficient fp32 backward: speed (the default, and
     each of `configs`), then accuracy (the default)."""
@@ -309,7 +303,7 @@ def bench_tf32_backward(rows, configs=()):
                     try:
                         row[f"ours_3xtf32_{c}_ms"] = med(partial(
                             backward, q, k, v, o, lse, do, kernel="tensor_core",
-                            causal=causal, **tf32_bwd_config(c)), reps=5)
+                            causal=causal, **tf32_config(c, "block_q")), reps=5)
                     except ValueError as exc:        # a variant that does not fit this d
                         log(f"3xTF32 backward {c} at d={d}: {exc}")
                 to = sdpa((tq, tk, tv), causal, "EFFICIENT_ATTENTION")

@@ -299,11 +299,10 @@ def plan(precision: str, d: int, warps: int, block_q: int, simulator: bool | Non
                          f"{mq} 16-row tiles are shared out among the warps, so warps must "
                          f"be a multiple of block_q/16 and d/8 of warps/(block_q/16)")
     tf32 = precision == "3xtf32"
-    if pipeline not in (TF32_PIPELINES if tf32 else PIPELINES):
-        raise ValueError(f"pipeline must be one of {TF32_PIPELINES if tf32 else PIPELINES}"
-                         f" for precision={precision!r}, got {pipeline!r}")
-    if tf32:
+    if tf32:                           # its pipelines, with its own message
         _check_tf32_options(not with_dq, pipeline, kv_regs)
+    elif pipeline not in PIPELINES:
+        raise ValueError(f"pipeline must be one of {PIPELINES}, got {pipeline!r}")
     elif pipeline == "async" and (D // 8 // (warps // mq)) % 2:
         raise ValueError(f"block_q={block_q}, warps={warps} at d={d}: version 2 reads dQ's "
                          f"B fragments two n8 tiles at a time; use more query rows per warp")
