@@ -109,21 +109,22 @@ def test_versions_and_dq_designs_agree():
 
 def test_kv_fragments_by_ldmatrix_equal_scalar_loads():
     """K_j, V_j in shared memory (kv_regs=False, d > 64's default): version 2 reads their A
-    fragments by ldmatrix.x4 (tiles arriving as a0, a2, a1, a3) or by four 32-bit loads;
-    both equal version 1 bit for bit, and the rounding model."""
+    fragments by ldmatrix.x4 or by four 32-bit loads, and dQ's dS fragments by ld_at or
+    ld_bt (tiles arriving as a0, a2, a1, a3); all equal version 1 bit for bit, and the
+    rounding model."""
     from flashcourse.cuda import tc_backward_kernels_async as v2
     args = problem(37, 45, 40, True, "fp16", seed=5)
     kw = dict(kernel="tensor_core", causal=True, kv_regs=False)
     want = backward(*args, pipeline="plain", **kw)
-    keep = v2.KV_FRAGMENTS
+    keep = v2.KV_FRAGMENTS, v2.DS_FRAGMENTS
     try:
-        for how in ("ldmatrix", "scalar"):
-            v2.KV_FRAGMENTS = how
+        for how, ds in (("ldmatrix", "ld_at"), ("scalar", "ld_bt")):
+            v2.KV_FRAGMENTS, v2.DS_FRAGMENTS = how, ds
             tcb.kernels.cache_clear()
             for a, b in zip(backward(*args, pipeline="async", **kw), want):
-                assert np.array_equal(a, b), how
+                assert np.array_equal(a, b), (how, ds)
     finally:
-        v2.KV_FRAGMENTS = keep
+        v2.KV_FRAGMENTS, v2.DS_FRAGMENTS = keep
         tcb.kernels.cache_clear()
     for name, g, m in zip(("dq", "dk", "dv"), want, model(*args, True, "fp16")):
         m = m.astype(g.dtype).astype(np.float64)
@@ -299,6 +300,22 @@ def test_ldmatrix_trans_of_a_k_major_tile_is_the_mma_b_fragment():
     assert wrong > 0
 
 
+def test_ld_at_of_a_k_major_tile_is_the_mma_a_fragment_in_order():
+    """A stored with k along the rows (dS^T for dQ += dS K): ld_at (.trans, tiles 1 and 2
+    of ld_bt swapped) gives a0, a1, a2, a3 in the mma's order; ld_bt gives them as
+    a0, a2, a1, a3, which is not the fragment."""
+    a = np.random.default_rng(4).integers(0, 2 ** 16, (16, 16)).astype(np.uint16)  # (m, k)
+    words, stride = _tile_words(np.ascontiguousarray(a.T))                   # rows = k
+    wrong = 0
+    for lane in range(32):
+        want = smem_ops.a_fragment_of(a, lane)
+        assert smem_ops.ld_at_model(words, 0, stride, lane) == want, lane
+        b = smem_ops.ld_bt_model(words, 0, stride, lane)
+        assert (b[0], b[2], b[1], b[3]) == want
+        wrong += b != want
+    assert wrong > 0
+
+
 def test_ldmatrix_of_an_n_major_tile_is_the_mma_b_fragment():
     """B stored with n along the rows (Q_i for S^T = K Q^T): plain ldmatrix gives it."""
     stored = np.random.default_rng(1).integers(0, 2 ** 16, (16, 16)).astype(np.uint16)  # (n, k)
@@ -312,7 +329,7 @@ def test_ldmatrix_of_an_n_major_tile_is_the_mma_b_fragment():
 
 def test_simulator_twins_match_the_models():
     ops = smem_ops.ops(True)
-    ld_b, ld_bt, cp16 = ops["ld_b"], ops["ld_bt"], ops["cp16"]
+    ld_b, ld_bt, ld_at, cp16 = ops["ld_b"], ops["ld_bt"], ops["ld_at"], ops["cp16"]
     tile = np.random.default_rng(2).integers(0, 2 ** 16, (16, 16)).astype(np.uint16)
     words, stride = _tile_words(tile)
     g = np.arange(2 * 3 * 8, dtype=np.uint32).reshape(2, 3, 8)
@@ -326,21 +343,24 @@ def test_simulator_twins_match_the_models():
         cuda.syncthreads()
         a = ld_b(sm, 0, stride, lane)
         b = ld_bt(sm, 0, stride, lane)
+        c = ld_at(sm, 0, stride, lane)
         for i in range(4):
             out[lane, i] = a[i]
             out[lane, 4 + i] = b[i]
+            out[lane, 8 + i] = c[i]
         if lane == 0:
             cp16(sm, 200, g, (1 * 3 + 2) * 8 + 4, 16)   # g[1, 2, 4:8] of the (2, 3, 8) words
             cp16(sm, 204, g, (1 * 3 + 2) * 8, 0)
             for i in range(8):
                 copied[i] = sm[200 + i]
 
-    out = np.zeros((32, 8), np.uint32)
+    out = np.zeros((32, 12), np.uint32)
     copied = np.zeros(8, np.uint32)
     probe[1, 32](words, out, g.reshape(-1), copied)
     for lane in range(32):
         assert tuple(out[lane, :4]) == smem_ops.ld_b_model(words, 0, stride, lane)
-        assert tuple(out[lane, 4:]) == smem_ops.ld_bt_model(words, 0, stride, lane)
+        assert tuple(out[lane, 4:8]) == smem_ops.ld_bt_model(words, 0, stride, lane)
+        assert tuple(out[lane, 8:]) == smem_ops.ld_at_model(words, 0, stride, lane)
     assert list(copied[:4]) == list(g[1, 2, 4:8]) and not copied[4:].any()
 
 

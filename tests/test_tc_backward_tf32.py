@@ -105,6 +105,27 @@ def test_planes_pipeline_equals_async(warps, block_q, tq, tk, d, causal):
     assert_fp32_accurate(p, ref_grads(args, causal), "planes")
 
 
+def test_small_terms_in_one_chain_or_apart():
+    """tc_backward_kernels_tf32.SMALL_TERMS: a block's small terms of dV, dK and dQ in the
+    big terms' accumulator ("one_chain", the default) or in their own ("apart"): both
+    fp32-accurate, and different bits (the switch reaches the kernel)."""
+    from flashcourse.cuda import tc_backward_kernels_tf32 as t32
+    args = problem(37, 45, 40, True, seed=17)
+    kw = dict(kernel="tensor_core", causal=True, warps=2, block_q=16)
+    keep = t32.SMALL_TERMS
+    got = {}
+    try:
+        for how in ("one_chain", "apart"):
+            t32.SMALL_TERMS = how
+            tcb.kernels.cache_clear()
+            got[how] = backward(*args, **kw)
+            assert_fp32_accurate(got[how], ref_grads(args, True), how)
+    finally:
+        t32.SMALL_TERMS = keep
+        tcb.kernels.cache_clear()
+    assert any(not np.array_equal(a, b) for a, b in zip(got["one_chain"], got["apart"]))
+
+
 def test_device_arrays_in_and_out():
     args = problem(17, 23, 24, True, seed=9)
     dev = [cuda.to_device(a) for a in args]

@@ -32,6 +32,12 @@ calls the same names on a GPU and under Numba's simulator (`ops(simulator)`):
                                     whose B is stored n-major (row = n, two k per word)
     ld_bt(sm, base, stride, lane)   the same with .trans, tiles at rows {0..7, 8..15}
                                     and words {0, 4}: B stored k-major (row = k)
+    ld_at(sm, base, stride, lane)   the A fragment (a0, a1, a2, a3) of a 16 x 16 A stored
+                                    k-major (row = k, two m per word; the backward's dS^T
+                                    for dQ += dS K): .trans, tiles at words {0, 4}, then
+                                    rows {0..7, 8..15}, so the registers arrive in the
+                                    order the mma takes them (ld_bt's order a0, a2, a1,
+                                    a3 cost ptxas four register moves per use)
     cp16(sm, sidx, g, gidx, nbytes)  16 bytes g[gidx:gidx+4] -> sm[sidx:sidx+4] (uint32
                                     words of a 1-D array, one unsigned index: a 3-D
                                     index cost ~30 instructions of stride arithmetic per
@@ -66,7 +72,7 @@ from numba import cuda
 
 from ..constants import LN2_F
 
-from .mma import b_m16n8k16
+from .mma import a_m16n8k16, b_m16n8k16
 
 LO16 = np.uint32(0xFFFF)
 
@@ -99,6 +105,20 @@ def ld_bt_model(words: np.ndarray, base: int, stride: int, lane: int) -> tuple:
         hi = _half(words[base + (row0 + 2 * t + 1) * stride + w0 + g // 2], g % 2)
         out.append(np.uint32(lo | (hi << 16)))
     return tuple(out)
+
+
+def ld_at_model(words: np.ndarray, base: int, stride: int, lane: int) -> tuple:
+    """ldmatrix.x4.trans of tiles (words 0..3 | 4..7) x (rows 0..7 | 8..15): ld_bt's
+    tiles 1 and 2 swapped."""
+    a0, a2, a1, a3 = ld_bt_model(words, base, stride, lane)
+    return a0, a1, a2, a3
+
+
+def a_fragment_of(tile_mk: np.ndarray, lane: int) -> tuple:
+    """The four A registers (a0..a3) of an m16n8k16 product for a 16 x 16 (m, k) tile of
+    uint16 values, packed as the mma reads them (the fragment map of `mma.py`)."""
+    vals = [int(tile_mk[a_m16n8k16(lane, i)]) for i in range(8)]
+    return tuple(np.uint32(vals[2 * j] | (vals[2 * j + 1] << 16)) for j in range(4))
 
 
 def b_fragment_of(tile_kn: np.ndarray, lane: int) -> tuple:
@@ -303,6 +323,10 @@ def _sim_ops():
             out.append(np.uint32(lo | (hi << np.uint32(16))))
         return out[0], out[1], out[2], out[3]
 
+    def ld_at(sm, base, stride, lane):
+        a0, a2, a1, a3 = ld_bt(sm, base, stride, lane)
+        return a0, a1, a2, a3
+
     def cp16(sm, sidx, g, gidx, nbytes):
         for i in range(4):
             sm[sidx + i] = g[gidx + i] if nbytes != 0 else np.uint32(0)
@@ -320,7 +344,8 @@ def _sim_ops():
         return None
 
     return {name: cuda.jit(device=True)(f) for name, f in
-            (("ld_a", ld_a), ("ld_b", ld_b), ("ld_bt", ld_bt), ("cp16", cp16),
+            (("ld_a", ld_a), ("ld_b", ld_b), ("ld_bt", ld_bt), ("ld_at", ld_at),
+             ("cp16", cp16),
              ("red_add", red_add), ("ex2", ex2), ("commit", commit),
              ("wait_all", wait_all))}
 
@@ -344,12 +369,18 @@ def _gpu_ops(linear=False):
         j = lane // 8
         return LDSMT(sm, base + ((j % 2) * 8 + lane % 8) * stride + (j // 2) * 4)
 
-    return {"ld_a": ld_a, "ld_b": ld_b, "ld_bt": ld_bt, "cp16": ins["cp_async16"],
+    @cuda.jit(device=True, forceinline=True)
+    def ld_at(sm, base, stride, lane):
+        j = lane // 8
+        return LDSMT(sm, base + ((j // 2) * 8 + lane % 8) * stride + (j % 2) * 4)
+
+    return {"ld_a": ld_a, "ld_b": ld_b, "ld_bt": ld_bt, "ld_at": ld_at,
+            "cp16": ins["cp_async16"],
             "red_add": ins["red_add_f32"], "ex2": ins["ex2_ftz"], "commit": ins["commit"],
             "wait_all": ins["wait_all"]}
 
 
 def ops(simulator: bool, linear: bool = False) -> dict:
-    """ld_a, ld_b, ld_bt, cp16, red_add, ex2, commit, wait_all for a GPU (inline PTX) or
+    """ld_a, ld_b, ld_bt, ld_at, cp16, red_add, ex2, commit, wait_all for a GPU (inline PTX) or
     the simulator (linear: `intrinsics(linear)`'s shared addresses; no effect there)."""
     return _sim_ops() if simulator else _gpu_ops(linear)

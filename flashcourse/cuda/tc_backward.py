@@ -205,14 +205,15 @@ def default_tiles(d: int, simulator: bool, precision: str = "fp16") -> dict:
 
 def _tf32_tiles(d: int, simulator: bool) -> dict:
     """3xtf32's variant: K_j, V_j always in shared memory (kv_regs False: split into
-    big/small fragments where read), version 2's cp.async pipeline ("planes", which splits
-    Q_i and dO_i once per query block, is built and simulator-tested but not yet timed).
-    Under the simulator 1 warp, Br = 16. On a GPU, chosen by ptxas's register counts
-    (sm_90, no spills; not timed yet): 4 warps (Bc = 64 keys) with Br = 32 up to d = 64
-    (235 registers, 87.5 KB of shared memory at d = 64: 2 blocks per H200 SM) and at
-    d = 65..80, Br = 16 at d = 81..96 and 113..128 (232 registers, 110 KB at d = 128: the
-    16 x d dK, dV accumulators alone take d registers), 2 warps with Br = 16 at
-    d = 97..112 (dQ's d/8 = 14 column tiles do not split over 4 warps; Br = 32 spills)."""
+    big/small fragments where read). Under the simulator 1 warp, Br = 16. On a GPU:
+    4 warps (Bc = 64 keys) with Br = 32 up to d = 64 and at d = 65..80, version 2's
+    "async" pipeline (H200, 2026-12-03, results/h200_bars_bwd_planes.json: 1.10-1.27x
+    PyTorch's efficient fp32 at d = 64; "planes" 0.88-1.11x there); at d = 113..128
+    8 warps x Br 16 (one block of Bc = 128 keys per SM) with "planes", Q_i and dO_i split
+    once per query block (the same run: 1.00-1.07x, "async" 0.97-1.04x; 4 warps with
+    planes 0.53x: one block per SM fewer); Br = 16 at d = 81..96 (4 warps) and 2 warps at
+    d = 97..112 (dQ's d/8 = 14 column tiles do not split over 4 warps), from ptxas's
+    register counts (sm_90, no spills), not timed."""
     t = {"warps": 1, "block_q": 16, "kv_regs": False, "q_block_k": 16, "pipeline": "async"}
     if simulator:
         return t
@@ -220,7 +221,7 @@ def _tf32_tiles(d: int, simulator: bool) -> dict:
     if D <= 64 or D == 80:
         return dict(t, warps=4, block_q=32)
     if D == 128:
-        return dict(t, warps=8, block_q=16)
+        return dict(t, warps=8, block_q=16, pipeline="planes")
     if (D // 8) % 4 == 0:
         return dict(t, warps=4, block_q=16)
     return dict(t, warps=2, block_q=16)
@@ -233,7 +234,8 @@ def _candidates(d: int, precision: str = "fp16") -> list:
     if precision == "3xtf32":
         out = [first]
         for warps, block_q in ((4, 16), (2, 16), (2, 32), (1, 16)):
-            t = dict(first, warps=warps, block_q=block_q)
+            # the smaller blocks with "async": "planes" costs them a block per SM
+            t = dict(first, warps=warps, block_q=block_q, pipeline="async")
             if t not in out:
                 out.append(t)
         D = ceil_div(d, 16) * 16

@@ -51,6 +51,11 @@ KV_FRAGMENTS = "ldmatrix"
 #: the constant part of each ldmatrix address is folded into the instruction; read when a
 #: kernel is built (False: the generic form the forward kernels use)
 LINEAR_SHARED = True
+#: how dQ += dS K reads its A fragments from dS^T in shared memory: "ld_at" (ldmatrix.trans
+#: addressed so the four registers arrive in the mma's order) or "ld_bt" (ld_bt's order,
+#: a0, a2, a1, a3: four register moves per mma in the SASS); read when a kernel is built;
+#: the same bits
+DS_FRAGMENTS = "ld_at"
 
 
 def make_key_major_async_kernel(cfg):
@@ -60,6 +65,8 @@ def make_key_major_async_kernel(cfg):
     so = smem_ops(cfg.simulator, LINEAR_SHARED)
     LDA, LDB, LDBT, CP16, COMMIT, WAIT = so["ld_a"], so["ld_b"], so["ld_bt"], so["cp16"], \
         so["commit"], so["wait_all"]
+    LDAT = so["ld_at"]
+    DS_AT = DS_FRAGMENTS == "ld_at"
     RED, exp2 = so["red_add"], so["ex2"]
     col_sum = _col_sum(cfg.simulator)
     SIM = cfg.simulator
@@ -343,9 +350,15 @@ def make_key_major_async_kernel(cfg):
                 for i in range(QREGS):
                     dqa[i] = F0
                 for kp in range(KK):
-                    # A = dS (rows = queries, k = keys) is dS^T's tiles transposed: the
-                    # four tiles of ldmatrix.trans come as (a0, a2, a1, a3)
-                    a0, a2, a1, a3 = LDBT(sm, U(DSO + (kp * 16) * DSH + mq * 8), DSH, lane)
+                    # A = dS (rows = queries, k = keys) is dS^T's tiles transposed:
+                    # ld_at addresses them in the mma's register order (ld_bt's four
+                    # tiles come as a0, a2, a1, a3)
+                    if DS_AT:
+                        a0, a1, a2, a3 = LDAT(sm, U(DSO + (kp * 16) * DSH + mq * 8), DSH,
+                                              lane)
+                    else:
+                        a0, a2, a1, a3 = LDBT(sm, U(DSO + (kp * 16) * DSH + mq * 8), DSH,
+                                              lane)
                     for n2 in range(NQW // 2):
                         n = 2 * n2
                         b0, b1, b2, b3 = LDBT(sm, U(KNO + (kp * 16) * QS + (nb + n) * 4), QS,
@@ -396,6 +409,7 @@ def make_key_major_async_kernel(cfg):
                                        + ("_sums" if SUMS else "")
                                        + ("" if KV_REGS else "_kvsh")
                                        + ("" if KV_REGS or KV_LDSM else "_scalar")
+                                       + ("" if DS_AT or not WITH_DQ else "_dsbt")
                                        + ("_sim" if SIM else ""))
     return _jit(tc_bwd_key_major_async, cfg)
 

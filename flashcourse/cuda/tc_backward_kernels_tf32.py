@@ -43,12 +43,15 @@ Layouts. fp32 is one value per 32-bit word: no packing, and no transposed copies
 
 Accuracy: S^T and dP^T start from zero per query block and sum over d in one accumulator
 per tile (the forward's S). dV, dK and dQ are sums over many blocks: each block's product
-starts from zero, its small terms (x 2^-11) in accumulators of their own, and is added to
-the running dK_j, dV_j (registers) or to dQ (atomics) with ordinary fp32 adds (round to
-nearest): a tensor core's accumulator truncates, and a running sum kept in it drifts with
-the number of blocks (the forward's P V, `make_tf32_kernel`'s header).
+starts from zero, its small terms (x 2^-11) first in the same accumulator (SMALL_TERMS =
+"one_chain"; "apart" keeps them in accumulators of their own, 4 FADD more per n8 tile),
+and is added to the running dK_j, dV_j (registers) or to dQ (atomics) with ordinary fp32
+adds (round to nearest): a tensor core's accumulator truncates, and a running sum kept in
+it drifts with the number of blocks (the forward's P V, `make_tf32_kernel`'s header);
+within one block's few mma the truncation is that of any fp32 sum.
 
-pipeline="planes" (built, bit-equal to "async" on the simulator, not yet timed): after the
+pipeline="planes" (bit-equal to "async" on the simulator; the default at d = 113..128,
+where it was 2-3% faster on the H200, `tc_backward._tf32_tiles`): after the
 barrier that opens query block i, the block splits Q_i and dO_i once, big in place of the
 raw values and small into planes of their own (Br x (D + 4) words each, 2 Br (D + 4) x 4 B
 more shared memory), and every warp reads both instead of splitting each B fragment it
@@ -90,6 +93,12 @@ from .smem_ops import ops as smem_ops
 from .tc_backward_kernels import LD_ROWS, _col_sum
 from .tensor_core_kernels import _jit
 
+#: where a block's small terms of dV, dK and dQ go: "one_chain" (the same accumulator as
+#: the big terms, small first, as S^T's chain; the block's product still starts from zero
+#: and is added to the running sum in fp32) or "apart" (accumulators of their own, added
+#: after the block: 4 more FADD and 4 registers per n8 tile). Read when a kernel is built.
+SMALL_TERMS = "one_chain"
+
 
 def make_key_major_tf32_kernel(cfg):
     ops = device_ops(cfg.simulator)
@@ -112,6 +121,7 @@ def make_key_major_tf32_kernel(cfg):
     RS, DSS = cfg.tf32_row_stride, cfg.tf32_ds_stride
     QN, DON, LS, DS, KNO, VNO, DSB, DSL, BUF, _ = cfg.tf32_offsets()
     PLANES = cfg.pipeline == "planes"
+    ONE_CHAIN = SMALL_TERMS == "one_chain"
     QSN, DOSN = cfg.tf32_small_offsets() if PLANES else (0, 0)
     SPL = -(-(BR * D) // NT)      # planes: Q_i (and dO_i) values split per thread
     LDR = LD_ROWS
@@ -377,28 +387,42 @@ def make_key_major_tf32_kernel(cfg):
                             b1 = BIG(y1)
                             sb0 = SMALL(y0 - AS_F32(b0))
                             sb1 = SMALL(y1 - AS_F32(b1))
-                        f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pl[4 * j], pl[4 * j + 2],
-                                             pl[4 * j + 1], pl[4 * j + 3], b0, b1,
-                                             f0, f1, f2, f3)
-                        par = 1 - par
-                        f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
-                                             pb[4 * j + 1], pb[4 * j + 3], sb0, sb1,
-                                             f0, f1, f2, f3)
+                        if ONE_CHAIN:           # the small terms first, in c
+                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pl[4 * j],
+                                                 pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
+                                                 b0, b1, c0, c1, c2, c3)
+                            par = 1 - par
+                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j],
+                                                 pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
+                                                 sb0, sb1, c0, c1, c2, c3)
+                        else:
+                            f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pl[4 * j],
+                                                 pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
+                                                 b0, b1, f0, f1, f2, f3)
+                            par = 1 - par
+                            f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pb[4 * j],
+                                                 pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
+                                                 sb0, sb1, f0, f1, f2, f3)
                         par = 1 - par
                         c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
                                              pb[4 * j + 1], pb[4 * j + 3], b0, b1,
                                              c0, c1, c2, c3)
                         par = 1 - par
+                    if not ONE_CHAIN:
+                        c0 += f0
+                        c1 += f1
+                        c2 += f2
+                        c3 += f3
                     if which == 0:
-                        dva[4 * n] += c0 + f0
-                        dva[4 * n + 1] += c1 + f1
-                        dva[4 * n + 2] += c2 + f2
-                        dva[4 * n + 3] += c3 + f3
+                        dva[4 * n] += c0
+                        dva[4 * n + 1] += c1
+                        dva[4 * n + 2] += c2
+                        dva[4 * n + 3] += c3
                     else:
-                        dka[4 * n] += c0 + f0
-                        dka[4 * n + 1] += c1 + f1
-                        dka[4 * n + 2] += c2 + f2
-                        dka[4 * n + 3] += c3 + f3
+                        dka[4 * n] += c0
+                        dka[4 * n + 1] += c1
+                        dka[4 * n + 2] += c2
+                        dka[4 * n + 3] += c3
 
             if WITH_DQ:
                 cuda.syncthreads()             # every warp's dS is in shared memory
@@ -425,21 +449,28 @@ def make_key_major_tf32_kernel(cfg):
                         y1 = AS_F32(sm[U(kb + RS)])
                         b0 = BIG(y0)
                         b1 = BIG(y1)
+                        if ONE_CHAIN:
+                            x0, x1, x2, x3 = dqc[4 * n], dqc[4 * n + 1], dqc[4 * n + 2], \
+                                dqc[4 * n + 3]
+                        else:
+                            x0, x1, x2, x3 = dqe[4 * n], dqe[4 * n + 1], dqe[4 * n + 2], \
+                                dqe[4 * n + 3]
                         x0, x1, x2, x3 = MMA(scr, wbase, lane, par, l0, l1, l2, l3, b0, b1,
-                                             dqe[4 * n], dqe[4 * n + 1], dqe[4 * n + 2],
-                                             dqe[4 * n + 3])
+                                             x0, x1, x2, x3)
                         par = 1 - par
                         x0, x1, x2, x3 = MMA(scr, wbase, lane, par, h0, h1, h2, h3,
                                              SMALL(y0 - AS_F32(b0)), SMALL(y1 - AS_F32(b1)),
                                              x0, x1, x2, x3)
                         par = 1 - par
-                        dqe[4 * n] = x0
-                        dqe[4 * n + 1] = x1
-                        dqe[4 * n + 2] = x2
-                        dqe[4 * n + 3] = x3
+                        if not ONE_CHAIN:
+                            dqe[4 * n] = x0
+                            dqe[4 * n + 1] = x1
+                            dqe[4 * n + 2] = x2
+                            dqe[4 * n + 3] = x3
+                            x0, x1, x2, x3 = dqc[4 * n], dqc[4 * n + 1], dqc[4 * n + 2], \
+                                dqc[4 * n + 3]
                         x0, x1, x2, x3 = MMA(scr, wbase, lane, par, h0, h1, h2, h3, b0, b1,
-                                             dqc[4 * n], dqc[4 * n + 1], dqc[4 * n + 2],
-                                             dqc[4 * n + 3])
+                                             x0, x1, x2, x3)
                         par = 1 - par
                         dqc[4 * n] = x0
                         dqc[4 * n + 1] = x1
@@ -448,19 +479,22 @@ def make_key_major_tf32_kernel(cfg):
                 r0 = q0 + mq * 16 + g
                 g0 = U(qbase + r0) * U(d) + U(nb * 8 + 2 * t)
                 g1 = g0 + U(8 * d)
+                if not ONE_CHAIN:
+                    for i in range(QREGS):
+                        dqc[i] += dqe[i]
                 if q0 + BR <= tq and d == D:    # the whole tile is inside: no checks
                     for n in range(NQW):
-                        RED(dq, g0 + U(8 * n), (dqc[4 * n] + dqe[4 * n]) * scale)
-                        RED(dq, g0 + U(8 * n + 1), (dqc[4 * n + 1] + dqe[4 * n + 1]) * scale)
-                        RED(dq, g1 + U(8 * n), (dqc[4 * n + 2] + dqe[4 * n + 2]) * scale)
-                        RED(dq, g1 + U(8 * n + 1), (dqc[4 * n + 3] + dqe[4 * n + 3]) * scale)
+                        RED(dq, g0 + U(8 * n), dqc[4 * n] * scale)
+                        RED(dq, g0 + U(8 * n + 1), dqc[4 * n + 1] * scale)
+                        RED(dq, g1 + U(8 * n), dqc[4 * n + 2] * scale)
+                        RED(dq, g1 + U(8 * n + 1), dqc[4 * n + 3] * scale)
                 else:
                     for n in range(NQW):
                         for i in range(4):
                             c = (nb + n) * 8 + 2 * t + (i % 2)
                             if r0 + 8 * (i // 2) < tq and c < d:
                                 RED(dq, (g1 if i >= 2 else g0) + U(8 * n + (i % 2)),
-                                    (dqc[4 * n + i] + dqe[4 * n + i]) * scale)
+                                    dqc[4 * n + i] * scale)
 
         # epilogue: dK = scale dS^T Q, dV = P^T dO (fp32)
         for n in range(NO):
@@ -475,5 +509,6 @@ def make_key_major_tf32_kernel(cfg):
                                       + ("_dq" if WITH_DQ else "")
                                       + ("_sums" if SUMS else "")
                                       + ("_planes" if PLANES else "")
+                                      + ("" if ONE_CHAIN else "_apart")
                                       + ("_sim" if SIM else ""))
     return _jit(tc_bwd_key_major_tf32, cfg)
