@@ -364,6 +364,46 @@ def test_simulator_twins_match_the_models():
     assert list(copied[:4]) == list(g[1, 2, 4:8]) and not copied[4:].any()
 
 
+@pytest.mark.parametrize("d", [5, 40, 64])
+def test_prepass_layouts_agree(d):
+    """tc_backward.PREPASS: the D pre-pass as one warp per row (coalesced, the default) or
+    one thread per row gives the same L = lse log2(e) and, to rounding, the same
+    D = rowsum(dO o O) (float64 on the same rounded values); padded rows (Tq = 37 of
+    LD_ROWS) hold L = +inf, D = 0; a row with lse = -inf gets L = +inf; dQ is zeroed."""
+    tq, bh = 37, 2
+    rng = np.random.default_rng(d)
+    o, do = (rng.standard_normal((bh, tq, d)).astype(np.float16) for _ in range(2))
+    lse = rng.standard_normal((bh, tq)).astype(np.float32)
+    lse[1, 3] = -np.inf
+    want = (o.astype(np.float64) * do.astype(np.float64)).sum(-1)
+    tqp = -(-tq // tcb.LD_ROWS) * tcb.LD_ROWS
+    keep = tcb.PREPASS
+    got = {}
+    try:
+        for how in ("warp_rows", "thread_rows"):
+            tcb.PREPASS = how
+            tcb._pass_kernels.cache_clear()
+            delta, _, _, _, rows = tcb._pass_kernels()
+            ld = cuda.to_device(np.full((2, bh, tqp), np.nan, np.float32))
+            dq = cuda.to_device(np.ones((bh, tq, d), np.float32))
+            sums = cuda.to_device(np.zeros((bh, tq), np.float32))
+            delta[(-(-tqp // rows), bh), tcb.PASS_THREADS](
+                cuda.to_device(o), cuda.to_device(do), cuda.to_device(lse), ld, dq,
+                np.int32(1), np.int32(tq), np.int32(d), sums, sums, np.int32(0))
+            got[how] = ld.copy_to_host()
+            assert not dq.copy_to_host().any(), how
+    finally:
+        tcb.PREPASS = keep
+        tcb._pass_kernels.cache_clear()
+    for how, ld in got.items():
+        assert np.allclose(ld[1, :, :tq], want, rtol=1e-5, atol=1e-5), how
+        assert (ld[1, :, tq:] == 0).all() and np.isposinf(ld[0, :, tq:]).all(), how
+        assert np.isposinf(ld[0, 1, 3]), how
+        finite = np.isfinite(lse)
+        assert np.allclose(ld[0, :, :tq][finite], lse[finite] * np.log2(np.e), rtol=1e-6), how
+    assert np.array_equal(got["warp_rows"][0], got["thread_rows"][0])
+
+
 def test_bf16_one_key_cancels():
     """One key: P = 1, o = v, so dS = dP - D = dO . v - dO . o must vanish. D comes from
     the bf16-rounded dO the tensor cores see; from the float32 dO it would leave

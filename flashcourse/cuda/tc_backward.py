@@ -46,6 +46,12 @@ TF32_PIPELINES = ("async", "planes")
 MAX_HEAD_DIM = 128
 #: threads per block of the small pre/post-pass kernels
 PASS_THREADS = 128
+#: the D pre-pass's layout (`_delta_kernel`): "warp_rows" (one warp per row, coalesced) or
+#: "thread_rows" (one thread per row, the first version); read when the kernels are built
+#: (`_pass_kernels.cache_clear()` to switch)
+PREPASS = "warp_rows"
+#: rows per block of the "warp_rows" pre-pass
+DROWS = PASS_THREADS // 32
 
 
 @dataclass(frozen=True)
@@ -205,15 +211,15 @@ def default_tiles(d: int, simulator: bool, precision: str = "fp16") -> dict:
 
 def _tf32_tiles(d: int, simulator: bool) -> dict:
     """3xtf32's variant: K_j, V_j always in shared memory (kv_regs False: split into
-    big/small fragments where read). Under the simulator 1 warp, Br = 16. On a GPU:
-    4 warps (Bc = 64 keys) with Br = 32 up to d = 64 and at d = 65..80, version 2's
-    "async" pipeline (H200, 2026-12-03, results/h200_bars_bwd_planes.json: 1.10-1.27x
-    PyTorch's efficient fp32 at d = 64; "planes" 0.88-1.11x there); at d = 113..128
-    8 warps x Br 16 (one block of Bc = 128 keys per SM) with "planes", Q_i and dO_i split
-    once per query block (the same run: 1.00-1.07x, "async" 0.97-1.04x; 4 warps with
-    planes 0.53x: one block per SM fewer); Br = 16 at d = 81..96 (4 warps) and 2 warps at
-    d = 97..112 (dQ's d/8 = 14 column tiles do not split over 4 warps), from ptxas's
-    register counts (sm_90, no spills), not timed."""
+    big/small fragments where read), version 2's "async" pipeline. Under the simulator
+    1 warp, Br = 16. On a GPU: 4 warps (Bc = 64 keys) with Br = 32 up to d = 64 and at
+    d = 65..80 (H200, 2026-12-03, results/h200_bars_bwd_planes.json: 1.10-1.27x PyTorch's
+    efficient fp32 at d = 64); 8 warps x Br 16 at d = 113..128 (one block of Bc = 128 keys
+    per SM). "planes" (Q_i, dO_i split once per query block) was 2-3% faster than "async"
+    there with the small terms apart (the same run), 2.6-3.5% slower with them in one
+    chain, the kernel's default since (results/h200_bwd_ab4_log.txt). Br = 16 at
+    d = 81..96 (4 warps) and 2 warps at d = 97..112 (dQ's d/8 = 14 column tiles do not
+    split over 4 warps): from ptxas's register counts (sm_90, no spills), not timed."""
     t = {"warps": 1, "block_q": 16, "kv_regs": False, "q_block_k": 16, "pipeline": "async"}
     if simulator:
         return t
@@ -221,7 +227,7 @@ def _tf32_tiles(d: int, simulator: bool) -> dict:
     if D <= 64 or D == 80:
         return dict(t, warps=4, block_q=32)
     if D == 128:
-        return dict(t, warps=8, block_q=16, pipeline="planes")
+        return dict(t, warps=8, block_q=16)
     if (D // 8) % 4 == 0:
         return dict(t, warps=4, block_q=16)
     return dict(t, warps=2, block_q=16)
@@ -234,8 +240,7 @@ def _candidates(d: int, precision: str = "fp16") -> list:
     if precision == "3xtf32":
         out = [first]
         for warps, block_q in ((4, 16), (2, 16), (2, 32), (1, 16)):
-            # the smaller blocks with "async": "planes" costs them a block per SM
-            t = dict(first, warps=warps, block_q=block_q, pipeline="async")
+            t = dict(first, warps=warps, block_q=block_q)
             if t not in out:
                 out.append(t)
         D = ceil_div(d, 16) * 16
@@ -377,36 +382,73 @@ def signatures(pipeline: str = "plain", precision: str = "fp16"):
 
 def _delta_kernel(value):
     """The pre-pass kernel, reading each element of o and dO through `value` (a device
-    function: the float32 it stands for)."""
+    function: the float32 it stands for). PREPASS "warp_rows": one warp per row (DROWS rows
+    per block of PASS_THREADS), its lanes reading consecutive columns (coalesced) and their
+    partial sums added by lane 0 from shared memory; "thread_rows": one thread per row
+    walking its d columns (each warp-wide load then touches 32 rows' cache lines)."""
     from numba import float32
 
+    if PREPASS == "thread_rows":
+        @cuda.jit
+        def tc_delta(o, do, lse, ld, dq, zero_dq, tq, d, psum, dsum, sums):
+            # ld[0, h, i] = lse log2(e) (+inf for lse = -inf and padded rows i >= Tq: P = 0),
+            # ld[1, h, i] = D = rowsum(dO o O) (0 in padded rows); i < ld.shape[2]
+            i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+            h = cuda.blockIdx.y
+            if i < tq:
+                acc = float32(0.0)
+                for c in range(d):
+                    acc += value(do[h, i, c]) * value(o[h, i, c])
+                    if zero_dq != 0:
+                        dq[h, i, c] = float32(0.0)
+                ld[1, h, i] = acc
+                lv = lse[h, i]
+                ld[0, h, i] = lv * LOG2E_F if lv != NEG_INF else POS_INF
+                if sums != 0:
+                    psum[h, i] = float32(0.0)
+                    dsum[h, i] = float32(0.0)
+            elif i < ld.shape[2]:
+                ld[1, h, i] = float32(0.0)
+                ld[0, h, i] = POS_INF
+        return tc_delta
+
     @cuda.jit
-    def tc_delta(o, do, lse, ld, dq, zero_dq, tq, d, psum, dsum, sums):
-        # ld[0, h, i] = lse log2(e) (+inf for lse = -inf and padded rows i >= Tq: P = 0),
-        # ld[1, h, i] = D = rowsum(dO o O) (0 in padded rows); i < ld.shape[2]
-        i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    def tc_delta_rows(o, do, lse, ld, dq, zero_dq, tq, d, psum, dsum, sums):
+        # the same outputs; warp r of the block owns row i = DROWS x block + r
+        part = cuda.shared.array(PASS_THREADS, float32)
+        tid = cuda.threadIdx.x
+        lane = tid % 32
+        i = cuda.blockIdx.x * DROWS + tid // 32
         h = cuda.blockIdx.y
+        acc = float32(0.0)
         if i < tq:
-            acc = float32(0.0)
-            for c in range(d):
+            for c in range(lane, d, 32):
                 acc += value(do[h, i, c]) * value(o[h, i, c])
                 if zero_dq != 0:
                     dq[h, i, c] = float32(0.0)
-            ld[1, h, i] = acc
-            lv = lse[h, i]
-            ld[0, h, i] = lv * LOG2E_F if lv != NEG_INF else POS_INF
-            if sums != 0:
-                psum[h, i] = float32(0.0)
-                dsum[h, i] = float32(0.0)
-        elif i < ld.shape[2]:
-            ld[1, h, i] = float32(0.0)
-            ld[0, h, i] = POS_INF
-    return tc_delta
+        part[tid] = acc
+        cuda.syncthreads()
+        if lane == 0:
+            if i < tq:
+                acc = float32(0.0)
+                for j in range(32):
+                    acc += part[tid + j]
+                ld[1, h, i] = acc
+                lv = lse[h, i]
+                ld[0, h, i] = lv * LOG2E_F if lv != NEG_INF else POS_INF
+                if sums != 0:
+                    psum[h, i] = float32(0.0)
+                    dsum[h, i] = float32(0.0)
+            elif i < ld.shape[2]:
+                ld[1, h, i] = float32(0.0)
+                ld[0, h, i] = POS_INF
+    return tc_delta_rows
 
 
 @lru_cache(maxsize=None)
 def _pass_kernels():
-    """(delta, delta_bf16, cast, delta_bits): D = rowsum(dO o O) in fp32 (also
+    """(delta, delta_bf16, cast, delta_bits, rows per block of the delta kernels):
+    D = rowsum(dO o O) in fp32 (also
     zeroing dQ for the atomics and the row sums; delta_bf16 takes float32 o, dO viewed as
     uint32 and rounds them to bf16 first, so that D uses the dO the tensor cores see: with
     one key, dP = dO . v and D = dO . o cancel exactly, as they must; delta_bits takes o,
@@ -438,8 +480,9 @@ def _pass_kernels():
         if i < n:
             dst[i] = src[i]
 
+    rows = PASS_THREADS if PREPASS == "thread_rows" else DROWS     # rows per block
     return (_delta_kernel(as_float), _delta_kernel(bf16_value), tc_cast,
-            _delta_kernel(bf16_bits_value))
+            _delta_kernel(bf16_bits_value), rows)
 
 
 def check_capability(limits=None) -> None:
@@ -465,7 +508,9 @@ def launches(d: int, tq: int, tk: int, bh: int, limits, deterministic: bool = Fa
     t = choose_tiles(d, limits, deterministic, precision)
     cfg = TCBConfig(precision, t["warps"], t["block_q"], ceil_div(d, 16) * 16, False,
                     not deterministic, False, t["kv_regs"], t["q_block_k"], 0, t["pipeline"])
-    out = [Launch("tensor-core backward D pass", (ceil_div(tq, PASS_THREADS), bh),
+    rows = _pass_kernels()[4]
+    out = [Launch("tensor-core backward D pass", (ceil_div(ceil_div(tq, LD_ROWS) * LD_ROWS,
+                                                           rows), bh),
                   PASS_THREADS, 0, config=""),
            Launch(f"tensor-core backward key-major d={d}", (ceil_div(tk, cfg.block_k), bh),
                   cfg.threads, cfg.shared_bytes,
@@ -512,12 +557,12 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
     delta = ld[1]
     if not sums:
         psum = dsum = delta            # never written (sums=False), any (BH, Tq) array
-    tc_delta, tc_delta_bf16, _, tc_delta_bits = _pass_kernels()
+    tc_delta, tc_delta_bf16, _, tc_delta_bits, rows = _pass_kernels()
     if precision == "bf16" and np.dtype(o.dtype) == BF16_BITS:     # bf16 bit arrays
         tc_delta = tc_delta_bits
     elif precision == "bf16":          # D from the bf16-rounded o, dO (float32 arrays)
         tc_delta, o, do = tc_delta_bf16, o.view(np.uint32), do.view(np.uint32)
-    launch(tc_delta, None, (ceil_div(tqp, PASS_THREADS), bh), PASS_THREADS, 0,
+    launch(tc_delta, None, (ceil_div(tqp, rows), bh), PASS_THREADS, 0,
            (o, do, lse, ld, dq, i32(0 if deterministic else 1), i32(tq), i32(d), psum, dsum,
             i32(1 if sums else 0)))
     tail = (i32(tq), i32(tk), i32(d), f32(scale * LOG2E), f32(scale), i32(1 if causal else 0),
@@ -599,7 +644,7 @@ def _cast(src, dst, bits: bool = False) -> None:
     if bits:                           # the forward's float32 -> bf16 rounding, one row
         _convert(_convert_kernels()[0], src.view(np.uint32).reshape(1, n), dst.reshape(1, n))
         return
-    _, _, tc_cast, _ = _pass_kernels()
+    tc_cast = _pass_kernels()[2]
     launch(tc_cast, None, max(1, ceil_div(n, 256)), 256, 0,
            (src.reshape(n), dst.reshape(n), np.int32(n)))
 

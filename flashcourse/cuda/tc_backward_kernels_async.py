@@ -51,11 +51,12 @@ KV_FRAGMENTS = "ldmatrix"
 #: the constant part of each ldmatrix address is folded into the instruction; read when a
 #: kernel is built (False: the generic form the forward kernels use)
 LINEAR_SHARED = True
-#: how dQ += dS K reads its A fragments from dS^T in shared memory: "ld_at" (ldmatrix.trans
-#: addressed so the four registers arrive in the mma's order) or "ld_bt" (ld_bt's order,
-#: a0, a2, a1, a3: four register moves per mma in the SASS); read when a kernel is built;
-#: the same bits
-DS_FRAGMENTS = "ld_at"
+#: how dQ += dS K reads its A fragments from dS^T in shared memory: "ld_bt" (ld_bt's tile
+#: order, a0, a2, a1, a3: ptxas adds four register moves per mma, 80 in the d = 128 loop)
+#: or "ld_at" (ldmatrix.trans addressed so the registers arrive in the mma's order: no
+#: moves, yet 1.5-3% SLOWER at all four d = 128 points of the H200 A/B,
+#: results/h200_bwd_ab4_log.txt); read when a kernel is built; the same bits
+DS_FRAGMENTS = "ld_bt"
 
 
 def make_key_major_async_kernel(cfg):
@@ -409,7 +410,7 @@ def make_key_major_async_kernel(cfg):
                                        + ("_sums" if SUMS else "")
                                        + ("" if KV_REGS else "_kvsh")
                                        + ("" if KV_REGS or KV_LDSM else "_scalar")
-                                       + ("" if DS_AT or not WITH_DQ else "_dsbt")
+                                       + ("_dsat" if DS_AT and WITH_DQ else "")
                                        + ("_sim" if SIM else ""))
     return _jit(tc_bwd_key_major_async, cfg)
 

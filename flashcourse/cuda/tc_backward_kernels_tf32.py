@@ -50,8 +50,9 @@ adds (round to nearest): a tensor core's accumulator truncates, and a running su
 it drifts with the number of blocks (the forward's P V, `make_tf32_kernel`'s header);
 within one block's few mma the truncation is that of any fp32 sum.
 
-pipeline="planes" (bit-equal to "async" on the simulator; the default at d = 113..128,
-where it was 2-3% faster on the H200, `tc_backward._tf32_tiles`): after the
+pipeline="planes" (bit-equal to "async" on the simulator; on the H200 at 8 warps x Br 16,
+d = 128, 2-3% faster than "async" with the small terms apart, 2.6-3.5% slower with them in
+one chain: not the default, `tc_backward._tf32_tiles`): after the
 barrier that opens query block i, the block splits Q_i and dO_i once, big in place of the
 raw values and small into planes of their own (Br x (D + 4) words each, 2 Br (D + 4) x 4 B
 more shared memory), and every warp reads both instead of splitting each B fragment it
