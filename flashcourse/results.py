@@ -39,6 +39,11 @@ TENSOR_CORE_FILE = RESULTS_DIR / "h200_tensor_core.json"
 HOST_PATH_FILE = RESULTS_DIR / "h200_host_path.json"
 TC_BACKWARD_FILE = RESULTS_DIR / "h200_tc_backward.json"
 BARS_FILE = RESULTS_DIR / "h200_bars.json"
+#: the latest backward-only bars run (gpu_bars.py --parts errors backward), newer than
+#: BARS_FILE's backward rows: the D pre-pass by one warp per row
+BARS_BACKWARD_FILE = RESULTS_DIR / "h200_bars_bwd_prepass.json"
+#: Nsight Compute's sections for the fp16 d = 128 backward kernel (text, ncu's own layout)
+TC_BACKWARD_NCU_FILE = RESULTS_DIR / "h200_tc_backward_ncu_log.txt"
 TENSOR_CORE_AB_FILE = RESULTS_DIR / "h200_tensor_core_v2_ab.json"
 TF32_VARIANTS_FILE = RESULTS_DIR / "h200_tensor_core_v2_tf32_variants.json"
 TF32_SPLIT_FILE = RESULTS_DIR / "h200_bars_tf32_split_ab.json"

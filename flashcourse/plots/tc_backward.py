@@ -14,6 +14,9 @@ its roundings and the recorded H200 run.
     variant_table(doc)      the recorded tile variants, v1 beside v2 (html_table rows)
     bench_table(doc)        TFLOP/s per shape: ours, PyTorch's, the ratios (html_table rows)
     plot_bench(doc)         the same as bars
+    profile_metrics(text)   the Nsight Compute numbers of a recorded profile (name -> value)
+    bar_lines(bars, bar)    per d: the fp16 and bf16 ratio spans (three decimals) and the
+                            points below `bar`
 
 The kernels are in `flashcourse/cuda/tc_backward_kernels.py` (version 1) and
 `tc_backward_kernels_async.py` (version 2), the ldmatrix models in `cuda/smem_ops.py`.
@@ -413,4 +416,47 @@ def gap_lines(doc: dict, exp_per_s: float, gpu: str = "H200") -> list[str]:
                          "per SM;")
             lines.append(f"  dS through shared memory: Br x Bc x 4 B = {ds_kib:g} KiB per "
                          "query block, written and read back")
+    return lines
+
+
+#: (label, Nsight Compute metric name) of the backward's recorded profile, in print order
+PROFILE_METRICS = (
+    ("issue slots busy (%)", "Issue Slots Busy"),
+    ("eligible warps per scheduler per cycle", "Eligible Warps Per Scheduler"),
+    ("active warps per scheduler", "Active Warps Per Scheduler"),
+    ("cycles between two issues of a warp", "Warp Cycles Per Issued Instruction"),
+    ("tensor pipe, SM busy (%)", "SM Busy"),
+    ("L1/TEX (shared memory, local memory) throughput (%)", "L1/TEX Cache Throughput"),
+    ("local-memory (spill) requests", "Local Memory Spilling Requests"),
+    ("registers per thread", "Registers Per Thread"),
+)
+
+
+def profile_metrics(text: str) -> dict:
+    """{metric name: value} for the rows of Nsight Compute's section tables in `text`
+    (a name, a unit or none, a number; the first row of each name)."""
+    import re
+    names = [name for _, name in PROFILE_METRICS]
+    out = {}
+    for line in text.splitlines():
+        for name in names:
+            m = re.match(r"\s+" + re.escape(name) + r"\s+(?:\S+\s+)?([\d,.]+)\s*$", line)
+            if m and name not in out:
+                out[name] = float(m.group(1).replace(",", ""))
+    return out
+
+
+def bar_lines(bars: dict, bar: float = 0.6) -> list[str]:
+    """Per head dim of a gpu_bars run's "backward" rows: ours / PyTorch flash for fp16 and
+    bf16 (bit arrays) to three decimals, and how many points fall below `bar`."""
+    lines = []
+    for d in sorted({r["d"] for r in bars["backward"]}):
+        rows = [r for r in bars["backward"] if r["d"] == d]
+        parts = []
+        for name in ("fp16", "bf16"):
+            rs = [r[f"{name}_ratio"] for r in rows]
+            low = sum(x < bar for x in rs)
+            parts.append(f"{name} {min(rs):.3f}-{max(rs):.3f}x ({low} of {len(rs)} below "
+                         f"{bar}x)")
+        lines.append(f"d = {d}: " + "; ".join(parts))
     return lines
