@@ -156,3 +156,33 @@ def test_bars_tables_keep_their_columns():
     assert TP.ratio_span([[0.5], [0.9], [0.7]], 0) == "0.50-0.90"
     errs = TP.bars_error_rows(bars)
     assert len(errs) == len(bars["errors"]) and all(len(r) == 6 for r in errs)
+
+
+def test_bar_lines_count_the_points_below_the_bar():
+    """bar_lines: four-decimal spans per d and the points under the bar, unrounded (a
+    0.5995 is below 0.6 even where a table shows 0.60)."""
+    rows = [{"d": 128, "fp16_ratio": x, "bf16_ratio": y}
+            for x, y in ((0.6014, 0.582), (0.5995, 0.61), (0.68, 0.63))]
+    rows.append({"d": 64, "fp16_ratio": 0.7, "bf16_ratio": 0.65})
+    lines = TB.bar_lines({"backward": rows}, 0.6)
+    assert lines[0] == ("d = 64: fp16 0.7000-0.7000x (0 of 1 below 0.6x); "
+                        "bf16 0.6500-0.6500x (0 of 1 below 0.6x)")
+    assert lines[1] == ("d = 128: fp16 0.5995-0.6800x (1 of 3 below 0.6x); "
+                        "bf16 0.5820-0.6300x (1 of 3 below 0.6x)")
+
+
+def test_profile_metrics_read_the_recorded_profile():
+    """profile_metrics: every metric notebook 10 prints is found in the recorded Nsight
+    Compute log (and a made-up table row is parsed with and without a unit)."""
+    from flashcourse import results
+    text = "    Issue Slots Busy               %        20.41\n" \
+           "    Registers Per Thread             register/thread             255\n" \
+           "    Local Memory Spilling Requests                        7,446,528\n"
+    got = TB.profile_metrics(text)
+    assert got == {"Issue Slots Busy": 20.41, "Registers Per Thread": 255.0,
+                   "Local Memory Spilling Requests": 7446528.0}
+    if not results.TC_BACKWARD_NCU_FILE.exists():
+        pytest.skip("no recorded profile")
+    got = TB.profile_metrics(results.TC_BACKWARD_NCU_FILE.read_text())
+    assert set(got) == {name for _, name in TB.PROFILE_METRICS}
+    assert 0 < got["Issue Slots Busy"] <= 100 and got["Registers Per Thread"] <= 255

@@ -15,7 +15,7 @@ its roundings and the recorded H200 run.
     bench_table(doc)        TFLOP/s per shape: ours, PyTorch's, the ratios (html_table rows)
     plot_bench(doc)         the same as bars
     profile_metrics(text)   the Nsight Compute numbers of a recorded profile (name -> value)
-    bar_lines(bars, bar)    per d: the fp16 and bf16 ratio spans (three decimals) and the
+    bar_lines(bars, bar)    per d: the fp16 and bf16 ratio spans (four decimals) and the
                             points below `bar`
 
 The kernels are in `flashcourse/cuda/tc_backward_kernels.py` (version 1) and
@@ -448,7 +448,7 @@ def profile_metrics(text: str) -> dict:
 
 def bar_lines(bars: dict, bar: float = 0.6) -> list[str]:
     """Per head dim of a gpu_bars run's "backward" rows: ours / PyTorch flash for fp16 and
-    bf16 (bit arrays) to three decimals, and how many points fall below `bar`."""
+    bf16 (bit arrays) to four decimals, and how many points fall below `bar`."""
     lines = []
     for d in sorted({r["d"] for r in bars["backward"]}):
         rows = [r for r in bars["backward"] if r["d"] == d]
@@ -456,7 +456,7 @@ def bar_lines(bars: dict, bar: float = 0.6) -> list[str]:
         for name in ("fp16", "bf16"):
             rs = [r[f"{name}_ratio"] for r in rows]
             low = sum(x < bar for x in rs)
-            parts.append(f"{name} {min(rs):.3f}-{max(rs):.3f}x ({low} of {len(rs)} below "
+            parts.append(f"{name} {min(rs):.4f}-{max(rs):.4f}x ({low} of {len(rs)} below "
                          f"{bar}x)")
         lines.append(f"d = {d}: " + "; ".join(parts))
     return lines
