@@ -388,33 +388,38 @@ def _delta_kernel(value):
     walking its d columns (each warp-wide load then touches 32 rows' cache lines)."""
     from numba import float32
 
+    @cuda.jit(device=True)
+    def put_row(ld, lse, psum, dsum, sums, tq, h, i, acc):
+        # ld[0, h, i] = lse log2(e) (+inf for lse = -inf and padded rows i >= Tq: P = 0),
+        # ld[1, h, i] = D = rowsum(dO o O) = acc (0 in padded rows); i < ld.shape[2]
+        if i < tq:
+            ld[1, h, i] = acc
+            lv = lse[h, i]
+            ld[0, h, i] = lv * LOG2E_F if lv != NEG_INF else POS_INF
+            if sums != 0:
+                psum[h, i] = float32(0.0)
+                dsum[h, i] = float32(0.0)
+        elif i < ld.shape[2]:
+            ld[1, h, i] = float32(0.0)
+            ld[0, h, i] = POS_INF
+
     if PREPASS == "thread_rows":
         @cuda.jit
         def tc_delta(o, do, lse, ld, dq, zero_dq, tq, d, psum, dsum, sums):
-            # ld[0, h, i] = lse log2(e) (+inf for lse = -inf and padded rows i >= Tq: P = 0),
-            # ld[1, h, i] = D = rowsum(dO o O) (0 in padded rows); i < ld.shape[2]
             i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
             h = cuda.blockIdx.y
+            acc = float32(0.0)
             if i < tq:
-                acc = float32(0.0)
                 for c in range(d):
                     acc += value(do[h, i, c]) * value(o[h, i, c])
                     if zero_dq != 0:
                         dq[h, i, c] = float32(0.0)
-                ld[1, h, i] = acc
-                lv = lse[h, i]
-                ld[0, h, i] = lv * LOG2E_F if lv != NEG_INF else POS_INF
-                if sums != 0:
-                    psum[h, i] = float32(0.0)
-                    dsum[h, i] = float32(0.0)
-            elif i < ld.shape[2]:
-                ld[1, h, i] = float32(0.0)
-                ld[0, h, i] = POS_INF
+            put_row(ld, lse, psum, dsum, sums, tq, h, i, acc)
         return tc_delta
 
     @cuda.jit
     def tc_delta_rows(o, do, lse, ld, dq, zero_dq, tq, d, psum, dsum, sums):
-        # the same outputs; warp r of the block owns row i = DROWS x block + r
+        # warp r of the block owns row i = DROWS x block + r
         part = cuda.shared.array(PASS_THREADS, float32)
         tid = cuda.threadIdx.x
         lane = tid % 32
@@ -429,19 +434,11 @@ def _delta_kernel(value):
         part[tid] = acc
         cuda.syncthreads()
         if lane == 0:
+            acc = float32(0.0)
             if i < tq:
-                acc = float32(0.0)
                 for j in range(32):
                     acc += part[tid + j]
-                ld[1, h, i] = acc
-                lv = lse[h, i]
-                ld[0, h, i] = lv * LOG2E_F if lv != NEG_INF else POS_INF
-                if sums != 0:
-                    psum[h, i] = float32(0.0)
-                    dsum[h, i] = float32(0.0)
-            elif i < ld.shape[2]:
-                ld[1, h, i] = float32(0.0)
-                ld[0, h, i] = POS_INF
+            put_row(ld, lse, psum, dsum, sums, tq, h, i, acc)
     return tc_delta_rows
 
 
