@@ -4,6 +4,7 @@ import importlib
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +114,21 @@ def wait_until_ready(proc, probe, what: str, timeout_s: float, log_tail, interva
                 raise RuntimeError(f"{what} not ready after {timeout_s} s\n"
                                    f"{log_tail()}") from None
             time.sleep(interval_s)
+
+
+@contextmanager
+def build_flags(module, clear, **flags):
+    """Inside the block, the module-level build flags `flags` of `module` (read when its
+    kernels are built) have the given values; `clear` (a kernel cache's cache_clear) runs
+    after they are set and again after they are restored, so no kernel built with the
+    block's flags outlives it."""
+    keep = {name: getattr(module, name) for name in flags}
+    for name, value in flags.items():
+        setattr(module, name, value)
+    clear()
+    try:
+        yield
+    finally:
+        for name, value in keep.items():
+            setattr(module, name, value)
+        clear()

@@ -19,7 +19,7 @@ from flashcourse.cuda import tc_backward as tcb
 from flashcourse.cuda.mma import round_bf16
 from flashcourse.cuda.registry import BACKWARD
 from flashcourse.gpu import using_simulator
-from helpers import rel_err
+from helpers import build_flags, rel_err
 
 pytestmark = pytest.mark.skipif(not using_simulator(), reason="simulator tests (CPU machine)")
 
@@ -116,16 +116,10 @@ def test_kv_fragments_by_ldmatrix_equal_scalar_loads():
     args = problem(37, 45, 40, True, "fp16", seed=5)
     kw = dict(kernel="tensor_core", causal=True, kv_regs=False)
     want = backward(*args, pipeline="plain", **kw)
-    keep = v2.KV_FRAGMENTS, v2.DS_FRAGMENTS
-    try:
-        for how, ds in (("ldmatrix", "ld_at"), ("scalar", "ld_bt")):
-            v2.KV_FRAGMENTS, v2.DS_FRAGMENTS = how, ds
-            tcb.kernels.cache_clear()
+    for how, ds in (("ldmatrix", "ld_at"), ("scalar", "ld_bt")):
+        with build_flags(v2, tcb.kernels.cache_clear, KV_FRAGMENTS=how, DS_FRAGMENTS=ds):
             for a, b in zip(backward(*args, pipeline="async", **kw), want):
                 assert np.array_equal(a, b), (how, ds)
-    finally:
-        v2.KV_FRAGMENTS, v2.DS_FRAGMENTS = keep
-        tcb.kernels.cache_clear()
     for name, g, m in zip(("dq", "dk", "dv"), want, model(*args, True, "fp16")):
         m = m.astype(g.dtype).astype(np.float64)
         assert rel_err(g, m) <= TOL_MODEL["fp16"], f"{name} vs model: {rel_err(g, m):.2e}"
@@ -145,16 +139,10 @@ def test_causal_key_block_orders_agree(precision):
                        for t in (30, 61, 61, 30))
         o, lse = reference.attention(*(a.astype(np.float64) for a in (q, k, v)), causal=True)
         args = (q, k, v, o.astype(np.float32), lse.astype(np.float32), do)
-    keep = _device.CAUSAL_KEY_ORDER
     runs = {}
-    try:
-        for order in _device.KEY_ORDERS:
-            _device.CAUSAL_KEY_ORDER = order
-            tcb.kernels.cache_clear()
+    for order in _device.KEY_ORDERS:
+        with build_flags(_device, tcb.kernels.cache_clear, CAUSAL_KEY_ORDER=order):
             runs[order] = backward(*args, kernel="tensor_core", causal=True)
-    finally:
-        _device.CAUSAL_KEY_ORDER = keep
-        tcb.kernels.cache_clear()
     for a, b in zip(runs["launch"], runs["heaviest_first"]):
         assert rel_err(a, b) <= 1e-6
     with pytest.raises(ValueError, match="order must be one of"):
@@ -377,12 +365,9 @@ def test_prepass_layouts_agree(d):
     lse[1, 3] = -np.inf
     want = (o.astype(np.float64) * do.astype(np.float64)).sum(-1)
     tqp = -(-tq // tcb.LD_ROWS) * tcb.LD_ROWS
-    keep = tcb.PREPASS
     got = {}
-    try:
-        for how in ("warp_rows", "thread_rows"):
-            tcb.PREPASS = how
-            tcb._pass_kernels.cache_clear()
+    for how in ("warp_rows", "thread_rows"):
+        with build_flags(tcb, tcb._pass_kernels.cache_clear, PREPASS=how):
             delta, _, _, _, rows = tcb._pass_kernels()
             ld = cuda.to_device(np.full((2, bh, tqp), np.nan, np.float32))
             dq = cuda.to_device(np.ones((bh, tq, d), np.float32))
@@ -392,9 +377,6 @@ def test_prepass_layouts_agree(d):
                 np.int32(1), np.int32(tq), np.int32(d), sums, sums, np.int32(0))
             got[how] = ld.copy_to_host()
             assert not dq.copy_to_host().any(), how
-    finally:
-        tcb.PREPASS = keep
-        tcb._pass_kernels.cache_clear()
     for how, ld in got.items():
         assert np.allclose(ld[1, :, :tq], want, rtol=1e-5, atol=1e-5), how
         assert (ld[1, :, tq:] == 0).all() and np.isposinf(ld[0, :, tq:]).all(), how

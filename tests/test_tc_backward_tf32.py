@@ -16,7 +16,7 @@ from flashcourse.cuda import backward
 from flashcourse.cuda import tc_backward as tcb
 from flashcourse.cuda.registry import BACKWARD
 from flashcourse.gpu import using_simulator
-from helpers import rel_err
+from helpers import build_flags, rel_err
 
 pytestmark = pytest.mark.skipif(not using_simulator(), reason="simulator tests (CPU machine)")
 
@@ -112,17 +112,11 @@ def test_small_terms_in_one_chain_or_apart():
     from flashcourse.cuda import tc_backward_kernels_tf32 as t32
     args = problem(37, 45, 40, True, seed=17)
     kw = dict(kernel="tensor_core", causal=True, warps=2, block_q=16)
-    keep = t32.SMALL_TERMS
     got = {}
-    try:
-        for how in ("one_chain", "apart"):
-            t32.SMALL_TERMS = how
-            tcb.kernels.cache_clear()
+    for how in ("one_chain", "apart"):
+        with build_flags(t32, tcb.kernels.cache_clear, SMALL_TERMS=how):
             got[how] = backward(*args, **kw)
             assert_fp32_accurate(got[how], ref_grads(args, True), how)
-    finally:
-        t32.SMALL_TERMS = keep
-        tcb.kernels.cache_clear()
     assert any(not np.array_equal(a, b) for a, b in zip(got["one_chain"], got["apart"]))
 
 

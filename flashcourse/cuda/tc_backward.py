@@ -444,13 +444,14 @@ def _delta_kernel(value):
 
 @lru_cache(maxsize=None)
 def _pass_kernels():
-    """(delta, delta_bf16, cast, delta_bits, rows per block of the delta kernels):
-    D = rowsum(dO o O) in fp32 (also
-    zeroing dQ for the atomics and the row sums; delta_bf16 takes float32 o, dO viewed as
-    uint32 and rounds them to bf16 first, so that D uses the dO the tensor cores see: with
-    one key, dP = dO . v and D = dO . o cancel exactly, as they must; delta_bits takes o,
-    dO as bf16 bit patterns), and an element-wise cast of the fp32 gradients to the
-    output dtype (to bf16 bits: `tensor_core`'s bf16 rounding kernel)."""
+    """(delta, delta_bf16, cast, delta_bits, rows per block of the delta kernels).
+
+    delta: D = rowsum(dO o O) in fp32, also zeroing dQ for the atomics and the row sums.
+    delta_bf16 takes float32 o, dO viewed as uint32 and rounds them to bf16 first, so that
+    D uses the dO the tensor cores see (with one key, dP = dO . v and D = dO . o cancel
+    exactly, as they must); delta_bits takes o, dO as bf16 bit patterns. cast: an
+    element-wise cast of the fp32 gradients to the output dtype (to bf16 bits:
+    `tensor_core`'s bf16 rounding kernel)."""
     from numba import float32, uint32
 
     from .mma import device_ops
@@ -482,6 +483,12 @@ def _pass_kernels():
             _delta_kernel(bf16_bits_value), rows)
 
 
+def _delta_grid(tq: int, bh: int) -> tuple:
+    """The pre-pass's grid: every row of its (2, BH, Tq rounded up to LD_ROWS) output, at
+    the rows per block of the kernels `_pass_kernels` built."""
+    return (ceil_div(ceil_div(tq, LD_ROWS) * LD_ROWS, _pass_kernels()[4]), bh)
+
+
 def check_capability(limits=None) -> None:
     """mma.sync m16n8k16 with fp16/bf16 (and m16n8k8 with tf32) needs compute capability
     8.0 or newer."""
@@ -505,10 +512,8 @@ def launches(d: int, tq: int, tk: int, bh: int, limits, deterministic: bool = Fa
     t = choose_tiles(d, limits, deterministic, precision)
     cfg = TCBConfig(precision, t["warps"], t["block_q"], ceil_div(d, 16) * 16, False,
                     not deterministic, False, t["kv_regs"], t["q_block_k"], 0, t["pipeline"])
-    rows = _pass_kernels()[4]
-    out = [Launch("tensor-core backward D pass", (ceil_div(ceil_div(tq, LD_ROWS) * LD_ROWS,
-                                                           rows), bh),
-                  PASS_THREADS, 0, config=""),
+    out = [Launch("tensor-core backward D pass", _delta_grid(tq, bh), PASS_THREADS, 0,
+                  config=""),
            Launch(f"tensor-core backward key-major d={d}", (ceil_div(tk, cfg.block_k), bh),
                   cfg.threads, cfg.shared_bytes,
                   config=f"Br={cfg.block_q} Bc={cfg.block_k} warps={cfg.warps}")]
@@ -554,12 +559,12 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
     delta = ld[1]
     if not sums:
         psum = dsum = delta            # never written (sums=False), any (BH, Tq) array
-    tc_delta, tc_delta_bf16, _, tc_delta_bits, rows = _pass_kernels()
+    tc_delta, tc_delta_bf16, _, tc_delta_bits, _ = _pass_kernels()
     if precision == "bf16" and np.dtype(o.dtype) == BF16_BITS:     # bf16 bit arrays
         tc_delta = tc_delta_bits
     elif precision == "bf16":          # D from the bf16-rounded o, dO (float32 arrays)
         tc_delta, o, do = tc_delta_bf16, o.view(np.uint32), do.view(np.uint32)
-    launch(tc_delta, None, (ceil_div(tqp, rows), bh), PASS_THREADS, 0,
+    launch(tc_delta, None, _delta_grid(tq, bh), PASS_THREADS, 0,
            (o, do, lse, ld, dq, i32(0 if deterministic else 1), i32(tq), i32(d), psum, dsum,
             i32(1 if sums else 0)))
     tail = (i32(tq), i32(tk), i32(d), f32(scale * LOG2E), f32(scale), i32(1 if causal else 0),
