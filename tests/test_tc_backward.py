@@ -354,10 +354,11 @@ def test_simulator_twins_match_the_models():
 
 @pytest.mark.parametrize("d", [5, 40, 64])
 def test_prepass_layouts_agree(d):
-    """tc_backward.PREPASS: the D pre-pass as one warp per row (coalesced, the default) or
-    one thread per row gives the same L = lse log2(e) and, to rounding, the same
-    D = rowsum(dO o O) (float64 on the same rounded values); padded rows (Tq = 37 of
-    LD_ROWS) hold L = +inf, D = 0; a row with lse = -inf gets L = +inf; dQ is zeroed."""
+    """tc_backward.PREPASS: the D pre-pass as one warp per row (coalesced; the sums added by
+    shuffles, the default, or through shared memory) or one thread per row gives the same
+    L = lse log2(e) and, to rounding, the same D = rowsum(dO o O) (float64 on the same
+    rounded values); padded rows (Tq = 37 of LD_ROWS) hold L = +inf, D = 0; a row with
+    lse = -inf gets L = +inf; dQ is zeroed."""
     tq, bh = 37, 2
     rng = np.random.default_rng(d)
     o, do = (rng.standard_normal((bh, tq, d)).astype(np.float16) for _ in range(2))
@@ -366,7 +367,7 @@ def test_prepass_layouts_agree(d):
     want = (o.astype(np.float64) * do.astype(np.float64)).sum(-1)
     tqp = -(-tq // tcb.LD_ROWS) * tcb.LD_ROWS
     got = {}
-    for how in ("warp_rows", "thread_rows"):
+    for how in ("warp_shfl", "warp_rows", "thread_rows"):
         with build_flags(tcb, tcb._pass_kernels.cache_clear, PREPASS=how):
             delta, _, _, _, rows = tcb._pass_kernels()
             ld = cuda.to_device(np.full((2, bh, tqp), np.nan, np.float32))
@@ -384,6 +385,7 @@ def test_prepass_layouts_agree(d):
         finite = np.isfinite(lse)
         assert np.allclose(ld[0, :, :tq][finite], lse[finite] * np.log2(np.e), rtol=1e-6), how
     assert np.array_equal(got["warp_rows"][0], got["thread_rows"][0])
+    assert np.array_equal(got["warp_shfl"][0], got["thread_rows"][0])
 
 
 def test_bf16_one_key_cancels():
@@ -434,3 +436,90 @@ def test_bf16_bit_arrays_match_the_float32_path(d):
         backward(*bits[:3], o_b, lse_b, bits[3], kernel="tensor_core", check=True)
     with pytest.raises(ValueError, match="takes float16 arrays"):
         backward(*bits[:3], o_b, lse_b, bits[3], kernel="tensor_core", precision="fp16")
+
+
+@pytest.mark.parametrize("precision,d,deterministic", [("fp16", 20, False),
+                                                       ("bf16", 16, False),
+                                                       ("fp16", 16, True)])
+def test_16_bit_dk_dv_from_the_kernel_equal_the_cast_path(precision, d, deterministic):
+    """tc_backward.OUT16: the key-major kernel writes dK, dV in the output dtype itself
+    (two 16-bit values per store, rounded as cvt.rn rounds) instead of float32 arrays that
+    a cast pass rounds afterwards: the same bits, also on a ragged causal tile with
+    Tq != Tk and a padded d."""
+    q, k, v, o, lse, do = problem(21, 18, d, True, "fp16", seed=d)
+    if precision == "bf16":                    # bf16 bit patterns in and out
+        q, k, v, o, do = (_bits(a.astype(np.float32)) for a in (q, k, v, o, do))
+    dev = [cuda.to_device(a) for a in (q, k, v, o, lse, do)]
+    got = {}
+    for out16 in (True, False):
+        with build_flags(tcb, tcb.kernels.cache_clear, OUT16=out16):
+            got[out16] = [g.copy_to_host() for g in backward(
+                *dev, kernel="tensor_core", causal=True, deterministic=deterministic)]
+    for a, b in zip(got[True], got[False]):
+        assert a.dtype == b.dtype == q.dtype
+        np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
+        assert np.abs(a.view(np.uint16).astype(np.int64)).sum() > 0
+
+
+def test_16_bit_outputs_need_an_even_d():
+    """out16 (dK, dV written as words of two 16-bit values) is refused by name for an odd d
+    and for 3xtf32; run_heads takes the float32 arrays and casts there (odd d is tested
+    against the reference above)."""
+    with pytest.raises(ValueError, match="out16"):
+        tcb.plan("fp16", 5, 1, 16, simulator=True, out16=True)
+    with pytest.raises(ValueError, match="out16"):
+        tcb.plan("3xtf32", 16, 1, 16, simulator=True, kv_regs=False, out16=True)
+
+
+@pytest.mark.parametrize("bits", [False, True])
+def test_pair_casts_round_as_the_one_value_casts(bits):
+    """tc_backward.CAST_PAIRS: the float32 -> fp16 (bf16 bits) cast of the gradients, two
+    values per thread packed into one word, gives the bits of the one-value cast (numpy's
+    float16 rounding; the bf16 rounding of the forward's conversion): ties to even, float16
+    overflow to inf, subnormals, signed zeros; an odd count takes the one-value kernel."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.standard_normal(301) * 10.0 ** rng.integers(-9, 6, 301),
+                        [65504.0, 65520.0, 1e6, -1e6, 0.0, -0.0, 6e-8, 1 + 2.0 ** -11,
+                         1 + 3 * 2.0 ** -11, 1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8]])
+    x = x.astype(np.float32)
+    want = _bits(x) if bits else x.astype(np.float16).view(np.uint16)
+    for pairs in (True, False):
+        for n in (len(x), len(x) - 1):        # even: the pairs kernel; odd: one value each
+            dst = cuda.device_array(n, np.uint16 if bits else np.float16)
+            with build_flags(tcb, lambda: None, CAST_PAIRS=pairs):
+                tcb._cast(cuda.to_device(x[:n]), dst, bits=bits)
+            np.testing.assert_array_equal(dst.copy_to_host().view(np.uint16), want[:n])
+
+
+@pytest.mark.parametrize("causal,precision", [(False, "fp16"), (True, "fp16"),
+                                              (True, "3xtf32")])
+def test_dq_by_pair_reductions_equals_one_by_one(causal, precision):
+    """tc_backward_kernels_async.DQ_RED: a block's dQ tile added two neighbouring columns
+    per red.global.add.v2.f32 (the tiles inside Tq with d = D) gives the dQ of one
+    reduction per value (the simulator's twin adds the pair as two atomics: what this
+    checks is the pairing of values and indices), beside the edge tiles (Tq = 40 of
+    Br = 16) that still add one by one; in both kernels that add dQ this way."""
+    from flashcourse.cuda import tc_backward_kernels_async as v2
+    q, k, v, o, lse, do = problem(40, 20, 16, causal, "fp16", seed=9)
+    tol = 1e-3
+    if precision == "3xtf32":                  # float32 arrays: the 3xTF32 kernel
+        q, k, v, do = (a.astype(np.float32) for a in (q, k, v, do))
+        o, lse = reference.attention(*(a.astype(np.float64) for a in (q, k, v)),
+                                     causal=causal)
+        o, lse = o.astype(np.float32), lse.astype(np.float32)
+        tol = 1e-5
+    got = {}
+    for how in ("v2", "scalar"):
+        with build_flags(v2, tcb.kernels.cache_clear, DQ_RED=how):
+            got[how] = [g for g in backward(q, k, v, o, lse, do, kernel="tensor_core",
+                                            causal=causal)]
+    for a, b in zip(got["v2"], got["scalar"]):
+        np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=0,
+                                   atol=tol * float(np.abs(b).max()))
+    if precision == "3xtf32":                  # fp32 accuracy: the float64 gradients
+        want = reference.attention_backward(*(a.astype(np.float64) for a in (q, k, v, do)),
+                                            causal=causal)[0]
+        assert rel_err(got["v2"][0], want) < 1e-5
+    else:
+        want = model(q, k, v, o, lse, do, causal, "fp16")[0]
+        assert rel_err(got["v2"][0], want) < TOL_MODEL["fp16"] + tol

@@ -33,7 +33,7 @@ from ..gpu import using_simulator
 from ..limits import check_launch
 from ._launch import check_registers, flat, launch
 from .tc_backward_kernels import LD_ROWS
-from .tensor_core import BF16_BITS, _convert, _convert_kernels
+from .tensor_core import BF16_BITS, bf16_bits_device
 
 PRECISIONS = ("fp16", "bf16", "3xtf32")
 #: key-major kernel versions: "plain" (v1, tc_backward_kernels), "async" (v2, cp.async +
@@ -46,11 +46,20 @@ TF32_PIPELINES = ("async", "planes")
 MAX_HEAD_DIM = 128
 #: threads per block of the small pre/post-pass kernels
 PASS_THREADS = 128
-#: the D pre-pass's layout (`_delta_kernel`): "warp_rows" (one warp per row, coalesced) or
-#: "thread_rows" (one thread per row, the first version); read when the kernels are built
-#: (`_pass_kernels.cache_clear()` to switch)
-PREPASS = "warp_rows"
-#: rows per block of the "warp_rows" pre-pass
+#: the D pre-pass's layout (`_delta_kernel`): "warp_shfl" (one warp per row, coalesced, its
+#: sums added by shuffles), "warp_rows" (the same rows, the sums added by lane 0 from shared
+#: memory after a barrier) or "thread_rows" (one thread per row, the first version); read
+#: when the kernels are built (`_pass_kernels.cache_clear()` to switch)
+PREPASS = "warp_shfl"
+#: fp16/bf16 output (version 2, d even, unchecked calls): the key-major kernel stores dK, dV
+#: in the output dtype (TCBConfig.out16) instead of float32 arrays and two cast launches
+#: (False: the float32 arrays and casts, for the A/B); the same bits either way
+OUT16 = True
+#: the casts of the float32 gradients to fp16 / bf16 bits: two values per thread, packed by
+#: cvt.rn.{f16,bf16}x2 into one 32-bit store, when the element count is even (False: one
+#: value per thread, 16-bit stores); read at each call
+CAST_PAIRS = True
+#: rows per block of the "warp_shfl" and "warp_rows" pre-passes
 DROWS = PASS_THREADS // 32
 
 
@@ -63,7 +72,9 @@ class TCBConfig:
     warps a multiple of Br/16); head_dim D (d rounded up to 16); with_dq (kernel 1 adds
     dQ by atomics; False: kernel 2 computes it); sums (add the row sums of P and dS for
     the checks); kv_regs (K_j, V_j A fragments in registers; False: read from shared
-    memory, for d = 128 where registers run out); q_block_k (Bc of kernel 2)."""
+    memory, for d = 128 where registers run out); q_block_k (Bc of kernel 2); out16
+    (version 2, fp16/bf16, d even: kernel 1 writes dK, dV in the 16-bit output type
+    itself, two values per 32-bit store, instead of float32 arrays cast afterwards)."""
 
     precision: str
     warps: int
@@ -76,6 +87,7 @@ class TCBConfig:
     q_block_k: int = 64
     min_blocks: int = 0
     pipeline: str = "async"    # "async": version 2 (cp.async + ldmatrix); "plain": version 1
+    out16: bool = False        # version 2: dK, dV stored as fp16/bf16 words (d even)
 
     @property
     def block_k(self):
@@ -284,7 +296,8 @@ def _choose_tiles(d: int, limits, deterministic: bool, tf32: bool = False) -> tu
 
 def plan(precision: str, d: int, warps: int, block_q: int, simulator: bool | None = None,
          with_dq: bool = True, sums: bool = False, kv_regs: bool = True,
-         q_block_k: int = 64, min_blocks: int = 0, pipeline: str = "async") -> TCBConfig:
+         q_block_k: int = 64, min_blocks: int = 0, pipeline: str = "async",
+         out16: bool = False) -> TCBConfig:
     """Check one configuration for head dim d (ValueError naming the argument)."""
     from .._checks import check_block
     if precision not in PRECISIONS:
@@ -313,10 +326,15 @@ def plan(precision: str, d: int, warps: int, block_q: int, simulator: bool | Non
     elif pipeline == "async" and (D // 8 // (warps // mq)) % 2:
         raise ValueError(f"block_q={block_q}, warps={warps} at d={d}: version 2 reads dQ's "
                          f"B fragments two n8 tiles at a time; use more query rows per warp")
+    if out16 and (tf32 or pipeline != "async" or d % 2):
+        raise ValueError(f"out16 (dK, dV written as 16-bit words) needs precision fp16 or "
+                         f"bf16, pipeline 'async' and an even d; got {precision!r}, "
+                         f"{pipeline!r}, d={d}")
     if simulator is None:
         simulator = using_simulator()
     cfg = TCBConfig(precision, warps, block_q, D, bool(simulator), bool(with_dq),
-                    bool(sums), bool(kv_regs), q_block_k, int(min_blocks), pipeline)
+                    bool(sums), bool(kv_regs), q_block_k, int(min_blocks), pipeline,
+                    bool(out16))
     check_launch(cfg.threads, cfg.shared_bytes, what="tensor-core backward kernel")
     if not tf32:
         check_launch(cfg.threads, cfg.q_shared_bytes, what="tensor-core backward dQ kernel")
@@ -360,9 +378,10 @@ def kernels(cfg: TCBConfig):
 _SIGS: dict = {}
 
 
-def signatures(pipeline: str = "plain", precision: str = "fp16"):
+def signatures(pipeline: str = "plain", precision: str = "fp16", out16: bool = False):
     """(key-major, query-major) kernel signatures for one key-major version (3xtf32: the
-    key-major one, q, k, v, dO, lse/D and dQ flat; no query-major kernel: None)."""
+    key-major one, q, k, v, dO, lse/D and dQ flat; no query-major kernel: None; out16:
+    dK, dV as (BH, Tk, d/2) uint32 words)."""
     if not _SIGS:
         from numba import float32, int32, types, uint32
         w3 = types.Array(uint32, 3, "C")
@@ -375,26 +394,35 @@ def signatures(pipeline: str = "plain", precision: str = "fp16"):
         f1 = types.Array(float32, 1, "C")
         _SIGS["kv_async"] = (w1, w3, w3, w1, w1, f1, f3, f3) + tail + (f2, f2)
         _SIGS["kv_tf32"] = (w1, w1, w1, w1, w1, f1, f3, f3) + tail + (f2, f2)
+        _SIGS["kv_async16"] = (w1, w3, w3, w1, w1, f1, w3, w3) + tail + (f2, f2)
     if precision == "3xtf32":
         return _SIGS["kv_tf32"], None
+    if out16:
+        return _SIGS["kv_async16"], _SIGS["q"]
     return _SIGS["kv_async" if pipeline == "async" else "kv"], _SIGS["q"]
 
 
 def _delta_kernel(value):
     """The pre-pass kernel, reading each element of o and dO through `value` (a device
-    function: the float32 it stands for). PREPASS "warp_rows": one warp per row (DROWS rows
-    per block of PASS_THREADS), its lanes reading consecutive columns (coalesced) and their
-    partial sums added by lane 0 from shared memory; "thread_rows": one thread per row
-    walking its d columns (each warp-wide load then touches 32 rows' cache lines)."""
+    function: the float32 it stands for). PREPASS "warp_shfl": one warp per row (DROWS rows
+    per block of PASS_THREADS), its lanes reading consecutive columns (coalesced), their
+    partial sums added by five shuffles; "warp_rows": the same rows, the partial sums added
+    by lane 0 from shared memory after a barrier (32 dependent adds per row); "thread_rows":
+    one thread per row walking its d columns (each warp-wide load then touches 32 rows'
+    cache lines)."""
     from numba import float32
 
+    from .tc_backward_kernels import _warp_sum
+    SIM = using_simulator()
+    warp_sum = _warp_sum(SIM)
+
     @cuda.jit(device=True)
-    def put_row(ld, lse, psum, dsum, sums, tq, h, i, acc):
-        # ld[0, h, i] = lse log2(e) (+inf for lse = -inf and padded rows i >= Tq: P = 0),
-        # ld[1, h, i] = D = rowsum(dO o O) = acc (0 in padded rows); i < ld.shape[2]
+    def put_row(ld, lv, psum, dsum, sums, tq, h, i, acc):
+        # ld[0, h, i] = lse log2(e) (lv = lse[h, i]; +inf for lse = -inf and padded rows
+        # i >= Tq: P = 0), ld[1, h, i] = D = rowsum(dO o O) = acc (0 in padded rows);
+        # i < ld.shape[2]
         if i < tq:
             ld[1, h, i] = acc
-            lv = lse[h, i]
             ld[0, h, i] = lv * LOG2E_F if lv != NEG_INF else POS_INF
             if sums != 0:
                 psum[h, i] = float32(0.0)
@@ -409,13 +437,49 @@ def _delta_kernel(value):
             i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
             h = cuda.blockIdx.y
             acc = float32(0.0)
+            lv = float32(0.0)
             if i < tq:
+                lv = lse[h, i]
                 for c in range(d):
                     acc += value(do[h, i, c]) * value(o[h, i, c])
                     if zero_dq != 0:
                         dq[h, i, c] = float32(0.0)
-            put_row(ld, lse, psum, dsum, sums, tq, h, i, acc)
+            put_row(ld, lv, psum, dsum, sums, tq, h, i, acc)
         return tc_delta
+
+    if PREPASS == "warp_shfl":
+        @cuda.jit
+        def tc_delta_shfl(o, do, lse, ld, dq, zero_dq, tq, d, psum, dsum, sums):
+            # warp r of the block owns row i = DROWS x block + r; lane l takes columns
+            # l, l + 32, ... (two at a time, in two sums), the warp adds the 32 sums by
+            # shuffles; lse is read first, so its latency hides behind the row's
+            part = cuda.shared.array(PASS_THREADS if SIM else 1, float32)  # the simulator's
+            tid = cuda.threadIdx.x
+            lane = tid % 32
+            i = cuda.blockIdx.x * DROWS + tid // 32
+            h = cuda.blockIdx.y
+            acc = float32(0.0)
+            acc2 = float32(0.0)
+            lv = float32(0.0)
+            if i < tq:                     # the same i for the whole warp
+                if lane == 0:
+                    lv = lse[h, i]
+                c = lane
+                while c + 32 < d:
+                    acc += value(do[h, i, c]) * value(o[h, i, c])
+                    acc2 += value(do[h, i, c + 32]) * value(o[h, i, c + 32])
+                    if zero_dq != 0:
+                        dq[h, i, c] = float32(0.0)
+                        dq[h, i, c + 32] = float32(0.0)
+                    c += 64
+                if c < d:
+                    acc += value(do[h, i, c]) * value(o[h, i, c])
+                    if zero_dq != 0:
+                        dq[h, i, c] = float32(0.0)
+            acc = warp_sum(acc + acc2, part, tid)      # every thread of the block
+            if lane == 0:
+                put_row(ld, lv, psum, dsum, sums, tq, h, i, acc)
+        return tc_delta_shfl
 
     @cuda.jit
     def tc_delta_rows(o, do, lse, ld, dq, zero_dq, tq, d, psum, dsum, sums):
@@ -435,23 +499,28 @@ def _delta_kernel(value):
         cuda.syncthreads()
         if lane == 0:
             acc = float32(0.0)
+            lv = float32(0.0)
             if i < tq:
+                lv = lse[h, i]
                 for j in range(32):
                     acc += part[tid + j]
-            put_row(ld, lse, psum, dsum, sums, tq, h, i, acc)
+            put_row(ld, lv, psum, dsum, sums, tq, h, i, acc)
     return tc_delta_rows
 
 
 @lru_cache(maxsize=None)
 def _pass_kernels():
-    """(delta, delta_bf16, cast, delta_bits, rows per block of the delta kernels).
+    """(delta, delta_bf16, (cast, cast_bits), delta_bits, rows per block of the delta
+    kernels).
 
     delta: D = rowsum(dO o O) in fp32, also zeroing dQ for the atomics and the row sums.
     delta_bf16 takes float32 o, dO viewed as uint32 and rounds them to bf16 first, so that
     D uses the dO the tensor cores see (with one key, dP = dO . v and D = dO . o cancel
     exactly, as they must); delta_bits takes o, dO as bf16 bit patterns. cast: an
-    element-wise cast of the fp32 gradients to the output dtype (to bf16 bits:
-    `tensor_core`'s bf16 rounding kernel)."""
+    element-wise cast of the fp32 gradients to float16; cast_bits to bf16 bits, rounded as
+    `tensor_core`'s bf16 conversion rounds (`bf16_bits_device`); the pairs casts (fp16, bf16)
+    write two values per 32-bit word (`CAST_PAIRS`; a NaN becomes cvt's canonical NaN).
+    """
     from numba import float32, uint32
 
     from .mma import device_ops
@@ -478,8 +547,28 @@ def _pass_kernels():
         if i < n:
             dst[i] = src[i]
 
+    bf16_bits = bf16_bits_device()
+
+    @cuda.jit
+    def tc_cast_bits(src, dst, n):
+        # src uint32 = float32 bits, dst uint16 bf16 bits (flat: no row/column division)
+        i = cuda.grid(1)
+        if i < n:
+            dst[i] = bf16_bits(src[i])
+
+    def pairs(pack):
+        @cuda.jit
+        def tc_cast_pairs(src, dst, n2):
+            # src float32 (2 n2), dst uint32 (n2): two 16-bit values per word (cvt.rn)
+            i = cuda.grid(1)
+            if i < n2:
+                dst[i] = pack(src[2 * i], src[2 * i + 1])
+        return tc_cast_pairs
+
+    ops = device_ops(using_simulator())
     rows = PASS_THREADS if PREPASS == "thread_rows" else DROWS     # rows per block
-    return (_delta_kernel(as_float), _delta_kernel(bf16_value), tc_cast,
+    return (_delta_kernel(as_float), _delta_kernel(bf16_value),
+            (tc_cast, tc_cast_bits, pairs(ops["pack_fp16"]), pairs(ops["pack_bf16"])),
             _delta_kernel(bf16_bits_value), rows)
 
 
@@ -534,7 +623,9 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
     D = d rounded up to 16 (padding columns zero); for "3xtf32" (BH, T, D) uint32 words
     of the fp32 bits (`_words`); o, do (BH, Tq, d) float16/float32
     (for D = rowsum(dO o O)); lse (BH, Tq) float32; dq (BH, Tq, d), dk, dv (BH, Tk, d)
-    float32, overwritten. psum, dsum (BH, Tq) float32: when given, they receive the row
+    float32, overwritten (dk, dv may instead be of the 16-bit output dtype, float16 or bf16
+    bits, for fp16/bf16 with d even: the kernel then writes them rounded, `TCBConfig.out16`).
+    psum, dsum (BH, Tq) float32: when given, they receive the row
     sums of P and dS (the checks of `flashcourse.cuda.backward`). ld: the pre-pass's
     (2, BH, Tq rounded up to 128) float32 workspace (allocated when None)."""
     check_capability()
@@ -548,8 +639,12 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
              "pipeline": pipeline}
     tiles.update({n: v for n, v in given.items() if v is not None})
     sums = psum is not None
+    out16 = np.dtype(dk.dtype) != np.float32
     cfg = _plan(precision, d, tiles["warps"], tiles["block_q"], sim, not deterministic, sums,
-                tiles["kv_regs"], tiles["q_block_k"], min_blocks or 0, tiles["pipeline"])
+                tiles["kv_regs"], tiles["q_block_k"], min_blocks or 0, tiles["pipeline"],
+                out16)
+    if out16:                          # (BH, Tk, d/2) words of two 16-bit values
+        dk, dv = dk.view(np.uint32), dv.view(np.uint32)
     key_major, query_major = kernels(cfg)
     bh = qw.shape[0]
     i32, f32 = np.int32, np.float32
@@ -569,7 +664,7 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
             i32(1 if sums else 0)))
     tail = (i32(tq), i32(tk), i32(d), f32(scale * LOG2E), f32(scale), i32(1 if causal else 0),
             i32(tk - tq))
-    sig_kv, sig_q = signatures(cfg.pipeline, precision)
+    sig_kv, sig_q = signatures(cfg.pipeline, precision, out16)
     if not sim:
         check_registers("tensor-core backward kernel", key_major.compile(sig_kv),
                         cfg.threads)
@@ -643,10 +738,14 @@ def _array(shape, dtype):
 def _cast(src, dst, bits: bool = False) -> None:
     """fp32 device array -> dst (same shape, float16; or bf16 bits, uint16) on the device."""
     n = int(src.size)
-    if bits:                           # the forward's float32 -> bf16 rounding, one row
-        _convert(_convert_kernels()[0], src.view(np.uint32).reshape(1, n), dst.reshape(1, n))
+    tc_cast, tc_cast_bits, pairs_fp16, pairs_bf16 = _pass_kernels()[2]
+    if CAST_PAIRS and n % 2 == 0:      # two values per thread, one 32-bit store
+        n2 = n // 2
+        launch(pairs_bf16 if bits else pairs_fp16, None, max(1, ceil_div(n2, 256)), 256, 0,
+               (src.reshape(n), dst.reshape(n).view(np.uint32), np.int32(n2)))
         return
-    tc_cast = _pass_kernels()[2]
+    if bits:                           # the forward's float32 -> bf16 rounding
+        tc_cast, src = tc_cast_bits, src.view(np.uint32)
     launch(tc_cast, None, max(1, ceil_div(n, 256)), 256, 0,
            (src.reshape(n), dst.reshape(n), np.int32(n)))
 
@@ -683,12 +782,18 @@ def run_heads(x, out=None, psum=None, dsum=None, precision=None, deterministic=F
         out = (_array((x.bh, x.tq, x.d), dt), _array((x.bh, x.tk, x.d), dt),
                _array((x.bh, x.tk, x.d), dt))
     f32 = dt == np.float32
-    work = out if f32 else tuple(_array(g.shape, np.float32) for g in out)
+    # fp16/bf16: dQ is added up in float32 (atomics) and cast after; dK, dV are written in
+    # the output dtype by the kernel (OUT16), except for a checked call, which compares the
+    # float32 gradients with their 16-bit copies, an odd d or the "plain" pipeline
+    direct = (not f32 and OUT16 and x.d % 2 == 0 and psum is None
+              and tiles.get("pipeline") in (None, "async"))
+    work = out if f32 else tuple(g if direct and i else _array(g.shape, np.float32)
+                                 for i, g in enumerate(out))
     ld = _array((2, x.bh, ceil_div(x.tq, LD_ROWS) * LD_ROWS), np.float32)
     run(qw, kw, vw, dow, x.o, x.do, x.lse, *work, x.tq, x.tk, x.d, x.scale, x.causal,
         precision, deterministic=bool(deterministic), psum=psum, dsum=dsum, ld=ld, **tiles)
     if not f32:
-        for src, dst in zip(work, out):
+        for src, dst in zip(work[:1] if direct else work, out):
             _cast(src, dst, bits=dt == BF16_BITS)
         if psum is not None:           # a checked call: fp32 gradients that float16 lacks
             from .._guards import gradients_finite  # (dS is rounded to float16 inside:

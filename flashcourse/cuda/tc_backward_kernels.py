@@ -88,6 +88,31 @@ def _col_sum(simulator: bool):
     return col_sum
 
 
+def _warp_sum(simulator: bool):
+    """warp_sum(x, part, tid): the sum of x over the 32 lanes of tid's warp, in every lane,
+    by the butterfly x += shfl_xor(x, 16, 8, 4, 2, 1). The simulator has no shuffles: the
+    same butterfly through part (a shared float32 array, one slot per thread of the block),
+    two barriers a step, so every thread of the block must call it (on a GPU part is
+    unused, and no barrier is taken)."""
+    if simulator:
+        @cuda.jit(device=True)
+        def warp_sum(x, part, tid):
+            for sh in (16, 8, 4, 2, 1):
+                part[tid] = x
+                cuda.syncthreads()
+                x += part[tid ^ sh]
+                cuda.syncthreads()
+            return x
+        return warp_sum
+
+    @cuda.jit(device=True, forceinline=True)
+    def warp_sum(x, part, tid):
+        for sh in (16, 8, 4, 2, 1):
+            x += cuda.shfl_xor_sync(FULL_MASK, x, sh)
+        return x
+    return warp_sum
+
+
 # --------------------------------------------------------------------------------------
 # kernel 1: key-major dK, dV (and dQ by atomics)
 # --------------------------------------------------------------------------------------

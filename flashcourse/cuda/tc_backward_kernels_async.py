@@ -57,6 +57,40 @@ LINEAR_SHARED = True
 #: moves, yet 1.5-3% SLOWER at all four d = 128 points of the H200 A/B,
 #: results/h200_bwd_ab4_log.txt); read when a kernel is built; the same bits
 DS_FRAGMENTS = "ld_bt"
+#: how a block's dQ tile is added to dQ in global memory: "v2" (red.global.add.v2.f32, two
+#: neighbouring columns per 8-byte reduction; PTX has it from sm_90 on), "scalar" (one
+#: red.global.add.f32 per value) or "auto" (v2 on a GPU of compute capability 9.0 or more,
+#: scalar on older GPUs and the simulator); read when a kernel is built. The v2 form serves
+#: the tiles inside Tq with d = D (d a multiple of 16, so the pair's index is even); the
+#: edge tiles add one value at a time
+DQ_RED = "auto"
+
+
+def dq_pairs(simulator: bool) -> bool:
+    """DQ_RED's choice for a kernel built now: True for 8-byte pair reductions."""
+    if DQ_RED == "auto":
+        return not simulator and cuda.get_current_device().compute_capability >= (9, 0)
+    return DQ_RED == "v2"
+
+
+def dq_tile_adder(so, pairs: bool, simulator: bool):
+    """add_dq(dq, i0, i1, x0, x1, x2, x3): the four values an mma C fragment holds of one
+    n8 tile of dQ added to flat dq: x0, x1 at i0, i0 + 1 (row g), x2, x3 at i1, i1 + 1
+    (row g + 8); two red.global.add.v2.f32 (pairs, i0 and i1 even) or four
+    red.global.add.f32. Shared by the fp16/bf16 and the 3xTF32 kernels."""
+    RED, RED2 = so["red_add"], so["red_add2"]
+
+    def add_dq(dq, i0, i1, x0, x1, x2, x3):
+        if pairs:
+            RED2(dq, i0, x0, x1)
+            RED2(dq, i1, x2, x3)
+        else:
+            RED(dq, i0, x0)
+            RED(dq, i0 + U(1), x1)
+            RED(dq, i1, x2)
+            RED(dq, i1 + U(1), x3)
+    return cuda.jit(device=True)(add_dq) if simulator else \
+        cuda.jit(device=True, forceinline=True)(add_dq)
 
 
 def make_key_major_async_kernel(cfg):
@@ -69,11 +103,14 @@ def make_key_major_async_kernel(cfg):
     LDAT = so["ld_at"]
     DS_AT = DS_FRAGMENTS == "ld_at"
     RED, exp2 = so["red_add"], so["ex2"]
+    RED_V2 = dq_pairs(cfg.simulator)
+    add_dq = dq_tile_adder(so, RED_V2, cfg.simulator)
     col_sum = _col_sum(cfg.simulator)
     SIM = cfg.simulator
     block_of = key_block_order()       # _device.CAUSAL_KEY_ORDER
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
     WITH_DQ, SUMS, KV_REGS = cfg.with_dq, cfg.sums, cfg.kv_regs
+    OUT16 = cfg.out16
     KV_LDSM = KV_FRAGMENTS == "ldmatrix"
     DW = D // 2
     KT = D // 16
@@ -99,7 +136,9 @@ def make_key_major_async_kernel(cfg):
         # q, do: (BH, Tq, D/2) words and dq (BH, Tq, d) float32, FLAT (1-D): one unsigned
         # index per access, no stride products. ldw: (2, BH, Tq padded to LD_ROWS) words,
         # flat: [0] = lse log2(e) (+inf: no key, padding), [1] = D. cp.async and ldmatrix
-        # need 16-byte aligned shared addresses.
+        # need 16-byte aligned shared addresses. dk, dv (BH, Tk, d) float32, or with
+        # cfg.out16 (BH, Tk, d/2) uint32 words of two fp16/bf16 values (the output dtype,
+        # rounded as cvt.rn does, so no cast pass follows).
         if SIM:
             sm = cuda.shared.array(0, uint32)
             smf = cuda.shared.array(0, float32)
@@ -385,10 +424,9 @@ def make_key_major_async_kernel(cfg):
                 g1 = g0 + U(8 * d)
                 if q0 + BR <= tq and d == D:    # the whole tile is inside: no checks
                     for n in range(NQW):
-                        RED(dq, g0 + U(8 * n), dqa[4 * n] * scale)
-                        RED(dq, g0 + U(8 * n + 1), dqa[4 * n + 1] * scale)
-                        RED(dq, g1 + U(8 * n), dqa[4 * n + 2] * scale)
-                        RED(dq, g1 + U(8 * n + 1), dqa[4 * n + 3] * scale)
+                        add_dq(dq, g0 + U(8 * n), g1 + U(8 * n), dqa[4 * n] * scale,
+                               dqa[4 * n + 1] * scale, dqa[4 * n + 2] * scale,
+                               dqa[4 * n + 3] * scale)
                 else:
                     for n in range(NQW):
                         for i in range(4):
@@ -397,13 +435,24 @@ def make_key_major_async_kernel(cfg):
                                 RED(dq, (g1 if i >= 2 else g0) + U(8 * n + (i % 2)),
                                     dqa[4 * n + i] * scale)
 
-        for n in range(NO):
-            for i in range(4):
-                key = kr0 + 8 * (i // 2)
-                c = n * 8 + 2 * t + (i % 2)
-                if key < tk and c < d:
-                    dk[U(h), U(key), U(c)] = dka[4 * n + i] * scale
-                    dv[U(h), U(key), U(c)] = dva[4 * n + i]
+        if OUT16:                               # two 16-bit values per word (d even)
+            for n in range(NO):
+                for hf in range(2):
+                    key = kr0 + 8 * hf
+                    c = n * 8 + 2 * t
+                    if key < tk and c < d:
+                        j = 4 * n + 2 * hf
+                        dk[U(h), U(key), U(c // 2)] = PACK(dka[j] * scale,
+                                                           dka[j + 1] * scale)
+                        dv[U(h), U(key), U(c // 2)] = PACK(dva[j], dva[j + 1])
+        else:
+            for n in range(NO):
+                for i in range(4):
+                    key = kr0 + 8 * (i // 2)
+                    c = n * 8 + 2 * t + (i % 2)
+                    if key < tk and c < d:
+                        dk[U(h), U(key), U(c)] = dka[4 * n + i] * scale
+                        dv[U(h), U(key), U(c)] = dva[4 * n + i]
 
     tc_bwd_key_major_async.__name__ = (f"tc_bwd_kv_async_{cfg.precision}_w{NW}_q{BR}_d{D}"
                                        + ("_dq" if WITH_DQ else "")
@@ -411,6 +460,8 @@ def make_key_major_async_kernel(cfg):
                                        + ("" if KV_REGS else "_kvsh")
                                        + ("" if KV_REGS or KV_LDSM else "_scalar")
                                        + ("_dsat" if DS_AT and WITH_DQ else "")
+                                       + ("_o16" if OUT16 else "")
+                                       + ("" if RED_V2 or not WITH_DQ else "_red1")
                                        + ("_sim" if SIM else ""))
     return _jit(tc_bwd_key_major_async, cfg)
 

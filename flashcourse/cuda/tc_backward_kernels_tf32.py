@@ -108,6 +108,8 @@ def make_key_major_tf32_kernel(cfg):
     so = smem_ops(cfg.simulator, v2.LINEAR_SHARED)
     LDB, CP16, COMMIT, WAIT = so["ld_b"], so["cp16"], so["commit"], so["wait_all"]
     RED, exp2 = so["red_add"], so["ex2"]
+    RED_V2 = v2.dq_pairs(cfg.simulator)
+    add_dq = v2.dq_tile_adder(so, RED_V2, cfg.simulator)
     col_sum = _col_sum(cfg.simulator)
     SIM = cfg.simulator
     block_of = key_block_order()       # _device.CAUSAL_KEY_ORDER
@@ -484,11 +486,10 @@ def make_key_major_tf32_kernel(cfg):
                     for i in range(QREGS):
                         dqc[i] += dqe[i]
                 if q0 + BR <= tq and d == D:    # the whole tile is inside: no checks
-                    for n in range(NQW):
-                        RED(dq, g0 + U(8 * n), dqc[4 * n] * scale)
-                        RED(dq, g0 + U(8 * n + 1), dqc[4 * n + 1] * scale)
-                        RED(dq, g1 + U(8 * n), dqc[4 * n + 2] * scale)
-                        RED(dq, g1 + U(8 * n + 1), dqc[4 * n + 3] * scale)
+                    for n in range(NQW):            # (pairs: v2.DQ_RED)
+                        add_dq(dq, g0 + U(8 * n), g1 + U(8 * n), dqc[4 * n] * scale,
+                               dqc[4 * n + 1] * scale, dqc[4 * n + 2] * scale,
+                               dqc[4 * n + 3] * scale)
                 else:
                     for n in range(NQW):
                         for i in range(4):
@@ -511,5 +512,6 @@ def make_key_major_tf32_kernel(cfg):
                                       + ("_sums" if SUMS else "")
                                       + ("_planes" if PLANES else "")
                                       + ("" if ONE_CHAIN else "_apart")
+                                      + ("" if RED_V2 or not WITH_DQ else "_red1")
                                       + ("_sim" if SIM else ""))
     return _jit(tc_bwd_key_major_tf32, cfg)

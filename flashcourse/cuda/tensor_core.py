@@ -517,9 +517,23 @@ def device_convertible(dtype, precision: str) -> bool:
 
 
 @lru_cache(maxsize=None)
+def bf16_bits_device():
+    """A device function: float32 bits (uint32) -> the bf16 bits (in a uint32) of the value
+    rounded half to even; NaN stays NaN (quietened)."""
+    @cuda.jit(device=True)
+    def bf16_bits(u):
+        if (u & uint32(0x7FFFFFFF)) > uint32(0x7F800000):
+            return (u >> uint32(16)) | uint32(0x40)
+        return (u + uint32(0x7FFF) + ((u >> uint32(16)) & uint32(1))) >> uint32(16)
+    return bf16_bits
+
+
+@lru_cache(maxsize=None)
 def _convert_kernels():
     """(bf16 rounding, bf16 unpacking, column copy): element-wise kernels over (rows, m)
     arrays, src (rows, n_src) -> dst (rows, n_dst); columns of dst past n_src are zero."""
+    bf16_bits = bf16_bits_device()
+
     @cuda.jit
     def words_bf16(src, dst, rows, n_src, n_dst):
         # src uint32 = float32 bits; dst uint16 bf16 bits, rounded half to even
@@ -529,11 +543,7 @@ def _convert_kernels():
             c = i - r * n_dst
             b = uint32(0)
             if c < n_src:
-                u = src[r, c]
-                if (u & uint32(0x7FFFFFFF)) > uint32(0x7F800000):      # NaN stays NaN
-                    b = (u >> uint32(16)) | uint32(0x40)
-                else:
-                    b = (u + uint32(0x7FFF) + ((u >> uint32(16)) & uint32(1))) >> uint32(16)
+                b = bf16_bits(src[r, c])
             dst[r, c] = b
 
     @cuda.jit
