@@ -39,9 +39,10 @@ TENSOR_CORE_FILE = RESULTS_DIR / "h200_tensor_core.json"
 HOST_PATH_FILE = RESULTS_DIR / "h200_host_path.json"
 TC_BACKWARD_FILE = RESULTS_DIR / "h200_tc_backward.json"
 BARS_FILE = RESULTS_DIR / "h200_bars.json"
-#: the latest backward-only bars run (gpu_bars.py --parts errors backward), newer than
-#: BARS_FILE's backward rows: the D pre-pass by one warp per row
-BARS_BACKWARD_FILE = RESULTS_DIR / "h200_bars_bwd_prepass.json"
+#: the bars run whose backward rows notebook 10 shows: BARS_FILE itself since its run of
+#: 2026-12-03 19:40 UTC (all parts; dK, dV written in 16 bits, dQ by 8-byte pair adds); a
+#: backward-only run newer than BARS_FILE would be named here
+BARS_BACKWARD_FILE = BARS_FILE
 #: Nsight Compute's sections for the fp16 d = 128 backward kernel (text, ncu's own layout)
 TC_BACKWARD_NCU_FILE = RESULTS_DIR / "h200_tc_backward_ncu_log.txt"
 TENSOR_CORE_AB_FILE = RESULTS_DIR / "h200_tensor_core_v2_ab.json"
