@@ -186,3 +186,29 @@ def test_profile_metrics_read_the_recorded_profile():
     got = TB.profile_metrics(results.TC_BACKWARD_NCU_FILE.read_text())
     assert set(got) == {name for _, name in TB.PROFILE_METRICS}
     assert 0 < got["Issue Slots Busy"] <= 100 and got["Registers Per Thread"] <= 255
+
+
+def test_kernel_breakdown_reads_the_ab_log():
+    """kernel_breakdown: per variant and precision, the longest kernel and the sum of the
+    others, from a made-up block and from the recorded A/B 7 log (where the pair adds made
+    the main kernel faster and the passes around it shorter)."""
+    from flashcourse import results
+    text = ("kernels base fp16 N=4096 d=128 causal off, per call (us):\n"
+            "   Array<float, 2, C, mutable, aligned>)    3869.1  x1\n"
+            "   Array<half, 1, C, mutable, aligned>, int)      53.0  x1\n"
+            "   aligned>, int)     101.2  x1\n"
+            "kernels new fp16 N=4096 d=128 causal off, per call (us):\n"
+            "   x)    3290.7  x1\n"
+            "   y)      64.8  x1\n"
+            "  at 131 s\n")
+    got = TB.kernel_breakdown(text)
+    assert got[("base", "fp16")] == pytest.approx((3869.1, 154.2))
+    assert got[("new", "fp16")] == pytest.approx((3290.7, 64.8))
+    log = results.RESULTS_DIR / "h200_bwd_ab7_log.txt"
+    if not log.exists():
+        pytest.skip("no recorded A/B 7 log")
+    got = TB.kernel_breakdown(log.read_text())
+    assert set(got) == {(v, p) for v in ("base", "new") for p in ("fp16", "bf16")}
+    for p in ("fp16", "bf16"):
+        assert got[("new", p)][0] < got[("base", p)][0]
+        assert got[("new", p)][1] < got[("base", p)][1]

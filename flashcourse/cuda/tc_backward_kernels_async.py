@@ -27,7 +27,10 @@ dQ += dS K by ldmatrix.trans); and, without kv_regs, V_j row-major.
 Instruction economy (benchmarks/NOTES_tc_backward.md, "tuned"): Q, dO, lse/D and dQ are
 passed flat (1-D) so every cp.async and every dQ add takes one unsigned index
 (`red.global.add.f32`, not Numba's atomic with its signed-index wraparound), dQ adds of a
-query block inside Tq skip the bounds checks, and P = ex2.approx.ftz(...).
+query block inside Tq skip the bounds checks, and P = ex2.approx.ftz(...). On sm_90 those
+adds go two neighbouring columns per `red.global.add.v2.f32` (DQ_RED; 15% off the d = 128
+kernel's time on the H200, results/h200_bwd_ab7_log.txt), and with cfg.out16 dK, dV leave
+the kernel as fp16/bf16 words instead of float32 arrays cast afterwards.
 """
 
 from __future__ import annotations

@@ -460,3 +460,27 @@ def bar_lines(bars: dict, bar: float = 0.6) -> list[str]:
                          f"{bar}x)")
         lines.append(f"d = {d}: " + "; ".join(parts))
     return lines
+
+
+def kernel_breakdown(text: str) -> dict:
+    """{(variant, precision): (main kernel us, the other kernels' us)} per call from an A/B
+    log's torch.profiler blocks (benchmarks/results/h200_bwd_ab7_log.txt): a header line
+    "kernels VARIANT PRECISION ... per call (us):", then one line per kernel ending in its
+    microseconds and "xCOUNT". The main kernel is the longest; the others are the pre-pass
+    and the casts."""
+    import re
+    out, key, rows = {}, None, []
+    for line in text.splitlines() + ["kernels end"]:
+        head = re.match(r"kernels (\S+) (\S+) .*per call \(us\):\s*$", line)
+        if head or line == "kernels end":
+            if key and rows:
+                out[key] = (max(rows), sum(rows) - max(rows))
+            key, rows = (head.groups() if head else None), []
+            continue
+        m = re.match(r"\s+.*\s([\d.]+)\s+x(\d+)\s*$", line)
+        if key and m:
+            rows.append(float(m.group(1)))
+        elif key and rows:                     # the block ended
+            out[key] = (max(rows), sum(rows) - max(rows))
+            key, rows = None, []
+    return out
