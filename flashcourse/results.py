@@ -45,6 +45,8 @@ BARS_FILE = RESULTS_DIR / "h200_bars.json"
 BARS_BACKWARD_FILE = BARS_FILE
 #: Nsight Compute's sections for the fp16 d = 128 backward kernel (text, ncu's own layout)
 TC_BACKWARD_NCU_FILE = RESULTS_DIR / "h200_tc_backward_ncu_log.txt"
+#: the same sections for the same kernel after dK/dV in 16 bits and dQ by pair reductions
+TC_BACKWARD_NCU_AFTER_FILE = RESULTS_DIR / "h200_tc_backward_ncu_v2_log.txt"
 TENSOR_CORE_AB_FILE = RESULTS_DIR / "h200_tensor_core_v2_ab.json"
 TF32_VARIANTS_FILE = RESULTS_DIR / "h200_tensor_core_v2_tf32_variants.json"
 TF32_SPLIT_FILE = RESULTS_DIR / "h200_bars_tf32_split_ab.json"

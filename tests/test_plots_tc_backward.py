@@ -183,9 +183,11 @@ def test_profile_metrics_read_the_recorded_profile():
                    "Local Memory Spilling Requests": 7446528.0}
     if not results.TC_BACKWARD_NCU_FILE.exists():
         pytest.skip("no recorded profile")
-    got = TB.profile_metrics(results.TC_BACKWARD_NCU_FILE.read_text())
-    assert set(got) == {name for _, name in TB.PROFILE_METRICS}
-    assert 0 < got["Issue Slots Busy"] <= 100 and got["Registers Per Thread"] <= 255
+    for f in (results.TC_BACKWARD_NCU_FILE, results.TC_BACKWARD_NCU_AFTER_FILE):
+        got = TB.profile_metrics(f.read_text())
+        assert set(got) == {name for _, name in TB.PROFILE_METRICS}, f.name
+        assert 0 < got["Issue Slots Busy"] <= 100 and got["Registers Per Thread"] <= 255
+        assert 0 < got["Duration"] < 10          # ms: the d = 128 kernel at N = 4096
 
 
 def test_kernel_breakdown_reads_the_ab_log():

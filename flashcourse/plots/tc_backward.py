@@ -421,6 +421,7 @@ def gap_lines(doc: dict, exp_per_s: float, gpu: str = "H200") -> list[str]:
 
 #: (label, Nsight Compute metric name) of the backward's recorded profile, in print order
 PROFILE_METRICS = (
+    ("kernel time (ms)", "Duration"),
     ("issue slots busy (%)", "Issue Slots Busy"),
     ("eligible warps per scheduler per cycle", "Eligible Warps Per Scheduler"),
     ("active warps per scheduler", "Active Warps Per Scheduler"),
