@@ -51,13 +51,11 @@ PASS_THREADS = 128
 #: memory after a barrier) or "thread_rows" (one thread per row, the first version); read
 #: when the kernels are built (`_pass_kernels.cache_clear()` to switch)
 PREPASS = "warp_shfl"
-#: fp16/bf16 output (version 2, d even, unchecked calls): the key-major kernel stores dK, dV
-#: in the output dtype (TCBConfig.out16) instead of float32 arrays and two cast launches
-#: (False: the float32 arrays and casts, for the A/B); the same bits either way
+#: fp16/bf16 (version 2, d even, unchecked calls): the kernel stores dK, dV in the output
+#: dtype (TCBConfig.out16; False: float32 arrays and two casts, for the A/B), the same bits
 OUT16 = True
-#: the casts of the float32 gradients to fp16 / bf16 bits: two values per thread, packed by
-#: cvt.rn.{f16,bf16}x2 into one 32-bit store, when the element count is even (False: one
-#: value per thread, 16-bit stores); read at each call
+#: the gradient casts: two values per thread, one 32-bit store by cvt.rn.{f16,bf16}x2, when
+#: the element count is even (False: one value per thread); read at each call
 CAST_PAIRS = True
 #: rows per block of the "warp_shfl" and "warp_rows" pre-passes
 DROWS = PASS_THREADS // 32
