@@ -16,6 +16,7 @@ from numba import cuda, uint32   # module globals: the simulator swaps them insi
 from flashcourse import reference
 from flashcourse.cuda import backward, forward, smem_ops
 from flashcourse.cuda import tc_backward as tcb
+from flashcourse.cuda import tc_backward_passes as passes
 from flashcourse.cuda.mma import round_bf16
 from flashcourse.cuda.registry import BACKWARD
 from flashcourse.gpu import using_simulator
@@ -354,7 +355,7 @@ def test_simulator_twins_match_the_models():
 
 @pytest.mark.parametrize("d", [5, 40, 64])
 def test_prepass_layouts_agree(d):
-    """tc_backward.PREPASS: the D pre-pass as one warp per row (coalesced; the sums added by
+    """tc_backward_passes.PREPASS: the D pre-pass as one warp per row (coalesced; the sums added by
     shuffles, the default, or through shared memory) or one thread per row gives the same
     L = lse log2(e) and, to rounding, the same D = rowsum(dO o O) (float64 on the same
     rounded values); padded rows (Tq = 37 of LD_ROWS) hold L = +inf, D = 0; a row with
@@ -368,12 +369,12 @@ def test_prepass_layouts_agree(d):
     tqp = -(-tq // tcb.LD_ROWS) * tcb.LD_ROWS
     got = {}
     for how in ("warp_shfl", "warp_rows", "thread_rows"):
-        with build_flags(tcb, tcb._pass_kernels.cache_clear, PREPASS=how):
-            delta, _, _, _, rows = tcb._pass_kernels()
+        with build_flags(passes, passes.pass_kernels.cache_clear, PREPASS=how):
+            delta, _, _, _, rows = passes.pass_kernels()
             ld = cuda.to_device(np.full((2, bh, tqp), np.nan, np.float32))
             dq = cuda.to_device(np.ones((bh, tq, d), np.float32))
             sums = cuda.to_device(np.zeros((bh, tq), np.float32))
-            delta[(-(-tqp // rows), bh), tcb.PASS_THREADS](
+            delta[(-(-tqp // rows), bh), passes.PASS_THREADS](
                 cuda.to_device(o), cuda.to_device(do), cuda.to_device(lse), ld, dq,
                 np.int32(1), np.int32(tq), np.int32(d), sums, sums, np.int32(0))
             got[how] = ld.copy_to_host()
@@ -473,7 +474,7 @@ def test_16_bit_outputs_need_an_even_d():
 
 @pytest.mark.parametrize("bits", [False, True])
 def test_pair_casts_round_as_the_one_value_casts(bits):
-    """tc_backward.CAST_PAIRS: the float32 -> fp16 (bf16 bits) cast of the gradients, two
+    """tc_backward_passes.CAST_PAIRS: the float32 -> fp16 (bf16 bits) cast of the gradients, two
     values per thread packed into one word, gives the bits of the one-value cast (numpy's
     float16 rounding; the bf16 rounding of the forward's conversion): ties to even, float16
     overflow to inf, subnormals, signed zeros; an odd count takes the one-value kernel."""
@@ -486,8 +487,8 @@ def test_pair_casts_round_as_the_one_value_casts(bits):
     for pairs in (True, False):
         for n in (len(x), len(x) - 1):        # even: the pairs kernel; odd: one value each
             dst = cuda.device_array(n, np.uint16 if bits else np.float16)
-            with build_flags(tcb, lambda: None, CAST_PAIRS=pairs):
-                tcb._cast(cuda.to_device(x[:n]), dst, bits=bits)
+            with build_flags(passes, lambda: None, CAST_PAIRS=pairs):
+                passes.cast(cuda.to_device(x[:n]), dst, bits=bits)
             np.testing.assert_array_equal(dst.copy_to_host().view(np.uint16), want[:n])
 
 

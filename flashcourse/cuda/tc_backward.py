@@ -3,7 +3,8 @@
 The kernels, with the idea and the fragment layouts of the transposed products, are in
 `tc_backward_kernels.py`. This module holds one variant's configuration (`TCBConfig`,
 `plan`, `default_tiles`), the compiled variants (cached), `run` (the launches on prepared
-32-bit word arrays) and `run_heads`, the registry's entry:
+32-bit word arrays) and `run_heads`, the registry's entry; the D pre-pass and the gradient
+casts around the key-major kernel are in `tc_backward_passes.py`:
 
     from flashcourse.cuda import backward
     dq, dk, dv = backward(q16, k16, v16, o16, lse, do16, kernel="tensor_core")   # fp16
@@ -14,7 +15,7 @@ The kernels, with the idea and the fragment layouts of the transposed products, 
 
 Precisions: "fp16" for float16 arrays; "3xtf32" (the default for float32 arrays: fp32
 accuracy on the tensor cores, mma.sync m16n8k8 TF32 with each operand split into big and
-small, `tc_backward_kernels_tf32.py`; dQ by atomics only, deterministic=True is refused);
+small, `tc_backward_kernels_tf32.py`, whose kernel 2 is the deterministic dQ pass);
 "bf16" for float32 arrays (rounded to bf16 on the device; the gradients come back in
 float32) or for uint16 arrays of bf16 bit patterns (no conversion; the gradients come back
 as bf16 bits).
@@ -27,13 +28,14 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda
 
-from ..constants import LOG2E, LOG2E_F, NEG_INF, POS_INF
+from ..constants import LOG2E
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ..limits import check_launch
 from ._launch import check_registers, flat, launch
 from .tc_backward_kernels import LD_ROWS
-from .tensor_core import BF16_BITS, bf16_bits_device
+from . import tc_backward_passes as passes
+from .tensor_core import BF16_BITS
 
 PRECISIONS = ("fp16", "bf16", "3xtf32")
 #: key-major kernel versions: "plain" (v1, tc_backward_kernels), "async" (v2, cp.async +
@@ -44,21 +46,9 @@ PIPELINES = ("async", "plain")
 TF32_PIPELINES = ("async", "planes")
 #: the largest head dimension (d is padded with zeros up to a multiple of 16)
 MAX_HEAD_DIM = 128
-#: threads per block of the small pre/post-pass kernels
-PASS_THREADS = 128
-#: the D pre-pass's layout (`_delta_kernel`): "warp_shfl" (one warp per row, coalesced, its
-#: sums added by shuffles), "warp_rows" (the same rows, the sums added by lane 0 from shared
-#: memory after a barrier) or "thread_rows" (one thread per row, the first version); read
-#: when the kernels are built (`_pass_kernels.cache_clear()` to switch)
-PREPASS = "warp_shfl"
 #: fp16/bf16 (version 2, d even, unchecked calls): the kernel stores dK, dV in the output
 #: dtype (TCBConfig.out16; False: float32 arrays and two casts, for the A/B), the same bits
 OUT16 = True
-#: the gradient casts: two values per thread, one 32-bit store by cvt.rn.{f16,bf16}x2, when
-#: the element count is even (False: one value per thread); read at each call
-CAST_PAIRS = True
-#: rows per block of the "warp_shfl" and "warp_rows" pre-passes
-DROWS = PASS_THREADS // 32
 
 
 @dataclass(frozen=True)
@@ -179,6 +169,15 @@ class TCBConfig:
         qn = self.block_q * self.row_stride
         return 0, qn, 2 * qn, 2 * qn + self.block_q, kn, vn, ds, buf, end
 
+    def tf32_q_offsets(self):
+        """Word offsets of the 3xtf32 kernel 2's shared arrays: QN, DON (16 x warps rows
+        each), K, V (q_block_k rows each, in buffer 0; buffer 1 is KVB words further),
+        KVB, end."""
+        rs = self.tf32_row_stride
+        qn = 16 * self.warps * rs
+        kv = self.q_block_k * rs
+        return 0, qn, 2 * qn, 2 * qn + kv, 2 * kv, 2 * qn + 4 * kv
+
     def q_offsets(self):
         """Word offsets of kernel 2's shared arrays: KN, VN, KT, end."""
         kn = self.q_block_k * self.row_stride
@@ -195,7 +194,7 @@ class TCBConfig:
 
     @property
     def q_shared_bytes(self):
-        return 4 * self.q_offsets()[-1]
+        return 4 * (self.tf32_q_offsets() if self.tf32 else self.q_offsets())[-1]
 
 
 def default_tiles(d: int, simulator: bool, precision: str = "fp16") -> dict:
@@ -234,6 +233,7 @@ def _tf32_tiles(d: int, simulator: bool) -> dict:
     if simulator:
         return t
     D = ceil_div(d, 16) * 16
+    t["q_block_k"] = 64 if D <= 64 else 32     # kernel 2 (deterministic=True)
     if D <= 64 or D == 80:
         return dict(t, warps=4, block_q=32)
     if D == 128:
@@ -285,7 +285,7 @@ def _choose_tiles(d: int, limits, deterministic: bool, tf32: bool = False) -> tu
     for i, t in enumerate(_candidates(d, precision)):
         cfg = TCBConfig(precision, t["warps"], t["block_q"], D, False, not deterministic,
                         False, t["kv_regs"], t["q_block_k"], 0, t["pipeline"])
-        q_bytes = 0 if tf32 else cfg.q_shared_bytes
+        q_bytes = cfg.q_shared_bytes if deterministic or not tf32 else 0
         cands.append((i, cfg.threads, max(cfg.shared_bytes, q_bytes)))
     best = _candidates(d, precision)[pick_config(cands, limits,
                                                  f"tensor-core backward d={d}")]
@@ -318,7 +318,7 @@ def plan(precision: str, d: int, warps: int, block_q: int, simulator: bool | Non
                          f"be a multiple of block_q/16 and d/8 of warps/(block_q/16)")
     tf32 = precision == "3xtf32"
     if tf32:                           # its pipelines, with its own message
-        _check_tf32_options(not with_dq, pipeline, kv_regs)
+        _check_tf32_options(pipeline, kv_regs)
     elif pipeline not in PIPELINES:
         raise ValueError(f"pipeline must be one of {PIPELINES}, got {pipeline!r}")
     elif pipeline == "async" and (D // 8 // (warps // mq)) % 2:
@@ -334,17 +334,12 @@ def plan(precision: str, d: int, warps: int, block_q: int, simulator: bool | Non
                     bool(sums), bool(kv_regs), q_block_k, int(min_blocks), pipeline,
                     bool(out16))
     check_launch(cfg.threads, cfg.shared_bytes, what="tensor-core backward kernel")
-    if not tf32:
-        check_launch(cfg.threads, cfg.q_shared_bytes, what="tensor-core backward dQ kernel")
+    check_launch(cfg.threads, cfg.q_shared_bytes, what="tensor-core backward dQ kernel")
     return cfg
 
 
-def _check_tf32_options(deterministic, pipeline, kv_regs) -> None:
+def _check_tf32_options(pipeline, kv_regs) -> None:
     """What precision='3xtf32' does not build: ValueError naming the option."""
-    if deterministic:
-        raise ValueError("deterministic=True is not built for precision='3xtf32' (its dQ "
-                         "is added by fp32 atomics): use deterministic=False, or "
-                         "kernel='fast_two_pass' for deterministic fp32 gradients")
     if pipeline not in (None,) + TF32_PIPELINES:
         raise ValueError(f"precision='3xtf32' is built with pipeline='async' or 'planes', "
                          f"got pipeline={pipeline!r}")
@@ -366,8 +361,9 @@ def kernels(cfg: TCBConfig):
     from .tc_backward_kernels import make_key_major_kernel, make_query_major_kernel
     from .tc_backward_kernels_async import make_key_major_async_kernel
     if cfg.tf32:
-        from .tc_backward_kernels_tf32 import make_key_major_tf32_kernel
-        return make_key_major_tf32_kernel(cfg), None
+        from . import tc_backward_kernels_tf32 as tf32
+        return (tf32.make_key_major_tf32_kernel(cfg),
+                None if cfg.with_dq else tf32.make_query_major_tf32_kernel(cfg))
     key_major = (make_key_major_async_kernel if cfg.pipeline == "async"
                  else make_key_major_kernel)(cfg)
     return key_major, None if cfg.with_dq else make_query_major_kernel(cfg)
@@ -377,9 +373,9 @@ _SIGS: dict = {}
 
 
 def signatures(pipeline: str = "plain", precision: str = "fp16", out16: bool = False):
-    """(key-major, query-major) kernel signatures for one key-major version (3xtf32: the
-    key-major one, q, k, v, dO, lse/D and dQ flat; no query-major kernel: None; out16:
-    dK, dV as (BH, Tk, d/2) uint32 words)."""
+    """(key-major, query-major) kernel signatures for one key-major version (3xtf32: q, k,
+    v, dO and lse/D flat, and dQ in the key-major one; out16: dK, dV as (BH, Tk, d/2)
+    uint32 words)."""
     if not _SIGS:
         from numba import float32, int32, types, uint32
         w3 = types.Array(uint32, 3, "C")
@@ -392,188 +388,14 @@ def signatures(pipeline: str = "plain", precision: str = "fp16", out16: bool = F
         f1 = types.Array(float32, 1, "C")
         _SIGS["kv_async"] = (w1, w3, w3, w1, w1, f1, f3, f3) + tail + (f2, f2)
         _SIGS["kv_tf32"] = (w1, w1, w1, w1, w1, f1, f3, f3) + tail + (f2, f2)
+        _SIGS["q_tf32"] = (w1, w1, w1, w1, w1, f3) + tail
         _SIGS["kv_async16"] = (w1, w3, w3, w1, w1, f1, w3, w3) + tail + (f2, f2)
     if precision == "3xtf32":
-        return _SIGS["kv_tf32"], None
+        return _SIGS["kv_tf32"], _SIGS["q_tf32"]
     if out16:
         return _SIGS["kv_async16"], _SIGS["q"]
     return _SIGS["kv_async" if pipeline == "async" else "kv"], _SIGS["q"]
 
-
-def _delta_kernel(value):
-    """The pre-pass kernel, reading each element of o and dO through `value` (a device
-    function: the float32 it stands for). PREPASS "warp_shfl": one warp per row (DROWS rows
-    per block of PASS_THREADS), its lanes reading consecutive columns (coalesced), their
-    partial sums added by five shuffles; "warp_rows": the same rows, the partial sums added
-    by lane 0 from shared memory after a barrier (32 dependent adds per row); "thread_rows":
-    one thread per row walking its d columns (each warp-wide load then touches 32 rows'
-    cache lines)."""
-    from numba import float32
-
-    from .tc_backward_kernels import _warp_sum
-    SIM = using_simulator()
-    warp_sum = _warp_sum(SIM)
-
-    @cuda.jit(device=True)
-    def put_row(ld, lv, psum, dsum, sums, tq, h, i, acc):
-        # ld[0, h, i] = lse log2(e) (lv = lse[h, i]; +inf for lse = -inf and padded rows
-        # i >= Tq: P = 0), ld[1, h, i] = D = rowsum(dO o O) = acc (0 in padded rows);
-        # i < ld.shape[2]
-        if i < tq:
-            ld[1, h, i] = acc
-            ld[0, h, i] = lv * LOG2E_F if lv != NEG_INF else POS_INF
-            if sums != 0:
-                psum[h, i] = float32(0.0)
-                dsum[h, i] = float32(0.0)
-        elif i < ld.shape[2]:
-            ld[1, h, i] = float32(0.0)
-            ld[0, h, i] = POS_INF
-
-    if PREPASS == "thread_rows":
-        @cuda.jit
-        def tc_delta(o, do, lse, ld, dq, zero_dq, tq, d, psum, dsum, sums):
-            i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-            h = cuda.blockIdx.y
-            acc = float32(0.0)
-            lv = float32(0.0)
-            if i < tq:
-                lv = lse[h, i]
-                for c in range(d):
-                    acc += value(do[h, i, c]) * value(o[h, i, c])
-                    if zero_dq != 0:
-                        dq[h, i, c] = float32(0.0)
-            put_row(ld, lv, psum, dsum, sums, tq, h, i, acc)
-        return tc_delta
-
-    if PREPASS == "warp_shfl":
-        @cuda.jit
-        def tc_delta_shfl(o, do, lse, ld, dq, zero_dq, tq, d, psum, dsum, sums):
-            # warp r of the block owns row i = DROWS x block + r; lane l takes columns
-            # l, l + 32, ... (two at a time, in two sums), the warp adds the 32 sums by
-            # shuffles; lse is read first, so its latency hides behind the row's
-            part = cuda.shared.array(PASS_THREADS if SIM else 1, float32)  # the simulator's
-            tid = cuda.threadIdx.x
-            lane = tid % 32
-            i = cuda.blockIdx.x * DROWS + tid // 32
-            h = cuda.blockIdx.y
-            acc = float32(0.0)
-            acc2 = float32(0.0)
-            lv = float32(0.0)
-            if i < tq:                     # the same i for the whole warp
-                if lane == 0:
-                    lv = lse[h, i]
-                c = lane
-                while c + 32 < d:
-                    acc += value(do[h, i, c]) * value(o[h, i, c])
-                    acc2 += value(do[h, i, c + 32]) * value(o[h, i, c + 32])
-                    if zero_dq != 0:
-                        dq[h, i, c] = float32(0.0)
-                        dq[h, i, c + 32] = float32(0.0)
-                    c += 64
-                if c < d:
-                    acc += value(do[h, i, c]) * value(o[h, i, c])
-                    if zero_dq != 0:
-                        dq[h, i, c] = float32(0.0)
-            acc = warp_sum(acc + acc2, part, tid)      # every thread of the block
-            if lane == 0:
-                put_row(ld, lv, psum, dsum, sums, tq, h, i, acc)
-        return tc_delta_shfl
-
-    @cuda.jit
-    def tc_delta_rows(o, do, lse, ld, dq, zero_dq, tq, d, psum, dsum, sums):
-        # warp r of the block owns row i = DROWS x block + r
-        part = cuda.shared.array(PASS_THREADS, float32)
-        tid = cuda.threadIdx.x
-        lane = tid % 32
-        i = cuda.blockIdx.x * DROWS + tid // 32
-        h = cuda.blockIdx.y
-        acc = float32(0.0)
-        if i < tq:
-            for c in range(lane, d, 32):
-                acc += value(do[h, i, c]) * value(o[h, i, c])
-                if zero_dq != 0:
-                    dq[h, i, c] = float32(0.0)
-        part[tid] = acc
-        cuda.syncthreads()
-        if lane == 0:
-            acc = float32(0.0)
-            lv = float32(0.0)
-            if i < tq:
-                lv = lse[h, i]
-                for j in range(32):
-                    acc += part[tid + j]
-            put_row(ld, lv, psum, dsum, sums, tq, h, i, acc)
-    return tc_delta_rows
-
-
-@lru_cache(maxsize=None)
-def _pass_kernels():
-    """(delta, delta_bf16, (cast, cast_bits), delta_bits, rows per block of the delta
-    kernels).
-
-    delta: D = rowsum(dO o O) in fp32, also zeroing dQ for the atomics and the row sums.
-    delta_bf16 takes float32 o, dO viewed as uint32 and rounds them to bf16 first, so that
-    D uses the dO the tensor cores see (with one key, dP = dO . v and D = dO . o cancel
-    exactly, as they must); delta_bits takes o, dO as bf16 bit patterns. cast: an
-    element-wise cast of the fp32 gradients to float16; cast_bits to bf16 bits, rounded as
-    `tensor_core`'s bf16 conversion rounds (`bf16_bits_device`); the pairs casts (fp16, bf16)
-    write two values per 32-bit word (`CAST_PAIRS`; a NaN becomes cvt's canonical NaN).
-    """
-    from numba import float32, uint32
-
-    from .mma import device_ops
-    as_f32 = device_ops(using_simulator())["as_f32"]
-
-    @cuda.jit(device=True)
-    def as_float(x):                   # float16 or float32
-        return float32(x)
-
-    @cuda.jit(device=True)
-    def bf16_value(u):
-        # the float32 (given as its bits u) rounded to bfloat16, half to even, as float32
-        return as_f32((u + uint32(0x7FFF) + ((u >> uint32(16)) & uint32(1)))
-                      & uint32(0xFFFF0000))
-
-    @cuda.jit(device=True)
-    def bf16_bits_value(b):
-        # a bf16 bit pattern (uint16) as the float32 it stands for
-        return as_f32(uint32(b) << uint32(16))
-
-    @cuda.jit
-    def tc_cast(src, dst, n):
-        i = cuda.grid(1)
-        if i < n:
-            dst[i] = src[i]
-
-    bf16_bits = bf16_bits_device()
-
-    @cuda.jit
-    def tc_cast_bits(src, dst, n):
-        # src uint32 = float32 bits, dst uint16 bf16 bits (flat: no row/column division)
-        i = cuda.grid(1)
-        if i < n:
-            dst[i] = bf16_bits(src[i])
-
-    def pairs(pack):
-        @cuda.jit
-        def tc_cast_pairs(src, dst, n2):
-            # src float32 (2 n2), dst uint32 (n2): two 16-bit values per word (cvt.rn)
-            i = cuda.grid(1)
-            if i < n2:
-                dst[i] = pack(src[2 * i], src[2 * i + 1])
-        return tc_cast_pairs
-
-    ops = device_ops(using_simulator())
-    rows = PASS_THREADS if PREPASS == "thread_rows" else DROWS     # rows per block
-    return (_delta_kernel(as_float), _delta_kernel(bf16_value),
-            (tc_cast, tc_cast_bits, pairs(ops["pack_fp16"]), pairs(ops["pack_bf16"])),
-            _delta_kernel(bf16_bits_value), rows)
-
-
-def _delta_grid(tq: int, bh: int) -> tuple:
-    """The pre-pass's grid: every row of its (2, BH, Tq rounded up to LD_ROWS) output, at
-    the rows per block of the kernels `_pass_kernels` built."""
-    return (ceil_div(ceil_div(tq, LD_ROWS) * LD_ROWS, _pass_kernels()[4]), bh)
 
 
 def check_capability(limits=None) -> None:
@@ -592,15 +414,13 @@ def launches(d: int, tq: int, tk: int, bh: int, limits, deterministic: bool = Fa
     if d > MAX_HEAD_DIM:
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
                          f"backward, got d={d}")
-    if precision == "3xtf32":
-        _check_tf32_options(deterministic, None, False)
-    else:
+    if precision != "3xtf32":
         precision = "fp16"
     t = choose_tiles(d, limits, deterministic, precision)
     cfg = TCBConfig(precision, t["warps"], t["block_q"], ceil_div(d, 16) * 16, False,
                     not deterministic, False, t["kv_regs"], t["q_block_k"], 0, t["pipeline"])
-    out = [Launch("tensor-core backward D pass", _delta_grid(tq, bh), PASS_THREADS, 0,
-                  config=""),
+    out = [Launch("tensor-core backward D pass", passes.delta_grid(tq, bh),
+                  passes.PASS_THREADS, 0, config=""),
            Launch(f"tensor-core backward key-major d={d}", (ceil_div(tk, cfg.block_k), bh),
                   cfg.threads, cfg.shared_bytes,
                   config=f"Br={cfg.block_q} Bc={cfg.block_k} warps={cfg.warps}")]
@@ -652,12 +472,12 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
     delta = ld[1]
     if not sums:
         psum = dsum = delta            # never written (sums=False), any (BH, Tq) array
-    tc_delta, tc_delta_bf16, _, tc_delta_bits, _ = _pass_kernels()
+    tc_delta, tc_delta_bf16, _, tc_delta_bits, _ = passes.pass_kernels()
     if precision == "bf16" and np.dtype(o.dtype) == BF16_BITS:     # bf16 bit arrays
         tc_delta = tc_delta_bits
     elif precision == "bf16":          # D from the bf16-rounded o, dO (float32 arrays)
         tc_delta, o, do = tc_delta_bf16, o.view(np.uint32), do.view(np.uint32)
-    launch(tc_delta, None, _delta_grid(tq, bh), PASS_THREADS, 0,
+    launch(tc_delta, None, passes.delta_grid(tq, bh), passes.PASS_THREADS, 0,
            (o, do, lse, ld, dq, i32(0 if deterministic else 1), i32(tq), i32(d), psum, dsum,
             i32(1 if sums else 0)))
     tail = (i32(tq), i32(tk), i32(d), f32(scale * LOG2E), f32(scale), i32(1 if causal else 0),
@@ -678,8 +498,10 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
         if not sim:
             check_registers("tensor-core backward dQ kernel", query_major.compile(sig_q),
                             cfg.threads)
+        head = ((flat(qw), flat(kw), flat(vw), flat(dow), flat(ld.view(np.uint32)), dq)
+                if cfg.tf32 else (qw, kw, vw, dow, lse, delta, dq))
         launch(query_major, sig_q, (ceil_div(tq, 16 * cfg.warps), bh), cfg.threads,
-               cfg.q_shared_bytes, (qw, kw, vw, dow, lse, delta, dq) + tail)
+               cfg.q_shared_bytes, head + tail)
     return cfg
 
 
@@ -733,21 +555,6 @@ def _array(shape, dtype):
     return POOL.empty(shape, dtype)
 
 
-def _cast(src, dst, bits: bool = False) -> None:
-    """fp32 device array -> dst (same shape, float16; or bf16 bits, uint16) on the device."""
-    n = int(src.size)
-    tc_cast, tc_cast_bits, pairs_fp16, pairs_bf16 = _pass_kernels()[2]
-    if CAST_PAIRS and n % 2 == 0:      # two values per thread, one 32-bit store
-        n2 = n // 2
-        launch(pairs_bf16 if bits else pairs_fp16, None, max(1, ceil_div(n2, 256)), 256, 0,
-               (src.reshape(n), dst.reshape(n).view(np.uint32), np.int32(n2)))
-        return
-    if bits:                           # the forward's float32 -> bf16 rounding
-        tc_cast, src = tc_cast_bits, src.view(np.uint32)
-    launch(tc_cast, None, max(1, ceil_div(n, 256)), 256, 0,
-           (src.reshape(n), dst.reshape(n), np.int32(n)))
-
-
 def run_heads(x, out=None, psum=None, dsum=None, precision=None, deterministic=False,
               **tiles):
     """The registry's entry (`flashcourse.cuda.backward(..., kernel="tensor_core")`).
@@ -770,7 +577,7 @@ def run_heads(x, out=None, psum=None, dsum=None, precision=None, deterministic=F
                          f"precision='fp16' for float16, '3xtf32' (the default) or 'bf16' "
                          f"for float32, 'bf16' for uint16 bf16 bit patterns")
     if precision == "3xtf32":
-        _check_tf32_options(deterministic, tiles.get("pipeline"), tiles.get("kv_regs"))
+        _check_tf32_options(tiles.get("pipeline"), tiles.get("kv_regs"))
     if x.d > MAX_HEAD_DIM:
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
                          f"backward, got d={x.d}")
@@ -792,7 +599,7 @@ def run_heads(x, out=None, psum=None, dsum=None, precision=None, deterministic=F
         precision, deterministic=bool(deterministic), psum=psum, dsum=dsum, ld=ld, **tiles)
     if not f32:
         for src, dst in zip(work[:1] if direct else work, out):
-            _cast(src, dst, bits=dt == BF16_BITS)
+            passes.cast(src, dst, bits=dt == BF16_BITS)
         if psum is not None:           # a checked call: fp32 gradients that float16 lacks
             from .._guards import gradients_finite  # (dS is rounded to float16 inside:
             gradients_finite(                     # its overflow is a float16 one)

@@ -86,7 +86,7 @@ from __future__ import annotations
 from numba import cuda, float32, uint32
 from numba import uint64 as U
 
-from ..constants import F0
+from ..constants import F0, POS_INF
 from ._device import key_block_order
 from .mma import SIM_SCRATCH_PER_WARP, device_ops
 from . import tc_backward_kernels_async as v2
@@ -515,3 +515,256 @@ def make_key_major_tf32_kernel(cfg):
                                       + ("" if RED_V2 or not WITH_DQ else "_red1")
                                       + ("_sim" if SIM else ""))
     return _jit(tc_bwd_key_major_tf32, cfg)
+
+
+# --------------------------------------------------------------------------------------
+# kernel 2: query-major dQ in 3xTF32 (no atomics: deterministic)
+# --------------------------------------------------------------------------------------
+
+def make_query_major_tf32_kernel(cfg):
+    """The deterministic dQ pass at fp32 accuracy (`tc_backward_kernels`' kernel 2, the
+    Triton tutorial's separate dQ loop, on mma.sync m16n8k8 TF32 in 3xTF32).
+
+    One thread block per (query block of 16 x warps rows, head); warp w owns 16 query rows
+    and keeps their 16 x D piece of dQ_i in registers across the key blocks j that the rows
+    see (causal: up to the diagonal). Q_i, dO_i are copied to shared memory once; K_j, V_j
+    (Bc = q_block_k rows) by cp.async into one of two buffers while the block computes on
+    the other. Per key block, from zero:
+
+        S  = Q_i K_j^T   (A: Q rows by ldmatrix, split where read; B: K_j rows, k = d)
+        dP = dO_i V_j^T
+        P  = exp2(S qscale - L),  dS = P o (dP - D)
+        dQ_i += dS K_j   (A: the C tiles of dS as (c0, c2, c1, c3), k = the keys permuted
+                          as in kernel 1's dV step; B: b0 = K[key 2t][dim g], b1 = key 2t + 1)
+
+    the block's dS K_j starts from zero (three mma per k8 step in one chain) and is added
+    to the running dQ_i in fp32, as kernel 1 adds its blocks. S and dP are computed a
+    second time (kernel 1 has them too): 3 products x 2 Tq Tk d x 3 mma = 18 Tq Tk d more
+    FLOPs on the tensor cores. Shared memory (words, rows padded to D + 4): Q_i, dO_i:
+    16 warps x (D + 4) each; two buffers of K_j, V_j: Bc x (D + 4) each
+    (`TCBConfig.tf32_q_offsets`)."""
+    ops = device_ops(cfg.simulator)
+    MMA, AS_F32 = ops["mma_tf32"], ops["as_f32"]
+    BIG, SMALL = ops["tf32_round"], ops["tf32_trunc"]
+    so = smem_ops(cfg.simulator, v2.LINEAR_SHARED)
+    LDB, CP16, COMMIT, WAIT = so["ld_b"], so["cp16"], so["commit"], so["wait_all"]
+    exp2 = so["ex2"]
+    SIM = cfg.simulator
+    NW, BC, D, NT = cfg.warps, cfg.q_block_k, cfg.head_dim, cfg.threads
+    BRQ = 16 * NW                  # query rows per block
+    KT = D // 8                    # k8 steps of S, dP (over d)
+    NS = BC // 8                   # n8 tiles of S (16 queries x Bc); k8 steps of dS K_j
+    NO = D // 8                    # n8 tiles of dQ (16 queries x D)
+    RS = cfg.tf32_row_stride
+    QN, DON, KNO, VNO, KVB, _ = cfg.tf32_q_offsets()
+    LDR = LD_ROWS
+    CH = D // 4                    # 16-byte chunks per row
+    QCH = -(-(BRQ * CH) // NT)     # Q_i (and dO_i) chunks per thread, once
+    KCH = -(-(BC * CH) // NT)      # K_j (and V_j) chunks per thread per key block
+    OREGS, SREGS = 4 * NO, 4 * NS
+    SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+
+    def tc_bwd_query_major_tf32(q, k, v, do, ldw, dq, tq, tk, d, qscale, scale, causal,
+                                off):
+        # q, do (BH, Tq, D), k, v (BH, Tk, D): fp32 bits as uint32 words, flat; ldw: the
+        # pre-pass's (2, BH, Tq padded) lse log2(e) / D words, flat; dq (BH, Tq, d) float32
+        if SIM:
+            sm = cuda.shared.array(0, uint32)
+            scr = cuda.shared.array(SCR, float32)
+        else:
+            sm = cuda.shared.array(0, uint32, alignment=16)
+            scr = cuda.shared.array(1, float32)      # unused on a GPU
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4
+        t = lane % 4
+        wbase = warp * SIM_SCRATCH_PER_WARP
+        par = 0
+        h = cuda.blockIdx.y
+        q0 = cuda.blockIdx.x * BRQ
+        r0 = q0 + warp * 16 + g                  # this lane's rows: r0 and r0 + 8
+        tqp = (tq + LDR - 1) // LDR * LDR
+        qbase = h * tq
+        kbase = h * tk
+        lrow = cuda.local.array(2, float32)      # L = lse log2(e) (+inf: P = 0) and D
+        drow = cuda.local.array(2, float32)
+        for hf in range(2):
+            r = r0 + 8 * hf
+            lrow[hf] = AS_F32(ldw[U(h * tqp + r)]) if r < tqp else POS_INF
+            drow[hf] = AS_F32(ldw[U((cuda.gridDim.y + h) * tqp + r)]) if r < tqp else F0
+
+        kend = tk
+        if causal != 0:
+            kend = min(tk, q0 + BRQ + off)
+        n_kb = (kend + BC - 1) // BC if kend > 0 else 0
+        if n_kb > 0:                             # Q_i, dO_i and key block 0, one group
+            for it in range(QCH):
+                e = tid + NT * it
+                if e < BRQ * CH:
+                    r = e // CH
+                    c = (e - r * CH) * 4
+                    row = q0 + r
+                    ok = row < tq
+                    gi = U(qbase + (row if ok else 0)) * U(D) + U(c)
+                    CP16(sm, U(QN + r * RS + c), q, gi, 16 if ok else 0)
+                    CP16(sm, U(DON + r * RS + c), do, gi, 16 if ok else 0)
+            for it in range(KCH):
+                e = tid + NT * it
+                if e < BC * CH:
+                    r = e // CH
+                    c = (e - r * CH) * 4
+                    ok = r < tk
+                    gi = U(kbase + (r if ok else 0)) * U(D) + U(c)
+                    CP16(sm, U(KNO + r * RS + c), k, gi, 16 if ok else 0)
+                    CP16(sm, U(VNO + r * RS + c), v, gi, 16 if ok else 0)
+            COMMIT()
+
+        acc = cuda.local.array(OREGS, float32)   # dQ_i, 16 queries x D: the running sum
+        for i in range(OREGS):
+            acc[i] = F0
+        s = cuda.local.array(SREGS, float32)     # S -> P (16 queries x Bc)
+        dp = cuda.local.array(SREGS, float32)    # dP -> dS
+        pb = cuda.local.array(SREGS, uint32)     # dS split: big
+        pl = cuda.local.array(SREGS, uint32)     # and small
+        qrow = U(QN + warp * 16 * RS)            # this warp's 16 rows of Q_i, dO_i
+        orow = U(DON + warp * 16 * RS)
+
+        for jb in range(n_kb):
+            k0 = jb * BC
+            bo = (jb % 2) * KVB                  # this key block's buffer
+            WAIT()
+            cuda.syncthreads()                  # block jb landed; the other buffer is free
+            if jb + 1 < n_kb:                   # key block jb + 1 -> the other buffer
+                nb_ = KVB - bo
+                for it in range(KCH):
+                    e = tid + NT * it
+                    if e < BC * CH:
+                        r = e // CH
+                        c = (e - r * CH) * 4
+                        key = k0 + BC + r
+                        ok = key < tk
+                        gi = U(kbase + (key if ok else 0)) * U(D) + U(c)
+                        CP16(sm, U(nb_ + KNO + r * RS + c), k, gi, 16 if ok else 0)
+                        CP16(sm, U(nb_ + VNO + r * RS + c), v, gi, 16 if ok else 0)
+                COMMIT()
+
+            # S = Q_i K_j^T, dP = dO_i V_j^T (from zero; small, small, big per k8 step)
+            for i in range(SREGS):
+                s[i] = F0
+                dp[i] = F0
+            for kk in range(KT):
+                for which in range(2):          # 0: Q_i with K_j; 1: dO_i with V_j
+                    w0, w2, w1, w3 = LDB(sm, (qrow if which == 0 else orow) + U(kk * 8),
+                                         RS, lane)
+                    x0 = AS_F32(w0)
+                    x1 = AS_F32(w1)
+                    x2 = AS_F32(w2)
+                    x3 = AS_F32(w3)
+                    a0 = BIG(x0)
+                    a1 = BIG(x1)
+                    a2 = BIG(x2)
+                    a3 = BIG(x3)
+                    sa0 = SMALL(x0 - AS_F32(a0))
+                    sa1 = SMALL(x1 - AS_F32(a1))
+                    sa2 = SMALL(x2 - AS_F32(a2))
+                    sa3 = SMALL(x3 - AS_F32(a3))
+                    bsrc = bo + (KNO if which == 0 else VNO)
+                    for n2 in range(NS // 2):
+                        y0w, y1w, y2w, y3w = LDB(sm, U(bsrc + (n2 * 16) * RS + kk * 8), RS,
+                                                 lane)
+                        for half in range(2):
+                            n = 2 * n2 + half
+                            y0 = AS_F32(y0w if half == 0 else y2w)
+                            y1 = AS_F32(y1w if half == 0 else y3w)
+                            b0 = BIG(y0)
+                            b1 = BIG(y1)
+                            sb0 = SMALL(y0 - AS_F32(b0))
+                            sb1 = SMALL(y1 - AS_F32(b1))
+                            if which == 0:
+                                c0 = s[4 * n]
+                                c1 = s[4 * n + 1]
+                                c2 = s[4 * n + 2]
+                                c3 = s[4 * n + 3]
+                            else:
+                                c0 = dp[4 * n]
+                                c1 = dp[4 * n + 1]
+                                c2 = dp[4 * n + 2]
+                                c3 = dp[4 * n + 3]
+                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, sa0, sa1, sa2, sa3,
+                                                 b0, b1, c0, c1, c2, c3)
+                            par = 1 - par
+                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3,
+                                                 sb0, sb1, c0, c1, c2, c3)
+                            par = 1 - par
+                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3,
+                                                 b0, b1, c0, c1, c2, c3)
+                            par = 1 - par
+                            if which == 0:
+                                s[4 * n] = c0
+                                s[4 * n + 1] = c1
+                                s[4 * n + 2] = c2
+                                s[4 * n + 3] = c3
+                            else:
+                                dp[4 * n] = c0
+                                dp[4 * n + 1] = c1
+                                dp[4 * n + 2] = c2
+                                dp[4 * n + 3] = c3
+
+            # P = exp2(S qscale - L), dS = P (dP - D), split; element i of n-tile n is
+            # query r0 + 8 (i // 2), key k0 + 8 n + 2 t + (i % 2)
+            edge = k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off)
+            for n in range(NS):
+                for i in range(4):
+                    hf = i // 2
+                    j = 4 * n + i
+                    p = exp2(s[j] * qscale - lrow[hf])
+                    if edge:
+                        key = k0 + n * 8 + 2 * t + (i % 2)
+                        if key >= tk or (causal != 0 and key > r0 + 8 * hf + off):
+                            p = F0
+                    x = p * (dp[j] - drow[hf])
+                    big = BIG(x)
+                    pb[j] = big
+                    pl[j] = SMALL(x - AS_F32(big))
+
+            # dQ_i += dS K_j: this block's product from zero, then added in fp32
+            for n in range(NO):
+                c0 = F0
+                c1 = F0
+                c2 = F0
+                c3 = F0
+                for j in range(NS):
+                    kb = bo + KNO + (j * 8 + 2 * t) * RS + n * 8 + g
+                    y0 = AS_F32(sm[U(kb)])
+                    y1 = AS_F32(sm[U(kb + RS)])
+                    b0 = BIG(y0)
+                    b1 = BIG(y1)
+                    c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pl[4 * j], pl[4 * j + 2],
+                                         pl[4 * j + 1], pl[4 * j + 3], b0, b1,
+                                         c0, c1, c2, c3)
+                    par = 1 - par
+                    c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
+                                         pb[4 * j + 1], pb[4 * j + 3],
+                                         SMALL(y0 - AS_F32(b0)), SMALL(y1 - AS_F32(b1)),
+                                         c0, c1, c2, c3)
+                    par = 1 - par
+                    c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
+                                         pb[4 * j + 1], pb[4 * j + 3], b0, b1,
+                                         c0, c1, c2, c3)
+                    par = 1 - par
+                acc[4 * n] += c0
+                acc[4 * n + 1] += c1
+                acc[4 * n + 2] += c2
+                acc[4 * n + 3] += c3
+
+        for n in range(NO):                     # every row of the block, zeros included
+            for i in range(4):
+                r = r0 + 8 * (i // 2)
+                c = n * 8 + 2 * t + (i % 2)
+                if r < tq and c < d:
+                    dq[U(h), U(r), U(c)] = acc[4 * n + i] * scale
+
+    tc_bwd_query_major_tf32.__name__ = (f"tc_bwd_q_3xtf32_w{NW}_k{BC}_d{D}"
+                                        + ("_sim" if SIM else ""))
+    return _jit(tc_bwd_query_major_tf32, cfg)
