@@ -81,6 +81,7 @@ RESULT_KINDS = {
     "*_bars_*.json": "bars",                   # one A/B run of the bars script
     "*_hopper.json": "hopper",
     "*_hopper_*.json": "hopper",               # one version's own runs (variants)
+    "*gpu_labs.json": "gpu_labs",
 }
 
 

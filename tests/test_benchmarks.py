@@ -17,7 +17,7 @@ from flashcourse.gpu import using_simulator
 
 BENCH = results.ROOT / "benchmarks"
 GPU_SCRIPTS = ["gpu_forward", "gpu_backward", "tune_sweep", "verify_defaults", "ncu_traffic",
-               "gpu_decode", "gpu_tensor_core", "kernel_ab", "gpu_tc_backward"]
+               "gpu_decode", "gpu_tensor_core", "kernel_ab", "gpu_tc_backward", "gpu_labs"]
 
 
 def _load(name):
@@ -148,3 +148,28 @@ def test_row_summary_names_the_time_or_why_there_is_none():
     assert row_summary({"skipped": "too slow", "error": "x"}) == "too slow"
     assert row_summary({"error": "OOM"}) == "OOM"
     assert row_summary({}) == ""
+
+
+def test_gpu_labs_judges_what_a_notebook_printed():
+    labs = _load("gpu_labs")
+    ok = "running on a CUDA GPU\nAll checks passed (3 cases).\n"
+    assert labs.judge("lab", ok, "") == {"ok": True, "checks_passed": 1, "failed_lines": [],
+                                         "not_implemented": 0, "error": "", "on_gpu": True}
+    failed = ok + "  FAILED ragged: o differs\n"
+    assert not labs.judge("lab", failed, "")["ok"]
+    assert labs.judge("lab", failed, "")["failed_lines"] == ["FAILED ragged: o differs"]
+    assert not labs.judge("lab", ok + "Not implemented yet: write x.\n", "")["ok"]
+    assert not labs.judge("lab", "nothing checked\n", "")["ok"]        # no check ran
+    assert not labs.judge("notebook", "", "TypingError: array(int64, float32)")["ok"]
+    assert labs.judge("notebook", "plots\n", "")["ok"]
+
+
+def test_gpu_labs_runs_every_cuda_lab_and_names_a_bad_choice():
+    labs = _load("gpu_labs")
+    names = [p.stem for _, p in labs.targets(None, smoke=False)]
+    solutions = sorted(p.stem for p in (BENCH.parent / "labs" / "solutions").glob("*.ipynb")
+                       if "cuda" in p.read_text())
+    assert set(solutions) <= set(names) and all(
+        (BENCH.parent / "notebooks" / f"{n}.ipynb").exists() or n in solutions for n in names)
+    with pytest.raises(SystemExit, match="--only 'nope'"):
+        labs.targets("nope", smoke=False)

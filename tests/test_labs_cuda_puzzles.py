@@ -5,6 +5,7 @@ access trace counts what it claims. Runs on Numba's CUDA simulator (tiny launche
 import pytest
 
 from flashcourse.labs import cuda_puzzles as L
+from flashcourse.labs._harness import HINT_COMPILE, HINT_NOT_KERNEL
 from labtools import (assert_hint, assert_stubs_not_implemented, functions_of,
                       hint_leaks_test, lab_fixture, lab_path, mutate)
 
@@ -39,6 +40,7 @@ def test_stubs_report_not_implemented(capsys):
 #: name -> [(solution text, the mistake that replaces it, the hint it must get), ...]
 MISTAKES = {
     "map_guard": [
+        ("@cuda.jit\ndef map_guard", "def map_guard", (HINT_NOT_KERNEL,)),
         ("    if i < n:\n        out[i]", "    if True:\n        out[i]", L.HINT_EDGE),
         ("i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x", "i = cuda.threadIdx.x",
          L.HINT_BLOCK_INDEX),
@@ -55,6 +57,8 @@ MISTAKES = {
          "    c = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y", L.HINT_SWAPPED_XY),
     ],
     "halo_sum": [
+        ("cuda.shared.array(SH3, float32)", "cuda.shared.array(TPB3 + 1, float32)",
+         (HINT_COMPILE,)),
         ("    cuda.syncthreads()\n    if i < n:\n        out[i] = sh[t] + sh[t + 1]",
          "    if i < n:\n        out[i] = sh[t] + sh[t + 1]", L.HINT_SYNC),
         ("        sh[TPB3] = a[i + 1] if i + 1 < n else F0", "        pass", L.HINT_HALO),
@@ -91,6 +95,9 @@ MISTAKES = {
          L.HINT_MATMUL_GLOBAL),
     ],
     "matmul_micro": [
+        # a size computed inside the kernel: the GPU compiler refuses it, the simulator not
+        ("cuda.local.array(ACC7, float32)", "cuda.local.array(TM7 * TN7, float32)",
+         (HINT_COMPILE,)),
         ("                acc[i * TN7 + j] += ra[i] * rb[j]",
          "                acc[i * TN7 + j] += As[ty + B7 * i, kk] * Bs[kk, tx + B7 * j]",
          L.HINT_MICRO_REUSE),

@@ -68,6 +68,16 @@ HINT_EXIT = ("Your function called sys.exit() (or exit()/quit()), which would st
              "kernel: return a result instead, or raise an exception to signal a problem.")
 HINT_UNREADABLE = ("Your result could not be read as numbers (converting it to a numpy array "
                    "raised the error above): return numpy arrays (or tuples of them).")
+HINT_COMPILE = (
+    "Numba could not compile the kernel with your code, so nothing ran (the line above is "
+    "the start of its message). Inside a kernel or device function only part of Python "
+    "works: the size of a cuda.local.array or cuda.shared.array must be a number fixed "
+    "before the kernel is compiled (a name defined outside the kernel, never arithmetic or "
+    "a variable inside it); no numpy functions that make arrays, no lists or dicts; every "
+    "variable keeps one type.")
+HINT_NOT_KERNEL = (
+    "A puzzle's kernel runs as kernel[grid, block](...), which needs the @cuda.jit "
+    "decorator on the line above `def`; without it the function is plain Python.")
 HINT_PRECISION = (
     "Your result agrees with the expected values to about 7 significant digits, the "
     "precision of float32, but this checker compares in float64 (tolerance above): keep "
@@ -416,8 +426,13 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
                 code = "" if exc.code is None else repr(exc.code)
                 failed = (f"your function called sys.exit({code})", HINT_EXIT)
             except BaseException as exc:  # the learner's code crashed: show where, kindly
-                tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
-                failed = (f"your function raised {tb}", _with_level(case, hint_level))
+                if is_compile_error(exc):
+                    failed = (f"the kernel does not compile: {_first_lines(exc)}", HINT_COMPILE)
+                elif type(exc).__name__ == "NotAKernelError":
+                    failed = (str(exc), HINT_NOT_KERNEL)
+                else:
+                    tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+                    failed = (f"your function raised {tb}", _with_level(case, hint_level))
         text = printed.report()
         if text.strip():
             say("  Your function printed:\n" + text.rstrip())
@@ -442,6 +457,21 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
         return Result(False, case=case.name, hint=hint, detail=what)
     say(f"{PASS_LINE} ({len(cases)} cases).")
     return Result(True)
+
+
+def is_compile_error(exc) -> bool:
+    """A Numba compile error (typing, lowering, unsupported Python), or what the GPU
+    compiler would refuse found in the source (`kernel_source.ArraySizeError`), rather than
+    a crash of the compiled code: by class name, so that the harness need not import Numba."""
+    return any(c.__name__ in ("NumbaError", "ArraySizeError") for c in type(exc).__mro__)
+
+
+def _first_lines(exc, limit: int = 240) -> str:
+    """The first two non-blank lines of a (long, multi-line) Numba error message, cut at
+    `limit` characters: the part that names what failed to compile."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()][:2]
+    text = " ".join(lines) or type(exc).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def result_tuple(out, n: int):

@@ -44,8 +44,9 @@ from .. import reference
 from ..constants import NEG_INF
 from ..cuda._launch import simulator_lock
 from ..geometry import ceil_div
-from ._harness import Case, Result, mistake_diagnoses, run_checks, stub_guard
-from .cuda_lab_kernel import (BC, BR, CT, NT, TD, TM, TN, D, _device, _py_func, lab_forward)
+from ._harness import Case, Result, mistake_diagnoses, run_checks
+from .kernel_source import kernel_guard, py_func
+from .cuda_lab_kernel import (BC, BR, CT, NT, TD, TM, TN, D, _device, lab_forward)
 from .cuda_show import EXPECTED_COUNTS, _as_python, tally_scores
 
 HINT_SCORES = (
@@ -232,7 +233,7 @@ def _close_pair(a, b) -> bool:
 def float64_literals(fn) -> list[str]:
     """Float constants in `fn`'s source that are not wrapped in float32(...)."""
     try:
-        src = textwrap.dedent(inspect.getsource(_py_func(fn)))
+        src = textwrap.dedent(inspect.getsource(py_func(fn)))
     except (OSError, TypeError):      # no source to read (e.g. built with exec)
         return []
     tree = ast.parse(src)
@@ -258,7 +259,7 @@ def float64_literals(fn) -> list[str]:
 def _float32_case(fns):
     def run(_):
         for fn in fns:
-            stub_guard(fn, getattr(_py_func(fn), "__name__", "function"))
+            kernel_guard(fn, getattr(py_func(fn), "__name__", "function"))
         return sum(len(float64_literals(fn)) for fn in fns), 0
     return Case("float32 constants only", run, HINT_FLOAT64[0], rtol=0, atol=0,
                 hint2=HINT_FLOAT64[1])
@@ -269,7 +270,7 @@ def _float32_case(fns):
 def check_micro_tile_scores(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Values of every thread's micro-tile, then its shared-memory reads (register reuse)."""
     def values(f):
-        stub_guard(f, "micro_tile_scores")
+        kernel_guard(f, "micro_tile_scores")
         _, yours, expected = tally_scores(f, seed=1)
         keys = sorted(expected)
         return (np.stack([yours[t] for t in keys]), np.stack([expected[t] for t in keys]))
@@ -289,7 +290,7 @@ def check_micro_tile_scores(fn, *, verbose: bool = True, hint_level: int = 1) ->
         return np.allclose(y, e + 7.0, rtol=1e-4, atol=1e-4)
 
     def reads(f):
-        stub_guard(f, "micro_tile_scores")
+        kernel_guard(f, "micro_tile_scores")
         counts, _, _ = tally_scores(f)
         worst = max(counts.values(), key=lambda c: c[0] + c[1])
         return np.array(worst[:2]), np.array(EXPECTED_COUNTS)
@@ -319,8 +320,8 @@ def _reduce_kernel(rmax, rsum):
 
 
 def reduce_values(row_max, row_sum, x):
-    stub_guard(row_max, "row_max")
-    stub_guard(row_sum, "row_sum")
+    kernel_guard(row_max, "row_max")
+    kernel_guard(row_sum, "row_sum")
     xd = cuda.to_device(np.asarray(x, np.float32))
     mx = cuda.to_device(np.zeros(NT, np.float32))
     sm = cuda.to_device(np.zeros(NT, np.float32))
@@ -433,7 +434,7 @@ def check_online_update(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
             seen=lambda w, e: not _all_close(w, e, 1e-5, 1e-6))
 
         def run(f, args=(s, acc, m, lp, i, mx), expected=expected):
-            stub_guard(f, "online_update")
+            kernel_guard(f, "online_update")
             s_, acc_, m_, lp_ = (np.array(a, np.float32) for a in args[:4])
             with np.errstate(all="ignore"):
                 _as_python(f)(s_, acc_, m_, lp_, args[4], args[5])
@@ -582,7 +583,7 @@ def check_key_blocks(key_blocks, parts, *, verbose: bool = True, hint_level: int
             q, k, v, causal=causal))
 
         def visits(f, q=q, k=k, v=v, causal=causal, want=want):
-            stub_guard(f, "key_blocks")
+            kernel_guard(f, "key_blocks")
             py = _as_python(f)
             got = [py(q0, q.shape[0], k.shape[0], 1 if causal else 0, k.shape[0] - q.shape[0])
                    for q0 in range(0, q.shape[0], BR)]

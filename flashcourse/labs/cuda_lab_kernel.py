@@ -21,7 +21,7 @@ from ..constants import F0, FULL_MASK, NEG_INF
 from ..cuda._launch import simulator_lock
 from ..geometry import ceil_div
 from ..gpu import using_simulator
-from ._harness import stub_guard
+from .kernel_source import kernel_guard
 
 BR = 4                      # query rows per block
 BC = 8                      # keys per tile
@@ -32,6 +32,10 @@ TM = BR // RT               # micro-tile rows per thread
 TN = BC // CT               # micro-tile key columns per thread
 D = 8                       # padded head dimension (d <= D)
 TD = D // CT                # output columns per thread
+# Array sizes are names fixed before a kernel is compiled: the GPU compiler rejects a size
+# computed inside the kernel (TM * TD there), which the simulator accepts.
+TMTD = TM * TD              # a thread's output accumulators
+TMTN = TM * TN              # a thread's scores
 # -- shuffles: real on a GPU, through shared memory on the simulator ------------------------
 
 def _shfl_xor_shared(x, offset, scratch, tid):
@@ -59,15 +63,6 @@ def all_key_blocks(q0, tq, tk, causal, off):
 
 
 # -- the lab kernel -----------------------------------------------------------------------
-
-def _py_func(fn):
-    """The plain Python function behind a Numba device function (GPU or simulator)."""
-    for attr in ("py_func", "fn"):
-        inner = getattr(fn, attr, None)
-        if callable(inner):
-            return inner
-    return fn
-
 
 def _device(fn):
     if hasattr(fn, "py_func") or type(fn).__name__ == "FakeCUDAKernel":
@@ -97,10 +92,10 @@ def make_lab_kernel(scores, rmax, rsum, update, key_blocks):
             if q0 + r < tq and c < d:
                 val = q[h, q0 + r, c] * scale
             qs[c, r] = val
-        acc = cuda.local.array(TM * TD, float32)        # (TM, TD) unnormalised O
+        acc = cuda.local.array(TMTD, float32)           # (TM, TD) unnormalised O
         m = cuda.local.array(TM, float32)               # running row max
         lp = cuda.local.array(TM, float32)              # this thread's part of the row sum
-        s = cuda.local.array(TM * TN, float32)          # (TM, TN) scores -> probabilities
+        s = cuda.local.array(TMTN, float32)             # (TM, TN) scores -> probabilities
         qa = cuda.local.array(TM, float32)
         kb = cuda.local.array(TN, float32)
         for x in range(TM * TD):
@@ -178,9 +173,9 @@ def lab_forward(parts, q, k, v, *, causal=False, kv_start=0, key_blocks=None):
     """
     names = ("micro_tile_scores", "row_max", "row_sum", "online_update")
     for fn, name in zip(parts, names):
-        stub_guard(fn, name)
+        kernel_guard(fn, name)
     if key_blocks is not None:
-        stub_guard(key_blocks, "key_blocks")
+        kernel_guard(key_blocks, "key_blocks")
     q, k, v = (np.asarray(x, np.float32) for x in (q, k, v))
     tq, d = q.shape
     tk = k.shape[0]

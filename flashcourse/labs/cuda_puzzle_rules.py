@@ -15,7 +15,8 @@ import numpy as np
 
 from ..cuda._launch import simulator_lock
 from ..gpu import using_simulator
-from ._harness import Case, Result, run_checks, stub_guard
+from ._harness import Case, Result, is_compile_error, run_checks
+from .kernel_source import kernel_guard, require_cuda_kernel
 from .cuda_trace import Trace, tracing, traced
 
 RTOL, ATOL = 1e-4, 1e-5          # float32 kernels against the float64 numpy spec
@@ -102,6 +103,8 @@ def launch(kernel, case: PuzzleCase, *, trace: bool = True) -> Outcome:
                 if name in outs:
                     outs[name] = a.copy_to_host()
     except (IndexError, FloatingPointError, ZeroDivisionError, ValueError, TypeError) as exc:
+        if is_compile_error(exc):       # Numba's own TypeError kinds: it did not compile
+            raise
         error = f"{type(exc).__name__}: {exc}"
     return Outcome(outs, error, recorded)
 
@@ -164,7 +167,8 @@ class Puzzle:
             diagnoses.append(((lambda y, e, i=i: y.broken == i), *rule.hint))
 
         def run(kernel, case=case, want=want):
-            stub_guard(kernel, self.name)
+            kernel_guard(kernel, self.name)
+            require_cuda_kernel(kernel, self.name)
             out = launch(kernel, case)
             if not out.error and out.trace is not None:     # the rules name wrong values too
                 for i, rule in enumerate(self.rules):
@@ -189,7 +193,7 @@ class Puzzle:
         """Each thread's global and shared reads and writes (threads with the same counts
         are grouped), bank conflicts and sectors, next to what the puzzle expects."""
         try:
-            stub_guard(kernel, self.name)
+            kernel_guard(kernel, self.name)
         except NotImplementedError:
             print(f"Not implemented yet: fill in {self.name} first.")
             return

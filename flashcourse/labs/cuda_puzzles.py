@@ -108,10 +108,14 @@ def _bc_wrong_axis(arrays, scalars):
 # -- puzzle 3: shared memory with a halo ------------------------------------------------------
 
 TPB3 = 32
+#: the halo tile's length, TPB3 + 1 floats: a shared array's size must be a number fixed
+#: before the GPU compiles the kernel (a name defined outside it), not arithmetic inside it
+SH3 = TPB3 + 1
 HINT_HALO_SUM = ("out[i] = a[i] + a[i + 1] (a[n] counts as 0): each block loads its 32 "
                  "elements and one more (the halo) into shared memory, waits, then adds.",
-                 "sh = cuda.shared.array(TPB + 1, float32); thread t loads a[i] into sh[t]; "
-                 "the last thread also loads a[i + 1] (or 0) into sh[TPB]; a barrier; then "
+                 "sh = cuda.shared.array(SH3, float32) with SH3 = TPB3 + 1; thread t loads a[i] "
+                 "into sh[t]; "
+                 "the last thread also loads a[i + 1] (or 0) into sh[TPB3]; a barrier; then "
                  "add sh[t] and its right neighbour.")
 HINT_HALO = ("The block's last element is wrong (NaN: a shared element nobody loaded): "
              "out[i] of the last thread of a block needs a[i + 1], which belongs to the next "
@@ -283,6 +287,9 @@ def _mm_budget(case):
 TM7 = TN7 = 2            # micro-tile per thread
 B7 = 4                   # threads per block side: a block computes an 8 x 8 tile of c
 K7 = 16                  # the whole k (<= 16) is staged in shared memory at once
+ROWS7 = B7 * TM7         # rows of a (and columns of b) a block stages: array sizes are names
+COLS7 = B7 * TN7         # fixed before the kernel is compiled, never arithmetic inside it
+ACC7 = TM7 * TN7         # a thread's accumulators
 HINT_MICRO = ("Each thread of the (4, 4) block computes a 2 x 2 micro-tile of the block's 8 x 8 "
               "tile of c (e.g. rows ty + 4 i, columns tx + 4 j), from A and B staged in shared "
               "memory.",

@@ -16,8 +16,9 @@ import numpy as np
 from ..cuda._launch import simulator_lock
 from ..geometry import ceil_div
 from ..gpu import using_simulator
-from .cuda_lab_kernel import (BC, BR, CT, NT, RT, TD, TM, TN, D, _device, _py_func,
+from .cuda_lab_kernel import (BC, BR, CT, NT, RT, TD, TM, TN, D, _device,
                               all_key_blocks, make_lab_kernel)
+from .kernel_source import py_func
 
 
 class Tally(np.ndarray):
@@ -44,7 +45,7 @@ def _tally(array):
 
 def _as_python(fn):
     """The learner's device function as plain Python (its float32 constants work as-is)."""
-    inner = _py_func(fn)
+    inner = py_func(fn)
     if not isinstance(inner, types.FunctionType):
         raise TypeError("expected a device function written with @cuda.jit(device=True)")
     return inner

@@ -37,7 +37,8 @@ from ..cuda import mma as M
 from ..cuda._launch import simulator_lock
 from ..geometry import ceil_div
 from ..gpu import using_simulator
-from ._harness import Case, Result, run_checks, stub_guard
+from ._harness import Case, Result, run_checks
+from .kernel_source import kernel_guard
 from .cuda_lab_kernel import _device
 
 BR = 16                     # query rows per block (one m16 tile, one warp)
@@ -48,6 +49,11 @@ KT = D // 16                # k16 steps of S = Q K^T
 NS = BC // 8                # n8 tiles of S
 NO = D // 8                 # n8 tiles of O
 KP = BC // 16               # k16 steps of O += P V
+# Array sizes are names fixed before a kernel is compiled (4 * KT inside a kernel fails to
+# compile on a GPU, though the simulator accepts it).
+QA_WORDS = 4 * KT           # Q's A fragments: 4 words per k16 step
+S_ACC = 4 * NS              # S / P accumulators: 4 per n8 tile
+O_ACC = 4 * NO              # O accumulators: 4 per n8 tile
 
 _OPS = M.device_ops(using_simulator())
 pack = _OPS["pack_fp16"]
@@ -175,11 +181,11 @@ def make_lab_kernel(load_a, scores_tile, softmax_tile, pv_tile, quad_sum):
             c = e % D
             qs[r, c] = q[q0 + r, c] * scale if (q0 + r < tq and c < d) else F0
         cuda.syncthreads()
-        qa = cuda.local.array(4 * KT, uint32)             # Q's A fragments, kept in registers
+        qa = cuda.local.array(QA_WORDS, uint32)           # Q's A fragments, kept in registers
         for kk in range(KT):
             load_a(qs, 0, 16 * kk, lane, qa, 4 * kk)      # YOUR A fragment
-        s = cuda.local.array(4 * NS, float32)             # S / P accumulators (16 x BC)
-        acc = cuda.local.array(4 * NO, float32)           # O accumulators (16 x D)
+        s = cuda.local.array(S_ACC, float32)              # S / P accumulators (16 x BC)
+        acc = cuda.local.array(O_ACC, float32)            # O accumulators (16 x D)
         m = cuda.local.array(2, float32)                  # rows g and g + 8
         lp = cuda.local.array(2, float32)
         b = cuda.local.array(2, uint32)
@@ -226,7 +232,7 @@ def lab_forward(parts, q, k, v, *, causal=False):
     (a dict or tuple in the order of PARTS)."""
     fns = _parts(parts)
     for name in PARTS:
-        stub_guard(fns[name], name)
+        kernel_guard(fns[name], name)
     q, k, v = (np.ascontiguousarray(x, np.float32) for x in (q, k, v))
     tq, d = q.shape
     tk = k.shape[0]
@@ -272,8 +278,8 @@ def _load_kernel(load_a, load_b):
 
 def fragment_values(load_a, load_b, tile, r0, c0):
     """(32, 8) and (32, 4): the values your load_a and load_b put in each lane's fragment."""
-    stub_guard(load_a, "load_a")
-    stub_guard(load_b, "load_b")
+    kernel_guard(load_a, "load_a")
+    kernel_guard(load_b, "load_b")
     kern = _load_kernel(_device(load_a), _device(load_b))
     wa = cuda.to_device(np.zeros((NT, 4), np.uint32))
     wb = cuda.to_device(np.zeros((NT, 2), np.uint32))
@@ -375,8 +381,8 @@ def check_quad(quad_max, quad_sum, *, verbose: bool = True, hint_level: int = 1)
     x = np.random.default_rng(11).standard_normal(NT).astype(np.float32)
 
     def run(fns, idx):
-        stub_guard(fns[0], "quad_max")
-        stub_guard(fns[1], "quad_sum")
+        kernel_guard(fns[0], "quad_max")
+        kernel_guard(fns[1], "quad_sum")
         mx = cuda.to_device(np.zeros(NT, np.float32))
         sm = cuda.to_device(np.zeros(NT, np.float32))
         with simulator_lock():
@@ -546,7 +552,7 @@ def mask_model(k0, q0, tk, causal, off, mistake=None):
 def _mask_kernel(mask):
     def kern(hidden, k0, q0, tk, causal, off):
         lane = cuda.threadIdx.x
-        s = cuda.local.array(4 * NS, float32)
+        s = cuda.local.array(S_ACC, float32)
         for x in range(4 * NS):
             s[x] = F0
         mask(s, k0, q0, tk, causal, off, lane)
@@ -569,7 +575,7 @@ def check_mask(mask_tile, *, verbose: bool = True, hint_level: int = 1) -> Resul
                 diagnoses.append(((lambda y, e, w=wrong: np.array_equal(y, w)), *hint))
 
         def run(f, args=(k0, q0, tk, causal, off), want=want):
-            stub_guard(f, "mask_tile")
+            kernel_guard(f, "mask_tile")
             hidden = cuda.to_device(np.zeros((NT, 4 * NS), np.int32))
             with simulator_lock():
                 _mask_kernel(_device(f))[1, NT](hidden, *(np.int32(a) for a in args))
@@ -583,6 +589,14 @@ def check_mask(mask_tile, *, verbose: bool = True, hint_level: int = 1) -> Resul
 
 
 # -- on a GPU: the real instructions, timed beside the course's kernel ---------------------
+
+def _one_head(x):
+    """x (T, d) as a fresh fp16 (1, T, d) array: `x[None]` would give the new axis a
+    stride of 0, which a device array then reports as not C-contiguous."""
+    out = np.empty((1,) + x.shape, np.float16)
+    out[0] = x
+    return out
+
 
 def time_against_course(parts, *, tq: int = 4096, tk: int = 4096, d: int = 16):
     """GPU only (None on the simulator): median ms of the lab kernel (one warp per 16 rows)
@@ -605,7 +619,7 @@ def time_against_course(parts, *, tq: int = 4096, tk: int = 4096, d: int = 16):
     def lab():
         kern[ceil_div(tq, BR), NT](*args)
 
-    q16, k16, v16 = (cuda.to_device(x.astype(np.float16)[None]) for x in (q, k, v))
+    q16, k16, v16 = (cuda.to_device(_one_head(x)) for x in (q, k, v))
 
     def course():
         forward(q16, k16, v16, kernel="tensor_core")
