@@ -139,7 +139,8 @@ def describe(value) -> str:
     except ValueError:             # e.g. a Fraction of a huge int: its repr writes the int
         text = f"a {type(value).__name__} too large to show"
     text = text if len(text) <= 60 else text[:45] + "..." + text[-12:]
-    return f"{text} (a {type(value).__name__})"
+    kind = type(value).__name__
+    return f"{text} ({'an' if kind[0] in 'aeiou' else 'a'} {kind})"
 
 
 def check_int_arg(value, name: str, lo: int, hi: int) -> int:
