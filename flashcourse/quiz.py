@@ -26,6 +26,7 @@ browser; the widget only shows it.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import html
 import numbers
@@ -47,6 +48,17 @@ RIGHT = "Correct."
 WRONG = "Not quite."
 
 
+def _brief(value) -> str:
+    """`value` for an error message: its repr, cut to 60 characters, and its type."""
+    try:
+        text = repr(value)
+    except ValueError:                  # an int past Python's 4,300-digit limit
+        text = "a number too large to show"
+    text = text if len(text) <= 60 else text[:45] + "..." + text[-12:]
+    kind = type(value).__name__
+    return f"{text} ({'an' if kind[0] in 'aeiou' else 'a'} {kind})"
+
+
 def _is_index(value) -> bool:
     """An integer index (Python or numpy integer), but not a bool."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -59,9 +71,10 @@ class Question:
     text: the question; choices: a list or tuple of option strings (a plain
     string is an error: it is not split into letters); answer: index of the
     right option (int or numpy integer; not a bool); why: the reasoning shown
-    once the learner has it right or asks for the answer; feedback: one line per
-    option, what picking it reveals (the misconception behind a wrong option);
-    empty strings fall back to a generic line.
+    once the learner has it right or asks for the answer (a non-empty string:
+    None would be shown as "Correct. None"); feedback: one line per option, what
+    picking it reveals (the misconception behind a wrong option); empty strings
+    fall back to a generic line. Anything else is a ValueError naming the field.
     """
 
     text: str
@@ -71,11 +84,13 @@ class Question:
     feedback: tuple = ()
 
     def __post_init__(self):
-        if not isinstance(self.text, str) or not self.text.strip():
-            raise ValueError(f"text must be a non-empty string, got {self.text!r}")
+        for field in ("text", "why"):
+            value = getattr(self, field)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{field} must be a non-empty string, got {_brief(value)}")
         if isinstance(self.choices, (str, bytes)):
             raise ValueError("choices must be a list or tuple of option strings, got a single "
-                             f"string {self.choices!r}")
+                             f"string {_brief(self.choices)}")
         try:
             choices = tuple(self.choices)
         except TypeError:
@@ -83,22 +98,32 @@ class Question:
                              f"{type(self.choices).__name__}") from None
         if len(choices) < 2:
             raise ValueError(f"choices must hold at least 2 options, got {len(choices)}")
-        if not all(isinstance(c, str) and c.strip() for c in choices):
-            raise ValueError(f"every choice must be a non-empty string, got {choices!r}")
+        for n, choice in enumerate(choices, 1):
+            if not isinstance(choice, str) or not choice.strip():
+                raise ValueError(f"every choice must be a non-empty string; choice {n} is "
+                                 f"{_brief(choice)}")
         if len(set(choices)) != len(choices):
-            raise ValueError(f"choices must be distinct, got {choices!r}")
+            raise ValueError(f"choices must be distinct, got {_brief(choices)}")
         object.__setattr__(self, "choices", choices)
         if not (_is_index(self.answer) and 0 <= self.answer < len(choices)):
             raise ValueError(
                 f"answer must be an integer index into choices (0..{len(choices) - 1}), "
-                f"got {self.answer!r}")
+                f"got {_brief(self.answer)}")
         object.__setattr__(self, "answer", int(self.answer))
-        if isinstance(self.feedback, str):
+        if isinstance(self.feedback, (str, bytes)):
             raise ValueError("feedback must be a list with one line per choice, got a string")
-        feedback = tuple(self.feedback) or ("",) * len(choices)
-        if len(feedback) != len(choices) or not all(isinstance(f, str) for f in feedback):
+        try:
+            feedback = tuple(self.feedback) or ("",) * len(choices)
+        except TypeError:                     # None, a number: nothing to iterate
+            raise ValueError(f"feedback must be a list with one line per choice "
+                             f"({len(choices)}), got {_brief(self.feedback)}") from None
+        if len(feedback) != len(choices):
             raise ValueError(f"feedback must hold one string per choice ({len(choices)}), "
                              f"got {len(feedback)}")
+        for n, line in enumerate(feedback, 1):
+            if not isinstance(line, str):
+                raise ValueError(f"feedback must hold one string per choice (\"\" for none); "
+                                 f"line {n} is {_brief(line)}")
         object.__setattr__(self, "feedback", feedback)
 
     def order(self) -> list[int]:
@@ -294,11 +319,38 @@ MAX_QUIZ_BYTES = 1 << 20
 
 
 def _shown(path: Path) -> str:
-    """A quiz file as errors name it: flashcourse/quizzes/nb09.toml, or the path given."""
+    """A quiz file as errors name it: flashcourse/quizzes/nb09.toml, or the path given
+    (a very long one cut to about 200 characters)."""
     try:
-        return str(path.relative_to(QUIZ_DIR.parents[1]))
-    except ValueError:
-        return str(path)
+        text = str(path.relative_to(QUIZ_DIR.parents[1]))
+    except ValueError:                  # not inside the package: the path as given
+        text = str(path)
+    return text if len(text) <= 200 else text[:120] + "..." + text[-60:]
+
+
+def _quiz_path(path) -> Path:
+    """`path` (a str or os.PathLike naming a quiz file) as an absolute Path; QuizFileError
+    saying what is wrong for None, bytes, an empty name, a NUL byte (no file name holds
+    one) or a loop of symbolic links."""
+    what = ("path must name a quiz file, as a str or a pathlib.Path "
+            "(e.g. 'flashcourse/quizzes/nb03.toml')")
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise QuizFileError(f"{what}, got {_brief(path)}")
+    name = os.fspath(path)              # an os.PathLike may give bytes too
+    if isinstance(name, bytes):
+        raise QuizFileError(f"{what}, got {_brief(name)}; decode it to a str first "
+                            "(os.fsdecode)")
+    if not name.strip():
+        raise QuizFileError(f"{what}, got an empty name {name!r}")
+    if "\0" in name:
+        raise QuizFileError(f"{_shown(Path(name.replace(chr(0), '?')))}: the name contains "
+                            "a NUL byte (\\0), which no file name can hold")
+    try:
+        return Path(name).resolve()
+    except RuntimeError:     # a symlink loop, before Python 3.13 (3.13 resolves it as it
+        # is, and the stat in _read then fails with ELOOP, with the same message)
+        raise QuizFileError(f"{_shown(Path(name))}: a loop of symbolic links (a link that "
+                            "leads back to itself), not a quiz file") from None
 
 
 def _place(file: str, where: list) -> str:
@@ -346,7 +398,10 @@ def _read(path: Path) -> bytes:
                 data = f.read(MAX_QUIZ_BYTES + 1) if stat.S_ISREG(mode) else b""
     except FileNotFoundError:
         raise QuizFileError(f"{file}: no such quiz file") from None
-    except OSError as exc:                    # permission denied, a broken link, ...
+    except OSError as exc:                    # permission denied, a link loop, ...
+        if exc.errno == errno.ELOOP:
+            raise QuizFileError(f"{file}: a loop of symbolic links (a link that leads back "
+                                "to itself), not a quiz file") from None
         raise QuizFileError(f"{file}: cannot read it ({exc.strerror or exc})") from None
     if stat.S_ISDIR(mode):
         raise QuizFileError(f"{file}: is a directory, not a quiz file (a .toml file)")
@@ -387,14 +442,23 @@ def _parse(path: Path) -> tuple:
 def _parse_bytes(path: Path, data: bytes) -> tuple:
     """`_parse` of the content `data` of `path` (the key is the content itself)."""
     file = _shown(path)
+    deep = (f"{file}: nested too deeply to read (arrays or tables inside one another, "
+            "hundreds of levels); a quiz file is a list of [[question]] tables, each with "
+            "its [[question.option]] tables")
     try:
         doc = tomllib.loads(_text(file, data))
     except tomllib.TOMLDecodeError as exc:            # its message gives line and column
         raise QuizFileError(f"{file}: not valid TOML: {exc}") from None
+    except RecursionError:                            # tomllib parses nesting recursively
+        raise QuizFileError(deep) from None
     # "exactly one right option" last: a wrongly typed `right` would also break the count
-    errors = sorted(schema_errors(doc, "quiz"), key=lambda e: e.validator in _COUNTING)
+    try:
+        errors = sorted(schema_errors(doc, "quiz"), key=lambda e: e.validator in _COUNTING)
+        problem = _schema_problem(errors[0]) if errors else None
+    except RecursionError:              # jsonschema, or an error's repr, on a deep document
+        raise QuizFileError(deep) from None
     if errors:
-        where, problem = _schema_problem(errors[0])
+        where, problem = problem
         more = len(errors) - 1
         more = f" (and {more} more problem{'s' * (more > 1)})" if more else ""
         raise QuizFileError(f"{_place(file, where)}: {problem}{more} "
@@ -426,8 +490,9 @@ def _parse_bytes(path: Path, data: bytes) -> tuple:
 def load_questions(path) -> list[Question]:
     """The questions of one quiz file (TOML, the format of flashcourse/quizzes/__init__.py),
     checked against flashcourse/schemas/quiz.json; QuizFileError naming the file, the
-    question and what is wrong when it does not parse or follow the format."""
-    path = Path(path).resolve()
+    question and what is wrong when it does not parse or follow the format, or when
+    `path` names no regular file (see `_quiz_path` and `_read`)."""
+    path = _quiz_path(path)
     entries = [q for _, q in _parse(path)]
     if all(isinstance(q, Question) for q in entries):
         return entries

@@ -10,6 +10,7 @@ any size are either shown correctly or refused with a message.
 """
 
 import math
+import re
 import struct
 import threading
 
@@ -422,7 +423,8 @@ def test_score_explorer_at_huge_lengths_plots_the_typed_value(typed, shown):
 
 
 @pytest.mark.parametrize("typed,word", [(f"{2 ** 70}", "at most 1,099,511,627,776"),
-                                        ("1e400", "whole number"), ("4096.5", "whole number")])
+                                        ("1e400", "is too large: a number of about 401"),
+                                        ("4096.5", "whole number")])
 def test_score_explorer_refuses_huge_lengths_with_a_message(typed, word):
     ex = score_memory_explorer()
     ex.controls["t_query"].value = typed
@@ -679,9 +681,13 @@ def test_tuning_explorer_says_untimed_not_failed():
 def test_parse_whole():
     assert [B.parse_whole(x, "n") for x in ("4096", "4,096", " 4_096 ", "3e9", "2**20")] == [
         4096, 4096, 4096, 3 * 10 ** 9, 2 ** 20]
-    for bad in ("", "x", "1.5", "inf", "nan", "1e400", "2**99999"):
+    for bad in ("", "x", "1.5", "inf", "nan"):
         with pytest.raises(ValueError, match="n must be a whole number"):
             B.parse_whole(bad, "n")
+    for huge in ("1e400", "2**99999"):                  # whole numbers, but far too large
+        with pytest.raises(ValueError, match="n must be at least 1, with at most 30 digits; "
+                                             f"'{re.escape(huge)}' is too large"):
+            B.parse_whole(huge, "n")
     with pytest.raises(ValueError, match="at most 10"):
         B.parse_whole("11", "n", 1, 10)
 

@@ -35,8 +35,9 @@ The format (checked against `flashcourse/schemas/quiz.json` by
   one). No other keys.
 - A quiz file is UTF-8 text (a leading byte-order mark is allowed), a regular file of at
   most 1 MiB (`flashcourse.quiz.MAX_QUIZ_BYTES`); anything else (another encoding, a
-  binary file, a directory, a FIFO) is a QuizFileError naming the file. Loads are cached
-  by the file's content, so an edit is seen at once.
+  binary file, a directory, a FIFO, a loop of symbolic links, arrays or tables nested
+  hundreds deep) is a QuizFileError naming the file. Loads are cached by the file's
+  content, so an edit is seen at once.
 - Long prose: a multi-line string `\"\"\"` whose lines end in a backslash (TOML joins them,
   dropping the line break and the next line's indentation; keep the space before the `\\`).
 

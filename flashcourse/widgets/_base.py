@@ -8,7 +8,9 @@
                       the box is the value, capped at the slider's end
     CountBox          a free-entry box for a whole number in [lo, hi]
     (both go back to their last valid value on an invalid entry: promise 5 below)
-    parse_whole       '3,000', '3e9', '4096' -> int; anything else -> ValueError
+    parse_whole       '3,000', '3e9', '4096' -> int; anything else -> ValueError (a number
+                      of more than MAX_TYPED_DIGITS digits is refused by its size, never
+                      built: no Python 4,300-digit message, no long computation)
 
 Five promises, each tested in tests/test_widgets.py:
 
@@ -51,6 +53,7 @@ import os
 import re
 import threading
 import time
+from decimal import Decimal, InvalidOperation
 
 import ipywidgets as w
 import numpy as np
@@ -102,28 +105,77 @@ def show(widget, flag: bool) -> None:
 # Checking constructor arguments (a clear ValueError, never an ipywidgets TraitError)
 # ----------------------------------------------------------------------------------------
 
+#: Typed numbers, and ints shown in a message, of more decimal digits than this are
+#: described by their size ("a number of about 16,384 digits"), never built from the text
+#: or written out: Python refuses to write an int of more than 4,300 digits, a typed
+#: '9999**4096' takes time to build, and no explorer takes a number near 10**30.
+MAX_TYPED_DIGITS = 30
+
+
+def _about_digits(digits: float) -> str:
+    """'about N digits' (an estimate from the text may be one digit out)."""
+    return f"about {int(digits):,} digits" if digits < 1e15 else "more than 10**15 digits"
+
+
+def shown_int(value: int) -> str:
+    """An int for a message: '4,096', or 'a number of about 16,384 digits' when it has
+    more than MAX_TYPED_DIGITS digits (checked by comparison, before any formatting)."""
+    value = int(value)
+    if abs(value) < 10 ** MAX_TYPED_DIGITS:
+        return f"{value:,}"
+    digits = math.floor(abs(value).bit_length() * math.log10(2)) + 1     # at most 1 over
+    if abs(value) < 10 ** (digits - 1):
+        digits -= 1
+    return f"{'a negative' if value < 0 else 'a'} number of {_about_digits(digits)}"
+
+
+def describe(value) -> str:
+    """`value` for a message: its repr (cut to 60 characters) and type; a huge int by its
+    size (its repr would raise Python's 4,300-digit ValueError)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        return shown_int(value)
+    try:
+        text = repr(value)
+    except ValueError:             # e.g. a Fraction of a huge int: its repr writes the int
+        text = f"a {type(value).__name__} too large to show"
+    text = text if len(text) <= 60 else text[:45] + "..." + text[-12:]
+    kind = type(value).__name__
+    return f"{text} ({'an' if kind[0] in 'aeiou' else 'a'} {kind})"
+
+
 def check_int_arg(value, name: str, lo: int, hi: int) -> int:
     """A constructor argument that must be an int in [lo, hi]."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name} must be a whole number (an int) between {lo:,} and {hi:,}, "
-                         f"got {value!r} (a {type(value).__name__})")
+                         f"got {describe(value)}")
     if not lo <= value <= hi:
-        raise ValueError(f"{name} must be between {lo:,} and {hi:,}, got {value:,}")
+        raise ValueError(f"{name} must be between {lo:,} and {hi:,}, got {shown_int(value)}")
     return int(value)
+
+
+def _among(value, values) -> bool:
+    """`value in values`, False for a value that cannot be compared with them (a numpy
+    array compares element by element, and its truth value then raises ValueError)."""
+    if isinstance(value, np.ndarray):
+        return False                   # an array is no option, even of one element
+    try:
+        return any(bool(value == v) for v in values)
+    except (ValueError, TypeError):  # an array, or an object whose == raises: not an option
+        return False
 
 
 def check_choice(value, name: str, options) -> object:
     """A constructor argument that must be one of `options` (values, or (label, value))."""
     values = [o[1] if isinstance(o, tuple) else o for o in options]
-    if isinstance(value, (bool, np.bool_)) or value not in values:
+    if isinstance(value, (bool, np.bool_)) or not _among(value, values):
         raise ValueError(f"{name} must be one of {', '.join(map(repr, values))}, "
-                         f"got {value!r}")
+                         f"got {describe(value)}")
     return value
 
 
 def check_flag(value, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
+        raise ValueError(f"{name} must be True or False, got {describe(value)}")
     return bool(value)
 
 
@@ -171,43 +223,80 @@ def gpu_menu(gpu) -> w.Dropdown:
 # Free-entry boxes
 # ----------------------------------------------------------------------------------------
 
-_WHOLE = re.compile(r"^[+-]?\d+$")
+_POWER = re.compile(r"^(\d+)\*\*(\d+)$")                      # 2**20
+# a power of ten too large for Decimal's exponent (more than 15 digits of exponent)
+_HUGE_EXPONENT = re.compile(r"^([+-]?)(\d+\.?\d*|\.\d+)[eE]\+?(\d{16,})$")
+
+
+def _quoted(raw: str) -> str:
+    """What the learner typed, quoted, cut to about 40 characters."""
+    return repr(raw if len(raw) <= 40 else raw[:24] + "..." + raw[-8:])
+
+
+def _typed_whole(s: str):
+    """The whole number `s` spells ('4096', '3e9', '2**20'), as (value, None); (None,
+    (sign, decimal digits)) for one of more than MAX_TYPED_DIGITS digits, whose size is
+    read from the text without building it; None for anything else."""
+    power = _POWER.match(s)
+    if power:
+        base, exp = power[1].lstrip("0") or "0", power[2].lstrip("0") or "0"
+        if exp == "0" or base in ("0", "1"):
+            return (1 if exp == "0" else int(base)), None
+        head = base[:15]                                      # log10(base) from its digits
+        log10 = float(exp) * (len(base) - len(head) + math.log10(int(head)))
+        if log10 >= MAX_TYPED_DIGITS:                         # (a long exponent: inf)
+            return None, (1, log10 + 1)                      # digits, as a float
+        return int(base) ** int(exp), None
+    sci = _HUGE_EXPONENT.match(s)
+    if sci:                                                   # '1e99999999999999999999'
+        if not sci[2].strip("0."):
+            return 0, None                                    # 0e99999999999999999999
+        return None, (-1 if sci[1] == "-" else 1, float(sci[3]))
+    try:
+        number = Decimal(s)             # exact: '3e9', '4096', '1.5e3'; no 4,300-digit limit
+    except InvalidOperation:            # not a number at all ('x', '0x10', '')
+        return None
+    if not number.is_finite():
+        return None                     # inf, nan
+    if number != 0 and number.adjusted() >= MAX_TYPED_DIGITS:   # adjusted: digits - 1
+        return None, (-1 if number < 0 else 1, number.adjusted() + 1)
+    if number != number.to_integral_value():
+        return None                     # 1.5, 1e-3
+    return int(number), None
 
 
 def parse_whole(text, what: str, lo: int = 1, hi: int | None = None) -> int:
     """A typed whole number: '4096', '4,096', '4_096', '3e9', '2**20'; in [lo, hi].
 
-    Raises ValueError naming `what` for anything else (text, fractions, out of range).
+    Raises ValueError naming `what` for anything else (text, fractions, out of range). A
+    number of more than MAX_TYPED_DIGITS digits ('9999**4096', '1e400', a pasted page of
+    nines) is refused as too large (or too small) by its size, read from the text: it is
+    never built, and the message never writes it out.
     """
     raw = str(text).strip()
     s = raw.replace(",", "").replace("_", "").replace(" ", "")
-    value = None
-    if _WHOLE.match(s):
-        value = int(s)
-    elif re.match(r"^\d+\*\*\d{1,4}$", s):                     # 2**20
-        base, exp = s.split("**")
-        value = int(base) ** int(exp) if int(exp) <= 4096 else None
-    else:
-        try:
-            f = float(s)
-        except ValueError:
-            f = None
-        if f is not None and math.isfinite(f) and f == int(f):
-            value = int(f)
-    if value is None:
-        raise ValueError(f"{what} must be a whole number, got {raw!r}")
+    parsed = _typed_whole(s)
+    if parsed is None:
+        raise ValueError(f"{what} must be a whole number, got {_quoted(raw)}")
+    value, size = parsed
+    if size is not None:
+        sign, digits = size
+        allowed = (f"between {lo:,} and {hi:,}" if hi is not None else
+                   f"at least {lo:,}, with at most {MAX_TYPED_DIGITS} digits")
+        big = "too large" if sign > 0 else "too small (negative)"
+        raise ValueError(f"{what} must be {allowed}; {_quoted(raw)} is {big}: a number of "
+                         f"{_about_digits(digits)}")
     if value < lo:
-        raise ValueError(f"{what} must be at least {lo:,}, got {value:,}")
+        raise ValueError(f"{what} must be at least {lo:,}, got {shown_int(value)}")
     if hi is not None and value > hi:
-        raise ValueError(f"{what} must be at most {hi:,}, got {value:,}")
+        raise ValueError(f"{what} must be at most {hi:,}, got {shown_int(value)}")
     return value
 
 
 def _text_arg(value, name: str, lo: int, hi: int) -> int:
     """A starting value for a free-entry box: an int in [lo, hi] (ValueError naming it)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be a whole number (an int), got {value!r} "
-                         f"(a {type(value).__name__})")
+        raise ValueError(f"{name} must be a whole number (an int), got {describe(value)}")
     return check_int_arg(value, name, lo, hi)
 
 

@@ -23,17 +23,20 @@ from __future__ import annotations
 import html
 
 from ..configs import describe_config, launch_problem
-from ..limits import DeviceLimits
+from ..limits import PRESETS, DeviceLimits
 from ..memory import format_bytes
 from ..results import load_sweep, recorded_limits, recorded_regs, recorded_row
 from ..sweep import cpu_time, gpu_available, gpu_time
-from ._base import Explorer, html_box, menu, row
+from ._base import Explorer, check_flag, check_int_arg, describe, html_box, menu, row
 
 BLOCKS = (8, 16, 32, 64, 128, 256)
 THREADS = (32, 64, 128, 256, 512, 1024, 2048)    # 2048: to meet the 1,024-per-block limit
 TMS = (1, 2, 4, 8, 16)
 HEAD_DIMS = (32, 64, 96, 128, 256)
 SEQ_LENS = (1024, 4096, 16384)
+#: The longest sequence timed on the CPU (no GPU): one call at N = 2,048, d = 256 takes a
+#: few seconds on a 2-core machine, and each setting is timed several times.
+MAX_CPU_SEQ_LEN = 2048
 
 
 def _threads_limit_message(threads: int, limits: DeviceLimits) -> str | None:
@@ -63,9 +66,24 @@ def _recorded_line(rec, doc, seq_len) -> str:
     return f"recorded on the H200: failed ({esc(why)})"
 
 
+def limits_arg(limits) -> DeviceLimits | None:
+    """`limits` as the explorer and the report take it: None (this GPU's, or the recorded
+    H200's), a `flashcourse.limits.DeviceLimits`, or the name of a GPU whose published
+    limits are known ("H200", "T4", ...: a key of `flashcourse.limits.PRESETS`).
+    ValueError naming `limits` and what it may be for anything else."""
+    if limits is None or isinstance(limits, DeviceLimits):
+        return limits
+    if isinstance(limits, str) and limits in PRESETS:
+        return PRESETS[limits]
+    raise ValueError(f"limits must be a GPU name ({', '.join(map(repr, PRESETS))}), a "
+                     "flashcourse.limits.DeviceLimits, or None (this GPU's limits, else the "
+                     f"recorded H200's), got {describe(limits)}")
+
+
 def report_limits(limits=None, measure: bool = True) -> DeviceLimits:
-    """The limits a setting is judged against: `limits` if given, else this GPU's when
-    measuring on one, else the recorded H200's."""
+    """The limits a setting is judged against: `limits` if given (see `limits_arg`), else
+    this GPU's when measuring on one, else the recorded H200's."""
+    limits = limits_arg(limits)
     if limits is not None:
         return limits
     return DeviceLimits.from_device() if measure and gpu_available() else recorded_limits()
@@ -103,9 +121,12 @@ def option_labels(setting: dict, limits: DeviceLimits, doc=None) -> dict:
 def tuning_report(block_q, block_k, threads, tm, head_dim, seq_len, *, limits=None,
                   measure: bool = True, cpu_seq_len: int = 256, doc=None) -> str:
     """The explorer's HTML for one setting. Raises ValueError for a setting that cannot
-    launch (the explorer shows it as its one-line message); timing failures become a
-    line of the report."""
+    launch (the explorer shows it as its one-line message), and for a `limits`,
+    `measure` or `cpu_seq_len` (1 .. MAX_CPU_SEQ_LEN) it cannot take, naming it; timing
+    failures become a line of the report."""
     esc = html.escape
+    measure = check_flag(measure, "measure")
+    cpu_seq_len = check_int_arg(cpu_seq_len, "cpu_seq_len", 1, MAX_CPU_SEQ_LEN)
     if doc is None:
         doc = load_sweep()
     limits = report_limits(limits, measure)
@@ -173,7 +194,10 @@ class TuningExplorer(Explorer):
         self.tm = menu(TMS, tm, "tm", "tm (query rows per thread)")
         self.head_dim = menu(HEAD_DIMS, head_dim, "head_dim", "d")
         self.seq_len = menu(SEQ_LENS, seq_len, "seq_len", "N")
-        self.measure, self.cpu_seq_len, self.limits = bool(measure), cpu_seq_len, limits
+        # checked here, so a wrong one is a ValueError naming it, as for every explorer
+        self.measure = check_flag(measure, "measure")
+        self.cpu_seq_len = check_int_arg(cpu_seq_len, "cpu_seq_len", 1, MAX_CPU_SEQ_LEN)
+        self.limits = limits_arg(limits)
         self.controls = {"block_q": self.block_q, "block_k": self.block_k,
                          "threads": self.threads, "tm": self.tm, "head_dim": self.head_dim,
                          "seq_len": self.seq_len}
@@ -218,9 +242,11 @@ class TuningExplorer(Explorer):
 def tuning_explorer(head_dim: int = 64, seq_len: int = 4096, **kwargs) -> TuningExplorer:
     """Widget: choose Br, Bc, threads, tm, d, N and read the kernel's report.
 
-    Keyword arguments: block_q, block_k, threads, tm (starting values), measure (time
-    each setting: on this GPU, else flashcourse.cpu.forward at cpu_seq_len), limits (a
-    `flashcourse.limits.DeviceLimits`; default this GPU or the recorded H200). Returns
-    the widget without displaying it: put the call last in a cell.
+    Keyword arguments: block_q, block_k, threads, tm (starting values), measure (True or
+    False: time each setting, on this GPU, else flashcourse.cpu.forward at cpu_seq_len,
+    1 .. 2,048), limits (a GPU name such as "H200" or "T4", or a
+    `flashcourse.limits.DeviceLimits`; default this GPU or the recorded H200). A value
+    it cannot take raises a ValueError naming it. Returns the widget without displaying
+    it: put the call last in a cell.
     """
     return TuningExplorer(head_dim, seq_len, **kwargs)

@@ -15,7 +15,10 @@ Settings, from the environment:
   CLASS_HUB_PASSWORD   the learners' shared password, at least 8 characters (required)
   CLASS_HUB_DIR        the hub's state (database, cookie secret, proxy pid file) and the
                        learners' homes (home/NAME); made mode 0700 (default .class_hub)
-  CLASS_HUB_LEARNERS   comma-separated user names (default learner1,learner2,learner3)
+  CLASS_HUB_LEARNERS   comma-separated user names (default learner1,learner2,learner3):
+                       1 to 32 characters, lower-case letters a-z, digits, '_' and '-',
+                       starting with a letter or digit (LEARNER_NAME); each is a folder
+                       name, home/NAME, so anything else ('../x', 'a/b') stops the hub
   CLASS_HUB_PORT       the proxy's public port, where learners connect (default 8000)
   CLASS_HUB_API_PORT   the proxy's REST API port (default 8001)
   CLASS_HUB_HUB_PORT   the hub's own port, behind the proxy (default 8081)
@@ -25,6 +28,7 @@ Settings, from the environment:
 """
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -32,25 +36,72 @@ c = get_config()  # noqa: F821  (defined by JupyterHub when it loads this file)
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
+#: A learner's name: it is their JupyterHub user name and the name of their home folder,
+#: home/NAME, so it may hold no '/', '.' or '..' (a unix-user-name-like rule).
+LEARNER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+
+
+def port_setting(name: str, default: int) -> int:
+    """The port in the environment variable `name`; the hub stops, naming it, if it is
+    not a whole number from 1 to 65535."""
+    text = os.environ.get(name, str(default)).strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 5 and 1 <= int(text) <= 65535):
+        sys.exit(f"{name} must be a port number from 1 to 65535, got {text[:40]!r}.")
+    return int(text)
+
+
+def learner_names(text: str) -> list:
+    """The learners of CLASS_HUB_LEARNERS (comma-separated); the hub stops, naming every
+    name that does not follow LEARNER_NAME, before any folder is made."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if not LEARNER_NAME.fullmatch(n)]
+    if bad:
+        shown = ", ".join(repr(n[:40]) for n in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        sys.exit(f"CLASS_HUB_LEARNERS: {shown} cannot be a learner's name. A name is 1 to 32 "
+                 "characters: lower-case letters a-z, digits 0-9, '_' and '-', starting with "
+                 "a letter or a digit (each learner's home is the folder home/NAME).")
+    if not names:
+        sys.exit("CLASS_HUB_LEARNERS names no learner: give comma-separated names, "
+                 "e.g. learner1,learner2,learner3.")
+    return names
+
+
+def check_folder(folder: Path, parent: Path) -> Path:
+    """`folder`, which must be missing or a folder directly inside `parent`; the hub stops,
+    naming it, if it is anything else there (a file, or a symbolic link, which would make
+    the hub open up, with chmod, a folder elsewhere)."""
+    if folder.is_symlink() or folder.resolve().parent != parent.resolve() or (
+            folder.exists() and not folder.is_dir()):
+        sys.exit(f"{folder} must be a folder inside {parent}, not a symbolic link or a file: "
+                 "remove it, or choose another CLASS_HUB_DIR.")
+    return folder
+
+
+def make_private(folder: Path) -> None:
+    folder.mkdir(mode=0o700, exist_ok=True)
+    folder.chmod(0o700)
+
 
 password = os.environ.get("CLASS_HUB_PASSWORD", "")
 if len(password) < 8:
     sys.exit("Set CLASS_HUB_PASSWORD to the learners' shared password (8 characters or more).")
 state = Path(os.environ.get("CLASS_HUB_DIR", ROOT / ".class_hub")).resolve()
-learners = [n.strip() for n in os.environ.get(
-    "CLASS_HUB_LEARNERS", "learner1,learner2,learner3").split(",") if n.strip()]
-port = int(os.environ.get("CLASS_HUB_PORT", "8000"))
-api_port = int(os.environ.get("CLASS_HUB_API_PORT", "8001"))
-hub_port = int(os.environ.get("CLASS_HUB_HUB_PORT", "8081"))
+learners = learner_names(os.environ.get("CLASS_HUB_LEARNERS", "learner1,learner2,learner3"))
+port = port_setting("CLASS_HUB_PORT", 8000)
+api_port = port_setting("CLASS_HUB_API_PORT", 8001)
+hub_port = port_setting("CLASS_HUB_HUB_PORT", 8081)
 proxy = os.environ.get("CLASS_HUB_PROXY") or str(
     Path(sys.prefix) / "class-hub-proxy" / "node_modules" / ".bin" / "configurable-http-proxy")
 
 # Only the hub's user may read the state and the homes (the cookie secret, the database with
-# its tokens, the learners' work).
-homes = state / "home"
-for folder in [state, homes] + [homes / name for name in learners]:
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    folder.chmod(0o700)
+# its tokens, the learners' work). Each home is checked to be a folder inside home/ before
+# any is made: a link planted there must not send the chmod elsewhere.
+state.mkdir(mode=0o700, parents=True, exist_ok=True)
+state.chmod(0o700)
+homes = check_folder(state / "home", state)
+make_private(homes)
+for home in [check_folder(homes / name, homes) for name in learners]:
+    make_private(home)
 
 # --- network: loopback only ---------------------------------------------------------
 c.JupyterHub.bind_url = f"http://{LOOPBACK}:{port}"
