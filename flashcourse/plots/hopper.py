@@ -171,11 +171,12 @@ def plot_bench(doc: dict, peak_flops: float | None = None):
 
 def plot_schedule(n: int = 4096, bh: int = 32, block_q: int = 192, block_k: int = 64,
                   sms: int = 132):
-    """Two panels of the SMs' finish times, sorted (a GPU's block scheduler: each block to
-    the first free SM): causal (a block's cost = the key blocks it sees), each head's blocks
-    longest first head after head, against longest first over all heads; non-causal, the
-    blocks whole against the last wave split (`tail_split.plan`). The dashed line is the work
-    spread evenly: the area above a curve and below the longest is idle SM time."""
+    """Two panels of the SMs' finish times, sorted (a GPU's block scheduler as observed: each
+    block, in launch order, to the first free SM): causal (a block's cost = the key blocks
+    it sees), each head's blocks longest first head after head, against longest first over
+    all heads; non-causal, the blocks whole against the last wave split (`tail_split.plan`).
+    The dashed line is the work spread evenly: the area above a curve and below the longest
+    is idle SM time."""
     from ..cuda import tail_split as T
     plt = _plt()
     nqb, kb = -(-n // block_q), -(-n // block_k)
