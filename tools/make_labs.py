@@ -14,7 +14,9 @@ and the student version replaces the region, at the same indentation, with
 
 Markdown cells may hold `<!-- BEGIN SOLUTION -->...<!-- END SOLUTION -->` spans,
 which are dropped from the student version. Outputs and execution counts are
-cleared in both. Usage:
+cleared in both. Each lab is written as Jupyter saves it, with the course's kernel
+metadata (`notebook_files.jupyter_text`), so JupyterLab does not open it as unsaved.
+Usage:
 
     python tools/make_labs.py           # write labs/*.ipynb
     python tools/make_labs.py --check   # exit 1 if any student lab is out of date
@@ -28,6 +30,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+from notebook_files import jupyter_text
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN = re.compile(r"^(?P<indent>\s*)### BEGIN SOLUTION(?P<note>.*)$")
@@ -81,7 +84,7 @@ def main(argv=None) -> int:
     stale = []
     for solution in sorted((ROOT / "labs" / "solutions").glob("*.ipynb")):
         target = ROOT / "labs" / solution.name
-        text = nbformat.writes(student_version(solution)) + "\n"
+        text = jupyter_text(student_version(solution))
         current = target.read_text() if target.exists() else None
         if current != text:
             stale.append(target)

@@ -109,28 +109,14 @@ class Estimate:
         return 5 * math.ceil(self.optional_lines * MINUTES_PER_SOLUTION_LINE / 5)
 
     def sentence(self) -> str:
-        """The stamp written at the top of the notebook."""
-        words = max(100, round(self.words, -2))            # rounded: small edits keep the stamp
-        maths = round(self.maths_words, -2)
-        parts = [f"about {words:,} words to read, {maths:,} of them maths-dense "
-                 f"(at {MATHS_WORDS_PER_MINUTE} a minute, the rest at {WORDS_PER_MINUTE})",
-                 f"{self.code_cells} cells to run"]
-        if self.code_lines >= CODE_LINES_PER_MINUTE:
-            parts.append(f"about {round(self.code_lines, -1):,} lines of code to read")
-        if self.solution_lines:
-            parts.append(f"{self.solution_lines} lines of solution to write at "
-                         f"{MINUTES_PER_SOLUTION_LINE:g} minutes a line")
-        if self.exercises:
-            parts.append(f"{self.exercises} exercise{'s' * (self.exercises > 1)} at "
-                         f"{MINUTES_PER_EXERCISE} minutes")
-        if self.questions:
-            parts.append(f"{self.questions} quiz question{'s' * (self.questions > 1)}")
-        if self.widgets:
-            parts.append(f"{self.widgets} widget{'s' * (self.widgets > 1)} to explore")
-        extra = (f", plus about {self.optional_minutes} for the going-further parts "
-                 f"({self.optional_lines} lines)" if self.optional_lines else "")
-        return (f"**Estimated time:** about {self.minutes} minutes{extra} ({', '.join(parts)}; "
-                f"{STAMP}).")
+        """The stamp written at the top of the notebook: the time in plain words (how it is
+        counted is said once, in notebook 00 and the README, not in every header)."""
+        extra = (f", plus about {self.optional_minutes} for the going-further parts"
+                 if self.optional_lines else "")
+        what = ("its length and the lines of solution to write" if self.solution_lines
+                else "its length, exercises and questions")
+        return (f"**Estimated time:** about {self.minutes} minutes{extra} (estimated from "
+                f"{what} by {STAMP}).")
 
 
 def _source(cell) -> str:

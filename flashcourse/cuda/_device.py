@@ -72,9 +72,10 @@ CAUSAL_ORDER = "heaviest_first"
 
 def query_block_order(order: str | None = None):
     """A device function (causal) -> (query block, head) of this thread block, for a grid
-    of (query blocks, heads). The GPU starts blocks in launch order (x fastest), so the
-    order decides which blocks are left for the last wave. With a causal mask query block
-    i sees i + 1 key blocks, and a wave that ends on heavy blocks leaves SMs idle:
+    of (query blocks, heads). GPUs are observed to start blocks in launch order (x fastest;
+    CUDA promises no order), so the order decides which blocks are left for the last wave.
+    With a causal mask query block i sees i + 1 key blocks, and a wave that ends on heavy
+    blocks leaves SMs idle:
 
       "launch"          block (x, y) = (query block x, head y): in each head light first
       "head_reversed"   x reversed: in each head heaviest first (one head per wave or so

@@ -12,8 +12,9 @@ accumulator fragments), with the two products moved from mma.sync to `wgmma.mma_
     O += P V_j     P stays in registers: the accumulator layout of S is, per warp, the
                    m16n8 C layout, so two n8 tiles of S are one k16 A fragment, exactly as
                    for mma.sync (`mma.p_as_a_operand`); Bc / 16 instructions m64n{d}k16
-                   with A from registers (RS) and V read MN-major (d contiguous, the
-                   descriptor's transpose bit set): no transposed copy of V.
+                   with A from registers (RS) and V read MN-major (d contiguous; the
+                   instruction's imm-trans-b operand is 1, the descriptor has no such
+                   field): no transposed copy of V.
 
 Shared memory (no swizzle; `wgmma_layouts` models it): every tile is stored as 8 x 8
 "core matrices" of 128 contiguous bytes (8 rows of 16 bytes). Q (Br x d) and K_j (Bc x d)

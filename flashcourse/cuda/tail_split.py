@@ -109,9 +109,10 @@ def unit(u: int, nqb: int, bh: int, causal: bool, order: str = "lpt") -> tuple[i
     """(head, query block) of work unit u, as the kernel orders them: head-major (a head's
     blocks run together and share its K, V in the L2); causal, each head's longest block
     first (order "head-major") or longest first over all heads (order "lpt", the default):
-    query block nqb - 1 of every head, then nqb - 2, ... A GPU hands the blocks to the SMs
-    in launch order as they free up (list scheduling); longest first leaves the short
-    units for the end, where they fill the last wave (`causal_block_times`)."""
+    query block nqb - 1 of every head, then nqb - 2, ... GPUs are observed to hand the
+    blocks to the SMs in launch order as they free up (list scheduling; CUDA promises no
+    order); longest first leaves the short units for the end, where they fill the last
+    wave (`causal_block_times`)."""
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     if causal and order == "lpt":
@@ -122,7 +123,7 @@ def unit(u: int, nqb: int, bh: int, causal: bool, order: str = "lpt") -> tuple[i
 
 def list_schedule(costs, slots: int) -> np.ndarray:
     """Finish time of each of `slots` slots when blocks of these costs, in this order, each
-    go to the first slot that is free (what a GPU's block scheduler does)."""
+    go to the first slot that is free (what a GPU's block scheduler is observed to do)."""
     import heapq
     free = [(0.0, i) for i in range(slots)]
     for c in costs:

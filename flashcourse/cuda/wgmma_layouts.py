@@ -143,9 +143,10 @@ def operand_address(desc: int, mn, k, mn_major: bool = False):
     no-swizzle descriptor (PTX ISA, "Shared Memory Matrix Layout"): the tile is made of 8 x 8
     core matrices of 128 contiguous bytes; LBO steps between core matrices along K, SBO
     along M (or N). K-major: a core matrix row is 8 consecutive k of one mn (16 bytes);
-    MN-major (B with the transpose bit, e.g. V of P V): 8 consecutive mn of one k. Which
-    stride is which for MN-major was checked on an H200 (exchanging them gave 1.3 relative
-    error, benchmarks/results/h200_hopper_log.txt's layout probe)."""
+    MN-major (B with the instruction's imm-trans-b = 1, e.g. V of P V; the descriptor itself
+    has no transpose field): 8 consecutive mn of one k. Which stride is which for MN-major
+    was checked on an H200 (exchanging them gave 1.3 relative error,
+    benchmarks/results/h200_hopper_log.txt's layout probe)."""
     f = decode(desc)
     if f["swizzle"] is not None:
         raise ValueError("operand_address models the no-swizzle layout only")

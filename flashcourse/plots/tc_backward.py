@@ -358,7 +358,8 @@ def plot_bench(doc: dict):
         ax.bar(x + (j - (len(names) - 1) / 2) * width, y, width, label=BENCH_LABELS[name],
                color=f"C{j}", hatch="//" if name.startswith("torch") else None,
                edgecolor="white", lw=0.5)
-    ax.set_xticks(x, [f"N={r['n']}, d={r['d']}\n{'causal' if r['causal'] else 'non-causal'}"
+    # one fact per line: on one line "N=4096, d=128" ran into its neighbours' labels
+    ax.set_xticks(x, [f"N={r['n']}\nd={r['d']}\n{'causal' if r['causal'] else 'non-causal'}"
                       for r in rows])
     ax.tick_params(axis="x", labelsize=FONT)
     ax.set_ylabel("TFLOP/s (10 N^2 d per head)")
