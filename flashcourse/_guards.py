@@ -21,16 +21,17 @@ returned, so that every path (numpy, Numba CPU, CUDA) shares one rule:
     inputs (q, k, causal, scale); the backward kernels sum each recomputed row of P
     and this check compares the sums with 1 (tolerance in `lse_tolerance`).
 
-`o_rowsums` (the CUDA backward)
+`o_rowsums` (every backward: `tiled.backward`, `cuda.backward`)
     dS_ij = P_ij (dP_ij - D_i) with dP_ij = dO_i . v_j and D_i = dO_i . o_i sums over j
     to dO_i . (P V)_i - D_i sum_j P_ij = dO_i . (P V - o)_i: 0 exactly when o is the
     forward's output P V (in the direction dO_i, the one the gradients depend on). The
     kernels sum each recomputed row of dS beside the row of P; this check compares the
     sums with 0 (tolerance in `o_tolerance`).
 
-`gradients_finite` (the CUDA backward)
-    From finite inputs, a non-finite dq, dk or dv means the float32 gradients overflowed
-    (or did not fit the output dtype): raise ValueError saying so and what to do.
+`gradients_finite` (every backward)
+    From finite inputs, a non-finite dq, dk or dv means the gradients overflowed the
+    compute type (float32; float64 for float64 numpy input) or did not fit the output
+    dtype: raise ValueError saying so and what to do.
 """
 
 from __future__ import annotations
