@@ -101,6 +101,9 @@ def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = Fal
             rescale's threshold t in log2 units, 0 <= t <= 64 (loop_order "fa2" only):
             a row keeps its running max m until a tile's max passes m + t ln 2, so
             P <= 2^t. The Hopper kernel uses t = 8 (`constants.RESCALE_THRESHOLD`).
+            For a head whose |v| is so large that 2^t Tk max|v| would overflow the
+            accumulator, t is lowered to what fits (`lazy_room`; 0: every raised max
+            rescales), so the lazy rescale never turns a finite result into an overflow.
 
     Returns:
         o:   (..., Tq, d) in the input dtype.
@@ -131,7 +134,7 @@ def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = Fal
     lse = np.empty((x.bh, x.tq), dtype=x.acc_dtype)             # (BH, Tq)
     one_head = _forward_fa2 if loop_order == "fa2" else _forward_fa1
     for h in range(x.bh):
-        extra = {"lazy_t": lazy_t} if lazy_t else {}
+        extra = {"lazy_t": lazy_room(x.v[h], lazy_t, x.acc_dtype)} if lazy_t else {}
         o[h], lse[h] = one_head(x.q[h], x.k[h], x.v[h], br, bc, x.causal, x.scale,
                                 x.acc_dtype, counter, h, round_p, **extra)
     return forward_result(q, k, v, x.unflatten(o), x.unflatten(lse), x.causal,
@@ -172,7 +175,8 @@ def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None
             # Step 3 -- rescale what we had, then add this tile's contribution.
             l = alpha * l + p.sum(axis=1)
             p_mm = p if round_p is None else round_p(p)         # (Br, Bc) as the MMA sees it
-            acc = alpha[:, None] * acc + p_mm @ v_j             # (Br, d)
+            with np.errstate(over="ignore", invalid="ignore"):  # a huge v: see _guards
+                acc = alpha[:, None] * acc + p_mm @ v_j         # (Br, d)
             m = m_new
             # Step 4 -- discard: s and p go out of scope; nothing is written.
         seen = l > 0
@@ -187,6 +191,22 @@ def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None
 
 #: the largest lazy-rescale threshold accepted (log2 units): P <= 2^64 still fits float32
 MAX_RESCALE_THRESHOLD = 64.0
+
+
+def lazy_room(v, lazy_t: float, acc_t) -> float:
+    """The lazy threshold lazy_t (natural-log units) for one head, lowered where P V could
+    overflow the accumulator: with P = exp(s - m) <= e^t, |acc_i| <= e^t sum_j |v_j|
+    <= e^t Tk max|v|, which must stay below acc_t's largest value (with a factor 2 for
+    rounding). v: (Tk, d), the head's values; NaN/inf entries (allow_nonfinite) are left
+    out: their rows are NaN anyway. 0 where even every-block rescaling has no room (then
+    a row whose weighted sum overflows is refused by `_guards.forward_result`, as without
+    the lazy rescale)."""
+    a = np.abs(v)
+    top = float(np.max(a, where=np.isfinite(a), initial=0.0))
+    if top == 0.0:
+        return lazy_t
+    room = np.log(float(np.finfo(acc_t).max)) - np.log(2.0 * v.shape[0]) - np.log(top)
+    return float(min(lazy_t, max(room, 0.0)))
 
 
 def check_rescale_threshold(t) -> float:
@@ -273,8 +293,9 @@ def _forward_fa1(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None
             l_new = a_old * l_i + a_tile * l_tile
             l_div = np.where(l_new > 0, l_new, 1)
             p_mm = p if round_p is None else round_p(p)         # (Br, Bc) as the MMA sees it
-            o_hbm[q0:q1] = ((l_i * a_old)[:, None] * o_i + a_tile[:, None] * (p_mm @ v_j)) \
-                / l_div[:, None]
+            with np.errstate(over="ignore", invalid="ignore"):  # a huge v: see _guards
+                o_hbm[q0:q1] = ((l_i * a_old)[:, None] * o_i
+                                + a_tile[:, None] * (p_mm @ v_j)) / l_div[:, None]
             l_hbm[q0:q1] = l_new
             m_hbm[q0:q1] = m_new
             counter.write("O", rows * d, head=h, rows=(q0, q1), tile=(i, j))
