@@ -288,15 +288,29 @@ def gradients_finite(grads, compute: str, names=("dq", "dk", "dv")) -> None:
 
 def dense_memory_limit() -> int:
     """Bytes the dense float64 reference may use: half the physical memory (4 GiB
-    if unknown), or FLASHCOURSE_DENSE_MAX_BYTES from the environment."""
+    if unknown), or FLASHCOURSE_DENSE_MAX_BYTES from the environment: a positive number
+    of bytes, whole or in e-notation (8000000000, 8e9); anything else is a ValueError
+    naming the variable (never a silent default, nor numpy's message)."""
     import os
     env = os.environ.get("FLASHCOURSE_DENSE_MAX_BYTES")
-    if env:
-        return int(float(env))
+    if env is not None and env.strip():
+        return _env_bytes("FLASHCOURSE_DENSE_MAX_BYTES", env)
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
     except (ValueError, OSError, AttributeError):
         return 4 << 30
+
+
+def _env_bytes(name: str, text: str) -> int:
+    """The environment variable `name`'s value `text` as a positive whole number of bytes."""
+    try:
+        value = float(text)
+    except ValueError:                 # not a number: said below with the variable's name
+        value = math.nan
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        raise ValueError(f"{name} must be a positive whole number of bytes (e.g. 8000000000 "
+                         f"or 8e9), got {text!r}; unset it for half the physical memory")
+    return int(value)
 
 
 def check_dense_size(lead, t_query: int, t_key: int, what: str, *, copies: int) -> None:
