@@ -309,10 +309,11 @@ def combine(o_parts, lse_parts):
     o_parts (S, ..., d), lse_parts (S, ...):
         m = max_s lse_s;  w_s = e^(lse_s - m);  lse = m + log sum_s w_s
         o = sum_s w_s o_s / sum_s w_s
-    Equal to merging the S states pairwise in any order (up to rounding).
+    Equal to merging the S states pairwise in any order (up to rounding). ValueError
+    naming o_parts or lse_parts for no split at all (S = 0) or shapes that do not fit
+    together, TypeError for values that are not real numbers.
     """
-    o_parts = np.asarray(check_not_subclass(o_parts, "o_parts"))
-    lse_parts = np.asarray(check_not_subclass(lse_parts, "lse_parts"))
+    o_parts, lse_parts = check_parts(o_parts, lse_parts)
     m = lse_parts.max(axis=0)                                # (...)
     w = _exp_diff(lse_parts, m)                              # (S, ...)
     total = w.sum(axis=0)
@@ -322,6 +323,26 @@ def combine(o_parts, lse_parts):
     with np.errstate(divide="ignore"):
         lse = np.where(empty, -np.inf, m + np.log(safe))
     return np.where(empty[..., None], 0, o), lse
+
+
+def check_parts(o_parts, lse_parts):
+    """o_parts (S, ..., d) and lse_parts (S, ...) as numpy arrays, S >= 1 partial states of
+    the same rows; else an error naming the argument (nothing is broadcast)."""
+    o_parts = np.asarray(check_not_subclass(o_parts, "o_parts"))
+    lse_parts = np.asarray(check_not_subclass(lse_parts, "lse_parts"))
+    for name, x in (("o_parts", o_parts), ("lse_parts", lse_parts)):
+        if x.dtype.kind not in "fiu":
+            raise TypeError(f"{name} must hold real numbers (a float array), got dtype "
+                            f"{x.dtype}")
+    if o_parts.ndim < 2 or 0 in o_parts.shape:
+        raise ValueError(f"o_parts must have shape (S, ..., d) with at least one partial "
+                         f"state (S >= 1) and d >= 1, got shape {o_parts.shape}: pass the "
+                         f"stacked outputs of the splits, e.g. np.stack(o_list)")
+    if lse_parts.shape != o_parts.shape[:-1]:
+        raise ValueError(f"lse_parts must have shape (S, ...) = o_parts.shape[:-1] = "
+                         f"{o_parts.shape[:-1]} (one lse per split and row), got "
+                         f"{lse_parts.shape}")
+    return o_parts, lse_parts
 
 
 def merge_tree(o_parts, lse_parts, merge_fn=merge):

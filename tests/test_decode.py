@@ -99,6 +99,21 @@ def test_bad_arguments():
         decode.split_kv_forward(q, k.astype(np.float32), k)
 
 
+@pytest.mark.parametrize("o_parts, lse_parts, exc, match", [
+    ([], [], ValueError, r"^o_parts must have shape \(S, ..., d\) with at least one"),
+    (np.zeros((0, 3, 4)), np.zeros((0, 3)), ValueError, r"at least one partial state"),
+    (np.zeros((2, 3, 4)), np.zeros((2, 4)), ValueError, r"^lse_parts must have shape"),
+    (np.zeros((2, 3, 4)), np.zeros(2), ValueError, r"^lse_parts must have shape"),
+    (np.zeros((2, 3, 4), complex), np.zeros((2, 3)), TypeError, "^o_parts must hold real"),
+    (np.zeros((2, 3, 4)), np.array([["a"] * 3] * 2), TypeError, "^lse_parts must hold real"),
+])
+def test_combine_names_what_is_wrong(o_parts, lse_parts, exc, match):
+    """issue 50: decode.combine([], []) raised numpy's "zero-size array to reduction
+    operation maximum which has no identity"."""
+    with pytest.raises(exc, match=match):
+        decode.combine(o_parts, lse_parts)
+
+
 def test_merge_is_the_course_merge_of_states(rng):
     """merge on (o, lse) carries reference.merge_states with (m, l) = (lse, 1)."""
     for _ in range(20):
