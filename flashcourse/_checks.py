@@ -219,8 +219,25 @@ def check_causal(causal) -> bool:
     return bool(causal)
 
 
+def check_choice(value, name: str, choices, *, none_ok: bool = False):
+    """`value` if it is one of the strings `choices` (None too with none_ok), else an error
+    naming `name` and the choices: TypeError for a value that is not a string (a list,
+    an array: `["flash"]` would otherwise fail as "unhashable type" or be compared
+    element by element), ValueError for a string that is not one of them."""
+    if value is None and none_ok:
+        return None
+    choices = tuple(choices)
+    also = " or None" if none_ok else ""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {choices}{also} (a string), got "
+                        f"{value!r} ({type(value).__name__})")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}{also}, got {value!r}")
+    return value
+
+
 def check_loop_order(loop_order) -> str:
-    if loop_order not in LOOP_ORDERS:
+    if not isinstance(loop_order, str) or loop_order not in LOOP_ORDERS:
         raise ValueError(f"loop_order must be 'fa1' or 'fa2', got {loop_order!r}")
     return loop_order
 

@@ -117,6 +117,32 @@ def test_bad_input():
         forward(q, k, v, kernel="textbook", block_q=8, block_k=4)
 
 
+# ------------------------- issue 50 item 7: one clear line for a kernel, option or flag
+
+@pytest.mark.parametrize("bad", [["flash"], ("flash",), np.array(["flash", "dense"]), 3])
+def test_a_kernel_that_is_not_a_name_is_named(bad):
+    """kernel=["flash"] gave "unhashable type: 'list'": every entry with a kernel= now
+    says kernel must be one of the registered names (a string), before any work."""
+    from flashcourse import cuda as fcuda
+    from flashcourse.cuda import backward_kernels, decode_tc_kernels, registry
+    q, k, v = make_qkv(np.random.default_rng(9), (1,), 4, 4, 3, dtype=np.float32)
+    calls = {
+        "forward": lambda: forward(q, k, v, kernel=bad),
+        "backward": lambda: backward(q, k, v, q, q[..., 0], q, kernel=bad),
+        "decode": lambda: fcuda.decode(q[None], k[None], v[None], kernel=bad),
+        "capture": lambda: fcuda.capture("forward", q, k, v, kernel=bad),
+        "extra_device_bytes": lambda: fcuda.extra_device_bytes(bad, 1, 4, 4, 3),
+        "registry": lambda: registry.get("backward", bad),
+        "split kernel": lambda: decode_tc_kernels.choose_kernel(bad, 16, 2, 4, True),
+        "backward_kernels": lambda: backward_kernels.launches(16, 4, 4, 1, None, kernel=bad),
+    }
+    for where, call in calls.items():
+        with pytest.raises(TypeError, match=r"^kernel must be one of \(.*'\w+'.*\) "
+                                            r"(or None )?\(a string\), got"):
+            call()
+        assert where
+
+
 # ------------------------------------------------------------- the registry's options
 @pytest.mark.parametrize("kernel,options,word", [
     ("dense", dict(block_q=-1), "block_q"),

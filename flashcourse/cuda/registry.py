@@ -49,6 +49,8 @@ from typing import Callable
 
 import numpy as np
 
+from .._checks import check_choice
+
 DIRECTIONS = ("forward", "backward")
 
 
@@ -108,11 +110,10 @@ def register(kernel: Kernel) -> Kernel:
 
 
 def get(direction: str, name) -> Kernel:
-    """The registered kernel `name`, or ValueError listing the ones there are."""
+    """The registered kernel `name`, or an error naming `kernel` and listing the ones there
+    are (ValueError; TypeError for a name that is not a string, such as ["flash"])."""
     table = FORWARD if direction == "forward" else BACKWARD
-    if name not in table:
-        raise ValueError(f"kernel must be one of {tuple(table)}, got {name!r}")
-    return table[name]
+    return table[check_choice(name, "kernel", table)]
 
 
 # ---------------------------------------------------------------------------
