@@ -56,7 +56,7 @@ import math
 
 import numpy as np
 
-from ._checks import (accumulator_dtype, check_array, check_block, check_causal,
+from ._checks import (accumulator_dtype, check_array, check_block, check_bool, check_causal,
                       check_not_subclass, check_scale)
 from ._guards import forward_result
 from .geometry import ceil_div, visible_mask
@@ -246,6 +246,7 @@ def split_partial(q, k, v, k0: int, k1: int, *, block_k: int = 64, causal: bool 
     hkv, tk = k.shape[1], k.shape[2]
     g = hq // hkv
     scale = check_scale(scale, d)
+    causal = check_causal(causal)
     acc_t = accumulator_dtype(q.dtype)
     qg = q.reshape(b, hkv, g, tq, d).astype(acc_t)           # (B, Hkv, G, Tq, d)
     m = np.full((b, hkv, g, tq), -np.inf, acc_t)             # running max
@@ -403,6 +404,7 @@ def split_kv_forward(q, k, v, *, num_splits: int | None = None, block_k: int = 6
     q, k, v, g = check_gqa(q, k, v, allow_nonfinite=allow_nonfinite)
     bk = check_block(block_k, "block_k")
     causal = check_causal(causal)
+    return_parts = check_bool(return_parts, "return_parts")
     scale = check_scale(scale, q.shape[-1])
     b, hkv, tk = k.shape[0], k.shape[1], k.shape[2]
     if num_splits is None:

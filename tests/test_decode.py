@@ -97,6 +97,12 @@ def test_bad_arguments():
         decode.split_kv_forward(q, k, k, block_k=2.5)
     with pytest.raises(TypeError, match="share one dtype"):
         decode.split_kv_forward(q, k.astype(np.float32), k)
+    # issue 50: boolean options accept booleans only ("no" was taken as True)
+    for flag in ("return_parts", "allow_nonfinite", "causal"):
+        with pytest.raises(TypeError, match=f"^{flag} must be True or False"):
+            decode.split_kv_forward(q, k, k, **{flag: "no"})
+    with pytest.raises(TypeError, match="^causal must be True or False"):
+        decode.split_partial(q, k, k, 0, 5, causal="no")
 
 
 @pytest.mark.parametrize("o_parts, lse_parts, exc, match", [

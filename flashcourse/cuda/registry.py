@@ -49,7 +49,7 @@ from typing import Callable
 
 import numpy as np
 
-from .._checks import check_choice
+from .._checks import check_block, check_choice
 
 DIRECTIONS = ("forward", "backward")
 
@@ -142,7 +142,7 @@ def _dense_extra(bh: int, tq: int, tk: int, d: int) -> int:
 
 def _run_textbook(x, out=None, block_q=None, block_k=None):
     from . import textbook
-    if block_k is not None and block_k != block_q:
+    if block_k is not None and check_block(block_k, "block_k") != block_q:
         raise ValueError(f"block_k must equal block_q for the textbook kernel "
                          f"(square tiles), got block_q={block_q}, block_k={block_k}")
     o, lse = _forward_outputs(x, out)
