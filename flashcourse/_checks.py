@@ -51,6 +51,7 @@ def check_array(x, name: str, *, allow_nonfinite: bool = False,
     and non-float dtypes, ValueError for a wrong number of dimensions, an empty
     axis, or NaN/inf entries (unless ``allow_nonfinite``; the message ends with ``hint``).
     """
+    allow_nonfinite = check_bool(allow_nonfinite, "allow_nonfinite")
     if not isinstance(x, np.ndarray):
         raise TypeError(
             f"{name} must be a numpy array of shape (..., T, d), got {type(x).__name__}"
@@ -213,14 +214,53 @@ def check_scale(scale, d: int) -> float:
     return scale
 
 
+def check_bool(value, name: str, *, none_ok: bool = False) -> bool | None:
+    """`value` as a bool if it is True or False (a numpy bool too), else TypeError naming
+    `name`. Boolean options accept booleans only: a string such as "no" or "False" is
+    truthy, and 0/1 hide a mistaken argument order. none_ok: None is returned as it is
+    (an option whose None means "the default")."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if value is None and none_ok:
+        return None
+    raise TypeError(f"{name} must be True or False{' (or None)' if none_ok else ''}, "
+                    f"got {value!r} ({type(value).__name__})")
+
+
 def check_causal(causal) -> bool:
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be True or False, got {causal!r}")
-    return bool(causal)
+    return check_bool(causal, "causal")
+
+
+def check_choice(value, name: str, choices, *, none_ok: bool = False):
+    """`value` if it is one of the strings `choices` (None too with none_ok), else an error
+    naming `name` and the choices: TypeError for a value that is not a string (a list,
+    an array: `["flash"]` would otherwise fail as "unhashable type" or be compared
+    element by element), ValueError for a string that is not one of them."""
+    if value is None and none_ok:
+        return None
+    choices = tuple(choices)
+    also = " or None" if none_ok else ""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {choices}{also} (a string), got "
+                        f"{value!r} ({type(value).__name__})")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}{also}, got {value!r}")
+    return value
+
+
+def check_whole(value, name: str, *, least: int = 0, meaning: str = "") -> int:
+    """`value` as an int >= least (bools rejected): TypeError for a non-integer, ValueError
+    below least, both naming `name`; `meaning` says what the number is (in the message)."""
+    what = f"an integer >= {least}" + (f" ({meaning})" if meaning else "")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    if value < least:
+        raise ValueError(f"{name} must be {what}, got {value}")
+    return int(value)
 
 
 def check_loop_order(loop_order) -> str:
-    if loop_order not in LOOP_ORDERS:
+    if not isinstance(loop_order, str) or loop_order not in LOOP_ORDERS:
         raise ValueError(f"loop_order must be 'fa1' or 'fa2', got {loop_order!r}")
     return loop_order
 

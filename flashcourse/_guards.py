@@ -21,16 +21,17 @@ returned, so that every path (numpy, Numba CPU, CUDA) shares one rule:
     inputs (q, k, causal, scale); the backward kernels sum each recomputed row of P
     and this check compares the sums with 1 (tolerance in `lse_tolerance`).
 
-`o_rowsums` (the CUDA backward)
+`o_rowsums` (every backward: `tiled.backward`, `cuda.backward`)
     dS_ij = P_ij (dP_ij - D_i) with dP_ij = dO_i . v_j and D_i = dO_i . o_i sums over j
     to dO_i . (P V)_i - D_i sum_j P_ij = dO_i . (P V - o)_i: 0 exactly when o is the
     forward's output P V (in the direction dO_i, the one the gradients depend on). The
     kernels sum each recomputed row of dS beside the row of P; this check compares the
     sums with 0 (tolerance in `o_tolerance`).
 
-`gradients_finite` (the CUDA backward)
-    From finite inputs, a non-finite dq, dk or dv means the float32 gradients overflowed
-    (or did not fit the output dtype): raise ValueError saying so and what to do.
+`gradients_finite` (every backward)
+    From finite inputs, a non-finite dq, dk or dv means the gradients overflowed the
+    compute type (float32; float64 for float64 numpy input) or did not fit the output
+    dtype: raise ValueError saying so and what to do.
 """
 
 from __future__ import annotations
@@ -287,15 +288,29 @@ def gradients_finite(grads, compute: str, names=("dq", "dk", "dv")) -> None:
 
 def dense_memory_limit() -> int:
     """Bytes the dense float64 reference may use: half the physical memory (4 GiB
-    if unknown), or FLASHCOURSE_DENSE_MAX_BYTES from the environment."""
+    if unknown), or FLASHCOURSE_DENSE_MAX_BYTES from the environment: a positive number
+    of bytes, whole or in e-notation (8000000000, 8e9); anything else is a ValueError
+    naming the variable (never a silent default, nor numpy's message)."""
     import os
     env = os.environ.get("FLASHCOURSE_DENSE_MAX_BYTES")
-    if env:
-        return int(float(env))
+    if env is not None and env.strip():
+        return _env_bytes("FLASHCOURSE_DENSE_MAX_BYTES", env)
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
     except (ValueError, OSError, AttributeError):
         return 4 << 30
+
+
+def _env_bytes(name: str, text: str) -> int:
+    """The environment variable `name`'s value `text` as a positive whole number of bytes."""
+    try:
+        value = float(text)
+    except ValueError:                 # not a number: said below with the variable's name
+        value = math.nan
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        raise ValueError(f"{name} must be a positive whole number of bytes (e.g. 8000000000 "
+                         f"or 8e9), got {text!r}; unset it for half the physical memory")
+    return int(value)
 
 
 def check_dense_size(lead, t_query: int, t_key: int, what: str, *, copies: int) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ._checks import check_block
+from ._checks import check_block, check_bool
 
 KINDS = ("element", "score", "stat")
 
@@ -65,6 +65,7 @@ class TrafficCounter:
     events: list = field(default_factory=list)
 
     def __post_init__(self):
+        self.record_events = check_bool(self.record_events, "record_events")
         for name in ("bytes_per_element", "bytes_per_score", "bytes_per_stat"):
             size = getattr(self, name)
             if size is not None or name == "bytes_per_stat":

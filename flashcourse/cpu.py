@@ -85,7 +85,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
-from ._checks import check_block, check_not_subclass, flatten_heads
+from ._checks import check_block, check_bool, check_not_subclass, flatten_heads
 from ._guards import forward_result
 from .constants import LN2, LOG2E
 from .geometry import ceil_div
@@ -692,8 +692,7 @@ def forward_loops(q, k, v, *, block_q: int = 64, block_k: int = 64,
         q, k, v, block_q, block_k, causal, scale, allow_nonfinite)
     o = np.empty(qf.shape, acc_t)                          # (BH, Tq, d)
     lse = np.empty(qf.shape[:2], acc_t)                    # (BH, Tq)
-    if not isinstance(compiled, (bool, np.bool_)):
-        raise TypeError(f"compiled must be True or False, got {compiled!r}")
+    compiled = check_bool(compiled, "compiled")
     args = (qf, kf, vf, o, lse, br, bc, causal, acc_t.type(scale),
             acc_t.type(0), acc_t.type(-np.inf))
     if compiled:

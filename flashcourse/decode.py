@@ -56,7 +56,7 @@ import math
 
 import numpy as np
 
-from ._checks import (accumulator_dtype, check_array, check_block, check_causal,
+from ._checks import (accumulator_dtype, check_array, check_block, check_bool, check_causal,
                       check_not_subclass, check_scale)
 from ._guards import forward_result
 from .geometry import ceil_div, visible_mask
@@ -246,6 +246,7 @@ def split_partial(q, k, v, k0: int, k1: int, *, block_k: int = 64, causal: bool 
     hkv, tk = k.shape[1], k.shape[2]
     g = hq // hkv
     scale = check_scale(scale, d)
+    causal = check_causal(causal)
     acc_t = accumulator_dtype(q.dtype)
     qg = q.reshape(b, hkv, g, tq, d).astype(acc_t)           # (B, Hkv, G, Tq, d)
     m = np.full((b, hkv, g, tq), -np.inf, acc_t)             # running max
@@ -309,10 +310,11 @@ def combine(o_parts, lse_parts):
     o_parts (S, ..., d), lse_parts (S, ...):
         m = max_s lse_s;  w_s = e^(lse_s - m);  lse = m + log sum_s w_s
         o = sum_s w_s o_s / sum_s w_s
-    Equal to merging the S states pairwise in any order (up to rounding).
+    Equal to merging the S states pairwise in any order (up to rounding). ValueError
+    naming o_parts or lse_parts for no split at all (S = 0) or shapes that do not fit
+    together, TypeError for values that are not real numbers.
     """
-    o_parts = np.asarray(check_not_subclass(o_parts, "o_parts"))
-    lse_parts = np.asarray(check_not_subclass(lse_parts, "lse_parts"))
+    o_parts, lse_parts = check_parts(o_parts, lse_parts)
     m = lse_parts.max(axis=0)                                # (...)
     w = _exp_diff(lse_parts, m)                              # (S, ...)
     total = w.sum(axis=0)
@@ -322,6 +324,26 @@ def combine(o_parts, lse_parts):
     with np.errstate(divide="ignore"):
         lse = np.where(empty, -np.inf, m + np.log(safe))
     return np.where(empty[..., None], 0, o), lse
+
+
+def check_parts(o_parts, lse_parts):
+    """o_parts (S, ..., d) and lse_parts (S, ...) as numpy arrays, S >= 1 partial states of
+    the same rows; else an error naming the argument (nothing is broadcast)."""
+    o_parts = np.asarray(check_not_subclass(o_parts, "o_parts"))
+    lse_parts = np.asarray(check_not_subclass(lse_parts, "lse_parts"))
+    for name, x in (("o_parts", o_parts), ("lse_parts", lse_parts)):
+        if x.dtype.kind not in "fiu":
+            raise TypeError(f"{name} must hold real numbers (a float array), got dtype "
+                            f"{x.dtype}")
+    if o_parts.ndim < 2 or 0 in o_parts.shape:
+        raise ValueError(f"o_parts must have shape (S, ..., d) with at least one partial "
+                         f"state (S >= 1) and d >= 1, got shape {o_parts.shape}: pass the "
+                         f"stacked outputs of the splits, e.g. np.stack(o_list)")
+    if lse_parts.shape != o_parts.shape[:-1]:
+        raise ValueError(f"lse_parts must have shape (S, ...) = o_parts.shape[:-1] = "
+                         f"{o_parts.shape[:-1]} (one lse per split and row), got "
+                         f"{lse_parts.shape}")
+    return o_parts, lse_parts
 
 
 def merge_tree(o_parts, lse_parts, merge_fn=merge):
@@ -382,6 +404,7 @@ def split_kv_forward(q, k, v, *, num_splits: int | None = None, block_k: int = 6
     q, k, v, g = check_gqa(q, k, v, allow_nonfinite=allow_nonfinite)
     bk = check_block(block_k, "block_k")
     causal = check_causal(causal)
+    return_parts = check_bool(return_parts, "return_parts")
     scale = check_scale(scale, q.shape[-1])
     b, hkv, tk = k.shape[0], k.shape[1], k.shape[2]
     if num_splits is None:

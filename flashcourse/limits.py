@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
-from ._checks import check_block
+from ._checks import check_block, check_bool
 from .geometry import ceil_div
 from .gpus import GPU, GPUS, get_gpu
 
@@ -205,6 +205,7 @@ def check_launch(threads: int, shared_bytes: int, limits: DeviceLimits | None = 
     """
     limits = current_limits() if limits is None else limits
     threads = check_block(threads, "threads")
+    optin = check_bool(optin, "optin")
     if threads > limits.max_threads_per_block:
         raise LaunchError("threads per block", threads, limits.max_threads_per_block,
                           "threads", what)

@@ -19,6 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ._checks import check_bool
 from .configs import LaunchConfig, make_config
 from .gpu import driver_has_gpu, using_simulator
 from .limits import current_limits, occupancy
@@ -110,7 +111,7 @@ def sweep(configs, seq_lens, *, runner=None, batch_heads: int = 32, warmup: int 
     """
     runner = make_gpu_runner if runner is None else runner
     rows = []
-    bar = Progress(len(configs) * len(seq_lens), "sweep", show=progress)
+    bar = Progress(len(configs) * len(seq_lens), "sweep", show=check_bool(progress, "progress"))
     for n in seq_lens:
         for cfg in configs:
             row = time_config(cfg, n, runner=runner, batch_heads=batch_heads, warmup=warmup,
@@ -287,7 +288,7 @@ def cpu_sweep(block_sizes=(16, 32, 64, 128), *, seq_len: int = 256, head_dim: in
     """Tune flashcourse.cpu.forward for real: one row per (block_q, block_k) with its
     median time (ms), GFLOP/s and relative error. Small seq_len keeps each timing < 1 s."""
     rows = []
-    bar = Progress(len(block_sizes) ** 2, "CPU sweep", show=progress)
+    bar = Progress(len(block_sizes) ** 2, "CPU sweep", show=check_bool(progress, "progress"))
     for bq in block_sizes:
         for bk in block_sizes:
             t = cpu_time(bq, bk, seq_len, head_dim)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import check_block, check_loop_order, flatten_heads
-from ._guards import forward_result, lse_rowsums
+from ._guards import forward_result, gradients_finite, lse_rowsums, o_rowsums
 from .counter import check_counter
 from .formats import check_format, round_to
 from .geometry import tile_visibility, visible_mask
@@ -101,6 +101,9 @@ def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = Fal
             rescale's threshold t in log2 units, 0 <= t <= 64 (loop_order "fa2" only):
             a row keeps its running max m until a tile's max passes m + t ln 2, so
             P <= 2^t. The Hopper kernel uses t = 8 (`constants.RESCALE_THRESHOLD`).
+            For a head whose |v| is so large that 2^t Tk max|v| would overflow the
+            accumulator, t is lowered to what fits (`lazy_room`; 0: every raised max
+            rescales), so the lazy rescale never turns a finite result into an overflow.
 
     Returns:
         o:   (..., Tq, d) in the input dtype.
@@ -131,7 +134,7 @@ def forward(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = Fal
     lse = np.empty((x.bh, x.tq), dtype=x.acc_dtype)             # (BH, Tq)
     one_head = _forward_fa2 if loop_order == "fa2" else _forward_fa1
     for h in range(x.bh):
-        extra = {"lazy_t": lazy_t} if lazy_t else {}
+        extra = {"lazy_t": lazy_room(x.v[h], lazy_t, x.acc_dtype)} if lazy_t else {}
         o[h], lse[h] = one_head(x.q[h], x.k[h], x.v[h], br, bc, x.causal, x.scale,
                                 x.acc_dtype, counter, h, round_p, **extra)
     return forward_result(q, k, v, x.unflatten(o), x.unflatten(lse), x.causal,
@@ -172,7 +175,8 @@ def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None
             # Step 3 -- rescale what we had, then add this tile's contribution.
             l = alpha * l + p.sum(axis=1)
             p_mm = p if round_p is None else round_p(p)         # (Br, Bc) as the MMA sees it
-            acc = alpha[:, None] * acc + p_mm @ v_j             # (Br, d)
+            with np.errstate(over="ignore", invalid="ignore"):  # a huge v: see _guards
+                acc = alpha[:, None] * acc + p_mm @ v_j         # (Br, d)
             m = m_new
             # Step 4 -- discard: s and p go out of scope; nothing is written.
         seen = l > 0
@@ -187,6 +191,22 @@ def _forward_fa2(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None
 
 #: the largest lazy-rescale threshold accepted (log2 units): P <= 2^64 still fits float32
 MAX_RESCALE_THRESHOLD = 64.0
+
+
+def lazy_room(v, lazy_t: float, acc_t) -> float:
+    """The lazy threshold lazy_t (natural-log units) for one head, lowered where P V could
+    overflow the accumulator: with P = exp(s - m) <= e^t, |acc_i| <= e^t sum_j |v_j|
+    <= e^t Tk max|v|, which must stay below acc_t's largest value (with a factor 2 for
+    rounding). v: (Tk, d), the head's values; NaN/inf entries (allow_nonfinite) are left
+    out: their rows are NaN anyway. 0 where even every-block rescaling has no room (then
+    a row whose weighted sum overflows is refused by `_guards.forward_result`, as without
+    the lazy rescale)."""
+    a = np.abs(v)
+    top = float(np.max(a, where=np.isfinite(a), initial=0.0))
+    if top == 0.0:
+        return lazy_t
+    room = np.log(float(np.finfo(acc_t).max)) - np.log(2.0 * v.shape[0]) - np.log(top)
+    return float(min(lazy_t, max(room, 0.0)))
 
 
 def check_rescale_threshold(t) -> float:
@@ -273,8 +293,9 @@ def _forward_fa1(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None
             l_new = a_old * l_i + a_tile * l_tile
             l_div = np.where(l_new > 0, l_new, 1)
             p_mm = p if round_p is None else round_p(p)         # (Br, Bc) as the MMA sees it
-            o_hbm[q0:q1] = ((l_i * a_old)[:, None] * o_i + a_tile[:, None] * (p_mm @ v_j)) \
-                / l_div[:, None]
+            with np.errstate(over="ignore", invalid="ignore"):  # a huge v: see _guards
+                o_hbm[q0:q1] = ((l_i * a_old)[:, None] * o_i
+                                + a_tile[:, None] * (p_mm @ v_j)) / l_div[:, None]
             l_hbm[q0:q1] = l_new
             m_hbm[q0:q1] = m_new
             counter.write("O", rows * d, head=h, rows=(q0, q1), tile=(i, j))
@@ -335,28 +356,44 @@ def backward(q, k, v, o, lse, do, *, block_q: int = 64, block_k: int = 64,
         not sum to 1 (within `flashcourse._guards.lse_tolerance`: 1e-3 plus rounding
         terms in float32, 1e-9 plus rounding terms in float64), or lse = -inf for a
         row that sees keys: lse must be the forward's for the same q, k, causal, scale.
+        ValueError "the gradients overflow float32" (float64 for float64 input) when
+        dq, dk or dv is not finite, "do not fit float16" for float16 input whose
+        float32 gradients pass 65504 (`_guards.gradients_finite`).
+        ValueError "o does not match the inputs" when o is not the forward's output:
+        each recomputed row of dS = P (dP - D) is summed beside P's, which gives
+        do_i . (P V - o)_i, and `_guards.o_rowsums` compares it with 0.
+        The same checks, in the same order and words, as `flashcourse.cuda.backward`.
     """
     x = flatten_heads(q, k, v, causal=causal, scale=scale, o=o, lse=lse, do=do)
     br = check_block(block_q, "block_q")
     bc = check_block(block_k, "block_k")
     counter = check_counter(counter)
     counter.bind(x.dtype.itemsize)
-    dq = np.empty(x.q.shape, dtype=x.dtype)                     # (BH, Tq, d)
-    dk = np.empty(x.k.shape, dtype=x.dtype)                     # (BH, Tk, d)
-    dv = np.empty(x.v.shape, dtype=x.dtype)                     # (BH, Tk, d)
+    dq = np.empty(x.q.shape, dtype=x.acc_dtype)                 # (BH, Tq, d)
+    dk = np.empty(x.k.shape, dtype=x.acc_dtype)                 # (BH, Tk, d)
+    dv = np.empty(x.v.shape, dtype=x.acc_dtype)                 # (BH, Tk, d)
     psum = np.zeros((x.bh, x.tq), dtype=x.acc_dtype)            # (BH, Tq) sum_j P_ij
-    for h in range(x.bh):
-        dq[h], dk[h], dv[h] = _backward_one_head(x.q[h], x.k[h], x.v[h], x.o[h], x.lse[h],
-                                                 x.do[h], br, bc, x.causal, x.scale,
-                                                 x.acc_dtype, counter, h, psum[h])
-    lse_rowsums(x.unflatten(psum), q, k, lse, x.causal, x.scale, x.acc_dtype)
-    return x.unflatten(dq), x.unflatten(dk), x.unflatten(dv)
+    dsum = np.zeros((x.bh, x.tq), dtype=x.acc_dtype)            # (BH, Tq) sum_j dS_ij
+    # an overflow of the compute type gives inf/NaN here; the checks below name it
+    with np.errstate(over="ignore", invalid="ignore"):
+        for h in range(x.bh):
+            dq[h], dk[h], dv[h] = _backward_one_head(
+                x.q[h], x.k[h], x.v[h], x.o[h], x.lse[h], x.do[h], br, bc, x.causal,
+                x.scale, x.acc_dtype, counter, h, psum[h], dsum[h])
+    compute = x.acc_dtype.name
+    lse_rowsums(x.unflatten(psum), q, k, lse, x.causal, x.scale, compute)
+    with np.errstate(over="ignore"):            # float16 overflow: gradients_finite names it
+        grads = [(g, g.astype(x.dtype, copy=False)) for g in (dq, dk, dv)]
+    gradients_finite(grads, compute)
+    o_rowsums(dsum, x.q, x.k, x.v, x.o, x.lse, x.do, x.causal, x.scale, compute)
+    return tuple(x.unflatten(out) for _, out in grads)
 
 
 def _backward_one_head(q, k, v, o, lse, do, br, bc, causal, scale, acc_t, counter, h,
-                       psum):
+                       psum, dsum):
     """One head of `backward`: outer loop over key blocks, inner over query blocks.
-    Adds each recomputed row sum of P into psum (Tq,), for the lse check."""
+    Adds each recomputed row sum of P into psum (Tq,) and of dS into dsum (Tq,), for the
+    lse and o checks. Returns dq, dk, dv in acc_t (the caller casts them)."""
     tq, d = q.shape
     tk = k.shape[0]
     # Pre-pass: D = rowsum(dO * O), one number per query row (replaces sum_k P_ik dP_ik).
@@ -369,8 +406,8 @@ def _backward_one_head(q, k, v, o, lse, do, br, bc, causal, scale, acc_t, counte
     counter.write("D", tq, kind="stat", head=h, rows=(0, tq))
     counter.write("dQ", tq * d, head=h, rows=(0, tq))             # dQ = 0 (accumulator)
     dq = np.zeros((tq, d), dtype=acc_t)                                 # outer memory
-    dk = np.empty((tk, d), dtype=q.dtype)
-    dv = np.empty((tk, d), dtype=q.dtype)
+    dk = np.empty((tk, d), dtype=acc_t)
+    dv = np.empty((tk, d), dtype=acc_t)
     for j, k0, k1 in _blocks(tk, bc):
         k_j = k[k0:k1].astype(acc_t)                                    # (Bc, d) on chip
         v_j = v[k0:k1].astype(acc_t)                                    # (Bc, d)
@@ -398,6 +435,7 @@ def _backward_one_head(q, k, v, o, lse, do, br, bc, causal, scale, acc_t, counte
             dv_j += p.T @ do_i                                          # (Bc, d)
             dp = do_i @ v_j.T                                           # (Br, Bc)
             ds = p * (dp - delta[q0:q1, None])                          # (Br, Bc)
+            dsum[q0:q1] += ds.sum(axis=1)                               # (Br,) o check
             dq[q0:q1] += scale * (ds @ k_j)                             # (Br, d) read+write
             dk_j += scale * (ds.T @ q_i)                                # (Bc, d)
             counter.write("dQ", rows * d, head=h, rows=(q0, q1), tile=(i, j))
@@ -406,4 +444,4 @@ def _backward_one_head(q, k, v, o, lse, do, br, bc, causal, scale, acc_t, counte
         dv[k0:k1] = dv_j
         counter.write("dK", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
         counter.write("dV", (k1 - k0) * d, head=h, rows=(k0, k1), tile=(None, j))
-    return dq.astype(q.dtype), dk, dv
+    return dq, dk, dv

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import check_block, check_causal, check_loop_order, check_sizes
+from ._checks import check_block, check_bool, check_causal, check_loop_order, check_sizes
 from .geometry import causal_block_sums, ceil_div, visible_pairs
 
 #: Bytes per softmax statistic (m, l, lse): always fp32.
@@ -397,8 +397,7 @@ def backward_flops(t_query: int, t_key: int, head_dim: int, *, causal: bool = Fa
     """
     d = check_block(head_dim, "head_dim")
     n = visible_pairs(t_query, t_key, causal=check_causal(causal))
-    if not isinstance(recompute, bool):
-        raise TypeError(f"recompute must be True or False, got {recompute!r}")
+    recompute = check_bool(recompute, "recompute")
     if dq_mode not in DQ_MODES:
         raise ValueError(f"dq_mode must be 'accumulate' or 'two_pass', got {dq_mode!r}")
     if not recompute:

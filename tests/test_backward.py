@@ -213,6 +213,77 @@ def test_counter_does_not_change_result(rng):
         assert np.array_equal(x, y)
 
 
+# --- issue 50 item 4: the checks of cuda.backward (o belongs to its inputs; overflow) ---
+
+#: irregular shapes (Tq != Tk, odd d, causal with rows that see no key), float64 1e-12,
+#: float32 1e-5, float16 1e-2 (GRAD_TOL) against the float64 reference
+CHECKED_CASES = [(7, 5, 3, True), (4, 11, 5, False), (9, 9, 1, True), (13, 6, 7, True)]
+
+
+@pytest.mark.parametrize("tq,tk,d,causal", CHECKED_CASES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+def test_checked_backward_accepts_the_forwards_o(tq, tk, d, causal, dtype):
+    """The o and overflow checks raise no false alarm: o from the tiled forward (both
+    loop orders), and for float32 rounded through float16."""
+    rng = np.random.default_rng(tq * 100 + tk * 10 + d)
+    q, k, v = make_qkv(rng, (2,), tq, tk, d, dtype)
+    do = rng.standard_normal(q.shape).astype(dtype)
+    ref = reference.attention_backward(q, k, v, do, causal=causal)
+    problem = (q, k, v, do, causal)
+    for order in ("fa2", "fa1"):
+        o, lse = tiled.forward(q, k, v, block_q=3, block_k=4, causal=causal, loop_order=order)
+        got = tiled.backward(q, k, v, o, lse, do, block_q=4, block_k=3, causal=causal)
+        assert_grads_close(got, ref, dtype, problem)
+    if dtype == np.float32:      # o stored in float16 on the way (float64: caught, 1e-9)
+        o16 = o.astype(np.float16).astype(dtype)
+        tiled.backward(q, k, v, o16, lse, do, block_q=2, block_k=5, causal=causal)
+
+
+def _wrong_os(q, k, v, o, causal):
+    """o of other values v, of no row at all (zeros), and 10% off (as for the CUDA path)."""
+    yield "other v", tiled.forward(q, k, v[..., ::-1, :].copy(), causal=causal)[0]
+    yield "zeros", np.zeros_like(o)
+    yield "10% off", o * np.asarray(1.1, o.dtype)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+def test_checked_backward_rejects_an_o_of_other_inputs(dtype, causal):
+    """issue 50: tiled.backward(q, k, v, np.zeros_like(o), lse, do) returned wrong dq, dk
+    silently; now the row sums of dS = do . (P V - o) must be 0, as in cuda.backward."""
+    rng = np.random.default_rng(5)
+    q, k, v = make_qkv(rng, (2,), 7, 9, 5, dtype)
+    do = rng.standard_normal(q.shape).astype(dtype)
+    o, lse = tiled.forward(q, k, v, causal=causal)
+    for why, bad in _wrong_os(q, k, v, o, causal):
+        with pytest.raises(ValueError, match="o does not match the inputs"):
+            tiled.backward(q, k, v, bad, lse, do, block_q=3, block_k=4, causal=causal)
+        assert why
+
+
+def test_checked_backward_gradient_overflow_raises():
+    """issue 50: do of 1e38 gave inf gradients silently. float32 gradients that overflow
+    name float32 and the way out; float16 inputs whose float32 gradients pass 65504 name
+    float16; float64 computes the same do without overflow (and checks it)."""
+    rng = np.random.default_rng(2)
+    q, k, v = make_qkv(rng, (), 6, 9, 5, np.float32)
+    o, lse = tiled.forward(q, k, v, causal=True)
+    do = rng.standard_normal(q.shape).astype(np.float32)
+    for big in (np.full_like(do, 1e38), np.clip(do, -1, 1) * np.float32(3e38)):
+        with pytest.raises(ValueError, match="gradients overflow float32.*divide do"):
+            tiled.backward(q, k, v, o, lse, big, causal=True)
+    h = [x.astype(np.float16) for x in (q, k, v)]
+    o16, lse16 = tiled.forward(*h, causal=True)
+    with pytest.raises(ValueError, match="do not fit float16.*float32 inputs"):
+        tiled.backward(*h, o16, lse16, np.full(o16.shape, 6e4, np.float16), causal=True)
+    q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
+    o64, lse64 = tiled.forward(q64, k64, v64, causal=True)
+    do64 = np.full(q64.shape, 1e38)
+    got = tiled.backward(q64, k64, v64, o64, lse64, do64, causal=True)
+    ref = reference.attention_backward(q64, k64, v64, do64, causal=True)
+    assert_grads_close(got, ref, np.float64, (q64, k64, v64, do64, True))
+
+
 # --- bad input ----------------------------------------------------------------------
 
 def good():

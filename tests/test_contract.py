@@ -186,6 +186,12 @@ BAD_ARGUMENTS = [
     (dict(scale=float("nan")), ValueError, "scale"), (dict(scale="1"), TypeError, "scale"),
     (dict(scale=float("inf")), ValueError, "scale"),
     (dict(causal=1), TypeError, "causal"), (dict(causal="yes"), TypeError, "causal"),
+    (dict(causal="no"), TypeError, "^causal must be True or False"),
+]
+#: boolean options accept booleans only (issue 50: "no" was taken as True)
+BAD_FORWARD_ARGUMENTS = [
+    (dict(allow_nonfinite="no"), TypeError, "^allow_nonfinite must be True or False"),
+    (dict(allow_nonfinite=0), TypeError, "^allow_nonfinite must be True or False"),
 ]
 IMPLS = [("forward", name) for name in FORWARDS] + [("backward", name) for name in BACKWARDS]
 
@@ -210,3 +216,31 @@ def test_bad_arrays(direction, impl, mutate, exc, word):
 def test_bad_arguments(direction, impl, kwargs, exc, word):
     with pytest.raises(exc, match=word):
         call(direction, impl, **kwargs)
+
+
+@pytest.mark.parametrize("impl", FORWARDS)
+@pytest.mark.parametrize("kwargs,exc,word", BAD_FORWARD_ARGUMENTS)
+def test_bad_forward_arguments(impl, kwargs, exc, word):
+    with pytest.raises(exc, match=word):
+        call("forward", impl, **kwargs)
+
+
+def test_one_validator_per_kind_of_argument():
+    """`_checks.check_bool`, `check_choice` and `check_whole`: the messages name the
+    argument and what was expected."""
+    from flashcourse._checks import check_bool, check_choice, check_whole
+    assert check_bool(np.True_, "flag") is True and check_bool(None, "f", none_ok=True) is None
+    for bad in ("no", "False", 0, 1.0, None, [True]):
+        with pytest.raises(TypeError, match=r"^flag must be True or False, got"):
+            check_bool(bad, "flag")
+    assert check_choice("b", "pick", ("a", "b")) == "b"
+    with pytest.raises(ValueError, match=r"^pick must be one of \('a', 'b'\), got 'c'"):
+        check_choice("c", "pick", ("a", "b"))
+    for bad in (["a"], np.array(["a"]), 1, b"a"):
+        with pytest.raises(TypeError, match=r"^pick must be one of \('a', 'b'\) \(a string\)"):
+            check_choice(bad, "pick", ("a", "b"))
+    assert check_whole(np.int64(0), "n") == 0
+    with pytest.raises(TypeError, match=r"^n must be an integer >= 1 \(rows\), got 'x'"):
+        check_whole("x", "n", least=1, meaning="rows")
+    with pytest.raises(ValueError, match=r"^n must be an integer >= 0, got -1"):
+        check_whole(-1, "n")

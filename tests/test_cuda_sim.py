@@ -117,6 +117,91 @@ def test_bad_input():
         forward(q, k, v, kernel="textbook", block_q=8, block_k=4)
 
 
+# ------------------------- issue 50 item 7: one clear line for a kernel, option or flag
+
+@pytest.mark.parametrize("bad", [["flash"], ("flash",), np.array(["flash", "dense"]), 3])
+def test_a_kernel_that_is_not_a_name_is_named(bad):
+    """kernel=["flash"] gave "unhashable type: 'list'": every entry with a kernel= now
+    says kernel must be one of the registered names (a string), before any work."""
+    from flashcourse import cuda as fcuda
+    from flashcourse.cuda import backward_kernels, decode_tc_kernels, registry
+    q, k, v = make_qkv(np.random.default_rng(9), (1,), 4, 4, 3, dtype=np.float32)
+    calls = {
+        "forward": lambda: forward(q, k, v, kernel=bad),
+        "backward": lambda: backward(q, k, v, q, q[..., 0], q, kernel=bad),
+        "decode": lambda: fcuda.decode(q[None], k[None], v[None], kernel=bad),
+        "capture": lambda: fcuda.capture("forward", q, k, v, kernel=bad),
+        "extra_device_bytes": lambda: fcuda.extra_device_bytes(bad, 1, 4, 4, 3),
+        "registry": lambda: registry.get("backward", bad),
+        "split kernel": lambda: decode_tc_kernels.choose_kernel(bad, 16, 2, 4, True),
+        "backward_kernels": lambda: backward_kernels.launches(16, 4, 4, 1, None, kernel=bad),
+    }
+    for where, call in calls.items():
+        with pytest.raises(TypeError, match=r"^kernel must be one of \(.*'\w+'.*\) "
+                                            r"(or None )?\(a string\), got"):
+            call()
+        assert where
+
+
+def test_boolean_options_accept_booleans_only():
+    """check="no", allow_nonfinite="no" and deterministic="no" were taken as True; 0/1 are
+    refused too (numpy booleans are booleans)."""
+    from flashcourse import cuda as fcuda
+    q, k, v = make_qkv(np.random.default_rng(9), (1,), 4, 4, 3, dtype=np.float32)
+    o, lse = forward(q, k, v, **_small("flash"), check=np.False_)
+    calls = {
+        "check": [lambda b: forward(q, k, v, check=b),
+                  lambda b: backward(q, k, v, o, lse, q, check=b),
+                  lambda b: fcuda.decode(q[None], k[None], v[None], check=b)],
+        "allow_nonfinite": [lambda b: forward(q, k, v, allow_nonfinite=b),
+                            lambda b: fcuda.decode(q[None], k[None], v[None],
+                                                   allow_nonfinite=b)],
+        "causal": [lambda b: fcuda.decode(q[None], k[None], v[None], causal=b)],
+        "deterministic": [lambda b: backward(q, k, v, o, lse, q, kernel="tensor_core",
+                                             deterministic=b)],
+    }
+    for name, fns in calls.items():
+        for fn in fns:          # (a kernel option's None means its default: deterministic)
+            for bad in ("no", "False", 1) + ((None,) if name != "deterministic" else ()):
+                with pytest.raises(TypeError, match=f"^{name} must be True or False"):
+                    fn(bad)
+
+
+def test_numeric_options_are_named():
+    """min_blocks="x" gave "invalid literal for int()"; an unhashable tile option of the
+    tensor-core backward gave "unhashable type" from its plan cache."""
+    from flashcourse.cuda import tc_backward
+    from flashcourse.cuda import tensor_core as tc
+    with pytest.raises(TypeError, match=r"^min_blocks must be an integer >= 0 \(blocks per SM"):
+        tc.plan("fp16", 64, 4, 64, simulator=True, min_blocks="x")
+    with pytest.raises(ValueError, match="^min_blocks must be an integer >= 0"):
+        tc.plan("fp16", 64, 4, 64, simulator=True, min_blocks=-1)
+    with pytest.raises(TypeError, match="^min_blocks must be an integer"):
+        tc_backward.plan("fp16", 64, 4, 64, simulator=True, min_blocks=2.5)
+    with pytest.raises(TypeError, match="^prefetch must be True or False"):
+        tc.plan("fp16", 64, 4, 64, simulator=True, prefetch="no")
+    assert tc.plan("fp16", 64, 4, 64, simulator=True, prefetch=1).prefetch is True  # grids
+    h = np.zeros((1, 4, 16), np.float16)
+    for flag in ("prefetch", "lazy_rescale"):           # a caller's option: booleans only
+        with pytest.raises(TypeError, match=f"^{flag} must be True or False"):
+            forward(h, h, h, kernel="tensor_core", **{flag: 1})
+    with pytest.raises(TypeError, match="^min_blocks must be an integer >= 0"):
+        forward(h, h, h, kernel="tensor_core", pipeline="plain", min_blocks="x")
+    assert tc.plan("fp16", 64, 4, 64, simulator=True, min_blocks=2).min_blocks == 2
+    for name, value, exc in (("warps", [8], TypeError), ("min_blocks", "x", TypeError),
+                             ("kv_regs", "no", TypeError), ("q_block_k", [64], TypeError)):
+        args = dict(warps=4, block_q=64, kv_regs=True, q_block_k=64, min_blocks=0)
+        args[name] = value
+        with pytest.raises(exc, match=f"^{name} must be"):
+            tc_backward._plan("fp16", 64, args["warps"], args["block_q"], True, True, False,
+                              args["kv_regs"], args["q_block_k"], args["min_blocks"],
+                              "async", False)
+    with pytest.raises(TypeError, match="^unroll must be a positive integer"):
+        flash.run(None, None, None, None, None, 4, 4, 3, 1.0, False, unroll="x")
+    with pytest.raises(TypeError, match="^shuffle must be True or False"):
+        flash.layout(8, 8, 8, 16, 2, shuffle="no")
+
+
 # ------------------------------------------------------------- the registry's options
 @pytest.mark.parametrize("kernel,options,word", [
     ("dense", dict(block_q=-1), "block_q"),

@@ -97,6 +97,27 @@ def test_bad_arguments():
         decode.split_kv_forward(q, k, k, block_k=2.5)
     with pytest.raises(TypeError, match="share one dtype"):
         decode.split_kv_forward(q, k.astype(np.float32), k)
+    # issue 50: boolean options accept booleans only ("no" was taken as True)
+    for flag in ("return_parts", "allow_nonfinite", "causal"):
+        with pytest.raises(TypeError, match=f"^{flag} must be True or False"):
+            decode.split_kv_forward(q, k, k, **{flag: "no"})
+    with pytest.raises(TypeError, match="^causal must be True or False"):
+        decode.split_partial(q, k, k, 0, 5, causal="no")
+
+
+@pytest.mark.parametrize("o_parts, lse_parts, exc, match", [
+    ([], [], ValueError, r"^o_parts must have shape \(S, ..., d\) with at least one"),
+    (np.zeros((0, 3, 4)), np.zeros((0, 3)), ValueError, r"at least one partial state"),
+    (np.zeros((2, 3, 4)), np.zeros((2, 4)), ValueError, r"^lse_parts must have shape"),
+    (np.zeros((2, 3, 4)), np.zeros(2), ValueError, r"^lse_parts must have shape"),
+    (np.zeros((2, 3, 4), complex), np.zeros((2, 3)), TypeError, "^o_parts must hold real"),
+    (np.zeros((2, 3, 4)), np.array([["a"] * 3] * 2), TypeError, "^lse_parts must hold real"),
+])
+def test_combine_names_what_is_wrong(o_parts, lse_parts, exc, match):
+    """issue 50: decode.combine([], []) raised numpy's "zero-size array to reduction
+    operation maximum which has no identity"."""
+    with pytest.raises(exc, match=match):
+        decode.combine(o_parts, lse_parts)
 
 
 def test_merge_is_the_course_merge_of_states(rng):

@@ -473,6 +473,19 @@ def test_reference_refuses_what_it_cannot_hold(monkeypatch):
     reference.attention(small[:, :100], small[:, :100], small[:, :100])   # 320 KB: fine
 
 
+@pytest.mark.parametrize("value", ["lots", "-5", "0", "1.5", "nan", "inf", "8 GB"])
+def test_a_bad_dense_memory_limit_is_named(monkeypatch, value):
+    """issue 50: FLASHCOURSE_DENSE_MAX_BYTES=lots gave Python's "could not convert string
+    to float", and -5 a MemoryError about -0.0 GiB allowed."""
+    q = np.zeros((1, 3, 2))
+    monkeypatch.setenv("FLASHCOURSE_DENSE_MAX_BYTES", value)
+    with pytest.raises(ValueError, match=r"^FLASHCOURSE_DENSE_MAX_BYTES must be a positive "
+                                         r"whole number of bytes \(e.g. 8000000000 or 8e9\)"):
+        reference.attention(q, q, q)
+    monkeypatch.setenv("FLASHCOURSE_DENSE_MAX_BYTES", "8e9")
+    reference.attention(q, q, q)
+
+
 @pytest.mark.parametrize("field", ["bytes_per_element", "bytes_per_score",
                                    "bytes_per_stat"])
 @pytest.mark.parametrize("bad,exc", [(-2, ValueError), (0, ValueError), (2.5, TypeError),

@@ -64,6 +64,14 @@ def test_bad_configurations_name_the_argument(kw, match):
                     pipeline=pipe)
 
 
+@pytest.mark.parametrize("flag", ["skip_masked", "lazy_rescale", "v_swap", "negative_scale"])
+def test_boolean_options_accept_booleans_only(flag):
+    """issue 50: a truthy string such as "no" was taken as True."""
+    with pytest.raises(TypeError, match=f"^{flag} must be True or False"):
+        hopper.plan("fp16", 64, 2, 64, **{flag: "no"})
+    assert getattr(hopper.plan("fp16", 64, 2, 64, **{flag: np.False_}), flag) is False
+
+
 def test_the_defaults_fit_the_register_file_under_their_launch_bound():
     for d in (16, 64, 128):
         wg, bk, pipe = hopper.default_tiles(d)

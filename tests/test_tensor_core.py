@@ -273,7 +273,7 @@ def test_lazy_rescale_option():
     assert tc.resolve_tiles("fp16", 64, False, lazy_rescale=True).lazy_rescale
     with pytest.raises(ValueError, match="lazy_rescale=True is implemented"):
         tc.plan("3xtf32", 64, 4, 32, simulator=False, pipeline="async", lazy_rescale=True)
-    with pytest.raises(ValueError, match="lazy_rescale must be"):
+    with pytest.raises(TypeError, match="lazy_rescale must be True or False"):
         tc.plan("fp16", 64, 8, 64, simulator=False, pipeline="async", lazy_rescale=2)
 
 

@@ -174,6 +174,46 @@ def test_rescale_counts_bound_p_and_cut_the_rescales(rng):
     assert lazy["rescales"] < every["rescales"] / 2
 
 
+def _big_v_problem(dtype, v_size):
+    """issue 50 item 6: scores 0 (key block 0) and 43 (key block 1 of tiled.forward's
+    default block_k = 64) with scale = 1, and |v| = v_size."""
+    q = np.array([[1.0, 0.0]], dtype)                  # (Tq = 1, d = 2)
+    k = np.zeros((128, 2), dtype)                      # (Tk = 128, d): keys 0..63 score 0
+    k[64:, 0] = 43.0                                   # keys 64..127 score 43
+    v = np.full((128, 2), v_size, dtype)
+    v[64:, 1] = -v_size
+    return q, k, v
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_lazy_rescale_keeps_a_huge_v_finite(dtype):
+    """v = 1e20 and scores 0 then 43 with rescale_threshold = 64: a kept max of 0 makes
+    P = e^43 = 4.7e18, and P V (64 keys of 1e20) passed float32's 3.4e38, refused as
+    "the attention scores overflow". The threshold is lowered where 2^t Tk max|v| would
+    not fit (`tiled.lazy_room`): the result is the reference's (float32 1e-5)."""
+    q, k, v = _big_v_problem(dtype, 1e20)
+    assert tiled.forward(q, k, v, scale=1.0)[0].shape == (1, 2)     # no lazy: fine
+    o, lse = tiled.forward(q, k, v, scale=1.0, rescale_threshold=64)
+    o_ref, lse_ref = reference.attention(q, k, v, scale=1.0)
+    assert rel_err(o, o_ref) < TOL[dtype] and rel_err(lse, lse_ref) < TOL[dtype]
+    # ordinary values keep the full threshold: the same rescales as rescale_counts says
+    assert tiled.lazy_room(v / 1e20, 64 * np.log(2.0), np.float32) == 64 * np.log(2.0)
+
+
+def test_the_lazy_rescale_still_refuses_a_genuine_overflow():
+    """Scores beyond float32 (|q.k| ~ 1e40) and a weighted sum that overflows even with
+    every block rescaling (two keys of 3e38, P = 1 each) raise as without the lazy
+    rescale."""
+    q = np.full((2, 3), 1e20, np.float32)
+    with pytest.raises(ValueError, match="the attention scores overflow float32"):
+        tiled.forward(q, q, q, scale=1.0, rescale_threshold=64)
+    q, k, v = _big_v_problem(np.float32, 3e38)
+    k[64:, 0] = 0.0                                    # every score 0: P = 1
+    for t in (0.0, 64.0):
+        with pytest.raises(ValueError, match="overflow float32"):
+            tiled.forward(q, k, v, scale=1.0, rescale_threshold=t)
+
+
 @pytest.mark.parametrize("bad", [-1.0, 65.0, True, "8", float("nan")])
 def test_a_bad_rescale_threshold_is_refused_by_name(bad):
     q = np.ones((4, 2))

@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 from flashcourse import geometry
 from flashcourse import traffic as tr
 from flashcourse.geometry import tile_visibility
+from flashcourse.counter import TrafficCounter
 from flashcourse.gpus import GPUS, get_gpu
+from flashcourse.limits import PRESETS, check_launch
+from flashcourse.sweep import cpu_sweep
 from flashcourse.memory import format_bytes, score_matrix_bytes
 
 
@@ -188,6 +191,12 @@ def test_intensity_and_roofline():
     (lambda: tr.roofline_time_s(1, 1, 1, float("inf")), "bandwidth_bytes_per_s"),
     (lambda: tr.roofline_time_s(-1, 1, 1, 1), "flops"),
     (lambda: get_gpu("B200"), "gpu"),
+    # issue 50: boolean options accept booleans only ("no" was taken as True)
+    (lambda: tr.backward_flops(4, 4, 4, recompute="no"), "^recompute must be True or False"),
+    (lambda: TrafficCounter(record_events="no"), "^record_events must be True or False"),
+    (lambda: check_launch(32, 0, PRESETS["H200"], optin="no"), "^optin must be True or False"),
+    (lambda: cpu_sweep((16,), seq_len=8, head_dim=4, progress="no"),
+     "^progress must be True or False"),
 ])
 def test_validation_names_the_argument(call, name):
     with pytest.raises((TypeError, ValueError), match=name):

@@ -38,11 +38,11 @@ one host sync), so that by default a device-array call never waits for the GPU.
 
 from __future__ import annotations
 
-from .._checks import BACKWARD_NONFINITE_HINT, check_array
+from .._checks import BACKWARD_NONFINITE_HINT, check_array, check_bool, check_choice
 from .._guards import forward_result, gradients_finite, lse_rowsums, o_rowsums
 from . import host_plans
 from ._launch import finish, prepare, prepare_backward, serialised, simulator_note
-from .registry import FORWARD, get
+from .registry import BACKWARD, FORWARD, get
 from .result_check import check_result
 
 #: What `forward` and `decode` suggest when float32 scores overflow.
@@ -105,6 +105,8 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
         check=True (then also ValueError naming q, k or v if one holds a NaN/inf and
         allow_nonfinite is False).
     """
+    check = check_bool(check, "check")
+    kernel = check_choice(kernel, "kernel", FORWARD)
     if not check and kernel in PLANNED_KERNELS:   # device arrays: the cached fast path
         settings = (kernel, causal, scale, allow_nonfinite, tuple(sorted(options.items())))
         return host_plans.cached_call(
@@ -183,6 +185,8 @@ def backward(q, k, v, o, lse, do, *, kernel: str = "fast", causal: bool = False,
         the kernels add up each row of dS = P (dP - D) too (dsum, beside psum), which
         is do_i . (P V - o)_i, and `_guards.o_rowsums` compares it with 0.
     """
+    check = check_bool(check, "check")
+    kernel = check_choice(kernel, "kernel", BACKWARD)
     if not check and kernel in PLANNED_BACKWARD:  # device arrays: the cached fast path
         settings = (kernel, causal, scale, tuple(sorted(options.items())))
         return host_plans.cached_call(
@@ -258,7 +262,7 @@ def decode(q, k, v, **options):
     o (B, Hq, Tq, d) and lse (B, Hq, Tq); numpy results are checked as `forward`'s are
     (overflow raises, NaN stays NaN), device results with check=True."""
     from .decode_kernels import decode as run_decode
-    if options.get("check"):
+    if check_bool(options.get("check", False), "check"):
         return run_decode(q, k, v, **options)
     return host_plans.cached_call("decode", (q, k, v), tuple(sorted(options.items())),
                                   lambda: run_decode(q, k, v, **options))
@@ -277,12 +281,12 @@ def capture(call: str, q, k, v, **options):
     """
     if call not in ("forward", "decode"):
         raise ValueError(f"call must be 'forward' or 'decode', got {call!r}")
-    if options.get("check"):
+    if check_bool(options.get("check", False), "check"):
         raise ValueError("check=True waits for the GPU and cannot be captured")
     if call == "decode":
         return host_plans.capture("decode", lambda: decode(q, k, v, **options), (q, k, v),
                                   tuple(sorted(options.items())))
-    kernel = options.pop("kernel", "flash")
+    kernel = check_choice(options.pop("kernel", "flash"), "kernel", FORWARD)
     if kernel not in PLANNED_KERNELS:
         raise ValueError(f"kernel {kernel!r} cannot be captured; one of {PLANNED_KERNELS}")
     causal = options.pop("causal", False)

@@ -38,7 +38,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from .. import gpu as _gpu
-from .._checks import (Heads, accumulator_dtype, check_backward_shapes,
+from .._checks import (Heads, accumulator_dtype, check_backward_shapes, check_bool,
                        check_causal, check_qkv_shapes, check_scale, flatten_heads)
 from ..gpu import using_simulator
 from ..limits import current_limits
@@ -210,6 +210,7 @@ def prepare(q, k, v, causal, scale, allow_nonfinite, *, dtypes=(np.float32,),
     from numba import cuda
     if any(is_device_array(a) for a in (q, k, v)):
         causal = check_causal(causal)
+        check_bool(allow_nonfinite, "allow_nonfinite")
         q, k, v = (_as_device(n, a, dtypes) for n, a in (("q", q), ("k", k), ("v", v)))
         qs, ks, vs = _shape(q), _shape(k), _shape(v)
         for name, shp in (("q", qs), ("k", ks), ("v", vs)):

@@ -61,6 +61,7 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32
 
+from .._checks import check_choice
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ..limits import check_launch
@@ -656,8 +657,7 @@ def launches(d: int, tq: int, tk: int, bh: int, limits, kernel: str = "fast"):
     as `flashcourse.limits.Launch`es; LaunchError when no configuration fits, ValueError
     for the simple kernel beyond SIMPLE_MAX_D."""
     from ..limits import Launch
-    if kernel not in VERSIONS:
-        raise ValueError(f"kernel must be one of {VERSIONS}, got {kernel!r}")
+    check_choice(kernel, "kernel", VERSIONS)
     rows = 128
     out = [Launch("backward delta", (ceil_div(tq, rows), bh), rows, 0, optin=False,
                   config=f"threads={rows}")]
@@ -705,8 +705,7 @@ def run(qf, kf, vf, of, lse, dof, dq, dk, dv, tq, tk, d, scale, causal, *, kerne
     recomputed row (the lse and o checks of `backward`; not checked here).
     Returns the BackwardConfig used (None for "simple").
     """
-    if kernel not in VERSIONS:
-        raise ValueError(f"kernel must be one of {VERSIONS}, got {kernel!r}")
+    check_choice(kernel, "kernel", VERSIONS)
     bh = qf.shape[0]
     if delta is None:
         delta = cuda.device_array((bh, tq), dtype=np.float32)

@@ -650,10 +650,11 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
         always for numpy inputs, with check=True for device arrays.
     """
     from .. import decode as np_decode
-    from .._checks import check_causal, check_scale
+    from .._checks import check_bool, check_scale
     from ._launch import is_device_array, simulator_note
     simulator_note()
-    causal = check_causal(causal)
+    causal, allow_nonfinite, check = (check_bool(x, name) for x, name in (
+        (causal, "causal"), (allow_nonfinite, "allow_nonfinite"), (check, "check")))
     on_device = any(is_device_array(x) for x in (q, k, v))
     if on_device:
         shapes = {}

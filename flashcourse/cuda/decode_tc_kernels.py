@@ -43,6 +43,7 @@ from functools import lru_cache
 from numba import cuda, float32, int32, uint32
 from numba import uint64 as U
 
+from .._checks import check_choice
 from ..constants import F0, F1, LN2_F, NEG_INF
 from ..gpu import using_simulator
 from ..limits import check_launch, current_limits
@@ -119,11 +120,9 @@ def choose_kernel(kernel, d: int, itemsize: int, rows: int, aligned: bool) -> st
     cores. On the simulator None means CUDA cores (emulating every mma makes the
     tensor-core kernel ~2.4x slower there); kernel="tensor_core" runs it."""
     ok = supports(d, itemsize, aligned)
-    if kernel is None:
+    if check_choice(kernel, "kernel", SPLIT_KERNELS, none_ok=True) is None:
         gpu = not using_simulator()
         return "tensor_core" if gpu and ok and rows >= TC_MIN_ROWS else "cuda_cores"
-    if kernel not in SPLIT_KERNELS:
-        raise ValueError(f"kernel must be one of {SPLIT_KERNELS} or None, got {kernel!r}")
     if kernel == "tensor_core" and not ok:
         raise ValueError(f"kernel='tensor_core' needs float16 q, k, v, a head dim d that is "
                          f"a multiple of 16 up to {MAX_HEAD_DIM} and "

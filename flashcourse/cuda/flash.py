@@ -62,7 +62,7 @@ import numpy as np
 from numba import cuda, float32
 from numba import uint64 as U   # unsigned indices: no negative-index wraparound code
 
-from .._checks import check_block
+from .._checks import check_block, check_bool
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ..limits import check_launch
@@ -149,7 +149,7 @@ def layout(d: int, block_q: int, block_k: int, threads: int, tm: int,
     block_k = check_block(block_k, "block_k")
     threads = check_block(threads, "threads")
     tm = check_block(tm, "tm")
-    if shuffle is None:
+    if check_bool(shuffle, "shuffle", none_ok=True) is None:
         shuffle = not using_simulator()
     if block_q % tm:
         raise ValueError(f"tm={tm} (rows per thread) must divide block_q={block_q}")
@@ -556,7 +556,7 @@ def run(qf, kf, vf, o, lse, tq, tk, d, scale, causal, block_q=None, block_k=None
         threads=None, tm=None, unroll=None):
     """Launch the flash kernel on flattened float32 device arrays (BH, T, d)."""
     dq, dk, dt, dm = default_config(d)
-    unroll = default_unroll(d) if unroll is None else unroll
+    unroll = default_unroll(d) if unroll is None else check_block(unroll, "unroll")
     block_q = dq if block_q is None else block_q
     block_k = dk if block_k is None else block_k
     threads = dt if threads is None else threads

@@ -123,8 +123,12 @@ def plan(precision: str, d: int, warpgroups: int, block_k: int, negative_scale: 
          v_swap: bool = False, pipeline: str = "overlap",
          skip_masked: bool = True, lazy_rescale: bool = LAZY_RESCALE) -> HopperConfig:
     """Check a configuration for head dim d (ValueError naming the argument)."""
-    from .._checks import check_block
+    from .._checks import check_block, check_bool
     from .hopper_kernels import PIPELINES
+    negative_scale, v_swap, skip_masked, lazy_rescale = (
+        check_bool(value, name) for value, name in (
+            (negative_scale, "negative_scale"), (v_swap, "v_swap"),
+            (skip_masked, "skip_masked"), (lazy_rescale, "lazy_rescale")))
     if pipeline not in PIPELINES:
         raise ValueError(f"pipeline must be one of {PIPELINES}, got {pipeline!r}")
     if precision not in PRECISIONS:
@@ -143,8 +147,7 @@ def plan(precision: str, d: int, warpgroups: int, block_k: int, negative_scale: 
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the hopper kernel, "
                          f"got d={d}")
     cfg = HopperConfig(precision, int(warpgroups), block_k, ceil_div(d, 16) * 16,
-                       bool(negative_scale), bool(v_swap), pipeline, bool(skip_masked),
-                       bool(lazy_rescale))
+                       negative_scale, v_swap, pipeline, skip_masked, lazy_rescale)
     check_launch(cfg.threads, cfg.shared_bytes, what="hopper kernel")
     return cfg
 

@@ -49,6 +49,8 @@ from typing import Callable
 
 import numpy as np
 
+from .._checks import check_block, check_choice
+
 DIRECTIONS = ("forward", "backward")
 
 
@@ -108,11 +110,10 @@ def register(kernel: Kernel) -> Kernel:
 
 
 def get(direction: str, name) -> Kernel:
-    """The registered kernel `name`, or ValueError listing the ones there are."""
+    """The registered kernel `name`, or an error naming `kernel` and listing the ones there
+    are (ValueError; TypeError for a name that is not a string, such as ["flash"])."""
     table = FORWARD if direction == "forward" else BACKWARD
-    if name not in table:
-        raise ValueError(f"kernel must be one of {tuple(table)}, got {name!r}")
-    return table[name]
+    return table[check_choice(name, "kernel", table)]
 
 
 # ---------------------------------------------------------------------------
@@ -141,7 +142,7 @@ def _dense_extra(bh: int, tq: int, tk: int, d: int) -> int:
 
 def _run_textbook(x, out=None, block_q=None, block_k=None):
     from . import textbook
-    if block_k is not None and block_k != block_q:
+    if block_k is not None and check_block(block_k, "block_k") != block_q:
         raise ValueError(f"block_k must equal block_q for the textbook kernel "
                          f"(square tiles), got block_q={block_q}, block_k={block_k}")
     o, lse = _forward_outputs(x, out)

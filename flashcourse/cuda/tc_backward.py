@@ -35,7 +35,7 @@ from ..limits import check_launch
 from ._launch import check_registers, flat, launch
 from .tc_backward_kernels import LD_ROWS
 from . import tc_backward_passes as passes
-from .tensor_core import BF16_BITS
+from .tensor_core import BF16_BITS, MIN_BLOCKS_MEANING
 
 PRECISIONS = ("fp16", "bf16", "3xtf32")
 #: key-major kernel versions: "plain" (v1, tc_backward_kernels), "async" (v2, cp.async +
@@ -297,13 +297,15 @@ def plan(precision: str, d: int, warps: int, block_q: int, simulator: bool | Non
          q_block_k: int = 64, min_blocks: int = 0, pipeline: str = "async",
          out16: bool = False) -> TCBConfig:
     """Check one configuration for head dim d (ValueError naming the argument)."""
-    from .._checks import check_block
+    from .._checks import check_block, check_bool, check_whole
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS} for the tensor-core "
                          f"backward, got {precision!r}")
     warps = check_block(warps, "warps")
     block_q = check_block(block_q, "block_q")
     q_block_k = check_block(q_block_k, "q_block_k")
+    kv_regs = check_bool(kv_regs, "kv_regs")
+    min_blocks = check_whole(min_blocks, "min_blocks", meaning=MIN_BLOCKS_MEANING)
     if d > MAX_HEAD_DIM:
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
                          f"backward, got d={d}")
@@ -331,8 +333,7 @@ def plan(precision: str, d: int, warps: int, block_q: int, simulator: bool | Non
     if simulator is None:
         simulator = using_simulator()
     cfg = TCBConfig(precision, warps, block_q, D, bool(simulator), bool(with_dq),
-                    bool(sums), bool(kv_regs), q_block_k, int(min_blocks), pipeline,
-                    bool(out16))
+                    bool(sums), kv_regs, q_block_k, min_blocks, pipeline, bool(out16))
     check_launch(cfg.threads, cfg.shared_bytes, what="tensor-core backward kernel")
     check_launch(cfg.threads, cfg.q_shared_bytes, what="tensor-core backward dQ kernel")
     return cfg
@@ -348,10 +349,19 @@ def _check_tf32_options(pipeline, kv_regs) -> None:
                          "must be False (or not given)")
 
 
-@lru_cache(maxsize=256)
 def _plan(*args) -> TCBConfig:
     """`plan`, cached (its checks take ~0.1 ms, on every call; the launch limits are
-    those of the one GPU a process uses, as in `host_plans`)."""
+    those of the one GPU a process uses, as in `host_plans`). An unhashable option (a
+    caller's warps=[8]) goes to `plan` uncached, whose check names it."""
+    try:
+        hash(args)
+    except TypeError:                  # a list or array given as an option: plan refuses it
+        return plan(*args)
+    return _plan_cached(*args)
+
+
+@lru_cache(maxsize=256)
+def _plan_cached(*args) -> TCBConfig:
     return plan(*args)
 
 
@@ -565,11 +575,12 @@ def run_heads(x, out=None, psum=None, dsum=None, precision=None, deterministic=F
     out), lse (BH, Tq) float32. Returns (dq, dk, dv) in x's dtype (BH, T, d); `out` may
     hold them already allocated.
     """
+    from .._checks import check_bool, check_choice
+    deterministic = check_bool(deterministic, "deterministic")
+    check_bool(tiles.get("kv_regs"), "kv_regs", none_ok=True)
     dt = np.dtype(x.dtype)
     precision = default_precision(dt) if precision is None else precision
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS} for the tensor-core "
-                         f"backward, got {precision!r}")
+    check_choice(precision, "precision", PRECISIONS)
     takes = {"fp16": "float16", "bf16": "float32 or uint16", "3xtf32": "float32"}[precision]
     if ((precision == "fp16") != (dt == np.float16)
             or (precision == "3xtf32" and dt != np.float32)):
@@ -596,7 +607,7 @@ def run_heads(x, out=None, psum=None, dsum=None, precision=None, deterministic=F
                                  for i, g in enumerate(out))
     ld = _array((2, x.bh, ceil_div(x.tq, LD_ROWS) * LD_ROWS), np.float32)
     run(qw, kw, vw, dow, x.o, x.do, x.lse, *work, x.tq, x.tk, x.d, x.scale, x.causal,
-        precision, deterministic=bool(deterministic), psum=psum, dsum=dsum, ld=ld, **tiles)
+        precision, deterministic=deterministic, psum=psum, dsum=dsum, ld=ld, **tiles)
     if not f32:
         for src, dst in zip(work[:1] if direct else work, out):
             passes.cast(src, dst, bits=dt == BF16_BITS)

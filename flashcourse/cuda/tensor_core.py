@@ -36,6 +36,8 @@ PRECISIONS = ("fp16", "bf16", "3xtf32", "tf32")
 #: `tensor_core_kernels_tf32_async`) and, for 3xTF32/TF32, "planes" (version 3: K, V split
 #: once per block into big/small planes; `tensor_core_kernels_tf32_planes`)
 PIPELINES = ("plain", "async", "planes")
+#: what `min_blocks` is, for its error message (the forward's and the backward's option)
+MIN_BLOCKS_MEANING = "blocks per SM the compiler should fit, its launch bounds; 0 or None: none"
 #: the largest head dimension d (checked on an H200: 5 to 128); d is padded with zeros up to
 #: a multiple of 16 (q, k: no change to the scores; v: extra output columns, dropped)
 MAX_HEAD_DIM = 128
@@ -198,9 +200,8 @@ def plan(precision: str, d: int, warps: int, block_k: int,
          lazy_rescale: bool | None = None) -> TCConfig:
     """Check a configuration for head dim d; return it (ValueError naming the argument).
     lazy_rescale None means off (only fp16/bf16 version 2 has it: slower there, an A/B)."""
-    from .._checks import check_block
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    from .._checks import check_block, check_bool, check_choice, check_whole
+    check_choice(precision, "precision", PRECISIONS)
     warps = check_block(warps, "warps")
     block_k = check_block(block_k, "block_k")
     if simulator is None:
@@ -215,8 +216,12 @@ def plan(precision: str, d: int, warps: int, block_k: int,
         raise ValueError(f"m_tiles must be 1 or 2, got {m_tiles!r}")
     if m_tiles == 2 and precision not in ("fp16", "bf16"):
         raise ValueError("m_tiles=2 is implemented for fp16/bf16 only")
-    if pipeline not in PIPELINES:
-        raise ValueError(f"pipeline must be one of {PIPELINES}, got {pipeline!r}")
+    check_choice(pipeline, "pipeline", PIPELINES)
+    # the recorded variant grids (benchmarks/gpu_tensor_core.py) write prefetch as 0/1;
+    # callers' options are held to True/False in `run_heads`
+    recorded = type(prefetch) is int and prefetch in (0, 1)
+    prefetch = check_bool(bool(prefetch) if recorded else prefetch, "prefetch")
+    min_blocks = check_whole(min_blocks, "min_blocks", meaning=MIN_BLOCKS_MEANING)
     if pipeline != "plain" and prefetch:
         raise ValueError(f"prefetch=True is version 1's register prefetch; pipeline="
                          f"{pipeline!r} copies with cp.async instead: give one of them")
@@ -224,14 +229,13 @@ def plan(precision: str, d: int, warps: int, block_k: int,
         raise ValueError(f"pipeline='planes' (version 3) is built for 3xtf32 and tf32 only, "
                          f"got precision={precision!r}")
     lazy_ok = precision in ("fp16", "bf16") and pipeline == "async"
-    if lazy_rescale not in (None, True, False):
-        raise ValueError(f"lazy_rescale must be True, False or None, got {lazy_rescale!r}")
+    lazy_rescale = check_bool(lazy_rescale, "lazy_rescale", none_ok=True)
     if lazy_rescale and not lazy_ok:
         raise ValueError("lazy_rescale=True is implemented in the fp16/bf16 version 2 kernel "
                          f"(pipeline='async') only, got precision={precision!r}, "
                          f"pipeline={pipeline!r}")
     cfg = TCConfig(precision, warps, block_k, ceil_div(d, 16) * 16, bool(simulator),
-                   int(m_tiles), bool(prefetch), int(min_blocks), pipeline, bool(lazy_rescale))
+                   int(m_tiles), prefetch, min_blocks, pipeline, bool(lazy_rescale))
     check_launch(cfg.threads, cfg.shared_bytes, what="tensor_core kernel")
     return cfg
 
@@ -456,9 +460,11 @@ def run_heads(x, out=None, precision: str | None = None, _run=None, **tiles):
     already allocated. `_run`: the launch on the prepared words (default `run`; the
     Hopper kernel passes its own, `hopper.run`, and shares everything else).
     """
+    from .._checks import check_bool, check_choice
+    for flag in ("prefetch", "lazy_rescale"):      # a caller's options: booleans only
+        check_bool(tiles.get(flag), flag, none_ok=True)
     precision = default_precision(x.dtype) if precision is None else precision
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS} or None, got {precision!r}")
+    check_choice(precision, "precision", PRECISIONS, none_ok=True)
     if x.d > MAX_HEAD_DIM:
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
                          f"kernel (the sizes checked on a GPU), got d={x.d}")
