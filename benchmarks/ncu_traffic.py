@@ -196,10 +196,8 @@ def main(argv=None):
     spec.loader.exec_module(ncu_target)
     configs = ncu_target.add_tuned(dict(ncu_target.CONFIGS), None)
     names = [n for n in args.configs.split(",") if n] or list(configs)
-    if args.tuned_json and Path(args.tuned_json).exists() and not args.configs:
-        best = json.loads(Path(args.tuned_json).read_text()).get("best", {})
-        if str(ncu_target.D) in best:
-            names.append("flash-N4096-tuned")
+    if args.tuned_json and not args.configs and ncu_target.tuned_best(args.tuned_json):
+        names.append("flash-N4096-tuned")
     try:
         import torch  # noqa: F401
     except ImportError:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import stat
 from functools import lru_cache
 from pathlib import Path
 
@@ -131,18 +132,79 @@ def validate(doc, kind: str, source: str = "results document") -> dict:
     return doc
 
 
+def read_file(path) -> bytes | None:
+    """The bytes of the recorded file at `path`, or None when there is none (a broken
+    symbolic link is an error, not "none"). ResultsError naming the file when it is not a
+    regular file: a folder, a FIFO, a socket or a device (checked with os.stat before
+    opening and again on the open descriptor, so a FIFO never blocks), or unreadable."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISREG(mode):
+            # O_NONBLOCK: should the path become a FIFO after the stat, open does not wait
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as f:
+                mode = os.fstat(f.fileno()).st_mode
+                data = f.read() if stat.S_ISREG(mode) else b""
+    except FileNotFoundError:
+        if not path.is_symlink():
+            return None
+        raise ResultsError(f"{path}: a broken symbolic link (to {os.readlink(path)}), not "
+                           "a results file") from None
+    except OSError as exc:                  # a link loop, permission denied, ...
+        raise ResultsError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(mode):
+        raise ResultsError(f"{path}: is a folder, not a results file")
+    if not stat.S_ISREG(mode):
+        raise ResultsError(f"{path}: not a regular file (a FIFO, socket or device), not a "
+                           "results file")
+    return data
+
+
+def read_text(path) -> str | None:
+    """The text of the recorded file at `path` (UTF-8; a text log, a CSV), or None when
+    there is none. ResultsError naming the file as `read_file`, or when it is not UTF-8
+    text (a binary file)."""
+    data = read_file(path)
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{path}: not UTF-8 text (a binary file?): byte {exc.start} "
+                           f"is {data[exc.start]:#04x}") from None
+
+
+def _not_json(name):
+    raise ValueError(f"{name} is not a JSON value (Python's json module writes it for a "
+                     "float that is not finite; a results file must not hold one)")
+
+
+def load_json(path):
+    """The JSON document at `path` (not validated), or None when there is no file.
+    ResultsError naming the file as `read_text`, or when it is not JSON: NaN, Infinity
+    and -Infinity (which Python's json module accepts) are refused."""
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        return json.loads(text, parse_constant=_not_json)
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: not valid JSON ({exc})") from None
+    except ValueError as exc:               # _not_json: a NaN or Infinity literal
+        raise ResultsError(f"{path}: not valid JSON: {exc}") from None
+    except RecursionError:                  # arrays nested thousands deep
+        raise ResultsError(f"{path}: not a results file: nested too deeply") from None
+
+
 def load(path, kind: str | None = None) -> dict | None:
     """The validated document at `path`, or None when the file does not exist.
-    ResultsError when it is not JSON or does not match its schema."""
-    path = Path(path)
-    if not path.exists():
+    ResultsError naming the file when it is not a regular file, not UTF-8, not JSON
+    (NaN included) or does not match its schema (`load_json`)."""
+    doc = load_json(path)
+    if doc is None:
         return None
-    kind = kind_of(path) if kind is None else kind
-    try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path}: not valid JSON ({exc})") from exc
-    return validate(doc, kind, str(path))
+    return validate(doc, kind_of(path) if kind is None else kind, str(path))
 
 
 def load_sweep(path=None) -> dict | None:

@@ -274,3 +274,88 @@ def test_cpu_forward_records_more_repeats_and_the_default_sizes(cpu_forward):
     cpu_forward.main(["--record", "--repeats", "11", "--n", *map(str, cpu_forward.NS)])
     doc = json.loads((results.RECORDED_DIR / "cpu_forward_zen-9_2core.json").read_text())
     assert {r["repeats"] for r in doc["rows"]} == {11}
+
+
+# ------------------------------------------- loaders of recorded files: one line (item 7)
+@pytest.fixture
+def odd_files(tmp_path):
+    """{what: path} of files no loader may hang on or accept, each named like a
+    backward results file: a FIFO, a folder, binary bytes, a NaN and an Infinity
+    literal, a broken link, a link loop."""
+    files = {what: tmp_path / f"{what}_backward.json" for what in
+             ("fifo", "folder", "binary", "nan", "infinity", "broken", "loop")}
+    os.mkfifo(files["fifo"])
+    files["folder"].mkdir()
+    files["binary"].write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    files["nan"].write_text('{"env": {"gpu": null}, "checks": {"worst": NaN}}')
+    files["infinity"].write_text('{"env": {"gpu": null}, "x": -Infinity}')
+    files["broken"].symlink_to(tmp_path / "nowhere.json")
+    files["loop"].symlink_to(files["loop"])
+    return files
+
+
+#: what each odd file's message says
+ODD = {"fifo": "not a regular file", "folder": "is a folder", "binary": "not UTF-8",
+       "nan": "NaN is not a JSON value", "infinity": "-Infinity is not a JSON value",
+       "broken": "a broken symbolic link", "loop": "cannot read it"}
+
+
+@pytest.mark.parametrize("what", sorted(ODD))
+def test_recorded_results_loaders_refuse_odd_files_in_one_line(what, odd_files):
+    path = odd_files[what]
+    loaders = [results.load, results.load_backward, results.load_json]
+    if what not in ("nan", "infinity"):         # text readers: JSON literals are text
+        from flashcourse.plots.tensor_cores import ncu_summary
+        loaders += [results.read_text, ncu_summary]
+    for loader in loaders:
+        with pytest.raises(results.ResultsError) as err:
+            loader(path)
+        assert str(path) in str(err.value) and ODD[what] in str(err.value), err.value
+        assert "\n" not in str(err.value)
+    assert results.load(path.parent / "missing_backward.json") is None
+
+
+def test_a_json_document_nested_too_deeply_is_one_line(tmp_path):
+    path = tmp_path / "deep_backward.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(results.ResultsError, match="nested too deeply"):
+        results.load(path)
+
+
+@pytest.mark.parametrize("what", ["missing", "wrong kind", "no rows", *sorted(ODD)])
+def test_gpu_backward_plot_of_a_bad_file_is_one_line(what, odd_files, tmp_path):
+    path = {"missing": tmp_path / "nope.json", "wrong kind": RECORDED / "h200_forward.json",
+            "no rows": tmp_path / "checks_backward.json"}.get(what) or odd_files[what]
+    if what == "no rows":
+        path.write_text(json.dumps({"env": {"gpu": None}}))
+    with pytest.raises(SystemExit) as stop:
+        _load("gpu_backward").main(["--plot", str(path), "--out", str(tmp_path / "out")])
+    said = str(stop.value)
+    assert said.startswith("benchmarks/gpu_backward.py: --plot") and str(path) in said, said
+    assert "\n" not in said
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("what", ["missing", "no AB lines", "cut line", "not times",
+                                  "fifo", "folder", "binary"])
+def test_kernel_ab_table_of_a_bad_file_is_one_line(what, odd_files, tmp_path):
+    path = {"missing": tmp_path / "nope.json"}.get(what) or odd_files.get(what) or \
+        tmp_path / "ab.txt"
+    text = {"no AB lines": "hello\n", "cut line": 'AB old {"fwd": 1.5\n',
+            "not times": 'AB old ["fwd"]\n'}
+    if what in text:
+        path.write_text(text[what])
+    with pytest.raises(SystemExit) as stop:
+        _load("kernel_ab").main(["--table", str(path)])
+    said = str(stop.value)
+    assert said.startswith("benchmarks/kernel_ab.py: --table") and str(path) in said, said
+    assert "\n" not in said
+
+
+def test_kernel_ab_table_prints_the_runs_side_by_side(tmp_path, capsys):
+    path = tmp_path / "ab.txt"
+    path.write_text('AB old {"fwd": 1.5, "bwd": 2}\nnoise\nAB new {"fwd": 1.25}\n')
+    _load("kernel_ab").main(["--table", str(path)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["fwd", "1.500", "1.250"]
+    assert lines[2].split() == ["bwd", "2.000", "nan"]
