@@ -326,7 +326,8 @@ def main(argv=None):
     if args._big_child:
         big_child(args._big_child)
         return
-    results.check_outputs(args, __file__, gpu=False, conflicts=record_conflicts(args))
+    results.check_outputs(args, __file__, gpu=False, conflicts=record_conflicts(args),
+                          names={"--tag": args.tag})
     if os.environ.get("OPENBLAS_CORETYPE"):
         print("note: OPENBLAS_CORETYPE is set; dense numpy may run an older kernel. For a fair"
               " comparison: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python "
@@ -359,7 +360,7 @@ def main(argv=None):
         return
     text = json.dumps(results.validate(record, "cpu_forward"), indent=1) + "\n"
     out = results.output_dir(args)              # --record: a staging folder
-    path = results.write_atomic(out / f"cpu_forward_{name}.json", text)
+    path = results.write_output(out, f"cpu_forward_{name}.json", text)
     print(f"wrote {path}")
     results.finish(args, out)                   # --record: into benchmarks/results/
 

@@ -309,8 +309,8 @@ def plot(path: Path, out_dir: Path, res: dict, rows: list) -> Path:
     gpu = res.get("env", {}).get("gpu", "GPU")
     fig.suptitle(f"Attention backward, fp32, {gpu}, {res.get('env', {}).get('date_utc', '')}")
     fig.tight_layout()
-    out = Path(out_dir) / (Path(path).stem + ".png")
-    fig.savefig(out, dpi=110)
+    out = results.save_figure(out_dir, Path(path).stem + ".png", fig, dpi=110)
+    plt.close(fig)
     return out
 
 
@@ -339,11 +339,9 @@ def main(argv=None) -> int:
         args.sizes, args.dims, args.skip_simple = "16", "8", True
     record = {"env": env.record(), "flop_convention":
                "backward FLOPs = 2.5 x forward = 10 Tq Tk d per head (visible pairs if causal)"}
-    path = out / "h200_backward.json"
-
     def save():
-        path.write_text(json.dumps(results.validate(record, "gpu_backward"), indent=1))
-    save()
+        return results.write_json(out, "h200_backward.json", record, "gpu_backward")
+    path = save()
     print(record["env"], flush=True)
     dims = [int(x) for x in args.dims.split(",")]
     if args.resources and not smoke:      # registers: only a GPU compiles to machine code

@@ -247,7 +247,7 @@ def bench(rng, results, flash_cfg_by_d, ns=NS, ds=DS, out=None, kernels=KERNELS,
                 del qf, kf, vf, o, lse, tq_t
                 if out is not None:
                     results["bench"] = rows
-                    (out / "gpu_forward.json").write_text(json.dumps(results, indent=1))
+                    save(out, results)
                 if has_torch:
                     torch.cuda.empty_cache()
     results["bench"] = rows
@@ -263,14 +263,20 @@ def table(rows, n=4096, d=64):
                 f"{r.get('extra_bytes', 0) / 2**20:10.1f}")
 
 
-def plot(rows, path):
+def save(out, doc):
+    """gpu_forward.json (validated) into the folder `out` (results.write_json)."""
+    results.write_json(out, "gpu_forward.json", doc, "gpu_forward")
+
+
+def plot(rows, out):
+    """gpu_forward.png of the timed `rows` into the folder `out` (results.save_figure)."""
     import matplotlib
     matplotlib.use("Agg")
     from flashcourse.plots.bench import tflops_grid
     fig, _ = tflops_grid(rows, sorted({r["kernel"] for r in rows}), DS,
                          lambda name: "o--" if "fp16" in name else "o-")
     fig.suptitle(f"Attention forward, B x H = {BH}, fp32 (dashed: fp16 tensor cores)")
-    fig.savefig(path, dpi=110)
+    results.save_figure(out, "gpu_forward.png", fig, dpi=110)
 
 
 def unroll_sweep(rng, results, unrolls=(1, 2, 4, 8), n=4096, ds=DS,
@@ -353,9 +359,8 @@ def main(argv=None):
     record = {"env": env.record()}
     log(json.dumps(record["env"]))
 
-    def save():
-        (out / "gpu_forward.json").write_text(
-            json.dumps(results.validate(record, "gpu_forward"), indent=1))
+    def save_record():
+        save(out, record)
     cfgs = [dict(block_q=64, block_k=64, threads=256, tm=4),
             dict(block_q=128, block_k=64, threads=256, tm=8),
             dict(block_q=64, block_k=32, threads=128, tm=4),
@@ -370,10 +375,10 @@ def main(argv=None):
     if args.check:
         flash_cfgs = [cfgs[0], cfgs[6], cfgs[7]] if "flash" in chosen and not smoke else []
         ok = check(rng, record, flash_cfgs, chosen, smoke=smoke)
-        save()
+        save_record()
     if args.unroll_sweep:
         unroll_sweep(rng, record)
-        save()
+        save_record()
     best = {}
     if args.variants:
         rows = variants(rng, record, cfgs, [(4096, 64, False), (4096, 128, False)])
@@ -383,12 +388,12 @@ def main(argv=None):
                 best[d] = min(good, key=lambda r: r["ms"])["cfg"]
         record["best_cfg"] = {str(k): v for k, v in best.items()}
         log(f"best flash configs: {best}")
-        save()
+        save_record()
     if args.bench:
         ns = tuple(n for n in NS if n <= 4096) if args.quick else NS
         rows = bench(rng, record, best, ns=ns, out=out, kernels=chosen, with_torch=with_torch)
-        save()
-        plot(rows, out / "gpu_forward.png")
+        save_record()
+        plot(rows, out)
         table(rows)
         table(rows, n=8192)
     results.finish(args, out, ok)            # --record: into benchmarks/results/ if ok

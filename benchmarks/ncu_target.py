@@ -204,7 +204,8 @@ def main(argv=None):
                 end[1, 1](flag)
                 cuda.synchronize()
     if args.manifest:              # after the runs, whole: a reader never finds it half written
-        results.write_atomic(args.manifest, json.dumps(done, indent=1))
+        results.write_output(args.manifest.parent, args.manifest.name,
+                             json.dumps(done, indent=1), option="--manifest")
 
 
 if __name__ == "__main__":

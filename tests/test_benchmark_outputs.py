@@ -13,6 +13,7 @@ from another folder would import the installed one. On a machine with a GPU thes
 cases would really run (and --record would record), so the module is skipped there.
 """
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -274,6 +275,226 @@ def test_cpu_forward_records_more_repeats_and_the_default_sizes(cpu_forward):
     cpu_forward.main(["--record", "--repeats", "11", "--n", *map(str, cpu_forward.NS)])
     doc = json.loads((results.RECORDED_DIR / "cpu_forward_zen-9_2core.json").read_text())
     assert {r["repeats"] for r in doc["rows"]} == {11}
+
+
+# ------------------------------------------------- one writer: links, '..' (issue 50, item 1)
+#: Copies of these recorded files make the fake checkout's benchmarks/results/.
+SAMPLE = ["h200_backward.json", "h200_forward.json", "cpu_forward_2core.json",
+          "h200_tuning_sweep.json", "h200_ncu_traffic.json"]
+
+
+def _digests(folder: Path) -> dict:
+    """{relative path: sha256} of every file under `folder`, and its links and folders."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        rel = str(p.relative_to(folder))
+        if p.is_symlink():
+            out[rel] = f"link to {os.readlink(p)}"
+        elif p.is_file():
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+        else:
+            out[rel] = "folder"
+    return out
+
+
+@pytest.fixture(scope="module")
+def env_record():
+    from flashcourse import env
+    return env.record()
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch, env_record):
+    """A fake checkout tmp_path/benchmarks/: results/ (results.RECORDED_DIR) holds copies
+    of SAMPLE, out/ (results.OUT_DIR) is the default output folder; the scripts believe
+    a GPU is here (results.has_gpu) and env.record is instant. Yields the benchmarks
+    folder; afterwards the fake and the real recorded files must be as before."""
+    from flashcourse import env
+    bench = tmp_path / "benchmarks"
+    recorded = bench / "results"
+    recorded.mkdir(parents=True)
+    for name in SAMPLE:
+        shutil.copy(RECORDED / name, recorded / name)
+    monkeypatch.setattr(results, "RECORDED_DIR", recorded)
+    monkeypatch.setattr(results, "OUT_DIR", bench / "out")
+    monkeypatch.setattr(results, "has_gpu", lambda: True)
+    monkeypatch.setattr(env, "record", lambda: json.loads(json.dumps(env_record)))
+    monkeypatch.syspath_prepend(str(BENCH))            # gpu_hopper imports gpu_bars
+    real, fake = _digests(RECORDED), _digests(recorded)
+    yield bench
+    assert _digests(recorded) == fake, "a run changed the fake checkout's recorded files"
+    assert _digests(RECORDED) == real, "a run changed benchmarks/results/"
+
+
+def _patch(**attrs):
+    """A set-up that replaces these attributes of the script module (its GPU work)."""
+    def setup(mod, monkeypatch):
+        for name, value in attrs.items():
+            monkeypatch.setattr(mod, name, value)
+    return setup
+
+
+def _fake_cpu_timings(mod, monkeypatch):
+    _patch(machine_info=lambda: {"cpu": "Zen 9", "cpus_allowed": 2, "logical_cpus": 2},
+           bench_n=lambda n, repeats, **kw: {"N": n, "d": 64, "repeats": repeats,
+                                             "results": {}},
+           print_row=lambda row: None)(mod, monkeypatch)
+
+
+def _hopper_here(mod, monkeypatch):
+    monkeypatch.setattr(mod.hopper, "check_capability", lambda: None)
+
+
+def _torch_stub(mod, monkeypatch):
+    import types
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(__version__="0"))
+
+
+def _true(*args, **kwargs):
+    return True
+
+
+def _decode_checked(rng, doc, **kwargs):
+    doc["check"] = {"runs": 0, "passed": 0, "rows": []}
+    return True
+
+
+def _verify_instantly(mod, monkeypatch):
+    """verify_defaults' smoke run without the simulator: the reference as the forward,
+    1 ms per timed call."""
+    from flashcourse import reference
+    _patch(forward=lambda q, k, v, causal: reference.attention(q, k, v, causal=causal),
+           time_cuda=lambda fn, warmup, repeats: [1.0])(mod, monkeypatch)
+
+
+def _none(*args, **kwargs):
+    return None
+
+
+# script: (argv that gets it to its writes without a GPU, the files it writes in order,
+# the set-up that stands in for its GPU work)
+WRITERS = {
+    "gpu_forward": (["--simulator-smoke", "--check"], ["gpu_forward.json"],
+                    _patch(check=_true)),
+    "gpu_backward": (["--simulator-smoke", "--check"], ["h200_backward.json"],
+                     _patch(run_checks=_none)),
+    "gpu_decode": (["--check"], ["gpu_decode_log.txt", "gpu_decode.json"],
+                   _patch(check=_decode_checked)),
+    "gpu_bars": (["--parts", "errors"], ["h200_bars.json", "h200_bars_log.txt"],
+                 _patch(errors=_none)),
+    "gpu_hopper": ([], ["h200_hopper.json", "h200_hopper_log.txt"], _hopper_here),
+    "gpu_host_path": ([], ["gpu_host_path.json", "gpu_host_path_log.txt"], _torch_stub),
+    "gpu_tc_backward": ([], ["gpu_tc_backward.json"], None),
+    "gpu_tensor_core": ([], ["h200_tensor_core.json", "h200_tensor_core_log.txt"], None),
+    "verify_defaults": (["--simulator-smoke"], ["h200_verify_defaults.json"],
+                        _verify_instantly),
+    "cpu_forward": (["--n", "64", "--repeats", "1", "--tag", "x"], ["cpu_forward_x.json"],
+                    _fake_cpu_timings),
+}
+
+
+def _main(name, argv, monkeypatch):
+    mod = _load(name)
+    setup = WRITERS[name][2] if name in WRITERS else None
+    if setup is not None:
+        setup(mod, monkeypatch)
+    return mod.main(argv)
+
+
+@pytest.mark.parametrize("name", sorted(WRITERS))
+def test_each_script_writes_its_files_through_the_one_writer(name, checkout, monkeypatch):
+    """The baseline of the cases below: the set-up reaches every write of the script,
+    and each file lands in the output folder as a regular file."""
+    argv, files, _ = WRITERS[name]
+    assert _main(name, argv, monkeypatch) in (0, None)
+    out = checkout / "out"
+    assert sorted(p.name for p in out.iterdir()) == sorted(files)
+    assert all(p.is_file() and not p.is_symlink() for p in out.iterdir())
+
+
+@pytest.mark.parametrize("name, file", [(n, f) for n in sorted(WRITERS)
+                                        for f in WRITERS[n][1]])
+def test_a_link_planted_at_an_output_file_is_refused(name, file, checkout, monkeypatch):
+    """`ln -s ../results/h200_backward.json benchmarks/out/<file>`: the run stops naming
+    the link, which stays a link; the recorded file is unchanged (the fixture)."""
+    out = checkout / "out"
+    out.mkdir()
+    (out / file).symlink_to(Path("..") / "results" / "h200_backward.json")
+    with pytest.raises(SystemExit, match=f"{file} is a symbolic link") as stop:
+        _main(name, WRITERS[name][0], monkeypatch)
+    assert "\n" not in str(stop.value)
+    assert (out / file).is_symlink()
+
+
+@pytest.mark.parametrize("name", sorted(WRITERS))
+def test_benchmarks_out_linked_to_results_is_refused(name, checkout, monkeypatch):
+    (checkout / "out").symlink_to("results", target_is_directory=True)
+    with pytest.raises(SystemExit, match="default output folder .* inside benchmarks/results"):
+        _main(name, WRITERS[name][0], monkeypatch)
+
+
+@pytest.mark.parametrize("name", sorted(WRITERS))
+def test_out_through_dotdot_or_a_link_into_results_is_refused(name, checkout, monkeypatch):
+    (checkout / "link").symlink_to("results", target_is_directory=True)
+    for out in (checkout / "out" / ".." / "results", checkout / "link" / "sub"):
+        with pytest.raises(SystemExit, match="--out .* inside benchmarks/results"):
+            _main(name, [*WRITERS[name][0], "--out", str(out)], monkeypatch)
+    assert not (checkout / "out").exists()
+
+
+@pytest.mark.parametrize("tag", ["x/../../results/cpu_forward_2core", "..", "", "a\\b",
+                                 "a\0b", "../results"])
+def test_cpu_forward_tags_are_names_not_paths(tag, checkout, monkeypatch):
+    (checkout / "out" / "cpu_forward_x").mkdir(parents=True)      # the issue's repro
+    with pytest.raises(SystemExit, match="--tag .*expected a plain file name"):
+        _main("cpu_forward", ["--n", "64", "--repeats", "1", "--tag", tag], monkeypatch)
+    assert sorted(p.name for p in (checkout / "out").iterdir()) == ["cpu_forward_x"]
+
+
+def test_ncu_target_manifest_is_never_a_link_or_dotdot(checkout, monkeypatch):
+    link = checkout / "manifest.json"
+    link.symlink_to(Path("results") / "h200_forward.json")
+    for manifest, match in ((link, "--manifest .* is a symbolic link"),
+                            (checkout / "out" / "..", "--manifest .* ends in a file name")):
+        with pytest.raises(SystemExit, match=match):
+            _main("ncu_target", ["--configs", "cuda-dense-N1024", "--manifest",
+                                 str(manifest)], monkeypatch)
+
+
+def test_tune_sweep_and_ncu_traffic_write_through_the_one_writer(checkout):
+    """Their runs need a GPU and ncu: their writing steps, called directly."""
+    sweep = results.load_sweep(RECORDED / "h200_tuning_sweep.json")
+    traffic = results.load_traffic(RECORDED / "h200_ncu_traffic.json")
+    tune, ncu = _load("tune_sweep"), _load("ncu_traffic")
+    out = checkout / "out"
+    out.mkdir()
+    tune.save(out, sweep)
+    ncu.write_outputs(out, {"all": "csv\n"}, traffic)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "h200_ncu_traffic.csv", "h200_ncu_traffic.json", "h200_tuning_sweep.json",
+        "ncu_raw_flush.csv"]
+    for p in out.iterdir():
+        p.unlink()
+        p.symlink_to(Path("..") / "results" / p.name)
+    with pytest.raises(SystemExit, match="h200_tuning_sweep.json is a symbolic link"):
+        tune.save(out, sweep)
+    with pytest.raises(SystemExit, match="ncu_raw_flush.csv is a symbolic link"):
+        ncu.write_outputs(out, {"all": "csv\n"}, traffic)
+    shutil.rmtree(out)
+    out.symlink_to("results", target_is_directory=True)
+    with pytest.raises(SystemExit, match="inside benchmarks/results"):
+        tune.save(out, sweep)
+
+
+def test_no_script_writes_a_file_but_through_the_one_writer():
+    """Path.write_text/write_bytes, savefig and open(..., 'w') follow a planted link:
+    every benchmark writes through flashcourse.results.write_output and friends."""
+    import re
+    direct = re.compile(r"\.write_text\(|\.write_bytes\(|savefig\(|write_atomic\(|"
+                        r"open\([^)]*['\"][wax+]|\.open\(|os\.open\(")
+    for path in sorted(BENCH.glob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            assert not direct.search(line), f"{path.name}:{number}: {line.strip()}"
 
 
 # ------------------------------------------- loaders of recorded files: one line (item 7)
