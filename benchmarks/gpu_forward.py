@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_forward.py --check --variants --bench [--out DIR | --record]
     python benchmarks/gpu_forward.py --check --simulator-smoke          # no GPU: tiny check
+        (on the simulator, kernels it cannot run, hopper's wgmma, are skipped with a line)
     compute-sanitizer --tool memcheck python3 benchmarks/gpu_forward.py --sanitize-small
     compute-sanitizer --tool racecheck python3 benchmarks/gpu_forward.py --sanitize-small
 
@@ -39,6 +40,7 @@ from flashcourse import env, reference, results
 from flashcourse._checks import Heads
 from flashcourse.cuda import extra_device_bytes, flash
 from flashcourse.cuda.registry import FORWARD
+from flashcourse.gpu import using_simulator
 from flashcourse.timing import (SlowSkip, benchmark_flops, measure_variant, rel_err,
                                 row_summary, time_cuda, variant_summary)
 from numba import cuda
@@ -316,18 +318,32 @@ def unroll_sweep(rng, results, unrolls=(1, 2, 4, 8), n=4096, ds=DS,
     return rows
 
 
+def runnable(kernels) -> list:
+    """The kernels of `kernels` that run here: on Numba's CUDA simulator, those the
+    registry marks as simulator-capable (`Kernel.simulator`; hopper's wgmma is not), each
+    other one skipped with one printed line saying why."""
+    if not using_simulator():
+        return list(kernels)
+    for name in kernels:
+        if not FORWARD[name].simulator:
+            log(f"skipped {name}: Numba's CUDA simulator cannot run this kernel; check it "
+                "on a GPU")
+    return [name for name in kernels if FORWARD[name].simulator]
+
+
 def sanitize_small():
     """One run of every kernel on small ragged shapes (run under compute-sanitizer)."""
     rng = np.random.default_rng(7)
     from flashcourse.cuda import forward
     worst = 0.0
+    kernels = runnable(KERNELS)
     for (lead, tq, tk, d, causal) in [((2,), 37, 53, 64, False), ((1,), 70, 45, 32, True),
                                       ((2,), 65, 130, 128, True), ((1,), 20, 9, 5, True)]:
         q = rng.standard_normal((*lead, tq, d)).astype(np.float32)
         k = rng.standard_normal((*lead, tk, d)).astype(np.float32)
         v = rng.standard_normal((*lead, tk, d)).astype(np.float32)
         o_ref, _ = reference.attention(q, k, v, causal=causal)
-        for name in KERNELS:
+        for name in kernels:
             o, lse = forward(q, k, v, kernel=name, causal=causal)
             worst = max(worst, rel_err(o, o_ref))
     print(f"sanitize-small: all kernels ran; worst rel err {worst:.3g}")
@@ -352,7 +368,7 @@ def main(argv=None):
         sanitize_small()
         if not (args.check or args.variants or args.bench or args.unroll_sweep):
             return 0
-    chosen = [k for k in args.kernels.split(",") if k in KERNELS]
+    chosen = runnable([k for k in args.kernels.split(",") if k in KERNELS])
     with_torch = "torch" in args.kernels.split(",")
     out = results.output_dir(args)
     rng = np.random.default_rng(2026)

@@ -497,6 +497,22 @@ def test_no_script_writes_a_file_but_through_the_one_writer():
             assert not direct.search(line), f"{path.name}:{number}: {line.strip()}"
 
 
+# ------------------------------------------------------------ the no-GPU check (item 3)
+def test_gpu_forward_check_runs_on_the_simulator(tmp_path, capsys):
+    """`python benchmarks/gpu_forward.py --check --simulator-smoke`, the documented no-GPU
+    check: every kernel the simulator can run is checked; the others (hopper: wgmma) are
+    skipped with one line saying so."""
+    assert _load("gpu_forward").main(["--check", "--simulator-smoke", "--out",
+                                      str(tmp_path)]) == 0
+    said = capsys.readouterr().out
+    assert "skipped hopper: Numba's CUDA simulator cannot run this kernel" in said
+    doc = results.load(tmp_path / "gpu_forward.json", "gpu_forward")
+    from flashcourse.cuda.registry import FORWARD
+    checked = {r["kernel"] for r in doc["check"]["rows"] if r.get("ok")}
+    assert checked == {name for name, k in FORWARD.items() if k.simulator}
+    assert doc["check"]["passed"] == doc["check"]["runs"] > 0
+
+
 # ------------------------------------------- loaders of recorded files: one line (item 7)
 @pytest.fixture
 def odd_files(tmp_path):
