@@ -1,27 +1,31 @@
 """Recorded results are written only by a GPU run with --record (issue 23).
 
-Every benchmark script runs here, as a subprocess on this CPU machine, with each of its
-output options: --out inside benchmarks/results/ (directly, through '..' and through a
-symlink), --record (no GPU here), --record with --simulator-smoke, --manifest, --plot,
-and the CPU benchmark's reduced runs with --record. Each refused case must exit
-non-zero with a message naming the option; afterwards `git status` of
-benchmarks/results/ and the bytes of every file in it must be as before. (Were a guard
-to break, the fixture puts the recorded files back before the test fails.)
+Every benchmark script runs here, in this process (its `main(argv)`, from the checkout's
+root folder, as `python benchmarks/x.py` would run it), with each of its output options:
+--out inside benchmarks/results/ (directly, through '..' and through a symlink),
+--record (no GPU here), --record with --simulator-smoke, --manifest, --plot, and the
+CPU benchmark's reduced runs with --record. Each refused case must stop non-zero with a
+message naming the option; afterwards `git status` of benchmarks/results/ and the bytes
+of every file in it must be as before. (Were a guard to break, the fixture puts the
+recorded files back before the test fails.) Issue 50's cases (links planted in
+benchmarks/out, benchmarks/out itself a link, '..' in names) run against a fake
+checkout in a temporary folder; one runs as a real process, in a temporary copy.
 
-The scripts import the package of this checkout (PYTHONPATH), as `python benchmarks/x.py`
-from another folder would import the installed one. On a machine with a GPU these
-cases would really run (and --record would record), so the module is skipped there.
+The scripts import the package of this checkout, as `python benchmarks/x.py` with
+PYTHONPATH would. On a machine with a GPU these cases would really run (and --record
+would record), so the module is skipped there.
 """
 
+import contextlib
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import traceback
 from pathlib import Path
 
 import pytest
@@ -31,7 +35,6 @@ from flashcourse import results
 ROOT = results.ROOT
 BENCH = ROOT / "benchmarks"
 RECORDED = results.RECORDED_DIR
-TIMEOUT_S = 60            # per script run; a refused run takes < 1 s (Python + imports)
 
 pytestmark = pytest.mark.skipif(results.has_gpu(), reason="a GPU is here: --record would "
                                 "really run and record; these cases are for CPU machines")
@@ -118,35 +121,44 @@ def _restore(files, folders):
 
 
 def _run(case, folder: Path):
+    """Run `case` as `python benchmarks/<script>.py ARGV` would, in this process: its
+    main(argv), output captured; a SystemExit's message goes to stderr (status 1), any
+    other exception is a traceback (status 1)."""
     script, argv = case[0], case[1]
     link = folder / "link"
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(RECORDED, target_is_directory=True)
     tmp = folder / "tmp"
     argv = [a.format(tmp=tmp, link=link) for a in argv]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg")
-    cmd = [sys.executable, str(BENCH / f"{script}.py"), *argv]
-    with subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            out, err = proc.communicate(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:   # a run that should have been refused: stop it
-            os.killpg(proc.pid, signal.SIGKILL)             # and its workers (tune_sweep)
-            out, err = proc.communicate()
-            err += f"\n(killed after {TIMEOUT_S} s)"
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), tmp
+            code = _load(script).main(argv)
+        except SystemExit as stop:          # what the interpreter does with it
+            code = stop.code
+            if isinstance(code, str):
+                print(code, file=sys.stderr)
+                code = 1
+        except Exception:                   # a crash: shown as the interpreter would
+            traceback.print_exc()
+            code = 1
+    cmd = [f"benchmarks/{script}.py", *argv]
+    return subprocess.CompletedProcess(cmd, code or 0, out.getvalue(), err.getvalue()), tmp
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
-    """Run every case (two at a time: a 2-core machine); check the recorded files after."""
+    """Run every case, in this process from the checkout's root folder (relative paths
+    as on a command line; gpu_hopper imports gpu_bars from its own folder); check the
+    recorded files after."""
     before = _snapshot()
     cases = REFUSED + ALLOWED
     base = tmp_path_factory.mktemp("bench_outputs")
     try:
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            done = list(pool.map(lambda ic: _run(ic[1], base / f"case{ic[0]}"),
-                                 enumerate(cases)))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(ROOT)
+            mp.syspath_prepend(str(BENCH))
+            done = [_run(case, base / f"case{i}") for i, case in enumerate(cases)]
     finally:
         after = _snapshot()
         if after != before:
@@ -440,6 +452,31 @@ def test_out_through_dotdot_or_a_link_into_results_is_refused(name, checkout, mo
         with pytest.raises(SystemExit, match="--out .* inside benchmarks/results"):
             _main(name, [*WRITERS[name][0], "--out", str(out)], monkeypatch)
     assert not (checkout / "out").exists()
+
+
+def test_the_issues_repro_as_typed_in_a_copy_of_the_checkout(tmp_path):
+    """`ln -s ../results/h200_backward.json benchmarks/out/h200_backward.json && python
+    benchmarks/gpu_backward.py --simulator-smoke --check`, as a process, in a temporary
+    copy of the checkout (package, script, recorded file): one line, the file kept."""
+    copy = tmp_path / "checkout"
+    shutil.copytree(ROOT / "flashcourse", copy / "flashcourse",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "benchmarks" / "results").mkdir(parents=True)
+    (copy / "benchmarks" / "out").mkdir()
+    shutil.copy(BENCH / "gpu_backward.py", copy / "benchmarks")
+    recorded = copy / "benchmarks" / "results" / "h200_backward.json"
+    shutil.copy(RECORDED / "h200_backward.json", recorded)
+    (copy / "benchmarks" / "out" / "h200_backward.json").symlink_to(
+        "../results/h200_backward.json")
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_backward.py", "--simulator-smoke",
+                           "--check"], cwd=copy, env=dict(os.environ, PYTHONPATH=str(copy)),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"{copy}/benchmarks/out/h200_backward.json is a symbolic link (to "
+        "../results/h200_backward.json): a benchmark never writes through a link (it could "
+        "replace what the link points to, e.g. a recorded result): remove the link"]
+    assert recorded.read_bytes() == (RECORDED / "h200_backward.json").read_bytes()
 
 
 @pytest.mark.parametrize("tag", ["x/../../results/cpu_forward_2core", "..", "", "a\\b",
