@@ -34,10 +34,11 @@ Output: one file per run, written when the run is done, never merged with an ear
 file: benchmarks/out/cpu_forward_<machine>.json, where <machine> names the machine it
 ran on (`machine_name`: the CPU as Numba names it and the cores this process may use,
 e.g. "znver3_2core", plus "_<n>thread" with --threads n); --big writes
-cpu_forward_<machine>_big.json. --tag NAME replaces <machine>, --out DIR writes
-elsewhere (never inside benchmarks/results/). --record replaces that machine's file
-in benchmarks/results/ whole, and only from the full run: the default sizes and at
-least the default repeats (no --quick, --n, --tag, --no-save; --big at N = 65536).
+cpu_forward_<machine>_big.json. --tag NAME replaces <machine> (a name, not a path: no
+'/', '\\' or '..'), --out DIR writes elsewhere (never inside benchmarks/results/).
+--record replaces that machine's file in benchmarks/results/ whole, and only from the
+full run: the default sizes and at least the default repeats (no --quick, --n, --tag,
+--no-save; --big at N = 65536).
 The older recorded files cpu_forward_2core.json and cpu_forward_2core_1thread.json
 (which notebook 05 reads) were named by core count alone; no run writes them again.
 """
@@ -318,7 +319,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for both Numba and OpenBLAS (default: all cores)")
     ap.add_argument("--tag", default=None,
-                    help="results file suffix instead of the machine's name (not with --record)")
+                    help="results file suffix instead of the machine's name (a name: no '/', "
+                         "'\\' or '..'; not with --record)")
     ap.add_argument("--no-save", action="store_true")
     results.add_output_arguments(ap, gpu=False)
     ap.add_argument("--_big-child", type=int, default=None, help=argparse.SUPPRESS)
@@ -326,7 +328,8 @@ def main(argv=None):
     if args._big_child:
         big_child(args._big_child)
         return
-    results.check_outputs(args, __file__, gpu=False, conflicts=record_conflicts(args))
+    results.check_outputs(args, __file__, gpu=False, conflicts=record_conflicts(args),
+                          names={"--tag": args.tag})
     if os.environ.get("OPENBLAS_CORETYPE"):
         print("note: OPENBLAS_CORETYPE is set; dense numpy may run an older kernel. For a fair"
               " comparison: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python "
@@ -359,7 +362,7 @@ def main(argv=None):
         return
     text = json.dumps(results.validate(record, "cpu_forward"), indent=1) + "\n"
     out = results.output_dir(args)              # --record: a staging folder
-    path = results.write_atomic(out / f"cpu_forward_{name}.json", text)
+    path = results.write_output(out, f"cpu_forward_{name}.json", text)
     print(f"wrote {path}")
     results.finish(args, out)                   # --record: into benchmarks/results/
 

@@ -264,13 +264,32 @@ def summary(results):
               f"worst rel err {c['worst_rel_err']:.2e}")
 
 
-def plot(path: Path, out_dir: Path) -> Path:
-    """Draw the backward results `path` (JSON) into out_dir/<its name>.png."""
+def plot_rows(path: Path) -> tuple[dict, list]:
+    """(the backward results at `path`, its timed rows of the default configurations);
+    one line (SystemExit) naming --plot and the file when it is missing, not a backward
+    results file (flashcourse.results.load with the gpu_backward schema) or has no timed
+    rows."""
+    try:
+        res = results.load(path, "gpu_backward")
+    except results.ResultsError as exc:
+        raise SystemExit(f"benchmarks/gpu_backward.py: --plot: {exc}") from None
+    if res is None:
+        raise SystemExit(f"benchmarks/gpu_backward.py: --plot {path}: no such file "
+                         "(expected a backward results JSON, e.g. "
+                         "benchmarks/results/h200_backward.json)")
+    rows = [r for r in res.get("bench", []) if "ms" in r and r.get("config") is None]
+    if not rows:
+        raise SystemExit(f"benchmarks/gpu_backward.py: --plot {path}: no timed rows "
+                         "('bench' rows with 'ms') to draw: a run with --bench writes them")
+    return res, rows
+
+
+def plot(path: Path, out_dir: Path, res: dict, rows: list) -> Path:
+    """Draw the backward results `res` (its timed `rows`), read from `path`, into
+    out_dir/<its name>.png."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    res = json.loads(path.read_text())
-    rows = [r for r in res["bench"] if "ms" in r and (r.get("config") is None)]
     dims = sorted({r["d"] for r in rows})
     fig, axes = plt.subplots(len(dims), 2, figsize=(11, 3.6 * len(dims)), squeeze=False)
     for a, d in enumerate(dims):
@@ -290,8 +309,8 @@ def plot(path: Path, out_dir: Path) -> Path:
     gpu = res.get("env", {}).get("gpu", "GPU")
     fig.suptitle(f"Attention backward, fp32, {gpu}, {res.get('env', {}).get('date_utc', '')}")
     fig.tight_layout()
-    out = Path(out_dir) / (Path(path).stem + ".png")
-    fig.savefig(out, dpi=110)
+    out = results.save_figure(out_dir, Path(path).stem + ".png", fig, dpi=110)
+    plt.close(fig)
     return out
 
 
@@ -306,8 +325,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     results.check_outputs(args, __file__)
     if args.plot:
+        res, rows = plot_rows(args.plot)
         out = results.output_dir(args)
-        print(plot(args.plot, out))
+        print(plot(args.plot, out, res, rows))
         results.finish(args, out)                # --record (a GPU): beside the recorded JSON
         return 0
     results.require_gpu("benchmarks/gpu_backward.py", args.simulator_smoke)
@@ -319,11 +339,9 @@ def main(argv=None) -> int:
         args.sizes, args.dims, args.skip_simple = "16", "8", True
     record = {"env": env.record(), "flop_convention":
                "backward FLOPs = 2.5 x forward = 10 Tq Tk d per head (visible pairs if causal)"}
-    path = out / "h200_backward.json"
-
     def save():
-        path.write_text(json.dumps(results.validate(record, "gpu_backward"), indent=1))
-    save()
+        return results.write_json(out, "h200_backward.json", record, "gpu_backward")
+    path = save()
     print(record["env"], flush=True)
     dims = [int(x) for x in args.dims.split(",")]
     if args.resources and not smoke:      # registers: only a GPU compiles to machine code

@@ -410,9 +410,8 @@ def main(argv=None) -> int:
         if name in args.parts:
             fn(doc[name])
         log(f"{name} done at {time.time() - t0:.0f} s")
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "h200_bars.json").write_text(json.dumps(doc, indent=1))
-        (out / "h200_bars_log.txt").write_text("\n".join(LOG) + "\n")
+        results.write_json(out, "h200_bars.json", doc)
+        results.write_output(out, "h200_bars_log.txt", "\n".join(LOG) + "\n")
     results.finish(args, out, ok=True)
     return 0
 

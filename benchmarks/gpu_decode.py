@@ -55,16 +55,16 @@ TOL = {np.float32: 1e-5, np.float16: 2e-2}
 BAR = {"tk": 65536, "bhkv": 8, "group": 1}
 FLUSH_BYTES = 256 * 1024 * 1024
 LOG_LINES: list = []
-LOG_PATH = None
+#: (folder, file name) of the log as the run writes it (results.append_output), or None
+LOG_TO = None
 
 
 def log(*a):
     line = " ".join(str(x) for x in a)
     LOG_LINES.append(line)
     print(line, flush=True)
-    if LOG_PATH is not None:
-        with open(LOG_PATH, "a") as f:
-            f.write(line + "\n")
+    if LOG_TO is not None:
+        results.append_output(*LOG_TO, line + "\n")
 
 
 def environment() -> dict:
@@ -73,10 +73,9 @@ def environment() -> dict:
     return record()
 
 
-def write(path, doc):
-    """Validate against schemas/gpu_decode.json, then write (results.validate)."""
-    results.validate(doc, "gpu_decode", str(path))
-    path.write_text(json.dumps(doc, indent=1))
+def write(out, name, doc):
+    """Validate against schemas/gpu_decode.json, then write out/name (results.write_json)."""
+    results.write_json(out, name, doc, "gpu_decode")
 
 
 def split_shape(bhkv: int):
@@ -424,7 +423,7 @@ def bench(doc, timer, tks=TKS, bhkvs=BHKV, groups=GROUPS, fa2=True, out=None):
                     torch.cuda.empty_cache()
                 if out is not None:                      # progress, in case of a time-out
                     doc["bench"] = rows
-                    (out / "decode_partial.json").write_text(json.dumps(doc, indent=1))
+                    results.write_json(out, "decode_partial.json", doc)
     doc["bench"] = rows
     return rows
 
@@ -459,12 +458,11 @@ def bars(rows) -> dict:
     return out
 
 
-def plot(rows, path):
+def plot(rows, out, name):
     import matplotlib
     matplotlib.use("Agg")
     from flashcourse.plots.decode import plot_bandwidth
-    fig = plot_bandwidth(rows)
-    fig.savefig(path, dpi=110)
+    results.save_figure(out, name, plot_bandwidth(rows), dpi=110)
 
 
 def sanitize_small():
@@ -514,11 +512,11 @@ def main(argv=None):
         ok = check(np.random.default_rng(0), {}, shapes=shapes)
         return 0 if ok else 1
 
-    global LOG_PATH
+    global LOG_TO
     out = results.output_dir(args)
     stem = "h200_decode" if args.record else "gpu_decode"
-    LOG_PATH = out / f"{stem}_log.txt"
-    LOG_PATH.write_text("")
+    results.write_output(out, f"{stem}_log.txt", "")
+    LOG_TO = (out, f"{stem}_log.txt")
     doc = {"environment": environment(), "d": D,
            "timing": "CUDA events around each launch, L2 flushed (256 MiB write) before "
                      "each, median of repeats after a warm-up",
@@ -528,21 +526,21 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     if args.check:
         ok = check(rng, doc)
-        write(out / f"{stem}.json", doc)
+        write(out, f"{stem}.json", doc)
     timer = Timer() if (args.variants or args.bench) else None
     if args.variants:
         variants(doc, timer)
-        write(out / f"{stem}.json", doc)
+        write(out, f"{stem}.json", doc)
     if args.bench:
         ints = [tuple(int(x) for x in a.split(",")) for a in (args.tks, args.bhkv, args.groups)]
         rows = bench(doc, timer, tks=ints[0], bhkvs=ints[1], groups=ints[2],
                      fa2=not args.no_fa2, out=out)
         doc["bars"] = bars(rows)
         log("bars: " + json.dumps(doc["bars"]))
-        write(out / f"{stem}.json", doc)
+        write(out, f"{stem}.json", doc)
         (out / "decode_partial.json").unlink(missing_ok=True)
         try:
-            plot(rows, out / f"{stem}.png")
+            plot(rows, out, f"{stem}.png")
         except Exception as exc:
             log(f"plot failed: {exc!r}")
     results.finish(args, out, ok)            # --record: into benchmarks/results/ if ok

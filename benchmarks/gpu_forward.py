@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_forward.py --check --variants --bench [--out DIR | --record]
     python benchmarks/gpu_forward.py --check --simulator-smoke          # no GPU: tiny check
+        (on the simulator, kernels it cannot run, hopper's wgmma, are skipped with a line)
     compute-sanitizer --tool memcheck python3 benchmarks/gpu_forward.py --sanitize-small
     compute-sanitizer --tool racecheck python3 benchmarks/gpu_forward.py --sanitize-small
 
@@ -39,6 +40,7 @@ from flashcourse import env, reference, results
 from flashcourse._checks import Heads
 from flashcourse.cuda import extra_device_bytes, flash
 from flashcourse.cuda.registry import FORWARD
+from flashcourse.gpu import using_simulator
 from flashcourse.timing import (SlowSkip, benchmark_flops, measure_variant, rel_err,
                                 row_summary, time_cuda, variant_summary)
 from numba import cuda
@@ -247,7 +249,7 @@ def bench(rng, results, flash_cfg_by_d, ns=NS, ds=DS, out=None, kernels=KERNELS,
                 del qf, kf, vf, o, lse, tq_t
                 if out is not None:
                     results["bench"] = rows
-                    (out / "gpu_forward.json").write_text(json.dumps(results, indent=1))
+                    save(out, results)
                 if has_torch:
                     torch.cuda.empty_cache()
     results["bench"] = rows
@@ -263,14 +265,20 @@ def table(rows, n=4096, d=64):
                 f"{r.get('extra_bytes', 0) / 2**20:10.1f}")
 
 
-def plot(rows, path):
+def save(out, doc):
+    """gpu_forward.json (validated) into the folder `out` (results.write_json)."""
+    results.write_json(out, "gpu_forward.json", doc, "gpu_forward")
+
+
+def plot(rows, out):
+    """gpu_forward.png of the timed `rows` into the folder `out` (results.save_figure)."""
     import matplotlib
     matplotlib.use("Agg")
     from flashcourse.plots.bench import tflops_grid
     fig, _ = tflops_grid(rows, sorted({r["kernel"] for r in rows}), DS,
                          lambda name: "o--" if "fp16" in name else "o-")
     fig.suptitle(f"Attention forward, B x H = {BH}, fp32 (dashed: fp16 tensor cores)")
-    fig.savefig(path, dpi=110)
+    results.save_figure(out, "gpu_forward.png", fig, dpi=110)
 
 
 def unroll_sweep(rng, results, unrolls=(1, 2, 4, 8), n=4096, ds=DS,
@@ -310,18 +318,32 @@ def unroll_sweep(rng, results, unrolls=(1, 2, 4, 8), n=4096, ds=DS,
     return rows
 
 
+def runnable(kernels) -> list:
+    """The kernels of `kernels` that run here: on Numba's CUDA simulator, those the
+    registry marks as simulator-capable (`Kernel.simulator`; hopper's wgmma is not), each
+    other one skipped with one printed line saying why."""
+    if not using_simulator():
+        return list(kernels)
+    for name in kernels:
+        if not FORWARD[name].simulator:
+            log(f"skipped {name}: Numba's CUDA simulator cannot run this kernel; check it "
+                "on a GPU")
+    return [name for name in kernels if FORWARD[name].simulator]
+
+
 def sanitize_small():
     """One run of every kernel on small ragged shapes (run under compute-sanitizer)."""
     rng = np.random.default_rng(7)
     from flashcourse.cuda import forward
     worst = 0.0
+    kernels = runnable(KERNELS)
     for (lead, tq, tk, d, causal) in [((2,), 37, 53, 64, False), ((1,), 70, 45, 32, True),
                                       ((2,), 65, 130, 128, True), ((1,), 20, 9, 5, True)]:
         q = rng.standard_normal((*lead, tq, d)).astype(np.float32)
         k = rng.standard_normal((*lead, tk, d)).astype(np.float32)
         v = rng.standard_normal((*lead, tk, d)).astype(np.float32)
         o_ref, _ = reference.attention(q, k, v, causal=causal)
-        for name in KERNELS:
+        for name in kernels:
             o, lse = forward(q, k, v, kernel=name, causal=causal)
             worst = max(worst, rel_err(o, o_ref))
     print(f"sanitize-small: all kernels ran; worst rel err {worst:.3g}")
@@ -346,16 +368,15 @@ def main(argv=None):
         sanitize_small()
         if not (args.check or args.variants or args.bench or args.unroll_sweep):
             return 0
-    chosen = [k for k in args.kernels.split(",") if k in KERNELS]
+    chosen = runnable([k for k in args.kernels.split(",") if k in KERNELS])
     with_torch = "torch" in args.kernels.split(",")
     out = results.output_dir(args)
     rng = np.random.default_rng(2026)
     record = {"env": env.record()}
     log(json.dumps(record["env"]))
 
-    def save():
-        (out / "gpu_forward.json").write_text(
-            json.dumps(results.validate(record, "gpu_forward"), indent=1))
+    def save_record():
+        save(out, record)
     cfgs = [dict(block_q=64, block_k=64, threads=256, tm=4),
             dict(block_q=128, block_k=64, threads=256, tm=8),
             dict(block_q=64, block_k=32, threads=128, tm=4),
@@ -370,10 +391,10 @@ def main(argv=None):
     if args.check:
         flash_cfgs = [cfgs[0], cfgs[6], cfgs[7]] if "flash" in chosen and not smoke else []
         ok = check(rng, record, flash_cfgs, chosen, smoke=smoke)
-        save()
+        save_record()
     if args.unroll_sweep:
         unroll_sweep(rng, record)
-        save()
+        save_record()
     best = {}
     if args.variants:
         rows = variants(rng, record, cfgs, [(4096, 64, False), (4096, 128, False)])
@@ -383,12 +404,12 @@ def main(argv=None):
                 best[d] = min(good, key=lambda r: r["ms"])["cfg"]
         record["best_cfg"] = {str(k): v for k, v in best.items()}
         log(f"best flash configs: {best}")
-        save()
+        save_record()
     if args.bench:
         ns = tuple(n for n in NS if n <= 4096) if args.quick else NS
         rows = bench(rng, record, best, ns=ns, out=out, kernels=chosen, with_torch=with_torch)
-        save()
-        plot(rows, out / "gpu_forward.png")
+        save_record()
+        plot(rows, out)
         table(rows)
         table(rows, n=8192)
     results.finish(args, out, ok)            # --record: into benchmarks/results/ if ok

@@ -440,9 +440,8 @@ def main(argv=None) -> int:
     if args.bench:
         bench(doc, ns=tuple(args.ns), ds=tuple(args.ds))
         log(f"bench done at {time.time() - t0:.0f} s")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "h200_hopper.json").write_text(json.dumps(doc, indent=1))
-    (out / "h200_hopper_log.txt").write_text("\n".join(LOG) + "\n")
+    results.write_json(out, "h200_hopper.json", doc)
+    results.write_output(out, "h200_hopper_log.txt", "\n".join(LOG) + "\n")
     results.finish(args, out, ok=ok)
     return 0 if ok else 1
 

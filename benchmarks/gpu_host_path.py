@@ -528,13 +528,12 @@ def main(argv=None):
                     f"{row['torch_flash'].get('host_us_passes')}")
         doc["summary"] = summary(doc)
         log("summary: " + json.dumps(doc["summary"]))
-    results.validate(doc, "host_path", stem)
-    (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+    results.write_json(out, f"{stem}.json", doc, "host_path")
     env = doc["environment"]
     head = (f"# {env.get('gpu')}, driver {env.get('driver')}, CUDA {env.get('cuda')}, numba-cuda "
             f"{env.get('numba_cuda')}, numpy {env.get('numpy')}, torch {env.get('torch')}, "
             f"Python {env.get('python')}, {env.get('date')}")
-    (out / f"{stem}_log.txt").write_text("\n".join([head] + LOG_LINES) + "\n")
+    results.write_output(out, f"{stem}_log.txt", "\n".join([head] + LOG_LINES) + "\n")
     results.finish(args, out, ok)
     return 0 if ok else 1
 

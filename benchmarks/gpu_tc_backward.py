@@ -371,7 +371,6 @@ def main(argv=None) -> int:
     out = results.output_dir(args)
     stem = "h200_tc_backward" if args.record else "gpu_tc_backward"
     res = {"environment": env.record(), "bh": BH}
-    path = out / f"{stem}.json"
     try:
         if args.check:
             run_checks(res, {}, quick=args.quick)
@@ -379,11 +378,10 @@ def main(argv=None) -> int:
             run_variants(res)
         if args.bench:
             run_bench(res, ns=args.ns or ((4096,) if args.quick else (4096, 8192)))
-    finally:
-        path.write_text(json.dumps(res, indent=1) + "\n")
-        log("wrote", path)
+    finally:                    # whatever was measured, even when a step raised
+        log("wrote", results.write_json(out, f"{stem}.json", res))
     ok = res.get("checks", {}).get("all_ok", True)
-    results.validate(json.loads(path.read_text()), "tc_backward", stem)
+    results.validate(json.loads(json.dumps(res)), "tc_backward", stem)
     results.finish(args, out, ok)
     return 0 if ok else 1
 

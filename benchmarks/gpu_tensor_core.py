@@ -523,7 +523,7 @@ def summarize(results):
                 log(f"  {name:22s} {fa} | {fb}")
 
 
-def plot(rows, path):
+def plot(rows, out):
     import matplotlib
     matplotlib.use("Agg")
     from flashcourse.plots.bench import tflops_grid
@@ -533,13 +533,13 @@ def plot(rows, path):
     fig, _ = tflops_grid(rows, CONTENDERS, DS, fmt, ncol=2, ms=4)
     fig.suptitle(f"Attention forward on tensor cores, B x H = {BH}\n(solid: this course, "
                  "dotted: PyTorch SDPA)")
-    fig.savefig(path, dpi=100)
+    results.save_figure(out, "h200_tensor_core.png", fig, dpi=100)
 
 
-def save(results, out: Path):
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "h200_tensor_core.json").write_text(json.dumps(results, indent=1))
-    (out / "h200_tensor_core_log.txt").write_text("\n".join(_log_lines) + "\n")
+def save(doc, out: Path):
+    """The run's document and log so far into the folder `out` (results.write_output)."""
+    results.write_json(out, "h200_tensor_core.json", doc)
+    results.write_output(out, "h200_tensor_core_log.txt", "\n".join(_log_lines) + "\n")
 
 
 # ----------------------------------------------------------------------------- small runs
@@ -659,7 +659,7 @@ def run_all(args, rng, results, out: Path) -> int:
         rows = bench(rng, results, best, ns=ns, out=out)
         summarize(results)
         save(results, out)
-        plot(rows, out / "h200_tensor_core.png")
+        plot(rows, out)
     log(f"results written under {out}")
     save(results, out)
     return 0 if ok else 1

@@ -76,14 +76,34 @@ def measure(small: bool) -> dict:
 
 
 def table(path) -> str:
-    """The runs of `path` (lines 'AB label {json}') side by side, one row per variant."""
+    """The runs of `path` (lines 'AB label {json}') side by side, one row per variant;
+    one line (SystemExit) naming --table and the file when it is missing, not a text
+    file (flashcourse.results.read_text) or holds a broken 'AB' line."""
+    try:
+        text = results.read_text(path)
+    except results.ResultsError as exc:
+        raise SystemExit(f"benchmarks/kernel_ab.py: --table: {exc}") from None
+    if text is None:
+        raise SystemExit(f"benchmarks/kernel_ab.py: --table {path}: no such file (expected "
+                         "the output of kernel_ab.py runs: lines 'AB label {json}')")
     runs = {}
-    for line in open(path):
+    for number, line in enumerate(text.splitlines(), 1):
         if line.startswith("AB "):
-            _, label, doc = line.split(" ", 2)
-            runs[label] = json.loads(doc)
+            label, _, doc = line[3:].partition(" ")
+            try:
+                times = json.loads(doc)
+            except ValueError as exc:       # json.JSONDecodeError: a cut or edited line
+                raise SystemExit(f"benchmarks/kernel_ab.py: --table {path}: line {number}: "
+                                 f"not 'AB label {{json}}' ({exc})") from None
+            if not (isinstance(times, dict) and all(
+                    isinstance(t, (int, float)) and not isinstance(t, bool)
+                    for t in times.values())):
+                raise SystemExit(f"benchmarks/kernel_ab.py: --table {path}: line {number}: "
+                                 "expected a JSON object of milliseconds per variant")
+            runs[label] = times
     if not runs:
-        raise SystemExit(f"{path}: no 'AB label {{...}}' lines")
+        raise SystemExit(f"benchmarks/kernel_ab.py: --table {path}: no 'AB label {{...}}' "
+                         "lines")
     variants = list(next(iter(runs.values())))
     rows = [f"{'variant':34s} " + " ".join(f"{label:>8s}" for label in runs)]
     for v in variants:

@@ -64,6 +64,17 @@ def _configs() -> dict:
 CONFIGS = _configs()
 
 
+def tuned_best(path, option: str = "--tuned-json") -> dict | None:
+    """The sweep's best configuration for d = D from the sweep JSON at `path` (None when
+    the file does not exist or has no best for D); one line naming `option` and the file
+    when it is not a sweep file (flashcourse.results.load)."""
+    try:
+        doc = results.load(path, "sweep")
+    except results.ResultsError as exc:
+        raise SystemExit(f"{option}: {exc}") from None
+    return None if doc is None else doc.get("best", {}).get(str(D))
+
+
 def add_tuned(configs: dict, tuned: dict | None) -> dict:
     """Add 'flash-N4096-tuned' (the sweep's best for d = 64) when it is given."""
     if tuned:
@@ -151,9 +162,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     results.check_outputs(args, __file__, outputs={"--manifest": args.manifest})
     configs = dict(CONFIGS)
-    if args.tuned_json and Path(args.tuned_json).exists():
-        best = json.loads(Path(args.tuned_json).read_text()).get("best", {}).get(str(D))
-        add_tuned(configs, best)
+    if args.tuned_json:
+        add_tuned(configs, tuned_best(args.tuned_json))
     if args.list:
         for name, cfg in configs.items():
             print(name, cfg, file=sys.stderr)
@@ -194,7 +204,8 @@ def main(argv=None):
                 end[1, 1](flag)
                 cuda.synchronize()
     if args.manifest:              # after the runs, whole: a reader never finds it half written
-        results.write_atomic(args.manifest, json.dumps(done, indent=1))
+        results.write_output(args.manifest.parent, args.manifest.name,
+                             json.dumps(done, indent=1), option="--manifest")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import shutil
@@ -173,6 +174,27 @@ def join(kernels, manifest, cache_control, l2_bytes, limits):
     return runs
 
 
+CSV_COLUMNS = ["name", "impl", "seq_len", "head_dim", "heads", "block_q", "block_k",
+               "threads", "tm", "cache_control", "n_kernels", "dram_bytes", "l2_bytes",
+               "time_ms", "model_bytes", "l2_aware_dram_bytes", "dram_ratio", "l2_ratio",
+               "l2_aware_ratio", "kv_bytes", "resident_blocks", "waves_per_head",
+               "status", "dram_reason", "l2_reason"]
+
+
+def write_outputs(out, raw: dict, doc: dict) -> None:
+    """ncu's raw CSV of each mode in `raw`, the study `doc` (JSON, validated) and its runs
+    as CSV, into the folder `out`, each through flashcourse.results.write_output."""
+    for mode, text in raw.items():
+        results.write_output(out, f"ncu_raw_{MODES[mode]}.csv", text)
+    results.write_json(out, "h200_ncu_traffic.json", doc, "ncu_traffic")
+    table = io.StringIO(newline="")
+    w = csv.DictWriter(table, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    for r in doc["runs"]:
+        w.writerow(r)
+    results.write_output(out, "h200_ncu_traffic.csv", table.getvalue())
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", default="", help="comma-separated names; default: all")
@@ -196,10 +218,8 @@ def main(argv=None):
     spec.loader.exec_module(ncu_target)
     configs = ncu_target.add_tuned(dict(ncu_target.CONFIGS), None)
     names = [n for n in args.configs.split(",") if n] or list(configs)
-    if args.tuned_json and Path(args.tuned_json).exists() and not args.configs:
-        best = json.loads(Path(args.tuned_json).read_text()).get("best", {})
-        if str(ncu_target.D) in best:
-            names.append("flash-N4096-tuned")
+    if args.tuned_json and not args.configs and ncu_target.tuned_best(args.tuned_json):
+        names.append("flash-N4096-tuned")
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -235,25 +255,12 @@ def main(argv=None):
                     failed += [{"name": n, "cache_control": mode, "status": "not run",
                                 "error": "the target did not finish (killed or crashed)"}
                                for n in part if n not in done]
-    for mode, text in raw.items():
-        (out / f"ncu_raw_{MODES[mode]}.csv").write_text(text)
     doc = {"schema": results.TRAFFIC_SCHEMA, "environment": environment, "limits": limits.to_dict(),
            "metrics": list(mt.NCU_METRICS),
            "ncu_flags": "--clock-control none --print-units base --csv; "
                         "--cache-control all (flush) and none",
            "dtype": "float32", "ncu_seconds": raw_seconds, "runs": runs, "failed": failed}
-    (out / "h200_ncu_traffic.json").write_text(
-        json.dumps(results.validate(doc, "ncu_traffic"), indent=1))
-    cols = ["name", "impl", "seq_len", "head_dim", "heads", "block_q", "block_k", "threads",
-            "tm", "cache_control", "n_kernels", "dram_bytes", "l2_bytes", "time_ms",
-            "model_bytes", "l2_aware_dram_bytes", "dram_ratio", "l2_ratio", "l2_aware_ratio",
-            "kv_bytes", "resident_blocks", "waves_per_head",
-            "status", "dram_reason", "l2_reason"]
-    with open(out / "h200_ncu_traffic.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        for r in runs:
-            w.writerow(r)
+    write_outputs(out, raw, doc)
     for f_ in failed:
         print(f"not measured: {f_['name']} ({f_['cache_control']}): {f_.get('error', '')}")
     results.finish(args, out, ok=bool(runs))    # --record: only when something was measured

@@ -30,7 +30,6 @@ a GPU, replaces the recorded files once the sweep is done): h200_tuning_sweep.js
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import time
 
@@ -107,11 +106,10 @@ def top_keys(rows, d, n, k):
 
 def save(out, doc, heatmap=False):
     """Write the sweep document (after every phase: a killed run keeps what it measured)."""
-    from flashcourse.results import validate
     from flashcourse.plots.tuning import plot_sweep_heatmaps
-    (out / "h200_tuning_sweep.json").write_text(json.dumps(validate(doc, "sweep"), indent=1))
+    results.write_json(out, "h200_tuning_sweep.json", doc, "sweep")
     if heatmap:
-        plot_sweep_heatmaps(doc, out / "h200_tuning_heatmap.png")
+        results.save_figure(out, "h200_tuning_heatmap.png", plot_sweep_heatmaps(doc), dpi=110)
 
 
 def main(argv=None):

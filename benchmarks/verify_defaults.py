@@ -67,8 +67,7 @@ def main(argv=None):
                "tflops_untuned": tflops(flops, ms_untuned)}
         report["rows"].append(row)
         print(json.dumps(row), flush=True)
-    path = out / "h200_verify_defaults.json"
-    path.write_text(json.dumps(results.validate(report, "verify_defaults"), indent=1))
+    path = results.write_json(out, "h200_verify_defaults.json", report, "verify_defaults")
     print("wrote", path)
     results.finish(args, out)                # --record: now into benchmarks/results/
 

@@ -3,17 +3,24 @@
 `benchmarks/results/` holds measurements made on a GPU (an H200) that the notebooks
 plot for learners without one. Each kind of results file has one JSON Schema in
 `flashcourse/schemas/<kind>.json` (`RESULT_KINDS` maps file names to kinds), checked
-with the `jsonschema` package. A file that does not parse or does not match its schema
-raises `ResultsError` naming the file and what is wrong; "no record" (no file, another
-GPU, another head dimension) is None.
+with the `jsonschema` package. Every recorded file is read through `read_file` (text:
+`read_text`, JSON: `load_json`, validated: `load`), which checks it is a regular file
+before opening it (a FIFO never blocks). A file that is not a regular file, not UTF-8,
+not JSON (NaN and Infinity included) or does not match its schema raises `ResultsError`
+naming the file and what is wrong; "no record" (no file, another GPU, another head
+dimension) is None.
 
 The benchmark scripts share the rules for writing (`add_output_arguments`,
-`check_outputs`, `require_gpu`, `output_dir`, `finish`; the rules are listed above
-`check_outputs`): without a GPU they stop with an error unless asked for a
+`check_outputs`, `require_gpu`, `output_dir`, `write_output`, `finish`; the rules are
+listed above `check_outputs`): without a GPU they stop with an error unless asked for a
 `--simulator-smoke` run; they write to the untracked `benchmarks/out/` unless given
 `--out`; no output option may name a path inside `benchmarks/results/` without
-`--record`; and `--record` (on a GPU; for the CPU benchmark, its full default run)
-replaces recorded files only once the run has succeeded.
+`--record`; every file is written by one writer (`write_output` and its siblings
+`append_output`, `save_figure`, `write_json`), which takes a folder and a file name
+(names, tags included, are not paths), resolves the real path and refuses a folder
+inside `benchmarks/results/` or a link planted at the file; and `--record` (on a GPU;
+for the CPU benchmark, its full default run) replaces recorded files only once the run
+has succeeded.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import stat
 from functools import lru_cache
 from pathlib import Path
 
@@ -132,18 +140,79 @@ def validate(doc, kind: str, source: str = "results document") -> dict:
     return doc
 
 
+def read_file(path) -> bytes | None:
+    """The bytes of the recorded file at `path`, or None when there is none (a broken
+    symbolic link is an error, not "none"). ResultsError naming the file when it is not a
+    regular file: a folder, a FIFO, a socket or a device (checked with os.stat before
+    opening and again on the open descriptor, so a FIFO never blocks), or unreadable."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISREG(mode):
+            # O_NONBLOCK: should the path become a FIFO after the stat, open does not wait
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as f:
+                mode = os.fstat(f.fileno()).st_mode
+                data = f.read() if stat.S_ISREG(mode) else b""
+    except FileNotFoundError:
+        if not path.is_symlink():
+            return None
+        raise ResultsError(f"{path}: a broken symbolic link (to {os.readlink(path)}), not "
+                           "a results file") from None
+    except OSError as exc:                  # a link loop, permission denied, ...
+        raise ResultsError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(mode):
+        raise ResultsError(f"{path}: is a folder, not a results file")
+    if not stat.S_ISREG(mode):
+        raise ResultsError(f"{path}: not a regular file (a FIFO, socket or device), not a "
+                           "results file")
+    return data
+
+
+def read_text(path) -> str | None:
+    """The text of the recorded file at `path` (UTF-8; a text log, a CSV), or None when
+    there is none. ResultsError naming the file as `read_file`, or when it is not UTF-8
+    text (a binary file)."""
+    data = read_file(path)
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{path}: not UTF-8 text (a binary file?): byte {exc.start} "
+                           f"is {data[exc.start]:#04x}") from None
+
+
+def _not_json(name):
+    raise ValueError(f"{name} is not a JSON value (Python's json module writes it for a "
+                     "float that is not finite; a results file must not hold one)")
+
+
+def load_json(path):
+    """The JSON document at `path` (not validated), or None when there is no file.
+    ResultsError naming the file as `read_text`, or when it is not JSON: NaN, Infinity
+    and -Infinity (which Python's json module accepts) are refused."""
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        return json.loads(text, parse_constant=_not_json)
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: not valid JSON ({exc})") from None
+    except ValueError as exc:               # _not_json: a NaN or Infinity literal
+        raise ResultsError(f"{path}: not valid JSON: {exc}") from None
+    except RecursionError:                  # arrays nested thousands deep
+        raise ResultsError(f"{path}: not a results file: nested too deeply") from None
+
+
 def load(path, kind: str | None = None) -> dict | None:
     """The validated document at `path`, or None when the file does not exist.
-    ResultsError when it is not JSON or does not match its schema."""
-    path = Path(path)
-    if not path.exists():
+    ResultsError naming the file when it is not a regular file, not UTF-8, not JSON
+    (NaN included) or does not match its schema (`load_json`)."""
+    doc = load_json(path)
+    if doc is None:
         return None
-    kind = kind_of(path) if kind is None else kind
-    try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path}: not valid JSON ({exc})") from exc
-    return validate(doc, kind, str(path))
+    return validate(doc, kind_of(path) if kind is None else kind, str(path))
 
 
 def load_sweep(path=None) -> dict | None:
@@ -283,11 +352,26 @@ def recorded_regs(head_dim, block_q, block_k, threads, tm, doc=None):
 #    writes into a fresh staging folder under benchmarks/out/, and `finish` moves its
 #    files into benchmarks/results/ (each replaced atomically) only when the run has
 #    succeeded. A crash or a failed check leaves the recorded files as they were.
-# `check_outputs` (rules 1 and 2) runs right after a script parses its arguments,
-# before anything runs; `output_dir` and `finish` carry out rule 3.
+# 4. One writer: every file a script writes goes through `write_output` (or
+#    `append_output` for a log, `save_figure` for a picture, `write_json`), given the
+#    output folder and a file *name*. It resolves the real path and refuses (OutputError,
+#    one line) a name that is a path (empty, '/', '\', '..', NUL, a control character),
+#    a folder that resolves inside benchmarks/results/ (benchmarks/out itself a link
+#    there), and a symbolic link or anything but a regular file at the file itself (a
+#    planted link could replace a recorded file); it writes through a temporary file and
+#    a rename, which replaces a directory entry and never follows a link. Options that
+#    become part of file names (a --tag) are names too. Only `finish` (rule 3) writes into
+#    benchmarks/results/.
+# `check_outputs` (rules 1, 2 and the names of rule 4) runs right after a script parses
+# its arguments, before anything runs; `output_dir` and `finish` carry out rule 3.
 
 class MissingGPUError(SystemExit):
     """A GPU benchmark started where there is no GPU (exits with status 1)."""
+
+
+class OutputError(SystemExit):
+    """An output refused by the rules above: the message names the option or file and
+    why (a script stops with that one line, status 1)."""
 
 
 def benchmark_parser(doc: str, *flags: str):
@@ -338,33 +422,85 @@ def require_gpu(script: str, simulator_smoke: bool = False, smoke_option: bool =
         f"one{hint}.")
 
 
+def real_path(path) -> Path:
+    """`path` with every symbolic link and '..' resolved (it need not exist); OutputError
+    naming it for a link loop."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError) as exc:  # a link loop: RuntimeError up to Python 3.12
+        raise OutputError(f"{path}: cannot resolve it ({exc})") from None
+
+
 def inside_recorded(path, recorded_dirs=None) -> bool:
     """True when `path` (a file or folder, existing or not) resolves to benchmarks/results/
     or anything inside it, symlinks and '..' followed. `recorded_dirs`: the folders to
-    protect (default: RECORDED_DIR)."""
-    target = Path(path).resolve()
+    protect (default: RECORDED_DIR); the `benchmarks/results` folder of any checkout (a
+    folder `results` in a folder `benchmarks`) is protected too."""
+    target = real_path(path)
     for folder in recorded_dirs or (RECORDED_DIR,):
-        folder = Path(folder).resolve()
+        folder = real_path(folder)
         if target == folder or folder in target.parents:
             return True
-    return False
+    return any(p.name == "results" and p.parent.name == "benchmarks"
+               for p in (target, *target.parents))
+
+
+def name_problem(name, what: str = "file name") -> str | None:
+    """What is wrong with `name` as a file name (or a part of one, such as a --tag), or
+    None: names are not paths. `what`: how the message names it (an option)."""
+    if not isinstance(name, str) or not name:
+        why = "it is empty" if isinstance(name, str) else f"a {type(name).__name__}, not a str"
+    elif "/" in name or "\\" in name:
+        why = "it holds a '/' or '\\'"
+    elif ".." in name or name == ".":
+        why = "it holds '..'" if ".." in name else "it is '.'"
+    elif any(ord(c) < 32 for c in name):
+        why = "it holds a NUL or another control character"
+    else:
+        return None
+    return f"{what} {name!r}: expected a plain file name, not a path: {why}"
+
+
+def check_name(name, what: str = "file name") -> str:
+    """`name` when it is a plain file name (`name_problem`); else OutputError naming `what`."""
+    problem = name_problem(name, what)
+    if problem:
+        raise OutputError(problem)
+    return name
 
 
 def output_problem(args, gpu: bool = True, outputs: dict | None = None,
-                   conflicts: dict | None = None, script_file=None) -> str | None:
-    """What is wrong with a run's output options (rules 1 and 2 above), or None.
+                   conflicts: dict | None = None, script_file=None,
+                   names: dict | None = None) -> str | None:
+    """What is wrong with a run's output options (rules 1, 2 and 4 above), or None.
 
     args: the parsed arguments (its `out`, `record`, `simulator_smoke` when the script
-    has them); gpu: a GPU script; outputs: {option: path} of other paths the run writes
-    (e.g. {"--manifest": args.manifest}); conflicts: {option: reason} of options that
-    are set and make the run other than the full one that --record needs;
-    script_file: the script's own path (its checkout's benchmarks/results/ is protected
-    too, and --record needs the package of that checkout)."""
+    has them); gpu: a GPU script; outputs: {option: path} of other files the run writes
+    (e.g. {"--manifest": args.manifest}: never a symbolic link, never named '..');
+    conflicts: {option: reason} of options that are set and make the run other than the
+    full one that --record needs; script_file: the script's own path (its checkout's
+    benchmarks/results/ is protected too, and --record needs the package of that
+    checkout); names: {option: value} of options that become part of file names (a
+    --tag: a plain name, `name_problem`; None: not given)."""
     has_record = hasattr(args, "record")
     record = bool(getattr(args, "record", False))
     protected = [RECORDED_DIR]
     if script_file is not None:
         protected.append(Path(script_file).resolve().parent / "results")
+    for option, value in (names or {}).items():
+        if value is not None and name_problem(value, option):
+            return name_problem(value, option)
+    for option, path in (outputs or {}).items():
+        if path is not None and Path(path).is_symlink():
+            return (f"{option} {path} is a symbolic link (to {os.readlink(path)}): a "
+                    f"benchmark never writes through a link; remove it or choose another "
+                    f"{option}")
+        if path is not None and Path(path).name in ("", ".", ".."):
+            return f"{option} {path}: expected a file path that ends in a file name"
+    if hasattr(args, "out") and args.out is None and inside_recorded(OUT_DIR, protected):
+        return (f"the default output folder {OUT_DIR} resolves to {real_path(OUT_DIR)}, "
+                "inside benchmarks/results/ (is it a symbolic link?): remove the link, or "
+                "choose another folder with --out")
     paths = {"--out": getattr(args, "out", None), **(outputs or {})}
     if record:
         if gpu and getattr(args, "simulator_smoke", False):
@@ -399,13 +535,14 @@ def output_problem(args, gpu: bool = True, outputs: dict | None = None,
 
 
 def check_outputs(args, script_file, gpu: bool = True, outputs: dict | None = None,
-                  conflicts: dict | None = None) -> None:
-    """The one check of a benchmark's output options (rules 1 and 2 above): every
+                  conflicts: dict | None = None, names: dict | None = None) -> None:
+    """The one check of a benchmark's output options (rules 1, 2 and 4 above): every
     script calls it with its own `__file__` right after parsing its arguments, before
-    anything runs or is written. Stops (status 1) with a message naming the option."""
-    problem = output_problem(args, gpu, outputs, conflicts, script_file)
+    anything runs or is written. Stops (OutputError, status 1) with a message naming the
+    option. The arguments are those of `output_problem`."""
+    problem = output_problem(args, gpu, outputs, conflicts, script_file, names)
     if problem:
-        raise SystemExit(f"benchmarks/{Path(script_file).name}: {problem}")
+        raise OutputError(f"benchmarks/{Path(script_file).name}: {problem}")
 
 
 def output_dir(args) -> Path:
@@ -417,19 +554,25 @@ def output_dir(args) -> Path:
     first; this is the second line of defence)."""
     problem = output_problem(args, gpu=hasattr(args, "simulator_smoke"))
     if problem:
-        raise SystemExit(problem)
-    if args.record:
-        import tempfile
-        OUT_DIR.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix="record-", dir=OUT_DIR))
-    out = OUT_DIR if args.out is None else Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+        raise OutputError(problem)
+    out = OUT_DIR if args.out is None or args.record else Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if args.record:
+            import tempfile
+            return Path(tempfile.mkdtemp(prefix="record-", dir=OUT_DIR))
+    except (FileExistsError, NotADirectoryError) as exc:    # a file, or a broken link
+        raise OutputError(f"{'--out ' if args.out is not None else ''}{out}: cannot be "
+                          f"the output folder ({exc.strerror}): it is a file or a broken "
+                          "link") from None
     return out
 
 
 def write_atomic(path, data) -> Path:
     """Write `data` (str or bytes) to `path` through a temporary file in the same folder
-    and a rename, so that a reader (or a crash) never finds it half written."""
+    and a rename, so that a reader (or a crash) never finds it half written. The rename
+    replaces whatever entry `path` is (a link too) and never writes through it. No checks:
+    a script writes through `write_output`; only `finish` calls this directly."""
     import tempfile
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -441,6 +584,78 @@ def write_atomic(path, data) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def output_file(out_dir, name, option: str | None = None) -> Path:
+    """The real path at which the file `name` is written in the folder `out_dir` (rule 4
+    above); OutputError naming `option` (or the file) and why, when `name` is not a plain
+    file name, `out_dir` resolves inside benchmarks/results/ or is not a folder, or the
+    file is a symbolic link or not a regular file."""
+    shown = Path(out_dir) / name if isinstance(name, str) else Path(out_dir)
+    where = f"{option} {shown}" if option else str(shown)
+    check_name(name, f"{option}: file name" if option else "file name")
+    folder = real_path(out_dir)
+    if inside_recorded(folder):
+        raise OutputError(f"{where}: its folder resolves to {folder}, inside "
+                          "benchmarks/results/ (a symbolic link?); only --record's last "
+                          "step writes there: choose another folder")
+    if not folder.is_dir():
+        raise OutputError(f"{where}: the folder {folder} does not exist or is not a folder")
+    target = folder / name
+    if target.is_symlink():
+        raise OutputError(f"{where} is a symbolic link (to {os.readlink(target)}): a "
+                          "benchmark never writes through a link (it could replace what the "
+                          "link points to, e.g. a recorded result): remove the link")
+    if target.exists() and not target.is_file():
+        raise OutputError(f"{where} exists and is not a regular file (a folder, a FIFO, ...): "
+                          "remove it or choose another folder")
+    return target
+
+
+def write_output(out_dir, name, data, option: str | None = None) -> Path:
+    """Write `data` (str or bytes) as the file `name` of the folder `out_dir`, checked by
+    `output_file` and written by `write_atomic` (never through a link); its real path.
+    Every benchmark output goes through here (or `append_output`, `save_figure`,
+    `write_json`). `option`: the option that chose the path, for messages."""
+    return write_atomic(output_file(out_dir, name, option), data)
+
+
+def write_json(out_dir, name, doc, kind: str | None = None,
+               option: str | None = None) -> Path:
+    """`doc` as indented JSON into `out_dir`/`name` (`write_output`), validated first
+    against the schema of `kind` when given (`validate`)."""
+    if kind is not None:
+        validate(doc, kind, name)
+    return write_output(out_dir, name, json.dumps(doc, indent=1) + "\n", option)
+
+
+def append_output(out_dir, name, text: str, option: str | None = None) -> Path:
+    """Append `text` to the file `name` of `out_dir` (a log written as a run goes),
+    checked by `output_file`; opened with O_NOFOLLOW, so a link planted after the check
+    is refused too, never written through."""
+    target = output_file(out_dir, name, option)
+    flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+             | getattr(os, "O_NONBLOCK", 0))   # a FIFO planted since the check: no wait
+    try:
+        fd = os.open(target, flags, 0o644)
+    except OSError as exc:                  # ELOOP (a link) or ENXIO (a FIFO) since the check
+        raise OutputError(f"{target}: cannot append to it ({exc.strerror}); a benchmark "
+                          "writes only regular files") from None
+    with os.fdopen(fd, "ab") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OutputError(f"{target}: not a regular file; a benchmark writes only "
+                              "regular files")
+        f.write(text.encode())
+    return target
+
+
+def save_figure(out_dir, name, fig, option: str | None = None, **savefig_kw) -> Path:
+    """Draw the matplotlib figure `fig` into memory (its format from the suffix of `name`)
+    and write it with `write_output`: a benchmark never calls `fig.savefig(path)`."""
+    import io
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(str(name)).suffix.lstrip(".") or "png", **savefig_kw)
+    return write_output(out_dir, name, buf.getvalue(), option)
 
 
 def finish(args, out: Path, ok: bool = True) -> list:
@@ -460,7 +675,7 @@ def finish(args, out: Path, ok: bool = True) -> list:
         return []
     import shutil
     recorded = []
-    for src in sorted(p for p in out.iterdir() if p.is_file()):
+    for src in sorted(p for p in out.iterdir() if p.is_file() and not p.is_symlink()):
         recorded.append(write_atomic(RECORDED_DIR / src.name, src.read_bytes()))
         print(f"recorded {recorded[-1]}", flush=True)
     shutil.rmtree(out)

@@ -7,6 +7,7 @@ asked for --simulator-smoke), and no run writes into benchmarks/results/ without
 
 import hashlib
 import importlib.util
+import os
 from argparse import ArgumentParser
 from pathlib import Path
 
@@ -113,6 +114,85 @@ def test_record_writes_the_recorded_files_only_when_the_run_succeeded(tmp_path, 
         results.finish(args, recorded)
     plain = _args(["--out", str(tmp_path / "mine")], gpu=False)
     assert results.finish(plain, results.output_dir(plain)) == []
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "../x", "a\\b", "a\0b", "x..y",
+                                  "a\nb", 7])
+def test_output_names_are_names_not_paths(name, tmp_path):
+    with pytest.raises(SystemExit, match="expected a plain file name, not a path"):
+        results.write_output(tmp_path, name, "x")
+    assert results.name_problem(name, "--tag").startswith("--tag ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_output_refuses_links_and_odd_files_and_replaces_regular_ones(tmp_path):
+    (tmp_path / "kept.json").write_text("recorded")
+    (tmp_path / "link.json").symlink_to(tmp_path / "kept.json")
+    (tmp_path / "folder.json").mkdir()
+    os.mkfifo(tmp_path / "fifo.json")
+    for name, match in (("link.json", "is a symbolic link"),
+                        ("folder.json", "not a regular file"),
+                        ("fifo.json", "not a regular file")):
+        with pytest.raises(SystemExit, match=f"--out {tmp_path / name}.* {match}"):
+            results.write_output(tmp_path, name, "new", option="--out")
+    assert (tmp_path / "kept.json").read_text() == "recorded"
+    assert results.write_output(tmp_path, "kept.json", b"new") == tmp_path / "kept.json"
+    assert (tmp_path / "kept.json").read_text() == "new"
+    with pytest.raises(SystemExit, match="does not exist or is not a folder"):
+        results.write_output(tmp_path / "missing", "a.json", "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "fifo.json", "folder.json", "kept.json", "link.json"]       # no temporary left
+
+
+def test_the_writer_refuses_any_checkouts_recorded_folder(tmp_path):
+    other = tmp_path / "other" / "benchmarks" / "results"
+    other.mkdir(parents=True)
+    (tmp_path / "out").symlink_to(other, target_is_directory=True)
+    for folder in (other, tmp_path / "out", other / ".." / "results"):
+        with pytest.raises(SystemExit, match="inside benchmarks/results/"):
+            results.write_output(folder, "a.json", "x")
+    assert list(other.iterdir()) == []
+
+
+def test_append_output_never_follows_a_link_planted_after_the_check(tmp_path, monkeypatch):
+    results.write_output(tmp_path, "log.txt", "")
+    results.append_output(tmp_path, "log.txt", "one\n")
+    results.append_output(tmp_path, "log.txt", "two\n")
+    assert (tmp_path / "log.txt").read_text() == "one\ntwo\n"
+    (tmp_path / "kept.txt").write_text("recorded")
+    (tmp_path / "late.txt").symlink_to(tmp_path / "kept.txt")
+    monkeypatch.setattr(results, "output_file", lambda out, name, option=None: out / name)
+    with pytest.raises(SystemExit, match="late.txt: cannot append to it"):
+        results.append_output(tmp_path, "late.txt", "three\n")
+    assert (tmp_path / "kept.txt").read_text() == "recorded"
+
+
+def test_save_figure_and_write_json_go_through_the_writer(tmp_path):
+    import matplotlib.pyplot as plt
+    fig = plt.figure(figsize=(1, 1))
+    path = results.save_figure(tmp_path, "f.png", fig, dpi=20)
+    plt.close(fig)
+    assert path.read_bytes().startswith(b"\x89PNG")
+    (tmp_path / "g.png").symlink_to(path)
+    with pytest.raises(SystemExit, match="g.png is a symbolic link"):
+        results.save_figure(tmp_path, "g.png", fig)
+    with pytest.raises(results.ResultsError, match="verify_defaults"):
+        results.write_json(tmp_path, "v.json", {}, "verify_defaults")
+    assert not (tmp_path / "v.json").exists()
+
+
+def test_finish_records_no_link_of_the_staging_folder(tmp_path, monkeypatch):
+    recorded, out_dir = tmp_path / "results", tmp_path / "out"
+    recorded.mkdir()
+    (tmp_path / "secret").write_text("not a result")
+    monkeypatch.setattr(results, "RECORDED_DIR", recorded)
+    monkeypatch.setattr(results, "OUT_DIR", out_dir)
+    args = _args(["--record"], gpu=False)
+    staging = results.output_dir(args)
+    results.write_output(staging, "a.json", "new")
+    (staging / "b.json").symlink_to(tmp_path / "secret")
+    assert results.finish(args, staging) == [recorded / "a.json"]
+    assert sorted(p.name for p in recorded.iterdir()) == ["a.json"]
 
 
 def test_benchmarks_out_is_ignored_by_git():

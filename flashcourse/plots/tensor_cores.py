@@ -21,12 +21,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 
 from ..cuda import mma
 from ..gpus import get_gpu
+from ..results import read_text
 from .style import FULL_WIDTH_IN, legend_under_panels
 from .style import MIN_FONT_PT as FONT
 from .style import plt as _plt
@@ -381,11 +381,12 @@ def ncu_summary(path, n: int = 4096, d: int = 128, bh: int = 32) -> dict | None:
     """The numbers notebook 10 reads from a recorded Nsight Compute text report of the
     3xTF32 forward (results/h200_tf32_ncu_d*_log.txt; None if the file is missing):
     warp instructions, issue-slot use, the busiest pipe, registers, and the mma count
-    of the run's shape (S = Q K^T and P V, three m16n8k8 tf32 mma of 2048 FLOPs each)."""
-    path = Path(path)
-    if not path.exists():
+    of the run's shape (S = Q K^T and P V, three m16n8k8 tf32 mma of 2048 FLOPs each).
+    A file that is not a text file (a folder, a FIFO, binary) raises ResultsError naming it
+    (flashcourse.results.read_text)."""
+    text = read_text(path)
+    if text is None:
         return None
-    text = path.read_text()
 
     def num(label):
         m = re.search(rf"{label}\s+\S+\s+([\d,.]+)", text)
