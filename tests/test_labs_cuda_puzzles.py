@@ -1,12 +1,18 @@
 """Lab 05 (CUDA puzzles): every solution passes, every stub says "not implemented", each
 typical mistake (an edit of the solution) gets its own hint, valid variants pass, and the
-access trace counts what it claims. Runs on Numba's CUDA simulator (tiny launches)."""
+access trace counts what it claims. Runs on Numba's CUDA simulator (tiny launches).
 
+The hidden-mutant discipline: every mistake a checker was fooled by, or named wrongly, stays
+here as a mutant of the solution (`MISTAKES`) with the hint meant for it, and every unusual
+correct solution found stays in `VARIANTS`, which must pass."""
+
+import numpy as np
 import pytest
+from numba import cuda
 
 from flashcourse.labs import cuda_puzzles as L
 from flashcourse.labs._harness import HINT_COMPILE, HINT_NOT_KERNEL
-from labtools import (assert_hint, assert_stubs_not_implemented, functions_of,
+from labtools import (assert_hint, assert_stubs_not_implemented, cells_of, functions_of,
                       hint_leaks_test, lab_fixture, lab_path, mutate)
 
 LAB = lab_path("lab05_cuda_puzzles")
@@ -65,6 +71,11 @@ MISTAKES = {
         ("out[i] = sh[t] + sh[t + 1]", "out[i] = sh[t] + (a[i + 1] if i + 1 < n else F0)",
          L.HINT_HALO_GLOBAL),
         ("sh[t] = a[i] if i < n else F0", "sh[t] = a[i]", L.HINT_EDGE),
+        # a barrier inside the guard: the ragged block's idle threads never reach it
+        ("    cuda.syncthreads()\n    if i < n:\n        out[i] = sh[t] + sh[t + 1]",
+         "    if i < n:\n        cuda.syncthreads()\n        out[i] = sh[t] + sh[t + 1]",
+         L.HINT_DIVERGENT_BARRIER),
+        ("sh[t] = a[i] if i < n else F0", "sh[t] = a[i] if i < n else 0.0", L.HINT_FLOAT64),
     ],
     "block_reduce": [
         ("        cuda.syncthreads()\n        stride //= 2", "        stride //= 2", L.HINT_SYNC),
@@ -73,6 +84,9 @@ MISTAKES = {
         ("    if t == 0:\n        out_sum", "    if t < 2:\n        out_sum", L.HINT_ONE_WRITER),
         ("    if i < n:\n        s_sum[t] = a[i]", "    if True:\n        s_sum[t] = a[i]",
          L.HINT_EDGE),
+        ("            s_max[t] = max(s_max[t], s_max[t + stride])\n        cuda.syncthreads()",
+         "            s_max[t] = max(s_max[t], s_max[t + stride])\n            cuda.syncthreads()",
+         L.HINT_DIVERGENT_BARRIER),
     ],
     "butterfly": [
         ("        offset //= 2\n    out_sum", "        offset = 0\n    out_sum", L.HINT_FLY_STEPS),
@@ -83,6 +97,11 @@ MISTAKES = {
          "        m += shfl_xor(m, offset, scratch, lane)", L.HINT_FLY_OP),
         ("    s = x[i]\n    m = s", "    s = x[i]\n    m = x[i]\n    s = x[i]",
          L.HINT_FLY_GLOBAL),
+        ("        s += shfl_xor(s, offset, scratch, lane)\n"
+         "        m = max(m, shfl_xor(m, offset, scratch, lane))",
+         "        if lane % GROUP5 < GROUP5 // 2:\n"
+         "            s += shfl_xor(s, offset, scratch, lane)\n"
+         "            m = max(m, shfl_xor(m, offset, scratch, lane))", L.HINT_SHFL_DIVERGENT),
     ],
     "matmul_tiled": [
         ("            acc += As[ty, kk] * Bs[kk, tx]\n        cuda.syncthreads()",
@@ -139,6 +158,7 @@ MISTAKES = {
          "    for k0 in range(0, tk, BC11):\n", L.HINT_SYNC),
         ("s += qr[x] * ks[c, x]", "s += qr[x] * (k[k0 + c, x] if x < d else F0)",
          L.HINT_FLASH_GLOBAL),
+        ("alpha = math.exp(m - m_new)", "alpha = math.exp(m - m_new) * 1.0", L.HINT_FLOAT64),
     ],
 }
 
@@ -156,13 +176,66 @@ def test_mistake_gets_its_hint(name, old, new, hint):
     assert_hint(check(name), mutate(LAB, name, old, new), hint[0])
 
 
+class _NumpyAnswer:
+    """Launchable-looking (kernel[grid, block](...)) but no kernel: numpy writes the answer
+    into the output array in one go."""
+
+    def __getitem__(self, launch):
+        def run(q, k, v, o, tq, tk, d, scale):
+            q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+            s = q @ k.T * scale
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            o[:] = p @ v / p.sum(axis=1, keepdims=True)
+        return run
+
+
+def test_an_object_that_is_not_a_numba_kernel_is_refused(capsys):
+    assert_hint(check("flash_block"), _NumpyAnswer(), L.HINT_NOT_NUMBA[0])
+    L.puzzle("flash_block").show(_NumpyAnswer())
+    assert "@cuda.jit" in capsys.readouterr().out
+
+
+def test_a_kernel_that_reads_no_input_fails_the_read_check():
+    """A real kernel that copies the answer from an array outside its arguments: an empty
+    trace is within every read budget, so the checker asks for the reads themselves.
+    (`cuda` is a module-level name: the simulator swaps it in the kernel's globals.)"""
+    P = L.puzzle("butterfly")
+    want = P.spec({"x": np.asarray(P.cases[0].arrays["x"], np.float64)}, {})
+    answer_sum = np.float32(want["out_sum"])
+    answer_max = np.float32(want["out_max"])
+
+    @cuda.jit
+    def butterfly(x, out_sum, out_max):
+        i = cuda.blockIdx.x * 32 + cuda.threadIdx.x
+        out_sum[i] = answer_sum[i]
+        out_max[i] = answer_max[i]
+
+    assert_hint(P.check, butterfly, L.HINT_EMPTY_TRACE[0])
+
+
+def test_right_values_hints_fire_only_on_right_values():
+    """A "Right values, but" hint is a rule's (checked only when the values are right),
+    never a replayed mistake's or a first diagnosis's, which name wrong values."""
+    right = [h for h in L.ALL_HINTS if h[0].startswith("Right values")]
+    assert len(right) >= 8
+    for P in L.PUZZLES.values():
+        assert all(not h[0].startswith("Right values") for _, h in P.mistakes + P.first)
+        assert all(r.needs_right_values == r.hint[0].startswith("Right values")
+                   for r in P.rules)
+
+
 #: valid variants, each a list of edits: other index arithmetic, conversions, other orders
 VARIANTS = {
     "grid(1)": ("map_guard", [("i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x",
                                "i = cuda.grid(1)")]),
     "early return": ("map_guard", [
         ("    if i < n:\n        out[i] = float32(2) * a[i] + float32(1)",
-         "    if i >= n:\n        return\n    out[i] = a[i] + a[i] + 1.0")]),
+         "    if i >= n:\n        return\n    out[i] = a[i] + a[i] + float32(1.0)")]),
+    "np.float32 constants, guard n > i": ("map_guard", [
+        ("if i < n:", "if n > i:"),
+        ("float32(2) * a[i] + float32(1)", "np.float32(2.0) * a[i] + np.float32(1.0)")]),
+    "row views": ("broadcast_2d", [("out[r, c] = a[r, c] * b[c]",
+                                    "row = a[r]\n        out[r][c] = row[c] * b[c]")]),
     "grid(2)": ("broadcast_2d", [
         ("    c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x\n"
          "    r = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y",
@@ -184,8 +257,11 @@ VARIANTS = {
 @pytest.mark.parametrize("key", list(VARIANTS))
 def test_valid_variant_passes(key):
     name, edits = VARIANTS[key]
+    for old, _ in edits:
+        assert any(old in src for src in cells_of(LAB)), (key, old)
     fn = functions_of(LAB, replace=edits)[name]
-    assert check(name)(fn, verbose=False).passed, key
+    result = check(name)(fn, verbose=False)
+    assert result.passed, (key, result.detail, result.hint[:80])
 
 
 def test_trace_counts_conflicts_and_sectors(lab):
@@ -205,6 +281,20 @@ def test_show_prints_counts_and_expected_totals(lab, capsys):
     out = capsys.readouterr().out
     assert "expected:" in out and "all as expected" in out and "thread 31" in out
     assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_views_keep_their_offsets_and_barriers_are_recorded(lab):
+    """An element read through a row view (out[r][c]) is recorded at its offset in the whole
+    array; every thread's barriers are listed, in order."""
+    P = L.puzzle("broadcast_2d")
+    rows = functions_of(LAB, replace=[("out[r, c] = a[r, c] * b[c]",
+                                       "out[r][c] = a[r][c] * b[c]")])["broadcast_2d"]
+    case = P.cases[0]
+    assert L.launch(rows, case).trace.written_by("out") == \
+        L.launch(lab["broadcast_2d"], case).trace.written_by("out")
+    trace = L.launch(lab["block_reduce"], L.puzzle("block_reduce").cases[1]).trace
+    assert trace.divergent_barriers() == ("", "")
+    assert {len(b) for b in trace.barriers.values()} == {7}          # one load + 6 steps
 
 
 test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)

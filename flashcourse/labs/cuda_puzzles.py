@@ -32,8 +32,10 @@ import math
 
 import numpy as np
 
-from .cuda_puzzle_rules import (HINT_EDGE, HINT_SYNC, HINT_TWICE, Outcome,  # noqa: F401
-                                Puzzle, PuzzleCase, Rule, _cdiv, _rng, coalesced, launch,
+from .cuda_puzzle_rules import (HINT_DIVERGENT_BARRIER, HINT_EDGE,  # noqa: F401
+                                HINT_EMPTY_TRACE, HINT_FLOAT64, HINT_NOT_NUMBA,
+                                HINT_SHFL_DIVERGENT, HINT_SYNC, HINT_TWICE, Outcome, Puzzle,
+                                PuzzleCase, Rule, _cdiv, _rng, coalesced, launch,
                                 no_bank_conflicts, no_races, reads_at_most,
                                 shared_reads_at_most, written_once, x_walks_rows)
 
