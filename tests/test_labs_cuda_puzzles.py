@@ -75,6 +75,9 @@ MISTAKES = {
         ("    cuda.syncthreads()\n    if i < n:\n        out[i] = sh[t] + sh[t + 1]",
          "    if i < n:\n        cuda.syncthreads()\n        out[i] = sh[t] + sh[t + 1]",
          L.HINT_DIVERGENT_BARRIER),
+        # the halo never loaded and no barrier either: the unloaded element is named first
+        ("        sh[TPB3] = a[i + 1] if i + 1 < n else F0\n    cuda.syncthreads()",
+         "        pass", L.HINT_HALO),
         ("sh[t] = a[i] if i < n else F0", "sh[t] = a[i] if i < n else 0.0", L.HINT_FLOAT64),
     ],
     "block_reduce": [
@@ -87,6 +90,10 @@ MISTAKES = {
         ("            s_max[t] = max(s_max[t], s_max[t + stride])\n        cuda.syncthreads()",
          "            s_max[t] = max(s_max[t], s_max[t + stride])\n            cuda.syncthreads()",
          L.HINT_DIVERGENT_BARRIER),
+        # thread 0 sums the block alone (right values, no tree)
+        ("    stride = TPB4 // 2\n", "    stride = 0\n    if t == 0:\n"
+         "        for j in range(1, TPB4):\n            s_sum[0] += s_sum[j]\n"
+         "            s_max[0] = max(s_max[0], s_max[j])\n", L.HINT_SERIAL),
     ],
     "butterfly": [
         ("        offset //= 2\n    out_sum", "        offset = 0\n    out_sum", L.HINT_FLY_STEPS),
@@ -97,6 +104,16 @@ MISTAKES = {
          "        m += shfl_xor(m, offset, scratch, lane)", L.HINT_FLY_OP),
         ("    s = x[i]\n    m = s", "    s = x[i]\n    m = x[i]\n    s = x[i]",
          L.HINT_FLY_GLOBAL),
+        ("offset = GROUP5 // 2", "offset = 16", L.HINT_FLY_CROSS),
+        ("        offset //= 2\n    out_sum", "        offset //= 4\n    out_sum",
+         L.HINT_FLY_STEPS),
+        ("        offset //= 2\n    out_sum", "        offset -= 1\n    out_sum",
+         L.HINT_FLY_HALVE),
+        # the partner's x read from global memory at each step (the issue's "right values,
+        # but lanes read other lanes' x" under a line saying the values differ)
+        ("        s += shfl_xor(s, offset, scratch, lane)\n"
+         "        m = max(m, shfl_xor(m, offset, scratch, lane))",
+         "        s += x[i ^ offset]\n        m = max(m, x[i ^ offset])", L.HINT_FLY_PARTNER),
         ("        s += shfl_xor(s, offset, scratch, lane)\n"
          "        m = max(m, shfl_xor(m, offset, scratch, lane))",
          "        if lane % GROUP5 < GROUP5 // 2:\n"
@@ -149,6 +166,9 @@ MISTAKES = {
          "+ math.exp(v - m_use)", L.HINT_SM_NAN),
         ("out[r, c] = math.exp(x[r, c] - m) / l", "out[r, c] = math.exp(x[r, c]) / l",
          L.HINT_SM_SHIFT),
+        # every lane assumed to hold an element: the rows of 10 have lanes with none
+        ("    m = NEG_INF\n    l = F0\n    for c in range(lane, cols, 32):",
+         "    m = x[r, lane]\n    l = F0\n    for c in range(lane, cols, 32):", L.HINT_EDGE),
     ],
     "flash_block": [
         ("            if k0 + c < tk:\n", "            if True:\n", L.HINT_FLASH_MASK),
@@ -160,6 +180,45 @@ MISTAKES = {
          L.HINT_FLASH_GLOBAL),
         ("alpha = math.exp(m - m_new)", "alpha = math.exp(m - m_new) * 1.0", L.HINT_FLOAT64),
     ],
+}
+
+#: mistakes that need more than one edit: name -> (puzzle, [(old, new), ...], hint)
+_FLASH_ONLINE = ("                m_new = max(m, s)\n"
+                 "                alpha = math.exp(m - m_new)\n"
+                 "                p = math.exp(s - m_new)\n"
+                 "                l = l * alpha + p\n"
+                 "                for x in range(D11):\n"
+                 "                    acc[x] = acc[x] * alpha + p * vs[c, x]\n"
+                 "                m = m_new")
+_FLASH_LOOP = "    m = NEG_INF\n    l = F0\n    for k0 in range(0, tk, BC11):\n"
+
+
+def _two_pass(store, alloc):
+    """The plain softmax in the flash kernel: a first sweep over the key tiles keeps every
+    score of the row (in `store`, allocated by `alloc`) and the row's max; the second sweep
+    (the solution's loop) adds exp(score - max) without any rescale."""
+    first = ("    m = NEG_INF\n    l = F0\n" + alloc +
+             "    for k0 in range(0, tk, BC11):\n        cuda.syncthreads()\n"
+             "        for e in range(r, BC11 * D11, BR11):\n"
+             "            c = e // D11\n            x = e % D11\n"
+             "            ks[c, x] = k[k0 + c, x] if (k0 + c < tk and x < d) else F0\n"
+             "        cuda.syncthreads()\n        for c in range(BC11):\n"
+             "            if k0 + c < tk:\n                s = F0\n"
+             "                for x in range(D11):\n                    s += qr[x] * ks[c, x]\n"
+             f"                {store} = s\n                m = max(m, s)\n"
+             "    for k0 in range(0, tk, BC11):\n")
+    second = (f"                p = math.exp({store} - m)\n                l = l + p\n"
+              "                for x in range(D11):\n"
+              "                    acc[x] = acc[x] + p * vs[c, x]")
+    return [(_FLASH_LOOP, first), (_FLASH_ONLINE, second)]
+
+
+MULTI = {
+    "two-pass, row in a local array": ("flash_block", _two_pass(
+        "row[k0 + c]", "    row = cuda.local.array(512, float32)\n"), L.HINT_FLASH_ROW),
+    "two-pass, rows in shared memory": ("flash_block", _two_pass(
+        "rows[r, k0 + c]", "    rows = cuda.shared.array((BR11, 512), float32)\n"),
+        L.HINT_FLASH_ROW),
 }
 
 ROWS = [(name, old, new, hint) for name, edits in MISTAKES.items() for old, new, hint in edits]
@@ -174,6 +233,14 @@ def test_every_puzzle_replays_at_least_three_mistakes():
                          ids=[f"{r[0]}-{n}" for n, r in enumerate(ROWS)])
 def test_mistake_gets_its_hint(name, old, new, hint):
     assert_hint(check(name), mutate(LAB, name, old, new), hint[0])
+
+
+@pytest.mark.parametrize("key", list(MULTI))
+def test_multi_edit_mistake_gets_its_hint(key):
+    name, edits, hint = MULTI[key]
+    for old, _ in edits:
+        assert any(old in src for src in cells_of(LAB)), (key, old)
+    assert_hint(check(name), functions_of(LAB, replace=edits)[name], hint[0])
 
 
 class _NumpyAnswer:
@@ -236,6 +303,56 @@ VARIANTS = {
         ("float32(2) * a[i] + float32(1)", "np.float32(2.0) * a[i] + np.float32(1.0)")]),
     "row views": ("broadcast_2d", [("out[r, c] = a[r, c] * b[c]",
                                     "row = a[r]\n        out[r][c] = row[c] * b[c]")]),
+    "halo loaded by thread 0": ("halo_sum", [
+        ("    if t == TPB3 - 1:\n        sh[TPB3] = a[i + 1] if i + 1 < n else F0",
+         "    if t == 0:\n        sh[TPB3] = a[i + TPB3] if i + TPB3 < n else F0")]),
+    "halo loaded after the barrier by the thread that reads it": ("halo_sum", [
+        ("    if t == TPB3 - 1:\n        sh[TPB3] = a[i + 1] if i + 1 < n else F0\n"
+         "    cuda.syncthreads()\n",
+         "    cuda.syncthreads()\n    if t == TPB3 - 1:\n"
+         "        sh[TPB3] = a[i + 1] if i + 1 < n else F0\n")]),
+    "for over a tuple of strides, max by a comparison": ("block_reduce", [
+        ("    stride = TPB4 // 2\n    while stride > 0:",
+         "    for stride in (32, 16, 8, 4, 2, 1):"),
+        ("        stride //= 2\n", ""),
+        ("            s_max[t] = max(s_max[t], s_max[t + stride])",
+         "            if s_max[t + stride] > s_max[t]:\n"
+         "                s_max[t] = s_max[t + stride]")]),
+    "for over a tuple of offsets": ("butterfly", [
+        ("    offset = GROUP5 // 2\n    while offset > 0:", "    for offset in (4, 2, 1):"),
+        ("        offset //= 2\n", "")]),
+    "while over k tiles, kk downwards": ("matmul_tiled", [
+        ("    for kt in range((k + T6 - 1) // T6):", "    kt = 0\n    while kt * T6 < k:"),
+        ("        cuda.syncthreads()\n    if row < m and col < n:",
+         "        cuda.syncthreads()\n        kt += 1\n    if row < m and col < n:"),
+        ("for kk in range(T6):", "for kk in range(T6 - 1, -1, -1):")]),
+    "micro-tile j before i": ("matmul_micro", [
+        ("        for i in range(TM7):\n            for j in range(TN7):\n"
+         "                acc[i * TN7 + j] += ra[i] * rb[j]",
+         "        for j in range(TN7):\n            for i in range(TM7):\n"
+         "                prod = ra[i] * rb[j]\n                acc[i * TN7 + j] += prod")]),
+    "offsets upwards, np.float32 start": ("softmax_rows", [
+        ("    m = NEG_INF\n    l = F0\n", "    m = np.float32(-np.inf)\n    l = np.float32(0)\n"),
+        ("    offset = 16\n    while offset > 0:", "    offset = 1\n    while offset < 32:"),
+        ("        offset //= 2\n", "        offset *= 2\n")]),
+    "one rescale per tile (the tile's scores in a local array)": ("flash_block", [
+        ("    m = NEG_INF\n", "    m = NEG_INF\n    sc = cuda.local.array(BC11, float32)\n"),
+        ("        for c in range(BC11):\n            if k0 + c < tk:\n"
+         "                s = F0\n                for x in range(D11):\n"
+         "                    s += qr[x] * ks[c, x]\n                m_new = max(m, s)\n"
+         "                alpha = math.exp(m - m_new)\n                p = math.exp(s - m_new)\n"
+         "                l = l * alpha + p\n                for x in range(D11):\n"
+         "                    acc[x] = acc[x] * alpha + p * vs[c, x]\n                m = m_new",
+         "        m_new = m\n        for c in range(BC11):\n            sc[c] = NEG_INF\n"
+         "            if k0 + c < tk:\n                s = F0\n"
+         "                for x in range(D11):\n                    s += qr[x] * ks[c, x]\n"
+         "                sc[c] = s\n                m_new = max(m_new, s)\n"
+         "        alpha = math.exp(m - m_new)\n        l = l * alpha\n"
+         "        for x in range(D11):\n            acc[x] = acc[x] * alpha\n"
+         "        for c in range(BC11):\n            if k0 + c < tk:\n"
+         "                p = math.exp(sc[c] - m_new)\n                l = l + p\n"
+         "                for x in range(D11):\n"
+         "                    acc[x] = acc[x] + p * vs[c, x]\n        m = m_new")]),
     "grid(2)": ("broadcast_2d", [
         ("    c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x\n"
          "    r = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y",
@@ -281,6 +398,15 @@ def test_show_prints_counts_and_expected_totals(lab, capsys):
     out = capsys.readouterr().out
     assert "expected:" in out and "all as expected" in out and "thread 31" in out
     assert max(len(line) for line in out.splitlines()) <= 100
+
+
+@pytest.mark.parametrize("name", ["block_reduce", "matmul_tiled"])
+def test_show_agrees_with_the_solution(lab, capsys, name):
+    """The expected totals count the reads a guarded load really makes (puzzle 6's ragged
+    tiles skip what lies outside the matrices)."""
+    L.puzzle(name).show(lab[name])
+    out = capsys.readouterr().out
+    assert "all as expected" in out and "differs" not in out, out
 
 
 def test_views_keep_their_offsets_and_barriers_are_recorded(lab):
