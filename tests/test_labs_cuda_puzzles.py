@@ -1,12 +1,18 @@
 """Lab 05 (CUDA puzzles): every solution passes, every stub says "not implemented", each
 typical mistake (an edit of the solution) gets its own hint, valid variants pass, and the
-access trace counts what it claims. Runs on Numba's CUDA simulator (tiny launches)."""
+access trace counts what it claims. Runs on Numba's CUDA simulator (tiny launches).
 
+The hidden-mutant discipline: every mistake a checker was fooled by, or named wrongly, stays
+here as a mutant of the solution (`MISTAKES`) with the hint meant for it, and every unusual
+correct solution found stays in `VARIANTS`, which must pass."""
+
+import numpy as np
 import pytest
+from numba import cuda
 
 from flashcourse.labs import cuda_puzzles as L
 from flashcourse.labs._harness import HINT_COMPILE, HINT_NOT_KERNEL
-from labtools import (assert_hint, assert_stubs_not_implemented, functions_of,
+from labtools import (assert_hint, assert_stubs_not_implemented, cells_of, functions_of,
                       hint_leaks_test, lab_fixture, lab_path, mutate)
 
 LAB = lab_path("lab05_cuda_puzzles")
@@ -65,6 +71,14 @@ MISTAKES = {
         ("out[i] = sh[t] + sh[t + 1]", "out[i] = sh[t] + (a[i + 1] if i + 1 < n else F0)",
          L.HINT_HALO_GLOBAL),
         ("sh[t] = a[i] if i < n else F0", "sh[t] = a[i]", L.HINT_EDGE),
+        # a barrier inside the guard: the ragged block's idle threads never reach it
+        ("    cuda.syncthreads()\n    if i < n:\n        out[i] = sh[t] + sh[t + 1]",
+         "    if i < n:\n        cuda.syncthreads()\n        out[i] = sh[t] + sh[t + 1]",
+         L.HINT_DIVERGENT_BARRIER),
+        # the halo never loaded and no barrier either: the unloaded element is named first
+        ("        sh[TPB3] = a[i + 1] if i + 1 < n else F0\n    cuda.syncthreads()",
+         "        pass", L.HINT_HALO),
+        ("sh[t] = a[i] if i < n else F0", "sh[t] = a[i] if i < n else 0.0", L.HINT_FLOAT64),
     ],
     "block_reduce": [
         ("        cuda.syncthreads()\n        stride //= 2", "        stride //= 2", L.HINT_SYNC),
@@ -73,6 +87,13 @@ MISTAKES = {
         ("    if t == 0:\n        out_sum", "    if t < 2:\n        out_sum", L.HINT_ONE_WRITER),
         ("    if i < n:\n        s_sum[t] = a[i]", "    if True:\n        s_sum[t] = a[i]",
          L.HINT_EDGE),
+        ("            s_max[t] = max(s_max[t], s_max[t + stride])\n        cuda.syncthreads()",
+         "            s_max[t] = max(s_max[t], s_max[t + stride])\n            cuda.syncthreads()",
+         L.HINT_DIVERGENT_BARRIER),
+        # thread 0 sums the block alone (right values, no tree)
+        ("    stride = TPB4 // 2\n", "    stride = 0\n    if t == 0:\n"
+         "        for j in range(1, TPB4):\n            s_sum[0] += s_sum[j]\n"
+         "            s_max[0] = max(s_max[0], s_max[j])\n", L.HINT_SERIAL),
     ],
     "butterfly": [
         ("        offset //= 2\n    out_sum", "        offset = 0\n    out_sum", L.HINT_FLY_STEPS),
@@ -83,6 +104,21 @@ MISTAKES = {
          "        m += shfl_xor(m, offset, scratch, lane)", L.HINT_FLY_OP),
         ("    s = x[i]\n    m = s", "    s = x[i]\n    m = x[i]\n    s = x[i]",
          L.HINT_FLY_GLOBAL),
+        ("offset = GROUP5 // 2", "offset = 16", L.HINT_FLY_CROSS),
+        ("        offset //= 2\n    out_sum", "        offset //= 4\n    out_sum",
+         L.HINT_FLY_STEPS),
+        ("        offset //= 2\n    out_sum", "        offset -= 1\n    out_sum",
+         L.HINT_FLY_HALVE),
+        # the partner's x read from global memory at each step (the issue's "right values,
+        # but lanes read other lanes' x" under a line saying the values differ)
+        ("        s += shfl_xor(s, offset, scratch, lane)\n"
+         "        m = max(m, shfl_xor(m, offset, scratch, lane))",
+         "        s += x[i ^ offset]\n        m = max(m, x[i ^ offset])", L.HINT_FLY_PARTNER),
+        ("        s += shfl_xor(s, offset, scratch, lane)\n"
+         "        m = max(m, shfl_xor(m, offset, scratch, lane))",
+         "        if lane % GROUP5 < GROUP5 // 2:\n"
+         "            s += shfl_xor(s, offset, scratch, lane)\n"
+         "            m = max(m, shfl_xor(m, offset, scratch, lane))", L.HINT_SHFL_DIVERGENT),
     ],
     "matmul_tiled": [
         ("            acc += As[ty, kk] * Bs[kk, tx]\n        cuda.syncthreads()",
@@ -130,6 +166,9 @@ MISTAKES = {
          "+ math.exp(v - m_use)", L.HINT_SM_NAN),
         ("out[r, c] = math.exp(x[r, c] - m) / l", "out[r, c] = math.exp(x[r, c]) / l",
          L.HINT_SM_SHIFT),
+        # every lane assumed to hold an element: the rows of 10 have lanes with none
+        ("    m = NEG_INF\n    l = F0\n    for c in range(lane, cols, 32):",
+         "    m = x[r, lane]\n    l = F0\n    for c in range(lane, cols, 32):", L.HINT_EDGE),
     ],
     "flash_block": [
         ("            if k0 + c < tk:\n", "            if True:\n", L.HINT_FLASH_MASK),
@@ -139,7 +178,47 @@ MISTAKES = {
          "    for k0 in range(0, tk, BC11):\n", L.HINT_SYNC),
         ("s += qr[x] * ks[c, x]", "s += qr[x] * (k[k0 + c, x] if x < d else F0)",
          L.HINT_FLASH_GLOBAL),
+        ("alpha = math.exp(m - m_new)", "alpha = math.exp(m - m_new) * 1.0", L.HINT_FLOAT64),
     ],
+}
+
+#: mistakes that need more than one edit: name -> (puzzle, [(old, new), ...], hint)
+_FLASH_ONLINE = ("                m_new = max(m, s)\n"
+                 "                alpha = math.exp(m - m_new)\n"
+                 "                p = math.exp(s - m_new)\n"
+                 "                l = l * alpha + p\n"
+                 "                for x in range(D11):\n"
+                 "                    acc[x] = acc[x] * alpha + p * vs[c, x]\n"
+                 "                m = m_new")
+_FLASH_LOOP = "    m = NEG_INF\n    l = F0\n    for k0 in range(0, tk, BC11):\n"
+
+
+def _two_pass(store, alloc):
+    """The plain softmax in the flash kernel: a first sweep over the key tiles keeps every
+    score of the row (in `store`, allocated by `alloc`) and the row's max; the second sweep
+    (the solution's loop) adds exp(score - max) without any rescale."""
+    first = ("    m = NEG_INF\n    l = F0\n" + alloc +
+             "    for k0 in range(0, tk, BC11):\n        cuda.syncthreads()\n"
+             "        for e in range(r, BC11 * D11, BR11):\n"
+             "            c = e // D11\n            x = e % D11\n"
+             "            ks[c, x] = k[k0 + c, x] if (k0 + c < tk and x < d) else F0\n"
+             "        cuda.syncthreads()\n        for c in range(BC11):\n"
+             "            if k0 + c < tk:\n                s = F0\n"
+             "                for x in range(D11):\n                    s += qr[x] * ks[c, x]\n"
+             f"                {store} = s\n                m = max(m, s)\n"
+             "    for k0 in range(0, tk, BC11):\n")
+    second = (f"                p = math.exp({store} - m)\n                l = l + p\n"
+              "                for x in range(D11):\n"
+              "                    acc[x] = acc[x] + p * vs[c, x]")
+    return [(_FLASH_LOOP, first), (_FLASH_ONLINE, second)]
+
+
+MULTI = {
+    "two-pass, row in a local array": ("flash_block", _two_pass(
+        "row[k0 + c]", "    row = cuda.local.array(512, float32)\n"), L.HINT_FLASH_ROW),
+    "two-pass, rows in shared memory": ("flash_block", _two_pass(
+        "rows[r, k0 + c]", "    rows = cuda.shared.array((BR11, 512), float32)\n"),
+        L.HINT_FLASH_ROW),
 }
 
 ROWS = [(name, old, new, hint) for name, edits in MISTAKES.items() for old, new, hint in edits]
@@ -156,13 +235,124 @@ def test_mistake_gets_its_hint(name, old, new, hint):
     assert_hint(check(name), mutate(LAB, name, old, new), hint[0])
 
 
+@pytest.mark.parametrize("key", list(MULTI))
+def test_multi_edit_mistake_gets_its_hint(key):
+    name, edits, hint = MULTI[key]
+    for old, _ in edits:
+        assert any(old in src for src in cells_of(LAB)), (key, old)
+    assert_hint(check(name), functions_of(LAB, replace=edits)[name], hint[0])
+
+
+class _NumpyAnswer:
+    """Launchable-looking (kernel[grid, block](...)) but no kernel: numpy writes the answer
+    into the output array in one go."""
+
+    def __getitem__(self, launch):
+        def run(q, k, v, o, tq, tk, d, scale):
+            q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+            s = q @ k.T * scale
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            o[:] = p @ v / p.sum(axis=1, keepdims=True)
+        return run
+
+
+def test_an_object_that_is_not_a_numba_kernel_is_refused(capsys):
+    assert_hint(check("flash_block"), _NumpyAnswer(), L.HINT_NOT_NUMBA[0])
+    L.puzzle("flash_block").show(_NumpyAnswer())
+    assert "@cuda.jit" in capsys.readouterr().out
+
+
+def test_a_kernel_that_reads_no_input_fails_the_read_check():
+    """A real kernel that copies the answer from an array outside its arguments: an empty
+    trace is within every read budget, so the checker asks for the reads themselves.
+    (`cuda` is a module-level name: the simulator swaps it in the kernel's globals.)"""
+    P = L.puzzle("butterfly")
+    want = P.spec({"x": np.asarray(P.cases[0].arrays["x"], np.float64)}, {})
+    answer_sum = np.float32(want["out_sum"])
+    answer_max = np.float32(want["out_max"])
+
+    @cuda.jit
+    def butterfly(x, out_sum, out_max):
+        i = cuda.blockIdx.x * 32 + cuda.threadIdx.x
+        out_sum[i] = answer_sum[i]
+        out_max[i] = answer_max[i]
+
+    assert_hint(P.check, butterfly, L.HINT_EMPTY_TRACE[0])
+
+
+def test_right_values_hints_fire_only_on_right_values():
+    """A "Right values, but" hint is a rule's (checked only when the values are right),
+    never a replayed mistake's or a first diagnosis's, which name wrong values."""
+    right = [h for h in L.ALL_HINTS if h[0].startswith("Right values")]
+    assert len(right) >= 8
+    for P in L.PUZZLES.values():
+        assert all(not h[0].startswith("Right values") for _, h in P.mistakes + P.first)
+        assert all(r.needs_right_values == r.hint[0].startswith("Right values")
+                   for r in P.rules)
+
+
 #: valid variants, each a list of edits: other index arithmetic, conversions, other orders
 VARIANTS = {
     "grid(1)": ("map_guard", [("i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x",
                                "i = cuda.grid(1)")]),
     "early return": ("map_guard", [
         ("    if i < n:\n        out[i] = float32(2) * a[i] + float32(1)",
-         "    if i >= n:\n        return\n    out[i] = a[i] + a[i] + 1.0")]),
+         "    if i >= n:\n        return\n    out[i] = a[i] + a[i] + float32(1.0)")]),
+    "np.float32 constants, guard n > i": ("map_guard", [
+        ("if i < n:", "if n > i:"),
+        ("float32(2) * a[i] + float32(1)", "np.float32(2.0) * a[i] + np.float32(1.0)")]),
+    "row views": ("broadcast_2d", [("out[r, c] = a[r, c] * b[c]",
+                                    "row = a[r]\n        out[r][c] = row[c] * b[c]")]),
+    "halo loaded by thread 0": ("halo_sum", [
+        ("    if t == TPB3 - 1:\n        sh[TPB3] = a[i + 1] if i + 1 < n else F0",
+         "    if t == 0:\n        sh[TPB3] = a[i + TPB3] if i + TPB3 < n else F0")]),
+    "halo loaded after the barrier by the thread that reads it": ("halo_sum", [
+        ("    if t == TPB3 - 1:\n        sh[TPB3] = a[i + 1] if i + 1 < n else F0\n"
+         "    cuda.syncthreads()\n",
+         "    cuda.syncthreads()\n    if t == TPB3 - 1:\n"
+         "        sh[TPB3] = a[i + 1] if i + 1 < n else F0\n")]),
+    "for over a tuple of strides, max by a comparison": ("block_reduce", [
+        ("    stride = TPB4 // 2\n    while stride > 0:",
+         "    for stride in (32, 16, 8, 4, 2, 1):"),
+        ("        stride //= 2\n", ""),
+        ("            s_max[t] = max(s_max[t], s_max[t + stride])",
+         "            if s_max[t + stride] > s_max[t]:\n"
+         "                s_max[t] = s_max[t + stride]")]),
+    "for over a tuple of offsets": ("butterfly", [
+        ("    offset = GROUP5 // 2\n    while offset > 0:", "    for offset in (4, 2, 1):"),
+        ("        offset //= 2\n", "")]),
+    "while over k tiles, kk downwards": ("matmul_tiled", [
+        ("    for kt in range((k + T6 - 1) // T6):", "    kt = 0\n    while kt * T6 < k:"),
+        ("        cuda.syncthreads()\n    if row < m and col < n:",
+         "        cuda.syncthreads()\n        kt += 1\n    if row < m and col < n:"),
+        ("for kk in range(T6):", "for kk in range(T6 - 1, -1, -1):")]),
+    "micro-tile j before i": ("matmul_micro", [
+        ("        for i in range(TM7):\n            for j in range(TN7):\n"
+         "                acc[i * TN7 + j] += ra[i] * rb[j]",
+         "        for j in range(TN7):\n            for i in range(TM7):\n"
+         "                prod = ra[i] * rb[j]\n                acc[i * TN7 + j] += prod")]),
+    "offsets upwards, np.float32 start": ("softmax_rows", [
+        ("    m = NEG_INF\n    l = F0\n", "    m = np.float32(-np.inf)\n    l = np.float32(0)\n"),
+        ("    offset = 16\n    while offset > 0:", "    offset = 1\n    while offset < 32:"),
+        ("        offset //= 2\n", "        offset *= 2\n")]),
+    "one rescale per tile (the tile's scores in a local array)": ("flash_block", [
+        ("    m = NEG_INF\n", "    m = NEG_INF\n    sc = cuda.local.array(BC11, float32)\n"),
+        ("        for c in range(BC11):\n            if k0 + c < tk:\n"
+         "                s = F0\n                for x in range(D11):\n"
+         "                    s += qr[x] * ks[c, x]\n                m_new = max(m, s)\n"
+         "                alpha = math.exp(m - m_new)\n                p = math.exp(s - m_new)\n"
+         "                l = l * alpha + p\n                for x in range(D11):\n"
+         "                    acc[x] = acc[x] * alpha + p * vs[c, x]\n                m = m_new",
+         "        m_new = m\n        for c in range(BC11):\n            sc[c] = NEG_INF\n"
+         "            if k0 + c < tk:\n                s = F0\n"
+         "                for x in range(D11):\n                    s += qr[x] * ks[c, x]\n"
+         "                sc[c] = s\n                m_new = max(m_new, s)\n"
+         "        alpha = math.exp(m - m_new)\n        l = l * alpha\n"
+         "        for x in range(D11):\n            acc[x] = acc[x] * alpha\n"
+         "        for c in range(BC11):\n            if k0 + c < tk:\n"
+         "                p = math.exp(sc[c] - m_new)\n                l = l + p\n"
+         "                for x in range(D11):\n"
+         "                    acc[x] = acc[x] + p * vs[c, x]\n        m = m_new")]),
     "grid(2)": ("broadcast_2d", [
         ("    c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x\n"
          "    r = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y",
@@ -184,8 +374,11 @@ VARIANTS = {
 @pytest.mark.parametrize("key", list(VARIANTS))
 def test_valid_variant_passes(key):
     name, edits = VARIANTS[key]
+    for old, _ in edits:
+        assert any(old in src for src in cells_of(LAB)), (key, old)
     fn = functions_of(LAB, replace=edits)[name]
-    assert check(name)(fn, verbose=False).passed, key
+    result = check(name)(fn, verbose=False)
+    assert result.passed, (key, result.detail, result.hint[:80])
 
 
 def test_trace_counts_conflicts_and_sectors(lab):
@@ -205,6 +398,29 @@ def test_show_prints_counts_and_expected_totals(lab, capsys):
     out = capsys.readouterr().out
     assert "expected:" in out and "all as expected" in out and "thread 31" in out
     assert max(len(line) for line in out.splitlines()) <= 100
+
+
+@pytest.mark.parametrize("name", ["block_reduce", "matmul_tiled"])
+def test_show_agrees_with_the_solution(lab, capsys, name):
+    """The expected totals count the reads a guarded load really makes (puzzle 6's ragged
+    tiles skip what lies outside the matrices)."""
+    L.puzzle(name).show(lab[name])
+    out = capsys.readouterr().out
+    assert "all as expected" in out and "differs" not in out, out
+
+
+def test_views_keep_their_offsets_and_barriers_are_recorded(lab):
+    """An element read through a row view (out[r][c]) is recorded at its offset in the whole
+    array; every thread's barriers are listed, in order."""
+    P = L.puzzle("broadcast_2d")
+    rows = functions_of(LAB, replace=[("out[r, c] = a[r, c] * b[c]",
+                                       "out[r][c] = a[r][c] * b[c]")])["broadcast_2d"]
+    case = P.cases[0]
+    assert L.launch(rows, case).trace.written_by("out") == \
+        L.launch(lab["broadcast_2d"], case).trace.written_by("out")
+    trace = L.launch(lab["block_reduce"], L.puzzle("block_reduce").cases[1]).trace
+    assert trace.divergent_barriers() == ("", "")
+    assert {len(b) for b in trace.barriers.values()} == {7}          # one load + 6 steps
 
 
 test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)

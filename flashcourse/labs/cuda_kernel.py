@@ -31,10 +31,7 @@ number of key tiles a query block must visit (causal tile skipping in the kernel
 
 from __future__ import annotations
 
-import ast
-import inspect
 import math
-import textwrap
 from functools import lru_cache
 
 import numpy as np
@@ -45,7 +42,7 @@ from ..constants import NEG_INF
 from ..cuda._launch import simulator_lock
 from ..geometry import ceil_div
 from ._harness import Case, Result, mistake_diagnoses, run_checks
-from .kernel_source import kernel_guard, py_func
+from .kernel_source import float64_literals, kernel_guard, py_func
 from .cuda_lab_kernel import (BC, BR, CT, NT, TD, TM, TN, D, _device, lab_forward)
 from .cuda_show import EXPECTED_COUNTS, _as_python, tally_scores
 
@@ -229,32 +226,6 @@ def _close_pair(a, b) -> bool:
 
 
 # -- float32 constants only ---------------------------------------------------------------
-
-def float64_literals(fn) -> list[str]:
-    """Float constants in `fn`'s source that are not wrapped in float32(...)."""
-    try:
-        src = textwrap.dedent(inspect.getsource(py_func(fn)))
-    except (OSError, TypeError):      # no source to read (e.g. built with exec)
-        return []
-    tree = ast.parse(src)
-    wrapped = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
-            if name == "float32":
-                for a in ast.walk(node):
-                    wrapped.add(id(a))
-    found = []
-    for node in ast.walk(tree):
-        if id(node) in wrapped:
-            continue
-        if isinstance(node, ast.Constant) and isinstance(node.value, float):
-            found.append(repr(node.value))
-        elif isinstance(node, ast.Attribute) and node.attr in ("inf", "nan", "pi", "e") and \
-                getattr(node.value, "id", "") in ("math", "np", "numpy"):
-            found.append(f"{node.value.id}.{node.attr}")
-    return found
-
 
 def _float32_case(fns):
     def run(_):

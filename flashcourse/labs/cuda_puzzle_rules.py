@@ -4,6 +4,14 @@
 kernel on one case, traced on the simulator), the per-thread tables of `show()`, and the
 algorithm rules every puzzle can use: no shared-memory races (a missing syncthreads),
 written once, global-read budgets, coalesced accesses, no bank conflicts.
+
+Every puzzle also checks, before its own rules (`GENERIC_RULES`), that every thread of a
+block reached the same barriers (a `syncthreads`, or a shuffle that goes through one on the
+simulator, inside an `if` that only some threads take), and that the kernel read each input
+at least once per element (a result computed some other way leaves no trace to check); it
+refuses an object that `@cuda.jit` did not make, and ends with a check that the kernel has no
+float64 constants. A rule whose hint starts "Right values, but" names a failure only when
+the values are right: it is about how the kernel got them.
 """
 
 from __future__ import annotations
@@ -16,8 +24,9 @@ import numpy as np
 from ..cuda._launch import simulator_lock
 from ..gpu import using_simulator
 from ._harness import Case, Result, is_compile_error, run_checks
-from .kernel_source import kernel_guard, require_cuda_kernel
-from .cuda_trace import Trace, tracing, traced
+from .kernel_source import (NotNumbaKernelError, float64_literals, is_numba_kernel,
+                            kernel_guard, require_cuda_kernel)
+from .cuda_trace import Trace, short, tracing, traced
 
 RTOL, ATOL = 1e-4, 1e-5          # float32 kernels against the float64 numpy spec
 NEG = -np.inf
@@ -42,6 +51,38 @@ HINT_TWICE = (
     "index.",
     "The block's offset (block index times block size) plus the thread index gives every "
     "thread of the grid its own element.")
+HINT_DIVERGENT_BARRIER = (
+    "A barrier (syncthreads) that not every thread of the block reached: it stands inside an "
+    "`if` (or a loop, or after a `return`) that only some threads take. On a GPU that is "
+    "undefined behaviour, often a hang: the threads that arrived wait for ones that never "
+    "come. Every thread of the block must reach every barrier, the same number of times.",
+    "Keep the `if` around the work only and put the barrier after it, where all threads "
+    "pass; a loop that holds a barrier must run the same number of times in every thread.")
+HINT_SHFL_DIVERGENT = (
+    "Not every lane called shfl_xor: a shuffle exchanges values between lanes, so all lanes "
+    "must call it together, every step (on a GPU a lane that skips it leaves its partner "
+    "waiting, which is undefined behaviour; the simulator's shuffle goes through a barrier). "
+    "Never put shfl_xor inside an `if` that only some lanes take.",
+    "Call shfl_xor in every lane on every step of the loop; if some lanes must not use the "
+    "partner's value, decide that after the call.")
+HINT_NOT_NUMBA = (
+    "What you passed to check() is not a CUDA kernel made by @cuda.jit: the checker launches "
+    "your kernel and checks what each of its threads reads and writes, which an object that "
+    "computes the answer another way (numpy, a class with []) does not do.",
+    "Write the puzzle's def with @cuda.jit on the line above it, fill in its body, run the "
+    "cell, and pass that function to check().")
+HINT_EMPTY_TRACE = (
+    "Right values, but the kernel read an input fewer times than it has elements (the line "
+    "above says which): the checker follows every element a thread reads, and a result that "
+    "does not come from the threads reading their inputs cannot be checked. Each thread "
+    "reads the elements it needs by index, inside the kernel.",
+    "Read inputs element by element (a[i], a[r, c]) in the kernel; no numpy on whole arrays, "
+    "no arrays from outside the kernel's arguments.")
+HINT_FLOAT64 = (
+    "A float constant in the kernel (named above: 1.0, 0.5, math.inf, ...) is a float64: on a "
+    "GPU Numba then computes that expression in float64, slower, and not what the float32 "
+    "arrays hold. Wrap every float constant in float32(...).",
+    "Write float32(1.0) for 1.0, or use the lab's F0 and NEG_INF (float32 zero and -inf).")
 
 
 # -- the machinery ----------------------------------------------------------------------------
@@ -69,6 +110,8 @@ class Outcome:
     trace: Trace | None = None
     broken: int = -1          # index of the first algorithm rule the trace breaks
     why: str = ""
+    broken_all: dict = field(default_factory=dict)     # every rule broken: index -> why
+    refused: str = ""         # why the kernel was not launched (not a Numba kernel)
 
 
 def launch(kernel, case: PuzzleCase, *, trace: bool = True) -> Outcome:
@@ -111,10 +154,15 @@ def launch(kernel, case: PuzzleCase, *, trace: bool = True) -> Outcome:
 
 @dataclass
 class Rule:
-    """An algorithm check on the trace: `test(trace, case)` -> "" or what is wrong."""
+    """An algorithm check on the trace: `test(trace, case)` -> "" or what is wrong. A rule
+    whose hint starts "Right values" names a failure only when the values are right."""
 
     test: Callable
     hint: tuple
+
+    @property
+    def needs_right_values(self) -> bool:
+        return self.hint[0].startswith("Right values")
 
 
 @dataclass
@@ -154,8 +202,19 @@ class Puzzle:
     def _case(self, case: PuzzleCase) -> Case:
         want = self._expected_outputs(case)
         arrays64 = {k: np.asarray(v, np.float64) for k, v in case.arrays.items()}
-        diagnoses = [((lambda y, e: bool(y.error) and "outside" in y.error), *self.edge_hint),
+        rules = GENERIC_RULES + list(self.rules)
+
+        def rule_fired(i):
+            def fired(y, e):
+                if i not in y.broken_all:
+                    return False
+                return not rules[i].needs_right_values or _outputs_close(y.outputs, e)
+            return fired
+
+        diagnoses = [((lambda y, e: bool(y.refused)), *HINT_NOT_NUMBA),
+                     ((lambda y, e: bool(y.error) and "outside" in y.error), *self.edge_hint),
                      ((lambda y, e: bool(y.error)), *self.edge_hint)]
+        diagnoses += [(rule_fired(i), *rules[i].hint) for i in range(len(GENERIC_RULES))]
         diagnoses += [(pred, *hint) for pred, hint in self.first]
         for replay, hint in self.mistakes:
             with np.errstate(all="ignore"):
@@ -163,31 +222,51 @@ class Puzzle:
             if not _outputs_close(wrong, want):
                 diagnoses.append(((lambda y, e, w=wrong: not y.error
                                    and _outputs_close(y.outputs, w)), *hint))
-        for i, rule in enumerate(self.rules):
-            diagnoses.append(((lambda y, e, i=i: y.broken == i), *rule.hint))
+        diagnoses += [(rule_fired(i), *rules[i].hint)
+                      for i in range(len(GENERIC_RULES), len(rules))]
 
         def run(kernel, case=case, want=want):
             kernel_guard(kernel, self.name)
-            require_cuda_kernel(kernel, self.name)
+            try:
+                require_cuda_kernel(kernel, self.name)
+            except NotNumbaKernelError as exc:     # named by its own diagnosis, not a crash
+                return Outcome({}, refused=str(exc)), want
             out = launch(kernel, case)
             if not out.error and out.trace is not None:     # the rules name wrong values too
-                for i, rule in enumerate(self.rules):
+                for i, rule in enumerate(rules):
                     why = rule.test(out.trace, case)
                     if why:
-                        out.broken, out.why = i, why
-                        break
+                        out.broken_all[i] = why
+                if out.broken_all:
+                    out.broken = min(out.broken_all)
+                    out.why = out.broken_all[out.broken]
             return out, want
 
+        def compare(yours, expected):
+            return _compare(yours, expected, rules)
+
         return Case(case.name, run, self.hint[0], diagnoses, hint2=self.hint[1],
-                    compare=_compare, time_limit_s=self.time_limit_s)
+                    compare=compare, time_limit_s=self.time_limit_s)
+
+    def _float32_case(self) -> Case:
+        def run(kernel):
+            kernel_guard(kernel, self.name)
+            return {"float64 constants": float64_literals(kernel)}, {}
+
+        def compare(yours, _expected):
+            found = yours["float64 constants"]
+            return (not found, "float64 constants in the kernel: " + ", ".join(found[:6]))
+
+        return Case("float32 constants only", run, HINT_FLOAT64[0], hint2=HINT_FLOAT64[1],
+                    compare=compare)
 
     def check(self, kernel, *, verbose: bool = True, hint_level: int = 1) -> Result:
         """Launch `kernel` on every case; values, then the algorithm rules (simulator)."""
         if not using_simulator() and verbose:
             print("(on a GPU: values only; the access rules are checked on the simulator)")
         return run_checks(f"puzzle {self.number}, {self.name}", kernel,
-                          [self._case(c) for c in self.cases], verbose=verbose,
-                          hint_level=hint_level)
+                          [self._case(c) for c in self.cases] + [self._float32_case()],
+                          verbose=verbose, hint_level=hint_level)
 
     def show(self, kernel, case: int = 0) -> None:
         """Each thread's global and shared reads and writes (threads with the same counts
@@ -196,6 +275,10 @@ class Puzzle:
             kernel_guard(kernel, self.name)
         except NotImplementedError:
             print(f"Not implemented yet: fill in {self.name} first.")
+            return
+        if not is_numba_kernel(kernel):
+            print(f"show() traces a kernel made by @cuda.jit; {self.name} is a "
+                  f"{type(kernel).__name__}.")
             return
         if not using_simulator():
             print("show() counts accesses on the simulator only (this machine has a GPU).")
@@ -218,7 +301,9 @@ def _outputs_close(a: dict, b: dict) -> bool:
     return True
 
 
-def _compare(yours: Outcome, want: dict):
+def _compare(yours: Outcome, want: dict, rules=()):
+    if yours.refused:
+        return False, yours.refused
     if yours.error:
         return False, f"the kernel stopped: {yours.error[:200]}"
     for k, y in want.items():
@@ -226,9 +311,12 @@ def _compare(yours: Outcome, want: dict):
         if not np.allclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True):
             bad = ~np.isclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True)
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
-            return False, (f"{k}: {int(bad.sum())} of {bad.size} elements differ, first at "
-                           f"{idx}: yours {float(x[idx])!r}, expected {float(y[idx])!r} "
-                           "(NaN means never written)")
+            why = (f"{k}: {int(bad.sum())} of {bad.size} elements differ, first at "
+                   f"{idx}: yours {float(x[idx])!r}, expected {float(y[idx])!r} "
+                   "(NaN means never written)")
+            also = [w for i, w in sorted(yours.broken_all.items())
+                    if i < len(rules) and not rules[i].needs_right_values]
+            return False, why + (f"; and {also[0]}" if also else "")
     if yours.broken >= 0:
         return False, f"right values, but {yours.why}"
     return True, ""
@@ -302,6 +390,32 @@ def _cdiv(a, b):
 
 # -- rules on the trace -----------------------------------------------------------------------
 
+def divergent_shuffle(trace, case):
+    """A barrier not reached by every thread, inside a shuffle (shfl_xor on the simulator)."""
+    why, where = trace.divergent_barriers()
+    return why if why and "shfl" in where else ""
+
+
+def divergent_barrier(trace, case):
+    """A barrier not reached by every thread of its block (anywhere)."""
+    return trace.divergent_barriers()[0]
+
+
+def reads_every_input(trace, case):
+    """Each input array read at least as many times as it has elements."""
+    for name, a in case.arrays.items():
+        n = trace.reads_of(name)
+        if n < np.size(a):
+            return (f"the kernel read {name} {n} times from global memory, fewer than its "
+                    f"{np.size(a)} elements")
+    return ""
+
+
+GENERIC_RULES = [Rule(divergent_shuffle, HINT_SHFL_DIVERGENT),
+                 Rule(divergent_barrier, HINT_DIVERGENT_BARRIER),
+                 Rule(reads_every_input, HINT_EMPTY_TRACE)]
+
+
 def no_races(trace, case):
     found = trace.races()
     if not found:
@@ -309,6 +423,35 @@ def no_races(trace, case):
     block, array, off, epoch = found[0]
     return (f"{len(found)} shared elements raced (first: {array}[{off}] in block {block}, "
             f"between barriers {epoch} and {epoch + 1})")
+
+
+def _array_words(array: str) -> str:
+    """"the shared array of line 5" for a shared array, the name for a global one."""
+    return f"the shared array of {array[len('shared '):]}" if array.startswith("shared ") \
+        else array
+
+
+def one_thread_reads_at_most(budget: Callable, what: str):
+    """No thread reads one array (global or shared) more than budget(case) times."""
+    def test(trace, case):
+        n, key, array = trace.max_reads_of_one_array()
+        most = budget(case)
+        return "" if n <= most else (f"thread {short(key[1])} of block {short(key[0])} read "
+                                     f"{_array_words(array)} {n} times; {what} needs at most "
+                                     f"{most}")
+    return test
+
+
+def arrays_hold_at_most(local: int, shared: int, what: str):
+    """No local array of more than `local` elements, no shared one of more than `shared`."""
+    def test(trace, case):
+        for space, most in (("local", local), ("shared", shared)):
+            n, line = trace.largest(space)
+            if n > most:
+                return (f"the {space} array of line {line} holds {n} floats; {what} needs at "
+                        f"most {most}")
+        return ""
+    return test
 
 
 def written_once(array):

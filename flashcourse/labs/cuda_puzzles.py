@@ -9,7 +9,10 @@ learner's `@cuda.jit` kernel on every case and checks
                         (`flashcourse.labs.cuda_trace`): races on shared memory (a missing
                         `cuda.syncthreads()`), global reads beyond the puzzle's budget (no
                         reuse through shared memory or registers), 32-byte sectors per warp
-                        access (coalesced or strided), shared-memory bank conflicts.
+                        access (coalesced or strided), shared-memory bank conflicts, barriers
+                        every thread reaches, per-thread work (a tree, not one thread's loop),
+                        the size of local arrays (the online softmax keeps no score row);
+    the kernel itself   made by @cuda.jit, with float32 constants only.
 
 A failure is named by the first diagnosis that fires: a typical mistake replayed in numpy
 whose output yours matches, a rule of the algorithm that your trace breaks, or an error
@@ -28,13 +31,17 @@ coalescing, bank conflicts, the online softmax on a row, a one-block FlashAttent
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 
-from .cuda_puzzle_rules import (HINT_EDGE, HINT_SYNC, HINT_TWICE, Outcome,  # noqa: F401
-                                Puzzle, PuzzleCase, Rule, _cdiv, _rng, coalesced, launch,
-                                no_bank_conflicts, no_races, reads_at_most,
+from .cuda_puzzle_rules import (HINT_DIVERGENT_BARRIER, HINT_EDGE,  # noqa: F401
+                                HINT_EMPTY_TRACE, HINT_FLOAT64, HINT_NOT_NUMBA,
+                                HINT_SHFL_DIVERGENT, HINT_SYNC, HINT_TWICE, Outcome, Puzzle,
+                                PuzzleCase, Rule, _cdiv, _outputs_close, _rng,
+                                arrays_hold_at_most, coalesced, launch, no_bank_conflicts,
+                                no_races, one_thread_reads_at_most, reads_at_most,
                                 shared_reads_at_most, written_once, x_walks_rows)
 
 # -- puzzle 1: map with a guard ---------------------------------------------------------------
@@ -138,6 +145,12 @@ def _halo_case(name, n, seed):
                       ("a", "out", "n"), (_cdiv(n, TPB3),), (TPB3,))
 
 
+def _halo_unloaded(y, e):
+    """Wrong values, and a thread read a shared element no thread of its block loaded."""
+    return (not y.error and y.trace is not None and bool(y.trace.unloaded_reads())
+            and not _outputs_close(y.outputs, e))
+
+
 def _halo_missing(arrays, scalars):
     out = spec_halo_sum(arrays, scalars)["out"]
     i = np.arange(out.size)
@@ -160,6 +173,13 @@ HINT_PAD_MAX = ("The max of the ragged last block is wrong: threads past the end
 HINT_TREE = ("The tree stops short or starts too low: your result is the reduction of only "
              "the first half of each block. The first stride is blockDim.x // 2 = 32.",
              "Start at half the block and halve the stride after each step, down to 1.")
+HINT_SERIAL = ("Right values, but one thread reduced the block alone (the line above says "
+               "which array it read how many times): a loop over all 64 elements is serial, "
+               "64 steps while the others wait. A tree takes log2(64) = 6 steps: at each, "
+               "half of the remaining threads combine two values each.",
+               "Every thread loads one element; then a loop over the stride (32, 16, ..., 1) "
+               "where thread t < stride combines its slot with the slot stride further on, "
+               "with a barrier after each step.")
 HINT_ONE_WRITER = ("Some block result was written by several threads: after the tree only "
                    "sh[0] holds the block's result; let thread 0 write it.",
                    "if cuda.threadIdx.x == 0: out_sum[cuda.blockIdx.x] = ...")
@@ -206,12 +226,25 @@ HINT_BUTTERFLY = ("Every lane must end with the sum and the max over its group o
                   "1, combining each time.",
                   "Start with half the group size, combine with the partner's value from "
                   "shfl_xor, halve the offset, until it is 0 (the same for the max).")
-HINT_FLY_STEPS = ("The butterfly stops after one step: log2(8) = 3 exchanges are needed, with "
-                  "offsets 4, 2 and 1.",
-                  "Loop while the offset is > 0, halving it each time.")
-HINT_FLY_CROSS = ("The butterfly mixes two groups: an offset of 8 or more exchanges with a lane "
-                  "of ANOTHER group (lane ^ 8). Start at GROUP // 2 = 4.",
+HINT_FLY_STEPS = ("The butterfly misses a step: each lane's result covers only part of its "
+                  "group. log2(8) = 3 exchanges are needed, with offsets 4, 2 and 1 (each "
+                  "once, in any order).",
+                  "Start the offset at half the group, halve it after each exchange, and loop "
+                  "while it is > 0.")
+HINT_FLY_CROSS = ("The butterfly mixes groups: an offset of 8 or more (8, 16) exchanges with a "
+                  "lane of ANOTHER group of 8 (lane ^ 8 is in the next group). Start at "
+                  "GROUP // 2 = 4.",
                   "Offsets 4, 2, 1 keep lane ^ offset inside the group of 8.")
+HINT_FLY_PARTNER = ("Each step adds the partner's original x, not its running value: after "
+                    "the first exchange a lane's value already covers 2 lanes, after the "
+                    "second 4, and the next exchange must pass on that partial result.",
+                    "Exchange the running sum and max themselves: s = s + (the partner's s), "
+                    "m = the larger of m and (the partner's m).")
+HINT_FLY_HALVE = ("The offsets are not powers of two: an offset of 3 (from offset -= 1) "
+                  "pairs lanes so that some values are counted twice. Halve the offset "
+                  "after each exchange: 4, 2, 1.",
+                  "Divide the offset by two at the end of each step instead of subtracting "
+                  "one.")
 HINT_FLY_OP = ("The combine is swapped: the sum must add the two values, the max take the "
                "larger.",
                "s = s + shfl_xor(s, ...); m = max(m, shfl_xor(m, ...)).")
@@ -226,13 +259,33 @@ def spec_butterfly(arrays, scalars):
     return {"out_sum": np.repeat(g.sum(1), GROUP5), "out_max": np.repeat(g.max(1), GROUP5)}
 
 
-def _fly(x, offsets):
+def _fly(x, offsets, from_x=False):
+    """The butterfly with these offsets; `from_x`: each step combines the partner's x."""
     s, m = x.copy(), x.copy()
     lanes = np.arange(x.size)
     for off in offsets:
         partner = (lanes & ~31) | ((lanes % 32) ^ off)
-        s, m = s + s[partner], np.maximum(m, m[partner])
+        s, m = (s + x[partner], np.maximum(m, x[partner])) if from_x else \
+            (s + s[partner], np.maximum(m, m[partner]))
     return {"out_sum": s, "out_max": m}
+
+
+def _fly_mistakes():
+    """Wrong butterflies: every other set of offsets among 16, 8, 4, 2, 1 (the order of
+    distinct powers of two does not change the result), offsets that step by one, the
+    partner's x combined instead of its running value, and the two combines swapped; each
+    with its hint."""
+    out = []
+    for r in range(1, 6):
+        for offsets in itertools.combinations((16, 8, 4, 2, 1), r):
+            if set(offsets) != {4, 2, 1}:
+                hint = HINT_FLY_CROSS if max(offsets) >= GROUP5 else HINT_FLY_STEPS
+                out.append((lambda a, s, o=list(offsets): _fly(a["x"], o), hint))
+    out.append((lambda a, s: _fly(a["x"], [4, 3, 2, 1]), HINT_FLY_HALVE))
+    out.append((lambda a, s: _fly(a["x"], [4, 2, 1], from_x=True), HINT_FLY_PARTNER))
+    out.append((lambda a, s: {"out_sum": _fly(a["x"], [4, 2, 1])["out_max"],
+                              "out_max": _fly(a["x"], [4, 2, 1])["out_sum"]}, HINT_FLY_OP))
+    return out
 
 
 def _fly_case(name, blocks, seed):
@@ -275,6 +328,13 @@ def _mm_case(name, m, n, k, seed, block=(T6, T6), tile=T6):
 def _mm_floor(arrays, scalars):
     k = scalars["k"] // T6 * T6
     return {"c": arrays["a"][:, :k] @ arrays["b"][:k]}
+
+
+def _mm_reads(case):
+    """Global reads of a and b by a tiled kernel whose loads skip what lies outside the
+    matrices: each element of a once per block column, each of b once per block row."""
+    m, n, k = (case.scalars[x] for x in "mnk")
+    return case.grid[0] * m * k + case.grid[1] * k * n
 
 
 def _mm_budget(case):
@@ -426,15 +486,17 @@ def _softmax_replay(x, mistake=None):
     return out
 
 
-def _sm_case(name, seed):
+def _sm_case(name, seed, rows=3, cols=70):
+    """Row 0 grows (a new max inside every lane), row 1 is large (exp(x) would overflow),
+    row 2 is masked after 6 entries; with cols < 32 some lanes hold no element at all."""
     rng = _rng(seed)
-    x = rng.standard_normal((3, 70))
-    x[1] *= 40.0                           # large values: exp(x) would overflow
+    x = rng.standard_normal((rows, cols))
+    x[1] *= 40.0
     x[1, 5] = 200.0
-    x[2, 6:] = -np.inf                     # masked: lanes 6..31 see only -inf
-    x[0] = np.sort(x[0])                   # a growing max inside every lane
-    return PuzzleCase(name, {"x": x}, {"out": x.shape}, {"rows": 3, "cols": 70},
-                      ("x", "out", "rows", "cols"), (3,), (32,))
+    x[2, 6:] = -np.inf
+    x[0] = np.sort(x[0])
+    return PuzzleCase(name, {"x": x}, {"out": x.shape}, {"rows": rows, "cols": cols},
+                      ("x", "out", "rows", "cols"), (rows,), (32,))
 
 
 def _sm_nan(y, e):
@@ -464,6 +526,14 @@ HINT_FLASH_RESCALE = ("Missing rescale: when the row max grows, l and acc were a
                       "against the old max and must be multiplied by exp(m_old - m_new).",
                       "alpha = exp(m - m_new); l = l * alpha + p; acc[x] = acc[x] * alpha + "
                       "p * v[x].")
+HINT_FLASH_ROW = ("A thread keeps a whole row of scores (the line above names the array and "
+                  "its size): that is the plain softmax, which needs every score of the row "
+                  "before the first exponential, so its memory grows with tk. The online "
+                  "softmax is one pass: each thread keeps only its running m, l and acc (and "
+                  "at most one tile of BC scores), rescaled when the max grows.",
+                  "Per key of the tile: the new max, alpha = exp(old max - new max), "
+                  "p = exp(s - new max); l and each acc[x] are multiplied by alpha before "
+                  "adding p (and p v[x]). No array indexed by the key's position in the row.")
 HINT_FLASH_GLOBAL = ("Right values, but the kernel reads K or V from global memory inside the "
                      "per-row loop: each tile should be read from global memory once per "
                      "block (into shared memory) and reused by all 16 rows.",
@@ -546,7 +616,8 @@ def _ladder() -> list[Puzzle]:
                                    "one read per element plus one halo element per block"),
                      HINT_HALO_GLOBAL)],
                expected=lambda c: {"global read": c.scalars["n"] + c.grid[0] - 1,
-                                   "global write": c.scalars["n"]}),
+                                   "global write": c.scalars["n"]},
+               first=[(_halo_unloaded, HINT_HALO)]),
         Puzzle(4, "block_reduce", "block reduction: sum and max by a tree in shared memory",
                "block_reduce(a, out_sum, out_max, n): out_sum[b], out_max[b] = sum and max of "
                "block b's 64 elements; TPB = 64 threads per block.", spec_block_reduce,
@@ -554,7 +625,10 @@ def _ladder() -> list[Puzzle]:
                 _red_case("n = 40, all values negative: one ragged block", 40, 8, shift=-5.0)],
                HINT_REDUCE, [(_red_pad_zero, HINT_PAD_MAX), (_red_half, HINT_TREE)],
                [Rule(no_races, HINT_SYNC), Rule(written_once("out_sum"), HINT_ONE_WRITER),
-                Rule(written_once("out_max"), HINT_ONE_WRITER)],
+                Rule(written_once("out_max"), HINT_ONE_WRITER),
+                Rule(one_thread_reads_at_most(lambda c: 3 * TPB4 // 4,
+                                              "a tree (two reads of each array per step)"),
+                     HINT_SERIAL)],
                expected=lambda c: {"global read": c.scalars["n"],
                                    "global write": 2 * c.grid[0]}),
         Puzzle(5, "butterfly", "the warp-shuffle butterfly: sum and max over groups of 8 lanes",
@@ -562,11 +636,7 @@ def _ladder() -> list[Puzzle]:
                "its group of GROUP = 8 lanes, by shfl_xor(value, offset, scratch, lane); "
                "blocks of 32.", spec_butterfly,
                [_fly_case("one warp", 1, 9), _fly_case("two blocks of one warp", 2, 10)],
-               HINT_BUTTERFLY,
-               [(lambda a, s: _fly(a["x"], [4]), HINT_FLY_STEPS),
-                (lambda a, s: _fly(a["x"], [8, 4, 2, 1]), HINT_FLY_CROSS),
-                (lambda a, s: {"out_sum": _fly(a["x"], [4, 2, 1])["out_max"],
-                               "out_max": _fly(a["x"], [4, 2, 1])["out_sum"]}, HINT_FLY_OP)],
+               HINT_BUTTERFLY, _fly_mistakes(),
                [Rule(reads_at_most("x", lambda c: c.arrays["x"].size, "one read per lane"),
                      HINT_FLY_GLOBAL)],
                expected=lambda c: {"global read": c.arrays["x"].size,
@@ -584,7 +654,7 @@ def _ladder() -> list[Puzzle]:
                 Rule(reads_at_most("b", _mm_budget, "one read per element of each tile"),
                      HINT_MATMUL_GLOBAL)],
                edge_hint=HINT_TILE_EDGE,
-               expected=lambda c: {"global read": 2 * _mm_budget(c),
+               expected=lambda c: {"global read": _mm_reads(c),
                                    "global write": c.scalars["m"] * c.scalars["n"]}),
         Puzzle(7, "matmul_micro", "register micro-tiles: 2 x 2 outputs per thread",
                "matmul_micro(a, b, c, m, n, k): c = a @ b with k <= 16; blocks of (4, 4) threads "
@@ -620,8 +690,10 @@ def _ladder() -> list[Puzzle]:
                                    "global write": c.arrays["a"].size, "bank conflicts": 0}),
         Puzzle(10, "softmax_rows", "the online softmax on a row, merged across a warp",
                "softmax_rows(x, out, rows, cols): out[r] = softmax(x[r]); one block of 32 "
-               "threads per row; x has -inf entries (masked) and large values.", spec_softmax,
-               [_sm_case("rows of 70: sorted, large (|x| ~ 100), masked after 6", 19)],
+               "threads per row; x has -inf entries (masked) and large values, and cols may "
+               "be below 32 (lanes with no element).", spec_softmax,
+               [_sm_case("rows of 70: sorted, large (|x| ~ 100), masked after 6", 19),
+                _sm_case("3 rows of 10: lanes 10..31 hold no element", 22, 3, 10)],
                HINT_SOFTMAX,
                [(lambda a, s, m=m: {"out": _softmax_replay(a["x"], m)}, h) for m, h in
                 (("no_rescale", HINT_SM_RESCALE), ("merge", HINT_SM_MERGE))],
@@ -629,14 +701,20 @@ def _ladder() -> list[Puzzle]:
                first=[(_sm_nan, HINT_SM_NAN), (_sm_overflow, HINT_SM_SHIFT)]),
         Puzzle(11, "flash_block", "a one-block FlashAttention forward",
                "flash_block(q, k, v, o, tq, tk, d, scale): o = softmax(scale q k^T) v for "
-               "tq <= 16, d <= 4; one block of 16 threads (one per query row), key tiles of "
-               "BC = 8 in shared memory.", spec_flash,
+               "tq <= 16, d <= 4 and any tk; one block of 16 threads (one per query row), key "
+               "tiles of BC = 8 in shared memory, one pass (no thread keeps a row of scores).",
+               spec_flash,
                [_flash_case("tq = 11, tk = 21, d = 3: ragged key tile, growing max", 11, 21, 3,
                             20),
-                _flash_case("tq = 16, tk = 16, d = 4, large scores", 16, 16, 4, 21, 4.0)],
+                _flash_case("tq = 16, tk = 16, d = 4, large scores", 16, 16, 4, 21, 4.0),
+                _flash_case("tq = 3, tk = 300, d = 2: a long row, 38 key tiles", 3,
+                            300, 2, 23)],
                HINT_FLASH, [(_flash_replay("no_mask"), HINT_FLASH_MASK),
                             (_flash_replay("no_rescale"), HINT_FLASH_RESCALE)],
-               [Rule(no_races, HINT_SYNC),
+               [Rule(arrays_hold_at_most(max(BC11, D11), BR11 * BC11,
+                                         "the online softmax (one tile of scores at a time)"),
+                     HINT_FLASH_ROW),
+                Rule(no_races, HINT_SYNC),
                 Rule(reads_at_most("k", lambda c: _cdiv(c.scalars["tk"], BC11) * BC11 *
                                    c.scalars["d"], "one read per element per tile"),
                      HINT_FLASH_GLOBAL)],

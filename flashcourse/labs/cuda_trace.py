@@ -17,14 +17,26 @@ the 32 four-byte banks at different words are served one after another); and **m
 sectors** (the k-th global access of a warp touches some 32-byte sectors: 4 for 32
 neighbouring floats, 32 for 32 floats a row apart: coalesced vs strided).
 
-Tracing runs only on the simulator (`tracing()` patches its shared-memory allocator and
-its barrier while a traced kernel runs, under `simulator_lock`). A read past the end of an
-array raises IndexError in the simulated thread, as numpy does (on a GPU it would read
-whatever lies there).
+It also records **barriers**: the place of every `cuda.syncthreads()` each thread reached,
+in order. Every thread of a block must reach the same barriers the same number of times (a
+barrier inside an `if` that only some threads take is undefined behaviour on a GPU, often
+a hang). The simulator cannot hang on one: its barrier lets the waiting threads go as soon
+as every thread still running waits, whichever barrier each waits at, and a thread that
+has finished no longer counts. So a divergent barrier is found afterwards, by comparing the
+threads' lists (`Trace.divergent_barriers`). And it records the size of every local and
+shared array a kernel allocates (`Trace.largest`), and which arrays were read through a
+slice or a row view (`Trace.slice_reads`): an element of a view keeps its offset in the
+whole array.
+
+Tracing runs only on the simulator (`tracing()` patches its shared and local allocators
+and its barrier while a traced kernel runs, under `simulator_lock`). A read past the end
+of an array raises IndexError in the simulated thread, as numpy does (on a GPU it would
+read whatever lies there).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections import defaultdict
@@ -40,6 +52,7 @@ SECTOR_BYTES = 32   # global memory is moved in 32-byte sectors
 
 _ALLOC_LOCK = threading.Lock()
 _ACTIVE: dict | None = None      # thread key -> list of events, while a traced kernel runs
+_SLICES: dict = {}               # array -> elements read through slices, while tracing
 
 
 def _thread_key():
@@ -51,9 +64,22 @@ def _thread_key():
     return (int(b.x), int(b.y), int(b.z)), (int(idx.x), int(idx.y), int(idx.z))
 
 
+def short(index) -> str:
+    """A block or thread index as a learner writes it: 6 for (6, 0, 0), (6, 1) for (6, 1, 0)."""
+    idx = tuple(index)
+    while len(idx) > 1 and idx[-1] == 0:
+        idx = idx[:-1]
+    return str(idx[0]) if len(idx) == 1 else str(idx)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def _offset(array, index):
-    """Element offset of an integer index (tuple) into `array`, or None for slices.
-    Raises IndexError for an index outside the array (negative ones too)."""
+    """Element offset of an integer index (tuple) into `array` (for a view, the offset in
+    the whole array it was taken from), or None for slices. Raises IndexError for an index
+    outside the array (negative ones too)."""
     idx = index if isinstance(index, tuple) else (index,)
     if len(idx) != array.ndim or not all(isinstance(i, (int, np.integer)) for i in idx):
         return None
@@ -61,7 +87,9 @@ def _offset(array, index):
         if not 0 <= int(i) < n:
             raise IndexError(f"index {tuple(int(j) for j in idx)} is outside "
                              f"{array.array_name} of shape {array.shape}")
-    return int(np.ravel_multi_index(tuple(int(i) for i in idx), array.shape))
+    idx = tuple(int(i) for i in idx)
+    grid = getattr(array, "_offsets", None)
+    return int(grid[idx]) if grid is not None else int(np.ravel_multi_index(idx, array.shape))
 
 
 class TracedArray(np.ndarray):
@@ -76,17 +104,32 @@ class TracedArray(np.ndarray):
 
     def _record(self, kind, index):
         off = _offset(self, index)
-        if _ACTIVE is None or off is None:
+        if _ACTIVE is None:
             return
         key = _thread_key()
-        if key is not None:
-            epoch = getattr(threading.current_thread(), "_trace_epoch", 0)
-            _ACTIVE.setdefault(key, []).append(
-                (self.space, kind, self.array_name, off, self.itemsize, epoch))
+        if key is None:
+            return
+        if off is None:                  # a slice or a row: counted by elements, per array
+            if kind == "read":
+                n = np.ndarray.__getitem__(self._grid(), index).size
+                with _ALLOC_LOCK:
+                    _SLICES[self.array_name] = _SLICES.get(self.array_name, 0) + n
+            return
+        epoch = getattr(threading.current_thread(), "_trace_epoch", 0)
+        _ACTIVE.setdefault(key, []).append(
+            (self.space, kind, self.array_name, off, self.itemsize, epoch))
+
+    def _grid(self):
+        """Each element's offset in the whole array (a view keeps its parent's)."""
+        grid = getattr(self, "_offsets", None)
+        return np.arange(self.size).reshape(self.shape) if grid is None else grid
 
     def __getitem__(self, index):
         self._record("read", index)
-        return np.ndarray.__getitem__(self, index)
+        out = np.ndarray.__getitem__(self, index)
+        if isinstance(out, TracedArray):     # a view (out[r], a[2:5]): keep the offsets
+            out._offsets = np.ndarray.__getitem__(self._grid(), index)
+        return out
 
     def __setitem__(self, index, value):
         self._record("write", index)
@@ -111,13 +154,16 @@ def tracing():
 
     Patches the simulator's `cuda.shared.array` (allocations are named by the line that
     makes them, "shared line N"; float ones start as NaN so that an element nobody
-    loaded shows up) and `cuda.syncthreads` (counts each thread's barriers)."""
-    global _ACTIVE
+    loaded shows up), `cuda.local.array` (its sizes) and `cuda.syncthreads` (each thread's
+    barriers: its epoch, and where each barrier it reached stands)."""
+    global _ACTIVE, _SLICES
     from numba.cuda.simulator import kernel as sim_kernel
     from numba.cuda.simulator import kernelapi
     trace = Trace()
+    simulator_dir = os.path.dirname(kernelapi.__file__)
     with simulator_lock():
         old_array = kernelapi.FakeCUDAShared.array
+        old_local = kernelapi.FakeCUDALocal.array
         old_sync = sim_kernel.BlockThread.syncthreads
 
         def shared_array(self, shape, dtype, alignment=None):
@@ -133,20 +179,38 @@ def tracing():
                     if res.dtype.kind == "f":
                         res.fill(np.nan)
                     self._allocations[where] = res
+                    trace.allocations[("shared", where[1])] = res.size
             return res.view(_shared_class(f"shared line {where[1]}"))
 
+        def local_array(self, shape, dtype, alignment=None):
+            res = old_local(self, shape, dtype, alignment)
+            line = sys._getframe(1).f_lineno
+            with _ALLOC_LOCK:
+                key = ("local", line)
+                trace.allocations[key] = max(trace.allocations.get(key, 0), res.size)
+            return res
+
         def syncthreads(self):
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename.startswith(simulator_dir):
+                frame = frame.f_back        # the simulator's own frames: find the caller's
+            site = (frame.f_code.co_name, frame.f_lineno) if frame is not None else ("?", 0)
+            key = _thread_key()
+            if key is not None:
+                trace.barriers.setdefault(key, []).append(site)
             self._trace_epoch = getattr(self, "_trace_epoch", 0) + 1
             return old_sync(self)
 
         kernelapi.FakeCUDAShared.array = shared_array
+        kernelapi.FakeCUDALocal.array = local_array
         sim_kernel.BlockThread.syncthreads = syncthreads
-        _ACTIVE = trace.events
+        _ACTIVE, _SLICES = trace.events, trace.slice_reads
         try:
             yield trace
         finally:
-            _ACTIVE = None
+            _ACTIVE, _SLICES = None, {}
             kernelapi.FakeCUDAShared.array = old_array
+            kernelapi.FakeCUDALocal.array = old_local
             sim_kernel.BlockThread.syncthreads = old_sync
 
 
@@ -160,6 +224,9 @@ class Trace:
 
     def __init__(self):
         self.events: dict = {}
+        self.barriers: dict = {}       # thread key -> [(function, line) of each barrier]
+        self.allocations: dict = {}    # ("local" or "shared", line) -> elements
+        self.slice_reads: dict = {}    # array -> elements read through slices or rows
 
     def threads(self):
         return sorted(self.events)
@@ -182,6 +249,56 @@ class Trace:
                         and (array is None or a == array))
                     for ev in self.events.values()), default=0)
 
+    def reads_of(self, array: str) -> int:
+        """Global reads of `array`: by element, plus the elements of slices read."""
+        return self.total("global read", array) + self.slice_reads.get(array, 0)
+
+    def max_reads_of_one_array(self) -> tuple[int, tuple | None, str]:
+        """(n, thread, array): the most reads one thread made of one array (global or
+        shared), e.g. a thread that loops over a whole block's elements alone."""
+        best = (0, None, "")
+        for key, ev in self.events.items():
+            per = defaultdict(int)
+            for _, k, a, *_ in ev:
+                if k == "read":
+                    per[a] += 1
+            for a, n in per.items():
+                if n > best[0]:
+                    best = (n, key, a)
+        return best
+
+    def largest(self, space: str) -> tuple[int, int]:
+        """(elements, line) of the largest "local" or "shared" array the kernel allocated."""
+        sizes = [(n, line) for (sp, line), n in self.allocations.items() if sp == space]
+        return max(sizes, default=(0, 0))
+
+    def divergent_barriers(self) -> tuple[str, str]:
+        """("", "") when every thread of each block reached the same barriers (the same
+        syncthreads calls, in the same order), else (what differs, the function holding
+        the first barrier that differs), e.g. ("in block (0, 0, 0), thread (40, 0, 0)
+        reached 1 barrier and thread (0, 0, 0) 6 ...", "block_reduce")."""
+        threads = list(np.ndindex(*self.block_dim))
+        blocks = sorted({b for b, _ in self.events} | {b for b, _ in self.barriers})
+        for block in blocks:
+            seqs = {t: self.barriers.get((block, t), []) for t in threads}
+            ref = max(threads, key=lambda t: len(seqs[t]))      # the first of the longest
+            full = seqs[ref]
+            for t in threads:
+                mine = seqs[t]
+                if mine == full:
+                    continue
+                n = next(i for i in range(len(full)) if i >= len(mine) or mine[i] != full[i])
+                fn, line = full[n]
+                who, other = f"thread {short(t)}", f"thread {short(ref)}"
+                if len(mine) != len(full):
+                    return (f"in block {short(block)}, {who} reached "
+                            f"{_plural(len(mine), 'barrier')}, {other} reached {len(full)} "
+                            f"(the first {who} missed: line {line} of {fn})"), fn
+                return (f"in block {short(block)}, {who} and {other} reached different "
+                        f"barriers (line {mine[n][1]} of {mine[n][0]} and line {line} of "
+                        f"{fn})"), fn
+        return "", ""
+
     def written_by(self, array: str) -> dict:
         """element offset -> list of thread keys that wrote it (global array `array`)."""
         out = defaultdict(list)
@@ -190,6 +307,19 @@ class Trace:
                 if s == "global" and k == "write" and a == array:
                     out[off].append(key)
         return out
+
+    def unloaded_reads(self) -> list:
+        """Shared elements read that no thread of the block ever wrote (they hold whatever
+        was there: NaN on the simulator): [(block, thread, array, offset), ...]."""
+        written, reads = set(), []
+        for (block, thread), ev in self.events.items():
+            for s, k, a, off, *_ in ev:
+                if s == "shared":
+                    if k == "write":
+                        written.add((block, a, off))
+                    else:
+                        reads.append((block, thread, a, off))
+        return [r for r in reads if (r[0], r[2], r[3]) not in written]
 
     def races(self) -> list:
         """Shared elements written by one thread and read or written by another between

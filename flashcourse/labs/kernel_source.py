@@ -7,7 +7,10 @@ variable). The compiler needs the size as a number fixed before it compiles: a l
 name defined outside the kernel, or a tuple of those. `kernel_guard` checks this (and
 that the function is not a stub) for every CUDA lab, so a learner without a GPU hears
 about it from the checker, and one with a GPU gets the same message instead of Numba's
-typing error. It also tells a puzzle kernel that was never decorated with `@cuda.jit`.
+typing error. It also tells a puzzle kernel that was never decorated with `@cuda.jit`
+(`require_cuda_kernel`: a plain function, or another object that is not a Numba kernel),
+and finds float constants that make a float32 kernel compute in float64
+(`float64_literals`, for labs 05, 06 and 10).
 """
 
 from __future__ import annotations
@@ -35,6 +38,15 @@ class ArraySizeError(Exception):
 
 class NotAKernelError(Exception):
     """A puzzle's kernel is a plain Python function: `@cuda.jit` is missing."""
+
+
+class NotNumbaKernelError(Exception):
+    """A puzzle's kernel is some object with [] (launchable-looking) that Numba did not
+    build: a kernel it cannot be, whatever it computes."""
+
+
+#: the classes `@cuda.jit` makes: on a GPU (numba-cuda) and on Numba's CUDA simulator
+KERNEL_CLASSES = ("CUDADispatcher", "FakeCUDAKernel")
 
 
 def _source_tree(fn):
@@ -113,9 +125,47 @@ def kernel_guard(fn, what: str) -> None:
             "sizes fixed beforehand (a number, or a name defined outside the kernel)")
 
 
+def is_numba_kernel(obj) -> bool:
+    """Whether `obj` was made by `@cuda.jit` (by class name, so that this module need not
+    import Numba's GPU or simulator parts)."""
+    return any(c.__name__ in KERNEL_CLASSES for c in type(obj).__mro__)
+
+
 def require_cuda_kernel(kernel, what: str) -> None:
-    """NotAKernelError when `kernel` cannot be launched as kernel[grid, block](...)."""
+    """NotAKernelError when `kernel` is a plain function (no `@cuda.jit`);
+    NotNumbaKernelError when it is any other object that `@cuda.jit` did not make."""
+    if is_numba_kernel(kernel):
+        return
     if callable(kernel) and not hasattr(kernel, "__getitem__"):
         raise NotAKernelError(
             f"{what} is a plain Python function, not a CUDA kernel: put @cuda.jit on the line "
             "above its def (and run that cell again)")
+    raise NotNumbaKernelError(
+        f"{what} is a {type(kernel).__name__}, not a kernel made by @cuda.jit: the checker "
+        "launches a CUDA kernel and checks what its threads read and write")
+
+
+def float64_literals(fn) -> list[str]:
+    """Float constants in `fn`'s source that are not wrapped in float32(...) (also
+    np.float32(...)): in a float32 kernel each makes Numba compute in float64 on a GPU.
+    [] when the source cannot be read."""
+    tree = _source_tree(fn)
+    if tree is None:
+        return []
+    wrapped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+            if name == "float32":
+                for a in ast.walk(node):
+                    wrapped.add(id(a))
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in wrapped:
+            continue
+        if isinstance(node, ast.Constant) and isinstance(node.value, float):
+            found.append(repr(node.value))
+        elif isinstance(node, ast.Attribute) and node.attr in ("inf", "nan", "pi", "e") and \
+                getattr(node.value, "id", "") in ("math", "np", "numpy"):
+            found.append(f"{node.value.id}.{node.attr}")
+    return found
