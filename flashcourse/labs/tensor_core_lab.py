@@ -272,9 +272,10 @@ def direct_shuffles(fn, *, follow: bool = True) -> list[str]:
         if called in SYNC_SHUFFLES:
             found.append(called)
         elif follow and isinstance(node.func, ast.Name):
-            callee = names.get(node.func.id)
-            module = getattr(py_func(callee), "__module__", None) or ""
-            if callee is not None and callee is not fn and not module.startswith("flashcourse"):
+            callee = names.get(node.func.id)          # a device function wraps a Python one
+            inner = py_func(callee) if callee is not None else None
+            module = getattr(inner, "__module__", None) or ""
+            if inner is not callee and callee is not fn and not module.startswith("flashcourse"):
                 found += direct_shuffles(callee, follow=False)
     return found
 
