@@ -299,7 +299,7 @@ def source_cases(fns, *, shuffles: bool = True) -> tuple[list, list]:
 
     first = []
     if shuffles and using_simulator():
-        first.append(Case("the given shfl_xor (the simulator has no warp shuffles)",
+        first.append(Case("shuffles through the given shfl_xor (runs on the simulator too)",
                           shuffle_run, HINT_SHFL_SYNC[0], hint2=HINT_SHFL_SYNC[1],
                           compare=lambda y, e: (not y, f"your code calls cuda.{y[0]}"
                                                 if y else "")))
