@@ -1,13 +1,16 @@
 """Lab 10 (the FA2 inner loop on m16n8k16 fragments): solutions pass, stubs report "not
-implemented", each typical mistake gets its hint, no hint holds a solution line. Runs on the
-simulator through the numpy twins of mma.sync (flashcourse/cuda/mma.py)."""
+implemented", each typical mistake gets its hint (from its part check and from the whole
+kernel), unusual correct variants pass, no hint holds a solution line. Runs on the simulator
+through the numpy twins of mma.sync (flashcourse/cuda/mma.py)."""
 
 import numpy as np
 import pytest
 
 from flashcourse.labs import tensor_core_lab as L
-from labtools import (assert_hint, assert_stubs_not_implemented, functions_of, hint_leaks_test,
-                      lab_fixture, lab_path, mutate)
+from flashcourse.labs import tensor_core_parts as P
+from flashcourse.labs.cuda_kernel import HINT_FLOAT64
+from labtools import (assert_hint, assert_stubs_not_implemented, cells_of, functions_of,
+                      hint_leaks_test, lab_fixture, lab_path, mutate)
 
 LAB = lab_path("lab10_tensor_cores")
 lab = lab_fixture(LAB)
@@ -20,14 +23,19 @@ def parts_of(ns, **swap):
 def test_solutions_pass(lab):
     assert L.check_fragments(lab["load_a"], lab["load_b"], verbose=False).passed
     assert L.check_quad(lab["quad_max"], lab["quad_sum"], verbose=False).passed
-    assert L.check_kernel(parts_of(lab), verbose=False).passed
+    assert P.check_scores_tile(lab["scores_tile"], verbose=False).passed
+    assert P.check_softmax_tile(lab["softmax_tile"], verbose=False).passed
+    assert P.check_pv_tile(lab["pv_tile"], verbose=False).passed
+    assert P.check_kernel(parts_of(lab), verbose=False).passed
     assert L.check_mask(lab["mask_tile"], verbose=False).passed
 
 
 def test_stubs_report_not_implemented(capsys):
     st = functions_of(LAB, student=True)
     results = [L.check_fragments(st["load_a"], st["load_b"]),
-               L.check_quad(st["quad_max"], st["quad_sum"]), L.check_kernel(parts_of(st)),
+               L.check_quad(st["quad_max"], st["quad_sum"]),
+               P.check_scores_tile(st["scores_tile"]), P.check_softmax_tile(st["softmax_tile"]),
+               P.check_pv_tile(st["pv_tile"]), P.check_kernel(parts_of(st)),
                L.check_mask(st["mask_tile"])]
     assert_stubs_not_implemented(results, capsys.readouterr().out)
 
@@ -40,6 +48,16 @@ def test_replay_is_close_to_the_reference():
         o_ref, lse_ref = reference.attention(q, k, v, causal=causal)
         np.testing.assert_allclose(o, o_ref, atol=3e-2, err_msg=name)   # fp16 operands
         np.testing.assert_allclose(lse, lse_ref, atol=3e-2, err_msg=name)
+
+
+def test_lane_by_lane_model_is_the_replay():
+    """kernel_model (the part models composed, as the kernel runs them) is the row-by-row
+    replay, so a mistake replayed in it is a mistake of that kernel."""
+    for name, seed, tq, tk, d, causal, spread, grow in L.KERNEL_CASES:
+        q, k, v = L._inputs(seed, tq, tk, d, spread, grow)
+        for got, want in zip(P.kernel_model(q, k, v, causal=causal),
+                             L.replay(q, k, v, causal=causal)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
 def test_a_mistake_map_is_the_fragment_map_when_right():
@@ -88,22 +106,167 @@ def test_quad_mistakes_get_their_hint(old, new, hint):
     assert_hint(L.check_quad, ns["quad_max"], hint[0], ns["quad_sum"])
 
 
-KERNEL_MISTAKES = [
-    ("scores_tile", "    for x in range(4 * NS):\n        s[x] = F0\n", "", L.HINT_RESET),
-    ("softmax_tile", "alpha = math.exp(m[hf] - m_use)", "alpha = math.exp(F0)", L.HINT_RESCALE),
-    ("softmax_tile", "m_new = max(m[hf], x)", "m_new = x", L.HINT_TILE_MAX),
-    ("pv_tile",
-     "        pa[1] = pack(s[j0 + 2], s[j0 + 3])\n        pa[2] = pack(s[j0 + 4], s[j0 + 5])",
-     "        pa[1] = pack(s[j0 + 4], s[j0 + 5])\n        pa[2] = pack(s[j0 + 2], s[j0 + 3])",
-     L.HINT_P_ORDER),
-]
+SOFTMAX = "softmax_tile"
+RESCALE_ACC = ("        for n in range(NO):\n            acc[4 * n + 2 * hf] *= alpha\n"
+               "            acc[4 * n + 2 * hf + 1] *= alpha\n")
+V_AS_K = ("            for x in range(2):\n"
+          "                kk = 16 * kp + 2 * (w[0] % 4) + 8 * x\n"
+          "                b[x] = pack(vt[kk, 8 * n + w[0] // 4], vt[kk + 1, 8 * n + w[0] // 4])\n")
+PA_LINES = [(f"pa[{i}] = pack(s[j0 + {2 * i}], s[j0 + {2 * i + 1}])".replace("j0 + 0", "j0"),
+             f"pa[{i}] = pack(s[j0 + {2 * i + 1}], s[j0 + {2 * i}])".replace("j0 + 0", "j0"))
+            for i in range(4)]
+
+#: (part, [(old, new), ...], hint, also through check_kernel)
+PART_MISTAKES = {
+    "no-reset": ("scores_tile", [("    for x in range(4 * NS):\n        s[x] = F0\n", "")],
+                 P.HINT_RESET, True),
+    "s-offsets": ("scores_tile", [("load_b(ks, 8 * n, 16 * kk, w[0], b)",
+                                   "load_b(ks, 16 * kk, 8 * n, w[0], b)")], P.HINT_S_OFFSETS,
+                  False),
+    "s-ci": ("scores_tile", [("mma(qa, 4 * kk, b, s, 4 * n, scr, w)",
+                              "mma(qa, 4 * kk, b, s, n, scr, w)")], P.HINT_CI, True),
+    "s-float64": ("scores_tile", [("s[x] = F0", "s[x] = 0.0")], HINT_FLOAT64, False),
+    "no-rescale": (SOFTMAX, [("alpha = math.exp(m[hf] - m_use)", "alpha = math.exp(F0)")],
+                   P.HINT_RESCALE, True),
+    "no-rescale-acc": (SOFTMAX, [(RESCALE_ACC, "")], P.HINT_RESCALE_ACC, True),
+    "no-rescale-lp": (SOFTMAX, [("lp[hf] = lp[hf] * alpha + ps", "lp[hf] = lp[hf] + ps")],
+                      P.HINT_RESCALE_LP, True),
+    "no-quad-max": (SOFTMAX, [("        x = quad_max(x, red, lane)\n", "")], P.HINT_NO_QUAD_MAX,
+                    True),
+    "tile-max": (SOFTMAX, [("m_new = max(m[hf], x)", "m_new = x")], P.HINT_TILE_MAX, True),
+    "index": (SOFTMAX, [("2 * hf", "hf")], P.HINT_ACC_INDEX, True),
+    "index-acc": (SOFTMAX, [("acc[4 * n + 2 * hf", "acc[4 * n + hf")], P.HINT_ACC_INDEX, False),
+    "no-standin": (SOFTMAX, [("m_use = m_new if m_new != NEG_INF else F0", "m_use = m_new")],
+                   P.HINT_STANDIN, False),
+    "p-not-stored": (SOFTMAX, [("                s[4 * n + 2 * hf + c] = p\n", "")],
+                     P.HINT_P_STORE, False),
+    "lp-quad": (SOFTMAX, [("lp[hf] = lp[hf] * alpha + ps",
+                           "lp[hf] = lp[hf] * alpha + quad_sum(ps, red, lane)")],
+                P.HINT_LP_PARTIAL, False),
+    "softmax-float64": (SOFTMAX, [("x = NEG_INF", "x = -math.inf")], HINT_FLOAT64, False),
+    "p-order": ("pv_tile", [("        pa[1] = pack(s[j0 + 2], s[j0 + 3])\n"
+                             "        pa[2] = pack(s[j0 + 4], s[j0 + 5])",
+                             "        pa[1] = pack(s[j0 + 4], s[j0 + 5])\n"
+                             "        pa[2] = pack(s[j0 + 2], s[j0 + 3])")], P.HINT_P_ORDER, True),
+    "p-pairs": ("pv_tile", PA_LINES, P.HINT_P_ORDER, False),
+    "v-as-k": ("pv_tile", [("            load_b(vt, 8 * n, 16 * kp, w[0], b)\n", V_AS_K)],
+               P.HINT_PV_B, True),
+    "pv-offsets": ("pv_tile", [("load_b(vt, 8 * n, 16 * kp, w[0], b)",
+                                "load_b(vt, 16 * kp, 8 * n, w[0], b)")], P.HINT_PV_OFFSETS,
+                   False),
+    "pv-ci": ("pv_tile", [("mma(pa, 0, b, acc, 4 * n, scr, w)", "mma(pa, 0, b, acc, n, scr, w)")],
+              P.HINT_CI, True),
+    "pv-overwrite": ("pv_tile", [("    for kp in range(KP):\n",
+                                  "    for x in range(4 * NO):\n        acc[x] = F0\n"
+                                  "    for kp in range(KP):\n")], P.HINT_PV_ADD, False),
+}
+PART_CHECK = {"scores_tile": P.check_scores_tile, SOFTMAX: P.check_softmax_tile,
+              "pv_tile": P.check_pv_tile}
 
 
-@pytest.mark.parametrize("name,old,new,hint", KERNEL_MISTAKES,
-                         ids=["no-reset", "no-rescale", "tile-max", "p-order"])
-def test_kernel_mistakes_get_their_hint(lab, name, old, new, hint):
-    ns = functions_of(LAB, replace=[(old, new)])
-    assert_hint(L.check_kernel, parts_of(lab, **{name: ns[name]}), hint[0])
+def _mutant(part, edits):
+    for old, _ in edits:
+        assert any(f"def {part}(" in c and old in c for c in cells_of(LAB)), (part, old)
+    return functions_of(LAB, replace=edits)[part]
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")   # no-standin: NaN
+@pytest.mark.parametrize("key", sorted(PART_MISTAKES))
+def test_part_mistakes_get_their_hint(key):
+    part, edits, hint, _ = PART_MISTAKES[key]
+    assert_hint(PART_CHECK[part], _mutant(part, edits), hint[0])
+
+
+KERNEL_KEYS = sorted(k for k, m in PART_MISTAKES.items() if m[3])
+
+
+@pytest.mark.parametrize("key", KERNEL_KEYS)
+def test_kernel_mistakes_get_their_hint(lab, key):
+    """The whole kernel names a part's mistake from its output alone (kernel_model)."""
+    part, edits, hint, _ = PART_MISTAKES[key]
+    assert_hint(P.check_kernel, parts_of(lab, **{part: _mutant(part, edits)}), hint[0])
+
+
+def test_kernel_names_the_failing_part_check(lab):
+    """A mistake no replay knows (S scaled twice): the first failing part check is named."""
+    wrong = _mutant("scores_tile", [("mma(qa, 4 * kk, b, s, 4 * n, scr, w)",
+                                     "mma(qa, 4 * kk, b, s, 4 * n, scr, w)\n"
+                                     "            mma(qa, 4 * kk, b, s, 4 * n, scr, w)")])
+    assert_hint(P.check_kernel, parts_of(lab, scores_tile=wrong), P.HINT_KERNEL_SCORES[0])
+
+
+def test_kernel_says_when_every_part_check_passes(lab):
+    """A pv_tile that passes its own check but does nothing inside the kernel (contrived: it
+    tells the two apart by vt's shape) gets the hint that says all part checks pass and
+    names what remains, never "make them pass first"."""
+    wrong = _mutant("pv_tile", [("    for kp in range(KP):\n",
+                                 "    if vt.shape[0] != 32:\n        return\n"
+                                 "    for kp in range(KP):\n")])
+    assert P.check_pv_tile(wrong, verbose=False).passed
+    result = assert_hint(P.check_kernel, parts_of(lab, pv_tile=wrong), P.HINT_KERNEL[0])
+    assert "Every part check passes" in result.hint and "mask" in result.hint
+
+
+def test_kernel_that_raises_points_to_the_part_checks(lab):
+    from flashcourse.gpu import using_simulator
+    if not using_simulator():
+        pytest.skip("on a GPU a read past vt returns garbage instead of raising")
+    part, edits, _, _ = PART_MISTAKES["pv-offsets"]
+    assert_hint(P.check_kernel, parts_of(lab, pv_tile=_mutant(part, edits)),
+                P.HINT_KERNEL_ERROR[0])
+
+
+def test_direct_warp_shuffle_gets_its_hint():
+    from flashcourse.gpu import using_simulator
+    if not using_simulator():
+        pytest.skip("a GPU runs cuda.shfl_xor_sync: nothing to flag there")
+    edits = [("shfl_xor(x, 1, red, lane)", "cuda.shfl_xor_sync(0xFFFFFFFF, x, 1)"),
+             ("shfl_xor(x, 2, red, lane)", "cuda.shfl_xor_sync(0xFFFFFFFF, x, 2)")]
+    ns = functions_of(LAB, replace=edits)
+    assert_hint(L.check_quad, ns["quad_max"], L.HINT_SHFL_SYNC[0], ns["quad_sum"])
+    assert_hint(P.check_softmax_tile, ns["softmax_tile"], L.HINT_SHFL_SYNC[0])
+    assert_hint(P.check_kernel, parts_of(ns), L.HINT_SHFL_SYNC[0])
+
+
+def test_float64_literal_in_a_quad_gets_its_hint():
+    ns = functions_of(LAB, replace=[("    return x\n", "    return x + 0.0\n")])
+    assert_hint(L.check_quad, ns["quad_max"], HINT_FLOAT64[0], ns["quad_sum"])
+
+
+#: unusual but correct: other loop orders, extra temporaries, float32(...) constants
+CORRECT_VARIANTS = {
+    "scores_tile": [
+        ("    for n in range(NS):\n        for kk in range(KT):\n",
+         "    for kk in range(KT):\n        for n in range(NS):\n"),
+        ("    for x in range(4 * NS):\n        s[x] = F0\n",
+         "    for n in range(NS):\n        for i in range(4):\n"
+         "            s[4 * n + i] = float32(0.0)\n"),
+    ],
+    SOFTMAX: [
+        ("        m_use = m_new if m_new != NEG_INF else F0\n",
+         "        m_use = F0\n        if m_new > NEG_INF:\n            m_use = m_new\n"),
+        (RESCALE_ACC, "        for n in range(NO):\n            for c in range(2):\n"
+                      "                j = 4 * n + 2 * hf + c\n"
+                      "                old = acc[j]\n                acc[j] = old * alpha\n"),
+        ("        lp[hf] = lp[hf] * alpha + ps\n",
+         "        scaled = lp[hf] * alpha\n        lp[hf] = scaled + ps\n"),
+    ],
+    "pv_tile": [
+        ("        pa[0] = pack(s[j0], s[j0 + 1])\n        pa[1] = pack(s[j0 + 2], s[j0 + 3])\n"
+         "        pa[2] = pack(s[j0 + 4], s[j0 + 5])\n        pa[3] = pack(s[j0 + 6], s[j0 + 7])\n",
+         "        for q in range(4):\n"
+         "            pa[q] = pack(s[j0 + 2 * q], s[j0 + 2 * q + 1])\n"),
+    ],
+}
+
+
+def test_unusual_correct_variants_pass(lab):
+    edits = [e for part in CORRECT_VARIANTS.values() for e in part]
+    ns = functions_of(LAB, replace=[("from numba import cuda\n",
+                                     "from numba import cuda, float32\n")] + edits)
+    for part, check in PART_CHECK.items():
+        assert check(ns[part], verbose=False).passed, part
+    assert P.check_kernel(parts_of(ns), verbose=False).passed
 
 
 MASK_MISTAKES = [
@@ -125,4 +288,4 @@ def test_timing_is_gpu_only(lab):
         assert L.time_against_course(parts_of(lab)) is None
 
 
-test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)
+test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS + P.ALL_HINTS, LAB)

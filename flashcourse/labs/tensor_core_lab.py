@@ -18,15 +18,21 @@ learner writes, as Numba device functions:
 `mma(a, ai, b, c, ci, scr, w)` and `pack(lo, hi)` are given: the mma.sync intrinsic and the
 cvt to f16x2 on a GPU, their simulator twins (`flashcourse.cuda.mma.device_ops`) without one.
 `w` = [lane, parity] (the simulator's fragment exchange alternates two scratch buffers).
-`lab_forward(parts, q, k, v)` runs the kernel; `check_*` check each part and then the whole
-kernel against a numpy replay of the same arithmetic (fp16 rounding of Q, K, V and P), whose
-typical mistakes name a failure. `time_against_course(parts)` (GPU only) times the lab kernel
-beside the course's tensor-core kernel.
+`lab_forward(parts, q, k, v)` runs the kernel. Here: `check_fragments`, `check_quad` and the
+going-further `check_mask`, and `replay`, the kernel's arithmetic in numpy (fp16 rounding of
+Q, K, V and P); `tensor_core_parts` checks scores_tile, softmax_tile and pv_tile each alone
+and the whole kernel (`check_kernel`). Every checker also reads the source: float64
+constants (as lab 06) and, on the simulator, a numba.cuda warp shuffle called directly.
+`time_against_course(parts)` (GPU only) times the lab kernel beside the course's
+tensor-core kernel.
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import textwrap
 from functools import lru_cache
 
 import numpy as np
@@ -38,7 +44,8 @@ from ..cuda._launch import simulator_lock
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ._harness import Case, Result, run_checks
-from .kernel_source import kernel_guard
+from .kernel_source import kernel_guard, py_func
+from .cuda_kernel import HINT_FLOAT64, float64_literals
 from .cuda_lab_kernel import _device
 
 BR = 16                     # query rows per block (one m16 tile, one warp)
@@ -117,28 +124,13 @@ HINT_QUAD_CROSS = ("Your reduction mixes row groups: an offset of 4 or more exch
                    "Offsets 1 and 2 keep lane ^ offset inside the quad.")
 HINT_QUAD_OP = ("quad_max must take the max of the two values and quad_sum add them.",
                 "max(x, other); x + other.")
-HINT_RESET = ("The scores are not reset: s still holds the previous tile's P when the mma "
-              "adds Q K_j^T to it (an mma computes C + A B).",
-              "Set the 4 NS accumulators of s to F0 before the first mma of each tile.")
-HINT_RESCALE = ("Missing rescale: when a row's max grows, its partial sum lp and its acc "
-                "accumulators were measured against the old max: multiply them by "
-                "exp(m_old - m_new).",
-                "alpha = exp(m[hf] - m_use); lp[hf] = lp[hf] alpha + this tile's sum; the acc "
-                "entries 4 n + 2 hf, 4 n + 2 hf + 1 of every n8 tile n times alpha.")
-HINT_TILE_MAX = ("Wrong max: the new row max must combine the running max m[hf] with this "
-                 "tile's max.",
-                 "m_new = the larger of m[hf] and the quad's max.")
-HINT_P_ORDER = ("P is fed in the wrong fragment order: the A operand of P V takes S tile 2 kp "
-                "(columns 0-7) as its words 0 (row g) and 1 (row g + 8) and S tile 2 kp + 1 "
-                "(columns 8-15) as words 2 and 3 (mma.p_as_a_operand).",
-                "pa[0] from s[j0], s[j0 + 1]; pa[1] from s[j0 + 2], s[j0 + 3]; pa[2] from "
-                "s[j0 + 4], s[j0 + 5]; pa[3] from s[j0 + 6], s[j0 + 7], with j0 = 8 kp.")
-HINT_PV_B = ("The B operand of P V is wrong: B[kk, n] = V[key kk, dim n] = vt[n0 + n, kk], "
-             "so load_b on vt with n0 = 8 n gives it (vt is V transposed).",
-             "load_b(vt, 8 n, 16 kp, lane, b) for each n8 tile n of O.")
-HINT_KERNEL = ("The kernel with your parts disagrees with the numpy replay. Make the part "
-               "checks pass first (check_fragments, check_quad).",
-               "Then compare one tile: Tq = Tk = 16 is one S tile and one P V step.")
+HINT_SHFL_SYNC = ("Your code calls a warp shuffle of numba.cuda directly (shfl_xor_sync or "
+                  "another *_sync shuffle). It works on a GPU, but Numba's simulator has no "
+                  "warp shuffles, so the lab cannot run there. Use the given shfl_xor(x, "
+                  "offset, red, lane): a warp shuffle on a GPU, an exchange through the "
+                  "shared array red on the simulator.",
+                  "Replace each cuda.shfl_xor_sync(mask, x, offset) by shfl_xor(x, offset, "
+                  "red, lane).")
 
 _RTOL, _ATOL = 2e-3, 2e-3        # fp16 operands, fp32 accumulation, against a replay that rounds
 
@@ -257,6 +249,66 @@ def _parts(parts) -> dict:
     return dict(zip(PARTS, parts))
 
 
+# -- what the source shows: float64 constants, shuffles the simulator lacks -----------------
+
+#: numba.cuda's warp shuffles: a GPU has them, Numba's simulator does not
+SYNC_SHUFFLES = ("shfl_sync", "shfl_xor_sync", "shfl_up_sync", "shfl_down_sync")
+
+
+def direct_shuffles(fn, *, follow: bool = True) -> list[str]:
+    """The numba.cuda warp shuffles (SYNC_SHUFFLES) that `fn`'s source calls; with `follow`,
+    also those of the learner's device functions it calls by a global name (softmax_tile
+    calls quad_max). No source to read (e.g. built with exec): no verdict."""
+    try:
+        src = textwrap.dedent(inspect.getsource(py_func(fn)))
+    except (OSError, TypeError):      # no source to read: nothing to report
+        return []
+    names = getattr(py_func(fn), "__globals__", {})
+    found = []
+    for node in ast.walk(ast.parse(src)):
+        if not isinstance(node, ast.Call):
+            continue
+        called = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+        if called in SYNC_SHUFFLES:
+            found.append(called)
+        elif follow and isinstance(node.func, ast.Name):
+            callee = names.get(node.func.id)          # a device function wraps a Python one
+            inner = py_func(callee) if callee is not None else None
+            module = getattr(inner, "__module__", None) or ""
+            if inner is not callee and callee is not fn and not module.startswith("flashcourse"):
+                found += direct_shuffles(callee, follow=False)
+    return found
+
+
+def _guarded(fns):
+    for fn in fns:
+        kernel_guard(fn, getattr(py_func(fn), "__name__", "function"))
+
+
+def source_cases(fns, *, shuffles: bool = True) -> tuple[list, list]:
+    """(first, last): the cases that read the source of `fns` before and after the value
+    cases. First, on the simulator only (a GPU runs them): no numba.cuda warp shuffle
+    called directly. Last: float32 constants only (as lab 06)."""
+    def shuffle_run(_):
+        _guarded(fns)
+        return [name for fn in fns for name in direct_shuffles(fn)], []
+
+    def float_run(_):
+        _guarded(fns)
+        return [lit for fn in fns for lit in float64_literals(fn)], []
+
+    first = []
+    if shuffles and using_simulator():
+        first.append(Case("shuffles through the given shfl_xor (runs on the simulator too)",
+                          shuffle_run, HINT_SHFL_SYNC[0], hint2=HINT_SHFL_SYNC[1],
+                          compare=lambda y, e: (not y, f"your code calls cuda.{y[0]}"
+                                                if y else "")))
+    last = [Case("float32 constants only", float_run, HINT_FLOAT64[0], hint2=HINT_FLOAT64[1],
+                 compare=lambda y, e: (not y, "float64 constants in your code: "
+                                       + ", ".join(y)))]
+    return first, last
+
+
 # -- checker 1: the fragment loads ------------------------------------------------------------
 
 @lru_cache(maxsize=None)
@@ -353,6 +405,7 @@ def check_fragments(load_a, load_b, *, verbose: bool = True, hint_level: int = 1
                           HINT_A[0], diag_a, rtol=0, atol=0, hint2=HINT_A[1]))
         cases.append(Case(f"load_b: B fragment, n0 = {r0}, k0 = {c0}", run_b, HINT_B[0],
                           diag_b, rtol=0, atol=0, hint2=HINT_B[1]))
+    cases += source_cases((load_a, load_b), shuffles=False)[1]
     return run_checks("load_a and load_b (m16n8k16 fragments)", (load_a, load_b), cases,
                       verbose=verbose, hint_level=hint_level)
 
@@ -389,7 +442,8 @@ def check_quad(quad_max, quad_sum, *, verbose: bool = True, hint_level: int = 1)
             _quad_kernel(_device(fns[0]), _device(fns[1]))[1, NT](cuda.to_device(x), mx, sm)
         return (mx.copy_to_host(), sm.copy_to_host())[idx]
 
-    cases = []
+    first, last = source_cases((quad_max, quad_sum))
+    cases = list(first)
     for idx, (what, op, other) in enumerate((("max", np.maximum, np.add),
                                              ("sum", np.add, np.maximum))):
         want = _quad(x, op, (1, 2))
@@ -400,16 +454,17 @@ def check_quad(quad_max, quad_sum, *, verbose: bool = True, hint_level: int = 1)
                      for w, h in wrongs]
         cases.append(Case(f"quad_{what} on all 32 lanes", lambda f, i=idx, w=want: (run(f, i), w),
                           HINT_QUAD[0], diagnoses, rtol=1e-6, atol=1e-6, hint2=HINT_QUAD[1]))
+    cases += last
     return run_checks("quad_max and quad_sum", (quad_max, quad_sum), cases, verbose=verbose,
                       hint_level=hint_level)
 
 
-# -- checker 3: the whole inner loop in the kernel ----------------------------------------------
+# -- the replay: the lab kernel's arithmetic in numpy (check_kernel's reference) ---------------
 
-def replay(q, k, v, *, causal=False, mistake=None):
-    """(o, lse) of the lab kernel's arithmetic in float64 with fp16 rounding of Q (scaled),
-    K, V and P, optionally with one mistake: 'no_reset', 'no_rescale', 'tile_max',
-    'p_order'."""
+def replay(q, k, v, *, causal=False):
+    """(o, lse) of the lab kernel's arithmetic, row by row in float64, with fp16 rounding of
+    Q (scaled), K, V and P (`tensor_core_parts.kernel_model` replays it lane by lane, with
+    the typical mistakes)."""
     r16 = M.round_fp16
     tq, d = q.shape
     tk = k.shape[0]
@@ -424,44 +479,32 @@ def replay(q, k, v, *, causal=False, mistake=None):
         m = np.full(BR, -np.inf)
         lp = np.zeros(BR)
         acc = np.zeros((BR, D))
-        s_prev = np.zeros((BR, BC))
         for k0 in range(0, tk, BC):
             kb = np.zeros((BC, D))
             vb = np.zeros((BC, D))
             n = min(BC, tk - k0)
             kb[:n, :d] = r16(k[k0:k0 + n])
             vb[:n, :d] = r16(v[k0:k0 + n])
-            s = qb @ kb.T + (s_prev if mistake == "no_reset" else 0.0)
+            s = qb @ kb.T
             cols = k0 + np.arange(BC)[None, :]
             rws = q0 + np.arange(BR)[:, None]
             masked = (cols >= tk) | ((cols > rws + off) if causal else False)
             s = np.where(masked, -np.inf, s)
             with np.errstate(all="ignore"):
                 x = s.max(axis=1)
-                m_new = x if mistake == "tile_max" else np.maximum(m, x)
+                m_new = np.maximum(m, x)
                 m_use = np.where(np.isneginf(m_new), 0.0, m_new)
-                alpha = np.ones(BR) if mistake == "no_rescale" else np.exp(m - m_use)
+                alpha = np.exp(m - m_use)
                 p = np.exp(s - m_use[:, None])
             lp = lp * alpha + p.sum(axis=1)
             acc = acc * alpha[:, None]
-            p16 = r16(p).astype(np.float64)
-            if mistake == "p_order":
-                swapped = p16.copy()
-                swapped[8:, 0:8] = p16[0:8, 8:16]
-                swapped[0:8, 8:16] = p16[8:, 0:8]
-                p16 = swapped
-            acc = acc + p16 @ vb
+            acc = acc + r16(p).astype(np.float64) @ vb
             m = m_new
-            s_prev = p
         for r in range(rows):
             if lp[r] > 0:
                 o[q0 + r] = acc[r, :d] / lp[r]
                 lse[q0 + r] = m[r] + math.log(lp[r])
     return o, lse
-
-
-KERNEL_MISTAKES = [("no_reset", HINT_RESET), ("no_rescale", HINT_RESCALE),
-                   ("tile_max", HINT_TILE_MAX), ("p_order", HINT_P_ORDER)]
 
 
 def _inputs(seed, tq, tk, d, spread=1.0, grow=False):
@@ -488,28 +531,6 @@ def _close(a, b, rtol=_RTOL, atol=_ATOL) -> bool:
     return all(np.asarray(x).shape == np.asarray(y).shape
                and np.allclose(np.asarray(x, np.float64), np.asarray(y, np.float64), rtol=rtol,
                                atol=atol, equal_nan=True) for x, y in zip(a, b))
-
-
-def check_kernel(parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
-    """Your parts inside the lab kernel against the numpy replay (and so the reference)."""
-    fns = _parts(parts)
-    cases = []
-    for name, seed, tq, tk, d, causal, spread, grow in KERNEL_CASES:
-        q, k, v = _inputs(seed, tq, tk, d, spread, grow)
-        want = replay(q, k, v, causal=causal)
-        diagnoses = []
-        for mistake, hint in KERNEL_MISTAKES:
-            wrong = replay(q, k, v, causal=causal, mistake=mistake)
-            if not _close(wrong, want):
-                diagnoses.append(((lambda y, e, w=wrong: _close(y, w)), *hint))
-
-        def run(f, q=q, k=k, v=v, causal=causal, want=want):
-            return lab_forward(f, q, k, v, causal=causal), want
-
-        cases.append(Case(name, run, HINT_KERNEL[0], diagnoses, rtol=_RTOL, atol=_ATOL,
-                          hint2=HINT_KERNEL[1], time_limit_s=120, names=("o", "lse")))
-    return run_checks("the lab kernel with your parts", fns, cases, verbose=verbose,
-                      hint_level=hint_level)
 
 
 # -- going further: the mask on the accumulator fragments ---------------------------------------
@@ -584,6 +605,7 @@ def check_mask(mask_tile, *, verbose: bool = True, hint_level: int = 1) -> Resul
         what = "causal" if causal else "ragged"
         cases.append(Case(f"{what}: k0 = {k0}, q0 = {q0}, Tk = {tk}, off = {off}", run,
                           HINT_MASK[0], diagnoses, rtol=0, atol=0, hint2=HINT_MASK[1]))
+    cases += source_cases((mask_tile,), shuffles=False)[1]
     return run_checks("mask_tile (scores hidden on the fragments)", mask_tile, cases,
                       verbose=verbose, hint_level=hint_level)
 

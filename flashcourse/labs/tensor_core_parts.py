@@ -1,0 +1,630 @@
+"""Checkers for lab 10's tile loop, part by part, and for the whole kernel.
+
+scores_tile, softmax_tile and pv_tile each run alone in a one-warp kernel on known
+fragments: Q's A fragment packed by the PTX map, K and V^T in 32 x 32 tiles whose top-left
+16 x 16 is the lab's tile (a wrong fragment offset then reads known values instead of
+crashing), the state m, lp, acc of an earlier key tile. Each is compared with a numpy model
+of the same fragment arithmetic, which works lane by lane as the kernel does, on (32, n)
+arrays [lane, accumulator], through the fragment maps of `flashcourse.cuda.mma`. Every
+model takes a `mistake` that replays one typical wrong implementation; a result that
+matches one gets its hint. The part uses the learner's own helpers, found by name where it
+is defined (scores_tile and pv_tile call load_b, softmax_tile quad_max): check_fragments and
+check_quad come first.
+
+`kernel_model` composes the three models with the skeleton's mask and epilogue into the
+whole lab kernel, so `check_kernel` names a part's mistake from the kernel's output too.
+When no mistake matches, it runs the part checks and says which one fails, or that all of
+them pass and what remains: where the parts meet the mask, the state kept between key
+tiles, and the epilogue.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda, float32, int32, uint32
+
+from ..cuda import mma as M
+from ..cuda._launch import simulator_lock
+from ..gpu import using_simulator
+from ._harness import Case, Result, run_checks
+from .cuda_lab_kernel import _device
+from .kernel_source import kernel_guard
+from .tensor_core_lab import (BC, BR, D, KERNEL_CASES, KP, KT, NO, NS, NT, O_ACC, QA_WORDS,
+                              S_ACC, _close, _inputs, _parts, check_fragments, check_quad,
+                              lab_forward, mask_model, replay, source_cases)
+
+_RTOL, _ATOL = 1e-5, 1e-5        # one part on exact fragments: fp32 sums of fp16 products
+_PART_CHECKS = "check_fragments, check_quad, check_scores_tile, check_softmax_tile, check_pv_tile"
+
+# -- hints ----------------------------------------------------------------------------------
+
+HINT_SCORES = ("Your S accumulators are wrong: n8 tile n of S is the keys 8 n .. 8 n + 7, so "
+               "its B fragment is load_b on ks with n0 = 8 n (K's rows) and k0 = 16 kk (the "
+               "head dimension), and its mma adds into s[4 n .. 4 n + 3]. scores_tile calls "
+               "your load_b: check_fragments must pass first.",
+               "For each n8 tile n and k16 step kk: B from K's rows 8 n .., dimensions 16 kk "
+               "..; one mma of qa (words from 4 kk) and B into the accumulators from 4 n.")
+HINT_RESET = ("The scores are not reset: s still holds the previous tile's P when the mma "
+              "adds Q K_j^T to it (an mma computes C + A B).",
+              "Set the 4 NS accumulators of s to F0 before the first mma of each tile.")
+HINT_S_OFFSETS = ("Your B fragment of K^T has its offsets swapped: load_b(tile, n0, k0, ...) "
+                  "reads tile[n0 + n, k0 + kk], so n0 is the KEY row (8 n for n8 tile n) and "
+                  "k0 the head dimension (16 kk).", "n0 = 8 n, k0 = 16 kk.")
+HINT_CI = ("Your mma writes to the wrong accumulators: each n8 tile owns four consecutive "
+           "ones, tile n the entries 4 n .. 4 n + 3, and the mma's ci is where they start (an "
+           "index of n makes the tiles overlap).", "ci = 4 n for n8 tile n.")
+HINT_SOFTMAX = ("Your online softmax is wrong: for each of the lane's rows hf (row g + 8 hf: "
+                "accumulators 4 n + 2 hf and 4 n + 2 hf + 1 of every n8 tile n), the row's "
+                "max over its quad, the new running max, the rescale factor exp(m_old - "
+                "m_new), P = exp(S - m_new) written over S, the lane's partial sum lp and the "
+                "row's acc entries rescaled. softmax_tile calls your quad_max: check_quad "
+                "must pass first.",
+                "Lab 06's online update, on the fragments: the lane's max, the quad's max, "
+                "m, alpha, P over S and its sum, then lp and acc times alpha.")
+HINT_RESCALE = ("Missing rescale, the heart of the online softmax: when a row's max grows, "
+                "its partial sum lp and its acc accumulators were measured against the old "
+                "max: multiply them by exp(m_old - m_new).",
+                "alpha = exp(m[hf] - m_use); lp[hf] = lp[hf] alpha + this tile's sum; the acc "
+                "entries 4 n + 2 hf, 4 n + 2 hf + 1 of every n8 tile n times alpha.")
+HINT_RESCALE_ACC = ("Missing rescale of acc, the heart of the online softmax: when a row's max "
+                    "grows, its acc entries still hold sums weighted by exp(s - m_old). "
+                    "Multiply them by exp(m_old - m_new) before P V adds this tile's (your lp "
+                    "is rescaled; acc is not).",
+                    "The entries 4 n + 2 hf and 4 n + 2 hf + 1 of every n8 tile n of O, times "
+                    "alpha.")
+HINT_RESCALE_LP = ("Missing rescale of lp, the heart of the online softmax: when a row's max "
+                   "grows, the partial sum lp was measured against the old max. Multiply it "
+                   "by exp(m_old - m_new) before adding this tile's sum (your acc is "
+                   "rescaled; lp is not).", "lp[hf] times alpha, plus this tile's sum.")
+HINT_NO_QUAD_MAX = ("Your row max comes from one lane only: a row's 16 scores are spread over "
+                    "the 4 lanes of its quad (2 columns per n8 tile each), so the lanes "
+                    "disagree on m and on P. Take the lane's own max, then the quad's max, "
+                    "before the new running max.",
+                    "The lane's max over its 4 scores of the row, then through quad_max.")
+HINT_TILE_MAX = ("Wrong max: the new row max must combine the running max m[hf] with this "
+                 "tile's max.",
+                 "m_new = the larger of m[hf] and the quad's max.")
+HINT_ACC_INDEX = ("Wrong accumulator index: the lane's row hf (row g + 8 hf) is accumulators 2 "
+                  "and 3 of each n8 tile when hf = 1 (the C map: i // 2 picks the row), so "
+                  "its two entries are 4 n + 2 hf and 4 n + 2 hf + 1, in s and in acc alike.",
+                  "4 n + 2 hf + c for c = 0, 1; 4 n + hf + c mixes rows g and g + 8.")
+HINT_STANDIN = ("NaN from a row with no visible key yet: while a row's max is still -inf, "
+                "exp(m_old - m_new) is exp(-inf + inf) = NaN. Use a finite stand-in (0) for "
+                "the max while it is -inf, as in lab 06.",
+                "m_use = the new max, or F0 while it is NEG_INF; subtract m_use.")
+HINT_P_STORE = ("P must replace S in s: pv_tile reads P from s (the accumulators of S become "
+                "the A operand of P V). Your s still holds the scores.",
+                "Write each exponential back to the entry of s it came from.")
+HINT_LP_PARTIAL = ("lp is the lane's own partial sum: the epilogue adds the quad's four "
+                   "partial sums (quad_sum) once, at the end. Summing over the quad in "
+                   "softmax_tile as well counts every row's sum 4 times.",
+                   "lp[hf] adds this lane's own exponentials only.")
+HINT_PV = ("Your O += P V is wrong: for each k16 step kp, pa packs P's accumulators of S "
+           "tiles 2 kp and 2 kp + 1 as the A operand (mma.p_as_a_operand); then for each n8 "
+           "tile n of O, the B fragment of V from vt and one mma into acc from 4 n. pv_tile "
+           "calls your load_b: check_fragments must pass first.",
+           "pa word w packs s[8 kp + 2 w] and the next one; B by load_b on vt.")
+HINT_P_ORDER = ("P is fed in the wrong fragment order: the A operand of P V takes S tile 2 kp "
+                "(columns 0-7) as its words 0 (row g) and 1 (row g + 8) and S tile 2 kp + 1 "
+                "(columns 8-15) as words 2 and 3 (mma.p_as_a_operand).",
+                "pa[0] from s[j0], s[j0 + 1]; pa[1] from s[j0 + 2], s[j0 + 3]; pa[2] from "
+                "s[j0 + 4], s[j0 + 5]; pa[3] from s[j0 + 6], s[j0 + 7], with j0 = 8 kp.")
+HINT_PV_B = ("V is read with K's layout: in S = Q K^T the B operand is K^T, read from "
+             "ks[key, dim]; in P V it is V itself, B[kk, n] = V[key kk, dim n], which the "
+             "skeleton keeps transposed in vt[dim, key]. Read it through vt as load_b reads "
+             "any tile, vt[n0 + n, k0 + kk].",
+             "load_b(vt, 8 n, 16 kp, lane, b) for each n8 tile n of O.")
+HINT_PV_OFFSETS = ("Your B fragment of V has its offsets swapped: load_b(vt, n0, k0, ...) reads "
+                   "vt[n0 + n, k0 + kk], and vt is V transposed, so n0 is the head dimension "
+                   "(8 n for n8 tile n of O) and k0 the key (16 kp).", "n0 = 8 n, k0 = 16 kp.")
+HINT_PV_ADD = ("pv_tile must ADD P V to acc (O += P V): acc carries the earlier key tiles' "
+               "sum, already rescaled by softmax_tile. Do not reset it.",
+               "The mma adds to acc: nothing written to acc before it.")
+HINT_KERNEL = (f"Every part check passes ({_PART_CHECKS}), yet the kernel disagrees with the "
+               "numpy replay. What remains is where your parts meet the skeleton: the mask "
+               "(scores of -inf reach softmax_tile, whole rows of them in a causal tile), the "
+               "state carried from one key tile to the next (m, lp and acc live across "
+               "calls; s is rewritten), and the epilogue (o = acc over the quad's sum of lp, "
+               "lse = m + log of that sum).",
+               "Run Tq = Tk = 16 (one S tile, one P V step), then Tk = 32 (two key tiles), "
+               "causal and not, and compare lab_forward with tensor_core_lab.replay.")
+HINT_KERNEL_ERROR = ("Your kernel stopped with an error (the line above). On the simulator the "
+                     "usual one is an index past the end of an array: a fragment offset (n0, "
+                     "k0) or an accumulator index (ci) out of range. The part checks "
+                     f"({_PART_CHECKS}) run each part alone, on tiles large enough that a "
+                     "wrong offset reads known values, and name the mistake.",
+                     "Run the part checks in order; the first that fails names the part.")
+
+
+def _part_failing(check: str, what: str) -> tuple[str, str]:
+    return (f"The kernel disagrees with the numpy replay, and {check} fails on your {what}: "
+            f"run it for its diagnosis and make it pass first (the part checks, in order: "
+            f"{_PART_CHECKS}).",
+            "Each part check runs one part alone in a one-warp kernel, so its hint names the "
+            "mistake.")
+
+
+HINT_KERNEL_FRAGMENTS = _part_failing("check_fragments", "load_a or load_b")
+HINT_KERNEL_QUAD = _part_failing("check_quad", "quad_max or quad_sum")
+HINT_KERNEL_SCORES = _part_failing("check_scores_tile", "scores_tile")
+HINT_KERNEL_SOFTMAX = _part_failing("check_softmax_tile", "softmax_tile")
+HINT_KERNEL_PV = _part_failing("check_pv_tile", "pv_tile")
+
+
+# -- numpy models of the fragment arithmetic, lane by lane -----------------------------------
+
+@lru_cache(maxsize=None)
+def _table(name: str) -> np.ndarray:
+    return M.index_table(name)                               # (32, n, 2): [lane, i] -> (r, c)
+
+
+def _to_c(tile):
+    """(16, 8) -> (32, 4): each lane's accumulators of an m16n8 tile (the C map)."""
+    idx = _table("c_m16n8")
+    return tile[idx[..., 0], idx[..., 1]]
+
+
+def _from_c(frags):
+    idx = _table("c_m16n8")
+    tile = np.zeros((16, 8))
+    tile[idx[..., 0], idx[..., 1]] = frags
+    return tile
+
+
+def _from_a(values):
+    """(32, 8) values a_i of each lane -> the (16, 16) A tile they form (the A map)."""
+    idx = _table("a_m16n8k16")
+    tile = np.zeros((16, 16))
+    tile[idx[..., 0], idx[..., 1]] = values
+    return tile
+
+
+def _mma(a, b, c):
+    """One m16n8k16 mma of the warp: A (16, 16) and B (16, 8) rounded to fp16, C and the
+    result as each lane's 4 accumulators (32, 4), float32."""
+    return _to_c(M.matmul_model(a, b, "fp16") + _from_c(c)).astype(np.float32)
+
+
+def _quad_np(x, op):
+    lanes = np.arange(NT)
+    for off in (1, 2):
+        x = op(x, x[lanes ^ off])
+    return x
+
+
+def q_fragment(qtile) -> np.ndarray:
+    """(32, QA_WORDS) uint32: Q's A fragments (k16 step kk in words 4 kk ..), by the PTX map."""
+    idx = _table("a_m16n8k16")
+    words = np.zeros((NT, QA_WORDS), np.uint32)
+    for kk in range(KT):
+        vals = np.asarray(qtile, np.float32)[:, 16 * kk:16 * kk + 16][idx[..., 0], idx[..., 1]]
+        words[:, 4 * kk:4 * kk + 4] = M.pack_pair_model(vals[:, 0::2], vals[:, 1::2])
+    return words
+
+
+def scores_model(qtile, ks, s, mistake=None) -> np.ndarray:
+    """(32, S_ACC): scores_tile's accumulators of S = Q K^T for Q (16, 16 KT), K = ks[:16]
+    (ks may be larger: a wrong offset reads it), s the accumulators before; mistakes:
+    'no_reset' (S added to s), 'offsets' (n0 and k0 swapped), 'ci' (tile n at entry n)."""
+    out = np.array(s, np.float32) if mistake == "no_reset" else np.zeros((NT, S_ACC), np.float32)
+    for n in range(NS):
+        for kk in range(KT):
+            n0, k0 = (16 * kk, 8 * n) if mistake == "offsets" else (8 * n, 16 * kk)
+            b = ks[n0:n0 + 8, k0:k0 + 16].T                   # B[kk, n] = ks[n0 + n, k0 + kk]
+            ci = n if mistake == "ci" else 4 * n
+            out[:, ci:ci + 4] = _mma(qtile[:, 16 * kk:16 * kk + 16], b, out[:, ci:ci + 4])
+    return out
+
+
+def softmax_model(s, acc, m, lp, mistake=None):
+    """(s, acc, m, lp) after softmax_tile, all float32 (32, n); mistakes: 'no_rescale' (of
+    lp and acc), 'no_rescale_acc', 'no_rescale_lp', 'no_quad_max' (the lane's own max),
+    'tile_max' (m_new = the tile's max), 'index' (4 n + hf + c for 4 n + 2 hf + c),
+    'index_s' / 'index_acc' (only there), 'no_standin', 'p_not_stored', 'lp_quad' (lp
+    summed over the quad)."""
+    s, acc, m, lp = (np.array(x, np.float32) for x in (s, acc, m, lp))
+
+    def at(where, n, hf, c):
+        wrong = mistake in ("index", f"index_{where}")
+        return 4 * n + (hf if wrong else 2 * hf) + c
+
+    for hf in range(2):
+        x = np.full(NT, -np.inf)
+        for n in range(NS):
+            for c in range(2):
+                x = np.maximum(x, s[:, at("s", n, hf, c)])
+        if mistake != "no_quad_max":
+            x = _quad_np(x, np.maximum)
+        m_old = m[:, hf].astype(np.float64)
+        m_new = x if mistake == "tile_max" else np.maximum(m_old, x)
+        m_use = m_new if mistake == "no_standin" else np.where(np.isneginf(m_new), 0.0, m_new)
+        with np.errstate(invalid="ignore"):              # -inf - -inf without a stand-in
+            alpha = np.exp(m_old - m_use)
+        m[:, hf] = m_new
+        ps = np.zeros(NT)
+        for n in range(NS):
+            for c in range(2):
+                j = at("s", n, hf, c)
+                with np.errstate(invalid="ignore"):
+                    p = np.exp(s[:, j].astype(np.float64) - m_use)
+                if mistake != "p_not_stored":
+                    s[:, j] = p
+                ps = ps + p
+        if mistake == "lp_quad":
+            ps = _quad_np(ps, np.add)
+        lp[:, hf] = lp[:, hf] * (1.0 if mistake in ("no_rescale", "no_rescale_lp") else alpha) + ps
+        if mistake not in ("no_rescale", "no_rescale_acc"):
+            for n in range(NO):
+                for c in range(2):
+                    j = at("acc", n, hf, c)
+                    acc[:, j] = acc[:, j] * alpha
+    return s, acc, m, lp
+
+
+#: the s entry (from 8 kp) each half of pa's words takes: right, and two wrong orders
+P_WORDS = {None: ((0, 1), (2, 3), (4, 5), (6, 7)), "p_order": ((0, 1), (4, 5), (2, 3), (6, 7)),
+           "p_pairs": ((1, 0), (3, 2), (5, 4), (7, 6))}
+
+
+def pv_model(s, vt, acc, mistake=None) -> np.ndarray:
+    """(32, O_ACC): acc after pv_tile, O += P V with P = s (each lane's accumulators of S) and
+    V^T = vt[:16, :16] (vt may be larger); mistakes: 'p_order', 'p_pairs' (pa's words or
+    halves swapped), 'v_as_k' (B[kk, n] = vt[kk, n]: V read like K), 'offsets' (n0 and k0
+    swapped), 'ci' (tile n at entry n), 'overwrite' (acc reset first)."""
+    out = np.zeros((NT, O_ACC), np.float32) if mistake == "overwrite" else np.array(acc, np.float32)
+    words = P_WORDS.get(mistake, P_WORDS[None])
+    s = np.asarray(s, np.float32)
+    for kp in range(KP):
+        a = _from_a(np.stack([s[:, 8 * kp + words[i // 2][i % 2]] for i in range(8)], axis=1))
+        for n in range(NO):
+            if mistake == "v_as_k":
+                b = vt[16 * kp:16 * kp + 16, 8 * n:8 * n + 8]
+            else:
+                n0, k0 = (16 * kp, 8 * n) if mistake == "offsets" else (8 * n, 16 * kp)
+                b = vt[n0:n0 + 8, k0:k0 + 16].T             # B[kk, n] = vt[n0 + n, k0 + kk]
+            ci = n if mistake == "ci" else 4 * n
+            out[:, ci:ci + 4] = _mma(a, b, out[:, ci:ci + 4])
+    return out
+
+
+def kernel_model(q, k, v, *, causal=False, mistakes=None):
+    """(o, lse) of the lab kernel replayed lane by lane with the three models, the skeleton's
+    mask (`mask_model`) and its epilogue; `mistakes` = {part name: mistake} plays one or more
+    parts wrong (offsets excepted: they read past the kernel's 16 x 16 tiles)."""
+    mis = mistakes or {}
+    q, k, v = (np.asarray(x, np.float32) for x in (q, k, v))
+    tq, d = q.shape
+    tk = k.shape[0]
+    scale = np.float32(1 / math.sqrt(d))
+    o = np.zeros((tq, d), np.float32)
+    lse = np.full(tq, -np.inf, np.float32)
+    g, t = np.arange(NT) // 4, np.arange(NT) % 4
+    for q0 in range(0, tq, BR):
+        rows = min(BR, tq - q0)
+        qs = np.zeros((BR, D), np.float32)
+        qs[:rows, :d] = q[q0:q0 + rows] * scale
+        s = np.zeros((NT, S_ACC), np.float32)
+        acc = np.zeros((NT, O_ACC), np.float32)
+        m = np.full((NT, 2), -np.inf, np.float32)
+        lp = np.zeros((NT, 2), np.float32)
+        for k0 in range(0, tk, BC):
+            keys = min(BC, tk - k0)
+            ks = np.zeros((BC, D), np.float32)
+            ks[:keys, :d] = k[k0:k0 + keys]
+            vt = np.zeros((D, BC), np.float32)
+            vt[:d, :keys] = v[k0:k0 + keys].T
+            s = scores_model(qs, ks, s, mis.get("scores_tile"))
+            s[mask_model(k0, q0, tk, int(causal), tk - tq)] = -np.inf
+            s, acc, m, lp = softmax_model(s, acc, m, lp, mis.get("softmax_tile"))
+            acc = pv_model(s, vt, acc, mis.get("pv_tile"))
+        for hf in range(2):
+            lt = _quad_np(lp[:, hf].astype(np.float64), np.add)
+            for lane in range(NT):
+                row = q0 + g[lane] + 8 * hf
+                if row >= tq:
+                    continue
+                for n in range(NO):
+                    for c in range(2):
+                        col = 8 * n + 2 * t[lane] + c
+                        if col < d:
+                            o[row, col] = acc[lane, 4 * n + 2 * hf + c] / lt[lane] \
+                                if lt[lane] > 0 else 0.0
+                if t[lane] == 0:
+                    lse[row] = m[lane, hf] + math.log(lt[lane]) if lt[lane] > 0 else -np.inf
+    return o, lse
+
+
+# -- the one-warp kernels that run one part -------------------------------------------------
+
+def _scratch() -> int:
+    return M.SIM_SCRATCH_PER_WARP if using_simulator() else 1
+
+
+@lru_cache(maxsize=None)
+def _scores_kernel(scores_tile):
+    SCR = _scratch()
+
+    def kern(qa_words, ks, s_in, s_out):
+        scr = cuda.shared.array(SCR, float32)
+        lane = cuda.threadIdx.x
+        w = cuda.local.array(2, int32)
+        w[0] = lane
+        w[1] = 0
+        qa = cuda.local.array(QA_WORDS, uint32)
+        s = cuda.local.array(S_ACC, float32)
+        b = cuda.local.array(2, uint32)
+        for x in range(QA_WORDS):
+            qa[x] = qa_words[lane, x]
+        for x in range(S_ACC):
+            s[x] = s_in[lane, x]
+        scores_tile(qa, ks, s, b, scr, w)
+        for x in range(S_ACC):
+            s_out[lane, x] = s[x]
+    return cuda.jit(kern)
+
+
+@lru_cache(maxsize=None)
+def _softmax_kernel(softmax_tile):
+    def kern(s_in, acc_in, m_in, lp_in, s_out, acc_out, m_out, lp_out):
+        red = cuda.shared.array(NT, float32)
+        lane = cuda.threadIdx.x
+        s = cuda.local.array(S_ACC, float32)
+        acc = cuda.local.array(O_ACC, float32)
+        m = cuda.local.array(2, float32)
+        lp = cuda.local.array(2, float32)
+        for x in range(S_ACC):
+            s[x] = s_in[lane, x]
+        for x in range(O_ACC):
+            acc[x] = acc_in[lane, x]
+        for x in range(2):
+            m[x] = m_in[lane, x]
+            lp[x] = lp_in[lane, x]
+        softmax_tile(s, acc, m, lp, red, lane)
+        for x in range(S_ACC):
+            s_out[lane, x] = s[x]
+        for x in range(O_ACC):
+            acc_out[lane, x] = acc[x]
+        for x in range(2):
+            m_out[lane, x] = m[x]
+            lp_out[lane, x] = lp[x]
+    return cuda.jit(kern)
+
+
+@lru_cache(maxsize=None)
+def _pv_kernel(pv_tile):
+    SCR = _scratch()
+
+    def kern(s_in, vt, acc_in, acc_out):
+        scr = cuda.shared.array(SCR, float32)
+        lane = cuda.threadIdx.x
+        w = cuda.local.array(2, int32)
+        w[0] = lane
+        w[1] = 0
+        s = cuda.local.array(S_ACC, float32)
+        acc = cuda.local.array(O_ACC, float32)
+        pa = cuda.local.array(4, uint32)
+        b = cuda.local.array(2, uint32)
+        for x in range(S_ACC):
+            s[x] = s_in[lane, x]
+        for x in range(O_ACC):
+            acc[x] = acc_in[lane, x]
+        pv_tile(s, vt, acc, pa, b, scr, w)
+        for x in range(O_ACC):
+            acc_out[lane, x] = acc[x]
+    return cuda.jit(kern)
+
+
+def _launch(kernel, ins, outs):
+    """Run a one-warp kernel on copies of `ins` (numpy) and outputs shaped like `outs`;
+    returns the outputs (NaN-poisoned before, so an entry never written shows) as float64,
+    so that the harness does not read float32 as a precision slip."""
+    dev_in = [cuda.to_device(np.ascontiguousarray(x)) for x in ins]
+    dev_out = [cuda.to_device(np.full(np.shape(x), np.nan, np.float32)) for x in outs]
+    with simulator_lock():
+        kernel[1, NT](*dev_in, *dev_out)
+    return tuple(x.copy_to_host().astype(np.float64) for x in dev_out)
+
+
+def _near(a, b) -> bool:
+    return _close(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,),
+                  rtol=_RTOL, atol=_ATOL)
+
+
+def _diagnoses(want, wrongs):
+    """A diagnosis for each (wrong result, hint) that differs from `want`."""
+    return [((lambda y, e, w=wrong: _near(y, w)), *hint) for wrong, hint in wrongs
+            if not _near(wrong, want)]
+
+
+def _tile(rng, shape):
+    return M.round_fp16(rng.standard_normal(shape)).astype(np.float32)
+
+
+# -- checker: scores_tile --------------------------------------------------------------------
+
+SCORES_MISTAKES = [("no_reset", HINT_RESET), ("offsets", HINT_S_OFFSETS), ("ci", HINT_CI)]
+
+
+def check_scores_tile(scores_tile, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Your scores_tile alone: S = Q K_j^T on the fragments, s holding the previous tile's P."""
+    rng = np.random.default_rng(20)
+    qtile = _tile(rng, (BR, D))                               # Q_i (16, D), pre-scaled
+    ks = _tile(rng, (32, 32))                                 # K_j = ks[:16, :16]
+    s_prev = rng.random((NT, S_ACC)).astype(np.float32)       # the previous tile's P
+    want = scores_model(qtile, ks, s_prev)
+    wrongs = [(scores_model(qtile, ks, s_prev, mis), hint) for mis, hint in SCORES_MISTAKES]
+
+    def run(fn):
+        kernel_guard(fn, "scores_tile")
+        return _launch(_scores_kernel(_device(fn)), (q_fragment(qtile), ks, s_prev),
+                       (s_prev,))[0], want
+
+    first, last = source_cases((scores_tile,), shuffles=False)
+    cases = first + [Case("S = Q K_j^T on one key tile (s holds the last tile's P)", run,
+                          HINT_SCORES[0], _diagnoses(want, wrongs), rtol=_RTOL, atol=_ATOL,
+                          hint2=HINT_SCORES[1], names=("s",))] + last
+    return run_checks("scores_tile (S = Q K^T on the fragments)", scores_tile, cases,
+                      verbose=verbose, hint_level=hint_level)
+
+
+# -- checker: softmax_tile -------------------------------------------------------------------
+
+SOFTMAX_MISTAKES = [
+    ("no_standin", HINT_STANDIN), ("no_rescale", HINT_RESCALE),
+    ("no_rescale_acc", HINT_RESCALE_ACC), ("no_rescale_lp", HINT_RESCALE_LP),
+    ("no_quad_max", HINT_NO_QUAD_MAX), ("tile_max", HINT_TILE_MAX), ("index", HINT_ACC_INDEX),
+    ("index_s", HINT_ACC_INDEX), ("index_acc", HINT_ACC_INDEX), ("p_not_stored", HINT_P_STORE),
+    ("lp_quad", HINT_LP_PARTIAL)]
+
+
+def _row_of(values_by_row):
+    """(32, 2): [lane, hf] = values_by_row[g + 8 hf] (a row's m, the same in its quad)."""
+    g = np.arange(NT) // 4
+    return np.stack([values_by_row[g], values_by_row[g + 8]], axis=1).astype(np.float32)
+
+
+def _softmax_inputs(first: bool):
+    """(s, acc, m, lp): the first key tile (m = -inf, lp = acc = 0; keys past 13 masked and
+    row 5 wholly), or a later one (the max grows in some rows, not in others; row 11 wholly
+    masked in this tile)."""
+    rng = np.random.default_rng(30 if first else 31)
+    s = (rng.standard_normal((NT, S_ACC)) * 2).astype(np.float32)
+    lanes = np.arange(NT)
+    if first:
+        s[mask_model(0, 0, 13, 0, 0)] = -np.inf
+        s[(lanes // 4 == 5)[:, None] & (np.arange(S_ACC) % 4 < 2)[None, :]] = -np.inf
+        return (s, np.zeros((NT, O_ACC), np.float32), np.full((NT, 2), -np.inf, np.float32),
+                np.zeros((NT, 2), np.float32))
+    s[(lanes // 4 == 3)[:, None] & (np.arange(S_ACC) % 4 >= 2)[None, :]] = -np.inf
+    row_max = np.full(BR, -np.inf)
+    for n in range(NS):
+        for i in range(4):
+            row = lanes // 4 + 8 * (i // 2)
+            np.maximum.at(row_max, row, s[:, 4 * n + i])
+    row_max[11] = 1.0                                         # masked here, finite before
+    m = _row_of(row_max + rng.uniform(-2.0, 1.5, BR))         # < 0: this tile raises the max
+    lp = rng.uniform(0.5, 3.0, (NT, 2)).astype(np.float32)
+    acc = rng.standard_normal((NT, O_ACC)).astype(np.float32)
+    return s, acc, m, lp
+
+
+def check_softmax_tile(softmax_tile, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Your softmax_tile alone on the fragments: the first key tile and a later one."""
+    cases = []
+    for first, name in ((True, "first key tile: m = -inf, keys past 13 masked, row 5 wholly"),
+                        (False, "a later key tile: the max grows in some rows, not in others")):
+        ins = _softmax_inputs(first)
+        want = softmax_model(*ins)
+        wrongs = [(softmax_model(*ins, mistake=mis), hint) for mis, hint in SOFTMAX_MISTAKES]
+
+        def run(fn, ins=ins, want=want):
+            kernel_guard(fn, "softmax_tile")
+            return _launch(_softmax_kernel(_device(fn)), ins, ins), want
+
+        cases.append(Case(name, run, HINT_SOFTMAX[0], _diagnoses(want, wrongs), rtol=_RTOL,
+                          atol=_ATOL, hint2=HINT_SOFTMAX[1], names=("s (P)", "acc", "m", "lp")))
+    first, last = source_cases((softmax_tile,))
+    return run_checks("softmax_tile (the online softmax on the fragments)", softmax_tile,
+                      first + cases + last, verbose=verbose, hint_level=hint_level)
+
+
+# -- checker: pv_tile ------------------------------------------------------------------------
+
+PV_MISTAKES = [("p_order", HINT_P_ORDER), ("p_pairs", HINT_P_ORDER), ("v_as_k", HINT_PV_B),
+               ("offsets", HINT_PV_OFFSETS), ("ci", HINT_CI), ("overwrite", HINT_PV_ADD)]
+
+
+def check_pv_tile(pv_tile, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Your pv_tile alone: O += P V_j with P in the accumulators of S, V_j^T in vt."""
+    rng = np.random.default_rng(40)
+    p = rng.random((NT, S_ACC)).astype(np.float32)            # P of this tile, in s
+    vt = _tile(rng, (32, 32))                                 # V_j^T = vt[:16, :16]
+    acc = rng.standard_normal((NT, O_ACC)).astype(np.float32)  # the earlier tiles' O
+    want = pv_model(p, vt, acc)
+    wrongs = [(pv_model(p, vt, acc, mis), hint) for mis, hint in PV_MISTAKES]
+
+    def run(fn):
+        kernel_guard(fn, "pv_tile")
+        return _launch(_pv_kernel(_device(fn)), (p, vt, acc), (acc,))[0], want
+
+    first, last = source_cases((pv_tile,), shuffles=False)
+    cases = first + [Case("O += P V_j on one key tile (acc holds the earlier tiles' O)", run,
+                          HINT_PV[0], _diagnoses(want, wrongs), rtol=_RTOL, atol=_ATOL,
+                          hint2=HINT_PV[1], names=("acc",))] + last
+    return run_checks("pv_tile (O += P V with P as the A operand)", pv_tile, cases,
+                      verbose=verbose, hint_level=hint_level)
+
+
+# -- checker: the whole kernel ----------------------------------------------------------------
+
+#: (check, the parts it takes, the hint when it fails and the kernel does too), in order
+PART_CHECKS = [(check_fragments, ("load_a", "load_b"), HINT_KERNEL_FRAGMENTS),
+               (check_quad, ("quad_max", "quad_sum"), HINT_KERNEL_QUAD),
+               (check_scores_tile, ("scores_tile",), HINT_KERNEL_SCORES),
+               (check_softmax_tile, ("softmax_tile",), HINT_KERNEL_SOFTMAX),
+               (check_pv_tile, ("pv_tile",), HINT_KERNEL_PV)]
+
+#: (part, mistake, hint): the part mistakes the kernel's output can show (not the offsets,
+#: which read past the kernel's 16 x 16 tiles)
+KERNEL_MISTAKES = ([("scores_tile", m, h) for m, h in SCORES_MISTAKES if m != "offsets"]
+                   + [("softmax_tile", m, h) for m, h in SOFTMAX_MISTAKES]
+                   + [("pv_tile", m, h) for m, h in PV_MISTAKES if m != "offsets"])
+
+
+def _mistake_matches(q, k, v, causal, part, mistake):
+    """A diagnosis predicate: the kernel's output is `kernel_model` with that mistake (and
+    that differs from the right one); the model runs only when a case fails."""
+    cache = {}
+
+    def fired(yours, expected):
+        if "wrong" not in cache:
+            with np.errstate(all="ignore"):
+                cache["wrong"] = kernel_model(q, k, v, causal=causal, mistakes={part: mistake})
+        wrong = cache["wrong"]
+        return not _close(wrong, expected) and _close(yours, wrong)
+    return fired
+
+
+def check_kernel(parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Your parts inside the lab kernel against the numpy replay (and so the reference). A
+    failure is named by a part's typical mistake, else by the first part check that fails,
+    else it says that all of them pass and what remains."""
+    fns = _parts(parts)
+    results = {}
+
+    def part_fails(n):
+        def fired(_yours, _expected):
+            if n not in results:
+                check, names, _ = PART_CHECKS[n]
+                results[n] = check(*(fns[x] for x in names), verbose=False)
+            return not results[n].passed
+        return fired
+
+    def all_parts_pass(yours, expected):
+        return all(not part_fails(n)(yours, expected) for n in range(len(PART_CHECKS)))
+
+    first, last = source_cases(tuple(fns.values()))
+    cases = list(first)
+    for name, seed, tq, tk, d, causal, spread, grow in KERNEL_CASES:
+        q, k, v = _inputs(seed, tq, tk, d, spread, grow)
+        want = replay(q, k, v, causal=causal)
+        diagnoses = [(_mistake_matches(q, k, v, causal, part, mistake), *hint)
+                     for part, mistake, hint in KERNEL_MISTAKES]
+        diagnoses += [(part_fails(n), *hint) for n, (_, _, hint) in enumerate(PART_CHECKS)]
+        diagnoses.append((all_parts_pass, *HINT_KERNEL))
+
+        def run(f, q=q, k=k, v=v, causal=causal, want=want):
+            o, lse = lab_forward(f, q, k, v, causal=causal)
+            return (o.astype(np.float64), lse.astype(np.float64)), want
+
+        # the case's own hint is shown only when the kernel raises (a diagnosis always fires)
+        cases.append(Case(name, run, HINT_KERNEL_ERROR[0], diagnoses, rtol=2e-3, atol=2e-3,
+                          hint2=HINT_KERNEL_ERROR[1], time_limit_s=120, names=("o", "lse")))
+    return run_checks("the lab kernel with your parts", fns, cases + last, verbose=verbose,
+                      hint_level=hint_level)
+
+
+ALL_HINTS = [v for k, v in dict(globals()).items() if k.startswith("HINT_")]
