@@ -167,10 +167,9 @@ def main(argv=None):
     doc["passed"] = sum(r["ok"] for r in doc["rows"])
     doc["total"] = len(doc["rows"])
     print(f"{doc['passed']} of {doc['total']} ran clean", flush=True)
-    path = out / RESULT_FILE
-    path.write_text(json.dumps(results.validate(doc, "gpu_labs"), indent=1) + "\n")
-    (out / LOG_FILE).write_text("\n".join(log) + "\n")
-    print("wrote", path, "and", out / LOG_FILE)
+    path = results.write_json(out, RESULT_FILE, doc, "gpu_labs")
+    log_path = results.write_output(out, LOG_FILE, "\n".join(log) + "\n")
+    print("wrote", path, "and", log_path)
     results.finish(args, out, ok=doc["passed"] == doc["total"])
     return 0 if doc["passed"] == doc["total"] else 1
 

@@ -42,7 +42,7 @@ pytestmark = pytest.mark.skipif(results.has_gpu(), reason="a GPU is here: --reco
 #: Scripts with --out / --record / --simulator-smoke (flashcourse.results.add_output_arguments).
 GPU_OUTPUT_SCRIPTS = ["gpu_forward", "gpu_backward", "gpu_decode", "gpu_tensor_core",
                       "tune_sweep", "verify_defaults", "ncu_traffic", "gpu_tc_backward",
-                      "gpu_hopper"]
+                      "gpu_hopper", "gpu_labs"]
 INSIDE = "benchmarks/results/sub"
 NO_GPU = "no NVIDIA CUDA GPU found"
 
@@ -383,6 +383,10 @@ def _none(*args, **kwargs):
     return None
 
 
+def _lab_ran(path, *args):
+    return "running on a CUDA GPU\nAll checks passed (1 cases).\n", ""
+
+
 # script: (argv that gets it to its writes without a GPU, the files it writes in order,
 # the set-up that stands in for its GPU work)
 WRITERS = {
@@ -397,6 +401,8 @@ WRITERS = {
     "gpu_hopper": ([], ["h200_hopper.json", "h200_hopper_log.txt"], _hopper_here),
     "gpu_host_path": ([], ["gpu_host_path.json", "gpu_host_path_log.txt"], _torch_stub),
     "gpu_tc_backward": ([], ["gpu_tc_backward.json"], None),
+    "gpu_labs": (["--simulator-smoke"], ["gpu_labs.json", "gpu_labs_log.txt"],
+                 _patch(run_nbclient=_lab_ran, run_in_process=_lab_ran)),
     "gpu_tensor_core": ([], ["h200_tensor_core.json", "h200_tensor_core_log.txt"], None),
     "verify_defaults": (["--simulator-smoke"], ["h200_verify_defaults.json"],
                         _verify_instantly),

@@ -44,8 +44,8 @@ from ..cuda._launch import simulator_lock
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ._harness import Case, Result, run_checks
-from .kernel_source import kernel_guard, py_func
-from .cuda_kernel import HINT_FLOAT64, float64_literals
+from .kernel_source import float64_literals, kernel_guard, py_func
+from .cuda_kernel import HINT_FLOAT64
 from .cuda_lab_kernel import _device
 
 BR = 16                     # query rows per block (one m16 tile, one warp)
