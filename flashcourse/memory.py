@@ -53,7 +53,8 @@ def binary_size(n_bytes: int | float) -> str:
     while value >= 1024 and unit < len(_BINARY_UNITS) - 1:
         value /= 1024
         unit += 1
-    text = f"{value:.2f}".rstrip("0").rstrip(".") if unit else f"{int(n_bytes):,}"
+    # Past the largest unit the value keeps its thousands separators (4,194,304 EiB).
+    text = f"{value:,.2f}".rstrip("0").rstrip(".") if unit else f"{int(n_bytes):,}"
     return f"{text} {_BINARY_UNITS[unit]}"
 
 

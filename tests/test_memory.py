@@ -27,7 +27,11 @@ def test_causal_square_is_triangle():
 
 
 @pytest.mark.parametrize("n,text", [(0, "0 B"), (1023, "1,023 B"), (1536, "1,536 B = 1.5 KiB"),
-                                    (2**30, "1,073,741,824 B = 1 GiB")])
+                                    (2**30, "1,073,741,824 B = 1 GiB"),
+                                    # past EiB the count keeps its separators (nb01's
+                                    # explorer at Tq = Tk = 2**40, fp32)
+                                    (2**82, "4,835,703,278,458,516,698,824,704 B = "
+                                     "4,194,304 EiB")])
 def test_format_bytes(n, text):
     assert memory.format_bytes(n) == text
 
@@ -43,3 +47,11 @@ def test_bad_arguments_are_named(args, exc, word):
 
 def test_numpy_integers_are_accepted():
     assert memory.score_matrix_bytes(np.int64(8), np.int32(8), np.int8(2)) == 128
+
+
+def test_readout_lines_break_inside_long_numbers():
+    """A 40-digit byte count has no space to wrap at: the readout's HTML lets it break
+    anywhere instead of running past the explorer's edge (nb01 at 2**40)."""
+    from flashcourse.widgets._base import lines_html, message_html
+    assert "overflow-wrap:anywhere" in lines_html(["1" * 60])
+    assert "overflow-wrap:anywhere" in message_html("1" * 60)

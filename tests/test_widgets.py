@@ -405,7 +405,7 @@ def test_batch_box_rejects_with_a_message(text, word):
 @pytest.mark.parametrize("typed,shown", [
     ("3e9", "M_score per head: 18,000,000,000,000,000,000 B = 15.61 EiB"),
     ("1000000000", "M_score per head: 2,000,000,000,000,000,000 B = 1.73 EiB"),
-    (f"{2 ** 40}", f"M_score per head: {2 ** 81:,} B = 2097152 EiB"),
+    (f"{2 ** 40}", f"M_score per head: {2 ** 81:,} B = 2,097,152 EiB"),
 ])
 def test_score_explorer_at_huge_lengths_plots_the_typed_value(typed, shown):
     ex = score_memory_explorer()

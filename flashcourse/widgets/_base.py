@@ -79,14 +79,16 @@ def message_html(text: str, level: str = "error", title: str | None = None) -> s
     colour = {"error": "#b00020", "warning": "#8a5300"}[level]
     icon = title or {"error": "Cannot show this setting:", "warning": "Warning:"}[level]
     return (f'<div style="color:{colour};border-left:4px solid {colour};padding:2px 8px;'
-            f'margin:4px 0;white-space:normal;line-height:1.45"><b>{icon}</b> '
+            f'margin:4px 0;white-space:normal;overflow-wrap:anywhere;line-height:1.45"><b>{icon}</b> '
             f'{html.escape(text)}</div>')
 
 
 def lines_html(lines) -> str:
-    """Lines of plain text as HTML that wraps (never a line running off the screen)."""
+    """Lines of plain text as HTML that wraps (never a line running off the screen: a
+    number of 40 digits, which has no space to break at, breaks anywhere)."""
     body = "".join(f"<div>{html.escape(x)}</div>" for x in lines)
-    return f'<div style="line-height:1.45;margin:2px 0;white-space:normal">{body}</div>'
+    return (f'<div style="line-height:1.45;margin:2px 0;white-space:normal;'
+            f'overflow-wrap:anywhere">{body}</div>')
 
 
 def one_line(exc: BaseException) -> str:

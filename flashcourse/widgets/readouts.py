@@ -268,7 +268,7 @@ class TrafficReadout:
     footprint_bytes: int          # on-chip bytes of one tile step
     budget_bytes: int
     fits_budget: bool
-    blocks_per_sm: int            # smem_per_sm // footprint
+    blocks_per_sm: int            # floor(smem_per_sm / footprint)
     gpu: GPU
     warnings: tuple = ()
     lines: tuple = ()
@@ -367,7 +367,8 @@ def traffic_readout(t, head_dim, block_q, block_k, budget_bytes, dtype="fp16",
         f"{bw / 1e12:,.2f} TB/s): dense {format_seconds(time_dense)}, "
         f"tiled {format_seconds(time_tiled)}",
         f"Tile footprint on chip: {format_bytes(foot)} of a {format_bytes(budget)} budget; "
-        f"blocks per SM = {format_bytes(g.smem_per_sm_bytes)} // footprint = {blocks}",
+        f"blocks per SM = {format_bytes(g.smem_per_sm_bytes)} / footprint, rounded down, "
+        f"= {blocks}",
     )
     return TrafficReadout(dense, tiled, ratio, flops, arithmetic_intensity(flops, dense),
                           arithmetic_intensity(flops, tiled), time_dense, time_tiled, peak,
