@@ -79,7 +79,8 @@ def message_html(text: str, level: str = "error", title: str | None = None) -> s
     colour = {"error": "#b00020", "warning": "#8a5300"}[level]
     icon = title or {"error": "Cannot show this setting:", "warning": "Warning:"}[level]
     return (f'<div style="color:{colour};border-left:4px solid {colour};padding:2px 8px;'
-            f'margin:4px 0;white-space:normal;overflow-wrap:anywhere;line-height:1.45"><b>{icon}</b> '
+            f'margin:4px 0;white-space:normal;overflow-wrap:anywhere;line-height:1.45">'
+            f'<b>{icon}</b> '
             f'{html.escape(text)}</div>')
 
 
