@@ -27,9 +27,10 @@ import numpy as np
 
 from .. import reference
 from ..geometry import causal_block_sums
-from ._harness import (SKIPPING_SHAPES, Result, held_budget, held_memory_case, hidden_blocks,
-                       hidden_tiles_case, parts_close, plain, random_qkv, rows_loaded_case,
-                       run_checks, tiled_cases)
+from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
+                         rows_loaded_case)
+from ._harness import (SKIPPING_SHAPES, Result, parts_close, plain, random_qkv, run_checks,
+                       tiled_cases)
 
 HINT_FORGOT_D = (
     "dS is missing the row term of the softmax Jacobian: each row's dS must subtract that "
