@@ -10,6 +10,8 @@ which sees numpy's buffers). Each returns a `_harness.Case`.
 
 from __future__ import annotations
 
+import builtins
+import sys
 import tracemalloc
 
 import numpy as np
@@ -21,55 +23,125 @@ class WatchedRows(np.ndarray):
     """An input array that logs which row ranges the learner's code slices from it.
 
     `k = WatchedRows.wrap(k)`; after the run, `k.rows_read()` is the number of rows
-    loaded through `k[a:b]` (or `k[a:b, ...]`) slices. Views and products derived from it
-    log nothing, so only loads from "outer memory" count; a whole copy of it
-    (`k.astype(float)`, `k.copy()`) logs into the same record. `np.asarray(k)` gives a
+    loaded through `k[a:b]` (or `k[a:b, ...]`) slices. Only the input itself and its whole
+    copies (`k.astype(float)`, `k.copy()`, `k[:]`) are watched and log into the same
+    record; everything else derived from it is a plain ndarray that logs nothing: slices,
+    arithmetic and ufunc results (`out=` included), and what numpy functions make from it
+    (`np.zeros_like(k)`, `np.empty_like`, `np.add.at`, ...), so no watched object leaks
+    into the learner's own arrays. A whole copy that the learner writes into (a gradient
+    allocated as `q.copy()`) is theirs: its loads stop counting. `np.asarray(k)` gives a
     plain array that logs nothing: `counted()` then says False, and the checker relies on
-    `hidden_tiles_case`, which checks through the values.
+    `hidden_tiles_case`, which checks through the values. Printing it reads nothing.
     """
 
     def __array_finalize__(self, obj):
-        log = getattr(obj, "_log", None)
-        # a whole copy (astype, copy) keeps counting; a slice taken in __getitem__ does not
-        same = (log is not None and getattr(obj, "shape", None) == self.shape
-                and not getattr(obj, "_slicing", False))
-        self._log = log if same else None
+        # a whole copy (astype, copy, view) keeps counting; a slice taken in __getitem__
+        # is made plain there
+        self._log = getattr(obj, "_log", None) if getattr(obj, "shape", None) == self.shape \
+            else None
 
     @classmethod
     def wrap(cls, array):
         watched = np.asarray(array).view(cls)
-        watched._log = []
+        watched._log = _Loads()
         return watched
 
     def __getitem__(self, index):
-        self._slicing = True
-        try:
-            out = super().__getitem__(index)
-        finally:
-            self._slicing = False
+        out = super().__getitem__(index)
         log = getattr(self, "_log", None)
+        if isinstance(out, WatchedRows) and out.shape == self.shape and log is not None:
+            return out                                 # a view of the whole array (k[:])
+        if isinstance(out, np.ndarray):
+            out = out.view(np.ndarray)
         if log is None:
-            return out
-        if isinstance(out, WatchedRows) and out.shape == self.shape:
-            out._log = log                         # a view of the whole array (k[:]): counts on
             return out
         first = index[0] if isinstance(index, tuple) and index else index
         if isinstance(first, slice):
             start, stop, step = first.indices(self.shape[0])
-            log.append(len(range(start, stop, step)))
+            log.add(self, len(range(start, stop, step)))
         elif isinstance(first, (int, np.integer)):
-            log.append(1)
+            log.add(self, 1)
         else:
-            log.append(self.shape[0])              # a fancy index: count the whole array
+            log.add(self, self.shape[0])               # a fancy index: count the whole array
         return out
 
+    def __setitem__(self, index, value):
+        if getattr(self, "_log", None) is not None:
+            self._log.written(self)                    # the learner's own array now
+        super().__setitem__(index, value)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        out = kwargs.get("out")
+        written = list(out or ()) + ([inputs[0]] if method == "at" else [])
+        for a in written:                              # np.add.at(x, ...) writes into x
+            if isinstance(a, WatchedRows) and a._log is not None:
+                a._log.written(a)
+        if out:
+            kwargs["out"] = tuple(_plain(a) for a in out)
+        return getattr(ufunc, method)(*(_plain(a) for a in inputs), **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return func(*_plain(args), **{key: _plain(v) for key, v in kwargs.items()})
+
+    def __array_wrap__(self, array, context=None, return_scalar=False):
+        # what C methods such as k.dot(x) return: a plain array (or scalar)
+        array = np.asarray(array).view(np.ndarray)
+        return array[()] if return_scalar and array.ndim == 0 else array
+
+    @property
+    def T(self):                                       # noqa: N802 - numpy's name
+        return self.view(np.ndarray).T
+
+    def transpose(self, *axes):
+        return self.view(np.ndarray).transpose(*axes)
+
+    def dot(self, b, out=None):
+        return self.view(np.ndarray).dot(_plain(b), out)
+
+    # printing reads the array through numpy's own code (k[:3], k[-3:], ...): not a load
+    def __repr__(self):
+        return repr(self.view(np.ndarray))
+
+    def __str__(self):
+        return str(self.view(np.ndarray))
+
+    def __format__(self, spec):
+        return format(self.view(np.ndarray), spec)
+
     def rows_read(self) -> int:
-        return int(sum(self._log or ()))
+        return self._log.total() if self._log is not None else 0
 
     def counted(self) -> bool:
         """Whether any load was logged (False when the learner read a plain conversion)."""
-        return bool(self._log)
+        return self._log is not None and self._log.total() > 0
 
+
+class _Loads:
+    """The shared record of a watched input and its whole copies: rows loaded per array;
+    the loads of an array written into (the learner's own) do not count."""
+
+    def __init__(self):
+        self.rows, self.mine = [], []
+
+    def add(self, array, n: int) -> None:
+        if not any(a is array for a in self.mine):
+            self.rows.append((array, n))
+
+    def written(self, array) -> None:
+        if not any(a is array for a in self.mine):
+            self.mine.append(array)
+
+    def total(self) -> int:
+        return int(sum(n for a, n in self.rows if not any(a is b for b in self.mine)))
+
+
+def _plain(x):
+    """`x` with every WatchedRows (also inside lists and tuples) viewed as a plain ndarray."""
+    if isinstance(x, WatchedRows):
+        return x.view(np.ndarray)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_plain(y) for y in x)
+    return x
 
 
 def rows_loaded_case(name: str, arrays, rest, watch: int, want: int, no_skip,
@@ -141,19 +213,82 @@ def hidden_tiles_case(name: str, arrays, rest, poisons, hint) -> Case:
 
 def held_memory(fn, *args) -> tuple[object, int]:
     """(fn(*args), the largest number of bytes it held at once beyond what existed before),
-    measured with tracemalloc (which sees numpy's array buffers)."""
+    measured with tracemalloc (which sees numpy's array buffers), without what the learner's
+    `print` calls build (`_PrintsLeftOut`): a debug `print(k.tolist())` is not the
+    algorithm's."""
     was_tracing = tracemalloc.is_tracing()
     if not was_tracing:
         tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
         tracemalloc.reset_peak()
-        out = fn(*args)
-        peak = tracemalloc.get_traced_memory()[1]
+        with _PrintsLeftOut() as prints:
+            out = fn(*args)
+        peak = prints.peak()
     finally:
         if not was_tracing:
             tracemalloc.stop()
     return out, max(0, peak - base)
+
+
+class _PrintsLeftOut:
+    """While active, `builtins.print` is wrapped: at each call it notes tracemalloc's peak
+    so far less the size of the Python objects printed (`print(k.tolist())` builds the list
+    before print is called), and resets the peak after the call, so the text and lists that
+    printing builds are not counted. The peak of the stretch after a print is also reduced
+    by what that print was given (still alive when the peak is reset), but never below what
+    is held at its end. Arrays given to print are not subtracted: they are the algorithm's.
+    `peak()` is the largest of the stretches."""
+
+    def __init__(self):
+        self.peaks, self.given, self.inside = [], 0, False
+
+    def __enter__(self):
+        self.real = builtins.print
+
+        def print_left_out(*values, **kwargs):
+            if self.inside:
+                return self.real(*values, **kwargs)
+            now = tracemalloc.get_traced_memory()         # before counting allocates
+            self._close_stretch(now, _object_bytes(values))
+            self.inside = True
+            try:
+                return self.real(*values, **kwargs)
+            finally:
+                self.inside = False
+                tracemalloc.reset_peak()
+        builtins.print = print_left_out
+        return self
+
+    def __exit__(self, *exc):
+        builtins.print = self.real
+
+    def _close_stretch(self, now, printing: int) -> None:
+        current, peak = now
+        self.peaks.append(max(peak - max(self.given, printing), current - printing))
+        self.given = printing
+
+    def peak(self) -> int:
+        self._close_stretch(tracemalloc.get_traced_memory(), 0)
+        return max(self.peaks)
+
+
+def _object_bytes(values, limit: int = 1_000_000) -> int:
+    """Bytes of the Python objects in `values` (lists, tuples, dicts, text, numbers, at most
+    `limit` objects), numpy arrays left out."""
+    seen, todo, total = set(), list(values), 0
+    while todo and len(seen) < limit:
+        x = todo.pop()
+        if id(x) in seen or isinstance(x, np.ndarray):
+            continue
+        seen.add(id(x))
+        total += sys.getsizeof(x, 0)
+        if isinstance(x, (list, tuple, set, frozenset)):
+            todo.extend(x)
+        elif isinstance(x, dict):
+            todo.extend(x.keys())
+            todo.extend(x.values())
+    return total
 
 
 def held_budget(inputs: int, outputs: int, tile: int, e: int = 8) -> int:
