@@ -16,13 +16,15 @@ A diagnosis is `(predicate, hint)` or `(predicate, hint, hint2)`.
 Besides the numbers, checkers check the algorithm (`flashcourse.labs._algorithm`: the
 rows loaded by slices, the tiles skipped, the arrays held at once).
 
-The harness survives what a learner's code can do to it. Every case runs under a
-time limit (`Case.time_limit_s`, said in the first line) that `except Exception` cannot
-swallow (the timeout is not an `Exception`, and it is raised again every half second
-until the case ends): SIGALRM in the main thread, an asynchronous exception raised in
-the checking thread elsewhere. `sys.exit()`, any other exception and a result that
-cannot be read as numbers end in a FAILED line (Ctrl+C still interrupts), and what the
-learner's function prints is capped at `PRINT_CAP` characters.
+The harness survives what a learner's code can do to it. Every case, and the reading of
+its result (an object's own `__array__` runs learner code too), runs under a time limit
+(`Case.time_limit_s`, said in the first line) that `except Exception` cannot swallow (the
+timeout is not an `Exception`, and it is raised again every half second until the case
+ends): SIGALRM in the main thread; elsewhere the case runs in a worker thread that is
+waited for at most the limit (`call_limited`). `sys.exit()`, any other exception and a
+result that cannot be read as real numbers (complex, booleans, Python objects:
+`real_array`) end in a FAILED line (Ctrl+C still interrupts), and what the learner's
+function prints is capped at `PRINT_CAP` characters.
 """
 
 from __future__ import annotations
@@ -64,6 +66,11 @@ HINT_EXIT = ("Your function called sys.exit() (or exit()/quit()), which would st
              "kernel: return a result instead, or raise an exception to signal a problem.")
 HINT_UNREADABLE = ("Your result could not be read as numbers (converting it to a numpy array "
                    "raised the error above): return numpy arrays (or tuples of them).")
+HINT_SLOW_RESULT = ("Converting your result to numbers did not finish within the time limit: "
+                    "return numpy arrays (or tuples of them), not objects of your own.")
+HINT_DTYPE = ("Your result is not made of real numbers (named above): return float64 arrays. "
+              "A comparison such as x > 0 gives booleans; None, text or rows of different "
+              "lengths inside a list give an array of Python objects.")
 HINT_COMPILE = (
     "Numba could not compile the kernel with your code, so nothing ran (the line above is "
     "the start of its message). Inside a kernel or device function only part of Python "
@@ -119,30 +126,73 @@ class Result:
         return None
 
 
+class ResultKindError(Exception):
+    """A learner's result that is not made of real numbers: `what` (one line) and `hint`.
+    Raised by `real_array` inside a case; `run_checks` turns it into a FAILED line."""
+
+    def __init__(self, what: str, hint: str):
+        super().__init__(what)
+        self.what, self.hint = what, hint
+
+
+def _kind_problem(x) -> tuple[str, str] | None:
+    """(what, hint) when `x` cannot stand for real numbers: complex, booleans, Python
+    objects, text, a number too large for a float; None when it can (floats, integers)."""
+    try:
+        arr = np.asarray(x)
+    except OverflowError:
+        return "your result holds a number too large for a float", HINT_OVERFLOW
+    kind = arr.dtype.kind
+    if kind in "fiu":
+        return None
+    if kind == "c":
+        return "your result holds complex numbers", HINT_COMPLEX
+    if kind == "b":
+        return "your result holds booleans (True/False), not numbers", HINT_DTYPE
+    if kind == "O":
+        try:
+            np.asarray(x, dtype=np.float64)
+        except OverflowError:
+            return "your result holds a number too large for a float", HINT_OVERFLOW
+        except (TypeError, ValueError):
+            pass
+        if arr.ndim == 0:
+            return f"expected an array of numbers, got {type(x).__name__}", HINT_DTYPE
+    return (f"your result has dtype {arr.dtype.name} where real floating-point numbers "
+            "are required"), HINT_DTYPE
+
+
+def real_array(x) -> np.ndarray:
+    """The learner's result `x` as a float64 array, or ResultKindError (complex, booleans,
+    Python objects, text: never an imaginary part silently dropped or True read as 1)."""
+    found = _kind_problem(x)
+    if found is not None:
+        raise ResultKindError(*found)
+    return np.asarray(x, dtype=np.float64)
+
+
 class CaseTimeout(BaseException):
     """Raised inside a case that ran past its time limit. A BaseException, like
     KeyboardInterrupt, so that a learner's `except Exception:` does not swallow it."""
 
 
-@contextmanager
-def time_limit(seconds: float):
-    """Raise CaseTimeout after `seconds`, and again every REPEAT_S until the block ends.
+def call_limited(seconds: float, fn: Callable):
+    """fn() under a time limit: CaseTimeout after `seconds` (no limit for `seconds` <= 0).
 
-    In the main thread (where Jupyter runs cells) by SIGALRM, which also interrupts a
-    sleep; in any other thread by an asynchronous exception set on that thread (it lands
-    at the next Python bytecode, so a single long numpy call finishes first). Yields
-    whether a limit is enforced (False only for a limit <= 0).
+    In the main thread (where Jupyter runs cells) by SIGALRM, raised again every REPEAT_S
+    until fn ends; it also interrupts a sleep. In any other thread (where no signal can be
+    delivered) fn runs in a worker thread that this one waits for at most `seconds`: past
+    that the worker is asked to stop (an asynchronous CaseTimeout, which lands at its next
+    Python bytecode) and CaseTimeout is raised here even if the worker is still stuck in a
+    long C call such as a sleep, so the check ends on time either way.
     """
     if not seconds or seconds <= 0:
-        yield False
-        return
+        return fn()
     message = f"did not finish within {seconds:g} s"
     if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
         with _alarm_limit(seconds, message):
-            yield True
-    else:
-        with _thread_limit(seconds, message):
-            yield True
+            return fn()
+    return _call_in_worker(seconds, message, fn)
 
 
 @contextmanager
@@ -167,35 +217,32 @@ def _alarm_limit(seconds, message):
             signal.setitimer(signal.ITIMER_REAL, left, interval)
 
 
-def _set_async_exc(thread_id, exc) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
-                                               ctypes.py_object(exc) if exc else None)
+def _call_in_worker(seconds, message, fn):
+    box: dict = {}
 
+    def work():
+        try:
+            try:
+                box["value"] = fn()
+            except BaseException as exc:        # noqa: BLE001 - handed to the caller
+                box["error"] = exc
+        except BaseException:                   # noqa: BLE001 - a late CaseTimeout
+            pass
 
-@contextmanager
-def _thread_limit(seconds, message):
-    target = threading.get_ident()
-    lock, finished = threading.Lock(), threading.Event()
-
-    def watchdog():
-        wait = seconds
-        while not finished.wait(wait):
-            with lock:
-                if not finished.is_set():
-                    _set_async_exc(target, CaseTimeout)
-            wait = REPEAT_S
-
-    dog = threading.Thread(target=watchdog, name="lab-check-time-limit", daemon=True)
-    dog.start()
-    try:
-        yield
-    except CaseTimeout:
-        raise CaseTimeout(message) from None
-    finally:
-        with lock:
-            finished.set()
-            _set_async_exc(target, None)     # clear one that has not landed yet
-        dog.join()
+    worker = threading.Thread(target=work, name="lab-check-case", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    for _ in range(3):                          # ask it to stop; it may be stuck in C
+        if not worker.is_alive():
+            break
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident),
+                                                   ctypes.py_object(CaseTimeout))
+        worker.join(REPEAT_S)
+    if worker.is_alive() or isinstance(box.get("error"), CaseTimeout) or not box:
+        raise CaseTimeout(message)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 class _CappedText(io.TextIOBase):
@@ -317,13 +364,8 @@ def _structural(yours, expected, names=()) -> tuple[str, str] | None:
         found = _structure(y, e)
         if found is None:
             try:
-                if np.iscomplexobj(y):
-                    found = ("your result holds complex numbers", HINT_COMPLEX)
-                else:
-                    np.asarray(y, dtype=np.float64)
-            except OverflowError:
-                found = ("your result holds a number too large for a float", HINT_OVERFLOW)
-            except (TypeError, ValueError):
+                found = _kind_problem(y)
+            except (TypeError, ValueError):    # e.g. ragged rows: _close names the shape
                 found = None
         if found is not None:
             what, hint = found
@@ -407,28 +449,13 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
     limit = max((c.time_limit_s for c in cases), default=0)
     say(f"Checking {title} (time limit {limit:g} s per case)")
     for case in cases:
-        failed = None                      # (what, hint) when the run itself failed
         with _captured_output() as printed:
-            try:
-                with time_limit(case.time_limit_s):
-                    yours, expected = case.run(fn)
-            except NotImplementedError as exc:
-                failed = exc
-            except CaseTimeout as exc:
-                failed = (f"{TIMEOUT_LINE}: your function {exc}", HINT_TIMEOUT)
-            except KeyboardInterrupt:
-                raise
-            except SystemExit as exc:
-                code = "" if exc.code is None else repr(exc.code)
-                failed = (f"your function called sys.exit({code})", HINT_EXIT)
-            except BaseException as exc:  # the learner's code crashed: show where, kindly
-                if is_compile_error(exc):
-                    failed = (f"the kernel does not compile: {_first_lines(exc)}", HINT_COMPILE)
-                elif type(exc).__name__ == "NotAKernelError":
-                    failed = (str(exc), HINT_NOT_KERNEL)
-                else:
-                    tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
-                    failed = (f"your function raised {tb}", _with_level(case, hint_level))
+            failed, found = _attempt(lambda: case.run(fn), case.time_limit_s, "your function",
+                                     _with_level(case, hint_level), HINT_TIMEOUT)
+            if failed is None:                 # reading the result is limited too
+                failed, found = _attempt(
+                    lambda: _judge(case, *found, hint_level), case.time_limit_s,
+                    "reading your result", HINT_UNREADABLE, HINT_SLOW_RESULT, todo=False)
         text = printed.report()
         if text.strip():
             say("  Your function printed:\n" + text.rstrip())
@@ -438,11 +465,7 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
                 "Fill in the steps marked FILL ME IN, then run this cell again.")
             return Result(False, todo=True, case=case.name, hint=msg)
         if failed is None:
-            try:
-                ok, why, hint = _judge(case, yours, expected, hint_level)
-            except Exception as exc:     # e.g. a result whose __array__ raises
-                tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
-                ok, why, hint = False, f"reading your result raised {tb}", HINT_UNREADABLE
+            ok, why, hint = found
             if ok:
                 say(f"  ok     {case.name}")
                 continue
@@ -453,6 +476,37 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
         return Result(False, case=case.name, hint=hint, detail=what)
     say(f"{PASS_LINE} ({len(cases)} cases).")
     return Result(True)
+
+
+def _attempt(call: Callable, seconds: float, who: str, hint: str, timeout_hint: str, *,
+             todo: bool = True):
+    """(None, call()) under the time limit, or (what failed, None): (line, hint), or the
+    NotImplementedError itself when `todo` (a stub). `who` starts the line ("your function
+    raised ..."); `hint` goes with an exception, `timeout_hint` with the time limit.
+    Only KeyboardInterrupt (Ctrl+C) escapes."""
+    try:
+        return None, call_limited(seconds, call)
+    except KeyboardInterrupt:
+        raise
+    except NotImplementedError as exc:
+        if todo:
+            return exc, None
+        failed = exc
+    except CaseTimeout as exc:
+        return (f"{TIMEOUT_LINE}: {who} {exc}", timeout_hint), None
+    except SystemExit as exc:
+        code = "" if exc.code is None else repr(exc.code)
+        return (f"{who} called sys.exit({code})", HINT_EXIT), None
+    except ResultKindError as exc:
+        return (exc.what, exc.hint), None
+    except BaseException as exc:  # the learner's code crashed: show where, kindly
+        if is_compile_error(exc):
+            return (f"the kernel does not compile: {_first_lines(exc)}", HINT_COMPILE), None
+        if type(exc).__name__ == "NotAKernelError":
+            return (str(exc), HINT_NOT_KERNEL), None
+        failed = exc
+    tb = traceback.format_exception_only(type(failed), failed)[-1].strip()
+    return (f"{who} raised {tb}", hint), None
 
 
 def is_compile_error(exc) -> bool:
@@ -513,11 +567,12 @@ SKIPPING_SHAPES = [
 
 
 def as_pair(out):
-    """The learner's result as a tuple of two float64 arrays (or left as is if malformed)."""
+    """The learner's result as a tuple of two float64 arrays (or left as is if malformed);
+    ResultKindError for parts that are not real numbers (`real_array`)."""
     if isinstance(out, list):
         out = tuple(out)
     if isinstance(out, tuple) and len(out) == 2:
-        return tuple(np.asarray(o, dtype=np.float64) for o in out)
+        return tuple(real_array(o) for o in out)
     return out
 
 
