@@ -156,8 +156,8 @@ def _kind_problem(x) -> tuple[str, str] | None:
             return "your result holds a number too large for a float", HINT_OVERFLOW
         except (TypeError, ValueError):
             pass
-        if arr.ndim == 0:
-            return f"expected an array of numbers, got {type(x).__name__}", HINT_DTYPE
+        if arr.ndim == 0:     # not array-like at all (a checker's own record, a dict)
+            return None
     return (f"your result has dtype {arr.dtype.name} where real floating-point numbers "
             "are required"), HINT_DTYPE
 
@@ -168,7 +168,11 @@ def real_array(x) -> np.ndarray:
     found = _kind_problem(x)
     if found is not None:
         raise ResultKindError(*found)
-    return np.asarray(x, dtype=np.float64)
+    try:
+        return np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ResultKindError(f"expected an array of numbers, got {type(x).__name__}",
+                              HINT_DTYPE) from None
 
 
 class CaseTimeout(BaseException):
@@ -348,8 +352,9 @@ def _label(n: int, names) -> str:
     return names[n] if n < len(names) else f"result [{n}]"
 
 
-def _structural(yours, expected, names=()) -> tuple[str, str] | None:
-    """A structural problem anywhere in `yours` (tuple parts included): (what, hint)."""
+def _structural(yours, expected, names=(), kinds: bool = True) -> tuple[str, str] | None:
+    """A structural problem anywhere in `yours` (tuple parts included): (what, hint); with
+    `kinds`, also parts that are not real numbers (`_kind_problem`)."""
     if isinstance(expected, tuple):
         if yours is None:
             return _structure(yours, expected)
@@ -362,7 +367,7 @@ def _structural(yours, expected, names=()) -> tuple[str, str] | None:
         parts = [(yours, expected)]
     for n, (y, e) in enumerate(parts):
         found = _structure(y, e)
-        if found is None:
+        if found is None and kinds:
             try:
                 found = _kind_problem(y)
             except (TypeError, ValueError):    # e.g. ragged rows: _close names the shape
@@ -418,7 +423,8 @@ def _pick_hint(case: Case, yours, expected, hint_level: int, kind: str = VALUE) 
 
 def _judge(case: Case, yours, expected, hint_level: int) -> tuple[bool, str, str]:
     """(ok, why, hint) for one case's result."""
-    broken = _structural(yours, expected, case.names)
+    # a case with its own compare reads its own records (text, counts): it judges their kind
+    broken = _structural(yours, expected, case.names, kinds=case.compare is None)
     if broken is not None:
         return False, broken[0], broken[1]
     if case.compare is not None:
