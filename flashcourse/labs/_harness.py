@@ -188,7 +188,8 @@ def call_limited(seconds: float, fn: Callable):
     delivered) fn runs in a worker thread that this one waits for at most `seconds`: past
     that the worker is asked to stop (an asynchronous CaseTimeout, which lands at its next
     Python bytecode) and CaseTimeout is raised here even if the worker is still stuck in a
-    long C call such as a sleep, so the check ends on time either way.
+    long C call such as a sleep (it is left to finish in the background), so the check
+    ends at most REPEAT_S after the limit either way.
     """
     if not seconds or seconds <= 0:
         return fn()
@@ -236,12 +237,12 @@ def _call_in_worker(seconds, message, fn):
     worker = threading.Thread(target=work, name="lab-check-case", daemon=True)
     worker.start()
     worker.join(seconds)
-    for _ in range(3):                          # ask it to stop; it may be stuck in C
+    for _ in range(2):                          # ask it to stop; it may be stuck in C
         if not worker.is_alive():
             break
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident),
                                                    ctypes.py_object(CaseTimeout))
-        worker.join(REPEAT_S)
+        worker.join(REPEAT_S / 2)
     if worker.is_alive() or isinstance(box.get("error"), CaseTimeout) or not box:
         raise CaseTimeout(message)
     if "error" in box:
