@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import io
 import signal
 import threading
@@ -457,11 +458,12 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
     say(f"Checking {title} (time limit {limit:g} s per case)")
     for case in cases:
         with _captured_output() as printed:
-            failed, found = _attempt(lambda: case.run(fn), case.time_limit_s, "your function",
-                                     _with_level(case, hint_level), HINT_TIMEOUT)
+            failed, found = _attempt(functools.partial(case.run, fn), case.time_limit_s,
+                                     "your function", _with_level(case, hint_level),
+                                     HINT_TIMEOUT)
             if failed is None:                 # reading the result is limited too
                 failed, found = _attempt(
-                    lambda: _judge(case, *found, hint_level), case.time_limit_s,
+                    functools.partial(_judge, case, *found, hint_level), case.time_limit_s,
                     "reading your result", HINT_UNREADABLE, HINT_SLOW_RESULT, todo=False)
         text = printed.report()
         if text.strip():
