@@ -240,6 +240,15 @@ def test_results_off_the_main_thread_are_checked_as_usual():
     t.join(30)
     assert out["ok"].passed and out["bad"].hint == "generic hint" and out["todo"].todo
 
+    def strict():                            # the caller's np.errstate reaches the function
+        with np.errstate(all="raise"):
+            out["raised"] = H.run_checks("log", lambda: np.log(np.zeros(3)),
+                                         [_case(np.zeros(3))], verbose=False)
+    t = threading.Thread(target=strict)
+    t.start()
+    t.join(30)
+    assert "FloatingPointError" in out["raised"].detail
+
 
 def _todo():
     raise NotImplementedError

@@ -30,6 +30,7 @@ function prints is capped at `PRINT_CAP` characters.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import functools
 import io
@@ -225,11 +226,12 @@ def _alarm_limit(seconds, message):
 
 def _call_in_worker(seconds, message, fn):
     box: dict = {}
+    context = contextvars.copy_context()       # the caller's np.errstate, decimal context...
 
     def work():
         try:
             try:
-                box["value"] = fn()
+                box["value"] = context.run(fn)
             except BaseException as exc:        # noqa: BLE001 - handed to the caller
                 box["error"] = exc
         except BaseException:                   # noqa: BLE001 - a late CaseTimeout
