@@ -48,6 +48,11 @@ MISTAKES = {"flash_backward": [
     ("dq, dk, dv = np.zeros((t_q, d)),", "dq, dk, dv = np.zeros((t_q, d), np.float32),",
      (H.HINT_PRECISION,)),
     ("    return dq, dk, dv", "    return dq, dk.T, dv", (H.HINT_SHAPE,)),
+    ("p = np.exp(s - lse_i[:, None])", "p = np.exp2(s - lse_i[:, None])", L.HINT_P_BASE2),
+    ("p = np.exp(s - lse_i[:, None])", "p = np.exp2(s * np.log2(np.e) - lse_i[:, None])",
+     L.HINT_P_BASE2),
+    ("p = np.exp(s - lse_i[:, None])", "p = np.exp(s - lse_i[:, None] / np.log(2))",
+     L.HINT_P_BASE2),
 ], "flash_backward_dq": [
     ("(p * (do_i @ v[k0:k1].T - delta_i[:, None]))", "(p * (do_i @ v[k0:k1].T))",
      L.HINT_FORGOT_D),
@@ -103,3 +108,42 @@ def test_no_skipping_is_caught_after_converting_the_inputs():
 def test_gradients_are_named_dq_dk_dv():
     fn = mutate(LAB, "flash_backward", "dv_j += p.T @ do_i", "dv_j += p.T @ o[q0:q1]")
     assert L.check_flash_backward(fn, verbose=False).detail.startswith("dv: ")
+
+
+ZEROS = "dq, dk, dv = np.zeros((t_q, d)), np.zeros((t_k, d)), np.zeros((t_k, d))"
+#: correct ways to allocate and accumulate the gradients that derive arrays from the
+#: watched input q (issue 49: the watched subclass leaked into zeros_like and counted
+#: writes to dq as loads of q)
+ALLOCATIONS = {
+    "zeros_like": [(ZEROS, "dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)")],
+    "empty_like": [(ZEROS, "dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)\n"
+                           "    dq[:], dk[:], dv[:] = 0.0, 0.0, 0.0")],
+    "full_like": [(ZEROS, "dq, dk, dv = np.full_like(q, 0.0), np.full_like(k, 0), 0 * v")],
+    "ones_like": [(ZEROS, "dq, dk, dv = np.ones_like(q) - 1, np.ones_like(k) * 0, "
+                          "np.zeros_like(v)")],
+    "copy": [(ZEROS, "dq, dk, dv = q.copy(), k.copy(), v.copy()\n"
+                     "    dq[:] = 0; dk[:] = 0; dv[:] = 0")],
+    "add.at": [(ZEROS, "dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)"),
+               ("dq[q0:q1] += scale * (ds @ k_j)",
+                "np.add.at(dq, np.arange(q0, q1), scale * (ds @ k_j))")],
+    "out=": [(ZEROS, "dq, dk, dv = q * 0, np.zeros_like(k), np.zeros_like(v)"),
+             ("dq[q0:q1] += scale * (ds @ k_j)",
+              "np.add(dq[q0:q1], scale * (ds @ k_j), out=dq[q0:q1])")],
+}
+
+
+@pytest.mark.parametrize("edits", list(ALLOCATIONS.values()), ids=list(ALLOCATIONS))
+def test_gradients_allocated_from_the_inputs_pass(edits):
+    from labtools import functions_of
+    fn = functions_of(LAB, replace=edits)["flash_backward"]
+    result = L.check_flash_backward(fn, verbose=False)
+    assert result.passed, (result.case, result.detail)
+
+
+def test_a_correct_backward_that_prints_passes():
+    """Debug prints (lists, text) are not what the algorithm holds (issue 50)."""
+    anchor = "    offset = t_k - t_q "
+    fn = mutate(LAB, "flash_backward", anchor,
+                "    print(k.tolist(), f'{q}', repr(q))\n    print(do)\n" + anchor)
+    result = L.check_flash_backward(fn, verbose=False)
+    assert result.passed, (result.case, result.detail)

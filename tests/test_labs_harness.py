@@ -5,6 +5,7 @@ import time
 import numpy as np
 import pytest
 
+from flashcourse.labs import _algorithm as A
 from flashcourse.labs import _harness as H
 
 
@@ -158,16 +159,171 @@ def test_printed_output_is_capped(capsys):
 
 
 def test_held_memory_sees_numpy_buffers():
-    _, peak = H.held_memory(lambda: np.ones((512, 512)).sum())
+    _, peak = A.held_memory(lambda: np.ones((512, 512)).sum())
     assert 2_000_000 < peak < 2_300_000
 
 
 def test_watched_rows_counts_through_copies_and_whole_views():
-    k = H.WatchedRows.wrap(np.zeros((10, 3)))
+    k = A.WatchedRows.wrap(np.zeros((10, 3)))
     k.astype(np.float64)[2:5]
     k[:][0:4]
     k.copy()[7]
     assert k.rows_read() == 3 + 4 + 1
-    assert not H.WatchedRows.wrap(np.zeros((4, 2))).counted()
-    plain_view = np.asarray(H.WatchedRows.wrap(np.zeros((4, 2))))
+    assert not A.WatchedRows.wrap(np.zeros((4, 2))).counted()
+    plain_view = np.asarray(A.WatchedRows.wrap(np.zeros((4, 2))))
     assert type(plain_view) is np.ndarray
+
+
+class _SlowArray:
+    def __array__(self, *a, **k):
+        time.sleep(60)
+        return np.zeros(3)
+
+
+class _ExitingArray:
+    def __array__(self, *a, **k):
+        import sys
+        sys.exit(2)
+
+
+def test_a_result_whose_conversion_sleeps_hits_the_time_limit(capsys):
+    start = time.monotonic()
+    result = H.run_checks("slow", lambda: _SlowArray(), [_case(np.zeros(3), time_limit_s=0.5)])
+    assert time.monotonic() - start < 5
+    out = capsys.readouterr().out
+    assert not result and "FAILED" in out and "within 0.5 s" in result.detail
+    assert result.detail.startswith(f"{H.TIMEOUT_LINE}: reading your result")
+    assert result.hint == H.HINT_SLOW_RESULT
+
+
+def test_sys_exit_while_converting_the_result_is_a_failed_line(capsys):
+    result = H.run_checks("exit", lambda: _ExitingArray(), [_case(np.zeros(3))])
+    out = capsys.readouterr()
+    assert not result and result.hint == H.HINT_EXIT and "sys.exit(2)" in result.detail
+    assert "FAILED" in out.out and "Traceback" not in out.out + out.err
+
+
+def test_sys_exit_inside_a_pair_conversion_is_a_failed_line():
+    case = H.Case("pair", lambda fn: (H.as_pair(fn()), (np.zeros(2), np.zeros(2))), "generic")
+    result = H.run_checks("pair", lambda: (np.zeros(2), _ExitingArray()), [case],
+                          verbose=False)
+    assert not result and result.hint == H.HINT_EXIT
+
+
+def test_a_sleeping_function_off_the_main_thread_ends_on_time():
+    """No signal reaches another thread: the limit holds through a worker thread (issue 50)."""
+    import threading
+
+    out = {}
+
+    def sleepy():
+        time.sleep(60)
+        return np.zeros(3)
+    t = threading.Thread(target=lambda: out.__setitem__("r", H.run_checks(
+        "sleep", sleepy, [_case(np.zeros(3), time_limit_s=0.5)], verbose=False)))
+    start = time.monotonic()
+    t.start()
+    t.join(10)
+    assert not t.is_alive() and time.monotonic() - start < 5
+    assert out["r"].hint == H.HINT_TIMEOUT
+
+
+def test_results_off_the_main_thread_are_checked_as_usual():
+    import threading
+
+    out = {}
+    t = threading.Thread(target=lambda: out.update(
+        ok=H.run_checks("ok", lambda: np.zeros(3), [_case(np.zeros(3))], verbose=False),
+        bad=H.run_checks("bad", lambda: np.ones(3), [_case(np.zeros(3))], verbose=False),
+        todo=H.run_checks("todo", _todo, [_case(np.zeros(3))], verbose=False)))
+    t.start()
+    t.join(30)
+    assert out["ok"].passed and out["bad"].hint == "generic hint" and out["todo"].todo
+
+    def strict():                            # the caller's np.errstate reaches the function
+        with np.errstate(all="raise"):
+            out["raised"] = H.run_checks("log", lambda: np.log(np.zeros(3)),
+                                         [_case(np.zeros(3))], verbose=False)
+    t = threading.Thread(target=strict)
+    t.start()
+    t.join(30)
+    assert "FloatingPointError" in out["raised"].detail
+
+
+def _todo():
+    raise NotImplementedError
+
+
+@pytest.mark.parametrize("value,hint", [
+    (np.ones(3, bool), H.HINT_DTYPE),
+    (np.array([1.0, None, 2.0], dtype=object), H.HINT_DTYPE),
+    (np.array(["1", "2", "3"]), H.HINT_DTYPE),
+    (np.zeros(3, complex), H.HINT_COMPLEX),
+])
+def test_results_that_are_not_real_numbers_are_rejected_in_pairs_too(value, hint):
+    """as_pair (lab 02, the decode lab) used to read complex as real and True as 1."""
+    case = H.Case("pair", lambda fn: (H.as_pair(fn()), (np.zeros(3), np.zeros(3))), "generic")
+    result = H.run_checks("pair", lambda: (np.zeros(3), value), [case], verbose=False)
+    assert not result and result.hint == hint
+    result = H.run_checks("one", lambda: value, [_case(np.zeros(3))], verbose=False)
+    assert not result and result.hint == hint
+
+
+def test_integer_results_are_still_read_as_numbers():
+    result = H.run_checks("int", lambda: np.zeros(3, int), [_case(np.zeros(3))], verbose=False)
+    assert result.passed
+
+
+@pytest.mark.parametrize("dtype,hint", [(complex, H.HINT_COMPLEX), (bool, H.HINT_DTYPE)])
+def test_lab_checkers_that_convert_results_reject_complex_and_bool(dtype, hint):
+    from flashcourse.labs import decode, online_softmax
+    from labtools import functions_of, lab_path
+    lab = functions_of(lab_path("lab02_online_softmax"))
+
+    def convert(fn):
+        return lambda *a: tuple(np.asarray(x).astype(dtype) for x in fn(*a))
+    for check, fn in ((online_softmax.check_online_update, lab["online_update"]),
+                      (online_softmax.check_merge_states, lab["merge_states"]),
+                      (decode.check_combine, decode.reference_combine)):
+        assert check(fn, verbose=False).passed
+        with np.errstate(all="ignore"):
+            result = check(convert(fn), verbose=False)
+        assert not result.passed and result.hint == hint, (check.__name__, result)
+
+
+def test_held_memory_leaves_out_what_printing_builds(capsys):
+    big = np.random.default_rng(0).random((4096, 3))
+
+    def debug_print():
+        print(big.tolist(), f"{big}", list(map(float, range(30_000))))
+        return np.ones(1000)                                # 8 kB of arrays
+    with H._captured_output():
+        _, peak = A.held_memory(debug_print)
+    assert 8000 <= peak < 100_000
+
+    def held_then_printed():
+        s = np.ones((64, 4096))                             # 2 MiB held across the print
+        print(big.tolist())
+        return float(s.sum())
+    with H._captured_output():
+        _, peak = A.held_memory(held_then_printed)
+    assert peak > 0.95 * 64 * 4096 * 8
+    import builtins
+    assert builtins.print is print
+
+
+def test_watched_rows_give_plain_arrays_to_the_learner():
+    k = A.WatchedRows.wrap(np.arange(30.0).reshape(10, 3))
+    out = np.empty((10, 3))
+    np.multiply(k, 2.0, out=out)
+    made = [np.zeros_like(k), np.empty_like(k), np.full_like(k, 1.0), np.ones_like(k),
+            k[2:4], k * 2, -k, k @ np.ones(3), k.dot(np.ones(3)), k.T, k.sum(axis=0),
+            np.where(k > 0, k, 0), np.copy(k), out]
+    assert all(type(x) is np.ndarray for x in made)
+    assert k.rows_read() == 2
+    assert repr(k) == repr(k.view(np.ndarray)) and str(k) == str(k.view(np.ndarray))
+    assert f"{k}" == f"{k.view(np.ndarray)}" and k.rows_read() == 2
+    mine = k.copy()                          # a copy the learner writes into is theirs
+    mine[0:5] += 1.0
+    np.add.at(k.astype(float), [0], 1.0)
+    assert k.rows_read() == 2

@@ -13,30 +13,30 @@ mistake and points to the notebook's derivation. Level 2 (`check(fn,
 hint_level=2)`) adds a more explicit nudge, still without the solution's code.
 A diagnosis is `(predicate, hint)` or `(predicate, hint, hint2)`.
 
-Besides the numbers, checkers check the algorithm: `held_memory_case` measures the
-largest temporary the learner's function holds (tracemalloc, which sees numpy's
-buffers), `rows_loaded_case` counts the rows loaded by slices, and
-`hidden_tiles_case` fills tiles that must never be touched with NaN (a check through
-the values, so converting or copying the inputs changes nothing).
+Besides the numbers, checkers check the algorithm (`flashcourse.labs._algorithm`: the
+rows loaded by slices, the tiles skipped, the arrays held at once).
 
-The harness survives what a learner's code can do to it. Every case runs under a
-time limit (`Case.time_limit_s`, said in the first line) that `except Exception` cannot
-swallow (the timeout is not an `Exception`, and it is raised again every half second
-until the case ends): SIGALRM in the main thread, an asynchronous exception raised in
-the checking thread elsewhere. `sys.exit()`, any other exception and a result that
-cannot be read as numbers end in a FAILED line (Ctrl+C still interrupts), and what the
-learner's function prints is capped at `PRINT_CAP` characters.
+The harness survives what a learner's code can do to it. Every case, and the reading of
+its result (an object's own `__array__` runs learner code too), runs under a time limit
+(`Case.time_limit_s`, said in the first line) that `except Exception` cannot swallow (the
+timeout is not an `Exception`, and it is raised again every half second until the case
+ends): SIGALRM in the main thread; elsewhere the case runs in a worker thread that is
+waited for at most the limit (`call_limited`). `sys.exit()`, any other exception and a
+result that cannot be read as real numbers (complex, booleans, Python objects:
+`real_array`) end in a FAILED line (Ctrl+C still interrupts), and what the learner's
+function prints is capped at `PRINT_CAP` characters.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
+import functools
 import io
 import signal
 import threading
 import time
-import tracemalloc
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -68,6 +68,11 @@ HINT_EXIT = ("Your function called sys.exit() (or exit()/quit()), which would st
              "kernel: return a result instead, or raise an exception to signal a problem.")
 HINT_UNREADABLE = ("Your result could not be read as numbers (converting it to a numpy array "
                    "raised the error above): return numpy arrays (or tuples of them).")
+HINT_SLOW_RESULT = ("Converting your result to numbers did not finish within the time limit: "
+                    "return numpy arrays (or tuples of them), not objects of your own.")
+HINT_DTYPE = ("Your result is not made of real numbers (named above): return float64 arrays. "
+              "A comparison such as x > 0 gives booleans; None, text or rows of different "
+              "lengths inside a list give an array of Python objects.")
 HINT_COMPILE = (
     "Numba could not compile the kernel with your code, so nothing ran (the line above is "
     "the start of its message). Inside a kernel or device function only part of Python "
@@ -123,30 +128,78 @@ class Result:
         return None
 
 
+class ResultKindError(Exception):
+    """A learner's result that is not made of real numbers: `what` (one line) and `hint`.
+    Raised by `real_array` inside a case; `run_checks` turns it into a FAILED line."""
+
+    def __init__(self, what: str, hint: str):
+        super().__init__(what)
+        self.what, self.hint = what, hint
+
+
+def _kind_problem(x) -> tuple[str, str] | None:
+    """(what, hint) when `x` cannot stand for real numbers: complex, booleans, Python
+    objects, text, a number too large for a float; None when it can (floats, integers)."""
+    try:
+        arr = np.asarray(x)
+    except OverflowError:
+        return "your result holds a number too large for a float", HINT_OVERFLOW
+    kind = arr.dtype.kind
+    if kind in "fiu":
+        return None
+    if kind == "c":
+        return "your result holds complex numbers", HINT_COMPLEX
+    if kind == "b":
+        return "your result holds booleans (True/False), not numbers", HINT_DTYPE
+    if kind == "O":
+        try:
+            np.asarray(x, dtype=np.float64)
+        except OverflowError:
+            return "your result holds a number too large for a float", HINT_OVERFLOW
+        except (TypeError, ValueError):
+            pass
+        if arr.ndim == 0:     # not array-like at all (a checker's own record, a dict)
+            return None
+    return (f"your result has dtype {arr.dtype.name} where real floating-point numbers "
+            "are required"), HINT_DTYPE
+
+
+def real_array(x) -> np.ndarray:
+    """The learner's result `x` as a float64 array, or ResultKindError (complex, booleans,
+    Python objects, text: never an imaginary part silently dropped or True read as 1)."""
+    found = _kind_problem(x)
+    if found is not None:
+        raise ResultKindError(*found)
+    try:
+        return np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ResultKindError(f"expected an array of numbers, got {type(x).__name__}",
+                              HINT_DTYPE) from None
+
+
 class CaseTimeout(BaseException):
     """Raised inside a case that ran past its time limit. A BaseException, like
     KeyboardInterrupt, so that a learner's `except Exception:` does not swallow it."""
 
 
-@contextmanager
-def time_limit(seconds: float):
-    """Raise CaseTimeout after `seconds`, and again every REPEAT_S until the block ends.
+def call_limited(seconds: float, fn: Callable):
+    """fn() under a time limit: CaseTimeout after `seconds` (no limit for `seconds` <= 0).
 
-    In the main thread (where Jupyter runs cells) by SIGALRM, which also interrupts a
-    sleep; in any other thread by an asynchronous exception set on that thread (it lands
-    at the next Python bytecode, so a single long numpy call finishes first). Yields
-    whether a limit is enforced (False only for a limit <= 0).
+    In the main thread (where Jupyter runs cells) by SIGALRM, raised again every REPEAT_S
+    until fn ends; it also interrupts a sleep. In any other thread (where no signal can be
+    delivered) fn runs in a worker thread that this one waits for at most `seconds`: past
+    that the worker is asked to stop (an asynchronous CaseTimeout, which lands at its next
+    Python bytecode) and CaseTimeout is raised here even if the worker is still stuck in a
+    long C call such as a sleep (it is left to finish in the background), so the check
+    ends at most REPEAT_S after the limit either way.
     """
     if not seconds or seconds <= 0:
-        yield False
-        return
+        return fn()
     message = f"did not finish within {seconds:g} s"
     if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
         with _alarm_limit(seconds, message):
-            yield True
-    else:
-        with _thread_limit(seconds, message):
-            yield True
+            return fn()
+    return _call_in_worker(seconds, message, fn)
 
 
 @contextmanager
@@ -171,35 +224,33 @@ def _alarm_limit(seconds, message):
             signal.setitimer(signal.ITIMER_REAL, left, interval)
 
 
-def _set_async_exc(thread_id, exc) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
-                                               ctypes.py_object(exc) if exc else None)
+def _call_in_worker(seconds, message, fn):
+    box: dict = {}
+    context = contextvars.copy_context()       # the caller's np.errstate, decimal context...
 
+    def work():
+        try:
+            try:
+                box["value"] = context.run(fn)
+            except BaseException as exc:        # noqa: BLE001 - handed to the caller
+                box["error"] = exc
+        except BaseException:                   # noqa: BLE001 - a late CaseTimeout
+            pass
 
-@contextmanager
-def _thread_limit(seconds, message):
-    target = threading.get_ident()
-    lock, finished = threading.Lock(), threading.Event()
-
-    def watchdog():
-        wait = seconds
-        while not finished.wait(wait):
-            with lock:
-                if not finished.is_set():
-                    _set_async_exc(target, CaseTimeout)
-            wait = REPEAT_S
-
-    dog = threading.Thread(target=watchdog, name="lab-check-time-limit", daemon=True)
-    dog.start()
-    try:
-        yield
-    except CaseTimeout:
-        raise CaseTimeout(message) from None
-    finally:
-        with lock:
-            finished.set()
-            _set_async_exc(target, None)     # clear one that has not landed yet
-        dog.join()
+    worker = threading.Thread(target=work, name="lab-check-case", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    for _ in range(2):                          # ask it to stop; it may be stuck in C
+        if not worker.is_alive():
+            break
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident),
+                                                   ctypes.py_object(CaseTimeout))
+        worker.join(REPEAT_S / 2)
+    if worker.is_alive() or isinstance(box.get("error"), CaseTimeout) or not box:
+        raise CaseTimeout(message)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 class _CappedText(io.TextIOBase):
@@ -305,8 +356,9 @@ def _label(n: int, names) -> str:
     return names[n] if n < len(names) else f"result [{n}]"
 
 
-def _structural(yours, expected, names=()) -> tuple[str, str] | None:
-    """A structural problem anywhere in `yours` (tuple parts included): (what, hint)."""
+def _structural(yours, expected, names=(), kinds: bool = True) -> tuple[str, str] | None:
+    """A structural problem anywhere in `yours` (tuple parts included): (what, hint); with
+    `kinds`, also parts that are not real numbers (`_kind_problem`)."""
     if isinstance(expected, tuple):
         if yours is None:
             return _structure(yours, expected)
@@ -319,15 +371,10 @@ def _structural(yours, expected, names=()) -> tuple[str, str] | None:
         parts = [(yours, expected)]
     for n, (y, e) in enumerate(parts):
         found = _structure(y, e)
-        if found is None:
+        if found is None and kinds:
             try:
-                if np.iscomplexobj(y):
-                    found = ("your result holds complex numbers", HINT_COMPLEX)
-                else:
-                    np.asarray(y, dtype=np.float64)
-            except OverflowError:
-                found = ("your result holds a number too large for a float", HINT_OVERFLOW)
-            except (TypeError, ValueError):
+                found = _kind_problem(y)
+            except (TypeError, ValueError):    # e.g. ragged rows: _close names the shape
                 found = None
         if found is not None:
             what, hint = found
@@ -380,7 +427,8 @@ def _pick_hint(case: Case, yours, expected, hint_level: int, kind: str = VALUE) 
 
 def _judge(case: Case, yours, expected, hint_level: int) -> tuple[bool, str, str]:
     """(ok, why, hint) for one case's result."""
-    broken = _structural(yours, expected, case.names)
+    # a case with its own compare reads its own records (text, counts): it judges their kind
+    broken = _structural(yours, expected, case.names, kinds=case.compare is None)
     if broken is not None:
         return False, broken[0], broken[1]
     if case.compare is not None:
@@ -411,28 +459,14 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
     limit = max((c.time_limit_s for c in cases), default=0)
     say(f"Checking {title} (time limit {limit:g} s per case)")
     for case in cases:
-        failed = None                      # (what, hint) when the run itself failed
         with _captured_output() as printed:
-            try:
-                with time_limit(case.time_limit_s):
-                    yours, expected = case.run(fn)
-            except NotImplementedError as exc:
-                failed = exc
-            except CaseTimeout as exc:
-                failed = (f"{TIMEOUT_LINE}: your function {exc}", HINT_TIMEOUT)
-            except KeyboardInterrupt:
-                raise
-            except SystemExit as exc:
-                code = "" if exc.code is None else repr(exc.code)
-                failed = (f"your function called sys.exit({code})", HINT_EXIT)
-            except BaseException as exc:  # the learner's code crashed: show where, kindly
-                if is_compile_error(exc):
-                    failed = (f"the kernel does not compile: {_first_lines(exc)}", HINT_COMPILE)
-                elif type(exc).__name__ == "NotAKernelError":
-                    failed = (str(exc), HINT_NOT_KERNEL)
-                else:
-                    tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
-                    failed = (f"your function raised {tb}", _with_level(case, hint_level))
+            failed, found = _attempt(functools.partial(case.run, fn), case.time_limit_s,
+                                     "your function", _with_level(case, hint_level),
+                                     HINT_TIMEOUT)
+            if failed is None:                 # reading the result is limited too
+                failed, found = _attempt(
+                    functools.partial(_judge, case, *found, hint_level), case.time_limit_s,
+                    "reading your result", HINT_UNREADABLE, HINT_SLOW_RESULT, todo=False)
         text = printed.report()
         if text.strip():
             say("  Your function printed:\n" + text.rstrip())
@@ -442,11 +476,7 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
                 "Fill in the steps marked FILL ME IN, then run this cell again.")
             return Result(False, todo=True, case=case.name, hint=msg)
         if failed is None:
-            try:
-                ok, why, hint = _judge(case, yours, expected, hint_level)
-            except Exception as exc:     # e.g. a result whose __array__ raises
-                tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
-                ok, why, hint = False, f"reading your result raised {tb}", HINT_UNREADABLE
+            ok, why, hint = found
             if ok:
                 say(f"  ok     {case.name}")
                 continue
@@ -457,6 +487,37 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
         return Result(False, case=case.name, hint=hint, detail=what)
     say(f"{PASS_LINE} ({len(cases)} cases).")
     return Result(True)
+
+
+def _attempt(call: Callable, seconds: float, who: str, hint: str, timeout_hint: str, *,
+             todo: bool = True):
+    """(None, call()) under the time limit, or (what failed, None): (line, hint), or the
+    NotImplementedError itself when `todo` (a stub). `who` starts the line ("your function
+    raised ..."); `hint` goes with an exception, `timeout_hint` with the time limit.
+    Only KeyboardInterrupt (Ctrl+C) escapes."""
+    try:
+        return None, call_limited(seconds, call)
+    except KeyboardInterrupt:
+        raise
+    except NotImplementedError as exc:
+        if todo:
+            return exc, None
+        failed = exc
+    except CaseTimeout as exc:
+        return (f"{TIMEOUT_LINE}: {who} {exc}", timeout_hint), None
+    except SystemExit as exc:
+        code = "" if exc.code is None else repr(exc.code)
+        return (f"{who} called sys.exit({code})", HINT_EXIT), None
+    except ResultKindError as exc:
+        return (exc.what, exc.hint), None
+    except BaseException as exc:  # the learner's code crashed: show where, kindly
+        if is_compile_error(exc):
+            return (f"the kernel does not compile: {_first_lines(exc)}", HINT_COMPILE), None
+        if type(exc).__name__ == "NotAKernelError":
+            return (str(exc), HINT_NOT_KERNEL), None
+        failed = exc
+    tb = traceback.format_exception_only(type(failed), failed)[-1].strip()
+    return (f"{who} raised {tb}", hint), None
 
 
 def is_compile_error(exc) -> bool:
@@ -517,71 +578,18 @@ SKIPPING_SHAPES = [
 
 
 def as_pair(out):
-    """The learner's result as a tuple of two float64 arrays (or left as is if malformed)."""
+    """The learner's result as a tuple of two float64 arrays (or left as is if malformed);
+    ResultKindError for parts that are not real numbers (`real_array`)."""
     if isinstance(out, list):
         out = tuple(out)
     if isinstance(out, tuple) and len(out) == 2:
-        return tuple(np.asarray(o, dtype=np.float64) for o in out)
+        return tuple(real_array(o) for o in out)
     return out
 
 
 def not_pair(yours, _expected):
     """Diagnosis: the learner's function did not return a pair."""
     return not (isinstance(yours, tuple) and len(yours) == 2)
-
-
-class WatchedRows(np.ndarray):
-    """An input array that logs which row ranges the learner's code slices from it.
-
-    `k = WatchedRows.wrap(k)`; after the run, `k.rows_read()` is the number of rows
-    loaded through `k[a:b]` (or `k[a:b, ...]`) slices. Views and products derived from it
-    log nothing, so only loads from "outer memory" count; a whole copy of it
-    (`k.astype(float)`, `k.copy()`) logs into the same record. `np.asarray(k)` gives a
-    plain array that logs nothing: `counted()` then says False, and the checker relies on
-    `hidden_tiles_case`, which checks through the values.
-    """
-
-    def __array_finalize__(self, obj):
-        log = getattr(obj, "_log", None)
-        # a whole copy (astype, copy) keeps counting; a slice taken in __getitem__ does not
-        same = (log is not None and getattr(obj, "shape", None) == self.shape
-                and not getattr(obj, "_slicing", False))
-        self._log = log if same else None
-
-    @classmethod
-    def wrap(cls, array):
-        watched = np.asarray(array).view(cls)
-        watched._log = []
-        return watched
-
-    def __getitem__(self, index):
-        self._slicing = True
-        try:
-            out = super().__getitem__(index)
-        finally:
-            self._slicing = False
-        log = getattr(self, "_log", None)
-        if log is None:
-            return out
-        if isinstance(out, WatchedRows) and out.shape == self.shape:
-            out._log = log                         # a view of the whole array (k[:]): counts on
-            return out
-        first = index[0] if isinstance(index, tuple) and index else index
-        if isinstance(first, slice):
-            start, stop, step = first.indices(self.shape[0])
-            log.append(len(range(start, stop, step)))
-        elif isinstance(first, (int, np.integer)):
-            log.append(1)
-        else:
-            log.append(self.shape[0])              # a fancy index: count the whole array
-        return out
-
-    def rows_read(self) -> int:
-        return int(sum(self._log or ()))
-
-    def counted(self) -> bool:
-        """Whether any load was logged (False when the learner read a plain conversion)."""
-        return bool(self._log)
 
 
 def plain(x):
@@ -656,119 +664,6 @@ def tiled_cases(inputs: Callable, expected: Callable, replay: Callable, mistakes
         cases.append(Case(name, run, hint[0], diagnoses, rtol=rtol, atol=atol, hint2=hint[1],
                           names=names))
     return cases
-
-
-def rows_loaded_case(name: str, arrays, rest, watch: int, want: int, no_skip,
-                     skip_too_much) -> Case:
-    """A Case on causal tile skipping: the rows the learner's loop loads from one input.
-
-    Runs `fn(*arrays, *rest)` on copies of `arrays`, the one at position `watch` wrapped
-    in `WatchedRows`, and compares the rows it loads through slices `x[a:b]` with `want`
-    (the rows of the tiles the mask leaves visible, e.g. from
-    `flashcourse.geometry.causal_block_sums`). More rows: hint `no_skip`; fewer:
-    `skip_too_much` (each a (level 1, level 2) pair); exact integers. When the learner's
-    code logged no load at all (it read a plain conversion such as `np.asarray(k)`), the
-    count is not known and the case passes: `hidden_tiles_case` decides on the values.
-    """
-    def run(fn):
-        args = [a.copy() for a in arrays]
-        args[watch] = WatchedRows.wrap(args[watch])
-        fn(*args, *rest)
-        if not args[watch].counted():
-            return want, want
-        return args[watch].rows_read(), want
-
-    diagnoses = [((lambda yours, expected: yours > expected), *no_skip),
-                 ((lambda yours, expected: yours < expected), *skip_too_much)]
-    return Case(name, run, no_skip[0], diagnoses, rtol=0, atol=0, hint2=no_skip[1])
-
-
-def hidden_blocks(tq: int, tk: int, br: int, bc: int, poison: str):
-    """For each block of the `poison` side ("key": key blocks of Bc rows, "query": query
-    blocks of Br rows) that some block of the other side cannot see under the causal mask:
-    (its row slice, a bool mask over the other side's rows whose block cannot see it)."""
-    from ..geometry import tile_visibility
-    keys = poison == "key"
-    n_own, b_own, n_other, b_other = (tk, bc, tq, br) if keys else (tq, br, tk, bc)
-    for a0 in range(0, n_own, b_own):
-        a1 = min(a0 + b_own, n_own)
-        rows = np.zeros(n_other, bool)
-        for c0 in range(0, n_other, b_other):
-            c1 = min(c0 + b_other, n_other)
-            q0, q1, k0, k1 = (c0, c1, a0, a1) if keys else (a0, a1, c0, c1)
-            rows[c0:c1] = tile_visibility(q0, q1, k0, k1, tq, tk, True) == "hidden"
-        if rows.any():
-            yield slice(a0, a1), rows
-
-
-def hidden_tiles_case(name: str, arrays, rest, poisons, hint) -> Case:
-    """A Case on tile skipping checked through the values: tiles that must never be
-    touched hold NaN, and the results they must not reach stay finite.
-
-    `poisons` is a list of (rows, check): `rows` = [(input index, row slice), ...] to fill
-    with NaN, and `check(out)` -> the number of result entries that the NaN reached but
-    must not (a learner who processes a hidden tile multiplies its NaN by a probability
-    of 0, and 0 * NaN = NaN). One run per poison; the case passes with 0 entries reached.
-    Converting, copying or viewing the inputs cannot change the verdict.
-    """
-    def run(fn):
-        reached = 0
-        for rows, check in poisons:
-            args = [np.array(a, copy=True) for a in arrays]
-            for index, sl in rows:
-                args[index][sl] = np.nan
-            with np.errstate(all="ignore"):
-                out = fn(*args, *rest)
-            reached += int(check(plain(out)))
-        return reached, 0
-
-    return Case(name, run, hint[0], rtol=0, atol=0, hint2=hint[1])
-
-
-def held_memory(fn, *args) -> tuple[object, int]:
-    """(fn(*args), the largest number of bytes it held at once beyond what existed before),
-    measured with tracemalloc (which sees numpy's array buffers)."""
-    was_tracing = tracemalloc.is_tracing()
-    if not was_tracing:
-        tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        out = fn(*args)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        if not was_tracing:
-            tracemalloc.stop()
-    return out, max(0, peak - base)
-
-
-def held_budget(inputs: int, outputs: int, tile: int, e: int = 8) -> int:
-    """Bytes a tiled function may hold at once, from element counts: two copies of its
-    inputs (a learner may convert them), its outputs, sixteen tile-sized temporaries
-    (`tile` elements: S, P, masks, the per-block state) and 64 KiB for Python's objects."""
-    return (2 * inputs + outputs + 16 * tile) * e + 64 * 1024
-
-
-def held_memory_case(name: str, arrays, rest, budget: int, hint, describe) -> Case:
-    """A Case on what the learner's function holds at once: at most `budget` bytes.
-
-    Runs `fn(*arrays, *rest)` on copies (made before measuring) under `held_memory`.
-    `describe(peak)` says in words what a peak of that many bytes would be (e.g. "a
-    64 x 4096 block of float64 scores"); the hint `hint` = (level 1, level 2) says why the
-    algorithm must not hold it.
-    """
-    def run(fn):
-        args = [np.array(a, copy=True) for a in arrays]
-        _, peak = held_memory(fn, *args, *rest)
-        return peak, budget
-
-    def compare(peak, limit):
-        if peak <= limit:
-            return True, ""
-        return False, (f"your function held {peak:,} B at once ({describe(peak)}); the tiled "
-                       f"algorithm needs at most about {limit:,} B here")
-
-    return Case(name, run, hint[0], rtol=0, atol=0, hint2=hint[1], compare=compare)
 
 
 def stub_guard(fn, what: str):

@@ -27,9 +27,10 @@ import numpy as np
 
 from .. import reference
 from ..geometry import causal_block_sums
-from ._harness import (SKIPPING_SHAPES, Result, held_budget, held_memory_case, hidden_blocks,
-                       hidden_tiles_case, parts_close, plain, random_qkv, rows_loaded_case,
-                       run_checks, tiled_cases)
+from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
+                         rows_loaded_case)
+from ._harness import (SKIPPING_SHAPES, Result, parts_close, plain, random_qkv, run_checks,
+                       tiled_cases)
 
 HINT_FORGOT_D = (
     "dS is missing the row term of the softmax Jacobian: each row's dS must subtract that "
@@ -105,6 +106,12 @@ HINT_NO_SKIP = (
 HINT_SKIP_TOO_MUCH = (
     "Your query loop skips query blocks that do see this key block.",
     "A query block is hidden from key block j only if even its LAST row cannot see key k0.")
+HINT_P_BASE2 = (
+    "P mixes bases: the saved lse is a natural log (the ln of each row's normaliser), so "
+    "P = exp(S - lse). exp2 works only if the whole exponent is in base 2: scores AND lse "
+    "multiplied by log2(e); converting one of them, or neither, gives a wrong P.",
+    "exp2(x * log2(e)) equals exp(x): use np.exp(S - lse), or np.exp2((S - lse) * log2(e)) "
+    "with log2(e) = 1 / ln 2 applied to the difference.")
 HINT_BACKWARD = (
     "Your gradients disagree with the dense backward. Compare dV first (it needs only P), "
     "then dP and dS on a 2 x 3 example.",
@@ -113,6 +120,15 @@ HINT_BACKWARD = (
 
 _RTOL, _ATOL = 1e-9, 1e-11
 SCALE = 0.37
+
+
+#: P recomputed with the base-2 slip (lab 03's HINT_LSE_BASE2 in the forward): exp2 of the
+#: natural-log difference, exp2 of base-2 scores minus the natural lse, exp of a base-2 lse
+BASE2_P = {
+    "p_exp2": lambda s, lse: np.exp2(s - lse),
+    "p_exp2_scores": lambda s, lse: np.exp2(s * np.log2(np.e) - lse),
+    "p_lse_base2": lambda s, lse: np.exp(s - lse / np.log(2.0)),
+}
 
 
 def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
@@ -143,6 +159,8 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
                     e = np.exp(s - np.where(np.isneginf(mx), 0.0, mx))
                     tot = e.sum(axis=1, keepdims=True)
                     p = e / np.where(tot > 0, tot, 1.0)
+                elif mistake in BASE2_P:
+                    p = BASE2_P[mistake](s, lse_use[q0:q1, None])
                 else:
                     p = np.exp(s - lse_use[q0:q1, None])
                 do_i = do[q0:q1]
@@ -172,7 +190,7 @@ MISTAKES = [("no_delta", HINT_FORGOT_D), ("delta_do_do", HINT_DELTA_DODO),
             ("dv_from_o", HINT_DV), ("dq_overwrite", HINT_DQ_OVERWRITE),
             ("dkdv_overwrite", HINT_DKDV_OVERWRITE), ("top_left", HINT_TOP_LEFT),
             ("k_ragged_drop", HINT_RAGGED_DROP), ("k_off_by_one", HINT_RAGGED_OFF_BY_ONE),
-            ("q_ragged_drop", HINT_RAGGED_Q)]
+            ("q_ragged_drop", HINT_RAGGED_Q)] + [(m, HINT_P_BASE2) for m in BASE2_P]
 #: the mistakes dq can show (dv_from_o and dkdv_overwrite change only dk, dv)
 DQ_MISTAKES = [(m, h) for m, h in MISTAKES if m not in ("dv_from_o", "dkdv_overwrite")]
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._harness import TODO_LINE, Case, Result, as_pair, not_pair, run_checks
+from ._harness import TODO_LINE, Case, Result, as_pair, not_pair, real_array, run_checks
 
 # -- hints (tests assert on these exact strings): level 1 names the mistake ----------
 HINT_MAX = ("Wrong running max: the new max must be the larger of the old max and the new "
@@ -388,7 +388,7 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
 
         def run(fns, x=x, chunk=chunk):
             f, merge = fns
-            return np.asarray(f(x.copy(), chunk, merge), np.float64), expected(x)
+            return real_array(f(x.copy(), chunk, merge)), expected(x)
 
         diagnoses = [((lambda y, e, w=wrong: np.allclose(y, w, equal_nan=True)),
                       HINT_SOFTMAX_SHIFT),

@@ -34,10 +34,10 @@ from .. import reference
 from ..geometry import causal_block_sums, ceil_div, visible_mask
 from ..counter import TrafficCounter
 from ..traffic import tiled_traffic
-from ._harness import (SKIPPING_SHAPES, Case, Result, hidden_blocks, held_memory_case,
-                       held_budget, hidden_tiles_case,
-                       parts_close, plain, random_qkv, result_tuple, rows_loaded_case,
-                       run_checks, tiled_cases)
+from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
+                         rows_loaded_case)
+from ._harness import (SKIPPING_SHAPES, Case, Result, parts_close, plain, random_qkv,
+                       result_tuple, run_checks, tiled_cases)
 
 # -- hints: (level 1 diagnoses, level 2 more explicit); tests assert on these strings -----
 HINT_RESCALE = (
