@@ -33,7 +33,7 @@ def measure(small: bool) -> dict:
     from numba import cuda
 
     from flashcourse import cuda as fc
-    from flashcourse.cuda import decode_kernels
+    from flashcourse.cuda.decoding import decode_kernels
 
     rng = np.random.default_rng(0)
     out = {}
