@@ -88,7 +88,7 @@ from numba import uint64 as U
 
 from ...constants import F0, POS_INF
 from ..common._device import key_block_order
-from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
+from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops, tf32x3_ops
 from . import tc_backward_kernels_async as v2
 from ..ptx.smem_ops import ops as smem_ops
 from .tc_backward_kernels import LD_ROWS, _col_sum
@@ -104,7 +104,8 @@ SMALL_TERMS = "one_chain"
 def make_key_major_tf32_kernel(cfg):
     ops = device_ops(cfg.simulator)
     MMA, AS_F32 = ops["mma_tf32"], ops["as_f32"]
-    BIG, SMALL = ops["tf32_round"], ops["tf32_trunc"]
+    three = tf32x3_ops(cfg.simulator)
+    SPLIT, MMA3 = three["split"], three["mma3"]
     so = smem_ops(cfg.simulator, v2.LINEAR_SHARED)
     LDB, CP16, COMMIT, WAIT = so["ld_b"], so["cp16"], so["commit"], so["wait_all"]
     RED, exp2 = so["red_add"], so["ex2"]
@@ -244,10 +245,9 @@ def make_key_major_tf32_kernel(cfg):
                         w = r * RS + (e - r * D)
                         for which in range(2):
                             at = U(bo + (QN if which == 0 else DON) + w)
-                            x = AS_F32(sm[at])
-                            big = BIG(x)
+                            big, small = SPLIT(AS_F32(sm[at]))
                             sm[at] = big
-                            sm[U((QSN if which == 0 else DOSN) + w)] = SMALL(x - AS_F32(big))
+                            sm[U((QSN if which == 0 else DOSN) + w)] = small
                 cuda.syncthreads()              # the planes are complete
 
             # S^T = K_j Q_i^T, dP^T = V_j dO_i^T (from zero; small, small, big per k8 step)
@@ -258,18 +258,10 @@ def make_key_major_tf32_kernel(cfg):
                 for which in range(2):          # 0: K_j with Q_i; 1: V_j with dO_i
                     w0, w2, w1, w3 = LDB(sm, (krow if which == 0 else vrow) + U(kk * 8),
                                          RS, lane)
-                    x0 = AS_F32(w0)
-                    x1 = AS_F32(w1)
-                    x2 = AS_F32(w2)
-                    x3 = AS_F32(w3)
-                    a0 = BIG(x0)
-                    a1 = BIG(x1)
-                    a2 = BIG(x2)
-                    a3 = BIG(x3)
-                    sa0 = SMALL(x0 - AS_F32(a0))
-                    sa1 = SMALL(x1 - AS_F32(a1))
-                    sa2 = SMALL(x2 - AS_F32(a2))
-                    sa3 = SMALL(x3 - AS_F32(a3))
+                    a0, sa0 = SPLIT(AS_F32(w0))
+                    a1, sa1 = SPLIT(AS_F32(w1))
+                    a2, sa2 = SPLIT(AS_F32(w2))
+                    a3, sa3 = SPLIT(AS_F32(w3))
                     bsrc = bo + (QN if which == 0 else DON)
                     ssrc = QSN if which == 0 else DOSN
                     for n2 in range(NS // 2):
@@ -288,10 +280,8 @@ def make_key_major_tf32_kernel(cfg):
                             else:
                                 y0 = AS_F32(y0w if half == 0 else y2w)
                                 y1 = AS_F32(y1w if half == 0 else y3w)
-                                b0 = BIG(y0)
-                                b1 = BIG(y1)
-                                sb0 = SMALL(y0 - AS_F32(b0))
-                                sb1 = SMALL(y1 - AS_F32(b1))
+                                b0, sb0 = SPLIT(y0)
+                                b1, sb1 = SPLIT(y1)
                             if which == 0:
                                 c0 = s[4 * n]
                                 c1 = s[4 * n + 1]
@@ -302,15 +292,9 @@ def make_key_major_tf32_kernel(cfg):
                                 c1 = dp[4 * n + 1]
                                 c2 = dp[4 * n + 2]
                                 c3 = dp[4 * n + 3]
-                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, sa0, sa1, sa2, sa3,
-                                                 b0, b1, c0, c1, c2, c3)
-                            par = 1 - par
-                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3,
-                                                 sb0, sb1, c0, c1, c2, c3)
-                            par = 1 - par
-                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3,
-                                                 b0, b1, c0, c1, c2, c3)
-                            par = 1 - par
+                            c0, c1, c2, c3, par = MMA3(scr, wbase, lane, par,
+                                                       a0, a1, a2, a3, sa0, sa1, sa2, sa3,
+                                                       b0, b1, sb0, sb1, c0, c1, c2, c3)
                             if which == 0:
                                 s[4 * n] = c0
                                 s[4 * n + 1] = c1
@@ -354,10 +338,9 @@ def make_key_major_tf32_kernel(cfg):
             # B rows read in that order; this block's product from zero, small terms apart
             for which in range(2):             # 0: P^T with dO_i; 1: dS^T with Q_i
                 for i in range(SREGS):
-                    x = s[i] if which == 0 else dp[i]
-                    big = BIG(x)
+                    big, small = SPLIT(s[i] if which == 0 else dp[i])
                     pb[i] = big
-                    pl[i] = SMALL(x - AS_F32(big))
+                    pl[i] = small
                 if which == 1 and WITH_DQ:     # dS (split) -> shared as dS[query][key]
                     for n in range(NS):
                         for i in range(4):
@@ -386,19 +369,15 @@ def make_key_major_tf32_kernel(cfg):
                         else:
                             y0 = AS_F32(sm[U(bsrc + xo)])
                             y1 = AS_F32(sm[U(bsrc + xo + RS)])
-                            b0 = BIG(y0)
-                            b1 = BIG(y1)
-                            sb0 = SMALL(y0 - AS_F32(b0))
-                            sb1 = SMALL(y1 - AS_F32(b1))
+                            b0, sb0 = SPLIT(y0)
+                            b1, sb1 = SPLIT(y1)
                         if ONE_CHAIN:           # the small terms first, in c
-                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pl[4 * j],
-                                                 pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
-                                                 b0, b1, c0, c1, c2, c3)
-                            par = 1 - par
-                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j],
-                                                 pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
-                                                 sb0, sb1, c0, c1, c2, c3)
-                        else:
+                            c0, c1, c2, c3, par = MMA3(
+                                scr, wbase, lane, par,
+                                pb[4 * j], pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
+                                pl[4 * j], pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
+                                b0, b1, sb0, sb1, c0, c1, c2, c3)
+                        else:                   # the small terms apart, in f
                             f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pl[4 * j],
                                                  pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
                                                  b0, b1, f0, f1, f2, f3)
@@ -406,11 +385,11 @@ def make_key_major_tf32_kernel(cfg):
                             f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pb[4 * j],
                                                  pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
                                                  sb0, sb1, f0, f1, f2, f3)
-                        par = 1 - par
-                        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
-                                             pb[4 * j + 1], pb[4 * j + 3], b0, b1,
-                                             c0, c1, c2, c3)
-                        par = 1 - par
+                            par = 1 - par
+                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j],
+                                                 pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
+                                                 b0, b1, c0, c1, c2, c3)
+                            par = 1 - par
                     if not ONE_CHAIN:
                         c0 += f0
                         c1 += f1
@@ -448,10 +427,8 @@ def make_key_major_tf32_kernel(cfg):
                     l3 = sm[U(DSL + ab + 8 * DSS + 1)]
                     for n in range(NQW):
                         kb = KNO + (kp * 8 + 2 * t) * RS + (nb + n) * 8 + g
-                        y0 = AS_F32(sm[U(kb)])
-                        y1 = AS_F32(sm[U(kb + RS)])
-                        b0 = BIG(y0)
-                        b1 = BIG(y1)
+                        b0, sb0 = SPLIT(AS_F32(sm[U(kb)]))
+                        b1, sb1 = SPLIT(AS_F32(sm[U(kb + RS)]))
                         if ONE_CHAIN:
                             x0, x1, x2, x3 = dqc[4 * n], dqc[4 * n + 1], dqc[4 * n + 2], \
                                 dqc[4 * n + 3]
@@ -462,8 +439,7 @@ def make_key_major_tf32_kernel(cfg):
                                              x0, x1, x2, x3)
                         par = 1 - par
                         x0, x1, x2, x3 = MMA(scr, wbase, lane, par, h0, h1, h2, h3,
-                                             SMALL(y0 - AS_F32(b0)), SMALL(y1 - AS_F32(b1)),
-                                             x0, x1, x2, x3)
+                                             sb0, sb1, x0, x1, x2, x3)
                         par = 1 - par
                         if not ONE_CHAIN:
                             dqe[4 * n] = x0
@@ -544,8 +520,9 @@ def make_query_major_tf32_kernel(cfg):
     16 warps x (D + 4) each; two buffers of K_j, V_j: Bc x (D + 4) each
     (`TCBConfig.tf32_q_offsets`)."""
     ops = device_ops(cfg.simulator)
-    MMA, AS_F32 = ops["mma_tf32"], ops["as_f32"]
-    BIG, SMALL = ops["tf32_round"], ops["tf32_trunc"]
+    AS_F32 = ops["as_f32"]
+    three = tf32x3_ops(cfg.simulator)
+    SPLIT, MMA3 = three["split"], three["mma3"]
     so = smem_ops(cfg.simulator, v2.LINEAR_SHARED)
     LDB, CP16, COMMIT, WAIT = so["ld_b"], so["cp16"], so["commit"], so["wait_all"]
     exp2 = so["ex2"]
@@ -657,18 +634,10 @@ def make_query_major_tf32_kernel(cfg):
                 for which in range(2):          # 0: Q_i with K_j; 1: dO_i with V_j
                     w0, w2, w1, w3 = LDB(sm, (qrow if which == 0 else orow) + U(kk * 8),
                                          RS, lane)
-                    x0 = AS_F32(w0)
-                    x1 = AS_F32(w1)
-                    x2 = AS_F32(w2)
-                    x3 = AS_F32(w3)
-                    a0 = BIG(x0)
-                    a1 = BIG(x1)
-                    a2 = BIG(x2)
-                    a3 = BIG(x3)
-                    sa0 = SMALL(x0 - AS_F32(a0))
-                    sa1 = SMALL(x1 - AS_F32(a1))
-                    sa2 = SMALL(x2 - AS_F32(a2))
-                    sa3 = SMALL(x3 - AS_F32(a3))
+                    a0, sa0 = SPLIT(AS_F32(w0))
+                    a1, sa1 = SPLIT(AS_F32(w1))
+                    a2, sa2 = SPLIT(AS_F32(w2))
+                    a3, sa3 = SPLIT(AS_F32(w3))
                     bsrc = bo + (KNO if which == 0 else VNO)
                     for n2 in range(NS // 2):
                         y0w, y1w, y2w, y3w = LDB(sm, U(bsrc + (n2 * 16) * RS + kk * 8), RS,
@@ -677,10 +646,8 @@ def make_query_major_tf32_kernel(cfg):
                             n = 2 * n2 + half
                             y0 = AS_F32(y0w if half == 0 else y2w)
                             y1 = AS_F32(y1w if half == 0 else y3w)
-                            b0 = BIG(y0)
-                            b1 = BIG(y1)
-                            sb0 = SMALL(y0 - AS_F32(b0))
-                            sb1 = SMALL(y1 - AS_F32(b1))
+                            b0, sb0 = SPLIT(y0)
+                            b1, sb1 = SPLIT(y1)
                             if which == 0:
                                 c0 = s[4 * n]
                                 c1 = s[4 * n + 1]
@@ -691,15 +658,9 @@ def make_query_major_tf32_kernel(cfg):
                                 c1 = dp[4 * n + 1]
                                 c2 = dp[4 * n + 2]
                                 c3 = dp[4 * n + 3]
-                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, sa0, sa1, sa2, sa3,
-                                                 b0, b1, c0, c1, c2, c3)
-                            par = 1 - par
-                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3,
-                                                 sb0, sb1, c0, c1, c2, c3)
-                            par = 1 - par
-                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3,
-                                                 b0, b1, c0, c1, c2, c3)
-                            par = 1 - par
+                            c0, c1, c2, c3, par = MMA3(scr, wbase, lane, par,
+                                                       a0, a1, a2, a3, sa0, sa1, sa2, sa3,
+                                                       b0, b1, sb0, sb1, c0, c1, c2, c3)
                             if which == 0:
                                 s[4 * n] = c0
                                 s[4 * n + 1] = c1
@@ -723,10 +684,9 @@ def make_query_major_tf32_kernel(cfg):
                         key = k0 + n * 8 + 2 * t + (i % 2)
                         if key >= tk or (causal != 0 and key > r0 + 8 * hf + off):
                             p = F0
-                    x = p * (dp[j] - drow[hf])
-                    big = BIG(x)
+                    big, small = SPLIT(p * (dp[j] - drow[hf]))
                     pb[j] = big
-                    pl[j] = SMALL(x - AS_F32(big))
+                    pl[j] = small
 
             # dQ_i += dS K_j: this block's product from zero, then added in fp32
             for n in range(NO):
@@ -736,23 +696,13 @@ def make_query_major_tf32_kernel(cfg):
                 c3 = F0
                 for j in range(NS):
                     kb = bo + KNO + (j * 8 + 2 * t) * RS + n * 8 + g
-                    y0 = AS_F32(sm[U(kb)])
-                    y1 = AS_F32(sm[U(kb + RS)])
-                    b0 = BIG(y0)
-                    b1 = BIG(y1)
-                    c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pl[4 * j], pl[4 * j + 2],
-                                         pl[4 * j + 1], pl[4 * j + 3], b0, b1,
-                                         c0, c1, c2, c3)
-                    par = 1 - par
-                    c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
-                                         pb[4 * j + 1], pb[4 * j + 3],
-                                         SMALL(y0 - AS_F32(b0)), SMALL(y1 - AS_F32(b1)),
-                                         c0, c1, c2, c3)
-                    par = 1 - par
-                    c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
-                                         pb[4 * j + 1], pb[4 * j + 3], b0, b1,
-                                         c0, c1, c2, c3)
-                    par = 1 - par
+                    b0, sb0 = SPLIT(AS_F32(sm[U(kb)]))
+                    b1, sb1 = SPLIT(AS_F32(sm[U(kb + RS)]))
+                    c0, c1, c2, c3, par = MMA3(
+                        scr, wbase, lane, par,
+                        pb[4 * j], pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
+                        pl[4 * j], pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
+                        b0, b1, sb0, sb1, c0, c1, c2, c3)
                 acc[4 * n] += c0
                 acc[4 * n + 1] += c1
                 acc[4 * n + 2] += c2

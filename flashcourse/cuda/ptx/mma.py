@@ -496,3 +496,42 @@ def _wrap_mma(mma):
     def wrapped(scr, wbase, lane, parity, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
         return mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
     return wrapped
+
+
+def tf32x3_ops(simulator: bool) -> dict:
+    """The 3xTF32 product as device functions, written once for every kernel that uses it.
+
+    split(x) -> (big, small): the bits of `split_tf32`'s two tf32 parts of a float32 x
+    (big = tf32_round(x), small = tf32_trunc(x - big)).
+    mma3(scr, wbase, lane, parity, a0..a3, sa0..sa3, b0, b1, sb0, sb1, c0..c3)
+    -> (c0..c3, parity): c += A_small B_big, then A_big B_small, then A_big B_big, one
+    m16n8k8 tf32 product each (small terms first, so they add up before the big one);
+    parity comes back flipped once per product (the simulator's scratch halves).
+
+    Inlined on a GPU (forceinline: compiled as if written in the kernel); on the
+    simulator plain device functions. The kernel keeps what makes it a version: where
+    its operands come from and which accumulators they go to."""
+    ops = device_ops(simulator)
+    MMA, AS_F32 = ops["mma_tf32"], ops["as_f32"]
+    BIG, SMALL = ops["tf32_round"], ops["tf32_trunc"]
+    jit = cuda.jit(device=True) if simulator else cuda.jit(device=True, forceinline=True)
+
+    @jit
+    def split(x):
+        big = BIG(x)
+        return big, SMALL(x - AS_F32(big))
+
+    @jit
+    def mma3(scr, wbase, lane, par, a0, a1, a2, a3, sa0, sa1, sa2, sa3, b0, b1, sb0, sb1,
+             c0, c1, c2, c3):
+        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, sa0, sa1, sa2, sa3, b0, b1,
+                             c0, c1, c2, c3)
+        par = 1 - par
+        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, sb0, sb1,
+                             c0, c1, c2, c3)
+        par = 1 - par
+        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
+                             c0, c1, c2, c3)
+        return c0, c1, c2, c3, 1 - par
+
+    return {"split": split, "mma3": mma3}

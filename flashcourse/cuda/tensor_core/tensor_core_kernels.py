@@ -136,6 +136,54 @@ def _row_ops(cfg):
 # kernel 1: fp16 / bf16 (m16n8k16)
 # --------------------------------------------------------------------------------------
 
+def _pv_ldmatrix(MMA, PACK, LDBT, simulator: bool):
+    """O += P V for one key block, with V's B fragments by ldmatrix.x4.trans of the
+    row-major V tile in shared memory: the step of every fp16/bf16 kernel that keeps V as
+    it arrives (version 2 of the forward, the decode split kernel on tensor cores).
+
+    pv(sm, v_at, ks, lane, scr, wbase, par, s, pa, acc, kp_n, mt_n, ns, no) -> par: P from
+    the fp32 S fragments `s` (mt_n m16 tiles of ns n8 tiles) packed into `pa` (A
+    fragments), V's rows of ks words from word v_at, kp_n k16 steps, no n8 tiles of O in
+    `acc`. Inlined on a GPU (forceinline), a plain device function on the simulator."""
+    jit = cuda.jit(device=True) if simulator else cuda.jit(device=True, forceinline=True)
+
+    @jit
+    def pv(sm, v_at, ks, lane, scr, wbase, par, s, pa, acc, kp_n, mt_n, ns, no):
+        for kp in range(kp_n):
+            for mt in range(mt_n):
+                j0 = 4 * (mt * ns + 2 * kp)
+                pa[4 * mt] = PACK(s[j0], s[j0 + 1])
+                pa[4 * mt + 1] = PACK(s[j0 + 2], s[j0 + 3])
+                pa[4 * mt + 2] = PACK(s[j0 + 4], s[j0 + 5])
+                pa[4 * mt + 3] = PACK(s[j0 + 6], s[j0 + 7])
+            for n2 in range(no // 2):
+                n = 2 * n2
+                b0, b1, b2, b3 = LDBT(sm, U(v_at + (kp * 16) * ks + n * 4), ks, lane)
+                for mt in range(mt_n):
+                    ob = 4 * (mt * no + n)
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[4 * mt],
+                                         pa[4 * mt + 1], pa[4 * mt + 2], pa[4 * mt + 3],
+                                         b0, b1, acc[ob], acc[ob + 1], acc[ob + 2],
+                                         acc[ob + 3])
+                    par = 1 - par
+                    acc[ob] = x0
+                    acc[ob + 1] = x1
+                    acc[ob + 2] = x2
+                    acc[ob + 3] = x3
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[4 * mt],
+                                         pa[4 * mt + 1], pa[4 * mt + 2], pa[4 * mt + 3],
+                                         b2, b3, acc[ob + 4], acc[ob + 5], acc[ob + 6],
+                                         acc[ob + 7])
+                    par = 1 - par
+                    acc[ob + 4] = x0
+                    acc[ob + 5] = x1
+                    acc[ob + 6] = x2
+                    acc[ob + 7] = x3
+        return par
+
+    return pv
+
+
 def make_half_kernel(cfg):
     ops = device_ops(cfg.simulator)
     MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]

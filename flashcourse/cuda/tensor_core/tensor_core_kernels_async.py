@@ -43,7 +43,7 @@ from ...constants import F0, F1, FULL_MASK, LN2_F, NEG_INF, RESCALE_THRESHOLD
 from ..common._device import reset_state, visible_key_blocks
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
-from .tensor_core_kernels import SIGN2, Z32, _jit, _row_ops
+from .tensor_core_kernels import SIGN2, Z32, _jit, _pv_ldmatrix, _row_ops
 
 
 def make_half_async_kernel(cfg):
@@ -53,6 +53,7 @@ def make_half_async_kernel(cfg):
     so = smem_ops(cfg.simulator)
     LDB, LDBT, CP16, COMMIT, WAIT = so["ld_b"], so["ld_bt"], so["cp16"], so["commit"], \
         so["wait_all"]
+    PV = _pv_ldmatrix(MMA, PACK, LDBT, cfg.simulator)
     _, log2, quad_max, quad_sum = _row_ops(cfg)
     exp2 = so["ex2"]               # ex2.approx.ftz: one instruction (math.exp2: three more)
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
@@ -239,36 +240,7 @@ def make_half_async_kernel(cfg):
                             acc[ob + 1] *= alpha[ri]
 
             # O += P V: ldmatrix.x4.trans of the row-major V tile gives two n8 B fragments
-            for kp in range(KP):
-                for mt in range(MT):
-                    j0 = 4 * (mt * NS + 2 * kp)
-                    pa[4 * mt] = PACK(s[j0], s[j0 + 1])
-                    pa[4 * mt + 1] = PACK(s[j0 + 2], s[j0 + 3])
-                    pa[4 * mt + 2] = PACK(s[j0 + 4], s[j0 + 5])
-                    pa[4 * mt + 3] = PACK(s[j0 + 6], s[j0 + 7])
-                for n2 in range(NO // 2):
-                    n = 2 * n2
-                    b0, b1, b2, b3 = LDBT(sm, U(bo + V_OFF + (kp * 16) * KS + n * 4), KS, lane)
-                    for mt in range(MT):
-                        ob = 4 * (mt * NO + n)
-                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[4 * mt],
-                                             pa[4 * mt + 1], pa[4 * mt + 2], pa[4 * mt + 3],
-                                             b0, b1, acc[ob], acc[ob + 1], acc[ob + 2],
-                                             acc[ob + 3])
-                        par = 1 - par
-                        acc[ob] = x0
-                        acc[ob + 1] = x1
-                        acc[ob + 2] = x2
-                        acc[ob + 3] = x3
-                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[4 * mt],
-                                             pa[4 * mt + 1], pa[4 * mt + 2], pa[4 * mt + 3],
-                                             b2, b3, acc[ob + 4], acc[ob + 5], acc[ob + 6],
-                                             acc[ob + 7])
-                        par = 1 - par
-                        acc[ob + 4] = x0
-                        acc[ob + 5] = x1
-                        acc[ob + 6] = x2
-                        acc[ob + 7] = x3
+            par = PV(sm, bo + V_OFF, KS, lane, scr, wbase, par, s, pa, acc, KP, MT, NS, NO)
 
         for mt in range(MT):
             for hf in range(2):
