@@ -130,7 +130,7 @@ def time_it(fn, warmup=2, reps=7, backend="numba"):
 def bench_ours(bh, n, d, causal, kernel, cfg=None, reps=7):
     from numba import cuda
 
-    from flashcourse.cuda.backward_kernels import run as bwd_run
+    from flashcourse.cuda.gradients.backward_kernels import run as bwd_run
     rng = np.random.default_rng(0)
     host = [rng.standard_normal((bh, n, d)).astype(np.float32) for _ in range(4)]
     qf, kf, vf, dof = (cuda.to_device(x) for x in host)
@@ -138,7 +138,7 @@ def bench_ours(bh, n, d, causal, kernel, cfg=None, reps=7):
     lse = cuda.device_array((bh, n), np.float32)
     scale = 1.0 / np.sqrt(d)
     try:                                                       # o, lse from the forward
-        from flashcourse.cuda.flash import run as fwd_run
+        from flashcourse.cuda.cuda_core.flash import run as fwd_run
         fwd_run(qf, kf, vf, of, lse, n, n, d, scale, causal)
     except Exception as exc:  # noqa: BLE001  (timing does not depend on the values)
         print(f"forward kernel unavailable ({exc!r}); timing with random o, lse", flush=True)
@@ -225,7 +225,8 @@ def run_bench(results, save, sizes, dims, bh=32, simple=True, with_torch=True):
 
 def resources(results, dims):
     """Registers / local memory / shared memory of the default fast kernels."""
-    from flashcourse.cuda.backward_kernels import _sig, default_tiles, make_fast_kernels, plan
+    from flashcourse.cuda.gradients.backward_kernels import (_sig, default_tiles,
+                                                             make_fast_kernels, plan)
     out = []
     for d in dims:
         for cfg in [default_tiles(d)] + EXTRA_CONFIGS.get(d, []):

@@ -44,7 +44,7 @@ from numba import cuda
 
 from flashcourse import decode as np_decode
 from flashcourse import reference, results
-from flashcourse.cuda import decode_kernels as dk
+from flashcourse.cuda.decoding import decode_kernels as dk
 from flashcourse.timing import rel_err
 
 TKS = (4096, 16384, 65536, 131072)

@@ -38,7 +38,8 @@ import numpy as np
 import flashcourse  # noqa: F401  (selects GPU or simulator before numba loads)
 from flashcourse import env, reference, results
 from flashcourse._checks import Heads
-from flashcourse.cuda import extra_device_bytes, flash
+from flashcourse.cuda import extra_device_bytes
+from flashcourse.cuda.cuda_core import flash
 from flashcourse.cuda.registry import FORWARD
 from flashcourse.gpu import using_simulator
 from flashcourse.timing import (SlowSkip, benchmark_flops, measure_variant, rel_err,

@@ -44,7 +44,9 @@ import numpy as np
 from numba import cuda
 
 from flashcourse import env, reference, results
-from flashcourse.cuda import forward, hopper, mma
+from flashcourse.cuda import forward
+from flashcourse.cuda.hopper import host as hopper
+from flashcourse.cuda.ptx import mma
 from flashcourse.timing import rel_err
 from gpu_bars import LOG, as_bits, as_numba, log, med, sdpa_bottom_right  # shared helpers
 
@@ -99,7 +101,7 @@ def check_one(rng, bh, tq, tk, d, causal, precision, scale=None, tiles=None, v_s
                                dtype=odt))
     lse = cuda.to_device(np.full((bh, tq), np.nan, np.float32))
     from flashcourse._checks import Heads  # noqa: F401  (documented entry below)
-    from flashcourse.cuda.tensor_core import run_heads
+    from flashcourse.cuda.tensor_core.host import run_heads
     x = _heads(q, k, v, causal, scale)
     run_heads(x, (o, lse), precision,
               _run=partial(_run_swapped, v_swap=v_swap), **(tiles or {}))
@@ -117,7 +119,7 @@ def _run_swapped(*args, v_swap=False, **kw):
 
 
 def _heads(q, k, v, causal, scale):
-    from flashcourse.cuda._launch import prepare
+    from flashcourse.cuda.common._launch import prepare
     x, *_ = prepare(q, k, v, causal, scale, False, dtypes=(np.float16, np.uint16),
                     convert_to=None)
     return x
@@ -280,7 +282,7 @@ def variants(doc, configs=None, ds=DS):
 def bare(q, k, v, o, lse, n, d, causal, precision, **tiles):
     """A function that only launches the kernel (compiled, checked and its arguments built
     once, before timing): the kernel's own time, without the public call's host work."""
-    from flashcourse.cuda._launch import launch
+    from flashcourse.cuda.common._launch import launch
     steps, _ = hopper.prepared(
         q.view(np.uint32), k.view(np.uint32), v.view(np.uint32), o.view(np.uint32), lse, n,
         n, d, d ** -0.5, causal, precision, **tiles)

@@ -4,7 +4,7 @@
     python benchmarks/gpu_host_path.py --check --bench --record      # -> results/
     python benchmarks/gpu_host_path.py --simulator-smoke             # no GPU needed
 
---check   the fast path (flashcourse/cuda/host_plans.py: plans cached per shape, packed
+--check   the fast path (flashcourse/cuda/common/host_plans.py: plans cached per shape, packed
           launches, pooled outputs; and CUDA graphs) against the checked path
           (FLASHCOURSE_PACKED_LAUNCH=0) bit for bit, on new input arrays at every call
           (so stale pointers would show), and against the float64 reference; decode
@@ -38,8 +38,9 @@ import numpy as np
 from numba import cuda
 
 from flashcourse import reference, results
-from flashcourse.cuda import capture, decode, forward, host_plans
-from flashcourse.cuda import decode_kernels as dk
+from flashcourse.cuda import capture, decode, forward
+from flashcourse.cuda.common import host_plans
+from flashcourse.cuda.decoding import decode_kernels as dk
 from flashcourse.timing import rel_err
 
 CALLS = 200

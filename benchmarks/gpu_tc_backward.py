@@ -40,8 +40,8 @@ from numba import cuda
 
 from flashcourse import env, reference, results
 from flashcourse.cuda import backward, forward
-from flashcourse.cuda import tc_backward as tcb
-from flashcourse.cuda.mma import ROUNDERS
+from flashcourse.cuda.gradients import tc_backward as tcb
+from flashcourse.cuda.ptx.mma import ROUNDERS
 from flashcourse.geometry import visible_pairs
 from flashcourse.timing import rel_err, time_cuda
 

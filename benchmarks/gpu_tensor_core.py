@@ -1,4 +1,4 @@
-"""Check and benchmark the tensor-core FlashAttention forward (flashcourse.cuda.tensor_core).
+"""Check and benchmark the tensor-core FlashAttention forward (flashcourse.cuda.tensor_core.host).
 
     python benchmarks/gpu_tensor_core.py --check --variants --bench [--record]
     compute-sanitizer --tool memcheck --report-api-errors no \\
@@ -6,7 +6,7 @@
     compute-sanitizer --tool racecheck python3 benchmarks/gpu_tensor_core.py --sanitize-small
     python benchmarks/gpu_tensor_core.py --simulator-smoke        # no GPU needed
 
---check      the mma intrinsics against their numpy models (flashcourse.cuda.mma), then
+--check      the mma intrinsics against their numpy models (flashcourse.cuda.ptx.mma), then
              the kernels against the float64 reference on random ragged shapes (Tq != Tk,
              causal, d in {5, 32, 48, 64, 80, 128}), output poisoned with NaN first.
              Tolerances: 3xTF32 rel err of o and lse <= 1e-5 against float64 on the fp32
@@ -47,8 +47,9 @@ import numpy as np
 from numba import cuda
 
 from flashcourse import env, reference, results
-from flashcourse.cuda import flash, mma
-from flashcourse.cuda import tensor_core as tc
+from flashcourse.cuda.cuda_core import flash
+from flashcourse.cuda.ptx import mma
+from flashcourse.cuda.tensor_core import host as tc
 from flashcourse.timing import (SlowSkip, benchmark_flops, measure_variant, rel_err,
                                 row_summary, time_cuda, variant_summary)
 

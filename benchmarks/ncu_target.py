@@ -127,7 +127,7 @@ def run_one(cfg):
         sdpa(*small)                                # warm-up, outside the markers
         torch.cuda.synchronize()
         return (lambda: sdpa(tq, tk, tv)), torch.cuda.synchronize
-    from flashcourse.cuda import dense, flash, textbook
+    from flashcourse.cuda.cuda_core import dense, flash, textbook
     dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
     o = cuda.device_array((h, n, d), np.float32)
     lse = cuda.device_array((h, n), np.float32)

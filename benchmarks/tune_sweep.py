@@ -35,7 +35,7 @@ import time
 
 import flashcourse  # noqa: F401  (GPU or simulator, before Numba loads)
 from flashcourse import configs, env, limits, results, sweep
-from flashcourse.cuda import flash
+from flashcourse.cuda.cuda_core import flash
 from flashcourse.gpu import using_simulator
 
 LOCK = None

@@ -17,7 +17,8 @@ import numpy as np
 
 import flashcourse  # noqa: F401  (selects the GPU or the simulator before numba loads)
 from flashcourse import env, reference, results
-from flashcourse.cuda import flash, forward
+from flashcourse.cuda import forward
+from flashcourse.cuda.cuda_core import flash
 from flashcourse.timing import rel_err, tflops, time_cuda
 from flashcourse.traffic import attention_flops
 

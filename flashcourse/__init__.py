@@ -22,16 +22,13 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
  2  tiled       the tiled, IO-aware forward and backward in numpy
     dense       standard attention as the paper's Algorithm 0 (S and P stored), countable
     cpu         the Numba CPU forward (three versions)
-    cuda        Numba CUDA kernels, one module each, listed once in cuda.registry
+    cuda        Numba CUDA kernels, one folder per family, listed once in cuda.registry
     decode      Flash-Decoding in numpy: split-KV forward, FA2's split heuristic, combine
     decode_io   the decode IO model (K/V read once) and its recorded measurements
  3  configs     launch configurations of the flash kernel, which ones can launch
     sweep       timing configurations, the tuned default, heatmap grids; the CPU sweep
     measured_traffic  Nsight Compute's bytes beside the model, and why they differ
- 4  widgets     the interactive explorers, one module each on one base (widgets._base):
-                score memory, traffic, tile schedule, tuning, backward, KV cache; the
-                numbers behind them (widgets.readouts, pure functions)
-    plots       every picture, one module per topic, one style (plots.style): memory,
+ 4  plots       every picture, one module per topic, one style (plots.style): memory,
                 softmax, tiles, traffic, roofline, kernels, measured, backward,
                 tensor_cores, decode, bench; tables (HTML); readme (make figures)
     kv_cache    KV-cache size of published model shapes against a GPU (the readout)
@@ -40,6 +37,10 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     quizzes     each notebook's questions, one TOML file per notebook: quizzes.show("03")
     exercises   the notebooks' predict-then-check exercises and their checkers
     labs        the lab checkers
+ 5  widgets     the interactive explorers, one module each on one base (widgets._base):
+                score memory, traffic, tile schedule, tuning, backward, KV cache; the
+                numbers behind them (widgets.readouts, pure functions); they draw plots,
+                plots never import them
 """
 
 from . import gpu as _gpu

@@ -1,6 +1,6 @@
 """Launch configurations of the flash kernel: what a configuration is, which ones can launch.
 
-A launch configuration of the flash kernel (`flashcourse.cuda.flash`) is
+A launch configuration of the flash kernel (`flashcourse.cuda.cuda_core.flash`) is
 
     block_q  Br   query rows per tile (positions)
     block_k  Bc   key rows per tile (positions)
@@ -13,7 +13,7 @@ layout; `enumerate_configs` splits a grid of them into launchable and rejected (
 limit that rejects each, `flashcourse.limits`); `describe_config` gathers what the tuning
 widget shows without timing, and `launch_problem` says in a few words why one cannot
 launch (the tuning menus mark such options with it). The untuned and tuned defaults
-live beside the kernel (`flashcourse.cuda.flash.untuned_config`, `default_config`);
+live beside the kernel (`flashcourse.cuda.cuda_core.flash.untuned_config`, `default_config`);
 timing them is `flashcourse.sweep`.
 
 Any GPU: each kernel family chooses its default configuration from a device's limits
@@ -39,7 +39,7 @@ FP32 = 4
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """One launch configuration of `flashcourse.cuda.flash`'s kernel.
+    """One launch configuration of `flashcourse.cuda.cuda_core.flash`'s kernel.
 
     block_q (Br) and block_k (Bc): tile rows (positions); threads: per block;
     tm: query rows per thread; head_dim: d. Derived from the kernel's own plan:
@@ -49,7 +49,7 @@ class LaunchConfig:
     iteration (a code-generation choice of flash.make_flash_kernel; None = its default).
 
     (The kernel's own compile-time arrangement of one such configuration, with the
-    padded head dimension, is `flashcourse.cuda.flash.FlashConfig`.)
+    padded head dimension, is `flashcourse.cuda.cuda_core.flash.FlashConfig`.)
     """
 
     block_q: int
@@ -75,14 +75,14 @@ class LaunchConfig:
 
 
 def kernel_plan(block_q: int, block_k: int, threads: int, tm: int, head_dim: int):
-    """(TM, TN, TD, shared_bytes) of flashcourse.cuda.flash for this shape on a GPU
+    """(TM, TN, TD, shared_bytes) of flashcourse.cuda.cuda_core.flash for this shape on a GPU
     (warp-shuffle variant). Raises ValueError naming the argument when the kernel
     cannot be arranged this way (e.g. threads not a multiple of block_q / tm).
 
     Only the arrangement is checked (`flash.layout`); whether it fits a device is
     `check_launch`'s job, so that configurations can be judged against any DeviceLimits.
     """
-    from .cuda import flash
+    from .cuda.cuda_core import flash
     cfg = flash.layout(head_dim, block_q, block_k, threads, tm, shuffle=True)
     return cfg.tm, cfg.tn, cfg.td, cfg.shared_bytes
 
@@ -115,8 +115,8 @@ def valid_tms(block_q: int, block_k: int, threads: int, head_dim: int,
 def square_tm(block_q: int, block_k: int, threads: int, head_dim: int):
     """The valid tm whose score micro-tile TM x TN is closest to square (larger tm on
     ties): the most multiply-adds per shared-memory load for a given register count.
-    None when no tm fits. (The kernel's own rule, `flashcourse.cuda.flash.square_tm`.)"""
-    from .cuda import flash
+    None when no tm fits. (The kernel's own rule, `flashcourse.cuda.cuda_core.flash.square_tm`.)"""
+    from .cuda.cuda_core import flash
     return flash.square_tm(head_dim, block_q, block_k, threads)
 
 
@@ -236,7 +236,8 @@ def preset_table(head_dims=(64, 128, 256)) -> str:
     """A markdown table: per GPU preset (`limits.PRESETS`), its compute capability and
     shared memory per block, and the default tiles of the flash forward (Br x Bc, threads)
     and of the fast backward (Br x Bc, TY x TX threads) at each head dim."""
-    from .cuda import backward_kernels, flash
+    from .cuda.cuda_core import flash
+    from .cuda.gradients import backward_kernels
     from .limits import PRESETS
     head = ["GPU", "CC", "shared/block"] + [f"flash d={d}" for d in head_dims] + \
         [f"backward d={d}" for d in head_dims]

@@ -1,6 +1,6 @@
 """exercises_hopper: notebook 12's exercises (the Hopper path), checked like every exercise
 (`exercises.check`): descriptors and swizzles, version 2's V layout, version 4's register
-budget, how the blocks of a launch fill the SMs in waves (`cuda.tail_split`), and the lazy
+budget, how the blocks of a launch fill the SMs in waves (`cuda.hopper.tail_split`), and the lazy
 rescale (`constants.RESCALE_THRESHOLD`)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ WGMMA_12 = {"start": 8192, "rows": 128, "row": 9, "k": 20, "narrow_row_bytes": 6
 
 
 def descriptors_12() -> Exercise:
-    from .cuda import wgmma_layouts as W
+    from .cuda.hopper import wgmma_layouts as W
     e = WGMMA_12
     start_field = e["start"] >> 4
     sbo = W.ATOM_ROWS * 128
@@ -64,8 +64,8 @@ V_LAYOUT_12 = {"keys": 64, "d": 128, "key": 13, "col": 37, "kp": 3}
 
 
 def v_layout_12() -> Exercise:
-    from .cuda import hopper
-    from .cuda import wgmma_layouts as W
+    from .cuda.hopper import host as hopper
+    from .cuda.hopper import wgmma_layouts as W
     e = V_LAYOUT_12
     cfg = hopper.HopperConfig("fp16", 3, e["keys"], e["d"])
     lbo, sbo = cfg.v_lbo_sbo()
@@ -111,7 +111,7 @@ SETMAXNREG_12 = {"consumers": 2, "block_k": 128, "d": 128}
 
 
 def setmaxnreg_12() -> Exercise:
-    from .cuda import hopper
+    from .cuda.hopper import host as hopper
     from .limits import PRESETS
     e = SETMAXNREG_12
     cfg = hopper.HopperConfig("fp16", e["consumers"], e["block_k"], e["d"], pipeline="producer")
@@ -168,7 +168,7 @@ WAVES_12 = {"n": 4096, "bh": 32, "block_q": 192, "block_k": 64, "sms": 132}
 
 
 def waves_12() -> Exercise:
-    from .cuda import tail_split
+    from .cuda.hopper import tail_split
     e = WAVES_12
     units = math.ceil(e["n"] / e["block_q"]) * e["bh"]
     kb = math.ceil(e["n"] / e["block_k"])

@@ -7,7 +7,7 @@ from their published specifications in `flashcourse.gpus`):
 
     shared memory per block   48 KiB by default; a kernel may opt in to more: 64 KiB on
                               a T4 (CC 7.5), 99 KiB on CC 8.6/8.9, 163 KiB on an A100,
-                              227 KiB on Hopper (`flashcourse.cuda._launch.launch`)
+                              227 KiB on Hopper (`flashcourse.cuda.common._launch.launch`)
     registers per thread      <= 255, and threads x registers <= 65,536 per block
     threads per block         <= 1,024
     grid                      <= 2**31 - 1 x 65,535 x 65,535 blocks

@@ -3,6 +3,7 @@
 A line longer than about 100 characters wraps mid-number in JupyterLab at 1400 px,
 so everything the course prints for the learner goes through `wrap_lines` (or
 `say`, which prints it). tests/test_notebooks.py checks every printed line.
+`compare(ours, theirs)` words a ratio the way every readout prints it ('2.0x less').
 """
 
 from __future__ import annotations
@@ -31,3 +32,20 @@ def wrap_lines(text, width: int = LINE_WIDTH) -> str:
 def say(*parts, sep: str = " ") -> None:
     """`print`, with every line wrapped by `wrap_lines`."""
     print(wrap_lines(sep.join(str(p) for p in parts)))
+
+
+def compare(ours: float, theirs: float, *, fewer: str = "less", more: str = "more",
+            digits: int = 1) -> str:
+    """How `ours` compares with `theirs`, always as a factor >= 1: '2.0x less' when
+    ours = theirs / 2, '1.7x more' when ours = 1.7 theirs, 'the same' when equal.
+
+    Ratios below 1 are never printed ('0.6x less' reads as a saving): the word flips.
+
+    >>> compare(50, 100), compare(170, 100), compare(3, 3)
+    ('2.0x less', '1.7x more', 'the same')
+    """
+    if ours == theirs:
+        return "the same"
+    if ours < theirs:
+        return f"{theirs / ours:,.{digits}f}x {fewer}" if ours > 0 else f"none ({fewer})"
+    return f"{ours / theirs:,.{digits}f}x {more}" if theirs > 0 else "more (from none)"

@@ -136,14 +136,14 @@ def make_gpu_runner(cfg: LaunchConfig, seq_len: int, batch_heads: int, *, seed: 
     """(fn, check) for one flash configuration on the GPU (see `time_config`).
 
     Inputs q, k, v (B*H, N, d) float32 standard normal are placed on the GPU once;
-    fn() launches one forward (flashcourse.cuda.flash.run); check() compares the
+    fn() launches one forward (flashcourse.cuda.cuda_core.flash.run); check() compares the
     first `check_rows` rows of head 0 with the float64 reference, and a small
     irregular causal problem (Tq = 333, Tk = 517, 2 heads) run with the same tiles,
     returning the larger relative error.
     """
     from numba import cuda
 
-    from .cuda import flash
+    from .cuda.cuda_core import flash
     from .reference import attention
     d = cfg.head_dim
     rng = np.random.default_rng(seed + 1)
@@ -235,7 +235,7 @@ def best_by_head_dim(rows, defaults: dict) -> dict:
 def kernel_for(cfg: LaunchConfig, shuffle: bool):
     """The compiled-variant dispatcher of flash for `cfg`, made with exactly the arguments
     `flash.run` uses (so its cache serves the timed launches too); and run's kwargs."""
-    from .cuda import flash
+    from .cuda.cuda_core import flash
     plan = flash.plan(cfg.head_dim, cfg.block_q, cfg.block_k, cfg.threads, cfg.tm,
                       shuffle=shuffle)
     base = (cfg.block_q, cfg.block_k, cfg.threads, cfg.tm, plan.head_dim, plan.shuffle)

@@ -194,7 +194,7 @@ class TileFootprint:
     leaves out the score tile and the statistics, so a paper tile can exceed the
     budget once those are added (`total_bytes`). A real kernel keeps the score tile
     and the accumulator in registers, not in shared memory, and may double-buffer K
-    and V: its shared memory is a different number (`flashcourse.cuda.flash`
+    and V: its shared memory is a different number (`flashcourse.cuda.cuda_core.flash`
     `FlashConfig.shared_bytes`, notebook 07), compared with this model's budget.
     """
 

@@ -12,7 +12,7 @@ import pytest
 from flashcourse import reference, tiled
 import flashcourse.cuda
 from flashcourse.cuda import backward
-from flashcourse.cuda.backward_kernels import plan
+from flashcourse.cuda.gradients.backward_kernels import plan
 from flashcourse.cuda.registry import BACKWARD
 from flashcourse.gpu import using_simulator
 from helpers import rel_err

@@ -36,7 +36,7 @@ CASES = [(5, 7, False), (7, 5, True)]       # (Tq, Tk, causal); Tq > Tk: rows wi
 def test_forward_at_awkward_head_dims(kernel, d):
     rng = np.random.default_rng(d)
     if kernel == "tensor_core":
-        from flashcourse.cuda.tensor_core import MAX_HEAD_DIM
+        from flashcourse.cuda.tensor_core.host import MAX_HEAD_DIM
         if d > MAX_HEAD_DIM:             # its documented limit: refused, naming it
             q, k, v = make_qkv(rng, (1,), 5, 7, d, dtype=np.float32)
             with pytest.raises(ValueError, match=f"at most {MAX_HEAD_DIM}"):
@@ -76,7 +76,7 @@ def _tensor_core_backward_at(d, rng):
     """The tensor-core backward: float16 inputs (exact for its fp16 mma), d padded to a
     multiple of 16, rows with no key; d > 128 refused naming its limit. Against float64 on
     the same inputs: P and dS are rounded to float16 inside (as FlashAttention-2 does)."""
-    from flashcourse.cuda.tc_backward import MAX_HEAD_DIM
+    from flashcourse.cuda.gradients.tc_backward import MAX_HEAD_DIM
     tq, tk, causal = CASES[-1]
     q, k, v = (x.astype(np.float16) for x in make_qkv(rng, (1,), tq, tk, d))
     do = rng.standard_normal((1, tq, d)).astype(np.float16)
@@ -105,12 +105,12 @@ def _preset_choices(choose):
 
 
 def _flash_choices():
-    from flashcourse.cuda import flash
+    from flashcourse.cuda.cuda_core import flash
     return _preset_choices(flash.default_config)
 
 
 def _backward_choices():
-    from flashcourse.cuda import backward_kernels
+    from flashcourse.cuda.gradients import backward_kernels
     return _preset_choices(backward_kernels.default_tiles)
 
 
@@ -136,7 +136,7 @@ def test_backward_with_the_tiles_the_presets_get(tiles):
     kernels."""
     from numba import cuda
 
-    from flashcourse.cuda import backward_kernels
+    from flashcourse.cuda.gradients import backward_kernels
     br, bc, ty, tx = tiles
     rng = np.random.default_rng(br * bc)
     d, tq, tk = 3, 9, 40

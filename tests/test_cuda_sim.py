@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from flashcourse import reference
-from flashcourse.cuda import _launch, backward, flash, forward
+from flashcourse.cuda import backward, forward
+from flashcourse.cuda.common import _launch
+from flashcourse.cuda.cuda_core import flash
 from flashcourse.cuda.registry import FORWARD, Kernel, register
 from flashcourse.gpu import using_simulator
 from helpers import TOL, assert_close_to_reference, make_qkv, rel_err
@@ -124,7 +126,9 @@ def test_a_kernel_that_is_not_a_name_is_named(bad):
     """kernel=["flash"] gave "unhashable type: 'list'": every entry with a kernel= now
     says kernel must be one of the registered names (a string), before any work."""
     from flashcourse import cuda as fcuda
-    from flashcourse.cuda import backward_kernels, decode_tc_kernels, registry
+    from flashcourse.cuda import registry
+    from flashcourse.cuda.decoding import decode_tc_kernels
+    from flashcourse.cuda.gradients import backward_kernels
     q, k, v = make_qkv(np.random.default_rng(9), (1,), 4, 4, 3, dtype=np.float32)
     calls = {
         "forward": lambda: forward(q, k, v, kernel=bad),
@@ -170,8 +174,8 @@ def test_boolean_options_accept_booleans_only():
 def test_numeric_options_are_named():
     """min_blocks="x" gave "invalid literal for int()"; an unhashable tile option of the
     tensor-core backward gave "unhashable type" from its plan cache."""
-    from flashcourse.cuda import tc_backward
-    from flashcourse.cuda import tensor_core as tc
+    from flashcourse.cuda.gradients import tc_backward
+    from flashcourse.cuda.tensor_core import host as tc
     with pytest.raises(TypeError, match=r"^min_blocks must be an integer >= 0 \(blocks per SM"):
         tc.plan("fp16", 64, 4, 64, simulator=True, min_blocks="x")
     with pytest.raises(ValueError, match="^min_blocks must be an integer >= 0"):

@@ -244,7 +244,7 @@ def test_cuda_decode_tensor_core_device_arrays(rng):
 
 def test_decode_kernel_choice():
     from flashcourse.cuda import decode as cuda_decode
-    from flashcourse.cuda import decode_kernels as dk
+    from flashcourse.cuda.decoding import decode_kernels as dk
     assert dk.choose_kernel("tensor_core", 64, 2, 1, True) == "tensor_core"
     assert dk.choose_kernel(None, 64, 4, 8, True) == "cuda_cores"          # fp32 K/V
     assert dk.choose_kernel(None, 40, 2, 8, True) == "cuda_cores"          # d % 16 != 0
@@ -301,7 +301,7 @@ def test_cuda_decode_rejects_bad_heads():
 
 
 def test_cuda_plan_layout():
-    from flashcourse.cuda import decode_kernels as dk
+    from flashcourse.cuda.decoding import decode_kernels as dk
     cfg = dk.plan(128, 2, 1, unroll=2, warps=8, shuffle=True, vector=False)
     assert (cfg.vec, cfg.lpk, cfg.kpw, cfg.head_dim) == (8, 16, 2, 128)
     cfg = dk.plan(128, 4, 8, unroll=2, warps=4, shuffle=True, vector=False)
@@ -366,7 +366,7 @@ def test_registry_interface(rng):
 
     from numba import cuda
 
-    from flashcourse.cuda import decode_kernels as dk
+    from flashcourse.cuda.decoding import decode_kernels as dk
     for dtype in (np.float32, np.float16):
         q = rng.standard_normal((3, 2, 8)).astype(dtype)
         k = rng.standard_normal((3, 13, 8)).astype(dtype)

@@ -15,8 +15,8 @@ from dataclasses import replace
 import pytest
 
 from flashcourse import gpus
-from flashcourse.cuda import backward_kernels as bk
-from flashcourse.cuda import flash, textbook
+from flashcourse.cuda.gradients import backward_kernels as bk
+from flashcourse.cuda.cuda_core import flash, textbook
 from flashcourse.cuda.registry import BACKWARD, FORWARD
 from flashcourse.geometry import ceil_div
 from flashcourse.limits import (MIN_RESIDENT_WARPS, PRESETS, DeviceLimits, Launch, LaunchError,
@@ -54,7 +54,7 @@ def allowed_refusal(kernel, d, lim, exc) -> bool:
     8.0 (mma.sync with bf16/tf32; fp16 m16n8k16) and supports d <= 128; the hopper kernel
     needs exactly 9.0 (wgmma) and supports d <= 128."""
     if kernel.name == "hopper":
-        from flashcourse.cuda.hopper import CAPABILITY, MAX_HEAD_DIM
+        from flashcourse.cuda.hopper.host import CAPABILITY, MAX_HEAD_DIM
         if lim.compute_capability != CAPABILITY:
             cc = "{}.{}".format(*lim.compute_capability)
             return (isinstance(exc, RuntimeError) and f"compute capability {cc}" in str(exc)
@@ -62,7 +62,7 @@ def allowed_refusal(kernel, d, lim, exc) -> bool:
         if d > MAX_HEAD_DIM:
             return isinstance(exc, ValueError) and f"at most {MAX_HEAD_DIM}" in str(exc)
     if kernel.name == "tensor_core":
-        from flashcourse.cuda.tensor_core import MAX_HEAD_DIM
+        from flashcourse.cuda.tensor_core.host import MAX_HEAD_DIM
         if lim.compute_capability < (8, 0):
             cc = "{}.{}".format(*lim.compute_capability)
             return isinstance(exc, RuntimeError) and f"compute capability {cc}" in str(exc)
@@ -155,8 +155,9 @@ def test_every_kernel_launches_within_every_preset(direction, kernel):
 
 
 @pytest.mark.parametrize("module, precision", [
-    ("tensor_core", "fp16"), ("tensor_core", "bf16"), ("tensor_core", "3xtf32"),
-    ("tensor_core", "tf32"), ("tc_backward", "fp16"), ("tc_backward", "3xtf32")])
+    ("tensor_core.host", "fp16"), ("tensor_core.host", "bf16"), ("tensor_core.host", "3xtf32"),
+    ("tensor_core.host", "tf32"), ("gradients.tc_backward", "fp16"),
+    ("gradients.tc_backward", "3xtf32")])
 def test_every_tensor_core_precision_launches_within_every_preset(module, precision):
     """The registry's check above runs one precision per direction (float32 forward:
     3xTF32; backward: fp16's tiles); each precision chooses its own tiles (the backward's

@@ -397,7 +397,7 @@ def test_device_scan_flags_only_rows_that_see_keys():
     lse or in o (float16 o too: the tensor-core kernel's fp16 output)."""
     from numba import cuda
 
-    from flashcourse.cuda.result_check import rows_finite
+    from flashcourse.cuda.common.result_check import rows_finite
     for o_dtype in (np.float32, np.float16):
         o = np.ones((2, 4, 3), o_dtype)
         lse = np.zeros((2, 4), np.float32)

@@ -19,7 +19,7 @@ import pytest
 
 import flashcourse.cuda as fcuda
 from flashcourse import decode
-from flashcourse.cuda import decode_kernels
+from flashcourse.cuda.decoding import decode_kernels
 
 # --- 1. num_splits -----------------------------------------------------------------
 

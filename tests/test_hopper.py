@@ -14,8 +14,9 @@ import pytest
 
 import flashcourse  # noqa: F401  (simulator before numba)
 from flashcourse import limits, results
-from flashcourse.cuda import forward, hopper
-from flashcourse.cuda import wgmma_layouts as W
+from flashcourse.cuda import forward
+from flashcourse.cuda.hopper import host as hopper
+from flashcourse.cuda.hopper import wgmma_layouts as W
 from flashcourse.cuda.registry import FORWARD
 
 CONFIGS = [hopper.HopperConfig(p, wg, bk, d, pipeline=pipe)

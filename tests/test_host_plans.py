@@ -1,4 +1,4 @@
-"""flashcourse.cuda.host_plans: the fast path's keys, plan cache and refusals, without a GPU.
+"""flashcourse.cuda.common.host_plans: the fast path's keys, plan cache and refusals, without a GPU.
 
 The packed launches and pooled outputs themselves need a GPU: benchmarks/gpu_host_path.py
 --check compares every fast-path call with the checked path bit for bit there (recorded
@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from flashcourse.cuda import capture, decode, host_plans
-from flashcourse.cuda.packed_launch import PackedLaunchError, available
+from flashcourse.cuda import capture, decode
+from flashcourse.cuda.common import host_plans
+from flashcourse.cuda.common.packed_launch import PackedLaunchError, available
 
 
 class FakeDeviceArray:

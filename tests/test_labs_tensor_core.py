@@ -1,7 +1,7 @@
 """Lab 10 (the FA2 inner loop on m16n8k16 fragments): solutions pass, stubs report "not
 implemented", each typical mistake gets its hint (from its part check and from the whole
 kernel), unusual correct variants pass, no hint holds a solution line. Runs on the simulator
-through the numpy twins of mma.sync (flashcourse/cuda/mma.py)."""
+through the numpy twins of mma.sync (flashcourse/cuda/ptx/mma.py)."""
 
 import numpy as np
 import pytest
@@ -61,7 +61,7 @@ def test_lane_by_lane_model_is_the_replay():
 
 
 def test_a_mistake_map_is_the_fragment_map_when_right():
-    from flashcourse.cuda import mma
+    from flashcourse.cuda.ptx import mma
     assert L.mask_model(0, 0, 16, 0, 0).sum() == 0 and mma.index_table("a_m16n8k16").shape == (
         32, 8, 2)
 

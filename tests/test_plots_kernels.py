@@ -9,7 +9,7 @@ import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from flashcourse.plots import kernels as K  # noqa: E402
-from flashcourse.cuda.flash import FlashConfig  # noqa: E402
+from flashcourse.cuda.cuda_core.flash import FlashConfig  # noqa: E402
 
 
 def _texts(fig):

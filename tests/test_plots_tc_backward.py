@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from flashcourse import reference, results
-from flashcourse.cuda import smem_ops
+from flashcourse.cuda.ptx import smem_ops
 from flashcourse.plots import tc_backward as TB
 from flashcourse.timing import rel_err
 
@@ -53,7 +53,7 @@ def test_products_match_the_kernel_source():
     """Version 2 of kernel 1 loads each product's B operand as PRODUCTS says: plain
     ldmatrix (LDB) of Q_i, dO_i for S^T, dP^T; .trans (LDBT) of dO_i, Q_i, K_j for dV, dK,
     dQ (read from tc_backward_kernels_async.py, in the order the kernel issues them)."""
-    src = (ROOT / "flashcourse" / "cuda" / "tc_backward_kernels_async.py").read_text()
+    src = (ROOT / "flashcourse" / "cuda" / "gradients" / "tc_backward_kernels_async.py").read_text()
     calls = re.findall(r"\b(LDBT?)\(sm, U\((?:bo \+ )?(QN|DON|KNO)", src)
     assert calls == [("LDB", "QN"), ("LDB", "DON"), ("LDBT", "DON"), ("LDBT", "QN"),
                      ("LDBT", "KNO")]

@@ -1,4 +1,4 @@
-"""The tail split of the hopper forward (`flashcourse.cuda.tail_split`), on the CPU.
+"""The tail split of the hopper forward (`flashcourse.cuda.hopper.tail_split`), on the CPU.
 
 The plan and the block -> (unit, key range) mapping are pure Python; the combine kernel
 runs on Numba's CUDA simulator here and is checked against float64 attention. The hopper
@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flashcourse import reference
-from flashcourse.cuda import tail_split as ts
-from flashcourse.cuda.mma import round_bf16, round_fp16
+from flashcourse.cuda.hopper import tail_split as ts
+from flashcourse.cuda.ptx.mma import round_bf16, round_fp16
 
 
 def test_the_h200_example_of_the_docstring():

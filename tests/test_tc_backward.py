@@ -1,5 +1,5 @@
-"""The tensor-core backward (flashcourse.cuda.tc_backward*) on Numba's simulator, and the
-models of its shared-memory fragment loads (flashcourse.cuda.smem_ops).
+"""The tensor-core backward (flashcourse.cuda.gradients.tc_backward*) on Numba's simulator, and the
+models of its shared-memory fragment loads (flashcourse.cuda.ptx.smem_ops).
 
 Two references: the float64 gradients of the float16/bfloat16-rounded inputs
 (`reference.attention_backward`; the kernels round P and dS to 16 bits, as FlashAttention-2
@@ -14,10 +14,11 @@ import pytest
 from numba import cuda, uint32   # module globals: the simulator swaps them inside kernels
 
 from flashcourse import reference
-from flashcourse.cuda import backward, forward, smem_ops
-from flashcourse.cuda import tc_backward as tcb
-from flashcourse.cuda import tc_backward_passes as passes
-from flashcourse.cuda.mma import round_bf16
+from flashcourse.cuda import backward, forward
+from flashcourse.cuda.ptx import smem_ops
+from flashcourse.cuda.gradients import tc_backward as tcb
+from flashcourse.cuda.gradients import tc_backward_passes as passes
+from flashcourse.cuda.ptx.mma import round_bf16
 from flashcourse.cuda.registry import BACKWARD
 from flashcourse.gpu import using_simulator
 from helpers import build_flags, rel_err
@@ -113,7 +114,7 @@ def test_kv_fragments_by_ldmatrix_equal_scalar_loads():
     fragments by ldmatrix.x4 or by four 32-bit loads, and dQ's dS fragments by ld_at or
     ld_bt (tiles arriving as a0, a2, a1, a3); all equal version 1 bit for bit, and the
     rounding model."""
-    from flashcourse.cuda import tc_backward_kernels_async as v2
+    from flashcourse.cuda.gradients import tc_backward_kernels_async as v2
     args = problem(37, 45, 40, True, "fp16", seed=5)
     kw = dict(kernel="tensor_core", causal=True, kv_regs=False)
     want = backward(*args, pipeline="plain", **kw)
@@ -131,7 +132,7 @@ def test_causal_key_block_orders_agree(precision):
     """_device.key_block_order: the heaviest-first grid (key block 0 of every head first)
     covers every (key block, head) once: the same gradients as the launch order (4 key
     blocks x 3 heads, so a mapping that mixed up X and Y would skip or repeat blocks)."""
-    from flashcourse.cuda import _device
+    from flashcourse.cuda.common import _device
     fp16 = precision == "fp16"
     args = problem(30, 61, 16, True, "fp16" if fp16 else "bf16", seed=8, lead=(3,))
     if not fp16:
@@ -500,7 +501,7 @@ def test_dq_by_pair_reductions_equals_one_by_one(causal, precision):
     reduction per value (the simulator's twin adds the pair as two atomics: what this
     checks is the pairing of values and indices), beside the edge tiles (Tq = 40 of
     Br = 16) that still add one by one; in both kernels that add dQ this way."""
-    from flashcourse.cuda import tc_backward_kernels_async as v2
+    from flashcourse.cuda.gradients import tc_backward_kernels_async as v2
     q, k, v, o, lse, do = problem(40, 20, 16, causal, "fp16", seed=9)
     tol = 1e-3
     if precision == "3xtf32":                  # float32 arrays: the 3xTF32 kernel

@@ -1,4 +1,4 @@
-"""The 3xTF32 tensor-core backward (flashcourse.cuda.tc_backward_kernels_tf32) on Numba's
+"""The 3xTF32 tensor-core backward (flashcourse.cuda.gradients.tc_backward_kernels_tf32) on Numba's
 simulator: float32 q, k, v, o, dO; every product on m16n8k8 TF32 mma in three passes
 (small*big + big*small + big*big), so the gradients match the float64 reference
 (`reference.attention_backward` on the same float32 inputs) to fp32 accuracy, 1e-5
@@ -13,7 +13,7 @@ from numba import cuda
 
 from flashcourse import reference
 from flashcourse.cuda import backward
-from flashcourse.cuda import tc_backward as tcb
+from flashcourse.cuda.gradients import tc_backward as tcb
 from flashcourse.cuda.registry import BACKWARD
 from flashcourse.gpu import using_simulator
 from helpers import build_flags, rel_err
@@ -126,7 +126,7 @@ def test_small_terms_in_one_chain_or_apart():
     """tc_backward_kernels_tf32.SMALL_TERMS: a block's small terms of dV, dK and dQ in the
     big terms' accumulator ("one_chain", the default) or in their own ("apart"): both
     fp32-accurate, and different bits (the switch reaches the kernel)."""
-    from flashcourse.cuda import tc_backward_kernels_tf32 as t32
+    from flashcourse.cuda.gradients import tc_backward_kernels_tf32 as t32
     args = problem(37, 45, 40, True, seed=17)
     kw = dict(kernel="tensor_core", causal=True, warps=2, block_q=16)
     got = {}

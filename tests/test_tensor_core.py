@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from flashcourse.cuda import mma
-from flashcourse.cuda import tensor_core as tc
+from flashcourse.cuda.ptx import mma
+from flashcourse.cuda.tensor_core import host as tc
 from flashcourse.reference import attention
 
 from flashcourse.timing import rel_err
@@ -441,7 +441,7 @@ def test_bad_input_is_named(rng):
 def test_query_block_orders_cover_the_grid(order, causal):
     """Each order maps the (query blocks, heads) grid onto itself one to one; with a causal
     mask heaviest_first launches every head's heavier blocks before any lighter one."""
-    from flashcourse.cuda._device import query_block_order
+    from flashcourse.cuda.common._device import query_block_order
     block_of = query_block_order(order)
 
     @cuda.jit

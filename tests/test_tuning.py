@@ -15,7 +15,8 @@ import pytest
 
 from flashcourse import configs, limits, results, sweep, timing
 from flashcourse import measured_traffic as mt
-from flashcourse.cuda import _launch, flash
+from flashcourse.cuda.common import _launch
+from flashcourse.cuda.cuda_core import flash
 from flashcourse.traffic import attention_flops, dense_traffic, tiled_traffic
 from flashcourse.widgets.tuning import tuning_report
 

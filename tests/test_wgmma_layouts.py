@@ -1,9 +1,9 @@
-"""flashcourse.cuda.wgmma_layouts: Hopper's matrix descriptors and swizzles, in numpy."""
+"""flashcourse.cuda.hopper.wgmma_layouts: Hopper's matrix descriptors and swizzles, in numpy."""
 
 import numpy as np
 import pytest
 
-from flashcourse.cuda import wgmma_layouts as W
+from flashcourse.cuda.hopper import wgmma_layouts as W
 
 
 def test_descriptor_fields_sit_where_the_ptx_isa_puts_them():

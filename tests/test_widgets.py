@@ -19,6 +19,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from flashcourse.printing import compare
 from flashcourse.widgets import readouts as W
 from flashcourse.geometry import tile_visibility
 from flashcourse.gpus import GPUS
@@ -259,10 +260,10 @@ def test_block_larger_than_t_is_one_ragged_block():
 
 
 def test_compare_flips_the_word_below_one():
-    assert W.compare(50, 100) == "2.0x less" and W.compare(170, 100) == "1.7x more"
-    assert W.compare(1, 1) == "the same" and W.compare(1, 3, digits=2) == "3.00x less"
+    assert compare(50, 100) == "2.0x less" and compare(170, 100) == "1.7x more"
+    assert compare(1, 1) == "the same" and compare(1, 3, digits=2) == "3.00x less"
     for a, b in ((1, 7), (7, 1), (2.5, 2.4), (2.4, 2.5)):
-        text = W.compare(a, b)
+        text = compare(a, b)
         assert float(text.split("x")[0]) >= 1.0, text
 
 

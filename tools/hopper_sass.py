@@ -93,8 +93,8 @@ def compile_one(precision: str, wg: int, bk: int, d: int, pipeline: str, work: P
                 lazy_rescale: bool | None = None) -> dict:
     from numba import cuda
 
-    from flashcourse.cuda import hopper
-    from flashcourse.cuda.hopper_kernels import make_wgmma_kernel
+    from flashcourse.cuda.hopper import host as hopper
+    from flashcourse.cuda.hopper.hopper_kernels import make_wgmma_kernel
     if lazy_rescale is None:           # the kernel's own default
         lazy_rescale = hopper.LAZY_RESCALE
     cfg = hopper.HopperConfig(precision, wg, bk, d, pipeline=pipeline,
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
         for pipeline in args.pipelines:
             for c in args.configs:
                 p, wg, bk, d = c.split(":")
-                from flashcourse.cuda import hopper
+                from flashcourse.cuda.hopper import host as hopper
                 try:                   # the configurations the kernel accepts, only
                     hopper.plan(p, int(d), int(wg), int(bk), pipeline=pipeline)
                 except ValueError:

@@ -16,7 +16,7 @@ import flashcourse  # noqa: F401  (selects GPU or simulator before numba loads)
 import numpy as np
 from numba import cuda
 
-from flashcourse.cuda import tc_backward as tcb
+from flashcourse.cuda.gradients import tc_backward as tcb
 from flashcourse.gpu import using_simulator
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import flashcourse  # noqa: F401  (selects GPU or simulator before numba loads)
 
-from flashcourse.cuda import tc_backward as tcb
-from flashcourse.cuda import tensor_core as tc
+from flashcourse.cuda.gradients import tc_backward as tcb
+from flashcourse.cuda.tensor_core import host as tc
 from flashcourse.gpu import using_simulator
 
 

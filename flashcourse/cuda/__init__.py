@@ -1,25 +1,32 @@
 """flashcourse.cuda: Numba CUDA attention kernels, from the textbook version to a fast one.
 
-Kernels, side by side (each module's header says the idea, the bytes it moves,
-the expected cost and what limits it); `registry` lists them all, once:
+Kernels, side by side in one folder per family (each module's header says the idea, the
+bytes it moves, the expected cost and what limits it); `registry` lists them all, once:
 
     forward   dense      the unfused baseline: S to global memory, softmax kernel, then P V
               textbook   one thread per query row, square tiles (flash-attention-minimal style)
               flash      the fast one: a block of many threads per query block, coalesced
                          loads, register-tiled micro-tiles, exp2, online softmax, causal skipping
-              tensor_core  FlashAttention-2 on tensor cores (mma.sync; tensor_core.py, with
-                         the building blocks in mma.py): fp16/bf16, or fp32 via 3xTF32
+                         (dense, textbook and flash live in cuda_core/)
+              tensor_core  FlashAttention-2 on tensor cores (mma.sync; tensor_core/, with
+                         the building blocks in ptx/mma.py): fp16/bf16, or fp32 via 3xTF32
               hopper     the same on Hopper's warpgroup tensor cores (wgmma, compute
-                         capability 9.0 only; hopper.py, kernels in hopper_kernels.py)
-    backward  simple, fast, fast_two_pass    (backward_kernels.py; fp32 on the CUDA cores)
-              tensor_core  FlashAttention-2's backward on tensor cores (tc_backward.py; kernels
-                         in tc_backward_kernels*.py, ldmatrix/cp.async in smem_ops.py): fp16
-                         for float16, 3xTF32 (or bf16) for float32; dQ by atomics or a
-                         second pass
+                         capability 9.0 only; hopper/)
+    backward  simple, fast, fast_two_pass    (gradients/backward_kernels.py; fp32 on the
+                         CUDA cores)
+              tensor_core  FlashAttention-2's backward on tensor cores (gradients/tc_backward*.py,
+                         ldmatrix/cp.async in ptx/smem_ops.py): fp16 for float16, 3xTF32
+                         (or bf16) for float32; dQ by atomics or a second pass
     decode    split + combine: Flash-Decoding, Tq = 1 against a long KV cache, GQA
-              (decode_kernels.py; `decode(q, k, v)`; registered as the forward "decode");
-              for fp16 with several query rows per KV head the split kernel runs on the
-              tensor cores (decode_tc_kernels.py; `decode(..., kernel=...)` picks)
+              (decoding/decode_kernels.py; `decode(q, k, v)`; registered as the forward
+              "decode"); for fp16 with several query rows per KV head the split kernel
+              runs on the tensor cores (decoding/decode_tc_kernels.py)
+
+Folders, from the ground up (an import never runs back up this list; the architecture
+test checks it): ptx/ (inline-PTX wrappers and their simulator twins), common/ (launch,
+plans, result checks, shared device functions), the families cuda_core/ and tensor_core/,
+then gradients/, decoding/ and hopper/ (which build on tensor_core/), and on top
+`registry` and this module. Each folder's `__init__` maps its files.
 
     from flashcourse.cuda import backward, forward
     o, lse = forward(q, k, v, kernel="flash", causal=True)
@@ -29,10 +36,10 @@ Without a GPU every kernel runs on Numba's CUDA simulator (slow: tiny sizes only
 `import flashcourse` selects it before Numba loads, and `forward` says so once.
 The simulator runs one kernel at a time per process: under it `forward`, `backward`
 and `decode` are serialised (a lock; threads take turns and get right results). On a
-GPU calls are not serialised (`_launch`'s docstring says more).
+GPU calls are not serialised (`common/_launch`'s docstring says more).
 
 Results are checked like every other path's (`flashcourse._guards`): always for numpy
-inputs; for device arrays only with check=True (`result_check.py`: one scan kernel and
+inputs; for device arrays only with check=True (`common/result_check.py`: one scan kernel and
 one host sync), so that by default a device-array call never waits for the GPU.
 """
 
@@ -40,10 +47,10 @@ from __future__ import annotations
 
 from .._checks import BACKWARD_NONFINITE_HINT, check_array, check_bool, check_choice
 from .._guards import forward_result, gradients_finite, lse_rowsums, o_rowsums
-from . import host_plans
-from ._launch import finish, prepare, prepare_backward, serialised, simulator_note
+from .common import host_plans
+from .common._launch import finish, prepare, prepare_backward, serialised, simulator_note
 from .registry import BACKWARD, FORWARD, get
-from .result_check import check_result
+from .common.result_check import check_result
 
 #: What `forward` and `decode` suggest when float32 scores overflow.
 FLOAT64_ADVICE = ("use flashcourse.tiled.forward or flashcourse.cpu.forward with float64 "
@@ -257,11 +264,11 @@ __all__ = ["forward", "backward", "decode", "capture", "KERNELS", "SIM_KERNELS",
 def decode(q, k, v, **options):
     """Flash-Decoding on the GPU (or the simulator): q (B, Hq, Tq, d), k, v (B, Hkv, Tk, d)
     with Hq a multiple of Hkv (GQA, K and V never copied). See
-    `flashcourse.cuda.decode_kernels.decode` for the options (num_splits, block_k, causal,
+    `flashcourse.cuda.decoding.decode_kernels.decode` for the options (num_splits, block_k, causal,
     scale, allow_nonfinite, check, kernel="cuda_cores" | "tensor_core", ...). Returns
     o (B, Hq, Tq, d) and lse (B, Hq, Tq); numpy results are checked as `forward`'s are
     (overflow raises, NaN stays NaN), device results with check=True."""
-    from .decode_kernels import decode as run_decode
+    from .decoding.decode_kernels import decode as run_decode
     if check_bool(options.get("check", False), "check"):
         return run_decode(q, k, v, **options)
     return host_plans.cached_call("decode", (q, k, v), tuple(sorted(options.items())),

@@ -38,7 +38,7 @@ dicts; nothing else lists the kernels. One entry says everything a caller needs:
                  run (hopper: wgmma); its `run` refuses there with a RuntimeError, and the
                  tests that run every kernel on the simulator leave it out
 
-To add a kernel: write its module beside the others (header comment: the idea, the
+To add a kernel: write its module in its family's folder (header comment: the idea, the
 bytes it moves, the expected cost), then one `register(Kernel(...))` line below.
 """
 
@@ -117,7 +117,7 @@ def get(direction: str, name) -> Kernel:
 
 
 # ---------------------------------------------------------------------------
-# The kernels (modules side by side in flashcourse/cuda/)
+# The kernels (modules in their family's folder under flashcourse/cuda/)
 # ---------------------------------------------------------------------------
 
 def _forward_outputs(x, out):
@@ -129,19 +129,19 @@ def _forward_outputs(x, out):
 
 
 def _run_dense(x, out=None):
-    from . import dense
+    from .cuda_core import dense
     o, lse = _forward_outputs(x, out)
     dense.run(x.q, x.k, x.v, o, lse, x.tq, x.tk, x.d, x.scale, x.causal)
     return o, lse
 
 
 def _dense_extra(bh: int, tq: int, tk: int, d: int) -> int:
-    from . import dense
+    from .cuda_core import dense
     return dense.extra_bytes(bh, tq, tk)
 
 
 def _run_textbook(x, out=None, block_q=None, block_k=None):
-    from . import textbook
+    from .cuda_core import textbook
     if block_k is not None and check_block(block_k, "block_k") != block_q:
         raise ValueError(f"block_k must equal block_q for the textbook kernel "
                          f"(square tiles), got block_q={block_q}, block_k={block_k}")
@@ -151,29 +151,29 @@ def _run_textbook(x, out=None, block_q=None, block_k=None):
 
 
 def _run_flash(x, out=None, **options):
-    from . import flash
+    from .cuda_core import flash
     o, lse = _forward_outputs(x, out)
     flash.run(x.q, x.k, x.v, o, lse, x.tq, x.tk, x.d, x.scale, x.causal, **options)
     return o, lse
 
 
 def _run_decode(x, out=None, num_splits=None, block_k=None):
-    from . import decode_kernels
+    from .decoding import decode_kernels
     return decode_kernels.run_registered(x, out, num_splits=num_splits, block_k=block_k)
 
 
 def _decode_extra(bh: int, tq: int, tk: int, d: int) -> int:
-    from . import decode_kernels
+    from .decoding import decode_kernels
     return decode_kernels.registered_extra_bytes(bh, tq, tk, d)
 
 
 def _run_tensor_core(x, out=None, **options):
-    from . import tensor_core
+    from .tensor_core import host as tensor_core
     return tensor_core.run_heads(x, out, **options)
 
 
 def _run_hopper(x, out=None, **options):
-    from . import hopper
+    from .hopper import host as hopper
     return hopper.run_heads(x, out, **options)
 
 
@@ -181,7 +181,7 @@ def _backward_runner(version: str):
     def run(x, out=None, block_q=None, block_k=None, psum=None, dsum=None):
         from numba import cuda
 
-        from . import backward_kernels
+        from .gradients import backward_kernels
         if out is None:
             out = (cuda.device_array((x.bh, x.tq, x.d), np.float32),   # dq (BH, Tq, d)
                    cuda.device_array((x.bh, x.tk, x.d), np.float32),   # dk (BH, Tk, d)
@@ -196,12 +196,12 @@ def _backward_runner(version: str):
 
 
 def _run_tc_backward(x, out=None, psum=None, dsum=None, **options):
-    from . import tc_backward
+    from .gradients import tc_backward
     return tc_backward.run_heads(x, out, psum=psum, dsum=dsum, **options)
 
 
 def _tc_backward_compute(options: dict, dtype) -> str:
-    from . import tc_backward
+    from .gradients import tc_backward
     return tc_backward.compute_type(options, dtype)
 
 
@@ -219,25 +219,25 @@ def _launches(module: str, **kw):
     def launches(d, tq, tk, bh, limits):
         from importlib import import_module
         return import_module(f"{__package__}.{module}").launches(d, tq, tk, bh, limits, **kw)
-    launches.__name__ = f"launches_{module}"
+    launches.__name__ = f"launches_{module.replace('.', '_')}"
     return launches
 
 
 register(Kernel("textbook", "forward", _run_textbook, ("block_q", "block_k"),
                 description="one thread per query row, square tiles "
                             "(flash-attention-minimal style)",
-                launches=_launches("textbook")))
+                launches=_launches("cuda_core.textbook")))
 register(Kernel("flash", "forward", _run_flash, ("block_q", "block_k", "threads", "tm",
                                                   "unroll"),
                 description="register-tiled FlashAttention-2 order, exp2, causal skipping",
-                launches=_launches("flash")))
+                launches=_launches("cuda_core.flash")))
 register(Kernel("dense", "forward", _run_dense, (), _dense_extra,
                 description="unfused baseline: S to global memory, softmax, then P V",
-                launches=_launches("dense")))
+                launches=_launches("cuda_core.dense")))
 register(Kernel("decode", "forward", _run_decode, ("num_splits", "block_k"), _decode_extra,
                 description="Flash-Decoding: keys split over many blocks, then a combine "
                             "kernel (one KV head per query head here; GQA: cuda.decode)",
-                dtypes=(np.float32, np.float16), launches=_launches("decode_kernels")))
+                dtypes=(np.float32, np.float16), launches=_launches("decoding.decode_kernels")))
 
 
 register(Kernel("tensor_core", "forward", _run_tensor_core,
@@ -246,26 +246,26 @@ register(Kernel("tensor_core", "forward", _run_tensor_core,
                 description="FlashAttention-2 on tensor cores (mma.sync): fp16/bf16, or "
                             "fp32 through 3xTF32",
                 dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
-                launches=_launches("tensor_core")))
+                launches=_launches("tensor_core.host")))
 register(Kernel("hopper", "forward", _run_hopper,
                 ("precision", "warpgroups", "block_k", "pipeline", "splits", "skip_masked",
                  "order", "lazy_rescale"),
                 description="FlashAttention on Hopper's warpgroup tensor cores (wgmma, "
                             "compute capability 9.0 only): fp16/bf16",
                 dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
-                launches=_launches("hopper"), simulator=False))
+                launches=_launches("hopper.host"), simulator=False))
 register(Kernel("simple", "backward", _backward_runner("simple"), (), _delta_bytes,
                 description="one thread per row, two launches, no shared memory (d <= 256)",
-                launches=_launches("backward_kernels", kernel="simple")))
+                launches=_launches("gradients.backward_kernels", kernel="simple")))
 register(Kernel("fast", "backward", _backward_runner("fast"), ("block_q", "block_k"),
                 _delta_bytes,
                 description="FlashAttention-2 backward, key-major tiles, dQ by atomic adds",
-                launches=_launches("backward_kernels", kernel="fast")))
+                launches=_launches("gradients.backward_kernels", kernel="fast")))
 register(Kernel("fast_two_pass", "backward", _backward_runner("fast_two_pass"),
                 ("block_q", "block_k"), _delta_bytes,
                 description="key-major dK, dV, then a query-major pass for dQ "
                             "(deterministic)",
-                launches=_launches("backward_kernels", kernel="fast_two_pass")))
+                launches=_launches("gradients.backward_kernels", kernel="fast_two_pass")))
 register(Kernel("tensor_core", "backward", _run_tc_backward,
                 ("precision", "deterministic", "pipeline", "warps", "block_q", "kv_regs",
                  "q_block_k", "min_blocks"), _tc_backward_extra,
@@ -273,4 +273,4 @@ register(Kernel("tensor_core", "backward", _run_tc_backward,
                             "for float16, 3xTF32 (or bf16) for float32; dQ by atomics or "
                             "a second pass",
                 dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
-                launches=_launches("tc_backward"), compute=_tc_backward_compute))
+                launches=_launches("gradients.tc_backward"), compute=_tc_backward_compute))

@@ -1,6 +1,6 @@
 """Checkers for lab 06 (follows notebook 06): the parts of the fast CUDA kernel.
 
-The lab kernel is a miniature of `flashcourse.cuda.flash`: a block of NT = 8 threads
+The lab kernel is a miniature of `flashcourse.cuda.cuda_core.flash`: a block of NT = 8 threads
 computes BR = 4 query rows against key tiles of BC = 8 keys. Thread `tid` is column
 group tx = tid % CT and row group ty = tid // CT (CT = 4, RT = 2); it owns a
 TM x TN = 2 x 2 micro-tile of scores (rows ty + RT*i, key columns tx + CT*j) and a
@@ -39,7 +39,7 @@ from numba import cuda, float32
 
 from .. import reference
 from ..constants import NEG_INF
-from ..cuda._launch import simulator_lock
+from ..cuda.common._launch import simulator_lock
 from ..geometry import ceil_div
 from ._harness import Case, Result, mistake_diagnoses, run_checks
 from .kernel_source import float64_literals, kernel_guard, py_func
@@ -297,7 +297,7 @@ def reduce_values(row_max, row_sum, x):
     mx = cuda.to_device(np.zeros(NT, np.float32))
     sm = cuda.to_device(np.zeros(NT, np.float32))
     kern = _reduce_kernel(_device(row_max), _device(row_sum))
-    with simulator_lock():         # one simulated kernel at a time (cuda/_launch.py)
+    with simulator_lock():         # one simulated kernel at a time (cuda/common/_launch.py)
         kern[1, NT](xd, mx, sm)
     return mx.copy_to_host(), sm.copy_to_host()
 

@@ -1,4 +1,4 @@
-"""The lab kernel of lab 06: a miniature of `flashcourse.cuda.flash` with four slots.
+"""The lab kernel of lab 06: a miniature of `flashcourse.cuda.cuda_core.flash` with four slots.
 
 A block of NT = 8 threads computes BR = 4 query rows against key tiles of BC = 8 keys.
 Thread `tid` is column group tx = tid % CT and row group ty = tid // CT (CT = 4, RT = 2);
@@ -18,7 +18,7 @@ import numpy as np
 from numba import cuda, float32
 
 from ..constants import F0, FULL_MASK, NEG_INF
-from ..cuda._launch import simulator_lock
+from ..cuda.common._launch import simulator_lock
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from .kernel_source import kernel_guard
@@ -188,7 +188,7 @@ def lab_forward(parts, q, k, v, *, causal=False, kv_start=0, key_blocks=None):
     visits = cuda.to_device(np.zeros((1, n_qb), np.int32))
     kern = make_lab_kernel(*(_device(f) for f in parts),
                            _device(key_blocks) if key_blocks is not None else all_key_blocks)
-    with simulator_lock():         # one simulated kernel at a time (cuda/_launch.py)
+    with simulator_lock():         # one simulated kernel at a time (cuda/common/_launch.py)
         kern[(n_qb, 1), NT](qd, kd, vd, o, lse, visits, np.int32(tq), np.int32(tk),
                             np.int32(d), np.float32(1.0 / math.sqrt(d)),
                             np.int32(1 if causal else 0), np.int32(tk - tq),

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..cuda._launch import simulator_lock
+from ..cuda.common._launch import simulator_lock
 from ..gpu import using_simulator
 from ._harness import Case, Result, is_compile_error, run_checks
 from .kernel_source import (NotNumbaKernelError, float64_literals, is_numba_kernel,

@@ -13,7 +13,7 @@ import types
 
 import numpy as np
 
-from ..cuda._launch import simulator_lock
+from ..cuda.common._launch import simulator_lock
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from .cuda_lab_kernel import (BC, BR, CT, NT, RT, TD, TM, TN, D, _device,
@@ -110,7 +110,7 @@ def tally_global(parts, t_key: int = 2 * BC):
               for shape in ((1, BR, D), (1, t_key, D), (1, t_key, D), (1, BR, D), (1, BR))]
     visits = np.zeros((1, 1), np.int32)
     kern = make_lab_kernel(*(_device(f) for f in parts), all_key_blocks)
-    with simulator_lock():         # one simulated kernel at a time (cuda/_launch.py)
+    with simulator_lock():         # one simulated kernel at a time (cuda/common/_launch.py)
         _ACTIVE_TALLY.clear()
         try:
             kern[(1, 1), NT](*arrays, visits, np.int32(BR), np.int32(t_key), np.int32(D),

@@ -44,7 +44,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ..cuda._launch import simulator_lock
+from ..cuda.common._launch import simulator_lock
 
 WARP = 32
 BANKS = 32          # shared memory: 32 banks of 4 bytes

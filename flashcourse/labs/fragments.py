@@ -2,7 +2,7 @@
 
 The learner writes `c_map(lane, i) -> (row, col)`: which element of the 16 x 8 C/D
 tile accumulator number i (0..3) of `lane` (0..31) holds. The checker compares every
-(lane, i) with the PTX ISA's map (`flashcourse.cuda.mma.c_m16n8`), then uses the
+(lane, i) with the PTX ISA's map (`flashcourse.cuda.ptx.mma.c_m16n8`), then uses the
 learner's map to gather the results of a numpy model of the mma back into a tile
 and compares that tile with the plain product A @ B.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cuda import mma
+from ..cuda.ptx import mma
 from ._harness import Case, Result, run_checks
 
 HINT_GENERIC = ("Start from the two lane coordinates: g = lane // 4 (the groupID, 0..7) "
@@ -98,6 +98,6 @@ def check_c_map(fn, *, verbose: bool = True) -> Result:
 
 
 def c_map_solution(lane: int, i: int) -> tuple[int, int]:
-    """The reference answer (the same formula as flashcourse.cuda.mma.c_m16n8)."""
+    """The reference answer (the same formula as flashcourse.cuda.ptx.mma.c_m16n8)."""
     g, t = lane // 4, lane % 4
     return (g if i < 2 else g + 8), 2 * t + (i % 2)

@@ -1,6 +1,6 @@
 """Checkers for lab 10 (follows notebook 10): the FA2 forward's inner loop on m16n8k16 fragments.
 
-The lab kernel is a one-warp miniature of `flashcourse.cuda.tensor_core_kernels` (fp16
+The lab kernel is a one-warp miniature of `flashcourse.cuda.tensor_core.tensor_core_kernels` (fp16
 inputs, fp32 accumulation): a block of 32 lanes computes BR = 16 query rows against key
 tiles of BC = 16 keys, head dimension padded to D = 16. The skeleton stages Q (pre-scaled),
 K and V transposed (vt[dim, key]) in shared memory as float32 and masks the scores; the
@@ -16,7 +16,7 @@ learner writes, as Numba device functions:
     pv_tile(s, vt, acc, pa, b, scr, w)  P (the accumulators, packed) as the A operand; O += P V_j
 
 `mma(a, ai, b, c, ci, scr, w)` and `pack(lo, hi)` are given: the mma.sync intrinsic and the
-cvt to f16x2 on a GPU, their simulator twins (`flashcourse.cuda.mma.device_ops`) without one.
+cvt to f16x2 on a GPU, their simulator twins (`flashcourse.cuda.ptx.mma.device_ops`) without one.
 `w` = [lane, parity] (the simulator's fragment exchange alternates two scratch buffers).
 `lab_forward(parts, q, k, v)` runs the kernel. Here: `check_fragments`, `check_quad` and the
 going-further `check_mask`, and `replay`, the kernel's arithmetic in numpy (fp16 rounding of
@@ -39,8 +39,8 @@ import numpy as np
 from numba import cuda, float32, int32, uint32
 
 from ..constants import F0, NEG_INF
-from ..cuda import mma as M
-from ..cuda._launch import simulator_lock
+from ..cuda.ptx import mma as M
+from ..cuda.common._launch import simulator_lock
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ._harness import Case, Result, run_checks

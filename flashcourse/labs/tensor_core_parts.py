@@ -5,7 +5,7 @@ fragments: Q's A fragment packed by the PTX map, K and V^T in 32 x 32 tiles whos
 16 x 16 is the lab's tile (a wrong fragment offset then reads known values instead of
 crashing), the state m, lp, acc of an earlier key tile. Each is compared with a numpy model
 of the same fragment arithmetic, which works lane by lane as the kernel does, on (32, n)
-arrays [lane, accumulator], through the fragment maps of `flashcourse.cuda.mma`. Every
+arrays [lane, accumulator], through the fragment maps of `flashcourse.cuda.ptx.mma`. Every
 model takes a `mistake` that replays one typical wrong implementation; a result that
 matches one gets its hint. The part uses the learner's own helpers, found by name where it
 is defined (scores_tile and pv_tile call load_b, softmax_tile quad_max): check_fragments and
@@ -26,8 +26,8 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
-from ..cuda import mma as M
-from ..cuda._launch import simulator_lock
+from ..cuda.ptx import mma as M
+from ..cuda.common._launch import simulator_lock
 from ..gpu import using_simulator
 from ._harness import Case, Result, run_checks
 from .cuda_lab_kernel import _device

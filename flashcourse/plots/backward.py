@@ -20,6 +20,7 @@ import numpy as np
 
 from .._checks import check_block
 from ..memory import format_bytes, saved_for_backward_bytes
+from ..printing import compare
 from ..traffic import backward_flops, backward_traffic
 from .style import FULL_WIDTH_IN, legend_under_panels
 from .style import plt as _plt
@@ -57,8 +58,6 @@ def backward_curves(ns, head_dim: int = 64, **kwargs) -> dict:
 
 def summary_lines(n: int, head_dim: int = 64, **kwargs) -> list[str]:
     """Plain-text comparison at one length N (what the widget prints under the plot)."""
-    from ..widgets.readouts import compare
-
     c = backward_costs(n, head_dim, **kwargs)
     s, t = c["standard"], c["tiled"]
     return [

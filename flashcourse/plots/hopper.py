@@ -10,18 +10,18 @@ course's kernel layout, and its recorded measurements.
     variant_rows(doc)              (d, warpgroups, Bc, serial, overlap TFLOP/s, registers)
     bench_rows(doc)                the public call beside PyTorch flash, cuDNN, mma.sync
     plot_bench(doc)                those TFLOP/s as grouped bars, the fp16 peak drawn
-    plot_schedule(n, bh, ...)      when each SM finishes its blocks (`cuda.tail_split`):
+    plot_schedule(n, bh, ...)      when each SM finishes its blocks (`cuda.hopper.tail_split`):
                                    causal head after head against longest first, and the
                                    last wave whole against split along the keys
 
-The layouts come from the numpy model `flashcourse.cuda.wgmma_layouts`.
+The layouts come from the numpy model `flashcourse.cuda.hopper.wgmma_layouts`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..cuda import wgmma_layouts as W
+from ..cuda.hopper import wgmma_layouts as W
 from .style import MIN_FONT_PT as FONT
 from .style import legend_under_panels
 from .style import plt as _plt
@@ -177,7 +177,7 @@ def plot_schedule(n: int = 4096, bh: int = 32, block_q: int = 192, block_k: int 
     all heads; non-causal, the blocks whole against the last wave split (`tail_split.plan`).
     The dashed line is the work spread evenly: the area above a curve and below the longest
     is idle SM time."""
-    from ..cuda import tail_split as T
+    from ..cuda.hopper import tail_split as T
     plt = _plt()
     nqb, kb = -(-n // block_q), -(-n // block_k)
 

@@ -5,7 +5,7 @@ measured: the sizes come from the kernel's own configuration):
 
     plot_flash_dataflow(config)     notebook 06: global memory -> shared memory ->
                                     registers in the fast forward kernel
-                                    (`flashcourse.cuda.flash`), steps 1-6, with the
+                                    (`flashcourse.cuda.cuda_core.flash`), steps 1-6, with the
                                     bytes each level holds for one block / one thread
     plot_backward_key_major(...)    notebook 09: the backward's key-major tile loop:
                                     K_j, V_j and the dK_j, dV_j accumulators of one
@@ -62,19 +62,19 @@ def _arrow(ax, start, end, step=None, *, rad=0.0, label_at=0.5, offset=(0.0, 0.0
 
 
 def plot_flash_dataflow(config=None):
-    """Global -> shared -> register data flow of `flashcourse.cuda.flash`, steps 1-6.
+    """Global -> shared -> register data flow of `flashcourse.cuda.cuda_core.flash`, steps 1-6.
 
-    `config` is a `flashcourse.cuda.flash.FlashConfig` (default: Br = 128, Bc = 64,
+    `config` is a `flashcourse.cuda.cuda_core.flash.FlashConfig` (default: Br = 128, Bc = 64,
     256 threads, TM = 8, d = 64, the configuration notebook 06 draws). Shared-memory
     bytes are the kernel's own (`config.shared_bytes`, padded strides included);
     register counts are the float32 values one thread keeps live. Drawn in inches
     (the axes fill the figure), `style.MAX_WIDTH_IN` wide at most.
     """
-    from ..cuda.flash import FlashConfig
+    from ..cuda.cuda_core.flash import FlashConfig
     if config is None:
         config = FlashConfig(128, 64, 256, 8, head_dim=64, shuffle=True)
     if not isinstance(config, FlashConfig):
-        raise TypeError(f"config must be a flashcourse.cuda.flash.FlashConfig, "
+        raise TypeError(f"config must be a flashcourse.cuda.cuda_core.flash.FlashConfig, "
                         f"got {type(config).__name__}")
     c = config
     br, bc, d, tm, tn, td = c.block_q, c.block_k, c.head_dim, c.tm, c.tn, c.td
@@ -166,7 +166,7 @@ def plot_flash_dataflow(config=None):
     ax.text(0.15, 1.5, "\n".join(steps), ha="left", va="top", fontsize=FONT,
             color="#222222", linespacing=1.45)
     ax.text(width / 2, height - 0.1,
-            "Data flow of the fast forward kernel (flashcourse.cuda.flash)\n"
+            "Data flow of the fast forward kernel (flashcourse.cuda.cuda_core.flash)\n"
             f"Br = {br}, Bc = {bc}, d = {d}, {c.threads} threads = RT {c.rt} x CT {c.ct}",
             ha="center", va="top", fontsize=11)
     return fig

@@ -18,16 +18,16 @@ its roundings and the recorded H200 run.
     bar_lines(bars, bar)    per d: the fp16 and bf16 ratio spans (four decimals) and the
                             points below `bar`
 
-The kernels are in `flashcourse/cuda/tc_backward_kernels.py` (version 1) and
-`tc_backward_kernels_async.py` (version 2), the ldmatrix models in `cuda/smem_ops.py`.
+The kernels are in `flashcourse/cuda/gradients/tc_backward_kernels.py` (version 1) and
+`tc_backward_kernels_async.py` (version 2), the ldmatrix models in `cuda/ptx/smem_ops.py`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..cuda import mma, smem_ops
-from ..cuda.tc_backward import default_tiles
+from ..cuda.ptx import mma, smem_ops
+from ..cuda.gradients.tc_backward import default_tiles
 from ..geometry import visible_mask
 from ..gpus import get_gpu
 from ..limits import get_preset, occupancy
@@ -64,7 +64,7 @@ PRODUCTS = (
      "B": "K_j (k = keys): K_j row-major in shared memory", "b_rows": "k"},
 )
 
-#: the loads of `flashcourse.cuda.smem_ops` by name, and their numpy models
+#: the loads of `flashcourse.cuda.ptx.smem_ops` by name, and their numpy models
 LOADS = {"ld_b": smem_ops.ld_b_model, "ld_bt": smem_ops.ld_bt_model}
 #: what an element of a (16, 16) uint16 tile must be to decode where a load put it
 _INDEX_TILE = np.arange(256, dtype=np.uint16).reshape(16, 16)          # value = 16 row + col

@@ -24,7 +24,7 @@ import re
 
 import numpy as np
 
-from ..cuda import mma
+from ..cuda.ptx import mma
 from ..gpus import get_gpu
 from ..results import read_text
 from .style import FULL_WIDTH_IN, legend_under_panels

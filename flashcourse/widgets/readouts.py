@@ -24,6 +24,7 @@ from ..counter import TrafficCounter
 from ..geometry import ceil_div
 from ..gpus import GPU, GPUS
 from ..memory import BYTES_PER_SCORE, format_bytes, score_matrix_bytes
+from ..printing import compare
 from ..traffic import (
     arithmetic_intensity,
     attention_flops,
@@ -73,23 +74,6 @@ def _times(big: float, small: float) -> str:
     """'143x' style ratio, with sensible rounding."""
     r = big / small
     return f"{r:,.0f}x" if r >= 10 else f"{r:,.1f}x"
-
-
-def compare(ours: float, theirs: float, *, fewer: str = "less", more: str = "more",
-            digits: int = 1) -> str:
-    """How `ours` compares with `theirs`, always as a factor >= 1: '2.0x less' when
-    ours = theirs / 2, '1.7x more' when ours = 1.7 theirs, 'the same' when equal.
-
-    Ratios below 1 are never printed ('0.6x less' reads as a saving): the word flips.
-
-    >>> compare(50, 100), compare(170, 100), compare(3, 3)
-    ('2.0x less', '1.7x more', 'the same')
-    """
-    if ours == theirs:
-        return "the same"
-    if ours < theirs:
-        return f"{theirs / ours:,.{digits}f}x {fewer}" if ours > 0 else f"none ({fewer})"
-    return f"{ours / theirs:,.{digits}f}x {more}" if theirs > 0 else "more (from none)"
 
 
 def format_seconds(t: float) -> str:

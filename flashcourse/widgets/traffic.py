@@ -18,7 +18,8 @@ import numpy as np
 
 from ..gpus import GPUS
 from ..memory import format_bytes
-from .readouts import (DEFAULT_GPU, DTYPES, MAX_BLOCK, MAX_HEAD_DIM, MAX_LOG2_LENGTH, compare,
+from ..printing import compare
+from .readouts import (DEFAULT_GPU, DTYPES, MAX_BLOCK, MAX_HEAD_DIM, MAX_LOG2_LENGTH,
                         paper_tile_that_fits, traffic_readout)
 from ._base import (LABEL_STYLE, LOOP_ORDERS, CountBox, Explorer, LengthControl, auto_width,
                     byte_ticks, check_choice, check_flag, check_int_arg, gpu_menu, html_box,

@@ -1,0 +1,11 @@
+"""What every kernel family of `flashcourse.cuda` stands on (below the families, above `ptx`).
+
+    _launch.py        input preparation, the shared-memory opt-in, launches, register checks
+    _device.py        device functions several families compile in (online-softmax state,
+                      visible key blocks, block orders, exp2/log2)
+    host_plans.py     the public calls' fast path for device arrays (plans cached per shape)
+    packed_launch.py  a launch whose arguments are packed once, then replayed cheaply
+    result_check.py   the forward's result rule for results that stay on the device
+
+These modules import nothing from the kernel families or from `registry`.
+"""

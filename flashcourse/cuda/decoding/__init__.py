@@ -1,0 +1,9 @@
+"""Flash-Decoding on the GPU: a split kernel over the KV cache, then a combine kernel.
+
+    decode_kernels.py     the split and combine kernels on the CUDA cores (fp32), GQA, and
+                          `decode`, the host side behind `flashcourse.cuda.decode`
+    decode_tc_kernels.py  the split kernel on the tensor cores (fp16 K/V, several query rows
+                          per KV head)
+
+Named `decoding` because `flashcourse.cuda.decode` is the public function.
+"""

@@ -1,0 +1,470 @@
+"""tc_backward_kernels_async: version 2 of the key-major tensor-core backward kernel.
+
+Same maths, same work split and same contract as version 1 (`tc_backward_kernels.py`,
+whose header explains the transposed products S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
+dK += dS^T Q, dQ += dS K); what changes is how Q_i, dO_i reach the tensor cores:
+
+  v1 "plain"  each query block is loaded by plain 32-bit loads into registers and stored
+              to shared memory twice (row-major, and transposed-packed for the products
+              whose k runs over queries), after a barrier and with nothing to overlap
+              the global-memory latency; every B fragment is two 32-bit shared loads.
+  v2 "async"  Q_i, dO_i (and the scaled lse, D of their rows) go global -> shared with
+              `cp.async` (16 bytes per instruction, no registers) into one of TWO
+              buffers, while the block computes on the other: the copy of query block
+              i + 1 is issued right after the barrier that opens block i. Only the
+              row-major copy exists: `ldmatrix.x4` reads the B fragments of two n8 tiles
+              per instruction for S^T and dP^T, and `ldmatrix.x4.trans` transposes on the
+              way for dV += P^T dO, dK += dS^T Q, and dQ += dS K (K_j row-major, loaded
+              once). Rows past Tq arrive as zeros (src_size 0), with L = +inf and D = 0
+              in the padded rows of the pre-pass's arrays, so they add nothing.
+
+Shared memory (32-bit words; rows padded by 4 words = 16 bytes, so the 8 row addresses
+of one ldmatrix tile fall in different bank groups): 2 x (Q_i, dO_i: Br x (D/2 + 4)),
+2 x (L, D: Br floats), K_j row-major (Bc x (D/2 + 4)), dS^T rounded to 16 bits (Bc x
+(Br/2 + 4): [key][query pair], written from the A fragments of dK += dS^T Q, read for
+dQ += dS K by ldmatrix.trans); and, without kv_regs, V_j row-major.
+
+Instruction economy (benchmarks/NOTES_tc_backward.md, "tuned"): Q, dO, lse/D and dQ are
+passed flat (1-D) so every cp.async and every dQ add takes one unsigned index
+(`red.global.add.f32`, not Numba's atomic with its signed-index wraparound), dQ adds of a
+query block inside Tq skip the bounds checks, and P = ex2.approx.ftz(...). On sm_90 those
+adds go two neighbouring columns per `red.global.add.v2.f32` (DQ_RED; 15% off the d = 128
+kernel's time on the H200, results/h200_bwd_ab7_log.txt), and with cfg.out16 dK, dV leave
+the kernel as fp16/bf16 words instead of float32 arrays cast afterwards.
+"""
+
+from __future__ import annotations
+
+from numba import cuda, float32, uint32
+from numba import uint64 as U
+
+from ...constants import F0
+from ..common._device import key_block_order
+from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
+from ..ptx.smem_ops import ops as smem_ops
+from .tc_backward_kernels import LD_ROWS, _col_sum
+from ..tensor_core.tensor_core_kernels import Z32, _jit
+
+#: how K_j, V_j's A fragments of S^T, dP^T are read from shared memory when they are not
+#: kept in registers (kv_regs=False, d > 64): "ldmatrix" (one ldmatrix.x4 per 16 x 16
+#: tile) or "scalar" (four 32-bit loads per tile, the first version). Read when a kernel
+#: is built; the two give the same bits.
+KV_FRAGMENTS = "ldmatrix"
+#: shared addresses as one converted start + 32-bit offsets (`smem_ops.intrinsics`), so
+#: the constant part of each ldmatrix address is folded into the instruction; read when a
+#: kernel is built (False: the generic form the forward kernels use)
+LINEAR_SHARED = True
+#: how dQ += dS K reads its A fragments from dS^T in shared memory: "ld_bt" (ld_bt's tile
+#: order, a0, a2, a1, a3: ptxas adds four register moves per mma, 80 in the d = 128 loop)
+#: or "ld_at" (ldmatrix.trans addressed so the registers arrive in the mma's order: no
+#: moves, yet 1.5-3% SLOWER at all four d = 128 points of the H200 A/B,
+#: results/h200_bwd_ab4_log.txt); read when a kernel is built; the same bits
+DS_FRAGMENTS = "ld_bt"
+#: how a block's dQ tile is added to dQ in global memory: "v2" (red.global.add.v2.f32, two
+#: neighbouring columns per 8-byte reduction; PTX has it from sm_90 on), "scalar" (one
+#: red.global.add.f32 per value) or "auto" (v2 on a GPU of compute capability 9.0 or more,
+#: scalar on older GPUs and the simulator); read when a kernel is built. The v2 form serves
+#: the tiles inside Tq with d = D (d a multiple of 16, so the pair's index is even); the
+#: edge tiles add one value at a time
+DQ_RED = "auto"
+
+
+def dq_pairs(simulator: bool) -> bool:
+    """DQ_RED's choice for a kernel built now: True for 8-byte pair reductions."""
+    if DQ_RED == "auto":
+        return not simulator and cuda.get_current_device().compute_capability >= (9, 0)
+    return DQ_RED == "v2"
+
+
+def dq_tile_adder(so, pairs: bool, simulator: bool):
+    """add_dq(dq, i0, i1, x0, x1, x2, x3): the four values an mma C fragment holds of one
+    n8 tile of dQ added to flat dq: x0, x1 at i0, i0 + 1 (row g), x2, x3 at i1, i1 + 1
+    (row g + 8); two red.global.add.v2.f32 (pairs, i0 and i1 even) or four
+    red.global.add.f32. Shared by the fp16/bf16 and the 3xTF32 kernels."""
+    RED, RED2 = so["red_add"], so["red_add2"]
+
+    def add_dq(dq, i0, i1, x0, x1, x2, x3):
+        if pairs:
+            RED2(dq, i0, x0, x1)
+            RED2(dq, i1, x2, x3)
+        else:
+            RED(dq, i0, x0)
+            RED(dq, i0 + U(1), x1)
+            RED(dq, i1, x2)
+            RED(dq, i1 + U(1), x3)
+    return cuda.jit(device=True)(add_dq) if simulator else \
+        cuda.jit(device=True, forceinline=True)(add_dq)
+
+
+def make_key_major_async_kernel(cfg):
+    ops = device_ops(cfg.simulator)
+    MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
+    PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
+    so = smem_ops(cfg.simulator, LINEAR_SHARED)
+    LDA, LDB, LDBT, CP16, COMMIT, WAIT = so["ld_a"], so["ld_b"], so["ld_bt"], so["cp16"], \
+        so["commit"], so["wait_all"]
+    LDAT = so["ld_at"]
+    DS_AT = DS_FRAGMENTS == "ld_at"
+    RED, exp2 = so["red_add"], so["ex2"]
+    RED_V2 = dq_pairs(cfg.simulator)
+    add_dq = dq_tile_adder(so, RED_V2, cfg.simulator)
+    col_sum = _col_sum(cfg.simulator)
+    SIM = cfg.simulator
+    block_of = key_block_order()       # _device.CAUSAL_KEY_ORDER
+    NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
+    WITH_DQ, SUMS, KV_REGS = cfg.with_dq, cfg.sums, cfg.kv_regs
+    OUT16 = cfg.out16
+    KV_LDSM = KV_FRAGMENTS == "ldmatrix"
+    DW = D // 2
+    KT = D // 16
+    NS = BR // 8
+    NO = D // 8
+    KQ = BR // 16
+    KK = BC // 16
+    MQ = BR // 16
+    NQW = NO // (NW // MQ)
+    QS, DSH = cfg.row_stride, cfg.dsh_stride
+    LDR = LD_ROWS
+    QN, DON, LS, DS, KNO, VNO, DSO, BUF, _ = cfg.async_offsets()
+    CH = DW // 4                                   # 16-byte chunks per row
+    QCH = -(-(BR * CH) // NT)                      # Q (and dO) chunks per thread per tile
+    LCH = BR // 4                                  # 16-byte chunks of L (and D) per tile
+    KLOADS = -(-(BC * DW) // NT)
+    KAREGS = 4 * KT if KV_REGS else 1
+    OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW
+    SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+
+    def tc_bwd_key_major_async(q, k, v, do, ldw, dq, dk, dv, tq, tk, d, qscale, scale,
+                               causal, off, psum, dsum):
+        # q, do: (BH, Tq, D/2) words and dq (BH, Tq, d) float32, FLAT (1-D): one unsigned
+        # index per access, no stride products. ldw: (2, BH, Tq padded to LD_ROWS) words,
+        # flat: [0] = lse log2(e) (+inf: no key, padding), [1] = D. cp.async and ldmatrix
+        # need 16-byte aligned shared addresses. dk, dv (BH, Tk, d) float32, or with
+        # cfg.out16 (BH, Tk, d/2) uint32 words of two fp16/bf16 values (the output dtype,
+        # rounded as cvt.rn does, so no cast pass follows).
+        if SIM:
+            sm = cuda.shared.array(0, uint32)
+            smf = cuda.shared.array(0, float32)
+            scr = cuda.shared.array(SCR, float32)   # fragment exchange of the simulated mma
+        else:
+            sm = cuda.shared.array(0, uint32, alignment=16)
+            smf = cuda.shared.array(0, float32, alignment=16)
+            scr = smf                                # unused on a GPU
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4
+        t = lane % 4
+        wbase = warp * SIM_SCRATCH_PER_WARP
+        par = 0
+        kb, h = block_of(causal)
+        k0 = kb * BC
+        tqp = (tq + LDR - 1) // LDR * LDR
+        lbase = h * tqp                          # row 0 of this head's lse log2(e)
+        dbase = (cuda.gridDim.y + h) * tqp       # and of its D
+        qbase = h * tq                           # row 0 of this head's Q, dO, dQ
+        kr0 = k0 + warp * 16 + g
+        kr1 = kr0 + 8
+
+        first = k0 - off if causal != 0 else 0
+        first = max(first, 0)
+        qb0 = first // BR
+        n_qb = (tq + BR - 1) // BR
+
+        # query block qb0 -> buffer 0, in flight while K_j, V_j are loaded
+        if qb0 < n_qb:
+            q0 = qb0 * BR
+            for it in range(QCH):
+                e = tid + NT * it
+                if e < BR * CH:
+                    r = e // CH
+                    c = (e - r * CH) * 4
+                    row = q0 + r
+                    ok = row < tq
+                    src = row if ok else 0
+                    gi = U(qbase + src) * U(DW) + U(c)
+                    CP16(sm, U(QN + r * QS + c), q, gi, 16 if ok else 0)
+                    CP16(sm, U(DON + r * QS + c), do, gi, 16 if ok else 0)
+            if tid < LCH:
+                CP16(sm, U(LS + 4 * tid), ldw, U(lbase + q0 + 4 * tid), 16)
+            elif tid < 2 * LCH:
+                CP16(sm, U(DS + 4 * (tid - LCH)), ldw, U(dbase + q0 + 4 * (tid - LCH)), 16)
+            COMMIT()
+
+        ka = cuda.local.array(KAREGS, uint32)
+        va = cuda.local.array(KAREGS, uint32)
+        if KV_REGS:
+            for kk in range(KT):
+                w0 = kk * 8 + t
+                ka[4 * kk] = k[U(h), U(kr0), U(w0)] if kr0 < tk else Z32
+                ka[4 * kk + 1] = k[U(h), U(kr1), U(w0)] if kr1 < tk else Z32
+                ka[4 * kk + 2] = k[U(h), U(kr0), U(w0 + 4)] if kr0 < tk else Z32
+                ka[4 * kk + 3] = k[U(h), U(kr1), U(w0 + 4)] if kr1 < tk else Z32
+                va[4 * kk] = v[U(h), U(kr0), U(w0)] if kr0 < tk else Z32
+                va[4 * kk + 1] = v[U(h), U(kr1), U(w0)] if kr1 < tk else Z32
+                va[4 * kk + 2] = v[U(h), U(kr0), U(w0 + 4)] if kr0 < tk else Z32
+                va[4 * kk + 3] = v[U(h), U(kr1), U(w0 + 4)] if kr1 < tk else Z32
+        for it in range(KLOADS):               # K_j (and V_j) row-major, once
+            e = tid + NT * it
+            if e < BC * DW:
+                r = e // DW
+                c = e - r * DW
+                key = k0 + r
+                sm[U(KNO + r * QS + c)] = k[U(h), U(key), U(c)] if key < tk else Z32
+                if not KV_REGS:
+                    sm[U(VNO + r * QS + c)] = v[U(h), U(key), U(c)] if key < tk else Z32
+
+        dka = cuda.local.array(OREGS, float32)
+        dva = cuda.local.array(OREGS, float32)
+        for i in range(OREGS):
+            dka[i] = F0
+            dva[i] = F0
+        s = cuda.local.array(SREGS, float32)
+        dp = cuda.local.array(SREGS, float32)
+        pa = cuda.local.array(4, uint32)
+        dqa = cuda.local.array(QREGS, float32)
+
+        for qb in range(qb0, n_qb):
+            q0 = qb * BR
+            bo = ((qb - qb0) % 2) * BUF          # this block's buffer
+            WAIT()
+            cuda.syncthreads()                  # block qb landed; buffer 1 - bo is free
+            if qb + 1 < n_qb:                   # block qb + 1 -> the other buffer
+                q1 = q0 + BR
+                nb_ = BUF - bo
+                for it in range(QCH):
+                    e = tid + NT * it
+                    if e < BR * CH:
+                        r = e // CH
+                        c = (e - r * CH) * 4
+                        row = q1 + r
+                        ok = row < tq
+                        src = row if ok else 0
+                        gi = U(qbase + src) * U(DW) + U(c)
+                        CP16(sm, U(nb_ + QN + r * QS + c), q, gi, 16 if ok else 0)
+                        CP16(sm, U(nb_ + DON + r * QS + c), do, gi, 16 if ok else 0)
+                if tid < LCH:
+                    CP16(sm, U(nb_ + LS + 4 * tid), ldw, U(lbase + q1 + 4 * tid), 16)
+                elif tid < 2 * LCH:
+                    CP16(sm, U(nb_ + DS + 4 * (tid - LCH)), ldw,
+                         U(dbase + q1 + 4 * (tid - LCH)), 16)
+                COMMIT()
+
+            # S^T = K_j Q_i^T, dP^T = V_j dO_i^T: two n8 tiles per ldmatrix.x4
+            for i in range(SREGS):
+                s[i] = F0
+                dp[i] = F0
+            for kk in range(KT):
+                if KV_REGS:
+                    a0, a1, a2, a3 = ka[4 * kk], ka[4 * kk + 1], ka[4 * kk + 2], ka[4 * kk + 3]
+                    c0, c1, c2, c3 = va[4 * kk], va[4 * kk + 1], va[4 * kk + 2], va[4 * kk + 3]
+                elif KV_LDSM:                   # one ldmatrix.x4 per A tile
+                    ab = (warp * 16) * QS + kk * 8
+                    a0, a1, a2, a3 = LDA(sm, U(KNO + ab), QS, lane)
+                    c0, c1, c2, c3 = LDA(sm, U(VNO + ab), QS, lane)
+                else:
+                    ab = (warp * 16 + g) * QS + kk * 8 + t
+                    a0, a1 = sm[U(KNO + ab)], sm[U(KNO + ab + 8 * QS)]
+                    a2, a3 = sm[U(KNO + ab + 4)], sm[U(KNO + ab + 8 * QS + 4)]
+                    c0, c1 = sm[U(VNO + ab)], sm[U(VNO + ab + 8 * QS)]
+                    c2, c3 = sm[U(VNO + ab + 4)], sm[U(VNO + ab + 8 * QS + 4)]
+                for n2 in range(NS // 2):
+                    n = 2 * n2
+                    b0, b1, b2, b3 = LDB(sm, U(bo + QN + (n * 8) * QS + kk * 8), QS, lane)
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
+                                         s[4 * n], s[4 * n + 1], s[4 * n + 2], s[4 * n + 3])
+                    par = 1 - par
+                    s[4 * n] = x0
+                    s[4 * n + 1] = x1
+                    s[4 * n + 2] = x2
+                    s[4 * n + 3] = x3
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3,
+                                         s[4 * n + 4], s[4 * n + 5], s[4 * n + 6],
+                                         s[4 * n + 7])
+                    par = 1 - par
+                    s[4 * n + 4] = x0
+                    s[4 * n + 5] = x1
+                    s[4 * n + 6] = x2
+                    s[4 * n + 7] = x3
+                    b0, b1, b2, b3 = LDB(sm, U(bo + DON + (n * 8) * QS + kk * 8), QS, lane)
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, c0, c1, c2, c3, b0, b1,
+                                         dp[4 * n], dp[4 * n + 1], dp[4 * n + 2],
+                                         dp[4 * n + 3])
+                    par = 1 - par
+                    dp[4 * n] = x0
+                    dp[4 * n + 1] = x1
+                    dp[4 * n + 2] = x2
+                    dp[4 * n + 3] = x3
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, c0, c1, c2, c3, b2, b3,
+                                         dp[4 * n + 4], dp[4 * n + 5], dp[4 * n + 6],
+                                         dp[4 * n + 7])
+                    par = 1 - par
+                    dp[4 * n + 4] = x0
+                    dp[4 * n + 5] = x1
+                    dp[4 * n + 6] = x2
+                    dp[4 * n + 7] = x3
+
+            # P^T = exp2(S^T qscale - L) (L = +inf in padded rows), dS^T = P^T (dP^T - D)
+            edge = k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off)
+            for n in range(NS):
+                for e2 in range(2):
+                    col = n * 8 + 2 * t + e2
+                    lrow = smf[U(bo + LS + col)]
+                    drow = smf[U(bo + DS + col)]
+                    for hf in range(2):
+                        j = 4 * n + 2 * hf + e2
+                        p = exp2(s[j] * qscale - lrow)
+                        if edge:
+                            key = kr0 + 8 * hf
+                            if key >= tk or (causal != 0 and key > q0 + col + off):
+                                p = F0
+                        s[j] = p
+                        dp[j] = p * (dp[j] - drow)
+            if SUMS:
+                for n in range(NS):
+                    for e2 in range(2):
+                        ps = col_sum(s[4 * n + e2] + s[4 * n + 2 + e2])
+                        ds = col_sum(dp[4 * n + e2] + dp[4 * n + 2 + e2])
+                        qrow = q0 + n * 8 + 2 * t + e2
+                        if (g == 0 or SIM) and qrow < tq:
+                            cuda.atomic.add(psum, (h, qrow), ps)
+                            cuda.atomic.add(dsum, (h, qrow), ds)
+
+            # dV_j += P^T dO_i, dK_j += dS^T Q_i: B by ldmatrix.trans of the row-major tiles
+            for kp in range(KQ):
+                j0 = 8 * kp
+                pa[0] = PACK(s[j0], s[j0 + 1])
+                pa[1] = PACK(s[j0 + 2], s[j0 + 3])
+                pa[2] = PACK(s[j0 + 4], s[j0 + 5])
+                pa[3] = PACK(s[j0 + 6], s[j0 + 7])
+                for n2 in range(NO // 2):
+                    n = 2 * n2
+                    b0, b1, b2, b3 = LDBT(sm, U(bo + DON + (kp * 16) * QS + n * 4), QS, lane)
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
+                                         b0, b1, dva[4 * n], dva[4 * n + 1], dva[4 * n + 2],
+                                         dva[4 * n + 3])
+                    par = 1 - par
+                    dva[4 * n] = x0
+                    dva[4 * n + 1] = x1
+                    dva[4 * n + 2] = x2
+                    dva[4 * n + 3] = x3
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
+                                         b2, b3, dva[4 * n + 4], dva[4 * n + 5],
+                                         dva[4 * n + 6], dva[4 * n + 7])
+                    par = 1 - par
+                    dva[4 * n + 4] = x0
+                    dva[4 * n + 5] = x1
+                    dva[4 * n + 6] = x2
+                    dva[4 * n + 7] = x3
+                pa[0] = PACK(dp[j0], dp[j0 + 1])
+                pa[1] = PACK(dp[j0 + 2], dp[j0 + 3])
+                pa[2] = PACK(dp[j0 + 4], dp[j0 + 5])
+                pa[3] = PACK(dp[j0 + 6], dp[j0 + 7])
+                if WITH_DQ:                     # dS^T rounded, [key][query pair], for dQ
+                    sb = DSO + (warp * 16 + g) * DSH + 8 * kp + t
+                    sm[U(sb)] = pa[0]
+                    sm[U(sb + 8 * DSH)] = pa[1]
+                    sm[U(sb + 4)] = pa[2]
+                    sm[U(sb + 8 * DSH + 4)] = pa[3]
+                for n2 in range(NO // 2):
+                    n = 2 * n2
+                    b0, b1, b2, b3 = LDBT(sm, U(bo + QN + (kp * 16) * QS + n * 4), QS, lane)
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
+                                         b0, b1, dka[4 * n], dka[4 * n + 1], dka[4 * n + 2],
+                                         dka[4 * n + 3])
+                    par = 1 - par
+                    dka[4 * n] = x0
+                    dka[4 * n + 1] = x1
+                    dka[4 * n + 2] = x2
+                    dka[4 * n + 3] = x3
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
+                                         b2, b3, dka[4 * n + 4], dka[4 * n + 5],
+                                         dka[4 * n + 6], dka[4 * n + 7])
+                    par = 1 - par
+                    dka[4 * n + 4] = x0
+                    dka[4 * n + 5] = x1
+                    dka[4 * n + 6] = x2
+                    dka[4 * n + 7] = x3
+
+            if WITH_DQ:
+                cuda.syncthreads()
+                mq = warp % MQ
+                nb = (warp // MQ) * NQW
+                for i in range(QREGS):
+                    dqa[i] = F0
+                for kp in range(KK):
+                    # A = dS (rows = queries, k = keys) is dS^T's tiles transposed:
+                    # ld_at addresses them in the mma's register order (ld_bt's four
+                    # tiles come as a0, a2, a1, a3)
+                    if DS_AT:
+                        a0, a1, a2, a3 = LDAT(sm, U(DSO + (kp * 16) * DSH + mq * 8), DSH,
+                                              lane)
+                    else:
+                        a0, a2, a1, a3 = LDBT(sm, U(DSO + (kp * 16) * DSH + mq * 8), DSH,
+                                              lane)
+                    for n2 in range(NQW // 2):
+                        n = 2 * n2
+                        b0, b1, b2, b3 = LDBT(sm, U(KNO + (kp * 16) * QS + (nb + n) * 4), QS,
+                                              lane)
+                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
+                                             dqa[4 * n], dqa[4 * n + 1], dqa[4 * n + 2],
+                                             dqa[4 * n + 3])
+                        par = 1 - par
+                        dqa[4 * n] = x0
+                        dqa[4 * n + 1] = x1
+                        dqa[4 * n + 2] = x2
+                        dqa[4 * n + 3] = x3
+                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3,
+                                             dqa[4 * n + 4], dqa[4 * n + 5], dqa[4 * n + 6],
+                                             dqa[4 * n + 7])
+                        par = 1 - par
+                        dqa[4 * n + 4] = x0
+                        dqa[4 * n + 5] = x1
+                        dqa[4 * n + 6] = x2
+                        dqa[4 * n + 7] = x3
+                r0 = q0 + mq * 16 + g
+                g0 = U(qbase + r0) * U(d) + U(nb * 8 + 2 * t)
+                g1 = g0 + U(8 * d)
+                if q0 + BR <= tq and d == D:    # the whole tile is inside: no checks
+                    for n in range(NQW):
+                        add_dq(dq, g0 + U(8 * n), g1 + U(8 * n), dqa[4 * n] * scale,
+                               dqa[4 * n + 1] * scale, dqa[4 * n + 2] * scale,
+                               dqa[4 * n + 3] * scale)
+                else:
+                    for n in range(NQW):
+                        for i in range(4):
+                            c = (nb + n) * 8 + 2 * t + (i % 2)
+                            if r0 + 8 * (i // 2) < tq and c < d:
+                                RED(dq, (g1 if i >= 2 else g0) + U(8 * n + (i % 2)),
+                                    dqa[4 * n + i] * scale)
+
+        if OUT16:                               # two 16-bit values per word (d even)
+            for n in range(NO):
+                for hf in range(2):
+                    key = kr0 + 8 * hf
+                    c = n * 8 + 2 * t
+                    if key < tk and c < d:
+                        j = 4 * n + 2 * hf
+                        dk[U(h), U(key), U(c // 2)] = PACK(dka[j] * scale,
+                                                           dka[j + 1] * scale)
+                        dv[U(h), U(key), U(c // 2)] = PACK(dva[j], dva[j + 1])
+        else:
+            for n in range(NO):
+                for i in range(4):
+                    key = kr0 + 8 * (i // 2)
+                    c = n * 8 + 2 * t + (i % 2)
+                    if key < tk and c < d:
+                        dk[U(h), U(key), U(c)] = dka[4 * n + i] * scale
+                        dv[U(h), U(key), U(c)] = dva[4 * n + i]
+
+    tc_bwd_key_major_async.__name__ = (f"tc_bwd_kv_async_{cfg.precision}_w{NW}_q{BR}_d{D}"
+                                       + ("_dq" if WITH_DQ else "")
+                                       + ("_sums" if SUMS else "")
+                                       + ("" if KV_REGS else "_kvsh")
+                                       + ("" if KV_REGS or KV_LDSM else "_scalar")
+                                       + ("_dsat" if DS_AT and WITH_DQ else "")
+                                       + ("_o16" if OUT16 else "")
+                                       + ("" if RED_V2 or not WITH_DQ else "_red1")
+                                       + ("_sim" if SIM else ""))
+    return _jit(tc_bwd_key_major_async, cfg)
+

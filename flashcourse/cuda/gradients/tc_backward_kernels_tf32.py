@@ -1,0 +1,720 @@
+"""tc_backward_kernels_tf32: the key-major tensor-core backward at fp32 accuracy (3xTF32).
+
+Same maths, same work split and same contract as the fp16/bf16 kernels
+(`tc_backward_kernels.py`, whose header explains the transposed products; version 2 in
+`tc_backward_kernels_async.py` the cp.async pipeline), for float32 q, k, v, dO: every
+product runs on mma.sync m16n8k8 TF32 in 3xTF32, the forward's scheme
+(`tensor_core_kernels.make_tf32_kernel`): each operand x = big + small, big =
+tf32_round(x), small = tf32_trunc(x - big) (`mma.split_tf32`: x - big - small < 2^-21 |x|),
+and each product takes three mma: small_a big_b + big_a small_b + big_a big_b.
+
+The idea: FlashAttention-2's key-major backward. One thread block per (key block j of
+Bc = 16 x warps keys, head); warp w owns keys 16w..16w+15 for the whole loop over the
+query blocks i that see them (causal: those not entirely above the diagonal):
+
+    S^T  = K_j Q_i^T     (16 keys x Br queries per warp, k = d)
+    dP^T = V_j dO_i^T
+    P^T  = exp2(S^T qscale - L),  dS^T = P^T o (dP^T - D)     (L = lse log2 e, D = rowsum(dO o O))
+    dV_j += P^T dO_i     (16 keys x d, k = the Br queries)    in registers, across i
+    dK_j += dS^T Q_i                                         in registers (x scale at the end)
+    dQ_i += dS K_j       (Br x d, k = the Bc keys)            fp32 atomic adds (red.global.add)
+
+Layouts. fp32 is one value per 32-bit word: no packing, and no transposed copies.
+  - A of S^T, dP^T (rows = keys, k = d): K_j, V_j row-major in shared memory, read by
+    ldmatrix.x4 (an 8 x 8 tile of 16-bit values is an 8 x 4 tile of words: lane l gets
+    row l // 4, word l % 4, the (g, t) of a tf32 fragment; the four tiles come as
+    (a0, a2, a1, a3)) and split into big/small where read (a fragment of 16 keys x 8 d
+    serves Br / 8 mma).
+  - B of S^T (k = d, n = queries): Q_i row-major, ldmatrix.x4 = the (b0, b1) of two n8
+    tiles, as the forward reads K; dO_i the same for dP^T.
+  - dV += P^T dO and dK += dS^T Q take A = P^T, dS^T with k = queries straight from the
+    accumulator registers: an m16n8 C tile (c0 = (g, 2t), c1 = (g, 2t+1), c2 = (g+8, 2t),
+    c3 = (g+8, 2t+1)) passed as (c0, c2, c1, c3) is a tf32 A tile (a0 = (g, t), a1 =
+    (g+8, t), a2 = (g, t+4), a3 = (g+8, t+4)) whose k index is permuted: A column t is
+    query 2t, column t + 4 query 2t + 1. B reads its rows in the same order: b0 =
+    X[query 2t][dim g], b1 = X[query 2t + 1][dim g], two 32-bit shared loads (X = dO_i,
+    Q_i row-major), as the forward's P V reads V.
+  - dQ_i += dS K_j: each warp writes its dS^T, already split (big and small planes, as
+    the bits the mma reads), to shared memory as dS[query][key]; after a barrier warp w
+    computes a 16-row x (D / (warps / (Br/16)))-column piece of dQ_i over all Bc keys,
+    with A = dS read from the planes and B = K_j with k = keys, the keys permuted inside
+    each k8 step as above (b0 = K[key 2t][dim g], b1 = K[key 2t + 1][dim g]), and adds it
+    to dQ with red.global.add.f32.
+
+Accuracy: S^T and dP^T start from zero per query block and sum over d in one accumulator
+per tile (the forward's S). dV, dK and dQ are sums over many blocks: each block's product
+starts from zero, its small terms (x 2^-11) first in the same accumulator (SMALL_TERMS =
+"one_chain"; "apart" keeps them in accumulators of their own, 4 FADD more per n8 tile),
+and is added to the running dK_j, dV_j (registers) or to dQ (atomics) with ordinary fp32
+adds (round to nearest): a tensor core's accumulator truncates, and a running sum kept in
+it drifts with the number of blocks (the forward's P V, `make_tf32_kernel`'s header);
+within one block's few mma the truncation is that of any fp32 sum.
+
+pipeline="planes" (bit-equal to "async" on the simulator; on the H200 at 8 warps x Br 16,
+d = 128, 2-3% faster than "async" with the small terms apart, 2.6-3.5% slower with them in
+one chain: not the default, `tc_backward._tf32_tiles`): after the
+barrier that opens query block i, the block splits Q_i and dO_i once, big in place of the
+raw values and small into planes of their own (Br x (D + 4) words each, 2 Br (D + 4) x 4 B
+more shared memory), and every warp reads both instead of splitting each B fragment it
+loads (the forward's version 3 idea, for the operands all warps share). K_j, V_j are still
+split where read.
+
+Masks exactly as the fp16 kernels: P = 0 where key >= Tk, query >= Tq (rows past Tq come
+as zeros with L = +inf from the pre-pass's padding), or, with causal, key > query + Tk -
+Tq; a row with lse = -inf (it sees no key) has L = +inf: P = 0.
+
+Shared memory (32-bit words; rows of Q, dO, K, V padded to D + 4 words so that the 8 row
+addresses of an ldmatrix tile fall in 8 different bank groups and the B reads of rows
+2t, 2t + 1 at column g in 32 different banks): 2 buffers x (Q_i, dO_i: Br x (D + 4); L,
+D: Br floats), K_j, V_j: Bc x (D + 4) each (cp.async, once per block), dS big and small:
+Br x (Bc + 4) each (with dQ by atomics). Q_i, dO_i, L, D go global -> shared by cp.async
+into one buffer while the block computes on the other (as version 2).
+
+FLOPs: 5 products x 2 Tq Tk d x 3 mma = 30 Tq Tk d on the tensor cores (half with causal),
+Tq Tk exponentials. Bytes: K, V once (Tk d 4 B each), Q, dO once per key block (mostly
+from L2), dQ atomics Tq d 4 B per key block, dK, dV written once.
+
+Registers (ptxas -arch=sm_90 of the PTX numba-cuda writes, no GPU needed): the 16 x D
+dK_j, dV_j accumulators take D registers per thread, so Br shrinks as D grows. 4 warps,
+Br = 32 at d = 64: 235 registers, no spills, 87,552 B of shared memory; 4 warps, Br = 16
+at d = 128: 232 registers, no spills, 110,336 B (both: 2 blocks per H200 SM). Br = 32 at
+d = 128 spills (255 registers + 120 B). `tc_backward._tf32_tiles` has the choice per d.
+"""
+
+from __future__ import annotations
+
+from numba import cuda, float32, uint32
+from numba import uint64 as U
+
+from ...constants import F0, POS_INF
+from ..common._device import key_block_order
+from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops, tf32x3_ops
+from . import tc_backward_kernels_async as v2
+from ..ptx.smem_ops import ops as smem_ops
+from .tc_backward_kernels import LD_ROWS, _col_sum
+from ..tensor_core.tensor_core_kernels import _jit
+
+#: where a block's small terms of dV, dK and dQ go: "one_chain" (the same accumulator as
+#: the big terms, small first, as S^T's chain; the block's product still starts from zero
+#: and is added to the running sum in fp32) or "apart" (accumulators of their own, added
+#: after the block: 4 more FADD and 4 registers per n8 tile). Read when a kernel is built.
+SMALL_TERMS = "one_chain"
+
+
+def make_key_major_tf32_kernel(cfg):
+    ops = device_ops(cfg.simulator)
+    MMA, AS_F32 = ops["mma_tf32"], ops["as_f32"]
+    three = tf32x3_ops(cfg.simulator)
+    SPLIT, MMA3 = three["split"], three["mma3"]
+    so = smem_ops(cfg.simulator, v2.LINEAR_SHARED)
+    LDB, CP16, COMMIT, WAIT = so["ld_b"], so["cp16"], so["commit"], so["wait_all"]
+    RED, exp2 = so["red_add"], so["ex2"]
+    RED_V2 = v2.dq_pairs(cfg.simulator)
+    add_dq = v2.dq_tile_adder(so, RED_V2, cfg.simulator)
+    col_sum = _col_sum(cfg.simulator)
+    SIM = cfg.simulator
+    block_of = key_block_order()       # _device.CAUSAL_KEY_ORDER
+    NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
+    WITH_DQ, SUMS = cfg.with_dq, cfg.sums
+    KT = D // 8                    # k8 steps of S^T, dP^T (over d)
+    NS = BR // 8                   # n8 tiles of S^T (16 keys x Br); k8 steps of dV, dK
+    NO = D // 8                    # n8 tiles of dK, dV (16 keys x D)
+    KK = BC // 8                   # k8 steps of dQ (over keys)
+    MQ = BR // 16                  # 16-row tiles of dQ_i
+    NQW = NO // (NW // MQ)         # n8 tiles of dQ per warp
+    RS, DSS = cfg.tf32_row_stride, cfg.tf32_ds_stride
+    QN, DON, LS, DS, KNO, VNO, DSB, DSL, BUF, _ = cfg.tf32_offsets()
+    PLANES = cfg.pipeline == "planes"
+    ONE_CHAIN = SMALL_TERMS == "one_chain"
+    QSN, DOSN = cfg.tf32_small_offsets() if PLANES else (0, 0)
+    SPL = -(-(BR * D) // NT)      # planes: Q_i (and dO_i) values split per thread
+    LDR = LD_ROWS
+    CH = D // 4                    # 16-byte chunks per row
+    QCH = -(-(BR * CH) // NT)      # Q (and dO) chunks per thread per query block
+    KCH = -(-(BC * CH) // NT)      # K (and V) chunks per thread, once
+    LCH = BR // 4                  # 16-byte chunks of L (and D) per query block
+    OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW
+    SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+
+    def tc_bwd_key_major_tf32(q, k, v, do, ldw, dq, dk, dv, tq, tk, d, qscale, scale,
+                              causal, off, psum, dsum):
+        # q, do (BH, Tq, D), k, v (BH, Tk, D): the fp32 bits as uint32 words, FLAT (1-D),
+        # columns d..D-1 zero; ldw: (2, BH, Tq padded to LD_ROWS) words, flat: [0] = lse
+        # log2(e) (+inf: no key, padding), [1] = D; dq (BH, Tq, d) float32, flat.
+        if SIM:
+            sm = cuda.shared.array(0, uint32)
+            smf = cuda.shared.array(0, float32)
+            scr = cuda.shared.array(SCR, float32)   # fragment exchange of the simulated mma
+        else:
+            sm = cuda.shared.array(0, uint32, alignment=16)
+            smf = cuda.shared.array(0, float32, alignment=16)
+            scr = smf                                # unused on a GPU
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4
+        t = lane % 4
+        wbase = warp * SIM_SCRATCH_PER_WARP
+        par = 0
+        kb, h = block_of(causal)
+        k0 = kb * BC
+        tqp = (tq + LDR - 1) // LDR * LDR
+        lbase = h * tqp                          # row 0 of this head's lse log2(e)
+        dbase = (cuda.gridDim.y + h) * tqp       # and of its D
+        qbase = h * tq                           # row 0 of this head's Q, dO, dQ
+        kbase = h * tk
+        kr0 = k0 + warp * 16 + g                 # this lane's keys: kr0 and kr0 + 8
+
+        first = k0 - off if causal != 0 else 0
+        first = max(first, 0)
+        qb0 = first // BR
+        n_qb = (tq + BR - 1) // BR
+
+        if qb0 < n_qb:
+            # K_j, V_j (rows past Tk: zeros) and query block qb0 -> shared, one group
+            for it in range(KCH):
+                e = tid + NT * it
+                if e < BC * CH:
+                    r = e // CH
+                    c = (e - r * CH) * 4
+                    key = k0 + r
+                    ok = key < tk
+                    gi = U(kbase + (key if ok else 0)) * U(D) + U(c)
+                    CP16(sm, U(KNO + r * RS + c), k, gi, 16 if ok else 0)
+                    CP16(sm, U(VNO + r * RS + c), v, gi, 16 if ok else 0)
+            q0 = qb0 * BR
+            for it in range(QCH):
+                e = tid + NT * it
+                if e < BR * CH:
+                    r = e // CH
+                    c = (e - r * CH) * 4
+                    row = q0 + r
+                    ok = row < tq
+                    gi = U(qbase + (row if ok else 0)) * U(D) + U(c)
+                    CP16(sm, U(QN + r * RS + c), q, gi, 16 if ok else 0)
+                    CP16(sm, U(DON + r * RS + c), do, gi, 16 if ok else 0)
+            if tid < LCH:
+                CP16(sm, U(LS + 4 * tid), ldw, U(lbase + q0 + 4 * tid), 16)
+            elif tid < 2 * LCH:
+                CP16(sm, U(DS + 4 * (tid - LCH)), ldw, U(dbase + q0 + 4 * (tid - LCH)), 16)
+            COMMIT()
+
+        dka = cuda.local.array(OREGS, float32)   # dK_j accumulator, 16 keys x D
+        dva = cuda.local.array(OREGS, float32)   # dV_j accumulator
+        for i in range(OREGS):
+            dka[i] = F0
+            dva[i] = F0
+        s = cuda.local.array(SREGS, float32)     # S^T -> P^T (16 keys x Br)
+        dp = cuda.local.array(SREGS, float32)    # dP^T -> dS^T
+        pb = cuda.local.array(SREGS, uint32)     # P^T, then dS^T, split: big
+        pl = cuda.local.array(SREGS, uint32)     # and small
+        dqc = cuda.local.array(QREGS, float32)   # this warp's piece of dQ_i: big terms
+        dqe = cuda.local.array(QREGS, float32)   # and small terms
+        krow = U(KNO + warp * 16 * RS)           # this warp's 16 rows of K_j, V_j
+        vrow = U(VNO + warp * 16 * RS)
+
+        for qb in range(qb0, n_qb):
+            q0 = qb * BR
+            bo = ((qb - qb0) % 2) * BUF          # this block's buffer
+            WAIT()
+            cuda.syncthreads()                  # block qb landed; buffer 1 - bo is free
+            if qb + 1 < n_qb:                   # block qb + 1 -> the other buffer
+                q1 = q0 + BR
+                nb_ = BUF - bo
+                for it in range(QCH):
+                    e = tid + NT * it
+                    if e < BR * CH:
+                        r = e // CH
+                        c = (e - r * CH) * 4
+                        row = q1 + r
+                        ok = row < tq
+                        gi = U(qbase + (row if ok else 0)) * U(D) + U(c)
+                        CP16(sm, U(nb_ + QN + r * RS + c), q, gi, 16 if ok else 0)
+                        CP16(sm, U(nb_ + DON + r * RS + c), do, gi, 16 if ok else 0)
+                if tid < LCH:
+                    CP16(sm, U(nb_ + LS + 4 * tid), ldw, U(lbase + q1 + 4 * tid), 16)
+                elif tid < 2 * LCH:
+                    CP16(sm, U(nb_ + DS + 4 * (tid - LCH)), ldw,
+                         U(dbase + q1 + 4 * (tid - LCH)), 16)
+                COMMIT()
+            if PLANES:                          # Q_i, dO_i -> big (in place) + small
+                for it in range(SPL):
+                    e = tid + NT * it
+                    if e < BR * D:
+                        r = e // D
+                        w = r * RS + (e - r * D)
+                        for which in range(2):
+                            at = U(bo + (QN if which == 0 else DON) + w)
+                            big, small = SPLIT(AS_F32(sm[at]))
+                            sm[at] = big
+                            sm[U((QSN if which == 0 else DOSN) + w)] = small
+                cuda.syncthreads()              # the planes are complete
+
+            # S^T = K_j Q_i^T, dP^T = V_j dO_i^T (from zero; small, small, big per k8 step)
+            for i in range(SREGS):
+                s[i] = F0
+                dp[i] = F0
+            for kk in range(KT):
+                for which in range(2):          # 0: K_j with Q_i; 1: V_j with dO_i
+                    w0, w2, w1, w3 = LDB(sm, (krow if which == 0 else vrow) + U(kk * 8),
+                                         RS, lane)
+                    a0, sa0 = SPLIT(AS_F32(w0))
+                    a1, sa1 = SPLIT(AS_F32(w1))
+                    a2, sa2 = SPLIT(AS_F32(w2))
+                    a3, sa3 = SPLIT(AS_F32(w3))
+                    bsrc = bo + (QN if which == 0 else DON)
+                    ssrc = QSN if which == 0 else DOSN
+                    for n2 in range(NS // 2):
+                        y0w, y1w, y2w, y3w = LDB(sm, U(bsrc + (n2 * 16) * RS + kk * 8), RS,
+                                                 lane)
+                        if PLANES:
+                            z0w, z1w, z2w, z3w = LDB(sm, U(ssrc + (n2 * 16) * RS + kk * 8),
+                                                     RS, lane)
+                        for half in range(2):
+                            n = 2 * n2 + half
+                            if PLANES:
+                                b0 = y0w if half == 0 else y2w
+                                b1 = y1w if half == 0 else y3w
+                                sb0 = z0w if half == 0 else z2w
+                                sb1 = z1w if half == 0 else z3w
+                            else:
+                                y0 = AS_F32(y0w if half == 0 else y2w)
+                                y1 = AS_F32(y1w if half == 0 else y3w)
+                                b0, sb0 = SPLIT(y0)
+                                b1, sb1 = SPLIT(y1)
+                            if which == 0:
+                                c0 = s[4 * n]
+                                c1 = s[4 * n + 1]
+                                c2 = s[4 * n + 2]
+                                c3 = s[4 * n + 3]
+                            else:
+                                c0 = dp[4 * n]
+                                c1 = dp[4 * n + 1]
+                                c2 = dp[4 * n + 2]
+                                c3 = dp[4 * n + 3]
+                            c0, c1, c2, c3, par = MMA3(scr, wbase, lane, par,
+                                                       a0, a1, a2, a3, sa0, sa1, sa2, sa3,
+                                                       b0, b1, sb0, sb1, c0, c1, c2, c3)
+                            if which == 0:
+                                s[4 * n] = c0
+                                s[4 * n + 1] = c1
+                                s[4 * n + 2] = c2
+                                s[4 * n + 3] = c3
+                            else:
+                                dp[4 * n] = c0
+                                dp[4 * n + 1] = c1
+                                dp[4 * n + 2] = c2
+                                dp[4 * n + 3] = c3
+
+            # P^T = exp2(S^T qscale - L) (L = +inf in padded rows), dS^T = P^T (dP^T - D);
+            # element i of n-tile n is key kr0 + 8 (i // 2), query q0 + 8 n + 2 t + (i % 2)
+            edge = k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off)
+            for n in range(NS):
+                for e2 in range(2):
+                    col = n * 8 + 2 * t + e2
+                    lrow = smf[U(bo + LS + col)]
+                    drow = smf[U(bo + DS + col)]
+                    for hf in range(2):
+                        j = 4 * n + 2 * hf + e2
+                        p = exp2(s[j] * qscale - lrow)
+                        if edge:
+                            key = kr0 + 8 * hf
+                            if key >= tk or (causal != 0 and key > q0 + col + off):
+                                p = F0
+                        s[j] = p
+                        dp[j] = p * (dp[j] - drow)
+            if SUMS:                   # row sums of P and dS (the lse and o checks)
+                for n in range(NS):
+                    for e2 in range(2):
+                        ps = col_sum(s[4 * n + e2] + s[4 * n + 2 + e2])
+                        ds = col_sum(dp[4 * n + e2] + dp[4 * n + 2 + e2])
+                        qrow = q0 + n * 8 + 2 * t + e2
+                        if (g == 0 or SIM) and qrow < tq:
+                            cuda.atomic.add(psum, (h, qrow), ps)
+                            cuda.atomic.add(dsum, (h, qrow), ds)
+
+            # dV_j += P^T dO_i, then dK_j += dS^T Q_i: A = the C tiles of P^T / dS^T split
+            # (tile j as (c0, c2, c1, c3): A column t = query 2t, t + 4 = query 2t + 1),
+            # B rows read in that order; this block's product from zero, small terms apart
+            for which in range(2):             # 0: P^T with dO_i; 1: dS^T with Q_i
+                for i in range(SREGS):
+                    big, small = SPLIT(s[i] if which == 0 else dp[i])
+                    pb[i] = big
+                    pl[i] = small
+                if which == 1 and WITH_DQ:     # dS (split) -> shared as dS[query][key]
+                    for n in range(NS):
+                        for i in range(4):
+                            sb = ((n * 8 + 2 * t + (i % 2)) * DSS + warp * 16 + g
+                                  + 8 * (i // 2))
+                            sm[U(DSB + sb)] = pb[4 * n + i]
+                            sm[U(DSL + sb)] = pl[4 * n + i]
+                bsrc = bo + (DON if which == 0 else QN)
+                ssrc = DOSN if which == 0 else QSN
+                for n in range(NO):
+                    c0 = F0
+                    c1 = F0
+                    c2 = F0
+                    c3 = F0
+                    f0 = F0
+                    f1 = F0
+                    f2 = F0
+                    f3 = F0
+                    for j in range(NS):
+                        xo = (j * 8 + 2 * t) * RS + n * 8 + g
+                        if PLANES:
+                            b0 = sm[U(bsrc + xo)]
+                            b1 = sm[U(bsrc + xo + RS)]
+                            sb0 = sm[U(ssrc + xo)]
+                            sb1 = sm[U(ssrc + xo + RS)]
+                        else:
+                            y0 = AS_F32(sm[U(bsrc + xo)])
+                            y1 = AS_F32(sm[U(bsrc + xo + RS)])
+                            b0, sb0 = SPLIT(y0)
+                            b1, sb1 = SPLIT(y1)
+                        if ONE_CHAIN:           # the small terms first, in c
+                            c0, c1, c2, c3, par = MMA3(
+                                scr, wbase, lane, par,
+                                pb[4 * j], pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
+                                pl[4 * j], pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
+                                b0, b1, sb0, sb1, c0, c1, c2, c3)
+                        else:                   # the small terms apart, in f
+                            f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pl[4 * j],
+                                                 pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
+                                                 b0, b1, f0, f1, f2, f3)
+                            par = 1 - par
+                            f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pb[4 * j],
+                                                 pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
+                                                 sb0, sb1, f0, f1, f2, f3)
+                            par = 1 - par
+                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j],
+                                                 pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
+                                                 b0, b1, c0, c1, c2, c3)
+                            par = 1 - par
+                    if not ONE_CHAIN:
+                        c0 += f0
+                        c1 += f1
+                        c2 += f2
+                        c3 += f3
+                    if which == 0:
+                        dva[4 * n] += c0
+                        dva[4 * n + 1] += c1
+                        dva[4 * n + 2] += c2
+                        dva[4 * n + 3] += c3
+                    else:
+                        dka[4 * n] += c0
+                        dka[4 * n + 1] += c1
+                        dka[4 * n + 2] += c2
+                        dka[4 * n + 3] += c3
+
+            if WITH_DQ:
+                cuda.syncthreads()             # every warp's dS is in shared memory
+                mq = warp % MQ
+                nb = (warp // MQ) * NQW
+                for i in range(QREGS):
+                    dqc[i] = F0
+                    dqe[i] = F0
+                for kp in range(KK):
+                    # A = dS rows mq*16 + g (+8), keys permuted: column t = key 8kp + 2t,
+                    # t + 4 = key 8kp + 2t + 1; B = K_j rows in the same order
+                    ab = (mq * 16 + g) * DSS + kp * 8 + 2 * t
+                    h0 = sm[U(DSB + ab)]
+                    h2 = sm[U(DSB + ab + 1)]
+                    h1 = sm[U(DSB + ab + 8 * DSS)]
+                    h3 = sm[U(DSB + ab + 8 * DSS + 1)]
+                    l0 = sm[U(DSL + ab)]
+                    l2 = sm[U(DSL + ab + 1)]
+                    l1 = sm[U(DSL + ab + 8 * DSS)]
+                    l3 = sm[U(DSL + ab + 8 * DSS + 1)]
+                    for n in range(NQW):
+                        kb = KNO + (kp * 8 + 2 * t) * RS + (nb + n) * 8 + g
+                        b0, sb0 = SPLIT(AS_F32(sm[U(kb)]))
+                        b1, sb1 = SPLIT(AS_F32(sm[U(kb + RS)]))
+                        if ONE_CHAIN:
+                            x0, x1, x2, x3 = dqc[4 * n], dqc[4 * n + 1], dqc[4 * n + 2], \
+                                dqc[4 * n + 3]
+                        else:
+                            x0, x1, x2, x3 = dqe[4 * n], dqe[4 * n + 1], dqe[4 * n + 2], \
+                                dqe[4 * n + 3]
+                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, l0, l1, l2, l3, b0, b1,
+                                             x0, x1, x2, x3)
+                        par = 1 - par
+                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, h0, h1, h2, h3,
+                                             sb0, sb1, x0, x1, x2, x3)
+                        par = 1 - par
+                        if not ONE_CHAIN:
+                            dqe[4 * n] = x0
+                            dqe[4 * n + 1] = x1
+                            dqe[4 * n + 2] = x2
+                            dqe[4 * n + 3] = x3
+                            x0, x1, x2, x3 = dqc[4 * n], dqc[4 * n + 1], dqc[4 * n + 2], \
+                                dqc[4 * n + 3]
+                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, h0, h1, h2, h3, b0, b1,
+                                             x0, x1, x2, x3)
+                        par = 1 - par
+                        dqc[4 * n] = x0
+                        dqc[4 * n + 1] = x1
+                        dqc[4 * n + 2] = x2
+                        dqc[4 * n + 3] = x3
+                r0 = q0 + mq * 16 + g
+                g0 = U(qbase + r0) * U(d) + U(nb * 8 + 2 * t)
+                g1 = g0 + U(8 * d)
+                if not ONE_CHAIN:
+                    for i in range(QREGS):
+                        dqc[i] += dqe[i]
+                if q0 + BR <= tq and d == D:    # the whole tile is inside: no checks
+                    for n in range(NQW):            # (pairs: v2.DQ_RED)
+                        add_dq(dq, g0 + U(8 * n), g1 + U(8 * n), dqc[4 * n] * scale,
+                               dqc[4 * n + 1] * scale, dqc[4 * n + 2] * scale,
+                               dqc[4 * n + 3] * scale)
+                else:
+                    for n in range(NQW):
+                        for i in range(4):
+                            c = (nb + n) * 8 + 2 * t + (i % 2)
+                            if r0 + 8 * (i // 2) < tq and c < d:
+                                RED(dq, (g1 if i >= 2 else g0) + U(8 * n + (i % 2)),
+                                    dqc[4 * n + i] * scale)
+
+        # epilogue: dK = scale dS^T Q, dV = P^T dO (fp32)
+        for n in range(NO):
+            for i in range(4):
+                key = kr0 + 8 * (i // 2)
+                c = n * 8 + 2 * t + (i % 2)
+                if key < tk and c < d:
+                    dk[U(h), U(key), U(c)] = dka[4 * n + i] * scale
+                    dv[U(h), U(key), U(c)] = dva[4 * n + i]
+
+    tc_bwd_key_major_tf32.__name__ = (f"tc_bwd_kv_3xtf32_w{NW}_q{BR}_d{D}"
+                                      + ("_dq" if WITH_DQ else "")
+                                      + ("_sums" if SUMS else "")
+                                      + ("_planes" if PLANES else "")
+                                      + ("" if ONE_CHAIN else "_apart")
+                                      + ("" if RED_V2 or not WITH_DQ else "_red1")
+                                      + ("_sim" if SIM else ""))
+    return _jit(tc_bwd_key_major_tf32, cfg)
+
+
+# --------------------------------------------------------------------------------------
+# kernel 2: query-major dQ in 3xTF32 (no atomics: deterministic)
+# --------------------------------------------------------------------------------------
+
+def make_query_major_tf32_kernel(cfg):
+    """The deterministic dQ pass at fp32 accuracy (`tc_backward_kernels`' kernel 2, the
+    Triton tutorial's separate dQ loop, on mma.sync m16n8k8 TF32 in 3xTF32).
+
+    One thread block per (query block of 16 x warps rows, head); warp w owns 16 query rows
+    and keeps their 16 x D piece of dQ_i in registers across the key blocks j that the rows
+    see (causal: up to the diagonal). Q_i, dO_i are copied to shared memory once; K_j, V_j
+    (Bc = q_block_k rows) by cp.async into one of two buffers while the block computes on
+    the other. Per key block, from zero:
+
+        S  = Q_i K_j^T   (A: Q rows by ldmatrix, split where read; B: K_j rows, k = d)
+        dP = dO_i V_j^T
+        P  = exp2(S qscale - L),  dS = P o (dP - D)
+        dQ_i += dS K_j   (A: the C tiles of dS as (c0, c2, c1, c3), k = the keys permuted
+                          as in kernel 1's dV step; B: b0 = K[key 2t][dim g], b1 = key 2t + 1)
+
+    the block's dS K_j starts from zero (three mma per k8 step in one chain) and is added
+    to the running dQ_i in fp32, as kernel 1 adds its blocks. S and dP are computed a
+    second time (kernel 1 has them too): 3 products x 2 Tq Tk d x 3 mma = 18 Tq Tk d more
+    FLOPs on the tensor cores. Shared memory (words, rows padded to D + 4): Q_i, dO_i:
+    16 warps x (D + 4) each; two buffers of K_j, V_j: Bc x (D + 4) each
+    (`TCBConfig.tf32_q_offsets`)."""
+    ops = device_ops(cfg.simulator)
+    AS_F32 = ops["as_f32"]
+    three = tf32x3_ops(cfg.simulator)
+    SPLIT, MMA3 = three["split"], three["mma3"]
+    so = smem_ops(cfg.simulator, v2.LINEAR_SHARED)
+    LDB, CP16, COMMIT, WAIT = so["ld_b"], so["cp16"], so["commit"], so["wait_all"]
+    exp2 = so["ex2"]
+    SIM = cfg.simulator
+    NW, BC, D, NT = cfg.warps, cfg.q_block_k, cfg.head_dim, cfg.threads
+    BRQ = 16 * NW                  # query rows per block
+    KT = D // 8                    # k8 steps of S, dP (over d)
+    NS = BC // 8                   # n8 tiles of S (16 queries x Bc); k8 steps of dS K_j
+    NO = D // 8                    # n8 tiles of dQ (16 queries x D)
+    RS = cfg.tf32_row_stride
+    QN, DON, KNO, VNO, KVB, _ = cfg.tf32_q_offsets()
+    LDR = LD_ROWS
+    CH = D // 4                    # 16-byte chunks per row
+    QCH = -(-(BRQ * CH) // NT)     # Q_i (and dO_i) chunks per thread, once
+    KCH = -(-(BC * CH) // NT)      # K_j (and V_j) chunks per thread per key block
+    OREGS, SREGS = 4 * NO, 4 * NS
+    SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+
+    def tc_bwd_query_major_tf32(q, k, v, do, ldw, dq, tq, tk, d, qscale, scale, causal,
+                                off):
+        # q, do (BH, Tq, D), k, v (BH, Tk, D): fp32 bits as uint32 words, flat; ldw: the
+        # pre-pass's (2, BH, Tq padded) lse log2(e) / D words, flat; dq (BH, Tq, d) float32
+        if SIM:
+            sm = cuda.shared.array(0, uint32)
+            scr = cuda.shared.array(SCR, float32)
+        else:
+            sm = cuda.shared.array(0, uint32, alignment=16)
+            scr = cuda.shared.array(1, float32)      # unused on a GPU
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4
+        t = lane % 4
+        wbase = warp * SIM_SCRATCH_PER_WARP
+        par = 0
+        h = cuda.blockIdx.y
+        q0 = cuda.blockIdx.x * BRQ
+        r0 = q0 + warp * 16 + g                  # this lane's rows: r0 and r0 + 8
+        tqp = (tq + LDR - 1) // LDR * LDR
+        qbase = h * tq
+        kbase = h * tk
+        lrow = cuda.local.array(2, float32)      # L = lse log2(e) (+inf: P = 0) and D
+        drow = cuda.local.array(2, float32)
+        for hf in range(2):
+            r = r0 + 8 * hf
+            lrow[hf] = AS_F32(ldw[U(h * tqp + r)]) if r < tqp else POS_INF
+            drow[hf] = AS_F32(ldw[U((cuda.gridDim.y + h) * tqp + r)]) if r < tqp else F0
+
+        kend = tk
+        if causal != 0:
+            kend = min(tk, q0 + BRQ + off)
+        n_kb = (kend + BC - 1) // BC if kend > 0 else 0
+        if n_kb > 0:                             # Q_i, dO_i and key block 0, one group
+            for it in range(QCH):
+                e = tid + NT * it
+                if e < BRQ * CH:
+                    r = e // CH
+                    c = (e - r * CH) * 4
+                    row = q0 + r
+                    ok = row < tq
+                    gi = U(qbase + (row if ok else 0)) * U(D) + U(c)
+                    CP16(sm, U(QN + r * RS + c), q, gi, 16 if ok else 0)
+                    CP16(sm, U(DON + r * RS + c), do, gi, 16 if ok else 0)
+            for it in range(KCH):
+                e = tid + NT * it
+                if e < BC * CH:
+                    r = e // CH
+                    c = (e - r * CH) * 4
+                    ok = r < tk
+                    gi = U(kbase + (r if ok else 0)) * U(D) + U(c)
+                    CP16(sm, U(KNO + r * RS + c), k, gi, 16 if ok else 0)
+                    CP16(sm, U(VNO + r * RS + c), v, gi, 16 if ok else 0)
+            COMMIT()
+
+        acc = cuda.local.array(OREGS, float32)   # dQ_i, 16 queries x D: the running sum
+        for i in range(OREGS):
+            acc[i] = F0
+        s = cuda.local.array(SREGS, float32)     # S -> P (16 queries x Bc)
+        dp = cuda.local.array(SREGS, float32)    # dP -> dS
+        pb = cuda.local.array(SREGS, uint32)     # dS split: big
+        pl = cuda.local.array(SREGS, uint32)     # and small
+        qrow = U(QN + warp * 16 * RS)            # this warp's 16 rows of Q_i, dO_i
+        orow = U(DON + warp * 16 * RS)
+
+        for jb in range(n_kb):
+            k0 = jb * BC
+            bo = (jb % 2) * KVB                  # this key block's buffer
+            WAIT()
+            cuda.syncthreads()                  # block jb landed; the other buffer is free
+            if jb + 1 < n_kb:                   # key block jb + 1 -> the other buffer
+                nb_ = KVB - bo
+                for it in range(KCH):
+                    e = tid + NT * it
+                    if e < BC * CH:
+                        r = e // CH
+                        c = (e - r * CH) * 4
+                        key = k0 + BC + r
+                        ok = key < tk
+                        gi = U(kbase + (key if ok else 0)) * U(D) + U(c)
+                        CP16(sm, U(nb_ + KNO + r * RS + c), k, gi, 16 if ok else 0)
+                        CP16(sm, U(nb_ + VNO + r * RS + c), v, gi, 16 if ok else 0)
+                COMMIT()
+
+            # S = Q_i K_j^T, dP = dO_i V_j^T (from zero; small, small, big per k8 step)
+            for i in range(SREGS):
+                s[i] = F0
+                dp[i] = F0
+            for kk in range(KT):
+                for which in range(2):          # 0: Q_i with K_j; 1: dO_i with V_j
+                    w0, w2, w1, w3 = LDB(sm, (qrow if which == 0 else orow) + U(kk * 8),
+                                         RS, lane)
+                    a0, sa0 = SPLIT(AS_F32(w0))
+                    a1, sa1 = SPLIT(AS_F32(w1))
+                    a2, sa2 = SPLIT(AS_F32(w2))
+                    a3, sa3 = SPLIT(AS_F32(w3))
+                    bsrc = bo + (KNO if which == 0 else VNO)
+                    for n2 in range(NS // 2):
+                        y0w, y1w, y2w, y3w = LDB(sm, U(bsrc + (n2 * 16) * RS + kk * 8), RS,
+                                                 lane)
+                        for half in range(2):
+                            n = 2 * n2 + half
+                            y0 = AS_F32(y0w if half == 0 else y2w)
+                            y1 = AS_F32(y1w if half == 0 else y3w)
+                            b0, sb0 = SPLIT(y0)
+                            b1, sb1 = SPLIT(y1)
+                            if which == 0:
+                                c0 = s[4 * n]
+                                c1 = s[4 * n + 1]
+                                c2 = s[4 * n + 2]
+                                c3 = s[4 * n + 3]
+                            else:
+                                c0 = dp[4 * n]
+                                c1 = dp[4 * n + 1]
+                                c2 = dp[4 * n + 2]
+                                c3 = dp[4 * n + 3]
+                            c0, c1, c2, c3, par = MMA3(scr, wbase, lane, par,
+                                                       a0, a1, a2, a3, sa0, sa1, sa2, sa3,
+                                                       b0, b1, sb0, sb1, c0, c1, c2, c3)
+                            if which == 0:
+                                s[4 * n] = c0
+                                s[4 * n + 1] = c1
+                                s[4 * n + 2] = c2
+                                s[4 * n + 3] = c3
+                            else:
+                                dp[4 * n] = c0
+                                dp[4 * n + 1] = c1
+                                dp[4 * n + 2] = c2
+                                dp[4 * n + 3] = c3
+
+            # P = exp2(S qscale - L), dS = P (dP - D), split; element i of n-tile n is
+            # query r0 + 8 (i // 2), key k0 + 8 n + 2 t + (i % 2)
+            edge = k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off)
+            for n in range(NS):
+                for i in range(4):
+                    hf = i // 2
+                    j = 4 * n + i
+                    p = exp2(s[j] * qscale - lrow[hf])
+                    if edge:
+                        key = k0 + n * 8 + 2 * t + (i % 2)
+                        if key >= tk or (causal != 0 and key > r0 + 8 * hf + off):
+                            p = F0
+                    big, small = SPLIT(p * (dp[j] - drow[hf]))
+                    pb[j] = big
+                    pl[j] = small
+
+            # dQ_i += dS K_j: this block's product from zero, then added in fp32
+            for n in range(NO):
+                c0 = F0
+                c1 = F0
+                c2 = F0
+                c3 = F0
+                for j in range(NS):
+                    kb = bo + KNO + (j * 8 + 2 * t) * RS + n * 8 + g
+                    b0, sb0 = SPLIT(AS_F32(sm[U(kb)]))
+                    b1, sb1 = SPLIT(AS_F32(sm[U(kb + RS)]))
+                    c0, c1, c2, c3, par = MMA3(
+                        scr, wbase, lane, par,
+                        pb[4 * j], pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
+                        pl[4 * j], pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
+                        b0, b1, sb0, sb1, c0, c1, c2, c3)
+                acc[4 * n] += c0
+                acc[4 * n + 1] += c1
+                acc[4 * n + 2] += c2
+                acc[4 * n + 3] += c3
+
+        for n in range(NO):                     # every row of the block, zeros included
+            for i in range(4):
+                r = r0 + 8 * (i // 2)
+                c = n * 8 + 2 * t + (i % 2)
+                if r < tq and c < d:
+                    dq[U(h), U(r), U(c)] = acc[4 * n + i] * scale
+
+    tc_bwd_query_major_tf32.__name__ = (f"tc_bwd_q_3xtf32_w{NW}_k{BC}_d{D}"
+                                        + ("_sim" if SIM else ""))
+    return _jit(tc_bwd_query_major_tf32, cfg)
