@@ -2,6 +2,7 @@
 #   make lab    create .venv if missing, install requirements.txt, start JupyterLab
 #               on 127.0.0.1 with token authentication (open the URL it prints)
 #   make test   the same set-up plus requirements-dev.txt, then every test
+#               (make test-fast: all but the tests marked slow, for while you work)
 # Other targets: make figures (regenerate figures/), make labs (student labs from
 # labs/solutions/), make bench-cpu / bench-gpu (benchmarks), make site (the course
 # website in _build/site/), make site-check (check it in a browser), make class-hub (a class
@@ -15,7 +16,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # The interpreter that will run the course: the venv's once it exists, else $(PYTHON).
 RUN_PYTHON = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
-.PHONY: lab test figures labs bench-cpu bench-gpu lint clean setup setup-dev site site-check \
+.PHONY: lab test test-fast figures labs bench-cpu bench-gpu lint clean setup setup-dev site site-check \
 	check-python port-free class-hub
 
 # Python 3.10+ (a plain exit, not `assert`, which PYTHONOPTIMIZE removes); checked on
@@ -51,7 +52,12 @@ lab: check-python port-free setup
 		--LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb
 
 test: setup-dev
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
+
+# Everything except the tests marked slow (notebook and browser tests are slow too): a
+# few minutes on 2 cores, for while you work. `make test` (and CI) still run everything.
+test-fast: setup-dev
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not slow"
 
 figures: setup
 	$(BIN)/python -m flashcourse.plots.readme figures

@@ -39,6 +39,8 @@ SLOW_TIMEOUT_S = 1200
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.get_closest_marker("timeout") is None and (
-                item.get_closest_marker("notebook") or item.get_closest_marker("browser")):
+        heavy = item.get_closest_marker("notebook") or item.get_closest_marker("browser")
+        if heavy:
+            item.add_marker(pytest.mark.slow)     # `make test-fast` (-m "not slow") skips it
+        if heavy and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))

@@ -541,6 +541,7 @@ def test_no_script_writes_a_file_but_through_the_one_writer():
 
 
 # ------------------------------------------------------------ the no-GPU check (item 3)
+@pytest.mark.slow
 def test_gpu_forward_check_runs_on_the_simulator(tmp_path, capsys):
     """`python benchmarks/gpu_forward.py --check --simulator-smoke`, the documented no-GPU
     check: every kernel the simulator can run is checked; the others (hopper: wgmma) are

@@ -68,7 +68,9 @@ WIDGET_WAIT_MS = 30_000
 PAGES = sorted(ROOT.glob("notebooks/*.ipynb")) + sorted(ROOT.glob("labs/*.ipynb")) \
     + sorted(ROOT.glob("labs/solutions/*.ipynb"))
 
-pytestmark = pytest.mark.browser
+# one worker runs every browser test (make test: --dist loadgroup), so at most one
+# JupyterLab and one Chromium run at a time on the 2 cores
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 
 def _require(condition: bool, reason: str) -> None:

@@ -34,7 +34,9 @@ from test_browser import (ARTIFACTS, ROOT, browser, jupyter_lab,  # noqa: F401
 
 from flashcourse.quiz import OPTIONS_CLASS, QUIZ_DIR, load_questions
 
-pytestmark = pytest.mark.browser
+# one worker runs every browser test (make test: --dist loadgroup), so at most one
+# JupyterLab and one Chromium run at a time on the 2 cores
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 WIDTHS = (1024, 1280, 1440)
 QUIZ_FILES = sorted(QUIZ_DIR.glob("*.toml"))

@@ -31,7 +31,9 @@ import pytest
 from test_browser import (ARTIFACTS, ROOT, browser, jupyter_lab, lab,  # noqa: F401
                           notebook_page, open_and_run_all, run_all_and_wait)
 
-pytestmark = pytest.mark.browser
+# one worker runs every browser test (make test: --dist loadgroup), so at most one
+# JupyterLab and one Chromium run at a time on the 2 cores
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 
 @contextmanager

@@ -53,6 +53,7 @@ def test_forward_at_awkward_head_dims(kernel, d):
         assert_close_to_reference(o, lse, o_ref, lse_ref, np.float32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", tuple(BACKWARD))
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_backward_at_awkward_head_dims(kernel, d):

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_figure_script_writes_pngs(tmp_path):
     r = subprocess.run([sys.executable, "-m", "flashcourse.plots.readme", str(tmp_path / "out")],
                        capture_output=True, text=True, cwd=ROOT, timeout=120,

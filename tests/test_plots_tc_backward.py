@@ -78,6 +78,7 @@ def test_rounding_model_without_roundings_is_the_reference(tq, tk, causal):
         TB.rounding_model(q, k, v, do, q, roundings=("P to fp8",))
 
 
+@pytest.mark.slow
 def test_rounding_model_is_the_fp16_kernel():
     """The three roundings reproduce the tensor-core backward's own error (simulator or
     GPU), each gradient's relative error within 5% of the model's: nothing else the kernel

@@ -698,6 +698,7 @@ _TYPED = st.one_of(st.integers(-10, 2 ** 45).map(str), st.text(max_size=12),
                    st.sampled_from(["1e12", "2**70", "1,024", "0x10", "-0", "1e-3", " "]))
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(st.data())
 def test_any_typed_value_gives_a_readout_or_one_message(data):
