@@ -251,6 +251,92 @@ def nonmatmul_flops_03() -> Exercise:
             ]})
 
 
+# -- notebook 07: FlashAttention-2's grid over query blocks and its split-Q warps ------------
+
+#: batch, heads, Tq (not a multiple of Br), Br of the grid; Br, d, warps of the split-K count
+GRID_07 = (2, 8, 20_000, 128)
+WARPS_07 = (64, 96, 4)
+
+
+def _grid_same_07(part, yours, right) -> bool:
+    """Counts exactly; the share of busy SMs to two decimals (0.12 for 16 / 132)."""
+    if part == "fa1_busy":
+        try:
+            return abs(float(yours) - right) <= 0.005
+        except (TypeError, ValueError):
+            return False
+    return _same_number(yours, right, 0)
+
+
+def fa2_grid_07() -> Exercise:
+    from .fa2_work import grid_blocks, sm_fill, warp_exchange_bytes
+    from .gpus import GPUS
+    b, h, tq, br = GRID_07
+    wbr, d, w = WARPS_07
+    sms = GPUS["H200"].sms
+    fa1 = grid_blocks(b, h, tq, br, "fa1")
+    fa2 = grid_blocks(b, h, tq, br, "fa2")
+    fill1, fill2 = sm_fill(fa1, sms), sm_fill(fa2, sms)
+    split_k = warp_exchange_bytes(wbr, d, w, "split-K")
+    per_warp = 2 * (wbr * d + 2 * wbr) * 4
+    working = (
+        f"B = {b}, H = {h}, Tq = {tq:,}, Br = {br}; an H200 has {sms} SMs, one resident "
+        "block per SM as in section 3\n"
+        f"FA1: one thread block per (batch, head): B H = {fa1}; they fill {fa1} of {sms} "
+        f"SMs: {fill1.busy_first_wave:.3f} (the rest idle for the whole launch)\n"
+        f"FA2: B H ceil(Tq / Br) = {b * h} x ceil({tq:,} / {br}) = {b * h} x {-(-tq // br)} "
+        f"= {fa2:,} blocks (the last query block of each head is ragged, and still a block)\n"
+        f"     waves = ceil({fa2:,} / {sms}) = {fill2.waves}; the last wave holds "
+        f"{fa2 - (fill2.waves - 1) * sms} blocks, so the block slots are used "
+        f"{fa2:,} / ({fill2.waves} x {sms}) = {fill2.busy_average:.3f} of the time\n"
+        f"split-K, Br = {wbr}, d = {d}, {w} warps: each warp writes its partial (Br, d) "
+        f"output and its Br row maxes and Br row sums (fp32) to shared memory, and they are "
+        f"read back: 2 x {w} x ({wbr} x {d} + 2 x {wbr}) x 4 B = {split_k:,} B per key tile\n"
+        "split-Q: each warp owns whole rows (its m, l and acc): nothing to exchange, 0 B "
+        "(and no barrier between the warps inside a tile).")
+    ceil_slip = b * h * (tq // br)
+    return Exercise(
+        f"FlashAttention-2's changes 2 and 3 on an H200 ({sms} SMs): B = {b}, H = {h}, "
+        f"Tq = {tq:,}, Br = {br}: thread blocks of FA1 and FA2, FA1's share of busy SMs, "
+        f"FA2's waves; bytes exchanged through shared memory per key tile by {w} warps, "
+        f"Br = {wbr}, d = {d}, split-K and split-Q",
+        {"fa1_blocks": fa1, "fa1_busy": fill1.busy_first_wave, "fa2_blocks": fa2,
+         "fa2_waves": fill2.waves, "split_k_bytes": split_k, "split_q_bytes": 0},
+        working, same=_grid_same_07,
+        diagnoses={
+            "fa1_blocks": [(lambda y: _same_number(y, b, 0) or _same_number(y, h, 0),
+                            "FA1 gives every (batch, head) pair its own block: B times H")],
+            "fa1_busy": [(lambda y: _same_number(y, 100 * fill1.busy_first_wave, 5e-3),
+                          "give it as a share between 0 and 1, not in percent"),
+                         (lambda y: _same_number(y, 1.0, 0),
+                          f"FA1 has only {fa1} blocks for {sms} SMs: one block runs on one SM")],
+            "fa2_blocks": [(lambda y: _same_number(y, ceil_slip, 0),
+                            f"{tq:,} / {br} is not whole: the ragged last query block needs "
+                            "its own thread block too (round up)"),
+                           (lambda y: _same_number(y, -(-tq // br), 0),
+                            "that is one head of one sequence: the grid runs over every "
+                            "(batch, head) pair as well"),
+                           (lambda y: _same_number(y, h * -(-tq // br), 0),
+                            "the batch multiplies the grid too: B H ceil(Tq / Br)")],
+            "fa2_waves": [(lambda y: _same_number(y, fa2 // sms, 0),
+                           "the last, partial wave is a wave too: round up"),
+                          (lambda y: _same_number(y, fa2 / sms, 5e-3),
+                           "waves are whole rounds of blocks: round the quotient up")],
+            "split_k_bytes": [
+                (lambda y: _same_number(y, split_k // 2, 0),
+                 "that is half: count both the write to shared memory and the read back, "
+                 "4 bytes (fp32) per value"),
+                (lambda y: _same_number(y, 2 * w * wbr * d * 4, 0),
+                 "the warps also exchange each row's max and sum (2 Br values), which the "
+                 "merge of the partial softmaxes needs"),
+                (lambda y: _same_number(y, per_warp, 0),
+                 "that is one warp's share: every warp writes and reads its partial result")],
+            "split_q_bytes": [(lambda y: _same_number(y, split_k, 5e-3),
+                               "split-Q warps own whole query rows, so their softmax state "
+                               "and output never need merging")],
+        })
+
+
 # -- notebook 05: smaller tiles in the fast CPU kernel -----------------------------------------
 
 BLOCKS_05 = (2048, 32, 16)                # N, the Br tried, the Bc tried (the defaults: cpu.py)
@@ -528,6 +614,7 @@ EXERCISES = {
     "03-nonmatmul-flops": nonmatmul_flops_03,
     "05-block-sizes": block_sizes_05,
     "06-causal-tiles": causal_tiles_06,
+    "07-fa2-grid": fa2_grid_07,
     "08-dram-flash": dram_flash_08,
     "09-saved-bytes": saved_bytes_09,
     "10-tc-backward": tc_backward_10,

@@ -47,6 +47,29 @@ def test_causal_tiles_06():
     assert not ok and "diagonal" in lines[1]
 
 
+def test_fa2_grid_07():
+    """Counted by hand here (not by fa2_work): 2 x 8 = 16 blocks for FA1, 16 x ceil(20,000 /
+    128) = 16 x 157 for FA2 in ceil(2,512 / 132) = 20 waves; split-K 2 W (Br d + 2 Br) 4 B."""
+    right = dict(fa1_blocks=16, fa1_busy=0.12, fa2_blocks=16 * 157, fa2_waves=20,
+                 split_k_bytes=2 * 4 * (64 * 96 + 2 * 64) * 4, split_q_bytes=0)
+    assert E.grade("07-fa2-grid", **right)[0]
+    for part, wrong, hint in (("fa1_blocks", 8, "B times H"),
+                              ("fa1_busy", 12.1, "not in percent"),
+                              ("fa1_busy", 1, "one block runs on one SM"),
+                              ("fa2_blocks", 16 * 156, "round up"),
+                              ("fa2_blocks", 157, "every (batch, head)"),
+                              ("fa2_blocks", 8 * 157, "the batch"),
+                              ("fa2_waves", 19, "partial wave"),
+                              ("fa2_waves", 2512 / 132, "whole rounds"),
+                              ("split_k_bytes", 4 * (64 * 96 + 2 * 64) * 4, "read back"),
+                              ("split_k_bytes", 2 * 4 * 64 * 96 * 4, "max and sum"),
+                              ("split_k_bytes", 2 * (64 * 96 + 2 * 64) * 4, "one warp"),
+                              ("split_q_bytes", 200_704, "whole query rows")):
+        ok, lines = E.grade("07-fa2-grid", **{**right, part: wrong})
+        line = lines[list(right).index(part)]
+        assert not ok and hint in line, (part, wrong, line)
+
+
 def test_saved_bytes_09():
     p = 4 * 16 * 8192 ** 2 * 2
     l = 4 * 16 * 8192 * 4
@@ -152,6 +175,7 @@ def test_tc_backward_10():
                                                             "03-nonmatmul-flops"]),
                                       ("05_numba_cpu", ["05-block-sizes"]),
                                       ("06_numba_cuda_kernel", ["06-causal-tiles"]),
+                                      ("07_tile_sizes_and_occupancy", ["07-fa2-grid"]),
                                       ("08_measured_traffic", ["08-dram-flash"]),
                                       ("09_backward_recompute", ["09-saved-bytes"]),
                                       ("10_tensor_cores", ["10-tc-backward"]),

@@ -180,6 +180,46 @@ MISTAKES = {
          L.HINT_FLASH_GLOBAL),
         ("alpha = math.exp(m - m_new)", "alpha = math.exp(m - m_new) * 1.0", L.HINT_FLOAT64),
     ],
+    "histogram": [
+        # plain read-modify-writes: of the global histogram, of the shared one
+        ("        cuda.atomic.add(hist, t, sh[t])", "        hist[t] += sh[t]",
+         L.HINT_ATOMIC_GLOBAL),
+        ("        cuda.atomic.add(sh, int(x[i]), ONE)", "        sh[int(x[i])] += ONE",
+         L.HINT_ATOMIC_SHARED),
+        ("    if t < NB12:\n        sh[t] = F0\n", "", L.HINT_HIST_ZERO),
+        ("        sh[t] = F0\n    cuda.syncthreads()", "        sh[t] = F0", L.HINT_SYNC),
+        ("        cuda.atomic.add(sh, int(x[i]), ONE)\n    cuda.syncthreads()",
+         "        cuda.atomic.add(sh, int(x[i]), ONE)", L.HINT_SYNC),
+        ("    if t < NB12:\n        cuda.atomic.add(hist, t, sh[t])",
+         "    for j in range(NB12):\n        cuda.atomic.add(hist, j, sh[j])",
+         L.HINT_FLUSH_ONCE),
+        # no privatisation: one global atomic per element (right values)
+        ("        cuda.atomic.add(sh, int(x[i]), ONE)\n    cuda.syncthreads()\n"
+         "    if t < NB12:\n        cuda.atomic.add(hist, t, sh[t])",
+         "        cuda.atomic.add(hist, int(x[i]), ONE)\n    cuda.syncthreads()",
+         L.HINT_PRIVATE),
+        ("    if i < n:\n        cuda.atomic.add(sh", "    if True:\n        cuda.atomic.add(sh",
+         L.HINT_EDGE),
+        ("cuda.atomic.add(sh, int(x[i]), ONE)", "cuda.atomic.add(sh, int(x[i]), 1.0)",
+         L.HINT_FLOAT64),
+    ],
+    "stage_reverse": [
+        ("    wait_all()\n", "", L.HINT_CP_WAIT),
+        ("    commit_group()\n", "", L.HINT_CP_COMMIT),
+        ("    wait_all()\n    cuda.syncthreads()\n", "    wait_all()\n", L.HINT_CP_BARRIER),
+        # the wait after the reads
+        ("    wait_all()\n    cuda.syncthreads()\n", "    cuda.syncthreads()\n",
+         L.HINT_CP_WAIT),
+        # indices in 16-byte units instead of floats
+        ("cp_async16(sm, FLOATS_PER_COPY * t, x, TILE13 * b + FLOATS_PER_COPY * t, nbytes)",
+         "cp_async16(sm, t, x, TILE13 * b + t, nbytes)", L.HINT_CP_UNITS),
+        ("    nbytes = 16 if row < rows else 0\n", "    nbytes = 16\n", L.HINT_CP_EDGE),
+        # the tile staged through registers: right values, no cp.async
+        ("    cp_async16(sm, FLOATS_PER_COPY * t, x, TILE13 * b + FLOATS_PER_COPY * t, nbytes)\n",
+         "    for e in range(FLOATS_PER_COPY):\n"
+         "        j = FLOATS_PER_COPY * t + e\n"
+         "        sm[j] = x[TILE13 * b + j] if row < rows else F0\n", L.HINT_CP_REGISTERS),
+    ],
 }
 
 #: mistakes that need more than one edit: name -> (puzzle, [(old, new), ...], hint)
@@ -368,6 +408,26 @@ VARIANTS = {
                                "out[c, lane] = tile[lane, c ^ lane]")]),
     "contiguous micro-tile": ("matmul_micro", [("ty + B7 * i", "ty * TM7 + i"),
                                                ("tx + B7 * j", "tx * TN7 + j")]),
+    # thread 0 zeroes and flushes alone, skipping empty bins; the bin by math.floor
+    "histogram by thread 0, empty bins skipped": ("histogram", [
+        ("    if t < NB12:\n        sh[t] = F0\n",
+         "    if t == 0:\n        for j in range(NB12):\n            sh[j] = F0\n"),
+        ("cuda.atomic.add(sh, int(x[i]), ONE)",
+         "cuda.atomic.add(sh, int(math.floor(x[i])), float32(1))"),
+        ("    if t < NB12:\n        cuda.atomic.add(hist, t, sh[t])",
+         "    if t == 0:\n        for j in range(NB12):\n            c = sh[j]\n"
+         "            if c != F0:\n                cuda.atomic.add(hist, j, c)")]),
+    # thread t copies the chunk of thread 31 - t, an empty group committed too, the rows
+    # written in the other order
+    "copies in another order, two groups": ("stage_reverse", [
+        ("    cp_async16(sm, FLOATS_PER_COPY * t, x, TILE13 * b + FLOATS_PER_COPY * t, nbytes)\n"
+         "    commit_group()\n",
+         "    s = FLOATS_PER_COPY * (31 - t)\n"
+         "    row = ROWS13 * b + s // COLS13\n"
+         "    cp_async16(sm, s, x, TILE13 * b + s, 16 if row < rows else 0)\n"
+         "    commit_group()\n    commit_group()\n"),
+        ("    for i in range(ROWS13):\n        r = ROWS13 * b + i",
+         "    for i in range(ROWS13 - 1, -1, -1):\n        r = ROWS13 * b + i")]),
 }
 
 

@@ -90,7 +90,8 @@ HINT_FLOAT64 = (
 @dataclass
 class PuzzleCase:
     """One launch: inputs (float32 arrays), outputs (shapes, written by the kernel; they
-    start as NaN), int32 scalars, the kernel's argument order, grid and block."""
+    start as NaN, or as `initial[name]`: a histogram the host zeroes), int32 scalars, the
+    kernel's argument order, grid and block."""
 
     name: str
     arrays: dict
@@ -99,6 +100,7 @@ class PuzzleCase:
     order: tuple
     grid: tuple
     block: tuple
+    initial: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -117,7 +119,8 @@ class Outcome:
 def launch(kernel, case: PuzzleCase, *, trace: bool = True) -> Outcome:
     """Run `kernel[grid, block](...)` on the case; traced on the simulator."""
     from numba import cuda
-    outs = {k: np.full(shape, np.nan, np.float32) for k, shape in case.outputs.items()}
+    outs = {k: np.full(shape, case.initial.get(k, np.nan), np.float32)
+            for k, shape in case.outputs.items()}
     sim = using_simulator() and trace
     args = []
     for name in case.order:
@@ -180,6 +183,8 @@ class Puzzle:
     expected: Callable | None = None   # case -> {"global read": n, ...} totals for show()
     first: list = field(default_factory=list)       # [(predicate(yours, expected), hint)]
     time_limit_s: float = 60.0
+    #: [(text in the error, hint)]: errors named before the edge hint (a misaligned copy)
+    error_hints: list = field(default_factory=list)
 
     def describe(self) -> None:
         """Print the puzzle: its contract, the numpy spec and the first case's launch."""
@@ -211,8 +216,10 @@ class Puzzle:
                 return not rules[i].needs_right_values or _outputs_close(y.outputs, e)
             return fired
 
-        diagnoses = [((lambda y, e: bool(y.refused)), *HINT_NOT_NUMBA),
-                     ((lambda y, e: bool(y.error) and "outside" in y.error), *self.edge_hint),
+        diagnoses = [((lambda y, e: bool(y.refused)), *HINT_NOT_NUMBA)]
+        diagnoses += [((lambda y, e, text=text: text in y.error), *hint)
+                      for text, hint in self.error_hints]
+        diagnoses += [((lambda y, e: bool(y.error) and "outside" in y.error), *self.edge_hint),
                      ((lambda y, e: bool(y.error)), *self.edge_hint)]
         diagnoses += [(rule_fired(i), *rules[i].hint) for i in range(len(GENERIC_RULES))]
         diagnoses += [(pred, *hint) for pred, hint in self.first]
@@ -323,6 +330,12 @@ def _compare(yours: Outcome, want: dict, rules=()):
 
 
 _KINDS = ("global read", "global write", "shared read", "shared write")
+_ATOMIC_KINDS = ("global atomic", "shared atomic")
+
+
+def _kinds(trace: Trace) -> tuple:
+    """The four kinds of access, and the atomics when the kernel made any."""
+    return _KINDS + (_ATOMIC_KINDS if any(trace.total(k) for k in _ATOMIC_KINDS) else ())
 
 
 def _table(trace: Trace) -> str:
@@ -341,19 +354,20 @@ def _table(trace: Trace) -> str:
             groups[-1][2] = t
         else:
             groups.append([b, t, t, counts])
-    head = f"  {'':<40}" + "".join(f"{k.split()[0][0] + '.' + k.split()[1]:>8}" for k in _KINDS)
+    kinds = _kinds(trace)
+    head = f"  {'':<40}" + "".join(f"{k.split()[0][0] + '.' + k.split()[1]:>9}" for k in kinds)
     rows = [head]
     for b, first, last, counts in groups:
         who = f"block {b}, threads {first}..{last}" if first != last else \
             f"block {b}, thread {first}"
-        rows.append(f"  {who:<40}" + "".join(f"{counts[k]:>8}" for k in _KINDS))
+        rows.append(f"  {who:<40}" + "".join(f"{counts[k]:>9}" for k in kinds))
     return "\n".join(rows)
 
 
 def _summary(trace: Trace, expected: dict | None) -> str:
     conflicts, worst = trace.bank_conflicts()
     touched, ideal = trace.sectors()
-    have = {k: trace.total(k) for k in _KINDS}
+    have = {k: trace.total(k) for k in _kinds(trace)}
     have["bank conflicts"] = conflicts
     have["global sectors"] = touched
     lines = ["  totals:    " + ", ".join(f"{k} {v}" for k, v in have.items())]

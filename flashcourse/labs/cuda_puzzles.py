@@ -26,7 +26,9 @@ The machinery (Puzzle, launch, the tables, the rules) is in `cuda_puzzle_rules.p
 
 The puzzles climb to lab 06: indexing and guards, 2-D blocks, shared memory and barriers,
 block reductions, the warp-shuffle butterfly, a tiled matmul, register micro-tiles,
-coalescing, bank conflicts, the online softmax on a row, a one-block FlashAttention forward.
+coalescing, bank conflicts, the online softmax on a row, a one-block FlashAttention forward;
+then two tools of the fast kernels (`cuda_puzzles_memory.py`): atomics (a histogram) and
+asynchronous copies into shared memory (`cp.async`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ from .cuda_puzzle_rules import (HINT_DIVERGENT_BARRIER, HINT_EDGE,  # noqa: F401
                                 arrays_hold_at_most, coalesced, launch, no_bank_conflicts,
                                 no_races, one_thread_reads_at_most, reads_at_most,
                                 shared_reads_at_most, written_once, x_walks_rows)
+from .cuda_puzzles_memory import (HINT_ATOMIC_GLOBAL, HINT_ATOMIC_SHARED,  # noqa: F401
+                                  HINT_CP_BARRIER, HINT_CP_COMMIT, HINT_CP_EDGE,
+                                  HINT_CP_REGISTERS, HINT_CP_UNITS, HINT_CP_WAIT,
+                                  HINT_FLUSH_ONCE, HINT_HIST_ZERO, HINT_PRIVATE,
+                                  puzzle_histogram, puzzle_stage_reverse)
+from .cuda_puzzles_memory import HINTS as _MEMORY_HINTS
 
 # -- puzzle 1: map with a guard ---------------------------------------------------------------
 
@@ -719,6 +727,8 @@ def _ladder() -> list[Puzzle]:
                                    c.scalars["d"], "one read per element per tile"),
                      HINT_FLASH_GLOBAL)],
                expected=lambda c: {"global write": c.scalars["tq"] * c.scalars["d"]}),
+        puzzle_histogram(),
+        puzzle_stage_reverse(),
     ]
 
 
@@ -732,4 +742,5 @@ def puzzle(name: str) -> Puzzle:
     return PUZZLES[name]
 
 
-ALL_HINTS = [v for k, v in dict(globals()).items() if k.startswith("HINT_")]
+ALL_HINTS = list({id(v): v for v in [v for k, v in dict(globals()).items()
+                                      if k.startswith("HINT_")] + _MEMORY_HINTS}.values())

@@ -53,6 +53,19 @@ SECTOR_BYTES = 32   # global memory is moved in 32-byte sectors
 _ALLOC_LOCK = threading.Lock()
 _ACTIVE: dict | None = None      # thread key -> list of events, while a traced kernel runs
 _SLICES: dict = {}               # array -> elements read through slices, while tracing
+_NOTES: dict | None = None       # what helpers of a lab note while tracing (`note`)
+#: the simulator's atomics that take (array, index, ...): each is recorded as one event of
+#: kind "atomic" (its own read and write inside are not recorded apart)
+ATOMICS = ("add", "sub", "max", "min", "exch", "inc", "dec", "and_", "or_", "xor",
+           "nanmax", "nanmin", "cas")
+
+
+def note(key: str, n: int = 1) -> None:
+    """Add `n` to the active trace's note `key` (a lab's simulator helper counting what
+    the trace cannot see, e.g. the asynchronous copies it made); nothing when not tracing."""
+    if _NOTES is not None:
+        with _ALLOC_LOCK:
+            _NOTES[key] = _NOTES.get(key, 0) + n
 
 
 def _thread_key():
@@ -106,6 +119,8 @@ class TracedArray(np.ndarray):
         off = _offset(self, index)
         if _ACTIVE is None:
             return
+        if kind != "atomic" and getattr(threading.current_thread(), "_trace_atomic", False):
+            return                       # inside an atomic: recorded once, as the atomic
         key = _thread_key()
         if key is None:
             return
@@ -154,9 +169,10 @@ def tracing():
 
     Patches the simulator's `cuda.shared.array` (allocations are named by the line that
     makes them, "shared line N"; float ones start as NaN so that an element nobody
-    loaded shows up), `cuda.local.array` (its sizes) and `cuda.syncthreads` (each thread's
-    barriers: its epoch, and where each barrier it reached stands)."""
-    global _ACTIVE, _SLICES
+    loaded shows up), `cuda.local.array` (its sizes), `cuda.syncthreads` (each thread's
+    barriers: its epoch, and where each barrier it reached stands) and the atomics
+    (`cuda.atomic.add` ...: one event of kind "atomic" each)."""
+    global _ACTIVE, _SLICES, _NOTES
     from numba.cuda.simulator import kernel as sim_kernel
     from numba.cuda.simulator import kernelapi
     trace = Trace()
@@ -201,14 +217,33 @@ def tracing():
             self._trace_epoch = getattr(self, "_trace_epoch", 0) + 1
             return old_sync(self)
 
+        def atomic(old):
+            def op(self, array, index, *args):
+                thread = threading.current_thread()
+                thread._trace_atomic = True
+                try:
+                    res = old(self, array, index, *args)
+                finally:
+                    thread._trace_atomic = False
+                inner = getattr(array, "_ary", array)     # a kernel argument is wrapped
+                if isinstance(inner, TracedArray):
+                    inner._record("atomic", index)
+                return res
+            return op
+
+        old_atomics = {name: getattr(kernelapi.FakeCUDAAtomic, name) for name in ATOMICS}
+        for name, old in old_atomics.items():
+            setattr(kernelapi.FakeCUDAAtomic, name, atomic(old))
         kernelapi.FakeCUDAShared.array = shared_array
         kernelapi.FakeCUDALocal.array = local_array
         sim_kernel.BlockThread.syncthreads = syncthreads
-        _ACTIVE, _SLICES = trace.events, trace.slice_reads
+        _ACTIVE, _SLICES, _NOTES = trace.events, trace.slice_reads, trace.notes
         try:
             yield trace
         finally:
-            _ACTIVE, _SLICES = None, {}
+            _ACTIVE, _SLICES, _NOTES = None, {}, None
+            for name, old in old_atomics.items():
+                setattr(kernelapi.FakeCUDAAtomic, name, old)
             kernelapi.FakeCUDAShared.array = old_array
             kernelapi.FakeCUDALocal.array = old_local
             sim_kernel.BlockThread.syncthreads = old_sync
@@ -227,13 +262,15 @@ class Trace:
         self.barriers: dict = {}       # thread key -> [(function, line) of each barrier]
         self.allocations: dict = {}    # ("local" or "shared", line) -> elements
         self.slice_reads: dict = {}    # array -> elements read through slices or rows
+        self.notes: dict = {}          # counts noted by a lab's helpers (`note`)
 
     def threads(self):
         return sorted(self.events)
 
     def counts(self, key) -> dict:
-        """{'global read': n, 'global write': n, 'shared read': n, 'shared write': n}."""
-        out = {f"{s} {k}": 0 for s in ("global", "shared") for k in ("read", "write")}
+        """{'global read': n, 'global write': n, 'shared read': n, 'shared write': n,
+        'global atomic': n, 'shared atomic': n}."""
+        out = {f"{s} {k}": 0 for s in ("global", "shared") for k in ("read", "write", "atomic")}
         for space, kind, *_ in self.events.get(key, ()):
             out[f"{space} {kind}"] += 1
         return out
@@ -323,17 +360,38 @@ class Trace:
 
     def races(self) -> list:
         """Shared elements written by one thread and read or written by another between
-        the same two barriers: [(block, array, offset, epoch), ...] (a missing syncthreads)."""
-        cells = defaultdict(lambda: (set(), set()))      # -> (writers, all touching)
+        the same two barriers, or updated by an atomic and read or written plainly by
+        another thread between them: [(block, array, offset, epoch), ...] (a missing
+        syncthreads). Atomics alone on one element do not race: that is what they are for."""
+        cells = defaultdict(lambda: (set(), set(), set()))   # -> (writers, plain, atomic)
         for (block, thread), ev in self.events.items():
             for s, k, a, off, _, epoch in ev:
                 if s != "shared":
                     continue
-                writers, touching = cells[(block, a, off, epoch)]
-                touching.add(thread)
+                writers, plain, atomic = cells[(block, a, off, epoch)]
+                (atomic if k == "atomic" else plain).add(thread)
                 if k == "write":
                     writers.add(thread)
-        return [cell for cell, (w, t) in cells.items() if w and len(t) > 1]
+        return [cell for cell, (w, p, at) in cells.items()
+                if len(p | at) > 1 and (w or (p and at))]
+
+    def lost_updates(self) -> list:
+        """Elements that two or more threads each read and then wrote with plain accesses
+        (x[i] += 1: a read-modify-write that loses the updates of threads in between):
+        shared ones between the same two barriers of a block, global ones anywhere
+        [(space, array, offset, threads), ...]."""
+        cells = defaultdict(lambda: defaultdict(set))        # cell -> thread -> kinds
+        for (block, thread), ev in self.events.items():
+            for s, k, a, off, _, epoch in ev:
+                if k in ("read", "write"):
+                    cell = (s, a, off) + ((block, epoch) if s == "shared" else ())
+                    cells[cell][(block, thread)].add(k)
+        out = []
+        for cell, who in cells.items():
+            rmw = [t for t, kinds in who.items() if kinds == {"read", "write"}]
+            if len(rmw) > 1:
+                out.append((cell[0], cell[1], cell[2], len(rmw)))
+        return out
 
     def _warp_slots(self, space):
         """{(block, warp, array, kind, k): [(array, byte address, item bytes), ...]}: the k-th
