@@ -1,7 +1,7 @@
 """Asynchronous copies (`cp.async`) for lab 05's puzzle 13, with a simulator twin that makes
 their asynchrony visible.
 
-On a GPU these are the course's inline-PTX wrappers (`flashcourse.cuda.smem_ops`, where
+On a GPU these are the course's inline-PTX wrappers (`flashcourse.cuda.ptx.smem_ops`, where
 `cp.async` is written once):
 
     cp_async16(sm, sidx, g, gidx, nbytes)   cp.async.cg.shared.global: 16 bytes (4 float32)
@@ -85,6 +85,6 @@ def async_copy_ops():
     from numba import cuda
     if using_simulator():
         return tuple(cuda.jit(device=True)(f) for f in (_issue, _commit, _wait_all))
-    from ..cuda.smem_ops import intrinsics
+    from ..cuda.ptx.smem_ops import intrinsics
     ins = intrinsics()
     return ins["cp_async16"], ins["commit"], ins["wait_all"]

@@ -1,6 +1,6 @@
 """Checkers for lab 12 (after notebook 12): Hopper's wgmma matrix descriptor and the
 128-byte swizzle, written by the learner and checked against the course's layout model
-(`flashcourse.cuda.wgmma_layouts`, from the PTX ISA's "Matrix Descriptor Format" and
+(`flashcourse.cuda.hopper.wgmma_layouts`, from the PTX ISA's "Matrix Descriptor Format" and
 "Shared Memory Matrix Layout").
 
 The learner writes
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cuda import wgmma_layouts as W
+from ..cuda.hopper import wgmma_layouts as W
 from ._harness import TODO_LINE, Case, Result, run_checks
 
 ROWS = 64              # rows of the swizzled tile (8 atoms of 8 rows)
