@@ -170,15 +170,15 @@ def test_tiled_and_dense_gpt_train_to_the_same_losses_float64():
 @pytest.mark.slow
 def test_tiled_and_dense_gpt_float32_within_rounding():
     """float32: per-step losses within float32 rounding of the float64 run's (the two
-    float32 runs round differently, so each is compared with float64 at 1e-4 relative,
-    about 1000 float32 epsilons after 100 steps of AdamW)."""
+    float32 runs round differently, so each is compared with float64 at 3e-5 relative,
+    about 250 float32 epsilons after 100 steps of AdamW; measured: 1e-6 to 3e-6)."""
     ids = np.tile(RNG.integers(0, 11, 13), 30)
     ref = np.array(gpt.train(tiny_model("dense"), ids, steps=100, batch=4, lr=1e-2,
                              seed=3).loss)
     for a in ("tiled", "dense"):
         got = np.array(gpt.train(tiny_model(a, "float32"), ids, steps=100, batch=4, lr=1e-2,
                                  seed=3).loss)
-        assert np.all(np.abs(got - ref) <= 1e-4 * ref), (a, np.max(np.abs(got - ref) / ref))
+        assert np.all(np.abs(got - ref) <= 3e-5 * ref), (a, np.max(np.abs(got - ref) / ref))
 
 
 def test_memory_kept_for_backward_dense_keeps_p_tiled_keeps_lse():
