@@ -7,8 +7,9 @@
 
 q, k, v: (B, H, T, d) tensors of one dtype (made contiguous where they are not); o like q;
 lse (B, H, Tq) float32 (float64 for float64 input on the CPU), natural log.
-`attention(q, k, v)` is the differentiable call: its backward (`register_autograd`) saves q, k, v, o and lse, never P, and calls the
-backward operator, which recomputes each tile of P from lse (notebook 09).
+`attention(q, k, v)` is the differentiable call: its backward (`register_autograd`) saves
+q, k, v, o and lse, never P, and calls the backward operator, which recomputes each tile of
+P from lse (notebook 09).
 
 On CUDA tensors the operators run the course's tensor-core kernels,
 `flashcourse.cuda.forward/backward(..., kernel="tensor_core")`, on the tensors' memory
