@@ -90,6 +90,7 @@ RESULT_KINDS = {
     "*_hopper.json": "hopper",
     "*_hopper_*.json": "hopper",               # one version's own runs (variants)
     "*gpu_labs.json": "gpu_labs",
+    "*gpu_train.json": "gpu_train",
 }
 
 

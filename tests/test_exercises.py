@@ -181,7 +181,8 @@ def test_tc_backward_10():
                                       ("10_tensor_cores", ["10-tc-backward"]),
                                       ("12_hopper_wgmma", ["12-descriptors", "12-v-layout",
                                                            "12-setmaxnreg", "12-waves",
-                                                           "12-rescale"])])
+                                                           "12-rescale"]),
+                                      ("13_train_a_gpt", ["13-saved-activations"])])
 def test_notebooks_ask_for_predictions_without_printing_answers(nb, names):
     cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
     code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
@@ -297,3 +298,16 @@ def test_rescale_12():
                         alpha=2.0 ** (10.5 - 12), skipped=128)
     assert not ok and "right" in lines[0] and "log2 units" in lines[1]
     assert "kept" in lines[3] and "64 x d values" in lines[4]
+
+
+def test_saved_activations_13_names_each_typical_mistake():
+    right = dict(p_bytes=12 * 8 * 12 * 1024 ** 2 * 2, lse_bytes=12 * 8 * 12 * 1024 * 4, ratio=512)
+    assert E.grade("13-saved-activations", **right)[0]
+    for part, wrong, hint in (("p_bytes", right["p_bytes"] / 12, "one layer"),
+                              ("p_bytes", right["p_bytes"] * 2, "2 bytes per probability"),
+                              ("lse_bytes", right["lse_bytes"] / 2, "fp32"),
+                              ("lse_bytes", right["lse_bytes"] * 64, "one number per query row"),
+                              ("ratio", 1024, "s = 2 bytes")):
+        ok, lines = E.grade("13-saved-activations", **{**right, part: wrong})
+        line = next(s for s in lines if s.startswith(part))
+        assert not ok and hint in line, (part, line)

@@ -246,3 +246,15 @@ def test_timing_spread_rings_unresolved_points():
     assert style.width_in(fig) <= style.MAX_WIDTH_IN
     assert style.smallest_font_pt(fig) >= style.MIN_FONT_PT
     plt.close(fig)
+
+
+def test_loss_curves_draw_both_runs_and_their_difference():
+    import matplotlib.pyplot as plt
+    from flashcourse.plots import training
+    fig = training.plot_loss_curves({"tiled": [3.0, 2.5, 2.0], "dense": [3.0, 2.5, 2.0 + 1e-15]})
+    top, bottom = fig.axes
+    assert len(top.lines) == 2 and len(bottom.lines) >= 1
+    np.testing.assert_allclose(bottom.lines[0].get_ydata(), [1e-17, 1e-17, 1e-15 / 2.0],
+                               rtol=0.2)
+    assert style.width_in(fig) <= style.MAX_WIDTH_IN
+    plt.close(fig)

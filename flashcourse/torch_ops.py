@@ -1,0 +1,162 @@
+"""The course's attention as PyTorch custom operators, so that a PyTorch model (and
+`torch.compile(fullgraph=True)`) can train on it. Optional: needs PyTorch
+(`requirements-train.txt`); nothing else in the course imports this module.
+
+    flashcourse::attention_forward(q, k, v, causal, scale) -> (o, lse)
+    flashcourse::attention_backward(q, k, v, o, lse, do, causal, scale) -> (dq, dk, dv)
+
+q, k, v: (B, H, T, d) tensors of one dtype (made contiguous where they are not); o like q;
+lse (B, H, Tq) float32 (float64 for float64 input on the CPU), natural log.
+`attention(q, k, v)` is the differentiable call: its backward (`register_autograd`) saves
+q, k, v, o and lse, never P, and calls the backward operator, which recomputes each tile of
+P from lse (notebook 09).
+
+On CUDA tensors the operators run the course's tensor-core kernels,
+`flashcourse.cuda.forward/backward(..., kernel="tensor_core")`, on the tensors' memory
+through the CUDA array interface (`numba.cuda.as_cuda_array`): float16 runs as fp16,
+bfloat16 as bf16 (the tensor is viewed as 16-bit integers, the kernels' bf16 bit patterns,
+`cuda.tensor_core.BF16_BITS`), float32 as 3xTF32. The kernels allocate their outputs
+through Numba; PyTorch takes them over without a copy (`torch.as_tensor` keeps the Numba
+array alive). Numba launches on its default stream, which PyTorch's default stream
+orders with. On CPU tensors they run the numpy `flashcourse.tiled.forward/backward`
+(float32 and float64; bfloat16/float16 are computed in float32 and rounded back), so that
+the registration can be tested, with `torch.library.opcheck`, on a machine without a GPU.
+
+`register_fake` gives `torch.compile` each output's shape and dtype without running a
+kernel, so the operators trace into a graph with no break.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from . import tiled
+
+#: the tensor-core kernels' options used here (None: the kernel's measured defaults)
+CUDA_KERNEL = "tensor_core"
+
+
+def _check(q, k, v):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be (B, H, T, d), got shape {tuple(t.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q (B, H, Tq, d), k and v (B, H, Tk, d) do not match: "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, "
+                         f"{v.device}")
+
+
+# -- CUDA: the course's tensor-core kernels on the tensors' own memory -----------------------
+
+def _to_numba(t):
+    """A contiguous CUDA tensor as a Numba device array (no copy); bfloat16 as uint16 bits."""
+    from numba import cuda
+    t = t.contiguous()
+    if t.dtype == torch.bfloat16:
+        return cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16)
+    return cuda.as_cuda_array(t)
+
+
+def _from_numba(a, dtype):
+    """A Numba device array as a CUDA tensor of `dtype` (no copy); uint16 bits -> bfloat16."""
+    if dtype == torch.bfloat16:
+        return torch.as_tensor(a.view(np.int16), device="cuda").view(torch.bfloat16)
+    return torch.as_tensor(a, device="cuda")
+
+
+def _cuda_forward(q, k, v, causal, scale):
+    from . import cuda as fc_cuda
+    o, lse = fc_cuda.forward(*(_to_numba(t) for t in (q, k, v)), kernel=CUDA_KERNEL,
+                             causal=causal, scale=scale)
+    return _from_numba(o, q.dtype), _from_numba(lse, torch.float32)
+
+
+def _cuda_backward(q, k, v, o, lse, do, causal, scale):
+    from . import cuda as fc_cuda
+    grads = fc_cuda.backward(*(_to_numba(t) for t in (q, k, v, o)), _to_numba(lse),
+                             _to_numba(do), kernel=CUDA_KERNEL, causal=causal, scale=scale)
+    return tuple(_from_numba(g, q.dtype) for g in grads)
+
+
+# -- CPU: the numpy tiled forward and backward ------------------------------------------------
+
+def _np(t):
+    """A CPU tensor as numpy: float64 stays, anything else computes in float32."""
+    t = t.detach()
+    return t.numpy() if t.dtype == torch.float64 else t.float().numpy()
+
+
+def _cpu_forward(q, k, v, causal, scale):
+    o, lse = tiled.forward(_np(q), _np(k), _np(v), causal=causal, scale=scale)
+    return torch.from_numpy(o).to(q.dtype), torch.from_numpy(lse).to(_lse_dtype(q))
+
+
+def _cpu_backward(q, k, v, o, lse, do, causal, scale):
+    grads = tiled.backward(_np(q), _np(k), _np(v), _np(o), _np(lse), _np(do), causal=causal,
+                           scale=scale)
+    return tuple(torch.from_numpy(g).to(q.dtype) for g in grads)
+
+
+def _lse_dtype(q):
+    """lse is float32, as the kernels keep it; float64 for float64 input (the CPU path)."""
+    return torch.float64 if q.dtype == torch.float64 else torch.float32
+
+
+# -- the operators ---------------------------------------------------------------------------
+
+@torch.library.custom_op("flashcourse::attention_forward", mutates_args=())
+def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                      scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """o (B, H, Tq, d) in q's dtype and lse (B, H, Tq) float32 (float64 for float64 q)."""
+    _check(q, k, v)
+    run = _cuda_forward if q.is_cuda else _cpu_forward
+    return run(q, k, v, causal, scale)
+
+
+@attention_forward.register_fake
+def _(q, k, v, causal, scale):
+    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=_lse_dtype(q))
+
+
+@torch.library.custom_op("flashcourse::attention_backward", mutates_args=())
+def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                       lse: torch.Tensor, do: torch.Tensor, causal: bool,
+                       scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) shaped like q, k, v, P recomputed from lse."""
+    _check(q, k, v)
+    run = _cuda_backward if q.is_cuda else _cpu_backward
+    return run(q, k, v, o, lse, do.contiguous(), causal, scale)
+
+
+@attention_backward.register_fake
+def _(q, k, v, o, lse, do, causal, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, scale = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)          # O and lse: T numbers per head, not P
+    ctx.causal, ctx.scale = causal, scale
+
+
+def _backward(ctx, do, dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = attention_backward(q, k, v, o, lse, do, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None                   # lse is a statistic: its gradient is unused
+
+
+attention_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+def attention(q, k, v, *, causal: bool = True, scale: float | None = None):
+    """Differentiable attention on (B, H, T, d) tensors with the course's kernels; o."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    return attention_forward(q, k, v, causal, scale)[0]
