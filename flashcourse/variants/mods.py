@@ -247,32 +247,31 @@ def compiled_count() -> int:
 
 def and_masks(*mask_mods):
     """A mask_mod visible where every one of `mask_mods` is (intersection)."""
-    parts = tuple(check_mod(m, f"and_masks argument {i}", 4) for i, m in enumerate(mask_mods))
-    if not parts:
-        raise ValueError("and_masks needs at least one mask_mod")
-    first, rest = parts[0], parts[1:]
-    if not rest:
-        return first
-    tail = and_masks(*rest)
-
-    def both(b, h, q_idx, kv_idx):
-        return first(b, h, q_idx, kv_idx) & tail(b, h, q_idx, kv_idx)
-    return _inherit(both, parts)
+    return _combine(mask_mods, "and_masks", True)
 
 
 def or_masks(*mask_mods):
     """A mask_mod visible where any one of `mask_mods` is (union)."""
-    parts = tuple(check_mod(m, f"or_masks argument {i}", 4) for i, m in enumerate(mask_mods))
-    if not parts:
-        raise ValueError("or_masks needs at least one mask_mod")
-    first, rest = parts[0], parts[1:]
-    if not rest:
-        return first
-    tail = or_masks(*rest)
+    return _combine(mask_mods, "or_masks", False)
 
-    def either(b, h, q_idx, kv_idx):
+
+def _combine(mask_mods, name, intersect):
+    """and_masks (intersect) / or_masks: a chain of two-mask functions, each of which
+    numpy broadcasts and Numba compiles (its parts are compiled with it)."""
+    parts = tuple(check_mod(m, f"{name} argument {i}", 4) for i, m in enumerate(mask_mods))
+    if not parts:
+        raise ValueError(f"{name} needs at least one mask_mod")
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    tail = _combine(parts[1:], name, intersect)
+
+    def combined(b, h, q_idx, kv_idx):
+        if intersect:
+            return first(b, h, q_idx, kv_idx) & tail(b, h, q_idx, kv_idx)
         return first(b, h, q_idx, kv_idx) | tail(b, h, q_idx, kv_idx)
-    return _inherit(either, parts)
+    combined.__name__ = name
+    return _inherit(combined, parts)
 
 
 def _inherit(combined, parts):
