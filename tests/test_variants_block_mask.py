@@ -106,6 +106,12 @@ def test_kernels_skip_empty_tiles_and_do_not_evaluate_full_ones(rng):
         fwd(q, k, k, block_mask=bm, stats=stats)
         assert stats["tiles"] == heads * int((states != EMPTY).sum())
         assert stats["mask_evaluations"] == heads * partial_pairs
+    o, lse = tiled.forward(q, k, k, block_mask=bm)
+    for bwd, passes in ((tiled.backward, 1), (cpu.backward, 2)):   # cpu: dK/dV, then dQ
+        stats = {}
+        bwd(q, k, k, o, lse, q.copy(), block_mask=bm, stats=stats)
+        assert stats["tiles"] == passes * heads * int((states != EMPTY).sum())
+        assert stats["mask_evaluations"] == passes * heads * partial_pairs
     calls = []
 
     def counted(b, h, q_idx, kv_idx):

@@ -17,7 +17,7 @@ derivative `score_mod_grad` the backward needs). Modules:
     inputs      argument checks: (B, H, T, d) arrays, GQA, sinks
     reference   dense float64 forward and backward: the ground truth
     tiled       tiled numpy forward and backward driven by a block mask
-    cpu         the Numba CPU forward: one compiled kernel for every mask
+    cpu         the Numba CPU forward and backward: one compiled kernel for every mask
 
 Conventions: q (B, Hq, Tq, d); k, v (B, Hkv, Tk, d), Hq a multiple of Hkv (GQA; K/V
 are never copied per query head). sinks (Hq,): one logit per query head in every row's

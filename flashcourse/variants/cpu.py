@@ -21,6 +21,14 @@ every visible pair (score_mod); full tiles without a score_mod run at the speed 
 nothing. GQA: query head h reads K/V head h // G directly, no copy.
 
 Counts per work item (tiles formed, mask evaluations) come back through `stats`.
+
+The backward (`backward`) is two plain loop kernels, the lesson's version rather than a
+tuned one: `_kernel_dkdv`, one work item per (b, kv head, key block j), sums dK_j and
+dV_j over the query blocks q_indices / full_q_indices list and over the GQA group, so
+no two threads write the same rows; `_kernel_dq`, one work item per (b, h, query block
+i), sums dQ_i over its key blocks. Each recomputes P and dS (`_pair_grad`), so the
+backward forms every visible tile twice: the price of having no atomic adds on the CPU
+(FlashAttention-2's GPU backward adds dQ atomically instead).
 """
 
 from __future__ import annotations
@@ -31,7 +39,10 @@ from numba import njit, prange
 from ..constants import LOG2E
 from ..cpu import FASTMATH, _int_like, _launch, _pv_cols, _scores_cols, exp2_row
 from .mods import compiled_mask, compiled_score
-from .tiled import _stats, check_result, prepare
+from .inputs import check_grad_inputs
+from .mods import resolve_grad
+from .tiled import (_stats, backward_prologue, check_result, finish_grads, prepare,
+                    sink_grad)
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
@@ -174,3 +185,161 @@ def forward(q, k, v, *, block_mask=None, score_mod=None, sinks=None, scale=None,
     lse = lse.reshape(p.q.shape[:3])
     check_result(o, lse)
     return o, lse
+
+
+# ---------------------------------------------------------------------------
+# backward: dK, dV per key block, then dQ per query block
+# ---------------------------------------------------------------------------
+
+@njit(fastmath=FASTMATH, cache=True)
+def _pair_grad(q_r, k_c, v_c, do_r, lse_r, delta_r, scale, b, h, qi, ki, check_mask,
+               mask_fn, score_fn, grad_fn, has_score):
+    """(P, dS_raw) of one pair: P = exp(S - lse), dS_raw = P (dO.v - D) S'(S_raw);
+    (0, 0) where the mask hides it (checked on partial tiles only)."""
+    if check_mask and not mask_fn(b, h, qi, ki):
+        return 0.0, 0.0
+    s_raw = 0.0
+    for x in range(q_r.shape[0]):
+        s_raw += q_r[x] * k_c[x]
+    s_raw *= scale
+    s = score_fn(s_raw, b, h, qi, ki) if has_score else s_raw
+    p = np.exp(s - lse_r)                          # lse_r = +inf for an empty row: 0
+    if p == 0.0:
+        return 0.0, 0.0
+    dp = 0.0
+    for x in range(do_r.shape[0]):
+        dp += do_r[x] * v_c[x]
+    ds = p * (dp - delta_r)
+    if has_score:
+        ds *= grad_fn(s_raw, b, h, qi, ki)
+    return p, ds
+
+
+@njit(parallel=True, fastmath=FASTMATH, cache=True)
+def _kernel_dkdv(q, k, v, do, lse, delta, dk, dv, n_heads, group, br, bc, q_num, q_idx,
+                 full_num, full_idx, mask_fn, score_fn, grad_fn, has_score, scale, counts):
+    """One work item per (b, kv head, key block j): dK_j, dV_j (Bc, d) summed over the
+    GQA group's query heads and the query blocks the block mask lists for j."""
+    bhq, tq, d = q.shape
+    bhk, tk, _ = k.shape
+    nkb = (tk + bc - 1) // bc
+    nb_m, nh_m = q_num.shape[0], q_num.shape[1]
+    kv_heads = n_heads // group
+    for item in prange(bhk * nkb):
+        it = np.int64(item)
+        kvh = it // nkb
+        j = it % nkb
+        b = kvh // kv_heads
+        k0 = j * bc
+        cols = min(k0 + bc, tk) - k0
+        for g in range(group):
+            h = (kvh % kv_heads) * group + g
+            head = b * n_heads + h
+            bi = b if nb_m > 1 else 0
+            hi = h if nh_m > 1 else 0
+            n_full = full_num[bi, hi, j]
+            for t in range(n_full + q_num[bi, hi, j]):
+                partial = t >= n_full
+                i = q_idx[bi, hi, j, t - n_full] if partial else full_idx[bi, hi, j, t]
+                q0 = np.int64(i) * br
+                rows = min(q0 + br, tq) - q0
+                counts[it, 0] += 1
+                if partial:
+                    counts[it, 1] += rows * cols
+                for r in range(rows):
+                    qi = q0 + r
+                    for c in range(cols):
+                        p, ds = _pair_grad(q[head, qi], k[kvh, k0 + c], v[kvh, k0 + c],
+                                           do[head, qi], lse[head, qi], delta[head, qi],
+                                           scale, b, h, qi, k0 + c, partial, mask_fn,
+                                           score_fn, grad_fn, has_score)
+                        if p == 0.0:
+                            continue
+                        for x in range(d):
+                            dv[kvh, k0 + c, x] += p * do[head, qi, x]
+                            dk[kvh, k0 + c, x] += scale * ds * q[head, qi, x]
+
+
+@njit(parallel=True, fastmath=FASTMATH, cache=True)
+def _kernel_dq(q, k, v, do, lse, delta, dq, n_heads, group, br, bc, kv_num, kv_idx,
+               full_num, full_idx, mask_fn, score_fn, grad_fn, has_score, scale, counts):
+    """One work item per (b, h, query block i): dQ_i (Br, d) summed over the key blocks
+    the block mask lists for i."""
+    bhq, tq, d = q.shape
+    tk = k.shape[1]
+    nqb = (tq + br - 1) // br
+    nb_m, nh_m = kv_num.shape[0], kv_num.shape[1]
+    kv_heads = n_heads // group
+    for item in prange(bhq * nqb):
+        it = np.int64(item)
+        head = it // nqb
+        i = it % nqb
+        b = head // n_heads
+        h = head % n_heads
+        kvh = b * kv_heads + h // group
+        bi = b if nb_m > 1 else 0
+        hi = h if nh_m > 1 else 0
+        q0 = i * br
+        rows = min(q0 + br, tq) - q0
+        n_full = full_num[bi, hi, i]
+        for t in range(n_full + kv_num[bi, hi, i]):
+            partial = t >= n_full
+            j = kv_idx[bi, hi, i, t - n_full] if partial else full_idx[bi, hi, i, t]
+            k0 = np.int64(j) * bc
+            cols = min(k0 + bc, tk) - k0
+            counts[it, 0] += 1
+            if partial:
+                counts[it, 1] += rows * cols
+            for r in range(rows):
+                qi = q0 + r
+                for c in range(cols):
+                    p, ds = _pair_grad(q[head, qi], k[kvh, k0 + c], v[kvh, k0 + c],
+                                       do[head, qi], lse[head, qi], delta[head, qi],
+                                       scale, b, h, qi, k0 + c, partial, mask_fn,
+                                       score_fn, grad_fn, has_score)
+                    if p == 0.0:
+                        continue
+                    for x in range(d):
+                        dq[head, qi, x] += scale * ds * k[kvh, k0 + c, x]
+
+
+def backward(q, k, v, o, lse, do, *, block_mask=None, score_mod=None, score_mod_grad=None,
+             sinks=None, scale=None, block_q: int | None = None, block_k: int | None = None,
+             stats=None):
+    """(dq, dk, dv, dsinks) as `variants.tiled.backward` (same arguments, same results
+    within rounding), compiled; float64 arithmetic inside the pair loops. stats: "tiles"
+    and "mask_evaluations" of both kernels together (every visible tile twice)."""
+    p, bm = prepare(q, k, v, block_mask, score_mod, sinks, scale, block_q, block_k)
+    o, lse, do = check_grad_inputs(p, o, lse, do)
+    grad = resolve_grad(score_mod, score_mod_grad)
+    counts = _stats(stats)
+    delta, lse_safe = backward_prologue(p, o, lse, do, np.dtype(np.float64))
+    br, bc = bm.block_size
+
+    def flat(x, t):                                                      # (B H, T, d)
+        return np.ascontiguousarray(x.reshape(-1, t, p.d), dtype=np.float64)
+    qf, dof = flat(p.q, p.tq), flat(do, p.tq)
+    kf, vf = flat(p.k, p.tk), flat(p.v, p.tk)
+    lse_f = np.ascontiguousarray(lse_safe.reshape(-1, p.tq))
+    delta_f = np.ascontiguousarray(delta.reshape(-1, p.tq))
+    dq, dk, dv = np.zeros(qf.shape), np.zeros(kf.shape), np.zeros(vf.shape)
+    fns = (compiled_mask(bm.mask_mod if bm.mask_mod is not None else _always),
+           compiled_score(score_mod if score_mod is not None else _identity),
+           compiled_score(grad if grad is not None else _identity, "score_mod_grad"),
+           score_mod is not None, float(p.scale))
+    items_kv = kf.shape[0] * -(-p.tk // bc)
+    items_q = qf.shape[0] * -(-p.tq // br)
+    per_kv = np.zeros((items_kv, 2), np.int64)
+    per_q = np.zeros((items_q, 2), np.int64)
+    _launch(_kernel_dkdv, items_kv, qf, kf, vf, dof, lse_f, delta_f, dk, dv, p.heads,
+            p.group, br, bc, bm.q_num_blocks, bm.q_indices, bm.full_q_num_blocks,
+            bm.full_q_indices, *fns, per_kv)
+    _launch(_kernel_dq, items_q, qf, kf, vf, dof, lse_f, delta_f, dq, p.heads, p.group,
+            br, bc, bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks,
+            bm.full_kv_indices, *fns, per_q)
+    counts["tiles"] = int(per_kv[:, 0].sum() + per_q[:, 0].sum())
+    counts["mask_evaluations"] = int(per_kv[:, 1].sum() + per_q[:, 1].sum())
+    if stats is not None:
+        stats.update(counts)
+    grads = (dq.reshape(p.q.shape), dk.reshape(p.k.shape), dv.reshape(p.v.shape))
+    return finish_grads(p, grads, sink_grad(p, lse_safe, delta))

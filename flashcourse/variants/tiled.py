@@ -161,9 +161,7 @@ def backward(q, k, v, o, lse, do, *, block_mask=None, score_mod=None, score_mod_
     counts = _stats(stats)
     acc_t = p.acc_dtype
     br, bc = bm.block_size
-    delta = (do.astype(acc_t) * o.astype(acc_t)).sum(axis=-1)           # (B, Hq, Tq) D
-    lse_a = lse.astype(acc_t)
-    lse_safe = np.where(np.isneginf(lse_a), np.inf, lse_a)             # exp(s - inf) = 0
+    delta, lse_safe = backward_prologue(p, o, lse, do, acc_t)           # (B, Hq, Tq) each
     dq = np.zeros(p.q.shape, acc_t)
     dk = np.zeros(p.k.shape, acc_t)
     dv = np.zeros(p.v.shape, acc_t)
@@ -192,13 +190,31 @@ def backward(q, k, v, o, lse, do, *, block_mask=None, score_mod=None, score_mod_
                         dk_j += p.scale * (ds.T @ q_i)
                 dk[b, kh, k0:k1] = dk_j
                 dv[b, kh, k0:k1] = dv_j
-    dsinks = None
-    if p.sinks is not None:
-        p_sink = np.exp(p.sinks[None, :, None] - lse_safe.astype(np.float64))  # (B, Hq, Tq)
-        dsinks = -(p_sink * delta).sum(axis=(0, 2))
     if stats is not None:
         stats.update(counts)
-    grads = tuple(g.astype(p.q.dtype) for g in (dq, dk, dv))
+    return finish_grads(p, (dq, dk, dv), sink_grad(p, lse_safe, delta))
+
+
+def backward_prologue(p: Problem, o, lse, do, acc_t):
+    """(D, lse_safe): D = rowsum(dO * O) (B, Hq, Tq) and lse with -inf (an empty row)
+    replaced by +inf, so that exp(S - lse) = 0 there, never NaN."""
+    delta = (do.astype(acc_t) * o.astype(acc_t)).sum(axis=-1)           # (B, Hq, Tq)
+    lse_a = lse.astype(acc_t)
+    return delta, np.where(np.isneginf(lse_a), np.inf, lse_a)
+
+
+def sink_grad(p: Problem, lse_safe, delta):
+    """dsinks (Hq,) float64: -sum over b, i of exp(sink_h - lse_i) D_i; None without."""
+    if p.sinks is None:
+        return None
+    p_sink = np.exp(p.sinks[None, :, None] - lse_safe.astype(np.float64))  # (B, Hq, Tq)
+    return -(p_sink * delta).sum(axis=(0, 2))
+
+
+def finish_grads(p: Problem, grads, dsinks):
+    """(dq, dk, dv, dsinks), the first three in the input dtype; ValueError if one is
+    not finite."""
+    grads = tuple(g.astype(p.q.dtype) for g in grads)
     for g, name in zip(grads, ("dq", "dk", "dv")):
         if not np.isfinite(g).all():
             raise ValueError(f"{name} is not finite: the gradients overflow {g.dtype} "
