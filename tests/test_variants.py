@@ -9,6 +9,7 @@ relative to the gradient's norm; finite differences 1e-6 (central differences, s
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from flashcourse import reference as dense_reference
 from flashcourse.geometry import causal_mask
@@ -268,3 +269,54 @@ def test_a_mask_written_with_if_runs_element_by_element(rng):
 
 def test_tolerances_are_the_course_ones():
     assert TOL[np.float32] == 1e-5 and TOL[np.float64] == 1e-12
+
+
+def test_compiled_masks_agree_with_numpy_on_every_pair():
+    """The Numba function of each built-in answers as its numpy evaluation, pair by pair
+    (the kernels call the first on partial tiles, the block mask comes from the second)."""
+    for name, (mask_mod, _) in variants().items():
+        if mask_mod is None:
+            continue
+        fn = mods.compiled_mask(mask_mod)
+        dense = mods.mask_tile(mask_mod, 1, 2, np.arange(TQ), np.arange(TK))
+        got = np.array([[fn(1, 2, i, j) for j in range(TK)] for i in range(TQ)])
+        assert np.array_equal(got, dense), name
+
+
+def test_float16_inputs(rng):
+    mask_mod, score_mod = lib.causal(TQ, TK), lib.softcap(5.0)
+    q, k, v = make(rng, 8, np.float16)
+    o_ref, lse_ref = ref.reference(q, k, v, mask_mod=mask_mod, score_mod=score_mod)
+    for fwd in (tiled.forward, cpu.forward):
+        o, lse = fwd(q, k, v, block_mask=block(mask_mod), score_mod=score_mod)
+        assert o.dtype == np.float16
+        assert_close_to_reference(o, lse, o_ref, lse_ref, np.float16)
+
+
+@settings(max_examples=25)
+@given(tq=st.integers(1, 24), tk=st.integers(1, 24), br=st.integers(1, 9),
+       bc=st.integers(1, 9), d=st.integers(1, 6), hkv=st.sampled_from([1, 2, 4]),
+       density=st.floats(0, 1), seed=st.integers(0, 2**16), softcap=st.booleans(),
+       sinks=st.booleans())
+def test_random_masks_all_paths_forward_and_backward(tq, tk, br, bc, d, hkv, density, seed,
+                                                     softcap, sinks):
+    r = np.random.default_rng(seed)
+    pattern = r.random((tq, tk)) < density                            # (Tq, Tk)
+
+    def random_mask(b, h, q_idx, kv_idx):
+        return pattern[q_idx, kv_idx]
+    q = r.standard_normal((1, HQ, tq, d))
+    k = r.standard_normal((1, hkv, tk, d))
+    v = r.standard_normal((1, hkv, tk, d))
+    do = r.standard_normal(q.shape)
+    kw = dict(score_mod=lib.softcap(1.3) if softcap else None,
+              sinks=r.standard_normal(HQ) if sinks else None)
+    bm = create_block_mask(random_mask, None, None, tq, tk, br, bc)
+    o_ref, lse_ref = ref.reference(q, k, v, mask_mod=random_mask, **kw)
+    grads_ref = ref.reference_backward(q, k, v, do, mask_mod=random_mask, **kw)
+    for fwd, bwd in ((tiled.forward, tiled.backward), (cpu.forward, cpu.backward)):
+        o, lse = fwd(q, k, v, block_mask=bm, **kw)
+        assert_close_to_reference(o, lse, o_ref, lse_ref, np.float64)
+        for g, w in zip(bwd(q, k, v, o, lse, do, block_mask=bm, **kw), grads_ref):
+            if w is not None:
+                assert np.max(np.abs(g - w)) <= 1e-10 * (1 + np.max(np.abs(w)))
