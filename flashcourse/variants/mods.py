@@ -23,7 +23,7 @@ first-class function (Numba's FunctionType): the kernel is compiled once, for ev
 mask, and each new mask costs only its own small compile (~0.1 s); the kernel calls it
 through a pointer. Arrays and numbers the function closes over (or reads as globals)
 are frozen into the compiled code as constants, the way Numba treats globals; helper
-functions it calls are compiled with it (`_jit_ready`). Because values are frozen, the
+functions it calls are compiled with it (`jit_ready`). Because values are frozen, the
 compiled function and the block mask are cached by `fingerprint`: the function's code
 plus the contents of what it closes over (arrays hashed by their bytes), so changing a
 captured array in place gives a new compile and a new block mask, never a stale one.
@@ -181,17 +181,17 @@ def _global_names(code):
 # Numba: compile once per fingerprint
 # ---------------------------------------------------------------------------
 
-def _jit_ready(fn):
+def jit_ready(fn):
     """`fn` rebuilt so that the plain Python functions it calls (through its closure or
     its globals) are Numba functions: then `cfunc` can compile it."""
     from numba import njit
-    swaps = {n: njit(_jit_ready(fn.__globals__[n])) for n in _global_names(fn.__code__)
+    swaps = {n: njit(jit_ready(fn.__globals__[n])) for n in _global_names(fn.__code__)
              if isinstance(fn.__globals__.get(n), pytypes.FunctionType)}
     cells, changed = [], bool(swaps)
     for cell in fn.__closure__ or ():
         v = cell.cell_contents
         if isinstance(v, pytypes.FunctionType):
-            v, changed = njit(_jit_ready(v)), True
+            v, changed = njit(jit_ready(v)), True
         cells.append(pytypes.CellType(v))
     if not changed:
         return fn
@@ -213,7 +213,7 @@ def _compile(fn, signature: str, name: str):
     if hit is not None:
         return hit[1]
     try:
-        compiled = cfunc(signature)(_jit_ready(fn))
+        compiled = cfunc(signature)(jit_ready(fn))
     except NumbaError as e:            # say which function and why, in one line
         first = next((ln for ln in str(e).splitlines() if ln.strip()), str(e))
         raise TypeError(f"{name} {fn.__name__} cannot be compiled by Numba: {first.strip()} "
