@@ -118,15 +118,16 @@ def test_kernels_skip_empty_tiles_and_do_not_evaluate_full_ones(rng):
         calls.append(np.broadcast(q_idx, kv_idx).size)
         return base(b, h, q_idx, kv_idx)
     counted.seq_lengths = base.seq_lengths
+    probe = mods.PROBE_PAIRS            # the bounds probe of every call (mods.check_fits)
     bm2 = create_block_mask(counted, None, None, tq, tk, br, bc, cache=False)
-    assert sum(calls) == tq * tk
+    assert sum(calls) == tq * tk + probe
     calls.clear()
     tiled.forward(q, k, k, block_mask=bm2)
-    assert sum(calls) == heads * partial_pairs
+    assert sum(calls) == heads * partial_pairs + probe
     calls.clear()
     o, lse = tiled.forward(q, k, k, block_mask=bm2)
     tiled.backward(q, k, k, o, lse, q.copy(), block_mask=bm2)
-    assert sum(calls) == 2 * heads * partial_pairs
+    assert sum(calls) == 2 * heads * partial_pairs + 2 * probe
 
 
 def test_block_mask_tiles_are_the_kernel_tiles(rng):
@@ -211,7 +212,20 @@ def test_bad_attention_inputs(rng):
          or create_block_mask(lib.document([0, 6]), None, None, 7, 6, 2, 2),
          r"made for \(Tq, Tk\) = \(6, 6\)"),
     ]
+    pos = np.arange(5.0)                               # one too short for Tk = 6
+
+    def short_bias(score, b, h, q_idx, kv_idx):
+        return score + pos[kv_idx]
+
+    def short_mask(b, h, q_idx, kv_idx):
+        return pos[q_idx] >= 0
+    cases += [
+        (lambda: cpu.forward(q, good_k, good_k, score_mod=short_bias),
+         "short_bias reads past the end of an array"),
+        (lambda: create_block_mask(short_mask, None, None, 6, 6, 2, 2),
+         "short_mask reads past the end"),
+    ]
     for call, match in cases:
-        with pytest.raises((ValueError, TypeError), match=match) as e:
+        with pytest.raises((ValueError, TypeError, IndexError), match=match) as e:
             call()
         one_line(e)

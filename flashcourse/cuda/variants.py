@@ -32,7 +32,8 @@ import numpy as np
 from numba import cuda
 
 from ..variants.mods import jit_ready, fingerprint
-from ..variants.tiled import check_result, prepare
+from ..variants.inputs import check_result
+from ..variants.tiled import prepare
 from ._launch import serialised, simulator_note
 
 #: the largest head dim d (elements of each thread's local accumulator)

@@ -39,10 +39,9 @@ from numba import njit, prange
 from ..constants import LOG2E
 from ..cpu import FASTMATH, _int_like, _launch, _pv_cols, _scores_cols, exp2_row
 from .mods import compiled_mask, compiled_score
-from .inputs import check_grad_inputs
+from .inputs import check_grad_inputs, check_result
 from .mods import resolve_grad
-from .tiled import (_stats, backward_prologue, check_result, finish_grads, prepare,
-                    sink_grad)
+from .tiled import backward_prologue, finish_grads, new_counts, prepare, sink_grad
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
@@ -160,7 +159,7 @@ def forward(q, k, v, *, block_mask=None, score_mod=None, sinks=None, scale=None,
     (float64 for float64 input). stats: a dict that receives "tiles" and
     "mask_evaluations"."""
     p, bm = prepare(q, k, v, block_mask, score_mod, sinks, scale, block_q, block_k)
-    counts = _stats(stats)
+    counts = new_counts(stats)
     acc_t = p.acc_dtype
     br, bc = bm.block_size
     qf = np.ascontiguousarray(p.q.reshape(-1, p.tq, p.d), dtype=acc_t)   # (B Hq, Tq, d)
@@ -312,7 +311,7 @@ def backward(q, k, v, o, lse, do, *, block_mask=None, score_mod=None, score_mod_
     p, bm = prepare(q, k, v, block_mask, score_mod, sinks, scale, block_q, block_k)
     o, lse, do = check_grad_inputs(p, o, lse, do)
     grad = resolve_grad(score_mod, score_mod_grad)
-    counts = _stats(stats)
+    counts = new_counts(stats)
     delta, lse_safe = backward_prologue(p, o, lse, do, np.dtype(np.float64))
     br, bc = bm.block_size
 

@@ -85,8 +85,8 @@ def check_inputs(q, k, v, *, mask_mod=None, score_mod=None, sinks=None,
     check_mod(mask_mod, "mask_mod", 4)
     check_mod(score_mod, "score_mod", 5)
     tq, tk, hq = q.shape[2], k.shape[2], q.shape[1]
-    check_fits(mask_mod, "mask_mod", tq, tk, hq)
-    check_fits(score_mod, "score_mod", tq, tk, hq)
+    check_fits(mask_mod, "mask_mod", tq, tk, hq, q.shape[0])
+    check_fits(score_mod, "score_mod", tq, tk, hq, q.shape[0])
     if sinks is not None:
         s = np.asarray(sinks)
         if s.shape != (hq,) or s.dtype.kind != "f" or not np.isfinite(s).all():
@@ -112,3 +112,13 @@ def check_grad_inputs(p: Problem, o, lse, do):
                          f"logsumexp (-inf only for a row with nothing visible), got "
                          f"{lse.shape} {lse.dtype}")
     return o, lse, do
+
+
+def check_result(o, lse):
+    """ValueError naming the first row whose o or lse is NaN/inf (lse = -inf allowed)."""
+    bad = ~np.isfinite(o).all(axis=-1) | np.isnan(lse) | np.isposinf(lse)
+    if bad.any():
+        b, h, i = (int(x[0]) for x in np.nonzero(bad))
+        raise ValueError(f"the result of row {i} (batch {b}, head {h}) is not finite: "
+                         f"score_mod returned NaN or +inf for a visible pair, or the "
+                         f"scores overflow {o.dtype} (lower scale or pass float64)")

@@ -71,14 +71,23 @@ _ARGS = {4: "(b, h, q_idx, kv_idx)", 5: "(score, b, h, q_idx, kv_idx)"}
 # ---------------------------------------------------------------------------
 
 def _call_tile(fn, args, otype):
-    """fn(*args) on broadcast arrays, or element by element when fn cannot take arrays."""
+    """fn(*args) on broadcast arrays, or element by element when fn cannot take arrays.
+    An index past the end of an array fn reads is an IndexError naming fn: the compiled
+    kernels do not check bounds, so it must be caught here, in numpy."""
     try:
-        return np.asarray(fn(*args)), False
-    # numpy's "truth value of an array is ambiguous" (ValueError) and "only length-1
-    # arrays can be converted" (TypeError): fn uses if/and/math on scalars; call per element
-    except (TypeError, ValueError):
-        out = np.vectorize(fn, otypes=[otype])(*args)
-        return out, True
+        try:
+            return np.asarray(fn(*args)), False
+        # numpy's "truth value of an array is ambiguous" (ValueError) and "only length-1
+        # arrays can be converted" (TypeError): fn uses if/and/math on scalars
+        except (TypeError, ValueError):
+            out = np.vectorize(fn, otypes=[otype])(*args)
+            return out, True
+    except IndexError as e:
+        b, h, q_idx, kv_idx = args[-4:]
+        raise IndexError(f"{fn.__name__} reads past the end of an array at b = {int(b)}, "
+                         f"h = {int(h)}, q_idx up to {int(np.max(q_idx))}, kv_idx up to "
+                         f"{int(np.max(kv_idx))} ({e}): make its arrays as long as the "
+                         f"sequences (or heads) it is used with") from None
 
 
 def mask_tile(mask_mod, b: int, h: int, q_idx, kv_idx) -> np.ndarray:
@@ -286,9 +295,16 @@ def _inherit(combined, parts):
     return combined
 
 
-def check_fits(fn, name: str, t_query: int, t_key: int, num_heads: int) -> None:
+#: pairs `check_fits` evaluates a function on (2 x 2 at two (b, h) corners)
+PROBE_PAIRS = 8
+
+
+def check_fits(fn, name: str, t_query: int, t_key: int, num_heads: int,
+               batch: int = 1) -> None:
     """ValueError if `fn` was made for other lengths (attribute seq_lengths) or another
-    number of query heads (num_heads) than the inputs have."""
+    number of query heads (num_heads) than the inputs have; IndexError if it reads past
+    an array's end at the last batch entry, head, query and key (a probe of 2 x 2 pairs
+    in numpy: the compiled kernels would read out of bounds without a word)."""
     if fn is None:
         return
     lengths = getattr(fn, "seq_lengths", None)
@@ -299,6 +315,12 @@ def check_fits(fn, name: str, t_query: int, t_key: int, num_heads: int) -> None:
     if heads is not None and heads != num_heads:
         raise ValueError(f"{name} {fn.__name__} was made for {heads} query heads, the "
                          f"inputs have {num_heads}")
+    corners = (np.array([0, t_query - 1]), np.array([0, t_key - 1]))   # PROBE_PAIRS
+    for b, h in ((0, 0), (batch - 1, num_heads - 1)):
+        if fn.__code__.co_argcount - len(fn.__defaults__ or ()) == 4:
+            mask_tile(fn, b, h, *corners)
+        else:
+            score_tile(fn, np.zeros((2, 2)), b, h, *corners, name)
 
 
 def with_grad(score_mod, score_mod_grad):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._guards import check_dense_size
-from .inputs import check_inputs
+from .inputs import check_inputs, check_result
 from .mods import mask_tile, resolve_grad, score_tile
 
 #: (Tq, Tk) float64 matrices alive at once per head (S, P, dP, dS and temporaries)
@@ -75,17 +75,8 @@ def reference(q, k, v, *, mask_mod=None, score_mod=None, sinks=None, scale=None)
             _, s = _head(p, b, h, p.q[b, h].astype(np.float64), k64)
             probs, lse[b, h] = _softmax(s, None if p.sinks is None else p.sinks[h])
             o[b, h] = probs @ v64                                        # (Tq, d)
-    _finite(o, lse)
+    check_result(o, lse)
     return o, lse
-
-
-def _finite(o, lse):
-    if not (np.isfinite(o).all() and not np.isnan(lse).any() and not np.isposinf(lse).any()):
-        b, h, i = (int(x[0]) for x in np.nonzero(~np.isfinite(o).all(axis=-1) | np.isnan(lse)
-                                                 | np.isposinf(lse)))
-        raise ValueError(f"the result of row {i} (batch {b}, head {h}) is not finite: "
-                         f"score_mod returned NaN or +inf for a visible pair, or the "
-                         f"scores overflow")
 
 
 def reference_backward(q, k, v, do, *, mask_mod=None, score_mod=None, score_mod_grad=None,

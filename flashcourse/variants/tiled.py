@@ -33,7 +33,7 @@ import numpy as np
 from .._checks import check_block
 from ..tiled import _blocks, _safe_exp_diff
 from .block_mask import check_block_mask, full_block_mask
-from .inputs import Problem, check_grad_inputs, check_inputs
+from .inputs import Problem, check_grad_inputs, check_inputs, check_result
 from .mods import mask_tile, resolve_grad, score_tile
 
 DEFAULT_BLOCK_Q = 64
@@ -59,12 +59,13 @@ def prepare(q, k, v, block_mask, score_mod, sinks, scale, block_q, block_k):
     return p, bm
 
 
-def _stats(stats):
+def new_counts(stats) -> dict:
+    """Zeroed counts of tiles formed and mask evaluations; `stats` (a dict, or None) is
+    where the caller wants them copied at the end (TypeError for anything else)."""
     if stats is not None and not isinstance(stats, dict):
         raise TypeError(f"stats must be a dict (filled with counts) or None, "
                         f"got {type(stats).__name__}")
-    counts = {"tiles": 0, "mask_evaluations": 0}
-    return counts
+    return {"tiles": 0, "mask_evaluations": 0}
 
 
 def tile_scores(p: Problem, bm, b, h, q_i, k_j, q0, q1, k0, k1, partial, counts, acc_t):
@@ -95,7 +96,7 @@ def forward(q, k, v, *, block_mask=None, score_mod=None, sinks=None, scale=None,
     block_mask from `create_block_mask` (None: no mask); score_mod as in `mods`;
     sinks (Hq,) or None; scale default 1/sqrt(d)."""
     p, bm = prepare(q, k, v, block_mask, score_mod, sinks, scale, block_q, block_k)
-    counts = _stats(stats)
+    counts = new_counts(stats)
     acc_t = p.acc_dtype
     br, bc = bm.block_size
     o = np.empty(p.q.shape, p.q.dtype)                                  # (B, Hq, Tq, d)
@@ -139,16 +140,6 @@ def forward(q, k, v, *, block_mask=None, score_mod=None, sinks=None, scale=None,
     return o, lse
 
 
-def check_result(o, lse):
-    """ValueError naming the first row whose o or lse is NaN/inf (lse = -inf allowed)."""
-    bad = ~np.isfinite(o).all(axis=-1) | np.isnan(lse) | np.isposinf(lse)
-    if bad.any():
-        b, h, i = (int(x[0]) for x in np.nonzero(bad))
-        raise ValueError(f"the result of row {i} (batch {b}, head {h}) is not finite: "
-                         f"score_mod returned NaN or +inf for a visible pair, or the "
-                         f"scores overflow {o.dtype} (lower scale or pass float64)")
-
-
 def backward(q, k, v, o, lse, do, *, block_mask=None, score_mod=None, score_mod_grad=None,
              sinks=None, scale=None, block_q: int | None = None, block_k: int | None = None,
              stats=None):
@@ -158,7 +149,7 @@ def backward(q, k, v, o, lse, do, *, block_mask=None, score_mod=None, score_mod_
     p, bm = prepare(q, k, v, block_mask, score_mod, sinks, scale, block_q, block_k)
     o, lse, do = check_grad_inputs(p, o, lse, do)
     grad = resolve_grad(score_mod, score_mod_grad)
-    counts = _stats(stats)
+    counts = new_counts(stats)
     acc_t = p.acc_dtype
     br, bc = bm.block_size
     delta, lse_safe = backward_prologue(p, o, lse, do, acc_t)           # (B, Hq, Tq) each
