@@ -44,6 +44,16 @@ from .mods import resolve_grad
 from .tiled import backward_prologue, finish_grads, new_counts, prepare, sink_grad
 
 
+@njit(cache=True)
+def _listed(num, idx, full_num, full_idx, bi, hi, row, t):
+    """(block, partial): the t-th block a block-mask row lists, its full blocks first,
+    then its partial ones; n = full_num[bi, hi, row] + num[bi, hi, row] of them."""
+    n_full = full_num[bi, hi, row]
+    if t < n_full:
+        return np.int64(full_idx[bi, hi, row, t]), False
+    return np.int64(idx[bi, hi, row, t - n_full]), True
+
+
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
 def _kernel(q, k, v, o, lse, n_heads, group, br, bc, kv_num, kv_idx, full_num, full_idx,
             mask_fn, score_fn, has_score, sinks, has_sinks, scale, log2e, int_t, counts):
@@ -79,12 +89,9 @@ def _kernel(q, k, v, o, lse, n_heads, group, br, bc, kv_num, kv_idx, full_num, f
         for r in range(rows):
             for x in range(d):
                 qt[x, r] = q[head, q0 + r, x] * scale
-        n_full = full_num[bi, hi, i_blk]
-        n_part = kv_num[bi, hi, i_blk]
-        for t in range(n_full + n_part):
-            partial = t >= n_full
-            j = kv_idx[bi, hi, i_blk, t - n_full] if partial else full_idx[bi, hi, i_blk, t]
-            k0 = np.int64(j) * bc
+        for t in range(full_num[bi, hi, i_blk] + kv_num[bi, hi, i_blk]):
+            j, partial = _listed(kv_num, kv_idx, full_num, full_idx, bi, hi, i_blk, t)
+            k0 = j * bc
             cols = min(k0 + bc, tk) - k0
             _scores_cols(st, k[kvh], qt, k0, cols, rows)
             counts[it, 0] += 1
@@ -236,11 +243,9 @@ def _kernel_dkdv(q, k, v, do, lse, delta, dk, dv, n_heads, group, br, bc, q_num,
             head = b * n_heads + h
             bi = b if nb_m > 1 else 0
             hi = h if nh_m > 1 else 0
-            n_full = full_num[bi, hi, j]
-            for t in range(n_full + q_num[bi, hi, j]):
-                partial = t >= n_full
-                i = q_idx[bi, hi, j, t - n_full] if partial else full_idx[bi, hi, j, t]
-                q0 = np.int64(i) * br
+            for t in range(full_num[bi, hi, j] + q_num[bi, hi, j]):
+                i, partial = _listed(q_num, q_idx, full_num, full_idx, bi, hi, j, t)
+                q0 = i * br
                 rows = min(q0 + br, tq) - q0
                 counts[it, 0] += 1
                 if partial:
@@ -280,11 +285,9 @@ def _kernel_dq(q, k, v, do, lse, delta, dq, n_heads, group, br, bc, kv_num, kv_i
         hi = h if nh_m > 1 else 0
         q0 = i * br
         rows = min(q0 + br, tq) - q0
-        n_full = full_num[bi, hi, i]
-        for t in range(n_full + kv_num[bi, hi, i]):
-            partial = t >= n_full
-            j = kv_idx[bi, hi, i, t - n_full] if partial else full_idx[bi, hi, i, t]
-            k0 = np.int64(j) * bc
+        for t in range(full_num[bi, hi, i] + kv_num[bi, hi, i]):
+            j, partial = _listed(kv_num, kv_idx, full_num, full_idx, bi, hi, i, t)
+            k0 = j * bc
             cols = min(k0 + bc, tk) - k0
             counts[it, 0] += 1
             if partial:
