@@ -25,6 +25,8 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     cuda        Numba CUDA kernels, one folder per family, listed once in cuda.registry
     decode      Flash-Decoding in numpy: split-KV forward, FA2's split heuristic, combine
     decode_io   the decode IO model (K/V read once) and its recorded measurements
+    variants    attention variants from Python functions (mask_mod, score_mod), block
+                masks, sinks, GQA: reference, tiled numpy and Numba CPU paths
  3  configs     launch configurations of the flash kernel, which ones can launch
     sweep       timing configurations, the tuned default, heatmap grids; the CPU sweep
     measured_traffic  Nsight Compute's bytes beside the model, and why they differ

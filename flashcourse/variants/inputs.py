@@ -1,0 +1,124 @@
+"""Validation shared by every variants path: (B, H, T, d) arrays, GQA heads, sinks, mods.
+
+Layout (FlexAttention's): q (B, Hq, Tq, d); k, v (B, Hkv, Tk, d) with Hq a multiple of
+Hkv (grouped-query attention: query head h reads key/value head h // (Hq / Hkv); Hkv = 1
+is multi-query attention, Hkv = Hq plain multi-head). sinks: None or (Hq,) float, one
+logit per query head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._checks import accumulator_dtype, check_array, check_scale
+from .mods import check_fits, check_mod
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Validated inputs of one variants call."""
+
+    q: np.ndarray                # (B, Hq, Tq, d)
+    k: np.ndarray                # (B, Hkv, Tk, d)
+    v: np.ndarray                # (B, Hkv, Tk, d)
+    sinks: np.ndarray | None     # (Hq,) float64, or None
+    scale: float
+    mask_mod: object
+    score_mod: object
+
+    @property
+    def batch(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def heads(self) -> int:
+        return self.q.shape[1]
+
+    @property
+    def kv_heads(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head."""
+        return self.heads // self.kv_heads
+
+    @property
+    def tq(self) -> int:
+        return self.q.shape[2]
+
+    @property
+    def tk(self) -> int:
+        return self.k.shape[2]
+
+    @property
+    def d(self) -> int:
+        return self.q.shape[3]
+
+    @property
+    def acc_dtype(self) -> np.dtype:
+        return accumulator_dtype(self.q.dtype)
+
+
+def check_inputs(q, k, v, *, mask_mod=None, score_mod=None, sinks=None,
+                 scale=None) -> Problem:
+    """A `Problem` from the arguments, or one clear error naming the one that is wrong."""
+    q, k, v = (check_array(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+    for x, name, heads in ((q, "q", "Hq"), (k, "k", "Hkv"), (v, "v", "Hkv")):
+        if x.ndim != 4:
+            raise ValueError(f"{name} must have 4 dimensions (B, {heads}, T, d), got shape "
+                             f"{x.shape}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k and v must share one dtype, got q {q.dtype}, k {k.dtype}, "
+                        f"v {v.dtype}")
+    if k.shape != v.shape:
+        raise ValueError(f"v must have k's shape (B, Hkv, Tk, d), got k {k.shape} and "
+                         f"v {v.shape}")
+    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"q and k must have the same batch B and head dim d, got q "
+                         f"{q.shape} and k {k.shape}")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"the query heads Hq = {q.shape[1]} must be a multiple of the "
+                         f"key/value heads Hkv = {k.shape[1]} (grouped-query attention)")
+    check_mod(mask_mod, "mask_mod", 4)
+    check_mod(score_mod, "score_mod", 5)
+    tq, tk, hq = q.shape[2], k.shape[2], q.shape[1]
+    check_fits(mask_mod, "mask_mod", tq, tk, hq, q.shape[0])
+    check_fits(score_mod, "score_mod", tq, tk, hq, q.shape[0])
+    if sinks is not None:
+        s = np.asarray(sinks)
+        if s.shape != (hq,) or s.dtype.kind != "f" or not np.isfinite(s).all():
+            raise ValueError(f"sinks must be a finite float array of shape (Hq,) = ({hq},), "
+                             f"one logit per query head, got dtype {s.dtype} and shape "
+                             f"{s.shape}")
+        sinks = s.astype(np.float64)
+    return Problem(q, k, v, sinks, check_scale(scale, q.shape[3]), mask_mod, score_mod)
+
+
+def check_grad_inputs(p: Problem, o, lse, do):
+    """o, do as q (B, Hq, Tq, d) in q's dtype, lse (B, Hq, Tq) float (-inf allowed)."""
+    o = check_array(o, "o")
+    do = check_array(do, "do")
+    for x, name in ((o, "o"), (do, "do")):
+        if x.shape != p.q.shape or x.dtype != p.q.dtype:
+            raise ValueError(f"{name} must have q's shape {p.q.shape} and dtype {p.q.dtype}, "
+                             f"got {x.shape} {x.dtype}")
+    lse = np.asarray(lse)
+    if lse.shape != p.q.shape[:3] or lse.dtype.kind != "f" or np.isnan(lse).any() \
+            or np.isposinf(lse).any():
+        raise ValueError(f"lse must be the forward's (B, Hq, Tq) = {p.q.shape[:3]} float "
+                         f"logsumexp (-inf only for a row with nothing visible), got "
+                         f"{lse.shape} {lse.dtype}")
+    return o, lse, do
+
+
+def check_result(o, lse):
+    """ValueError naming the first row whose o or lse is NaN/inf (lse = -inf allowed)."""
+    bad = ~np.isfinite(o).all(axis=-1) | np.isnan(lse) | np.isposinf(lse)
+    if bad.any():
+        b, h, i = (int(x[0]) for x in np.nonzero(bad))
+        raise ValueError(f"the result of row {i} (batch {b}, head {h}) is not finite: "
+                         f"score_mod returned NaN or +inf for a visible pair, or the "
+                         f"scores overflow {o.dtype} (lower scale or pass float64)")
