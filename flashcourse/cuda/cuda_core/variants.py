@@ -130,7 +130,8 @@ def forward(q, k, v, *, block_mask=None, score_mod=None, sinks=None, scale=None,
     p, bm = prepare(q, k, v, block_mask, score_mod, sinks, scale, block_q, block_k)
     br, bc = bm.block_size
     if p.d > D_MAX:
-        raise ValueError(f"head dim d must be at most {D_MAX} for the CUDA variants forward, got {p.d}")
+        raise ValueError(f"head dim d must be at most {D_MAX} for the CUDA variants forward, "
+                         f"got {p.d}")
     if br > MAX_THREADS:
         raise ValueError(f"block_q (the block mask's Br = threads per block) must be at "
                          f"most {MAX_THREADS}, got {br}")
