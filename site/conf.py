@@ -35,7 +35,8 @@ nb_ipywidgets_js = {}
 
 html_theme = "sphinx_book_theme"
 html_title = project
-html_static_path = []
+html_static_path = ["_static"]
+html_css_files = ["course.css"]      # figures at full width, no sideways scroll
 html_favicon = "favicon.svg"
 html_show_sourcelink = False
 html_copy_source = True          # the .ipynb behind the download button

@@ -5,8 +5,10 @@ Builds the site quickly (one notebook executed, FIGURE_NOTEBOOK, which makes fig
 tools/build_site.py, serves it on 127.0.0.1 and opens every page in Debian's headless
 chromium (tools/site_check.py): no broken internal link or anchor, every image loads,
 maths typeset, no console error, no request leaving the loopback server, and every
-figure of the executed notebook shown in its cell. Then one figure is taken off a page
-and another's file deleted: the check must name the page and both cells. Skipped
+figure of the executed notebook shown in its cell, at full width, and no page wider than
+the window. Then one figure is taken off a page, another's file deleted, a third squeezed
+and the page made wider than the window: the check must name the page, each cell and the
+overflow. Skipped
 without chromium or Sphinx (Python 3.10), except under CI=true where chromium must be
 there. The quick site is built once per test run, also under pytest-xdist.
 """
@@ -101,28 +103,35 @@ def test_site_builds_and_every_page_is_sound(quick_site):
 @pytest.mark.browser
 @pytest.mark.slow
 def test_check_names_a_missing_figure(quick_site, tmp_path):
-    """Take one figure's <img> off the page and delete another figure's file: the check
-    names the page and each cell."""
+    """Take one figure's <img> off the page, delete another figure's file, squeeze a third
+    and make the page scroll sideways: the check names the page, each cell and the
+    overflow."""
     for name in ("site", "site-src"):
         shutil.copytree(quick_site.with_name(name), tmp_path / name)
     site, page = tmp_path / "site", _page(FIGURE_NOTEBOOK)
     nb = site_check.executed_notebook(site, page)
-    first, second = [c["id"] for _, c, f in site_check.figure_cells(nb) if f][:2]
+    first, second, third = [c["id"] for _, c, f in site_check.figure_cells(nb) if f][:3]
     html_file = site / page
     text = html_file.read_text(encoding="utf-8")
     imgs = []
-    for cell_id in (first, second):
+    for cell_id in (first, second, third):
         start = text.index(f"tag_{build_site.CELL_TAG}{cell_id} ")
         imgs.append(re.compile(r"<img [^>]*>").search(text, start))
     src = re.search(r'src="\.\./([^"]+)"', imgs[1].group()).group(1)
     (site / src).unlink()                                  # the second figure's file
     a, b = imgs[0].span()
-    html_file.write_text(text[:a] + text[b:], encoding="utf-8")   # the first figure's <img>
+    c = imgs[2].start() + len("<img ")
+    text = (text[:a] + text[b:c]                                  # the first figure's <img>
+            + 'style="width:120px" ' + text[c:])                  # the third figure squeezed
+    text = text.replace("</body>", '<div style="width:4000px">wide</div></body>', 1)
+    html_file.write_text(text, encoding="utf-8")
 
     problems = site_check.check_site(site, only=[page])
     found = "\n".join(problems.get(page, []))
     assert f'id "{first}"' in found and "the page shows 0" in found, found
     assert f'id "{second}"' in found and "did not load" in found, found
+    assert "scrolls sideways" in found, found
+    assert "is shown 120 px wide" in found, found
 
 
 def _executed(cells, backend=build_site.INLINE_BACKEND) -> dict:

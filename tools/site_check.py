@@ -17,6 +17,8 @@ Playwright, and reports, per page:
   container shows on the page, loaded; a notebook executed with another matplotlib
   backend than Jupyter's inline one (which emits no figures) is a problem too. With
   --executed, every notebook page must come from an executed notebook.
+- layout, at a desktop window (VIEWPORT): a page that scrolls sideways, and a figure
+  shown at less than FIGURE_MIN_SHARE of its own width (squeezed by the theme's columns).
 
 Exit status 0 when nothing is wrong. `tests/test_site.py` calls `check_site`.
 """
@@ -88,6 +90,11 @@ def pages_of(site: Path) -> list[str]:
                   and "_sources" not in p.parts)
 
 
+#: The browser window the pages are checked in, and the least share of its own width a
+#: figure may be shown at there (site/_static/course.css gives figures the room).
+VIEWPORT = {"width": 1400, "height": 1000}
+FIGURE_MIN_SHARE = 0.95
+
 _PAGE_SCRIPT = """() => {
   const imgs = [...document.images].map(i => ({src: i.currentSrc || i.src,
                                                ok: i.complete && i.naturalWidth > 0}));
@@ -97,8 +104,16 @@ _PAGE_SCRIPT = """() => {
       e => !e.querySelector('mjx-container')).length;
   const main = document.querySelector('main') || document.body;
   const outputs = document.querySelectorAll('.cell_output').length;
-  return {imgs, links, ids, rawMath, outputs, text: main.innerText};
-}"""
+  const d = document.documentElement;
+  const sideways = d.scrollWidth - d.clientWidth;
+  // figures (picture outputs of a cell, not a widget's still picture) shown narrower
+  // than they are: [shown px, natural px]
+  const narrow = [...document.querySelectorAll('.cell_output img')].filter(
+      i => !i.closest('.output.text_html') && i.naturalWidth > 0
+           && i.clientWidth < FIGURE_MIN_SHARE * i.naturalWidth).map(
+      i => [i.clientWidth, i.naturalWidth]);
+  return {imgs, links, ids, rawMath, outputs, text: main.innerText, sideways, narrow};
+}""".replace("FIGURE_MIN_SHARE", repr(FIGURE_MIN_SHARE))
 
 # Per tagged cell container: the images among its outputs that are pictures of their own
 # (not an <img> inside an HTML output, such as a widget's still picture), and how many
@@ -202,7 +217,7 @@ def check_site(site: Path, *, executed: bool = False, only: list[str] | None = N
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                      args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page = browser.new_page(viewport=VIEWPORT)
             found: list[str] = []
             page.on("console", lambda m: found.append(f"console {m.type}: {m.text}")
                     if m.type == "error" else None)
@@ -223,6 +238,11 @@ def check_site(site: Path, *, executed: bool = False, only: list[str] | None = N
                 info = page.evaluate(_PAGE_SCRIPT)
                 out = list(found)
                 out += [f"image did not load: {i['src']}" for i in info["imgs"] if not i["ok"]]
+                if info["sideways"] > 0:
+                    out.append(f"the page scrolls sideways by {info['sideways']} px in a "
+                               f"{VIEWPORT['width']} px window")
+                out += [f"a figure {w} px wide is shown {shown} px wide "
+                        f"({100 * shown / w:.0f}%)" for shown, w in info["narrow"]]
                 if info["rawMath"]:
                     out.append(f"{info['rawMath']} maths elements not typeset")
                 if executed and rel.startswith("notebooks/") and not info["outputs"]:
