@@ -45,12 +45,22 @@ from flashcourse import results
 from flashcourse.timing import time_cuda
 
 
+def _module(family: str, name: str):
+    """flashcourse.cuda.<family>.<name>, or flashcourse.cuda.<name> in a copy of the package
+    from before the cuda folder was grouped by family (so one script times both copies)."""
+    import importlib
+    try:
+        return importlib.import_module(f"flashcourse.cuda.{family}.{name}")
+    except ModuleNotFoundError:
+        return importlib.import_module(f"flashcourse.cuda.{name}")
+
+
 def measure(small: bool) -> dict:
     """{variant: median ms}; `small`: tiny shapes that run on the simulator (times 0)."""
     from numba import cuda
 
     from flashcourse import cuda as fc
-    from flashcourse.cuda.decoding import decode_kernels
+    decode_kernels = _module("decoding", "decode_kernels")
 
     rng = np.random.default_rng(0)
     out = {}
@@ -115,8 +125,8 @@ def bits(small: bool) -> dict:
     import hashlib
 
     from flashcourse import cuda as fc
-    from flashcourse.cuda.gradients import tc_backward as tcb
-    from flashcourse.cuda.gradients import tc_backward_kernels_tf32 as t32
+    tcb = _module("gradients", "tc_backward")
+    t32 = _module("gradients", "tc_backward_kernels_tf32")
 
     shapes = ((37, 29, 40, True), (21, 45, 16, False)) if small else \
         ((1000, 777, 64, True), (777, 1000, 100, False), (1024, 1024, 128, True))
@@ -149,7 +159,7 @@ def _bits_fp16(small: bool) -> dict:
     import hashlib
 
     from flashcourse import cuda as fc
-    from flashcourse.cuda.decoding import decode_kernels
+    decode_kernels = _module("decoding", "decode_kernels")
 
     def digest(arrays):
         return hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes()
@@ -175,8 +185,8 @@ def _bits_fp16(small: bool) -> dict:
 def resources() -> dict:
     """{kernel: [registers, local bytes] per thread} from ptxas, for the 3xTF32 backward's
     kernels at the GPU's default tiles (d = 64, 128), in every version (GPU only)."""
-    from flashcourse.cuda.gradients import tc_backward as tcb
-    from flashcourse.cuda.gradients import tc_backward_kernels_tf32 as t32
+    tcb = _module("gradients", "tc_backward")
+    t32 = _module("gradients", "tc_backward_kernels_tf32")
 
     keep, out = t32.SMALL_TERMS, {}
     try:
