@@ -8,6 +8,7 @@ asked for --simulator-smoke), and no run writes into benchmarks/results/ without
 import hashlib
 import importlib.util
 import os
+import re
 from argparse import ArgumentParser
 from pathlib import Path
 
@@ -249,7 +250,7 @@ def test_gpu_labs_runs_every_cuda_lab_and_names_a_bad_choice():
     labs = _load("gpu_labs")
     names = [p.stem for _, p in labs.targets(None, smoke=False)]
     solutions = sorted(p.stem for p in (BENCH.parent / "labs" / "solutions").glob("*.ipynb")
-                       if "cuda" in p.read_text())
+                       if re.search(r"cuda\.jit|numba import cuda", p.read_text()))
     assert set(solutions) <= set(names) and all(
         (BENCH.parent / "notebooks" / f"{n}.ipynb").exists() or n in solutions for n in names)
     with pytest.raises(SystemExit, match="--only 'nope'"):
