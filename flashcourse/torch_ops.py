@@ -70,9 +70,11 @@ def _check(q, k, v):
 # -- CUDA: the course's tensor-core kernels on the tensors' own memory -----------------------
 
 def _to_numba(t):
-    """A contiguous CUDA tensor as a Numba device array (no copy); bfloat16 as uint16 bits."""
+    """A contiguous CUDA tensor as a Numba device array (no copy); bfloat16 as uint16 bits.
+    Detached first: inside an operator the values are read, never differentiated, and
+    PyTorch refuses the array interface of a tensor that requires grad (opcheck passes some)."""
     from numba import cuda
-    t = t.contiguous()
+    t = t.detach().contiguous()
     if t.dtype == torch.bfloat16:
         return cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16)
     return cuda.as_cuda_array(t)
