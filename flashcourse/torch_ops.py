@@ -75,9 +75,15 @@ def _to_numba(t):
     PyTorch refuses the array interface of a tensor that requires grad (opcheck passes some)."""
     from numba import cuda
     t = t.detach().contiguous()
+    # Numba by default waits on the host for the stream the tensor was made on (the array
+    # interface's "stream"): every operator call would stall the CPU until the GPU caught
+    # up. When PyTorch queues on the legacy default stream, where the course's kernels also
+    # run, the GPU already orders the two, so the wait is left out; on any other stream it
+    # is kept.
+    sync = torch.cuda.current_stream(t.device).cuda_stream != 0
     if t.dtype == torch.bfloat16:
-        return cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16)
-    return cuda.as_cuda_array(t)
+        return cuda.as_cuda_array(t.view(torch.int16), sync=sync).view(np.uint16)
+    return cuda.as_cuda_array(t, sync=sync)
 
 
 def _from_numba(a, dtype):
