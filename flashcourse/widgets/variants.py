@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..memory import format_bytes
+from ..plots.variants import draw_block_states
 from ..variants import library
 from ..variants.block_mask import BlockMask, create_block_mask
 from ..variants.cost import TileCost, tile_cost
@@ -153,22 +154,8 @@ class VariantsExplorer(Explorer):
 
 
 def _paint(fig, r: VariantsReadout):
-    """The (Tr, Tc) tile grid: empty light grey, partial orange, full blue."""
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch
-
-    colours = ("#eeeeee", "#f28e2b", "#4e79a7")                     # EMPTY, PARTIAL, FULL
-    states = r.block_mask.states()[0, 0]                             # (Tr, Tc)
-    ax = fig.add_subplot()
-    ax.imshow(states, cmap=ListedColormap(colours), vmin=0, vmax=2, interpolation="nearest",
-              aspect="equal")
-    tr, tc = states.shape
-    ax.set_xlabel(f"key block j (of {tc})", fontsize=9)
-    ax.set_ylabel(f"query block i (of {tr})", fontsize=9)
-    ax.tick_params(labelsize=9)
-    ax.legend(handles=[Patch(color=c, label=s) for c, s in zip(colours[::-1],
-                                                                ("full", "partial", "empty"))],
-              fontsize=9, loc="upper right", frameon=True)
+    """The (Tr, Tc) tile grid of the block mask (`plots.variants.draw_block_states`)."""
+    draw_block_states(fig.add_subplot(), r.block_mask.states()[0, 0])
     fig.suptitle(f"{r.mask}, N = {r.n:,}, tiles {r.block} x {r.block}: "
                  f"{r.cost.skipped_fraction:.0%} skipped", fontsize=9)
 
