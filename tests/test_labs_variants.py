@@ -40,6 +40,7 @@ MISTAKES = {
         (_WINDOW, "        return distance <= window", V.HINT_WINDOW_FUTURE),
         (_WINDOW, "        return abs(distance) <= window", V.HINT_WINDOW_FUTURE),
         ("    return window_mask", "    return window_mask(0, 0, 1, 1)", V.HINT_NOT_FUNCTION),
+        (_WINDOW, "        return (distance >= 0) & (distance <= 2 * window)", V.HINT_WINDOW),
     ],
     "document": [
         ('side="right") - 1', 'side="left") - 1', V.HINT_DOCUMENT_EDGE),
@@ -48,6 +49,8 @@ MISTAKES = {
         ("        return doc[q_idx] == doc[kv_idx]",
          "        return (doc[q_idx] == doc[kv_idx]) & (kv_idx <= q_idx)",
          V.HINT_DOCUMENT_CAUSAL),
+        ("        return doc[q_idx] == doc[kv_idx]", "        return doc[q_idx] <= doc[kv_idx]",
+         V.HINT_DOCUMENT),
     ],
     "softcap": [
         (_CAP, "        return np.tanh(score / cap)", V.HINT_SOFTCAP_OUTER),
@@ -57,6 +60,9 @@ MISTAKES = {
         (_CAP, "        return cap * np.tanh((score - score.max(axis=-1, keepdims=True)) / cap)",
          V.HINT_SOFTCAP_MAX),
         (_CAP, "        return cap * np.tanh((score - np.max(score)) / cap)", V.HINT_SOFTCAP_MAX),
+        (_CAP, "        return np.exp(cap * np.tanh(score / cap))", V.HINT_SOFTCAP_PROBS),
+        (_CAP, "        return score / (1 + np.abs(score) / cap)", V.HINT_SOFTCAP),
+        (_GRAD, "        return 1.0 / (1 + np.abs(score) / cap) ** 2", V.HINT_GRAD),
         (_GRAD, "        return 1.0 - t", V.HINT_GRAD_SQUARE),
         (_GRAD, "        return cap * (1.0 - t * t)", V.HINT_GRAD_CAP),
         (_GRAD, "        return (1.0 - t * t) / cap", V.HINT_GRAD_CAP),
@@ -103,6 +109,9 @@ MISTAKES = {
         ("            elif tile.any():", "            if tile.any():", V.HINT_BOTH_LISTS),
         ("    return kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices",
          "    return kv_num_blocks, kv_indices", V.HINT_LAYOUT),
+        # the key block's keys counted with the query block size
+        ("            k0, k1 = j * block_k, min((j + 1) * block_k, t_key)",
+         "            k0, k1 = j * block_q, min((j + 1) * block_q, t_key)", V.HINT_BUILD),
     ],
     "flex_forward": [
         (_PARTIAL, "            if True:\n", V.HINT_FWD_MASK_ON_FULL),
@@ -114,6 +123,8 @@ MISTAKES = {
          V.HINT_FWD_EMPTY_VISITED),
         ("        visits = [(j, False) for j in full_kv_indices[i, :full_kv_num_blocks[i]]]",
          "        visits = []", V.HINT_FWD_FULL_ONLY),
+        # the running sums not rescaled when the max grows
+        ("            alpha = np.exp(m - m_safe)", "            alpha = 1.0", V.HINT_FORWARD),
     ],
 }
 _RAW = "            s = scale * (q[q0:q1] @ k[k0:k1].T)"
@@ -240,3 +251,21 @@ def test_show_block_mask_marks_a_difference(lab, capsys):
 
 
 test_no_hint_contains_a_solution_line = hint_leaks_test(V.HINTS, LAB)
+
+
+def test_hint_level_two_adds_the_explicit_hint():
+    fn = functions_of(LAB, replace=[(_GRAD, "        return 1.0 - t")])["softcap"]
+    result = V.check_softcap(fn, verbose=False, hint_level=2)
+    assert result.hint == f"{V.HINT_GRAD_SQUARE[0]}\n  More explicitly: {V.HINT_GRAD_SQUARE[1]}"
+
+
+def test_every_hint_has_two_levels_and_is_used():
+    """Each hint is (level 1, level 2), and each is named by some replayed mistake or test."""
+    import inspect
+    import re
+    import sys
+    source = inspect.getsource(sys.modules[__name__])
+    for name, value in vars(V).items():
+        if name.startswith("HINT_"):
+            assert isinstance(value, tuple) and len(value) == 2 and all(value), name
+            assert re.search(rf"\bV\.{name}\b", source), name

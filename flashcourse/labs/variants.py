@@ -523,7 +523,7 @@ def _build_diagnoses(want, tq, tk, br, bc):
          *HINT_EMPTY_LISTED),
         (lambda y, e: only(y, last & (es != EMPTY) & (y["states"] == EMPTY)), *HINT_RAGGED_DROP),
         (lambda y, e: only(y, last & diff(y, FULL, PARTIAL)), *HINT_RAGGED_PARTIAL),
-        (lambda y, e: diff(y, PARTIAL, FULL).any(), *HINT_PARTIAL_AS_FULL),
+        (lambda y, e: only(y, diff(y, PARTIAL, FULL)), *HINT_PARTIAL_AS_FULL),
         (lambda y, e: not states_differ(y) and bool((y["grid"] > 1).any()), *HINT_TWICE),
         (lambda y, e: not states_differ(y) and bool((y["grid"] == 0).any()), *HINT_SAMPLED),
     ]
