@@ -27,8 +27,10 @@ What is checked is behaviour, never source: the masks are evaluated on tiles of 
 shapes through `mods.mask_tile` (so a vectorised function and a per-element one are both
 accepted, as the course's paths accept both) and compared pair by pair with the library's;
 the builder gets a watched mask_mod that counts, for every pair, how often it was
-evaluated. A learner who returns the library's own functions passes: the checkers cannot
-tell them from a correct function of their own, and the lab asks them not to.
+evaluated. A learner who returns the library's own masks or softcap passes: the checkers
+cannot tell them from a correct function of their own, and the lab asks them not to. (A
+builder that calls create_block_mask fails, but only because the library probes two corner
+pairs a second time: not a check of provenance.)
 """
 
 from __future__ import annotations
