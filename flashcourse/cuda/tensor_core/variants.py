@@ -75,11 +75,8 @@ def _identity(score, b, h, q_idx, kv_idx):
     return score
 
 
-def _device(fn, simulator: bool):
-    fn = jit_ready(fn)
-    if simulator:
-        return cuda.jit(device=True)(fn)
-    return cuda.jit(device=True, forceinline=True)(fn)
+def _device(fn):
+    return cuda.jit(device=True)(jit_ready(fn))        # as cuda_core.variants does
 
 
 def tiles_for(block_q: int, m_tiles: int | None = None) -> tuple[int, int]:
@@ -114,7 +111,7 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
     PV = _pv_ldmatrix(MMA, PACK, LDBT, SIM)
     _, log2, quad_max, quad_sum = _row_ops(cfg)
     exp2 = so["ex2"]
-    MASK, SCORE = _device(mask_mod, SIM), _device(score_mod, SIM)
+    MASK, SCORE = _device(mask_mod), _device(score_mod)
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
     MT = cfg.m_tiles
     DW = D // 2                    # 32-bit words per row
