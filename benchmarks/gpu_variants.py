@@ -78,11 +78,12 @@ def doc_bounds(n: int, rng, docs: int = DOCS) -> np.ndarray:
 
 
 def document_causal(cu):
-    """Causal attention inside each document of cu_seqlens (Tq = Tk), the ids held as
-    int16: Numba compiles the arrays a mask_mod closes over into the GPU's constant
-    memory, 64 KiB in all, which `library.document`'s two int64 id arrays overflow from
-    N = 4096 on (2 x 8 N bytes); int16 ids fit up to N = 32,768."""
-    ids = np.repeat(np.arange(cu.size - 1), np.diff(cu)).astype(np.int16)
+    """Causal attention inside each document of cu_seqlens (Tq = Tk, at most 127
+    documents), the ids held as int8. Numba places the arrays a mask_mod closes over in
+    the GPU's constant memory (numba-cuda's `make_constant_array`), 64 KiB per kernel:
+    `library.document`'s int64 ids take 8 N bytes per array (two arrays), past that
+    above N = 4096 (not yet tried on a GPU); int8 ids take N bytes."""
+    ids = np.repeat(np.arange(cu.size - 1), np.diff(cu)).astype(np.int8)
 
     def document_causal_mask(b, h, q_idx, kv_idx):
         return (ids[q_idx] == ids[kv_idx]) & (kv_idx <= q_idx)
