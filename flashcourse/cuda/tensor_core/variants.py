@@ -52,7 +52,8 @@ from ...constants import F0, F1, LN2_F, LOG2E_F, NEG_INF
 from ...geometry import ceil_div
 from ...gpu import using_simulator
 from ...variants.inputs import check_result
-from ...variants.mods import fingerprint, jit_ready
+from ...variants.mods import always_visible, fingerprint, unchanged_score
+from ..common._device import mod_device
 from ...variants.tiled import prepare
 from ..common._launch import check_registers, launch, serialised, simulator_note
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
@@ -67,16 +68,6 @@ MAX_WARPS = 8
 _KERNELS: dict = {}
 
 
-def _always(b, h, q_idx, kv_idx):
-    return True
-
-
-def _identity(score, b, h, q_idx, kv_idx):
-    return score
-
-
-def _device(fn):
-    return cuda.jit(device=True)(jit_ready(fn))        # as cuda_core.variants does
 
 
 def tiles_for(block_q: int, m_tiles: int | None = None) -> tuple[int, int]:
@@ -111,7 +102,7 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
     PV = _pv_ldmatrix(MMA, PACK, LDBT, SIM)
     _, log2, quad_max, quad_sum = _row_ops(cfg)
     exp2 = so["ex2"]
-    MASK, SCORE = _device(mask_mod), _device(score_mod)
+    MASK, SCORE = mod_device(mask_mod), mod_device(score_mod)
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
     MT = cfg.m_tiles
     DW = D // 2                    # 32-bit words per row
@@ -373,8 +364,8 @@ def launcher(qw, kw, vw, ow, lse, bm_arrays, *, tq: int, tk: int, heads: int, gr
     before (the kernel built, its arguments typed): what a benchmark times. Arrays as
     `run` takes them."""
     check_capability(cfg.precision)
-    kern = kernel_for(cfg, mask_mod if mask_mod is not None else _always,
-                      score_mod if score_mod is not None else _identity)
+    kern = kernel_for(cfg, mask_mod if mask_mod is not None else always_visible,
+                      score_mod if score_mod is not None else unchanged_score)
     sk = sinks if sinks is not None else cuda.to_device(np.zeros(heads, np.float32))
     args = (qw, kw.reshape(kw.size), vw.reshape(vw.size), ow, lse, np.int32(tq),
             np.int32(tk), np.int32(heads), np.int32(group), np.float32(scale), *bm_arrays,
