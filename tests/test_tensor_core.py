@@ -223,8 +223,11 @@ def test_async_version_equals_version_1(precision, tq, tk, d, causal, m_tiles, s
 @pytest.mark.parametrize("precision,tq,tk,d,causal,scale,warps,block_k", [
     ("3xtf32", 19, 6, 16, True, -0.3, 1, 16),
     ("3xtf32", 20, 37, 24, False, None, 1, 16),
-    ("3xtf32", 37, 45, 40, True, None, 2, 32),
-    ("3xtf32", 33, 81, 16, True, None, 4, 16),
+    # two warps: one ragged query block of Br = 32 (both warps at work, the second on 5
+    # rows) past two key blocks; four warps: four key blocks through the staging buffer
+    # (Tq = 37 and Tk = 81 only added blocks that repeat these)
+    ("3xtf32", 21, 45, 40, True, None, 2, 32),
+    ("3xtf32", 33, 49, 16, True, None, 4, 16),
     ("tf32", 17, 33, 32, True, None, 1, 16),
 ])
 def test_planes_version_equals_version_2(precision, tq, tk, d, causal, scale, warps, block_k,
