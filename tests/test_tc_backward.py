@@ -7,7 +7,7 @@ does, so they differ from it by ~1e-3 relative), and a numpy model that rounds P
 where the kernels do (agreement to ~1e-5: a wrong fragment, mask or scale is off by O(1)).
 Shapes: ragged tiles, Tq != Tk both ways, causal with rows that see no key, odd d,
 large logits. Each simulated mma costs a barrier: the shapes are tiny (1 warp, Br = 16).
-Tests marked thread_rows_prepass run the D pre-pass one thread per row, ~30x cheaper on
+Tests marked thread_rows_prepass run the D pre-pass one thread per row, far cheaper on
 the simulator than the default (tests/conftest.py says why that checks the same).
 """
 

@@ -5,7 +5,7 @@ simulator: float32 q, k, v, o, dO; every product on m16n8k8 TF32 mma in three pa
 relative. One pass (big*big only) would be off by ~1e-3, a wrong fragment, mask or scale
 by O(1). Shapes: ragged tiles, Tq != Tk both ways, causal rows that see no key, odd d,
 large logits. Each simulated mma costs a barrier: the shapes are tiny (1 or 2 warps).
-Tests marked thread_rows_prepass run the D pre-pass one thread per row, ~30x cheaper on
+Tests marked thread_rows_prepass run the D pre-pass one thread per row, far cheaper on
 the simulator than the default (tests/conftest.py says why that checks the same).
 """
 
