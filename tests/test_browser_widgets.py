@@ -185,10 +185,12 @@ def test_tile_schedule_play_keeps_title_and_readout_together(browser, tmp_path, 
     assert last["readout"] == last["title"] == 36, samples[-5:]
     assert len({s["readout"] for s in samples}) > 3, "Play did not move the display"
     # the widget sends the picture first, then the text: between the browser's handling of
-    # the two messages a look may find the title one step ahead, never behind, and (on a
-    # loaded machine) for more than one look in a row, but not for long
+    # the two messages a look may find the title ahead, never behind, and (on a loaded
+    # machine) for more than one look in a row, but not for long. One step ahead is the
+    # usual; two were seen once with another job loading both cores (a second picture
+    # drawn before the text between them was painted); the time bound below keeps it short
     apart = [s for s in samples if s["readout"] != s["title"]]
-    assert all(s["title"] == s["readout"] + 1 for s in apart), apart
+    assert all(1 <= s["title"] - s["readout"] <= 2 for s in apart), apart
     runs, start = [], None
     for s in samples:
         if s["readout"] != s["title"]:
