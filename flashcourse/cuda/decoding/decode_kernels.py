@@ -651,31 +651,15 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
     """
     from ... import decode as np_decode
     from ..._checks import check_bool, check_scale
-    from ..common._launch import is_device_array, simulator_note
+    from ..common._launch import as_device_array, is_device_array, simulator_note
     simulator_note()
     causal, allow_nonfinite, check = (check_bool(x, name) for x, name in (
         (causal, "causal"), (allow_nonfinite, "allow_nonfinite"), (check, "check")))
     on_device = any(is_device_array(x) for x in (q, k, v))
     if on_device:
-        shapes = {}
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            if not is_device_array(x):
-                raise TypeError(f"{name} must be a device array like the others, got "
-                                f"{type(x).__name__}")
-        if not using_simulator():      # any CUDA-array-interface object (a torch tensor)
-            from numba.cuda.cudadrv.devicearray import DeviceNDArray
-            q, k, v = (x if isinstance(x, DeviceNDArray) else cuda.as_cuda_array(x)
-                       for x in (q, k, v))
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            if np.dtype(x.dtype) not in (np.float16, np.float32):
-                raise TypeError(f"{name} on the device must be float16 or float32, got "
-                                f"{x.dtype}")
-            contiguous = getattr(x, "is_c_contiguous", None)
-            if contiguous is not None and not contiguous():
-                raise ValueError(f"{name} on the device must be C-contiguous (e.g. made by "
-                                 "cuda.to_device(np.ascontiguousarray(...))), got a strided "
-                                 "view")
-            shapes[name] = tuple(int(n) for n in x.shape)
+        q, k, v = (as_device_array(n, x, (np.float16, np.float32))
+                   for n, x in (("q", q), ("k", k), ("v", v)))
+        shapes = {n: tuple(int(s) for s in x.shape) for n, x in (("q", q), ("k", k), ("v", v))}
         if len({np.dtype(x.dtype) for x in (q, k, v)}) != 1:
             raise TypeError("q, k and v must share one dtype")
         qs, ks, vs = shapes["q"], shapes["k"], shapes["v"]
