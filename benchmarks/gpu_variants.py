@@ -23,7 +23,7 @@
           FlexAttention's output is compared with the course's before it is timed;
           without torch it is skipped with a line.
 --masks, --ns, --ds, --precisions  subsets of the bench grid.
-Writes gpu_variants.json under benchmarks/out/ (or --out DIR) as it goes; --record (on a
+Writes gpu_attention_variants.json under benchmarks/out/ (or --out DIR) as it goes; --record (on a
 GPU) moves it into benchmarks/results/ once the run has passed its checks.
 """
 
@@ -324,7 +324,7 @@ def flex_row(row, torch, flex, flex_block_mask, tdt, host, words, ow, name, n, d
 
 
 def save(doc, out):
-    results.write_json(out, "gpu_variants.json", doc)
+    results.write_json(out, "gpu_attention_variants.json", doc, "attention_variants")
 
 
 # ----------------------------------------------------------------------------- main
@@ -345,8 +345,8 @@ def main(argv=None):
     if bad:
         raise SystemExit(f"--masks: unknown {bad}; choose from {MASKS}")
     out = results.output_dir(args)
-    doc = {"env": env.record(), "b": B, "h": H}
-    log(json.dumps(doc["env"]))
+    doc = {"environment": env.record(), "b": B, "h": H}
+    log(json.dumps(doc["environment"]))
     ok = True
     if args.check or args.simulator_smoke:
         ok = check(doc, smoke=args.simulator_smoke)
