@@ -88,6 +88,18 @@ def _forward_head(q, k, v, scale, key_block, p_log2_offset, p_round):
     return o / l
 
 
+def forward_dequantized(q, k, v, *, scale: float | None = None, key_block: int = 128,
+                        p_log2_offset: int = P_LOG2_OFFSET) -> np.ndarray:
+    """Steps 3 to 5 on inputs already through FP8 (dequantized float values): S and the
+    softmax in float32, P~ lifted by 2^p_log2_offset and rounded to e4m3, P V in float32.
+    o (..., Tq, d) float32. Lab 15 feeds it the learner's quantized Q, K, V."""
+    q, k, v = check_qkv(q, k, v)
+    scale = check_scale(scale, q.shape[-1])
+    key_block = check_block(key_block, "key_block")
+    q, k, v = (x.astype(np.float32) for x in (q, k, v))
+    return _run(q, k, v, scale, key_block, p_log2_offset, quantize_p)
+
+
 def _run(q, k, v, scale, key_block, p_log2_offset, p_round):
     lead = q.shape[:-2]
     qf = q.reshape((-1,) + q.shape[-2:])
