@@ -412,3 +412,24 @@ def test_the_error_table_orders_the_schemes():
 def test_bad_attention_arguments(call, match):
     with pytest.raises((ValueError, TypeError), match=match):
         call()
+
+
+def test_the_gpu_benchmark_smoke_run_writes_a_valid_record(tmp_path):
+    """benchmarks/gpu_fp8.py --simulator-smoke: its numpy parts on the CPU, tiny, and a
+    gpu_fp8.json that matches its schema (flashcourse/schemas/fp8.json)."""
+    import importlib.util
+
+    from flashcourse import results
+    path = results.ROOT / "benchmarks" / "gpu_fp8.py"
+    spec = importlib.util.spec_from_file_location("bench_gpu_fp8", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--simulator-smoke", "--out", str(tmp_path)]) == 0
+    doc = results.load_json(tmp_path / "gpu_fp8.json")
+    results.validate(doc, "fp8", "gpu_fp8.json")
+    assert results.kind_of("h100_gpu_fp8.json") == "fp8"
+    assert doc["checks"][0]["ok"] and len(doc["bench"]) == len(mod.SEEDS)
+    assert {r["head_dim"] for r in doc["bench"]} == {32}
+    with pytest.raises(SystemExit, match="--sizes"):
+        mod.parse_sizes("2x4096")
+    assert mod.parse_sizes("2x4096x128,1x16384x128") == [(2, 4096, 128), (1, 16384, 128)]
