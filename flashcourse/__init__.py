@@ -27,6 +27,8 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     decode_io   the decode IO model (K/V read once) and its recorded measurements
     variants    attention variants from Python functions (mask_mod, score_mod), block
                 masks, sinks, GQA: reference, tiled numpy and Numba CPU paths
+    fp8         FP8 numerics: e4m3/e5m2 rounding bit for bit, scales, the Hadamard
+                rotation, the FP8 forward simulated in numpy and its error
  3  configs     launch configurations of the flash kernel, which ones can launch
     sweep       timing configurations, the tuned default, heatmap grids; the CPU sweep
     measured_traffic  Nsight Compute's bytes beside the model, and why they differ

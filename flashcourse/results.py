@@ -92,6 +92,7 @@ RESULT_KINDS = {
     "*gpu_labs.json": "gpu_labs",
     "*gpu_train.json": "gpu_train",
     "*gpu_attention_variants.json": "attention_variants",
+    "*gpu_fp8.json": "fp8",
 }
 
 
