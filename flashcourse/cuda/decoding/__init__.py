@@ -4,6 +4,7 @@
                           `decode`, the host side behind `flashcourse.cuda.decode`
     decode_tc_kernels.py  the split kernel on the tensor cores (fp16 K/V, several query rows
                           per KV head)
+    vector_loads.py       the 16-byte loads of K/V rows the CUDA-core split kernel uses
 
 Named `decoding` because `flashcourse.cuda.decode` is the public function.
 """
