@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import reference
-from ._checks import check_array, check_count, check_scale
+from ._checks import check_array, check_count, check_scale, check_whole
 from .decode import check_gqa, expand_kv
 
 #: Tokens per page the course's kernels are built for.
@@ -221,7 +221,10 @@ class PagedKVCache:
         return page
 
     def _check_seq(self, seq) -> int:
-        return check_count(seq, "seq", self.seq_lens.size - 1, least=0)
+        seq = check_whole(seq, "seq", meaning="a sequence of the cache")
+        if seq >= self.seq_lens.size:
+            raise ValueError(f"seq must be below max_seqs = {self.seq_lens.size}, got {seq}")
+        return seq
 
     def append(self, seq, k_new, v_new):
         """Write k_new, v_new (Hkv, n, d) after the last token of sequence seq, taking a

@@ -209,11 +209,11 @@ def plan(d: int, itemsize: int, rows: int, *, unroll: int = 4, warps: int = 4,
 # ---------------------------------------------------------------------------------------
 
 @inlined
-def contiguous_key_row(kv, h, n, key, valid, heads):
+def contiguous_key_row(kv, h, tk, key, valid, heads):
     """Where key `key` of KV head h lives in a contiguous cache (B*Hkv, Tk, d): row `key`
-    of head h, n = Tk; a key past the split reads row Tk (zeros). kv, heads: unused (the
+    of head h; a key past the split reads row Tk (zeros). kv, heads: unused (the
     paged twin, `paged_kernels.paged_key_row`, reads the block table kv there)."""
-    return h, (key if valid else n), n
+    return h, (key if valid else tk), tk
 
 
 @lru_cache(maxsize=None)
@@ -256,13 +256,13 @@ def split_body(cfg: DecodeConfig, key_row):
     """The split kernel's work as one device function, shared by the contiguous kernel
     (`make_split_kernel`) and the paged one (`paged_kernels`):
 
-        body(q, k, v, o_part, lse_part, split, kv, h, n, qrow0, orow0, r0, rows_kv, tq,
+        body(q, k, v, o_part, lse_part, split, kv, h, nkv, qrow0, orow0, r0, rows_kv, tq,
              d, k_begin, k_end, qscale, causal, off)
 
     runs the online softmax of the block's query rows r0 .. r0 + rows - 1 (of the R =
     rows_kv rows of KV head h; q row qrow0 + r) over keys [k_begin, k_end) and writes
     the partial state into o_part[split, orow0 + r], lse_part[split, orow0 + r].
-    `key_row(kv, h, n, key, valid, heads)` -> (hh, kk, nn) says where a key's K and V
+    `key_row(kv, h, nkv, key, valid, heads)` -> (hh, kk, nn) says where a key's K and V
     rows are: row kk of head hh of k, v seen as (heads, nn, d) arrays (kk >= nn: zeros).
     """
     VEC, LPK, NV, UN, ROWS = cfg.vec, cfg.lpk, cfg.nv, cfg.unroll, cfg.rows
@@ -328,7 +328,7 @@ def split_body(cfg: DecodeConfig, key_row):
                 dots[i] = s
             cuda.syncthreads()
 
-    def body(q, k, v, o_part, lse_part, split, kv, h, n, qrow0, orow0, r0, rows_kv, tq, d,
+    def body(q, k, v, o_part, lse_part, split, kv, h, nkv, qrow0, orow0, r0, rows_kv, tq, d,
              k_begin, k_end, qscale, causal, off):
         sm = cuda.shared.array(0, float32)
         tid = cuda.threadIdx.x
@@ -365,7 +365,7 @@ def split_body(cfg: DecodeConfig, key_row):
             # issue every load of this step before using any: 2 x UN x NV 16-byte loads
             for u in range(UN):
                 key = base + (u * KW + kw) * KPW + kg
-                hh, kk, nn = key_row(kv, h, n, key, key < k_end, heads)  # past k_end: zeros
+                hh, kk, nn = key_row(kv, h, nkv, key, key < k_end, heads)  # past k_end: zeros
                 load_row(k, hh, kk, kl, nn, d, kr, u * EPL)
                 load_row(v, hh, kk, kl, nn, d, vr, u * EPL)
             # partial dot products of this lane, then summed over the key's lanes

@@ -192,12 +192,12 @@ def signature():
 
 
 @inlined
-def contiguous_tile_base(kv, h, n, k0, k_end, krows):
+def contiguous_tile_base(kv, h, tk, k0, k_end, krows):
     """(kbase, kz) of a tile of Bc keys from k0 in a contiguous cache: key j's row is
-    kbase + j of the flat (B*Hkv*Tk) rows (kbase = h*Tk, n = Tk), and a key past k_end
-    is fetched (zero bytes) from row kbase + kz = kbase. kv, krows: unused (the paged
-    twin, `paged_kernels.paged_tile_base`, reads the block table kv there)."""
-    return h * n, 0
+    kbase + j of the flat (B*Hkv*Tk) rows (kbase = h*Tk), and a key past k_end is
+    fetched (zero bytes) from row kbase + kz = kbase. kv, krows: unused (the paged twin,
+    `paged_kernels.paged_tile_base`, reads the block table kv there)."""
+    return h * tk, 0
 
 
 @lru_cache(maxsize=None)
@@ -236,12 +236,12 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
     """The tensor-core split kernel's work as one device function, shared by the
     contiguous kernel (`make_split_tc_kernel`) and the paged one (`paged_kernels`):
 
-        body(q, k, v, o_part, lse_part, split, kv, h, n, qrow0, orow0, r0, rows_kv, tq,
+        body(q, k, v, o_part, lse_part, split, kv, h, nkv, qrow0, orow0, r0, rows_kv, tq,
              k_begin, k_end, qscale, causal, off)
 
     the block's rows r0 .. r0 + 16 m_tiles - 1 of KV head h (q rows qrow0 + r) over keys
     [k_begin, k_end) (k_begin a multiple of Bc), partial state into o_part[split,
-    orow0 + r]. `tile_base(kv, h, n, k0, k_end, krows)` -> (kbase, kz): key j of the
+    orow0 + r]. `tile_base(kv, h, nkv, k0, k_end, krows)` -> (kbase, kz): key j of the
     tile from k0 (Bc keys, never across a page) is flat row kbase + j of k and v (krows
     rows of d/2 words), a key past k_end is fetched (zero bytes) from row kbase + kz.
     """
@@ -294,7 +294,7 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
     load_tile = (cuda.jit(device=True) if SIM else
                  cuda.jit(device=True, forceinline=True))(load_tile)
 
-    def body(q, k, v, o_part, lse_part, split, kv, h, n, qrow0, orow0, r0, rows_kv, tq,
+    def body(q, k, v, o_part, lse_part, split, kv, h, nkv, qrow0, orow0, r0, rows_kv, tq,
              k_begin, k_end, qscale, causal, off):
         if SIM:
             sm = cuda.shared.array(0, uint32)
@@ -325,7 +325,7 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
         n_it = (n_kb + NW - 1) // NW
         if n_it > 0:                   # first block -> buffer 0, in flight during Q's loads
             k0 = k_begin + warp * BC
-            kb, kz = tile_base(kv, h, n, k0, k_end, krows)
+            kb, kz = tile_base(kv, h, nkv, k0, k_end, krows)
             load_tile(sm, k, v, wb, lane, k0, k_end, kb, kz)
 
         qa = cuda.local.array(QREGS, uint32)
@@ -363,7 +363,7 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
             else:                      # this warp's block landed; its other buffer is free
                 cuda.syncwarp()        # (buffers are per warp: the warps run decoupled)
             if it + 1 < n_it:
-                kb, kz = tile_base(kv, h, n, k0 + NW * BC, k_end, krows)
+                kb, kz = tile_base(kv, h, nkv, k0 + NW * BC, k_end, krows)
                 load_tile(sm, k, v, wb + BUF - (bo - wb), lane, k0 + NW * BC, k_end, kb, kz)
 
             # S = Q K^T: one ldmatrix.x4 gives the B fragments of two n8 tiles

@@ -146,17 +146,17 @@ SEQ_ITEMS = device_twin(seq_items, schedule=_SCHEDULE, seq_pages=_SEQ_PAGES)
 def paged_key_row(page_size: int):
     """`split_body`'s key_row for pages: key -> (page * Hkv + h, slot, page_size) of the
     (num_pages * Hkv, page_size, d) view; kv is the sequence's row of the block table as
-    a (1, W) view, n = Hkv, heads = num_pages * Hkv (a bad page index is clamped into the
+    a (1, W) view, nkv = Hkv, heads = num_pages * Hkv (a bad page index is clamped into the
     pool: wrong numbers, never a read outside it)."""
     PS = page_size
 
     @inlined
-    def key_row(kv, h, n, key, valid, heads):
+    def key_row(kv, h, nkv, key, valid, heads):
         hh = h
         kk = PS                                     # past the item: zeros, never read
         if valid:
             page, kk = address(kv, 0, key, PS)
-            hh = min(max(page * n + h, 0), heads - 1)
+            hh = min(max(page * nkv + h, 0), heads - 1)
         return hh, kk, PS
     return key_row
 
@@ -170,12 +170,12 @@ def paged_tile_base(page_size: int):
     PS = page_size
 
     @inlined
-    def tile_base(kv, h, n, k0, k_end, krows):
+    def tile_base(kv, h, nkv, k0, k_end, krows):
         kb = h * PS
         kz = 0
         if k0 < k_end:
             page, slot = address(kv, 0, k0, PS)
-            hh = min(max(page * n + h, 0), krows // PS - 1)
+            hh = min(max(page * nkv + h, 0), krows // PS - 1)
             kz = k0 - slot                          # first key of the page
             kb = hh * PS - kz
         return kb, kz
