@@ -91,6 +91,7 @@ RESULT_KINDS = {
     "*_hopper_*.json": "hopper",               # one version's own runs (variants)
     "*gpu_labs.json": "gpu_labs",
     "*gpu_train.json": "gpu_train",
+    "*gpu_paged.json": "gpu_paged",
 }
 
 
