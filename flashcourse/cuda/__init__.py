@@ -20,7 +20,9 @@ bytes it moves, the expected cost and what limits it); `registry` lists them all
     decode    split + combine: Flash-Decoding, Tq = 1 against a long KV cache, GQA
               (decoding/decode_kernels.py; `decode(q, k, v)`; registered as the forward
               "decode"); for fp16 with several query rows per KV head the split kernel
-              runs on the tensor cores (decoding/decode_tc_kernels.py)
+              runs on the tensor cores (decoding/decode_tc_kernels.py); over a paged KV
+              cache (block tables, ragged lengths, one CUDA graph across steps):
+              `paged_decode` (decoding/paged.py, decoding/paged_kernels.py)
 
 Folders, from the ground up (an import never runs back up this list; the architecture
 test checks it): ptx/ (inline-PTX wrappers and their simulator twins), common/ (launch,
@@ -265,8 +267,8 @@ def variants_forward(q, k, v, *, kernel: str = "cuda_core", **options):
     return variant_forward(kernel)(q, k, v, **options)
 
 
-__all__ = ["forward", "backward", "decode", "capture", "variants_forward", "KERNELS",
-           "SIM_KERNELS", "extra_device_bytes"]
+__all__ = ["forward", "backward", "decode", "paged_decode", "capture", "variants_forward",
+           "KERNELS", "SIM_KERNELS", "extra_device_bytes"]
 
 
 @serialised
@@ -282,6 +284,17 @@ def decode(q, k, v, **options):
         return run_decode(q, k, v, **options)
     return host_plans.cached_call("decode", (q, k, v), tuple(sorted(options.items())),
                                   lambda: run_decode(q, k, v, **options))
+
+
+@serialised
+def paged_decode(q, k_pages, v_pages, block_table, seq_lens, **options):
+    """Flash-Decoding over a paged KV cache: q (B, Hq, Tq, d), pools k_pages, v_pages
+    (num_pages, Hkv, page_size, d), block_table (B, max_pages_per_seq) and seq_lens (B,)
+    int32 (layout: `flashcourse.paged_cache`). Options and results as `decode`
+    (`flashcourse.cuda.decoding.paged.paged_decode`); for a fixed grid that one CUDA
+    graph replays across changing lengths, `decoding.paged.paged_decode_plan` and `run`."""
+    from .decoding.paged import paged_decode as run_paged
+    return run_paged(q, k_pages, v_pages, block_table, seq_lens, **options)
 
 
 def capture(call: str, q, k, v, **options):

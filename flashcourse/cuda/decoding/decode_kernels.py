@@ -76,8 +76,9 @@ from ...geometry import ceil_div
 from ...gpu import using_simulator
 from ...limits import check_launch, current_limits
 from ..._guards import forward_result
-from ..common._device import exp2_log2, reset_state
+from ..common._device import exp2_log2, inlined, reset_state
 from ..common._launch import check_registers, flat, launch
+from .vector_loads import vector_loaders
 from .decode_tc_kernels import (SPLIT_KERNELS, TC_MIN_ROWS, DecodeTCConfig,  # noqa: F401
                                 check_split_options, choose_kernel, make_split_tc_kernel,
                                 tc_blocks_per_sm, tc_plan)
@@ -88,59 +89,6 @@ from ..common.result_check import check_result
 MAX_ROWS = 8
 #: Bytes per vector load.
 VECTOR_BYTES = 16
-
-
-# ---------------------------------------------------------------------------------------
-# 16-byte loads (GPU only)
-# ---------------------------------------------------------------------------------------
-
-def _vector_loaders():
-    """(load_f16x8, load_f32x4): device intrinsics that read 16 bytes at a flat element
-    index of a C-contiguous array and return the values as a tuple of float32."""
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
-
-    def make(elem_bits, n):
-        @intrinsic
-        def load(typingctx, arr, idx):
-            sig = types.UniTuple(types.float32, n)(arr, idx)
-
-            def codegen(context, builder, sig, args):
-                ary = context.make_array(sig.args[0])(context, builder, args[0])
-                ptr = builder.gep(ary.data, [args[1]])
-                i32 = ir.IntType(32)
-                if elem_bits == 16:      # 4 x i32, each word = 2 halves -> fpext
-                    vec = builder.load(builder.bitcast(ptr, ir.VectorType(i32, 4)
-                                                       .as_pointer()), align=16)
-                    vals = []
-                    for w in range(4):
-                        word = builder.extract_element(vec, ir.Constant(i32, w))
-                        h2 = builder.bitcast(word, ir.VectorType(ir.HalfType(), 2))
-                        f2 = builder.fpext(h2, ir.VectorType(ir.FloatType(), 2))
-                        vals += [builder.extract_element(f2, ir.Constant(i32, i))
-                                 for i in range(2)]
-                else:                    # 4 x float
-                    vec = builder.load(builder.bitcast(ptr, ir.VectorType(ir.FloatType(), 4)
-                                                       .as_pointer()), align=16)
-                    vals = [builder.extract_element(vec, ir.Constant(i32, i))
-                            for i in range(4)]
-                return context.make_tuple(builder, sig.return_type, vals)
-
-            return sig, codegen
-        return load
-
-    return make(16, 8), make(32, 4)
-
-
-_LOADERS = None
-
-
-def vector_loaders():
-    global _LOADERS
-    if _LOADERS is None:
-        _LOADERS = _vector_loaders()
-    return _LOADERS
 
 
 # ---------------------------------------------------------------------------------------
@@ -260,6 +208,14 @@ def plan(d: int, itemsize: int, rows: int, *, unroll: int = 4, warps: int = 4,
 # The split kernel
 # ---------------------------------------------------------------------------------------
 
+@inlined
+def contiguous_key_row(kv, h, tk, key, valid, heads):
+    """Where key `key` of KV head h lives in a contiguous cache (B*Hkv, Tk, d): row `key`
+    of head h; a key past the split reads row Tk (zeros). kv, heads: unused (the
+    paged twin, `paged_kernels.paged_key_row`, reads the block table kv there)."""
+    return h, (key if valid else tk), tk
+
+
 @lru_cache(maxsize=None)
 def make_split_kernel(cfg: DecodeConfig):
     """Compile-time-specialised split kernel for one configuration (cached).
@@ -270,7 +226,44 @@ def make_split_kernel(cfg: DecodeConfig):
         lse_part (S, B*Hq*Tq) float32, R = G*Tq rows per KV head, Tq, Tk, d,
         keys_per_split, qscale = scale*log2(e) (float32), causal (0/1), Tk - Tq.
     Row r of KV head h is query row h*R + r of the flattened q (head h*G + r // Tq,
-    query r % Tq), so the G query heads of a group are adjacent.
+    query r % Tq), so the G query heads of a group are adjacent. The work itself is
+    `split_body`, shared with the paged kernel.
+    """
+    body = split_body(cfg, contiguous_key_row)
+    ROWS = cfg.rows
+
+    def decode_split(q, k, v, o_part, lse_part, rows_kv, tq, tk, d, keys_per_split,
+                     qscale, causal, off):
+        split = cuda.blockIdx.x
+        h = cuda.blockIdx.z                # KV head (flattened B*Hkv)
+        k_begin = split * keys_per_split
+        k_end = min(k_begin + keys_per_split, tk)
+        body(q, k, v, o_part, lse_part, split, lse_part, h, tk, h * rows_kv, h * rows_kv,
+             cuda.blockIdx.y * ROWS, rows_kv, tq, d, k_begin, k_end, qscale, causal, off)
+
+    decode_split.__name__ = split_name(cfg)
+    return cuda.jit(decode_split)
+
+
+def split_name(cfg: DecodeConfig, prefix: str = "decode_split") -> str:
+    return (f"{prefix}_e{cfg.itemsize}_v{cfg.vec}_l{cfg.lpk}_n{cfg.nv}_u{cfg.unroll}"
+            f"_w{cfg.warps}_r{cfg.rows}_g{cfg.row_groups}" + ("" if cfg.shuffle else "_sim")
+            + ("_vec" if cfg.vector else ""))
+
+
+@lru_cache(maxsize=None)
+def split_body(cfg: DecodeConfig, key_row):
+    """The split kernel's work as one device function, shared by the contiguous kernel
+    (`make_split_kernel`) and the paged one (`paged_kernels`):
+
+        body(q, k, v, o_part, lse_part, split, kv, h, nkv, qrow0, orow0, r0, rows_kv, tq,
+             d, k_begin, k_end, qscale, causal, off)
+
+    runs the online softmax of the block's query rows r0 .. r0 + rows - 1 (of the R =
+    rows_kv rows of KV head h; q row qrow0 + r) over keys [k_begin, k_end) and writes
+    the partial state into o_part[split, orow0 + r], lse_part[split, orow0 + r].
+    `key_row(kv, h, nkv, key, valid, heads)` -> (hh, kk, nn) says where a key's K and V
+    rows are: row kk of head hh of k, v seen as (heads, nn, d) arrays (kk >= nn: zeros).
     """
     VEC, LPK, NV, UN, ROWS = cfg.vec, cfg.lpk, cfg.nv, cfg.unroll, cfg.rows
     RG, RPW, KW = cfg.row_groups, cfg.rows_per_warp, cfg.key_warps
@@ -335,8 +328,8 @@ def make_split_kernel(cfg: DecodeConfig):
                 dots[i] = s
             cuda.syncthreads()
 
-    def decode_split(q, k, v, o_part, lse_part, rows_kv, tq, tk, d, keys_per_split,
-                     qscale, causal, off):
+    def body(q, k, v, o_part, lse_part, split, kv, h, nkv, qrow0, orow0, r0, rows_kv, tq, d,
+             k_begin, k_end, qscale, causal, off):
         sm = cuda.shared.array(0, float32)
         tid = cuda.threadIdx.x
         lane = tid % 32
@@ -346,11 +339,8 @@ def make_split_kernel(cfg: DecodeConfig):
         kl = lane % LPK                    # lane within its key row
         kg = lane // LPK                   # key slot within the warp
         slot = kw * KPW + kg
-        split = cuda.blockIdx.x
-        r0 = cuda.blockIdx.y * ROWS        # first row of this block (of the KV head's R)
         rw0 = r0 + rg * RPW                # first row of this warp
-        h = cuda.blockIdx.z                # KV head (flattened B*Hkv)
-        row_base = h * rows_kv             # flattened q row of the KV head's row 0
+        heads = k.shape[0]
 
         # this lane's slice of the warp's query rows, pre-scaled by scale*log2(e)
         qr = cuda.local.array(QN, float32)
@@ -360,7 +350,7 @@ def make_split_kernel(cfg: DecodeConfig):
                     c = (vv * LPK + kl) * VEC + e
                     x = F0
                     if rw0 + rr < rows_kv and c < d:
-                        x = float32(q[U(row_base + rw0 + rr), U(c)]) * qscale
+                        x = float32(q[U(qrow0 + rw0 + rr), U(c)]) * qscale
                     qr[rr * EPL + vv * VEC + e] = x
 
         acc = cuda.local.array(QN, float32)   # unnormalised output slice
@@ -371,16 +361,13 @@ def make_split_kernel(cfg: DecodeConfig):
         sc = cuda.local.array(RU, float32)
         reset_state(acc, QN, m, l, RPW)
 
-        k_begin = split * keys_per_split
-        k_end = min(k_begin + keys_per_split, tk)
         for base in range(k_begin, k_end, STEP):
             # issue every load of this step before using any: 2 x UN x NV 16-byte loads
             for u in range(UN):
                 key = base + (u * KW + kw) * KPW + kg
-                if key >= k_end:
-                    key = tk                              # -> zeros, never read
-                load_row(k, h, key, kl, tk, d, kr, u * EPL)
-                load_row(v, h, key, kl, tk, d, vr, u * EPL)
+                hh, kk, nn = key_row(kv, h, nkv, key, key < k_end, heads)  # past k_end: zeros
+                load_row(k, hh, kk, kl, nn, d, kr, u * EPL)
+                load_row(v, hh, kk, kl, nn, d, vr, u * EPL)
             # partial dot products of this lane, then summed over the key's lanes
             for rr in range(RPW):
                 for u in range(UN):
@@ -438,7 +425,7 @@ def make_split_kernel(cfg: DecodeConfig):
                     w = exp2(sm[U(M_OFF + t * ROWS + rr)] - m_use)
                     lt += sm[U(L_OFF + t * ROWS + rr)] * w
                     at += sm[U(A_OFF + (t * ROWS + rr) * D + c)] * w
-                row = row_base + r0 + rr
+                row = orow0 + r0 + rr
                 if lt != F0:                              # (a NaN stays NaN)
                     o_part[U(split), U(row), U(c)] = at / lt
                     if c == 0:
@@ -448,40 +435,45 @@ def make_split_kernel(cfg: DecodeConfig):
                     if c == 0:
                         lse_part[U(split), U(row)] = NEG_INF
 
-    decode_split.__name__ = (f"decode_split_e{cfg.itemsize}_v{VEC}_l{LPK}_n{NV}_u{UN}"
-                             f"_w{cfg.warps}_r{ROWS}_g{RG}" + ("" if SHUFFLE else "_sim")
-                             + ("_vec" if VECTOR else ""))
-    return cuda.jit(decode_split)
+    return inlined(body)
 
 
 # ---------------------------------------------------------------------------------------
 # The combine kernel
 # ---------------------------------------------------------------------------------------
 
+@inlined
+def combine_row(o_part, lse_part, o, lse, s0, n_splits, prow, orow, d, tid, NT):
+    """Merge the partial states o_part[s0 + s, prow], lse_part[s0 + s, prow] (s < n_splits)
+    into o[orow], lse[orow]: lse = m + log sum e^(lse_s - m), o = sum w_s o_s / sum w_s.
+    The block's NT threads loop over the columns; shared by the contiguous combine kernel
+    and the paged one (`paged_kernels`)."""
+    mx = NEG_INF
+    for s in range(n_splits):
+        mx = max(mx, lse_part[U(s0 + s), U(prow)])
+    m_use = mx if mx != NEG_INF else F0
+    total = F0
+    for s in range(n_splits):
+        total += math.exp(lse_part[U(s0 + s), U(prow)] - m_use)
+    for c in range(tid, d, NT):
+        at = F0
+        for s in range(n_splits):
+            w = math.exp(lse_part[U(s0 + s), U(prow)] - m_use)
+            at += w * o_part[U(s0 + s), U(prow), U(c)]
+        o[U(orow), U(c)] = at / total if total != F0 else F0     # NaN stays NaN
+    if tid == 0:
+        lse[U(orow)] = m_use + math.log(total) if total != F0 else NEG_INF
+
+
 @lru_cache(maxsize=None)
 def make_combine_kernel(threads: int):
-    """One block per query row; threads loop over the columns. Arguments:
+    """One block per query row; threads loop over the columns (`combine_row`). Arguments:
     o_part (S, rows, d), lse_part (S, rows), o (rows, d), lse (rows), S, d."""
     NT = threads
 
     def decode_combine(o_part, lse_part, o, lse, n_splits, d):
         row = cuda.blockIdx.x
-        tid = cuda.threadIdx.x
-        mx = NEG_INF
-        for s in range(n_splits):
-            mx = max(mx, lse_part[U(s), U(row)])
-        m_use = mx if mx != NEG_INF else F0
-        total = F0
-        for s in range(n_splits):
-            total += math.exp(lse_part[U(s), U(row)] - m_use)
-        for c in range(tid, d, NT):
-            at = F0
-            for s in range(n_splits):
-                w = math.exp(lse_part[U(s), U(row)] - m_use)
-                at += w * o_part[U(s), U(row), U(c)]
-            o[U(row), U(c)] = at / total if total != F0 else F0     # NaN stays NaN
-        if tid == 0:
-            lse[U(row)] = m_use + math.log(total) if total != F0 else NEG_INF
+        combine_row(o_part, lse_part, o, lse, 0, n_splits, row, row, d, cuda.threadIdx.x, NT)
 
     decode_combine.__name__ = f"decode_combine_t{NT}"
     return cuda.jit(decode_combine)
