@@ -317,8 +317,8 @@ ADVICE = ("use flashcourse.paged_cache.paged_reference with float64 inputs (the 
 def _device_inputs(q, k_pages, v_pages, block_table, seq_lens, check):
     """Device-array inputs checked (shapes, dtypes, layout; the table's values only with
     check=True) -> (q, k_pages, v_pages, block_table, seq_lens) as device arrays."""
-    from ..common._launch import _as_device
-    q, k_pages, v_pages = (_as_device(n, x, (np.float16, np.float32)) for n, x in
+    from ..common._launch import as_device_array
+    q, k_pages, v_pages = (as_device_array(n, x, (np.float16, np.float32)) for n, x in
                            (("q", q), ("k_pages", k_pages), ("v_pages", v_pages)))
     pc.check_pool_shapes(_shape(k_pages), _shape(v_pages), k_pages.dtype, v_pages.dtype)
     qs, ks = _shape(q), _shape(k_pages)
