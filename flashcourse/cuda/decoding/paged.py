@@ -131,17 +131,29 @@ def items(seq_lens, page_size, width, target, min_pages) -> list:
             for b, k0, k1, sl in full] + part
 
 
-def simulated_finish(seq_lens, page_size, width, target, min_pages, heads_blocks, slots):
-    """The heuristic's model: the blocks of `target`'s work list (in launch order, each
-    item's heads_blocks = Hkv x row blocks blocks together) dealt to the first free of
-    `slots` resident slots; each costs its keys + BLOCK_OVERHEAD_KEYS. Returns the finish
-    time in keys."""
-    free = [0] * slots
-    for _, k0, k1, _ in items(seq_lens, page_size, width, target, min_pages):
+def simulated_schedule(seq_lens, page_size, width, target, min_pages, heads_blocks,
+                       slots) -> list:
+    """The heuristic's model, block by block: the blocks of `target`'s work list (in
+    launch order, each item's heads_blocks = Hkv x row blocks blocks together) dealt to
+    the first free of `slots` resident slots (the lowest-numbered among equals); each
+    costs its keys + BLOCK_OVERHEAD_KEYS. Returns [(slot, start, end, sequence), ...]
+    in launch order, times in keys (notebook 11b draws it)."""
+    free = [(0, s) for s in range(slots)]          # (time the slot is free, slot): a heap
+    out = []
+    for b, k0, k1, _ in items(seq_lens, page_size, width, target, min_pages):
         for _ in range(heads_blocks):
-            t = heapq.heappop(free)
-            heapq.heappush(free, t + (k1 - k0) + BLOCK_OVERHEAD_KEYS)
-    return max(free)
+            t, s = heapq.heappop(free)
+            end = t + (k1 - k0) + BLOCK_OVERHEAD_KEYS
+            out.append((s, t, end, b))
+            heapq.heappush(free, (end, s))
+    return out
+
+
+def simulated_finish(seq_lens, page_size, width, target, min_pages, heads_blocks, slots):
+    """The finish time (keys) of `simulated_schedule`: when its last block ends (0 for no
+    blocks)."""
+    return max((end for _, _, end, _ in simulated_schedule(
+        seq_lens, page_size, width, target, min_pages, heads_blocks, slots)), default=0)
 
 
 def choose_target(seq_lens, page_size, width, heads_kv, row_blocks, *, sms=None,
