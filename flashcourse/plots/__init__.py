@@ -14,6 +14,7 @@
                   recorded variants and timings (10, section 7)
     decode        Flash-Decoding's SMs, splits, merge tree and bandwidth (11)
     variants      masks pair by pair, block masks by tile (14)
+    paged         a paged KV cache's pool, block tables and the work list's schedule (11b)
     tuning        the tuning sweep's TFLOP/s heatmaps over (Br, Bc) (07)
     bench         TFLOP/s grids of recorded benchmarks
     tables        HTML tables for notebook output
