@@ -30,6 +30,8 @@ A table entry past a sequence's pages is never read (`NO_PAGE` in `PagedKVCache`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from . import reference
@@ -181,6 +183,79 @@ def write_tokens(k_pages, v_pages, block_table, seq_lens, k_new, v_new):
         k_pages[page, :, slot] = k_new[b].transpose(1, 0, 2)   # (n, Hkv, d)
         v_pages[page, :, slot] = v_new[b].transpose(1, 0, 2)
     return (seq_lens + n).astype(np.int32)
+
+
+# ---------------------------------------------------------------------------------------
+# What a pool holds: pages, owners, wasted slots (notebook 11b and its explorer)
+# ---------------------------------------------------------------------------------------
+
+#: `page_map`'s owner of a page that two or more sequences use (a shared prefix page).
+SHARED = -2
+#: `page_map`'s owner of a page no sequence uses (on the free list).
+FREE = -1
+
+
+def page_map(block_table, seq_lens, page_size, num_pages):
+    """(owner, fill): two (num_pages,) int arrays. owner[p] is the one sequence whose
+    table holds page p, SHARED when several do, FREE when none; fill[p] the tokens page p
+    holds, the most any of its sequences keeps there (a shared page holds one copy)."""
+    owner = np.full(num_pages, FREE, np.int64)
+    fill = np.zeros(num_pages, np.int64)
+    for b, n in enumerate(np.asarray(seq_lens).tolist()):
+        for i in range(pages_for(n, page_size)):
+            p = int(block_table[b, i])
+            owner[p] = b if owner[p] in (FREE, b) else SHARED
+            fill[p] = max(fill[p], min(page_size, n - i * page_size))
+    return owner, fill
+
+
+@dataclass(frozen=True)
+class SlotUsage:
+    """Token slots of one batch under two ways of allocating its cache.
+
+    contiguous: each request reserves max_len slots of its own (a prefix common to
+                several requests is stored once per request)
+    paged:      the pages in use, page_size slots each; a shared page counts once
+    tokens:     the sum of the lengths (what the requests hold, each counted in full);
+    stored:     the token slots actually written (a shared prefix page counted once)
+    """
+
+    requests: int
+    tokens: int
+    stored: int
+    max_len: int
+    page_size: int
+    pages: int
+    shared_pages: int
+
+    @property
+    def contiguous_slots(self) -> int:          # B x max_len
+        return self.requests * self.max_len
+
+    @property
+    def contiguous_wasted(self) -> int:         # reserved, never written
+        return self.contiguous_slots - self.tokens
+
+    @property
+    def paged_slots(self) -> int:               # pages x page_size
+        return self.pages * self.page_size
+
+    @property
+    def paged_wasted(self) -> int:              # the unfilled ends of last pages
+        return self.paged_slots - self.stored
+
+    @property
+    def shared_saving(self) -> int:             # slots a shared prefix did not repeat
+        return self.tokens - self.stored
+
+
+def slot_usage(block_table, seq_lens, page_size, num_pages, max_len) -> SlotUsage:
+    """`SlotUsage` of a paged cache's state against a contiguous allocation of max_len
+    slots per request (`page_map` counts the pages and what they hold)."""
+    owner, fill = page_map(block_table, seq_lens, page_size, num_pages)
+    lens = np.asarray(seq_lens, np.int64)
+    return SlotUsage(int(lens.size), int(lens.sum()), int(fill.sum()), int(max_len),
+                     int(page_size), int((owner != FREE).sum()), int((owner == SHARED).sum()))
 
 
 class PagedKVCache:

@@ -234,6 +234,30 @@ def test_heuristic_splits_a_ragged_batch_finer_than_one_wave():
     assert paged.choose_target(np.full(4, 16384), 64, 256, 8, 1, sms=132) <= 4 * 32
 
 
+def test_simulated_schedule_deals_every_block_once_without_overlap():
+    """The heuristic's model block by block (notebook 11b draws it): each item's Hkv x row
+    blocks blocks appear once, in launch order, with its keys + the fixed cost; no slot
+    runs two blocks at once; a block starts when the earliest slot frees; the finish is
+    simulated_finish's."""
+    lens = np.array([3000, 9000, 1200, 20000, 500, 64])
+    ps, width, target, heads_blocks, slots = 64, 400, 11, 2, 6
+    sched = paged.simulated_schedule(lens, ps, width, target, 1, heads_blocks, slots)
+    work = paged.items(lens, ps, width, target, 1)
+    assert len(sched) == heads_blocks * len(work)
+    for n, (slot, start, end, b) in enumerate(sched):
+        item = work[n // heads_blocks]
+        assert b == item[0] and end - start == item[2] - item[1] + paged.BLOCK_OVERHEAD_KEYS
+        assert 0 <= slot < slots
+    for s in range(slots):
+        mine = sorted((st, en) for sl, st, en, _ in sched if sl == s)
+        assert all(a[1] <= b_[0] for a, b_ in zip(mine, mine[1:]))
+    starts = [st for _, st, _, _ in sched]
+    assert starts == sorted(starts)                    # first free slot, in launch order
+    assert max(e for _, _, e, _ in sched) == paged.simulated_finish(
+        lens, ps, width, target, 1, heads_blocks, slots)
+    assert paged.simulated_finish(np.zeros(2, int), ps, width, 4, 1, 1, 3) == 0
+
+
 # ---------------------------------------------------------------------------------------
 # The kernels (simulator)
 # ---------------------------------------------------------------------------------------

@@ -314,6 +314,7 @@ def test_curve_at_huge_lengths_is_exact_and_positive():
 from flashcourse.widgets import _base as B  # noqa: E402
 from flashcourse.widgets.backward import backward_explorer  # noqa: E402
 from flashcourse.widgets.kv_cache import kv_cache_explorer  # noqa: E402
+from flashcourse.widgets.paged_pool import paged_pool_explorer  # noqa: E402
 from flashcourse.widgets.score_memory import score_memory_explorer  # noqa: E402
 from flashcourse.widgets.tile_schedule import tile_schedule  # noqa: E402
 from flashcourse.widgets.traffic import traffic_explorer  # noqa: E402
@@ -321,7 +322,8 @@ from flashcourse.widgets.tuning import tuning_explorer  # noqa: E402
 from flashcourse.widgets.variants import variants_explorer  # noqa: E402
 
 EXPLORERS = (score_memory_explorer, traffic_explorer, tile_schedule, backward_explorer,
-             kv_cache_explorer, lambda: tuning_explorer(measure=False), variants_explorer)
+             kv_cache_explorer, lambda: tuning_explorer(measure=False), variants_explorer,
+             paged_pool_explorer)
 
 
 def _png_size(data: bytes):

@@ -131,17 +131,36 @@ def items(seq_lens, page_size, width, target, min_pages) -> list:
             for b, k0, k1, sl in full] + part
 
 
-def simulated_finish(seq_lens, page_size, width, target, min_pages, heads_blocks, slots):
-    """The heuristic's model: the blocks of `target`'s work list (in launch order, each
-    item's heads_blocks = Hkv x row blocks blocks together) dealt to the first free of
-    `slots` resident slots; each costs its keys + BLOCK_OVERHEAD_KEYS. Returns the finish
-    time in keys."""
-    free = [0] * slots
-    for _, k0, k1, _ in items(seq_lens, page_size, width, target, min_pages):
+def deal_blocks(work, heads_blocks, slots) -> list:
+    """The GPU's dealing as the heuristic models it: the blocks of `work` [(sequence, first
+    key, end key, slot), ...] in launch order, each item's heads_blocks = Hkv x row blocks
+    blocks together, each to the first free of `slots` resident slots (the lowest-numbered
+    among equals), costing its keys + BLOCK_OVERHEAD_KEYS. Returns [(slot, start, end,
+    sequence), ...] in launch order, times in keys (notebook 11b draws it)."""
+    free = [(0, s) for s in range(slots)]          # (time the slot is free, slot): a heap
+    out = []
+    for b, k0, k1, _ in work:
         for _ in range(heads_blocks):
-            t = heapq.heappop(free)
-            heapq.heappush(free, t + (k1 - k0) + BLOCK_OVERHEAD_KEYS)
-    return max(free)
+            t, s = heapq.heappop(free)
+            end = t + (k1 - k0) + BLOCK_OVERHEAD_KEYS
+            out.append((s, t, end, b))
+            heapq.heappush(free, (end, s))
+    return out
+
+
+def simulated_schedule(seq_lens, page_size, width, target, min_pages, heads_blocks,
+                       slots) -> list:
+    """The heuristic's model of `target`'s work list (`items`), block by block
+    (`deal_blocks`)."""
+    return deal_blocks(items(seq_lens, page_size, width, target, min_pages), heads_blocks,
+                       slots)
+
+
+def simulated_finish(seq_lens, page_size, width, target, min_pages, heads_blocks, slots):
+    """The finish time (keys) of `simulated_schedule`: when its last block ends (0 for no
+    blocks)."""
+    return max((end for _, _, end, _ in simulated_schedule(
+        seq_lens, page_size, width, target, min_pages, heads_blocks, slots)), default=0)
 
 
 def choose_target(seq_lens, page_size, width, heads_kv, row_blocks, *, sms=None,
