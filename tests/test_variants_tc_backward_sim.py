@@ -4,15 +4,18 @@ lengths that are not multiples of the tiles, d = 40 padded to 48, GQA).
 
 How the error is judged (`assert_grads_within_rounding`). The kernel works on 16-bit q,
 k, v, dO, accumulates in fp32, and rounds P and dS to 16 bits before the products that
-take them (FlashAttention-2's practice, FlexAttention's too). Its error is measured
-against `variants.reference_backward` in float64 on the SAME rounded inputs, as
+take them (FlashAttention-2's practice; FlexAttention's Triton backward does the same,
+`ppT.to(MATMUL_PRECISION)` and `dsT.to(MATMUL_PRECISION)` in PyTorch's
+torch/_inductor/kernel/flex_attention.py). Its error is measured against
+`variants.reference_backward` in float64 on the SAME rounded inputs, as
 max |g - g_ref| / max |g_ref| per gradient (dq, dk, dv). The yardstick is the same
-computation done in numpy float32 (`float32_grads`: the kernel's order of operations,
-fp32 products of the rounded values, P and dS rounded to 16 bits where the kernel rounds
-them, D from the same o): the kernel must stay within twice its error, plus 1e-5.
-dsinks (fp32 throughout) is held to the same rule. o and lse come from the float64
-forward on the rounded inputs, o rounded to 16 bits as the tensor-core forward returns it
-(the simulated forward would add a second or two per case and change nothing here).
+computation done in numpy float32 (`variants.reference.float32_backward`: the kernel's
+order of operations, fp32 products of the rounded values, P and dS rounded to 16 bits
+where the kernel rounds them, D from the same o): the kernel must stay within twice its
+error, plus 1e-5. dsinks (fp32 throughout) is held to the same rule. o and lse come from
+the float64 forward on the rounded inputs, o rounded to 16 bits as the tensor-core
+forward returns it (the simulated forward would add a second or two per case and change
+nothing here).
 """
 
 import numpy as np
@@ -22,7 +25,6 @@ from flashcourse import cuda as fc_cuda
 from flashcourse.cuda.ptx.mma import round_bf16, round_fp16
 from flashcourse.variants import library as lib, mods, reference as ref
 from flashcourse.variants.block_mask import create_block_mask
-from flashcourse.variants.mods import mask_tile, resolve_grad, score_tile
 
 ROUND = {"fp16": round_fp16, "bf16": round_bf16}
 RATIOS = []   # (gradient, error, bar) of every check, for a reader who wants them
@@ -45,44 +47,6 @@ def forward_of(q, k, v, precision, **kw):
     return ROUND[precision](o).astype(np.float32), lse.astype(np.float32)
 
 
-def float32_grads(q, k, v, o, lse, do, precision, mask_mod=None, score_mod=None,
-                  score_mod_grad=None, sinks=None):
-    """The kernel's computation in numpy float32 (module docstring): (dq, dk, dv, dsinks)."""
-    r = ROUND[precision]
-    f = np.float32
-    grad = resolve_grad(score_mod, score_mod_grad)
-    batch, hq, tq, d = q.shape
-    hkv, tk = k.shape[1], k.shape[2]
-    scale = f(1 / np.sqrt(d))
-    dq = np.zeros(q.shape, f)
-    dk = np.zeros(k.shape, f)
-    dv = np.zeros(v.shape, f)
-    dsinks = None if sinks is None else np.zeros(hq, np.float64)
-    qi, ki = np.arange(tq), np.arange(tk)
-    for b in range(batch):
-        for h in range(hq):
-            kh = h // (hq // hkv)
-            x = (q[b, h] @ k[b, kh].T).astype(f) * scale                    # (Tq, Tk)
-            y = x if score_mod is None else score_tile(score_mod, x, b, h, qi, ki).astype(f)
-            lse_s = np.where(np.isneginf(lse[b, h]), np.inf, lse[b, h]).astype(f)
-            with np.errstate(invalid="ignore", over="ignore"):   # hidden pairs, dropped below
-                p = np.exp(y - lse_s[:, None]).astype(f)                    # (Tq, Tk)
-            if mask_mod is not None:
-                p = np.where(mask_tile(mask_mod, b, h, qi, ki), p, f(0))
-            delta = (do[b, h] * o[b, h]).sum(axis=1, dtype=f)               # (Tq,)
-            ds = p * ((do[b, h] @ v[b, kh].T).astype(f) - delta[:, None])
-            if grad is not None:
-                g = score_tile(grad, x, b, h, qi, ki, "score_mod_grad").astype(f)
-                ds = np.where(p > 0, ds * g, f(0)).astype(f)
-            p16, ds16 = r(p).astype(f), r(ds).astype(f)
-            dv[b, kh] += p16.T @ do[b, h]
-            dk[b, kh] += scale * (ds16.T @ q[b, h])
-            dq[b, h] = scale * (ds16 @ k[b, kh])
-            if dsinks is not None:
-                dsinks[h] -= float((np.exp(f(sinks[h]) - lse_s) * delta).sum())
-    return dq, dk, dv, dsinks
-
-
 def rel(a, b):
     return float(np.abs(np.asarray(a, np.float64) - b).max() / max(np.abs(b).max(), 1e-30))
 
@@ -90,7 +54,7 @@ def rel(a, b):
 def assert_grads_within_rounding(got, q, k, v, o, lse, do, precision, **kw):
     """got = (dq, dk, dv, dsinks) against float64, within 2x float32_grads' error + 1e-5."""
     want = ref.reference_backward(*(a.astype(np.float64) for a in (q, k, v, do)), **kw)
-    yard = float32_grads(q, k, v, o, lse, do, precision, **kw)
+    yard = ref.float32_backward(q, k, v, o, lse, do, rounding=ROUND[precision], **kw)
     for name, g, w, y in zip(("dq", "dk", "dv", "dsinks"), got, want, yard):
         if w is None:
             assert g is None, f"{name}: None expected without sinks"
