@@ -151,3 +151,23 @@ def test_device_arrays_bad_input_is_named():
     k3 = cuda.to_device(np.zeros((1, 3, tk, 16), np.float16))
     with pytest.raises(ValueError, match="multiple of the key/value heads"):
         fc_cuda.variants_backward(q, k3, k3, q, lse, q)
+
+
+def test_the_gpu_benchmark_smoke_run_checks_the_backward(tmp_path):
+    """benchmarks/gpu_variants.py --simulator-smoke: the forward and the backward checks on
+    one tiny case per precision, written to a record that matches its schema
+    (flashcourse/schemas/attention_variants.json)."""
+    import importlib.util
+
+    from flashcourse import results
+    path = results.ROOT / "benchmarks" / "gpu_variants.py"
+    spec = importlib.util.spec_from_file_location("bench_gpu_variants", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--simulator-smoke", "--out", str(tmp_path)]) == 0
+    doc = results.load_json(tmp_path / "gpu_attention_variants.json")
+    results.validate(doc, "attention_variants", "gpu_attention_variants.json")
+    rows = doc["check_backward"]
+    assert len(rows) == 2 and all(r["ok"] for r in rows)
+    assert {r["precision"] for r in rows} == {"fp16", "bf16"}
+    assert all(r["errors"]["dsinks"] is not None for r in rows)     # the sink's gradient too
