@@ -45,6 +45,7 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0, LOG2E_F
+from ...variants.mods import unchanged_score
 from ..common._device import exp2_log2, inlined, mod_device
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
@@ -74,9 +75,9 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
     RED_V2 = dq_pairs(cfg.simulator)
     add_dq = dq_tile_adder(so, RED_V2, cfg.simulator)
     MASK = mod_device(mask_mod)
-    HAS_SCORE = score_mod is not None
-    SCORE = mod_device(score_mod) if HAS_SCORE else None
-    GRAD = mod_device(score_grad) if HAS_SCORE else None
+    HAS_SCORE = score_mod is not None     # False: the calls below are skipped (and the
+    SCORE = mod_device(score_mod if HAS_SCORE else unchanged_score)   # stand-ins still
+    GRAD = mod_device(score_grad if HAS_SCORE else unchanged_score)   # type on a GPU)
     SIM = cfg.simulator
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
     BRM, BCM = mask_block
