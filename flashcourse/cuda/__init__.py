@@ -17,6 +17,9 @@ bytes it moves, the expected cost and what limits it); `registry` lists them all
               tensor_core  FlashAttention-2's backward on tensor cores (gradients/tc_backward*.py,
                          ldmatrix/cp.async in ptx/smem_ops.py): fp16 for float16, 3xTF32
                          (or bf16) for float32; dQ by atomics or a second pass
+              variants   the attention variants' backward (block mask, mask_mod, score_mod,
+                         sinks, GQA) on tensor cores: `variants_backward`
+                         (gradients/tc_variants_backward*.py)
     decode    split + combine: Flash-Decoding, Tq = 1 against a long KV cache, GQA
               (decoding/decode_kernels.py; `decode(q, k, v)`; registered as the forward
               "decode"); for fp16 with several query rows per KV head the split kernel
@@ -51,7 +54,7 @@ from .._checks import BACKWARD_NONFINITE_HINT, check_array, check_bool, check_ch
 from .._guards import forward_result, gradients_finite, lse_rowsums, o_rowsums
 from .common import host_plans
 from .common._launch import finish, prepare, prepare_backward, serialised, simulator_note
-from .registry import BACKWARD, FORWARD, get, variant_forward
+from .registry import BACKWARD, FORWARD, get, variant_backward, variant_forward
 from .common.result_check import check_result
 
 #: What `forward` and `decode` suggest when float32 scores overflow.
@@ -267,7 +270,18 @@ def variants_forward(q, k, v, *, kernel: str = "cuda_core", **options):
     return variant_forward(kernel)(q, k, v, **options)
 
 
+def variants_backward(q, k, v, o, lse, do, *, kernel: str = "tensor_core", **options):
+    """The attention-variants backward on the GPU (or the simulator): (dq, dk, dv,
+    dsinks) as `flashcourse.variants.tiled.backward`, from the forward's o and lse.
+    kernel "tensor_core" (key-major FlashAttention-2 backward on mma.sync, q, k, v, dO
+    rounded to fp16 or bf16; `gradients/tc_variants_backward.py`: numpy or device
+    arrays, block_mask, score_mod, score_mod_grad, sinks, scale, precision, warps,
+    step_q) (`registry.VARIANT_BACKWARDS`)."""
+    return variant_backward(kernel)(q, k, v, o, lse, do, **options)
+
+
 __all__ = ["forward", "backward", "decode", "paged_decode", "capture", "variants_forward",
+           "variants_backward",
            "KERNELS", "SIM_KERNELS", "extra_device_bytes"]
 
 
