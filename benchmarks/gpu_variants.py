@@ -542,6 +542,9 @@ def main(argv=None):
     ap.add_argument("--ns", default=",".join(map(str, NS)), help="comma-separated N")
     ap.add_argument("--ds", default=",".join(map(str, DS)), help="comma-separated d")
     ap.add_argument("--precisions", default=",".join(PRECISIONS), help="fp16,bf16")
+    ap.add_argument("--check-parts", default="forward,backward,flex",
+                    help="the parts of --check to run: forward, backward (against float64), "
+                         "flex (the backward's error against FlexAttention's)")
     results.add_output_arguments(ap)
     args = ap.parse_args(argv)
     results.check_outputs(args, __file__)
@@ -557,12 +560,18 @@ def main(argv=None):
     doc = {"environment": env.record(), "b": B, "h": H}
     log(json.dumps(doc["environment"]))
     ok = True
+    parts = set(args.check_parts.split(","))
+    if parts - {"forward", "backward", "flex"}:
+        raise SystemExit(f"--check-parts: unknown {sorted(parts - {'forward', 'backward', 'flex'})}"
+                         "; choose from forward, backward, flex")
     if args.check or args.simulator_smoke:
-        ok = check(doc, smoke=args.simulator_smoke)
-        save(doc, out)
-        ok = check_backward(doc, smoke=args.simulator_smoke) and ok
-        save(doc, out)
-        if not args.simulator_smoke:
+        if "forward" in parts:
+            ok = check(doc, smoke=args.simulator_smoke)
+            save(doc, out)
+        if "backward" in parts:
+            ok = check_backward(doc, smoke=args.simulator_smoke) and ok
+            save(doc, out)
+        if not args.simulator_smoke and "flex" in parts:
             ok = check_backward_flex(doc) and ok
             save(doc, out)
     if args.bench:
