@@ -230,3 +230,33 @@ def append_tokens(k_pages, v_pages, k_scale, v_scale, block_table, seq_lens, k_n
             y = x_new[b] / s[:, :, None]                                    # float32
             pages[page, :, slot] = encode(y, E4M3, saturate=True).transpose(1, 0, 2)
     return (np.asarray(seq_lens) + n).astype(np.int32)
+
+
+# ---------------------------------------------------------------------------------------
+# What the storage format costs in accuracy
+# ---------------------------------------------------------------------------------------
+
+def storage_errors(q, k, v, scale_blocks=(None,), *, causal=False) -> dict:
+    """The error each way of storing the cache adds to a decode's output, with no arithmetic
+    error mixed in: o computed in float64 from the exact cache k, v (B, Hkv, Tk, d) against o
+    computed in float64 from the cache as stored (rounded to fp16; or as FP8 codes with
+    scales per (B, Hkv) (None) or per block of Bs tokens, dequantised exactly). q (B, Hq, Tq,
+    d). Returns {"fp16": (max abs, RMS), "fp8 per (B, Hkv)": ..., "fp8 per Bs tokens": ...}."""
+    from ..decode import split_kv_forward
+    q, k, v = (check_array(x, n).astype(np.float64) for n, x in (("q", q), ("k", k),
+                                                                  ("v", v)))
+    exact, _ = split_kv_forward(q, k, v, causal=causal)
+
+    def err(kk, vv):
+        o, _ = split_kv_forward(q, kk, vv, causal=causal)
+        e = o - exact
+        return float(np.abs(e).max()), float(np.sqrt(np.mean(e ** 2)))
+
+    out = {"fp16": err(k.astype(np.float16).astype(np.float64),
+                       v.astype(np.float16).astype(np.float64))}
+    for sb in scale_blocks:
+        kc, ks = quantize_cache(k, sb)
+        vc, vs = quantize_cache(v, sb)
+        label = "fp8 per (B, Hkv)" if sb is None else f"fp8 per {sb} tokens"
+        out[label] = err(dequantize_cache(kc, ks, sb), dequantize_cache(vc, vs, sb))
+    return out

@@ -280,7 +280,7 @@ def run(plan: PagedDecodePlan, q, k_pages, v_pages, block_table, seq_lens, out, 
         kf = k_pages.reshape(kv_rows, plan.page_size, d)
         vf = v_pages.reshape(kv_rows, plan.page_size, d)
     kv = (qf, kf, vf)
-    if plan.cfg.itemsize == 1:
+    if getattr(plan.cfg, "fp8", False):
         if scales is None:
             raise ValueError("an FP8 plan needs scales=(k_scale, v_scale)")
         kv += tuple(scales)
