@@ -319,7 +319,7 @@ def _fp8_call(k, v, options) -> bool:
     options = dict(options)
     fp8 = any(options.get(n) is not None for n in ("k_scale", "v_scale", "scale_block",
                                                     "hw_cvt"))
-    codes = any(str(getattr(x, "dtype", "")) == "uint8" for x in (k, v))
+    codes = any(str(getattr(x, "dtype", "")).endswith("uint8") for x in (k, v))  # torch too
     if codes and (options.get("k_scale") is None or options.get("v_scale") is None):
         raise ValueError("k and v hold FP8 (uint8) codes: pass their fp32 scales as k_scale= "
                          "and v_scale= (flashcourse.fp8.kv.quantize_cache makes both)")

@@ -302,6 +302,9 @@ def make_append_kernel(page_size: int):
 
 #: Threads of a block of the FP8 append (a power of two: the amax is a tree reduction)
 APPEND_FP8_THREADS = 64
+#: its shared memory: the K and V amax of every thread (a module constant: a shape the
+#: compiler fixes)
+APPEND_FP8_RED = 2 * APPEND_FP8_THREADS
 
 
 @lru_cache(maxsize=None)
@@ -336,7 +339,7 @@ def make_append_fp8_kernel(page_size: int, scale_block: int):
         if page < 0 or page >= k_pages.shape[0]:
             return
         d = k_new.shape[3]
-        red = cuda.shared.array(2 * NT, float32)
+        red = cuda.shared.array(APPEND_FP8_RED, float32)
         if SB > 0:
             g = slot // SB
             first = t - slot % SB                   # the block's first token
