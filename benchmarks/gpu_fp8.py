@@ -27,6 +27,29 @@ error on FlashAttention-3's outlier inputs at larger sizes than notebook 15 runs
           each; and the ratio block + Hadamard / per tensor against issue 53's bar (<= 0.5,
           and <= 1.1e-2 absolute).
 --sizes   the bench sizes as HxTxd (default all four; 1x16384x128 takes a few minutes).
+--parts   which parts run: "numerics" (the above), "kv" (FP8 KV caches in decode, below), or
+          both (default "numerics,kv").
+
+FP8 KV caches in decode (part "kv"; flashcourse.cuda.decode / paged_decode with uint8 codes
+and k_scale, v_scale; flashcourse.fp8.kv). Why here and not in gpu_paged.py: what is measured
+is the storage format (its bytes, its speed, its error beside fp16's) on the contiguous
+decode, with the paged path checked for correctness only, and issue 53's FP8 bars belong
+together in one results file; gpu_paged.py measures paging against the contiguous decode.
+--check   (kv) the conversion instruction cvt.rn.f16x2.e4m3x2 against the integer arithmetic
+          on all 256 codes, bit for bit (sm_89+; else said and skipped); the FP8 decode
+          (both conversion paths) against float64 attention on the dequantised cache, per
+          (B, Hkv) and per 16 tokens, G 1 and 8, Tq 4 causal, d = 128 (16-byte loads) and
+          d = 72: max |o - ref| / max |ref| <= 1e-5; both paths' outputs bit-equal; the
+          paged FP8 decode (page 16, scales per 8 tokens) likewise; the append kernel
+          against its numpy model; a PyTorch float8_e4m3fn cache viewed as uint8 through
+          the CUDA array interface, decoded equal to the numpy-quantised one's decode.
+--bench   (kv) Tk in {16k, 64k, 128k}, B x Hkv in {8, 32}, G in {1, 8}, d = 128, Tq = 1:
+          the fp16 decode (the kernels cuda.decode picks: tensor cores at G = 8) against
+          the FP8 decode per (B, Hkv) with the instruction, with the arithmetic, and per 16
+          tokens; time (CUDA events, L2 flushed, median: gpu_paged.py's Timer), GB/s on the
+          bytes each reads (K, V, and the scales), the ratio fp16 time / FP8 time against
+          issue 53's bar (>= 1.7x at Tk >= 64k), and the error of o against float64 on the
+          exact (unrounded) cache for the first rows, fp16's beside FP8's.
 Writes gpu_fp8.json (schema flashcourse/schemas/fp8.json) under benchmarks/out/ (or --out
 DIR); --record (on a GPU) moves it into benchmarks/results/ once the run has passed its
 checks.
@@ -230,6 +253,276 @@ def parse_sizes(text: str) -> list:
     return sizes
 
 
+# ----------------------------------------------------------------------------- FP8 KV
+KV_TK = (16384, 65536, 131072)
+KV_BHKV = (8, 32)
+KV_GROUPS = (1, 8)
+KV_D = 128
+KV_SCALE_BLOCK = 16
+KV_BAR = 1.7
+
+
+def kv_check(doc, smoke: bool) -> bool:
+    """The FP8 KV decode checks (module docstring); smoke: tiny, on the simulator."""
+    from numba import cuda
+
+    from flashcourse import decode as np_decode
+    from flashcourse import paged_cache as pc
+    from flashcourse.cuda import decode, paged_decode
+    from flashcourse.cuda.decoding import fp8_kv
+    from flashcourse.cuda.ptx import fp8 as dev
+    from flashcourse.fp8 import kv as fkv
+    rng = np.random.default_rng(11)
+    ok = True
+    rows = doc.setdefault("kv_checks", [])
+
+    def note(row):
+        nonlocal ok
+        rows.append(row)
+        ok = ok and bool(row["ok"])
+        log(f"kv check {row['what']}: " + ", ".join(f"{k} {v}" for k, v in row.items()
+                                                      if k != "what"))
+    hw = dev.hardware_decode()
+    if hw:
+        @cuda.jit
+        def both(words, out_hw, out_sw):
+            i = cuda.grid(1)
+            if i < words.size:
+                a = dev.decode_ops(True)[0](words[i])
+                b = dev.decode_word_sw(words[i])
+                for j in range(4):
+                    out_hw[4 * i + j] = a[j]
+                    out_sw[4 * i + j] = b[j]
+        words = np.arange(256, dtype=np.uint8).view(np.uint32)
+        o_hw, o_sw = np.zeros(256, np.float32), np.zeros(256, np.float32)
+        both[1, 64](words, o_hw, o_sw)
+        want = codes.decode(np.arange(256, dtype=np.uint8)).astype(np.float32)
+        nan = np.isnan(want)
+        same = all(np.array_equal(np.isnan(o), nan) and np.array_equal(
+            o[~nan].view(np.uint32), want[~nan].view(np.uint32)) for o in (o_hw, o_sw))
+        note({"what": "cvt.rn.f16x2.e4m3x2 and integer decode, 256 codes", "ok": same})
+    else:
+        log("kv check: this device has no cvt.rn.f16x2.e4m3x2 (sm_89+) or is the simulator: "
+            "the instruction is not checked")
+    d_big = 16 if smoke else KV_D
+    d_odd = 8 if smoke else 72
+    shapes = [(2, 2, 2, 1, 100 if smoke else 3000, d_big, False),
+              (1, 8, 1, 1, 70 if smoke else 5000, d_big, False),
+              (1, 16, 2, 4, 45 if smoke else 1000, d_big, True),
+              (2, 4, 4, 1, 33 if smoke else 777, d_odd, False)]
+    paths = (False,) + ((True,) if hw else ())
+    for (b, hq, hkv, tq, tk, d, causal) in shapes:
+        q = rng.standard_normal((b, hq, tq, d)).astype(np.float16)
+        k = rng.standard_normal((b, hkv, tk, d)) * 3
+        v = rng.standard_normal((b, hkv, tk, d))
+        for sb in (None, KV_SCALE_BLOCK):
+            k8, ks = fkv.quantize_cache(k, sb)
+            v8, vs = fkv.quantize_cache(v, sb)
+            ref, _ = np_decode.split_kv_forward(q.astype(np.float64),
+                                                fkv.dequantize_cache(k8, ks, sb),
+                                                fkv.dequantize_cache(v8, vs, sb),
+                                                causal=causal)
+            outs = []
+            for path in paths:
+                dq, dk, dv = (cuda.to_device(x) for x in (q, k8, v8))
+                o, _ = decode(dq, dk, dv, k_scale=ks, v_scale=vs, scale_block=sb,
+                              causal=causal, hw_cvt=path)
+                outs.append(o.copy_to_host())
+            err = max(float(np.abs(o - ref).max() / np.abs(ref).max()) for o in outs)
+            same = all(np.array_equal(o, outs[0]) for o in outs)
+            note({"what": "fp8 decode vs float64 on the dequantised cache",
+                  "shape": [b, hq, hkv, tq, tk, d], "causal": causal, "scale_block": sb,
+                  "rel_err": err, "paths_bit_equal": same, "ok": err <= 1e-5 and same})
+    lens = [37, 1, 300] if smoke else [5000, 1, 777]
+    ps, sb = 16, 8
+    num_pages = sum(pc.pages_for(n, ps) for n in lens) + 1
+    table = np.full((3, max(pc.pages_for(n, ps) for n in lens)), -1, np.int32)
+    order, at = rng.permutation(num_pages), 0
+    for i, n in enumerate(lens):
+        table[i, :pc.pages_for(n, ps)] = order[at:at + pc.pages_for(n, ps)]
+        at += pc.pages_for(n, ps)
+    k8, ks = fkv.quantize_cache(rng.standard_normal((num_pages, 2, ps, d_big)) * 3, sb)
+    v8, vs = fkv.quantize_cache(rng.standard_normal((num_pages, 2, ps, d_big)), sb)
+    q = rng.standard_normal((3, 8, 1, d_big)).astype(np.float32)
+    lens = np.array(lens, np.int32)
+    o, _ = paged_decode(q, k8, v8, table, lens, k_scale=ks, v_scale=vs, scale_block=sb)
+    ref, _ = pc.paged_reference(q.astype(np.float64), fkv.pool_values(k8, ks, table, lens, sb),
+                                fkv.pool_values(v8, vs, table, lens, sb), table, lens)
+    err = float(np.abs(o - ref).max() / np.abs(ref).max())
+    note({"what": "paged fp8 decode vs float64, page 16, scales per 8 tokens",
+          "rel_err": err, "ok": err <= 1e-5})
+    kp = np.zeros((6, 2, 16, d_big), np.uint8)
+    sc = np.full((6, 2, 4), 0.01, np.float32)
+    table = np.array([[3, 0, 4], [1, 2, 5]], np.int32)
+    before = np.array([14, 2], np.int32)
+    new = rng.standard_normal((2, 2, 7, d_big)).astype(np.float16) * 3
+    want = [kp.copy(), kp.copy(), sc.copy(), sc.copy()]
+    fkv.append_tokens(*want, table, before, new, new, 4)
+    got = [cuda.to_device(x) for x in (kp, kp, sc, sc)]
+    fp8_kv.append_fp8(*got, cuda.to_device(table), cuda.to_device(before),
+                      cuda.to_device(new), cuda.to_device(new), scale_block=4)
+    same = all(np.array_equal(g.copy_to_host(), w) for g, w in zip(got, want))
+    note({"what": "fp8 append kernel == numpy model", "ok": same})
+    if not smoke:
+        ok = kv_torch_check(note) and ok
+    return ok
+
+
+def kv_torch_check(note) -> bool:
+    """A PyTorch float8_e4m3fn cache viewed as uint8 goes through the CUDA array interface."""
+    try:
+        import torch
+    except ImportError:
+        note({"what": "torch float8 cache", "ok": False, "error": "no torch"})
+        return False
+    from flashcourse.cuda import decode
+    from flashcourse.fp8 import kv as fkv
+    g = torch.Generator(device="cuda").manual_seed(0)
+    k = torch.randn(2, 2, 3000, KV_D, device="cuda", generator=g) * 3
+    v = torch.randn(2, 2, 3000, KV_D, device="cuda", generator=g)
+    q = torch.randn(2, 8, 1, KV_D, device="cuda", generator=g, dtype=torch.float16)
+    scales = [(x.abs().amax(dim=(2, 3)) / 448.0).float() for x in (k, v)]
+    k8, v8 = ((x / s[:, :, None, None]).to(torch.float8_e4m3fn).view(torch.uint8)
+              for x, s in ((k, scales[0]), (v, scales[1])))
+    o, _ = decode(q, k8, v8, k_scale=scales[0], v_scale=scales[1])
+    nk8, nks = fkv.quantize_cache(k.double().cpu().numpy(), None)
+    nv8, nvs = fkv.quantize_cache(v.double().cpu().numpy(), None)
+    same_codes = bool(np.array_equal(nk8, k8.cpu().numpy()))
+    o_np, _ = decode(q.cpu().numpy(), nk8, nv8, k_scale=nks, v_scale=nvs)
+    diff = float(np.abs(o.copy_to_host() - o_np).max())
+    note({"what": "torch float8_e4m3fn cache viewed as uint8", "codes_equal_numpy": same_codes,
+          "max_abs_diff_vs_numpy_codes": diff, "ok": diff <= 1e-2})
+    return diff <= 1e-2
+
+
+def kv_bench(doc) -> bool:
+    """The FP8 KV decode table (module docstring)."""
+    import importlib.util
+    from pathlib import Path
+
+    import torch
+    from numba import cuda
+
+    from flashcourse.cuda.decoding import decode_kernels as dk
+    spec = importlib.util.spec_from_file_location(
+        "gpu_paged", Path(__file__).resolve().parent / "gpu_paged.py")
+    gp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gp)
+    timer = gp.Timer()
+    rows = doc.setdefault("kv_bench", [])
+    ok = True
+    for tk in KV_TK:
+        for bhkv in KV_BHKV:
+            b, hkv = (1, bhkv) if bhkv <= 8 else (bhkv // 8, 8)
+            for group in KV_GROUPS:
+                hq = hkv * group
+                g = torch.Generator(device="cuda").manual_seed(tk + bhkv + group)
+                k = torch.randn(b, hkv, tk, KV_D, device="cuda", generator=g,
+                                dtype=torch.float16)
+                v = torch.randn(b, hkv, tk, KV_D, device="cuda", generator=g,
+                                dtype=torch.float16)
+                q = torch.randn(b, hq, 1, KV_D, device="cuda", generator=g,
+                                dtype=torch.float16)
+                row = {"tk": tk, "bhkv": bhkv, "b": b, "hkv": hkv, "group": group,
+                       "d": KV_D}
+                runs = {"fp16": launcher(torch, dk, cuda, q, k, v, None, None)}
+                for name, sb, hw in (("fp8_head_cvt", None, None),
+                                     ("fp8_head_arith", None, False),
+                                     (f"fp8_block{KV_SCALE_BLOCK}_cvt", KV_SCALE_BLOCK, None)):
+                    runs[name] = launcher(torch, dk, cuda, q, k, v, sb, hw)
+                ref = reference_rows(torch, q, k, v)
+                for name, (fn, o, nbytes, label) in runs.items():
+                    fn()
+                    torch.cuda.synchronize()
+                    got = o.reshape(b, hq, KV_D)[:, :ref.shape[1]].double()
+                    err = float((got - ref).abs().max() / ref.abs().max())
+                    ms, reps = timer(fn)
+                    row[name] = {"ms": ms, "reps": reps, "bytes": nbytes,
+                                 "gbs": nbytes / ms / 1e6, "err_vs_exact": err,
+                                 "kernel": label}
+                base = row["fp16"]["ms"]
+                for name in runs:
+                    row[name]["speedup_vs_fp16"] = base / row[name]["ms"]
+                row["meets_bar"] = bool(tk < 65536 or row["fp8_head_cvt"]["speedup_vs_fp16"]
+                                        >= KV_BAR)
+                rows.append(row)
+                log(f"kv Tk={tk} BxHkv={bhkv} G={group}: " + "; ".join(
+                    f"{n} {r['ms'] * 1e3:.1f} us {r['gbs']:.0f} GB/s "
+                    f"{r['speedup_vs_fp16']:.2f}x err {r['err_vs_exact']:.1e}"
+                    for n, r in ((n, row[n]) for n in runs)))
+                ok = ok and all(np.isfinite(row[n]["ms"]) for n in runs)
+                del runs, k, v, q
+                torch.cuda.empty_cache()
+    doc["kv_bars"] = {"bar": KV_BAR, "all_tk_ge_64k_meet": all(r["meets_bar"] for r in rows)}
+    log("kv bars: " + json.dumps(doc["kv_bars"]))
+    return ok
+
+
+def reference_rows(torch, q, k, v, rows=2):
+    """o of the first `rows` query heads' ... of every batch entry, float64, exact cache."""
+    b, hq, _, d = q.shape
+    g = hq // k.shape[1]
+    qq = q[:, :rows, 0].double()                                  # (B, rows, d)
+    kk = k[:, :(rows + g - 1) // g].double().repeat_interleave(g, 1)[:, :rows]
+    vv = v[:, :(rows + g - 1) // g].double().repeat_interleave(g, 1)[:, :rows]
+    s = torch.einsum("bhd,bhkd->bhk", qq, kk) / np.sqrt(d)
+    return torch.einsum("bhk,bhkd->bhd", torch.softmax(s, -1), vv)
+
+
+def launcher(torch, dk, cuda, q, k, v, sb, hw):
+    """(fn, o, bytes read, kernel label): the decode's launches on preallocated buffers;
+    sb, hw: None, None for fp16, else an FP8 copy of k, v (scales per (B, Hkv) or per sb
+    tokens, quantised on the device as numpy's quantize_cache does)."""
+    b, hq, tq, d = q.shape
+    hkv, tk = k.shape[1], k.shape[2]
+    group = hq // hkv
+    fp8 = hw is not None or sb is not None
+    scales = None
+    if fp8:
+        nb = 1 if sb is None else -(-tk // sb)
+        kv8, sc = [], []
+        for x in (k, v):
+            xf = x.float()
+            if sb is None:
+                s = xf.abs().amax(dim=(2, 3)) / 448.0                           # (B, Hkv)
+                s = torch.where(s > 0, s, torch.ones_like(s))
+                kv8.append((xf / s[:, :, None, None]).to(torch.float8_e4m3fn)
+                           .view(torch.uint8))
+            else:
+                pad = nb * sb - tk
+                xp = torch.nn.functional.pad(xf, (0, 0, 0, pad))
+                s = xp.abs().reshape(b, hkv, nb, sb * d).amax(-1) / 448.0      # (B, Hkv, nb)
+                s = torch.where(s > 0, s, torch.ones_like(s))
+                kv8.append((xf / s.repeat_interleave(sb, -1)[:, :, :tk, None])
+                           .to(torch.float8_e4m3fn).view(torch.uint8))
+            sc.append(s.float().contiguous())
+        kf, vf = (cuda.as_cuda_array(x.reshape(b * hkv, tk, d)) for x in kv8)
+        scales = tuple(cuda.as_cuda_array(s.reshape(b * hkv, nb)) for s in sc)
+        cfg, bps = dk.split_config("cuda_cores", d, 1, group * tq, True,
+                                   scale_block=sb or 0, hw_cvt=hw)
+        nbytes = 2 * b * hkv * tk * d + 2 * 4 * b * hkv * nb
+        keep = (kv8, sc)
+    else:
+        kf, vf = (cuda.as_cuda_array(x.reshape(b * hkv, tk, d)) for x in (k, v))
+        cfg, bps = dk.split_config(None, d, 2, group * tq, True)
+        nbytes = 2 * b * hkv * tk * d * 2
+        keep = ()
+    ns, per = dk.plan_splits(b * hkv, group * tq, tk, cfg, blocks_per_sm=bps)
+    rows = b * hq * tq
+    o = torch.empty(rows, d, device="cuda")
+    lse = torch.empty(rows, device="cuda")
+    op = cuda.as_cuda_array(torch.empty(ns, rows, d, device="cuda")) if ns > 1 else None
+    lp = cuda.as_cuda_array(torch.empty(ns, rows, device="cuda")) if ns > 1 else None
+    qf, of, lf = (cuda.as_cuda_array(x) for x in (q.reshape(rows, d), o, lse))
+
+    def fn():
+        dk.run(qf, kf, vf, of, lf, op, lp, tq=tq, group=group, d=d, scale=1 / np.sqrt(d),
+               causal=False, num_splits=ns, keys_per_split=per, cfg=cfg, scales=scales)
+    fn.keep = (keep, op, lp, lse)
+    label = type(cfg).__name__ + f" splits={ns}" + (f" hw_cvt={cfg.hw_cvt}" if fp8 else "")
+    return fn, o, nbytes, label
+
+
 def save(doc, out):
     results.write_json(out, "gpu_fp8.json", doc, kind="fp8")
 
@@ -238,20 +531,31 @@ def main(argv=None):
     ap = results.benchmark_parser(__doc__, "check", "bench")
     ap.add_argument("--sizes", default=",".join(f"{h}x{t}x{d}" for h, t, d in BENCH_SIZES),
                     help="comma-separated HxTxd of --bench (default: %(default)s)")
+    ap.add_argument("--parts", default="numerics,kv",
+                    help="comma-separated parts to run: numerics, kv (default: %(default)s)")
     results.add_output_arguments(ap)
     args = ap.parse_args(argv)
     results.check_outputs(args, __file__)
     results.require_gpu("benchmarks/gpu_fp8.py", args.simulator_smoke)
     out = results.output_dir(args)
+    parts = set(args.parts.split(","))
+    if not parts or parts - {"numerics", "kv"}:
+        raise SystemExit(f"--parts: expected numerics and/or kv, got {args.parts!r}")
     doc = {"env": env.record(), "checks": [], "bench": []}
     log(json.dumps(doc["env"]))
     ok = True
-    if args.check or args.simulator_smoke:
+    if "numerics" in parts and (args.check or args.simulator_smoke):
         ok = check(doc, smoke=args.simulator_smoke)
         save(doc, out)
-    if args.bench or args.simulator_smoke:
+    if "kv" in parts and (args.check or args.simulator_smoke):
+        ok = kv_check(doc, smoke=args.simulator_smoke) and ok
+        save(doc, out)
+    if "numerics" in parts and (args.bench or args.simulator_smoke):
         sizes = SMOKE_SIZES if args.simulator_smoke else parse_sizes(args.sizes)
         ok = bench(doc, sizes, out) and ok
+        save(doc, out)
+    if "kv" in parts and args.bench and not args.simulator_smoke:
+        ok = kv_bench(doc) and ok
         save(doc, out)
     log(f"results written under {out}")
     results.finish(args, out, ok)

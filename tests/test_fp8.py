@@ -424,7 +424,7 @@ def test_the_gpu_benchmark_smoke_run_writes_a_valid_record(tmp_path):
     spec = importlib.util.spec_from_file_location("bench_gpu_fp8", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod.main(["--simulator-smoke", "--out", str(tmp_path)]) == 0
+    assert mod.main(["--simulator-smoke", "--parts", "numerics", "--out", str(tmp_path)]) == 0
     doc = results.load_json(tmp_path / "gpu_fp8.json")
     results.validate(doc, "fp8", "gpu_fp8.json")
     assert results.kind_of("h100_gpu_fp8.json") == "fp8"

@@ -292,8 +292,17 @@ def decode(q, k, v, **options):
     `flashcourse.cuda.decoding.decode_kernels.decode` for the options (num_splits, block_k, causal,
     scale, allow_nonfinite, check, kernel="cuda_cores" | "tensor_core", ...). Returns
     o (B, Hq, Tq, d) and lse (B, Hq, Tq); numpy results are checked as `forward`'s are
-    (overflow raises, NaN stays NaN), device results with check=True."""
+    (overflow raises, NaN stays NaN), device results with check=True.
+
+    An FP8 cache: k, v uint8 e4m3 codes (a PyTorch float8_e4m3fn tensor as
+    .view(torch.uint8)) with k_scale=, v_scale= fp32 scales per (B, Hkv) or, with
+    scale_block=Bs, per block of Bs tokens (`flashcourse.fp8.kv` has the layout;
+    `decoding.fp8_kv.decode_fp8` the options)."""
     from .decoding.decode_kernels import decode as run_decode
+    if _fp8_call(k, v, options):
+        from .decoding.fp8_kv import decode_fp8
+        return decode_fp8(q, k, v, options.pop("k_scale", None), options.pop("v_scale", None),
+                          **options)
     if check_bool(options.get("check", False), "check"):
         return run_decode(q, k, v, **options)
     return host_plans.cached_call("decode", (q, k, v), tuple(sorted(options.items())),
@@ -306,9 +315,32 @@ def paged_decode(q, k_pages, v_pages, block_table, seq_lens, **options):
     (num_pages, Hkv, page_size, d), block_table (B, max_pages_per_seq) and seq_lens (B,)
     int32 (layout: `flashcourse.paged_cache`). Options and results as `decode`
     (`flashcourse.cuda.decoding.paged.paged_decode`); for a fixed grid that one CUDA
-    graph replays across changing lengths, `decoding.paged.paged_decode_plan` and `run`."""
+    graph replays across changing lengths, `decoding.paged.paged_decode_plan` and `run`.
+    An FP8 pool (uint8 codes, k_scale=, v_scale=, scale_block=): as `decode`
+    (`decoding.fp8_kv.paged_decode_fp8`)."""
     from .decoding.paged import paged_decode as run_paged
+    if _fp8_call(k_pages, v_pages, options):
+        from .decoding.fp8_kv import paged_decode_fp8
+        return paged_decode_fp8(q, k_pages, v_pages, block_table, seq_lens,
+                                options.pop("k_scale", None), options.pop("v_scale", None),
+                                **options)
     return run_paged(q, k_pages, v_pages, block_table, seq_lens, **options)
+
+
+def _fp8_call(k, v, options) -> bool:
+    """True for an FP8 cache: scales given, or uint8 codes (whose missing scales are then
+    named); else the fp16/fp32 path, which refuses FP8-only options by name."""
+    options = dict(options)
+    fp8 = any(options.get(n) is not None for n in ("k_scale", "v_scale", "scale_block",
+                                                    "hw_cvt"))
+    codes = any(str(getattr(x, "dtype", "")).endswith("uint8") for x in (k, v))  # torch too
+    if codes and (options.get("k_scale") is None or options.get("v_scale") is None):
+        raise ValueError("k and v hold FP8 (uint8) codes: pass their fp32 scales as k_scale= "
+                         "and v_scale= (flashcourse.fp8.kv.quantize_cache makes both)")
+    if fp8 and not codes:
+        raise TypeError(f"k_scale, v_scale, scale_block and hw_cvt are for FP8 caches (k, v "
+                        f"of uint8 e4m3 codes), got k of dtype {getattr(k, 'dtype', None)}")
+    return fp8 or codes
 
 
 def capture(call: str, q, k, v, **options):

@@ -63,7 +63,6 @@ its place.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -71,14 +70,16 @@ import numpy as np
 from numba import cuda, float32
 from numba import uint64 as U
 
-from ...constants import F0, FULL_MASK, LN2_F, LOG2E, NEG_INF
+from ...constants import F0, F1, FULL_MASK, LN2_F, LOG2E, NEG_INF
 from ...geometry import ceil_div
 from ...gpu import using_simulator
 from ...limits import check_launch, current_limits
 from ..._guards import forward_result
 from ..common._device import exp2_log2, inlined, reset_state
 from ..common._launch import check_registers, flat, launch
-from .vector_loads import vector_loaders
+from .vector_loads import row_loader
+from .combine import combine_row, combine_threads, make_combine_kernel  # noqa: F401
+from ..ptx.fp8 import hardware_decode
 from .decode_tc_kernels import (SPLIT_KERNELS, TC_MIN_ROWS, DecodeTCConfig,  # noqa: F401
                                 check_split_options, choose_kernel, make_split_tc_kernel,
                                 tc_blocks_per_sm, tc_plan)
@@ -108,7 +109,7 @@ class DecodeConfig:
     registers per thread, more warps on an SM, for GQA groups).
     """
 
-    itemsize: int        # 2 (fp16) or 4 (fp32) bytes per K/V element
+    itemsize: int        # 1 (FP8 e4m3 codes), 2 (fp16) or 4 (fp32) bytes per K/V element
     vec: int
     lpk: int
     nv: int
@@ -118,6 +119,12 @@ class DecodeConfig:
     shuffle: bool        # warp shuffles (GPU) or shared-memory sums (simulator)
     vector: bool         # 16-byte intrinsic loads (GPU, d == D, aligned)
     row_groups: int = 1
+    scale_block: int = 0  # FP8: 0 one scale per (B, Hkv), else per block of this many tokens
+    hw_cvt: bool = False  # FP8: decode with cvt.rn.f16x2.e4m3x2 (sm_89+) instead of arithmetic
+
+    @property
+    def fp8(self):
+        return self.itemsize == 1
 
     @property
     def rows_per_warp(self):
@@ -173,13 +180,21 @@ def _pow2_at_least(n: int) -> int:
 
 def plan(d: int, itemsize: int, rows: int, *, unroll: int = 4, warps: int = 4,
          row_groups: int = 1, shuffle: bool | None = None,
-         vector: bool | None = None) -> DecodeConfig:
-    """The split kernel's layout for head dim d, K/V element size and query rows."""
+         vector: bool | None = None, scale_block: int = 0,
+         hw_cvt: bool | None = None) -> DecodeConfig:
+    """The split kernel's layout for head dim d, K/V element size (1: FP8 e4m3 codes) and
+    query rows; scale_block, hw_cvt: FP8 only (`DecodeConfig`; hw_cvt None: the
+    instruction where this GPU has it)."""
     from ..._checks import check_block
     d = check_block(d, "d")
-    if itemsize not in (2, 4):
-        raise ValueError(f"K/V must be float16 or float32 on the GPU, got {itemsize} B "
-                         f"elements")
+    if itemsize not in (1, 2, 4):
+        raise ValueError(f"K/V must be FP8 codes (uint8), float16 or float32 on the GPU, got "
+                         f"{itemsize} B elements")
+    if itemsize == 1:
+        hw_cvt = hardware_decode() if hw_cvt is None else bool(hw_cvt)
+        scale_block = int(scale_block)
+    else:
+        hw_cvt, scale_block = False, 0
     rows = min(check_block(rows, "rows"), MAX_ROWS)
     unroll = check_block(unroll, "unroll")
     warps = check_block(warps, "warps")
@@ -196,7 +211,7 @@ def plan(d: int, itemsize: int, rows: int, *, unroll: int = 4, warps: int = 4,
         raise ValueError(f"warps={warps} must be a multiple of row_groups={row_groups}")
     rows = ceil_div(rows, row_groups) * row_groups      # whole rows per group
     cfg = DecodeConfig(itemsize, vec, lpk, nv, unroll, warps, rows, bool(shuffle), vector,
-                       row_groups)
+                       row_groups, scale_block, hw_cvt)
     check_launch(cfg.threads, cfg.shared_bytes, optin=False, what="decode split kernel")
     if cfg.shared_bytes > 48 * 1024:
         raise ValueError(f"decode split kernel: needs {cfg.shared_bytes:,} B of shared memory "
@@ -227,7 +242,8 @@ def make_split_kernel(cfg: DecodeConfig):
         keys_per_split, qscale = scale*log2(e) (float32), causal (0/1), Tk - Tq.
     Row r of KV head h is query row h*R + r of the flattened q (head h*G + r // Tq,
     query r % Tq), so the G query heads of a group are adjacent. The work itself is
-    `split_body`, shared with the paged kernel.
+    `split_body`, shared with the paged kernel. An FP8 cache (cfg.fp8) takes two more
+    arguments after v: k_scale, v_scale (B*Hkv, groups) float32 (`split_body`).
     """
     body = split_body(cfg, contiguous_key_row)
     ROWS = cfg.rows
@@ -238,9 +254,22 @@ def make_split_kernel(cfg: DecodeConfig):
         h = cuda.blockIdx.z                # KV head (flattened B*Hkv)
         k_begin = split * keys_per_split
         k_end = min(k_begin + keys_per_split, tk)
-        body(q, k, v, o_part, lse_part, split, lse_part, h, tk, h * rows_kv, h * rows_kv,
-             cuda.blockIdx.y * ROWS, rows_kv, tq, d, k_begin, k_end, qscale, causal, off)
+        body(q, k, v, lse_part, lse_part, 0, o_part, lse_part, split, lse_part, h, tk,
+             h * rows_kv, h * rows_kv, cuda.blockIdx.y * ROWS, rows_kv, tq, d, k_begin, k_end,
+             qscale, causal, off)
 
+    def decode_split_fp8(q, k, v, k_scale, v_scale, o_part, lse_part, rows_kv, tq, tk, d,
+                         keys_per_split, qscale, causal, off):
+        split = cuda.blockIdx.x
+        h = cuda.blockIdx.z
+        k_begin = split * keys_per_split
+        k_end = min(k_begin + keys_per_split, tk)
+        body(q, k, v, k_scale, v_scale, h, o_part, lse_part, split, lse_part, h, tk,
+             h * rows_kv, h * rows_kv, cuda.blockIdx.y * ROWS, rows_kv, tq, d, k_begin, k_end,
+             qscale, causal, off)
+
+    if cfg.fp8:
+        decode_split = decode_split_fp8
     decode_split.__name__ = split_name(cfg)
     return cuda.jit(decode_split)
 
@@ -248,7 +277,8 @@ def make_split_kernel(cfg: DecodeConfig):
 def split_name(cfg: DecodeConfig, prefix: str = "decode_split") -> str:
     return (f"{prefix}_e{cfg.itemsize}_v{cfg.vec}_l{cfg.lpk}_n{cfg.nv}_u{cfg.unroll}"
             f"_w{cfg.warps}_r{cfg.rows}_g{cfg.row_groups}" + ("" if cfg.shuffle else "_sim")
-            + ("_vec" if cfg.vector else ""))
+            + ("_vec" if cfg.vector else "")
+            + (f"_fp8s{cfg.scale_block}" + ("_cvt" if cfg.hw_cvt else "") if cfg.fp8 else ""))
 
 
 @lru_cache(maxsize=None)
@@ -256,56 +286,47 @@ def split_body(cfg: DecodeConfig, key_row):
     """The split kernel's work as one device function, shared by the contiguous kernel
     (`make_split_kernel`) and the paged one (`paged_kernels`):
 
-        body(q, k, v, o_part, lse_part, split, kv, h, nkv, qrow0, orow0, r0, rows_kv, tq,
-             d, k_begin, k_end, qscale, causal, off)
+        body(q, k, v, k_scale, v_scale, srow, o_part, lse_part, split, kv, h, nkv, qrow0,
+             orow0, r0, rows_kv, tq, d, k_begin, k_end, qscale, causal, off)
 
     runs the online softmax of the block's query rows r0 .. r0 + rows - 1 (of the R =
     rows_kv rows of KV head h; q row qrow0 + r) over keys [k_begin, k_end) and writes
     the partial state into o_part[split, orow0 + r], lse_part[split, orow0 + r].
     `key_row(kv, h, nkv, key, valid, heads)` -> (hh, kk, nn) says where a key's K and V
     rows are: row kk of head hh of k, v seen as (heads, nn, d) arrays (kk >= nn: zeros).
+
+    FP8 caches (cfg.fp8: k, v hold e4m3 codes, decoded to float32 by `row_loader`) carry
+    float32 scales k_scale, v_scale, read as 2-D arrays; the value of a code is
+    decode(code) x scale. Where the scales are applied, at least cost:
+        one scale per (B, Hkv) (cfg.scale_block 0): row srow of k_scale, v_scale, column 0,
+            constant over the split: k_scale joins the softmax scale that q is multiplied
+            by once (qscale x k_scale), v_scale multiplies the split's normalised output
+            once per element at the end. No work per key.
+        per block of scale_block tokens: key kk of head hh has the scales [hh, kk //
+            scale_block] (the contiguous cache's (B*Hkv, ceil(Tk / scale_block)), or a pool's
+            (num_pages*Hkv, page_size / scale_block)): the scales change inside a split, so
+            per key: its score is multiplied by its k scale after the lanes' sum (one
+            multiply per key and row), and its probability p by its v scale before
+            acc += p v (one more), while the running sum l takes p unscaled.
+    Other caches ignore k_scale, v_scale, srow (the callers pass placeholders).
     """
     VEC, LPK, NV, UN, ROWS = cfg.vec, cfg.lpk, cfg.nv, cfg.unroll, cfg.rows
     RG, RPW, KW = cfg.row_groups, cfg.rows_per_warp, cfg.key_warps
     D, EPL, KPW, NT, NSLOT = cfg.head_dim, cfg.epl, cfg.kpw, cfg.threads, cfg.slots
     STEP = cfg.keys_per_step
     A_OFF, M_OFF, L_OFF, R_OFF, _ = cfg.offsets()
-    SHUFFLE, VECTOR = cfg.shuffle, cfg.vector
+    SHUFFLE = cfg.shuffle
     RU = RPW * UN                       # scores per lane per step
     QN = RPW * EPL                      # query / output registers per lane
     KN = UN * EPL                       # K (and V) registers per lane
     LOG_LPK = LPK.bit_length() - 1
 
     exp2, log2 = exp2_log2()
+    HEAD_SC = cfg.fp8 and cfg.scale_block == 0        # one k, v scale per split
+    BLOCK_SC = cfg.fp8 and cfg.scale_block > 0        # a scale per block of tokens
+    SB = max(cfg.scale_block, 1)
 
-    if VECTOR:
-        load16, load32 = vector_loaders()
-        vload = load16 if cfg.itemsize == 2 else load32
-    else:
-        vload = None
-
-    @cuda.jit(device=True)
-    def load_row(arr, h, key, kl, tk, d, out, base):
-        """This lane's EPL values of row `key` of head h into out[base:base+EPL]
-        (zeros past the head dim or past Tk)."""
-        if VECTOR:
-            if key < tk:
-                row0 = (U(h) * U(tk) + U(key)) * U(D)
-                for vv in range(NV):
-                    t = vload(arr, row0 + U((vv * LPK + kl) * VEC))
-                    for e in range(VEC):
-                        out[base + vv * VEC + e] = t[e]
-            else:
-                for e in range(EPL):
-                    out[base + e] = F0
-        else:
-            for vv in range(NV):
-                for e in range(VEC):
-                    c = (vv * LPK + kl) * VEC + e
-                    x = F0
-                    if key < tk and c < d:
-                        x = float32(arr[U(h), U(key), U(c)])
-                    out[base + vv * VEC + e] = x
+    load_row = row_loader(cfg)
 
     @cuda.jit(device=True)
     def key_sums(dots, sm, tid):
@@ -328,8 +349,8 @@ def split_body(cfg: DecodeConfig, key_row):
                 dots[i] = s
             cuda.syncthreads()
 
-    def body(q, k, v, o_part, lse_part, split, kv, h, nkv, qrow0, orow0, r0, rows_kv, tq, d,
-             k_begin, k_end, qscale, causal, off):
+    def body(q, k, v, k_scale, v_scale, srow, o_part, lse_part, split, kv, h, nkv, qrow0,
+             orow0, r0, rows_kv, tq, d, k_begin, k_end, qscale, causal, off):
         sm = cuda.shared.array(0, float32)
         tid = cuda.threadIdx.x
         lane = tid % 32
@@ -341,8 +362,14 @@ def split_body(cfg: DecodeConfig, key_row):
         slot = kw * KPW + kg
         rw0 = r0 + rg * RPW                # first row of this warp
         heads = k.shape[0]
+        qs = qscale
+        vsc = F1
+        if HEAD_SC:                        # the split's one k and v scale
+            qs = qscale * k_scale[U(srow), U(0)]
+            vsc = v_scale[U(srow), U(0)]
 
         # this lane's slice of the warp's query rows, pre-scaled by scale*log2(e)
+        # (and, with one scale per head of an FP8 cache, by its k scale)
         qr = cuda.local.array(QN, float32)
         for rr in range(RPW):
             for vv in range(NV):
@@ -350,7 +377,7 @@ def split_body(cfg: DecodeConfig, key_row):
                     c = (vv * LPK + kl) * VEC + e
                     x = F0
                     if rw0 + rr < rows_kv and c < d:
-                        x = float32(q[U(qrow0 + rw0 + rr), U(c)]) * qscale
+                        x = float32(q[U(qrow0 + rw0 + rr), U(c)]) * qs
                     qr[rr * EPL + vv * VEC + e] = x
 
         acc = cuda.local.array(QN, float32)   # unnormalised output slice
@@ -359,6 +386,8 @@ def split_body(cfg: DecodeConfig, key_row):
         kr = cuda.local.array(KN, float32)
         vr = cuda.local.array(KN, float32)
         sc = cuda.local.array(RU, float32)
+        ksu = cuda.local.array(UN, float32)           # FP8 block scales of this step's keys
+        vsu = cuda.local.array(UN, float32)
         reset_state(acc, QN, m, l, RPW)
 
         for base in range(k_begin, k_end, STEP):
@@ -368,6 +397,14 @@ def split_body(cfg: DecodeConfig, key_row):
                 hh, kk, nn = key_row(kv, h, nkv, key, key < k_end, heads)  # past k_end: zeros
                 load_row(k, hh, kk, kl, nn, d, kr, u * EPL)
                 load_row(v, hh, kk, kl, nn, d, vr, u * EPL)
+                if BLOCK_SC:
+                    ks = F0
+                    vs = F0
+                    if key < k_end:
+                        ks = k_scale[U(hh), U(kk // SB)]
+                        vs = v_scale[U(hh), U(kk // SB)]
+                    ksu[u] = ks
+                    vsu[u] = vs
             # partial dot products of this lane, then summed over the key's lanes
             for rr in range(RPW):
                 for u in range(UN):
@@ -382,6 +419,8 @@ def split_body(cfg: DecodeConfig, key_row):
                 mx = NEG_INF
                 for u in range(UN):
                     key = base + (u * KW + kw) * KPW + kg
+                    if BLOCK_SC:                          # the key's k scale
+                        sc[rr * UN + u] *= ksu[u]
                     if key >= k_end or (causal != 0 and key > qi + off):
                         sc[rr * UN + u] = NEG_INF
                     mx = max(mx, sc[rr * UN + u])
@@ -395,6 +434,8 @@ def split_body(cfg: DecodeConfig, key_row):
                 for u in range(UN):
                     p = exp2(sc[rr * UN + u] - m_use)
                     lsum += p
+                    if BLOCK_SC:                          # the key's v scale, on p
+                        p *= vsu[u]
                     for e in range(EPL):
                         acc[rr * EPL + e] += p * vr[u * EPL + e]
                 l[rr] = lsum
@@ -427,7 +468,10 @@ def split_body(cfg: DecodeConfig, key_row):
                     at += sm[U(A_OFF + (t * ROWS + rr) * D + c)] * w
                 row = orow0 + r0 + rr
                 if lt != F0:                              # (a NaN stays NaN)
-                    o_part[U(split), U(row), U(c)] = at / lt
+                    if HEAD_SC:                           # the split's v scale
+                        o_part[U(split), U(row), U(c)] = at / lt * vsc
+                    else:
+                        o_part[U(split), U(row), U(c)] = at / lt
                     if c == 0:
                         lse_part[U(split), U(row)] = (mx + log2(lt)) * LN2_F
                 else:                                     # no visible key in this split
@@ -436,52 +480,6 @@ def split_body(cfg: DecodeConfig, key_row):
                         lse_part[U(split), U(row)] = NEG_INF
 
     return inlined(body)
-
-
-# ---------------------------------------------------------------------------------------
-# The combine kernel
-# ---------------------------------------------------------------------------------------
-
-@inlined
-def combine_row(o_part, lse_part, o, lse, s0, n_splits, prow, orow, d, tid, NT):
-    """Merge the partial states o_part[s0 + s, prow], lse_part[s0 + s, prow] (s < n_splits)
-    into o[orow], lse[orow]: lse = m + log sum e^(lse_s - m), o = sum w_s o_s / sum w_s.
-    The block's NT threads loop over the columns; shared by the contiguous combine kernel
-    and the paged one (`paged_kernels`)."""
-    mx = NEG_INF
-    for s in range(n_splits):
-        mx = max(mx, lse_part[U(s0 + s), U(prow)])
-    m_use = mx if mx != NEG_INF else F0
-    total = F0
-    for s in range(n_splits):
-        total += math.exp(lse_part[U(s0 + s), U(prow)] - m_use)
-    for c in range(tid, d, NT):
-        at = F0
-        for s in range(n_splits):
-            w = math.exp(lse_part[U(s0 + s), U(prow)] - m_use)
-            at += w * o_part[U(s0 + s), U(prow), U(c)]
-        o[U(orow), U(c)] = at / total if total != F0 else F0     # NaN stays NaN
-    if tid == 0:
-        lse[U(orow)] = m_use + math.log(total) if total != F0 else NEG_INF
-
-
-@lru_cache(maxsize=None)
-def make_combine_kernel(threads: int):
-    """One block per query row; threads loop over the columns (`combine_row`). Arguments:
-    o_part (S, rows, d), lse_part (S, rows), o (rows, d), lse (rows), S, d."""
-    NT = threads
-
-    def decode_combine(o_part, lse_part, o, lse, n_splits, d):
-        row = cuda.blockIdx.x
-        combine_row(o_part, lse_part, o, lse, 0, n_splits, row, row, d, cuda.threadIdx.x, NT)
-
-    decode_combine.__name__ = f"decode_combine_t{NT}"
-    return cuda.jit(decode_combine)
-
-
-def combine_threads(d: int) -> int:
-    """Threads of a combine block: d rounded up to a warp, at most 256."""
-    return min(256, 32 * ceil_div(d, 32))
 
 
 # ---------------------------------------------------------------------------------------
@@ -498,13 +496,14 @@ def default_launch(itemsize: int, rows: int = 1, simulator: bool | None = None) 
     registers per thread, 8 warps per SM). Two row groups of 4 rows beat four of 2 by ~25%
     (G x Tq = 16, Tk = 16k-128k: 156-550 us against 197-710 us;
     benchmarks/results/h200_decode_row_variants_log.txt). Tiny ones on the simulator
-    (`simulator`: None = whether it runs now; False = a GPU's defaults).
+    (`simulator`: None = whether it runs now; False = a GPU's defaults). FP8 caches (itemsize
+    1) take fp16's defaults, not yet tuned (benchmarks/gpu_fp8.py times a few variants).
     """
     if using_simulator() if simulator is None else simulator:
         return {"unroll": 1, "warps": 1, "row_groups": 1}
     if rows > 4:
         return {"unroll": 2, "warps": 8, "row_groups": 2}
-    if itemsize == 2:
+    if itemsize <= 2:
         return {"unroll": 2, "warps": 8, "row_groups": 1}
     return {"unroll": 4, "warps": 4, "row_groups": 1}
 
@@ -541,9 +540,11 @@ def plan_splits(b_hkv: int, rows_kv: int, tk: int, cfg: DecodeConfig, *,
 
 
 def split_config(kernel, d: int, itemsize: int, rows: int, aligned: bool, *, unroll=None,
-                 warps=None, row_groups=None, tc_block_k=None, m_tiles=None, tc_warps=None):
+                 warps=None, row_groups=None, tc_block_k=None, m_tiles=None, tc_warps=None,
+                 scale_block: int = 0, hw_cvt=None):
     """(config, blocks per SM for the split heuristic, None = its default) of the split
-    kernel `choose_kernel` picks for `rows` = G x Tq query rows per KV head."""
+    kernel `choose_kernel` picks for `rows` = G x Tq query rows per KV head (itemsize 1:
+    an FP8 cache, CUDA cores only; scale_block, hw_cvt as `plan`)."""
     chosen = choose_kernel(kernel, d, itemsize, rows, aligned)
     check_split_options(chosen, kernel, unroll=unroll, warps=warps, row_groups=row_groups,
                         tc_block_k=tc_block_k, m_tiles=m_tiles, tc_warps=tc_warps)
@@ -554,17 +555,18 @@ def split_config(kernel, d: int, itemsize: int, rows: int, aligned: bool, *, unr
     cfg = plan(d, itemsize, rows, unroll=dflt["unroll"] if unroll is None else unroll,
                warps=dflt["warps"] if warps is None else warps,
                row_groups=dflt["row_groups"] if row_groups is None else row_groups,
-               vector=aligned)
+               vector=aligned, scale_block=scale_block, hw_cvt=hw_cvt)
     return cfg, None
 
 
 def run(qf, kf, vf, o, lse, o_part, lse_part, *, tq, group, d, scale, causal, num_splits,
-        keys_per_split, cfg: DecodeConfig):
+        keys_per_split, cfg: DecodeConfig, scales=None):
     """Launch split (+ combine when num_splits > 1) on flattened device arrays.
 
     qf (B*Hq*Tq, d); kf, vf (B*Hkv, Tk, d); o (B*Hq*Tq, d) float32; lse (B*Hq*Tq,);
     o_part (S, B*Hq*Tq, d), lse_part (S, B*Hq*Tq) float32 workspaces (S = num_splits;
     unused when num_splits == 1, the split kernel then writes o and lse directly).
+    scales: an FP8 cache's (k_scale, v_scale), float32 (B*Hkv, groups) device arrays.
     """
     b_hkv, tk = kf.shape[0], kf.shape[1]
     rows_kv = group * tq
@@ -582,8 +584,8 @@ def run(qf, kf, vf, o, lse, o_part, lse_part, *, tq, group, d, scale, causal, nu
                 np.int32(rows_kv), np.int32(tq), np.int32(tk)) + tail
     else:
         kern = make_split_kernel(cfg)
-        args = (qf, kf, vf, op, lp, np.int32(rows_kv), np.int32(tq), np.int32(tk),
-                np.int32(d)) + tail
+        kv = (qf, kf, vf) + (tuple(scales) if cfg.fp8 else ())
+        args = kv + (op, lp, np.int32(rows_kv), np.int32(tq), np.int32(tk), np.int32(d)) + tail
     if sig is not None and not using_simulator():     # registers x threads fit a block
         check_registers("decode tensor-core split", kern.compile(sig), cfg.threads)
     launch(kern, sig, grid, cfg.threads, cfg.shared_bytes, args)

@@ -192,8 +192,9 @@ def paged_decode_plan(batch, heads_q, heads_kv, head_dim, page_size, max_pages_p
                       tq=1, dtype=np.float16, causal=False, scale=None, seq_lens=None,
                       kernel=None, target_items=None, sms=None, aligned=True, **options):
     """A `PagedDecodePlan` for batches of `batch` sequences (q (B, Hq, Tq, d), pools of
-    `page_size`-token pages of `dtype` (float16 or float32), block tables of
-    `max_pages_per_seq` columns).
+    `page_size`-token pages of `dtype` (float16, float32, or uint8 for FP8 e4m3 codes, with
+    options scale_block (0: one scale per (B, Hkv), else per block of tokens within a page)
+    and hw_cvt: `decoding.fp8_kv`), block tables of `max_pages_per_seq` columns).
 
     seq_lens: lengths the heuristic plans for (host values; default: every sequence at
     the table's reach, max_pages_per_seq x page_size); any lengths up to that reach run
@@ -210,8 +211,9 @@ def paged_decode_plan(batch, heads_q, heads_kv, head_dim, page_size, max_pages_p
     if hq % hkv:
         raise ValueError(f"heads_q = {hq} must be a multiple of heads_kv = {hkv} (GQA)")
     itemsize = np.dtype(dtype).itemsize
-    if np.dtype(dtype) not in (np.float16, np.float32):
-        raise TypeError(f"dtype: the pools must be float16 or float32, got {np.dtype(dtype)}")
+    if np.dtype(dtype) not in (np.float16, np.float32, np.uint8):
+        raise TypeError(f"dtype: the pools must be float16, float32 or uint8 (FP8 codes), got "
+                        f"{np.dtype(dtype)}")
     causal = check_bool(causal, "causal")
     cfg, bps = split_config(kernel, d, itemsize, hq // hkv * tq, aligned, **options)
     tc = isinstance(cfg, DecodeTCConfig)
@@ -259,12 +261,14 @@ def _shape(x) -> tuple:
     return tuple(int(n) for n in x.shape)
 
 
-def run(plan: PagedDecodePlan, q, k_pages, v_pages, block_table, seq_lens, out, stream=0):
+def run(plan: PagedDecodePlan, q, k_pages, v_pages, block_table, seq_lens, out, stream=0,
+        scales=None):
     """Launch the plan on device arrays: q (B, Hq, Tq, d) and the pools (num_pages, Hkv,
     page_size, d) of the plan's dtype, block_table (B, W) and seq_lens (B,) int32 (read on
     the device only), out = (o (B, Hq, Tq, d), lse (B, Hq, Tq)) float32, written. Checks
     shapes against the plan (nothing that needs the values); stream: a Numba stream (0:
-    the default stream). Returns out."""
+    the default stream); scales: an FP8 pool's (k_scale, v_scale) as the 2-D float32 device
+    arrays the kernel reads (`fp8_kv.paged_scales`). Returns out."""
     o, lse = out
     b, hq, tq, d = plan.batch, plan.heads_q, plan.tq, plan.head_dim
     ks = _shape(k_pages)
@@ -294,8 +298,13 @@ def run(plan: PagedDecodePlan, q, k_pages, v_pages, block_table, seq_lens, out, 
         qf = q.reshape(rows, d)
         kf = k_pages.reshape(kv_rows, plan.page_size, d)
         vf = v_pages.reshape(kv_rows, plan.page_size, d)
+    kv = (qf, kf, vf)
+    if getattr(plan.cfg, "fp8", False):
+        if scales is None:
+            raise ValueError("an FP8 plan needs scales=(k_scale, v_scale)")
+        kv += tuple(scales)
     _launch(plan, kern, plan.grid, plan.cfg.threads, plan.cfg.shared_bytes,
-            (qf, kf, vf, plan.o_part, plan.lse_part) + tail, stream)
+            kv + (plan.o_part, plan.lse_part) + tail, stream)
     nt = combine_threads(d)
     _launch(plan, make_paged_combine_kernel(nt, plan.page_size), (rows,), nt, 0,
             (plan.o_part, plan.lse_part, o.reshape(rows, d), lse.reshape(rows), seq_lens,

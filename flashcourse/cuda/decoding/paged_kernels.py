@@ -48,11 +48,13 @@ from __future__ import annotations
 import types
 from functools import lru_cache
 
-from numba import cuda
+from numba import cuda, float32, float64
 from numba import uint32 as U32
 
+from ...constants import F0, F1
 from ...paged_cache import token_address
 from ..common._device import inlined
+from ..ptx.fp8 import encode_e4m3
 from .decode_kernels import combine_row, split_body, split_name
 from .decode_tc_kernels import DecodeTCConfig, split_tc_body, split_tc_name
 
@@ -196,7 +198,9 @@ def make_paged_split_kernel(cfg, page_size: int):
         (capacity, Hq*Tq, d), lse_part (capacity, Hq*Tq) float32, block_table (B, W),
         seq_lens (B,) int32, Hkv, R = G*Tq rows per KV head, Tq, d (unused by the tensor-core
         kernel, whose d is its config's), qscale =
-        scale*log2(e), causal (0/1), target, min_pages (`work_item`).
+        scale*log2(e), causal (0/1), target, min_pages (`work_item`). An FP8 pool
+        (cfg.fp8, CUDA cores) takes k_scale, v_scale after v: per (B, Hkv) as (B*Hkv, 1), or
+        per block of tokens as (num_pages*Hkv, page_size / scale_block) (`split_body`).
     """
     PS = page_size
     tc = isinstance(cfg, DecodeTCConfig)
@@ -212,9 +216,21 @@ def make_paged_split_kernel(cfg, page_size: int):
             return
         hk = cuda.blockIdx.x                        # KV head
         n = min(max(seq_lens[b], 0), block_table.shape[1] * PS)
-        body(q, k, v, o_part, lse_part, slot, block_table[b:b + 1], hk, hkv,
-             (b * hkv + hk) * rows_kv, hk * rows_kv, cuda.blockIdx.y * RB, rows_kv, tq, d,
-             k0, k1, qscale, causal, n - tq)
+        body(q, k, v, lse_part, lse_part, 0, o_part, lse_part, slot, block_table[b:b + 1],
+             hk, hkv, (b * hkv + hk) * rows_kv, hk * rows_kv, cuda.blockIdx.y * RB, rows_kv,
+             tq, d, k0, k1, qscale, causal, n - tq)
+
+    def paged_split_fp8(q, k, v, k_scale, v_scale, o_part, lse_part, block_table, seq_lens,
+                        hkv, rows_kv, tq, d, qscale, causal, target, min_pages):
+        b, k0, k1, slot = WORK_ITEM(seq_lens, cuda.blockIdx.z, PS, block_table.shape[1],
+                                    target, min_pages)
+        if b < 0:
+            return
+        hk = cuda.blockIdx.x
+        n = min(max(seq_lens[b], 0), block_table.shape[1] * PS)
+        body(q, k, v, k_scale, v_scale, b * hkv + hk, o_part, lse_part, slot,
+             block_table[b:b + 1], hk, hkv, (b * hkv + hk) * rows_kv, hk * rows_kv,
+             cuda.blockIdx.y * RB, rows_kv, tq, d, k0, k1, qscale, causal, n - tq)
 
     def paged_split_tc(q, k, v, o_part, lse_part, block_table, seq_lens, hkv, rows_kv, tq,
                        d, qscale, causal, target, min_pages):
@@ -230,6 +246,8 @@ def make_paged_split_kernel(cfg, page_size: int):
 
     if tc:
         paged_split = paged_split_tc
+    elif cfg.fp8:
+        paged_split = paged_split_fp8
     paged_split.__name__ = (split_tc_name(cfg, f"paged_split_tc_p{PS}") if tc
                             else split_name(cfg, f"paged_split_p{PS}"))
     return cuda.jit(paged_split)
@@ -280,3 +298,83 @@ def make_append_kernel(page_size: int):
 
     paged_append.__name__ = f"paged_append_p{PS}"
     return cuda.jit(paged_append)
+
+
+#: Threads of a block of the FP8 append (a power of two: the amax is a tree reduction)
+APPEND_FP8_THREADS = 64
+#: its shared memory: the K and V amax of every thread (a module constant: a shape the
+#: compiler fixes)
+APPEND_FP8_RED = 2 * APPEND_FP8_THREADS
+
+
+@lru_cache(maxsize=None)
+def make_append_fp8_kernel(page_size: int, scale_block: int):
+    """The append into an FP8 pool (`flashcourse.fp8.kv.append_tokens` is its numpy model,
+    bit for bit). Launch with grid (n new tokens, Hkv, B) and APPEND_FP8_THREADS threads.
+    Arguments: k_pages, v_pages (num_pages, Hkv, page_size, d) uint8 codes, k_scale, v_scale
+    (num_pages, Hkv, page_size / scale_block) float32 (scale_block > 0, read and written) or
+    (B, Hkv) (scale_block 0, read), block_table (B, W), seq_lens (B,) int32 (before the
+    append), k_new, v_new (B, Hkv, n, d) float16 or float32.
+
+    The block of token i (sequence b, KV head h) finds its page, slot and scale block; if
+    that block's first token is among the new ones ("opened" by this append), every
+    thread block writing into it computes the same amax of the new tokens there (a tree
+    reduction in shared memory) and the one holding the block's first token stores
+    amax / 448 (in float64, then float32, as numpy); otherwise the stored scale is read.
+    Each value is divided by its scale in float32 and rounded to e4m3 with saturation
+    (`ptx.fp8.encode_e4m3`)."""
+    PS, SB, NT = page_size, scale_block, APPEND_FP8_THREADS
+
+    def paged_append_fp8(k_pages, v_pages, k_scale, v_scale, block_table, seq_lens, k_new,
+                         v_new):
+        i = cuda.blockIdx.x
+        h = cuda.blockIdx.y
+        b = cuda.blockIdx.z
+        tid = cuda.threadIdx.x
+        start = seq_lens[b]
+        t = start + i
+        if t < 0 or t >= block_table.shape[1] * PS:
+            return
+        page, slot = address(block_table, b, t, PS)
+        if page < 0 or page >= k_pages.shape[0]:
+            return
+        d = k_new.shape[3]
+        red = cuda.shared.array(APPEND_FP8_RED, float32)
+        if SB > 0:
+            g = slot // SB
+            first = t - slot % SB                   # the block's first token
+            if first >= start:                      # opened by this append: set its scales
+                j1 = min(first + SB, start + k_new.shape[2]) - start
+                ak = F0
+                av = F0
+                for j in range(first - start, j1):
+                    for c in range(tid, d, NT):
+                        ak = max(ak, abs(float32(k_new[b, h, j, c])))
+                        av = max(av, abs(float32(v_new[b, h, j, c])))
+                red[tid] = ak
+                red[NT + tid] = av
+                cuda.syncthreads()
+                step = NT // 2
+                while step > 0:
+                    if tid < step:
+                        red[tid] = max(red[tid], red[tid + step])
+                        red[NT + tid] = max(red[NT + tid], red[NT + tid + step])
+                    cuda.syncthreads()
+                    step //= 2
+                ks = float32(float64(red[0]) / 448.0) if red[0] > F0 else F1
+                vs = float32(float64(red[NT]) / 448.0) if red[NT] > F0 else F1
+                if tid == 0 and slot % SB == 0:
+                    k_scale[page, h, g] = ks
+                    v_scale[page, h, g] = vs
+            else:
+                ks = k_scale[page, h, g]
+                vs = v_scale[page, h, g]
+        else:
+            ks = k_scale[b, h]
+            vs = v_scale[b, h]
+        for c in range(tid, d, NT):
+            k_pages[page, h, slot, c] = encode_e4m3(float32(k_new[b, h, i, c]) / ks)
+            v_pages[page, h, slot, c] = encode_e4m3(float32(v_new[b, h, i, c]) / vs)
+
+    paged_append_fp8.__name__ = f"paged_append_fp8_p{PS}_s{SB}"
+    return cuda.jit(paged_append_fp8)
