@@ -55,7 +55,7 @@ LAB02 = [
         ("l_new = l * np.exp(m - m_safe) + np.exp(x - m_safe)",
          "l_new = l + np.exp(x - m_safe)")], "rescale"),
     wrong(L02, OU, "rescale factor upside down", [
-        ("l * np.exp(m - m_safe)", "l * np.exp(m_safe - m)")], "rescale"),
+        ("l * np.exp(m - m_safe)", "l * np.exp(m_safe - m)")], "wrong way"),
     wrong(L02, OU, "base 2 exponentials", [
         ("l_new = l * np.exp(m - m_safe) + np.exp(x - m_safe)",
          "l_new = l * np.exp2(m - m_safe) + np.exp2(x - m_safe)")], "base"),
@@ -79,7 +79,7 @@ LAB02 = [
          "for c0 in range(0, n - n % chunk, chunk):                   # pass 1")], "chunk"),
     wrong(L02, SS, "not divided by l", [
         ("np.where(l[:, None] > 0, p / l_safe, 0.0)", "np.where(l[:, None] > 0, p, 0.0)")],
-          "divide"),
+          "divide by its final sum"),
     wrong(L02, SS, "each chunk normalised by its own sum", [
         ("p = np.exp(x[:, c0:c0 + chunk] - m_safe)                # (R, chunk)",
          "p = np.exp(x[:, c0:c0 + chunk] - m_safe)\n"
