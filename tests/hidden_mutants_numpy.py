@@ -150,9 +150,9 @@ LAB03 = [
     wrong(L03, FA1, "causal tiles never skipped", [
         ("                continue\n", "                pass\n")], "hides in full"),
     wrong(L03, MP, "max instead of logaddexp", [
-        ("lse = np.logaddexp(lse_a, lse_b)", "lse = np.maximum(lse_a, lse_b)")], "lse"),
+        ("lse = np.logaddexp(lse_a, lse_b)", "lse = np.maximum(lse_a, lse_b)")], "summed masses"),
     wrong(L03, MP, "outputs added unweighted", [
-        ("o = w_a[:, None] * o_a + w_b[:, None] * o_b", "o = o_a + o_b")], "weight"),
+        ("o = w_a[:, None] * o_a + w_b[:, None] * o_b", "o = o_a + o_b")], "how much weight"),
     wrong(L03, MP, "weights in base 2", [
         ("w_a, w_b = np.exp(lse_a - lse_use), np.exp(lse_b - lse_use)",
          "w_a, w_b = np.exp2(lse_a - lse_use), np.exp2(lse_b - lse_use)")], "base"),
@@ -160,9 +160,9 @@ LAB03 = [
         ("lse_use = np.where(np.isneginf(lse), 0.0, lse)", "lse_use = lse")], "-inf"),
     wrong(L03, MP, "naive log(exp + exp) overflows", [
         ("lse = np.logaddexp(lse_a, lse_b)", "lse = np.log(np.exp(lse_a) + np.exp(lse_b))")],
-          "overflow"),
+          "overflows for large lse"),
     wrong(L03, MP, "plain average", [
-        ("o = w_a[:, None] * o_a + w_b[:, None] * o_b", "o = (o_a + o_b) / 2")], "weight"),
+        ("o = w_a[:, None] * o_a + w_b[:, None] * o_b", "o = (o_a + o_b) / 2")], "how much weight"),
     right(L03, FF, "zeros_like / full_like outputs, in-place updates", [
         ("o, lse = np.zeros((t_q, d)), np.full(t_q, -np.inf)          # (Tq, d), (Tq,)",
          "o = np.zeros_like(q)\n    lse = np.full_like(q[:, 0], -np.inf)"),
