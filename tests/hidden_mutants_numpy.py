@@ -206,7 +206,7 @@ LAB04 = [
         ("read_bytes = Tq * d * e + Tr * 2 * Tk * d * e",
          "read_bytes = 2 * Tk * d * e + -(-Tk // Bc) * Tq * d * e")], "K and V"),
     wrong(L04, "causal", "diagonal tile skipped", [
-        ("if k0 <= q1 - 1 + Tk - Tq:", "if k0 < q1 - 1 + Tk - Tq:")], "diagonal"),
+        ("if k0 <= q1 - 1 + Tk - Tq:", "if k0 < q1 - 1 + Tk - Tq:")], "unless k0 > q1 - 1 + Tk - Tq"),
     wrong(L04, "causal", "top-left alignment", [
         ("if k0 <= q1 - 1 + Tk - Tq:", "if k0 <= q1 - 1:")], "bottom-right"),
     wrong(L04, "causal", "ragged key block counted in full", [

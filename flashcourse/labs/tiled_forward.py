@@ -428,6 +428,7 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
             bad_use = np.where(np.isneginf(bad), 0.0, bad)
             add_lse = (np.exp(lse_a - bad_use)[:, None] * o_a
                        + np.exp(lse_b - bad_use)[:, None] * o_b, bad)
+            lse_max = np.maximum(lse_a, lse_b)
             lse_use = np.where(np.isneginf(expected[1]), 0.0, expected[1])
             base2 = (np.exp2(lse_a - lse_use)[:, None] * o_a
                      + np.exp2(lse_b - lse_use)[:, None] * o_b, expected[1])
@@ -437,7 +438,7 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
                      ((lambda y, e, w=base2: _close(y, w)), *HINT_MERGE_BASE2),
                      ((lambda y, e, w=o_a + o_b: _close(plain(y)[:1], (w,))),
                       *HINT_MERGE_AVERAGE),
-                     ((lambda y, e, w=np.maximum(lse_a, lse_b): _close(plain(y)[1:], (w,))),
+                     ((lambda y, e, w=lse_max: _close(plain(y)[1:], (w,))),
                       *HINT_MERGE_LSE)]
 
         def run(f, a=(o_a, lse_a, o_b, lse_b), expected=expected):
