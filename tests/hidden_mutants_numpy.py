@@ -529,7 +529,7 @@ LAB15 = [
           "shape"),
     wrong(L15, RQ, "k not rotated", [("return q @ h, k @ h", "return q @ h, k")], "k"),
     wrong(L15, RQ, "rotated by the transpose", [("return q @ h, k @ h", "return q @ h.T, k @ h.T")],
-          "transpose"),
+          "h transposed"),
     wrong(L15, F8, "v rotated too", [
         ("q, k = rotate_qk(q, k, hadamard_matrix(q.shape[-1]))",
          "q, k = rotate_qk(q, k, hadamard_matrix(q.shape[-1]))\n"
