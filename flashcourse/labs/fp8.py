@@ -252,6 +252,9 @@ def check_hadamard(hadamard_matrix, *, verbose: bool = True, hint_level: int = 1
 
 HINT_ROTATE = ("Compare with the rule: both q and k are multiplied by h along d, q @ h and "
                "k @ h (d is the last axis), so that (q h)(k h)^T = q k^T.")
+HINT_ROT_TRANSPOSE = ("You multiplied by h transposed (q @ h.T): the Hadamard matrix is "
+                      "symmetric, so it looked right, but rotate_qk takes any h. The rule is "
+                      "q @ h and k @ h.")
 HINT_ONLY_Q = ("Only q was rotated: k must be rotated by the same h, or every score q . k "
                "changes. Return (q @ h, k @ h).")
 HINT_ONLY_K = ("Only k was rotated: q must be rotated by the same h. Return (q @ h, k @ h).")
@@ -259,15 +262,19 @@ HINT_TOKEN_AXIS = ("You rotated along the tokens (h @ x): the rotation mixes the
                    "of each token, x @ h.")
 
 
-def _rotate_case(name, seed, tq, tk, d):
+def _rotate_case(name, seed, tq, tk, d, general=False):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((2, tq, d))
     k = rng.standard_normal((2, tk, d))
     h = course_hadamard(d)
-    replay = {None: (q @ h, k @ h), "only q": (q @ h, k), "only k": (q, k @ h)}
+    if general:   # any orthogonal matrix, not symmetric: h.T differs from h
+        h = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    replay = {None: (q @ h, k @ h), "only q": (q @ h, k), "only k": (q, k @ h),
+              "transpose": (q @ h.T, k @ h.T)}
     if tq == d and tk == d:
         replay["token axis"] = (h @ q, h @ k)
     mistakes = [("only q", (HINT_ONLY_Q,)), ("only k", (HINT_ONLY_K,))] + (
+        [("transpose", (HINT_ROT_TRANSPOSE,))] if general else []) + (
         [("token axis", (HINT_TOKEN_AXIS,))] if "token axis" in replay else [])
 
     def close(a, b):
@@ -289,7 +296,9 @@ def _rotate_case(name, seed, tq, tk, d):
 def check_rotate_qk(rotate_qk, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Check `rotate_qk(q, k, h) -> (q @ h, k @ h)`."""
     cases = [_rotate_case("Tq = Tk = d = 8", 21, 8, 8, 8),
-             _rotate_case("Tq = 5, Tk = 11, d = 16", 22, 5, 11, 16)]
+             _rotate_case("Tq = 5, Tk = 11, d = 16", 22, 5, 11, 16),
+             _rotate_case("a general rotation h (orthogonal, not symmetric), Tq = 5, Tk = 7, "
+                          "d = 8", 23, 5, 7, 8, general=True)]
     return run_checks("rotate_qk(q, k, h)", rotate_qk, cases, verbose=verbose,
                       hint_level=hint_level)
 

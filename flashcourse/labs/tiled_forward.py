@@ -170,6 +170,14 @@ HINT_MERGE_EMPTY = (
     "A part with no visible key has lse = -inf; your merge produced NaN for such rows.",
     "Where both parts are empty return o = 0, lse = -inf; logaddexp handles one -inf, and "
     "exp(-inf) = 0 weights an empty part.")
+HINT_MERGE_BASE2 = (
+    "Your weights are in base 2 (exp2) but lse is a natural log: the weight of a part is "
+    "exp(lse_part - lse_total), base e.",
+    "exp2(y) = exp(y ln 2); use np.exp here, as lse was made with np.log.")
+HINT_MERGE_OVERFLOW = (
+    "Your merge overflows for large lse values (inf or NaN where every input is finite): "
+    "exp(lse) alone is past float64's range once lse > 709.",
+    "Only differences go into exp: logaddexp(lse_a, lse_b), and weights exp(lse_part - lse).")
 HINT_MERGE = (
     "Your merge disagrees with attention over the union of the key ranges.",
     "Each part's o is normalised over its own keys; undo that with its mass exp(lse), add, "
@@ -420,15 +428,38 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
             bad_use = np.where(np.isneginf(bad), 0.0, bad)
             add_lse = (np.exp(lse_a - bad_use)[:, None] * o_a
                        + np.exp(lse_b - bad_use)[:, None] * o_b, bad)
+            lse_max = np.maximum(lse_a, lse_b)
+            lse_use = np.where(np.isneginf(expected[1]), 0.0, expected[1])
+            base2 = (np.exp2(lse_a - lse_use)[:, None] * o_a
+                     + np.exp2(lse_b - lse_use)[:, None] * o_b, expected[1])
         diagnoses = [(_has_nan, *HINT_MERGE_EMPTY),
                      ((lambda y, e, w=average: _close(y, w)), *HINT_MERGE_AVERAGE),
-                     ((lambda y, e, w=add_lse: _close(y, w)), *HINT_MERGE_LSE)]
+                     ((lambda y, e, w=add_lse: _close(y, w)), *HINT_MERGE_LSE),
+                     ((lambda y, e, w=base2: _close(y, w)), *HINT_MERGE_BASE2),
+                     ((lambda y, e, w=o_a + o_b: _close(plain(y)[:1], (w,))),
+                      *HINT_MERGE_AVERAGE),
+                     ((lambda y, e, w=lse_max: _close(plain(y)[1:], (w,))),
+                      *HINT_MERGE_LSE)]
 
         def run(f, a=(o_a, lse_a, o_b, lse_b), expected=expected):
             return result_tuple(f(*(x.copy() for x in a)), 2), expected
 
         cases.append(Case(name, run, HINT_MERGE[0], diagnoses, rtol=_RTOL, atol=_ATOL,
                           hint2=HINT_MERGE[1], names=("o", "lse")))
+        if n == 0:   # the same parts with every lse 800 higher: o is unchanged
+            big = (o_a, lse_a + 800.0, o_b, lse_b + 800.0)
+
+            def run_big(f, a=big, expected=(expected[0], expected[1] + 800.0)):
+                return result_tuple(f(*(x.copy() for x in a)), 2), expected
+
+            def overflowed(yours, _expected):
+                return any(not np.isfinite(np.asarray(p, np.float64)).all()
+                           for p in plain(yours))
+
+            cases.append(Case("large lse (about 800): exp(lse) overflows", run_big,
+                              HINT_MERGE_OVERFLOW[0], [(overflowed, *HINT_MERGE_OVERFLOW)],
+                              rtol=_RTOL, atol=_ATOL, hint2=HINT_MERGE_OVERFLOW[1],
+                              names=("o", "lse")))
     return run_checks("merge_partials(o_a, lse_a, o_b, lse_b)", fn, cases, verbose=verbose,
                       hint_level=hint_level)
 

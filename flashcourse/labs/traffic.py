@@ -178,6 +178,9 @@ CAUSAL_CASES = [
      (20, 52, 4, 8, 8, 2)),
     ("causal, Tq > Tk (rows that see nothing): Tq = 40, Tk = 12, d = 3, Br = 8, Bc = 4, e = 2",
      (40, 12, 3, 8, 4, 2)),
+    # k0 == q1 - 1 + Tk - Tq for several tiles: a key block whose only visible key is its first
+    ("causal, tiles that see only their first key: Tq = Tk = 13, d = 3, Br = 4, Bc = 3, e = 2",
+     (13, 13, 3, 4, 3, 2)),
 ]
 
 

@@ -1,0 +1,111 @@
+"""Issue 49's hidden-mutant bar: every lab checker against typical wrong solutions and unusual
+right ones (the cases: hidden_mutants_numpy.py, hidden_mutants_cuda.py).
+
+Each wrong case must fail with the hint meant for it, each right case must pass, and over all
+labs at least 95% of the wrong cases get their hint and none passes. Cases still missed are
+listed in KNOWN_MISSES (still caught; one that gets its hint must leave the list)."""
+
+import pytest
+
+from hidden_mutants import Tally, all_cases, run
+
+CASES, CHECKS = all_cases()
+
+#: ids of wrong cases caught with a generic or misleading hint, not yet fixed (38 of 222 on
+#: branch h-mutants; `python tests/hidden_mutants.py` prints the hint each one gets)
+KNOWN_MISSES: set[str] = {
+    "lab03_tiled_forward:flash_forward:causal k_end one short",
+    "lab03_tiled_forward:flash_forward:mask hides the diagonal",
+    "lab03_tiled_forward:flash_forward:scale forgotten",
+    "lab03_tiled_forward:flash_forward:lse in base 2",
+    "lab03_tiled_forward:flash_forward:P in base 2, alpha in base e",
+    "lab03_tiled_forward:flash_forward:key block end not clipped",
+    "lab03_tiled_forward:flash_forward:row max over the wrong axis",
+    "lab03_tiled_forward:fa1_forward:hidden tile not skipped",
+    "lab03_tiled_forward:fa1_forward:statistics counted as elements",
+    "lab04_traffic:fa2:loops swapped: Q per key block",
+    "lab04_traffic:backward:key blocks rounded down",
+    "lab09_backward:flash_backward:skip ignores the bottom-right offset",
+    "lab09_backward:flash_backward:mask hides the diagonal",
+    "lab09_backward:flash_backward:dk and dv swapped",
+    "lab09_backward:flash_backward:P recomputed without the scale",
+    "lab09_backward:flash_backward_dq:causal k_end one short",
+    "lab11b_paged_cache:paged_attention:acc not rescaled",
+    "lab11b_paged_cache:paged_attention:pages counted rounding down",
+    "lab11b_paged_cache:paged_attention:pool order instead of table order",
+    "lab12_hopper_layouts:swizzle:mask without the - 1",
+    "lab14_variants:sliding_window:offset reversed",
+    "lab14_variants:flex_forward:acc not rescaled",
+    "lab15_fp8:fp8_forward:rotated after quantising",
+    "lab05_cuda_puzzles:matmul_tiled:tile transposed in shared",
+    "lab05_cuda_puzzles:matmul_micro:acc not zeroed",
+    "lab05_cuda_puzzles:transpose:not transposed",
+    "lab05_cuda_puzzles:softmax_rows:no shuffle: each lane its own statistics",
+    "lab05_cuda_puzzles:flash_block:acc not rescaled",
+    "lab05_cuda_puzzles:flash_block:scale forgotten",
+    "lab06_cuda_kernel:micro_tile_scores:K tile read transposed",
+    "lab06_cuda_kernel:online_update:exp2",
+    "lab10_tensor_cores:scores_tile:last k step missing",
+    "lab10_tensor_cores:softmax_tile:exp2",
+    "lab10_tensor_cores:mask:causal mask hides the diagonal",
+    "lab10_tensor_cores:mask:ragged key tile not masked",
+    "lab10b_tensor_core_backward:transposed_scores:dp not zeroed",
+    "lab10b_tensor_core_backward:ds_tile:P base 2 without log2 e",
+    "lab10b_tensor_core_backward:store_grads:dK and dV swapped",
+}
+
+_outcomes: dict = {}
+
+
+def _outcome(m):
+    if m.id not in _outcomes:
+        _outcomes[m.id] = run(m, CHECKS[m.lab])
+    return _outcomes[m.id]
+
+
+def test_case_ids_are_unique():
+    ids = [m.id for m in CASES]
+    assert len(ids) == len(set(ids))
+    assert KNOWN_MISSES <= set(ids)
+
+
+def test_enough_cases_per_lab():
+    labs = {m.lab for m in CASES}
+    assert len(labs) == 12
+    for lab in labs:
+        assert sum(m.wrong for m in CASES if m.lab == lab) >= 6, lab
+        assert sum(not m.wrong for m in CASES if m.lab == lab) >= 2, lab
+
+
+@pytest.mark.parametrize("m", CASES, ids=lambda m: m.id)
+def test_case(m):
+    o = _outcome(m)
+    if m.id in KNOWN_MISSES:
+        assert not o.as_meant, "now caught with its hint: take it out of KNOWN_MISSES"
+        assert not o.passed and not o.crashed, "a known miss must still be caught"
+        pytest.xfail("a known miss: caught, but with a generic or misleading hint")
+    assert not o.crashed, o.crashed
+    if m.wrong:
+        assert not o.passed, "a wrong solution passed"
+        assert m.hint.lower() in o.hint.lower(), o.hint
+    else:
+        assert o.passed, o.hint
+
+
+def _total() -> Tally:
+    total = Tally()
+    for m in CASES:
+        total.add(_outcome(m))
+    return total
+
+
+def test_no_wrong_passes_no_right_rejected():
+    total = _total()
+    assert total.slipped == 0 and total.rejected == 0 and total.crashed == 0
+
+
+@pytest.mark.xfail(strict=True, reason="the checkers' hints are not there yet: KNOWN_MISSES")
+def test_the_hint_bar():
+    """>= 95% of the wrong cases fail with the hint meant for them."""
+    total = _total()
+    assert total.meant >= 0.95 * total.wrong, total.row("all")
