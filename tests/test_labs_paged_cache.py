@@ -93,6 +93,13 @@ MISTAKES = {
         # no running max (m stays 0): exact for moderate scores, overflows for large ones
         ("            m_new = np.maximum(m, s.max(axis=1))",
          "            m_new = np.maximum(m, 0.0)", L.HINT_ATT_OVERFLOW),
+        ("acc = alpha[:, None] * acc + np.einsum", "acc = acc + np.einsum",
+         L.HINT_ATT_RESCALE_ACC),
+        ("l = alpha * l + p.sum(axis=1)", "l = l + p.sum(axis=1)", L.HINT_ATT_RESCALE_L),
+        # a sequence shorter than a page gets no page: 0 / 0, which is not an overflow
+        ("range((n + ps - 1) // ps)", "range(n // ps)", L.HINT_ATT_FLOOR),
+        ("page, cnt = block_table[b, i], min(ps, n - i * ps)",
+         "page, cnt = i, min(ps, n - i * ps)", L.HINT_ATT_POOL_ORDER),
     ],
 }
 

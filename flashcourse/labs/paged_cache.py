@@ -562,6 +562,26 @@ HINT_ATT_RESCALE = (
     "No rescale: when a page raises the running max m, the sum l and the accumulator "
     "computed with the old m must be multiplied by exp(m_old - m_new).",
     "alpha = exp(m_old - m_new) applied to l and acc before adding the page's terms.")
+HINT_ATT_RESCALE_ACC = (
+    "Half a rescale: your sum l is brought to the new max but the accumulator acc is not. "
+    "When a page raises the running max m, both were measured against the old m and both "
+    "must be multiplied by exp(m_old - m_new).",
+    "acc = alpha acc + (this page's P V), with the alpha that multiplies l.")
+HINT_ATT_RESCALE_L = (
+    "Half a rescale: your accumulator acc is brought to the new max but the sum l is not. "
+    "When a page raises the running max m, both were measured against the old m and both "
+    "must be multiplied by exp(m_old - m_new).",
+    "l = alpha l + (this page's sum of P), with the alpha that multiplies acc.")
+HINT_ATT_FLOOR = (
+    "Your page count rounds down: a sequence of n keys fills ceil(n / page_size) pages, the "
+    "last page only in part; n // page_size leaves the last page out (and a sequence "
+    "shorter than one page gets no page at all, so 0 / 0).",
+    "Walk i over range(ceil(n / page_size)); the key count of page i is min(page_size, n - "
+    "i x page_size).")
+HINT_ATT_POOL_ORDER = (
+    "Your pages are taken in pool order (page i of the pool) instead of through the table: "
+    "page i of sequence b is block_table[b, i], wherever the pool put it.",
+    "Index k_pages and v_pages with block_table[b, i], not with i.")
 HINT_ATT_SCALE = ("The scores are not scaled: s = scale x (q . k).",
                   "Multiply the dot products by scale before the softmax.")
 HINT_ATT_OVERFLOW = (
@@ -577,15 +597,17 @@ def _attention_mistake(q, kp, vp, table, lens, scale, mistake):
     for b in range(b_):
         n = int(lens[b])
         m, l, acc = np.full(h_, -np.inf), np.zeros(h_), np.zeros((h_, d))
-        for i in range(pc.pages_for(n, ps)):
+        for i in range(n // ps if mistake == "floor" else pc.pages_for(n, ps)):
             cnt = ps if mistake == "past length" else min(ps, n - i * ps)
-            k, v = kp[table[b, i], :, :cnt], vp[table[b, i], :, :cnt]   # (H, cnt, d)
+            page = i if mistake == "pool order" else table[b, i]
+            k, v = kp[page, :, :cnt], vp[page, :, :cnt]                 # (H, cnt, d)
             s = (1.0 if mistake == "no scale" else scale) * np.einsum("hd,hkd->hk", q[b], k)
             m_new = np.maximum(m, s.max(axis=1))
             alpha = np.ones(h_) if mistake == "no rescale" else np.exp(m - m_new)
             p = np.exp(s - m_new[:, None])
-            l = alpha * l + p.sum(axis=1)
-            acc = alpha[:, None] * acc + np.einsum("hk,hkd->hd", p, v)
+            l = (1.0 if mistake == "no rescale l" else alpha) * l + p.sum(axis=1)
+            a_acc = 1.0 if mistake == "no rescale acc" else alpha[:, None]
+            acc = a_acc * acc + np.einsum("hk,hkd->hd", p, v)
             m = m_new
         o[b] = acc / l[:, None]
     return o
@@ -638,14 +660,24 @@ def _attention_case(name, ps, h, d, lens, spread):
             return True, ""
         return False, f"largest difference {np.abs(yours - expected).max():.3g}"
 
-    diagnoses = [((lambda y, e: y is not None and not np.isfinite(y).all()),
-                  *HINT_ATT_OVERFLOW)]
+    def same(a, b):            # a mistake's output, NaN where it divides 0 by 0
+        return a is not None and a.shape == b.shape and np.allclose(
+            a, b, rtol=1e-9, atol=1e-11, equal_nan=True)
+
+    # the replayed mistakes first: a page count rounded down gives NaN (0 / 0), not overflow
+    diagnoses = []
     with np.errstate(all="ignore"):
         for mistake, hint in (("past length", HINT_ATT_PAST_LENGTH),
-                              ("no rescale", HINT_ATT_RESCALE), ("no scale", HINT_ATT_SCALE)):
+                              ("no rescale", HINT_ATT_RESCALE),
+                              ("no rescale acc", HINT_ATT_RESCALE_ACC),
+                              ("no rescale l", HINT_ATT_RESCALE_L),
+                              ("no scale", HINT_ATT_SCALE), ("floor", HINT_ATT_FLOOR),
+                              ("pool order", HINT_ATT_POOL_ORDER)):
             wrong = _attention_mistake(q, kp, vp, table, lens, scale, mistake)
-            if not close(wrong, want):
-                diagnoses.append(((lambda y, e, w=wrong: close(y, w)), *hint))
+            if not same(wrong, want):
+                diagnoses.append(((lambda y, e, w=wrong: same(y, w)), *hint))
+    diagnoses.append(((lambda y, e: y is not None and not np.isfinite(y).all()),
+                      *HINT_ATT_OVERFLOW))
     return Case(name, run, HINT_ATTENTION[0], diagnoses, hint2=HINT_ATTENTION[1],
                 compare=compare)
 
