@@ -66,6 +66,22 @@ MISTAKES = {
         (_ROT, "        q, k = rotate_qk(q, k, hadamard_matrix(q.shape[-1]) "
                "* np.sqrt(q.shape[-1]))", (L.HINT_FWD_UNNORM,)),
         (_ROT, "        pass", (L.HINT_FWD_NO_ROT,)),
+        # rotated after quantizing: float64 q, k next to float32 v crash the forward ...
+        ("    if use_hadamard:\n        q, k = rotate_qk(q, k, hadamard_matrix(q.shape[-1]))\n"
+         "    q, k, v = (fake_quantize_blocks(x, block_scales(x, block), block) for x in "
+         "(q, k, v))\n",
+         "    q, k, v = (fake_quantize_blocks(x, block_scales(x, block), block) for x in "
+         "(q, k, v))\n    if use_hadamard:\n"
+         "        q, k = rotate_qk(q, k, hadamard_matrix(q.shape[-1]))\n",
+         (L.HINT_FWD_ROTATE_AFTER_DTYPE,)),
+        # ... and, cast back to float32, cancel out: the output of no rotation
+        ("    if use_hadamard:\n        q, k = rotate_qk(q, k, hadamard_matrix(q.shape[-1]))\n"
+         "    q, k, v = (fake_quantize_blocks(x, block_scales(x, block), block) for x in "
+         "(q, k, v))\n",
+         "    q, k, v = (fake_quantize_blocks(x, block_scales(x, block), block) for x in "
+         "(q, k, v))\n    if use_hadamard:\n"
+         "        q, k = (x.astype(np.float32) for x in rotate_qk(q, k, "
+         "hadamard_matrix(q.shape[-1])))\n", (L.HINT_FWD_NO_ROT,)),
         ("for x in (q, k, v))", "for x in (q, k, v))\n    v = v * 0 + v", ()),  # harmless
     ],
 }

@@ -315,8 +315,14 @@ HINT_FWD_V = ("Your output matches rotating v as well: o came out rotated (o h i
 HINT_FWD_UNNORM = ("Your output matches an unnormalised Hadamard matrix: every score grew d "
                    "times, so the softmax is far too sharp. Use H / sqrt(d).")
 HINT_FWD_NO_ROT = ("Your output matches the forward without the rotation: use_hadamard=True "
-                   "must rotate q and k first.")
+                   "must rotate q and k first, BEFORE quantizing them (rotating both after the "
+                   "FP8 step cancels out: (q h)(k h)^T = q k^T for an orthogonal h).")
 HINT_FWD_NO_V = ("Your output matches quantizing q and k but not v: v goes through FP8 too.")
+HINT_FWD_ROTATE_AFTER_DTYPE = (
+    "forward_dequantized received q and k in float64 but v in float32 (the error above): q "
+    "and k went through a float64 step after fake_quantize_blocks, which returns float32. "
+    "If that step is the rotation, it goes before quantizing, so that FP8 holds the rotated "
+    "values (whose outliers are spread over the head dimension).")
 HINT_FWD_TENSOR = ("Your output matches one scale per head (the whole tensor), not per block "
                    "of `block` tokens.")
 
@@ -353,7 +359,12 @@ def _forward_case(name, seed, tq, tk, d, block, use_h):
     def run(fn):
         return real_array(fn(q.copy(), k.copy(), v.copy(), block, use_h)), want
     # the same FP8 numbers up to float32 order of operations: a tie may flip one e4m3 step
-    return Case(name, run, HINT_FORWARD, diagnoses, rtol=1e-3, atol=1e-4, time_limit_s=60.0)
+    # a rotation by the float64 h after the quantization hands float64 q, k to the forward
+    errors = [((lambda exc: isinstance(exc, TypeError) and "must share one dtype" in str(exc)
+                and "q float64, k float64, v float32" in str(exc)),
+               HINT_FWD_ROTATE_AFTER_DTYPE)] if use_h else []
+    return Case(name, run, HINT_FORWARD, diagnoses, rtol=1e-3, atol=1e-4, time_limit_s=60.0,
+                error_diagnoses=errors)
 
 
 def check_fp8_forward(fp8_forward, *, verbose: bool = True, hint_level: int = 1) -> Result:
