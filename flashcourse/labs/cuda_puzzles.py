@@ -579,12 +579,8 @@ def spec_flash(arrays, scalars):
 
 def _flash_replay(mistake, by_tile=False):
     """The one-block forward in float64 with one mistake ('no_mask', 'no_rescale' (of l and
-    acc), 'no_rescale_acc', 'no_rescale_l', 'no_scale'), updating the state key by key (as
-    the course's solution does) or, `by_tile`, once per tile of BC11 keys (the max over the
-    tile first): a missing rescale gives a different result in each."""
-    if by_tile:
-        return _flash_replay_by_tile(mistake)
-
+    acc), 'no_rescale_acc', 'no_rescale_l', 'no_scale'), updating the state key by key or,
+    `by_tile`, once per tile of BC11 keys: a missing rescale gives a different result in each."""
     def replay(arrays, scalars):
         q, k, v = arrays["q"], arrays["k"], arrays["v"]
         tk, d = k.shape
@@ -592,38 +588,20 @@ def _flash_replay(mistake, by_tile=False):
         kp = np.zeros((ntile * BC11, d))
         vp = np.zeros((ntile * BC11, d))
         kp[:tk], vp[:tk] = k, v
+        keys = ntile * BC11 if mistake == "no_mask" else tk
+        step = BC11 if by_tile else 1
+        scale = 1.0 if mistake == "no_scale" else scalars["scale"]
         o = np.zeros_like(q)
         for r in range(q.shape[0]):
             m, l, acc = -np.inf, 0.0, np.zeros(d)
-            for c in range(ntile * BC11):
-                if c >= tk and mistake != "no_mask":
-                    continue
-                s = (1.0 if mistake == "no_scale" else scalars["scale"]) * q[r] @ kp[c]
-                mn = max(m, s)
-                alpha = 1.0 if mistake == "no_rescale" else np.exp(m - mn)
-                p = np.exp(s - mn)
-                l = l * (1.0 if mistake == "no_rescale_l" else alpha) + p
-                acc = acc * (1.0 if mistake == "no_rescale_acc" else alpha) + p * vp[c]
-                m = mn
-            o[r] = acc / l
-        return {"o": o}
-    return replay
-
-
-def _flash_replay_by_tile(mistake):
-    def replay(arrays, scalars):
-        q, k, v = arrays["q"], arrays["k"], arrays["v"]
-        tk, d = k.shape
-        o = np.zeros_like(q)
-        for r in range(q.shape[0]):
-            m, l, acc = -np.inf, 0.0, np.zeros(d)
-            for k0 in range(0, tk, BC11):
-                s = scalars["scale"] * (k[k0:k0 + BC11] @ q[r])            # (<= BC11,)
+            for c in range(0, keys, step):
+                c1 = min(c + step, keys)
+                s = scale * (kp[c:c1] @ q[r])                        # (<= step,)
                 mn = max(m, s.max())
                 alpha = 1.0 if mistake == "no_rescale" else np.exp(m - mn)
                 p = np.exp(s - mn)
                 l = l * (1.0 if mistake == "no_rescale_l" else alpha) + p.sum()
-                acc = acc * (1.0 if mistake == "no_rescale_acc" else alpha) + p @ v[k0:k0 + BC11]
+                acc = acc * (1.0 if mistake == "no_rescale_acc" else alpha) + p @ vp[c:c1]
                 m = mn
             o[r] = acc / l
         return {"o": o}

@@ -634,9 +634,8 @@ FORWARD_CASES = [
 def replay_forward(q, k, v, bm, mask_mod, score_mod, scale, br, bc, mistake=None,
                    order="partial_first"):
     """The float64 tiled forward with a block mask (q (Tq, d), k, v (Tk, d); bm the four
-    arrays), optionally with one typical mistake; (o, lse). `order` of the visits: the
-    partial blocks first, the full ones first ("full_first") or by key ("by_key"): the
-    result differs only when a rescale is missing."""
+    arrays), optionally with one typical mistake; (o, lse). `order` of the visits (partial
+    first, "full_first", "by_key") matters only when a rescale is missing."""
     num_p, idx_p, num_f, idx_f = bm
     tq, d = q.shape
     tk = k.shape[0]
@@ -669,9 +668,7 @@ def replay_forward(q, k, v, bm, mask_mod, score_mod, scale, br, bc, mistake=None
                 if mistake == "on_probs":
                     p = score_tile(score_mod, p, 0, 0, qi, ki)
                     p = np.where(np.isneginf(s), 0.0, p)
-                alpha = np.exp(m - m_safe)
-                if mistake == "no_rescale":
-                    alpha = np.ones_like(alpha)
+                alpha = np.ones(len(m)) if mistake == "no_rescale" else np.exp(m - m_safe)
                 l = (1.0 if mistake == "no_rescale_l" else alpha) * l + p.sum(axis=1)
                 a_acc = 1.0 if mistake == "no_rescale_acc" else alpha[:, None]
                 acc = a_acc * acc + p @ v[k0:k1]
