@@ -7,6 +7,17 @@ GPU (it must happen before Numba is imported anywhere in the process).
 import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Under pytest-xdist (make test: -n 2 on 2 cores) each worker, and every kernel it starts
+# (notebooks in JupyterLab or nbclient), gets its share of the cores for OpenBLAS: with a
+# thread per core in every process, BLAS threads of a notebook kernel spin while the other
+# worker holds a core. Measured on the 2-core machine with a busy loop on one core,
+# notebook 13 (numpy training) ran 156 s (98 s of CPU) with OpenBLAS's default 2 threads
+# and 21.5 s (14 s of CPU) with 1. Must be set before numpy is first imported. Numba's own
+# threads (prange) are left as they are: the tests of the parallel kernels need them.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+if _WORKERS > 1:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS",
+                          str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 
 import flashcourse  # noqa: E402,F401  (selects GPU or simulator before numba loads)
 import numpy as np  # noqa: E402
