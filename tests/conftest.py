@@ -22,6 +22,7 @@ if _WORKERS > 1:
 import flashcourse  # noqa: E402,F401  (selects GPU or simulator before numba loads)
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import xdist_groups  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 # "course" (the default, used by make test and CI) draws the same examples on every run,
@@ -55,6 +56,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)     # `make test-fast` (-m "not slow") skips it
         if heavy and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+    xdist_groups.name_groups(config, items)      # --dist loadgroup's groups (pytest 9.2)
 
 
 @pytest.fixture
