@@ -76,3 +76,23 @@ def thread_rows_prepass():
     from flashcourse.cuda.gradients import tc_backward_passes as passes
     with build_flags(passes, passes.pass_kernels.cache_clear, PREPASS="thread_rows"):
         yield
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    """One JupyterLab serving the repository for every browser test of the run (one per
+    xdist worker), its kernels' figures measured (tests/browserlab.py)."""
+    from browserlab import course_lab, require_browser
+    require_browser()
+    with course_lab(tmp_path_factory.mktemp("jupyterlab")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium (one browser context) for every browser test of the run (one
+    per xdist worker; tests/browserlab.py)."""
+    from browserlab import chromium_context, require_browser
+    require_browser()
+    with chromium_context() as context:
+        yield context
