@@ -57,6 +57,11 @@ def pytest_collection_modifyitems(config, items):
         if heavy and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
     xdist_groups.name_groups(config, items)      # --dist loadgroup's groups (pytest 9.2)
+    # The slow tests first, in their order, then the rest: pytest-xdist hands out tests in
+    # this order (make test: --dist loadgroup, after the browser groups, the largest), so
+    # the two workers end on the many short tests and finish together, instead of one
+    # waiting while the other runs a simulator test of 10-20 s picked up last.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture
