@@ -4,7 +4,7 @@ The readouts are checked against numbers derived by hand from the formulas in
 flashcourse.memory / flashcourse.traffic (exact integers: no tolerance), and the
 tile-schedule replay against an independent count of tiles and the IO model.
 The explorers (flashcourse.widgets.*) are built and driven by setting `.value` on their
-controls (no browser; tests/test_browser.py drives them in JupyterLab): every invalid
+controls (no browser; tests/test_notebooks.py drives them in JupyterLab): every invalid
 setting gives a one-line message and never raises, redraws are serialised, values of
 any size are either shown correctly or refused with a message.
 """
