@@ -339,7 +339,8 @@ def _close(yours, expected, rtol, atol) -> tuple[bool, str, str]:
     if ok:
         return True, "", ""
     err = np.abs(yours_arr - exp_arr)
-    err = np.where(np.isnan(err), np.inf, err)
+    both_nan = np.isnan(yours_arr) & np.isnan(exp_arr)      # equal here, as in allclose
+    err = np.where(both_nan, 0.0, np.where(np.isnan(err), np.inf, err))
     idx = np.unravel_index(int(np.argmax(err)), err.shape) if err.ndim else ()
     why = (f"largest difference at index {tuple(int(i) for i in idx)}: "
            f"yours {float(yours_arr[idx])!r}, expected {float(exp_arr[idx])!r}")
