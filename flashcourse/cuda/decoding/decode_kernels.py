@@ -79,7 +79,7 @@ from ..common._device import exp2_log2, inlined, reset_state
 from ..common._launch import check_registers, flat, launch
 from .vector_loads import row_loader
 from .combine import combine_row, combine_threads, make_combine_kernel  # noqa: F401
-from ..ptx.fp8 import hardware_decode
+from ..ptx.fp8 import resolve_hw_cvt
 from .decode_tc_kernels import (SPLIT_KERNELS, TC_MIN_ROWS, DecodeTCConfig,  # noqa: F401
                                 check_split_options, choose_kernel, make_split_tc_kernel,
                                 tc_blocks_per_sm, tc_plan)
@@ -195,7 +195,7 @@ def plan(d: int, itemsize: int, rows: int, *, unroll: int = 4, warps: int = 4,
         raise ValueError(f"K/V must be FP8 codes (uint8), float16 or float32 on the GPU, got "
                          f"{itemsize} B elements")
     if itemsize == 1:
-        hw_cvt = hardware_decode() if hw_cvt is None else bool(hw_cvt)
+        hw_cvt = resolve_hw_cvt(hw_cvt)
         scale_block = int(scale_block)
     else:
         hw_cvt, scale_block = False, 0
