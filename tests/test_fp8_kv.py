@@ -101,6 +101,42 @@ def test_hardware_decode_is_refused_on_the_simulator():
         dev.decode_ops(True)
 
 
+def test_forced_conversion_instruction_is_refused_below_sm89(monkeypatch):
+    """hw_cvt=True on a GPU of compute capability 8.0 reached ptxas, which refuses the kernel
+    ("Feature 'cvt with .e4m3x2/.e5m2x2' requires .target sm_89": tools/compile_ptx.py);
+    now a ValueError naming hw_cvt. A stand-in device answers the capability."""
+    class Device:
+        compute_capability = (8, 0)
+    monkeypatch.setattr(dev, "using_simulator", lambda: False)
+    monkeypatch.setattr(dev.cuda, "get_current_device", lambda: Device(), raising=False)
+    with pytest.raises(ValueError, match=r"hw_cvt=True.*8\.9 or newer.*has 8\.0"):
+        dev.resolve_hw_cvt(True)
+    assert dev.resolve_hw_cvt(None) is False and dev.resolve_hw_cvt(False) is False
+    Device.compute_capability = (9, 0)
+    assert dev.resolve_hw_cvt(True) is True and dev.resolve_hw_cvt(None) is True
+
+
+@pytest.mark.parametrize("d", [64, 72, 128, 256])
+def test_gpu_default_split_config_fits_48_kib_for_every_group(monkeypatch, d):
+    """The GPU's default variant (8 warps) of the FP8 split kernel: the merge of the warps'
+    states took 49,920 B at d = 128 from 3 query rows per KV head (a LaunchError on a GPU,
+    found by tools/compile_ptx.py); split_config now halves the default warps until it fits,
+    and an explicit warps= is still the caller's (refused when it does not fit)."""
+    from flashcourse.cuda.decoding import decode_kernels as dk
+    gpu_default = dk.default_launch
+    monkeypatch.setattr(dk, "default_launch",
+                        lambda item, rows: gpu_default(item, rows, simulator=False))
+    for rows in range(1, 17):
+        for item in (1, 2, 4):
+            cfg, _ = dk.split_config("cuda_cores", d, item, rows, True)
+            assert cfg.shared_bytes <= 48 * 1024, (item, rows, cfg)
+            assert cfg.warps in (8, 4), cfg
+            if item == 1 and rows >= 3:          # (65 KiB with 8 warps at 4 rows)
+                assert cfg.warps == 4, cfg
+    with pytest.raises(ValueError, match="shared memory"):
+        dk.split_config("cuda_cores", 128, 1, 8, True, warps=8, row_groups=2)
+
+
 # ---------------------------------------------------------------------------------------
 # The numpy model
 # ---------------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ from ..common._device import exp2_log2, inlined, reset_state
 from ..common._launch import check_registers, flat, launch
 from .vector_loads import row_loader
 from .combine import combine_row, combine_threads, make_combine_kernel  # noqa: F401
-from ..ptx.fp8 import hardware_decode
+from ..ptx.fp8 import resolve_hw_cvt
 from .decode_tc_kernels import (SPLIT_KERNELS, TC_MIN_ROWS, DecodeTCConfig,  # noqa: F401
                                 check_split_options, choose_kernel, make_split_tc_kernel,
                                 tc_blocks_per_sm, tc_plan)
@@ -181,17 +181,21 @@ def _pow2_at_least(n: int) -> int:
 def plan(d: int, itemsize: int, rows: int, *, unroll: int = 4, warps: int = 4,
          row_groups: int = 1, shuffle: bool | None = None,
          vector: bool | None = None, scale_block: int = 0,
-         hw_cvt: bool | None = None) -> DecodeConfig:
+         hw_cvt: bool | None = None, fit: bool = False) -> DecodeConfig:
     """The split kernel's layout for head dim d, K/V element size (1: FP8 e4m3 codes) and
     query rows; scale_block, hw_cvt: FP8 only (`DecodeConfig`; hw_cvt None: the
-    instruction where this GPU has it)."""
+    instruction where this GPU has it). fit: `warps` is a default, not the caller's
+    choice: halve it (keeping whole row groups) while the merge of the warps' states
+    would need more than 48 KiB of shared memory (slots x rows x D x 4 B, slots = key warps
+    x keys per warp: FP8's 16-byte loads of 16 codes put 4 keys per warp at d = 128, so 8
+    warps with 3 rows already need 49,920 B)."""
     from ..._checks import check_block
     d = check_block(d, "d")
     if itemsize not in (1, 2, 4):
         raise ValueError(f"K/V must be FP8 codes (uint8), float16 or float32 on the GPU, got "
                          f"{itemsize} B elements")
     if itemsize == 1:
-        hw_cvt = hardware_decode() if hw_cvt is None else bool(hw_cvt)
+        hw_cvt = resolve_hw_cvt(hw_cvt)
         scale_block = int(scale_block)
     else:
         hw_cvt, scale_block = False, 0
@@ -210,8 +214,14 @@ def plan(d: int, itemsize: int, rows: int, *, unroll: int = 4, warps: int = 4,
     if warps % row_groups:
         raise ValueError(f"warps={warps} must be a multiple of row_groups={row_groups}")
     rows = ceil_div(rows, row_groups) * row_groups      # whole rows per group
-    cfg = DecodeConfig(itemsize, vec, lpk, nv, unroll, warps, rows, bool(shuffle), vector,
-                       row_groups, scale_block, hw_cvt)
+
+    def layout(w):
+        return DecodeConfig(itemsize, vec, lpk, nv, unroll, w, rows, bool(shuffle), vector,
+                            row_groups, scale_block, hw_cvt)
+    cfg = layout(warps)
+    while fit and cfg.shared_bytes > 48 * 1024 and cfg.warps // 2 >= row_groups \
+            and (cfg.warps // 2) % row_groups == 0:
+        cfg = layout(cfg.warps // 2)
     check_launch(cfg.threads, cfg.shared_bytes, optin=False, what="decode split kernel")
     if cfg.shared_bytes > 48 * 1024:
         raise ValueError(f"decode split kernel: needs {cfg.shared_bytes:,} B of shared memory "
@@ -497,7 +507,9 @@ def default_launch(itemsize: int, rows: int = 1, simulator: bool | None = None) 
     (G x Tq = 16, Tk = 16k-128k: 156-550 us against 197-710 us;
     benchmarks/results/h200_decode_row_variants_log.txt). Tiny ones on the simulator
     (`simulator`: None = whether it runs now; False = a GPU's defaults). FP8 caches (itemsize
-    1) take fp16's defaults, not yet tuned (benchmarks/gpu_fp8.py times a few variants).
+    1) take fp16's defaults, not yet tuned (benchmarks/gpu_fp8.py times a few variants),
+    with fewer warps where their merge would not fit 48 KiB (`split_config` plans with
+    fit=True: 4 warps instead of 8 from 3 query rows per KV head, whatever d).
     """
     if using_simulator() if simulator is None else simulator:
         return {"unroll": 1, "warps": 1, "row_groups": 1}
@@ -555,7 +567,7 @@ def split_config(kernel, d: int, itemsize: int, rows: int, aligned: bool, *, unr
     cfg = plan(d, itemsize, rows, unroll=dflt["unroll"] if unroll is None else unroll,
                warps=dflt["warps"] if warps is None else warps,
                row_groups=dflt["row_groups"] if row_groups is None else row_groups,
-               vector=aligned, scale_block=scale_block, hw_cvt=hw_cvt)
+               vector=aligned, scale_block=scale_block, hw_cvt=hw_cvt, fit=warps is None)
     return cfg, None
 
 

@@ -28,7 +28,9 @@ bytes at a time and turn each byte into a float32 in registers. Two ways, one re
 
 `decode_ops(hw)` returns (decode_word, decode_one) for a kernel build: hw = True (a GPU of
 compute capability 8.9+) uses the instruction for whole words; the simulator and older GPUs
-get the arithmetic. tests/test_fp8_kv.py checks every one of the 256 codes, and every tie of
+get the arithmetic; `resolve_hw_cvt(hw_cvt)` makes the choice (None: the instruction where the
+GPU has it; True on an older GPU is refused by name, as ptxas would refuse the kernel).
+tests/test_fp8_kv.py checks every one of the 256 codes, and every tie of
 the encoder, against `flashcourse.fp8.codes` on the simulator; benchmarks/gpu_fp8.py checks
 the instruction against the arithmetic on a GPU.
 """
@@ -133,6 +135,23 @@ def hardware_decode() -> bool:
     if using_simulator():
         return False
     return tuple(cuda.get_current_device().compute_capability) >= HW_CVT_CC
+
+
+def resolve_hw_cvt(hw_cvt) -> bool:
+    """hw_cvt as a kernel build takes it: None -> `hardware_decode()` (the instruction where
+    this GPU has it); True on a GPU older than compute capability 8.9 -> ValueError naming
+    hw_cvt (ptxas would refuse the kernel there with "Feature 'cvt with .e4m3x2/.e5m2x2'
+    requires .target sm_89 or higher"); on the simulator True is refused by `decode_ops`."""
+    if hw_cvt is None:
+        return hardware_decode()
+    hw_cvt = bool(hw_cvt)
+    if hw_cvt and not using_simulator() and not hardware_decode():
+        cc = tuple(cuda.get_current_device().compute_capability)
+        raise ValueError(f"hw_cvt=True: the conversion instruction cvt.rn.f16x2.e4m3x2 needs "
+                         f"a GPU of compute capability {HW_CVT_CC[0]}.{HW_CVT_CC[1]} or newer, "
+                         f"this one has {cc[0]}.{cc[1]}; pass hw_cvt=None or False (the "
+                         f"integer arithmetic, same results)")
+    return hw_cvt
 
 
 def decode_ops(hw: bool):
