@@ -63,7 +63,6 @@ D = 128
 GROUPS = (1, 4, 8)
 PAGES = (16, 64, 256)
 RAGGED = 32
-FLUSH_BYTES = 256 * 1024 * 1024
 LOG_TO = None
 
 
@@ -76,12 +75,7 @@ def log(*a):
 
 def decode_table():
     """(B x Hkv, Tk, Tq) of the decode table (gpu_host_path.DECODE_PROBLEMS), G apart."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "gpu_host_path", Path(__file__).resolve().parent / "gpu_host_path.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return sorted({(bhkv, tk, tq) for bhkv, tk, _, tq in mod.DECODE_PROBLEMS})
+    return sorted({(bhkv, tk, tq) for bhkv, tk, _, tq in _sibling("gpu_host_path").DECODE_PROBLEMS})
 
 
 def scatter(rng, k, page_size):
@@ -333,30 +327,19 @@ def graph_check(rng, timer=None):
 
 
 # ----------------------------------------------------------------------------- timing
-class Timer:
+def _sibling(name):
+    """Another script of benchmarks/ as a module."""
+    import importlib.util
+    path = Path(__file__).resolve().parent / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def Timer():  # noqa: N802  (gpu_decode's class, the same timing as the contiguous decode's)
     """CUDA events around one call, L2 flushed before each; median of the repeats."""
-
-    def __init__(self):
-        import torch
-        self.torch = torch
-        self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
-
-    def __call__(self, fn, reps=20, budget_ms=400.0):
-        torch = self.torch
-        fn()
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for i in range(reps):
-            self.flush.fill_(float(i))
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-            if sum(times) > budget_ms and len(times) >= 3:
-                break
-        return float(np.median(times)), len(times)
+    return _sibling("gpu_decode").Timer()
 
 
 def copy_rate(timer, nbytes=1 << 30):

@@ -71,6 +71,18 @@ def _scales(name, x, shape, what, on_device):
     return cuda.to_device(np.ascontiguousarray(host)), host
 
 
+def _checked_inputs(q, k, v, names, allow_nonfinite):
+    """(q, k, v, on_device): q as a float device array or a checked numpy array, k and v
+    (named `names`) as uint8 e4m3 codes on the device or checked numpy codes."""
+    on_device = any(is_device_array(x) for x in (q, k, v))
+    if on_device:
+        return (as_device_array("q", q, (np.float16, np.float32)), _device_codes(names[0], k),
+                _device_codes(names[1], v), True)
+    return (check_array(q, "q", allow_nonfinite=allow_nonfinite),
+            fkv.check_codes(k, names[0], allow_nonfinite=allow_nonfinite),
+            fkv.check_codes(v, names[1], allow_nonfinite=allow_nonfinite), False)
+
+
 def decode_fp8(q, k, v, k_scale, v_scale, *, scale_block=None, num_splits=None, block_k=None,
                causal=False, scale=None, allow_nonfinite=False, check=False, kernel=None,
                hw_cvt=None, unroll=None, warps=None, row_groups=None, blocks_per_sm=None):
@@ -86,14 +98,7 @@ def decode_fp8(q, k, v, k_scale, v_scale, *, scale_block=None, num_splits=None, 
         (causal, "causal"), (allow_nonfinite, "allow_nonfinite"), (check, "check")))
     _refuse_tensor_core(kernel)
     sb = fkv.check_scale_block(scale_block)
-    on_device = any(is_device_array(x) for x in (q, k, v))
-    if on_device:
-        q = as_device_array("q", q, (np.float16, np.float32))
-        k, v = _device_codes("k", k), _device_codes("v", v)
-    else:
-        q = check_array(q, "q", allow_nonfinite=allow_nonfinite)
-        k = fkv.check_codes(k, "k", allow_nonfinite=allow_nonfinite)
-        v = fkv.check_codes(v, "v", allow_nonfinite=allow_nonfinite)
+    q, k, v, on_device = _checked_inputs(q, k, v, ("k", "v"), allow_nonfinite)
     qs, ks = _shape(q), _shape(k)
     if len(qs) != 4 or len(ks) != 4 or _shape(v) != ks or qs[0] != ks[0] or qs[3] != ks[3]:
         raise ValueError(f"expected q (B, Hq, Tq, d) and k, v (B, Hkv, Tk, d) with matching B "
@@ -191,14 +196,8 @@ def paged_decode_fp8(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scal
                                                             (allow_nonfinite, "allow_nonfinite")))
     _refuse_tensor_core(kernel)
     sb = fkv.check_scale_block(scale_block)
-    on_device = any(is_device_array(x) for x in (q, k_pages, v_pages))
-    if on_device:
-        q = as_device_array("q", q, (np.float16, np.float32))
-        kp, vp = _device_codes("k_pages", k_pages), _device_codes("v_pages", v_pages)
-    else:
-        q = check_array(q, "q", allow_nonfinite=allow_nonfinite)
-        kp = fkv.check_codes(k_pages, "k_pages", allow_nonfinite=allow_nonfinite)
-        vp = fkv.check_codes(v_pages, "v_pages", allow_nonfinite=allow_nonfinite)
+    q, kp, vp, on_device = _checked_inputs(q, k_pages, v_pages, ("k_pages", "v_pages"),
+                                           allow_nonfinite)
     ps = pc.check_pool_shapes(_shape(kp), _shape(vp), kp.dtype, vp.dtype)
     qs, ks = _shape(q), _shape(kp)
     if len(qs) != 4 or qs[3] != ks[3] or qs[1] % ks[1]:
