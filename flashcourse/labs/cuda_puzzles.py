@@ -313,6 +313,12 @@ HINT_MATMUL = ("c = a @ b, block (4, 4) per 4 x 4 tile of c: loop over the k til
 HINT_K_TILES = ("The last, partial k tile is missing: the number of k tiles is a ceiling, "
                 "ceil(k / T), when k is not a multiple of the tile.",
                 "(k + T - 1) // T tiles; the load writes 0 where the index is past k.")
+HINT_TILE_TRANSPOSED = (
+    "Your values are those of a product that reads a shared tile transposed: c[row, col] "
+    "needs row ty of the A tile and column tx of the B tile, As[ty, kk] * Bs[kk, tx]; "
+    "yours indexes As or Bs the other way round (As[kk, ty] or Bs[tx, kk]).",
+    "With As[ty, tx] = a[row, kt*T + tx] and Bs[ty, tx] = b[kt*T + ty, col], the inner "
+    "product is the sum over kk of As[ty, kk] * Bs[kk, tx].")
 HINT_MATMUL_GLOBAL = ("Right values, but the inner product reads a or b from global memory: "
                       "each element of a tile should be read from global memory once per "
                       "block and then reused T times from shared memory.",
@@ -336,6 +342,26 @@ def _mm_case(name, m, n, k, seed, block=(T6, T6), tile=T6):
 def _mm_floor(arrays, scalars):
     k = scalars["k"] // T6 * T6
     return {"c": arrays["a"][:, :k] @ arrays["b"][:k]}
+
+
+def _mm_tiles_read_transposed(a_t: bool, b_t: bool):
+    """The product a tiled kernel gives when its inner product reads the A tile as
+    As[kk, ty] (a_t) and/or the B tile as Bs[tx, kk] (b_t): per tile of c, the sum over
+    the k tiles of As^T (or As) times Bs^T (or Bs), tiles zero outside the matrices."""
+    def replay(arrays, scalars):
+        a, b = arrays["a"], arrays["b"]
+        m, n, k = (scalars[x] for x in "mnk")
+        mp, np_, kp = (_cdiv(x, T6) * T6 for x in (m, n, k))
+        ap, bp = np.zeros((mp, kp)), np.zeros((kp, np_))
+        ap[:m, :k], bp[:k, :n] = a, b
+        c = np.zeros((mp, np_))
+        for r in range(0, mp, T6):
+            for col in range(0, np_, T6):
+                for kt in range(0, kp, T6):
+                    at, bt = ap[r:r + T6, kt:kt + T6], bp[kt:kt + T6, col:col + T6]
+                    c[r:r + T6, col:col + T6] += (at.T if a_t else at) @ (bt.T if b_t else bt)
+        return {"c": c[:m, :n]}
+    return replay
 
 
 def _mm_reads(case):
@@ -684,7 +710,9 @@ def _ladder() -> list[Puzzle]:
                "ceil(m / 4)).", spec_matmul,
                [_mm_case("m = 10, n = 9, k = 13: ragged everywhere", 10, 9, 13, 11),
                 _mm_case("m = 4, n = 4, k = 8: one block", 4, 4, 8, 12)],
-               HINT_MATMUL, [(_mm_floor, HINT_K_TILES)],
+               HINT_MATMUL, [(_mm_floor, HINT_K_TILES)]
+               + [(_mm_tiles_read_transposed(a_t, b_t), HINT_TILE_TRANSPOSED)
+                  for a_t, b_t in ((True, True), (True, False), (False, True))],
                [Rule(no_races, HINT_SYNC),
                 Rule(reads_at_most("a", _mm_budget, "one read per element of each tile"),
                      HINT_MATMUL_GLOBAL),
