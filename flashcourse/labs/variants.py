@@ -281,18 +281,11 @@ def _near(w, rtol=1e-9):
     return lambda y, e: y.shape == w.shape and bool(np.allclose(y, w, rtol=rtol, atol=1e-12))
 
 
-#: softcap's tolerance: a cap kept as a float32 (np.float32(cap), as the library and
-#: notebook 14 do, so that a compiled kernel stays in float32) is rounded by up to 2^-24
-#: relative, which moves cap tanh(s / cap) and its derivative by about as much; every
-#: mistake the checker names is off by far more
-SOFTCAP_RTOL = 1e-6
-
-
 def check_softcap(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """`softcap(cap)` -> (score_mod, score_mod_grad): the score_mod on four tiles of scores,
     then the derivative, both against cap tanh(s / cap) and 1 - tanh^2(s / cap) in float64
-    (within SOFTCAP_RTOL: the cap may be a Python float or a np.float32)."""
-    cases = []
+    (within rtol 1e-6: the cap may be a Python float or a np.float32)."""
+    cases, rtol = [], 1e-6      # a float32 cap is off by 2^-24 relative; every mistake far more
     for part, n_part in (("score_mod", 0), ("score_mod_grad", 1)):
         for n, (cap, rows, cols, spread) in enumerate(SOFTCAP_CASES):
             s, qi, ki = _softcap_inputs(n, cap, rows, cols, spread)
@@ -314,8 +307,8 @@ def check_softcap(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
                          ((1.0 - t * t) / cap, HINT_GRAD_CAP),
                          (cap * t, HINT_GRAD_OF_WHAT),
                          (1.0 - np.tanh(s) ** 2, HINT_GRAD_INNER)]
-            diagnoses = [(_near(w, SOFTCAP_RTOL), *h) for w, h in wrong
-                         if not _near(w, SOFTCAP_RTOL)(want, None)]
+            diagnoses = [(_near(w, rtol), *h) for w, h in wrong
+                         if not _near(w, rtol)(want, None)]
 
             def run(fn, cap=cap, s=s, qi=qi, ki=ki, want=want, n_part=n_part):
                 mod = _pair_of(fn(cap))[n_part]
@@ -325,7 +318,7 @@ def check_softcap(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
             hint = HINT_SOFTCAP if n_part == 0 else HINT_GRAD
             cases.append(Case(f"{part} of softcap({cap:g}), scores of std {spread:g} in a "
                               f"{rows} x {cols} tile", run, hint[0], diagnoses, hint2=hint[1],
-                              compare=lambda y, e: _values_compare(y, e, SOFTCAP_RTOL)))
+                              compare=lambda y, e: _values_compare(y, e, rtol)))
     return run_checks("softcap(cap)", fn, cases, verbose=verbose, hint_level=hint_level)
 
 
