@@ -556,13 +556,10 @@ def _words(a, precision: str, D: int):
 
 
 def _array(shape, dtype):
-    """A device array from the pool of `host_plans` (its memory goes back to the pool when
-    the array dies: no cudaMalloc/cudaFree, which would synchronise, per call); a plain
-    device array under the simulator."""
-    if using_simulator():
-        return cuda.device_array(tuple(int(n) for n in shape), dtype)
-    from ..common.host_plans import POOL
-    return POOL.empty(shape, dtype)
+    """`host_plans.pooled_empty`: a device array from the output pool (plain under the
+    simulator)."""
+    from ..common.host_plans import pooled_empty
+    return pooled_empty(shape, dtype)
 
 
 def run_heads(x, out=None, psum=None, dsum=None, precision=None, deterministic=False,
