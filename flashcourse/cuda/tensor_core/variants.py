@@ -469,23 +469,43 @@ def forward(q, k, v, *, block_mask=None, score_mod=None, sinks=None, scale=None,
     return o_h, lse_h
 
 
-def _forward_device(q, k, v, block_mask, score_mod, sinks, scale, block_q, block_k,
-                    precision, m_tiles):
-    """`forward` on device arrays: shapes and dtypes checked, nothing read back."""
-    arrays = {"q": q, "k": k, "v": v}
+def checked_device_arrays(arrays: dict, precision):
+    """The 16-bit device inputs of a variants call, q first: each a device array of q's
+    dtype (float16, or uint16 bf16 bit patterns; any CUDA-array object is viewed as one),
+    C-contiguous. Returns (the arrays as Numba device arrays, the precision they run
+    with); TypeError or ValueError naming the argument."""
     for name, a in arrays.items():
         if not is_device_array(a):
             raise TypeError(f"{name} must be a device array like the others, got "
                             f"{type(a).__name__}")
-    q, k, v = (as_device_array(n, a, (np.float16, BF16_BITS)) for n, a in arrays.items())
-    dt = np.dtype(q.dtype)
-    for name, a in (("k", k), ("v", v)):
+    arrays = {n: as_device_array(n, a, (np.float16, BF16_BITS)) for n, a in arrays.items()}
+    dt = np.dtype(next(iter(arrays.values())).dtype)
+    for name, a in arrays.items():
         if np.dtype(a.dtype) != dt:
             raise TypeError(f"{name} must have q's dtype {dt} on the device, got {a.dtype}")
     own = "fp16" if dt == np.float16 else "bf16"
     if precision not in (None, own):
         raise ValueError(f"{dt} device arrays run with precision={own!r} (uint16 holds bf16 "
                          f"bit patterns), got precision={precision!r}")
+    return arrays, own
+
+
+def checked_mods(block_mask, score_mod, batch: int, hq: int, tq: int, tk: int, block_q,
+                 block_k):
+    """The BlockMask a device call runs with (`resolve_block_mask`), its mask_mod and the
+    score_mod checked against the inputs' sizes (`mods.check_fits`)."""
+    bm = resolve_block_mask(block_mask, batch, hq, tq, tk, block_q, block_k)
+    check_mod(score_mod, "score_mod", 5)
+    check_fits(bm.mask_mod, "mask_mod", tq, tk, hq, batch)
+    check_fits(score_mod, "score_mod", tq, tk, hq, batch)
+    return bm
+
+
+def _forward_device(q, k, v, block_mask, score_mod, sinks, scale, block_q, block_k,
+                    precision, m_tiles):
+    """`forward` on device arrays: shapes and dtypes checked, nothing read back."""
+    arrays, own = checked_device_arrays({"q": q, "k": k, "v": v}, precision)
+    q, k, v = arrays.values()
     qs, ks = tuple(int(n) for n in q.shape), tuple(int(n) for n in k.shape)
     check_layout(qs, ks, tuple(int(n) for n in v.shape))
     batch, hq, tq, d = qs
@@ -493,14 +513,12 @@ def _forward_device(q, k, v, block_mask, score_mod, sinks, scale, block_q, block
     if d > MAX_HEAD_DIM:
         raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
                          f"variants forward, got {d}")
-    bm = resolve_block_mask(block_mask, batch, hq, tq, tk, block_q, block_k)
-    check_mod(score_mod, "score_mod", 5)
-    check_fits(bm.mask_mod, "mask_mod", tq, tk, hq, batch)
-    check_fits(score_mod, "score_mod", tq, tk, hq, batch)
+    bm = checked_mods(block_mask, score_mod, batch, hq, tq, tk, block_q, block_k)
     sinks = check_sinks(sinks, hq)
     scale = check_scale(scale, d)
     cfg = config(own, d, *bm.block_size, m_tiles, using_simulator())
     D = cfg.head_dim
+    dt = np.dtype(q.dtype)
 
     def words(a, t):                       # (B H, T, D/2) uint32: a view when D == d
         rows = a.reshape(int(a.size) // (t * d), t, d)
