@@ -65,7 +65,7 @@ from ..common.host_plans import pooled_empty
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
 from .host import BF16_BITS, MAX_HEAD_DIM, _check_fp16_range, _from_words, _to_words, \
-    check_capability, device_unwords, device_words, plan
+    check_capability, device_unwords, plan, words_for_kernel
 from .tensor_core_kernels import Z32, _pv_ldmatrix, _row_ops
 
 PRECISIONS = ("fp16", "bf16")
@@ -521,8 +521,7 @@ def _forward_device(q, k, v, block_mask, score_mod, sinks, scale, block_q, block
     dt = np.dtype(q.dtype)
 
     def words(a, t):                       # (B H, T, D/2) uint32: a view when D == d
-        rows = a.reshape(int(a.size) // (t * d), t, d)
-        return rows.view(np.uint32) if D == d else device_words(rows, own, D, pooled_empty)
+        return words_for_kernel(a.reshape(int(a.size) // (t * d), t, d), own, D, pooled_empty)
     qw, kw, vw = words(q, tq), words(k, tk), words(v, tk)
     o, lse = pooled_empty(qs, dt), pooled_empty((batch, hq, tq), np.float32)
     o_rows = o.reshape(batch * hq, tq, d)
