@@ -84,6 +84,30 @@ def test_tensor_core_variants_forward_matches_the_reference(case):
                            score_mod=score_mod, sinks=sinks)
 
 
+@pytest.mark.parametrize("scale", [0.7, -0.45])
+@pytest.mark.parametrize("score", ["none", "alibi"])
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_scales_full_blocks_and_the_ragged_edge(scale, score, mask):
+    """A given scale, negative too. Without a score_mod the kernel folds the scale into
+    the exponent (the row max on raw scores: a negative scale flips Q's signs first) and
+    skips the per-score pass on full blocks away from the key edge; with one it scales
+    each score before score_mod. Tk = 37 leaves a ragged last key block, Tq = 34 a ragged
+    last query block; no mask: every block is full."""
+    tq, tk, d = 34, 37, 16
+    q, k, v = inputs(np.random.default_rng(11), tq, tk, d)
+    mm = None if mask == "none" else lib.causal(tq, tk)
+    sm = None if score == "none" else lib.alibi(lib.alibi_slopes(2))
+    bm = create_block_mask(mm, None, None, tq, tk, 16, 16) if mm is not None else None
+    o, lse = tcv.forward(q, k, v, block_mask=bm, score_mod=sm, scale=scale,
+                         block_q=None if bm else 16, block_k=None if bm else 16)
+    o_ref = assert_within_rounding(o, lse, q, k, v, "fp16", mask_mod=mm, score_mod=sm,
+                                   scale=scale)
+    # the sign matters: the other sign's answer is far away
+    o_neg, _ = ref.reference(*(round_fp16(a) for a in (q, k, v)), mask_mod=mm,
+                             score_mod=sm, scale=-scale)
+    assert np.abs(o_ref - o_neg).max() > 0.1
+
+
 def test_the_block_sparse_case_has_a_query_block_that_sees_nothing():
     """So that the test above checks o = 0, lse = -inf from a block with no visit."""
     bm = create_block_mask(CASES["block-sparse"][5], None, None, 32, 40, 16, 16)

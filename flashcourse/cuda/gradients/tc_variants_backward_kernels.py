@@ -185,6 +185,7 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
         tqp = (tq + LDR - 1) // LDR * LDR
         kr0 = k0 + warp * 16 + g
         kr1 = kr0 + 8
+        sl2 = scale * LOG2E_F                    # log2 units of a score without score_mod
 
         gi, tv = settle(q_num, full_num, bi, kvh, group, jm, 0, 0)
         sub = 0
@@ -310,14 +311,15 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
                         p = F0
                         ds = F0
                         if seen:
-                            y = x
                             if HAS_SCORE:
                                 y = float32(SCORE(x, b, h, qrow, key))
-                            p = exp2(y * LOG2E_F - lrow)
-                            if p != F0:
+                                p = exp2(y * LOG2E_F - lrow)
+                                if p != F0:
+                                    ds = p * (dp[j] - drow) * \
+                                        float32(GRAD(x, b, h, qrow, key))
+                            else:      # as the built-in kernel: one FMA in the exponent
+                                p = exp2(s[j] * sl2 - lrow)
                                 ds = p * (dp[j] - drow)
-                                if HAS_SCORE:
-                                    ds = ds * float32(GRAD(x, b, h, qrow, key))
                         s[j] = p
                         dp[j] = ds
 

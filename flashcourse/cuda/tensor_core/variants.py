@@ -15,10 +15,14 @@ variants kernel does (`cuda_core.variants`: one kernel per function contents, ca
     element c_i sits at row 16 mt + g (+ 8 for i >= 2) and column 8 n + 2 t + (i % 2)
     (groupID g = lane // 4, t = lane % 4; the m16n8 C layout, `ptx.mma.c_m16n8`). A full
     block calls no mask_mod: only the positions past Tq or Tk (a ragged edge) are hidden.
-  * the score: every visited score is scaled (natural-log units, scale q.k), passed
-    through score_mod, then multiplied by log2(e) for the exp2 of the online softmax. The
-    causal kernel folds the scale into the exponent (one FMA per score); here each score
-    costs a multiply more, and score_mod's own instructions (softcap: a tanh).
+  * the score: with a score_mod, every visited score is scaled (natural-log units,
+    scale q.k), passed through score_mod, then multiplied by log2(e) for the exp2 of the
+    online softmax: a multiply more per score than the built-in kernel, and score_mod's
+    own instructions (softcap: a tanh). Without one, the scale folds into the exponent as
+    in the built-in kernel (the row max on raw scores, then one FMA per score, scale
+    x log2(e) > 0: a negative scale flips Q's sign bits), and a full block away from the
+    ragged key edge costs no per-score pass at all: the mask only where it is partial,
+    as the built-in causal kernel masks only its diagonal blocks.
   * sinks join each row's sum at the end (one more logit, no value), as in
     `variants.tiled`: m' = max(m, sink), l' = l 2^(m - m') + 2^(sink - m') (log2 units).
   * GQA: query head h = blockIdx.y % Hq reads key/value head h // G (G = Hq / Hkv) of the
@@ -66,7 +70,7 @@ from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
 from .host import BF16_BITS, MAX_HEAD_DIM, _check_fp16_range, _from_words, _to_words, \
     check_capability, device_unwords, plan, words_for_kernel
-from .tensor_core_kernels import Z32, _pv_ldmatrix, _row_ops
+from .tensor_core_kernels import SIGN2, Z32, _pv_ldmatrix, _row_ops
 
 PRECISIONS = ("fp16", "bf16")
 #: the most warps a block may have (Br = 16 x warps x m_tiles)
@@ -110,6 +114,10 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
     _, log2, quad_max, quad_sum = _row_ops(cfg)
     exp2 = so["ex2"]
     MASK, SCORE = mod_device(mask_mod), mod_device(score_mod)
+    # no score_mod: the scale folds into the exponent as in the built-in kernel (the row
+    # max taken on raw scores, then one FMA per score in exp2), and a full block that is
+    # not at the ragged key edge skips the per-score pass altogether
+    PLAIN = score_mod is unchanged_score
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
     MT = cfg.m_tiles
     DW = D // 2                    # 32-bit words per row
@@ -153,6 +161,10 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
         q0 = i_blk * BR
         wrow = q0 + warp * 16 * MT + g
         par = 0
+        # scores in log2 units: s x qsc. A negative scale flips Q's sign bits instead, so
+        # that qsc > 0 and the max of the raw scores is the max of the scaled ones
+        qsign = SIGN2 if PLAIN and scale < F0 else Z32
+        qsc = (-scale if scale < F0 else scale) * LOG2E_F
         n_full = full_num[bi, hi, i_blk]
         n_vis = n_full + kv_num[bi, hi, i_blk]
 
@@ -177,10 +189,10 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
             for kk in range(KT):
                 w0 = kk * 8 + t
                 base = 4 * (mt * KT + kk)
-                qa[base + 0] = q[U(head), U(r0), U(w0)] if r0 < tq else Z32
-                qa[base + 1] = q[U(head), U(r1), U(w0)] if r1 < tq else Z32
-                qa[base + 2] = q[U(head), U(r0), U(w0 + 4)] if r0 < tq else Z32
-                qa[base + 3] = q[U(head), U(r1), U(w0 + 4)] if r1 < tq else Z32
+                qa[base + 0] = (q[U(head), U(r0), U(w0)] if r0 < tq else Z32) ^ qsign
+                qa[base + 1] = (q[U(head), U(r1), U(w0)] if r1 < tq else Z32) ^ qsign
+                qa[base + 2] = (q[U(head), U(r0), U(w0 + 4)] if r0 < tq else Z32) ^ qsign
+                qa[base + 3] = (q[U(head), U(r1), U(w0 + 4)] if r1 < tq else Z32) ^ qsign
 
         acc = cuda.local.array(OREGS, float32)
         s = cuda.local.array(SREGS, float32)
@@ -247,27 +259,35 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
                         s[sb + 7] = x3
 
             # score_mod on every visited score, mask_mod on partial blocks only; each
-            # element's (row, col) from the m16n8 C layout; log2 units for exp2
-            for mt in range(MT):
-                for n in range(NS):
-                    for i in range(4):
-                        col = k0 + n * 8 + 2 * t + (i % 2)
-                        row = wrow + 16 * mt + 8 * (i // 2)
-                        jj = 4 * (mt * NS + n) + i
-                        x = NEG_INF
-                        if col < tk and row < tq:
-                            if not partial or MASK(b, h, row, col):
-                                x = SCORE(s[jj] * scale, b, h, row, col) * LOG2E_F
-                        s[jj] = x
+            # element's (row, col) from the m16n8 C layout; log2 units for exp2. Without
+            # a score_mod only partial blocks and the ragged key edge come here (as the
+            # built-in kernel's causal diagonal), and full blocks keep raw scores: sc = qsc
+            sc = qsc
+            if not PLAIN or partial or k0 + BC > tk:
+                for mt in range(MT):
+                    for n in range(NS):
+                        for i in range(4):
+                            col = k0 + n * 8 + 2 * t + (i % 2)
+                            row = wrow + 16 * mt + 8 * (i // 2)
+                            jj = 4 * (mt * NS + n) + i
+                            x = NEG_INF
+                            if col < tk and row < tq:
+                                if not partial or MASK(b, h, row, col):
+                                    if PLAIN:
+                                        x = s[jj] * qsc
+                                    else:
+                                        x = SCORE(s[jj] * scale, b, h, row, col) * LOG2E_F
+                            s[jj] = x
+                sc = F1
 
-            # online softmax (as version 2, the scores already scaled)
+            # online softmax (as version 2; log2 units are s x sc)
             for mt in range(MT):
                 for hf in range(2):
                     x = NEG_INF
                     for n in range(NS):
                         sb = 4 * (mt * NS + n) + 2 * hf
                         x = max(x, max(s[sb], s[sb + 1]))
-                    x = quad_max(x, red, tid)
+                    x = quad_max(x, red, tid) * sc
                     ri = 2 * mt + hf
                     mn = max(m[ri], x)
                     mu[ri] = mn if mn != NEG_INF else F0      # a row fully masked so far
@@ -279,10 +299,10 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
                     ps = F0
                     for n in range(NS):
                         sb = 4 * (mt * NS + n) + 2 * hf
-                        p = exp2(s[sb] - mu[ri])
+                        p = exp2(s[sb] * sc - mu[ri])
                         s[sb] = p
                         ps += p
-                        p = exp2(s[sb + 1] - mu[ri])
+                        p = exp2(s[sb + 1] * sc - mu[ri])
                         s[sb + 1] = p
                         ps += p
                     lp[ri] = lp[ri] * alpha[ri] + ps
