@@ -74,6 +74,26 @@ def test_every_family_has_cases_and_a_quick_case_per_default_target():
     assert len({(c.family, c.name) for c in cases}) == len(cases)      # names are unique
 
 
+def test_compare_sees_through_names_and_comments_and_counts_what_moved(tmp_path):
+    """--compare: a function moved to another module changes its mangled name, not the
+    code; one more instruction is reported with its count."""
+    a, b, c = (tmp_path / x for x in "abc")
+    for d in (a, b, c):
+        d.mkdir()
+    (a / "k.ptx").write_text(PTX.replace("foo", "_ZN11flashcourse4cuda7kernels3fooE"))
+    (b / "k.ptx").write_text("// another build\n" + PTX.replace(
+        "foo", "_ZN11flashcourse4cuda6common9tc_blocks3fooE"))
+    (c / "k.ptx").write_text(PTX.replace("\tret;", "\tadd.f32 \t%f9, %f1, %f2;\n\tret;"))
+    assert cp.normalised_ptx((a / "k.ptx").read_text()).count("NAME") == 1
+    lines = []
+    assert cp.compare_dirs(a, b, log=lines.append) == 0
+    assert lines[0].startswith("same")
+    lines = []
+    assert cp.compare_dirs(a, c, log=lines.append) == 1
+    assert "add.f32 +1" in lines[0]
+    assert cp.opcode_counts(PTX)["mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"] == 1
+
+
 def _run(*args, timeout=600):
     env = dict(os.environ)
     env.pop("NUMBA_ENABLE_CUDASIM", None)             # the tool's children set it to 0

@@ -1,10 +1,16 @@
-"""Compile the paged, FP8 and attention-variants kernels for a real GPU, WITHOUT a GPU.
+"""Compile the course's mma.sync-era CUDA kernels for a real GPU, WITHOUT a GPU: the paged,
+FP8 and attention-variants kernels, and (families tc_fwd, tc_bwd, cc_bwd, decode) the dense
+tensor-core forward and backward in every precision and version, the CUDA-core backward
+and decoding's split kernels.
 
     python3 tools/compile_ptx.py                        # every case, sm_90 and sm_80
     python3 tools/compile_ptx.py --quick                # a few cases per family (the test's)
     python3 tools/compile_ptx.py --families fp8 --arch sm_89 --out DIR   # keep the PTX
     python3 tools/compile_ptx.py --probe                # is the compiler there? (exit 2: no)
     python3 tools/compile_ptx.py --list --match softcap # the cases (--match: a regex on names)
+    python3 tools/compile_ptx.py --arch sm_90 --families tc_bwd --out DIR  # PTX of a copy,
+    python3 tools/compile_ptx.py --compare DIR_OLD DIR_NEW     # beside another copy's (a
+        # refactor that should not change the compiled code: same text, or which counts moved)
 
 Why: the tests run every kernel on Numba's CUDA simulator, which accepts code the real
 compiler refuses (a shared or local array whose size is not a compile-time constant, for one:
@@ -66,7 +72,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"sm_90": ((9, 0), "H100 SXM"), "sm_89": ((8, 9), "L4"),
            "sm_80": ((8, 0), "A100 80GB")}
 DEFAULT_TARGETS = ("sm_90", "sm_80")
-FAMILIES = ("paged", "fp8", "variants_fwd", "variants_bwd")
+FAMILIES = ("paged", "fp8", "variants_fwd", "variants_bwd", "tc_fwd", "tc_bwd", "cc_bwd",
+            "decode")
 #: the e4m3 conversion instruction (`flashcourse.cuda.ptx.fp8`), sm_89 and newer only
 FP8_CVT = "cvt.rn.f16x2.e4m3x2"
 #: the --quick sets a case belongs to
@@ -632,9 +639,129 @@ def variants_cases(direction: str) -> list:
     return cases
 
 
+def _dense_arrays(dtype, tq, tk, d, bh=2, seed=0, bits=False):
+    """Stand-in device arrays q (BH, Tq, d), k, v (BH, Tk, d), o, do, lse (BH, Tq) for the
+    dense kernels; `bits`: float32 values as bf16 bit patterns (uint16)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    q, o, do = (rng.standard_normal((bh, tq, d)).astype(np.float32) for _ in range(3))
+    k, v = (rng.standard_normal((bh, tk, d)).astype(np.float32) for _ in range(2))
+    conv = _bf16_bits if bits else (lambda a: a.astype(dtype))
+    q, k, v, o, do = (conv(a) for a in (q, k, v, o, do))
+    lse = np.zeros((bh, tq), np.float32)
+    return tuple(standin(a) for a in (q, k, v, o, lse, do))
+
+
+def _tc_forward_case(precision, d, causal, **options):
+    def call(target):
+        import numpy as np
+        from flashcourse import cuda as fc
+        dtype = np.float16 if precision == "fp16" else np.float32
+        q, k, v, *_ = _dense_arrays(dtype, 100, 120, d, bits=precision == "bf16")
+        fc.forward(q, k, v, kernel="tensor_core", causal=causal, precision=precision,
+                   **options)
+    return call
+
+
+def _tc_backward_case(precision, d, causal, small_terms=None, **options):
+    def call(target):
+        import numpy as np
+        from flashcourse import cuda as fc
+        from flashcourse.cuda.gradients import tc_backward as tcb
+        from flashcourse.cuda.gradients import tc_backward_kernels_tf32 as t32
+        dtype = np.float16 if precision == "fp16" else np.float32
+        keep = t32.SMALL_TERMS
+        try:
+            if small_terms is not None:     # read when a kernel is made: clear the cache
+                t32.SMALL_TERMS = small_terms
+                tcb.kernels.cache_clear()
+            fc.backward(*_dense_arrays(dtype, 100, 120, d), kernel="tensor_core",
+                        causal=causal, precision=precision, **options)
+        finally:
+            if small_terms is not None:
+                t32.SMALL_TERMS = keep
+                tcb.kernels.cache_clear()
+    return call
+
+
+def _cc_backward_case(kernel, d, causal):
+    def call(target):
+        import numpy as np
+        from flashcourse import cuda as fc
+        fc.backward(*_dense_arrays(np.float32, 100, 120, d), kernel=kernel, causal=causal)
+    return call
+
+
+def _decode_case(kernel, hq, hkv, tq, d, **options):
+    def call(target):
+        import numpy as np
+        from flashcourse import cuda as fc
+        rng = _rng()
+        q = standin(rng.standard_normal((2, hq, tq, d)).astype(np.float16))
+        k, v = (standin(rng.standard_normal((2, hkv, 300, d)).astype(np.float16))
+                for _ in range(2))
+        fc.decode(q, k, v, kernel=kernel, causal=True, **options)
+    return call
+
+
+def dense_cases() -> list:
+    """The dense attention kernels: the tensor-core forward in every precision and version,
+    the tensor-core backward (every version, both 3xTF32 small-term orders), the CUDA-core
+    backward kernels, and decoding's split kernels (CUDA cores and tensor cores)."""
+    cases = []
+    for p in ("fp16", "bf16"):
+        for pipe in ("plain", "async"):
+            for d in (64, 128):
+                for causal in (False, True):
+                    cases.append(Case("tc_fwd", f"{p} {pipe} d={d} causal={causal}",
+                                      _tc_forward_case(p, d, causal, pipeline=pipe),
+                                      quick=Q90 if (p, pipe, d, causal) ==
+                                      ("fp16", "async", 64, True) else ()))
+        cases.append(Case("tc_fwd", f"{p} async d=64 causal lazy_rescale",
+                          _tc_forward_case(p, 64, True, pipeline="async", lazy_rescale=True)))
+        cases.append(Case("tc_fwd", f"{p} plain d=64 causal m_tiles=2",
+                          _tc_forward_case(p, 64, True, pipeline="plain", m_tiles=2)))
+    for p in ("3xtf32", "tf32"):
+        for pipe in ("async", "planes"):
+            for d in (64, 128):
+                cases.append(Case("tc_fwd", f"{p} {pipe} d={d} causal",
+                                  _tc_forward_case(p, d, True, pipeline=pipe)))
+    for p in ("fp16", "bf16"):
+        for pipe in ("plain", "async"):
+            for det in (False, True):
+                for d in (64, 128):
+                    cases.append(Case("tc_bwd", f"{p} {pipe} deterministic={det} d={d} causal",
+                                      _tc_backward_case(p, d, True, pipeline=pipe,
+                                                        deterministic=det),
+                                      quick=Q90 if (p, pipe, det, d) ==
+                                      ("fp16", "async", False, 64) else ()))
+        cases.append(Case("tc_bwd", f"{p} async d=64 not causal",
+                          _tc_backward_case(p, 64, False, pipeline="async")))
+    for how in ("one_chain", "apart"):
+        for pipe, det in (("async", False), ("planes", False), ("async", True)):
+            for d in (64, 128):
+                cases.append(Case("tc_bwd", f"3xtf32 {pipe} deterministic={det} d={d} "
+                                            f"causal {how}",
+                                  _tc_backward_case("3xtf32", d, True, how, pipeline=pipe,
+                                                    deterministic=det)))
+    for kern in ("simple", "fast", "fast_two_pass"):
+        for d in (64, 128):
+            for causal in (False, True):
+                cases.append(Case("cc_bwd", f"{kern} d={d} causal={causal}",
+                                  _cc_backward_case(kern, d, causal),
+                                  quick=Q90 if (kern, d, causal) == ("fast", 64, True)
+                                  else ()))
+    for kern in ("cuda_cores", "tensor_core"):
+        for hq, hkv, tq, d in ((8, 2, 1, 128), (16, 2, 4, 64), (4, 4, 1, 128)):
+            cases.append(Case("decode", f"{kern} Hq={hq} Hkv={hkv} Tq={tq} d={d}",
+                              _decode_case(kern, hq, hkv, tq, d),
+                              quick=Q90 if (kern, hq) == ("tensor_core", 8) else ()))
+    return cases
+
+
 def all_cases() -> list:
     return (paged_cases() + fp8_cases() + variants_cases("forward")
-            + variants_cases("backward"))
+            + variants_cases("backward") + dense_cases())
 
 
 # ---------------------------------------------------------------------------------------
@@ -670,8 +797,10 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: " + " | ".join((wanted or lines or [""])[:3])[:600]
 
 
-def compile_one(kernel, types_, target: str, ptxas: str | None, out: Path | None) -> tuple:
-    """(ptx facts, ptxas facts, errors) of one kernel compiled for the target."""
+def compile_one(kernel, types_, target: str, ptxas: str | None, out: Path | None,
+                stem: str | None = None) -> tuple:
+    """(ptx facts, ptxas facts, errors) of one kernel compiled for the target; with `out`,
+    its PTX is kept as out/<stem>.ptx (default <target>_<kernel name>)."""
     from numba.cuda import compile_ptx
     cc = TARGETS[target][0]
     opts = {k: v for k, v in getattr(kernel, "targetoptions", {}).items()
@@ -685,7 +814,7 @@ def compile_one(kernel, types_, target: str, ptxas: str | None, out: Path | None
     name = kernel.py_func.__name__
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"{target}_{name}.ptx").write_text(ptx)
+        (out / f"{stem or f'{target}_{name}'}.ptx").write_text(ptx)
     if facts["fp8_cvt"] and cc < (8, 9):
         errors.append(f"{FP8_CVT} in PTX for {target}: the host chose the conversion "
                       f"instruction below sm_89")
@@ -769,12 +898,13 @@ def run_target(target: str, families, quick: bool, out: Path | None, use_ptxas: 
                     order.append(("declared", id(kern)))
                 res.errors.append(msg)
     with StandInGPU(target):                  # numba-cuda asks for the device too
-        for key in order:
+        for i, key in enumerate(order):
             res = results[key]
             if res.dispatcher is not None:
                 t0 = time.perf_counter()
                 res.ptx, res.ptxas, errs = compile_one(res.dispatcher, res.arg_types, target,
-                                                       ptxas, out)
+                                                       ptxas, out,
+                                                       f"{target}_{i:03d}_{res.kernel}")
                 res.seconds = time.perf_counter() - t0
                 res.errors += errs
                 check_limits(res, limits)
@@ -825,6 +955,61 @@ def as_json(results) -> list:
 
 
 # ---------------------------------------------------------------------------------------
+# Two copies' PTX side by side (--compare): what a refactor changed in the compiled code
+# ---------------------------------------------------------------------------------------
+
+_MANGLED = re.compile(r"_ZN\w+")
+_OPCODE = re.compile(r"^\s*(?:@!?%p\d+\s+)?([a-z][\w.]*)", re.M)
+
+
+def normalised_ptx(ptx: str) -> str:
+    """The PTX without comments, blank lines and the (module-path) mangled names, which a
+    move of a function to another module changes while the code stays the same."""
+    lines = []
+    for ln in ptx.splitlines():
+        ln = ln.split("//", 1)[0].rstrip()
+        if ln.strip():
+            lines.append(_MANGLED.sub("NAME", ln))
+    return "\n".join(lines)
+
+
+def opcode_counts(ptx: str) -> dict:
+    """{instruction: count} of a PTX text (directives excluded)."""
+    out: dict = {}
+    for op in _OPCODE.findall(normalised_ptx(ptx)):
+        out[op] = out.get(op, 0) + 1
+    return out
+
+
+def compare_dirs(a: Path, b: Path, log=print) -> int:
+    """Set the PTX files of two --out folders side by side, file by file (the same cases
+    give the same file names): 'same' when the normalised texts agree, else the
+    instructions whose counts differ. Exit status 0 when every file is the same."""
+    names_a = {p.name for p in a.glob("*.ptx")}
+    names_b = {p.name for p in b.glob("*.ptx")}
+    differ = 0
+    for name in sorted(names_a | names_b):
+        if name not in names_a or name not in names_b:
+            log(f"only in {a if name in names_a else b}: {name}")
+            differ += 1
+            continue
+        ta, tb = ((d / name).read_text() for d in (a, b))
+        if normalised_ptx(ta) == normalised_ptx(tb):
+            log(f"same      {name}")
+            continue
+        differ += 1
+        ca, cb = opcode_counts(ta), opcode_counts(tb)
+        delta = {op: cb.get(op, 0) - ca.get(op, 0) for op in set(ca) | set(cb)
+                 if cb.get(op, 0) != ca.get(op, 0)}
+        text = ", ".join(f"{op} {n:+d}" for op, n in sorted(delta.items())) or \
+            "same instruction counts, other order or operands"
+        log(f"DIFFERENT {name}: {sum(ca.values())} -> {sum(cb.values())} instructions; "
+            f"{text}")
+    log(f"compare: {len(names_a | names_b) - differ} of {len(names_a | names_b)} the same")
+    return 0 if differ == 0 else 1
+
+
+# ---------------------------------------------------------------------------------------
 # Command line: one child process per target
 # ---------------------------------------------------------------------------------------
 
@@ -857,9 +1042,13 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     ap.add_argument("--probe", action="store_true",
                     help="exit 0 if NVVM is found, else print why and exit 2")
+    ap.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
+                    help="set two --out folders' PTX side by side, then exit")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.compare:
+        return compare_dirs(*args.compare)
     if args.list:
         sys.path.insert(0, str(ROOT))
         for c in all_cases():
