@@ -76,8 +76,7 @@ def descriptor(start: int, lbo: int, sbo: int, swizzle=None, base_offset: int = 
     # first row (the next k-step of an atom is the same descriptor, start + 32 bytes).
     if mode is not None and int(start) % (ATOM_ROWS * mode) >= mode and base_offset == 0:
         raise ValueError(f"a {mode}-byte swizzled tile must start on a {ATOM_ROWS * mode}-byte "
-                         f"boundary (a k16 step may then move the start along the atom's "
-                         f"first {mode}-byte row), got start={start}")
+                         f"boundary, got start={start}")
     return (_units(start, "start") | _units(lbo, "lbo") << 16 | _units(sbo, "sbo") << 32
             | int(base_offset) << 49 | SWIZZLE_CODE[mode] << 62)
 
