@@ -300,7 +300,7 @@ def test_setmaxnreg_12():
 def test_waves_12():
     """Right answers from tail_split's own plan; each slip named."""
     ans = E.get("12-waves").answer
-    assert ans == {"blocks": 704, "waves": 6.0, "splits": 3, "split_times": 5 + 22 / 64}
+    assert ans == {"blocks": 704, "waves": 6.0, "splits": 3, "split_times": 5 + 18 / 52}
     assert E.grade("12-waves", **ans)[0]
     ok, lines = E.grade("12-waves", blocks=672, waves=704 / 132, splits=3,
                         split_times=5 + 1 / 3)

@@ -35,6 +35,18 @@ def test_bad_descriptor_fields_are_named(kwargs, match):
         W.descriptor(**kwargs)
 
 
+def test_a_k_step_inside_a_swizzle_atom_is_a_valid_start():
+    """The next k16 step of a K-major atom is the same descriptor 32 bytes further (base
+    offset 0); a start in a later row of the atom is not (it needs the base offset)."""
+    for k_step in (32, 64, 96):
+        assert W.decode(W.descriptor(1024 + k_step, 16, 1024, 128))["start"] == 1024 + k_step
+    assert W.decode(W.descriptor(512 + 32, 16, 512, 64))["start"] == 544
+    with pytest.raises(ValueError, match="must start on a 1024-byte boundary"):
+        W.descriptor(1024 + 128, 16, 1024, 128)
+    with pytest.raises(ValueError, match="must start on a 512-byte boundary"):
+        W.descriptor(512 + 64, 16, 512, 64)
+
+
 @pytest.mark.parametrize("swizzle", [32, 64, 128])
 def test_swizzle_permutes_chunks_inside_each_atom_and_keeps_the_low_bits(swizzle):
     atom = W.ATOM_ROWS * swizzle

@@ -21,7 +21,7 @@ HINT_SWAPPED = ("Rows and columns are swapped: the row comes from the groupID g 
                 "and the column from t = lane % 4.")
 HINT_PLUS8 = ("Accumulators c2 and c3 sit 8 rows below c0 and c1: row = g for i < 2, "
               "g + 8 for i >= 2.")
-HINT_COL = ("Each lane holds two neighbouring columns: col = 2 t + (i % 2) (i & 1), so "
+HINT_COL = ("Each lane holds two neighbouring columns: col = 2 t + (i % 2), so "
             "lanes t = 0..3 cover columns 0..7.")
 HINT_RANGE = "Return a (row, col) pair with 0 <= row < 16 and 0 <= col < 8."
 

@@ -406,8 +406,8 @@ APPEND_CASES = [
      16, 10, 1, 2, [("append", 0, 40), ("append", 0, 8)]),
     ("page 16: two sequences growing one token at a time, 36 tokens each (their pages "
      "interleave)", 16, 10, 1, 2, [("append", s, 1) for _ in range(36) for s in (0, 1)]),
-    ("page 16: a prompt of 20 tokens forked into sequence 1 (a full page and a half page "
-     "shared), then sequence 1 appends 5, then sequence 0 appends 3", 16, 10, 1, 2,
+    ("page 16: a prompt of 20 tokens forked into sequence 1 (a full page and one holding 4 "
+     "tokens shared), then sequence 1 appends 5, then sequence 0 appends 3", 16, 10, 1, 2,
      [("append", 0, 20), ("fork", 0, 1), ("append", 1, 5), ("append", 0, 3)]),
     ("page 32, Hkv = 2, d = 3: 30 tokens, a fork, the fork appends 70 at once (copy-on-"
      "write, then two new pages), the first appends 2", 32, 12, 2, 3,

@@ -169,7 +169,7 @@ def plot_bench(doc: dict, peak_flops: float | None = None):
     return fig
 
 
-def plot_schedule(n: int = 4096, bh: int = 32, block_q: int = 192, block_k: int = 64,
+def plot_schedule(n: int = 4096, bh: int = 32, block_q: int = 192, block_k: int = 80,
                   sms: int = 132):
     """Two panels of the SMs' finish times, sorted (a GPU's block scheduler as observed: each
     block, in launch order, to the first free SM): causal (a block's cost = the key blocks

@@ -71,7 +71,10 @@ def descriptor(start: int, lbo: int, sbo: int, swizzle=None, base_offset: int = 
     mode = _mode(swizzle)
     if not 0 <= int(base_offset) < 8:
         raise ValueError(f"base_offset must be in 0..7, got {base_offset}")
-    if mode is not None and int(start) % (ATOM_ROWS * mode) and base_offset == 0:
+    # With base offset 0 the swizzle pattern starts on an atom boundary (PTX ISA, "Matrix
+    # Descriptor Format"): the tile starts there, or one k16 step further along the atom's
+    # first row (the next k-step of an atom is the same descriptor, start + 32 bytes).
+    if mode is not None and int(start) % (ATOM_ROWS * mode) >= mode and base_offset == 0:
         raise ValueError(f"a {mode}-byte swizzled tile must start on a {ATOM_ROWS * mode}-byte "
                          f"boundary, got start={start}")
     return (_units(start, "start") | _units(lbo, "lbo") << 16 | _units(sbo, "sbo") << 32
