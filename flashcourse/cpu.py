@@ -45,7 +45,8 @@ benchmarks/results/cpu_forward_2core.json for the recorded numbers.
                    from L3 or DRAM; dense attention moves ~384 MiB of scores);
                    the (Bc, Br) score tile stays in L1/L2 and never reaches DRAM.
                    What limits it: L1 loads and stores of the S^T and acc^T rows
-                   (one store per 16 multiply-adds) and the exp2 polynomial;
+                   (each store of a score or output carries 4 multiply-adds, 16 per
+                   step for 4 rows) and the exp2 polynomial;
                    about 0.5x the time of dense numpy (~140 GFLOP/s on 2 cores
                    when nothing else runs).
 
@@ -439,7 +440,8 @@ def _scores_cols(st, k_h, qt, k0, cols, rows):
     """st[:cols, :rows] = k_h[k0:k0+cols] @ qt[:, :rows]: S^T = K_j Q_i^T.
 
     st (Bc, Br), k_h (Tk, d), qt (d, Br) = scaled Q_i^T. Four keys and four of the d
-    components per step: each store of a score row carries 16 multiply-adds.
+    components per step: each store of a score carries 4 multiply-adds (16 per step for
+    the four score rows).
     """
     d = qt.shape[0]
     for c in range(cols):
@@ -483,7 +485,8 @@ def _pv_cols(acct, pt, v_h, k0, cols, rows):
     """acct[:, :rows] += v_h[k0:k0+cols].T @ pt[:cols, :rows]: acc^T += V_j^T P^T.
 
     acct (d, Br), pt (Bc, Br) = P^T, v_h (Tk, d). Four of the d outputs and four
-    keys per step: each store of an acc^T row carries 16 multiply-adds.
+    keys per step: each store of an output carries 4 multiply-adds (16 per step for
+    the four acc^T rows).
     """
     d = acct.shape[0]
     for x in range(0, d - 3, 4):

@@ -34,7 +34,8 @@ from ._harness import (SKIPPING_SHAPES, Result, parts_close, plain, random_qkv, 
 
 HINT_FORGOT_D = (
     "dS is missing the row term of the softmax Jacobian: each row's dS must subtract that "
-    "row's sum of P * dP before multiplying by P (the backward notebook, 'the Jacobian').",
+    "row's sum of P * dP before multiplying by P (the backward notebook, section 2, 'One "
+    "number per row replaces a row of the Jacobian').",
     "That row sum equals D_i = dO_i . O_i, computed once before the loops; subtract it from "
     "dP, row by row, then multiply by P elementwise.")
 HINT_DELTA_DODO = (

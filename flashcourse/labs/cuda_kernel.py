@@ -66,7 +66,8 @@ HINT_SCORES_ZERO = (
 HINT_REUSE = (
     "No register reuse: your product reads shared memory once per multiply-add. Load the TM "
     "values of Q and the TN values of K for one kk into qa and kb, then do TM x TN "
-    "multiply-adds from those registers (notebook 06, 'the micro-tile').",
+    "multiply-adds from those registers (notebook 06, section 3, step 3: the score "
+    "micro-tile).",
     "Per thread and per kk: TM reads of qs, TN reads of ks, TM*TN multiply-adds. Use show() "
     "to see your counts next to the expected ones.")
 HINT_REDUCE_STEPS = (
