@@ -35,8 +35,8 @@ HINT_ROUND = ("Compare with the rule: e = floor(log2 |x|), raised to -6 for the 
               "step is 2^(e - 3); round |x| / step to the nearest integer, ties to even "
               "(np.rint), multiply back, clamp to 448 and restore the sign.")
 HINT_HALF_UP = ("Ties go up in yours (1.0625 became 1.125): a tie goes to the neighbour whose "
-                "last mantissa bit is 0. np.rint rounds half to even; np.floor(y + 0.5) and "
-                "Python's round on numpy scalars are not the same thing.")
+                "last mantissa bit is 0. np.rint rounds half to even (so do np.round and "
+                "Python's round); np.floor(y + 0.5) rounds half up.")
 HINT_TRUNCATE = ("You cut the extra bits off (rounding toward zero): 1.1 became 1.0 where the "
                  "nearest value is 1.125. Round to the nearest step (np.rint).")
 HINT_MANTISSA = ("Your step is wrong by a factor of two: e4m3 keeps 3 mantissa bits, so the "
