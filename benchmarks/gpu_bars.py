@@ -389,10 +389,7 @@ def main(argv=None) -> int:
                     help="tf32_backward: also time these variants, PIPELINE:WARPS:BLOCK_Q")
     ap.add_argument("--bwd-block-q", type=int, nargs="*", default=[],
                     help="also time the backward with these Br (block_q)")
-    results.add_output_arguments(ap)
-    args = ap.parse_args(argv)
-    results.check_outputs(args, __file__)
-    results.require_gpu("benchmarks/gpu_bars.py", args.simulator_smoke)
+    args = results.parse_gpu_arguments(ap, argv, __file__)
     if args.simulator_smoke:
         print("gpu_bars: needs PyTorch on a GPU; nothing to smoke-test")
         return 0
