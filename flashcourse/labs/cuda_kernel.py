@@ -255,27 +255,22 @@ def check_micro_tile_scores(fn, *, verbose: bool = True, hint_level: int = 1) ->
         keys = sorted(expected)
         return (np.stack([yours[t] for t in keys]), np.stack([expected[t] for t in keys]))
 
-    def layout_contiguous(y, e):
+    def same_tiles(y, tile):
+        """y is every thread's micro-tile as tile(qs, ks, tx, ty) computes it, on the
+        inputs of `values` (seed 1): the tiles a known slip makes."""
         rng = np.random.default_rng(1)
         qs = rng.standard_normal((D, BR)).astype(np.float64)
         ks = rng.standard_normal((BC, D)).astype(np.float64)
-        alt = []
-        for tid in range(NT):
-            tx, ty = tid % CT, tid // CT
-            rows, cols = ty * TM + np.arange(TM), tx * TN + np.arange(TN)
-            alt.append((qs[:, rows].T @ ks[cols].T).reshape(-1))
+        alt = [tile(qs, ks, tid % CT, tid // CT).reshape(-1) for tid in range(NT)]
         return np.allclose(y, np.stack(alt), rtol=1e-4, atol=1e-4)
 
-    def ks_transposed(y, e):
-        rng = np.random.default_rng(1)
-        qs = rng.standard_normal((D, BR)).astype(np.float64)
-        ks = rng.standard_normal((BC, D)).astype(np.float64)
-        alt = []
-        for tid in range(NT):
-            tx, ty = tid % CT, tid // CT
-            rows, cols = ty + RT * np.arange(TM), tx + CT * np.arange(TN)
-            alt.append((qs[:, rows].T @ ks[:, cols]).reshape(-1))   # ks[kk, col]: BC = D
-        return np.allclose(y, np.stack(alt), rtol=1e-4, atol=1e-4)
+    def layout_contiguous(y, e):        # thread (ty, tx): rows ty * TM.., columns tx * TN..
+        return same_tiles(y, lambda qs, ks, tx, ty:
+                          qs[:, ty * TM + np.arange(TM)].T @ ks[tx * TN + np.arange(TN)].T)
+
+    def ks_transposed(y, e):            # ks read as ks[kk, col]: BC = D
+        return same_tiles(y, lambda qs, ks, tx, ty:
+                          qs[:, ty + RT * np.arange(TM)].T @ ks[:, tx + CT * np.arange(TN)])
 
     def not_reset(y, e):
         return np.allclose(y, e + 7.0, rtol=1e-4, atol=1e-4)
