@@ -32,6 +32,7 @@ has finished (on a GPU only).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import sys
@@ -80,11 +81,39 @@ def as_bits(t):
     return as_numba(t.detach().view(torch.int16)).view(np.uint16)
 
 
+def points(ns):
+    """(d, causal, n) of every timed point: each d of DS, causal off then on, each n of `ns`."""
+    return itertools.product(DS, (False, True), ns)
+
+
+def backward_inputs(n, d, dtype, causal):
+    """The inputs of a backward timing: torch (q, k, v, do) of `dtype` (`torch_inputs`, with
+    gradients), the same as Numba device arrays, and our tensor-core forward's (o, lse)."""
+    ts = torch_inputs(n, d, dtype, grad=True)
+    q, k, v, do = (as_numba(t) for t in ts)
+    return ts, (q, k, v, do), forward(q, k, v, kernel="tensor_core", causal=causal)
+
+
+def add_tflops(row, flops):
+    """row[X_tflops] beside each row[X_ms]: `flops` floating-point operations in X ms."""
+    for key in [k_ for k_ in row if k_.endswith("_ms")]:
+        row[key[:-3] + "_tflops"] = flops / row[key] / 1e9
+
+
 def sdpa(ins, causal, backend):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     with sdpa_kernel(getattr(SDPBackend, backend)):
         return F.scaled_dot_product_attention(*ins, is_causal=causal)
+
+
+def torch_backward_ms(ins, do, causal, backend, reps):
+    """Median ms of PyTorch SDPA's backward (`backend`): autograd.grad of one forward on the
+    torch tensors `ins` = (q, k, v), with output gradient `do`, repeated `reps` times."""
+    import torch
+    out = sdpa(ins, causal, backend)
+    return med(partial(torch.autograd.grad, out, tuple(ins), do, retain_graph=True), "torch",
+               reps=reps)
 
 
 def sdpa_bottom_right(ins, causal, backend):
@@ -104,104 +133,92 @@ def bench_forward(rows, every_block=False):
     """every_block: also time fp16 and bf16 bits with lazy_rescale=False (the A/B of the
     lazy rescale, same run)."""
     import torch
-    for d in DS:
-        for causal in (False, True):
-            for n in FWD_NS:
-                fl = 4 * BH * n * n * d / (2 if causal else 1)
-                t16 = torch_inputs(n, d, torch.float16)[:3]
-                q, k, v = (as_numba(t) for t in t16)
-                t32 = [t.float() for t in t16]
-                q32, k32, v32 = (as_numba(t) for t in t32)
-                tb = [t.bfloat16() for t in t32]
-                qb, kb, vb = (as_bits(t) for t in tb)
-                row = {"n": n, "d": d, "causal": causal}
-                row["ours_fp16_ms"] = med(partial(forward, q, k, v, kernel="tensor_core",
-                                                  causal=causal))
-                row["ours_bf16_f32_ms"] = med(partial(forward, q32, k32, v32,
-                                                      kernel="tensor_core", causal=causal,
-                                                      precision="bf16"))
-                row["ours_bf16_bits_ms"] = med(partial(forward, qb, kb, vb,
-                                                       kernel="tensor_core", causal=causal))
-                if every_block:
-                    row["ours_fp16_every_block_ms"] = med(partial(
-                        forward, q, k, v, kernel="tensor_core", causal=causal,
-                        lazy_rescale=False))
-                    row["ours_bf16_bits_every_block_ms"] = med(partial(
-                        forward, qb, kb, vb, kernel="tensor_core", causal=causal,
-                        lazy_rescale=False))
-                row["torch_flash_fp16_ms"] = med(partial(sdpa, t16, causal, "FLASH_ATTENTION"),
-                                                 "torch")
-                row["torch_flash_bf16_ms"] = med(partial(sdpa, tb, causal, "FLASH_ATTENTION"),
-                                                 "torch")
-                for key in [k_ for k_ in row if k_.endswith("_ms")]:
-                    row[key[:-3] + "_tflops"] = fl / row[key] / 1e9
-                row["fp16_ratio"] = row["torch_flash_fp16_ms"] / row["ours_fp16_ms"]
-                row["bf16_f32_ratio_vs_flash_bf16"] = (row["torch_flash_bf16_ms"]
-                                                       / row["ours_bf16_f32_ms"])
-                row["bf16_ratio"] = row["torch_flash_bf16_ms"] / row["ours_bf16_bits_ms"]
-                rows.append(row)
-                log(f"fwd d={d} causal={causal!s:5} N={n:5d}: ours fp16 "
-                    f"{row['ours_fp16_tflops']:6.1f} bf16(f32) {row['ours_bf16_f32_tflops']:6.1f}"
-                    f" | torch flash fp16 {row['torch_flash_fp16_tflops']:6.1f} bf16 "
-                    f"{row['torch_flash_bf16_tflops']:6.1f} TFLOP/s | ratio fp16 "
-                    f"{row['fp16_ratio']:.2f} bf16(f32) {row['bf16_f32_ratio_vs_flash_bf16']:.2f}"
-                    f" bf16 {row['bf16_ratio']:.2f}"
-                    + (f" | every block: fp16 {row['ours_fp16_every_block_tflops']:6.1f}"
-                       f" bf16 {row['ours_bf16_bits_every_block_tflops']:6.1f}"
-                       if every_block else ""))
-                torch.cuda.empty_cache()
+    for d, causal, n in points(FWD_NS):
+        fl = 4 * BH * n * n * d / (2 if causal else 1)
+        t16 = torch_inputs(n, d, torch.float16)[:3]
+        q, k, v = (as_numba(t) for t in t16)
+        t32 = [t.float() for t in t16]
+        q32, k32, v32 = (as_numba(t) for t in t32)
+        tb = [t.bfloat16() for t in t32]
+        qb, kb, vb = (as_bits(t) for t in tb)
+        row = {"n": n, "d": d, "causal": causal}
+        row["ours_fp16_ms"] = med(partial(forward, q, k, v, kernel="tensor_core",
+                                          causal=causal))
+        row["ours_bf16_f32_ms"] = med(partial(forward, q32, k32, v32,
+                                              kernel="tensor_core", causal=causal,
+                                              precision="bf16"))
+        row["ours_bf16_bits_ms"] = med(partial(forward, qb, kb, vb,
+                                               kernel="tensor_core", causal=causal))
+        if every_block:
+            row["ours_fp16_every_block_ms"] = med(partial(
+                forward, q, k, v, kernel="tensor_core", causal=causal,
+                lazy_rescale=False))
+            row["ours_bf16_bits_every_block_ms"] = med(partial(
+                forward, qb, kb, vb, kernel="tensor_core", causal=causal,
+                lazy_rescale=False))
+        row["torch_flash_fp16_ms"] = med(partial(sdpa, t16, causal, "FLASH_ATTENTION"),
+                                         "torch")
+        row["torch_flash_bf16_ms"] = med(partial(sdpa, tb, causal, "FLASH_ATTENTION"),
+                                         "torch")
+        add_tflops(row, fl)
+        row["fp16_ratio"] = row["torch_flash_fp16_ms"] / row["ours_fp16_ms"]
+        row["bf16_f32_ratio_vs_flash_bf16"] = (row["torch_flash_bf16_ms"]
+                                               / row["ours_bf16_f32_ms"])
+        row["bf16_ratio"] = row["torch_flash_bf16_ms"] / row["ours_bf16_bits_ms"]
+        rows.append(row)
+        log(f"fwd d={d} causal={causal!s:5} N={n:5d}: ours fp16 "
+            f"{row['ours_fp16_tflops']:6.1f} bf16(f32) {row['ours_bf16_f32_tflops']:6.1f}"
+            f" | torch flash fp16 {row['torch_flash_fp16_tflops']:6.1f} bf16 "
+            f"{row['torch_flash_bf16_tflops']:6.1f} TFLOP/s | ratio fp16 "
+            f"{row['fp16_ratio']:.2f} bf16(f32) {row['bf16_f32_ratio_vs_flash_bf16']:.2f}"
+            f" bf16 {row['bf16_ratio']:.2f}"
+            + (f" | every block: fp16 {row['ours_fp16_every_block_tflops']:6.1f}"
+               f" bf16 {row['ours_bf16_bits_every_block_tflops']:6.1f}"
+               if every_block else ""))
+        torch.cuda.empty_cache()
 
 
 def bench_backward(rows, block_qs=()):
     """block_qs: also time the public call with these Br (tile variants, same run)."""
     import torch
-    for d in DS:
-        for causal in (False, True):
-            for n in BWD_NS:
-                fl = 10 * BH * n * n * d / (2 if causal else 1)
-                tq, tk, tv, tdo = torch_inputs(n, d, torch.float16, grad=True)
-                q, k, v, do = (as_numba(t) for t in (tq, tk, tv, tdo))
-                o, lse = forward(q, k, v, kernel="tensor_core", causal=causal)
-                row = {"n": n, "d": d, "causal": causal}
-                row["ours_fp16_ms"] = med(partial(backward, q, k, v, o, lse, do,
-                                                  kernel="tensor_core", causal=causal), reps=7)
-                for bq in block_qs:
-                    try:
-                        row[f"ours_fp16_bq{bq}_ms"] = med(partial(
-                            backward, q, k, v, o, lse, do, kernel="tensor_core",
-                            causal=causal, block_q=bq), reps=7)
-                    except ValueError as exc:        # a tile that does not fit this d
-                        log(f"Br={bq} at d={d}: {exc}")
-                to = sdpa((tq, tk, tv), causal, "FLASH_ATTENTION")
-                row["torch_flash_fp16_ms"] = med(
-                    partial(torch.autograd.grad, to, (tq, tk, tv), tdo, retain_graph=True),
-                    "torch", reps=7)
-                # bf16: ours on bf16 bit arrays (no conversion) beside PyTorch flash bf16
-                tb = [t.detach().bfloat16().requires_grad_(t.requires_grad)
-                      for t in (tq, tk, tv, tdo)]
-                qb, kb, vb, dob = (as_bits(t) for t in tb)
-                ob, lseb = forward(qb, kb, vb, kernel="tensor_core", causal=causal)
-                row["ours_bf16_bits_ms"] = med(partial(backward, qb, kb, vb, ob, lseb, dob,
-                                                       kernel="tensor_core", causal=causal),
-                                               reps=7)
-                tob = sdpa(tb[:3], causal, "FLASH_ATTENTION")
-                row["torch_flash_bf16_ms"] = med(
-                    partial(torch.autograd.grad, tob, tuple(tb[:3]), tb[3], retain_graph=True),
-                    "torch", reps=7)
-                for key in [k_ for k_ in row if k_.endswith("_ms")]:
-                    row[key[:-3] + "_tflops"] = fl / row[key] / 1e9
-                row["fp16_ratio"] = row["torch_flash_fp16_ms"] / row["ours_fp16_ms"]
-                row["bf16_ratio"] = row["torch_flash_bf16_ms"] / row["ours_bf16_bits_ms"]
-                rows.append(row)
-                extra = "".join(f" Br={bq}: {row[f'ours_fp16_bq{bq}_tflops']:6.1f}"
-                                for bq in block_qs if f"ours_fp16_bq{bq}_tflops" in row)
-                log(f"bwd d={d} causal={causal!s:5} N={n:5d}: ours fp16 "
-                    f"{row['ours_fp16_tflops']:6.1f}{extra} | torch flash fp16 "
-                    f"{row['torch_flash_fp16_tflops']:6.1f} TFLOP/s | ratio "
-                    f"{row['fp16_ratio']:.2f} | bf16 ours {row['ours_bf16_bits_tflops']:6.1f}"
-                    f" torch {row['torch_flash_bf16_tflops']:6.1f} ratio "
-                    f"{row['bf16_ratio']:.2f}")
-                torch.cuda.empty_cache()
+    for d, causal, n in points(BWD_NS):
+        fl = 10 * BH * n * n * d / (2 if causal else 1)
+        (tq, tk, tv, tdo), (q, k, v, do), (o, lse) = backward_inputs(n, d, torch.float16, causal)
+        row = {"n": n, "d": d, "causal": causal}
+        row["ours_fp16_ms"] = med(partial(backward, q, k, v, o, lse, do,
+                                          kernel="tensor_core", causal=causal), reps=7)
+        for bq in block_qs:
+            try:
+                row[f"ours_fp16_bq{bq}_ms"] = med(partial(
+                    backward, q, k, v, o, lse, do, kernel="tensor_core",
+                    causal=causal, block_q=bq), reps=7)
+            except ValueError as exc:        # a tile that does not fit this d
+                log(f"Br={bq} at d={d}: {exc}")
+        row["torch_flash_fp16_ms"] = torch_backward_ms((tq, tk, tv), tdo, causal,
+                                                       "FLASH_ATTENTION", reps=7)
+        # bf16: ours on bf16 bit arrays (no conversion) beside PyTorch flash bf16
+        tb = [t.detach().bfloat16().requires_grad_(t.requires_grad)
+              for t in (tq, tk, tv, tdo)]
+        qb, kb, vb, dob = (as_bits(t) for t in tb)
+        ob, lseb = forward(qb, kb, vb, kernel="tensor_core", causal=causal)
+        row["ours_bf16_bits_ms"] = med(partial(backward, qb, kb, vb, ob, lseb, dob,
+                                               kernel="tensor_core", causal=causal),
+                                       reps=7)
+        row["torch_flash_bf16_ms"] = torch_backward_ms(tb[:3], tb[3], causal,
+                                                       "FLASH_ATTENTION", reps=7)
+        add_tflops(row, fl)
+        row["fp16_ratio"] = row["torch_flash_fp16_ms"] / row["ours_fp16_ms"]
+        row["bf16_ratio"] = row["torch_flash_bf16_ms"] / row["ours_bf16_bits_ms"]
+        rows.append(row)
+        extra = "".join(f" Br={bq}: {row[f'ours_fp16_bq{bq}_tflops']:6.1f}"
+                        for bq in block_qs if f"ours_fp16_bq{bq}_tflops" in row)
+        log(f"bwd d={d} causal={causal!s:5} N={n:5d}: ours fp16 "
+            f"{row['ours_fp16_tflops']:6.1f}{extra} | torch flash fp16 "
+            f"{row['torch_flash_fp16_tflops']:6.1f} TFLOP/s | ratio "
+            f"{row['fp16_ratio']:.2f} | bf16 ours {row['ours_bf16_bits_tflops']:6.1f}"
+            f" torch {row['torch_flash_bf16_tflops']:6.1f} ratio "
+            f"{row['bf16_ratio']:.2f}")
+        torch.cuda.empty_cache()
 
 
 def max_rel(x, ref) -> float:
@@ -228,30 +245,27 @@ def bench_tf32(rows, configs=()):
     """3xTF32 beside PyTorch's efficient fp32: speed at every point, then accuracy rows."""
     import torch
     variants = [("default", {})] + [(text, tf32_config(text)) for text in configs]
-    for d in DS:
-        for causal in (False, True):
-            for n in FWD_NS:
-                fl = 4 * BH * n * n * d / (2 if causal else 1)
-                t32 = torch_inputs(n, d, torch.float32)[:3]
-                q, k, v = (as_numba(t) for t in t32)
-                row = {"kind": "speed", "n": n, "d": d, "causal": causal}
-                for label, knobs in variants:
-                    row[f"ours_3xtf32_{label}_ms"] = med(partial(
-                        forward, q, k, v, kernel="tensor_core", causal=causal, **knobs),
-                        reps=5)
-                row["torch_efficient_fp32_ms"] = med(
-                    partial(sdpa, t32, causal, "EFFICIENT_ATTENTION"), "torch", reps=5)
-                for key in [k_ for k_ in row if k_.endswith("_ms")]:
-                    row[key[:-3] + "_tflops"] = fl / row[key] / 1e9
-                for label, _ in variants:
-                    row[f"ratio_{label}"] = (row["torch_efficient_fp32_ms"]
-                                             / row[f"ours_3xtf32_{label}_ms"])
-                rows.append(row)
-                log(f"tf32 d={d} causal={causal!s:5} N={n:5d}: "
-                    + " ".join(f"{label} {row[f'ours_3xtf32_{label}_tflops']:5.1f}"
-                               f" ({row[f'ratio_{label}']:.2f}x)" for label, _ in variants)
-                    + f" | torch efficient {row['torch_efficient_fp32_tflops']:5.1f} TFLOP/s")
-                torch.cuda.empty_cache()
+    for d, causal, n in points(FWD_NS):
+        fl = 4 * BH * n * n * d / (2 if causal else 1)
+        t32 = torch_inputs(n, d, torch.float32)[:3]
+        q, k, v = (as_numba(t) for t in t32)
+        row = {"kind": "speed", "n": n, "d": d, "causal": causal}
+        for label, knobs in variants:
+            row[f"ours_3xtf32_{label}_ms"] = med(partial(
+                forward, q, k, v, kernel="tensor_core", causal=causal, **knobs),
+                reps=5)
+        row["torch_efficient_fp32_ms"] = med(
+            partial(sdpa, t32, causal, "EFFICIENT_ATTENTION"), "torch", reps=5)
+        add_tflops(row, fl)
+        for label, _ in variants:
+            row[f"ratio_{label}"] = (row["torch_efficient_fp32_ms"]
+                                     / row[f"ours_3xtf32_{label}_ms"])
+        rows.append(row)
+        log(f"tf32 d={d} causal={causal!s:5} N={n:5d}: "
+            + " ".join(f"{label} {row[f'ours_3xtf32_{label}_tflops']:5.1f}"
+                       f" ({row[f'ratio_{label}']:.2f}x)" for label, _ in variants)
+            + f" | torch efficient {row['torch_efficient_fp32_tflops']:5.1f} TFLOP/s")
+        torch.cuda.empty_cache()
     for tq_, tk_, d, causal in TF32_ERROR_SHAPES:
         g = torch.Generator(device="cuda").manual_seed(3)
         ts = [torch.randn((1, 2, n_, d), device="cuda", generator=g)
@@ -288,40 +302,33 @@ def bench_tf32_backward(rows, configs=()):
     """3xTF32 backward beside PyTorch's efficient fp32 backward: speed (the default, and
     each of `configs`), then accuracy (the default)."""
     import torch
-    for d in DS:
-        for causal in (False, True):
-            for n in BWD_NS:
-                fl = 10 * BH * n * n * d / (2 if causal else 1)
-                tq, tk, tv, tdo = torch_inputs(n, d, torch.float32, grad=True)
-                q, k, v, do = (as_numba(t) for t in (tq, tk, tv, tdo))
-                o, lse = forward(q, k, v, kernel="tensor_core", causal=causal)
-                row = {"kind": "speed", "n": n, "d": d, "causal": causal}
-                row["ours_3xtf32_ms"] = med(partial(backward, q, k, v, o, lse, do,
-                                                    kernel="tensor_core", causal=causal),
-                                            reps=5)
-                for c in configs:
-                    try:
-                        row[f"ours_3xtf32_{c}_ms"] = med(partial(
-                            backward, q, k, v, o, lse, do, kernel="tensor_core",
-                            causal=causal, **tf32_config(c, "block_q")), reps=5)
-                    except ValueError as exc:        # a variant that does not fit this d
-                        log(f"3xTF32 backward {c} at d={d}: {exc}")
-                to = sdpa((tq, tk, tv), causal, "EFFICIENT_ATTENTION")
-                row["torch_efficient_fp32_ms"] = med(
-                    partial(torch.autograd.grad, to, (tq, tk, tv), tdo, retain_graph=True),
-                    "torch", reps=5)
-                for key in [k_ for k_ in row if k_.endswith("_ms")]:
-                    row[key[:-3] + "_tflops"] = fl / row[key] / 1e9
-                row["ratio"] = row["torch_efficient_fp32_ms"] / row["ours_3xtf32_ms"]
-                rows.append(row)
-                extra = "".join(f" {c} {row[f'ours_3xtf32_{c}_tflops']:5.1f}" for c in configs
-                                if f"ours_3xtf32_{c}_tflops" in row)
-                log(f"bwd tf32 d={d} causal={causal!s:5} N={n:5d}: ours 3xTF32 "
-                    f"{row['ours_3xtf32_tflops']:5.1f}{extra} | torch efficient fp32 "
-                    f"{row['torch_efficient_fp32_tflops']:5.1f} TFLOP/s | ratio "
-                    f"{row['ratio']:.2f}")
-                del to, tq, tk, tv, tdo, q, k, v, do, o, lse
-                torch.cuda.empty_cache()
+    for d, causal, n in points(BWD_NS):
+        fl = 10 * BH * n * n * d / (2 if causal else 1)
+        (tq, tk, tv, tdo), (q, k, v, do), (o, lse) = backward_inputs(n, d, torch.float32, causal)
+        row = {"kind": "speed", "n": n, "d": d, "causal": causal}
+        row["ours_3xtf32_ms"] = med(partial(backward, q, k, v, o, lse, do,
+                                            kernel="tensor_core", causal=causal),
+                                    reps=5)
+        for c in configs:
+            try:
+                row[f"ours_3xtf32_{c}_ms"] = med(partial(
+                    backward, q, k, v, o, lse, do, kernel="tensor_core",
+                    causal=causal, **tf32_config(c, "block_q")), reps=5)
+            except ValueError as exc:        # a variant that does not fit this d
+                log(f"3xTF32 backward {c} at d={d}: {exc}")
+        row["torch_efficient_fp32_ms"] = torch_backward_ms((tq, tk, tv), tdo, causal,
+                                                           "EFFICIENT_ATTENTION", reps=5)
+        add_tflops(row, fl)
+        row["ratio"] = row["torch_efficient_fp32_ms"] / row["ours_3xtf32_ms"]
+        rows.append(row)
+        extra = "".join(f" {c} {row[f'ours_3xtf32_{c}_tflops']:5.1f}" for c in configs
+                        if f"ours_3xtf32_{c}_tflops" in row)
+        log(f"bwd tf32 d={d} causal={causal!s:5} N={n:5d}: ours 3xTF32 "
+            f"{row['ours_3xtf32_tflops']:5.1f}{extra} | torch efficient fp32 "
+            f"{row['torch_efficient_fp32_tflops']:5.1f} TFLOP/s | ratio "
+            f"{row['ratio']:.2f}")
+        del tq, tk, tv, tdo, q, k, v, do, o, lse
+        torch.cuda.empty_cache()
     for tq_, tk_, d, causal in TF32_BWD_ERROR_SHAPES:
         g = torch.Generator(device="cuda").manual_seed(5)
         ts = [torch.randn((1, 2, n_, d), device="cuda", generator=g, requires_grad=True)
@@ -389,10 +396,7 @@ def main(argv=None) -> int:
                     help="tf32_backward: also time these variants, PIPELINE:WARPS:BLOCK_Q")
     ap.add_argument("--bwd-block-q", type=int, nargs="*", default=[],
                     help="also time the backward with these Br (block_q)")
-    results.add_output_arguments(ap)
-    args = ap.parse_args(argv)
-    results.check_outputs(args, __file__)
-    results.require_gpu("benchmarks/gpu_bars.py", args.simulator_smoke)
+    args = results.parse_gpu_arguments(ap, argv, __file__)
     if args.simulator_smoke:
         print("gpu_bars: needs PyTorch on a GPU; nothing to smoke-test")
         return 0

@@ -357,10 +357,7 @@ def main(argv=None):
                     help="default flash configs with unroll 1, 2, 4, 8: check and time")
     ap.add_argument("--kernels", default=",".join(KERNELS) + ",torch",
                     help="comma-separated subset of textbook,flash,dense,torch")
-    results.add_output_arguments(ap)
-    args = ap.parse_args(argv)
-    results.check_outputs(args, __file__)
-    results.require_gpu("benchmarks/gpu_forward.py", args.simulator_smoke)
+    args = results.parse_gpu_arguments(ap, argv, __file__)
     smoke = args.simulator_smoke
     if smoke and (args.variants or args.bench or args.unroll_sweep):
         raise SystemExit("--simulator-smoke runs --check and --sanitize-small only (tiny "

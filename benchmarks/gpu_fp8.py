@@ -533,10 +533,7 @@ def main(argv=None):
                     help="comma-separated HxTxd of --bench (default: %(default)s)")
     ap.add_argument("--parts", default="numerics,kv",
                     help="comma-separated parts to run: numerics, kv (default: %(default)s)")
-    results.add_output_arguments(ap)
-    args = ap.parse_args(argv)
-    results.check_outputs(args, __file__)
-    results.require_gpu("benchmarks/gpu_fp8.py", args.simulator_smoke)
+    args = results.parse_gpu_arguments(ap, argv, __file__)
     out = results.output_dir(args)
     parts = set(args.parts.split(","))
     if not parts or parts - {"numerics", "kv"}:

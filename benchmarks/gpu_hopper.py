@@ -409,10 +409,7 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", nargs="*", default=[],
                     help="--variants: only these, WARPGROUPS:BLOCK_K:PIPELINE (and --check "
                          "checks each of them on every shape)")
-    results.add_output_arguments(ap)
-    args = ap.parse_args(argv)
-    results.check_outputs(args, __file__)
-    results.require_gpu("benchmarks/gpu_hopper.py", args.simulator_smoke)
+    args = results.parse_gpu_arguments(ap, argv, __file__)
     if args.simulator_smoke:
         print("gpu_hopper: wgmma cannot run on the simulator; nothing to smoke-test")
         return 0

@@ -479,10 +479,7 @@ def main(argv=None):
     ap.add_argument("--no-forward", action="store_true", help="--bench: decode only")
     ap.add_argument("--host-passes", type=int, default=2,
                     help="--bench: later rounds of every host time, spread over the run")
-    results.add_output_arguments(ap)
-    args = ap.parse_args(argv)
-    results.check_outputs(args, __file__)
-    results.require_gpu("benchmarks/gpu_host_path.py", args.simulator_smoke)
+    args = results.parse_gpu_arguments(ap, argv, __file__)
     if args.simulator_smoke:
         if args.bench:
             raise SystemExit("--simulator-smoke only checks that the script runs: nothing "

@@ -558,10 +558,7 @@ def main(argv=None):
     ap.add_argument("--tables", default="all", help="'all' or 'none': the decode table part")
     ap.add_argument("--groups", default=",".join(map(str, GROUPS)))
     ap.add_argument("--pages", default=",".join(map(str, PAGES)))
-    results.add_output_arguments(ap)
-    args = ap.parse_args(argv)
-    results.check_outputs(args, __file__)
-    results.require_gpu("benchmarks/gpu_paged.py", args.simulator_smoke)
+    args = results.parse_gpu_arguments(ap, argv, __file__)
     if args.simulator_smoke:
         if args.bench:
             raise SystemExit("--simulator-smoke only checks: nothing is timed")

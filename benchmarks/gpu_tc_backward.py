@@ -360,10 +360,7 @@ def main(argv=None) -> int:
     ap = results.benchmark_parser(__doc__, "check", "variants", "bench", "quick",
                                   "sanitize-small")
     ap.add_argument("--ns", type=int, nargs="+", help="the bench's N values")
-    results.add_output_arguments(ap)
-    args = ap.parse_args(argv)
-    results.check_outputs(args, __file__)
-    results.require_gpu("benchmarks/gpu_tc_backward.py", args.simulator_smoke)
+    args = results.parse_gpu_arguments(ap, argv, __file__)
     if args.simulator_smoke:
         return simulator_smoke()
     if args.sanitize_small:

@@ -601,10 +601,7 @@ def main(argv=None):
     ap.add_argument("--sanitize-small", action="store_true")
     ap.add_argument("--precisions", nargs="+", default=None,
                     help="--variants/--async-variants/--check: only these precisions")
-    results.add_output_arguments(ap)
-    args = ap.parse_args(argv)
-    results.check_outputs(args, __file__)
-    results.require_gpu("benchmarks/gpu_tensor_core.py", args.simulator_smoke)
+    args = results.parse_gpu_arguments(ap, argv, __file__)
     if args.simulator_smoke:
         simulator_smoke()
         return 0

@@ -556,10 +556,7 @@ def main(argv=None):
     ap.add_argument("--check-parts", default="forward,backward,flex",
                     help="the parts of --check to run: forward, backward (against float64), "
                          "flex (the backward's error against FlexAttention's)")
-    results.add_output_arguments(ap)
-    args = ap.parse_args(argv)
-    results.check_outputs(args, __file__)
-    results.require_gpu("benchmarks/gpu_variants.py", args.simulator_smoke)
+    args = results.parse_gpu_arguments(ap, argv, __file__)
     if args.simulator_smoke and args.bench:
         raise SystemExit("--simulator-smoke runs a tiny --check only (forward and "
                          "backward); timings need a GPU")

@@ -203,10 +203,7 @@ def main(argv=None):
     ap.add_argument("--timeout", type=int, default=400, help="seconds per ncu process")
     ap.add_argument("--deadline-s", type=float, default=1e9,
                     help="total seconds for all ncu processes (later ones get what is left)")
-    results.add_output_arguments(ap)
-    args = ap.parse_args(argv)
-    results.check_outputs(args, __file__)
-    results.require_gpu("benchmarks/ncu_traffic.py", args.simulator_smoke)
+    args = results.parse_gpu_arguments(ap, argv, __file__)
     out = results.output_dir(args)
     global NCU
     NCU = find_ncu()

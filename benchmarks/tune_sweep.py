@@ -128,10 +128,7 @@ def main(argv=None):
     ap.add_argument("--long-repeats", type=int, default=3)
     ap.add_argument("--workers", type=int, default=10)
     ap.add_argument("--budget-s", type=float, default=240.0)
-    results.add_output_arguments(ap)
-    args = ap.parse_args(argv)
-    results.check_outputs(args, __file__)
-    results.require_gpu("benchmarks/tune_sweep.py", args.simulator_smoke)
+    args = results.parse_gpu_arguments(ap, argv, __file__)
     out = results.output_dir(args)
     deadline = time.time() + args.budget_s
 

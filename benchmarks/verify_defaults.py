@@ -26,10 +26,7 @@ from flashcourse.traffic import attention_flops
 def main(argv=None):
     from numba import cuda
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    results.add_output_arguments(ap)
-    args = ap.parse_args(argv)
-    results.check_outputs(args, __file__)
-    results.require_gpu("benchmarks/verify_defaults.py", args.simulator_smoke)
+    args = results.parse_gpu_arguments(ap, argv, __file__)
     out = results.output_dir(args)
     smoke = args.simulator_smoke
     rng = np.random.default_rng(0)

@@ -561,6 +561,20 @@ def check_outputs(args, script_file, gpu: bool = True, outputs: dict | None = No
         raise OutputError(f"benchmarks/{Path(script_file).name}: {problem}")
 
 
+def parse_gpu_arguments(parser, argv, script_file):
+    """The start of a GPU benchmark's `main(argv)`, the same in each script that needs
+    nothing else between its steps: --out, --record and --simulator-smoke added to
+    `parser` (`add_output_arguments`), `argv` parsed, the outputs checked before anything
+    runs (`check_outputs` with the script's `__file__`) and a GPU required unless
+    --simulator-smoke (`require_gpu`, naming the script benchmarks/<file>). The parsed
+    arguments."""
+    add_output_arguments(parser)
+    args = parser.parse_args(argv)
+    check_outputs(args, script_file)
+    require_gpu(f"benchmarks/{Path(script_file).name}", args.simulator_smoke)
+    return args
+
+
 def output_dir(args) -> Path:
     """The folder a benchmark writes into as it runs, from its --out/--record.
 

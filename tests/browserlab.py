@@ -50,16 +50,12 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
-from helpers import wait_until_ready
+from helpers import require, wait_until_ready
+from site_check import CHROMIUM, chromium_context  # noqa: F401  (the `browser` fixture's)
 
 from flashcourse.plots.style import AUDIT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path(os.environ.get("FLASHCOURSE_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync",
-                 "--disable-dev-shm-usage"]
 ARTIFACTS = ROOT / "test-artifacts"
 TIMEOUT_MS = 90_000
 #: Run All of one notebook: a guard against a hung run, not a speed check (the slowest
@@ -91,15 +87,6 @@ def browser_group(notebook: str) -> str:
     others = [str(p.relative_to(ROOT)) for p in PAGES
               if str(p.relative_to(ROOT)) not in EXPLORER_NOTEBOOKS]
     return BROWSER_GROUPS[others.index(notebook) % 2]
-
-
-def _require(condition: bool, reason: str) -> None:
-    """Skip with `reason`, or fail under CI=true, where the browser test must run."""
-    if condition:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason} (CI=true: the browser test must run)")
-    pytest.skip(reason)
 
 
 def _free_port() -> int:
@@ -135,6 +122,17 @@ class Lab:
 
     def log_tail(self) -> str:
         return f"--- JupyterLab log (last lines) ---\n{_tail(self.log)}"
+
+
+def write_one_cell_notebook(path: Path, source: str) -> None:
+    """A notebook file at `path` with one code cell holding `source` (its id: the file's
+    stem) and a python3 kernelspec, for a scratch JupyterLab (`jupyter_lab`)."""
+    path.write_text(json.dumps({
+        "cells": [{"cell_type": "code", "execution_count": None, "id": path.stem,
+                   "metadata": {}, "outputs": [], "source": source}],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                    "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5}))
 
 
 @contextmanager
@@ -278,7 +276,7 @@ def browser_missing() -> str | None:
 def require_browser() -> None:
     """Skip (or fail under CI=true) where the browser tests cannot run."""
     reason = browser_missing()
-    _require(reason is None, reason or "")
+    require(reason is None, reason or "", "browser test")
 
 
 @contextmanager
@@ -288,22 +286,6 @@ def course_lab(scratch: Path):
     (tests/conftest.py), one per test run and xdist worker."""
     with jupyter_lab(ROOT, scratch, audit=scratch / "figures.jsonl") as server:
         yield server
-
-
-@contextmanager
-def chromium_context():
-    """One headless Chromium as one browser context: its pages share the HTTP cache, so
-    JupyterLab's scripts are fetched once, not once per page (pages loaded ~15% faster so,
-    here); each test opens its own page. The `browser` fixture (tests/conftest.py)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                     args=CHROMIUM_ARGS)
-        try:
-            yield chromium.new_context()
-        finally:
-            chromium.close()
 
 
 #: Course pages left open, after Run All, for the next test of the same notebook (per

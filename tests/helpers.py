@@ -1,6 +1,7 @@
 """Helpers shared by the test modules (random attention inputs, error measures)."""
 
 import importlib
+import os
 import subprocess
 import sys
 import time
@@ -8,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from flashcourse.timing import rel_err  # noqa: F401  (the course's one error measure)
 
@@ -20,6 +22,16 @@ if str(TOOLS) not in sys.path:          # the tools/ scripts import as modules i
 #: by input dtype: float64 rounding ~1e-16 per op, a few thousand ops -> 1e-12;
 #: float32 accumulation -> 1e-5; float16 inputs/outputs (3 decimal digits) -> 1e-2.
 TOL = {np.float64: 1e-12, np.float32: 1e-5, np.float16: 1e-2}
+
+
+def require(condition: bool, reason: str, test: str) -> None:
+    """Skip with `reason` unless `condition`; under CI=true fail instead, where `test` (e.g.
+    "browser test") must run."""
+    if condition:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (CI=true: the {test} must run)")
+    pytest.skip(reason)
 
 
 def tool(name: str):

@@ -117,6 +117,25 @@ def mistakes_test(path: Path, checks, mistakes: dict, *, id_width: int = 30):
     return test
 
 
+def variants_test(path: Path, checks, variants: dict):
+    """A test: each unusual correct solution `variants[key] = (name, [(old, new), ...])`,
+    edits of the solution's function `name` (each `old` must occur in the lab), passes the
+    checker of `name` in `checks` ((checker, name) pairs, as for `lab_tests`; numpy
+    warnings silenced). The failure names the variant, the case, the detail and the hint."""
+    check_of = {name: check for check, name in checks}
+
+    @pytest.mark.parametrize("key", list(variants))
+    def test(key):
+        name, edits = variants[key]
+        for old, _ in edits:
+            assert any(old in src for src in cells_of(path)), (key, old)
+        fn = functions_of(path, replace=edits)[name]
+        with np.errstate(all="ignore"):
+            result = check_of[name](fn, verbose=False)
+        assert result.passed, (key, result.case, result.detail, result.hint[:80])
+    return test
+
+
 def hint_leaks_test(hints, path: Path):
     """A test: no line of the solution lab at `path` stands in any of `hints` (`hint_leaks`)."""
     def test():

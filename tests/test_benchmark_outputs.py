@@ -197,11 +197,13 @@ def test_recorded_results_are_unchanged(outcomes):
 
 
 def test_every_benchmark_script_checks_its_outputs():
-    """One check for all (flashcourse.results.check_outputs), right after parsing; a
-    script that writes through output_dir also calls finish (the --record step)."""
+    """One check for all (flashcourse.results.check_outputs), right after parsing (called
+    by the script, or by results.parse_gpu_arguments, which parses); a script that writes
+    through output_dir also calls finish (the --record step)."""
     for path in sorted(BENCH.glob("*.py")):
         text = path.read_text()
-        assert "results.check_outputs(args, __file__" in text, path.name
+        assert ("results.check_outputs(args, __file__" in text
+                or "args = results.parse_gpu_arguments(ap, argv, __file__)" in text), path.name
         if "results.output_dir(" in text:
             assert "results.finish(" in text, path.name
 

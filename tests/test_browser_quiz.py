@@ -29,7 +29,7 @@ import time
 import pytest
 
 from browserlab import (ARTIFACTS, BROWSER_GROUPS, ROOT, jupyter_lab, notebook_page,
-                        run_all_and_wait)
+                        run_all_and_wait, write_one_cell_notebook)
 
 from flashcourse.quiz import OPTIONS_CLASS, QUIZ_DIR, load_questions
 
@@ -110,12 +110,7 @@ def quiz_lab(tmp_path_factory):
     source = ("from flashcourse.quiz import QUIZ_DIR, load_questions, show_quiz\n"
               "for path in sorted(QUIZ_DIR.glob('*.toml')):\n"
               "    show_quiz(load_questions(path))")
-    (root / "quizzes.ipynb").write_text(json.dumps({
-        "cells": [{"cell_type": "code", "execution_count": None, "id": "quizzes",
-                   "metadata": {}, "outputs": [], "source": source}],
-        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
-                                    "name": "python3"}},
-        "nbformat": 4, "nbformat_minor": 5}))
+    write_one_cell_notebook(root / "quizzes.ipynb", source)
     # the kernel runs in the scratch folder: it must import this checkout's flashcourse
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [old])])

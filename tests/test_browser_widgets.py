@@ -29,7 +29,6 @@ checks that page instead of running the notebook again.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from contextlib import contextmanager
@@ -37,7 +36,8 @@ from contextlib import contextmanager
 import pytest
 
 from browserlab import (ARTIFACTS, BROWSER_GROUPS, EXPLORER_NOTEBOOKS, ROOT, jupyter_lab,
-                        notebook_page, open_and_run_all, run_all_and_wait)
+                        notebook_page, open_and_run_all, run_all_and_wait,
+                        write_one_cell_notebook)
 
 # with the notebooks they run, on one worker (make test: --dist loadgroup; BROWSER_GROUPS
 # in tests/browserlab.py says why two groups)
@@ -214,12 +214,7 @@ def test_tile_schedule_play_keeps_title_and_readout_together(browser, tmp_path, 
     root.mkdir()
     source = ("from flashcourse.widgets.tile_schedule import tile_schedule\n"
               "tile_schedule(block_q=16, block_k=16, causal=False, interval_ms=150)")
-    (root / "play.ipynb").write_text(json.dumps({
-        "cells": [{"cell_type": "code", "execution_count": None, "id": "play",
-                   "metadata": {}, "outputs": [], "source": source}],
-        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
-                                    "name": "python3"}},
-        "nbformat": 4, "nbformat_minor": 5}))
+    write_one_cell_notebook(root / "play.ipynb", source)
     # the kernel runs in the scratch folder: it must import this checkout's flashcourse
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))

@@ -55,7 +55,7 @@ from http.cookiejar import CookieJar
 from pathlib import Path
 
 import pytest
-from helpers import TOOLS, wait_until_ready
+from helpers import TOOLS, require, wait_until_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = TOOLS / "class_hub" / "jupyterhub_config.py"
@@ -71,15 +71,6 @@ STOP_S = 60           # the hub stopping its servers and proxy after SIGTERM
 CLASS_S = 660         # all three learners, login to last cell (pytest's timeout: 900 s)
 
 pytestmark = [pytest.mark.notebook, pytest.mark.slow, pytest.mark.timeout(900)]
-
-
-def _require(condition: bool, reason: str) -> None:
-    """Skip with `reason`, or fail under CI=true, where the class test must run."""
-    if condition:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason} (CI=true: the class-hub test must run)")
-    pytest.skip(reason)
 
 
 def _free_ports(n: int) -> list[int]:
@@ -290,9 +281,10 @@ def class_hub(tmp_path_factory):
         try:
             __import__(module)
         except ImportError:
-            _require(False, f"the {module} Python package is not installed "
-                            "(pip install -r requirements-dev.txt)")
-    _require(shutil.which("git") is not None, "git is not installed (nbgitpuller needs it)")
+            require(False, f"the {module} Python package is not installed "
+                           "(pip install -r requirements-dev.txt)", "class-hub test")
+    require(shutil.which("git") is not None, "git is not installed (nbgitpuller needs it)",
+            "class-hub test")
     sys.path.insert(0, str(TOOLS / "class_hub"))
     try:
         import install_proxy

@@ -13,7 +13,7 @@ from numba import cuda
 from flashcourse.labs import cuda_puzzles as L
 from flashcourse.labs._harness import HINT_COMPILE, HINT_NOT_KERNEL
 from labtools import (assert_hint, assert_stubs_not_implemented, cells_of, functions_of,
-                      hint_leaks_test, lab_fixture, lab_path, mutate)
+                      hint_leaks_test, lab_fixture, lab_path, mutate, variants_test)
 
 LAB = lab_path("lab05_cuda_puzzles")
 NAMES = list(L.PUZZLES)
@@ -439,15 +439,7 @@ VARIANTS = {
          "    for i in range(ROWS13 - 1, -1, -1):\n        r = ROWS13 * b + i")]),
 }
 
-
-@pytest.mark.parametrize("key", list(VARIANTS))
-def test_valid_variant_passes(key):
-    name, edits = VARIANTS[key]
-    for old, _ in edits:
-        assert any(old in src for src in cells_of(LAB)), (key, old)
-    fn = functions_of(LAB, replace=edits)[name]
-    result = check(name)(fn, verbose=False)
-    assert result.passed, (key, result.detail, result.hint[:80])
+test_valid_variant_passes = variants_test(LAB, [(check(n), n) for n in NAMES], VARIANTS)
 
 
 def test_trace_counts_conflicts_and_sectors(lab):

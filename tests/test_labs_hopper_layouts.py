@@ -2,10 +2,8 @@
 slip (an edit of the solution) gets its own hint, unusual correct solutions pass, and the
 checkers' model agrees with numbers worked out by hand from the PTX ISA's field table."""
 
-import pytest
-
 from flashcourse.labs import hopper_layouts as H
-from labtools import (functions_of, hint_leaks_test, lab_path, lab_tests, mistakes_test)
+from labtools import hint_leaks_test, lab_path, lab_tests, mistakes_test, variants_test
 
 LAB = lab_path("lab12_hopper_layouts")
 CHECKS = [(H.check_descriptor, "my_descriptor"), (H.check_swizzled_offset, "my_swizzled_offset"),
@@ -75,14 +73,7 @@ VARIANTS = {
         "    mask = {None: 0, 32: 1, 64: 3, 128: 7}[swizzle]\n")]),
 }
 
-
-@pytest.mark.parametrize("key", list(VARIANTS))
-def test_valid_variant_passes(key):
-    name, edits = VARIANTS[key]
-    fn = functions_of(LAB, replace=edits)[name]
-    check = dict((n, c) for c, n in CHECKS)[name]
-    result = check(fn, verbose=False)
-    assert result.passed, (key, result.detail, result.hint[:80])
+test_valid_variant_passes = variants_test(LAB, CHECKS, VARIANTS)
 
 
 def test_model_against_hand_worked_numbers():

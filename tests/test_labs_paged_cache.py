@@ -8,7 +8,7 @@ import pytest
 
 from flashcourse import paged_cache as pc
 from flashcourse.labs import paged_cache as L
-from labtools import functions_of, hint_leaks_test, lab_path, lab_tests, mistakes_test
+from labtools import hint_leaks_test, lab_path, lab_tests, mistakes_test, variants_test
 
 LAB = lab_path("lab11b_paged_cache")
 CHECKS = [(L.check_token_address, "my_token_address"), (L.check_gather, "my_gather"),
@@ -124,14 +124,7 @@ VARIANTS = {
          "        cache.v_pages[page, :, slot] = v_new[:, i]\n        cache.seq_lens[b] += 1")]),
 }
 
-
-@pytest.mark.parametrize("key", list(VARIANTS))
-def test_valid_variant_passes(key):
-    name, edits = VARIANTS[key]
-    fn = functions_of(LAB, replace=edits)[name]
-    check = dict((n, c) for c, n in CHECKS)[name]
-    result = check(fn, verbose=False)
-    assert result.passed, (key, result.detail, result.hint[:80])
+test_valid_variant_passes = variants_test(LAB, CHECKS, VARIANTS)
 
 
 def test_the_checker_model_is_the_course_append():

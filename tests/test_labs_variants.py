@@ -10,7 +10,7 @@ from flashcourse.labs import variants as V
 from flashcourse.variants import library
 from flashcourse.variants.block_mask import create_block_mask
 from labtools import (assert_hint, functions_of, hint_leaks_test, lab_path, lab_tests,
-                      mistakes_test)
+                      mistakes_test, variants_test)
 
 LAB = lab_path("lab14_variants")
 CHECKS = [(V.check_sliding_window, "sliding_window"), (V.check_document, "document"),
@@ -212,14 +212,7 @@ VARIANTS = {
         "        visits += [(j, False) for j in full_kv_indices[i, :full_kv_num_blocks[i]]]")]),
 }
 
-
-@pytest.mark.parametrize("key", list(VARIANTS))
-def test_unusual_correct_solution_passes(key):
-    name, edits = VARIANTS[key]
-    fn = functions_of(LAB, replace=edits)[name]
-    with np.errstate(all="ignore"):
-        result = CHECK_OF[name](fn, verbose=False)
-    assert result.passed, (key, result.case, result.detail, result.hint[:80])
+test_unusual_correct_solution_passes = variants_test(LAB, CHECKS, VARIANTS)
 
 
 def test_the_library_masks_pass_by_design():

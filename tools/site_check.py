@@ -201,12 +201,10 @@ def _target_file(site: Path, base: str, url: str) -> tuple[Path | None, str]:
 
 
 @contextmanager
-def _chromium(context=None):
-    """A Playwright browser context: `context` itself, or Debian's chromium launched for
-    the block (one Playwright per process: a caller that runs one already passes its own)."""
-    if context is not None:
-        yield context
-        return
+def chromium_context():
+    """Debian's headless Chromium (CHROMIUM, CHROMIUM_ARGS) launched for the block, as one
+    Playwright browser context: its pages share the HTTP cache (the browser tests' pages
+    fetch JupyterLab's scripts once so, ~15% faster; tests/browserlab.py uses it too)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -216,6 +214,17 @@ def _chromium(context=None):
             yield browser.new_context()
         finally:
             browser.close()
+
+
+@contextmanager
+def _chromium(context=None):
+    """A Playwright browser context: `context` itself, or `chromium_context()` for the
+    block (one Playwright per process: a caller that runs one already passes its own)."""
+    if context is not None:
+        yield context
+        return
+    with chromium_context() as launched:
+        yield launched
 
 
 def check_site(site: Path, *, executed: bool = False, only: list[str] | None = None,

@@ -31,6 +31,7 @@ from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_ti
                          rows_loaded_case)
 from ._harness import (SKIPPING_SHAPES, Result, parts_close, plain, random_qkv, run_checks,
                        tiled_cases)
+from . import tiled_forward as _forward
 
 HINT_FORGOT_D = (
     "dS is missing the row term of the softmax Jacobian: each row's dS must subtract that "
@@ -133,13 +134,8 @@ HINT_SKIP_NO_OFFSET = (
     "query i sees key j when j <= i + (Tk - Tq), so the first query that sees key k0 is "
     "k0 - (Tk - Tq). For Tq < Tk you skip query blocks that see this key block.",
     "Start the query loop at the block containing row max(0, k0 - (Tk - Tq)).")
-HINT_DQ_K_END_SHORT = (
-    "Your key loop ends one key too early (k_end): the block's last query, q1 - 1, sees keys "
-    "up to q1 - 1 + (Tk - Tq), so the range's end (exclusive) is q1 + (Tk - Tq), clipped to "
-    "0 .. Tk. One short, a key block whose first key is that last visible key is never "
-    "visited.",
-    "k_end = q1 + Tk - Tq, clipped to 0 .. Tk; the key loop runs k0 over range(0, k_end, "
-    "Bc).")
+#: the dQ pass's causal key loop ends where the forward's does (lab 03): the same hint
+HINT_DQ_K_END_SHORT = _forward.HINT_K_END_SHORT
 HINT_DQ_SKIP_TOO_MUCH = (
     "Your key loop skips key blocks that some query of this block can see.",
     "A key block is hidden from query block i only if its FIRST key is after what the "

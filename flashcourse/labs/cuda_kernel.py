@@ -256,27 +256,22 @@ def check_micro_tile_scores(fn, *, verbose: bool = True, hint_level: int = 1) ->
         keys = sorted(expected)
         return (np.stack([yours[t] for t in keys]), np.stack([expected[t] for t in keys]))
 
-    def layout_contiguous(y, e):
+    def same_tiles(y, tile):
+        """y is every thread's micro-tile as tile(qs, ks, tx, ty) computes it, on the
+        inputs of `values` (seed 1): the tiles a known slip makes."""
         rng = np.random.default_rng(1)
         qs = rng.standard_normal((D, BR)).astype(np.float64)
         ks = rng.standard_normal((BC, D)).astype(np.float64)
-        alt = []
-        for tid in range(NT):
-            tx, ty = tid % CT, tid // CT
-            rows, cols = ty * TM + np.arange(TM), tx * TN + np.arange(TN)
-            alt.append((qs[:, rows].T @ ks[cols].T).reshape(-1))
+        alt = [tile(qs, ks, tid % CT, tid // CT).reshape(-1) for tid in range(NT)]
         return np.allclose(y, np.stack(alt), rtol=1e-4, atol=1e-4)
 
-    def ks_transposed(y, e):
-        rng = np.random.default_rng(1)
-        qs = rng.standard_normal((D, BR)).astype(np.float64)
-        ks = rng.standard_normal((BC, D)).astype(np.float64)
-        alt = []
-        for tid in range(NT):
-            tx, ty = tid % CT, tid // CT
-            rows, cols = ty + RT * np.arange(TM), tx + CT * np.arange(TN)
-            alt.append((qs[:, rows].T @ ks[:, cols]).reshape(-1))   # ks[kk, col]: BC = D
-        return np.allclose(y, np.stack(alt), rtol=1e-4, atol=1e-4)
+    def layout_contiguous(y, e):        # thread (ty, tx): rows ty * TM.., columns tx * TN..
+        return same_tiles(y, lambda qs, ks, tx, ty:
+                          qs[:, ty * TM + np.arange(TM)].T @ ks[tx * TN + np.arange(TN)].T)
+
+    def ks_transposed(y, e):            # ks read as ks[kk, col]: BC = D
+        return same_tiles(y, lambda qs, ks, tx, ty:
+                          qs[:, ty + RT * np.arange(TM)].T @ ks[:, tx + CT * np.arange(TN)])
 
     def not_reset(y, e):
         return np.allclose(y, e + 7.0, rtol=1e-4, atol=1e-4)
@@ -303,31 +298,40 @@ def check_micro_tile_scores(fn, *, verbose: bool = True, hint_level: int = 1) ->
 # -- checker 2: the row reductions (a tiny kernel on the simulator or the GPU) ---------------
 
 @lru_cache(maxsize=None)
-def _reduce_kernel(rmax, rsum):
+def _reduce_kernel(rmax, rsum, threads):
     def kern(x, out_max, out_sum):
-        scratch = cuda.shared.array(NT, float32)
+        scratch = cuda.shared.array(threads, float32)
         tid = cuda.threadIdx.x
         out_max[tid] = rmax(x[tid], scratch, tid)
         out_sum[tid] = rsum(x[tid], scratch, tid)
     return cuda.jit(kern)
 
 
-def reduce_values(row_max, row_sum, x):
-    kernel_guard(row_max, "row_max")
-    kernel_guard(row_sum, "row_sum")
+def run_reductions(rmax, rsum, x):
+    """(each thread's rmax, each thread's rsum) when one block of len(x) threads runs the
+    learner's device functions f(x[t], scratch, t) (scratch: len(x) float32 in shared
+    memory) on x: this lab's row reductions, lab 09's quad reductions."""
     xd = cuda.to_device(np.asarray(x, np.float32))
-    mx = cuda.to_device(np.zeros(NT, np.float32))
-    sm = cuda.to_device(np.zeros(NT, np.float32))
-    kern = _reduce_kernel(_device(row_max), _device(row_sum))
+    mx = cuda.to_device(np.zeros(len(x), np.float32))
+    sm = cuda.to_device(np.zeros(len(x), np.float32))
+    kern = _reduce_kernel(_device(rmax), _device(rsum), len(x))
     with simulator_lock():         # one simulated kernel at a time (cuda/common/_launch.py)
-        kern[1, NT](xd, mx, sm)
+        kern[1, len(x)](xd, mx, sm)
     return mx.copy_to_host(), sm.copy_to_host()
 
 
-def _butterfly(x, op, offsets):
+def reduce_values(row_max, row_sum, x):
+    kernel_guard(row_max, "row_max")
+    kernel_guard(row_sum, "row_sum")
+    return run_reductions(row_max, row_sum, x)
+
+
+def xor_steps(x, op, offsets):
+    """x (one value per thread) combined by op with the value of thread t ^ offset, for each
+    offset in turn, in float64: what a butterfly over those offsets gives each thread."""
     out = np.asarray(x, np.float64).copy()
     for offset in offsets:
-        out = op(out, out[np.arange(NT) ^ offset])
+        out = op(out, out[np.arange(len(out)) ^ offset])
     return out
 
 
@@ -340,9 +344,9 @@ def check_row_reductions(row_max, row_sum, *, verbose: bool = True,
     exp_max = np.array([x[rows == r].max() for r in rows], np.float64)
     exp_sum = np.array([x[rows == r].sum() for r in rows], np.float64)
     wrong = {
-        "steps": (_butterfly(x, np.maximum, full[:1]), _butterfly(x, np.add, full[:1])),
-        "cross": (_butterfly(x, np.maximum, [CT] + full), _butterfly(x, np.add, [CT] + full)),
-        "op": (_butterfly(x, np.add, full), _butterfly(x, np.maximum, full)),
+        "steps": (xor_steps(x, np.maximum, full[:1]), xor_steps(x, np.add, full[:1])),
+        "cross": (xor_steps(x, np.maximum, [CT] + full), xor_steps(x, np.add, [CT] + full)),
+        "op": (xor_steps(x, np.add, full), xor_steps(x, np.maximum, full)),
     }
 
     def case(which, expected, idx):

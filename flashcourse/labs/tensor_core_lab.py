@@ -45,7 +45,7 @@ from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ._harness import Case, Result, run_checks
 from .kernel_source import float64_literals, kernel_guard, py_func
-from .cuda_kernel import HINT_FLOAT64
+from .cuda_kernel import HINT_FLOAT64, run_reductions, xor_steps
 from .cuda_lab_kernel import _device
 
 BR = 16                     # query rows per block (one m16 tile, one warp)
@@ -412,23 +412,6 @@ def check_fragments(load_a, load_b, *, verbose: bool = True, hint_level: int = 1
 
 # -- checker 2: the quad reductions ------------------------------------------------------------
 
-@lru_cache(maxsize=None)
-def _quad_kernel(qmax, qsum):
-    def kern(x, out_max, out_sum):
-        red = cuda.shared.array(NT, float32)
-        lane = cuda.threadIdx.x
-        out_max[lane] = qmax(x[lane], red, lane)
-        out_sum[lane] = qsum(x[lane], red, lane)
-    return cuda.jit(kern)
-
-
-def _quad(x, op, offsets):
-    out = np.asarray(x, np.float64).copy()
-    for off in offsets:
-        out = op(out, out[np.arange(NT) ^ off])
-    return out
-
-
 def check_quad(quad_max, quad_sum, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Every lane must end with the max and the sum over its quad (lanes 4 g .. 4 g + 3)."""
     x = np.random.default_rng(11).standard_normal(NT).astype(np.float32)
@@ -436,20 +419,18 @@ def check_quad(quad_max, quad_sum, *, verbose: bool = True, hint_level: int = 1)
     def run(fns, idx):
         kernel_guard(fns[0], "quad_max")
         kernel_guard(fns[1], "quad_sum")
-        mx = cuda.to_device(np.zeros(NT, np.float32))
-        sm = cuda.to_device(np.zeros(NT, np.float32))
-        with simulator_lock():
-            _quad_kernel(_device(fns[0]), _device(fns[1]))[1, NT](cuda.to_device(x), mx, sm)
-        return (mx.copy_to_host(), sm.copy_to_host())[idx]
+        return run_reductions(fns[0], fns[1], x)[idx]
 
     first, last = source_cases((quad_max, quad_sum))
     cases = list(first)
     for idx, (what, op, other) in enumerate((("max", np.maximum, np.add),
                                              ("sum", np.add, np.maximum))):
-        want = _quad(x, op, (1, 2))
-        wrongs = [(_quad(x, op, (1,)), HINT_QUAD_STEP), (_quad(x, op, (2,)), HINT_QUAD_STEP),
-                  (_quad(x, op, (1, 2, 4)), HINT_QUAD_CROSS),
-                  (_quad(x, op, (4, 8)), HINT_QUAD_CROSS), (_quad(x, other, (1, 2)), HINT_QUAD_OP)]
+        want = xor_steps(x, op, (1, 2))
+        wrongs = [(xor_steps(x, op, (1,)), HINT_QUAD_STEP),
+                  (xor_steps(x, op, (2,)), HINT_QUAD_STEP),
+                  (xor_steps(x, op, (1, 2, 4)), HINT_QUAD_CROSS),
+                  (xor_steps(x, op, (4, 8)), HINT_QUAD_CROSS),
+                  (xor_steps(x, other, (1, 2)), HINT_QUAD_OP)]
         diagnoses = [((lambda y, e, w=w: np.allclose(y, w, rtol=1e-6, atol=1e-6)), *h)
                      for w, h in wrongs]
         cases.append(Case(f"quad_{what} on all 32 lanes", lambda f, i=idx, w=want: (run(f, i), w),
