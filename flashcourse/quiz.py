@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .results import schema_errors
+from .results import read_regular, schema_errors
 
 try:
     import tomllib
@@ -389,13 +389,7 @@ def _read(path: Path) -> bytes:
     MAX_QUIZ_BYTES."""
     file = _shown(path)
     try:
-        mode = os.stat(path).st_mode
-        if stat.S_ISREG(mode):
-            # O_NONBLOCK: should the path become a FIFO after the stat, open does not wait
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-            with os.fdopen(fd, "rb") as f:
-                mode = os.fstat(f.fileno()).st_mode
-                data = f.read(MAX_QUIZ_BYTES + 1) if stat.S_ISREG(mode) else b""
+        data, mode = read_regular(path, MAX_QUIZ_BYTES)
     except FileNotFoundError:
         raise QuizFileError(f"{file}: no such quiz file") from None
     except OSError as exc:                    # permission denied, a link loop, ...
