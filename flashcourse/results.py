@@ -228,43 +228,51 @@ def load(path, kind: str | None = None) -> dict | None:
     return validate(doc, kind_of(path) if kind is None else kind, str(path))
 
 
-def _loader(name: str, file_var: str, kind: str, doc: str):
-    """load_<name>(path=None) -> dict | None: `load` of the file named by the module global
-    `file_var` (read when called) or of `path`, validated as `kind`."""
-    def loader(path=None) -> dict | None:
-        return load(globals()[file_var] if path is None else path, kind)
-    loader.__name__ = loader.__qualname__ = f"load_{name}"
-    loader.__doc__ = doc
-    return loader
+def load_sweep(path=None) -> dict | None:
+    """The recorded tuning sweep (validated), or None when none exists yet."""
+    return load(SWEEP_FILE if path is None else path, "sweep")
 
 
-load_sweep = _loader("sweep", "SWEEP_FILE", "sweep",
-                     "The recorded tuning sweep (validated), or None when none exists yet.")
-load_tensor_core = _loader("tensor_core", "TENSOR_CORE_FILE", "tensor_core",
-                           "The recorded tensor-core results (benchmarks/gpu_tensor_core.py), or "
-                           "None.")
-load_host_path = _loader("host_path", "HOST_PATH_FILE", "host_path",
-                         "The recorded host/wall/GPU times of the public calls "
-                         "(benchmarks/gpu_host_path.py).")
-load_bars = _loader("bars", "BARS_FILE", "bars",
-                    "The issues' bars measured through the public calls (benchmarks/gpu_bars.py), "
-                    "or None.")
-load_hopper = _loader("hopper", "HOPPER_FILE", "hopper",
-                      "The Hopper (wgmma) forward's recorded run (benchmarks/gpu_hopper.py), or "
-                      "None; path=HOPPER_V3_FILE: version 3's own run (beside version 2); "
-                      "HOPPER_V45_FILE: versions 3-5 beside version 2.")
-load_tf32_variants = _loader("tf32_variants", "TF32_VARIANTS_FILE", "tensor_core",
-                             "3xTF32 version 1 against version 2's tile variants (raw, N = 4096), "
-                             "and their checks.")
-load_tensor_core_ab = _loader("tensor_core_ab", "TENSOR_CORE_AB_FILE", "tensor_core",
-                              "The forward version 2's instruction-count step, before/after in "
-                              "one process.")
-load_tc_backward = _loader("tc_backward", "TC_BACKWARD_FILE", "tc_backward",
-                           "The recorded tensor-core backward run "
-                           "(benchmarks/gpu_tc_backward.py), or None.")
-load_traffic = _loader("traffic", "TRAFFIC_FILE", "ncu_traffic",
-                       "The recorded Nsight Compute traffic study (validated), or None when none "
-                       "exists yet.")
+def load_tensor_core(path=None) -> dict | None:
+    """The recorded tensor-core results (benchmarks/gpu_tensor_core.py), or None."""
+    return load(TENSOR_CORE_FILE if path is None else path, "tensor_core")
+
+
+def load_host_path(path=None) -> dict | None:
+    """The recorded host/wall/GPU times of the public calls (benchmarks/gpu_host_path.py)."""
+    return load(HOST_PATH_FILE if path is None else path, "host_path")
+
+
+def load_bars(path=None) -> dict | None:
+    """The issues' bars measured through the public calls (benchmarks/gpu_bars.py), or None."""
+    return load(BARS_FILE if path is None else path, "bars")
+
+
+def load_hopper(path=None) -> dict | None:
+    """The Hopper (wgmma) forward's recorded run (benchmarks/gpu_hopper.py), or None;
+    path=HOPPER_V3_FILE: version 3's own run (beside version 2); HOPPER_V45_FILE: versions
+    3-5 beside version 2."""
+    return load(HOPPER_FILE if path is None else path, "hopper")
+
+
+def load_tf32_variants(path=None) -> dict | None:
+    """3xTF32 version 1 against version 2's tile variants (raw, N = 4096), and their checks."""
+    return load(TF32_VARIANTS_FILE if path is None else path, "tensor_core")
+
+
+def load_tensor_core_ab(path=None) -> dict | None:
+    """The forward version 2's instruction-count step, before/after in one process."""
+    return load(TENSOR_CORE_AB_FILE if path is None else path, "tensor_core")
+
+
+def load_tc_backward(path=None) -> dict | None:
+    """The recorded tensor-core backward run (benchmarks/gpu_tc_backward.py), or None."""
+    return load(TC_BACKWARD_FILE if path is None else path, "tc_backward")
+
+
+def load_traffic(path=None) -> dict | None:
+    """The recorded Nsight Compute traffic study (validated), or None when none exists yet."""
+    return load(TRAFFIC_FILE if path is None else path, "ncu_traffic")
 
 
 def tuned_config(head_dim: int, path=None, gpu_name: str | None = None,
@@ -314,8 +322,9 @@ def recorded_row(head_dim, seq_len, block_q, block_k, threads, tm, doc=None):
 BACKWARD_FILE = RESULTS_DIR / "h200_backward.json"
 
 
-load_backward = _loader("backward", "BACKWARD_FILE", "gpu_backward",
-                        "The recorded backward benchmark (validated), or None when none exists.")
+def load_backward(path=None) -> dict | None:
+    """The recorded backward benchmark (validated), or None when none exists."""
+    return load(BACKWARD_FILE if path is None else path, "gpu_backward")
 
 
 def recorded_backward_regs(head_dim, tiles, kernel, doc=None):
