@@ -54,6 +54,17 @@ def _args(argv, gpu=True):
     return ap.parse_args(argv)
 
 
+def _record_run(tmp_path, monkeypatch):
+    """(recorded folder, out folder, --record args, staging folder) of a --record run whose
+    recorded and out folders are under tmp_path."""
+    recorded, out_dir = tmp_path / "results", tmp_path / "out"
+    recorded.mkdir()
+    monkeypatch.setattr(results, "RECORDED_DIR", recorded)
+    monkeypatch.setattr(results, "OUT_DIR", out_dir)
+    args = _args(["--record"], gpu=False)
+    return recorded, out_dir, args, results.output_dir(args)
+
+
 def test_default_output_is_the_untracked_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "OUT_DIR", tmp_path / "out")
     assert results.output_dir(_args([])) == tmp_path / "out"
@@ -97,13 +108,8 @@ def test_record_needs_the_package_of_the_scripts_checkout(tmp_path, monkeypatch)
 
 
 def test_record_writes_the_recorded_files_only_when_the_run_succeeded(tmp_path, monkeypatch):
-    recorded, out_dir = tmp_path / "results", tmp_path / "out"
-    recorded.mkdir()
+    recorded, out_dir, args, staging = _record_run(tmp_path, monkeypatch)
     (recorded / "a.json").write_text("old")
-    monkeypatch.setattr(results, "RECORDED_DIR", recorded)
-    monkeypatch.setattr(results, "OUT_DIR", out_dir)
-    args = _args(["--record"], gpu=False)
-    staging = results.output_dir(args)
     assert staging.parent == out_dir and staging.name.startswith("record-")
     (staging / "a.json").write_text("new")
     assert (recorded / "a.json").read_text() == "old"         # nothing while the run goes
@@ -184,13 +190,8 @@ def test_save_figure_and_write_json_go_through_the_writer(tmp_path):
 
 
 def test_finish_records_no_link_of_the_staging_folder(tmp_path, monkeypatch):
-    recorded, out_dir = tmp_path / "results", tmp_path / "out"
-    recorded.mkdir()
+    recorded, _, args, staging = _record_run(tmp_path, monkeypatch)
     (tmp_path / "secret").write_text("not a result")
-    monkeypatch.setattr(results, "RECORDED_DIR", recorded)
-    monkeypatch.setattr(results, "OUT_DIR", out_dir)
-    args = _args(["--record"], gpu=False)
-    staging = results.output_dir(args)
     results.write_output(staging, "a.json", "new")
     (staging / "b.json").symlink_to(tmp_path / "secret")
     assert results.finish(args, staging) == [recorded / "a.json"]
