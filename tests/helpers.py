@@ -132,3 +132,29 @@ def build_flags(module, clear, **flags):
         for name, value in keep.items():
             setattr(module, name, value)
         clear()
+
+
+def quiz_error_without_blocking(path, fifo) -> str:
+    """The QuizFileError message of `load_questions(path)` ("" if none), the load run in a
+    thread so that an open blocking on the FIFO `fifo` cannot hang pytest: after 5 s the
+    FIFO's write end is opened (which unblocks it) and the test fails."""
+    import os
+    import threading
+
+    import pytest
+
+    from flashcourse.quiz import QuizFileError, load_questions
+    box = {"error": ""}
+
+    def load():
+        try:
+            load_questions(path)
+        except QuizFileError as exc:
+            box["error"] = str(exc)
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    t.join(5)
+    if t.is_alive():                                    # unblock it: open the write end
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail(f"load_questions blocked on {path} (a FIFO or a link to one)")
+    return box["error"]

@@ -199,28 +199,15 @@ def test_quiz_file_utf8_with_bom_and_accents_loads(tmp_path):
 
 def test_quiz_paths_that_are_not_regular_files_are_named(tmp_path):
     import os
-    import threading
 
     from flashcourse.quiz import QuizFileError, load_questions
+    from helpers import quiz_error_without_blocking
     (tmp_path / "nb97.toml").mkdir()
     with pytest.raises(QuizFileError, match=r"nb97.toml: is a directory"):
         load_questions(tmp_path / "nb97.toml")
     fifo = tmp_path / "nb96.toml"
     os.mkfifo(fifo)
-    box = {}
-
-    def load():
-        try:
-            load_questions(fifo)
-        except QuizFileError as exc:
-            box["error"] = str(exc)
-    t = threading.Thread(target=load, daemon=True)     # a blocked open must not hang pytest
-    t.start()
-    t.join(5)
-    if t.is_alive():                                    # unblock it: open the write end
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        pytest.fail("load_questions blocked on a FIFO")
-    assert "nb96.toml: not a regular file (a FIFO" in box["error"]
+    assert "nb96.toml: not a regular file (a FIFO" in quiz_error_without_blocking(fifo, fifo)
     with pytest.raises(QuizFileError, match=r"null: not a regular file"):
         load_questions("/dev/null")
 
