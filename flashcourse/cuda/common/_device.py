@@ -142,3 +142,14 @@ def key_block_order(order: str | None = None):
             return lin // cuda.gridDim.y, lin % cuda.gridDim.y
         return cuda.blockIdx.x, cuda.blockIdx.y
     return block_of
+
+
+@_inlined
+def lane_ids():
+    """(tid, warp, lane, g, t) of this thread in a 1-D block: warp tid // 32, lane tid % 32,
+    and the lane's place in the mma fragments (`ptx.mma`): groupID g = lane // 4 and
+    threadID_in_group t = lane % 4."""
+    tid = cuda.threadIdx.x
+    warp = tid // 32
+    lane = tid % 32
+    return tid, warp, lane, lane // 4, lane % 4

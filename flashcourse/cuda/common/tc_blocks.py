@@ -207,7 +207,8 @@ def half_blocks(simulator: bool, mma, ldb, mt_n: int, kt: int, ns: int) -> dict:
     qk(sm, k_at, ks, lane, scr, wbase, par, qa, s) -> par: S = Q K^T from zero, K's rows
     of ks words from word k_at, one ldmatrix.x4 giving the B fragments of two n8 tiles."""
     jit = _jit(simulator)
-    MMA, LDB = mma, ldb
+    LDB = ldb
+    MMA_INTO = mma_into(simulator, mma)
     SREGS = 4 * ns * mt_n
 
     @jit
@@ -234,22 +235,10 @@ def half_blocks(simulator: bool, mma, ldb, mt_n: int, kt: int, ns: int) -> dict:
                 for mt in range(mt_n):
                     qb = 4 * (mt * kt + kk)
                     sb = 4 * (mt * ns + n)
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, qa[qb], qa[qb + 1],
-                                         qa[qb + 2], qa[qb + 3], b0, b1,
-                                         s[sb], s[sb + 1], s[sb + 2], s[sb + 3])
-                    par = 1 - par
-                    s[sb] = x0
-                    s[sb + 1] = x1
-                    s[sb + 2] = x2
-                    s[sb + 3] = x3
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, qa[qb], qa[qb + 1],
-                                         qa[qb + 2], qa[qb + 3], b2, b3,
-                                         s[sb + 4], s[sb + 5], s[sb + 6], s[sb + 7])
-                    par = 1 - par
-                    s[sb + 4] = x0
-                    s[sb + 5] = x1
-                    s[sb + 6] = x2
-                    s[sb + 7] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, qa[qb], qa[qb + 1], qa[qb + 2],
+                                   qa[qb + 3], b0, b1, s, sb)
+                    par = MMA_INTO(scr, wbase, lane, par, qa[qb], qa[qb + 1], qa[qb + 2],
+                                   qa[qb + 3], b2, b3, s, sb + 4)
         return par
 
     return {"load_q": load_q, "qk": qk}
@@ -385,3 +374,51 @@ def tf32_blocks(simulator: bool, passes: int, ns: int, no: int) -> dict:
     return {"split": split, "split4": split4, "chain": chain, "chain_into": chain_into,
             "chain_apart": chain_apart,
             "split_p": split_p, "pv": pv}
+
+
+def cp_async_rows(simulator: bool, cp16, rows: int, chunks: int, threads: int,
+                  row_words: int, two: bool) -> dict:
+    """copy(sm, at, at2, rs, x, x2, base, row0, limit, tid): `rows` rows of `chunks`
+    16-byte chunks each, global -> shared by cp.async (no commit), the threads' chunks
+    round-robin from thread `tid` of `threads`: row r of the tile is row base + row0 + r
+    of the flat array x (row_words 32-bit words a row), written at word at + r rs of sm;
+    rows from `limit` on are zero-filled (and read from row base). two: the same rows of
+    x2 to word at2 as well (K and V of one key block)."""
+    jit = _jit(simulator)
+    CP16 = cp16
+    LOADS = -(-(rows * chunks) // threads)
+
+    @jit
+    def copy(sm, at, at2, rs, x, x2, base, row0, limit, tid):
+        for it in range(LOADS):
+            e = tid + threads * it
+            if e < rows * chunks:
+                r = e // chunks
+                c = (e - r * chunks) * 4
+                key = row0 + r
+                ok = key < limit
+                gi = U(base + (key if ok else 0)) * U(row_words) + U(c)
+                CP16(sm, U(at + r * rs + c), x, gi, 16 if ok else 0)
+                if two:
+                    CP16(sm, U(at2 + r * rs + c), x2, gi, 16 if ok else 0)
+
+    return {"copy": copy}
+
+
+def mma_into(simulator: bool, mma):
+    """mma_into(scr, wbase, lane, par, a0..a3, b0, b1, c, j) -> par: c[j:j + 4] = A B +
+    c[j:j + 4] by `mma` (one n8 tile's accumulator fragment, in place); par flipped."""
+    jit = _jit(simulator)
+    MMA = mma
+
+    @jit
+    def into(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1, c, j):
+        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
+                             c[j], c[j + 1], c[j + 2], c[j + 3])
+        c[j] = x0
+        c[j + 1] = x1
+        c[j + 2] = x2
+        c[j + 3] = x3
+        return 1 - par
+
+    return into

@@ -47,10 +47,10 @@ from ..._checks import check_choice
 from ...constants import F0, F1, LN2_F, NEG_INF
 from ...gpu import using_simulator
 from ...limits import check_launch, current_limits
-from ..common._device import reset_state
+from ..common._device import lane_ids, reset_state
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
-from ..common.tc_blocks import half_blocks, softmax_blocks
+from ..common.tc_blocks import cp_async_rows, half_blocks, softmax_blocks
 from ..tensor_core.tensor_core_kernels import SIGN2, Z32, _pv_ldmatrix, _row_ops
 
 #: The largest head dim the kernel is built for (the accumulators of 16 x 256 fit).
@@ -223,7 +223,6 @@ def make_split_tc_kernel(cfg: DecodeTCConfig):
     WBUF = 2 * BUF                 # one warp's two buffers
     M_OFF, L_OFF, A_OFF, _ = cfg.merge_offsets()
     CH = DW // 4                   # 16-byte chunks per row
-    LOADS = -(-(BC * CH) // 32)    # chunks of K (and of V) per lane per key block
     QREGS, OREGS, SREGS = 4 * KT * MT, 4 * NO * MT, 4 * NS * MT
     ROWS = 2 * MT
     PAREGS = 4 * MT
@@ -234,20 +233,12 @@ def make_split_tc_kernel(cfg: DecodeTCConfig):
     smx = softmax_blocks(SIM, exp2, quad_max, MT, NS, NO, BC)
     ROW_MAX, ROW_EXP = smx["row_max"], smx["row_exp"]
     QK = half_blocks(SIM, MMA, LDB, MT, KT, NS)["qk"]
+    COPY_KV = cp_async_rows(SIM, CP16, BC, CH, 32, DW, True)["copy"]
 
     def load_tile(sm, k, v, base, lane, k0, k_end, kbase):
         """This lane's share of K_j, V_j (keys k0 .. k0 + Bc - 1; zeros from k_end on)
         into the buffer at word `base`, by cp.async."""
-        for it in range(LOADS):
-            e = lane + 32 * it
-            if e < BC * CH:
-                r = e // CH
-                c = (e - r * CH) * 4
-                key = k0 + r
-                ok = key < k_end
-                gi = U(kbase + (key if ok else 0)) * U(DW) + U(c)
-                CP16(sm, U(base + K_OFF + r * KS + c), k, gi, 16 if ok else 0)
-                CP16(sm, U(base + V_OFF + r * KS + c), v, gi, 16 if ok else 0)
+        COPY_KV(sm, base + K_OFF, base + V_OFF, KS, k, v, kbase, k0, k_end, lane)
         COMMIT()
 
     load_tile = (cuda.jit(device=True) if SIM else
@@ -265,11 +256,7 @@ def make_split_tc_kernel(cfg: DecodeTCConfig):
             smf = cuda.shared.array(0, float32, alignment=16)
             scr = smf                                 # unused on a GPU
             red = smf
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         wb = warp * WBUF               # this warp's buffers
         split = cuda.blockIdx.x

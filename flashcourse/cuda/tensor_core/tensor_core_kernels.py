@@ -79,8 +79,9 @@ from numba import uint64 as U
 
 from ...constants import F0, FULL_MASK, NEG_INF
 from ...geometry import ceil_div
-from ..common._device import exp2_log2, reset_state, visible_key_blocks
-from ..common.tc_blocks import epilogue_blocks, half_blocks, softmax_blocks, tf32_blocks
+from ..common._device import exp2_log2, lane_ids, reset_state, visible_key_blocks
+from ..common.tc_blocks import (epilogue_blocks, half_blocks, mma_into, softmax_blocks,
+                                tf32_blocks)
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 
 Z32 = np.uint32(0)
@@ -147,6 +148,7 @@ def _pv_ldmatrix(MMA, PACK, LDBT, simulator: bool):
     fragments), V's rows of ks words from word v_at, kp_n k16 steps, no n8 tiles of O in
     `acc`. Inlined on a GPU (forceinline), a plain device function on the simulator."""
     jit = cuda.jit(device=True) if simulator else cuda.jit(device=True, forceinline=True)
+    MMA_INTO = mma_into(simulator, MMA)
 
     @jit
     def pv(sm, v_at, ks, lane, scr, wbase, par, s, pa, acc, kp_n, mt_n, ns, no):
@@ -162,24 +164,10 @@ def _pv_ldmatrix(MMA, PACK, LDBT, simulator: bool):
                 b0, b1, b2, b3 = LDBT(sm, U(v_at + (kp * 16) * ks + n * 4), ks, lane)
                 for mt in range(mt_n):
                     ob = 4 * (mt * no + n)
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[4 * mt],
-                                         pa[4 * mt + 1], pa[4 * mt + 2], pa[4 * mt + 3],
-                                         b0, b1, acc[ob], acc[ob + 1], acc[ob + 2],
-                                         acc[ob + 3])
-                    par = 1 - par
-                    acc[ob] = x0
-                    acc[ob + 1] = x1
-                    acc[ob + 2] = x2
-                    acc[ob + 3] = x3
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[4 * mt],
-                                         pa[4 * mt + 1], pa[4 * mt + 2], pa[4 * mt + 3],
-                                         b2, b3, acc[ob + 4], acc[ob + 5], acc[ob + 6],
-                                         acc[ob + 7])
-                    par = 1 - par
-                    acc[ob + 4] = x0
-                    acc[ob + 5] = x1
-                    acc[ob + 6] = x2
-                    acc[ob + 7] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, pa[4 * mt], pa[4 * mt + 1],
+                                   pa[4 * mt + 2], pa[4 * mt + 3], b0, b1, acc, ob)
+                    par = MMA_INTO(scr, wbase, lane, par, pa[4 * mt], pa[4 * mt + 1],
+                                   pa[4 * mt + 2], pa[4 * mt + 3], b2, b3, acc, ob + 4)
         return par
 
     return pv
@@ -188,6 +176,7 @@ def _pv_ldmatrix(MMA, PACK, LDBT, simulator: bool):
 def make_half_kernel(cfg):
     ops = device_ops(cfg.simulator)
     MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
+    MMA_INTO = mma_into(cfg.simulator, MMA)
     PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
     exp2, log2, quad_max, quad_sum = _row_ops(cfg)
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
@@ -219,11 +208,7 @@ def make_half_kernel(cfg):
         sm = cuda.shared.array(0, uint32)
         scr = cuda.shared.array(SCR, float32)     # simulator only: fragment exchange
         red = cuda.shared.array(RED, float32)     # simulator only: quad reductions
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4                  # groupID: rows g and g + 8 of each 16-row tile
-        t = lane % 4                   # threadID_in_group: columns 2t, 2t + 1 (+8)
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         h = cuda.blockIdx.y
         q0 = cuda.blockIdx.x * BR
@@ -335,14 +320,8 @@ def make_half_kernel(cfg):
                     for mt in range(MT):
                         qb = 4 * (mt * KT + kk)
                         sb = 4 * (mt * NS + n)
-                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, qa[qb], qa[qb + 1],
-                                             qa[qb + 2], qa[qb + 3], b0, b1,
-                                             s[sb], s[sb + 1], s[sb + 2], s[sb + 3])
-                        par = 1 - par
-                        s[sb] = x0
-                        s[sb + 1] = x1
-                        s[sb + 2] = x2
-                        s[sb + 3] = x3
+                        par = MMA_INTO(scr, wbase, lane, par, qa[qb], qa[qb + 1], qa[qb + 2],
+                                       qa[qb + 3], b0, b1, s, sb)
 
             # mask the ragged last key block and the blocks on the causal diagonal: there
             # the scores are scaled first, so a masked -inf never meets the scale (SCALE)
@@ -365,15 +344,8 @@ def make_half_kernel(cfg):
                     b1 = sm[U(vb + 4)]
                     for mt in range(MT):
                         ob = 4 * (mt * NO + n)
-                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[4 * mt],
-                                             pa[4 * mt + 1], pa[4 * mt + 2], pa[4 * mt + 3],
-                                             b0, b1, acc[ob], acc[ob + 1], acc[ob + 2],
-                                             acc[ob + 3])
-                        par = 1 - par
-                        acc[ob] = x0
-                        acc[ob + 1] = x1
-                        acc[ob + 2] = x2
-                        acc[ob + 3] = x3
+                        par = MMA_INTO(scr, wbase, lane, par, pa[4 * mt], pa[4 * mt + 1],
+                                       pa[4 * mt + 2], pa[4 * mt + 3], b0, b1, acc, ob)
 
         # epilogue: l = sum over the quad; O = acc / l packed to 16 bit; lse
         STORE(o, lse, acc, m, lp, h, wrow, tq, t, red, tid)
@@ -421,11 +393,7 @@ def make_tf32_kernel(cfg, passes: int):
         sm = cuda.shared.array(0, uint32)
         scr = cuda.shared.array(SCR, float32)
         red = cuda.shared.array(RED, float32)
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         h = cuda.blockIdx.y
         q0 = cuda.blockIdx.x * BR

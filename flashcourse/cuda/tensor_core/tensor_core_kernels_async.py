@@ -37,11 +37,10 @@ row addresses of one ldmatrix tile in different bank groups.
 from __future__ import annotations
 
 from numba import cuda, float32, uint32
-from numba import uint64 as U
 
 from ...constants import F0, F1, FULL_MASK, RESCALE_THRESHOLD
-from ..common._device import reset_state, visible_key_blocks
-from ..common.tc_blocks import epilogue_blocks, half_blocks, softmax_blocks
+from ..common._device import lane_ids, reset_state, visible_key_blocks
+from ..common.tc_blocks import cp_async_rows, epilogue_blocks, half_blocks, softmax_blocks
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
 from .tensor_core_kernels import SIGN2, Z32, _jit, _pv_ldmatrix, _row_ops
@@ -67,7 +66,6 @@ def make_half_async_kernel(cfg):
     KS = cfg.k_stride              # row stride of K and V (words)
     K_OFF, V_OFF, BUF, _ = cfg.async_offsets()
     CH = DW // 4                   # 16-byte chunks per row
-    LOADS = -(-(BC * CH) // NT)    # chunks of K (and of V) per thread per key block
     QREGS, OREGS, SREGS = 4 * KT * MT, 4 * NO * MT, 4 * NS * MT
     ROWS = 2 * MT
     PAREGS = 4 * MT
@@ -81,6 +79,7 @@ def make_half_async_kernel(cfg):
     STORE = epilogue_blocks(SIM, log2, quad_sum, MT, NO, PACK)["half"]
     hb = half_blocks(SIM, MMA, LDB, MT, KT, NS)
     LOAD_Q, QK = hb["load_q"], hb["qk"]
+    COPY_KV = cp_async_rows(SIM, CP16, BC, CH, NT, DW, True)["copy"]
 
     def tc_half_forward_async(q, k, v, o, lse, tq, tk, qscale, causal, off):
         # k, v: (BH, Tk, D/2) words FLAT (1-D): one unsigned index per 16-byte copy
@@ -92,11 +91,7 @@ def make_half_async_kernel(cfg):
             sm = cuda.shared.array(0, uint32, alignment=16)
             scr = cuda.shared.array(0, float32, alignment=16)   # unused on a GPU
             red = scr
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         h = cuda.blockIdx.y
         kbase = h * tk                 # row 0 of this head's K and V
@@ -108,16 +103,7 @@ def make_half_async_kernel(cfg):
 
         n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
         if n_kb > 0:                   # key block 0 -> buffer 0, in flight during Q's loads
-            for it in range(LOADS):
-                e = tid + NT * it
-                if e < BC * CH:
-                    r = e // CH
-                    c = (e - r * CH) * 4
-                    ok = r < tk
-                    src = r if ok else 0
-                    gi = U(kbase + src) * U(DW) + U(c)
-                    CP16(sm, U(K_OFF + r * KS + c), k, gi, 16 if ok else 0)
-                    CP16(sm, U(V_OFF + r * KS + c), v, gi, 16 if ok else 0)
+            COPY_KV(sm, K_OFF, V_OFF, KS, k, v, kbase, 0, tk, tid)
             COMMIT()
 
         qa = cuda.local.array(QREGS, uint32)
@@ -140,17 +126,7 @@ def make_half_async_kernel(cfg):
             if jb + 1 < n_kb:
                 k1 = k0 + BC
                 nb = BUF - bo
-                for it in range(LOADS):
-                    e = tid + NT * it
-                    if e < BC * CH:
-                        r = e // CH
-                        c = (e - r * CH) * 4
-                        key = k1 + r
-                        ok = key < tk
-                        src = key if ok else 0
-                        gi = U(kbase + src) * U(DW) + U(c)
-                        CP16(sm, U(nb + K_OFF + r * KS + c), k, gi, 16 if ok else 0)
-                        CP16(sm, U(nb + V_OFF + r * KS + c), v, gi, 16 if ok else 0)
+                COPY_KV(sm, nb + K_OFF, nb + V_OFF, KS, k, v, kbase, k1, tk, tid)
                 COMMIT()
 
             # S = Q K^T: one ldmatrix.x4 gives the B fragments of two n8 tiles

@@ -37,8 +37,8 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0, NEG_INF
-from ..common._device import query_block_order, visible_key_blocks
-from ..common.tc_blocks import epilogue_blocks, softmax_blocks, tf32_blocks
+from ..common._device import lane_ids, query_block_order, visible_key_blocks
+from ..common.tc_blocks import cp_async_rows, epilogue_blocks, softmax_blocks, tf32_blocks
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
 from .tensor_core_kernels import _jit, _row_ops
@@ -57,8 +57,6 @@ def make_tf32_async_kernel(cfg, passes: int):
     RS = cfg.k_stride              # row stride of Q, K and V in shared memory (words)
     Q_OFF, K_OFF, V_OFF, BUF, _ = cfg.tf32_async_offsets()
     CH = D // 4                    # 16-byte chunks per row
-    KV_LOADS = -(-(BC * CH) // NT)
-    Q_LOADS = -(-(BR * CH) // NT)
     THREE = passes == 3
     # the 3xTF32 split (`mma.split_tf32`): big rounded on the bits (2 instructions where
     # cvt.rna.tf32 takes 3), small truncated (1); one-pass TF32 keeps cvt.rna.tf32
@@ -73,6 +71,8 @@ def make_tf32_async_kernel(cfg, passes: int):
     MASK, SOFTMAX = smx["mask"], smx["pair"]
     STORE = epilogue_blocks(SIM, log2, quad_sum, 1, NO)["pair"]
     tb = tf32_blocks(SIM, passes, NS, NO)
+    COPY_Q = cp_async_rows(SIM, CP16, BR, CH, NT, D, False)["copy"]
+    COPY_KV = cp_async_rows(SIM, CP16, BC, CH, NT, D, True)["copy"]
     SPLIT4, CHAIN_INTO, SPLIT_P = tb["split4"], tb["chain_into"], tb["split_p"]
     CHAIN_APART = tb["chain_apart"]
 
@@ -86,11 +86,7 @@ def make_tf32_async_kernel(cfg, passes: int):
             sm = cuda.shared.array(0, uint32, alignment=16)
             scr = cuda.shared.array(0, float32, alignment=16)   # unused on a GPU
             red = scr
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         bx, h = block_of(causal)       # causal: heaviest query blocks first
         q0 = bx * BR
@@ -102,26 +98,10 @@ def make_tf32_async_kernel(cfg, passes: int):
         kbase = h * tk
 
         # Q (rows past Tq: zeros) and key block 0 -> shared, one group in flight
-        for it in range(Q_LOADS):
-            e = tid + NT * it
-            if e < BR * CH:
-                r = e // CH
-                c = (e - r * CH) * 4
-                ok = q0 + r < tq
-                src = q0 + r if ok else 0
-                CP16(sm, U(Q_OFF + r * RS + c), q, U(h * tq + src) * U(D) + U(c),
-                     16 if ok else 0)
+        COPY_Q(sm, Q_OFF, Q_OFF, RS, q, q, h * tq, q0, tq, tid)
         n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
         if n_kb > 0:
-            for it in range(KV_LOADS):
-                e = tid + NT * it
-                if e < BC * CH:
-                    r = e // CH
-                    c = (e - r * CH) * 4
-                    ok = r < tk
-                    gi = U(kbase + (r if ok else 0)) * U(D) + U(c)
-                    CP16(sm, U(K_OFF + r * RS + c), k, gi, 16 if ok else 0)
-                    CP16(sm, U(V_OFF + r * RS + c), v, gi, 16 if ok else 0)
+            COPY_KV(sm, K_OFF, V_OFF, RS, k, v, kbase, 0, tk, tid)
         COMMIT()
 
         acc = cuda.local.array(OREGS, float32)
@@ -144,16 +124,7 @@ def make_tf32_async_kernel(cfg, passes: int):
             if jb + 1 < n_kb:
                 k1 = k0 + BC
                 nb = BUF - bo
-                for it in range(KV_LOADS):
-                    e = tid + NT * it
-                    if e < BC * CH:
-                        r = e // CH
-                        c = (e - r * CH) * 4
-                        key = k1 + r
-                        ok = key < tk
-                        gi = U(kbase + (key if ok else 0)) * U(D) + U(c)
-                        CP16(sm, U(nb + K_OFF + r * RS + c), k, gi, 16 if ok else 0)
-                        CP16(sm, U(nb + V_OFF + r * RS + c), v, gi, 16 if ok else 0)
+                COPY_KV(sm, nb + K_OFF, nb + V_OFF, RS, k, v, kbase, k1, tk, tid)
                 COMMIT()
 
             # S = Q K^T. ldmatrix.x4 of Q at (rows 0-7 | 8-15) x (words 0-3 | 4-7) gives
