@@ -4,8 +4,9 @@ The capstone of notebook 13 at nanoGPT's small size: 12 layers, 12 heads of d = 
 (C = 768), T = 1024, on the characters of the shipped text (`flashcourse.model.text`),
 parameters in fp32 with bf16 autocast, AdamW. Two runs from one seed on the same batches:
 
-    course  attention = `flashcourse.torch_ops.attention` (the tensor-core forward and
-            backward of `flashcourse.cuda`, registered as torch.library custom operators)
+    course  attention = `flashcourse.torch_ops.attention` (the forward of `flashcourse.cuda`,
+            "hopper" on an H100/H200 and "tensor_core" elsewhere, and the "tensor_core"
+            backward, registered as torch.library custom operators)
     sdpa    attention = torch.nn.functional.scaled_dot_product_attention with only the
             FLASH_ATTENTION backend allowed (torch.nn.attention.sdpa_kernel)
 
@@ -132,9 +133,10 @@ def run_opcheck(torch, device, dtype) -> dict:
     return out
 
 
-def time_attention(torch, cfg, device, dtype, attention: str, repeats: int = 20) -> float:
-    """Median seconds of one layer's attention forward + backward on (B, H, T, d) tensors
-    (CUDA events; host clock on the CPU), compiled like the model."""
+def time_attention(torch, cfg, device, dtype, attention: str, repeats: int = 20) -> dict:
+    """Median seconds of one layer's attention on (B, H, T, d) tensors, forward alone
+    ("forward") and forward + backward ("forward_backward"); CUDA events (host clock on
+    the CPU), 3 untimed calls first."""
     from flashcourse import torch_ops
     F = torch.nn.functional
     b, h, t, d = cfg["batch"], cfg["n_head"], cfg["block_size"], cfg["n_embd"] // cfg["n_head"]
@@ -142,7 +144,7 @@ def time_attention(torch, cfg, device, dtype, attention: str, repeats: int = 20)
                for _ in range(3))
     do = torch.randn(b, h, t, d, device=device, dtype=dtype)
 
-    def step():
+    def step(backward: bool):
         if attention == "course":
             o = torch_ops.attention(q, k, v, causal=True)
         else:
@@ -150,24 +152,29 @@ def time_attention(torch, cfg, device, dtype, attention: str, repeats: int = 20)
             backends = [SDPBackend.FLASH_ATTENTION] if q.is_cuda else [SDPBackend.MATH]
             with sdpa_kernel(backends):
                 o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        o.backward(do)
+        if backward:
+            o.backward(do)
 
-    for _ in range(3):
-        step()
-    times = []
-    for _ in range(repeats):
-        if q.is_cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    out = {}
+    for name, backward in (("forward", False), ("forward_backward", True)):
+        for _ in range(3):
+            step(backward)
+        times = []
+        for _ in range(repeats):
+            if q.is_cuda:
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                step(backward)
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            else:
+                t0 = time.perf_counter()
+                step(backward)
+                times.append(time.perf_counter() - t0)
+        out[name] = float(np.median(times))
+    return out
 
 
 def train(torch, cfg, ids, device, amp_dtype, attention: str, seed: int, compile_: bool,
@@ -240,22 +247,31 @@ def main(argv=None):
 
     ids = text.CharTokenizer(text.load_text()).encode(text.load_text())
     log(f"config {cfg}, device {device}, autocast {amp}")
+    if on_gpu:
+        from flashcourse import torch_ops
+        probe = torch.empty(1, 1, 1, cfg["n_embd"] // cfg["n_head"], device=device)
+        kernels = {"forward": torch_ops.forward_kernel(probe), "backward": torch_ops.CUDA_KERNEL}
+    else:
+        kernels = {"forward": "numpy tiled", "backward": "numpy tiled"}
+    log(f"course kernels: {kernels}")
     checks = run_opcheck(torch, device, op_dtype)
     log(f"opcheck: {checks}")
     runs = {}
     for attention in ("course", "sdpa"):
         runs[attention] = train(torch, cfg, ids, device, amp, attention, args.seed,
                                 compile_=on_gpu, log=log)
-        runs[attention]["attention_ms_per_step"] = cfg["n_layer"] * 1e3 * time_attention(
-            torch, cfg, device, op_dtype, attention)
+        timed = time_attention(torch, cfg, device, op_dtype, attention)
+        runs[attention]["attention_ms_per_step"] = cfg["n_layer"] * 1e3 * timed["forward_backward"]
+        runs[attention]["attention_forward_ms_per_step"] = cfg["n_layer"] * 1e3 * timed["forward"]
         log(f"{attention}: median step {runs[attention]['median_step_ms']:.1f} ms, "
             f"{runs[attention]['tokens_per_s']:,.0f} tokens/s, attention fwd+bwd "
-            f"{runs[attention]['attention_ms_per_step']:.2f} ms per step")
+            f"{runs[attention]['attention_ms_per_step']:.2f} ms per step (forward alone "
+            f"{runs[attention]['attention_forward_ms_per_step']:.2f} ms)")
     c, s = np.array(runs["course"]["loss"]), np.array(runs["sdpa"]["loss"])
     worst = float(np.max(np.abs(c - s) / np.abs(s)))
     doc = {"environment": env.record(), "config": cfg, "device": device,
            "dtype": "bf16" if on_gpu else "fp32", "compiled_fullgraph": on_gpu,
-           "opcheck": checks, "runs": runs,
+           "opcheck": checks, "course_kernels": kernels, "runs": runs,
            "loss_max_rel_diff": worst, "loss_within": worst <= LOSS_RTOL,
            "attention_not_slower": runs["course"]["attention_ms_per_step"]
            <= runs["sdpa"]["attention_ms_per_step"]}

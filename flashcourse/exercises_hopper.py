@@ -1,7 +1,8 @@
-"""exercises_hopper: notebook 12's exercises (the Hopper path), checked like every exercise
-(`exercises.check`): descriptors and swizzles, version 2's V layout, version 4's register
-budget, how the blocks of a launch fill the SMs in waves (`cuda.hopper.tail_split`), and the lazy
-rescale (`constants.RESCALE_THRESHOLD`)."""
+"""exercises_hopper: the exercises of notebooks 12 and 12b (the Hopper path), checked like
+every exercise (`exercises.check`): descriptors and swizzles, version 2's V layout (notebook
+12); version 4's register budget, how the blocks of a launch fill the SMs in waves
+(`cuda.hopper.tail_split`), and the lazy rescale (`constants.RESCALE_THRESHOLD`) (notebook
+12b)."""
 
 from __future__ import annotations
 
@@ -106,7 +107,7 @@ def v_layout_12() -> Exercise:
         working, rtol=1e-9, diagnoses=diagnoses)
 
 
-#: exercise 3 of notebook 12: the register budget of version 4 (a producer warpgroup)
+#: exercise 1 of notebook 12b: the register budget of version 4 (a producer warpgroup)
 SETMAXNREG_12 = {"consumers": 2, "block_k": 128, "d": 128}
 
 
@@ -162,8 +163,8 @@ def setmaxnreg_12() -> Exercise:
         working, rtol=1e-9, diagnoses=diagnoses)
 
 
-#: exercise 4: the d = 128 default (Br = 192 rows, Bc = 64 keys) at N = 4096, B x H = 32, on
-#: an H200's 132 SMs, one block resident per SM
+#: exercise 2 of notebook 12b: the d = 128 default (Br = 192 rows, Bc = 64 keys) at N = 4096,
+#: B x H = 32, on an H200's 132 SMs, one block resident per SM
 WAVES_12 = {"n": 4096, "bh": 32, "block_q": 192, "block_k": 64, "sms": 132}
 
 
@@ -213,9 +214,10 @@ def waves_12() -> Exercise:
         working, rtol=1e-3, diagnoses=diagnoses)
 
 
-#: exercise 5: the lazy rescale (threshold in log2 units, as `constants.RESCALE_THRESHOLD`)
-#: on one row whose kept max is m (log2 units), then two key blocks whose largest scores are
-#: x1 and x2; d is the head dim of the warpgroup's O tile (64 x d fp32 over 128 threads)
+#: exercise 3 of notebook 12b: the lazy rescale (threshold in log2 units, as
+#: `constants.RESCALE_THRESHOLD`) on one row whose kept max is m (log2 units), then two key
+#: blocks whose largest scores are x1 and x2; d is the head dim of the warpgroup's O tile
+#: (64 x d fp32 over 128 threads)
 RESCALE_12 = {"threshold": 8.0, "m": 3.0, "x1": 10.5, "x2": 12.0, "d": 128}
 
 

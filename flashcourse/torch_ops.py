@@ -11,8 +11,11 @@ lse (B, H, Tq) float32 (float64 for float64 input on the CPU), natural log.
 q, k, v, o and lse, never P, and calls the backward operator, which recomputes each tile of
 P from lse (notebook 09).
 
-On CUDA tensors the operators run the course's tensor-core kernels,
-`flashcourse.cuda.forward/backward(..., kernel="tensor_core")`, on the tensors' memory
+On CUDA tensors the operators run the course's tensor-core kernels on the tensors' memory:
+the forward `flashcourse.cuda.forward(..., kernel="hopper")` (wgmma) on a GPU of compute
+capability 9.0 (H100, H200) when d fits it, else `kernel="tensor_core"` (mma.sync); the
+backward `flashcourse.cuda.backward(..., kernel="tensor_core")`. Both write lse as float32
+natural-log logsumexp, so either forward's lse feeds the backward. They run
 through the CUDA array interface (`numba.cuda.as_cuda_array`): float16 runs as fp16,
 bfloat16 as bf16 (the tensor is viewed as 16-bit integers, the kernels' bf16 bit patterns,
 `cuda.tensor_core.BF16_BITS`), float32 as 3xTF32. The kernels allocate their outputs
@@ -35,8 +38,19 @@ import torch
 
 from . import tiled
 
-#: the tensor-core kernels' options used here (None: the kernel's measured defaults)
-CUDA_KERNEL = "tensor_core"
+#: the kernels used on CUDA tensors, with their measured defaults
+CUDA_KERNEL = "tensor_core"          # the backward, and the forward below compute capability 9.0
+HOPPER_KERNEL = "hopper"             # the forward on compute capability 9.0
+
+
+def forward_kernel(q) -> str:
+    """The forward kernel for CUDA tensor q: "hopper" on compute capability 9.0 when the
+    head dim fits it, else "tensor_core"."""
+    from .cuda.hopper import host as hopper_host
+    major_minor = torch.cuda.get_device_capability(q.device)
+    if tuple(major_minor) == hopper_host.CAPABILITY and q.shape[-1] <= hopper_host.MAX_HEAD_DIM:
+        return HOPPER_KERNEL
+    return CUDA_KERNEL
 
 
 def _check(q, k, v):
@@ -56,12 +70,20 @@ def _check(q, k, v):
 # -- CUDA: the course's tensor-core kernels on the tensors' own memory -----------------------
 
 def _to_numba(t):
-    """A contiguous CUDA tensor as a Numba device array (no copy); bfloat16 as uint16 bits."""
+    """A contiguous CUDA tensor as a Numba device array (no copy); bfloat16 as uint16 bits.
+    Detached first: inside an operator the values are read, never differentiated, and
+    PyTorch refuses the array interface of a tensor that requires grad (opcheck passes some)."""
     from numba import cuda
-    t = t.contiguous()
+    t = t.detach().contiguous()
+    # Numba by default waits on the host for the stream the tensor was made on (the array
+    # interface's "stream"): every operator call would stall the CPU until the GPU caught
+    # up. When PyTorch queues on the legacy default stream, where the course's kernels also
+    # run, the GPU already orders the two, so the wait is left out; on any other stream it
+    # is kept.
+    sync = torch.cuda.current_stream(t.device).cuda_stream != 0
     if t.dtype == torch.bfloat16:
-        return cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16)
-    return cuda.as_cuda_array(t)
+        return cuda.as_cuda_array(t.view(torch.int16), sync=sync).view(np.uint16)
+    return cuda.as_cuda_array(t, sync=sync)
 
 
 def _from_numba(a, dtype):
@@ -73,7 +95,7 @@ def _from_numba(a, dtype):
 
 def _cuda_forward(q, k, v, causal, scale):
     from . import cuda as fc_cuda
-    o, lse = fc_cuda.forward(*(_to_numba(t) for t in (q, k, v)), kernel=CUDA_KERNEL,
+    o, lse = fc_cuda.forward(*(_to_numba(t) for t in (q, k, v)), kernel=forward_kernel(q),
                              causal=causal, scale=scale)
     return _from_numba(o, q.dtype), _from_numba(lse, torch.float32)
 

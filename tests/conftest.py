@@ -44,3 +44,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)     # `make test-fast` (-m "not slow") skips it
         if heavy and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+
+
+@pytest.fixture
+def thread_rows_prepass():
+    """The tensor-core backward's D pre-pass with one thread per row (PREPASS =
+    "thread_rows") instead of the default one warp per row (warp shuffles): on Numba's
+    simulator the default launches 32 blocks of 128 threads per head whatever Tq is (rows
+    padded to LD_ROWS = 128, 4 rows per block), 70-90% of a small backward's time
+    (measured, 2026-12-06); one thread per row is one block of 128 and no shuffle. The
+    layouts give the same L bit for bit and D to float32 rounding
+    (test_tc_backward.py::test_prepass_layouts_agree). For the tests of kernels 1 and 2
+    (variants compared, accuracy, inputs and errors); the default pre-pass still runs end
+    to end in the tests without this fixture (the fp16, bf16-from-float32, bf16-bits and
+    3xTF32 D kernels each in at least one, and tests/test_cuda_head_dims_sim.py)."""
+    from helpers import build_flags
+
+    from flashcourse.cuda.gradients import tc_backward_passes as passes
+    with build_flags(passes, passes.pass_kernels.cache_clear, PREPASS="thread_rows"):
+        yield

@@ -29,14 +29,14 @@ import time
 import pytest
 
 # the module-scoped fixture `browser` (chromium) comes from there
-from test_browser import (ARTIFACTS, ROOT, browser, jupyter_lab,  # noqa: F401
+from test_browser import (ARTIFACTS, BROWSER_GROUPS, ROOT, browser, jupyter_lab,  # noqa: F401
                           notebook_page, run_all_and_wait)
 
 from flashcourse.quiz import OPTIONS_CLASS, QUIZ_DIR, load_questions
 
-# one worker runs every browser test (make test: --dist loadgroup), so at most one
-# JupyterLab and one Chromium run at a time on the 2 cores
-pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
+# with the lighter half of the pages of tests/test_browser.py, on one worker (make test:
+# --dist loadgroup; BROWSER_GROUPS there says why two groups)
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group(BROWSER_GROUPS[1])]
 
 WIDTHS = (1024, 1280, 1440)
 QUIZ_FILES = sorted(QUIZ_DIR.glob("*.toml"))

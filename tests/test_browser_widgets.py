@@ -28,12 +28,12 @@ from contextlib import contextmanager
 import pytest
 
 # the module-scoped fixtures `lab` (JupyterLab) and `browser` (chromium) come from there
-from test_browser import (ARTIFACTS, ROOT, browser, jupyter_lab, lab,  # noqa: F401
+from test_browser import (ARTIFACTS, BROWSER_GROUPS, ROOT, browser, jupyter_lab, lab,  # noqa: F401
                           notebook_page, open_and_run_all, run_all_and_wait)
 
-# one worker runs every browser test (make test: --dist loadgroup), so at most one
-# JupyterLab and one Chromium run at a time on the 2 cores
-pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
+# with the lighter half of the pages of tests/test_browser.py, on one worker (make test:
+# --dist loadgroup; BROWSER_GROUPS there says why two groups)
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group(BROWSER_GROUPS[1])]
 
 
 @contextmanager

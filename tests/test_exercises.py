@@ -179,9 +179,9 @@ def test_tc_backward_10():
                                       ("08_measured_traffic", ["08-dram-flash"]),
                                       ("09_backward_recompute", ["09-saved-bytes"]),
                                       ("10_tensor_cores", ["10-tc-backward"]),
-                                      ("12_hopper_wgmma", ["12-descriptors", "12-v-layout",
-                                                           "12-setmaxnreg", "12-waves",
-                                                           "12-rescale"]),
+                                      ("12_hopper_wgmma", ["12-descriptors", "12-v-layout"]),
+                                      ("12b_hopper_case_studies", ["12-setmaxnreg", "12-waves",
+                                                                   "12-rescale"]),
                                       ("13_train_a_gpt", ["13-saved-activations"])])
 def test_notebooks_ask_for_predictions_without_printing_answers(nb, names):
     cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]

@@ -95,3 +95,12 @@ def test_quizzes_kept_in_the_package_are_counted(tmp_path):
     assert notebook_time.bank_questions("03") == nb03.read_text().count("[[question]]")
     with pytest.raises(ValueError, match=r"quizzes.show\('99'\): no quiz for notebook '99'"):
         notebook_time.bank_questions("99")
+
+
+def test_a_case_study_has_its_own_readme_row():
+    """Notebook 10b's row is found by its own number, not by notebook 10's."""
+    readme = ("| 10 | [notebooks/10_t.ipynb](notebooks/10_t.ipynb) | core |\n"
+              "| 10b | [notebooks/10b_t.ipynb](notebooks/10b_t.ipynb) | case studies |\n")
+    row = notebook_time._readme_row(Path("notebooks/10b_t.ipynb")).search(readme)
+    assert row and "case studies" in row.group(0)
+    assert "core" in notebook_time._readme_row(Path("notebooks/10_t.ipynb")).search(readme)[0]

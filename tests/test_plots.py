@@ -192,10 +192,12 @@ def test_readable_part_b(name):
 
 
 def _explorers():
-    from flashcourse.widgets import backward, kv_cache, score_memory, tile_schedule, traffic
+    from flashcourse.widgets import (backward, kv_cache, score_memory, tile_schedule, traffic,
+                                     variants)
     return {"backward": backward.backward_explorer, "kv_cache": kv_cache.kv_cache_explorer,
             "score_memory": score_memory.score_memory_explorer,
-            "tile_schedule": tile_schedule.tile_schedule, "traffic": traffic.traffic_explorer}
+            "tile_schedule": tile_schedule.tile_schedule, "traffic": traffic.traffic_explorer,
+            "variants": variants.variants_explorer}
 
 
 @pytest.mark.parametrize("name", sorted(_explorers()))
@@ -257,4 +259,25 @@ def test_loss_curves_draw_both_runs_and_their_difference():
     np.testing.assert_allclose(bottom.lines[0].get_ydata(), [1e-17, 1e-17, 1e-15 / 2.0],
                                rtol=0.2)
     assert style.width_in(fig) <= style.MAX_WIDTH_IN
+    plt.close(fig)
+
+
+def test_packed_block_mask_draws_every_tile_in_its_state():
+    import matplotlib.pyplot as plt
+    from flashcourse.model import attention
+    from flashcourse.plots import training
+    from flashcourse.variants import block_mask
+    cu, t = np.array([0, 5, 6, 13]), 13
+    bm = block_mask.create_block_mask(attention.packed_mask(cu, t), None, None, t, t, 4, 3)
+    states = bm.states()[0, 0]                                 # (4, 5) tiles
+    fig = training.plot_packed_block_mask(attention.packed_visible(cu, t), states,
+                                          bm.block_size, cu)
+    left, right = fig.axes
+    faces = [p.get_facecolor() for p in right.patches]
+    assert len(faces) == states.size
+    from matplotlib.colors import to_rgba
+    assert faces == [to_rgba(training.TILE_FACES[s]) for s in states.ravel()]
+    assert left.get_title() == f"visible pairs: {bm.visible_pairs} of {t * t}"
+    assert style.width_in(fig) <= style.MAX_WIDTH_IN
+    assert style.smallest_font_pt(fig) >= style.MIN_FONT_PT
     plt.close(fig)

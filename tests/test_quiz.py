@@ -13,7 +13,7 @@ from flashcourse.quiz import (AVOIDED_OBJECT, LESSON_FILE, QUIZ_DIR, Question, Q
                               QuizSession, load_questions, quiz_box, show_quiz)
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))   # 10b_...: a case study
 QUIZ_FILES = sorted(QUIZ_DIR.glob("*.toml"))
 
 
@@ -150,6 +150,10 @@ def test_bank_lookup_errors_are_clear():
     assert quizzes.get(3) == quizzes.get("03")
     with pytest.raises(ValueError, match="two-digit"):
         quizzes.get("3")
+    assert quizzes.path("10b") == QUIZ_DIR / "nb10b.toml"     # a case study's quiz
+    for bad in ("10bb", "10B", "b10"):
+        with pytest.raises(ValueError, match="two-digit"):
+            quizzes.get(bad)
     with pytest.raises(ValueError, match="no quiz for notebook '99'"):
         quizzes.get("99")
 
@@ -173,14 +177,14 @@ def test_measured_traffic_feedback_does_not_overclaim():
     assert "L2 traffic matches the model" not in text
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name.split("_")[0])
 def test_notebook_quiz_cells_show_the_bank_by_name(path):
     cells = json.loads(path.read_text())["cells"]
     sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
     quiz = [s for s in sources if "show_quiz(" in s or "quizzes.show(" in s]
     assert len(quiz) == 1
     src = quiz[0]
-    assert re.search(r'quizzes\.show\("' + path.name[:2] + r'"\)', src)
+    assert re.search(r'quizzes\.show\("' + path.name.split("_")[0] + r'"\)', src)
     assert "answer=" not in src and "Question(" not in src
 
 

@@ -7,6 +7,8 @@ does, so they differ from it by ~1e-3 relative), and a numpy model that rounds P
 where the kernels do (agreement to ~1e-5: a wrong fragment, mask or scale is off by O(1)).
 Shapes: ragged tiles, Tq != Tk both ways, causal with rows that see no key, odd d,
 large logits. Each simulated mma costs a barrier: the shapes are tiny (1 warp, Br = 16).
+Tests marked thread_rows_prepass run the D pre-pass one thread per row, far cheaper on
+the simulator than the default (tests/conftest.py says why that checks the same).
 """
 
 import numpy as np
@@ -78,6 +80,7 @@ CASES = [  # (Tq, Tk, d, causal)
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 @pytest.mark.parametrize("tq,tk,d,causal", CASES)
+@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_matches_reference_and_rounding_model(precision, tq, tk, d, causal):
     args = problem(tq, tk, d, causal, precision, seed=tq + tk)
     got = backward(*args, kernel="tensor_core", causal=causal, precision=precision)
@@ -96,6 +99,7 @@ def test_matches_reference_and_rounding_model(precision, tq, tk, d, causal):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_versions_and_dq_designs_agree():
     """v1 ("plain") and v2 ("async": cp.async + ldmatrix) do the same arithmetic in the same
     order: equal bit for bit. dQ by atomics vs by the query-major pass: the same sums in
@@ -112,13 +116,16 @@ def test_versions_and_dq_designs_agree():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_kv_fragments_by_ldmatrix_equal_scalar_loads():
     """K_j, V_j in shared memory (kv_regs=False, d > 64's default): version 2 reads their A
     fragments by ldmatrix.x4 or by four 32-bit loads, and dQ's dS fragments by ld_at or
     ld_bt (tiles arriving as a0, a2, a1, a3); all equal version 1 bit for bit, and the
     rounding model."""
     from flashcourse.cuda.gradients import tc_backward_kernels_async as v2
-    args = problem(21, 45, 40, True, "fp16", seed=5)
+    # one block per key block, each reading its own K_j, V_j: two key blocks (one full, one
+    # ragged) check what a third did; two query blocks reread dS and Q in each block
+    args = problem(21, 29, 40, True, "fp16", seed=5)
     kw = dict(kernel="tensor_core", causal=True, kv_regs=False)
     want = backward(*args, pipeline="plain", **kw)
     for how, ds in (("ldmatrix", "ld_at"), ("scalar", "ld_bt")):
@@ -132,17 +139,20 @@ def test_kv_fragments_by_ldmatrix_equal_scalar_loads():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp16", "3xtf32"])
+@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_causal_key_block_orders_agree(precision):
     """_device.key_block_order: the heaviest-first grid (key block 0 of every head first)
     covers every (key block, head) once: the same gradients as the launch order (3 key
-    blocks x 2 heads, so a mapping that mixed up X and Y would skip or repeat blocks)."""
+    blocks x 2 heads, so a mapping that mixed up X and Y would skip or repeat blocks; one
+    ragged query block, which every key block sees: the grid is over key blocks, and a
+    second query block only doubled the simulator's time)."""
     from flashcourse.cuda.common import _device
     fp16 = precision == "fp16"
-    args = problem(30, 45, 16, True, "fp16" if fp16 else "bf16", seed=8, lead=(2,))
+    args = problem(9, 45, 16, True, "fp16" if fp16 else "bf16", seed=8, lead=(2,))
     if not fp16:
         rng = np.random.default_rng(8)
         q, k, v, do = (rng.standard_normal((2, t, 16)).astype(np.float32)
-                       for t in (30, 45, 45, 30))
+                       for t in (9, 45, 45, 9))
         o, lse = reference.attention(*(a.astype(np.float64) for a in (q, k, v)), causal=True)
         args = (q, k, v, o.astype(np.float32), lse.astype(np.float32), do)
     runs = {}
@@ -157,6 +167,7 @@ def test_causal_key_block_orders_agree(precision):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("warps,block_q", [(4, 32)])
+@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_multi_warp_tiles_agree_with_version_1(warps, block_q):
     """Several warps per block: each warp's slice of dQ (rows mq, columns nb), the dS^T
     tiles of the other warps read back through shared memory, ragged query blocks (the
@@ -221,6 +232,7 @@ def test_large_d_is_refused():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_wrong_lse_is_caught_with_16_bit_tolerances():
     q, k, v, o, lse, do = problem(10, 12, 16, False, "fp16")
     with pytest.raises(ValueError, match="lse does not match"):
@@ -228,6 +240,7 @@ def test_wrong_lse_is_caught_with_16_bit_tolerances():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_wrong_o_is_caught_and_a_shifted_lse_too():
     """fp16 inputs are exact: the row sums of P and dS are checked at float32 tolerance, so
     an lse off by 0.05 or the o of other inputs is refused (the fp32 kernels' hardening
@@ -241,6 +254,7 @@ def test_wrong_o_is_caught_and_a_shifted_lse_too():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_float16_gradient_overflow_is_named():
     """Equal value rows make dS = P (dP - D) = 0, while dv = sum_i P_ij do_i reaches
     ~4e5 in fp32: it does not fit the float16 output. With other v, dS itself passes
@@ -427,11 +441,13 @@ def _from_bits(b):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("d", [16, 24])               # native, and padded on the device
-def test_bf16_bit_arrays_match_the_float32_path(d):
+def test_bf16_bit_arrays_match_the_float32_path(d, request):
     """uint16 device arrays of bf16 bit patterns (forward and backward, no conversion):
     o and the gradients come back as bf16 bits, bit-equal to the float32 arrays'
     precision="bf16" results rounded to bf16 (the same rounded inputs and D, the same
     kernels; the float32 path's accuracy is tested above)."""
+    if d == 16:       # the default pre-pass of bf16 bits runs at d = 24 (padded)
+        request.getfixturevalue("thread_rows_prepass")
     rng = np.random.default_rng(5)
     q, k, v, do = (rng.standard_normal((1, t, d)).astype(np.float32) for t in (19, 23, 23, 19))
     f32 = [cuda.to_device(a) for a in (q, k, v, do)]
@@ -457,6 +473,7 @@ def test_bf16_bit_arrays_match_the_float32_path(d):
 @pytest.mark.parametrize("precision,d,deterministic", [("fp16", 20, False),
                                                        ("bf16", 16, False),
                                                        ("fp16", 16, True)])
+@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_16_bit_dk_dv_from_the_kernel_equal_the_cast_path(precision, d, deterministic):
     """tc_backward.OUT16: the key-major kernel writes dK, dV in the output dtype itself
     (two 16-bit values per store, rounded as cvt.rn rounds) instead of float32 arrays that
@@ -510,14 +527,16 @@ def test_pair_casts_round_as_the_one_value_casts(bits):
 @pytest.mark.slow
 @pytest.mark.parametrize("causal,precision", [(False, "fp16"), (True, "fp16"),
                                               (True, "3xtf32")])
+@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_dq_by_pair_reductions_equals_one_by_one(causal, precision):
     """tc_backward_kernels_async.DQ_RED: a block's dQ tile added two neighbouring columns
     per red.global.add.v2.f32 (the tiles inside Tq with d = D) gives the dQ of one
     reduction per value (the simulator's twin adds the pair as two atomics: what this
-    checks is the pairing of values and indices), beside the edge tiles (Tq = 40 of
-    Br = 16) that still add one by one; in both kernels that add dQ this way."""
+    checks is the pairing of values and indices), beside the edge tiles (Tq = 24 of
+    Br = 16: one full query block, one ragged) that still add one by one; in both kernels
+    that add dQ this way."""
     from flashcourse.cuda.gradients import tc_backward_kernels_async as v2
-    q, k, v, o, lse, do = problem(40, 20, 16, causal, "fp16", seed=9)
+    q, k, v, o, lse, do = problem(24, 20, 16, causal, "fp16", seed=9)
     tol = 1e-3
     if precision == "3xtf32":                  # float32 arrays: the 3xTF32 kernel
         q, k, v, do = (a.astype(np.float32) for a in (q, k, v, do))

@@ -318,9 +318,10 @@ from flashcourse.widgets.score_memory import score_memory_explorer  # noqa: E402
 from flashcourse.widgets.tile_schedule import tile_schedule  # noqa: E402
 from flashcourse.widgets.traffic import traffic_explorer  # noqa: E402
 from flashcourse.widgets.tuning import tuning_explorer  # noqa: E402
+from flashcourse.widgets.variants import variants_explorer  # noqa: E402
 
 EXPLORERS = (score_memory_explorer, traffic_explorer, tile_schedule, backward_explorer,
-             kv_cache_explorer, lambda: tuning_explorer(measure=False))
+             kv_cache_explorer, lambda: tuning_explorer(measure=False), variants_explorer)
 
 
 def _png_size(data: bytes):
@@ -347,7 +348,7 @@ def test_every_explorer_is_built_once_and_not_displayed(make, monkeypatch):
     assert isinstance(ex, B.Explorer) and ex.css_class in ex._dom_classes
 
 
-@pytest.mark.parametrize("make", EXPLORERS[:5])
+@pytest.mark.parametrize("make", EXPLORERS[:5] + EXPLORERS[6:])   # those with a plot
 def test_plot_rendered_at_twice_its_displayed_size(make):
     """The PNG has 2x the pixels of the CSS width it is shown at: sharp, never stretched."""
     ex = make()

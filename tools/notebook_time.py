@@ -216,7 +216,7 @@ def _stamp_notebook(path: Path, est: Estimate) -> bool:
 
 def _readme_row(path: Path) -> re.Pattern:
     lab = path.name.startswith("lab")
-    num = f"Lab {path.name[3:5]}" if lab else path.name[:2]
+    num = f"Lab {path.stem[3:].split('_')[0]}" if lab else path.name.split("_")[0]  # 10, 10b
     folder = "labs" if lab else "notebooks"
     return re.compile(README_ROW_RE.format(num=re.escape(num), folder=folder,
                                            name=re.escape(path.name)), re.MULTILINE)

@@ -49,7 +49,7 @@ from .._checks import BACKWARD_NONFINITE_HINT, check_array, check_bool, check_ch
 from .._guards import forward_result, gradients_finite, lse_rowsums, o_rowsums
 from .common import host_plans
 from .common._launch import finish, prepare, prepare_backward, serialised, simulator_note
-from .registry import BACKWARD, FORWARD, get
+from .registry import BACKWARD, FORWARD, get, variant_forward
 from .common.result_check import check_result
 
 #: What `forward` and `decode` suggest when float32 scores overflow.
@@ -256,8 +256,17 @@ def extra_device_bytes(kernel: str, bh: int, tq: int, tk: int, d: int = 0) -> in
     return get("forward", kernel).extra_bytes(bh, tq, tk, d)
 
 
-__all__ = ["forward", "backward", "decode", "capture", "KERNELS", "SIM_KERNELS",
-           "extra_device_bytes"]
+def variants_forward(q, k, v, *, kernel: str = "cuda_core", **options):
+    """The attention-variants forward (mask_mod, score_mod, block mask, sinks, GQA;
+    `flashcourse.variants`) on the GPU (or the simulator): kernel "cuda_core" (one thread
+    per query row, fp32) or "tensor_core" (FlashAttention-2 on mma.sync, q, k, v rounded
+    to fp16 or bf16: `precision=`). Arguments and results as
+    `flashcourse.variants.tiled.forward` (`registry.VARIANT_FORWARDS`)."""
+    return variant_forward(kernel)(q, k, v, **options)
+
+
+__all__ = ["forward", "backward", "decode", "capture", "variants_forward", "KERNELS",
+           "SIM_KERNELS", "extra_device_bytes"]
 
 
 @serialised

@@ -274,3 +274,23 @@ register(Kernel("tensor_core", "backward", _run_tc_backward,
                             "a second pass",
                 dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
                 launches=_launches("gradients.tc_backward"), compute=_tc_backward_compute))
+
+
+# ---------------------------------------------------------------------------
+# The attention-variants forwards (mask_mod, score_mod, block mask: flashcourse.variants)
+# ---------------------------------------------------------------------------
+# They take the variants' own arguments (numpy (B, H, T, d) arrays, block_mask, score_mod,
+# sinks), not a `Heads`, so they have a table of their own: name -> the module whose
+# `forward` runs it, for `flashcourse.cuda.variants_forward(..., kernel=name)`.
+
+VARIANT_FORWARDS = {
+    "cuda_core": "cuda_core.variants",      # one thread per query row, fp32 (CUDA cores)
+    "tensor_core": "tensor_core.variants",  # FlashAttention-2 on mma.sync, fp16/bf16 inputs
+}
+
+
+def variant_forward(name):
+    """The `forward` function of the variants kernel `name` (ValueError naming `kernel`)."""
+    from importlib import import_module
+    module = VARIANT_FORWARDS[check_choice(name, "kernel", VARIANT_FORWARDS)]
+    return import_module(f"{__package__}.{module}").forward

@@ -1,13 +1,23 @@
 """A small GPT in numpy (the shape of nanoGPT's `model.py`), trained with the course's attention.
 
-    idx (B, T) -> wte[idx] + wpe[0..T-1]                  (B, T, C)
+    idx (B, T) -> wte[idx] + wpe[pos]                     (B, T, C)
+                  pos = 0..T-1, or with packed documents 0..n-1 in each document
     n_layer x Block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))
     ln_f -> head (C -> V, no bias)                        logits (B, T, V)
     loss = cross_entropy(logits, next characters)         nats per token
 
 `GPT.backward()` walks the same layers in reverse, each layer's written-out backward
 (`model.layers`, `model.attention`). `train` runs AdamW steps on random windows of the
-text and records, per step, the loss and the seconds of the whole step and of attention.
+text (or, given documents, on packed rows of whole documents) and records, per step, the
+loss and the seconds of the whole step and of attention.
+
+Packed rows (`forward(idx, targets, cu_seqlens)`): each document attends only to itself
+(the document mask, `model.attention`), and its positions restart at 0, so a document
+is computed exactly as if it were alone in a row of its own: its output does not depend
+on the other documents, nor on where in the row it sits. (A document never sees another
+document's positions, but without the restart its position ids would depend on the
+lengths of the documents before it, and the model would learn position ids it never
+meets when it generates from a fresh prompt.)
 Unlike GPT-2, the output head is its own matrix, not tied to wte (one layer, one gradient).
 """
 
@@ -21,9 +31,9 @@ import numpy as np
 
 from .._checks import check_block, check_choice
 from .adamw import AdamW, clip_grad_norm
-from .attention import ATTENTIONS, CausalSelfAttention, make_attention
+from .attention import ATTENTIONS, CausalSelfAttention, check_packed, make_attention
 from .layers import INIT_STD, Embedding, LayerNorm, Layer, Linear, MLP, cross_entropy
-from .text import get_batch
+from .text import get_batch, get_packed_batch
 
 DTYPES = ("float64", "float32")
 
@@ -31,8 +41,9 @@ DTYPES = ("float64", "float32")
 @dataclass(frozen=True)
 class GPTConfig:
     """vocab_size V; block_size T (the longest context); n_layer blocks; n_head heads of
-    n_embd / n_head features; attention: "tiled" or "dense"; block_q, block_k: the tiled
-    attention's tile; dtype: "float64" or "float32"."""
+    n_embd / n_head features; attention: "tiled", "dense" or "variants"
+    (`model.attention`); block_q, block_k: the tiled attentions' tile; dtype: "float64"
+    or "float32"."""
 
     vocab_size: int
     block_size: int = 64
@@ -70,8 +81,8 @@ class Block(Layer):
     def layers(self):
         return [self.ln_1, self.attn, self.ln_2, self.mlp]
 
-    def forward(self, x):
-        x = x + self.attn.forward(self.ln_1.forward(x))
+    def forward(self, x, cu_seqlens=None):
+        x = x + self.attn.forward(self.ln_1.forward(x), cu_seqlens)
         return x + self.mlp.forward(self.ln_2.forward(x))
 
     def backward(self, dy):
@@ -117,8 +128,11 @@ class GPT(Layer):
         for leaf in leaves(self):
             leaf.zero_grad()
 
-    def forward(self, idx, targets=None):
-        """logits (B, T, V) and, given targets (B, T), the mean loss (else None)."""
+    def forward(self, idx, targets=None, cu_seqlens=None):
+        """logits (B, T, V) and, given targets (B, T), the mean loss (else None).
+        cu_seqlens: None (each row one sequence), or packed rows: a list of B arrays
+        [0, end_1, ..., T] (`text.get_packed_batch`); needs attention "dense" or
+        "variants"."""
         idx = np.asarray(idx)
         if idx.ndim != 2 or not np.issubdtype(idx.dtype, np.integer):
             raise ValueError(f"idx must be (B, T) integer token ids, got shape {idx.shape} "
@@ -127,9 +141,15 @@ class GPT(Layer):
         if t > self.cfg.block_size:
             raise ValueError(f"idx has T = {t} positions, more than block_size = "
                              f"{self.cfg.block_size}")
-        x = self.wte.forward(idx) + self.wpe.forward(np.arange(t))          # (B, T, C)
+        if cu_seqlens is not None:
+            cu_seqlens = check_packed(cu_seqlens, b, t)
+            if self.cfg.attention == "tiled":
+                raise ValueError("packed rows (cu_seqlens) need attention='variants' or "
+                                 "'dense'; 'tiled' is causal only")
+        pos = document_positions(cu_seqlens, t)                             # (T,) or (B, T)
+        x = self.wte.forward(idx) + self.wpe.forward(pos)                   # (B, T, C)
         for block in self.blocks:
-            x = block.forward(x)
+            x = block.forward(x, cu_seqlens)
         logits = self.head.forward(self.ln_f.forward(x))                   # (B, T, V)
         if targets is None:
             self.saved = {}
@@ -145,7 +165,8 @@ class GPT(Layer):
         dx = self.ln_f.backward(self.head.backward(self.saved["dlogits"]))
         for block in reversed(self.blocks):
             dx = block.backward(dx)
-        self.wpe.backward(dx.sum(axis=0))
+        pos = self.wpe.saved["idx"]
+        self.wpe.backward(dx.sum(axis=0) if pos.ndim == 1 else dx)
         self.wte.backward(dx)
 
     def saved_bytes(self) -> dict:
@@ -168,21 +189,38 @@ class History:
     attention_s: list
 
 
-def train(model: GPT, ids, *, steps: int, batch: int = 16, lr: float = 3e-3,
+def document_positions(cu_seqlens, t: int) -> np.ndarray:
+    """Position ids: (T,) 0..T-1 without documents; (B, T) with cu_seqlens (a checked
+    list of B arrays), restarting at 0 where each document starts."""
+    if cu_seqlens is None:
+        return np.arange(t)
+    return np.stack([np.arange(t) - np.repeat(c[:-1], np.diff(c)) for c in cu_seqlens])
+
+
+def train(model: GPT, ids=None, *, steps: int, batch: int = 16, lr: float = 3e-3,
           seed: int = 1, clip: float = 1.0, weight_decay: float = 0.1,
-          log_every: int = 0) -> History:
-    """AdamW on `steps` random batches of `ids` (windows of the model's block_size);
-    `seed` fixes the batches, so two models trained with one seed see the same text."""
+          log_every: int = 0, documents=None) -> History:
+    """AdamW on `steps` random batches of `ids` (windows of the model's block_size), or,
+    given `documents` instead (a list of 1-D id arrays), of packed rows
+    (`text.get_packed_batch`); `seed` fixes the batches, so two models trained with one
+    seed see the same text."""
     steps = check_block(steps, "steps")
+    if (ids is None) == (documents is None):
+        raise ValueError("train needs either ids (random windows of one text) or "
+                         "documents= (packed rows), not both and not neither")
     rng = np.random.default_rng(seed)
     opt = AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     hist = History([], [], [])
     for step in range(steps):
         t0 = time.perf_counter()
         att0 = _attention_seconds(model)
-        x, y = get_batch(ids, batch, model.cfg.block_size, rng)
+        if documents is None:
+            x, y = get_batch(ids, batch, model.cfg.block_size, rng)
+            cu = None
+        else:
+            x, y, cu = get_packed_batch(documents, batch, model.cfg.block_size, rng)
         model.zero_grad()
-        _, loss = model.forward(x, y)
+        _, loss = model.forward(x, y, cu)
         model.backward()
         clip_grad_norm([g for _, _, g in opt.params], clip)
         opt.step()

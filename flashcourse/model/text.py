@@ -83,3 +83,61 @@ def get_batch(ids: np.ndarray, batch: int, block_size: int, rng):
     x = np.stack([ids[s:s + block_size] for s in starts])                    # (B, T)
     y = np.stack([ids[s + 1:s + 1 + block_size] for s in starts])            # (B, T)
     return x, y
+
+
+# ---------------------------------------------------------------------------
+# packed training sequences: short documents, one after another in a row of T
+# ---------------------------------------------------------------------------
+
+def split_sentences(s: str) -> list[str]:
+    """The sentences of a text, each one short *document* for packed training: a sentence
+    ends after '.', '!' or '?' followed by white space (spaces or a line break); the
+    white space between two sentences belongs to neither. Line breaks inside a sentence
+    stay (they are characters of the text). Empty pieces are dropped."""
+    docs, start = [], 0
+    for i in range(len(s) - 1):
+        if s[i] in ".!?" and s[i + 1] in " \n":
+            docs.append(s[start:i + 1])
+            start = i + 1
+            while start < len(s) and s[start] in " \n":
+                start += 1
+    docs.append(s[start:])
+    return [d for d in (d.strip(" \n") for d in docs) if d]
+
+
+def get_packed_batch(documents, batch: int, block_size: int, rng):
+    """B rows of T = block_size positions, each a few whole documents packed one after
+    another: x (B, T) inputs, y (B, T) targets and cu_seqlens, a list of B int64 arrays
+    [0, end_1, ..., T] (where each document's positions end, as FlashAttention's varlen
+    functions and `flashcourse.variants.library.document` take them).
+
+    A row is filled with documents drawn at random from `documents` (a list of 1-D
+    integer arrays of at least 2 ids). A document of n ids gives n - 1 positions:
+    inputs d[0..n-2], targets d[1..n-1], so no target is the first id of the next
+    document. The document that reaches the end of the row is cut there (its first ids
+    kept)."""
+    batch = check_block(batch, "batch")
+    t = check_block(block_size, "block_size")
+    docs = list(documents)
+    if not docs:
+        raise ValueError("documents must hold at least one document (a 1-D array of ids)")
+    for i, d in enumerate(docs):
+        d = np.asarray(d)
+        if d.ndim != 1 or d.size < 2 or not np.issubdtype(d.dtype, np.integer):
+            raise ValueError(f"documents[{i}] must be a 1-D integer array of at least 2 "
+                             f"ids (one input and its target), got shape {d.shape} "
+                             f"dtype {d.dtype}")
+    x = np.empty((batch, t), np.int64)                                       # (B, T)
+    y = np.empty((batch, t), np.int64)                                       # (B, T)
+    cu_seqlens = []
+    for b in range(batch):
+        ends, fill = [0], 0
+        while fill < t:
+            d = np.asarray(docs[int(rng.integers(len(docs)))])
+            n = min(d.size - 1, t - fill)                                    # positions
+            x[b, fill:fill + n] = d[:n]
+            y[b, fill:fill + n] = d[1:n + 1]
+            fill += n
+            ends.append(fill)
+        cu_seqlens.append(np.array(ends, np.int64))
+    return x, y, cu_seqlens

@@ -13,6 +13,7 @@
     tc_backward   the tensor-core backward: its products, ldmatrix(.trans) loads, roundings,
                   recorded variants and timings (10, section 7)
     decode        Flash-Decoding's SMs, splits, merge tree and bandwidth (11)
+    variants      masks pair by pair, block masks by tile (14)
     tuning        the tuning sweep's TFLOP/s heatmaps over (Br, Bc) (07)
     bench         TFLOP/s grids of recorded benchmarks
     tables        HTML tables for notebook output

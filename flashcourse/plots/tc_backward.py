@@ -1,5 +1,5 @@
-"""The backward pass on tensor cores (notebook 10, section 7): its products, its B loads,
-its roundings and the recorded H200 run.
+"""The backward pass on tensor cores (notebook 10, section 6; its measurements in notebook
+10b): its products, its B loads, its roundings and the recorded H200 run.
 
     PRODUCTS                the five products of one (query block i, key block j) pair as
                             the key-major kernel runs them: (M, N, K), operands, B load

@@ -1,4 +1,5 @@
-"""The course's quiz questions, one data file per notebook: `nbNN.toml` (a lab's: `labNN.toml`).
+"""The course's quiz questions, one data file per notebook: `nbNN.toml` (a lab's: `labNN.toml`;
+a case-study notebook's, such as 10b: `nb10b.toml`).
 
 A notebook shows its quiz with `quizzes.show("NN")` (the widget is `flashcourse.quiz`),
 so the answers are not in the notebook's source. The questions are data, not code: an
@@ -58,14 +59,14 @@ from pathlib import Path
 
 from ..quiz import QUIZ_DIR, load_questions
 
-_NAME = re.compile(r"^(\d{2}|lab\d{2})$")
+_NAME = re.compile(r"^(\d{2}[a-z]?|lab\d{2})$")   # '03', '10b' (a case study), 'lab04'
 
 
 def names() -> list[str]:
-    """The notebooks and labs that have a quiz, e.g. ['00', '01', ..., 'lab04']."""
+    """The notebooks and labs that have a quiz, e.g. ['00', '01', ..., '10b', ..., 'lab04']."""
     found = []
     for file in QUIZ_DIR.glob("*.toml"):
-        if re.match(r"^nb\d{2}$", file.stem):
+        if re.match(r"^nb\d{2}[a-z]?$", file.stem):
             found.append(file.stem[2:])
         elif re.match(r"^lab\d{2}$", file.stem):
             found.append(file.stem)
@@ -73,12 +74,13 @@ def names() -> list[str]:
 
 
 def path(name) -> Path:
-    """The file of notebook `name`'s quiz ('03' or 3: flashcourse/quizzes/nb03.toml)."""
+    """The file of notebook `name`'s quiz ('03' or 3: flashcourse/quizzes/nb03.toml; '10b':
+    nb10b.toml)."""
     if isinstance(name, int) and not isinstance(name, bool):
         name = f"{name:02d}"
     if not (isinstance(name, str) and _NAME.match(name)):
         raise ValueError(f"quiz name must be a two-digit notebook number such as '03' "
-                         f"(or a lab such as 'lab04'), got {name!r}")
+                         f"('10b' for a case study, or a lab such as 'lab04'), got {name!r}")
     if name not in names():
         raise ValueError(f"no quiz for notebook {name!r}; known: {', '.join(names())} "
                          f"(add flashcourse/quizzes/nb{name}.toml, see its package docstring)")

@@ -14,6 +14,8 @@ derivative `score_mod_grad` the backward needs). Modules:
                 prefix_lm, random_block_sparse, alibi, softcap
     block_mask  BlockMask (full / partial / empty tiles, FlexAttention's layout), its
                 builder, cache, bytes and build time
+    cost        what a block mask saves: visible pairs, tiles touched, K/V bytes,
+                a time model (touched tiles / all tiles)
     inputs      argument checks: (B, H, T, d) arrays, GQA, sinks
     reference   dense float64 forward and backward: the ground truth
     tiled       tiled numpy forward and backward driven by a block mask
@@ -25,4 +27,4 @@ softmax sum, no value. A row with nothing visible: o = 0, lse = -inf (lse = sink
 sink), in every path.
 """
 
-__all__ = ["block_mask", "cpu", "inputs", "library", "mods", "reference", "tiled"]
+__all__ = ["block_mask", "cost", "cpu", "inputs", "library", "mods", "reference", "tiled"]

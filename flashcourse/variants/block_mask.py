@@ -114,12 +114,12 @@ class BlockMask:
         return (b if bb > 1 else 0), (h if hh > 1 else 0)
 
     def describe(self) -> str:
-        """One line: lengths, tiles by kind, bytes and build time."""
+        """Two short lines: lengths and tiles by kind; bytes and build time."""
         t = self.tiles()
         (tq, tk), (br, bc) = self.seq_lengths, self.block_size
         return (f"BlockMask (Tq, Tk) = ({tq}, {tk}), tiles {br} x {bc}: {t['full']} full, "
-                f"{t['partial']} partial, {t['empty']} empty of {t['total']}; "
-                f"{self.nbytes:,} bytes; built in {self.build_seconds * 1e3:.1f} ms")
+                f"{t['partial']} partial, {t['empty']} empty of {t['total']}\n"
+                f"  {self.nbytes:,} bytes of lists; built in {self.build_seconds * 1e3:.1f} ms")
 
     def to_string(self, b: int = 0, h: int = 0) -> str:
         """The tile grid of one (batch, head) as text: '#' full, '+' partial, '.' empty."""

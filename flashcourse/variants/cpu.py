@@ -40,7 +40,7 @@ from ..constants import LOG2E
 from ..cpu import FASTMATH, _int_like, _launch, _pv_cols, _scores_cols, exp2_row
 from .mods import compiled_mask, compiled_score
 from .inputs import check_grad_inputs, check_result
-from .mods import resolve_grad
+from .mods import always_visible, resolve_grad, unchanged_score
 from .tiled import backward_prologue, finish_grads, new_counts, prepare, sink_grad
 
 
@@ -151,14 +151,6 @@ def _kernel(q, k, v, o, lse, n_heads, group, br, bc, kv_num, kv_idx, full_num, f
                 lse[head, q0 + r] = -np.inf
 
 
-def _always(b, h, q_idx, kv_idx):
-    return True
-
-
-def _identity(score, b, h, q_idx, kv_idx):
-    return score
-
-
 def forward(q, k, v, *, block_mask=None, score_mod=None, sinks=None, scale=None,
             block_q: int | None = None, block_k: int | None = None, stats=None):
     """(o, lse) as `variants.tiled.forward` (same arguments, same results within
@@ -176,8 +168,8 @@ def forward(q, k, v, *, block_mask=None, score_mod=None, sinks=None, scale=None,
     lse = np.empty(qf.shape[:2], acc_t)
     items = qf.shape[0] * -(-p.tq // br)
     per_item = np.zeros((items, 2), np.int64)
-    mask_fn = compiled_mask(bm.mask_mod if bm.mask_mod is not None else _always)
-    score_fn = compiled_score(score_mod if score_mod is not None else _identity)
+    mask_fn = compiled_mask(bm.mask_mod if bm.mask_mod is not None else always_visible)
+    score_fn = compiled_score(score_mod if score_mod is not None else unchanged_score)
     sinks_a = np.zeros(p.heads) if p.sinks is None else p.sinks
     _launch(_kernel, items, qf, kf, vf, o, lse, p.heads, p.group, br, bc,
             bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks, bm.full_kv_indices,
@@ -325,9 +317,9 @@ def backward(q, k, v, o, lse, do, *, block_mask=None, score_mod=None, score_mod_
     lse_f = np.ascontiguousarray(lse_safe.reshape(-1, p.tq))
     delta_f = np.ascontiguousarray(delta.reshape(-1, p.tq))
     dq, dk, dv = np.zeros(qf.shape), np.zeros(kf.shape), np.zeros(vf.shape)
-    fns = (compiled_mask(bm.mask_mod if bm.mask_mod is not None else _always),
-           compiled_score(score_mod if score_mod is not None else _identity),
-           compiled_score(grad if grad is not None else _identity, "score_mod_grad"),
+    fns = (compiled_mask(bm.mask_mod if bm.mask_mod is not None else always_visible),
+           compiled_score(score_mod if score_mod is not None else unchanged_score),
+           compiled_score(grad if grad is not None else unchanged_score, "score_mod_grad"),
            score_mod is not None, float(p.scale))
     items_kv = kf.shape[0] * -(-p.tk // bc)
     items_q = qf.shape[0] * -(-p.tq // br)

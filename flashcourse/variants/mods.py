@@ -47,6 +47,16 @@ MASK_SIGNATURE = "boolean(int64, int64, int64, int64)"
 SCORE_SIGNATURE = "float64(float64, int64, int64, int64, int64)"
 
 
+def always_visible(b, h, q_idx, kv_idx):
+    """The mask_mod of plain attention: every key visible (what kernels use for none)."""
+    return True
+
+
+def unchanged_score(score, b, h, q_idx, kv_idx):
+    """The score_mod that changes nothing (what kernels use for none)."""
+    return score
+
+
 def check_mod(fn, name: str, n_args: int):
     """`fn` if it is a plain Python function taking `n_args` positional arguments
     (TypeError naming `name` otherwise); None passes."""

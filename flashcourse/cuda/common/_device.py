@@ -13,6 +13,7 @@ from numba import cuda
 
 from ...constants import F0, LN2_F, NEG_INF
 from ...gpu import using_simulator
+from ...variants.mods import jit_ready
 
 
 def _inlined(fn):
@@ -153,3 +154,10 @@ def lane_ids():
     warp = tid // 32
     lane = tid % 32
     return tid, warp, lane, lane // 4, lane % 4
+
+
+def mod_device(fn):
+    """A learner's mask_mod or score_mod (plain Python, `variants.mods.jit_ready` checks it)
+    as a CUDA device function that a variants kernel calls; plain `cuda.jit(device=True)`,
+    which the compiler inlines or calls as it sees fit."""
+    return cuda.jit(device=True)(jit_ready(fn))

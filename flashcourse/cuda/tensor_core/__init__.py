@@ -6,6 +6,8 @@
     tensor_core_kernels_async.py       version 2 of fp16/bf16: cp.async and ldmatrix
     tensor_core_kernels_tf32_async.py  version 2 of 3xTF32 (and TF32)
     tensor_core_kernels_tf32_planes.py version 3 of 3xTF32 (and TF32): split planes
+    variants.py                        the attention-variants forward (mask_mod, score_mod,
+                                       block mask, sinks, GQA) on version 2's pieces
 
 The gradients, decoding and hopper families build on this one (a layer above it).
 """

@@ -1,0 +1,594 @@
+"""Checkers for lab 10b's parts, one by one, and for the whole key-block kernel.
+
+row_delta runs in the pre-pass; transposed_scores, ds_tile, grad_tile and store_grads each
+run alone in a one-warp kernel on known fragments: K's and V's A fragments packed by the
+PTX map, Q, dO and Y in 32 x 32 tiles whose top-left 16 x 16 is the lab's tile (a wrong
+fragment offset then reads known values instead of crashing), accumulators of an earlier
+query tile. Each is compared with a numpy model of the same fragment arithmetic, lane by
+lane on (32, n) arrays [lane, accumulator], through the maps of `flashcourse.cuda.ptx.mma`
+(and `tensor_core_parts`' model of one mma). Every model takes a `mistake` that replays one
+typical wrong implementation; a result that matches one gets its hint.
+
+`check_kernel` runs the pre-pass and the kernel on ragged and causal shapes against the
+float64 backward (`reference.attention_backward`) on the same fp16 values; when they
+disagree it runs the part checks and names the first that fails, or says that all of them
+pass and what remains.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda, float32, int32, uint32
+
+from .. import reference
+from ..constants import LOG2E
+from ..cuda.common._launch import simulator_lock
+from ..cuda.ptx import mma as M
+from ..geometry import ceil_div
+from ..gpu import using_simulator
+from ._harness import Case, Result, run_checks
+from .cuda_lab_kernel import _device
+from .kernel_source import kernel_guard
+from .tensor_core_backward_lab import (_KERNEL_TOL, BC, BR, D, KA_WORDS, KERNEL_CASES, KQ, KT,
+                                       NO, NS, NT, O_ACC, S_ACC, _parts, kernel_inputs,
+                                       lab_backward, make_delta_kernel)
+from .tensor_core_lab import source_cases
+from .tensor_core_parts import _from_a, _mma, q_fragment
+
+_RTOL, _ATOL = 1e-5, 1e-5        # one part on exact fragments: fp32 sums of fp16 products
+
+# -- hints ----------------------------------------------------------------------------------
+
+_PART_CHECKS = ("check_row_delta, check_transposed_scores, check_ds_tile, check_grad_tile, "
+                "check_store_grads")
+
+HINT_DELTA = ("Your D is wrong: D_i = sum over the head dimension c < d of dO[i, c] O[i, c], "
+              "one number per query row (notebook 09: the row sum of dO o O).",
+              "A loop over c < d adding the products of row `row` of o and of do.")
+HINT_DELTA_AXIS = ("Your D is summed over the wrong axis: it adds a COLUMN of dO o O (over "
+                   "query rows) where D_i is the sum along row i, over the head dimension.",
+                   "Index o and do by [row, c] with c running over the head dimension.")
+HINT_DELTA_PRODUCT = ("Your D multiplies two sums, (sum of O's row) (sum of dO's row); D_i is "
+                      "the sum of the products, element by element (dO o O, then the row sum).",
+                      "Add o[row, c] * do[row, c] for each c.")
+HINT_SCORES = ("Your S^T or dP^T accumulators are wrong: n8 tile n of S^T is the queries 8 n "
+               ".. 8 n + 7, so its B fragment is load_b on qs with n0 = 8 n (Q's rows) and k0 "
+               "= 16 kk (the head dimension), one mma with K's A fragment ka (words from 4 kk) "
+               "into s[4 n .. 4 n + 3]; dP^T the same with va and dos, into dp.",
+               "For each n8 tile n and k16 step kk: S^T from ka and qs, dP^T from va and dos.")
+HINT_S_RESET = ("The accumulators are not reset: s and dp still hold the previous query tile's "
+                "P^T and dS^T when the mma adds K Q^T to them (an mma computes C + A B).",
+                "Set the 4 NS entries of s and of dp to F0 before the first mma.")
+HINT_S_OFFSETS = ("Your B fragment has its offsets swapped: load_b(tile, n0, k0, ...) reads "
+                  "tile[n0 + n, k0 + kk], so n0 is the QUERY row (8 n for n8 tile n) and k0 the "
+                  "head dimension (16 kk).", "n0 = 8 n, k0 = 16 kk.")
+HINT_S_PAIRS = ("Your operands are paired the wrong way: S^T = K Q^T takes K's fragments (ka) "
+                "with Q (qs); dP^T = V dO^T takes V's (va) with dO (dos).",
+                "s from ka and qs; dp from va and dos.")
+HINT_CI = ("Your mma writes to the wrong accumulators: each n8 tile owns four consecutive "
+           "ones, tile n the entries 4 n .. 4 n + 3, and the mma's ci is where they start (an "
+           "index of n makes the tiles overlap).", "ci = 4 n for n8 tile n.")
+HINT_DS = ("Your P^T or dS^T is wrong: accumulator i of n8 tile n is key g + 8 (i // 2) and "
+           "QUERY 8 n + 2 t + (i % 2) (the C map of the transposed tile), so its lse and D are "
+           "lt and dl of that query; P = exp(scale S - lse) goes over s, dS = P (dP - D) over dp.",
+           "col = 8 n + 2 t + (i % 2); p from s, scale and lt[col]; dp from p and dl[col].")
+HINT_DS_BASE2 = ("Your P is off by a power of 2: lse is a NATURAL logarithm (the forward's m + "
+                 "log l). exp2 needs the whole exponent in base 2: exp2((scale S - lse) log2 e), "
+                 "not exp2(scale S log2 e - lse).",
+                 "Use math.exp(scale s - lse), or multiply lse by log2 e too.")
+HINT_DS_SCALE = ("Your P leaves out the softmax scale: the forward's scores are scale Q K^T "
+                 "(scale = 1 / sqrt(d)), and its lse was taken of those.",
+                 "P = exp(s scale - lse).")
+HINT_DS_ROW = ("Your lse and D come from the key: in the transposed tile the ROWS are keys and "
+               "the columns queries, and lse and D belong to a query (accumulator i of n8 tile "
+               "n: query 8 n + 2 t + (i % 2)).", "Index lt and dl by the column, not by g.")
+HINT_DS_NO_P = ("Your dS leaves out P: the softmax's Jacobian gives dS = P o (dP - D), "
+                "element by element (notebook 09).", "Multiply (dP - D) by the new P.")
+HINT_DS_SIGN = ("Your dS has the wrong sign: dS = P o (dP - D), dP first (notebook 09).",
+                "p (dp - D), not p (D - dp).")
+HINT_DS_STORE = ("P^T must replace S^T in s: grad_tile reads P^T from s (its accumulators are "
+                 "the A operand of dV += P^T dO). Your s still holds the scores.",
+                 "Write each P back to the entry of s it came from, after using it for dS.")
+HINT_DS_SCALED = ("Your dS is multiplied by the scale: dS = P o (dP - D) as it is; the scale "
+                  "enters dK (and dQ) once, where store_grads writes them.",
+                  "Leave the scale out of dp.")
+HINT_GRAD = ("Your acc += X^T Y is wrong: for each k16 step kp (16 queries), pa packs X^T's "
+             "accumulators of n8 tiles 2 kp and 2 kp + 1 as the A operand (mma.p_as_a_operand); "
+             "then for each n8 tile n of the result, the B fragment of Y from yt and one mma "
+             "into acc from 4 n.", "pa word q packs x[8 kp + 2 q] and the next one.")
+HINT_GRAD_T = ("You forgot the transpose: the B operand of X^T Y is Y itself, B[kk, n] = "
+               "Y[query kk, dim n], and load_b(tile, ...) reads tile[n0 + n, k0 + kk]: so it "
+               "must read yt (Y transposed: yt[dim, query]), not ys. With ys you compute "
+               "X^T Y^T.", "load_b on yt, n0 = 8 n (the dimension), k0 = 16 kp (the query).")
+HINT_GRAD_ORDER = ("X^T is fed in the wrong fragment order: the A operand takes n8 tile 2 kp "
+                   "(queries 0-7) as its words 0 (row g) and 1 (row g + 8), n8 tile 2 kp + 1 "
+                   "(queries 8-15) as words 2 and 3, each word the pair of neighbouring "
+                   "accumulators, the lower index in the low half (mma.p_as_a_operand).",
+                   "pa[q] packs x[j0 + 2 q] (low) and x[j0 + 2 q + 1] (high), j0 = 8 kp.")
+HINT_GRAD_OFFSETS = ("Your B fragment of Y has its offsets swapped: load_b(yt, n0, k0, ...) "
+                     "reads yt[n0 + n, k0 + kk], and yt is Y transposed, so n0 is the head "
+                     "dimension (8 n) and k0 the query (16 kp).", "n0 = 8 n, k0 = 16 kp.")
+HINT_GRAD_ADD = ("grad_tile must ADD to acc: dK and dV are sums over every query tile that "
+                 "sees this key block (acc carries the earlier tiles'). Do not reset it.",
+                 "The mma adds to acc: nothing written to acc before it.")
+HINT_STORE = ("Your dK or dV lands in the wrong place: accumulator i of n8 tile n is key k0 + "
+              "g + 8 (i // 2), dimension 8 n + 2 t + (i % 2) (the C map); write it only when "
+              "the key is < tk and the dimension < d; dK times scale, dV as it is.",
+              "key = k0 + g + 8 (i // 2), col = 8 n + 2 t + (i % 2).")
+HINT_STORE_SCALE = ("You forgot the scale for dK: S = scale Q K^T, so the chain rule gives dK = "
+                    "scale dS^T Q (and dQ = scale dS K); dV = P^T dO has no scale.",
+                    "dk = dka times scale.")
+HINT_STORE_SCALE_DV = ("Your dV is multiplied by the scale: dV = P^T dO takes none (the scale "
+                       "sits inside S, which dV only sees through P).", "dv = dva as it is.")
+HINT_STORE_ROWS = ("Accumulators 2 and 3 are key g + 8, not key g: your rows ignore i // 2.",
+                   "key = k0 + g + 8 (i // 2).")
+HINT_STORE_TILE = ("Your column ignores the n8 tile: the accumulators of tile n sit 8 n "
+                   "dimensions further right.", "col = 8 n + 2 t + (i % 2).")
+HINT_KERNEL = (f"Every part check passes ({_PART_CHECKS}), yet the kernel disagrees with the "
+               "float64 backward. What remains is where your parts meet the skeleton: the mask "
+               "(masked scores reach ds_tile as -inf; a query that sees no key has lse = "
+               "+inf in lt), the state carried across query tiles (dka and dva live across "
+               "them; s and dp are rewritten) and D from the pre-pass.",
+               "Run Tq = Tk = 16 (one tile pair), then Tq = 32, causal and not, and compare "
+               "lab_backward with reference.attention_backward.")
+HINT_KERNEL_ERROR = ("Your kernel stopped with an error (the line above). On the simulator the "
+                     "usual one is an index past the end of an array: a fragment offset, an "
+                     "accumulator index, or a write of dK, dV past tk or d. The part checks "
+                     f"({_PART_CHECKS}) run each part alone and name the mistake.",
+                     "Run the part checks in order; the first that fails names the part.")
+
+
+def _part_failing(check: str, what: str) -> tuple[str, str]:
+    return (f"The kernel disagrees with the float64 backward, and {check} fails on your "
+            f"{what}: run it for its diagnosis and make it pass first (the part checks, in "
+            f"order: {_PART_CHECKS}).",
+            "Each part check runs one part alone, so its hint names the mistake.")
+
+
+HINT_KERNEL_DELTA = _part_failing("check_row_delta", "row_delta")
+HINT_KERNEL_SCORES = _part_failing("check_transposed_scores", "transposed_scores")
+HINT_KERNEL_DS = _part_failing("check_ds_tile", "ds_tile")
+HINT_KERNEL_GRAD = _part_failing("check_grad_tile", "grad_tile")
+HINT_KERNEL_STORE = _part_failing("check_store_grads", "store_grads")
+
+
+# -- the one-warp kernels that run one part -------------------------------------------------
+
+def _scratch() -> int:
+    return M.SIM_SCRATCH_PER_WARP if using_simulator() else 1
+
+
+def _launch(kernel, ins, outs, threads=NT):
+    """Run a one-block kernel on copies of `ins` and outputs shaped like `outs`, NaN-poisoned
+    (an entry never written shows); the outputs come back as float64."""
+    dev_in = [cuda.to_device(np.ascontiguousarray(x)) for x in ins]
+    dev_out = [cuda.to_device(np.full(np.shape(x), np.nan, np.float32)) for x in outs]
+    with simulator_lock():
+        kernel[1, threads](*dev_in, *dev_out)
+    return tuple(x.copy_to_host().astype(np.float64) for x in dev_out)
+
+
+@lru_cache(maxsize=None)
+def _scores_kernel(transposed_scores):
+    SCR = _scratch()
+
+    def kern(ka_words, va_words, qs, dos, s_in, dp_in, s_out, dp_out):
+        scr = cuda.shared.array(SCR, float32)
+        lane = cuda.threadIdx.x
+        w = cuda.local.array(2, int32)
+        w[0] = lane
+        w[1] = 0
+        ka = cuda.local.array(KA_WORDS, uint32)
+        va = cuda.local.array(KA_WORDS, uint32)
+        s = cuda.local.array(S_ACC, float32)
+        dp = cuda.local.array(S_ACC, float32)
+        b = cuda.local.array(2, uint32)
+        for x in range(KA_WORDS):
+            ka[x] = ka_words[lane, x]
+            va[x] = va_words[lane, x]
+        for x in range(S_ACC):
+            s[x] = s_in[lane, x]
+            dp[x] = dp_in[lane, x]
+        transposed_scores(ka, va, qs, dos, s, dp, b, scr, w)
+        for x in range(S_ACC):
+            s_out[lane, x] = s[x]
+            dp_out[lane, x] = dp[x]
+    return cuda.jit(kern)
+
+
+@lru_cache(maxsize=None)
+def _ds_kernel(ds_tile):
+    def kern(s_in, dp_in, lt, dl, scale, s_out, dp_out):
+        lane = cuda.threadIdx.x
+        s = cuda.local.array(S_ACC, float32)
+        dp = cuda.local.array(S_ACC, float32)
+        for x in range(S_ACC):
+            s[x] = s_in[lane, x]
+            dp[x] = dp_in[lane, x]
+        ds_tile(s, dp, lt, dl, scale[0], lane)
+        for x in range(S_ACC):
+            s_out[lane, x] = s[x]
+            dp_out[lane, x] = dp[x]
+    return cuda.jit(kern)
+
+
+@lru_cache(maxsize=None)
+def _grad_kernel(grad_tile):
+    SCR = _scratch()
+
+    def kern(x_in, ys, yt, acc_in, acc_out):
+        scr = cuda.shared.array(SCR, float32)
+        lane = cuda.threadIdx.x
+        w = cuda.local.array(2, int32)
+        w[0] = lane
+        w[1] = 0
+        x = cuda.local.array(S_ACC, float32)
+        acc = cuda.local.array(O_ACC, float32)
+        pa = cuda.local.array(4, uint32)
+        b = cuda.local.array(2, uint32)
+        for j in range(S_ACC):
+            x[j] = x_in[lane, j]
+        for j in range(O_ACC):
+            acc[j] = acc_in[lane, j]
+        grad_tile(x, ys, yt, acc, pa, b, scr, w)
+        for j in range(O_ACC):
+            acc_out[lane, j] = acc[j]
+    return cuda.jit(kern)
+
+
+@lru_cache(maxsize=None)
+def _store_kernel(store_grads):
+    def kern(dka_in, dva_in, args, scale, dk, dv):
+        lane = cuda.threadIdx.x
+        dka = cuda.local.array(O_ACC, float32)
+        dva = cuda.local.array(O_ACC, float32)
+        for j in range(O_ACC):
+            dka[j] = dka_in[lane, j]
+            dva[j] = dva_in[lane, j]
+        store_grads(dka, dva, dk, dv, args[0], args[1], args[2], scale[0], lane)
+    return cuda.jit(kern)
+
+
+# -- numpy models of the fragment arithmetic, lane by lane, with the typical mistakes -------
+
+_G = np.arange(NT) // 4
+_T = np.arange(NT) % 4
+
+
+def delta_model(o, do, mistake=None) -> np.ndarray:
+    """(Tq,) D = rowsum(dO o O); mistakes: 'axis' (column sums, o square), 'product'
+    (rowsum(O) rowsum(dO))."""
+    o, do = (np.asarray(x, np.float64) for x in (o, do))
+    if mistake == "axis":
+        return (o * do).sum(axis=0)
+    if mistake == "product":
+        return o.sum(axis=1) * do.sum(axis=1)
+    return (o * do).sum(axis=1)
+
+
+def scores_model(ktile, vtile, qs, dos, s, dp, mistake=None):
+    """(s, dp) (32, S_ACC) after transposed_scores: S^T = K Q^T, dP^T = V dO^T with K, V
+    (16, 16) the A tiles and Q = qs[:16], dO = dos[:16] (qs, dos may be larger: a wrong
+    offset reads them); mistakes: 'no_reset', 'offsets', 'ci', 'pairs' (V with Q, K with dO)."""
+    outs = []
+    pairs = ((vtile, qs), (ktile, dos)) if mistake == "pairs" else ((ktile, qs), (vtile, dos))
+    for (a, tile), prev in zip(pairs, (s, dp)):
+        out = np.array(prev, np.float32) if mistake == "no_reset" else np.zeros((NT, S_ACC),
+                                                                                np.float32)
+        for n in range(NS):
+            for kk in range(KT):
+                n0, k0 = (16 * kk, 8 * n) if mistake == "offsets" else (8 * n, 16 * kk)
+                bt = tile[n0:n0 + 8, k0:k0 + 16].T            # B[kk, n] = tile[n0 + n, k0 + kk]
+                ci = n if mistake == "ci" else 4 * n
+                out[:, ci:ci + 4] = _mma(a[:, 16 * kk:16 * kk + 16], bt, out[:, ci:ci + 4])
+        outs.append(out)
+    return tuple(outs)
+
+
+def ds_model(s, dp, lt, dl, scale, mistake=None):
+    """(s, dp) after ds_tile: P^T over s, dS^T over dp, float64; mistakes: 'base2' (exp2 of
+    scale S log2 e - lse), 'no_scale', 'row' (lse, D of the key row), 'no_p' (dS = dP - D),
+    'sign', 'not_stored' (s keeps S^T), 'scaled' (dS times scale)."""
+    s, dp = (np.asarray(x, np.float64) for x in (s, dp))
+    lt, dl = (np.asarray(x, np.float64) for x in (lt, dl))
+    p_out, ds_out = s.copy(), dp.copy()
+    for n in range(NS):
+        for i in range(4):
+            j = 4 * n + i
+            col = _G + 8 * (i // 2) if mistake == "row" else 8 * n + 2 * _T + (i % 2)
+            with np.errstate(invalid="ignore", over="ignore"):
+                if mistake == "base2":
+                    p = np.exp2(s[:, j] * scale * LOG2E - lt[col])
+                elif mistake == "no_scale":
+                    p = np.exp(s[:, j] - lt[col])
+                else:
+                    p = np.exp(s[:, j] * scale - lt[col])
+            diff = dl[col] - dp[:, j] if mistake == "sign" else dp[:, j] - dl[col]
+            ds_out[:, j] = diff if mistake == "no_p" else p * diff
+            if mistake == "scaled":
+                ds_out[:, j] *= scale
+            if mistake != "not_stored":
+                p_out[:, j] = p
+    return p_out, ds_out
+
+
+#: the x entry (from 8 kp) each half of pa's words takes: right, and two wrong orders
+X_WORDS = {None: ((0, 1), (2, 3), (4, 5), (6, 7)), "order": ((0, 1), (4, 5), (2, 3), (6, 7)),
+           "pairs": ((1, 0), (3, 2), (5, 4), (7, 6))}
+
+
+def grad_model(x, ys, yt, acc, mistake=None) -> np.ndarray:
+    """(32, O_ACC): acc after grad_tile, acc += X^T Y with X^T = x (each lane's accumulators)
+    and Y transposed in yt (Y row-major in ys); mistakes: 'transpose' (B read from ys),
+    'order', 'pairs' (pa's words or halves swapped), 'offsets', 'ci', 'overwrite'."""
+    out = np.zeros((NT, O_ACC), np.float32) if mistake == "overwrite" else np.array(acc,
+                                                                                    np.float32)
+    words = X_WORDS.get(mistake, X_WORDS[None])
+    x = np.asarray(x, np.float32)
+    tile = ys if mistake == "transpose" else yt
+    for kp in range(KQ):
+        a = _from_a(np.stack([x[:, 8 * kp + words[i // 2][i % 2]] for i in range(8)], axis=1))
+        for n in range(NO):
+            n0, k0 = (16 * kp, 8 * n) if mistake == "offsets" else (8 * n, 16 * kp)
+            bt = tile[n0:n0 + 8, k0:k0 + 16].T              # B[kk, n] = tile[n0 + n, k0 + kk]
+            ci = n if mistake == "ci" else 4 * n
+            out[:, ci:ci + 4] = _mma(a, bt, out[:, ci:ci + 4])
+    return out
+
+
+def store_model(dka, dva, k0, tk, d, scale, mistake=None):
+    """(dk, dv) (tk, d), NaN where never written, after store_grads; mistakes: 'no_scale'
+    (dK unscaled), 'scale_dv', 'rows' (key g for all four), 'tile' (no 8 n)."""
+    dk = np.full((tk, d), np.nan)
+    dv = np.full((tk, d), np.nan)
+    for lane in range(NT):
+        for n in range(NO):
+            for i in range(4):
+                key = k0 + _G[lane] + (0 if mistake == "rows" else 8 * (i // 2))
+                col = (0 if mistake == "tile" else 8 * n) + 2 * _T[lane] + (i % 2)
+                if key < tk and col < d:
+                    ks = 1.0 if mistake == "no_scale" else scale
+                    vs = scale if mistake == "scale_dv" else 1.0
+                    dk[key, col] = np.float32(dka[lane, 4 * n + i] * np.float32(ks))
+                    dv[key, col] = np.float32(dva[lane, 4 * n + i] * np.float32(vs))
+    return dk, dv
+
+
+def _near(a, b, rtol=_RTOL, atol=_ATOL) -> bool:
+    a = a if isinstance(a, tuple) else (a,)
+    b = b if isinstance(b, tuple) else (b,)
+    return all(np.shape(x) == np.shape(y) and np.allclose(np.asarray(x, np.float64),
+                                                          np.asarray(y, np.float64), rtol=rtol,
+                                                          atol=atol, equal_nan=True)
+               for x, y in zip(a, b))
+
+
+def _diagnoses(want, wrongs):
+    """A diagnosis for each (wrong result, hint) that differs from `want`."""
+    return [((lambda y, e, w=wrong: _near(y, w)), *hint) for wrong, hint in wrongs
+            if not _near(wrong, want)]
+
+
+def _tile(rng, shape):
+    return M.round_fp16(rng.standard_normal(shape)).astype(np.float32)
+
+
+# -- checker: row_delta ----------------------------------------------------------------------
+
+DELTA_MISTAKES = [("axis", HINT_DELTA_AXIS), ("product", HINT_DELTA_PRODUCT)]
+
+
+def check_row_delta(row_delta, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Your row_delta inside the pre-pass (one thread per row): a square 16 x 16 O and a
+    ragged Tq = 37, d = 11 (two blocks of 32 threads)."""
+    rng = np.random.default_rng(50)
+    cases = []
+    for name, tq, d in (("Tq = d = 16", 16, 16), ("ragged: Tq = 37, d = 11", 37, 11)):
+        o = rng.standard_normal((tq, d)).astype(np.float32)
+        do = rng.standard_normal((tq, d)).astype(np.float32)
+        want = delta_model(o, do)
+        wrongs = [(delta_model(o, do, m), h) for m, h in DELTA_MISTAKES
+                  if m != "axis" or tq == d]
+
+        def run(fn, o=o, do=do, want=want):
+            kernel_guard(fn, "row_delta")
+            delta = cuda.to_device(np.full(len(o), np.nan, np.float32))
+            with simulator_lock():
+                make_delta_kernel(_device(fn))[ceil_div(len(o), NT), NT](
+                    cuda.to_device(o), cuda.to_device(do), delta, np.int32(len(o)),
+                    np.int32(o.shape[1]))
+            return delta.copy_to_host().astype(np.float64), want
+
+        cases.append(Case(name, run, HINT_DELTA[0], _diagnoses(want, wrongs), rtol=_RTOL,
+                          atol=_ATOL, hint2=HINT_DELTA[1], names=("D",)))
+    cases += source_cases((row_delta,), shuffles=False)[1]
+    return run_checks("row_delta (D = rowsum(dO o O))", row_delta, cases, verbose=verbose,
+                      hint_level=hint_level)
+
+
+# -- checker: transposed_scores --------------------------------------------------------------
+
+SCORES_MISTAKES = [("no_reset", HINT_S_RESET), ("offsets", HINT_S_OFFSETS), ("ci", HINT_CI),
+                   ("pairs", HINT_S_PAIRS)]
+
+
+def check_transposed_scores(transposed_scores, *, verbose: bool = True,
+                            hint_level: int = 1) -> Result:
+    """Your transposed_scores alone: S^T = K_j Q_i^T and dP^T = V_j dO_i^T on the fragments,
+    s and dp holding the previous query tile's P^T and dS^T."""
+    rng = np.random.default_rng(60)
+    ktile, vtile = _tile(rng, (BC, D)), _tile(rng, (BC, D))      # K_j, V_j (16, 16)
+    qs, dos = _tile(rng, (32, 32)), _tile(rng, (32, 32))          # Q_i = qs[:16, :16], ...
+    s_prev = rng.random((NT, S_ACC)).astype(np.float32)
+    dp_prev = rng.standard_normal((NT, S_ACC)).astype(np.float32)
+    ins = (ktile, vtile, qs, dos, s_prev, dp_prev)
+    want = scores_model(*ins)
+    wrongs = [(scores_model(*ins, mistake=m), h) for m, h in SCORES_MISTAKES]
+
+    def run(fn):
+        kernel_guard(fn, "transposed_scores")
+        return _launch(_scores_kernel(_device(fn)),
+                       (q_fragment(ktile), q_fragment(vtile), qs, dos, s_prev, dp_prev),
+                       (s_prev, dp_prev)), want
+
+    last = source_cases((transposed_scores,), shuffles=False)[1]
+    cases = [Case("S^T = K Q^T and dP^T = V dO^T on one tile pair", run, HINT_SCORES[0],
+                  _diagnoses(want, wrongs), rtol=_RTOL, atol=_ATOL, hint2=HINT_SCORES[1],
+                  names=("s (S^T)", "dp (dP^T)"))] + last
+    return run_checks("transposed_scores (S^T and dP^T on the fragments)", transposed_scores,
+                      cases, verbose=verbose, hint_level=hint_level)
+
+
+# -- checker: ds_tile ------------------------------------------------------------------------
+
+DS_MISTAKES = [("base2", HINT_DS_BASE2), ("no_scale", HINT_DS_SCALE), ("row", HINT_DS_ROW),
+               ("no_p", HINT_DS_NO_P), ("sign", HINT_DS_SIGN), ("not_stored", HINT_DS_STORE),
+               ("scaled", HINT_DS_SCALED)]
+
+
+def _ds_inputs():
+    """(s, dp, lt, dl, scale): S^T with masked entries (-inf: keys past the end), lse of each
+    query near its true size, query 13 sees no key (lse = +inf), d = 11."""
+    rng = np.random.default_rng(70)
+    scale = np.float32(1 / math.sqrt(11))
+    s = (rng.standard_normal((NT, S_ACC)) * 3).astype(np.float32)          # S^T, unscaled
+    s[(_G >= 5)[:, None] & (np.arange(S_ACC) % 4 >= 2)[None, :]] = -np.inf  # keys 13.. masked
+    lt = rng.uniform(0.5, 2.5, BR).astype(np.float32)
+    lt[13] = np.inf
+    dl = rng.standard_normal(BR).astype(np.float32)
+    dp = rng.standard_normal((NT, S_ACC)).astype(np.float32)
+    return s, dp, lt, dl, scale
+
+
+def check_ds_tile(ds_tile, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Your ds_tile alone: P^T recomputed from lse and dS^T = P^T o (dP^T - D)."""
+    s, dp, lt, dl, scale = _ds_inputs()
+    want = ds_model(s, dp, lt, dl, scale)
+    wrongs = [(ds_model(s, dp, lt, dl, scale, m), h) for m, h in DS_MISTAKES]
+
+    def run(fn):
+        kernel_guard(fn, "ds_tile")
+        return _launch(_ds_kernel(_device(fn)), (s, dp, lt, dl, np.array([scale])),
+                       (s, dp)), want
+
+    last = source_cases((ds_tile,), shuffles=False)[1]
+    cases = [Case("P^T from lse, dS^T = P^T (dP^T - D): masked keys, a query with no key", run,
+                  HINT_DS[0], _diagnoses(want, wrongs), rtol=_RTOL, atol=_ATOL,
+                  hint2=HINT_DS[1], names=("s (P^T)", "dp (dS^T)"))] + last
+    return run_checks("ds_tile (P^T and dS^T on the accumulators)", ds_tile, cases,
+                      verbose=verbose, hint_level=hint_level)
+
+
+# -- checker: grad_tile ----------------------------------------------------------------------
+
+GRAD_MISTAKES = [("transpose", HINT_GRAD_T), ("order", HINT_GRAD_ORDER),
+                 ("pairs", HINT_GRAD_ORDER), ("offsets", HINT_GRAD_OFFSETS), ("ci", HINT_CI),
+                 ("overwrite", HINT_GRAD_ADD)]
+
+
+def check_grad_tile(grad_tile, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Your grad_tile alone: acc += X^T Y, X^T in the accumulators (as P^T, dS^T are), Y in
+    ys (row-major) and yt (transposed), acc holding the earlier query tiles' sum."""
+    rng = np.random.default_rng(80)
+    x = rng.standard_normal((NT, S_ACC)).astype(np.float32)      # X^T (16 keys x 16 queries)
+    ys = _tile(rng, (32, 32))                                    # Y = ys[:16, :16]
+    yt = np.ascontiguousarray(ys.T)                              # yt[dim, query]
+    acc = rng.standard_normal((NT, O_ACC)).astype(np.float32)
+    want = grad_model(x, ys, yt, acc)
+    wrongs = [(grad_model(x, ys, yt, acc, m), h) for m, h in GRAD_MISTAKES]
+
+    def run(fn):
+        kernel_guard(fn, "grad_tile")
+        return _launch(_grad_kernel(_device(fn)), (x, ys, yt, acc), (acc,))[0], want
+
+    last = source_cases((grad_tile,), shuffles=False)[1]
+    cases = [Case("acc += X^T Y, X^T from the accumulators (as dV += P^T dO)", run,
+                  HINT_GRAD[0], _diagnoses(want, wrongs), rtol=_RTOL, atol=_ATOL,
+                  hint2=HINT_GRAD[1], names=("acc",))] + last
+    return run_checks("grad_tile (X^T as the A operand)", grad_tile, cases, verbose=verbose,
+                      hint_level=hint_level)
+
+
+# -- checker: store_grads --------------------------------------------------------------------
+
+STORE_MISTAKES = [("no_scale", HINT_STORE_SCALE), ("scale_dv", HINT_STORE_SCALE_DV),
+                  ("rows", HINT_STORE_ROWS), ("tile", HINT_STORE_TILE)]
+
+
+def check_store_grads(store_grads, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Your store_grads: a whole key block (k0 = 0, Tk = 40, d = 16) and the ragged last one
+    (k0 = 32, Tk = 40, d = 11), scale = 1 / sqrt(d)."""
+    rng = np.random.default_rng(90)
+    dka = rng.standard_normal((NT, O_ACC)).astype(np.float32)
+    dva = rng.standard_normal((NT, O_ACC)).astype(np.float32)
+    cases = []
+    for k0, tk, d in ((0, 40, 16), (32, 40, 11)):
+        scale = np.float32(1 / math.sqrt(d))
+        want = store_model(dka, dva, k0, tk, d, scale)
+        wrongs = [(store_model(dka, dva, k0, tk, d, scale, m), h) for m, h in STORE_MISTAKES]
+
+        def run(fn, k0=k0, tk=tk, d=d, scale=scale, want=want):
+            kernel_guard(fn, "store_grads")
+            args = np.array([k0, tk, d], np.int32)
+            return _launch(_store_kernel(_device(fn)), (dka, dva, args, np.array([scale])),
+                           want), want
+
+        cases.append(Case(f"k0 = {k0}, Tk = {tk}, d = {d}", run, HINT_STORE[0],
+                          _diagnoses(want, wrongs), rtol=_RTOL, atol=_ATOL, hint2=HINT_STORE[1],
+                          names=("dk", "dv")))
+    cases += source_cases((store_grads,), shuffles=False)[1]
+    return run_checks("store_grads (dK, dV by the C map)", store_grads, cases, verbose=verbose,
+                      hint_level=hint_level)
+
+
+# -- checker: the whole kernel ----------------------------------------------------------------
+
+#: (check, part, the hint when it fails and the kernel does too), in order
+PART_CHECKS = [(check_row_delta, "row_delta", HINT_KERNEL_DELTA),
+               (check_transposed_scores, "transposed_scores", HINT_KERNEL_SCORES),
+               (check_ds_tile, "ds_tile", HINT_KERNEL_DS),
+               (check_grad_tile, "grad_tile", HINT_KERNEL_GRAD),
+               (check_store_grads, "store_grads", HINT_KERNEL_STORE)]
+
+def check_kernel(parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Your parts inside the pre-pass and the key-block kernel against the float64 backward
+    (`reference.attention_backward`, on the same fp16 values; tolerance 3e-3: P and dS are
+    rounded to fp16 before their products). A failure is named by the first part check that
+    fails, else it says that all of them pass and what remains."""
+    fns = _parts(parts)
+    results = {}
+
+    def part_fails(n):
+        def fired(_yours, _expected):
+            if n not in results:
+                check, name, _ = PART_CHECKS[n]
+                results[n] = check(fns[name], verbose=False)
+            return not results[n].passed
+        return fired
+
+    def all_parts_pass(yours, expected):
+        return all(not part_fails(n)(yours, expected) for n in range(len(PART_CHECKS)))
+
+    cases = []
+    for name, seed, tq, tk, d, causal in KERNEL_CASES:
+        q, k, v, o, lse, do = kernel_inputs(seed, tq, tk, d, causal)
+        _, dk_ref, dv_ref = reference.attention_backward(q, k, v, do, causal=causal)
+        diagnoses = [(part_fails(n), *hint) for n, (_, _, hint) in enumerate(PART_CHECKS)]
+        diagnoses.append((all_parts_pass, *HINT_KERNEL))
+
+        def run(f, ins=(q, k, v, o, lse, do), causal=causal, want=(dk_ref, dv_ref)):
+            dk, dv = lab_backward(f, *ins, causal=causal)
+            return (dk.astype(np.float64), dv.astype(np.float64)), want
+
+        # the case's own hint is shown only when the kernel raises (a diagnosis always fires)
+        cases.append(Case(name, run, HINT_KERNEL_ERROR[0], diagnoses, rtol=_KERNEL_TOL,
+                          atol=_KERNEL_TOL, hint2=HINT_KERNEL_ERROR[1], time_limit_s=120,
+                          names=("dk", "dv")))
+    return run_checks("the key-block backward kernel with your parts", fns, cases,
+                      verbose=verbose, hint_level=hint_level)
+
+
+ALL_HINTS = [v for k, v in dict(globals()).items() if k.startswith("HINT_")]

@@ -1,0 +1,310 @@
+"""Lab 10b (the FA2 backward of one key block on m16n8k16 fragments): solutions pass, stubs
+report "not implemented", each typical mistake gets its hint from its part check and the
+whole kernel names the failing part, unusual correct variants pass, a part that does not
+compile says so, no hint holds a solution line. Runs on the simulator through the numpy
+twins of mma.sync (flashcourse/cuda/ptx/mma.py)."""
+
+import numpy as np
+import pytest
+
+from flashcourse.labs import tensor_core_backward_lab as L
+from flashcourse.labs import tensor_core_backward_parts as P
+from flashcourse.labs._harness import HINT_COMPILE
+from flashcourse.labs.cuda_kernel import HINT_FLOAT64
+from labtools import (assert_hint, assert_stubs_not_implemented, cells_of, functions_of,
+                      hint_leaks_test, lab_fixture, lab_path)
+
+LAB = lab_path("lab10b_tensor_core_backward")
+lab = lab_fixture(LAB)
+
+CHECK = {"row_delta": P.check_row_delta, "transposed_scores": P.check_transposed_scores,
+         "ds_tile": P.check_ds_tile, "grad_tile": P.check_grad_tile,
+         "store_grads": P.check_store_grads}
+
+
+def parts_of(ns, **swap):
+    return {n: swap.get(n, ns[n]) for n in L.PARTS}
+
+
+def _mutant(part, edits):
+    for old, _ in edits:
+        assert any(f"def {part}(" in c and old in c for c in cells_of(LAB)), (part, old)
+    return functions_of(LAB, replace=edits)[part]
+
+
+def test_solutions_pass(lab):
+    for part, check in CHECK.items():
+        assert check(lab[part], verbose=False).passed, part
+    assert P.check_ds_tile(lab["ds_tile_exp2"], verbose=False).passed
+    assert P.check_kernel(parts_of(lab), verbose=False).passed
+
+
+def test_stubs_report_not_implemented(capsys):
+    st = functions_of(LAB, student=True)
+    results = [check(st[part]) for part, check in CHECK.items()]
+    results += [P.check_kernel(parts_of(st)), P.check_ds_tile(st["ds_tile_exp2"])]
+    assert_stubs_not_implemented(results, capsys.readouterr().out)
+
+
+def test_the_float64_backward_is_what_the_kernel_cases_expect(lab):
+    """The kernel's error on every case is far inside its tolerance (the fp16 rounding of P
+    and dS), and a dK without its scale is far outside it: the tolerance can fail."""
+    from flashcourse import reference
+    for name, seed, tq, tk, d, causal in L.KERNEL_CASES:
+        q, k, v, o, lse, do = L.kernel_inputs(seed, tq, tk, d, causal)
+        dk, dv = L.lab_backward(parts_of(lab), q, k, v, o, lse, do, causal=causal)
+        _, dk_ref, dv_ref = reference.attention_backward(q, k, v, do, causal=causal)
+        assert np.abs(dk - dk_ref).max() < L._KERNEL_TOL / 3, name
+        assert np.abs(dv - dv_ref).max() < L._KERNEL_TOL / 3, name
+        assert np.abs(dk / np.float32(1 / np.sqrt(d)) - dk_ref).max() > 10 * L._KERNEL_TOL
+
+
+def test_models_without_a_mistake_are_the_dense_products():
+    """The lane-by-lane models gathered into tiles are the plain products: S^T = K Q^T,
+    dV = P^T dO with the C map (so a mistake replayed in them is one of that kernel)."""
+    from flashcourse.cuda.ptx import mma
+    from flashcourse.labs.tensor_core_parts import q_fragment  # noqa: F401
+    rng = np.random.default_rng(0)
+    k, v, q, do = (mma.round_fp16(rng.standard_normal((16, 16))).astype(np.float32)
+                   for _ in range(4))
+    zeros = np.zeros((32, L.S_ACC), np.float32)
+    s, dp = P.scores_model(k, v, q, do, zeros, zeros)
+    for frags, want in ((s, k @ q.T), (dp, v @ do.T)):
+        tile = np.concatenate([mma.from_fragments(frags[:, 4 * n:4 * n + 4], "c_m16n8")
+                               for n in range(L.NS)], axis=1)
+        np.testing.assert_allclose(tile, want, rtol=1e-5, atol=1e-5)
+    x = rng.random((32, L.S_ACC)).astype(np.float32)
+    xt = np.concatenate([mma.from_fragments(x[:, 4 * n:4 * n + 4], "c_m16n8")
+                         for n in range(L.NS)], axis=1)                   # X^T (16, 16)
+    acc = P.grad_model(x, do, np.ascontiguousarray(do.T), np.zeros((32, L.O_ACC), np.float32))
+    got = np.concatenate([mma.from_fragments(acc[:, 4 * n:4 * n + 4], "c_m16n8")
+                          for n in range(L.NO)], axis=1)
+    np.testing.assert_allclose(got, mma.round_fp16(xt) @ do, rtol=1e-5, atol=1e-5)
+
+
+#: (part, [(old, new), ...], hint, also through check_kernel)
+PART_MISTAKES = {
+    "delta-axis": ("row_delta", [("x += o[row, c] * do[row, c]",
+                                  "x += o[c, row] * do[c, row]")], P.HINT_DELTA_AXIS, True),
+    "delta-product": ("row_delta", [("    x = F0\n    for c in range(d):\n"
+                                     "        x += o[row, c] * do[row, c]\n    return x\n",
+                                     "    x = F0\n    y = F0\n    for c in range(d):\n"
+                                     "        x += o[row, c]\n        y += do[row, c]\n"
+                                     "    return x * y\n")], P.HINT_DELTA_PRODUCT, False),
+    "delta-float64": ("row_delta", [("x = F0", "x = 0.0")], HINT_FLOAT64, False),
+    "s-no-reset": ("transposed_scores", [("        s[x] = F0\n        dp[x] = F0\n",
+                                          "        pass\n")], P.HINT_S_RESET, True),
+    "s-offsets": ("transposed_scores", [("load_b(qs, 8 * n, 16 * kk, w[0], b)",
+                                         "load_b(qs, 16 * kk, 8 * n, w[0], b)"),
+                                        ("load_b(dos, 8 * n, 16 * kk, w[0], b)",
+                                         "load_b(dos, 16 * kk, 8 * n, w[0], b)")],
+                  P.HINT_S_OFFSETS, False),
+    "s-ci": ("transposed_scores", [("mma(ka, 4 * kk, b, s, 4 * n, scr, w)",
+                                    "mma(ka, 4 * kk, b, s, n, scr, w)"),
+                                   ("mma(va, 4 * kk, b, dp, 4 * n, scr, w)",
+                                    "mma(va, 4 * kk, b, dp, n, scr, w)")], P.HINT_CI, True),
+    "s-pairs": ("transposed_scores", [("mma(ka, 4 * kk, b, s,", "mma(va, 4 * kk, b, s,"),
+                                      ("mma(va, 4 * kk, b, dp,", "mma(ka, 4 * kk, b, dp,")],
+                P.HINT_S_PAIRS, True),
+    "ds-base2": ("ds_tile", [("p = math.exp(s[4 * n + i] * scale - lt[col])",
+                              "p = math.exp2(s[4 * n + i] * scale * LOG2E_F - lt[col])")],
+                 P.HINT_DS_BASE2, True),
+    "ds-no-scale": ("ds_tile", [("math.exp(s[4 * n + i] * scale - lt[col])",
+                                 "math.exp(s[4 * n + i] - lt[col])")], P.HINT_DS_SCALE, True),
+    "ds-row": ("ds_tile", [("            col = 8 * n + 2 * t + (i % 2)\n",
+                            "            col = lane // 4 + 8 * (i // 2)\n")], P.HINT_DS_ROW,
+               True),
+    "ds-no-p": ("ds_tile", [("dp[4 * n + i] = p * (dp[4 * n + i] - dl[col])",
+                             "dp[4 * n + i] = dp[4 * n + i] - dl[col]")], P.HINT_DS_NO_P, True),
+    "ds-sign": ("ds_tile", [("p * (dp[4 * n + i] - dl[col])", "p * (dl[col] - dp[4 * n + i])")],
+                P.HINT_DS_SIGN, True),
+    "ds-not-stored": ("ds_tile", [("            s[4 * n + i] = p\n", "")], P.HINT_DS_STORE, True),
+    "ds-scaled": ("ds_tile", [("p * (dp[4 * n + i] - dl[col])",
+                               "p * (dp[4 * n + i] - dl[col]) * scale")], P.HINT_DS_SCALED,
+                  True),
+    "grad-transpose": ("grad_tile", [("load_b(yt, 8 * n, 16 * kp, w[0], b)",
+                                      "load_b(ys, 8 * n, 16 * kp, w[0], b)")], P.HINT_GRAD_T,
+                       True),
+    "grad-order": ("grad_tile", [("        pa[1] = pack(x[j0 + 2], x[j0 + 3])\n"
+                                  "        pa[2] = pack(x[j0 + 4], x[j0 + 5])",
+                                  "        pa[1] = pack(x[j0 + 4], x[j0 + 5])\n"
+                                  "        pa[2] = pack(x[j0 + 2], x[j0 + 3])")],
+                   P.HINT_GRAD_ORDER, True),
+    "grad-pairs": ("grad_tile", [(f"pack(x[j0 + {2 * i}], x[j0 + {2 * i + 1}])".replace(
+        "j0 + 0", "j0"), f"pack(x[j0 + {2 * i + 1}], x[j0 + {2 * i}])".replace("j0 + 0", "j0"))
+        for i in range(4)], P.HINT_GRAD_ORDER, False),
+    "grad-offsets": ("grad_tile", [("load_b(yt, 8 * n, 16 * kp, w[0], b)",
+                                    "load_b(yt, 16 * kp, 8 * n, w[0], b)")],
+                     P.HINT_GRAD_OFFSETS, False),
+    "grad-ci": ("grad_tile", [("mma(pa, 0, b, acc, 4 * n, scr, w)",
+                               "mma(pa, 0, b, acc, n, scr, w)")], P.HINT_CI, True),
+    "grad-overwrite": ("grad_tile", [("    for kp in range(KQ):\n",
+                                      "    for j in range(4 * NO):\n        acc[j] = F0\n"
+                                      "    for kp in range(KQ):\n")], P.HINT_GRAD_ADD, True),
+    "store-no-scale": ("store_grads", [("dk[key, col] = dka[4 * n + i] * scale",
+                                        "dk[key, col] = dka[4 * n + i]")], P.HINT_STORE_SCALE,
+                       True),
+    "store-scale-dv": ("store_grads", [("dv[key, col] = dva[4 * n + i]",
+                                        "dv[key, col] = dva[4 * n + i] * scale")],
+                       P.HINT_STORE_SCALE_DV, True),
+    "store-rows": ("store_grads", [("key = k0 + g + 8 * (i // 2)", "key = k0 + g")],
+                   P.HINT_STORE_ROWS, True),
+    "store-tile": ("store_grads", [("col = 8 * n + 2 * t + (i % 2)", "col = 2 * t + (i % 2)")],
+                   P.HINT_STORE_TILE, True),
+}
+
+_BASE2_IMPORT = ("from numba import cuda\n",
+                 "from numba import cuda\nfrom flashcourse.constants import LOG2E_F\n")
+
+
+def _wrong(key):
+    """(part, the solution's part with the mistake of PART_MISTAKES[key], its hint)."""
+    part, edits, hint, _ = PART_MISTAKES[key]
+    for old, _ in edits:
+        assert any(f"def {part}(" in c and old in c for c in cells_of(LAB)), (part, old)
+    edits = edits + ([_BASE2_IMPORT] if key == "ds-base2" else [])
+    return part, functions_of(LAB, replace=edits)[part], hint
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+@pytest.mark.parametrize("key", sorted(PART_MISTAKES))
+def test_part_mistakes_get_their_hint(key):
+    part, wrong, hint = _wrong(key)
+    assert_hint(CHECK[part], wrong, hint[0])
+
+
+#: one mistake of each part through the whole kernel: it names the part check that fails
+KERNEL_KEYS = ["delta-axis", "s-pairs", "ds-base2", "grad-transpose", "store-no-scale"]
+KERNEL_HINT = {"row_delta": P.HINT_KERNEL_DELTA, "transposed_scores": P.HINT_KERNEL_SCORES,
+               "ds_tile": P.HINT_KERNEL_DS, "grad_tile": P.HINT_KERNEL_GRAD,
+               "store_grads": P.HINT_KERNEL_STORE}
+
+
+@pytest.mark.parametrize("key", KERNEL_KEYS)
+def test_kernel_names_the_failing_part(lab, key):
+    part, wrong, _ = _wrong(key)
+    assert PART_MISTAKES[key][3]
+    assert_hint(P.check_kernel, parts_of(lab, **{part: wrong}), KERNEL_HINT[part][0])
+
+
+def test_kernel_says_when_every_part_check_passes(lab):
+    """A grad_tile that passes its own check but does nothing inside the kernel (contrived:
+    it tells the two apart by yt's shape) gets the hint that says all part checks pass and
+    names what remains, never "make them pass first"."""
+    wrong = _mutant("grad_tile", [("    for kp in range(KQ):\n",
+                                   "    if yt.shape[0] != 32:\n        return\n"
+                                   "    for kp in range(KQ):\n")])
+    assert P.check_grad_tile(wrong, verbose=False).passed
+    result = assert_hint(P.check_kernel, parts_of(lab, grad_tile=wrong), P.HINT_KERNEL[0])
+    assert "Every part check passes" in result.hint and "mask" in result.hint
+
+
+def test_kernel_that_raises_points_to_the_part_checks(lab):
+    from flashcourse.gpu import using_simulator
+    if not using_simulator():
+        pytest.skip("on a GPU a write past dk returns no error")
+    wrong = _mutant("store_grads", [("if key < tk and col < d:", "if col < d:")])
+    assert_hint(P.check_kernel, parts_of(lab, store_grads=wrong), P.HINT_KERNEL_ERROR[0])
+
+
+COMPILE_ERRORS = {
+    # an array size computed inside the part: the simulator runs it, a GPU refuses it
+    "array-size": ("grad_tile", [("    for kp in range(KQ):\n",
+                                  "    tmp = cuda.local.array(4 * NO, float32)\n"
+                                  "    for kp in range(KQ):\n")]),
+    # a typing error: Numba cannot add a string to a float
+    "typing": ("ds_tile", [("p = math.exp(s[4 * n + i] * scale - lt[col])",
+                            "p = math.exp(s[4 * n + i] * scale - lt[col]) + 'x'")]),
+}
+
+
+@pytest.mark.parametrize("key", sorted(COMPILE_ERRORS))
+def test_a_part_that_does_not_compile_says_so(lab, key):
+    from flashcourse.gpu import using_simulator
+    part, edits = COMPILE_ERRORS[key]
+    ns = functions_of(LAB, replace=[("from numba import cuda\n",
+                                     "from numba import cuda, float32\n")] + edits)
+    with np.errstate(all="ignore"):
+        part_result = CHECK[part](ns[part], verbose=False)
+        kernel_result = P.check_kernel(parts_of(lab, **{part: ns[part]}), verbose=False)
+    assert not part_result.passed and not kernel_result.passed
+    if key == "array-size" or not using_simulator():
+        assert part_result.hint == HINT_COMPILE and kernel_result.hint == HINT_COMPILE
+    else:     # the simulator compiles nothing: it runs Python, which raises at that line
+        assert "TypeError" in part_result.detail and "TypeError" in kernel_result.detail
+
+
+#: unusual but correct: other loop orders, one helper reused, float32(...) constants, exp2
+CORRECT_VARIANTS = {
+    "row_delta": [("    x = F0\n    for c in range(d):\n        x += o[row, c] * do[row, c]\n",
+                   "    x = float32(0.0)\n    c = 0\n    while c < d:\n"
+                   "        x = x + do[row, c] * o[row, c]\n        c += 1\n")],
+    "transposed_scores": [
+        ("    for n in range(NS):\n        for kk in range(KT):\n",
+         "    for kk in range(KT):\n        for n in range(NS):\n"),
+    ],
+    "ds_tile": [
+        ("            dp[4 * n + i] = p * (dp[4 * n + i] - dl[col])\n"
+         "            s[4 * n + i] = p\n",
+         "            s[4 * n + i] = p\n"
+         "            dp[4 * n + i] = s[4 * n + i] * dp[4 * n + i] - s[4 * n + i] * dl[col]\n"),
+    ],
+    "grad_tile": [
+        ("        pa[0] = pack(x[j0], x[j0 + 1])\n        pa[1] = pack(x[j0 + 2], x[j0 + 3])\n"
+         "        pa[2] = pack(x[j0 + 4], x[j0 + 5])\n        pa[3] = pack(x[j0 + 6], x[j0 + 7])\n",
+         "        for q in range(4):\n"
+         "            pa[q] = pack(x[j0 + 2 * q], x[j0 + 2 * q + 1])\n"),
+    ],
+    "store_grads": [
+        ("    for n in range(NO):\n        for i in range(4):\n",
+         "    for i in range(4):\n        for n in range(NO):\n"),
+        ("            if key < tk and col < d:\n",
+         "            if key >= tk or col >= d:\n                continue\n            if True:\n"),
+    ],
+}
+
+
+def test_unusual_correct_variants_pass():
+    edits = [e for part in CORRECT_VARIANTS.values() for e in part]
+    ns = functions_of(LAB, replace=[("from numba import cuda\n",
+                                     "from numba import cuda, float32\n")] + edits)
+    for part, check in CHECK.items():
+        assert check(ns[part], verbose=False).passed, part
+    assert P.check_kernel(parts_of(ns), verbose=False).passed
+
+
+def test_exp2_with_lse_in_base_2_is_a_correct_ds_tile(lab):
+    """The going-further part is ds_tile by exp2: a correct variant, where the same call
+    with lse left in base e is the base-2 mistake."""
+    assert P.check_kernel(parts_of(lab, ds_tile=lab["ds_tile_exp2"]), verbose=False).passed
+
+
+def test_student_lab_blanks_every_part():
+    student = "\n".join(c for c in cells_of(LAB, student=True))
+    for part in L.PARTS + ("ds_tile_exp2",):
+        body = student.split(f"def {part}(")[1].split("\n\n\n")[0]
+        assert 'raise NotImplementedError("FILL ME IN")' in body, part
+        assert "mma(" not in body and "math.exp" not in body and "pack(" not in body, part
+
+
+def test_timing_is_gpu_only(lab):
+    from flashcourse.gpu import using_simulator
+    if using_simulator():
+        assert L.time_against_course(parts_of(lab)) is None
+
+
+def test_array_sizes_are_names_fixed_before_compiling():
+    """Every cuda.local.array / cuda.shared.array of the skeleton and of the solution has a
+    size the GPU compiler accepts (a number or a name fixed outside the kernel): the
+    simulator would run the others."""
+    import ast
+    import inspect
+    from flashcourse.labs.kernel_source import unfixed_array_sizes
+    src = inspect.getsource(L) + inspect.getsource(P)
+    assert src.count(".array(") >= 20 and unfixed_array_sizes(ast.parse(src)) == []
+    assert all(unfixed_array_sizes(ast.parse(c)) == [] for c in cells_of(LAB))
+    planted = "def k():\n    n = 4\n    a = cuda.local.array(4 * n, float32)\n"
+    assert unfixed_array_sizes(ast.parse(planted)) == ["cuda.local.array(4 * n, ...)"]
+
+
+test_no_hint_contains_a_solution_line = hint_leaks_test(P.ALL_HINTS, LAB)

@@ -1,0 +1,271 @@
+"""Lab 14 (attention variants): the solutions pass, the stubs say "not implemented", each typical
+mistake (an edit of the solution) gets its own hint, unusual correct solutions pass, and the
+checkers judge behaviour on hidden shapes: a learner who returns the library's own functions
+passes (the lab asks them not to; no source is compared)."""
+
+import numpy as np
+import pytest
+
+from flashcourse.labs import variants as V
+from flashcourse.variants import library
+from flashcourse.variants.block_mask import create_block_mask
+from labtools import (assert_hint, functions_of, hint_leaks_test, lab_path, lab_tests,
+                      mistakes_test)
+
+LAB = lab_path("lab14_variants")
+CHECKS = [(V.check_sliding_window, "sliding_window"), (V.check_document, "document"),
+          (V.check_softcap, "softcap"), (V.check_build_block_mask, "build_block_mask"),
+          (V.check_flex_forward, "flex_forward")]
+CHECK_OF = {name: check for check, name in CHECKS}
+
+lab, test_solutions_pass, test_stubs_report_not_implemented = lab_tests(LAB, CHECKS)
+
+_WINDOW = "        return (distance >= 0) & (distance <= window)"
+_CAP = "        return cap * np.tanh(score / cap)"
+_GRAD = "        return 1.0 - t * t"
+_TILE = "            tile = mask_tile(mask_mod, 0, 0, np.arange(q0, q1), np.arange(k0, k1))"
+_PARTIAL = "            if partial:\n"
+_SCORE = ("            s = score_tile(score_mod, scale * (q[q0:q1] @ k[k0:k1].T), 0, 0, rows, "
+          "cols)")
+_EXP = "            p = np.exp(s - m_safe[:, None])                         # (Br, Bc)"
+
+#: function: [(solution text, the mistake that replaces it, the hint it must get), ...]
+MISTAKES = {
+    "sliding_window": [
+        (_WINDOW, "        return (distance >= 0) & (distance < window)", V.HINT_WINDOW_NARROW),
+        (_WINDOW, "        return (distance >= 0) & (distance <= window + 1)",
+         V.HINT_WINDOW_WIDE),
+        (_WINDOW, "        return (distance > 0) & (distance <= window)", V.HINT_WINDOW_NARROW),
+        ("    offset = t_key - t_query", "    offset = 0", V.HINT_WINDOW_ALIGN),
+        (_WINDOW, "        return distance <= window", V.HINT_WINDOW_FUTURE),
+        (_WINDOW, "        return abs(distance) <= window", V.HINT_WINDOW_FUTURE),
+        ("    return window_mask", "    return window_mask(0, 0, 1, 1)", V.HINT_NOT_FUNCTION),
+        (_WINDOW, "        return (distance >= 0) & (distance <= 2 * window)", V.HINT_WINDOW),
+    ],
+    "document": [
+        ('side="right") - 1', 'side="left") - 1', V.HINT_DOCUMENT_EDGE),
+        ('np.arange(cu[-1]), side="right") - 1', 'np.arange(1, cu[-1] + 1), side="right") - 1',
+         V.HINT_DOCUMENT_EDGE),
+        ("        return doc[q_idx] == doc[kv_idx]",
+         "        return (doc[q_idx] == doc[kv_idx]) & (kv_idx <= q_idx)",
+         V.HINT_DOCUMENT_CAUSAL),
+        ("        return doc[q_idx] == doc[kv_idx]", "        return doc[q_idx] <= doc[kv_idx]",
+         V.HINT_DOCUMENT),
+    ],
+    "softcap": [
+        (_CAP, "        return np.tanh(score / cap)", V.HINT_SOFTCAP_OUTER),
+        (_CAP, "        return cap * np.tanh(score)", V.HINT_SOFTCAP_INNER),
+        (_CAP, "        return np.clip(score, -cap, cap)", V.HINT_SOFTCAP_CLIP),
+        # softcap after the max: the row's max subtracted inside the score function
+        (_CAP, "        return cap * np.tanh((score - score.max(axis=-1, keepdims=True)) / cap)",
+         V.HINT_SOFTCAP_MAX),
+        (_CAP, "        return cap * np.tanh((score - np.max(score)) / cap)", V.HINT_SOFTCAP_MAX),
+        (_CAP, "        return np.exp(cap * np.tanh(score / cap))", V.HINT_SOFTCAP_PROBS),
+        (_CAP, "        return score / (1 + np.abs(score) / cap)", V.HINT_SOFTCAP),
+        (_GRAD, "        return 1.0 / (1 + np.abs(score) / cap) ** 2", V.HINT_GRAD),
+        (_GRAD, "        return 1.0 - t", V.HINT_GRAD_SQUARE),
+        (_GRAD, "        return cap * (1.0 - t * t)", V.HINT_GRAD_CAP),
+        (_GRAD, "        return (1.0 - t * t) / cap", V.HINT_GRAD_CAP),
+        (_GRAD, "        return cap * t", V.HINT_GRAD_OF_WHAT),
+        ("        t = np.tanh(score / cap)", "        t = np.tanh(score)", V.HINT_GRAD_INNER),
+        ("    return softcap_score, softcap_grad", "    return softcap_score", V.HINT_PAIR),
+    ],
+    "build_block_mask": [
+        # full and partial swapped
+        ("                full_kv_indices[i, full_kv_num_blocks[i]] = j\n"
+         "                full_kv_num_blocks[i] += 1\n"
+         "            elif tile.any():\n"
+         "                kv_indices[i, kv_num_blocks[i]] = j\n"
+         "                kv_num_blocks[i] += 1",
+         "                kv_indices[i, kv_num_blocks[i]] = j\n"
+         "                kv_num_blocks[i] += 1\n"
+         "            elif tile.any():\n"
+         "                full_kv_indices[i, full_kv_num_blocks[i]] = j\n"
+         "                full_kv_num_blocks[i] += 1", V.HINT_SWAPPED),
+        # a ragged tile judged against the full block's area: called partial
+        ("            if tile.all():", "            if tile.sum() == block_q * block_k:",
+         V.HINT_RAGGED_PARTIAL),
+        # an empty tile listed as partial
+        ("            elif tile.any():", "            else:", V.HINT_EMPTY_LISTED),
+        # a tile called full from its diagonal corners: a document boundary inside it
+        ("            if tile.all():", "            if tile[0, 0] and tile[-1, -1]:",
+         V.HINT_PARTIAL_AS_FULL),
+        ("            if tile.all():", "            if tile.any():", V.HINT_PARTIAL_AS_FULL),
+        # only the four corners evaluated
+        (_TILE, "            tile = mask_tile(mask_mod, 0, 0, np.array([q0, q1 - 1]), "
+                "np.array([k0, k1 - 1]))", V.HINT_SAMPLED),
+        # the mask evaluated twice on each tile
+        ("            if tile.all():", "            if mask_tile(mask_mod, 0, 0, "
+         "np.arange(q0, q1), np.arange(k0, k1)).all():", V.HINT_TWICE),
+        # ragged tiles padded to the full block: pairs past the end
+        ("        q0, q1 = i * block_q, min((i + 1) * block_q, t_query)",
+         "        q0, q1 = i * block_q, (i + 1) * block_q", V.HINT_PAST_END),
+        ("            k0, k1 = j * block_k, min((j + 1) * block_k, t_key)",
+         "            k0, k1 = j * block_k, (j + 1) * block_k", V.HINT_PAST_END),
+        # the ragged last key block dropped
+        ("        for j in range(n_k):", "        for j in range(t_key // block_k):",
+         V.HINT_RAGGED_DROP),
+        # one tile in both lists
+        ("            elif tile.any():", "            if tile.any():", V.HINT_BOTH_LISTS),
+        ("    return kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices",
+         "    return kv_num_blocks, kv_indices", V.HINT_LAYOUT),
+        # the key block's keys counted with the query block size
+        ("            k0, k1 = j * block_k, min((j + 1) * block_k, t_key)",
+         "            k0, k1 = j * block_q, min((j + 1) * block_q, t_key)", V.HINT_BUILD),
+    ],
+    "flex_forward": [
+        (_PARTIAL, "            if True:\n", V.HINT_FWD_MASK_ON_FULL),
+        (_PARTIAL, "            if False:\n", V.HINT_FWD_PARTIAL_UNMASKED),
+        # every key block visited, the unlisted ones as partial
+        ("        visits += [(j, True) for j in kv_indices[i, :kv_num_blocks[i]]]",
+         "        visits += [(j, True) for j in range(-(-t_k // block_k))\n"
+         "                   if j not in full_kv_indices[i, :full_kv_num_blocks[i]]]",
+         V.HINT_FWD_EMPTY_VISITED),
+        ("        visits = [(j, False) for j in full_kv_indices[i, :full_kv_num_blocks[i]]]",
+         "        visits = []", V.HINT_FWD_FULL_ONLY),
+        # the running sums not rescaled when the max grows
+        ("            alpha = np.exp(m - m_safe)", "            alpha = 1.0", V.HINT_FORWARD),
+    ],
+}
+_RAW = "            s = scale * (q[q0:q1] @ k[k0:k1].T)"
+#: mistakes of two edits: score_mod moved from the scores to after the max, or to the
+#: probabilities
+TWO_EDITS = {
+    "softcap after the max": ([(_SCORE, _RAW), (_EXP, "            p = np.exp(score_tile("
+                               "score_mod, s - m_safe[:, None], 0, 0, rows, cols))")],
+                              V.HINT_FWD_AFTER_MAX),
+    "softcap on probabilities": ([(_SCORE, _RAW), (_EXP, "            p = score_tile(score_mod, "
+                                  "np.exp(s - m_safe[:, None]), 0, 0, rows, cols)")],
+                                 V.HINT_FWD_ON_PROBS),
+}
+
+test_mistake_gets_its_hint = mistakes_test(LAB, CHECKS, MISTAKES, id_width=40)
+
+
+@pytest.mark.parametrize("key", list(TWO_EDITS))
+def test_score_mod_in_the_wrong_place_is_named(key):
+    edits, hint = TWO_EDITS[key]
+    fn = functions_of(LAB, replace=edits)["flex_forward"]
+    assert_hint(V.check_flex_forward, fn, hint[0])
+
+
+def test_at_least_ten_typical_mistakes_are_replayed():
+    assert sum(len(rows) for rows in MISTAKES.values()) + len(TWO_EDITS) >= 10
+
+
+#: unusual correct solutions: per-element Python, other arithmetic, another order
+VARIANTS = {
+    "window per element with if and chained comparisons": ("sliding_window", [(
+        _WINDOW, "        if 0 <= distance <= window:\n            return True\n"
+                 "        return False")]),
+    "window as a distance from the middle": ("sliding_window", [(
+        _WINDOW, "        return np.abs(2 * distance - window) <= window")]),
+    "window with np.where": ("sliding_window", [(
+        _WINDOW, "        return np.where(distance < 0, False, distance <= window)")]),
+    "documents by np.repeat": ("document", [(
+        '    doc = np.searchsorted(cu, np.arange(cu[-1]), side="right") - 1',
+        "    doc = np.repeat(np.arange(len(cu) - 1), np.diff(cu))")]),
+    "documents by counting the starts below t + 1": ("document", [(
+        'np.arange(cu[-1]), side="right") - 1', 'np.arange(1, cu[-1] + 1), side="left") - 1')]),
+    "documents looked up inside the mask": ("document", [(
+        "        return doc[q_idx] == doc[kv_idx]",
+        "        return np.searchsorted(cu, q_idx, side='right') == "
+        "np.searchsorted(cu, kv_idx, side='right')")]),
+    "softcap per element with math.tanh, derivative as 1 / cosh^2": ("softcap", [
+        (_CAP, "        import math\n        return cap * math.tanh(score / cap)"),
+        ("        t = np.tanh(score / cap)\n" + _GRAD,
+         "        return 1.0 / np.cosh(score / cap) ** 2")]),
+    "block mask from one row of tiles, listed in descending order": ("build_block_mask", [(
+        """        for j in range(n_k):
+            k0, k1 = j * block_k, min((j + 1) * block_k, t_key)
+""" + _TILE, """        row = mask_tile(mask_mod, 0, 0, np.arange(q0, q1), np.arange(t_key))
+        for j in reversed(range(n_k)):
+            tile = row[:, j * block_k:(j + 1) * block_k]""")]),
+    "block mask pair by pair, by counting": ("build_block_mask", [
+        (_TILE + "\n            if tile.all():",
+         "            seen = sum(bool(mask_mod(0, 0, a, c)) for a in range(q0, q1)\n"
+         "                       for c in range(k0, k1))\n"
+         "            if seen == (q1 - q0) * (k1 - k0):"),
+        ("            elif tile.any():", "            elif seen > 0:")]),
+    "block mask from broadcast calls, lists as Python lists": ("build_block_mask", [(
+        _TILE, "            tile = np.broadcast_to(mask_mod(0, 0, np.arange(q0, q1)[:, None], "
+               "np.arange(k0, k1)[None, :]), (q1 - q0, k1 - k0))"),
+        ("    return kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices",
+         "    return (kv_num_blocks.tolist(), kv_indices.tolist(), full_kv_num_blocks, "
+         "full_kv_indices.astype(float))")]),
+    "forward visiting partial blocks before full ones": ("flex_forward", [(
+        "        visits = [(j, False) for j in full_kv_indices[i, :full_kv_num_blocks[i]]]\n"
+        "        visits += [(j, True) for j in kv_indices[i, :kv_num_blocks[i]]]",
+        "        visits = [(j, True) for j in kv_indices[i, :kv_num_blocks[i]]]\n"
+        "        visits += [(j, False) for j in full_kv_indices[i, :full_kv_num_blocks[i]]]")]),
+}
+
+
+@pytest.mark.parametrize("key", list(VARIANTS))
+def test_unusual_correct_solution_passes(key):
+    name, edits = VARIANTS[key]
+    fn = functions_of(LAB, replace=edits)[name]
+    with np.errstate(all="ignore"):
+        result = CHECK_OF[name](fn, verbose=False)
+    assert result.passed, (key, result.case, result.detail, result.hint[:80])
+
+
+def test_the_library_masks_pass_by_design():
+    """Behaviour, not provenance: returning the library's functions cannot be told apart. A
+    builder that calls create_block_mask is caught, but only by the count: the library
+    evaluates the two corner pairs once more (mods.check_fits' probe)."""
+    assert V.check_sliding_window(library.sliding_window, verbose=False).passed
+    assert V.check_document(library.document, verbose=False).passed
+
+    def via_library(mask_mod, t_query, t_key, block_q, block_k):
+        bm = create_block_mask(mask_mod, None, None, t_query, t_key, block_q, block_k)
+        return (bm.kv_num_blocks[0, 0], bm.kv_indices[0, 0], bm.full_kv_num_blocks[0, 0],
+                bm.full_kv_indices[0, 0])
+    assert_hint(V.check_build_block_mask, via_library, V.HINT_TWICE[0])
+
+
+def test_watched_mask_counts_every_pair_and_hides_pairs_past_the_end():
+    mask, record = V.watched(library.causal(4, 4), 4, 4)
+    out = mask(0, 0, np.arange(3, 6)[:, None], np.arange(4)[None, :])     # rows 4, 5 past
+    assert out.shape == (3, 4) and not out[1:].any() and out[0].all()
+    assert record["outside"] == 8 and record["grid"].sum() == 4
+    assert mask(0, 0, 2, 1) is True and record["grid"][2, 1] == 1
+
+
+def test_states_reader_rejects_a_block_listed_twice():
+    with pytest.raises(V.ResultKindError):
+        V.block_states((np.array([1]), np.array([[0, 0]]), np.array([1]), np.array([[0, 1]])),
+                       4, 8, 4, 4)
+
+
+def test_show_block_mask_marks_a_difference(lab, capsys):
+    def empty(mask_mod, t_query, t_key, block_q, block_k):
+        n_q, n_k = -(-t_query // block_q), -(-t_key // block_k)
+        z = np.zeros(n_q, int)
+        return z, np.zeros((n_q, n_k), int), z, np.zeros((n_q, n_k), int)
+    V.show_block_mask(empty, library.causal(8, 8), 8, 8, 4, 4)
+    assert "<- differs" in capsys.readouterr().out
+    V.show_block_mask(lab["build_block_mask"], library.causal(8, 8), 8, 8, 4, 4)
+    out = capsys.readouterr().out
+    assert "+.   +." in out and "<- differs" not in out
+
+
+test_no_hint_contains_a_solution_line = hint_leaks_test(V.HINTS, LAB)
+
+
+def test_hint_level_two_adds_the_explicit_hint():
+    fn = functions_of(LAB, replace=[(_GRAD, "        return 1.0 - t")])["softcap"]
+    result = V.check_softcap(fn, verbose=False, hint_level=2)
+    assert result.hint == f"{V.HINT_GRAD_SQUARE[0]}\n  More explicitly: {V.HINT_GRAD_SQUARE[1]}"
+
+
+def test_every_hint_has_two_levels_and_is_used():
+    """Each hint is (level 1, level 2), and each is named by some replayed mistake or test."""
+    import inspect
+    import re
+    import sys
+    source = inspect.getsource(sys.modules[__name__])
+    for name, value in vars(V).items():
+        if name.startswith("HINT_"):
+            assert isinstance(value, tuple) and len(value) == 2 and all(value), name
+            assert re.search(rf"\bV\.{name}\b", source), name
