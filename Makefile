@@ -81,6 +81,7 @@ bench-gpu: setup
 	$(BIN)/python benchmarks/gpu_tensor_core.py --check --variants --bench
 	compute-sanitizer --tool memcheck --report-api-errors no $(BIN)/python benchmarks/gpu_tensor_core.py --sanitize-small
 	compute-sanitizer --tool racecheck $(BIN)/python benchmarks/gpu_tensor_core.py --sanitize-small
+	$(BIN)/python benchmarks/gpu_fp8.py --check --bench
 
 # The course website: every notebook executed on the CPU (a few minutes), the labs as the
 # learner receives them; nothing is downloaded. View it with

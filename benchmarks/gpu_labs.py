@@ -38,7 +38,8 @@ CUDA_LABS = ("lab05_cuda_puzzles", "lab06_cuda_kernel", "lab10_tensor_cores",
              "lab10b_tensor_core_backward")
 CUDA_NOTEBOOKS = ("06_numba_cuda_kernel", "07_tile_sizes_and_occupancy", "08_measured_traffic",
                   "09_backward_recompute", "10_tensor_cores", "10b_tensor_core_case_studies",
-                  "11_flash_decoding", "12_hopper_wgmma")
+                  "11_flash_decoding", "11b_paged_kv_cache", "12_hopper_wgmma",
+                  "12b_hopper_case_studies", "14_attention_variants")
 SMOKE = ("lab05_cuda_puzzles",)
 RESULT_FILE = "gpu_labs.json"
 LOG_FILE = "gpu_labs_log.txt"     # what each notebook printed

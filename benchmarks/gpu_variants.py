@@ -1,7 +1,8 @@
-"""Check and benchmark the tensor-core attention-variants forward on a GPU, beside FlexAttention.
+"""Check and benchmark the tensor-core attention variants, forward and backward, on a GPU,
+beside FlexAttention.
 
     python benchmarks/gpu_variants.py --check --bench [--out DIR | --record]
-    python benchmarks/gpu_variants.py --simulator-smoke         # no GPU: a tiny check
+    python benchmarks/gpu_variants.py --simulator-smoke   # no GPU: a tiny check, fwd + bwd
 
 --check   flashcourse.cuda.tensor_core.variants (fp16 and bf16) against the float64
           reference (flashcourse.variants.reference) on ragged shapes (Tq != Tk, lengths
@@ -22,8 +23,24 @@
           built-in causal tensor_core kernel (`tensor_core.host.run`, default tiles).
           FlexAttention's output is compared with the course's before it is timed;
           without torch it is skipped with a line.
+          Backward (flashcourse.cuda.variants_backward, gradients/tc_variants_backward*.py):
+--check   also runs it on every check case (o, lse from the course's forward) against
+          variants.reference_backward in float64 on the same rounded inputs: per
+          gradient max |g - g_ref| / max |g_ref| within 2x that of the same computation in
+          numpy float32 (variants.reference.float32_backward: P and dS rounded to 16 bits
+          where the kernel rounds them) + 1e-5; with torch, at N = 1024 (d 64 and 128, every
+          bench mask, B = 1, H = 2) the same error against FlexAttention's backward's on
+          the same rounded inputs: the course's within 2x FlexAttention's + 1e-5 (issue
+          47's bar).
+--bench   also times the backward in the same run: the course's as bare launches on
+          prepared device arrays (pre-pass + key-major kernel) and through the public call
+          with device arrays (host work included), FlexAttention's (torch.autograd.grad of
+          the compiled flex_attention's output, its backward only), and for causal the
+          course's built-in causal tensor-core backward (`tc_backward.run`). TFLOP/s =
+          10 d x (visible pairs) x B H / time (five products of 2 d FLOPs per pair).
+          FlexAttention's dq of two heads is compared with the course's before timing.
 --masks, --ns, --ds, --precisions  subsets of the bench grid.
-Writes gpu_variants.json under benchmarks/out/ (or --out DIR) as it goes; --record (on a
+Writes gpu_attention_variants.json under benchmarks/out/ (or --out DIR) as it goes; --record (on a
 GPU) moves it into benchmarks/results/ once the run has passed its checks.
 """
 
@@ -40,6 +57,8 @@ import flashcourse  # noqa: F401  (selects GPU or simulator before numba loads)
 from flashcourse import env, results
 from flashcourse.cuda.ptx.mma import round_bf16, round_fp16
 from flashcourse.cuda.tensor_core import host as tc
+from flashcourse.cuda import variants_backward
+from flashcourse.cuda.gradients import tc_backward, tc_variants_backward as tvb
 from flashcourse.cuda.tensor_core import variants as tcv
 from flashcourse.timing import time_cuda
 from flashcourse.variants import library as lib, mods, reference as ref
@@ -111,7 +130,7 @@ def course_mods(name: str, tq: int, tk: int, cu=None, window=WINDOW, prefix=PREF
     raise ValueError(f"mask must be one of {MASKS}, got {name!r}")
 
 
-def torch_mods(name: str, n: int, cu=None):
+def torch_mods(name: str, n: int, cu=None, window=WINDOW, prefix=PREFIX):
     """The same (mask_mod, score_mod) written for FlexAttention (torch tensors, Tq = Tk)."""
     import torch
 
@@ -126,7 +145,7 @@ def torch_mods(name: str, n: int, cu=None):
         return causal, softcap
     if name == "sliding_window":
         def window(b, h, q_idx, kv_idx):
-            return (kv_idx <= q_idx) & (q_idx - kv_idx <= WINDOW)
+            return (kv_idx <= q_idx) & (q_idx - kv_idx <= window)
         return window, None
     if name == "document":
         ids = torch.as_tensor(np.repeat(np.arange(cu.size - 1), np.diff(cu)), device="cuda")
@@ -136,7 +155,7 @@ def torch_mods(name: str, n: int, cu=None):
         return document, None
     if name == "prefix_lm":
         def prefix_lm(b, h, q_idx, kv_idx):
-            return (kv_idx < PREFIX) | (kv_idx <= q_idx)
+            return (kv_idx < prefix) | (kv_idx <= q_idx)
         return prefix_lm, None
     raise ValueError(f"mask must be one of {MASKS}, got {name!r}")
 
@@ -231,6 +250,120 @@ def check(doc, smoke=False) -> bool:
     return ok
 
 
+# ----------------------------------------------------------------------------- backward check
+def grad_errors(got, want) -> list:
+    """max |g - g_ref| / max |g_ref| of each gradient (dq, dk, dv, dsinks; None skipped)."""
+    out = []
+    for g, w in zip(got, want):
+        if w is None:
+            out.append(None)
+            continue
+        g = np.asarray(g, np.float64)
+        out.append(float(np.abs(g - w).max() / max(np.abs(w).max(), 1e-30))
+                   if np.isfinite(g).all() else float("inf"))
+    return out
+
+
+def rounded_inputs(rng, precision, shape_q, shape_kv, spread=1.0):
+    """q, k, v, dO as float32 arrays of 16-bit values (what the kernels see)."""
+    r = ROUND[precision]
+    q = r(rng.standard_normal(shape_q) * spread).astype(np.float32)
+    k = r(rng.standard_normal(shape_kv) * spread).astype(np.float32)
+    v = r(rng.standard_normal(shape_kv)).astype(np.float32)
+    do = r(rng.standard_normal(shape_q)).astype(np.float32)
+    return q, k, v, do
+
+
+def check_backward_one(rng, precision, tq, tk, d, hq, hkv, tiles, mask, score_mod=None,
+                       sinks=None, m_tiles=None) -> dict:
+    """The public backward (numpy in) on o, lse from the course's forward, against float64,
+    within 2x the float32 yardstick's error + 1e-5 (module doc)."""
+    q, k, v, do = rounded_inputs(rng, precision, (1, hq, tq, d), (1, hkv, tk, d))
+    bm = create_block_mask(mask, None, None, tq, tk, *tiles)
+    o, lse = tcv.forward(q, k, v, block_mask=bm, score_mod=score_mod, sinks=sinks,
+                         precision=precision, m_tiles=m_tiles)
+    got = variants_backward(q, k, v, o, lse, do, block_mask=bm, score_mod=score_mod,
+                            sinks=sinks, precision=precision)
+    kw = dict(mask_mod=mask, score_mod=score_mod, sinks=sinks)
+    want = ref.reference_backward(*(a.astype(np.float64) for a in (q, k, v, do)), **kw)
+    yard = ref.float32_backward(q, k, v, o.astype(np.float32), lse, do,
+                                rounding=ROUND[precision], **kw)
+    errs, bars = grad_errors(got, want), grad_errors(yard, want)
+    ok = all(e is None or e <= 2 * b + 1e-5 for e, b in zip(errs, bars))
+    return {"precision": precision, "tq": tq, "tk": tk, "d": d, "hq": hq, "hkv": hkv,
+            "tiles": list(tiles), "mask": mask.__name__,
+            "score_mod": getattr(score_mod, "__name__", None), "sinks": sinks is not None,
+            "errors": dict(zip(("dq", "dk", "dv", "dsinks"), errs)),
+            "float32_errors": dict(zip(("dq", "dk", "dv", "dsinks"), bars)), "ok": bool(ok)}
+
+
+def check_backward(doc, smoke=False) -> bool:
+    rows, ok = [], True
+    rng = np.random.default_rng(2027)
+    for case in check_cases(smoke):
+        row = check_backward_one(rng, *case)
+        rows.append(row)
+        ok = ok and row["ok"]
+        e, b = row["errors"], row["float32_errors"]
+        log(f"check bwd {row['precision']} Tq={row['tq']:5d} Tk={row['tk']:5d} d={row['d']:3d} "
+            f"Hq/Hkv={row['hq']}/{row['hkv']} tiles={tuple(row['tiles'])} {row['mask']:22s} "
+            f"{str(row['score_mod']):14s} sinks={row['sinks']!s:5s} "
+            + " ".join(f"{n} {e[n]:.2e}/{b[n]:.2e}" for n in e if e[n] is not None)
+            + f" {'ok' if row['ok'] else 'FAILED'}")
+    doc["check_backward"] = rows
+    log(f"check backward: {sum(r['ok'] for r in rows)}/{len(rows)} passed")
+    return ok
+
+
+def check_backward_flex(doc, n=1024, window=256, prefix=256) -> bool:
+    """The course's backward error against FlexAttention's, both against float64 on the
+    same rounded inputs (module doc); skipped with a line without torch."""
+    try:
+        import torch
+        from torch.nn.attention.flex_attention import create_block_mask as flex_block_mask
+        from torch.nn.attention.flex_attention import flex_attention
+        torch._dynamo.config.cache_size_limit = 256
+        flex = torch.compile(flex_attention, dynamic=False)
+    except ImportError as e:
+        log(f"backward against FlexAttention skipped: torch does not import ({e})")
+        return True
+    rng = np.random.default_rng(31)
+    cu = doc_bounds(n, rng)
+    rows, ok = [], True
+    for d in DS:
+        for precision in PRECISIONS:
+            tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+            for name in MASKS:
+                mask, score = course_mods(name, n, n, cu, window=window, prefix=prefix)
+                mask_t, score_t = torch_mods(name, n, cu, window=window, prefix=prefix)
+                q, k, v, do = rounded_inputs(rng, precision, (1, 2, n, d), (1, 2, n, d))
+                bm = create_block_mask(mask, None, None, n, n, *tiles_of(d))
+                o, lse = tcv.forward(q, k, v, block_mask=bm, score_mod=score,
+                                     precision=precision)
+                ours = variants_backward(q, k, v, o, lse, do, block_mask=bm,
+                                         score_mod=score, precision=precision)
+                t = [torch.as_tensor(a, device="cuda").to(tdt).requires_grad_(i < 3)
+                     for i, a in enumerate((q, k, v, do))]
+                fbm = flex_block_mask(mask_t, None, None, n, n, device="cuda")
+                o_f = flex(t[0], t[1], t[2], score_mod=score_t, block_mask=fbm)
+                theirs = [g.float().cpu().numpy() for g in
+                          torch.autograd.grad(o_f, t[:3], t[3])] + [None]
+                want = ref.reference_backward(*(a.astype(np.float64) for a in (q, k, v, do)),
+                                              mask_mod=mask, score_mod=score)
+                e_ours, e_flex = grad_errors(ours, want), grad_errors(theirs, want)
+                good = all(a is None or a <= 2 * b + 1e-5 for a, b in zip(e_ours, e_flex))
+                ok = ok and good
+                row = {"n": n, "d": d, "precision": precision, "mask": name,
+                       "errors": dict(zip(("dq", "dk", "dv"), e_ours)),
+                       "flex_errors": dict(zip(("dq", "dk", "dv"), e_flex)), "ok": good}
+                rows.append(row)
+                log("check bwd vs flex " + json.dumps(row))
+    doc["check_backward_flex"] = rows
+    log(f"check backward against FlexAttention: {sum(r['ok'] for r in rows)}/{len(rows)} "
+        f"passed")
+    return ok
+
+
 # ----------------------------------------------------------------------------- bench
 def median_ms(fn, backend="numba"):
     times = time_cuda(fn, warmup=2, repeats=20, budget_s=1.0, backend=backend)
@@ -260,6 +393,9 @@ def bench(doc, masks, ns, ds, precisions, out) -> bool:
                 host = [rng.standard_normal((B * H, n, d), dtype=np.float32) for _ in range(3)]
                 D = d
                 words = [cuda.to_device(tc._to_words(x, precision, D)) for x in host]
+                do_host = rng.standard_normal((B * H, n, d), dtype=np.float32)
+                dow = cuda.to_device(tc._to_words(do_host, precision, D))
+                grads = [cuda.device_array((B * H, n, d), np.float32) for _ in range(3)]
                 ow = cuda.device_array_like(words[0])
                 ow_builtin = cuda.device_array_like(words[0])
                 lse = cuda.device_array((B * H, n), np.float32)
@@ -286,13 +422,20 @@ def bench(doc, masks, ns, ds, precisions, out) -> bool:
                         ms_b, _ = median_ms(builtin)
                         row["builtin_causal_ms"] = ms_b
                         row["builtin_causal_tflops"] = flops / ms_b / 1e9
+                    fbm = None
                     if torch is not None:
-                        ok = flex_row(row, torch, flex, flex_block_mask, tdt, host, words,
-                                      ow, name, n, d, cu, precision, flops) and ok
+                        good, fbm = flex_row(row, torch, flex, flex_block_mask, tdt, host,
+                                             words, ow, name, n, d, cu, precision, flops)
+                        ok = good and ok
+                    ours_dq = bench_backward(row, words, dow, ow, lse, grads, bm, mask, score,
+                                             n, d, precision, flops)
+                    if torch is not None:
+                        ok = flex_backward_row(row, torch, flex, fbm, tdt, host, do_host, name,
+                                               n, d, cu, precision, flops, ours_dq) and ok
                     rows.append(row)
                     log(json.dumps(row))
                     save(doc, out)
-                del words, ow, lse, ow_builtin, lse_builtin
+                del words, ow, lse, ow_builtin, lse_builtin, dow, grads
                 if torch is not None:
                     torch.cuda.empty_cache()
     return ok
@@ -320,11 +463,76 @@ def flex_row(row, torch, flex, flex_block_mask, tdt, host, words, ow, name, n, d
     row["flex_agrees"] = bool(good)
     ms, _ = median_ms(run_flex, backend="torch")
     row["flex_ms"], row["flex_tflops"] = ms, flops / ms / 1e9
+    return good, fbm
+
+
+def bench_backward(row, words, dow, ow, lse, grads, bm, mask, score, n, d, precision,
+                   flops):
+    """The course's backward on this mask, from the forward's o (ow) and lse just
+    computed: bare launches (`tc_variants_backward.run` on prepared arrays), the public
+    call with device arrays, and for causal the built-in causal backward. Returns dq of
+    heads 0 and 1 (float32, host) from the bare launches, for FlexAttention's comparison."""
+    bf16 = precision == "bf16"
+    half = np.uint16 if bf16 else np.float16
+    o16, do16 = ow.view(half), dow.view(half)                            # (B H, N, d)
+    scale = 1 / np.sqrt(d)
+    ld = cuda.device_array((2, B * H, -(-n // 128) * 128), np.float32)
+    cfg = tvb.config(precision, d, bm.block_size)
+    grad = mods.resolve_grad(score, None)
+    lists = tcv.device_block_mask(bm, "q")
+    bwd_flops = 2.5 * flops                # 10 d per visible pair against the forward's 4 d
+
+    def bare():
+        tvb.run(*words, dow, o16, do16, lse, *grads, lists, tq=n, tk=n, d=d, heads=H,
+                group=1, scale=scale, cfg=cfg, mask_block=bm.block_size, mask_mod=mask,
+                score_mod=score, score_grad=grad, delta_kind="bits" if bf16 else "float",
+                ld=ld)
+    ms, _ = median_ms(bare)
+    row["course_bwd_ms"], row["course_bwd_tflops"] = ms, bwd_flops / ms / 1e9
+    row["bwd_tiles"] = {"warps": cfg.warps, "step_q": cfg.block_q, "kv_regs": cfg.kv_regs}
+    ours_dq = grads[0][:2].copy_to_host()
+    dev4 = [a.view(half).reshape(B, H, n, d) for a in (*words, ow)]
+
+    def call():
+        variants_backward(*dev4, lse.reshape(B, H, n), do16.reshape(B, H, n, d),
+                          block_mask=bm, score_mod=score)
+    ms_c, _ = median_ms(call)
+    row["course_bwd_call_ms"] = ms_c
+    if row["mask"] == "causal":
+        def builtin():
+            tc_backward.run(*words, dow, o16, do16, lse, *grads, n, n, d, scale, True,
+                            precision, ld=ld)
+        ms_b, _ = median_ms(builtin)
+        row["builtin_causal_bwd_ms"] = ms_b
+        row["builtin_causal_bwd_tflops"] = bwd_flops / ms_b / 1e9
+    return ours_dq
+
+
+def flex_backward_row(row, torch, flex, fbm, tdt, host, do_host, name, n, d, cu, precision,
+                      flops, ours_dq) -> bool:
+    """FlexAttention's backward (torch.autograd.grad of its compiled forward's output, the
+    backward alone timed) on the same 16-bit inputs; its dq of heads 0, 1 compared with the
+    course's first (a sanity check: both round P and dS to 16 bits; the accuracy bar is
+    --check's)."""
+    q, k, v = (torch.as_tensor(x, device="cuda").view(B, H, n, d).to(tdt).requires_grad_()
+               for x in host)
+    do_t = torch.as_tensor(do_host, device="cuda").view(B, H, n, d).to(tdt)
+    _, score_t = torch_mods(name, n, cu)
+    o_f = flex(q, k, v, score_mod=score_t, block_mask=fbm)
+
+    def run_bwd():
+        return torch.autograd.grad(o_f, (q, k, v), do_t, retain_graph=True)
+    dq_f = run_bwd()[0].reshape(B * H, n, d)[:2].float().cpu().numpy()
+    diff = float(np.abs(ours_dq - dq_f).max() / max(np.abs(dq_f).max(), 1e-30))
+    good = diff < 2 * UNIT[precision] * 16
+    row["flex_bwd_max_rel_diff"], row["flex_bwd_agrees"] = diff, bool(good)
+    ms, _ = median_ms(run_bwd, backend="torch")
+    row["flex_bwd_ms"], row["flex_bwd_tflops"] = ms, 2.5 * flops / ms / 1e9
     return good
 
 
 def save(doc, out):
-    results.write_json(out, "gpu_variants.json", doc)
+    results.write_json(out, "gpu_attention_variants.json", doc, "attention_variants")
 
 
 # ----------------------------------------------------------------------------- main
@@ -334,23 +542,38 @@ def main(argv=None):
     ap.add_argument("--ns", default=",".join(map(str, NS)), help="comma-separated N")
     ap.add_argument("--ds", default=",".join(map(str, DS)), help="comma-separated d")
     ap.add_argument("--precisions", default=",".join(PRECISIONS), help="fp16,bf16")
+    ap.add_argument("--check-parts", default="forward,backward,flex",
+                    help="the parts of --check to run: forward, backward (against float64), "
+                         "flex (the backward's error against FlexAttention's)")
     results.add_output_arguments(ap)
     args = ap.parse_args(argv)
     results.check_outputs(args, __file__)
     results.require_gpu("benchmarks/gpu_variants.py", args.simulator_smoke)
     if args.simulator_smoke and args.bench:
-        raise SystemExit("--simulator-smoke runs a tiny --check only; timings need a GPU")
+        raise SystemExit("--simulator-smoke runs a tiny --check only (forward and "
+                         "backward); timings need a GPU")
     masks = [m for m in args.masks.split(",") if m]
     bad = sorted(set(masks) - set(MASKS))
     if bad:
         raise SystemExit(f"--masks: unknown {bad}; choose from {MASKS}")
     out = results.output_dir(args)
-    doc = {"env": env.record(), "b": B, "h": H}
-    log(json.dumps(doc["env"]))
+    doc = {"environment": env.record(), "b": B, "h": H}
+    log(json.dumps(doc["environment"]))
     ok = True
+    parts = set(args.check_parts.split(","))
+    if parts - {"forward", "backward", "flex"}:
+        raise SystemExit(f"--check-parts: unknown {sorted(parts - {'forward', 'backward', 'flex'})}"
+                         "; choose from forward, backward, flex")
     if args.check or args.simulator_smoke:
-        ok = check(doc, smoke=args.simulator_smoke)
-        save(doc, out)
+        if "forward" in parts:
+            ok = check(doc, smoke=args.simulator_smoke)
+            save(doc, out)
+        if "backward" in parts:
+            ok = check_backward(doc, smoke=args.simulator_smoke) and ok
+            save(doc, out)
+        if not args.simulator_smoke and "flex" in parts:
+            ok = check_backward_flex(doc) and ok
+            save(doc, out)
     if args.bench:
         ok = bench(doc, masks, [int(x) for x in args.ns.split(",")],
                    [int(x) for x in args.ds.split(",")], args.precisions.split(","),

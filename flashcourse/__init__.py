@@ -27,6 +27,11 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     decode_io   the decode IO model (K/V read once) and its recorded measurements
     variants    attention variants from Python functions (mask_mod, score_mod), block
                 masks, sinks, GQA: reference, tiled numpy and Numba CPU paths
+    fp8         FP8 numerics: e4m3/e5m2 rounding bit for bit, scales, the Hadamard
+                rotation, the FP8 forward simulated in numpy and its error
+    paged_cache the paged KV cache in numpy: pool, free list, block tables, append, fork
+                with copy-on-write, token_address, the float64 reference; page_map and
+                slot_usage (notebook 11b)
  3  configs     launch configurations of the flash kernel, which ones can launch
     sweep       timing configurations, the tuned default, heatmap grids; the CPU sweep
     measured_traffic  Nsight Compute's bytes beside the model, and why they differ
@@ -37,10 +42,12 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
     quiz        multiple-choice "check your understanding" widgets (Question, the widget,
                 reading a quiz file)
     quizzes     each notebook's questions, one TOML file per notebook: quizzes.show("03")
-    exercises   the notebooks' predict-then-check exercises and their checkers
+    exercises   the notebooks' predict-then-check exercises and their checkers (with
+                exercises_hopper and exercises_paged, the ones of notebooks 12 and 11b)
     labs        the lab checkers
  5  widgets     the interactive explorers, one module each on one base (widgets._base):
-                score memory, traffic, tile schedule, tuning, backward, KV cache; the
+                score memory, traffic, tile schedule, tuning, backward, KV cache, block
+                masks, the paged pool; the
                 numbers behind them (widgets.readouts, pure functions); they draw plots,
                 plots never import them
 """

@@ -27,6 +27,8 @@ from ._exercise import Exercise, _same_number
 from .exercises_hopper import (RESCALE_12, SETMAXNREG_12, V_LAYOUT_12,  # noqa: F401
                                WAVES_12, WGMMA_12, descriptors_12, rescale_12, setmaxnreg_12,
                                v_layout_12, waves_12)
+from .exercises_paged import (FRAGMENTATION_11B, PAGE_COSTS_11B,  # noqa: F401
+                              fragmentation_11b, page_costs_11b)
 from .geometry import tile_visibility
 from .printing import say
 
@@ -659,6 +661,8 @@ EXERCISES = {
     "08-dram-flash": dram_flash_08,
     "09-saved-bytes": saved_bytes_09,
     "10-tc-backward": tc_backward_10,
+    "11b-fragmentation": fragmentation_11b,
+    "11b-page-costs": page_costs_11b,
     "12-descriptors": descriptors_12,
     "12-v-layout": v_layout_12,
     "12-setmaxnreg": setmaxnreg_12,

@@ -91,6 +91,9 @@ RESULT_KINDS = {
     "*_hopper_*.json": "hopper",               # one version's own runs (variants)
     "*gpu_labs.json": "gpu_labs",
     "*gpu_train.json": "gpu_train",
+    "*gpu_attention_variants.json": "attention_variants",
+    "*gpu_fp8.json": "fp8",
+    "*gpu_paged.json": "gpu_paged",
 }
 
 

@@ -98,7 +98,7 @@ LAYERS = {
     "flashcourse.fa2_work": 1,
     "flashcourse.tiled": 2, "flashcourse.dense": 2, "flashcourse.cpu": 2,
     "flashcourse.cuda": 2, "flashcourse.decode": 2, "flashcourse.decode_io": 2,
-    "flashcourse.variants": 2,
+    "flashcourse.variants": 2, "flashcourse.fp8": 2, "flashcourse.paged_cache": 2,
     "flashcourse.configs": 3, "flashcourse.model": 3, "flashcourse.sweep": 3,
     "flashcourse.measured_traffic": 3, "flashcourse.torch_ops": 3,
     "flashcourse.plots": 4, "flashcourse.quiz": 4,

@@ -42,7 +42,7 @@ pytestmark = pytest.mark.skipif(results.has_gpu(), reason="a GPU is here: --reco
 #: Scripts with --out / --record / --simulator-smoke (flashcourse.results.add_output_arguments).
 GPU_OUTPUT_SCRIPTS = ["gpu_forward", "gpu_backward", "gpu_decode", "gpu_tensor_core",
                       "tune_sweep", "verify_defaults", "ncu_traffic", "gpu_tc_backward",
-                      "gpu_hopper", "gpu_labs", "gpu_train"]
+                      "gpu_hopper", "gpu_labs", "gpu_train", "gpu_fp8", "gpu_paged"]
 INSIDE = "benchmarks/results/sub"
 NO_GPU = "no NVIDIA CUDA GPU found"
 

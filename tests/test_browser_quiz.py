@@ -1,12 +1,12 @@
 """Every quiz in a real browser: long options wrap and never overlap, at any window width.
 
-Uses the Debian chromium fixture of tests/test_browser.py (skipped without
-/usr/bin/chromium, failing under CI=true). To stay cheap it runs no course notebook: a
-one-cell notebook in a scratch folder shows every quiz file (flashcourse/quizzes/*.toml,
-found on disk) with `show_quiz(load_questions(path))`, the widget a notebook's
-`quizzes.show("NN")` displays. At window widths of 1024, 1280 and 1440 px (JupyterLab's
-default layout, file browser open), and at 1280 px with the file browser closed, for
-every question:
+Uses the Debian chromium fixture `browser` (tests/conftest.py, tests/browserlab.py;
+skipped without /usr/bin/chromium, failing under CI=true). To stay cheap it runs no
+course notebook: a one-cell notebook in a scratch folder shows every quiz file
+(flashcourse/quizzes/*.toml, found on disk) with `show_quiz(load_questions(path))`, the
+widget a notebook's `quizzes.show("NN")` displays. At window widths of 1024, 1280 and
+1440 px (JupyterLab's default layout, file browser open), and at 1280 px with the file
+browser closed, for every question:
 
 - no two option boxes (the radio labels) overlap;
 - each option's text lies inside its own box (no line runs past its bottom or right edge),
@@ -28,14 +28,13 @@ import time
 
 import pytest
 
-# the module-scoped fixture `browser` (chromium) comes from there
-from test_browser import (ARTIFACTS, BROWSER_GROUPS, ROOT, browser, jupyter_lab,  # noqa: F401
-                          notebook_page, run_all_and_wait)
+from browserlab import (ARTIFACTS, BROWSER_GROUPS, ROOT, jupyter_lab, notebook_page,
+                        run_all_and_wait)
 
 from flashcourse.quiz import OPTIONS_CLASS, QUIZ_DIR, load_questions
 
-# with the lighter half of the pages of tests/test_browser.py, on one worker (make test:
-# --dist loadgroup; BROWSER_GROUPS there says why two groups)
+# with the explorers' tests, on one worker (make test: --dist loadgroup; BROWSER_GROUPS in
+# tests/browserlab.py says why two groups)
 pytestmark = [pytest.mark.browser, pytest.mark.xdist_group(BROWSER_GROUPS[1])]
 
 WIDTHS = (1024, 1280, 1440)
@@ -142,7 +141,7 @@ def _settled(page, cls: str) -> list:
     return now
 
 
-def test_quiz_options_wrap_without_overlapping(quiz_lab, browser):  # noqa: F811
+def test_quiz_options_wrap_without_overlapping(quiz_lab, browser):
     expected = [len(q.choices) for p in QUIZ_FILES for q in load_questions(p)]
     ARTIFACTS.mkdir(exist_ok=True)
     problems, seen = [], []

@@ -1,12 +1,21 @@
 """The explorers in a real browser, on a small screen and under fast hands.
 
-Uses the JupyterLab + Debian chromium fixtures of tests/test_browser.py (skipped
-without /usr/bin/chromium, failing under CI=true; tests/test_browser.py also moves one
-control of every widget of every notebook):
+Uses the JupyterLab + Debian chromium fixtures `lab` and `browser` (tests/conftest.py,
+tests/browserlab.py; skipped without /usr/bin/chromium, failing under CI=true; the
+notebook test, tests/test_notebooks.py, also moves one control of every widget of every
+notebook). The notebooks run here (EXPLORER_NOTEBOOKS) are run once: each test leaves
+its page open, and the next test of the same notebook, last the notebook's own test,
+checks that page instead of running the notebook again.
 
 - notebooks 01 and 04 at a 1280 x 720 viewport: each explorer (controls, message, readout
   and plot together) is at most as tall as the notebook's visible area and as wide as it,
   and its plot is shown at the CSS size it was rendered for (not stretched);
+- notebook 01: the score-memory explorer's Tq slider (the notebook calls it at
+  Tq = 4096) takes the readout from exactly
+
+      M_score per head: 33,554,432 B = 32 MiB       (4,096 x 4,096 x 2 B)
+  to  M_score per head: 134,217,728 B = 128 MiB     (8,192 x 8,192 x 2 B)
+
 - notebook 09: the backward explorer is shown once; changing log2 N to 17, then d to
   128 and Br = Bc to 256 without waiting (the sequence that filled the widget with a
   matplotlib traceback) leaves no error output and a readout for the last setting;
@@ -27,22 +36,45 @@ from contextlib import contextmanager
 
 import pytest
 
-# the module-scoped fixtures `lab` (JupyterLab) and `browser` (chromium) come from there
-from test_browser import (ARTIFACTS, BROWSER_GROUPS, ROOT, browser, jupyter_lab, lab,  # noqa: F401
-                          notebook_page, open_and_run_all, run_all_and_wait)
+from browserlab import (ARTIFACTS, BROWSER_GROUPS, EXPLORER_NOTEBOOKS, ROOT, jupyter_lab,
+                        notebook_page, open_and_run_all, run_all_and_wait)
 
-# with the lighter half of the pages of tests/test_browser.py, on one worker (make test:
-# --dist loadgroup; BROWSER_GROUPS there says why two groups)
+# with the notebooks they run, on one worker (make test: --dist loadgroup; BROWSER_GROUPS
+# in tests/browserlab.py says why two groups)
 pytestmark = [pytest.mark.browser, pytest.mark.xdist_group(BROWSER_GROUPS[1])]
+
+
+#: the score-memory explorer's readout before and after one step of its Tq slider
+BEFORE = "M_score per head: 33,554,432 B = 32 MiB"           # 4096 * 4096 * 2
+AFTER = "M_score per head: 134,217,728 B = 128 MiB"          # 8192 * 8192 * 2
+#: The exact check runs on the notebook that shows the score-memory explorer at Tq = 4096
+#: (found by its call, so that moving or renaming notebooks does not break it).
+EXPLORER_CALL = "score_memory_explorer(t_query=4096"
+NOTEBOOK = next((str(p.relative_to(ROOT)) for p in sorted(ROOT.glob("notebooks/*.ipynb"))
+                 if EXPLORER_CALL in p.read_text()), None)
+FIT_CASES = [(EXPLORER_NOTEBOOKS[0], ("fc-score-memory",)),
+             (EXPLORER_NOTEBOOKS[1], ("fc-traffic", "fc-schedule"))]
+BACKWARD_NOTEBOOK = EXPLORER_NOTEBOOKS[2]
+
+
+def test_explorer_notebooks_are_the_ones_run_here():
+    """The notebooks these tests run are the ones that share their page with the notebook
+    test (same xdist group, one run): the list in browserlab says which."""
+    assert NOTEBOOK in EXPLORER_NOTEBOOKS, (NOTEBOOK, EXPLORER_NOTEBOOKS)
+    assert {n for n, _ in FIT_CASES} | {BACKWARD_NOTEBOOK, NOTEBOOK} == set(EXPLORER_NOTEBOOKS)
+    for notebook in EXPLORER_NOTEBOOKS:
+        assert (ROOT / notebook).exists(), notebook
 
 
 @contextmanager
 def _notebook_run_in_browser(server, chromium, notebook, name, width, height):
-    """`notebook` run (Run All) in chromium at width x height; yields the page. A failure
-    saves a screenshot and the server log; the stored notebook must stay untouched."""
+    """`notebook` run (Run All) in chromium at width x height; yields the page, which is
+    kept for the next test of the notebook (the notebook test checks it last). A failure
+    saves a screenshot and the server log (and closes the page: the next test runs the
+    notebook afresh); the stored notebook must stay untouched."""
     ARTIFACTS.mkdir(exist_ok=True)
     stored = (ROOT / notebook).read_bytes()
-    with notebook_page(chromium, server, notebook, width, height) as page:
+    with notebook_page(chromium, server, notebook, width, height, keep=True) as page:
         try:
             run_all_and_wait(page, server, notebook)
             yield page
@@ -54,11 +86,8 @@ def _notebook_run_in_browser(server, chromium, notebook, name, width, height):
     assert (ROOT / notebook).read_bytes() == stored, f"{notebook} was modified by the browser"
 
 
-@pytest.mark.parametrize("notebook,classes", [
-    ("notebooks/01_dense_attention_and_memory.ipynb", ("fc-score-memory",)),
-    ("notebooks/04_io_traffic_model.ipynb", ("fc-traffic", "fc-schedule")),
-])
-def test_explorers_fit_a_1280x720_screen(lab, browser, notebook, classes):  # noqa: F811
+@pytest.mark.parametrize("notebook,classes", FIT_CASES)
+def test_explorers_fit_a_1280x720_screen(lab, browser, notebook, classes):
     with _notebook_run_in_browser(lab, browser, notebook, "browser_1280x720", 1280,
                                   720) as page:
         last = classes[-1]
@@ -83,8 +112,44 @@ def test_explorers_fit_a_1280x720_screen(lab, browser, notebook, classes):  # no
                 (cls, size)
 
 
-def test_backward_explorer_survives_fast_changes(lab, browser):  # noqa: F811
-    with _notebook_run_in_browser(lab, browser, "notebooks/09_backward_recompute.ipynb",
+def test_score_memory_slider_moves_the_readout(lab, browser):
+    """One exact check: the Tq slider one step right takes the readout from BEFORE to
+    AFTER, the slider's own value to 8,192, and the plot is redrawn."""
+    assert NOTEBOOK, f"no notebook calls {EXPLORER_CALL}...)"
+    shot = ARTIFACTS / "browser_score_memory.png"
+    started = time.monotonic()
+    with _notebook_run_in_browser(lab, browser, NOTEBOOK, "browser_score_memory", 1400,
+                                  1000) as page:
+        explorer = page.locator(".fc-score-memory").first
+        readout = explorer.locator(".fc-score-readout")
+        readout.wait_for()
+        readout.scroll_into_view_if_needed()
+        page.wait_for_function(
+            "(want) => { const e = document.querySelector("
+            "'.fc-score-memory .fc-score-readout'); return e && "
+            "e.textContent.trim() === want; }", arg=BEFORE)
+        plot_src = "() => { const i = document.querySelector('.fc-score-memory img'); " \
+                   "return i ? i.src : ''; }"
+        src_before = page.evaluate(plot_src)
+        handle = explorer.locator(".fc-slider-tq .noUi-handle")
+        handle.focus()
+        handle.press("ArrowRight")
+        page.wait_for_function(
+            "(want) => { const e = document.querySelector("
+            "'.fc-score-memory .fc-score-readout'); return e && "
+            "e.textContent.trim() === want; }", arg=AFTER)
+        assert readout.text_content().strip() == AFTER
+        slider_value = explorer.locator(".fc-slider-tq .widget-readout")
+        assert slider_value.text_content().strip() == "8,192"
+        # the plot arrives after the label: wait until it is redrawn
+        page.wait_for_function(f"(before) => ({plot_src})() !== before", arg=src_before)
+        explorer.screenshot(path=str(shot))
+    assert shot.stat().st_size > 10_000, "the screenshot looks empty"
+    print(f"browser test took {time.monotonic() - started:.1f} s; screenshot {shot}")
+
+
+def test_backward_explorer_survives_fast_changes(lab, browser):
+    with _notebook_run_in_browser(lab, browser, BACKWARD_NOTEBOOK,
                                   "browser_backward", 1400, 1000) as page:
         explorer = page.locator(".fc-backward")
         explorer.first.locator(".fc-backward-readout").wait_for()
@@ -144,8 +209,7 @@ async () => {
 """
 
 
-def test_tile_schedule_play_keeps_title_and_readout_together(browser, tmp_path,  # noqa: F811
-                                                             monkeypatch):
+def test_tile_schedule_play_keeps_title_and_readout_together(browser, tmp_path, monkeypatch):
     root = tmp_path / "root"
     root.mkdir()
     source = ("from flashcourse.widgets.tile_schedule import tile_schedule\n"
@@ -185,10 +249,12 @@ def test_tile_schedule_play_keeps_title_and_readout_together(browser, tmp_path, 
     assert last["readout"] == last["title"] == 36, samples[-5:]
     assert len({s["readout"] for s in samples}) > 3, "Play did not move the display"
     # the widget sends the picture first, then the text: between the browser's handling of
-    # the two messages a look may find the title one step ahead, never behind, and (on a
-    # loaded machine) for more than one look in a row, but not for long
+    # the two messages a look may find the title ahead, never behind, and (on a loaded
+    # machine) for more than one look in a row, but not for long. One step ahead is the
+    # usual; two were seen once with another job loading both cores (a second picture
+    # drawn before the text between them was painted); the time bound below keeps it short
     apart = [s for s in samples if s["readout"] != s["title"]]
-    assert all(s["title"] == s["readout"] + 1 for s in apart), apart
+    assert all(1 <= s["title"] - s["readout"] <= 2 for s in apart), apart
     runs, start = [], None
     for s in samples:
         if s["readout"] != s["title"]:

@@ -171,6 +171,29 @@ def test_tc_backward_10():
     assert not ok and '"ld_b" (ldmatrix)' in lines[0] and '"ld_bt"' in lines[2]
 
 
+def test_paged_exercises_11b_by_hand():
+    """Requests 300, 1000, 70, 520, max_len 2048, pages of 16: 8192 - 1890 = 6302 slots
+    never written; 19 + 63 + 5 + 33 = 120 pages, 1920 - 1890 = 30 empty. One sequence of
+    32,768 tokens: 2048 pages; a piece of 16 x 128 x 2 = 4096 B; 8192 B of table against
+    2 x 8 x 32768 x 128 x 2 B of cache. Each typical slip is named."""
+    ok, lines = E.grade("11b-fragmentation", contiguous_wasted=6302, pages=120,
+                        paged_wasted=30)
+    assert ok, lines
+    ok, lines = E.grade("11b-fragmentation", contiguous_wasted=8192, pages=116,
+                        paged_wasted=60)
+    assert not ok and "subtract the tokens" in lines[0] and "round each request up" in lines[1]
+    assert "15 per request is the most" in lines[2]
+    assert "each request rounds up" in E.grade("11b-fragmentation", pages=119)[1][1]
+    ok, lines = E.grade("11b-page-costs", pages=2048, piece_bytes=4096,
+                        table_fraction=8192 / (2 * 8 * 32768 * 128 * 2))
+    assert ok, lines
+    ok, lines = E.grade("11b-page-costs", pages=32768, piece_bytes=32768,
+                        table_fraction=8192 / (8 * 32768 * 128 * 2))
+    assert not ok and "a page holds page_size" in lines[0] and "every KV head" in lines[1]
+    assert "K and V" in lines[2]
+    assert "2 bytes" in E.grade("11b-page-costs", piece_bytes=2048)[1][1]
+
+
 @pytest.mark.parametrize("nb,names", [("03_tiled_forward", ["03-second-tile", "03-causal-skips",
                                                             "03-nonmatmul-flops"]),
                                       ("05_numba_cpu", ["05-block-sizes"]),
@@ -179,6 +202,8 @@ def test_tc_backward_10():
                                       ("08_measured_traffic", ["08-dram-flash"]),
                                       ("09_backward_recompute", ["09-saved-bytes"]),
                                       ("10_tensor_cores", ["10-tc-backward"]),
+                                      ("11b_paged_kv_cache", ["11b-fragmentation",
+                                                              "11b-page-costs"]),
                                       ("12_hopper_wgmma", ["12-descriptors", "12-v-layout"]),
                                       ("12b_hopper_case_studies", ["12-setmaxnreg", "12-waves",
                                                                    "12-rescale"]),

@@ -58,6 +58,7 @@ SCORE_MISTAKES = [
     ("s[i * TN + j] += qa[i] * kb[j]", "s[i * TN + j] += qs[kk, ty + RT * i] * kb[j]",
      L.HINT_REUSE),
     ("        s[x] = F0", "        s[x] = 0.0", L.HINT_FLOAT64),
+    ("kb[j] = ks[tx + CT * j, kk]", "kb[j] = ks[kk, tx + CT * j]", L.HINT_SCORES_KS_T),
 ]
 
 
@@ -105,6 +106,8 @@ UPDATE_MISTAKES = [
     ("alpha = math.exp(m[i] - m_use)", "alpha = float32(1)", L.HINT_RESCALE),
     ("m_new = max(m[i], mx)", "m_new = mx", L.HINT_MAX),
     ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp(s[i * TN + j])", L.HINT_SHIFT),
+    ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp2(s[i * TN + j] - m_use)",
+     L.HINT_EXP2),
 ]
 
 

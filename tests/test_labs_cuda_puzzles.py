@@ -155,6 +155,7 @@ MISTAKES = {
         ("            out[c, lane] = tile[lane, c]", "            out[c, lane] = a[lane, c]",
          L.HINT_TRANSPOSE_STRIDED),
         ("    cuda.syncthreads()\n    if lane < rows:", "    if lane < rows:", L.HINT_SYNC),
+        ("out[c, lane] = tile[lane, c]", "out[lane, c] = tile[lane, c]", L.HINT_NOT_TRANSPOSED),
     ],
     "softmax_rows": [
         ("        l = l * math.exp(m - m_use) + math.exp(v - m_use)",
@@ -169,11 +170,19 @@ MISTAKES = {
         # every lane assumed to hold an element: the rows of 10 have lanes with none
         ("    m = NEG_INF\n    l = F0\n    for c in range(lane, cols, 32):",
          "    m = x[r, lane]\n    l = F0\n    for c in range(lane, cols, 32):", L.HINT_EDGE),
+        # no butterfly: each lane's own statistics (NaN in the masked row, not a stand-in slip)
+        ("    offset = 16\n    while offset > 0:", "    offset = 0\n    while offset > 0:",
+         L.HINT_SM_LANES),
     ],
     "flash_block": [
         ("            if k0 + c < tk:\n", "            if True:\n", L.HINT_FLASH_MASK),
         ("                alpha = math.exp(m - m_new)", "                alpha = float32(1)",
          L.HINT_FLASH_RESCALE),
+        ("acc[x] = acc[x] * alpha + p * vs[c, x]", "acc[x] = acc[x] + p * vs[c, x]",
+         L.HINT_FLASH_RESCALE_ACC),
+        ("                l = l * alpha + p\n", "                l = l + p\n",
+         L.HINT_FLASH_RESCALE_L),
+        ("qr[x] = q[r, x] * scale if", "qr[x] = q[r, x] if", L.HINT_FLASH_SCALE),
         ("    for k0 in range(0, tk, BC11):\n        cuda.syncthreads()\n",
          "    for k0 in range(0, tk, BC11):\n", L.HINT_SYNC),
         ("s += qr[x] * ks[c, x]", "s += qr[x] * (k[k0 + c, x] if x < d else F0)",
@@ -444,7 +453,7 @@ def test_valid_variant_passes(key):
 def test_trace_counts_conflicts_and_sectors(lab):
     """The padded tile has no conflicts, the unpadded one 31 extra passes per column read."""
     P = L.puzzle("transpose")
-    case = P.cases[1]                                    # rows = 32
+    case = next(c for c in P.cases if c.scalars["rows"] == 32)
     good = L.launch(lab["transpose"], case).trace
     bad = L.launch(mutate(LAB, "transpose", "(32, 33)", "(32, 32)"), case).trace
     assert good.bank_conflicts() == (0, 1)

@@ -327,3 +327,13 @@ def test_watched_rows_give_plain_arrays_to_the_learner():
     mine[0:5] += 1.0
     np.add.at(k.astype(float), [0], 1.0)
     assert k.rows_read() == 2
+
+
+def test_the_largest_difference_never_points_at_a_nan_both_sides_share():
+    """NaN in both arrays at the same place counts as equal (allclose's equal_nan): the
+    detail line names a real difference, never "yours nan, expected nan"."""
+    from flashcourse.labs._harness import _close
+    expected = np.array([[np.nan, 1.0], [2.0, 3.0]])
+    yours = np.array([[np.nan, 1.0], [2.0, 3.5]])
+    ok, why, _ = _close(yours, expected, 1e-6, 1e-8)
+    assert not ok and "(1, 1)" in why and "nan" not in why.lower(), why

@@ -49,6 +49,7 @@ MISTAKES = {
     "my_swizzle": [
         ("    mask = swizzle // 16 - 1", "    mask = 7", H.HINT_MODES_MASK),
         ("    mask = swizzle // 16 - 1", "    mask = swizzle // 32", H.HINT_MODES_MASK),
+        ("    mask = swizzle // 16 - 1", "    mask = swizzle // 16", H.HINT_MODES_MASK),
         ("    if swizzle is None:\n        return offset\n", "    if swizzle is None:\n"
          "        swizzle = 128\n", H.HINT_MODES_NONE),
         ("    return offset ^ (((offset >> 7) & mask) << 4)",

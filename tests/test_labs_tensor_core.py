@@ -125,6 +125,12 @@ PART_MISTAKES = {
                   False),
     "s-ci": ("scores_tile", [("mma(qa, 4 * kk, b, s, 4 * n, scr, w)",
                               "mma(qa, 4 * kk, b, s, n, scr, w)")], P.HINT_CI, True),
+    "kt-short": ("scores_tile", [("for kk in range(KT):\n            load_b(ks",
+                                  "for kk in range(KT - 1):\n            load_b(ks")],
+                 P.HINT_KT_SHORT, False),
+    "exp2": (SOFTMAX, [("p = math.exp(s[4 * n + 2 * hf + c] - m_use)",
+                        "p = math.exp2(s[4 * n + 2 * hf + c] - m_use)")], P.HINT_SOFTMAX_EXP2,
+             False),
     "s-float64": ("scores_tile", [("s[x] = F0", "s[x] = 0.0")], HINT_FLOAT64, False),
     "no-rescale": (SOFTMAX, [("alpha = math.exp(m[hf] - m_use)", "alpha = math.exp(F0)")],
                    P.HINT_RESCALE, True),
@@ -274,10 +280,14 @@ MASK_MISTAKES = [
     ("col > row + off", "col > row", L.HINT_MASK_TOPLEFT),
     ("col >= tk", "col > tk", L.HINT_MASK_EDGE),
     ("col = k0 + 8 * n + 2 * t + (i % 2)", "col = k0 + 2 * t + (i % 2)", L.HINT_MASK_TILE),
+    ("col > row + off", "col >= row + off", L.HINT_MASK_DIAGONAL),
+    ("if col >= tk or (causal != 0 and col > row + off):",
+     "if causal != 0 and col > row + off:", L.HINT_MASK_NO_TK),
 ]
 
 
-@pytest.mark.parametrize("old,new,hint", MASK_MISTAKES, ids=["rows", "top-left", "edge", "tile"])
+@pytest.mark.parametrize("old,new,hint", MASK_MISTAKES,
+                         ids=["rows", "top-left", "edge", "tile", "diagonal", "no-tk"])
 def test_mask_mistakes_get_their_hint(old, new, hint):
     assert_hint(L.check_mask, mutate(LAB, "mask_tile", old, new), hint[0])
 

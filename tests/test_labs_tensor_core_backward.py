@@ -151,6 +151,20 @@ PART_MISTAKES = {
                    P.HINT_STORE_ROWS, True),
     "store-tile": ("store_grads", [("col = 8 * n + 2 * t + (i % 2)", "col = 2 * t + (i % 2)")],
                    P.HINT_STORE_TILE, True),
+    "store-swap": ("store_grads", [("                dk[key, col] = dka[4 * n + i] * scale\n"
+                                    "                dv[key, col] = dva[4 * n + i]",
+                                    "                dk[key, col] = dva[4 * n + i] * scale\n"
+                                    "                dv[key, col] = dka[4 * n + i]")],
+                   P.HINT_STORE_SWAP, False),
+    "s-no-reset-dp": ("transposed_scores", [("        s[x] = F0\n        dp[x] = F0\n",
+                                             "        s[x] = F0\n")], P.HINT_S_RESET_ONE,
+                      False),
+    "s-no-reset-s": ("transposed_scores", [("        s[x] = F0\n        dp[x] = F0\n",
+                                            "        dp[x] = F0\n")], P.HINT_S_RESET_ONE,
+                     False),
+    "ds-base2-raw": ("ds_tile", [("p = math.exp(s[4 * n + i] * scale - lt[col])",
+                                  "p = math.exp2(s[4 * n + i] * scale - lt[col])")],
+                     P.HINT_DS_BASE2_RAW, False),
 }
 
 _BASE2_IMPORT = ("from numba import cuda\n",

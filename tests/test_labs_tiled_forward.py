@@ -49,6 +49,17 @@ MISTAKES = {"flash_forward": [
     ("        k_end = t_k\n", "        k_end = t_k // block_k * block_k\n", L.HINT_RAGGED_DROP),
     ("k1 = min(k0 + block_k, t_k)", "k1 = min(k0 + block_k, t_k - 1)", L.HINT_RAGGED_OFF_BY_ONE),
     ("m[seen] + np.log(l[seen])", "(m[seen] + np.log(l[seen])) / np.log(2)", L.HINT_LSE_BASE2),
+    ("m[seen] + np.log(l[seen])", "m[seen] + np.log2(l[seen])", L.HINT_LSE_LOG2),
+    ("k_end = max(0, min(t_k, q1 + offset))", "k_end = max(0, min(t_k, q1 + offset - 1))",
+     L.HINT_K_END_SHORT),
+    ("s = np.where(cols <= rows + offset, s, -np.inf)",
+     "s = np.where(cols < rows + offset, s, -np.inf)", L.HINT_DIAGONAL),
+    ("s = scale * (q_i @ k_j.T)", "s = q_i @ k_j.T", L.HINT_NO_SCALE),
+    ("p = np.exp(s - m_use[:, None])", "p = np.exp2(s - m_use[:, None])", L.HINT_P_BASE2),
+    ("m_new = np.maximum(m, s.max(axis=1))", "m_new = np.maximum(m, s.max(axis=0))",
+     L.HINT_AXIS),
+    ("l = alpha * l + p.sum(axis=1)", "l = alpha * l + p.sum(axis=0)", L.HINT_AXIS),
+    ("k1 = min(k0 + block_k, t_k)", "k1 = k0 + block_k", L.HINT_RAGGED_UNCLIPPED),
     ("o, lse = np.zeros((t_q, d)),", "o, lse = np.zeros((t_q, d), np.float32),",
      (H.HINT_PRECISION,)),
     ("    return o, lse", "    return o, lse[:, None]", (H.HINT_SHAPE,)),
@@ -57,7 +68,11 @@ MISTAKES = {"flash_forward": [
     ('    counter.write("O", t_q * d)\n    counter.write("l", t_q, kind="stat")\n'
      '    counter.write("m", t_q, kind="stat")\n', "", L.HINT_FA1_INIT),
     ('counter.read("l", q1 - q0, kind="stat")', 'counter.read("l", q1 - q0)',
-     L.HINT_FA1_TRAFFIC),
+     L.HINT_FA1_STAT_KIND),
+    ('counter.write("m", q1 - q0, kind="stat")', 'counter.write("m", q1 - q0)',
+     L.HINT_FA1_STAT_KIND),
+    ("if causal and k0 > q1 - 1 + offset:", "if causal and k0 > q1 + offset:",
+     L.HINT_FA1_SKIP_EDGE),
     ("a_old * l_i)[:, None] * o[q0:q1]", "a_old)[:, None] * o[q0:q1]", L.HINT_FA1_MATH),
     ("if causal and k0 > q1 - 1 + offset:", "if False:", L.HINT_FA1_NO_SKIP),
 ], "merge_partials": [
@@ -206,3 +221,28 @@ def test_float32_output_names_the_dtype_and_the_tolerance():
                 "o, lse = np.zeros((t_q, d), np.float32),")
     result = L.check_flash_forward(fn, verbose=False)
     assert "float32" in result.detail and "rtol 1e-09" in result.detail
+
+
+def test_fa1_count_tile_by_tile_is_the_model():
+    """The tile-by-tile count that replays a wrong skip test equals the FA1 model."""
+    for shape in [(19, 14, 3, 5, 4, False), (12, 20, 2, 4, 6, True), (21, 9, 3, 4, 3, True),
+                  (9, 9, 2, 1, 1, True), (5, 50, 3, 7, 3, True)]:
+        assert L.fa1_count(*shape) == L.fa1_model(*shape)
+
+
+def test_a_crash_is_named_only_by_the_shapes_of_its_mistake():
+    """A broadcast error pairing (Br,) with (Bc,) names the axis; one pairing a full key tile
+    with the ragged one names the clipping; any other crash keeps the generic hint."""
+    def crashing(message):
+        def fn(*args):
+            raise ValueError(message)
+        return fn
+    tiles = "operands could not be broadcast together with shapes "
+    # the first case: Tq = 37, Tk = 29, Br = 8, Bc = 6 (last key tile 5 wide)
+    for message, hint in [(tiles + "(8,) (6,) ", L.HINT_AXIS),
+                          (tiles + "(8,6) (8,5) () ", L.HINT_RAGGED_UNCLIPPED),
+                          (tiles + "(8,) (8,3) ", L.HINT_FORWARD),
+                          (tiles + "(8,) (7,) ", L.HINT_FORWARD),
+                          ("shapes (8,) (6,) not aligned", L.HINT_FORWARD)]:
+        result = L.check_flash_forward(crashing(message), verbose=False)
+        assert not result.passed and result.hint == hint[0], message

@@ -55,6 +55,8 @@ def test_stub_reports_not_implemented(capsys):
     (lambda Tq, Tk, d, Br, Bc, e: (solution(Tq, Tk, d, Br, Bc, e)[0] + 2 * Tq * Tk * 2,
                                    solution(Tq, Tk, d, Br, Bc, e)[1]), lab.HINT_SCORES),
     (lambda *a: solution(*a)[0], lab.HINT_RETURN),
+    (lambda Tq, Tk, d, Br, Bc, e: (2 * Tk * d * e + -(-Tk // Bc) * Tq * d * e,
+                                   solution(Tq, Tk, d, Br, Bc, e)[1]), lab.HINT_SWAPPED),
 ])
 def test_wrong_formulas_fail_with_matching_hint(capsys, wrong, hint):
     r = lab.check_fa2_traffic(wrong)
@@ -113,7 +115,8 @@ def test_backward_model_equals_the_counter():
     ("2 * 4 * Tq", "2 * e * Tq", lab.HINT_BWD_STAT),
     ("write_bytes = 4 * Tq + Tq * d * e + 2 * Tk * d * e",
      "write_bytes = 4 * Tq + Tq * d * e", lab.HINT_BWD_DKDV),
-], ids=["dq", "stat", "dkdv"])
+    ("Tc = -(-Tk // Bc)", "Tc = Tk // Bc", lab.HINT_BWD_FLOOR),
+], ids=["dq", "stat", "dkdv", "floor"])
 def test_backward_mistakes_get_their_hint(old, new, hint):
     fn = mutate(LAB, "my_backward_traffic", old, new)
     if hint is lab.HINT_BWD_DQ:                                  # ... nor written per tile

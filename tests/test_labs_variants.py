@@ -37,6 +37,7 @@ MISTAKES = {
          V.HINT_WINDOW_WIDE),
         (_WINDOW, "        return (distance > 0) & (distance <= window)", V.HINT_WINDOW_NARROW),
         ("    offset = t_key - t_query", "    offset = 0", V.HINT_WINDOW_ALIGN),
+        ("    offset = t_key - t_query", "    offset = t_query - t_key", V.HINT_WINDOW_REVERSED),
         (_WINDOW, "        return distance <= window", V.HINT_WINDOW_FUTURE),
         (_WINDOW, "        return abs(distance) <= window", V.HINT_WINDOW_FUTURE),
         ("    return window_mask", "    return window_mask(0, 0, 1, 1)", V.HINT_NOT_FUNCTION),
@@ -124,7 +125,13 @@ MISTAKES = {
         ("        visits = [(j, False) for j in full_kv_indices[i, :full_kv_num_blocks[i]]]",
          "        visits = []", V.HINT_FWD_FULL_ONLY),
         # the running sums not rescaled when the max grows
+        ("            alpha = np.exp(m - m_safe)", "            alpha = np.ones_like(m)",
+         V.HINT_FWD_RESCALE),
+        # a crash (a float indexed as an array) is not read as a mistake: the generic hint
         ("            alpha = np.exp(m - m_safe)", "            alpha = 1.0", V.HINT_FORWARD),
+        ("acc = alpha[:, None] * acc + p @ v[k0:k1]", "acc = acc + p @ v[k0:k1]",
+         V.HINT_FWD_RESCALE_ACC),
+        ("l = alpha * l + p.sum(axis=1)", "l = l + p.sum(axis=1)", V.HINT_FWD_RESCALE_L),
     ],
 }
 _RAW = "            s = scale * (q[q0:q1] @ k[k0:k1].T)"
@@ -137,6 +144,11 @@ TWO_EDITS = {
     "softcap on probabilities": ([(_SCORE, _RAW), (_EXP, "            p = score_tile(score_mod, "
                                   "np.exp(s - m_safe[:, None]), 0, 0, rows, cols)")],
                                  V.HINT_FWD_ON_PROBS),
+    # the rescale is named whatever the order of the visits
+    "acc not rescaled, tiles visited by key": (
+        [("acc = alpha[:, None] * acc + p @ v[k0:k1]", "acc = acc + p @ v[k0:k1]"),
+         ("        for j, partial in visits:", "        for j, partial in sorted(visits):")],
+        V.HINT_FWD_RESCALE_ACC),
 }
 
 test_mistake_gets_its_hint = mistakes_test(LAB, CHECKS, MISTAKES, id_width=40)

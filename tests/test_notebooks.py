@@ -3,12 +3,23 @@
 Student labs run too: their stubs raise NotImplementedError, which the lab
 checkers catch and report as "not implemented yet", so a fresh student notebook
 executes without error. Solution notebooks must print the checkers' pass line.
+
+Each notebook runs once per test run, as a learner runs it: Run All in JupyterLab in
+headless Chromium (tests/browserlab.py, which also checks the page: no error shown,
+figures at full size, every widget answers a moved control), and its outputs, read from
+JupyterLab's notebook model, get the checks below (no printed line over MAX_LINE
+characters, every figure readable, the pass line or the stubs' message). Without
+Chromium (outside CI, where the browser tests are skipped) nbclient runs it instead and
+the same output checks are made.
 """
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
+import browserlab
 import nbformat
 import pytest
 from nbclient import NotebookClient
@@ -49,28 +60,33 @@ def execute(path: Path, timeout: int = 240, audit: Path | None = None):
     return nb
 
 
+def _joined(text) -> str:
+    """A notebook's multiline string: one string, or a list of lines as stored."""
+    return "".join(text) if isinstance(text, list) else text
+
+
 def text_outputs(nb) -> str:
     parts = []
-    for cell in nb.cells:
+    for cell in nb["cells"]:
         for out in cell.get("outputs", []):
             if out.get("output_type") == "stream":
-                parts.append(out.get("text", ""))
+                parts.append(_joined(out.get("text", "")))
             elif "data" in out:
-                parts.append(out["data"].get("text/plain", ""))
-                parts.append(out["data"].get("text/html", ""))
+                parts.append(_joined(out["data"].get("text/plain", "")))
+                parts.append(_joined(out["data"].get("text/html", "")))
     return "\n".join(parts)
 
 
 def long_lines(nb) -> list[str]:
     """Printed lines longer than MAX_LINE: stream text and text/plain results (not widget reprs)."""
     found = []
-    for i, cell in enumerate(nb.cells):
+    for i, cell in enumerate(nb["cells"]):
         for out in cell.get("outputs", []):
             if out.get("output_type") == "stream":
-                text = out.get("text", "")
+                text = _joined(out.get("text", ""))
             elif out.get("output_type") == "execute_result":
                 data = out.get("data", {})
-                text = "" if WIDGET_MIME in data else data.get("text/plain", "")
+                text = "" if WIDGET_MIME in data else _joined(data.get("text/plain", ""))
             else:
                 continue
             for n, line in enumerate(text.splitlines(), 1):
@@ -97,6 +113,41 @@ def test_long_lines_are_found():
     assert long_lines(nb) == [f"cell 0, line 2 (101 characters): {'x' * 80}..."]
 
 
+AUDIT_SCRIPT = """
+import os
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+from flashcourse.plots.style import install_audit
+assert install_audit(os.environ["AUDIT_FILE"])
+ip.run_cell("import matplotlib.pyplot as plt\\nfrom IPython.display import display\\n"
+            "fig = plt.figure(figsize=(12, 2))\\n"
+            "fig.add_subplot().set_title('shown', fontsize=6)\\n"
+            "display(fig)\\nplt.close(fig)")
+ip.run_cell("g = plt.figure(figsize=(3, 2))\\ng.text(0.5, 0.5, 'left open', fontsize=12)")
+ip.run_cell("display(g)")
+"""
+
+
+def test_figure_audit_measures_shown_and_open_figures(tmp_path):
+    """The figure audit of the notebook runs (flashcourse.plots.style.install_audit), in an
+    IPython shell of its own: a figure shown and closed within its cell (as JupyterLab's
+    inline backend does) and one left open after its cell (Agg) are each measured once,
+    naming the notebook the kernel belongs to; the check names the one too wide and too
+    small."""
+    audit = tmp_path / "figures.jsonl"
+    env = dict(os.environ, AUDIT_FILE=str(audit), JPY_SESSION_NAME="/course/nb.ipynb",
+               MPLBACKEND="Agg")
+    env.pop(AUDIT_ENV, None)
+    run = subprocess.run([sys.executable, "-c", AUDIT_SCRIPT], env=env, cwd=ROOT,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    figures = audited_figures(audit, Path("/course/nb.ipynb"))
+    assert [f["text"] for f in figures] == ["shown", "left open"], figures
+    assert audited_figures(audit, Path("/course/other.ipynb")) == []
+    bad = unreadable_figures(audit, Path("/course/nb.ipynb"))
+    assert len(bad) == 2 and "in wide" in bad[0] and "text of 6 pt ('shown')" in bad[1], bad
+
+
 def test_course_has_notebooks():
     assert NOTEBOOKS, "no notebooks found"
     assert len(STUDENT_LABS) == len(SOLUTIONS), "every lab needs a solution"
@@ -111,14 +162,31 @@ def test_stored_without_outputs(path):
             assert cell.get("execution_count") is None, f"cell {i} has an execution count"
 
 
-def unreadable_figures(audit: Path) -> list[str]:
-    """Figures of an audit file wider than JupyterLab shows unshrunk at 1280 px, or with
-    text under MIN_FONT_PT."""
+def audited_figures(audit: Path, notebook: Path | None = None) -> list[dict]:
+    """The figures measured into an audit file; with `notebook`, only the lines that name
+    it (kernels of one JupyterLab share the file)."""
     if not audit.exists():
         return []
+    figures = [json.loads(line) for line in audit.read_text().splitlines()]
+    if notebook is None:
+        return figures
+    return [f for f in figures
+            if "notebook" in f and Path(f["notebook"]).resolve() == notebook.resolve()]
+
+
+def shown_figures(nb) -> int:
+    """How many matplotlib figures an executed notebook shows: PNG outputs whose text form
+    is matplotlib's '<Figure size ...>' (the inline backend; Agg shows none)."""
+    return sum(1 for cell in nb["cells"] for out in cell.get("outputs", [])
+               if "image/png" in out.get("data", {})
+               and _joined(out["data"].get("text/plain", "")).startswith("<Figure size"))
+
+
+def unreadable_figures(audit: Path, notebook: Path | None = None) -> list[str]:
+    """Figures of an audit file wider than JupyterLab shows unshrunk at 1280 px, or with
+    text under MIN_FONT_PT; with `notebook`, only the lines that name it."""
     bad = []
-    for line in audit.read_text().splitlines():
-        fig = json.loads(line)
+    for fig in audited_figures(audit, notebook):
         if fig["width_in"] > MAX_WIDTH_IN + 1e-9:
             bad.append(f"cell [{fig['cell']}]: {fig['width_in']:.2f} in wide (at most "
                        f"{MAX_WIDTH_IN} in: JupyterLab shrinks it at 1280 px)")
@@ -128,16 +196,35 @@ def unreadable_figures(audit: Path) -> list[str]:
     return bad
 
 
-def run_checked(path: Path, tmp: Path | None = None) -> str:
-    """Execute `path`, check that no printed line is too long and that every figure is
-    readable (with a folder `tmp` for the figure audit), and return its text output."""
-    audit = None if tmp is None else tmp / "figures.jsonl"
-    nb = execute(path, audit=audit)
+def error_outputs(nb) -> list[str]:
+    """Error outputs (a raised exception) of an executed notebook, one line each."""
+    return [f"cell {i}: {out.get('ename')}: {out.get('evalue')}"
+            for i, cell in enumerate(nb.get("cells", []))
+            for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+
+
+def check_outputs(path: Path, nb, audit: Path | None, notebook: Path | None = None) -> str:
+    """The output checks of an executed notebook: no error output, no printed line too
+    long, every figure in the `audit` file readable (only those naming `notebook`, if
+    given); returns its text output."""
+    errors = error_outputs(nb)
+    assert not errors, f"{path.name} raised:\n" + "\n".join(errors)
     assert_short_lines(path, nb)
     if audit is not None:
-        bad = unreadable_figures(audit)
+        measured, shown = len(audited_figures(audit, notebook)), shown_figures(nb)
+        assert measured >= shown, (f"{path.name} shows {shown} figures but only {measured} "
+                                   "were measured (flashcourse.plots.style.install_audit)")
+        bad = unreadable_figures(audit, notebook)
         assert not bad, f"{path.name} draws figures that are hard to read:\n" + "\n".join(bad)
     return text_outputs(nb)
+
+
+def run_checked(path: Path, tmp: Path | None = None) -> str:
+    """Execute `path` with nbclient, check that no printed line is too long and that every
+    figure is readable (with a folder `tmp` for the figure audit), and return its text
+    output."""
+    audit = None if tmp is None else tmp / "figures.jsonl"
+    return check_outputs(path, execute(path, audit=audit), audit)
 
 
 #: what the output of each kind of notebook must say: (must contain, must not contain)
@@ -148,12 +235,30 @@ RUNS = ([("notebook", p) for p in NOTEBOOKS] + [("solution", p) for p in SOLUTIO
         + [("student", p) for p in STUDENT_LABS])
 
 
+def _run_param(kind: str, path: Path):
+    rel = str(path.relative_to(ROOT))
+    return pytest.param(kind, path, id=rel,
+                        marks=pytest.mark.xdist_group(browserlab.browser_group(rel)))
+
+
 @pytest.mark.notebook
-@pytest.mark.parametrize("kind,path", RUNS, ids=_ids(p for _, p in RUNS))
-def test_runs_top_to_bottom(kind, path, tmp_path):
-    """A notebook runs and its figures are readable; a lab solution reports its checkers'
-    pass line; a student lab reports its stubs as not implemented yet."""
-    text = run_checked(path, tmp_path)
+@pytest.mark.browser
+@pytest.mark.parametrize("kind,path", [_run_param(kind, p) for kind, p in RUNS])
+def test_runs_top_to_bottom(kind, path, tmp_path, request):
+    """A notebook runs (once: in JupyterLab in the browser, with the page's checks, or
+    with nbclient where there is no Chromium outside CI) and its figures are readable; a
+    lab solution reports its checkers' pass line; a student lab reports its stubs as not
+    implemented yet."""
+    missing = browserlab.browser_missing()
+    if missing and os.environ.get("CI", "").lower() != "true":
+        text = run_checked(path, tmp_path)          # no browser here: nbclient runs it
+    else:
+        lab, browser = request.getfixturevalue("lab"), request.getfixturevalue("browser")
+        notebook = str(path.relative_to(ROOT))
+        with browserlab.notebook_page(browser, lab, notebook,
+                                      width=browserlab.FIGURE_WINDOW_PX) as page:
+            executed = browserlab.check_course_page(page, lab, path)
+        text = check_outputs(path, executed, lab.audit, path)
     must, must_not = EXPECTED[kind]
     lower = text.lower()
     for phrase in must:

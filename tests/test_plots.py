@@ -192,9 +192,10 @@ def test_readable_part_b(name):
 
 
 def _explorers():
-    from flashcourse.widgets import (backward, kv_cache, score_memory, tile_schedule, traffic,
-                                     variants)
+    from flashcourse.widgets import (backward, kv_cache, paged_pool, score_memory,
+                                     tile_schedule, traffic, variants)
     return {"backward": backward.backward_explorer, "kv_cache": kv_cache.kv_cache_explorer,
+            "paged_pool": paged_pool.paged_pool_explorer,
             "score_memory": score_memory.score_memory_explorer,
             "tile_schedule": tile_schedule.tile_schedule, "traffic": traffic.traffic_explorer,
             "variants": variants.variants_explorer}

@@ -78,9 +78,15 @@ def _page(path: str) -> str:
     return path.replace(".ipynb", ".html")
 
 
+#: both tests that read the quick site on one worker (make test: --dist loadgroup): the
+#: second reads the site the first built, where on another worker it waited for the build
+SITE_GROUP = pytest.mark.xdist_group("site")
+
+
 @pytest.mark.browser
 @pytest.mark.slow
-def test_site_builds_and_every_page_is_sound(quick_site):
+@SITE_GROUP
+def test_site_builds_and_every_page_is_sound(quick_site, browser):
     out = quick_site
     pages = site_check.pages_of(out)
     assert "index.html" in pages
@@ -95,14 +101,15 @@ def test_site_builds_and_every_page_is_sound(quick_site):
     download = json.loads((out / "_sources" / FIGURE_NOTEBOOK).read_text(encoding="utf-8"))
     assert not any(c.get("outputs") for c in download["cells"]), (
         "the .ipynb a page offers for download must be stored without outputs")
-    problems = site_check.check_site(out)
+    problems = site_check.check_site(out, context=browser)   # the run's chromium
     assert not problems, "\n".join(f"{page}: {item}" for page, items in problems.items()
                                    for item in items)
 
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_check_names_a_missing_figure(quick_site, tmp_path):
+@SITE_GROUP
+def test_check_names_a_missing_figure(quick_site, tmp_path, browser):
     """Take one figure's <img> off the page, delete another figure's file, squeeze a third
     and make the page scroll sideways: the check names the page, each cell and the
     overflow."""
@@ -126,7 +133,7 @@ def test_check_names_a_missing_figure(quick_site, tmp_path):
     text = text.replace("</body>", '<div style="width:4000px">wide</div></body>', 1)
     html_file.write_text(text, encoding="utf-8")
 
-    problems = site_check.check_site(site, only=[page])
+    problems = site_check.check_site(site, only=[page], context=browser)
     found = "\n".join(problems.get(page, []))
     assert f'id "{first}"' in found and "the page shows 0" in found, found
     assert f'id "{second}"' in found and "did not load" in found, found

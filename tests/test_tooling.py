@@ -88,3 +88,47 @@ def test_a_hung_test_fails_instead_of_hanging(tmp_path):
                         "-p", "no:xdist", "-o", "timeout=2", "test_hang.py"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "Timeout" in r.stdout + r.stderr
+
+
+GROUPED_TESTS = """
+import os
+import pytest
+
+
+def _ran(name):
+    with open(name + ".ran", "w") as out:
+        out.write(os.environ["PYTEST_XDIST_WORKER"])
+
+
+@pytest.mark.xdist_group("together")
+def test_first(request):
+    _ran("first")
+    assert request.node.nodeid.endswith("@together")
+
+
+@pytest.mark.xdist_group("together")
+def test_second():
+    _ran("second")
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_alone(i):
+    pass
+"""
+
+
+def test_loadgroup_runs_a_group_on_one_worker(tmp_path):
+    """make test's `--dist loadgroup` keeps the tests of one xdist group on one worker (the
+    browser tests share JupyterLab pages so): with the group suffix lost (pytest 9.2,
+    tests/xdist_groups.py) the two grouped tests, first in the queue, go one to each."""
+    (tmp_path / "conftest.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT / 'tests')!r})\n"
+        "import xdist_groups\n\n\ndef pytest_collection_modifyitems(config, items):\n"
+        "    xdist_groups.name_groups(config, items)\n")
+    (tmp_path / "test_grouped.py").write_text(GROUPED_TESTS)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-n", "2", "--dist", "loadgroup", "test_grouped.py"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    workers = {(tmp_path / f"{name}.ran").read_text() for name in ("first", "second")}
+    assert len(workers) == 1, f"one group ran on {sorted(workers)}"

@@ -4,7 +4,7 @@ The readouts are checked against numbers derived by hand from the formulas in
 flashcourse.memory / flashcourse.traffic (exact integers: no tolerance), and the
 tile-schedule replay against an independent count of tiles and the IO model.
 The explorers (flashcourse.widgets.*) are built and driven by setting `.value` on their
-controls (no browser; tests/test_browser.py drives them in JupyterLab): every invalid
+controls (no browser; tests/test_notebooks.py drives them in JupyterLab): every invalid
 setting gives a one-line message and never raises, redraws are serialised, values of
 any size are either shown correctly or refused with a message.
 """
@@ -314,6 +314,7 @@ def test_curve_at_huge_lengths_is_exact_and_positive():
 from flashcourse.widgets import _base as B  # noqa: E402
 from flashcourse.widgets.backward import backward_explorer  # noqa: E402
 from flashcourse.widgets.kv_cache import kv_cache_explorer  # noqa: E402
+from flashcourse.widgets.paged_pool import paged_pool_explorer  # noqa: E402
 from flashcourse.widgets.score_memory import score_memory_explorer  # noqa: E402
 from flashcourse.widgets.tile_schedule import tile_schedule  # noqa: E402
 from flashcourse.widgets.traffic import traffic_explorer  # noqa: E402
@@ -321,7 +322,8 @@ from flashcourse.widgets.tuning import tuning_explorer  # noqa: E402
 from flashcourse.widgets.variants import variants_explorer  # noqa: E402
 
 EXPLORERS = (score_memory_explorer, traffic_explorer, tile_schedule, backward_explorer,
-             kv_cache_explorer, lambda: tuning_explorer(measure=False), variants_explorer)
+             kv_cache_explorer, lambda: tuning_explorer(measure=False), variants_explorer,
+             paged_pool_explorer)
 
 
 def _png_size(data: bytes):

@@ -200,24 +200,41 @@ def _target_file(site: Path, base: str, url: str) -> tuple[Path | None, str]:
     return path, frag
 
 
-def check_site(site: Path, *, executed: bool = False, only: list[str] | None = None,
-               timeout_ms: int = 60_000) -> dict[str, list[str]]:
-    """Problems found on each page of `site` ({page: [problem, ...]}, empty when clean);
-    `executed`: every notebook page must also show cell outputs, and come from an
-    executed notebook; `only`: check just these pages (paths relative to `site`)."""
+@contextmanager
+def _chromium(context=None):
+    """A Playwright browser context: `context` itself, or Debian's chromium launched for
+    the block (one Playwright per process: a caller that runs one already passes its own)."""
+    if context is not None:
+        yield context
+        return
     from playwright.sync_api import sync_playwright
 
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=CHROMIUM_ARGS)
+        try:
+            yield browser.new_context()
+        finally:
+            browser.close()
+
+
+def check_site(site: Path, *, executed: bool = False, only: list[str] | None = None,
+               timeout_ms: int = 60_000, context=None) -> dict[str, list[str]]:
+    """Problems found on each page of `site` ({page: [problem, ...]}, empty when clean);
+    `executed`: every notebook page must also show cell outputs, and come from an
+    executed notebook; `only`: check just these pages (paths relative to `site`);
+    `context`: a Playwright browser context to open the page in (None: chromium is
+    launched for the check)."""
     site = site.resolve()
     pages = pages_of(site) if only is None else list(only)
     if not pages:
         return {"(site)": [f"no HTML pages under {site}"]}
     problems: dict[str, list[str]] = {}
     ids_cache: dict[Path, set] = {}
-    with serve(site) as base, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                     args=CHROMIUM_ARGS)
+    with serve(site) as base, _chromium(context) as chromium:
+        page = chromium.new_page()
         try:
-            page = browser.new_page(viewport=VIEWPORT)
+            page.set_viewport_size(VIEWPORT)
             found: list[str] = []
             page.on("console", lambda m: found.append(f"console {m.type}: {m.text}")
                     if m.type == "error" else None)
@@ -274,7 +291,7 @@ def check_site(site: Path, *, executed: bool = False, only: list[str] | None = N
                 if out:
                     problems[rel] = out
         finally:
-            browser.close()
+            page.close()
     return problems
 
 

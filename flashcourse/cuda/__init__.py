@@ -17,10 +17,15 @@ bytes it moves, the expected cost and what limits it); `registry` lists them all
               tensor_core  FlashAttention-2's backward on tensor cores (gradients/tc_backward*.py,
                          ldmatrix/cp.async in ptx/smem_ops.py): fp16 for float16, 3xTF32
                          (or bf16) for float32; dQ by atomics or a second pass
+              variants   the attention variants' backward (block mask, mask_mod, score_mod,
+                         sinks, GQA) on tensor cores: `variants_backward`
+                         (gradients/tc_variants_backward*.py)
     decode    split + combine: Flash-Decoding, Tq = 1 against a long KV cache, GQA
               (decoding/decode_kernels.py; `decode(q, k, v)`; registered as the forward
               "decode"); for fp16 with several query rows per KV head the split kernel
-              runs on the tensor cores (decoding/decode_tc_kernels.py)
+              runs on the tensor cores (decoding/decode_tc_kernels.py); over a paged KV
+              cache (block tables, ragged lengths, one CUDA graph across steps):
+              `paged_decode` (decoding/paged.py, decoding/paged_kernels.py)
 
 Folders, from the ground up (an import never runs back up this list; the architecture
 test checks it): ptx/ (inline-PTX wrappers and their simulator twins), common/ (launch,
@@ -49,7 +54,7 @@ from .._checks import BACKWARD_NONFINITE_HINT, check_array, check_bool, check_ch
 from .._guards import forward_result, gradients_finite, lse_rowsums, o_rowsums
 from .common import host_plans
 from .common._launch import finish, prepare, prepare_backward, serialised, simulator_note
-from .registry import BACKWARD, FORWARD, get, variant_forward
+from .registry import BACKWARD, FORWARD, get, variant_backward, variant_forward
 from .common.result_check import check_result
 
 #: What `forward` and `decode` suggest when float32 scores overflow.
@@ -265,8 +270,19 @@ def variants_forward(q, k, v, *, kernel: str = "cuda_core", **options):
     return variant_forward(kernel)(q, k, v, **options)
 
 
-__all__ = ["forward", "backward", "decode", "capture", "variants_forward", "KERNELS",
-           "SIM_KERNELS", "extra_device_bytes"]
+def variants_backward(q, k, v, o, lse, do, *, kernel: str = "tensor_core", **options):
+    """The attention-variants backward on the GPU (or the simulator): (dq, dk, dv,
+    dsinks) as `flashcourse.variants.tiled.backward`, from the forward's o and lse.
+    kernel "tensor_core" (key-major FlashAttention-2 backward on mma.sync, q, k, v, dO
+    rounded to fp16 or bf16; `gradients/tc_variants_backward.py`: numpy or device
+    arrays, block_mask, score_mod, score_mod_grad, sinks, scale, precision, warps,
+    step_q) (`registry.VARIANT_BACKWARDS`)."""
+    return variant_backward(kernel)(q, k, v, o, lse, do, **options)
+
+
+__all__ = ["forward", "backward", "decode", "paged_decode", "capture", "variants_forward",
+           "variants_backward",
+           "KERNELS", "SIM_KERNELS", "extra_device_bytes"]
 
 
 @serialised
@@ -276,12 +292,55 @@ def decode(q, k, v, **options):
     `flashcourse.cuda.decoding.decode_kernels.decode` for the options (num_splits, block_k, causal,
     scale, allow_nonfinite, check, kernel="cuda_cores" | "tensor_core", ...). Returns
     o (B, Hq, Tq, d) and lse (B, Hq, Tq); numpy results are checked as `forward`'s are
-    (overflow raises, NaN stays NaN), device results with check=True."""
+    (overflow raises, NaN stays NaN), device results with check=True.
+
+    An FP8 cache: k, v uint8 e4m3 codes (a PyTorch float8_e4m3fn tensor as
+    .view(torch.uint8)) with k_scale=, v_scale= fp32 scales per (B, Hkv) or, with
+    scale_block=Bs, per block of Bs tokens (`flashcourse.fp8.kv` has the layout;
+    `decoding.fp8_kv.decode_fp8` the options)."""
     from .decoding.decode_kernels import decode as run_decode
+    if _fp8_call(k, v, options):
+        from .decoding.fp8_kv import decode_fp8
+        return decode_fp8(q, k, v, options.pop("k_scale", None), options.pop("v_scale", None),
+                          **options)
     if check_bool(options.get("check", False), "check"):
         return run_decode(q, k, v, **options)
     return host_plans.cached_call("decode", (q, k, v), tuple(sorted(options.items())),
                                   lambda: run_decode(q, k, v, **options))
+
+
+@serialised
+def paged_decode(q, k_pages, v_pages, block_table, seq_lens, **options):
+    """Flash-Decoding over a paged KV cache: q (B, Hq, Tq, d), pools k_pages, v_pages
+    (num_pages, Hkv, page_size, d), block_table (B, max_pages_per_seq) and seq_lens (B,)
+    int32 (layout: `flashcourse.paged_cache`). Options and results as `decode`
+    (`flashcourse.cuda.decoding.paged.paged_decode`); for a fixed grid that one CUDA
+    graph replays across changing lengths, `decoding.paged.paged_decode_plan` and `run`.
+    An FP8 pool (uint8 codes, k_scale=, v_scale=, scale_block=): as `decode`
+    (`decoding.fp8_kv.paged_decode_fp8`)."""
+    from .decoding.paged import paged_decode as run_paged
+    if _fp8_call(k_pages, v_pages, options):
+        from .decoding.fp8_kv import paged_decode_fp8
+        return paged_decode_fp8(q, k_pages, v_pages, block_table, seq_lens,
+                                options.pop("k_scale", None), options.pop("v_scale", None),
+                                **options)
+    return run_paged(q, k_pages, v_pages, block_table, seq_lens, **options)
+
+
+def _fp8_call(k, v, options) -> bool:
+    """True for an FP8 cache: scales given, or uint8 codes (whose missing scales are then
+    named); else the fp16/fp32 path, which refuses FP8-only options by name."""
+    options = dict(options)
+    fp8 = any(options.get(n) is not None for n in ("k_scale", "v_scale", "scale_block",
+                                                    "hw_cvt"))
+    codes = any(str(getattr(x, "dtype", "")).endswith("uint8") for x in (k, v))  # torch too
+    if codes and (options.get("k_scale") is None or options.get("v_scale") is None):
+        raise ValueError("k and v hold FP8 (uint8) codes: pass their fp32 scales as k_scale= "
+                         "and v_scale= (flashcourse.fp8.kv.quantize_cache makes both)")
+    if fp8 and not codes:
+        raise TypeError(f"k_scale, v_scale, scale_block and hw_cvt are for FP8 caches (k, v "
+                        f"of uint8 e4m3 codes), got k of dtype {getattr(k, 'dtype', None)}")
+    return fp8 or codes
 
 
 def capture(call: str, q, k, v, **options):

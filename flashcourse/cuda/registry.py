@@ -289,8 +289,23 @@ VARIANT_FORWARDS = {
 }
 
 
+#: their backwards: name -> the module whose `backward` runs it, for
+#: `flashcourse.cuda.variants_backward(..., kernel=name)`
+VARIANT_BACKWARDS = {
+    "tensor_core": "gradients.tc_variants_backward",   # key-major on mma.sync, fp16/bf16
+}
+
+
 def variant_forward(name):
     """The `forward` function of the variants kernel `name` (ValueError naming `kernel`)."""
     from importlib import import_module
     module = VARIANT_FORWARDS[check_choice(name, "kernel", VARIANT_FORWARDS)]
     return import_module(f"{__package__}.{module}").forward
+
+
+def variant_backward(name):
+    """The `backward` function of the variants backward kernel `name` (ValueError naming
+    `kernel`)."""
+    from importlib import import_module
+    module = VARIANT_BACKWARDS[check_choice(name, "kernel", VARIANT_BACKWARDS)]
+    return import_module(f"{__package__}.{module}").backward

@@ -109,6 +109,9 @@ class Case:
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
     names: tuple = ()                               # the results' names, e.g. ("o", "lse")
     compare: Callable | None = None                 # (yours, expected) -> (ok, why)
+    #: [(predicate(exception), hint[, hint2])]: a crash of the learner's code that a typical
+    #: mistake explains (e.g. a broadcast of a (Br,) row statistic with a (Bc,) one)
+    error_diagnoses: list = field(default_factory=list)
 
 
 @dataclass
@@ -336,7 +339,8 @@ def _close(yours, expected, rtol, atol) -> tuple[bool, str, str]:
     if ok:
         return True, "", ""
     err = np.abs(yours_arr - exp_arr)
-    err = np.where(np.isnan(err), np.inf, err)
+    both_nan = np.isnan(yours_arr) & np.isnan(exp_arr)      # equal here, as in allclose
+    err = np.where(both_nan, 0.0, np.where(np.isnan(err), np.inf, err))
     idx = np.unravel_index(int(np.argmax(err)), err.shape) if err.ndim else ()
     why = (f"largest difference at index {tuple(int(i) for i in idx)}: "
            f"yours {float(yours_arr[idx])!r}, expected {float(exp_arr[idx])!r}")
@@ -462,7 +466,8 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
         with _captured_output() as printed:
             failed, found = _attempt(functools.partial(case.run, fn), case.time_limit_s,
                                      "your function", _with_level(case, hint_level),
-                                     HINT_TIMEOUT)
+                                     HINT_TIMEOUT,
+                                     crash_hint=_crash_hint(case, hint_level))
             if failed is None:                 # reading the result is limited too
                 failed, found = _attempt(
                     functools.partial(_judge, case, *found, hint_level), case.time_limit_s,
@@ -489,12 +494,28 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
     return Result(True)
 
 
+def _crash_hint(case: Case, hint_level: int) -> Callable:
+    """exception -> the hint of the case's first error diagnosis that names it, or None."""
+    def pick(exc):
+        for diagnosis in case.error_diagnoses:
+            try:
+                fired = diagnosis[0](exc)
+            except Exception:  # a diagnosis must never hide the failure itself
+                continue
+            if fired:
+                hint, hint2 = diagnosis[1], (diagnosis[2] if len(diagnosis) > 2 else "")
+                return f"{hint}\n  More explicitly: {hint2}" if hint_level >= 2 and hint2 \
+                    else hint
+        return None
+    return pick
+
+
 def _attempt(call: Callable, seconds: float, who: str, hint: str, timeout_hint: str, *,
-             todo: bool = True):
+             todo: bool = True, crash_hint: Callable | None = None):
     """(None, call()) under the time limit, or (what failed, None): (line, hint), or the
     NotImplementedError itself when `todo` (a stub). `who` starts the line ("your function
-    raised ..."); `hint` goes with an exception, `timeout_hint` with the time limit.
-    Only KeyboardInterrupt (Ctrl+C) escapes."""
+    raised ..."); `hint` goes with an exception (or `crash_hint(exception)` when that names
+    it), `timeout_hint` with the time limit. Only KeyboardInterrupt (Ctrl+C) escapes."""
     try:
         return None, call_limited(seconds, call)
     except KeyboardInterrupt:
@@ -517,7 +538,8 @@ def _attempt(call: Callable, seconds: float, who: str, hint: str, timeout_hint: 
             return (str(exc), HINT_NOT_KERNEL), None
         failed = exc
     tb = traceback.format_exception_only(type(failed), failed)[-1].strip()
-    return (f"{who} raised {tb}", hint), None
+    named = crash_hint(failed) if crash_hint is not None else None
+    return (f"{who} raised {tb}", named or hint), None
 
 
 def is_compile_error(exc) -> bool:
@@ -635,9 +657,30 @@ def mistake_diagnoses(replay: Callable, mistakes, close: Callable, *, right=None
     return diagnoses
 
 
+def broadcast_shapes(exc) -> list[tuple[int, ...]]:
+    """The shapes named by numpy's "operands could not be broadcast together with shapes
+    (7,9) (7,4)" (a ValueError), [] for any other exception."""
+    import re
+    text = str(exc)
+    if not isinstance(exc, ValueError) or "broadcast" not in text:
+        return []
+    return [tuple(int(n) for n in re.findall(r"\d+", group))
+            for group in re.findall(r"\(([\d,\s]*)\)", text.split("shapes", 1)[-1])]
+
+
+def shapes_mix(exc, a: int, b: int, *, ndim: int | None = None) -> bool:
+    """Whether a broadcast error (`broadcast_shapes`) pairs two shapes whose last entries are
+    `a` and `b` (a != b), e.g. a (Br,) row statistic with a (Bc,) one; `ndim`: only shapes
+    of that many axes."""
+    shapes = [s for s in broadcast_shapes(exc) if s and (ndim is None or len(s) == ndim)]
+    lasts = {s[-1] for s in shapes}
+    return a != b and a in lasts and b in lasts
+
+
 def tiled_cases(inputs: Callable, expected: Callable, replay: Callable, mistakes,
                 close: Callable, hint, *, scale: float, rtol: float, atol: float,
-                parts: int | None = None, first=(), names=()) -> list[Case]:
+                parts: int | None = None, first=(), names=(),
+                errors: Callable | None = None) -> list[Case]:
     """One Case per shape of TILED_CASES for a tiled lab function called as
     `fn(*arrays, causal, scale, block_q, block_k)`.
 
@@ -646,7 +689,8 @@ def tiled_cases(inputs: Callable, expected: Callable, replay: Callable, mistakes
     arrays (None: one array). A failure is named by the diagnoses `first`, then by the
     typical mistakes replayed as `replay(*arrays, causal, scale, Br, Bc, mistake)`
     (`mistake_diagnoses` with `close`); else by `hint` = (level 1, level 2). `names`
-    names the results in messages (e.g. ("o", "lse")).
+    names the results in messages (e.g. ("o", "lse")); `errors(Tq, Tk, Br, Bc)` gives the
+    case's error diagnoses (a crash that a typical mistake explains).
     """
     cases = []
     for n, (name, tq, tk, d, br, bc, causal, spread) in enumerate(TILED_CASES):
@@ -662,7 +706,8 @@ def tiled_cases(inputs: Callable, expected: Callable, replay: Callable, mistakes
             return (plain(out) if parts is None else result_tuple(out, parts)), want
 
         cases.append(Case(name, run, hint[0], diagnoses, rtol=rtol, atol=atol, hint2=hint[1],
-                          names=names))
+                          names=names,
+                          error_diagnoses=errors(tq, tk, br, bc) if errors else []))
     return cases
 
 

@@ -112,6 +112,37 @@ HINT_P_BASE2 = (
     "multiplied by log2(e); converting one of them, or neither, gives a wrong P.",
     "exp2(x * log2(e)) equals exp(x): use np.exp(S - lse), or np.exp2((S - lse) * log2(e)) "
     "with log2(e) = 1 / ln 2 applied to the difference.")
+HINT_DIAGONAL = (
+    "Your causal mask hides the diagonal: query i sees key j when j <= i + (Tk - Tq), "
+    "equality included (a query sees its own position). A strict < hides one visible key in "
+    "every row, so P, and every gradient through it, misses it.",
+    "Keep a score where its key position is at most the query position plus Tk - Tq; set "
+    "-inf only where it is greater.")
+HINT_SWAP_DKDV = (
+    "dK and dV are swapped: what you store as dk is the gradient of V (P^T dO) and what you "
+    "store as dv is the gradient of K (scale dS^T Q).",
+    "dV_j accumulates P^T dO_i; dK_j accumulates scale dS^T Q_i.")
+HINT_P_NO_SCALE = (
+    "P is recomputed from unscaled scores: the saved lse is the log-sum-exp of the SCALED "
+    "scores, so S = scale * Q_i K_j^T before exp(S - lse) (the checker passes 0.37).",
+    "Multiply q_i k_j^T by `scale` when you recompute S; dQ and dK then carry `scale` once "
+    "more from the chain rule.")
+HINT_SKIP_NO_OFFSET = (
+    "Your query loop starts at the block holding query k0, ignoring the bottom-right offset: "
+    "query i sees key j when j <= i + (Tk - Tq), so the first query that sees key k0 is "
+    "k0 - (Tk - Tq). For Tq < Tk you skip query blocks that see this key block.",
+    "Start the query loop at the block containing row max(0, k0 - (Tk - Tq)).")
+HINT_DQ_K_END_SHORT = (
+    "Your key loop ends one key too early (k_end): the block's last query, q1 - 1, sees keys "
+    "up to q1 - 1 + (Tk - Tq), so the range's end (exclusive) is q1 + (Tk - Tq), clipped to "
+    "0 .. Tk. One short, a key block whose first key is that last visible key is never "
+    "visited.",
+    "k_end = q1 + Tk - Tq, clipped to 0 .. Tk; the key loop runs k0 over range(0, k_end, "
+    "Bc).")
+HINT_DQ_SKIP_TOO_MUCH = (
+    "Your key loop skips key blocks that some query of this block can see.",
+    "A key block is hidden from query block i only if its FIRST key is after what the "
+    "block's LAST row can see, q1 - 1 + (Tk - Tq).")
 HINT_BACKWARD = (
     "Your gradients disagree with the dense backward. Compare dV first (it needs only P), "
     "then dP and dS on a 2 x 3 example.",
@@ -148,11 +179,16 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
             q_start = 0
             if causal and mistake == "skip_too_much":
                 q_start = max(0, k0 - off + br) // br * br
+            elif causal and mistake == "skip_no_offset":
+                q_start = k0 // br * br
             for q0 in range(q_start, tq // br * br if mistake == "q_ragged_drop" else tq, br):
                 q1 = min(q0 + br, tq)
-                s = scale * (q[q0:q1] @ k[k0:k1].T)
+                if causal and mistake == "k_end_short" and k0 >= q1 + off - 1:
+                    continue            # the query-major loop's end one key short
+                s = (1.0 if mistake == "p_no_scale" else scale) * (q[q0:q1] @ k[k0:k1].T)
                 if causal:
-                    vis = np.arange(k0, k1)[None, :] <= np.arange(q0, q1)[:, None] + off
+                    cols, rows = np.arange(k0, k1)[None, :], np.arange(q0, q1)[:, None]
+                    vis = cols < rows + off if mistake == "strict_mask" else cols <= rows + off
                     s = np.where(vis, s, -np.inf)
                 if mistake == "tile_softmax":
                     mx = np.max(s, axis=1, keepdims=True)
@@ -178,6 +214,8 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
                     dq[q0:q1] = cq * (ds @ k[k0:k1])
                 else:
                     dq[q0:q1] += cq * (ds @ k[k0:k1])
+            if mistake == "swap_dkdv":
+                dk_j, dv_j = dv_j, dk_j
             dk[k0:k1], dv[k0:k1] = dk_j, dv_j
     return dq, dk, dv
 
@@ -190,9 +228,15 @@ MISTAKES = [("no_delta", HINT_FORGOT_D), ("delta_do_do", HINT_DELTA_DODO),
             ("dv_from_o", HINT_DV), ("dq_overwrite", HINT_DQ_OVERWRITE),
             ("dkdv_overwrite", HINT_DKDV_OVERWRITE), ("top_left", HINT_TOP_LEFT),
             ("k_ragged_drop", HINT_RAGGED_DROP), ("k_off_by_one", HINT_RAGGED_OFF_BY_ONE),
-            ("q_ragged_drop", HINT_RAGGED_Q)] + [(m, HINT_P_BASE2) for m in BASE2_P]
-#: the mistakes dq can show (dv_from_o and dkdv_overwrite change only dk, dv)
-DQ_MISTAKES = [(m, h) for m, h in MISTAKES if m not in ("dv_from_o", "dkdv_overwrite")]
+            ("q_ragged_drop", HINT_RAGGED_Q), ("strict_mask", HINT_DIAGONAL),
+            ("swap_dkdv", HINT_SWAP_DKDV), ("p_no_scale", HINT_P_NO_SCALE),
+            ("skip_no_offset", HINT_SKIP_NO_OFFSET)] + [(m, HINT_P_BASE2) for m in BASE2_P]
+#: the mistakes the query-major dq pass can show (dv_from_o, dkdv_overwrite and swap_dkdv
+#: change only dk, dv; skip_no_offset is the key-major loop's), with its key loop's own
+#: k_end one short first, and skipping too much said of its key loop
+DQ_MISTAKES = [("k_end_short", HINT_DQ_K_END_SHORT)] + [
+    (m, HINT_DQ_SKIP_TOO_MUCH if m == "skip_too_much" else h) for m, h in MISTAKES
+    if m not in ("dv_from_o", "dkdv_overwrite", "swap_dkdv", "skip_no_offset")]
 
 
 def _inputs(seed, tq, tk, d, causal, spread=1.0):

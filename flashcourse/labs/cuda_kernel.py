@@ -43,7 +43,7 @@ from ..cuda.common._launch import simulator_lock
 from ..geometry import ceil_div
 from ._harness import Case, Result, mistake_diagnoses, run_checks
 from .kernel_source import float64_literals, kernel_guard, py_func
-from .cuda_lab_kernel import (BC, BR, CT, NT, TD, TM, TN, D, _device, lab_forward)
+from .cuda_lab_kernel import (BC, BR, CT, NT, RT, TD, TM, TN, D, _device, lab_forward)
 from .cuda_show import EXPECTED_COUNTS, _as_python, tally_scores
 
 HINT_SCORES = (
@@ -56,6 +56,10 @@ HINT_SCORES_LAYOUT = (
     "kernel strides them (ty + RT*i, tx + CT*j), as notebook 06's kernel does, so that the "
     "threads of a warp read different shared-memory banks.",
     "Use row ty + RT*i and column tx + CT*j, and store into s[i*TN + j].")
+HINT_SCORES_KS_T = (
+    "Your K tile is read transposed: ks holds K row by row, key first (ks[key, kk]), so the "
+    "value of key column c at step kk is ks[c, kk], not ks[kk, c].",
+    "Load kb[j] from the row of key tx + CT*j, column kk.")
 HINT_SCORES_ZERO = (
     "The scores are not reset: s still holds the previous tile's values when you add to it.",
     "Set every entry of s to a float32 zero before the kk loop.")
@@ -81,6 +85,11 @@ HINT_REDUCE = (
     "Your reduction gives a wrong value for some thread: every thread of a row must end with "
     "the row's full max (or sum).",
     "A butterfly: for offset in CT/2, CT/4, ..., 1: x = combine(x, shfl_xor(x, offset, ...)).")
+HINT_EXP2 = (
+    "P mixes bases: exp2 for the probabilities but exp for the rescale factor (and the "
+    "kernel's lse = m + log(l) is natural too). Use math.exp for P, as for alpha.",
+    "p = math.exp(s - m_use): exp2 would need the scores and maxima in base 2, times "
+    "log2(e).")
 HINT_RESCALE = (
     "Missing rescale: when the max grows, this thread's partial sum lp[i] and its acc row were "
     "measured against the old max and must be multiplied by the factor exp(old - new) first.",
@@ -257,6 +266,17 @@ def check_micro_tile_scores(fn, *, verbose: bool = True, hint_level: int = 1) ->
             alt.append((qs[:, rows].T @ ks[cols].T).reshape(-1))
         return np.allclose(y, np.stack(alt), rtol=1e-4, atol=1e-4)
 
+    def ks_transposed(y, e):
+        rng = np.random.default_rng(1)
+        qs = rng.standard_normal((D, BR)).astype(np.float64)
+        ks = rng.standard_normal((BC, D)).astype(np.float64)
+        alt = []
+        for tid in range(NT):
+            tx, ty = tid % CT, tid // CT
+            rows, cols = ty + RT * np.arange(TM), tx + CT * np.arange(TN)
+            alt.append((qs[:, rows].T @ ks[:, cols]).reshape(-1))   # ks[kk, col]: BC = D
+        return np.allclose(y, np.stack(alt), rtol=1e-4, atol=1e-4)
+
     def not_reset(y, e):
         return np.allclose(y, e + 7.0, rtol=1e-4, atol=1e-4)
 
@@ -268,7 +288,8 @@ def check_micro_tile_scores(fn, *, verbose: bool = True, hint_level: int = 1) ->
 
     cases = [
         Case("values of each thread's 2 x 2 micro-tile, D = 8", values, HINT_SCORES[0],
-             [(not_reset, *HINT_SCORES_ZERO), (layout_contiguous, *HINT_SCORES_LAYOUT)],
+             [(not_reset, *HINT_SCORES_ZERO), (layout_contiguous, *HINT_SCORES_LAYOUT)]
+             + ([(ks_transposed, *HINT_SCORES_KS_T)] if BC == D else []),
              rtol=1e-5, atol=1e-5, hint2=HINT_SCORES[1]),
         Case("shared-memory reads per thread (qs, ks): one per value and kk", reads,
              HINT_REUSE[0], rtol=0, atol=0, hint2=HINT_REUSE[1]),
@@ -364,7 +385,8 @@ def update_reference(s, acc, m, lp, i, mx, mistake=None):
             if not (math.isnan(m[i] - m_use)) else math.nan
         m[i] = m_new
         row = slice(i * TN, (i + 1) * TN)
-        p = np.exp(s[row]) if mistake == "no_shift" else np.exp(s[row] - m_use)
+        exp = np.exp2 if mistake == "exp2" else np.exp
+        p = exp(s[row]) if mistake == "no_shift" else exp(s[row] - m_use)
         if mistake != "p_not_stored":
             s[row] = p
         lp[i] = lp[i] * alpha + p.sum()
@@ -373,7 +395,8 @@ def update_reference(s, acc, m, lp, i, mx, mistake=None):
 
 
 UPDATE_MISTAKES = [("no_guard", HINT_NEG_INF), ("no_rescale", HINT_RESCALE), ("tile_max", HINT_MAX),
-                   ("no_shift", HINT_SHIFT), ("p_not_stored", HINT_P_NOT_STORED)]
+                   ("no_shift", HINT_SHIFT), ("p_not_stored", HINT_P_NOT_STORED),
+                   ("exp2", HINT_EXP2)]
 
 
 def _all_close(a, b, rtol, atol) -> bool:

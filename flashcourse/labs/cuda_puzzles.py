@@ -415,6 +415,9 @@ HINT_BANKS = ("Right values, but bank conflicts: reading a column of a tile with
               "swizzle the column index (c ^ lane).",
               "tile = cuda.shared.array((ROWS, 33), float32): word lane*33 + c lands in bank "
               "(lane + c) % 32, a different one per lane.")
+HINT_NOT_TRANSPOSED = ("Your out is a itself, not its transpose: phase 2 must write the tile's "
+                       "column c as out's row c, element lane of it (out has shape (32, rows)).",
+                       "Swap the indices of the write to out, not of the read from the tile.")
 HINT_TRANSPOSE_STRIDED = ("Right values, but strided global writes (or reads): writing "
                           "out[c, lane] straight from a[lane, c] makes neighbouring lanes "
                           "touch addresses a row apart. Go through a shared tile so both "
@@ -449,6 +452,11 @@ HINT_SM_NAN = ("NaN in a row with masked (-inf) entries: a lane whose elements a
                "has m = -inf, and exp(-inf - (-inf)) is NaN. Use a finite stand-in (0) for the "
                "subtraction while the max is still -inf.",
                "m_use = m_new if m_new != -inf else 0 before every exp(... - m_use).")
+HINT_SM_LANES = ("Each lane keeps its own (m, l): the butterfly that merges the 32 lanes' "
+                 "statistics into the row's is missing or never runs, so every lane normalises "
+                 "its elements over its own elements only.",
+                 "for offset 16, 8, 4, 2, 1: merge (m, l) with the partner lane's, read by "
+                 "shfl_xor(..., offset, ...).")
 HINT_SM_SHIFT = ("inf or NaN on a row of large values: exp(x) overflows float32 for x > 88. "
                  "Subtract the running max before every exponential.",
                  "exp(x - m), never exp(x).")
@@ -476,7 +484,7 @@ def _softmax_replay(x, mistake=None):
                     alpha = 1.0 if mistake == "no_rescale" else np.exp(m[lane] - mu)
                     l[lane] = l[lane] * alpha + ex
                     m[lane] = mn
-            for off in (16, 8, 4, 2, 1):
+            for off in () if mistake == "no_butterfly" else (16, 8, 4, 2, 1):
                 p = np.arange(32) ^ off
                 mn = np.maximum(m, m[p])
                 mu = mn if mistake == "no_guard" else np.where(mn == -np.inf, 0.0, mn)
@@ -508,8 +516,10 @@ def _sm_case(name, seed, rows=3, cols=70):
 
 
 def _sm_nan(y, e):
+    """NaN in the masked row only, the plain row right: a missing stand-in for -inf (a
+    missing butterfly gives NaN there too, but a wrong plain row)."""
     return not y.error and bool(np.isnan(y.outputs["out"][2]).any()) and \
-        not np.isnan(y.outputs["out"][0]).any()
+        np.allclose(y.outputs["out"][0], e["out"][0], rtol=1e-4, atol=1e-6)
 
 
 def _sm_overflow(y, e):
@@ -534,6 +544,18 @@ HINT_FLASH_RESCALE = ("Missing rescale: when the row max grows, l and acc were a
                       "against the old max and must be multiplied by exp(m_old - m_new).",
                       "alpha = exp(m - m_new); l = l * alpha + p; acc[x] = acc[x] * alpha + "
                       "p * v[x].")
+HINT_FLASH_RESCALE_ACC = ("Half a rescale: your l is brought to the new max but acc is not. Both "
+                          "were accumulated against the old max; when the row max grows, both "
+                          "must be multiplied by exp(m_old - m_new).",
+                          "acc[x] = acc[x] * alpha + p * v[x], with the alpha that multiplies "
+                          "l.")
+HINT_FLASH_RESCALE_L = ("Half a rescale: your acc is brought to the new max but l is not. Both "
+                        "were accumulated against the old max; when the row max grows, both "
+                        "must be multiplied by exp(m_old - m_new).",
+                        "l = l * alpha + p, with the alpha that multiplies acc.")
+HINT_FLASH_SCALE = ("The scores are missing `scale`: s = scale (q . k) (the puzzle passes "
+                    "1 / sqrt(d)), before the max and the exponentials.",
+                    "Multiply q's row (or each dot product) by scale.")
 HINT_FLASH_ROW = ("A thread keeps a whole row of scores (the line above names the array and "
                   "its size): that is the plain softmax, which needs every score of the row "
                   "before the first exponential, so its memory grows with tk. The online "
@@ -555,7 +577,10 @@ def spec_flash(arrays, scalars):
     return {"o": p @ v / p.sum(axis=1, keepdims=True)}
 
 
-def _flash_replay(mistake):
+def _flash_replay(mistake, by_tile=False):
+    """The one-block forward in float64 with one mistake ('no_mask', 'no_rescale' (of l and
+    acc), 'no_rescale_acc', 'no_rescale_l', 'no_scale'), updating the state key by key or,
+    `by_tile`, once per tile of BC11 keys: a missing rescale gives a different result in each."""
     def replay(arrays, scalars):
         q, k, v = arrays["q"], arrays["k"], arrays["v"]
         tk, d = k.shape
@@ -563,17 +588,21 @@ def _flash_replay(mistake):
         kp = np.zeros((ntile * BC11, d))
         vp = np.zeros((ntile * BC11, d))
         kp[:tk], vp[:tk] = k, v
+        keys = ntile * BC11 if mistake == "no_mask" else tk
+        step = BC11 if by_tile else 1
+        scale = 1.0 if mistake == "no_scale" else scalars["scale"]
         o = np.zeros_like(q)
         for r in range(q.shape[0]):
             m, l, acc = -np.inf, 0.0, np.zeros(d)
-            for c in range(ntile * BC11):
-                if c >= tk and mistake != "no_mask":
-                    continue
-                s = scalars["scale"] * q[r] @ kp[c]
-                mn = max(m, s)
+            for c in range(0, keys, step):
+                c1 = min(c + step, keys)
+                s = scale * (kp[c:c1] @ q[r])                        # (<= step,)
+                mn = max(m, s.max())
                 alpha = 1.0 if mistake == "no_rescale" else np.exp(m - mn)
                 p = np.exp(s - mn)
-                l, acc, m = l * alpha + p, acc * alpha + p * vp[c], mn
+                l = l * (1.0 if mistake == "no_rescale_l" else alpha) + p.sum()
+                acc = acc * (1.0 if mistake == "no_rescale_acc" else alpha) + p @ vp[c:c1]
+                m = mn
             o[r] = acc / l
         return {"o": o}
     return replay
@@ -690,8 +719,12 @@ def _ladder() -> list[Puzzle]:
         Puzzle(9, "transpose", "shared-memory bank conflicts: a transpose through a tile",
                "transpose(a, out, rows): out = a.T for a (rows, 32), rows <= 32; one block of "
                "32 threads; reads and writes coalesced, and no bank conflicts.", spec_transpose,
-               [_tr_case("rows = 20", 20, 17), _tr_case("rows = 32", 32, 18)],
-               HINT_TRANSPOSE, [],
+               # the square case first: there a copy that is not transposed runs (out = a)
+               # and is named; with rows = 20 it writes past out's 20 columns
+               [_tr_case("rows = 32", 32, 18), _tr_case("rows = 20", 20, 17)],
+               HINT_TRANSPOSE,
+               [(lambda a, s: {"out": a["a"].copy()} if a["a"].shape == (32, 32) else
+                 {"out": a["a"].T.copy()}, HINT_NOT_TRANSPOSED)],
                [Rule(no_races, HINT_SYNC), Rule(coalesced(), HINT_TRANSPOSE_STRIDED),
                 Rule(no_bank_conflicts, HINT_BANKS)],
                expected=lambda c: {"global read": c.arrays["a"].size,
@@ -704,7 +737,8 @@ def _ladder() -> list[Puzzle]:
                 _sm_case("3 rows of 10: lanes 10..31 hold no element", 22, 3, 10)],
                HINT_SOFTMAX,
                [(lambda a, s, m=m: {"out": _softmax_replay(a["x"], m)}, h) for m, h in
-                (("no_rescale", HINT_SM_RESCALE), ("merge", HINT_SM_MERGE))],
+                (("no_rescale", HINT_SM_RESCALE), ("merge", HINT_SM_MERGE),
+                 ("no_butterfly", HINT_SM_LANES))],
                [], expected=lambda c: {"global write": c.arrays["x"].size},
                first=[(_sm_nan, HINT_SM_NAN), (_sm_overflow, HINT_SM_SHIFT)]),
         Puzzle(11, "flash_block", "a one-block FlashAttention forward",
@@ -718,7 +752,11 @@ def _ladder() -> list[Puzzle]:
                 _flash_case("tq = 3, tk = 300, d = 2: a long row, 38 key tiles", 3,
                             300, 2, 23)],
                HINT_FLASH, [(_flash_replay("no_mask"), HINT_FLASH_MASK),
-                            (_flash_replay("no_rescale"), HINT_FLASH_RESCALE)],
+                            (_flash_replay("no_scale"), HINT_FLASH_SCALE)]
+               + [(_flash_replay(m, by_tile), h) for by_tile in (False, True)
+                  for m, h in (("no_rescale", HINT_FLASH_RESCALE),
+                               ("no_rescale_acc", HINT_FLASH_RESCALE_ACC),
+                               ("no_rescale_l", HINT_FLASH_RESCALE_L))],
                [Rule(arrays_hold_at_most(max(BC11, D11), BR11 * BC11,
                                          "the online softmax (one tile of scores at a time)"),
                      HINT_FLASH_ROW),

@@ -262,7 +262,8 @@ def _modes_case(mode):
         return False, (f"{bad.size} of {yours.size} offsets differ, first {int(bad[0])}: yours "
                        f"{int(yours[bad[0]])}, expected {int(expected[bad[0]])}")
 
-    masks = [offsets ^ (((offsets >> 7) & m) << 4) for m in range(8)
+    # any mask of up to four row bits: 8 for 128-byte rows is row bytes / 16 without the - 1
+    masks = [offsets ^ (((offsets >> 7) & m) << 4) for m in range(16)
              if m != W.SWIZZLE_MASK[mode]]
     diagnoses = [((lambda y, e, w=w: bool(np.array_equal(y, w))), *HINT_MODES_MASK)
                  for w in masks]

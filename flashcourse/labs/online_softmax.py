@@ -43,6 +43,8 @@ HINT_NEG_INF = ("-inf handling: while the max is still -inf (nothing visible yet
                 "(m, l) = (-inf, 0).")
 HINT_OVERFLOW = ("Overflow: some exp() saw a large positive argument. Every exponent must "
                  "be a difference with the new max, which is <= 0.")
+HINT_BASE2 = ("Your exponentials are in base 2 (exp2): l is a sum of base-e exponentials, "
+              "exp(x - m). Use np.exp, or multiply every exponent by log2(e) before exp2.")
 HINT_RETURN = "Return a tuple (m_new, l_new) of two arrays with the shape of the inputs."
 HINT_MERGE = ("Merge both sides relative to the common max: each piece's sum is rescaled from "
               "its own max to the common one, then the two are added.")
@@ -64,6 +66,7 @@ LEVEL2 = {
     HINT_NEG_INF: ("Make a finite stand-in of the new max (0 where it is -inf) and subtract the "
                    "stand-in in every exponent: exp(-inf - 0) = 0 keeps the state empty."),
     HINT_OVERFLOW: "Subtract the (stand-in) new max inside every exp().",
+    HINT_BASE2: "exp2(y) = exp(y ln 2): exp2 of an unscaled difference is a different number.",
     HINT_MERGE: "l = l_a times exp(m_a - m) plus l_b times exp(m_b - m), with the common max m.",
     HINT_SOFTMAX_SHIFT: "Finish pass 1 over all chunks before computing any probability.",
     HINT_SOFTMAX_MASKED: "Divide only where l > 0; elsewhere the probabilities are 0.",
@@ -122,6 +125,21 @@ def _update_inverted(m, l, x):
     m_old = np.where(np.isneginf(m), m_new, m)                  # guard the empty state
     with np.errstate(over="ignore", invalid="ignore"):
         return m_new, l * np.exp(m_new - m_old) + np.exp(x - _safe(m_new))
+
+
+def _update_base2(m, l, x):
+    m_new = np.maximum(m, x)
+    return m_new, l * np.exp2(m - _safe(m_new)) + np.exp2(x - _safe(m_new))
+
+
+def _merge_base2(m_a, l_a, m_b, l_b):
+    m = np.maximum(m_a, m_b)
+    return m, l_a * np.exp2(m_a - _safe(m)) + l_b * np.exp2(m_b - _safe(m))
+
+
+def _update_new_term_unshifted(m, l, x):
+    m_new = np.maximum(m, x)
+    return m_new, l * np.exp(m - _safe(m_new)) + np.exp(x)
 
 
 def _update_no_shift(m, l, x):
@@ -210,8 +228,28 @@ def check_online_update(online_update, *, verbose: bool = True,
         with np.errstate(over="ignore", invalid="ignore"):
             return fold(update, x)
 
+    m1, l1, x1 = np.array([1.0, 2.0, -1.0]), np.array([2.0, 1.5, 3.0]), np.array([3.0, 0.5, 2.0])
+
+    def one_step(fn):            # a state that is not empty: no -inf anywhere
+        yours = as_pair(fn(m1.copy(), l1.copy(), x1.copy()))
+        return yours, (np.maximum(m1, x1), l1 * np.exp(m1 - np.maximum(m1, x1))
+                       + np.exp(x1 - np.maximum(m1, x1)))
+
+    def stepped(update):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return update(m1, l1, x1)
+
     common = [(not_pair, HINT_RETURN), (_has_nan, HINT_NEG_INF), (_m_wrong, HINT_MAX)]
     cases = [
+        Case("one element into the state (m, l) = ([1, 2, -1], [2, 1.5, 3])", one_step,
+             HINT_RESCALE,
+             [(not_pair, HINT_RETURN), (_m_wrong, HINT_MAX),
+              (_matches(stepped(_update_no_rescale)), HINT_RESCALE),
+              (_matches(stepped(_update_inverted)), HINT_DIRECTION),
+              (_matches(stepped(_update_base2)), HINT_BASE2),
+              (_matches(stepped(_update_no_shift)), HINT_SHIFT),
+              (_matches(stepped(_update_new_term_unshifted)), HINT_SHIFT)],
+             rtol=_RTOL, atol=_ATOL),
         Case("first element into the empty state (-inf, 0)", first,
              "From the empty state (m, l) = (-inf, 0) one element x gives (x, 1).",
              common + [(_has_posinf, HINT_SHIFT)], rtol=_RTOL, atol=_ATOL),
@@ -280,7 +318,8 @@ def check_merge_states(merge_states, *, verbose: bool = True,
     cases = [
         Case("two halves of 6 random rows", halves, HINT_MERGE,
              common + [(_matches(wrong(_merge_no_rescale, ma, la, mb, lb)), HINT_RESCALE),
-                       (_matches(wrong(_merge_inverted, ma, la, mb, lb)), HINT_DIRECTION)],
+                       (_matches(wrong(_merge_inverted, ma, la, mb, lb)), HINT_DIRECTION),
+                       (_matches(wrong(_merge_base2, ma, la, mb, lb)), HINT_BASE2)],
              rtol=_RTOL, atol=_ATOL),
         Case("one side empty (-inf, 0)", with_empty, HINT_NEG_INF, common,
              rtol=_RTOL, atol=_ATOL),
@@ -310,6 +349,11 @@ def show_stream(online_update, x=None) -> None:
 
 
 # -- going further: softmax of a row that arrives in chunks -----------------------------------
+
+#: numpy functions that read only an array's shape and dtype, never its values
+_SHAPE_ONLY = {np.empty_like, np.zeros_like, np.ones_like, np.full_like, np.shape, np.ndim,
+               np.size, np.result_type}
+
 
 class _ColumnWatch(np.ndarray):
     """An input that logs the widest piece of it (in columns) that any numpy operation
@@ -341,6 +385,9 @@ class _ColumnWatch(np.ndarray):
         return getattr(ufunc, method)(*inputs, **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
+        if func in _SHAPE_ONLY:   # np.empty_like(x), np.shape(x)...: no value of x is read
+            return func(*(np.asarray(a) if isinstance(a, _ColumnWatch) else a for a in args),
+                        **kwargs)
         flat = list(args) + list(kwargs.values())
         flat += [a for x in args if isinstance(x, (list, tuple)) for a in x]
         self._log(flat)
@@ -385,6 +432,7 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
         with np.errstate(all="ignore"):
             m_all, l_all = stats(x)
             unshifted = np.exp(x) / l_all[:, None]              # pass 2 forgets the max
+            undivided = expected(x) * l_all[:, None]            # pass 2 forgets to divide
 
         def run(fns, x=x, chunk=chunk):
             f, merge = fns
@@ -393,6 +441,8 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
         diagnoses = [((lambda y, e, w=wrong: np.allclose(y, w, equal_nan=True)),
                       HINT_SOFTMAX_SHIFT),
                      ((lambda y, e, w=unshifted: np.allclose(y, w, equal_nan=True)),
+                      HINT_SOFTMAX_SHIFT),
+                     ((lambda y, e, w=undivided: np.allclose(y, w, equal_nan=True)),
                       HINT_SOFTMAX_SHIFT),
                      ((lambda y, e: bool(np.isnan(y).any())), HINT_SOFTMAX_MASKED),
                      ((lambda y, e: bool(np.isinf(y).any())), HINT_SOFTMAX_SHIFT)]

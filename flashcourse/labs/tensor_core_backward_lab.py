@@ -1,4 +1,4 @@
-"""Checkers for lab 10b (follows notebook 09 and notebook 10, section 7): FlashAttention-2's
+"""Checkers for lab 10b (follows notebook 09 and notebook 10, section 6): FlashAttention-2's
 backward for one key block on m16n8k16 fragments.
 
 The lab kernel is a one-warp miniature of kernel 1 of `flashcourse.cuda.gradients.

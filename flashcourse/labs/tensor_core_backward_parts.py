@@ -62,6 +62,10 @@ HINT_SCORES = ("Your S^T or dP^T accumulators are wrong: n8 tile n of S^T is the
 HINT_S_RESET = ("The accumulators are not reset: s and dp still hold the previous query tile's "
                 "P^T and dS^T when the mma adds K Q^T to them (an mma computes C + A B).",
                 "Set the 4 NS entries of s and of dp to F0 before the first mma.")
+HINT_S_RESET_ONE = ("One of the two accumulator sets is not reset to zero: s or dp (the one named "
+                    "above) still holds the previous query tile's P^T or dS^T when the mma adds "
+                    "to it (an mma computes C + A B).",
+                    "Set all 4 NS entries of s AND of dp to F0 before the first mma.")
 HINT_S_OFFSETS = ("Your B fragment has its offsets swapped: load_b(tile, n0, k0, ...) reads "
                   "tile[n0 + n, k0 + kk], so n0 is the QUERY row (8 n for n8 tile n) and k0 the "
                   "head dimension (16 kk).", "n0 = 8 n, k0 = 16 kk.")
@@ -79,6 +83,10 @@ HINT_DS_BASE2 = ("Your P is off by a power of 2: lse is a NATURAL logarithm (the
                  "log l). exp2 needs the whole exponent in base 2: exp2((scale S - lse) log2 e), "
                  "not exp2(scale S log2 e - lse).",
                  "Use math.exp(scale s - lse), or multiply lse by log2 e too.")
+HINT_DS_BASE2_RAW = ("Your P mixes bases: exp2 of a natural-log exponent. scale S and lse are "
+                     "both in natural-log units (lse is the forward's m + log l), so "
+                     "P = exp(scale S - lse); exp2 needs the whole exponent multiplied by "
+                     "log2 e.", "Use math.exp(scale s - lse).")
 HINT_DS_SCALE = ("Your P leaves out the softmax scale: the forward's scores are scale Q K^T "
                  "(scale = 1 / sqrt(d)), and its lse was taken of those.",
                  "P = exp(s scale - lse).")
@@ -123,6 +131,9 @@ HINT_STORE_SCALE = ("You forgot the scale for dK: S = scale Q K^T, so the chain 
                     "dk = dka times scale.")
 HINT_STORE_SCALE_DV = ("Your dV is multiplied by the scale: dV = P^T dO takes none (the scale "
                        "sits inside S, which dV only sees through P).", "dv = dva as it is.")
+HINT_STORE_SWAP = ("dK and dV are swapped: you store the dV accumulators (times scale) as dk and "
+                   "the dK accumulators as dv.",
+                   "dk from dka times scale, dv from dva as it is.")
 HINT_STORE_ROWS = ("Accumulators 2 and 3 are key g + 8, not key g: your rows ignore i // 2.",
                    "key = k0 + g + 8 (i // 2).")
 HINT_STORE_TILE = ("Your column ignores the n8 tile: the accumulators of tile n sit 8 n "
@@ -272,12 +283,13 @@ def delta_model(o, do, mistake=None) -> np.ndarray:
 def scores_model(ktile, vtile, qs, dos, s, dp, mistake=None):
     """(s, dp) (32, S_ACC) after transposed_scores: S^T = K Q^T, dP^T = V dO^T with K, V
     (16, 16) the A tiles and Q = qs[:16], dO = dos[:16] (qs, dos may be larger: a wrong
-    offset reads them); mistakes: 'no_reset', 'offsets', 'ci', 'pairs' (V with Q, K with dO)."""
+    offset reads them); mistakes: 'no_reset', 'no_reset_s' / 'no_reset_dp' (of one only),
+    'offsets', 'ci', 'pairs' (V with Q, K with dO)."""
     outs = []
     pairs = ((vtile, qs), (ktile, dos)) if mistake == "pairs" else ((ktile, qs), (vtile, dos))
-    for (a, tile), prev in zip(pairs, (s, dp)):
-        out = np.array(prev, np.float32) if mistake == "no_reset" else np.zeros((NT, S_ACC),
-                                                                                np.float32)
+    for (a, tile), prev, name in zip(pairs, (s, dp), ("s", "dp")):
+        kept = mistake in ("no_reset", f"no_reset_{name}")
+        out = np.array(prev, np.float32) if kept else np.zeros((NT, S_ACC), np.float32)
         for n in range(NS):
             for kk in range(KT):
                 n0, k0 = (16 * kk, 8 * n) if mistake == "offsets" else (8 * n, 16 * kk)
@@ -290,8 +302,9 @@ def scores_model(ktile, vtile, qs, dos, s, dp, mistake=None):
 
 def ds_model(s, dp, lt, dl, scale, mistake=None):
     """(s, dp) after ds_tile: P^T over s, dS^T over dp, float64; mistakes: 'base2' (exp2 of
-    scale S log2 e - lse), 'no_scale', 'row' (lse, D of the key row), 'no_p' (dS = dP - D),
-    'sign', 'not_stored' (s keeps S^T), 'scaled' (dS times scale)."""
+    scale S log2 e - lse), 'base2_raw' (exp2 of scale S - lse), 'no_scale', 'row' (lse, D of
+    the key row), 'no_p' (dS = dP - D), 'sign', 'not_stored' (s keeps S^T), 'scaled' (dS
+    times scale)."""
     s, dp = (np.asarray(x, np.float64) for x in (s, dp))
     lt, dl = (np.asarray(x, np.float64) for x in (lt, dl))
     p_out, ds_out = s.copy(), dp.copy()
@@ -302,6 +315,8 @@ def ds_model(s, dp, lt, dl, scale, mistake=None):
             with np.errstate(invalid="ignore", over="ignore"):
                 if mistake == "base2":
                     p = np.exp2(s[:, j] * scale * LOG2E - lt[col])
+                elif mistake == "base2_raw":
+                    p = np.exp2(s[:, j] * scale - lt[col])
                 elif mistake == "no_scale":
                     p = np.exp(s[:, j] - lt[col])
                 else:
@@ -341,7 +356,8 @@ def grad_model(x, ys, yt, acc, mistake=None) -> np.ndarray:
 
 def store_model(dka, dva, k0, tk, d, scale, mistake=None):
     """(dk, dv) (tk, d), NaN where never written, after store_grads; mistakes: 'no_scale'
-    (dK unscaled), 'scale_dv', 'rows' (key g for all four), 'tile' (no 8 n)."""
+    (dK unscaled), 'scale_dv', 'rows' (key g for all four), 'tile' (no 8 n), 'swap' (dK from
+    dva times scale, dV from dka)."""
     dk = np.full((tk, d), np.nan)
     dv = np.full((tk, d), np.nan)
     for lane in range(NT):
@@ -352,8 +368,9 @@ def store_model(dka, dva, k0, tk, d, scale, mistake=None):
                 if key < tk and col < d:
                     ks = 1.0 if mistake == "no_scale" else scale
                     vs = scale if mistake == "scale_dv" else 1.0
-                    dk[key, col] = np.float32(dka[lane, 4 * n + i] * np.float32(ks))
-                    dv[key, col] = np.float32(dva[lane, 4 * n + i] * np.float32(vs))
+                    a_k, a_v = (dva, dka) if mistake == "swap" else (dka, dva)
+                    dk[key, col] = np.float32(a_k[lane, 4 * n + i] * np.float32(ks))
+                    dv[key, col] = np.float32(a_v[lane, 4 * n + i] * np.float32(vs))
     return dk, dv
 
 
@@ -412,7 +429,8 @@ def check_row_delta(row_delta, *, verbose: bool = True, hint_level: int = 1) -> 
 # -- checker: transposed_scores --------------------------------------------------------------
 
 SCORES_MISTAKES = [("no_reset", HINT_S_RESET), ("offsets", HINT_S_OFFSETS), ("ci", HINT_CI),
-                   ("pairs", HINT_S_PAIRS)]
+                   ("pairs", HINT_S_PAIRS), ("no_reset_s", HINT_S_RESET_ONE),
+                   ("no_reset_dp", HINT_S_RESET_ONE)]
 
 
 def check_transposed_scores(transposed_scores, *, verbose: bool = True,
@@ -444,7 +462,8 @@ def check_transposed_scores(transposed_scores, *, verbose: bool = True,
 
 # -- checker: ds_tile ------------------------------------------------------------------------
 
-DS_MISTAKES = [("base2", HINT_DS_BASE2), ("no_scale", HINT_DS_SCALE), ("row", HINT_DS_ROW),
+DS_MISTAKES = [("base2", HINT_DS_BASE2), ("base2_raw", HINT_DS_BASE2_RAW),
+               ("no_scale", HINT_DS_SCALE), ("row", HINT_DS_ROW),
                ("no_p", HINT_DS_NO_P), ("sign", HINT_DS_SIGN), ("not_stored", HINT_DS_STORE),
                ("scaled", HINT_DS_SCALED)]
 
@@ -515,7 +534,7 @@ def check_grad_tile(grad_tile, *, verbose: bool = True, hint_level: int = 1) -> 
 # -- checker: store_grads --------------------------------------------------------------------
 
 STORE_MISTAKES = [("no_scale", HINT_STORE_SCALE), ("scale_dv", HINT_STORE_SCALE_DV),
-                  ("rows", HINT_STORE_ROWS), ("tile", HINT_STORE_TILE)]
+                  ("rows", HINT_STORE_ROWS), ("tile", HINT_STORE_TILE), ("swap", HINT_STORE_SWAP)]
 
 
 def check_store_grads(store_grads, *, verbose: bool = True, hint_level: int = 1) -> Result:

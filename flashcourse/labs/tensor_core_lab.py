@@ -546,16 +546,24 @@ HINT_MASK_TOPLEFT = ("Your causal mask is top-left (key j visible iff j <= i): t
                      "Compare col with row + off.")
 HINT_MASK_EDGE = ("Your ragged-edge test is off by one: key index tk is the first one PAST "
                   "the end.", "Hide col >= tk.")
+HINT_MASK_DIAGONAL = ("Your causal mask hides the diagonal: key j is visible when j <= i + off, "
+                      "equality included (a query sees its own position); hide only col > row "
+                      "+ off.", "Compare with >, not >=.")
+HINT_MASK_NO_TK = ("Your mask leaves the keys past the end visible: in the last key tile the "
+                   "columns col >= tk hold no key and must be hidden, causal or not.",
+                   "Hide col >= tk as well as (causal) col > row + off.")
 HINT_MASK_TILE = ("Your column ignores the n8 tile: accumulators of tile n sit 8 n columns "
                   "further right.", "col = k0 + 8 n + 2 t + (i % 2).")
 
 #: (k0, q0, tk, causal, off): key tile start, query block start, Tk, causal, Tk - Tq
-MASK_CASES = [(16, 0, 27, 0, 0), (0, 0, 16, 1, 0), (16, 16, 40, 1, 8), (0, 16, 20, 1, -12)]
+#: (the ragged tile ends 5 keys in: a column without 8 n then still reaches past tk)
+MASK_CASES = [(16, 0, 21, 0, 0), (0, 0, 16, 1, 0), (16, 16, 40, 1, 8), (0, 16, 20, 1, -12)]
 
 
 def mask_model(k0, q0, tk, causal, off, mistake=None):
     """(32, 4 NS) bool: which accumulators the mask hides, optionally with one mistake:
-    'rows' (row g for all four), 'top_left' (off = 0), 'edge' (col > tk), 'tile' (no 8 n)."""
+    'rows' (row g for all four), 'top_left' (off = 0), 'edge' (col > tk), 'tile' (no 8 n),
+    'diagonal' (col >= row + off hidden), 'no_tk' (no test against tk)."""
     out = np.zeros((NT, 4 * NS), bool)
     for lane in range(NT):
         g, t = lane // 4, lane % 4
@@ -565,7 +573,8 @@ def mask_model(k0, q0, tk, causal, off, mistake=None):
                 row = q0 + g + (0 if mistake == "rows" else 8 * (i // 2))
                 o = 0 if mistake == "top_left" else off
                 past = col > tk if mistake == "edge" else col >= tk
-                out[lane, 4 * n + i] = past or (causal != 0 and col > row + o)
+                after = col >= row + o if mistake == "diagonal" else col > row + o
+                out[lane, 4 * n + i] = (past and mistake != "no_tk") or (causal != 0 and after)
     return out
 
 
@@ -586,14 +595,16 @@ def check_mask(mask_tile, *, verbose: bool = True, hint_level: int = 1) -> Resul
     """Your mask_tile(s, k0, q0, tk, causal, off, lane) on the fragments: ragged and causal."""
     cases = []
     mistakes = [("rows", HINT_MASK_ROWS), ("top_left", HINT_MASK_TOPLEFT),
-                ("edge", HINT_MASK_EDGE), ("tile", HINT_MASK_TILE)]
+                ("edge", HINT_MASK_EDGE), ("tile", HINT_MASK_TILE),
+                ("diagonal", HINT_MASK_DIAGONAL), ("no_tk", HINT_MASK_NO_TK)]
     for k0, q0, tk, causal, off in MASK_CASES:
         want = mask_model(k0, q0, tk, causal, off).astype(np.int64)
-        diagnoses = []
-        for mistake, hint in mistakes:
-            wrong = mask_model(k0, q0, tk, causal, off, mistake).astype(np.int64)
-            if not np.array_equal(wrong, want):
-                diagnoses.append(((lambda y, e, w=wrong: np.array_equal(y, w)), *hint))
+        wrongs = [(mask_model(k0, q0, tk, causal, off, m).astype(np.int64), h)
+                  for m, h in mistakes]
+        # a mistake this case cannot tell from the right mask or from another one names nothing
+        diagnoses = [((lambda y, e, w=w: np.array_equal(y, w)), *hint) for w, hint in wrongs
+                     if not np.array_equal(w, want)
+                     and not any(np.array_equal(w, x) and h != hint for x, h in wrongs)]
 
         def run(f, args=(k0, q0, tk, causal, off), want=want):
             kernel_guard(f, "mask_tile")

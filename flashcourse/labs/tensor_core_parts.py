@@ -53,6 +53,15 @@ HINT_RESET = ("The scores are not reset: s still holds the previous tile's P whe
 HINT_S_OFFSETS = ("Your B fragment of K^T has its offsets swapped: load_b(tile, n0, k0, ...) "
                   "reads tile[n0 + n, k0 + kk], so n0 is the KEY row (8 n for n8 tile n) and "
                   "k0 the head dimension (16 kk).", "n0 = 8 n, k0 = 16 kk.")
+HINT_KT_SHORT = ("Your S accumulators hold zeros: they were reset, but no mma added Q K_j^T to "
+                 "them. The loop over the head dimension runs kk over range(KT), KT = D / 16 "
+                 "steps (one here), with a load_b and an mma per n8 tile and step; a range one "
+                 "short (KT - 1) runs none.",
+                 "Loop kk over range(KT): load_b(..., 8 n, 16 kk, ...) and one mma each.")
+HINT_SOFTMAX_EXP2 = ("P mixes bases: exp2 for the probabilities but exp for the rescale factor, "
+                     "and the epilogue's lse = m + ln(l) is natural too. Use math.exp for P "
+                     "(exp2 needs the scores and maxima in base 2, times log2(e)).",
+                     "p = math.exp(s - m_use), like alpha.")
 HINT_CI = ("Your mma writes to the wrong accumulators: each n8 tile owns four consecutive "
            "ones, tile n the entries 4 n .. 4 n + 3, and the mma's ci is where they start (an "
            "index of n makes the tiles overlap).", "ci = 4 n for n8 tile n.")
@@ -208,10 +217,11 @@ def q_fragment(qtile) -> np.ndarray:
 def scores_model(qtile, ks, s, mistake=None) -> np.ndarray:
     """(32, S_ACC): scores_tile's accumulators of S = Q K^T for Q (16, 16 KT), K = ks[:16]
     (ks may be larger: a wrong offset reads it), s the accumulators before; mistakes:
-    'no_reset' (S added to s), 'offsets' (n0 and k0 swapped), 'ci' (tile n at entry n)."""
+    'no_reset' (S added to s), 'offsets' (n0 and k0 swapped), 'ci' (tile n at entry n),
+    'kt_short' (the last k16 step of the head dimension missing)."""
     out = np.array(s, np.float32) if mistake == "no_reset" else np.zeros((NT, S_ACC), np.float32)
     for n in range(NS):
-        for kk in range(KT):
+        for kk in range(KT - 1 if mistake == "kt_short" else KT):
             n0, k0 = (16 * kk, 8 * n) if mistake == "offsets" else (8 * n, 16 * kk)
             b = ks[n0:n0 + 8, k0:k0 + 16].T                   # B[kk, n] = ks[n0 + n, k0 + kk]
             ci = n if mistake == "ci" else 4 * n
@@ -224,7 +234,7 @@ def softmax_model(s, acc, m, lp, mistake=None):
     lp and acc), 'no_rescale_acc', 'no_rescale_lp', 'no_quad_max' (the lane's own max),
     'tile_max' (m_new = the tile's max), 'index' (4 n + hf + c for 4 n + 2 hf + c),
     'index_s' / 'index_acc' (only there), 'no_standin', 'p_not_stored', 'lp_quad' (lp
-    summed over the quad)."""
+    summed over the quad), 'exp2' (P by exp2, alpha by exp)."""
     s, acc, m, lp = (np.array(x, np.float32) for x in (s, acc, m, lp))
 
     def at(where, n, hf, c):
@@ -249,7 +259,8 @@ def softmax_model(s, acc, m, lp, mistake=None):
             for c in range(2):
                 j = at("s", n, hf, c)
                 with np.errstate(invalid="ignore"):
-                    p = np.exp(s[:, j].astype(np.float64) - m_use)
+                    p = (np.exp2 if mistake == "exp2" else np.exp)(
+                        s[:, j].astype(np.float64) - m_use)
                 if mistake != "p_not_stored":
                     s[:, j] = p
                 ps = ps + p
@@ -445,7 +456,8 @@ def _tile(rng, shape):
 
 # -- checker: scores_tile --------------------------------------------------------------------
 
-SCORES_MISTAKES = [("no_reset", HINT_RESET), ("offsets", HINT_S_OFFSETS), ("ci", HINT_CI)]
+SCORES_MISTAKES = [("no_reset", HINT_RESET), ("offsets", HINT_S_OFFSETS), ("ci", HINT_CI),
+                   ("kt_short", HINT_KT_SHORT)]
 
 
 def check_scores_tile(scores_tile, *, verbose: bool = True, hint_level: int = 1) -> Result:
@@ -477,7 +489,7 @@ SOFTMAX_MISTAKES = [
     ("no_rescale_acc", HINT_RESCALE_ACC), ("no_rescale_lp", HINT_RESCALE_LP),
     ("no_quad_max", HINT_NO_QUAD_MAX), ("tile_max", HINT_TILE_MAX), ("index", HINT_ACC_INDEX),
     ("index_s", HINT_ACC_INDEX), ("index_acc", HINT_ACC_INDEX), ("p_not_stored", HINT_P_STORE),
-    ("lp_quad", HINT_LP_PARTIAL)]
+    ("lp_quad", HINT_LP_PARTIAL), ("exp2", HINT_SOFTMAX_EXP2)]
 
 
 def _row_of(values_by_row):

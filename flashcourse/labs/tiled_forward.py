@@ -37,7 +37,7 @@ from ..traffic import tiled_traffic
 from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
                          rows_loaded_case)
 from ._harness import (SKIPPING_SHAPES, Case, Result, parts_close, plain, random_qkv,
-                       result_tuple, run_checks, tiled_cases)
+                       result_tuple, run_checks, shapes_mix, tiled_cases)
 
 # -- hints: (level 1 diagnoses, level 2 more explicit); tests assert on these strings -----
 HINT_RESCALE = (
@@ -124,6 +124,44 @@ HINT_NO_SKIP = (
 HINT_SKIP_TOO_MUCH = (
     "Your loop skips key tiles that some query of the block can see.",
     "A tile is hidden only if even the block's LAST query cannot see its FIRST key.")
+HINT_NO_SCALE = (
+    "The scores are missing `scale`: S = scale * Q_i K_j^T (the checker passes 0.37), and the "
+    "max, the probabilities and lse are all taken of the scaled scores.",
+    "Multiply q_i k_j^T by `scale` before masking and before the max.")
+HINT_DIAGONAL = (
+    "Your causal mask hides the diagonal: query i sees key j when j <= i + (Tk - Tq), "
+    "equality included (a query sees its own position). A strict < hides one visible key in "
+    "every row.",
+    "Keep a score where its key position is at most the query position plus Tk - Tq; set "
+    "-inf only where it is greater.")
+HINT_K_END_SHORT = (
+    "Your key loop ends one key too early (k_end): the block's last query, q1 - 1, sees keys "
+    "up to q1 - 1 + (Tk - Tq), so the range's end (exclusive) is q1 + (Tk - Tq), clipped to "
+    "0 .. Tk. One short, a key block whose first key is that last visible key is never "
+    "visited.",
+    "k_end = q1 + Tk - Tq, clipped to 0 .. Tk; the key loop runs k0 over range(0, k_end, "
+    "Bc).")
+HINT_LSE_LOG2 = (
+    "Your lse mixes bases: m is in natural-log units (it is a score), but the log of l was "
+    "taken in base 2. lse = m + ln(l), both natural.",
+    "Use np.log (natural) for l, as m is not converted.")
+HINT_P_BASE2 = (
+    "P and the rescale factor use different bases: exp2 for one and exp for the other, so "
+    "a tile's probabilities and the older tiles' sums are measured against different "
+    "exponentials. Use exp for both (or exp2 for both, with the scores and maxima multiplied "
+    "by log2(e)).",
+    "p = exp(s - m_new) and alpha = exp(m_old - m_new): the same base.")
+HINT_AXIS = (
+    "A row statistic has Bc entries where the query block has Br rows (the shapes above): the "
+    "max or sum of the (Br, Bc) score tile is taken over the wrong axis (the keys of a row "
+    "are axis 1), or m, l are sized by block_k.",
+    "s.max(axis=1) and p.sum(axis=1) give one value per query row, shape (Br,), like m and "
+    "l.")
+HINT_RAGGED_UNCLIPPED = (
+    "The ragged last key block: k[k0:k0 + Bc] stops at Tk by itself (a slice clips), so the "
+    "last key tile has fewer than Bc columns, but something else of that tile (the key "
+    "positions of the mask, shapes above) still has Bc.",
+    "Clip the block's end, k1 = min(k0 + Bc, Tk), and use k1 for everything of that tile.")
 HINT_FORWARD = (
     "Your forward disagrees with dense attention. Run it on a 2 x 3 example with one tile "
     "and compare with flashcourse.reference.attention.",
@@ -147,8 +185,15 @@ HINT_FA1_INIT = (
     "memory.",
     "Before the loops: write O (Tq x d elements), l and m (Tq statistics each).")
 HINT_FA1_STAT_KIND = (
-    "Statistics are counted as elements: l and m take 4 bytes each (kind='stat'), not e.",
+    "Statistics are counted as elements: l and m take 4 bytes each (kind='stat'), not e "
+    "(at least one of your counter calls for l or m lacks kind='stat').",
     "Pass kind='stat' to counter.read / counter.write for l and m.")
+HINT_FA1_SKIP_EDGE = (
+    "Causal: your FA1 loop does not skip the tile whose first key k0 is just past the "
+    "block's last visible key, which the mask hides in full: its Q_i, O_i, l_i, m_i are "
+    "re-read and re-written for nothing.",
+    "The block's last query q1 - 1 sees keys up to q1 - 1 + (Tk - Tq): skip the tile when "
+    "k0 is greater than that.")
 HINT_FA1_NO_SKIP = (
     "Causal: your FA1 loop visits tiles that the mask hides in full; their Q_i, O_i, l_i, m_i "
     "are re-read and re-written for nothing.",
@@ -170,6 +215,14 @@ HINT_MERGE_EMPTY = (
     "A part with no visible key has lse = -inf; your merge produced NaN for such rows.",
     "Where both parts are empty return o = 0, lse = -inf; logaddexp handles one -inf, and "
     "exp(-inf) = 0 weights an empty part.")
+HINT_MERGE_BASE2 = (
+    "Your weights are in base 2 (exp2) but lse is a natural log: the weight of a part is "
+    "exp(lse_part - lse_total), base e.",
+    "exp2(y) = exp(y ln 2); use np.exp here, as lse was made with np.log.")
+HINT_MERGE_OVERFLOW = (
+    "Your merge overflows for large lse values (inf or NaN where every input is finite): "
+    "exp(lse) alone is past float64's range once lse > 709.",
+    "Only differences go into exp: logaddexp(lse_a, lse_b), and weights exp(lse_part - lse).")
 HINT_MERGE = (
     "Your merge disagrees with attention over the union of the key ranges.",
     "Each part's o is normalised over its own keys; undo that with its mass exp(lse), add, "
@@ -191,13 +244,17 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
     'top_left', 'no_mask', 'no_divide', 'lse_no_m', 'lse_base2', 'sqrt_scale',
     'early_stop' (key loop ends at the block's first row), 'k_ragged_drop' (only full
     key blocks), 'k_off_by_one' (blocks end at Tk - 1), 'q_ragged_drop' (only full
-    query blocks). Returns (o, lse).
+    query blocks), 'no_scale' (scale 1), 'strict_mask' (j < i + off), 'k_end_short' (the
+    key loop's end one short), 'lse_log2_l' (m + log2 l), 'p_exp2' (P by exp2, alpha by
+    exp). Returns (o, lse).
     """
     tq, d = q.shape
     tk = k.shape[0]
     off = 0 if mistake == "top_left" else tk - tq
     if mistake == "sqrt_scale":
         scale = 1.0 / math.sqrt(d)
+    elif mistake == "no_scale":
+        scale = 1.0
     o, lse = np.zeros((tq, d)), np.full(tq, -np.inf)
     with np.errstate(all="ignore"):
         for q0 in range(0, tq // br * br if mistake == "q_ragged_drop" else tq, br):
@@ -206,16 +263,19 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
             k_end = max(0, min(tk, q1 + off)) if causal else tk
             if causal and mistake == "early_stop":
                 k_end = max(0, min(tk, q0 + off))
+            elif causal and mistake == "k_end_short":
+                k_end = max(0, min(tk, q1 + off - 1))
             for k0 in range(0, k_end, bc):
                 k1 = min(k0 + bc, tk - 1 if mistake == "k_off_by_one" else tk)
                 if k1 <= k0 or (mistake == "k_ragged_drop" and k0 + bc > tk):
                     continue
                 s = scale * (q[q0:q1] @ k[k0:k1].T)
                 if causal and mistake != "no_mask":
-                    s = np.where(np.arange(k0, k1)[None, :] <= np.arange(q0, q1)[:, None] + off,
-                                 s, -np.inf)
+                    cols, rows = np.arange(k0, k1)[None, :], np.arange(q0, q1)[:, None]
+                    vis = cols < rows + off if mistake == "strict_mask" else cols <= rows + off
+                    s = np.where(vis, s, -np.inf)
                 m_new = s.max(axis=1) if mistake == "tile_max" else np.maximum(m, s.max(axis=1))
-                p = np.exp(s - _safe(m_new)[:, None])
+                p = (np.exp2 if mistake == "p_exp2" else np.exp)(s - _safe(m_new)[:, None])
                 alpha = np.ones_like(m) if mistake == "no_rescale" else np.exp(m - _safe(m_new))
                 a_l = 1.0 if mistake == "no_rescale_l" else alpha
                 a_acc = 1.0 if mistake == "no_rescale_acc" else alpha[:, None]
@@ -224,8 +284,8 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
                 m = m_new
             seen = l > 0
             o[q0:q1][seen] = acc[seen] if mistake == "no_divide" else acc[seen] / l[seen, None]
-            lse[q0:q1][seen] = np.log(l[seen]) if mistake == "lse_no_m" else \
-                m[seen] + np.log(l[seen])
+            log_l = np.log2(l[seen]) if mistake == "lse_log2_l" else np.log(l[seen])
+            lse[q0:q1][seen] = log_l if mistake == "lse_no_m" else m[seen] + log_l
     if mistake == "lse_base2":
         lse = lse / np.log(2.0)
     return o, lse
@@ -235,6 +295,9 @@ MISTAKES = [("no_rescale", HINT_RESCALE), ("no_rescale_l", HINT_RESCALE_L),
             ("no_rescale_acc", HINT_RESCALE_ACC), ("tile_max", HINT_MAX),
             ("top_left", HINT_TOP_LEFT), ("no_mask", HINT_NO_MASK), ("no_divide", HINT_DIVIDE),
             ("lse_no_m", HINT_LSE), ("lse_base2", HINT_LSE_BASE2), ("sqrt_scale", HINT_SCALE),
+            ("no_scale", HINT_NO_SCALE), ("strict_mask", HINT_DIAGONAL),
+            ("lse_log2_l", HINT_LSE_LOG2), ("p_exp2", HINT_P_BASE2),
+            ("k_end_short", HINT_K_END_SHORT),
             ("early_stop", HINT_SKIP_TOO_MUCH), ("k_ragged_drop", HINT_RAGGED_DROP),
             ("k_off_by_one", HINT_RAGGED_OFF_BY_ONE), ("q_ragged_drop", HINT_RAGGED_Q)]
 
@@ -245,6 +308,23 @@ def _close(a, b) -> bool:
 
 def _has_nan(yours, _expected):
     return any(np.isnan(np.asarray(p, np.float64)).any() for p in plain(yours))
+
+
+def _block_sizes(t, b) -> set[int]:
+    """The lengths of the blocks of b rows that cover t rows (the last one ragged)."""
+    return {min(b, t), t % b} - {0}
+
+
+def _errors(tq, tk, br, bc) -> list:
+    """Crashes that a typical mistake explains on a case of these shapes: a (Br,) row
+    statistic broadcast with a (Bc,) one, a full-width key tile next to the clipped slice."""
+    rows, cols = _block_sizes(tq, br), _block_sizes(tk, bc)
+    pairs = [(r, c) for r in rows for c in cols if r != c]
+    found = [((lambda exc: any(shapes_mix(exc, r, c, ndim=1) for r, c in pairs)), *HINT_AXIS)]
+    if tk % bc and tk > bc:
+        found.append(((lambda exc: shapes_mix(exc, bc, tk % bc, ndim=2)),
+                      *HINT_RAGGED_UNCLIPPED))
+    return found
 
 
 def _inputs(seed, tq, tk, d, spread=1.0):
@@ -303,7 +383,7 @@ def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
                         lambda qkv, causal: reference.attention(*qkv, causal=causal, scale=SCALE),
                         replay, MISTAKES, _close, HINT_FORWARD, scale=SCALE, rtol=_RTOL,
                         atol=_ATOL, parts=2, first=[(_has_nan, *HINT_NEG_INF)],
-                        names=("o", "lse"))
+                        names=("o", "lse"), errors=_errors)
     cases.append(_held_case())
     for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
         _, key_rows, _ = causal_block_sums(tq, tk, br, bc, True)   # over visible tiles
@@ -322,6 +402,34 @@ def fa1_model(tq, tk, d, br, bc, causal, e=8) -> tuple[int, int]:
     return t.read_bytes, t.write_bytes
 
 
+def fa1_count(tq, tk, d, br, bc, causal, e=8, st=4, sees=None) -> tuple[int, int]:
+    """(read, write) bytes of the FA1 loops, tile by tile; `sees(q1, k0, off)` decides which
+    tiles are visited when causal (default: the block's last query sees the tile's first
+    key, k0 <= q1 - 1 + off), so that a wrong test can be replayed."""
+    sees = sees or (lambda q1, k0, off: k0 <= q1 - 1 + off)
+    reads, writes = 0, tq * d * e + 2 * tq * st               # O, l, m initialised
+    for k0 in range(0, tk, bc):
+        reads += 2 * (min(k0 + bc, tk) - k0) * d * e           # K_j, V_j
+        for q0 in range(0, tq, br):
+            q1 = min(q0 + br, tq)
+            if causal and not sees(q1, k0, tk - tq):
+                continue
+            reads += (q1 - q0) * (2 * d * e + 2 * st)          # Q_i, O_i, l_i, m_i
+            writes += (q1 - q0) * (d * e + 2 * st)             # O_i, l_i, m_i
+    return reads, writes
+
+
+def _stat_as_element(got, want, tq, q_rows, e=8, st=4) -> bool:
+    """Whether (read, write) bytes `got` differ from `want` by l and/or m counted as e bytes
+    instead of 4 in some of the counter calls: per visible tile (reads, writes) or at the
+    initialisation (writes)."""
+    dr, dw = got[0] - want[0], got[1] - want[1]
+    unit = e - st
+    return (dr, dw) != (0, 0) and any(
+        (dr, dw) == (a * q_rows * unit, b * q_rows * unit + c * tq * unit)
+        for a in range(3) for b in range(3) for c in range(3))
+
+
 def _fa1_variants(tq, tk, d, br, bc, causal, e=8):
     """(reads, writes) of typical counting mistakes, from the model's own terms."""
     st = 4
@@ -337,6 +445,8 @@ def _fa1_variants(tq, tk, d, br, bc, causal, e=8):
                             writes + (tq + q_rows) * 2 * (e - st)),
         "no_skip": (2 * tk * d * e + all_q_rows * (2 * d * e + 2 * st),
                     tq * d * e + 2 * tq * st + all_q_rows * (d * e + 2 * st)),
+        "skip_edge": fa1_count(tq, tk, d, br, bc, causal, e, st,
+                               sees=lambda q1, k0, off: k0 <= q1 + off),
     }
 
 
@@ -369,9 +479,15 @@ def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Resul
         diagnoses = []
         for key, hint in (("kv_per_tile", HINT_FA1_KV_PER_TILE), ("no_state", HINT_FA1_NO_STATE),
                           ("no_init", HINT_FA1_INIT), ("stat_as_element", HINT_FA1_STAT_KIND),
-                          ("no_skip", HINT_FA1_NO_SKIP)):
+                          ("no_skip", HINT_FA1_NO_SKIP), ("skip_edge", HINT_FA1_SKIP_EDGE)):
             if variants[key] != want:
                 diagnoses.append(((lambda y, e, w=variants[key]: tuple(y) == w), *hint))
+        _, _, q_rows = causal_block_sums(tq, tk, br, bc, causal)
+        if not any(_stat_as_element(w, want, tq, q_rows)
+                   for key, w in variants.items() if key != "stat_as_element"):
+            diagnoses.append(((lambda y, e, q_rows=q_rows, tq=tq, want=want:
+                               _stat_as_element(tuple(y), want, tq, q_rows)),
+                              *HINT_FA1_STAT_KIND))
 
         def run(f, q=q, k=k, v=v, causal=causal, br=br, bc=bc, want=want):
             counter = TrafficCounter(bytes_per_element=8, record_events=False)
@@ -420,15 +536,38 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
             bad_use = np.where(np.isneginf(bad), 0.0, bad)
             add_lse = (np.exp(lse_a - bad_use)[:, None] * o_a
                        + np.exp(lse_b - bad_use)[:, None] * o_b, bad)
+            lse_max = np.maximum(lse_a, lse_b)
+            lse_use = np.where(np.isneginf(expected[1]), 0.0, expected[1])
+            base2 = (np.exp2(lse_a - lse_use)[:, None] * o_a
+                     + np.exp2(lse_b - lse_use)[:, None] * o_b, expected[1])
         diagnoses = [(_has_nan, *HINT_MERGE_EMPTY),
                      ((lambda y, e, w=average: _close(y, w)), *HINT_MERGE_AVERAGE),
-                     ((lambda y, e, w=add_lse: _close(y, w)), *HINT_MERGE_LSE)]
+                     ((lambda y, e, w=add_lse: _close(y, w)), *HINT_MERGE_LSE),
+                     ((lambda y, e, w=base2: _close(y, w)), *HINT_MERGE_BASE2),
+                     ((lambda y, e, w=o_a + o_b: _close(plain(y)[:1], (w,))),
+                      *HINT_MERGE_AVERAGE),
+                     ((lambda y, e, w=lse_max: _close(plain(y)[1:], (w,))),
+                      *HINT_MERGE_LSE)]
 
         def run(f, a=(o_a, lse_a, o_b, lse_b), expected=expected):
             return result_tuple(f(*(x.copy() for x in a)), 2), expected
 
         cases.append(Case(name, run, HINT_MERGE[0], diagnoses, rtol=_RTOL, atol=_ATOL,
                           hint2=HINT_MERGE[1], names=("o", "lse")))
+        if n == 0:   # the same parts with every lse 800 higher: o is unchanged
+            big = (o_a, lse_a + 800.0, o_b, lse_b + 800.0)
+
+            def run_big(f, a=big, expected=(expected[0], expected[1] + 800.0)):
+                return result_tuple(f(*(x.copy() for x in a)), 2), expected
+
+            def overflowed(yours, _expected):
+                return any(not np.isfinite(np.asarray(p, np.float64)).all()
+                           for p in plain(yours))
+
+            cases.append(Case("large lse (about 800): exp(lse) overflows", run_big,
+                              HINT_MERGE_OVERFLOW[0], [(overflowed, *HINT_MERGE_OVERFLOW)],
+                              rtol=_RTOL, atol=_ATOL, hint2=HINT_MERGE_OVERFLOW[1],
+                              names=("o", "lse")))
     return run_checks("merge_partials(o_a, lse_a, o_b, lse_b)", fn, cases, verbose=verbose,
                       hint_level=hint_level)
 

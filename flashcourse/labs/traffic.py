@@ -31,6 +31,10 @@ HINT_V = ("You count K but not V: every visible (query block, key block) pair lo
 HINT_ONCE = ("K and V are read once per query block, not once in all: the fa2 inner loop "
              "re-loads every K_j, V_j for each of the Tr = ceil(Tq / Br) query blocks, so "
              "K and V cost 2 x Tr x Tk x d x e bytes.")
+HINT_SWAPPED = ("Your reads are those of the other loop order: K and V read once and Q re-read "
+                "for every key block (Algorithm 1, outer loop over keys). In the fa2 order the "
+                "OUTER loop is over query blocks: Q_i is read once, and K and V are re-read for "
+                "each of the Tr = ceil(Tq / Br) query blocks.")
 HINT_LSE = ("Writes are missing lse: besides O (Tq x d x e bytes) each query row stores its "
             "log-sum-exp, one fp32 number = 4 bytes per row, for the backward pass.")
 HINT_LSE_SIZE = "lse is stored in fp32 whatever the input dtype: 4 bytes per row, not e."
@@ -134,6 +138,7 @@ def _diagnoses(cfg):
         (reads_are(wrong_k_only(*cfg)[0]), HINT_V),
         (reads_are(wrong_kv_once(*cfg)[0]), HINT_ONCE),
         (reads_are(tq * d * e + 2 * (tq // br) * tk * d * e), HINT_FLOOR),
+        (reads_are(2 * tk * d * e + tc * tq * d * e), HINT_SWAPPED),
         (lambda y, x: int(y[0]) > right_reads and (int(y[0]) - right_reads) % (tq * tk) == 0,
          HINT_SCORES),
         (writes_are(tq * d * e), HINT_LSE),
@@ -178,6 +183,9 @@ CAUSAL_CASES = [
      (20, 52, 4, 8, 8, 2)),
     ("causal, Tq > Tk (rows that see nothing): Tq = 40, Tk = 12, d = 3, Br = 8, Bc = 4, e = 2",
      (40, 12, 3, 8, 4, 2)),
+    # k0 == q1 - 1 + Tk - Tq for several tiles: a key block whose only visible key is its first
+    ("causal, tiles that see only their first key: Tq = Tk = 13, d = 3, Br = 4, Bc = 3, e = 2",
+     (13, 13, 3, 4, 3, 2)),
 ]
 
 
@@ -248,6 +256,9 @@ HINT_BWD_D = ("D = rowsum(dO * O) is computed before the loops: it reads O and d
               "writes D (4 bytes per row); and each tile then reads D_i back.")
 HINT_BWD_DKDV = ("dK_j and dV_j are written once per key block, after the inner loop: "
                  "2 x rows(K_j) x d x e bytes.")
+HINT_BWD_FLOOR = ("Number of key blocks: Tc = ceil(Tk / Bc), rounded UP; floor division drops "
+                  "the ragged last key block, whose tiles still read Q_i, dO_i, dQ_i, lse_i, D_i "
+                  "and write dQ_i.")
 HINT_BWD_GENERIC = ("Count per loop of tiled.backward: before the loops (O, dO read; D written; "
                     "dQ zeroed); per key block (K_j, V_j read; dK_j, dV_j written); per tile "
                     "(Q_i, dO_i, dQ_i, lse_i, D_i read; dQ_i written).")
@@ -269,7 +280,10 @@ def _bwd_variants(tq, tk, d, br, bc, e):
     tc = ceil_div(tk, bc)
     reads = 2 * tq * d * e + 2 * tk * d * e + tc * (3 * tq * d * e + 8 * tq)
     writes = 4 * tq + tq * d * e + tc * tq * d * e + 2 * tk * d * e
+    floor = tk // bc          # key blocks rounded down: per-block terms one block short
     return {
+        "floor": (reads - (tc - floor) * (3 * tq * d * e + 8 * tq),
+                  writes - (tc - floor) * tq * d * e),
         "no_dq": (reads - tc * tq * d * e, writes - tc * tq * d * e),
         "once": (reads - tc * 2 * tq * d * e + 2 * tq * d * e, writes),
         "stat_e": (reads + tc * 2 * tq * (e - 4), writes + tq * (e - 4)),
@@ -297,9 +311,10 @@ def check_backward_traffic(fn, *, verbose: bool = True, hint_level: int = 1) -> 
                           ("stat_e", HINT_BWD_STAT), ("no_d", HINT_BWD_D),
                           ("no_dkdv", HINT_BWD_DKDV)):
             diagnoses.append(((lambda y, x, w=variants[key]: tuple(y) == w), hint))
-        stat = variants["stat_e"]       # statistics at e bytes in the reads or the writes only
-        diagnoses.append(((lambda y, x, w=stat: (y[0] == w[0] and y[0] != x[0])
-                           or (y[1] == w[1] and y[1] != x[1])), HINT_BWD_STAT))
+        # statistics at e bytes, or key blocks rounded down, in the reads or the writes only
+        for key, hint in (("stat_e", HINT_BWD_STAT), ("floor", HINT_BWD_FLOOR)):
+            diagnoses.append(((lambda y, x, w=variants[key]: (y[0] == w[0] and y[0] != x[0])
+                               or (y[1] == w[1] and y[1] != x[1])), hint))
 
         def run(f, cfg=cfg):
             return _as_pair(f(*cfg)), backward_counter_traffic(*cfg)

@@ -64,6 +64,10 @@ HINT_WINDOW_ALIGN = (
     "masks bottom-right, like its causal mask: the last query sits at the last key, so "
     "query i stands at key position i + Tk - Tq.",
     "Add the offset Tk - Tq to the query index before taking the distance.")
+HINT_WINDOW_REVERSED = (
+    "Your offset is reversed: query i stands at key position i + (Tk - Tq), not "
+    "i + (Tq - Tk). The last query sits at the last key, Tq - 1 + (Tk - Tq) = Tk - 1.",
+    "The offset is t_key - t_query.")
 HINT_WINDOW_FUTURE = (
     "Your window lets queries see keys AFTER their own position (a negative distance): a "
     "left window is causal as well.",
@@ -148,6 +152,7 @@ def check_sliding_window(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
                     (_window_by_distance(w, tq, tk, -1, w), HINT_WINDOW_WIDE),
                     (_window_by_distance(w, tq, tk, 0, w, off=0), HINT_WINDOW_ALIGN),
                     (_window_by_distance(w, tq, tk, 0, w - 1, off=0), HINT_WINDOW_ALIGN),
+                    (_window_by_distance(w, tq, tk, 0, w, off=tq - tk), HINT_WINDOW_REVERSED),
                     (_window_by_distance(w, tq, tk, -w, w), HINT_WINDOW_FUTURE),
                     (_window_by_distance(w, tq, tk, -10**9, w), HINT_WINDOW_FUTURE)]
         cases.append(_mask_case("sliding_window(window, t_query, t_key)",
@@ -590,6 +595,21 @@ HINT_FWD_FULL_ONLY = (
     "ones both hold visible pairs.",
     "Loop over full_kv_indices[i, :full_kv_num_blocks[i]] and kv_indices[i, "
     ":kv_num_blocks[i]].")
+HINT_FWD_RESCALE = (
+    "Missing rescale: when a tile raises a row's running max, the sum l and the accumulator "
+    "acc were measured against the OLD max and must both be multiplied by exp(m_old - "
+    "m_new) before this tile is added (lab 03's update rule).",
+    "l = alpha l + rowsum(P) and acc = alpha acc + P V_j, with alpha = exp(m_old - m_new).")
+HINT_FWD_RESCALE_ACC = (
+    "Half a rescale: your sum l is brought to the new max but the accumulator acc is not. "
+    "Both are sums against the same max; when it grows, both must be multiplied by "
+    "exp(m_old - m_new) before this tile is added.",
+    "acc = alpha[:, None] acc + P V_j, with the alpha that multiplies l.")
+HINT_FWD_RESCALE_L = (
+    "Half a rescale: your accumulator acc is brought to the new max but the sum l is not. "
+    "Both are sums against the same max; when it grows, both must be multiplied by "
+    "exp(m_old - m_new) before this tile is added.",
+    "l = alpha l + rowsum(P), with the alpha that multiplies acc.")
 
 SCALE = 0.37
 
@@ -611,9 +631,11 @@ FORWARD_CASES = [
 ]
 
 
-def replay_forward(q, k, v, bm, mask_mod, score_mod, scale, br, bc, mistake=None):
+def replay_forward(q, k, v, bm, mask_mod, score_mod, scale, br, bc, mistake=None,
+                   order="partial_first"):
     """The float64 tiled forward with a block mask (q (Tq, d), k, v (Tk, d); bm the four
-    arrays), optionally with one typical mistake; (o, lse)."""
+    arrays), optionally with one typical mistake; (o, lse). `order` of the visits (partial
+    first, "full_first", "by_key") matters only when a rescale is missing."""
     num_p, idx_p, num_f, idx_f = bm
     tq, d = q.shape
     tk = k.shape[0]
@@ -625,7 +647,10 @@ def replay_forward(q, k, v, bm, mask_mod, score_mod, scale, br, bc, mistake=None
             m, l, acc = np.full(q1 - q0, -np.inf), np.zeros(q1 - q0), np.zeros((q1 - q0, d))
             visits = [(j, True) for j in idx_p[i, :num_p[i]]]
             if mistake != "partial_only":
-                visits += [(j, False) for j in idx_f[i, :num_f[i]]]
+                full = [(j, False) for j in idx_f[i, :num_f[i]]]
+                visits = full + visits if order == "full_first" else visits + full
+            if order == "by_key":
+                visits.sort()
             for j, partial in visits:
                 k0, k1 = j * bc, min((j + 1) * bc, tk)
                 ki = np.arange(k0, k1)
@@ -643,9 +668,10 @@ def replay_forward(q, k, v, bm, mask_mod, score_mod, scale, br, bc, mistake=None
                 if mistake == "on_probs":
                     p = score_tile(score_mod, p, 0, 0, qi, ki)
                     p = np.where(np.isneginf(s), 0.0, p)
-                alpha = np.exp(m - m_safe)
-                l = alpha * l + p.sum(axis=1)
-                acc = alpha[:, None] * acc + p @ v[k0:k1]
+                alpha = np.ones(len(m)) if mistake == "no_rescale" else np.exp(m - m_safe)
+                l = (1.0 if mistake == "no_rescale_l" else alpha) * l + p.sum(axis=1)
+                a_acc = 1.0 if mistake == "no_rescale_acc" else alpha[:, None]
+                acc = a_acc * acc + p @ v[k0:k1]
                 m = m_new
             seen = l > 0
             o[q0:q1] = np.where(seen[:, None], acc / np.where(seen, l, 1.0)[:, None], 0.0)
@@ -655,6 +681,10 @@ def replay_forward(q, k, v, bm, mask_mod, score_mod, scale, br, bc, mistake=None
 
 FORWARD_MISTAKES = [("no_mask", HINT_FWD_PARTIAL_UNMASKED), ("after_max", HINT_FWD_AFTER_MAX),
                     ("on_probs", HINT_FWD_ON_PROBS), ("partial_only", HINT_FWD_FULL_ONLY)]
+#: a missing rescale shows whatever the order of the visits: replayed in each order
+RESCALE_MISTAKES = [("no_rescale", HINT_FWD_RESCALE), ("no_rescale_acc", HINT_FWD_RESCALE_ACC),
+                    ("no_rescale_l", HINT_FWD_RESCALE_L)]
+VISIT_ORDERS = ("partial_first", "full_first", "by_key")
 
 
 def _watch_score(score_mod, tq, tk):
@@ -688,8 +718,11 @@ def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread):
                        score_mod=score, scale=SCALE)
     want = (o[0, 0], lse[0, 0])
     diagnoses = []
-    for mistake, hint in FORWARD_MISTAKES:
-        wrong = replay_forward(q, k, v, arrays, mask, score, SCALE, br, bc, mistake)
+    replays = [(mistake, "partial_first", hint) for mistake, hint in FORWARD_MISTAKES]
+    replays += [(mistake, order, hint) for mistake, hint in RESCALE_MISTAKES
+                for order in VISIT_ORDERS]
+    for mistake, order, hint in replays:
+        wrong = replay_forward(q, k, v, arrays, mask, score, SCALE, br, bc, mistake, order)
         if not _close_pair(wrong, want):
             diagnoses.append((lambda y, e, w=wrong: _close_pair(y[:2], w), *hint))
     diagnoses += [(lambda y, e: _close_pair(y[:2], want) and bool(

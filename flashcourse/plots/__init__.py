@@ -14,6 +14,8 @@
                   recorded variants and timings (10, section 7)
     decode        Flash-Decoding's SMs, splits, merge tree and bandwidth (11)
     variants      masks pair by pair, block masks by tile (14)
+    fp8           e4m3/e5m2 number lines, an outlier rotated, FP8 error by scheme (15)
+    paged         a paged KV cache's pool, block tables and the work list's schedule (11b)
     tuning        the tuning sweep's TFLOP/s heatmaps over (Br, Bc) (07)
     bench         TFLOP/s grids of recorded benchmarks
     tables        HTML tables for notebook output

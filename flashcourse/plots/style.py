@@ -72,15 +72,21 @@ def smallest_text(fig) -> tuple[float, str]:
     return min(found, default=(float("inf"), ""))
 
 
-#: set to a file path, every figure a notebook's cells leave open is measured after the
-#: cell and one JSON line per figure appended there (tests/test_notebooks.py reads it)
+#: set to a file path, every figure a notebook's cells show or leave open is measured (when
+#: shown, or after the cell) and one JSON line per figure appended there, with the notebook's
+#: path when a Jupyter server started the kernel (tests/test_notebooks.py reads it)
 AUDIT_ENV = "FLASHCOURSE_FIGURE_AUDIT"
 
 
 def install_audit(path) -> bool:
-    """Measure every new figure after each cell of this IPython kernel (width in inches,
-    smallest text) into the JSON-lines file `path`; False outside IPython."""
+    """Measure every figure of this IPython kernel (width in inches, smallest text) into the
+    JSON-lines file `path`, once per figure: when it is displayed (the inline backend of
+    JupyterLab shows a figure and closes it, mid-cell on `plt.show()`), and after each cell
+    for those still open (a non-interactive backend, Agg, shows nothing). Each line names
+    the notebook (`notebook`: the path a Jupyter server gives the kernel, JPY_SESSION_NAME)
+    when there is one, so kernels of one server can share the file. False outside IPython."""
     import json
+    import os
     import sys
     import weakref
     try:
@@ -91,21 +97,37 @@ def install_audit(path) -> bool:
     if ip is None:
         return False
     seen = weakref.WeakSet()
+    notebook = os.environ.get("JPY_SESSION_NAME")
+
+    def measure(fig):
+        if fig in seen:
+            return
+        seen.add(fig)
+        size, text = smallest_text(fig)
+        record = {"cell": ip.execution_count, "width_in": width_in(fig), "min_font_pt": size,
+                  "text": text}
+        if notebook:
+            record["notebook"] = notebook
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(record) + "\n")
 
     def audit(*_):
         pyplot = sys.modules.get("matplotlib.pyplot")
         if pyplot is None:
             return
         for num in pyplot.get_fignums():
-            fig = pyplot.figure(num)
-            if fig in seen:
-                continue
-            seen.add(fig)
-            size, text = smallest_text(fig)
-            with open(path, "a", encoding="utf-8") as out:
-                out.write(json.dumps({"cell": ip.execution_count, "width_in": width_in(fig),
-                                      "min_font_pt": size, "text": text}) + "\n")
+            measure(pyplot.figure(num))
 
+    formatter = ip.display_formatter
+    format_plain = formatter.format
+
+    def format_measured(obj, *args, **kwargs):
+        figure = sys.modules.get("matplotlib.figure")
+        if figure is not None and isinstance(obj, figure.Figure):
+            measure(obj)
+        return format_plain(obj, *args, **kwargs)
+
+    formatter.format = format_measured            # display(fig), plt.show() inline, fig as a result
     ip.events.register("post_execute", audit)
     return True
 

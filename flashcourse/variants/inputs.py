@@ -62,38 +62,54 @@ class Problem:
         return accumulator_dtype(self.q.dtype)
 
 
+def check_layout(q_shape, k_shape, v_shape) -> None:
+    """The shape rules of q (B, Hq, Tq, d), k and v (B, Hkv, Tk, d), Hq a multiple of Hkv:
+    ValueError naming the argument that breaks one. Shapes only, so that device arrays
+    (`flashcourse.cuda.variants_backward`) are checked without reading them."""
+    for shp, name, heads in ((q_shape, "q", "Hq"), (k_shape, "k", "Hkv"), (v_shape, "v", "Hkv")):
+        if len(shp) != 4:
+            raise ValueError(f"{name} must have 4 dimensions (B, {heads}, T, d), got shape "
+                             f"{tuple(shp)}")
+        if 0 in tuple(shp):
+            raise ValueError(f"{name} must have no empty axis, got shape {tuple(shp)}")
+    if tuple(k_shape) != tuple(v_shape):
+        raise ValueError(f"v must have k's shape (B, Hkv, Tk, d), got k {tuple(k_shape)} and "
+                         f"v {tuple(v_shape)}")
+    if q_shape[0] != k_shape[0] or q_shape[3] != k_shape[3]:
+        raise ValueError(f"q and k must have the same batch B and head dim d, got q "
+                         f"{tuple(q_shape)} and k {tuple(k_shape)}")
+    if q_shape[1] % k_shape[1]:
+        raise ValueError(f"the query heads Hq = {q_shape[1]} must be a multiple of the "
+                         f"key/value heads Hkv = {k_shape[1]} (grouped-query attention)")
+
+
+def check_sinks(sinks, heads: int):
+    """sinks as a (Hq,) float64 array (None passes): ValueError unless a finite float
+    array of one logit per query head."""
+    if sinks is None:
+        return None
+    s = np.asarray(sinks)
+    if s.shape != (heads,) or s.dtype.kind != "f" or not np.isfinite(s).all():
+        raise ValueError(f"sinks must be a finite float array of shape (Hq,) = ({heads},), "
+                         f"one logit per query head, got dtype {s.dtype} and shape "
+                         f"{s.shape}")
+    return s.astype(np.float64)
+
+
 def check_inputs(q, k, v, *, mask_mod=None, score_mod=None, sinks=None,
                  scale=None) -> Problem:
     """A `Problem` from the arguments, or one clear error naming the one that is wrong."""
     q, k, v = (check_array(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
-    for x, name, heads in ((q, "q", "Hq"), (k, "k", "Hkv"), (v, "v", "Hkv")):
-        if x.ndim != 4:
-            raise ValueError(f"{name} must have 4 dimensions (B, {heads}, T, d), got shape "
-                             f"{x.shape}")
+    check_layout(q.shape, k.shape, v.shape)
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"q, k and v must share one dtype, got q {q.dtype}, k {k.dtype}, "
                         f"v {v.dtype}")
-    if k.shape != v.shape:
-        raise ValueError(f"v must have k's shape (B, Hkv, Tk, d), got k {k.shape} and "
-                         f"v {v.shape}")
-    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
-        raise ValueError(f"q and k must have the same batch B and head dim d, got q "
-                         f"{q.shape} and k {k.shape}")
-    if q.shape[1] % k.shape[1]:
-        raise ValueError(f"the query heads Hq = {q.shape[1]} must be a multiple of the "
-                         f"key/value heads Hkv = {k.shape[1]} (grouped-query attention)")
     check_mod(mask_mod, "mask_mod", 4)
     check_mod(score_mod, "score_mod", 5)
     tq, tk, hq = q.shape[2], k.shape[2], q.shape[1]
     check_fits(mask_mod, "mask_mod", tq, tk, hq, q.shape[0])
     check_fits(score_mod, "score_mod", tq, tk, hq, q.shape[0])
-    if sinks is not None:
-        s = np.asarray(sinks)
-        if s.shape != (hq,) or s.dtype.kind != "f" or not np.isfinite(s).all():
-            raise ValueError(f"sinks must be a finite float array of shape (Hq,) = ({hq},), "
-                             f"one logit per query head, got dtype {s.dtype} and shape "
-                             f"{s.shape}")
-        sinks = s.astype(np.float64)
+    sinks = check_sinks(sinks, hq)
     return Problem(q, k, v, sinks, check_scale(scale, q.shape[3]), mask_mod, score_mod)
 
 

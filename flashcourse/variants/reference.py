@@ -18,6 +18,9 @@ sink (FlexAttention's rule), lse = sink_h with one. The backward, with dO = dL/d
     dsink_h = -sum_{b, i} exp(sink_h - lse_i) D_i   (the sink's P times its dP = 0, minus D)
 
 Everything is materialised, in float64: use it on small shapes to check the tiled paths.
+`float32_backward` is the yardstick for 16-bit kernels: the same backward as a tensor-core
+kernel computes it (float32, P and dS rounded to 16 bits), whose error a kernel's is
+compared with.
 """
 
 from __future__ import annotations
@@ -119,4 +122,54 @@ def reference_backward(q, k, v, do, *, mask_mod=None, score_mod=None, score_mod_
                 seen = np.isfinite(lse)
                 p_sink = np.exp(sink - np.where(seen, lse, np.inf))     # (Tq,)
                 dsinks[h] -= float((p_sink * delta).sum())
+    return dq, dk, dv, dsinks
+
+
+def float32_backward(q, k, v, o, lse, do, *, rounding, mask_mod=None, score_mod=None,
+                     score_mod_grad=None, sinks=None, scale=None):
+    """(dq, dk, dv, dsinks) as a 16-bit tensor-core backward computes them, in numpy
+    float32: the yardstick that a kernel's error is compared with (twice its error,
+    tests/test_variants_tc_backward_sim.py and benchmarks/gpu_variants.py).
+
+    q, k, v, o, do hold 16-bit values (float32 arrays), lse the forward's float32 one;
+    rounding(x) rounds float32 values to the kernel's 16-bit type (numpy in, numpy out).
+    Per head, float32 throughout: x = scale Q K^T, P = exp(score_mod(x) - lse) (0 where
+    hidden), D = rowsum(dO o O), dS = P (dP - D) score_mod_grad(x); then P and dS are
+    ROUNDED before the products that take them, dV += P^T dO, dK += scale dS^T Q,
+    dQ = scale dS K (FlashAttention-2's order; FlexAttention's Triton backward rounds
+    them too: `ppT.to(MATMUL_PRECISION)`, `dsT.to(MATMUL_PRECISION)` in PyTorch's
+    torch/_inductor/kernel/flex_attention.py); dsink_h = -sum_i exp(sink_h - lse_i) D_i.
+    Dense: small shapes only."""
+    p = check_inputs(q, k, v, mask_mod=mask_mod, score_mod=score_mod, sinks=sinks,
+                     scale=scale)
+    grad = resolve_grad(score_mod, score_mod_grad)
+    _size_check(p, "variants.reference.float32_backward")
+    f = np.float32
+    q, k, v, o, do = (np.asarray(a, f) for a in (p.q, p.k, p.v, o, do))
+    lse = np.asarray(lse, f)
+    scale32 = f(p.scale)
+    dq, dk, dv = np.zeros(q.shape, f), np.zeros(k.shape, f), np.zeros(v.shape, f)
+    dsinks = None if p.sinks is None else np.zeros(p.heads)
+    qi, ki = np.arange(p.tq), np.arange(p.tk)
+    for b in range(p.batch):
+        for h in range(p.heads):
+            kh = h // p.group
+            x = (q[b, h] @ k[b, kh].T).astype(f) * scale32                 # (Tq, Tk)
+            y = x if score_mod is None else score_tile(score_mod, x, b, h, qi, ki).astype(f)
+            lse_s = np.where(np.isneginf(lse[b, h]), np.inf, lse[b, h]).astype(f)
+            with np.errstate(invalid="ignore", over="ignore"):   # hidden pairs: dropped
+                probs = np.exp(y - lse_s[:, None]).astype(f)                # (Tq, Tk)
+            if mask_mod is not None:
+                probs = np.where(mask_tile(mask_mod, b, h, qi, ki), probs, f(0))
+            delta = (do[b, h] * o[b, h]).sum(axis=1, dtype=f)               # (Tq,)
+            ds = probs * ((do[b, h] @ v[b, kh].T).astype(f) - delta[:, None])
+            if grad is not None:
+                g = score_tile(grad, x, b, h, qi, ki, "score_mod_grad").astype(f)
+                ds = np.where(probs > 0, ds * g, f(0)).astype(f)
+            p16, ds16 = (np.asarray(rounding(a), f) for a in (probs, ds))
+            dv[b, kh] += p16.T @ do[b, h]                                   # (Tk, d)
+            dk[b, kh] += scale32 * (ds16.T @ q[b, h])
+            dq[b, h] = scale32 * (ds16 @ k[b, kh])                          # (Tq, d)
+            if dsinks is not None:
+                dsinks[h] -= float((np.exp(f(p.sinks[h]) - lse_s) * delta).sum())
     return dq, dk, dv, dsinks

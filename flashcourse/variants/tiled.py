@@ -46,17 +46,26 @@ def prepare(q, k, v, block_mask, score_mod, sinks, scale, block_q, block_k):
     mask_mod = None if block_mask is None else getattr(block_mask, "mask_mod", None)
     p = check_inputs(q, k, v, mask_mod=mask_mod, score_mod=score_mod, sinks=sinks,
                      scale=scale)
+    return p, resolve_block_mask(block_mask, p.batch, p.heads, p.tq, p.tk, block_q,
+                                 block_k)
+
+
+def resolve_block_mask(block_mask, batch: int, heads: int, t_query: int, t_key: int,
+                       block_q, block_k):
+    """The BlockMask a call runs with: `block_mask` checked against inputs of `batch`
+    entries, `heads` query heads and (Tq, Tk) (block_q, block_k must then be None or its
+    tiles), or without one every tile full, block_q x block_k (default 64 x 64)."""
     if block_mask is None:
         br = check_block(DEFAULT_BLOCK_Q if block_q is None else block_q, "block_q")
         bc = check_block(DEFAULT_BLOCK_K if block_k is None else block_k, "block_k")
-        return p, full_block_mask(p.tq, p.tk, br, bc)
-    bm = check_block_mask(block_mask, p.batch, p.heads, p.tq, p.tk)
+        return full_block_mask(t_query, t_key, br, bc)
+    bm = check_block_mask(block_mask, batch, heads, t_query, t_key)
     for given, have, name in ((block_q, bm.block_size[0], "block_q"),
                               (block_k, bm.block_size[1], "block_k")):
         if given is not None and given != have:
             raise ValueError(f"{name} = {given} differs from the block mask's tiles "
                              f"{bm.block_size}: leave it out (the block mask sets the tiles)")
-    return p, bm
+    return bm
 
 
 def new_counts(stats) -> dict:

@@ -16,7 +16,7 @@ from ...gpu import using_simulator
 from ...variants.mods import jit_ready
 
 
-def _inlined(fn):
+def inlined(fn):
     """`fn` as a device function that a GPU build always inlines into the kernel calling it
     (as if written there); the simulator's jit has no `forceinline` and needs none."""
     if using_simulator():
@@ -42,7 +42,7 @@ def exp2_log2(simulator: bool | None = None):
     return math.exp2, math.log2
 
 
-@_inlined
+@inlined
 def reset_state(acc, n_acc, m, l, n_rows):
     """The empty online-softmax state of a thread: acc[:n_acc] = 0 (unnormalised O),
     m[:n_rows] = -inf (running max), l[:n_rows] = 0 (running sum). Inlined into the
@@ -54,7 +54,7 @@ def reset_state(acc, n_acc, m, l, n_rows):
         l[i] = F0
 
 
-@_inlined
+@inlined
 def visible_key_blocks(tk, causal, q_end, BC):
     """Key blocks of Bc keys that a query block sees: all ceil(Tk / Bc), or with a causal
     mask those up to its last row's diagonal (q_end = q0 + Br + Tk - Tq keys); 0 if none."""
@@ -94,17 +94,17 @@ def query_block_order(order: str | None = None):
         raise ValueError(f"order must be one of {BLOCK_ORDERS}, got {order!r}")
 
     if order == "launch":
-        @_inlined
+        @inlined
         def block_of(causal):
             return cuda.blockIdx.x, cuda.blockIdx.y
     elif order == "head_reversed":
-        @_inlined
+        @inlined
         def block_of(causal):
             if causal != 0:
                 return cuda.gridDim.x - 1 - cuda.blockIdx.x, cuda.blockIdx.y
             return cuda.blockIdx.x, cuda.blockIdx.y
     else:
-        @_inlined
+        @inlined
         def block_of(causal):
             if causal != 0:
                 lin = cuda.blockIdx.x + cuda.gridDim.x * cuda.blockIdx.y
@@ -136,7 +136,7 @@ def key_block_order(order: str | None = None):
     if order == "launch":
         return query_block_order("launch")
 
-    @_inlined
+    @inlined
     def block_of(causal):
         if causal != 0:
             lin = cuda.blockIdx.x + cuda.gridDim.x * cuda.blockIdx.y

@@ -169,7 +169,7 @@ def is_device_array(x) -> bool:
     return cuda.is_cuda_array(x)
 
 
-def _as_device(name: str, x, dtypes):
+def as_device_array(name: str, x, dtypes):
     """`x` as a Numba device array (any object with the CUDA array interface is viewed
     as one, without a copy), after checking its dtype and layout."""
     if not is_device_array(x):
@@ -181,9 +181,28 @@ def _as_device(name: str, x, dtypes):
         raise TypeError(f"{name} on the device must have dtype "
                         f"{' or '.join(str(np.dtype(t)) for t in dtypes)}, got {x.dtype}")
     if not x.is_c_contiguous():
-        raise ValueError(f"{name} on the device must be C-contiguous (e.g. made by "
-                         "cuda.to_device(np.ascontiguousarray(...))), got a strided view")
+        x = c_strided_view(x)
+        if x is None:
+            raise ValueError(f"{name} on the device must be C-contiguous (e.g. made by "
+                             "cuda.to_device(np.ascontiguousarray(...))), got a strided view")
     return x
+
+
+def c_strided_view(x):
+    """`x` viewed with C-order strides when only its dimensions of size 1 break them, else
+    None. NumPy's `a[None]` and PyTorch's `unsqueeze` give a size-1 dimension any stride
+    (NumPy and PyTorch still call the array contiguous, so `np.ascontiguousarray` keeps it);
+    Numba's device arrays call it strided. No element moves: the view is the same memory."""
+    shape, item = tuple(int(n) for n in x.shape), np.dtype(x.dtype).itemsize
+    want, step = [], item
+    for n in reversed(shape):
+        want.append(step)
+        step *= n
+    want = tuple(reversed(want))
+    if any(n != 1 and s != w for n, s, w in zip(shape, x.strides, want)):
+        return None
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+    return DeviceNDArray(shape, want, x.dtype, stream=x.stream, gpu_data=x.gpu_data)
 
 
 def _shape(x) -> tuple:
@@ -211,7 +230,7 @@ def prepare(q, k, v, causal, scale, allow_nonfinite, *, dtypes=(np.float32,),
     if any(is_device_array(a) for a in (q, k, v)):
         causal = check_causal(causal)
         check_bool(allow_nonfinite, "allow_nonfinite")
-        q, k, v = (_as_device(n, a, dtypes) for n, a in (("q", q), ("k", k), ("v", v)))
+        q, k, v = (as_device_array(n, a, dtypes) for n, a in (("q", q), ("k", k), ("v", v)))
         qs, ks, vs = _shape(q), _shape(k), _shape(v)
         for name, shp in (("q", qs), ("k", ks), ("v", vs)):
             if len(shp) < 2 or 0 in shp:
@@ -248,7 +267,7 @@ def prepare_backward(q, k, v, o, lse, do, causal, scale, *, dtypes=(np.float32,)
     from numba import cuda
     arrays = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do}
     if any(is_device_array(a) for a in arrays.values()):
-        arrays = {n: _as_device(n, a, (np.float32,) if n == "lse" else dtypes)
+        arrays = {n: as_device_array(n, a, (np.float32,) if n == "lse" else dtypes)
                   for n, a in arrays.items()}
         q, k, v, o, lse, do = arrays.values()
         for name in ("k", "v", "o", "do"):

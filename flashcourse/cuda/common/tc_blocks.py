@@ -383,13 +383,16 @@ def cp_async_rows(simulator: bool, cp16, rows: int, chunks: int, threads: int,
     round-robin from thread `tid` of `threads`: row r of the tile is row base + row0 + r
     of the flat array x (row_words 32-bit words a row), written at word at + r rs of sm;
     rows from `limit` on are zero-filled (and read from row base). two: the same rows of
-    x2 to word at2 as well (K and V of one key block)."""
+    x2 to word at2 as well (K and V of one key block).
+    copy_z(sm, at, at2, rs, x, x2, base, row0, limit, zrow, tid): the same, the rows
+    past `limit` read from row base + zrow (a paged cache's page, where row base may
+    not exist)."""
     jit = _jit(simulator)
     CP16 = cp16
     LOADS = -(-(rows * chunks) // threads)
 
     @jit
-    def copy(sm, at, at2, rs, x, x2, base, row0, limit, tid):
+    def copy_z(sm, at, at2, rs, x, x2, base, row0, limit, zrow, tid):
         for it in range(LOADS):
             e = tid + threads * it
             if e < rows * chunks:
@@ -397,12 +400,16 @@ def cp_async_rows(simulator: bool, cp16, rows: int, chunks: int, threads: int,
                 c = (e - r * chunks) * 4
                 key = row0 + r
                 ok = key < limit
-                gi = U(base + (key if ok else 0)) * U(row_words) + U(c)
+                gi = U(base + (key if ok else zrow)) * U(row_words) + U(c)
                 CP16(sm, U(at + r * rs + c), x, gi, 16 if ok else 0)
                 if two:
                     CP16(sm, U(at2 + r * rs + c), x2, gi, 16 if ok else 0)
 
-    return {"copy": copy}
+    @jit
+    def copy(sm, at, at2, rs, x, x2, base, row0, limit, tid):
+        copy_z(sm, at, at2, rs, x, x2, base, row0, limit, 0, tid)
+
+    return {"copy": copy, "copy_z": copy_z}
 
 
 def mma_into(simulator: bool, mma):

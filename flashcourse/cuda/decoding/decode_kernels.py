@@ -63,7 +63,6 @@ its place.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -71,13 +70,16 @@ import numpy as np
 from numba import cuda, float32
 from numba import uint64 as U
 
-from ...constants import F0, FULL_MASK, LN2_F, LOG2E, NEG_INF
+from ...constants import F0, F1, FULL_MASK, LN2_F, LOG2E, NEG_INF
 from ...geometry import ceil_div
 from ...gpu import using_simulator
 from ...limits import check_launch, current_limits
 from ..._guards import forward_result
-from ..common._device import exp2_log2, reset_state
+from ..common._device import exp2_log2, inlined, reset_state
 from ..common._launch import check_registers, flat, launch
+from .vector_loads import row_loader
+from .combine import combine_row, combine_threads, make_combine_kernel  # noqa: F401
+from ..ptx.fp8 import resolve_hw_cvt
 from .decode_tc_kernels import (SPLIT_KERNELS, TC_MIN_ROWS, DecodeTCConfig,  # noqa: F401
                                 check_split_options, choose_kernel, make_split_tc_kernel,
                                 tc_blocks_per_sm, tc_plan)
@@ -88,59 +90,6 @@ from ..common.result_check import check_result
 MAX_ROWS = 8
 #: Bytes per vector load.
 VECTOR_BYTES = 16
-
-
-# ---------------------------------------------------------------------------------------
-# 16-byte loads (GPU only)
-# ---------------------------------------------------------------------------------------
-
-def _vector_loaders():
-    """(load_f16x8, load_f32x4): device intrinsics that read 16 bytes at a flat element
-    index of a C-contiguous array and return the values as a tuple of float32."""
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
-
-    def make(elem_bits, n):
-        @intrinsic
-        def load(typingctx, arr, idx):
-            sig = types.UniTuple(types.float32, n)(arr, idx)
-
-            def codegen(context, builder, sig, args):
-                ary = context.make_array(sig.args[0])(context, builder, args[0])
-                ptr = builder.gep(ary.data, [args[1]])
-                i32 = ir.IntType(32)
-                if elem_bits == 16:      # 4 x i32, each word = 2 halves -> fpext
-                    vec = builder.load(builder.bitcast(ptr, ir.VectorType(i32, 4)
-                                                       .as_pointer()), align=16)
-                    vals = []
-                    for w in range(4):
-                        word = builder.extract_element(vec, ir.Constant(i32, w))
-                        h2 = builder.bitcast(word, ir.VectorType(ir.HalfType(), 2))
-                        f2 = builder.fpext(h2, ir.VectorType(ir.FloatType(), 2))
-                        vals += [builder.extract_element(f2, ir.Constant(i32, i))
-                                 for i in range(2)]
-                else:                    # 4 x float
-                    vec = builder.load(builder.bitcast(ptr, ir.VectorType(ir.FloatType(), 4)
-                                                       .as_pointer()), align=16)
-                    vals = [builder.extract_element(vec, ir.Constant(i32, i))
-                            for i in range(4)]
-                return context.make_tuple(builder, sig.return_type, vals)
-
-            return sig, codegen
-        return load
-
-    return make(16, 8), make(32, 4)
-
-
-_LOADERS = None
-
-
-def vector_loaders():
-    global _LOADERS
-    if _LOADERS is None:
-        _LOADERS = _vector_loaders()
-    return _LOADERS
 
 
 # ---------------------------------------------------------------------------------------
@@ -160,7 +109,7 @@ class DecodeConfig:
     registers per thread, more warps on an SM, for GQA groups).
     """
 
-    itemsize: int        # 2 (fp16) or 4 (fp32) bytes per K/V element
+    itemsize: int        # 1 (FP8 e4m3 codes), 2 (fp16) or 4 (fp32) bytes per K/V element
     vec: int
     lpk: int
     nv: int
@@ -170,6 +119,12 @@ class DecodeConfig:
     shuffle: bool        # warp shuffles (GPU) or shared-memory sums (simulator)
     vector: bool         # 16-byte intrinsic loads (GPU, d == D, aligned)
     row_groups: int = 1
+    scale_block: int = 0  # FP8: 0 one scale per (B, Hkv), else per block of this many tokens
+    hw_cvt: bool = False  # FP8: decode with cvt.rn.f16x2.e4m3x2 (sm_89+) instead of arithmetic
+
+    @property
+    def fp8(self):
+        return self.itemsize == 1
 
     @property
     def rows_per_warp(self):
@@ -225,13 +180,25 @@ def _pow2_at_least(n: int) -> int:
 
 def plan(d: int, itemsize: int, rows: int, *, unroll: int = 4, warps: int = 4,
          row_groups: int = 1, shuffle: bool | None = None,
-         vector: bool | None = None) -> DecodeConfig:
-    """The split kernel's layout for head dim d, K/V element size and query rows."""
+         vector: bool | None = None, scale_block: int = 0,
+         hw_cvt: bool | None = None, fit: bool = False) -> DecodeConfig:
+    """The split kernel's layout for head dim d, K/V element size (1: FP8 e4m3 codes) and
+    query rows; scale_block, hw_cvt: FP8 only (`DecodeConfig`; hw_cvt None: the
+    instruction where this GPU has it). fit: `warps` is a default, not the caller's
+    choice: halve it (keeping whole row groups) while the merge of the warps' states
+    would need more than 48 KiB of shared memory (slots x rows x D x 4 B, slots = key warps
+    x keys per warp: FP8's 16-byte loads of 16 codes put 4 keys per warp at d = 128, so 8
+    warps with 3 rows already need 49,920 B)."""
     from ..._checks import check_block
     d = check_block(d, "d")
-    if itemsize not in (2, 4):
-        raise ValueError(f"K/V must be float16 or float32 on the GPU, got {itemsize} B "
-                         f"elements")
+    if itemsize not in (1, 2, 4):
+        raise ValueError(f"K/V must be FP8 codes (uint8), float16 or float32 on the GPU, got "
+                         f"{itemsize} B elements")
+    if itemsize == 1:
+        hw_cvt = resolve_hw_cvt(hw_cvt)
+        scale_block = int(scale_block)
+    else:
+        hw_cvt, scale_block = False, 0
     rows = min(check_block(rows, "rows"), MAX_ROWS)
     unroll = check_block(unroll, "unroll")
     warps = check_block(warps, "warps")
@@ -247,8 +214,14 @@ def plan(d: int, itemsize: int, rows: int, *, unroll: int = 4, warps: int = 4,
     if warps % row_groups:
         raise ValueError(f"warps={warps} must be a multiple of row_groups={row_groups}")
     rows = ceil_div(rows, row_groups) * row_groups      # whole rows per group
-    cfg = DecodeConfig(itemsize, vec, lpk, nv, unroll, warps, rows, bool(shuffle), vector,
-                       row_groups)
+
+    def layout(w):
+        return DecodeConfig(itemsize, vec, lpk, nv, unroll, w, rows, bool(shuffle), vector,
+                            row_groups, scale_block, hw_cvt)
+    cfg = layout(warps)
+    while fit and cfg.shared_bytes > 48 * 1024 and cfg.warps // 2 >= row_groups \
+            and (cfg.warps // 2) % row_groups == 0:
+        cfg = layout(cfg.warps // 2)
     check_launch(cfg.threads, cfg.shared_bytes, optin=False, what="decode split kernel")
     if cfg.shared_bytes > 48 * 1024:
         raise ValueError(f"decode split kernel: needs {cfg.shared_bytes:,} B of shared memory "
@@ -260,6 +233,14 @@ def plan(d: int, itemsize: int, rows: int, *, unroll: int = 4, warps: int = 4,
 # The split kernel
 # ---------------------------------------------------------------------------------------
 
+@inlined
+def contiguous_key_row(kv, h, tk, key, valid, heads):
+    """Where key `key` of KV head h lives in a contiguous cache (B*Hkv, Tk, d): row `key`
+    of head h; a key past the split reads row Tk (zeros). kv, heads: unused (the
+    paged twin, `paged_kernels.paged_key_row`, reads the block table kv there)."""
+    return h, (key if valid else tk), tk
+
+
 @lru_cache(maxsize=None)
 def make_split_kernel(cfg: DecodeConfig):
     """Compile-time-specialised split kernel for one configuration (cached).
@@ -270,49 +251,92 @@ def make_split_kernel(cfg: DecodeConfig):
         lse_part (S, B*Hq*Tq) float32, R = G*Tq rows per KV head, Tq, Tk, d,
         keys_per_split, qscale = scale*log2(e) (float32), causal (0/1), Tk - Tq.
     Row r of KV head h is query row h*R + r of the flattened q (head h*G + r // Tq,
-    query r % Tq), so the G query heads of a group are adjacent.
+    query r % Tq), so the G query heads of a group are adjacent. The work itself is
+    `split_body`, shared with the paged kernel. An FP8 cache (cfg.fp8) takes two more
+    arguments after v: k_scale, v_scale (B*Hkv, groups) float32 (`split_body`).
+    """
+    body = split_body(cfg, contiguous_key_row)
+    ROWS = cfg.rows
+
+    def decode_split(q, k, v, o_part, lse_part, rows_kv, tq, tk, d, keys_per_split,
+                     qscale, causal, off):
+        split = cuda.blockIdx.x
+        h = cuda.blockIdx.z                # KV head (flattened B*Hkv)
+        k_begin = split * keys_per_split
+        k_end = min(k_begin + keys_per_split, tk)
+        body(q, k, v, lse_part, lse_part, 0, o_part, lse_part, split, lse_part, h, tk,
+             h * rows_kv, h * rows_kv, cuda.blockIdx.y * ROWS, rows_kv, tq, d, k_begin, k_end,
+             qscale, causal, off)
+
+    def decode_split_fp8(q, k, v, k_scale, v_scale, o_part, lse_part, rows_kv, tq, tk, d,
+                         keys_per_split, qscale, causal, off):
+        split = cuda.blockIdx.x
+        h = cuda.blockIdx.z
+        k_begin = split * keys_per_split
+        k_end = min(k_begin + keys_per_split, tk)
+        body(q, k, v, k_scale, v_scale, h, o_part, lse_part, split, lse_part, h, tk,
+             h * rows_kv, h * rows_kv, cuda.blockIdx.y * ROWS, rows_kv, tq, d, k_begin, k_end,
+             qscale, causal, off)
+
+    if cfg.fp8:
+        decode_split = decode_split_fp8
+    decode_split.__name__ = split_name(cfg)
+    return cuda.jit(decode_split)
+
+
+def split_name(cfg: DecodeConfig, prefix: str = "decode_split") -> str:
+    return (f"{prefix}_e{cfg.itemsize}_v{cfg.vec}_l{cfg.lpk}_n{cfg.nv}_u{cfg.unroll}"
+            f"_w{cfg.warps}_r{cfg.rows}_g{cfg.row_groups}" + ("" if cfg.shuffle else "_sim")
+            + ("_vec" if cfg.vector else "")
+            + (f"_fp8s{cfg.scale_block}" + ("_cvt" if cfg.hw_cvt else "") if cfg.fp8 else ""))
+
+
+@lru_cache(maxsize=None)
+def split_body(cfg: DecodeConfig, key_row):
+    """The split kernel's work as one device function, shared by the contiguous kernel
+    (`make_split_kernel`) and the paged one (`paged_kernels`):
+
+        body(q, k, v, k_scale, v_scale, srow, o_part, lse_part, split, kv, h, nkv, qrow0,
+             orow0, r0, rows_kv, tq, d, k_begin, k_end, qscale, causal, off)
+
+    runs the online softmax of the block's query rows r0 .. r0 + rows - 1 (of the R =
+    rows_kv rows of KV head h; q row qrow0 + r) over keys [k_begin, k_end) and writes
+    the partial state into o_part[split, orow0 + r], lse_part[split, orow0 + r].
+    `key_row(kv, h, nkv, key, valid, heads)` -> (hh, kk, nn) says where a key's K and V
+    rows are: row kk of head hh of k, v seen as (heads, nn, d) arrays (kk >= nn: zeros).
+
+    FP8 caches (cfg.fp8: k, v hold e4m3 codes, decoded to float32 by `row_loader`) carry
+    float32 scales k_scale, v_scale, read as 2-D arrays; the value of a code is
+    decode(code) x scale. Where the scales are applied, at least cost:
+        one scale per (B, Hkv) (cfg.scale_block 0): row srow of k_scale, v_scale, column 0,
+            constant over the split: k_scale joins the softmax scale that q is multiplied
+            by once (qscale x k_scale), v_scale multiplies the split's normalised output
+            once per element at the end. No work per key.
+        per block of scale_block tokens: key kk of head hh has the scales [hh, kk //
+            scale_block] (the contiguous cache's (B*Hkv, ceil(Tk / scale_block)), or a pool's
+            (num_pages*Hkv, page_size / scale_block)): the scales change inside a split, so
+            per key: its score is multiplied by its k scale after the lanes' sum (one
+            multiply per key and row), and its probability p by its v scale before
+            acc += p v (one more), while the running sum l takes p unscaled.
+    Other caches ignore k_scale, v_scale, srow (the callers pass placeholders).
     """
     VEC, LPK, NV, UN, ROWS = cfg.vec, cfg.lpk, cfg.nv, cfg.unroll, cfg.rows
     RG, RPW, KW = cfg.row_groups, cfg.rows_per_warp, cfg.key_warps
     D, EPL, KPW, NT, NSLOT = cfg.head_dim, cfg.epl, cfg.kpw, cfg.threads, cfg.slots
     STEP = cfg.keys_per_step
     A_OFF, M_OFF, L_OFF, R_OFF, _ = cfg.offsets()
-    SHUFFLE, VECTOR = cfg.shuffle, cfg.vector
+    SHUFFLE = cfg.shuffle
     RU = RPW * UN                       # scores per lane per step
     QN = RPW * EPL                      # query / output registers per lane
     KN = UN * EPL                       # K (and V) registers per lane
     LOG_LPK = LPK.bit_length() - 1
 
     exp2, log2 = exp2_log2()
+    HEAD_SC = cfg.fp8 and cfg.scale_block == 0        # one k, v scale per split
+    BLOCK_SC = cfg.fp8 and cfg.scale_block > 0        # a scale per block of tokens
+    SB = max(cfg.scale_block, 1)
 
-    if VECTOR:
-        load16, load32 = vector_loaders()
-        vload = load16 if cfg.itemsize == 2 else load32
-    else:
-        vload = None
-
-    @cuda.jit(device=True)
-    def load_row(arr, h, key, kl, tk, d, out, base):
-        """This lane's EPL values of row `key` of head h into out[base:base+EPL]
-        (zeros past the head dim or past Tk)."""
-        if VECTOR:
-            if key < tk:
-                row0 = (U(h) * U(tk) + U(key)) * U(D)
-                for vv in range(NV):
-                    t = vload(arr, row0 + U((vv * LPK + kl) * VEC))
-                    for e in range(VEC):
-                        out[base + vv * VEC + e] = t[e]
-            else:
-                for e in range(EPL):
-                    out[base + e] = F0
-        else:
-            for vv in range(NV):
-                for e in range(VEC):
-                    c = (vv * LPK + kl) * VEC + e
-                    x = F0
-                    if key < tk and c < d:
-                        x = float32(arr[U(h), U(key), U(c)])
-                    out[base + vv * VEC + e] = x
+    load_row = row_loader(cfg)
 
     @cuda.jit(device=True)
     def key_sums(dots, sm, tid):
@@ -335,8 +359,8 @@ def make_split_kernel(cfg: DecodeConfig):
                 dots[i] = s
             cuda.syncthreads()
 
-    def decode_split(q, k, v, o_part, lse_part, rows_kv, tq, tk, d, keys_per_split,
-                     qscale, causal, off):
+    def body(q, k, v, k_scale, v_scale, srow, o_part, lse_part, split, kv, h, nkv, qrow0,
+             orow0, r0, rows_kv, tq, d, k_begin, k_end, qscale, causal, off):
         sm = cuda.shared.array(0, float32)
         tid = cuda.threadIdx.x
         lane = tid % 32
@@ -346,13 +370,16 @@ def make_split_kernel(cfg: DecodeConfig):
         kl = lane % LPK                    # lane within its key row
         kg = lane // LPK                   # key slot within the warp
         slot = kw * KPW + kg
-        split = cuda.blockIdx.x
-        r0 = cuda.blockIdx.y * ROWS        # first row of this block (of the KV head's R)
         rw0 = r0 + rg * RPW                # first row of this warp
-        h = cuda.blockIdx.z                # KV head (flattened B*Hkv)
-        row_base = h * rows_kv             # flattened q row of the KV head's row 0
+        heads = k.shape[0]
+        qs = qscale
+        vsc = F1
+        if HEAD_SC:                        # the split's one k and v scale
+            qs = qscale * k_scale[U(srow), U(0)]
+            vsc = v_scale[U(srow), U(0)]
 
         # this lane's slice of the warp's query rows, pre-scaled by scale*log2(e)
+        # (and, with one scale per head of an FP8 cache, by its k scale)
         qr = cuda.local.array(QN, float32)
         for rr in range(RPW):
             for vv in range(NV):
@@ -360,7 +387,7 @@ def make_split_kernel(cfg: DecodeConfig):
                     c = (vv * LPK + kl) * VEC + e
                     x = F0
                     if rw0 + rr < rows_kv and c < d:
-                        x = float32(q[U(row_base + rw0 + rr), U(c)]) * qscale
+                        x = float32(q[U(qrow0 + rw0 + rr), U(c)]) * qs
                     qr[rr * EPL + vv * VEC + e] = x
 
         acc = cuda.local.array(QN, float32)   # unnormalised output slice
@@ -369,18 +396,25 @@ def make_split_kernel(cfg: DecodeConfig):
         kr = cuda.local.array(KN, float32)
         vr = cuda.local.array(KN, float32)
         sc = cuda.local.array(RU, float32)
+        ksu = cuda.local.array(UN, float32)           # FP8 block scales of this step's keys
+        vsu = cuda.local.array(UN, float32)
         reset_state(acc, QN, m, l, RPW)
 
-        k_begin = split * keys_per_split
-        k_end = min(k_begin + keys_per_split, tk)
         for base in range(k_begin, k_end, STEP):
             # issue every load of this step before using any: 2 x UN x NV 16-byte loads
             for u in range(UN):
                 key = base + (u * KW + kw) * KPW + kg
-                if key >= k_end:
-                    key = tk                              # -> zeros, never read
-                load_row(k, h, key, kl, tk, d, kr, u * EPL)
-                load_row(v, h, key, kl, tk, d, vr, u * EPL)
+                hh, kk, nn = key_row(kv, h, nkv, key, key < k_end, heads)  # past k_end: zeros
+                load_row(k, hh, kk, kl, nn, d, kr, u * EPL)
+                load_row(v, hh, kk, kl, nn, d, vr, u * EPL)
+                if BLOCK_SC:
+                    ks = F0
+                    vs = F0
+                    if key < k_end:
+                        ks = k_scale[U(hh), U(kk // SB)]
+                        vs = v_scale[U(hh), U(kk // SB)]
+                    ksu[u] = ks
+                    vsu[u] = vs
             # partial dot products of this lane, then summed over the key's lanes
             for rr in range(RPW):
                 for u in range(UN):
@@ -395,6 +429,8 @@ def make_split_kernel(cfg: DecodeConfig):
                 mx = NEG_INF
                 for u in range(UN):
                     key = base + (u * KW + kw) * KPW + kg
+                    if BLOCK_SC:                          # the key's k scale
+                        sc[rr * UN + u] *= ksu[u]
                     if key >= k_end or (causal != 0 and key > qi + off):
                         sc[rr * UN + u] = NEG_INF
                     mx = max(mx, sc[rr * UN + u])
@@ -408,6 +444,8 @@ def make_split_kernel(cfg: DecodeConfig):
                 for u in range(UN):
                     p = exp2(sc[rr * UN + u] - m_use)
                     lsum += p
+                    if BLOCK_SC:                          # the key's v scale, on p
+                        p *= vsu[u]
                     for e in range(EPL):
                         acc[rr * EPL + e] += p * vr[u * EPL + e]
                 l[rr] = lsum
@@ -438,9 +476,12 @@ def make_split_kernel(cfg: DecodeConfig):
                     w = exp2(sm[U(M_OFF + t * ROWS + rr)] - m_use)
                     lt += sm[U(L_OFF + t * ROWS + rr)] * w
                     at += sm[U(A_OFF + (t * ROWS + rr) * D + c)] * w
-                row = row_base + r0 + rr
+                row = orow0 + r0 + rr
                 if lt != F0:                              # (a NaN stays NaN)
-                    o_part[U(split), U(row), U(c)] = at / lt
+                    if HEAD_SC:                           # the split's v scale
+                        o_part[U(split), U(row), U(c)] = at / lt * vsc
+                    else:
+                        o_part[U(split), U(row), U(c)] = at / lt
                     if c == 0:
                         lse_part[U(split), U(row)] = (mx + log2(lt)) * LN2_F
                 else:                                     # no visible key in this split
@@ -448,48 +489,7 @@ def make_split_kernel(cfg: DecodeConfig):
                     if c == 0:
                         lse_part[U(split), U(row)] = NEG_INF
 
-    decode_split.__name__ = (f"decode_split_e{cfg.itemsize}_v{VEC}_l{LPK}_n{NV}_u{UN}"
-                             f"_w{cfg.warps}_r{ROWS}_g{RG}" + ("" if SHUFFLE else "_sim")
-                             + ("_vec" if VECTOR else ""))
-    return cuda.jit(decode_split)
-
-
-# ---------------------------------------------------------------------------------------
-# The combine kernel
-# ---------------------------------------------------------------------------------------
-
-@lru_cache(maxsize=None)
-def make_combine_kernel(threads: int):
-    """One block per query row; threads loop over the columns. Arguments:
-    o_part (S, rows, d), lse_part (S, rows), o (rows, d), lse (rows), S, d."""
-    NT = threads
-
-    def decode_combine(o_part, lse_part, o, lse, n_splits, d):
-        row = cuda.blockIdx.x
-        tid = cuda.threadIdx.x
-        mx = NEG_INF
-        for s in range(n_splits):
-            mx = max(mx, lse_part[U(s), U(row)])
-        m_use = mx if mx != NEG_INF else F0
-        total = F0
-        for s in range(n_splits):
-            total += math.exp(lse_part[U(s), U(row)] - m_use)
-        for c in range(tid, d, NT):
-            at = F0
-            for s in range(n_splits):
-                w = math.exp(lse_part[U(s), U(row)] - m_use)
-                at += w * o_part[U(s), U(row), U(c)]
-            o[U(row), U(c)] = at / total if total != F0 else F0     # NaN stays NaN
-        if tid == 0:
-            lse[U(row)] = m_use + math.log(total) if total != F0 else NEG_INF
-
-    decode_combine.__name__ = f"decode_combine_t{NT}"
-    return cuda.jit(decode_combine)
-
-
-def combine_threads(d: int) -> int:
-    """Threads of a combine block: d rounded up to a warp, at most 256."""
-    return min(256, 32 * ceil_div(d, 32))
+    return inlined(body)
 
 
 # ---------------------------------------------------------------------------------------
@@ -506,13 +506,16 @@ def default_launch(itemsize: int, rows: int = 1, simulator: bool | None = None) 
     registers per thread, 8 warps per SM). Two row groups of 4 rows beat four of 2 by ~25%
     (G x Tq = 16, Tk = 16k-128k: 156-550 us against 197-710 us;
     benchmarks/results/h200_decode_row_variants_log.txt). Tiny ones on the simulator
-    (`simulator`: None = whether it runs now; False = a GPU's defaults).
+    (`simulator`: None = whether it runs now; False = a GPU's defaults). FP8 caches (itemsize
+    1) take fp16's defaults, not yet tuned (benchmarks/gpu_fp8.py times a few variants),
+    with fewer warps where their merge would not fit 48 KiB (`split_config` plans with
+    fit=True: 4 warps instead of 8 from 3 query rows per KV head, whatever d).
     """
     if using_simulator() if simulator is None else simulator:
         return {"unroll": 1, "warps": 1, "row_groups": 1}
     if rows > 4:
         return {"unroll": 2, "warps": 8, "row_groups": 2}
-    if itemsize == 2:
+    if itemsize <= 2:
         return {"unroll": 2, "warps": 8, "row_groups": 1}
     return {"unroll": 4, "warps": 4, "row_groups": 1}
 
@@ -549,9 +552,11 @@ def plan_splits(b_hkv: int, rows_kv: int, tk: int, cfg: DecodeConfig, *,
 
 
 def split_config(kernel, d: int, itemsize: int, rows: int, aligned: bool, *, unroll=None,
-                 warps=None, row_groups=None, tc_block_k=None, m_tiles=None, tc_warps=None):
+                 warps=None, row_groups=None, tc_block_k=None, m_tiles=None, tc_warps=None,
+                 scale_block: int = 0, hw_cvt=None):
     """(config, blocks per SM for the split heuristic, None = its default) of the split
-    kernel `choose_kernel` picks for `rows` = G x Tq query rows per KV head."""
+    kernel `choose_kernel` picks for `rows` = G x Tq query rows per KV head (itemsize 1:
+    an FP8 cache, CUDA cores only; scale_block, hw_cvt as `plan`)."""
     chosen = choose_kernel(kernel, d, itemsize, rows, aligned)
     check_split_options(chosen, kernel, unroll=unroll, warps=warps, row_groups=row_groups,
                         tc_block_k=tc_block_k, m_tiles=m_tiles, tc_warps=tc_warps)
@@ -562,17 +567,18 @@ def split_config(kernel, d: int, itemsize: int, rows: int, aligned: bool, *, unr
     cfg = plan(d, itemsize, rows, unroll=dflt["unroll"] if unroll is None else unroll,
                warps=dflt["warps"] if warps is None else warps,
                row_groups=dflt["row_groups"] if row_groups is None else row_groups,
-               vector=aligned)
+               vector=aligned, scale_block=scale_block, hw_cvt=hw_cvt, fit=warps is None)
     return cfg, None
 
 
 def run(qf, kf, vf, o, lse, o_part, lse_part, *, tq, group, d, scale, causal, num_splits,
-        keys_per_split, cfg: DecodeConfig):
+        keys_per_split, cfg: DecodeConfig, scales=None):
     """Launch split (+ combine when num_splits > 1) on flattened device arrays.
 
     qf (B*Hq*Tq, d); kf, vf (B*Hkv, Tk, d); o (B*Hq*Tq, d) float32; lse (B*Hq*Tq,);
     o_part (S, B*Hq*Tq, d), lse_part (S, B*Hq*Tq) float32 workspaces (S = num_splits;
     unused when num_splits == 1, the split kernel then writes o and lse directly).
+    scales: an FP8 cache's (k_scale, v_scale), float32 (B*Hkv, groups) device arrays.
     """
     b_hkv, tk = kf.shape[0], kf.shape[1]
     rows_kv = group * tq
@@ -590,8 +596,8 @@ def run(qf, kf, vf, o, lse, o_part, lse_part, *, tq, group, d, scale, causal, nu
                 np.int32(rows_kv), np.int32(tq), np.int32(tk)) + tail
     else:
         kern = make_split_kernel(cfg)
-        args = (qf, kf, vf, op, lp, np.int32(rows_kv), np.int32(tq), np.int32(tk),
-                np.int32(d)) + tail
+        kv = (qf, kf, vf) + (tuple(scales) if cfg.fp8 else ())
+        args = kv + (op, lp, np.int32(rows_kv), np.int32(tq), np.int32(tk), np.int32(d)) + tail
     if sig is not None and not using_simulator():     # registers x threads fit a block
         check_registers("decode tensor-core split", kern.compile(sig), cfg.threads)
     launch(kern, sig, grid, cfg.threads, cfg.shared_bytes, args)
@@ -651,31 +657,15 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
     """
     from ... import decode as np_decode
     from ..._checks import check_bool, check_scale
-    from ..common._launch import is_device_array, simulator_note
+    from ..common._launch import as_device_array, is_device_array, simulator_note
     simulator_note()
     causal, allow_nonfinite, check = (check_bool(x, name) for x, name in (
         (causal, "causal"), (allow_nonfinite, "allow_nonfinite"), (check, "check")))
     on_device = any(is_device_array(x) for x in (q, k, v))
     if on_device:
-        shapes = {}
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            if not is_device_array(x):
-                raise TypeError(f"{name} must be a device array like the others, got "
-                                f"{type(x).__name__}")
-        if not using_simulator():      # any CUDA-array-interface object (a torch tensor)
-            from numba.cuda.cudadrv.devicearray import DeviceNDArray
-            q, k, v = (x if isinstance(x, DeviceNDArray) else cuda.as_cuda_array(x)
-                       for x in (q, k, v))
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            if np.dtype(x.dtype) not in (np.float16, np.float32):
-                raise TypeError(f"{name} on the device must be float16 or float32, got "
-                                f"{x.dtype}")
-            contiguous = getattr(x, "is_c_contiguous", None)
-            if contiguous is not None and not contiguous():
-                raise ValueError(f"{name} on the device must be C-contiguous (e.g. made by "
-                                 "cuda.to_device(np.ascontiguousarray(...))), got a strided "
-                                 "view")
-            shapes[name] = tuple(int(n) for n in x.shape)
+        q, k, v = (as_device_array(n, x, (np.float16, np.float32))
+                   for n, x in (("q", q), ("k", k), ("v", v)))
+        shapes = {n: tuple(int(s) for s in x.shape) for n, x in (("q", q), ("k", k), ("v", v))}
         if len({np.dtype(x.dtype) for x in (q, k, v)}) != 1:
             raise TypeError("q, k and v must share one dtype")
         qs, ks, vs = shapes["q"], shapes["k"], shapes["v"]

@@ -47,7 +47,7 @@ from ..._checks import check_choice
 from ...constants import F0, F1, LN2_F, NEG_INF
 from ...gpu import using_simulator
 from ...limits import check_launch, current_limits
-from ..common._device import lane_ids, reset_state
+from ..common._device import inlined, lane_ids, reset_state
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
 from ..common.tc_blocks import cp_async_rows, half_blocks, softmax_blocks
@@ -192,6 +192,15 @@ def signature():
             int32, int32, int32, int32, float32, int32, int32)
 
 
+@inlined
+def contiguous_tile_base(kv, h, tk, k0, k_end, krows):
+    """(kbase, kz) of a tile of Bc keys from k0 in a contiguous cache: key j's row is
+    kbase + j of the flat (B*Hkv*Tk) rows (kbase = h*Tk), and a key past k_end is
+    fetched (zero bytes) from row kbase + kz = kbase. kv, krows: unused (the paged twin,
+    `paged_kernels.paged_tile_base`, reads the block table kv there)."""
+    return h * tk, 0
+
+
 @lru_cache(maxsize=None)
 def make_split_tc_kernel(cfg: DecodeTCConfig):
     """Launch with grid (num_splits, ceil(R / cfg.rows), B*Hkv), 32 threads and
@@ -201,7 +210,42 @@ def make_split_tc_kernel(cfg: DecodeTCConfig):
         per KV head, Tq, Tk, keys_per_split, qscale = scale*log2(e) (float32),
         causal (0/1), Tk - Tq.
     Row r of KV head h is query row h*R + r of the flattened q, as in the CUDA-core
-    kernel."""
+    kernel. The work itself is `split_tc_body`, shared with the paged kernel."""
+    body = split_tc_body(cfg, contiguous_tile_base)
+    RB = 16 * cfg.m_tiles
+
+    def decode_split_tc(q, k, v, o_part, lse_part, rows_kv, tq, tk, keys_per_split,
+                        qscale, causal, off):
+        split = cuda.blockIdx.x
+        h = cuda.blockIdx.z            # KV head (flattened B*Hkv)
+        k_begin = split * keys_per_split
+        k_end = min(k_begin + keys_per_split, tk)
+        body(q, k, v, o_part, lse_part, split, lse_part, h, tk, h * rows_kv, h * rows_kv,
+             cuda.blockIdx.y * RB, rows_kv, tq, k_begin, k_end, qscale, causal, off)
+
+    decode_split_tc.__name__ = split_tc_name(cfg)
+    return cuda.jit(decode_split_tc)
+
+
+def split_tc_name(cfg: DecodeTCConfig, prefix: str = "decode_split_tc") -> str:
+    return (f"{prefix}_w{cfg.warps}_k{cfg.block_k}_d{cfg.head_dim}_m{cfg.m_tiles}"
+            + ("_sim" if cfg.simulator else ""))
+
+
+@lru_cache(maxsize=None)
+def split_tc_body(cfg: DecodeTCConfig, tile_base):
+    """The tensor-core split kernel's work as one device function, shared by the
+    contiguous kernel (`make_split_tc_kernel`) and the paged one (`paged_kernels`):
+
+        body(q, k, v, o_part, lse_part, split, kv, h, nkv, qrow0, orow0, r0, rows_kv, tq,
+             k_begin, k_end, qscale, causal, off)
+
+    the block's rows r0 .. r0 + 16 m_tiles - 1 of KV head h (q rows qrow0 + r) over keys
+    [k_begin, k_end) (k_begin a multiple of Bc), partial state into o_part[split,
+    orow0 + r]. `tile_base(kv, h, nkv, k0, k_end, krows)` -> (kbase, kz): key j of the
+    tile from k0 (Bc keys, never across a page) is flat row kbase + j of k and v (krows
+    rows of d/2 words), a key past k_end is fetched (zero bytes) from row kbase + kz.
+    """
     ops = device_ops(cfg.simulator)
     MMA = ops["mma_fp16"]
     PACK = ops["pack_fp16"]
@@ -233,19 +277,20 @@ def make_split_tc_kernel(cfg: DecodeTCConfig):
     smx = softmax_blocks(SIM, exp2, quad_max, MT, NS, NO, BC)
     ROW_MAX, ROW_EXP = smx["row_max"], smx["row_exp"]
     QK = half_blocks(SIM, MMA, LDB, MT, KT, NS)["qk"]
-    COPY_KV = cp_async_rows(SIM, CP16, BC, CH, 32, DW, True)["copy"]
+    COPY_KV = cp_async_rows(SIM, CP16, BC, CH, 32, DW, True)["copy_z"]
 
-    def load_tile(sm, k, v, base, lane, k0, k_end, kbase):
-        """This lane's share of K_j, V_j (keys k0 .. k0 + Bc - 1; zeros from k_end on)
-        into the buffer at word `base`, by cp.async."""
-        COPY_KV(sm, base + K_OFF, base + V_OFF, KS, k, v, kbase, k0, k_end, lane)
+    def load_tile(sm, k, v, base, lane, k0, k_end, kbase, kz):
+        """This lane's share of K_j, V_j (keys k0 .. k0 + Bc - 1, rows kbase + key; zeros
+        from k_end on, fetched from row kbase + kz) into the buffer at word `base`, by
+        cp.async."""
+        COPY_KV(sm, base + K_OFF, base + V_OFF, KS, k, v, kbase, k0, k_end, kz, lane)
         COMMIT()
 
     load_tile = (cuda.jit(device=True) if SIM else
                  cuda.jit(device=True, forceinline=True))(load_tile)
 
-    def decode_split_tc(q, k, v, o_part, lse_part, rows_kv, tq, tk, keys_per_split,
-                        qscale, causal, off):
+    def body(q, k, v, o_part, lse_part, split, kv, h, nkv, qrow0, orow0, r0, rows_kv, tq,
+             k_begin, k_end, qscale, causal, off):
         if SIM:
             sm = cuda.shared.array(0, uint32)
             smf = cuda.shared.array(0, float32)       # the same memory, for the merge
@@ -259,11 +304,7 @@ def make_split_tc_kernel(cfg: DecodeTCConfig):
         tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         wb = warp * WBUF               # this warp's buffers
-        split = cuda.blockIdx.x
-        r0 = cuda.blockIdx.y * RB      # first row (of the KV head's R) of this block
-        h = cuda.blockIdx.z            # KV head (flattened B*Hkv)
-        row_base = h * rows_kv         # flattened q row of the KV head's row 0
-        kbase = h * tk                 # row 0 of this head's K and V
+        krows = k.shape[0] // DW       # rows of d/2 words in k (and v)
         par = 0
         qsign = SIGN2 if qscale < F0 else Z32
         qsc = -qscale if qscale < F0 else qscale
@@ -271,12 +312,12 @@ def make_split_tc_kernel(cfg: DecodeTCConfig):
         # the split's key blocks go round-robin to the warps: warp w takes w, w + NW, ...
         # (every warp runs n_it steps, so the barriers match; a step past the split's
         # last block computes on zeros with every key masked: it changes nothing)
-        k_begin = split * keys_per_split
-        k_end = min(k_begin + keys_per_split, tk)
         n_kb = (k_end - k_begin + BC - 1) // BC if k_end > k_begin else 0
         n_it = (n_kb + NW - 1) // NW
         if n_it > 0:                   # first block -> buffer 0, in flight during Q's loads
-            load_tile(sm, k, v, wb, lane, k_begin + warp * BC, k_end, kbase)
+            k0 = k_begin + warp * BC
+            kb, kz = tile_base(kv, h, nkv, k0, k_end, krows)
+            load_tile(sm, k, v, wb, lane, k0, k_end, kb, kz)
 
         qa = cuda.local.array(QREGS, uint32)
         lim = cuda.local.array(ROWS, int32)     # last visible key of each row (causal)
@@ -288,11 +329,11 @@ def make_split_tc_kernel(cfg: DecodeTCConfig):
             for kk in range(KT):
                 w0 = kk * 8 + t
                 base = 4 * (mt * KT + kk)
-                qa[base + 0] = (q[U(row_base + ra), U(w0)] if ra < rows_kv else Z32) ^ qsign
-                qa[base + 1] = (q[U(row_base + rb), U(w0)] if rb < rows_kv else Z32) ^ qsign
-                qa[base + 2] = (q[U(row_base + ra), U(w0 + 4)] if ra < rows_kv
+                qa[base + 0] = (q[U(qrow0 + ra), U(w0)] if ra < rows_kv else Z32) ^ qsign
+                qa[base + 1] = (q[U(qrow0 + rb), U(w0)] if rb < rows_kv else Z32) ^ qsign
+                qa[base + 2] = (q[U(qrow0 + ra), U(w0 + 4)] if ra < rows_kv
                                 else Z32) ^ qsign
-                qa[base + 3] = (q[U(row_base + rb), U(w0 + 4)] if rb < rows_kv
+                qa[base + 3] = (q[U(qrow0 + rb), U(w0 + 4)] if rb < rows_kv
                                 else Z32) ^ qsign
 
         acc = cuda.local.array(OREGS, float32)
@@ -313,7 +354,8 @@ def make_split_tc_kernel(cfg: DecodeTCConfig):
             else:                      # this warp's block landed; its other buffer is free
                 cuda.syncwarp()        # (buffers are per warp: the warps run decoupled)
             if it + 1 < n_it:
-                load_tile(sm, k, v, wb + BUF - (bo - wb), lane, k0 + NW * BC, k_end, kbase)
+                kb, kz = tile_base(kv, h, nkv, k0 + NW * BC, k_end, krows)
+                load_tile(sm, k, v, wb + BUF - (bo - wb), lane, k0 + NW * BC, k_end, kb, kz)
 
             # S = Q K^T: one ldmatrix.x4 gives the B fragments of two n8 tiles
             par = QK(sm, bo + K_OFF, KS, lane, scr, wbase, par, qa, s)
@@ -346,7 +388,7 @@ def make_split_tc_kernel(cfg: DecodeTCConfig):
                     lt = quad_sum(lp[ri], red, tid)
                     row = r0 + 16 * mt + 8 * hf + g
                     if row < rows_kv:
-                        qrow = U(row_base + row)
+                        qrow = U(orow0 + row)
                         inv = F1 / lt if lt != F0 else F0
                         for n in range(NO):
                             ob = 4 * (mt * NO + n) + 2 * hf
@@ -385,7 +427,7 @@ def make_split_tc_kernel(cfg: DecodeTCConfig):
                         wt = exp2(smf[U(M_OFF + w * RB + rr)] - m_use)
                         lt += smf[U(L_OFF + w * RB + rr)] * wt
                         at += smf[U(A_OFF + (w * RB + rr) * D + c)] * wt
-                    qrow = U(row_base + r0 + rr)
+                    qrow = U(orow0 + r0 + rr)
                     if lt != F0:
                         o_part[U(split), qrow, U(c)] = at / lt
                         if c == 0:
@@ -395,6 +437,4 @@ def make_split_tc_kernel(cfg: DecodeTCConfig):
                         if c == 0:
                             lse_part[U(split), qrow] = NEG_INF
 
-    decode_split_tc.__name__ = (f"decode_split_tc_w{NW}_k{BC}_d{D}_m{MT}"
-                                + ("_sim" if SIM else ""))
-    return cuda.jit(decode_split_tc)
+    return inlined(body)

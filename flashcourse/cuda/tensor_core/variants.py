@@ -44,6 +44,8 @@ or `flashcourse.cuda.variants_forward(..., kernel="tensor_core")`); tests:
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from numba import cuda, float32, uint32
 from numba import uint64 as U
@@ -389,11 +391,25 @@ def run(qw, kw, vw, ow, lse, bm_arrays, **kw_args) -> None:
     launcher(qw, kw, vw, ow, lse, bm_arrays, **kw_args)()
 
 
-def device_block_mask(bm) -> tuple:
-    """The block mask's (kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices)
-    as int32 device arrays: what the kernel reads."""
-    return tuple(cuda.to_device(np.ascontiguousarray(a, np.int32)) for a in (
-        bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks, bm.full_kv_indices))
+#: BlockMask -> its device lists, per order ("kv", "q"); dropped with the BlockMask
+_DEVICE_LISTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def device_block_mask(bm, lists: str = "kv") -> tuple:
+    """The block mask's lists as int32 device arrays, copied once per BlockMask (cached
+    while it lives): lists "kv", what the forward reads (kv_num_blocks, kv_indices,
+    full_kv_num_blocks, full_kv_indices); "q", the transposed lists the backward reads
+    (q_num_blocks, q_indices, full_q_num_blocks, full_q_indices)."""
+    if lists not in ("kv", "q"):
+        raise ValueError(f"lists must be 'kv' or 'q', got {lists!r}")
+    cached = _DEVICE_LISTS.setdefault(bm, {})
+    if lists not in cached:
+        arrays = ((bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks,
+                   bm.full_kv_indices) if lists == "kv" else
+                  (bm.q_num_blocks, bm.q_indices, bm.full_q_num_blocks, bm.full_q_indices))
+        cached[lists] = tuple(cuda.to_device(np.ascontiguousarray(a, np.int32))
+                              for a in arrays)
+    return cached[lists]
 
 
 def default_precision(dtype) -> str:

@@ -1,33 +1,38 @@
-"""The whole course in a real browser: JupyterLab driven by headless Chromium.
+"""The course in a real browser: JupyterLab driven by headless Chromium (the machinery the
+browser tests share; the tests are in test_notebooks.py, test_browser_widgets.py and
+test_browser_quiz.py).
 
 Starts JupyterLab on 127.0.0.1 (a free port, a random token) with every Jupyter,
 IPython, matplotlib and settings folder pointed into a throw-away directory (nothing
 is written to the user's home or the repository: checkpoints go there too; the
 "Jupyter news" toast, autosave and notebook windowing are switched off by a settings
 override), and drives Debian's /usr/bin/chromium through Playwright (never
-`playwright install`). One server and one browser per test module (per xdist worker).
+`playwright install`). One server for the repository and one browser per test run and
+xdist worker (the `lab` and `browser` fixtures of tests/conftest.py); its kernels choose
+GPU or simulator themselves, as a learner's do, and measure every figure they show
+(flashcourse.plots.style.AUDIT_ENV).
 
-test_course_page_in_the_browser, for every notebook and lab found on disk
-(notebooks/*.ipynb, labs/*.ipynb, labs/solutions/*.ipynb; nothing hard-coded):
+check_course_page, the browser's part of every notebook's and lab's test
+(tests/test_notebooks.py::test_runs_top_to_bottom, for everything found on disk):
   - open it, Run All from the Run menu, wait until every non-empty code cell has run;
+  - the notebook as JupyterLab holds it, outputs included (window.jupyterapp), goes back
+    to the notebook test for its output checks;
   - no error output (a traceback, or an "...Error:" line) and no
     "Error displaying widget" anywhere on the page;
+  - no figure shown shrunk at a FIGURE_WINDOW_PX window;
   - every displayed widget with a control: move one control (a slider one step by
     keyboard, another dropdown option, a radio choice plus its Check button, a
     toggle, a checkbox or a number box) and check that the rest of the widget (its
     text, its plot image) changes within WIDGET_WAIT_MS;
   - the notebook file on disk is unchanged.
-test_score_memory_slider_moves_the_readout keeps one exact check: the score-memory
-explorer's Tq slider (in the notebook that calls it at Tq = 4096) takes the readout
-from exactly
-
-    M_score per head: 33,554,432 B = 32 MiB       (4,096 x 4,096 x 2 B)
-to  M_score per head: 134,217,728 B = 128 MiB     (8,192 x 8,192 x 2 B)
+Each notebook runs once per test run: the explorers' tests (tests/test_browser_widgets.py)
+run the notebooks they look at (EXPLORER_NOTEBOOKS) first and keep the page, and the
+notebook's own test then checks that page (notebook_page, keep).
 
 Screenshots go under test-artifacts/ (git-ignored). Servers are stopped by process
 group in a `finally` block. Without /usr/bin/chromium the tests are skipped with the
 reason, except under CI=true, where they fail (FLASHCOURSE_CHROMIUM=PATH points the
-tests at another Chromium binary).
+tests at another Chromium binary); the notebook test then runs notebooks with nbclient.
 """
 
 from __future__ import annotations
@@ -48,36 +53,44 @@ from pathlib import Path
 import pytest
 from helpers import wait_until_ready
 
+from flashcourse.plots.style import AUDIT_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
-#: The exact check below runs on the notebook that shows the score-memory explorer at
-#: Tq = 4096 (found by its call, so that moving or renaming notebooks does not break it).
-EXPLORER_CALL = "score_memory_explorer(t_query=4096"
-NOTEBOOK = next((str(p.relative_to(ROOT)) for p in sorted(ROOT.glob("notebooks/*.ipynb"))
-                 if EXPLORER_CALL in p.read_text()), None)
 CHROMIUM = Path(os.environ.get("FLASHCOURSE_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync",
                  "--disable-dev-shm-usage"]
 ARTIFACTS = ROOT / "test-artifacts"
-BEFORE = "M_score per head: 33,554,432 B = 32 MiB"           # 4096 * 4096 * 2
-AFTER = "M_score per head: 134,217,728 B = 128 MiB"          # 8192 * 8192 * 2
 TIMEOUT_MS = 90_000
-#: Run All of one notebook (the slowest, the CUDA simulator ones, take ~20-60 s on 2 cores).
-RUN_ALL_MS = 300_000
+#: Run All of one notebook: a guard against a hung run, not a speed check (the slowest
+#: notebooks, the GPT training and the CUDA simulator ones, take ~40-90 s on 2 cores)
+RUN_ALL_MS = 600_000
 #: How long a widget may take to redraw after a control moved.
 WIDGET_WAIT_MS = 30_000
 PAGES = sorted(ROOT.glob("notebooks/*.ipynb")) + sorted(ROOT.glob("labs/*.ipynb")) \
     + sorted(ROOT.glob("labs/solutions/*.ipynb"))
+#: The notebooks the explorers' tests (tests/test_browser_widgets.py) run in the browser
+#: and keep open for the notebook's own test.
+EXPLORER_NOTEBOOKS = ("notebooks/01_dense_attention_and_memory.ipynb",
+                      "notebooks/04_io_traffic_model.ipynb",
+                      "notebooks/09_backward_recompute.ipynb")
 
 #: The browser tests in two xdist groups (make test: --dist loadgroup), each run by one
 #: worker with its own JupyterLab and Chromium: in one group they kept one worker busy
-#: ~12 min, longer than the rest of the suite on the other. At most two JupyterLabs run
-#: at a time on the 2 cores, no more load than one beside a simulator test. The pages
-#: alternate (in PAGES order) between the groups; the other browser tests (the exact
-#: check below, tests/test_browser_widgets.py, tests/test_browser_quiz.py) join the
-#: second, which holds the lighter half of the pages.
+#: longer than the rest of the suite on the other. At most two JupyterLabs run at a time
+#: on the 2 cores, no more load than one beside a simulator test. The explorers' tests and
+#: their notebooks (which share pages), and the quiz test, are in the second group; the
+#: other pages alternate (in PAGES order) between the groups, the first group first.
 BROWSER_GROUPS = ("browser", "browser-2")
-pytestmark = [pytest.mark.browser]
+
+
+def browser_group(notebook: str) -> str:
+    """The xdist group of the test of `notebook` (a path relative to the repository)."""
+    if notebook in EXPLORER_NOTEBOOKS:
+        return BROWSER_GROUPS[1]
+    others = [str(p.relative_to(ROOT)) for p in PAGES
+              if str(p.relative_to(ROOT)) not in EXPLORER_NOTEBOOKS]
+    return BROWSER_GROUPS[others.index(notebook) % 2]
 
 
 def _require(condition: bool, reason: str) -> None:
@@ -105,8 +118,9 @@ def _tail(path: Path, n: int = 40) -> str:
 class Lab:
     """A running JupyterLab server: url, token, log file, process."""
 
-    def __init__(self, proc, port, token, log):
+    def __init__(self, proc, port, token, log, audit=None):
         self.proc, self.port, self.token, self.log = proc, port, token, log
+        self.audit = audit        # the kernels' figure measurements (AUDIT_ENV), or None
         self.base = f"http://127.0.0.1:{port}"
 
     def api(self, path: str, method: str = "GET"):
@@ -124,8 +138,9 @@ class Lab:
 
 
 @contextmanager
-def jupyter_lab(root: Path, scratch: Path, startup_s: float = 60):
-    """Start JupyterLab for `root` with all state under `scratch`; stop it on exit."""
+def jupyter_lab(root: Path, scratch: Path, startup_s: float = 60, audit: Path | None = None):
+    """Start JupyterLab for `root` with all state under `scratch`; stop it on exit. With
+    `audit`, every kernel measures the figures it shows into that file (AUDIT_ENV)."""
     jupyter = Path(sys.executable).parent / "jupyter"
     home = scratch / "home"
     dirs = {name: scratch / name for name in
@@ -152,12 +167,20 @@ def jupyter_lab(root: Path, scratch: Path, startup_s: float = 60):
                PATH=f"{jupyter.parent}{os.pathsep}{env.get('PATH', '')}",
                JUPYTER_PLATFORM_DIRS="1")
     env.pop("MPLBACKEND", None)              # the kernel uses the inline backend, as for learners
+    # the kernel chooses GPU or simulator itself, as a learner's kernel does: it must not
+    # inherit the choice that conftest made for the test process
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    env.pop(AUDIT_ENV, None)
+    if audit is not None:
+        env[AUDIT_ENV] = str(audit)
     env.pop("JUPYTER_TOKEN", None)
     port, token = _free_port(), secrets.token_hex(16)
     cmd = [str(jupyter), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
            f"--LabApp.app_settings_dir={dirs['lab-settings']}",
            "--ServerApp.port_retries=0", "--LabApp.news_url=None",
+           # window.jupyterapp: the tests read the notebook's outputs from its model
+           "--LabApp.expose_app_in_browser=True",
            # checkpoints (written when a notebook is opened) go to the scratch folder,
            # never into the repository (.ipynb_checkpoints/ would be read as notebooks)
            f"--FileCheckpoints.checkpoint_dir={scratch / 'checkpoints'}"]
@@ -167,7 +190,7 @@ def jupyter_lab(root: Path, scratch: Path, startup_s: float = 60):
     with open(log, "wb") as log_file:
         proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log_file,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-    lab = Lab(proc, port, token, log)
+    lab = Lab(proc, port, token, log, audit)
     try:
         wait_until_ready(proc, lambda: lab.api("/api/status"), "JupyterLab", startup_s,
                          lab.log_tail, 0.25)
@@ -239,59 +262,92 @@ def open_and_run_all(page, lab: Lab, notebook: str) -> None:
         page.wait_for_function(STARTED_JS, polling=POLL_MS)
 
 
-def _require_browser() -> None:
-    _require(CHROMIUM.exists(), f"Debian's chromium is not installed at {CHROMIUM} "
-             "(apt-get install chromium); the real-browser tests are skipped")
+def browser_missing() -> str | None:
+    """Why the browser tests cannot run here, or None when they can."""
+    if not CHROMIUM.exists():
+        return (f"Debian's chromium is not installed at {CHROMIUM} (apt-get install "
+                "chromium); the real-browser tests are skipped")
     try:
         import playwright  # noqa: F401
     except ImportError:
-        _require(False, "the playwright Python package is not installed "
-                        "(pip install -r requirements-dev.txt)")
+        return ("the playwright Python package is not installed "
+                "(pip install -r requirements-dev.txt)")
+    return None
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    """One JupyterLab server for the module (per xdist worker)."""
-    _require_browser()
-    with jupyter_lab(ROOT, tmp_path_factory.mktemp("jupyterlab")) as server:
+def require_browser() -> None:
+    """Skip (or fail under CI=true) where the browser tests cannot run."""
+    reason = browser_missing()
+    _require(reason is None, reason or "")
+
+
+@contextmanager
+def course_lab(scratch: Path):
+    """JupyterLab serving the repository, its kernels' figures measured into
+    scratch/figures.jsonl (one line per figure, naming the notebook): the `lab` fixture
+    (tests/conftest.py), one per test run and xdist worker."""
+    with jupyter_lab(ROOT, scratch, audit=scratch / "figures.jsonl") as server:
         yield server
 
 
-@pytest.fixture(scope="module")
-def browser():
-    """One headless Chromium for the module, as one browser context: its pages share the
-    HTTP cache, so JupyterLab's scripts are fetched once, not once per page (pages loaded
-    ~15% faster so, here); each test opens its own page."""
-    _require_browser()
+@contextmanager
+def chromium_context():
+    """One headless Chromium as one browser context: its pages share the HTTP cache, so
+    JupyterLab's scripts are fetched once, not once per page (pages loaded ~15% faster so,
+    here); each test opens its own page. The `browser` fixture (tests/conftest.py)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                      args=CHROMIUM_ARGS)
         try:
-            context = chromium.new_context()
-            yield context
+            yield chromium.new_context()
         finally:
             chromium.close()
 
 
+#: Course pages left open, after Run All, for the next test of the same notebook (per
+#: worker): notebook -> page. The explorers' tests (tests/test_browser_widgets.py) keep
+#: theirs, and the notebook's own test (tests/test_notebooks.py) then checks that page
+#: instead of running the notebook a second time.
+_KEPT: dict = {}
+#: id() of the open pages whose notebook has run (Run All finished)
+_RAN: set = set()
+
+
 @contextmanager
-def notebook_page(browser, lab: Lab, notebook: str, width: int = 1400, height: int = 1000):
-    """A fresh page of the `browser` context; on exit its kernel is shut down (the session
-    deleted)."""
-    page = browser.new_page()
+def notebook_page(browser, lab: Lab, notebook: str, width: int = 1400, height: int = 1000,
+                  keep: bool = False):
+    """A page of the `browser` context for `notebook` at width x height: the page an earlier
+    test kept for it (as that test left it: widgets moved, notebook run), else a fresh one.
+    On exit the page is kept for the next test of the notebook if `keep` and the block
+    raised nothing; otherwise it is closed and its kernel shut down (the session deleted)."""
+    page = _KEPT.pop(notebook, None)
+    if page is None:
+        page = browser.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
     page.set_viewport_size({"width": width, "height": height})
-    page.set_default_timeout(TIMEOUT_MS)
+    kept = False
     try:
         yield page
+        kept = keep
     finally:
-        page.close()
-        try:
-            for session in lab.api("/api/sessions") or []:
-                if session.get("path") == notebook:
-                    lab.api(f"/api/sessions/{session['id']}", method="DELETE")
-        except Exception:  # noqa: BLE001 - best effort: the server stops at module end
-            pass
+        if kept:
+            _KEPT[notebook] = page
+        else:
+            _RAN.discard(id(page))
+            page.close()
+            try:
+                for session in lab.api("/api/sessions") or []:
+                    if session.get("path") == notebook:
+                        lab.api(f"/api/sessions/{session['id']}", method="DELETE")
+            except Exception:  # noqa: BLE001 - best effort: the server stops at the end
+                pass
+
+
+def page_ran(page) -> bool:
+    """Whether `page` (from notebook_page) has already run its notebook to the end."""
+    return id(page) in _RAN
 
 
 # --- every notebook and lab ---------------------------------------------------------
@@ -374,12 +430,17 @@ FIGURE_WINDOW_PX, FIGURE_LEAST_SHARE = 1280, 0.95
 
 def run_all_and_wait(page, lab: Lab, notebook: str) -> dict:
     """Open, Run All, wait until nothing runs and every non-empty code cell ran (or
-    an error stopped the run). Returns the final run state."""
+    an error stopped the run). Returns the final run state. A page that has run its
+    notebook already (kept by an earlier test: notebook_page) is not run again: its
+    state now is returned."""
+    if page_ran(page):
+        return page.evaluate("window.fcRunState()")
     open_and_run_all(page, lab, notebook)
     page.wait_for_function(FINISHED_JS, timeout=RUN_ALL_MS, polling=POLL_MS)
     while _accept_kernel_dialog(page):
         page.wait_for_function(FINISHED_JS, timeout=RUN_ALL_MS, polling=POLL_MS)
     page.locator(".jp-StatusBar-TextItem", has_text="| Idle").first.wait_for()
+    _RAN.add(id(page))
     return page.evaluate("window.fcRunState()")
 
 
@@ -466,87 +527,56 @@ def save_figure_shots(page, stem: str) -> int:
     return len(sources)
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p, id=str(p.relative_to(ROOT)),
-                 marks=pytest.mark.xdist_group(BROWSER_GROUPS[i % 2]))
-    for i, p in enumerate(PAGES)])
-def test_course_page_in_the_browser(path, lab, browser):
+#: the notebook's model as JupyterLab holds it (nbformat JSON, outputs included: the same
+#: document nbclient would return), read through window.jupyterapp
+NOTEBOOK_JSON_JS = """
+(path) => {
+  const app = window.jupyterapp;
+  if (!app) return null;
+  const panel = Array.from(app.shell.widgets('main'))
+    .find(w => w.context && w.context.path === path);
+  return panel ? panel.context.model.toJSON() : null;
+}
+"""
+
+
+def check_course_page(page, lab: Lab, path: Path) -> dict:
+    """The browser's part of a notebook's test (tests/test_notebooks.py runs it, once per
+    notebook and lab): Run All in JupyterLab (or the page an earlier test ran and kept),
+    then no error output, every code cell ran, no figure shown shrunk at a
+    FIGURE_WINDOW_PX window, one control of every widget moved and its readout changed,
+    no error after that, and the notebook file on disk unchanged. Returns the notebook
+    as JupyterLab holds it after Run All (nbformat JSON with its outputs), for the
+    output checks, taken before any widget moves."""
     notebook = str(path.relative_to(ROOT))
     stored = path.read_bytes()
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / f"browser_{path.stem}.png"
     started = time.monotonic()
-    with notebook_page(browser, lab, notebook, width=FIGURE_WINDOW_PX) as page:
-        try:
-            state = run_all_and_wait(page, lab, notebook)
-            errors = page.evaluate("window.fcErrors()")
-            assert not errors, "error output after Run All:\n" + "\n".join(errors)
-            assert state["todo"] == 0, f"code cell {state['firstTodo']} never ran: {state}"
-            save_figure_shots(page, path.stem)
-            shrunk = page.evaluate("(least) => window.fcShrunkImages(least)",
-                                   FIGURE_LEAST_SHARE)
-            assert not shrunk, (f"figures shrunk at a {FIGURE_WINDOW_PX} px window (their "
-                                "text gets small):\n" + "\n".join(shrunk))
-            ran_s = time.monotonic() - started
-            problems, moved = check_widgets(page)
-            errors = page.evaluate("window.fcErrors()")
-            assert not errors, "error output after moving widgets:\n" + "\n".join(errors)
-            assert not problems, "\n".join(problems)
-        except Exception as exc:
-            page.screenshot(path=str(shot), full_page=True)
-            raise AssertionError(f"{notebook} in the browser: {type(exc).__name__}: {exc}\n"
-                                 f"(screenshot: {shot})\n{lab.log_tail()}") from exc
+    reused = page_ran(page)
+    try:
+        state = run_all_and_wait(page, lab, notebook)
+        ran_s = time.monotonic() - started
+        executed = page.evaluate(NOTEBOOK_JSON_JS, notebook)
+        assert executed is not None, "JupyterLab's notebook model was not found"
+        errors = page.evaluate("window.fcErrors()")
+        assert not errors, "error output after Run All:\n" + "\n".join(errors)
+        assert state["todo"] == 0, f"code cell {state['firstTodo']} never ran: {state}"
+        save_figure_shots(page, path.stem)
+        shrunk = page.evaluate("(least) => window.fcShrunkImages(least)", FIGURE_LEAST_SHARE)
+        assert not shrunk, (f"figures shrunk at a {FIGURE_WINDOW_PX} px window (their "
+                            "text gets small):\n" + "\n".join(shrunk))
+        problems, moved = check_widgets(page)
+        errors = page.evaluate("window.fcErrors()")
+        assert not errors, "error output after moving widgets:\n" + "\n".join(errors)
+        assert not problems, "\n".join(problems)
+    except Exception as exc:
+        page.screenshot(path=str(shot), full_page=True)
+        raise AssertionError(f"{notebook} in the browser: {type(exc).__name__}: {exc}\n"
+                             f"(screenshot: {shot})\n{lab.log_tail()}") from exc
     assert path.read_bytes() == stored, f"{notebook} was modified by the browser"
     assert not (path.parent / ".ipynb_checkpoints").exists(), "checkpoints written beside it"
-    print(f"{notebook}: {state['done']} cells ran in {ran_s:.1f} s; {len(moved)} widgets "
-          f"moved ({'; '.join(moved)}); {time.monotonic() - started:.1f} s in all")
-
-
-# --- one exact check ----------------------------------------------------------------
-
-@pytest.mark.xdist_group(BROWSER_GROUPS[1])
-def test_score_memory_slider_moves_the_readout(lab, browser):
-    assert NOTEBOOK, f"no notebook calls {EXPLORER_CALL}...)"
-    ARTIFACTS.mkdir(exist_ok=True)
-    (ARTIFACTS / "browser_failure.png").unlink(missing_ok=True)     # from an earlier run
-    shot = ARTIFACTS / "browser_score_memory.png"
-    stored = (ROOT / NOTEBOOK).read_bytes()
-    started = time.monotonic()
-    with notebook_page(browser, lab, NOTEBOOK) as page:
-        try:
-            open_and_run_all(page, lab, NOTEBOOK)
-            explorer = page.locator(".fc-score-memory").first
-            readout = explorer.locator(".fc-score-readout")
-            readout.wait_for()
-            readout.scroll_into_view_if_needed()
-            page.wait_for_function(
-                "(want) => { const e = document.querySelector("
-                "'.fc-score-memory .fc-score-readout'); return e && "
-                "e.textContent.trim() === want; }", arg=BEFORE)
-            plot_src = "() => { const i = document.querySelector('.fc-score-memory img'); " \
-                       "return i ? i.src : ''; }"
-            src_before = page.evaluate(plot_src)
-            handle = explorer.locator(".fc-slider-tq .noUi-handle")
-            handle.focus()
-            handle.press("ArrowRight")
-            page.wait_for_function(
-                "(want) => { const e = document.querySelector("
-                "'.fc-score-memory .fc-score-readout'); return e && "
-                "e.textContent.trim() === want; }", arg=AFTER)
-            assert readout.text_content().strip() == AFTER
-            slider_value = explorer.locator(".fc-slider-tq .widget-readout")
-            assert slider_value.text_content().strip() == "8,192"
-            # the plot arrives after the label: wait until it is redrawn
-            page.wait_for_function(
-                f"(before) => ({plot_src})() !== before", arg=src_before)
-            explorer.screenshot(path=str(shot))
-        except Exception as exc:
-            page.screenshot(path=str(ARTIFACTS / "browser_failure.png"), full_page=True)
-            raise AssertionError(
-                f"browser test failed: {type(exc).__name__}: {exc}\n"
-                f"(screenshot: {ARTIFACTS / 'browser_failure.png'})\n"
-                f"{lab.log_tail()}") from exc
-    assert (ROOT / NOTEBOOK).read_bytes() == stored, f"{NOTEBOOK} was modified by the browser"
-    assert shot.stat().st_size > 10_000, "the screenshot looks empty"
-    print(f"browser test took {time.monotonic() - started:.1f} s; screenshot {shot}")
-
+    ran = "run by an earlier test, page reused" if reused else f"ran in {ran_s:.1f} s"
+    print(f"{notebook}: {state['done']} cells {ran}; {len(moved)} widgets moved "
+          f"({'; '.join(moved)}); {time.monotonic() - started:.1f} s in all")
+    return executed

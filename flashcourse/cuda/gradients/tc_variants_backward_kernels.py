@@ -1,0 +1,475 @@
+"""tc_variants_backward_kernels: the tensor-core backward driven by a block mask.
+
+The idea: the key-major backward of `tc_backward_kernels_async` (version 2: cp.async of
+Q_i, dO_i into two shared buffers, ldmatrix fragments, m16n8k16 mma with fp32
+accumulation, dK_j and dV_j in registers, dQ by fp32 reductions in global memory) with
+the learner's mask_mod, score_mod and d score_mod / d score compiled into it as device
+functions, as the variants forward does (`tensor_core.variants`). What changes against
+the causal kernel:
+
+  * which query blocks: thread block (key block j, key/value head) walks the block
+    mask's TRANSPOSED lists for its key block (FlexAttention keeps them for this loop):
+    full_q_indices[b, h, j] then q_indices[b, h, j]; empty query blocks are never
+    loaded. The next visit's index is read while this one computes, so its cp.async
+    copy is in flight as in version 2.
+  * GQA without copies: the thread block of key/value head kvh walks the lists of every
+    query head of its group (h = kvh G .. kvh G + G - 1) one after the other, so dK_j and
+    dV_j, summed over the group, stay in its registers; K_j, V_j are read once.
+  * the kernel's tiles may be smaller than the block mask's: Bc = 16 x warps keys divides
+    the mask's key block, Br (query rows per step) divides its query block, and a listed
+    query block is visited in Br-row steps. A step inherits its tile's state: no mask_mod
+    call inside a full tile.
+  * per score (S^T in the m16n8 C layout: key k0 + 16 warp + g (+ 8), query q0 + 8 n + 2 t
+    (+ 1)), with x = scale q.k (natural-log units):
+        hidden (partial tiles: mask_mod false; any tile: past Tq or Tk)   P = dS = 0
+        else  P = exp2(score_mod(x) log2(e) - lse log2(e)),
+              dS = P (dP - D) score_mod_grad(x)   (not called where P = 0)
+    then dV += P^T dO, dK += dS^T Q, dQ += dS K as in version 2 (scale applied at the end).
+    Rows with nothing visible (lse = -inf) have L = +inf from the pre-pass: P = 0.
+  * sinks: nothing inside this kernel (a sink has no value and its logit is in lse); its
+    gradient dsink_h = -sum_{b, i} exp(sink_h - lse_i) D_i is `make_sink_grad_kernel`'s.
+
+Bytes per (key block, head) visit: Q_i, dO_i (2 Br d e, e = 2 bytes) and L, D (8 Br) in,
+Br d 4 bytes of dQ reductions out; K_j, V_j once per thread block, dK_j, dV_j written once.
+What limits it: as version 2 where tiles are full; on partial tiles one mask_mod call
+per score, and score_mod and its derivative on every visible score (softcap: two tanh).
+
+Run: through `tc_variants_backward.backward` (or `flashcourse.cuda.variants_backward`);
+tests: `pytest tests/test_variants_tc_backward_sim.py`; on a GPU
+`python benchmarks/gpu_variants.py --check --bench`.
+"""
+
+from __future__ import annotations
+
+from numba import cuda, float32, uint32
+from numba import uint64 as U
+
+from ...constants import F0, LOG2E_F
+from ...variants.mods import unchanged_score
+from ..common._device import exp2_log2, inlined, mod_device
+from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
+from ..ptx.smem_ops import ops as smem_ops
+from ..tensor_core.tensor_core_kernels import Z32, _jit
+from .tc_backward_kernels import LD_ROWS, _warp_sum
+from .tc_backward_kernels_async import LINEAR_SHARED, dq_pairs, dq_tile_adder
+
+
+def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_grad):
+    """The key-major kernel for one `tc_backward.TCBConfig` (pipeline "async", with_dq)
+    and block-mask tiles mask_block = (Br', Bc') (cfg.block_q divides Br', 16 cfg.warps
+    divides Bc'), with the three functions compiled in (score_mod None: no score change).
+
+    Arguments: q, do flat uint32 words of (B Hq, Tq, D/2); k, v (B Hkv, Tk, D/2) words;
+    ldw flat words of the pre-pass's (2, B Hq, Tq rounded up to LD_ROWS) float32 (lse
+    log2(e), D); dq flat float32 (B Hq, Tq, d), zeroed; dk, dv (B Hkv, Tk, d) float32;
+    Tq, Tk, d, Hq, G (query heads per K/V head) int32; scale float32; the block mask's
+    q_num_blocks, q_indices, full_q_num_blocks, full_q_indices (int32). Grid
+    (ceil(Tk / Bc), B Hkv), 32 warps threads."""
+    ops = device_ops(cfg.simulator)
+    MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
+    PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
+    so = smem_ops(cfg.simulator, LINEAR_SHARED)
+    LDA, LDB, LDBT, CP16, COMMIT, WAIT = so["ld_a"], so["ld_b"], so["ld_bt"], so["cp16"], \
+        so["commit"], so["wait_all"]
+    RED, exp2 = so["red_add"], so["ex2"]
+    RED_V2 = dq_pairs(cfg.simulator)
+    add_dq = dq_tile_adder(so, RED_V2, cfg.simulator)
+    MASK = mod_device(mask_mod)
+    HAS_SCORE = score_mod is not None     # False: the calls below are skipped (and the
+    SCORE = mod_device(score_mod if HAS_SCORE else unchanged_score)   # stand-ins still
+    GRAD = mod_device(score_grad if HAS_SCORE else unchanged_score)   # type on a GPU)
+    SIM = cfg.simulator
+    NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
+    BRM, BCM = mask_block
+    SUBQ = BRM // BR               # kernel steps per block-mask query block
+    KV_REGS = cfg.kv_regs
+    DW = D // 2
+    KT = D // 16
+    NS = BR // 8
+    NO = D // 8
+    KQ = BR // 16
+    KK = BC // 16
+    MQ = BR // 16
+    NQW = NO // (NW // MQ)
+    QS, DSH = cfg.row_stride, cfg.dsh_stride
+    LDR = LD_ROWS
+    QN, DON, LS, DS, KNO, VNO, DSO, BUF, _ = cfg.async_offsets()
+    CH = DW // 4                   # 16-byte chunks per row
+    QCH = -(-(BR * CH) // NT)      # Q (and dO) chunks per thread per step
+    LCH = BR // 4                  # 16-byte chunks of L (and D) per step
+    KLOADS = -(-(BC * DW) // NT)
+    KAREGS = 4 * KT if KV_REGS else 1
+    OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW
+    SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+
+    @inlined
+    def settle(q_num, full_num, bi, kvh, group, jm, gi, tv):
+        # the first listed query block at or after (head gi of the group, entry tv)
+        while gi < group:
+            h = kvh * group + gi
+            hi = h if q_num.shape[1] > 1 else 0
+            if tv < full_num[bi, hi, jm] + q_num[bi, hi, jm]:
+                return gi, tv
+            gi += 1
+            tv = 0
+        return gi, 0
+
+    @inlined
+    def visit(q_idx, full_num, full_idx, bi, kvh, group, jm, gi, tv, sub):
+        # (query head h, first query row q0, partial) of step sub of entry tv of head gi:
+        # full query blocks first, then partial ones
+        h = kvh * group + gi
+        hi = h if full_num.shape[1] > 1 else 0
+        n_full = full_num[bi, hi, jm]
+        partial = tv >= n_full
+        i = q_idx[bi, hi, jm, tv - n_full] if partial else full_idx[bi, hi, jm, tv]
+        return h, i * BRM + sub * BR, partial
+
+    @inlined
+    def advance(q_num, full_num, bi, kvh, group, jm, tq, gi, tv, sub, q0):
+        # the step after (gi, tv, sub) whose first row is q0: the next Br rows of the
+        # same listed block if it has them, else the next listed block
+        if sub + 1 < SUBQ and q0 + BR < tq:
+            return gi, tv, sub + 1
+        gi, tv = settle(q_num, full_num, bi, kvh, group, jm, gi, tv + 1)
+        return gi, tv, 0
+
+    @inlined
+    def load_step(sm, q, do, ldw, nb_, hq, q0, tq, tqp, bhq, tid):
+        # Q, dO rows q0 .. q0 + Br - 1 of query head hq (zeros past Tq) and their L, D
+        # into the buffer at word nb_, as one cp.async group
+        qbase = hq * tq
+        for it in range(QCH):
+            e = tid + NT * it
+            if e < BR * CH:
+                r = e // CH
+                c = (e - r * CH) * 4
+                row = q0 + r
+                ok = row < tq
+                src = row if ok else 0
+                gi = U(qbase + src) * U(DW) + U(c)
+                CP16(sm, U(nb_ + QN + r * QS + c), q, gi, 16 if ok else 0)
+                CP16(sm, U(nb_ + DON + r * QS + c), do, gi, 16 if ok else 0)
+        if tid < LCH:
+            CP16(sm, U(nb_ + LS + 4 * tid), ldw, U(hq * tqp + q0 + 4 * tid), 16)
+        elif tid < 2 * LCH:
+            CP16(sm, U(nb_ + DS + 4 * (tid - LCH)), ldw,
+                 U((bhq + hq) * tqp + q0 + 4 * (tid - LCH)), 16)
+        COMMIT()
+
+    def tc_variants_bwd(q, k, v, do, ldw, dq, dk, dv, tq, tk, d, n_heads, group, scale,
+                        q_num, q_idx, full_num, full_idx):
+        if SIM:
+            sm = cuda.shared.array(0, uint32)
+            smf = cuda.shared.array(0, float32)
+            scr = cuda.shared.array(SCR, float32)   # fragment exchange of the simulated mma
+        else:
+            sm = cuda.shared.array(0, uint32, alignment=16)
+            smf = cuda.shared.array(0, float32, alignment=16)
+            scr = smf                                # unused on a GPU
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4
+        t = lane % 4
+        wbase = warp * SIM_SCRATCH_PER_WARP
+        par = 0
+        k0 = cuda.blockIdx.x * BC
+        kvhead = cuda.blockIdx.y                 # b Hkv + kvh
+        hkv = n_heads // group
+        b = kvhead // hkv
+        kvh = kvhead - b * hkv
+        jm = k0 // BCM                           # the block mask's key block
+        bi = b if q_num.shape[0] > 1 else 0      # the mask's B', H' may be 1
+        bhq = cuda.gridDim.y * group             # B Hq: the D half of ldw starts there
+        tqp = (tq + LDR - 1) // LDR * LDR
+        kr0 = k0 + warp * 16 + g
+        kr1 = kr0 + 8
+
+        gi, tv = settle(q_num, full_num, bi, kvh, group, jm, 0, 0)
+        sub = 0
+        if gi < group:                           # the first step -> buffer 0
+            h, q0, _ = visit(q_idx, full_num, full_idx, bi, kvh, group, jm, gi, tv, 0)
+            load_step(sm, q, do, ldw, 0, b * n_heads + h, q0, tq, tqp, bhq, tid)
+
+        ka = cuda.local.array(KAREGS, uint32)
+        va = cuda.local.array(KAREGS, uint32)
+        if KV_REGS:
+            for kk in range(KT):
+                w0 = kk * 8 + t
+                ka[4 * kk] = k[U(kvhead), U(kr0), U(w0)] if kr0 < tk else Z32
+                ka[4 * kk + 1] = k[U(kvhead), U(kr1), U(w0)] if kr1 < tk else Z32
+                ka[4 * kk + 2] = k[U(kvhead), U(kr0), U(w0 + 4)] if kr0 < tk else Z32
+                ka[4 * kk + 3] = k[U(kvhead), U(kr1), U(w0 + 4)] if kr1 < tk else Z32
+                va[4 * kk] = v[U(kvhead), U(kr0), U(w0)] if kr0 < tk else Z32
+                va[4 * kk + 1] = v[U(kvhead), U(kr1), U(w0)] if kr1 < tk else Z32
+                va[4 * kk + 2] = v[U(kvhead), U(kr0), U(w0 + 4)] if kr0 < tk else Z32
+                va[4 * kk + 3] = v[U(kvhead), U(kr1), U(w0 + 4)] if kr1 < tk else Z32
+        for it in range(KLOADS):                 # K_j (and V_j) row-major, once
+            e = tid + NT * it
+            if e < BC * DW:
+                r = e // DW
+                c = e - r * DW
+                key = k0 + r
+                sm[U(KNO + r * QS + c)] = k[U(kvhead), U(key), U(c)] if key < tk else Z32
+                if not KV_REGS:
+                    sm[U(VNO + r * QS + c)] = v[U(kvhead), U(key), U(c)] if key < tk else Z32
+
+        dka = cuda.local.array(OREGS, float32)
+        dva = cuda.local.array(OREGS, float32)
+        for i in range(OREGS):
+            dka[i] = F0
+            dva[i] = F0
+        s = cuda.local.array(SREGS, float32)
+        dp = cuda.local.array(SREGS, float32)
+        pa = cuda.local.array(4, uint32)
+        dqa = cuda.local.array(QREGS, float32)
+
+        nv = 0
+        while gi < group:
+            h, q0, partial = visit(q_idx, full_num, full_idx, bi, kvh, group, jm, gi, tv,
+                                   sub)
+            hq = b * n_heads + h
+            qbase = hq * tq
+            bo = (nv % 2) * BUF                  # this step's buffer
+            WAIT()
+            cuda.syncthreads()                   # step nv landed; the other buffer is free
+            gn, tn, sn = advance(q_num, full_num, bi, kvh, group, jm, tq, gi, tv, sub, q0)
+            if gn < group:                       # the next step -> the other buffer
+                h1, q1, _ = visit(q_idx, full_num, full_idx, bi, kvh, group, jm, gn, tn,
+                                  sn)
+                load_step(sm, q, do, ldw, BUF - bo, b * n_heads + h1, q1, tq, tqp, bhq,
+                          tid)
+
+            # S^T = K_j Q_i^T, dP^T = V_j dO_i^T (version 2): two n8 tiles per ldmatrix.x4
+            for i in range(SREGS):
+                s[i] = F0
+                dp[i] = F0
+            for kk in range(KT):
+                if KV_REGS:
+                    a0, a1, a2, a3 = ka[4 * kk], ka[4 * kk + 1], ka[4 * kk + 2], ka[4 * kk + 3]
+                    c0, c1, c2, c3 = va[4 * kk], va[4 * kk + 1], va[4 * kk + 2], va[4 * kk + 3]
+                else:
+                    ab = (warp * 16) * QS + kk * 8
+                    a0, a1, a2, a3 = LDA(sm, U(KNO + ab), QS, lane)
+                    c0, c1, c2, c3 = LDA(sm, U(VNO + ab), QS, lane)
+                for n2 in range(NS // 2):
+                    n = 2 * n2
+                    b0, b1, b2, b3 = LDB(sm, U(bo + QN + (n * 8) * QS + kk * 8), QS, lane)
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
+                                         s[4 * n], s[4 * n + 1], s[4 * n + 2], s[4 * n + 3])
+                    par = 1 - par
+                    s[4 * n] = x0
+                    s[4 * n + 1] = x1
+                    s[4 * n + 2] = x2
+                    s[4 * n + 3] = x3
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3,
+                                         s[4 * n + 4], s[4 * n + 5], s[4 * n + 6],
+                                         s[4 * n + 7])
+                    par = 1 - par
+                    s[4 * n + 4] = x0
+                    s[4 * n + 5] = x1
+                    s[4 * n + 6] = x2
+                    s[4 * n + 7] = x3
+                    b0, b1, b2, b3 = LDB(sm, U(bo + DON + (n * 8) * QS + kk * 8), QS, lane)
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, c0, c1, c2, c3, b0, b1,
+                                         dp[4 * n], dp[4 * n + 1], dp[4 * n + 2],
+                                         dp[4 * n + 3])
+                    par = 1 - par
+                    dp[4 * n] = x0
+                    dp[4 * n + 1] = x1
+                    dp[4 * n + 2] = x2
+                    dp[4 * n + 3] = x3
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, c0, c1, c2, c3, b2, b3,
+                                         dp[4 * n + 4], dp[4 * n + 5], dp[4 * n + 6],
+                                         dp[4 * n + 7])
+                    par = 1 - par
+                    dp[4 * n + 4] = x0
+                    dp[4 * n + 5] = x1
+                    dp[4 * n + 6] = x2
+                    dp[4 * n + 7] = x3
+
+            # P^T and dS^T with the variant: mask_mod on partial tiles only, the ragged
+            # edges on any tile, score_mod and its derivative on every visible score
+            edge = partial or k0 + BC > tk or q0 + BR > tq
+            for n in range(NS):
+                for e2 in range(2):
+                    col = n * 8 + 2 * t + e2
+                    qrow = q0 + col
+                    lrow = smf[U(bo + LS + col)]
+                    drow = smf[U(bo + DS + col)]
+                    for hf in range(2):
+                        j = 4 * n + 2 * hf + e2
+                        key = kr0 + 8 * hf
+                        x = s[j] * scale
+                        seen = True
+                        if edge:
+                            seen = key < tk and qrow < tq
+                            if seen and partial:
+                                seen = MASK(b, h, qrow, key)
+                        p = F0
+                        ds = F0
+                        if seen:
+                            y = x
+                            if HAS_SCORE:
+                                y = float32(SCORE(x, b, h, qrow, key))
+                            p = exp2(y * LOG2E_F - lrow)
+                            if p != F0:
+                                ds = p * (dp[j] - drow)
+                                if HAS_SCORE:
+                                    ds = ds * float32(GRAD(x, b, h, qrow, key))
+                        s[j] = p
+                        dp[j] = ds
+
+            # dV_j += P^T dO_i, dK_j += dS^T Q_i (version 2)
+            for kp in range(KQ):
+                j0 = 8 * kp
+                pa[0] = PACK(s[j0], s[j0 + 1])
+                pa[1] = PACK(s[j0 + 2], s[j0 + 3])
+                pa[2] = PACK(s[j0 + 4], s[j0 + 5])
+                pa[3] = PACK(s[j0 + 6], s[j0 + 7])
+                for n2 in range(NO // 2):
+                    n = 2 * n2
+                    b0, b1, b2, b3 = LDBT(sm, U(bo + DON + (kp * 16) * QS + n * 4), QS, lane)
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
+                                         b0, b1, dva[4 * n], dva[4 * n + 1], dva[4 * n + 2],
+                                         dva[4 * n + 3])
+                    par = 1 - par
+                    dva[4 * n] = x0
+                    dva[4 * n + 1] = x1
+                    dva[4 * n + 2] = x2
+                    dva[4 * n + 3] = x3
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
+                                         b2, b3, dva[4 * n + 4], dva[4 * n + 5],
+                                         dva[4 * n + 6], dva[4 * n + 7])
+                    par = 1 - par
+                    dva[4 * n + 4] = x0
+                    dva[4 * n + 5] = x1
+                    dva[4 * n + 6] = x2
+                    dva[4 * n + 7] = x3
+                pa[0] = PACK(dp[j0], dp[j0 + 1])
+                pa[1] = PACK(dp[j0 + 2], dp[j0 + 3])
+                pa[2] = PACK(dp[j0 + 4], dp[j0 + 5])
+                pa[3] = PACK(dp[j0 + 6], dp[j0 + 7])
+                sb = DSO + (warp * 16 + g) * DSH + 8 * kp + t   # dS^T for dQ, rounded
+                sm[U(sb)] = pa[0]
+                sm[U(sb + 8 * DSH)] = pa[1]
+                sm[U(sb + 4)] = pa[2]
+                sm[U(sb + 8 * DSH + 4)] = pa[3]
+                for n2 in range(NO // 2):
+                    n = 2 * n2
+                    b0, b1, b2, b3 = LDBT(sm, U(bo + QN + (kp * 16) * QS + n * 4), QS, lane)
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
+                                         b0, b1, dka[4 * n], dka[4 * n + 1], dka[4 * n + 2],
+                                         dka[4 * n + 3])
+                    par = 1 - par
+                    dka[4 * n] = x0
+                    dka[4 * n + 1] = x1
+                    dka[4 * n + 2] = x2
+                    dka[4 * n + 3] = x3
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
+                                         b2, b3, dka[4 * n + 4], dka[4 * n + 5],
+                                         dka[4 * n + 6], dka[4 * n + 7])
+                    par = 1 - par
+                    dka[4 * n + 4] = x0
+                    dka[4 * n + 5] = x1
+                    dka[4 * n + 6] = x2
+                    dka[4 * n + 7] = x3
+
+            # dQ_i += dS K_j (version 2), added to dQ of query head hq in global memory
+            cuda.syncthreads()
+            mq = warp % MQ
+            nb = (warp // MQ) * NQW
+            for i in range(QREGS):
+                dqa[i] = F0
+            for kp in range(KK):
+                a0, a2, a1, a3 = LDBT(sm, U(DSO + (kp * 16) * DSH + mq * 8), DSH, lane)
+                for n2 in range(NQW // 2):
+                    n = 2 * n2
+                    b0, b1, b2, b3 = LDBT(sm, U(KNO + (kp * 16) * QS + (nb + n) * 4), QS,
+                                          lane)
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
+                                         dqa[4 * n], dqa[4 * n + 1], dqa[4 * n + 2],
+                                         dqa[4 * n + 3])
+                    par = 1 - par
+                    dqa[4 * n] = x0
+                    dqa[4 * n + 1] = x1
+                    dqa[4 * n + 2] = x2
+                    dqa[4 * n + 3] = x3
+                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3,
+                                         dqa[4 * n + 4], dqa[4 * n + 5], dqa[4 * n + 6],
+                                         dqa[4 * n + 7])
+                    par = 1 - par
+                    dqa[4 * n + 4] = x0
+                    dqa[4 * n + 5] = x1
+                    dqa[4 * n + 6] = x2
+                    dqa[4 * n + 7] = x3
+            r0 = q0 + mq * 16 + g
+            g0 = U(qbase + r0) * U(d) + U(nb * 8 + 2 * t)
+            g1 = g0 + U(8 * d)
+            if q0 + BR <= tq and d == D:        # the whole tile is inside: no checks
+                for n in range(NQW):
+                    add_dq(dq, g0 + U(8 * n), g1 + U(8 * n), dqa[4 * n] * scale,
+                           dqa[4 * n + 1] * scale, dqa[4 * n + 2] * scale,
+                           dqa[4 * n + 3] * scale)
+            else:
+                for n in range(NQW):
+                    for i in range(4):
+                        c = (nb + n) * 8 + 2 * t + (i % 2)
+                        if r0 + 8 * (i // 2) < tq and c < d:
+                            RED(dq, (g1 if i >= 2 else g0) + U(8 * n + (i % 2)),
+                                dqa[4 * n + i] * scale)
+            gi, tv, sub = gn, tn, sn
+            nv += 1
+
+        for n in range(NO):                      # dK_j, dV_j summed over the group
+            for i in range(4):
+                key = kr0 + 8 * (i // 2)
+                c = n * 8 + 2 * t + (i % 2)
+                if key < tk and c < d:
+                    dk[U(kvhead), U(key), U(c)] = dka[4 * n + i] * scale
+                    dv[U(kvhead), U(key), U(c)] = dva[4 * n + i]
+
+    tc_variants_bwd.__name__ = (f"tc_variants_bwd_{cfg.precision}_w{NW}_q{BR}_d{D}"
+                                f"_m{BRM}x{BCM}" + ("" if KV_REGS else "_kvsh")
+                                + ("" if RED_V2 else "_red1") + ("_sim" if SIM else ""))
+    return _jit(tc_variants_bwd, cfg)
+
+
+#: threads per block of the sink-gradient kernel
+SINK_THREADS = 128
+
+
+def make_sink_grad_kernel(simulator: bool):
+    """dsink_h = -sum over b, i of exp(sink_h - lse_i) D_i (the sink's probability times
+    its dP = 0, minus D): one block per query head h, its threads striding over the rows
+    of every batch entry, the sums added by warps, then by thread 0 (deterministic; no
+    atomics, no zeroing). Arguments: ldw (2, B Hq, Tq padded) float32 from the pre-pass
+    (lse log2(e), +inf for a row with nothing visible, and D), sinks and dsinks (Hq,)
+    float32, B, Hq, Tq int32. Grid Hq, SINK_THREADS threads."""
+    exp2, _ = exp2_log2(simulator)
+    warp_sum = _warp_sum(simulator)
+    WARPS = SINK_THREADS // 32
+
+    @cuda.jit
+    def tc_sink_grad(ldw, sinks, dsinks, batch, n_heads, tq):
+        part = cuda.shared.array(SINK_THREADS, float32)   # the simulator's warp sums
+        tot = cuda.shared.array(WARPS, float32)
+        h = cuda.blockIdx.x
+        tid = cuda.threadIdx.x
+        sk = sinks[h] * LOG2E_F
+        acc = F0
+        for b in range(batch):
+            hq = b * n_heads + h
+            for i in range(tid, tq, SINK_THREADS):
+                acc += exp2(sk - ldw[0, hq, i]) * ldw[1, hq, i]
+        acc = warp_sum(acc, part, tid)
+        if tid % 32 == 0:
+            tot[tid // 32] = acc
+        cuda.syncthreads()
+        if tid == 0:
+            total = F0
+            for w in range(WARPS):
+                total += tot[w]
+            dsinks[h] = -total
+    return tc_sink_grad

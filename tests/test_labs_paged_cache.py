@@ -1,0 +1,171 @@
+"""Lab 11b (a paged KV cache): the solutions pass, the stubs say "not implemented", each
+typical mistake (an edit of the solution) gets its own hint, unusual correct solutions pass
+(another free page taken, a vectorised gather, the length updated per token), and the
+checker's model of the append is the course's `PagedKVCache.append`."""
+
+import numpy as np
+import pytest
+
+from flashcourse import paged_cache as pc
+from flashcourse.labs import paged_cache as L
+from labtools import functions_of, hint_leaks_test, lab_path, lab_tests, mistakes_test
+
+LAB = lab_path("lab11b_paged_cache")
+CHECKS = [(L.check_token_address, "my_token_address"), (L.check_gather, "my_gather"),
+          (L.check_append, "my_append"), (L.check_paged_attention, "my_paged_attention")]
+
+lab, test_solutions_pass, test_stubs_report_not_implemented = lab_tests(LAB, CHECKS)
+
+_ADDR = "    page = int(block_table[b, t // page_size])\n    return page, t % page_size"
+_COL = "        col, slot = t // ps, t % ps"
+_WRITE = ("        cache.k_pages[page, :, slot] = k_new[:, i]\n"
+          "        cache.v_pages[page, :, slot] = v_new[:, i]")
+_TAKE = ("        if slot == 0:                                       # the token starts a page\n"
+         "            page = cache.free.pop()\n"
+         "            cache.refs[page] = 1\n"
+         "            cache.block_table[b, col] = page\n"
+         "        else:\n")
+_LOOP = "    for i in range(n):\n        t = start + i\n" + _COL + "\n"
+_BODY = "        t = start + i\n" + _COL + "\n        if True:\n"
+#: pages taken by a count before the loop (a learner's other plan), rounded one way or the
+#: other: `need` is the count the mistake computes
+_COUNTED = ("    for col in range((start + ps - 1) // ps, NEED):\n"
+            "        page = cache.free.pop()\n"
+            "        cache.refs[page] = 1\n"
+            "        cache.block_table[b, col] = page\n"
+            "    for i in range(n):\n")
+
+MISTAKES = {
+    "my_token_address": [
+        (_ADDR, "    page = int(block_table[b, (t - 1) // page_size])\n"
+                "    return page, t % page_size", L.HINT_PAGE_OFF_BY_ONE),
+        (_ADDR, "    page = int(block_table[b, -(-t // page_size)])\n"
+                "    return page, t % page_size", L.HINT_PAGE_ROUNDED_UP),
+        (_ADDR, "    page = int(block_table[b, t // page_size + 1])\n"
+                "    return page, t % page_size", L.HINT_ONE_BASED),
+        ("    return page, t % page_size", "    return t % page_size, page", L.HINT_SWAPPED),
+        (_ADDR, "    return int(block_table[b, t % page_size]), t // page_size", L.HINT_SWAPPED),
+        (_ADDR, "    return t // page_size, t % page_size", L.HINT_NO_TABLE),
+        ("    return page, t % page_size", "    return page, t - page * page_size",
+         L.HINT_SLOT_FROM_PAGE),
+        ("    return page, t % page_size", "    return page, float(t % page_size)",
+         L.HINT_INTS),
+    ],
+    "my_gather": [
+        ("    for t in range(seq_len):", "    for t in range(-(-seq_len // ps) * ps):",
+         L.HINT_PAST_LENGTH),
+        ("    for t in range(seq_len):", "    for t in range(seq_len + 1):",
+         L.HINT_LENGTH_ONE_OFF),
+        ("    return np.stack(rows, axis=1)", "    return np.stack(rows)", L.HINT_HEADS_FIRST),
+        ("        page, slot = my_token_address(block_table, b, t, ps)",
+         "        page, slot = my_token_address(\n"
+         "            np.sort(block_table[:, :-(-seq_len // ps)], axis=1), b, t, ps)",
+         L.HINT_POOL_ORDER),
+    ],
+    "my_append": [
+        ("    cache.seq_lens[b] = start + n", "    pass", L.HINT_STALE_LENGTH),
+        ("    cache.seq_lens[b] = start + n", "    cache.seq_lens[b] = start + 1",
+         L.HINT_LENGTH_UPDATE),
+        ("        if slot == 0:", "        if slot == 1:", L.HINT_PAGE_LATE),
+        (_COL, "        col, slot = (t - 1) // ps, t % ps", L.HINT_APPEND_BOUNDARY),
+        ("            page = cache.free.pop()", "            page = cache.free[-1]",
+         L.HINT_FREE_LIST),
+        ("            page = cache.free.pop()", "            page = len(cache.free) - 1",
+         L.HINT_FREE_LIST),
+        ("            cache.refs[page] = 1\n", "", L.HINT_REFS),
+        ("            if cache.refs[page] > 1:", "            if False:", L.HINT_COW),
+        ("                cache.k_pages[new] = cache.k_pages[page]\n"
+         "                cache.v_pages[new] = cache.v_pages[page]\n", "", L.HINT_COW_COPY),
+        ("                cache.refs[page] -= 1\n", "", L.HINT_COW_DECREF),
+        (_WRITE, _WRITE.replace("[page, :, slot]", "[slot, :, page]"), L.HINT_SWAPPED_WRITE),
+        # a new page one token too early or too late, when pages are taken by a count
+        (_LOOP + _TAKE, _COUNTED.replace("NEED", "(start + n) // ps + 1") + _BODY,
+         L.HINT_PAGE_EARLY),
+        (_LOOP + _TAKE, _COUNTED.replace("NEED", "(start + n) // ps") + _BODY,
+         L.HINT_PAGE_LATE),
+    ],
+    "my_paged_attention": [
+        ("min(ps, n - i * ps)", "ps", L.HINT_ATT_PAST_LENGTH),
+        ("            alpha = np.exp(m - m_new)", "            alpha = np.ones(h)",
+         L.HINT_ATT_RESCALE),
+        ('            s = scale * np.einsum("hd,hkd->hk", q[b], k)',
+         '            s = np.einsum("hd,hkd->hk", q[b], k)', L.HINT_ATT_SCALE),
+        # no running max (m stays 0): exact for moderate scores, overflows for large ones
+        ("            m_new = np.maximum(m, s.max(axis=1))",
+         "            m_new = np.maximum(m, 0.0)", L.HINT_ATT_OVERFLOW),
+        ("acc = alpha[:, None] * acc + np.einsum", "acc = acc + np.einsum",
+         L.HINT_ATT_RESCALE_ACC),
+        ("l = alpha * l + p.sum(axis=1)", "l = l + p.sum(axis=1)", L.HINT_ATT_RESCALE_L),
+        # a sequence shorter than a page gets no page: 0 / 0, which is not an overflow
+        ("range((n + ps - 1) // ps)", "range(n // ps)", L.HINT_ATT_FLOOR),
+        ("page, cnt = block_table[b, i], min(ps, n - i * ps)",
+         "page, cnt = i, min(ps, n - i * ps)", L.HINT_ATT_POOL_ORDER),
+    ],
+}
+
+test_mistake_gets_its_hint = mistakes_test(LAB, CHECKS, MISTAKES, id_width=40)
+
+#: unusual correct solutions
+VARIANTS = {
+    "address by divmod": ("my_token_address", [(
+        _ADDR, "    col, slot = divmod(t, page_size)\n"
+               "    return int(block_table[b][col]), int(slot)")]),
+    "gather vectorised": ("my_gather", [(
+        "    rows = []\n    for t in range(seq_len):\n"
+        "        page, slot = my_token_address(block_table, b, t, ps)\n"
+        "        rows.append(pages[page, :, slot])                   # (Hkv, d)\n"
+        "    return np.stack(rows, axis=1)",
+        "    t = np.arange(seq_len)\n"
+        "    return pages[block_table[b, t // ps], :, t % ps].transpose(1, 0, 2)")]),
+    "append: pages from the front of the free list, length per token": ("my_append", [
+        ("page = cache.free.pop()", "page = cache.free.pop(0)"),
+        ("new = cache.free.pop()", "new = cache.free.pop(0)"),
+        ("        cache.v_pages[page, :, slot] = v_new[:, i]\n    cache.seq_lens[b] = start + n",
+         "        cache.v_pages[page, :, slot] = v_new[:, i]\n        cache.seq_lens[b] += 1")]),
+}
+
+
+@pytest.mark.parametrize("key", list(VARIANTS))
+def test_valid_variant_passes(key):
+    name, edits = VARIANTS[key]
+    fn = functions_of(LAB, replace=edits)[name]
+    check = dict((n, c) for c, n in CHECKS)[name]
+    result = check(fn, verbose=False)
+    assert result.passed, (key, result.detail, result.hint[:80])
+
+
+def test_the_checker_model_is_the_course_append():
+    """The replay without a mistake leaves exactly the state `PagedKVCache.append` does,
+    in every case (pages handed out in the same order, the same copies)."""
+    for _, ps, num_pages, hkv, d, ops in L.APPEND_CASES:
+        course = pc.PagedKVCache(num_pages, hkv, ps, d, 2, 8)
+        for n_op, (what, a, x) in enumerate(ops):
+            if what == "fork":
+                course.fork(a, x)
+            else:
+                course.append(a, *L._tokens(n_op, hkv, x, d))
+        mine = L._play(ops, ps, num_pages, hkv, d, L._append)
+        assert mine["error"] is None and mine["free"] == course.free
+        assert mine["seq_lens"] == course.seq_lens.tolist()
+        for key, arr in (("table", course.block_table), ("refs", course.refs),
+                         ("k", course.k_pages), ("v", course.v_pages)):
+            assert np.array_equal(mine[key], arr), key
+
+
+def test_every_case_can_see_its_mistakes():
+    """Each append mistake changes what at least one case's cache holds (so it is named),
+    and the course's own append cannot be called from my_append."""
+    for mistake, _ in L.APPEND_MISTAKES:
+        seen = []
+        for _, ps, num_pages, hkv, d, ops in L.APPEND_CASES:
+            want = L._play(ops, ps, num_pages, hkv, d, L._append)
+            wrong = L._play(ops, ps, num_pages, hkv, d,
+                            lambda c, b, k, v, m=mistake: L._append(c, b, k, v, m))
+            seen.append(L._problem(wrong, want)[0] is not None)
+        assert any(seen), mistake
+    cache = L.LabCache(4, 1, 16, 1, 1, 2)
+    with pytest.raises(RuntimeError, match="must write the tokens itself"):
+        cache.append(0, np.zeros((1, 1, 1)), np.zeros((1, 1, 1)))
+
+
+test_no_hint_contains_a_solution_line = hint_leaks_test(L.HINTS, LAB)
