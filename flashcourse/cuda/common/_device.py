@@ -145,7 +145,7 @@ def key_block_order(order: str | None = None):
     return block_of
 
 
-@_inlined
+@inlined
 def lane_ids():
     """(tid, warp, lane, g, t) of this thread in a 1-D block: warp tid // 32, lane tid % 32,
     and the lane's place in the mma fragments (`ptx.mma`): groupID g = lane // 4 and
