@@ -66,7 +66,7 @@ from ...geometry import ceil_div
 from ...gpu import using_simulator
 from ...limits import check_launch
 from ...constants import F0, NEG_INF
-from ..common._device import _inlined, visible_key_blocks
+from ..common._device import inlined, visible_key_blocks
 from ..common._launch import launch
 
 #: Largest head dimension the simple kernels support (their local arrays are this long).
@@ -308,7 +308,7 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
     RB = max(MC, AD)
 
     def _rows_loader(LOADS, ROWS, AT_X, AT_Y):
-        @_inlined
+        @inlined
         def load(sm, x, y, h, r0, tn, d, tid):
             """Rows r0 .. r0 + ROWS - 1 of x and y (zeros past tn rows and d columns) ->
             shared memory at AT_X, AT_Y (row stride DS)."""
@@ -329,7 +329,7 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
     load_kv = _rows_loader(KL, BC, K_OFF, V_OFF)     # K_j, V_j: 2 Bc d 4 B
     load_qdo = _rows_loader(QL, BR, Q_OFF, DO_OFF)   # Q_i, dO_i: 2 Br d 4 B
 
-    @_inlined
+    @inlined
     def load_ld(sm, lse, delta, h, q0, tq, tid):
         for r in range(tid, BR, NT):            # L_i, D_i for any Br and thread count
             lv = NEG_INF
@@ -340,7 +340,7 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
             sm[L_OFF + r] = lv
             sm[DL_OFF + r] = dv_
 
-    @_inlined
+    @inlined
     def s_dp(sm, s, dp, ra, rb, rc, rd, tx, ty):
         """S = Q_i K_j^T and dP = dO_i V_j^T: (MR, MC) per thread, registers."""
         for x in range(SQ):
@@ -358,7 +358,7 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
                     s[a * MC + b] += ra[a] * rb[b]
                     dp[a * MC + b] += rc[a] * rd[b]
 
-    @_inlined
+    @inlined
     def p_ds(sm, s, dp, tx, ty, k0, q0, tk, causal, off, scale, with_p):
         """P = exp(scale S - L) (0 where masked or the row is empty); dS = P (dP - D);
         dS (and with_p P) -> shared memory."""
@@ -376,7 +376,7 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
                     sm[P_OFF + row * PS + col] = p
                 sm[S_OFF + row * PS + col] = p * (dp[a * MC + b] - di)
 
-    @_inlined
+    @inlined
     def ds_k(sm, dqa, ra, rb, tx, ty):
         """dQ_i += dS K_j (unscaled): (MR, AD) per thread."""
         for cc in range(BC):
