@@ -57,7 +57,7 @@ import flashcourse  # noqa: F401  (selects GPU or simulator before numba loads)
 from flashcourse import env, results
 from flashcourse.cuda.ptx.mma import round_bf16, round_fp16
 from flashcourse.cuda.tensor_core import host as tc
-from flashcourse.cuda import variants_backward
+from flashcourse.cuda import variants_backward, variants_forward
 from flashcourse.cuda.gradients import tc_backward, tc_variants_backward as tvb
 from flashcourse.cuda.tensor_core import variants as tcv
 from flashcourse.timing import time_cuda
@@ -415,6 +415,17 @@ def bench(doc, masks, ns, ds, precisions, out) -> bool:
                            "tiles_state": bm.tiles(), "block_mask_build_s": build_s}
                     ms, reps = median_ms(go)
                     row["course_ms"], row["course_tflops"] = ms, flops / ms / 1e9
+                    # the public call on device arrays of the same 16-bit inputs (views
+                    # of the words, no copy): checks, block-mask lists, output arrays
+                    dt16 = np.float16 if precision == "fp16" else np.uint16
+                    qd, kd, vd = (w.view(dt16).reshape(B, H, n, d) for w in words)
+
+                    def public(qd=qd, kd=kd, vd=vd, bm=bm, score=score, p=precision):
+                        return variants_forward(qd, kd, vd, kernel="tensor_core",
+                                                block_mask=bm, score_mod=score, precision=p)
+                    ms_p, _ = median_ms(public)
+                    row["course_public_ms"] = ms_p
+                    row["course_public_tflops"] = flops / ms_p / 1e9
                     if name == "causal":
                         def builtin(w=words, o=ow_builtin, lse=lse_builtin, n=n, d=d,
                                     precision=precision):

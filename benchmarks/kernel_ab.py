@@ -25,6 +25,9 @@ says whether the hashes agree:
       PYTHONPATH=$PP python benchmarks/kernel_ab.py --resources --label $copy >> ab.txt
     done
 
+(`--bits --resources --times` prints all three lines from one process, which compiles the
+kernels once.)
+
 `--bits --simulator-smoke` runs the hashes on Numba's CUDA simulator (tiny shapes): the
 simulator's bits say the arithmetic is the same, the GPU's that the compiled code is.
 
@@ -36,7 +39,6 @@ result of such a comparison is in benchmarks/results/h200_device_helpers_ab.txt.
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 
@@ -284,6 +286,9 @@ def main(argv=None):
                     help="print hashes of the checked outputs (BITS line) instead of times")
     ap.add_argument("--resources", action="store_true",
                     help="print ptxas registers and local bytes per kernel (RES line; GPU)")
+    ap.add_argument("--times", action="store_true",
+                    help="with --bits or --resources: print the AB line of times as well "
+                         "(one process compiles the kernels once for all three)")
     args = ap.parse_args(argv)
     results.check_outputs(args, __file__)      # it writes only to stdout: nothing to refuse
     if args.table:
@@ -294,12 +299,11 @@ def main(argv=None):
         raise SystemExit("benchmarks/kernel_ab.py: --resources needs a GPU (ptxas), not "
                          "--simulator-smoke")
     if args.bits:
-        print(f"BITS {args.label} {json.dumps(bits(args.simulator_smoke))}")
-    elif args.resources:
-        print(f"RES {args.label} {json.dumps(resources())}")
-    else:
-        print(f"AB {args.label} {json.dumps(measure(args.simulator_smoke))}")
-    sys.stdout.flush()
+        print(f"BITS {args.label} {json.dumps(bits(args.simulator_smoke))}", flush=True)
+    if args.resources:
+        print(f"RES {args.label} {json.dumps(resources())}", flush=True)
+    if args.times or not (args.bits or args.resources):
+        print(f"AB {args.label} {json.dumps(measure(args.simulator_smoke))}", flush=True)
 
 
 if __name__ == "__main__":

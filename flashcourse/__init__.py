@@ -3,6 +3,7 @@
 Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.md):
 
  0  gpu         GPU-or-simulator selection (runs on import, before Numba loads)
+    sim_scheduler  a waiting barrier for the CUDA simulator's threads (installed on import)
     _checks     validation of every argument; `flatten_heads`, the one validate-and-flatten
     gpus        published sizes and rates of common GPUs; limits per compute capability
     constants   float32 constants of the compiled kernels
@@ -56,6 +57,9 @@ from . import gpu as _gpu
 
 _gpu.select_cuda_target()
 _gpu.select_cache_dir()
+if _gpu.using_simulator():
+    from . import sim_scheduler as _sim_scheduler
+    _sim_scheduler.install()
 
 __version__ = "0.1.0"
 

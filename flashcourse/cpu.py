@@ -25,7 +25,7 @@ benchmarks/results/cpu_forward_2core.json for the recorded numbers.
                    - K is transposed once to K^T (d, Tk); S = Q_i K_j^T is built
                      as rank-1 updates along rows of K^T, four query rows and
                      four of the d components per step (each store of a score
-                     carries 16 multiply-adds);
+                     carries 4 multiply-adds, 16 per column for the 4 rows);
                    - exp2 with log2(e) folded into the scale, as a vectorisable
                      polynomial plus exponent bits (`exp2_poly`: within one
                      float32 unit in the last place, 2^-23 = 1.2e-7 relative;

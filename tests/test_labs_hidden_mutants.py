@@ -12,12 +12,9 @@ from hidden_mutants import Tally, all_cases, run
 CASES, CHECKS = all_cases()
 
 #: ids of wrong cases caught with a generic or misleading hint, not yet fixed (38 of 222 on
-#: branch h-mutants, 2 on h-hints; `python tests/hidden_mutants.py` prints the hint each one
-#: gets)
-KNOWN_MISSES: set[str] = {
-    "lab05_cuda_puzzles:matmul_tiled:tile transposed in shared",
-    "lab05_cuda_puzzles:matmul_micro:acc not zeroed",
-}
+#: branch h-mutants, 2 on h-hints, none since the lab 05 hints of 2026-12-07;
+#: `python tests/hidden_mutants.py` prints the hint each one gets)
+KNOWN_MISSES: set[str] = set()
 
 _outcomes: dict = {}
 

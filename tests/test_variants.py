@@ -226,6 +226,23 @@ def test_score_mod_grads_of_the_built_ins_match_finite_differences():
         assert mods.check_grad(score_mod, score_mod.score_mod_grad, h=2) < 1e-7
 
 
+def test_softcap_stays_in_float32_when_compiled_and_float64_on_float64_scores():
+    """The cap is a np.float32: Numba types score / cap and tanh in the scores' float32 (a
+    Python float cap made the compiled kernels compute tanh in float64: 601 .f64 PTX
+    instructions in the variants forward, 0 with the float32 cap); numpy keeps a float64
+    score in float64, so the reference is unchanged."""
+    import numba
+    sm = lib.softcap(0.3)
+    for f in (sm, sm.score_mod_grad):
+        compiled = numba.njit(f)
+        compiled(np.float32(0.25), 0, 0, 3, 2)
+        assert compiled.nopython_signatures[0].return_type == numba.float32
+        ref = f(np.float64(0.25), 0, 0, 3, 2)
+        assert np.asarray(ref).dtype == np.float64
+    c = np.float64(np.float32(0.3))
+    assert sm(np.float64(0.25), 0, 0, 3, 2) == c * np.tanh(0.25 / c)
+
+
 def test_a_wrong_score_mod_grad_is_caught():
     cap = lib.softcap(1.0)
     wrong = lambda score, b, h, q_idx, kv_idx: 1.0 + 0.0 * score     # noqa: E731

@@ -170,3 +170,46 @@ def test_refuses_a_large_head_dim_and_fp16_overflow():
     big = np.full((1, 1, 2, 16), 7e4, np.float32)
     with pytest.raises(ValueError, match="65504"):
         tcv.forward(big, big, big, block_q=16, block_k=16)
+
+
+@pytest.mark.parametrize("precision,d", [("fp16", 32), ("fp16", 24), ("bf16", 16)])
+def test_device_arrays_give_the_numpy_call_s_results_on_the_device(rng, precision, d):
+    """Device arrays in (float16, or bf16 bit patterns in uint16): o in q's dtype and lse
+    stay on the device, equal to the numpy call on the same 16-bit inputs (d = 32 runs on
+    views of the arrays, d = 24 pads on the device); causal GQA 2:1 with sinks."""
+    from numba import cuda
+    tq, tk = 21, 30
+    q, k, v = inputs(rng, tq, tk, d, hq=4, hkv=2, batch=2)
+    q, k, v = (ROUND[precision](a) for a in (q, k, v))          # exact in 16 bits
+    sinks = np.array([0.5, -1.0, 2.0, 0.0])
+    bm = create_block_mask(lib.causal(tq, tk), None, None, tq, tk, 16, 16)
+    kw = dict(block_mask=bm, score_mod=lib.softcap(4.0), sinks=sinks, precision=precision)
+    o_np, lse_np = tcv.forward(q, k, v, **kw)
+    if precision == "fp16":
+        dev = [cuda.to_device(a.astype(np.float16)) for a in (q, k, v)]
+    else:
+        dev = [cuda.to_device((a.view(np.uint32) >> 16).astype(np.uint16)) for a in (q, k, v)]
+    o_d, lse_d = fc_cuda.variants_forward(*dev, kernel="tensor_core", **kw)
+    assert not isinstance(o_d, np.ndarray) and not isinstance(lse_d, np.ndarray)
+    assert o_d.dtype == dev[0].dtype and tuple(o_d.shape) == q.shape
+    o_h = o_d.copy_to_host()
+    if precision == "bf16":
+        o_h = (o_h.astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_array_equal(o_h.astype(np.float32), o_np.astype(np.float32))
+    np.testing.assert_array_equal(lse_d.copy_to_host(), lse_np)
+
+
+def test_device_arrays_must_all_be_device_arrays_of_one_16_bit_dtype(rng):
+    from numba import cuda
+    q, k, v = inputs(rng, 16, 16, 16)
+    dq, dk, dv = (cuda.to_device(a.astype(np.float16)) for a in (q, k, v))
+    with pytest.raises(TypeError, match="k must be a device array like the others"):
+        tcv.forward(dq, k, dv)
+    with pytest.raises(TypeError, match="v must have q's dtype float16"):
+        tcv.forward(dq, dk, cuda.to_device(v.astype(np.float16).view(np.uint16)))
+    with pytest.raises(TypeError, match="q on the device must have dtype float16 or uint16"):
+        tcv.forward(cuda.to_device(q), dk, dv)
+    with pytest.raises(ValueError, match="precision='fp16'"):
+        tcv.forward(dq, dk, dv, precision="bf16")
+    with pytest.raises(ValueError, match="v must have k's shape"):
+        tcv.forward(dq, dk, cuda.to_device(v[:, :, :8].astype(np.float16)))

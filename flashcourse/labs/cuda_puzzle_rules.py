@@ -78,6 +78,13 @@ HINT_EMPTY_TRACE = (
     "reads the elements it needs by index, inside the kernel.",
     "Read inputs element by element (a[i], a[r, c]) in the kernel; no numpy on whole arrays, "
     "no arrays from outside the kernel's arguments.")
+HINT_LOCAL_UNSET = (
+    "A thread wrote NaN into the output: it used an element of a cuda.local.array before "
+    "setting it. A local array starts with whatever its memory held (leftover values on a "
+    "GPU; NaN here, where the checker fills it so that this shows), so an accumulator must "
+    "be set to zero before the first +=.",
+    "Before the loop over k: for x in range(len): acc[x] = F0 (every element, in every "
+    "thread).")
 HINT_FLOAT64 = (
     "A float constant in the kernel (named above: 1.0, 0.5, math.inf, ...) is a float64: on a "
     "GPU Numba then computes that expression in float64, slower, and not what the float32 "
@@ -231,6 +238,7 @@ class Puzzle:
                                    and _outputs_close(y.outputs, w)), *hint))
         diagnoses += [(rule_fired(i), *rules[i].hint)
                       for i in range(len(GENERIC_RULES), len(rules))]
+        diagnoses += [(local_unset, *HINT_LOCAL_UNSET)]      # when no rule named a cause
 
         def run(kernel, case=case, want=want):
             kernel_guard(kernel, self.name)
@@ -298,6 +306,26 @@ class Puzzle:
             print(f"  the kernel stopped: {out.error[:160]}")
         print(_table(out.trace))
         print(_summary(out.trace, self.expected(c) if self.expected else None))
+
+
+def local_unset(yours: Outcome, want: dict) -> bool:
+    """The kernel wrote NaN where a finite value belongs, with a float local array and no
+    shared element read before it was loaded: an element of the local array used before
+    it was set (the trace fills float local arrays with NaN)."""
+    trace = yours.trace
+    if yours.error or trace is None or not any(sp == "local" for sp, _ in trace.allocations):
+        return False
+    if trace.unloaded_reads():
+        return False
+    for name, w in want.items():
+        got = np.asarray(yours.outputs.get(name), np.float64)
+        if got.shape != np.shape(w):
+            continue
+        bad = np.flatnonzero(np.isnan(got) & np.isfinite(w))
+        written = trace.written_by(name)
+        if any(int(off) in written for off in bad):
+            return True
+    return False
 
 
 def _outputs_close(a: dict, b: dict) -> bool:

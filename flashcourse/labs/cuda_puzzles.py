@@ -22,7 +22,8 @@ trace; on a GPU only the values are checked (the trace is a simulator feature).
 
     P = puzzle("map_guard"); P.describe(); P.check(my_kernel); P.show(my_kernel)
 
-The machinery (Puzzle, launch, the tables, the rules) is in `cuda_puzzle_rules.py`.
+The machinery (Puzzle, launch, the tables, the rules) is in `cuda_puzzle_rules.py`; the
+pieces of the two matrix products (puzzles 6 and 7) in `cuda_puzzles_matmul.py`.
 
 The puzzles climb to lab 06: indexing and guards, 2-D blocks, shared memory and barriers,
 block reductions, the warp-shuffle butterfly, a tiled matmul, register micro-tiles,
@@ -51,6 +52,11 @@ from .cuda_puzzles_memory import (HINT_ATOMIC_GLOBAL, HINT_ATOMIC_SHARED,  # noq
                                   HINT_FLUSH_ONCE, HINT_HIST_ZERO, HINT_PRIVATE,
                                   puzzle_histogram, puzzle_stage_reverse)
 from .cuda_puzzles_memory import HINTS as _MEMORY_HINTS
+from .cuda_puzzles_matmul import (ACC7, B7, COLS7, HINT_K_TILES,  # noqa: F401
+                                  HINT_MATMUL, HINT_MATMUL_GLOBAL, HINT_MICRO, HINT_MICRO_EDGE,
+                                  HINT_MICRO_REUSE, HINT_TILE_EDGE, HINT_TILE_TRANSPOSED, K7,
+                                  ROWS7, T6, TM7, TN7, _mm_budget, _mm_case, _mm_floor,
+                                  _mm_reads, _mm_tiles_read_transposed, _mt_case, spec_matmul)
 
 # -- puzzle 1: map with a guard ---------------------------------------------------------------
 
@@ -300,82 +306,6 @@ def _fly_case(name, blocks, seed):
     return PuzzleCase(name, {"x": _rng(seed).standard_normal(32 * blocks)},
                       {"out_sum": (32 * blocks,), "out_max": (32 * blocks,)}, {},
                       ("x", "out_sum", "out_max"), (blocks,), (32,))
-
-
-# -- puzzle 6: tiled matmul in shared memory --------------------------------------------------
-
-T6 = 4
-HINT_MATMUL = ("c = a @ b, block (4, 4) per 4 x 4 tile of c: loop over the k tiles; load one "
-               "4 x 4 tile of a and of b into shared memory (0 outside the matrices), barrier, "
-               "add the 4 products, barrier.",
-               "Thread (tx, ty) loads a[row, kt*T + tx] and b[kt*T + ty, col]; the number of k "
-               "tiles is ceil(k / T).")
-HINT_K_TILES = ("The last, partial k tile is missing: the number of k tiles is a ceiling, "
-                "ceil(k / T), when k is not a multiple of the tile.",
-                "(k + T - 1) // T tiles; the load writes 0 where the index is past k.")
-HINT_MATMUL_GLOBAL = ("Right values, but the inner product reads a or b from global memory: "
-                      "each element of a tile should be read from global memory once per "
-                      "block and then reused T times from shared memory.",
-                      "Global reads per thread: 2 per k tile (one of a, one of b).")
-HINT_TILE_EDGE = ("A tile load read past the edge of a or b: the last tiles are ragged; load 0 "
-                  "where the row or the k index is outside the matrix.",
-                  "if row < m and kk < k: value = a[row, kk] else 0; the same for b.")
-
-
-def spec_matmul(arrays, scalars):
-    return {"c": arrays["a"] @ arrays["b"]}
-
-
-def _mm_case(name, m, n, k, seed, block=(T6, T6), tile=T6):
-    rng = _rng(seed)
-    return PuzzleCase(name, {"a": rng.standard_normal((m, k)), "b": rng.standard_normal((k, n))},
-                      {"c": (m, n)}, {"m": m, "n": n, "k": k}, ("a", "b", "c", "m", "n", "k"),
-                      (_cdiv(n, tile), _cdiv(m, tile)), block)
-
-
-def _mm_floor(arrays, scalars):
-    k = scalars["k"] // T6 * T6
-    return {"c": arrays["a"][:, :k] @ arrays["b"][:k]}
-
-
-def _mm_reads(case):
-    """Global reads of a and b by a tiled kernel whose loads skip what lies outside the
-    matrices: each element of a once per block column, each of b once per block row."""
-    m, n, k = (case.scalars[x] for x in "mnk")
-    return case.grid[0] * m * k + case.grid[1] * k * n
-
-
-def _mm_budget(case):
-    blocks = int(np.prod(case.grid))
-    return blocks * T6 * T6 * _cdiv(case.scalars["k"], T6)
-
-
-# -- puzzle 7: register micro-tiles -----------------------------------------------------------
-
-TM7 = TN7 = 2            # micro-tile per thread
-B7 = 4                   # threads per block side: a block computes an 8 x 8 tile of c
-K7 = 16                  # the whole k (<= 16) is staged in shared memory at once
-ROWS7 = B7 * TM7         # rows of a (and columns of b) a block stages: array sizes are names
-COLS7 = B7 * TN7         # fixed before the kernel is compiled, never arithmetic inside it
-ACC7 = TM7 * TN7         # a thread's accumulators
-HINT_MICRO = ("Each thread of the (4, 4) block computes a 2 x 2 micro-tile of the block's 8 x 8 "
-              "tile of c (e.g. rows ty + 4 i, columns tx + 4 j), from A and B staged in shared "
-              "memory.",
-              "Load the block's 8 rows of a (8 x k) and 8 columns of b (k x 8) into shared (0 "
-              "outside), barrier; per kk: 2 values of A and 2 of B into registers, 4 "
-              "multiply-adds.")
-HINT_MICRO_REUSE = ("Right values, but no register reuse: per kk the thread reads shared "
-                    "memory once per multiply-add (8 reads for 4 products). Load the 2 values "
-                    "of A and the 2 of B for one kk into registers (cuda.local.array) and reuse "
-                    "each twice: 4 reads for 4 products (lab 06's micro-tile).",
-                    "Shared reads per thread: (TM + TN) per kk.")
-HINT_MICRO_EDGE = ("A thread wrote or read outside c (or a, b) at the ragged edge: guard the "
-                   "micro-tile's stores with row < m and col < n, and load 0 past the edges.",
-                   "Store each of the 4 outputs only where its row < m and its column < n.")
-
-
-def _mt_case(name, m, n, k, seed):
-    return _mm_case(name, m, n, k, seed, block=(B7, B7), tile=B7 * TM7)
 
 
 # -- puzzle 8: coalesced loads ----------------------------------------------------------------
@@ -684,7 +614,9 @@ def _ladder() -> list[Puzzle]:
                "ceil(m / 4)).", spec_matmul,
                [_mm_case("m = 10, n = 9, k = 13: ragged everywhere", 10, 9, 13, 11),
                 _mm_case("m = 4, n = 4, k = 8: one block", 4, 4, 8, 12)],
-               HINT_MATMUL, [(_mm_floor, HINT_K_TILES)],
+               HINT_MATMUL, [(_mm_floor, HINT_K_TILES)]
+               + [(_mm_tiles_read_transposed(a_t, b_t), HINT_TILE_TRANSPOSED)
+                  for a_t, b_t in ((True, True), (True, False), (False, True))],
                [Rule(no_races, HINT_SYNC),
                 Rule(reads_at_most("a", _mm_budget, "one read per element of each tile"),
                      HINT_MATMUL_GLOBAL),

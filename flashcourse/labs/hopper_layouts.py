@@ -230,8 +230,8 @@ def check_swizzled_offset(fn, *, verbose: bool = True, hint_level: int = 1) -> R
 HINT_MODES = (
     "my_swizzle(offset, swizzle) applies the swizzle of `swizzle`-byte rows (32, 64, 128, or "
     "None for none) to a byte offset: the chunk bits 4 and up are XORed with the row bits "
-    "from bit 7, as many bits as a row has 16-byte chunks to choose from: 1 for 32-byte rows, "
-    "2 for 64, 3 for 128; None leaves the offset as it is.",
+    "from bit 7, as many bits as it takes to number a row's 16-byte chunks: 1 for 32-byte "
+    "rows (2 chunks), 2 for 64 (4), 3 for 128 (8); None leaves the offset as it is.",
     "The mask of row bits is (row bytes / 16) - 1: 1, 3, 7.")
 HINT_MODES_MASK = (
     "One mode's mask for all: the XOR takes log2(row bytes / 16) row bits, so the mask is 1 "

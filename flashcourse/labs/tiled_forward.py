@@ -43,19 +43,20 @@ from ._harness import (SKIPPING_SHAPES, Case, Result, parts_close, plain, random
 HINT_RESCALE = (
     "Missing rescale: when a row's running max grows, the running sum and the accumulator "
     "were measured against the OLD max and must be brought to the new one before this "
-    "tile is added (notebook 03, 'the update rule').",
+    "tile is added (notebook 03, 'Steps 2–4 for one query block').",
     "Both l and acc get multiplied by the factor exp(old max - new max), which is <= 1, "
     "and only then receive this tile's row sums and P V_j.")
 HINT_RESCALE_L = (
     "Half a rescale: your accumulator is brought to the new max but the running sum l is "
     "not. l and acc are sums against the same max; when it grows, both must be multiplied "
-    "by the same factor before this tile is added (notebook 03, 'the update rule').",
+    "by the same factor before this tile is added (notebook 03, 'Steps 2–4 for one query "
+    "block').",
     "l = alpha * l + (this tile's row sums), with the same alpha = exp(old max - new max) "
     "that multiplies acc.")
 HINT_RESCALE_ACC = (
     "Half a rescale: your running sum l is brought to the new max but the accumulator acc "
     "is not. Both are sums against the same max; when it grows, both must be multiplied by "
-    "the same factor before this tile is added (notebook 03, 'the update rule').",
+    "the same factor before this tile is added (notebook 03, 'Steps 2–4 for one query block').",
     "acc = alpha[:, None] * acc + P V_j, with the alpha that multiplies l, broadcast over "
     "the d columns of each row.")
 HINT_RAGGED_DROP = (

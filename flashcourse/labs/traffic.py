@@ -1,4 +1,4 @@
-"""Checkers for lab 03: derive the outer-memory traffic of the tiled forward (fa2 order).
+"""Checkers for lab 04: derive the outer-memory traffic of the tiled forward (fa2 order).
 
 The learner writes, for one head, non-causal:
 

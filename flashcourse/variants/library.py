@@ -196,16 +196,24 @@ def alibi(slopes):
 
 def softcap(cap: float):
     """Tanh soft-capping (Gemma 2, Grok): cap tanh(score / cap), every score squeezed into
-    (-cap, cap) before the softmax. cap > 0."""
+    (-cap, cap) before the softmax. cap > 0.
+
+    The cap (and the 1 of the derivative) are float32 constants: a compiled kernel then
+    computes score / cap and tanh in the scores' own float32, where a Python float (a
+    float64 to Numba) would promote them to float64. On float64 scores (the reference)
+    numpy promotes the constants instead, so the reference stays float64; cap is rounded
+    to float32 once, the same value on every path."""
     if isinstance(cap, bool) or not isinstance(cap, numbers.Real) or not (
-            math.isfinite(cap) and cap > 0):
-        raise ValueError(f"cap must be a finite number > 0, got {cap!r}")
-    c = float(cap)
+            math.isfinite(cap) and 0 < cap <= np.finfo(np.float32).max):
+        raise ValueError(f"cap must be a finite number > 0 (at most float32's largest, "
+                         f"3.4e38), got {cap!r}")
+    c = np.float32(cap)
+    one = np.float32(1.0)
 
     def softcap_score(score, b, h, q_idx, kv_idx):
         return c * np.tanh(score / c)
 
     def softcap_grad(score, b, h, q_idx, kv_idx):
         t = np.tanh(score / c)
-        return 1.0 - t * t
+        return one - t * t
     return with_grad(softcap_score, softcap_grad)

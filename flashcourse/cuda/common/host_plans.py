@@ -190,6 +190,17 @@ class OutputPool:
 POOL = OutputPool()
 
 
+def pooled_empty(shape, dtype):
+    """A device array from `POOL` (its memory goes back to the pool when the array dies:
+    no cudaMalloc/cudaFree, which would synchronise, per call); a plain device array under
+    the simulator."""
+    from ...gpu import using_simulator
+    if using_simulator():
+        from numba import cuda
+        return cuda.device_array(tuple(int(n) for n in shape), dtype)
+    return POOL.empty(shape, dtype)
+
+
 @functools.lru_cache(maxsize=None)
 def _pooled_pointer_class():
     """numba-cuda's MemoryPointer whose buffer goes back to its pool when the pointer

@@ -33,9 +33,10 @@ from ...geometry import ceil_div
 from ...gpu import using_simulator
 from ...limits import check_launch
 from ..common._launch import check_registers, flat, launch
+from ..common.host_plans import pooled_empty
 from .tc_backward_kernels import LD_ROWS
 from . import tc_backward_passes as passes
-from ..tensor_core.host import BF16_BITS, MIN_BLOCKS_MEANING
+from ..tensor_core.host import BF16_BITS, MIN_BLOCKS_MEANING, words_for_kernel
 
 PRECISIONS = ("fp16", "bf16", "3xtf32")
 #: key-major kernel versions: "plain" (v1, tc_backward_kernels), "async" (v2, cp.async +
@@ -542,27 +543,11 @@ def compute_type(options: dict, dtype) -> str:
 
 
 def _words(a, precision: str, D: int):
-    """(BH, T, d) float16/float32 (or bf16 bits) device array -> (BH, T, D/2) uint32
-    words (a view when no conversion or padding is needed); for "3xtf32" (BH, T, D)
-    uint32 views of the fp32 bits, columns d..D-1 zero."""
-    from ..tensor_core.host import device_words
-    native = ((precision == "fp16" and np.dtype(a.dtype) == np.float16)
-              or (precision == "bf16" and np.dtype(a.dtype) == BF16_BITS)
-              or (precision == "3xtf32" and np.dtype(a.dtype) == np.float32))
-    if native and int(a.shape[2]) == D:
-        return a.view(np.uint32)
-    w = device_words(a, precision, D, alloc=_array)
-    return w.view(np.uint32) if precision == "3xtf32" else w
+    """`host.words_for_kernel` with pooled outputs."""
+    return words_for_kernel(a, precision, D, alloc=_array)
 
 
-def _array(shape, dtype):
-    """A device array from the pool of `host_plans` (its memory goes back to the pool when
-    the array dies: no cudaMalloc/cudaFree, which would synchronise, per call); a plain
-    device array under the simulator."""
-    if using_simulator():
-        return cuda.device_array(tuple(int(n) for n in shape), dtype)
-    from ..common.host_plans import POOL
-    return POOL.empty(shape, dtype)
+_array = pooled_empty        # device arrays from the output pool (plain under the simulator)
 
 
 def run_heads(x, out=None, psum=None, dsum=None, precision=None, deterministic=False,

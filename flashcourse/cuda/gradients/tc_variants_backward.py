@@ -40,15 +40,14 @@ from ..._checks import check_scale
 from ...geometry import ceil_div
 from ...gpu import using_simulator
 from ...variants.inputs import check_grad_inputs, check_layout, check_sinks
-from ...variants.mods import always_visible, check_fits, check_mod, fingerprint, \
-    resolve_grad
-from ...variants.tiled import finish_grads, prepare, resolve_block_mask
+from ...variants.mods import always_visible, fingerprint, resolve_grad
+from ...variants.tiled import finish_grads, prepare
 from ..common._launch import as_device_array, check_registers, flat, is_device_array, \
     launch, serialised, simulator_note
 from ..ptx.mma import round_bf16, round_fp16
-from ..tensor_core.host import BF16_BITS, MAX_HEAD_DIM, _to_words, check_capability, \
-    is_bfloat16
-from ..tensor_core.variants import default_precision, device_block_mask
+from ..tensor_core.host import MAX_HEAD_DIM, _to_words, check_capability, is_bfloat16
+from ..tensor_core.variants import checked_device_arrays, checked_mods, default_precision, \
+    device_block_mask
 from . import tc_backward_passes as passes
 from .tc_backward import _array, _words, default_tiles, plan
 from .tc_backward_kernels import LD_ROWS
@@ -232,22 +231,11 @@ def check_fp16_range(arrays: dict) -> None:
 def _backward_device(q, k, v, o, lse, do, block_mask, score_mod, score_mod_grad, sinks,
                      scale, block_q, block_k, precision, warps, step_q):
     """`backward` on device arrays: shapes and dtypes checked, nothing read back."""
-    arrays = {"q": q, "k": k, "v": v, "o": o, "do": do}
-    for name, a in arrays.items():
-        if not is_device_array(a):
-            raise TypeError(f"{name} must be a device array like the others, got "
-                            f"{type(a).__name__}")
-    arrays = {n: as_device_array(n, a, (np.float16, BF16_BITS)) for n, a in arrays.items()}
+    arrays, own = checked_device_arrays({"q": q, "k": k, "v": v, "o": o, "do": do},
+                                        precision)
     lse = as_device_array("lse", lse, (np.float32,))
     q, k, v, o, do = arrays.values()
     dt = np.dtype(q.dtype)
-    for name, a in arrays.items():
-        if np.dtype(a.dtype) != dt:
-            raise TypeError(f"{name} must have q's dtype {dt} on the device, got {a.dtype}")
-    own = "fp16" if dt == np.float16 else "bf16"
-    if precision not in (None, own):
-        raise ValueError(f"{dt} device arrays run with precision={own!r} (uint16 holds bf16 "
-                         f"bit patterns), got precision={precision!r}")
     qs, ks = tuple(int(n) for n in q.shape), tuple(int(n) for n in k.shape)
     check_layout(qs, ks, tuple(int(n) for n in v.shape))
     for name, a, want in (("o", o, qs), ("do", do, qs), ("lse", lse, qs[:3])):
@@ -255,10 +243,7 @@ def _backward_device(q, k, v, o, lse, do, block_mask, score_mod, score_mod_grad,
             raise ValueError(f"{name} must have shape {want}, got {tuple(a.shape)}")
     batch, hq, tq, d = qs
     hkv, tk = ks[1], ks[2]
-    bm = resolve_block_mask(block_mask, batch, hq, tq, tk, block_q, block_k)
-    check_mod(score_mod, "score_mod", 5)
-    check_fits(bm.mask_mod, "mask_mod", tq, tk, hq, batch)
-    check_fits(score_mod, "score_mod", tq, tk, hq, batch)
+    bm = checked_mods(block_mask, score_mod, batch, hq, tq, tk, block_q, block_k)
     grad = resolve_grad(score_mod, score_mod_grad)
     sinks = check_sinks(sinks, hq)
     scale = check_scale(scale, d)

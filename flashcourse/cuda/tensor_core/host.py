@@ -608,6 +608,19 @@ def device_words(a, precision: str, D: int, alloc=None):
     return out
 
 
+def words_for_kernel(a, precision: str, D: int, alloc=None):
+    """(BH, T, d) float16/float32 (or bf16 bits) device array -> (BH, T, D/2) uint32
+    words (a view when no conversion or padding is needed, else `device_words`); for
+    "3xtf32" (BH, T, D) uint32 views of the fp32 bits, columns d..D-1 zero."""
+    native = ((precision == "fp16" and np.dtype(a.dtype) == np.float16)
+              or (precision == "bf16" and np.dtype(a.dtype) == BF16_BITS)
+              or (precision == "3xtf32" and np.dtype(a.dtype) == np.float32))
+    if native and int(a.shape[2]) == D:
+        return a.view(np.uint32)
+    w = device_words(a, precision, D, alloc=alloc)
+    return w.view(np.uint32) if precision == "3xtf32" else w
+
+
 def device_unwords(w, o, precision: str, d: int) -> None:
     """Inverse of `device_words` for the output, into o (BH, Tq, d): float32 for bf16 and
     the tf32 kernels (or uint16 bf16 bits), float16 for fp16."""

@@ -50,17 +50,22 @@ import numpy as np
 from numba import cuda, float32, uint32
 from numba import uint64 as U
 
+from ..._checks import check_scale
 from ...constants import F0, F1, LN2_F, LOG2E_F, NEG_INF
 from ...geometry import ceil_div
 from ...gpu import using_simulator
-from ...variants.inputs import check_result
-from ...variants.mods import always_visible, fingerprint, unchanged_score
+from ...variants.inputs import check_layout, check_result, check_sinks
+from ...variants.mods import always_visible, check_fits, check_mod, fingerprint, \
+    unchanged_score
 from ..common._device import mod_device
-from ...variants.tiled import prepare
-from ..common._launch import check_registers, launch, serialised, simulator_note
+from ...variants.tiled import prepare, resolve_block_mask
+from ..common._launch import as_device_array, check_registers, is_device_array, launch, \
+    serialised, simulator_note
+from ..common.host_plans import pooled_empty
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
-from .host import MAX_HEAD_DIM, _check_fp16_range, _from_words, _to_words, check_capability, plan
+from .host import BF16_BITS, MAX_HEAD_DIM, _check_fp16_range, _from_words, _to_words, \
+    check_capability, device_unwords, plan, words_for_kernel
 from .tensor_core_kernels import Z32, _pv_ldmatrix, _row_ops
 
 PRECISIONS = ("fp16", "bf16")
@@ -426,8 +431,15 @@ def forward(q, k, v, *, block_mask=None, score_mod=None, sinks=None, scale=None,
     default for ml_dtypes bfloat16 input), products accumulated in fp32. o (B, Hq, Tq, d)
     in q's dtype holding 16-bit values, lse (B, Hq, Tq) float32. numpy inputs; d <= 128;
     the block mask's tiles (block_q, block_k without one) must be 16 x warps x m_tiles
-    query rows (warps <= 8) by a multiple of 16 keys."""
+    query rows (warps <= 8) by a multiple of 16 keys.
+
+    Device arrays (float16, or uint16 bf16 bit patterns, all three alike): o and lse stay
+    on the device, o in q's dtype; no copy when d is a multiple of 16, nothing read back
+    and no result check (see `flashcourse.cuda`), as the backward does."""
     simulator_note()
+    if any(is_device_array(a) for a in (q, k, v)):
+        return _forward_device(q, k, v, block_mask, score_mod, sinks, scale, block_q,
+                               block_k, precision, m_tiles)
     if precision is None:
         precision = default_precision(np.asarray(q).dtype)
     out_dtype = np.asarray(q).dtype
@@ -455,3 +467,69 @@ def forward(q, k, v, *, block_mask=None, score_mod=None, sinks=None, scale=None,
     lse_h = lse.copy_to_host().reshape(p.q.shape[:3])
     check_result(o_h.astype(np.float32, copy=False), lse_h)
     return o_h, lse_h
+
+
+def checked_device_arrays(arrays: dict, precision):
+    """The 16-bit device inputs of a variants call, q first: each a device array of q's
+    dtype (float16, or uint16 bf16 bit patterns; any CUDA-array object is viewed as one),
+    C-contiguous. Returns (the arrays as Numba device arrays, the precision they run
+    with); TypeError or ValueError naming the argument."""
+    for name, a in arrays.items():
+        if not is_device_array(a):
+            raise TypeError(f"{name} must be a device array like the others, got "
+                            f"{type(a).__name__}")
+    arrays = {n: as_device_array(n, a, (np.float16, BF16_BITS)) for n, a in arrays.items()}
+    dt = np.dtype(next(iter(arrays.values())).dtype)
+    for name, a in arrays.items():
+        if np.dtype(a.dtype) != dt:
+            raise TypeError(f"{name} must have q's dtype {dt} on the device, got {a.dtype}")
+    own = "fp16" if dt == np.float16 else "bf16"
+    if precision not in (None, own):
+        raise ValueError(f"{dt} device arrays run with precision={own!r} (uint16 holds bf16 "
+                         f"bit patterns), got precision={precision!r}")
+    return arrays, own
+
+
+def checked_mods(block_mask, score_mod, batch: int, hq: int, tq: int, tk: int, block_q,
+                 block_k):
+    """The BlockMask a device call runs with (`resolve_block_mask`), its mask_mod and the
+    score_mod checked against the inputs' sizes (`mods.check_fits`)."""
+    bm = resolve_block_mask(block_mask, batch, hq, tq, tk, block_q, block_k)
+    check_mod(score_mod, "score_mod", 5)
+    check_fits(bm.mask_mod, "mask_mod", tq, tk, hq, batch)
+    check_fits(score_mod, "score_mod", tq, tk, hq, batch)
+    return bm
+
+
+def _forward_device(q, k, v, block_mask, score_mod, sinks, scale, block_q, block_k,
+                    precision, m_tiles):
+    """`forward` on device arrays: shapes and dtypes checked, nothing read back."""
+    arrays, own = checked_device_arrays({"q": q, "k": k, "v": v}, precision)
+    q, k, v = arrays.values()
+    qs, ks = tuple(int(n) for n in q.shape), tuple(int(n) for n in k.shape)
+    check_layout(qs, ks, tuple(int(n) for n in v.shape))
+    batch, hq, tq, d = qs
+    hkv, tk = ks[1], ks[2]
+    if d > MAX_HEAD_DIM:
+        raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the tensor-core "
+                         f"variants forward, got {d}")
+    bm = checked_mods(block_mask, score_mod, batch, hq, tq, tk, block_q, block_k)
+    sinks = check_sinks(sinks, hq)
+    scale = check_scale(scale, d)
+    cfg = config(own, d, *bm.block_size, m_tiles, using_simulator())
+    D = cfg.head_dim
+    dt = np.dtype(q.dtype)
+
+    def words(a, t):                       # (B H, T, D/2) uint32: a view when D == d
+        return words_for_kernel(a.reshape(int(a.size) // (t * d), t, d), own, D, pooled_empty)
+    qw, kw, vw = words(q, tq), words(k, tk), words(v, tk)
+    o, lse = pooled_empty(qs, dt), pooled_empty((batch, hq, tq), np.float32)
+    o_rows = o.reshape(batch * hq, tq, d)
+    ow = o_rows.view(np.uint32) if D == d else pooled_empty(qw.shape, np.uint32)
+    sk = None if sinks is None else cuda.to_device(sinks.astype(np.float32))
+    run(qw, kw, vw, ow, lse.reshape(batch * hq, tq), device_block_mask(bm), tq=tq, tk=tk,
+        heads=hq, group=hq // hkv, scale=scale, cfg=cfg, mask_mod=bm.mask_mod,
+        score_mod=score_mod, sinks=sk)
+    if D != d:
+        device_unwords(ow, o_rows, own, d)
+    return o, lse
