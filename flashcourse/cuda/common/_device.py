@@ -145,6 +145,17 @@ def key_block_order(order: str | None = None):
     return block_of
 
 
+@inlined
+def lane_ids():
+    """(tid, warp, lane, g, t) of this thread in a 1-D block: warp tid // 32, lane tid % 32,
+    and the lane's place in the mma fragments (`ptx.mma`): groupID g = lane // 4 and
+    threadID_in_group t = lane % 4."""
+    tid = cuda.threadIdx.x
+    warp = tid // 32
+    lane = tid % 32
+    return tid, warp, lane, lane // 4, lane % 4
+
+
 def mod_device(fn):
     """A learner's mask_mod or score_mod (plain Python, `variants.mods.jit_ready` checks it)
     as a CUDA device function that a variants kernel calls; plain `cuda.jit(device=True)`,

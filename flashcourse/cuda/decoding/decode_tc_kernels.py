@@ -47,9 +47,10 @@ from ..._checks import check_choice
 from ...constants import F0, F1, LN2_F, NEG_INF
 from ...gpu import using_simulator
 from ...limits import check_launch, current_limits
-from ..common._device import inlined, reset_state
+from ..common._device import inlined, lane_ids, reset_state
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
+from ..common.tc_blocks import cp_async_rows, half_blocks, softmax_blocks
 from ..tensor_core.tensor_core_kernels import SIGN2, Z32, _pv_ldmatrix, _row_ops
 
 #: The largest head dim the kernel is built for (the accumulators of 16 x 256 fit).
@@ -266,7 +267,6 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
     WBUF = 2 * BUF                 # one warp's two buffers
     M_OFF, L_OFF, A_OFF, _ = cfg.merge_offsets()
     CH = DW // 4                   # 16-byte chunks per row
-    LOADS = -(-(BC * CH) // 32)    # chunks of K (and of V) per lane per key block
     QREGS, OREGS, SREGS = 4 * KT * MT, 4 * NO * MT, 4 * NS * MT
     ROWS = 2 * MT
     PAREGS = 4 * MT
@@ -274,21 +274,16 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
     SIM = cfg.simulator
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
     RED = NT if SIM else 1
+    smx = softmax_blocks(SIM, exp2, quad_max, MT, NS, NO, BC)
+    ROW_MAX, ROW_EXP = smx["row_max"], smx["row_exp"]
+    QK = half_blocks(SIM, MMA, LDB, MT, KT, NS)["qk"]
+    COPY_KV = cp_async_rows(SIM, CP16, BC, CH, 32, DW, True)["copy_z"]
 
     def load_tile(sm, k, v, base, lane, k0, k_end, kbase, kz):
         """This lane's share of K_j, V_j (keys k0 .. k0 + Bc - 1, rows kbase + key; zeros
         from k_end on, fetched from row kbase + kz) into the buffer at word `base`, by
         cp.async."""
-        for it in range(LOADS):
-            e = lane + 32 * it
-            if e < BC * CH:
-                r = e // CH
-                c = (e - r * CH) * 4
-                key = k0 + r
-                ok = key < k_end
-                gi = U(kbase + (key if ok else kz)) * U(DW) + U(c)
-                CP16(sm, U(base + K_OFF + r * KS + c), k, gi, 16 if ok else 0)
-                CP16(sm, U(base + V_OFF + r * KS + c), v, gi, 16 if ok else 0)
+        COPY_KV(sm, base + K_OFF, base + V_OFF, KS, k, v, kbase, k0, k_end, kz, lane)
         COMMIT()
 
     load_tile = (cuda.jit(device=True) if SIM else
@@ -306,11 +301,7 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
             smf = cuda.shared.array(0, float32, alignment=16)
             scr = smf                                 # unused on a GPU
             red = smf
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         wb = warp * WBUF               # this warp's buffers
         krows = k.shape[0] // DW       # rows of d/2 words in k (and v)
@@ -367,31 +358,7 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
                 load_tile(sm, k, v, wb + BUF - (bo - wb), lane, k0 + NW * BC, k_end, kb, kz)
 
             # S = Q K^T: one ldmatrix.x4 gives the B fragments of two n8 tiles
-            for i in range(SREGS):
-                s[i] = F0
-            for kk in range(KT):
-                for n2 in range(NS // 2):
-                    n = 2 * n2
-                    b0, b1, b2, b3 = LDB(sm, U(bo + K_OFF + (n * 8) * KS + kk * 8), KS, lane)
-                    for mt in range(MT):
-                        qb = 4 * (mt * KT + kk)
-                        sb = 4 * (mt * NS + n)
-                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, qa[qb], qa[qb + 1],
-                                             qa[qb + 2], qa[qb + 3], b0, b1,
-                                             s[sb], s[sb + 1], s[sb + 2], s[sb + 3])
-                        par = 1 - par
-                        s[sb] = x0
-                        s[sb + 1] = x1
-                        s[sb + 2] = x2
-                        s[sb + 3] = x3
-                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, qa[qb], qa[qb + 1],
-                                             qa[qb + 2], qa[qb + 3], b2, b3,
-                                             s[sb + 4], s[sb + 5], s[sb + 6], s[sb + 7])
-                        par = 1 - par
-                        s[sb + 4] = x0
-                        s[sb + 5] = x1
-                        s[sb + 6] = x2
-                        s[sb + 7] = x3
+            par = QK(sm, bo + K_OFF, KS, lane, scr, wbase, par, qa, s)
 
             # masks (keys past the split; causal: key > row's limit) and the online softmax
             sc = qsc
@@ -406,35 +373,8 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
                             else:
                                 s[j] = s[j] * qsc
                 sc = F1
-            for mt in range(MT):
-                for hf in range(2):
-                    x = NEG_INF
-                    for n in range(NS):
-                        sb = 4 * (mt * NS + n) + 2 * hf
-                        x = max(x, max(s[sb], s[sb + 1]))
-                    x = quad_max(x, red, tid) * sc
-                    ri = 2 * mt + hf
-                    mn = max(m[ri], x)
-                    mu[ri] = mn if mn != NEG_INF else F0
-                    alpha[ri] = exp2(m[ri] - mu[ri])
-                    m[ri] = mn
-            for mt in range(MT):
-                for hf in range(2):
-                    ri = 2 * mt + hf
-                    ps = F0
-                    for n in range(NS):
-                        sb = 4 * (mt * NS + n) + 2 * hf
-                        p = exp2(s[sb] * sc - mu[ri])
-                        s[sb] = p
-                        ps += p
-                        p = exp2(s[sb + 1] * sc - mu[ri])
-                        s[sb + 1] = p
-                        ps += p
-                    lp[ri] = lp[ri] * alpha[ri] + ps
-                    for n in range(NO):
-                        ob = 4 * (mt * NO + n) + 2 * hf
-                        acc[ob] *= alpha[ri]
-                        acc[ob + 1] *= alpha[ri]
+            ROW_MAX(s, m, mu, alpha, sc, red, tid)
+            ROW_EXP(s, acc, mu, alpha, lp, sc, True)
 
             # O += P V: ldmatrix.x4.trans of the row-major V tile gives two n8 B fragments
             par = PV(sm, bo + V_OFF, KS, lane, scr, wbase, par, s, pa, acc, KP, MT, NS, NO)

@@ -66,7 +66,7 @@ from ...geometry import ceil_div
 from ...gpu import using_simulator
 from ...limits import check_launch
 from ...constants import F0, NEG_INF
-from ..common._device import visible_key_blocks
+from ..common._device import inlined, visible_key_blocks
 from ..common._launch import launch
 
 #: Largest head dimension the simple kernels support (their local arrays are this long).
@@ -307,6 +307,87 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
     RA = max(MR, AR)
     RB = max(MC, AD)
 
+    def _rows_loader(LOADS, ROWS, AT_X, AT_Y):
+        @inlined
+        def load(sm, x, y, h, r0, tn, d, tid):
+            """Rows r0 .. r0 + ROWS - 1 of x and y (zeros past tn rows and d columns) ->
+            shared memory at AT_X, AT_Y (row stride DS)."""
+            for s_ in range(LOADS):
+                e = tid + NT * s_
+                if e < ROWS * D:
+                    r = e // D
+                    c = e - r * D
+                    xv = F0
+                    yv = F0
+                    if r0 + r < tn and c < d:
+                        xv = x[h, r0 + r, c]
+                        yv = y[h, r0 + r, c]
+                    sm[AT_X + r * DS + c] = xv
+                    sm[AT_Y + r * DS + c] = yv
+        return load
+
+    load_kv = _rows_loader(KL, BC, K_OFF, V_OFF)     # K_j, V_j: 2 Bc d 4 B
+    load_qdo = _rows_loader(QL, BR, Q_OFF, DO_OFF)   # Q_i, dO_i: 2 Br d 4 B
+
+    @inlined
+    def load_ld(sm, lse, delta, h, q0, tq, tid):
+        for r in range(tid, BR, NT):            # L_i, D_i for any Br and thread count
+            lv = NEG_INF
+            dv_ = F0
+            if q0 + r < tq:
+                lv = lse[h, q0 + r]
+                dv_ = delta[h, q0 + r]
+            sm[L_OFF + r] = lv
+            sm[DL_OFF + r] = dv_
+
+    @inlined
+    def s_dp(sm, s, dp, ra, rb, rc, rd, tx, ty):
+        """S = Q_i K_j^T and dP = dO_i V_j^T: (MR, MC) per thread, registers."""
+        for x in range(SQ):
+            s[x] = F0
+            dp[x] = F0
+        for c in range(D):
+            for a in range(MR):
+                ra[a] = sm[Q_OFF + (ty + TY * a) * DS + c]
+                rc[a] = sm[DO_OFF + (ty + TY * a) * DS + c]
+            for b in range(MC):
+                rb[b] = sm[K_OFF + (tx + TX * b) * DS + c]
+                rd[b] = sm[V_OFF + (tx + TX * b) * DS + c]
+            for a in range(MR):
+                for b in range(MC):
+                    s[a * MC + b] += ra[a] * rb[b]
+                    dp[a * MC + b] += rc[a] * rd[b]
+
+    @inlined
+    def p_ds(sm, s, dp, tx, ty, k0, q0, tk, causal, off, scale, with_p):
+        """P = exp(scale S - L) (0 where masked or the row is empty); dS = P (dP - D);
+        dS (and with_p P) -> shared memory."""
+        for a in range(MR):
+            row = ty + TY * a
+            li = sm[L_OFF + row]
+            di = sm[DL_OFF + row]
+            for b in range(MC):
+                col = tx + TX * b
+                p = F0
+                if li != NEG_INF and k0 + col < tk and \
+                        (causal == 0 or k0 + col <= q0 + row + off):
+                    p = math.exp(s[a * MC + b] * scale - li)
+                if with_p:
+                    sm[P_OFF + row * PS + col] = p
+                sm[S_OFF + row * PS + col] = p * (dp[a * MC + b] - di)
+
+    @inlined
+    def ds_k(sm, dqa, ra, rb, tx, ty):
+        """dQ_i += dS K_j (unscaled): (MR, AD) per thread."""
+        for cc in range(BC):
+            for a in range(MR):
+                ra[a] = sm[S_OFF + (ty + TY * a) * PS + cc]
+            for b in range(AD):
+                rb[b] = sm[K_OFF + cc * DS + tx + TX * b]
+            for a in range(MR):
+                for b in range(AD):
+                    dqa[a * AD + b] += ra[a] * rb[b]
+
     def _key_major(WITH_DQ):
         """The key-major kernel; WITH_DQ (compile-time) adds dQ_i by atomic adds."""
 
@@ -319,20 +400,7 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
             h = cuda.blockIdx.y
             k0 = cuda.blockIdx.x * BC
 
-            # K_j, V_j -> shared, once. Reads 2 Bc d 4 B.
-            for s_ in range(KL):
-                e = tid + NT * s_
-                if e < BC * D:
-                    r = e // D
-                    c = e - r * D
-                    kv = F0
-                    vv = F0
-                    if k0 + r < tk and c < d:
-                        kv = k[h, k0 + r, c]
-                        vv = v[h, k0 + r, c]
-                    sm[K_OFF + r * DS + c] = kv
-                    sm[V_OFF + r * DS + c] = vv
-
+            load_kv(sm, k, v, h, k0, tk, d, tid)    # K_j, V_j -> shared, once
             adk = cuda.local.array(SA, float32)      # (AR, AD) dK_j micro-tile
             adv = cuda.local.array(SA, float32)      # (AR, AD) dV_j micro-tile
             s = cuda.local.array(SQ, float32)        # (MR, MC) S, then P
@@ -356,56 +424,12 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
                 q0 = ib * BR
                 cuda.syncthreads()                   # done with the previous Q_i, dO_i, P, dS
                 # Q_i, dO_i, L_i, D_i -> shared. Reads 2 Br d 4 B + 2 Br 4 B.
-                for s_ in range(QL):
-                    e = tid + NT * s_
-                    if e < BR * D:
-                        r = e // D
-                        c = e - r * D
-                        qv = F0
-                        gv = F0
-                        if q0 + r < tq and c < d:
-                            qv = q[h, q0 + r, c]
-                            gv = do[h, q0 + r, c]
-                        sm[Q_OFF + r * DS + c] = qv
-                        sm[DO_OFF + r * DS + c] = gv
-                for r in range(tid, BR, NT):            # L_i, D_i for any Br and thread count
-                    lv = NEG_INF
-                    dv_ = F0
-                    if q0 + r < tq:
-                        lv = lse[h, q0 + r]
-                        dv_ = delta[h, q0 + r]
-                    sm[L_OFF + r] = lv
-                    sm[DL_OFF + r] = dv_
+                load_qdo(sm, q, do, h, q0, tq, d, tid)
+                load_ld(sm, lse, delta, h, q0, tq, tid)
                 cuda.syncthreads()
 
-                # S = Q_i K_j^T and dP = dO_i V_j^T: (MR, MC) per thread, registers.
-                for x in range(SQ):
-                    s[x] = F0
-                    dp[x] = F0
-                for c in range(D):
-                    for a in range(MR):
-                        ra[a] = sm[Q_OFF + (ty + TY * a) * DS + c]
-                        rc[a] = sm[DO_OFF + (ty + TY * a) * DS + c]
-                    for b in range(MC):
-                        rb[b] = sm[K_OFF + (tx + TX * b) * DS + c]
-                        rd[b] = sm[V_OFF + (tx + TX * b) * DS + c]
-                    for a in range(MR):
-                        for b in range(MC):
-                            s[a * MC + b] += ra[a] * rb[b]
-                            dp[a * MC + b] += rc[a] * rd[b]
-                # P = exp(scale S - L) (0 where masked or the row is empty); dS = P (dP - D).
-                for a in range(MR):
-                    row = ty + TY * a
-                    li = sm[L_OFF + row]
-                    di = sm[DL_OFF + row]
-                    for b in range(MC):
-                        col = tx + TX * b
-                        p = F0
-                        if li != NEG_INF and k0 + col < tk and \
-                                (causal == 0 or k0 + col <= q0 + row + off):
-                            p = math.exp(s[a * MC + b] * scale - li)
-                        sm[P_OFF + row * PS + col] = p
-                        sm[S_OFF + row * PS + col] = p * (dp[a * MC + b] - di)
+                s_dp(sm, s, dp, ra, rb, rc, rd, tx, ty)
+                p_ds(sm, s, dp, tx, ty, k0, q0, tk, causal, off, scale, True)
                 cuda.syncthreads()
 
                 # psum_i += rowsum(P), dsum_i += rowsum(dS) (the lse and o checks): 2 Br
@@ -438,14 +462,7 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
                     # dQ_i += scale dS K_j: (MR, AD) per thread, atomically added to global.
                     for x in range(SD):
                         dqa[x] = F0
-                    for cc in range(BC):
-                        for a in range(MR):
-                            ra[a] = sm[S_OFF + (ty + TY * a) * PS + cc]
-                        for b in range(AD):
-                            rb[b] = sm[K_OFF + cc * DS + tx + TX * b]
-                        for a in range(MR):
-                            for b in range(AD):
-                                dqa[a * AD + b] += ra[a] * rb[b]
+                    ds_k(sm, dqa, ra, rb, tx, ty)
                     for a in range(MR):
                         row = q0 + ty + TY * a
                         if row < tq:
@@ -476,26 +493,8 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
         ty = tid // TX
         h = cuda.blockIdx.y
         q0 = cuda.blockIdx.x * BR
-        for s_ in range(QL):
-            e = tid + NT * s_
-            if e < BR * D:
-                r = e // D
-                c = e - r * D
-                qv = F0
-                gv = F0
-                if q0 + r < tq and c < d:
-                    qv = q[h, q0 + r, c]
-                    gv = do[h, q0 + r, c]
-                sm[Q_OFF + r * DS + c] = qv
-                sm[DO_OFF + r * DS + c] = gv
-        for r in range(tid, BR, NT):            # L_i, D_i for any Br and thread count
-            lv = NEG_INF
-            dv_ = F0
-            if q0 + r < tq:
-                lv = lse[h, q0 + r]
-                dv_ = delta[h, q0 + r]
-            sm[L_OFF + r] = lv
-            sm[DL_OFF + r] = dv_
+        load_qdo(sm, q, do, h, q0, tq, d, tid)
+        load_ld(sm, lse, delta, h, q0, tq, tid)
         s = cuda.local.array(SQ, float32)
         dp = cuda.local.array(SQ, float32)
         dqa = cuda.local.array(SD, float32)
@@ -509,53 +508,12 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
         for jb in range(n_kb):
             k0 = jb * BC
             cuda.syncthreads()
-            for s_ in range(KL):
-                e = tid + NT * s_
-                if e < BC * D:
-                    r = e // D
-                    c = e - r * D
-                    kv = F0
-                    vv = F0
-                    if k0 + r < tk and c < d:
-                        kv = k[h, k0 + r, c]
-                        vv = v[h, k0 + r, c]
-                    sm[K_OFF + r * DS + c] = kv
-                    sm[V_OFF + r * DS + c] = vv
+            load_kv(sm, k, v, h, k0, tk, d, tid)
             cuda.syncthreads()
-            for x in range(SQ):
-                s[x] = F0
-                dp[x] = F0
-            for c in range(D):
-                for a in range(MR):
-                    ra[a] = sm[Q_OFF + (ty + TY * a) * DS + c]
-                    rc[a] = sm[DO_OFF + (ty + TY * a) * DS + c]
-                for b in range(MC):
-                    rb[b] = sm[K_OFF + (tx + TX * b) * DS + c]
-                    rd[b] = sm[V_OFF + (tx + TX * b) * DS + c]
-                for a in range(MR):
-                    for b in range(MC):
-                        s[a * MC + b] += ra[a] * rb[b]
-                        dp[a * MC + b] += rc[a] * rd[b]
-            for a in range(MR):
-                row = ty + TY * a
-                li = sm[L_OFF + row]
-                di = sm[DL_OFF + row]
-                for b in range(MC):
-                    col = tx + TX * b
-                    p = F0
-                    if li != NEG_INF and k0 + col < tk and \
-                            (causal == 0 or k0 + col <= q0 + row + off):
-                        p = math.exp(s[a * MC + b] * scale - li)
-                    sm[S_OFF + row * PS + col] = p * (dp[a * MC + b] - di)
+            s_dp(sm, s, dp, ra, rb, rc, rd, tx, ty)
+            p_ds(sm, s, dp, tx, ty, k0, q0, tk, causal, off, scale, False)
             cuda.syncthreads()
-            for cc in range(BC):
-                for a in range(MR):
-                    ra[a] = sm[S_OFF + (ty + TY * a) * PS + cc]
-                for b in range(AD):
-                    rb[b] = sm[K_OFF + cc * DS + tx + TX * b]
-                for a in range(MR):
-                    for b in range(AD):
-                        dqa[a * AD + b] += ra[a] * rb[b]
+            ds_k(sm, dqa, ra, rb, tx, ty)
         for a in range(MR):
             row = q0 + ty + TY * a
             if row < tq:

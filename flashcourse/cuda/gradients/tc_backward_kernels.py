@@ -60,8 +60,10 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0, FULL_MASK, LOG2E_F, POS_INF
-from ..common._device import exp2_log2
+from ..common._device import exp2_log2, lane_ids
+from ..common.tc_blocks import mma_into
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
+from .tc_backward_blocks import key_blocks
 from ..tensor_core.tensor_core_kernels import HI16, LO16, SH16, Z32, _jit
 
 
@@ -120,6 +122,7 @@ def _warp_sum(simulator: bool):
 def make_key_major_kernel(cfg):
     ops = device_ops(cfg.simulator)
     MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
+    MMA_INTO = mma_into(cfg.simulator, MMA)
     PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
     exp2, _ = exp2_log2(cfg.simulator)
     col_sum = _col_sum(cfg.simulator)
@@ -141,17 +144,15 @@ def make_key_major_kernel(cfg):
     KAREGS = 4 * KT if KV_REGS else 1
     OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW    # register array lengths
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+    kbl = key_blocks(SIM, exp2, col_sum, KT, NS, NO)
+    LOAD_A2, ROW_SUMS, STORE = kbl["load_a2"], kbl["sums"], kbl["store"]
 
     def tc_bwd_key_major(q, k, v, do, lse, delta, dq, dk, dv, tq, tk, d, qscale, scale,
                          causal, off, psum, dsum):
         sm = cuda.shared.array(0, uint32)
         smf = cuda.shared.array(0, float32)       # the same memory, as floats
         scr = cuda.shared.array(SCR, float32)     # simulator only: fragment exchange
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         par = 0
         h = cuda.blockIdx.y
@@ -163,16 +164,7 @@ def make_key_major_kernel(cfg):
         ka = cuda.local.array(KAREGS, uint32)
         va = cuda.local.array(KAREGS, uint32)
         if KV_REGS:
-            for kk in range(KT):
-                w0 = kk * 8 + t
-                ka[4 * kk] = k[U(h), U(kr0), U(w0)] if kr0 < tk else Z32
-                ka[4 * kk + 1] = k[U(h), U(kr1), U(w0)] if kr1 < tk else Z32
-                ka[4 * kk + 2] = k[U(h), U(kr0), U(w0 + 4)] if kr0 < tk else Z32
-                ka[4 * kk + 3] = k[U(h), U(kr1), U(w0 + 4)] if kr1 < tk else Z32
-                va[4 * kk] = v[U(h), U(kr0), U(w0)] if kr0 < tk else Z32
-                va[4 * kk + 1] = v[U(h), U(kr1), U(w0)] if kr1 < tk else Z32
-                va[4 * kk + 2] = v[U(h), U(kr0), U(w0 + 4)] if kr0 < tk else Z32
-                va[4 * kk + 3] = v[U(h), U(kr1), U(w0 + 4)] if kr1 < tk else Z32
+            LOAD_A2(k, v, ka, va, h, kr0, kr1, tk, t)
         if WITH_DQ or not KV_REGS:
             # K_j transposed-packed (B of dQ += dS K): KT[dim][key pair]; and, without
             # KV_REGS, K_j and V_j row-major (the A fragments are read from there)
@@ -261,23 +253,10 @@ def make_key_major_kernel(cfg):
                     qb_ = (n * 8 + g) * QS + kk * 8 + t
                     b0 = sm[U(QN + qb_)]
                     b1 = sm[U(QN + qb_ + 4)]
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
-                                         s[4 * n], s[4 * n + 1], s[4 * n + 2], s[4 * n + 3])
-                    par = 1 - par
-                    s[4 * n] = x0
-                    s[4 * n + 1] = x1
-                    s[4 * n + 2] = x2
-                    s[4 * n + 3] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1, s, 4 * n)
                     b0 = sm[U(DON + qb_)]
                     b1 = sm[U(DON + qb_ + 4)]
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, c0, c1, c2, c3, b0, b1,
-                                         dp[4 * n], dp[4 * n + 1], dp[4 * n + 2],
-                                         dp[4 * n + 3])
-                    par = 1 - par
-                    dp[4 * n] = x0
-                    dp[4 * n + 1] = x1
-                    dp[4 * n + 2] = x2
-                    dp[4 * n + 3] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, c0, c1, c2, c3, b0, b1, dp, 4 * n)
 
             # P^T = exp2(S^T qscale - L), dS^T = P^T (dP^T - D); element i of n-tile n is
             # key kr0 + 8 (i // 2), query q0 + 8 n + 2 t + (i % 2)
@@ -299,14 +278,7 @@ def make_key_major_kernel(cfg):
                         s[j] = p
                         dp[j] = p * (dp[j] - drow)
             if SUMS:                   # row sums of P and dS (the lse and o checks)
-                for n in range(NS):
-                    for e2 in range(2):
-                        ps = col_sum(s[4 * n + e2] + s[4 * n + 2 + e2])
-                        ds = col_sum(dp[4 * n + e2] + dp[4 * n + 2 + e2])
-                        qrow = q0 + n * 8 + 2 * t + e2
-                        if (g == 0 or SIM) and qrow < tq:
-                            cuda.atomic.add(psum, (h, qrow), ps)
-                            cuda.atomic.add(dsum, (h, qrow), ds)
+                ROW_SUMS(s, dp, psum, dsum, h, q0, tq, g, t)
 
             # dV_j += P^T dO_i, dK_j += dS^T Q_i: A from registers, B transposed-packed
             for kp in range(KQ):
@@ -319,14 +291,8 @@ def make_key_major_kernel(cfg):
                     tb = (n * 8 + g) * TS + kp * 8 + t
                     b0 = sm[U(DOT + tb)]
                     b1 = sm[U(DOT + tb + 4)]
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
-                                         b0, b1, dva[4 * n], dva[4 * n + 1], dva[4 * n + 2],
-                                         dva[4 * n + 3])
-                    par = 1 - par
-                    dva[4 * n] = x0
-                    dva[4 * n + 1] = x1
-                    dva[4 * n + 2] = x2
-                    dva[4 * n + 3] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dva,
+                                   4 * n)
                 pa[0] = PACK(dp[j0], dp[j0 + 1])
                 pa[1] = PACK(dp[j0 + 2], dp[j0 + 3])
                 pa[2] = PACK(dp[j0 + 4], dp[j0 + 5])
@@ -335,14 +301,8 @@ def make_key_major_kernel(cfg):
                     tb = (n * 8 + g) * TS + kp * 8 + t
                     b0 = sm[U(QT + tb)]
                     b1 = sm[U(QT + tb + 4)]
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
-                                         b0, b1, dka[4 * n], dka[4 * n + 1], dka[4 * n + 2],
-                                         dka[4 * n + 3])
-                    par = 1 - par
-                    dka[4 * n] = x0
-                    dka[4 * n + 1] = x1
-                    dka[4 * n + 2] = x2
-                    dka[4 * n + 3] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dka,
+                                   4 * n)
 
             if WITH_DQ:
                 # dS^T (fp32) -> shared as dS[query][key]; then dQ_i += dS K_j by atomics
@@ -366,14 +326,7 @@ def make_key_major_kernel(cfg):
                         tb = KTO + ((nb + n) * 8 + g) * KTS + kp * 8 + t
                         b0 = sm[U(tb)]
                         b1 = sm[U(tb + 4)]
-                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
-                                             dqa[4 * n], dqa[4 * n + 1], dqa[4 * n + 2],
-                                             dqa[4 * n + 3])
-                        par = 1 - par
-                        dqa[4 * n] = x0
-                        dqa[4 * n + 1] = x1
-                        dqa[4 * n + 2] = x2
-                        dqa[4 * n + 3] = x3
+                        par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1, dqa, 4 * n)
                 for n in range(NQW):
                     for i in range(4):
                         r = q0 + mq * 16 + g + 8 * (i // 2)
@@ -382,13 +335,7 @@ def make_key_major_kernel(cfg):
                             cuda.atomic.add(dq, (h, r, c), dqa[4 * n + i] * scale)
 
         # epilogue: dK = scale dS^T Q, dV = P^T dO (fp32)
-        for n in range(NO):
-            for i in range(4):
-                key = kr0 + 8 * (i // 2)
-                c = n * 8 + 2 * t + (i % 2)
-                if key < tk and c < d:
-                    dk[U(h), U(key), U(c)] = dka[4 * n + i] * scale
-                    dv[U(h), U(key), U(c)] = dva[4 * n + i]
+        STORE(dk, dv, dka, dva, h, kr0, tk, d, t, scale)
 
     tc_bwd_key_major.__name__ = (f"tc_bwd_kv_{cfg.precision}_w{NW}_q{BR}_d{D}"
                                  + ("_dq" if WITH_DQ else "") + ("_sums" if SUMS else "")
@@ -403,6 +350,7 @@ def make_key_major_kernel(cfg):
 def make_query_major_kernel(cfg):
     ops = device_ops(cfg.simulator)
     MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
+    MMA_INTO = mma_into(cfg.simulator, MMA)
     PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
     exp2, _ = exp2_log2(cfg.simulator)
     SIM = cfg.simulator
@@ -418,16 +366,13 @@ def make_query_major_kernel(cfg):
     LOADS = -(-((BC // 2) * DW) // NT)
     AREGS, OREGS, SREGS = 4 * KT, 4 * NO, 4 * NS     # register array lengths
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+    LOAD_A2 = key_blocks(SIM, None, None, KT, 0, 0)["load_a2"]
 
     def tc_bwd_query_major(q, k, v, do, lse, delta, dq, tq, tk, d, qscale, scale, causal,
                            off):
         sm = cuda.shared.array(0, uint32)
         scr = cuda.shared.array(SCR, float32)
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         par = 0
         h = cuda.blockIdx.y
@@ -437,16 +382,7 @@ def make_query_major_kernel(cfg):
 
         qa = cuda.local.array(AREGS, uint32)     # Q rows of this warp as A fragments
         oa = cuda.local.array(AREGS, uint32)     # dO rows
-        for kk in range(KT):
-            w0 = kk * 8 + t
-            qa[4 * kk] = q[U(h), U(r0), U(w0)] if r0 < tq else Z32
-            qa[4 * kk + 1] = q[U(h), U(r1), U(w0)] if r1 < tq else Z32
-            qa[4 * kk + 2] = q[U(h), U(r0), U(w0 + 4)] if r0 < tq else Z32
-            qa[4 * kk + 3] = q[U(h), U(r1), U(w0 + 4)] if r1 < tq else Z32
-            oa[4 * kk] = do[U(h), U(r0), U(w0)] if r0 < tq else Z32
-            oa[4 * kk + 1] = do[U(h), U(r1), U(w0)] if r1 < tq else Z32
-            oa[4 * kk + 2] = do[U(h), U(r0), U(w0 + 4)] if r0 < tq else Z32
-            oa[4 * kk + 3] = do[U(h), U(r1), U(w0 + 4)] if r1 < tq else Z32
+        LOAD_A2(q, do, qa, oa, h, r0, r1, tq, t)
         lrow = cuda.local.array(2, float32)
         drow = cuda.local.array(2, float32)
         for hf in range(2):
@@ -494,25 +430,12 @@ def make_query_major_kernel(cfg):
                     kb = (n * 8 + g) * KS + kk * 8 + t
                     b0 = sm[U(KN + kb)]
                     b1 = sm[U(KN + kb + 4)]
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, qa[4 * kk], qa[4 * kk + 1],
-                                         qa[4 * kk + 2], qa[4 * kk + 3], b0, b1,
-                                         s[4 * n], s[4 * n + 1], s[4 * n + 2], s[4 * n + 3])
-                    par = 1 - par
-                    s[4 * n] = x0
-                    s[4 * n + 1] = x1
-                    s[4 * n + 2] = x2
-                    s[4 * n + 3] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, qa[4 * kk], qa[4 * kk + 1],
+                                   qa[4 * kk + 2], qa[4 * kk + 3], b0, b1, s, 4 * n)
                     b0 = sm[U(VN + kb)]
                     b1 = sm[U(VN + kb + 4)]
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, oa[4 * kk], oa[4 * kk + 1],
-                                         oa[4 * kk + 2], oa[4 * kk + 3], b0, b1,
-                                         dp[4 * n], dp[4 * n + 1], dp[4 * n + 2],
-                                         dp[4 * n + 3])
-                    par = 1 - par
-                    dp[4 * n] = x0
-                    dp[4 * n + 1] = x1
-                    dp[4 * n + 2] = x2
-                    dp[4 * n + 3] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, oa[4 * kk], oa[4 * kk + 1],
+                                   oa[4 * kk + 2], oa[4 * kk + 3], b0, b1, dp, 4 * n)
             edge = k0 + BC > tk or q0 + BRQ > tq or (causal != 0 and k0 + BC - 1 > q0 + off)
             for n in range(NS):
                 for i in range(4):
@@ -535,14 +458,8 @@ def make_query_major_kernel(cfg):
                     tb = KTO + (n * 8 + g) * VTS + kp * 8 + t
                     b0 = sm[U(tb)]
                     b1 = sm[U(tb + 4)]
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
-                                         b0, b1, acc[4 * n], acc[4 * n + 1], acc[4 * n + 2],
-                                         acc[4 * n + 3])
-                    par = 1 - par
-                    acc[4 * n] = x0
-                    acc[4 * n + 1] = x1
-                    acc[4 * n + 2] = x2
-                    acc[4 * n + 3] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, acc,
+                                   4 * n)
 
         for n in range(NO):
             for i in range(4):

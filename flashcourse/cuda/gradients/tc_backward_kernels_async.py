@@ -39,9 +39,11 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0
-from ..common._device import key_block_order
+from ..common._device import key_block_order, lane_ids
+from ..common.tc_blocks import mma_into
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
+from .tc_backward_blocks import key_blocks, query_tile_loader
 from .tc_backward_kernels import LD_ROWS, _col_sum
 from ..tensor_core.tensor_core_kernels import Z32, _jit
 
@@ -99,6 +101,7 @@ def dq_tile_adder(so, pairs: bool, simulator: bool):
 def make_key_major_async_kernel(cfg):
     ops = device_ops(cfg.simulator)
     MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
+    MMA_INTO = mma_into(cfg.simulator, MMA)
     PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
     so = smem_ops(cfg.simulator, LINEAR_SHARED)
     LDA, LDB, LDBT, CP16, COMMIT, WAIT = so["ld_a"], so["ld_b"], so["ld_bt"], so["cp16"], \
@@ -127,12 +130,13 @@ def make_key_major_async_kernel(cfg):
     LDR = LD_ROWS
     QN, DON, LS, DS, KNO, VNO, DSO, BUF, _ = cfg.async_offsets()
     CH = DW // 4                                   # 16-byte chunks per row
-    QCH = -(-(BR * CH) // NT)                      # Q (and dO) chunks per thread per tile
-    LCH = BR // 4                                  # 16-byte chunks of L (and D) per tile
     KLOADS = -(-(BC * DW) // NT)
     KAREGS = 4 * KT if KV_REGS else 1
     OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+    kbl = key_blocks(SIM, exp2, col_sum, KT, NS, NO)
+    LOAD_A2, P_DS, ROW_SUMS, STORE = kbl["load_a2"], kbl["p_ds"], kbl["sums"], kbl["store"]
+    LOAD_Q = query_tile_loader(SIM, CP16, COMMIT, BR, CH, NT, DW, (QN, DON, LS, DS))["load"]
 
     def tc_bwd_key_major_async(q, k, v, do, ldw, dq, dk, dv, tq, tk, d, qscale, scale,
                                causal, off, psum, dsum):
@@ -150,11 +154,7 @@ def make_key_major_async_kernel(cfg):
             sm = cuda.shared.array(0, uint32, alignment=16)
             smf = cuda.shared.array(0, float32, alignment=16)
             scr = smf                                # unused on a GPU
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         par = 0
         kb, h = block_of(causal)
@@ -173,37 +173,12 @@ def make_key_major_async_kernel(cfg):
 
         # query block qb0 -> buffer 0, in flight while K_j, V_j are loaded
         if qb0 < n_qb:
-            q0 = qb0 * BR
-            for it in range(QCH):
-                e = tid + NT * it
-                if e < BR * CH:
-                    r = e // CH
-                    c = (e - r * CH) * 4
-                    row = q0 + r
-                    ok = row < tq
-                    src = row if ok else 0
-                    gi = U(qbase + src) * U(DW) + U(c)
-                    CP16(sm, U(QN + r * QS + c), q, gi, 16 if ok else 0)
-                    CP16(sm, U(DON + r * QS + c), do, gi, 16 if ok else 0)
-            if tid < LCH:
-                CP16(sm, U(LS + 4 * tid), ldw, U(lbase + q0 + 4 * tid), 16)
-            elif tid < 2 * LCH:
-                CP16(sm, U(DS + 4 * (tid - LCH)), ldw, U(dbase + q0 + 4 * (tid - LCH)), 16)
-            COMMIT()
+            LOAD_Q(sm, 0, QS, q, do, ldw, qbase, lbase, dbase, qb0 * BR, tq, tid)
 
         ka = cuda.local.array(KAREGS, uint32)
         va = cuda.local.array(KAREGS, uint32)
         if KV_REGS:
-            for kk in range(KT):
-                w0 = kk * 8 + t
-                ka[4 * kk] = k[U(h), U(kr0), U(w0)] if kr0 < tk else Z32
-                ka[4 * kk + 1] = k[U(h), U(kr1), U(w0)] if kr1 < tk else Z32
-                ka[4 * kk + 2] = k[U(h), U(kr0), U(w0 + 4)] if kr0 < tk else Z32
-                ka[4 * kk + 3] = k[U(h), U(kr1), U(w0 + 4)] if kr1 < tk else Z32
-                va[4 * kk] = v[U(h), U(kr0), U(w0)] if kr0 < tk else Z32
-                va[4 * kk + 1] = v[U(h), U(kr1), U(w0)] if kr1 < tk else Z32
-                va[4 * kk + 2] = v[U(h), U(kr0), U(w0 + 4)] if kr0 < tk else Z32
-                va[4 * kk + 3] = v[U(h), U(kr1), U(w0 + 4)] if kr1 < tk else Z32
+            LOAD_A2(k, v, ka, va, h, kr0, kr1, tk, t)
         for it in range(KLOADS):               # K_j (and V_j) row-major, once
             e = tid + NT * it
             if e < BC * DW:
@@ -230,25 +205,7 @@ def make_key_major_async_kernel(cfg):
             WAIT()
             cuda.syncthreads()                  # block qb landed; buffer 1 - bo is free
             if qb + 1 < n_qb:                   # block qb + 1 -> the other buffer
-                q1 = q0 + BR
-                nb_ = BUF - bo
-                for it in range(QCH):
-                    e = tid + NT * it
-                    if e < BR * CH:
-                        r = e // CH
-                        c = (e - r * CH) * 4
-                        row = q1 + r
-                        ok = row < tq
-                        src = row if ok else 0
-                        gi = U(qbase + src) * U(DW) + U(c)
-                        CP16(sm, U(nb_ + QN + r * QS + c), q, gi, 16 if ok else 0)
-                        CP16(sm, U(nb_ + DON + r * QS + c), do, gi, 16 if ok else 0)
-                if tid < LCH:
-                    CP16(sm, U(nb_ + LS + 4 * tid), ldw, U(lbase + q1 + 4 * tid), 16)
-                elif tid < 2 * LCH:
-                    CP16(sm, U(nb_ + DS + 4 * (tid - LCH)), ldw,
-                         U(dbase + q1 + 4 * (tid - LCH)), 16)
-                COMMIT()
+                LOAD_Q(sm, BUF - bo, QS, q, do, ldw, qbase, lbase, dbase, q0 + BR, tq, tid)
 
             # S^T = K_j Q_i^T, dP^T = V_j dO_i^T: two n8 tiles per ldmatrix.x4
             for i in range(SREGS):
@@ -271,64 +228,17 @@ def make_key_major_async_kernel(cfg):
                 for n2 in range(NS // 2):
                     n = 2 * n2
                     b0, b1, b2, b3 = LDB(sm, U(bo + QN + (n * 8) * QS + kk * 8), QS, lane)
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
-                                         s[4 * n], s[4 * n + 1], s[4 * n + 2], s[4 * n + 3])
-                    par = 1 - par
-                    s[4 * n] = x0
-                    s[4 * n + 1] = x1
-                    s[4 * n + 2] = x2
-                    s[4 * n + 3] = x3
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3,
-                                         s[4 * n + 4], s[4 * n + 5], s[4 * n + 6],
-                                         s[4 * n + 7])
-                    par = 1 - par
-                    s[4 * n + 4] = x0
-                    s[4 * n + 5] = x1
-                    s[4 * n + 6] = x2
-                    s[4 * n + 7] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1, s, 4 * n)
+                    par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3, s, 4 * n + 4)
                     b0, b1, b2, b3 = LDB(sm, U(bo + DON + (n * 8) * QS + kk * 8), QS, lane)
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, c0, c1, c2, c3, b0, b1,
-                                         dp[4 * n], dp[4 * n + 1], dp[4 * n + 2],
-                                         dp[4 * n + 3])
-                    par = 1 - par
-                    dp[4 * n] = x0
-                    dp[4 * n + 1] = x1
-                    dp[4 * n + 2] = x2
-                    dp[4 * n + 3] = x3
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, c0, c1, c2, c3, b2, b3,
-                                         dp[4 * n + 4], dp[4 * n + 5], dp[4 * n + 6],
-                                         dp[4 * n + 7])
-                    par = 1 - par
-                    dp[4 * n + 4] = x0
-                    dp[4 * n + 5] = x1
-                    dp[4 * n + 6] = x2
-                    dp[4 * n + 7] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, c0, c1, c2, c3, b0, b1, dp, 4 * n)
+                    par = MMA_INTO(scr, wbase, lane, par, c0, c1, c2, c3, b2, b3, dp, 4 * n + 4)
 
             # P^T = exp2(S^T qscale - L) (L = +inf in padded rows), dS^T = P^T (dP^T - D)
             edge = k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off)
-            for n in range(NS):
-                for e2 in range(2):
-                    col = n * 8 + 2 * t + e2
-                    lrow = smf[U(bo + LS + col)]
-                    drow = smf[U(bo + DS + col)]
-                    for hf in range(2):
-                        j = 4 * n + 2 * hf + e2
-                        p = exp2(s[j] * qscale - lrow)
-                        if edge:
-                            key = kr0 + 8 * hf
-                            if key >= tk or (causal != 0 and key > q0 + col + off):
-                                p = F0
-                        s[j] = p
-                        dp[j] = p * (dp[j] - drow)
+            P_DS(s, dp, smf, bo + LS, bo + DS, qscale, edge, kr0, tk, causal, q0, off, t)
             if SUMS:
-                for n in range(NS):
-                    for e2 in range(2):
-                        ps = col_sum(s[4 * n + e2] + s[4 * n + 2 + e2])
-                        ds = col_sum(dp[4 * n + e2] + dp[4 * n + 2 + e2])
-                        qrow = q0 + n * 8 + 2 * t + e2
-                        if (g == 0 or SIM) and qrow < tq:
-                            cuda.atomic.add(psum, (h, qrow), ps)
-                            cuda.atomic.add(dsum, (h, qrow), ds)
+                ROW_SUMS(s, dp, psum, dsum, h, q0, tq, g, t)
 
             # dV_j += P^T dO_i, dK_j += dS^T Q_i: B by ldmatrix.trans of the row-major tiles
             for kp in range(KQ):
@@ -340,22 +250,10 @@ def make_key_major_async_kernel(cfg):
                 for n2 in range(NO // 2):
                     n = 2 * n2
                     b0, b1, b2, b3 = LDBT(sm, U(bo + DON + (kp * 16) * QS + n * 4), QS, lane)
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
-                                         b0, b1, dva[4 * n], dva[4 * n + 1], dva[4 * n + 2],
-                                         dva[4 * n + 3])
-                    par = 1 - par
-                    dva[4 * n] = x0
-                    dva[4 * n + 1] = x1
-                    dva[4 * n + 2] = x2
-                    dva[4 * n + 3] = x3
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
-                                         b2, b3, dva[4 * n + 4], dva[4 * n + 5],
-                                         dva[4 * n + 6], dva[4 * n + 7])
-                    par = 1 - par
-                    dva[4 * n + 4] = x0
-                    dva[4 * n + 5] = x1
-                    dva[4 * n + 6] = x2
-                    dva[4 * n + 7] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dva,
+                                   4 * n)
+                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b2, b3, dva,
+                                   4 * n + 4)
                 pa[0] = PACK(dp[j0], dp[j0 + 1])
                 pa[1] = PACK(dp[j0 + 2], dp[j0 + 3])
                 pa[2] = PACK(dp[j0 + 4], dp[j0 + 5])
@@ -369,22 +267,10 @@ def make_key_major_async_kernel(cfg):
                 for n2 in range(NO // 2):
                     n = 2 * n2
                     b0, b1, b2, b3 = LDBT(sm, U(bo + QN + (kp * 16) * QS + n * 4), QS, lane)
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
-                                         b0, b1, dka[4 * n], dka[4 * n + 1], dka[4 * n + 2],
-                                         dka[4 * n + 3])
-                    par = 1 - par
-                    dka[4 * n] = x0
-                    dka[4 * n + 1] = x1
-                    dka[4 * n + 2] = x2
-                    dka[4 * n + 3] = x3
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
-                                         b2, b3, dka[4 * n + 4], dka[4 * n + 5],
-                                         dka[4 * n + 6], dka[4 * n + 7])
-                    par = 1 - par
-                    dka[4 * n + 4] = x0
-                    dka[4 * n + 5] = x1
-                    dka[4 * n + 6] = x2
-                    dka[4 * n + 7] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dka,
+                                   4 * n)
+                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b2, b3, dka,
+                                   4 * n + 4)
 
             if WITH_DQ:
                 cuda.syncthreads()
@@ -406,22 +292,9 @@ def make_key_major_async_kernel(cfg):
                         n = 2 * n2
                         b0, b1, b2, b3 = LDBT(sm, U(KNO + (kp * 16) * QS + (nb + n) * 4), QS,
                                               lane)
-                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
-                                             dqa[4 * n], dqa[4 * n + 1], dqa[4 * n + 2],
-                                             dqa[4 * n + 3])
-                        par = 1 - par
-                        dqa[4 * n] = x0
-                        dqa[4 * n + 1] = x1
-                        dqa[4 * n + 2] = x2
-                        dqa[4 * n + 3] = x3
-                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3,
-                                             dqa[4 * n + 4], dqa[4 * n + 5], dqa[4 * n + 6],
-                                             dqa[4 * n + 7])
-                        par = 1 - par
-                        dqa[4 * n + 4] = x0
-                        dqa[4 * n + 5] = x1
-                        dqa[4 * n + 6] = x2
-                        dqa[4 * n + 7] = x3
+                        par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1, dqa, 4 * n)
+                        par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3, dqa,
+                                       4 * n + 4)
                 r0 = q0 + mq * 16 + g
                 g0 = U(qbase + r0) * U(d) + U(nb * 8 + 2 * t)
                 g1 = g0 + U(8 * d)
@@ -449,13 +322,7 @@ def make_key_major_async_kernel(cfg):
                                                            dka[j + 1] * scale)
                         dv[U(h), U(key), U(c // 2)] = PACK(dva[j], dva[j + 1])
         else:
-            for n in range(NO):
-                for i in range(4):
-                    key = kr0 + 8 * (i // 2)
-                    c = n * 8 + 2 * t + (i % 2)
-                    if key < tk and c < d:
-                        dk[U(h), U(key), U(c)] = dka[4 * n + i] * scale
-                        dv[U(h), U(key), U(c)] = dva[4 * n + i]
+            STORE(dk, dv, dka, dva, h, kr0, tk, d, t, scale)
 
     tc_bwd_key_major_async.__name__ = (f"tc_bwd_kv_async_{cfg.precision}_w{NW}_q{BR}_d{D}"
                                        + ("_dq" if WITH_DQ else "")

@@ -87,9 +87,11 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0, POS_INF
-from ..common._device import key_block_order
+from ..common._device import key_block_order, lane_ids
+from ..common.tc_blocks import cp_async_rows, tf32_blocks
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops, tf32x3_ops
 from . import tc_backward_kernels_async as v2
+from .tc_backward_blocks import key_blocks, query_tile_loader, tf32_s_dp
 from ..ptx.smem_ops import ops as smem_ops
 from .tc_backward_kernels import LD_ROWS, _col_sum
 from ..tensor_core.tensor_core_kernels import _jit
@@ -130,11 +132,14 @@ def make_key_major_tf32_kernel(cfg):
     SPL = -(-(BR * D) // NT)      # planes: Q_i (and dO_i) values split per thread
     LDR = LD_ROWS
     CH = D // 4                    # 16-byte chunks per row
-    QCH = -(-(BR * CH) // NT)      # Q (and dO) chunks per thread per query block
-    KCH = -(-(BC * CH) // NT)      # K (and V) chunks per thread, once
-    LCH = BR // 4                  # 16-byte chunks of L (and D) per query block
     OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+    kbl = key_blocks(SIM, exp2, col_sum, 0, NS, NO)
+    P_DS, ROW_SUMS, STORE = kbl["p_ds"], kbl["sums"], kbl["store"]
+    LOAD_Q = query_tile_loader(SIM, CP16, COMMIT, BR, CH, NT, D, (QN, DON, LS, DS))["load"]
+    COPY_KV = cp_async_rows(SIM, CP16, BC, CH, NT, D, True)["copy"]
+    S_DP = tf32_s_dp(SIM, LDB, RS, KT, NS, PLANES)
+    CHAIN_APART = tf32_blocks(SIM, 3, NS, NO)["chain_apart"]
 
     def tc_bwd_key_major_tf32(q, k, v, do, ldw, dq, dk, dv, tq, tk, d, qscale, scale,
                               causal, off, psum, dsum):
@@ -149,11 +154,7 @@ def make_key_major_tf32_kernel(cfg):
             sm = cuda.shared.array(0, uint32, alignment=16)
             smf = cuda.shared.array(0, float32, alignment=16)
             scr = smf                                # unused on a GPU
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         par = 0
         kb, h = block_of(causal)
@@ -172,32 +173,8 @@ def make_key_major_tf32_kernel(cfg):
 
         if qb0 < n_qb:
             # K_j, V_j (rows past Tk: zeros) and query block qb0 -> shared, one group
-            for it in range(KCH):
-                e = tid + NT * it
-                if e < BC * CH:
-                    r = e // CH
-                    c = (e - r * CH) * 4
-                    key = k0 + r
-                    ok = key < tk
-                    gi = U(kbase + (key if ok else 0)) * U(D) + U(c)
-                    CP16(sm, U(KNO + r * RS + c), k, gi, 16 if ok else 0)
-                    CP16(sm, U(VNO + r * RS + c), v, gi, 16 if ok else 0)
-            q0 = qb0 * BR
-            for it in range(QCH):
-                e = tid + NT * it
-                if e < BR * CH:
-                    r = e // CH
-                    c = (e - r * CH) * 4
-                    row = q0 + r
-                    ok = row < tq
-                    gi = U(qbase + (row if ok else 0)) * U(D) + U(c)
-                    CP16(sm, U(QN + r * RS + c), q, gi, 16 if ok else 0)
-                    CP16(sm, U(DON + r * RS + c), do, gi, 16 if ok else 0)
-            if tid < LCH:
-                CP16(sm, U(LS + 4 * tid), ldw, U(lbase + q0 + 4 * tid), 16)
-            elif tid < 2 * LCH:
-                CP16(sm, U(DS + 4 * (tid - LCH)), ldw, U(dbase + q0 + 4 * (tid - LCH)), 16)
-            COMMIT()
+            COPY_KV(sm, KNO, VNO, RS, k, v, kbase, k0, tk, tid)
+            LOAD_Q(sm, 0, RS, q, do, ldw, qbase, lbase, dbase, qb0 * BR, tq, tid)
 
         dka = cuda.local.array(OREGS, float32)   # dK_j accumulator, 16 keys x D
         dva = cuda.local.array(OREGS, float32)   # dV_j accumulator
@@ -219,24 +196,7 @@ def make_key_major_tf32_kernel(cfg):
             WAIT()
             cuda.syncthreads()                  # block qb landed; buffer 1 - bo is free
             if qb + 1 < n_qb:                   # block qb + 1 -> the other buffer
-                q1 = q0 + BR
-                nb_ = BUF - bo
-                for it in range(QCH):
-                    e = tid + NT * it
-                    if e < BR * CH:
-                        r = e // CH
-                        c = (e - r * CH) * 4
-                        row = q1 + r
-                        ok = row < tq
-                        gi = U(qbase + (row if ok else 0)) * U(D) + U(c)
-                        CP16(sm, U(nb_ + QN + r * RS + c), q, gi, 16 if ok else 0)
-                        CP16(sm, U(nb_ + DON + r * RS + c), do, gi, 16 if ok else 0)
-                if tid < LCH:
-                    CP16(sm, U(nb_ + LS + 4 * tid), ldw, U(lbase + q1 + 4 * tid), 16)
-                elif tid < 2 * LCH:
-                    CP16(sm, U(nb_ + DS + 4 * (tid - LCH)), ldw,
-                         U(dbase + q1 + 4 * (tid - LCH)), 16)
-                COMMIT()
+                LOAD_Q(sm, BUF - bo, RS, q, do, ldw, qbase, lbase, dbase, q0 + BR, tq, tid)
             if PLANES:                          # Q_i, dO_i -> big (in place) + small
                 for it in range(SPL):
                     e = tid + NT * it
@@ -251,87 +211,15 @@ def make_key_major_tf32_kernel(cfg):
                 cuda.syncthreads()              # the planes are complete
 
             # S^T = K_j Q_i^T, dP^T = V_j dO_i^T (from zero; small, small, big per k8 step)
-            for i in range(SREGS):
-                s[i] = F0
-                dp[i] = F0
-            for kk in range(KT):
-                for which in range(2):          # 0: K_j with Q_i; 1: V_j with dO_i
-                    w0, w2, w1, w3 = LDB(sm, (krow if which == 0 else vrow) + U(kk * 8),
-                                         RS, lane)
-                    a0, sa0 = SPLIT(AS_F32(w0))
-                    a1, sa1 = SPLIT(AS_F32(w1))
-                    a2, sa2 = SPLIT(AS_F32(w2))
-                    a3, sa3 = SPLIT(AS_F32(w3))
-                    bsrc = bo + (QN if which == 0 else DON)
-                    ssrc = QSN if which == 0 else DOSN
-                    for n2 in range(NS // 2):
-                        y0w, y1w, y2w, y3w = LDB(sm, U(bsrc + (n2 * 16) * RS + kk * 8), RS,
-                                                 lane)
-                        if PLANES:
-                            z0w, z1w, z2w, z3w = LDB(sm, U(ssrc + (n2 * 16) * RS + kk * 8),
-                                                     RS, lane)
-                        for half in range(2):
-                            n = 2 * n2 + half
-                            if PLANES:
-                                b0 = y0w if half == 0 else y2w
-                                b1 = y1w if half == 0 else y3w
-                                sb0 = z0w if half == 0 else z2w
-                                sb1 = z1w if half == 0 else z3w
-                            else:
-                                y0 = AS_F32(y0w if half == 0 else y2w)
-                                y1 = AS_F32(y1w if half == 0 else y3w)
-                                b0, sb0 = SPLIT(y0)
-                                b1, sb1 = SPLIT(y1)
-                            if which == 0:
-                                c0 = s[4 * n]
-                                c1 = s[4 * n + 1]
-                                c2 = s[4 * n + 2]
-                                c3 = s[4 * n + 3]
-                            else:
-                                c0 = dp[4 * n]
-                                c1 = dp[4 * n + 1]
-                                c2 = dp[4 * n + 2]
-                                c3 = dp[4 * n + 3]
-                            c0, c1, c2, c3, par = MMA3(scr, wbase, lane, par,
-                                                       a0, a1, a2, a3, sa0, sa1, sa2, sa3,
-                                                       b0, b1, sb0, sb1, c0, c1, c2, c3)
-                            if which == 0:
-                                s[4 * n] = c0
-                                s[4 * n + 1] = c1
-                                s[4 * n + 2] = c2
-                                s[4 * n + 3] = c3
-                            else:
-                                dp[4 * n] = c0
-                                dp[4 * n + 1] = c1
-                                dp[4 * n + 2] = c2
-                                dp[4 * n + 3] = c3
+            par = S_DP(sm, krow, vrow, bo + QN, bo + DON, QSN, DOSN, lane, scr, wbase, par,
+                       s, dp)
 
             # P^T = exp2(S^T qscale - L) (L = +inf in padded rows), dS^T = P^T (dP^T - D);
             # element i of n-tile n is key kr0 + 8 (i // 2), query q0 + 8 n + 2 t + (i % 2)
             edge = k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off)
-            for n in range(NS):
-                for e2 in range(2):
-                    col = n * 8 + 2 * t + e2
-                    lrow = smf[U(bo + LS + col)]
-                    drow = smf[U(bo + DS + col)]
-                    for hf in range(2):
-                        j = 4 * n + 2 * hf + e2
-                        p = exp2(s[j] * qscale - lrow)
-                        if edge:
-                            key = kr0 + 8 * hf
-                            if key >= tk or (causal != 0 and key > q0 + col + off):
-                                p = F0
-                        s[j] = p
-                        dp[j] = p * (dp[j] - drow)
+            P_DS(s, dp, smf, bo + LS, bo + DS, qscale, edge, kr0, tk, causal, q0, off, t)
             if SUMS:                   # row sums of P and dS (the lse and o checks)
-                for n in range(NS):
-                    for e2 in range(2):
-                        ps = col_sum(s[4 * n + e2] + s[4 * n + 2 + e2])
-                        ds = col_sum(dp[4 * n + e2] + dp[4 * n + 2 + e2])
-                        qrow = q0 + n * 8 + 2 * t + e2
-                        if (g == 0 or SIM) and qrow < tq:
-                            cuda.atomic.add(psum, (h, qrow), ps)
-                            cuda.atomic.add(dsum, (h, qrow), ds)
+                ROW_SUMS(s, dp, psum, dsum, h, q0, tq, g, t)
 
             # dV_j += P^T dO_i, then dK_j += dS^T Q_i: A = the C tiles of P^T / dS^T split
             # (tile j as (c0, c2, c1, c3): A column t = query 2t, t + 4 = query 2t + 1),
@@ -378,18 +266,11 @@ def make_key_major_tf32_kernel(cfg):
                                 pl[4 * j], pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
                                 b0, b1, sb0, sb1, c0, c1, c2, c3)
                         else:                   # the small terms apart, in f
-                            f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pl[4 * j],
-                                                 pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
-                                                 b0, b1, f0, f1, f2, f3)
-                            par = 1 - par
-                            f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pb[4 * j],
-                                                 pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
-                                                 sb0, sb1, f0, f1, f2, f3)
-                            par = 1 - par
-                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j],
-                                                 pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
-                                                 b0, b1, c0, c1, c2, c3)
-                            par = 1 - par
+                            c0, c1, c2, c3, f0, f1, f2, f3, par = CHAIN_APART(
+                                scr, wbase, lane, par,
+                                pb[4 * j], pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
+                                pl[4 * j], pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
+                                b0, b1, sb0, sb1, c0, c1, c2, c3, f0, f1, f2, f3)
                     if not ONE_CHAIN:
                         c0 += f0
                         c1 += f1
@@ -475,13 +356,7 @@ def make_key_major_tf32_kernel(cfg):
                                     dqc[4 * n + i] * scale)
 
         # epilogue: dK = scale dS^T Q, dV = P^T dO (fp32)
-        for n in range(NO):
-            for i in range(4):
-                key = kr0 + 8 * (i // 2)
-                c = n * 8 + 2 * t + (i % 2)
-                if key < tk and c < d:
-                    dk[U(h), U(key), U(c)] = dka[4 * n + i] * scale
-                    dv[U(h), U(key), U(c)] = dva[4 * n + i]
+        STORE(dk, dv, dka, dva, h, kr0, tk, d, t, scale)
 
     tc_bwd_key_major_tf32.__name__ = (f"tc_bwd_kv_3xtf32_w{NW}_q{BR}_d{D}"
                                       + ("_dq" if WITH_DQ else "")
@@ -536,10 +411,11 @@ def make_query_major_tf32_kernel(cfg):
     QN, DON, KNO, VNO, KVB, _ = cfg.tf32_q_offsets()
     LDR = LD_ROWS
     CH = D // 4                    # 16-byte chunks per row
-    QCH = -(-(BRQ * CH) // NT)     # Q_i (and dO_i) chunks per thread, once
-    KCH = -(-(BC * CH) // NT)      # K_j (and V_j) chunks per thread per key block
     OREGS, SREGS = 4 * NO, 4 * NS
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+    COPY_QDO = cp_async_rows(SIM, CP16, BRQ, CH, NT, D, True)["copy"]
+    COPY_KV = cp_async_rows(SIM, CP16, BC, CH, NT, D, True)["copy"]
+    S_DP = tf32_s_dp(SIM, LDB, RS, KT, NS, False)
 
     def tc_bwd_query_major_tf32(q, k, v, do, ldw, dq, tq, tk, d, qscale, scale, causal,
                                 off):
@@ -551,11 +427,7 @@ def make_query_major_tf32_kernel(cfg):
         else:
             sm = cuda.shared.array(0, uint32, alignment=16)
             scr = cuda.shared.array(1, float32)      # unused on a GPU
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         par = 0
         h = cuda.blockIdx.y
@@ -576,25 +448,8 @@ def make_query_major_tf32_kernel(cfg):
             kend = min(tk, q0 + BRQ + off)
         n_kb = (kend + BC - 1) // BC if kend > 0 else 0
         if n_kb > 0:                             # Q_i, dO_i and key block 0, one group
-            for it in range(QCH):
-                e = tid + NT * it
-                if e < BRQ * CH:
-                    r = e // CH
-                    c = (e - r * CH) * 4
-                    row = q0 + r
-                    ok = row < tq
-                    gi = U(qbase + (row if ok else 0)) * U(D) + U(c)
-                    CP16(sm, U(QN + r * RS + c), q, gi, 16 if ok else 0)
-                    CP16(sm, U(DON + r * RS + c), do, gi, 16 if ok else 0)
-            for it in range(KCH):
-                e = tid + NT * it
-                if e < BC * CH:
-                    r = e // CH
-                    c = (e - r * CH) * 4
-                    ok = r < tk
-                    gi = U(kbase + (r if ok else 0)) * U(D) + U(c)
-                    CP16(sm, U(KNO + r * RS + c), k, gi, 16 if ok else 0)
-                    CP16(sm, U(VNO + r * RS + c), v, gi, 16 if ok else 0)
+            COPY_QDO(sm, QN, DON, RS, q, do, qbase, q0, tq, tid)
+            COPY_KV(sm, KNO, VNO, RS, k, v, kbase, 0, tk, tid)
             COMMIT()
 
         acc = cuda.local.array(OREGS, float32)   # dQ_i, 16 queries x D: the running sum
@@ -614,63 +469,11 @@ def make_query_major_tf32_kernel(cfg):
             cuda.syncthreads()                  # block jb landed; the other buffer is free
             if jb + 1 < n_kb:                   # key block jb + 1 -> the other buffer
                 nb_ = KVB - bo
-                for it in range(KCH):
-                    e = tid + NT * it
-                    if e < BC * CH:
-                        r = e // CH
-                        c = (e - r * CH) * 4
-                        key = k0 + BC + r
-                        ok = key < tk
-                        gi = U(kbase + (key if ok else 0)) * U(D) + U(c)
-                        CP16(sm, U(nb_ + KNO + r * RS + c), k, gi, 16 if ok else 0)
-                        CP16(sm, U(nb_ + VNO + r * RS + c), v, gi, 16 if ok else 0)
+                COPY_KV(sm, nb_ + KNO, nb_ + VNO, RS, k, v, kbase, k0 + BC, tk, tid)
                 COMMIT()
 
             # S = Q_i K_j^T, dP = dO_i V_j^T (from zero; small, small, big per k8 step)
-            for i in range(SREGS):
-                s[i] = F0
-                dp[i] = F0
-            for kk in range(KT):
-                for which in range(2):          # 0: Q_i with K_j; 1: dO_i with V_j
-                    w0, w2, w1, w3 = LDB(sm, (qrow if which == 0 else orow) + U(kk * 8),
-                                         RS, lane)
-                    a0, sa0 = SPLIT(AS_F32(w0))
-                    a1, sa1 = SPLIT(AS_F32(w1))
-                    a2, sa2 = SPLIT(AS_F32(w2))
-                    a3, sa3 = SPLIT(AS_F32(w3))
-                    bsrc = bo + (KNO if which == 0 else VNO)
-                    for n2 in range(NS // 2):
-                        y0w, y1w, y2w, y3w = LDB(sm, U(bsrc + (n2 * 16) * RS + kk * 8), RS,
-                                                 lane)
-                        for half in range(2):
-                            n = 2 * n2 + half
-                            y0 = AS_F32(y0w if half == 0 else y2w)
-                            y1 = AS_F32(y1w if half == 0 else y3w)
-                            b0, sb0 = SPLIT(y0)
-                            b1, sb1 = SPLIT(y1)
-                            if which == 0:
-                                c0 = s[4 * n]
-                                c1 = s[4 * n + 1]
-                                c2 = s[4 * n + 2]
-                                c3 = s[4 * n + 3]
-                            else:
-                                c0 = dp[4 * n]
-                                c1 = dp[4 * n + 1]
-                                c2 = dp[4 * n + 2]
-                                c3 = dp[4 * n + 3]
-                            c0, c1, c2, c3, par = MMA3(scr, wbase, lane, par,
-                                                       a0, a1, a2, a3, sa0, sa1, sa2, sa3,
-                                                       b0, b1, sb0, sb1, c0, c1, c2, c3)
-                            if which == 0:
-                                s[4 * n] = c0
-                                s[4 * n + 1] = c1
-                                s[4 * n + 2] = c2
-                                s[4 * n + 3] = c3
-                            else:
-                                dp[4 * n] = c0
-                                dp[4 * n + 1] = c1
-                                dp[4 * n + 2] = c2
-                                dp[4 * n + 3] = c3
+            par = S_DP(sm, qrow, orow, bo + KNO, bo + VNO, 0, 0, lane, scr, wbase, par, s, dp)
 
             # P = exp2(S qscale - L), dS = P (dP - D), split; element i of n-tile n is
             # query r0 + 8 (i // 2), key k0 + 8 n + 2 t + (i % 2)

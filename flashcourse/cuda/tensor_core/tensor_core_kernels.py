@@ -77,9 +77,11 @@ import numpy as np
 from numba import cuda, float32, uint32
 from numba import uint64 as U
 
-from ...constants import F0, F1, FULL_MASK, LN2_F, NEG_INF
+from ...constants import F0, FULL_MASK, NEG_INF
 from ...geometry import ceil_div
-from ..common._device import exp2_log2, reset_state, visible_key_blocks
+from ..common._device import exp2_log2, lane_ids, reset_state, visible_key_blocks
+from ..common.tc_blocks import (epilogue_blocks, half_blocks, mma_into, softmax_blocks,
+                                tf32_blocks)
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 
 Z32 = np.uint32(0)
@@ -146,6 +148,7 @@ def _pv_ldmatrix(MMA, PACK, LDBT, simulator: bool):
     fragments), V's rows of ks words from word v_at, kp_n k16 steps, no n8 tiles of O in
     `acc`. Inlined on a GPU (forceinline), a plain device function on the simulator."""
     jit = cuda.jit(device=True) if simulator else cuda.jit(device=True, forceinline=True)
+    MMA_INTO = mma_into(simulator, MMA)
 
     @jit
     def pv(sm, v_at, ks, lane, scr, wbase, par, s, pa, acc, kp_n, mt_n, ns, no):
@@ -161,24 +164,10 @@ def _pv_ldmatrix(MMA, PACK, LDBT, simulator: bool):
                 b0, b1, b2, b3 = LDBT(sm, U(v_at + (kp * 16) * ks + n * 4), ks, lane)
                 for mt in range(mt_n):
                     ob = 4 * (mt * no + n)
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[4 * mt],
-                                         pa[4 * mt + 1], pa[4 * mt + 2], pa[4 * mt + 3],
-                                         b0, b1, acc[ob], acc[ob + 1], acc[ob + 2],
-                                         acc[ob + 3])
-                    par = 1 - par
-                    acc[ob] = x0
-                    acc[ob + 1] = x1
-                    acc[ob + 2] = x2
-                    acc[ob + 3] = x3
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[4 * mt],
-                                         pa[4 * mt + 1], pa[4 * mt + 2], pa[4 * mt + 3],
-                                         b2, b3, acc[ob + 4], acc[ob + 5], acc[ob + 6],
-                                         acc[ob + 7])
-                    par = 1 - par
-                    acc[ob + 4] = x0
-                    acc[ob + 5] = x1
-                    acc[ob + 6] = x2
-                    acc[ob + 7] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, pa[4 * mt], pa[4 * mt + 1],
+                                   pa[4 * mt + 2], pa[4 * mt + 3], b0, b1, acc, ob)
+                    par = MMA_INTO(scr, wbase, lane, par, pa[4 * mt], pa[4 * mt + 1],
+                                   pa[4 * mt + 2], pa[4 * mt + 3], b2, b3, acc, ob + 4)
         return par
 
     return pv
@@ -187,6 +176,7 @@ def _pv_ldmatrix(MMA, PACK, LDBT, simulator: bool):
 def make_half_kernel(cfg):
     ops = device_ops(cfg.simulator)
     MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
+    MMA_INTO = mma_into(cfg.simulator, MMA)
     PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
     exp2, log2, quad_max, quad_sum = _row_ops(cfg)
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
@@ -209,16 +199,16 @@ def make_half_kernel(cfg):
     SIM = cfg.simulator
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
     RED = NT if SIM else 1
+    smx = softmax_blocks(SIM, exp2, quad_max, MT, NS, NO, BC)
+    MASK, ROW_MAX, ROW_EXP = smx["mask"], smx["row_max"], smx["row_exp"]
+    STORE = epilogue_blocks(SIM, log2, quad_sum, MT, NO, PACK)["half"]
+    LOAD_Q = half_blocks(SIM, MMA, None, MT, KT, NS)["load_q"]
 
     def tc_half_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
         sm = cuda.shared.array(0, uint32)
         scr = cuda.shared.array(SCR, float32)     # simulator only: fragment exchange
         red = cuda.shared.array(RED, float32)     # simulator only: quad reductions
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4                  # groupID: rows g and g + 8 of each 16-row tile
-        t = lane % 4                   # threadID_in_group: columns 2t, 2t + 1 (+8)
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         h = cuda.blockIdx.y
         q0 = cuda.blockIdx.x * BR
@@ -230,16 +220,7 @@ def make_half_kernel(cfg):
 
         # Q fragments (A operand of S), kept in registers: reads Br*d*e bytes once
         qa = cuda.local.array(QREGS, uint32)
-        for mt in range(MT):
-            r0 = wrow + 16 * mt
-            r1 = r0 + 8
-            for kk in range(KT):
-                w0 = kk * 8 + t
-                base = 4 * (mt * KT + kk)
-                qa[base + 0] = (q[U(h), U(r0), U(w0)] if r0 < tq else Z32) ^ qsign
-                qa[base + 1] = (q[U(h), U(r1), U(w0)] if r1 < tq else Z32) ^ qsign
-                qa[base + 2] = (q[U(h), U(r0), U(w0 + 4)] if r0 < tq else Z32) ^ qsign
-                qa[base + 3] = (q[U(h), U(r1), U(w0 + 4)] if r1 < tq else Z32) ^ qsign
+        LOAD_Q(q, qa, h, wrow, tq, t, qsign)
 
         acc = cuda.local.array(OREGS, float32)   # O accumulator fragments, 16 MT x D
         s = cuda.local.array(SREGS, float32)     # S / P fragments, 16 MT x Bc
@@ -339,61 +320,15 @@ def make_half_kernel(cfg):
                     for mt in range(MT):
                         qb = 4 * (mt * KT + kk)
                         sb = 4 * (mt * NS + n)
-                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, qa[qb], qa[qb + 1],
-                                             qa[qb + 2], qa[qb + 3], b0, b1,
-                                             s[sb], s[sb + 1], s[sb + 2], s[sb + 3])
-                        par = 1 - par
-                        s[sb] = x0
-                        s[sb + 1] = x1
-                        s[sb + 2] = x2
-                        s[sb + 3] = x3
+                        par = MMA_INTO(scr, wbase, lane, par, qa[qb], qa[qb + 1], qa[qb + 2],
+                                       qa[qb + 3], b0, b1, s, sb)
 
             # mask the ragged last key block and the blocks on the causal diagonal: there
             # the scores are scaled first, so a masked -inf never meets the scale (SCALE)
-            sc = qsc
-            if k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off):
-                for mt in range(MT):
-                    for n in range(NS):
-                        for i in range(4):
-                            col = k0 + n * 8 + 2 * t + (i % 2)
-                            row = wrow + 16 * mt + 8 * (i // 2)
-                            j = 4 * (mt * NS + n) + i
-                            if col >= tk or (causal != 0 and col > row + off):
-                                s[j] = NEG_INF
-                            else:
-                                s[j] = s[j] * qsc
-                sc = F1
-
+            sc = MASK(s, k0, tk, causal, q0, off, wrow, t, qsc)
             # online softmax; row (mt, hf) holds s[4 (mt NS + n) + 2 hf + {0, 1}]
-            for mt in range(MT):
-                for hf in range(2):
-                    x = NEG_INF
-                    for n in range(NS):
-                        sb = 4 * (mt * NS + n) + 2 * hf
-                        x = max(x, max(s[sb], s[sb + 1]))
-                    x = quad_max(x, red, tid) * sc          # sc >= 0: max(s) sc = max(s sc)
-                    ri = 2 * mt + hf
-                    mn = max(m[ri], x)
-                    mu[ri] = mn if mn != NEG_INF else F0      # a row fully masked so far
-                    alpha[ri] = exp2(m[ri] - mu[ri])
-                    m[ri] = mn
-            for mt in range(MT):
-                for hf in range(2):
-                    ri = 2 * mt + hf
-                    ps = F0
-                    for n in range(NS):
-                        sb = 4 * (mt * NS + n) + 2 * hf
-                        p = exp2(s[sb] * sc - mu[ri])
-                        s[sb] = p
-                        ps += p
-                        p = exp2(s[sb + 1] * sc - mu[ri])
-                        s[sb + 1] = p
-                        ps += p
-                    lp[ri] = lp[ri] * alpha[ri] + ps
-                    for n in range(NO):
-                        ob = 4 * (mt * NO + n) + 2 * hf
-                        acc[ob] *= alpha[ri]
-                        acc[ob + 1] *= alpha[ri]
+            ROW_MAX(s, m, mu, alpha, sc, red, tid)
+            ROW_EXP(s, acc, mu, alpha, lp, sc, True)
 
             # O += P V: P's accumulator fragments are the A fragments (rounded to 16 bit)
             for kp in range(KP):
@@ -409,29 +344,11 @@ def make_half_kernel(cfg):
                     b1 = sm[U(vb + 4)]
                     for mt in range(MT):
                         ob = 4 * (mt * NO + n)
-                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[4 * mt],
-                                             pa[4 * mt + 1], pa[4 * mt + 2], pa[4 * mt + 3],
-                                             b0, b1, acc[ob], acc[ob + 1], acc[ob + 2],
-                                             acc[ob + 3])
-                        par = 1 - par
-                        acc[ob] = x0
-                        acc[ob + 1] = x1
-                        acc[ob + 2] = x2
-                        acc[ob + 3] = x3
+                        par = MMA_INTO(scr, wbase, lane, par, pa[4 * mt], pa[4 * mt + 1],
+                                       pa[4 * mt + 2], pa[4 * mt + 3], b0, b1, acc, ob)
 
         # epilogue: l = sum over the quad; O = acc / l packed to 16 bit; lse
-        for mt in range(MT):
-            for hf in range(2):
-                ri = 2 * mt + hf
-                lt = quad_sum(lp[ri], red, tid)
-                inv = F1 / lt if lt != F0 else F0         # no visible key: o = 0 (NaN: NaN)
-                row = wrow + 16 * mt + 8 * hf
-                if row < tq:
-                    for n in range(NO):
-                        ob = 4 * (mt * NO + n) + 2 * hf
-                        o[U(h), U(row), U(n * 4 + t)] = PACK(acc[ob] * inv, acc[ob + 1] * inv)
-                    if t == 0:
-                        lse[U(h), U(row)] = (m[ri] + log2(lt)) * LN2_F if lt != F0 else NEG_INF
+        STORE(o, lse, acc, m, lp, h, wrow, tq, t, red, tid)
 
     tc_half_forward.__name__ = (f"tc_{cfg.precision}_w{NW}_k{BC}_d{D}_m{MT}"
                                 + ("_pf" if PREFETCH else "") + ("_sim" if SIM else ""))
@@ -444,7 +361,7 @@ def make_half_kernel(cfg):
 
 def make_tf32_kernel(cfg, passes: int):
     ops = device_ops(cfg.simulator)
-    MMA, AS_F32 = ops["mma_tf32"], ops["as_f32"]
+    AS_F32 = ops["as_f32"]
     exp2, log2, quad_max, quad_sum = _row_ops(cfg)
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
     KT = D // 8                    # k8 steps of S
@@ -466,16 +383,17 @@ def make_tf32_kernel(cfg, passes: int):
     SIM = cfg.simulator
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
     RED = NT if SIM else 1
+    smx = softmax_blocks(SIM, exp2, quad_max, 1, NS, NO, BC)
+    MASK, SOFTMAX = smx["mask"], smx["pair"]
+    STORE = epilogue_blocks(SIM, log2, quad_sum, 1, NO)["pair"]
+    tb = tf32_blocks(SIM, passes, NS, NO)
+    CHAIN_INTO, SPLIT_P, PV = tb["chain_into"], tb["split_p"], tb["pv"]
 
     def tc_tf32_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
         sm = cuda.shared.array(0, uint32)
         scr = cuda.shared.array(SCR, float32)
         red = cuda.shared.array(RED, float32)
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         h = cuda.blockIdx.y
         q0 = cuda.blockIdx.x * BR
@@ -566,78 +484,19 @@ def make_tf32_kernel(cfg, passes: int):
                     kb = K_OFF + (n * 8 + g) * KS + kk * 8 + t
                     b0 = sm[U(kb)]
                     b1 = sm[U(kb + 4)]
-                    c0 = s[4 * n]
-                    c1 = s[4 * n + 1]
-                    c2 = s[4 * n + 2]
-                    c3 = s[4 * n + 3]
+                    f0 = b0                    # (one pass: no small terms)
+                    f1 = b1
                     if THREE:
-                        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, qs[4 * kk], qs[4 * kk + 1],
-                                             qs[4 * kk + 2], qs[4 * kk + 3], b0, b1,
-                                             c0, c1, c2, c3)
-                        par = 1 - par
-                        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, qb[4 * kk], qb[4 * kk + 1],
-                                             qb[4 * kk + 2], qb[4 * kk + 3],
-                                             sm[U(kb + KW)], sm[U(kb + KW + 4)],
-                                             c0, c1, c2, c3)
-                        par = 1 - par
-                    c0, c1, c2, c3 = MMA(scr, wbase, lane, par, qb[4 * kk], qb[4 * kk + 1],
-                                         qb[4 * kk + 2], qb[4 * kk + 3], b0, b1,
-                                         c0, c1, c2, c3)
-                    par = 1 - par
-                    s[4 * n] = c0
-                    s[4 * n + 1] = c1
-                    s[4 * n + 2] = c2
-                    s[4 * n + 3] = c3
+                        f0 = sm[U(kb + KW)]
+                        f1 = sm[U(kb + KW + 4)]
+                    par = CHAIN_INTO(
+                        scr, wbase, lane, par, qb[4 * kk], qb[4 * kk + 1], qb[4 * kk + 2],
+                        qb[4 * kk + 3], qs[4 * kk], qs[4 * kk + 1], qs[4 * kk + 2],
+                        qs[4 * kk + 3], b0, b1, f0, f1,
+                        s, 4 * n)
 
-            sc = qsc                   # masked tiles: scaled first, then masked (SCALE)
-            if k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off):
-                for n in range(NS):
-                    for i in range(4):
-                        col = k0 + n * 8 + 2 * t + (i % 2)
-                        row = r0 if i < 2 else r1
-                        if col >= tk or (causal != 0 and col > row + off):
-                            s[4 * n + i] = NEG_INF
-                        else:
-                            s[4 * n + i] = s[4 * n + i] * qsc
-                sc = F1
-
-            x0 = NEG_INF
-            x1 = NEG_INF
-            for n in range(NS):
-                x0 = max(x0, max(s[4 * n], s[4 * n + 1]))
-                x1 = max(x1, max(s[4 * n + 2], s[4 * n + 3]))
-            x0 = quad_max(x0, red, tid) * sc
-            x1 = quad_max(x1, red, tid) * sc
-            mn0 = max(m0, x0)
-            mn1 = max(m1, x1)
-            mu0 = mn0 if mn0 != NEG_INF else F0
-            mu1 = mn1 if mn1 != NEG_INF else F0
-            alpha0 = exp2(m0 - mu0)
-            alpha1 = exp2(m1 - mu1)
-            m0 = mn0
-            m1 = mn1
-            ps0 = F0
-            ps1 = F0
-            for n in range(NS):
-                p = exp2(s[4 * n] * sc - mu0)
-                s[4 * n] = p
-                ps0 += p
-                p = exp2(s[4 * n + 1] * sc - mu0)
-                s[4 * n + 1] = p
-                ps0 += p
-                p = exp2(s[4 * n + 2] * sc - mu1)
-                s[4 * n + 2] = p
-                ps1 += p
-                p = exp2(s[4 * n + 3] * sc - mu1)
-                s[4 * n + 3] = p
-                ps1 += p
-            l0 = l0 * alpha0 + ps0
-            l1 = l1 * alpha1 + ps1
-            for n in range(NO):
-                acc[4 * n] *= alpha0
-                acc[4 * n + 1] *= alpha0
-                acc[4 * n + 2] *= alpha1
-                acc[4 * n + 3] *= alpha1
+            sc = MASK(s, k0, tk, causal, q0, off, r0, t, qsc)   # scaled, then masked
+            m0, m1, l0, l1 = SOFTMAX(s, acc, m0, m1, l0, l1, sc, red, tid)
 
             # O += P V. The k index is permuted inside each k8 step (A col t <-> key 2t,
             # col t + 4 <-> key 2t + 1, the same for V's rows) so that P's accumulator
@@ -648,62 +507,10 @@ def make_tf32_kernel(cfg, passes: int):
             # grew with Tk (1.2e-4 at Tk = 16,384). This key block's P V therefore starts
             # from zero, its small terms (x 2^-11) in accumulators of their own, and is added
             # to O with ordinary fp32 adds (round to nearest), as CUTLASS's 3xTF32 does.
-            for j in range(NS):
-                for i in range(4):
-                    x = s[4 * j + i]
-                    big = BIG(x)
-                    pb[4 * j + i] = big
-                    pl[4 * j + i] = SMALL(x - AS_F32(big))
-            for n in range(NO):
-                c0 = F0                        # this key block's P V, tile n (big terms)
-                c1 = F0
-                c2 = F0
-                c3 = F0
-                e0 = F0                        # its small terms
-                e1 = F0
-                e2 = F0
-                e3 = F0
-                for j in range(NS):
-                    vb = V_OFF + (j * 8 + 2 * t) * VS + n * 8 + g
-                    b0 = sm[U(vb)]
-                    b1 = sm[U(vb + VS)]
-                    # A fragment: (row g, key 2t), (row g + 8, key 2t), (row g, key 2t + 1),
-                    # (row g + 8, key 2t + 1) = accumulator entries 0, 2, 1, 3 of tile j
-                    if THREE:
-                        e0, e1, e2, e3 = MMA(scr, wbase, lane, par, pl[4 * j], pl[4 * j + 2],
-                                             pl[4 * j + 1], pl[4 * j + 3], b0, b1,
-                                             e0, e1, e2, e3)
-                        par = 1 - par
-                        e0, e1, e2, e3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
-                                             pb[4 * j + 1], pb[4 * j + 3],
-                                             sm[U(vb + VW)], sm[U(vb + VW + VS)],
-                                             e0, e1, e2, e3)
-                        par = 1 - par
-                    c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
-                                         pb[4 * j + 1], pb[4 * j + 3], b0, b1,
-                                         c0, c1, c2, c3)
-                    par = 1 - par
-                acc[4 * n] += c0 + e0
-                acc[4 * n + 1] += c1 + e1
-                acc[4 * n + 2] += c2 + e2
-                acc[4 * n + 3] += c3 + e3
+            SPLIT_P(s, pb, pl)
+            par = PV(sm, V_OFF, V_OFF + VW, VS, t, g, scr, wbase, lane, par, pb, pl, acc)
 
-        l0 = quad_sum(l0, red, tid)
-        l1 = quad_sum(l1, red, tid)
-        inv0 = F1 / l0 if l0 != F0 else F0      # l = 0: no visible key; NaN stays NaN
-        inv1 = F1 / l1 if l1 != F0 else F0
-        if r0 < tq:
-            for n in range(NO):
-                o[U(h), U(r0), U(n * 8 + 2 * t)] = acc[4 * n] * inv0
-                o[U(h), U(r0), U(n * 8 + 2 * t + 1)] = acc[4 * n + 1] * inv0
-            if t == 0:
-                lse[U(h), U(r0)] = (m0 + log2(l0)) * LN2_F if l0 != F0 else NEG_INF
-        if r1 < tq:
-            for n in range(NO):
-                o[U(h), U(r1), U(n * 8 + 2 * t)] = acc[4 * n + 2] * inv1
-                o[U(h), U(r1), U(n * 8 + 2 * t + 1)] = acc[4 * n + 3] * inv1
-            if t == 0:
-                lse[U(h), U(r1)] = (m1 + log2(l1)) * LN2_F if l1 != F0 else NEG_INF
+        STORE(o, lse, acc, m0, m1, l0, l1, h, r0, r1, tq, t, red, tid)
 
     tc_tf32_forward.__name__ = (f"tc_{cfg.precision}_w{NW}_k{BC}_d{D}"
                                 + ("_pf" if PREFETCH else "") + ("_sim" if SIM else ""))

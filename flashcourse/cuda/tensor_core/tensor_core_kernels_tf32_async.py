@@ -36,8 +36,9 @@ from __future__ import annotations
 from numba import cuda, float32, uint32
 from numba import uint64 as U
 
-from ...constants import F0, F1, LN2_F, NEG_INF
-from ..common._device import query_block_order, visible_key_blocks
+from ...constants import F0, NEG_INF
+from ..common._device import lane_ids, query_block_order, visible_key_blocks
+from ..common.tc_blocks import cp_async_rows, epilogue_blocks, softmax_blocks, tf32_blocks
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
 from .tensor_core_kernels import _jit, _row_ops
@@ -45,7 +46,7 @@ from .tensor_core_kernels import _jit, _row_ops
 
 def make_tf32_async_kernel(cfg, passes: int):
     ops = device_ops(cfg.simulator)
-    MMA, AS_F32 = ops["mma_tf32"], ops["as_f32"]
+    AS_F32 = ops["as_f32"]
     so = smem_ops(cfg.simulator)
     LDB, CP16, COMMIT, WAIT = so["ld_b"], so["cp16"], so["commit"], so["wait_all"]
     exp2, log2, quad_max, quad_sum = _row_ops(cfg)
@@ -56,8 +57,6 @@ def make_tf32_async_kernel(cfg, passes: int):
     RS = cfg.k_stride              # row stride of Q, K and V in shared memory (words)
     Q_OFF, K_OFF, V_OFF, BUF, _ = cfg.tf32_async_offsets()
     CH = D // 4                    # 16-byte chunks per row
-    KV_LOADS = -(-(BC * CH) // NT)
-    Q_LOADS = -(-(BR * CH) // NT)
     THREE = passes == 3
     # the 3xTF32 split (`mma.split_tf32`): big rounded on the bits (2 instructions where
     # cvt.rna.tf32 takes 3), small truncated (1); one-pass TF32 keeps cvt.rna.tf32
@@ -68,6 +67,14 @@ def make_tf32_async_kernel(cfg, passes: int):
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
     RED = NT if SIM else 1
     block_of = query_block_order()   # _device.CAUSAL_ORDER
+    smx = softmax_blocks(SIM, exp2, quad_max, 1, NS, NO, BC)
+    MASK, SOFTMAX = smx["mask"], smx["pair"]
+    STORE = epilogue_blocks(SIM, log2, quad_sum, 1, NO)["pair"]
+    tb = tf32_blocks(SIM, passes, NS, NO)
+    COPY_Q = cp_async_rows(SIM, CP16, BR, CH, NT, D, False)["copy"]
+    COPY_KV = cp_async_rows(SIM, CP16, BC, CH, NT, D, True)["copy"]
+    SPLIT4, CHAIN_INTO, SPLIT_P = tb["split4"], tb["chain_into"], tb["split_p"]
+    CHAIN_APART = tb["chain_apart"]
 
     def tc_tf32_forward_async(q, k, v, o, lse, tq, tk, qscale, causal, off):
         # q, k, v: the fp32 bits as uint32 words, FLAT (1-D): one unsigned index per copy
@@ -79,11 +86,7 @@ def make_tf32_async_kernel(cfg, passes: int):
             sm = cuda.shared.array(0, uint32, alignment=16)
             scr = cuda.shared.array(0, float32, alignment=16)   # unused on a GPU
             red = scr
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         bx, h = block_of(causal)       # causal: heaviest query blocks first
         q0 = bx * BR
@@ -95,26 +98,10 @@ def make_tf32_async_kernel(cfg, passes: int):
         kbase = h * tk
 
         # Q (rows past Tq: zeros) and key block 0 -> shared, one group in flight
-        for it in range(Q_LOADS):
-            e = tid + NT * it
-            if e < BR * CH:
-                r = e // CH
-                c = (e - r * CH) * 4
-                ok = q0 + r < tq
-                src = q0 + r if ok else 0
-                CP16(sm, U(Q_OFF + r * RS + c), q, U(h * tq + src) * U(D) + U(c),
-                     16 if ok else 0)
+        COPY_Q(sm, Q_OFF, Q_OFF, RS, q, q, h * tq, q0, tq, tid)
         n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
         if n_kb > 0:
-            for it in range(KV_LOADS):
-                e = tid + NT * it
-                if e < BC * CH:
-                    r = e // CH
-                    c = (e - r * CH) * 4
-                    ok = r < tk
-                    gi = U(kbase + (r if ok else 0)) * U(D) + U(c)
-                    CP16(sm, U(K_OFF + r * RS + c), k, gi, 16 if ok else 0)
-                    CP16(sm, U(V_OFF + r * RS + c), v, gi, 16 if ok else 0)
+            COPY_KV(sm, K_OFF, V_OFF, RS, k, v, kbase, 0, tk, tid)
         COMMIT()
 
         acc = cuda.local.array(OREGS, float32)
@@ -137,16 +124,7 @@ def make_tf32_async_kernel(cfg, passes: int):
             if jb + 1 < n_kb:
                 k1 = k0 + BC
                 nb = BUF - bo
-                for it in range(KV_LOADS):
-                    e = tid + NT * it
-                    if e < BC * CH:
-                        r = e // CH
-                        c = (e - r * CH) * 4
-                        key = k1 + r
-                        ok = key < tk
-                        gi = U(kbase + (key if ok else 0)) * U(D) + U(c)
-                        CP16(sm, U(nb + K_OFF + r * RS + c), k, gi, 16 if ok else 0)
-                        CP16(sm, U(nb + V_OFF + r * RS + c), v, gi, 16 if ok else 0)
+                COPY_KV(sm, nb + K_OFF, nb + V_OFF, RS, k, v, kbase, k1, tk, tid)
                 COMMIT()
 
             # S = Q K^T. ldmatrix.x4 of Q at (rows 0-7 | 8-15) x (words 0-3 | 4-7) gives
@@ -156,23 +134,7 @@ def make_tf32_async_kernel(cfg, passes: int):
                 s[i] = F0
             for kk in range(KT):
                 w0, w2, w1, w3 = LDB(sm, qrow + U(kk * 8), RS, lane)
-                x0 = AS_F32(w0)
-                x1 = AS_F32(w1)
-                x2 = AS_F32(w2)
-                x3 = AS_F32(w3)
-                if neg:
-                    x0 = -x0
-                    x1 = -x1
-                    x2 = -x2
-                    x3 = -x3
-                a0 = BIG(x0)
-                a1 = BIG(x1)
-                a2 = BIG(x2)
-                a3 = BIG(x3)
-                e0 = SMALL(x0 - AS_F32(a0))
-                e1 = SMALL(x1 - AS_F32(a1))
-                e2 = SMALL(x2 - AS_F32(a2))
-                e3 = SMALL(x3 - AS_F32(a3))
+                a0, a1, a2, a3, e0, e1, e2, e3 = SPLIT4(w0, w1, w2, w3, neg)
                 for n2 in range(NS // 2):
                     k0w, k1w, k2w, k3w = LDB(sm, U(bo + K_OFF + (n2 * 16) * RS + kk * 8),
                                              RS, lane)
@@ -182,84 +144,17 @@ def make_tf32_async_kernel(cfg, passes: int):
                         y1 = AS_F32(k1w if half == 0 else k3w)
                         b0 = BIG(y0)
                         b1 = BIG(y1)
-                        c0 = s[4 * n]
-                        c1 = s[4 * n + 1]
-                        c2 = s[4 * n + 2]
-                        c3 = s[4 * n + 3]
-                        if THREE:
-                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, e0, e1, e2, e3,
-                                                 b0, b1, c0, c1, c2, c3)
-                            par = 1 - par
-                            c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3,
-                                                 SMALL(y0 - AS_F32(b0)), SMALL(y1 - AS_F32(b1)),
-                                                 c0, c1, c2, c3)
-                            par = 1 - par
-                        c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
-                                             c0, c1, c2, c3)
-                        par = 1 - par
-                        s[4 * n] = c0
-                        s[4 * n + 1] = c1
-                        s[4 * n + 2] = c2
-                        s[4 * n + 3] = c3
+                        par = CHAIN_INTO(
+                            scr, wbase, lane, par, a0, a1, a2, a3, e0, e1, e2, e3, b0, b1,
+                            SMALL(y0 - AS_F32(b0)), SMALL(y1 - AS_F32(b1)),
+                            s, 4 * n)
 
-            sc = qsc                   # masked tiles: scaled first, then masked (SCALE)
-            if k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off):
-                for n in range(NS):
-                    for i in range(4):
-                        col = k0 + n * 8 + 2 * t + (i % 2)
-                        row = r0 if i < 2 else r1
-                        if col >= tk or (causal != 0 and col > row + off):
-                            s[4 * n + i] = NEG_INF
-                        else:
-                            s[4 * n + i] = s[4 * n + i] * qsc
-                sc = F1
-
-            x0 = NEG_INF
-            x1 = NEG_INF
-            for n in range(NS):
-                x0 = max(x0, max(s[4 * n], s[4 * n + 1]))
-                x1 = max(x1, max(s[4 * n + 2], s[4 * n + 3]))
-            x0 = quad_max(x0, red, tid) * sc
-            x1 = quad_max(x1, red, tid) * sc
-            mn0 = max(m0, x0)
-            mn1 = max(m1, x1)
-            mu0 = mn0 if mn0 != NEG_INF else F0
-            mu1 = mn1 if mn1 != NEG_INF else F0
-            alpha0 = exp2(m0 - mu0)
-            alpha1 = exp2(m1 - mu1)
-            m0 = mn0
-            m1 = mn1
-            ps0 = F0
-            ps1 = F0
-            for n in range(NS):
-                p = exp2(s[4 * n] * sc - mu0)
-                s[4 * n] = p
-                ps0 += p
-                p = exp2(s[4 * n + 1] * sc - mu0)
-                s[4 * n + 1] = p
-                ps0 += p
-                p = exp2(s[4 * n + 2] * sc - mu1)
-                s[4 * n + 2] = p
-                ps1 += p
-                p = exp2(s[4 * n + 3] * sc - mu1)
-                s[4 * n + 3] = p
-                ps1 += p
-            l0 = l0 * alpha0 + ps0
-            l1 = l1 * alpha1 + ps1
-            for n in range(NO):
-                acc[4 * n] *= alpha0
-                acc[4 * n + 1] *= alpha0
-                acc[4 * n + 2] *= alpha1
-                acc[4 * n + 3] *= alpha1
+            sc = MASK(s, k0, tk, causal, q0, off, r0, t, qsc)   # scaled, then masked
+            m0, m1, l0, l1 = SOFTMAX(s, acc, m0, m1, l0, l1, sc, red, tid)
 
             # O += P V, as version 1 (keys permuted inside each k8 step; this block's
             # P V from zero, big and small terms apart, added to O in fp32)
-            for j in range(NS):
-                for i in range(4):
-                    x = s[4 * j + i]
-                    big = BIG(x)
-                    pb[4 * j + i] = big
-                    pl[4 * j + i] = SMALL(x - AS_F32(big))
+            SPLIT_P(s, pb, pl)
             for n in range(NO):
                 c0 = F0
                 c1 = F0
@@ -275,41 +170,17 @@ def make_tf32_async_kernel(cfg, passes: int):
                     y1 = AS_F32(sm[U(vb + RS)])
                     b0 = BIG(y0)
                     b1 = BIG(y1)
-                    if THREE:
-                        f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pl[4 * j], pl[4 * j + 2],
-                                             pl[4 * j + 1], pl[4 * j + 3], b0, b1,
-                                             f0, f1, f2, f3)
-                        par = 1 - par
-                        f0, f1, f2, f3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
-                                             pb[4 * j + 1], pb[4 * j + 3],
-                                             SMALL(y0 - AS_F32(b0)), SMALL(y1 - AS_F32(b1)),
-                                             f0, f1, f2, f3)
-                        par = 1 - par
-                    c0, c1, c2, c3 = MMA(scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2],
-                                         pb[4 * j + 1], pb[4 * j + 3], b0, b1,
-                                         c0, c1, c2, c3)
-                    par = 1 - par
+                    c0, c1, c2, c3, f0, f1, f2, f3, par = CHAIN_APART(
+                        scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2], pb[4 * j + 1],
+                        pb[4 * j + 3], pl[4 * j], pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
+                        b0, b1, SMALL(y0 - AS_F32(b0)), SMALL(y1 - AS_F32(b1)),
+                        c0, c1, c2, c3, f0, f1, f2, f3)
                 acc[4 * n] += c0 + f0
                 acc[4 * n + 1] += c1 + f1
                 acc[4 * n + 2] += c2 + f2
                 acc[4 * n + 3] += c3 + f3
 
-        l0 = quad_sum(l0, red, tid)
-        l1 = quad_sum(l1, red, tid)
-        inv0 = F1 / l0 if l0 != F0 else F0      # l = 0: no visible key; NaN stays NaN
-        inv1 = F1 / l1 if l1 != F0 else F0
-        if r0 < tq:
-            for n in range(NO):
-                o[U(h), U(r0), U(n * 8 + 2 * t)] = acc[4 * n] * inv0
-                o[U(h), U(r0), U(n * 8 + 2 * t + 1)] = acc[4 * n + 1] * inv0
-            if t == 0:
-                lse[U(h), U(r0)] = (m0 + log2(l0)) * LN2_F if l0 != F0 else NEG_INF
-        if r1 < tq:
-            for n in range(NO):
-                o[U(h), U(r1), U(n * 8 + 2 * t)] = acc[4 * n + 2] * inv1
-                o[U(h), U(r1), U(n * 8 + 2 * t + 1)] = acc[4 * n + 3] * inv1
-            if t == 0:
-                lse[U(h), U(r1)] = (m1 + log2(l1)) * LN2_F if l1 != F0 else NEG_INF
+        STORE(o, lse, acc, m0, m1, l0, l1, h, r0, r1, tq, t, red, tid)
 
     tc_tf32_forward_async.__name__ = (f"tc_{cfg.precision}_async_w{NW}_k{BC}_d{D}"
                                       + ("_sim" if SIM else ""))
