@@ -61,7 +61,8 @@ from ...gpu import using_simulator
 from ...variants.inputs import check_layout, check_result, check_sinks
 from ...variants.mods import always_visible, check_fits, check_mod, fingerprint, \
     unchanged_score
-from ..common._device import mod_device
+from ..common._device import lane_ids, mod_device, reset_state
+from ..common.tc_blocks import cp_async_rows, half_blocks, softmax_blocks
 from ...variants.tiled import prepare, resolve_block_mask
 from ..common._launch import as_device_array, check_registers, is_device_array, launch, \
     serialised, simulator_note
@@ -128,12 +129,18 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
     KS = cfg.k_stride
     K_OFF, V_OFF, BUF, _ = cfg.async_offsets()
     CH = DW // 4                   # 16-byte chunks per row
-    LOADS = -(-(BC * CH) // NT)
     QREGS, OREGS, SREGS = 4 * KT * MT, 4 * NO * MT, 4 * NS * MT
     ROWS = 2 * MT
     PAREGS = 4 * MT
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
     RED = NT if SIM else 1
+    # the steps version 2 shares (`common.tc_blocks`); the mask and the epilogue are this
+    # kernel's own (mask_mod and score_mod; the sinks)
+    smx = softmax_blocks(SIM, exp2, quad_max, MT, NS, NO, BC)
+    ROW_MAX, ROW_EXP = smx["row_max"], smx["row_exp"]
+    hb = half_blocks(SIM, MMA, LDB, MT, KT, NS)
+    LOAD_Q, QK = hb["load_q"], hb["qk"]
+    COPY_KV = cp_async_rows(SIM, CP16, BC, CH, NT, DW, True)["copy"]
 
     def tc_variants_forward(q, k, v, o, lse, tq, tk, n_heads, group, scale, kv_num,
                             kv_idx, full_num, full_idx, sinks, has_sinks):
@@ -145,11 +152,7 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
             sm = cuda.shared.array(0, uint32, alignment=16)
             scr = cuda.shared.array(0, float32, alignment=16)   # unused on a GPU
             red = scr
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         i_blk = cuda.blockIdx.x
         head = cuda.blockIdx.y         # b Hq + h
@@ -170,29 +173,11 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
 
         if n_vis > 0:                  # the first visited key block -> buffer 0
             j = full_idx[bi, hi, i_blk, 0] if n_full > 0 else kv_idx[bi, hi, i_blk, 0]
-            for it in range(LOADS):
-                e = tid + NT * it
-                if e < BC * CH:
-                    r = e // CH
-                    c = (e - r * CH) * 4
-                    key = j * BC + r
-                    ok = key < tk
-                    gi = U(kbase + (key if ok else 0)) * U(DW) + U(c)
-                    CP16(sm, U(K_OFF + r * KS + c), k, gi, 16 if ok else 0)
-                    CP16(sm, U(V_OFF + r * KS + c), v, gi, 16 if ok else 0)
+            COPY_KV(sm, K_OFF, V_OFF, KS, k, v, kbase, j * BC, tk, tid)
             COMMIT()
 
         qa = cuda.local.array(QREGS, uint32)   # Q's A fragments, kept for the whole loop
-        for mt in range(MT):
-            r0 = wrow + 16 * mt
-            r1 = r0 + 8
-            for kk in range(KT):
-                w0 = kk * 8 + t
-                base = 4 * (mt * KT + kk)
-                qa[base + 0] = (q[U(head), U(r0), U(w0)] if r0 < tq else Z32) ^ qsign
-                qa[base + 1] = (q[U(head), U(r1), U(w0)] if r1 < tq else Z32) ^ qsign
-                qa[base + 2] = (q[U(head), U(r0), U(w0 + 4)] if r0 < tq else Z32) ^ qsign
-                qa[base + 3] = (q[U(head), U(r1), U(w0 + 4)] if r1 < tq else Z32) ^ qsign
+        LOAD_Q(q, qa, head, wrow, tq, t, qsign)
 
         acc = cuda.local.array(OREGS, float32)
         s = cuda.local.array(SREGS, float32)
@@ -201,11 +186,7 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
         alpha = cuda.local.array(ROWS, float32)
         mu = cuda.local.array(ROWS, float32)
         pa = cuda.local.array(PAREGS, uint32)
-        for i in range(OREGS):
-            acc[i] = F0
-        for i in range(ROWS):
-            m[i] = NEG_INF
-            lp[i] = F0
+        reset_state(acc, OREGS, m, lp, ROWS)
 
         for tv in range(n_vis):
             partial = tv >= n_full
@@ -219,44 +200,11 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
                 j1 = kv_idx[bi, hi, i_blk, tn - n_full] if tn >= n_full else \
                     full_idx[bi, hi, i_blk, tn]
                 nb = BUF - bo
-                for it in range(LOADS):
-                    e = tid + NT * it
-                    if e < BC * CH:
-                        r = e // CH
-                        c = (e - r * CH) * 4
-                        key = j1 * BC + r
-                        ok = key < tk
-                        gi = U(kbase + (key if ok else 0)) * U(DW) + U(c)
-                        CP16(sm, U(nb + K_OFF + r * KS + c), k, gi, 16 if ok else 0)
-                        CP16(sm, U(nb + V_OFF + r * KS + c), v, gi, 16 if ok else 0)
+                COPY_KV(sm, nb + K_OFF, nb + V_OFF, KS, k, v, kbase, j1 * BC, tk, tid)
                 COMMIT()
 
             # S = Q K^T (as version 2): one ldmatrix.x4 gives two n8 tiles' B fragments
-            for i in range(SREGS):
-                s[i] = F0
-            for kk in range(KT):
-                for n2 in range(NS // 2):
-                    n = 2 * n2
-                    b0, b1, b2, b3 = LDB(sm, U(bo + K_OFF + (n * 8) * KS + kk * 8), KS, lane)
-                    for mt in range(MT):
-                        qb = 4 * (mt * KT + kk)
-                        sb = 4 * (mt * NS + n)
-                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, qa[qb], qa[qb + 1],
-                                             qa[qb + 2], qa[qb + 3], b0, b1,
-                                             s[sb], s[sb + 1], s[sb + 2], s[sb + 3])
-                        par = 1 - par
-                        s[sb] = x0
-                        s[sb + 1] = x1
-                        s[sb + 2] = x2
-                        s[sb + 3] = x3
-                        x0, x1, x2, x3 = MMA(scr, wbase, lane, par, qa[qb], qa[qb + 1],
-                                             qa[qb + 2], qa[qb + 3], b2, b3,
-                                             s[sb + 4], s[sb + 5], s[sb + 6], s[sb + 7])
-                        par = 1 - par
-                        s[sb + 4] = x0
-                        s[sb + 5] = x1
-                        s[sb + 6] = x2
-                        s[sb + 7] = x3
+            par = QK(sm, bo + K_OFF, KS, lane, scr, wbase, par, qa, s)
 
             # score_mod on every visited score, mask_mod on partial blocks only; each
             # element's (row, col) from the m16n8 C layout; log2 units for exp2. Without
@@ -281,35 +229,8 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
                 sc = F1
 
             # online softmax (as version 2; log2 units are s x sc)
-            for mt in range(MT):
-                for hf in range(2):
-                    x = NEG_INF
-                    for n in range(NS):
-                        sb = 4 * (mt * NS + n) + 2 * hf
-                        x = max(x, max(s[sb], s[sb + 1]))
-                    x = quad_max(x, red, tid) * sc
-                    ri = 2 * mt + hf
-                    mn = max(m[ri], x)
-                    mu[ri] = mn if mn != NEG_INF else F0      # a row fully masked so far
-                    alpha[ri] = exp2(m[ri] - mu[ri])
-                    m[ri] = mn
-            for mt in range(MT):
-                for hf in range(2):
-                    ri = 2 * mt + hf
-                    ps = F0
-                    for n in range(NS):
-                        sb = 4 * (mt * NS + n) + 2 * hf
-                        p = exp2(s[sb] * sc - mu[ri])
-                        s[sb] = p
-                        ps += p
-                        p = exp2(s[sb + 1] * sc - mu[ri])
-                        s[sb + 1] = p
-                        ps += p
-                    lp[ri] = lp[ri] * alpha[ri] + ps
-                    for n in range(NO):
-                        ob = 4 * (mt * NO + n) + 2 * hf
-                        acc[ob] *= alpha[ri]
-                        acc[ob + 1] *= alpha[ri]
+            ROW_MAX(s, m, mu, alpha, sc, red, tid)
+            ROW_EXP(s, acc, mu, alpha, lp, sc, True)
 
             # O += P V: P's accumulator fragments are its A fragments (rounded to 16 bit)
             par = PV(sm, bo + V_OFF, KS, lane, scr, wbase, par, s, pa, acc, KP, MT, NS, NO)
