@@ -51,6 +51,7 @@ from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
 from ..tensor_core.tensor_core_kernels import Z32, _jit
 from .tc_backward_kernels import LD_ROWS, _warp_sum
+from .tc_backward_blocks import key_blocks, query_tile_loader
 from .tc_backward_kernels_async import LINEAR_SHARED, dq_pairs, dq_tile_adder
 
 
@@ -95,12 +96,15 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
     LDR = LD_ROWS
     QN, DON, LS, DS, KNO, VNO, DSO, BUF, _ = cfg.async_offsets()
     CH = DW // 4                   # 16-byte chunks per row
-    QCH = -(-(BR * CH) // NT)      # Q (and dO) chunks per thread per step
-    LCH = BR // 4                  # 16-byte chunks of L (and D) per step
     KLOADS = -(-(BC * DW) // NT)
     KAREGS = 4 * KT if KV_REGS else 1
     OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+    # the steps version 2 shares (`tc_backward_blocks`); P^T and dS^T are this kernel's own
+    # (mask_mod, score_mod and its derivative)
+    kbl = key_blocks(SIM, exp2, None, KT, NS, NO)     # (the row sums are not used here)
+    LOAD_A2, STORE = kbl["load_a2"], kbl["store"]
+    LOAD_Q = query_tile_loader(SIM, CP16, COMMIT, BR, CH, NT, DW, (QN, DON, LS, DS))["load"]
 
     @inlined
     def settle(q_num, full_num, bi, kvh, group, jm, gi, tv):
@@ -138,24 +142,7 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
     def load_step(sm, q, do, ldw, nb_, hq, q0, tq, tqp, bhq, tid):
         # Q, dO rows q0 .. q0 + Br - 1 of query head hq (zeros past Tq) and their L, D
         # into the buffer at word nb_, as one cp.async group
-        qbase = hq * tq
-        for it in range(QCH):
-            e = tid + NT * it
-            if e < BR * CH:
-                r = e // CH
-                c = (e - r * CH) * 4
-                row = q0 + r
-                ok = row < tq
-                src = row if ok else 0
-                gi = U(qbase + src) * U(DW) + U(c)
-                CP16(sm, U(nb_ + QN + r * QS + c), q, gi, 16 if ok else 0)
-                CP16(sm, U(nb_ + DON + r * QS + c), do, gi, 16 if ok else 0)
-        if tid < LCH:
-            CP16(sm, U(nb_ + LS + 4 * tid), ldw, U(hq * tqp + q0 + 4 * tid), 16)
-        elif tid < 2 * LCH:
-            CP16(sm, U(nb_ + DS + 4 * (tid - LCH)), ldw,
-                 U((bhq + hq) * tqp + q0 + 4 * (tid - LCH)), 16)
-        COMMIT()
+        LOAD_Q(sm, nb_, QS, q, do, ldw, hq * tq, hq * tqp, (bhq + hq) * tqp, q0, tq, tid)
 
     def tc_variants_bwd(q, k, v, do, ldw, dq, dk, dv, tq, tk, d, n_heads, group, scale,
                         q_num, q_idx, full_num, full_idx):
@@ -196,16 +183,7 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
         ka = cuda.local.array(KAREGS, uint32)
         va = cuda.local.array(KAREGS, uint32)
         if KV_REGS:
-            for kk in range(KT):
-                w0 = kk * 8 + t
-                ka[4 * kk] = k[U(kvhead), U(kr0), U(w0)] if kr0 < tk else Z32
-                ka[4 * kk + 1] = k[U(kvhead), U(kr1), U(w0)] if kr1 < tk else Z32
-                ka[4 * kk + 2] = k[U(kvhead), U(kr0), U(w0 + 4)] if kr0 < tk else Z32
-                ka[4 * kk + 3] = k[U(kvhead), U(kr1), U(w0 + 4)] if kr1 < tk else Z32
-                va[4 * kk] = v[U(kvhead), U(kr0), U(w0)] if kr0 < tk else Z32
-                va[4 * kk + 1] = v[U(kvhead), U(kr1), U(w0)] if kr1 < tk else Z32
-                va[4 * kk + 2] = v[U(kvhead), U(kr0), U(w0 + 4)] if kr0 < tk else Z32
-                va[4 * kk + 3] = v[U(kvhead), U(kr1), U(w0 + 4)] if kr1 < tk else Z32
+            LOAD_A2(k, v, ka, va, kvhead, kr0, kr1, tk, t)
         for it in range(KLOADS):                 # K_j (and V_j) row-major, once
             e = tid + NT * it
             if e < BC * DW:
@@ -424,13 +402,7 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
             gi, tv, sub = gn, tn, sn
             nv += 1
 
-        for n in range(NO):                      # dK_j, dV_j summed over the group
-            for i in range(4):
-                key = kr0 + 8 * (i // 2)
-                c = n * 8 + 2 * t + (i % 2)
-                if key < tk and c < d:
-                    dk[U(kvhead), U(key), U(c)] = dka[4 * n + i] * scale
-                    dv[U(kvhead), U(key), U(c)] = dva[4 * n + i]
+        STORE(dk, dv, dka, dva, kvhead, kr0, tk, d, t, scale)   # summed over the group
 
     tc_variants_bwd.__name__ = (f"tc_variants_bwd_{cfg.precision}_w{NW}_q{BR}_d{D}"
                                 f"_m{BRM}x{BCM}" + ("" if KV_REGS else "_kvsh")
