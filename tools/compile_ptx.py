@@ -962,14 +962,28 @@ _MANGLED = re.compile(r"_ZN\w+")
 _OPCODE = re.compile(r"^\s*(?:@!?%p\d+\s+)?([a-z][\w.]*)", re.M)
 
 
+_NUMBA_ENV = re.compile(r"^\.common \.global .*NumbaEnv")
+_SMEM = re.compile(r"_cudapy_smem_\d+")
+_REG = re.compile(r"%(rd|rs|r|fd|f|p|hh|h)(\d+)\b")
+_LABEL = re.compile(r"\$L__BB\d+_\d+")
+
+
 def normalised_ptx(ptx: str) -> str:
-    """The PTX without comments, blank lines and the (module-path) mangled names, which a
-    move of a function to another module changes while the code stays the same."""
+    """The PTX without what a refactor changes while the code stays the same: comments,
+    blank lines, the (module-path) mangled names, Numba's per-function environment
+    globals (one per device function, inlined or not), the shared arrays' serial numbers,
+    and the register and label numbers (renumbered in order of first use)."""
+    regs: dict = {}
+    labels: dict = {}
     lines = []
     for ln in ptx.splitlines():
         ln = ln.split("//", 1)[0].rstrip()
-        if ln.strip():
-            lines.append(_MANGLED.sub("NAME", ln))
+        if not ln.strip() or _NUMBA_ENV.match(ln):
+            continue
+        ln = _SMEM.sub("_cudapy_smem", _MANGLED.sub("NAME", ln))
+        ln = _REG.sub(lambda m: regs.setdefault(m.group(0), f"%{m.group(1)}#{len(regs)}"), ln)
+        ln = _LABEL.sub(lambda m: labels.setdefault(m.group(0), f"L#{len(labels)}"), ln)
+        lines.append(ln)
     return "\n".join(lines)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from numba import cuda
+from numba import cuda, float32, uint32
 
 from ...constants import F0, LN2_F, NEG_INF
 from ...gpu import using_simulator
@@ -22,6 +22,30 @@ def inlined(fn):
     if using_simulator():
         return cuda.jit(device=True)(fn)
     return cuda.jit(device=True, forceinline=True)(fn)
+
+
+def shared_arrays(simulator: bool, scr: int = 1, red: int = 1):
+    """A device function shared() -> (sm, smf, scr, red) that a kernel calls first: its
+    dynamic shared memory as 32-bit words (sm) and as float32 (smf, the same bytes;
+    16-byte aligned on a GPU, for cp.async and ldmatrix), and the simulator's two scratch
+    arrays of `scr` and `red` floats (the simulated mma's fragment exchange and the quad
+    reductions, which a GPU does in registers: there both are smf, never touched)."""
+    if simulator:
+        @cuda.jit(device=True)
+        def shared():
+            sm = cuda.shared.array(0, uint32)
+            smf = cuda.shared.array(0, float32)
+            scr_ = cuda.shared.array(scr, float32)
+            red_ = cuda.shared.array(red, float32)
+            return sm, smf, scr_, red_
+        return shared
+
+    @cuda.jit(device=True, forceinline=True)
+    def shared():
+        sm = cuda.shared.array(0, uint32, alignment=16)
+        smf = cuda.shared.array(0, float32, alignment=16)
+        return sm, smf, smf, smf
+    return shared
 
 
 def exp2_log2(simulator: bool | None = None):

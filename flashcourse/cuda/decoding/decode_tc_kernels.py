@@ -47,7 +47,7 @@ from ..._checks import check_choice
 from ...constants import F0, F1, LN2_F, NEG_INF
 from ...gpu import using_simulator
 from ...limits import check_launch, current_limits
-from ..common._device import inlined, lane_ids, reset_state
+from ..common._device import inlined, lane_ids, reset_state, shared_arrays
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
 from ..common.tc_blocks import cp_async_rows, half_blocks, softmax_blocks
@@ -274,6 +274,7 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
     SIM = cfg.simulator
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
     RED = NT if SIM else 1
+    SHARED = shared_arrays(SIM, SCR, RED)
     smx = softmax_blocks(SIM, exp2, quad_max, MT, NS, NO, BC)
     ROW_MAX, ROW_EXP = smx["row_max"], smx["row_exp"]
     QK = half_blocks(SIM, MMA, LDB, MT, KT, NS)["qk"]
@@ -291,16 +292,7 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
 
     def body(q, k, v, o_part, lse_part, split, kv, h, nkv, qrow0, orow0, r0, rows_kv, tq,
              k_begin, k_end, qscale, causal, off):
-        if SIM:
-            sm = cuda.shared.array(0, uint32)
-            smf = cuda.shared.array(0, float32)       # the same memory, for the merge
-            scr = cuda.shared.array(SCR, float32)
-            red = cuda.shared.array(RED, float32)
-        else:
-            sm = cuda.shared.array(0, uint32, alignment=16)
-            smf = cuda.shared.array(0, float32, alignment=16)
-            scr = smf                                 # unused on a GPU
-            red = smf
+        sm, smf, scr, red = SHARED()   # smf: sm as float32, for the merge
         tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         wb = warp * WBUF               # this warp's buffers

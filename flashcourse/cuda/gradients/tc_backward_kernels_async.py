@@ -39,7 +39,7 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0
-from ..common._device import key_block_order, lane_ids
+from ..common._device import key_block_order, lane_ids, shared_arrays
 from ..common.tc_blocks import mma_into
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
@@ -134,6 +134,7 @@ def make_key_major_async_kernel(cfg):
     KAREGS = 4 * KT if KV_REGS else 1
     OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+    SHARED = shared_arrays(SIM, SCR)
     kbl = key_blocks(SIM, exp2, col_sum, KT, NS, NO)
     LOAD_A2, P_DS, ROW_SUMS, STORE = kbl["load_a2"], kbl["p_ds"], kbl["sums"], kbl["store"]
     LOAD_Q = query_tile_loader(SIM, CP16, COMMIT, BR, CH, NT, DW, (QN, DON, LS, DS))["load"]
@@ -146,14 +147,7 @@ def make_key_major_async_kernel(cfg):
         # need 16-byte aligned shared addresses. dk, dv (BH, Tk, d) float32, or with
         # cfg.out16 (BH, Tk, d/2) uint32 words of two fp16/bf16 values (the output dtype,
         # rounded as cvt.rn does, so no cast pass follows).
-        if SIM:
-            sm = cuda.shared.array(0, uint32)
-            smf = cuda.shared.array(0, float32)
-            scr = cuda.shared.array(SCR, float32)   # fragment exchange of the simulated mma
-        else:
-            sm = cuda.shared.array(0, uint32, alignment=16)
-            smf = cuda.shared.array(0, float32, alignment=16)
-            scr = smf                                # unused on a GPU
+        sm, smf, scr, _ = SHARED()   # smf: sm as float32; scr: the simulator's scratch
         tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         par = 0

@@ -87,7 +87,7 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0, POS_INF
-from ..common._device import key_block_order, lane_ids
+from ..common._device import key_block_order, lane_ids, shared_arrays
 from ..common.tc_blocks import cp_async_rows, tf32_blocks
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops, tf32x3_ops
 from . import tc_backward_kernels_async as v2
@@ -134,6 +134,7 @@ def make_key_major_tf32_kernel(cfg):
     CH = D // 4                    # 16-byte chunks per row
     OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+    SHARED = shared_arrays(SIM, SCR)
     kbl = key_blocks(SIM, exp2, col_sum, 0, NS, NO)
     P_DS, ROW_SUMS, STORE = kbl["p_ds"], kbl["sums"], kbl["store"]
     LOAD_Q = query_tile_loader(SIM, CP16, COMMIT, BR, CH, NT, D, (QN, DON, LS, DS))["load"]
@@ -146,14 +147,7 @@ def make_key_major_tf32_kernel(cfg):
         # q, do (BH, Tq, D), k, v (BH, Tk, D): the fp32 bits as uint32 words, FLAT (1-D),
         # columns d..D-1 zero; ldw: (2, BH, Tq padded to LD_ROWS) words, flat: [0] = lse
         # log2(e) (+inf: no key, padding), [1] = D; dq (BH, Tq, d) float32, flat.
-        if SIM:
-            sm = cuda.shared.array(0, uint32)
-            smf = cuda.shared.array(0, float32)
-            scr = cuda.shared.array(SCR, float32)   # fragment exchange of the simulated mma
-        else:
-            sm = cuda.shared.array(0, uint32, alignment=16)
-            smf = cuda.shared.array(0, float32, alignment=16)
-            scr = smf                                # unused on a GPU
+        sm, smf, scr, _ = SHARED()   # smf: sm as float32; scr: the simulator's scratch
         tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         par = 0
@@ -413,6 +407,7 @@ def make_query_major_tf32_kernel(cfg):
     CH = D // 4                    # 16-byte chunks per row
     OREGS, SREGS = 4 * NO, 4 * NS
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+    SHARED = shared_arrays(SIM, SCR)
     COPY_QDO = cp_async_rows(SIM, CP16, BRQ, CH, NT, D, True)["copy"]
     COPY_KV = cp_async_rows(SIM, CP16, BC, CH, NT, D, True)["copy"]
     S_DP = tf32_s_dp(SIM, LDB, RS, KT, NS, False)
@@ -421,12 +416,7 @@ def make_query_major_tf32_kernel(cfg):
                                 off):
         # q, do (BH, Tq, D), k, v (BH, Tk, D): fp32 bits as uint32 words, flat; ldw: the
         # pre-pass's (2, BH, Tq padded) lse log2(e) / D words, flat; dq (BH, Tq, d) float32
-        if SIM:
-            sm = cuda.shared.array(0, uint32)
-            scr = cuda.shared.array(SCR, float32)
-        else:
-            sm = cuda.shared.array(0, uint32, alignment=16)
-            scr = cuda.shared.array(1, float32)      # unused on a GPU
+        sm, _, scr, _ = SHARED()     # scr: the simulated mma's scratch
         tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         par = 0

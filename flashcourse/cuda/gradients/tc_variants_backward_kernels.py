@@ -46,7 +46,8 @@ from numba import uint64 as U
 
 from ...constants import F0, LOG2E_F
 from ...variants.mods import unchanged_score
-from ..common._device import exp2_log2, inlined, mod_device
+from ..common._device import exp2_log2, inlined, mod_device, shared_arrays
+from ..common.tc_blocks import mma_into
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
 from ..tensor_core.tensor_core_kernels import Z32, _jit
@@ -69,6 +70,7 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
     ops = device_ops(cfg.simulator)
     MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
     PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
+    MMA_INTO = mma_into(cfg.simulator, MMA)      # c[j:j + 4] += A B, in place
     so = smem_ops(cfg.simulator, LINEAR_SHARED)
     LDA, LDB, LDBT, CP16, COMMIT, WAIT = so["ld_a"], so["ld_b"], so["ld_bt"], so["cp16"], \
         so["commit"], so["wait_all"]
@@ -100,6 +102,7 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
     KAREGS = 4 * KT if KV_REGS else 1
     OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
+    SHARED = shared_arrays(SIM, SCR)
     # the steps version 2 shares (`tc_backward_blocks`); P^T and dS^T are this kernel's own
     # (mask_mod, score_mod and its derivative)
     kbl = key_blocks(SIM, exp2, None, KT, NS, NO)     # (the row sums are not used here)
@@ -146,14 +149,7 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
 
     def tc_variants_bwd(q, k, v, do, ldw, dq, dk, dv, tq, tk, d, n_heads, group, scale,
                         q_num, q_idx, full_num, full_idx):
-        if SIM:
-            sm = cuda.shared.array(0, uint32)
-            smf = cuda.shared.array(0, float32)
-            scr = cuda.shared.array(SCR, float32)   # fragment exchange of the simulated mma
-        else:
-            sm = cuda.shared.array(0, uint32, alignment=16)
-            smf = cuda.shared.array(0, float32, alignment=16)
-            scr = smf                                # unused on a GPU
+        sm, smf, scr, _ = SHARED()   # smf: sm as float32; scr: the simulator's scratch
         tid = cuda.threadIdx.x
         warp = tid // 32
         lane = tid % 32
@@ -235,38 +231,11 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
                 for n2 in range(NS // 2):
                     n = 2 * n2
                     b0, b1, b2, b3 = LDB(sm, U(bo + QN + (n * 8) * QS + kk * 8), QS, lane)
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
-                                         s[4 * n], s[4 * n + 1], s[4 * n + 2], s[4 * n + 3])
-                    par = 1 - par
-                    s[4 * n] = x0
-                    s[4 * n + 1] = x1
-                    s[4 * n + 2] = x2
-                    s[4 * n + 3] = x3
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3,
-                                         s[4 * n + 4], s[4 * n + 5], s[4 * n + 6],
-                                         s[4 * n + 7])
-                    par = 1 - par
-                    s[4 * n + 4] = x0
-                    s[4 * n + 5] = x1
-                    s[4 * n + 6] = x2
-                    s[4 * n + 7] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1, s, 4 * n)
+                    par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3, s, 4 * n + 4)
                     b0, b1, b2, b3 = LDB(sm, U(bo + DON + (n * 8) * QS + kk * 8), QS, lane)
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, c0, c1, c2, c3, b0, b1,
-                                         dp[4 * n], dp[4 * n + 1], dp[4 * n + 2],
-                                         dp[4 * n + 3])
-                    par = 1 - par
-                    dp[4 * n] = x0
-                    dp[4 * n + 1] = x1
-                    dp[4 * n + 2] = x2
-                    dp[4 * n + 3] = x3
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, c0, c1, c2, c3, b2, b3,
-                                         dp[4 * n + 4], dp[4 * n + 5], dp[4 * n + 6],
-                                         dp[4 * n + 7])
-                    par = 1 - par
-                    dp[4 * n + 4] = x0
-                    dp[4 * n + 5] = x1
-                    dp[4 * n + 6] = x2
-                    dp[4 * n + 7] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, c0, c1, c2, c3, b0, b1, dp, 4 * n)
+                    par = MMA_INTO(scr, wbase, lane, par, c0, c1, c2, c3, b2, b3, dp, 4 * n + 4)
 
             # P^T and dS^T with the variant: mask_mod on partial tiles only, the ragged
             # edges on any tile, score_mod and its derivative on every visible score
@@ -311,22 +280,10 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
                 for n2 in range(NO // 2):
                     n = 2 * n2
                     b0, b1, b2, b3 = LDBT(sm, U(bo + DON + (kp * 16) * QS + n * 4), QS, lane)
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
-                                         b0, b1, dva[4 * n], dva[4 * n + 1], dva[4 * n + 2],
-                                         dva[4 * n + 3])
-                    par = 1 - par
-                    dva[4 * n] = x0
-                    dva[4 * n + 1] = x1
-                    dva[4 * n + 2] = x2
-                    dva[4 * n + 3] = x3
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
-                                         b2, b3, dva[4 * n + 4], dva[4 * n + 5],
-                                         dva[4 * n + 6], dva[4 * n + 7])
-                    par = 1 - par
-                    dva[4 * n + 4] = x0
-                    dva[4 * n + 5] = x1
-                    dva[4 * n + 6] = x2
-                    dva[4 * n + 7] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dva,
+                                   4 * n)
+                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b2, b3, dva,
+                                   4 * n + 4)
                 pa[0] = PACK(dp[j0], dp[j0 + 1])
                 pa[1] = PACK(dp[j0 + 2], dp[j0 + 3])
                 pa[2] = PACK(dp[j0 + 4], dp[j0 + 5])
@@ -339,22 +296,10 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
                 for n2 in range(NO // 2):
                     n = 2 * n2
                     b0, b1, b2, b3 = LDBT(sm, U(bo + QN + (kp * 16) * QS + n * 4), QS, lane)
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
-                                         b0, b1, dka[4 * n], dka[4 * n + 1], dka[4 * n + 2],
-                                         dka[4 * n + 3])
-                    par = 1 - par
-                    dka[4 * n] = x0
-                    dka[4 * n + 1] = x1
-                    dka[4 * n + 2] = x2
-                    dka[4 * n + 3] = x3
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3],
-                                         b2, b3, dka[4 * n + 4], dka[4 * n + 5],
-                                         dka[4 * n + 6], dka[4 * n + 7])
-                    par = 1 - par
-                    dka[4 * n + 4] = x0
-                    dka[4 * n + 5] = x1
-                    dka[4 * n + 6] = x2
-                    dka[4 * n + 7] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dka,
+                                   4 * n)
+                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b2, b3, dka,
+                                   4 * n + 4)
 
             # dQ_i += dS K_j (version 2), added to dQ of query head hq in global memory
             cuda.syncthreads()
@@ -368,22 +313,8 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
                     n = 2 * n2
                     b0, b1, b2, b3 = LDBT(sm, U(KNO + (kp * 16) * QS + (nb + n) * 4), QS,
                                           lane)
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
-                                         dqa[4 * n], dqa[4 * n + 1], dqa[4 * n + 2],
-                                         dqa[4 * n + 3])
-                    par = 1 - par
-                    dqa[4 * n] = x0
-                    dqa[4 * n + 1] = x1
-                    dqa[4 * n + 2] = x2
-                    dqa[4 * n + 3] = x3
-                    x0, x1, x2, x3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3,
-                                         dqa[4 * n + 4], dqa[4 * n + 5], dqa[4 * n + 6],
-                                         dqa[4 * n + 7])
-                    par = 1 - par
-                    dqa[4 * n + 4] = x0
-                    dqa[4 * n + 5] = x1
-                    dqa[4 * n + 6] = x2
-                    dqa[4 * n + 7] = x3
+                    par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1, dqa, 4 * n)
+                    par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3, dqa, 4 * n + 4)
             r0 = q0 + mq * 16 + g
             g0 = U(qbase + r0) * U(d) + U(nb * 8 + 2 * t)
             g1 = g0 + U(8 * d)

@@ -39,7 +39,7 @@ from __future__ import annotations
 from numba import cuda, float32, uint32
 
 from ...constants import F0, F1, FULL_MASK, RESCALE_THRESHOLD
-from ..common._device import lane_ids, reset_state, visible_key_blocks
+from ..common._device import lane_ids, reset_state, shared_arrays, visible_key_blocks
 from ..common.tc_blocks import cp_async_rows, epilogue_blocks, half_blocks, softmax_blocks
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
@@ -74,6 +74,7 @@ def make_half_async_kernel(cfg):
     TH = float32(RESCALE_THRESHOLD)
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
     RED = NT if SIM else 1
+    SHARED = shared_arrays(SIM, SCR, RED)
     smx = softmax_blocks(SIM, exp2, quad_max, MT, NS, NO, BC, LAZY, TH)
     MASK, ROW_MAX, ROW_EXP = smx["mask"], smx["row_max"], smx["row_exp"]
     STORE = epilogue_blocks(SIM, log2, quad_sum, MT, NO, PACK)["half"]
@@ -83,14 +84,7 @@ def make_half_async_kernel(cfg):
 
     def tc_half_forward_async(q, k, v, o, lse, tq, tk, qscale, causal, off):
         # k, v: (BH, Tk, D/2) words FLAT (1-D): one unsigned index per 16-byte copy
-        if SIM:
-            sm = cuda.shared.array(0, uint32)
-            scr = cuda.shared.array(SCR, float32)
-            red = cuda.shared.array(RED, float32)
-        else:
-            sm = cuda.shared.array(0, uint32, alignment=16)
-            scr = cuda.shared.array(0, float32, alignment=16)   # unused on a GPU
-            red = scr
+        sm, _, scr, red = SHARED()   # (scr, red: the simulator's scratch)
         tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         h = cuda.blockIdx.y

@@ -37,7 +37,7 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0, NEG_INF
-from ..common._device import lane_ids, query_block_order, visible_key_blocks
+from ..common._device import lane_ids, query_block_order, shared_arrays, visible_key_blocks
 from ..common.tc_blocks import cp_async_rows, epilogue_blocks, softmax_blocks, tf32_blocks
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
@@ -66,6 +66,7 @@ def make_tf32_async_kernel(cfg, passes: int):
     SIM = cfg.simulator
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
     RED = NT if SIM else 1
+    SHARED = shared_arrays(SIM, SCR, RED)
     block_of = query_block_order()   # _device.CAUSAL_ORDER
     smx = softmax_blocks(SIM, exp2, quad_max, 1, NS, NO, BC)
     MASK, SOFTMAX = smx["mask"], smx["pair"]
@@ -78,14 +79,7 @@ def make_tf32_async_kernel(cfg, passes: int):
 
     def tc_tf32_forward_async(q, k, v, o, lse, tq, tk, qscale, causal, off):
         # q, k, v: the fp32 bits as uint32 words, FLAT (1-D): one unsigned index per copy
-        if SIM:
-            sm = cuda.shared.array(0, uint32)
-            scr = cuda.shared.array(SCR, float32)
-            red = cuda.shared.array(RED, float32)
-        else:
-            sm = cuda.shared.array(0, uint32, alignment=16)
-            scr = cuda.shared.array(0, float32, alignment=16)   # unused on a GPU
-            red = scr
+        sm, _, scr, red = SHARED()   # (scr, red: the simulator's scratch)
         tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         bx, h = block_of(causal)       # causal: heaviest query blocks first

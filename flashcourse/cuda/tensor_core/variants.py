@@ -61,7 +61,7 @@ from ...gpu import using_simulator
 from ...variants.inputs import check_layout, check_result, check_sinks
 from ...variants.mods import always_visible, check_fits, check_mod, fingerprint, \
     unchanged_score
-from ..common._device import lane_ids, mod_device, reset_state
+from ..common._device import lane_ids, mod_device, reset_state, shared_arrays
 from ..common.tc_blocks import cp_async_rows, half_blocks, softmax_blocks
 from ...variants.tiled import prepare, resolve_block_mask
 from ..common._launch import as_device_array, check_registers, is_device_array, launch, \
@@ -134,6 +134,7 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
     PAREGS = 4 * MT
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
     RED = NT if SIM else 1
+    SHARED = shared_arrays(SIM, SCR, RED)
     # the steps version 2 shares (`common.tc_blocks`); the mask and the epilogue are this
     # kernel's own (mask_mod and score_mod; the sinks)
     smx = softmax_blocks(SIM, exp2, quad_max, MT, NS, NO, BC)
@@ -144,14 +145,7 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
 
     def tc_variants_forward(q, k, v, o, lse, tq, tk, n_heads, group, scale, kv_num,
                             kv_idx, full_num, full_idx, sinks, has_sinks):
-        if SIM:
-            sm = cuda.shared.array(0, uint32)
-            scr = cuda.shared.array(SCR, float32)
-            red = cuda.shared.array(RED, float32)
-        else:
-            sm = cuda.shared.array(0, uint32, alignment=16)
-            scr = cuda.shared.array(0, float32, alignment=16)   # unused on a GPU
-            red = scr
+        sm, _, scr, red = SHARED()   # (scr, red: the simulator's scratch)
         tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         i_blk = cuda.blockIdx.x
