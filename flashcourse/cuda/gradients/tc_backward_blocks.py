@@ -192,3 +192,103 @@ def tf32_s_dp(simulator: bool, ldb, rs: int, kt: int, ns: int, planes: bool):
         return par
 
     return s_dp
+
+
+def half_key_steps(simulator: bool, mma_into, pack, lda, ldb, ldbt, *, kt: int, ns: int,
+                   no: int, kq: int, bc: int, dw: int, threads: int, qs: int, dsh: int,
+                   offsets, kv_regs: bool, kv_ldsm: bool, with_dq: bool) -> dict:
+    """The fp16/bf16 key-major steps of version 2 (and the variants backward, which runs
+    them unchanged): a warp owns 16 keys of the block; S^T, dP^T are ns n8 tiles of
+    queries in `s`, `dp`; dK, dV no n8 tiles of D in `dka`, `dva` (fp32).
+
+    load_kv(sm, k, v, h, k0, tk, tid): K_j (and V_j unless kv_regs) row-major into shared
+    memory at the offsets' KN, VN (rows past Tk zero), row stride qs words.
+    st_dpt(sm, bo, ka, va, s, dp, scr, wbase, lane, par, warp, g, t) -> par: S^T = K_j
+    Q_i^T, dP^T = V_j dO_i^T from zero; A from registers (kv_regs: ka, va), by ldmatrix
+    (kv_ldsm) or by word from the shared tiles; B from the query buffer at word bo.
+    dv_dk(sm, bo, s, dp, pa, dva, dka, scr, wbase, lane, par, warp, g, t) -> par:
+    dV_j += P^T dO_i, dK_j += dS^T Q_i (P^T in s, dS^T in dp, rounded to 16 bits into pa;
+    B by ldmatrix.trans of the row-major tiles); with_dq: dS^T also into shared memory at
+    DSO ([key][query pair], row stride dsh), for the dQ step."""
+    jit = _jit(simulator)
+    MMA_INTO, PACK, LDA, LDB, LDBT = mma_into, pack, lda, ldb, ldbt
+    QN, DON, KNO, VNO, DSO = offsets
+    KLOADS = -(-(bc * dw) // threads)
+    SREGS = 4 * ns
+
+    @jit
+    def load_kv(sm, k, v, h, k0, tk, tid):
+        for it in range(KLOADS):
+            e = tid + threads * it
+            if e < bc * dw:
+                r = e // dw
+                c = e - r * dw
+                key = k0 + r
+                sm[U(KNO + r * qs + c)] = k[U(h), U(key), U(c)] if key < tk else Z32
+                if not kv_regs:
+                    sm[U(VNO + r * qs + c)] = v[U(h), U(key), U(c)] if key < tk else Z32
+
+    @jit
+    def st_dpt(sm, bo, ka, va, s, dp, scr, wbase, lane, par, warp, g, t):
+        for i in range(SREGS):
+            s[i] = F0
+            dp[i] = F0
+        for kk in range(kt):
+            if kv_regs:
+                a0, a1, a2, a3 = ka[4 * kk], ka[4 * kk + 1], ka[4 * kk + 2], ka[4 * kk + 3]
+                c0, c1, c2, c3 = va[4 * kk], va[4 * kk + 1], va[4 * kk + 2], va[4 * kk + 3]
+            elif kv_ldsm:                   # one ldmatrix.x4 per A tile
+                ab = (warp * 16) * qs + kk * 8
+                a0, a1, a2, a3 = LDA(sm, U(KNO + ab), qs, lane)
+                c0, c1, c2, c3 = LDA(sm, U(VNO + ab), qs, lane)
+            else:
+                ab = (warp * 16 + g) * qs + kk * 8 + t
+                a0, a1 = sm[U(KNO + ab)], sm[U(KNO + ab + 8 * qs)]
+                a2, a3 = sm[U(KNO + ab + 4)], sm[U(KNO + ab + 8 * qs + 4)]
+                c0, c1 = sm[U(VNO + ab)], sm[U(VNO + ab + 8 * qs)]
+                c2, c3 = sm[U(VNO + ab + 4)], sm[U(VNO + ab + 8 * qs + 4)]
+            for n2 in range(ns // 2):
+                n = 2 * n2
+                b0, b1, b2, b3 = LDB(sm, U(bo + QN + (n * 8) * qs + kk * 8), qs, lane)
+                par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1, s, 4 * n)
+                par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3, s, 4 * n + 4)
+                b0, b1, b2, b3 = LDB(sm, U(bo + DON + (n * 8) * qs + kk * 8), qs, lane)
+                par = MMA_INTO(scr, wbase, lane, par, c0, c1, c2, c3, b0, b1, dp, 4 * n)
+                par = MMA_INTO(scr, wbase, lane, par, c0, c1, c2, c3, b2, b3, dp, 4 * n + 4)
+        return par
+
+    @jit
+    def dv_dk(sm, bo, s, dp, pa, dva, dka, scr, wbase, lane, par, warp, g, t):
+        for kp in range(kq):
+            j0 = 8 * kp
+            pa[0] = PACK(s[j0], s[j0 + 1])
+            pa[1] = PACK(s[j0 + 2], s[j0 + 3])
+            pa[2] = PACK(s[j0 + 4], s[j0 + 5])
+            pa[3] = PACK(s[j0 + 6], s[j0 + 7])
+            for n2 in range(no // 2):
+                n = 2 * n2
+                b0, b1, b2, b3 = LDBT(sm, U(bo + DON + (kp * 16) * qs + n * 4), qs, lane)
+                par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dva,
+                               4 * n)
+                par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b2, b3, dva,
+                               4 * n + 4)
+            pa[0] = PACK(dp[j0], dp[j0 + 1])
+            pa[1] = PACK(dp[j0 + 2], dp[j0 + 3])
+            pa[2] = PACK(dp[j0 + 4], dp[j0 + 5])
+            pa[3] = PACK(dp[j0 + 6], dp[j0 + 7])
+            if with_dq:                     # dS^T rounded, [key][query pair], for dQ
+                sb = DSO + (warp * 16 + g) * dsh + 8 * kp + t
+                sm[U(sb)] = pa[0]
+                sm[U(sb + 8 * dsh)] = pa[1]
+                sm[U(sb + 4)] = pa[2]
+                sm[U(sb + 8 * dsh + 4)] = pa[3]
+            for n2 in range(no // 2):
+                n = 2 * n2
+                b0, b1, b2, b3 = LDBT(sm, U(bo + QN + (kp * 16) * qs + n * 4), qs, lane)
+                par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dka,
+                               4 * n)
+                par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b2, b3, dka,
+                               4 * n + 4)
+        return par
+
+    return {"load_kv": load_kv, "st_dpt": st_dpt, "dv_dk": dv_dk}

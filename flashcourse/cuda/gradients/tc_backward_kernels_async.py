@@ -43,9 +43,9 @@ from ..common._device import key_block_order, lane_ids, shared_arrays
 from ..common.tc_blocks import mma_into
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
-from .tc_backward_blocks import key_blocks, query_tile_loader
+from .tc_backward_blocks import half_key_steps, key_blocks, query_tile_loader
 from .tc_backward_kernels import LD_ROWS, _col_sum
-from ..tensor_core.tensor_core_kernels import Z32, _jit
+from ..tensor_core.tensor_core_kernels import _jit
 
 #: how K_j, V_j's A fragments of S^T, dP^T are read from shared memory when they are not
 #: kept in registers (kv_regs=False, d > 64): "ldmatrix" (one ldmatrix.x4 per 16 x 16
@@ -130,7 +130,6 @@ def make_key_major_async_kernel(cfg):
     LDR = LD_ROWS
     QN, DON, LS, DS, KNO, VNO, DSO, BUF, _ = cfg.async_offsets()
     CH = DW // 4                                   # 16-byte chunks per row
-    KLOADS = -(-(BC * DW) // NT)
     KAREGS = 4 * KT if KV_REGS else 1
     OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
@@ -138,6 +137,11 @@ def make_key_major_async_kernel(cfg):
     kbl = key_blocks(SIM, exp2, col_sum, KT, NS, NO)
     LOAD_A2, P_DS, ROW_SUMS, STORE = kbl["load_a2"], kbl["p_ds"], kbl["sums"], kbl["store"]
     LOAD_Q = query_tile_loader(SIM, CP16, COMMIT, BR, CH, NT, DW, (QN, DON, LS, DS))["load"]
+    steps = half_key_steps(SIM, MMA_INTO, PACK, LDA, LDB, LDBT, kt=KT, ns=NS, no=NO, kq=KQ,
+                           bc=BC, dw=DW, threads=NT, qs=QS, dsh=DSH,
+                           offsets=(QN, DON, KNO, VNO, DSO), kv_regs=KV_REGS,
+                           kv_ldsm=KV_LDSM, with_dq=WITH_DQ)
+    LOAD_KV, ST_DPT, DV_DK = steps["load_kv"], steps["st_dpt"], steps["dv_dk"]
 
     def tc_bwd_key_major_async(q, k, v, do, ldw, dq, dk, dv, tq, tk, d, qscale, scale,
                                causal, off, psum, dsum):
@@ -173,15 +177,7 @@ def make_key_major_async_kernel(cfg):
         va = cuda.local.array(KAREGS, uint32)
         if KV_REGS:
             LOAD_A2(k, v, ka, va, h, kr0, kr1, tk, t)
-        for it in range(KLOADS):               # K_j (and V_j) row-major, once
-            e = tid + NT * it
-            if e < BC * DW:
-                r = e // DW
-                c = e - r * DW
-                key = k0 + r
-                sm[U(KNO + r * QS + c)] = k[U(h), U(key), U(c)] if key < tk else Z32
-                if not KV_REGS:
-                    sm[U(VNO + r * QS + c)] = v[U(h), U(key), U(c)] if key < tk else Z32
+        LOAD_KV(sm, k, v, h, k0, tk, tid)      # K_j (and V_j) row-major, once
 
         dka = cuda.local.array(OREGS, float32)
         dva = cuda.local.array(OREGS, float32)
@@ -202,31 +198,7 @@ def make_key_major_async_kernel(cfg):
                 LOAD_Q(sm, BUF - bo, QS, q, do, ldw, qbase, lbase, dbase, q0 + BR, tq, tid)
 
             # S^T = K_j Q_i^T, dP^T = V_j dO_i^T: two n8 tiles per ldmatrix.x4
-            for i in range(SREGS):
-                s[i] = F0
-                dp[i] = F0
-            for kk in range(KT):
-                if KV_REGS:
-                    a0, a1, a2, a3 = ka[4 * kk], ka[4 * kk + 1], ka[4 * kk + 2], ka[4 * kk + 3]
-                    c0, c1, c2, c3 = va[4 * kk], va[4 * kk + 1], va[4 * kk + 2], va[4 * kk + 3]
-                elif KV_LDSM:                   # one ldmatrix.x4 per A tile
-                    ab = (warp * 16) * QS + kk * 8
-                    a0, a1, a2, a3 = LDA(sm, U(KNO + ab), QS, lane)
-                    c0, c1, c2, c3 = LDA(sm, U(VNO + ab), QS, lane)
-                else:
-                    ab = (warp * 16 + g) * QS + kk * 8 + t
-                    a0, a1 = sm[U(KNO + ab)], sm[U(KNO + ab + 8 * QS)]
-                    a2, a3 = sm[U(KNO + ab + 4)], sm[U(KNO + ab + 8 * QS + 4)]
-                    c0, c1 = sm[U(VNO + ab)], sm[U(VNO + ab + 8 * QS)]
-                    c2, c3 = sm[U(VNO + ab + 4)], sm[U(VNO + ab + 8 * QS + 4)]
-                for n2 in range(NS // 2):
-                    n = 2 * n2
-                    b0, b1, b2, b3 = LDB(sm, U(bo + QN + (n * 8) * QS + kk * 8), QS, lane)
-                    par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1, s, 4 * n)
-                    par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3, s, 4 * n + 4)
-                    b0, b1, b2, b3 = LDB(sm, U(bo + DON + (n * 8) * QS + kk * 8), QS, lane)
-                    par = MMA_INTO(scr, wbase, lane, par, c0, c1, c2, c3, b0, b1, dp, 4 * n)
-                    par = MMA_INTO(scr, wbase, lane, par, c0, c1, c2, c3, b2, b3, dp, 4 * n + 4)
+            par = ST_DPT(sm, bo, ka, va, s, dp, scr, wbase, lane, par, warp, g, t)
 
             # P^T = exp2(S^T qscale - L) (L = +inf in padded rows), dS^T = P^T (dP^T - D)
             edge = k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off)
@@ -235,36 +207,7 @@ def make_key_major_async_kernel(cfg):
                 ROW_SUMS(s, dp, psum, dsum, h, q0, tq, g, t)
 
             # dV_j += P^T dO_i, dK_j += dS^T Q_i: B by ldmatrix.trans of the row-major tiles
-            for kp in range(KQ):
-                j0 = 8 * kp
-                pa[0] = PACK(s[j0], s[j0 + 1])
-                pa[1] = PACK(s[j0 + 2], s[j0 + 3])
-                pa[2] = PACK(s[j0 + 4], s[j0 + 5])
-                pa[3] = PACK(s[j0 + 6], s[j0 + 7])
-                for n2 in range(NO // 2):
-                    n = 2 * n2
-                    b0, b1, b2, b3 = LDBT(sm, U(bo + DON + (kp * 16) * QS + n * 4), QS, lane)
-                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dva,
-                                   4 * n)
-                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b2, b3, dva,
-                                   4 * n + 4)
-                pa[0] = PACK(dp[j0], dp[j0 + 1])
-                pa[1] = PACK(dp[j0 + 2], dp[j0 + 3])
-                pa[2] = PACK(dp[j0 + 4], dp[j0 + 5])
-                pa[3] = PACK(dp[j0 + 6], dp[j0 + 7])
-                if WITH_DQ:                     # dS^T rounded, [key][query pair], for dQ
-                    sb = DSO + (warp * 16 + g) * DSH + 8 * kp + t
-                    sm[U(sb)] = pa[0]
-                    sm[U(sb + 8 * DSH)] = pa[1]
-                    sm[U(sb + 4)] = pa[2]
-                    sm[U(sb + 8 * DSH + 4)] = pa[3]
-                for n2 in range(NO // 2):
-                    n = 2 * n2
-                    b0, b1, b2, b3 = LDBT(sm, U(bo + QN + (kp * 16) * QS + n * 4), QS, lane)
-                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dka,
-                                   4 * n)
-                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b2, b3, dka,
-                                   4 * n + 4)
+            par = DV_DK(sm, bo, s, dp, pa, dva, dka, scr, wbase, lane, par, warp, g, t)
 
             if WITH_DQ:
                 cuda.syncthreads()

@@ -50,9 +50,9 @@ from ..common._device import exp2_log2, inlined, mod_device, shared_arrays
 from ..common.tc_blocks import mma_into
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
-from ..tensor_core.tensor_core_kernels import Z32, _jit
+from ..tensor_core.tensor_core_kernels import _jit
 from .tc_backward_kernels import LD_ROWS, _warp_sum
-from .tc_backward_blocks import key_blocks, query_tile_loader
+from .tc_backward_blocks import half_key_steps, key_blocks, query_tile_loader
 from .tc_backward_kernels_async import LINEAR_SHARED, dq_pairs, dq_tile_adder
 
 
@@ -98,7 +98,6 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
     LDR = LD_ROWS
     QN, DON, LS, DS, KNO, VNO, DSO, BUF, _ = cfg.async_offsets()
     CH = DW // 4                   # 16-byte chunks per row
-    KLOADS = -(-(BC * DW) // NT)
     KAREGS = 4 * KT if KV_REGS else 1
     OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
@@ -108,6 +107,11 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
     kbl = key_blocks(SIM, exp2, None, KT, NS, NO)     # (the row sums are not used here)
     LOAD_A2, STORE = kbl["load_a2"], kbl["store"]
     LOAD_Q = query_tile_loader(SIM, CP16, COMMIT, BR, CH, NT, DW, (QN, DON, LS, DS))["load"]
+    steps = half_key_steps(SIM, MMA_INTO, PACK, LDA, LDB, LDBT, kt=KT, ns=NS, no=NO, kq=KQ,
+                           bc=BC, dw=DW, threads=NT, qs=QS, dsh=DSH,
+                           offsets=(QN, DON, KNO, VNO, DSO), kv_regs=KV_REGS, kv_ldsm=True,
+                           with_dq=True)
+    LOAD_KV, ST_DPT, DV_DK = steps["load_kv"], steps["st_dpt"], steps["dv_dk"]
 
     @inlined
     def settle(q_num, full_num, bi, kvh, group, jm, gi, tv):
@@ -180,15 +184,7 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
         va = cuda.local.array(KAREGS, uint32)
         if KV_REGS:
             LOAD_A2(k, v, ka, va, kvhead, kr0, kr1, tk, t)
-        for it in range(KLOADS):                 # K_j (and V_j) row-major, once
-            e = tid + NT * it
-            if e < BC * DW:
-                r = e // DW
-                c = e - r * DW
-                key = k0 + r
-                sm[U(KNO + r * QS + c)] = k[U(kvhead), U(key), U(c)] if key < tk else Z32
-                if not KV_REGS:
-                    sm[U(VNO + r * QS + c)] = v[U(kvhead), U(key), U(c)] if key < tk else Z32
+        LOAD_KV(sm, k, v, kvhead, k0, tk, tid)   # K_j (and V_j) row-major, once
 
         dka = cuda.local.array(OREGS, float32)
         dva = cuda.local.array(OREGS, float32)
@@ -217,25 +213,7 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
                           tid)
 
             # S^T = K_j Q_i^T, dP^T = V_j dO_i^T (version 2): two n8 tiles per ldmatrix.x4
-            for i in range(SREGS):
-                s[i] = F0
-                dp[i] = F0
-            for kk in range(KT):
-                if KV_REGS:
-                    a0, a1, a2, a3 = ka[4 * kk], ka[4 * kk + 1], ka[4 * kk + 2], ka[4 * kk + 3]
-                    c0, c1, c2, c3 = va[4 * kk], va[4 * kk + 1], va[4 * kk + 2], va[4 * kk + 3]
-                else:
-                    ab = (warp * 16) * QS + kk * 8
-                    a0, a1, a2, a3 = LDA(sm, U(KNO + ab), QS, lane)
-                    c0, c1, c2, c3 = LDA(sm, U(VNO + ab), QS, lane)
-                for n2 in range(NS // 2):
-                    n = 2 * n2
-                    b0, b1, b2, b3 = LDB(sm, U(bo + QN + (n * 8) * QS + kk * 8), QS, lane)
-                    par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1, s, 4 * n)
-                    par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3, s, 4 * n + 4)
-                    b0, b1, b2, b3 = LDB(sm, U(bo + DON + (n * 8) * QS + kk * 8), QS, lane)
-                    par = MMA_INTO(scr, wbase, lane, par, c0, c1, c2, c3, b0, b1, dp, 4 * n)
-                    par = MMA_INTO(scr, wbase, lane, par, c0, c1, c2, c3, b2, b3, dp, 4 * n + 4)
+            par = ST_DPT(sm, bo, ka, va, s, dp, scr, wbase, lane, par, warp, g, t)
 
             # P^T and dS^T with the variant: mask_mod on partial tiles only, the ragged
             # edges on any tile, score_mod and its derivative on every visible score
@@ -270,36 +248,8 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
                         s[j] = p
                         dp[j] = ds
 
-            # dV_j += P^T dO_i, dK_j += dS^T Q_i (version 2)
-            for kp in range(KQ):
-                j0 = 8 * kp
-                pa[0] = PACK(s[j0], s[j0 + 1])
-                pa[1] = PACK(s[j0 + 2], s[j0 + 3])
-                pa[2] = PACK(s[j0 + 4], s[j0 + 5])
-                pa[3] = PACK(s[j0 + 6], s[j0 + 7])
-                for n2 in range(NO // 2):
-                    n = 2 * n2
-                    b0, b1, b2, b3 = LDBT(sm, U(bo + DON + (kp * 16) * QS + n * 4), QS, lane)
-                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dva,
-                                   4 * n)
-                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b2, b3, dva,
-                                   4 * n + 4)
-                pa[0] = PACK(dp[j0], dp[j0 + 1])
-                pa[1] = PACK(dp[j0 + 2], dp[j0 + 3])
-                pa[2] = PACK(dp[j0 + 4], dp[j0 + 5])
-                pa[3] = PACK(dp[j0 + 6], dp[j0 + 7])
-                sb = DSO + (warp * 16 + g) * DSH + 8 * kp + t   # dS^T for dQ, rounded
-                sm[U(sb)] = pa[0]
-                sm[U(sb + 8 * DSH)] = pa[1]
-                sm[U(sb + 4)] = pa[2]
-                sm[U(sb + 8 * DSH + 4)] = pa[3]
-                for n2 in range(NO // 2):
-                    n = 2 * n2
-                    b0, b1, b2, b3 = LDBT(sm, U(bo + QN + (kp * 16) * QS + n * 4), QS, lane)
-                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dka,
-                                   4 * n)
-                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b2, b3, dka,
-                                   4 * n + 4)
+            # dV_j += P^T dO_i, dK_j += dS^T Q_i (version 2), dS^T kept for dQ
+            par = DV_DK(sm, bo, s, dp, pa, dva, dka, scr, wbase, lane, par, warp, g, t)
 
             # dQ_i += dS K_j (version 2), added to dQ of query head hq in global memory
             cuda.syncthreads()
