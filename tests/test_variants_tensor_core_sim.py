@@ -108,6 +108,28 @@ def test_scales_full_blocks_and_the_ragged_edge(scale, score, mask):
     assert np.abs(o_ref - o_neg).max() > 0.1
 
 
+@pytest.mark.parametrize("case", ["causal-gqa", "document", "softcap-sinks-empty-rows",
+                                  "block-sparse"])
+def test_key_blocks_visited_in_steps(case, monkeypatch):
+    """At large head dims the kernel visits each of the block mask's key blocks in steps of
+    64 keys (`step_k`). Here the rule is moved down to d = 16 and steps of 16 keys, so a
+    block mask of 16 x 32 tiles is visited in two steps a block, on the simulator: the
+    steps of a partial block call mask_mod, those past Tk are masked, and the answer is
+    the reference's."""
+    monkeypatch.setattr(tcv, "LARGE_D", 8)
+    monkeypatch.setattr(tcv, "STEP_K_LARGE_D", 16)
+    precision, tq, tk, d, _, mask_mod, score_mod, sinks, _ = CASES[case]
+    assert tcv.step_k(d, 32) == 16
+    cfg = tcv.config(precision, d, 16, 32)
+    assert (cfg.block_k, cfg.mask_block_k) == (16, 32)
+    q, k, v = inputs(np.random.default_rng(8), tq, tk, d)
+    bm = create_block_mask(mask_mod, None, None, tq, tk, 16, 32)
+    o, lse = tcv.forward(q, k, v, block_mask=bm, score_mod=score_mod, sinks=sinks,
+                         precision=precision)
+    assert_within_rounding(o, lse, q, k, v, precision, mask_mod=mask_mod,
+                           score_mod=score_mod, sinks=sinks)
+
+
 def test_the_block_sparse_case_has_a_query_block_that_sees_nothing():
     """So that the test above checks o = 0, lse = -inf from a block with no visit."""
     bm = create_block_mask(CASES["block-sparse"][5], None, None, 32, 40, 16, 16)

@@ -28,9 +28,13 @@ variants kernel does (`cuda_core.variants`: one kernel per function contents, ca
   * GQA: query head h = blockIdx.y % Hq reads key/value head h // G (G = Hq / Hkv) of the
     same batch entry; K and V are never copied per query head.
 
-Tiles: the block mask's (Br, Bc) are the kernel's: Br = 16 x warps x m_tiles (each warp
-owns 16 or 32 query rows for the whole key loop), Bc a multiple of 16 (two n8 tiles per
-ldmatrix.x4). Rows with nothing visible give o = 0 and lse = -inf (lse = sink with one).
+Tiles: the block mask's Br is the kernel's: Br = 16 x warps x m_tiles (each warp owns 16
+or 32 query rows for the whole key loop). Its Bc (a multiple of 16: two n8 tiles per
+ldmatrix.x4) is the kernel's key step too, except above d = 64 where a Bc that is a
+multiple of 64 is visited in steps of 64 keys (`step_k`): with Bc = 128 at d = 128 the
+kernel would need more than the 255 registers a thread has (ptxas spilled 56 bytes a
+thread to local memory), with steps of 64 it takes 230 and spills nothing. Rows with
+nothing visible give o = 0 and lse = -inf (lse = sink with one).
 
 The bytes it moves (one head): Q once (Tq d e, e = 2 bytes), K_j and V_j of each visited
 key block once per query block (2 Bc d e per visit, mostly from L2), O (Tq d e) and lse
@@ -48,6 +52,7 @@ or `flashcourse.cuda.variants_forward(..., kernel="tensor_core")`); tests:
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 
 import numpy as np
@@ -82,6 +87,33 @@ _KERNELS: dict = {}
 
 
 
+@dataclasses.dataclass(frozen=True)
+class VariantsConfig:
+    """The kernel's `host.TCConfig` (its block_k is the kernel's key step) and the block
+    mask's Bc = mask_block_k, a multiple of it: each listed key block is visited in
+    mask_block_k / block_k steps. Other attributes are the TCConfig's."""
+    tc: object
+    mask_block_k: int
+
+    def __getattr__(self, name):
+        return getattr(self.tc, name)
+
+
+#: the kernel's key step at head dims above 64 when the mask's Bc is a multiple of it: at
+#: Bc = 128 and d = 128 the kernel needs more than 255 registers (ptxas spills 56 B a
+#: thread; the built-in causal kernel, with less state, fits in 250), at 64 it takes 230
+STEP_K_LARGE_D = 64
+#: the head dims from which that step applies (above this)
+LARGE_D = 64
+
+
+def step_k(d: int, block_k: int) -> int:
+    """The kernel's key step for head dim d and a block mask's Bc = block_k."""
+    if d > LARGE_D and block_k > STEP_K_LARGE_D and block_k % STEP_K_LARGE_D == 0:
+        return STEP_K_LARGE_D
+    return block_k
+
+
 def tiles_for(block_q: int, m_tiles: int | None = None) -> tuple[int, int]:
     """(warps, m_tiles) for a block mask's Br = block_q query rows: 16 rows per warp
     (m_tiles 1) up to 8 warps, 32 rows per warp above (m_tiles 2); m_tiles given: that.
@@ -98,7 +130,7 @@ def tiles_for(block_q: int, m_tiles: int | None = None) -> tuple[int, int]:
 
 
 def make_variants_kernel(cfg, mask_mod, score_mod):
-    """The kernel for one configuration (`host.TCConfig`, pipeline "async") with mask_mod
+    """The kernel for one configuration (`VariantsConfig`, pipeline "async") with mask_mod
     and score_mod compiled in. Arguments: q (BHq, Tq, D/2) uint32 words; k, v flat words of
     (BHkv, Tk, D/2); o like q; lse (BHq, Tq) float32; Tq, Tk, Hq, G (query heads per K/V
     head); scale (float32, natural-log units); the block mask's kv_num_blocks,
@@ -120,6 +152,8 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
     # not at the ragged key edge skips the per-score pass altogether
     PLAIN = score_mod is unchanged_score
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
+    BCM = cfg.mask_block_k         # the block mask's Bc: SUBK kernel steps of BC keys each
+    SUBK = BCM // BC
     MT = cfg.m_tiles
     DW = D // 2                    # 32-bit words per row
     KT = D // 16                   # k16 steps of S = Q K^T
@@ -164,10 +198,11 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
         qsc = (-scale if scale < F0 else scale) * LOG2E_F
         n_full = full_num[bi, hi, i_blk]
         n_vis = n_full + kv_num[bi, hi, i_blk]
+        n_steps = n_vis * SUBK         # each listed key block in SUBK steps of BC keys
 
         if n_vis > 0:                  # the first visited key block -> buffer 0
             j = full_idx[bi, hi, i_blk, 0] if n_full > 0 else kv_idx[bi, hi, i_blk, 0]
-            COPY_KV(sm, K_OFF, V_OFF, KS, k, v, kbase, j * BC, tk, tid)
+            COPY_KV(sm, K_OFF, V_OFF, KS, k, v, kbase, j * BCM, tk, tid)
             COMMIT()
 
         qa = cuda.local.array(QREGS, uint32)   # Q's A fragments, kept for the whole loop
@@ -182,19 +217,21 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
         pa = cuda.local.array(PAREGS, uint32)
         reset_state(acc, OREGS, m, lp, ROWS)
 
-        for tv in range(n_vis):
+        for st in range(n_steps):
+            tv = st // SUBK            # the listed block, and this step's part of it
             partial = tv >= n_full
             j = kv_idx[bi, hi, i_blk, tv - n_full] if partial else full_idx[bi, hi, i_blk, tv]
-            k0 = j * BC
-            bo = (tv % 2) * BUF
+            k0 = j * BCM + (st - tv * SUBK) * BC
+            bo = (st % 2) * BUF
             WAIT()
-            cuda.syncthreads()         # block tv landed; the other buffer is free
-            if tv + 1 < n_vis:         # the next listed key block, in flight meanwhile
-                tn = tv + 1
+            cuda.syncthreads()         # step st landed; the other buffer is free
+            if st + 1 < n_steps:       # the next step's keys, in flight meanwhile
+                tn = (st + 1) // SUBK
                 j1 = kv_idx[bi, hi, i_blk, tn - n_full] if tn >= n_full else \
                     full_idx[bi, hi, i_blk, tn]
                 nb = BUF - bo
-                COPY_KV(sm, nb + K_OFF, nb + V_OFF, KS, k, v, kbase, j1 * BC, tk, tid)
+                COPY_KV(sm, nb + K_OFF, nb + V_OFF, KS, k, v, kbase,
+                        j1 * BCM + (st + 1 - tn * SUBK) * BC, tk, tid)
                 COMMIT()
 
             # S = Q K^T (as version 2): one ldmatrix.x4 gives two n8 tiles' B fragments
@@ -254,6 +291,7 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
                             else NEG_INF
 
     tc_variants_forward.__name__ = (f"tc_variants_{cfg.precision}_w{NW}_k{BC}_d{D}_m{MT}"
+                                    + (f"_of{BCM}" if SUBK > 1 else "")
                                     + ("_sim" if SIM else ""))
     return cuda.jit(tc_variants_forward)
 
@@ -288,8 +326,9 @@ def kernel_for(cfg, mask_mod, score_mod):
 
 def config(precision: str, d: int, block_q: int, block_k: int, m_tiles: int | None = None,
            simulator: bool | None = None):
-    """The `host.TCConfig` (version 2, "async") for a block mask of (block_q, block_k)
-    tiles and head dim d (ValueError naming the argument that does not fit)."""
+    """The `VariantsConfig` (a `host.TCConfig`, version 2 "async", with the kernel's key
+    step `step_k`) for a block mask of (block_q, block_k) tiles and head dim d (ValueError
+    naming the argument that does not fit)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS} for the tensor-core variants "
                          f"kernel, got {precision!r}")
@@ -297,7 +336,8 @@ def config(precision: str, d: int, block_q: int, block_k: int, m_tiles: int | No
     if block_k % 16:
         raise ValueError(f"block_k (the block mask's Bc) must be a multiple of 16 for the "
                          f"tensor-core variants kernel, got {block_k}")
-    return plan(precision, d, warps, block_k, simulator, mt, False, 0, "async")
+    return VariantsConfig(plan(precision, d, warps, step_k(d, block_k), simulator, mt, False,
+                               0, "async"), block_k)
 
 
 def launcher(qw, kw, vw, ow, lse, bm_arrays, *, tq: int, tk: int, heads: int, group: int,
