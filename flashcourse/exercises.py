@@ -131,7 +131,7 @@ def causal_skips() -> Exercise:
             (lambda y: as_set(y) is not None and as_set(y) < skipped,
              "some tiles that no query of the block can see are missing"),
             (lambda y: as_set(y) is None,
-             "give a list of (query block, key block) pairs, e.g. [(0, 3), (0, 4)]"),
+             "give a list of (query block, key block) pairs of whole numbers, like [(i, j), ...]"),
         ]})
 
 

@@ -169,8 +169,8 @@ HINT_CP_WAIT = (
     "cp_async16 ...; commit_group, wait_all, a barrier (syncthreads); and only then read sm.")
 HINT_CP_COMMIT = (
     "wait_all() found copies that were never committed: cp.async.wait_group waits for "
-    "committed groups only, so those copies were not waited for (the twin never lands them). "
-    "Call commit_group after issuing the copies, before the wait.",
+    "committed groups only, so those copies were not waited for (on the simulator they never "
+    "land). Call commit_group after issuing the copies, before the wait.",
     "cp_async16(...); commit_group, then wait_all.")
 HINT_CP_BARRIER = (
     "A race on the tile: a thread read floats that ANOTHER thread's copy wrote, with no "
