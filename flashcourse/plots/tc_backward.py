@@ -415,8 +415,8 @@ def gap_lines(doc: dict, exp_per_s: float, gpu: str = "H200") -> list[str]:
             lines.append(f"default tiles, d = {r['d']}: {r['regs']} registers per thread, "
                          f"{r.get('local_bytes', 0)} B spilled, {warps_per_sm(r, gpu)} warps "
                          "per SM;")
-            lines.append(f"  dS through shared memory, in 16 bits: Br x Bc x 2 B = {ds_kib:g} "
-                         "KiB per query block, written and read back")
+            lines.append(f"  dS in 16 bits through shared memory: Br x Bc x 2 B = {ds_kib:g} "
+                         "KiB per query block, stored and read")
     return lines
 
 
