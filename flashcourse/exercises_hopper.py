@@ -258,4 +258,4 @@ def rescale_12() -> Exercise:
         f"top scores {x1} and {x2}: the max after each, block 1's largest P, block 2's alpha, "
         f"and the multiplies a thread skips per block at d = {e['d']}",
         {"m1": m1, "p1": p1, "m2": m2, "alpha": alpha, "skipped": skipped},
-        working, rtol=1e-6, diagnoses=diagnoses)
+        working, rtol=5e-3, diagnoses=diagnoses)   # 3 digits count: 181 for 2^7.5, 0.00195

@@ -316,6 +316,8 @@ def test_rescale_12():
     ans = E.get("12-rescale").answer
     assert ans == {"m1": 3.0, "p1": 2 ** 7.5, "m2": 12.0, "alpha": 2.0 ** -9, "skipped": 64}
     assert E.grade("12-rescale", **ans)[0]
+    # worked by hand, to three digits: 2^7.5 = 181.02..., 2^-9 = 0.001953...
+    assert E.grade("12-rescale", m1=3, p1=181.0, m2=12, alpha=0.00195, skipped=64)[0]
     ok, lines = E.grade("12-rescale", m1=10.5, p1=1.0, m2=3.0, alpha=512.0, skipped=8192)
     assert not ok and "keeps its max" in lines[0] and "P > 1" in lines[1]
     assert "moves" in lines[2] and "shrinks" in lines[3] and "128 threads" in lines[4]

@@ -52,8 +52,10 @@ def test_b_tiles_are_what_the_mma_reads():
 def test_products_match_the_kernel_source():
     """Version 2 of kernel 1 loads each product's B operand as PRODUCTS says: plain
     ldmatrix (LDB) of Q_i, dO_i for S^T, dP^T; .trans (LDBT) of dO_i, Q_i, K_j for dV, dK,
-    dQ (read from tc_backward_kernels_async.py, in the order the kernel issues them)."""
-    src = (ROOT / "flashcourse" / "cuda" / "gradients" / "tc_backward_kernels_async.py").read_text()
+    dQ (read in the order the kernel issues them: the key-major steps it shares with the
+    variants backward in tc_backward_blocks.py, then its dQ in tc_backward_kernels_async.py)."""
+    src = "".join((ROOT / "flashcourse" / "cuda" / "gradients" / name).read_text()
+                  for name in ("tc_backward_blocks.py", "tc_backward_kernels_async.py"))
     calls = re.findall(r"\b(LDBT?)\(sm, U\((?:bo \+ )?(QN|DON|KNO)", src)
     assert calls == [("LDB", "QN"), ("LDB", "DON"), ("LDBT", "DON"), ("LDBT", "QN"),
                      ("LDBT", "KNO")]

@@ -71,8 +71,8 @@ HINT_SLOT_FROM_PAGE = (
     "number the table gave.",
     "The slot depends on t and page_size only.")
 HINT_TABLE_ROWS = (
-    "The table is read column-first: row b is sequence b, column i its i-th page "
-    "(block_table[b, i]).",
+    "Your table lookup has its two indices swapped: row b is sequence b, column i its i-th "
+    "page (block_table[b, i]).",
     "Index the table [b, column], in that order.")
 HINT_INTS = ("Return two whole numbers (page, slot), e.g. a tuple of ints.",
              "return page, slot")

@@ -184,9 +184,10 @@ def plot_schedule(n: int = 4096, bh: int = 32, block_q: int = 192, block_k: int 
     def cost(qb):                    # key blocks query block qb sees (bottom-right mask)
         return -(-min(qb * block_q + block_q, n) // block_k)
 
-    causal = {order: T.list_schedule([cost(T.unit(u, nqb, bh, True, order)[1])
+    causal = {label: T.list_schedule([cost(T.unit(u, nqb, bh, True, order)[1])
                                       for u in range(nqb * bh)], sms) / kb
-              for order in ("head-major", "lpt")}
+              for label, order in (("head after head", "head-major"),
+                                   ("longest first", "lpt"))}
     sp = T.plan(nqb * bh, kb, sms)
     pieces = [(b - a) / kb for _, a, b in T.block_work(sp, kb)]
     full = {"whole blocks": T.list_schedule([1.0] * (nqb * bh), sms),

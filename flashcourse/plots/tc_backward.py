@@ -411,12 +411,12 @@ def gap_lines(doc: dict, exp_per_s: float, gpu: str = "H200") -> list[str]:
     for r in doc.get("variants", []):
         if "tflops" in r and is_default(r):
             t = r["tiles"]
-            ds_kib = t["block_q"] * 16 * t["warps"] * 4 / 1024            # Br Bc fp32
+            ds_kib = t["block_q"] * 16 * t["warps"] * 2 / 1024      # Br Bc, 16-bit dS^T
             lines.append(f"default tiles, d = {r['d']}: {r['regs']} registers per thread, "
                          f"{r.get('local_bytes', 0)} B spilled, {warps_per_sm(r, gpu)} warps "
                          "per SM;")
-            lines.append(f"  dS through shared memory: Br x Bc x 4 B = {ds_kib:g} KiB per "
-                         "query block, written and read back")
+            lines.append(f"  dS in 16 bits through shared memory: Br x Bc x 2 B = {ds_kib:g} "
+                         "KiB per query block, stored and read")
     return lines
 
 
