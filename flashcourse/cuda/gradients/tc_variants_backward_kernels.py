@@ -46,7 +46,7 @@ from numba import uint64 as U
 
 from ...constants import F0, LOG2E_F
 from ...variants.mods import unchanged_score
-from ..common._device import exp2_log2, inlined, mod_device, shared_arrays
+from ..common._device import exp2_log2, inlined, lane_ids, mod_device, shared_arrays
 from ..common.tc_blocks import mma_into
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
@@ -154,11 +154,7 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
     def tc_variants_bwd(q, k, v, do, ldw, dq, dk, dv, tq, tk, d, n_heads, group, scale,
                         q_num, q_idx, full_num, full_idx):
         sm, smf, scr, _ = SHARED()   # smf: sm as float32; scr: the simulator's scratch
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
+        tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         par = 0
         k0 = cuda.blockIdx.x * BC
