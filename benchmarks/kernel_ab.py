@@ -99,6 +99,12 @@ def measure(small: bool) -> dict:
             o, lse = fc.forward(q, k, v, kernel="flash", causal=causal)
             timed(f"bwd fast d={d} causal={causal}", fc.backward, q, k, v, o, lse, do,
                   kernel="fast", causal=causal, repeats=8)
+        doh = dev((b, h, n, d), np.float16)
+        for causal in (False, True):                   # version 2: fp16, shared key steps
+            oh, lseh = fc.forward(qh, kh, vh, kernel="tensor_core", precision="fp16",
+                                  causal=causal)
+            timed(f"tc-bwd fp16 d={d} causal={causal}", fc.backward, qh, kh, vh, oh, lseh,
+                  doh, kernel="tensor_core", precision="fp16", causal=causal, repeats=8)
     # decoding: GQA (B=8, Hq=32, Hkv=8) and MHA (B=1, H=16, twice the keys), d=128, fp16 K/V
     for label, (bq, hq, hkv, tk) in (("gqa", (8, 32, 8, tk_decode)),
                                      ("mha", (1, 16, 16, 2 * tk_decode))):
