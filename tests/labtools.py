@@ -62,6 +62,20 @@ def mutate(path: Path, name: str, old: str, new: str):
     return functions_of(path, replace=[(old, new)])[name]
 
 
+def edited(path: Path, name: str, edits, *, anywhere: bool = False, also=()):
+    """The solution's function `name` with `edits` [(old, new), ...] applied: each `old` must
+    stand in the cell that defines `name` (with `anywhere`, in any cell of the lab); `also`,
+    more edits applied unchecked (an import the edited code needs)."""
+    for old, _ in edits:
+        assert any((anywhere or f"def {name}(" in src) and old in src
+                   for src in cells_of(path)), (name, old)
+    return functions_of(path, replace=[*edits, *also])[name]
+
+
+#: an edit of a CUDA lab's import cell for edits that call float32(...)
+IMPORT_FLOAT32 = ("from numba import cuda\n", "from numba import cuda, float32\n")
+
+
 def assert_hint(check, fn, hint: str, *args, todo: bool = False):
     """Run the lab checker `check` on the wrong `fn` (numpy warnings silenced; `args` go after
     `fn`): it must fail and name `hint`; `todo` also asserts it is not read as a TODO stub."""
@@ -127,12 +141,64 @@ def variants_test(path: Path, checks, variants: dict):
     @pytest.mark.parametrize("key", list(variants))
     def test(key):
         name, edits = variants[key]
-        for old, _ in edits:
-            assert any(old in src for src in cells_of(path)), (key, old)
-        fn = functions_of(path, replace=edits)[name]
+        fn = edited(path, name, edits, anywhere=True)
         with np.errstate(all="ignore"):
             result = check_of[name](fn, verbose=False)
         assert result.passed, (key, result.case, result.detail, result.hint[:80])
+    return test
+
+
+def parts_picker(names):
+    """`parts_of(ns, **swap)`: the kernel parts `names` of the namespace `ns` by name, those in
+    `swap` replaced (what a tensor-core lab's check_kernel takes)."""
+    def parts_of(ns, **swap):
+        return {n: swap.get(n, ns[n]) for n in names}
+    return parts_of
+
+
+# The tests below are shared by the labs whose kernel is made of parts, each with its own check
+# (labs 10 and 10b): `parts` is the lab's module of part checks (check_<part>, check_kernel,
+# HINT_KERNEL, HINT_KERNEL_ERROR) and `parts_of` its `parts_picker`.
+
+def idle_part_test(path: Path, parts, parts_of, part: str, before: str, guard: str):
+    """A test: the solution's `part` with `if guard: return` put before its line `before`
+    passes its own check but does nothing inside the kernel (contrived: `guard` tells the two
+    apart by an argument's shape); the kernel check then gets the hint that says all part
+    checks pass and names what remains, never "make them pass first"."""
+    def test(lab):
+        wrong = edited(path, part, [(before, f"    if {guard}:\n        return\n{before}")])
+        assert getattr(parts, f"check_{part}")(wrong, verbose=False).passed
+        result = assert_hint(parts.check_kernel, parts_of(lab, **{part: wrong}),
+                             parts.HINT_KERNEL[0])
+        assert "Every part check passes" in result.hint and "mask" in result.hint
+    return test
+
+
+def kernel_error_test(path: Path, parts, parts_of, part: str, edits, on_gpu: str):
+    """A test: the solution's `part` with `edits`, which make it index past an array, makes
+    the kernel check point to the part checks (HINT_KERNEL_ERROR). Simulator only: skipped on
+    a GPU, where `on_gpu` says what happens instead."""
+    def test(lab):
+        from flashcourse.gpu import using_simulator
+        if not using_simulator():
+            pytest.skip(on_gpu)
+        assert_hint(parts.check_kernel, parts_of(lab, **{part: edited(path, part, edits)}),
+                    parts.HINT_KERNEL_ERROR[0])
+    return test
+
+
+def correct_variants_test(path: Path, parts, parts_of, checks: dict, variants: dict):
+    """A test: the solution with every edit of `variants` ({part: [(old, new), ...]}, unusual
+    but correct ways to write the part; each `old` must stand in the lab; float32 imported
+    for them) passes each part check of `checks` ({part: check}) and the kernel check."""
+    def test():
+        edits = [e for part in variants.values() for e in part]
+        for old, _ in edits:
+            assert any(old in src for src in cells_of(path)), old
+        ns = functions_of(path, replace=[IMPORT_FLOAT32] + edits)
+        for part, check in checks.items():
+            assert check(ns[part], verbose=False).passed, part
+        assert parts.check_kernel(parts_of(ns), verbose=False).passed
     return test
 
 

@@ -9,15 +9,13 @@ import pytest
 from flashcourse.labs import tensor_core_lab as L
 from flashcourse.labs import tensor_core_parts as P
 from flashcourse.labs.cuda_kernel import HINT_FLOAT64
-from labtools import (assert_hint, assert_stubs_not_implemented, cells_of, functions_of,
-                      hint_leaks_test, lab_fixture, lab_path, mutate)
+from labtools import (assert_hint, assert_stubs_not_implemented, correct_variants_test, edited,
+                      functions_of, hint_leaks_test, idle_part_test, kernel_error_test,
+                      lab_fixture, lab_path, mutate, parts_picker)
 
 LAB = lab_path("lab10_tensor_cores")
 lab = lab_fixture(LAB)
-
-
-def parts_of(ns, **swap):
-    return {n: swap.get(n, ns[n]) for n in L.PARTS}
+parts_of = parts_picker(L.PARTS)
 
 
 def test_solutions_pass(lab):
@@ -170,17 +168,11 @@ PART_CHECK = {"scores_tile": P.check_scores_tile, SOFTMAX: P.check_softmax_tile,
               "pv_tile": P.check_pv_tile}
 
 
-def _mutant(part, edits):
-    for old, _ in edits:
-        assert any(f"def {part}(" in c and old in c for c in cells_of(LAB)), (part, old)
-    return functions_of(LAB, replace=edits)[part]
-
-
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")   # no-standin: NaN
 @pytest.mark.parametrize("key", sorted(PART_MISTAKES))
 def test_part_mistakes_get_their_hint(key):
     part, edits, hint, _ = PART_MISTAKES[key]
-    assert_hint(PART_CHECK[part], _mutant(part, edits), hint[0])
+    assert_hint(PART_CHECK[part], edited(LAB, part, edits), hint[0])
 
 
 KERNEL_KEYS = sorted(k for k, m in PART_MISTAKES.items() if m[3])
@@ -190,36 +182,23 @@ KERNEL_KEYS = sorted(k for k, m in PART_MISTAKES.items() if m[3])
 def test_kernel_mistakes_get_their_hint(lab, key):
     """The whole kernel names a part's mistake from its output alone (kernel_model)."""
     part, edits, hint, _ = PART_MISTAKES[key]
-    assert_hint(P.check_kernel, parts_of(lab, **{part: _mutant(part, edits)}), hint[0])
+    assert_hint(P.check_kernel, parts_of(lab, **{part: edited(LAB, part, edits)}), hint[0])
 
 
 def test_kernel_names_the_failing_part_check(lab):
     """A mistake no replay knows (S scaled twice): the first failing part check is named."""
-    wrong = _mutant("scores_tile", [("mma(qa, 4 * kk, b, s, 4 * n, scr, w)",
+    wrong = edited(LAB, "scores_tile", [("mma(qa, 4 * kk, b, s, 4 * n, scr, w)",
                                      "mma(qa, 4 * kk, b, s, 4 * n, scr, w)\n"
                                      "            mma(qa, 4 * kk, b, s, 4 * n, scr, w)")])
     assert_hint(P.check_kernel, parts_of(lab, scores_tile=wrong), P.HINT_KERNEL_SCORES[0])
 
 
-def test_kernel_says_when_every_part_check_passes(lab):
-    """A pv_tile that passes its own check but does nothing inside the kernel (contrived: it
-    tells the two apart by vt's shape) gets the hint that says all part checks pass and
-    names what remains, never "make them pass first"."""
-    wrong = _mutant("pv_tile", [("    for kp in range(KP):\n",
-                                 "    if vt.shape[0] != 32:\n        return\n"
-                                 "    for kp in range(KP):\n")])
-    assert P.check_pv_tile(wrong, verbose=False).passed
-    result = assert_hint(P.check_kernel, parts_of(lab, pv_tile=wrong), P.HINT_KERNEL[0])
-    assert "Every part check passes" in result.hint and "mask" in result.hint
-
-
-def test_kernel_that_raises_points_to_the_part_checks(lab):
-    from flashcourse.gpu import using_simulator
-    if not using_simulator():
-        pytest.skip("on a GPU a read past vt returns garbage instead of raising")
-    part, edits, _, _ = PART_MISTAKES["pv-offsets"]
-    assert_hint(P.check_kernel, parts_of(lab, pv_tile=_mutant(part, edits)),
-                P.HINT_KERNEL_ERROR[0])
+# a pv_tile that returns at once when vt is not the part check's 32 rows
+test_kernel_says_when_every_part_check_passes = idle_part_test(
+    LAB, P, parts_of, "pv_tile", "    for kp in range(KP):\n", "vt.shape[0] != 32")
+test_kernel_that_raises_points_to_the_part_checks = kernel_error_test(
+    LAB, P, parts_of, *PART_MISTAKES["pv-offsets"][:2],
+    "on a GPU a read past vt returns garbage instead of raising")
 
 
 def test_direct_warp_shuffle_gets_its_hint():
@@ -266,13 +245,8 @@ CORRECT_VARIANTS = {
 }
 
 
-def test_unusual_correct_variants_pass(lab):
-    edits = [e for part in CORRECT_VARIANTS.values() for e in part]
-    ns = functions_of(LAB, replace=[("from numba import cuda\n",
-                                     "from numba import cuda, float32\n")] + edits)
-    for part, check in PART_CHECK.items():
-        assert check(ns[part], verbose=False).passed, part
-    assert P.check_kernel(parts_of(ns), verbose=False).passed
+test_unusual_correct_variants_pass = correct_variants_test(LAB, P, parts_of, PART_CHECK,
+                                                           CORRECT_VARIANTS)
 
 
 MASK_MISTAKES = [

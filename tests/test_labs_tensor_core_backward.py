@@ -11,8 +11,9 @@ from flashcourse.labs import tensor_core_backward_lab as L
 from flashcourse.labs import tensor_core_backward_parts as P
 from flashcourse.labs._harness import HINT_COMPILE
 from flashcourse.labs.cuda_kernel import HINT_FLOAT64
-from labtools import (assert_hint, assert_stubs_not_implemented, cells_of, functions_of,
-                      hint_leaks_test, lab_fixture, lab_path)
+from labtools import (IMPORT_FLOAT32, assert_hint, assert_stubs_not_implemented, cells_of,
+                      correct_variants_test, edited, functions_of, hint_leaks_test,
+                      idle_part_test, kernel_error_test, lab_fixture, lab_path, parts_picker)
 
 LAB = lab_path("lab10b_tensor_core_backward")
 lab = lab_fixture(LAB)
@@ -20,16 +21,7 @@ lab = lab_fixture(LAB)
 CHECK = {"row_delta": P.check_row_delta, "transposed_scores": P.check_transposed_scores,
          "ds_tile": P.check_ds_tile, "grad_tile": P.check_grad_tile,
          "store_grads": P.check_store_grads}
-
-
-def parts_of(ns, **swap):
-    return {n: swap.get(n, ns[n]) for n in L.PARTS}
-
-
-def _mutant(part, edits):
-    for old, _ in edits:
-        assert any(f"def {part}(" in c and old in c for c in cells_of(LAB)), (part, old)
-    return functions_of(LAB, replace=edits)[part]
+parts_of = parts_picker(L.PARTS)
 
 
 def test_solutions_pass(lab):
@@ -174,10 +166,8 @@ _BASE2_IMPORT = ("from numba import cuda\n",
 def _wrong(key):
     """(part, the solution's part with the mistake of PART_MISTAKES[key], its hint)."""
     part, edits, hint, _ = PART_MISTAKES[key]
-    for old, _ in edits:
-        assert any(f"def {part}(" in c and old in c for c in cells_of(LAB)), (part, old)
-    edits = edits + ([_BASE2_IMPORT] if key == "ds-base2" else [])
-    return part, functions_of(LAB, replace=edits)[part], hint
+    also = [_BASE2_IMPORT] if key == "ds-base2" else []
+    return part, edited(LAB, part, edits, also=also), hint
 
 
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
@@ -201,24 +191,12 @@ def test_kernel_names_the_failing_part(lab, key):
     assert_hint(P.check_kernel, parts_of(lab, **{part: wrong}), KERNEL_HINT[part][0])
 
 
-def test_kernel_says_when_every_part_check_passes(lab):
-    """A grad_tile that passes its own check but does nothing inside the kernel (contrived:
-    it tells the two apart by yt's shape) gets the hint that says all part checks pass and
-    names what remains, never "make them pass first"."""
-    wrong = _mutant("grad_tile", [("    for kp in range(KQ):\n",
-                                   "    if yt.shape[0] != 32:\n        return\n"
-                                   "    for kp in range(KQ):\n")])
-    assert P.check_grad_tile(wrong, verbose=False).passed
-    result = assert_hint(P.check_kernel, parts_of(lab, grad_tile=wrong), P.HINT_KERNEL[0])
-    assert "Every part check passes" in result.hint and "mask" in result.hint
-
-
-def test_kernel_that_raises_points_to_the_part_checks(lab):
-    from flashcourse.gpu import using_simulator
-    if not using_simulator():
-        pytest.skip("on a GPU a write past dk returns no error")
-    wrong = _mutant("store_grads", [("if key < tk and col < d:", "if col < d:")])
-    assert_hint(P.check_kernel, parts_of(lab, store_grads=wrong), P.HINT_KERNEL_ERROR[0])
+# a grad_tile that returns at once when yt is not the part check's 32 rows
+test_kernel_says_when_every_part_check_passes = idle_part_test(
+    LAB, P, parts_of, "grad_tile", "    for kp in range(KQ):\n", "yt.shape[0] != 32")
+test_kernel_that_raises_points_to_the_part_checks = kernel_error_test(
+    LAB, P, parts_of, "store_grads", [("if key < tk and col < d:", "if col < d:")],
+    "on a GPU a write past dk returns no error")
 
 
 COMPILE_ERRORS = {
@@ -236,8 +214,7 @@ COMPILE_ERRORS = {
 def test_a_part_that_does_not_compile_says_so(lab, key):
     from flashcourse.gpu import using_simulator
     part, edits = COMPILE_ERRORS[key]
-    ns = functions_of(LAB, replace=[("from numba import cuda\n",
-                                     "from numba import cuda, float32\n")] + edits)
+    ns = functions_of(LAB, replace=[IMPORT_FLOAT32] + edits)
     with np.errstate(all="ignore"):
         part_result = CHECK[part](ns[part], verbose=False)
         kernel_result = P.check_kernel(parts_of(lab, **{part: ns[part]}), verbose=False)
@@ -278,13 +255,8 @@ CORRECT_VARIANTS = {
 }
 
 
-def test_unusual_correct_variants_pass():
-    edits = [e for part in CORRECT_VARIANTS.values() for e in part]
-    ns = functions_of(LAB, replace=[("from numba import cuda\n",
-                                     "from numba import cuda, float32\n")] + edits)
-    for part, check in CHECK.items():
-        assert check(ns[part], verbose=False).passed, part
-    assert P.check_kernel(parts_of(ns), verbose=False).passed
+test_unusual_correct_variants_pass = correct_variants_test(LAB, P, parts_of, CHECK,
+                                                           CORRECT_VARIANTS)
 
 
 def test_exp2_with_lse_in_base_2_is_a_correct_ds_tile(lab):
