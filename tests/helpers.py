@@ -110,6 +110,23 @@ def assert_close_to_reference(o, lse, o_ref, lse_ref, dtype, inputs=None):
         assert worst <= tol, f"lse error {worst:.3g} > {tol}"
 
 
+def assert_kernels_cached_by_contents(forward, kernels: dict, key_at: int, d: int,
+                                      block: int) -> None:
+    """A variants forward compiles one kernel per mask contents, not per mask object: the same
+    mask (document [0, 3, 6] and causal, Tq = Tk = 6) built twice, two closures, runs
+    `forward` (head dim `d`, `block` x `block` tiles) and leaves one key of `kernels` (the
+    module's kernel cache) whose entry `key_at` is its fingerprint."""
+    from flashcourse.variants import library as lib, mods
+    from flashcourse.variants.block_mask import create_block_mask
+    q = np.random.default_rng(0).standard_normal((1, 1, 6, d)).astype(np.float32)
+    for _ in range(2):
+        bm = create_block_mask(mods.and_masks(lib.document([0, 3, 6]), lib.causal(6, 6)),
+                               None, None, 6, 6, block, block)
+        forward(q, q, q, block_mask=bm)
+    key = mods.fingerprint(bm.mask_mod)
+    assert len([k for k in kernels if k[key_at] == key]) == 1
+
+
 def wait_until_ready(proc, probe, what: str, timeout_s: float, log_tail, interval_s: float):
     """Poll `probe()` (raises OSError until the server answers) while `proc` runs; a clear
     RuntimeError with the server's log tail if it exits first or is not ready in time."""

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from flashcourse.cuda.cuda_core import variants as cuda_variants
-from flashcourse.variants import library as lib, mods, reference as ref
+from flashcourse.variants import library as lib, reference as ref
 from flashcourse.variants.block_mask import create_block_mask
-from helpers import assert_close_to_reference
+from helpers import assert_close_to_reference, assert_kernels_cached_by_contents
 
 TQ, TK = 11, 14
 
@@ -38,13 +38,9 @@ def test_cuda_variants_forward_matches_the_reference(case):
 
 
 def test_cuda_variants_kernels_are_cached_by_contents():
-    q = np.random.default_rng(0).standard_normal((1, 1, 6, 3)).astype(np.float32)
-    for _ in range(2):
-        bm = create_block_mask(mods.and_masks(lib.document([0, 3, 6]), lib.causal(6, 6)),
-                               None, None, 6, 6, 4, 4)
-        cuda_variants.forward(q, q, q, block_mask=bm)
-    assert len([key for key in cuda_variants._KERNELS if key[0] == mods.fingerprint(
-        bm.mask_mod)]) == 1
+    """Keyed (mask fingerprint, score fingerprint)."""
+    assert_kernels_cached_by_contents(cuda_variants.forward, cuda_variants._KERNELS, 0, d=3,
+                                      block=4)
 
 
 def test_cuda_variants_refuses_a_large_head_dim():

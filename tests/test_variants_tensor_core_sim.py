@@ -18,8 +18,9 @@ import pytest
 from flashcourse import cuda as fc_cuda
 from flashcourse.cuda.ptx.mma import round_bf16, round_fp16
 from flashcourse.cuda.tensor_core import variants as tcv
-from flashcourse.variants import library as lib, mods, reference as ref
+from flashcourse.variants import library as lib, reference as ref
 from flashcourse.variants.block_mask import create_block_mask
+from helpers import assert_kernels_cached_by_contents
 
 UNIT = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
 ROUND = {"fp16": round_fp16, "bf16": round_bf16}
@@ -187,13 +188,8 @@ def test_dispatcher_selects_the_kernel_by_name():
 
 
 def test_kernels_are_cached_by_contents():
-    q = np.random.default_rng(0).standard_normal((1, 1, 6, 16)).astype(np.float32)
-    for _ in range(2):
-        bm = create_block_mask(mods.and_masks(lib.document([0, 3, 6]), lib.causal(6, 6)),
-                               None, None, 6, 6, 16, 16)
-        tcv.forward(q, q, q, block_mask=bm)
-    key = mods.fingerprint(bm.mask_mod)
-    assert len([kk for kk in tcv._KERNELS if kk[1] == key]) == 1
+    """Keyed (config, mask fingerprint, score fingerprint)."""
+    assert_kernels_cached_by_contents(tcv.forward, tcv._KERNELS, 1, d=16, block=16)
 
 
 @pytest.mark.parametrize("kwargs,match", [
