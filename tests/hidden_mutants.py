@@ -63,6 +63,11 @@ def right(lab, check, name, edits=(), *, extra="", where="") -> Mutant:
     return Mutant(lab, check, name, tuple(edits), None, extra, where)
 
 
+def call(check: str, *args: str):
+    """A runner for CHECKS: ns[check](ns[arg], ..., verbose=False)."""
+    return lambda ns: ns[check](*(ns[a] for a in args), verbose=False)
+
+
 def _register(src: str, tag: str) -> str:
     """Compile name for `src`, registered in linecache so that inspect.getsource works."""
     name = f"<hidden-{tag}-{hash(src)}>"

@@ -5,7 +5,7 @@ Each case compiles one small kernel and runs the checker's few small launches.""
 
 from __future__ import annotations
 
-from hidden_mutants import right, wrong
+from hidden_mutants import call as _call, right, wrong
 
 L05, L06 = "lab05_cuda_puzzles", "lab06_cuda_kernel"
 L10, L10B = "lab10_tensor_cores", "lab10b_tensor_core_backward"
@@ -13,10 +13,6 @@ L10, L10B = "lab10_tensor_cores", "lab10b_tensor_core_backward"
 
 def _puzzle(name: str):
     return lambda ns: ns["puzzle"](name).check(ns[name], verbose=False)
-
-
-def _call(check: str, *args: str):
-    return lambda ns: ns[check](*(ns[a] for a in args), verbose=False)
 
 
 PUZZLES = ("map_guard", "broadcast_2d", "halo_sum", "block_reduce", "butterfly", "matmul_tiled",

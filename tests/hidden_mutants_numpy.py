@@ -3,16 +3,11 @@
 
 from __future__ import annotations
 
-from hidden_mutants import right, wrong
+from hidden_mutants import call as _call, right, wrong
 
 L02, L03, L04 = "lab02_online_softmax", "lab03_tiled_forward", "lab04_traffic"
 L09, L11, L12 = "lab09_backward", "lab11b_paged_cache", "lab12_hopper_layouts"
 L14, L15 = "lab14_variants", "lab15_fp8"
-
-
-def _call(check: str, *args: str):
-    """A runner: ns[check](ns[arg], ..., verbose=False)."""
-    return lambda ns: ns[check](*(ns[a] for a in args), verbose=False)
 
 
 CHECKS = {
