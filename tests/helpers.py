@@ -115,15 +115,17 @@ def assert_kernels_cached_by_contents(forward, kernels: dict, key_at: int, d: in
     """A variants forward compiles one kernel per mask contents, not per mask object: the same
     mask (document [0, 3, 6] and causal, Tq = Tk = 6) built twice, two closures, runs
     `forward` (head dim `d`, `block` x `block` tiles) and leaves one key of `kernels` (the
-    module's kernel cache) whose entry `key_at` is its fingerprint."""
+    module's kernel cache) whose entry `key_at` is its fingerprint. The block masks are built
+    past their own cache (cache=False), which would hand back the first mask object."""
     from flashcourse.variants import library as lib, mods
     from flashcourse.variants.block_mask import create_block_mask
     q = np.random.default_rng(0).standard_normal((1, 1, 6, d)).astype(np.float32)
-    for _ in range(2):
-        bm = create_block_mask(mods.and_masks(lib.document([0, 3, 6]), lib.causal(6, 6)),
-                               None, None, 6, 6, block, block)
+    masks = [create_block_mask(mods.and_masks(lib.document([0, 3, 6]), lib.causal(6, 6)),
+                               None, None, 6, 6, block, block, cache=False) for _ in range(2)]
+    assert masks[0].mask_mod is not masks[1].mask_mod
+    for bm in masks:
         forward(q, q, q, block_mask=bm)
-    key = mods.fingerprint(bm.mask_mod)
+    key = mods.fingerprint(masks[0].mask_mod)
     assert len([k for k in kernels if k[key_at] == key]) == 1
 
 
