@@ -42,16 +42,20 @@ def functions_of(path: Path, *, student: bool = False, replace=()) -> dict:
     """Execute the import and definition cells of a lab; `replace` = [(old, new), ...] edits
     the source first (each `old` must occur)."""
     namespace: dict = {}
+    used = set()
     for n, src in enumerate(cells_of(path, student=student)):
         if not _is_definition(src):
             continue
-        for old, new in replace:
+        for i, (old, new) in enumerate(replace):
             if old in src:
                 src = src.replace(old, new)
+                used.add(i)
         # registered in linecache so that inspect.getsource works, as it does in Jupyter
         name = f"<{path.stem}{'-student' if student else ''}-cell{n}-{hash(src)}>"
         linecache.cache[name] = (len(src), None, src.splitlines(True), name)
         exec(compile(src, name, "exec"), namespace)  # noqa: S102
+    missing = [old for i, (old, _) in enumerate(replace) if i not in used]
+    assert not missing, f"{path.name}: edits whose text is in no definition cell: {missing}"
     return namespace
 
 
