@@ -39,6 +39,10 @@ beside FlexAttention.
           course's built-in causal tensor-core backward (`tc_backward.run`). TFLOP/s =
           10 d x (visible pairs) x B H / time (five products of 2 d FLOPs per pair).
           FlexAttention's dq of two heads is compared with the course's before timing.
+--window-scaling  the sliding window alone, timed as --bench times it: window 1024 at N =
+          4096 to 65536, then windows 256 to 4096 at N = 16384 (d and precision: the first
+          of --ds and --precisions); each row's time per query (us_per_query) should stay
+          flat in N and grow with the window.
 --masks, --ns, --ds, --precisions  subsets of the bench grid.
 Writes gpu_attention_variants.json under benchmarks/out/ (or --out DIR) as it goes; --record (on a
 GPU) moves it into benchmarks/results/ once the run has passed its checks.
@@ -144,9 +148,9 @@ def torch_mods(name: str, n: int, cu=None, window=WINDOW, prefix=PREFIX):
             return CAP * torch.tanh(score / CAP)
         return causal, softcap
     if name == "sliding_window":
-        def window(b, h, q_idx, kv_idx):
+        def sliding(b, h, q_idx, kv_idx):     # not named `window`: that is the width
             return (kv_idx <= q_idx) & (q_idx - kv_idx <= window)
-        return window, None
+        return sliding, None
     if name == "document":
         ids = torch.as_tensor(np.repeat(np.arange(cu.size - 1), np.diff(cu)), device="cuda")
 
@@ -370,7 +374,7 @@ def median_ms(fn, backend="numba"):
     return float(statistics.median(times)), len(times)
 
 
-def bench(doc, masks, ns, ds, precisions, out) -> bool:
+def bench(doc, masks, ns, ds, precisions, out, window=WINDOW, key="bench") -> bool:
     try:
         import torch
         from torch.nn.attention.flex_attention import create_block_mask as flex_block_mask
@@ -381,7 +385,7 @@ def bench(doc, masks, ns, ds, precisions, out) -> bool:
         torch = None
         log(f"FlexAttention skipped: torch does not import ({e})")
     rng = np.random.default_rng(7)
-    rows = doc.setdefault("bench", [])
+    rows = doc.setdefault(key, [])
     ok = True
     for n in ns:
         cu = doc_bounds(n, rng)
@@ -401,7 +405,7 @@ def bench(doc, masks, ns, ds, precisions, out) -> bool:
                 lse = cuda.device_array((B * H, n), np.float32)
                 lse_builtin = cuda.device_array((B * H, n), np.float32)
                 for name in masks:
-                    mask, score = course_mods(name, n, n, cu)
+                    mask, score = course_mods(name, n, n, cu, window=window)
                     t0 = time.perf_counter()
                     bm = create_block_mask(mask, None, None, n, n, br, bc)
                     build_s = time.perf_counter() - t0
@@ -413,6 +417,8 @@ def bench(doc, masks, ns, ds, precisions, out) -> bool:
                     row = {"n": n, "d": d, "precision": precision, "mask": name,
                            "tiles": [br, bc], "visible_pairs": int(bm.visible_pairs),
                            "tiles_state": bm.tiles(), "block_mask_build_s": build_s}
+                    if name == "sliding_window":
+                        row["window"] = window
                     ms, reps = median_ms(go)
                     row["course_ms"], row["course_tflops"] = ms, flops / ms / 1e9
                     # the public call on device arrays of the same 16-bit inputs (views
@@ -436,13 +442,15 @@ def bench(doc, masks, ns, ds, precisions, out) -> bool:
                     fbm = None
                     if torch is not None:
                         good, fbm = flex_row(row, torch, flex, flex_block_mask, tdt, host,
-                                             words, ow, name, n, d, cu, precision, flops)
+                                             words, ow, name, n, d, cu, precision, flops,
+                                             window)
                         ok = good and ok
                     ours_dq = bench_backward(row, words, dow, ow, lse, grads, bm, mask, score,
                                              n, d, precision, flops)
                     if torch is not None:
                         ok = flex_backward_row(row, torch, flex, fbm, tdt, host, do_host, name,
-                                               n, d, cu, precision, flops, ours_dq) and ok
+                                               n, d, cu, precision, flops, ours_dq,
+                                               window) and ok
                     rows.append(row)
                     log(json.dumps(row))
                     save(doc, out)
@@ -453,11 +461,11 @@ def bench(doc, masks, ns, ds, precisions, out) -> bool:
 
 
 def flex_row(row, torch, flex, flex_block_mask, tdt, host, words, ow, name, n, d, cu,
-             precision, flops) -> bool:
+             precision, flops, window=WINDOW) -> bool:
     """FlexAttention on the same 16-bit inputs: compared with the course's output (two
     heads), then timed; its BlockMask is built once, outside the timing."""
     q, k, v = (torch.as_tensor(x, device="cuda").view(B, H, n, d).to(tdt) for x in host)
-    mask_t, score_t = torch_mods(name, n, cu)
+    mask_t, score_t = torch_mods(name, n, cu, window=window)
     t0 = time.perf_counter()
     fbm = flex_block_mask(mask_t, None, None, n, n, device="cuda")
     row["flex_block_mask_build_s"] = time.perf_counter() - t0
@@ -520,7 +528,7 @@ def bench_backward(row, words, dow, ow, lse, grads, bm, mask, score, n, d, preci
 
 
 def flex_backward_row(row, torch, flex, fbm, tdt, host, do_host, name, n, d, cu, precision,
-                      flops, ours_dq) -> bool:
+                      flops, ours_dq, window=WINDOW) -> bool:
     """FlexAttention's backward (torch.autograd.grad of its compiled forward's output, the
     backward alone timed) on the same 16-bit inputs; its dq of heads 0, 1 compared with the
     course's first (a sanity check: both round P and dS to 16 bits; the accuracy bar is
@@ -528,7 +536,7 @@ def flex_backward_row(row, torch, flex, fbm, tdt, host, do_host, name, n, d, cu,
     q, k, v = (torch.as_tensor(x, device="cuda").view(B, H, n, d).to(tdt).requires_grad_()
                for x in host)
     do_t = torch.as_tensor(do_host, device="cuda").view(B, H, n, d).to(tdt)
-    _, score_t = torch_mods(name, n, cu)
+    _, score_t = torch_mods(name, n, cu, window=window)
     o_f = flex(q, k, v, score_mod=score_t, block_mask=fbm)
 
     def run_bwd():
@@ -542,6 +550,33 @@ def flex_backward_row(row, torch, flex, fbm, tdt, host, do_host, name, n, d, cu,
     return good
 
 
+#: --window-scaling: N at window 1024, then the windows at N = 16384
+SCALING_NS = (4096, 8192, 16384, 32768, 65536)
+SCALING_WINDOWS = (256, 512, 2048, 4096)
+
+
+def window_scaling(doc, d, precision, out) -> bool:
+    """Issue 47's 'sliding-window time grows with the window, not with N': the sliding
+    window timed as --bench times it (forward and backward, the course's and
+    FlexAttention's) at window 1024 for N = 4k to 64k, and at N = 16k for other windows.
+    Each row gets us_per_query = time / (B H N): flat in N, growing with the window, if the
+    kernels visit only the tiles the window touches."""
+    ok = True
+    for n, window in [(n, WINDOW) for n in SCALING_NS] + [(16384, w) for w in SCALING_WINDOWS]:
+        ok = bench(doc, ["sliding_window"], [n], [d], [precision], out, window=window,
+                   key="window_scaling") and ok
+        row = doc["window_scaling"][-1]
+        for who in ("course", "course_bwd", "flex", "flex_bwd"):
+            if row.get(f"{who}_ms"):
+                row[f"{who}_us_per_query"] = 1e3 * row[f"{who}_ms"] / (B * H * n)
+        log(f"window {window:5d} N {n:6d}: " + ", ".join(
+            f"{who} {row[f'{who}_us_per_query'] * 1e3:.2f} ns/query"
+            for who in ("course", "course_bwd", "flex", "flex_bwd")
+            if f"{who}_us_per_query" in row))
+        save(doc, out)
+    return ok
+
+
 def save(doc, out):
     results.write_json(out, "gpu_attention_variants.json", doc, "attention_variants")
 
@@ -553,11 +588,15 @@ def main(argv=None):
     ap.add_argument("--ns", default=",".join(map(str, NS)), help="comma-separated N")
     ap.add_argument("--ds", default=",".join(map(str, DS)), help="comma-separated d")
     ap.add_argument("--precisions", default=",".join(PRECISIONS), help="fp16,bf16")
+    ap.add_argument("--window-scaling", action="store_true",
+                    help="the sliding window alone, as --bench times it: window 1024 at N = "
+                         "4k to 64k, then windows 256 to 4096 at N = 16k (d and precision: "
+                         "the first of --ds and --precisions); rows under window_scaling")
     ap.add_argument("--check-parts", default="forward,backward,flex",
                     help="the parts of --check to run: forward, backward (against float64), "
                          "flex (the backward's error against FlexAttention's)")
     args = results.parse_gpu_arguments(ap, argv, __file__)
-    if args.simulator_smoke and args.bench:
+    if args.simulator_smoke and (args.bench or args.window_scaling):
         raise SystemExit("--simulator-smoke runs a tiny --check only (forward and "
                          "backward); timings need a GPU")
     masks = [m for m in args.masks.split(",") if m]
@@ -587,6 +626,9 @@ def main(argv=None):
                    [int(x) for x in args.ds.split(",")], args.precisions.split(","),
                    out) and ok
         save(doc, out)
+    if args.window_scaling:
+        ok = window_scaling(doc, int(args.ds.split(",")[0]), args.precisions.split(",")[0],
+                            out) and ok
     log(f"results written under {out}")
     results.finish(args, out, ok)
     return 0 if ok else 1
