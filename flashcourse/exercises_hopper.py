@@ -122,15 +122,19 @@ def setmaxnreg_12() -> Exercise:
     accumulators = 64 * e["block_k"] // 128 + 64 * e["d"] // 128
     total = lim.max_regs_per_block
     warps = cfg.threads // 32
-    unrounded = (total // 128 - producer) // e["consumers"]
+    block = cfg.threads * launch          # the block's registers: setmaxnreg's pool (PTX ISA)
+    pool = block - 128 * producer         # what the consumer warpgroups may share
+    unrounded = (total // 128 - producer) // e["consumers"]   # the SM's file taken as the pool
     working = (f"{cfg.threads} threads = {warps} warps share {total:,} registers; a warp gets "
                f"them in units of 256\n  (8 a thread): {total:,} / {warps} warps / 32 = "
                f"{total / cfg.threads:.1f} -> {launch} a thread, every thread alike\n"
+               f"  the block holds {cfg.threads} x {launch} = {block:,}: setmaxnreg moves "
+               f"registers within them only\n"
                f"after setmaxnreg.dec the producer's 128 threads keep {producer} each: "
-               f"{total:,} / 128 - {producer} = {total // 128 - producer}\n"
-               f"  left for {e['consumers']} consumer warpgroups: "
-               f"{total // 128 - producer} / {e['consumers']} = {unrounded} -> a multiple "
-               f"of 8: {consumer}\n"
+               f"{block:,} - 128 x {producer} = {pool:,}\n"
+               f"  left for {e['consumers']} consumer warpgroups ({128 * e['consumers']} "
+               f"threads): {pool:,} / {128 * e['consumers']} = "
+               f"{pool / (128 * e['consumers']):g} -> a multiple of 8: {consumer}\n"
                f"fp32 accumulators of one consumer thread: S (64 x Bc = {e['block_k']}) / 128 "
                f"= {64 * e['block_k'] // 128}, O (64 x d = {e['d']}) / 128 = "
                f"{64 * e['d'] // 128}:\n  {accumulators}, before P, the addresses and the "
@@ -143,7 +147,10 @@ def setmaxnreg_12() -> Exercise:
                          "255 is the most one thread may address; with this many threads the "
                          "register file runs out first")],
         "consumer_regs": [(lambda y: _same_number(y, unrounded, 1e-9),
-                           "setmaxnreg takes a multiple of 8: round down"),
+                           f"setmaxnreg moves registers only within the block's own "
+                           f"{cfg.threads} x {launch} = {block:,}, not the SM's {total:,}: "
+                           f"({block:,} - 128 x {producer}) / {128 * e['consumers']} "
+                           f"threads, a multiple of 8"),
                           (lambda y: _same_number(y, total // 128 // e["consumers"], 1e-9)
                            or _same_number(y, 240, 1e-9),
                            f"the producer warpgroup keeps {producer} a thread: 128 x "

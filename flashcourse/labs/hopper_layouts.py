@@ -48,14 +48,14 @@ HINT_DESCRIPTOR = (
     "Shift each byte value right by 4, then left to its field's first bit (0, 16, 32), the "
     "code left by 62, and OR the four together.")
 HINT_UNITS = (
-    "A field holds its address in bytes: the descriptor stores start, LBO and SBO in "
-    "16-byte units (14 bits each, so 256 KiB of shared memory fit). Shift each right by 4 "
-    "before packing it.",
+    "One of your fields holds its value in bytes, but the descriptor stores start, LBO and "
+    "SBO in 16-byte units (14 bits each, so 256 KiB of shared memory fit). Shift each right "
+    "by 4 before packing it.",
     "(start >> 4), (lbo >> 4) << 16, (sbo >> 4) << 32.")
 HINT_SWAP = (
     "LBO and SBO are exchanged: the leading dimension byte offset (bits 16-29) is the step "
     "between core matrices along K, the stride dimension byte offset (bits 32-45) the step "
-    "along M or N (the next 8 rows).",
+    "to the next 8 along M or N (the next 8 rows of a K-major tile).",
     "lbo goes to bit 16, sbo to bit 32.")
 HINT_SWIZZLE_CODE = (
     "The swizzle bits (62-63) hold another mode's code: 128-byte is 1, 64-byte 2, 32-byte 3, "

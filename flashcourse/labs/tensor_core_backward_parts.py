@@ -79,9 +79,9 @@ HINT_DS = ("Your P^T or dS^T is wrong: accumulator i of n8 tile n is key g + 8 (
            "QUERY 8 n + 2 t + (i % 2) (the C map of the transposed tile), so its lse and D are "
            "lt and dl of that query; P = exp(scale S - lse) goes over s, dS = P (dP - D) over dp.",
            "col = 8 n + 2 t + (i % 2); p from s, scale and lt[col]; dp from p and dl[col].")
-HINT_DS_BASE2 = ("Your P is off by a power of 2: lse is a NATURAL logarithm (the forward's m + "
-                 "log l). exp2 needs the whole exponent in base 2: exp2((scale S - lse) log2 e), "
-                 "not exp2(scale S log2 e - lse).",
+HINT_DS_BASE2 = ("Your P is off by a factor (e / 2)^lse: lse is a NATURAL logarithm (the "
+                 "forward's m + log l). exp2 needs the whole exponent in base 2: exp2((scale S "
+                 "- lse) log2 e), not exp2(scale S log2 e - lse).",
                  "Use math.exp(scale s - lse), or multiply lse by log2 e too.")
 HINT_DS_BASE2_RAW = ("Your P mixes bases: exp2 of a natural-log exponent. scale S and lse are "
                      "both in natural-log units (lse is the forward's m + log l), so "
