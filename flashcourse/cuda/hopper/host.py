@@ -80,8 +80,11 @@ class HopperConfig:
 
     def setmaxnreg(self):
         """Versions 4-5's registers per thread after `setmaxnreg` (producer, consumers): the
-        producer warpgroup gives most of its share of the 65,536-register file to the
-        consumers (multiples of 8; 128 x (wg x consumers + producer) <= 65,536)."""
+        producer warpgroup gives most of its registers to the consumers (multiples of 8).
+        They move within the block's own pool, the threads x registers per thread it was
+        launched with (PTX ISA, setmaxnreg: one pool per CTA; an increase waits until the pool
+        has them), not the SM's 65,536: 128 x (wg x consumers + producer) must not exceed it
+        (2 consumer warpgroups: 128 x 72 + 256 x 216 = 64,512 = 384 x 168 exactly)."""
         producer = 72 if self.warpgroups <= 2 else 40
         return producer, min(240, (512 - producer) // self.warpgroups // 8 * 8)
 
