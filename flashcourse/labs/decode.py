@@ -31,7 +31,8 @@ HINT_MEAN = ("Each split must count in proportion to its softmax mass: weight o_
 HINT_NORMALISE = ("The weighted sum is not normalised: o_s are already divided by their own "
                   "sums, so divide sum_s w_s o_s by sum_s w_s.")
 HINT_LSE = ("lse is wrong while o is right: lse = m + log(sum_s exp(lse_s - m)), the "
-            "log-sum-exp of the splits' lse values, not their max or their sum.")
+            "log-sum-exp of the splits' lse values, not their max or their sum; a row whose "
+            "splits are all empty keeps lse = -inf.")
 HINT_OVERFLOW = ("exp overflowed: subtract the largest lse first, w_s = exp(lse_s - m) "
                  "with m = max_s lse_s, so every exponent is <= 0.")
 HINT_EMPTY = ("Empty splits: lse_s = -inf gives w_s = 0, fine, but when every split of a row "
