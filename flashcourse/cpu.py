@@ -249,91 +249,49 @@ def _kernel_loops(q, k, v, o, lse, br, bc, causal, scale, zero, ninf):
 # v2: vectorised row tiles
 # ---------------------------------------------------------------------------
 
-# Micro-kernels of v2. Each inner loop runs along a contiguous row (of K^T or V), so
-# LLVM vectorises it. Four query rows share every load of K^T / V, and the loop over
-# the reduction axis is unrolled by four, so each store to the score (or acc) tile
-# carries four multiply-adds instead of one: L1 stores, not arithmetic, were the limit.
+# The micro-kernel of v2, one for both of its products (S = Qs K_j^T and acc += P V_j).
+# Its inner loop runs along a contiguous row (of K^T or V), so LLVM vectorises it. Four
+# query rows share every load of K^T / V, and the loop over the reduction axis is
+# unrolled by four, so each store to the score (or acc) tile carries four multiply-adds
+# instead of one: L1 stores, not arithmetic, were the limit.
 
 @njit(fastmath=FASTMATH, cache=True)
-def _scores_rows4(s, qs, kt_h, r, k0, k1):
-    """s[r:r+4, :k1-k0] = qs[r:r+4] @ kt_h[:, k0:k1]; s (Br, Bc), qs (Br, d), kt_h (d, Tk)."""
-    d = qs.shape[1]
-    cols = k1 - k0
-    s0, s1, s2, s3 = s[r], s[r + 1], s[r + 2], s[r + 3]     # (Bc,) each
-    for c in range(cols):
-        s0[c] = 0
-        s1[c] = 0
-        s2[c] = 0
-        s3[c] = 0
-    for x in range(0, d - 3, 4):                            # 4 x 4 multiply-adds per column
-        b0, b1, b2, b3 = kt_h[x, k0:k1], kt_h[x + 1, k0:k1], kt_h[x + 2, k0:k1], kt_h[x + 3, k0:k1]
-        a00, a01, a02, a03 = qs[r, x], qs[r, x + 1], qs[r, x + 2], qs[r, x + 3]
-        a10, a11, a12, a13 = qs[r + 1, x], qs[r + 1, x + 1], qs[r + 1, x + 2], qs[r + 1, x + 3]
-        a20, a21, a22, a23 = qs[r + 2, x], qs[r + 2, x + 1], qs[r + 2, x + 2], qs[r + 2, x + 3]
-        a30, a31, a32, a33 = qs[r + 3, x], qs[r + 3, x + 1], qs[r + 3, x + 2], qs[r + 3, x + 3]
-        for c in range(cols):
-            k0c, k1c, k2c, k3c = b0[c], b1[c], b2[c], b3[c]
-            s0[c] += a00 * k0c + a01 * k1c + a02 * k2c + a03 * k3c
-            s1[c] += a10 * k0c + a11 * k1c + a12 * k2c + a13 * k3c
-            s2[c] += a20 * k0c + a21 * k1c + a22 * k2c + a23 * k3c
-            s3[c] += a30 * k0c + a31 * k1c + a32 * k2c + a33 * k3c
-    for x in range(d - d % 4, d):                           # d not a multiple of 4
-        b = kt_h[x, k0:k1]
-        a0, a1, a2, a3 = qs[r, x], qs[r + 1, x], qs[r + 2, x], qs[r + 3, x]
-        for c in range(cols):
-            s0[c] += a0 * b[c]
-            s1[c] += a1 * b[c]
-            s2[c] += a2 * b[c]
-            s3[c] += a3 * b[c]
+def _matmul_rows4(out, a, b, r, b0, c0, m, n):
+    """out[r:r+4, :n] += a[r:r+4, :m] @ b[b0:b0+m, c0:c0+n], both products of v2:
+    S = Qs K_j^T (a = Qs (Br, d), b = K^T (d, Tk), c0 = k0: the sum over d) and
+    acc += P V_j (a = P (Br, Bc), b = V (Tk, d), b0 = k0: the sum over the keys)."""
+    o0, o1, o2, o3 = out[r], out[r + 1], out[r + 2], out[r + 3]   # (n,) used of each
+    for j in range(0, m - 3, 4):                            # 4 x 4 multiply-adds per column
+        b_0, b_1 = b[b0 + j, c0:c0 + n], b[b0 + j + 1, c0:c0 + n]
+        b_2, b_3 = b[b0 + j + 2, c0:c0 + n], b[b0 + j + 3, c0:c0 + n]
+        a00, a01, a02, a03 = a[r, j], a[r, j + 1], a[r, j + 2], a[r, j + 3]
+        a10, a11, a12, a13 = a[r + 1, j], a[r + 1, j + 1], a[r + 1, j + 2], a[r + 1, j + 3]
+        a20, a21, a22, a23 = a[r + 2, j], a[r + 2, j + 1], a[r + 2, j + 2], a[r + 2, j + 3]
+        a30, a31, a32, a33 = a[r + 3, j], a[r + 3, j + 1], a[r + 3, j + 2], a[r + 3, j + 3]
+        for c in range(n):
+            u0, u1, u2, u3 = b_0[c], b_1[c], b_2[c], b_3[c]
+            o0[c] += a00 * u0 + a01 * u1 + a02 * u2 + a03 * u3
+            o1[c] += a10 * u0 + a11 * u1 + a12 * u2 + a13 * u3
+            o2[c] += a20 * u0 + a21 * u1 + a22 * u2 + a23 * u3
+            o3[c] += a30 * u0 + a31 * u1 + a32 * u2 + a33 * u3
+    for j in range(m - m % 4, m):                           # m not a multiple of 4
+        bj = b[b0 + j, c0:c0 + n]
+        a0, a1, a2, a3 = a[r, j], a[r + 1, j], a[r + 2, j], a[r + 3, j]
+        for c in range(n):
+            o0[c] += a0 * bj[c]
+            o1[c] += a1 * bj[c]
+            o2[c] += a2 * bj[c]
+            o3[c] += a3 * bj[c]
 
 
 @njit(fastmath=FASTMATH, cache=True)
-def _scores_row(sr, qr, kt_h, k0, k1):
-    """sr[:k1-k0] = qr @ kt_h[:, k0:k1] for one query row (the ragged tail)."""
-    for c in range(k1 - k0):
-        sr[c] = 0
-    for x in range(qr.shape[0]):
-        b = kt_h[x, k0:k1]
-        a = qr[x]
-        for c in range(k1 - k0):
-            sr[c] += a * b[c]
-
-
-@njit(fastmath=FASTMATH, cache=True)
-def _pv_rows4(acc, p, v_h, r, k0, cols):
-    """acc[r:r+4] += p[r:r+4, :cols] @ v_h[k0:k0+cols]; acc (Br, d), p (Br, Bc), v_h (Tk, d)."""
-    o0, o1, o2, o3 = acc[r], acc[r + 1], acc[r + 2], acc[r + 3]   # (d,) each
-    d = o0.shape[0]
-    for c in range(0, cols - 3, 4):                         # 4 x 4 multiply-adds per x
-        v0, v1, v2, v3 = v_h[k0 + c], v_h[k0 + c + 1], v_h[k0 + c + 2], v_h[k0 + c + 3]
-        p00, p01, p02, p03 = p[r, c], p[r, c + 1], p[r, c + 2], p[r, c + 3]
-        p10, p11, p12, p13 = p[r + 1, c], p[r + 1, c + 1], p[r + 1, c + 2], p[r + 1, c + 3]
-        p20, p21, p22, p23 = p[r + 2, c], p[r + 2, c + 1], p[r + 2, c + 2], p[r + 2, c + 3]
-        p30, p31, p32, p33 = p[r + 3, c], p[r + 3, c + 1], p[r + 3, c + 2], p[r + 3, c + 3]
-        for x in range(d):
-            w0, w1, w2, w3 = v0[x], v1[x], v2[x], v3[x]
-            o0[x] += p00 * w0 + p01 * w1 + p02 * w2 + p03 * w3
-            o1[x] += p10 * w0 + p11 * w1 + p12 * w2 + p13 * w3
-            o2[x] += p20 * w0 + p21 * w1 + p22 * w2 + p23 * w3
-            o3[x] += p30 * w0 + p31 * w1 + p32 * w2 + p33 * w3
-    for c in range(cols - cols % 4, cols):                  # cols not a multiple of 4
-        w = v_h[k0 + c]
-        p0, p1, p2, p3 = p[r, c], p[r + 1, c], p[r + 2, c], p[r + 3, c]
-        for x in range(d):
-            o0[x] += p0 * w[x]
-            o1[x] += p1 * w[x]
-            o2[x] += p2 * w[x]
-            o3[x] += p3 * w[x]
-
-
-@njit(fastmath=FASTMATH, cache=True)
-def _pv_row(ar, pr, v_h, k0, cols):
-    """ar += pr[:cols] @ v_h[k0:k0+cols] for one query row (the ragged tail)."""
-    for c in range(cols):
-        w = v_h[k0 + c]
-        pc = pr[c]
-        for x in range(ar.shape[0]):
-            ar[x] += pc * w[x]
+def _matmul_row(o, a, b, b0, c0, m, n):
+    """o[:n] += a[:m] @ b[b0:b0+m, c0:c0+n] for one row (the ragged tail of a block)."""
+    for j in range(m):
+        bj = b[b0 + j, c0:c0 + n]
+        aj = a[j]
+        for c in range(n):
+            o[c] += aj * bj[c]
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
@@ -373,10 +331,11 @@ def _kernel_rows(q, kt, v, o, lse, br, bc, causal, scale2, int_t):
             cols = k1 - k0
             # S = Qs K_j^T, four query rows at a time (ragged rows one at a time)
             kt_h = kt[h]
+            s[:rows, :cols] = zero
             for r in range(0, rows - 3, 4):
-                _scores_rows4(s, qs, kt_h, r, k0, k1)
+                _matmul_rows4(s, qs, kt_h, r, 0, k0, d, cols)
             for r in range(rows - rows % 4, rows):
-                _scores_row(s[r], qs[r], kt_h, k0, k1)
+                _matmul_row(s[r], qs[r], kt_h, 0, k0, d, cols)
             # online softmax, one row at a time; P overwrites S
             for r in range(rows):
                 vis = min(cols, q0 + r + off + 1 - k0) if causal else cols
@@ -406,9 +365,9 @@ def _kernel_rows(q, kt, v, o, lse, br, bc, causal, scale2, int_t):
             # acc += P V_j, four query rows at a time (ragged rows one at a time)
             v_h = v[h]
             for r in range(0, rows - 3, 4):
-                _pv_rows4(acc, s, v_h, r, k0, cols)
+                _matmul_rows4(acc, s, v_h, r, k0, 0, cols, d)
             for r in range(rows - rows % 4, rows):
-                _pv_row(acc[r], s[r], v_h, k0, cols)
+                _matmul_row(acc[r], s[r], v_h, k0, 0, cols, d)
         for r in range(rows):
             if l[r] > 0:
                 for x in range(d):
