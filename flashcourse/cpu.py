@@ -481,6 +481,18 @@ def _pv_cols(acct, pt, v_h, k0, cols, rows):
                 ox[r] += w * pc[r]
 
 
+@njit(fastmath=FASTMATH, cache=True)
+def _row_max_cols(m_use, m, st, cols, rows):
+    """m_use[:rows] = the running max m of each query row and the max of its scores in
+    st[:cols, :rows] = S^T: vertically over the key rows, no horizontal reduction."""
+    for r in range(rows):
+        m_use[r] = m[r]
+    for c in range(cols):
+        sc = st[c]
+        for r in range(rows):
+            m_use[r] = max(m_use[r], sc[r])
+
+
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
 def _kernel_cols(q, k, v, o, lse, br, bc, causal, scale2, int_t):
     """q (BH, Tq, d), k, v (BH, Tk, d) in the accumulator dtype; scale2 = scale *
@@ -521,12 +533,7 @@ def _kernel_cols(q, k, v, o, lse, br, bc, causal, scale2, int_t):
                     for r in range(min(max(k0 + c - off - q0, 0), rows)):
                         st[c, r] = -np.inf
             # row max, vertically over the key rows of S^T
-            for r in range(rows):
-                m_use[r] = m[r]
-            for c in range(cols):
-                sc = st[c]
-                for r in range(rows):
-                    m_use[r] = max(m_use[r], sc[r])
+            _row_max_cols(m_use, m, st, cols, rows)
             for r in range(rows):
                 if m[r] > -np.inf:                  # rescale what we had
                     alpha[r] = np.exp2(m[r] - m_use[r])

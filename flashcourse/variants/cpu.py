@@ -2,8 +2,8 @@
 
 `flashcourse.cpu.forward` (v3) with its tile loop driven by a block mask: the same
 transposed tiles (S^T (Bc, Br), Q_i^T and acc^T (d, Br)), the same micro-kernels
-(`cpu._scores_cols`, `cpu._pv_cols`, the exp2 polynomial `cpu.exp2_row`), and per
-work item (b, h, query block i):
+(`cpu._scores_cols`, `cpu._pv_cols`, `cpu._row_max_cols`, the exp2 polynomial
+`cpu.exp2_row`), and per work item (b, h, query block i):
 
     for each full key block, then each partial one (never an empty one):
         S^T = (scale Q_i) K_j^T                 natural-log units
@@ -37,7 +37,8 @@ import numpy as np
 from numba import njit, prange
 
 from ..constants import LOG2E
-from ..cpu import FASTMATH, _int_like, _launch, _pv_cols, _scores_cols, exp2_row
+from ..cpu import (FASTMATH, _int_like, _launch, _pv_cols, _row_max_cols, _scores_cols,
+                   exp2_row)
 from .mods import compiled_mask, compiled_score
 from .inputs import check_grad_inputs, check_result
 from .mods import always_visible, resolve_grad, unchanged_score
@@ -105,12 +106,7 @@ def _kernel(q, k, v, o, lse, n_heads, group, br, bc, kv_num, kv_idx, full_num, f
                     for r in range(rows):
                         if not mask_fn(b, h, q0 + r, k0 + c):
                             st[c, r] = -np.inf
-            for r in range(rows):
-                m_use[r] = m[r]
-            for c in range(cols):
-                sc = st[c]
-                for r in range(rows):
-                    m_use[r] = max(m_use[r], sc[r])
+            _row_max_cols(m_use, m, st, cols, rows)
             for r in range(rows):
                 alpha[r] = np.exp(m[r] - m_use[r]) if m[r] > -np.inf else 0
                 m[r] = m_use[r]
