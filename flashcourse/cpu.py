@@ -249,49 +249,52 @@ def _kernel_loops(q, k, v, o, lse, br, bc, causal, scale, zero, ninf):
 # v2: vectorised row tiles
 # ---------------------------------------------------------------------------
 
-# The micro-kernel of v2, one for both of its products (S = Qs K_j^T and acc += P V_j).
-# Its inner loop runs along a contiguous row (of K^T or V), so LLVM vectorises it. Four
-# query rows share every load of K^T / V, and the loop over the reduction axis is
-# unrolled by four, so each store to the score (or acc) tile carries four multiply-adds
-# instead of one: L1 stores, not arithmetic, were the limit.
+# The micro-kernel of v2 and v3, one for all four of their products (S = Q K_j^T and
+# acc += P V_j, in v2's row-major tiles and in v3's transposed ones). Its inner loop
+# runs along a contiguous row (of K^T or V in v2, of Q^T or P^T in v3), so LLVM
+# vectorises it. Four rows of the output share every load of that row, and the loop
+# over the reduction axis is unrolled by four, so each store to the output carries four
+# multiply-adds instead of one: L1 stores, not arithmetic, were the limit.
 
 @njit(fastmath=FASTMATH, cache=True)
-def _matmul_rows4(out, a, b, r, b0, c0, m, n):
-    """out[r:r+4, :n] += a[r:r+4, :m] @ b[b0:b0+m, c0:c0+n], both products of v2:
-    S = Qs K_j^T (a = Qs (Br, d), b = K^T (d, Tk), c0 = k0: the sum over d) and
-    acc += P V_j (a = P (Br, Bc), b = V (Tk, d), b0 = k0: the sum over the keys)."""
-    o0, o1, o2, o3 = out[r], out[r + 1], out[r + 2], out[r + 3]   # (n,) used of each
-    for j in range(0, m - 3, 4):                            # 4 x 4 multiply-adds per column
-        b_0, b_1 = b[b0 + j, c0:c0 + n], b[b0 + j + 1, c0:c0 + n]
-        b_2, b_3 = b[b0 + j + 2, c0:c0 + n], b[b0 + j + 3, c0:c0 + n]
-        a00, a01, a02, a03 = a[r, j], a[r, j + 1], a[r, j + 2], a[r, j + 3]
-        a10, a11, a12, a13 = a[r + 1, j], a[r + 1, j + 1], a[r + 1, j + 2], a[r + 1, j + 3]
-        a20, a21, a22, a23 = a[r + 2, j], a[r + 2, j + 1], a[r + 2, j + 2], a[r + 2, j + 3]
-        a30, a31, a32, a33 = a[r + 3, j], a[r + 3, j + 1], a[r + 3, j + 2], a[r + 3, j + 3]
-        for c in range(n):
-            u0, u1, u2, u3 = b_0[c], b_1[c], b_2[c], b_3[c]
-            o0[c] += a00 * u0 + a01 * u1 + a02 * u2 + a03 * u3
-            o1[c] += a10 * u0 + a11 * u1 + a12 * u2 + a13 * u3
-            o2[c] += a20 * u0 + a21 * u1 + a22 * u2 + a23 * u3
-            o3[c] += a30 * u0 + a31 * u1 + a32 * u2 + a33 * u3
-    for j in range(m - m % 4, m):                           # m not a multiple of 4
-        bj = b[b0 + j, c0:c0 + n]
-        a0, a1, a2, a3 = a[r, j], a[r + 1, j], a[r + 2, j], a[r + 3, j]
-        for c in range(n):
-            o0[c] += a0 * bj[c]
-            o1[c] += a1 * bj[c]
-            o2[c] += a2 * bj[c]
-            o3[c] += a3 * bj[c]
+def _matmul(out, a, b, n_out, n_sum, b0, c0, n):
+    """out[:n_out, :n] += a[:n_out, :n_sum] @ b[b0:b0+n_sum, c0:c0+n].
 
-
-@njit(fastmath=FASTMATH, cache=True)
-def _matmul_row(o, a, b, b0, c0, m, n):
-    """o[:n] += a[:m] @ b[b0:b0+m, c0:c0+n] for one row (the ragged tail of a block)."""
-    for j in range(m):
-        bj = b[b0 + j, c0:c0 + n]
-        aj = a[j]
-        for c in range(n):
-            o[c] += aj * bj[c]
+    v2: S = Qs K_j^T (out = S (Br, Bc), a = Qs (Br, d), b = K^T (d, Tk), c0 = k0) and
+    acc += P V_j (out = acc (Br, d), a = P (Br, Bc), b = V (Tk, d), b0 = k0): the inner
+    loop runs along the keys, then along d. v3 (`_scores_cols`, `_pv_cols`): along the
+    Br query rows. Four rows of out and four steps of the sum at a time.
+    """
+    for i in range(0, n_out - 3, 4):
+        o0, o1, o2, o3 = out[i], out[i + 1], out[i + 2], out[i + 3]   # (n,) used of each
+        for j in range(0, n_sum - 3, 4):                    # 4 x 4 multiply-adds per column
+            b_0, b_1 = b[b0 + j, c0:c0 + n], b[b0 + j + 1, c0:c0 + n]
+            b_2, b_3 = b[b0 + j + 2, c0:c0 + n], b[b0 + j + 3, c0:c0 + n]
+            a00, a01, a02, a03 = a[i, j], a[i, j + 1], a[i, j + 2], a[i, j + 3]
+            a10, a11, a12, a13 = a[i + 1, j], a[i + 1, j + 1], a[i + 1, j + 2], a[i + 1, j + 3]
+            a20, a21, a22, a23 = a[i + 2, j], a[i + 2, j + 1], a[i + 2, j + 2], a[i + 2, j + 3]
+            a30, a31, a32, a33 = a[i + 3, j], a[i + 3, j + 1], a[i + 3, j + 2], a[i + 3, j + 3]
+            for c in range(n):
+                u0, u1, u2, u3 = b_0[c], b_1[c], b_2[c], b_3[c]
+                o0[c] += a00 * u0 + a01 * u1 + a02 * u2 + a03 * u3
+                o1[c] += a10 * u0 + a11 * u1 + a12 * u2 + a13 * u3
+                o2[c] += a20 * u0 + a21 * u1 + a22 * u2 + a23 * u3
+                o3[c] += a30 * u0 + a31 * u1 + a32 * u2 + a33 * u3
+        for j in range(n_sum - n_sum % 4, n_sum):           # n_sum not a multiple of 4
+            bj = b[b0 + j, c0:c0 + n]
+            a0, a1, a2, a3 = a[i, j], a[i + 1, j], a[i + 2, j], a[i + 3, j]
+            for c in range(n):
+                o0[c] += a0 * bj[c]
+                o1[c] += a1 * bj[c]
+                o2[c] += a2 * bj[c]
+                o3[c] += a3 * bj[c]
+    for i in range(n_out - n_out % 4, n_out):               # n_out not a multiple of 4
+        oi = out[i]
+        for j in range(n_sum):
+            bj = b[b0 + j, c0:c0 + n]
+            aij = a[i, j]
+            for c in range(n):
+                oi[c] += aij * bj[c]
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
@@ -332,10 +335,7 @@ def _kernel_rows(q, kt, v, o, lse, br, bc, causal, scale2, int_t):
             # S = Qs K_j^T, four query rows at a time (ragged rows one at a time)
             kt_h = kt[h]
             s[:rows, :cols] = zero
-            for r in range(0, rows - 3, 4):
-                _matmul_rows4(s, qs, kt_h, r, 0, k0, d, cols)
-            for r in range(rows - rows % 4, rows):
-                _matmul_row(s[r], qs[r], kt_h, 0, k0, d, cols)
+            _matmul(s, qs, kt_h, rows, d, 0, k0, cols)
             # online softmax, one row at a time; P overwrites S
             for r in range(rows):
                 vis = min(cols, q0 + r + off + 1 - k0) if causal else cols
@@ -364,10 +364,7 @@ def _kernel_rows(q, kt, v, o, lse, br, bc, causal, scale2, int_t):
                     ar[x] *= alpha
             # acc += P V_j, four query rows at a time (ragged rows one at a time)
             v_h = v[h]
-            for r in range(0, rows - 3, 4):
-                _matmul_rows4(acc, s, v_h, r, k0, 0, cols, d)
-            for r in range(rows - rows % 4, rows):
-                _matmul_row(acc[r], s[r], v_h, k0, 0, cols, d)
+            _matmul(acc, s, v_h, rows, cols, k0, 0, d)
         for r in range(rows):
             if l[r] > 0:
                 for x in range(d):
@@ -398,87 +395,25 @@ def _kernel_rows(q, kt, v, o, lse, br, bc, causal, scale2, int_t):
 def _scores_cols(st, k_h, qt, k0, cols, rows):
     """st[:cols, :rows] = k_h[k0:k0+cols] @ qt[:, :rows]: S^T = K_j Q_i^T.
 
-    st (Bc, Br), k_h (Tk, d), qt (d, Br) = scaled Q_i^T. Four keys and four of the d
-    components per step: each store of a score carries 4 multiply-adds (16 per step for
-    the four score rows).
+    st (Bc, Br), k_h (Tk, d), qt (d, Br) = scaled Q_i^T; `_matmul` with four keys and
+    four of the d components per step: each store of a score carries 4 multiply-adds
+    (16 per step for the four score rows).
     """
-    d = qt.shape[0]
     for c in range(cols):
         for r in range(rows):
             st[c, r] = 0
-    for c in range(0, cols - 3, 4):
-        s0, s1, s2, s3 = st[c], st[c + 1], st[c + 2], st[c + 3]          # (Br,) each
-        k_0, k_1, k_2, k_3 = k_h[k0 + c], k_h[k0 + c + 1], k_h[k0 + c + 2], k_h[k0 + c + 3]
-        for x in range(0, d - 3, 4):
-            q0, q1, q2, q3 = qt[x], qt[x + 1], qt[x + 2], qt[x + 3]       # (Br,) each
-            a00, a01, a02, a03 = k_0[x], k_0[x + 1], k_0[x + 2], k_0[x + 3]
-            a10, a11, a12, a13 = k_1[x], k_1[x + 1], k_1[x + 2], k_1[x + 3]
-            a20, a21, a22, a23 = k_2[x], k_2[x + 1], k_2[x + 2], k_2[x + 3]
-            a30, a31, a32, a33 = k_3[x], k_3[x + 1], k_3[x + 2], k_3[x + 3]
-            for r in range(rows):
-                u0, u1, u2, u3 = q0[r], q1[r], q2[r], q3[r]
-                s0[r] += a00 * u0 + a01 * u1 + a02 * u2 + a03 * u3
-                s1[r] += a10 * u0 + a11 * u1 + a12 * u2 + a13 * u3
-                s2[r] += a20 * u0 + a21 * u1 + a22 * u2 + a23 * u3
-                s3[r] += a30 * u0 + a31 * u1 + a32 * u2 + a33 * u3
-        for x in range(d - d % 4, d):                   # d not a multiple of 4
-            qx = qt[x]
-            a0, a1, a2, a3 = k_0[x], k_1[x], k_2[x], k_3[x]
-            for r in range(rows):
-                s0[r] += a0 * qx[r]
-                s1[r] += a1 * qx[r]
-                s2[r] += a2 * qx[r]
-                s3[r] += a3 * qx[r]
-    for c in range(cols - cols % 4, cols):              # cols not a multiple of 4
-        sc = st[c]
-        kc = k_h[k0 + c]
-        for x in range(d):
-            a = kc[x]
-            qx = qt[x]
-            for r in range(rows):
-                sc[r] += a * qx[r]
+    _matmul(st, k_h[k0:k0 + cols], qt, cols, qt.shape[0], 0, 0, rows)
 
 
 @njit(fastmath=FASTMATH, cache=True)
 def _pv_cols(acct, pt, v_h, k0, cols, rows):
     """acct[:, :rows] += v_h[k0:k0+cols].T @ pt[:cols, :rows]: acc^T += V_j^T P^T.
 
-    acct (d, Br), pt (Bc, Br) = P^T, v_h (Tk, d). Four of the d outputs and four
-    keys per step: each store of an output carries 4 multiply-adds (16 per step for
-    the four acc^T rows).
+    acct (d, Br), pt (Bc, Br) = P^T, v_h (Tk, d); `_matmul` with four of the d outputs
+    and four keys per step: each store of an output carries 4 multiply-adds (16 per step
+    for the four acc^T rows).
     """
-    d = acct.shape[0]
-    for x in range(0, d - 3, 4):
-        o0, o1, o2, o3 = acct[x], acct[x + 1], acct[x + 2], acct[x + 3]  # (Br,) each
-        for c in range(0, cols - 3, 4):
-            p0, p1, p2, p3 = pt[c], pt[c + 1], pt[c + 2], pt[c + 3]      # (Br,) each
-            v_0, v_1, v_2, v_3 = v_h[k0 + c], v_h[k0 + c + 1], v_h[k0 + c + 2], v_h[k0 + c + 3]
-            w00, w01, w02, w03 = v_0[x], v_1[x], v_2[x], v_3[x]
-            w10, w11, w12, w13 = v_0[x + 1], v_1[x + 1], v_2[x + 1], v_3[x + 1]
-            w20, w21, w22, w23 = v_0[x + 2], v_1[x + 2], v_2[x + 2], v_3[x + 2]
-            w30, w31, w32, w33 = v_0[x + 3], v_1[x + 3], v_2[x + 3], v_3[x + 3]
-            for r in range(rows):
-                u0, u1, u2, u3 = p0[r], p1[r], p2[r], p3[r]
-                o0[r] += w00 * u0 + w01 * u1 + w02 * u2 + w03 * u3
-                o1[r] += w10 * u0 + w11 * u1 + w12 * u2 + w13 * u3
-                o2[r] += w20 * u0 + w21 * u1 + w22 * u2 + w23 * u3
-                o3[r] += w30 * u0 + w31 * u1 + w32 * u2 + w33 * u3
-        for c in range(cols - cols % 4, cols):          # cols not a multiple of 4
-            pc = pt[c]
-            vc = v_h[k0 + c]
-            w0, w1, w2, w3 = vc[x], vc[x + 1], vc[x + 2], vc[x + 3]
-            for r in range(rows):
-                o0[r] += w0 * pc[r]
-                o1[r] += w1 * pc[r]
-                o2[r] += w2 * pc[r]
-                o3[r] += w3 * pc[r]
-    for x in range(d - d % 4, d):                       # d not a multiple of 4
-        ox = acct[x]
-        for c in range(cols):
-            w = v_h[k0 + c, x]
-            pc = pt[c]
-            for r in range(rows):
-                ox[r] += w * pc[r]
+    _matmul(acct, v_h[k0:k0 + cols].T, pt, acct.shape[0], cols, 0, 0, rows)
 
 
 @njit(fastmath=FASTMATH, cache=True)
