@@ -428,6 +428,16 @@ def _row_max_cols(m_use, m, st, cols, rows):
             m_use[r] = max(m_use[r], sc[r])
 
 
+@njit(fastmath=FASTMATH, cache=True)
+def _scale_cols(acct, alpha, rows):
+    """acct[:, :rows] *= alpha[:rows]: each query row's acc^T entries times its rescale
+    factor, along the rows."""
+    for x in range(acct.shape[0]):
+        ax = acct[x]
+        for r in range(rows):
+            ax[r] *= alpha[r]
+
+
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
 def _kernel_cols(q, k, v, o, lse, br, bc, causal, scale2, int_t):
     """q (BH, Tq, d), k, v (BH, Tk, d) in the accumulator dtype; scale2 = scale *
@@ -493,10 +503,7 @@ def _kernel_cols(q, k, v, o, lse, br, bc, causal, scale2, int_t):
                 for r in range(rows):
                     l[r] += sc[r]
             # acc^T = acc^T * alpha + V_j^T P^T
-            for x in range(d):
-                ax = acct[x]
-                for r in range(rows):
-                    ax[r] *= alpha[r]
+            _scale_cols(acct, alpha, rows)
             _pv_cols(acct, st, v[h], k0, cols, rows)
         for r in range(rows):
             if l[r] > 0:

@@ -2,8 +2,8 @@
 
 `flashcourse.cpu.forward` (v3) with its tile loop driven by a block mask: the same
 transposed tiles (S^T (Bc, Br), Q_i^T and acc^T (d, Br)), the same micro-kernels
-(`cpu._scores_cols`, `cpu._pv_cols`, `cpu._row_max_cols`, the exp2 polynomial
-`cpu.exp2_row`), and per work item (b, h, query block i):
+(`cpu._scores_cols`, `cpu._pv_cols`, `cpu._row_max_cols`, `cpu._scale_cols`, the exp2
+polynomial `cpu.exp2_row`), and per work item (b, h, query block i):
 
     for each full key block, then each partial one (never an empty one):
         S^T = (scale Q_i) K_j^T                 natural-log units
@@ -37,8 +37,8 @@ import numpy as np
 from numba import njit, prange
 
 from ..constants import LOG2E
-from ..cpu import (FASTMATH, _int_like, _launch, _pv_cols, _row_max_cols, _scores_cols,
-                   exp2_row)
+from ..cpu import (FASTMATH, _int_like, _launch, _pv_cols, _row_max_cols, _scale_cols,
+                   _scores_cols, exp2_row)
 from .mods import compiled_mask, compiled_score
 from .inputs import check_grad_inputs, check_result
 from .mods import always_visible, resolve_grad, unchanged_score
@@ -127,10 +127,7 @@ def _kernel(q, k, v, o, lse, n_heads, group, br, bc, kv_num, kv_idx, full_num, f
                     if tmp[r] == -np.inf:
                         sc[r] = 0
                     l[r] += sc[r]
-            for x in range(d):
-                ax = acct[x]
-                for r in range(rows):
-                    ax[r] *= alpha[r]
+            _scale_cols(acct, alpha, rows)
             _pv_cols(acct, st, v[kvh], k0, cols, rows)
         if has_sinks:
             sink = dt.type(sinks[h])
