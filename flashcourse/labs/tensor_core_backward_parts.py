@@ -36,7 +36,7 @@ from .tensor_core_backward_lab import (_KERNEL_TOL, BC, BR, D, KA_WORDS, KERNEL_
                                        lab_backward, make_delta_kernel)
 from .tensor_core_lab import source_cases
 from .tensor_core_parts import (HINT_CI, _acc_a_model, _diagnoses, _launch, _mma_b_model,
-                                _scratch, _tile, q_fragment)
+                                _part_diagnoses, _scratch, _tile, q_fragment)
 
 _RTOL, _ATOL = 1e-5, 1e-5        # one part on exact fragments: fp32 sums of fp16 products
 
@@ -515,12 +515,13 @@ def check_store_grads(store_grads, *, verbose: bool = True, hint_level: int = 1)
 
 # -- checker: the whole kernel ----------------------------------------------------------------
 
-#: (check, part, the hint when it fails and the kernel does too), in order
-PART_CHECKS = [(check_row_delta, "row_delta", HINT_KERNEL_DELTA),
-               (check_transposed_scores, "transposed_scores", HINT_KERNEL_SCORES),
-               (check_ds_tile, "ds_tile", HINT_KERNEL_DS),
-               (check_grad_tile, "grad_tile", HINT_KERNEL_GRAD),
-               (check_store_grads, "store_grads", HINT_KERNEL_STORE)]
+#: (check, the part it takes, the hint when it fails and the kernel does too), in order
+PART_CHECKS = [(check_row_delta, ("row_delta",), HINT_KERNEL_DELTA),
+               (check_transposed_scores, ("transposed_scores",), HINT_KERNEL_SCORES),
+               (check_ds_tile, ("ds_tile",), HINT_KERNEL_DS),
+               (check_grad_tile, ("grad_tile",), HINT_KERNEL_GRAD),
+               (check_store_grads, ("store_grads",), HINT_KERNEL_STORE)]
+
 
 def check_kernel(parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Your parts inside the pre-pass and the key-block kernel against the float64 backward
@@ -528,25 +529,12 @@ def check_kernel(parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
     rounded to fp16 before their products). A failure is named by the first part check that
     fails, else it says that all of them pass and what remains."""
     fns = _parts(parts)
-    results = {}
-
-    def part_fails(n):
-        def fired(_yours, _expected):
-            if n not in results:
-                check, name, _ = PART_CHECKS[n]
-                results[n] = check(fns[name], verbose=False)
-            return not results[n].passed
-        return fired
-
-    def all_parts_pass(yours, expected):
-        return all(not part_fails(n)(yours, expected) for n in range(len(PART_CHECKS)))
-
+    part_diagnoses = _part_diagnoses(PART_CHECKS, fns, HINT_KERNEL)
     cases = []
     for name, seed, tq, tk, d, causal in KERNEL_CASES:
         q, k, v, o, lse, do = kernel_inputs(seed, tq, tk, d, causal)
         _, dk_ref, dv_ref = reference.attention_backward(q, k, v, do, causal=causal)
-        diagnoses = [(part_fails(n), *hint) for n, (_, _, hint) in enumerate(PART_CHECKS)]
-        diagnoses.append((all_parts_pass, *HINT_KERNEL))
+        diagnoses = list(part_diagnoses)
 
         def run(f, ins=(q, k, v, o, lse, do), causal=causal, want=(dk_ref, dv_ref)):
             dk, dv = lab_backward(f, *ins, causal=causal)

@@ -613,33 +613,41 @@ def _mistake_matches(q, k, v, causal, part, mistake):
     return fired
 
 
-def check_kernel(parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
-    """Your parts inside the lab kernel against the numpy replay (and so the reference). A
-    failure is named by a part's typical mistake, else by the first part check that fails,
-    else it says that all of them pass and what remains."""
-    fns = _parts(parts)
+def _part_diagnoses(part_checks, fns, hint_kernel) -> list:
+    """The diagnoses of a kernel case that fails: each part check of `part_checks` ((check,
+    the names of the parts it takes, hint), in order) gives its hint when it fails on the
+    parts `fns`, and `hint_kernel` says what remains when all of them pass. A check runs
+    only when a case fails, and once for all the cases that share these diagnoses."""
     results = {}
 
     def part_fails(n):
         def fired(_yours, _expected):
             if n not in results:
-                check, names, _ = PART_CHECKS[n]
+                check, names, _ = part_checks[n]
                 results[n] = check(*(fns[x] for x in names), verbose=False)
             return not results[n].passed
         return fired
 
     def all_parts_pass(yours, expected):
-        return all(not part_fails(n)(yours, expected) for n in range(len(PART_CHECKS)))
+        return all(not part_fails(n)(yours, expected) for n in range(len(part_checks)))
 
+    return ([(part_fails(n), *hint) for n, (_, _, hint) in enumerate(part_checks)]
+            + [(all_parts_pass, *hint_kernel)])
+
+
+def check_kernel(parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Your parts inside the lab kernel against the numpy replay (and so the reference). A
+    failure is named by a part's typical mistake, else by the first part check that fails,
+    else it says that all of them pass and what remains."""
+    fns = _parts(parts)
+    part_diagnoses = _part_diagnoses(PART_CHECKS, fns, HINT_KERNEL)
     first, last = source_cases(tuple(fns.values()))
     cases = list(first)
     for name, seed, tq, tk, d, causal, spread, grow in KERNEL_CASES:
         q, k, v = _inputs(seed, tq, tk, d, spread, grow)
         want = replay(q, k, v, causal=causal)
         diagnoses = [(_mistake_matches(q, k, v, causal, part, mistake), *hint)
-                     for part, mistake, hint in KERNEL_MISTAKES]
-        diagnoses += [(part_fails(n), *hint) for n, (_, _, hint) in enumerate(PART_CHECKS)]
-        diagnoses.append((all_parts_pass, *HINT_KERNEL))
+                     for part, mistake, hint in KERNEL_MISTAKES] + part_diagnoses
 
         def run(f, q=q, k=k, v=v, causal=causal, want=want):
             o, lse = lab_forward(f, q, k, v, causal=causal)
