@@ -249,91 +249,52 @@ def _kernel_loops(q, k, v, o, lse, br, bc, causal, scale, zero, ninf):
 # v2: vectorised row tiles
 # ---------------------------------------------------------------------------
 
-# Micro-kernels of v2. Each inner loop runs along a contiguous row (of K^T or V), so
-# LLVM vectorises it. Four query rows share every load of K^T / V, and the loop over
-# the reduction axis is unrolled by four, so each store to the score (or acc) tile
-# carries four multiply-adds instead of one: L1 stores, not arithmetic, were the limit.
+# The micro-kernel of v2 and v3, one for all four of their products (S = Q K_j^T and
+# acc += P V_j, in v2's row-major tiles and in v3's transposed ones). Its inner loop
+# runs along a contiguous row (of K^T or V in v2, of Q^T or P^T in v3), so LLVM
+# vectorises it. Four rows of the output share every load of that row, and the loop
+# over the reduction axis is unrolled by four, so each store to the output carries four
+# multiply-adds instead of one: L1 stores, not arithmetic, were the limit.
 
 @njit(fastmath=FASTMATH, cache=True)
-def _scores_rows4(s, qs, kt_h, r, k0, k1):
-    """s[r:r+4, :k1-k0] = qs[r:r+4] @ kt_h[:, k0:k1]; s (Br, Bc), qs (Br, d), kt_h (d, Tk)."""
-    d = qs.shape[1]
-    cols = k1 - k0
-    s0, s1, s2, s3 = s[r], s[r + 1], s[r + 2], s[r + 3]     # (Bc,) each
-    for c in range(cols):
-        s0[c] = 0
-        s1[c] = 0
-        s2[c] = 0
-        s3[c] = 0
-    for x in range(0, d - 3, 4):                            # 4 x 4 multiply-adds per column
-        b0, b1, b2, b3 = kt_h[x, k0:k1], kt_h[x + 1, k0:k1], kt_h[x + 2, k0:k1], kt_h[x + 3, k0:k1]
-        a00, a01, a02, a03 = qs[r, x], qs[r, x + 1], qs[r, x + 2], qs[r, x + 3]
-        a10, a11, a12, a13 = qs[r + 1, x], qs[r + 1, x + 1], qs[r + 1, x + 2], qs[r + 1, x + 3]
-        a20, a21, a22, a23 = qs[r + 2, x], qs[r + 2, x + 1], qs[r + 2, x + 2], qs[r + 2, x + 3]
-        a30, a31, a32, a33 = qs[r + 3, x], qs[r + 3, x + 1], qs[r + 3, x + 2], qs[r + 3, x + 3]
-        for c in range(cols):
-            k0c, k1c, k2c, k3c = b0[c], b1[c], b2[c], b3[c]
-            s0[c] += a00 * k0c + a01 * k1c + a02 * k2c + a03 * k3c
-            s1[c] += a10 * k0c + a11 * k1c + a12 * k2c + a13 * k3c
-            s2[c] += a20 * k0c + a21 * k1c + a22 * k2c + a23 * k3c
-            s3[c] += a30 * k0c + a31 * k1c + a32 * k2c + a33 * k3c
-    for x in range(d - d % 4, d):                           # d not a multiple of 4
-        b = kt_h[x, k0:k1]
-        a0, a1, a2, a3 = qs[r, x], qs[r + 1, x], qs[r + 2, x], qs[r + 3, x]
-        for c in range(cols):
-            s0[c] += a0 * b[c]
-            s1[c] += a1 * b[c]
-            s2[c] += a2 * b[c]
-            s3[c] += a3 * b[c]
+def _matmul(out, a, b, n_out, n_sum, b0, c0, n):
+    """out[:n_out, :n] += a[:n_out, :n_sum] @ b[b0:b0+n_sum, c0:c0+n].
 
-
-@njit(fastmath=FASTMATH, cache=True)
-def _scores_row(sr, qr, kt_h, k0, k1):
-    """sr[:k1-k0] = qr @ kt_h[:, k0:k1] for one query row (the ragged tail)."""
-    for c in range(k1 - k0):
-        sr[c] = 0
-    for x in range(qr.shape[0]):
-        b = kt_h[x, k0:k1]
-        a = qr[x]
-        for c in range(k1 - k0):
-            sr[c] += a * b[c]
-
-
-@njit(fastmath=FASTMATH, cache=True)
-def _pv_rows4(acc, p, v_h, r, k0, cols):
-    """acc[r:r+4] += p[r:r+4, :cols] @ v_h[k0:k0+cols]; acc (Br, d), p (Br, Bc), v_h (Tk, d)."""
-    o0, o1, o2, o3 = acc[r], acc[r + 1], acc[r + 2], acc[r + 3]   # (d,) each
-    d = o0.shape[0]
-    for c in range(0, cols - 3, 4):                         # 4 x 4 multiply-adds per x
-        v0, v1, v2, v3 = v_h[k0 + c], v_h[k0 + c + 1], v_h[k0 + c + 2], v_h[k0 + c + 3]
-        p00, p01, p02, p03 = p[r, c], p[r, c + 1], p[r, c + 2], p[r, c + 3]
-        p10, p11, p12, p13 = p[r + 1, c], p[r + 1, c + 1], p[r + 1, c + 2], p[r + 1, c + 3]
-        p20, p21, p22, p23 = p[r + 2, c], p[r + 2, c + 1], p[r + 2, c + 2], p[r + 2, c + 3]
-        p30, p31, p32, p33 = p[r + 3, c], p[r + 3, c + 1], p[r + 3, c + 2], p[r + 3, c + 3]
-        for x in range(d):
-            w0, w1, w2, w3 = v0[x], v1[x], v2[x], v3[x]
-            o0[x] += p00 * w0 + p01 * w1 + p02 * w2 + p03 * w3
-            o1[x] += p10 * w0 + p11 * w1 + p12 * w2 + p13 * w3
-            o2[x] += p20 * w0 + p21 * w1 + p22 * w2 + p23 * w3
-            o3[x] += p30 * w0 + p31 * w1 + p32 * w2 + p33 * w3
-    for c in range(cols - cols % 4, cols):                  # cols not a multiple of 4
-        w = v_h[k0 + c]
-        p0, p1, p2, p3 = p[r, c], p[r + 1, c], p[r + 2, c], p[r + 3, c]
-        for x in range(d):
-            o0[x] += p0 * w[x]
-            o1[x] += p1 * w[x]
-            o2[x] += p2 * w[x]
-            o3[x] += p3 * w[x]
-
-
-@njit(fastmath=FASTMATH, cache=True)
-def _pv_row(ar, pr, v_h, k0, cols):
-    """ar += pr[:cols] @ v_h[k0:k0+cols] for one query row (the ragged tail)."""
-    for c in range(cols):
-        w = v_h[k0 + c]
-        pc = pr[c]
-        for x in range(ar.shape[0]):
-            ar[x] += pc * w[x]
+    v2: S = Qs K_j^T (out = S (Br, Bc), a = Qs (Br, d), b = K^T (d, Tk), c0 = k0) and
+    acc += P V_j (out = acc (Br, d), a = P (Br, Bc), b = V (Tk, d), b0 = k0): the inner
+    loop runs along the keys, then along d. v3 (`_scores_cols`, `_pv_cols`): along the
+    Br query rows. Four rows of out and four steps of the sum at a time.
+    """
+    for i in range(0, n_out - 3, 4):
+        o0, o1, o2, o3 = out[i], out[i + 1], out[i + 2], out[i + 3]   # (n,) used of each
+        for j in range(0, n_sum - 3, 4):                    # 4 x 4 multiply-adds per column
+            b_0, b_1 = b[b0 + j, c0:c0 + n], b[b0 + j + 1, c0:c0 + n]
+            b_2, b_3 = b[b0 + j + 2, c0:c0 + n], b[b0 + j + 3, c0:c0 + n]
+            a00, a01, a02, a03 = a[i, j], a[i, j + 1], a[i, j + 2], a[i, j + 3]
+            a10, a11, a12, a13 = a[i + 1, j], a[i + 1, j + 1], a[i + 1, j + 2], a[i + 1, j + 3]
+            a20, a21, a22, a23 = a[i + 2, j], a[i + 2, j + 1], a[i + 2, j + 2], a[i + 2, j + 3]
+            a30, a31, a32, a33 = a[i + 3, j], a[i + 3, j + 1], a[i + 3, j + 2], a[i + 3, j + 3]
+            for c in range(n):
+                u0, u1, u2, u3 = b_0[c], b_1[c], b_2[c], b_3[c]
+                o0[c] += a00 * u0 + a01 * u1 + a02 * u2 + a03 * u3
+                o1[c] += a10 * u0 + a11 * u1 + a12 * u2 + a13 * u3
+                o2[c] += a20 * u0 + a21 * u1 + a22 * u2 + a23 * u3
+                o3[c] += a30 * u0 + a31 * u1 + a32 * u2 + a33 * u3
+        for j in range(n_sum - n_sum % 4, n_sum):           # n_sum not a multiple of 4
+            bj = b[b0 + j, c0:c0 + n]
+            a0, a1, a2, a3 = a[i, j], a[i + 1, j], a[i + 2, j], a[i + 3, j]
+            for c in range(n):
+                o0[c] += a0 * bj[c]
+                o1[c] += a1 * bj[c]
+                o2[c] += a2 * bj[c]
+                o3[c] += a3 * bj[c]
+    for i in range(n_out - n_out % 4, n_out):               # n_out not a multiple of 4
+        oi = out[i]
+        for j in range(n_sum):
+            bj = b[b0 + j, c0:c0 + n]
+            aij = a[i, j]
+            for c in range(n):
+                oi[c] += aij * bj[c]
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
@@ -373,10 +334,8 @@ def _kernel_rows(q, kt, v, o, lse, br, bc, causal, scale2, int_t):
             cols = k1 - k0
             # S = Qs K_j^T, four query rows at a time (ragged rows one at a time)
             kt_h = kt[h]
-            for r in range(0, rows - 3, 4):
-                _scores_rows4(s, qs, kt_h, r, k0, k1)
-            for r in range(rows - rows % 4, rows):
-                _scores_row(s[r], qs[r], kt_h, k0, k1)
+            s[:rows, :cols] = zero
+            _matmul(s, qs, kt_h, rows, d, 0, k0, cols)
             # online softmax, one row at a time; P overwrites S
             for r in range(rows):
                 vis = min(cols, q0 + r + off + 1 - k0) if causal else cols
@@ -405,10 +364,7 @@ def _kernel_rows(q, kt, v, o, lse, br, bc, causal, scale2, int_t):
                     ar[x] *= alpha
             # acc += P V_j, four query rows at a time (ragged rows one at a time)
             v_h = v[h]
-            for r in range(0, rows - 3, 4):
-                _pv_rows4(acc, s, v_h, r, k0, cols)
-            for r in range(rows - rows % 4, rows):
-                _pv_row(acc[r], s[r], v_h, k0, cols)
+            _matmul(acc, s, v_h, rows, cols, k0, 0, d)
         for r in range(rows):
             if l[r] > 0:
                 for x in range(d):
@@ -439,87 +395,47 @@ def _kernel_rows(q, kt, v, o, lse, br, bc, causal, scale2, int_t):
 def _scores_cols(st, k_h, qt, k0, cols, rows):
     """st[:cols, :rows] = k_h[k0:k0+cols] @ qt[:, :rows]: S^T = K_j Q_i^T.
 
-    st (Bc, Br), k_h (Tk, d), qt (d, Br) = scaled Q_i^T. Four keys and four of the d
-    components per step: each store of a score carries 4 multiply-adds (16 per step for
-    the four score rows).
+    st (Bc, Br), k_h (Tk, d), qt (d, Br) = scaled Q_i^T; `_matmul` with four keys and
+    four of the d components per step: each store of a score carries 4 multiply-adds
+    (16 per step for the four score rows).
     """
-    d = qt.shape[0]
     for c in range(cols):
         for r in range(rows):
             st[c, r] = 0
-    for c in range(0, cols - 3, 4):
-        s0, s1, s2, s3 = st[c], st[c + 1], st[c + 2], st[c + 3]          # (Br,) each
-        k_0, k_1, k_2, k_3 = k_h[k0 + c], k_h[k0 + c + 1], k_h[k0 + c + 2], k_h[k0 + c + 3]
-        for x in range(0, d - 3, 4):
-            q0, q1, q2, q3 = qt[x], qt[x + 1], qt[x + 2], qt[x + 3]       # (Br,) each
-            a00, a01, a02, a03 = k_0[x], k_0[x + 1], k_0[x + 2], k_0[x + 3]
-            a10, a11, a12, a13 = k_1[x], k_1[x + 1], k_1[x + 2], k_1[x + 3]
-            a20, a21, a22, a23 = k_2[x], k_2[x + 1], k_2[x + 2], k_2[x + 3]
-            a30, a31, a32, a33 = k_3[x], k_3[x + 1], k_3[x + 2], k_3[x + 3]
-            for r in range(rows):
-                u0, u1, u2, u3 = q0[r], q1[r], q2[r], q3[r]
-                s0[r] += a00 * u0 + a01 * u1 + a02 * u2 + a03 * u3
-                s1[r] += a10 * u0 + a11 * u1 + a12 * u2 + a13 * u3
-                s2[r] += a20 * u0 + a21 * u1 + a22 * u2 + a23 * u3
-                s3[r] += a30 * u0 + a31 * u1 + a32 * u2 + a33 * u3
-        for x in range(d - d % 4, d):                   # d not a multiple of 4
-            qx = qt[x]
-            a0, a1, a2, a3 = k_0[x], k_1[x], k_2[x], k_3[x]
-            for r in range(rows):
-                s0[r] += a0 * qx[r]
-                s1[r] += a1 * qx[r]
-                s2[r] += a2 * qx[r]
-                s3[r] += a3 * qx[r]
-    for c in range(cols - cols % 4, cols):              # cols not a multiple of 4
-        sc = st[c]
-        kc = k_h[k0 + c]
-        for x in range(d):
-            a = kc[x]
-            qx = qt[x]
-            for r in range(rows):
-                sc[r] += a * qx[r]
+    _matmul(st, k_h[k0:k0 + cols], qt, cols, qt.shape[0], 0, 0, rows)
 
 
 @njit(fastmath=FASTMATH, cache=True)
 def _pv_cols(acct, pt, v_h, k0, cols, rows):
     """acct[:, :rows] += v_h[k0:k0+cols].T @ pt[:cols, :rows]: acc^T += V_j^T P^T.
 
-    acct (d, Br), pt (Bc, Br) = P^T, v_h (Tk, d). Four of the d outputs and four
-    keys per step: each store of an output carries 4 multiply-adds (16 per step for
-    the four acc^T rows).
+    acct (d, Br), pt (Bc, Br) = P^T, v_h (Tk, d); `_matmul` with four of the d outputs
+    and four keys per step: each store of an output carries 4 multiply-adds (16 per step
+    for the four acc^T rows).
     """
-    d = acct.shape[0]
-    for x in range(0, d - 3, 4):
-        o0, o1, o2, o3 = acct[x], acct[x + 1], acct[x + 2], acct[x + 3]  # (Br,) each
-        for c in range(0, cols - 3, 4):
-            p0, p1, p2, p3 = pt[c], pt[c + 1], pt[c + 2], pt[c + 3]      # (Br,) each
-            v_0, v_1, v_2, v_3 = v_h[k0 + c], v_h[k0 + c + 1], v_h[k0 + c + 2], v_h[k0 + c + 3]
-            w00, w01, w02, w03 = v_0[x], v_1[x], v_2[x], v_3[x]
-            w10, w11, w12, w13 = v_0[x + 1], v_1[x + 1], v_2[x + 1], v_3[x + 1]
-            w20, w21, w22, w23 = v_0[x + 2], v_1[x + 2], v_2[x + 2], v_3[x + 2]
-            w30, w31, w32, w33 = v_0[x + 3], v_1[x + 3], v_2[x + 3], v_3[x + 3]
-            for r in range(rows):
-                u0, u1, u2, u3 = p0[r], p1[r], p2[r], p3[r]
-                o0[r] += w00 * u0 + w01 * u1 + w02 * u2 + w03 * u3
-                o1[r] += w10 * u0 + w11 * u1 + w12 * u2 + w13 * u3
-                o2[r] += w20 * u0 + w21 * u1 + w22 * u2 + w23 * u3
-                o3[r] += w30 * u0 + w31 * u1 + w32 * u2 + w33 * u3
-        for c in range(cols - cols % 4, cols):          # cols not a multiple of 4
-            pc = pt[c]
-            vc = v_h[k0 + c]
-            w0, w1, w2, w3 = vc[x], vc[x + 1], vc[x + 2], vc[x + 3]
-            for r in range(rows):
-                o0[r] += w0 * pc[r]
-                o1[r] += w1 * pc[r]
-                o2[r] += w2 * pc[r]
-                o3[r] += w3 * pc[r]
-    for x in range(d - d % 4, d):                       # d not a multiple of 4
-        ox = acct[x]
-        for c in range(cols):
-            w = v_h[k0 + c, x]
-            pc = pt[c]
-            for r in range(rows):
-                ox[r] += w * pc[r]
+    _matmul(acct, v_h[k0:k0 + cols].T, pt, acct.shape[0], cols, 0, 0, rows)
+
+
+@njit(fastmath=FASTMATH, cache=True)
+def _row_max_cols(m_use, m, st, cols, rows):
+    """m_use[:rows] = the running max m of each query row and the max of its scores in
+    st[:cols, :rows] = S^T: vertically over the key rows, no horizontal reduction."""
+    for r in range(rows):
+        m_use[r] = m[r]
+    for c in range(cols):
+        sc = st[c]
+        for r in range(rows):
+            m_use[r] = max(m_use[r], sc[r])
+
+
+@njit(fastmath=FASTMATH, cache=True)
+def _scale_cols(acct, alpha, rows):
+    """acct[:, :rows] *= alpha[:rows]: each query row's acc^T entries times its rescale
+    factor, along the rows."""
+    for x in range(acct.shape[0]):
+        ax = acct[x]
+        for r in range(rows):
+            ax[r] *= alpha[r]
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
@@ -562,12 +478,7 @@ def _kernel_cols(q, k, v, o, lse, br, bc, causal, scale2, int_t):
                     for r in range(min(max(k0 + c - off - q0, 0), rows)):
                         st[c, r] = -np.inf
             # row max, vertically over the key rows of S^T
-            for r in range(rows):
-                m_use[r] = m[r]
-            for c in range(cols):
-                sc = st[c]
-                for r in range(rows):
-                    m_use[r] = max(m_use[r], sc[r])
+            _row_max_cols(m_use, m, st, cols, rows)
             for r in range(rows):
                 if m[r] > -np.inf:                  # rescale what we had
                     alpha[r] = np.exp2(m[r] - m_use[r])
@@ -592,10 +503,7 @@ def _kernel_cols(q, k, v, o, lse, br, bc, causal, scale2, int_t):
                 for r in range(rows):
                     l[r] += sc[r]
             # acc^T = acc^T * alpha + V_j^T P^T
-            for x in range(d):
-                ax = acct[x]
-                for r in range(rows):
-                    ax[r] *= alpha[r]
+            _scale_cols(acct, alpha, rows)
             _pv_cols(acct, st, v[h], k0, cols, rows)
         for r in range(rows):
             if l[r] > 0:

@@ -6,8 +6,9 @@ PTX map, Q, dO and Y in 32 x 32 tiles whose top-left 16 x 16 is the lab's tile (
 fragment offset then reads known values instead of crashing), accumulators of an earlier
 query tile. Each is compared with a numpy model of the same fragment arithmetic, lane by
 lane on (32, n) arrays [lane, accumulator], through the maps of `flashcourse.cuda.ptx.mma`
-(and `tensor_core_parts`' model of one mma). Every model takes a `mistake` that replays one
-typical wrong implementation; a result that matches one gets its hint.
+(and lab 10's models of one mma and of a product with accumulators as the A operand, from
+`tensor_core_parts`, with its one-warp launcher and diagnoses). Every model takes a `mistake`
+that replays one typical wrong implementation; a result that matches one gets its hint.
 
 `check_kernel` runs the pre-pass and the kernel on ragged and causal shapes against the
 float64 backward (`reference.attention_backward`) on the same fp16 values; when they
@@ -26,9 +27,7 @@ from numba import cuda, float32, int32, uint32
 from .. import reference
 from ..constants import LOG2E
 from ..cuda.common._launch import simulator_lock
-from ..cuda.ptx import mma as M
 from ..geometry import ceil_div
-from ..gpu import using_simulator
 from ._harness import Case, Result, run_checks
 from .cuda_lab_kernel import _device
 from .kernel_source import kernel_guard
@@ -36,7 +35,8 @@ from .tensor_core_backward_lab import (_KERNEL_TOL, BC, BR, D, KA_WORDS, KERNEL_
                                        NO, NS, NT, O_ACC, S_ACC, _parts, kernel_inputs,
                                        lab_backward, make_delta_kernel)
 from .tensor_core_lab import source_cases
-from .tensor_core_parts import _from_a, _mma, q_fragment
+from .tensor_core_parts import (HINT_CI, _acc_a_model, _diagnoses, _launch, _mma_b_model,
+                                _part_diagnoses, _scratch, _tile, q_fragment)
 
 _RTOL, _ATOL = 1e-5, 1e-5        # one part on exact fragments: fp32 sums of fp16 products
 
@@ -72,9 +72,6 @@ HINT_S_OFFSETS = ("Your B fragment has its offsets swapped: load_b(tile, n0, k0,
 HINT_S_PAIRS = ("Your operands are paired the wrong way: S^T = K Q^T takes K's fragments (ka) "
                 "with Q (qs); dP^T = V dO^T takes V's (va) with dO (dos).",
                 "s from ka and qs; dp from va and dos.")
-HINT_CI = ("Your mma writes to the wrong accumulators: each n8 tile owns four consecutive "
-           "ones, tile n the entries 4 n .. 4 n + 3, and the mma's ci is where they start (an "
-           "index of n makes the tiles overlap).", "ci = 4 n for n8 tile n.")
 HINT_DS = ("Your P^T or dS^T is wrong: accumulator i of n8 tile n is key g + 8 (i // 2) and "
            "QUERY 8 n + 2 t + (i % 2) (the C map of the transposed tile), so its lse and D are "
            "lt and dl of that query; P = exp(scale S - lse) goes over s, dS = P (dP - D) over dp.",
@@ -167,20 +164,6 @@ HINT_KERNEL_STORE = _part_failing("check_store_grads", "store_grads")
 
 
 # -- the one-warp kernels that run one part -------------------------------------------------
-
-def _scratch() -> int:
-    return M.SIM_SCRATCH_PER_WARP if using_simulator() else 1
-
-
-def _launch(kernel, ins, outs, threads=NT):
-    """Run a one-block kernel on copies of `ins` and outputs shaped like `outs`, NaN-poisoned
-    (an entry never written shows); the outputs come back as float64."""
-    dev_in = [cuda.to_device(np.ascontiguousarray(x)) for x in ins]
-    dev_out = [cuda.to_device(np.full(np.shape(x), np.nan, np.float32)) for x in outs]
-    with simulator_lock():
-        kernel[1, threads](*dev_in, *dev_out)
-    return tuple(x.copy_to_host().astype(np.float64) for x in dev_out)
-
 
 @lru_cache(maxsize=None)
 def _scores_kernel(transposed_scores):
@@ -292,10 +275,7 @@ def scores_model(ktile, vtile, qs, dos, s, dp, mistake=None):
         out = np.array(prev, np.float32) if kept else np.zeros((NT, S_ACC), np.float32)
         for n in range(NS):
             for kk in range(KT):
-                n0, k0 = (16 * kk, 8 * n) if mistake == "offsets" else (8 * n, 16 * kk)
-                bt = tile[n0:n0 + 8, k0:k0 + 16].T            # B[kk, n] = tile[n0 + n, k0 + kk]
-                ci = n if mistake == "ci" else 4 * n
-                out[:, ci:ci + 4] = _mma(a[:, 16 * kk:16 * kk + 16], bt, out[:, ci:ci + 4])
+                _mma_b_model(out, a[:, 16 * kk:16 * kk + 16], tile, n, kk, mistake)
         outs.append(out)
     return tuple(outs)
 
@@ -339,19 +319,8 @@ def grad_model(x, ys, yt, acc, mistake=None) -> np.ndarray:
     """(32, O_ACC): acc after grad_tile, acc += X^T Y with X^T = x (each lane's accumulators)
     and Y transposed in yt (Y row-major in ys); mistakes: 'transpose' (B read from ys),
     'order', 'pairs' (pa's words or halves swapped), 'offsets', 'ci', 'overwrite'."""
-    out = np.zeros((NT, O_ACC), np.float32) if mistake == "overwrite" else np.array(acc,
-                                                                                    np.float32)
-    words = X_WORDS.get(mistake, X_WORDS[None])
-    x = np.asarray(x, np.float32)
     tile = ys if mistake == "transpose" else yt
-    for kp in range(KQ):
-        a = _from_a(np.stack([x[:, 8 * kp + words[i // 2][i % 2]] for i in range(8)], axis=1))
-        for n in range(NO):
-            n0, k0 = (16 * kp, 8 * n) if mistake == "offsets" else (8 * n, 16 * kp)
-            bt = tile[n0:n0 + 8, k0:k0 + 16].T              # B[kk, n] = tile[n0 + n, k0 + kk]
-            ci = n if mistake == "ci" else 4 * n
-            out[:, ci:ci + 4] = _mma(a, bt, out[:, ci:ci + 4])
-    return out
+    return _acc_a_model(x, tile, acc, KQ, X_WORDS.get(mistake, X_WORDS[None]), mistake)
 
 
 def store_model(dka, dva, k0, tk, d, scale, mistake=None):
@@ -372,25 +341,6 @@ def store_model(dka, dva, k0, tk, d, scale, mistake=None):
                     dk[key, col] = np.float32(a_k[lane, 4 * n + i] * np.float32(ks))
                     dv[key, col] = np.float32(a_v[lane, 4 * n + i] * np.float32(vs))
     return dk, dv
-
-
-def _near(a, b, rtol=_RTOL, atol=_ATOL) -> bool:
-    a = a if isinstance(a, tuple) else (a,)
-    b = b if isinstance(b, tuple) else (b,)
-    return all(np.shape(x) == np.shape(y) and np.allclose(np.asarray(x, np.float64),
-                                                          np.asarray(y, np.float64), rtol=rtol,
-                                                          atol=atol, equal_nan=True)
-               for x, y in zip(a, b))
-
-
-def _diagnoses(want, wrongs):
-    """A diagnosis for each (wrong result, hint) that differs from `want`."""
-    return [((lambda y, e, w=wrong: _near(y, w)), *hint) for wrong, hint in wrongs
-            if not _near(wrong, want)]
-
-
-def _tile(rng, shape):
-    return M.round_fp16(rng.standard_normal(shape)).astype(np.float32)
 
 
 # -- checker: row_delta ----------------------------------------------------------------------
@@ -565,12 +515,13 @@ def check_store_grads(store_grads, *, verbose: bool = True, hint_level: int = 1)
 
 # -- checker: the whole kernel ----------------------------------------------------------------
 
-#: (check, part, the hint when it fails and the kernel does too), in order
-PART_CHECKS = [(check_row_delta, "row_delta", HINT_KERNEL_DELTA),
-               (check_transposed_scores, "transposed_scores", HINT_KERNEL_SCORES),
-               (check_ds_tile, "ds_tile", HINT_KERNEL_DS),
-               (check_grad_tile, "grad_tile", HINT_KERNEL_GRAD),
-               (check_store_grads, "store_grads", HINT_KERNEL_STORE)]
+#: (check, the part it takes, the hint when it fails and the kernel does too), in order
+PART_CHECKS = [(check_row_delta, ("row_delta",), HINT_KERNEL_DELTA),
+               (check_transposed_scores, ("transposed_scores",), HINT_KERNEL_SCORES),
+               (check_ds_tile, ("ds_tile",), HINT_KERNEL_DS),
+               (check_grad_tile, ("grad_tile",), HINT_KERNEL_GRAD),
+               (check_store_grads, ("store_grads",), HINT_KERNEL_STORE)]
+
 
 def check_kernel(parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Your parts inside the pre-pass and the key-block kernel against the float64 backward
@@ -578,25 +529,12 @@ def check_kernel(parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
     rounded to fp16 before their products). A failure is named by the first part check that
     fails, else it says that all of them pass and what remains."""
     fns = _parts(parts)
-    results = {}
-
-    def part_fails(n):
-        def fired(_yours, _expected):
-            if n not in results:
-                check, name, _ = PART_CHECKS[n]
-                results[n] = check(fns[name], verbose=False)
-            return not results[n].passed
-        return fired
-
-    def all_parts_pass(yours, expected):
-        return all(not part_fails(n)(yours, expected) for n in range(len(PART_CHECKS)))
-
+    part_diagnoses = _part_diagnoses(PART_CHECKS, fns, HINT_KERNEL)
     cases = []
     for name, seed, tq, tk, d, causal in KERNEL_CASES:
         q, k, v, o, lse, do = kernel_inputs(seed, tq, tk, d, causal)
         _, dk_ref, dv_ref = reference.attention_backward(q, k, v, do, causal=causal)
-        diagnoses = [(part_fails(n), *hint) for n, (_, _, hint) in enumerate(PART_CHECKS)]
-        diagnoses.append((all_parts_pass, *HINT_KERNEL))
+        diagnoses = list(part_diagnoses)
 
         def run(f, ins=(q, k, v, o, lse, do), causal=causal, want=(dk_ref, dv_ref)):
             dk, dv = lab_backward(f, *ins, causal=causal)

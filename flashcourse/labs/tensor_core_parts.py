@@ -214,6 +214,33 @@ def q_fragment(qtile) -> np.ndarray:
     return words
 
 
+def _mma_b_model(out, a, tile, n, k16, mistake=None) -> None:
+    """One mma of a part, in place: out's n8 tile n (accumulators 4 n .. 4 n + 3) plus A
+    (16, 16) times the B fragment that load_b reads from `tile` for n8 tile n and k16 step
+    k16 (n0 = 8 n, k0 = 16 k16: B[kk, n] = tile[n0 + n, k0 + kk]); mistakes: 'offsets' (n0
+    and k0 swapped), 'ci' (tile n at entry n)."""
+    n0, k0 = (16 * k16, 8 * n) if mistake == "offsets" else (8 * n, 16 * k16)
+    b = tile[n0:n0 + 8, k0:k0 + 16].T                         # B[kk, n] = tile[n0 + n, k0 + kk]
+    ci = n if mistake == "ci" else 4 * n
+    out[:, ci:ci + 4] = _mma(a, b, out[:, ci:ci + 4])
+
+
+def _acc_a_model(x, tile, acc, k_steps, words, mistake=None) -> np.ndarray:
+    """(32, n): acc after acc += X Y, X the A operand packed from each lane's accumulators x
+    (k16 step kp: n8 tiles 2 kp and 2 kp + 1, each word the pair of entries `words` names,
+    mma.p_as_a_operand), Y by load_b from `tile` (`_mma_b_model`): pv_tile's O += P V and lab
+    10b's grad_tile. mistakes: those of `_mma_b_model`, 'overwrite' (acc reset first)."""
+    out = np.array(acc, np.float32)
+    if mistake == "overwrite":
+        out[:] = 0.0
+    x = np.asarray(x, np.float32)
+    for kp in range(k_steps):
+        a = _from_a(np.stack([x[:, 8 * kp + words[i // 2][i % 2]] for i in range(8)], axis=1))
+        for n in range(out.shape[1] // 4):
+            _mma_b_model(out, a, tile, n, kp, mistake)
+    return out
+
+
 def scores_model(qtile, ks, s, mistake=None) -> np.ndarray:
     """(32, S_ACC): scores_tile's accumulators of S = Q K^T for Q (16, 16 KT), K = ks[:16]
     (ks may be larger: a wrong offset reads it), s the accumulators before; mistakes:
@@ -222,10 +249,7 @@ def scores_model(qtile, ks, s, mistake=None) -> np.ndarray:
     out = np.array(s, np.float32) if mistake == "no_reset" else np.zeros((NT, S_ACC), np.float32)
     for n in range(NS):
         for kk in range(KT - 1 if mistake == "kt_short" else KT):
-            n0, k0 = (16 * kk, 8 * n) if mistake == "offsets" else (8 * n, 16 * kk)
-            b = ks[n0:n0 + 8, k0:k0 + 16].T                   # B[kk, n] = ks[n0 + n, k0 + kk]
-            ci = n if mistake == "ci" else 4 * n
-            out[:, ci:ci + 4] = _mma(qtile[:, 16 * kk:16 * kk + 16], b, out[:, ci:ci + 4])
+            _mma_b_model(out, qtile[:, 16 * kk:16 * kk + 16], ks, n, kk, mistake)
     return out
 
 
@@ -285,20 +309,8 @@ def pv_model(s, vt, acc, mistake=None) -> np.ndarray:
     V^T = vt[:16, :16] (vt may be larger); mistakes: 'p_order', 'p_pairs' (pa's words or
     halves swapped), 'v_as_k' (B[kk, n] = vt[kk, n]: V read like K), 'offsets' (n0 and k0
     swapped), 'ci' (tile n at entry n), 'overwrite' (acc reset first)."""
-    out = np.zeros((NT, O_ACC), np.float32) if mistake == "overwrite" else np.array(acc, np.float32)
-    words = P_WORDS.get(mistake, P_WORDS[None])
-    s = np.asarray(s, np.float32)
-    for kp in range(KP):
-        a = _from_a(np.stack([s[:, 8 * kp + words[i // 2][i % 2]] for i in range(8)], axis=1))
-        for n in range(NO):
-            if mistake == "v_as_k":
-                b = vt[16 * kp:16 * kp + 16, 8 * n:8 * n + 8]
-            else:
-                n0, k0 = (16 * kp, 8 * n) if mistake == "offsets" else (8 * n, 16 * kp)
-                b = vt[n0:n0 + 8, k0:k0 + 16].T             # B[kk, n] = vt[n0 + n, k0 + kk]
-            ci = n if mistake == "ci" else 4 * n
-            out[:, ci:ci + 4] = _mma(a, b, out[:, ci:ci + 4])
-    return out
+    tile = vt.T if mistake == "v_as_k" else vt               # V read like K: B = vt[kk, n]
+    return _acc_a_model(s, tile, acc, KP, P_WORDS.get(mistake, P_WORDS[None]), mistake)
 
 
 def kernel_model(q, k, v, *, causal=False, mistakes=None):
@@ -428,14 +440,15 @@ def _pv_kernel(pv_tile):
     return cuda.jit(kern)
 
 
-def _launch(kernel, ins, outs):
-    """Run a one-warp kernel on copies of `ins` (numpy) and outputs shaped like `outs`;
-    returns the outputs (NaN-poisoned before, so an entry never written shows) as float64,
-    so that the harness does not read float32 as a precision slip."""
+def _launch(kernel, ins, outs, threads=NT):
+    """Run a one-block kernel (one warp unless `threads` says otherwise) on copies of `ins`
+    (numpy) and outputs shaped like `outs`; returns the outputs (NaN-poisoned before, so an
+    entry never written shows) as float64, so that the harness does not read float32 as a
+    precision slip."""
     dev_in = [cuda.to_device(np.ascontiguousarray(x)) for x in ins]
     dev_out = [cuda.to_device(np.full(np.shape(x), np.nan, np.float32)) for x in outs]
     with simulator_lock():
-        kernel[1, NT](*dev_in, *dev_out)
+        kernel[1, threads](*dev_in, *dev_out)
     return tuple(x.copy_to_host().astype(np.float64) for x in dev_out)
 
 
@@ -600,33 +613,41 @@ def _mistake_matches(q, k, v, causal, part, mistake):
     return fired
 
 
-def check_kernel(parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
-    """Your parts inside the lab kernel against the numpy replay (and so the reference). A
-    failure is named by a part's typical mistake, else by the first part check that fails,
-    else it says that all of them pass and what remains."""
-    fns = _parts(parts)
+def _part_diagnoses(part_checks, fns, hint_kernel) -> list:
+    """The diagnoses of a kernel case that fails: each part check of `part_checks` ((check,
+    the names of the parts it takes, hint), in order) gives its hint when it fails on the
+    parts `fns`, and `hint_kernel` says what remains when all of them pass. A check runs
+    only when a case fails, and once for all the cases that share these diagnoses."""
     results = {}
 
     def part_fails(n):
         def fired(_yours, _expected):
             if n not in results:
-                check, names, _ = PART_CHECKS[n]
+                check, names, _ = part_checks[n]
                 results[n] = check(*(fns[x] for x in names), verbose=False)
             return not results[n].passed
         return fired
 
     def all_parts_pass(yours, expected):
-        return all(not part_fails(n)(yours, expected) for n in range(len(PART_CHECKS)))
+        return all(not part_fails(n)(yours, expected) for n in range(len(part_checks)))
 
+    return ([(part_fails(n), *hint) for n, (_, _, hint) in enumerate(part_checks)]
+            + [(all_parts_pass, *hint_kernel)])
+
+
+def check_kernel(parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Your parts inside the lab kernel against the numpy replay (and so the reference). A
+    failure is named by a part's typical mistake, else by the first part check that fails,
+    else it says that all of them pass and what remains."""
+    fns = _parts(parts)
+    part_diagnoses = _part_diagnoses(PART_CHECKS, fns, HINT_KERNEL)
     first, last = source_cases(tuple(fns.values()))
     cases = list(first)
     for name, seed, tq, tk, d, causal, spread, grow in KERNEL_CASES:
         q, k, v = _inputs(seed, tq, tk, d, spread, grow)
         want = replay(q, k, v, causal=causal)
         diagnoses = [(_mistake_matches(q, k, v, causal, part, mistake), *hint)
-                     for part, mistake, hint in KERNEL_MISTAKES]
-        diagnoses += [(part_fails(n), *hint) for n, (_, _, hint) in enumerate(PART_CHECKS)]
-        diagnoses.append((all_parts_pass, *HINT_KERNEL))
+                     for part, mistake, hint in KERNEL_MISTAKES] + part_diagnoses
 
         def run(f, q=q, k=k, v=v, causal=causal, want=want):
             o, lse = lab_forward(f, q, k, v, causal=causal)

@@ -2,8 +2,8 @@
 
 `flashcourse.cpu.forward` (v3) with its tile loop driven by a block mask: the same
 transposed tiles (S^T (Bc, Br), Q_i^T and acc^T (d, Br)), the same micro-kernels
-(`cpu._scores_cols`, `cpu._pv_cols`, the exp2 polynomial `cpu.exp2_row`), and per
-work item (b, h, query block i):
+(`cpu._scores_cols`, `cpu._pv_cols`, `cpu._row_max_cols`, `cpu._scale_cols`, the exp2
+polynomial `cpu.exp2_row`), and per work item (b, h, query block i):
 
     for each full key block, then each partial one (never an empty one):
         S^T = (scale Q_i) K_j^T                 natural-log units
@@ -26,9 +26,9 @@ The backward (`backward`) is two plain loop kernels, the lesson's version rather
 tuned one: `_kernel_dkdv`, one work item per (b, kv head, key block j), sums dK_j and
 dV_j over the query blocks q_indices / full_q_indices list and over the GQA group, so
 no two threads write the same rows; `_kernel_dq`, one work item per (b, h, query block
-i), sums dQ_i over its key blocks. Each recomputes P and dS (`_pair_grad`), so the
-backward forms every visible tile twice: the price of having no atomic adds on the CPU
-(FlashAttention-2's GPU backward adds dQ atomically instead).
+i), sums dQ_i over its key blocks. Each recomputes P and dS (`_add_tile_grads`, pair by
+pair: `_pair_grad`), so the backward forms every visible tile twice: the price of having
+no atomic adds on the CPU (FlashAttention-2's GPU backward adds dQ atomically instead).
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ import numpy as np
 from numba import njit, prange
 
 from ..constants import LOG2E
-from ..cpu import FASTMATH, _int_like, _launch, _pv_cols, _scores_cols, exp2_row
+from ..cpu import (FASTMATH, _int_like, _launch, _pv_cols, _row_max_cols, _scale_cols,
+                   _scores_cols, exp2_row)
 from .mods import compiled_mask, compiled_score
 from .inputs import check_grad_inputs, check_result
 from .mods import always_visible, resolve_grad, unchanged_score
@@ -54,6 +55,18 @@ def _listed(num, idx, full_num, full_idx, bi, hi, row, t):
     return np.int64(idx[bi, hi, row, t - n_full]), True
 
 
+@njit(cache=True)
+def _query_item(it, nqb, n_heads, group, nb_m, nh_m):
+    """The ids of work item `it` = (b, h, query block i) of a query-major kernel:
+    (head = b Hq + h, i, b, h, kvh = b Hkv + h // group: its key/value head, bi, hi: its
+    row of the block mask, 0 where the mask has one batch or head for all)."""
+    head = it // nqb
+    b = head // n_heads
+    h = head % n_heads
+    kvh = b * (n_heads // group) + h // group
+    return head, it % nqb, b, h, kvh, b if nb_m > 1 else 0, h if nh_m > 1 else 0
+
+
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
 def _kernel(q, k, v, o, lse, n_heads, group, br, bc, kv_num, kv_idx, full_num, full_idx,
             mask_fn, score_fn, has_score, sinks, has_sinks, scale, log2e, int_t, counts):
@@ -64,17 +77,10 @@ def _kernel(q, k, v, o, lse, n_heads, group, br, bc, kv_num, kv_idx, full_num, f
     tk = k.shape[1]
     nqb = (tq + br - 1) // br
     nb_m, nh_m = kv_num.shape[0], kv_num.shape[1]
-    kv_heads = n_heads // group
     dt = q.dtype
     for item in prange(bh * nqb):
         it = np.int64(item)
-        head = it // nqb
-        i_blk = it % nqb
-        b = head // n_heads
-        h = head % n_heads
-        kvh = b * kv_heads + h // group
-        bi = b if nb_m > 1 else 0
-        hi = h if nh_m > 1 else 0
+        head, i_blk, b, h, kvh, bi, hi = _query_item(it, nqb, n_heads, group, nb_m, nh_m)
         q0 = i_blk * br
         rows = min(q0 + br, tq) - q0
         qt = np.empty((d, br), dt)                  # (d, Br)  scale Q_i^T
@@ -105,12 +111,7 @@ def _kernel(q, k, v, o, lse, n_heads, group, br, bc, kv_num, kv_idx, full_num, f
                     for r in range(rows):
                         if not mask_fn(b, h, q0 + r, k0 + c):
                             st[c, r] = -np.inf
-            for r in range(rows):
-                m_use[r] = m[r]
-            for c in range(cols):
-                sc = st[c]
-                for r in range(rows):
-                    m_use[r] = max(m_use[r], sc[r])
+            _row_max_cols(m_use, m, st, cols, rows)
             for r in range(rows):
                 alpha[r] = np.exp(m[r] - m_use[r]) if m[r] > -np.inf else 0
                 m[r] = m_use[r]
@@ -126,10 +127,7 @@ def _kernel(q, k, v, o, lse, n_heads, group, br, bc, kv_num, kv_idx, full_num, f
                     if tmp[r] == -np.inf:
                         sc[r] = 0
                     l[r] += sc[r]
-            for x in range(d):
-                ax = acct[x]
-                for r in range(rows):
-                    ax[r] *= alpha[r]
+            _scale_cols(acct, alpha, rows)
             _pv_cols(acct, st, v[kvh], k0, cols, rows)
         if has_sinks:
             sink = dt.type(sinks[h])
@@ -213,12 +211,43 @@ def _pair_grad(q_r, k_c, v_c, do_r, lse_r, delta_r, scale, b, h, qi, ki, check_m
     return p, ds
 
 
+@njit(fastmath=FASTMATH, cache=True)
+def _add_tile_grads(dq, dk, dv, key_major, counts, q, k, v, do, lse, delta, head, kvh, q0,
+                    rows, k0, cols, b, h, partial, mask_fn, score_fn, grad_fn, has_score,
+                    scale):
+    """P and dS of every pair of the tile of query rows q0.. and key rows k0..
+    (`_pair_grad`, the mask checked on a partial tile only), added into the key rows of
+    dK and dV (key_major) or into the query rows of dQ. Counts the tile and its mask
+    evaluations in counts (2,)."""
+    counts[0] += 1
+    if partial:
+        counts[1] += rows * cols
+    d = q.shape[2]
+    for r in range(rows):
+        qi = q0 + r
+        for c in range(cols):
+            p, ds = _pair_grad(q[head, qi], k[kvh, k0 + c], v[kvh, k0 + c], do[head, qi],
+                               lse[head, qi], delta[head, qi], scale, b, h, qi, k0 + c,
+                               partial, mask_fn, score_fn, grad_fn, has_score)
+            if p == 0.0:
+                continue
+            if key_major:                           # dV_j += P^T dO_i, dK_j += dS^T Q_i
+                for x in range(d):
+                    dv[kvh, k0 + c, x] += p * do[head, qi, x]
+                    dk[kvh, k0 + c, x] += scale * ds * q[head, qi, x]
+            else:                                   # dQ_i += dS K_j
+                for x in range(d):
+                    dq[head, qi, x] += scale * ds * k[kvh, k0 + c, x]
+
+
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
-def _kernel_dkdv(q, k, v, do, lse, delta, dk, dv, n_heads, group, br, bc, q_num, q_idx,
-                 full_num, full_idx, mask_fn, score_fn, grad_fn, has_score, scale, counts):
+def _kernel_dkdv(q, k, v, do, lse, delta, dq, dk, dv, n_heads, group, br, bc, q_num,
+                 q_idx, full_num, full_idx, mask_fn, score_fn, grad_fn, has_score, scale,
+                 counts):
     """One work item per (b, kv head, key block j): dK_j, dV_j (Bc, d) summed over the
-    GQA group's query heads and the query blocks the block mask lists for j."""
-    bhq, tq, d = q.shape
+    GQA group's query heads and the query blocks the block mask lists for j (dq is not
+    written)."""
+    bhq, tq, _ = q.shape
     bhk, tk, _ = k.shape
     nkb = (tk + bc - 1) // bc
     nb_m, nh_m = q_num.shape[0], q_num.shape[1]
@@ -239,62 +268,32 @@ def _kernel_dkdv(q, k, v, do, lse, delta, dk, dv, n_heads, group, br, bc, q_num,
                 i, partial = _listed(q_num, q_idx, full_num, full_idx, bi, hi, j, t)
                 q0 = i * br
                 rows = min(q0 + br, tq) - q0
-                counts[it, 0] += 1
-                if partial:
-                    counts[it, 1] += rows * cols
-                for r in range(rows):
-                    qi = q0 + r
-                    for c in range(cols):
-                        p, ds = _pair_grad(q[head, qi], k[kvh, k0 + c], v[kvh, k0 + c],
-                                           do[head, qi], lse[head, qi], delta[head, qi],
-                                           scale, b, h, qi, k0 + c, partial, mask_fn,
-                                           score_fn, grad_fn, has_score)
-                        if p == 0.0:
-                            continue
-                        for x in range(d):
-                            dv[kvh, k0 + c, x] += p * do[head, qi, x]
-                            dk[kvh, k0 + c, x] += scale * ds * q[head, qi, x]
+                _add_tile_grads(dq, dk, dv, True, counts[it], q, k, v, do, lse, delta, head,
+                                kvh, q0, rows, k0, cols, b, h, partial, mask_fn, score_fn,
+                                grad_fn, has_score, scale)
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
-def _kernel_dq(q, k, v, do, lse, delta, dq, n_heads, group, br, bc, kv_num, kv_idx,
+def _kernel_dq(q, k, v, do, lse, delta, dq, dk, dv, n_heads, group, br, bc, kv_num, kv_idx,
                full_num, full_idx, mask_fn, score_fn, grad_fn, has_score, scale, counts):
     """One work item per (b, h, query block i): dQ_i (Br, d) summed over the key blocks
-    the block mask lists for i."""
-    bhq, tq, d = q.shape
+    the block mask lists for i (dk, dv are not written)."""
+    bhq, tq, _ = q.shape
     tk = k.shape[1]
     nqb = (tq + br - 1) // br
     nb_m, nh_m = kv_num.shape[0], kv_num.shape[1]
-    kv_heads = n_heads // group
     for item in prange(bhq * nqb):
         it = np.int64(item)
-        head = it // nqb
-        i = it % nqb
-        b = head // n_heads
-        h = head % n_heads
-        kvh = b * kv_heads + h // group
-        bi = b if nb_m > 1 else 0
-        hi = h if nh_m > 1 else 0
+        head, i, b, h, kvh, bi, hi = _query_item(it, nqb, n_heads, group, nb_m, nh_m)
         q0 = i * br
         rows = min(q0 + br, tq) - q0
         for t in range(full_num[bi, hi, i] + kv_num[bi, hi, i]):
             j, partial = _listed(kv_num, kv_idx, full_num, full_idx, bi, hi, i, t)
             k0 = j * bc
             cols = min(k0 + bc, tk) - k0
-            counts[it, 0] += 1
-            if partial:
-                counts[it, 1] += rows * cols
-            for r in range(rows):
-                qi = q0 + r
-                for c in range(cols):
-                    p, ds = _pair_grad(q[head, qi], k[kvh, k0 + c], v[kvh, k0 + c],
-                                       do[head, qi], lse[head, qi], delta[head, qi],
-                                       scale, b, h, qi, k0 + c, partial, mask_fn,
-                                       score_fn, grad_fn, has_score)
-                    if p == 0.0:
-                        continue
-                    for x in range(d):
-                        dq[head, qi, x] += scale * ds * k[kvh, k0 + c, x]
+            _add_tile_grads(dq, dk, dv, False, counts[it], q, k, v, do, lse, delta, head, kvh,
+                            q0, rows, k0, cols, b, h, partial, mask_fn, score_fn, grad_fn,
+                            has_score, scale)
 
 
 def backward(q, k, v, o, lse, do, *, block_mask=None, score_mod=None, score_mod_grad=None,
@@ -325,11 +324,11 @@ def backward(q, k, v, o, lse, do, *, block_mask=None, score_mod=None, score_mod_
     items_q = qf.shape[0] * -(-p.tq // br)
     per_kv = np.zeros((items_kv, 2), np.int64)
     per_q = np.zeros((items_q, 2), np.int64)
-    _launch(_kernel_dkdv, items_kv, qf, kf, vf, dof, lse_f, delta_f, dk, dv, p.heads,
+    _launch(_kernel_dkdv, items_kv, qf, kf, vf, dof, lse_f, delta_f, dq, dk, dv, p.heads,
             p.group, br, bc, bm.q_num_blocks, bm.q_indices, bm.full_q_num_blocks,
             bm.full_q_indices, *fns, per_kv)
-    _launch(_kernel_dq, items_q, qf, kf, vf, dof, lse_f, delta_f, dq, p.heads, p.group,
-            br, bc, bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks,
+    _launch(_kernel_dq, items_q, qf, kf, vf, dof, lse_f, delta_f, dq, dk, dv, p.heads,
+            p.group, br, bc, bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks,
             bm.full_kv_indices, *fns, per_q)
     counts["tiles"] = int(per_kv[:, 0].sum() + per_q[:, 0].sum())
     counts["mask_evaluations"] = int(per_kv[:, 1].sum() + per_q[:, 1].sum())
