@@ -293,11 +293,14 @@ MASK_MISTAKES = [
     ("col > row + off", "col >= row + off", L.HINT_MASK_DIAGONAL),
     ("if col >= tk or (causal != 0 and col > row + off):",
      "if causal != 0 and col > row + off:", L.HINT_MASK_NO_TK),
+    ("col = k0 + 8 * n + 2 * t + (i % 2)", "col = 8 * n + 2 * t + (i % 2)", L.HINT_MASK_K0),
+    ("row = q0 + g + 8 * (i // 2)", "row = g + 8 * (i // 2)", L.HINT_MASK_Q0),
 ]
 
 
 @pytest.mark.parametrize("old,new,hint", MASK_MISTAKES,
-                         ids=["rows", "top-left", "edge", "tile", "diagonal", "no-tk"])
+                         ids=["rows", "top-left", "edge", "tile", "diagonal", "no-tk", "no-k0",
+                              "no-q0"])
 def test_mask_mistakes_get_their_hint(old, new, hint):
     assert_hint(L.check_mask, mutate(LAB, "mask_tile", old, new), hint[0])
 

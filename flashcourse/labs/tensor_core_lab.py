@@ -582,23 +582,36 @@ HINT_MASK_NO_TK = ("Your mask leaves the keys past the end visible: in the last 
                    "Hide col >= tk as well as (causal) col > row + off.")
 HINT_MASK_TILE = ("Your column ignores the n8 tile: accumulators of tile n sit 8 n columns "
                   "further right.", "col = k0 + 8 n + 2 t + (i % 2).")
+HINT_MASK_K0 = ("Your columns start from 0 in every key tile: the tile's first key is k0, so "
+                "accumulator i of n8 tile n holds key k0 + 8 n + 2 t + (i % 2) (without k0 a "
+                "later tile's keys look like the first tile's: none past tk, none after the "
+                "diagonal).", "col = k0 + 8 n + 2 t + (i % 2).")
+HINT_MASK_Q0 = ("Your rows start from 0 in every query block: the block's first row is q0, so "
+                "the lane's rows are q0 + g and q0 + g + 8, and the causal test compares the "
+                "key with that row + off.", "row = q0 + g + 8 (i // 2).")
 
-#: (k0, q0, tk, causal, off): key tile start, query block start, Tk, causal, Tk - Tq
-#: (the ragged tile ends 5 keys in: a column without 8 n then still reaches past tk)
-MASK_CASES = [(16, 0, 21, 0, 0), (0, 0, 16, 1, 0), (16, 16, 40, 1, 8), (0, 16, 20, 1, -12)]
+#: (k0, q0, tk, causal, off): key tile start, query block start, Tk, causal, Tk - Tq. The
+#: first tells every mistake of check_mask from the right mask and from each other (a later
+#: causal tile cut by Tk: without k0 or q0 it looks like another tile); in the second, the
+#: ragged tile ends 5 keys in: a column without 8 n then still reaches past tk
+MASK_CASES = [(16, 16, 28, 1, 4), (16, 0, 21, 0, 0), (0, 0, 16, 1, 0), (16, 16, 40, 1, 8),
+              (0, 16, 20, 1, -12)]
 
 
 def mask_model(k0, q0, tk, causal, off, mistake=None):
     """(32, 4 NS) bool: which accumulators the mask hides, optionally with one mistake:
     'rows' (row g for all four), 'top_left' (off = 0), 'edge' (col > tk), 'tile' (no 8 n),
-    'diagonal' (col >= row + off hidden), 'no_tk' (no test against tk)."""
+    'diagonal' (col >= row + off hidden), 'no_tk' (no test against tk), 'no_k0' (columns
+    without k0), 'no_q0' (rows without q0)."""
     out = np.zeros((NT, 4 * NS), bool)
     for lane in range(NT):
         g, t = lane // 4, lane % 4
         for n in range(NS):
             for i in range(4):
-                col = k0 + (0 if mistake == "tile" else 8 * n) + 2 * t + (i % 2)
-                row = q0 + g + (0 if mistake == "rows" else 8 * (i // 2))
+                c0 = 0 if mistake == "no_k0" else k0
+                r0 = 0 if mistake == "no_q0" else q0
+                col = c0 + (0 if mistake == "tile" else 8 * n) + 2 * t + (i % 2)
+                row = r0 + g + (0 if mistake == "rows" else 8 * (i // 2))
                 o = 0 if mistake == "top_left" else off
                 past = col > tk if mistake == "edge" else col >= tk
                 after = col >= row + o if mistake == "diagonal" else col > row + o
@@ -624,7 +637,8 @@ def check_mask(mask_tile, *, verbose: bool = True, hint_level: int = 1) -> Resul
     cases = []
     mistakes = [("rows", HINT_MASK_ROWS), ("top_left", HINT_MASK_TOPLEFT),
                 ("edge", HINT_MASK_EDGE), ("tile", HINT_MASK_TILE),
-                ("diagonal", HINT_MASK_DIAGONAL), ("no_tk", HINT_MASK_NO_TK)]
+                ("diagonal", HINT_MASK_DIAGONAL), ("no_tk", HINT_MASK_NO_TK),
+                ("no_k0", HINT_MASK_K0), ("no_q0", HINT_MASK_Q0)]
     for k0, q0, tk, causal, off in MASK_CASES:
         want = mask_model(k0, q0, tk, causal, off).astype(np.int64)
         wrongs = [(mask_model(k0, q0, tk, causal, off, m).astype(np.int64), h)
