@@ -129,6 +129,10 @@ PART_MISTAKES = {
     "exp2": (SOFTMAX, [("p = math.exp(s[4 * n + 2 * hf + c] - m_use)",
                         "p = math.exp2(s[4 * n + 2 * hf + c] - m_use)")], P.HINT_SOFTMAX_EXP2,
              False),
+    "exp2-both": (SOFTMAX, [("p = math.exp(s[4 * n + 2 * hf + c] - m_use)",
+                             "p = math.exp2(s[4 * n + 2 * hf + c] - m_use)"),
+                            ("alpha = math.exp(m[hf] - m_use)",
+                             "alpha = math.exp2(m[hf] - m_use)")], P.HINT_SOFTMAX_EXP2, True),
     "s-float64": ("scores_tile", [("s[x] = F0", "s[x] = 0.0")], HINT_FLOAT64, False),
     "no-rescale": (SOFTMAX, [("alpha = math.exp(m[hf] - m_use)", "alpha = math.exp(F0)")],
                    P.HINT_RESCALE, True),
@@ -191,6 +195,38 @@ def test_kernel_names_the_failing_part_check(lab):
                                      "mma(qa, 4 * kk, b, s, 4 * n, scr, w)\n"
                                      "            mma(qa, 4 * kk, b, s, 4 * n, scr, w)")])
     assert_hint(P.check_kernel, parts_of(lab, scores_tile=wrong), P.HINT_KERNEL_SCORES[0])
+
+
+B_PAIRS = ("b[w] = pack(tile[n0 + g, kk], tile[n0 + g, kk + 1])",
+           "b[w] = pack(tile[n0 + g, kk + 1], tile[n0 + g, kk])")
+A_PAIRS = ("pack(tile[row, col], tile[row, col + 1])", "pack(tile[row, col + 1], tile[row, col])")
+B_T = ("b[w] = pack(tile[n0 + g, kk], tile[n0 + g, kk + 1])",
+       "b[w] = pack(tile[kk, n0 + g], tile[kk + 1, n0 + g])")
+QUAD_IDLE = ("    x = max(x, shfl_xor(x, 1, red, lane))\n    x = max(x, shfl_xor(x, 2, red, lane))",
+             "    max(x, shfl_xor(x, 1, red, lane))\n    max(x, shfl_xor(x, 2, red, lane))")
+
+#: a wrong helper under a right part: (edits, the check, the part it runs, the hint). A wrong
+#: load_b or quad_max can give exactly a part mistake's output (load_b with its words' halves
+#: swapped: pv_tile's P halves swapped; load_b transposed: V read like K; a quad_max that
+#: reduces nothing: no quad max in softmax_tile), so the helper is named instead.
+HELPER_MISTAKES = {
+    "pv-load_b-pairs": ([B_PAIRS], P.check_pv_tile, "pv_tile", P.HINT_PV_LOAD_B),
+    "pv-load_b-transposed": ([B_T], P.check_pv_tile, "pv_tile", P.HINT_PV_LOAD_B),
+    "scores-load_b-pairs": ([B_PAIRS], P.check_scores_tile, "scores_tile",
+                            P.HINT_SCORES_LOAD_B),
+    "softmax-quad_max-idle": ([QUAD_IDLE], P.check_softmax_tile, "softmax_tile",
+                              P.HINT_SOFTMAX_QUAD),
+    "kernel-both-loads-pairs": ([A_PAIRS, B_PAIRS], P.check_kernel, None,
+                                P.HINT_KERNEL_FRAGMENTS),
+    "kernel-quad_max-idle": ([QUAD_IDLE], P.check_kernel, None, P.HINT_KERNEL_QUAD),
+}
+
+
+@pytest.mark.parametrize("key", sorted(HELPER_MISTAKES))
+def test_a_wrong_helper_is_named_before_the_parts_mistakes(key):
+    edits, check, part, hint = HELPER_MISTAKES[key]
+    ns = functions_of(LAB, replace=edits)
+    assert_hint(check, ns[part] if part else parts_of(ns), hint[0])
 
 
 # a pv_tile that returns at once when vt is not the part check's 32 rows
@@ -257,11 +293,14 @@ MASK_MISTAKES = [
     ("col > row + off", "col >= row + off", L.HINT_MASK_DIAGONAL),
     ("if col >= tk or (causal != 0 and col > row + off):",
      "if causal != 0 and col > row + off:", L.HINT_MASK_NO_TK),
+    ("col = k0 + 8 * n + 2 * t + (i % 2)", "col = 8 * n + 2 * t + (i % 2)", L.HINT_MASK_K0),
+    ("row = q0 + g + 8 * (i // 2)", "row = g + 8 * (i // 2)", L.HINT_MASK_Q0),
 ]
 
 
 @pytest.mark.parametrize("old,new,hint", MASK_MISTAKES,
-                         ids=["rows", "top-left", "edge", "tile", "diagonal", "no-tk"])
+                         ids=["rows", "top-left", "edge", "tile", "diagonal", "no-tk", "no-k0",
+                              "no-q0"])
 def test_mask_mistakes_get_their_hint(old, new, hint):
     assert_hint(L.check_mask, mutate(LAB, "mask_tile", old, new), hint[0])
 

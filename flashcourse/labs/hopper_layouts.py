@@ -234,8 +234,9 @@ HINT_MODES = (
     "rows (2 chunks), 2 for 64 (4), 3 for 128 (8); None leaves the offset as it is.",
     "The mask of row bits is (row bytes / 16) - 1: 1, 3, 7.")
 HINT_MODES_MASK = (
-    "One mode's mask for all: the XOR takes log2(row bytes / 16) row bits, so the mask is 1 "
-    "for 32-byte rows, 3 for 64-byte rows, 7 for 128-byte rows.",
+    "Your mask of row bits is wrong for this mode: the XOR takes log2(row bytes / 16) row "
+    "bits, so the mask is 1 for 32-byte rows, 3 for 64-byte rows, 7 for 128-byte rows (row "
+    "bytes / 16 - 1: row bytes / 16 itself, 2, 4, 8, is a single bit).",
     "A table {32: 1, 64: 3, 128: 7}, or (swizzle // 16) - 1.")
 HINT_MODES_NONE = ("With swizzle None the offset stays as it is.",
                    "Return the offset unchanged when swizzle is None.")

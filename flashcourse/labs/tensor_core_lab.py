@@ -18,7 +18,8 @@ learner writes, as Numba device functions:
 `mma(a, ai, b, c, ci, scr, w)` and `pack(lo, hi)` are given: the mma.sync intrinsic and the
 cvt to f16x2 on a GPU, their simulator twins (`flashcourse.cuda.ptx.mma.device_ops`) without one.
 `w` = [lane, parity] (the simulator's fragment exchange alternates two scratch buffers).
-`lab_forward(parts, q, k, v)` runs the kernel. Here: `check_fragments`, `check_quad` and the
+`lab_forward(parts, q, k, v)` runs the kernel. Here: `check_fragments`, `check_quad` (and
+`load_b_fails`, `quad_max_fails`, which the part checkers ask first) and the
 going-further `check_mask`, and `replay`, the kernel's arithmetic in numpy (fp16 rounding of
 Q, K, V and P); `tensor_core_parts` checks scores_tile, softmax_tile and pv_tile each alone
 and the whole kernel (`check_kernel`). Every checker also reads the source: float64
@@ -410,6 +411,40 @@ def check_fragments(load_a, load_b, *, verbose: bool = True, hint_level: int = 1
                       verbose=verbose, hint_level=hint_level)
 
 
+@lru_cache(maxsize=None)
+def _load_b_kernel(load_b):
+    def kern(tile, words_b, n0, k0):
+        lane = cuda.threadIdx.x
+        b = cuda.local.array(2, uint32)
+        load_b(tile, n0, k0, lane, b)
+        for x in range(2):
+            words_b[lane, x] = b[x]
+    return cuda.jit(kern)
+
+
+def load_b_fails(load_b) -> bool:
+    """Whether your load_b puts a wrong element in some lane's B fragment at check_fragments'
+    two offsets, or raises there (scores_tile and pv_tile call it: their checkers ask this
+    before they name a mistake of their own)."""
+    tile = M.round_fp16(np.random.default_rng(10).standard_normal((32, 32)))   # (32, 32)
+    try:
+        kernel_guard(load_b, "load_b")
+        kern = _load_b_kernel(_device(load_b))
+        for n0, k0 in ((0, 0), (16, 8)):
+            words = cuda.to_device(np.zeros((NT, 2), np.uint32))
+            with simulator_lock():
+                kern[1, NT](cuda.to_device(tile.astype(np.float32)), words, np.int32(n0),
+                            np.int32(k0))
+            lo, hi = M.unpack_pair_model(words.copy_to_host(), "fp16")
+            got = np.stack([lo, hi], axis=-1).reshape(NT, -1).astype(np.float64)
+            want = _by_map(tile, lambda L, i: M.b_m16n8k16(L, i)[::-1], 4, n0, k0)
+            if not np.array_equal(got, want):
+                return True
+    except Exception:       # noqa: BLE001  (a load_b that raises is a load_b that fails)
+        return True
+    return False
+
+
 # -- checker 2: the quad reductions ------------------------------------------------------------
 
 def check_quad(quad_max, quad_sum, *, verbose: bool = True, hint_level: int = 1) -> Result:
@@ -438,6 +473,18 @@ def check_quad(quad_max, quad_sum, *, verbose: bool = True, hint_level: int = 1)
     cases += last
     return run_checks("quad_max and quad_sum", (quad_max, quad_sum), cases, verbose=verbose,
                       hint_level=hint_level)
+
+
+def quad_max_fails(quad_max) -> bool:
+    """Whether your quad_max leaves some lane without the max over its quad, or raises
+    (softmax_tile calls it: its checker asks this before it names a mistake of its own)."""
+    x = np.random.default_rng(11).standard_normal(NT).astype(np.float32)
+    try:
+        kernel_guard(quad_max, "quad_max")
+        got = run_reductions(quad_max, quad_max, x)[0]
+    except Exception:       # noqa: BLE001  (a quad_max that raises is a quad_max that fails)
+        return True
+    return not np.allclose(got, xor_steps(x, np.maximum, (1, 2)), rtol=1e-6, atol=1e-6)
 
 
 # -- the replay: the lab kernel's arithmetic in numpy (check_kernel's reference) ---------------
@@ -535,23 +582,36 @@ HINT_MASK_NO_TK = ("Your mask leaves the keys past the end visible: in the last 
                    "Hide col >= tk as well as (causal) col > row + off.")
 HINT_MASK_TILE = ("Your column ignores the n8 tile: accumulators of tile n sit 8 n columns "
                   "further right.", "col = k0 + 8 n + 2 t + (i % 2).")
+HINT_MASK_K0 = ("Your columns start from 0 in every key tile: the tile's first key is k0, so "
+                "accumulator i of n8 tile n holds key k0 + 8 n + 2 t + (i % 2) (without k0 a "
+                "later tile's keys look like the first tile's: none past tk, none after the "
+                "diagonal).", "col = k0 + 8 n + 2 t + (i % 2).")
+HINT_MASK_Q0 = ("Your rows start from 0 in every query block: the block's first row is q0, so "
+                "the lane's rows are q0 + g and q0 + g + 8, and the causal test compares the "
+                "key with that row + off.", "row = q0 + g + 8 (i // 2).")
 
-#: (k0, q0, tk, causal, off): key tile start, query block start, Tk, causal, Tk - Tq
-#: (the ragged tile ends 5 keys in: a column without 8 n then still reaches past tk)
-MASK_CASES = [(16, 0, 21, 0, 0), (0, 0, 16, 1, 0), (16, 16, 40, 1, 8), (0, 16, 20, 1, -12)]
+#: (k0, q0, tk, causal, off): key tile start, query block start, Tk, causal, Tk - Tq. The
+#: first tells every mistake of check_mask from the right mask and from each other (a later
+#: causal tile cut by Tk: without k0 or q0 it looks like another tile); in the second, the
+#: ragged tile ends 5 keys in: a column without 8 n then still reaches past tk
+MASK_CASES = [(16, 16, 28, 1, 4), (16, 0, 21, 0, 0), (0, 0, 16, 1, 0), (16, 16, 40, 1, 8),
+              (0, 16, 20, 1, -12)]
 
 
 def mask_model(k0, q0, tk, causal, off, mistake=None):
     """(32, 4 NS) bool: which accumulators the mask hides, optionally with one mistake:
     'rows' (row g for all four), 'top_left' (off = 0), 'edge' (col > tk), 'tile' (no 8 n),
-    'diagonal' (col >= row + off hidden), 'no_tk' (no test against tk)."""
+    'diagonal' (col >= row + off hidden), 'no_tk' (no test against tk), 'no_k0' (columns
+    without k0), 'no_q0' (rows without q0)."""
     out = np.zeros((NT, 4 * NS), bool)
     for lane in range(NT):
         g, t = lane // 4, lane % 4
         for n in range(NS):
             for i in range(4):
-                col = k0 + (0 if mistake == "tile" else 8 * n) + 2 * t + (i % 2)
-                row = q0 + g + (0 if mistake == "rows" else 8 * (i // 2))
+                c0 = 0 if mistake == "no_k0" else k0
+                r0 = 0 if mistake == "no_q0" else q0
+                col = c0 + (0 if mistake == "tile" else 8 * n) + 2 * t + (i % 2)
+                row = r0 + g + (0 if mistake == "rows" else 8 * (i // 2))
                 o = 0 if mistake == "top_left" else off
                 past = col > tk if mistake == "edge" else col >= tk
                 after = col >= row + o if mistake == "diagonal" else col > row + o
@@ -577,7 +637,8 @@ def check_mask(mask_tile, *, verbose: bool = True, hint_level: int = 1) -> Resul
     cases = []
     mistakes = [("rows", HINT_MASK_ROWS), ("top_left", HINT_MASK_TOPLEFT),
                 ("edge", HINT_MASK_EDGE), ("tile", HINT_MASK_TILE),
-                ("diagonal", HINT_MASK_DIAGONAL), ("no_tk", HINT_MASK_NO_TK)]
+                ("diagonal", HINT_MASK_DIAGONAL), ("no_tk", HINT_MASK_NO_TK),
+                ("no_k0", HINT_MASK_K0), ("no_q0", HINT_MASK_Q0)]
     for k0, q0, tk, causal, off in MASK_CASES:
         want = mask_model(k0, q0, tk, causal, off).astype(np.int64)
         wrongs = [(mask_model(k0, q0, tk, causal, off, m).astype(np.int64), h)

@@ -9,13 +9,15 @@ arrays [lane, accumulator], through the fragment maps of `flashcourse.cuda.ptx.m
 model takes a `mistake` that replays one typical wrong implementation; a result that
 matches one gets its hint. The part uses the learner's own helpers, found by name where it
 is defined (scores_tile and pv_tile call load_b, softmax_tile quad_max): check_fragments and
-check_quad come first.
+check_quad come first, and a part check that fails asks first whether its helper does
+(`load_b_fails`, `quad_max_fails`): a wrong helper can give exactly the output of one of
+the part's own mistakes.
 
 `kernel_model` composes the three models with the skeleton's mask and epilogue into the
-whole lab kernel, so `check_kernel` names a part's mistake from the kernel's output too.
-When no mistake matches, it runs the part checks and says which one fails, or that all of
-them pass and what remains: where the parts meet the mask, the state kept between key
-tiles, and the epilogue.
+whole lab kernel, so `check_kernel` names a part's mistake from the kernel's output too,
+once check_fragments and check_quad pass. When no mistake matches, it runs the part checks
+and says which one fails, or that all of them pass and what remains: where the parts meet
+the mask, the state kept between key tiles, and the epilogue.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from ..cuda.common._launch import simulator_lock
 from ..gpu import using_simulator
 from ._harness import Case, Result, run_checks
 from .cuda_lab_kernel import _device
-from .kernel_source import kernel_guard
+from .kernel_source import kernel_guard, py_func
 from .tensor_core_lab import (BC, BR, D, KERNEL_CASES, KP, KT, NO, NS, NT, O_ACC, QA_WORDS,
                               S_ACC, _close, _inputs, _parts, check_fragments, check_quad,
-                              lab_forward, mask_model, replay, source_cases)
+                              lab_forward, load_b_fails, mask_model, quad_max_fails, replay,
+                              source_cases)
 
 _RTOL, _ATOL = 1e-5, 1e-5        # one part on exact fragments: fp32 sums of fp16 products
 _PART_CHECKS = "check_fragments, check_quad, check_scores_tile, check_softmax_tile, check_pv_tile"
@@ -58,10 +61,11 @@ HINT_KT_SHORT = ("Your S accumulators hold zeros: they were reset, but no mma ad
                  "steps (one here), with a load_b and an mma per n8 tile and step; a range one "
                  "short (KT - 1) runs none.",
                  "Loop kk over range(KT): load_b(..., 8 n, 16 kk, ...) and one mma each.")
-HINT_SOFTMAX_EXP2 = ("P mixes bases: exp2 for the probabilities but exp for the rescale factor, "
-                     "and the epilogue's lse = m + ln(l) is natural too. Use math.exp for P "
-                     "(exp2 needs the scores and maxima in base 2, times log2(e)).",
-                     "p = math.exp(s - m_use), like alpha.")
+HINT_SOFTMAX_EXP2 = ("Your P is taken with exp2, but the scores and the running max are in "
+                     "natural-log units, as the epilogue's lse = m + ln(l) is. Use math.exp, "
+                     "for P and for the rescale factor alike (exp2 would need every exponent "
+                     "and lse in base 2, times log2(e)).",
+                     "p = math.exp(s - m_use), and alpha by math.exp too.")
 HINT_CI = ("Your mma writes to the wrong accumulators: each n8 tile owns four consecutive "
            "ones, tile n the entries 4 n .. 4 n + 3, and the mma's ci is where they start (an "
            "index of n makes the tiles overlap).", "ci = 4 n for n8 tile n.")
@@ -161,6 +165,26 @@ HINT_KERNEL_QUAD = _part_failing("check_quad", "quad_max or quad_sum")
 HINT_KERNEL_SCORES = _part_failing("check_scores_tile", "scores_tile")
 HINT_KERNEL_SOFTMAX = _part_failing("check_softmax_tile", "softmax_tile")
 HINT_KERNEL_PV = _part_failing("check_pv_tile", "pv_tile")
+
+
+def _helper_failing(part: str, helper: str, check: str, looks_like: str) -> tuple[str, str]:
+    return (f"{part} calls your {helper}, and your {helper} fails {check}, which names its "
+            f"mistake. Make {check} pass first: a wrong {helper} can make a right {part} look "
+            f"like one of its own typical mistakes ({looks_like}).",
+            f"Run {check}, then this check again.")
+
+
+HINT_SCORES_LOAD_B = _helper_failing(
+    "scores_tile", "load_b", "check_fragments",
+    "its B fragment of K^T is read through load_b")
+HINT_PV_LOAD_B = _helper_failing(
+    "pv_tile", "load_b", "check_fragments",
+    "a load_b that swaps the two halves of its words gives the P V of a pv_tile that swaps "
+    "P's, and one that reads the tile transposed, that of a pv_tile that reads V like K")
+HINT_SOFTMAX_QUAD = _helper_failing(
+    "softmax_tile", "quad_max", "check_quad",
+    "a quad_max that leaves x as it is gives the P of a softmax_tile that never takes the "
+    "quad's max")
 
 
 # -- numpy models of the fragment arithmetic, lane by lane -----------------------------------
@@ -467,6 +491,21 @@ def _tile(rng, shape):
     return M.round_fp16(rng.standard_normal(shape)).astype(np.float32)
 
 
+def _helper_diagnosis(fn, helper: str, fails, hint) -> tuple:
+    """The first diagnosis of a part check: the helper the part calls (found by name where
+    the part is defined, as Numba finds it) fails its own check. A part's typical mistakes
+    are replayed with a right helper, and a wrong one can give exactly the output of one of
+    them, so it is asked first (once, and only when the case fails)."""
+    cache = {}
+
+    def fired(_yours, _expected):
+        if "fails" not in cache:
+            found = getattr(py_func(fn), "__globals__", {}).get(helper)
+            cache["fails"] = found is not None and fails(found)
+        return cache["fails"]
+    return (fired, *hint)
+
+
 # -- checker: scores_tile --------------------------------------------------------------------
 
 SCORES_MISTAKES = [("no_reset", HINT_RESET), ("offsets", HINT_S_OFFSETS), ("ci", HINT_CI),
@@ -487,9 +526,11 @@ def check_scores_tile(scores_tile, *, verbose: bool = True, hint_level: int = 1)
         return _launch(_scores_kernel(_device(fn)), (q_fragment(qtile), ks, s_prev),
                        (s_prev,))[0], want
 
+    diagnoses = ([_helper_diagnosis(scores_tile, "load_b", load_b_fails, HINT_SCORES_LOAD_B)]
+                 + _diagnoses(want, wrongs))
     first, last = source_cases((scores_tile,), shuffles=False)
     cases = first + [Case("S = Q K_j^T on one key tile (s holds the last tile's P)", run,
-                          HINT_SCORES[0], _diagnoses(want, wrongs), rtol=_RTOL, atol=_ATOL,
+                          HINT_SCORES[0], diagnoses, rtol=_RTOL, atol=_ATOL,
                           hint2=HINT_SCORES[1], names=("s",))] + last
     return run_checks("scores_tile (S = Q K^T on the fragments)", scores_tile, cases,
                       verbose=verbose, hint_level=hint_level)
@@ -539,6 +580,7 @@ def _softmax_inputs(first: bool):
 def check_softmax_tile(softmax_tile, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Your softmax_tile alone on the fragments: the first key tile and a later one."""
     cases = []
+    helper = _helper_diagnosis(softmax_tile, "quad_max", quad_max_fails, HINT_SOFTMAX_QUAD)
     for first, name in ((True, "first key tile: m = -inf, keys past 13 masked, row 5 wholly"),
                         (False, "a later key tile: the max grows in some rows, not in others")):
         ins = _softmax_inputs(first)
@@ -549,8 +591,9 @@ def check_softmax_tile(softmax_tile, *, verbose: bool = True, hint_level: int = 
             kernel_guard(fn, "softmax_tile")
             return _launch(_softmax_kernel(_device(fn)), ins, ins), want
 
-        cases.append(Case(name, run, HINT_SOFTMAX[0], _diagnoses(want, wrongs), rtol=_RTOL,
-                          atol=_ATOL, hint2=HINT_SOFTMAX[1], names=("s (P)", "acc", "m", "lp")))
+        cases.append(Case(name, run, HINT_SOFTMAX[0], [helper] + _diagnoses(want, wrongs),
+                          rtol=_RTOL, atol=_ATOL, hint2=HINT_SOFTMAX[1],
+                          names=("s (P)", "acc", "m", "lp")))
     first, last = source_cases((softmax_tile,))
     return run_checks("softmax_tile (the online softmax on the fragments)", softmax_tile,
                       first + cases + last, verbose=verbose, hint_level=hint_level)
@@ -576,8 +619,10 @@ def check_pv_tile(pv_tile, *, verbose: bool = True, hint_level: int = 1) -> Resu
         return _launch(_pv_kernel(_device(fn)), (p, vt, acc), (acc,))[0], want
 
     first, last = source_cases((pv_tile,), shuffles=False)
+    diagnoses = ([_helper_diagnosis(pv_tile, "load_b", load_b_fails, HINT_PV_LOAD_B)]
+                 + _diagnoses(want, wrongs))
     cases = first + [Case("O += P V_j on one key tile (acc holds the earlier tiles' O)", run,
-                          HINT_PV[0], _diagnoses(want, wrongs), rtol=_RTOL, atol=_ATOL,
+                          HINT_PV[0], diagnoses, rtol=_RTOL, atol=_ATOL,
                           hint2=HINT_PV[1], names=("acc",))] + last
     return run_checks("pv_tile (O += P V with P as the A operand)", pv_tile, cases,
                       verbose=verbose, hint_level=hint_level)
@@ -637,17 +682,22 @@ def _part_diagnoses(part_checks, fns, hint_kernel) -> list:
 
 def check_kernel(parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Your parts inside the lab kernel against the numpy replay (and so the reference). A
-    failure is named by a part's typical mistake, else by the first part check that fails,
-    else it says that all of them pass and what remains."""
+    failure is named by the helpers' checks (check_fragments, check_quad) when one fails,
+    else by a part's typical mistake, else by the first part check that fails, else it says
+    that all of them pass and what remains."""
     fns = _parts(parts)
     part_diagnoses = _part_diagnoses(PART_CHECKS, fns, HINT_KERNEL)
+    # the helpers' checks first: the mistakes are replayed with right fragment loads and quad
+    # reductions, and a wrong helper can give exactly a part mistake's output (load_a and
+    # load_b that both swap the halves of their words: the P V of a pv_tile that swaps P's)
+    helpers, rest = part_diagnoses[:2], part_diagnoses[2:]
     first, last = source_cases(tuple(fns.values()))
     cases = list(first)
     for name, seed, tq, tk, d, causal, spread, grow in KERNEL_CASES:
         q, k, v = _inputs(seed, tq, tk, d, spread, grow)
         want = replay(q, k, v, causal=causal)
-        diagnoses = [(_mistake_matches(q, k, v, causal, part, mistake), *hint)
-                     for part, mistake, hint in KERNEL_MISTAKES] + part_diagnoses
+        diagnoses = helpers + [(_mistake_matches(q, k, v, causal, part, mistake), *hint)
+                               for part, mistake, hint in KERNEL_MISTAKES] + rest
 
         def run(f, q=q, k=k, v=v, causal=causal, want=want):
             o, lse = lab_forward(f, q, k, v, causal=causal)
