@@ -93,6 +93,10 @@ MISTAKES = {
         # no running max (m stays 0): exact for moderate scores, overflows for large ones
         ("            m_new = np.maximum(m, s.max(axis=1))",
          "            m_new = np.maximum(m, 0.0)", L.HINT_ATT_OVERFLOW),
+        # the rescale factor upside down, and P against the old max: e^(+inf) at the first
+        # page (m = -inf); the same hint, which names both exponents (review round 8 b, M1)
+        ("alpha = np.exp(m - m_new)", "alpha = np.exp(m_new - m)", L.HINT_ATT_OVERFLOW),
+        ("p = np.exp(s - m_new[:, None])", "p = np.exp(s - m[:, None])", L.HINT_ATT_OVERFLOW),
         ("acc = alpha[:, None] * acc + np.einsum", "acc = acc + np.einsum",
          L.HINT_ATT_RESCALE_ACC),
         ("l = alpha * l + p.sum(axis=1)", "l = l + p.sum(axis=1)", L.HINT_ATT_RESCALE_L),
@@ -162,3 +166,12 @@ def test_every_case_can_see_its_mistakes():
 
 
 test_no_hint_contains_a_solution_line = hint_leaks_test(L.HINTS, LAB)
+
+
+def test_the_overflow_hint_names_every_exponent_that_can_be_positive():
+    """A non-finite result gets HINT_ATT_OVERFLOW from three mistakes: no running max, P
+    against the old max, the rescale factor upside down; the hint must be true of each, so
+    it names both exponents and their sign (review round 8 b, M1)."""
+    text = L.HINT_ATT_OVERFLOW[0]
+    assert "exp(s - m_new)" in text and "exp(m_old - m_new)" in text
+    assert "old minus new" in text and "-inf" in text

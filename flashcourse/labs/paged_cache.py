@@ -585,8 +585,12 @@ HINT_ATT_POOL_ORDER = (
 HINT_ATT_SCALE = ("The scores are not scaled: s = scale x (q . k).",
                   "Multiply the dot products by scale before the softmax.")
 HINT_ATT_OVERFLOW = (
-    "exp overflowed: subtract the running max before exp, exp(s - m), so every exponent "
-    "is at most 0.", "Keep m, the largest score so far, and use exp(s - m).")
+    "Your result holds inf or NaN: some exponent was positive, so exp overflowed. Every "
+    "exponent must be at most 0: P = exp(s - m_new), with the NEW running max (the largest "
+    "score so far, this page's included), and the rescale factor exp(m_old - m_new), old "
+    "minus new. At the first page m_old is -inf: exp(s - m_old) or exp(m_new - m_old) is "
+    "e^(+inf) there.",
+    "m_new = max(m, the page's largest score); alpha = exp(m - m_new); p = exp(s - m_new).")
 
 
 def _attention_mistake(q, kp, vp, table, lens, scale, mistake):
