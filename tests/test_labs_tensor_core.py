@@ -229,6 +229,25 @@ def test_a_wrong_helper_is_named_before_the_parts_mistakes(key):
     assert_hint(check, ns[part] if part else parts_of(ns), hint[0])
 
 
+#: a scores_tile that writes its B load out inline (no call to load_b) and forgets the reset,
+#: beside a wrong load_b: the part's own mistake is named, not the helper it does not call
+INLINE_B_NO_RESET = ("    for x in range(4 * NS):\n        s[x] = F0\n    for n in range(NS):\n"
+                     "        for kk in range(KT):\n"
+                     "            load_b(ks, 8 * n, 16 * kk, w[0], b)\n",
+                     "    for n in range(NS):\n        for kk in range(KT):\n"
+                     "            g = w[0] // 4\n            t = w[0] % 4\n"
+                     "            for wd in range(2):\n"
+                     "                kx = 16 * kk + 2 * t + 8 * wd\n"
+                     "                b[wd] = pack(ks[8 * n + g, kx], ks[8 * n + g, kx + 1])\n")
+
+
+def test_a_part_that_does_not_call_the_helper_is_not_blamed_on_it():
+    """Review round 8 b, m1: the helper is asked only when the part calls it by name."""
+    ns = functions_of(LAB, replace=[B_T, INLINE_B_NO_RESET])
+    assert not L.check_fragments(ns["load_a"], ns["load_b"], verbose=False).passed
+    assert_hint(P.check_scores_tile, ns["scores_tile"], P.HINT_RESET[0])
+
+
 # a pv_tile that returns at once when vt is not the part check's 32 rows
 test_kernel_says_when_every_part_check_passes = idle_part_test(
     LAB, P, parts_of, "pv_tile", "    for kp in range(KP):\n", "vt.shape[0] != 32")

@@ -495,12 +495,16 @@ def _helper_diagnosis(fn, helper: str, fails, hint) -> tuple:
     """The first diagnosis of a part check: the helper the part calls (found by name where
     the part is defined, as Numba finds it) fails its own check. A part's typical mistakes
     are replayed with a right helper, and a wrong one can give exactly the output of one of
-    them, so it is asked first (once, and only when the case fails)."""
+    them, so it is asked first (once, and only when the case fails). A part that does not
+    call the helper by that name (its loads or shuffles written out inline) is not blamed
+    on it."""
     cache = {}
 
     def fired(_yours, _expected):
         if "fails" not in cache:
-            found = getattr(py_func(fn), "__globals__", {}).get(helper)
+            inner = py_func(fn)
+            calls = helper in getattr(getattr(inner, "__code__", None), "co_names", ())
+            found = getattr(inner, "__globals__", {}).get(helper) if calls else None
             cache["fails"] = found is not None and fails(found)
         return cache["fails"]
     return (fired, *hint)
