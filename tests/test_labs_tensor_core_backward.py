@@ -139,6 +139,12 @@ PART_MISTAKES = {
     "store-scale-dv": ("store_grads", [("dv[key, col] = dva[4 * n + i]",
                                         "dv[key, col] = dva[4 * n + i] * scale")],
                        P.HINT_STORE_SCALE_DV, True),
+    # the scale on dV instead of dK: the generic hint said "lands in the wrong place"
+    "store-scale-moved": ("store_grads", [
+        ("                dk[key, col] = dka[4 * n + i] * scale\n"
+         "                dv[key, col] = dva[4 * n + i]",
+         "                dk[key, col] = dka[4 * n + i]\n"
+         "                dv[key, col] = dva[4 * n + i] * scale")], P.HINT_STORE_SCALE_MOVED, True),
     "store-rows": ("store_grads", [("key = k0 + g + 8 * (i // 2)", "key = k0 + g")],
                    P.HINT_STORE_ROWS, True),
     "store-tile": ("store_grads", [("col = 8 * n + 2 * t + (i % 2)", "col = 2 * t + (i % 2)")],

@@ -119,15 +119,19 @@ HINT_GRAD_OFFSETS = ("Your B fragment of Y has its offsets swapped: load_b(yt, n
 HINT_GRAD_ADD = ("grad_tile must ADD to acc: dK and dV are sums over every query tile that "
                  "sees this key block (acc carries the earlier tiles'). Do not reset it.",
                  "The mma adds to acc: nothing written to acc before it.")
-HINT_STORE = ("Your dK or dV lands in the wrong place: accumulator i of n8 tile n is key k0 + "
-              "g + 8 (i // 2), dimension 8 n + 2 t + (i % 2) (the C map); write it only when "
-              "the key is < tk and the dimension < d; dK times scale, dV as it is.",
+HINT_STORE = ("Your dK or dV is wrong (where it lands, or its scale): accumulator i of n8 "
+              "tile n is key k0 + g + 8 (i // 2), dimension 8 n + 2 t + (i % 2) (the C map); "
+              "write it only when the key is < tk and the dimension < d; dK times scale, dV "
+              "as it is.",
               "key = k0 + g + 8 (i // 2), col = 8 n + 2 t + (i % 2).")
 HINT_STORE_SCALE = ("You forgot the scale for dK: S = scale Q K^T, so the chain rule gives dK = "
                     "scale dS^T Q (and dQ = scale dS K); dV = P^T dO has no scale.",
                     "dk = dka times scale.")
 HINT_STORE_SCALE_DV = ("Your dV is multiplied by the scale: dV = P^T dO takes none (the scale "
                        "sits inside S, which dV only sees through P).", "dv = dva as it is.")
+HINT_STORE_SCALE_MOVED = ("Your scale is on the wrong gradient: dK = scale dS^T Q takes it "
+                          "(S = scale Q K^T), dV = P^T dO takes none. You store dK unscaled "
+                          "and dV times scale.", "dk = dka times scale; dv = dva as it is.")
 HINT_STORE_SWAP = ("dK and dV are swapped: you store the dV accumulators (times scale) as dk and "
                    "the dK accumulators as dv.",
                    "dk from dka times scale, dv from dva as it is.")
@@ -325,8 +329,8 @@ def grad_model(x, ys, yt, acc, mistake=None) -> np.ndarray:
 
 def store_model(dka, dva, k0, tk, d, scale, mistake=None):
     """(dk, dv) (tk, d), NaN where never written, after store_grads; mistakes: 'no_scale'
-    (dK unscaled), 'scale_dv', 'rows' (key g for all four), 'tile' (no 8 n), 'swap' (dK from
-    dva times scale, dV from dka)."""
+    (dK unscaled), 'scale_dv', 'scale_moved' (dK unscaled and dV scaled), 'rows' (key g for
+    all four), 'tile' (no 8 n), 'swap' (dK from dva times scale, dV from dka)."""
     dk = np.full((tk, d), np.nan)
     dv = np.full((tk, d), np.nan)
     for lane in range(NT):
@@ -335,8 +339,8 @@ def store_model(dka, dva, k0, tk, d, scale, mistake=None):
                 key = k0 + _G[lane] + (0 if mistake == "rows" else 8 * (i // 2))
                 col = (0 if mistake == "tile" else 8 * n) + 2 * _T[lane] + (i % 2)
                 if key < tk and col < d:
-                    ks = 1.0 if mistake == "no_scale" else scale
-                    vs = scale if mistake == "scale_dv" else 1.0
+                    ks = 1.0 if mistake in ("no_scale", "scale_moved") else scale
+                    vs = scale if mistake in ("scale_dv", "scale_moved") else 1.0
                     a_k, a_v = (dva, dka) if mistake == "swap" else (dka, dva)
                     dk[key, col] = np.float32(a_k[lane, 4 * n + i] * np.float32(ks))
                     dv[key, col] = np.float32(a_v[lane, 4 * n + i] * np.float32(vs))
@@ -484,7 +488,8 @@ def check_grad_tile(grad_tile, *, verbose: bool = True, hint_level: int = 1) -> 
 # -- checker: store_grads --------------------------------------------------------------------
 
 STORE_MISTAKES = [("no_scale", HINT_STORE_SCALE), ("scale_dv", HINT_STORE_SCALE_DV),
-                  ("rows", HINT_STORE_ROWS), ("tile", HINT_STORE_TILE), ("swap", HINT_STORE_SWAP)]
+                  ("scale_moved", HINT_STORE_SCALE_MOVED), ("rows", HINT_STORE_ROWS),
+                  ("tile", HINT_STORE_TILE), ("swap", HINT_STORE_SWAP)]
 
 
 def check_store_grads(store_grads, *, verbose: bool = True, hint_level: int = 1) -> Result:
