@@ -134,7 +134,16 @@ PART_MISTAKES = {
                             ("alpha = math.exp(m[hf] - m_use)",
                              "alpha = math.exp2(m[hf] - m_use)")], P.HINT_SOFTMAX_EXP2, True),
     "s-float64": ("scores_tile", [("s[x] = F0", "s[x] = 0.0")], HINT_FLOAT64, False),
+    # only n8 tile 0 reset: no replay matches, and the generic hint names the reset (round 10 b)
+    "s-reset-partial": ("scores_tile", [("    for x in range(4 * NS):\n        s[x] = F0\n",
+                                         "    for x in range(4):\n        s[x] = F0\n")],
+                        P.HINT_SCORES, False),
     "no-rescale": (SOFTMAX, [("alpha = math.exp(m[hf] - m_use)", "alpha = math.exp(F0)")],
+                   P.HINT_RESCALE, True),
+    # alpha taken after m[hf] holds the new max: exp(0) = 1, the output of no rescale at all
+    # (review round 10 b, M1: the hint must name it, see the test below)
+    "alpha-late": (SOFTMAX, [("        alpha = math.exp(m[hf] - m_use)\n        m[hf] = m_new\n",
+                              "        m[hf] = m_new\n        alpha = math.exp(m[hf] - m_use)\n")],
                    P.HINT_RESCALE, True),
     "no-rescale-acc": (SOFTMAX, [(RESCALE_ACC, "")], P.HINT_RESCALE_ACC, True),
     "no-rescale-lp": (SOFTMAX, [("lp[hf] = lp[hf] * alpha + ps", "lp[hf] = lp[hf] + ps")],
@@ -187,6 +196,15 @@ def test_kernel_mistakes_get_their_hint(lab, key):
     """The whole kernel names a part's mistake from its output alone (kernel_model)."""
     part, edits, hint, _ = PART_MISTAKES[key]
     assert_hint(P.check_kernel, parts_of(lab, **{part: edited(LAB, part, edits)}), hint[0])
+
+
+def test_the_rescale_hints_name_an_alpha_taken_after_the_max_moved():
+    """Review round 10 b, M1: an alpha computed after m[hf] = m_new is exp(0) = 1, so a
+    softmax_tile that does multiply lp and acc by alpha gets HINT_RESCALE ("Missing
+    rescale"); the hint must say why its alpha is 1. The generic HINT_SCORES names the
+    reset, the one step of the contract a partly reset s gets wrong (m1)."""
+    assert "exp(0)" in P.HINT_RESCALE[0] and "before m[hf] = m_new" in P.HINT_RESCALE[1]
+    assert "reset to F0" in P.HINT_SCORES[0]
 
 
 def test_kernel_names_the_failing_part_check(lab):

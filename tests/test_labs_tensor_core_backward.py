@@ -86,6 +86,10 @@ PART_MISTAKES = {
     "delta-float64": ("row_delta", [("x = F0", "x = 0.0")], HINT_FLOAT64, False),
     "s-no-reset": ("transposed_scores", [("        s[x] = F0\n        dp[x] = F0\n",
                                           "        pass\n")], P.HINT_S_RESET, True),
+    # only n8 tile 0 reset: no replay matches; the generic hint names the reset (round 10 b)
+    "s-reset-partial": ("transposed_scores", [("    for x in range(4 * NS):\n",
+                                               "    for x in range(4):\n")], P.HINT_SCORES,
+                        False),
     "s-offsets": ("transposed_scores", [("load_b(qs, 8 * n, 16 * kk, w[0], b)",
                                          "load_b(qs, 16 * kk, 8 * n, w[0], b)"),
                                         ("load_b(dos, 8 * n, 16 * kk, w[0], b)",
@@ -300,3 +304,9 @@ def test_array_sizes_are_names_fixed_before_compiling():
 
 
 test_no_hint_contains_a_solution_line = hint_leaks_test(P.ALL_HINTS, LAB)
+
+
+def test_the_generic_scores_hint_names_the_reset():
+    """Review round 10 b, m1: a transposed_scores that resets only part of s and dp gets the
+    generic HINT_SCORES, which must name the reset among the steps."""
+    assert "reset to F0" in P.HINT_SCORES[0]

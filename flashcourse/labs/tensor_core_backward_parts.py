@@ -54,8 +54,9 @@ HINT_DELTA_AXIS = ("Your D is summed over the wrong axis: it adds a COLUMN of dO
 HINT_DELTA_PRODUCT = ("Your D multiplies two sums, (sum of O's row) (sum of dO's row); D_i is "
                       "the sum of the products, element by element (dO o O, then the row sum).",
                       "Add o[row, c] * do[row, c] for each c.")
-HINT_SCORES = ("Your S^T or dP^T accumulators are wrong: n8 tile n of S^T is the queries 8 n "
-               ".. 8 n + 7, so its B fragment is load_b on qs with n0 = 8 n (Q's rows) and k0 "
+HINT_SCORES = ("Your S^T or dP^T accumulators are wrong: all 4 NS of s and of dp are reset "
+               "to F0 first, then n8 tile n of S^T is the queries 8 n .. 8 n + 7, so its B "
+               "fragment is load_b on qs with n0 = 8 n (Q's rows) and k0 "
                "= 16 kk (the head dimension), one mma with K's A fragment ka (words from 4 kk) "
                "into s[4 n .. 4 n + 3]; dP^T the same with va and dos, into dp.",
                "For each n8 tile n and k16 step kk: S^T from ka and qs, dP^T from va and dos.")

@@ -44,10 +44,11 @@ _PART_CHECKS = "check_fragments, check_quad, check_scores_tile, check_softmax_ti
 
 # -- hints ----------------------------------------------------------------------------------
 
-HINT_SCORES = ("Your S accumulators are wrong: n8 tile n of S is the keys 8 n .. 8 n + 7, so "
-               "its B fragment is load_b on ks with n0 = 8 n (K's rows) and k0 = 16 kk (the "
-               "head dimension), and its mma adds into s[4 n .. 4 n + 3]. scores_tile calls "
-               "your load_b: check_fragments must pass first.",
+HINT_SCORES = ("Your S accumulators are wrong: all 4 NS of them are reset to F0 first, then "
+               "n8 tile n of S is the keys 8 n .. 8 n + 7, so its B fragment is load_b on ks "
+               "with n0 = 8 n (K's rows) and k0 = 16 kk (the head dimension), and its mma adds "
+               "into s[4 n .. 4 n + 3]. scores_tile calls your load_b: check_fragments must "
+               "pass first.",
                "For each n8 tile n and k16 step kk: B from K's rows 8 n .., dimensions 16 kk "
                "..; one mma of qa (words from 4 kk) and B into the accumulators from 4 n.")
 HINT_RESET = ("The scores are not reset: s still holds the previous tile's P when the mma "
@@ -79,9 +80,12 @@ HINT_SOFTMAX = ("Your online softmax is wrong: for each of the lane's rows hf (r
                 "m, alpha, P over S and its sum, then lp and acc times alpha.")
 HINT_RESCALE = ("Missing rescale, the heart of the online softmax: when a row's max grows, "
                 "its partial sum lp and its acc accumulators were measured against the old "
-                "max: multiply them by exp(m_old - m_new).",
-                "alpha = exp(m[hf] - m_use); lp[hf] = lp[hf] alpha + this tile's sum; the acc "
-                "entries 4 n + 2 hf, 4 n + 2 hf + 1 of every n8 tile n times alpha.")
+                "max: multiply them by exp(m_old - m_new). If your code multiplies by alpha, "
+                "alpha is 1: exp(m[hf] - m_use) read after m[hf] was set to the new max is "
+                "exp(0). Take alpha while m[hf] still holds the old max.",
+                "alpha = exp(m[hf] - m_use) before m[hf] = m_new; lp[hf] = lp[hf] alpha + "
+                "this tile's sum; the acc entries 4 n + 2 hf, 4 n + 2 hf + 1 of every n8 "
+                "tile n times alpha.")
 HINT_RESCALE_ACC = ("Missing rescale of acc, the heart of the online softmax: when a row's max "
                     "grows, its acc entries still hold sums weighted by exp(s - m_old). "
                     "Multiply them by exp(m_old - m_new) before P V adds this tile's (your lp "
