@@ -77,6 +77,9 @@ MISTAKES = {
         ("                cache.k_pages[new] = cache.k_pages[page]\n"
          "                cache.v_pages[new] = cache.v_pages[page]\n", "", L.HINT_COW_COPY),
         ("                cache.refs[page] -= 1\n", "", L.HINT_COW_DECREF),
+        # the copy made but the table not pointed at it: HINT_COW said "you wrote into a
+        # page another sequence shares" (review round 10 b, m2)
+        ("                cache.block_table[b, col] = new\n", "", L.HINT_COW_TABLE),
         (_WRITE, _WRITE.replace("[page, :, slot]", "[slot, :, page]"), L.HINT_SWAPPED_WRITE),
         # a new page one token too early or too late, when pages are taken by a count
         (_LOOP + _TAKE, _COUNTED.replace("NEED", "(start + n) // ps + 1") + _BODY,
@@ -88,6 +91,9 @@ MISTAKES = {
         ("min(ps, n - i * ps)", "ps", L.HINT_ATT_PAST_LENGTH),
         ("            alpha = np.exp(m - m_new)", "            alpha = np.ones(h)",
          L.HINT_ATT_RESCALE),
+        # alpha after m = m_new: exp(0) = 1, the output of no rescale (review round 10 b, M2)
+        ("            alpha = np.exp(m - m_new)\n",
+         "            m = m_new\n            alpha = np.exp(m - m_new)\n", L.HINT_ATT_RESCALE),
         ('            s = scale * np.einsum("hd,hkd->hk", q[b], k)',
          '            s = np.einsum("hd,hkd->hk", q[b], k)', L.HINT_ATT_SCALE),
         # no running max (m stays 0): exact for moderate scores, overflows for large ones
@@ -175,3 +181,10 @@ def test_the_overflow_hint_names_every_exponent_that_can_be_positive():
     text = L.HINT_ATT_OVERFLOW[0]
     assert "exp(s - m_new)" in text and "exp(m_old - m_new)" in text
     assert "old minus new" in text and "-inf" in text
+
+
+def test_the_rescale_hint_names_an_alpha_taken_after_the_max_moved():
+    """Review round 10 b, M2: alpha = exp(m - m_new) taken after m = m_new is exp(0) = 1,
+    the output of no rescale at all; HINT_ATT_RESCALE ("No rescale") must say why a code
+    that multiplies by alpha gets it."""
+    assert "exp(0)" in L.HINT_ATT_RESCALE[0] and "before m = m_new" in L.HINT_ATT_RESCALE[1]

@@ -25,7 +25,8 @@ reference counts that match the tables. Each typical mistake is named: the page 
 off by one (t // page_size against (t - 1) // page_size, a new page taken one token too
 early or too late), a stale length (appending without updating seq_lens, reading past
 it), forgetting the free list (a page in use handed out again), writing into a shared page
-without copy-on-write, the slot and the page swapped.
+without copy-on-write (or copying it without entering the copy in the table), the slot and
+the page swapped.
 """
 
 from __future__ import annotations
@@ -326,6 +327,12 @@ HINT_COW_COPY = (
     "Copy-on-write without the copy: the new page must first hold the shared page's "
     "tokens (the prefix's last ones), or this sequence loses them.",
     "Copy k_pages and v_pages of the old page into the new one before writing.")
+HINT_COW_TABLE = (
+    "Copy-on-write without moving the table entry: you copied the shared page into a new "
+    "one, but row b of the block table still points at the shared page. The token went "
+    "into a page no table holds, and this sequence's later tokens into the shared page. "
+    "Point block_table[b, column] at the new page before writing.",
+    "After the copy, the table entry of this column is the new page; write through it.")
 HINT_COW_DECREF = (
     "After copy-on-write the shared page has one sequence fewer: lower its refs by 1, or "
     "it never goes back to the pool.",
@@ -379,16 +386,23 @@ def _append(cache, b, k_new, v_new, mistake=None):
                         cache.v_pages[page]
                 if mistake != "cow no decref":
                     cache.refs[page] -= 1
+                if mistake == "cow no table":           # the copy written, never entered
+                    _write(cache, new, slot, k_new[:, i], v_new[:, i])
+                    continue
                 cache.block_table[b, col] = new
         page = cache.block_table[b, col]
         if mistake == "swapped":
             cache.k_pages[slot, :, page] = k_new[:, i]
             cache.v_pages[slot, :, page] = v_new[:, i]
         else:
-            cache.k_pages[page, :, slot] = k_new[:, i]
-            cache.v_pages[page, :, slot] = v_new[:, i]
+            _write(cache, page, slot, k_new[:, i], v_new[:, i])
     if mistake != "stale":
         cache.seq_lens[b] = start + n
+
+
+def _write(cache, page, slot, k, v):
+    cache.k_pages[page, :, slot] = k
+    cache.v_pages[page, :, slot] = v
 
 
 APPEND_MISTAKES = [
@@ -396,6 +410,7 @@ APPEND_MISTAKES = [
     ("count early", HINT_PAGE_EARLY), ("prev", HINT_APPEND_BOUNDARY),
     ("no pop", HINT_FREE_LIST), ("no refs", HINT_REFS), ("no cow", HINT_COW),
     ("cow no copy", HINT_COW_COPY), ("cow no decref", HINT_COW_DECREF),
+    ("cow no table", HINT_COW_TABLE),
     ("swapped", HINT_SWAPPED_WRITE)]
 
 #: (name, page_size, num_pages, Hkv, d, ops): ops ("append", b, n) or ("fork", src, dst)
@@ -560,8 +575,11 @@ HINT_ATT_PAST_LENGTH = (
     "Slice the last page to its filled slots.")
 HINT_ATT_RESCALE = (
     "No rescale: when a page raises the running max m, the sum l and the accumulator "
-    "computed with the old m must be multiplied by exp(m_old - m_new).",
-    "alpha = exp(m_old - m_new) applied to l and acc before adding the page's terms.")
+    "computed with the old m must be multiplied by exp(m_old - m_new). If your code "
+    "multiplies by alpha, alpha is 1: exp(m - m_new) taken after m = m_new is exp(0). Take "
+    "alpha while m still holds the old max.",
+    "alpha = exp(m_old - m_new), before m = m_new, applied to l and acc before adding the "
+    "page's terms.")
 HINT_ATT_RESCALE_ACC = (
     "Half a rescale: your sum l is brought to the new max but the accumulator acc is not. "
     "When a page raises the running max m, both were measured against the old m and both "
