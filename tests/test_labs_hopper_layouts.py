@@ -28,6 +28,10 @@ MISTAKES = {
          H.HINT_SWIZZLE_CODE),
         ("{None: 0, 128: 1, 64: 2, 32: 3}", "{None: 3, 128: 0, 64: 1, 32: 2}",
          H.HINT_SWIZZLE_CODE),
+        # the row width itself in the swizzle field: past 64 bits; HINT_INT said only "below
+        # 2**64" and "no floats" (review round 10 b, m3)
+        ("code = {None: 0, 128: 1, 64: 2, 32: 3}[swizzle]", "code = swizzle or 0",
+         H.HINT_SWIZZLE_RAW),
         # fields packed 14 bits apart, with no gaps
         (_PACK, "    return (start >> 4) | (lbo >> 4) << 14 | (sbo >> 4) << 28 | code << 62",
          H.HINT_FIELD_PLACE),

@@ -16,7 +16,8 @@ The learner writes
 
 Each checker compares every case with the model and names the typical slips: addresses
 in bytes where the fields hold 16-byte units, LBO and SBO exchanged, the swizzle code of
-another mode (or CUTLASS's Swizzle<3,4,3> read as the code 3), the XOR taken from or put
+another mode (or CUTLASS's Swizzle<3,4,3> read as the code 3, or the row width itself in
+place of its code), the XOR taken from or put
 on the wrong bits, k counted in bytes or the offset given in 16-byte units.
 """
 
@@ -62,6 +63,11 @@ HINT_SWIZZLE_CODE = (
     "none 0 (PTX ISA, Matrix Descriptor Format). The 3 of CUTLASS's Swizzle<3,4,3> is the "
     "number of row bits XORed, not this code.",
     "A table {None: 0, 128: 1, 64: 2, 32: 3}, shifted to bit 62.")
+HINT_SWIZZLE_RAW = (
+    "Your swizzle bits hold the row width itself (128, 64 or 32) shifted to bit 62, so the "
+    "descriptor runs past 64 bits: the 2-bit field takes the mode's code, 128-byte 1, "
+    "64-byte 2, 32-byte 3, none 0 (PTX ISA, Matrix Descriptor Format).",
+    "A table {None: 0, 128: 1, 64: 2, 32: 3}, and its code shifted to bit 62.")
 HINT_FIELD_PLACE = (
     "A field is in the wrong bits (the line above says which): start in bits 0-13, LBO in "
     "16-29, SBO in 32-45, the swizzle mode in 62-63.",
@@ -107,7 +113,12 @@ def _desc_diagnoses(start, lbo, sbo, swizzle):
         return (f is not None and f["mode"] != code and
                 (_as_int(y) & ~(3 << 62)) == (right & ~(3 << 62)))
 
-    return [(lambda y, e: _as_int(y) is None, *HINT_INT),
+    def raw_width(y, e):        # the width (128, 64, 32) itself in bits 62 and up
+        low = (1 << 62) - 1
+        return (isinstance(y, (int, np.integer)) and not isinstance(y, bool) and swizzle
+                and int(y) >> 62 == swizzle and int(y) & low == right & low)
+
+    return [(raw_width, *HINT_SWIZZLE_RAW), (lambda y, e: _as_int(y) is None, *HINT_INT),
             (bytes_fields, *HINT_UNITS), (swapped, *HINT_SWAP), (mode_wrong, *HINT_SWIZZLE_CODE),
             (lambda y, e: True, *HINT_FIELD_PLACE)]
 
