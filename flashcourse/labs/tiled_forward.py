@@ -163,6 +163,11 @@ HINT_RAGGED_UNCLIPPED = (
     "last key tile has fewer than Bc columns, but something else of that tile (the key "
     "positions of the mask, shapes above) still has Bc.",
     "Clip the block's end, k1 = min(k0 + Bc, Tk), and use k1 for everything of that tile.")
+HINT_RAGGED_Q_UNCLIPPED = (
+    "The ragged last query block: q[q0:q0 + Br] stops at Tq by itself (a slice clips), so the "
+    "last query block has fewer than Br rows, but something else of that block (its m, l or "
+    "acc, or the query positions of the mask; shapes above) still has Br.",
+    "Clip the block's end, q1 = min(q0 + Br, Tq), and use q1 for everything of that block.")
 HINT_FORWARD = (
     "Your forward disagrees with dense attention. Run it on a 2 x 3 example with one tile "
     "and compare with flashcourse.reference.attention.",
@@ -317,11 +322,20 @@ def _block_sizes(t, b) -> set[int]:
 
 
 def _errors(tq, tk, br, bc) -> list:
-    """Crashes that a typical mistake explains on a case of these shapes: a (Br,) row
-    statistic broadcast with a (Bc,) one, a full-width key tile next to the clipped slice."""
+    """Crashes that a typical mistake explains on a case of these shapes: a state of Br rows
+    next to the ragged last query block (q1 not clipped), a (Br,) row statistic broadcast
+    with a (Bc,) one, a full-width key tile next to the clipped slice."""
     rows, cols = _block_sizes(tq, br), _block_sizes(tk, bc)
     pairs = [(r, c) for r in rows for c in cols if r != c]
-    found = [((lambda exc: any(shapes_mix(exc, r, c, ndim=1) for r, c in pairs)), *HINT_AXIS)]
+    found = []
+    # a state sized Br beside the ragged last query block of tq % br rows: an axis slip
+    # crashes at the first tile already, (min(Br, Tq),) with (min(Bc, Tk),), so this pair
+    # names the unclipped q1 unless the two look alike
+    if tq % br and tq > br and tq % br != min(bc, tk):
+        found.append(((lambda exc: shapes_mix(exc, br, tq % br, ndim=1)),
+                      *HINT_RAGGED_Q_UNCLIPPED))
+    found.append(((lambda exc: any(shapes_mix(exc, r, c, ndim=1) for r, c in pairs)),
+                  *HINT_AXIS))
     if tk % bc and tk > bc:
         found.append(((lambda exc: shapes_mix(exc, bc, tk % bc, ndim=2)),
                       *HINT_RAGGED_UNCLIPPED))
