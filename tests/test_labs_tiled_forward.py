@@ -62,6 +62,9 @@ MISTAKES = {"flash_forward": [
     ("k1 = min(k0 + block_k, t_k)", "k1 = k0 + block_k", L.HINT_RAGGED_UNCLIPPED),
     # review round 5 ac, M2: m, l, acc sized Br beside the last 5 rows, (8,) with (5,)
     ("q1 = min(q0 + block_q, t_q)", "q1 = q0 + block_q", L.HINT_RAGGED_Q_UNCLIPPED),
+    # review round 5 ac, M4: overflow in the large-score case looked like a dropped block
+    ("p = np.exp(s - m_use[:, None])", "p = np.exp(s) / np.exp(m_use[:, None])", L.HINT_OVERFLOW),
+    ("alpha = np.exp(m - m_use)", "alpha = np.exp(m) / np.exp(m_use)", L.HINT_OVERFLOW),
     ("o, lse = np.zeros((t_q, d)),", "o, lse = np.zeros((t_q, d), np.float32),",
      (H.HINT_PRECISION,)),
     ("    return o, lse", "    return o, lse[:, None]", (H.HINT_SHAPE,)),

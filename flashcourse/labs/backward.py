@@ -266,9 +266,9 @@ def _nonfinite(yours, _expected):
 
 
 def _nonfinite_first(wrap=lambda y: y):
-    """The `first` diagnoses of a case of shapes (Tq, Tk, causal): a non-finite result is
+    """The `first` diagnoses of a case (Tq, Tk, causal, spread): a non-finite result is
     HINT_NEG_INF where some row sees no key (causal, Tq > Tk), else HINT_P_OVERFLOW."""
-    def first(tq, tk, causal):
+    def first(tq, tk, causal, _spread):
         hint = HINT_NEG_INF if causal and tq > tk else HINT_P_OVERFLOW
         return [(lambda y, e: _nonfinite(wrap(y), e), *hint)]
     return first
