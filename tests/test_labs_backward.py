@@ -59,6 +59,9 @@ MISTAKES = {"flash_backward": [
     ("s = scale * (q_i @ k_j.T)", "s = q_i @ k_j.T", L.HINT_P_NO_SCALE),
     ("q_start = max(0, k0 - offset) // block_q * block_q", "q_start = k0 // block_q * block_q",
      L.HINT_SKIP_NO_OFFSET),
+    # review round 5 ac, M3: inf / inf in the large-score case, where no row is empty
+    ("p = np.exp(s - lse_i[:, None])", "p = np.exp(s) / np.exp(lse_i[:, None])",
+     L.HINT_P_OVERFLOW),
 ], "flash_backward_dq": [
     ("k_end = max(0, min(t_k, q1 + offset)) if causal",
      "k_end = max(0, min(t_k, q1 + offset - 1)) if causal", L.HINT_DQ_K_END_SHORT),
@@ -68,6 +71,10 @@ MISTAKES = {"flash_backward": [
      L.HINT_FORGOT_D),
     ("dq[q0:q1] += scale * (", "dq[q0:q1] += (", L.HINT_SCALE_CHAIN),
     ("dq[q0:q1] += scale * (", "dq[q0:q1] = scale * (", L.HINT_DQ_OVERWRITE),
+    ("p = np.exp(s - lse_i[:, None])", "p = np.exp(s) / np.exp(lse_i[:, None])",
+     L.HINT_P_OVERFLOW),
+    ("lse_i = np.where(np.isneginf(lse[q0:q1]), np.inf, lse[q0:q1])", "lse_i = lse[q0:q1]",
+     L.HINT_NEG_INF),
 ]}
 test_mistakes_get_their_hint = mistakes_test(LAB, CHECKS, MISTAKES)
 test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)

@@ -25,6 +25,9 @@ _ROT = "        q, k = rotate_qk(q, k, hadamard_matrix(q.shape[-1]))"
 #: function: [(solution text, the mistake that replaces it, the hint it must get), ...]
 MISTAKES = {
     "block_scales": [
+        # review round 5 ac, M5: block x block tiles (d cut at `block`) passed while d < block
+        ("x[..., b * block:(b + 1) * block, :]", "x[..., b * block:(b + 1) * block, :block]",
+         (L.HINT_SCALES,)),
         (_NB, "    return (np.abs(x).max(axis=-1) / 448.0).astype(np.float32)",
          (L.HINT_PER_TOKEN,)),                                        # scale from the wrong axis
         (_AMAX, "max(axis=-2)", (L.HINT_PER_CHANNEL,)),               # ... the other wrong axis

@@ -101,14 +101,41 @@ def _merge_inverted(m_a, l_a, m_b, l_b):
     return m, l_a * np.exp(m - m_a) + l_b * np.exp(m - m_b)
 
 
+def _update_new_term_old_max(m, l, x):      # review round 5 ac, M1
+    m_new = np.maximum(m, x)
+    return m_new, l * np.exp(m - _safe(m_new)) + np.exp(x - m)
+
+
+def _update_python_max(m, l, x):            # raises: the case's own hint must be generic
+    m_new = max(m, x)
+    return m_new, l * np.exp(m - _safe(m_new)) + np.exp(x - _safe(m_new))
+
+
+def _update_swapped(m, l, x):
+    m_new = np.maximum(m, x)
+    return l * np.exp(m - _safe(m_new)) + np.exp(x - _safe(m_new)), m_new
+
+
+def _merge_swapped(m_a, l_a, m_b, l_b):
+    m = np.maximum(m_a, m_b)
+    return l_a * np.exp(m_a - _safe(m)) + l_b * np.exp(m_b - _safe(m)), m
+
+
+def _merge_python_max(m_a, l_a, m_b, l_b):
+    m = max(m_a, m_b)
+    return m, l_a * np.exp(m_a - _safe(m)) + l_b * np.exp(m_b - _safe(m))
+
+
 #: (checker, a wrong update or merge, the hint it must get)
 WRONG = [(L1.check_online_update, wrong, hint) for wrong, hint in (
     (_update_no_rescale, L1.HINT_RESCALE), (_update_no_guard, L1.HINT_NEG_INF),
     (_update_forgets_old_max, L1.HINT_MAX), (_update_inverted, L1.HINT_DIRECTION),
-    (_update_unshifted, L1.HINT_SHIFT))] + [
+    (_update_unshifted, L1.HINT_SHIFT), (_update_new_term_old_max, L1.HINT_SHIFT_OLD),
+    (_update_python_max, L1.HINT_ELEMENTWISE), (_update_swapped, L1.HINT_ORDER))] + [
     (L1.check_merge_states, wrong, hint) for wrong, hint in (
         (_merge_no_rescale, L1.HINT_RESCALE), (_merge_no_guard, L1.HINT_NEG_INF),
-        (_merge_min, L1.HINT_MAX), (_merge_inverted, L1.HINT_DIRECTION))]
+        (_merge_min, L1.HINT_MAX), (_merge_inverted, L1.HINT_DIRECTION),
+        (_merge_swapped, L1.HINT_ORDER), (_merge_python_max, L1.HINT_ELEMENTWISE))]
 
 
 @pytest.mark.parametrize("check, wrong, hint", WRONG,

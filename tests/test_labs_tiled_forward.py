@@ -60,6 +60,11 @@ MISTAKES = {"flash_forward": [
      L.HINT_AXIS),
     ("l = alpha * l + p.sum(axis=1)", "l = alpha * l + p.sum(axis=0)", L.HINT_AXIS),
     ("k1 = min(k0 + block_k, t_k)", "k1 = k0 + block_k", L.HINT_RAGGED_UNCLIPPED),
+    # review round 5 ac, M2: m, l, acc sized Br beside the last 5 rows, (8,) with (5,)
+    ("q1 = min(q0 + block_q, t_q)", "q1 = q0 + block_q", L.HINT_RAGGED_Q_UNCLIPPED),
+    # review round 5 ac, M4: overflow in the large-score case looked like a dropped block
+    ("p = np.exp(s - m_use[:, None])", "p = np.exp(s) / np.exp(m_use[:, None])", L.HINT_OVERFLOW),
+    ("alpha = np.exp(m - m_use)", "alpha = np.exp(m) / np.exp(m_use)", L.HINT_OVERFLOW),
     ("o, lse = np.zeros((t_q, d)),", "o, lse = np.zeros((t_q, d), np.float32),",
      (H.HINT_PRECISION,)),
     ("    return o, lse", "    return o, lse[:, None]", (H.HINT_SHAPE,)),
@@ -241,6 +246,8 @@ def test_a_crash_is_named_only_by_the_shapes_of_its_mistake():
     # the first case: Tq = 37, Tk = 29, Br = 8, Bc = 6 (last key tile 5 wide)
     for message, hint in [(tiles + "(8,) (6,) ", L.HINT_AXIS),
                           (tiles + "(8,6) (8,5) () ", L.HINT_RAGGED_UNCLIPPED),
+                          (tiles + "(8,) (5,) ", L.HINT_RAGGED_Q_UNCLIPPED),
+                          (tiles + "(5,) (6,) ", L.HINT_AXIS),
                           (tiles + "(8,) (8,3) ", L.HINT_FORWARD),
                           (tiles + "(8,) (7,) ", L.HINT_FORWARD),
                           ("shapes (8,) (6,) not aligned", L.HINT_FORWARD)]:

@@ -688,7 +688,8 @@ def tiled_cases(inputs: Callable, expected: Callable, replay: Callable, mistakes
     expected(arrays, causal) -> what fn must return; `fn` returns a tuple of `parts`
     arrays (None: one array). A failure is named by the diagnoses `first`, then by the
     typical mistakes replayed as `replay(*arrays, causal, scale, Br, Bc, mistake)`
-    (`mistake_diagnoses` with `close`); else by `hint` = (level 1, level 2). `names`
+    (`mistake_diagnoses` with `close`; `first` may be a function of (Tq, Tk, causal, spread)
+    giving each case its own list); else by `hint` = (level 1, level 2). `names`
     names the results in messages (e.g. ("o", "lse")); `errors(Tq, Tk, Br, Bc)` gives the
     case's error diagnoses (a crash that a typical mistake explains).
     """
@@ -696,7 +697,8 @@ def tiled_cases(inputs: Callable, expected: Callable, replay: Callable, mistakes
     for n, (name, tq, tk, d, br, bc, causal, spread) in enumerate(TILED_CASES):
         arrays = inputs(n, tq, tk, d, causal, spread)
         rest = (causal, scale, br, bc)
-        diagnoses = list(first) + mistake_diagnoses(
+        own = first(tq, tk, causal, spread) if callable(first) else first
+        diagnoses = list(own) + mistake_diagnoses(
             lambda mistake, arrays=arrays, rest=rest: replay(*arrays, *rest, mistake),
             mistakes, close)
         want = expected(arrays, causal)

@@ -100,6 +100,13 @@ HINT_NEG_INF = (
     "NaN or inf: rows that saw no key (lse = -inf) make exp(S - lse) blow up.",
     "For such rows P must be 0: replace their lse by +inf (or mask them) before the "
     "exponential.")
+HINT_P_OVERFLOW = (
+    "inf or NaN in a case where every row sees a key (its lse is finite): an exponential "
+    "overflowed. exp of a large score (here |S| ~ 1e3), or of lse, alone passes float64's "
+    "range (above about 709); P = exp(S - lse) stays at most 1 only when the difference is "
+    "taken first.",
+    "One exponential of the difference per entry, np.exp(s - lse_i[:, None]); never "
+    "exp(S) / exp(lse).")
 HINT_NO_SKIP = (
     "Causal tile skipping: your key-block loop loads query blocks that cannot see that key "
     "block. The gradients are right, but those loads and five products are wasted.",
@@ -258,6 +265,15 @@ def _nonfinite(yours, _expected):
     return any(not np.isfinite(np.asarray(p, np.float64)).all() for p in plain(yours))
 
 
+def _nonfinite_first(wrap=lambda y: y):
+    """The `first` diagnoses of a case (Tq, Tk, causal, spread): a non-finite result is
+    HINT_NEG_INF where some row sees no key (causal, Tq > Tk), else HINT_P_OVERFLOW."""
+    def first(tq, tk, causal, _spread):
+        hint = HINT_NEG_INF if causal and tq > tk else HINT_P_OVERFLOW
+        return [(lambda y, e: _nonfinite(wrap(y), e), *hint)]
+    return first
+
+
 #: the case on what is held at once: (Tq, Tk, d, Br, Bc), Tk >> Bc, not causal
 HELD_SHAPE = (128, 4096, 3, 64, 16)
 
@@ -300,7 +316,7 @@ def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
     and NaN tiles)."""
     cases = tiled_cases(lambda n, *shape: _inputs(100 + n, *shape), _gradients, replay,
                         MISTAKES, _close, HINT_BACKWARD, scale=SCALE, rtol=_RTOL, atol=_ATOL,
-                        parts=3, first=[(_nonfinite, *HINT_NEG_INF)],
+                        parts=3, first=_nonfinite_first(),
                         names=("dq", "dk", "dv"))
     cases.append(_held_case())
     for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
@@ -320,7 +336,7 @@ def check_flash_backward_dq(fn, *, verbose: bool = True, hint_level: int = 1) ->
                         lambda args, causal: _gradients(args, causal)[0],
                         lambda *args: replay(*args)[0], DQ_MISTAKES,
                         lambda a, b: _close((a,), (b,)), HINT_BACKWARD, scale=SCALE, rtol=_RTOL,
-                        atol=_ATOL, first=[(lambda y, e: _nonfinite((y,), e), *HINT_NEG_INF)],
+                        atol=_ATOL, first=_nonfinite_first(lambda y: (y,)),
                         names=("dq",))
     return run_checks("flash_backward_dq(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
                       fn, cases, verbose=verbose, hint_level=hint_level)

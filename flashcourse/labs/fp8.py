@@ -129,7 +129,8 @@ def _scales_case(name, seed, shape, block):
 SCALE_CASES = [("2 heads, T = 70 in blocks of 16 (a ragged last block of 6), d = 8", 1,
                 (2, 70, 8), 16),
                ("1 head, T = 64 in blocks of 64 (one block), d = 4", 2, (1, 64, 4), 64),
-               ("batch 2 x 3 heads, T = 5, block 8 (longer than T), d = 3", 3, (2, 3, 5, 3), 8)]
+               ("batch 2 x 3 heads, T = 5, block 8 (longer than T), d = 3", 3, (2, 3, 5, 3), 8),
+               ("1 head, T = 12 in blocks of 4, d = 16 (wider than a block)", 4, (1, 12, 16), 4)]
 
 
 def check_block_scales(block_scales, *, verbose: bool = True, hint_level: int = 1) -> Result:

@@ -46,6 +46,16 @@ HINT_OVERFLOW = ("Overflow: some exp() saw a large positive argument. Every expo
 HINT_BASE2 = ("Your exponentials are in base 2 (exp2): l is a sum of base-e exponentials, "
               "exp(x - m). Use np.exp, or multiply every exponent by log2(e) before exp2.")
 HINT_RETURN = "Return a tuple (m_new, l_new) of two arrays with the shape of the inputs."
+HINT_ORDER = ("Your two results come back swapped, the sum first and the max second: the "
+              "contract returns the max first, then the sum, (m_new, l_new) or (m, l).")
+HINT_UPDATE = ("Your l_new is wrong for a state that already holds elements: it must be the sum "
+               "of exp(x_i - m_new) over every element seen, the old ones (summed in l against "
+               "the old max m) and the new one.")
+HINT_ELEMENTWISE = ("Your function raised the error above, typical of Python's max(a, b) on two "
+                    "arrays (or np.max(a, b), whose second argument is an axis): neither "
+                    "compares two arrays element by element. Each row needs its own max.")
+HINT_SHIFT_OLD = ("The new term is measured against the OLD max, exp(x - m): every term of "
+                  "l_new is measured against the NEW max, the new element's too.")
 HINT_MERGE = ("Merge both sides relative to the common max: each piece's sum is rescaled from "
               "its own max to the common one, then the two are added.")
 HINT_SOFTMAX_SHIFT = ("Your probabilities overflow or do not sum to 1: pass 2 must subtract the "
@@ -67,6 +77,11 @@ LEVEL2 = {
                    "stand-in in every exponent: exp(-inf - 0) = 0 keeps the state empty."),
     HINT_OVERFLOW: "Subtract the (stand-in) new max inside every exp().",
     HINT_BASE2: "exp2(y) = exp(y ln 2): exp2 of an unscaled difference is a different number.",
+    HINT_ORDER: "The max goes first in the returned tuple, the sum second.",
+    HINT_UPDATE: ("Check the two terms one at a time: the old sum brought from m to m_new, and "
+                  "the new element measured against m_new."),
+    HINT_ELEMENTWISE: "numpy's elementwise maximum of two arrays is np.maximum.",
+    HINT_SHIFT_OLD: "Compute m_new (and its stand-in) first, then use it in both exponents.",
     HINT_MERGE: "l = l_a times exp(m_a - m) plus l_b times exp(m_b - m), with the common max m.",
     HINT_SOFTMAX_SHIFT: "Finish pass 1 over all chunks before computing any probability.",
     HINT_SOFTMAX_MASKED: "Divide only where l > 0; elsewhere the probabilities are 0.",
@@ -77,11 +92,21 @@ LEVEL2 = {
 
 
 def _with_level2(cases):
-    """Attach the level-2 text to every hint of every case."""
+    """Attach the level-2 text to every hint of every case, and to every case the crash of
+    a max that is not elementwise."""
     for case in cases:
         case.hint2 = LEVEL2.get(case.hint, "")
         case.diagnoses = [(d[0], d[1], LEVEL2.get(d[1], "")) for d in case.diagnoses]
+        case.error_diagnoses = [(_not_elementwise, HINT_ELEMENTWISE,
+                                 LEVEL2[HINT_ELEMENTWISE])] + list(case.error_diagnoses)
     return cases
+
+
+def _not_elementwise(exc) -> bool:
+    """max(a, b) of two arrays, or np.max(a, b) (b read as an axis)."""
+    text = str(exc)
+    return ((isinstance(exc, ValueError) and "truth value of an array" in text)
+            or (isinstance(exc, TypeError) and "integer scalar arrays" in text))
 
 
 _RTOL, _ATOL = 1e-9, 1e-12     # float64 inputs; a few dozen roundings per row
@@ -142,6 +167,12 @@ def _update_new_term_unshifted(m, l, x):
     return m_new, l * np.exp(m - _safe(m_new)) + np.exp(x)
 
 
+def _update_new_term_old_max(m, l, x):
+    m_new = np.maximum(m, x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return m_new, l * np.exp(m - _safe(m_new)) + np.exp(x - m)
+
+
 def _update_no_shift(m, l, x):
     with np.errstate(over="ignore"):
         return np.maximum(m, x), l + np.exp(x)
@@ -175,6 +206,14 @@ def _has_nan(yours, _expected):
 def _has_posinf(yours, _expected):
     return isinstance(yours, tuple) and any(np.isposinf(np.asarray(y, dtype=np.float64)).any()
                                             for y in yours)
+
+
+def _swapped(yours, expected):
+    """The two results returned in the wrong order, (l, m)."""
+    if not (isinstance(yours, tuple) and len(yours) == 2):
+        return False
+    return all(np.allclose(np.asarray(y, dtype=np.float64), e, rtol=1e-7, atol=1e-12,
+                           equal_nan=True) for y, e in zip(yours, expected[::-1], strict=True))
 
 
 def _m_wrong(yours, expected):
@@ -239,12 +278,14 @@ def check_online_update(online_update, *, verbose: bool = True,
         with np.errstate(over="ignore", invalid="ignore"):
             return update(m1, l1, x1)
 
-    common = [(not_pair, HINT_RETURN), (_has_nan, HINT_NEG_INF), (_m_wrong, HINT_MAX)]
+    common = [(not_pair, HINT_RETURN), (_swapped, HINT_ORDER), (_has_nan, HINT_NEG_INF),
+              (_m_wrong, HINT_MAX)]
     cases = [
         Case("one element into the state (m, l) = ([1, 2, -1], [2, 1.5, 3])", one_step,
-             HINT_RESCALE,
-             [(not_pair, HINT_RETURN), (_m_wrong, HINT_MAX),
+             HINT_UPDATE,
+             [(not_pair, HINT_RETURN), (_swapped, HINT_ORDER), (_m_wrong, HINT_MAX),
               (_matches(stepped(_update_no_rescale)), HINT_RESCALE),
+              (_matches(stepped(_update_new_term_old_max)), HINT_SHIFT_OLD),
               (_matches(stepped(_update_inverted)), HINT_DIRECTION),
               (_matches(stepped(_update_base2)), HINT_BASE2),
               (_matches(stepped(_update_no_shift)), HINT_SHIFT),
@@ -314,7 +355,8 @@ def check_merge_states(merge_states, *, verbose: bool = True,
         with np.errstate(over="ignore", invalid="ignore"):
             return merge(*args)
 
-    common = [(not_pair, HINT_RETURN), (_has_nan, HINT_NEG_INF), (_m_wrong, HINT_MAX)]
+    common = [(not_pair, HINT_RETURN), (_swapped, HINT_ORDER), (_has_nan, HINT_NEG_INF),
+              (_m_wrong, HINT_MAX)]
     cases = [
         Case("two halves of 6 random rows", halves, HINT_MERGE,
              common + [(_matches(wrong(_merge_no_rescale, ma, la, mb, lb)), HINT_RESCALE),

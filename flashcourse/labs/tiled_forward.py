@@ -163,6 +163,19 @@ HINT_RAGGED_UNCLIPPED = (
     "last key tile has fewer than Bc columns, but something else of that tile (the key "
     "positions of the mask, shapes above) still has Bc.",
     "Clip the block's end, k1 = min(k0 + Bc, Tk), and use k1 for everything of that tile.")
+HINT_RAGGED_Q_UNCLIPPED = (
+    "The ragged last query block: q[q0:q0 + Br] stops at Tq by itself (a slice clips), so the "
+    "last query block has fewer than Br rows, but something else of that block (its m, l or "
+    "acc, or the query positions of the mask; shapes above) still has Br.",
+    "Clip the block's end, q1 = min(q0 + Br, Tq), and use q1 for everything of that block.")
+HINT_OVERFLOW = (
+    "With large scores (|S| ~ 1e3) rows that see keys came out empty (o = 0, lse = -inf) "
+    "or not finite, though every smaller case passed: an exponential overflowed (exp of "
+    "a score or of a max alone passes float64's range above about 709), so l became inf "
+    "or NaN.",
+    "Every exponent is a difference with the new running max: p = exp(S - m_new) and the "
+    "factor exp(m_old - m_new), each one exponential of a difference, never exp(S) / "
+    "exp(m).")
 HINT_FORWARD = (
     "Your forward disagrees with dense attention. Run it on a 2 x 3 example with one tile "
     "and compare with flashcourse.reference.attention.",
@@ -316,12 +329,39 @@ def _block_sizes(t, b) -> set[int]:
     return {min(b, t), t % b} - {0}
 
 
+def _lost_rows(yours, expected) -> bool:
+    """Rows that see keys (finite expected lse) came out empty (lse = -inf) or not finite."""
+    if not (isinstance(yours, tuple) and len(yours) == 2):
+        return False
+    o, lse = (np.asarray(y, np.float64) for y in yours)
+    want = np.isfinite(np.asarray(expected[1], np.float64))
+    return bool((want & ~np.isfinite(lse)).any() or ~np.isfinite(o[want]).all())
+
+
+def _first(tq, tk, causal, spread) -> list:
+    """NaN names the -inf guard; in the large-score case (every smaller case passed, the
+    ragged blocks included) a row lost to overflow names the overflow, before any replay."""
+    found = [(_has_nan, *HINT_NEG_INF)]
+    if spread > 1.0:
+        found.insert(0, (_lost_rows, *HINT_OVERFLOW))
+    return found
+
+
 def _errors(tq, tk, br, bc) -> list:
-    """Crashes that a typical mistake explains on a case of these shapes: a (Br,) row
-    statistic broadcast with a (Bc,) one, a full-width key tile next to the clipped slice."""
+    """Crashes that a typical mistake explains on a case of these shapes: a state of Br rows
+    next to the ragged last query block (q1 not clipped), a (Br,) row statistic broadcast
+    with a (Bc,) one, a full-width key tile next to the clipped slice."""
     rows, cols = _block_sizes(tq, br), _block_sizes(tk, bc)
     pairs = [(r, c) for r in rows for c in cols if r != c]
-    found = [((lambda exc: any(shapes_mix(exc, r, c, ndim=1) for r, c in pairs)), *HINT_AXIS)]
+    found = []
+    # a state sized Br beside the ragged last query block of tq % br rows: an axis slip
+    # crashes at the first tile already, (min(Br, Tq),) with (min(Bc, Tk),), so this pair
+    # names the unclipped q1 unless the two look alike
+    if tq % br and tq > br and tq % br != min(bc, tk):
+        found.append(((lambda exc: shapes_mix(exc, br, tq % br, ndim=1)),
+                      *HINT_RAGGED_Q_UNCLIPPED))
+    found.append(((lambda exc: any(shapes_mix(exc, r, c, ndim=1) for r, c in pairs)),
+                  *HINT_AXIS))
     if tk % bc and tk > bc:
         found.append(((lambda exc: shapes_mix(exc, bc, tk % bc, ndim=2)),
                       *HINT_RAGGED_UNCLIPPED))
@@ -383,7 +423,7 @@ def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
     cases = tiled_cases(lambda n, tq, tk, d, causal, spread: _inputs(40 + n, tq, tk, d, spread),
                         lambda qkv, causal: reference.attention(*qkv, causal=causal, scale=SCALE),
                         replay, MISTAKES, _close, HINT_FORWARD, scale=SCALE, rtol=_RTOL,
-                        atol=_ATOL, parts=2, first=[(_has_nan, *HINT_NEG_INF)],
+                        atol=_ATOL, parts=2, first=_first,
                         names=("o", "lse"), errors=_errors)
     cases.append(_held_case())
     for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
