@@ -7,8 +7,8 @@ import pytest
 
 from flashcourse.labs import cuda_kernel as L
 from flashcourse.labs import cuda_show as S
-from labtools import (assert_hint, assert_stubs_not_implemented, functions_of, hint_leaks_test,
-                      lab_fixture, lab_path, mistakes_test, mutate)
+from labtools import (assert_hint, assert_stubs_not_implemented, edited, functions_of,
+                      hint_leaks_test, lab_fixture, lab_path, mistakes_test, mutate)
 
 LAB = lab_path("lab06_cuda_kernel")
 PARTS = ("micro_tile_scores", "row_max", "row_sum", "online_update")
@@ -109,6 +109,25 @@ UPDATE_MISTAKES = [
     ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp2(s[i * TN + j] - m_use)",
      L.HINT_EXP2),
 ]
+
+
+def test_update_hints_name_the_slip_behind_them():
+    """Review round 6 ac, M1-M3: three slips whose output is a replayed mistake's, though
+    the learner's code has the step that mistake leaves out. Their hints must say so."""
+    alpha_late = edited(LAB, "online_update", [(
+        "alpha = math.exp(m[i] - m_use)                              # rescale factor, <= 1\n"
+        "    m[i] = m_new", "m[i] = m_new\n    alpha = math.exp(m[i] - m_use)")])
+    result = assert_hint(L.check_online_update, alpha_late, L.HINT_RESCALE[0])
+    assert "exp(0)" in result.hint and "old max" in result.hint
+    guard_old = mutate(LAB, "online_update", "m_use = m_new if m_new != NEG_INF else F0",
+                       "m_use = m_new if m[i] != NEG_INF else F0")
+    result = assert_hint(L.check_online_update, guard_old, L.HINT_SHIFT[0])
+    assert "test m_new, not m[i]" in result.hint
+    exp2_both = edited(LAB, "online_update", [
+        ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp2(s[i * TN + j] - m_use)"),
+        ("alpha = math.exp(m[i] - m_use)", "alpha = math.exp2(m[i] - m_use)")])
+    result = assert_hint(L.check_online_update, exp2_both, L.HINT_EXP2[0])
+    assert "but exp for the rescale" not in result.hint and "alpha too" in result.hint
 
 
 test_update_mistakes_get_their_hint = mistakes_test(

@@ -87,15 +87,18 @@ HINT_REDUCE = (
     "the row's full max (or sum).",
     "A butterfly: for offset in CT/2, CT/4, ..., 1: x = combine(x, shfl_xor(x, offset, ...)).")
 HINT_EXP2 = (
-    "P mixes bases: exp2 for the probabilities but exp for the rescale factor (and the "
-    "kernel's lse = m + log(l) is natural too). Use math.exp for P, as for alpha.",
+    "Wrong base: your P uses exp2, but this kernel works in base e throughout: the scores "
+    "and maxima are natural, alpha = exp(m_old - m_new), and the kernel's lse = m + log(l). "
+    "Use math.exp for P, and for alpha too if you wrote exp2 there.",
     "p = math.exp(s - m_use): exp2 would need the scores and maxima in base 2, times "
     "log2(e).")
 HINT_RESCALE = (
     "Missing rescale: when the max grows, this thread's partial sum lp[i] and its acc row were "
-    "measured against the old max and must be multiplied by the factor exp(old - new) first.",
-    "alpha = exp(m[i] - m_use); lp[i] = lp[i] * alpha + this tile's sum; every acc entry of row "
-    "i times alpha.")
+    "measured against the old max and must be multiplied by the factor exp(old - new) first. "
+    "If your code multiplies by alpha, alpha is 1: exp(m[i] - m_use) taken after m[i] was set "
+    "to the new max is exp(0). Take alpha while m[i] still holds the old max.",
+    "alpha = exp(m[i] - m_use), before m[i] is set to m_new; lp[i] = lp[i] * alpha + this "
+    "tile's sum; every acc entry of row i times alpha.")
 HINT_MAX = (
     "Wrong max: the new max must combine the running max m[i] with the tile's row max mx.",
     "m_new is the larger of m[i] and mx; store it back into m[i].")
@@ -105,8 +108,12 @@ HINT_NEG_INF = (
     "Use a finite stand-in (F0) for the subtraction while the new max is still NEG_INF; then "
     "alpha and every p are exactly 0.")
 HINT_SHIFT = (
-    "Subtract the max: p = exp(s - m_use), not exp(s); large scores overflow otherwise.",
-    "Shift every score of the row by the stand-in max before the exponential.")
+    "Subtract the max: p = exp(s - m_use), not exp(s); large scores overflow otherwise. If "
+    "your code subtracts m_use, m_use is 0 here: the finite stand-in must replace the NEW max "
+    "only while it is still -inf. A row's first tile has m[i] = -inf but a finite new max, so "
+    "test m_new, not m[i].",
+    "Shift every score of the row by the stand-in max before the exponential; the stand-in "
+    "is F0 only when m_new is NEG_INF.")
 HINT_P_NOT_STORED = (
     "The probabilities must replace the scores in s: the kernel copies s to shared memory and "
     "multiplies it by V.",
