@@ -12,6 +12,7 @@ from numba import cuda
 
 from flashcourse.labs import cuda_puzzles as L
 from flashcourse.labs._harness import HINT_COMPILE, HINT_NOT_KERNEL
+from flashcourse.labs.cuda_puzzle_rules import HINT_LOCAL_UNSET
 from labtools import (assert_hint, assert_stubs_not_implemented, edited, functions_of,
                       hint_leaks_test, lab_fixture, lab_path, mutate, variants_test)
 
@@ -188,6 +189,11 @@ MISTAKES = {
         ("s += qr[x] * ks[c, x]", "s += qr[x] * (k[k0 + c, x] if x < d else F0)",
          L.HINT_FLASH_GLOBAL),
         ("alpha = math.exp(m - m_new)", "alpha = math.exp(m - m_new) * 1.0", L.HINT_FLOAT64),
+        # review round 6 ac, M5: overflowing exponentials made NaN, named as an unset local
+        ("p = math.exp(s - m_new)", "p = math.exp(s - m)", L.HINT_FLASH_OVERFLOW),
+        ("alpha = math.exp(m - m_new)", "alpha = math.exp(m_new - m)", L.HINT_FLASH_OVERFLOW),
+        ("        qr[x] = q[r, x] * scale if (r < tq and x < d) else F0\n        acc[x] = F0\n",
+         "        qr[x] = q[r, x] * scale if (r < tq and x < d) else F0\n", HINT_LOCAL_UNSET),
     ],
     "histogram": [
         # plain read-modify-writes: of the global histogram, of the shared one
@@ -483,3 +489,25 @@ def test_views_keep_their_offsets_and_barriers_are_recorded(lab):
 
 
 test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)
+
+
+def test_rescale_and_shift_hints_name_the_slip_behind_them():
+    """Review round 6 ac, M4 and M6: alpha taken after the max was overwritten (exp(0) = 1)
+    and a stand-in keyed on the old max (m_use = 0 at the first element) reproduce the
+    replayed 'no rescale' and 'no shift'; the hints must name that slip too."""
+    late = [("                m_new = max(m, s)\n",
+             "                m_new = max(m, s)\n                m = m_new\n")]
+    result = assert_hint(check("flash_block"), edited(LAB, "flash_block", late),
+                         L.HINT_FLASH_RESCALE[0])
+    assert "exp(0)" in result.hint
+    sm = ("        m_use = m_new if m_new != NEG_INF else F0\n"
+          "        l = l * math.exp(m - m_use) + math.exp(v - m_use)\n        m = m_new\n")
+    late = [(sm, "        m_use = m_new if m_new != NEG_INF else F0\n        m = m_new\n"
+                 "        l = l * math.exp(m - m_use) + math.exp(v - m_use)\n")]
+    result = assert_hint(check("softmax_rows"), edited(LAB, "softmax_rows", late),
+                         L.HINT_SM_RESCALE[0])
+    assert "exp(0)" in result.hint
+    guard = [(sm, sm.replace("if m_new != NEG_INF", "if m != NEG_INF"))]
+    result = assert_hint(check("softmax_rows"), edited(LAB, "softmax_rows", guard),
+                         L.HINT_SM_SHIFT[0])
+    assert "test m_new, not the old m" in result.hint

@@ -121,10 +121,12 @@ class Outcome:
     why: str = ""
     broken_all: dict = field(default_factory=dict)     # every rule broken: index -> why
     refused: str = ""         # why the kernel was not launched (not a Numba kernel)
+    relaunch: Callable | None = None    # local_fill -> the outputs of the same launch
 
 
-def launch(kernel, case: PuzzleCase, *, trace: bool = True) -> Outcome:
-    """Run `kernel[grid, block](...)` on the case; traced on the simulator."""
+def launch(kernel, case: PuzzleCase, *, trace: bool = True, local_fill=np.nan) -> Outcome:
+    """Run `kernel[grid, block](...)` on the case; traced on the simulator (float local
+    arrays start as `local_fill` there)."""
     from numba import cuda
     outs = {k: np.full(shape, case.initial.get(k, np.nan), np.float32)
             for k, shape in case.outputs.items()}
@@ -143,7 +145,7 @@ def launch(kernel, case: PuzzleCase, *, trace: bool = True) -> Outcome:
     recorded = None
     try:
         if sim:
-            with tracing() as recorded:
+            with tracing(local_fill) as recorded:
                 recorded.block_dim = tuple(case.block) + (1,) * (3 - len(case.block))
                 kernel[case.grid, case.block](*args)
             for name, a in zip(case.order, args):
@@ -159,7 +161,8 @@ def launch(kernel, case: PuzzleCase, *, trace: bool = True) -> Outcome:
         if is_compile_error(exc):       # Numba's own TypeError kinds: it did not compile
             raise
         error = f"{type(exc).__name__}: {exc}"
-    return Outcome(outs, error, recorded)
+    return Outcome(outs, error, recorded,
+                   relaunch=lambda fill: launch(kernel, case, trace=trace, local_fill=fill).outputs)
 
 
 @dataclass
@@ -324,7 +327,12 @@ def local_unset(yours: Outcome, want: dict) -> bool:
         bad = np.flatnonzero(np.isnan(got) & np.isfinite(w))
         written = trace.written_by(name)
         if any(int(off) in written for off in bad):
-            return True
+            if yours.relaunch is None:
+                return True
+            # the same launch with local arrays zeroed: a NaN the arithmetic made (inf / inf,
+            # 0 * inf after an overflowing exp) stays NaN, one from an unset element goes
+            again = np.asarray(yours.relaunch(0.0).get(name), np.float64).reshape(-1)
+            return bool(np.isfinite(again[bad]).any())
     return False
 
 

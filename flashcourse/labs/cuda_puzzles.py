@@ -373,8 +373,10 @@ HINT_SOFTMAX = ("out[r] = softmax(x[r]), one warp per row: each lane keeps a run
                 "with -inf as the start and a finite stand-in while m is still -inf.")
 HINT_SM_RESCALE = ("Missing rescale in the running sum: when a lane's max grows, its l was "
                    "measured against the old max and must be multiplied by exp(m_old - m_new) "
-                   "before adding the new term.",
-                   "l = l * exp(m - m_new) + exp(x - m_new); m = m_new.")
+                   "before adding the new term. If your code multiplies l by exp(m - m_use), "
+                   "that factor is 1 when m was already set to the new max: exp(0). Take it "
+                   "while m still holds the old max.",
+                   "l = l * exp(m - m_new) + exp(x - m_new), and only then m = m_new.")
 HINT_SM_MERGE = ("The butterfly adds the lanes' sums without rescaling them to the common max: "
                  "l1 and l2 are measured against different maxima m1 and m2.",
                  "l = l1 * exp(m1 - m) + l2 * exp(m2 - m) with m = max(m1, m2).")
@@ -388,7 +390,9 @@ HINT_SM_LANES = ("Each lane keeps its own (m, l): the butterfly that merges the 
                  "for offset 16, 8, 4, 2, 1: merge (m, l) with the partner lane's, read by "
                  "shfl_xor(..., offset, ...).")
 HINT_SM_SHIFT = ("inf or NaN on a row of large values: exp(x) overflows float32 for x > 88. "
-                 "Subtract the running max before every exponential.",
+                 "Subtract the running max before every exponential. If you subtract m_use, "
+                 "m_use is 0 at a lane's first element: the stand-in must replace the NEW max "
+                 "only while it is still -inf, so test m_new, not the old m.",
                  "exp(x - m), never exp(x).")
 
 
@@ -471,9 +475,18 @@ HINT_FLASH_MASK = ("The ragged last key tile is not masked: its padded keys (zer
                    "take part in the softmax. Skip (or give -inf to) keys k0 + c >= tk.",
                    "if k0 + c < tk: ... (only visible keys update m, l and acc).")
 HINT_FLASH_RESCALE = ("Missing rescale: when the row max grows, l and acc were accumulated "
-                      "against the old max and must be multiplied by exp(m_old - m_new).",
-                      "alpha = exp(m - m_new); l = l * alpha + p; acc[x] = acc[x] * alpha + "
-                      "p * v[x].")
+                      "against the old max and must be multiplied by exp(m_old - m_new). If "
+                      "your code multiplies them by alpha, alpha is 1: exp(m - m_new) taken "
+                      "after m was set to the new max is exp(0). Take alpha while m still "
+                      "holds the old max.",
+                      "alpha = exp(m - m_new), before m = m_new; l = l * alpha + p; acc[x] = "
+                      "acc[x] * alpha + p * v[x].")
+HINT_FLASH_OVERFLOW = ("inf or NaN in the output (with every local array set): an exponential "
+                       "overflowed. Both exponents must be <= 0: p = exp(s - new max) and alpha "
+                       "= exp(old max - new max); at a row's first key the old max is -inf, so "
+                       "alpha is 0, and the other way round it is exp(+inf).",
+                       "Subtract the new max in p, and take alpha as exp(old - new), not "
+                       "exp(new - old).")
 HINT_FLASH_RESCALE_ACC = ("Half a rescale: your l is brought to the new max but acc is not. Both "
                           "were accumulated against the old max; when the row max grows, both "
                           "must be multiplied by exp(m_old - m_new).",
@@ -547,6 +560,20 @@ def _flash_case(name, tq, tk, d, seed, spread=1.0):
     return PuzzleCase(name, {"q": q, "k": k, "v": v}, {"o": (tq, d)},
                       {"tq": tq, "tk": tk, "d": d, "scale": 1.0 / math.sqrt(d)},
                       ("q", "k", "v", "o", "tq", "tk", "d", "scale"), (1,), (BR11,))
+
+
+def _flash_overflow(y, e):
+    """o not finite where it should be, and still not with the local arrays zeroed (so no
+    accumulator was used unset): an exponential overflowed."""
+    if y.error or "o" not in y.outputs:
+        return False
+    bad = ~np.isfinite(np.asarray(y.outputs["o"], np.float64)) & np.isfinite(e["o"])
+    if not bad.any():
+        return False
+    if y.relaunch is None:
+        return True
+    again = np.asarray(y.relaunch(0.0)["o"], np.float64)
+    return bool((~np.isfinite(again[bad])).all())
 
 
 # -- the ladder -------------------------------------------------------------------------------
@@ -696,7 +723,8 @@ def _ladder() -> list[Puzzle]:
                 Rule(reads_at_most("k", lambda c: _cdiv(c.scalars["tk"], BC11) * BC11 *
                                    c.scalars["d"], "one read per element per tile"),
                      HINT_FLASH_GLOBAL)],
-               expected=lambda c: {"global write": c.scalars["tq"] * c.scalars["d"]}),
+               expected=lambda c: {"global write": c.scalars["tq"] * c.scalars["d"]},
+               first=[(_flash_overflow, HINT_FLASH_OVERFLOW)]),
         puzzle_histogram(),
         puzzle_stage_reverse(),
     ]

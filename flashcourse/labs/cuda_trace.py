@@ -164,13 +164,14 @@ def traced(array, name: str, space: str = "global") -> TracedArray:
 
 
 @contextmanager
-def tracing():
+def tracing(local_fill=np.nan):
     """Record the accesses of simulated kernels launched inside; yields the Trace.
 
     Patches the simulator's `cuda.shared.array` (allocations are named by the line that
     makes them, "shared line N"; float ones start as NaN so that an element nobody
     loaded shows up), `cuda.local.array` (its sizes; float ones start as NaN too, so that
-    an accumulator never set to zero shows up), `cuda.syncthreads` (each thread's
+    an accumulator never set to zero shows up; `local_fill` = 0 to tell that NaN from one the
+    arithmetic makes), `cuda.syncthreads` (each thread's
     barriers: its epoch, and where each barrier it reached stands) and the atomics
     (`cuda.atomic.add` ...: one event of kind "atomic" each)."""
     global _ACTIVE, _SLICES, _NOTES
@@ -202,7 +203,7 @@ def tracing():
         def local_array(self, shape, dtype, alignment=None):
             res = old_local(self, shape, dtype, alignment)
             if res.dtype.kind == "f":      # an element used before it was set shows as NaN
-                res.fill(np.nan)
+                res.fill(local_fill)
             line = sys._getframe(1).f_lineno
             with _ALLOC_LOCK:
                 key = ("local", line)
