@@ -40,6 +40,9 @@ HINT_LSE = ("Writes are missing lse: besides O (Tq x d x e bytes) each query row
 HINT_LSE_SIZE = "lse is stored in fp32 whatever the input dtype: 4 bytes per row, not e."
 HINT_FLOOR = ("Number of query blocks: Tr = ceil(Tq / Br), rounded UP; floor division drops the "
               "ragged last block.")
+HINT_PER_ROW = ("K and V are re-read once per query BLOCK, not once per query row: the Br rows "
+                "of Q_i share each load of K_j and V_j, which is the point of tiling, so K and "
+                "V cost 2 x Tr x Tk x d x e bytes with Tr = ceil(Tq / Br), not 2 x Tq x Tk x d x e.")
 HINT_SCORES = ("No score leaves the chip in tiled attention: S and P tiles are formed and "
                "discarded on chip, so Tq x Tk never appears in the byte count.")
 HINT_GENERIC = ("Count per loop: for each query block i read Q_i once; for each key block j "
@@ -139,8 +142,10 @@ def _diagnoses(cfg):
         (reads_are(wrong_kv_once(*cfg)[0]), HINT_ONCE),
         (reads_are(tq * d * e + 2 * (tq // br) * tk * d * e), HINT_FLOOR),
         (reads_are(2 * tk * d * e + tc * tq * d * e), HINT_SWAPPED),
-        (lambda y, x: int(y[0]) > right_reads and (int(y[0]) - right_reads) % (tq * tk) == 0,
-         HINT_SCORES),
+        (reads_are(tq * d * e + 2 * tq * tk * d * e), HINT_PER_ROW),
+        # S and/or P of e or 4 bytes an entry, read and/or written: 1 to 4 times Tq Tk entries
+        (lambda y, x: int(y[0]) - right_reads in {n * b * tq * tk for n in range(1, 5)
+                                                  for b in (e, 4)}, HINT_SCORES),
         (writes_are(tq * d * e), HINT_LSE),
         (writes_are(tq * d * e + e * tq), HINT_LSE_SIZE),
     ]
