@@ -42,7 +42,8 @@ HINT_FLOOR = ("Number of query blocks: Tr = ceil(Tq / Br), rounded UP; floor div
               "ragged last block.")
 HINT_PER_ROW = ("K and V are re-read once per query BLOCK, not once per query row: the Br rows "
                 "of Q_i share each load of K_j and V_j, which is the point of tiling, so K and "
-                "V cost 2 x Tr x Tk x d x e bytes with Tr = ceil(Tq / Br), not 2 x Tq x Tk x d x e.")
+                "V cost 2 x Tr x Tk x d x e bytes with Tr = ceil(Tq / Br), not "
+                "2 x Tq x Tk x d x e.")
 HINT_SCORES = ("No score leaves the chip in tiled attention: S and P tiles are formed and "
                "discarded on chip, so Tq x Tk never appears in the byte count.")
 HINT_GENERIC = ("Count per loop: for each query block i read Q_i once; for each key block j "
