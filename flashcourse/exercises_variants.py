@@ -100,7 +100,8 @@ def _prefix_rule(prefix: int, off: int, mistake: str | None):
 #: "off sign" before "only": with Tq < Tk it gives "only"'s mask (q - off < 0 for every query),
 #: and a mask that is "only" fails the first case (Tq = Tk), where "off sign" is right
 PREFIX_MISTAKES = [("long", (HINT_PREFIX_LONG,)), ("short", (HINT_PREFIX_SHORT,)),
-                   ("off sign", (HINT_PREFIX_OFF_SIGN,)), ("only", (HINT_PREFIX_ONLY,)), ("and", (HINT_PREFIX_AND,)),
+                   ("off sign", (HINT_PREFIX_OFF_SIGN,)), ("only", (HINT_PREFIX_ONLY,)),
+                   ("and", (HINT_PREFIX_AND,)),
                    ("not causal-ended", (HINT_NOT_CAUSAL_ENDED,)),
                    ("no prefix", (HINT_NO_PREFIX,)), ("by query", (HINT_PREFIX_BY_QUERY,)),
                    ("strict", (HINT_NOT_ITSELF,)), ("forward", (HINT_CAUSAL_FORWARD,)),
