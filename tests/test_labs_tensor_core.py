@@ -337,7 +337,8 @@ def test_log2e_folded_into_the_scores_is_a_correct_softmax_tile():
     fn = edited(LAB, SOFTMAX, [
         ("p = math.exp(s[4 * n + 2 * hf + c] - m_use)",
          "p = math.exp2(s[4 * n + 2 * hf + c] * LOG2E_F - m_use * LOG2E_F)"),
-        ("alpha = math.exp(m[hf] - m_use)", "alpha = math.exp2(m[hf] * LOG2E_F - m_use * LOG2E_F)")],
+        ("alpha = math.exp(m[hf] - m_use)",
+         "alpha = math.exp2(m[hf] * LOG2E_F - m_use * LOG2E_F)")],
         also=[("from numba import cuda\n",
                "from numba import cuda\nfrom flashcourse.constants import LOG2E_F\n")])
     assert P.check_softmax_tile(fn, verbose=False).passed
