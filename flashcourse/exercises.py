@@ -308,7 +308,7 @@ def fa2_grid_07() -> Exercise:
         diagnoses={
             "fa1_blocks": [(lambda y: _same_number(y, b, 0) or _same_number(y, h, 0),
                             "FA1 gives every (batch, head) pair its own block: B times H")],
-            "fa1_busy": [(lambda y: _same_number(y, 100 * fill1.busy_first_wave, 5e-3),
+            "fa1_busy": [(lambda y: abs(float(y) - 100 * fill1.busy_first_wave) <= 0.5,
                           "give it as a share between 0 and 1, not in percent"),
                          (lambda y: _same_number(y, 1.0, 0),
                           f"FA1 has only {fa1} blocks for {sms} SMs: one block runs on one SM")],
@@ -705,8 +705,20 @@ def grade(name: str, **answers) -> tuple[bool, list[str]]:
                     break
             except Exception:
                 continue
+        else:
+            why = _close_miss(ex, yours, right) or why
         lines.append(f"{part}: not quite: {why}")
     return all_right, lines
+
+
+def _close_miss(ex: Exercise, yours, right) -> str | None:
+    """For a number just outside the tolerance (within 4 times it) that no diagnosis names: a
+    right value rounded too far (0.61 for exp(-0.5) = 0.6065 against 0.5%), not a wrong rule."""
+    if ex.same is not None or not ex.rtol or not _same_number(yours, right, 4 * ex.rtol):
+        return None
+    off = abs(float(yours) - float(right)) / abs(float(right))
+    return (f"close: {off:.2%} off, and the check allows {ex.rtol:.2%}; if you rounded, keep "
+            "one more digit")
 
 
 def reveal(name: str) -> None:

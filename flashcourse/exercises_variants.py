@@ -61,6 +61,10 @@ HINT_CAUSAL_FORWARD = ("The causal part points forward: your queries see the key
 HINT_PREFIX_ALIGN = ("Right for Tq = Tk, wrong when they differ: the causal part is aligned "
                      "bottom-right, kv_idx <= q_idx + (t_key - t_query), so that the last "
                      "query sees every key.")
+HINT_PREFIX_OFF_SIGN = ("Your causal offset has the wrong sign: the causal part is aligned "
+                        "bottom-right, kv_idx <= q_idx + off with off = t_key - t_query, so "
+                        "that the last query sees every key; with t_query - t_key, a query "
+                        "block shorter than the keys sees almost no key past the prompt.")
 HINT_PREFIX_SHIFTED = ("The offset moved the prompt too: the prefix is keys 0 to prefix - 1 "
                        "whatever Tq and Tk (kv_idx < prefix); only the causal part gets "
                        "+ (t_key - t_query).")
@@ -88,12 +92,16 @@ def _prefix_rule(prefix: int, off: int, mistake: str | None):
             "strict": (k < p) | (k < qo),
             "forward": (k < p) | (k >= qo),
             "top-left": (k < p) | (k <= q),
+            "off sign": (k < p) | (k <= q - off),
             "shifted": (k < p + off) | (k <= qo)}[mistake], (q.size, k.size))
     return rule
 
 
+#: "off sign" before "only": with Tq < Tk it gives "only"'s mask (q - off < 0 for every query),
+#: and a mask that is "only" fails the first case (Tq = Tk), where "off sign" is right
 PREFIX_MISTAKES = [("long", (HINT_PREFIX_LONG,)), ("short", (HINT_PREFIX_SHORT,)),
-                   ("only", (HINT_PREFIX_ONLY,)), ("and", (HINT_PREFIX_AND,)),
+                   ("off sign", (HINT_PREFIX_OFF_SIGN,)), ("only", (HINT_PREFIX_ONLY,)),
+                   ("and", (HINT_PREFIX_AND,)),
                    ("not causal-ended", (HINT_NOT_CAUSAL_ENDED,)),
                    ("no prefix", (HINT_NO_PREFIX,)), ("by query", (HINT_PREFIX_BY_QUERY,)),
                    ("strict", (HINT_NOT_ITSELF,)), ("forward", (HINT_CAUSAL_FORWARD,)),

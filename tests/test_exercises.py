@@ -26,6 +26,23 @@ def test_second_tile_right_and_wrong():
     assert "without rescaling" in lines[1] and "wrong way" in lines[2]
 
 
+def test_a_right_value_rounded_too_far_is_told_so():
+    """alpha = exp(-0.5) = 0.6065 written 0.61 is 0.57% off (the check allows 0.5%): it was told
+    "not what the rule gives; recompute", as if the rule were wrong (review round 11 b, M3)."""
+    ok, lines = E.grade("03-second-tile", m=3, l=2.210, alpha=0.61)
+    assert not ok and "close" in lines[2] and "one more digit" in lines[2]
+    ok, lines = E.grade("03-second-tile", m=3, l=2.210, alpha=0.5)       # a wrong value
+    assert not ok and "recompute" in lines[2]
+
+
+def test_a_share_given_in_rounded_percent_is_named():
+    """16 / 132 = 12.1% written 12 (review round 11 b, m1: it got the generic message)."""
+    right = dict(fa1_blocks=16, fa1_busy=0.12, fa2_blocks=16 * 157, fa2_waves=20,
+                 split_k_bytes=2 * 4 * (64 * 96 + 2 * 64) * 4, split_q_bytes=0)
+    ok, lines = E.grade("07-fa2-grid", **{**right, "fa1_busy": 12})
+    assert not ok and "not in percent" in lines[1]
+
+
 def test_causal_skips_right_and_wrong():
     ok, _ = E.grade("03-causal-skips", skipped=[(0, 3), (0, 4), (1, 4)])
     assert ok

@@ -59,8 +59,12 @@ def test_a_prefix_stub_is_not_implemented_yet():
     (lambda i, j, p, q: (j < p) | (j <= q), ex.HINT_PREFIX_ALIGN),          # no offset
     (lambda i, j, p, q: (j < p + i - q) | (j <= i), ex.HINT_PREFIX_SHIFTED),
     (lambda i, j, p, q: (j < p) | (j <= i + 2), ex.HINT_PREFIX),            # unrecognised
+    # off = t_query - t_key: at Tq = 14 < Tk = 31 no query sees a key past the prompt, and it
+    # was told "the causal part is missing" (review round 11 b, M4)
+    (lambda i, j, p, q: (j < p) | (j <= 2 * q - i), ex.HINT_PREFIX_OFF_SIGN),
 ], ids=["edge-long", "edge-short", "prefix-only", "and", "not-causal-ended", "no-prefix",
-        "by-query", "not-itself", "forward", "top-left", "prefix-shifted", "generic"])
+        "by-query", "not-itself", "forward", "top-left", "prefix-shifted", "generic",
+        "offset-sign"])
 def test_each_prefix_mistake_gets_its_hint(rule, hint):
     result = ex.check_prefix_lm(_prefix(rule), verbose=False)
     assert not result and result.hint == hint

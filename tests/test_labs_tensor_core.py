@@ -155,6 +155,15 @@ PART_MISTAKES = {
     "index-acc": (SOFTMAX, [("acc[4 * n + 2 * hf", "acc[4 * n + hf")], P.HINT_ACC_INDEX, False),
     "no-standin": (SOFTMAX, [("m_use = m_new if m_new != NEG_INF else F0", "m_use = m_new")],
                    P.HINT_STANDIN, False),
+    # exp of a score (or of the max) alone, then a quotient: right at the small cases' scores,
+    # inf / inf (GPU) or OverflowError (simulator) at scores near 800 (review round 11 b, M1;
+    # passed every case before)
+    "p-overflow": (SOFTMAX, [("p = math.exp(s[4 * n + 2 * hf + c] - m_use)",
+                              "p = math.exp(s[4 * n + 2 * hf + c]) / math.exp(m_use)")],
+                   P.HINT_P_OVERFLOW, False),
+    "alpha-overflow": (SOFTMAX, [("alpha = math.exp(m[hf] - m_use)",
+                                  "alpha = math.exp(m[hf]) / math.exp(m_use)")],
+                       P.HINT_P_OVERFLOW, False),
     "p-not-stored": (SOFTMAX, [("                s[4 * n + 2 * hf + c] = p\n", "")],
                      P.HINT_P_STORE, False),
     "lp-quad": (SOFTMAX, [("lp[hf] = lp[hf] * alpha + ps",
@@ -320,6 +329,26 @@ CORRECT_VARIANTS = {
 
 test_unusual_correct_variants_pass = correct_variants_test(LAB, P, parts_of, PART_CHECK,
                                                            CORRECT_VARIANTS)
+
+
+def test_log2e_folded_into_the_scores_is_a_correct_softmax_tile():
+    """exp2(s log2 e - m_use log2 e), as FA2's kernels do: right, within the large-score
+    case's looser tolerance (a float32 exponent near 1,150 carries 1e-4 of rounding)."""
+    fn = edited(LAB, SOFTMAX, [
+        ("p = math.exp(s[4 * n + 2 * hf + c] - m_use)",
+         "p = math.exp2(s[4 * n + 2 * hf + c] * LOG2E_F - m_use * LOG2E_F)"),
+        ("alpha = math.exp(m[hf] - m_use)",
+         "alpha = math.exp2(m[hf] * LOG2E_F - m_use * LOG2E_F)")],
+        also=[("from numba import cuda\n",
+               "from numba import cuda\nfrom flashcourse.constants import LOG2E_F\n")])
+    assert P.check_softmax_tile(fn, verbose=False).passed
+
+
+def test_a_non_finite_large_score_result_names_the_overflow():
+    """On a GPU the overflow is inf / inf = NaN, not the simulator's OverflowError."""
+    assert P._overflowed((np.zeros(2), np.array([1.0, np.nan])), None)
+    assert P._overflowed((np.array([np.inf]),), None)
+    assert not P._overflowed((np.zeros(2), np.ones(3)), None)
 
 
 MASK_MISTAKES = [

@@ -164,6 +164,15 @@ PART_MISTAKES = {
     "s-no-reset-s": ("transposed_scores", [("        s[x] = F0\n        dp[x] = F0\n",
                                             "        dp[x] = F0\n")], P.HINT_S_RESET_ONE,
                      False),
+    # exp of scale S alone over exp of lse: right at the small case's scores, inf / inf (GPU)
+    # or OverflowError (simulator) near 800 (review round 11 b, M2; passed before)
+    "ds-overflow": ("ds_tile", [("p = math.exp(s[4 * n + i] * scale - lt[col])",
+                                 "p = math.exp(s[4 * n + i] * scale) / math.exp(lt[col])")],
+                    P.HINT_DS_OVERFLOW, False),
+    "ds-overflow-product": ("ds_tile", [("p = math.exp(s[4 * n + i] * scale - lt[col])",
+                                         "p = math.exp(s[4 * n + i] * scale) "
+                                         "* math.exp(-lt[col])")],
+                            P.HINT_DS_OVERFLOW, False),
     "ds-base2-raw": ("ds_tile", [("p = math.exp(s[4 * n + i] * scale - lt[col])",
                                   "p = math.exp2(s[4 * n + i] * scale - lt[col])")],
                      P.HINT_DS_BASE2_RAW, False),
@@ -267,6 +276,21 @@ CORRECT_VARIANTS = {
 
 test_unusual_correct_variants_pass = correct_variants_test(LAB, P, parts_of, CHECK,
                                                            CORRECT_VARIANTS)
+
+
+def test_log2e_folded_into_both_terms_is_a_correct_ds_tile():
+    """exp2(scale s log2 e - lse log2 e), as FA2's kernels do: right, within the large-score
+    case's looser tolerance."""
+    fn = edited(LAB, "ds_tile", [("p = math.exp(s[4 * n + i] * scale - lt[col])",
+                                  "p = math.exp2(s[4 * n + i] * scale * LOG2E_F "
+                                  "- lt[col] * LOG2E_F)")], also=[_BASE2_IMPORT])
+    assert P.check_ds_tile(fn, verbose=False).passed
+
+
+def test_a_non_finite_large_score_result_names_the_overflow():
+    """On a GPU the overflow is inf / inf = NaN, not the simulator's OverflowError."""
+    assert P._overflowed((np.zeros(2), np.array([np.nan])), None)
+    assert not P._overflowed((np.zeros(2), np.ones(3)), None)
 
 
 def test_exp2_with_lse_in_base_2_is_a_correct_ds_tile(lab):

@@ -95,6 +95,14 @@ HINT_DS_NO_P = ("Your dS leaves out P: the softmax's Jacobian gives dS = P o (dP
                 "element by element (notebook 09).", "Multiply (dP - D) by the new P.")
 HINT_DS_SIGN = ("Your dS has the wrong sign: dS = P o (dP - D), dP first (notebook 09).",
                 "p (dp - D), not p (D - dp).")
+HINT_DS_OVERFLOW = ("Your exponentials overflow: in the large-score case every query sees keys "
+                    "(all lse finite) and scale S and lse are both near 800, so e to either "
+                    "alone is past float32's range (e^88.7; the simulator computes in float64 "
+                    "and stops at e^709 with 'math range error'), and inf / inf is NaN. Take the "
+                    "difference first, then one exponential of it: lse is at least each of its "
+                    "row's scaled scores, so scale S - lse is <= 0 and never overflows.",
+                    "P is exp of (scale s minus lse): one exponential of the difference, never "
+                    "a quotient or product of two exponentials.")
 HINT_DS_STORE = ("P^T must replace S^T in s: grad_tile reads P^T from s (its accumulators are "
                  "the A operand of dV += P^T dO). Your s still holds the scores.",
                  "Write each P back to the entry of s it came from, after using it for dS.")
@@ -437,21 +445,57 @@ def _ds_inputs():
     return s, dp, lt, dl, scale
 
 
+def _large_ds_inputs():
+    """(s, dp, lt, dl, scale): scale S^T near 800 and every query's lse near it (every query
+    sees a key), scale = 1/4 (d = 16) so that scale S and scale S - lse are exact in float32;
+    e^800 overflows float32, and float64 too (the simulator's math.exp raises past e^709)."""
+    rng = np.random.default_rng(71)
+    scale = np.float32(0.25)
+    s = (rng.standard_normal((NT, S_ACC)) * 3 + 3200).astype(np.float32)
+    s[(_G >= 5)[:, None] & (np.arange(S_ACC) % 4 >= 2)[None, :]] = -np.inf  # keys 13.. masked
+    lt = (rng.uniform(0.5, 2.5, BR) + 800).astype(np.float32)
+    dl = rng.standard_normal(BR).astype(np.float32)
+    dp = rng.standard_normal((NT, S_ACC)).astype(np.float32)
+    return s, dp, lt, dl, scale
+
+
+def _overflowed(yours, _expected) -> bool:
+    """Some result is inf or NaN (the large-score case's expected results are all finite)."""
+    return not all(np.isfinite(np.asarray(y, np.float64)).all() for y in yours)
+
+
+def _is_overflow(exc) -> bool:
+    return isinstance(exc, OverflowError) or "math range error" in str(exc)
+
+
 def check_ds_tile(ds_tile, *, verbose: bool = True, hint_level: int = 1) -> Result:
-    """Your ds_tile alone: P^T recomputed from lse and dS^T = P^T o (dP^T - D)."""
-    s, dp, lt, dl, scale = _ds_inputs()
-    want = ds_model(s, dp, lt, dl, scale)
-    wrongs = [(ds_model(s, dp, lt, dl, scale, m), h) for m, h in DS_MISTAKES]
+    """Your ds_tile alone: P^T recomputed from lse and dS^T = P^T o (dP^T - D), on a tile
+    with masked keys and a query with no key, then on one with scores near 800 (exp of a score
+    alone overflows)."""
+    cases = []
+    for ins, name, large in (
+            (_ds_inputs(), "P^T from lse, dS^T = P^T (dP^T - D): masked keys, a query with no "
+             "key", False),
+            (_large_ds_inputs(), "large scores: scale S^T and every lse near 800 (e^800 "
+             "overflows)", True)):
+        s, dp, lt, dl, scale = ins
+        want = ds_model(s, dp, lt, dl, scale)
+        wrongs = [(ds_model(s, dp, lt, dl, scale, m), h) for m, h in DS_MISTAKES]
 
-    def run(fn):
-        kernel_guard(fn, "ds_tile")
-        return _launch(_ds_kernel(_device(fn)), (s, dp, lt, dl, np.array([scale])),
-                       (s, dp)), want
+        def run(fn, s=s, dp=dp, lt=lt, dl=dl, scale=scale, want=want):
+            kernel_guard(fn, "ds_tile")
+            return _launch(_ds_kernel(_device(fn)), (s, dp, lt, dl, np.array([scale])),
+                           (s, dp)), want
 
-    last = source_cases((ds_tile,), shuffles=False)[1]
-    cases = [Case("P^T from lse, dS^T = P^T (dP^T - D): masked keys, a query with no key", run,
-                  HINT_DS[0], _diagnoses(want, wrongs), rtol=_RTOL, atol=_ATOL,
-                  hint2=HINT_DS[1], names=("s (P^T)", "dp (dS^T)"))] + last
+        # at 800 a float32 exponent carries 6e-5 of rounding: a right ds_tile that folds
+        # log2 e in before the difference is that far off, so this case is looser
+        tol = 1e-3 if large else _RTOL
+        cases.append(Case(name, run, HINT_DS[0],
+                          _diagnoses(want, wrongs)
+                          + ([(_overflowed, *HINT_DS_OVERFLOW)] if large else []),
+                          rtol=tol, atol=tol, hint2=HINT_DS[1], names=("s (P^T)", "dp (dS^T)"),
+                          error_diagnoses=[(_is_overflow, *HINT_DS_OVERFLOW)] if large else []))
+    cases += source_cases((ds_tile,), shuffles=False)[1]
     return run_checks("ds_tile (P^T and dS^T on the accumulators)", ds_tile, cases,
                       verbose=verbose, hint_level=hint_level)
 
