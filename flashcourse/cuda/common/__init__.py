@@ -1,6 +1,7 @@
 """What every kernel family of `flashcourse.cuda` stands on (below the families, above `ptx`).
 
-    _launch.py        input preparation, the shared-memory opt-in, launches, register checks
+    _launch.py        input preparation, the shared-memory opt-in, launches, register checks,
+                      the configurations' thread count (WarpThreads)
     _device.py        device functions several families compile in (online-softmax state,
                       visible key blocks, block orders, exp2/log2, a thread's lane ids,
                       the shared-memory prologue of the tensor-core kernels)
