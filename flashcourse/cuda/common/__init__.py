@@ -9,7 +9,8 @@
     packed_launch.py  a launch whose arguments are packed once, then replayed cheaply
     result_check.py   the forward's result rule for results that stay on the device
     tc_blocks.py      device steps of the tensor-core kernels (masks, online softmax,
-                      epilogues, 3xTF32 chains, cp.async row copies), written once
+                      epilogues, 3xTF32 chains and P V, cp.async row copies, copies of
+                      16-bit row pairs, A-fragment packs), written once
 
 These modules import nothing from the kernel families or from `registry`.
 """
