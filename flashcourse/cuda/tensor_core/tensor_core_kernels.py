@@ -83,7 +83,6 @@ from ..common._device import exp2_log2, lane_ids, reset_state, visible_key_block
 from ..common.tc_blocks import (epilogue_blocks, half_blocks, half_ops, mma_into, pack_a,
                                 pair_copy, pair_store, softmax_blocks, tf32_blocks)
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
-from ..common.tc_blocks import HI16, LO16, SH16  # noqa: F401  (re-export for version 1 of the backward)
 
 Z32 = np.uint32(0)
 SIGN2 = np.uint32(0x80008000)      # the sign bits of both 16-bit halves of a word
