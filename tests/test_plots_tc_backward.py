@@ -52,10 +52,9 @@ def test_b_tiles_are_what_the_mma_reads():
 def test_products_match_the_kernel_source():
     """Version 2 of kernel 1 loads each product's B operand as PRODUCTS says: plain
     ldmatrix (LDB) of Q_i, dO_i for S^T, dP^T; .trans (LDBT) of dO_i, Q_i, K_j for dV, dK,
-    dQ (read in the order the kernel issues them: the key-major steps it shares with the
-    variants backward in tc_backward_blocks.py, then its dQ in tc_backward_kernels_async.py)."""
-    src = "".join((ROOT / "flashcourse" / "cuda" / "gradients" / name).read_text()
-                  for name in ("tc_backward_blocks.py", "tc_backward_kernels_async.py"))
+    dQ (read in the order the kernel issues them: the key-major steps and the dQ step it
+    shares with the variants backward, in tc_backward_blocks.py)."""
+    src = (ROOT / "flashcourse" / "cuda" / "gradients" / "tc_backward_blocks.py").read_text()
     calls = re.findall(r"\b(LDBT?)\(sm, U\((?:bo \+ )?(QN|DON|KNO)", src)
     assert calls == [("LDB", "QN"), ("LDB", "DON"), ("LDBT", "DON"), ("LDBT", "QN"),
                      ("LDBT", "KNO")]

@@ -79,6 +79,15 @@ def reset_state(acc, n_acc, m, l, n_rows):
 
 
 @inlined
+def zero2(x, y, n):
+    """x[:n] = y[:n] = 0: two fragment arrays of a thread (accumulators, S and dP)
+    cleared; inlined, with n the kernel's constant."""
+    for i in range(n):
+        x[i] = F0
+        y[i] = F0
+
+
+@inlined
 def visible_key_blocks(tk, causal, q_end, BC):
     """Key blocks of Bc keys that a query block sees: all ceil(Tk / Bc), or with a causal
     mask those up to its last row's diagonal (q_end = q0 + Br + Tk - Tq keys); 0 if none."""

@@ -100,6 +100,15 @@ def check_registers(name: str, kernel, threads: int) -> None:
 # Opt-in to more than 48 KiB of dynamic shared memory (numba-cuda private API)
 # ---------------------------------------------------------------------------
 
+class WarpThreads:
+    """Mixin of the kernel configurations that count warps (the frozen dataclasses
+    `TCConfig`, `TCBConfig`, `DecodeConfig`, `DecodeTCConfig`): threads = 32 per warp."""
+
+    @property
+    def threads(self):
+        return 32 * self.warps
+
+
 class SharedMemoryOptInError(RuntimeError):
     """Raised when the private numba-cuda route to the opt-in attribute has moved."""
 

@@ -38,6 +38,7 @@ from ...geometry import ceil_div
 from ...gpu import using_simulator
 from ...limits import check_launch, current_limits
 from ...constants import F0, F1, NEG_INF
+from ..common._device import inlined
 
 
 @lru_cache(maxsize=None)
@@ -48,13 +49,34 @@ def make_dense_kernels(tile: int = 16, softmax_threads: int = 128):
     TP = tile + 1                       # padded row: column reads hit distinct banks
     NS = softmax_threads
 
+    def tile_step(b_rows):
+        # acc += row ty of the A tile . column tx of the B tile (b_rows: B's T values along
+        # the sum are bt[x, tx]; else bt[tx, x], the tile of K whose rows are keys), after
+        # this thread's elements av, bv are staged at [ty, tx]; barriers before the products
+        # and after (the tiles are overwritten next step)
+        @inlined
+        def step(at, bt, av, bv, tx, ty, acc):
+            at[ty, tx] = av
+            bt[ty, tx] = bv
+            cuda.syncthreads()
+            for x in range(T):
+                acc += at[ty, x] * (bt[x, tx] if b_rows else bt[tx, x])
+            cuda.syncthreads()
+            return acc
+        return step
+
+    qk_step, pv_step = tile_step(False), tile_step(True)
+
+    @inlined
+    def cell():
+        # (tx, ty, h): this thread of a T x T block, and the block's head
+        return cuda.threadIdx.x, cuda.threadIdx.y, cuda.blockIdx.z
+
     def dense_scores(q, k, s, tq, tk, d, scale, causal, off):
         # S[h, i, j] = scale * sum_x q[h, i, x] k[h, j, x]; grid (Tk/T, Tq/T, BH)
         qt = cuda.shared.array((T, TP), float32)
         kt = cuda.shared.array((T, TP), float32)
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        h = cuda.blockIdx.z
+        tx, ty, h = cell()
         i = cuda.blockIdx.y * T + ty
         j = cuda.blockIdx.x * T + tx
         jl = cuda.blockIdx.x * T + ty          # the K row this thread loads
@@ -66,12 +88,7 @@ def make_dense_kernels(tile: int = 16, softmax_threads: int = 128):
                 qv = q[h, i, x0 + tx]
             if jl < tk and x0 + tx < d:
                 kv = k[h, jl, x0 + tx]
-            qt[ty, tx] = qv
-            kt[ty, tx] = kv
-            cuda.syncthreads()
-            for x in range(T):
-                acc += qt[ty, x] * kt[tx, x]
-            cuda.syncthreads()
+            acc = qk_step(qt, kt, qv, kv, tx, ty, acc)
         if i < tq and j < tk:
             val = acc * scale
             if causal != 0 and j > i + off:
@@ -120,9 +137,7 @@ def make_dense_kernels(tile: int = 16, softmax_threads: int = 128):
         # O[h, i, x] = sum_j P[h, i, j] V[h, j, x]; grid (d/T, Tq/T, BH)
         pt = cuda.shared.array((T, TP), float32)
         vt = cuda.shared.array((T, TP), float32)
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        h = cuda.blockIdx.z
+        tx, ty, h = cell()
         i = cuda.blockIdx.y * T + ty
         x = cuda.blockIdx.x * T + tx
         acc = F0
@@ -133,12 +148,7 @@ def make_dense_kernels(tile: int = 16, softmax_threads: int = 128):
                 pv = p[h, i, j0 + tx]
             if j0 + ty < tk and x < d:
                 vv = v[h, j0 + ty, x]
-            pt[ty, tx] = pv
-            vt[ty, tx] = vv
-            cuda.syncthreads()
-            for j in range(T):
-                acc += pt[ty, j] * vt[j, tx]
-            cuda.syncthreads()
+            acc = pv_step(pt, vt, pv, vv, tx, ty, acc)
         if i < tq and x < d:
             o[h, i, x] = acc
 

@@ -6,7 +6,8 @@
                           per KV head)
     vector_loads.py       the 16-byte loads of K/V rows the CUDA-core split kernel uses (FP8
                           codes decoded to float32 right after the load)
-    combine.py            the combine kernel (merging the splits' partial states)
+    combine.py            the combine kernel (merging the splits' partial states), and the
+                          same merge of a split block's warps' states (`slot_merge`)
     paged_kernels.py      the same split kernels reading a paged KV cache through a block
                           table (ragged lengths, a work list computed on the device), the
                           paged combine, and the append of new tokens into pages

@@ -5,7 +5,9 @@ partial states (o_s normalised, lse_s) that the split kernels wrote:
 
 (m the largest lse_s; flashcourse.decode.combine is the numpy version). `combine_row` is one
 row's merge as a device function, shared by the contiguous combine kernel here and the paged
-one (`paged_kernels`); `decode_kernels` re-exports these names.
+one (`paged_kernels`); `decode_kernels` re-exports these names. `slot_merge` is the same merge
+inside one split kernel's block, of the running states (m, l, unnormalised o) that its warps
+or key slots left in shared memory.
 """
 
 from __future__ import annotations
@@ -42,6 +44,33 @@ def combine_row(o_part, lse_part, o, lse, s0, n_splits, prow, orow, d, tid, NT):
         o[U(orow), U(c)] = at / total if total != F0 else F0     # NaN stays NaN
     if tid == 0:
         lse[U(orow)] = m_use + math.log(total) if total != F0 else NEG_INF
+
+
+def slot_merge(simulator: bool, exp2, slots: int, rows: int, d_pad: int, offsets):
+    """merge(sm, rr, c) -> (mx, lt, at): row rr's states of the `slots` warps (or key
+    slots) of a split kernel's block, in float32 shared memory sm at offsets = (M, L, A):
+    m (log2 units) at M + slot rows + rr, l at L + ..., unnormalised o at A + (slot rows +
+    rr) d_pad + c; merged as the combine does: mx = the largest m (-inf: no slot saw a
+    key), lt = sum l 2^(m - mx), at = sum o[c] 2^(m - mx) (mx = -inf taken as 0)."""
+    jit = cuda.jit(device=True) if simulator else cuda.jit(device=True, forceinline=True)
+    M_OFF, L_OFF, A_OFF = offsets
+    EXP2, N, ROWS, D = exp2, slots, rows, d_pad
+
+    @jit
+    def merge(sm, rr, c):
+        mx = NEG_INF
+        for w in range(N):
+            mx = max(mx, sm[U(M_OFF + w * ROWS + rr)])
+        m_use = mx if mx != NEG_INF else F0
+        lt = F0
+        at = F0
+        for w in range(N):
+            wt = EXP2(sm[U(M_OFF + w * ROWS + rr)] - m_use)
+            lt += sm[U(L_OFF + w * ROWS + rr)] * wt
+            at += sm[U(A_OFF + (w * ROWS + rr) * D + c)] * wt
+        return mx, lt, at
+
+    return merge
 
 
 @lru_cache(maxsize=None)

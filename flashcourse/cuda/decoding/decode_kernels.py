@@ -76,9 +76,9 @@ from ...gpu import using_simulator
 from ...limits import check_launch, current_limits
 from ..._guards import forward_result
 from ..common._device import exp2_log2, inlined, reset_state
-from ..common._launch import check_registers, flat, launch
+from ..common._launch import WarpThreads, check_registers, flat, launch
 from .vector_loads import row_loader
-from .combine import combine_row, combine_threads, make_combine_kernel  # noqa: F401
+from .combine import combine_row, combine_threads, make_combine_kernel, slot_merge  # noqa: F401
 from ..ptx.fp8 import resolve_hw_cvt
 from .decode_tc_kernels import (SPLIT_KERNELS, TC_MIN_ROWS, DecodeTCConfig,  # noqa: F401
                                 check_split_options, choose_kernel, make_split_tc_kernel,
@@ -97,7 +97,7 @@ VECTOR_BYTES = 16
 # ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class DecodeConfig:
+class DecodeConfig(WarpThreads):
     """One compiled variant of the split kernel.
 
     vec: elements per vector load (16 B / element size); lpk: lanes per key row
@@ -145,10 +145,6 @@ class DecodeConfig:
     @property
     def kpw(self):
         return 32 // self.lpk
-
-    @property
-    def threads(self):
-        return 32 * self.warps
 
     @property
     def slots(self):                     # (key warp, key slot) pairs: softmax states per row
@@ -332,6 +328,7 @@ def split_body(cfg: DecodeConfig, key_row):
     LOG_LPK = LPK.bit_length() - 1
 
     exp2, log2 = exp2_log2()
+    MERGE = slot_merge(using_simulator(), exp2, NSLOT, ROWS, D, (M_OFF, L_OFF, A_OFF))
     HEAD_SC = cfg.fp8 and cfg.scale_block == 0        # one k, v scale per split
     BLOCK_SC = cfg.fp8 and cfg.scale_block > 0        # a scale per block of tokens
     SB = max(cfg.scale_block, 1)
@@ -466,16 +463,7 @@ def split_body(cfg: DecodeConfig, key_row):
             rr = idx // D
             c = idx - rr * D
             if r0 + rr < rows_kv and c < d:
-                mx = NEG_INF
-                for t in range(NSLOT):
-                    mx = max(mx, sm[U(M_OFF + t * ROWS + rr)])
-                m_use = mx if mx != NEG_INF else F0
-                lt = F0
-                at = F0
-                for t in range(NSLOT):
-                    w = exp2(sm[U(M_OFF + t * ROWS + rr)] - m_use)
-                    lt += sm[U(L_OFF + t * ROWS + rr)] * w
-                    at += sm[U(A_OFF + (t * ROWS + rr) * D + c)] * w
+                mx, lt, at = MERGE(sm, rr, c)             # (combine.slot_merge)
                 row = orow0 + r0 + rr
                 if lt != F0:                              # (a NaN stays NaN)
                     if HEAD_SC:                           # the split's v scale
@@ -607,6 +595,30 @@ def run(qf, kf, vf, o, lse, o_part, lse_part, *, tq, group, d, scale, causal, nu
                (o_part, lse_part, o, lse, np.int32(num_splits), np.int32(d)))
 
 
+def gqa_shapes(qs, ks, vs, nonempty: bool = True) -> tuple:
+    """(b, hq, tq, d, hkv, tk) of the shapes of q (B, Hq, Tq, d) and k, v (B, Hkv, Tk, d);
+    ValueError naming what does not fit (nonempty: a zero size too)."""
+    if len(qs) != 4 or len(ks) != 4 or ks != vs or qs[0] != ks[0] or qs[3] != ks[3] \
+            or (nonempty and (0 in qs or 0 in ks)):
+        raise ValueError(f"expected q (B, Hq, Tq, d) and k, v (B, Hkv, Tk, d) with "
+                         f"matching B and d, got q {qs}, k {ks}, v {vs}")
+    if qs[1] % ks[1]:
+        raise ValueError(f"the query heads Hq = q.shape[1] = {qs[1]} must be a multiple "
+                         f"of the key/value heads Hkv = k.shape[1] = {ks[1]}")
+    return (*qs, ks[1], ks[2])
+
+
+def split_outputs(rows: int, d: int, ns: int) -> tuple:
+    """(o, lse, o_part, lse_part): float32 device arrays (rows, d), (rows,) and, with ns > 1
+    splits, the splits' partial states (ns, rows, d), (ns, rows) (else None)."""
+    o = cuda.device_array((rows, d), np.float32)
+    lse = cuda.device_array((rows,), np.float32)
+    if ns > 1:
+        return o, lse, cuda.device_array((ns, rows, d), np.float32), \
+            cuda.device_array((ns, rows), np.float32)
+    return o, lse, None, None
+
+
 def _aligned(x) -> bool:
     iface = getattr(x, "__cuda_array_interface__", None)
     if iface is None:
@@ -668,16 +680,7 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
         shapes = {n: tuple(int(s) for s in x.shape) for n, x in (("q", q), ("k", k), ("v", v))}
         if len({np.dtype(x.dtype) for x in (q, k, v)}) != 1:
             raise TypeError("q, k and v must share one dtype")
-        qs, ks, vs = shapes["q"], shapes["k"], shapes["v"]
-        if len(qs) != 4 or len(ks) != 4 or ks != vs or qs[0] != ks[0] or qs[3] != ks[3] \
-                or 0 in qs or 0 in ks:
-            raise ValueError(f"expected q (B, Hq, Tq, d) and k, v (B, Hkv, Tk, d) with "
-                             f"matching B and d, got q {qs}, k {ks}, v {vs}")
-        if qs[1] % ks[1]:
-            raise ValueError(f"the query heads Hq = q.shape[1] = {qs[1]} must be a multiple "
-                             f"of the key/value heads Hkv = k.shape[1] = {ks[1]}")
-        b, hq, tq, d = qs
-        hkv, tk = ks[1], ks[2]
+        b, hq, tq, d, hkv, tk = gqa_shapes(shapes["q"], shapes["k"], shapes["v"])
         qf = q.reshape(b * hq * tq, d)
         kf = k.reshape(b * hkv, tk, d)
         vf = v.reshape(b * hkv, tk, d)
@@ -704,14 +707,7 @@ def decode(q, k, v, *, num_splits=None, block_k=None, causal=False, scale=None,
     ns, per = plan_splits(b * hkv, group * tq, tk, cfg, num_splits=num_splits,
                           block_k=block_k,
                           blocks_per_sm=bps if blocks_per_sm is None else blocks_per_sm)
-    rows = b * hq * tq
-    o = cuda.device_array((rows, d), np.float32)
-    lse = cuda.device_array((rows,), np.float32)
-    if ns > 1:
-        o_part = cuda.device_array((ns, rows, d), np.float32)
-        lse_part = cuda.device_array((ns, rows), np.float32)
-    else:
-        o_part = lse_part = None
+    o, lse, o_part, lse_part = split_outputs(b * hq * tq, d, ns)
     run(qf, kf, vf, o, lse, o_part, lse_part, tq=tq, group=group, d=d, scale=scale,
         causal=causal, num_splits=ns, keys_per_split=per, cfg=cfg)
     advice = ("use flashcourse.decode.split_kv_forward with float64 inputs (the CUDA "

@@ -48,17 +48,19 @@ from ...constants import F0, F1, LN2_F, NEG_INF
 from ...gpu import using_simulator
 from ...limits import check_launch, current_limits
 from ..common._device import inlined, lane_ids, reset_state, shared_arrays
+from ..common._launch import WarpThreads
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
 from ..common.tc_blocks import cp_async_rows, half_blocks, softmax_blocks
 from ..tensor_core.tensor_core_kernels import SIGN2, Z32, _pv_ldmatrix, _row_ops
+from .combine import slot_merge
 
 #: The largest head dim the kernel is built for (the accumulators of 16 x 256 fit).
 MAX_HEAD_DIM = 256
 
 
 @dataclass(frozen=True)
-class DecodeTCConfig:
+class DecodeTCConfig(WarpThreads):
     """One compiled variant: head dim D (a multiple of 16), Bc keys per block, m_tiles
     16-row tiles (rows per block = 16 x m_tiles), simulator or GPU."""
 
@@ -67,10 +69,6 @@ class DecodeTCConfig:
     m_tiles: int
     simulator: bool
     warps: int = 1
-
-    @property
-    def threads(self):
-        return 32 * self.warps
 
     @property
     def rows(self):
@@ -279,6 +277,7 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
     ROW_MAX, ROW_EXP = smx["row_max"], smx["row_exp"]
     QK = half_blocks(SIM, MMA, LDB, MT, KT, NS)["qk"]
     COPY_KV = cp_async_rows(SIM, CP16, BC, CH, 32, DW, True)["copy_z"]
+    MERGE = slot_merge(SIM, exp2, NW, RB, D, (M_OFF, L_OFF, A_OFF))
 
     def load_tile(sm, k, v, base, lane, k0, k_end, kbase, kz):
         """This lane's share of K_j, V_j (keys k0 .. k0 + Bc - 1, rows kbase + key; zeros
@@ -328,10 +327,12 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
                 qa[base + 3] = (q[U(qrow0 + rb), U(w0 + 4)] if rb < rows_kv
                                 else Z32) ^ qsign
 
+        # this warp's state over its key blocks of the split: o (unnormalised), the rows'
+        # running max and sum; the scores of one block; the softmax step's scratch
         acc = cuda.local.array(OREGS, float32)
-        s = cuda.local.array(SREGS, float32)
         m = cuda.local.array(ROWS, float32)
         lp = cuda.local.array(ROWS, float32)
+        s = cuda.local.array(SREGS, float32)
         alpha = cuda.local.array(ROWS, float32)
         mu = cuda.local.array(ROWS, float32)
         pa = cuda.local.array(PAREGS, uint32)
@@ -409,16 +410,7 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
                 rr = idx // D
                 c = idx - rr * D
                 if r0 + rr < rows_kv:
-                    mx = NEG_INF
-                    for w in range(NW):
-                        mx = max(mx, smf[U(M_OFF + w * RB + rr)])
-                    m_use = mx if mx != NEG_INF else F0
-                    lt = F0
-                    at = F0
-                    for w in range(NW):
-                        wt = exp2(smf[U(M_OFF + w * RB + rr)] - m_use)
-                        lt += smf[U(L_OFF + w * RB + rr)] * wt
-                        at += smf[U(A_OFF + (w * RB + rr) * D + c)] * wt
+                    mx, lt, at = MERGE(smf, rr, c)       # (combine.slot_merge)
                     qrow = U(orow0 + r0 + rr)
                     if lt != F0:
                         o_part[U(split), qrow, U(c)] = at / lt

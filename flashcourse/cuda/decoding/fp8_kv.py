@@ -32,7 +32,7 @@ from ..._guards import forward_result
 from ..common._launch import as_device_array, is_device_array, simulator_lock, simulator_note
 from ..common.result_check import check_result
 from . import paged
-from .decode_kernels import _aligned, plan_splits, run, split_config
+from .decode_kernels import _aligned, gqa_shapes, plan_splits, run, split_config, split_outputs
 from .paged_kernels import APPEND_FP8_THREADS, make_append_fp8_kernel
 
 ADVICE = ("use flashcourse.fp8.kv.dequantize_cache and flashcourse.decode.split_kv_forward "
@@ -71,6 +71,18 @@ def _scales(name, x, shape, what, on_device):
     return cuda.to_device(np.ascontiguousarray(host)), host
 
 
+def _host_checked(k, v, dks, dvs, names, want, what, allow_nonfinite) -> tuple:
+    """(hk, hv, hks, hvs): host copies of the device codes k, v (no NaN code unless
+    allow_nonfinite; `names` for the messages) and of their scales dks, dvs (of shape
+    `want`, checked as `fkv.check_scales` does)."""
+    hk, hv = k.copy_to_host(), v.copy_to_host()
+    if not allow_nonfinite:
+        fkv.check_no_nan_codes(hk, names[0])
+        fkv.check_no_nan_codes(hv, names[1])
+    return (hk, hv, fkv.check_scales(dks.copy_to_host(), "k_scale", want, what),
+            fkv.check_scales(dvs.copy_to_host(), "v_scale", want, what))
+
+
 def _checked_inputs(q, k, v, names, allow_nonfinite):
     """(q, k, v, on_device): q as a float device array or a checked numpy array, k and v
     (named `names`) as uint8 e4m3 codes on the device or checked numpy codes."""
@@ -99,26 +111,14 @@ def decode_fp8(q, k, v, k_scale, v_scale, *, scale_block=None, num_splits=None, 
     _refuse_tensor_core(kernel)
     sb = fkv.check_scale_block(scale_block)
     q, k, v, on_device = _checked_inputs(q, k, v, ("k", "v"), allow_nonfinite)
-    qs, ks = _shape(q), _shape(k)
-    if len(qs) != 4 or len(ks) != 4 or _shape(v) != ks or qs[0] != ks[0] or qs[3] != ks[3]:
-        raise ValueError(f"expected q (B, Hq, Tq, d) and k, v (B, Hkv, Tk, d) with matching B "
-                         f"and d, got q {qs}, k {ks}, v {_shape(v)}")
-    if qs[1] % ks[1]:
-        raise ValueError(f"the query heads Hq = q.shape[1] = {qs[1]} must be a multiple of "
-                         f"the key/value heads Hkv = k.shape[1] = {ks[1]}")
-    b, hq, tq, d = qs
-    hkv, tk = ks[1], ks[2]
+    b, hq, tq, d, hkv, tk = gqa_shapes(_shape(q), _shape(k), _shape(v), nonempty=False)
     want = fkv.scale_shape((b, hkv), tk, sb)
     what = fkv.scale_what(sb, paged=False)
     (dks, hks), (dvs, hvs) = (_scales(n, x, want, what, on_device)
                               for n, x in (("k_scale", k_scale), ("v_scale", v_scale)))
     if check and on_device:                      # the values, on the host
-        hk, hv = k.copy_to_host(), v.copy_to_host()
-        if not allow_nonfinite:
-            fkv.check_no_nan_codes(hk, "k")
-            fkv.check_no_nan_codes(hv, "v")
-        hks = fkv.check_scales(dks.copy_to_host(), "k_scale", want, what)
-        hvs = fkv.check_scales(dvs.copy_to_host(), "v_scale", want, what)
+        hk, hv, hks, hvs = _host_checked(k, v, dks, dvs, ("k", "v"), want, what,
+                                         allow_nonfinite)
     if on_device:
         qf, kf, vf = q.reshape(b * hq * tq, d), k.reshape(b * hkv, tk, d), v.reshape(
             b * hkv, tk, d)
@@ -139,11 +139,7 @@ def decode_fp8(q, k, v, k_scale, v_scale, *, scale_block=None, num_splits=None, 
     ns, per = plan_splits(b * hkv, group * tq, tk, cfg, num_splits=num_splits,
                           block_k=block_k,
                           blocks_per_sm=bps if blocks_per_sm is None else blocks_per_sm)
-    rows = b * hq * tq
-    o = cuda.device_array((rows, d), np.float32)
-    lse = cuda.device_array((rows,), np.float32)
-    o_part = cuda.device_array((ns, rows, d), np.float32) if ns > 1 else None
-    lse_part = cuda.device_array((ns, rows), np.float32) if ns > 1 else None
+    o, lse, o_part, lse_part = split_outputs(b * hq * tq, d, ns)
     run(qf, kf, vf, o, lse, o_part, lse_part, tq=tq, group=group, d=d, scale=scale,
         causal=causal, num_splits=ns, keys_per_split=per, cfg=cfg, scales=scales)
     if on_device:
@@ -220,12 +216,8 @@ def paged_decode_fp8(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scal
     (dks, hks), (dvs, hvs) = (_scales(n, x, want, what, on_device)
                               for n, x in (("k_scale", k_scale), ("v_scale", v_scale)))
     if on_device and check:
-        hk, hv = kp.copy_to_host(), vp.copy_to_host()
-        if not allow_nonfinite:
-            fkv.check_no_nan_codes(hk, "k_pages")
-            fkv.check_no_nan_codes(hv, "v_pages")
-        hks = fkv.check_scales(dks.copy_to_host(), "k_scale", want, what)
-        hvs = fkv.check_scales(dvs.copy_to_host(), "v_scale", want, what)
+        hk, hv, hks, hvs = _host_checked(kp, vp, dks, dvs, ("k_pages", "v_pages"), want, what,
+                                         allow_nonfinite)
     elif not on_device:
         hk, hv = kp, vp
     bt, lens = (x if is_device_array(x) else cuda.to_device(np.ascontiguousarray(x))

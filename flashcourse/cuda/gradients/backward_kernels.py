@@ -66,7 +66,7 @@ from ...geometry import ceil_div
 from ...gpu import using_simulator
 from ...limits import check_launch
 from ...constants import F0, NEG_INF
-from ..common._device import inlined, visible_key_blocks
+from ..common._device import inlined, visible_key_blocks, zero2
 from ..common._launch import launch
 
 #: Largest head dimension the simple kernels support (their local arrays are this long).
@@ -377,6 +377,35 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
                 sm[S_OFF + row * PS + col] = p * (dp[a * MC + b] - di)
 
     @inlined
+    def thread_xy():
+        """(tid, tx, ty): this thread, its column group tx and row group ty."""
+        tid = cuda.threadIdx.x
+        return tid, tid % TX, tid // TX
+
+    def _tile_out(M, ATOMIC, TWO):
+        @inlined
+        def out(x, y, xa, ya, h, r0, tn, d, tx, ty, scale):
+            """This thread's (M, AD) micro-tile out, rows r0 + ty + TY a below tn, columns
+            tx + TX b below d: x = scale xa (ATOMIC: added atomically), y = ya (TWO)."""
+            for a in range(M):
+                row = r0 + ty + TY * a
+                if row < tn:
+                    for b in range(AD):
+                        col = tx + TX * b
+                        if col < d:
+                            if ATOMIC:
+                                cuda.atomic.add(x, (h, row, col), xa[a * AD + b] * scale)
+                            else:
+                                x[h, row, col] = xa[a * AD + b] * scale
+                            if TWO:
+                                y[h, row, col] = ya[a * AD + b]
+        return out
+
+    add_dq = _tile_out(MR, True, False)     # dQ_i += scale dS K_j (atomics)
+    store_dq = _tile_out(MR, False, False)  # dQ_i = scale acc
+    store_kv = _tile_out(AR, False, True)   # dK_j = scale acc, dV_j = acc
+
+    @inlined
     def ds_k(sm, dqa, ra, rb, tx, ty):
         """dQ_i += dS K_j (unscaled): (MR, AD) per thread."""
         for cc in range(BC):
@@ -394,9 +423,7 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
         def kernel(q, k, v, do, lse, delta, dq, dk, dv, tq, tk, d, scale, causal, off, psum,
                    dsum):
             sm = cuda.shared.array(0, float32)
-            tid = cuda.threadIdx.x
-            tx = tid % TX
-            ty = tid // TX
+            tid, tx, ty = thread_xy()
             h = cuda.blockIdx.y
             k0 = cuda.blockIdx.x * BC
 
@@ -410,9 +437,7 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
             rb = cuda.local.array(RB, float32)
             rc = cuda.local.array(RA, float32)
             rd = cuda.local.array(RB, float32)
-            for x in range(SA):
-                adk[x] = F0
-                adv[x] = F0
+            zero2(adk, adv, SA)
 
             i_start = 0                              # first query block that sees key k0
             if causal != 0:
@@ -463,23 +488,10 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
                     for x in range(SD):
                         dqa[x] = F0
                     ds_k(sm, dqa, ra, rb, tx, ty)
-                    for a in range(MR):
-                        row = q0 + ty + TY * a
-                        if row < tq:
-                            for b in range(AD):
-                                col = tx + TX * b
-                                if col < d:
-                                    cuda.atomic.add(dq, (h, row, col), dqa[a * AD + b] * scale)
+                    add_dq(dq, dq, dqa, dqa, h, q0, tq, d, tx, ty, scale)
 
             # write dK_j = scale * acc, dV_j once. Writes 2 Bc d 4 B.
-            for a in range(AR):
-                row = k0 + ty + TY * a
-                if row < tk:
-                    for b in range(AD):
-                        col = tx + TX * b
-                        if col < d:
-                            dk[h, row, col] = adk[a * AD + b] * scale
-                            dv[h, row, col] = adv[a * AD + b]
+            store_kv(dk, dv, adk, adv, h, k0, tk, d, tx, ty, scale)
         return kernel
 
     bwd_kv_atomic = _key_major(True)
@@ -488,17 +500,15 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
     def bwd_q(q, k, v, do, lse, delta, dq, tq, tk, d, scale, causal, off):
         """Query-major dQ pass: dQ_i in registers, loop over key blocks, S and dP recomputed."""
         sm = cuda.shared.array(0, float32)
-        tid = cuda.threadIdx.x
-        tx = tid % TX
-        ty = tid // TX
+        tid, tx, ty = thread_xy()
         h = cuda.blockIdx.y
         q0 = cuda.blockIdx.x * BR
         load_qdo(sm, q, do, h, q0, tq, d, tid)
         load_ld(sm, lse, delta, h, q0, tq, tid)
-        s = cuda.local.array(SQ, float32)
-        dp = cuda.local.array(SQ, float32)
-        dqa = cuda.local.array(SD, float32)
-        ra = cuda.local.array(RA, float32)
+        s = cuda.local.array(SQ, float32)        # (MR, MC) S, then P
+        dp = cuda.local.array(SQ, float32)       # (MR, MC) dP, then dS
+        dqa = cuda.local.array(SD, float32)      # (MR, AD) dQ_i, across the key blocks
+        ra = cuda.local.array(RA, float32)       # operands of the micro-tile products
         rb = cuda.local.array(RB, float32)
         rc = cuda.local.array(RA, float32)
         rd = cuda.local.array(RB, float32)
@@ -514,13 +524,7 @@ def make_fast_kernels(block_q: int, block_k: int, ty: int, tx: int, head_dim: in
             p_ds(sm, s, dp, tx, ty, k0, q0, tk, causal, off, scale, False)
             cuda.syncthreads()
             ds_k(sm, dqa, ra, rb, tx, ty)
-        for a in range(MR):
-            row = q0 + ty + TY * a
-            if row < tq:
-                for b in range(AD):
-                    col = tx + TX * b
-                    if col < d:
-                        dq[h, row, col] = dqa[a * AD + b] * scale
+        store_dq(dq, dq, dqa, dqa, h, q0, tq, d, tx, ty, scale)
 
     tag = f"q{BR}_k{BC}_t{TY}x{TX}_d{D}"
     bwd_kv_atomic.__name__ = f"bwd_kv_atomic_{tag}"

@@ -32,7 +32,7 @@ from ...constants import LOG2E
 from ...geometry import ceil_div
 from ...gpu import using_simulator
 from ...limits import check_launch
-from ..common._launch import check_registers, flat, launch
+from ..common._launch import WarpThreads, check_registers, flat, launch
 from ..common.host_plans import pooled_empty
 from .tc_backward_kernels import LD_ROWS
 from . import tc_backward_passes as passes
@@ -53,7 +53,7 @@ OUT16 = True
 
 
 @dataclass(frozen=True)
-class TCBConfig:
+class TCBConfig(WarpThreads):
     """One variant of the two kernels.
 
     precision; warps per block (kernel 1: Bc = 16 x warps keys, one 16-key tile per warp;
@@ -81,10 +81,6 @@ class TCBConfig:
     @property
     def block_k(self):
         return 16 * self.warps
-
-    @property
-    def threads(self):
-        return 32 * self.warps
 
     # shared-memory strides in 32-bit words, padded so that the fragment reads of a warp
     # (rows g = 0..7, words t = 0..3) fall in 32 different banks: 4 g + t
@@ -123,6 +119,16 @@ class TCBConfig:
     @property
     def tf32_ds_stride(self):      # 3xtf32: dS[query][key] big / small planes
         return self.block_k + 4
+
+    def key_major_tiles(self):
+        """Tile counts of the fp16/bf16 key-major kernels (versions 2 and the variants'):
+        words per row of q, k, v, dO (DW = D/2); k16 steps of S^T, dP^T over d (KT); n8
+        tiles of S^T, 16 keys x Br queries (NS); n8 tiles of dK, dV (NO); k16 steps of
+        dV, dK over the queries (KQ); 16-row tiles of dQ_i (MQ); n8 tiles of dQ per warp
+        (NQW). As (DW, KT, NS, NO, KQ, MQ, NQW)."""
+        d, br = self.head_dim, self.block_q
+        mq = br // 16
+        return d // 2, d // 16, br // 8, d // 8, br // 16, mq, d // 8 // (self.warps // mq)
 
     def tf32_offsets(self):
         """Word offsets of the 3xtf32 kernel's shared arrays: QN, DON, L, D (inside

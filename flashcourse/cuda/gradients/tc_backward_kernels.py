@@ -60,11 +60,13 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0, FULL_MASK, LOG2E_F, POS_INF
-from ..common._device import exp2_log2, lane_ids
-from ..common.tc_blocks import mma_into
-from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
-from .tc_backward_blocks import key_blocks
-from ..tensor_core.tensor_core_kernels import HI16, LO16, SH16, Z32, _jit
+from ..common._device import exp2_log2, key_block_order, lane_ids, zero2
+from ..common.tc_blocks import half_ops
+from ..ptx.mma import SIM_SCRATCH_PER_WARP
+from ..common.tc_blocks import pack_a, pair_copy, pair_store
+from .tc_backward_blocks import (b_word_products, key_blocks, kv_fragments, query_blocks,
+                                 visible_query_blocks)
+from ..tensor_core.tensor_core_kernels import _jit
 
 
 #: the pre-pass pads its (2, BH, Tq) lse/D workspace to a multiple of this many rows
@@ -120,10 +122,7 @@ def _warp_sum(simulator: bool):
 # --------------------------------------------------------------------------------------
 
 def make_key_major_kernel(cfg):
-    ops = device_ops(cfg.simulator)
-    MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
-    MMA_INTO = mma_into(cfg.simulator, MMA)
-    PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
+    MMA, MMA_INTO, PACK = half_ops(cfg.simulator, cfg.precision)
     exp2, _ = exp2_log2(cfg.simulator)
     col_sum = _col_sum(cfg.simulator)
     SIM = cfg.simulator
@@ -144,8 +143,21 @@ def make_key_major_kernel(cfg):
     KAREGS = 4 * KT if KV_REGS else 1
     OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW    # register array lengths
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
-    kbl = key_blocks(SIM, exp2, col_sum, KT, NS, NO)
-    LOAD_A2, ROW_SUMS, STORE = kbl["load_a2"], kbl["sums"], kbl["store"]
+    kbl = key_blocks(SIM, exp2, col_sum, KT, NS, NO, check_q=True)
+    LOAD_A2, P_DS, ROW_SUMS, STORE = kbl["load_a2"], kbl["p_ds"], kbl["sums"], kbl["store"]
+    FRAGS = kv_fragments(SIM, None, KV_REGS, False, QS, KNO, VNO)
+    PACK4 = pack_a(SIM, PACK)
+    DV_T = b_word_products(SIM, MMA_INTO, DOT, TS, NO)     # dV += P^T dO (dO transposed)
+    DK_T = b_word_products(SIM, MMA_INTO, QT, TS, NO)      # dK += dS^T Q
+    # K_j transposed-packed (WITH_DQ) and, without KV_REGS, K_j and V_j row-major; Q_i and
+    # dO_i row-major and transposed-packed (`tc_blocks.pair_store`)
+    COPY_KV = pair_copy(SIM, KLOADS, BC // 2, DW, NT,
+                        pair_store(SIM, -1 if KV_REGS else KNO, QS, KTO if WITH_DQ else -1, KTS,
+                                   t_first=True), None if KV_REGS else pair_store(SIM, VNO, QS))
+    COPY_QDO = pair_copy(SIM, QLOADS, BR // 2, DW, NT, pair_store(SIM, QN, QS, QT, TS),
+                         pair_store(SIM, DON, QS, DOT, TS))
+    SPAN = visible_query_blocks(SIM, BR)
+    block_of = key_block_order("launch")
 
     def tc_bwd_key_major(q, k, v, do, lse, delta, dq, dk, dv, tq, tk, d, qscale, scale,
                          causal, off, psum, dsum):
@@ -155,8 +167,8 @@ def make_key_major_kernel(cfg):
         tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
         par = 0
-        h = cuda.blockIdx.y
-        k0 = cuda.blockIdx.x * BC
+        kb, h = block_of(causal)       # key block kb of head h, in launch order
+        k0 = kb * BC
         kr0 = k0 + warp * 16 + g          # this lane's keys: kr0 and kr0 + 8
         kr1 = kr0 + 8
 
@@ -168,64 +180,25 @@ def make_key_major_kernel(cfg):
         if WITH_DQ or not KV_REGS:
             # K_j transposed-packed (B of dQ += dS K): KT[dim][key pair]; and, without
             # KV_REGS, K_j and V_j row-major (the A fragments are read from there)
-            for it in range(KLOADS):
-                e = tid + NT * it
-                if e < (BC // 2) * DW:
-                    rp = e // DW
-                    c = e - rp * DW
-                    key = k0 + 2 * rp
-                    w0 = k[U(h), U(key), U(c)] if key < tk else Z32
-                    w1 = k[U(h), U(key + 1), U(c)] if key + 1 < tk else Z32
-                    if WITH_DQ:
-                        sm[U(KTO + (2 * c) * KTS + rp)] = (w0 & LO16) | (w1 << SH16)
-                        sm[U(KTO + (2 * c + 1) * KTS + rp)] = (w0 >> SH16) | (w1 & HI16)
-                    if not KV_REGS:
-                        sm[U(KNO + (2 * rp) * QS + c)] = w0
-                        sm[U(KNO + (2 * rp + 1) * QS + c)] = w1
-                        x0 = v[U(h), U(key), U(c)] if key < tk else Z32
-                        x1 = v[U(h), U(key + 1), U(c)] if key + 1 < tk else Z32
-                        sm[U(VNO + (2 * rp) * QS + c)] = x0
-                        sm[U(VNO + (2 * rp + 1) * QS + c)] = x1
+            COPY_KV(sm, k, v, h, k0, tk, tid)
 
         dka = cuda.local.array(OREGS, float32)   # dK_j accumulator, 16 keys x D
         dva = cuda.local.array(OREGS, float32)   # dV_j accumulator
-        for i in range(OREGS):
-            dka[i] = F0
-            dva[i] = F0
+        zero2(dka, dva, OREGS)
         s = cuda.local.array(SREGS, float32)     # S^T -> P^T (16 keys x Br)
         dp = cuda.local.array(SREGS, float32)    # dP^T -> dS^T
         pa = cuda.local.array(4, uint32)          # one k16 step of P^T / dS^T as A
         dqa = cuda.local.array(QREGS, float32)  # this warp's piece of dQ_i
 
         # query blocks that see a key of this block: rows >= k0 - off (causal)
-        first = k0 - off if causal != 0 else 0
-        first = max(first, 0)
-        qb0 = first // BR
-        n_qb = (tq + BR - 1) // BR
+        qb0, n_qb = SPAN(k0, tq, causal, off)
         if k0 >= tk:
             qb0 = n_qb
         for qb in range(qb0, n_qb):
             q0 = qb * BR
             cuda.syncthreads()         # everyone is done with the previous Q_i, dO_i, dS
             # Q_i, dO_i -> shared, row-major and transposed-packed; lse, D of its rows
-            for it in range(QLOADS):
-                e = tid + NT * it
-                if e < (BR // 2) * DW:
-                    rp = e // DW
-                    c = e - rp * DW
-                    r = q0 + 2 * rp
-                    w0 = q[U(h), U(r), U(c)] if r < tq else Z32
-                    w1 = q[U(h), U(r + 1), U(c)] if r + 1 < tq else Z32
-                    sm[U(QN + (2 * rp) * QS + c)] = w0
-                    sm[U(QN + (2 * rp + 1) * QS + c)] = w1
-                    sm[U(QT + (2 * c) * TS + rp)] = (w0 & LO16) | (w1 << SH16)
-                    sm[U(QT + (2 * c + 1) * TS + rp)] = (w0 >> SH16) | (w1 & HI16)
-                    w0 = do[U(h), U(r), U(c)] if r < tq else Z32
-                    w1 = do[U(h), U(r + 1), U(c)] if r + 1 < tq else Z32
-                    sm[U(DON + (2 * rp) * QS + c)] = w0
-                    sm[U(DON + (2 * rp + 1) * QS + c)] = w1
-                    sm[U(DOT + (2 * c) * TS + rp)] = (w0 & LO16) | (w1 << SH16)
-                    sm[U(DOT + (2 * c + 1) * TS + rp)] = (w0 >> SH16) | (w1 & HI16)
+            COPY_QDO(sm, q, do, h, q0, tq, tid)
             if tid < BR:
                 r = q0 + tid
                 lv = lse[U(h), U(r)] if r < tq else -POS_INF
@@ -236,19 +209,9 @@ def make_key_major_kernel(cfg):
             cuda.syncthreads()
 
             # S^T = K_j Q_i^T and dP^T = V_j dO_i^T (16 keys x Br per warp)
-            for i in range(SREGS):
-                s[i] = F0
-                dp[i] = F0
+            zero2(s, dp, SREGS)
             for kk in range(KT):
-                if KV_REGS:
-                    a0, a1, a2, a3 = ka[4 * kk], ka[4 * kk + 1], ka[4 * kk + 2], ka[4 * kk + 3]
-                    c0, c1, c2, c3 = va[4 * kk], va[4 * kk + 1], va[4 * kk + 2], va[4 * kk + 3]
-                else:
-                    ab = (warp * 16 + g) * QS + kk * 8 + t
-                    a0, a1 = sm[U(KNO + ab)], sm[U(KNO + ab + 8 * QS)]
-                    a2, a3 = sm[U(KNO + ab + 4)], sm[U(KNO + ab + 8 * QS + 4)]
-                    c0, c1 = sm[U(VNO + ab)], sm[U(VNO + ab + 8 * QS)]
-                    c2, c3 = sm[U(VNO + ab + 4)], sm[U(VNO + ab + 8 * QS + 4)]
+                a0, a1, a2, a3, c0, c1, c2, c3 = FRAGS(sm, ka, va, kk, warp, g, t, lane)
                 for n in range(NS):
                     qb_ = (n * 8 + g) * QS + kk * 8 + t
                     b0 = sm[U(QN + qb_)]
@@ -262,47 +225,16 @@ def make_key_major_kernel(cfg):
             # key kr0 + 8 (i // 2), query q0 + 8 n + 2 t + (i % 2)
             edge = (k0 + BC > tk or q0 + BR > tq
                     or (causal != 0 and k0 + BC - 1 > q0 + off))
-            for n in range(NS):
-                for e2 in range(2):
-                    col = n * 8 + 2 * t + e2
-                    lrow = smf[U(LS + col)]
-                    drow = smf[U(DS + col)]
-                    for hf in range(2):
-                        j = 4 * n + 2 * hf + e2
-                        p = exp2(s[j] * qscale - lrow)
-                        if edge:
-                            key = kr0 + 8 * hf
-                            qrow = q0 + col
-                            if key >= tk or qrow >= tq or (causal != 0 and key > qrow + off):
-                                p = F0
-                        s[j] = p
-                        dp[j] = p * (dp[j] - drow)
+            P_DS(s, dp, smf, LS, DS, qscale, edge, kr0, tk, tq, causal, q0, off, t)
             if SUMS:                   # row sums of P and dS (the lse and o checks)
                 ROW_SUMS(s, dp, psum, dsum, h, q0, tq, g, t)
 
             # dV_j += P^T dO_i, dK_j += dS^T Q_i: A from registers, B transposed-packed
-            for kp in range(KQ):
-                j0 = 8 * kp                 # C tiles 2kp, 2kp+1 -> a0..a3 (mma.p_as_a_operand)
-                pa[0] = PACK(s[j0], s[j0 + 1])
-                pa[1] = PACK(s[j0 + 2], s[j0 + 3])
-                pa[2] = PACK(s[j0 + 4], s[j0 + 5])
-                pa[3] = PACK(s[j0 + 6], s[j0 + 7])
-                for n in range(NO):
-                    tb = (n * 8 + g) * TS + kp * 8 + t
-                    b0 = sm[U(DOT + tb)]
-                    b1 = sm[U(DOT + tb + 4)]
-                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dva,
-                                   4 * n)
-                pa[0] = PACK(dp[j0], dp[j0 + 1])
-                pa[1] = PACK(dp[j0 + 2], dp[j0 + 3])
-                pa[2] = PACK(dp[j0 + 4], dp[j0 + 5])
-                pa[3] = PACK(dp[j0 + 6], dp[j0 + 7])
-                for n in range(NO):
-                    tb = (n * 8 + g) * TS + kp * 8 + t
-                    b0 = sm[U(QT + tb)]
-                    b1 = sm[U(QT + tb + 4)]
-                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dka,
-                                   4 * n)
+            for kp in range(KQ):            # C tiles 2kp, 2kp+1 -> a0..a3 (mma.p_as_a_operand)
+                PACK4(pa, 0, s, 8 * kp)
+                par = DV_T(sm, kp, g, t, pa, dva, scr, wbase, lane, par)
+                PACK4(pa, 0, dp, 8 * kp)
+                par = DK_T(sm, kp, g, t, pa, dka, scr, wbase, lane, par)
 
             if WITH_DQ:
                 # dS^T (fp32) -> shared as dS[query][key]; then dQ_i += dS K_j by atomics
@@ -348,10 +280,7 @@ def make_key_major_kernel(cfg):
 # --------------------------------------------------------------------------------------
 
 def make_query_major_kernel(cfg):
-    ops = device_ops(cfg.simulator)
-    MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
-    MMA_INTO = mma_into(cfg.simulator, MMA)
-    PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
+    MMA, MMA_INTO, PACK = half_ops(cfg.simulator, cfg.precision)
     exp2, _ = exp2_log2(cfg.simulator)
     SIM = cfg.simulator
     NW, BC, D, NT = cfg.warps, cfg.q_block_k, cfg.head_dim, cfg.threads
@@ -366,7 +295,13 @@ def make_query_major_kernel(cfg):
     LOADS = -(-((BC // 2) * DW) // NT)
     AREGS, OREGS, SREGS = 4 * KT, 4 * NO, 4 * NS     # register array lengths
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
-    LOAD_A2 = key_blocks(SIM, None, None, KT, 0, 0)["load_a2"]
+    kbl = key_blocks(SIM, None, None, KT, 0, NO, store_dv=False)
+    LOAD_A2, STORE_DQ = kbl["load_a2"], kbl["store"]
+    P_DS = query_blocks(SIM, exp2, NS, check_q=True)["p_ds"]
+    PACK4 = pack_a(SIM, PACK)
+    DQ_T = b_word_products(SIM, MMA_INTO, KTO, VTS, NO)     # dQ += dS K (K transposed)
+    COPY_KV = pair_copy(SIM, LOADS, BC // 2, DW, NT, pair_store(SIM, KN, KS, KTO, VTS),
+                        pair_store(SIM, VN, KS))           # K (and transposed), V row-major
 
     def tc_bwd_query_major(q, k, v, do, lse, delta, dq, tq, tk, d, qscale, scale, causal,
                            off):
@@ -405,26 +340,9 @@ def make_query_major_kernel(cfg):
         for jb in range(n_kb):
             k0 = jb * BC
             cuda.syncthreads()
-            for it in range(LOADS):
-                e = tid + NT * it
-                if e < (BC // 2) * DW:
-                    rp = e // DW
-                    c = e - rp * DW
-                    key = k0 + 2 * rp
-                    w0 = k[U(h), U(key), U(c)] if key < tk else Z32
-                    w1 = k[U(h), U(key + 1), U(c)] if key + 1 < tk else Z32
-                    sm[U(KN + (2 * rp) * KS + c)] = w0
-                    sm[U(KN + (2 * rp + 1) * KS + c)] = w1
-                    sm[U(KTO + (2 * c) * VTS + rp)] = (w0 & LO16) | (w1 << SH16)
-                    sm[U(KTO + (2 * c + 1) * VTS + rp)] = (w0 >> SH16) | (w1 & HI16)
-                    sm[U(VN + (2 * rp) * KS + c)] = v[U(h), U(key), U(c)] if key < tk \
-                        else Z32
-                    sm[U(VN + (2 * rp + 1) * KS + c)] = v[U(h), U(key + 1), U(c)] \
-                        if key + 1 < tk else Z32
+            COPY_KV(sm, k, v, h, k0, tk, tid)
             cuda.syncthreads()
-            for i in range(SREGS):
-                s[i] = F0
-                dp[i] = F0
+            zero2(s, dp, SREGS)
             for kk in range(KT):
                 for n in range(NS):
                     kb = (n * 8 + g) * KS + kk * 8 + t
@@ -437,36 +355,12 @@ def make_query_major_kernel(cfg):
                     par = MMA_INTO(scr, wbase, lane, par, oa[4 * kk], oa[4 * kk + 1],
                                    oa[4 * kk + 2], oa[4 * kk + 3], b0, b1, dp, 4 * n)
             edge = k0 + BC > tk or q0 + BRQ > tq or (causal != 0 and k0 + BC - 1 > q0 + off)
-            for n in range(NS):
-                for i in range(4):
-                    hf = i // 2
-                    j = 4 * n + i
-                    p = exp2(s[j] * qscale - lrow[hf])
-                    if edge:
-                        key = k0 + n * 8 + 2 * t + (i % 2)
-                        qrow = r0 + 8 * hf
-                        if key >= tk or qrow >= tq or (causal != 0 and key > qrow + off):
-                            p = F0
-                    dp[j] = p * (dp[j] - drow[hf])
+            P_DS(s, dp, dp, dp, lrow, drow, qscale, edge, k0, r0, tk, tq, causal, off, t)
             for kp in range(KP):
-                j0 = 8 * kp
-                pa[0] = PACK(dp[j0], dp[j0 + 1])
-                pa[1] = PACK(dp[j0 + 2], dp[j0 + 3])
-                pa[2] = PACK(dp[j0 + 4], dp[j0 + 5])
-                pa[3] = PACK(dp[j0 + 6], dp[j0 + 7])
-                for n in range(NO):
-                    tb = KTO + (n * 8 + g) * VTS + kp * 8 + t
-                    b0 = sm[U(tb)]
-                    b1 = sm[U(tb + 4)]
-                    par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, acc,
-                                   4 * n)
+                PACK4(pa, 0, dp, 8 * kp)
+                par = DQ_T(sm, kp, g, t, pa, acc, scr, wbase, lane, par)
 
-        for n in range(NO):
-            for i in range(4):
-                r = r0 + 8 * (i // 2)
-                c = n * 8 + 2 * t + (i % 2)
-                if r < tq and c < d:
-                    dq[U(h), U(r), U(c)] = acc[4 * n + i] * scale
+        STORE_DQ(dq, dq, acc, acc, h, r0, tq, d, t, scale)     # dQ = scale acc (fp32)
 
     tc_bwd_query_major.__name__ = (f"tc_bwd_q_{cfg.precision}_w{NW}_k{BC}_d{D}"
                                    + ("_sim" if SIM else ""))

@@ -38,12 +38,12 @@ from __future__ import annotations
 from numba import cuda, float32, uint32
 from numba import uint64 as U
 
-from ...constants import F0
-from ..common._device import key_block_order, lane_ids, shared_arrays
-from ..common.tc_blocks import mma_into
-from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
+from ..common._device import key_block_order, lane_ids, shared_arrays, zero2
+from ..common.tc_blocks import half_ops
+from ..ptx.mma import SIM_SCRATCH_PER_WARP
 from ..ptx.smem_ops import ops as smem_ops
-from .tc_backward_blocks import half_key_steps, key_blocks, query_tile_loader
+from .tc_backward_blocks import (dq_tile_store, half_key_steps, key_blocks, query_tile_loader,
+                                 visible_query_blocks)
 from .tc_backward_kernels import LD_ROWS, _col_sum
 from ..tensor_core.tensor_core_kernels import _jit
 
@@ -98,50 +98,71 @@ def dq_tile_adder(so, pairs: bool, simulator: bool):
         cuda.jit(device=True, forceinline=True)(add_dq)
 
 
-def make_key_major_async_kernel(cfg):
-    ops = device_ops(cfg.simulator)
-    MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
-    MMA_INTO = mma_into(cfg.simulator, MMA)
-    PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
-    so = smem_ops(cfg.simulator, LINEAR_SHARED)
-    LDA, LDB, LDBT, CP16, COMMIT, WAIT = so["ld_a"], so["ld_b"], so["ld_bt"], so["cp16"], \
-        so["commit"], so["wait_all"]
-    LDAT = so["ld_at"]
-    DS_AT = DS_FRAGMENTS == "ld_at"
-    RED, exp2 = so["red_add"], so["ex2"]
-    RED_V2 = dq_pairs(cfg.simulator)
-    add_dq = dq_tile_adder(so, RED_V2, cfg.simulator)
-    col_sum = _col_sum(cfg.simulator)
+def v2_blocks(cfg, so, exp2, col_sum, kv_ldsm: bool = True, ds_at: bool = False) -> dict:
+    """The device steps of a version-2 key-major kernel for cfg (fp16/bf16, pipeline
+    "async"), shared by `make_key_major_async_kernel` and the variants backward
+    (`tc_variants_backward_kernels`), with the sizes their bodies declare: "shared"
+    (`_device.shared_arrays`), "load_a2", "p_ds", "sums", "store" (`key_blocks`; "sums"
+    only with col_sum), "load_q", "next_q", "bases" (`query_tile_loader`'s load, step and
+    bases), "load_kv", "st_dpt", "dv_dk", "dq" (`half_key_steps`), "dq_store"
+    (`dq_tile_store`), "pack", "red_v2" (dQ adds in pairs: `dq_pairs`) and "regs": the
+    register arrays' lengths (KAREGS, OREGS, SREGS, QREGS). so: `smem_ops.ops(simulator,
+    LINEAR_SHARED)`.
+    start_kv(sm, k, v, ka, va, dka, dva, h, k0, kr0, kr1, tk, t, tid): what a thread block
+    does once for its key block k0 of head h: K_j, V_j's A fragments into ka, va (kv_regs;
+    this lane's keys kr0, kr1 = kr0 + 8), K_j (and V_j) row-major into shared memory, and
+    its dK_j, dV_j accumulators dka, dva zeroed."""
     SIM = cfg.simulator
-    block_of = key_block_order()       # _device.CAUSAL_KEY_ORDER
+    _, MMA_INTO, PACK = half_ops(SIM, cfg.precision)
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
-    WITH_DQ, SUMS, KV_REGS = cfg.with_dq, cfg.sums, cfg.kv_regs
-    OUT16 = cfg.out16
-    KV_LDSM = KV_FRAGMENTS == "ldmatrix"
-    DW = D // 2
-    KT = D // 16
-    NS = BR // 8
-    NO = D // 8
-    KQ = BR // 16
-    KK = BC // 16
-    MQ = BR // 16
-    NQW = NO // (NW // MQ)
-    QS, DSH = cfg.row_stride, cfg.dsh_stride
-    LDR = LD_ROWS
+    DW, KT, NS, NO, KQ, MQ, NQW = cfg.key_major_tiles()
     QN, DON, LS, DS, KNO, VNO, DSO, BUF, _ = cfg.async_offsets()
-    CH = DW // 4                                   # 16-byte chunks per row
-    KAREGS = 4 * KT if KV_REGS else 1
-    OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW
-    SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
-    SHARED = shared_arrays(SIM, SCR)
+    red_v2 = dq_pairs(SIM)
+    loader = query_tile_loader(SIM, so["cp16"], so["commit"], BR, DW // 4, NT, DW,
+                               (QN, DON, LS, DS), wait=so["wait_all"], buf=BUF, ldr=LD_ROWS)
     kbl = key_blocks(SIM, exp2, col_sum, KT, NS, NO)
-    LOAD_A2, P_DS, ROW_SUMS, STORE = kbl["load_a2"], kbl["p_ds"], kbl["sums"], kbl["store"]
-    LOAD_Q = query_tile_loader(SIM, CP16, COMMIT, BR, CH, NT, DW, (QN, DON, LS, DS))["load"]
-    steps = half_key_steps(SIM, MMA_INTO, PACK, LDA, LDB, LDBT, kt=KT, ns=NS, no=NO, kq=KQ,
-                           bc=BC, dw=DW, threads=NT, qs=QS, dsh=DSH,
-                           offsets=(QN, DON, KNO, VNO, DSO), kv_regs=KV_REGS,
-                           kv_ldsm=KV_LDSM, with_dq=WITH_DQ)
-    LOAD_KV, ST_DPT, DV_DK = steps["load_kv"], steps["st_dpt"], steps["dv_dk"]
+    steps = half_key_steps(SIM, MMA_INTO, PACK, so["ld_a"], so["ld_b"], so["ld_bt"], kt=KT,
+                           ns=NS, no=NO, kq=KQ, bc=BC, dw=DW, threads=NT, qs=cfg.row_stride,
+                           dsh=cfg.dsh_stride, offsets=(QN, DON, KNO, VNO, DSO),
+                           kv_regs=cfg.kv_regs, kv_ldsm=kv_ldsm, with_dq=cfg.with_dq, nqw=NQW,
+                           ldat=so["ld_at"], ds_at=ds_at)
+    LOAD_A2, LOAD_KV, KV_REGS, OREGS = kbl["load_a2"], steps["load_kv"], cfg.kv_regs, 4 * NO
+
+    @(cuda.jit(device=True) if SIM else cuda.jit(device=True, forceinline=True))
+    def start_kv(sm, k, v, ka, va, dka, dva, h, k0, kr0, kr1, tk, t, tid):
+        if KV_REGS:                      # K_j, V_j's A fragments (registers)
+            LOAD_A2(k, v, ka, va, h, kr0, kr1, tk, t)
+        LOAD_KV(sm, k, v, h, k0, tk, tid)   # K_j (and V_j) row-major, once
+        zero2(dka, dva, OREGS)
+
+    return {**kbl, **steps, "pack": PACK, "red_v2": red_v2, "start_kv": start_kv,
+            "shared": shared_arrays(SIM, SIM_SCRATCH_PER_WARP * NW),
+            "load_q": loader["load"], "next_q": loader["step"], "bases": loader["bases"],
+            "dq_store": dq_tile_store(SIM, so["red_add"], dq_tile_adder(so, red_v2, SIM),
+                                      nqw=NQW, br=BR, d_pad=D),
+            "regs": (4 * KT if cfg.kv_regs else 1, 4 * NO, 4 * NS, 4 * NQW)}
+
+
+def make_key_major_async_kernel(cfg):
+    so = smem_ops(cfg.simulator, LINEAR_SHARED)
+    exp2 = so["ex2"]
+    DS_AT = DS_FRAGMENTS == "ld_at"
+    KV_LDSM = KV_FRAGMENTS == "ldmatrix"
+    SIM = cfg.simulator
+    NW, BR, BC, D = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim
+    WITH_DQ, SUMS, KV_REGS, OUT16 = cfg.with_dq, cfg.sums, cfg.kv_regs, cfg.out16
+    _, _, _, NO, _, MQ, NQW = cfg.key_major_tiles()
+    QS = cfg.row_stride
+    _, _, LS, DS, _, _, _, _, _ = cfg.async_offsets()
+    block_of = key_block_order()       # _device.CAUSAL_KEY_ORDER
+    SPAN = visible_query_blocks(SIM, BR)
+    blk = v2_blocks(cfg, so, exp2, _col_sum(SIM), KV_LDSM, DS_AT)
+    KAREGS, OREGS, SREGS, QREGS = blk["regs"]
+    SHARED, PACK, RED_V2 = blk["shared"], blk["pack"], blk["red_v2"]
+    P_DS, ROW_SUMS, STORE = blk["p_ds"], blk["sums"], blk["store"]
+    LOAD_Q, NEXT_Q, BASES = blk["load_q"], blk["next_q"], blk["bases"]
+    START_KV, ST_DPT, DV_DK = blk["start_kv"], blk["st_dpt"], blk["dv_dk"]
+    DQ, DQ_STORE = blk["dq"], blk["dq_store"]
 
     def tc_bwd_key_major_async(q, k, v, do, ldw, dq, dk, dv, tq, tk, d, qscale, scale,
                                causal, off, psum, dsum):
@@ -157,52 +178,36 @@ def make_key_major_async_kernel(cfg):
         par = 0
         kb, h = block_of(causal)
         k0 = kb * BC
-        tqp = (tq + LDR - 1) // LDR * LDR
-        lbase = h * tqp                          # row 0 of this head's lse log2(e)
-        dbase = (cuda.gridDim.y + h) * tqp       # and of its D
-        qbase = h * tq                           # row 0 of this head's Q, dO, dQ
-        kr0 = k0 + warp * 16 + g
+        # row 0 of this head's Q, dO, dQ; of its lse log2(e) and D in ldw
+        qbase, lbase, dbase = BASES(h, cuda.gridDim.y, tq)
+        kr0 = k0 + warp * 16 + g                 # this lane's keys: kr0 and kr1
         kr1 = kr0 + 8
-
-        first = k0 - off if causal != 0 else 0
-        first = max(first, 0)
-        qb0 = first // BR
-        n_qb = (tq + BR - 1) // BR
+        qb0, n_qb = SPAN(k0, tq, causal, off)    # the query blocks that see key block k0
 
         # query block qb0 -> buffer 0, in flight while K_j, V_j are loaded
         if qb0 < n_qb:
             LOAD_Q(sm, 0, QS, q, do, ldw, qbase, lbase, dbase, qb0 * BR, tq, tid)
 
-        ka = cuda.local.array(KAREGS, uint32)
+        ka = cuda.local.array(KAREGS, uint32)    # K_j, V_j's A fragments (kv_regs)
         va = cuda.local.array(KAREGS, uint32)
-        if KV_REGS:
-            LOAD_A2(k, v, ka, va, h, kr0, kr1, tk, t)
-        LOAD_KV(sm, k, v, h, k0, tk, tid)      # K_j (and V_j) row-major, once
-
-        dka = cuda.local.array(OREGS, float32)
+        dka = cuda.local.array(OREGS, float32)   # dK_j, dV_j: 16 keys x D per warp
         dva = cuda.local.array(OREGS, float32)
-        for i in range(OREGS):
-            dka[i] = F0
-            dva[i] = F0
-        s = cuda.local.array(SREGS, float32)
+        START_KV(sm, k, v, ka, va, dka, dva, h, k0, kr0, kr1, tk, t, tid)
+        s = cuda.local.array(SREGS, float32)     # S^T -> P^T, dP^T -> dS^T (16 keys x Br)
         dp = cuda.local.array(SREGS, float32)
-        pa = cuda.local.array(4, uint32)
-        dqa = cuda.local.array(QREGS, float32)
+        pa = cuda.local.array(4, uint32)          # one k16 step of P^T / dS^T as A
+        dqa = cuda.local.array(QREGS, float32)   # this warp's piece of dQ_i (WITH_DQ)
 
         for qb in range(qb0, n_qb):
-            q0 = qb * BR
-            bo = ((qb - qb0) % 2) * BUF          # this block's buffer
-            WAIT()
-            cuda.syncthreads()                  # block qb landed; buffer 1 - bo is free
-            if qb + 1 < n_qb:                   # block qb + 1 -> the other buffer
-                LOAD_Q(sm, BUF - bo, QS, q, do, ldw, qbase, lbase, dbase, q0 + BR, tq, tid)
+            # block qb landed (in buffer bo); block qb + 1 -> the other buffer
+            q0, bo = NEXT_Q(sm, qb, qb0, n_qb, QS, q, do, ldw, qbase, lbase, dbase, tq, tid)
 
             # S^T = K_j Q_i^T, dP^T = V_j dO_i^T: two n8 tiles per ldmatrix.x4
             par = ST_DPT(sm, bo, ka, va, s, dp, scr, wbase, lane, par, warp, g, t)
 
             # P^T = exp2(S^T qscale - L) (L = +inf in padded rows), dS^T = P^T (dP^T - D)
             edge = k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off)
-            P_DS(s, dp, smf, bo + LS, bo + DS, qscale, edge, kr0, tk, causal, q0, off, t)
+            P_DS(s, dp, smf, bo + LS, bo + DS, qscale, edge, kr0, tk, tq, causal, q0, off, t)
             if SUMS:
                 ROW_SUMS(s, dp, psum, dsum, h, q0, tq, g, t)
 
@@ -210,43 +215,13 @@ def make_key_major_async_kernel(cfg):
             par = DV_DK(sm, bo, s, dp, pa, dva, dka, scr, wbase, lane, par, warp, g, t)
 
             if WITH_DQ:
+                # dQ_i += dS K_j: A from dS^T in shared memory, B = K_j by ldmatrix.trans;
+                # this warp's piece added to dQ in global memory (red.global.add)
                 cuda.syncthreads()
-                mq = warp % MQ
-                nb = (warp // MQ) * NQW
-                for i in range(QREGS):
-                    dqa[i] = F0
-                for kp in range(KK):
-                    # A = dS (rows = queries, k = keys) is dS^T's tiles transposed:
-                    # ld_at addresses them in the mma's register order (ld_bt's four
-                    # tiles come as a0, a2, a1, a3)
-                    if DS_AT:
-                        a0, a1, a2, a3 = LDAT(sm, U(DSO + (kp * 16) * DSH + mq * 8), DSH,
-                                              lane)
-                    else:
-                        a0, a2, a1, a3 = LDBT(sm, U(DSO + (kp * 16) * DSH + mq * 8), DSH,
-                                              lane)
-                    for n2 in range(NQW // 2):
-                        n = 2 * n2
-                        b0, b1, b2, b3 = LDBT(sm, U(KNO + (kp * 16) * QS + (nb + n) * 4), QS,
-                                              lane)
-                        par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1, dqa, 4 * n)
-                        par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3, dqa,
-                                       4 * n + 4)
-                r0 = q0 + mq * 16 + g
-                g0 = U(qbase + r0) * U(d) + U(nb * 8 + 2 * t)
-                g1 = g0 + U(8 * d)
-                if q0 + BR <= tq and d == D:    # the whole tile is inside: no checks
-                    for n in range(NQW):
-                        add_dq(dq, g0 + U(8 * n), g1 + U(8 * n), dqa[4 * n] * scale,
-                               dqa[4 * n + 1] * scale, dqa[4 * n + 2] * scale,
-                               dqa[4 * n + 3] * scale)
-                else:
-                    for n in range(NQW):
-                        for i in range(4):
-                            c = (nb + n) * 8 + 2 * t + (i % 2)
-                            if r0 + 8 * (i // 2) < tq and c < d:
-                                RED(dq, (g1 if i >= 2 else g0) + U(8 * n + (i % 2)),
-                                    dqa[4 * n + i] * scale)
+                mq = warp % MQ                  # this warp's 16 rows of the query block
+                nb = (warp // MQ) * NQW         # and its first n8 tile of dQ's columns
+                par = DQ(sm, dqa, scr, wbase, lane, par, mq, nb)
+                DQ_STORE(dq, dqa, dqa, qbase, q0, tq, d, mq, nb, g, t, scale)
 
         if OUT16:                               # two 16-bit values per word (d even)
             for n in range(NO):

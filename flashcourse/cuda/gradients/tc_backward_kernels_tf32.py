@@ -87,11 +87,12 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0, POS_INF
-from ..common._device import key_block_order, lane_ids, shared_arrays
+from ..common._device import key_block_order, lane_ids, shared_arrays, zero2
 from ..common.tc_blocks import cp_async_rows, tf32_blocks
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops, tf32x3_ops
 from . import tc_backward_kernels_async as v2
-from .tc_backward_blocks import key_blocks, query_tile_loader, tf32_s_dp
+from .tc_backward_blocks import (dq_tile_store, key_blocks, query_blocks, query_tile_loader,
+                                 tf32_s_dp, visible_query_blocks)
 from ..ptx.smem_ops import ops as smem_ops
 from .tc_backward_kernels import LD_ROWS, _col_sum
 from ..tensor_core.tensor_core_kernels import _jit
@@ -107,7 +108,7 @@ def make_key_major_tf32_kernel(cfg):
     ops = device_ops(cfg.simulator)
     MMA, AS_F32 = ops["mma_tf32"], ops["as_f32"]
     three = tf32x3_ops(cfg.simulator)
-    SPLIT, MMA3 = three["split"], three["mma3"]
+    SPLIT = three["split"]
     so = smem_ops(cfg.simulator, v2.LINEAR_SHARED)
     LDB, CP16, COMMIT, WAIT = so["ld_b"], so["cp16"], so["commit"], so["wait_all"]
     RED, exp2 = so["red_add"], so["ex2"]
@@ -115,7 +116,6 @@ def make_key_major_tf32_kernel(cfg):
     add_dq = v2.dq_tile_adder(so, RED_V2, cfg.simulator)
     col_sum = _col_sum(cfg.simulator)
     SIM = cfg.simulator
-    block_of = key_block_order()       # _device.CAUSAL_KEY_ORDER
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
     WITH_DQ, SUMS = cfg.with_dq, cfg.sums
     KT = D // 8                    # k8 steps of S^T, dP^T (over d)
@@ -130,17 +130,21 @@ def make_key_major_tf32_kernel(cfg):
     ONE_CHAIN = SMALL_TERMS == "one_chain"
     QSN, DOSN = cfg.tf32_small_offsets() if PLANES else (0, 0)
     SPL = -(-(BR * D) // NT)      # planes: Q_i (and dO_i) values split per thread
-    LDR = LD_ROWS
     CH = D // 4                    # 16-byte chunks per row
     OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW
     SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
     SHARED = shared_arrays(SIM, SCR)
     kbl = key_blocks(SIM, exp2, col_sum, 0, NS, NO)
     P_DS, ROW_SUMS, STORE = kbl["p_ds"], kbl["sums"], kbl["store"]
-    LOAD_Q = query_tile_loader(SIM, CP16, COMMIT, BR, CH, NT, D, (QN, DON, LS, DS))["load"]
+    loader = query_tile_loader(SIM, CP16, COMMIT, BR, CH, NT, D, (QN, DON, LS, DS), wait=WAIT,
+                               buf=BUF, ldr=LD_ROWS)
+    LOAD_Q, NEXT_Q, BASES = loader["load"], loader["step"], loader["bases"]
+    block_of = key_block_order()       # _device.CAUSAL_KEY_ORDER
+    SPAN = visible_query_blocks(SIM, BR)
     COPY_KV = cp_async_rows(SIM, CP16, BC, CH, NT, D, True)["copy"]
     S_DP = tf32_s_dp(SIM, LDB, RS, KT, NS, PLANES)
-    CHAIN_APART = tf32_blocks(SIM, 3, NS, NO)["chain_apart"]
+    PV_T = tf32_blocks(SIM, 3, NS, NO, raw=not PLANES, one_chain=ONE_CHAIN, backward=True)["pv"]
+    DQ_STORE = dq_tile_store(SIM, RED, add_dq, nqw=NQW, br=BR, d_pad=D, apart=not ONE_CHAIN)
 
     def tc_bwd_key_major_tf32(q, k, v, do, ldw, dq, dk, dv, tq, tk, d, qscale, scale,
                               causal, off, psum, dsum):
@@ -150,20 +154,13 @@ def make_key_major_tf32_kernel(cfg):
         sm, smf, scr, _ = SHARED()   # smf: sm as float32; scr: the simulator's scratch
         tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
         wbase = warp * SIM_SCRATCH_PER_WARP
-        par = 0
         kb, h = block_of(causal)
         k0 = kb * BC
-        tqp = (tq + LDR - 1) // LDR * LDR
-        lbase = h * tqp                          # row 0 of this head's lse log2(e)
-        dbase = (cuda.gridDim.y + h) * tqp       # and of its D
-        qbase = h * tq                           # row 0 of this head's Q, dO, dQ
+        # row 0 of this head's Q, dO, dQ; of its lse log2(e) and D in ldw; of its K, V
+        qbase, lbase, dbase = BASES(h, cuda.gridDim.y, tq)
         kbase = h * tk
         kr0 = k0 + warp * 16 + g                 # this lane's keys: kr0 and kr0 + 8
-
-        first = k0 - off if causal != 0 else 0
-        first = max(first, 0)
-        qb0 = first // BR
-        n_qb = (tq + BR - 1) // BR
+        qb0, n_qb = SPAN(k0, tq, causal, off)    # the query blocks that see key block k0
 
         if qb0 < n_qb:
             # K_j, V_j (rows past Tk: zeros) and query block qb0 -> shared, one group
@@ -172,9 +169,7 @@ def make_key_major_tf32_kernel(cfg):
 
         dka = cuda.local.array(OREGS, float32)   # dK_j accumulator, 16 keys x D
         dva = cuda.local.array(OREGS, float32)   # dV_j accumulator
-        for i in range(OREGS):
-            dka[i] = F0
-            dva[i] = F0
+        zero2(dka, dva, OREGS)
         s = cuda.local.array(SREGS, float32)     # S^T -> P^T (16 keys x Br)
         dp = cuda.local.array(SREGS, float32)    # dP^T -> dS^T
         pb = cuda.local.array(SREGS, uint32)     # P^T, then dS^T, split: big
@@ -183,14 +178,11 @@ def make_key_major_tf32_kernel(cfg):
         dqe = cuda.local.array(QREGS, float32)   # and small terms
         krow = U(KNO + warp * 16 * RS)           # this warp's 16 rows of K_j, V_j
         vrow = U(VNO + warp * 16 * RS)
+        par = 0                                  # the simulated mma's scratch parity
 
         for qb in range(qb0, n_qb):
-            q0 = qb * BR
-            bo = ((qb - qb0) % 2) * BUF          # this block's buffer
-            WAIT()
-            cuda.syncthreads()                  # block qb landed; buffer 1 - bo is free
-            if qb + 1 < n_qb:                   # block qb + 1 -> the other buffer
-                LOAD_Q(sm, BUF - bo, RS, q, do, ldw, qbase, lbase, dbase, q0 + BR, tq, tid)
+            # block qb landed (in buffer bo); block qb + 1 -> the other buffer
+            q0, bo = NEXT_Q(sm, qb, qb0, n_qb, RS, q, do, ldw, qbase, lbase, dbase, tq, tid)
             if PLANES:                          # Q_i, dO_i -> big (in place) + small
                 for it in range(SPL):
                     e = tid + NT * it
@@ -211,7 +203,7 @@ def make_key_major_tf32_kernel(cfg):
             # P^T = exp2(S^T qscale - L) (L = +inf in padded rows), dS^T = P^T (dP^T - D);
             # element i of n-tile n is key kr0 + 8 (i // 2), query q0 + 8 n + 2 t + (i % 2)
             edge = k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off)
-            P_DS(s, dp, smf, bo + LS, bo + DS, qscale, edge, kr0, tk, causal, q0, off, t)
+            P_DS(s, dp, smf, bo + LS, bo + DS, qscale, edge, kr0, tk, tq, causal, q0, off, t)
             if SUMS:                   # row sums of P and dS (the lse and o checks)
                 ROW_SUMS(s, dp, psum, dsum, h, q0, tq, g, t)
 
@@ -232,62 +224,16 @@ def make_key_major_tf32_kernel(cfg):
                             sm[U(DSL + sb)] = pl[4 * n + i]
                 bsrc = bo + (DON if which == 0 else QN)
                 ssrc = DOSN if which == 0 else QSN
-                for n in range(NO):
-                    c0 = F0
-                    c1 = F0
-                    c2 = F0
-                    c3 = F0
-                    f0 = F0
-                    f1 = F0
-                    f2 = F0
-                    f3 = F0
-                    for j in range(NS):
-                        xo = (j * 8 + 2 * t) * RS + n * 8 + g
-                        if PLANES:
-                            b0 = sm[U(bsrc + xo)]
-                            b1 = sm[U(bsrc + xo + RS)]
-                            sb0 = sm[U(ssrc + xo)]
-                            sb1 = sm[U(ssrc + xo + RS)]
-                        else:
-                            y0 = AS_F32(sm[U(bsrc + xo)])
-                            y1 = AS_F32(sm[U(bsrc + xo + RS)])
-                            b0, sb0 = SPLIT(y0)
-                            b1, sb1 = SPLIT(y1)
-                        if ONE_CHAIN:           # the small terms first, in c
-                            c0, c1, c2, c3, par = MMA3(
-                                scr, wbase, lane, par,
-                                pb[4 * j], pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
-                                pl[4 * j], pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
-                                b0, b1, sb0, sb1, c0, c1, c2, c3)
-                        else:                   # the small terms apart, in f
-                            c0, c1, c2, c3, f0, f1, f2, f3, par = CHAIN_APART(
-                                scr, wbase, lane, par,
-                                pb[4 * j], pb[4 * j + 2], pb[4 * j + 1], pb[4 * j + 3],
-                                pl[4 * j], pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
-                                b0, b1, sb0, sb1, c0, c1, c2, c3, f0, f1, f2, f3)
-                    if not ONE_CHAIN:
-                        c0 += f0
-                        c1 += f1
-                        c2 += f2
-                        c3 += f3
-                    if which == 0:
-                        dva[4 * n] += c0
-                        dva[4 * n + 1] += c1
-                        dva[4 * n + 2] += c2
-                        dva[4 * n + 3] += c3
-                    else:
-                        dka[4 * n] += c0
-                        dka[4 * n + 1] += c1
-                        dka[4 * n + 2] += c2
-                        dka[4 * n + 3] += c3
+                # (planes: B's big and small planes; else split where read; the small
+                # terms in the chain (ONE_CHAIN) or apart): tf32_blocks' P V step
+                par = PV_T(sm, bsrc, ssrc, RS, t, g, scr, wbase, lane, par, pb, pl, dva, dka,
+                           which)
 
             if WITH_DQ:
                 cuda.syncthreads()             # every warp's dS is in shared memory
                 mq = warp % MQ
                 nb = (warp // MQ) * NQW
-                for i in range(QREGS):
-                    dqc[i] = F0
-                    dqe[i] = F0
+                zero2(dqc, dqe, QREGS)
                 for kp in range(KK):
                     # A = dS rows mq*16 + g (+8), keys permuted: column t = key 8kp + 2t,
                     # t + 4 = key 8kp + 2t + 1; B = K_j rows in the same order
@@ -330,24 +276,8 @@ def make_key_major_tf32_kernel(cfg):
                         dqc[4 * n + 1] = x1
                         dqc[4 * n + 2] = x2
                         dqc[4 * n + 3] = x3
-                r0 = q0 + mq * 16 + g
-                g0 = U(qbase + r0) * U(d) + U(nb * 8 + 2 * t)
-                g1 = g0 + U(8 * d)
-                if not ONE_CHAIN:
-                    for i in range(QREGS):
-                        dqc[i] += dqe[i]
-                if q0 + BR <= tq and d == D:    # the whole tile is inside: no checks
-                    for n in range(NQW):            # (pairs: v2.DQ_RED)
-                        add_dq(dq, g0 + U(8 * n), g1 + U(8 * n), dqc[4 * n] * scale,
-                               dqc[4 * n + 1] * scale, dqc[4 * n + 2] * scale,
-                               dqc[4 * n + 3] * scale)
-                else:
-                    for n in range(NQW):
-                        for i in range(4):
-                            c = (nb + n) * 8 + 2 * t + (i % 2)
-                            if r0 + 8 * (i // 2) < tq and c < d:
-                                RED(dq, (g1 if i >= 2 else g0) + U(8 * n + (i % 2)),
-                                    dqc[4 * n + i] * scale)
+                # (apart: dqc += dqe first; pairs: v2.DQ_RED)
+                DQ_STORE(dq, dqc, dqe, qbase, q0, tq, d, mq, nb, g, t, scale)
 
         # epilogue: dK = scale dS^T Q, dV = P^T dO (fp32)
         STORE(dk, dv, dka, dva, h, kr0, tk, d, t, scale)
@@ -411,6 +341,8 @@ def make_query_major_tf32_kernel(cfg):
     COPY_QDO = cp_async_rows(SIM, CP16, BRQ, CH, NT, D, True)["copy"]
     COPY_KV = cp_async_rows(SIM, CP16, BC, CH, NT, D, True)["copy"]
     S_DP = tf32_s_dp(SIM, LDB, RS, KT, NS, False)
+    P_DS = query_blocks(SIM, exp2, NS, split=SPLIT)["p_ds"]
+    STORE_DQ = key_blocks(SIM, None, None, 0, 0, NO, store_dv=False)["store"]
 
     def tc_bwd_query_major_tf32(q, k, v, do, ldw, dq, tq, tk, d, qscale, scale, causal,
                                 off):
@@ -468,18 +400,7 @@ def make_query_major_tf32_kernel(cfg):
             # P = exp2(S qscale - L), dS = P (dP - D), split; element i of n-tile n is
             # query r0 + 8 (i // 2), key k0 + 8 n + 2 t + (i % 2)
             edge = k0 + BC > tk or (causal != 0 and k0 + BC - 1 > q0 + off)
-            for n in range(NS):
-                for i in range(4):
-                    hf = i // 2
-                    j = 4 * n + i
-                    p = exp2(s[j] * qscale - lrow[hf])
-                    if edge:
-                        key = k0 + n * 8 + 2 * t + (i % 2)
-                        if key >= tk or (causal != 0 and key > r0 + 8 * hf + off):
-                            p = F0
-                    big, small = SPLIT(p * (dp[j] - drow[hf]))
-                    pb[j] = big
-                    pl[j] = small
+            P_DS(s, dp, pb, pl, lrow, drow, qscale, edge, k0, r0, tk, tq, causal, off, t)
 
             # dQ_i += dS K_j: this block's product from zero, then added in fp32
             for n in range(NO):
@@ -501,12 +422,7 @@ def make_query_major_tf32_kernel(cfg):
                 acc[4 * n + 2] += c2
                 acc[4 * n + 3] += c3
 
-        for n in range(NO):                     # every row of the block, zeros included
-            for i in range(4):
-                r = r0 + 8 * (i // 2)
-                c = n * 8 + 2 * t + (i % 2)
-                if r < tq and c < d:
-                    dq[U(h), U(r), U(c)] = acc[4 * n + i] * scale
+        STORE_DQ(dq, dq, acc, acc, h, r0, tq, d, t, scale)    # every row inside Tq and d
 
     tc_bwd_query_major_tf32.__name__ = (f"tc_bwd_q_3xtf32_w{NW}_k{BC}_d{D}"
                                         + ("_sim" if SIM else ""))

@@ -46,14 +46,12 @@ from numba import uint64 as U
 
 from ...constants import F0, LOG2E_F
 from ...variants.mods import unchanged_score
-from ..common._device import exp2_log2, inlined, lane_ids, mod_device, shared_arrays
-from ..common.tc_blocks import mma_into
-from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
+from ..common._device import exp2_log2, inlined, lane_ids, mod_device
+from ..ptx.mma import SIM_SCRATCH_PER_WARP
 from ..ptx.smem_ops import ops as smem_ops
 from ..tensor_core.tensor_core_kernels import _jit
 from .tc_backward_kernels import LD_ROWS, _warp_sum
-from .tc_backward_blocks import half_key_steps, key_blocks, query_tile_loader
-from .tc_backward_kernels_async import LINEAR_SHARED, dq_pairs, dq_tile_adder
+from .tc_backward_kernels_async import LINEAR_SHARED, v2_blocks
 
 
 def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_grad):
@@ -67,51 +65,26 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
     Tq, Tk, d, Hq, G (query heads per K/V head) int32; scale float32; the block mask's
     q_num_blocks, q_indices, full_q_num_blocks, full_q_indices (int32). Grid
     (ceil(Tk / Bc), B Hkv), 32 warps threads."""
-    ops = device_ops(cfg.simulator)
-    MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
-    PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
-    MMA_INTO = mma_into(cfg.simulator, MMA)      # c[j:j + 4] += A B, in place
     so = smem_ops(cfg.simulator, LINEAR_SHARED)
-    LDA, LDB, LDBT, CP16, COMMIT, WAIT = so["ld_a"], so["ld_b"], so["ld_bt"], so["cp16"], \
-        so["commit"], so["wait_all"]
-    RED, exp2 = so["red_add"], so["ex2"]
-    RED_V2 = dq_pairs(cfg.simulator)
-    add_dq = dq_tile_adder(so, RED_V2, cfg.simulator)
+    WAIT, exp2 = so["wait_all"], so["ex2"]
     MASK = mod_device(mask_mod)
     HAS_SCORE = score_mod is not None     # False: the calls below are skipped (and the
     SCORE = mod_device(score_mod if HAS_SCORE else unchanged_score)   # stand-ins still
     GRAD = mod_device(score_grad if HAS_SCORE else unchanged_score)   # type on a GPU)
     SIM = cfg.simulator
-    NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
+    NW, BR, BC, D, KV_REGS = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.kv_regs
+    _, _, NS, _, _, MQ, NQW = cfg.key_major_tiles()
     BRM, BCM = mask_block
     SUBQ = BRM // BR               # kernel steps per block-mask query block
-    KV_REGS = cfg.kv_regs
-    DW = D // 2
-    KT = D // 16
-    NS = BR // 8
-    NO = D // 8
-    KQ = BR // 16
-    KK = BC // 16
-    MQ = BR // 16
-    NQW = NO // (NW // MQ)
-    QS, DSH = cfg.row_stride, cfg.dsh_stride
-    LDR = LD_ROWS
-    QN, DON, LS, DS, KNO, VNO, DSO, BUF, _ = cfg.async_offsets()
-    CH = DW // 4                   # 16-byte chunks per row
-    KAREGS = 4 * KT if KV_REGS else 1
-    OREGS, SREGS, QREGS = 4 * NO, 4 * NS, 4 * NQW
-    SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
-    SHARED = shared_arrays(SIM, SCR)
-    # the steps version 2 shares (`tc_backward_blocks`); P^T and dS^T are this kernel's own
-    # (mask_mod, score_mod and its derivative)
-    kbl = key_blocks(SIM, exp2, None, KT, NS, NO)     # (the row sums are not used here)
-    LOAD_A2, STORE = kbl["load_a2"], kbl["store"]
-    LOAD_Q = query_tile_loader(SIM, CP16, COMMIT, BR, CH, NT, DW, (QN, DON, LS, DS))["load"]
-    steps = half_key_steps(SIM, MMA_INTO, PACK, LDA, LDB, LDBT, kt=KT, ns=NS, no=NO, kq=KQ,
-                           bc=BC, dw=DW, threads=NT, qs=QS, dsh=DSH,
-                           offsets=(QN, DON, KNO, VNO, DSO), kv_regs=KV_REGS, kv_ldsm=True,
-                           with_dq=True)
-    LOAD_KV, ST_DPT, DV_DK = steps["load_kv"], steps["st_dpt"], steps["dv_dk"]
+    QS, LDR = cfg.row_stride, LD_ROWS
+    _, _, LS, DS, _, _, _, BUF, _ = cfg.async_offsets()
+    # the steps version 2 shares (`v2_blocks`); P^T and dS^T are this kernel's own
+    # (mask_mod, score_mod and its derivative), and it takes no row sums
+    blk = v2_blocks(cfg, so, exp2, None)
+    KAREGS, OREGS, SREGS, QREGS = blk["regs"]
+    SHARED, STORE, RED_V2, LOAD_Q = blk["shared"], blk["store"], blk["red_v2"], blk["load_q"]
+    START_KV, ST_DPT, DV_DK = blk["start_kv"], blk["st_dpt"], blk["dv_dk"]
+    DQ, DQ_STORE = blk["dq"], blk["dq_store"]
 
     @inlined
     def settle(q_num, full_num, bi, kvh, group, jm, gi, tv):
@@ -176,18 +149,14 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
             h, q0, _ = visit(q_idx, full_num, full_idx, bi, kvh, group, jm, gi, tv, 0)
             load_step(sm, q, do, ldw, 0, b * n_heads + h, q0, tq, tqp, bhq, tid)
 
+        # K_j, V_j (version 2's fragments and row-major tiles, once) and dK_j, dV_j, summed
+        # in registers over every query head of the group
         ka = cuda.local.array(KAREGS, uint32)
         va = cuda.local.array(KAREGS, uint32)
-        if KV_REGS:
-            LOAD_A2(k, v, ka, va, kvhead, kr0, kr1, tk, t)
-        LOAD_KV(sm, k, v, kvhead, k0, tk, tid)   # K_j (and V_j) row-major, once
-
         dka = cuda.local.array(OREGS, float32)
         dva = cuda.local.array(OREGS, float32)
-        for i in range(OREGS):
-            dka[i] = F0
-            dva[i] = F0
-        s = cuda.local.array(SREGS, float32)
+        START_KV(sm, k, v, ka, va, dka, dva, kvhead, k0, kr0, kr1, tk, t, tid)
+        s = cuda.local.array(SREGS, float32)     # S^T, dP^T; then P^T, dS^T with the variant
         dp = cuda.local.array(SREGS, float32)
         pa = cuda.local.array(4, uint32)
         dqa = cuda.local.array(QREGS, float32)
@@ -251,31 +220,8 @@ def make_variants_backward_kernel(cfg, mask_block, mask_mod, score_mod, score_gr
             cuda.syncthreads()
             mq = warp % MQ
             nb = (warp // MQ) * NQW
-            for i in range(QREGS):
-                dqa[i] = F0
-            for kp in range(KK):
-                a0, a2, a1, a3 = LDBT(sm, U(DSO + (kp * 16) * DSH + mq * 8), DSH, lane)
-                for n2 in range(NQW // 2):
-                    n = 2 * n2
-                    b0, b1, b2, b3 = LDBT(sm, U(KNO + (kp * 16) * QS + (nb + n) * 4), QS,
-                                          lane)
-                    par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1, dqa, 4 * n)
-                    par = MMA_INTO(scr, wbase, lane, par, a0, a1, a2, a3, b2, b3, dqa, 4 * n + 4)
-            r0 = q0 + mq * 16 + g
-            g0 = U(qbase + r0) * U(d) + U(nb * 8 + 2 * t)
-            g1 = g0 + U(8 * d)
-            if q0 + BR <= tq and d == D:        # the whole tile is inside: no checks
-                for n in range(NQW):
-                    add_dq(dq, g0 + U(8 * n), g1 + U(8 * n), dqa[4 * n] * scale,
-                           dqa[4 * n + 1] * scale, dqa[4 * n + 2] * scale,
-                           dqa[4 * n + 3] * scale)
-            else:
-                for n in range(NQW):
-                    for i in range(4):
-                        c = (nb + n) * 8 + 2 * t + (i % 2)
-                        if r0 + 8 * (i // 2) < tq and c < d:
-                            RED(dq, (g1 if i >= 2 else g0) + U(8 * n + (i % 2)),
-                                dqa[4 * n + i] * scale)
+            par = DQ(sm, dqa, scr, wbase, lane, par, mq, nb)
+            DQ_STORE(dq, dqa, dqa, qbase, q0, tq, d, mq, nb, g, t, scale)
             gi, tv, sub = gn, tn, sn
             nv += 1
 

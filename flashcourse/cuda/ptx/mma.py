@@ -342,16 +342,19 @@ def _make_intrinsics():
             return sig, codegen
         return op
 
+    def cvt_to_word(ptx, n_args):
+        """The code generator of a conversion of n_args float32 values into one 32-bit word
+        by one PTX instruction ($0 the word, $1.. the floats)."""
+        def codegen(context, builder, signature, args):
+            fnty = ir.FunctionType(li, [lf] * n_args)
+            return builder.asm(fnty, ptx, "=r" + ",f" * n_args, list(args),
+                               side_effect=False)
+        return codegen
+
     @intrinsic
     def to_tf32(typingctx, x):
         """fp32 -> tf32 bits (round to nearest, ties away from zero)."""
-        sig = u32(f32)
-
-        def codegen(context, builder, signature, args):
-            fnty = ir.FunctionType(li, [lf])
-            return builder.asm(fnty, "cvt.rna.tf32.f32 $0, $1;", "=r,f", list(args),
-                               side_effect=False)
-        return sig, codegen
+        return u32(f32), cvt_to_word("cvt.rna.tf32.f32 $0, $1;", 1)
 
     def pack2(kind):
         # cvt.rn.f16x2.f32 d, a, b puts a in the UPPER half and b in the lower half
@@ -359,12 +362,7 @@ def _make_intrinsics():
 
         @intrinsic
         def pack(typingctx, lo, hi):
-            sig = u32(f32, f32)
-
-            def codegen(context, builder, signature, args):
-                fnty = ir.FunctionType(li, [lf, lf])
-                return builder.asm(fnty, ptx, "=r,f,f", list(args), side_effect=False)
-            return sig, codegen
+            return u32(f32, f32), cvt_to_word(ptx, 2)
         return pack
 
     @intrinsic
@@ -503,8 +501,9 @@ def tf32x3_ops(simulator: bool) -> dict:
 
     split(x) -> (big, small): the bits of `split_tf32`'s two tf32 parts of a float32 x
     (big = tf32_round(x), small = tf32_trunc(x - big)).
-    mma3(scr, wbase, lane, parity, a0..a3, sa0..sa3, b0, b1, sb0, sb1, c0..c3)
-    -> (c0..c3, parity): c += A_small B_big, then A_big B_small, then A_big B_big, one
+    small2(scr, wbase, lane, parity, a0..a3, sa0..sa3, b0, b1, sb0, sb1, c0..c3)
+    -> (c0..c3, parity): the small terms, c += A_small B_big, then A_big B_small.
+    mma3(...same arguments) -> (c0..c3, parity): small2, then c += A_big B_big: one
     m16n8k8 tf32 product each (small terms first, so they add up before the big one);
     parity comes back flipped once per product (the simulator's scratch halves).
 
@@ -522,16 +521,22 @@ def tf32x3_ops(simulator: bool) -> dict:
         return big, SMALL(x - AS_F32(big))
 
     @jit
-    def mma3(scr, wbase, lane, par, a0, a1, a2, a3, sa0, sa1, sa2, sa3, b0, b1, sb0, sb1,
-             c0, c1, c2, c3):
+    def small2(scr, wbase, lane, par, a0, a1, a2, a3, sa0, sa1, sa2, sa3, b0, b1, sb0, sb1,
+               c0, c1, c2, c3):
         c0, c1, c2, c3 = MMA(scr, wbase, lane, par, sa0, sa1, sa2, sa3, b0, b1,
                              c0, c1, c2, c3)
         par = 1 - par
         c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, sb0, sb1,
                              c0, c1, c2, c3)
-        par = 1 - par
+        return c0, c1, c2, c3, 1 - par
+
+    @jit
+    def mma3(scr, wbase, lane, par, a0, a1, a2, a3, sa0, sa1, sa2, sa3, b0, b1, sb0, sb1,
+             c0, c1, c2, c3):
+        c0, c1, c2, c3, par = small2(scr, wbase, lane, par, a0, a1, a2, a3, sa0, sa1, sa2,
+                                     sa3, b0, b1, sb0, sb1, c0, c1, c2, c3)
         c0, c1, c2, c3 = MMA(scr, wbase, lane, par, a0, a1, a2, a3, b0, b1,
                              c0, c1, c2, c3)
         return c0, c1, c2, c3, 1 - par
 
-    return {"split": split, "mma3": mma3}
+    return {"split": split, "small2": small2, "mma3": mma3}

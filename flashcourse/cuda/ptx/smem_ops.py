@@ -214,55 +214,43 @@ def _make_intrinsics(linear: bool = False):
             return context.get_dummy_value()
         return sig, codegen
 
-    @intrinsic
-    def shared_address_of(typingctx, sary, sidx):
-        # the 32-bit shared-memory address of sary[sidx] (wgmma descriptors are built on it)
-        sig = types.uint32(sary, sidx)
+    def address_of(shared):
+        # (ary, idx) -> the address of ary[idx]: 32-bit shared (shared: wgmma descriptors
+        # are built on it) or 64-bit global
+        @intrinsic
+        def address(typingctx, ary, idx):
+            sig = (types.uint32 if shared else types.uint64)(ary, idx)
 
+            def codegen(context, builder, signature, args):
+                at, it = signature.args
+                if shared:
+                    return shared_address(context, builder, at, args[0], args[1], it)
+                return item_address(context, builder, at, args[0], [args[1]], [it])
+            return sig, codegen
+        return address
+
+    def red_codegen(ptx, n):
+        """g[gidx] += the n float32 values that follow (g[gidx + 1] += the second): one
+        `ptx` reduction at the element's 64-bit global address."""
         def codegen(context, builder, signature, args):
-            st, sit = signature.args
-            return shared_address(context, builder, st, args[0], args[1], sit)
-        return sig, codegen
-
-    @intrinsic
-    def global_address(typingctx, gary, gidx):
-        sig = types.uint64(gary, gidx)
-
-        def codegen(context, builder, signature, args):
-            gt, git = signature.args
-            return item_address(context, builder, gt, args[0], [args[1]], [git])
-        return sig, codegen
+            gt, git = signature.args[:2]
+            ga = item_address(context, builder, gt, args[0], [args[1]], [git])
+            xs = [context.cast(builder, a, t, types.float32)
+                  for a, t in zip(args[2:], signature.args[2:])]
+            builder.asm(ir.FunctionType(ir.VoidType(), [l64] + [ir.FloatType()] * n), ptx,
+                        "l" + ",f" * n + ",~{memory}", [ga] + xs, side_effect=True)
+            return context.get_dummy_value()
+        return codegen
 
     @intrinsic
     def red_add_f32(typingctx, gary, gidx, x):
-        sig = types.void(gary, gidx, x)
-
-        def codegen(context, builder, signature, args):
-            gt, git, xt = signature.args
-            ga = item_address(context, builder, gt, args[0], [args[1]], [git])
-            xv = context.cast(builder, args[2], xt, types.float32)
-            builder.asm(ir.FunctionType(ir.VoidType(), [l64, ir.FloatType()]),
-                        "red.global.add.f32 [$0], $1;", "l,f,~{memory}", [ga, xv],
-                        side_effect=True)
-            return context.get_dummy_value()
-        return sig, codegen
+        return types.void(gary, gidx, x), red_codegen("red.global.add.f32 [$0], $1;", 1)
 
     @intrinsic
     def red_add2_f32(typingctx, gary, gidx, x, y):
         # g[gidx] += x, g[gidx + 1] += y: one 8-byte vector reduction (sm_90; gidx even)
-        sig = types.void(gary, gidx, x, y)
-
-        def codegen(context, builder, signature, args):
-            gt, git, xt, yt = signature.args
-            ga = item_address(context, builder, gt, args[0], [args[1]], [git])
-            xv = context.cast(builder, args[2], xt, types.float32)
-            yv = context.cast(builder, args[3], yt, types.float32)
-            f = ir.FloatType()
-            builder.asm(ir.FunctionType(ir.VoidType(), [l64, f, f]),
-                        "red.global.add.v2.f32 [$0], {$1, $2};", "l,f,f,~{memory}",
-                        [ga, xv, yv], side_effect=True)
-            return context.get_dummy_value()
-        return sig, codegen
+        return types.void(gary, gidx, x, y), red_codegen(
+            "red.global.add.v2.f32 [$0], {$1, $2};", 2)
 
     @intrinsic
     def ex2_ftz(typingctx, x):
@@ -278,7 +266,7 @@ def _make_intrinsics(linear: bool = False):
 
     return {"ldmatrix_x4": ldmatrix(False), "ldmatrix_x4_trans": ldmatrix(True),
             "cp_async16": cp_async16, "cp_async16_raw": cp_async16_raw,
-            "global_address": global_address, "shared_address": shared_address_of,
+            "global_address": address_of(False), "shared_address": address_of(True),
             "red_add_f32": red_add_f32, "red_add2_f32": red_add2_f32, "ex2_ftz": ex2_ftz,
             "commit": bare("cp.async.commit_group;"),
             "wait_all": bare("cp.async.wait_group 0;")}
@@ -378,27 +366,28 @@ def _gpu_ops(linear=False):
     ins = intrinsics(linear)
     LDSM, LDSMT = ins["ldmatrix_x4"], ins["ldmatrix_x4_trans"]
 
+    # lane l gives the row address of one of the four 8 x 8 tiles, tile j = l // 8 (row
+    # l % 8 of it): "rows first" takes the tiles as (rows 0-7, words 0-3), (rows 8-15,
+    # words 0-3), (rows 0-7, words 4-7), (rows 8-15, words 4-7); "words first" swaps the
+    # middle two
     @cuda.jit(device=True, forceinline=True)
-    def ld_a(sm, base, stride, lane):
+    def rows_first(base, stride, lane):
         j = lane // 8
-        return LDSM(sm, base + ((j % 2) * 8 + lane % 8) * stride + (j // 2) * 4)
+        return base + ((j % 2) * 8 + lane % 8) * stride + (j // 2) * 4
 
     @cuda.jit(device=True, forceinline=True)
-    def ld_b(sm, base, stride, lane):
+    def words_first(base, stride, lane):
         j = lane // 8
-        return LDSM(sm, base + ((j // 2) * 8 + lane % 8) * stride + (j % 2) * 4)
+        return base + ((j // 2) * 8 + lane % 8) * stride + (j % 2) * 4
 
-    @cuda.jit(device=True, forceinline=True)
-    def ld_bt(sm, base, stride, lane):
-        j = lane // 8
-        return LDSMT(sm, base + ((j % 2) * 8 + lane % 8) * stride + (j // 2) * 4)
+    def load(ldsm, order):
+        @cuda.jit(device=True, forceinline=True)
+        def ld(sm, base, stride, lane):
+            return ldsm(sm, order(base, stride, lane))
+        return ld
 
-    @cuda.jit(device=True, forceinline=True)
-    def ld_at(sm, base, stride, lane):
-        j = lane // 8
-        return LDSMT(sm, base + ((j // 2) * 8 + lane % 8) * stride + (j % 2) * 4)
-
-    return {"ld_a": ld_a, "ld_b": ld_b, "ld_bt": ld_bt, "ld_at": ld_at,
+    return {"ld_a": load(LDSM, rows_first), "ld_b": load(LDSM, words_first),
+            "ld_bt": load(LDSMT, rows_first), "ld_at": load(LDSMT, words_first),
             "cp16": ins["cp_async16"],
             "red_add": ins["red_add_f32"], "red_add2": ins["red_add2_f32"],
             "ex2": ins["ex2_ftz"], "commit": ins["commit"], "wait_all": ins["wait_all"]}

@@ -27,7 +27,9 @@ from ...constants import LOG2E
 from ...geometry import ceil_div
 from ...gpu import using_simulator
 from ...limits import check_launch, current_limits
-from ..common._launch import check_registers, flat, is_device_array, launch  # noqa: F401  (re-export)
+from ..common._launch import (WarpThreads, check_registers, flat, is_device_array,  # noqa: F401
+                             launch)  # (re-export)
+from ..common._device import inlined
 from ..ptx.mma import round_bf16
 
 PRECISIONS = ("fp16", "bf16", "3xtf32", "tf32")
@@ -44,7 +46,7 @@ MAX_HEAD_DIM = 128
 
 
 @dataclass(frozen=True)
-class TCConfig:
+class TCConfig(WarpThreads):
     """One tensor-core kernel variant.
 
     precision; warps per block; block_k (Bc); head_dim D (d rounded up to a multiple of
@@ -75,10 +77,6 @@ class TCConfig:
     @property
     def block_q(self):
         return 16 * self.m_tiles * self.warps
-
-    @property
-    def threads(self):
-        return 32 * self.warps
 
     @property
     def half(self):
@@ -540,40 +538,39 @@ def _convert_kernels():
     arrays, src (rows, n_src) -> dst (rows, n_dst); columns of dst past n_src are zero."""
     bf16_bits = bf16_bits_device()
 
-    @cuda.jit
-    def words_bf16(src, dst, rows, n_src, n_dst):
+    def elementwise(name, element):
+        # a kernel (src, dst, rows, n_src, n_dst): one thread per element (r, c) of dst
+        def kernel(src, dst, rows, n_src, n_dst):
+            i = cuda.grid(1)
+            if i < rows * n_dst:
+                r = i // n_dst
+                element(src, dst, r, i - r * n_dst, n_src)
+        kernel.__name__ = name
+        return cuda.jit(kernel)
+
+    @inlined
+    def to_bf16(src, dst, r, c, n_src):
         # src uint32 = float32 bits; dst uint16 bf16 bits, rounded half to even
-        i = cuda.grid(1)
-        if i < rows * n_dst:
-            r = i // n_dst
-            c = i - r * n_dst
-            b = uint32(0)
-            if c < n_src:
-                b = bf16_bits(src[r, c])
-            dst[r, c] = b
+        b = uint32(0)
+        if c < n_src:
+            b = bf16_bits(src[r, c])
+        dst[r, c] = b
 
-    @cuda.jit
-    def unwords_bf16(src, dst, rows, n_src, n_dst):
+    @inlined
+    def from_bf16(src, dst, r, c, n_src):
         # src uint16 bf16 bits; dst uint32 = float32 bits (n_dst <= n_src)
-        i = cuda.grid(1)
-        if i < rows * n_dst:
-            r = i // n_dst
-            c = i - r * n_dst
-            dst[r, c] = uint32(src[r, c]) << uint32(16)
+        dst[r, c] = uint32(src[r, c]) << uint32(16)
 
-    @cuda.jit
-    def copy_columns(src, dst, rows, n_src, n_dst):
+    @inlined
+    def copy(src, dst, r, c, n_src):
         # the same element type: pads with zeros (n_dst > n_src) or drops columns
-        i = cuda.grid(1)
-        if i < rows * n_dst:
-            r = i // n_dst
-            c = i - r * n_dst
-            if c < n_src:
-                dst[r, c] = src[r, c]
-            else:
-                dst[r, c] = 0
+        if c < n_src:
+            dst[r, c] = src[r, c]
+        else:
+            dst[r, c] = 0
 
-    return words_bf16, unwords_bf16, copy_columns
+    return (elementwise("words_bf16", to_bf16), elementwise("unwords_bf16", from_bf16),
+            elementwise("copy_columns", copy))
 
 
 def _convert(kernel, src, dst) -> None:

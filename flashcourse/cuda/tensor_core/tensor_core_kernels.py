@@ -80,14 +80,11 @@ from numba import uint64 as U
 from ...constants import F0, FULL_MASK, NEG_INF
 from ...geometry import ceil_div
 from ..common._device import exp2_log2, lane_ids, reset_state, visible_key_blocks
-from ..common.tc_blocks import (epilogue_blocks, half_blocks, mma_into, softmax_blocks,
-                                tf32_blocks)
+from ..common.tc_blocks import (epilogue_blocks, half_blocks, half_ops, mma_into, pack_a,
+                                pair_copy, pair_store, softmax_blocks, tf32_blocks)
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 
 Z32 = np.uint32(0)
-LO16 = np.uint32(0xFFFF)
-HI16 = np.uint32(0xFFFF0000)
-SH16 = np.uint32(16)
 SIGN2 = np.uint32(0x80008000)      # the sign bits of both 16-bit halves of a word
 
 
@@ -149,16 +146,13 @@ def _pv_ldmatrix(MMA, PACK, LDBT, simulator: bool):
     `acc`. Inlined on a GPU (forceinline), a plain device function on the simulator."""
     jit = cuda.jit(device=True) if simulator else cuda.jit(device=True, forceinline=True)
     MMA_INTO = mma_into(simulator, MMA)
+    PACK4 = pack_a(simulator, PACK)
 
     @jit
     def pv(sm, v_at, ks, lane, scr, wbase, par, s, pa, acc, kp_n, mt_n, ns, no):
         for kp in range(kp_n):
             for mt in range(mt_n):
-                j0 = 4 * (mt * ns + 2 * kp)
-                pa[4 * mt] = PACK(s[j0], s[j0 + 1])
-                pa[4 * mt + 1] = PACK(s[j0 + 2], s[j0 + 3])
-                pa[4 * mt + 2] = PACK(s[j0 + 4], s[j0 + 5])
-                pa[4 * mt + 3] = PACK(s[j0 + 6], s[j0 + 7])
+                PACK4(pa, 4 * mt, s, 4 * (mt * ns + 2 * kp))
             for n2 in range(no // 2):
                 n = 2 * n2
                 b0, b1, b2, b3 = LDBT(sm, U(v_at + (kp * 16) * ks + n * 4), ks, lane)
@@ -174,10 +168,7 @@ def _pv_ldmatrix(MMA, PACK, LDBT, simulator: bool):
 
 
 def make_half_kernel(cfg):
-    ops = device_ops(cfg.simulator)
-    MMA = ops["mma_fp16"] if cfg.precision == "fp16" else ops["mma_bf16"]
-    MMA_INTO = mma_into(cfg.simulator, MMA)
-    PACK = ops["pack_fp16"] if cfg.precision == "fp16" else ops["pack_bf16"]
+    MMA, MMA_INTO, PACK = half_ops(cfg.simulator, cfg.precision)
     exp2, log2, quad_max, quad_sum = _row_ops(cfg)
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
     MT = cfg.m_tiles               # 16-row tiles per warp
@@ -203,6 +194,9 @@ def make_half_kernel(cfg):
     MASK, ROW_MAX, ROW_EXP = smx["mask"], smx["row_max"], smx["row_exp"]
     STORE = epilogue_blocks(SIM, log2, quad_sum, MT, NO, PACK)["half"]
     LOAD_Q = half_blocks(SIM, MMA, None, MT, KT, NS)["load_q"]
+    PUT_V = pair_store(SIM, -1, 0, V_OFF, VS)     # V_j -> Vt[dim][key pair]
+    COPY_V = pair_copy(SIM, V_LOADS, BC // 2, DW, NT, PUT_V)
+    PACK4 = pack_a(SIM, PACK)
 
     def tc_half_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
         sm = cuda.shared.array(0, uint32)
@@ -261,16 +255,7 @@ def make_half_kernel(cfg):
                         c = e - r * DW
                         w = k[U(h), U(k0 + r), U(c)] if k0 + r < tk else Z32
                         sm[U(K_OFF + r * KS + c)] = w
-                for it in range(V_LOADS):
-                    e = tid + NT * it
-                    if e < (BC // 2) * DW:
-                        rp = e // DW
-                        c = e - rp * DW
-                        key = k0 + 2 * rp
-                        w0 = v[U(h), U(key), U(c)] if key < tk else Z32
-                        w1 = v[U(h), U(key + 1), U(c)] if key + 1 < tk else Z32
-                        sm[U(V_OFF + (2 * c) * VS + rp)] = (w0 & LO16) | (w1 << SH16)
-                        sm[U(V_OFF + (2 * c + 1) * VS + rp)] = (w0 >> SH16) | (w1 & HI16)
+                COPY_V(sm, v, v, h, k0, tk, tid)    # V_j -> Vt[dim][key pair]
             else:
                 # registers -> shared: K_j -> Ks[key][word]; V_j -> Vt[dim][key pair], two
                 # keys' words re-paired into two dims' words (so P V's B reads are 32-bit)
@@ -284,10 +269,7 @@ def make_half_kernel(cfg):
                     if e < (BC // 2) * DW:
                         rp = e // DW
                         c = e - rp * DW
-                        w0 = pv0[it]
-                        w1 = pv1[it]
-                        sm[U(V_OFF + (2 * c) * VS + rp)] = (w0 & LO16) | (w1 << SH16)
-                        sm[U(V_OFF + (2 * c + 1) * VS + rp)] = (w0 >> SH16) | (w1 & HI16)
+                        PUT_V(sm, rp, c, pv0[it], pv1[it])
             cuda.syncthreads()
             if PREFETCH:               # next key block: global -> registers, in flight
                 k1 = k0 + BC           # while the tensor cores work on this one
@@ -332,12 +314,8 @@ def make_half_kernel(cfg):
 
             # O += P V: P's accumulator fragments are the A fragments (rounded to 16 bit)
             for kp in range(KP):
-                for mt in range(MT):
-                    j0 = 4 * (mt * NS + 2 * kp)   # S tile 2kp -> a0..a3, 2kp+1 -> a4..a7
-                    pa[4 * mt] = PACK(s[j0], s[j0 + 1])
-                    pa[4 * mt + 1] = PACK(s[j0 + 2], s[j0 + 3])
-                    pa[4 * mt + 2] = PACK(s[j0 + 4], s[j0 + 5])
-                    pa[4 * mt + 3] = PACK(s[j0 + 6], s[j0 + 7])
+                for mt in range(MT):       # S tiles 2kp, 2kp + 1 -> the A fragment of step kp
+                    PACK4(pa, 4 * mt, s, 4 * (mt * NS + 2 * kp))
                 for n in range(NO):
                     vb = V_OFF + (n * 8 + g) * VS + kp * 8 + t
                     b0 = sm[U(vb)]
@@ -508,7 +486,8 @@ def make_tf32_kernel(cfg, passes: int):
             # from zero, its small terms (x 2^-11) in accumulators of their own, and is added
             # to O with ordinary fp32 adds (round to nearest), as CUTLASS's 3xTF32 does.
             SPLIT_P(s, pb, pl)
-            par = PV(sm, V_OFF, V_OFF + VW, VS, t, g, scr, wbase, lane, par, pb, pl, acc)
+            par = PV(sm, V_OFF, V_OFF + VW, VS, t, g, scr, wbase, lane, par, pb, pl, acc, acc,
+                     0)
 
         STORE(o, lse, acc, m0, m1, l0, l1, h, r0, r1, tq, t, red, tid)
 

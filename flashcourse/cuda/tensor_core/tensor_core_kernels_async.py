@@ -100,16 +100,16 @@ def make_half_async_kernel(cfg):
             COPY_KV(sm, K_OFF, V_OFF, KS, k, v, kbase, 0, tk, tid)
             COMMIT()
 
-        qa = cuda.local.array(QREGS, uint32)
+        qa = cuda.local.array(QREGS, uint32)     # Q's A fragments, loaded once
         LOAD_Q(q, qa, h, wrow, tq, t, qsign)
 
-        acc = cuda.local.array(OREGS, float32)
-        s = cuda.local.array(SREGS, float32)
-        m = cuda.local.array(ROWS, float32)
-        lp = cuda.local.array(ROWS, float32)
-        alpha = cuda.local.array(ROWS, float32)
-        mu = cuda.local.array(ROWS, float32)
-        pa = cuda.local.array(PAREGS, uint32)
+        acc = cuda.local.array(OREGS, float32)   # O, unnormalised: MT m16 tiles x D
+        s = cuda.local.array(SREGS, float32)     # S, then P, of this key block
+        m = cuda.local.array(ROWS, float32)      # the rows' running max (log2 units)
+        lp = cuda.local.array(ROWS, float32)     # and this lane's part of their sums
+        alpha = cuda.local.array(ROWS, float32)  # O's rescale (1 where a max is kept)
+        mu = cuda.local.array(ROWS, float32)     # the max in use (0: nothing seen yet)
+        pa = cuda.local.array(PAREGS, uint32)    # P rounded to 16 bits, one k16 step
         reset_state(acc, OREGS, m, lp, ROWS)
 
         for jb in range(n_kb):

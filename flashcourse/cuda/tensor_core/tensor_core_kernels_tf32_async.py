@@ -44,38 +44,45 @@ from ..ptx.smem_ops import ops as smem_ops
 from .tensor_core_kernels import _jit, _row_ops
 
 
-def make_tf32_async_kernel(cfg, passes: int):
+def tf32_steps(cfg, passes: int, raw: bool) -> dict:
+    """The device steps that versions 2 and 3 of the 3xTF32 (passes 3) or TF32 (passes 1)
+    forward are built from, for cfg's tiles (`tc_blocks`): "shared", "block_of" (the
+    causal order), "mask", "softmax" (one 16-row tile, its two rows' state in scalars),
+    "store" (the epilogue), "qk", "split_p", "pv" (`tf32_blocks`; raw: K_j, V_j split
+    where read, version 2; else read from their big and small planes, version 3),
+    "copy_q", "copy_kv" (cp.async rows); and the ops "so" (`smem_ops`), "ops"
+    (`mma.device_ops`)."""
     ops = device_ops(cfg.simulator)
-    AS_F32 = ops["as_f32"]
     so = smem_ops(cfg.simulator)
-    LDB, CP16, COMMIT, WAIT = so["ld_b"], so["cp16"], so["commit"], so["wait_all"]
     exp2, log2, quad_max, quad_sum = _row_ops(cfg)
-    NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
-    KT = D // 8                    # k8 steps of S
-    NS = BC // 8                   # n8 tiles of S (BC is a multiple of 16: pairs)
-    NO = D // 8                    # n8 tiles of O; k8 steps of P V = NS
+    SIM, NW, BR, BC, D, NT = cfg.simulator, cfg.warps, cfg.block_q, cfg.block_k, \
+        cfg.head_dim, cfg.threads
+    NS, NO, CH = BC // 8, D // 8, D // 4
+    smx = softmax_blocks(SIM, exp2, quad_max, 1, NS, NO, BC)
+    tb = tf32_blocks(SIM, passes, NS, NO, raw=raw, ldb=so["ld_b"], kt=D // 8, rs=cfg.k_stride)
+    return {"shared": shared_arrays(SIM, SIM_SCRATCH_PER_WARP * NW, NT),
+            "block_of": query_block_order(),              # _device.CAUSAL_ORDER
+            "mask": smx["mask"], "softmax": smx["pair"],
+            "store": epilogue_blocks(SIM, log2, quad_sum, 1, NO)["pair"],
+            "qk": tb["qk"], "split_p": tb["split_p"], "pv": tb["pv"],
+            "copy_q": cp_async_rows(SIM, so["cp16"], BR, CH, NT, D, False)["copy"],
+            "copy_kv": cp_async_rows(SIM, so["cp16"], BC, CH, NT, D, True)["copy"],
+            "so": so, "ops": ops}
+
+
+def make_tf32_async_kernel(cfg, passes: int):
+    st = tf32_steps(cfg, passes, raw=True)     # K_j, V_j split where read
+    COMMIT, WAIT = st["so"]["commit"], st["so"]["wait_all"]
+    NW, BR, BC, D = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim
+    NO = D // 8                    # n8 tiles of O
     RS = cfg.k_stride              # row stride of Q, K and V in shared memory (words)
     Q_OFF, K_OFF, V_OFF, BUF, _ = cfg.tf32_async_offsets()
-    CH = D // 4                    # 16-byte chunks per row
-    THREE = passes == 3
-    # the 3xTF32 split (`mma.split_tf32`): big rounded on the bits (2 instructions where
-    # cvt.rna.tf32 takes 3), small truncated (1); one-pass TF32 keeps cvt.rna.tf32
-    BIG = ops["tf32_round"] if THREE else ops["to_tf32"]
-    SMALL = ops["tf32_trunc"]
-    OREGS, SREGS = 4 * NO, 4 * NS
+    OREGS, SREGS = 4 * NO, 4 * (BC // 8)
     SIM = cfg.simulator
-    SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
-    RED = NT if SIM else 1
-    SHARED = shared_arrays(SIM, SCR, RED)
-    block_of = query_block_order()   # _device.CAUSAL_ORDER
-    smx = softmax_blocks(SIM, exp2, quad_max, 1, NS, NO, BC)
-    MASK, SOFTMAX = smx["mask"], smx["pair"]
-    STORE = epilogue_blocks(SIM, log2, quad_sum, 1, NO)["pair"]
-    tb = tf32_blocks(SIM, passes, NS, NO)
-    COPY_Q = cp_async_rows(SIM, CP16, BR, CH, NT, D, False)["copy"]
-    COPY_KV = cp_async_rows(SIM, CP16, BC, CH, NT, D, True)["copy"]
-    SPLIT4, CHAIN_INTO, SPLIT_P = tb["split4"], tb["chain_into"], tb["split_p"]
-    CHAIN_APART = tb["chain_apart"]
+    SHARED, block_of, MASK, SOFTMAX, STORE = st["shared"], st["block_of"], st["mask"], \
+        st["softmax"], st["store"]
+    QK, SPLIT_P, PV, COPY_Q, COPY_KV = st["qk"], st["split_p"], st["pv"], st["copy_q"], \
+        st["copy_kv"]
 
     def tc_tf32_forward_async(q, k, v, o, lse, tq, tk, qscale, causal, off):
         # q, k, v: the fp32 bits as uint32 words, FLAT (1-D): one unsigned index per copy
@@ -124,24 +131,7 @@ def make_tf32_async_kernel(cfg, passes: int):
             # S = Q K^T. ldmatrix.x4 of Q at (rows 0-7 | 8-15) x (words 0-3 | 4-7) gives
             # A registers (a0, a2, a1, a3); of K (rows n..n+7 | n+8..n+15) the B
             # registers (b0, b1) of two n8 tiles.
-            for i in range(SREGS):
-                s[i] = F0
-            for kk in range(KT):
-                w0, w2, w1, w3 = LDB(sm, qrow + U(kk * 8), RS, lane)
-                a0, a1, a2, a3, e0, e1, e2, e3 = SPLIT4(w0, w1, w2, w3, neg)
-                for n2 in range(NS // 2):
-                    k0w, k1w, k2w, k3w = LDB(sm, U(bo + K_OFF + (n2 * 16) * RS + kk * 8),
-                                             RS, lane)
-                    for half in range(2):
-                        n = 2 * n2 + half
-                        y0 = AS_F32(k0w if half == 0 else k2w)
-                        y1 = AS_F32(k1w if half == 0 else k3w)
-                        b0 = BIG(y0)
-                        b1 = BIG(y1)
-                        par = CHAIN_INTO(
-                            scr, wbase, lane, par, a0, a1, a2, a3, e0, e1, e2, e3, b0, b1,
-                            SMALL(y0 - AS_F32(b0)), SMALL(y1 - AS_F32(b1)),
-                            s, 4 * n)
+            par = QK(sm, qrow, bo + K_OFF, 0, lane, scr, wbase, par, s, neg)
 
             sc = MASK(s, k0, tk, causal, q0, off, r0, t, qsc)   # scaled, then masked
             m0, m1, l0, l1 = SOFTMAX(s, acc, m0, m1, l0, l1, sc, red, tid)
@@ -149,30 +139,7 @@ def make_tf32_async_kernel(cfg, passes: int):
             # O += P V, as version 1 (keys permuted inside each k8 step; this block's
             # P V from zero, big and small terms apart, added to O in fp32)
             SPLIT_P(s, pb, pl)
-            for n in range(NO):
-                c0 = F0
-                c1 = F0
-                c2 = F0
-                c3 = F0
-                f0 = F0
-                f1 = F0
-                f2 = F0
-                f3 = F0
-                for j in range(NS):
-                    vb = bo + V_OFF + (j * 8 + 2 * t) * RS + n * 8 + g
-                    y0 = AS_F32(sm[U(vb)])
-                    y1 = AS_F32(sm[U(vb + RS)])
-                    b0 = BIG(y0)
-                    b1 = BIG(y1)
-                    c0, c1, c2, c3, f0, f1, f2, f3, par = CHAIN_APART(
-                        scr, wbase, lane, par, pb[4 * j], pb[4 * j + 2], pb[4 * j + 1],
-                        pb[4 * j + 3], pl[4 * j], pl[4 * j + 2], pl[4 * j + 1], pl[4 * j + 3],
-                        b0, b1, SMALL(y0 - AS_F32(b0)), SMALL(y1 - AS_F32(b1)),
-                        c0, c1, c2, c3, f0, f1, f2, f3)
-                acc[4 * n] += c0 + f0
-                acc[4 * n + 1] += c1 + f1
-                acc[4 * n + 2] += c2 + f2
-                acc[4 * n + 3] += c3 + f3
+            par = PV(sm, bo + V_OFF, 0, RS, t, g, scr, wbase, lane, par, pb, pl, acc, acc, 0)
 
         STORE(o, lse, acc, m0, m1, l0, l1, h, r0, r1, tq, t, red, tid)
 

@@ -38,45 +38,34 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0, NEG_INF
-from ..common._device import lane_ids, query_block_order, shared_arrays, visible_key_blocks
-from ..common.tc_blocks import cp_async_rows, epilogue_blocks, softmax_blocks, tf32_blocks
-from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
-from ..ptx.smem_ops import ops as smem_ops
-from .tensor_core_kernels import _jit, _row_ops
+from ..common._device import lane_ids, visible_key_blocks
+from ..ptx.mma import SIM_SCRATCH_PER_WARP
+from .tensor_core_kernels import _jit
+from .tensor_core_kernels_tf32_async import tf32_steps
 
 
 def make_tf32_planes_kernel(cfg, passes: int):
-    ops = device_ops(cfg.simulator)
+    st = tf32_steps(cfg, passes, raw=False)    # K_j, V_j from their planes
+    ops, so = st["ops"], st["so"]
     AS_F32 = ops["as_f32"]
-    so = smem_ops(cfg.simulator)
-    LDB, CP16, COMMIT, WAIT = so["ld_b"], so["cp16"], so["commit"], so["wait_all"]
-    exp2, log2, quad_max, quad_sum = _row_ops(cfg)
+    CP16, COMMIT, WAIT = so["cp16"], so["commit"], so["wait_all"]
     NW, BR, BC, D, NT = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim, cfg.threads
-    KT = D // 8                    # k8 steps of S
-    NS = BC // 8                   # n8 tiles of S (BC is a multiple of 16: pairs)
-    NO = D // 8                    # n8 tiles of O; k8 steps of P V = NS
+    NO = D // 8                    # n8 tiles of O
     RS = cfg.k_stride              # row stride of Q, K and V in shared memory (words)
     Q_OFF, K_OFF, V_OFF, KB_OFF, KS_OFF, VB_OFF, VS_OFF, _ = cfg.tf32_planes_offsets()
     CH = D // 4                    # 16-byte chunks per row
     KV_LOADS = -(-(BC * CH) // NT)
     THREE = passes == 3
-    # the 3xTF32 split (`mma.split_tf32`): big rounded on the bits (2 instructions where
+    # the planes' split (`mma.split_tf32`): big rounded on the bits (2 instructions where
     # cvt.rna.tf32 takes 3), small truncated (1); one-pass TF32 keeps cvt.rna.tf32
     BIG = ops["tf32_round"] if THREE else ops["to_tf32"]
     SMALL = ops["tf32_trunc"]
-    OREGS, SREGS = 4 * NO, 4 * NS
+    OREGS, SREGS = 4 * NO, 4 * (BC // 8)
     SIM = cfg.simulator
-    SCR = SIM_SCRATCH_PER_WARP * NW if SIM else 1
-    RED = NT if SIM else 1
-    SHARED = shared_arrays(SIM, SCR, RED)
-    block_of = query_block_order()   # _device.CAUSAL_ORDER
-    smx = softmax_blocks(SIM, exp2, quad_max, 1, NS, NO, BC)
-    MASK, SOFTMAX = smx["mask"], smx["pair"]
-    STORE = epilogue_blocks(SIM, log2, quad_sum, 1, NO)["pair"]
-    tb = tf32_blocks(SIM, passes, NS, NO)
-    COPY_Q = cp_async_rows(SIM, CP16, BR, CH, NT, D, False)["copy"]
-    COPY_KV = cp_async_rows(SIM, CP16, BC, CH, NT, D, True)["copy"]
-    SPLIT4, CHAIN_INTO, SPLIT_P, PV = tb["split4"], tb["chain_into"], tb["split_p"], tb["pv"]
+    SHARED, block_of, MASK, SOFTMAX, STORE = st["shared"], st["block_of"], st["mask"], \
+        st["softmax"], st["store"]
+    QK, SPLIT_P, PV, COPY_Q, COPY_KV = st["qk"], st["split_p"], st["pv"], st["copy_q"], \
+        st["copy_kv"]
 
     def tc_tf32_forward_planes(q, k, v, o, lse, tq, tk, qscale, causal, off):
         # q, k, v: the fp32 bits as uint32 words, FLAT (1-D): one unsigned index per copy
@@ -148,25 +137,7 @@ def make_tf32_planes_kernel(cfg, passes: int):
             # S = Q K^T. ldmatrix.x4 of Q at (rows 0-7 | 8-15) x (words 0-3 | 4-7) gives
             # A registers (a0, a2, a1, a3); of K (rows n..n+7 | n+8..n+15) the B
             # registers (b0, b1) of two n8 tiles.
-            for i in range(SREGS):
-                s[i] = F0
-            for kk in range(KT):
-                w0, w2, w1, w3 = LDB(sm, qrow + U(kk * 8), RS, lane)
-                a0, a1, a2, a3, e0, e1, e2, e3 = SPLIT4(w0, w1, w2, w3, neg)
-                for n2 in range(NS // 2):
-                    kw = U((n2 * 16) * RS + kk * 8)
-                    k0w, k1w, k2w, k3w = LDB(sm, U(KB_OFF) + kw, RS, lane)
-                    l0w, l1w, l2w, l3w = k0w, k1w, k2w, k3w   # (one pass: no small terms)
-                    if THREE:
-                        l0w, l1w, l2w, l3w = LDB(sm, U(KS_OFF) + kw, RS, lane)
-                    for half in range(2):
-                        n = 2 * n2 + half
-                        b0 = k0w if half == 0 else k2w
-                        b1 = k1w if half == 0 else k3w
-                        par = CHAIN_INTO(
-                            scr, wbase, lane, par, a0, a1, a2, a3, e0, e1, e2, e3, b0, b1,
-                            l0w if half == 0 else l2w, l1w if half == 0 else l3w,
-                            s, 4 * n)
+            par = QK(sm, qrow, KB_OFF, KS_OFF, lane, scr, wbase, par, s, neg)
 
             sc = MASK(s, k0, tk, causal, q0, off, r0, t, qsc)   # scaled, then masked
             m0, m1, l0, l1 = SOFTMAX(s, acc, m0, m1, l0, l1, sc, red, tid)
@@ -174,7 +145,7 @@ def make_tf32_planes_kernel(cfg, passes: int):
             # O += P V, as version 1 (keys permuted inside each k8 step; this block's
             # P V from zero, big and small terms apart, added to O in fp32)
             SPLIT_P(s, pb, pl)
-            par = PV(sm, VB_OFF, VS_OFF, RS, t, g, scr, wbase, lane, par, pb, pl, acc)
+            par = PV(sm, VB_OFF, VS_OFF, RS, t, g, scr, wbase, lane, par, pb, pl, acc, acc, 0)
 
         STORE(o, lse, acc, m0, m1, l0, l1, h, r0, r1, tq, t, red, tid)
 

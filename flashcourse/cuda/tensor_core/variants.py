@@ -67,7 +67,7 @@ from ...variants.inputs import check_layout, check_result, check_sinks
 from ...variants.mods import always_visible, check_fits, check_mod, fingerprint, \
     unchanged_score
 from ..common._device import lane_ids, mod_device, reset_state, shared_arrays
-from ..common.tc_blocks import cp_async_rows, half_blocks, softmax_blocks
+from ..common.tc_blocks import cp_async_rows, frag_coords, half_blocks, softmax_blocks
 from ...variants.tiled import prepare, resolve_block_mask
 from ..common._launch import as_device_array, check_registers, is_device_array, launch, \
     serialised, simulator_note
@@ -172,6 +172,7 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
     # the steps version 2 shares (`common.tc_blocks`); the mask and the epilogue are this
     # kernel's own (mask_mod and score_mod; the sinks)
     smx = softmax_blocks(SIM, exp2, quad_max, MT, NS, NO, BC)
+    COORDS = frag_coords(SIM, NS)   # (key, query row, index) of a fragment entry
     ROW_MAX, ROW_EXP = smx["row_max"], smx["row_exp"]
     hb = half_blocks(SIM, MMA, LDB, MT, KT, NS)
     LOAD_Q, QK = hb["load_q"], hb["qk"]
@@ -246,9 +247,7 @@ def make_variants_kernel(cfg, mask_mod, score_mod):
                 for mt in range(MT):
                     for n in range(NS):
                         for i in range(4):
-                            col = k0 + n * 8 + 2 * t + (i % 2)
-                            row = wrow + 16 * mt + 8 * (i // 2)
-                            jj = 4 * (mt * NS + n) + i
+                            col, row, jj = COORDS(k0, wrow, t, mt, n, i)
                             x = NEG_INF
                             if col < tk and row < tq:
                                 if not partial or MASK(b, h, row, col):
