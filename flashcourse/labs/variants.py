@@ -598,8 +598,18 @@ HINT_FWD_FULL_ONLY = (
 HINT_FWD_RESCALE = (
     "Missing rescale: when a tile raises a row's running max, the sum l and the accumulator "
     "acc were measured against the OLD max and must both be multiplied by exp(m_old - "
-    "m_new) before this tile is added (lab 03's update rule).",
-    "l = alpha l + rowsum(P) and acc = alpha acc + P V_j, with alpha = exp(m_old - m_new).")
+    "m_new) before this tile is added (lab 03's update rule). If your code multiplies by "
+    "alpha, alpha is 1: exp(m - m_new) taken after m = m_new is exp(0). Take alpha while m "
+    "still holds the old max.",
+    "l = alpha l + rowsum(P) and acc = alpha acc + P V_j, with alpha = exp(m_old - m_new) "
+    "computed before m = m_new.")
+HINT_FWD_OVERFLOW = (
+    "Your o or lse holds inf or NaN in a case whose scores are near 800: exp overflows "
+    "float64 above about 709, so exp(S) (or S minus anything below the row's max) gives "
+    "inf, and inf / inf is NaN. Subtract the running max before every exponential: P = "
+    "exp(S - m_new), with m_new = max(m_old, rowmax(S)), so that no exponent is above 0.",
+    "P = exp(S - m_new[:, None]) and alpha = exp(m_old - m_new), both <= 1; lse = m + "
+    "log(l) adds the max back.")
 HINT_FWD_RESCALE_ACC = (
     "Half a rescale: your sum l is brought to the new max but the accumulator acc is not. "
     "Both are sums against the same max; when it grows, both must be multiplied by "
@@ -618,7 +628,10 @@ def _identity(score, b, h, q_idx, kv_idx):
     return score
 
 
-#: (name, mask factory, softcap cap (None: no score change), Tq, Tk, d, Br, Bc, spread)
+#: (name, mask factory, softcap cap (None: no score change), Tq, Tk, d, Br, Bc, spread[,
+#: big]): with `big`, column 0 of q and k is sqrt(big / SCALE), so that every score is big
+#: plus a few units and an unshifted exp(S) overflows (a learner's exp(S) / exp(lse) is
+#: exact in the other cases)
 FORWARD_CASES = [
     ("sliding window 9 and softcap 2, ragged tiles, Tq = 37, Tk = 29",
      lambda tq, tk: library.sliding_window(9, tq, tk), 2.0, 37, 29, 5, 8, 6, 3.0),
@@ -628,6 +641,8 @@ FORWARD_CASES = [
      lambda tq, tk: library.causal(tq, tk), None, 40, 23, 3, 6, 5, 1.0),
     ("prefix-LM 7, softcap 0.8, Tq = 23 < Tk = 40, Br = 7, Bc = 9",
      lambda tq, tk: library.prefix_lm(7, tq, tk), 0.8, 23, 40, 4, 7, 9, 3.0),
+    ("causal, scores near 800 (exp(S) overflows float64), Tq = Tk = 26, Br = 8, Bc = 6",
+     lambda tq, tk: library.causal(tq, tk), None, 26, 26, 4, 8, 6, 2.0, 800.0),
 ]
 
 
@@ -702,10 +717,12 @@ def _close_pair(a, b):
     return parts_close(a, b, rtol=1e-7, atol=1e-9)
 
 
-def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread):
+def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread, big=None):
     rng = np.random.default_rng(1450 + n)
     q = rng.standard_normal((tq, d)) * spread                           # (Tq, d)
     k = rng.standard_normal((tk, d)) * spread                           # (Tk, d)
+    if big is not None:
+        q[:, 0] = k[:, 0] = np.sqrt(big / SCALE)                        # scores ~ big
     v = rng.standard_normal((tk, d))                                    # (Tk, d)
     mask = make(tq, tk)
     score = _identity if cap is None else library.softcap(cap)
@@ -718,6 +735,12 @@ def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread):
                        score_mod=score, scale=SCALE)
     want = (o[0, 0], lse[0, 0])
     diagnoses = []
+    if big is not None:         # NaN or +inf where all is finite: an exponential overflowed
+        diagnoses.append((lambda y, e: len(y) == 4 and y[0].shape == e[0].shape
+                          and y[1].shape == e[1].shape and bool(
+                              np.isnan(y[0]).any() or np.isposinf(y[0]).any()
+                              or np.isnan(y[1]).any() or np.isposinf(y[1]).any()),
+                          *HINT_FWD_OVERFLOW))
     replays = [(mistake, "partial_first", hint) for mistake, hint in FORWARD_MISTAKES]
     replays += [(mistake, order, hint) for mistake, hint in RESCALE_MISTAKES
                 for order in VISIT_ORDERS]
@@ -767,7 +790,8 @@ def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread):
 
 def check_flex_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """`flex_forward(q, k, v, block_mask, mask_mod, score_mod, scale, block_q, block_k)`
-    against the dense float64 reference on four masks with score changes; the mask may be
+    against the dense float64 reference on five masks and score changes (one with scores
+    near 800); the mask may be
     evaluated on partial tiles only, and no score on an empty tile."""
     cases = [_forward_case(n, *c) for n, c in enumerate(FORWARD_CASES)]
     return run_checks("flex_forward(q, k, v, block_mask, mask_mod, score_mod, scale, block_q, "
