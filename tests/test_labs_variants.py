@@ -109,6 +109,19 @@ MISTAKES = {
          V.HINT_RAGGED_DROP),
         # one tile in both lists
         ("            elif tile.any():", "            if tile.any():", V.HINT_BOTH_LISTS),
+        # the index written at column j, or after the count was raised: an unwritten slot
+        # holds block 0 (round 7 ac, M3; HINT_BOTH_LISTS said "decide each tile once")
+        ("                kv_indices[i, kv_num_blocks[i]] = j\n",
+         "                kv_indices[i, j] = j\n", V.HINT_INDEX_SLOT),
+        ("                kv_indices[i, kv_num_blocks[i]] = j\n"
+         "                kv_num_blocks[i] += 1\n",
+         "                kv_num_blocks[i] += 1\n"
+         "                kv_indices[i, kv_num_blocks[i]] = j\n", V.HINT_INDEX_SLOT),
+        ("                full_kv_indices[i, full_kv_num_blocks[i]] = j\n",
+         "                full_kv_indices[i, j] = j\n", V.HINT_BOTH_LISTS),
+        # a tile evaluated one key short: called full, its last column never evaluated
+        (_TILE, "            tile = mask_tile(mask_mod, 0, 0, np.arange(q0, q1), "
+                "np.arange(k0, k1 - 1))", V.HINT_SAMPLED),
         ("    return kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices",
          "    return kv_num_blocks, kv_indices", V.HINT_LAYOUT),
         # the key block's keys counted with the query block size
@@ -175,6 +188,15 @@ def test_the_rescale_hint_names_an_alpha_taken_after_the_max_moved():
     fn = mutate(LAB, "flex_forward", _ALPHA, "            m = m_new\n" + _ALPHA)
     result = assert_hint(V.check_flex_forward, fn, V.HINT_FWD_RESCALE[0])
     assert "exp(0)" in result.hint and "after m = m_new" in result.hint
+
+
+def test_both_lists_hint_names_the_slot_an_index_is_written_to():
+    """full_kv_indices[i, j] = j: block 0 stands in both lists though each tile is decided
+    once; the hint names the write position, not only if / elif (round 7 ac, M3)."""
+    fn = mutate(LAB, "build_block_mask", "                full_kv_indices[i, "
+                "full_kv_num_blocks[i]] = j\n", "                full_kv_indices[i, j] = j\n")
+    result = assert_hint(V.check_build_block_mask, fn, V.HINT_BOTH_LISTS[0])
+    assert "never written" in result.hint
 
 
 def test_at_least_ten_typical_mistakes_are_replayed():

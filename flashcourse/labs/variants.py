@@ -364,8 +364,9 @@ HINT_TWICE = (
     "Keep the evaluated tile in a variable; call the mask once per tile.")
 HINT_SAMPLED = (
     "Your builder decides some tiles without evaluating every pair (the line above counts "
-    "the pairs never evaluated). The mask is any function: a hole anywhere in a tile makes "
-    "it partial, so corners or a diagonal cannot tell full from partial.",
+    "the pairs never evaluated, or names a tile so decided). The mask is any function: a "
+    "hole anywhere in a tile makes it partial, so corners or a diagonal cannot tell full "
+    "from partial.",
     "Evaluate the mask on the whole tile: rows q0..q1-1 by columns k0..k1-1.")
 HINT_PAST_END = (
     "Your builder evaluates the mask at positions past the end of the sequence (q_idx >= "
@@ -378,9 +379,21 @@ HINT_LAYOUT = (
     "Tc = ceil(Tk / block_k), holding whole numbers; the line above says what differs.",
     "Keep the four arrays the skeleton allocates and return them in that order.")
 HINT_BOTH_LISTS = (
-    "A key block is listed twice in one row (in both lists, or twice in one): each tile "
-    "is either full, partial or empty.",
-    "Decide each tile once, with if / elif.")
+    "A key block is listed in both lists of one row (the line above names it): each tile "
+    "is either full, partial or empty. If your code decides each tile once, look at where "
+    "it writes the index: the n-th block of a row's list goes to position n - 1, "
+    "kv_indices[i, kv_num_blocks[i]] before the count is raised; a slot among the first "
+    "count entries that was never written still holds 0 (key block 0).",
+    "Decide each tile once, with if / elif; write the index at the current count, then add "
+    "1 to the count.")
+HINT_INDEX_SLOT = (
+    "A key block is listed twice in ONE list of one row (the line above names it): an "
+    "index was written somewhere other than the row's next free position, at column j "
+    "(kv_indices[i, j]) or after the count was raised, so a slot among the first count "
+    "entries was never written and still holds 0 (key block 0). The n-th block of a row's "
+    "list goes to position n - 1.",
+    "Store j at column kv_num_blocks[i] of row i first, then raise the count by one; the "
+    "same for the full list.")
 
 #: (name, mask factory (Tq, Tk, Br, Bc) -> mask_mod, Tq, Tk, Br, Bc)
 BUILD_CASES = [
@@ -474,9 +487,12 @@ def block_states(out, t_query, t_key, block_q, block_k) -> np.ndarray:
                 if not 0 <= j < tc:
                     raise ResultKindError(f"{name}_indices[{i}] lists key block {int(j)}, "
                                           f"not in 0 .. {tc - 1}", HINT_LAYOUT[0])
+                if states[i, j] == state:
+                    raise ResultKindError(f"query block {i} lists key block {int(j)} twice "
+                                          f"in {name}_indices[{i}, :{n}]", HINT_INDEX_SLOT[0])
                 if states[i, j] != EMPTY:
-                    raise ResultKindError(f"query block {i} lists key block {int(j)} twice",
-                                          HINT_BOTH_LISTS[0])
+                    raise ResultKindError(f"query block {i} lists key block {int(j)} in both "
+                                          "lists", HINT_BOTH_LISTS[0])
                 states[i, j] = state
     return states
 
@@ -530,6 +546,9 @@ def _build_diagnoses(want, tq, tk, br, bc):
          *HINT_EMPTY_LISTED),
         (lambda y, e: only(y, last & (es != EMPTY) & (y["states"] == EMPTY)), *HINT_RAGGED_DROP),
         (lambda y, e: only(y, last & diff(y, FULL, PARTIAL)), *HINT_RAGGED_PARTIAL),
+        # a tile called full from part of its pairs (one row or column short): unevaluated
+        (lambda y, e: only(y, diff(y, PARTIAL, FULL)) and bool((y["grid"] == 0).any()),
+         *HINT_SAMPLED),
         (lambda y, e: only(y, diff(y, PARTIAL, FULL)), *HINT_PARTIAL_AS_FULL),
         (lambda y, e: not states_differ(y) and bool((y["grid"] > 1).any()), *HINT_TWICE),
         (lambda y, e: not states_differ(y) and bool((y["grid"] == 0).any()), *HINT_SAMPLED),
