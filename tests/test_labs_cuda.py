@@ -145,6 +145,19 @@ def test_kernel_names_a_missing_neg_inf_guard(lab):
     assert result.hint == L.HINT_NEG_INF[0]
 
 
+def test_kernel_names_an_overflowing_exp_not_a_missing_guard(lab):
+    """Review round 7 ac, M4: p = exp(s - old max) is exp(+inf) on a row's first tile, and
+    the NaN showed in the first case (nothing masked) with HINT_NEG_INF, which blames left
+    padding; a NaN in a case with no empty row now gets HINT_OVERFLOW."""
+    update = edited(LAB, "online_update", [
+        ("alpha = math.exp(m[i] - m_use)                              # rescale factor, <= 1\n"
+         "    m[i] = m_new", "m_old = m[i]\n    m[i] = m_new\n    alpha = math.exp(m_old - m_use)"),
+        ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp(s[i * TN + j] - m_old)")])
+    parts = (lab["micro_tile_scores"], lab["row_max"], lab["row_sum"], update)
+    result = assert_hint(L.check_kernel, parts[0], L.HINT_OVERFLOW[0], *parts[1:])
+    assert "one key tile" in result.case
+
+
 def test_kernel_names_a_one_step_row_sum(lab):
     ns = functions_of(LAB, replace=[(
         "        x += shfl_xor(x, offset, scratch, tid)\n        offset //= 2",
