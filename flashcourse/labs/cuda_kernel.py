@@ -585,9 +585,13 @@ def check_key_blocks(key_blocks, parts, *, verbose: bool = True, hint_level: int
     """Your key_blocks(q0, tq, tk, causal, off) in the kernel: the tiles each query block
     visits, then the result (causal, Tq != Tk both ways)."""
     cases = []
-    for name, tq, tk, causal in (("causal, Tq = 12 < Tk = 30", 12, 30, True),
+    # a block whose last key is the first of a tile (Tk = 29: key 24) and one whose last key
+    # ends a tile (Tq = 20, Tk = 12: key 7) tell last // BC + 1 from a ceiling or last + 1
+    for name, tq, tk, causal in (("causal, Tq = 12 < Tk = 29", 12, 29, True),
                                  ("causal, Tq = 22 > Tk = 5: early blocks see nothing",
                                   22, 5, True),
+                                 ("causal, Tq = 20 > Tk = 12: a block's last key ends a tile",
+                                  20, 12, True),
                                  ("not causal, Tq = 5, Tk = 17: every tile", 5, 17, False)):
         q, k, v = _inputs(tq + tk, tq, tk, 3)
         def counts(mistake=None, tq=tq, tk=tk, causal=causal):
