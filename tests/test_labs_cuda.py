@@ -145,6 +145,19 @@ def test_kernel_names_a_missing_neg_inf_guard(lab):
     assert result.hint == L.HINT_NEG_INF[0]
 
 
+def test_kernel_names_an_overflowing_exp_not_a_missing_guard(lab):
+    """Review round 7 ac, M4: p = exp(s - old max) is exp(+inf) on a row's first tile, and
+    the NaN showed in the first case (nothing masked) with HINT_NEG_INF, which blames left
+    padding; a NaN in a case with no empty row now gets HINT_OVERFLOW."""
+    update = edited(LAB, "online_update", [
+        ("alpha = math.exp(m[i] - m_use)                              # rescale factor, <= 1\n"
+         "    m[i] = m_new", "m_old = m[i]\n    m[i] = m_new\n    alpha = math.exp(m_old - m_use)"),
+        ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp(s[i * TN + j] - m_old)")])
+    parts = (lab["micro_tile_scores"], lab["row_max"], lab["row_sum"], update)
+    result = assert_hint(L.check_kernel, parts[0], L.HINT_OVERFLOW[0], *parts[1:])
+    assert "one key tile" in result.case
+
+
 def test_kernel_names_a_one_step_row_sum(lab):
     ns = functions_of(LAB, replace=[(
         "        x += shfl_xor(x, offset, scratch, tid)\n        offset //= 2",
@@ -187,11 +200,15 @@ KEY_BLOCK_MISTAKES = [
     ("last = min(q0 + BR, tq) - 1 + off", "last = min(q0 + BR, tq) - 1", L.HINT_SKIP_TOP_LEFT),
     ("n = (tk + BC - 1) // BC", "n = tk // BC", L.HINT_SKIP_FLOOR),
     ("    if last < 0:\n        return 0\n", "", L.HINT_SKIP_NEGATIVE),
+    # passed before round 7 ac (M5): no block's last key started or ended a tile
+    ("return min(n, last // BC + 1)", "return min(n, (last + BC - 1) // BC)", L.HINT_SKIP),
+    ("last = min(q0 + BR, tq) - 1 + off", "last = min(q0 + BR, tq) + off", L.HINT_SKIP),
 ]
 
 
 @pytest.mark.parametrize("old,new,hint", KEY_BLOCK_MISTAKES,
-                         ids=["no-skip", "off-by-one", "top-left", "floor", "negative"])
+                         ids=["no-skip", "off-by-one", "top-left", "floor", "negative",
+                              "ceil-of-last", "last-plus-one"])
 def test_key_blocks_mistakes_get_their_hint(lab, old, new, hint):
     parts = tuple(lab[p] for p in PARTS)
     assert_hint(L.check_key_blocks, mutate(LAB, "key_blocks", old, new), hint[0], parts)

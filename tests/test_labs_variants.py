@@ -10,7 +10,7 @@ from flashcourse.labs import variants as V
 from flashcourse.variants import library
 from flashcourse.variants.block_mask import create_block_mask
 from labtools import (assert_hint, functions_of, hint_leaks_test, lab_path, lab_tests,
-                      mistakes_test, variants_test)
+                      mistakes_test, mutate, variants_test)
 
 LAB = lab_path("lab14_variants")
 CHECKS = [(V.check_sliding_window, "sliding_window"), (V.check_document, "document"),
@@ -28,6 +28,7 @@ _PARTIAL = "            if partial:\n"
 _SCORE = ("            s = score_tile(score_mod, scale * (q[q0:q1] @ k[k0:k1].T), 0, 0, rows, "
           "cols)")
 _EXP = "            p = np.exp(s - m_safe[:, None])                         # (Br, Bc)"
+_ALPHA = "            alpha = np.exp(m - m_safe)\n"
 
 #: function: [(solution text, the mistake that replaces it, the hint it must get), ...]
 MISTAKES = {
@@ -108,6 +109,19 @@ MISTAKES = {
          V.HINT_RAGGED_DROP),
         # one tile in both lists
         ("            elif tile.any():", "            if tile.any():", V.HINT_BOTH_LISTS),
+        # the index written at column j, or after the count was raised: an unwritten slot
+        # holds block 0 (round 7 ac, M3; HINT_BOTH_LISTS said "decide each tile once")
+        ("                kv_indices[i, kv_num_blocks[i]] = j\n",
+         "                kv_indices[i, j] = j\n", V.HINT_INDEX_SLOT),
+        ("                kv_indices[i, kv_num_blocks[i]] = j\n"
+         "                kv_num_blocks[i] += 1\n",
+         "                kv_num_blocks[i] += 1\n"
+         "                kv_indices[i, kv_num_blocks[i]] = j\n", V.HINT_INDEX_SLOT),
+        ("                full_kv_indices[i, full_kv_num_blocks[i]] = j\n",
+         "                full_kv_indices[i, j] = j\n", V.HINT_BOTH_LISTS),
+        # a tile evaluated one key short: called full, its last column never evaluated
+        (_TILE, "            tile = mask_tile(mask_mod, 0, 0, np.arange(q0, q1), "
+                "np.arange(k0, k1 - 1))", V.HINT_SAMPLED),
         ("    return kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices",
          "    return kv_num_blocks, kv_indices", V.HINT_LAYOUT),
         # the key block's keys counted with the query block size
@@ -132,6 +146,8 @@ MISTAKES = {
         ("acc = alpha[:, None] * acc + p @ v[k0:k1]", "acc = acc + p @ v[k0:k1]",
          V.HINT_FWD_RESCALE_ACC),
         ("l = alpha * l + p.sum(axis=1)", "l = l + p.sum(axis=1)", V.HINT_FWD_RESCALE_L),
+        # alpha taken after the max moved: exp(0) = 1, the replayed no_rescale (round 7 ac, M1)
+        (_ALPHA, "            m = m_new\n" + _ALPHA, V.HINT_FWD_RESCALE),
     ],
 }
 _RAW = "            s = scale * (q[q0:q1] @ k[k0:k1].T)"
@@ -149,6 +165,11 @@ TWO_EDITS = {
         [("acc = alpha[:, None] * acc + p @ v[k0:k1]", "acc = acc + p @ v[k0:k1]"),
          ("        for j, partial in visits:", "        for j, partial in sorted(visits):")],
         V.HINT_FWD_RESCALE_ACC),
+    # no max subtracted at all, consistently (exp(S), alpha 1, lse = log l): exact for small
+    # scores, inf / inf in the case with scores near 800 (round 7 ac, M2)
+    "exp(S) unshifted, lse = log l": (
+        [(_EXP, "            p = np.exp(s)"), (_ALPHA, "            alpha = np.ones_like(m)\n"),
+         ("np.where(seen, m + np.log(", "np.where(seen, np.log(")], V.HINT_FWD_OVERFLOW),
 }
 
 test_mistake_gets_its_hint = mistakes_test(LAB, CHECKS, MISTAKES, id_width=40)
@@ -159,6 +180,23 @@ def test_score_mod_in_the_wrong_place_is_named(key):
     edits, hint = TWO_EDITS[key]
     fn = functions_of(LAB, replace=edits)["flex_forward"]
     assert_hint(V.check_flex_forward, fn, hint[0])
+
+
+def test_the_rescale_hint_names_an_alpha_taken_after_the_max_moved():
+    """m = m_new before alpha = exp(m - m_safe): alpha = exp(0) = 1, exactly the replayed
+    missing rescale, though the code multiplies by alpha; the hint says why (round 7 ac)."""
+    fn = mutate(LAB, "flex_forward", _ALPHA, "            m = m_new\n" + _ALPHA)
+    result = assert_hint(V.check_flex_forward, fn, V.HINT_FWD_RESCALE[0])
+    assert "exp(0)" in result.hint and "after m = m_new" in result.hint
+
+
+def test_both_lists_hint_names_the_slot_an_index_is_written_to():
+    """full_kv_indices[i, j] = j: block 0 stands in both lists though each tile is decided
+    once; the hint names the write position, not only if / elif (round 7 ac, M3)."""
+    fn = mutate(LAB, "build_block_mask", "                full_kv_indices[i, "
+                "full_kv_num_blocks[i]] = j\n", "                full_kv_indices[i, j] = j\n")
+    result = assert_hint(V.check_build_block_mask, fn, V.HINT_BOTH_LISTS[0])
+    assert "never written" in result.hint
 
 
 def test_at_least_ten_typical_mistakes_are_replayed():

@@ -107,6 +107,14 @@ HINT_NEG_INF = (
     "key tile) has max -inf, and exp(-inf - (-inf)) is NaN, which poisons the row.",
     "Use a finite stand-in (F0) for the subtraction while the new max is still NEG_INF; then "
     "alpha and every p are exactly 0.")
+HINT_OVERFLOW = (
+    "Your output holds NaN in a case where every row sees a key in its first tile (nothing "
+    "is masked to -inf there): an exponential overflowed. On a row's first tile m[i] is "
+    "still -inf, so exp(s - m[i]) or an alpha written exp(m_use - m[i]) is exp(+inf) = "
+    "inf, and inf / inf or inf * 0 is NaN. Every exponent must be <= 0: P against the NEW "
+    "max, alpha = exp(old max - new max).",
+    "p = exp(s - m_use), with m_use the new max (or its finite stand-in); alpha = exp(m[i] - "
+    "m_use), taken while m[i] still holds the old max.")
 HINT_SHIFT = (
     "Subtract the max: p = exp(s - m_use), not exp(s); large scores overflow otherwise. If "
     "your code subtracts m_use, m_use is 0 here: the finite stand-in must replace the NEW max "
@@ -529,8 +537,11 @@ def check_kernel(micro_tile_scores, row_max, row_sum, online_update, *, verbose:
     for name, seed, tq, tk, d, causal, kv_start, spread, grow in KERNEL_CASES:
         q, k, v = _inputs(seed, tq, tk, d, spread, grow)
         expected = tuple(np.asarray(x, np.float64) for x in _expected(q, k, v, causal, kv_start))
+        # NaN: from -inf - (-inf) only where some row has no visible key in a tile while its
+        # max is still -inf (left padding, causal Tq > Tk); elsewhere from an overflowing exp
+        empty_rows = kv_start > 0 or (causal and tq > tk)
         diagnoses = [((lambda y, e: bool(np.isnan(np.asarray(y[0], np.float64)).any())),
-                      *HINT_NEG_INF)] + mistake_diagnoses(
+                      *(HINT_NEG_INF if empty_rows else HINT_OVERFLOW))] + mistake_diagnoses(
             lambda mistake, q=q, k=k, v=v, causal=causal, kv_start=kv_start:
                 replay(q, k, v, causal=causal, kv_start=kv_start, mistake=mistake),
             KERNEL_MISTAKES, _close_pair)
@@ -574,9 +585,13 @@ def check_key_blocks(key_blocks, parts, *, verbose: bool = True, hint_level: int
     """Your key_blocks(q0, tq, tk, causal, off) in the kernel: the tiles each query block
     visits, then the result (causal, Tq != Tk both ways)."""
     cases = []
-    for name, tq, tk, causal in (("causal, Tq = 12 < Tk = 30", 12, 30, True),
+    # a block whose last key is the first of a tile (Tk = 29: key 24) and one whose last key
+    # ends a tile (Tq = 20, Tk = 12: key 7) tell last // BC + 1 from a ceiling or last + 1
+    for name, tq, tk, causal in (("causal, Tq = 12 < Tk = 29", 12, 29, True),
                                  ("causal, Tq = 22 > Tk = 5: early blocks see nothing",
                                   22, 5, True),
+                                 ("causal, Tq = 20 > Tk = 12: a block's last key ends a tile",
+                                  20, 12, True),
                                  ("not causal, Tq = 5, Tk = 17: every tile", 5, 17, False)):
         q, k, v = _inputs(tq + tk, tq, tk, 3)
         def counts(mistake=None, tq=tq, tk=tk, causal=causal):

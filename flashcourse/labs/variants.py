@@ -364,8 +364,9 @@ HINT_TWICE = (
     "Keep the evaluated tile in a variable; call the mask once per tile.")
 HINT_SAMPLED = (
     "Your builder decides some tiles without evaluating every pair (the line above counts "
-    "the pairs never evaluated). The mask is any function: a hole anywhere in a tile makes "
-    "it partial, so corners or a diagonal cannot tell full from partial.",
+    "the pairs never evaluated, or names a tile so decided). The mask is any function: a "
+    "hole anywhere in a tile makes it partial, so corners or a diagonal cannot tell full "
+    "from partial.",
     "Evaluate the mask on the whole tile: rows q0..q1-1 by columns k0..k1-1.")
 HINT_PAST_END = (
     "Your builder evaluates the mask at positions past the end of the sequence (q_idx >= "
@@ -378,9 +379,21 @@ HINT_LAYOUT = (
     "Tc = ceil(Tk / block_k), holding whole numbers; the line above says what differs.",
     "Keep the four arrays the skeleton allocates and return them in that order.")
 HINT_BOTH_LISTS = (
-    "A key block is listed twice in one row (in both lists, or twice in one): each tile "
-    "is either full, partial or empty.",
-    "Decide each tile once, with if / elif.")
+    "A key block is listed in both lists of one row (the line above names it): each tile "
+    "is either full, partial or empty. If your code decides each tile once, look at where "
+    "it writes the index: the n-th block of a row's list goes to position n - 1, "
+    "kv_indices[i, kv_num_blocks[i]] before the count is raised; a slot among the first "
+    "count entries that was never written still holds 0 (key block 0).",
+    "Decide each tile once, with if / elif; write the index at the current count, then add "
+    "1 to the count.")
+HINT_INDEX_SLOT = (
+    "A key block is listed twice in ONE list of one row (the line above names it): an "
+    "index was written somewhere other than the row's next free position, at column j "
+    "(kv_indices[i, j]) or after the count was raised, so a slot among the first count "
+    "entries was never written and still holds 0 (key block 0). The n-th block of a row's "
+    "list goes to position n - 1.",
+    "Store j at column kv_num_blocks[i] of row i first, then raise the count by one; the "
+    "same for the full list.")
 
 #: (name, mask factory (Tq, Tk, Br, Bc) -> mask_mod, Tq, Tk, Br, Bc)
 BUILD_CASES = [
@@ -474,9 +487,12 @@ def block_states(out, t_query, t_key, block_q, block_k) -> np.ndarray:
                 if not 0 <= j < tc:
                     raise ResultKindError(f"{name}_indices[{i}] lists key block {int(j)}, "
                                           f"not in 0 .. {tc - 1}", HINT_LAYOUT[0])
+                if states[i, j] == state:
+                    raise ResultKindError(f"query block {i} lists key block {int(j)} twice "
+                                          f"in {name}_indices[{i}, :{n}]", HINT_INDEX_SLOT[0])
                 if states[i, j] != EMPTY:
-                    raise ResultKindError(f"query block {i} lists key block {int(j)} twice",
-                                          HINT_BOTH_LISTS[0])
+                    raise ResultKindError(f"query block {i} lists key block {int(j)} in both "
+                                          "lists", HINT_BOTH_LISTS[0])
                 states[i, j] = state
     return states
 
@@ -530,6 +546,9 @@ def _build_diagnoses(want, tq, tk, br, bc):
          *HINT_EMPTY_LISTED),
         (lambda y, e: only(y, last & (es != EMPTY) & (y["states"] == EMPTY)), *HINT_RAGGED_DROP),
         (lambda y, e: only(y, last & diff(y, FULL, PARTIAL)), *HINT_RAGGED_PARTIAL),
+        # a tile called full from part of its pairs (one row or column short): unevaluated
+        (lambda y, e: only(y, diff(y, PARTIAL, FULL)) and bool((y["grid"] == 0).any()),
+         *HINT_SAMPLED),
         (lambda y, e: only(y, diff(y, PARTIAL, FULL)), *HINT_PARTIAL_AS_FULL),
         (lambda y, e: not states_differ(y) and bool((y["grid"] > 1).any()), *HINT_TWICE),
         (lambda y, e: not states_differ(y) and bool((y["grid"] == 0).any()), *HINT_SAMPLED),
@@ -598,8 +617,18 @@ HINT_FWD_FULL_ONLY = (
 HINT_FWD_RESCALE = (
     "Missing rescale: when a tile raises a row's running max, the sum l and the accumulator "
     "acc were measured against the OLD max and must both be multiplied by exp(m_old - "
-    "m_new) before this tile is added (lab 03's update rule).",
-    "l = alpha l + rowsum(P) and acc = alpha acc + P V_j, with alpha = exp(m_old - m_new).")
+    "m_new) before this tile is added (lab 03's update rule). If your code multiplies by "
+    "alpha, alpha is 1: exp(m - m_new) taken after m = m_new is exp(0). Take alpha while m "
+    "still holds the old max.",
+    "l = alpha l + rowsum(P) and acc = alpha acc + P V_j, with alpha = exp(m_old - m_new) "
+    "computed before m = m_new.")
+HINT_FWD_OVERFLOW = (
+    "Your o or lse holds inf or NaN in a case whose scores are near 800: exp overflows "
+    "float64 above about 709, so exp(S) (or S minus anything below the row's max) gives "
+    "inf, and inf / inf is NaN. Subtract the running max before every exponential: P = "
+    "exp(S - m_new), with m_new = max(m_old, rowmax(S)), so that no exponent is above 0.",
+    "P = exp(S - m_new[:, None]) and alpha = exp(m_old - m_new), both <= 1; lse = m + "
+    "log(l) adds the max back.")
 HINT_FWD_RESCALE_ACC = (
     "Half a rescale: your sum l is brought to the new max but the accumulator acc is not. "
     "Both are sums against the same max; when it grows, both must be multiplied by "
@@ -618,7 +647,10 @@ def _identity(score, b, h, q_idx, kv_idx):
     return score
 
 
-#: (name, mask factory, softcap cap (None: no score change), Tq, Tk, d, Br, Bc, spread)
+#: (name, mask factory, softcap cap (None: no score change), Tq, Tk, d, Br, Bc, spread[,
+#: big]): with `big`, column 0 of q and k is sqrt(big / SCALE), so that every score is big
+#: plus a few units and an unshifted exp(S) overflows (a learner's exp(S) / exp(lse) is
+#: exact in the other cases)
 FORWARD_CASES = [
     ("sliding window 9 and softcap 2, ragged tiles, Tq = 37, Tk = 29",
      lambda tq, tk: library.sliding_window(9, tq, tk), 2.0, 37, 29, 5, 8, 6, 3.0),
@@ -628,6 +660,8 @@ FORWARD_CASES = [
      lambda tq, tk: library.causal(tq, tk), None, 40, 23, 3, 6, 5, 1.0),
     ("prefix-LM 7, softcap 0.8, Tq = 23 < Tk = 40, Br = 7, Bc = 9",
      lambda tq, tk: library.prefix_lm(7, tq, tk), 0.8, 23, 40, 4, 7, 9, 3.0),
+    ("causal, scores near 800 (exp(S) overflows float64), Tq = Tk = 26, Br = 8, Bc = 6",
+     lambda tq, tk: library.causal(tq, tk), None, 26, 26, 4, 8, 6, 2.0, 800.0),
 ]
 
 
@@ -702,10 +736,12 @@ def _close_pair(a, b):
     return parts_close(a, b, rtol=1e-7, atol=1e-9)
 
 
-def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread):
+def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread, big=None):
     rng = np.random.default_rng(1450 + n)
     q = rng.standard_normal((tq, d)) * spread                           # (Tq, d)
     k = rng.standard_normal((tk, d)) * spread                           # (Tk, d)
+    if big is not None:
+        q[:, 0] = k[:, 0] = np.sqrt(big / SCALE)                        # scores ~ big
     v = rng.standard_normal((tk, d))                                    # (Tk, d)
     mask = make(tq, tk)
     score = _identity if cap is None else library.softcap(cap)
@@ -718,6 +754,12 @@ def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread):
                        score_mod=score, scale=SCALE)
     want = (o[0, 0], lse[0, 0])
     diagnoses = []
+    if big is not None:         # NaN or +inf where all is finite: an exponential overflowed
+        diagnoses.append((lambda y, e: len(y) == 4 and y[0].shape == e[0].shape
+                          and y[1].shape == e[1].shape and bool(
+                              np.isnan(y[0]).any() or np.isposinf(y[0]).any()
+                              or np.isnan(y[1]).any() or np.isposinf(y[1]).any()),
+                          *HINT_FWD_OVERFLOW))
     replays = [(mistake, "partial_first", hint) for mistake, hint in FORWARD_MISTAKES]
     replays += [(mistake, order, hint) for mistake, hint in RESCALE_MISTAKES
                 for order in VISIT_ORDERS]
@@ -767,7 +809,8 @@ def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread):
 
 def check_flex_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """`flex_forward(q, k, v, block_mask, mask_mod, score_mod, scale, block_q, block_k)`
-    against the dense float64 reference on four masks with score changes; the mask may be
+    against the dense float64 reference on five masks and score changes (one with scores
+    near 800); the mask may be
     evaluated on partial tiles only, and no score on an empty tile."""
     cases = [_forward_case(n, *c) for n, c in enumerate(FORWARD_CASES)]
     return run_checks("flex_forward(q, k, v, block_mask, mask_mod, score_mod, scale, block_q, "
