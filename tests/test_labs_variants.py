@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from flashcourse.labs import variants as V
+from flashcourse.labs import variants_forward as VF
 from flashcourse.variants import library
 from flashcourse.variants.block_mask import create_block_mask
 from labtools import (assert_hint, functions_of, hint_leaks_test, lab_path, lab_tests,
@@ -15,7 +16,7 @@ from labtools import (assert_hint, functions_of, hint_leaks_test, lab_path, lab_
 LAB = lab_path("lab14_variants")
 CHECKS = [(V.check_sliding_window, "sliding_window"), (V.check_document, "document"),
           (V.check_softcap, "softcap"), (V.check_build_block_mask, "build_block_mask"),
-          (V.check_flex_forward, "flex_forward")]
+          (VF.check_flex_forward, "flex_forward")]
 CHECK_OF = {name: check for check, name in CHECKS}
 
 lab, test_solutions_pass, test_stubs_report_not_implemented = lab_tests(LAB, CHECKS)
@@ -129,25 +130,25 @@ MISTAKES = {
          "            k0, k1 = j * block_q, min((j + 1) * block_q, t_key)", V.HINT_BUILD),
     ],
     "flex_forward": [
-        (_PARTIAL, "            if True:\n", V.HINT_FWD_MASK_ON_FULL),
-        (_PARTIAL, "            if False:\n", V.HINT_FWD_PARTIAL_UNMASKED),
+        (_PARTIAL, "            if True:\n", VF.HINT_FWD_MASK_ON_FULL),
+        (_PARTIAL, "            if False:\n", VF.HINT_FWD_PARTIAL_UNMASKED),
         # every key block visited, the unlisted ones as partial
         ("        visits += [(j, True) for j in kv_indices[i, :kv_num_blocks[i]]]",
          "        visits += [(j, True) for j in range(-(-t_k // block_k))\n"
          "                   if j not in full_kv_indices[i, :full_kv_num_blocks[i]]]",
-         V.HINT_FWD_EMPTY_VISITED),
+         VF.HINT_FWD_EMPTY_VISITED),
         ("        visits = [(j, False) for j in full_kv_indices[i, :full_kv_num_blocks[i]]]",
-         "        visits = []", V.HINT_FWD_FULL_ONLY),
+         "        visits = []", VF.HINT_FWD_FULL_ONLY),
         # the running sums not rescaled when the max grows
         ("            alpha = np.exp(m - m_safe)", "            alpha = np.ones_like(m)",
-         V.HINT_FWD_RESCALE),
+         VF.HINT_FWD_RESCALE),
         # a crash (a float indexed as an array) is not read as a mistake: the generic hint
-        ("            alpha = np.exp(m - m_safe)", "            alpha = 1.0", V.HINT_FORWARD),
+        ("            alpha = np.exp(m - m_safe)", "            alpha = 1.0", VF.HINT_FORWARD),
         ("acc = alpha[:, None] * acc + p @ v[k0:k1]", "acc = acc + p @ v[k0:k1]",
-         V.HINT_FWD_RESCALE_ACC),
-        ("l = alpha * l + p.sum(axis=1)", "l = l + p.sum(axis=1)", V.HINT_FWD_RESCALE_L),
+         VF.HINT_FWD_RESCALE_ACC),
+        ("l = alpha * l + p.sum(axis=1)", "l = l + p.sum(axis=1)", VF.HINT_FWD_RESCALE_L),
         # alpha taken after the max moved: exp(0) = 1, the replayed no_rescale (round 7 ac, M1)
-        (_ALPHA, "            m = m_new\n" + _ALPHA, V.HINT_FWD_RESCALE),
+        (_ALPHA, "            m = m_new\n" + _ALPHA, VF.HINT_FWD_RESCALE),
     ],
 }
 _RAW = "            s = scale * (q[q0:q1] @ k[k0:k1].T)"
@@ -156,20 +157,20 @@ _RAW = "            s = scale * (q[q0:q1] @ k[k0:k1].T)"
 TWO_EDITS = {
     "softcap after the max": ([(_SCORE, _RAW), (_EXP, "            p = np.exp(score_tile("
                                "score_mod, s - m_safe[:, None], 0, 0, rows, cols))")],
-                              V.HINT_FWD_AFTER_MAX),
+                              VF.HINT_FWD_AFTER_MAX),
     "softcap on probabilities": ([(_SCORE, _RAW), (_EXP, "            p = score_tile(score_mod, "
                                   "np.exp(s - m_safe[:, None]), 0, 0, rows, cols)")],
-                                 V.HINT_FWD_ON_PROBS),
+                                 VF.HINT_FWD_ON_PROBS),
     # the rescale is named whatever the order of the visits
     "acc not rescaled, tiles visited by key": (
         [("acc = alpha[:, None] * acc + p @ v[k0:k1]", "acc = acc + p @ v[k0:k1]"),
          ("        for j, partial in visits:", "        for j, partial in sorted(visits):")],
-        V.HINT_FWD_RESCALE_ACC),
+        VF.HINT_FWD_RESCALE_ACC),
     # no max subtracted at all, consistently (exp(S), alpha 1, lse = log l): exact for small
     # scores, inf / inf in the case with scores near 800 (round 7 ac, M2)
     "exp(S) unshifted, lse = log l": (
         [(_EXP, "            p = np.exp(s)"), (_ALPHA, "            alpha = np.ones_like(m)\n"),
-         ("np.where(seen, m + np.log(", "np.where(seen, np.log(")], V.HINT_FWD_OVERFLOW),
+         ("np.where(seen, m + np.log(", "np.where(seen, np.log(")], VF.HINT_FWD_OVERFLOW),
 }
 
 test_mistake_gets_its_hint = mistakes_test(LAB, CHECKS, MISTAKES, id_width=40)
@@ -179,14 +180,14 @@ test_mistake_gets_its_hint = mistakes_test(LAB, CHECKS, MISTAKES, id_width=40)
 def test_score_mod_in_the_wrong_place_is_named(key):
     edits, hint = TWO_EDITS[key]
     fn = functions_of(LAB, replace=edits)["flex_forward"]
-    assert_hint(V.check_flex_forward, fn, hint[0])
+    assert_hint(VF.check_flex_forward, fn, hint[0])
 
 
 def test_the_rescale_hint_names_an_alpha_taken_after_the_max_moved():
     """m = m_new before alpha = exp(m - m_safe): alpha = exp(0) = 1, exactly the replayed
     missing rescale, though the code multiplies by alpha; the hint says why (round 7 ac)."""
     fn = mutate(LAB, "flex_forward", _ALPHA, "            m = m_new\n" + _ALPHA)
-    result = assert_hint(V.check_flex_forward, fn, V.HINT_FWD_RESCALE[0])
+    result = assert_hint(VF.check_flex_forward, fn, VF.HINT_FWD_RESCALE[0])
     assert "exp(0)" in result.hint and "after m = m_new" in result.hint
 
 
@@ -293,7 +294,7 @@ def test_show_block_mask_marks_a_difference(lab, capsys):
     assert "+.   +." in out and "<- differs" not in out
 
 
-test_no_hint_contains_a_solution_line = hint_leaks_test(V.HINTS, LAB)
+test_no_hint_contains_a_solution_line = hint_leaks_test(V.HINTS + VF.HINTS, LAB)
 
 
 def test_hint_level_two_adds_the_explicit_hint():
