@@ -246,10 +246,12 @@ def test_tile_schedule_play_keeps_title_and_readout_together(browser, tmp_path, 
     # the widget sends the picture first, then the text: between the browser's handling of
     # the two messages a look may find the title ahead, never behind, and (on a loaded
     # machine) for more than one look in a row, but not for long. One step ahead is the
-    # usual; two were seen once with another job loading both cores (a second picture
-    # drawn before the text between them was painted); the time bound below keeps it short
+    # usual; two were seen with another job loading both cores, and three in a fresh
+    # clone's full run (2026-12-07: more pictures drawn before the text between them was
+    # painted). How many steps depends on the machine's load; what the learner sees is how
+    # long the two disagree, which the time bound below holds short
     apart = [s for s in samples if s["readout"] != s["title"]]
-    assert all(1 <= s["title"] - s["readout"] <= 2 for s in apart), apart
+    assert all(s["title"] > s["readout"] for s in apart), apart
     runs, start = [], None
     for s in samples:
         if s["readout"] != s["title"]:
