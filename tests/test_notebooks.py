@@ -15,6 +15,7 @@ the same output checks are made.
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -99,6 +100,34 @@ def assert_short_lines(path: Path, nb) -> None:
     long = long_lines(nb)
     assert not long, (f"{path.name} prints lines over {MAX_LINE} characters "
                       "(wrap them, or print one fact per line):\n" + "\n".join(long))
+
+
+WARNING_LINE = re.compile(r"^\S*:\d+: (\w+Warning): ", re.M)
+
+
+def printed_warnings(nb) -> list[str]:
+    """Python warnings a notebook printed (numpy's RuntimeWarning, a DeprecationWarning...):
+    a learner reads them as something gone wrong, so the course prints none."""
+    return [f"cell {i}: {m.group(1)}: {line.strip()[:90]}"
+            for i, cell in enumerate(nb["cells"])
+            for out in cell.get("outputs", []) if out.get("output_type") == "stream"
+            for m in WARNING_LINE.finditer(_joined(out.get("text", "")))
+            for line in [_joined(out.get("text", ""))[m.start():].splitlines()[0]]]
+
+
+def test_printed_warnings_are_found():
+    """The warning check itself: numpy's overflow warning on stderr is found, a printed
+    sentence that mentions a warning is not."""
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("")
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="a RuntimeWarning: is text\n"),
+        nbformat.v4.new_output("stream", name="stderr", text=(
+            "/x/flashcourse/labs/tensor_core_parts.py:316: RuntimeWarning: overflow "
+            "encountered in exp\n  alpha = np.exp(m_old - m_use)\n"))]
+    nb.cells = [cell]
+    found = printed_warnings(nb)
+    assert len(found) == 1 and "RuntimeWarning" in found[0], found
 
 
 def test_long_lines_are_found():
@@ -209,6 +238,8 @@ def check_outputs(path: Path, nb, audit: Path | None, notebook: Path | None = No
     given); returns its text output."""
     errors = error_outputs(nb)
     assert not errors, f"{path.name} raised:\n" + "\n".join(errors)
+    warned = printed_warnings(nb)
+    assert not warned, f"{path.name} prints Python warnings:\n" + "\n".join(warned)
     assert_short_lines(path, nb)
     if audit is not None:
         measured, shown = len(audited_figures(audit, notebook)), shown_figures(nb)

@@ -312,14 +312,15 @@ def softmax_model(s, acc, m, lp, mistake=None):
         m_old = m[:, hf].astype(np.float64)
         m_new = x if mistake == "tile_max" else np.maximum(m_old, x)
         m_use = m_new if mistake == "no_standin" else np.where(np.isneginf(m_new), 0.0, m_new)
-        with np.errstate(invalid="ignore"):              # -inf - -inf without a stand-in
+        # -inf - -inf without a stand-in; e^801 when m_new is the tile's max (a mistake model)
+        with np.errstate(invalid="ignore", over="ignore"):
             alpha = np.exp(m_old - m_use)
         m[:, hf] = m_new
         ps = np.zeros(NT)
         for n in range(NS):
             for c in range(2):
                 j = at("s", n, hf, c)
-                with np.errstate(invalid="ignore"):
+                with np.errstate(invalid="ignore", over="ignore"):
                     p = (np.exp2 if mistake == "exp2" else np.exp)(
                         s[:, j].astype(np.float64) - m_use)
                 if mistake != "p_not_stored":
