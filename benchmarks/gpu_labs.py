@@ -166,11 +166,12 @@ def main(argv=None):
         doc["rows"].append(row)
         print(json.dumps(row), flush=True)
         log += [f"===== {path.stem}: {json.dumps(row)}", text.rstrip(), ""]
+        # after each notebook, so a run stopped by a time limit keeps what it printed
+        log_path = results.write_output(out, LOG_FILE, "\n".join(log) + "\n")
     doc["passed"] = sum(r["ok"] for r in doc["rows"])
     doc["total"] = len(doc["rows"])
     print(f"{doc['passed']} of {doc['total']} ran clean", flush=True)
     path = results.write_json(out, RESULT_FILE, doc, "gpu_labs")
-    log_path = results.write_output(out, LOG_FILE, "\n".join(log) + "\n")
     print("wrote", path, "and", log_path)
     results.finish(args, out, ok=doc["passed"] == doc["total"])
     return 0 if doc["passed"] == doc["total"] else 1
