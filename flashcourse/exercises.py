@@ -227,6 +227,16 @@ def nonmatmul_flops_03() -> Exercise:
                f"({fa2_n.end_flops} FLOPs) come once per query block, after its last tile.")
     share = ("you left out the work both versions share: scaling S, the row max, S - m and "
              "the row sum, Br Bc each")
+    no_scale = ("one Br Bc short: S is scaled by 1/sqrt(d) before the row max (Br Bc "
+                "multiplies), in both versions")
+    exps = ("you counted the exponentials (Br Bc of them for P~, plus the rescale factors) "
+            "as FLOPs: they run on the special-function units and are not counted here")
+    no_max = ("Br short: m_new = max(m, m~) is one more max per row, on top of the row max "
+              "over S")
+    big = nonmatmul_per_tile(64, 64, 64, "fa1").flops, nonmatmul_per_tile(64, 64, 64, "fa2").flops
+    example = (f"that is the notebook's 64 x 64 x 64 example; this tile is Br = {br}, "
+               f"Bc = {bc}, d = {d}")
+    fa1_sfu, fa2_sfu = (nonmatmul_per_tile(br, bc, d, v).sfu_ops for v in ("fa1", "fa2"))
     return Exercise(
         f"Non-matmul FLOPs of one tile step, Br = {br}, Bc = {bc}, d = {d}: FA1 and FA2",
         {"fa1_flops": fa1, "fa2_flops": fa2}, working, rtol=0.0,
@@ -239,6 +249,12 @@ def nonmatmul_flops_03() -> Exercise:
                  "added, and the sum is multiplied by 1 / l_new"),
                 (lambda y: _same_number(y, mm, 0),
                  "that is the tile's matmul FLOPs (4 Br Bc d); the question is everything else"),
+                (lambda y: _same_number(y, fa1 - br * bc, 0), no_scale),
+                (lambda y: _same_number(y, fa1 - br, 0), no_max),
+                (lambda y: _same_number(y, fa1 + fa1_sfu, 0), exps),
+                (lambda y: _same_number(y, big[0], 0), example),
+                (lambda y: _same_number(y, fa2, 0),
+                 "that is FA2's count: FA1 rescales l~ and renormalises O on every tile"),
             ],
             "fa2_flops": [
                 (lambda y: _same_number(y, fa2 - shared, 0), share),
@@ -250,6 +266,10 @@ def nonmatmul_flops_03() -> Exercise:
                  "mma adds into O), not Br d separate additions"),
                 (lambda y: _same_number(y, fa1, 0),
                  "that is FA1's count: FA2 neither rescales l~ nor renormalises O every tile"),
+                (lambda y: _same_number(y, fa2 - br * bc, 0), no_scale),
+                (lambda y: _same_number(y, fa2 - br, 0), no_max),
+                (lambda y: _same_number(y, fa2 + fa2_sfu, 0), exps),
+                (lambda y: _same_number(y, big[1], 0), example),
             ]})
 
 

@@ -118,6 +118,17 @@ def test_nonmatmul_flops_03():
     assert not ok and "share" in lines[0] and "once per query block" in lines[1]
     ok, lines = E.grade("03-nonmatmul-flops", fa1_flops=fa1 - 2 * br * d, fa2_flops=fa1)
     assert not ok and "more than once" in lines[0] and "FA1's count" in lines[1]
+    # the slips a learner makes most: no scale of S, no m_new max, exps counted as FLOPs,
+    # the notebook's own 64 x 64 x 64 numbers, FA2's count in FA1's box
+    for wrong1, wrong2, said in ((fa1 - br * bc, fa2 - br * bc, "1/sqrt(d)"),
+                                 (fa1 - br, fa2 - br, "m_new = max"),
+                                 (fa1 + br * bc + 3 * br, fa2 + br * bc + br,
+                                  "special-function"),
+                                 (33216, 20736, "64 x 64 x 64")):
+        ok, lines = E.grade("03-nonmatmul-flops", fa1_flops=wrong1, fa2_flops=wrong2)
+        assert not ok and said in lines[0] and said in lines[1], (said, lines)
+    ok, lines = E.grade("03-nonmatmul-flops", fa1_flops=fa2, fa2_flops=fa2)
+    assert not ok and "FA2's count" in lines[0] and lines[1].endswith("right")
 
 
 def test_block_sizes_05():
