@@ -223,6 +223,11 @@ def _launches(module: str, **kw):
     return launches
 
 
+#: The inputs of the tensor-core kernels: fp16, fp32 (rounded as their precision says)
+#: and bf16 as its uint16 bits, each kept in its own dtype on the device.
+_TENSOR_CORE_INPUTS = {"dtypes": (np.float16, np.float32, np.uint16), "convert_to": None}
+
+
 register(Kernel("textbook", "forward", _run_textbook, ("block_q", "block_k"),
                 description="one thread per query row, square tiles "
                             "(flash-attention-minimal style)",
@@ -245,14 +250,14 @@ register(Kernel("tensor_core", "forward", _run_tensor_core,
                  "pipeline", "lazy_rescale"),
                 description="FlashAttention-2 on tensor cores (mma.sync): fp16/bf16, or "
                             "fp32 through 3xTF32",
-                dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
+                **_TENSOR_CORE_INPUTS,
                 launches=_launches("tensor_core.host")))
 register(Kernel("hopper", "forward", _run_hopper,
                 ("precision", "warpgroups", "block_k", "pipeline", "splits", "skip_masked",
                  "order", "lazy_rescale"),
                 description="FlashAttention on Hopper's warpgroup tensor cores (wgmma, "
                             "compute capability 9.0 only): fp16/bf16",
-                dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
+                **_TENSOR_CORE_INPUTS,
                 launches=_launches("hopper.host"), simulator=False))
 register(Kernel("simple", "backward", _backward_runner("simple"), (), _delta_bytes,
                 description="one thread per row, two launches, no shared memory (d <= 256)",
@@ -272,7 +277,7 @@ register(Kernel("tensor_core", "backward", _run_tc_backward,
                 description="FlashAttention-2 backward on tensor cores (mma.sync): fp16 "
                             "for float16, 3xTF32 (or bf16) for float32; dQ by atomics or "
                             "a second pass",
-                dtypes=(np.float16, np.float32, np.uint16), convert_to=None,
+                **_TENSOR_CORE_INPUTS,
                 launches=_launches("gradients.tc_backward"), compute=_tc_backward_compute))
 
 

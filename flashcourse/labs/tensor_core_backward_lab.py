@@ -254,8 +254,7 @@ def time_against_course(parts, *, tq: int = 4096, tk: int = 4096, d: int = 16):
     if using_simulator() or not cuda.is_available():
         return None
     from ..cuda import backward
-    from ..timing import time_cuda
-    from .tensor_core_lab import _one_head
+    from .tensor_core_lab import _one_head, _time_lab_and_course
     q, k, v, o, lse, do = kernel_inputs(0, tq, tk, d)
     delta_k, kern = _kernels(_parts(parts))
     qd, kd, vd, od, lsed, dod = (cuda.to_device(x) for x in (q, k, v, o, lse, do))
@@ -275,8 +274,6 @@ def time_against_course(parts, *, tq: int = 4096, tk: int = 4096, d: int = 16):
     def course():
         backward(q16, k16, v16, o16, lse1, do16, kernel="tensor_core")
 
-    lab_ms = float(np.median(time_cuda(lab)))              # time_cuda gives milliseconds
-    course_ms = float(np.median(time_cuda(course)))
-    return {"lab_ms": lab_ms, "course_ms": course_ms, "shape": (tq, tk, d)}
+    return _time_lab_and_course(lab, course, (tq, tk, d))
 
 

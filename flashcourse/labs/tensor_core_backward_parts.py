@@ -35,8 +35,9 @@ from .tensor_core_backward_lab import (_KERNEL_TOL, BC, BR, D, KA_WORDS, KERNEL_
                                        NO, NS, NT, O_ACC, S_ACC, _parts, kernel_inputs,
                                        lab_backward, make_delta_kernel)
 from .tensor_core_lab import source_cases
-from .tensor_core_parts import (HINT_CI, _acc_a_model, _diagnoses, _launch, _mma_b_model,
-                                _part_diagnoses, _scratch, _tile, q_fragment)
+from .tensor_core_parts import (HINT_CI, _acc_a_model, _diagnoses, _is_overflow, _launch,
+                                _mma_b_model, _overflowed, _part_diagnoses, _scratch, _tile,
+                                q_fragment)
 
 _RTOL, _ATOL = 1e-5, 1e-5        # one part on exact fragments: fp32 sums of fp16 products
 
@@ -457,15 +458,6 @@ def _large_ds_inputs():
     dl = rng.standard_normal(BR).astype(np.float32)
     dp = rng.standard_normal((NT, S_ACC)).astype(np.float32)
     return s, dp, lt, dl, scale
-
-
-def _overflowed(yours, _expected) -> bool:
-    """Some result is inf or NaN (the large-score case's expected results are all finite)."""
-    return not all(np.isfinite(np.asarray(y, np.float64)).all() for y in yours)
-
-
-def _is_overflow(exc) -> bool:
-    return isinstance(exc, OverflowError) or "math range error" in str(exc)
 
 
 def check_ds_tile(ds_tile, *, verbose: bool = True, hint_level: int = 1) -> Result:

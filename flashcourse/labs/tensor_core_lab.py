@@ -231,9 +231,7 @@ def lab_forward(parts, q, k, v, *, causal=False):
     tk = k.shape[0]
     if d > D:
         raise ValueError(f"the lab kernel takes d <= {D}, got d={d}")
-    kern = make_lab_kernel(*(_device(fns[n]) for n in ("load_a", "scores_tile",
-                                                       "softmax_tile", "pv_tile",
-                                                       "quad_sum")))
+    kern = _lab_kernel(fns)
     qd, kd, vd = (cuda.to_device(x) for x in (q, k, v))
     o = cuda.to_device(np.full((tq, d), np.nan, np.float32))
     lse = cuda.to_device(np.full(tq, np.nan, np.float32))
@@ -248,6 +246,12 @@ def _parts(parts) -> dict:
     if isinstance(parts, dict):
         return {n: parts[n] for n in PARTS}
     return dict(zip(PARTS, parts))
+
+
+def _lab_kernel(fns):
+    """`make_lab_kernel` with the parts of `fns` (a `_parts` dict) that the kernel calls."""
+    return make_lab_kernel(*(_device(fns[n]) for n in ("load_a", "scores_tile", "softmax_tile",
+                                                       "pv_tile", "quad_sum")))
 
 
 # -- what the source shows: float64 constants, shuffles the simulator lacks -----------------
@@ -673,6 +677,15 @@ def _one_head(x):
     return out
 
 
+def _time_lab_and_course(lab, course, shape) -> dict:
+    """{"lab_ms", "course_ms", "shape"}: the median milliseconds of `lab()` and of
+    `course()` (`timing.time_cuda`: CUDA events, after a warm-up), lab first."""
+    from ..timing import time_cuda
+    lab_ms = float(np.median(time_cuda(lab)))              # time_cuda gives milliseconds
+    course_ms = float(np.median(time_cuda(course)))
+    return {"lab_ms": lab_ms, "course_ms": course_ms, "shape": shape}
+
+
 def time_against_course(parts, *, tq: int = 4096, tk: int = 4096, d: int = 16):
     """GPU only (None on the simulator): median ms of the lab kernel (one warp per 16 rows)
     and of the course's tensor-core kernel (`flashcourse.cuda.forward(kernel="tensor_core")`,
@@ -680,11 +693,8 @@ def time_against_course(parts, *, tq: int = 4096, tk: int = 4096, d: int = 16):
     if using_simulator() or not cuda.is_available():
         return None
     from ..cuda import forward
-    from ..timing import time_cuda
     q, k, v = _inputs(0, tq, tk, d)
-    fns = _parts(parts)
-    kern = make_lab_kernel(*(_device(fns[n]) for n in ("load_a", "scores_tile", "softmax_tile",
-                                                       "pv_tile", "quad_sum")))
+    kern = _lab_kernel(_parts(parts))
     qd, kd, vd = (cuda.to_device(x) for x in (q, k, v))
     o = cuda.device_array((tq, d), np.float32)
     lse = cuda.device_array(tq, np.float32)
@@ -699,9 +709,7 @@ def time_against_course(parts, *, tq: int = 4096, tk: int = 4096, d: int = 16):
     def course():
         forward(q16, k16, v16, kernel="tensor_core")
 
-    lab_ms = float(np.median(time_cuda(lab)))              # time_cuda gives milliseconds
-    course_ms = float(np.median(time_cuda(course)))
-    return {"lab_ms": lab_ms, "course_ms": course_ms, "shape": (tq, tk, d)}
+    return _time_lab_and_course(lab, course, (tq, tk, d))
 
 
 ALL_HINTS = [v for k, v in dict(globals()).items() if k.startswith("HINT_")]

@@ -116,16 +116,20 @@ class DenseAttention(Layer):
         return dq, dk, dv
 
 
-class TiledAttention(Layer):
-    """The course's tiled forward and backward (`flashcourse.tiled`), causal; keeps O and lse."""
-
-    name = "tiled"
+class _TiledInner(Layer):
+    """An inner attention that works in tiles of block_q x block_k (both checked here)."""
 
     def __init__(self, block_q: int = 32, block_k: int = 32):
         super().__init__()
         self.block_q = check_block(block_q, "block_q")
         self.block_k = check_block(block_k, "block_k")
         self.seconds = {"forward": 0.0, "backward": 0.0}
+
+
+class TiledAttention(_TiledInner):
+    """The course's tiled forward and backward (`flashcourse.tiled`), causal; keeps O and lse."""
+
+    name = "tiled"
 
     def forward(self, q, k, v, cu_seqlens=None):
         if cu_seqlens is not None:
@@ -148,7 +152,7 @@ class TiledAttention(Layer):
         return grads
 
 
-class VariantsAttention(Layer):
+class VariantsAttention(_TiledInner):
     """The course's block-mask attention (`flashcourse.variants.tiled`), causal, or with
     cu_seqlens the document mask of each row; keeps O and lse. `tiles` counts the
     (block_q x block_k) score tiles formed, forward and backward together: the tiles a
@@ -157,10 +161,7 @@ class VariantsAttention(Layer):
     name = "variants"
 
     def __init__(self, block_q: int = 32, block_k: int = 32):
-        super().__init__()
-        self.block_q = check_block(block_q, "block_q")
-        self.block_k = check_block(block_k, "block_k")
-        self.seconds = {"forward": 0.0, "backward": 0.0}
+        super().__init__(block_q, block_k)
         self.tiles = 0
 
     def block_masks(self, cu_seqlens, batch: int, t: int) -> list:
