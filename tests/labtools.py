@@ -121,17 +121,31 @@ def lab_tests(path: Path, checks):
     return lab_fixture(path), test_solutions_pass, stubs_test(path, checks)
 
 
-def mistakes_test(path: Path, checks, mistakes: dict, *, id_width: int = 30):
+def mistakes_test(path: Path, checks, mistakes: dict, *, id_width: int = 30, ids=None):
     """A test: each (old, new, hint) of `mistakes[name]`, an edit of the solution's function
     `name`, must fail the checker of `name` in `checks` ((checker, name) pairs, as for
-    `lab_tests`) with hint[0] (see `mutate`, `assert_hint`)."""
+    `lab_tests`) with hint[0] (see `mutate`, `assert_hint`). `ids`, the test ids, one a
+    mistake in order; by default each value's text cut to `id_width`."""
     check_of = {name: check for check, name in checks}
     rows = [(name, old, new, hint) for name, edits in mistakes.items()
             for old, new, hint in edits]
 
-    @pytest.mark.parametrize("name,old,new,hint", rows, ids=lambda x: str(x)[:id_width])
+    @pytest.mark.parametrize("name,old,new,hint", rows,
+                             ids=ids if ids is not None else lambda x: str(x)[:id_width])
     def test(name, old, new, hint):
         assert_hint(check_of[name], mutate(path, name, old, new), hint[0])
+    return test
+
+
+def joint_mistakes_test(path: Path, check, names, mistakes, *, ids):
+    """A test for a checker of several functions, `check(names[0], names[1], ...)`: each
+    (old, new, hint) of `mistakes`, an edit anywhere in the solution (it may touch any of
+    those functions), must make `check` on the edited lab's functions `names` fail with
+    hint[0] (see `assert_hint`); `ids`, one a mistake."""
+    @pytest.mark.parametrize("old,new,hint", mistakes, ids=ids)
+    def test(old, new, hint):
+        ns = functions_of(path, replace=[(old, new)])
+        assert_hint(check, ns[names[0]], hint[0], *(ns[n] for n in names[1:]))
     return test
 
 

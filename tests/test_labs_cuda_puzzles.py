@@ -14,7 +14,8 @@ from flashcourse.labs import cuda_puzzles as L
 from flashcourse.labs._harness import HINT_COMPILE, HINT_NOT_KERNEL
 from flashcourse.labs.cuda_puzzle_rules import HINT_LOCAL_UNSET
 from labtools import (assert_hint, assert_stubs_not_implemented, edited, functions_of,
-                      hint_leaks_test, lab_fixture, lab_path, mutate, variants_test)
+                      hint_leaks_test, lab_fixture, lab_path, mistakes_test, mutate,
+                      variants_test)
 
 LAB = lab_path("lab05_cuda_puzzles")
 NAMES = list(L.PUZZLES)
@@ -276,18 +277,15 @@ MULTI = {
         L.HINT_FLASH_ROW),
 }
 
-ROWS = [(name, old, new, hint) for name, edits in MISTAKES.items() for old, new, hint in edits]
-
-
 def test_every_puzzle_replays_at_least_three_mistakes():
     assert set(MISTAKES) == set(NAMES)
     assert all(len(edits) >= 3 for edits in MISTAKES.values())
 
 
-@pytest.mark.parametrize("name,old,new,hint", ROWS,
-                         ids=[f"{r[0]}-{n}" for n, r in enumerate(ROWS)])
-def test_mistake_gets_its_hint(name, old, new, hint):
-    assert_hint(check(name), mutate(LAB, name, old, new), hint[0])
+test_mistake_gets_its_hint = mistakes_test(
+    LAB, [(check(n), n) for n in NAMES], MISTAKES,
+    ids=[f"{name}-{n}" for n, name in enumerate(
+        name for name, edits in MISTAKES.items() for _ in edits)])
 
 
 @pytest.mark.parametrize("key", list(MULTI))
