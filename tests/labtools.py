@@ -178,6 +178,35 @@ def parts_picker(names):
 # (labs 10 and 10b): `parts` is the lab's module of part checks (check_<part>, check_kernel,
 # HINT_KERNEL, HINT_KERNEL_ERROR) and `parts_of` its `parts_picker`.
 
+def part_mistakes_tests(path: Path, parts, parts_of, checks: dict, mistakes: dict,
+                        kernel_keys, *, kernel_hint: dict | None = None, also: dict | None = None):
+    """Two tests of the typical mistakes `mistakes[key] = (part, edits, hint, in_kernel)`,
+    edits of the solution's `part` (`also[key]`: more edits applied unchecked, an import the
+    mistake needs): each fails its part's check `checks[part]` with hint[0] (numpy's invalid
+    value warning ignored: some make NaN), and each of `kernel_keys` (they must be marked
+    `in_kernel`), put into the solution's kernel, fails the kernel check with hint[0], or with
+    `kernel_hint[part][0]` where the kernel names the failing part instead."""
+    also = also or {}
+
+    def wrong(key):
+        part, edits, hint, _ = mistakes[key]
+        return part, edited(path, part, edits, also=also.get(key, ())), hint
+
+    @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+    @pytest.mark.parametrize("key", sorted(mistakes))
+    def test_part(key):
+        part, fn, hint = wrong(key)
+        assert_hint(checks[part], fn, hint[0])
+
+    @pytest.mark.parametrize("key", kernel_keys)
+    def test_kernel(lab, key):
+        assert mistakes[key][3], f"{key} is not marked as named by the kernel"
+        part, fn, hint = wrong(key)
+        hint = kernel_hint[part] if kernel_hint else hint
+        assert_hint(parts.check_kernel, parts_of(lab, **{part: fn}), hint[0])
+    return test_part, test_kernel
+
+
 def idle_part_test(path: Path, parts, parts_of, part: str, before: str, guard: str):
     """A test: the solution's `part` with `if guard: return` put before its line `before`
     passes its own check but does nothing inside the kernel (contrived: `guard` tells the two

@@ -11,7 +11,8 @@ from flashcourse.labs import tensor_core_parts as P
 from flashcourse.labs.cuda_kernel import HINT_FLOAT64
 from labtools import (assert_hint, assert_stubs_not_implemented, correct_variants_test, edited,
                       functions_of, hint_leaks_test, idle_part_test, joint_mistakes_test,
-                      kernel_error_test, lab_fixture, lab_path, mistakes_test, parts_picker)
+                      kernel_error_test, lab_fixture, lab_path, mistakes_test, part_mistakes_tests,
+                      parts_picker)
 
 LAB = lab_path("lab10_tensor_cores")
 lab = lab_fixture(LAB)
@@ -186,21 +187,11 @@ PART_CHECK = {"scores_tile": P.check_scores_tile, SOFTMAX: P.check_softmax_tile,
               "pv_tile": P.check_pv_tile}
 
 
-@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")   # no-standin: NaN
-@pytest.mark.parametrize("key", sorted(PART_MISTAKES))
-def test_part_mistakes_get_their_hint(key):
-    part, edits, hint, _ = PART_MISTAKES[key]
-    assert_hint(PART_CHECK[part], edited(LAB, part, edits), hint[0])
-
-
-KERNEL_KEYS = sorted(k for k, m in PART_MISTAKES.items() if m[3])
-
-
-@pytest.mark.parametrize("key", KERNEL_KEYS)
-def test_kernel_mistakes_get_their_hint(lab, key):
-    """The whole kernel names a part's mistake from its output alone (kernel_model)."""
-    part, edits, hint, _ = PART_MISTAKES[key]
-    assert_hint(P.check_kernel, parts_of(lab, **{part: edited(LAB, part, edits)}), hint[0])
+# the whole kernel names a part's mistake from its output alone (kernel_model); no-standin
+# makes NaN
+test_part_mistakes_get_their_hint, test_kernel_mistakes_get_their_hint = part_mistakes_tests(
+    LAB, P, parts_of, PART_CHECK, PART_MISTAKES,
+    sorted(k for k, m in PART_MISTAKES.items() if m[3]))
 
 
 def test_the_rescale_hints_name_an_alpha_taken_after_the_max_moved():
