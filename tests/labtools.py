@@ -149,6 +149,20 @@ def joint_mistakes_test(path: Path, check, names, mistakes, *, ids):
     return test
 
 
+def edits_mistakes_test(path: Path, checks, mistakes: dict):
+    """A test: each mistake of several edits, `mistakes[key] = (name, [(old, new), ...],
+    hint)`, edits of the solution's function `name` (each `old` must occur in the lab), fails
+    the checker of `name` in `checks` ((checker, name) pairs, as for `lab_tests`) with hint[0]
+    (see `edited`, `assert_hint`); the one-edit mistakes' test is `mistakes_test`."""
+    check_of = {name: check for check, name in checks}
+
+    @pytest.mark.parametrize("key", list(mistakes))
+    def test(key):
+        name, edits, hint = mistakes[key]
+        assert_hint(check_of[name], edited(path, name, edits, anywhere=True), hint[0])
+    return test
+
+
 def variants_test(path: Path, checks, variants: dict):
     """A test: each unusual correct solution `variants[key] = (name, [(old, new), ...])`,
     edits of the solution's function `name` (each `old` must occur in the lab), passes the
