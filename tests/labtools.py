@@ -121,17 +121,45 @@ def lab_tests(path: Path, checks):
     return lab_fixture(path), test_solutions_pass, stubs_test(path, checks)
 
 
-def mistakes_test(path: Path, checks, mistakes: dict, *, id_width: int = 30):
+def mistakes_test(path: Path, checks, mistakes: dict, *, id_width: int = 30, ids=None):
     """A test: each (old, new, hint) of `mistakes[name]`, an edit of the solution's function
     `name`, must fail the checker of `name` in `checks` ((checker, name) pairs, as for
-    `lab_tests`) with hint[0] (see `mutate`, `assert_hint`)."""
+    `lab_tests`) with hint[0] (see `mutate`, `assert_hint`). `ids`, the test ids, one a
+    mistake in order; by default each value's text cut to `id_width`."""
     check_of = {name: check for check, name in checks}
     rows = [(name, old, new, hint) for name, edits in mistakes.items()
             for old, new, hint in edits]
 
-    @pytest.mark.parametrize("name,old,new,hint", rows, ids=lambda x: str(x)[:id_width])
+    @pytest.mark.parametrize("name,old,new,hint", rows,
+                             ids=ids if ids is not None else lambda x: str(x)[:id_width])
     def test(name, old, new, hint):
         assert_hint(check_of[name], mutate(path, name, old, new), hint[0])
+    return test
+
+
+def joint_mistakes_test(path: Path, check, names, mistakes, *, ids):
+    """A test for a checker of several functions, `check(names[0], names[1], ...)`: each
+    (old, new, hint) of `mistakes`, an edit anywhere in the solution (it may touch any of
+    those functions), must make `check` on the edited lab's functions `names` fail with
+    hint[0] (see `assert_hint`); `ids`, one a mistake."""
+    @pytest.mark.parametrize("old,new,hint", mistakes, ids=ids)
+    def test(old, new, hint):
+        ns = functions_of(path, replace=[(old, new)])
+        assert_hint(check, ns[names[0]], hint[0], *(ns[n] for n in names[1:]))
+    return test
+
+
+def edits_mistakes_test(path: Path, checks, mistakes: dict):
+    """A test: each mistake of several edits, `mistakes[key] = (name, [(old, new), ...],
+    hint)`, edits of the solution's function `name` (each `old` must occur in the lab), fails
+    the checker of `name` in `checks` ((checker, name) pairs, as for `lab_tests`) with hint[0]
+    (see `edited`, `assert_hint`); the one-edit mistakes' test is `mistakes_test`."""
+    check_of = {name: check for check, name in checks}
+
+    @pytest.mark.parametrize("key", list(mistakes))
+    def test(key):
+        name, edits, hint = mistakes[key]
+        assert_hint(check_of[name], edited(path, name, edits, anywhere=True), hint[0])
     return test
 
 
@@ -163,6 +191,35 @@ def parts_picker(names):
 # The tests below are shared by the labs whose kernel is made of parts, each with its own check
 # (labs 10 and 10b): `parts` is the lab's module of part checks (check_<part>, check_kernel,
 # HINT_KERNEL, HINT_KERNEL_ERROR) and `parts_of` its `parts_picker`.
+
+def part_mistakes_tests(path: Path, parts, parts_of, checks: dict, mistakes: dict,
+                        kernel_keys, *, kernel_hint: dict | None = None, also: dict | None = None):
+    """Two tests of the typical mistakes `mistakes[key] = (part, edits, hint, in_kernel)`,
+    edits of the solution's `part` (`also[key]`: more edits applied unchecked, an import the
+    mistake needs): each fails its part's check `checks[part]` with hint[0] (numpy's invalid
+    value warning ignored: some make NaN), and each of `kernel_keys` (they must be marked
+    `in_kernel`), put into the solution's kernel, fails the kernel check with hint[0], or with
+    `kernel_hint[part][0]` where the kernel names the failing part instead."""
+    also = also or {}
+
+    def wrong(key):
+        part, edits, hint, _ = mistakes[key]
+        return part, edited(path, part, edits, also=also.get(key, ())), hint
+
+    @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+    @pytest.mark.parametrize("key", sorted(mistakes))
+    def test_part(key):
+        part, fn, hint = wrong(key)
+        assert_hint(checks[part], fn, hint[0])
+
+    @pytest.mark.parametrize("key", kernel_keys)
+    def test_kernel(lab, key):
+        assert mistakes[key][3], f"{key} is not marked as named by the kernel"
+        part, fn, hint = wrong(key)
+        hint = kernel_hint[part] if kernel_hint else hint
+        assert_hint(parts.check_kernel, parts_of(lab, **{part: fn}), hint[0])
+    return test_part, test_kernel
+
 
 def idle_part_test(path: Path, parts, parts_of, part: str, before: str, guard: str):
     """A test: the solution's `part` with `if guard: return` put before its line `before`

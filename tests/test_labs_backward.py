@@ -30,6 +30,14 @@ def test_solution_matches_the_library_backward(lab):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
 
 
+#: mistakes of the lines flash_backward and flash_backward_dq share, played in each
+SHARED_MISTAKES = [
+    ("lse_i = np.where(np.isneginf(lse[q0:q1]), np.inf, lse[q0:q1])", "lse_i = lse[q0:q1]",
+     L.HINT_NEG_INF),
+    # review round 5 ac, M3: inf / inf in the large-score case, where no row is empty
+    ("p = np.exp(s - lse_i[:, None])", "p = np.exp(s) / np.exp(lse_i[:, None])",
+     L.HINT_P_OVERFLOW),
+]
 #: function: [(solution text, the mistake that replaces it, the hint it must get), ...]
 MISTAKES = {"flash_backward": [
     ("ds = p * (dp - delta[q0:q1, None])", "ds = p * dp", L.HINT_FORGOT_D),
@@ -38,8 +46,6 @@ MISTAKES = {"flash_backward": [
     ("dv_j += p.T @ do_i", "dv_j += p.T @ o[q0:q1]", L.HINT_DV),
     ("dq[q0:q1] += scale * (ds @ k_j)", "dq[q0:q1] = scale * (ds @ k_j)", L.HINT_DQ_OVERWRITE),
     ("offset = t_k - t_q ", "offset = 0 ", L.HINT_TOP_LEFT),
-    ("lse_i = np.where(np.isneginf(lse[q0:q1]), np.inf, lse[q0:q1])", "lse_i = lse[q0:q1]",
-     L.HINT_NEG_INF),
     ("q_start = max(0, k0 - offset) // block_q * block_q", "q_start = 0", L.HINT_NO_SKIP),
     ("q_start = max(0, k0 - offset) // block_q * block_q",
      "q_start = max(0, k0 - offset + block_q) // block_q * block_q", L.HINT_SKIP_TOO_MUCH),
@@ -59,9 +65,7 @@ MISTAKES = {"flash_backward": [
     ("s = scale * (q_i @ k_j.T)", "s = q_i @ k_j.T", L.HINT_P_NO_SCALE),
     ("q_start = max(0, k0 - offset) // block_q * block_q", "q_start = k0 // block_q * block_q",
      L.HINT_SKIP_NO_OFFSET),
-    # review round 5 ac, M3: inf / inf in the large-score case, where no row is empty
-    ("p = np.exp(s - lse_i[:, None])", "p = np.exp(s) / np.exp(lse_i[:, None])",
-     L.HINT_P_OVERFLOW),
+    *SHARED_MISTAKES,
 ], "flash_backward_dq": [
     ("k_end = max(0, min(t_k, q1 + offset)) if causal",
      "k_end = max(0, min(t_k, q1 + offset - 1)) if causal", L.HINT_DQ_K_END_SHORT),
@@ -71,10 +75,7 @@ MISTAKES = {"flash_backward": [
      L.HINT_FORGOT_D),
     ("dq[q0:q1] += scale * (", "dq[q0:q1] += (", L.HINT_SCALE_CHAIN),
     ("dq[q0:q1] += scale * (", "dq[q0:q1] = scale * (", L.HINT_DQ_OVERWRITE),
-    ("p = np.exp(s - lse_i[:, None])", "p = np.exp(s) / np.exp(lse_i[:, None])",
-     L.HINT_P_OVERFLOW),
-    ("lse_i = np.where(np.isneginf(lse[q0:q1]), np.inf, lse[q0:q1])", "lse_i = lse[q0:q1]",
-     L.HINT_NEG_INF),
+    *SHARED_MISTAKES,
 ]}
 test_mistakes_get_their_hint = mistakes_test(LAB, CHECKS, MISTAKES)
 test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)

@@ -8,13 +8,20 @@ import pytest
 from flashcourse.labs import cuda_kernel as L
 from flashcourse.labs import cuda_show as S
 from labtools import (assert_hint, assert_stubs_not_implemented, edited, functions_of,
-                      hint_leaks_test, lab_fixture, lab_path, mistakes_test, mutate)
+                      hint_leaks_test, joint_mistakes_test, lab_fixture, lab_path, mistakes_test,
+                      mutate)
 
 LAB = lab_path("lab06_cuda_kernel")
 PARTS = ("micro_tile_scores", "row_max", "row_sum", "online_update")
 
 
 lab = lab_fixture(LAB)
+
+
+def parts(ns, **swap):
+    """The kernel parts PARTS of the namespace `ns` in order (what check_kernel takes), those
+    named in `swap` replaced."""
+    return tuple(swap.get(p, ns[p]) for p in PARTS)
 
 
 def test_parts_pass(lab):
@@ -24,9 +31,8 @@ def test_parts_pass(lab):
 
 
 def test_kernel_and_going_further_pass(lab):
-    parts = tuple(lab[p] for p in PARTS)
-    assert L.check_kernel(*parts, verbose=False).passed
-    assert L.check_key_blocks(lab["key_blocks"], parts, verbose=False).passed
+    assert L.check_kernel(*parts(lab), verbose=False).passed
+    assert L.check_key_blocks(lab["key_blocks"], parts(lab), verbose=False).passed
 
 
 def test_replay_without_mistakes_is_the_reference():
@@ -43,12 +49,12 @@ def test_replay_without_mistakes_is_the_reference():
 
 def test_stubs_report_not_implemented(capsys):
     student = functions_of(LAB, student=True)
-    parts = tuple(student[p] for p in PARTS)
-    results = [L.check_micro_tile_scores(parts[0]), L.check_row_reductions(*parts[1:3]),
-               L.check_online_update(parts[3]), L.check_kernel(*parts),
-               L.check_key_blocks(student["key_blocks"], parts)]
+    stubs = parts(student)
+    results = [L.check_micro_tile_scores(stubs[0]), L.check_row_reductions(*stubs[1:3]),
+               L.check_online_update(stubs[3]), L.check_kernel(*stubs),
+               L.check_key_blocks(student["key_blocks"], stubs)]
     assert_stubs_not_implemented(results, capsys.readouterr().out)
-    S.show(parts[0])
+    S.show(stubs[0])
     assert "Not implemented yet" in capsys.readouterr().out
 
 
@@ -94,10 +100,9 @@ REDUCE_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("old,new,hint", REDUCE_MISTAKES, ids=["steps", "cross", "op"])
-def test_reduction_mistakes_get_their_hint(old, new, hint):
-    ns = functions_of(LAB, replace=[(old, new)])
-    assert_hint(L.check_row_reductions, ns["row_max"], hint[0], ns["row_sum"])
+test_reduction_mistakes_get_their_hint = joint_mistakes_test(
+    LAB, L.check_row_reductions, ("row_max", "row_sum"), REDUCE_MISTAKES,
+    ids=["steps", "cross", "op"])
 
 
 #: [(solution text, the mistake that replaces it, the hint it must get), ...]
@@ -139,8 +144,7 @@ def test_kernel_names_a_missing_neg_inf_guard(lab):
     """Issue 14 item 7: a case whose first key tile is fully masked (left padding)."""
     update = mutate(LAB, "online_update", "m_use = m_new if m_new != NEG_INF else F0",
                     "m_use = m_new")
-    parts = (lab["micro_tile_scores"], lab["row_max"], lab["row_sum"], update)
-    result = L.check_kernel(*parts, verbose=False)
+    result = L.check_kernel(*parts(lab, online_update=update), verbose=False)
     assert not result.passed and "left padding" in result.case
     assert result.hint == L.HINT_NEG_INF[0]
 
@@ -153,8 +157,8 @@ def test_kernel_names_an_overflowing_exp_not_a_missing_guard(lab):
         ("alpha = math.exp(m[i] - m_use)                              # rescale factor, <= 1\n"
          "    m[i] = m_new", "m_old = m[i]\n    m[i] = m_new\n    alpha = math.exp(m_old - m_use)"),
         ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp(s[i * TN + j] - m_old)")])
-    parts = (lab["micro_tile_scores"], lab["row_max"], lab["row_sum"], update)
-    result = assert_hint(L.check_kernel, parts[0], L.HINT_OVERFLOW[0], *parts[1:])
+    first, *rest = parts(lab, online_update=update)
+    result = assert_hint(L.check_kernel, first, L.HINT_OVERFLOW[0], *rest)
     assert "one key tile" in result.case
 
 
@@ -162,16 +166,14 @@ def test_kernel_names_a_one_step_row_sum(lab):
     ns = functions_of(LAB, replace=[(
         "        x += shfl_xor(x, offset, scratch, tid)\n        offset //= 2",
         "        x += shfl_xor(x, offset, scratch, tid)\n        offset = 0")])
-    parts = (lab["micro_tile_scores"], lab["row_max"], ns["row_sum"], lab["online_update"])
-    result = L.check_kernel(*parts, verbose=False)
+    result = L.check_kernel(*parts(lab, row_sum=ns["row_sum"]), verbose=False)
     assert not result.passed and result.hint == L.HINT_REDUCE_STEPS[0]
 
 
 def test_key_blocks_without_skipping_is_named(lab):
     fn = mutate(LAB, "key_blocks", "    if causal == 0:\n        return n\n",
                 "    if causal == 0 or causal == 1:\n        return n\n")
-    parts = tuple(lab[p] for p in PARTS)
-    result = L.check_key_blocks(fn, parts, verbose=False)
+    result = L.check_key_blocks(fn, parts(lab), verbose=False)
     assert not result.passed and result.hint == L.HINT_SKIP_NONE[0]
 
 
@@ -180,15 +182,14 @@ test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)
 
 def test_show_counts_global_accesses_on_the_simulator(lab, capsys):
     from flashcourse.gpu import using_simulator
-    parts = tuple(lab[p] for p in PARTS)
-    table = S.tally_global(parts)
+    table = S.tally_global(parts(lab))
     if not using_simulator():
         assert table is None
         return
     assert len(table) == L.NT
     for tid, (reads, writes, want_reads, want_writes) in table.items():
         assert (reads, writes) == (want_reads, want_writes), tid
-    S.show(parts[0], parts)
+    S.show(lab["micro_tile_scores"], parts(lab))
     out = capsys.readouterr().out
     assert "Global memory" in out and "differs" not in out
 
@@ -210,16 +211,14 @@ KEY_BLOCK_MISTAKES = [
                          ids=["no-skip", "off-by-one", "top-left", "floor", "negative",
                               "ceil-of-last", "last-plus-one"])
 def test_key_blocks_mistakes_get_their_hint(lab, old, new, hint):
-    parts = tuple(lab[p] for p in PARTS)
-    assert_hint(L.check_key_blocks, mutate(LAB, "key_blocks", old, new), hint[0], parts)
+    assert_hint(L.check_key_blocks, mutate(LAB, "key_blocks", old, new), hint[0], parts(lab))
 
 
 def test_kernel_catches_a_row_max_that_mixes_two_rows(lab):
     """The butterfly starting at offset CT passes the part check's hint HINT_REDUCE_CROSS,
     and in the kernel a row of scores near -60 next to one near +60 comes out empty."""
     ns = functions_of(LAB, replace=[(REDUCE_MISTAKES[1][0], REDUCE_MISTAKES[1][1])])
-    parts = (lab["micro_tile_scores"], ns["row_max"], lab["row_sum"], lab["online_update"])
-    result = L.check_kernel(*parts, verbose=False)
+    result = L.check_kernel(*parts(lab, row_max=ns["row_max"]), verbose=False)
     assert not result.passed and result.hint == L.HINT_ROW_MIX[0]
 
 

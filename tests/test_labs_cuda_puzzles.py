@@ -13,8 +13,9 @@ from numba import cuda
 from flashcourse.labs import cuda_puzzles as L
 from flashcourse.labs._harness import HINT_COMPILE, HINT_NOT_KERNEL
 from flashcourse.labs.cuda_puzzle_rules import HINT_LOCAL_UNSET
-from labtools import (assert_hint, assert_stubs_not_implemented, edited, functions_of,
-                      hint_leaks_test, lab_fixture, lab_path, mutate, variants_test)
+from labtools import (assert_hint, assert_stubs_not_implemented, edited, edits_mistakes_test,
+                      functions_of, hint_leaks_test, lab_fixture, lab_path, mistakes_test,
+                      mutate, variants_test)
 
 LAB = lab_path("lab05_cuda_puzzles")
 NAMES = list(L.PUZZLES)
@@ -24,6 +25,10 @@ lab = lab_fixture(LAB)
 
 def check(name):
     return L.puzzle(name).check
+
+
+#: (checker, puzzle) pairs, as labtools' builders take them
+CHECKS = [(check(n), n) for n in NAMES]
 
 
 def test_the_ladder_has_at_least_ten_puzzles():
@@ -276,24 +281,16 @@ MULTI = {
         L.HINT_FLASH_ROW),
 }
 
-ROWS = [(name, old, new, hint) for name, edits in MISTAKES.items() for old, new, hint in edits]
-
 
 def test_every_puzzle_replays_at_least_three_mistakes():
     assert set(MISTAKES) == set(NAMES)
     assert all(len(edits) >= 3 for edits in MISTAKES.values())
 
 
-@pytest.mark.parametrize("name,old,new,hint", ROWS,
-                         ids=[f"{r[0]}-{n}" for n, r in enumerate(ROWS)])
-def test_mistake_gets_its_hint(name, old, new, hint):
-    assert_hint(check(name), mutate(LAB, name, old, new), hint[0])
-
-
-@pytest.mark.parametrize("key", list(MULTI))
-def test_multi_edit_mistake_gets_its_hint(key):
-    name, edits, hint = MULTI[key]
-    assert_hint(check(name), edited(LAB, name, edits, anywhere=True), hint[0])
+test_mistake_gets_its_hint = mistakes_test(
+    LAB, CHECKS, MISTAKES, ids=[f"{name}-{n}" for n, name in enumerate(
+        name for name, edits in MISTAKES.items() for _ in edits)])
+test_multi_edit_mistake_gets_its_hint = edits_mistakes_test(LAB, CHECKS, MULTI)
 
 
 class _NumpyAnswer:
@@ -443,7 +440,7 @@ VARIANTS = {
          "    for i in range(ROWS13 - 1, -1, -1):\n        r = ROWS13 * b + i")]),
 }
 
-test_valid_variant_passes = variants_test(LAB, [(check(n), n) for n in NAMES], VARIANTS)
+test_valid_variant_passes = variants_test(LAB, CHECKS, VARIANTS)
 
 
 def test_trace_counts_conflicts_and_sectors(lab):

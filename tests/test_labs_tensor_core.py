@@ -10,8 +10,9 @@ from flashcourse.labs import tensor_core_lab as L
 from flashcourse.labs import tensor_core_parts as P
 from flashcourse.labs.cuda_kernel import HINT_FLOAT64
 from labtools import (assert_hint, assert_stubs_not_implemented, correct_variants_test, edited,
-                      functions_of, hint_leaks_test, idle_part_test, kernel_error_test,
-                      lab_fixture, lab_path, mutate, parts_picker)
+                      functions_of, hint_leaks_test, idle_part_test, joint_mistakes_test,
+                      kernel_error_test, lab_fixture, lab_path, mistakes_test, part_mistakes_tests,
+                      parts_picker)
 
 LAB = lab_path("lab10_tensor_cores")
 lab = lab_fixture(LAB)
@@ -81,11 +82,9 @@ FRAGMENT_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("name,old,new,hint", FRAGMENT_MISTAKES,
-                         ids=[f"{m[0]}-{n}" for n, m in enumerate(FRAGMENT_MISTAKES)])
-def test_fragment_mistakes_get_their_hint(lab, name, old, new, hint):
-    ns = functions_of(LAB, replace=[(old, new)])
-    assert_hint(L.check_fragments, ns["load_a"], hint[0], ns["load_b"])
+test_fragment_mistakes_get_their_hint = joint_mistakes_test(
+    LAB, L.check_fragments, ("load_a", "load_b"), [m[1:] for m in FRAGMENT_MISTAKES],
+    ids=[f"{m[0]}-{n}" for n, m in enumerate(FRAGMENT_MISTAKES)])
 
 
 QUAD_MISTAKES = [
@@ -98,10 +97,8 @@ QUAD_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("old,new,hint", QUAD_MISTAKES, ids=["one-step", "cross", "op"])
-def test_quad_mistakes_get_their_hint(old, new, hint):
-    ns = functions_of(LAB, replace=[(old, new)])
-    assert_hint(L.check_quad, ns["quad_max"], hint[0], ns["quad_sum"])
+test_quad_mistakes_get_their_hint = joint_mistakes_test(
+    LAB, L.check_quad, ("quad_max", "quad_sum"), QUAD_MISTAKES, ids=["one-step", "cross", "op"])
 
 
 SOFTMAX = "softmax_tile"
@@ -190,21 +187,11 @@ PART_CHECK = {"scores_tile": P.check_scores_tile, SOFTMAX: P.check_softmax_tile,
               "pv_tile": P.check_pv_tile}
 
 
-@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")   # no-standin: NaN
-@pytest.mark.parametrize("key", sorted(PART_MISTAKES))
-def test_part_mistakes_get_their_hint(key):
-    part, edits, hint, _ = PART_MISTAKES[key]
-    assert_hint(PART_CHECK[part], edited(LAB, part, edits), hint[0])
-
-
-KERNEL_KEYS = sorted(k for k, m in PART_MISTAKES.items() if m[3])
-
-
-@pytest.mark.parametrize("key", KERNEL_KEYS)
-def test_kernel_mistakes_get_their_hint(lab, key):
-    """The whole kernel names a part's mistake from its output alone (kernel_model)."""
-    part, edits, hint, _ = PART_MISTAKES[key]
-    assert_hint(P.check_kernel, parts_of(lab, **{part: edited(LAB, part, edits)}), hint[0])
+# the whole kernel names a part's mistake from its output alone (kernel_model); no-standin
+# makes NaN
+test_part_mistakes_get_their_hint, test_kernel_mistakes_get_their_hint = part_mistakes_tests(
+    LAB, P, parts_of, PART_CHECK, PART_MISTAKES,
+    sorted(k for k, m in PART_MISTAKES.items() if m[3]))
 
 
 def test_the_rescale_hints_name_an_alpha_taken_after_the_max_moved():
@@ -364,11 +351,9 @@ MASK_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("old,new,hint", MASK_MISTAKES,
-                         ids=["rows", "top-left", "edge", "tile", "diagonal", "no-tk", "no-k0",
-                              "no-q0"])
-def test_mask_mistakes_get_their_hint(old, new, hint):
-    assert_hint(L.check_mask, mutate(LAB, "mask_tile", old, new), hint[0])
+test_mask_mistakes_get_their_hint = mistakes_test(
+    LAB, ((L.check_mask, "mask_tile"),), {"mask_tile": MASK_MISTAKES},
+    ids=["rows", "top-left", "edge", "tile", "diagonal", "no-tk", "no-k0", "no-q0"])
 
 
 def test_timing_is_gpu_only(lab):

@@ -11,9 +11,10 @@ from flashcourse.labs import tensor_core_backward_lab as L
 from flashcourse.labs import tensor_core_backward_parts as P
 from flashcourse.labs._harness import HINT_COMPILE
 from flashcourse.labs.cuda_kernel import HINT_FLOAT64
-from labtools import (IMPORT_FLOAT32, assert_hint, assert_stubs_not_implemented, cells_of,
+from labtools import (IMPORT_FLOAT32, assert_stubs_not_implemented, cells_of,
                       correct_variants_test, edited, functions_of, hint_leaks_test,
-                      idle_part_test, kernel_error_test, lab_fixture, lab_path, parts_picker)
+                      idle_part_test, kernel_error_test, lab_fixture, lab_path,
+                      part_mistakes_tests, parts_picker)
 
 LAB = lab_path("lab10b_tensor_core_backward")
 lab = lab_fixture(LAB)
@@ -182,32 +183,14 @@ _BASE2_IMPORT = ("from numba import cuda\n",
                  "from numba import cuda\nfrom flashcourse.constants import LOG2E_F\n")
 
 
-def _wrong(key):
-    """(part, the solution's part with the mistake of PART_MISTAKES[key], its hint)."""
-    part, edits, hint, _ = PART_MISTAKES[key]
-    also = [_BASE2_IMPORT] if key == "ds-base2" else []
-    return part, edited(LAB, part, edits, also=also), hint
-
-
-@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
-@pytest.mark.parametrize("key", sorted(PART_MISTAKES))
-def test_part_mistakes_get_their_hint(key):
-    part, wrong, hint = _wrong(key)
-    assert_hint(CHECK[part], wrong, hint[0])
-
-
 #: one mistake of each part through the whole kernel: it names the part check that fails
 KERNEL_KEYS = ["delta-axis", "s-pairs", "ds-base2", "grad-transpose", "store-no-scale"]
 KERNEL_HINT = {"row_delta": P.HINT_KERNEL_DELTA, "transposed_scores": P.HINT_KERNEL_SCORES,
                "ds_tile": P.HINT_KERNEL_DS, "grad_tile": P.HINT_KERNEL_GRAD,
                "store_grads": P.HINT_KERNEL_STORE}
-
-
-@pytest.mark.parametrize("key", KERNEL_KEYS)
-def test_kernel_names_the_failing_part(lab, key):
-    part, wrong, _ = _wrong(key)
-    assert PART_MISTAKES[key][3]
-    assert_hint(P.check_kernel, parts_of(lab, **{part: wrong}), KERNEL_HINT[part][0])
+test_part_mistakes_get_their_hint, test_kernel_names_the_failing_part = part_mistakes_tests(
+    LAB, P, parts_of, CHECK, PART_MISTAKES, KERNEL_KEYS, kernel_hint=KERNEL_HINT,
+    also={"ds-base2": [_BASE2_IMPORT]})
 
 
 # a grad_tile that returns at once when yt is not the part check's 32 rows

@@ -10,8 +10,8 @@ from flashcourse.labs import variants as V
 from flashcourse.labs import variants_forward as VF
 from flashcourse.variants import library
 from flashcourse.variants.block_mask import create_block_mask
-from labtools import (assert_hint, functions_of, hint_leaks_test, lab_path, lab_tests,
-                      mistakes_test, mutate, variants_test)
+from labtools import (assert_hint, edits_mistakes_test, functions_of, hint_leaks_test, lab_path,
+                      lab_tests, mistakes_test, mutate, variants_test)
 
 LAB = lab_path("lab14_variants")
 CHECKS = [(V.check_sliding_window, "sliding_window"), (V.check_document, "document"),
@@ -176,11 +176,8 @@ TWO_EDITS = {
 test_mistake_gets_its_hint = mistakes_test(LAB, CHECKS, MISTAKES, id_width=40)
 
 
-@pytest.mark.parametrize("key", list(TWO_EDITS))
-def test_score_mod_in_the_wrong_place_is_named(key):
-    edits, hint = TWO_EDITS[key]
-    fn = functions_of(LAB, replace=edits)["flex_forward"]
-    assert_hint(VF.check_flex_forward, fn, hint[0])
+test_score_mod_in_the_wrong_place_is_named = edits_mistakes_test(
+    LAB, CHECKS, {key: ("flex_forward", *mistake) for key, mistake in TWO_EDITS.items()})
 
 
 def test_the_rescale_hint_names_an_alpha_taken_after_the_max_moved():
