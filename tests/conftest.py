@@ -65,21 +65,21 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
-def thread_rows_prepass():
-    """The tensor-core backward's D pre-pass with one thread per row (PREPASS =
-    "thread_rows") instead of the default one warp per row (warp shuffles): on Numba's
-    simulator the default launches 32 blocks of 128 threads per head whatever Tq is (rows
-    padded to LD_ROWS = 128, 4 rows per block), 70-90% of a small backward's time
-    (measured, 2026-12-06); one thread per row is one block of 128 and no shuffle. The
-    layouts give the same L bit for bit and D to float32 rounding
-    (test_tc_backward.py::test_prepass_layouts_agree). For the tests of kernels 1 and 2
-    (variants compared, accuracy, inputs and errors); the default pre-pass still runs end
-    to end in the tests without this fixture (the fp16, bf16-from-float32, bf16-bits and
-    3xTF32 D kernels each in at least one, and tests/test_cuda_head_dims_sim.py)."""
+def gpu_prepass():
+    """The tensor-core backward's D pre-pass in the layout a GPU runs (PREPASS =
+    "warp_shfl": one warp per row, its sums added by warp shuffles) instead of the one
+    the simulator gets by default ("thread_rows", one thread per row:
+    `tc_backward_passes.prepass_layout`). On the simulator it launches 32 blocks of 128
+    threads per head whatever Tq is (rows padded to LD_ROWS = 128, 4 rows per block),
+    70-90% of a small backward's time (measured, 2026-12-06), so only the tests that
+    must run the GPU's layout end to end take it: one per D kernel (fp16,
+    bf16-from-float32, bf16 bits, 3xTF32) and the variants backward. The layouts give
+    the same L bit for bit and D to float32 rounding
+    (test_tc_backward.py::test_prepass_layouts_agree)."""
     from helpers import build_flags
 
     from flashcourse.cuda.gradients import tc_backward_passes as passes
-    with build_flags(passes, passes.pass_kernels.cache_clear, PREPASS="thread_rows"):
+    with build_flags(passes, passes.pass_kernels.cache_clear, PREPASS="warp_shfl"):
         yield
 
 

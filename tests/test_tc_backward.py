@@ -7,8 +7,8 @@ does, so they differ from it by ~1e-3 relative), and a numpy model that rounds P
 where the kernels do (agreement to ~1e-5: a wrong fragment, mask or scale is off by O(1)).
 Shapes: ragged tiles, Tq != Tk both ways, causal with rows that see no key, odd d,
 large logits. Each simulated mma costs a barrier: the shapes are tiny (1 warp, Br = 16).
-Tests marked thread_rows_prepass run the D pre-pass one thread per row, far cheaper on
-the simulator than the default (tests/conftest.py says why that checks the same).
+On the simulator the D pre-pass runs one thread per row (`tc_backward_passes.prepass_layout`);
+tests that take the gpu_prepass fixture run the GPU's layout (tests/conftest.py says why).
 """
 
 import numpy as np
@@ -80,8 +80,23 @@ CASES = [  # (Tq, Tk, d, causal)
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 @pytest.mark.parametrize("tq,tk,d,causal", CASES)
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_matches_reference_and_rounding_model(precision, tq, tk, d, causal):
+    assert_matches_reference_and_model(tq, tk, d, causal, precision)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_the_gpu_prepass_layout_end_to_end(precision, gpu_prepass):
+    """The D pre-pass a GPU runs (one warp per row, sums by shuffles; the simulator's
+    default is one thread per row), through the whole backward: fp16, and bf16 from
+    float32 arrays, within the same bounds."""
+    assert passes.prepass_layout() == "warp_shfl"
+    assert_matches_reference_and_model(7, 37, 20, True, precision)
+
+
+def assert_matches_reference_and_model(tq, tk, d, causal, precision):
+    """The backward's gradients within TOL_REF of the float64 gradients of the rounded
+    inputs and within TOL_MODEL of the rounding model; dq = 0 in rows that see no key."""
     args = problem(tq, tk, d, causal, precision, seed=tq + tk)
     got = backward(*args, kernel="tensor_core", causal=causal, precision=precision)
     q, k, v, o, lse, do = args
@@ -99,7 +114,6 @@ def test_matches_reference_and_rounding_model(precision, tq, tk, d, causal):
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_versions_and_dq_designs_agree():
     """v1 ("plain") and v2 ("async": cp.async + ldmatrix) do the same arithmetic in the same
     order: equal bit for bit. dQ by atomics vs by the query-major pass: the same sums in
@@ -116,7 +130,6 @@ def test_versions_and_dq_designs_agree():
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_kv_fragments_by_ldmatrix_equal_scalar_loads():
     """K_j, V_j in shared memory (kv_regs=False, d > 64's default): version 2 reads their A
     fragments by ldmatrix.x4 or by four 32-bit loads, and dQ's dS fragments by ld_at or
@@ -139,7 +152,6 @@ def test_kv_fragments_by_ldmatrix_equal_scalar_loads():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp16", "3xtf32"])
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_causal_key_block_orders_agree(precision):
     """_device.key_block_order: the heaviest-first grid (key block 0 of every head first)
     covers every (key block, head) once: the same gradients as the launch order (3 key
@@ -167,7 +179,6 @@ def test_causal_key_block_orders_agree(precision):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("warps,block_q", [(4, 32)])
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_multi_warp_tiles_agree_with_version_1(warps, block_q):
     """Several warps per block: each warp's slice of dQ (rows mq, columns nb), the dS^T
     tiles of the other warps read back through shared memory, ragged query blocks (the
@@ -232,7 +243,6 @@ def test_large_d_is_refused():
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_wrong_lse_is_caught_with_16_bit_tolerances():
     q, k, v, o, lse, do = problem(10, 12, 16, False, "fp16")
     with pytest.raises(ValueError, match="lse does not match"):
@@ -240,7 +250,6 @@ def test_wrong_lse_is_caught_with_16_bit_tolerances():
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_wrong_o_is_caught_and_a_shifted_lse_too():
     """fp16 inputs are exact: the row sums of P and dS are checked at float32 tolerance, so
     an lse off by 0.05 or the o of other inputs is refused (the fp32 kernels' hardening
@@ -254,7 +263,6 @@ def test_wrong_o_is_caught_and_a_shifted_lse_too():
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_float16_gradient_overflow_is_named():
     """Equal value rows make dS = P (dP - D) = 0, while dv = sum_i P_ij do_i reaches
     ~4e5 in fp32: it does not fit the float16 output. With other v, dS itself passes
@@ -446,8 +454,8 @@ def test_bf16_bit_arrays_match_the_float32_path(d, request):
     o and the gradients come back as bf16 bits, bit-equal to the float32 arrays'
     precision="bf16" results rounded to bf16 (the same rounded inputs and D, the same
     kernels; the float32 path's accuracy is tested above)."""
-    if d == 16:       # the default pre-pass of bf16 bits runs at d = 24 (padded)
-        request.getfixturevalue("thread_rows_prepass")
+    if d == 24:       # the GPU's pre-pass of bf16 bits, at d = 24 (padded)
+        request.getfixturevalue("gpu_prepass")
     rng = np.random.default_rng(5)
     q, k, v, do = (rng.standard_normal((1, t, d)).astype(np.float32) for t in (19, 23, 23, 19))
     f32 = [cuda.to_device(a) for a in (q, k, v, do)]
@@ -473,7 +481,6 @@ def test_bf16_bit_arrays_match_the_float32_path(d, request):
 @pytest.mark.parametrize("precision,d,deterministic", [("fp16", 20, False),
                                                        ("bf16", 16, False),
                                                        ("fp16", 16, True)])
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_16_bit_dk_dv_from_the_kernel_equal_the_cast_path(precision, d, deterministic):
     """tc_backward.OUT16: the key-major kernel writes dK, dV in the output dtype itself
     (two 16-bit values per store, rounded as cvt.rn rounds) instead of float32 arrays that
@@ -527,7 +534,6 @@ def test_pair_casts_round_as_the_one_value_casts(bits):
 @pytest.mark.slow
 @pytest.mark.parametrize("causal,precision", [(False, "fp16"), (True, "fp16"),
                                               (True, "3xtf32")])
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_dq_by_pair_reductions_equals_one_by_one(causal, precision):
     """tc_backward_kernels_async.DQ_RED: a block's dQ tile added two neighbouring columns
     per red.global.add.v2.f32 (the tiles inside Tq with d = D) gives the dQ of one

@@ -5,8 +5,8 @@ simulator: float32 q, k, v, o, dO; every product on m16n8k8 TF32 mma in three pa
 relative. One pass (big*big only) would be off by ~1e-3, a wrong fragment, mask or scale
 by O(1). Shapes: ragged tiles, Tq != Tk both ways, causal rows that see no key, odd d,
 large logits. Each simulated mma costs a barrier: the shapes are tiny (1 or 2 warps).
-Tests marked thread_rows_prepass run the D pre-pass one thread per row, far cheaper on
-the simulator than the default (tests/conftest.py says why that checks the same).
+On the simulator the D pre-pass runs one thread per row (`tc_backward_passes.prepass_layout`);
+tests that take the gpu_prepass fixture run the GPU's layout (tests/conftest.py says why).
 """
 
 import numpy as np
@@ -61,8 +61,13 @@ CASES = [  # (Tq, Tk, d, causal)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tq,tk,d,causal", CASES)
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
-def test_matches_the_float64_reference_at_fp32_accuracy(tq, tk, d, causal):
+def test_matches_the_float64_reference_at_fp32_accuracy(tq, tk, d, causal, request):
+    """At fp32 accuracy; the case with three key blocks runs the D pre-pass a GPU runs
+    (one warp per row: the gpu_prepass fixture; the others the simulator's default)."""
+    if (tq, tk, d) == (7, 37, 33):
+        request.getfixturevalue("gpu_prepass")
+        from flashcourse.cuda.gradients.tc_backward_passes import prepass_layout
+        assert prepass_layout() == "warp_shfl"
     args = problem(tq, tk, d, causal, seed=tq + tk)
     got = backward(*args, kernel="tensor_core", causal=causal)      # float32: 3xtf32
     assert_fp32_accurate(got, ref_grads(args, causal), f"{(tq, tk, d, causal)}")
@@ -77,7 +82,6 @@ def test_matches_the_float64_reference_at_fp32_accuracy(tq, tk, d, causal):
     (7, 37, 33, True),       # three key blocks: both K/V buffers, reused; odd d
     (20, 24, 16, False),     # two query blocks (grid rows), ragged keys
 ])
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_deterministic_dq_pass_at_fp32_accuracy(tq, tk, d, causal):
     """deterministic=True: kernel 1 without dQ, then the query-major 3xTF32 pass (kernel 2:
     S and dP again, dQ_i in registers, no atomics). Its dq meets the same 1e-5 as the
@@ -91,7 +95,6 @@ def test_deterministic_dq_pass_at_fp32_accuracy(tq, tk, d, causal):
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_large_logits_and_two_heads():
     """Peaked softmax rows (scores up to ~+-40 after scaling) stay fp32-accurate; two
     heads (the per-head offsets of q, dO, lse/D and dQ in the flat arrays)."""
@@ -104,7 +107,6 @@ def test_large_logits_and_two_heads():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("warps,block_q,d", [(2, 16, 32), (2, 32, 16)])
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_multi_warp_tiles(warps, block_q, d):
     """Several warps per block: dQ's column tiles split over two warps (Br = 16) or its
     two 16-row tiles (Br = 32), each warp reading the other's dS through shared memory;
@@ -120,7 +122,6 @@ def test_multi_warp_tiles(warps, block_q, d):
     (1, 16, 21, 13, 24, True),       # ragged, Tq > Tk (rows with no key), d padded to 32
     (2, 32, 45, 21, 16, False),      # two warps, two 16-row tiles, several query blocks
 ])
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_planes_pipeline_equals_async(warps, block_q, tq, tk, d, causal):
     """pipeline="planes" (Q_i, dO_i split once per query block into big/small planes)
     does the same arithmetic as "async" (split where each warp reads): equal bit for bit,
@@ -137,7 +138,6 @@ def test_planes_pipeline_equals_async(warps, block_q, tq, tk, d, causal):
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_small_terms_in_one_chain_or_apart():
     """tc_backward_kernels_tf32.SMALL_TERMS: a block's small terms of dV, dK and dQ in the
     big terms' accumulator ("one_chain", the default) or in their own ("apart"): both
@@ -163,7 +163,6 @@ def test_device_arrays_in_and_out():
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_float32_defaults_to_3xtf32_and_bf16_stays_available():
     assert tcb.default_precision(np.float32) == "3xtf32"
     assert tcb.default_precision(np.float16) == "fp16"
@@ -189,7 +188,6 @@ def test_one_key_cancels():
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("thread_rows_prepass")     # a cheaper D pre-pass: conftest.py
 def test_wrong_lse_and_o_are_caught_at_float32_tolerances():
     q, k, v, o, lse, do = problem(11, 13, 16, True, seed=2)
     with pytest.raises(ValueError, match="lse does not match"):

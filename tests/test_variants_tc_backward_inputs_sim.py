@@ -15,7 +15,6 @@ from flashcourse.variants import library as lib
 from flashcourse.variants.block_mask import create_block_mask
 from test_variants_tc_backward_sim import assert_grads_within_rounding, forward_of, inputs
 
-pytestmark = pytest.mark.usefixtures("thread_rows_prepass")
 
 
 def bf16_bits(a):

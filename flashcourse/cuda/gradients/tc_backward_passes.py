@@ -24,9 +24,23 @@ from ..tensor_core.host import bf16_bits_device
 PASS_THREADS = 128
 #: the D pre-pass's layout (`delta_kernel`): "warp_shfl" (one warp per row, coalesced, its
 #: sums added by shuffles), "warp_rows" (the same rows, the sums added by lane 0 from shared
-#: memory after a barrier) or "thread_rows" (one thread per row, the first version); read
-#: when the kernels are built (`pass_kernels.cache_clear()` to switch)
-PREPASS = "warp_shfl"
+#: memory after a barrier) or "thread_rows" (one thread per row, the first version); None,
+#: the default: `prepass_layout()` chooses. Read when the kernels are built
+#: (`pass_kernels.cache_clear()` to switch)
+PREPASS = None
+
+
+def prepass_layout() -> str:
+    """The D pre-pass's layout: `PREPASS` if set; else "warp_shfl" on a GPU (the fastest
+    measured: benchmarks/NOTES_tc_backward.md) and "thread_rows" on Numba's simulator,
+    which runs every thread in Python: "warp_shfl" launches 32 blocks of 128 threads for
+    each 128 rows whatever Tq is, "thread_rows" one block, and a small backward there ran
+    2.3-6x faster with it (Tq = 20, 2026-12-07). Both give the same L bit for bit and D
+    to float32 rounding (tests/test_tc_backward.py::test_prepass_layouts_agree), and the
+    tests run the backward end to end with each."""
+    if PREPASS is not None:
+        return PREPASS
+    return "thread_rows" if using_simulator() else "warp_shfl"
 #: the gradient casts: two values per thread, one 32-bit store by cvt.rn.{f16,bf16}x2, when
 #: the element count is even (False: one value per thread); read at each call
 CAST_PAIRS = True
@@ -46,6 +60,7 @@ def delta_kernel(value):
 
     from .tc_backward_kernels import _warp_sum
     SIM = using_simulator()
+    layout = prepass_layout()
     warp_sum = _warp_sum(SIM)
 
     @cuda.jit(device=True)
@@ -63,7 +78,7 @@ def delta_kernel(value):
             ld[1, h, i] = float32(0.0)
             ld[0, h, i] = POS_INF
 
-    if PREPASS == "thread_rows":
+    if layout == "thread_rows":
         @cuda.jit
         def tc_delta(o, do, lse, ld, dq, zero_dq, tq, d, psum, dsum, sums):
             i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
@@ -79,7 +94,7 @@ def delta_kernel(value):
             put_row(ld, lv, psum, dsum, sums, tq, h, i, acc)
         return tc_delta
 
-    if PREPASS == "warp_shfl":
+    if layout == "warp_shfl":
         @cuda.jit
         def tc_delta_shfl(o, do, lse, ld, dq, zero_dq, tq, d, psum, dsum, sums):
             # warp r of the block owns row i = DROWS x block + r; lane l takes columns
@@ -198,7 +213,7 @@ def pass_kernels():
         return tc_cast_pairs
 
     ops = device_ops(using_simulator())
-    rows = PASS_THREADS if PREPASS == "thread_rows" else DROWS     # rows per block
+    rows = PASS_THREADS if prepass_layout() == "thread_rows" else DROWS     # rows per block
     return (delta_kernel(as_float), delta_kernel(bf16_value),
             (tc_cast, tc_cast_bits, pairs(ops["pack_fp16"]), pairs(ops["pack_bf16"])),
             delta_kernel(bf16_bits_value), rows)
