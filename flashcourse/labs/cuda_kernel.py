@@ -169,6 +169,22 @@ HINT_ROW_MIX = (
     "exp(s - that max) underflows to 0 and the smaller row comes out empty. (The shift is "
     "only harmless when the rows are alike, which is why the part check alone can miss it.)",
     "row_max's butterfly offsets are CT/2, ..., 1, so tid ^ offset stays inside the row.")
+HINT_RESCALE_SIGN = (
+    "Missing rescale in this case, where every score is negative and the running max of some "
+    "rows rises after the first key tile: lp[i] and the acc row must be multiplied by "
+    "alpha = exp(old max - new max) whenever the max moves, whatever its sign. The cases "
+    "before passed, so look for a test against 0 (F0) that skips the rescale for a max of "
+    "0 or below.",
+    "alpha = exp(m[i] - m_use) on every tile, taken before m[i] is set to m_new; the only "
+    "special value is NEG_INF (a row that has seen no key yet).")
+HINT_NEGATIVE = (
+    "Your parts pass the cases before, whose scores are positive, but not this one: every "
+    "score is negative, and the running max of some rows rises after the first key tile. "
+    "Look for a test against 0 (F0) in your online update: the finite stand-in replaces the "
+    "new max only while it is -inf, and alpha must rescale lp[i] and every acc entry of the "
+    "row whenever the max moves, whatever its sign.",
+    "The only special value in online_update is NEG_INF (a row that has seen no key yet); a "
+    "max of 0 or below is an ordinary max.")
 HINT_KERNEL = (
     "The kernel with your parts disagrees with the reference. Make the part checks pass first "
     "(check_micro_tile_scores, check_row_reductions, check_online_update).",
@@ -383,11 +399,14 @@ def check_row_reductions(row_max, row_sum, *, verbose: bool = True,
 
 # -- checker 3: the online update (plain Python, no kernel) ----------------------------------
 
-def _update_inputs(seed, *, empty=False, masked=False):
+def _update_inputs(seed, *, empty=False, masked=False, negative=False):
     rng = np.random.default_rng(seed)
     s = (rng.standard_normal(TM * TN) * 3).astype(np.float32)
     acc = rng.standard_normal(TM * TD).astype(np.float32)
     m = rng.normal(0.0, 1.0, TM).astype(np.float32)
+    if negative:        # every score and running max below 0 (a rescale gated on a sign)
+        s = (s - 15).astype(np.float32)
+        m = (m - 6).astype(np.float32)
     lp = rng.uniform(1.0, 3.0, TM).astype(np.float32)
     if empty:
         m[:], lp[:], acc[:] = NEG_INF, 0, 0
@@ -429,6 +448,8 @@ def check_online_update(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
         ("first tile: empty state, row 0", dict(seed=1, empty=True), 0, None),
         ("later tile whose max is larger, row 1", dict(seed=2), 1, 4.0),
         ("later tile whose max is smaller, row 0", dict(seed=3), 0, -5.0),
+        ("later tile whose max is larger, every score and max below 0, row 1",
+         dict(seed=6, negative=True), 1, -3.0),
         ("a fully masked tile while the row is still empty, row 1",
          dict(seed=4, empty=True, masked=True), 1, float(NEG_INF)),
         ("large scores (|s| ~ 80), row 0", dict(seed=5), 0, None),
@@ -498,6 +519,35 @@ def _expected(q, k, v, causal, kv_start):
     return o, lse
 
 
+def _negative_inputs():
+    """Tq = 6, Tk = 21, d = 4, every score negative (column 0 of q is 3 and of k -3: each
+    score is shifted by -4.5). The running max of rows 0, 1, 3 and 4 rises by about 1 at each
+    of the three key tiles, those of rows 2 and 5 stay or fall: an online update that skips
+    the rescale (or the stand-in) for a max of 0 or below is wrong here and right on the
+    positive cases."""
+    q, k, v = _inputs(6, 6, 21, 4, 1.0, 1)
+    q[:, 0] = 3.0
+    k[:, 0] = -3.0
+    return q, k, v
+
+
+def _negative_case() -> Case:
+    q, k, v = _negative_inputs()
+    expected = tuple(np.asarray(x, np.float64) for x in reference.attention(q, k, v))
+    mistakes = [(m, HINT_RESCALE_SIGN if m == "no_rescale" else h) for m, h in KERNEL_MISTAKES]
+    diagnoses = [((lambda y, e: bool(np.isnan(np.asarray(y[0], np.float64)).any())),
+                  *HINT_OVERFLOW)] + mistake_diagnoses(
+        lambda mistake: replay(q, k, v, mistake=mistake), mistakes, _close_pair)
+
+    def run(ps):
+        o, lse, _ = lab_forward(ps, q, k, v)
+        return (o, lse), expected
+
+    return Case("negative scores, the max of some rows rising after the first key tile "
+                "(Tq = 6, Tk = 21, d = 4)", run, HINT_NEGATIVE[0], diagnoses, rtol=_RTOL,
+                atol=_ATOL, hint2=HINT_NEGATIVE[1], time_limit_s=120, names=("o", "lse"))
+
+
 def _row_mix_inputs():
     """Tq = 4, Tk = 8, d = 4: rows 0 and 2 score about +60 against every key, rows 1 and 3
     about -60. In float32, exp(-120) underflows to 0: a row max that mixes row r with row
@@ -552,6 +602,7 @@ def check_kernel(micro_tile_scores, row_max, row_sum, online_update, *, verbose:
 
         cases.append(Case(name, run, HINT_KERNEL[0], diagnoses, rtol=_RTOL, atol=_ATOL,
                           hint2=HINT_KERNEL[1], time_limit_s=120, names=("o", "lse")))
+    cases.append(_negative_case())
     cases.append(_row_mix_case())
     cases.append(_float32_case(parts))
     return run_checks("the lab kernel with your four parts", parts, cases, verbose=verbose,
