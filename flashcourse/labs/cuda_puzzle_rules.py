@@ -4,8 +4,8 @@
 kernel on one case, traced on the simulator), the per-thread tables of `show()`, and the
 algorithm rules every puzzle can use: no shared-memory races (a missing syncthreads;
 stores of several threads to one element that no thread reads are overlapping work, a
-generic rule of their own),
-written once, global-read budgets, coalesced accesses, no bank conflicts.
+generic rule of their own), written once, global-read budgets, coalesced accesses, no bank
+conflicts.
 
 Every puzzle also checks, before its own rules (`GENERIC_RULES`), that every thread of a
 block reached the same barriers (a `syncthreads`, or a shuffle that goes through one on the
