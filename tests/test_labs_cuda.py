@@ -257,3 +257,13 @@ def test_kernel_catches_a_rescale_skipped_for_a_negative_max(lab, old, new, hint
     result = assert_hint(L.check_kernel, parts[0], hint[0], *parts[1:])
     assert result.case.startswith("negative scores")
     assert not L.check_online_update(update, verbose=False).passed
+
+
+def test_an_update_that_takes_the_max_of_row_0_is_caught(lab):
+    """Review round 12: m_new = max(m[0], mx) passed both checkers (an upper bound of the
+    row's max is exact until exp underflows). The row-mix case now has rows 0 and 2 (one
+    thread's micro-tile) of opposite signs, and the part check a row-1 case."""
+    update = mutate(LAB, "online_update", "m_new = max(m[i], mx)", "m_new = max(m[0], mx)")
+    parts = (lab["micro_tile_scores"], lab["row_max"], lab["row_sum"], update)
+    assert_hint(L.check_kernel, parts[0], L.HINT_ROW_MIX_UPDATE[0], *parts[1:])
+    assert_hint(L.check_online_update, update, L.HINT_UPDATE[0])

@@ -185,6 +185,12 @@ HINT_NEGATIVE = (
     "row whenever the max moves, whatever its sign.",
     "The only special value in online_update is NEG_INF (a row that has seen no key yet); a "
     "max of 0 or below is an ordinary max.")
+HINT_ROW_MIX_UPDATE = (
+    "Your online update mixes the two rows of a thread's micro-tile: row 2 (the second row "
+    "of the thread that holds row 0) came out empty, its scores near -60 measured against "
+    "row 0's max near +60, where exp underflows to 0. Everything of row i is indexed by i: "
+    "m[i], lp[i], s[i * TN + j], acc[i * TD + j], never a fixed 0.",
+    "m_new is the larger of m[i] and mx, for the row i the update was called with.")
 HINT_KERNEL = (
     "The kernel with your parts disagrees with the reference. Make the part checks pass first "
     "(check_micro_tile_scores, check_row_reductions, check_online_update).",
@@ -450,6 +456,8 @@ def check_online_update(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
         ("later tile whose max is smaller, row 0", dict(seed=3), 0, -5.0),
         ("later tile whose max is larger, every score and max below 0, row 1",
          dict(seed=6, negative=True), 1, -3.0),
+        ("later tile whose max is smaller, row 1 (row 0's max is another)", dict(seed=7), 1,
+         -5.0),
         ("a fully masked tile while the row is still empty, row 1",
          dict(seed=4, empty=True, masked=True), 1, float(NEG_INF)),
         ("large scores (|s| ~ 80), row 0", dict(seed=5), 0, None),
@@ -548,14 +556,20 @@ def _negative_case() -> Case:
                 atol=_ATOL, hint2=HINT_NEGATIVE[1], time_limit_s=120, names=("o", "lse"))
 
 
+#: the sign of each row's scores in the row-mix case: rows r and r ^ 1 (threads tid and
+#: tid ^ CT) differ, and so do rows r and r + RT (the two rows of one thread's micro-tile)
+ROW_MIX_SIGNS = (1.0, -1.0, -1.0, 1.0)
+
+
 def _row_mix_inputs():
-    """Tq = 4, Tk = 8, d = 4: rows 0 and 2 score about +60 against every key, rows 1 and 3
+    """Tq = 4, Tk = 8, d = 4: rows 0 and 3 score about +60 against every key, rows 1 and 2
     about -60. In float32, exp(-120) underflows to 0: a row max that mixes row r with row
-    r ^ 1 (the partner of thread tid ^ CT) leaves the odd rows empty."""
+    r ^ 1 (the partner of thread tid ^ CT) leaves rows 1 and 2 empty; an online update that
+    takes row 1's max from m[0] (a thread's rows are r and r + RT) leaves row 2 empty."""
     rng = np.random.default_rng(9)
     u = np.zeros(4, np.float32)
     u[0] = 1.0
-    sign = np.where(np.arange(4) % 2 == 0, 1.0, -1.0)[:, None]
+    sign = np.asarray(ROW_MIX_SIGNS)[:, None]
     q = (12.0 * sign * u + 0.1 * rng.standard_normal((4, 4))).astype(np.float32)
     k = (10.0 * u + 0.1 * rng.standard_normal((8, 4))).astype(np.float32)
     v = rng.standard_normal((8, 4)).astype(np.float32)
@@ -566,16 +580,24 @@ def _row_mix_case() -> Case:
     q, k, v = _row_mix_inputs()
     expected = tuple(np.asarray(x, np.float64) for x in reference.attention(q, k, v))
 
-    def emptied_odd_rows(y, e):
+    low = np.asarray(ROW_MIX_SIGNS) < 0
+
+    def emptied_low_rows(y, e):
         lse = np.asarray(y[1], np.float64)
-        return bool((~np.isfinite(lse[1::2])).any() and np.isfinite(lse[0::2]).all())
+        return bool((~np.isfinite(lse[low])).all() and np.isfinite(lse[~low]).all())
+
+    def emptied_second_row_of_a_thread(y, e):        # row 2 = row 0 + RT: only it is empty
+        lse = np.asarray(y[1], np.float64)
+        return bool(~np.isfinite(lse[2]) and np.isfinite(np.delete(lse, 2)).all())
 
     def run(ps):
         o, lse, _ = lab_forward(ps, q, k, v)
         return (o, lse), expected
 
-    return Case("rows of very different scores: rows 0, 2 near +60, rows 1, 3 near -60",
-                run, HINT_KERNEL[0], [(emptied_odd_rows, *HINT_ROW_MIX)], rtol=_RTOL,
+    return Case("rows of very different scores: rows 0, 3 near +60, rows 1, 2 near -60",
+                run, HINT_KERNEL[0], [(emptied_low_rows, *HINT_ROW_MIX),
+                                      (emptied_second_row_of_a_thread, *HINT_ROW_MIX_UPDATE)],
+                rtol=_RTOL,
                 atol=_ATOL, hint2=HINT_KERNEL[1], time_limit_s=120, names=("o", "lse"))
 
 
