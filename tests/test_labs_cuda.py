@@ -225,3 +225,44 @@ def test_kernel_catches_a_row_max_that_mixes_two_rows(lab):
 def test_online_update_hint_is_not_circular():
     for hint in (L.HINT_UPDATE,):
         assert "check_online_update" not in " ".join(hint)
+
+
+def test_replay_of_the_negative_case_is_the_reference():
+    from flashcourse import reference
+    q, k, v = L._negative_inputs()
+    want = reference.attention(q, k, v)
+    got = L.replay(q, k, v)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-9, atol=1e-12)
+    s = q.astype(np.float64) @ k.T.astype(np.float64)
+    assert (s < 0).all()
+
+
+#: online updates that skip the rescale for a max of 0 or below: right on every positive
+#: case, so check_kernel passed them before review round 12
+SIGN_GATED = [
+    ("alpha = math.exp(m[i] - m_use)",
+     "alpha = math.exp(m[i] - m_use) if m[i] > F0 else F0 + float32(1)", L.HINT_RESCALE_SIGN),
+    ("    for j in range(TD):\n        acc[i * TD + j] *= alpha",
+     "    if mx > F0:\n        for j in range(TD):\n            acc[i * TD + j] *= alpha",
+     L.HINT_NEGATIVE),
+]
+
+
+@pytest.mark.parametrize("old,new,hint", SIGN_GATED, ids=["alpha", "acc"])
+def test_kernel_catches_a_rescale_skipped_for_a_negative_max(lab, old, new, hint):
+    update = mutate(LAB, "online_update", old, new)
+    parts = (lab["micro_tile_scores"], lab["row_max"], lab["row_sum"], update)
+    result = assert_hint(L.check_kernel, parts[0], hint[0], *parts[1:])
+    assert result.case.startswith("negative scores")
+    assert not L.check_online_update(update, verbose=False).passed
+
+
+def test_an_update_that_takes_the_max_of_row_0_is_caught(lab):
+    """Review round 12: m_new = max(m[0], mx) passed both checkers (an upper bound of the
+    row's max is exact until exp underflows). The row-mix case now has rows 0 and 2 (one
+    thread's micro-tile) of opposite signs, and the part check a row-1 case."""
+    update = mutate(LAB, "online_update", "m_new = max(m[i], mx)", "m_new = max(m[0], mx)")
+    parts = (lab["micro_tile_scores"], lab["row_max"], lab["row_sum"], update)
+    assert_hint(L.check_kernel, parts[0], L.HINT_ROW_MIX_UPDATE[0], *parts[1:])
+    assert_hint(L.check_online_update, update, L.HINT_UPDATE[0])

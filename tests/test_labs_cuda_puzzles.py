@@ -67,6 +67,8 @@ MISTAKES = {
          "    r = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y",
          "    r = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x\n"
          "    c = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y", L.HINT_SWAPPED_XY),
+        # review round 12: a read with its axes swapped, every access guarded
+        ("out[r, c] = a[r, c] * b[c]", "out[r, c] = a[c, r] * b[c]", L.HINT_EDGE),
     ],
     "halo_sum": [
         ("cuda.shared.array(SH3, float32)", "cuda.shared.array(TPB3 + 1, float32)",
@@ -85,6 +87,8 @@ MISTAKES = {
         ("        sh[TPB3] = a[i + 1] if i + 1 < n else F0\n    cuda.syncthreads()",
          "        pass", L.HINT_HALO),
         ("sh[t] = a[i] if i < n else F0", "sh[t] = a[i] if i < n else 0.0", L.HINT_FLOAT64),
+        # review round 12: a negative shared index was named "the ragged edge"
+        ("out[i] = sh[t] + sh[t + 1]", "out[i] = sh[t] + sh[t - 1]", L.HINT_INDEX),
     ],
     "block_reduce": [
         ("        cuda.syncthreads()\n        stride //= 2", "        stride //= 2", L.HINT_SYNC),
@@ -100,6 +104,8 @@ MISTAKES = {
         ("    stride = TPB4 // 2\n", "    stride = 0\n    if t == 0:\n"
          "        for j in range(1, TPB4):\n            s_sum[0] += s_sum[j]\n"
          "            s_max[0] = max(s_max[0], s_max[j])\n", L.HINT_SERIAL),
+        # review round 12: a shared index past the block's array (t <= stride)
+        ("        if t < stride:", "        if t <= stride:", L.HINT_INDEX),
     ],
     "butterfly": [
         ("        offset //= 2\n    out_sum", "        offset = 0\n    out_sum", L.HINT_FLY_STEPS),
@@ -143,6 +149,10 @@ MISTAKES = {
         ("                acc[i * TN7 + j] += ra[i] * rb[j]",
          "                acc[i * TN7 + j] += As[ty + B7 * i, kk] * Bs[kk, tx + B7 * j]",
          L.HINT_MICRO_REUSE),
+        # review round 12: a copy loop stepping by 4 threads, not 16 (overlapping stores of
+        # the same values) was "a missing barrier"
+        ("for e in range(tid, B7 * TM7 * K7, B7 * B7):", "for e in range(tid, B7 * TM7 * K7, B7):",
+         L.HINT_OVERLAP),
         ("    cuda.syncthreads()\n    for x in range(TM7 * TN7):",
          "    for x in range(TM7 * TN7):", L.HINT_SYNC),
         ("            if row < m and col < n:\n                c[row, col]",
@@ -207,6 +217,13 @@ MISTAKES = {
         ("        cuda.atomic.add(sh, int(x[i]), ONE)", "        sh[int(x[i])] += ONE",
          L.HINT_ATOMIC_SHARED),
         ("    if t < NB12:\n        sh[t] = F0\n", "", L.HINT_HIST_ZERO),
+        # review round 12: shared indices past the bins, or negative, were "the ragged edge";
+        # zeroing by overlapping threads was "a missing barrier"
+        ("    if t < NB12:\n        sh[t] = F0", "    if t <= NB12:\n        sh[t] = F0",
+         L.HINT_INDEX),
+        ("cuda.atomic.add(sh, int(x[i]), ONE)", "cuda.atomic.add(sh, int(x[i]) - 1, ONE)",
+         L.HINT_INDEX),
+        ("    if t < NB12:\n        sh[t] = F0", "    sh[t % NB12] = F0", L.HINT_OVERLAP),
         ("        sh[t] = F0\n    cuda.syncthreads()", "        sh[t] = F0", L.HINT_SYNC),
         ("        cuda.atomic.add(sh, int(x[i]), ONE)\n    cuda.syncthreads()",
          "        cuda.atomic.add(sh, int(x[i]), ONE)", L.HINT_SYNC),
@@ -234,6 +251,10 @@ MISTAKES = {
         ("cp_async16(sm, FLOATS_PER_COPY * t, x, TILE13 * b + FLOATS_PER_COPY * t, nbytes)",
          "cp_async16(sm, t, x, TILE13 * b + t, nbytes)", L.HINT_CP_UNITS),
         ("    nbytes = 16 if row < rows else 0\n", "    nbytes = 16\n", L.HINT_CP_EDGE),
+        # review round 12: both were "a copy read past the end of x"
+        ("sm[COLS13 * i + COLS13 - 1 - t]", "sm[COLS13 * i + COLS13 - t]", L.HINT_INDEX),
+        ("        if r < rows:\n            out", "        if True:\n            out",
+         L.HINT_CP_OUT_EDGE),
         # the tile staged through registers: right values, no cp.async
         ("    cp_async16(sm, FLOATS_PER_COPY * t, x, TILE13 * b + FLOATS_PER_COPY * t, nbytes)\n",
          "    for e in range(FLOATS_PER_COPY):\n"
@@ -508,3 +529,26 @@ def test_rescale_and_shift_hints_name_the_slip_behind_them():
     result = assert_hint(check("softmax_rows"), edited(LAB, "softmax_rows", guard),
                          L.HINT_SM_SHIFT[0])
     assert "test m_new, not the old m" in result.hint
+
+
+def test_the_edge_hint_also_names_an_index_with_its_axes_swapped():
+    """Review round 12: a[c, r] for a[r, c] behind a right guard stops at a[10, 0]; the
+    edge hint told only of extra threads past the ragged edge."""
+    fn = mutate(LAB, "broadcast_2d", "out[r, c] = a[r, c] * b[c]", "out[r, c] = a[c, r] * b[c]")
+    result = assert_hint(check("broadcast_2d"), fn, L.HINT_EDGE[0])
+    assert "order of its axes" in result.hint
+
+
+def test_overlapping_stores_are_not_called_a_race_of_a_missing_barrier(lab):
+    """Review round 12: stores of several threads to one shared element with no read between
+    the barriers are overlapping shares of the work; a read among them is a race."""
+    P = L.puzzle("matmul_micro")
+    fn = mutate(LAB, "matmul_micro", "for e in range(tid, B7 * TM7 * K7, B7 * B7):",
+                "for e in range(tid, B7 * TM7 * K7, B7):")
+    trace = L.launch(fn, P.cases[0]).trace
+    assert trace.overlapping_writes() and not L.no_races(trace, P.cases[0])
+    assert not L.launch(lab["matmul_micro"], P.cases[0]).trace.overlapping_writes()
+    racy = mutate(LAB, "matmul_micro", "    cuda.syncthreads()\n    for x in range(TM7 * TN7):",
+                  "    for x in range(TM7 * TN7):")
+    trace = L.launch(racy, P.cases[0]).trace
+    assert L.no_races(trace, P.cases[0]) and not trace.overlapping_writes()

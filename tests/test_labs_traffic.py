@@ -78,6 +78,11 @@ def test_wrong_formulas_fail_with_matching_hint(capsys, wrong, hint):
     (lambda *a: (lab.causal_reads_top_left(*a), solution(*a)[1]), lab.HINT_CAUSAL_ALIGN),
     (lambda Tq, Tk, d, Br, Bc, e: (solution_causal(Tq, Tk, d, Br, Bc, e)[0], Tq * d * e),
      lab.HINT_LSE),
+    # review round 12: K without V, and lse at e bytes, got only the generic causal hint
+    (lambda Tq, Tk, d, Br, Bc, e: ((solution_causal(Tq, Tk, d, Br, Bc, e)[0] + Tq * d * e) // 2,
+                                   Tq * d * e + 4 * Tq), lab.HINT_V),
+    (lambda Tq, Tk, d, Br, Bc, e: (solution_causal(Tq, Tk, d, Br, Bc, e)[0],
+                                   Tq * d * e + e * Tq), lab.HINT_LSE_SIZE),
 ])
 def test_wrong_causal_formulas_fail_with_matching_hint(wrong, hint):
     r = lab.check_fa2_traffic_causal(wrong, verbose=False)
@@ -120,7 +125,10 @@ def test_backward_model_equals_the_counter():
     ("write_bytes = 4 * Tq + Tq * d * e + 2 * Tk * d * e",
      "write_bytes = 4 * Tq + Tq * d * e", lab.HINT_BWD_DKDV),
     ("Tc = -(-Tk // Bc)", "Tc = Tk // Bc", lab.HINT_BWD_FLOOR),
-], ids=["dq", "stat", "dkdv", "floor"])
+    # review round 12: both got HINT_BWD_STAT (at e = 2 and d = 8 the same bytes)
+    ("2 * 4 * Tq)", "4 * Tq)", lab.HINT_BWD_STAT_TILE),
+    ("read_bytes = 2 * Tq * d * e + 2 * Tk", "read_bytes = Tq * d * e + 2 * Tk", lab.HINT_BWD_D),
+], ids=["dq", "stat", "dkdv", "floor", "one-stat", "no-o"])
 def test_backward_mistakes_get_their_hint(old, new, hint):
     fn = mutate(LAB, "my_backward_traffic", old, new)
     if hint is lab.HINT_BWD_DQ:                                  # ... nor written per tile

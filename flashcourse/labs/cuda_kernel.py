@@ -169,6 +169,28 @@ HINT_ROW_MIX = (
     "exp(s - that max) underflows to 0 and the smaller row comes out empty. (The shift is "
     "only harmless when the rows are alike, which is why the part check alone can miss it.)",
     "row_max's butterfly offsets are CT/2, ..., 1, so tid ^ offset stays inside the row.")
+HINT_RESCALE_SIGN = (
+    "Missing rescale in this case, where every score is negative and the running max of some "
+    "rows rises after the first key tile: lp[i] and the acc row must be multiplied by "
+    "alpha = exp(old max - new max) whenever the max moves, whatever its sign. The cases "
+    "before passed, so look for a test against 0 (F0) that skips the rescale for a max of "
+    "0 or below.",
+    "alpha = exp(m[i] - m_use) on every tile, taken before m[i] is set to m_new; the only "
+    "special value is NEG_INF (a row that has seen no key yet).")
+HINT_NEGATIVE = (
+    "Your parts pass the cases before, whose scores are positive, but not this one: every "
+    "score is negative, and the running max of some rows rises after the first key tile. "
+    "Look for a test against 0 (F0) in your online update: the finite stand-in replaces the "
+    "new max only while it is -inf, and alpha must rescale lp[i] and every acc entry of the "
+    "row whenever the max moves, whatever its sign.",
+    "The only special value in online_update is NEG_INF (a row that has seen no key yet); a "
+    "max of 0 or below is an ordinary max.")
+HINT_ROW_MIX_UPDATE = (
+    "Your online update mixes the two rows of a thread's micro-tile: row 2 (the second row "
+    "of the thread that holds row 0) came out empty, its scores near -60 measured against "
+    "row 0's max near +60, where exp underflows to 0. Everything of row i is indexed by i: "
+    "m[i], lp[i], s[i * TN + j], acc[i * TD + j], never a fixed 0.",
+    "m_new is the larger of m[i] and mx, for the row i the update was called with.")
 HINT_KERNEL = (
     "The kernel with your parts disagrees with the reference. Make the part checks pass first "
     "(check_micro_tile_scores, check_row_reductions, check_online_update).",
@@ -383,11 +405,14 @@ def check_row_reductions(row_max, row_sum, *, verbose: bool = True,
 
 # -- checker 3: the online update (plain Python, no kernel) ----------------------------------
 
-def _update_inputs(seed, *, empty=False, masked=False):
+def _update_inputs(seed, *, empty=False, masked=False, negative=False):
     rng = np.random.default_rng(seed)
     s = (rng.standard_normal(TM * TN) * 3).astype(np.float32)
     acc = rng.standard_normal(TM * TD).astype(np.float32)
     m = rng.normal(0.0, 1.0, TM).astype(np.float32)
+    if negative:        # every score and running max below 0 (a rescale gated on a sign)
+        s = (s - 15).astype(np.float32)
+        m = (m - 6).astype(np.float32)
     lp = rng.uniform(1.0, 3.0, TM).astype(np.float32)
     if empty:
         m[:], lp[:], acc[:] = NEG_INF, 0, 0
@@ -429,6 +454,10 @@ def check_online_update(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
         ("first tile: empty state, row 0", dict(seed=1, empty=True), 0, None),
         ("later tile whose max is larger, row 1", dict(seed=2), 1, 4.0),
         ("later tile whose max is smaller, row 0", dict(seed=3), 0, -5.0),
+        ("later tile whose max is larger, every score and max below 0, row 1",
+         dict(seed=6, negative=True), 1, -3.0),
+        ("later tile whose max is smaller, row 1 (row 0's max is another)", dict(seed=7), 1,
+         -5.0),
         ("a fully masked tile while the row is still empty, row 1",
          dict(seed=4, empty=True, masked=True), 1, float(NEG_INF)),
         ("large scores (|s| ~ 80), row 0", dict(seed=5), 0, None),
@@ -498,14 +527,49 @@ def _expected(q, k, v, causal, kv_start):
     return o, lse
 
 
+def _negative_inputs():
+    """Tq = 6, Tk = 21, d = 4, every score negative (column 0 of q is 3 and of k -3: each
+    score is shifted by -4.5). The running max of rows 0, 1, 3 and 4 rises by about 1 at each
+    of the three key tiles, those of rows 2 and 5 stay or fall: an online update that skips
+    the rescale (or the stand-in) for a max of 0 or below is wrong here and right on the
+    positive cases."""
+    q, k, v = _inputs(6, 6, 21, 4, 1.0, 1)
+    q[:, 0] = 3.0
+    k[:, 0] = -3.0
+    return q, k, v
+
+
+def _negative_case() -> Case:
+    q, k, v = _negative_inputs()
+    expected = tuple(np.asarray(x, np.float64) for x in reference.attention(q, k, v))
+    mistakes = [(m, HINT_RESCALE_SIGN if m == "no_rescale" else h) for m, h in KERNEL_MISTAKES]
+    diagnoses = [((lambda y, e: bool(np.isnan(np.asarray(y[0], np.float64)).any())),
+                  *HINT_OVERFLOW)] + mistake_diagnoses(
+        lambda mistake: replay(q, k, v, mistake=mistake), mistakes, _close_pair)
+
+    def run(ps):
+        o, lse, _ = lab_forward(ps, q, k, v)
+        return (o, lse), expected
+
+    return Case("negative scores, the max of some rows rising after the first key tile "
+                "(Tq = 6, Tk = 21, d = 4)", run, HINT_NEGATIVE[0], diagnoses, rtol=_RTOL,
+                atol=_ATOL, hint2=HINT_NEGATIVE[1], time_limit_s=120, names=("o", "lse"))
+
+
+#: the sign of each row's scores in the row-mix case: rows r and r ^ 1 (threads tid and
+#: tid ^ CT) differ, and so do rows r and r + RT (the two rows of one thread's micro-tile)
+ROW_MIX_SIGNS = (1.0, -1.0, -1.0, 1.0)
+
+
 def _row_mix_inputs():
-    """Tq = 4, Tk = 8, d = 4: rows 0 and 2 score about +60 against every key, rows 1 and 3
+    """Tq = 4, Tk = 8, d = 4: rows 0 and 3 score about +60 against every key, rows 1 and 2
     about -60. In float32, exp(-120) underflows to 0: a row max that mixes row r with row
-    r ^ 1 (the partner of thread tid ^ CT) leaves the odd rows empty."""
+    r ^ 1 (the partner of thread tid ^ CT) leaves rows 1 and 2 empty; an online update that
+    takes row 1's max from m[0] (a thread's rows are r and r + RT) leaves row 2 empty."""
     rng = np.random.default_rng(9)
     u = np.zeros(4, np.float32)
     u[0] = 1.0
-    sign = np.where(np.arange(4) % 2 == 0, 1.0, -1.0)[:, None]
+    sign = np.asarray(ROW_MIX_SIGNS)[:, None]
     q = (12.0 * sign * u + 0.1 * rng.standard_normal((4, 4))).astype(np.float32)
     k = (10.0 * u + 0.1 * rng.standard_normal((8, 4))).astype(np.float32)
     v = rng.standard_normal((8, 4)).astype(np.float32)
@@ -516,16 +580,24 @@ def _row_mix_case() -> Case:
     q, k, v = _row_mix_inputs()
     expected = tuple(np.asarray(x, np.float64) for x in reference.attention(q, k, v))
 
-    def emptied_odd_rows(y, e):
+    low = np.asarray(ROW_MIX_SIGNS) < 0
+
+    def emptied_low_rows(y, e):
         lse = np.asarray(y[1], np.float64)
-        return bool((~np.isfinite(lse[1::2])).any() and np.isfinite(lse[0::2]).all())
+        return bool((~np.isfinite(lse[low])).all() and np.isfinite(lse[~low]).all())
+
+    def emptied_second_row_of_a_thread(y, e):        # row 2 = row 0 + RT: only it is empty
+        lse = np.asarray(y[1], np.float64)
+        return bool(~np.isfinite(lse[2]) and np.isfinite(np.delete(lse, 2)).all())
 
     def run(ps):
         o, lse, _ = lab_forward(ps, q, k, v)
         return (o, lse), expected
 
-    return Case("rows of very different scores: rows 0, 2 near +60, rows 1, 3 near -60",
-                run, HINT_KERNEL[0], [(emptied_odd_rows, *HINT_ROW_MIX)], rtol=_RTOL,
+    return Case("rows of very different scores: rows 0, 3 near +60, rows 1, 2 near -60",
+                run, HINT_KERNEL[0], [(emptied_low_rows, *HINT_ROW_MIX),
+                                      (emptied_second_row_of_a_thread, *HINT_ROW_MIX_UPDATE)],
+                rtol=_RTOL,
                 atol=_ATOL, hint2=HINT_KERNEL[1], time_limit_s=120, names=("o", "lse"))
 
 
@@ -552,6 +624,7 @@ def check_kernel(micro_tile_scores, row_max, row_sum, online_update, *, verbose:
 
         cases.append(Case(name, run, HINT_KERNEL[0], diagnoses, rtol=_RTOL, atol=_ATOL,
                           hint2=HINT_KERNEL[1], time_limit_s=120, names=("o", "lse")))
+    cases.append(_negative_case())
     cases.append(_row_mix_case())
     cases.append(_float32_case(parts))
     return run_checks("the lab kernel with your four parts", parts, cases, verbose=verbose,

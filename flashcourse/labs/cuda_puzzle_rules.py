@@ -2,8 +2,10 @@
 
 `Puzzle` (spec, cases, checker, `describe`/`check`/`show`), `PuzzleCase`, `launch` (a
 kernel on one case, traced on the simulator), the per-thread tables of `show()`, and the
-algorithm rules every puzzle can use: no shared-memory races (a missing syncthreads),
-written once, global-read budgets, coalesced accesses, no bank conflicts.
+algorithm rules every puzzle can use: no shared-memory races (a missing syncthreads;
+stores of several threads to one element that no thread reads are overlapping work, a
+generic rule of their own), written once, global-read budgets, coalesced accesses, no bank
+conflicts.
 
 Every puzzle also checks, before its own rules (`GENERIC_RULES`), that every thread of a
 block reached the same barriers (a `syncthreads`, or a shuffle that goes through one on the
@@ -16,6 +18,7 @@ the values are right: it is about how the kernel got them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -35,9 +38,28 @@ NEG = -np.inf
 
 HINT_EDGE = (
     "A thread read or wrote past the ragged edge of an array (the error above names the "
-    "index): the grid has more threads than elements, so the extra threads must do nothing.",
+    "index): the grid has more threads than elements, so the extra threads must do nothing. "
+    "If every access is already guarded, check the index itself: the order of its axes "
+    "(a[r, c], the row first) and which bound each part is compared with.",
     "Compute the thread's index first, then wrap every load and store in `if index < n:` "
     "(one bound per dimension).")
+HINT_INDEX = (
+    "A thread used an index outside an array (the error above names the array, the index and "
+    "the thread), and not at the ragged edge of the data: the index is negative, or the array "
+    "is a shared or local one, sized for the block or the thread. Check how that index is "
+    "computed: a bound (t <= s where t < s is meant), a neighbour (t - 1 at thread 0, t + s "
+    "past the end), a reversed position off by one, or a value used as an index (a bin).",
+    "Work out the index for the thread the error names (tid; ctaid is its block) and follow "
+    "it back to the line that computed it.")
+HINT_OVERLAP = (
+    "Several threads wrote the same shared element between two barriers (the line above "
+    "names one), and no thread read it there: the threads' shares of the work overlap, so "
+    "some elements are stored two or more times. That is not a missing barrier: the stores "
+    "race even when they hold the same value, and the extra ones are wasted work. Give each "
+    "element one writer.",
+    "A loop that splits a copy among the threads steps by the number of threads of the "
+    "block (range(tid, size, threads)); n elements set to zero are set by threads t < n, "
+    "one each.")
 HINT_SYNC = (
     "A race on shared memory: one thread wrote an element that another thread touched "
     "between the same two barriers, so the result depends on which thread runs first. A "
@@ -165,6 +187,17 @@ def launch(kernel, case: PuzzleCase, *, trace: bool = True, local_fill=np.nan) -
                    relaunch=lambda fill: launch(kernel, case, trace=trace, local_fill=fill).outputs)
 
 
+_NEGATIVE_INDEX = re.compile(r"index \([^)]*-\d")
+
+
+def _inner_index_error(error: str) -> bool:
+    """An index error that is not the ragged edge of the data: into a shared array (sized for
+    the block), into a local one (numpy's "out of bounds": local arrays are not traced), or
+    a negative index."""
+    return ("outside shared" in error or "out of bounds for axis" in error
+            or bool(_NEGATIVE_INDEX.search(error)))
+
+
 @dataclass
 class Rule:
     """An algorithm check on the trace: `test(trace, case)` -> "" or what is wrong. A rule
@@ -229,6 +262,8 @@ class Puzzle:
         diagnoses = [((lambda y, e: bool(y.refused)), *HINT_NOT_NUMBA)]
         diagnoses += [((lambda y, e, text=text: text in y.error), *hint)
                       for text, hint in self.error_hints]
+        diagnoses += [((lambda y, e: bool(y.error) and _inner_index_error(y.error)),
+                       *HINT_INDEX)]
         diagnoses += [((lambda y, e: bool(y.error) and "outside" in y.error), *self.edge_hint),
                      ((lambda y, e: bool(y.error)), *self.edge_hint)]
         diagnoses += [(rule_fired(i), *rules[i].hint) for i in range(len(GENERIC_RULES))]
@@ -461,13 +496,26 @@ def reads_every_input(trace, case):
     return ""
 
 
+def no_overlapping_writes(trace, case):
+    found = trace.overlapping_writes()
+    if not found:
+        return ""
+    block, array, off, epoch = found[0]
+    return (f"{len(found)} shared elements were written by several threads and read by none "
+            f"between the same two barriers (first: {array}[{off}] in block {block}, between "
+            f"barriers {epoch} and {epoch + 1})")
+
+
 GENERIC_RULES = [Rule(divergent_shuffle, HINT_SHFL_DIVERGENT),
                  Rule(divergent_barrier, HINT_DIVERGENT_BARRIER),
-                 Rule(reads_every_input, HINT_EMPTY_TRACE)]
+                 Rule(reads_every_input, HINT_EMPTY_TRACE),
+                 Rule(no_overlapping_writes, HINT_OVERLAP)]
 
 
 def no_races(trace, case):
-    found = trace.races()
+    """Races with a read (a missing barrier); stores that only overlap are another rule's."""
+    overlaps = set(trace.overlapping_writes())
+    found = [cell for cell in trace.races() if cell not in overlaps]
     if not found:
         return ""
     block, array, off, epoch = found[0]

@@ -40,14 +40,15 @@ import math
 import numpy as np
 
 from .cuda_puzzle_rules import (HINT_DIVERGENT_BARRIER, HINT_EDGE,  # noqa: F401
-                                HINT_EMPTY_TRACE, HINT_FLOAT64, HINT_NOT_NUMBA,
+                                HINT_EMPTY_TRACE, HINT_FLOAT64, HINT_INDEX,
+                                HINT_NOT_NUMBA, HINT_OVERLAP,
                                 HINT_SHFL_DIVERGENT, HINT_SYNC, HINT_TWICE, Outcome, Puzzle,
                                 PuzzleCase, Rule, _cdiv, _outputs_close, _rng,
                                 arrays_hold_at_most, coalesced, launch, no_bank_conflicts,
                                 no_races, one_thread_reads_at_most, reads_at_most,
                                 shared_reads_at_most, written_once, x_walks_rows)
 from .cuda_puzzles_memory import (HINT_ATOMIC_GLOBAL, HINT_ATOMIC_SHARED,  # noqa: F401
-                                  HINT_CP_BARRIER, HINT_CP_COMMIT, HINT_CP_EDGE,
+                                  HINT_CP_BARRIER, HINT_CP_COMMIT, HINT_CP_EDGE, HINT_CP_OUT_EDGE,
                                   HINT_CP_REGISTERS, HINT_CP_UNITS, HINT_CP_WAIT,
                                   HINT_FLUSH_ONCE, HINT_HIST_ZERO, HINT_PRIVATE,
                                   puzzle_histogram, puzzle_stage_reverse)

@@ -34,7 +34,8 @@ HINT_MATMUL_GLOBAL = ("Right values, but the inner product reads a or b from glo
                       "block and then reused T times from shared memory.",
                       "Global reads per thread: 2 per k tile (one of a, one of b).")
 HINT_TILE_EDGE = ("A tile load read past the edge of a or b: the last tiles are ragged; load 0 "
-                  "where the row or the k index is outside the matrix.",
+                  "where the row (of a), the column (of b) or the k index is outside the "
+                  "matrix.",
                   "if row < m and kk < k: value = a[row, kk] else 0; the same for b.")
 
 

@@ -188,6 +188,11 @@ HINT_CP_EDGE = (
     "has rows past the last one. cp.async can fill them with zeros without reading: pass "
     "nbytes = 0 for a row past the end (and guard the writes of out).",
     "nbytes = 16 if the copy's row is < rows, else 0; write out only for rows < rows.")
+HINT_CP_OUT_EDGE = (
+    "A write past the end of out (the error above names the index): the last block's tile "
+    "has rows past the last one; they were staged as zeros, but they have no place in out. "
+    "Write out only for the rows that exist.",
+    "In the loop over the tile's rows: if r < rows, then write the reversed row.")
 HINT_CP_REGISTERS = (
     "Right values, but the tile went through registers (plain loads and stores, the line "
     "above says how many floats the copies moved): the puzzle is about cp.async, which "
@@ -250,7 +255,7 @@ def puzzle_stage_reverse() -> Puzzle:
                             "shared write": c.grid[0] * TILE13},
         first=[(_uncommitted, HINT_CP_COMMIT), (_raced, HINT_CP_BARRIER),
                (_copies_unlanded, HINT_CP_WAIT), (_read_unlanded, HINT_CP_WAIT)],
-        error_hints=[(MISALIGNED, HINT_CP_UNITS)])
+        error_hints=[(MISALIGNED, HINT_CP_UNITS), ("is outside out of", HINT_CP_OUT_EDGE)])
 
 
 HINTS = [v for k, v in dict(globals()).items() if k.startswith("HINT_") and v is not HINT_SYNC]

@@ -379,6 +379,19 @@ class Trace:
         return [cell for cell, (w, p, at) in cells.items()
                 if len(p | at) > 1 and (w or (p and at))]
 
+    def overlapping_writes(self) -> list:
+        """Shared elements that two or more threads wrote (plainly) between the same two
+        barriers while no thread read or updated them there: overlapping shares of a copy
+        or a zeroing, not a missing barrier. [(block, array, offset, epoch), ...], a subset
+        of races()."""
+        cells = defaultdict(lambda: (set(), set()))          # -> (writers, other accesses)
+        for (block, thread), ev in self.events.items():
+            for s, k, a, off, _, epoch in ev:
+                if s == "shared":
+                    writers, others = cells[(block, a, off, epoch)]
+                    (writers if k == "write" else others).add(thread)
+        return [cell for cell, (w, o) in cells.items() if len(w) > 1 and not o]
+
     def lost_updates(self) -> list:
         """Elements that two or more threads each read and then wrote with plain accesses
         (x[i] += 1: a read-modify-write that loses the updates of threads in between):

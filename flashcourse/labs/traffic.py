@@ -237,7 +237,9 @@ def _causal_diagnoses(cfg):
          HINT_CAUSAL_PARTIAL),
         (lambda y, x: y[0] != x[0] and tq != tk and int(y[0]) == causal_reads_top_left(*cfg),
          HINT_CAUSAL_ALIGN),
+        (lambda y, x: y[0] != x[0] and x[0] - int(y[0]) == (x[0] - tq * d * e) // 2, HINT_V),
         (lambda y, x: int(y[1]) == tq * d * e, HINT_LSE),
+        (lambda y, x: e != 4 and int(y[1]) == tq * d * e + e * tq, HINT_LSE_SIZE),
     ]
 
 
@@ -260,6 +262,9 @@ HINT_BWD_ONCE = ("Q_i and dO_i are re-read for every key block: the key-major lo
 HINT_BWD_STAT = ("lse and D are statistics: 4 bytes per row, whatever the element size e.")
 HINT_BWD_D = ("D = rowsum(dO * O) is computed before the loops: it reads O and dO once and "
               "writes D (4 bytes per row); and each tile then reads D_i back.")
+HINT_BWD_STAT_TILE = ("Each tile reads both statistics of its query rows, lse_i and D_i, 4 bytes "
+                      "per row each: 8 x rows(Q_i) bytes per tile. Your reads are one of them "
+                      "short per tile.")
 HINT_BWD_DKDV = ("dK_j and dV_j are written once per key block, after the inner loop: "
                  "2 x rows(K_j) x d x e bytes.")
 HINT_BWD_FLOOR = ("Number of key blocks: Tc = ceil(Tk / Bc), rounded UP; floor division drops "
@@ -295,11 +300,15 @@ def _bwd_variants(tq, tk, d, br, bc, e):
         "stat_e": (reads + tc * 2 * tq * (e - 4), writes + tq * (e - 4)),
         "no_d": (reads - 2 * tq * d * e - tc * 4 * tq, writes - 4 * tq),
         "no_dkdv": (reads, writes - 2 * tk * d * e),
+        "no_o": (reads - tq * d * e, writes),                  # D from dO alone
+        "one_stat": (reads - tc * 4 * tq, writes),             # lse_i or D_i not read per tile
     }
 
 
+#: the first case has e = 8: at e = 2, statistics counted at e bytes read exactly what one
+#: statistic missing per tile reads (2 x 2 = 4), and at d = 8 O left out of D as well
 BACKWARD_CASES = [
-    ("backward, Tq = Tk = 32, d = 8, Br = Bc = 8, e = 2", (32, 32, 8, 8, 8, 2)),
+    ("backward, Tq = Tk = 32, d = 8, Br = Bc = 8, e = 8", (32, 32, 8, 8, 8, 8)),
     ("backward, ragged, Tq = 50, Tk = 37, d = 7, Br = 16, Bc = 10, e = 2",
      (50, 37, 7, 16, 10, 2)),
     ("backward, Tq = 9 < Tk = 40, d = 3, Br = 4, Bc = 6, e = 8", (9, 40, 3, 4, 6, 8)),
@@ -315,7 +324,8 @@ def check_backward_traffic(fn, *, verbose: bool = True, hint_level: int = 1) -> 
         diagnoses = [(lambda y, x: not (isinstance(y, tuple) and len(y) == 2), HINT_RETURN)]
         for key, hint in (("no_dq", HINT_BWD_DQ), ("once", HINT_BWD_ONCE),
                           ("stat_e", HINT_BWD_STAT), ("no_d", HINT_BWD_D),
-                          ("no_dkdv", HINT_BWD_DKDV)):
+                          ("no_dkdv", HINT_BWD_DKDV), ("no_o", HINT_BWD_D),
+                          ("one_stat", HINT_BWD_STAT_TILE)):
             diagnoses.append(((lambda y, x, w=variants[key]: tuple(y) == w), hint))
         # statistics at e bytes, or key blocks rounded down, in the reads or the writes only
         for key, hint in (("stat_e", HINT_BWD_STAT), ("floor", HINT_BWD_FLOOR)):
