@@ -17,9 +17,9 @@ Each checker runs the function on shapes the learner does not see (a ragged last
 a block longer than T, several heads, outliers), compares it with `flashcourse.fp8`, and
 names the typical mistakes by replaying them on the case's inputs (`_harness`): the scale
 taken over the wrong axis (per token or per channel), the scale inverted or without 448,
-a signed max, the ragged block dropped, scales tiled instead of repeated, the scale
-applied twice or never applied back, an unnormalised Hadamard matrix, K left unrotated,
-V rotated too.
+a signed max, the ragged block dropped, a block's slice one token short or long at its
+edge, scales tiled instead of repeated, the scale applied twice or never applied back, an
+unnormalised Hadamard matrix, K left unrotated, V rotated too.
 """
 
 from __future__ import annotations
