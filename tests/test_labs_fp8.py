@@ -42,6 +42,11 @@ MISTAKES = {
          (L.HINT_E5M2,)),
         ("    n_blocks = -(-x.shape[-2] // block)                               # ceil(T / block)",
          "    n_blocks = 1; block = x.shape[-2]", (L.HINT_WHOLE,)),
+        # review round 13 c: a slice one token short passed (no case put a block's max on
+        # its last or first token)
+        ("(b + 1) * block, :])", "(b + 1) * block - 1, :])", (L.HINT_EDGE,)),
+        ("np.abs(x[..., b * block:", "np.abs(x[..., b * block + 1:", (L.HINT_EDGE,)),
+        ("(b + 1) * block, :])", "(b + 1) * block + 1, :])", (L.HINT_EDGE,)),
     ],
     "fake_quantize_blocks": [
         (_RT, "    return (round_to_fp8(x / s_t) * s_t * s_t).astype(np.float32)",

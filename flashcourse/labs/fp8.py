@@ -17,9 +17,9 @@ Each checker runs the function on shapes the learner does not see (a ragged last
 a block longer than T, several heads, outliers), compares it with `flashcourse.fp8`, and
 names the typical mistakes by replaying them on the case's inputs (`_harness`): the scale
 taken over the wrong axis (per token or per channel), the scale inverted or without 448,
-a signed max, the ragged block dropped, scales tiled instead of repeated, the scale
-applied twice or never applied back, an unnormalised Hadamard matrix, K left unrotated,
-V rotated too.
+a signed max, the ragged block dropped, a block's slice one token short or long at its
+edge, scales tiled instead of repeated, the scale applied twice or never applied back, an
+unnormalised Hadamard matrix, K left unrotated, V rotated too.
 """
 
 from __future__ import annotations
@@ -73,6 +73,9 @@ HINT_SIGNED = ("You took the largest x, not the largest |x|: a block whose bigge
                "negative gets too small a scale. Use np.abs before the max.")
 HINT_DROPPED = ("The last, shorter block is missing: T = {t} tokens in blocks of {b} make "
                 "ceil(T / block) = {n} blocks. Pad, or take the last block as a shorter slice.")
+HINT_EDGE = ("Each block's max takes one token too few or too many at its edge: block b holds "
+             "the tokens b * block to (b + 1) * block - 1, which is the slice "
+             "x[..., b * block:(b + 1) * block, :] (Python's end is exclusive: no - 1, no + 1).")
 HINT_E5M2 = ("You divided by 57344, e5m2's largest value: the lab quantizes to e4m3, whose "
              "largest value is 448.")
 
@@ -105,11 +108,27 @@ def _scales_mistake(x, block, mistake):
         return amax_scale(block_amax(x, block))[..., : t // block]
     if mistake == "e5m2":
         return (block_amax(x, block) / 57344.0).astype(np.float32)
+    if mistake in ("edge last", "edge first", "edge next"):       # an off-by-one slice
+        lo, hi = {"edge last": (0, -1), "edge first": (1, 0), "edge next": (0, 1)}[mistake]
+        parts = [x64[..., i * block + lo:min((i + 1) * block, t) + hi, :].max(
+                 axis=(-2, -1), initial=0.0) for i in range(-(-t // block))]
+        return (np.stack(parts, axis=-1) / E4M3_MAX).astype(np.float32)
     raise ValueError(mistake)
 
 
-def _scales_case(name, seed, shape, block):
-    x = _inputs(seed, shape)
+def _edge_inputs(seed, shape, block):
+    """Inputs whose largest |x| in each block sits on the block's last token (even blocks) or
+    its first (odd blocks), so that a slice one token short at either end changes a scale."""
+    x = _inputs(seed, shape, outliers=False)
+    t = shape[-2]
+    for i in range(-(-t // block)):
+        token = min((i + 1) * block, t) - 1 if i % 2 == 0 else i * block
+        x[..., token, i % shape[-1]] = 40.0 + i if i % 3 else -(40.0 + i)   # above the -30
+    return x
+
+
+def _scales_case(name, seed, shape, block, edges=False):
+    x = _edge_inputs(seed, shape, block) if edges else _inputs(seed, shape)
     t = shape[-2]
     n = -(-t // block)
     mistakes = [("per token", (HINT_PER_TOKEN,)), ("per channel", (HINT_PER_CHANNEL,)),
@@ -117,7 +136,8 @@ def _scales_case(name, seed, shape, block):
                 ("whole", (HINT_WHOLE,)), ("no 448", (HINT_NO_448,)),
                 ("inverted", (HINT_INVERTED,)), ("signed", (HINT_SIGNED,)),
                 ("dropped", (HINT_DROPPED.format(t=t, b=block, n=n),)),
-                ("e5m2", (HINT_E5M2,))]
+                ("e5m2", (HINT_E5M2,)), ("edge last", (HINT_EDGE,)),
+                ("edge first", (HINT_EDGE,)), ("edge next", (HINT_EDGE,))]
     diagnoses = mistake_diagnoses(lambda m: _scales_mistake(x, block, m), mistakes, _same)
     want = _scales_mistake(x, block, None)
 
@@ -130,7 +150,9 @@ SCALE_CASES = [("2 heads, T = 70 in blocks of 16 (a ragged last block of 6), d =
                 (2, 70, 8), 16),
                ("1 head, T = 64 in blocks of 64 (one block), d = 4", 2, (1, 64, 4), 64),
                ("batch 2 x 3 heads, T = 5, block 8 (longer than T), d = 3", 3, (2, 3, 5, 3), 8),
-               ("1 head, T = 12 in blocks of 4, d = 16 (wider than a block)", 4, (1, 12, 16), 4)]
+               ("1 head, T = 12 in blocks of 4, d = 16 (wider than a block)", 4, (1, 12, 16), 4),
+               ("2 heads, T = 30 in blocks of 8, d = 4, each block's largest |x| on its first "
+                "or last token", 5, (2, 30, 4), 8, True)]
 
 
 def check_block_scales(block_scales, *, verbose: bool = True, hint_level: int = 1) -> Result:
