@@ -266,3 +266,26 @@ def test_an_update_that_takes_the_max_of_row_0_is_caught(lab):
     parts = (lab["micro_tile_scores"], lab["row_max"], lab["row_sum"], update)
     assert_hint(L.check_kernel, parts[0], L.HINT_ROW_MIX_UPDATE[0], *parts[1:])
     assert_hint(L.check_online_update, update, L.HINT_UPDATE[0])
+
+
+def test_part_4_text_counts_the_kernel_cases(monkeypatch):
+    """The lab's part 4 says on how many inputs check_kernel runs the kernel: the number must
+    follow KERNEL_CASES and the extra cases (a case was added without updating the text)."""
+    import json
+    import re
+
+    seen = {}
+
+    def capture(title, parts, cases, **kw):
+        seen["cases"] = cases
+        return None
+
+    monkeypatch.setattr(L, "run_checks", capture)
+    L.check_kernel(None, None, None, None, verbose=False)
+    inputs = [c for c in seen["cases"] if c.name != "float32 constants only"]
+    words = {5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
+    cells = json.loads(LAB.read_text(encoding="utf-8"))["cells"]
+    text = next("".join(c["source"]) for c in cells
+                if "The checker runs the lab kernel with your four parts" in "".join(c["source"]))
+    said = re.search(r"your four parts on (\w+) tiny inputs", text)
+    assert said and said.group(1) == words[len(inputs)], (said and said.group(1), len(inputs))
