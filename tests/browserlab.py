@@ -238,14 +238,54 @@ def _accept_kernel_dialog(page) -> bool:
     return True
 
 
+#: Open `path` in the JupyterLab already loaded in the page (as a notebook, with the kernel
+#: its metadata names, as opening its URL does)
+OPEN_JS = """
+async (path) => {
+  await window.jupyterapp.commands.execute('docmanager:open', {path, factory: 'Notebook'});
+  return true;
+}
+"""
+#: Whether the notebook `path` has a kernel that is connected and idle
+KERNEL_READY_JS = """
+(path) => {
+  const app = window.jupyterapp;
+  const panel = app && Array.from(app.shell.widgets('main'))
+    .find(w => w.context && w.context.path === path);
+  const kernel = panel && panel.sessionContext.session && panel.sessionContext.session.kernel;
+  return !!(kernel && kernel.status === 'idle' && kernel.connectionStatus === 'connected');
+}
+"""
+#: Close everything in the main area without saving (autosave is off: the outputs are
+#: never written back) and say whether nothing is left open
+CLOSE_ALL_JS = """
+() => {
+  const app = window.jupyterapp;
+  if (!app) return false;
+  for (const w of Array.from(app.shell.widgets('main'))) {
+    if (w.context) w.context.model.dirty = false;
+    w.dispose();
+  }
+  return Array.from(app.shell.widgets('main')).length === 0
+    && !document.querySelector('.jp-NotebookPanel');
+}
+"""
+
+
 def open_and_run_all(page, lab: Lab, notebook: str) -> None:
-    """Open `notebook`, wait for an idle kernel, run all cells from the Run menu, and wait
-    until the run has started (answering the kernel dialog if one comes first)."""
-    page.goto(lab.url(notebook))
+    """Open `notebook` (in the JupyterLab the page has loaded already, if notebook_page
+    gave a page that ran another notebook, else by its URL), wait for an idle kernel,
+    run all cells from the Run menu, and wait until the run has started (answering the
+    kernel dialog if one comes first)."""
+    if _BOOTED.get(id(page)) == lab.base:
+        page.evaluate(OPEN_JS, notebook)
+    else:
+        page.goto(lab.url(notebook))
     page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
     # the kernel is connected and idle (status bar: "Python 3 (ipykernel) | Idle")
     page.locator(".jp-StatusBar-TextItem", has_text="| Idle").first.wait_for()
+    page.wait_for_function(KERNEL_READY_JS, arg=notebook, polling=POLL_MS)
     page.evaluate(PAGE_JS)
     page.locator(".lm-MenuBar-item", has_text="Run").first.click()
     item = page.locator(".lm-Menu-item[data-command='runmenu:run-all']")
@@ -295,6 +335,12 @@ def course_lab(scratch: Path):
 _KEPT: dict = {}
 #: id() of the open pages whose notebook has run (Run All finished)
 _RAN: set = set()
+#: Pages with JupyterLab loaded and nothing open, per server (Lab.base), for the next
+#: notebook: loading JupyterLab in a page took ~4 s of the 2 cores (measured 2026-12-07),
+#: opening a notebook in it takes what the kernel's start takes
+_IDLE: dict = {}
+#: id() of a page -> the server (Lab.base) whose JupyterLab it has loaded
+_BOOTED: dict = {}
 
 
 @contextmanager
@@ -306,25 +352,41 @@ def notebook_page(browser, lab: Lab, notebook: str, width: int = 1400, height: i
     raised nothing; otherwise it is closed and its kernel shut down (the session deleted)."""
     page = _KEPT.pop(notebook, None)
     if page is None:
-        page = browser.new_page()
+        idle = _IDLE.get(lab.base, [])
+        page = idle.pop() if idle else browser.new_page()
         page.set_default_timeout(TIMEOUT_MS)
     page.set_viewport_size({"width": width, "height": height})
-    kept = False
+    kept, ok = False, False
     try:
         yield page
-        kept = keep
+        kept, ok = keep, True
     finally:
         if kept:
             _KEPT[notebook] = page
         else:
             _RAN.discard(id(page))
-            page.close()
+            reuse = ok and _close_all(page)
             try:
                 for session in lab.api("/api/sessions") or []:
                     if session.get("path") == notebook:
                         lab.api(f"/api/sessions/{session['id']}", method="DELETE")
             except Exception:  # noqa: BLE001 - best effort: the server stops at the end
                 pass
+            if reuse:                 # JupyterLab stays loaded, with nothing open
+                _BOOTED[id(page)] = lab.base
+                _IDLE.setdefault(lab.base, []).append(page)
+            else:                     # a test that failed: its page goes
+                _BOOTED.pop(id(page), None)
+                page.close()
+
+
+def _close_all(page) -> bool:
+    """Close every document of the page's JupyterLab (unsaved); True if it has one loaded
+    and nothing is open now."""
+    try:
+        return bool(page.evaluate(CLOSE_ALL_JS))
+    except Exception:  # noqa: BLE001 - a page in a bad state is closed instead
+        return False
 
 
 def page_ran(page) -> bool:
