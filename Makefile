@@ -51,8 +51,9 @@ lab: check-python port-free setup
 		--ServerApp.port_retries=0 --ServerApp.root_dir="$(CURDIR)" \
 		--LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb
 
+# --durations: the slowest tests, printed at the end (what to look at when it grows)
 test: setup-dev
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15
 
 # Everything except the tests marked slow (notebook and browser tests are slow too): a
 # few minutes on 2 cores, for while you work. `make test` (and CI) still run everything.

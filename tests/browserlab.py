@@ -25,6 +25,8 @@ check_course_page, the browser's part of every notebook's and lab's test
     toggle, a checkbox or a number box) and check that the rest of the widget (its
     text, its plot image) changes within WIDGET_WAIT_MS;
   - the notebook file on disk is unchanged.
+A page whose notebook passed keeps JupyterLab loaded, and the next notebook of the same
+server opens in it (notebook_page; loading JupyterLab costs ~4 s of the 2 cores).
 Each notebook runs once per test run: the explorers' tests (tests/test_browser_widgets.py)
 run the notebooks they look at (EXPLORER_NOTEBOOKS) first and keep the page, and the
 notebook's own test then checks that page (notebook_page, keep).
