@@ -152,6 +152,15 @@ PART_MISTAKES = {
     "index-acc": (SOFTMAX, [("acc[4 * n + 2 * hf", "acc[4 * n + hf")], P.HINT_ACC_INDEX, False),
     "no-standin": (SOFTMAX, [("m_use = m_new if m_new != NEG_INF else F0", "m_use = m_new")],
                    P.HINT_STANDIN, False),
+    # the stand-in in one exponential only: NaN in the wholly masked row, and the generic hint
+    # used to name exactly the learner's exp(m_old - m_new) or exp(S - m_new) (review round 14 b).
+    # The kernel's output hides it (a row masked in its first tile sees no key at all, and the
+    # epilogue writes 0 where the row sum is not > 0), as it hides no-standin
+    "standin-alpha-only": (SOFTMAX, [("alpha = math.exp(m[hf] - m_use)",
+                                      "alpha = math.exp(m[hf] - m_new)")], P.HINT_STANDIN, False),
+    "standin-p-only": (SOFTMAX, [("p = math.exp(s[4 * n + 2 * hf + c] - m_use)",
+                                  "p = math.exp(s[4 * n + 2 * hf + c] - m_new)")],
+                       P.HINT_STANDIN, False),
     # exp of a score (or of the max) alone, then a quotient: right at the small cases' scores,
     # inf / inf (GPU) or OverflowError (simulator) at scores near 800 (review round 11 b, M1;
     # passed every case before)
@@ -192,6 +201,13 @@ PART_CHECK = {"scores_tile": P.check_scores_tile, SOFTMAX: P.check_softmax_tile,
 test_part_mistakes_get_their_hint, test_kernel_mistakes_get_their_hint = part_mistakes_tests(
     LAB, P, parts_of, PART_CHECK, PART_MISTAKES,
     sorted(k for k, m in PART_MISTAKES.items() if m[3]))
+
+
+def test_the_softmax_hints_subtract_the_stand_in_not_m_new():
+    # a generic hint that says exp(S - m_new) endorses the learner's missing stand-in
+    assert "P = exp(S - m_use)" in P.HINT_SOFTMAX[0]
+    assert "P = exp(S - m_new)" not in P.HINT_SOFTMAX[0]
+    assert "both exponentials" in P.HINT_STANDIN[0]
 
 
 def test_the_rescale_hints_name_an_alpha_taken_after_the_max_moved():

@@ -72,9 +72,10 @@ HINT_CI = ("Your mma writes to the wrong accumulators: each n8 tile owns four co
            "index of n makes the tiles overlap).", "ci = 4 n for n8 tile n.")
 HINT_SOFTMAX = ("Your online softmax is wrong: for each of the lane's rows hf (row g + 8 hf: "
                 "accumulators 4 n + 2 hf and 4 n + 2 hf + 1 of every n8 tile n), the row's "
-                "max over its quad, the new running max, the rescale factor exp(m_old - "
-                "m_new), P = exp(S - m_new) written over S, the lane's partial sum lp and the "
-                "row's acc entries rescaled. softmax_tile calls your quad_max: check_quad "
+                "max over its quad, the new running max m_new (m_use: the stand-in 0 while "
+                "it is -inf), the rescale factor exp(m_old - m_use), P = exp(S - m_use) "
+                "written over S, the lane's partial sum lp and the row's acc entries "
+                "rescaled. softmax_tile calls your quad_max: check_quad "
                 "must pass first.",
                 "Lab 06's online update, on the fragments: the lane's max, the quad's max, "
                 "m, alpha, P over S and its sum, then lp and acc times alpha.")
@@ -109,9 +110,11 @@ HINT_ACC_INDEX = ("Wrong accumulator index: the lane's row hf (row g + 8 hf) is 
                   "its two entries are 4 n + 2 hf and 4 n + 2 hf + 1, in s and in acc alike.",
                   "4 n + 2 hf + c for c = 0, 1; 4 n + hf + c mixes rows g and g + 8.")
 HINT_STANDIN = ("NaN from a row with no visible key yet: while a row's max is still -inf, "
-                "exp(m_old - m_new) is exp(-inf + inf) = NaN. Use a finite stand-in (0) for "
-                "the max while it is -inf, as in lab 06.",
-                "m_use = the new max, or F0 while it is NEG_INF; subtract m_use.")
+                "exp(m_old - m_new) and exp(s - m_new) of a masked score are exp(-inf + inf) "
+                "= NaN. Use a finite stand-in (0) for the max while it is -inf, as in lab "
+                "06, in both exponentials: alpha and P.",
+                "m_use = the new max, or F0 while it is NEG_INF; alpha = exp(m[hf] - m_use) "
+                "and P = exp(s - m_use), never minus m_new itself.")
 HINT_P_OVERFLOW = ("Your exponentials overflow: in the large-score case every row sees keys (no "
                    "stand-in is involved) and the scores are near 800, so e to a score or to "
                    "the max alone is past float32's range (e^88.7; the simulator computes in "
@@ -294,7 +297,8 @@ def softmax_model(s, acc, m, lp, mistake=None):
     """(s, acc, m, lp) after softmax_tile, all float32 (32, n); mistakes: 'no_rescale' (of
     lp and acc), 'no_rescale_acc', 'no_rescale_lp', 'no_quad_max' (the lane's own max),
     'tile_max' (m_new = the tile's max), 'index' (4 n + hf + c for 4 n + 2 hf + c),
-    'index_s' / 'index_acc' (only there), 'no_standin', 'p_not_stored', 'lp_quad' (lp
+    'index_s' / 'index_acc' (only there), 'no_standin' (in both exponentials;
+    'no_standin_alpha', 'no_standin_p': in one of them), 'p_not_stored', 'lp_quad' (lp
     summed over the quad), 'exp2' (P by exp2, alpha by exp)."""
     s, acc, m, lp = (np.array(x, np.float32) for x in (s, acc, m, lp))
 
@@ -311,10 +315,12 @@ def softmax_model(s, acc, m, lp, mistake=None):
             x = _quad_np(x, np.maximum)
         m_old = m[:, hf].astype(np.float64)
         m_new = x if mistake == "tile_max" else np.maximum(m_old, x)
-        m_use = m_new if mistake == "no_standin" else np.where(np.isneginf(m_new), 0.0, m_new)
+        m_use = np.where(np.isneginf(m_new), 0.0, m_new)
+        m_alpha = m_new if mistake in ("no_standin", "no_standin_alpha") else m_use
+        m_p = m_new if mistake in ("no_standin", "no_standin_p") else m_use
         # -inf - -inf without a stand-in; e^801 when m_new is the tile's max (a mistake model)
         with np.errstate(invalid="ignore", over="ignore"):
-            alpha = np.exp(m_old - m_use)
+            alpha = np.exp(m_old - m_alpha)
         m[:, hf] = m_new
         ps = np.zeros(NT)
         for n in range(NS):
@@ -322,7 +328,7 @@ def softmax_model(s, acc, m, lp, mistake=None):
                 j = at("s", n, hf, c)
                 with np.errstate(invalid="ignore", over="ignore"):
                     p = (np.exp2 if mistake == "exp2" else np.exp)(
-                        s[:, j].astype(np.float64) - m_use)
+                        s[:, j].astype(np.float64) - m_p)
                 if mistake != "p_not_stored":
                     s[:, j] = p
                 ps = ps + p
@@ -557,7 +563,8 @@ def check_scores_tile(scores_tile, *, verbose: bool = True, hint_level: int = 1)
 # -- checker: softmax_tile -------------------------------------------------------------------
 
 SOFTMAX_MISTAKES = [
-    ("no_standin", HINT_STANDIN), ("no_rescale", HINT_RESCALE),
+    ("no_standin", HINT_STANDIN), ("no_standin_alpha", HINT_STANDIN),
+    ("no_standin_p", HINT_STANDIN), ("no_rescale", HINT_RESCALE),
     ("no_rescale_acc", HINT_RESCALE_ACC), ("no_rescale_lp", HINT_RESCALE_LP),
     ("no_quad_max", HINT_NO_QUAD_MAX), ("tile_max", HINT_TILE_MAX), ("index", HINT_ACC_INDEX),
     ("index_s", HINT_ACC_INDEX), ("index_acc", HINT_ACC_INDEX), ("p_not_stored", HINT_P_STORE),
