@@ -76,6 +76,9 @@ MISTAKES = {
         ("            if cache.refs[page] > 1:", "            if False:", L.HINT_COW),
         ("                cache.k_pages[new] = cache.k_pages[page]\n"
          "                cache.v_pages[new] = cache.v_pages[page]\n", "", L.HINT_COW_COPY),
+        # only one of the two copied: the generic hint before (review round 14 b)
+        ("                cache.k_pages[new] = cache.k_pages[page]\n", "", L.HINT_COW_COPY),
+        ("                cache.v_pages[new] = cache.v_pages[page]\n", "", L.HINT_COW_COPY),
         ("                cache.refs[page] -= 1\n", "", L.HINT_COW_DECREF),
         # the copy made but the table not pointed at it: HINT_COW said "you wrote into a
         # page another sequence shares" (review round 10 b, m2)

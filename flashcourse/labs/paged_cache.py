@@ -324,8 +324,9 @@ HINT_COW = (
     "and point this sequence's table entry at the new page, then write.",
     "Check refs of the page before writing any token that does not start a page.")
 HINT_COW_COPY = (
-    "Copy-on-write without the copy: the new page must first hold the shared page's "
-    "tokens (the prefix's last ones), or this sequence loses them.",
+    "Copy-on-write without the copy (of K, of V or of both): the new page must first hold "
+    "the shared page's tokens (the prefix's last ones), keys and values, or this sequence "
+    "loses them.",
     "Copy k_pages and v_pages of the old page into the new one before writing.")
 HINT_COW_TABLE = (
     "Copy-on-write without moving the table entry: you copied the shared page into a new "
@@ -381,9 +382,10 @@ def _append(cache, b, k_new, v_new, mistake=None):
             page = cache.block_table[b, col]
             if mistake != "no cow" and cache.refs[page] > 1:
                 new = _take(cache)
-                if mistake != "cow no copy":
-                    cache.k_pages[new], cache.v_pages[new] = cache.k_pages[page], \
-                        cache.v_pages[page]
+                if mistake not in ("cow no copy", "cow no k copy"):
+                    cache.k_pages[new] = cache.k_pages[page]
+                if mistake not in ("cow no copy", "cow no v copy"):
+                    cache.v_pages[new] = cache.v_pages[page]
                 if mistake != "cow no decref":
                     cache.refs[page] -= 1
                 if mistake == "cow no table":           # the copy written, never entered
@@ -409,7 +411,8 @@ APPEND_MISTAKES = [
     ("stale", HINT_STALE_LENGTH), ("late", HINT_PAGE_LATE), ("count late", HINT_PAGE_LATE),
     ("count early", HINT_PAGE_EARLY), ("prev", HINT_APPEND_BOUNDARY),
     ("no pop", HINT_FREE_LIST), ("no refs", HINT_REFS), ("no cow", HINT_COW),
-    ("cow no copy", HINT_COW_COPY), ("cow no decref", HINT_COW_DECREF),
+    ("cow no copy", HINT_COW_COPY), ("cow no k copy", HINT_COW_COPY),
+    ("cow no v copy", HINT_COW_COPY), ("cow no decref", HINT_COW_DECREF),
     ("cow no table", HINT_COW_TABLE),
     ("swapped", HINT_SWAPPED_WRITE)]
 
