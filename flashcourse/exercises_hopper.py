@@ -50,7 +50,10 @@ def descriptors_12() -> Exercise:
                          "8-way is for 128-byte rows; two 64-byte rows share one 128-byte "
                          "line of banks"),
                         (lambda y: _same_number(y, 1, 1e-9),
-                         "without a swizzle the rows' chunk c lands on only 2 bank groups")],
+                         "without a swizzle the rows' chunk c lands on only 2 bank groups"),
+                        (lambda y: _same_number(y, 2, 1e-9),
+                         "2-way is for 32-byte rows (four share a 128-byte line of banks); "
+                         "64-byte rows put chunk c of 8 rows in 2 bank groups, 4 rows each")],
     }
     return Exercise(
         f"A {e['rows']} x 64 fp16 K tile (K-major, 128-byte swizzle) at shared byte "
@@ -254,7 +257,10 @@ def rescale_12() -> Exercise:
         "alpha": [(lambda y: _same_number(y, 1 / alpha, 1e-6),
                    "alpha shrinks what was summed against the old max: 2^(m_old - m_new)"),
                   (lambda y: _same_number(y, 2.0 ** (x1 - m2), 1e-6),
-                   f"the old max is the one the row kept, {m1}, not block 1's top score")],
+                   f"the old max is the one the row kept, {m1}, not block 1's top score"),
+                  (lambda y: _same_number(y, math.exp(m1 - m2), 1e-3),
+                   "maxima are in log2 units here: alpha = 2^(m_old - m_new), not "
+                   "e^(m_old - m_new)")],
         "skipped": [(lambda y: _same_number(y, 64 * e["d"], 1e-9),
                      "the 64 x d accumulator tile is spread over the warpgroup's 128 threads"),
                     (lambda y: _same_number(y, e["d"], 1e-9),

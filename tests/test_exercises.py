@@ -296,6 +296,8 @@ def test_descriptors_12():
                                              "offset": ans["offset"] + E.WGMMA_12["start"]})
     assert not ok and "encoded field" in lines[1] and "inside the tile" in lines[2]
     assert "2 bank groups" in lines[3]
+    ok, lines = E.grade("12-descriptors", **{**ans, "conflict_64": 2})   # round 14 b
+    assert not ok and "32-byte rows" in lines[3]
 
 
 def test_v_layout_12():
@@ -353,6 +355,9 @@ def test_rescale_12():
                         alpha=2.0 ** (10.5 - 12), skipped=128)
     assert not ok and "right" in lines[0] and "log2 units" in lines[1]
     assert "kept" in lines[3] and "64 x d values" in lines[4]
+    # alpha with e instead of 2 (review round 14 b: the generic line before)
+    ok, lines = E.grade("12-rescale", **{**ans, "alpha": float(np.exp(-9.0))})
+    assert not ok and "log2 units" in lines[3]
 
 
 def test_saved_activations_13_names_each_typical_mistake():
