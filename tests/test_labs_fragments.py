@@ -22,6 +22,10 @@ def test_stub_reports_todo():
     (lambda lane, i: (lane // 4 + 8 * (i // 2), lane % 4), F.HINT_COL),
     (lambda lane, i: (lane % 4, lane // 4), F.HINT_SWAPPED),
     (lambda lane, i: (lane, i), F.HINT_RANGE),
+    # review round 14 b: the generic hint ("rows come from g, columns from t") before
+    (lambda lane, i: (lane // 4 + 8 * (i % 2), 2 * (lane % 4) + i // 2), F.HINT_I_ROLES),
+    # the range hint before, true but silent on why
+    (lambda lane, i: (lane % 4 + 8 * (i // 2), 2 * (lane // 4) + i % 2), F.HINT_G_T),
 ])
 def test_typical_mistakes_get_their_hint(wrong, hint):
     res = F.check_c_map(wrong, verbose=False)

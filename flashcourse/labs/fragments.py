@@ -24,6 +24,12 @@ HINT_PLUS8 = ("Accumulators c2 and c3 sit 8 rows below c0 and c1: row = g for i 
 HINT_COL = ("Each lane holds two neighbouring columns: col = 2 t + (i % 2), so "
             "lanes t = 0..3 cover columns 0..7.")
 HINT_RANGE = "Return a (row, col) pair with 0 <= row < 16 and 0 <= col < 8."
+HINT_I_ROLES = ("The two halves of i have swapped roles: c0, c1 are neighbours in one row "
+                "(columns 2 t and 2 t + 1) and c2, c3 the same columns 8 rows below, so "
+                "the column takes i % 2 and the row i // 2: row = g + 8 (i // 2).")
+HINT_G_T = ("g and t have swapped roles: the row comes from the groupID g = lane // 4 "
+            "(0..7, plus 8 for c2, c3) and the column from t = lane % 4 (2 t + (i % 2), "
+            "0..7); yours reaches column 15.")
 
 
 def _table(fn) -> np.ndarray:
@@ -61,6 +67,22 @@ def _wrong_col(yours, expected):
     return np.array_equal(y[..., 0], e[..., 0]) and not np.array_equal(y[..., 1], e[..., 1])
 
 
+def _i_roles(yours, expected):
+    """row = g + 8 (i % 2), col = 2 t + (i // 2): the halves of i exchanged."""
+    y = np.asarray(yours)
+    lane, i = np.meshgrid(np.arange(mma.WARP), np.arange(4), indexing="ij")
+    return np.array_equal(y[..., 0], lane // 4 + 8 * (i % 2)) and np.array_equal(
+        y[..., 1], 2 * (lane % 4) + i // 2)
+
+
+def _g_t(yours, expected):
+    """The row from t and the column from g: row = t (+ 8), col = 2 g + (i % 2)."""
+    y = np.asarray(yours)
+    lane = np.arange(mma.WARP)[:, None] * np.ones((1, 4), np.int64)
+    return bool(np.array_equal(y[..., 0] % 8, lane % 4)
+                and np.array_equal(y[..., 1] // 2, lane // 4))
+
+
 def _out_of_range(yours, expected):
     y = np.asarray(yours)
     return bool((y[..., 0] < 0).any() or (y[..., 0] > 15).any() or (y[..., 1] < 0).any()
@@ -88,7 +110,8 @@ def check_c_map(fn, *, verbose: bool = True) -> Result:
     cases = [
         Case("every (lane, i) against the PTX ISA map", lambda f: (_table(f), _expected()),
              HINT_GENERIC,
-             [(lambda y, e: _out_of_range(y, e), HINT_RANGE),
+             [(_g_t, HINT_G_T), (lambda y, e: _out_of_range(y, e), HINT_RANGE),
+              (_i_roles, HINT_I_ROLES),
               (_missing_plus8, HINT_PLUS8), (_wrong_col, HINT_COL), (_swapped, HINT_SWAPPED)],
              rtol=0, atol=0),
         Case("gathering an mma's results with your map gives A @ B + C", _product_case,
