@@ -108,6 +108,10 @@ test_reduction_mistakes_get_their_hint = joint_mistakes_test(
 #: [(solution text, the mistake that replaces it, the hint it must get), ...]
 UPDATE_MISTAKES = [
     ("m_use = m_new if m_new != NEG_INF else F0", "m_use = m_new", L.HINT_NEG_INF),
+    # the stand-in in one exponential only (round 14 b's lead from lab 10)
+    ("alpha = math.exp(m[i] - m_use)", "alpha = math.exp(m[i] - m_new)", L.HINT_NEG_INF_ONE),
+    ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp(s[i * TN + j] - m_new)",
+     L.HINT_NEG_INF_ONE),
     ("alpha = math.exp(m[i] - m_use)", "alpha = float32(1)", L.HINT_RESCALE),
     ("m_new = max(m[i], mx)", "m_new = mx", L.HINT_MAX),
     ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp(s[i * TN + j])", L.HINT_SHIFT),

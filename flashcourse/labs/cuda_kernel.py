@@ -107,6 +107,12 @@ HINT_NEG_INF = (
     "key tile) has max -inf, and exp(-inf - (-inf)) is NaN, which poisons the row.",
     "Use a finite stand-in (F0) for the subtraction while the new max is still NEG_INF; then "
     "alpha and every p are exactly 0.")
+HINT_NEG_INF_ONE = (
+    "-inf handling in one exponential: a row whose keys so far are all masked has max -inf, "
+    "and you subtract the stand-in in one exponential but the raw new max in the other "
+    "(alpha = exp(m[i] - m_new), or p = exp(s - m_new)); exp(-inf - (-inf)) is NaN there.",
+    "Both exponentials subtract m_use, the finite stand-in: alpha = exp(m[i] - m_use) and "
+    "p = exp(s - m_use).")
 HINT_OVERFLOW = (
     "Your output holds NaN in a case where every row sees a key in its first tile (nothing "
     "is masked to -inf there): an exponential overflowed. On a row's first tile m[i] is "
@@ -426,12 +432,14 @@ def update_reference(s, acc, m, lp, i, mx, mistake=None):
     with np.errstate(all="ignore"):
         m_new = mx if mistake == "tile_max" else max(m[i], mx)
         m_use = m_new if (mistake == "no_guard" or m_new != -np.inf) else 0.0
-        alpha = 1.0 if mistake == "no_rescale" else math.exp(m[i] - m_use) \
-            if not (math.isnan(m[i] - m_use)) else math.nan
+        m_alpha = m_new if mistake == "no_guard_alpha" else m_use     # the stand-in in one
+        m_p = m_new if mistake == "no_guard_p" else m_use             # exponential only
+        alpha = 1.0 if mistake == "no_rescale" else math.exp(m[i] - m_alpha) \
+            if not (math.isnan(m[i] - m_alpha)) else math.nan
         m[i] = m_new
         row = slice(i * TN, (i + 1) * TN)
         exp = np.exp2 if mistake == "exp2" else np.exp
-        p = exp(s[row]) if mistake == "no_shift" else exp(s[row] - m_use)
+        p = exp(s[row]) if mistake == "no_shift" else exp(s[row] - m_p)
         if mistake != "p_not_stored":
             s[row] = p
         lp[i] = lp[i] * alpha + p.sum()
@@ -439,9 +447,10 @@ def update_reference(s, acc, m, lp, i, mx, mistake=None):
     return s, acc, m, lp
 
 
-UPDATE_MISTAKES = [("no_guard", HINT_NEG_INF), ("no_rescale", HINT_RESCALE), ("tile_max", HINT_MAX),
-                   ("no_shift", HINT_SHIFT), ("p_not_stored", HINT_P_NOT_STORED),
-                   ("exp2", HINT_EXP2)]
+UPDATE_MISTAKES = [("no_guard", HINT_NEG_INF), ("no_guard_alpha", HINT_NEG_INF_ONE),
+                   ("no_guard_p", HINT_NEG_INF_ONE), ("no_rescale", HINT_RESCALE),
+                   ("tile_max", HINT_MAX), ("no_shift", HINT_SHIFT),
+                   ("p_not_stored", HINT_P_NOT_STORED), ("exp2", HINT_EXP2)]
 
 
 def _all_close(a, b, rtol, atol) -> bool:
