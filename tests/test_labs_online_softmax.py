@@ -126,16 +126,37 @@ def _merge_python_max(m_a, l_a, m_b, l_b):
     return m, l_a * np.exp(m_a - _safe(m)) + l_b * np.exp(m_b - _safe(m))
 
 
+def _update_standin_from_old_max(m, l, x):  # review round 14, M1: exp(x - 0) overflows
+    m_new = np.maximum(m, x)
+    m_safe = np.where(m == -np.inf, 0.0, m_new)
+    return m_new, l * np.exp(m - m_safe) + np.exp(x - m_safe)
+
+
+def _update_standin_from_x(m, l, x):        # review round 14, M1: no NaN, l off by exp(m)
+    m_new = np.maximum(m, x)
+    m_safe = np.where(x == -np.inf, 0.0, m_new)
+    return m_new, l * np.exp(m - m_safe) + np.exp(x - m_safe)
+
+
+def _merge_standin_from_a(m_a, l_a, m_b, l_b):  # review round 14, M1
+    m = np.maximum(m_a, m_b)
+    m_safe = np.where(m_a == -np.inf, 0.0, m)
+    return m, l_a * np.exp(m_a - m_safe) + l_b * np.exp(m_b - m_safe)
+
+
 #: (checker, a wrong update or merge, the hint it must get)
 WRONG = [(L1.check_online_update, wrong, hint) for wrong, hint in (
     (_update_no_rescale, L1.HINT_RESCALE), (_update_no_guard, L1.HINT_NEG_INF),
     (_update_forgets_old_max, L1.HINT_MAX), (_update_inverted, L1.HINT_DIRECTION),
     (_update_unshifted, L1.HINT_SHIFT), (_update_new_term_old_max, L1.HINT_SHIFT_OLD),
-    (_update_python_max, L1.HINT_ELEMENTWISE), (_update_swapped, L1.HINT_ORDER))] + [
+    (_update_python_max, L1.HINT_ELEMENTWISE), (_update_swapped, L1.HINT_ORDER),
+    (_update_standin_from_old_max, L1.HINT_STANDIN),
+    (_update_standin_from_x, L1.HINT_STANDIN))] + [
     (L1.check_merge_states, wrong, hint) for wrong, hint in (
         (_merge_no_rescale, L1.HINT_RESCALE), (_merge_no_guard, L1.HINT_NEG_INF),
         (_merge_min, L1.HINT_MAX), (_merge_inverted, L1.HINT_DIRECTION),
-        (_merge_swapped, L1.HINT_ORDER), (_merge_python_max, L1.HINT_ELEMENTWISE))]
+        (_merge_swapped, L1.HINT_ORDER), (_merge_python_max, L1.HINT_ELEMENTWISE),
+        (_merge_standin_from_a, L1.HINT_STANDIN))]
 
 
 @pytest.mark.parametrize("check, wrong, hint", WRONG,

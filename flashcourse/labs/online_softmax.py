@@ -56,6 +56,10 @@ HINT_ELEMENTWISE = ("Your function raised the error above, typical of Python's m
                     "compares two arrays element by element. Each row needs its own max.")
 HINT_SHIFT_OLD = ("The new term is measured against the OLD max, exp(x - m): every term of "
                   "l_new is measured against the NEW max, the new element's too.")
+HINT_STANDIN = ("Your stand-in for a -inf max is tested on the wrong array: it is 0 where the "
+                "new max is finite (the old max m, x or one piece's max is -inf there), so "
+                "an exponent misses the shift. The stand-in is 0 only where the NEW max is "
+                "-inf, and the new max itself everywhere else.")
 HINT_MERGE = ("Merge both sides relative to the common max: each piece's sum is rescaled from "
               "its own max to the common one, then the two are added.")
 HINT_SOFTMAX_SHIFT = ("Your probabilities overflow or do not sum to 1: pass 2 must subtract the "
@@ -82,6 +86,8 @@ LEVEL2 = {
                   "the new element measured against m_new."),
     HINT_ELEMENTWISE: "numpy's elementwise maximum of two arrays is np.maximum.",
     HINT_SHIFT_OLD: "Compute m_new (and its stand-in) first, then use it in both exponents.",
+    HINT_STANDIN: ("Build the stand-in from m_new alone: 0 where m_new is -inf, m_new "
+                   "elsewhere (for a merge, from the common max alone)."),
     HINT_MERGE: "l = l_a times exp(m_a - m) plus l_b times exp(m_b - m), with the common max m.",
     HINT_SOFTMAX_SHIFT: "Finish pass 1 over all chunks before computing any probability.",
     HINT_SOFTMAX_MASKED: "Divide only where l > 0; elsewhere the probabilities are 0.",
@@ -173,6 +179,30 @@ def _update_new_term_old_max(m, l, x):
         return m_new, l * np.exp(m - _safe(m_new)) + np.exp(x - m)
 
 
+def _update_standin_of(key):
+    """The stand-in 0 where `key(m, x)` is -inf instead of where m_new is (round 14)."""
+    def update(m, l, x):
+        m_new = np.maximum(m, x)
+        m_use = np.where(np.isneginf(key(m, x)), 0.0, m_new)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return m_new, l * np.exp(m - m_use) + np.exp(x - m_use)
+    return update
+
+
+_update_standin_m = _update_standin_of(lambda m, x: m)
+_update_standin_x = _update_standin_of(lambda m, x: x)
+
+
+def _merge_standin_of(side):
+    """The merge's stand-in 0 where one piece's max is -inf (`side` 0 or 1)."""
+    def merge(m_a, l_a, m_b, l_b):
+        m = np.maximum(m_a, m_b)
+        m_use = np.where(np.isneginf((m_a, m_b)[side]), 0.0, m)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return m, l_a * np.exp(m_a - m_use) + l_b * np.exp(m_b - m_use)
+    return merge
+
+
 def _update_no_shift(m, l, x):
     with np.errstate(over="ignore"):
         return np.maximum(m, x), l + np.exp(x)
@@ -251,10 +281,15 @@ def check_online_update(online_update, *, verbose: bool = True,
     falling) over 6 rows; scores of +-1e4 (naive exp overflows); -inf (masked)
     elements including a fully masked row.
     """
+    x_first = np.array([0.5, -2.0, 3.0, 1e4, -1e4])
+
     def first(fn):
-        x = np.array([0.5, -2.0, 3.0, 1e4, -1e4])
-        yours = as_pair(fn(np.full(5, -np.inf), np.zeros(5), x.copy()))
-        return yours, (x, np.ones(5))
+        yours = as_pair(fn(np.full(5, -np.inf), np.zeros(5), x_first.copy()))
+        return yours, (x_first, np.ones(5))
+
+    def from_empty(update):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return update(np.full(5, -np.inf), np.zeros(5), x_first)
 
     x_stream = _stream_inputs()
     x_big = _stream_inputs()[:, :11] * 3e3                      # |x| up to ~3e4
@@ -293,7 +328,8 @@ def check_online_update(online_update, *, verbose: bool = True,
              rtol=_RTOL, atol=_ATOL),
         Case("first element into the empty state (-inf, 0)", first,
              "From the empty state (m, l) = (-inf, 0) one element x gives (x, 1).",
-             common + [(_has_posinf, HINT_SHIFT)], rtol=_RTOL, atol=_ATOL),
+             common + [(_matches(from_empty(_update_standin_m)), HINT_STANDIN),
+                       (_has_posinf, HINT_SHIFT)], rtol=_RTOL, atol=_ATOL),
         Case("37 random scores per row, 6 rows (rising, falling, random)", streamed(x_stream),
              HINT_RESCALE,
              common + [(_matches(wrong(_update_no_rescale, x_stream)), HINT_RESCALE),
@@ -304,7 +340,10 @@ def check_online_update(online_update, *, verbose: bool = True,
              HINT_OVERFLOW,
              common + [(_has_posinf, HINT_OVERFLOW)], rtol=_RTOL, atol=_ATOL),
         Case("masked (-inf) scores, including a fully masked row", streamed(x_mask),
-             HINT_NEG_INF, common, rtol=_RTOL, atol=_ATOL),
+             HINT_NEG_INF,
+             common + [(_matches(wrong(update, x_mask)), HINT_STANDIN)
+                       for update in (_update_standin_m, _update_standin_x)],
+             rtol=_RTOL, atol=_ATOL),
     ]
     return run_checks("online_update(m, l, x)", online_update, _with_level2(cases),
                       verbose=verbose, hint_level=hint_level)
@@ -363,8 +402,9 @@ def check_merge_states(merge_states, *, verbose: bool = True,
                        (_matches(wrong(_merge_inverted, ma, la, mb, lb)), HINT_DIRECTION),
                        (_matches(wrong(_merge_base2, ma, la, mb, lb)), HINT_BASE2)],
              rtol=_RTOL, atol=_ATOL),
-        Case("one side empty (-inf, 0)", with_empty, HINT_NEG_INF, common,
-             rtol=_RTOL, atol=_ATOL),
+        Case("one side empty (-inf, 0)", with_empty, HINT_NEG_INF,
+             common + [(_matches(wrong(_merge_standin_of(side), ea, fa, eb, fb)), HINT_STANDIN)
+                       for side in (0, 1)], rtol=_RTOL, atol=_ATOL),
         Case("both sides empty", both_empty, HINT_NEG_INF, common, rtol=_RTOL, atol=_ATOL),
         Case("five uneven pieces merged in a scrambled order", scrambled, HINT_MERGE, common,
              rtol=_RTOL, atol=_ATOL),
