@@ -43,9 +43,11 @@ from ._harness import (SKIPPING_SHAPES, Case, Result, parts_close, plain, random
 HINT_RESCALE = (
     "Missing rescale: when a row's running max grows, the running sum and the accumulator "
     "were measured against the OLD max and must be brought to the new one before this "
-    "tile is added (notebook 03, 'Steps 2–4 for one query block').",
+    "tile is added (notebook 03, 'Steps 2–4 for one query block'). If your code multiplies "
+    "by alpha, alpha is 1: exp(m - m_use) taken after m = m_new is exp(0). Take alpha while "
+    "m still holds the old max.",
     "Both l and acc get multiplied by the factor exp(old max - new max), which is <= 1, "
-    "and only then receive this tile's row sums and P V_j.")
+    "and only then receive this tile's row sums and P V_j; take alpha before m = m_new.")
 HINT_RESCALE_L = (
     "Half a rescale: your accumulator is brought to the new max but the running sum l is "
     "not. l and acc are sums against the same max; when it grows, both must be multiplied "
@@ -95,6 +97,16 @@ HINT_TOP_LEFT = (
     "aligns it bottom-right, as FlashAttention 2.1+: the LAST query sees every key.",
     "Shift the diagonal by the offset Tk - Tq, both in the per-pair test and in the end of "
     "the key range each query block visits.")
+HINT_OFFSET_SIGN = (
+    "The causal offset has the wrong sign: query i sees key j iff j <= i + (Tk - Tq), keys "
+    "minus queries, so that the last query sees every key. Yours uses Tq - Tk (in the mask, "
+    "or in the end of the key range too): where Tq != Tk each query sees the wrong keys.",
+    "offset = Tk - Tq, the same in the per-pair test and in k_end.")
+HINT_K_END_NO_OFFSET = (
+    "Your key loop ends at the block's own last position, ignoring the bottom-right offset: "
+    "the block's last query q1 - 1 sees keys up to q1 - 1 + (Tk - Tq). For Tq < Tk your "
+    "loop stops before key tiles that the block sees.",
+    "k_end = q1 + Tk - Tq, clipped to 0 .. Tk.")
 HINT_NO_MASK = (
     "The causal mask is not applied inside partly visible tiles: a query sees keys after its "
     "own position.",
@@ -260,11 +272,13 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
     key blocks), 'k_off_by_one' (blocks end at Tk - 1), 'q_ragged_drop' (only full
     query blocks), 'no_scale' (scale 1), 'strict_mask' (j < i + off), 'k_end_short' (the
     key loop's end one short), 'lse_log2_l' (m + log2 l), 'p_exp2' (P by exp2, alpha by
-    exp). Returns (o, lse).
+    exp), 'offset_sign' (Tq - Tk for the offset), 'mask_offset_sign' (Tq - Tk in the
+    mask only), 'k_end_no_offset' (k_end = q1). Returns (o, lse).
     """
     tq, d = q.shape
     tk = k.shape[0]
-    off = 0 if mistake == "top_left" else tk - tq
+    off = {"top_left": 0, "offset_sign": tq - tk}.get(mistake, tk - tq)
+    mask_off = tq - tk if mistake == "mask_offset_sign" else off
     if mistake == "sqrt_scale":
         scale = 1.0 / math.sqrt(d)
     elif mistake == "no_scale":
@@ -277,6 +291,8 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
             k_end = max(0, min(tk, q1 + off)) if causal else tk
             if causal and mistake == "early_stop":
                 k_end = max(0, min(tk, q0 + off))
+            elif causal and mistake == "k_end_no_offset":
+                k_end = max(0, min(tk, q1))
             elif causal and mistake == "k_end_short":
                 k_end = max(0, min(tk, q1 + off - 1))
             for k0 in range(0, k_end, bc):
@@ -286,7 +302,8 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
                 s = scale * (q[q0:q1] @ k[k0:k1].T)
                 if causal and mistake != "no_mask":
                     cols, rows = np.arange(k0, k1)[None, :], np.arange(q0, q1)[:, None]
-                    vis = cols < rows + off if mistake == "strict_mask" else cols <= rows + off
+                    vis = (cols < rows + off if mistake == "strict_mask"
+                           else cols <= rows + mask_off)
                     s = np.where(vis, s, -np.inf)
                 m_new = s.max(axis=1) if mistake == "tile_max" else np.maximum(m, s.max(axis=1))
                 p = (np.exp2 if mistake == "p_exp2" else np.exp)(s - _safe(m_new)[:, None])
@@ -307,11 +324,13 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
 
 MISTAKES = [("no_rescale", HINT_RESCALE), ("no_rescale_l", HINT_RESCALE_L),
             ("no_rescale_acc", HINT_RESCALE_ACC), ("tile_max", HINT_MAX),
-            ("top_left", HINT_TOP_LEFT), ("no_mask", HINT_NO_MASK), ("no_divide", HINT_DIVIDE),
+            ("top_left", HINT_TOP_LEFT), ("offset_sign", HINT_OFFSET_SIGN),
+            ("mask_offset_sign", HINT_OFFSET_SIGN),
+            ("no_mask", HINT_NO_MASK), ("no_divide", HINT_DIVIDE),
             ("lse_no_m", HINT_LSE), ("lse_base2", HINT_LSE_BASE2), ("sqrt_scale", HINT_SCALE),
             ("no_scale", HINT_NO_SCALE), ("strict_mask", HINT_DIAGONAL),
             ("lse_log2_l", HINT_LSE_LOG2), ("p_exp2", HINT_P_BASE2),
-            ("k_end_short", HINT_K_END_SHORT),
+            ("k_end_short", HINT_K_END_SHORT), ("k_end_no_offset", HINT_K_END_NO_OFFSET),
             ("early_stop", HINT_SKIP_TOO_MUCH), ("k_ragged_drop", HINT_RAGGED_DROP),
             ("k_off_by_one", HINT_RAGGED_OFF_BY_ONE), ("q_ragged_drop", HINT_RAGGED_Q)]
 
@@ -416,6 +435,12 @@ def _nan_rows(out, rows) -> int:
     return int(np.isnan(o[rows]).sum() + np.isnan(lse[rows]).sum())
 
 
+def _fewest_key_rows(tq, tk, br) -> int:
+    """The key rows loaded by a causal loop whose last tile ends at the block's last visible
+    key, k1 = min(k0 + Bc, k_end) (review round 14): min(Tk, q1 + Tk - Tq) per query block."""
+    return sum(max(0, min(tk, min(q0 + br, tq) + tk - tq)) for q0 in range(0, tq, br))
+
+
 def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Check `flash_forward(q, k, v, causal, scale, block_q, block_k)` on seven cases; then
     the algorithm: the largest temporary it holds (no Br x Tk block), and that tiles the
@@ -430,7 +455,8 @@ def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
         _, key_rows, _ = causal_block_sums(tq, tk, br, bc, True)   # over visible tiles
         cases.append(rows_loaded_case(f"causal skipping, {name}: key rows loaded through k[k0:k1]",
                                       _inputs(60 + n, tq, tk, 3), (True, SCALE, br, bc), 1,
-                                      key_rows, HINT_NO_SKIP, HINT_SKIP_TOO_MUCH))
+                                      key_rows, HINT_NO_SKIP, HINT_SKIP_TOO_MUCH,
+                                      fewest=_fewest_key_rows(tq, tk, br)))
         cases.append(_hidden_tiles_case(n, name, tq, tk, br, bc))
     return run_checks("flash_forward(q, k, v, causal, scale, block_q, block_k)", fn, cases,
                       verbose=verbose, hint_level=hint_level)
