@@ -144,6 +144,17 @@ def _merge_standin_from_a(m_a, l_a, m_b, l_b):  # review round 14, M1
     return m, l_a * np.exp(m_a - m_safe) + l_b * np.exp(m_b - m_safe)
 
 
+def test_rescale_hint_names_a_max_written_over_the_old_one():
+    """Review round 14, M4: the max written into m before the factor (out=m): the factor is
+    exp(0) = 1, the replayed missing rescale exactly, though the code multiplies by it."""
+    def update(m, l, x):
+        np.maximum(m, x, out=m)
+        m_safe = _safe(m)
+        return m, l * np.exp(m - m_safe) + np.exp(x - m_safe)
+    result = L1.check_online_update(update, verbose=False)
+    assert result.hint == L1.HINT_RESCALE and "exp(0) = 1" in result.hint
+
+
 #: (checker, a wrong update or merge, the hint it must get)
 WRONG = [(L1.check_online_update, wrong, hint) for wrong, hint in (
     (_update_no_rescale, L1.HINT_RESCALE), (_update_no_guard, L1.HINT_NEG_INF),

@@ -33,7 +33,9 @@ from ._harness import TODO_LINE, Case, Result, as_pair, not_pair, real_array, ru
 HINT_MAX = ("Wrong running max: the new max must be the larger of the old max and the new "
             "element (for a merge: of the two pieces' maxima).")
 HINT_RESCALE = ("Missing rescale: when the max grows from m to m_new, every term already "
-                "summed in l was measured against m; bring l to the new max before adding.")
+                "summed in l was measured against m; bring l to the new max before adding. "
+                "If your code does multiply l by exp(m - m_new), the old max was overwritten "
+                "first (m = np.maximum(m, x), or out=m): the factor is then exp(0) = 1.")
 HINT_DIRECTION = ("The rescale factor points the wrong way: it must shrink the old sum when "
                   "the max grows, so it is at most 1.")
 HINT_SHIFT = ("l must be measured relative to the max: the new term is the exponential of the "
@@ -74,7 +76,8 @@ HINT_STREAM_CHUNKS = ("The contract: x is touched only through slices of `chunk`
 #: level 2: more explicit, still without the solution's code (check(..., hint_level=2))
 LEVEL2 = {
     HINT_MAX: "Take the elementwise maximum of the two arrays.",
-    HINT_RESCALE: "Multiply l by exp(m - m_new) (a number <= 1) before adding the new term.",
+    HINT_RESCALE: ("Multiply l by exp(m - m_new) (a number <= 1) before adding the new term; "
+                   "keep the old max in its own name until then."),
     HINT_DIRECTION: "The exponent is old max minus new max, not the other way round.",
     HINT_SHIFT: "The new term is exp(x - m_new), where m_new is the updated max.",
     HINT_NEG_INF: ("Make a finite stand-in of the new max (0 where it is -inf) and subtract the "
