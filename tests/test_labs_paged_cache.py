@@ -86,6 +86,13 @@ MISTAKES = {
          L.HINT_PAGE_EARLY),
         (_LOOP + _TAKE, _COUNTED.replace("NEED", "(start + n) // ps") + _BODY,
          L.HINT_PAGE_LATE),
+        # positions from 0 in every call: HINT_PAGE_LATE said a token found -1 in the table,
+        # though it rewrote column 0 (review round 14, M5); one short; another row's page
+        ("        t = start + i", "        t = i", L.HINT_APPEND_START),
+        ("    start = int(cache.seq_lens[b])", "    start = max(0, int(cache.seq_lens[b]) - 1)",
+         L.HINT_APPEND_START),
+        ("            page = cache.block_table[b, col]",
+         "            page = cache.block_table[1 - b, col]", L.HINT_APPEND_OTHER_ROW),
     ],
     "my_paged_attention": [
         ("min(ps, n - i * ps)", "ps", L.HINT_ATT_PAST_LENGTH),

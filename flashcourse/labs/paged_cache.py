@@ -307,6 +307,16 @@ HINT_APPEND_BOUNDARY = (
     "before theirs (or its neighbour). Token t belongs to table column t // page_size and "
     "slot t % page_size.",
     "Compute the column from t itself (my_token_address), not from t - 1.")
+HINT_APPEND_START = (
+    "The new tokens went to the wrong positions: token i of this call is at position t = "
+    "seq_lens[b] + i, right after the seq_lens[b] tokens the sequence already holds "
+    "(positions 0 .. seq_lens[b] - 1). Starting earlier writes over the sequence's own "
+    "tokens.",
+    "Read the length once, before the loop: token i then goes to position seq_lens[b] + i.")
+HINT_APPEND_OTHER_ROW = (
+    "A token went into another sequence's page: the page of column t // page_size is in "
+    "row b of the block table, this sequence's own row.",
+    "Index the table with the b you were given, [b, column], when you look a page up.")
 HINT_FREE_LIST = (
     "Forgetting the free list: a page that is in use was handed out again (or is still on "
     "the free list). Take pages only off cache.free and remove each one you take (pop), "
@@ -367,18 +377,23 @@ def _append(cache, b, k_new, v_new, mistake=None):
     """The append with one typical mistake (None: the model's, `PagedKVCache.append`)."""
     ps, n = cache.page_size, k_new.shape[1]
     start = int(cache.seq_lens[b])
+    if mistake == "start one short":                    # over the sequence's last token
+        start = max(0, start - 1)
+    first = 0 if mistake == "from zero" else start      # positions from 0 in every call
     counted = mistake in ("count early", "count late")
     if counted:                                            # pages taken by a count
         need = (start + n) // ps + (mistake == "count early")
         for col in range(pc.pages_for(start, ps), need):
             cache.block_table[b, col] = _take(cache)
     for i in range(n):
-        t = start + i
+        t = first + i
         col, slot = ((t - 1) // ps if mistake == "prev" else t // ps), t % ps
+        row = 1 - b if mistake == "other row" else b    # the table row read for a page
         if not counted and slot == (1 if mistake == "late" else 0):
             cache.block_table[b, col] = _take(cache, mistake)
+            row = b
         elif not (counted and slot == 0):
-            page = cache.block_table[b, col]
+            page = cache.block_table[row, col]
             if mistake != "no cow" and cache.refs[page] > 1:
                 new = _take(cache)
                 if mistake != "cow no copy":
@@ -390,7 +405,8 @@ def _append(cache, b, k_new, v_new, mistake=None):
                     _write(cache, new, slot, k_new[:, i], v_new[:, i])
                     continue
                 cache.block_table[b, col] = new
-        page = cache.block_table[b, col]
+                row = b
+        page = cache.block_table[row, col]
         if mistake == "swapped":
             cache.k_pages[slot, :, page] = k_new[:, i]
             cache.v_pages[slot, :, page] = v_new[:, i]
@@ -410,7 +426,8 @@ APPEND_MISTAKES = [
     ("count early", HINT_PAGE_EARLY), ("prev", HINT_APPEND_BOUNDARY),
     ("no pop", HINT_FREE_LIST), ("no refs", HINT_REFS), ("no cow", HINT_COW),
     ("cow no copy", HINT_COW_COPY), ("cow no decref", HINT_COW_DECREF),
-    ("cow no table", HINT_COW_TABLE),
+    ("cow no table", HINT_COW_TABLE), ("from zero", HINT_APPEND_START),
+    ("start one short", HINT_APPEND_START), ("other row", HINT_APPEND_OTHER_ROW),
     ("swapped", HINT_SWAPPED_WRITE)]
 
 #: (name, page_size, num_pages, Hkv, d, ops): ops ("append", b, n) or ("fork", src, dst)
