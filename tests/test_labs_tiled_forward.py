@@ -90,6 +90,12 @@ MISTAKES = {"flash_forward": [
     ("o = w_a[:, None] * o_a + w_b[:, None] * o_b", "o = (o_a + o_b) / 2", L.HINT_MERGE_AVERAGE),
     ("lse = np.logaddexp(lse_a, lse_b)", "lse = lse_a + lse_b", L.HINT_MERGE_LSE),
     ("lse_use = np.where(np.isneginf(lse), 0.0, lse)", "lse_use = lse", L.HINT_MERGE_EMPTY),
+    # review round 14, M6: a stand-in tested on lse_a passed (no row had part a empty and
+    # part b not); one tested on lse_b got the generic HINT_MERGE
+    ("lse_use = np.where(np.isneginf(lse), 0.0, lse)",
+     "lse_use = np.where(np.isneginf(lse_a), 0.0, lse)", L.HINT_MERGE_STANDIN),
+    ("lse_use = np.where(np.isneginf(lse), 0.0, lse)",
+     "lse_use = np.where(np.isneginf(lse_b), 0.0, lse)", L.HINT_MERGE_STANDIN),
 ]}
 test_mistakes_get_their_hint = mistakes_test(LAB, CHECKS, MISTAKES)
 test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)

@@ -249,6 +249,12 @@ HINT_MERGE_OVERFLOW = (
     "Your merge overflows for large lse values (inf or NaN where every input is finite): "
     "exp(lse) alone is past float64's range once lse > 709.",
     "Only differences go into exp: logaddexp(lse_a, lse_b), and weights exp(lse_part - lse).")
+HINT_MERGE_STANDIN = (
+    "Your merge is wrong where one part is empty (lse = -inf) and the other is not: the "
+    "weights are exp(lse_part - lse_total), with a stand-in 0 only where the TOTAL lse is "
+    "-inf (both parts empty). A stand-in tested on one part's lse is 0 where the total is "
+    "finite, and that part's weight comes out exp(lse_part) instead of 1.",
+    "Build the stand-in from the merged lse alone: 0 where it is -inf, itself elsewhere.")
 HINT_MERGE = (
     "Your merge disagrees with attention over the union of the key ranges.",
     "Each part's o is normalised over its own keys; undo that with its mass exp(lse), add, "
@@ -574,11 +580,13 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
     """Check `merge_partials(o_a, lse_a, o_b, lse_b) -> (o, lse)` against attention over the
     union of two key ranges; includes rows for which one or both ranges are fully masked."""
     cases = []
-    for n, (name, tq, tk, split, causal, spread) in enumerate([
-            ("two halves, Tq = 5, Tk = 12", 5, 12, 6, False, 1.0),
-            ("uneven split, large scores, Tq = 4, Tk = 9", 4, 9, 2, False, 15.0),
+    for n, (name, tq, tk, split, causal, spread, swap) in enumerate([
+            ("two halves, Tq = 5, Tk = 12", 5, 12, 6, False, 1.0, False),
+            ("uneven split, large scores, Tq = 4, Tk = 9", 4, 9, 2, False, 15.0, False),
             ("causal, Tq = 8 > Tk = 6: rows with no key in one or both parts", 8, 6, 3, True,
-             1.0)]):
+             1.0, False),
+            ("the causal parts passed later keys first: part a empty where part b is not",
+             8, 6, 3, True, 1.0, True)]):
         q, k, v = _inputs(90 + n, tq, tk, 3, spread)
         mask = visible_mask(tq, tk, causal)                     # (Tq, Tk)
         s = SCALE * (q @ k.T)
@@ -596,6 +604,8 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
 
         o_a, lse_a = part(np.arange(0, split))
         o_b, lse_b = part(np.arange(split, tk))
+        if swap:                                                # merging commutes
+            (o_a, lse_a), (o_b, lse_b) = (o_b, lse_b), (o_a, lse_a)
         expected = part(np.arange(tk))
         with np.errstate(all="ignore"):
             average = ((o_a + o_b) / 2, np.logaddexp(lse_a, lse_b))
@@ -607,6 +617,11 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
             lse_use = np.where(np.isneginf(expected[1]), 0.0, expected[1])
             base2 = (np.exp2(lse_a - lse_use)[:, None] * o_a
                      + np.exp2(lse_b - lse_use)[:, None] * o_b, expected[1])
+            standins = []                      # the stand-in 0 where one part is empty
+            for key in (lse_a, lse_b):
+                use = np.where(np.isneginf(key), 0.0, expected[1])
+                standins.append((np.exp(lse_a - use)[:, None] * o_a
+                                 + np.exp(lse_b - use)[:, None] * o_b, expected[1]))
         diagnoses = [(_has_nan, *HINT_MERGE_EMPTY),
                      ((lambda y, e, w=average: _close(y, w)), *HINT_MERGE_AVERAGE),
                      ((lambda y, e, w=add_lse: _close(y, w)), *HINT_MERGE_LSE),
@@ -615,6 +630,8 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
                       *HINT_MERGE_AVERAGE),
                      ((lambda y, e, w=lse_max: _close(plain(y)[1:], (w,))),
                       *HINT_MERGE_LSE)]
+        diagnoses += [((lambda y, e, w=w: _close(y, w)), *HINT_MERGE_STANDIN)
+                      for w in standins if not _close(w, expected)]
 
         def run(f, a=(o_a, lse_a, o_b, lse_b), expected=expected):
             return result_tuple(f(*(x.copy() for x in a)), 2), expected
