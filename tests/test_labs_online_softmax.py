@@ -144,6 +144,12 @@ def _merge_standin_from_a(m_a, l_a, m_b, l_b):  # review round 14, M1
     return m, l_a * np.exp(m_a - m_safe) + l_b * np.exp(m_b - m_safe)
 
 
+def _merge_standin_from_b(m_a, l_a, m_b, l_b):  # review round 14, M7: passed (no case had
+    m = np.maximum(m_a, m_b)                     # piece b empty and piece a not)
+    m_safe = np.where(m_b == -np.inf, 0.0, m)
+    return m, l_a * np.exp(m_a - m_safe) + l_b * np.exp(m_b - m_safe)
+
+
 def test_rescale_hint_names_a_max_written_over_the_old_one():
     """Review round 14, M4: the max written into m before the factor (out=m): the factor is
     exp(0) = 1, the replayed missing rescale exactly, though the code multiplies by it."""
@@ -167,7 +173,7 @@ WRONG = [(L1.check_online_update, wrong, hint) for wrong, hint in (
         (_merge_no_rescale, L1.HINT_RESCALE), (_merge_no_guard, L1.HINT_NEG_INF),
         (_merge_min, L1.HINT_MAX), (_merge_inverted, L1.HINT_DIRECTION),
         (_merge_swapped, L1.HINT_ORDER), (_merge_python_max, L1.HINT_ELEMENTWISE),
-        (_merge_standin_from_a, L1.HINT_STANDIN))]
+        (_merge_standin_from_a, L1.HINT_STANDIN), (_merge_standin_from_b, L1.HINT_STANDIN))]
 
 
 @pytest.mark.parametrize("check, wrong, hint", WRONG,

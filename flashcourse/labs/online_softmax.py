@@ -362,7 +362,7 @@ def check_merge_states(merge_states, *, verbose: bool = True,
         hint_level: int = 1) -> Result:
     """Check `merge_states(m_a, l_a, m_b, l_b) -> (m, l)`.
 
-    Cases: two halves of random rows; one side empty (-inf, 0); both empty;
+    Cases: two halves of random rows; one side empty (-inf, 0), then the other; both empty;
     five pieces merged in a scrambled tree order (merging is associative and
     commutative, so any order must give the whole row's statistics).
     """
@@ -380,6 +380,9 @@ def check_merge_states(merge_states, *, verbose: bool = True,
 
     def with_empty(fn):
         return as_pair(fn(ea.copy(), fa.copy(), eb.copy(), fb.copy())), stats(x_masked)
+
+    def other_side_empty(fn):        # the same pieces in the other order: b is now empty
+        return as_pair(fn(eb.copy(), fb.copy(), ea.copy(), fa.copy())), stats(x_masked)
 
     def both_empty(fn):
         empty_m, empty_l = np.full(3, -np.inf), np.zeros(3)
@@ -407,6 +410,10 @@ def check_merge_states(merge_states, *, verbose: bool = True,
              rtol=_RTOL, atol=_ATOL),
         Case("one side empty (-inf, 0)", with_empty, HINT_NEG_INF,
              common + [(_matches(wrong(_merge_standin_of(side), ea, fa, eb, fb)), HINT_STANDIN)
+                       for side in (0, 1)], rtol=_RTOL, atol=_ATOL),
+        Case("the other side empty (the same pieces, passed in the other order)",
+             other_side_empty, HINT_NEG_INF,
+             common + [(_matches(wrong(_merge_standin_of(side), eb, fb, ea, fa)), HINT_STANDIN)
                        for side in (0, 1)], rtol=_RTOL, atol=_ATOL),
         Case("both sides empty", both_empty, HINT_NEG_INF, common, rtol=_RTOL, atol=_ATOL),
         Case("five uneven pieces merged in a scrambled order", scrambled, HINT_MERGE, common,
