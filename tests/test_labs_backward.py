@@ -77,6 +77,8 @@ MISTAKES = {"flash_backward": [
     ("delta_i = (do_i * o[q0:q1]).sum(axis=1)", "delta_i = (o[q0:q1] * o[q0:q1]).sum(axis=1)",
      L.HINT_DELTA_O_O),
     ("k_end = max(0, min(t_k, q1 + offset)) if causal",
+     "k_end = max(0, min(t_k, q1)) if causal", L.HINT_DQ_K_END_NO_OFFSET),
+    ("k_end = max(0, min(t_k, q1 + offset)) if causal",
      "k_end = max(0, min(t_k, q1 + offset - 1)) if causal", L.HINT_DQ_K_END_SHORT),
     ("k_end = max(0, min(t_k, q1 + offset)) if causal",
      "k_end = max(0, min(t_k, q0 + offset)) if causal", L.HINT_DQ_SKIP_TOO_MUCH),

@@ -122,8 +122,9 @@ HINT_P_OVERFLOW = (
 HINT_OFFSET_SIGN = (
     "The causal offset has the wrong sign: query i sees key j iff j <= i + (Tk - Tq), keys "
     "minus queries, so that the last query sees every key. Yours uses Tq - Tk (in the mask, "
-    "or in the first query block too): where Tq != Tk each query sees the wrong keys.",
-    "offset = Tk - Tq, the same in the per-pair test and in q_start.")
+    "or in the loop bounds too): where Tq != Tk each query sees the wrong keys.",
+    "offset = Tk - Tq, the same in the per-pair test and in the loop bounds (q_start, or "
+    "the dq pass's k_end).")
 HINT_NO_SKIP = (
     "Causal tile skipping: your key-block loop loads query blocks that cannot see that key "
     "block. The gradients are right, but those loads and five products are wasted.",
@@ -160,6 +161,7 @@ HINT_SKIP_NO_OFFSET = (
     "Start the query loop at the block containing row max(0, k0 - (Tk - Tq)).")
 #: the dQ pass's causal key loop ends where the forward's does (lab 03): the same hint
 HINT_DQ_K_END_SHORT = _forward.HINT_K_END_SHORT
+HINT_DQ_K_END_NO_OFFSET = _forward.HINT_K_END_NO_OFFSET
 HINT_DQ_SKIP_TOO_MUCH = (
     "Your key loop skips key blocks that some query of this block can see.",
     "A key block is hidden from query block i only if its FIRST key is after what the "
@@ -208,6 +210,8 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
                 q1 = min(q0 + br, tq)
                 if causal and mistake == "k_end_short" and k0 >= q1 + off - 1:
                     continue            # the query-major loop's end one key short
+                if causal and mistake == "k_end_no_offset" and k0 >= q1:
+                    continue            # the query-major loop's end without the offset
                 s = (1.0 if mistake == "p_no_scale" else scale) * (q[q0:q1] @ k[k0:k1].T)
                 if causal:
                     cols, rows = np.arange(k0, k1)[None, :], np.arange(q0, q1)[:, None]
@@ -265,7 +269,8 @@ MISTAKES = [("no_delta", HINT_FORGOT_D), ("delta_do_do", HINT_DELTA_DODO),
 #: the mistakes the query-major dq pass can show (dv_from_o, dkdv_overwrite and swap_dkdv
 #: change only dk, dv; skip_no_offset is the key-major loop's), with its key loop's own
 #: k_end one short first, and skipping too much said of its key loop
-DQ_MISTAKES = [("k_end_short", HINT_DQ_K_END_SHORT)] + [
+DQ_MISTAKES = [("k_end_short", HINT_DQ_K_END_SHORT),
+               ("k_end_no_offset", HINT_DQ_K_END_NO_OFFSET)] + [
     (m, HINT_DQ_SKIP_TOO_MUCH if m == "skip_too_much" else h) for m, h in MISTAKES
     if m not in ("dv_from_o", "dkdv_overwrite", "swap_dkdv", "skip_no_offset")]
 
