@@ -86,6 +86,12 @@ MISTAKES = {"flash_forward": [
      L.HINT_FA1_SKIP_EDGE),
     ("a_old * l_i)[:, None] * o[q0:q1]", "a_old)[:, None] * o[q0:q1]", L.HINT_FA1_MATH),
     ("if causal and k0 > q1 - 1 + offset:", "if False:", L.HINT_FA1_NO_SKIP),
+    # review round 14: the mask and lse slips of the FA2 order, named in FA1 too (they got
+    # HINT_FA1_MATH, on O_i kept normalised)
+    ("lse = np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)",
+     "lse = np.where(seen, m + np.log2(np.where(seen, l, 1.0)), -np.inf)", L.HINT_LSE_LOG2),
+    ("    offset = t_k - t_q\n    o, l, m", "    offset = t_q - t_k\n    o, l, m",
+     L.HINT_OFFSET_SIGN),
 ], "merge_partials": [
     ("o = w_a[:, None] * o_a + w_b[:, None] * o_b", "o = (o_a + o_b) / 2", L.HINT_MERGE_AVERAGE),
     ("lse = np.logaddexp(lse_a, lse_b)", "lse = lse_a + lse_b", L.HINT_MERGE_LSE),

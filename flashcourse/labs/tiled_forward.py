@@ -36,8 +36,8 @@ from ..counter import TrafficCounter
 from ..traffic import tiled_traffic
 from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
                          rows_loaded_case)
-from ._harness import (SKIPPING_SHAPES, Case, Result, parts_close, plain, random_qkv,
-                       result_tuple, run_checks, shapes_mix, tiled_cases)
+from ._harness import (SKIPPING_SHAPES, Case, Result, mistake_diagnoses, parts_close, plain,
+                       random_qkv, result_tuple, run_checks, shapes_mix, tiled_cases)
 
 # -- hints: (level 1 diagnoses, level 2 more explicit); tests assert on these strings -----
 HINT_RESCALE = (
@@ -530,6 +530,12 @@ FA1_CASES = [
 ]
 
 
+#: the FA2 replays whose slip an FA1 loop can make in the same way (review round 14)
+FA1_REPLAYED = [(m, h) for m, h in MISTAKES if m in (
+    "top_left", "offset_sign", "mask_offset_sign", "no_mask", "strict_mask", "lse_no_m",
+    "lse_base2", "lse_log2_l", "sqrt_scale", "no_scale")]
+
+
 def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Check `fa1_forward(q, k, v, causal, scale, block_q, block_k, counter)`: its result
     against dense attention, then its counted bytes against the FA1 model."""
@@ -543,8 +549,13 @@ def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Resul
                     TrafficCounter(bytes_per_element=8, record_events=False))
             return result_tuple(out, 2), expected
 
-        cases.append(Case(f"{name}: result", run, HINT_FA1_MATH[0], [(_has_nan, *HINT_NEG_INF)],
-                          rtol=_RTOL, atol=_ATOL, hint2=HINT_FA1_MATH[1], names=("o", "lse")))
+        # the mask, scale and lse slips give the FA2 order's wrong output (to rounding)
+        replayed = mistake_diagnoses(
+            lambda mistake, q=q, k=k, v=v, causal=causal, br=br, bc=bc:
+            replay(q, k, v, causal, SCALE, br, bc, mistake), FA1_REPLAYED, _close)
+        cases.append(Case(f"{name}: result", run, HINT_FA1_MATH[0],
+                          [(_has_nan, *HINT_NEG_INF)] + replayed, rtol=_RTOL, atol=_ATOL,
+                          hint2=HINT_FA1_MATH[1], names=("o", "lse")))
     for name, tq, tk, d, br, bc, causal in FA1_CASES:
         q, k, v = _inputs(80, tq, tk, d)
         want = fa1_model(tq, tk, d, br, bc, causal)
