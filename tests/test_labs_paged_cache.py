@@ -117,6 +117,12 @@ MISTAKES = {
         ("range((n + ps - 1) // ps)", "range(n // ps)", L.HINT_ATT_FLOOR),
         ("page, cnt = block_table[b, i], min(ps, n - i * ps)",
          "page, cnt = i, min(ps, n - i * ps)", L.HINT_ATT_POOL_ORDER),
+        # review round 14 (m): another row of the table; a page with no key (the generic
+        # HINT_ATTENTION before)
+        ("page, cnt = block_table[b, i], min(ps, n - i * ps)",
+         "page, cnt = block_table[0, i], min(ps, n - i * ps)", L.HINT_ATT_OTHER_ROW),
+        ("min(ps, n - i * ps)", "min(ps, n - i * ps - 1)", L.HINT_ATT_EMPTY_PAGE),
+        ("range((n + ps - 1) // ps)", "range(n // ps + 1)", L.HINT_ATT_EMPTY_PAGE),
     ],
 }
 

@@ -617,6 +617,21 @@ HINT_ATT_POOL_ORDER = (
     "Your pages are taken in pool order (page i of the pool) instead of through the table: "
     "page i of sequence b is block_table[b, i], wherever the pool put it.",
     "Index k_pages and v_pages with block_table[b, i], not with i.")
+HINT_ATT_OTHER_ROW = (
+    "A sequence's keys came from another sequence's pages: page i of sequence b is "
+    "block_table[b, i], in row b of the table.",
+    "Index the table with the sequence you are decoding, [b, i].")
+HINT_ATT_LAST_KEY = (
+    "The sequence's last key is missing: the last page holds seq_len - i x page_size keys "
+    "(its slots 0 .. that count - 1), not one fewer.",
+    "The key count of page i is min(page_size, seq_len - i x page_size).")
+HINT_ATT_EMPTY_PAGE = (
+    "Your code took the max of a page with no key (the zero-size array in the error): "
+    "either one page too many (a sequence that ends on a page boundary has ceil(seq_len / "
+    "page_size) pages, no extra one) or a key count one short (the last page holds "
+    "seq_len - i x page_size keys; a sequence of one token has one).",
+    "Walk i over range(ceil(seq_len / page_size)); the key count of page i is "
+    "min(page_size, seq_len - i x page_size), at least 1.")
 HINT_ATT_SCALE = ("The scores are not scaled: s = scale x (q . k).",
                   "Multiply the dot products by scale before the softmax.")
 HINT_ATT_OVERFLOW = (
@@ -638,7 +653,12 @@ def _attention_mistake(q, kp, vp, table, lens, scale, mistake):
         m, l, acc = np.full(h_, -np.inf), np.zeros(h_), np.zeros((h_, d))
         for i in range(n // ps if mistake == "floor" else pc.pages_for(n, ps)):
             cnt = ps if mistake == "past length" else min(ps, n - i * ps)
-            page = i if mistake == "pool order" else table[b, i]
+            if mistake == "last key dropped":
+                cnt = min(ps, n - i * ps - 1)
+                if cnt <= 0:                    # a page left with no key: skipped
+                    continue
+            row = {"row 0": 0, "next row": (b + 1) % b_}.get(mistake, b)
+            page = i if mistake == "pool order" else table[row, i]
             k, v = kp[page, :, :cnt], vp[page, :, :cnt]                 # (H, cnt, d)
             s = (1.0 if mistake == "no scale" else scale) * np.einsum("hd,hkd->hk", q[b], k)
             m_new = np.maximum(m, s.max(axis=1))
@@ -711,14 +731,21 @@ def _attention_case(name, ps, h, d, lens, spread):
                               ("no rescale acc", HINT_ATT_RESCALE_ACC),
                               ("no rescale l", HINT_ATT_RESCALE_L),
                               ("no scale", HINT_ATT_SCALE), ("floor", HINT_ATT_FLOOR),
-                              ("pool order", HINT_ATT_POOL_ORDER)):
+                              ("pool order", HINT_ATT_POOL_ORDER),
+                              ("row 0", HINT_ATT_OTHER_ROW), ("next row", HINT_ATT_OTHER_ROW),
+                              ("last key dropped", HINT_ATT_LAST_KEY)):
             wrong = _attention_mistake(q, kp, vp, table, lens, scale, mistake)
             if not same(wrong, want):
                 diagnoses.append(((lambda y, e, w=wrong: same(y, w)), *hint))
     diagnoses.append(((lambda y, e: y is not None and not np.isfinite(y).all()),
                       *HINT_ATT_OVERFLOW))
     return Case(name, run, HINT_ATTENTION[0], diagnoses, hint2=HINT_ATTENTION[1],
-                compare=compare)
+                compare=compare, error_diagnoses=[(_empty_reduction, *HINT_ATT_EMPTY_PAGE)])
+
+
+def _empty_reduction(exc) -> bool:
+    """numpy's error for the max of an empty array (a page with no key)."""
+    return isinstance(exc, ValueError) and "zero-size array to reduction" in str(exc)
 
 
 def check_paged_attention(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
