@@ -217,7 +217,14 @@ def test_stream_softmax_solution_passes_and_stub_is_reported(lab):
      "        out[:, c0:c0 + chunk] = np.where(l[:, None] > 0, p / l_safe, 0.0)\n",
      "        p = np.exp(x - m_safe)                                 # the whole x at once\n"
      "        out = np.where(l[:, None] > 0, p / l_safe, 0.0)\n", L1.HINT_STREAM_CHUNKS),
-], ids=["shift", "masked", "merge", "whole-x"])
+    # review round 14 (m): the last, shorter chunk left out of one pass (generic before)
+    ("for c0 in range(0, n, chunk):                               # pass 1",
+     "for c0 in range(0, n - chunk, chunk):                       # pass 1",
+     L1.HINT_STREAM_LAST_CHUNK),
+    ("for c0 in range(0, n, chunk):                               # pass 2",
+     "for c0 in range(0, n // chunk * chunk, chunk):              # pass 2",
+     L1.HINT_STREAM_LAST_CHUNK),
+], ids=["shift", "masked", "merge", "whole-x", "pass1-last-chunk", "pass2-last-chunk"])
 def test_stream_softmax_mistakes_get_their_hint(lab, old, new, hint):
     fn = mutate(LAB, "stream_softmax", old, new)
     assert_hint(L1.check_stream_softmax, fn, hint, lab["merge_states"])

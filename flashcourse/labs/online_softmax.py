@@ -66,6 +66,9 @@ HINT_MERGE = ("Merge both sides relative to the common max: each piece's sum is 
               "its own max to the common one, then the two are added.")
 HINT_SOFTMAX_SHIFT = ("Your probabilities overflow or do not sum to 1: pass 2 must subtract the "
                       "row's FINAL max and divide by its final sum from pass 1, in every chunk.")
+HINT_STREAM_LAST_CHUNK = ("The last, shorter chunk is missing from pass 1 or pass 2: when n is "
+                          "not a multiple of chunk, range(0, n, chunk) still starts a last "
+                          "chunk, and x[:, c0:c0 + chunk] stops at n by itself.")
 HINT_SOFTMAX_MASKED = ("A fully masked row must give probabilities 0 (not NaN): its l is 0.")
 HINT_SOFTMAX = ("Pass 1 folds each chunk's statistics into the row's state with your "
                 "merge_states; pass 2 turns every score into exp(score - m) / l.")
@@ -93,6 +96,8 @@ LEVEL2 = {
                    "elsewhere (for a merge, from the common max alone)."),
     HINT_MERGE: "l = l_a times exp(m_a - m) plus l_b times exp(m_b - m), with the common max m.",
     HINT_SOFTMAX_SHIFT: "Finish pass 1 over all chunks before computing any probability.",
+    HINT_STREAM_LAST_CHUNK: ("Loop c0 over range(0, n, chunk) in both passes, not over whole "
+                             "chunks only (n // chunk of them)."),
     HINT_SOFTMAX_MASKED: "Divide only where l > 0; elsewhere the probabilities are 0.",
     HINT_SOFTMAX: "Compare one row with flashcourse.reference.softmax_safe.",
     HINT_STREAM_CHUNKS: ("Loop over c0 in range(0, n, chunk) in pass 2 as well, and write each "
@@ -525,6 +530,12 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
             m_all, l_all = stats(x)
             unshifted = np.exp(x) / l_all[:, None]              # pass 2 forgets the max
             undivided = expected(x) * l_all[:, None]            # pass 2 forgets to divide
+            cut = x.shape[1] // chunk * chunk                   # whole chunks only
+            m_cut, l_cut = stats(x[:, :cut])
+            short_1 = np.where(l_cut[:, None] > 0, np.exp(x - _safe(m_cut)[:, None])
+                               / np.where(l_cut > 0, l_cut, 1.0)[:, None], 0.0)
+            short_2 = expected(x)
+            short_2[:, cut:] = 0.0
 
         def run(fns, x=x, chunk=chunk):
             f, merge = fns
@@ -536,6 +547,10 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
                       HINT_SOFTMAX_SHIFT),
                      ((lambda y, e, w=undivided: np.allclose(y, w, equal_nan=True)),
                       HINT_SOFTMAX_SHIFT),
+                     ((lambda y, e, w=short_1: np.allclose(y, w, equal_nan=True)),
+                      HINT_STREAM_LAST_CHUNK),
+                     ((lambda y, e, w=short_2: np.allclose(y, w, equal_nan=True)),
+                      HINT_STREAM_LAST_CHUNK),
                      ((lambda y, e: bool(np.isnan(y).any())), HINT_SOFTMAX_MASKED),
                      ((lambda y, e: bool(np.isinf(y).any())), HINT_SOFTMAX_SHIFT)]
         cases.append(Case(name, run, HINT_SOFTMAX, diagnoses, rtol=_RTOL, atol=_ATOL))
