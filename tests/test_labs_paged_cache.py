@@ -61,6 +61,13 @@ MISTAKES = {
          "        page, slot = my_token_address(\n"
          "            np.sort(block_table[:, :-(-seq_len // ps)], axis=1), b, t, ps)",
          L.HINT_POOL_ORDER),
+        # review round 14 (m): the next row read for seq_len tokens, past its own length;
+        # tokens on the last axis (both generic before)
+        ("        page, slot = my_token_address(block_table, b, t, ps)",
+         "        page, slot = my_token_address(block_table, (b + 1) % len(block_table), t, ps)",
+         L.HINT_OTHER_ROW),
+        ("    return np.stack(rows, axis=1)", "    return np.stack(rows, axis=-1)",
+         L.HINT_TOKENS_LAST),
     ],
     "my_append": [
         ("    cache.seq_lens[b] = start + n", "    pass", L.HINT_STALE_LENGTH),

@@ -193,6 +193,8 @@ HINT_LENGTH_ONE_OFF = (
     "range(seq_len).")
 HINT_HEADS_FIRST = ("The result must be (Hkv, seq_len, d), heads first; yours is "
                     "(seq_len, Hkv, d).", "Transpose the first two axes.")
+HINT_TOKENS_LAST = ("The result must be (Hkv, seq_len, d), tokens on axis 1; yours is "
+                    "(Hkv, d, seq_len).", "Stack the (Hkv, d) rows along axis 1, not -1.")
 HINT_POOL_ORDER = (
     "Your pages come in the pool's order: a sequence's pages are read in the order of its "
     "table row (column 0, 1, 2, ...), whatever their numbers in the pool.",
@@ -249,7 +251,12 @@ def _gather_case(name, ps, hkv, d, lens, b):
     full = pages[table[b, :w]].transpose(1, 0, 2, 3).reshape(hkv, w * ps, d)   # whole pages
     sorted_pages = pages[np.sort(table[b, :w])].transpose(1, 0, 2, 3).reshape(
         hkv, w * ps, d)[:, :n]
-    other = pc.gather(pages, table, (b + 1) % len(lens), min(n, lens[(b + 1) % len(lens)]))
+    others = []                        # n tokens read through another row, past its length too
+    for ob in sorted({(b + 1) % len(lens), (b - 1) % len(lens)} - {b}):
+        t = np.arange(n)
+        if (t // ps).max() < table.shape[1]:
+            others.append(pages[table[ob, t // ps], :, t % ps].transpose(1, 0, 2))
+        others.append(pc.gather(pages, table, ob, min(n, lens[ob])))
 
     def shape_is(*shapes):
         return lambda y, e: y is not None and y.shape in shapes
@@ -257,9 +264,11 @@ def _gather_case(name, ps, hkv, d, lens, b):
     diagnoses = [(shape_is(full.shape), *HINT_PAST_LENGTH) if w * ps != n else None,
                  (shape_is((hkv, n + 1, d), (hkv, n - 1, d)), *HINT_LENGTH_ONE_OFF),
                  (shape_is((n, hkv, d)), *HINT_HEADS_FIRST) if n != hkv else None,
+                 (shape_is((hkv, d, n)), *HINT_TOKENS_LAST) if n != d else None,
                  ((lambda y, e: y is not None and np.array_equal(y, sorted_pages)),
                   *HINT_POOL_ORDER) if not np.array_equal(sorted_pages, want) else None,
-                 ((lambda y, e: y is not None and np.array_equal(y, other)), *HINT_OTHER_ROW)]
+                 *(((lambda y, e, w=w: y is not None and np.array_equal(y, w)), *HINT_OTHER_ROW)
+                   for w in others)]
     return Case(name, run, HINT_GATHER[0], [x for x in diagnoses if x], hint2=HINT_GATHER[1],
                 compare=compare)
 
