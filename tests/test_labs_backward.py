@@ -65,8 +65,19 @@ MISTAKES = {"flash_backward": [
     ("s = scale * (q_i @ k_j.T)", "s = q_i @ k_j.T", L.HINT_P_NO_SCALE),
     ("q_start = max(0, k0 - offset) // block_q * block_q", "q_start = k0 // block_q * block_q",
      L.HINT_SKIP_NO_OFFSET),
+    # review round 14: D from O * O or from the tile's own P * dP; the offset's sign
+    ("delta = (do * o).sum(axis=1)", "delta = (o * o).sum(axis=1)", L.HINT_DELTA_O_O),
+    ("ds = p * (dp - delta[q0:q1, None])",
+     "ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))", L.HINT_DELTA_TILE),
+    ("offset = t_k - t_q ", "offset = t_q - t_k ", L.HINT_OFFSET_SIGN),
+    ("s = np.where(cols <= rows + offset, s, -np.inf)",
+     "s = np.where(cols <= rows - offset, s, -np.inf)", L.HINT_OFFSET_SIGN),
     *SHARED_MISTAKES,
 ], "flash_backward_dq": [
+    ("delta_i = (do_i * o[q0:q1]).sum(axis=1)", "delta_i = (o[q0:q1] * o[q0:q1]).sum(axis=1)",
+     L.HINT_DELTA_O_O),
+    ("k_end = max(0, min(t_k, q1 + offset)) if causal",
+     "k_end = max(0, min(t_k, q1)) if causal", L.HINT_DQ_K_END_NO_OFFSET),
     ("k_end = max(0, min(t_k, q1 + offset)) if causal",
      "k_end = max(0, min(t_k, q1 + offset - 1)) if causal", L.HINT_DQ_K_END_SHORT),
     ("k_end = max(0, min(t_k, q1 + offset)) if causal",
@@ -165,3 +176,16 @@ def test_a_correct_backward_that_prints_passes():
                 "    print(k.tolist(), f'{q}', repr(q))\n    print(do)\n" + anchor)
     result = L.check_flash_backward(fn, verbose=False)
     assert result.passed, (result.case, result.detail)
+
+
+def test_a_query_loop_started_at_the_first_row_that_sees_the_block_passes():
+    """Review round 14, M3: q_start = max(0, k0 - offset), not floored to a block, loads
+    only rows that see the key block (fewer than whole blocks) and gives the right
+    gradients: it passes (it was told it skips query blocks that see the key block).
+    Rounding q_start up still skips rows that do, and is still named."""
+    fn = mutate(LAB, "flash_backward", "q_start = max(0, k0 - offset) // block_q * block_q",
+                "q_start = max(0, k0 - offset)")
+    assert L.check_flash_backward(fn, verbose=False).passed
+    fn = mutate(LAB, "flash_backward", "q_start = max(0, k0 - offset) // block_q * block_q",
+                "q_start = -(-max(0, k0 - offset) // block_q) * block_q")
+    assert L.check_flash_backward(fn, verbose=False).hint == L.HINT_SKIP_TOO_MUCH[0]

@@ -126,16 +126,54 @@ def _merge_python_max(m_a, l_a, m_b, l_b):
     return m, l_a * np.exp(m_a - _safe(m)) + l_b * np.exp(m_b - _safe(m))
 
 
+def _update_standin_from_old_max(m, l, x):  # review round 14, M1: exp(x - 0) overflows
+    m_new = np.maximum(m, x)
+    m_safe = np.where(m == -np.inf, 0.0, m_new)
+    return m_new, l * np.exp(m - m_safe) + np.exp(x - m_safe)
+
+
+def _update_standin_from_x(m, l, x):        # review round 14, M1: no NaN, l off by exp(m)
+    m_new = np.maximum(m, x)
+    m_safe = np.where(x == -np.inf, 0.0, m_new)
+    return m_new, l * np.exp(m - m_safe) + np.exp(x - m_safe)
+
+
+def _merge_standin_from_a(m_a, l_a, m_b, l_b):  # review round 14, M1
+    m = np.maximum(m_a, m_b)
+    m_safe = np.where(m_a == -np.inf, 0.0, m)
+    return m, l_a * np.exp(m_a - m_safe) + l_b * np.exp(m_b - m_safe)
+
+
+def _merge_standin_from_b(m_a, l_a, m_b, l_b):  # review round 14, M7: passed (no case had
+    m = np.maximum(m_a, m_b)                     # piece b empty and piece a not)
+    m_safe = np.where(m_b == -np.inf, 0.0, m)
+    return m, l_a * np.exp(m_a - m_safe) + l_b * np.exp(m_b - m_safe)
+
+
+def test_rescale_hint_names_a_max_written_over_the_old_one():
+    """Review round 14, M4: the max written into m before the factor (out=m): the factor is
+    exp(0) = 1, the replayed missing rescale exactly, though the code multiplies by it."""
+    def update(m, l, x):
+        np.maximum(m, x, out=m)
+        m_safe = _safe(m)
+        return m, l * np.exp(m - m_safe) + np.exp(x - m_safe)
+    result = L1.check_online_update(update, verbose=False)
+    assert result.hint == L1.HINT_RESCALE and "exp(0) = 1" in result.hint
+
+
 #: (checker, a wrong update or merge, the hint it must get)
 WRONG = [(L1.check_online_update, wrong, hint) for wrong, hint in (
     (_update_no_rescale, L1.HINT_RESCALE), (_update_no_guard, L1.HINT_NEG_INF),
     (_update_forgets_old_max, L1.HINT_MAX), (_update_inverted, L1.HINT_DIRECTION),
     (_update_unshifted, L1.HINT_SHIFT), (_update_new_term_old_max, L1.HINT_SHIFT_OLD),
-    (_update_python_max, L1.HINT_ELEMENTWISE), (_update_swapped, L1.HINT_ORDER))] + [
+    (_update_python_max, L1.HINT_ELEMENTWISE), (_update_swapped, L1.HINT_ORDER),
+    (_update_standin_from_old_max, L1.HINT_STANDIN),
+    (_update_standin_from_x, L1.HINT_STANDIN))] + [
     (L1.check_merge_states, wrong, hint) for wrong, hint in (
         (_merge_no_rescale, L1.HINT_RESCALE), (_merge_no_guard, L1.HINT_NEG_INF),
         (_merge_min, L1.HINT_MAX), (_merge_inverted, L1.HINT_DIRECTION),
-        (_merge_swapped, L1.HINT_ORDER), (_merge_python_max, L1.HINT_ELEMENTWISE))]
+        (_merge_swapped, L1.HINT_ORDER), (_merge_python_max, L1.HINT_ELEMENTWISE),
+        (_merge_standin_from_a, L1.HINT_STANDIN), (_merge_standin_from_b, L1.HINT_STANDIN))]
 
 
 @pytest.mark.parametrize("check, wrong, hint", WRONG,
@@ -179,7 +217,14 @@ def test_stream_softmax_solution_passes_and_stub_is_reported(lab):
      "        out[:, c0:c0 + chunk] = np.where(l[:, None] > 0, p / l_safe, 0.0)\n",
      "        p = np.exp(x - m_safe)                                 # the whole x at once\n"
      "        out = np.where(l[:, None] > 0, p / l_safe, 0.0)\n", L1.HINT_STREAM_CHUNKS),
-], ids=["shift", "masked", "merge", "whole-x"])
+    # review round 14 (m): the last, shorter chunk left out of one pass (generic before)
+    ("for c0 in range(0, n, chunk):                               # pass 1",
+     "for c0 in range(0, n - chunk, chunk):                       # pass 1",
+     L1.HINT_STREAM_LAST_CHUNK),
+    ("for c0 in range(0, n, chunk):                               # pass 2",
+     "for c0 in range(0, n // chunk * chunk, chunk):              # pass 2",
+     L1.HINT_STREAM_LAST_CHUNK),
+], ids=["shift", "masked", "merge", "whole-x", "pass1-last-chunk", "pass2-last-chunk"])
 def test_stream_softmax_mistakes_get_their_hint(lab, old, new, hint):
     fn = mutate(LAB, "stream_softmax", old, new)
     assert_hint(L1.check_stream_softmax, fn, hint, lab["merge_states"])

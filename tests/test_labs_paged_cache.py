@@ -61,6 +61,13 @@ MISTAKES = {
          "        page, slot = my_token_address(\n"
          "            np.sort(block_table[:, :-(-seq_len // ps)], axis=1), b, t, ps)",
          L.HINT_POOL_ORDER),
+        # review round 14 (m): the next row read for seq_len tokens, past its own length;
+        # tokens on the last axis (both generic before)
+        ("        page, slot = my_token_address(block_table, b, t, ps)",
+         "        page, slot = my_token_address(block_table, (b + 1) % len(block_table), t, ps)",
+         L.HINT_OTHER_ROW),
+        ("    return np.stack(rows, axis=1)", "    return np.stack(rows, axis=-1)",
+         L.HINT_TOKENS_LAST),
     ],
     "my_append": [
         ("    cache.seq_lens[b] = start + n", "    pass", L.HINT_STALE_LENGTH),
@@ -89,6 +96,13 @@ MISTAKES = {
          L.HINT_PAGE_EARLY),
         (_LOOP + _TAKE, _COUNTED.replace("NEED", "(start + n) // ps") + _BODY,
          L.HINT_PAGE_LATE),
+        # positions from 0 in every call: HINT_PAGE_LATE said a token found -1 in the table,
+        # though it rewrote column 0 (review round 14, M5); one short; another row's page
+        ("        t = start + i", "        t = i", L.HINT_APPEND_START),
+        ("    start = int(cache.seq_lens[b])", "    start = max(0, int(cache.seq_lens[b]) - 1)",
+         L.HINT_APPEND_START),
+        ("            page = cache.block_table[b, col]",
+         "            page = cache.block_table[1 - b, col]", L.HINT_APPEND_OTHER_ROW),
     ],
     "my_paged_attention": [
         ("min(ps, n - i * ps)", "ps", L.HINT_ATT_PAST_LENGTH),
@@ -113,6 +127,12 @@ MISTAKES = {
         ("range((n + ps - 1) // ps)", "range(n // ps)", L.HINT_ATT_FLOOR),
         ("page, cnt = block_table[b, i], min(ps, n - i * ps)",
          "page, cnt = i, min(ps, n - i * ps)", L.HINT_ATT_POOL_ORDER),
+        # review round 14 (m): another row of the table; a page with no key (the generic
+        # HINT_ATTENTION before)
+        ("page, cnt = block_table[b, i], min(ps, n - i * ps)",
+         "page, cnt = block_table[0, i], min(ps, n - i * ps)", L.HINT_ATT_OTHER_ROW),
+        ("min(ps, n - i * ps)", "min(ps, n - i * ps - 1)", L.HINT_ATT_EMPTY_PAGE),
+        ("range((n + ps - 1) // ps)", "range(n // ps + 1)", L.HINT_ATT_EMPTY_PAGE),
     ],
 }
 

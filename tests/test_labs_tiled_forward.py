@@ -65,6 +65,12 @@ MISTAKES = {"flash_forward": [
     # review round 5 ac, M4: overflow in the large-score case looked like a dropped block
     ("p = np.exp(s - m_use[:, None])", "p = np.exp(s) / np.exp(m_use[:, None])", L.HINT_OVERFLOW),
     ("alpha = np.exp(m - m_use)", "alpha = np.exp(m) / np.exp(m_use)", L.HINT_OVERFLOW),
+    # review round 14: the offset's sign, in both places or in the mask only; k_end = q1
+    ("offset = t_k - t_q ", "offset = t_q - t_k ", L.HINT_OFFSET_SIGN),
+    ("s = np.where(cols <= rows + offset, s, -np.inf)",
+     "s = np.where(cols <= rows - offset, s, -np.inf)", L.HINT_OFFSET_SIGN),
+    ("k_end = max(0, min(t_k, q1 + offset))", "k_end = max(0, min(t_k, q1))",
+     L.HINT_K_END_NO_OFFSET),
     ("o, lse = np.zeros((t_q, d)),", "o, lse = np.zeros((t_q, d), np.float32),",
      (H.HINT_PRECISION,)),
     ("    return o, lse", "    return o, lse[:, None]", (H.HINT_SHAPE,)),
@@ -80,10 +86,22 @@ MISTAKES = {"flash_forward": [
      L.HINT_FA1_SKIP_EDGE),
     ("a_old * l_i)[:, None] * o[q0:q1]", "a_old)[:, None] * o[q0:q1]", L.HINT_FA1_MATH),
     ("if causal and k0 > q1 - 1 + offset:", "if False:", L.HINT_FA1_NO_SKIP),
+    # review round 14: the mask and lse slips of the FA2 order, named in FA1 too (they got
+    # HINT_FA1_MATH, on O_i kept normalised)
+    ("lse = np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)",
+     "lse = np.where(seen, m + np.log2(np.where(seen, l, 1.0)), -np.inf)", L.HINT_LSE_LOG2),
+    ("    offset = t_k - t_q\n    o, l, m", "    offset = t_q - t_k\n    o, l, m",
+     L.HINT_OFFSET_SIGN),
 ], "merge_partials": [
     ("o = w_a[:, None] * o_a + w_b[:, None] * o_b", "o = (o_a + o_b) / 2", L.HINT_MERGE_AVERAGE),
     ("lse = np.logaddexp(lse_a, lse_b)", "lse = lse_a + lse_b", L.HINT_MERGE_LSE),
     ("lse_use = np.where(np.isneginf(lse), 0.0, lse)", "lse_use = lse", L.HINT_MERGE_EMPTY),
+    # review round 14, M6: a stand-in tested on lse_a passed (no row had part a empty and
+    # part b not); one tested on lse_b got the generic HINT_MERGE
+    ("lse_use = np.where(np.isneginf(lse), 0.0, lse)",
+     "lse_use = np.where(np.isneginf(lse_a), 0.0, lse)", L.HINT_MERGE_STANDIN),
+    ("lse_use = np.where(np.isneginf(lse), 0.0, lse)",
+     "lse_use = np.where(np.isneginf(lse_b), 0.0, lse)", L.HINT_MERGE_STANDIN),
 ]}
 test_mistakes_get_their_hint = mistakes_test(LAB, CHECKS, MISTAKES)
 test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)
@@ -93,6 +111,25 @@ def test_hint_level_two_is_more_explicit():
     fn = mutate(LAB, "flash_forward", "alpha = np.exp(m - m_use)", "alpha = np.ones_like(m)")
     result = L.check_flash_forward(fn, verbose=False, hint_level=2)
     assert L.HINT_RESCALE[0] in result.hint and L.HINT_RESCALE[1] in result.hint
+
+
+def test_rescale_hint_names_an_alpha_taken_after_the_max_moved():
+    """Review round 14, M2: `m = m_new` before alpha makes alpha exp(0) = 1, the replayed
+    missing rescale exactly, though the code multiplies l and acc by alpha."""
+    fn = mutate(LAB, "flash_forward", "p = np.exp(s - m_use[:, None])",
+                "p = np.exp(s - m_use[:, None]); m = m_new")
+    result = L.check_flash_forward(fn, verbose=False)
+    assert result.hint == L.HINT_RESCALE[0]
+    assert "alpha is 1" in result.hint and "after m = m_new" in result.hint
+
+
+def test_a_last_key_tile_cut_at_the_visible_keys_passes():
+    """Review round 14, M3: k1 clipped to k_end loads fewer key rows than whole tiles, skips
+    nothing the block sees, and gives the right values: it passes (it was told it skips
+    visible tiles). A loop that does skip visible tiles still fails on the values."""
+    fn = mutate(LAB, "flash_forward", "k1 = min(k0 + block_k, t_k)",
+                "k1 = min(k0 + block_k, k_end)")
+    assert L.check_flash_forward(fn, verbose=False).passed
 
 
 def test_fa1_kv_loaded_per_tile_is_named():

@@ -145,7 +145,7 @@ def _plain(x):
 
 
 def rows_loaded_case(name: str, arrays, rest, watch: int, want: int, no_skip,
-                     skip_too_much) -> Case:
+                     skip_too_much, fewest: int | None = None) -> Case:
     """A Case on causal tile skipping: the rows the learner's loop loads from one input.
 
     Runs `fn(*arrays, *rest)` on copies of `arrays`, the one at position `watch` wrapped
@@ -155,6 +155,10 @@ def rows_loaded_case(name: str, arrays, rest, watch: int, want: int, no_skip,
     `skip_too_much` (each a (level 1, level 2) pair); exact integers. When the learner's
     code logged no load at all (it read a plain conversion such as `np.asarray(k)`), the
     count is not known and the case passes: `hidden_tiles_case` decides on the values.
+    `fewest` (at most `want`): the rows a loop loads that clips each tile to the rows that
+    see (or that are seen by) the other side's block, e.g. the last key tile cut at the
+    block's last visible key; any count from `fewest` to `want` passes, since the values
+    cases have shown that nothing visible was skipped.
     """
     def run(fn):
         args = [a.copy() for a in arrays]
@@ -166,7 +170,15 @@ def rows_loaded_case(name: str, arrays, rest, watch: int, want: int, no_skip,
 
     diagnoses = [((lambda yours, expected: yours > expected), *no_skip),
                  ((lambda yours, expected: yours < expected), *skip_too_much)]
-    return Case(name, run, no_skip[0], diagnoses, rtol=0, atol=0, hint2=no_skip[1])
+    if fewest is None:
+        return Case(name, run, no_skip[0], diagnoses, rtol=0, atol=0, hint2=no_skip[1])
+
+    def compare(yours, expected):
+        if fewest <= yours <= expected:
+            return True, ""
+        return False, (f"your loop loaded {yours:.0f} rows, expected {expected:.0f} (or as "
+                       f"few as {fewest}, the rows of the tiles cut to what the mask shows)")
+    return Case(name, run, no_skip[0], diagnoses, hint2=no_skip[1], compare=compare)
 
 
 def hidden_blocks(tq: int, tk: int, br: int, bc: int, poison: str):

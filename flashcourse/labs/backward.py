@@ -45,6 +45,18 @@ HINT_DELTA_DODO = (
     "V^T while O = P V).",
     "D has shape (Tq,): for each row, the dot product of that row of dO with the same row "
     "of O, computed once before the loops.")
+HINT_DELTA_O_O = (
+    "D is computed from the wrong arrays: D_i = rowsum(dO_i * O_i) multiplies the output "
+    "GRADIENT dO by the output O; yours multiplies O by itself (it is the row sum of P * "
+    "dP, and dP = dO V^T while O = P V).",
+    "D has shape (Tq,): for each row, the dot product of that row of dO with the same row "
+    "of O, computed once before the loops.")
+HINT_DELTA_TILE = (
+    "D is summed over this tile only: D_i, the row sum of P * dP, runs over ALL the keys "
+    "of row i, not over one key block, so it cannot be taken from the tile's own P and dP. "
+    "The identity D_i = dO_i . O_i gives the whole row's sum from two (Tq, d) arrays.",
+    "Compute D = rowsum(dO * O), shape (Tq,), once before the loops; each tile subtracts "
+    "its rows of D from dP.")
 HINT_RAGGED_DROP = (
     "The ragged last key block is missing: when Tk is not a multiple of Bc the last key "
     "block is shorter, and your loop leaves it out, so its keys get no dK, dV and add "
@@ -107,6 +119,12 @@ HINT_P_OVERFLOW = (
     "taken first.",
     "One exponential of the difference per entry, np.exp(s - lse_i[:, None]); never "
     "exp(S) / exp(lse).")
+HINT_OFFSET_SIGN = (
+    "The causal offset has the wrong sign: query i sees key j iff j <= i + (Tk - Tq), keys "
+    "minus queries, so that the last query sees every key. Yours uses Tq - Tk (in the mask, "
+    "or in the loop bounds too): where Tq != Tk each query sees the wrong keys.",
+    "offset = Tk - Tq, the same in the per-pair test and in the loop bounds (q_start, or "
+    "the dq pass's k_end).")
 HINT_NO_SKIP = (
     "Causal tile skipping: your key-block loop loads query blocks that cannot see that key "
     "block. The gradients are right, but those loads and five products are wasted.",
@@ -143,6 +161,7 @@ HINT_SKIP_NO_OFFSET = (
     "Start the query loop at the block containing row max(0, k0 - (Tk - Tq)).")
 #: the dQ pass's causal key loop ends where the forward's does (lab 03): the same hint
 HINT_DQ_K_END_SHORT = _forward.HINT_K_END_SHORT
+HINT_DQ_K_END_NO_OFFSET = _forward.HINT_K_END_NO_OFFSET
 HINT_DQ_SKIP_TOO_MUCH = (
     "Your key loop skips key blocks that some query of this block can see.",
     "A key block is hidden from query block i only if its FIRST key is after what the "
@@ -170,8 +189,10 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
     """float64 key-major backward, optionally with one typical mistake; (dq, dk, dv)."""
     tq, d = q.shape
     tk = k.shape[0]
-    off = 0 if mistake == "top_left" else tk - tq
-    delta = (do * (do if mistake == "delta_do_do" else o)).sum(axis=1)
+    off = {"top_left": 0, "offset_sign": tq - tk}.get(mistake, tk - tq)
+    mask_off = tq - tk if mistake == "mask_offset_sign" else off
+    delta = ((o if mistake == "delta_o_o" else do)
+             * (do if mistake == "delta_do_do" else o)).sum(axis=1)
     dq, dk, dv = np.zeros((tq, d)), np.zeros((tk, d)), np.zeros((tk, d))
     lse_use = np.where(np.isneginf(lse), np.inf, lse)
     with np.errstate(all="ignore"):
@@ -189,10 +210,13 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
                 q1 = min(q0 + br, tq)
                 if causal and mistake == "k_end_short" and k0 >= q1 + off - 1:
                     continue            # the query-major loop's end one key short
+                if causal and mistake == "k_end_no_offset" and k0 >= q1:
+                    continue            # the query-major loop's end without the offset
                 s = (1.0 if mistake == "p_no_scale" else scale) * (q[q0:q1] @ k[k0:k1].T)
                 if causal:
                     cols, rows = np.arange(k0, k1)[None, :], np.arange(q0, q1)[:, None]
-                    vis = cols < rows + off if mistake == "strict_mask" else cols <= rows + off
+                    vis = (cols < rows + off if mistake == "strict_mask"
+                           else cols <= rows + mask_off)
                     s = np.where(vis, s, -np.inf)
                 if mistake == "tile_softmax":
                     mx = np.max(s, axis=1, keepdims=True)
@@ -205,7 +229,12 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
                     p = np.exp(s - lse_use[q0:q1, None])
                 do_i = do[q0:q1]
                 dp = (o[q0:q1] if mistake == "dp_from_o" else do_i) @ v[k0:k1].T
-                ds = p * dp if mistake == "no_delta" else p * (dp - delta[q0:q1, None])
+                if mistake == "no_delta":
+                    ds = p * dp
+                elif mistake == "delta_tile":      # D summed over this key block only
+                    ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))
+                else:
+                    ds = p * (dp - delta[q0:q1, None])
                 cq = 1.0 if mistake in ("no_scale", "no_scale_dq") else scale
                 ck = 1.0 if mistake in ("no_scale", "no_scale_dk") else scale
                 upd_v = p.T @ (o[q0:q1] if mistake == "dv_from_o" else do_i)
@@ -225,6 +254,8 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
 
 
 MISTAKES = [("no_delta", HINT_FORGOT_D), ("delta_do_do", HINT_DELTA_DODO),
+            ("delta_o_o", HINT_DELTA_O_O), ("delta_tile", HINT_DELTA_TILE),
+            ("offset_sign", HINT_OFFSET_SIGN), ("mask_offset_sign", HINT_OFFSET_SIGN),
             ("dp_from_o", HINT_DP_FROM_O),
             ("no_scale", HINT_SCALE_CHAIN), ("no_scale_dq", HINT_SCALE_CHAIN),
             ("no_scale_dk", HINT_SCALE_CHAIN), ("skip_too_much", HINT_SKIP_TOO_MUCH),
@@ -238,7 +269,8 @@ MISTAKES = [("no_delta", HINT_FORGOT_D), ("delta_do_do", HINT_DELTA_DODO),
 #: the mistakes the query-major dq pass can show (dv_from_o, dkdv_overwrite and swap_dkdv
 #: change only dk, dv; skip_no_offset is the key-major loop's), with its key loop's own
 #: k_end one short first, and skipping too much said of its key loop
-DQ_MISTAKES = [("k_end_short", HINT_DQ_K_END_SHORT)] + [
+DQ_MISTAKES = [("k_end_short", HINT_DQ_K_END_SHORT),
+               ("k_end_no_offset", HINT_DQ_K_END_NO_OFFSET)] + [
     (m, HINT_DQ_SKIP_TOO_MUCH if m == "skip_too_much" else h) for m, h in MISTAKES
     if m not in ("dv_from_o", "dkdv_overwrite", "swap_dkdv", "skip_no_offset")]
 
@@ -309,6 +341,13 @@ def _nan_key_rows(out, rows) -> int:
     return int(np.isnan(dk[rows]).sum() + np.isnan(dv[rows]).sum())
 
 
+def _fewest_query_rows(tq, tk, bc) -> int:
+    """The query rows loaded by a causal loop that starts each key block's query loop at its
+    first row that sees key k0, q_start = max(0, k0 - (Tk - Tq)), not floored to a block
+    (review round 14): per key block the rows from there to Tq."""
+    return sum(max(0, tq - max(0, k0 - (tk - tq))) for k0 in range(0, tk, bc))
+
+
 def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Check `flash_backward(q, k, v, o, lse, do, causal, scale, block_q, block_k)` against
     the dense float64 backward on seven inputs; then the algorithm: the largest temporary it
@@ -324,7 +363,7 @@ def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
         cases.append(rows_loaded_case(f"query blocks skipped, {name}: query rows loaded through "
                                       "q[q0:q1]", _inputs(120 + n, tq, tk, 3, True),
                                       (True, SCALE, br, bc), 0, query_rows, HINT_NO_SKIP,
-                                      HINT_SKIP_TOO_MUCH))
+                                      HINT_SKIP_TOO_MUCH, fewest=_fewest_query_rows(tq, tk, bc)))
         cases.append(_hidden_tiles_case(n, name, tq, tk, br, bc))
     return run_checks("flash_backward(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
                       fn, cases, verbose=verbose, hint_level=hint_level)

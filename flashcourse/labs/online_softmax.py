@@ -33,7 +33,9 @@ from ._harness import TODO_LINE, Case, Result, as_pair, not_pair, real_array, ru
 HINT_MAX = ("Wrong running max: the new max must be the larger of the old max and the new "
             "element (for a merge: of the two pieces' maxima).")
 HINT_RESCALE = ("Missing rescale: when the max grows from m to m_new, every term already "
-                "summed in l was measured against m; bring l to the new max before adding.")
+                "summed in l was measured against m; bring l to the new max before adding. "
+                "If your code does multiply l by exp(m - m_new), the old max was overwritten "
+                "first (m = np.maximum(m, x), or out=m): the factor is then exp(0) = 1.")
 HINT_DIRECTION = ("The rescale factor points the wrong way: it must shrink the old sum when "
                   "the max grows, so it is at most 1.")
 HINT_SHIFT = ("l must be measured relative to the max: the new term is the exponential of the "
@@ -56,10 +58,17 @@ HINT_ELEMENTWISE = ("Your function raised the error above, typical of Python's m
                     "compares two arrays element by element. Each row needs its own max.")
 HINT_SHIFT_OLD = ("The new term is measured against the OLD max, exp(x - m): every term of "
                   "l_new is measured against the NEW max, the new element's too.")
+HINT_STANDIN = ("Your stand-in for a -inf max is tested on the wrong array: it is 0 where the "
+                "new max is finite (the old max m, x or one piece's max is -inf there), so "
+                "an exponent misses the shift. The stand-in is 0 only where the NEW max is "
+                "-inf, and the new max itself everywhere else.")
 HINT_MERGE = ("Merge both sides relative to the common max: each piece's sum is rescaled from "
               "its own max to the common one, then the two are added.")
 HINT_SOFTMAX_SHIFT = ("Your probabilities overflow or do not sum to 1: pass 2 must subtract the "
                       "row's FINAL max and divide by its final sum from pass 1, in every chunk.")
+HINT_STREAM_LAST_CHUNK = ("The last, shorter chunk is missing from pass 1 or pass 2: when n is "
+                          "not a multiple of chunk, range(0, n, chunk) still starts a last "
+                          "chunk, and x[:, c0:c0 + chunk] stops at n by itself.")
 HINT_SOFTMAX_MASKED = ("A fully masked row must give probabilities 0 (not NaN): its l is 0.")
 HINT_SOFTMAX = ("Pass 1 folds each chunk's statistics into the row's state with your "
                 "merge_states; pass 2 turns every score into exp(score - m) / l.")
@@ -70,7 +79,8 @@ HINT_STREAM_CHUNKS = ("The contract: x is touched only through slices of `chunk`
 #: level 2: more explicit, still without the solution's code (check(..., hint_level=2))
 LEVEL2 = {
     HINT_MAX: "Take the elementwise maximum of the two arrays.",
-    HINT_RESCALE: "Multiply l by exp(m - m_new) (a number <= 1) before adding the new term.",
+    HINT_RESCALE: ("Multiply l by exp(m - m_new) (a number <= 1) before adding the new term; "
+                   "keep the old max in its own name until then."),
     HINT_DIRECTION: "The exponent is old max minus new max, not the other way round.",
     HINT_SHIFT: "The new term is exp(x - m_new), where m_new is the updated max.",
     HINT_NEG_INF: ("Make a finite stand-in of the new max (0 where it is -inf) and subtract the "
@@ -82,8 +92,12 @@ LEVEL2 = {
                   "the new element measured against m_new."),
     HINT_ELEMENTWISE: "numpy's elementwise maximum of two arrays is np.maximum.",
     HINT_SHIFT_OLD: "Compute m_new (and its stand-in) first, then use it in both exponents.",
+    HINT_STANDIN: ("Build the stand-in from m_new alone: 0 where m_new is -inf, m_new "
+                   "elsewhere (for a merge, from the common max alone)."),
     HINT_MERGE: "l = l_a times exp(m_a - m) plus l_b times exp(m_b - m), with the common max m.",
     HINT_SOFTMAX_SHIFT: "Finish pass 1 over all chunks before computing any probability.",
+    HINT_STREAM_LAST_CHUNK: ("Loop c0 over range(0, n, chunk) in both passes, not over whole "
+                             "chunks only (n // chunk of them)."),
     HINT_SOFTMAX_MASKED: "Divide only where l > 0; elsewhere the probabilities are 0.",
     HINT_SOFTMAX: "Compare one row with flashcourse.reference.softmax_safe.",
     HINT_STREAM_CHUNKS: ("Loop over c0 in range(0, n, chunk) in pass 2 as well, and write each "
@@ -173,6 +187,30 @@ def _update_new_term_old_max(m, l, x):
         return m_new, l * np.exp(m - _safe(m_new)) + np.exp(x - m)
 
 
+def _update_standin_of(key):
+    """The stand-in 0 where `key(m, x)` is -inf instead of where m_new is (round 14)."""
+    def update(m, l, x):
+        m_new = np.maximum(m, x)
+        m_use = np.where(np.isneginf(key(m, x)), 0.0, m_new)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return m_new, l * np.exp(m - m_use) + np.exp(x - m_use)
+    return update
+
+
+_update_standin_m = _update_standin_of(lambda m, x: m)
+_update_standin_x = _update_standin_of(lambda m, x: x)
+
+
+def _merge_standin_of(side):
+    """The merge's stand-in 0 where one piece's max is -inf (`side` 0 or 1)."""
+    def merge(m_a, l_a, m_b, l_b):
+        m = np.maximum(m_a, m_b)
+        m_use = np.where(np.isneginf((m_a, m_b)[side]), 0.0, m)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return m, l_a * np.exp(m_a - m_use) + l_b * np.exp(m_b - m_use)
+    return merge
+
+
 def _update_no_shift(m, l, x):
     with np.errstate(over="ignore"):
         return np.maximum(m, x), l + np.exp(x)
@@ -251,10 +289,15 @@ def check_online_update(online_update, *, verbose: bool = True,
     falling) over 6 rows; scores of +-1e4 (naive exp overflows); -inf (masked)
     elements including a fully masked row.
     """
+    x_first = np.array([0.5, -2.0, 3.0, 1e4, -1e4])
+
     def first(fn):
-        x = np.array([0.5, -2.0, 3.0, 1e4, -1e4])
-        yours = as_pair(fn(np.full(5, -np.inf), np.zeros(5), x.copy()))
-        return yours, (x, np.ones(5))
+        yours = as_pair(fn(np.full(5, -np.inf), np.zeros(5), x_first.copy()))
+        return yours, (x_first, np.ones(5))
+
+    def from_empty(update):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return update(np.full(5, -np.inf), np.zeros(5), x_first)
 
     x_stream = _stream_inputs()
     x_big = _stream_inputs()[:, :11] * 3e3                      # |x| up to ~3e4
@@ -293,7 +336,8 @@ def check_online_update(online_update, *, verbose: bool = True,
              rtol=_RTOL, atol=_ATOL),
         Case("first element into the empty state (-inf, 0)", first,
              "From the empty state (m, l) = (-inf, 0) one element x gives (x, 1).",
-             common + [(_has_posinf, HINT_SHIFT)], rtol=_RTOL, atol=_ATOL),
+             common + [(_matches(from_empty(_update_standin_m)), HINT_STANDIN),
+                       (_has_posinf, HINT_SHIFT)], rtol=_RTOL, atol=_ATOL),
         Case("37 random scores per row, 6 rows (rising, falling, random)", streamed(x_stream),
              HINT_RESCALE,
              common + [(_matches(wrong(_update_no_rescale, x_stream)), HINT_RESCALE),
@@ -304,7 +348,10 @@ def check_online_update(online_update, *, verbose: bool = True,
              HINT_OVERFLOW,
              common + [(_has_posinf, HINT_OVERFLOW)], rtol=_RTOL, atol=_ATOL),
         Case("masked (-inf) scores, including a fully masked row", streamed(x_mask),
-             HINT_NEG_INF, common, rtol=_RTOL, atol=_ATOL),
+             HINT_NEG_INF,
+             common + [(_matches(wrong(update, x_mask)), HINT_STANDIN)
+                       for update in (_update_standin_m, _update_standin_x)],
+             rtol=_RTOL, atol=_ATOL),
     ]
     return run_checks("online_update(m, l, x)", online_update, _with_level2(cases),
                       verbose=verbose, hint_level=hint_level)
@@ -320,7 +367,7 @@ def check_merge_states(merge_states, *, verbose: bool = True,
         hint_level: int = 1) -> Result:
     """Check `merge_states(m_a, l_a, m_b, l_b) -> (m, l)`.
 
-    Cases: two halves of random rows; one side empty (-inf, 0); both empty;
+    Cases: two halves of random rows; one side empty (-inf, 0), then the other; both empty;
     five pieces merged in a scrambled tree order (merging is associative and
     commutative, so any order must give the whole row's statistics).
     """
@@ -338,6 +385,9 @@ def check_merge_states(merge_states, *, verbose: bool = True,
 
     def with_empty(fn):
         return as_pair(fn(ea.copy(), fa.copy(), eb.copy(), fb.copy())), stats(x_masked)
+
+    def other_side_empty(fn):        # the same pieces in the other order: b is now empty
+        return as_pair(fn(eb.copy(), fb.copy(), ea.copy(), fa.copy())), stats(x_masked)
 
     def both_empty(fn):
         empty_m, empty_l = np.full(3, -np.inf), np.zeros(3)
@@ -363,8 +413,13 @@ def check_merge_states(merge_states, *, verbose: bool = True,
                        (_matches(wrong(_merge_inverted, ma, la, mb, lb)), HINT_DIRECTION),
                        (_matches(wrong(_merge_base2, ma, la, mb, lb)), HINT_BASE2)],
              rtol=_RTOL, atol=_ATOL),
-        Case("one side empty (-inf, 0)", with_empty, HINT_NEG_INF, common,
-             rtol=_RTOL, atol=_ATOL),
+        Case("one side empty (-inf, 0)", with_empty, HINT_NEG_INF,
+             common + [(_matches(wrong(_merge_standin_of(side), ea, fa, eb, fb)), HINT_STANDIN)
+                       for side in (0, 1)], rtol=_RTOL, atol=_ATOL),
+        Case("the other side empty (the same pieces, passed in the other order)",
+             other_side_empty, HINT_NEG_INF,
+             common + [(_matches(wrong(_merge_standin_of(side), eb, fb, ea, fa)), HINT_STANDIN)
+                       for side in (0, 1)], rtol=_RTOL, atol=_ATOL),
         Case("both sides empty", both_empty, HINT_NEG_INF, common, rtol=_RTOL, atol=_ATOL),
         Case("five uneven pieces merged in a scrambled order", scrambled, HINT_MERGE, common,
              rtol=_RTOL, atol=_ATOL),
@@ -475,6 +530,12 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
             m_all, l_all = stats(x)
             unshifted = np.exp(x) / l_all[:, None]              # pass 2 forgets the max
             undivided = expected(x) * l_all[:, None]            # pass 2 forgets to divide
+            cut = x.shape[1] // chunk * chunk                   # whole chunks only
+            m_cut, l_cut = stats(x[:, :cut])
+            short_1 = np.where(l_cut[:, None] > 0, np.exp(x - _safe(m_cut)[:, None])
+                               / np.where(l_cut > 0, l_cut, 1.0)[:, None], 0.0)
+            short_2 = expected(x)
+            short_2[:, cut:] = 0.0
 
         def run(fns, x=x, chunk=chunk):
             f, merge = fns
@@ -486,6 +547,10 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
                       HINT_SOFTMAX_SHIFT),
                      ((lambda y, e, w=undivided: np.allclose(y, w, equal_nan=True)),
                       HINT_SOFTMAX_SHIFT),
+                     ((lambda y, e, w=short_1: np.allclose(y, w, equal_nan=True)),
+                      HINT_STREAM_LAST_CHUNK),
+                     ((lambda y, e, w=short_2: np.allclose(y, w, equal_nan=True)),
+                      HINT_STREAM_LAST_CHUNK),
                      ((lambda y, e: bool(np.isnan(y).any())), HINT_SOFTMAX_MASKED),
                      ((lambda y, e: bool(np.isinf(y).any())), HINT_SOFTMAX_SHIFT)]
         cases.append(Case(name, run, HINT_SOFTMAX, diagnoses, rtol=_RTOL, atol=_ATOL))

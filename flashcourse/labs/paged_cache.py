@@ -193,6 +193,8 @@ HINT_LENGTH_ONE_OFF = (
     "range(seq_len).")
 HINT_HEADS_FIRST = ("The result must be (Hkv, seq_len, d), heads first; yours is "
                     "(seq_len, Hkv, d).", "Transpose the first two axes.")
+HINT_TOKENS_LAST = ("The result must be (Hkv, seq_len, d), tokens on axis 1; yours is "
+                    "(Hkv, d, seq_len).", "Stack the (Hkv, d) rows along axis 1, not -1.")
 HINT_POOL_ORDER = (
     "Your pages come in the pool's order: a sequence's pages are read in the order of its "
     "table row (column 0, 1, 2, ...), whatever their numbers in the pool.",
@@ -249,7 +251,12 @@ def _gather_case(name, ps, hkv, d, lens, b):
     full = pages[table[b, :w]].transpose(1, 0, 2, 3).reshape(hkv, w * ps, d)   # whole pages
     sorted_pages = pages[np.sort(table[b, :w])].transpose(1, 0, 2, 3).reshape(
         hkv, w * ps, d)[:, :n]
-    other = pc.gather(pages, table, (b + 1) % len(lens), min(n, lens[(b + 1) % len(lens)]))
+    others = []                        # n tokens read through another row, past its length too
+    for ob in sorted({(b + 1) % len(lens), (b - 1) % len(lens)} - {b}):
+        t = np.arange(n)
+        if (t // ps).max() < table.shape[1]:
+            others.append(pages[table[ob, t // ps], :, t % ps].transpose(1, 0, 2))
+        others.append(pc.gather(pages, table, ob, min(n, lens[ob])))
 
     def shape_is(*shapes):
         return lambda y, e: y is not None and y.shape in shapes
@@ -257,9 +264,11 @@ def _gather_case(name, ps, hkv, d, lens, b):
     diagnoses = [(shape_is(full.shape), *HINT_PAST_LENGTH) if w * ps != n else None,
                  (shape_is((hkv, n + 1, d), (hkv, n - 1, d)), *HINT_LENGTH_ONE_OFF),
                  (shape_is((n, hkv, d)), *HINT_HEADS_FIRST) if n != hkv else None,
+                 (shape_is((hkv, d, n)), *HINT_TOKENS_LAST) if n != d else None,
                  ((lambda y, e: y is not None and np.array_equal(y, sorted_pages)),
                   *HINT_POOL_ORDER) if not np.array_equal(sorted_pages, want) else None,
-                 ((lambda y, e: y is not None and np.array_equal(y, other)), *HINT_OTHER_ROW)]
+                 *(((lambda y, e, w=w: y is not None and np.array_equal(y, w)), *HINT_OTHER_ROW)
+                   for w in others)]
     return Case(name, run, HINT_GATHER[0], [x for x in diagnoses if x], hint2=HINT_GATHER[1],
                 compare=compare)
 
@@ -307,6 +316,16 @@ HINT_APPEND_BOUNDARY = (
     "before theirs (or its neighbour). Token t belongs to table column t // page_size and "
     "slot t % page_size.",
     "Compute the column from t itself (my_token_address), not from t - 1.")
+HINT_APPEND_START = (
+    "The new tokens went to the wrong positions: token i of this call is at position t = "
+    "seq_lens[b] + i, right after the seq_lens[b] tokens the sequence already holds "
+    "(positions 0 .. seq_lens[b] - 1). Starting earlier writes over the sequence's own "
+    "tokens.",
+    "Read the length once, before the loop: token i then goes to position seq_lens[b] + i.")
+HINT_APPEND_OTHER_ROW = (
+    "A token went into another sequence's page: the page of column t // page_size is in "
+    "row b of the block table, this sequence's own row.",
+    "Index the table with the b you were given, [b, column], when you look a page up.")
 HINT_FREE_LIST = (
     "Forgetting the free list: a page that is in use was handed out again (or is still on "
     "the free list). Take pages only off cache.free and remove each one you take (pop), "
@@ -368,18 +387,23 @@ def _append(cache, b, k_new, v_new, mistake=None):
     """The append with one typical mistake (None: the model's, `PagedKVCache.append`)."""
     ps, n = cache.page_size, k_new.shape[1]
     start = int(cache.seq_lens[b])
+    if mistake == "start one short":                    # over the sequence's last token
+        start = max(0, start - 1)
+    first = 0 if mistake == "from zero" else start      # positions from 0 in every call
     counted = mistake in ("count early", "count late")
     if counted:                                            # pages taken by a count
         need = (start + n) // ps + (mistake == "count early")
         for col in range(pc.pages_for(start, ps), need):
             cache.block_table[b, col] = _take(cache)
     for i in range(n):
-        t = start + i
+        t = first + i
         col, slot = ((t - 1) // ps if mistake == "prev" else t // ps), t % ps
+        row = 1 - b if mistake == "other row" else b    # the table row read for a page
         if not counted and slot == (1 if mistake == "late" else 0):
             cache.block_table[b, col] = _take(cache, mistake)
+            row = b
         elif not (counted and slot == 0):
-            page = cache.block_table[b, col]
+            page = cache.block_table[row, col]
             if mistake != "no cow" and cache.refs[page] > 1:
                 new = _take(cache)
                 if mistake not in ("cow no copy", "cow no k copy"):
@@ -392,7 +416,8 @@ def _append(cache, b, k_new, v_new, mistake=None):
                     _write(cache, new, slot, k_new[:, i], v_new[:, i])
                     continue
                 cache.block_table[b, col] = new
-        page = cache.block_table[b, col]
+                row = b
+        page = cache.block_table[row, col]
         if mistake == "swapped":
             cache.k_pages[slot, :, page] = k_new[:, i]
             cache.v_pages[slot, :, page] = v_new[:, i]
@@ -413,7 +438,8 @@ APPEND_MISTAKES = [
     ("no pop", HINT_FREE_LIST), ("no refs", HINT_REFS), ("no cow", HINT_COW),
     ("cow no copy", HINT_COW_COPY), ("cow no k copy", HINT_COW_COPY),
     ("cow no v copy", HINT_COW_COPY), ("cow no decref", HINT_COW_DECREF),
-    ("cow no table", HINT_COW_TABLE),
+    ("cow no table", HINT_COW_TABLE), ("from zero", HINT_APPEND_START),
+    ("start one short", HINT_APPEND_START), ("other row", HINT_APPEND_OTHER_ROW),
     ("swapped", HINT_SWAPPED_WRITE)]
 
 #: (name, page_size, num_pages, Hkv, d, ops): ops ("append", b, n) or ("fork", src, dst)
@@ -603,6 +629,21 @@ HINT_ATT_POOL_ORDER = (
     "Your pages are taken in pool order (page i of the pool) instead of through the table: "
     "page i of sequence b is block_table[b, i], wherever the pool put it.",
     "Index k_pages and v_pages with block_table[b, i], not with i.")
+HINT_ATT_OTHER_ROW = (
+    "A sequence's keys came from another sequence's pages: page i of sequence b is "
+    "block_table[b, i], in row b of the table.",
+    "Index the table with the sequence you are decoding, [b, i].")
+HINT_ATT_LAST_KEY = (
+    "The sequence's last key is missing: the last page holds seq_len - i x page_size keys "
+    "(its slots 0 .. that count - 1), not one fewer.",
+    "The key count of page i is min(page_size, seq_len - i x page_size).")
+HINT_ATT_EMPTY_PAGE = (
+    "Your code took the max of a page with no key (the zero-size array in the error): "
+    "either one page too many (a sequence that ends on a page boundary has ceil(seq_len / "
+    "page_size) pages, no extra one) or a key count one short (the last page holds "
+    "seq_len - i x page_size keys; a sequence of one token has one).",
+    "Walk i over range(ceil(seq_len / page_size)); the key count of page i is "
+    "min(page_size, seq_len - i x page_size), at least 1.")
 HINT_ATT_SCALE = ("The scores are not scaled: s = scale x (q . k).",
                   "Multiply the dot products by scale before the softmax.")
 HINT_ATT_OVERFLOW = (
@@ -624,7 +665,12 @@ def _attention_mistake(q, kp, vp, table, lens, scale, mistake):
         m, l, acc = np.full(h_, -np.inf), np.zeros(h_), np.zeros((h_, d))
         for i in range(n // ps if mistake == "floor" else pc.pages_for(n, ps)):
             cnt = ps if mistake == "past length" else min(ps, n - i * ps)
-            page = i if mistake == "pool order" else table[b, i]
+            if mistake == "last key dropped":
+                cnt = min(ps, n - i * ps - 1)
+                if cnt <= 0:                    # a page left with no key: skipped
+                    continue
+            row = {"row 0": 0, "next row": (b + 1) % b_}.get(mistake, b)
+            page = i if mistake == "pool order" else table[row, i]
             k, v = kp[page, :, :cnt], vp[page, :, :cnt]                 # (H, cnt, d)
             s = (1.0 if mistake == "no scale" else scale) * np.einsum("hd,hkd->hk", q[b], k)
             m_new = np.maximum(m, s.max(axis=1))
@@ -697,14 +743,21 @@ def _attention_case(name, ps, h, d, lens, spread):
                               ("no rescale acc", HINT_ATT_RESCALE_ACC),
                               ("no rescale l", HINT_ATT_RESCALE_L),
                               ("no scale", HINT_ATT_SCALE), ("floor", HINT_ATT_FLOOR),
-                              ("pool order", HINT_ATT_POOL_ORDER)):
+                              ("pool order", HINT_ATT_POOL_ORDER),
+                              ("row 0", HINT_ATT_OTHER_ROW), ("next row", HINT_ATT_OTHER_ROW),
+                              ("last key dropped", HINT_ATT_LAST_KEY)):
             wrong = _attention_mistake(q, kp, vp, table, lens, scale, mistake)
             if not same(wrong, want):
                 diagnoses.append(((lambda y, e, w=wrong: same(y, w)), *hint))
     diagnoses.append(((lambda y, e: y is not None and not np.isfinite(y).all()),
                       *HINT_ATT_OVERFLOW))
     return Case(name, run, HINT_ATTENTION[0], diagnoses, hint2=HINT_ATTENTION[1],
-                compare=compare)
+                compare=compare, error_diagnoses=[(_empty_reduction, *HINT_ATT_EMPTY_PAGE)])
+
+
+def _empty_reduction(exc) -> bool:
+    """numpy's error for the max of an empty array (a page with no key)."""
+    return isinstance(exc, ValueError) and "zero-size array to reduction" in str(exc)
 
 
 def check_paged_attention(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:

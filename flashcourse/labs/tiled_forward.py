@@ -36,16 +36,18 @@ from ..counter import TrafficCounter
 from ..traffic import tiled_traffic
 from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
                          rows_loaded_case)
-from ._harness import (SKIPPING_SHAPES, Case, Result, parts_close, plain, random_qkv,
-                       result_tuple, run_checks, shapes_mix, tiled_cases)
+from ._harness import (SKIPPING_SHAPES, Case, Result, mistake_diagnoses, parts_close, plain,
+                       random_qkv, result_tuple, run_checks, shapes_mix, tiled_cases)
 
 # -- hints: (level 1 diagnoses, level 2 more explicit); tests assert on these strings -----
 HINT_RESCALE = (
     "Missing rescale: when a row's running max grows, the running sum and the accumulator "
     "were measured against the OLD max and must be brought to the new one before this "
-    "tile is added (notebook 03, 'Steps 2–4 for one query block').",
+    "tile is added (notebook 03, 'Steps 2–4 for one query block'). If your code multiplies "
+    "by alpha, alpha is 1: exp(m - m_use) taken after m = m_new is exp(0). Take alpha while "
+    "m still holds the old max.",
     "Both l and acc get multiplied by the factor exp(old max - new max), which is <= 1, "
-    "and only then receive this tile's row sums and P V_j.")
+    "and only then receive this tile's row sums and P V_j; take alpha before m = m_new.")
 HINT_RESCALE_L = (
     "Half a rescale: your accumulator is brought to the new max but the running sum l is "
     "not. l and acc are sums against the same max; when it grows, both must be multiplied "
@@ -95,6 +97,16 @@ HINT_TOP_LEFT = (
     "aligns it bottom-right, as FlashAttention 2.1+: the LAST query sees every key.",
     "Shift the diagonal by the offset Tk - Tq, both in the per-pair test and in the end of "
     "the key range each query block visits.")
+HINT_OFFSET_SIGN = (
+    "The causal offset has the wrong sign: query i sees key j iff j <= i + (Tk - Tq), keys "
+    "minus queries, so that the last query sees every key. Yours uses Tq - Tk (in the mask, "
+    "or in the end of the key range too): where Tq != Tk each query sees the wrong keys.",
+    "offset = Tk - Tq, the same in the per-pair test and in k_end.")
+HINT_K_END_NO_OFFSET = (
+    "Your key loop ends at the block's own last position, ignoring the bottom-right offset: "
+    "the block's last query q1 - 1 sees keys up to q1 - 1 + (Tk - Tq). For Tq < Tk your "
+    "loop stops before key tiles that the block sees.",
+    "k_end = q1 + Tk - Tq, clipped to 0 .. Tk.")
 HINT_NO_MASK = (
     "The causal mask is not applied inside partly visible tiles: a query sees keys after its "
     "own position.",
@@ -237,6 +249,12 @@ HINT_MERGE_OVERFLOW = (
     "Your merge overflows for large lse values (inf or NaN where every input is finite): "
     "exp(lse) alone is past float64's range once lse > 709.",
     "Only differences go into exp: logaddexp(lse_a, lse_b), and weights exp(lse_part - lse).")
+HINT_MERGE_STANDIN = (
+    "Your merge is wrong where one part is empty (lse = -inf) and the other is not: the "
+    "weights are exp(lse_part - lse_total), with a stand-in 0 only where the TOTAL lse is "
+    "-inf (both parts empty). A stand-in tested on one part's lse is 0 where the total is "
+    "finite, and that part's weight comes out exp(lse_part) instead of 1.",
+    "Build the stand-in from the merged lse alone: 0 where it is -inf, itself elsewhere.")
 HINT_MERGE = (
     "Your merge disagrees with attention over the union of the key ranges.",
     "Each part's o is normalised over its own keys; undo that with its mass exp(lse), add, "
@@ -260,11 +278,13 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
     key blocks), 'k_off_by_one' (blocks end at Tk - 1), 'q_ragged_drop' (only full
     query blocks), 'no_scale' (scale 1), 'strict_mask' (j < i + off), 'k_end_short' (the
     key loop's end one short), 'lse_log2_l' (m + log2 l), 'p_exp2' (P by exp2, alpha by
-    exp). Returns (o, lse).
+    exp), 'offset_sign' (Tq - Tk for the offset), 'mask_offset_sign' (Tq - Tk in the
+    mask only), 'k_end_no_offset' (k_end = q1). Returns (o, lse).
     """
     tq, d = q.shape
     tk = k.shape[0]
-    off = 0 if mistake == "top_left" else tk - tq
+    off = {"top_left": 0, "offset_sign": tq - tk}.get(mistake, tk - tq)
+    mask_off = tq - tk if mistake == "mask_offset_sign" else off
     if mistake == "sqrt_scale":
         scale = 1.0 / math.sqrt(d)
     elif mistake == "no_scale":
@@ -277,6 +297,8 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
             k_end = max(0, min(tk, q1 + off)) if causal else tk
             if causal and mistake == "early_stop":
                 k_end = max(0, min(tk, q0 + off))
+            elif causal and mistake == "k_end_no_offset":
+                k_end = max(0, min(tk, q1))
             elif causal and mistake == "k_end_short":
                 k_end = max(0, min(tk, q1 + off - 1))
             for k0 in range(0, k_end, bc):
@@ -286,7 +308,8 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
                 s = scale * (q[q0:q1] @ k[k0:k1].T)
                 if causal and mistake != "no_mask":
                     cols, rows = np.arange(k0, k1)[None, :], np.arange(q0, q1)[:, None]
-                    vis = cols < rows + off if mistake == "strict_mask" else cols <= rows + off
+                    vis = (cols < rows + off if mistake == "strict_mask"
+                           else cols <= rows + mask_off)
                     s = np.where(vis, s, -np.inf)
                 m_new = s.max(axis=1) if mistake == "tile_max" else np.maximum(m, s.max(axis=1))
                 p = (np.exp2 if mistake == "p_exp2" else np.exp)(s - _safe(m_new)[:, None])
@@ -307,11 +330,13 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
 
 MISTAKES = [("no_rescale", HINT_RESCALE), ("no_rescale_l", HINT_RESCALE_L),
             ("no_rescale_acc", HINT_RESCALE_ACC), ("tile_max", HINT_MAX),
-            ("top_left", HINT_TOP_LEFT), ("no_mask", HINT_NO_MASK), ("no_divide", HINT_DIVIDE),
+            ("top_left", HINT_TOP_LEFT), ("offset_sign", HINT_OFFSET_SIGN),
+            ("mask_offset_sign", HINT_OFFSET_SIGN),
+            ("no_mask", HINT_NO_MASK), ("no_divide", HINT_DIVIDE),
             ("lse_no_m", HINT_LSE), ("lse_base2", HINT_LSE_BASE2), ("sqrt_scale", HINT_SCALE),
             ("no_scale", HINT_NO_SCALE), ("strict_mask", HINT_DIAGONAL),
             ("lse_log2_l", HINT_LSE_LOG2), ("p_exp2", HINT_P_BASE2),
-            ("k_end_short", HINT_K_END_SHORT),
+            ("k_end_short", HINT_K_END_SHORT), ("k_end_no_offset", HINT_K_END_NO_OFFSET),
             ("early_stop", HINT_SKIP_TOO_MUCH), ("k_ragged_drop", HINT_RAGGED_DROP),
             ("k_off_by_one", HINT_RAGGED_OFF_BY_ONE), ("q_ragged_drop", HINT_RAGGED_Q)]
 
@@ -416,6 +441,12 @@ def _nan_rows(out, rows) -> int:
     return int(np.isnan(o[rows]).sum() + np.isnan(lse[rows]).sum())
 
 
+def _fewest_key_rows(tq, tk, br) -> int:
+    """The key rows loaded by a causal loop whose last tile ends at the block's last visible
+    key, k1 = min(k0 + Bc, k_end) (review round 14): min(Tk, q1 + Tk - Tq) per query block."""
+    return sum(max(0, min(tk, min(q0 + br, tq) + tk - tq)) for q0 in range(0, tq, br))
+
+
 def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Check `flash_forward(q, k, v, causal, scale, block_q, block_k)` on seven cases; then
     the algorithm: the largest temporary it holds (no Br x Tk block), and that tiles the
@@ -430,7 +461,8 @@ def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
         _, key_rows, _ = causal_block_sums(tq, tk, br, bc, True)   # over visible tiles
         cases.append(rows_loaded_case(f"causal skipping, {name}: key rows loaded through k[k0:k1]",
                                       _inputs(60 + n, tq, tk, 3), (True, SCALE, br, bc), 1,
-                                      key_rows, HINT_NO_SKIP, HINT_SKIP_TOO_MUCH))
+                                      key_rows, HINT_NO_SKIP, HINT_SKIP_TOO_MUCH,
+                                      fewest=_fewest_key_rows(tq, tk, br)))
         cases.append(_hidden_tiles_case(n, name, tq, tk, br, bc))
     return run_checks("flash_forward(q, k, v, causal, scale, block_q, block_k)", fn, cases,
                       verbose=verbose, hint_level=hint_level)
@@ -498,6 +530,12 @@ FA1_CASES = [
 ]
 
 
+#: the FA2 replays whose slip an FA1 loop can make in the same way (review round 14)
+FA1_REPLAYED = [(m, h) for m, h in MISTAKES if m in (
+    "top_left", "offset_sign", "mask_offset_sign", "no_mask", "strict_mask", "lse_no_m",
+    "lse_base2", "lse_log2_l", "sqrt_scale", "no_scale")]
+
+
 def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Check `fa1_forward(q, k, v, causal, scale, block_q, block_k, counter)`: its result
     against dense attention, then its counted bytes against the FA1 model."""
@@ -511,8 +549,13 @@ def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Resul
                     TrafficCounter(bytes_per_element=8, record_events=False))
             return result_tuple(out, 2), expected
 
-        cases.append(Case(f"{name}: result", run, HINT_FA1_MATH[0], [(_has_nan, *HINT_NEG_INF)],
-                          rtol=_RTOL, atol=_ATOL, hint2=HINT_FA1_MATH[1], names=("o", "lse")))
+        # the mask, scale and lse slips give the FA2 order's wrong output (to rounding)
+        replayed = mistake_diagnoses(
+            lambda mistake, q=q, k=k, v=v, causal=causal, br=br, bc=bc:
+            replay(q, k, v, causal, SCALE, br, bc, mistake), FA1_REPLAYED, _close)
+        cases.append(Case(f"{name}: result", run, HINT_FA1_MATH[0],
+                          [(_has_nan, *HINT_NEG_INF)] + replayed, rtol=_RTOL, atol=_ATOL,
+                          hint2=HINT_FA1_MATH[1], names=("o", "lse")))
     for name, tq, tk, d, br, bc, causal in FA1_CASES:
         q, k, v = _inputs(80, tq, tk, d)
         want = fa1_model(tq, tk, d, br, bc, causal)
@@ -548,11 +591,13 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
     """Check `merge_partials(o_a, lse_a, o_b, lse_b) -> (o, lse)` against attention over the
     union of two key ranges; includes rows for which one or both ranges are fully masked."""
     cases = []
-    for n, (name, tq, tk, split, causal, spread) in enumerate([
-            ("two halves, Tq = 5, Tk = 12", 5, 12, 6, False, 1.0),
-            ("uneven split, large scores, Tq = 4, Tk = 9", 4, 9, 2, False, 15.0),
+    for n, (name, tq, tk, split, causal, spread, swap) in enumerate([
+            ("two halves, Tq = 5, Tk = 12", 5, 12, 6, False, 1.0, False),
+            ("uneven split, large scores, Tq = 4, Tk = 9", 4, 9, 2, False, 15.0, False),
             ("causal, Tq = 8 > Tk = 6: rows with no key in one or both parts", 8, 6, 3, True,
-             1.0)]):
+             1.0, False),
+            ("the causal parts passed later keys first: part a empty where part b is not",
+             8, 6, 3, True, 1.0, True)]):
         q, k, v = _inputs(90 + n, tq, tk, 3, spread)
         mask = visible_mask(tq, tk, causal)                     # (Tq, Tk)
         s = SCALE * (q @ k.T)
@@ -570,6 +615,8 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
 
         o_a, lse_a = part(np.arange(0, split))
         o_b, lse_b = part(np.arange(split, tk))
+        if swap:                                                # merging commutes
+            (o_a, lse_a), (o_b, lse_b) = (o_b, lse_b), (o_a, lse_a)
         expected = part(np.arange(tk))
         with np.errstate(all="ignore"):
             average = ((o_a + o_b) / 2, np.logaddexp(lse_a, lse_b))
@@ -581,6 +628,11 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
             lse_use = np.where(np.isneginf(expected[1]), 0.0, expected[1])
             base2 = (np.exp2(lse_a - lse_use)[:, None] * o_a
                      + np.exp2(lse_b - lse_use)[:, None] * o_b, expected[1])
+            standins = []                      # the stand-in 0 where one part is empty
+            for key in (lse_a, lse_b):
+                use = np.where(np.isneginf(key), 0.0, expected[1])
+                standins.append((np.exp(lse_a - use)[:, None] * o_a
+                                 + np.exp(lse_b - use)[:, None] * o_b, expected[1]))
         diagnoses = [(_has_nan, *HINT_MERGE_EMPTY),
                      ((lambda y, e, w=average: _close(y, w)), *HINT_MERGE_AVERAGE),
                      ((lambda y, e, w=add_lse: _close(y, w)), *HINT_MERGE_LSE),
@@ -589,6 +641,8 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
                       *HINT_MERGE_AVERAGE),
                      ((lambda y, e, w=lse_max: _close(plain(y)[1:], (w,))),
                       *HINT_MERGE_LSE)]
+        diagnoses += [((lambda y, e, w=w: _close(y, w)), *HINT_MERGE_STANDIN)
+                      for w in standins if not _close(w, expected)]
 
         def run(f, a=(o_a, lse_a, o_b, lse_b), expected=expected):
             return result_tuple(f(*(x.copy() for x in a)), 2), expected
