@@ -7,7 +7,7 @@ GPU (it must happen before Numba is imported anywhere in the process).
 import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-# Under pytest-xdist (make test: -n 2 on 2 cores) each worker, and every kernel it starts
+# Under pytest-xdist (make test: -n 3 on 2 cores) each worker, and every kernel it starts
 # (notebooks in JupyterLab or nbclient), gets its share of the cores for OpenBLAS: with a
 # thread per core in every process, BLAS threads of a notebook kernel spin while the other
 # worker holds a core. Measured on the 2-core machine with a busy loop on one core,
@@ -59,7 +59,7 @@ def pytest_collection_modifyitems(config, items):
     xdist_groups.name_groups(config, items)      # --dist loadgroup's groups (pytest 9.2)
     # The slow tests first, in their order, then the rest: pytest-xdist hands out tests in
     # this order (make test: --dist loadgroup, after the browser groups, the largest), so
-    # the two workers end on the many short tests and finish together, instead of one
+    # the workers end on the many short tests and finish together, instead of one
     # waiting while the other runs a simulator test of 10-20 s picked up last.
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
