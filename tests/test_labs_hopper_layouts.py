@@ -35,6 +35,10 @@ MISTAKES = {
         # fields packed 14 bits apart, with no gaps
         (_PACK, "    return (start >> 4) | (lbo >> 4) << 14 | (sbo >> 4) << 28 | code << 62",
          H.HINT_FIELD_PLACE),
+        # the code shifted to bit 63 (the field's last bit): the codes were right; the hint
+        # said "another mode's code" (review round 15, m1)
+        (_PACK, "    return (start >> 4) | (lbo >> 4) << 16 | (sbo >> 4) << 32 | code << 63",
+         H.HINT_FIELD_PLACE),
         (_PACK, "    return float((start >> 4) | (lbo >> 4) << 16 | (sbo >> 4) << 32 "
                 "| code << 62)", H.HINT_INT),
     ],
@@ -45,6 +49,9 @@ MISTAKES = {
         (_XOR, "    return plain ^ (row % 8)", H.HINT_XOR_BITS),
         (_XOR, "    return plain ^ ((row % 8) << 7)", H.HINT_XOR_BITS),
         (_XOR, "    return plain ^ (((plain >> 7) & 3) << 4)", H.HINT_XOR_BITS),
+        # three bits taken from bit 6, or put on bit 3: the generic hint (round 15, m2)
+        (_XOR, "    return plain ^ (((plain >> 6) & 7) << 4)", H.HINT_XOR_BITS),
+        (_XOR, "    return plain ^ (((plain >> 7) & 7) << 3)", H.HINT_XOR_BITS),
         ("    plain = row * 128 + 2 * k", "    plain = row * 128 + k", H.HINT_ELEM),
         (_XOR, "    return (plain ^ (((plain >> 7) & 7) << 4)) >> 4", H.HINT_OFFSET_UNITS),
     ],

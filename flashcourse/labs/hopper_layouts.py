@@ -113,13 +113,19 @@ def _desc_diagnoses(start, lbo, sbo, swizzle):
         return (f is not None and f["mode"] != code and
                 (_as_int(y) & ~(3 << 62)) == (right & ~(3 << 62)))
 
+    def mode_shifted(y, e):     # the right code one bit off bit 62 (at 61 or 63)
+        y = _as_int(y)
+        low = right & ((1 << 62) - 1)
+        return y is not None and code > 0 and y in (low | code << 61, low | code << 63)
+
     def raw_width(y, e):        # the width (128, 64, 32) itself in bits 62 and up
         low = (1 << 62) - 1
         return (isinstance(y, (int, np.integer)) and not isinstance(y, bool) and swizzle
                 and int(y) >> 62 == swizzle and int(y) & low == right & low)
 
     return [(raw_width, *HINT_SWIZZLE_RAW), (lambda y, e: _as_int(y) is None, *HINT_INT),
-            (bytes_fields, *HINT_UNITS), (swapped, *HINT_SWAP), (mode_wrong, *HINT_SWIZZLE_CODE),
+            (bytes_fields, *HINT_UNITS), (swapped, *HINT_SWAP), (mode_shifted, *HINT_FIELD_PLACE),
+            (mode_wrong, *HINT_SWIZZLE_CODE),
             (lambda y, e: True, *HINT_FIELD_PLACE)]
 
 
@@ -205,7 +211,9 @@ def _offset_mistakes():
                  plain ^ (r % 8),                       # onto the bytes of a chunk
                  plain ^ ((r % 8) << 7),                # onto the row bits
                  plain ^ (((plain >> 4) & 7) << 7),     # the chunk bits into the row bits
-                 plain ^ (((plain >> 7) & 3) << 4)]     # two row bits: the 64-byte mode
+                 plain ^ (((plain >> 7) & 3) << 4),     # two row bits: the 64-byte mode
+                 *[plain ^ (((plain >> a) & 7) << b)    # three bits from or onto other places
+                   for a, b in ((6, 4), (8, 4), (7, 3), (7, 5))]]
     return [(plain, HINT_NO_SWIZZLE), *[(w, HINT_XOR_BITS) for w in xor_wrong],
             (W.swizzle_offset(r * 128 + k, 128), HINT_ELEM), (r * 128 + k, HINT_ELEM),
             (right >> 4, HINT_OFFSET_UNITS)]
