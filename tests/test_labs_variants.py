@@ -72,6 +72,9 @@ MISTAKES = {
         (_GRAD, "        return cap * t", V.HINT_GRAD_OF_WHAT),
         ("        t = np.tanh(score / cap)", "        t = np.tanh(score)", V.HINT_GRAD_INNER),
         ("    return softcap_score, softcap_grad", "    return softcap_score", V.HINT_PAIR),
+        # the pair returned in the other order: "your score_mod differs" (round 15, m3)
+        ("    return softcap_score, softcap_grad", "    return softcap_grad, softcap_score",
+         V.HINT_PAIR_ORDER),
     ],
     "build_block_mask": [
         # full and partial swapped
@@ -125,6 +128,10 @@ MISTAKES = {
                 "np.arange(k0, k1 - 1))", V.HINT_SAMPLED),
         ("    return kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices",
          "    return kv_num_blocks, kv_indices", V.HINT_LAYOUT),
+        # mask_tile's positions exchanged: queries past Tk read as kv_idx, and the hint was
+        # "past the end ... clip each block's end" for bounds that were right (round 15, M1)
+        (_TILE, "            tile = mask_tile(mask_mod, 0, 0, np.arange(k0, k1), "
+                "np.arange(q0, q1))", V.HINT_TILE_ARGS),
         # the key block's keys counted with the query block size
         ("            k0, k1 = j * block_k, min((j + 1) * block_k, t_key)",
          "            k0, k1 = j * block_q, min((j + 1) * block_q, t_key)", V.HINT_BUILD),

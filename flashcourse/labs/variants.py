@@ -239,6 +239,10 @@ HINT_GRAD_OF_WHAT = (
 HINT_GRAD_INNER = (
     "The derivative is taken at score / cap: 1 - tanh(score / cap)^2, not 1 - tanh(score)^2.",
     "Divide the score by cap inside tanh, as in the score_mod.")
+HINT_PAIR_ORDER = (
+    "Your pair is in the wrong order: the first function is the score_mod, cap tanh(score "
+    "/ cap), the second its derivative, 1 - tanh(score / cap)^2.",
+    "End with `return score_mod, score_mod_grad`.")
 HINT_PAIR = (
     "softcap(cap) returns two functions: (score_mod, score_mod_grad), each taking "
     "(score, b, h, q_idx, kv_idx).",
@@ -300,7 +304,8 @@ def check_softcap(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
                          (cap * np.tanh((s - m_row) / cap), HINT_SOFTCAP_MAX),
                          (cap * np.tanh((s - s.max()) / cap), HINT_SOFTCAP_MAX),
                          (cap * np.tanh(np.exp(s - m_row) / cap), HINT_SOFTCAP_PROBS),
-                         (np.exp(cap * np.tanh(s / cap)), HINT_SOFTCAP_PROBS)]
+                         (np.exp(cap * np.tanh(s / cap)), HINT_SOFTCAP_PROBS),
+                         (1.0 - t * t, HINT_PAIR_ORDER)]
             else:
                 wrong = [(1.0 - t, HINT_GRAD_SQUARE), (1.0 - np.abs(t), HINT_GRAD_SQUARE),
                          (cap * (1.0 - t * t), HINT_GRAD_CAP),
@@ -373,6 +378,11 @@ HINT_PAST_END = (
     "Tq or kv_idx >= Tk): those pairs do not exist, and a mask that reads an array (the "
     "document ids) would read past its end.",
     "Clip each block's end to t_query and t_key before building the index ranges.")
+HINT_TILE_ARGS = (
+    "Your builder calls the mask with the tile's key positions as q_idx and its query "
+    "positions as kv_idx: mask_tile(mask_mod, b, h, q_idx, kv_idx) takes the query rows "
+    "(q0 .. q1) first, then the key columns (k0 .. k1).",
+    "The query block's positions go to q_idx, the key block's to kv_idx.")
 HINT_LAYOUT = (
     "The result must be four arrays (kv_num_blocks, kv_indices, full_kv_num_blocks, "
     "full_kv_indices) of shapes (Tr,), (Tr, Tc), (Tr,), (Tr, Tc), Tr = ceil(Tq / block_q), "
@@ -521,8 +531,24 @@ def _states_compare(yours, expected):
     return True, ""
 
 
-def _build_diagnoses(want, tq, tk, br, bc):
-    """The builder's typical mistakes, read from its tile grid and the watched counts."""
+def _exchanged_states(mask_mod, tq, tk, br, bc):
+    """The tile kinds of a builder that passes a tile's key positions as q_idx and its query
+    positions as kv_idx (mask_tile's arguments exchanged), pairs past the end hidden as the
+    watched mask reads them."""
+    mask, _ = watched(mask_mod, tq, tk)
+    tr, tc = ceil_div(tq, br), ceil_div(tk, bc)
+    states = np.full((tr, tc), EMPTY, np.int8)
+    for i in range(tr):
+        for j in range(tc):
+            tile = mask_tile(mask, 0, 0, np.arange(j * bc, min((j + 1) * bc, tk)),
+                             np.arange(i * br, min((i + 1) * br, tq)))
+            states[i, j] = FULL if tile.all() else PARTIAL if tile.any() else EMPTY
+    return states
+
+
+def _build_diagnoses(want, tq, tk, br, bc, exchanged=None):
+    """The builder's typical mistakes, read from its tile grid and the watched counts;
+    `exchanged`, the tile kinds with mask_tile's position arguments exchanged."""
     es = want["states"]
     last = np.zeros_like(es, bool)                      # the tiles of a ragged last block
     last[-1, :] |= tq % br != 0
@@ -540,6 +566,9 @@ def _build_diagnoses(want, tq, tk, br, bc):
         return d.any() and not (d & ~where).any()
 
     return [
+        # before the past-the-end hint: exchanged positions reach past Tk when Tq > Tk
+        (lambda y, e: (exchanged is not None and states_differ(y)
+                       and np.array_equal(y["states"], exchanged)), *HINT_TILE_ARGS),
         (lambda y, e: y["outside"] > 0, *HINT_PAST_END),
         (lambda y, e: states_differ(y) and np.array_equal(y["states"], swapped), *HINT_SWAPPED),
         (lambda y, e: only(y, diff(y, EMPTY, PARTIAL) | diff(y, EMPTY, FULL)),
@@ -565,7 +594,9 @@ def _build_case(name, make, tq, tk, br, bc):
         out = fn(mask, tq, tk, br, bc)
         return {"states": block_states(out, tq, tk, br, bc), **record}, want
 
-    return Case(f"{name}", run, HINT_BUILD[0], _build_diagnoses(want, tq, tk, br, bc),
+    exchanged = _exchanged_states(lib_mask, tq, tk, br, bc)
+    return Case(f"{name}", run, HINT_BUILD[0],
+                _build_diagnoses(want, tq, tk, br, bc, exchanged),
                 hint2=HINT_BUILD[1], compare=_states_compare)
 
 
