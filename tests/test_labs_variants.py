@@ -28,6 +28,7 @@ _TILE = "            tile = mask_tile(mask_mod, 0, 0, np.arange(q0, q1), np.aran
 _PARTIAL = "            if partial:\n"
 _SCORE = ("            s = score_tile(score_mod, scale * (q[q0:q1] @ k[k0:k1].T), 0, 0, rows, "
           "cols)")
+_RAW = "            s = scale * (q[q0:q1] @ k[k0:k1].T)"
 _EXP = "            p = np.exp(s - m_safe[:, None])                         # (Br, Bc)"
 _ALPHA = "            alpha = np.exp(m - m_safe)\n"
 
@@ -156,9 +157,20 @@ MISTAKES = {
         ("l = alpha * l + p.sum(axis=1)", "l = l + p.sum(axis=1)", VF.HINT_FWD_RESCALE_L),
         # alpha taken after the max moved: exp(0) = 1, the replayed no_rescale (round 7 ac, M1)
         (_ALPHA, "            m = m_new\n" + _ALPHA, VF.HINT_FWD_RESCALE),
+        # round 15 (m4 to m7): each got the generic HINT_FORWARD, silent on lse and on NaN
+        (_SCORE, "            s = scale * score_tile(score_mod, q[q0:q1] @ k[k0:k1].T, 0, 0, "
+                 "rows, cols)", VF.HINT_FWD_SCALE_AFTER),
+        (_SCORE, _RAW, VF.HINT_FWD_NO_SCORE),
+        ("m + np.log(np.where(seen, l, 1.0))", "np.log(np.where(seen, l, 1.0))",
+         VF.HINT_FWD_LSE),
+        ("m + np.log(np.where(seen, l, 1.0))", "m + np.log2(np.where(seen, l, 1.0))",
+         VF.HINT_FWD_LSE),
+        ("        o[q0:q1] = np.where(seen[:, None], acc / np.where(seen, l, 1.0)[:, None], 0.0)",
+         "        o[q0:q1] = acc / l[:, None]", VF.HINT_FWD_EMPTY_ROW),
+        ("            m_safe = np.where(np.isneginf(m_new), 0.0, m_new)       # rows with "
+         "nothing yet", "            m_safe = m_new", VF.HINT_FWD_STANDIN),
     ],
 }
-_RAW = "            s = scale * (q[q0:q1] @ k[k0:k1].T)"
 #: mistakes of two edits: score_mod moved from the scores to after the max, or to the
 #: probabilities
 TWO_EDITS = {

@@ -82,6 +82,27 @@ HINT_FWD_RESCALE_L = (
     "Both are sums against the same max; when it grows, both must be multiplied by "
     "exp(m_old - m_new) before this tile is added.",
     "l = alpha l + rowsum(P), with the alpha that multiplies acc.")
+HINT_FWD_NO_SCORE = (
+    "Your forward never applies score_mod: the score change (here a softcap) acts on every "
+    "visited tile's scores, S = score_mod(scale Q_i K_j^T), before the mask and the max.",
+    "Pass each visited tile's scaled scores through score_tile(score_mod, ...) first.")
+HINT_FWD_SCALE_AFTER = (
+    "score_mod gets the unscaled scores: the scale multiplies Q_i K_j^T first, and score_mod "
+    "acts on scale Q_i K_j^T (the softcap caps the scaled score).",
+    "S = score_mod(scale Q_i K_j^T), not scale score_mod(Q_i K_j^T).")
+HINT_FWD_STANDIN = (
+    "NaN where a row has seen no key yet: its running max m_new is -inf, and exp(S - m_new) "
+    "or exp(m_old - m_new) is exp(-inf + inf) = NaN. Subtract a finite stand-in (0) where "
+    "m_new is -inf, as in lab 03.",
+    "m_safe = 0 where m_new is -inf, else m_new; P = exp(S - m_safe), alpha = exp(m - m_safe).")
+HINT_FWD_EMPTY_ROW = (
+    "A row that sees no key at all (l = 0) gets NaN from acc / l: its output is 0 and its "
+    "lse -inf, as in the dense reference.",
+    "Divide only where l > 0: o = acc / l there, 0 elsewhere; lse = -inf where l = 0.")
+HINT_FWD_LSE = (
+    "Your o is right but lse is not: lse = m + log(l) for each row, the natural log of the "
+    "row's sum of exp(S) with the running max added back; -inf for a row that sees no key.",
+    "lse = m + np.log(l) where l > 0, else -inf.")
 
 SCALE = 0.37
 
@@ -132,12 +153,15 @@ def replay_forward(q, k, v, bm, mask_mod, score_mod, scale, br, bc, mistake=None
                 k0, k1 = j * bc, min((j + 1) * bc, tk)
                 ki = np.arange(k0, k1)
                 s = scale * (q[q0:q1] @ k[k0:k1].T)
-                if mistake not in ("after_max", "on_probs"):
+                if mistake == "scale_after":
+                    s = scale * score_tile(score_mod, s / scale, 0, 0, qi, ki)
+                elif mistake not in ("after_max", "on_probs", "no_score"):
                     s = score_tile(score_mod, s, 0, 0, qi, ki)
                 if partial and mistake != "no_mask":
                     s = np.where(mask_tile(mask_mod, 0, 0, qi, ki), s, -np.inf)
                 m_new = np.maximum(m, s.max(axis=1))
-                m_safe = np.where(np.isneginf(m_new), 0.0, m_new)
+                m_safe = m_new if mistake == "no_standin" else np.where(np.isneginf(m_new),
+                                                                           0.0, m_new)
                 shifted = s - m_safe[:, None]
                 if mistake == "after_max":
                     shifted = score_tile(score_mod, shifted, 0, 0, qi, ki)
@@ -151,13 +175,18 @@ def replay_forward(q, k, v, bm, mask_mod, score_mod, scale, br, bc, mistake=None
                 acc = a_acc * acc + p @ v[k0:k1]
                 m = m_new
             seen = l > 0
+            if mistake == "no_guard":
+                seen = np.ones_like(seen)
+                l = np.where(l > 0, l, 0.0)
             o[q0:q1] = np.where(seen[:, None], acc / np.where(seen, l, 1.0)[:, None], 0.0)
             lse[q0:q1] = np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)
     return o, lse
 
 
 FORWARD_MISTAKES = [("no_mask", HINT_FWD_PARTIAL_UNMASKED), ("after_max", HINT_FWD_AFTER_MAX),
-                    ("on_probs", HINT_FWD_ON_PROBS), ("partial_only", HINT_FWD_FULL_ONLY)]
+                    ("on_probs", HINT_FWD_ON_PROBS), ("partial_only", HINT_FWD_FULL_ONLY),
+                    ("no_score", HINT_FWD_NO_SCORE), ("scale_after", HINT_FWD_SCALE_AFTER),
+                    ("no_standin", HINT_FWD_STANDIN), ("no_guard", HINT_FWD_EMPTY_ROW)]
 #: a missing rescale shows whatever the order of the visits: replayed in each order
 RESCALE_MISTAKES = [("no_rescale", HINT_FWD_RESCALE), ("no_rescale_acc", HINT_FWD_RESCALE_ACC),
                     ("no_rescale_l", HINT_FWD_RESCALE_L)]
@@ -210,6 +239,13 @@ def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread, big=None):
         wrong = replay_forward(q, k, v, arrays, mask, score, SCALE, br, bc, mistake, order)
         if not _close_pair(wrong, want):
             diagnoses.append((lambda y, e, w=wrong: _close_pair(y[:2], w), *hint))
+
+    def lse_only(y, e):             # o right, lse not: the log-sum-exp itself
+        return (isinstance(y, tuple) and len(y) == 4 and y[0].shape == want[0].shape
+                and y[1].shape == want[1].shape
+                and bool(np.allclose(y[0], want[0], rtol=1e-7, atol=1e-9))
+                and not np.allclose(y[1], want[1], rtol=1e-7, atol=1e-9, equal_nan=True))
+    diagnoses.append((lse_only, *HINT_FWD_LSE))
     diagnoses += [(lambda y, e: _close_pair(y[:2], want) and bool(
                       (y[3][tile_of == EMPTY] > 0).any() or (y[2][tile_of == EMPTY] > 0).any()),
                    *HINT_FWD_EMPTY_VISITED),
