@@ -380,7 +380,7 @@ LAB12 = [
           "2 bytes"),
     wrong(L12, SO, "xor into bits 3..5", [
         ("return plain ^ (((plain >> 7) & 7) << 4)", "return plain ^ (((plain >> 7) & 7) << 3)")],
-          "16-byte"),
+          "wrong bits"),     # HINT_XOR_BITS since round 15 (was the generic HINT_SWIZZLE)
     wrong(L12, SO, "three bits masked as two", [
         ("return plain ^ (((plain >> 7) & 7) << 4)", "return plain ^ (((plain >> 7) & 3) << 4)")],
           "row"),
