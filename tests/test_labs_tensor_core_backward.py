@@ -108,6 +108,10 @@ PART_MISTAKES = {
                  P.HINT_DS_BASE2, True),
     "ds-no-scale": ("ds_tile", [("math.exp(s[4 * n + i] * scale - lt[col])",
                                  "math.exp(s[4 * n + i] - lt[col])")], P.HINT_DS_SCALE, True),
+    # lse scaled with S: the generic HINT_DS (review round 15, m8)
+    "ds-lse-scaled": ("ds_tile", [("p = math.exp(s[4 * n + i] * scale - lt[col])",
+                                   "p = math.exp((s[4 * n + i] - lt[col]) * scale)")],
+                      P.HINT_DS_LSE_SCALED, False),
     "ds-row": ("ds_tile", [("            col = 8 * n + 2 * t + (i % 2)\n",
                             "            col = lane // 4 + 8 * (i // 2)\n")], P.HINT_DS_ROW,
                True),

@@ -89,6 +89,10 @@ HINT_DS_BASE2_RAW = ("Your P mixes bases: exp2 of a natural-log exponent. scale 
 HINT_DS_SCALE = ("Your P leaves out the softmax scale: the forward's scores are scale Q K^T "
                  "(scale = 1 / sqrt(d)), and its lse was taken of those.",
                  "P = exp(s scale - lse).")
+HINT_DS_LSE_SCALED = ("Your P multiplies lse by the scale too: lse was taken of the scaled "
+                      "scores (the forward's m + log l over scale Q K^T), so it is subtracted "
+                      "after the scale: exp(scale S - lse), not exp(scale (S - lse)).",
+                      "Multiply s by scale, then subtract lt[col].")
 HINT_DS_ROW = ("Your lse and D come from the key: in the transposed tile the ROWS are keys and "
                "the columns queries, and lse and D belong to a query (accumulator i of n8 tile "
                "n: query 8 n + 2 t + (i % 2)).", "Index lt and dl by the column, not by g.")
@@ -296,7 +300,8 @@ def scores_model(ktile, vtile, qs, dos, s, dp, mistake=None):
 
 def ds_model(s, dp, lt, dl, scale, mistake=None):
     """(s, dp) after ds_tile: P^T over s, dS^T over dp, float64; mistakes: 'base2' (exp2 of
-    scale S log2 e - lse), 'base2_raw' (exp2 of scale S - lse), 'no_scale', 'row' (lse, D of
+    scale S log2 e - lse), 'base2_raw' (exp2 of scale S - lse), 'no_scale', 'lse_scaled'
+    (exp of scale (S - lse)), 'row' (lse, D of
     the key row), 'no_p' (dS = dP - D), 'sign', 'not_stored' (s keeps S^T), 'scaled' (dS
     times scale)."""
     s, dp = (np.asarray(x, np.float64) for x in (s, dp))
@@ -313,6 +318,8 @@ def ds_model(s, dp, lt, dl, scale, mistake=None):
                     p = np.exp2(s[:, j] * scale - lt[col])
                 elif mistake == "no_scale":
                     p = np.exp(s[:, j] - lt[col])
+                elif mistake == "lse_scaled":
+                    p = np.exp((s[:, j] - lt[col]) * scale)
                 else:
                     p = np.exp(s[:, j] * scale - lt[col])
             diff = dl[col] - dp[:, j] if mistake == "sign" else dp[:, j] - dl[col]
@@ -427,7 +434,8 @@ def check_transposed_scores(transposed_scores, *, verbose: bool = True,
 # -- checker: ds_tile ------------------------------------------------------------------------
 
 DS_MISTAKES = [("base2", HINT_DS_BASE2), ("base2_raw", HINT_DS_BASE2_RAW),
-               ("no_scale", HINT_DS_SCALE), ("row", HINT_DS_ROW),
+               ("no_scale", HINT_DS_SCALE), ("lse_scaled", HINT_DS_LSE_SCALED),
+               ("row", HINT_DS_ROW),
                ("no_p", HINT_DS_NO_P), ("sign", HINT_DS_SIGN), ("not_stored", HINT_DS_STORE),
                ("scaled", HINT_DS_SCALED)]
 
