@@ -36,7 +36,7 @@ MISTAKES = {
         (_PACK, "    return (start >> 4) | (lbo >> 4) << 14 | (sbo >> 4) << 28 | code << 62",
          H.HINT_FIELD_PLACE),
         # the code shifted to bit 63 (the field's last bit): the codes were right; the hint
-        # said "another mode's code" (review round 15, m1)
+        # said "another mode's code" (review round 15, M2)
         (_PACK, "    return (start >> 4) | (lbo >> 4) << 16 | (sbo >> 4) << 32 | code << 63",
          H.HINT_FIELD_PLACE),
         (_PACK, "    return float((start >> 4) | (lbo >> 4) << 16 | (sbo >> 4) << 32 "

@@ -108,7 +108,7 @@ PART_MISTAKES = {
                  P.HINT_DS_BASE2, True),
     "ds-no-scale": ("ds_tile", [("math.exp(s[4 * n + i] * scale - lt[col])",
                                  "math.exp(s[4 * n + i] - lt[col])")], P.HINT_DS_SCALE, True),
-    # lse scaled with S: the generic HINT_DS (review round 15, m8)
+    # lse scaled with S: the generic HINT_DS (review round 15, m9)
     "ds-lse-scaled": ("ds_tile", [("p = math.exp(s[4 * n + i] * scale - lt[col])",
                                    "p = math.exp((s[4 * n + i] - lt[col]) * scale)")],
                       P.HINT_DS_LSE_SCALED, False),

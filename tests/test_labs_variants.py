@@ -157,7 +157,7 @@ MISTAKES = {
         ("l = alpha * l + p.sum(axis=1)", "l = l + p.sum(axis=1)", VF.HINT_FWD_RESCALE_L),
         # alpha taken after the max moved: exp(0) = 1, the replayed no_rescale (round 7 ac, M1)
         (_ALPHA, "            m = m_new\n" + _ALPHA, VF.HINT_FWD_RESCALE),
-        # round 15 (m4 to m7): each got the generic HINT_FORWARD, silent on lse and on NaN
+        # round 15 (m4 to m8): each got the generic HINT_FORWARD, silent on lse and on NaN
         (_SCORE, "            s = scale * score_tile(score_mod, q[q0:q1] @ k[k0:k1].T, 0, 0, "
                  "rows, cols)", VF.HINT_FWD_SCALE_AFTER),
         (_SCORE, _RAW, VF.HINT_FWD_NO_SCORE),
