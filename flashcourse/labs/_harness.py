@@ -38,7 +38,6 @@ import signal
 import threading
 import time
 import traceback
-import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
@@ -286,19 +285,10 @@ class _CappedText(io.TextIOBase):
 
 @contextmanager
 def _captured_output():
-    """The learner's prints (stdout and stderr) during a case, capped at PRINT_CAP.
-
-    Numba's warning that a grid of fewer than 128 blocks under-uses a real GPU is not
-    the learner's: each case picks its own small grid on purpose. It is left out."""
+    """The learner's prints (stdout and stderr) during a case, capped at PRINT_CAP."""
     buffer = _CappedText(PRINT_CAP)
-    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer), \
-            warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=SMALL_GRID_WARNING)
+    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
         yield buffer
-
-
-#: Numba's low-occupancy warning on a real GPU (its text starts with a terminal bold code)
-SMALL_GRID_WARNING = r"(\x1b\[\d+m)?Grid size \d+ will likely result in GPU under-utilization"
 
 
 def _structure(yours, expected) -> tuple[str, str] | None:
