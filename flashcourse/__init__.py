@@ -2,7 +2,8 @@
 
 Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.md):
 
- 0  gpu         GPU-or-simulator selection (runs on import, before Numba loads)
+ 0  gpu         GPU-or-simulator selection (runs on import, before Numba loads); Numba's
+                small-grid warning turned off
     sim_scheduler  a waiting barrier for the CUDA simulator's threads (installed on import)
     _checks     validation of every argument; `flatten_heads`, the one validate-and-flatten
     gpus        published sizes and rates of common GPUs; limits per compute capability
@@ -57,6 +58,7 @@ from . import gpu as _gpu
 
 _gpu.select_cuda_target()
 _gpu.select_cache_dir()
+_gpu.quiet_small_grids()
 if _gpu.using_simulator():
     from . import sim_scheduler as _sim_scheduler
     _sim_scheduler.install()

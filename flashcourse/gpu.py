@@ -53,6 +53,25 @@ def select_cuda_target() -> None:
             config.reload_config()
 
 
+def quiet_small_grids() -> None:
+    """Turn off Numba's warning that a launch of fewer than 128 blocks under-uses a GPU.
+
+    On a real GPU Numba prints a NumbaPerformanceWarning for every such launch; the
+    course's demonstrations and lab checks launch small grids on purpose, so a notebook
+    would fill with warnings that are not the learner's. Left as it is when the learner
+    sets NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS themselves.
+    """
+    if "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS" in os.environ:
+        return
+    os.environ["NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS"] = "0"   # read when numba.cuda loads
+    if "numba.cuda" in sys.modules:                          # already loaded: its setting
+        try:
+            from numba.cuda.core import config
+            config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
+        except (ImportError, AttributeError):
+            pass
+
+
 def using_simulator() -> bool:
     """True when Numba's CUDA target is the simulator (set before numba was imported)."""
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")

@@ -32,3 +32,19 @@ def test_too_late_gives_a_clear_error_not_a_driver_traceback():
             "except RuntimeError as e:\n    print('RuntimeError:', e)\n")
     assert r.returncode == 0, r.stderr
     assert NO_TARGET_MESSAGE in r.stdout
+
+
+@pytest.mark.parametrize("given,first", [(None, False), ("1", False), (None, True)])
+def test_numbas_small_grid_warning_is_off_unless_the_learner_asks(given, first):
+    """On a GPU Numba warns at every launch of under 128 blocks (the H100 run of the labs
+    and notebooks printed it 74 times); the course's launches are small on purpose."""
+    env_line = "" if given is None else f"os.environ['NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS'] = '{given}'\n"
+    numba_first = "from numba import cuda\n" if first else ""
+    code = ("import os\n" + env_line + numba_first + "import flashcourse\n"
+            "from numba.cuda.core import config\n"
+            "print(os.environ['NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS'], "
+            "config.CUDA_LOW_OCCUPANCY_WARNINGS)\n")
+    r = run(code)
+    assert r.returncode == 0, r.stderr
+    want = given or "0"
+    assert r.stdout.split() == [want, want]
