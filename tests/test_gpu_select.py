@@ -38,7 +38,8 @@ def test_too_late_gives_a_clear_error_not_a_driver_traceback():
 def test_numbas_small_grid_warning_is_off_unless_the_learner_asks(given, first):
     """On a GPU Numba warns at every launch of under 128 blocks (the H100 run of the labs
     and notebooks printed it 74 times); the course's launches are small on purpose."""
-    env_line = "" if given is None else f"os.environ['NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS'] = '{given}'\n"
+    name = "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS"
+    env_line = "" if given is None else f"os.environ['{name}'] = '{given}'\n"
     numba_first = "from numba import cuda\n" if first else ""
     code = ("import os\n" + env_line + numba_first + "import flashcourse\n"
             "from numba.cuda.core import config\n"
