@@ -12,8 +12,10 @@ error on FlashAttention-3's outlier inputs at larger sizes than notebook 15 runs
              each format decoded on the device against `codes.decode`.
           2. FP8 tensor-core products: torch._scaled_mm of e4m3 codes (unit scales, fp32
              out) for S = Q K^T and for P~ V against the float32 product of the decoded
-             values in numpy; bound |diff| <= 2 d 2^-24 (|A| |B|) + 1e-6, fp32 summation
-             in either order.
+             values in numpy: the error of each element relative to sum |a||b|, as bits
+             kept (at least ACC_BITS_MIN = 10 to pass), and whether it is within the fp32
+             bound 2 d 2^-24 sum |a||b| + 1e-6 (an H100 was not: its FP8 tensor cores keep
+             about 13 bits while accumulating; DeepSeek-V3 reports about 14 on the H800).
           3. The FP8 forward on the GPU: Q, K, V quantized by blocks of 64 tokens with the
              device's cast, S = _scaled_mm(Q8, K8^T) times the block scales, softmax in fp32,
              P~ = 2^8 exp(S - m) cast to e4m3, O += s_v _scaled_mm(P~8, V8) per key block of
@@ -118,6 +120,14 @@ def check_conversions(torch, rng, doc) -> bool:
     return ok
 
 
+#: The products' check: the error of each element relative to sum |a||b| must be at most
+#: 2^-ACC_BITS_MIN. Not the fp32 bound (2 d 2^-24): Hopper's FP8 tensor cores keep fewer
+#: bits while they accumulate (DeepSeek-V3, arXiv:2412.19437, section 3.3.2: "around 14
+#: bits" on the H800); the check records both, and the bits this GPU kept. A wrong cast or
+#: scale gives errors of order 1 (2^0), far below this bar.
+ACC_BITS_MIN = 10
+
+
 def scaled_mm(torch, a8, b8):
     """fp32 a8 @ b8 on FP8 tensor cores, unit scales (b8 made column-major)."""
     one = torch.ones((), device="cuda", dtype=torch.float32)
@@ -135,11 +145,19 @@ def check_products(torch, rng, doc) -> bool:
         b8 = torch.from_numpy(b.astype(np.float32)).cuda().to(torch.float8_e4m3fn)
         got = scaled_mm(torch, a8, b8).cpu().numpy().astype(np.float64)
         want = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float64)
-        bound = 2 * kdim * 2.0 ** -24 * (np.abs(a) @ np.abs(b)) + 1e-6
-        good = bool(np.all(np.abs(got - want) <= bound))
+        mag = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)   # sum |a||b|
+        diff = np.abs(got - want)
+        fp32 = bool(np.all(diff <= 2 * kdim * 2.0 ** -24 * mag + 1e-6))
+        worst = float(np.max(diff / mag))              # error relative to sum |a||b|
+        bits = float(-np.log2(worst)) if worst > 0 else float("inf")
+        good = bits >= ACC_BITS_MIN
         doc["checks"].append({"what": "scaled_mm e4m3", "shape": [m, kdim, n], "ok": good,
-                              "max_abs_diff": float(np.abs(got - want).max())})
-        log(f"  _scaled_mm ({m} x {kdim}) @ ({kdim} x {n}): within fp32 bound: {good}")
+                              "max_abs_diff": float(diff.max()),
+                              "max_diff_over_sum_abs": worst, "accumulation_bits": bits,
+                              "within_fp32_bound": fp32})
+        log(f"  _scaled_mm ({m} x {kdim}) @ ({kdim} x {n}): max |diff| / sum|a||b| = "
+            f"{worst:.2e} (2^-{bits:.1f}); within the fp32 bound: {fp32}; at least "
+            f"2^-{ACC_BITS_MIN}: {good}")
         ok = ok and good
     return ok
 
@@ -284,11 +302,13 @@ def kv_check(doc, smoke: bool) -> bool:
                                                       if k != "what"))
     hw = dev.hardware_decode()
     if hw:
+        decode_word_hw = dev.decode_ops(True)[0]     # resolved here: a kernel cannot call
+                                                     # the Python function that builds it
         @cuda.jit
         def both(words, out_hw, out_sw):
             i = cuda.grid(1)
             if i < words.size:
-                a = dev.decode_ops(True)[0](words[i])
+                a = decode_word_hw(words[i])
                 b = dev.decode_word_sw(words[i])
                 for j in range(4):
                     out_hw[4 * i + j] = a[j]

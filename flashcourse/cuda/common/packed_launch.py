@@ -162,3 +162,62 @@ class PackedLaunch:
                            self._params_addr, 0)
         if int(err[0]) != 0:
             _check(err, f"cuLaunchKernel({self.kernel})")
+
+
+def stream_handle(stream) -> int:
+    """The driver handle of a Numba stream (0, None or the default stream: 0)."""
+    if stream is None or (isinstance(stream, int) and stream == 0):
+        return 0
+    h = stream.handle
+    return int(getattr(h, "value", h) or 0)
+
+
+def _layout(args) -> tuple:
+    """What a packed launch depends on besides the data pointers: each array's type, shape,
+    strides and dtype, each scalar's type and value."""
+    out = []
+    for a in args:
+        if hasattr(a, "device_ctypes_pointer") or hasattr(a, "__cuda_array_interface__"):
+            out.append((type(a), tuple(a.shape), tuple(a.strides), a.dtype.str))
+        else:
+            out.append((type(a), a))
+    return tuple(out)
+
+
+class LaunchCache:
+    """Packed launches kept per kernel and argument layout, for a host path that launches
+    the same kernels again and again on new arrays of the same shapes (a decode step).
+
+    `launch(...)`: the first call of a layout goes through Numba (`slow()`: it compiles
+    and opts in to large shared memory), and its arguments are packed; later calls of
+    the same layout set the data pointers of this call's arrays and call cuLaunchKernel.
+    Where packing is refused (`PackedLaunchError`: an argument that is not a Numba
+    device array, say) or off (`available()`), every call goes through Numba."""
+
+    def __init__(self):
+        import threading
+        self._packed = {}
+        self._lock = threading.Lock()
+
+    def launch(self, kernel, grid, block, shared_bytes, args, stream, slow) -> None:
+        if not available():
+            slow()
+            return
+        key = (id(kernel), grid, block, shared_bytes, _layout(args))
+        entry = self._packed.get(key)
+        if entry is None:
+            slow()
+            try:
+                packed = PackedLaunch(kernel, args, grid, block, shared_bytes)
+            except PackedLaunchError:
+                packed = None
+            self._packed[key] = (kernel, packed)     # the kernel kept alive: id stays unique
+            return
+        packed = entry[1]
+        if packed is None:
+            slow()
+            return
+        with self._lock:
+            for i in packed._data_slot:
+                packed.set_pointer(i, device_pointer(args[i]))
+            packed.launch(stream_handle(stream))
