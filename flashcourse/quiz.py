@@ -32,12 +32,11 @@ import html
 import numbers
 import os
 import random
-import stat
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .results import read_regular, schema_errors
+from .results import read_regular, refuse_irregular, schema_errors
 
 try:
     import tomllib
@@ -397,11 +396,10 @@ def _read(path: Path) -> bytes:
             raise QuizFileError(f"{file}: a loop of symbolic links (a link that leads back "
                                 "to itself), not a quiz file") from None
         raise QuizFileError(f"{file}: cannot read it ({exc.strerror or exc})") from None
-    if stat.S_ISDIR(mode):
-        raise QuizFileError(f"{file}: is a directory, not a quiz file (a .toml file)")
-    if not stat.S_ISREG(mode):
-        raise QuizFileError(f"{file}: not a regular file (a FIFO, socket or device); a quiz "
-                            "file is a plain UTF-8 TOML file")
+    refuse_irregular(mode, QuizFileError,
+                     f"{file}: is a directory, not a quiz file (a .toml file)",
+                     f"{file}: not a regular file (a FIFO, socket or device); a quiz "
+                     "file is a plain UTF-8 TOML file")
     if len(data) > MAX_QUIZ_BYTES:
         raise QuizFileError(f"{file}: larger than {MAX_QUIZ_BYTES:,} bytes; a quiz file is "
                             "a few KB of TOML")

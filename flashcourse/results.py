@@ -162,6 +162,15 @@ def read_regular(path, limit: int | None = None) -> tuple[bytes, int]:
     return data, mode
 
 
+def refuse_irregular(mode, error, folder: str, special: str) -> None:
+    """After `read_regular`: raise `error(folder)` when `mode` is a folder's, `error(special)`
+    when it is any other but a regular file's (a FIFO, a socket, a device)."""
+    if stat.S_ISDIR(mode):
+        raise error(folder)
+    if not stat.S_ISREG(mode):
+        raise error(special)
+
+
 def read_file(path) -> bytes | None:
     """The bytes of the recorded file at `path`, or None when there is none (a broken
     symbolic link is an error, not "none"). ResultsError naming the file when it is not a
@@ -177,11 +186,9 @@ def read_file(path) -> bytes | None:
                            "a results file") from None
     except OSError as exc:                  # a link loop, permission denied, ...
         raise ResultsError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    if stat.S_ISDIR(mode):
-        raise ResultsError(f"{path}: is a folder, not a results file")
-    if not stat.S_ISREG(mode):
-        raise ResultsError(f"{path}: not a regular file (a FIFO, socket or device), not a "
-                           "results file")
+    refuse_irregular(mode, ResultsError, f"{path}: is a folder, not a results file",
+                     f"{path}: not a regular file (a FIFO, socket or device), not a "
+                     "results file")
     return data
 
 
@@ -231,51 +238,45 @@ def load(path, kind: str | None = None) -> dict | None:
     return validate(doc, kind_of(path) if kind is None else kind, str(path))
 
 
-def load_sweep(path=None) -> dict | None:
-    """The recorded tuning sweep (validated), or None when none exists yet."""
-    return load(SWEEP_FILE if path is None else path, "sweep")
+def _recorded_loader(file_name: str, kind: str, doc: str):
+    """A loader `load_<name>(path=None)`: the document at `path` (by default the module's
+    constant `file_name`, looked up at each call) validated as `kind` (`load`), or None when
+    there is no file; `doc`, its docstring."""
+    def loader(path=None) -> dict | None:
+        return load(globals()[file_name] if path is None else path, kind)
+    loader.__doc__ = doc
+    return loader
 
 
-def load_tensor_core(path=None) -> dict | None:
-    """The recorded tensor-core results (benchmarks/gpu_tensor_core.py), or None."""
-    return load(TENSOR_CORE_FILE if path is None else path, "tensor_core")
-
-
-def load_host_path(path=None) -> dict | None:
-    """The recorded host/wall/GPU times of the public calls (benchmarks/gpu_host_path.py)."""
-    return load(HOST_PATH_FILE if path is None else path, "host_path")
-
-
-def load_bars(path=None) -> dict | None:
-    """The issues' bars measured through the public calls (benchmarks/gpu_bars.py), or None."""
-    return load(BARS_FILE if path is None else path, "bars")
-
-
-def load_hopper(path=None) -> dict | None:
-    """The Hopper (wgmma) forward's recorded run (benchmarks/gpu_hopper.py), or None;
-    path=HOPPER_V3_FILE: version 3's own run (beside version 2); HOPPER_V45_FILE: versions
-    3-5 beside version 2."""
-    return load(HOPPER_FILE if path is None else path, "hopper")
-
-
-def load_tf32_variants(path=None) -> dict | None:
-    """3xTF32 version 1 against version 2's tile variants (raw, N = 4096), and their checks."""
-    return load(TF32_VARIANTS_FILE if path is None else path, "tensor_core")
-
-
-def load_tensor_core_ab(path=None) -> dict | None:
-    """The forward version 2's instruction-count step, before/after in one process."""
-    return load(TENSOR_CORE_AB_FILE if path is None else path, "tensor_core")
-
-
-def load_tc_backward(path=None) -> dict | None:
-    """The recorded tensor-core backward run (benchmarks/gpu_tc_backward.py), or None."""
-    return load(TC_BACKWARD_FILE if path is None else path, "tc_backward")
-
-
-def load_traffic(path=None) -> dict | None:
-    """The recorded Nsight Compute traffic study (validated), or None when none exists yet."""
-    return load(TRAFFIC_FILE if path is None else path, "ncu_traffic")
+load_sweep = _recorded_loader(
+    "SWEEP_FILE", "sweep",
+    "The recorded tuning sweep (validated), or None when none exists yet.")
+load_tensor_core = _recorded_loader(
+    "TENSOR_CORE_FILE", "tensor_core",
+    "The recorded tensor-core results (benchmarks/gpu_tensor_core.py), or None.")
+load_host_path = _recorded_loader(
+    "HOST_PATH_FILE", "host_path",
+    "The recorded host/wall/GPU times of the public calls (benchmarks/gpu_host_path.py).")
+load_bars = _recorded_loader(
+    "BARS_FILE", "bars",
+    "The issues' bars measured through the public calls (benchmarks/gpu_bars.py), or None.")
+load_hopper = _recorded_loader(
+    "HOPPER_FILE", "hopper",
+    "The Hopper (wgmma) forward's recorded run (benchmarks/gpu_hopper.py), or None; "
+    "path=HOPPER_V3_FILE: version 3's own run (beside version 2); HOPPER_V45_FILE: versions "
+    "3-5 beside version 2.")
+load_tf32_variants = _recorded_loader(
+    "TF32_VARIANTS_FILE", "tensor_core",
+    "3xTF32 version 1 against version 2's tile variants (raw, N = 4096), and their checks.")
+load_tensor_core_ab = _recorded_loader(
+    "TENSOR_CORE_AB_FILE", "tensor_core",
+    "The forward version 2's instruction-count step, before/after in one process.")
+load_tc_backward = _recorded_loader(
+    "TC_BACKWARD_FILE", "tc_backward",
+    "The recorded tensor-core backward run (benchmarks/gpu_tc_backward.py), or None.")
+load_traffic = _recorded_loader(
+    "TRAFFIC_FILE", "ncu_traffic",
+    "The recorded Nsight Compute traffic study (validated), or None when none exists yet.")
 
 
 def tuned_config(head_dim: int, path=None, gpu_name: str | None = None,
@@ -325,9 +326,9 @@ def recorded_row(head_dim, seq_len, block_q, block_k, threads, tm, doc=None):
 BACKWARD_FILE = RESULTS_DIR / "h200_backward.json"
 
 
-def load_backward(path=None) -> dict | None:
-    """The recorded backward benchmark (validated), or None when none exists."""
-    return load(BACKWARD_FILE if path is None else path, "gpu_backward")
+load_backward = _recorded_loader(
+    "BACKWARD_FILE", "gpu_backward",
+    "The recorded backward benchmark (validated), or None when none exists.")
 
 
 def recorded_backward_regs(head_dim, tiles, kernel, doc=None):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import linecache
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ if str(HERE) not in sys.path:  # run as a script: find labtools and helpers
     sys.path.insert(0, str(HERE))
 
 import flashcourse  # noqa: E402,F401  (selects the GPU or the simulator before numba loads)
-from labtools import _is_definition, cells_of, lab_path  # noqa: E402
+from labtools import _is_definition, cells_of, exec_cell, lab_path  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -68,13 +67,6 @@ def call(check: str, *args: str):
     return lambda ns: ns[check](*(ns[a] for a in args), verbose=False)
 
 
-def _register(src: str, tag: str) -> str:
-    """Compile name for `src`, registered in linecache so that inspect.getsource works."""
-    name = f"<hidden-{tag}-{hash(src)}>"
-    linecache.cache[name] = (len(src), None, src.splitlines(True), name)
-    return name
-
-
 def load(m: Mutant) -> dict:
     """The lab's import and definition cells with `m`'s edits, then `m.extra`: a namespace."""
     cells = [s for s in cells_of(lab_path(m.lab)) if _is_definition(s)]
@@ -98,7 +90,7 @@ def load(m: Mutant) -> dict:
     ns: dict = {}
     with contextlib.redirect_stdout(io.StringIO()):   # the import cells print the set-up
         for n, src in enumerate(cells + ([m.extra] if m.extra else [])):
-            exec(compile(src, _register(src, f"{m.lab}-{n}"), "exec"), ns)  # noqa: S102
+            exec_cell(src, f"<hidden-{m.lab}-{n}-{hash(src)}>", ns)
     return ns
 
 

@@ -38,6 +38,13 @@ def _is_definition(src: str) -> bool:
     return body.startswith(("import", "from", "def ", "@"))
 
 
+def exec_cell(src: str, name: str, namespace: dict) -> None:
+    """Execute the cell `src` in `namespace` as the file `name`, registered in linecache so
+    that inspect.getsource works, as it does in Jupyter."""
+    linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+    exec(compile(src, name, "exec"), namespace)  # noqa: S102
+
+
 def functions_of(path: Path, *, student: bool = False, replace=()) -> dict:
     """Execute the import and definition cells of a lab; `replace` = [(old, new), ...] edits
     the source first (each `old` must occur)."""
@@ -50,10 +57,8 @@ def functions_of(path: Path, *, student: bool = False, replace=()) -> dict:
             if old in src:
                 src = src.replace(old, new)
                 used.add(i)
-        # registered in linecache so that inspect.getsource works, as it does in Jupyter
-        name = f"<{path.stem}{'-student' if student else ''}-cell{n}-{hash(src)}>"
-        linecache.cache[name] = (len(src), None, src.splitlines(True), name)
-        exec(compile(src, name, "exec"), namespace)  # noqa: S102
+        exec_cell(src, f"<{path.stem}{'-student' if student else ''}-cell{n}-{hash(src)}>",
+                  namespace)
     missing = [old for i, (old, _) in enumerate(replace) if i not in used]
     assert not missing, f"{path.name}: edits whose text is in no definition cell: {missing}"
     return namespace
