@@ -11,7 +11,7 @@ from flashcourse.labs import tensor_core_backward_lab as L
 from flashcourse.labs import tensor_core_backward_parts as P
 from flashcourse.labs._harness import HINT_COMPILE
 from flashcourse.labs.cuda_kernel import HINT_FLOAT64
-from labtools import (IMPORT_FLOAT32, assert_stubs_not_implemented, cells_of,
+from labtools import (IMPORT_FLOAT32, assert_hint, assert_stubs_not_implemented, cells_of,
                       correct_variants_test, edited, functions_of, hint_leaks_test,
                       idle_part_test, kernel_error_test, lab_fixture, lab_path,
                       part_mistakes_tests, parts_picker)
@@ -242,30 +242,36 @@ WIDE_MISTAKES = {
     "ds-no-for-ns": ("ds_tile", [("for n in range(NS):", "for n in range(NO):")],
                      P.HINT_WIDE, False),
 }
-PART_MISTAKES.update(WIDE_MISTAKES)
 
 
 @pytest.mark.parametrize("key", sorted(WIDE_MISTAKES))
-def test_wide_mistakes_pass_the_lab_tiles_and_fail_the_wide_ones(key):
-    """Each passes every case at D = BR = 16 and fails the WIDE one (its hint: the table)."""
-    part, edits, _, _ = WIDE_MISTAKES[key]
-    with np.errstate(all="ignore"):
-        result = CHECK[part](edited(LAB, part, edits), verbose=False)
-    assert not result.passed and "wider tiles" in result.case and str(L.WIDE) in result.case
+def test_wide_mistakes_pass_the_lab_tiles_and_get_their_hint_at_the_wide_ones(key):
+    """Each passes every case at D = BR = 16 and fails the WIDE one with its hint."""
+    part, edits, hint, _ = WIDE_MISTAKES[key]
+    result = assert_hint(CHECK[part], edited(LAB, part, edits), hint[0])
+    assert "wider tiles" in result.case and str(L.WIDE) in result.case
 
 _BASE2_IMPORT = ("from numba import cuda\n",
                  "from numba import cuda\nfrom flashcourse.constants import LOG2E_F\n")
 
 
 #: one mistake of each part through the whole kernel: it names the part check that fails
-KERNEL_KEYS = ["delta-axis", "s-pairs", "ds-base2", "grad-transpose", "store-no-scale",
-               "s-kq-for-kt", "grad-j0-4kp", "store-ns-for-no"]
+KERNEL_KEYS = ["delta-axis", "s-pairs", "ds-base2", "grad-transpose", "store-no-scale"]
 KERNEL_HINT = {"row_delta": P.HINT_KERNEL_DELTA, "transposed_scores": P.HINT_KERNEL_SCORES,
                "ds_tile": P.HINT_KERNEL_DS, "grad_tile": P.HINT_KERNEL_GRAD,
                "store_grads": P.HINT_KERNEL_STORE}
 test_part_mistakes_get_their_hint, test_kernel_names_the_failing_part = part_mistakes_tests(
     LAB, P, parts_of, CHECK, PART_MISTAKES, KERNEL_KEYS, kernel_hint=KERNEL_HINT,
     also={"ds-base2": [_BASE2_IMPORT]})
+
+
+def test_the_kernel_check_catches_a_slip_of_the_lab_tiles(lab):
+    """Right at D = BR = 16, so only the kernel's WIDE case shows it, and the kernel check
+    names the part check that fails (which then names the slip)."""
+    part, edits, _, _ = WIDE_MISTAKES["grad-j0-4kp"]
+    result = assert_hint(P.check_kernel, parts_of(lab, **{part: edited(LAB, part, edits)}),
+                         P.HINT_KERNEL_GRAD[0])
+    assert "wider tiles" in result.case
 
 
 # a grad_tile that returns at once when yt is not the part check's 32 (96 at WIDE) rows
@@ -341,13 +347,8 @@ DERIVED_SIZES = [("for kk in range(KT):", "for kk in range(D // 16):"),
                  ("    for x in range(4 * NS):\n", "    for x in range(BR // 2):\n"),
                  ("for kp in range(KQ):", "for kp in range(BR // 16):"),
                  ("for n in range(NO):", "for n in range(D // 8):")]
-
-
-def test_sizes_derived_from_d_and_br_pass_every_tile_configuration():
-    ns = functions_of(LAB, replace=DERIVED_SIZES)
-    for part, check in CHECK.items():
-        assert check(ns[part], verbose=False).passed, part
-    assert P.check_kernel(parts_of(ns), verbose=False).passed
+test_sizes_derived_from_d_and_br_pass_every_tile_configuration = correct_variants_test(
+    LAB, P, parts_of, CHECK, {"all parts": DERIVED_SIZES})
 
 
 def test_at_tiles_replaces_the_sizes_and_keeps_the_rest():

@@ -25,7 +25,9 @@ run over queries). The learner writes, as Numba device functions:
 
 `mma`, `pack` (`tensor_core_lab`) and `load_a`, `load_b` (lab 10's parts, given here) are
 the building blocks. Here: the kernel, `lab_backward(parts, ...)` that runs it with the D
-pre-pass, the kernel's inputs (`kernel_inputs`, `KERNEL_CASES`) and, GPU only,
+pre-pass, the tile configurations (`Tiles`: the lab's TILES and the checks' WIDE) and
+`at_tiles`, which rebuilds a part or the skeleton at another one, the kernel's inputs
+(`kernel_inputs`, `KERNEL_CASES`) and, GPU only,
 `time_against_course(parts)`, which times it beside the course's tensor-core backward.
 `tensor_core_backward_parts` checks each part alone on known fragments against a numpy
 model of the same fragment arithmetic, with its typical mistakes replayed, and the whole
@@ -333,7 +335,8 @@ KERNEL_CASES = [
     ("one tile pair: Tq = Tk = d = 16", 1, 16, 16, 16, False, TILES),
     ("ragged: Tq = 21, Tk = 37 (3 key blocks), d = 11", 2, 21, 37, 11, False, TILES),
     ("causal, Tq = 24 > Tk = 20 (4 queries see no key), d = 8", 3, 24, 20, 8, True, TILES),
-    (f"wider tiles, {WIDE}: causal, Tq = 24, Tk = 20, d = 40", 4, 24, 20, 40, True, WIDE),
+    (f"wider tiles, {WIDE}: causal, Tq = 24 > Tk = 16 (8 queries see no key), d = 40", 4, 24,
+     16, 40, True, WIDE),
 ]
 
 

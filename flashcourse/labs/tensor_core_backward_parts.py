@@ -10,10 +10,17 @@ lane on (32, n) arrays [lane, accumulator], through the maps of `flashcourse.cud
 `tensor_core_parts`, with its one-warp launcher and diagnoses). Every model takes a `mistake`
 that replays one typical wrong implementation; a result that matches one gets its hint.
 
-`check_kernel` runs the pre-pass and the kernel on ragged and causal shapes against the
-float64 backward (`reference.attention_backward`) on the same fp16 values; when they
-disagree it runs the part checks and names the first that fails, or says that all of them
-pass and what remains.
+At the lab's tiles (D = BR = 16) KT = KQ = 1 and NS = NO = 2, so a loop over the wrong size
+of a pair, or an offset of k16 step 1, gives the right result there. Each part check (but
+row_delta's) and `check_kernel` therefore run the parts also at WIDE (D = 48, BR = 32: KT = 3,
+KQ = 2, NS = 4, NO = 6), rebuilt with those sizes (`tensor_core_backward_lab.at_tiles`); the
+slips that show only there are replayed (SCORES_WIDE_MISTAKES, GRAD_WIDE_MISTAKES, store's
+'ns'), and a part that reads none of a loop's size names gets HINT_LITERAL.
+
+`check_kernel` runs the pre-pass and the kernel on ragged and causal shapes (one at WIDE)
+against the float64 backward (`reference.attention_backward`) on the same fp16 values; when
+they disagree it runs the part checks and names the first that fails, or says that all of
+them pass and what remains.
 """
 
 from __future__ import annotations
