@@ -339,16 +339,14 @@ CORRECT_VARIANTS = {
 }
 
 
+#: sizes written from D and BR (right at every tile configuration): they follow WIDE too
+CORRECT_VARIANTS["sizes from D and BR"] = [
+    ("for kk in range(KT):", "for kk in range(D // 16):"),
+    ("    for x in range(4 * NS):\n", "    for x in range(BR // 2):\n"),
+    ("for kp in range(KQ):", "for kp in range(BR // 16):"),
+    ("for n in range(NO):", "for n in range(D // 8):")]
 test_unusual_correct_variants_pass = correct_variants_test(LAB, P, parts_of, CHECK,
                                                            CORRECT_VARIANTS)
-
-#: sizes written from D and BR (right at every tile configuration): they follow WIDE too
-DERIVED_SIZES = [("for kk in range(KT):", "for kk in range(D // 16):"),
-                 ("    for x in range(4 * NS):\n", "    for x in range(BR // 2):\n"),
-                 ("for kp in range(KQ):", "for kp in range(BR // 16):"),
-                 ("for n in range(NO):", "for n in range(D // 8):")]
-test_sizes_derived_from_d_and_br_pass_every_tile_configuration = correct_variants_test(
-    LAB, P, parts_of, CHECK, {"all parts": DERIVED_SIZES})
 
 
 def test_at_tiles_replaces_the_sizes_and_keeps_the_rest():
