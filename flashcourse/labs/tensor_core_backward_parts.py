@@ -190,7 +190,7 @@ HINT_LITERAL = ("Use the named sizes KT, KQ, NS, NO: your code is right only at 
                 f"The check also runs your part at {WIDE}, and your part does not read the "
                 "size one of its loops needs (KT or KQ for the k16 steps, NS or NO for the n8 "
                 "tiles): a fixed count such as range(1) or range(2) runs the same number of "
-                f"times at both. {_SIZES[0].upper()}{_SIZES[1:]}.",
+                f"times at both. The sizes: {_SIZES}.",
                 "Replace each fixed loop count by the name of what it counts.")
 HINT_S_KQ = (f"At {WIDE} your S^T and dP^T leave out the last k16 step of the head "
              "dimension: your kk loop runs over KQ, the k16 steps of the QUERIES (the sums of "
@@ -207,7 +207,8 @@ HINT_GRAD_J0 = (f"At {WIDE} your X^T "
                 "tile kp, not 2 kp).", "j0 is 8 kp.")
 HINT_GRAD_KP = (f"At {WIDE} your B "
                 "fragment of Y for kp = 1 reads the wrong queries: k16 step kp is queries 16 kp "
-                ".. 16 kp + 15, so load_b's k0 is 16 kp (8 kp reads half of step 0 again).",
+                ".. 16 kp + 15, so load_b's k0 is 16 kp (8 kp reads queries 8 .. 23 at kp = 1, half "
+                "of them step 0's again).",
                 "n0 = 8 n, k0 = 16 kp.")
 HINT_GRAD_NO = (f"At {WIDE} your acc leaves its last n8 tiles as they were: your n loop runs "
                 "over NS (the n8 tiles of S^T, over queries) where acc's n8 tiles are over the "
