@@ -205,10 +205,9 @@ HINT_GRAD_J0 = (f"At {WIDE} your X^T "
                 "packs the wrong accumulators for kp = 1: k16 step kp is n8 tiles 2 kp and "
                 "2 kp + 1, 4 entries each, so it starts at entry 8 kp (entry 4 kp is n8 "
                 "tile kp, not 2 kp).", "j0 is 8 kp.")
-HINT_GRAD_KP = (f"At {WIDE} your B "
-                "fragment of Y for kp = 1 reads the wrong queries: k16 step kp is queries 16 kp "
-                ".. 16 kp + 15, so load_b's k0 is 16 kp (8 kp reads queries 8 .. 23 at kp = 1, half "
-                "of them step 0's again).",
+HINT_GRAD_KP = (f"At {WIDE} your B fragment of Y for kp = 1 reads the wrong queries: k16 "
+                "step kp is queries 16 kp .. 16 kp + 15, so load_b's k0 is 16 kp (8 kp reads "
+                "queries 8 .. 23 at kp = 1, half of them step 0's again).",
                 "n0 = 8 n, k0 = 16 kp.")
 HINT_GRAD_NO = (f"At {WIDE} your acc leaves its last n8 tiles as they were: your n loop runs "
                 "over NS (the n8 tiles of S^T, over queries) where acc's n8 tiles are over the "
