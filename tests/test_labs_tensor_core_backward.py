@@ -11,7 +11,7 @@ from flashcourse.labs import tensor_core_backward_lab as L
 from flashcourse.labs import tensor_core_backward_parts as P
 from flashcourse.labs._harness import HINT_COMPILE
 from flashcourse.labs.cuda_kernel import HINT_FLOAT64
-from labtools import (IMPORT_FLOAT32, assert_stubs_not_implemented, cells_of,
+from labtools import (IMPORT_FLOAT32, assert_hint, assert_stubs_not_implemented, cells_of,
                       correct_variants_test, edited, functions_of, hint_leaks_test,
                       idle_part_test, kernel_error_test, lab_fixture, lab_path,
                       part_mistakes_tests, parts_picker)
@@ -43,9 +43,10 @@ def test_the_float64_backward_is_what_the_kernel_cases_expect(lab):
     """The kernel's error on every case is far inside its tolerance (the fp16 rounding of P
     and dS), and a dK without its scale is far outside it: the tolerance can fail."""
     from flashcourse import reference
-    for name, seed, tq, tk, d, causal in L.KERNEL_CASES:
+    assert {c[-1] for c in L.KERNEL_CASES} == {L.TILES, L.WIDE}
+    for name, seed, tq, tk, d, causal, tiles in L.KERNEL_CASES:
         q, k, v, o, lse, do = L.kernel_inputs(seed, tq, tk, d, causal)
-        dk, dv = L.lab_backward(parts_of(lab), q, k, v, o, lse, do, causal=causal)
+        dk, dv = L.lab_backward(parts_of(lab), q, k, v, o, lse, do, causal=causal, tiles=tiles)
         _, dk_ref, dv_ref = reference.attention_backward(q, k, v, do, causal=causal)
         assert np.abs(dk - dk_ref).max() < L._KERNEL_TOL / 3, name
         assert np.abs(dv - dv_ref).max() < L._KERNEL_TOL / 3, name
@@ -72,6 +73,33 @@ def test_models_without_a_mistake_are_the_dense_products():
     acc = P.grad_model(x, do, np.ascontiguousarray(do.T), np.zeros((32, L.O_ACC), np.float32))
     got = np.concatenate([mma.from_fragments(acc[:, 4 * n:4 * n + 4], "c_m16n8")
                           for n in range(L.NO)], axis=1)
+    np.testing.assert_allclose(got, mma.round_fp16(xt) @ do, rtol=1e-5, atol=1e-5)
+
+
+def test_models_at_the_wide_tiles_are_the_dense_products():
+    """At WIDE (D = 48, BR = 32) too: S^T = K Q^T over KT = 3 k16 steps from the A words
+    (a_words), dK += X^T Y over KQ = 2 k16 steps into NO = 6 n8 tiles."""
+    from flashcourse.cuda.ptx import mma
+    z = L.WIDE.sizes
+    rng = np.random.default_rng(1)
+    k, v = (mma.round_fp16(rng.standard_normal((16, z["D"]))).astype(np.float32)
+            for _ in range(2))
+    q, do = (mma.round_fp16(rng.standard_normal((z["BR"], z["D"]))).astype(np.float32)
+             for _ in range(2))
+    zeros = np.zeros((32, z["S_ACC"]), np.float32)
+    s, dp = P.scores_model(k, v, q, do, zeros, zeros, tiles=L.WIDE)
+    for frags, want in ((s, k @ q.T), (dp, v @ do.T)):
+        tile = np.concatenate([mma.from_fragments(frags[:, 4 * n:4 * n + 4], "c_m16n8")
+                               for n in range(z["NS"])], axis=1)
+        np.testing.assert_allclose(tile, want, rtol=1e-5, atol=1e-5)
+    assert P.a_words(k).shape == (32, z["KA_WORDS"])
+    x = rng.random((32, z["S_ACC"])).astype(np.float32)
+    xt = np.concatenate([mma.from_fragments(x[:, 4 * n:4 * n + 4], "c_m16n8")
+                         for n in range(z["NS"])], axis=1)                # X^T (16, 32)
+    acc = P.grad_model(x, do, np.ascontiguousarray(do.T), np.zeros((32, z["O_ACC"]), np.float32),
+                       tiles=L.WIDE)
+    got = np.concatenate([mma.from_fragments(acc[:, 4 * n:4 * n + 4], "c_m16n8")
+                          for n in range(z["NO"])], axis=1)
     np.testing.assert_allclose(got, mma.round_fp16(xt) @ do, rtol=1e-5, atol=1e-5)
 
 
@@ -183,6 +211,46 @@ PART_MISTAKES = {
                      P.HINT_DS_BASE2_RAW, False),
 }
 
+#: right at D = BR = 16 (kk = kp = 0, NS = NO = 2), so caught only at WIDE (D = 48, BR = 32;
+#: review round 15, found not fixed): the size or offset each reads, and fixed loop counts
+WIDE_MISTAKES = {
+    "s-kq-for-kt": ("transposed_scores", [("for kk in range(KT):", "for kk in range(KQ):")],
+                    P.HINT_S_KQ, True),
+    "s-a-words-2kk": ("transposed_scores", [("mma(ka, 4 * kk,", "mma(ka, 2 * kk,"),
+                                            ("mma(va, 4 * kk,", "mma(va, 2 * kk,")],
+                      P.HINT_S_A_WORDS, False),
+    "grad-j0-4kp": ("grad_tile", [("j0 = 8 * kp", "j0 = 4 * kp")], P.HINT_GRAD_J0, True),
+    "grad-k0-8kp": ("grad_tile", [("load_b(yt, 8 * n, 16 * kp, w[0], b)",
+                                   "load_b(yt, 8 * n, 8 * kp, w[0], b)")], P.HINT_GRAD_KP,
+                    False),
+    "grad-ns-for-no": ("grad_tile", [("for n in range(NO):", "for n in range(NS):")],
+                       P.HINT_GRAD_NO, False),
+    "store-ns-for-no": ("store_grads", [("for n in range(NO):", "for n in range(NS):")],
+                        P.HINT_STORE_NO, True),
+    # fixed counts, right only at D = BR = 16
+    "s-literal-kt": ("transposed_scores", [("for kk in range(KT):", "for kk in range(1):")],
+                     P.HINT_LITERAL, False),
+    "ds-literal-ns": ("ds_tile", [("for n in range(NS):", "for n in range(2):")],
+                      P.HINT_LITERAL, False),
+    "grad-literal-kq": ("grad_tile", [("for kp in range(KQ):", "for kp in range(1):")],
+                        P.HINT_LITERAL, False),
+    "grad-literal-no": ("grad_tile", [("for n in range(NO):", "for n in range(2):")],
+                        P.HINT_LITERAL, False),
+    "store-literal-no": ("store_grads", [("for n in range(NO):", "for n in range(2):")],
+                         P.HINT_LITERAL, False),
+    # a loop over NO where NS is right runs past s at WIDE (NO = 6 > NS = 4): the wide hint
+    "ds-no-for-ns": ("ds_tile", [("for n in range(NS):", "for n in range(NO):")],
+                     P.HINT_WIDE, False),
+}
+
+
+@pytest.mark.parametrize("key", sorted(WIDE_MISTAKES))
+def test_wide_mistakes_pass_the_lab_tiles_and_get_their_hint_at_the_wide_ones(key):
+    """Each passes every case at D = BR = 16 and fails the WIDE one with its hint."""
+    part, edits, hint, _ = WIDE_MISTAKES[key]
+    result = assert_hint(CHECK[part], edited(LAB, part, edits), hint[0])
+    assert "wider tiles" in result.case and str(L.WIDE) in result.case
+
 _BASE2_IMPORT = ("from numba import cuda\n",
                  "from numba import cuda\nfrom flashcourse.constants import LOG2E_F\n")
 
@@ -197,9 +265,19 @@ test_part_mistakes_get_their_hint, test_kernel_names_the_failing_part = part_mis
     also={"ds-base2": [_BASE2_IMPORT]})
 
 
-# a grad_tile that returns at once when yt is not the part check's 32 rows
+def test_the_kernel_check_catches_a_slip_of_the_lab_tiles(lab):
+    """Right at D = BR = 16, so only the kernel's WIDE case shows it, and the kernel check
+    names the part check that fails (which then names the slip)."""
+    part, edits, _, _ = WIDE_MISTAKES["grad-j0-4kp"]
+    result = assert_hint(P.check_kernel, parts_of(lab, **{part: edited(LAB, part, edits)}),
+                         P.HINT_KERNEL_GRAD[0])
+    assert "wider tiles" in result.case
+
+
+# a grad_tile that returns at once when yt is not the part check's 32 (96 at WIDE) rows
 test_kernel_says_when_every_part_check_passes = idle_part_test(
-    LAB, P, parts_of, "grad_tile", "    for kp in range(KQ):\n", "yt.shape[0] != 32")
+    LAB, P, parts_of, "grad_tile", "    for kp in range(KQ):\n",
+    "yt.shape[0] != 32 and yt.shape[0] != 96")
 test_kernel_that_raises_points_to_the_part_checks = kernel_error_test(
     LAB, P, parts_of, "store_grads", [("if key < tk and col < d:", "if col < d:")],
     "on a GPU a write past dk returns no error")
@@ -261,8 +339,35 @@ CORRECT_VARIANTS = {
 }
 
 
+#: sizes written from D and BR (right at every tile configuration): they follow WIDE too
+CORRECT_VARIANTS["sizes from D and BR"] = [
+    ("for kk in range(KT):", "for kk in range(D // 16):"),
+    ("    for x in range(4 * NS):\n", "    for x in range(BR // 2):\n"),
+    ("for kp in range(KQ):", "for kp in range(BR // 16):"),
+    ("for n in range(NO):", "for n in range(D // 8):")]
 test_unusual_correct_variants_pass = correct_variants_test(LAB, P, parts_of, CHECK,
                                                            CORRECT_VARIANTS)
+
+
+def test_at_tiles_replaces_the_sizes_and_keeps_the_rest():
+    """at_tiles: the function itself at TILES; at WIDE a new one reading WIDE's sizes, and
+    the skeleton's device functions it calls (mask_transposed) rebound too; the library's
+    (mma, load_b) and a learner's own global of another value left as they are."""
+    from flashcourse.labs.kernel_source import py_func
+    from flashcourse.labs.tensor_core_lab import mma
+
+    glob = {"KT": 1, "NS": 2, "NO": 2, "KQ": 1, "D": 16, "BR": 5, "mma": mma}
+    exec("def fn():\n    return KT + NS + NO + KQ + D + BR + (1 if mma is not None else 0)\n",
+         glob)
+    fn = glob["fn"]
+    assert L.at_tiles(fn, L.TILES) is fn and fn() == 1 + 2 + 2 + 1 + 16 + 5 + 1
+    wide = L.at_tiles(fn, L.WIDE)
+    assert wide is not fn and wide() == 3 + 4 + 6 + 2 + 48 + 5 + 1    # BR = 5: not the lab's
+    assert wide.__globals__["mma"] is mma and L.at_tiles(fn, L.WIDE) is wide
+    inner = py_func(L.at_tiles(L.mask_transposed, L.WIDE))
+    assert inner.__globals__["NS"] == 4 and py_func(L.mask_transposed).__globals__["NS"] == 2
+    assert L.at_tiles(L.load_b, L.WIDE) is L.load_b
+    assert L.at_tiles(mma, L.WIDE) is mma
 
 
 def test_log2e_folded_into_both_terms_is_a_correct_ds_tile():

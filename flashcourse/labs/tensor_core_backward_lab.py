@@ -25,7 +25,9 @@ run over queries). The learner writes, as Numba device functions:
 
 `mma`, `pack` (`tensor_core_lab`) and `load_a`, `load_b` (lab 10's parts, given here) are
 the building blocks. Here: the kernel, `lab_backward(parts, ...)` that runs it with the D
-pre-pass, the kernel's inputs (`kernel_inputs`, `KERNEL_CASES`) and, GPU only,
+pre-pass, the tile configurations (`Tiles`: the lab's TILES and the checks' WIDE) and
+`at_tiles`, which rebuilds a part or the skeleton at another one, the kernel's inputs
+(`kernel_inputs`, `KERNEL_CASES`) and, GPU only,
 `time_against_course(parts)`, which times it beside the course's tensor-core backward.
 `tensor_core_backward_parts` checks each part alone on known fragments against a numpy
 model of the same fragment arithmetic, with its typical mistakes replayed, and the whole
@@ -35,7 +37,9 @@ kernel against the float64 backward (`check_kernel`).
 from __future__ import annotations
 
 import math
+import types
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 from numba import cuda, float32, int32, uint32
@@ -47,7 +51,7 @@ from ..cuda.ptx import mma as M
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from .cuda_lab_kernel import _device
-from .kernel_source import kernel_guard
+from .kernel_source import is_numba_kernel, kernel_guard, py_func
 from .tensor_core_lab import pack
 
 BR = 16                     # query rows per query tile (the n of S^T: two n8 tiles)
@@ -63,6 +67,35 @@ KQ = BR // 16               # k16 steps of dV, dK (over queries)
 KA_WORDS = 4 * KT           # K's (and V's) A fragments: 4 words per k16 step
 S_ACC = 4 * NS              # S^T / P^T (and dP^T / dS^T) accumulators: 4 per n8 tile
 O_ACC = 4 * NO              # dK, dV accumulators: 4 per n8 tile
+
+
+
+class Tiles(NamedTuple):
+    """A tile configuration: the head dimension D (padded) and the query tile BR, both
+    multiples of 16 (BC = 16 keys, one warp, always). The lab runs at TILES (D = BR = 16);
+    the checks also run your parts at WIDE, where each k16 step and n8 tile count is
+    larger than one or two, so that a loop over the wrong named size or an offset right only
+    at step 0 changes the result."""
+    D: int = 16
+    BR: int = 16
+
+    @property
+    def sizes(self) -> dict:
+        """The module's size names at this configuration (what your parts read)."""
+        kt, ns, no, kq = self.D // 16, self.BR // 8, self.D // 8, self.BR // 16
+        return dict(BC=BC, BR=self.BR, D=self.D, KT=kt, NS=ns, NO=no, KQ=kq,
+                    KA_WORDS=4 * kt, S_ACC=4 * ns, O_ACC=4 * no)
+
+    def __str__(self) -> str:
+        z = self.sizes
+        return (f"D = {self.D}, BR = {self.BR} (KT = {z['KT']}, KQ = {z['KQ']}, "
+                f"NS = {z['NS']}, NO = {z['NO']})")
+
+
+TILES = Tiles()             # the lab's: KT = KQ = 1, NS = NO = 2
+# KT = 3 != KQ = 2 and NS = 4 != NO = 6: a loop over the wrong one of each pair runs too few
+# steps (not past an array's end); KT, KQ >= 2: offsets of step 1 and 2 (4 kk, 8 kp, 16 kp)
+WIDE = Tiles(D=48, BR=32)
 
 PARTS = ("row_delta", "transposed_scores", "ds_tile", "grad_tile", "store_grads")
 
@@ -92,6 +125,74 @@ def load_b(tile, n0, k0, lane, b):
         b[wd] = pack(tile[n0 + g, kk], tile[n0 + g, kk + 1])
 
 
+# -- the same functions at another tile configuration ---------------------------------------
+
+def _names(code) -> set:
+    """The global names a code object (and any nested one) reads."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def _rebindable(obj) -> bool:
+    """A device function whose sizes may follow the tiles: the learner's (defined outside
+    flashcourse) or this module's skeleton (mask_transposed); not the library's (mma, pack),
+    whose names such as D mean other things."""
+    if not is_numba_kernel(obj):
+        return False
+    module = getattr(py_func(obj), "__globals__", {}).get("__name__", "")
+    return not module.startswith("flashcourse") or module == __name__
+
+
+_REBOUND: dict = {}
+
+
+def at_tiles(fn, tiles: Tiles):
+    """`fn` (a device function, or a plain function to be jitted) with the size names it
+    reads (BR, D, KT, KQ, NS, NO, KA_WORDS, S_ACC, O_ACC) taken at `tiles`, and so the
+    device functions it calls; `fn` itself where nothing changes (always at TILES).
+
+    Numba fixes a global when it compiles (the simulator reads it when the line runs), so a
+    new function on the same code with a copy of its globals, the names replaced, is
+    compiled with the new sizes on a GPU and runs with them on the simulator; array sizes
+    stay names fixed before compiling. A name is replaced only where it holds the lab's
+    value (a learner's own D = 5 is left as it is)."""
+    if tiles == TILES:
+        return fn
+    key = (fn, tiles)
+    if key not in _REBOUND:
+        _REBOUND[key] = fn                  # a function that calls itself: left as it is
+        _REBOUND[key] = _rebound(fn, tiles)
+    return _REBOUND[key]
+
+
+def _rebound(fn, tiles: Tiles):
+    inner = py_func(fn)
+    code, glob = getattr(inner, "__code__", None), getattr(inner, "__globals__", None)
+    if code is None or glob is None:
+        return fn
+    base, new = TILES.sizes, tiles.sizes
+    changes = {}
+    for name in _names(code):
+        value = glob.get(name)
+        if name in base and type(value) is int and value == base[name]:
+            changes[name] = new[name]
+        elif _rebindable(value):
+            other = at_tiles(value, tiles)
+            if other is not value:
+                changes[name] = other
+    if not changes:
+        return fn
+    rebound = types.FunctionType(code, {**glob, **changes}, inner.__name__, inner.__defaults__,
+                                 inner.__closure__)
+    rebound.__kwdefaults__ = inner.__kwdefaults__
+    rebound.__qualname__ = inner.__qualname__
+    rebound.__doc__ = inner.__doc__
+    return rebound if inner is fn else cuda.jit(device=True)(rebound)
+
+
 # -- the lab kernel -------------------------------------------------------------------------
 
 @cuda.jit(device=True)
@@ -119,8 +220,9 @@ def make_delta_kernel(row_delta):
 
 
 @lru_cache(maxsize=None)
-def make_lab_kernel(transposed_scores, ds_tile, grad_tile, store_grads):
-    """The key-block kernel with the learner's parts plugged in."""
+def make_lab_kernel(transposed_scores, ds_tile, grad_tile, store_grads, tiles=TILES):
+    """The key-block kernel with the learner's parts plugged in (the parts already at
+    `tiles`: `at_tiles`), its sizes at `tiles`."""
     SCR = M.SIM_SCRATCH_PER_WARP if using_simulator() else 1
 
     def lab_kernel(q, k, v, do, lse, delta, dk, dv, tq, tk, d, scale, causal):
@@ -187,7 +289,7 @@ def make_lab_kernel(transposed_scores, ds_tile, grad_tile, store_grads):
             grad_tile(dp, qs, qt, dka, pa, b, scr, w)              # YOUR dK += dS^T Q
         store_grads(dka, dva, dk, dv, k0, tk, d, scale, lane)      # YOUR epilogue
 
-    return cuda.jit(lab_kernel)
+    return cuda.jit(at_tiles(lab_kernel, tiles))
 
 
 def _parts(parts) -> dict:
@@ -196,23 +298,25 @@ def _parts(parts) -> dict:
     return dict(zip(PARTS, parts))
 
 
-def _kernels(fns):
+def _kernels(fns, tiles=TILES):
     for name in PARTS:
         kernel_guard(fns[name], name)
     return (make_delta_kernel(_device(fns["row_delta"])),
-            make_lab_kernel(*(_device(fns[n]) for n in PARTS[1:])))
+            make_lab_kernel(*(at_tiles(_device(fns[n]), tiles) for n in PARTS[1:]), tiles))
 
 
-def lab_backward(parts, q, k, v, o, lse, do, *, causal=False):
-    """(dk, dv) of q, o, do (Tq, d), k, v (Tk, d), lse (Tq,) (d <= 16) with the lab kernel
-    and your parts (a dict, or a tuple in the order of PARTS); the pre-pass computes D."""
+def lab_backward(parts, q, k, v, o, lse, do, *, causal=False, tiles=TILES):
+    """(dk, dv) of q, o, do (Tq, d), k, v (Tk, d), lse (Tq,) (d <= D, 16 at the lab's tiles)
+    with the lab kernel and your parts (a dict, or a tuple in the order of PARTS); the
+    pre-pass computes D. `tiles`: the tile configuration (`Tiles`) the kernel and your parts
+    run at."""
     fns = _parts(parts)
-    delta_k, kern = _kernels(fns)
+    delta_k, kern = _kernels(fns, tiles)
     q, k, v, o, do = (np.ascontiguousarray(x, np.float32) for x in (q, k, v, o, do))
     tq, d = q.shape
     tk = k.shape[0]
-    if d > D:
-        raise ValueError(f"the lab kernel takes d <= {D}, got d={d}")
+    if d > tiles.D:
+        raise ValueError(f"the lab kernel takes d <= {tiles.D}, got d={d}")
     qd, kd, vd, od, dod = (cuda.to_device(x) for x in (q, k, v, o, do))
     lsed = cuda.to_device(np.ascontiguousarray(lse, np.float32))
     delta = cuda.to_device(np.full(tq, np.nan, np.float32))
@@ -226,11 +330,13 @@ def lab_backward(parts, q, k, v, o, lse, do, *, causal=False):
     return dk.copy_to_host(), dv.copy_to_host()
 
 
-#: (name, seed, Tq, Tk, d, causal): one warp per 16 keys, query tiles of 16
+#: (name, seed, Tq, Tk, d, causal, tiles): one warp per 16 keys, query tiles of BR
 KERNEL_CASES = [
-    ("one tile pair: Tq = Tk = d = 16", 1, 16, 16, 16, False),
-    ("ragged: Tq = 21, Tk = 37 (3 key blocks), d = 11", 2, 21, 37, 11, False),
-    ("causal, Tq = 24 > Tk = 20 (4 queries see no key), d = 8", 3, 24, 20, 8, True),
+    ("one tile pair: Tq = Tk = d = 16", 1, 16, 16, 16, False, TILES),
+    ("ragged: Tq = 21, Tk = 37 (3 key blocks), d = 11", 2, 21, 37, 11, False, TILES),
+    ("causal, Tq = 24 > Tk = 20 (4 queries see no key), d = 8", 3, 24, 20, 8, True, TILES),
+    (f"wider tiles, {WIDE}: causal, Tq = 24 > Tk = 16 (8 queries see no key), d = 40", 4, 24,
+     16, 40, True, WIDE),
 ]
 
 

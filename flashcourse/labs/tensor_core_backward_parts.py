@@ -10,10 +10,17 @@ lane on (32, n) arrays [lane, accumulator], through the maps of `flashcourse.cud
 `tensor_core_parts`, with its one-warp launcher and diagnoses). Every model takes a `mistake`
 that replays one typical wrong implementation; a result that matches one gets its hint.
 
-`check_kernel` runs the pre-pass and the kernel on ragged and causal shapes against the
-float64 backward (`reference.attention_backward`) on the same fp16 values; when they
-disagree it runs the part checks and names the first that fails, or says that all of them
-pass and what remains.
+At the lab's tiles (D = BR = 16) KT = KQ = 1 and NS = NO = 2, so a loop over the wrong size
+of a pair, or an offset of k16 step 1, gives the right result there. Each part check (but
+row_delta's) and `check_kernel` therefore run the parts also at WIDE (D = 48, BR = 32: KT = 3,
+KQ = 2, NS = 4, NO = 6), rebuilt with those sizes (`tensor_core_backward_lab.at_tiles`); the
+slips that show only there are replayed (SCORES_WIDE_MISTAKES, GRAD_WIDE_MISTAKES, store's
+'ns'), and a part that reads none of a loop's size names gets HINT_LITERAL.
+
+`check_kernel` runs the pre-pass and the kernel on ragged and causal shapes (one at WIDE)
+against the float64 backward (`reference.attention_backward`) on the same fp16 values; when
+they disagree it runs the part checks and names the first that fails, or says that all of
+them pass and what remains.
 """
 
 from __future__ import annotations
@@ -26,18 +33,20 @@ from numba import cuda, float32, int32, uint32
 
 from .. import reference
 from ..constants import LOG2E
+from ..cuda.ptx import mma as M
 from ..cuda.common._launch import simulator_lock
 from ..geometry import ceil_div
 from ._harness import Case, Result, run_checks
 from .cuda_lab_kernel import _device
 from .kernel_source import kernel_guard
-from .tensor_core_backward_lab import (_KERNEL_TOL, BC, BR, D, KA_WORDS, KERNEL_CASES, KQ, KT,
-                                       NO, NS, NT, O_ACC, S_ACC, _parts, kernel_inputs,
-                                       lab_backward, make_delta_kernel)
+from .kernel_source import py_func
+from .tensor_core_backward_lab import (_KERNEL_TOL, BC, KA_WORDS, KERNEL_CASES, NT, O_ACC,
+                                       S_ACC, TILES, WIDE, Tiles, _parts, at_tiles,
+                                       kernel_inputs, lab_backward, make_delta_kernel)
 from .tensor_core_lab import source_cases
-from .tensor_core_parts import (HINT_CI, _acc_a_model, _diagnoses, _is_overflow, _launch,
-                                _mma_b_model, _overflowed, _part_diagnoses, _scratch, _tile,
-                                q_fragment)
+from .tensor_core_parts import (HINT_CI, _diagnoses, _from_a, _is_overflow, _launch, _mma,
+                                _mma_b_model, _overflowed, _part_diagnoses, _scratch, _table,
+                                _tile)
 
 _RTOL, _ATOL = 1e-5, 1e-5        # one part on exact fragments: fp32 sums of fp16 products
 
@@ -166,6 +175,49 @@ HINT_KERNEL_ERROR = ("Your kernel stopped with an error (the line above). On the
                      f"({_PART_CHECKS}) run each part alone and name the mistake.",
                      "Run the part checks in order; the first that fails names the part.")
 
+# -- hints of the wider tiles (WIDE), where a size or offset right only at D = BR = 16 shows
+
+_SIZES = ("KT (the k16 steps of the head dimension), KQ (of the queries), NS (the n8 tiles "
+          "of S^T, over queries) and NO (of dK and dV, over the head dimension)")
+HINT_WIDE = (f"Your part is right at the lab's tiles (D = BR = 16: KT = KQ = 1, NS = NO = 2) "
+             f"but not at the wider ones the check also runs, {WIDE}: a loop count or an "
+             f"offset that is right only at D = BR = 16. Loop over the named sizes, {_SIZES}, "
+             "never a fixed number; k16 step kk starts at column 16 kk of a tile and at word "
+             "4 kk of an A fragment, k16 step kp of the accumulators at entry 8 kp.",
+             "Which loop runs over the head dimension, which over the queries? Each count is "
+             "that dimension's size over 16 (k16 steps) or over 8 (n8 tiles).")
+HINT_LITERAL = ("Use the named sizes KT, KQ, NS, NO: your code is right only at D = BR = 16. "
+                f"The check also runs your part at {WIDE}, and your part does not read the "
+                "size one of its loops needs (KT or KQ for the k16 steps, NS or NO for the n8 "
+                "tiles): a fixed count such as range(1) or range(2) runs the same number of "
+                f"times at both. The sizes: {_SIZES}.",
+                "Replace each fixed loop count by the name of what it counts.")
+HINT_S_KQ = (f"At {WIDE} your S^T and dP^T leave out the last k16 step of the head "
+             "dimension: your kk loop runs over KQ, the k16 steps of the QUERIES (the sums of "
+             "dV and dK). S^T = K Q^T sums over the head dimension: KT steps (equal to KQ "
+             "only at D = BR = 16).", "The kk loop of S^T runs over KT.")
+HINT_S_A_WORDS = (f"At {WIDE} your S^T and dP^T read "
+                  "the wrong words of K's and V's A fragments from step kk = 1 on: each k16 "
+                  "step has 4 words, so step kk starts at word 4 kk (2 kk reads earlier "
+                  "words: half of step 0 and half of step 1 at kk = 1, step 1 again at kk = 2).",
+                  "The A fragment of step kk: ka from word 4 kk.")
+HINT_GRAD_J0 = (f"At {WIDE} your X^T "
+                "packs the wrong accumulators for kp = 1: k16 step kp is n8 tiles 2 kp and "
+                "2 kp + 1, 4 entries each, so it starts at entry 8 kp (entry 4 kp is n8 "
+                "tile kp, not 2 kp).", "j0 is 8 kp.")
+HINT_GRAD_KP = (f"At {WIDE} your B fragment of Y for kp = 1 reads the wrong queries: k16 "
+                "step kp is queries 16 kp .. 16 kp + 15, so load_b's k0 is 16 kp (8 kp reads "
+                "queries 8 .. 23 at kp = 1, half of them step 0's again).",
+                "n0 = 8 n, k0 = 16 kp.")
+HINT_GRAD_NO = (f"At {WIDE} your acc leaves its last n8 tiles as they were: your n loop runs "
+                "over NS (the n8 tiles of S^T, over queries) where acc's n8 tiles are over the "
+                "head dimension, NO of them (equal to NS only at D = BR = 16).",
+                "The n loop of grad_tile runs over NO.")
+HINT_STORE_NO = (f"At {WIDE} your dK and dV leave out dimensions {8 * WIDE.sizes['NS']} and "
+                 "up: your n loop runs over NS (the n8 tiles of S^T, over queries) where dK's "
+                 "and dV's n8 tiles are over the head dimension, NO of them (equal to NS only "
+                 "at D = BR = 16).", "The n loop of store_grads runs over NO.")
+
 
 def _part_failing(check: str, what: str) -> tuple[str, str]:
     return (f"The kernel disagrees with the float64 backward, and {check} fails on your "
@@ -184,7 +236,7 @@ HINT_KERNEL_STORE = _part_failing("check_store_grads", "store_grads")
 # -- the one-warp kernels that run one part -------------------------------------------------
 
 @lru_cache(maxsize=None)
-def _scores_kernel(transposed_scores):
+def _scores_kernel(transposed_scores, tiles=TILES):
     SCR = _scratch()
 
     def kern(ka_words, va_words, qs, dos, s_in, dp_in, s_out, dp_out):
@@ -208,11 +260,11 @@ def _scores_kernel(transposed_scores):
         for x in range(S_ACC):
             s_out[lane, x] = s[x]
             dp_out[lane, x] = dp[x]
-    return cuda.jit(kern)
+    return cuda.jit(at_tiles(kern, tiles))
 
 
 @lru_cache(maxsize=None)
-def _ds_kernel(ds_tile):
+def _ds_kernel(ds_tile, tiles=TILES):
     def kern(s_in, dp_in, lt, dl, scale, s_out, dp_out):
         lane = cuda.threadIdx.x
         s = cuda.local.array(S_ACC, float32)
@@ -224,11 +276,11 @@ def _ds_kernel(ds_tile):
         for x in range(S_ACC):
             s_out[lane, x] = s[x]
             dp_out[lane, x] = dp[x]
-    return cuda.jit(kern)
+    return cuda.jit(at_tiles(kern, tiles))
 
 
 @lru_cache(maxsize=None)
-def _grad_kernel(grad_tile):
+def _grad_kernel(grad_tile, tiles=TILES):
     SCR = _scratch()
 
     def kern(x_in, ys, yt, acc_in, acc_out):
@@ -248,11 +300,11 @@ def _grad_kernel(grad_tile):
         grad_tile(x, ys, yt, acc, pa, b, scr, w)
         for j in range(O_ACC):
             acc_out[lane, j] = acc[j]
-    return cuda.jit(kern)
+    return cuda.jit(at_tiles(kern, tiles))
 
 
 @lru_cache(maxsize=None)
-def _store_kernel(store_grads):
+def _store_kernel(store_grads, tiles=TILES):
     def kern(dka_in, dva_in, args, scale, dk, dv):
         lane = cuda.threadIdx.x
         dka = cuda.local.array(O_ACC, float32)
@@ -261,7 +313,7 @@ def _store_kernel(store_grads):
             dka[j] = dka_in[lane, j]
             dva[j] = dva_in[lane, j]
         store_grads(dka, dva, dk, dv, args[0], args[1], args[2], scale[0], lane)
-    return cuda.jit(kern)
+    return cuda.jit(at_tiles(kern, tiles))
 
 
 # -- numpy models of the fragment arithmetic, lane by lane, with the typical mistakes -------
@@ -281,24 +333,43 @@ def delta_model(o, do, mistake=None) -> np.ndarray:
     return (o * do).sum(axis=1)
 
 
-def scores_model(ktile, vtile, qs, dos, s, dp, mistake=None):
-    """(s, dp) (32, S_ACC) after transposed_scores: S^T = K Q^T, dP^T = V dO^T with K, V
-    (16, 16) the A tiles and Q = qs[:16], dO = dos[:16] (qs, dos may be larger: a wrong
-    offset reads them); mistakes: 'no_reset', 'no_reset_s' / 'no_reset_dp' (of one only),
-    'offsets', 'ci', 'pairs' (V with Q, K with dO)."""
+def a_words(tile) -> np.ndarray:
+    """(32, 4 KT) uint32: the A fragments of a (16, 16 KT) tile, k16 step kk in words 4 kk ..
+    4 kk + 3, by the PTX map (what load_a gives)."""
+    vals = _a_values(tile)
+    return M.pack_pair_model(vals[:, 0::2], vals[:, 1::2])
+
+
+def _a_values(tile) -> np.ndarray:
+    """(32, 8 KT): each lane's A values, word w's halves at 2 w and 2 w + 1."""
+    idx = _table("a_m16n8k16")
+    tile = np.asarray(tile, np.float32)
+    return np.concatenate([tile[:, 16 * kk:16 * kk + 16][idx[..., 0], idx[..., 1]]
+                           for kk in range(tile.shape[1] // 16)], axis=1)
+
+
+def scores_model(ktile, vtile, qs, dos, s, dp, mistake=None, tiles=TILES):
+    """(s, dp) (32, S_ACC) after transposed_scores at `tiles`: S^T = K Q^T, dP^T = V dO^T
+    with K, V (16, D) the A tiles and Q = qs[:BR, :D], dO = dos[:BR, :D] (qs, dos may be
+    larger: a wrong offset reads them); mistakes: 'no_reset', 'no_reset_s' / 'no_reset_dp'
+    (of one only), 'offsets', 'ci', 'pairs' (V with Q, K with dO), and at wider tiles 'kq'
+    (kk over KQ, not KT), 'a_words' (A words from 2 kk)."""
+    z = tiles.sizes
     outs = []
     pairs = ((vtile, qs), (ktile, dos)) if mistake == "pairs" else ((ktile, qs), (vtile, dos))
     for (a, tile), prev, name in zip(pairs, (s, dp), ("s", "dp")):
         kept = mistake in ("no_reset", f"no_reset_{name}")
-        out = np.array(prev, np.float32) if kept else np.zeros((NT, S_ACC), np.float32)
-        for n in range(NS):
-            for kk in range(KT):
-                _mma_b_model(out, a[:, 16 * kk:16 * kk + 16], tile, n, kk, mistake)
+        out = np.array(prev, np.float32) if kept else np.zeros((NT, z["S_ACC"]), np.float32)
+        vals = _a_values(a)
+        for n in range(z["NS"]):
+            for kk in range(z["KQ"] if mistake == "kq" else z["KT"]):
+                w0 = 2 * kk if mistake == "a_words" else 4 * kk
+                _mma_b_model(out, _from_a(vals[:, 2 * w0:2 * w0 + 8]), tile, n, kk, mistake)
         outs.append(out)
     return tuple(outs)
 
 
-def ds_model(s, dp, lt, dl, scale, mistake=None):
+def ds_model(s, dp, lt, dl, scale, mistake=None, tiles=TILES):
     """(s, dp) after ds_tile: P^T over s, dS^T over dp, float64; mistakes: 'base2' (exp2 of
     scale S log2 e - lse), 'base2_raw' (exp2 of scale S - lse), 'no_scale', 'lse_scaled'
     (exp of scale (S - lse)), 'row' (lse, D of
@@ -307,7 +378,7 @@ def ds_model(s, dp, lt, dl, scale, mistake=None):
     s, dp = (np.asarray(x, np.float64) for x in (s, dp))
     lt, dl = (np.asarray(x, np.float64) for x in (lt, dl))
     p_out, ds_out = s.copy(), dp.copy()
-    for n in range(NS):
+    for n in range(tiles.sizes["NS"]):
         for i in range(4):
             j = 4 * n + i
             col = _G + 8 * (i // 2) if mistake == "row" else 8 * n + 2 * _T + (i % 2)
@@ -336,22 +407,39 @@ X_WORDS = {None: ((0, 1), (2, 3), (4, 5), (6, 7)), "order": ((0, 1), (4, 5), (2,
            "pairs": ((1, 0), (3, 2), (5, 4), (7, 6))}
 
 
-def grad_model(x, ys, yt, acc, mistake=None) -> np.ndarray:
-    """(32, O_ACC): acc after grad_tile, acc += X^T Y with X^T = x (each lane's accumulators)
-    and Y transposed in yt (Y row-major in ys); mistakes: 'transpose' (B read from ys),
-    'order', 'pairs' (pa's words or halves swapped), 'offsets', 'ci', 'overwrite'."""
+def grad_model(x, ys, yt, acc, mistake=None, tiles=TILES) -> np.ndarray:
+    """(32, O_ACC): acc after grad_tile at `tiles`, acc += X^T Y with X^T = x (each lane's
+    accumulators) and Y transposed in yt (Y row-major in ys); mistakes: 'transpose' (B read
+    from ys), 'order', 'pairs' (pa's words or halves swapped), 'offsets', 'ci', 'overwrite',
+    and at wider tiles 'j0' (pa from entry 4 kp), 'kp8' (load_b's k0 = 8 kp), 'ns' (n over
+    NS, not NO)."""
+    z = tiles.sizes
     tile = ys if mistake == "transpose" else yt
-    return _acc_a_model(x, tile, acc, KQ, X_WORDS.get(mistake, X_WORDS[None]), mistake)
+    words = X_WORDS.get(mistake, X_WORDS[None])
+    out = np.zeros_like(acc, np.float32) if mistake == "overwrite" else np.array(acc, np.float32)
+    x = np.asarray(x, np.float32)
+    for kp in range(z["KQ"]):
+        j0 = 4 * kp if mistake == "j0" else 8 * kp
+        a = _from_a(np.stack([x[:, j0 + words[i // 2][i % 2]] for i in range(8)], axis=1))
+        for n in range(z["NS"] if mistake == "ns" else z["NO"]):
+            n0, k0 = (16 * kp, 8 * n) if mistake == "offsets" else (8 * n, 16 * kp)
+            k0 = 8 * kp if mistake == "kp8" else k0
+            ci = n if mistake == "ci" else 4 * n
+            b = tile[n0:n0 + 8, k0:k0 + 16].T       # B[kk, n] = tile[n0 + n, k0 + kk]
+            out[:, ci:ci + 4] = _mma(a, b, out[:, ci:ci + 4])
+    return out
 
 
-def store_model(dka, dva, k0, tk, d, scale, mistake=None):
+def store_model(dka, dva, k0, tk, d, scale, mistake=None, tiles=TILES):
     """(dk, dv) (tk, d), NaN where never written, after store_grads; mistakes: 'no_scale'
     (dK unscaled), 'scale_dv', 'scale_moved' (dK unscaled and dV scaled), 'rows' (key g for
-    all four), 'tile' (no 8 n), 'swap' (dK from dva times scale, dV from dka)."""
+    all four), 'tile' (no 8 n), 'swap' (dK from dva times scale, dV from dka), and at wider
+    tiles 'ns' (n over NS, not NO)."""
     dk = np.full((tk, d), np.nan)
     dv = np.full((tk, d), np.nan)
+    z = tiles.sizes
     for lane in range(NT):
-        for n in range(NO):
+        for n in range(z["NS"] if mistake == "ns" else z["NO"]):
             for i in range(4):
                 key = k0 + _G[lane] + (0 if mistake == "rows" else 8 * (i // 2))
                 col = (0 if mistake == "tile" else 8 * n) + 2 * _T[lane] + (i % 2)
@@ -362,6 +450,47 @@ def store_model(dka, dva, k0, tk, d, scale, mistake=None):
                     dk[key, col] = np.float32(a_k[lane, 4 * n + i] * np.float32(ks))
                     dv[key, col] = np.float32(a_v[lane, 4 * n + i] * np.float32(vs))
     return dk, dv
+
+
+# -- the wider tiles: a fixed loop count, then the slips that show only there --------------
+
+def _names_read(fn, seen=None) -> set:
+    """The global names `fn` reads, and those of the functions of its own that it calls."""
+    seen = set() if seen is None else seen
+    inner = py_func(fn)
+    code, glob = getattr(inner, "__code__", None), getattr(inner, "__globals__", {})
+    if code is None or id(inner) in seen:
+        return set()
+    seen.add(id(inner))
+    names = set(code.co_names)
+    for name in list(names):
+        dep = glob.get(name)
+        if callable(dep) and not str(getattr(py_func(dep), "__module__", "")).startswith(
+                ("flashcourse", "numba", "math", "numpy")):
+            names |= _names_read(dep, seen)
+    return names
+
+
+def _literal_diagnosis(fn, needs) -> tuple:
+    """A diagnosis of a wide-tiles case: `fn` reads none of the names of one of the groups in
+    `needs` (e.g. ("KT", "D"): the k16 steps of the head dimension), so a loop of it has a
+    fixed count (range(1) where the lab's tiles need KT = 1)."""
+    def fired(_yours, _expected):
+        names = _names_read(fn)
+        return any(not names & set(group) for group in needs)
+    return (fired, *HINT_LITERAL)
+
+
+def _wide_diagnoses(fn, want, slips, needs) -> list:
+    """The first diagnoses of a WIDE case: each slip of `slips` ((wrong result, hint, the
+    name the slip reads or None)) whose result it gives, when it reads that name (range(KQ)
+    for range(KT) reads KQ; range(2) is a fixed count); then a fixed count (`needs`)."""
+    out = []
+    for wrong, hint, name in slips:
+        for pred, *texts in _diagnoses(want, [(wrong, hint)]):
+            out.append(((lambda y, e, p=pred, n=name: p(y, e)
+                         and (n is None or n in _names_read(fn))), *texts))
+    return out + [_literal_diagnosis(fn, needs)]
 
 
 # -- checker: row_delta ----------------------------------------------------------------------
@@ -404,29 +533,50 @@ SCORES_MISTAKES = [("no_reset", HINT_S_RESET), ("offsets", HINT_S_OFFSETS), ("ci
                    ("no_reset_dp", HINT_S_RESET_ONE)]
 
 
+#: the slips that give the right result at D = BR = 16 (kk = kp = 0, NS = NO), shown at WIDE
+#: (mistake, hint, the name the slip reads: None for an offset)
+SCORES_WIDE_MISTAKES = [("kq", HINT_S_KQ, "KQ"), ("a_words", HINT_S_A_WORDS, None)]
+
+
+def _tiles_name(tiles: Tiles) -> str:
+    return "" if tiles == TILES else f", wider tiles: {tiles}"
+
+
 def check_transposed_scores(transposed_scores, *, verbose: bool = True,
                             hint_level: int = 1) -> Result:
     """Your transposed_scores alone: S^T = K_j Q_i^T and dP^T = V_j dO_i^T on the fragments,
-    s and dp holding the previous query tile's P^T and dS^T."""
-    rng = np.random.default_rng(60)
-    ktile, vtile = _tile(rng, (BC, D)), _tile(rng, (BC, D))      # K_j, V_j (16, 16)
-    qs, dos = _tile(rng, (32, 32)), _tile(rng, (32, 32))          # Q_i = qs[:16, :16], ...
-    s_prev = rng.random((NT, S_ACC)).astype(np.float32)
-    dp_prev = rng.standard_normal((NT, S_ACC)).astype(np.float32)
-    ins = (ktile, vtile, qs, dos, s_prev, dp_prev)
-    want = scores_model(*ins)
-    wrongs = [(scores_model(*ins, mistake=m), h) for m, h in SCORES_MISTAKES]
+    s and dp holding the previous query tile's P^T and dS^T; at the lab's tiles, then at
+    WIDE (D = 48, BR = 32)."""
+    cases = []
+    for tiles in (TILES, WIDE):
+        z = tiles.sizes
+        rng = np.random.default_rng(60 if tiles == TILES else 61)
+        ktile, vtile = _tile(rng, (BC, z["D"])), _tile(rng, (BC, z["D"]))   # K_j, V_j
+        big = 2 * max(z["BR"], z["D"])                # Q_i = qs[:BR, :D]; wrong offsets read
+        qs, dos = _tile(rng, (big, big)), _tile(rng, (big, big))    # the rest
+        s_prev = rng.random((NT, z["S_ACC"])).astype(np.float32)
+        dp_prev = rng.standard_normal((NT, z["S_ACC"])).astype(np.float32)
+        ins = (ktile, vtile, qs, dos, s_prev, dp_prev)
+        want = scores_model(*ins, tiles=tiles)
+        wrongs = [(scores_model(*ins, mistake=m, tiles=tiles), h) for m, h in SCORES_MISTAKES]
+        first = [] if tiles == TILES else _wide_diagnoses(
+            transposed_scores, want,
+            [(scores_model(*ins, mistake=m, tiles=tiles), h, n)
+             for m, h, n in SCORES_WIDE_MISTAKES],
+            (("KT", "D", "KA_WORDS"), ("NS", "BR", "S_ACC")))
 
-    def run(fn):
-        kernel_guard(fn, "transposed_scores")
-        return _launch(_scores_kernel(_device(fn)),
-                       (q_fragment(ktile), q_fragment(vtile), qs, dos, s_prev, dp_prev),
-                       (s_prev, dp_prev)), want
+        def run(fn, tiles=tiles, ins=ins, want=want):
+            kernel_guard(fn, "transposed_scores")
+            ktile, vtile, qs, dos, s_prev, dp_prev = ins
+            return _launch(_scores_kernel(at_tiles(_device(fn), tiles), tiles),
+                           (a_words(ktile), a_words(vtile), qs, dos, s_prev, dp_prev),
+                           (s_prev, dp_prev)), want
 
-    last = source_cases((transposed_scores,), shuffles=False)[1]
-    cases = [Case("S^T = K Q^T and dP^T = V dO^T on one tile pair", run, HINT_SCORES[0],
-                  _diagnoses(want, wrongs), rtol=_RTOL, atol=_ATOL, hint2=HINT_SCORES[1],
-                  names=("s (S^T)", "dp (dP^T)"))] + last
+        hint = HINT_SCORES if tiles == TILES else HINT_WIDE
+        cases.append(Case("S^T = K Q^T and dP^T = V dO^T on one tile pair" + _tiles_name(tiles),
+                          run, hint[0], first + _diagnoses(want, wrongs), rtol=_RTOL,
+                          atol=_ATOL, hint2=hint[1], names=("s (S^T)", "dp (dP^T)")))
+    cases += source_cases((transposed_scores,), shuffles=False)[1]
     return run_checks("transposed_scores (S^T and dP^T on the fragments)", transposed_scores,
                       cases, verbose=verbose, hint_level=hint_level)
 
@@ -440,17 +590,18 @@ DS_MISTAKES = [("base2", HINT_DS_BASE2), ("base2_raw", HINT_DS_BASE2_RAW),
                ("scaled", HINT_DS_SCALED)]
 
 
-def _ds_inputs():
+def _ds_inputs(tiles=TILES):
     """(s, dp, lt, dl, scale): S^T with masked entries (-inf: keys past the end), lse of each
     query near its true size, query 13 sees no key (lse = +inf), d = 11."""
-    rng = np.random.default_rng(70)
+    z = tiles.sizes
+    rng = np.random.default_rng(70 if tiles == TILES else 72)
     scale = np.float32(1 / math.sqrt(11))
-    s = (rng.standard_normal((NT, S_ACC)) * 3).astype(np.float32)          # S^T, unscaled
-    s[(_G >= 5)[:, None] & (np.arange(S_ACC) % 4 >= 2)[None, :]] = -np.inf  # keys 13.. masked
-    lt = rng.uniform(0.5, 2.5, BR).astype(np.float32)
+    s = (rng.standard_normal((NT, z["S_ACC"])) * 3).astype(np.float32)     # S^T, unscaled
+    s[(_G >= 5)[:, None] & (np.arange(z["S_ACC"]) % 4 >= 2)[None, :]] = -np.inf  # keys 13..
+    lt = rng.uniform(0.5, 2.5, z["BR"]).astype(np.float32)
     lt[13] = np.inf
-    dl = rng.standard_normal(BR).astype(np.float32)
-    dp = rng.standard_normal((NT, S_ACC)).astype(np.float32)
+    dl = rng.standard_normal(z["BR"]).astype(np.float32)
+    dp = rng.standard_normal((NT, z["S_ACC"])).astype(np.float32)
     return s, dp, lt, dl, scale
 
 
@@ -462,8 +613,8 @@ def _large_ds_inputs():
     scale = np.float32(0.25)
     s = (rng.standard_normal((NT, S_ACC)) * 3 + 3200).astype(np.float32)
     s[(_G >= 5)[:, None] & (np.arange(S_ACC) % 4 >= 2)[None, :]] = -np.inf  # keys 13.. masked
-    lt = (rng.uniform(0.5, 2.5, BR) + 800).astype(np.float32)
-    dl = rng.standard_normal(BR).astype(np.float32)
+    lt = (rng.uniform(0.5, 2.5, TILES.BR) + 800).astype(np.float32)
+    dl = rng.standard_normal(TILES.BR).astype(np.float32)
     dp = rng.standard_normal((NT, S_ACC)).astype(np.float32)
     return s, dp, lt, dl, scale
 
@@ -471,29 +622,32 @@ def _large_ds_inputs():
 def check_ds_tile(ds_tile, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Your ds_tile alone: P^T recomputed from lse and dS^T = P^T o (dP^T - D), on a tile
     with masked keys and a query with no key, then on one with scores near 800 (exp of a score
-    alone overflows)."""
+    alone overflows), then the first at WIDE (BR = 32: NS = 4)."""
     cases = []
-    for ins, name, large in (
-            (_ds_inputs(), "P^T from lse, dS^T = P^T (dP^T - D): masked keys, a query with no "
-             "key", False),
+    masked = "P^T from lse, dS^T = P^T (dP^T - D): masked keys, a query with no key"
+    wide_first = [_literal_diagnosis(ds_tile, (("NS", "BR", "S_ACC"),))]
+    for ins, name, large, tiles in (
+            (_ds_inputs(), masked, False, TILES),
             (_large_ds_inputs(), "large scores: scale S^T and every lse near 800 (e^800 "
-             "overflows)", True)):
+             "overflows)", True, TILES),
+            (_ds_inputs(WIDE), masked + _tiles_name(WIDE), False, WIDE)):
         s, dp, lt, dl, scale = ins
-        want = ds_model(s, dp, lt, dl, scale)
-        wrongs = [(ds_model(s, dp, lt, dl, scale, m), h) for m, h in DS_MISTAKES]
+        want = ds_model(s, dp, lt, dl, scale, tiles=tiles)
+        wrongs = [(ds_model(s, dp, lt, dl, scale, m, tiles), h) for m, h in DS_MISTAKES]
 
-        def run(fn, s=s, dp=dp, lt=lt, dl=dl, scale=scale, want=want):
+        def run(fn, s=s, dp=dp, lt=lt, dl=dl, scale=scale, want=want, tiles=tiles):
             kernel_guard(fn, "ds_tile")
-            return _launch(_ds_kernel(_device(fn)), (s, dp, lt, dl, np.array([scale])),
-                           (s, dp)), want
+            return _launch(_ds_kernel(at_tiles(_device(fn), tiles), tiles),
+                           (s, dp, lt, dl, np.array([scale])), (s, dp)), want
 
         # at 800 a float32 exponent carries 6e-5 of rounding: a right ds_tile that folds
         # log2 e in before the difference is that far off, so this case is looser
         tol = 1e-3 if large else _RTOL
-        cases.append(Case(name, run, HINT_DS[0],
-                          _diagnoses(want, wrongs)
+        hint = HINT_DS if tiles == TILES else HINT_WIDE
+        cases.append(Case(name, run, hint[0],
+                          (wide_first if tiles != TILES else []) + _diagnoses(want, wrongs)
                           + ([(_overflowed, *HINT_DS_OVERFLOW)] if large else []),
-                          rtol=tol, atol=tol, hint2=HINT_DS[1], names=("s (P^T)", "dp (dS^T)"),
+                          rtol=tol, atol=tol, hint2=hint[1], names=("s (P^T)", "dp (dS^T)"),
                           error_diagnoses=[(_is_overflow, *HINT_DS_OVERFLOW)] if large else []))
     cases += source_cases((ds_tile,), shuffles=False)[1]
     return run_checks("ds_tile (P^T and dS^T on the accumulators)", ds_tile, cases,
@@ -507,25 +661,40 @@ GRAD_MISTAKES = [("transpose", HINT_GRAD_T), ("order", HINT_GRAD_ORDER),
                  ("overwrite", HINT_GRAD_ADD)]
 
 
+GRAD_WIDE_MISTAKES = [("j0", HINT_GRAD_J0, None), ("kp8", HINT_GRAD_KP, None),
+                      ("ns", HINT_GRAD_NO, "NS")]
+
+
 def check_grad_tile(grad_tile, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Your grad_tile alone: acc += X^T Y, X^T in the accumulators (as P^T, dS^T are), Y in
-    ys (row-major) and yt (transposed), acc holding the earlier query tiles' sum."""
-    rng = np.random.default_rng(80)
-    x = rng.standard_normal((NT, S_ACC)).astype(np.float32)      # X^T (16 keys x 16 queries)
-    ys = _tile(rng, (32, 32))                                    # Y = ys[:16, :16]
-    yt = np.ascontiguousarray(ys.T)                              # yt[dim, query]
-    acc = rng.standard_normal((NT, O_ACC)).astype(np.float32)
-    want = grad_model(x, ys, yt, acc)
-    wrongs = [(grad_model(x, ys, yt, acc, m), h) for m, h in GRAD_MISTAKES]
+    ys (row-major) and yt (transposed), acc holding the earlier query tiles' sum; at the
+    lab's tiles, then at WIDE (D = 48, BR = 32)."""
+    cases = []
+    for tiles in (TILES, WIDE):
+        z = tiles.sizes
+        rng = np.random.default_rng(80 if tiles == TILES else 81)
+        x = rng.standard_normal((NT, z["S_ACC"])).astype(np.float32)   # X^T (16 keys x BR)
+        big = 2 * max(z["BR"], z["D"])
+        ys = _tile(rng, (big, big))                                     # Y = ys[:BR, :D]
+        yt = np.ascontiguousarray(ys.T)                                 # yt[dim, query]
+        acc = rng.standard_normal((NT, z["O_ACC"])).astype(np.float32)
+        want = grad_model(x, ys, yt, acc, tiles=tiles)
+        wrongs = [(grad_model(x, ys, yt, acc, m, tiles), h) for m, h in GRAD_MISTAKES]
+        first = [] if tiles == TILES else _wide_diagnoses(
+            grad_tile, want,
+            [(grad_model(x, ys, yt, acc, m, tiles), h, n) for m, h, n in GRAD_WIDE_MISTAKES],
+            (("KQ", "BR", "S_ACC"), ("NO", "D", "O_ACC")))
 
-    def run(fn):
-        kernel_guard(fn, "grad_tile")
-        return _launch(_grad_kernel(_device(fn)), (x, ys, yt, acc), (acc,))[0], want
+        def run(fn, ins=(x, ys, yt, acc), want=want, tiles=tiles):
+            kernel_guard(fn, "grad_tile")
+            return _launch(_grad_kernel(at_tiles(_device(fn), tiles), tiles), ins,
+                           (ins[-1],))[0], want
 
-    last = source_cases((grad_tile,), shuffles=False)[1]
-    cases = [Case("acc += X^T Y, X^T from the accumulators (as dV += P^T dO)", run,
-                  HINT_GRAD[0], _diagnoses(want, wrongs), rtol=_RTOL, atol=_ATOL,
-                  hint2=HINT_GRAD[1], names=("acc",))] + last
+        hint = HINT_GRAD if tiles == TILES else HINT_WIDE
+        cases.append(Case("acc += X^T Y, X^T from the accumulators (as dV += P^T dO)"
+                          + _tiles_name(tiles), run, hint[0], first + _diagnoses(want, wrongs),
+                          rtol=_RTOL, atol=_ATOL, hint2=hint[1], names=("acc",)))
+    cases += source_cases((grad_tile,), shuffles=False)[1]
     return run_checks("grad_tile (X^T as the A operand)", grad_tile, cases, verbose=verbose,
                       hint_level=hint_level)
 
@@ -539,25 +708,35 @@ STORE_MISTAKES = [("no_scale", HINT_STORE_SCALE), ("scale_dv", HINT_STORE_SCALE_
 
 def check_store_grads(store_grads, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Your store_grads: a whole key block (k0 = 0, Tk = 40, d = 16) and the ragged last one
-    (k0 = 32, Tk = 40, d = 11), scale = 1 / sqrt(d)."""
+    (k0 = 32, Tk = 40, d = 11), scale = 1 / sqrt(d); then at WIDE (D = 48: NO = 6) a middle
+    block, k0 = 16, Tk = 40, d = 40."""
     rng = np.random.default_rng(90)
     dka = rng.standard_normal((NT, O_ACC)).astype(np.float32)
     dva = rng.standard_normal((NT, O_ACC)).astype(np.float32)
+    wide = rng.standard_normal((2, NT, WIDE.sizes["O_ACC"])).astype(np.float32)
     cases = []
-    for k0, tk, d in ((0, 40, 16), (32, 40, 11)):
+    for k0, tk, d, tiles in ((0, 40, 16, TILES), (32, 40, 11, TILES), (16, 40, 40, WIDE)):
+        dk_acc, dv_acc = (dka, dva) if tiles == TILES else wide
         scale = np.float32(1 / math.sqrt(d))
-        want = store_model(dka, dva, k0, tk, d, scale)
-        wrongs = [(store_model(dka, dva, k0, tk, d, scale, m), h) for m, h in STORE_MISTAKES]
+        want = store_model(dk_acc, dv_acc, k0, tk, d, scale, tiles=tiles)
+        wrongs = [(store_model(dk_acc, dv_acc, k0, tk, d, scale, m, tiles), h)
+                  for m, h in STORE_MISTAKES]
+        first = [] if tiles == TILES else _wide_diagnoses(
+            store_grads, want,
+            [(store_model(dk_acc, dv_acc, k0, tk, d, scale, "ns", tiles), HINT_STORE_NO, "NS")],
+            (("NO", "D", "O_ACC"),))
 
-        def run(fn, k0=k0, tk=tk, d=d, scale=scale, want=want):
+        def run(fn, k0=k0, tk=tk, d=d, scale=scale, want=want, tiles=tiles,
+                accs=(dk_acc, dv_acc)):
             kernel_guard(fn, "store_grads")
             args = np.array([k0, tk, d], np.int32)
-            return _launch(_store_kernel(_device(fn)), (dka, dva, args, np.array([scale])),
-                           want), want
+            return _launch(_store_kernel(at_tiles(_device(fn), tiles), tiles),
+                           (*accs, args, np.array([scale])), want), want
 
-        cases.append(Case(f"k0 = {k0}, Tk = {tk}, d = {d}", run, HINT_STORE[0],
-                          _diagnoses(want, wrongs), rtol=_RTOL, atol=_ATOL, hint2=HINT_STORE[1],
-                          names=("dk", "dv")))
+        hint = HINT_STORE if tiles == TILES else HINT_WIDE
+        cases.append(Case(f"k0 = {k0}, Tk = {tk}, d = {d}" + _tiles_name(tiles), run, hint[0],
+                          first + _diagnoses(want, wrongs), rtol=_RTOL, atol=_ATOL,
+                          hint2=hint[1], names=("dk", "dv")))
     cases += source_cases((store_grads,), shuffles=False)[1]
     return run_checks("store_grads (dK, dV by the C map)", store_grads, cases, verbose=verbose,
                       hint_level=hint_level)
@@ -581,13 +760,14 @@ def check_kernel(parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
     fns = _parts(parts)
     part_diagnoses = _part_diagnoses(PART_CHECKS, fns, HINT_KERNEL)
     cases = []
-    for name, seed, tq, tk, d, causal in KERNEL_CASES:
+    for name, seed, tq, tk, d, causal, tiles in KERNEL_CASES:
         q, k, v, o, lse, do = kernel_inputs(seed, tq, tk, d, causal)
         _, dk_ref, dv_ref = reference.attention_backward(q, k, v, do, causal=causal)
         diagnoses = list(part_diagnoses)
 
-        def run(f, ins=(q, k, v, o, lse, do), causal=causal, want=(dk_ref, dv_ref)):
-            dk, dv = lab_backward(f, *ins, causal=causal)
+        def run(f, ins=(q, k, v, o, lse, do), causal=causal, want=(dk_ref, dv_ref),
+                tiles=tiles):
+            dk, dv = lab_backward(f, *ins, causal=causal, tiles=tiles)
             return (dk.astype(np.float64), dv.astype(np.float64)), want
 
         # the case's own hint is shown only when the kernel raises (a diagnosis always fires)
