@@ -357,6 +357,11 @@ HINT_COW_DECREF = (
     "After copy-on-write the shared page has one sequence fewer: lower its refs by 1, or "
     "it never goes back to the pool.",
     "The old page's refs down by one, the new page's set to 1.")
+HINT_COW_REFS_ONE = (
+    "After copy-on-write you set the shared page's refs to 1: lower it by 1 instead. A page "
+    "can be shared by more than two sequences (a prompt forked twice): one copy leaves it "
+    "shared by the others, and the next of them to write must copy it too.",
+    "cache.refs[old_page] -= 1, not = 1; the new page's refs is 1.")
 HINT_SWAPPED_WRITE = (
     "The slot and the page are swapped in the write: the pool is (num_pages, Hkv, "
     "page_size, d), page first, slot third.",
@@ -410,7 +415,9 @@ def _append(cache, b, k_new, v_new, mistake=None):
                     cache.k_pages[new] = cache.k_pages[page]
                 if mistake not in ("cow no copy", "cow no v copy"):
                     cache.v_pages[new] = cache.v_pages[page]
-                if mistake != "cow no decref":
+                if mistake == "cow refs one":               # = 1, right for two sharers
+                    cache.refs[page] = 1
+                elif mistake != "cow no decref":
                     cache.refs[page] -= 1
                 if mistake == "cow no table":           # the copy written, never entered
                     _write(cache, new, slot, k_new[:, i], v_new[:, i])
@@ -438,6 +445,7 @@ APPEND_MISTAKES = [
     ("no pop", HINT_FREE_LIST), ("no refs", HINT_REFS), ("no cow", HINT_COW),
     ("cow no copy", HINT_COW_COPY), ("cow no k copy", HINT_COW_COPY),
     ("cow no v copy", HINT_COW_COPY), ("cow no decref", HINT_COW_DECREF),
+    ("cow refs one", HINT_COW_REFS_ONE),
     ("cow no table", HINT_COW_TABLE), ("from zero", HINT_APPEND_START),
     ("start one short", HINT_APPEND_START), ("other row", HINT_APPEND_OTHER_ROW),
     ("swapped", HINT_SWAPPED_WRITE)]
@@ -456,6 +464,11 @@ APPEND_CASES = [
     ("page 32, Hkv = 2, d = 3: 30 tokens, a fork, the fork appends 70 at once (copy-on-"
      "write, then two new pages), the first appends 2", 32, 12, 2, 3,
      [("append", 0, 30), ("fork", 0, 1), ("append", 1, 70), ("append", 0, 2)]),
+    ("page 16: a prompt of 20 tokens forked twice (sequences 1 and 2 share its pages with "
+     "sequence 0: refs 3), then sequence 1 appends 5, sequence 2 appends 2, sequence 0 "
+     "appends 3", 16, 10, 1, 2,
+     [("append", 0, 20), ("fork", 0, 1), ("fork", 0, 2), ("append", 1, 5), ("append", 2, 2),
+      ("append", 0, 3)]),
 ]
 
 
@@ -469,7 +482,8 @@ def _tokens(op, hkv, n, d):
 def _play(ops, ps, num_pages, hkv, d, append):
     """The state after `ops` on a fresh LabCache, `append(cache, b, k, v)` for appends;
     an exception becomes the record's error (NotImplementedError, a stub, goes through)."""
-    cache = LabCache(num_pages, hkv, ps, d, 2, 8)
+    seqs = max([2] + [max(a, x) + 1 if what == "fork" else a + 1 for what, a, x in ops])
+    cache = LabCache(num_pages, hkv, ps, d, seqs, 8)
     error = None
     try:
         for n_op, (what, a, x) in enumerate(ops):
@@ -580,9 +594,9 @@ def _append_case(name, ps, num_pages, hkv, d, ops):
 
 
 def check_append(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
-    """my_append(cache, b, k_new, v_new) on five scenarios (within a page, exactly to a
+    """my_append(cache, b, k_new, v_new) on six scenarios (within a page, exactly to a
     page's end, two sequences interleaved, a fork with copy-on-write, pages of 32 with two
-    heads), judged on what the cache then holds."""
+    heads, a prompt forked twice), judged on what the cache then holds."""
     return run_checks("my_append", fn, [_append_case(*c) for c in APPEND_CASES],
                       verbose=verbose, hint_level=hint_level)
 
