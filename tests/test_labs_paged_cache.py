@@ -137,6 +137,9 @@ MISTAKES = {
          "page, cnt = block_table[0, i], min(ps, n - i * ps)", L.HINT_ATT_OTHER_ROW),
         ("min(ps, n - i * ps)", "min(ps, n - i * ps - 1)", L.HINT_ATT_EMPTY_PAGE),
         ("range((n + ps - 1) // ps)", "range(n // ps + 1)", L.HINT_ATT_EMPTY_PAGE),
+        # the running max started at 0, not -inf: it passed every case, whose rows all had a
+        # score near 0; NaN (0 / 0) once every score of a row underflows (review round 16 b)
+        ("m, l, acc = np.full(h, -np.inf)", "m, l, acc = np.zeros(h)", L.HINT_ATT_M_ZERO),
     ],
 }
 

@@ -660,6 +660,12 @@ HINT_ATT_EMPTY_PAGE = (
     "min(page_size, seq_len - i x page_size), at least 1.")
 HINT_ATT_SCALE = ("The scores are not scaled: s = scale x (q . k).",
                   "Multiply the dot products by scale before the softmax.")
+HINT_ATT_M_ZERO = (
+    "Your running max starts at 0 instead of -inf. That is exact while some score is near "
+    "0, but here every score of a row is far below 0 (-3200 or less): exp(s - 0) underflows "
+    "to 0 for every key, l stays 0 and o = 0 / 0. Start m at -inf, so that the first "
+    "page's largest score becomes m and every row's largest P is 1.",
+    "m = np.full(H, -np.inf) before the first page.")
 HINT_ATT_OVERFLOW = (
     "Your result holds inf or NaN: some exponent was positive, so exp overflowed. Every "
     "exponent must be at most 0: P = exp(s - m_new), with the NEW running max (the largest "
@@ -677,6 +683,8 @@ def _attention_mistake(q, kp, vp, table, lens, scale, mistake):
     for b in range(b_):
         n = int(lens[b])
         m, l, acc = np.full(h_, -np.inf), np.zeros(h_), np.zeros((h_, d))
+        if mistake == "m from 0":
+            m = np.zeros(h_)
         for i in range(n // ps if mistake == "floor" else pc.pages_for(n, ps)):
             cnt = ps if mistake == "past length" else min(ps, n - i * ps)
             if mistake == "last key dropped":
@@ -698,11 +706,14 @@ def _attention_mistake(q, kp, vp, table, lens, scale, mistake):
     return o
 
 
-#: (name, page_size, H, d, lengths, spread of q and k)
+#: (name, page_size, H, d, lengths, spread of q and k; a negative spread: q . k < 0 for
+#: every key, |s| >= spread^2 d scale: exp(s) underflows unless the max is subtracted)
 ATTENTION_CASES = [
     ("page 16, H = 2, d = 8, lengths 37, 16, 1, 50", 16, 2, 8, [37, 16, 1, 50], 1.0),
     ("page 32, H = 1, d = 5, lengths 70, 33 (odd d, ragged pages)", 32, 1, 5, [70, 33], 1.0),
     ("large scores (|s| ~ 1e3), page 16, lengths 40, 9", 16, 2, 4, [40, 9], 20.0),
+    ("every score far below 0 (-3200 or less), page 16, lengths 21, 5", 16, 2, 4,
+     [21, 5], -40.0),
 ]
 
 
@@ -722,6 +733,9 @@ def _attention_case(name, ps, h, d, lens, spread):
         kp[table[s, w - 1], :, tail:] = 4.0 * np.abs(kp[table[s, w - 1], :, tail:]) + 3.0
         vp[table[s, w - 1], :, tail:] += 50.0
     q = rng.standard_normal((len(lens), h, d)) * spread
+    if spread < 0:                                         # q against every key
+        kp = -spread * (1.0 + np.abs(kp / spread))
+        q = spread * (1.0 + np.abs(q / spread))
     lens = np.array(lens, np.int32)
     scale = 1 / np.sqrt(d)
     want = pc.paged_reference(q[:, :, None], kp, vp, table, lens, scale=scale)[0][:, :, 0]
@@ -759,7 +773,8 @@ def _attention_case(name, ps, h, d, lens, spread):
                               ("no scale", HINT_ATT_SCALE), ("floor", HINT_ATT_FLOOR),
                               ("pool order", HINT_ATT_POOL_ORDER),
                               ("row 0", HINT_ATT_OTHER_ROW), ("next row", HINT_ATT_OTHER_ROW),
-                              ("last key dropped", HINT_ATT_LAST_KEY)):
+                              ("last key dropped", HINT_ATT_LAST_KEY),
+                              ("m from 0", HINT_ATT_M_ZERO)):
             wrong = _attention_mistake(q, kp, vp, table, lens, scale, mistake)
             if not same(wrong, want):
                 diagnoses.append(((lambda y, e, w=wrong: same(y, w)), *hint))
@@ -776,7 +791,8 @@ def _empty_reduction(exc) -> bool:
 
 def check_paged_attention(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """my_paged_attention(q, k_pages, v_pages, block_table, seq_lens, scale) against
-    `paged_cache.paged_reference` (stale keys past every length, large scores)."""
+    `paged_cache.paged_reference` (stale keys past every length, large scores, scores all
+    far below 0)."""
     with np.errstate(all="ignore"):
         return run_checks("my_paged_attention", fn,
                           [_attention_case(*c) for c in ATTENTION_CASES], verbose=verbose,
