@@ -220,6 +220,8 @@ def test_paged_exercises_11b_by_hand():
     assert not ok and "a page holds page_size" in lines[0] and "every KV head" in lines[1]
     assert "K and V" in lines[2]
     assert "2 bytes" in E.grade("11b-page-costs", piece_bytes=2048)[1][1]
+    # the fraction in percent (0.0061) got "not what the rule gives" (review round 16 b)
+    assert "in percent" in E.grade("11b-page-costs", table_fraction=0.0061)[1][2]
 
 
 @pytest.mark.parametrize("nb,names", [("03_tiled_forward", ["03-second-tile", "03-causal-skips",
