@@ -184,10 +184,7 @@ def saved_bytes_09() -> Exercise:
             "p_bytes": [(lambda y: _same_number(y, p_bytes / (b * h), 1e-3),
                          "that is one head of one request; multiply by B x H"),
                         (lambda y: _same_number(y, 2 * p_bytes, 1e-3),
-                         "bf16 stores 2 bytes per probability, not 4"),
-                        (lambda y: any(_same_number(y, p_bytes / u, 1e-2)
-                                       for u in (2**30, 1e9)),
-                         "that is the size in GiB (or GB): give it in bytes")],
+                         "bf16 stores 2 bytes per probability, not 4")],
             "l_bytes": [(lambda y: _same_number(y, l_bytes / 2, 1e-3),
                          "L is stored in fp32 (4 bytes per row), whatever the input type"),
                         (lambda y: _same_number(y, l_bytes * d, 1e-3),
@@ -662,7 +659,10 @@ def saved_activations_13() -> Exercise:
             "p_bytes": [(lambda y: _same_number(y, per_layer, 1e-3),
                          "that is one layer; every layer keeps its own P"),
                         (lambda y: _same_number(y, 2 * p_bytes, 1e-3),
-                         "bf16 stores 2 bytes per probability, not 4")],
+                         "bf16 stores 2 bytes per probability, not 4"),
+                        (lambda y: any(_same_number(y, p_bytes / u, 1e-2)
+                                       for u in (2**30, 1e9)),
+                         "that is the size in GiB (or GB): give it in bytes")],
             "lse_bytes": [(lambda y: _same_number(y, lse_bytes / 2, 1e-3),
                            "lse is kept in fp32 (4 bytes per row), whatever the input type"),
                           (lambda y: _same_number(y, lse_bytes * g["d"], 1e-3),
