@@ -128,8 +128,8 @@ def check_combine(combine, *, verbose: bool = True) -> Result:
     for key, (o_parts, lse_parts, _) in cases_data.items():
         with np.errstate(all="ignore"):
             mean, unnorm = _mean(o_parts), _unnormalised(o_parts, lse_parts)
-        diag = [(not_pair, HINT_RETURN), (_wrong_shape, HINT_SHAPE), (_has_nan, HINT_EMPTY if "empty" in key
-                                           or "no visible" in key else HINT_OVERFLOW),
+        nan_hint = HINT_EMPTY if "empty" in key or "no visible" in key else HINT_OVERFLOW
+        diag = [(not_pair, HINT_RETURN), (_wrong_shape, HINT_SHAPE), (_has_nan, nan_hint),
                 (_has_inf_o, HINT_OVERFLOW),
                 (_o_matches(mean), HINT_MEAN), (_o_matches(unnorm), HINT_NORMALISE),
                 (_only_lse_wrong, HINT_LSE)]
