@@ -91,6 +91,9 @@ MISTAKES = {
         # cases (review round 16 b, M)
         ("                cache.refs[page] -= 1\n", "                cache.refs[page] = 1\n",
          L.HINT_COW_REFS_ONE),
+        # the copy made and entered, the token written into the old page (generic hint before)
+        ("                cache.block_table[b, col] = new\n                page = new\n",
+         "                cache.block_table[b, col] = new\n", L.HINT_COW_WRITE_OLD),
         # the copy made but the table not pointed at it: HINT_COW said "you wrote into a
         # page another sequence shares" (review round 10 b, m2)
         ("                cache.block_table[b, col] = new\n", "", L.HINT_COW_TABLE),

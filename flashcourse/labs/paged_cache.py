@@ -353,6 +353,11 @@ HINT_COW_TABLE = (
     "into a page no table holds, and this sequence's later tokens into the shared page. "
     "Point block_table[b, column] at the new page before writing.",
     "After the copy, the table entry of this column is the new page; write through it.")
+HINT_COW_WRITE_OLD = (
+    "Copy-on-write that writes into the old page: you copied the shared page and pointed the "
+    "table at the copy, but the token still went into the shared page, so this sequence "
+    "reads the copy without it. After the copy, write into the new page.",
+    "The page you write through is the table's entry after the copy.")
 HINT_COW_DECREF = (
     "After copy-on-write the shared page has one sequence fewer: lower its refs by 1, or "
     "it never goes back to the pool.",
@@ -424,6 +429,9 @@ def _append(cache, b, k_new, v_new, mistake=None):
                     continue
                 cache.block_table[b, col] = new
                 row = b
+                if mistake == "cow write old":          # the table moved, the write did not
+                    _write(cache, page, slot, k_new[:, i], v_new[:, i])
+                    continue
         page = cache.block_table[row, col]
         if mistake == "swapped":
             cache.k_pages[slot, :, page] = k_new[:, i]
@@ -445,7 +453,7 @@ APPEND_MISTAKES = [
     ("no pop", HINT_FREE_LIST), ("no refs", HINT_REFS), ("no cow", HINT_COW),
     ("cow no copy", HINT_COW_COPY), ("cow no k copy", HINT_COW_COPY),
     ("cow no v copy", HINT_COW_COPY), ("cow no decref", HINT_COW_DECREF),
-    ("cow refs one", HINT_COW_REFS_ONE),
+    ("cow refs one", HINT_COW_REFS_ONE), ("cow write old", HINT_COW_WRITE_OLD),
     ("cow no table", HINT_COW_TABLE), ("from zero", HINT_APPEND_START),
     ("start one short", HINT_APPEND_START), ("other row", HINT_APPEND_OTHER_ROW),
     ("swapped", HINT_SWAPPED_WRITE)]
