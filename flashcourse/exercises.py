@@ -662,13 +662,19 @@ def saved_activations_13() -> Exercise:
             "p_bytes": [(lambda y: _same_number(y, per_layer, 1e-3),
                          "that is one layer; every layer keeps its own P"),
                         (lambda y: _same_number(y, 2 * p_bytes, 1e-3),
-                         "bf16 stores 2 bytes per probability, not 4")],
+                         "bf16 stores 2 bytes per probability, not 4"),
+                        (lambda y: any(_same_number(y, p_bytes / u, 1e-2)
+                                       for u in (2**30, 1e9)),
+                         "that is the size in GiB (or GB): give it in bytes")],
             "lse_bytes": [(lambda y: _same_number(y, lse_bytes / 2, 1e-3),
                            "lse is kept in fp32 (4 bytes per row), whatever the input type"),
                           (lambda y: _same_number(y, lse_bytes * g["d"], 1e-3),
                            "lse is one number per query row, not a row of d numbers"),
                           (lambda y: _same_number(y, lse_bytes / g["layers"], 1e-3),
-                           "that is one layer; every layer keeps its own lse")],
+                           "that is one layer; every layer keeps its own lse"),
+                          (lambda y: any(_same_number(y, lse_bytes / u, 1e-2)
+                                         for u in (2**20, 1e6)),
+                           "that is the size in MiB (or MB): give it in bytes")],
             "ratio": [(lambda y: _same_number(y, g["t"], 1e-3),
                        "T x s / 4 with s = 2 bytes for bf16 P and 4 for fp32 lse")],
         })

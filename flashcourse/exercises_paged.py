@@ -92,5 +92,8 @@ def page_costs_11b() -> Exercise:
                                 "the cache holds K and V: twice the bytes of K"),
                                (lambda y: _same_number(y, table / (cache / hkv), 1e-3),
                                 "every KV head's K and V count: the table is shared by all "
-                                "the heads of the layer")],
+                                "the heads of the layer"),
+                               (lambda y: _same_number(y, 100 * table / cache, 1e-3),
+                                "that is the fraction in percent: give the fraction itself "
+                                "(your number divided by 100)")],
         })

@@ -424,8 +424,13 @@ def test_combine_checker():
         w = np.exp(lse - m)
         return (w[..., None] * o).sum(0) / w.sum(0)[..., None], m + np.log(w.sum(0))
 
+    def lse_column(o, lse):     # lse kept as (R, 1): HINT_LSE said its values were wrong
+        out_o, out_lse = lab.reference_combine(o, lse)
+        return out_o, out_lse[:, None]
+
     for fn, hint in ((mean, lab.HINT_MEAN), (unnormalised, lab.HINT_NORMALISE),
-                     (no_max, lab.HINT_OVERFLOW), (no_guard, lab.HINT_EMPTY)):
+                     (no_max, lab.HINT_OVERFLOW), (no_guard, lab.HINT_EMPTY),
+                     (lse_column, lab.HINT_SHAPE)):
         with np.errstate(all="ignore"):
             res = lab.check_combine(fn, verbose=False)
         assert not res and res.hint == hint, fn.__name__

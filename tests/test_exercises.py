@@ -220,6 +220,8 @@ def test_paged_exercises_11b_by_hand():
     assert not ok and "a page holds page_size" in lines[0] and "every KV head" in lines[1]
     assert "K and V" in lines[2]
     assert "2 bytes" in E.grade("11b-page-costs", piece_bytes=2048)[1][1]
+    # the fraction in percent (0.0061) got "not what the rule gives" (review round 16 b)
+    assert "in percent" in E.grade("11b-page-costs", table_fraction=0.0061)[1][2]
 
 
 @pytest.mark.parametrize("nb,names", [("03_tiled_forward", ["03-second-tile", "03-causal-skips",
@@ -367,7 +369,10 @@ def test_saved_activations_13_names_each_typical_mistake():
                               ("p_bytes", right["p_bytes"] * 2, "2 bytes per probability"),
                               ("lse_bytes", right["lse_bytes"] / 2, "fp32"),
                               ("lse_bytes", right["lse_bytes"] * 64, "one number per query row"),
-                              ("ratio", 1024, "s = 2 bytes")):
+                              ("ratio", 1024, "s = 2 bytes"),
+                              # sizes in GiB / MiB (review round 16 b: the generic line before)
+                              ("p_bytes", 2.25, "in GiB"), ("p_bytes", 2.42, "in GiB"),
+                              ("lse_bytes", 4.5, "in MiB"), ("lse_bytes", 4.72, "in MiB")):
         ok, lines = E.grade("13-saved-activations", **{**right, part: wrong})
         line = next(s for s in lines if s.startswith(part))
         assert not ok and hint in line, (part, line)

@@ -90,6 +90,9 @@ MISTAKES = {
          "(q, k, v))\n    if use_hadamard:\n"
          "        q, k = (x.astype(np.float32) for x in rotate_qk(q, k, "
          "hadamard_matrix(q.shape[-1])))\n", (L.HINT_FWD_NO_ROT,)),
+        # review round 16 b, m: use_hadamard ignored (always rotated) got the generic hint
+        ("    if use_hadamard:\n        q, k = rotate", "    if True:\n        q, k = rotate",
+         (L.HINT_FWD_ALWAYS_ROT,)),
         ("for x in (q, k, v))", "for x in (q, k, v))\n    v = v * 0 + v", ()),  # harmless
     ],
 }

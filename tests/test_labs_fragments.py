@@ -26,6 +26,10 @@ def test_stub_reports_todo():
     (lambda lane, i: (lane // 4 + 8 * (i % 2), 2 * (lane % 4) + i // 2), F.HINT_I_ROLES),
     # the range hint before, true but silent on why
     (lambda lane, i: (lane % 4 + 8 * (i // 2), 2 * (lane // 4) + i % 2), F.HINT_G_T),
+    # review round 16 b: c2, c3 four rows below (the generic hint), and the A fragment's word
+    # map used for C (HINT_RANGE, true but silent on the cause)
+    (lambda lane, i: (lane // 4 + 4 * (i // 2), 2 * (lane % 4) + i % 2), F.HINT_PLUS8),
+    (lambda lane, i: (lane // 4 + 8 * (i % 2), 2 * (lane % 4) + 8 * (i // 2)), F.HINT_A_MAP),
 ])
 def test_typical_mistakes_get_their_hint(wrong, hint):
     res = F.check_c_map(wrong, verbose=False)

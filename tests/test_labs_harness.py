@@ -332,3 +332,14 @@ def test_the_largest_difference_never_points_at_a_nan_both_sides_share():
     yours = np.array([[np.nan, 1.0], [2.0, 3.5]])
     ok, why, _ = _close(yours, expected, 1e-6, 1e-8)
     assert not ok and "(1, 1)" in why and "nan" not in why.lower(), why
+
+
+def test_the_pass_line_counts_one_case_in_the_singular(capsys):
+    """'All checks passed (1 cases).' read wrong (lab 12 part 2 has one case; review round
+    16 b)."""
+    from flashcourse.labs import _harness as H
+    one = H.Case("one", lambda f: (f(), 1.0), "hint", rtol=0, atol=0)
+    assert H.run_checks("f()", lambda: 1.0, [one])
+    assert "All checks passed (1 case)." in capsys.readouterr().out
+    assert H.run_checks("f()", lambda: 1.0, [one, one])
+    assert "All checks passed (2 cases)." in capsys.readouterr().out

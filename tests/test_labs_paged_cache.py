@@ -87,6 +87,13 @@ MISTAKES = {
         ("                cache.k_pages[new] = cache.k_pages[page]\n", "", L.HINT_COW_COPY),
         ("                cache.v_pages[new] = cache.v_pages[page]\n", "", L.HINT_COW_COPY),
         ("                cache.refs[page] -= 1\n", "", L.HINT_COW_DECREF),
+        # refs of the shared page set to 1, right for two sharers only: it passed all five
+        # cases (review round 16 b, M)
+        ("                cache.refs[page] -= 1\n", "                cache.refs[page] = 1\n",
+         L.HINT_COW_REFS_ONE),
+        # the copy made and entered, the token written into the old page (generic hint before)
+        ("                cache.block_table[b, col] = new\n                page = new\n",
+         "                cache.block_table[b, col] = new\n", L.HINT_COW_WRITE_OLD),
         # the copy made but the table not pointed at it: HINT_COW said "you wrote into a
         # page another sequence shares" (review round 10 b, m2)
         ("                cache.block_table[b, col] = new\n", "", L.HINT_COW_TABLE),
@@ -133,6 +140,9 @@ MISTAKES = {
          "page, cnt = block_table[0, i], min(ps, n - i * ps)", L.HINT_ATT_OTHER_ROW),
         ("min(ps, n - i * ps)", "min(ps, n - i * ps - 1)", L.HINT_ATT_EMPTY_PAGE),
         ("range((n + ps - 1) // ps)", "range(n // ps + 1)", L.HINT_ATT_EMPTY_PAGE),
+        # the running max started at 0, not -inf: it passed every case, whose rows all had a
+        # score near 0; NaN (0 / 0) once every score of a row underflows (review round 16 b)
+        ("m, l, acc = np.full(h, -np.inf)", "m, l, acc = np.zeros(h)", L.HINT_ATT_M_ZERO),
     ],
 }
 
@@ -164,7 +174,8 @@ def test_the_checker_model_is_the_course_append():
     """The replay without a mistake leaves exactly the state `PagedKVCache.append` does,
     in every case (pages handed out in the same order, the same copies)."""
     for _, ps, num_pages, hkv, d, ops in L.APPEND_CASES:
-        course = pc.PagedKVCache(num_pages, hkv, ps, d, 2, 8)
+        seqs = max([2] + [max(a, x) + 1 if what == "fork" else a + 1 for what, a, x in ops])
+        course = pc.PagedKVCache(num_pages, hkv, ps, d, seqs, 8)
         for n_op, (what, a, x) in enumerate(ops):
             if what == "fork":
                 course.fork(a, x)

@@ -364,12 +364,14 @@ MASK_MISTAKES = [
      "if causal != 0 and col > row + off:", L.HINT_MASK_NO_TK),
     ("col = k0 + 8 * n + 2 * t + (i % 2)", "col = 8 * n + 2 * t + (i % 2)", L.HINT_MASK_K0),
     ("row = q0 + g + 8 * (i // 2)", "row = g + 8 * (i // 2)", L.HINT_MASK_Q0),
+    # the offset subtracted: the generic HINT_MASK before (review round 16 b)
+    ("col > row + off", "col > row - off", L.HINT_MASK_OFF_SIGN),
 ]
 
 
 test_mask_mistakes_get_their_hint = mistakes_test(
     LAB, ((L.check_mask, "mask_tile"),), {"mask_tile": MASK_MISTAKES},
-    ids=["rows", "top-left", "edge", "tile", "diagonal", "no-tk", "no-k0", "no-q0"])
+    ids=["rows", "top-left", "edge", "tile", "diagonal", "no-tk", "no-k0", "no-q0", "off-sign"])
 
 
 def test_timing_is_gpu_only(lab):

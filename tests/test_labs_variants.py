@@ -147,6 +147,10 @@ MISTAKES = {
          VF.HINT_FWD_EMPTY_VISITED),
         ("        visits = [(j, False) for j in full_kv_indices[i, :full_kv_num_blocks[i]]]",
          "        visits = []", VF.HINT_FWD_FULL_ONLY),
+        # the partial list left out (only the full one): the generic hint before (review
+        # round 16 b)
+        ("        visits += [(j, True) for j in kv_indices[i, :kv_num_blocks[i]]]\n", "",
+         VF.HINT_FWD_FULL_ONLY),
         # the running sums not rescaled when the max grows
         ("            alpha = np.exp(m - m_safe)", "            alpha = np.ones_like(m)",
          VF.HINT_FWD_RESCALE),

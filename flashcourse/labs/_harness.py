@@ -490,7 +490,7 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
         say(f"  FAILED {case.name}: {what}")
         say(f"  Hint: {hint}")
         return Result(False, case=case.name, hint=hint, detail=what)
-    say(f"{PASS_LINE} ({len(cases)} cases).")
+    say(f"{PASS_LINE} ({len(cases)} case{'' if len(cases) == 1 else 's'}).")
     return Result(True)
 
 

@@ -25,6 +25,9 @@ from .. import decode as np_decode
 from ._harness import Case, Result, as_pair, not_pair, run_checks
 
 HINT_RETURN = "Return a tuple (o, lse): o of shape (R, d), lse of shape (R,)."
+HINT_SHAPE = ("Your o or lse has the wrong shape (the line above gives it): o is (R, d) and "
+              "lse (R,), one number per row. Reduce over the splits, axis 0, and keep no "
+              "extra axis.")
 HINT_MEAN = ("Each split must count in proportion to its softmax mass: weight o_s by "
              "w_s = exp(lse_s - m), not equally (a plain mean treats a split of 10 keys like "
              "one of 1,000, and ignores how large their scores are).")
@@ -79,6 +82,10 @@ def _o_matches(candidate):
     return predicate
 
 
+def _wrong_shape(yours, expected):
+    return any(np.shape(y) != np.shape(e) for y, e in zip(yours, expected))
+
+
 def _only_lse_wrong(yours, expected):
     return _close(yours[0], expected[0]) and not _close(yours[1], expected[1])
 
@@ -121,8 +128,8 @@ def check_combine(combine, *, verbose: bool = True) -> Result:
     for key, (o_parts, lse_parts, _) in cases_data.items():
         with np.errstate(all="ignore"):
             mean, unnorm = _mean(o_parts), _unnormalised(o_parts, lse_parts)
-        diag = [(not_pair, HINT_RETURN), (_has_nan, HINT_EMPTY if "empty" in key
-                                           or "no visible" in key else HINT_OVERFLOW),
+        nan_hint = HINT_EMPTY if "empty" in key or "no visible" in key else HINT_OVERFLOW
+        diag = [(not_pair, HINT_RETURN), (_wrong_shape, HINT_SHAPE), (_has_nan, nan_hint),
                 (_has_inf_o, HINT_OVERFLOW),
                 (_o_matches(mean), HINT_MEAN), (_o_matches(unnorm), HINT_NORMALISE),
                 (_only_lse_wrong, HINT_LSE)]

@@ -19,7 +19,8 @@ names the typical mistakes by replaying them on the case's inputs (`_harness`): 
 taken over the wrong axis (per token or per channel), the scale inverted or without 448,
 a signed max, the ragged block dropped, a block's slice one token short or long at its
 edge, scales tiled instead of repeated, the scale applied twice or never applied back, an
-unnormalised Hadamard matrix, K left unrotated, V rotated too.
+unnormalised Hadamard matrix, K left unrotated, V rotated too, Q and K rotated whatever
+`use_hadamard` says.
 """
 
 from __future__ import annotations
@@ -346,6 +347,9 @@ HINT_FWD_ROTATE_AFTER_DTYPE = (
     "and k went through a float64 step after fake_quantize_blocks, which returns float32. "
     "If that step is the rotation, it goes before quantizing, so that FP8 holds the rotated "
     "values (whose outliers are spread over the head dimension).")
+HINT_FWD_ALWAYS_ROT = ("Your output matches rotating q and k although use_hadamard is False: "
+                      "rotate them only when use_hadamard is True; otherwise q and k go to "
+                      "FP8 as they are.")
 HINT_FWD_TENSOR = ("Your output matches one scale per head (the whole tensor), not per block "
                    "of `block` tokens.")
 
@@ -355,7 +359,7 @@ def _forward_mistake(q, k, v, block, use_h, mistake):
     h = course_hadamard(d)
     if mistake == "unnormalised":
         h = h * np.sqrt(d)
-    if use_h and mistake != "no rotation":
+    if (use_h and mistake != "no rotation") or mistake == "always rotated":
         q = q.astype(np.float64) @ h
         if mistake == "v":
             v = v.astype(np.float64) @ h
@@ -371,6 +375,8 @@ def _forward_case(name, seed, tq, tk, d, block, use_h):
     rng = np.random.default_rng(seed)
     q, k, v = fa.outlier_qkv(rng, (2, tq, d), (2, tk, d))
     mistakes = [("tensor", (HINT_FWD_TENSOR,)), ("no v", (HINT_FWD_NO_V,))]
+    if not use_h:
+        mistakes.append(("always rotated", (HINT_FWD_ALWAYS_ROT,)))
     if use_h:
         mistakes = [("only q", (HINT_FWD_ONLY_Q,)), ("v", (HINT_FWD_V,)),
                     ("unnormalised", (HINT_FWD_UNNORM,)),

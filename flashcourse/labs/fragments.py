@@ -27,6 +27,10 @@ HINT_RANGE = "Return a (row, col) pair with 0 <= row < 16 and 0 <= col < 8."
 HINT_I_ROLES = ("The two halves of i have swapped roles: c0, c1 are neighbours in one row "
                 "(columns 2 t and 2 t + 1) and c2, c3 the same columns 8 rows below, so "
                 "the column takes i % 2 and the row i // 2: row = g + 8 (i // 2).")
+HINT_A_MAP = ("That is the A fragment's map (words of pairs: + 8 rows for odd words, + 8 "
+              "columns for words 2 and 3): C is 16 x 8, and its four accumulators are single "
+              "values, c0, c1 two neighbours in row g (col = 2 t + (i % 2)), c2, c3 the same "
+              "columns in row g + 8.")
 HINT_G_T = ("g and t have swapped roles: the row comes from the groupID g = lane // 4 "
             "(0..7, plus 8 for c2, c3) and the column from t = lane % 4 (2 t + (i % 2), "
             "0..7); yours reaches column 15.")
@@ -58,8 +62,20 @@ def _swapped(yours, expected):
 
 
 def _missing_plus8(yours, expected):
+    """Columns right and rows right for c0, c1; c2, c3 not 8 rows below (0, 4, ...)."""
     y, e = np.asarray(yours), np.asarray(expected)
-    return np.array_equal(y[..., 1], e[..., 1]) and np.array_equal(y[..., 0] % 8, e[..., 0] % 8)
+    return (np.array_equal(y[..., 1], e[..., 1]) and np.array_equal(y[:, :2, 0], e[:, :2, 0])
+            and np.array_equal(y[:, 2, 0], y[:, 3, 0]))
+
+
+def _a_map(yours, expected):
+    """The A fragment's word map used for C: row = g + 8 (i % 2), col = 2 t + 8 (i // 2)
+    (or that plus i % 2)."""
+    y = np.asarray(yours)
+    lane, i = np.meshgrid(np.arange(mma.WARP), np.arange(4), indexing="ij")
+    g, t = lane // 4, lane % 4
+    return np.array_equal(y[..., 0], g + 8 * (i % 2)) and any(
+        np.array_equal(y[..., 1], c) for c in (2 * t + 8 * (i // 2), 2 * t + 8 * (i // 2) + 1))
 
 
 def _wrong_col(yours, expected):
@@ -110,7 +126,8 @@ def check_c_map(fn, *, verbose: bool = True) -> Result:
     cases = [
         Case("every (lane, i) against the PTX ISA map", lambda f: (_table(f), _expected()),
              HINT_GENERIC,
-             [(_g_t, HINT_G_T), (lambda y, e: _out_of_range(y, e), HINT_RANGE),
+             [(_g_t, HINT_G_T), (_a_map, HINT_A_MAP),
+              (lambda y, e: _out_of_range(y, e), HINT_RANGE),
               (_i_roles, HINT_I_ROLES),
               (_missing_plus8, HINT_PLUS8), (_wrong_col, HINT_COL), (_swapped, HINT_SWAPPED)],
              rtol=0, atol=0),

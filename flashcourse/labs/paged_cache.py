@@ -353,10 +353,20 @@ HINT_COW_TABLE = (
     "into a page no table holds, and this sequence's later tokens into the shared page. "
     "Point block_table[b, column] at the new page before writing.",
     "After the copy, the table entry of this column is the new page; write through it.")
+HINT_COW_WRITE_OLD = (
+    "Copy-on-write that writes into the old page: you copied the shared page and pointed the "
+    "table at the copy, but the token still went into the shared page, so this sequence "
+    "reads the copy without it. After the copy, write into the new page.",
+    "The page you write through is the table's entry after the copy.")
 HINT_COW_DECREF = (
     "After copy-on-write the shared page has one sequence fewer: lower its refs by 1, or "
     "it never goes back to the pool.",
     "The old page's refs down by one, the new page's set to 1.")
+HINT_COW_REFS_ONE = (
+    "After copy-on-write you set the shared page's refs to 1: lower it by 1 instead. A page "
+    "can be shared by more than two sequences (a prompt forked twice): one copy leaves it "
+    "shared by the others, and the next of them to write must copy it too.",
+    "cache.refs[old_page] -= 1, not = 1; the new page's refs is 1.")
 HINT_SWAPPED_WRITE = (
     "The slot and the page are swapped in the write: the pool is (num_pages, Hkv, "
     "page_size, d), page first, slot third.",
@@ -410,13 +420,18 @@ def _append(cache, b, k_new, v_new, mistake=None):
                     cache.k_pages[new] = cache.k_pages[page]
                 if mistake not in ("cow no copy", "cow no v copy"):
                     cache.v_pages[new] = cache.v_pages[page]
-                if mistake != "cow no decref":
+                if mistake == "cow refs one":               # = 1, right for two sharers
+                    cache.refs[page] = 1
+                elif mistake != "cow no decref":
                     cache.refs[page] -= 1
                 if mistake == "cow no table":           # the copy written, never entered
                     _write(cache, new, slot, k_new[:, i], v_new[:, i])
                     continue
                 cache.block_table[b, col] = new
                 row = b
+                if mistake == "cow write old":          # the table moved, the write did not
+                    _write(cache, page, slot, k_new[:, i], v_new[:, i])
+                    continue
         page = cache.block_table[row, col]
         if mistake == "swapped":
             cache.k_pages[slot, :, page] = k_new[:, i]
@@ -438,6 +453,7 @@ APPEND_MISTAKES = [
     ("no pop", HINT_FREE_LIST), ("no refs", HINT_REFS), ("no cow", HINT_COW),
     ("cow no copy", HINT_COW_COPY), ("cow no k copy", HINT_COW_COPY),
     ("cow no v copy", HINT_COW_COPY), ("cow no decref", HINT_COW_DECREF),
+    ("cow refs one", HINT_COW_REFS_ONE), ("cow write old", HINT_COW_WRITE_OLD),
     ("cow no table", HINT_COW_TABLE), ("from zero", HINT_APPEND_START),
     ("start one short", HINT_APPEND_START), ("other row", HINT_APPEND_OTHER_ROW),
     ("swapped", HINT_SWAPPED_WRITE)]
@@ -456,6 +472,11 @@ APPEND_CASES = [
     ("page 32, Hkv = 2, d = 3: 30 tokens, a fork, the fork appends 70 at once (copy-on-"
      "write, then two new pages), the first appends 2", 32, 12, 2, 3,
      [("append", 0, 30), ("fork", 0, 1), ("append", 1, 70), ("append", 0, 2)]),
+    ("page 16: a prompt of 20 tokens forked twice (sequences 1 and 2 share its pages with "
+     "sequence 0: refs 3), then sequence 1 appends 5, sequence 2 appends 2, sequence 0 "
+     "appends 3", 16, 10, 1, 2,
+     [("append", 0, 20), ("fork", 0, 1), ("fork", 0, 2), ("append", 1, 5), ("append", 2, 2),
+      ("append", 0, 3)]),
 ]
 
 
@@ -469,7 +490,8 @@ def _tokens(op, hkv, n, d):
 def _play(ops, ps, num_pages, hkv, d, append):
     """The state after `ops` on a fresh LabCache, `append(cache, b, k, v)` for appends;
     an exception becomes the record's error (NotImplementedError, a stub, goes through)."""
-    cache = LabCache(num_pages, hkv, ps, d, 2, 8)
+    seqs = max([2] + [max(a, x) + 1 if what == "fork" else a + 1 for what, a, x in ops])
+    cache = LabCache(num_pages, hkv, ps, d, seqs, 8)
     error = None
     try:
         for n_op, (what, a, x) in enumerate(ops):
@@ -580,9 +602,9 @@ def _append_case(name, ps, num_pages, hkv, d, ops):
 
 
 def check_append(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
-    """my_append(cache, b, k_new, v_new) on five scenarios (within a page, exactly to a
+    """my_append(cache, b, k_new, v_new) on six scenarios (within a page, exactly to a
     page's end, two sequences interleaved, a fork with copy-on-write, pages of 32 with two
-    heads), judged on what the cache then holds."""
+    heads, a prompt forked twice), judged on what the cache then holds."""
     return run_checks("my_append", fn, [_append_case(*c) for c in APPEND_CASES],
                       verbose=verbose, hint_level=hint_level)
 
@@ -646,6 +668,12 @@ HINT_ATT_EMPTY_PAGE = (
     "min(page_size, seq_len - i x page_size), at least 1.")
 HINT_ATT_SCALE = ("The scores are not scaled: s = scale x (q . k).",
                   "Multiply the dot products by scale before the softmax.")
+HINT_ATT_M_ZERO = (
+    "Your running max starts at 0 instead of -inf. That is exact while some score is near "
+    "0, but here every score of a row is far below 0 (-3200 or less): exp(s - 0) underflows "
+    "to 0 for every key, l stays 0 and o = 0 / 0. Start m at -inf, so that the first "
+    "page's largest score becomes m and every row's largest P is 1.",
+    "m = np.full(H, -np.inf) before the first page.")
 HINT_ATT_OVERFLOW = (
     "Your result holds inf or NaN: some exponent was positive, so exp overflowed. Every "
     "exponent must be at most 0: P = exp(s - m_new), with the NEW running max (the largest "
@@ -663,6 +691,8 @@ def _attention_mistake(q, kp, vp, table, lens, scale, mistake):
     for b in range(b_):
         n = int(lens[b])
         m, l, acc = np.full(h_, -np.inf), np.zeros(h_), np.zeros((h_, d))
+        if mistake == "m from 0":
+            m = np.zeros(h_)
         for i in range(n // ps if mistake == "floor" else pc.pages_for(n, ps)):
             cnt = ps if mistake == "past length" else min(ps, n - i * ps)
             if mistake == "last key dropped":
@@ -684,11 +714,14 @@ def _attention_mistake(q, kp, vp, table, lens, scale, mistake):
     return o
 
 
-#: (name, page_size, H, d, lengths, spread of q and k)
+#: (name, page_size, H, d, lengths, spread of q and k; a negative spread: q . k < 0 for
+#: every key, |s| >= spread^2 d scale: exp(s) underflows unless the max is subtracted)
 ATTENTION_CASES = [
     ("page 16, H = 2, d = 8, lengths 37, 16, 1, 50", 16, 2, 8, [37, 16, 1, 50], 1.0),
     ("page 32, H = 1, d = 5, lengths 70, 33 (odd d, ragged pages)", 32, 1, 5, [70, 33], 1.0),
     ("large scores (|s| ~ 1e3), page 16, lengths 40, 9", 16, 2, 4, [40, 9], 20.0),
+    ("every score far below 0 (-3200 or less), page 16, lengths 21, 5", 16, 2, 4,
+     [21, 5], -40.0),
 ]
 
 
@@ -708,6 +741,9 @@ def _attention_case(name, ps, h, d, lens, spread):
         kp[table[s, w - 1], :, tail:] = 4.0 * np.abs(kp[table[s, w - 1], :, tail:]) + 3.0
         vp[table[s, w - 1], :, tail:] += 50.0
     q = rng.standard_normal((len(lens), h, d)) * spread
+    if spread < 0:                                         # q against every key
+        kp = -spread * (1.0 + np.abs(kp / spread))
+        q = spread * (1.0 + np.abs(q / spread))
     lens = np.array(lens, np.int32)
     scale = 1 / np.sqrt(d)
     want = pc.paged_reference(q[:, :, None], kp, vp, table, lens, scale=scale)[0][:, :, 0]
@@ -745,7 +781,8 @@ def _attention_case(name, ps, h, d, lens, spread):
                               ("no scale", HINT_ATT_SCALE), ("floor", HINT_ATT_FLOOR),
                               ("pool order", HINT_ATT_POOL_ORDER),
                               ("row 0", HINT_ATT_OTHER_ROW), ("next row", HINT_ATT_OTHER_ROW),
-                              ("last key dropped", HINT_ATT_LAST_KEY)):
+                              ("last key dropped", HINT_ATT_LAST_KEY),
+                              ("m from 0", HINT_ATT_M_ZERO)):
             wrong = _attention_mistake(q, kp, vp, table, lens, scale, mistake)
             if not same(wrong, want):
                 diagnoses.append(((lambda y, e, w=wrong: same(y, w)), *hint))
@@ -762,7 +799,8 @@ def _empty_reduction(exc) -> bool:
 
 def check_paged_attention(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """my_paged_attention(q, k_pages, v_pages, block_table, seq_lens, scale) against
-    `paged_cache.paged_reference` (stale keys past every length, large scores)."""
+    `paged_cache.paged_reference` (stale keys past every length, large scores, scores all
+    far below 0)."""
     with np.errstate(all="ignore"):
         return run_checks("my_paged_attention", fn,
                           [_attention_case(*c) for c in ATTENTION_CASES], verbose=verbose,

@@ -576,6 +576,10 @@ HINT_MASK_ROWS = ("Accumulators 2 and 3 are row g + 8, not row g: your causal ma
 HINT_MASK_TOPLEFT = ("Your causal mask is top-left (key j visible iff j <= i): the course "
                      "aligns it bottom-right, key j visible iff j <= i + off, off = Tk - Tq.",
                      "Compare col with row + off.")
+HINT_MASK_OFF_SIGN = ("Your causal offset has the wrong sign: key j is visible iff j <= i + off "
+                      "with off = Tk - Tq (bottom-right: the last query sees every key); "
+                      "comparing with row - off shifts the diagonal the other way.",
+                      "Compare col with row + off.")
 HINT_MASK_EDGE = ("Your ragged-edge test is off by one: key index tk is the first one PAST "
                   "the end.", "Hide col >= tk.")
 HINT_MASK_DIAGONAL = ("Your causal mask hides the diagonal: key j is visible when j <= i + off, "
@@ -604,9 +608,9 @@ MASK_CASES = [(16, 16, 28, 1, 4), (16, 0, 21, 0, 0), (0, 0, 16, 1, 0), (16, 16, 
 
 def mask_model(k0, q0, tk, causal, off, mistake=None):
     """(32, 4 NS) bool: which accumulators the mask hides, optionally with one mistake:
-    'rows' (row g for all four), 'top_left' (off = 0), 'edge' (col > tk), 'tile' (no 8 n),
-    'diagonal' (col >= row + off hidden), 'no_tk' (no test against tk), 'no_k0' (columns
-    without k0), 'no_q0' (rows without q0)."""
+    'rows' (row g for all four), 'top_left' (off = 0), 'off_sign' (row - off), 'edge'
+    (col > tk), 'tile' (no 8 n), 'diagonal' (col >= row + off hidden), 'no_tk' (no test
+    against tk), 'no_k0' (columns without k0), 'no_q0' (rows without q0)."""
     out = np.zeros((NT, 4 * NS), bool)
     for lane in range(NT):
         g, t = lane // 4, lane % 4
@@ -616,7 +620,7 @@ def mask_model(k0, q0, tk, causal, off, mistake=None):
                 r0 = 0 if mistake == "no_q0" else q0
                 col = c0 + (0 if mistake == "tile" else 8 * n) + 2 * t + (i % 2)
                 row = r0 + g + (0 if mistake == "rows" else 8 * (i // 2))
-                o = 0 if mistake == "top_left" else off
+                o = {"top_left": 0, "off_sign": -off}.get(mistake, off)
                 past = col > tk if mistake == "edge" else col >= tk
                 after = col >= row + o if mistake == "diagonal" else col > row + o
                 out[lane, 4 * n + i] = (past and mistake != "no_tk") or (causal != 0 and after)
@@ -640,6 +644,7 @@ def check_mask(mask_tile, *, verbose: bool = True, hint_level: int = 1) -> Resul
     """Your mask_tile(s, k0, q0, tk, causal, off, lane) on the fragments: ragged and causal."""
     cases = []
     mistakes = [("rows", HINT_MASK_ROWS), ("top_left", HINT_MASK_TOPLEFT),
+                ("off_sign", HINT_MASK_OFF_SIGN),
                 ("edge", HINT_MASK_EDGE), ("tile", HINT_MASK_TILE),
                 ("diagonal", HINT_MASK_DIAGONAL), ("no_tk", HINT_MASK_NO_TK),
                 ("no_k0", HINT_MASK_K0), ("no_q0", HINT_MASK_Q0)]

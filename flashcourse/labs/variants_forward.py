@@ -143,7 +143,7 @@ def replay_forward(q, k, v, bm, mask_mod, score_mod, scale, br, bc, mistake=None
             q0, q1 = i * br, min((i + 1) * br, tq)
             qi = np.arange(q0, q1)
             m, l, acc = np.full(q1 - q0, -np.inf), np.zeros(q1 - q0), np.zeros((q1 - q0, d))
-            visits = [(j, True) for j in idx_p[i, :num_p[i]]]
+            visits = [] if mistake == "full_only" else [(j, True) for j in idx_p[i, :num_p[i]]]
             if mistake != "partial_only":
                 full = [(j, False) for j in idx_f[i, :num_f[i]]]
                 visits = full + visits if order == "full_first" else visits + full
@@ -185,6 +185,7 @@ def replay_forward(q, k, v, bm, mask_mod, score_mod, scale, br, bc, mistake=None
 
 FORWARD_MISTAKES = [("no_mask", HINT_FWD_PARTIAL_UNMASKED), ("after_max", HINT_FWD_AFTER_MAX),
                     ("on_probs", HINT_FWD_ON_PROBS), ("partial_only", HINT_FWD_FULL_ONLY),
+                    ("full_only", HINT_FWD_FULL_ONLY),
                     ("no_score", HINT_FWD_NO_SCORE), ("scale_after", HINT_FWD_SCALE_AFTER),
                     ("no_standin", HINT_FWD_STANDIN), ("no_guard", HINT_FWD_EMPTY_ROW)]
 #: a missing rescale shows whatever the order of the visits: replayed in each order
