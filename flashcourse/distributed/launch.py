@@ -112,8 +112,9 @@ def run(world_size: int, fn, *args, timeout_s: float = 120.0, init_timeout_s: fl
             raise RuntimeError(f"launch.run: rank(s) {sorted(errors)} of {world_size} failed"
                                + _error_text(errors))
     finally:
+        finished = len(got) == world_size
         for p in procs:
-            p.join(timeout=5)
+            p.join(timeout=5 if finished else 0.2)
         for p in procs:
             if p.is_alive():
                 p.terminate()
