@@ -248,6 +248,49 @@ def _bad_inputs(rank, world):
     }
 
 
+class _LoggingKernel:
+    """The numpy kernel, logging each call (a plug-in kernel: any object with these)."""
+
+    def __init__(self, log):
+        from flashcourse.distributed.kernels import NumpyKernel
+        self.inner, self.log = NumpyKernel(), log
+
+    def forward(self, *args, **kw):
+        self.log.append("compute")
+        return self.inner.forward(*args, **kw)
+
+    def backward(self, *args, **kw):
+        self.log.append("compute")
+        return self.inner.backward(*args, **kw)
+
+
+def _event_order(rank, world):
+    """The ring's events on this rank: "send" (a ring_pass started), "wait" (its
+    handles waited for), "compute" (a kernel call); forward then backward."""
+    from flashcourse.distributed import comm, ring
+    log = []
+    real_pass, real_wait = comm.ring_pass, comm.wait_all
+
+    def logged_pass(*args, **kw):
+        log.append("send")
+        return real_pass(*args, **kw)
+
+    def logged_wait(handles):
+        if handles:
+            log.append("wait")
+        return real_wait(handles)
+
+    comm.ring_pass, comm.wait_all = logged_pass, logged_wait
+    try:
+        q, k, v, do = (_local(x, world, rank, "zigzag") for x in _problem("batched"))
+        o, lse = ring.ring_forward(q, k, v, kernel=_LoggingKernel(log))
+        log.append("|")
+        ring.ring_backward(q, k, v, o, lse, do, kernel=_LoggingKernel(log))
+    finally:
+        comm.ring_pass, comm.wait_all = real_pass, real_wait
+    return " ".join(log)
+
+
 def _run_cases(rank, world, cases, kernel_cases):
     """Every case's (o, lse, dq, dk, dv) shard on this rank, and the bad-input errors."""
     designs = _designs()
@@ -261,6 +304,7 @@ def _run_cases(rank, world, cases, kernel_cases):
         grads = backward(q, k, v, o, lse, do, causal=causal, layout=layout, kernel=kernel)
         out[case] = [x.numpy() for x in (o, lse, *grads)]
     out["bad"] = _bad_inputs(rank, world)
+    out["order"] = _event_order(rank, world)
     return out
 
 
@@ -334,6 +378,21 @@ def test_designs_reject_bad_input_naming_the_argument(gloo_results):
         for name, (kind, pattern) in expected.items():
             assert bad[name] is not None, f"rank {rank}: {name} raised nothing"
             assert bad[name][0] == kind and re.search(pattern, bad[name][1]), (rank, bad[name])
+
+
+@pytest.mark.xdist_group("gloo")
+def test_ring_sends_the_next_block_before_computing_on_this_one(gloo_results):
+    world, results = gloo_results
+    # non-causal: one kernel call per step. Forward: each step but the last starts the
+    # K/V pass, computes, then waits. Backward: the K/V pass, compute, wait for the
+    # accumulators that came with this block (none at step 0), send them on, wait K/V;
+    # after the last step one more hop brings dk, dv home.
+    forward = " ".join(["send compute wait"] * (world - 1) + ["compute"])
+    backward = " ".join(["send compute send wait"]
+                        + ["send compute wait send wait"] * (world - 2)
+                        + ["compute wait send", "wait"])
+    for res in results:
+        assert res["order"] == f"{forward} | {backward}"
 
 
 def _fails_on_rank_1(rank, world):
