@@ -303,6 +303,11 @@ def _run_cases(rank, world, cases, kernel_cases):
         o, lse = forward(q, k, v, causal=causal, layout=layout, kernel=kernel)
         grads = backward(q, k, v, o, lse, do, causal=causal, layout=layout, kernel=kernel)
         out[case] = [x.numpy() for x in (o, lse, *grads)]
+    for design, (forward, backward) in designs.items():     # float32 in: float32 kernels
+        q, k, v, do = (_local(x, world, rank, "zigzag").float() for x in _problem("ragged"))
+        o, lse = forward(q, k, v, causal=True)
+        grads = backward(q, k, v, o, lse, do, causal=True)
+        out[("float32", design)] = [x.numpy() for x in (o, lse, *grads)]
     out["bad"] = _bad_inputs(rank, world)
     out["order"] = _event_order(rank, world)
     return out
@@ -351,6 +356,21 @@ def test_ring_with_the_numba_kernel():
     case = ("ragged", True, "ring", "zigzag", "numba")
     results = launch.run(2, _run_cases, [], [case], timeout_s=300)
     _check_case(results, 2, case)
+
+
+@pytest.mark.xdist_group("gloo")
+@pytest.mark.parametrize("design", DESIGNS)
+def test_designs_run_in_float32(gloo_results, design):
+    world, results = gloo_results
+    q, k, v, do = (x.astype(np.float32) for x in _problem("ragged"))
+    o, lse = reference.attention(q, k, v, causal=True)
+    want = (o, lse, *reference.attention_backward(q, k, v, do, causal=True))
+    layout = shards.zigzag_shards(37, world)
+    for i, (name, w) in enumerate(zip(("o", "lse", "dq", "dk", "dv"), want)):
+        parts = [r[("float32", design)][i] for r in results]
+        assert parts[0].dtype == np.float32, name
+        g = shards.unshard(parts, layout, axis=-1 if i == 1 else -2)
+        assert _rel(g, w) <= 1e-5, f"{name}: relative error {_rel(g, w):.2e}"
 
 
 @pytest.mark.xdist_group("gloo")

@@ -82,8 +82,7 @@ def rank_indices(ranges) -> np.ndarray:
 
 def shard(x, ranges, axis: int = -2):
     """One rank's rows of a full array x (sequence along `axis`, default -2 of
-    (..., T, d)): its ranges concatenated in order. Works on numpy arrays and torch
-    tensors (anything with `take`-free slicing and a concatenate of the same kind)."""
+    (..., T, d)): its ranges concatenated in order. numpy arrays or torch tensors."""
     ax = axis % x.ndim
     pieces = [x[(slice(None),) * ax + (slice(a, b),)] for a, b in ranges]
     if isinstance(x, np.ndarray):
