@@ -291,6 +291,20 @@ def _event_order(rank, world):
     return " ".join(log)
 
 
+def _autograd_grads(rank, world):
+    """q.grad, k.grad, v.grad of sum(o * do) through autograd.attention, per design."""
+    from flashcourse.distributed import autograd
+    out = {}
+    for design in DESIGNS:
+        q, k, v, do = (_local(x, world, rank, "zigzag") for x in _problem("ragged"))
+        for x in (q, k, v):
+            x.requires_grad_(True)
+        o = autograd.attention(q, k, v, design=design, causal=True)
+        (o * do).sum().backward()
+        out[design] = [x.detach().numpy() for x in (o, q.grad, k.grad, v.grad)]
+    return out
+
+
 def _run_cases(rank, world, cases, kernel_cases):
     """Every case's (o, lse, dq, dk, dv) shard on this rank, and the bad-input errors."""
     designs = _designs()
@@ -308,6 +322,7 @@ def _run_cases(rank, world, cases, kernel_cases):
         o, lse = forward(q, k, v, causal=True)
         grads = backward(q, k, v, o, lse, do, causal=True)
         out[("float32", design)] = [x.numpy() for x in (o, lse, *grads)]
+    out["autograd"] = _autograd_grads(rank, world)
     out["bad"] = _bad_inputs(rank, world)
     out["order"] = _event_order(rank, world)
     return out
@@ -374,6 +389,19 @@ def test_designs_run_in_float32(gloo_results, design):
 
 
 @pytest.mark.xdist_group("gloo")
+@pytest.mark.parametrize("design", DESIGNS)
+def test_autograd_attention_gives_the_gradients(gloo_results, design):
+    world, results = gloo_results
+    q, k, v, do = _problem("ragged")
+    want = (reference.attention(q, k, v, causal=True)[0],
+            *reference.attention_backward(q, k, v, do, causal=True))
+    layout = shards.zigzag_shards(37, world)
+    for i, (name, w) in enumerate(zip(("o", "dq", "dk", "dv"), want)):
+        g = shards.unshard([r["autograd"][design][i] for r in results], layout)
+        assert _rel(g, w) <= 1e-12, f"{name}: relative error {_rel(g, w):.2e}"
+
+
+@pytest.mark.xdist_group("gloo")
 def test_designs_reject_bad_input_naming_the_argument(gloo_results):
     world, results = gloo_results
     expected = {
@@ -415,9 +443,11 @@ def test_ring_sends_the_next_block_before_computing_on_this_one(gloo_results):
         assert res["order"] == f"{forward} | {backward}"
 
 
-def _fails_on_rank_1(rank, world):
-    if rank == 1:
-        raise ArithmeticError("boom on purpose")
+def _fails_on_rank_0_while_1_waits(rank, world):
+    import torch
+    if rank == 0:
+        raise ArithmeticError("boom before the collective")
+    torch.distributed.barrier()                    # waits for rank 0, which never comes
     return rank
 
 
@@ -429,11 +459,11 @@ def _hangs_on_rank_1(rank, world):
 
 
 @pytest.mark.xdist_group("gloo")
-def test_launch_names_the_failing_rank():
+def test_launch_names_a_rank_that_failed_while_another_waits_for_it():
     pytest.importorskip("torch")
     from flashcourse.distributed import launch
-    with pytest.raises(RuntimeError, match=r"rank\(s\) \[1\] of 2 failed(.|\n)*boom on purpose"):
-        launch.run(2, _fails_on_rank_1)
+    with pytest.raises(RuntimeError, match=r"rank\(s\) \[0(, 1)?\] of 2 (.|\n)*boom before"):
+        launch.run(2, _fails_on_rank_0_while_1_waits, grace_s=2)
 
 
 @pytest.mark.xdist_group("gloo")
@@ -451,7 +481,7 @@ def test_launch_rejects_bad_arguments():
     pytest.importorskip("torch")
     from flashcourse.distributed import launch
     with pytest.raises(ValueError, match="world_size"):
-        launch.run(0, _fails_on_rank_1)
+        launch.run(0, _hangs_on_rank_1)
     with pytest.raises(TypeError, match="fn must be callable"):
         launch.run(2, "not a function")
 

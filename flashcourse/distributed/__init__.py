@@ -13,6 +13,7 @@ The pieces (issue 55), communication kept apart from the attention step:
               computed; dk/dv travel with their block back home)
     gather    all-gather K/V, attend locally (PyTorch's context_parallel style)
     ulysses   all-to-all from sequence shards to head shards and back (DeepSpeed-Ulysses)
+    autograd  `attention(q, k, v, design=...)`: a design as one differentiable call
     launch    `run(world_size, fn, *args)`: spawn gloo processes on 127.0.0.1 and
               return each rank's result
 

@@ -62,17 +62,20 @@ def _worker(rank, world, port, fn, args, results, init_timeout_s):
     results.put((rank,) + payload)
 
 
-def run(world_size: int, fn, *args, timeout_s: float = 120.0, init_timeout_s: float = 60.0):
+def run(world_size: int, fn, *args, timeout_s: float = 120.0, init_timeout_s: float = 60.0,
+        grace_s: float = 10.0):
     """[fn(0, world_size, *args), ..., fn(world_size - 1, world_size, *args)], each run in
-    its own gloo process. fn must be importable by name (a module-level function)."""
+    its own gloo process. fn must be importable by name (a module-level function).
+    init_timeout_s bounds init_process_group and every collective; once a rank has
+    failed, the others get grace_s more seconds (they may wait for it forever)."""
     torch = require_torch("launch.run")
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    if not (timeout_s > 0 and init_timeout_s > 0):
-        raise ValueError(f"timeout_s and init_timeout_s must be > 0, got {timeout_s}, "
-                         f"{init_timeout_s}")
+    if not (timeout_s > 0 and init_timeout_s > 0 and grace_s > 0):
+        raise ValueError(f"timeout_s, init_timeout_s and grace_s must be > 0, got "
+                         f"{timeout_s}, {init_timeout_s}, {grace_s}")
     ctx = torch.multiprocessing.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
@@ -107,7 +110,7 @@ def run(world_size: int, fn, *args, timeout_s: float = 120.0, init_timeout_s: fl
                 got[rank] = pickle.loads(payload)
             else:
                 errors[rank] = payload
-                deadline = min(deadline, time.monotonic() + 10.0)  # the others may hang
+                deadline = min(deadline, time.monotonic() + grace_s)  # others may hang
         if errors:
             raise RuntimeError(f"launch.run: rank(s) {sorted(errors)} of {world_size} failed"
                                + _error_text(errors))

@@ -86,8 +86,8 @@ def ring_forward(q, k, v, *, causal: bool = False, scale: float | None = None,
     rank, world = comm.group_rank_world(group)
     shards = comm.agree_on_shapes(q, layout, group)
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    o = torch.zeros(q.shape, dtype=acc)
-    lse = torch.full(q.shape[:-1], float("-inf"), dtype=acc)
+    o = torch.zeros(q.shape, dtype=acc, device=q.device)
+    lse = torch.full(q.shape[:-1], float("-inf"), dtype=acc, device=q.device)
     q_chunks = _chunks(rank, world, layout, shards)
     k_cur, v_cur = k, v
     for step in range(world):
