@@ -70,6 +70,30 @@ def test_causal_pairs_counts_the_visible_pairs(world, extra, layout):
     assert shards.causal_pairs(n, world, layout, causal=False).sum() == n * n
 
 
+@given(world=st.integers(1, 6), extra=st.integers(0, 50), layout=LAYOUT_NAMES)
+def test_step_pairs_add_up_to_causal_pairs(world, extra, layout):
+    n = 2 * world + extra
+    size = dict(enumerate(b - a for a, b in shards.chunk_bounds(n, shards.LAYOUTS[layout]
+                                                                 * world)))
+    work = {"full": lambda q, k: size[q] * size[k],
+            "diagonal": lambda q, k: size[q] * (size[q] + 1) // 2, "hidden": lambda q, k: 0}
+    pairs = shards.causal_pairs(n, world, layout)
+    for r in range(world):
+        for s in range(world):
+            steps = shards.step_pairs(r, s, world, layout)
+            assert sum(work[kind](q, k) for q, k, kind in steps) == pairs[r, s]
+    assert all(kind == "full" for *_, kind in shards.step_pairs(0, 0, world, layout,
+                                                               causal=False))
+
+
+def test_step_pairs_of_zigzag_rank_0():
+    assert shards.step_pairs(0, 0, 2) == [(0, 0, "diagonal"), (0, 3, "hidden"),
+                                          (3, 0, "full"), (3, 3, "diagonal")]
+    # step 1: the block of rank 1 (chunks 1, 2): rank 0's late chunk sees all of it
+    assert shards.step_pairs(0, 1, 2) == [(0, 1, "hidden"), (0, 2, "hidden"),
+                                          (3, 1, "full"), (3, 2, "full")]
+
+
 @given(world=st.integers(2, 8), extra=st.integers(0, 200))
 def test_zigzag_balances_causal_work_within_one_chunk(world, extra):
     n = 2 * world + extra
