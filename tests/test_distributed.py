@@ -177,6 +177,41 @@ def test_merge_sigmoid_names_the_mismatched_argument():
 
 
 # ---------------------------------------------------------------------------
+# tiled.backward(partial_keys=True): one ring step's share of the gradients
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiled_backward_partial_keys_shares_add_up(causal):
+    from flashcourse import tiled
+    rng = np.random.default_rng(7)
+    q, k, v, do = (rng.standard_normal((2, 13, 5)) for _ in range(4))
+    o, lse = reference.attention(q, k, v, causal=causal)
+    dq, dk, dv = reference.attention_backward(q, k, v, do, causal=causal)
+    # the keys cut at 6. Causal, as a ring step does it: queries 6..12 see keys 0..5
+    # fully (no mask) and keys 6..12 under the square causal mask
+    if causal:
+        rows = slice(6, 13)
+        parts = [tiled.backward(q[:, rows], k[:, :6], v[:, :6], o[:, rows], lse[:, rows],
+                                do[:, rows], block_q=4, block_k=4, partial_keys=True),
+                 tiled.backward(q[:, rows], k[:, 6:], v[:, 6:], o[:, rows], lse[:, rows],
+                                do[:, rows], block_q=4, block_k=4, causal=True,
+                                partial_keys=True)]
+        np.testing.assert_allclose(parts[0][0] + parts[1][0], dq[:, rows], rtol=1e-12,
+                                   atol=1e-13)
+        np.testing.assert_allclose(parts[1][1], dk[:, 6:], rtol=1e-12, atol=1e-13)
+        return
+    parts = [tiled.backward(q, k[:, a:b], v[:, a:b], o, lse, do, block_q=4, block_k=4,
+                            partial_keys=True) for a, b in ((0, 6), (6, 13))]
+    np.testing.assert_allclose(parts[0][0] + parts[1][0], dq, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(np.concatenate([parts[0][1], parts[1][1]], axis=1), dk,
+                               rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(np.concatenate([parts[0][2], parts[1][2]], axis=1), dv,
+                               rtol=1e-12, atol=1e-13)
+    with pytest.raises(ValueError, match="lse does not match"):
+        tiled.backward(q, k[:, :6], v[:, :6], o, lse, do)       # the default checks
+
+
+# ---------------------------------------------------------------------------
 # the time model
 # ---------------------------------------------------------------------------
 
