@@ -364,6 +364,36 @@ def _autograd_grads(rank, world):
     return out
 
 
+def _listening_addresses():
+    """The local addresses this process listens on (TCP, IPv4 and IPv6), from /proc
+    (Linux); None elsewhere."""
+    import os
+    if not os.path.isdir("/proc/self/fd"):
+        return None
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    found = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:          # LISTEN, ours
+                    hex_addr = cols[1].split(":")[0]
+                    raw = bytes.fromhex(hex_addr)
+                    if len(raw) == 4:
+                        found.append(".".join(str(b) for b in raw[::-1]))
+                    else:                                           # 4 little-endian words
+                        words = [raw[i:i + 4][::-1] for i in range(0, 16, 4)]
+                        found.append(b"".join(words).hex())
+    return found
+
+
 def _run_cases(rank, world, cases, kernel_cases):
     """Every case's (o, lse, dq, dk, dv) shard on this rank, and the bad-input errors."""
     designs = _designs()
@@ -383,6 +413,7 @@ def _run_cases(rank, world, cases, kernel_cases):
         out[("float32", design)] = [x.numpy() for x in (o, lse, *grads)]
     out["autograd"] = _autograd_grads(rank, world)
     out["bad"] = _bad_inputs(rank, world)
+    out["listening"] = _listening_addresses()
     out["order"] = _event_order(rank, world)
     return out
 
@@ -500,6 +531,18 @@ def test_ring_sends_the_next_block_before_computing_on_this_one(gloo_results):
                         + ["compute wait send", "wait"])
     for res in results:
         assert res["order"] == f"{forward} | {backward}"
+
+
+@pytest.mark.xdist_group("gloo")
+def test_ranks_listen_on_the_loopback_only(gloo_results):
+    world, results = gloo_results
+    loopback = {"127.0.0.1", "00000000000000000000000000000001",        # ::1
+                "0000000000000000ffff00007f000001"}                      # ::ffff:127.0.0.1
+    for rank, res in enumerate(results):
+        if res["listening"] is None:
+            pytest.skip("no /proc here")
+        assert res["listening"], f"rank {rank}: no listening socket found"
+        assert set(res["listening"]) <= loopback, (rank, res["listening"])
 
 
 def _fails_on_rank_0_while_1_waits(rank, world):
