@@ -101,6 +101,7 @@ LAYERS = {
     "flashcourse.variants": 2, "flashcourse.fp8": 2, "flashcourse.paged_cache": 2,
     "flashcourse.configs": 3, "flashcourse.model": 3, "flashcourse.sweep": 3,
     "flashcourse.measured_traffic": 3, "flashcourse.torch_ops": 3,
+    "flashcourse.distributed": 3,
     "flashcourse.plots": 4, "flashcourse.quiz": 4,
     "flashcourse.labs": 4, "flashcourse": 4,
     "flashcourse.quizzes": 4, "flashcourse.exercises": 4,
