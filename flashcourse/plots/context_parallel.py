@@ -33,8 +33,7 @@ def plot_who_computes(n: int, world: int, layouts=("contiguous", "zigzag")):
     from matplotlib.patches import Patch
 
     colours = [WARP_COLOURS[s % len(WARP_COLOURS)] for s in range(world)]
-    cmap = ListedColormap(colours)
-    cmap.set_bad("white")
+    cmap = ListedColormap(colours).with_extremes(bad="white")
     fig, axes = plt().subplots(len(layouts), world, figsize=(8.6, 1.9 * len(layouts) + 0.9),
                                squeeze=False)
     for row, layout in zip(axes, layouts):
