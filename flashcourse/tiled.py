@@ -312,7 +312,8 @@ def _forward_fa1(q, k, v, br, bc, causal, scale, acc_t, counter, h, round_p=None
 # ---------------------------------------------------------------------------
 
 def backward(q, k, v, o, lse, do, *, block_q: int = 64, block_k: int = 64,
-             causal: bool = False, scale: float | None = None, counter=None):
+             causal: bool = False, scale: float | None = None, counter=None,
+             partial_keys: bool = False):
     """FlashAttention-2's backward pass: gradients from O and lse, P recomputed per tile.
 
     The forward kept only O (Tq, d) and lse (Tq,) -- not P (Tq, Tk). Here
@@ -346,6 +347,10 @@ def backward(q, k, v, o, lse, do, *, block_q: int = 64, block_k: int = 64,
             compute/skip events; the pre-pass (read O, dO; write D; zero dQ) too.
             Its totals equal `flashcourse.traffic.backward_traffic(...,
             method="tiled")` when the dQ accumulator has the element size.
+        partial_keys: k, v are a part of each row's keys, o and lse the forward's over
+            all of them (a ring attention step, `flashcourse.distributed.ring`): the
+            gradients are this part's share (dq to be summed over the parts), and the
+            two row-sum checks below, which need all the keys, are skipped.
 
     Returns:
         (dq, dk, dv) in the input dtype, shaped like q, k, v. Accumulation is in
@@ -381,11 +386,13 @@ def backward(q, k, v, o, lse, do, *, block_q: int = 64, block_k: int = 64,
                 x.q[h], x.k[h], x.v[h], x.o[h], x.lse[h], x.do[h], br, bc, x.causal,
                 x.scale, x.acc_dtype, counter, h, psum[h], dsum[h])
     compute = x.acc_dtype.name
-    lse_rowsums(x.unflatten(psum), q, k, lse, x.causal, x.scale, compute)
+    if not partial_keys:
+        lse_rowsums(x.unflatten(psum), q, k, lse, x.causal, x.scale, compute)
     with np.errstate(over="ignore"):            # float16 overflow: gradients_finite names it
         grads = [(g, g.astype(x.dtype, copy=False)) for g in (dq, dk, dv)]
     gradients_finite(grads, compute)
-    o_rowsums(dsum, x.q, x.k, x.v, x.o, x.lse, x.do, x.causal, x.scale, compute)
+    if not partial_keys:
+        o_rowsums(dsum, x.q, x.k, x.v, x.o, x.lse, x.do, x.causal, x.scale, compute)
     return tuple(x.unflatten(out) for _, out in grads)
 
 

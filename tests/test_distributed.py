@@ -183,3 +183,235 @@ def test_numpy_parts_import_without_torch():
             "from flashcourse.distributed import shards, model, merge; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---------------------------------------------------------------------------
+# the designs on gloo processes (need PyTorch)
+# ---------------------------------------------------------------------------
+
+DESIGNS = ("ring", "gather", "ulysses")
+#: (name, (B, H, N, d)): ragged (N not divisible by 2 world, odd d) and a small even one
+SHAPES = {"ragged": (1, 4, 37, 5), "batched": (2, 4, 16, 3)}
+CASES = [(shape, causal, design, layout) for shape in SHAPES for causal in (False, True)
+         for design in DESIGNS for layout in ("zigzag", "contiguous")]
+
+
+def _problem(name):
+    rng = np.random.default_rng(sum(map(ord, name)))
+    return tuple(rng.standard_normal(SHAPES[name]) for _ in range(4))     # q, k, v, do
+
+
+def _designs():
+    from flashcourse.distributed import gather, ring, ulysses
+    return {"ring": (ring.ring_forward, ring.ring_backward),
+            "gather": (gather.gather_forward, gather.gather_backward),
+            "ulysses": (ulysses.ulysses_forward, ulysses.ulysses_backward)}
+
+
+def _local(x, world, rank, layout):
+    import torch
+    ranges = shards.layout_shards(x.shape[-2], world, layout)[rank]
+    return torch.from_numpy(shards.shard(x, ranges)).contiguous()
+
+
+def _error(call):
+    try:
+        call()
+    except Exception as exc:                       # noqa: BLE001 (the test reads it)
+        return type(exc).__name__, str(exc)
+    return None
+
+
+def _bad_inputs(rank, world):
+    """The error (type name, message) of each bad call, on this rank."""
+    import torch
+    from flashcourse.distributed import gather, ring, ulysses
+    q, k, v, do = (_local(x, world, rank, "zigzag") for x in _problem("ragged"))
+    o, lse = ring.ring_forward(q, k, v, causal=True)
+    odd_heads = q[:, :3].contiguous()
+    short = q[..., :-3, :].contiguous() if rank == 0 else q     # [16, 18] of 34
+    return {
+        "ulysses_heads": _error(lambda: ulysses.ulysses_forward(odd_heads, odd_heads, odd_heads)),
+        "wrong_shard": _error(lambda: ring.ring_forward(short, short, short)),
+        "gather_wrong_shard": _error(lambda: gather.gather_forward(short, short, short)),
+        "non_contiguous": _error(lambda: ring.ring_forward(
+            q.transpose(-1, -2).contiguous().transpose(-1, -2), k, v)),
+        "k_dtype": _error(lambda: ring.ring_forward(q, k.float(), v)),
+        "v_shape": _error(lambda: gather.gather_forward(q, k, v[..., :2].contiguous())),
+        "layout": _error(lambda: ring.ring_forward(q, k, v, layout="zig")),
+        "kernel": _error(lambda: ulysses.ulysses_forward(q, k, v, kernel="cuda")),
+        "lse_shape": _error(lambda: ring.ring_backward(q, k, v, o, lse[..., :-1], do)),
+        "do_tensor": _error(lambda: ring.ring_backward(q, k, v, o, lse, do.numpy())),
+        "q_dims": _error(lambda: ring.ring_forward(q[0], k[0], v[0])),
+        "q_int": _error(lambda: ring.ring_forward(q.long(), k.long(), v.long())),
+        "not_initialised_ok": torch.distributed.is_initialized(),
+    }
+
+
+def _run_cases(rank, world, cases, kernel_cases):
+    """Every case's (o, lse, dq, dk, dv) shard on this rank, and the bad-input errors."""
+    designs = _designs()
+    out = {}
+    for case in cases + kernel_cases:
+        shape, causal, design, layout = case[:4]
+        kernel = case[4] if len(case) > 4 else "numpy"
+        q, k, v, do = (_local(x, world, rank, layout) for x in _problem(shape))
+        forward, backward = designs[design]
+        o, lse = forward(q, k, v, causal=causal, layout=layout, kernel=kernel)
+        grads = backward(q, k, v, o, lse, do, causal=causal, layout=layout, kernel=kernel)
+        out[case] = [x.numpy() for x in (o, lse, *grads)]
+    out["bad"] = _bad_inputs(rank, world)
+    return out
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["world2", "world4"])
+def gloo_results(request):
+    pytest.importorskip("torch")
+    from flashcourse.distributed import launch
+    world = request.param
+    return world, launch.run(world, _run_cases, CASES, [], timeout_s=240)
+
+
+def _gathered(results, world, case):
+    layout = shards.layout_shards(SHAPES[case[0]][2], world, case[3])
+    per_rank = [r[case] for r in results]
+    return [shards.unshard([p[i] for p in per_rank], layout, axis=-1 if i == 1 else -2)
+            for i in range(5)]
+
+
+def _rel(a, b):
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def _check_case(results, world, case):
+    q, k, v, do = _problem(case[0])
+    o, lse = reference.attention(q, k, v, causal=case[1])
+    want = (o, lse, *reference.attention_backward(q, k, v, do, causal=case[1]))
+    got = _gathered(results, world, case)
+    for name, g, w in zip(("o", "lse", "dq", "dk", "dv"), got, want):
+        assert g.dtype == np.float64 and g.shape == w.shape, name
+        assert _rel(g, w) <= 1e-12, f"{name}: relative error {_rel(g, w):.2e}"
+
+
+@pytest.mark.xdist_group("gloo")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_designs_match_single_process_attention(gloo_results, case):
+    _check_case(gloo_results[1], gloo_results[0], case)
+
+
+@pytest.mark.slow          # each process compiles (or loads) the Numba kernel: 12-36 s measured
+@pytest.mark.xdist_group("gloo")
+def test_ring_with_the_numba_kernel():
+    pytest.importorskip("torch")
+    from flashcourse.distributed import launch
+    case = ("ragged", True, "ring", "zigzag", "numba")
+    results = launch.run(2, _run_cases, [], [case], timeout_s=300)
+    _check_case(results, 2, case)
+
+
+@pytest.mark.xdist_group("gloo")
+def test_designs_reject_bad_input_naming_the_argument(gloo_results):
+    world, results = gloo_results
+    expected = {
+        "ulysses_heads": ("ValueError", r"H=3 heads.*world size %d" % world),
+        "wrong_shard": ("ValueError", r"T_local per rank .* do not fit the zigzag layout"),
+        "gather_wrong_shard": ("ValueError", r"do not fit the zigzag layout"),
+        "non_contiguous": ("ValueError", r"^q must be contiguous"),
+        "k_dtype": ("ValueError", r"^k must have q's dtype"),
+        "v_shape": ("ValueError", r"^v must have shape"),
+        "layout": ("ValueError", r"^layout must be one of"),
+        "kernel": ("ValueError", r"^kernel must be one of"),
+        "lse_shape": ("ValueError", r"^lse must have shape"),
+        "do_tensor": ("TypeError", r"^do must be a torch.Tensor"),
+        "q_dims": ("ValueError", r"^q must be \(B, H, T_local, d\)"),
+        "q_int": ("ValueError", r"^q must be float32 or float64"),
+    }
+    import re
+    for rank, res in enumerate(results):
+        bad = res["bad"]
+        assert bad.pop("not_initialised_ok") is True
+        assert set(bad) == set(expected)
+        for name, (kind, pattern) in expected.items():
+            assert bad[name] is not None, f"rank {rank}: {name} raised nothing"
+            assert bad[name][0] == kind and re.search(pattern, bad[name][1]), (rank, bad[name])
+
+
+def _fails_on_rank_1(rank, world):
+    if rank == 1:
+        raise ArithmeticError("boom on purpose")
+    return rank
+
+
+def _hangs_on_rank_1(rank, world):
+    import time
+    if rank == 1:
+        time.sleep(60)
+    return rank
+
+
+@pytest.mark.xdist_group("gloo")
+def test_launch_names_the_failing_rank():
+    pytest.importorskip("torch")
+    from flashcourse.distributed import launch
+    with pytest.raises(RuntimeError, match=r"rank\(s\) \[1\] of 2 failed(.|\n)*boom on purpose"):
+        launch.run(2, _fails_on_rank_1)
+
+
+@pytest.mark.xdist_group("gloo")
+def test_launch_stops_a_hung_run():
+    pytest.importorskip("torch")
+    from flashcourse.distributed import launch
+    import time
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"rank\(s\) \[(0, )?1\] of 2 did not finish"):
+        launch.run(2, _hangs_on_rank_1, timeout_s=5)
+    assert time.monotonic() - t0 < 20
+
+
+def test_launch_rejects_bad_arguments():
+    pytest.importorskip("torch")
+    from flashcourse.distributed import launch
+    with pytest.raises(ValueError, match="world_size"):
+        launch.run(0, _fails_on_rank_1)
+    with pytest.raises(TypeError, match="fn must be callable"):
+        launch.run(2, "not a function")
+
+
+def test_design_outside_a_process_group_says_how_to_start_one():
+    torch = pytest.importorskip("torch")
+    if torch.distributed.is_initialized():
+        pytest.skip("a process group is already initialised here")
+    from flashcourse.distributed import ring
+    x = torch.zeros(1, 1, 4, 2, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="launch.run"):
+        ring.ring_forward(x, x, x)
+
+
+def test_merge_sigmoid_on_tensors_matches_numpy_and_keeps_empty_rows():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    o_a, o_b = rng.standard_normal((2, 5, 3))
+    lse_a, lse_b = rng.standard_normal((2, 5)) * 30
+    lse_a[1] = lse_b[2] = -np.inf
+    o_a[1] = o_b[2] = 0
+    lse_a[4] = lse_b[4] = -np.inf
+    o_a[4] = o_b[4] = 0
+    want_o, want_lse = merge_sigmoid(o_a, lse_a, o_b, lse_b)
+    got_o, got_lse = merge_sigmoid(*(torch.from_numpy(x) for x in (o_a, lse_a, o_b, lse_b)))
+    assert got_o.dtype == torch.float64 and not torch.isnan(got_o).any()
+    np.testing.assert_allclose(got_o.numpy(), want_o, rtol=1e-14, atol=1e-15)
+    np.testing.assert_array_equal(got_lse.numpy(), want_lse)
+    np.testing.assert_array_equal(got_o.numpy()[[1, 2, 4]], np.stack([o_b[1], o_a[2], 0 * o_a[4]]))
+    half_o, half_lse = merge_sigmoid(*(torch.from_numpy(x).half() for x in (o_a, lse_a, o_b,
+                                                                             lse_b)))
+    assert half_o.dtype == half_lse.dtype == torch.float32
+
+
+def test_torch_modules_say_how_to_install_torch():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from flashcourse.distributed import ring\n"
+            "try:\n    ring.ring_forward(None, None, None)\n"
+            "except ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True).stdout
+    assert "needs PyTorch: pip install -r requirements-train.txt" in out
