@@ -36,6 +36,9 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
  3  configs     launch configurations of the flash kernel, which ones can launch
     sweep       timing configurations, the tuned default, heatmap grids; the CPU sweep
     measured_traffic  Nsight Compute's bytes beside the model, and why they differ
+    distributed context parallelism on torch.distributed (optional, needs PyTorch): ring,
+                all-gather and Ulysses attention on gloo processes; its shards (zigzag
+                layout, causal work per ring step), model and merge are numpy only
  4  plots       every picture, one module per topic, one style (plots.style): memory,
                 softmax, tiles, traffic, roofline, kernels, measured, backward,
                 tensor_cores, decode, bench; tables (HTML); readme (make figures)

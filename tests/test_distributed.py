@@ -70,6 +70,30 @@ def test_causal_pairs_counts_the_visible_pairs(world, extra, layout):
     assert shards.causal_pairs(n, world, layout, causal=False).sum() == n * n
 
 
+@given(world=st.integers(1, 6), extra=st.integers(0, 50), layout=LAYOUT_NAMES)
+def test_step_pairs_add_up_to_causal_pairs(world, extra, layout):
+    n = 2 * world + extra
+    size = dict(enumerate(b - a for a, b in shards.chunk_bounds(n, shards.LAYOUTS[layout]
+                                                                 * world)))
+    work = {"full": lambda q, k: size[q] * size[k],
+            "diagonal": lambda q, k: size[q] * (size[q] + 1) // 2, "hidden": lambda q, k: 0}
+    pairs = shards.causal_pairs(n, world, layout)
+    for r in range(world):
+        for s in range(world):
+            steps = shards.step_pairs(r, s, world, layout)
+            assert sum(work[kind](q, k) for q, k, kind in steps) == pairs[r, s]
+    assert all(kind == "full" for *_, kind in shards.step_pairs(0, 0, world, layout,
+                                                               causal=False))
+
+
+def test_step_pairs_of_zigzag_rank_0():
+    assert shards.step_pairs(0, 0, 2) == [(0, 0, "diagonal"), (0, 3, "hidden"),
+                                          (3, 0, "full"), (3, 3, "diagonal")]
+    # step 1: the block of rank 1 (chunks 1, 2): rank 0's late chunk sees all of it
+    assert shards.step_pairs(0, 1, 2) == [(0, 1, "hidden"), (0, 2, "hidden"),
+                                          (3, 1, "full"), (3, 2, "full")]
+
+
 @given(world=st.integers(2, 8), extra=st.integers(0, 200))
 def test_zigzag_balances_causal_work_within_one_chunk(world, extra):
     n = 2 * world + extra
@@ -150,6 +174,41 @@ def test_merge_sigmoid_names_the_mismatched_argument():
         merge_sigmoid(np.zeros((3, 2)), np.zeros(3), np.zeros((4, 2)), np.zeros(3))
     with pytest.raises(ValueError, match="o_a and o_b"):
         merge_sigmoid(np.zeros((3, 2)), np.zeros(3), np.zeros((3, 1)), np.zeros(3))
+
+
+# ---------------------------------------------------------------------------
+# tiled.backward(partial_keys=True): one ring step's share of the gradients
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiled_backward_partial_keys_shares_add_up(causal):
+    from flashcourse import tiled
+    rng = np.random.default_rng(7)
+    q, k, v, do = (rng.standard_normal((2, 13, 5)) for _ in range(4))
+    o, lse = reference.attention(q, k, v, causal=causal)
+    dq, dk, dv = reference.attention_backward(q, k, v, do, causal=causal)
+    # the keys cut at 6. Causal, as a ring step does it: queries 6..12 see keys 0..5
+    # fully (no mask) and keys 6..12 under the square causal mask
+    if causal:
+        rows = slice(6, 13)
+        parts = [tiled.backward(q[:, rows], k[:, :6], v[:, :6], o[:, rows], lse[:, rows],
+                                do[:, rows], block_q=4, block_k=4, partial_keys=True),
+                 tiled.backward(q[:, rows], k[:, 6:], v[:, 6:], o[:, rows], lse[:, rows],
+                                do[:, rows], block_q=4, block_k=4, causal=True,
+                                partial_keys=True)]
+        np.testing.assert_allclose(parts[0][0] + parts[1][0], dq[:, rows], rtol=1e-12,
+                                   atol=1e-13)
+        np.testing.assert_allclose(parts[1][1], dk[:, 6:], rtol=1e-12, atol=1e-13)
+        return
+    parts = [tiled.backward(q, k[:, a:b], v[:, a:b], o, lse, do, block_q=4, block_k=4,
+                            partial_keys=True) for a, b in ((0, 6), (6, 13))]
+    np.testing.assert_allclose(parts[0][0] + parts[1][0], dq, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(np.concatenate([parts[0][1], parts[1][1]], axis=1), dk,
+                               rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(np.concatenate([parts[0][2], parts[1][2]], axis=1), dv,
+                               rtol=1e-12, atol=1e-13)
+    with pytest.raises(ValueError, match="lse does not match"):
+        tiled.backward(q, k[:, :6], v[:, :6], o, lse, do)       # the default checks
 
 
 # ---------------------------------------------------------------------------
@@ -248,6 +307,93 @@ def _bad_inputs(rank, world):
     }
 
 
+class _LoggingKernel:
+    """The numpy kernel, logging each call (a plug-in kernel: any object with these)."""
+
+    def __init__(self, log):
+        from flashcourse.distributed.kernels import NumpyKernel
+        self.inner, self.log = NumpyKernel(), log
+
+    def forward(self, *args, **kw):
+        self.log.append("compute")
+        return self.inner.forward(*args, **kw)
+
+    def backward(self, *args, **kw):
+        self.log.append("compute")
+        return self.inner.backward(*args, **kw)
+
+
+def _event_order(rank, world):
+    """The ring's events on this rank: "send" (a ring_pass started), "wait" (its
+    handles waited for), "compute" (a kernel call); forward then backward."""
+    from flashcourse.distributed import comm, ring
+    log = []
+    real_pass, real_wait = comm.ring_pass, comm.wait_all
+
+    def logged_pass(*args, **kw):
+        log.append("send")
+        return real_pass(*args, **kw)
+
+    def logged_wait(handles):
+        if handles:
+            log.append("wait")
+        return real_wait(handles)
+
+    comm.ring_pass, comm.wait_all = logged_pass, logged_wait
+    try:
+        q, k, v, do = (_local(x, world, rank, "zigzag") for x in _problem("batched"))
+        o, lse = ring.ring_forward(q, k, v, kernel=_LoggingKernel(log))
+        log.append("|")
+        ring.ring_backward(q, k, v, o, lse, do, kernel=_LoggingKernel(log))
+    finally:
+        comm.ring_pass, comm.wait_all = real_pass, real_wait
+    return " ".join(log)
+
+
+def _autograd_grads(rank, world):
+    """q.grad, k.grad, v.grad of sum(o * do) through autograd.attention, per design."""
+    from flashcourse.distributed import autograd
+    out = {}
+    for design in DESIGNS:
+        q, k, v, do = (_local(x, world, rank, "zigzag") for x in _problem("ragged"))
+        for x in (q, k, v):
+            x.requires_grad_(True)
+        o = autograd.attention(q, k, v, design=design, causal=True)
+        (o * do).sum().backward()
+        out[design] = [x.detach().numpy() for x in (o, q.grad, k.grad, v.grad)]
+    return out
+
+
+def _listening_addresses():
+    """The local addresses this process listens on (TCP, IPv4 and IPv6), from /proc
+    (Linux); None elsewhere."""
+    import os
+    if not os.path.isdir("/proc/self/fd"):
+        return None
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    found = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:          # LISTEN, ours
+                    hex_addr = cols[1].split(":")[0]
+                    raw = bytes.fromhex(hex_addr)
+                    if len(raw) == 4:
+                        found.append(".".join(str(b) for b in raw[::-1]))
+                    else:                                           # 4 little-endian words
+                        words = [raw[i:i + 4][::-1] for i in range(0, 16, 4)]
+                        found.append(b"".join(words).hex())
+    return found
+
+
 def _run_cases(rank, world, cases, kernel_cases):
     """Every case's (o, lse, dq, dk, dv) shard on this rank, and the bad-input errors."""
     designs = _designs()
@@ -260,7 +406,15 @@ def _run_cases(rank, world, cases, kernel_cases):
         o, lse = forward(q, k, v, causal=causal, layout=layout, kernel=kernel)
         grads = backward(q, k, v, o, lse, do, causal=causal, layout=layout, kernel=kernel)
         out[case] = [x.numpy() for x in (o, lse, *grads)]
+    for design, (forward, backward) in designs.items():     # float32 in: float32 kernels
+        q, k, v, do = (_local(x, world, rank, "zigzag").float() for x in _problem("ragged"))
+        o, lse = forward(q, k, v, causal=True)
+        grads = backward(q, k, v, o, lse, do, causal=True)
+        out[("float32", design)] = [x.numpy() for x in (o, lse, *grads)]
+    out["autograd"] = _autograd_grads(rank, world)
     out["bad"] = _bad_inputs(rank, world)
+    out["listening"] = _listening_addresses()
+    out["order"] = _event_order(rank, world)
     return out
 
 
@@ -310,6 +464,34 @@ def test_ring_with_the_numba_kernel():
 
 
 @pytest.mark.xdist_group("gloo")
+@pytest.mark.parametrize("design", DESIGNS)
+def test_designs_run_in_float32(gloo_results, design):
+    world, results = gloo_results
+    q, k, v, do = (x.astype(np.float32) for x in _problem("ragged"))
+    o, lse = reference.attention(q, k, v, causal=True)
+    want = (o, lse, *reference.attention_backward(q, k, v, do, causal=True))
+    layout = shards.zigzag_shards(37, world)
+    for i, (name, w) in enumerate(zip(("o", "lse", "dq", "dk", "dv"), want)):
+        parts = [r[("float32", design)][i] for r in results]
+        assert parts[0].dtype == np.float32, name
+        g = shards.unshard(parts, layout, axis=-1 if i == 1 else -2)
+        assert _rel(g, w) <= 1e-5, f"{name}: relative error {_rel(g, w):.2e}"
+
+
+@pytest.mark.xdist_group("gloo")
+@pytest.mark.parametrize("design", DESIGNS)
+def test_autograd_attention_gives_the_gradients(gloo_results, design):
+    world, results = gloo_results
+    q, k, v, do = _problem("ragged")
+    want = (reference.attention(q, k, v, causal=True)[0],
+            *reference.attention_backward(q, k, v, do, causal=True))
+    layout = shards.zigzag_shards(37, world)
+    for i, (name, w) in enumerate(zip(("o", "dq", "dk", "dv"), want)):
+        g = shards.unshard([r["autograd"][design][i] for r in results], layout)
+        assert _rel(g, w) <= 1e-12, f"{name}: relative error {_rel(g, w):.2e}"
+
+
+@pytest.mark.xdist_group("gloo")
 def test_designs_reject_bad_input_naming_the_argument(gloo_results):
     world, results = gloo_results
     expected = {
@@ -336,9 +518,38 @@ def test_designs_reject_bad_input_naming_the_argument(gloo_results):
             assert bad[name][0] == kind and re.search(pattern, bad[name][1]), (rank, bad[name])
 
 
-def _fails_on_rank_1(rank, world):
-    if rank == 1:
-        raise ArithmeticError("boom on purpose")
+@pytest.mark.xdist_group("gloo")
+def test_ring_sends_the_next_block_before_computing_on_this_one(gloo_results):
+    world, results = gloo_results
+    # non-causal: one kernel call per step. Forward: each step but the last starts the
+    # K/V pass, computes, then waits. Backward: the K/V pass, compute, wait for the
+    # accumulators that came with this block (none at step 0), send them on, wait K/V;
+    # after the last step one more hop brings dk, dv home.
+    forward = " ".join(["send compute wait"] * (world - 1) + ["compute"])
+    backward = " ".join(["send compute send wait"]
+                        + ["send compute wait send wait"] * (world - 2)
+                        + ["compute wait send", "wait"])
+    for res in results:
+        assert res["order"] == f"{forward} | {backward}"
+
+
+@pytest.mark.xdist_group("gloo")
+def test_ranks_listen_on_the_loopback_only(gloo_results):
+    world, results = gloo_results
+    loopback = {"127.0.0.1", "00000000000000000000000000000001",        # ::1
+                "0000000000000000ffff00007f000001"}                      # ::ffff:127.0.0.1
+    for rank, res in enumerate(results):
+        if res["listening"] is None:
+            pytest.skip("no /proc here")
+        assert res["listening"], f"rank {rank}: no listening socket found"
+        assert set(res["listening"]) <= loopback, (rank, res["listening"])
+
+
+def _fails_on_rank_0_while_1_waits(rank, world):
+    import torch
+    if rank == 0:
+        raise ArithmeticError("boom before the collective")
+    torch.distributed.barrier()                    # waits for rank 0, which never comes
     return rank
 
 
@@ -350,11 +561,11 @@ def _hangs_on_rank_1(rank, world):
 
 
 @pytest.mark.xdist_group("gloo")
-def test_launch_names_the_failing_rank():
+def test_launch_names_a_rank_that_failed_while_another_waits_for_it():
     pytest.importorskip("torch")
     from flashcourse.distributed import launch
-    with pytest.raises(RuntimeError, match=r"rank\(s\) \[1\] of 2 failed(.|\n)*boom on purpose"):
-        launch.run(2, _fails_on_rank_1)
+    with pytest.raises(RuntimeError, match=r"rank\(s\) \[0(, 1)?\] of 2 (.|\n)*boom before"):
+        launch.run(2, _fails_on_rank_0_while_1_waits, grace_s=2)
 
 
 @pytest.mark.xdist_group("gloo")
@@ -372,7 +583,7 @@ def test_launch_rejects_bad_arguments():
     pytest.importorskip("torch")
     from flashcourse.distributed import launch
     with pytest.raises(ValueError, match="world_size"):
-        launch.run(0, _fails_on_rank_1)
+        launch.run(0, _hangs_on_rank_1)
     with pytest.raises(TypeError, match="fn must be callable"):
         launch.run(2, "not a function")
 

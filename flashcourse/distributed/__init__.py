@@ -8,11 +8,14 @@ The pieces (issue 55), communication kept apart from the attention step:
     merge     `merge_sigmoid`, the merge of two partial states (numpy or torch)
     kernels   the per-step attention "kernel" (forward -> (o, lse), backward from the
               global o and lse -> partial dq, dk, dv): numpy tiled, Numba CPU
+    comm      the communication: shapes agreed by all ranks, the ring pass (isend/irecv),
+              all-gather and all-to-all of ragged sequence shards
     ring      ring attention forward and backward on torch.distributed (K/V blocks
               passed to the next rank with isend/irecv while the current block is
               computed; dk/dv travel with their block back home)
     gather    all-gather K/V, attend locally (PyTorch's context_parallel style)
     ulysses   all-to-all from sequence shards to head shards and back (DeepSpeed-Ulysses)
+    autograd  `attention(q, k, v, design=...)`: a design as one differentiable call
     launch    `run(world_size, fn, *args)`: spawn gloo processes on 127.0.0.1 and
               return each rank's result
 

@@ -44,7 +44,7 @@ def agree_on_shapes(q, layout: str, group=None) -> list:
     torch = require_torch()
     rank, world = group_rank_world(group)
     mine = torch.tensor(list(q.shape) + [_DTYPES.index(str(q.dtype).split(".")[-1])],
-                        dtype=torch.int64)
+                        dtype=torch.int64, device=q.device)   # NCCL: a GPU tensor
     every = [torch.empty_like(mine) for _ in range(world)]
     torch.distributed.all_gather(every, mine, group=group)
     every = [tuple(int(x) for x in t) for t in every]

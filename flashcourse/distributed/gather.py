@@ -60,7 +60,7 @@ def gather_forward(q, k, v, *, causal: bool = False, scale: float | None = None,
         o_b, lse_b = kern.forward(q[..., qs, :].contiguous(), k_full[..., :stop, :].contiguous(),
                                   v_full[..., :stop, :].contiguous(), causal=masked, scale=scale)
         if lse is None:
-            lse = torch.empty(q.shape[:-1], dtype=lse_b.dtype)
+            lse = torch.empty(q.shape[:-1], dtype=lse_b.dtype, device=q.device)
         o[..., qs, :], lse[..., qs] = o_b, lse_b
     return o, lse
 

@@ -35,6 +35,15 @@ def require_torch(what: str = "ring, all-gather and Ulysses attention"):
     return torch
 
 
+def _arrays(*tensors):
+    """numpy views of CPU tensors (ValueError for a tensor on another device)."""
+    for x in tensors:
+        if x.device.type != "cpu":
+            raise ValueError(f"the numpy and numba kernels run on CPU tensors, got one on "
+                             f"{x.device}: pass a CUDA kernel object as kernel=")
+    return [x.detach().numpy() for x in tensors]
+
+
 class NumpyKernel:
     """The numpy tiled forward and backward (`flashcourse.tiled`) on CPU tensors."""
 
@@ -50,14 +59,13 @@ class NumpyKernel:
 
     def forward(self, q, k, v, *, causal: bool, scale: float):
         torch = require_torch()
-        o, lse = self._forward_numpy(q.numpy(), k.numpy(), v.numpy(), causal, scale)
+        o, lse = self._forward_numpy(*_arrays(q, k, v), causal, scale)
         return torch.from_numpy(np.ascontiguousarray(o)), torch.from_numpy(lse)
 
     def backward(self, q, k, v, o, lse, do, *, causal: bool, scale: float):
         from .. import tiled
         torch = require_torch()
-        grads = tiled.backward(q.numpy(), k.numpy(), v.numpy(), o.numpy(),
-                               lse.numpy(), do.numpy(), block_q=self.block_q,
+        grads = tiled.backward(*_arrays(q, k, v, o, lse, do), block_q=self.block_q,
                                block_k=self.block_k, causal=causal, scale=scale,
                                partial_keys=True)
         return tuple(torch.from_numpy(np.ascontiguousarray(g)) for g in grads)

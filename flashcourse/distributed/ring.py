@@ -26,14 +26,9 @@ from __future__ import annotations
 from . import comm
 from .kernels import check_qkv_shards, check_saved, get_kernel, require_torch
 from .merge import merge_sigmoid
-from .shards import LAYOUTS
+from .shards import LAYOUTS, chunk_ids, pair_kind
 
-__all__ = ["ring_forward", "ring_backward", "chunk_ids"]
-
-
-def chunk_ids(rank: int, world: int, layout: str) -> list:
-    """The global chunk numbers rank holds, in order (zigzag: r, 2 world - 1 - r)."""
-    return [rank] if layout == "contiguous" else [rank, 2 * world - 1 - rank]
+__all__ = ["ring_forward", "ring_backward"]
 
 
 def _check_layout(layout):
@@ -56,8 +51,9 @@ def _pairs(q_chunks, k_chunks, causal):
     for qc, q_len in q_chunks:
         k0 = 0
         for kc, k_len in k_chunks:
-            if kc <= qc:
-                yield slice(q0, q0 + q_len), slice(k0, k0 + k_len), kc == qc
+            kind = pair_kind(qc, kc)
+            if kind != "hidden":
+                yield slice(q0, q0 + q_len), slice(k0, k0 + k_len), kind == "diagonal"
             k0 += k_len
         q0 += q_len
 
@@ -86,8 +82,8 @@ def ring_forward(q, k, v, *, causal: bool = False, scale: float | None = None,
     rank, world = comm.group_rank_world(group)
     shards = comm.agree_on_shapes(q, layout, group)
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    o = torch.zeros(q.shape, dtype=acc)
-    lse = torch.full(q.shape[:-1], float("-inf"), dtype=acc)
+    o = torch.zeros(q.shape, dtype=acc, device=q.device)
+    lse = torch.full(q.shape[:-1], float("-inf"), dtype=acc, device=q.device)
     q_chunks = _chunks(rank, world, layout, shards)
     k_cur, v_cur = k, v
     for step in range(world):

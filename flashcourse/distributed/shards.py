@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["LAYOUTS", "chunk_bounds", "contiguous_shards", "zigzag_shards", "layout_shards",
-           "rank_indices", "shard", "unshard", "causal_pairs", "ring_source"]
+           "rank_indices", "shard", "unshard", "causal_pairs", "ring_source", "chunk_ids",
+           "pair_kind", "step_pairs"]
 
 #: The two ways of cutting the sequence: name -> number of chunks per rank.
 LAYOUTS = {"contiguous": 1, "zigzag": 2}
@@ -82,8 +83,7 @@ def rank_indices(ranges) -> np.ndarray:
 
 def shard(x, ranges, axis: int = -2):
     """One rank's rows of a full array x (sequence along `axis`, default -2 of
-    (..., T, d)): its ranges concatenated in order. Works on numpy arrays and torch
-    tensors (anything with `take`-free slicing and a concatenate of the same kind)."""
+    (..., T, d)): its ranges concatenated in order. numpy arrays or torch tensors."""
     ax = axis % x.ndim
     pieces = [x[(slice(None),) * ax + (slice(a, b),)] for a, b in ranges]
     if isinstance(x, np.ndarray):
@@ -119,6 +119,33 @@ def ring_source(rank: int, step: int, world: int) -> int:
     """The rank whose K/V block `rank` holds at ring step `step` (blocks move to
     rank + 1 each step, so at step s rank r has the block of rank r - s)."""
     return (rank - step) % world
+
+
+def chunk_ids(rank: int, world: int, layout: str = "zigzag") -> list:
+    """The global chunk numbers `rank` holds, in order: [rank] (contiguous, `world`
+    chunks) or [rank, 2 world - 1 - rank] (zigzag, 2 world chunks)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {sorted(LAYOUTS)}, got {layout!r}")
+    return [rank] if layout == "contiguous" else [rank, 2 * world - 1 - rank]
+
+
+def pair_kind(q_chunk: int, k_chunk: int, causal: bool = True) -> str:
+    """How a query chunk sees a key chunk under the causal mask (chunks in sequence
+    order): "full" (key chunk earlier: no mask; every pair without causal), "diagonal"
+    (the same chunk: causal, square) or "hidden" (key chunk later: skipped)."""
+    if not causal or k_chunk < q_chunk:
+        return "full"
+    return "diagonal" if k_chunk == q_chunk else "hidden"
+
+
+def step_pairs(rank: int, step: int, world: int, layout: str = "zigzag",
+               causal: bool = True) -> list:
+    """[(q chunk, k chunk, kind), ...]: every pair of a query chunk of `rank` and a key
+    chunk of the block it holds at ring `step` (that of `ring_source(rank, step, world)`),
+    with its `pair_kind`. Ring attention computes the "full" and "diagonal" ones."""
+    src = ring_source(rank, step, world)
+    return [(qc, kc, pair_kind(qc, kc, causal)) for qc in chunk_ids(rank, world, layout)
+            for kc in chunk_ids(src, world, layout)]
 
 
 def _visible(q_ranges, k_ranges) -> int:
