@@ -1,5 +1,5 @@
 # ruff: noqa: E501  (the edits quote the solution notebooks line for line)
-"""Hidden mutants of the numpy labs (02, 03, 04, 09, 11b, 12, 14, 15): see hidden_mutants.py."""
+"""Hidden mutants of the numpy labs (02, 03, 04, 09, 11b, 12, 14, 15, 16): see hidden_mutants.py."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from hidden_mutants import call as _call, right, wrong
 L02, L03, L04 = "lab02_online_softmax", "lab03_tiled_forward", "lab04_traffic"
 L09, L11, L12 = "lab09_backward", "lab11b_paged_cache", "lab12_hopper_layouts"
 L14, L15 = "lab14_variants", "lab15_fp8"
+L16 = "lab16_context_parallelism"
 
 
 CHECKS = {
@@ -39,6 +40,9 @@ CHECKS = {
           "hadamard": _call("check_hadamard", "hadamard_matrix"),
           "rotate_qk": _call("check_rotate_qk", "rotate_qk"),
           "fp8_forward": _call("check_fp8_forward", "fp8_forward")},
+    L16: {"ring_merge": _call("check_ring_merge", "ring_merge"),
+          "zigzag_ranges": _call("check_zigzag_ranges", "zigzag_ranges"),
+          "ring_work": _call("check_ring_work", "ring_work")},
 }
 
 # ---------------------------------------------------------------- lab 02: online softmax
@@ -567,4 +571,59 @@ LAB15 = [
          'np.einsum("...td,de->...te", k, h)')]),
 ]
 
-CASES = LAB02 + LAB03 + LAB04 + LAB09 + LAB11 + LAB12 + LAB14 + LAB15
+# ---------------------------------------------------------------- lab 16: context parallelism
+RM, ZZ, RW = "ring_merge", "zigzag_ranges", "ring_work"
+LAB16 = [
+    wrong(L16, RM, "weight of a instead of b", [("sigmoid(diff)))", "sigmoid(-diff)))")],
+          "swapped"),
+    wrong(L16, RM, "lse never grows", [("    return o, lse\n", "    return o, lse_a\n")],
+          "unchanged"),
+    wrong(L16, RM, "logaddexp weights from raw exponentials", [
+        ("    a_empty, b_empty = np.isneginf(lse_a), np.isneginf(lse_b)",
+         "    w = np.exp(lse_b) / (np.exp(lse_a) + np.exp(lse_b))\n"
+         "    return o_a + w[..., None] * (o_b - o_a), np.logaddexp(lse_a, lse_b)\n"
+         "    a_empty, b_empty = np.isneginf(lse_a), np.isneginf(lse_b)")], "overflow"),
+    wrong(L16, RM, "no guard for empty rows", [
+        ("    a_empty, b_empty = np.isneginf(lse_a), np.isneginf(lse_b)",
+         "    return (o_a + sigmoid(lse_b - lse_a)[..., None] * (o_b - o_a),\n"
+         "            lse_a - logsigmoid(lse_a - lse_b))\n"
+         "    a_empty, b_empty = np.isneginf(lse_a), np.isneginf(lse_b)")], "-inf"),
+    wrong(L16, ZZ, "mirror over the ranks", [
+        ("bounds[chunks - 1 - r]]", "bounds[world - 1 - r]]")], "2 world - 1 - r"),
+    wrong(L16, ZZ, "inclusive stops", [
+        ("int(starts[c + 1]))", "int(starts[c + 1] - 1))")], "off by one"),
+    wrong(L16, ZZ, "remainder dropped", [
+        ("    sizes = [base + (1 if c < extra else 0) for c in range(chunks)]",
+         "    sizes = [n // chunks] * chunks")], "belong to no rank"),
+    wrong(L16, ZZ, "remainder on the last chunk", [
+        ("    sizes = [base + (1 if c < extra else 0) for c in range(chunks)]",
+         "    sizes = [base] * chunks\n    sizes[-1] += extra")], "leftover"),
+    wrong(L16, RW, "ring turning backwards", [("(r - s) % world]", "(world + r + s) % world]")],
+          "wrong way"),
+    wrong(L16, RW, "diagonal left out", [("keys[None, :] <= positions[r][:, None]",
+                                           "positions[r][:, None] > keys[None, :]")], "diagonal"),
+    right(L16, RM, "logaddexp and exp of differences, guarded", [
+        ("    a_empty, b_empty = np.isneginf(lse_a), np.isneginf(lse_b)",
+         "    lse = np.logaddexp(lse_a, lse_b)\n"
+         "    safe = np.where(np.isneginf(lse), 0.0, lse)\n"
+         "    wa = np.exp(np.where(np.isneginf(lse_a), -np.inf, lse_a - safe))\n"
+         "    return wa[..., None] * o_a + (1.0 - wa)[..., None] * o_b, lse\n"
+         "    a_empty, b_empty = np.isneginf(lse_a), np.isneginf(lse_b)")]),
+    right(L16, ZZ, "np.array_split of the positions", [
+        ("    chunks = 2 * world\n",
+         "    parts = np.array_split(np.arange(n), 2 * world)\n"
+         "    b = [(int(p[0]), int(p[-1]) + 1) for p in parts]\n"
+         "    return [[b[r], b[2 * world - 1 - r]] for r in range(world)]\n"
+         "    chunks = 2 * world\n")]),
+    right(L16, RW, "closed form per range pair", [
+        ("    positions = [np.concatenate",
+         "    def seen(qa, qb, ka, kb):\n"
+         "        i = np.arange(qa, qb)\n"
+         "        return int(np.clip(np.minimum(kb, i + 1) - ka, 0, None).sum())\n"
+         "    return np.array([[sum(seen(*qr, *kr) for qr in layout[r]\n"
+         "                          for kr in layout[(r - s) % world])\n"
+         "                      for s in range(world)] for r in range(world)])\n"
+         "    positions = [np.concatenate")]),
+]
+
+CASES = LAB02 + LAB03 + LAB04 + LAB09 + LAB11 + LAB12 + LAB14 + LAB15 + LAB16

@@ -33,7 +33,7 @@ def test_case_ids_are_unique():
 
 def test_enough_cases_per_lab():
     labs = {m.lab for m in CASES}
-    assert len(labs) == 12
+    assert len(labs) == 13
     for lab in labs:
         assert sum(m.wrong for m in CASES if m.lab == lab) >= 6, lab
         assert sum(not m.wrong for m in CASES if m.lab == lab) >= 2, lab

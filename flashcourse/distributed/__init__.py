@@ -18,6 +18,10 @@ The pieces (issue 55), communication kept apart from the attention step:
     autograd  `attention(q, k, v, design=...)`: a design as one differentiable call
     launch    `run(world_size, fn, *args)`: spawn gloo processes on 127.0.0.1 and
               return each rank's result
+    designs   bytes sent and held per rank by the ring, the all-gather and Ulysses, and
+              Ulysses' head limit (notebook 16's comparison); numpy only
+    demo      `run_designs(designs, q, k, v, world=2)`: the designs on local gloo
+              processes from full numpy arrays, the ranks' rows put back (notebook 16)
 
 Importing this package (and `shards`, `model`, `merge`) does not import PyTorch; the
 modules that need it raise an ImportError that says how to install it.

@@ -1,0 +1,424 @@
+"""Lab 16's checkers: the merge of two partial attention states in the safe (sigmoid) form,
+the zigzag shard map, and (going further) the causal work of every rank at every ring step
+(`flashcourse.distributed` holds the course's versions).
+
+The learner writes
+
+    ring_merge(o_a, lse_a, o_b, lse_b) -> (o, lse)
+        o (..., d), lse (...): the state of the union of two disjoint key sets, as
+        o = o_a - sigmoid(lse_b - lse_a) (o_a - o_b), lse = lse_a - logsigmoid(lse_a - lse_b);
+        a side that saw no key (lse = -inf, o = 0) leaves the other unchanged, never NaN
+    zigzag_ranges(n, world) -> [[(start, stop), (start, stop)], ...]
+        rank r holds chunks r and 2 world - 1 - r of 2 world chunks, the first n % (2 world)
+        chunks one position longer (numpy.array_split's cut), the early chunk first
+    ring_work(layout) -> (world, world) ints
+        [r, s]: the visible (query, key) pairs, key <= query, of rank r's queries against
+        the K/V block it holds at ring step s, the block of rank (r - s) mod world
+
+Expected values come from attention itself (the merge: the state of the union, computed
+directly in float64) and from `flashcourse.distributed.shards`. Each typical mistake is
+replayed on the case's own inputs and named: the sign of the correction flipped, the
+weights swapped, lse not updated (or updated with max, or summed), the exponentials taken
+without subtracting a max (overflow on large scores), no guard for an empty side (NaN);
+chunks r and world - 1 - r, chunk edges off by one, the remainder dropped or given to the
+last chunk, the late chunk listed first; the ring's direction reversed, the diagonal key
+left out, no mask, the table transposed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..distributed.shards import causal_pairs, layout_shards, zigzag_shards
+from ._harness import Case, Result, as_pair, mistake_diagnoses, real_array, run_checks
+
+# -- part 1: the merge ----------------------------------------------------------------------
+
+HINT_MERGE = ("Compare with the rule: w_b = sigmoid(lse_b - lse_a) is b's share of the row's "
+              "softmax mass; o = o_a - w_b (o_a - o_b) and lse = lse_a - logsigmoid(lse_a - "
+              "lse_b). Where a side's lse is -inf, the result is the other side's state.")
+HINT_SIGN = ("Your o moves away from o_b instead of toward it: the correction is "
+             "o_a - w_b (o_a - o_b) (minus), which is w_a o_a + w_b o_b with w_a = 1 - w_b.")
+HINT_SWAPPED = ("Your weights are swapped: the side with the larger lse must pull o toward "
+                "itself. b's weight is sigmoid(lse_b - lse_a) = e^lse_b / (e^lse_a + e^lse_b).")
+HINT_NO_LSE = ("Your lse is lse_a unchanged: the merged row has seen the keys of both sides, "
+               "so its log-sum-exp grows: lse = lse_a - logsigmoid(lse_a - lse_b) "
+               "(= log(e^lse_a + e^lse_b)).")
+HINT_LSE_MAX = ("Your lse is max(lse_a, lse_b): the log of a sum is more than its largest "
+                "term's log (two equal sides give max + log 2). Use lse_a - logsigmoid(lse_a "
+                "- lse_b).")
+HINT_LSE_SUM = ("Your lse is lse_a + lse_b: log-sum-exps combine as log(e^lse_a + e^lse_b), "
+                "not by adding them. Use lse_a - logsigmoid(lse_a - lse_b).")
+HINT_LSE_SIGN = ("Your lse got smaller than lse_a: logsigmoid is never positive, so "
+                 "lse = lse_a - logsigmoid(lse_a - lse_b) (minus) can only grow.")
+HINT_AVERAGE = ("Your o is the plain average of o_a and o_b: each side weighs as much as its "
+                "softmax mass, e^lse. Weight b by sigmoid(lse_b - lse_a).")
+HINT_UNNORMALISED = ("Your o is w_a o_a + w_b o_b with weights e^(lse - max) that do not add "
+                     "up to 1: divide by their sum, or use the sigmoid form, whose weights "
+                     "do.")
+HINT_OVERFLOW_EXP = ("Your result holds NaN or inf where the scores are large (|lse| ~ 800): "
+                     "e^800 overflows and e^-800 underflows to 0. Never exponentiate an lse "
+                     "itself: sigmoid(lse_b - lse_a) and logsigmoid(...) take only the "
+                     "difference (use the lab's `sigmoid` and `logsigmoid`).")
+HINT_EMPTY = ("Your result holds NaN in rows where a side saw no key (its lse is -inf): "
+              "-inf - (-inf) is NaN. Where lse_a is -inf take b's state, where lse_b is -inf "
+              "keep a's (np.where, with np.isneginf), and compute the formula only elsewhere.")
+
+
+def sigmoid(x):
+    """1 / (1 + e^-x) without overflow, elementwise (float64; +-inf give 1 and 0)."""
+    return np.exp(-np.logaddexp(0.0, -np.asarray(x, np.float64)))
+
+
+def logsigmoid(x):
+    """log sigmoid(x) = -log(1 + e^-x) without overflow, elementwise (float64)."""
+    return -np.logaddexp(0.0, -np.asarray(x, np.float64))
+
+
+def partial_state(s, v, keys):
+    """(o, lse) of score rows s (..., Tq, Tk) over the keys with keys[..., i, j] True, values
+    v (..., Tk, d), in float64; a row with no key gets o = 0, lse = -inf."""
+    s = np.where(keys, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    p = np.exp(s - m)                                          # masked keys give 0
+    ell = p.sum(axis=-1)
+    safe = np.where(ell > 0, ell, 1.0)
+    o = (p @ v) / safe[..., None]
+    with np.errstate(divide="ignore"):
+        lse = np.where(ell > 0, m[..., 0] + np.log(safe), -np.inf)
+    return o, lse
+
+
+def _merge_mistake(o_a, lse_a, o_b, lse_b, mistake):
+    """The merge with `mistake` (None: right), all in float64, with no warnings."""
+    a_empty, b_empty = np.isneginf(lse_a), np.isneginf(lse_b)
+    either = a_empty | b_empty
+    diff = np.where(either, 0.0, lse_b) - np.where(either, 0.0, lse_a)
+    w_b = np.where(b_empty, 0.0, np.where(a_empty, 1.0, sigmoid(diff)))
+    o = o_a - w_b[..., None] * (o_a - o_b)
+    lse = np.where(a_empty, lse_b, np.where(b_empty, lse_a, lse_a - logsigmoid(-diff)))
+    with np.errstate(all="ignore"):
+        if mistake == "sign":
+            o = o_a + w_b[..., None] * (o_a - o_b)
+        elif mistake == "swapped":
+            o = o_a - (1.0 - w_b)[..., None] * (o_a - o_b)
+        elif mistake == "no lse":
+            lse = lse_a.copy()
+        elif mistake == "lse max":
+            lse = np.maximum(lse_a, lse_b)
+        elif mistake == "lse sum":
+            lse = lse_a + lse_b
+        elif mistake == "lse sign":
+            lse = np.where(a_empty, lse_b, np.where(b_empty, lse_a, lse_a + logsigmoid(-diff)))
+        elif mistake == "average":
+            o = (o_a + o_b) / 2.0
+        elif mistake == "unnormalised":
+            m = np.maximum(lse_a, lse_b)
+            o = (np.exp(lse_a - m)[..., None] * o_a + np.exp(lse_b - m)[..., None] * o_b)
+        elif mistake == "naive exp":
+            ea, eb = np.exp(lse_a), np.exp(lse_b)
+            o = (ea[..., None] * o_a + eb[..., None] * o_b) / (ea + eb)[..., None]
+            lse = np.log(ea + eb)
+        elif mistake == "unguarded":
+            o = o_a - sigmoid(lse_b - lse_a)[..., None] * (o_a - o_b)
+            lse = lse_a - logsigmoid(lse_a - lse_b)
+        elif mistake is not None:
+            raise ValueError(mistake)
+    return o, lse
+
+
+MISTAKES_MERGE = [("sign", (HINT_SIGN,)), ("swapped", (HINT_SWAPPED,)),
+                  ("no lse", (HINT_NO_LSE,)), ("lse max", (HINT_LSE_MAX,)),
+                  ("lse sum", (HINT_LSE_SUM,)), ("lse sign", (HINT_LSE_SIGN,)),
+                  ("average", (HINT_AVERAGE,)), ("unnormalised", (HINT_UNNORMALISED,))]
+
+
+def _pair_close(yours, want, rtol=1e-9, atol=1e-12) -> bool:
+    if not (isinstance(yours, tuple) and len(yours) == 2):
+        return False
+    try:
+        y = [np.asarray(x, np.float64) for x in yours]
+    except (TypeError, ValueError):
+        return False
+    return all(a.shape == b.shape and np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
+               for a, b in zip(y, want))
+
+
+def _bad_rows(yours, want) -> np.ndarray | None:
+    """Rows (of lse's shape) where yours holds NaN or inf that the right state does not."""
+    try:
+        o, lse = (np.asarray(x, np.float64) for x in yours)
+    except (TypeError, ValueError):
+        return None
+    if o.shape != want[0].shape or lse.shape != want[1].shape:
+        return None
+    bad_o = ~np.isfinite(o).all(axis=-1)
+    bad_lse = np.isnan(lse) | (np.isinf(lse) & ~np.isinf(want[1])) | (lse == np.inf)
+    return bad_o | bad_lse
+
+
+def _overflowed(large):
+    def fired(yours, want):
+        bad = _bad_rows(yours, want)
+        return bad is not None and bool((bad & large).any())
+    return fired
+
+
+def _nan_on_empty(empty):
+    def fired(yours, want):
+        bad = _bad_rows(yours, want)
+        return bad is not None and bool(bad.any()) and not bool((bad & ~empty).any())
+    return fired
+
+
+def _merge_case(name, s, v, in_a, in_b):
+    """A case: the state over keys `in_a` merged with the state over `in_b` (boolean masks
+    (..., Tq, Tk), disjoint) must be the state over both."""
+    o_a, lse_a = partial_state(s, v, in_a)
+    o_b, lse_b = partial_state(s, v, in_b)
+    want = partial_state(s, v, in_a | in_b)
+    args = (o_a, lse_a, o_b, lse_b)
+    diagnoses = mistake_diagnoses(lambda m: _merge_mistake(*args, m), MISTAKES_MERGE,
+                                  _pair_close, right=want)
+    large = (np.abs(lse_a) > 300) | (np.abs(lse_b) > 300)
+    empty = np.isneginf(lse_a) | np.isneginf(lse_b)
+    if large.any():
+        diagnoses.insert(0, (_overflowed(large), HINT_OVERFLOW_EXP))
+    if empty.any():
+        diagnoses.insert(0, (_nan_on_empty(empty), HINT_EMPTY))
+
+    def run(fn):
+        return as_pair(fn(*(x.copy() for x in args))), want
+    return Case(name, run, HINT_MERGE, diagnoses, rtol=1e-9, atol=1e-12, names=("o", "lse"))
+
+
+def _random_split(seed, lead, tq, tk, d, spread=2.0):
+    """Random scores, keys split at random between a and b (each row sees both)."""
+    rng = np.random.default_rng(seed)
+    s = rng.standard_normal((*lead, tq, tk)) * spread
+    v = rng.standard_normal((*lead, tk, d))
+    in_a = rng.random(tk) < 0.4
+    in_a[:2] = True, False                                     # neither side empty
+    in_a = np.broadcast_to(in_a, (*lead, tq, tk))
+    return s, v, in_a.copy(), ~in_a
+
+
+def _causal_split(seed, tq, d):
+    """Causal rows (query i sees keys j <= i); side a holds key 0 and keys 2 .. tq // 2 - 1,
+    side b keys tq // 2 .. tq - 1, key 1 neither. Row 0 sees no key at all (both sides
+    empty), rows 1 .. tq // 2 - 1 nothing of b, row 3 is given b's keys only (a empty),
+    the later rows both."""
+    rng = np.random.default_rng(seed)
+    s = rng.standard_normal((tq, tq)) * 2.0
+    v = rng.standard_normal((tq, d))
+    i, j = np.arange(tq)[:, None], np.arange(tq)[None, :]
+    visible = j <= i
+    visible[0, :] = False                                      # a row with no key at all
+    visible[3, :] = j[0] >= tq // 2                            # a row with b's keys only
+    a_keys = (j == 0) | ((j >= 2) & (j < tq // 2))
+    b_keys = j >= tq // 2
+    return s, v, visible & a_keys, visible & b_keys
+
+
+def _large_split(seed):
+    """Scores of order 1000: lse_a, lse_b near +800 on even rows and -800 on odd rows,
+    with differences of a few units between the two sides."""
+    rng = np.random.default_rng(seed)
+    s = rng.standard_normal((2, 6, 10)) * 3.0
+    s[:, 0::2] += 800.0
+    s[:, 1::2] -= 800.0
+    v = rng.standard_normal((2, 10, 4))
+    in_a = np.broadcast_to(np.arange(10) % 3 == 0, (2, 6, 10))
+    return s, v, in_a.copy(), ~in_a
+
+
+MERGE_CASES = [
+    ("2 heads x 7 rows, d = 5, 22 keys split at random between a and b",
+     lambda: _random_split(1, (2,), 7, 22, 5)),
+    ("2 heads x 6 rows, d = 4, scores of order 1000 (lse near +800 and -800)",
+     lambda: _large_split(3)),
+    ("11 causal rows, d = 3: rows where a or b (or both) saw no key (lse = -inf)",
+     lambda: _causal_split(2, 11, 3)),
+    ("batch 3 x 2 heads x 1 row, d = 1, 5 keys", lambda: _random_split(4, (3, 2), 1, 5, 1)),
+]
+
+
+def check_ring_merge(ring_merge, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Check `ring_merge(o_a, lse_a, o_b, lse_b) -> (o, lse)` against the state of the union,
+    computed directly (float64, rtol 1e-9)."""
+    cases = [_merge_case(name, *make()) for name, make in MERGE_CASES]
+    return run_checks("ring_merge(o_a, lse_a, o_b, lse_b)", ring_merge, cases,
+                      verbose=verbose, hint_level=hint_level)
+
+
+# -- part 2: the zigzag shard map -----------------------------------------------------------
+
+HINT_ZIGZAG = ("Compare with the rule: cut n positions into 2 world chunks, the first "
+               "n % (2 world) of them one position longer; rank r gets [(start, stop) of "
+               "chunk r, (start, stop) of chunk 2 world - 1 - r], stop exclusive.")
+HINT_MIRROR_W = ("Your second chunk is chunk world - 1 - r: the mirror is taken over all "
+                 "2 world chunks, so rank r pairs chunk r with chunk 2 world - 1 - r (rank 0 "
+                 "gets the first and the last chunk).")
+HINT_R_PLUS_W = ("Your second chunk is chunk r + world: that gives rank 0 the two lightest "
+                 "chunks of each half and the last rank the heaviest. Pair chunk r with its "
+                 "mirror, chunk 2 world - 1 - r.")
+HINT_CONTIGUOUS = ("You gave each rank one contiguous range (the contiguous layout): zigzag "
+                   "cuts 2 world chunks and gives each rank two, [chunk r, chunk 2 world - 1 "
+                   "- r].")
+HINT_EDGE = ("A chunk's edge is off by one: chunk c covers positions start .. stop - 1 and "
+             "is written (start, stop), stop exclusive as in Python's slices; the next chunk "
+             "starts at this one's stop.")
+HINT_DROPPED = ("The last positions belong to no rank: with n = {n} and 2 world = {c} chunks, "
+                "n // (2 world) positions per chunk leave {rest} over. Give the first "
+                "n % (2 world) chunks one more position each (numpy.array_split's rule).")
+HINT_REST_LAST = ("Your chunks hold every position, but the leftover n % (2 world) positions "
+                  "went to one chunk. The course's rule (numpy.array_split's, and "
+                  "flashcourse.distributed.shards.chunk_bounds') gives the first n % (2 world) "
+                  "chunks one position more each.")
+HINT_CEIL = ("Your chunks are ceil(n / (2 world)) long with a short last one: the course's "
+             "rule gives the first n % (2 world) chunks one position more than the others "
+             "(numpy.array_split's cut), so lengths differ by at most one.")
+HINT_INDICES = ("You returned each rank's positions one by one: return its two ranges as "
+                "(start, stop) pairs, [[(start, stop), (start, stop)], ...], stop exclusive.")
+HINT_ORDER = ("Each rank's ranges are in the wrong order: list the early chunk (chunk r) "
+              "first, then chunk 2 world - 1 - r, the order in which the rank holds its rows.")
+
+
+def _bounds(n, parts, rule):
+    base, extra = divmod(n, parts)
+    if rule == "dropped":
+        sizes = [base] * parts
+    elif rule == "rest last":
+        sizes = [base] * (parts - 1) + [base + extra]
+    elif rule == "ceil":
+        size = -(-n // parts)
+        sizes = [max(0, min(size, n - c * size)) for c in range(parts)]
+    else:
+        sizes = [base + (1 if c < extra else 0) for c in range(parts)]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    return [(int(a), int(a + s)) for a, s in zip(starts, sizes)]
+
+
+def _zigzag_mistake(n, world, mistake):
+    if mistake is None:
+        return zigzag_shards(n, world)
+    if mistake == "contiguous":
+        return layout_shards(n, world, "contiguous")
+    rule = mistake if mistake in ("dropped", "rest last", "ceil") else "split"
+    b = _bounds(n, 2 * world, rule)
+    if mistake == "edge short":
+        b = [(a, z - 1) for a, z in b]
+    elif mistake == "edge long":
+        b = [(a, z + 1) for a, z in b]
+    second = {"mirror w": lambda r: world - 1 - r,
+              "r plus w": lambda r: r + world}.get(mistake, lambda r: 2 * world - 1 - r)
+    out = [[b[r], b[second(r) % (2 * world)]] for r in range(world)]
+    if mistake == "late first":
+        out = [[y, x] for x, y in out]
+    return out
+
+
+def _ranges_array(x):
+    return np.asarray(real_array(x), np.float64)
+
+
+def _same_ranges(yours, want) -> bool:
+    try:
+        y = np.asarray(yours, np.float64)
+    except (TypeError, ValueError):
+        return False
+    w = np.asarray(want, np.float64)
+    return y.shape == w.shape and np.array_equal(y, w)
+
+
+def _zigzag_case(n, world):
+    c = 2 * world
+    mistakes = [("mirror w", (HINT_MIRROR_W,)), ("r plus w", (HINT_R_PLUS_W,)),
+                ("contiguous", (HINT_CONTIGUOUS,)), ("edge short", (HINT_EDGE,)),
+                ("edge long", (HINT_EDGE,)),
+                ("dropped", (HINT_DROPPED.format(n=n, c=c, rest=n % c),)),
+                ("rest last", (HINT_REST_LAST,)), ("ceil", (HINT_CEIL,)),
+                ("late first", (HINT_ORDER,))]
+    replay = lambda m: np.asarray(_zigzag_mistake(n, world, m), np.float64)   # noqa: E731
+    diagnoses = mistake_diagnoses(replay, mistakes, _same_ranges)
+    diagnoses.append(((lambda yours, _want: np.ndim(yours) == 2 and len(yours) == world
+                       and np.shape(yours)[1] != 2), HINT_INDICES))
+    want = replay(None)
+    rest = n % c
+    name = f"n = {n}, world = {world}" + (
+        f" ({rest} position{'s' if rest > 1 else ''} left over by {c} equal chunks)" if rest
+        else f" ({c} chunks of {n // c})")
+
+    def run(fn):
+        return _ranges_array(fn(n, world)), want
+    return Case(name, run, HINT_ZIGZAG, diagnoses, rtol=0.0, atol=0.0)
+
+
+ZIGZAG_CASES = [(16, 4), (37, 3), (23, 2), (8, 4), (100, 8), (9, 1)]
+
+
+def check_zigzag_ranges(zigzag_ranges, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Check `zigzag_ranges(n, world)` against `flashcourse.distributed.shards.zigzag_shards`
+    (the same ranges, exactly)."""
+    cases = [_zigzag_case(n, w) for n, w in ZIGZAG_CASES]
+    return run_checks("zigzag_ranges(n, world)", zigzag_ranges, cases, verbose=verbose,
+                      hint_level=hint_level)
+
+
+# -- going further: the causal work of every rank at every ring step ------------------------
+
+HINT_WORK = ("Compare with the rule: entry [r, s] counts the pairs (query i of rank r, key j "
+             "of rank (r - s) % world) with j <= i, over all of both ranks' ranges.")
+HINT_DIRECTION = ("Your ring turns the wrong way: blocks move to rank + 1 each step, so at "
+                  "step s rank r holds the block of rank (r - s) % world, not (r + s).")
+HINT_STRICT = ("Your counts miss the diagonal: a query sees its own key (j <= i, not j < i).")
+HINT_NO_MASK = ("Your counts ignore the causal mask: every rank computes all its pairs. Count "
+                "only keys j <= query i.")
+HINT_TRANSPOSED = ("Your table is transposed: rows are ranks and columns ring steps, entry "
+                   "[r, s].")
+HINT_ABSOLUTE = ("At step s you used the K/V of rank s for every rank: each rank holds a "
+                 "different block, the one of rank (r - s) % world.")
+
+
+def _work(layout, mistake):
+    world = len(layout)
+    out = np.zeros((world, world), dtype=np.int64)
+    for r in range(world):
+        qi = np.concatenate([np.arange(a, b) for a, b in layout[r]])
+        for s in range(world):
+            src = {"direction": (r + s) % world, "absolute": s}.get(mistake, (r - s) % world)
+            kj = np.concatenate([np.arange(a, b) for a, b in layout[src]])
+            if mistake == "no mask":
+                out[r, s] = qi.size * kj.size
+            elif mistake == "strict":
+                out[r, s] = int((kj[None, :] < qi[:, None]).sum())
+            else:
+                out[r, s] = int((kj[None, :] <= qi[:, None]).sum())
+    return out.T if mistake == "transposed" else out
+
+
+def _work_case(n, world, layout_name):
+    layout = layout_shards(n, world, layout_name)
+    want = causal_pairs(n, world, layout_name).astype(np.float64)
+    mistakes = [("direction", (HINT_DIRECTION,)), ("strict", (HINT_STRICT,)),
+                ("no mask", (HINT_NO_MASK,)), ("transposed", (HINT_TRANSPOSED,)),
+                ("absolute", (HINT_ABSOLUTE,))]
+    diagnoses = mistake_diagnoses(lambda m: _work(layout, m).astype(np.float64), mistakes,
+                                  _same_ranges, right=want)
+
+    def run(fn):
+        return real_array(fn([list(map(tuple, r)) for r in layout])), want
+    return Case(f"{layout_name}, n = {n}, world = {world}", run, HINT_WORK, diagnoses,
+                rtol=0.0, atol=0.0)
+
+
+WORK_CASES = [(16, 4, "contiguous"), (16, 4, "zigzag"), (37, 3, "zigzag"), (11, 2, "contiguous")]
+
+
+def check_ring_work(ring_work, *, verbose: bool = True, hint_level: int = 1) -> Result:
+    """Check `ring_work(layout) -> (world, world)` against
+    `flashcourse.distributed.shards.causal_pairs`."""
+    cases = [_work_case(*c) for c in WORK_CASES]
+    return run_checks("ring_work(layout)", ring_work, cases, verbose=verbose,
+                      hint_level=hint_level)

@@ -1,0 +1,58 @@
+"""The checkers of notebook 16's exercises (flashcourse/exercises_distributed.py): the
+solutions pass, the stubs say "not implemented", and each typical mistake, written out as a
+learner would write it, gets its own hint."""
+
+import pytest
+
+from flashcourse import exercises_distributed as X
+
+
+def test_solutions_pass():
+    assert X.check_ring_break_even(X.reference_ring_break_even, verbose=False).passed
+    assert X.check_comm_bytes(X.reference_comm_bytes, verbose=False).passed
+
+
+def test_stubs_are_reported_as_not_implemented(capsys):
+    def stub(*args):
+        raise NotImplementedError("write it")
+    for check in (X.check_ring_break_even, X.check_comm_bytes):
+        r = check(stub)
+        assert r.todo and not r.passed
+    assert capsys.readouterr().out.count("Not implemented yet") == 2
+
+
+@pytest.mark.parametrize("fn,hint", [
+    (lambda f, b, e, h, hkv: f * e / (2 * b), X.HINT_EVEN_NO_GQA),
+    (lambda f, b, e, h, hkv: f * e * h / (2 * b * hkv), X.HINT_EVEN_GQA_INVERTED),
+    (lambda f, b, e, h, hkv: f * e * hkv / (4 * b * h), X.HINT_EVEN_ONE_TENSOR),
+    (lambda f, b, e, h, hkv: f * e * hkv / (b * h), X.HINT_EVEN_ONE_MATMUL),
+    (lambda f, b, e, h, hkv: 2 * b * h / (f * e * hkv), X.HINT_EVEN_INVERTED),
+    (lambda f, b, e, h, hkv: f * e * hkv / (3 * b * h), X.HINT_EVEN),       # none of these
+], ids=["no gqa", "gqa inverted", "only K", "one matmul", "inverted", "other"])
+def test_break_even_mistakes_get_their_hint(fn, hint):
+    r = X.check_ring_break_even(fn, verbose=False)
+    assert not r.passed and r.hint == hint
+
+
+def _bytes(*, steps=None, kv="kv", tensors=2, out=True, keep=True):
+    def fn(design, n, world, heads, kv_heads, d, e):
+        rows = n / world
+        kvh = kv_heads if kv == "kv" else heads
+        if design in ("ring", "allgather"):
+            return tensors * (world - 1 if steps is None else steps(world)) * rows * kvh * d * e
+        share = (world - 1) / world if keep else 1.0
+        q_o = 2 * heads if out else heads
+        return share * rows * d * e * (q_o + tensors * kvh)
+    return fn
+
+
+@pytest.mark.parametrize("fn,hint", [
+    (_bytes(steps=lambda w: w), X.HINT_BYTES_W_STEPS),
+    (_bytes(kv="q"), X.HINT_BYTES_Q_HEADS),
+    (_bytes(tensors=1), X.HINT_BYTES_ONLY_K),
+    (_bytes(out=False), X.HINT_BYTES_NO_OUT),
+    (_bytes(keep=False), X.HINT_BYTES_KEEP),
+], ids=["w steps", "H heads of K/V", "only K", "no O", "keeps nothing"])
+def test_bytes_mistakes_get_their_hint(fn, hint):
+    r = X.check_comm_bytes(fn, verbose=False)
+    assert not r.passed and r.hint == hint

@@ -1,0 +1,126 @@
+"""Lab 16 (context parallelism: the merge, the zigzag shard map, the ring's work table): the
+solutions pass, the stubs say "not implemented", and each typical mistake (an edit of the
+solution) gets its own hint: the correction's sign flipped, lse not updated, exponentials
+of lse that overflow, no guard for a side that saw no key, chunks r and w - 1 - r, a chunk
+edge off by one, the remainder dropped, the ring turning the wrong way, and the others the
+checkers replay."""
+
+import numpy as np
+
+from flashcourse.distributed.merge import merge_sigmoid
+from flashcourse.distributed.shards import causal_pairs, layout_shards, zigzag_shards
+from flashcourse.labs import context_parallel as L
+from labtools import assert_hint, lab_path, lab_tests, mistakes_test
+
+LAB = lab_path("lab16_context_parallelism")
+CHECKS = [(L.check_ring_merge, "ring_merge"), (L.check_zigzag_ranges, "zigzag_ranges"),
+          (L.check_ring_work, "ring_work")]
+
+lab, test_solutions_pass, test_stubs_report_not_implemented = lab_tests(LAB, CHECKS)
+
+_O = "    o = o_a - w_b[..., None] * (o_a - o_b)                              # (..., d)"
+_LSE = ("    lse = np.where(a_empty, lse_b, np.where(b_empty, lse_a, lse_a - logsigmoid(-diff)))")
+_BODY_START = ("    a_empty, b_empty = np.isneginf(lse_a), np.isneginf(lse_b)"
+               "           # rows with no key")
+_NAIVE = ("    ea, eb = np.exp(lse_a), np.exp(lse_b)\n"
+          "    return ((ea[..., None] * o_a + eb[..., None] * o_b) / (ea + eb)[..., None], "
+          "np.log(ea + eb))\n")
+_UNGUARDED = ("    return (o_a - sigmoid(lse_b - lse_a)[..., None] * (o_a - o_b), "
+              "lse_a - logsigmoid(lse_a - lse_b))\n")
+_SIZES = "    sizes = [base + (1 if c < extra else 0) for c in range(chunks)]"
+_BOUNDS = "    bounds = [(int(starts[c]), int(starts[c + 1])) for c in range(chunks)]"
+_RET = "    return [[bounds[r], bounds[chunks - 1 - r]] for r in range(world)]"
+_PAIRS = "(keys[None, :] <= positions[r][:, None]).sum()"
+
+#: function: [(solution text, the mistake that replaces it, the hint it must get), ...]
+MISTAKES = {
+    "ring_merge": [
+        (_O, _O.replace("o_a - w_b", "o_a + w_b"), (L.HINT_SIGN,)),            # sign flip
+        ("    return o, lse\n", "    return o, lse_a\n", (L.HINT_NO_LSE,)),   # lse not updated
+        (_LSE, "    lse = np.maximum(lse_a, lse_b)", (L.HINT_LSE_MAX,)),
+        (_LSE, "    lse = lse_a + lse_b", (L.HINT_LSE_SUM,)),
+        (_LSE, _LSE.replace("lse_a - logsigmoid", "lse_a + logsigmoid"), (L.HINT_LSE_SIGN,)),
+        ("sigmoid(diff)))", "sigmoid(-diff)))", (L.HINT_SWAPPED,)),           # weights swapped
+        (_O, "    o = (o_a + o_b) / 2", (L.HINT_AVERAGE,)),
+        (_BODY_START, _NAIVE + _BODY_START, (L.HINT_OVERFLOW_EXP,)),            # naive exp
+        (_BODY_START, _UNGUARDED + _BODY_START, (L.HINT_EMPTY,)),               # no -inf guard
+    ],
+    "zigzag_ranges": [
+        (_RET, _RET.replace("chunks - 1 - r", "world - 1 - r"), (L.HINT_MIRROR_W,)),
+        (_RET, _RET.replace("chunks - 1 - r", "r + world"), (L.HINT_R_PLUS_W,)),
+        (_BOUNDS, _BOUNDS.replace("int(starts[c + 1]))", "int(starts[c + 1]) - 1)"),
+         (L.HINT_EDGE,)),                                                       # off by one
+        (_BOUNDS, _BOUNDS.replace("int(starts[c + 1]))", "int(starts[c + 1]) + 1)"),
+         (L.HINT_EDGE,)),
+        (_SIZES, "    sizes = [base for c in range(chunks)]",                   # remainder dropped
+         (L.HINT_DROPPED.format(n=37, c=6, rest=1),)),
+        (_SIZES, "    sizes = [base] * (chunks - 1) + [base + extra]", (L.HINT_REST_LAST,)),
+        (_SIZES, "    size = -(-n // chunks)\n"
+                 "    sizes = [max(0, min(size, n - c * size)) for c in range(chunks)]",
+         (L.HINT_CEIL,)),
+        (_RET, "    return [[bounds[chunks - 1 - r], bounds[r]] for r in range(world)]",
+         (L.HINT_ORDER,)),
+        (_RET, "    return [[(r * n // world, (r + 1) * n // world)] for r in range(world)]",
+         (L.HINT_CONTIGUOUS,)),
+    ],
+    "ring_work": [
+        ("(r - s) % world]", "(r + s) % world]", (L.HINT_DIRECTION,)),
+        (_PAIRS, _PAIRS.replace("<=", "<"), (L.HINT_STRICT,)),
+        (_PAIRS, "keys.size * positions[r].size", (L.HINT_NO_MASK,)),
+        ("    return work\n", "    return work.T\n", (L.HINT_TRANSPOSED,)),
+        ("(r - s) % world]", "s]", (L.HINT_ABSOLUTE,)),
+    ],
+}
+
+test_mistake_gets_its_hint = mistakes_test(LAB, CHECKS, MISTAKES, id_width=40)
+
+
+def test_mistakes_the_brief_names_are_replayed():
+    """Sign flip, lse not updated, naive exp overflowing, chunks r and w - 1 - r, off-by-one
+    chunk boundaries, the remainder dropped."""
+    hints = {h[0] for edits in MISTAKES.values() for _, _, h in edits}
+    for needed in (L.HINT_SIGN, L.HINT_NO_LSE, L.HINT_OVERFLOW_EXP, L.HINT_EMPTY,
+                   L.HINT_MIRROR_W, L.HINT_EDGE, L.HINT_DROPPED.format(n=37, c=6, rest=1)):
+        assert needed in hints
+
+
+def test_the_course_functions_pass_and_agree_with_the_checkers():
+    """The library's merge and shard map pass the lab's checkers (one rule, one home)."""
+    assert L.check_ring_merge(merge_sigmoid, verbose=False).passed
+    assert L.check_zigzag_ranges(zigzag_shards, verbose=False).passed
+    assert L.check_ring_work(lambda lay: causal_pairs(sum(b - a for r in lay for a, b in r),
+                                                      len(lay), "zigzag" if len(lay[0]) == 2
+                                                      else "contiguous"),
+                             verbose=False).passed
+
+
+def test_merge_checker_does_not_need_its_own_arrays():
+    """The learner gets copies: a function that writes into its inputs still passes, and a
+    merge written with logaddexp (another right form) passes too."""
+    def in_place(o_a, lse_a, o_b, lse_b):
+        o, lse = merge_sigmoid(o_a, lse_a, o_b, lse_b)
+        o_a[...] = 0.0
+        return o, lse
+
+    def by_logaddexp(o_a, lse_a, o_b, lse_b):
+        lse = np.logaddexp(lse_a, lse_b)
+        safe = np.where(np.isneginf(lse), 0.0, lse)
+        w_a = np.where(np.isneginf(lse_a), 0.0, np.exp(np.where(np.isneginf(lse_a), 0.0,
+                                                                lse_a) - safe))
+        return w_a[..., None] * o_a + (1 - w_a)[..., None] * o_b, lse
+    assert L.check_ring_merge(in_place, verbose=False).passed
+    assert L.check_ring_merge(by_logaddexp, verbose=False).passed
+
+
+def test_zigzag_checker_names_a_list_of_indices():
+    """Positions instead of (start, stop) ranges: the shape hint, not a pass."""
+    def indices(n, world):
+        return [np.concatenate([np.arange(a, b) for a, b in r]) for r in zigzag_shards(n, world)]
+    result = assert_hint(L.check_zigzag_ranges, indices, L.HINT_INDICES)
+    assert not result.todo
+
+
+def test_work_table_cases_hold_both_layouts():
+    names = {c[2] for c in L.WORK_CASES}
+    assert names == {"contiguous", "zigzag"}
+    assert all(len(layout_shards(n, w, lay)) == w for n, w, lay in L.WORK_CASES)
