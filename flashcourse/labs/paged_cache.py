@@ -1,8 +1,5 @@
 """Checkers for lab 11b (after notebook 11b): a paged KV cache written by the learner and
-checked against the course's model (`flashcourse.paged_cache`: `token_address`, `gather`,
-`PagedKVCache.append`, `paged_reference`).
-
-The learner writes
+checked against the course's model (`flashcourse.paged_cache`). The learner writes
 
     my_token_address(block_table, b, t, page_size) -> (page, slot)
         page = block_table[b, t // page_size], slot = t % page_size
@@ -14,19 +11,13 @@ The learner writes
         a token written into a page that other sequences share (cache.refs > 1) first
         copies it (copy-on-write); cache.seq_lens[b] grows by n
     my_paged_attention(q, k_pages, v_pages, block_table, seq_lens, scale) -> o
-        (going further) one query per sequence and head, q (B, H, d), walking the
-        sequence's pages with the online softmax
+        (going further) q (B, H, d): the online softmax over each sequence's pages
 
-What is checked is behaviour. Addresses are compared with the model's at every position
-of shuffled tables, page boundaries included. An append is judged on what the cache then
-holds: each sequence's tokens read back through the learner's block table (any page may
-be taken, the order of the free list is free), lengths, no page both in use and free, and
-reference counts that match the tables. Each typical mistake is named: the page boundary
-off by one (t // page_size against (t - 1) // page_size, a new page taken one token too
-early or too late), a stale length (appending without updating seq_lens, reading past
-it), forgetting the free list (a page in use handed out again), writing into a shared page
-without copy-on-write (or copying it without entering the copy in the table), the slot and
-the page swapped.
+What is checked is behaviour: addresses against the model's at every position of shuffled
+tables; an append by what the cache then holds (each sequence read back through the
+learner's table, lengths, no page both used and free, reference counts matching the
+tables). Each typical mistake gets its own hint (the page boundary off by one, a stale
+length, the free list forgotten, a shared page written without copy-on-write).
 """
 
 from __future__ import annotations
@@ -792,8 +783,7 @@ def _attention_case(name, ps, h, d, lens, spread):
                 compare=compare, error_diagnoses=[(_empty_reduction, *HINT_ATT_EMPTY_PAGE)])
 
 
-def _empty_reduction(exc) -> bool:
-    """numpy's error for the max of an empty array (a page with no key)."""
+def _empty_reduction(exc) -> bool:      # numpy's error for the max of an empty page
     return isinstance(exc, ValueError) and "zero-size array to reduction" in str(exc)
 
 
