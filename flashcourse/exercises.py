@@ -62,7 +62,10 @@ def second_tile() -> Exercise:
         {"m": m2, "l": l2, "alpha": alpha}, working,
         diagnoses={
             "m": [(lambda y: _same_number(y, float(s2.max()), 1e-9) and m2 != s2.max(),
-                   "that is tile 2's max alone; the running max keeps the larger of both")],
+                   "that is tile 2's max alone; the running max keeps the larger of both"),
+                  (lambda y: _same_number(y, m1, 1e-9) and m2 != m1,
+                   "that is tile 1's max: tile 2 has a larger score, so the running max "
+                   "grows to it")],
             "l": [(lambda y: _same_number(y, no_rescale, 5e-3),
                    "you added tile 2's terms to the old l without rescaling it first"),
                   (lambda y: _same_number(y, tile_only, 5e-3),
@@ -126,8 +129,12 @@ def causal_skips() -> Exercise:
             (lambda y: as_set(y) == top_left,
              "that is the top-left mask (j <= i); the course aligns it bottom-right, "
              f"j <= i + Tk - Tq = i + {tk - tq}"),
-            (lambda y: as_set(y) == skipped | partial,
+            (lambda y: as_set(y) is not None and skipped < as_set(y) <= skipped | partial,
              "you also skipped partly visible tiles: they are computed and masked inside"),
+            (lambda y: as_set(y) == {(j, i) for i, j in skipped},
+             "your pairs are (key block, query block); give (query block, key block)"),
+            (lambda y: as_set(y) == {(i + 1, j + 1) for i, j in skipped},
+             "number the blocks from 0: query blocks 0..2, key blocks 0..4"),
             (lambda y: as_set(y) is not None and as_set(y) < skipped,
              "some tiles that no query of the block can see are missing"),
             (lambda y: as_set(y) is None,
@@ -153,8 +160,10 @@ def causal_tiles_06() -> Exercise:
         "Br = 128, Bc = 64, N = 8192: key tiles visited per head without and with the mask",
         {"tiles_full": full, "tiles_causal": causal}, working, rtol=0.0,
         diagnoses={"tiles_causal": [
-            (lambda y: _same_number(y, full / 2, 0), "exactly half forgets the diagonal tiles, "
-             "which are only partly hidden and are computed"),
+            (lambda y: _same_number(y, full / 2, 0), "exactly half is too few: with Br = "
+             f"{br} and Bc = {bc} the diagonal of each query block crosses {br // bc} key "
+             "tiles, all partly hidden and all computed (one per query block is the count "
+             "for square tiles)"),
             (lambda y: _same_number(y, hidden_only, 0), "that counts only tiles visible in full; "
              "partly visible tiles on the diagonal are visited too"),
         ], "tiles_full": [
@@ -188,7 +197,11 @@ def saved_bytes_09() -> Exercise:
             "l_bytes": [(lambda y: _same_number(y, l_bytes / 2, 1e-3),
                          "L is stored in fp32 (4 bytes per row), whatever the input type"),
                         (lambda y: _same_number(y, l_bytes * d, 1e-3),
-                         "L is one number per query row, not a row of d numbers")],
+                         "L is one number per query row, not a row of d numbers"),
+                        (lambda y: _same_number(y, 2 * l_bytes, 1e-3),
+                         "that is 8 bytes per row: two numbers (m and l, as FlashAttention-1 "
+                         "kept them) or one in fp64; FlashAttention-2 keeps one, "
+                         "L = m + log l, in fp32 (4 bytes)")],
             "flops_factor": [(lambda y: _same_number(y, 2.5, 1e-3) and factor != 2.5,
                               "2.5 is the backward against the FORWARD; the question compares "
                               "the backward with and without recomputation"),
@@ -368,7 +381,7 @@ def _direction(y):
     """A learner's "faster" / "slower" as that word, or None for anything else."""
     if not isinstance(y, str):
         return None
-    word = y.strip().lower()
+    word = y.strip().strip(".!'\"").strip().lower()
     return word if word in ("faster", "slower") else None
 
 

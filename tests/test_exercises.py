@@ -375,3 +375,23 @@ def test_saved_activations_13_names_each_typical_mistake():
         ok, lines = E.grade("13-saved-activations", **{**right, part: wrong})
         line = next(s for s in lines if s.startswith(part))
         assert not ok and hint in line, (part, line)
+
+
+def test_round_16a_slips_get_their_reasons():
+    """Review round 16 a (minor): each of these got "not what the rule gives" or, for
+    06, a reason for a mistake not made (4,096 from one diagonal tile per query block)."""
+    ok, lines = E.grade("03-second-tile", m=max(E.TILE_1), l=None, alpha=None)
+    assert "tile 1's max" in lines[0]
+    for pairs, reason in (([(3, 0), (4, 0), (4, 1)], "(key block, query block)"),
+                          ([(1, 4), (1, 5), (2, 5)], "from 0"),
+                          ([(0, 2), (0, 3), (0, 4), (1, 4)], "partly visible")):
+        ok, lines = E.grade("03-causal-skips", skipped=pairs)
+        assert not ok and reason in lines[0], (pairs, lines)
+    one_diagonal = sum(2 * i + 1 for i in range(64))            # 4,096: one per query block
+    ok, lines = E.grade("06-causal-tiles", tiles_full=8192, tiles_causal=one_diagonal)
+    assert not ok and "crosses 2 key tiles" in lines[1]
+    ok, lines = E.grade("09-saved-bytes", p_bytes=None, l_bytes=2 * 4 * 16 * 8192 * 4,
+                        flops_factor=None)
+    assert "m and l" in lines[1]
+    assert E.grade("05-block-sizes", br32="slower.", kv_reads_br32=2048 // 32,
+                   bc16='"slower"', key_tiles_bc16=2048 // 16)[0]
