@@ -72,6 +72,12 @@ MISTAKES = {"flash_backward": [
     ("offset = t_k - t_q ", "offset = t_q - t_k ", L.HINT_OFFSET_SIGN),
     ("s = np.where(cols <= rows + offset, s, -np.inf)",
      "s = np.where(cols <= rows - offset, s, -np.inf)", L.HINT_OFFSET_SIGN),
+    # review round 16 a: only one of dK_j, dV_j overwritten, and D subtracted outside the
+    # product, got the generic HINT_BACKWARD
+    ("dk_j += scale * (ds.T @ q_i)", "dk_j = scale * (ds.T @ q_i)", L.HINT_DKDV_OVERWRITE),
+    ("dv_j += p.T @ do_i", "dv_j = p.T @ do_i", L.HINT_DKDV_OVERWRITE),
+    ("ds = p * (dp - delta[q0:q1, None])", "ds = p * dp - delta[q0:q1, None]",
+     L.HINT_DS_ORDER),
     *SHARED_MISTAKES,
 ], "flash_backward_dq": [
     ("delta_i = (do_i * o[q0:q1]).sum(axis=1)", "delta_i = (o[q0:q1] * o[q0:q1]).sum(axis=1)",
@@ -86,6 +92,8 @@ MISTAKES = {"flash_backward": [
      L.HINT_FORGOT_D),
     ("dq[q0:q1] += scale * (", "dq[q0:q1] += (", L.HINT_SCALE_CHAIN),
     ("dq[q0:q1] += scale * (", "dq[q0:q1] = scale * (", L.HINT_DQ_OVERWRITE),
+    ("(p * (do_i @ v[k0:k1].T - delta_i[:, None]))", "(p * (do_i @ v[k0:k1].T) - delta_i[:, None])",
+     L.HINT_DS_ORDER),
     *SHARED_MISTAKES,
 ]}
 test_mistakes_get_their_hint = mistakes_test(LAB, CHECKS, MISTAKES)

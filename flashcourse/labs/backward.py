@@ -100,6 +100,11 @@ HINT_DV = (
 HINT_DQ_OVERWRITE = (
     "dQ_i receives a contribution from EVERY key block: yours keeps only the last one.",
     "Add each key block's scale * dS K_j into dQ_i; start dQ at zero before the loops.")
+HINT_DS_ORDER = (
+    "dS subtracts D outside the product: dS = P * (dP - D_i), the row term inside the "
+    "parentheses, so that it is multiplied by P too (the softmax Jacobian's row is "
+    "P_ij (dP_ij - sum_k P_ik dP_ik)). P * dP - D_i gives every masked or tiny-P entry -D_i.",
+    "Subtract each row's D_i from that row of dP first, then multiply by P elementwise.")
 HINT_DKDV_OVERWRITE = (
     "dK_j and dV_j sum over all query blocks that see key block j: yours keep only one.",
     "Accumulate into dK_j and dV_j inside the query loop; store them after it.")
@@ -231,6 +236,8 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
                 dp = (o[q0:q1] if mistake == "dp_from_o" else do_i) @ v[k0:k1].T
                 if mistake == "no_delta":
                     ds = p * dp
+                elif mistake == "ds_order":        # P * dP - D: D outside the product
+                    ds = p * dp - delta[q0:q1, None]
                 elif mistake == "delta_tile":      # D summed over this key block only
                     ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))
                 else:
@@ -238,11 +245,10 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
                 cq = 1.0 if mistake in ("no_scale", "no_scale_dq") else scale
                 ck = 1.0 if mistake in ("no_scale", "no_scale_dk") else scale
                 upd_v = p.T @ (o[q0:q1] if mistake == "dv_from_o" else do_i)
-                if mistake == "dkdv_overwrite":
-                    dv_j, dk_j = upd_v, ck * (ds.T @ q[q0:q1])
-                else:
-                    dv_j = dv_j + upd_v
-                    dk_j = dk_j + ck * (ds.T @ q[q0:q1])
+                upd_k = ck * (ds.T @ q[q0:q1])
+                # overwritten instead of accumulated: both, or one of them (round 16 a)
+                dv_j = upd_v if mistake in ("dkdv_overwrite", "dv_overwrite") else dv_j + upd_v
+                dk_j = upd_k if mistake in ("dkdv_overwrite", "dk_overwrite") else dk_j + upd_k
                 if mistake == "dq_overwrite":
                     dq[q0:q1] = cq * (ds @ k[k0:k1])
                 else:
@@ -261,7 +267,9 @@ MISTAKES = [("no_delta", HINT_FORGOT_D), ("delta_do_do", HINT_DELTA_DODO),
             ("no_scale_dk", HINT_SCALE_CHAIN), ("skip_too_much", HINT_SKIP_TOO_MUCH),
             ("tile_softmax", HINT_TILE_SOFTMAX),
             ("dv_from_o", HINT_DV), ("dq_overwrite", HINT_DQ_OVERWRITE),
-            ("dkdv_overwrite", HINT_DKDV_OVERWRITE), ("top_left", HINT_TOP_LEFT),
+            ("dkdv_overwrite", HINT_DKDV_OVERWRITE), ("dk_overwrite", HINT_DKDV_OVERWRITE),
+            ("dv_overwrite", HINT_DKDV_OVERWRITE), ("ds_order", HINT_DS_ORDER),
+            ("top_left", HINT_TOP_LEFT),
             ("k_ragged_drop", HINT_RAGGED_DROP), ("k_off_by_one", HINT_RAGGED_OFF_BY_ONE),
             ("q_ragged_drop", HINT_RAGGED_Q), ("strict_mask", HINT_DIAGONAL),
             ("swap_dkdv", HINT_SWAP_DKDV), ("p_no_scale", HINT_P_NO_SCALE),
@@ -272,7 +280,8 @@ MISTAKES = [("no_delta", HINT_FORGOT_D), ("delta_do_do", HINT_DELTA_DODO),
 DQ_MISTAKES = [("k_end_short", HINT_DQ_K_END_SHORT),
                ("k_end_no_offset", HINT_DQ_K_END_NO_OFFSET)] + [
     (m, HINT_DQ_SKIP_TOO_MUCH if m == "skip_too_much" else h) for m, h in MISTAKES
-    if m not in ("dv_from_o", "dkdv_overwrite", "swap_dkdv", "skip_no_offset")]
+    if m not in ("dv_from_o", "dkdv_overwrite", "dk_overwrite", "dv_overwrite", "swap_dkdv",
+                 "skip_no_offset")]
 
 
 def _inputs(seed, tq, tk, d, causal, spread=1.0):
