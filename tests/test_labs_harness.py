@@ -353,8 +353,9 @@ def test_numbas_small_grid_warning_is_not_shown_as_the_learners_output(capsys, m
 
     def launches_small_grids():
         warnings.warn(NumbaPerformanceWarning(
-            "Grid size 2 will likely result in GPU under-utilization due to low occupancy."))
-        warnings.warn("something of the learner's own", UserWarning)
+            "Grid size 2 will likely result in GPU under-utilization due to low occupancy."),
+            stacklevel=2)
+        warnings.warn("something of the learner's own", UserWarning, stacklevel=2)
         return np.zeros(3)
 
     result = H.run_checks("grid", launches_small_grids, [_case(np.zeros(3))])
