@@ -35,6 +35,15 @@ def test_solution_agrees_with_the_library_on_irregular_causal_inputs(lab):
 #: function: [(solution text, the mistake that replaces it, the hint it must get), ...]
 MISTAKES = {"flash_forward": [
     ("alpha = np.exp(m - m_use)", "alpha = np.ones_like(m)", L.HINT_RESCALE),
+    # review round 16 a (m): hidden scores 0, the stand-in from the old max, alpha applied
+    # after the tile was added: each got HINT_FORWARD
+    ("s = np.where(cols <= rows + offset, s, -np.inf)",
+     "s = np.where(cols <= rows + offset, s, 0.0)", L.HINT_MASK_ZERO),
+    ("m_use = np.where(np.isneginf(m_new), 0.0, m_new)",
+     "m_use = np.where(np.isneginf(m), 0.0, m_new)", L.HINT_STANDIN_OLD),
+    ("l = alpha * l + p.sum(axis=1)", "l = alpha * (l + p.sum(axis=1))", L.HINT_RESCALE_AFTER),
+    ("acc = alpha[:, None] * acc + p @ v_j", "acc = alpha[:, None] * (acc + p @ v_j)",
+     L.HINT_RESCALE_AFTER),
     ("m_new = np.maximum(m, s.max(axis=1))", "m_new = s.max(axis=1)", L.HINT_MAX),
     ("offset = t_k - t_q ", "offset = 0 ", L.HINT_TOP_LEFT),
     ("s = np.where(cols <= rows + offset, s, -np.inf)", "pass", L.HINT_NO_MASK),
