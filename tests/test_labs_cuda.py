@@ -117,6 +117,10 @@ UPDATE_MISTAKES = [
     ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp(s[i * TN + j])", L.HINT_SHIFT),
     ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp2(s[i * TN + j] - m_use)",
      L.HINT_EXP2),
+    # review round 16 a, M: the stand-in tested on the tile's max mx passed every part case
+    # (the kernel check failed it with "make the part checks pass first")
+    ("m_use = m_new if m_new != NEG_INF else F0", "m_use = m_new if mx != NEG_INF else F0",
+     L.HINT_STANDIN_WHICH),
 ]
 
 
