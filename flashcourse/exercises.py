@@ -425,7 +425,8 @@ def block_sizes_05() -> Exercise:
         f"tiles (default: {tiles_default}); each costs every row a max, a rescale factor "
         "alpha (one exp2) and a rescale of its d = 64 accumulators, none of which shrink "
         "with Bc: slower, by less (those costs are about 1 / (2 Bc) of a tile's "
-        "multiply-adds)." + recorded)
+        f"multiply-adds, {1 / (2 * bc_small):.0%} at Bc = {bc_small}: a timing on a busy "
+        "machine may not resolve it)." + recorded)
     return Exercise(
         f"N = {n}, d = 64, the fast kernel (v3) with Br = {br_small} and with Bc = {bc_small} "
         "instead of the defaults: faster or slower, and the counts behind it",

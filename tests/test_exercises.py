@@ -395,3 +395,11 @@ def test_round_16a_slips_get_their_reasons():
     assert "m and l" in lines[1]
     assert E.grade("05-block-sizes", br32="slower.", kv_reads_br32=2048 // 32,
                    bc16='"slower"', key_tiles_bc16=2048 // 16)[0]
+
+
+def test_block_sizes_05_working_sizes_the_bc_effect():
+    """Review round 16 a (m): the answer says Bc = 16 is "slower, by less"; the notebook's own
+    timing printed 0.99x the default's time on a busy 2-core machine. The working now gives
+    the size of the effect (1 / (2 Bc) = 3 %) and says a busy machine may not resolve it."""
+    working = E.get("05-block-sizes").working
+    assert "3% at Bc = 16" in working and "may not resolve" in working
