@@ -378,8 +378,9 @@ HINT_SM_RESCALE = ("Missing rescale in the running sum: when a lane's max grows,
                    "that factor is 1 when m was already set to the new max: exp(0). Take it "
                    "while m still holds the old max.",
                    "l = l * exp(m - m_new) + exp(x - m_new), and only then m = m_new.")
-HINT_SM_MERGE = ("The butterfly adds the lanes' sums without rescaling them to the common max: "
-                 "l1 and l2 are measured against different maxima m1 and m2.",
+HINT_SM_MERGE = ("The butterfly adds the lanes' sums without rescaling both to the common max: "
+                 "l1 and l2 are measured against different maxima m1 and m2, and each needs "
+                 "its own factor (a factor on one of them only is half the merge).",
                  "l = l1 * exp(m1 - m) + l2 * exp(m2 - m) with m = max(m1, m2).")
 HINT_SM_NAN = ("NaN in a row with masked (-inf) entries: a lane whose elements are all -inf "
                "has m = -inf, and exp(-inf - (-inf)) is NaN. Use a finite stand-in (0) for the "
@@ -425,6 +426,10 @@ def _softmax_replay(x, mistake=None):
                 mu = mn if mistake == "no_guard" else np.where(mn == -np.inf, 0.0, mn)
                 if mistake == "merge":
                     l = l + l[p]
+                elif mistake == "merge_own":         # only this lane's sum rescaled
+                    l = l * np.exp(m - mu) + l[p]
+                elif mistake == "merge_partner":     # only the partner's sum rescaled
+                    l = l + l[p] * np.exp(m[p] - mu)
                 elif mistake == "no_shift":
                     l = l + l[p]
                 else:
@@ -698,6 +703,7 @@ def _ladder() -> list[Puzzle]:
                HINT_SOFTMAX,
                [(lambda a, s, m=m: {"out": _softmax_replay(a["x"], m)}, h) for m, h in
                 (("no_rescale", HINT_SM_RESCALE), ("merge", HINT_SM_MERGE),
+                 ("merge_own", HINT_SM_MERGE), ("merge_partner", HINT_SM_MERGE),
                  ("no_butterfly", HINT_SM_LANES))],
                [], expected=lambda c: {"global write": c.arrays["x"].size},
                first=[(_sm_nan, HINT_SM_NAN), (_sm_overflow, HINT_SM_SHIFT)]),
