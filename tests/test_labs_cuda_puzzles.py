@@ -197,6 +197,8 @@ MISTAKES = {
     ],
     "flash_block": [
         ("            if k0 + c < tk:\n", "            if True:\n", L.HINT_FLASH_MASK),
+        # review round 16 a (m): o = acc, never divided by l, got the generic HINT_FLASH
+        ("            o[r, x] = acc[x] / l", "            o[r, x] = acc[x]", L.HINT_FLASH_DIVIDE),
         ("                alpha = math.exp(m - m_new)", "                alpha = float32(1)",
          L.HINT_FLASH_RESCALE),
         ("acc[x] = acc[x] * alpha + p * vs[c, x]", "acc[x] = acc[x] + p * vs[c, x]",

@@ -502,6 +502,9 @@ HINT_FLASH_RESCALE_L = ("Half a rescale: your acc is brought to the new max but 
                         "were accumulated against the old max; when the row max grows, both "
                         "must be multiplied by exp(m_old - m_new).",
                         "l = l * alpha + p, with the alpha that multiplies acc.")
+HINT_FLASH_DIVIDE = ("The output is not normalised: acc holds the UNnormalised sum of p v, so "
+                     "each row's o is acc / l, once, after the last key tile.",
+                     "o[r, x] = acc[x] / l for the row's d outputs.")
 HINT_FLASH_SCALE = ("The scores are missing `scale`: s = scale (q . k) (the puzzle passes "
                     "1 / sqrt(d)), before the max and the exponentials.",
                     "Multiply q's row (or each dot product) by scale.")
@@ -528,7 +531,7 @@ def spec_flash(arrays, scalars):
 
 def _flash_replay(mistake, by_tile=False):
     """The one-block forward in float64 with one mistake ('no_mask', 'no_rescale' (of l and
-    acc), 'no_rescale_acc', 'no_rescale_l', 'no_scale'), updating the state key by key or,
+    acc), 'no_rescale_acc', 'no_rescale_l', 'no_scale', 'no_divide'), updating the state key by key or,
     `by_tile`, once per tile of BC11 keys: a missing rescale gives a different result in each."""
     def replay(arrays, scalars):
         q, k, v = arrays["q"], arrays["k"], arrays["v"]
@@ -552,7 +555,7 @@ def _flash_replay(mistake, by_tile=False):
                 l = l * (1.0 if mistake == "no_rescale_l" else alpha) + p.sum()
                 acc = acc * (1.0 if mistake == "no_rescale_acc" else alpha) + p @ vp[c:c1]
                 m = mn
-            o[r] = acc / l
+            o[r] = acc if mistake == "no_divide" else acc / l
         return {"o": o}
     return replay
 
@@ -718,6 +721,7 @@ def _ladder() -> list[Puzzle]:
                 _flash_case("tq = 3, tk = 300, d = 2: a long row, 38 key tiles", 3,
                             300, 2, 23)],
                HINT_FLASH, [(_flash_replay("no_mask"), HINT_FLASH_MASK),
+                            (_flash_replay("no_divide"), HINT_FLASH_DIVIDE),
                             (_flash_replay("no_scale"), HINT_FLASH_SCALE)]
                + [(_flash_replay(m, by_tile), h) for by_tile in (False, True)
                   for m, h in (("no_rescale", HINT_FLASH_RESCALE),
