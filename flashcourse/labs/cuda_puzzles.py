@@ -504,7 +504,7 @@ HINT_FLASH_RESCALE_L = ("Half a rescale: your acc is brought to the new max but 
                         "l = l * alpha + p, with the alpha that multiplies acc.")
 HINT_FLASH_DIVIDE = ("The output is not normalised: acc holds the UNnormalised sum of p v, so "
                      "each row's o is acc / l, once, after the last key tile.",
-                     "o[r, x] = acc[x] / l for the row's d outputs.")
+                     "Divide each of the row's d accumulators by its l when you write o.")
 HINT_FLASH_SCALE = ("The scores are missing `scale`: s = scale (q . k) (the puzzle passes "
                     "1 / sqrt(d)), before the max and the exponentials.",
                     "Multiply q's row (or each dot product) by scale.")
@@ -531,8 +531,9 @@ def spec_flash(arrays, scalars):
 
 def _flash_replay(mistake, by_tile=False):
     """The one-block forward in float64 with one mistake ('no_mask', 'no_rescale' (of l and
-    acc), 'no_rescale_acc', 'no_rescale_l', 'no_scale', 'no_divide'), updating the state key by key or,
-    `by_tile`, once per tile of BC11 keys: a missing rescale gives a different result in each."""
+    acc), 'no_rescale_acc', 'no_rescale_l', 'no_scale', 'no_divide'), updating the state key
+    by key or, `by_tile`, once per tile of BC11 keys: a missing rescale gives a different
+    result in each."""
     def replay(arrays, scalars):
         q, k, v = arrays["q"], arrays["k"], arrays["v"]
         tk, d = k.shape
