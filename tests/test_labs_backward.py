@@ -78,6 +78,12 @@ MISTAKES = {"flash_backward": [
     ("dv_j += p.T @ do_i", "dv_j = p.T @ do_i", L.HINT_DKDV_OVERWRITE),
     ("ds = p * (dp - delta[q0:q1, None])", "ds = p * dp - delta[q0:q1, None]",
      L.HINT_DS_ORDER),
+    # review round 16 a (m): a block end not clipped crashes on a broadcast; both got
+    # HINT_BACKWARD ("your gradients disagree")
+    ("k1 = min(k0 + block_k, t_k)\n        k_j", "k1 = k0 + block_k\n        k_j",
+     L.HINT_RAGGED_UNCLIPPED),
+    ("q1 = min(q0 + block_q, t_q)\n            q_i, do_i",
+     "q1 = q0 + block_q\n            q_i, do_i", L.HINT_RAGGED_Q_UNCLIPPED),
     *SHARED_MISTAKES,
 ], "flash_backward_dq": [
     ("delta_i = (do_i * o[q0:q1]).sum(axis=1)", "delta_i = (o[q0:q1] * o[q0:q1]).sum(axis=1)",
@@ -94,6 +100,10 @@ MISTAKES = {"flash_backward": [
     ("dq[q0:q1] += scale * (", "dq[q0:q1] = scale * (", L.HINT_DQ_OVERWRITE),
     ("(p * (do_i @ v[k0:k1].T - delta_i[:, None]))", "(p * (do_i @ v[k0:k1].T) - delta_i[:, None])",
      L.HINT_DS_ORDER),
+    ("k1 = min(k0 + block_k, t_k)\n            s =", "k1 = k0 + block_k\n            s =",
+     L.HINT_RAGGED_UNCLIPPED),
+    ("q1 = min(q0 + block_q, t_q)\n        q_i", "q1 = q0 + block_q\n        q_i",
+     L.HINT_RAGGED_Q_UNCLIPPED),
     *SHARED_MISTAKES,
 ]}
 test_mistakes_get_their_hint = mistakes_test(LAB, CHECKS, MISTAKES)

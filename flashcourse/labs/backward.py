@@ -29,8 +29,8 @@ from .. import reference
 from ..geometry import causal_block_sums
 from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
                          rows_loaded_case)
-from ._harness import (SKIPPING_SHAPES, Result, parts_close, plain, random_qkv, run_checks,
-                       tiled_cases)
+from ._harness import (SKIPPING_SHAPES, Result, broadcast_shapes, parts_close, plain,
+                       random_qkv, run_checks, shapes_mix, tiled_cases)
 from . import tiled_forward as _forward
 
 HINT_FORGOT_D = (
@@ -171,6 +171,13 @@ HINT_DQ_SKIP_TOO_MUCH = (
     "Your key loop skips key blocks that some query of this block can see.",
     "A key block is hidden from query block i only if its FIRST key is after what the "
     "block's LAST row can see, q1 - 1 + (Tk - Tq).")
+#: a crash of the ragged last key block not clipped (k1 = k0 + Bc): lab 03's hint fits
+HINT_RAGGED_UNCLIPPED = _forward.HINT_RAGGED_UNCLIPPED
+HINT_RAGGED_Q_UNCLIPPED = (
+    "The ragged last query block: q[q0:q0 + Br] stops at Tq by itself (a slice clips), so the "
+    "last query block has fewer than Br rows, but something else of that block (the query "
+    "positions of the mask, shapes above) still has Br.",
+    "Clip the block's end, q1 = min(q0 + Br, Tq), and use q1 for everything of that block.")
 HINT_BACKWARD = (
     "Your gradients disagree with the dense backward. Compare dV first (it needs only P), "
     "then dP and dS on a 2 x 3 example.",
@@ -284,6 +291,22 @@ DQ_MISTAKES = [("k_end_short", HINT_DQ_K_END_SHORT),
                  "skip_no_offset")]
 
 
+def _errors(tq, tk, br, bc) -> list:
+    """Crashes that a block end left unclipped explains (review round 16 a: they got
+    HINT_BACKWARD, "your gradients disagree"): a (., Bc) tile beside the ragged last key
+    block's (., Tk % Bc), or Br rows beside the ragged last query block's Tq % Br."""
+    def rows_mix(a, b):                # 2-D shapes of a and of b rows: (Bc, d) beside (r, d)
+        return lambda exc: {a, b} <= {s[0] for s in broadcast_shapes(exc) if len(s) == 2}
+
+    found = []
+    if tk % bc and tk > bc:
+        found.append(((lambda exc: shapes_mix(exc, bc, tk % bc, ndim=2)
+                       or rows_mix(bc, tk % bc)(exc)), *HINT_RAGGED_UNCLIPPED))
+    if tq % br and tq > br:
+        found.append((rows_mix(br, tq % br), *HINT_RAGGED_Q_UNCLIPPED))
+    return found
+
+
 def _inputs(seed, tq, tk, d, causal, spread=1.0):
     rng = np.random.default_rng(seed)
     q, k, v = random_qkv(rng, tq, tk, d, spread)
@@ -365,7 +388,7 @@ def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
     cases = tiled_cases(lambda n, *shape: _inputs(100 + n, *shape), _gradients, replay,
                         MISTAKES, _close, HINT_BACKWARD, scale=SCALE, rtol=_RTOL, atol=_ATOL,
                         parts=3, first=_nonfinite_first(),
-                        names=("dq", "dk", "dv"))
+                        names=("dq", "dk", "dv"), errors=_errors)
     cases.append(_held_case())
     for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
         _, _, query_rows = causal_block_sums(tq, tk, br, bc, True)   # over visible tiles
@@ -385,7 +408,7 @@ def check_flash_backward_dq(fn, *, verbose: bool = True, hint_level: int = 1) ->
                         lambda *args: replay(*args)[0], DQ_MISTAKES,
                         lambda a, b: _close((a,), (b,)), HINT_BACKWARD, scale=SCALE, rtol=_RTOL,
                         atol=_ATOL, first=_nonfinite_first(lambda y: (y,)),
-                        names=("dq",))
+                        names=("dq",), errors=_errors)
     return run_checks("flash_backward_dq(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
                       fn, cases, verbose=verbose, hint_level=hint_level)
 
