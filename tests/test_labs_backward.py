@@ -8,7 +8,7 @@ import pytest
 from flashcourse import reference
 from flashcourse.labs import _harness as H
 from flashcourse.labs import backward as L
-from labtools import hint_leaks_test, lab_path, lab_tests, mistakes_test, mutate
+from labtools import assert_hint, hint_leaks_test, lab_path, lab_tests, mistakes_test, mutate
 
 LAB = lab_path("lab09_backward")
 
@@ -207,3 +207,12 @@ def test_a_query_loop_started_at_the_first_row_that_sees_the_block_passes():
     fn = mutate(LAB, "flash_backward", "q_start = max(0, k0 - offset) // block_q * block_q",
                 "q_start = -(-max(0, k0 - offset) // block_q) * block_q")
     assert L.check_flash_backward(fn, verbose=False).hint == L.HINT_SKIP_TOO_MUCH[0]
+
+
+def test_the_dq_pass_generic_hint_speaks_of_dq():
+    """Review round 16 a (m): the dQ pass's unnamed mistakes got HINT_BACKWARD, which says
+    "compare dV first": the pass computes no dV."""
+    fn = mutate(LAB, "flash_backward_dq", "- delta_i[:, None])) @ k[k0:k1])",
+                "- delta_i[:, None])) @ v[k0:k1])")
+    result = assert_hint(L.check_flash_backward_dq, fn, L.HINT_BACKWARD_DQ[0])
+    assert "dV" not in result.hint

@@ -184,6 +184,12 @@ HINT_BACKWARD = (
     "flashcourse.reference.attention_backward gives the expected (dq, dk, dv) for small "
     "inputs; check one tile (block sizes larger than T) before several.")
 
+HINT_BACKWARD_DQ = (
+    "Your dq disagrees with the dense backward. Compare, on a 2 x 3 example, P from lse, then "
+    "dP = dO V^T, then dS = P * (dP - D), then dQ = scale dS K.",
+    "flashcourse.reference.attention_backward(...)[0] is the expected dq for small inputs; "
+    "check one tile (block sizes larger than T) before several.")
+
 _RTOL, _ATOL = 1e-9, 1e-11
 SCALE = 0.37
 
@@ -406,7 +412,8 @@ def check_flash_backward_dq(fn, *, verbose: bool = True, hint_level: int = 1) ->
     cases = tiled_cases(lambda n, *shape: _inputs(100 + n, *shape),
                         lambda args, causal: _gradients(args, causal)[0],
                         lambda *args: replay(*args)[0], DQ_MISTAKES,
-                        lambda a, b: _close((a,), (b,)), HINT_BACKWARD, scale=SCALE, rtol=_RTOL,
+                        lambda a, b: _close((a,), (b,)), HINT_BACKWARD_DQ, scale=SCALE,
+                        rtol=_RTOL,
                         atol=_ATOL, first=_nonfinite_first(lambda y: (y,)),
                         names=("dq",), errors=_errors)
     return run_checks("flash_backward_dq(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
