@@ -268,6 +268,9 @@ def nonmatmul_flops_03() -> Exercise:
                 (lambda y: _same_number(y, big[0], 0), example),
                 (lambda y: _same_number(y, fa2, 0),
                  "that is FA2's count: FA1 rescales l~ and renormalises O on every tile"),
+                (lambda y: _same_number(y, fa1 - br * d, 0),
+                 "one Br d short: line 12 ends by multiplying the (Br, d) block by "
+                 "diag(l_new)^-1, Br d multiplies (the reciprocals themselves are SFU work)"),
             ],
             "fa2_flops": [
                 (lambda y: _same_number(y, fa2 - shared, 0), share),
@@ -279,6 +282,9 @@ def nonmatmul_flops_03() -> Exercise:
                  "mma adds into O), not Br d separate additions"),
                 (lambda y: _same_number(y, fa1, 0),
                  "that is FA1's count: FA2 neither rescales l~ nor renormalises O every tile"),
+                (lambda y: _same_number(y, fa2 - br * d, 0),
+                 "one Br d short: the old O is still rescaled on every tile, "
+                 "diag(e^(m - m_new)) O, Br d multiplies; only the division by l waits"),
                 (lambda y: _same_number(y, fa2 - br * bc, 0), no_scale),
                 (lambda y: _same_number(y, fa2 - br, 0), no_max),
                 (lambda y: _same_number(y, fa2 + fa2_sfu, 0), exps),

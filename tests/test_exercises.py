@@ -403,3 +403,11 @@ def test_block_sizes_05_working_sizes_the_bc_effect():
     the size of the effect (1 / (2 Bc) = 3 %) and says a busy machine may not resolve it."""
     working = E.get("05-block-sizes").working
     assert "3% at Bc = 16" in working and "may not resolve" in working
+
+
+def test_nonmatmul_flops_03_a_missing_br_d_is_named():
+    """Review round 16 a (m): FA1 without the final diag(l_new)^-1 (Br d multiplies) and FA2
+    without the rescale of the old O (Br d) got "not what the rule gives"."""
+    br, bc, d = E.NONMATMUL_TILE
+    ok, lines = E.grade("03-nonmatmul-flops", fa1_flops=11488 - br * d, fa2_flops=7552 - br * d)
+    assert not ok and "diag(l_new)^-1" in lines[0] and "still rescaled" in lines[1]
