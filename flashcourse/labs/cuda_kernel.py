@@ -158,6 +158,12 @@ HINT_SKIP_OFF_BY_ONE = (
     "(counting from 0), so the block visits that many tiles PLUS ONE; yours is one tile off.",
     "A count of tiles 0 .. t is t + 1; check your answer for a block whose last key is the "
     "first key of a tile.")
+HINT_SKIP_SHORT = (
+    "key_blocks: your count is a tile short for some query blocks. The block must visit the "
+    "tiles up to the one holding the last key its LAST row sees, min(q0 + BR, Tq) - 1 + off "
+    "(its first row sees fewer keys), and tile index t means t + 1 tiles: a ceiling, "
+    "ceil(last / BC), is one short whenever last is a multiple of BC.",
+    "Take the block's last row, add off, divide by BC (floor) and add 1.")
 HINT_SKIP_TOP_LEFT = (
     "key_blocks: your count uses a top-left causal mask (key j visible iff j <= i). The lab "
     "kernel aligns it bottom-right: the last key a row i sees is i + off, with off = Tk - Tq.",
@@ -658,14 +664,19 @@ def check_kernel(micro_tile_scores, row_max, row_sum, online_update, *, verbose:
 def key_blocks_expected(q0, tq, tk, causal, off, mistake=None):
     """Key tiles the query block at q0 visits, optionally with one typical mistake:
     'no_skip', 'off_by_one' (last // BC), 'top_left' (off = 0), 'floor' (Tk // BC tiles),
-    'negative' (no clamp at 0 for blocks that see nothing)."""
+    'negative' (no clamp at 0 for blocks that see nothing), 'first_row' (the block's first
+    row's last key), 'ceil' (ceil(last / BC) tiles: one short where last starts a tile)."""
     n = tk // BC if mistake == "floor" else ceil_div(tk, BC)
     if not causal or mistake == "no_skip":
         return n
     if mistake == "top_left":
         off = 0
     last = min(q0 + BR, tq) - 1 + off                  # last key the block's last row sees
+    if mistake == "first_row":
+        last = q0 + off
     count = last // BC + (0 if mistake == "off_by_one" else 1)
+    if mistake == "ceil":
+        count = -(-last // BC)
     if mistake == "negative":
         return min(n, count)
     return max(0, min(n, count)) if last >= 0 else 0
@@ -673,7 +684,9 @@ def key_blocks_expected(q0, tq, tk, causal, off, mistake=None):
 
 KEY_BLOCK_MISTAKES = [("no_skip", HINT_SKIP_NONE), ("top_left", HINT_SKIP_TOP_LEFT),
                       ("floor", HINT_SKIP_FLOOR), ("off_by_one", HINT_SKIP_OFF_BY_ONE),
-                      ("negative", HINT_SKIP_NEGATIVE)]
+                      ("negative", HINT_SKIP_NEGATIVE),
+                      # review round 16 a (m): both got the generic HINT_SKIP
+                      ("first_row", HINT_SKIP_SHORT), ("ceil", HINT_SKIP_SHORT)]
 
 
 def check_key_blocks(key_blocks, parts, *, verbose: bool = True, hint_level: int = 1) -> Result:
