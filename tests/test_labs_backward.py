@@ -8,7 +8,7 @@ import pytest
 from flashcourse import reference
 from flashcourse.labs import _harness as H
 from flashcourse.labs import backward as L
-from labtools import hint_leaks_test, lab_path, lab_tests, mistakes_test, mutate
+from labtools import assert_hint, hint_leaks_test, lab_path, lab_tests, mistakes_test, mutate
 
 LAB = lab_path("lab09_backward")
 
@@ -72,6 +72,18 @@ MISTAKES = {"flash_backward": [
     ("offset = t_k - t_q ", "offset = t_q - t_k ", L.HINT_OFFSET_SIGN),
     ("s = np.where(cols <= rows + offset, s, -np.inf)",
      "s = np.where(cols <= rows - offset, s, -np.inf)", L.HINT_OFFSET_SIGN),
+    # review round 16 a: only one of dK_j, dV_j overwritten, and D subtracted outside the
+    # product, got the generic HINT_BACKWARD
+    ("dk_j += scale * (ds.T @ q_i)", "dk_j = scale * (ds.T @ q_i)", L.HINT_DKDV_OVERWRITE),
+    ("dv_j += p.T @ do_i", "dv_j = p.T @ do_i", L.HINT_DKDV_OVERWRITE),
+    ("ds = p * (dp - delta[q0:q1, None])", "ds = p * dp - delta[q0:q1, None]",
+     L.HINT_DS_ORDER),
+    # review round 16 a (m): a block end not clipped crashes on a broadcast; both got
+    # HINT_BACKWARD ("your gradients disagree")
+    ("k1 = min(k0 + block_k, t_k)\n        k_j", "k1 = k0 + block_k\n        k_j",
+     L.HINT_RAGGED_UNCLIPPED),
+    ("q1 = min(q0 + block_q, t_q)\n            q_i, do_i",
+     "q1 = q0 + block_q\n            q_i, do_i", L.HINT_RAGGED_Q_UNCLIPPED),
     *SHARED_MISTAKES,
 ], "flash_backward_dq": [
     ("delta_i = (do_i * o[q0:q1]).sum(axis=1)", "delta_i = (o[q0:q1] * o[q0:q1]).sum(axis=1)",
@@ -86,6 +98,12 @@ MISTAKES = {"flash_backward": [
      L.HINT_FORGOT_D),
     ("dq[q0:q1] += scale * (", "dq[q0:q1] += (", L.HINT_SCALE_CHAIN),
     ("dq[q0:q1] += scale * (", "dq[q0:q1] = scale * (", L.HINT_DQ_OVERWRITE),
+    ("(p * (do_i @ v[k0:k1].T - delta_i[:, None]))", "(p * (do_i @ v[k0:k1].T) - delta_i[:, None])",
+     L.HINT_DS_ORDER),
+    ("k1 = min(k0 + block_k, t_k)\n            s =", "k1 = k0 + block_k\n            s =",
+     L.HINT_RAGGED_UNCLIPPED),
+    ("q1 = min(q0 + block_q, t_q)\n        q_i", "q1 = q0 + block_q\n        q_i",
+     L.HINT_RAGGED_Q_UNCLIPPED),
     *SHARED_MISTAKES,
 ]}
 test_mistakes_get_their_hint = mistakes_test(LAB, CHECKS, MISTAKES)
@@ -189,3 +207,12 @@ def test_a_query_loop_started_at_the_first_row_that_sees_the_block_passes():
     fn = mutate(LAB, "flash_backward", "q_start = max(0, k0 - offset) // block_q * block_q",
                 "q_start = -(-max(0, k0 - offset) // block_q) * block_q")
     assert L.check_flash_backward(fn, verbose=False).hint == L.HINT_SKIP_TOO_MUCH[0]
+
+
+def test_the_dq_pass_generic_hint_speaks_of_dq():
+    """Review round 16 a (m): the dQ pass's unnamed mistakes got HINT_BACKWARD, which says
+    "compare dV first": the pass computes no dV."""
+    fn = mutate(LAB, "flash_backward_dq", "- delta_i[:, None])) @ k[k0:k1])",
+                "- delta_i[:, None])) @ v[k0:k1])")
+    result = assert_hint(L.check_flash_backward_dq, fn, L.HINT_BACKWARD_DQ[0])
+    assert "dV" not in result.hint

@@ -117,6 +117,10 @@ UPDATE_MISTAKES = [
     ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp(s[i * TN + j])", L.HINT_SHIFT),
     ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp2(s[i * TN + j] - m_use)",
      L.HINT_EXP2),
+    # review round 16 a, M: the stand-in tested on the tile's max mx passed every part case
+    # (the kernel check failed it with "make the part checks pass first")
+    ("m_use = m_new if m_new != NEG_INF else F0", "m_use = m_new if mx != NEG_INF else F0",
+     L.HINT_STANDIN_WHICH),
 ]
 
 
@@ -205,15 +209,18 @@ KEY_BLOCK_MISTAKES = [
     ("last = min(q0 + BR, tq) - 1 + off", "last = min(q0 + BR, tq) - 1", L.HINT_SKIP_TOP_LEFT),
     ("n = (tk + BC - 1) // BC", "n = tk // BC", L.HINT_SKIP_FLOOR),
     ("    if last < 0:\n        return 0\n", "", L.HINT_SKIP_NEGATIVE),
-    # passed before round 7 ac (M5): no block's last key started or ended a tile
-    ("return min(n, last // BC + 1)", "return min(n, (last + BC - 1) // BC)", L.HINT_SKIP),
+    # passed before round 7 ac (M5): no block's last key started or ended a tile; the ceiling
+    # got the generic HINT_SKIP until round 16 a (m), now HINT_SKIP_SHORT
+    ("return min(n, last // BC + 1)", "return min(n, (last + BC - 1) // BC)", L.HINT_SKIP_SHORT),
     ("last = min(q0 + BR, tq) - 1 + off", "last = min(q0 + BR, tq) + off", L.HINT_SKIP),
+    # review round 16 a (m): the block's first row in place of its last (generic before)
+    ("last = min(q0 + BR, tq) - 1 + off", "last = q0 + off", L.HINT_SKIP_SHORT),
 ]
 
 
 @pytest.mark.parametrize("old,new,hint", KEY_BLOCK_MISTAKES,
                          ids=["no-skip", "off-by-one", "top-left", "floor", "negative",
-                              "ceil-of-last", "last-plus-one"])
+                              "ceil-of-last", "last-plus-one", "first-row"])
 def test_key_blocks_mistakes_get_their_hint(lab, old, new, hint):
     assert_hint(L.check_key_blocks, mutate(LAB, "key_blocks", old, new), hint[0], parts(lab))
 

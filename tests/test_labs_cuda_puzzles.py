@@ -178,6 +178,11 @@ MISTAKES = {
          "        l = l + math.exp(v - m_use)", L.HINT_SM_RESCALE),
         ("        l = l * math.exp(m - m_use) + l_o * math.exp(m_o - m_use)",
          "        l = l + l_o", L.HINT_SM_MERGE),
+        # review round 16 a (m): half the merge (one of the two sums rescaled) got HINT_SOFTMAX
+        ("        l = l * math.exp(m - m_use) + l_o * math.exp(m_o - m_use)",
+         "        l = l * math.exp(m - m_use) + l_o", L.HINT_SM_MERGE),
+        ("        l = l * math.exp(m - m_use) + l_o * math.exp(m_o - m_use)",
+         "        l = l + l_o * math.exp(m_o - m_use)", L.HINT_SM_MERGE),
         ("        m_use = m_new if m_new != NEG_INF else F0\n        l = l * math.exp(m - m_use) "
          "+ math.exp(v - m_use)", "        m_use = m_new\n        l = l * math.exp(m - m_use) "
          "+ math.exp(v - m_use)", L.HINT_SM_NAN),
@@ -192,6 +197,8 @@ MISTAKES = {
     ],
     "flash_block": [
         ("            if k0 + c < tk:\n", "            if True:\n", L.HINT_FLASH_MASK),
+        # review round 16 a (m): o = acc, never divided by l, got the generic HINT_FLASH
+        ("            o[r, x] = acc[x] / l", "            o[r, x] = acc[x]", L.HINT_FLASH_DIVIDE),
         ("                alpha = math.exp(m - m_new)", "                alpha = float32(1)",
          L.HINT_FLASH_RESCALE),
         ("acc[x] = acc[x] * alpha + p * vs[c, x]", "acc[x] = acc[x] + p * vs[c, x]",

@@ -182,6 +182,37 @@ def test_lab02_wrong_functions_get_their_hint(check, wrong, hint):
     assert_hint(check, wrong, hint, todo=True)
 
 
+def _update_returns_standin(m, l, x):
+    m_new = np.maximum(m, x)
+    m_safe = _safe(m_new)
+    return m_safe, l * np.exp(m - m_safe) + np.exp(x - m_safe)
+
+
+def _merge_returns_standin(m_a, l_a, m_b, l_b):
+    m_safe = _safe(np.maximum(m_a, m_b))
+    return m_safe, l_a * np.exp(m_a - m_safe) + l_b * np.exp(m_b - m_safe)
+
+
+@pytest.mark.parametrize("check, wrong", [(L1.check_online_update, _update_returns_standin),
+                                          (L1.check_merge_states, _merge_returns_standin)])
+def test_a_returned_standin_is_named_not_a_wrong_max(check, wrong):
+    """Review round 16 a, M: the stand-in returned as the max got HINT_MAX ("the larger of
+    the old max and the new element"), which the learner's max is."""
+    assert_hint(check, wrong, L1.HINT_MAX_STANDIN)
+
+
+def test_a_float32_merge_gets_the_float32_hint_not_a_wrong_max():
+    """Review round 16 a, M: a merge returning float32 got HINT_MAX (its max, right to float32
+    rounding, failed the max test at rtol 1e-12); it now gets the harness's float32 hint."""
+    def merge32(*args):
+        m, l = _merge_returns_standin(*args)
+        m = np.where(np.isneginf(np.maximum(args[0], args[2])), -np.inf, m)
+        return m.astype(np.float32), l.astype(np.float32)
+    with np.errstate(all="ignore"):
+        result = L1.check_merge_states(merge32, verbose=False)
+    assert not result.passed and "float32" in result.hint
+
+
 def test_lab02_failure_prints_yours_and_expected(capsys):
     with np.errstate(all="ignore"):
         L1.check_online_update(_update_no_rescale)
@@ -224,7 +255,12 @@ def test_stream_softmax_solution_passes_and_stub_is_reported(lab):
     ("for c0 in range(0, n, chunk):                               # pass 2",
      "for c0 in range(0, n // chunk * chunk, chunk):              # pass 2",
      L1.HINT_STREAM_LAST_CHUNK),
-], ids=["shift", "masked", "merge", "whole-x", "pass1-last-chunk", "pass2-last-chunk"])
+    # review round 16 a (m): a fully masked chunk's sum taken without the stand-in (NaN
+    # through the merge; rows then 0 or NaN) got HINT_SOFTMAX
+    ("l_c = np.exp(part - np.where(np.isneginf(m_c), 0.0, m_c)[:, None]).sum(axis=1)",
+     "l_c = np.exp(part - m_c[:, None]).sum(axis=1)", L1.HINT_STREAM_CHUNK_STANDIN),
+], ids=["shift", "masked", "merge", "whole-x", "pass1-last-chunk", "pass2-last-chunk",
+        "chunk-standin"])
 def test_stream_softmax_mistakes_get_their_hint(lab, old, new, hint):
     fn = mutate(LAB, "stream_softmax", old, new)
     assert_hint(L1.check_stream_softmax, fn, hint, lab["merge_states"])

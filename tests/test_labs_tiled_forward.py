@@ -35,6 +35,15 @@ def test_solution_agrees_with_the_library_on_irregular_causal_inputs(lab):
 #: function: [(solution text, the mistake that replaces it, the hint it must get), ...]
 MISTAKES = {"flash_forward": [
     ("alpha = np.exp(m - m_use)", "alpha = np.ones_like(m)", L.HINT_RESCALE),
+    # review round 16 a (m): hidden scores 0, the stand-in from the old max, alpha applied
+    # after the tile was added: each got HINT_FORWARD
+    ("s = np.where(cols <= rows + offset, s, -np.inf)",
+     "s = np.where(cols <= rows + offset, s, 0.0)", L.HINT_MASK_ZERO),
+    ("m_use = np.where(np.isneginf(m_new), 0.0, m_new)",
+     "m_use = np.where(np.isneginf(m), 0.0, m_new)", L.HINT_STANDIN_OLD),
+    ("l = alpha * l + p.sum(axis=1)", "l = alpha * (l + p.sum(axis=1))", L.HINT_RESCALE_AFTER),
+    ("acc = alpha[:, None] * acc + p @ v_j", "acc = alpha[:, None] * (acc + p @ v_j)",
+     L.HINT_RESCALE_AFTER),
     ("m_new = np.maximum(m, s.max(axis=1))", "m_new = s.max(axis=1)", L.HINT_MAX),
     ("offset = t_k - t_q ", "offset = 0 ", L.HINT_TOP_LEFT),
     ("s = np.where(cols <= rows + offset, s, -np.inf)", "pass", L.HINT_NO_MASK),
@@ -290,3 +299,25 @@ def test_a_crash_is_named_only_by_the_shapes_of_its_mistake():
                           ("shapes (8,) (6,) not aligned", L.HINT_FORWARD)]:
         result = L.check_flash_forward(crashing(message), verbose=False)
         assert not result.passed and result.hint == hint[0], message
+
+
+def test_what_you_built_says_which_order_moves_fewer_by_budget():
+    """Review round 16 a, M: the closing text said "with the paper's block sizes FA1 moves
+    fewer", while notebook 04's table has FA1 moving more at 16 and 32 KiB (3.13 against 2 GiB
+    at 16 KiB). The numbers it quotes are the model's."""
+    import nbformat
+
+    from flashcourse.memory import binary_size
+    from flashcourse.traffic import paper_block_sizes, tiled_traffic
+    text = " ".join(c.source for c in nbformat.read(LAB, as_version=4).cells
+                    if c.cell_type == "markdown" and "## What you built" in c.source)
+    text = " ".join(text.split())
+    totals = {}
+    for kib in (16, 64):
+        br, bc = paper_block_sizes(kib * 1024, 64, 2)
+        totals[kib] = [binary_size(tiled_traffic(16384, 16384, 64, br, bc, loop_order=o,
+                                                 bytes_per_element=2).total_bytes)
+                       for o in ("fa1", "fa2")]
+    assert totals == {16: ["3.13 GiB", "2 GiB"], 64: ["806.12 MiB", "1 GiB"]}
+    assert "*more* at the small ones" in text
+    assert "806 MiB against 1 GiB at 64 KiB" in text and "3.13 GiB against 2 GiB at 16 KiB" in text

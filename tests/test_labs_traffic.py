@@ -61,6 +61,13 @@ def test_stub_reports_not_implemented(capsys):
      lab.HINT_PER_ROW),
     (lambda Tq, Tk, d, Br, Bc, e: (2 * Tk * d * e + -(-Tk // Bc) * Tq * d * e,
                                    solution(Tq, Tk, d, Br, Bc, e)[1]), lab.HINT_SWAPPED),
+    # review round 16 a: Tr from Bc or from Tk, and m and l written as in FA1, got the
+    # generic hint
+    (lambda Tq, Tk, d, Br, Bc, e: solution(Tq, Tk, d, Bc, Bc, e), lab.HINT_TR_SIZES),
+    (lambda Tq, Tk, d, Br, Bc, e: (Tq * d * e + 2 * -(-Tk // Br) * Tk * d * e,
+                                   solution(Tq, Tk, d, Br, Bc, e)[1]), lab.HINT_TR_SIZES),
+    (lambda Tq, Tk, d, Br, Bc, e: (solution(Tq, Tk, d, Br, Bc, e)[0], Tq * d * e + 8 * Tq),
+     lab.HINT_LSE_ONE),
 ])
 def test_wrong_formulas_fail_with_matching_hint(capsys, wrong, hint):
     r = lab.check_fa2_traffic(wrong)
@@ -128,7 +135,11 @@ def test_backward_model_equals_the_counter():
     # review round 12: both got HINT_BWD_STAT (at e = 2 and d = 8 the same bytes)
     ("2 * 4 * Tq)", "4 * Tq)", lab.HINT_BWD_STAT_TILE),
     ("read_bytes = 2 * Tq * d * e + 2 * Tk", "read_bytes = Tq * d * e + 2 * Tk", lab.HINT_BWD_D),
-], ids=["dq", "stat", "dkdv", "floor", "one-stat", "no-o"])
+    # review round 16 a: Tc = ceil(Tk / Br) got HINT_BWD_FLOOR (ceil(37 / 16) = floor(37 / 10)
+    # in the old second case); Tc = ceil(Tq / Bc) got the generic hint
+    ("Tc = -(-Tk // Bc)", "Tc = -(-Tk // Br)", lab.HINT_BWD_TC_SIZES),
+    ("Tc = -(-Tk // Bc)", "Tc = -(-Tq // Bc)", lab.HINT_BWD_TC_SIZES),
+], ids=["dq", "stat", "dkdv", "floor", "one-stat", "no-o", "tc-br", "tc-tq"])
 def test_backward_mistakes_get_their_hint(old, new, hint):
     fn = mutate(LAB, "my_backward_traffic", old, new)
     if hint is lab.HINT_BWD_DQ:                                  # ... nor written per tile

@@ -177,6 +177,18 @@ def test_measured_traffic_feedback_does_not_overclaim():
     assert "L2 traffic matches the model" not in text
 
 
+def test_residency_is_not_said_to_leave_nothing_to_hide_latency():
+    """Review round 16 a (m): nb04's quiz and section 7 said one resident block "leaves nothing
+    to hide memory latency" / "nothing else runs": the block's own warps, and loads it
+    overlaps with its arithmetic (notebook 10b's prefetch), still can."""
+    why = " ".join(q.why for q in quizzes.get("04"))
+    assert "leaves nothing to hide" not in why and "no other block's work" in why
+    import nbformat
+    nb = nbformat.read(ROOT / "notebooks" / "04_io_traffic_model.ipynb", as_version=4)
+    text = " ".join(" ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
+    assert "nothing else runs" not in text and "overlaps its own loads" in text
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name.split("_")[0])
 def test_notebook_quiz_cells_show_the_bank_by_name(path):
     cells = json.loads(path.read_text())["cells"]

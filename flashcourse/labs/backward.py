@@ -29,8 +29,8 @@ from .. import reference
 from ..geometry import causal_block_sums
 from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
                          rows_loaded_case)
-from ._harness import (SKIPPING_SHAPES, Result, parts_close, plain, random_qkv, run_checks,
-                       tiled_cases)
+from ._harness import (SKIPPING_SHAPES, Result, broadcast_shapes, parts_close, plain,
+                       random_qkv, run_checks, shapes_mix, tiled_cases)
 from . import tiled_forward as _forward
 
 HINT_FORGOT_D = (
@@ -100,6 +100,11 @@ HINT_DV = (
 HINT_DQ_OVERWRITE = (
     "dQ_i receives a contribution from EVERY key block: yours keeps only the last one.",
     "Add each key block's scale * dS K_j into dQ_i; start dQ at zero before the loops.")
+HINT_DS_ORDER = (
+    "dS subtracts D outside the product: dS = P * (dP - D_i), the row term inside the "
+    "parentheses, so that it is multiplied by P too (the softmax Jacobian's row is "
+    "P_ij (dP_ij - sum_k P_ik dP_ik)). P * dP - D_i gives every masked or tiny-P entry -D_i.",
+    "Subtract each row's D_i from that row of dP first, then multiply by P elementwise.")
 HINT_DKDV_OVERWRITE = (
     "dK_j and dV_j sum over all query blocks that see key block j: yours keep only one.",
     "Accumulate into dK_j and dV_j inside the query loop; store them after it.")
@@ -166,11 +171,24 @@ HINT_DQ_SKIP_TOO_MUCH = (
     "Your key loop skips key blocks that some query of this block can see.",
     "A key block is hidden from query block i only if its FIRST key is after what the "
     "block's LAST row can see, q1 - 1 + (Tk - Tq).")
+#: a crash of the ragged last key block not clipped (k1 = k0 + Bc): lab 03's hint fits
+HINT_RAGGED_UNCLIPPED = _forward.HINT_RAGGED_UNCLIPPED
+HINT_RAGGED_Q_UNCLIPPED = (
+    "The ragged last query block: q[q0:q0 + Br] stops at Tq by itself (a slice clips), so the "
+    "last query block has fewer than Br rows, but something else of that block (the query "
+    "positions of the mask, shapes above) still has Br.",
+    "Clip the block's end, q1 = min(q0 + Br, Tq), and use q1 for everything of that block.")
 HINT_BACKWARD = (
     "Your gradients disagree with the dense backward. Compare dV first (it needs only P), "
     "then dP and dS on a 2 x 3 example.",
     "flashcourse.reference.attention_backward gives the expected (dq, dk, dv) for small "
     "inputs; check one tile (block sizes larger than T) before several.")
+
+HINT_BACKWARD_DQ = (
+    "Your dq disagrees with the dense backward. Compare, on a 2 x 3 example, P from lse, then "
+    "dP = dO V^T, then dS = P * (dP - D), then dQ = scale dS K.",
+    "flashcourse.reference.attention_backward(...)[0] is the expected dq for small inputs; "
+    "check one tile (block sizes larger than T) before several.")
 
 _RTOL, _ATOL = 1e-9, 1e-11
 SCALE = 0.37
@@ -231,6 +249,8 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
                 dp = (o[q0:q1] if mistake == "dp_from_o" else do_i) @ v[k0:k1].T
                 if mistake == "no_delta":
                     ds = p * dp
+                elif mistake == "ds_order":        # P * dP - D: D outside the product
+                    ds = p * dp - delta[q0:q1, None]
                 elif mistake == "delta_tile":      # D summed over this key block only
                     ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))
                 else:
@@ -238,11 +258,10 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
                 cq = 1.0 if mistake in ("no_scale", "no_scale_dq") else scale
                 ck = 1.0 if mistake in ("no_scale", "no_scale_dk") else scale
                 upd_v = p.T @ (o[q0:q1] if mistake == "dv_from_o" else do_i)
-                if mistake == "dkdv_overwrite":
-                    dv_j, dk_j = upd_v, ck * (ds.T @ q[q0:q1])
-                else:
-                    dv_j = dv_j + upd_v
-                    dk_j = dk_j + ck * (ds.T @ q[q0:q1])
+                upd_k = ck * (ds.T @ q[q0:q1])
+                # overwritten instead of accumulated: both, or one of them (round 16 a)
+                dv_j = upd_v if mistake in ("dkdv_overwrite", "dv_overwrite") else dv_j + upd_v
+                dk_j = upd_k if mistake in ("dkdv_overwrite", "dk_overwrite") else dk_j + upd_k
                 if mistake == "dq_overwrite":
                     dq[q0:q1] = cq * (ds @ k[k0:k1])
                 else:
@@ -261,7 +280,9 @@ MISTAKES = [("no_delta", HINT_FORGOT_D), ("delta_do_do", HINT_DELTA_DODO),
             ("no_scale_dk", HINT_SCALE_CHAIN), ("skip_too_much", HINT_SKIP_TOO_MUCH),
             ("tile_softmax", HINT_TILE_SOFTMAX),
             ("dv_from_o", HINT_DV), ("dq_overwrite", HINT_DQ_OVERWRITE),
-            ("dkdv_overwrite", HINT_DKDV_OVERWRITE), ("top_left", HINT_TOP_LEFT),
+            ("dkdv_overwrite", HINT_DKDV_OVERWRITE), ("dk_overwrite", HINT_DKDV_OVERWRITE),
+            ("dv_overwrite", HINT_DKDV_OVERWRITE), ("ds_order", HINT_DS_ORDER),
+            ("top_left", HINT_TOP_LEFT),
             ("k_ragged_drop", HINT_RAGGED_DROP), ("k_off_by_one", HINT_RAGGED_OFF_BY_ONE),
             ("q_ragged_drop", HINT_RAGGED_Q), ("strict_mask", HINT_DIAGONAL),
             ("swap_dkdv", HINT_SWAP_DKDV), ("p_no_scale", HINT_P_NO_SCALE),
@@ -272,7 +293,24 @@ MISTAKES = [("no_delta", HINT_FORGOT_D), ("delta_do_do", HINT_DELTA_DODO),
 DQ_MISTAKES = [("k_end_short", HINT_DQ_K_END_SHORT),
                ("k_end_no_offset", HINT_DQ_K_END_NO_OFFSET)] + [
     (m, HINT_DQ_SKIP_TOO_MUCH if m == "skip_too_much" else h) for m, h in MISTAKES
-    if m not in ("dv_from_o", "dkdv_overwrite", "swap_dkdv", "skip_no_offset")]
+    if m not in ("dv_from_o", "dkdv_overwrite", "dk_overwrite", "dv_overwrite", "swap_dkdv",
+                 "skip_no_offset")]
+
+
+def _errors(tq, tk, br, bc) -> list:
+    """Crashes that a block end left unclipped explains (review round 16 a: they got
+    HINT_BACKWARD, "your gradients disagree"): a (., Bc) tile beside the ragged last key
+    block's (., Tk % Bc), or Br rows beside the ragged last query block's Tq % Br."""
+    def rows_mix(a, b):                # 2-D shapes of a and of b rows: (Bc, d) beside (r, d)
+        return lambda exc: {a, b} <= {s[0] for s in broadcast_shapes(exc) if len(s) == 2}
+
+    found = []
+    if tk % bc and tk > bc:
+        found.append(((lambda exc: shapes_mix(exc, bc, tk % bc, ndim=2)
+                       or rows_mix(bc, tk % bc)(exc)), *HINT_RAGGED_UNCLIPPED))
+    if tq % br and tq > br:
+        found.append((rows_mix(br, tq % br), *HINT_RAGGED_Q_UNCLIPPED))
+    return found
 
 
 def _inputs(seed, tq, tk, d, causal, spread=1.0):
@@ -356,7 +394,7 @@ def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
     cases = tiled_cases(lambda n, *shape: _inputs(100 + n, *shape), _gradients, replay,
                         MISTAKES, _close, HINT_BACKWARD, scale=SCALE, rtol=_RTOL, atol=_ATOL,
                         parts=3, first=_nonfinite_first(),
-                        names=("dq", "dk", "dv"))
+                        names=("dq", "dk", "dv"), errors=_errors)
     cases.append(_held_case())
     for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
         _, _, query_rows = causal_block_sums(tq, tk, br, bc, True)   # over visible tiles
@@ -374,9 +412,10 @@ def check_flash_backward_dq(fn, *, verbose: bool = True, hint_level: int = 1) ->
     cases = tiled_cases(lambda n, *shape: _inputs(100 + n, *shape),
                         lambda args, causal: _gradients(args, causal)[0],
                         lambda *args: replay(*args)[0], DQ_MISTAKES,
-                        lambda a, b: _close((a,), (b,)), HINT_BACKWARD, scale=SCALE, rtol=_RTOL,
+                        lambda a, b: _close((a,), (b,)), HINT_BACKWARD_DQ, scale=SCALE,
+                        rtol=_RTOL,
                         atol=_ATOL, first=_nonfinite_first(lambda y: (y,)),
-                        names=("dq",))
+                        names=("dq",), errors=_errors)
     return run_checks("flash_backward_dq(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
                       fn, cases, verbose=verbose, hint_level=hint_level)
 

@@ -113,6 +113,13 @@ HINT_NEG_INF_ONE = (
     "(alpha = exp(m[i] - m_new), or p = exp(s - m_new)); exp(-inf - (-inf)) is NaN there.",
     "Both exponentials subtract m_use, the finite stand-in: alpha = exp(m[i] - m_use) and "
     "p = exp(s - m_use).")
+HINT_STANDIN_WHICH = (
+    "Your stand-in for a -inf max is tested on the wrong value: it must replace the max only "
+    "where the NEW running max m_new is -inf. Tested on the tile's max mx, a tile that is "
+    "fully masked for a row that has already seen keys (mx = -inf, m[i] finite) subtracts 0: "
+    "alpha = exp(m[i] - 0) then rescales lp and acc for nothing. Tested on the old max m[i], "
+    "a row's first tile subtracts 0 from its scores instead of their max.",
+    "m_use = m_new where m_new is not -inf, else F0; decide it from m_new alone.")
 HINT_OVERFLOW = (
     "Your output holds NaN in a case where every row sees a key in its first tile (nothing "
     "is masked to -inf there): an exponential overflowed. On a row's first tile m[i] is "
@@ -151,6 +158,12 @@ HINT_SKIP_OFF_BY_ONE = (
     "(counting from 0), so the block visits that many tiles PLUS ONE; yours is one tile off.",
     "A count of tiles 0 .. t is t + 1; check your answer for a block whose last key is the "
     "first key of a tile.")
+HINT_SKIP_SHORT = (
+    "key_blocks: your count is a tile short for some query blocks. The block must visit the "
+    "tiles up to the one holding the last key its LAST row sees, min(q0 + BR, Tq) - 1 + off "
+    "(its first row sees fewer keys), and tile index t means t + 1 tiles: a ceiling, "
+    "ceil(last / BC), is one short whenever last is a multiple of BC.",
+    "Take the block's last row, add off, divide by BC (floor) and add 1.")
 HINT_SKIP_TOP_LEFT = (
     "key_blocks: your count uses a top-left causal mask (key j visible iff j <= i). The lab "
     "kernel aligns it bottom-right: the last key a row i sees is i + off, with off = Tk - Tq.",
@@ -432,6 +445,8 @@ def update_reference(s, acc, m, lp, i, mx, mistake=None):
     with np.errstate(all="ignore"):
         m_new = mx if mistake == "tile_max" else max(m[i], mx)
         m_use = m_new if (mistake == "no_guard" or m_new != -np.inf) else 0.0
+        if mistake in ("standin_mx", "standin_old"):   # the stand-in tested on mx or m[i]
+            m_use = m_new if (mx if mistake == "standin_mx" else m[i]) != -np.inf else 0.0
         m_alpha = m_new if mistake == "no_guard_alpha" else m_use     # the stand-in in one
         m_p = m_new if mistake == "no_guard_p" else m_use             # exponential only
         alpha = 1.0 if mistake == "no_rescale" else math.exp(m[i] - m_alpha) \
@@ -450,7 +465,8 @@ def update_reference(s, acc, m, lp, i, mx, mistake=None):
 UPDATE_MISTAKES = [("no_guard", HINT_NEG_INF), ("no_guard_alpha", HINT_NEG_INF_ONE),
                    ("no_guard_p", HINT_NEG_INF_ONE), ("no_rescale", HINT_RESCALE),
                    ("tile_max", HINT_MAX), ("no_shift", HINT_SHIFT),
-                   ("p_not_stored", HINT_P_NOT_STORED), ("exp2", HINT_EXP2)]
+                   ("p_not_stored", HINT_P_NOT_STORED), ("exp2", HINT_EXP2),
+                   ("standin_mx", HINT_STANDIN_WHICH), ("standin_old", HINT_STANDIN_WHICH)]
 
 
 def _all_close(a, b, rtol, atol) -> bool:
@@ -469,6 +485,9 @@ def check_online_update(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
          -5.0),
         ("a fully masked tile while the row is still empty, row 1",
          dict(seed=4, empty=True, masked=True), 1, float(NEG_INF)),
+        # review round 16 a: a stand-in tested on mx passed every part case
+        ("a fully masked tile after the row has seen keys, row 0",
+         dict(seed=8, masked=True), 0, float(NEG_INF)),
         ("large scores (|s| ~ 80), row 0", dict(seed=5), 0, None),
     ]
     cases = []
@@ -645,14 +664,19 @@ def check_kernel(micro_tile_scores, row_max, row_sum, online_update, *, verbose:
 def key_blocks_expected(q0, tq, tk, causal, off, mistake=None):
     """Key tiles the query block at q0 visits, optionally with one typical mistake:
     'no_skip', 'off_by_one' (last // BC), 'top_left' (off = 0), 'floor' (Tk // BC tiles),
-    'negative' (no clamp at 0 for blocks that see nothing)."""
+    'negative' (no clamp at 0 for blocks that see nothing), 'first_row' (the block's first
+    row's last key), 'ceil' (ceil(last / BC) tiles: one short where last starts a tile)."""
     n = tk // BC if mistake == "floor" else ceil_div(tk, BC)
     if not causal or mistake == "no_skip":
         return n
     if mistake == "top_left":
         off = 0
     last = min(q0 + BR, tq) - 1 + off                  # last key the block's last row sees
+    if mistake == "first_row":
+        last = q0 + off
     count = last // BC + (0 if mistake == "off_by_one" else 1)
+    if mistake == "ceil":
+        count = -(-last // BC)
     if mistake == "negative":
         return min(n, count)
     return max(0, min(n, count)) if last >= 0 else 0
@@ -660,7 +684,9 @@ def key_blocks_expected(q0, tq, tk, causal, off, mistake=None):
 
 KEY_BLOCK_MISTAKES = [("no_skip", HINT_SKIP_NONE), ("top_left", HINT_SKIP_TOP_LEFT),
                       ("floor", HINT_SKIP_FLOOR), ("off_by_one", HINT_SKIP_OFF_BY_ONE),
-                      ("negative", HINT_SKIP_NEGATIVE)]
+                      ("negative", HINT_SKIP_NEGATIVE),
+                      # review round 16 a (m): both got the generic HINT_SKIP
+                      ("first_row", HINT_SKIP_SHORT), ("ceil", HINT_SKIP_SHORT)]
 
 
 def check_key_blocks(key_blocks, parts, *, verbose: bool = True, hint_level: int = 1) -> Result:

@@ -378,8 +378,9 @@ HINT_SM_RESCALE = ("Missing rescale in the running sum: when a lane's max grows,
                    "that factor is 1 when m was already set to the new max: exp(0). Take it "
                    "while m still holds the old max.",
                    "l = l * exp(m - m_new) + exp(x - m_new), and only then m = m_new.")
-HINT_SM_MERGE = ("The butterfly adds the lanes' sums without rescaling them to the common max: "
-                 "l1 and l2 are measured against different maxima m1 and m2.",
+HINT_SM_MERGE = ("The butterfly adds the lanes' sums without rescaling both to the common max: "
+                 "l1 and l2 are measured against different maxima m1 and m2, and each needs "
+                 "its own factor (a factor on one of them only is half the merge).",
                  "l = l1 * exp(m1 - m) + l2 * exp(m2 - m) with m = max(m1, m2).")
 HINT_SM_NAN = ("NaN in a row with masked (-inf) entries: a lane whose elements are all -inf "
                "has m = -inf, and exp(-inf - (-inf)) is NaN. Use a finite stand-in (0) for the "
@@ -425,6 +426,10 @@ def _softmax_replay(x, mistake=None):
                 mu = mn if mistake == "no_guard" else np.where(mn == -np.inf, 0.0, mn)
                 if mistake == "merge":
                     l = l + l[p]
+                elif mistake == "merge_own":         # only this lane's sum rescaled
+                    l = l * np.exp(m - mu) + l[p]
+                elif mistake == "merge_partner":     # only the partner's sum rescaled
+                    l = l + l[p] * np.exp(m[p] - mu)
                 elif mistake == "no_shift":
                     l = l + l[p]
                 else:
@@ -497,6 +502,9 @@ HINT_FLASH_RESCALE_L = ("Half a rescale: your acc is brought to the new max but 
                         "were accumulated against the old max; when the row max grows, both "
                         "must be multiplied by exp(m_old - m_new).",
                         "l = l * alpha + p, with the alpha that multiplies acc.")
+HINT_FLASH_DIVIDE = ("The output is not normalised: acc holds the UNnormalised sum of p v, so "
+                     "each row's o is acc / l, once, after the last key tile.",
+                     "Divide each of the row's d accumulators by its l when you write o.")
 HINT_FLASH_SCALE = ("The scores are missing `scale`: s = scale (q . k) (the puzzle passes "
                     "1 / sqrt(d)), before the max and the exponentials.",
                     "Multiply q's row (or each dot product) by scale.")
@@ -523,8 +531,9 @@ def spec_flash(arrays, scalars):
 
 def _flash_replay(mistake, by_tile=False):
     """The one-block forward in float64 with one mistake ('no_mask', 'no_rescale' (of l and
-    acc), 'no_rescale_acc', 'no_rescale_l', 'no_scale'), updating the state key by key or,
-    `by_tile`, once per tile of BC11 keys: a missing rescale gives a different result in each."""
+    acc), 'no_rescale_acc', 'no_rescale_l', 'no_scale', 'no_divide'), updating the state key
+    by key or, `by_tile`, once per tile of BC11 keys: a missing rescale gives a different
+    result in each."""
     def replay(arrays, scalars):
         q, k, v = arrays["q"], arrays["k"], arrays["v"]
         tk, d = k.shape
@@ -547,7 +556,7 @@ def _flash_replay(mistake, by_tile=False):
                 l = l * (1.0 if mistake == "no_rescale_l" else alpha) + p.sum()
                 acc = acc * (1.0 if mistake == "no_rescale_acc" else alpha) + p @ vp[c:c1]
                 m = mn
-            o[r] = acc / l
+            o[r] = acc if mistake == "no_divide" else acc / l
         return {"o": o}
     return replay
 
@@ -698,6 +707,7 @@ def _ladder() -> list[Puzzle]:
                HINT_SOFTMAX,
                [(lambda a, s, m=m: {"out": _softmax_replay(a["x"], m)}, h) for m, h in
                 (("no_rescale", HINT_SM_RESCALE), ("merge", HINT_SM_MERGE),
+                 ("merge_own", HINT_SM_MERGE), ("merge_partner", HINT_SM_MERGE),
                  ("no_butterfly", HINT_SM_LANES))],
                [], expected=lambda c: {"global write": c.arrays["x"].size},
                first=[(_sm_nan, HINT_SM_NAN), (_sm_overflow, HINT_SM_SHIFT)]),
@@ -712,6 +722,7 @@ def _ladder() -> list[Puzzle]:
                 _flash_case("tq = 3, tk = 300, d = 2: a long row, 38 key tiles", 3,
                             300, 2, 23)],
                HINT_FLASH, [(_flash_replay("no_mask"), HINT_FLASH_MASK),
+                            (_flash_replay("no_divide"), HINT_FLASH_DIVIDE),
                             (_flash_replay("no_scale"), HINT_FLASH_SCALE)]
                + [(_flash_replay(m, by_tile), h) for by_tile in (False, True)
                   for m, h in (("no_rescale", HINT_FLASH_RESCALE),

@@ -118,6 +118,23 @@ HINT_NEG_INF = (
     "Subtract a finite stand-in (0 works) wherever the new max is still -inf; the "
     "probabilities and the factor are then exp(-inf) = 0 and the row stays empty. At the "
     "end, rows with l = 0 get o = 0 and lse = -inf.")
+HINT_MASK_ZERO = (
+    "Hidden scores are set to 0, not -inf: a score of 0 is an ordinary score, and it still "
+    "gets the weight exp(0 - m) in P, in l and in acc. The causal mask must remove the pair: "
+    "-inf, whose exponential is exactly 0.",
+    "Where the key position is past what the query sees, put -inf into S before the row "
+    "max.")
+HINT_STANDIN_OLD = (
+    "Your stand-in for a -inf max is tested on the old max m: on the first key tile m is "
+    "-inf for every row, so every row subtracts 0 there instead of its new max, and l and "
+    "acc start out measured against 0 while m says otherwise. The stand-in is 0 only where "
+    "the NEW max is -inf.",
+    "Build the stand-in from m_new alone: 0 where m_new is -inf, m_new elsewhere.")
+HINT_RESCALE_AFTER = (
+    "The rescale is applied after this tile is added: alpha = exp(old max - new max) brings "
+    "the OLD l and acc to the new max; this tile's P is already measured against the new max "
+    "and must not be multiplied by alpha.",
+    "Multiply l and acc by alpha first, then add the tile's row sums and P V_j.")
 HINT_DIVIDE = (
     "The output is not normalised: acc holds the UNnormalised sum, so each row must be "
     "divided by its l at the end.",
@@ -279,7 +296,9 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
     query blocks), 'no_scale' (scale 1), 'strict_mask' (j < i + off), 'k_end_short' (the
     key loop's end one short), 'lse_log2_l' (m + log2 l), 'p_exp2' (P by exp2, alpha by
     exp), 'offset_sign' (Tq - Tk for the offset), 'mask_offset_sign' (Tq - Tk in the
-    mask only), 'k_end_no_offset' (k_end = q1). Returns (o, lse).
+    mask only), 'k_end_no_offset' (k_end = q1), 'mask_zero' (hidden scores 0, not -inf),
+    'standin_old' (the stand-in tested on the old max), 'rescale_after', '_l', '_acc' (alpha
+    applied after the tile is added). Returns (o, lse).
     """
     tq, d = q.shape
     tk = k.shape[0]
@@ -310,14 +329,20 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
                     cols, rows = np.arange(k0, k1)[None, :], np.arange(q0, q1)[:, None]
                     vis = (cols < rows + off if mistake == "strict_mask"
                            else cols <= rows + mask_off)
-                    s = np.where(vis, s, -np.inf)
+                    s = np.where(vis, s, 0.0 if mistake == "mask_zero" else -np.inf)
                 m_new = s.max(axis=1) if mistake == "tile_max" else np.maximum(m, s.max(axis=1))
-                p = (np.exp2 if mistake == "p_exp2" else np.exp)(s - _safe(m_new)[:, None])
-                alpha = np.ones_like(m) if mistake == "no_rescale" else np.exp(m - _safe(m_new))
+                m_use = (np.where(np.isneginf(m), 0.0, m_new) if mistake == "standin_old"
+                         else _safe(m_new))
+                p = (np.exp2 if mistake == "p_exp2" else np.exp)(s - m_use[:, None])
+                alpha = np.ones_like(m) if mistake == "no_rescale" else np.exp(m - m_use)
                 a_l = 1.0 if mistake == "no_rescale_l" else alpha
                 a_acc = 1.0 if mistake == "no_rescale_acc" else alpha[:, None]
-                l = a_l * l + p.sum(axis=1)
-                acc = a_acc * acc + p @ v[k0:k1]
+                # alpha applied to (old + tile): to both, to l only or to acc only (round 16 a)
+                after_l = mistake in ("rescale_after", "rescale_after_l")
+                after_acc = mistake in ("rescale_after", "rescale_after_acc")
+                l = alpha * (l + p.sum(axis=1)) if after_l else a_l * l + p.sum(axis=1)
+                acc = (alpha[:, None] * (acc + p @ v[k0:k1]) if after_acc
+                       else a_acc * acc + p @ v[k0:k1])
                 m = m_new
             seen = l > 0
             o[q0:q1][seen] = acc[seen] if mistake == "no_divide" else acc[seen] / l[seen, None]
@@ -338,7 +363,11 @@ MISTAKES = [("no_rescale", HINT_RESCALE), ("no_rescale_l", HINT_RESCALE_L),
             ("lse_log2_l", HINT_LSE_LOG2), ("p_exp2", HINT_P_BASE2),
             ("k_end_short", HINT_K_END_SHORT), ("k_end_no_offset", HINT_K_END_NO_OFFSET),
             ("early_stop", HINT_SKIP_TOO_MUCH), ("k_ragged_drop", HINT_RAGGED_DROP),
-            ("k_off_by_one", HINT_RAGGED_OFF_BY_ONE), ("q_ragged_drop", HINT_RAGGED_Q)]
+            ("k_off_by_one", HINT_RAGGED_OFF_BY_ONE), ("q_ragged_drop", HINT_RAGGED_Q),
+            # review round 16 a (m): each got HINT_FORWARD
+            ("mask_zero", HINT_MASK_ZERO), ("standin_old", HINT_STANDIN_OLD),
+            ("rescale_after", HINT_RESCALE_AFTER), ("rescale_after_l", HINT_RESCALE_AFTER),
+            ("rescale_after_acc", HINT_RESCALE_AFTER)]
 
 
 def _close(a, b) -> bool:

@@ -40,6 +40,12 @@ HINT_LSE = ("Writes are missing lse: besides O (Tq x d x e bytes) each query row
 HINT_LSE_SIZE = "lse is stored in fp32 whatever the input dtype: 4 bytes per row, not e."
 HINT_FLOOR = ("Number of query blocks: Tr = ceil(Tq / Br), rounded UP; floor division drops the "
               "ragged last block.")
+HINT_TR_SIZES = ("Number of query blocks: Tr = ceil(Tq / Br), the QUERY length over the QUERY "
+                 "block size. Yours divides Tk, or divides by Bc: those cut K and V into tiles, "
+                 "and do not set how many times K and V are read.")
+HINT_LSE_ONE = ("The fa2 order writes one statistic per query row, lse = m + log l (4 bytes), "
+                "once at the end; m and l stay on chip and are not written (FlashAttention-1's "
+                "order writes both back every tile).")
 HINT_PER_ROW = ("K and V are re-read once per query BLOCK, not once per query row: the Br rows "
                 "of Q_i share each load of K_j and V_j, which is the point of tiling, so K and "
                 "V cost 2 x Tr x Tk x d x e bytes with Tr = ceil(Tq / Br), not "
@@ -142,6 +148,11 @@ def _diagnoses(cfg):
         (reads_are(wrong_k_only(*cfg)[0]), HINT_V),
         (reads_are(wrong_kv_once(*cfg)[0]), HINT_ONCE),
         (reads_are(tq * d * e + 2 * (tq // br) * tk * d * e), HINT_FLOOR),
+        # Tr from the wrong length or block size (review round 16 a)
+        (lambda y, x: int(y[0]) != right_reads and int(y[0]) in {
+            tq * d * e + 2 * n * tk * d * e for n in (ceil_div(tq, bc), ceil_div(tk, br),
+                                                      ceil_div(tk, bc)) if n != tr},
+         HINT_TR_SIZES),
         (reads_are(2 * tk * d * e + tc * tq * d * e), HINT_SWAPPED),
         (reads_are(tq * d * e + 2 * tq * tk * d * e), HINT_PER_ROW),
         # S and/or P of e or 4 bytes an entry, read and/or written: 1 to 4 times Tq Tk entries
@@ -149,6 +160,7 @@ def _diagnoses(cfg):
                                                   for b in (e, 4)}, HINT_SCORES),
         (writes_are(tq * d * e), HINT_LSE),
         (writes_are(tq * d * e + e * tq), HINT_LSE_SIZE),
+        (writes_are(tq * d * e + 8 * tq), HINT_LSE_ONE),
     ]
 
 
@@ -267,6 +279,9 @@ HINT_BWD_STAT_TILE = ("Each tile reads both statistics of its query rows, lse_i 
                       "short per tile.")
 HINT_BWD_DKDV = ("dK_j and dV_j are written once per key block, after the inner loop: "
                  "2 x rows(K_j) x d x e bytes.")
+HINT_BWD_TC_SIZES = ("Number of key blocks: Tc = ceil(Tk / Bc), the KEY length over the KEY "
+                     "block size; yours divides Tq, or divides by Br (the query block's size). "
+                     "The backward's outer loop runs over key blocks.")
 HINT_BWD_FLOOR = ("Number of key blocks: Tc = ceil(Tk / Bc), rounded UP; floor division drops "
                   "the ragged last key block, whose tiles still read Q_i, dO_i, dQ_i, lse_i, D_i "
                   "and write dQ_i.")
@@ -292,7 +307,12 @@ def _bwd_variants(tq, tk, d, br, bc, e):
     reads = 2 * tq * d * e + 2 * tk * d * e + tc * (3 * tq * d * e + 8 * tq)
     writes = 4 * tq + tq * d * e + tc * tq * d * e + 2 * tk * d * e
     floor = tk // bc          # key blocks rounded down: per-block terms one block short
+
+    def with_tc(n):           # the per-key-block terms counted n times instead of tc
+        return (reads + (n - tc) * (3 * tq * d * e + 8 * tq), writes + (n - tc) * tq * d * e)
     return {
+        **{f"tc_{i}": with_tc(n) for i, n in enumerate(
+            (ceil_div(tk, br), ceil_div(tq, bc), ceil_div(tq, br))) if n not in (tc, floor)},
         "floor": (reads - (tc - floor) * (3 * tq * d * e + 8 * tq),
                   writes - (tc - floor) * tq * d * e),
         "no_dq": (reads - tc * tq * d * e, writes - tc * tq * d * e),
@@ -309,8 +329,9 @@ def _bwd_variants(tq, tk, d, br, bc, e):
 #: statistic missing per tile reads (2 x 2 = 4), and at d = 8 O left out of D as well
 BACKWARD_CASES = [
     ("backward, Tq = Tk = 32, d = 8, Br = Bc = 8, e = 8", (32, 32, 8, 8, 8, 8)),
-    ("backward, ragged, Tq = 50, Tk = 37, d = 7, Br = 16, Bc = 10, e = 2",
-     (50, 37, 7, 16, 10, 2)),
+    # Br = 8: ceil(Tk / Br) = 5 is neither Tc = 4 nor floor(Tk / Bc) = 3 (review round 16 a)
+    ("backward, ragged, Tq = 50, Tk = 37, d = 7, Br = 8, Bc = 10, e = 2",
+     (50, 37, 7, 8, 10, 2)),
     ("backward, Tq = 9 < Tk = 40, d = 3, Br = 4, Bc = 6, e = 8", (9, 40, 3, 4, 6, 8)),
 ]
 
@@ -331,6 +352,11 @@ def check_backward_traffic(fn, *, verbose: bool = True, hint_level: int = 1) -> 
         for key, hint in (("stat_e", HINT_BWD_STAT), ("floor", HINT_BWD_FLOOR)):
             diagnoses.append(((lambda y, x, w=variants[key]: (y[0] == w[0] and y[0] != x[0])
                                or (y[1] == w[1] and y[1] != x[1])), hint))
+        # Tc from the wrong length or block size (review round 16 a: Br for Bc got the floor
+        # hint where ceil(Tk / Br) equals floor(Tk / Bc))
+        for key in (k for k in variants if k.startswith("tc_")):
+            diagnoses.append(((lambda y, x, w=variants[key]: (y[0] == w[0] and y[0] != x[0])
+                               or (y[1] == w[1] and y[1] != x[1])), HINT_BWD_TC_SIZES))
 
         def run(f, cfg=cfg):
             return _as_pair(f(*cfg)), backward_counter_traffic(*cfg)
