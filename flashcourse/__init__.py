@@ -48,7 +48,8 @@ Modules, in layers (a module imports from its own layer or below; CONTRIBUTING.m
                 reading a quiz file)
     quizzes     each notebook's questions, one TOML file per notebook: quizzes.show("03")
     exercises   the notebooks' predict-then-check exercises and their checkers (with
-                exercises_hopper and exercises_paged, the ones of notebooks 12 and 11b)
+                exercises_hopper, exercises_paged and exercises_model, the ones of
+                notebooks 12, 11b and 13)
     labs        the lab checkers
  5  widgets     the interactive explorers, one module each on one base (widgets._base):
                 score memory, traffic, tile schedule, tuning, backward, KV cache, block
