@@ -642,3 +642,18 @@ def test_kernel_ab_table_prints_the_runs_side_by_side(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split() == ["fwd", "1.500", "1.250"]
     assert lines[2].split() == ["bwd", "2.000", "nan"]
+
+
+def test_kernel_ab_only_runs_the_named_variants(capsys):
+    """--only splits one A/B into smaller calls (a whole run compiles for longer than a
+    device command's time); the hashes of what it runs are those of a whole run."""
+    mod = _load("kernel_ab")
+    mod.main(["--bits", "--simulator-smoke", "--only", "decode", "--label", "part"])
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    kind, label, doc = line.split(" ", 2)
+    got = json.loads(doc)
+    assert kind == "BITS" and label == "part" and got
+    assert all(name.startswith("decode") for name in got)
+    mod.ONLY = ()
+    whole = mod._bits_fp16(True)
+    assert set(whole) > set(got) and all(whole[name] == value for name, value in got.items())
