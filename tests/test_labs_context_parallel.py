@@ -42,6 +42,7 @@ MISTAKES = {
         (_LSE, _LSE.replace("lse_a - logsigmoid", "lse_a + logsigmoid"), (L.HINT_LSE_SIGN,)),
         ("sigmoid(diff)))", "sigmoid(-diff)))", (L.HINT_SWAPPED,)),           # weights swapped
         (_O, "    o = (o_a + o_b) / 2", (L.HINT_AVERAGE,)),
+        (_LSE, _LSE.replace("logsigmoid(-diff)", "logsigmoid(diff)"), (L.HINT_LSE_DIFF,)),
         (_BODY_START, _NAIVE + _BODY_START, (L.HINT_OVERFLOW_EXP,)),            # naive exp
         (_BODY_START, _UNGUARDED + _BODY_START, (L.HINT_EMPTY,)),               # no -inf guard
     ],
@@ -55,6 +56,9 @@ MISTAKES = {
         (_SIZES, "    sizes = [base for c in range(chunks)]",                   # remainder dropped
          (L.HINT_DROPPED.format(n=37, c=6, rest=1),)),
         (_SIZES, "    sizes = [base] * (chunks - 1) + [base + extra]", (L.HINT_REST_LAST,)),
+        (_SIZES, "    sizes = [base + extra] + [base] * (chunks - 1)", (L.HINT_REST_LAST,)),
+        (_SIZES, "    sizes = [(c + 1) * n // chunks - c * n // chunks for c in range(chunks)]",
+         (L.HINT_REST_LAST,)),                                       # edges c n // (2 world)
         (_SIZES, "    size = -(-n // chunks)\n"
                  "    sizes = [max(0, min(size, n - c * size)) for c in range(chunks)]",
          (L.HINT_CEIL,)),

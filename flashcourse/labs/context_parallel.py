@@ -18,10 +18,11 @@ The learner writes
 Expected values come from attention itself (the merge: the state of the union, computed
 directly in float64) and from `flashcourse.distributed.shards`. Each typical mistake is
 replayed on the case's own inputs and named: the sign of the correction flipped, the
-weights swapped, lse not updated (or updated with max, or summed), the exponentials taken
+weights swapped, lse not updated (or updated with max, or summed, or with the difference
+of o's weight), the exponentials taken
 without subtracting a max (overflow on large scores), no guard for an empty side (NaN);
-chunks r and world - 1 - r, chunk edges off by one, the remainder dropped or given to the
-last chunk, the late chunk listed first; the ring's direction reversed, the diagonal key
+chunks r and world - 1 - r, chunk edges off by one, the remainder dropped, given to the
+last or the first chunk or spread by edges c n // (2 world), the late chunk listed first; the ring's direction reversed, the diagonal key
 left out, no mask, the table transposed.
 """
 
@@ -51,6 +52,9 @@ HINT_LSE_SUM = ("Your lse is lse_a + lse_b: log-sum-exps combine as log(e^lse_a 
                 "not by adding them. Use lse_a - logsigmoid(lse_a - lse_b).")
 HINT_LSE_SIGN = ("Your lse got smaller than lse_a: logsigmoid is never positive, so "
                  "lse = lse_a - logsigmoid(lse_a - lse_b) (minus) can only grow.")
+HINT_LSE_DIFF = ("Your lse uses the difference the other way round: o's weight takes "
+                 "lse_b - lse_a, but the lse grows by -logsigmoid(lse_a - lse_b) (= log(1 + "
+                 "e^(lse_b - lse_a))): lse = lse_a - logsigmoid(lse_a - lse_b).")
 HINT_AVERAGE = ("Your o is the plain average of o_a and o_b: each side weighs as much as its "
                 "softmax mass, e^lse. Weight b by sigmoid(lse_b - lse_a).")
 HINT_UNNORMALISED = ("Your o is w_a o_a + w_b o_b with weights e^(lse - max) that do not add "
@@ -111,6 +115,8 @@ def _merge_mistake(o_a, lse_a, o_b, lse_b, mistake):
             lse = lse_a + lse_b
         elif mistake == "lse sign":
             lse = np.where(a_empty, lse_b, np.where(b_empty, lse_a, lse_a + logsigmoid(-diff)))
+        elif mistake == "lse diff":
+            lse = np.where(a_empty, lse_b, np.where(b_empty, lse_a, lse_a - logsigmoid(diff)))
         elif mistake == "average":
             o = (o_a + o_b) / 2.0
         elif mistake == "unnormalised":
@@ -131,6 +137,7 @@ def _merge_mistake(o_a, lse_a, o_b, lse_b, mistake):
 MISTAKES_MERGE = [("sign", (HINT_SIGN,)), ("swapped", (HINT_SWAPPED,)),
                   ("no lse", (HINT_NO_LSE,)), ("lse max", (HINT_LSE_MAX,)),
                   ("lse sum", (HINT_LSE_SUM,)), ("lse sign", (HINT_LSE_SIGN,)),
+                  ("lse diff", (HINT_LSE_DIFF,)),
                   ("average", (HINT_AVERAGE,)), ("unnormalised", (HINT_UNNORMALISED,))]
 
 
@@ -273,9 +280,10 @@ HINT_DROPPED = ("The last positions belong to no rank: with n = {n} and 2 world 
                 "n // (2 world) positions per chunk leave {rest} over. Give the first "
                 "n % (2 world) chunks one more position each (numpy.array_split's rule).")
 HINT_REST_LAST = ("Your chunks hold every position, but the leftover n % (2 world) positions "
-                  "went to one chunk. The course's rule (numpy.array_split's, and "
-                  "flashcourse.distributed.shards.chunk_bounds') gives the first n % (2 world) "
-                  "chunks one position more each.")
+                  "are not where the course's rule puts them (all in one chunk, or spread "
+                  "from the end as edges c n // (2 world) spread them). The rule "
+                  "(numpy.array_split's, and flashcourse.distributed.shards.chunk_bounds') "
+                  "gives each of the first n % (2 world) chunks one position more.")
 HINT_CEIL = ("Your chunks are ceil(n / (2 world)) long with a short last one: the course's "
              "rule gives the first n % (2 world) chunks one position more than the others "
              "(numpy.array_split's cut), so lengths differ by at most one.")
@@ -291,6 +299,10 @@ def _bounds(n, parts, rule):
         sizes = [base] * parts
     elif rule == "rest last":
         sizes = [base] * (parts - 1) + [base + extra]
+    elif rule == "rest first":
+        sizes = [base + extra] + [base] * (parts - 1)
+    elif rule == "floor":                                     # edges c n // parts
+        sizes = [(c + 1) * n // parts - c * n // parts for c in range(parts)]
     elif rule == "ceil":
         size = -(-n // parts)
         sizes = [max(0, min(size, n - c * size)) for c in range(parts)]
@@ -305,7 +317,8 @@ def _zigzag_mistake(n, world, mistake):
         return zigzag_shards(n, world)
     if mistake == "contiguous":
         return layout_shards(n, world, "contiguous")
-    rule = mistake if mistake in ("dropped", "rest last", "ceil") else "split"
+    rule = mistake if mistake in ("dropped", "rest last", "rest first", "floor", "ceil") \
+        else "split"
     b = _bounds(n, 2 * world, rule)
     if mistake == "edge short":
         b = [(a, z - 1) for a, z in b]
@@ -338,7 +351,8 @@ def _zigzag_case(n, world):
                 ("contiguous", (HINT_CONTIGUOUS,)), ("edge short", (HINT_EDGE,)),
                 ("edge long", (HINT_EDGE,)),
                 ("dropped", (HINT_DROPPED.format(n=n, c=c, rest=n % c),)),
-                ("rest last", (HINT_REST_LAST,)), ("ceil", (HINT_CEIL,)),
+                ("rest last", (HINT_REST_LAST,)), ("rest first", (HINT_REST_LAST,)),
+                ("floor", (HINT_REST_LAST,)), ("ceil", (HINT_CEIL,)),
                 ("late first", (HINT_ORDER,))]
     replay = lambda m: np.asarray(_zigzag_mistake(n, world, m), np.float64)   # noqa: E731
     diagnoses = mistake_diagnoses(replay, mistakes, _same_ranges)
