@@ -128,3 +128,19 @@ def test_work_table_cases_hold_both_layouts():
     names = {c[2] for c in L.WORK_CASES}
     assert names == {"contiguous", "zigzag"}
     assert all(len(layout_shards(n, w, lay)) == w for n, w, lay in L.WORK_CASES)
+
+
+def test_half_block_claim_is_made_for_equal_chunks_only():
+    """Every zigzag step after the first costs each rank the same pairs when 2w divides n,
+    not otherwise: lab 16's summary and notebook 16 say so."""
+    import json
+    from pathlib import Path
+    assert len(set(causal_pairs(32, 4, "zigzag")[:, 1:].ravel())) == 1
+    assert len(set(causal_pairs(37, 3, "zigzag")[:, 1:].ravel())) > 1
+    root = Path(__file__).resolve().parents[1]
+    for path in (LAB, root / "notebooks" / "16_context_parallelism.ipynb"):
+        cells = json.loads(Path(path).read_text())["cells"]
+        text = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        text = " ".join(text.split())
+        i = text.index("every step after the first")
+        assert "divides" in text[i - 80:i], path
