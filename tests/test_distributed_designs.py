@@ -96,3 +96,11 @@ def test_notebook_16_ulysses_row_and_memory_claims_match_the_model():
     ring, uly = (D.held_bytes_per_rank(x, n, 32, **SHAPE) / 1e6 for x in ("ring", "ulysses"))
     assert ring < uly and f"({uly:.0f} MB)" in text and f"({ring:.0f} MB)" in text
     assert "Ulysses holds the least, but" not in text
+
+
+def test_sizes_may_be_numpy_integers():
+    """n from a numpy computation (np.int64) is an int like any other."""
+    got = D.comm_bytes_per_rank("ring", np.int64(131_072), np.int64(8), **SHAPE)
+    assert got == D.comm_bytes_per_rank("ring", 131_072, 8, **SHAPE)
+    with pytest.raises(ValueError, match="n must be an int >= 1"):
+        D.comm_bytes_per_rank("ring", 1.5, 8, **SHAPE)
