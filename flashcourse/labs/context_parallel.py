@@ -19,10 +19,10 @@ Expected values come from attention itself (the merge: the state of the union, c
 directly in float64) and from `flashcourse.distributed.shards`. Each typical mistake is
 replayed on the case's own inputs and named: the sign of the correction flipped, the
 weights swapped, lse not updated (or updated with max, or summed, or with the difference
-of o's weight), the exponentials taken
-without subtracting a max (overflow on large scores), no guard for an empty side (NaN);
-chunks r and world - 1 - r, chunk edges off by one, the remainder dropped, given to the
-last or the first chunk or spread by edges c n // (2 world), the late chunk listed first; the ring's direction reversed, the diagonal key
+of o's weight), the exponentials taken without subtracting a max (overflow on large
+scores), no guard for an empty side (NaN); chunks r and world - 1 - r, chunk edges off by
+one, the remainder dropped, given to the last or the first chunk or spread by edges
+c n // (2 world), the late chunk listed first; the ring's direction reversed, the diagonal key
 left out, no mask, the table transposed.
 """
 
