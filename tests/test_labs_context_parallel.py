@@ -45,6 +45,9 @@ MISTAKES = {
         (_LSE, _LSE.replace("logsigmoid(-diff)", "logsigmoid(diff)"), (L.HINT_LSE_DIFF,)),
         (_BODY_START, _NAIVE + _BODY_START, (L.HINT_OVERFLOW_EXP,)),            # naive exp
         (_BODY_START, _UNGUARDED + _BODY_START, (L.HINT_EMPTY,)),               # no -inf guard
+        ("np.where(a_empty, 1.0, sigmoid(diff))", "np.where(a_empty, 0.0, sigmoid(diff))",
+         (L.HINT_EMPTY,)),                               # lse_a = -inf keeps a's o (no NaN)
+        ("np.where(a_empty, lse_b,", "np.where(a_empty, lse_a,", (L.HINT_EMPTY,)),
     ],
     "zigzag_ranges": [
         (_RET, _RET.replace("chunks - 1 - r", "world - 1 - r"), (L.HINT_MIRROR_W,)),
@@ -144,3 +147,16 @@ def test_half_block_claim_is_made_for_equal_chunks_only():
         text = " ".join(text.split())
         i = text.index("every step after the first")
         assert "divides" in text[i - 80:i], path
+
+
+def test_an_lse_left_at_minus_inf_is_reported_where_it_is_wrong(capsys):
+    """A merge whose lse stays -inf where a saw no key but b did: the report points at that
+    row (not at a row where both are -inf), and the checker's own arithmetic on -inf prints
+    no warning under 'Your function printed'."""
+    def keeps_a_lse(o_a, lse_a, o_b, lse_b):
+        o, lse = merge_sigmoid(o_a, lse_a, o_b, lse_b)
+        return o, np.where(np.isneginf(lse_a), lse_a, lse)
+    result = L.check_ring_merge(keeps_a_lse)
+    out = capsys.readouterr().out
+    assert not result.passed and result.hint == L.HINT_EMPTY
+    assert "yours -inf, expected -inf" not in out and "printed" not in out

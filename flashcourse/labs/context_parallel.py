@@ -64,8 +64,9 @@ HINT_OVERFLOW_EXP = ("Your result holds NaN or inf where the scores are large (|
                      "e^800 overflows and e^-800 underflows to 0. Never exponentiate an lse "
                      "itself: sigmoid(lse_b - lse_a) and logsigmoid(...) take only the "
                      "difference (use the lab's `sigmoid` and `logsigmoid`).")
-HINT_EMPTY = ("Your result holds NaN in rows where a side saw no key (its lse is -inf): "
-              "-inf - (-inf) is NaN. Where lse_a is -inf take b's state, where lse_b is -inf "
+HINT_EMPTY = ("Your result is wrong only in rows where a side saw no key (its lse is -inf): "
+              "there -inf - (-inf) gives NaN, and a row whose lse_a is -inf must become b's "
+              "state (o_b, lse_b). Where lse_a is -inf take b's state, where lse_b is -inf "
               "keep a's (np.where, with np.isneginf), and compute the formula only elsewhere.")
 
 
@@ -172,10 +173,23 @@ def _overflowed(large):
     return fired
 
 
-def _nan_on_empty(empty):
+def _wrong_rows(yours, want) -> np.ndarray | None:
+    """Rows (of lse's shape) where yours differs from the right state (NaN included)."""
+    try:
+        o, lse = (np.asarray(x, np.float64) for x in yours)
+    except (TypeError, ValueError):
+        return None
+    if o.shape != want[0].shape or lse.shape != want[1].shape:
+        return None
+    o_ok = np.isclose(o, want[0], rtol=1e-9, atol=1e-12).all(axis=-1)
+    lse_ok = np.isclose(lse, want[1], rtol=1e-9, atol=1e-12)    # -inf == -inf is close
+    return ~(o_ok & lse_ok)
+
+
+def _wrong_on_empty_only(empty):
     def fired(yours, want):
-        bad = _bad_rows(yours, want)
-        return bad is not None and bool(bad.any()) and not bool((bad & ~empty).any())
+        wrong = _wrong_rows(yours, want)
+        return wrong is not None and bool(wrong.any()) and not bool((wrong & ~empty).any())
     return fired
 
 
@@ -193,7 +207,7 @@ def _merge_case(name, s, v, in_a, in_b):
     if large.any():
         diagnoses.insert(0, (_overflowed(large), HINT_OVERFLOW_EXP))
     if empty.any():
-        diagnoses.insert(0, (_nan_on_empty(empty), HINT_EMPTY))
+        diagnoses.insert(0, (_wrong_on_empty_only(empty), HINT_EMPTY))
 
     def run(fn):
         return as_pair(fn(*(x.copy() for x in args))), want
