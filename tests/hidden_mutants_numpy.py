@@ -598,6 +598,26 @@ LAB16 = [
     wrong(L16, ZZ, "remainder on the last chunk", [
         ("    sizes = [base + (1 if c < extra else 0) for c in range(chunks)]",
          "    sizes = [base] * chunks\n    sizes[-1] += extra")], "leftover"),
+    wrong(L16, ZZ, "edges c n // (2 world)", [
+        ("    sizes = [base + (1 if c < extra else 0) for c in range(chunks)]",
+         "    sizes = [(c + 1) * n // chunks - c * n // chunks for c in range(chunks)]")],
+          "leftover"),
+    wrong(L16, RM, "lse grown with o's difference", [
+        ("lse_a - logsigmoid(-diff)", "lse_a - logsigmoid(diff)")], "other way round"),
+    wrong(L16, RM, "an empty a keeps its own o", [
+        ("np.where(a_empty, 1.0, sigmoid(diff))", "np.where(a_empty, 0.0, sigmoid(diff))")],
+          "wrong only in rows"),
+    right(L16, RM, "max subtracted by hand, lists returned", [
+        ("    a_empty, b_empty = np.isneginf(lse_a), np.isneginf(lse_b)",
+         "    m = np.maximum(lse_a, lse_b)\n"
+         "    m = np.where(np.isneginf(m), 0.0, m)\n"
+         "    ea, eb = np.exp(lse_a - m), np.exp(lse_b - m)\n"
+         "    tot = np.where(ea + eb > 0, ea + eb, 1.0)\n"
+         "    o = (ea[..., None] * o_a + eb[..., None] * o_b) / tot[..., None]\n"
+         "    with np.errstate(divide='ignore'):\n"
+         "        lse = np.where(ea + eb > 0, m + np.log(tot), -np.inf)\n"
+         "    return [o, lse]\n"
+         "    a_empty, b_empty = np.isneginf(lse_a), np.isneginf(lse_b)")]),
     wrong(L16, RW, "ring turning backwards", [("(r - s) % world]", "(world + r + s) % world]")],
           "wrong way"),
     wrong(L16, RW, "diagonal left out", [("keys[None, :] <= positions[r][:, None]",

@@ -117,6 +117,9 @@ def test_zigzag_is_far_better_balanced_than_contiguous():
     (lambda: shards.contiguous_shards(10, 0), "world must be >= 1"),
     (lambda: shards.layout_shards(10, 2, "ring"), "layout must be one of"),
     (lambda: shards.chunk_bounds(2.5, 2), "n must be an int"),
+    (lambda: shards.shard(np.zeros((4, 10, 2)), [(0, 20)]), "ranges must lie within the 10"),
+    (lambda: model.min_hidden_shard(element_bytes=0), "element_bytes must be a positive"),
+    (lambda: model.min_hidden_shard(link_bytes_per_s=-1.0), "link_bytes_per_s must be"),
 ])
 def test_shards_reject_bad_input(call, match):
     with pytest.raises((ValueError, TypeError), match=match):

@@ -73,3 +73,34 @@ def test_demo_refuses_an_unknown_design():
     with pytest.raises(ValueError, match="design"):
         run_designs(["tree"], np.zeros((1, 1, 4, 2)), np.zeros((1, 1, 4, 2)),
                     np.zeros((1, 1, 4, 2)))
+
+
+def test_notebook_16_ulysses_row_and_memory_claims_match_the_model():
+    """Notebook 16's table writes Ulysses with h_kv (one whole K/V head once w > H_kv), as
+    `designs` counts it and as its printed w = 32 column shows; and it does not say Ulysses
+    holds the least there, where the ring's two blocks are smaller."""
+    import json
+    from pathlib import Path
+    nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks"
+                     / "16_context_parallelism.ipynb").read_text())
+    text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    n = 131_072
+    for w in (4, 8, 32):
+        h_kv = max(SHAPE["kv_heads"] // w, 1)
+        rows, de = n / w, SHAPE["d"] * SHAPE["element_bytes"]
+        assert D.comm_bytes_per_rank("ulysses", n, w, **SHAPE) == (
+            (w - 1) * rows * de * (2 * SHAPE["heads"] / w + 2 * h_kv))
+        assert D.held_bytes_per_rank("ulysses", n, w, **SHAPE) == (
+            n * de * (SHAPE["heads"] / w + 2 * h_kv))
+    assert "2 h_{kv}" in text and "\\frac{2 H_{kv}}{w}\\right)$ (Q, K, V in" not in text
+    ring, uly = (D.held_bytes_per_rank(x, n, 32, **SHAPE) / 1e6 for x in ("ring", "ulysses"))
+    assert ring < uly and f"({uly:.0f} MB)" in text and f"({ring:.0f} MB)" in text
+    assert "Ulysses holds the least, but" not in text
+
+
+def test_sizes_may_be_numpy_integers():
+    """n from a numpy computation (np.int64) is an int like any other."""
+    got = D.comm_bytes_per_rank("ring", np.int64(131_072), np.int64(8), **SHAPE)
+    assert got == D.comm_bytes_per_rank("ring", 131_072, 8, **SHAPE)
+    with pytest.raises(ValueError, match="n must be an int >= 1"):
+        D.comm_bytes_per_rank("ring", 1.5, 8, **SHAPE)

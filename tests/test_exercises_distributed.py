@@ -24,7 +24,7 @@ def test_stubs_are_reported_as_not_implemented(capsys):
 @pytest.mark.parametrize("fn,hint", [
     (lambda f, b, e, h, hkv: f * e / (2 * b), X.HINT_EVEN_NO_GQA),
     (lambda f, b, e, h, hkv: f * e * h / (2 * b * hkv), X.HINT_EVEN_GQA_INVERTED),
-    (lambda f, b, e, h, hkv: f * e * hkv / (4 * b * h), X.HINT_EVEN_ONE_TENSOR),
+    (lambda f, b, e, h, hkv: f * e * hkv / (4 * b * h), X.HINT_EVEN_HALF_OR_NO_E),
     (lambda f, b, e, h, hkv: f * e * hkv / (b * h), X.HINT_EVEN_ONE_MATMUL),
     (lambda f, b, e, h, hkv: 2 * b * h / (f * e * hkv), X.HINT_EVEN_INVERTED),
     (lambda f, b, e, h, hkv: f * e * hkv / (3 * b * h), X.HINT_EVEN),       # none of these
@@ -56,3 +56,25 @@ def _bytes(*, steps=None, kv="kv", tensors=2, out=True, keep=True):
 def test_bytes_mistakes_get_their_hint(fn, hint):
     r = X.check_comm_bytes(fn, verbose=False)
     assert not r.passed and r.hint == hint
+
+
+@pytest.mark.parametrize("rounding", [round, int, lambda x: -(-x // 1)],
+                         ids=["round", "int", "ceil"])
+def test_break_even_rounded_to_whole_positions_passes(rounding):
+    """The break-even is a number of positions: rounded to a whole one, it is right."""
+    def fn(f, b, e, h, hkv):
+        return rounding(X.reference_ring_break_even(f, b, e, h, hkv))
+    assert X.check_ring_break_even(fn, verbose=False).passed
+
+
+def test_break_even_without_element_bytes_is_not_told_only_k():
+    """Leaving out e (2 bytes) halves the block like sending only K: the hint names both."""
+    r = X.check_ring_break_even(lambda f, b, e, h, hkv: f * hkv / (2 * b * h), verbose=False)
+    assert not r.passed and r.hint == X.HINT_EVEN_HALF_OR_NO_E
+
+
+def test_ulysses_counted_as_the_ring_gets_its_own_hint():
+    def fn(design, n, world, heads, kv_heads, d, e):
+        return 2.0 * (world - 1) * (n / world) * kv_heads * d * e     # the ring's, everywhere
+    r = X.check_comm_bytes(fn, verbose=False)
+    assert not r.passed and r.hint == X.HINT_BYTES_ULYSSES_RING

@@ -42,8 +42,12 @@ MISTAKES = {
         (_LSE, _LSE.replace("lse_a - logsigmoid", "lse_a + logsigmoid"), (L.HINT_LSE_SIGN,)),
         ("sigmoid(diff)))", "sigmoid(-diff)))", (L.HINT_SWAPPED,)),           # weights swapped
         (_O, "    o = (o_a + o_b) / 2", (L.HINT_AVERAGE,)),
+        (_LSE, _LSE.replace("logsigmoid(-diff)", "logsigmoid(diff)"), (L.HINT_LSE_DIFF,)),
         (_BODY_START, _NAIVE + _BODY_START, (L.HINT_OVERFLOW_EXP,)),            # naive exp
         (_BODY_START, _UNGUARDED + _BODY_START, (L.HINT_EMPTY,)),               # no -inf guard
+        ("np.where(a_empty, 1.0, sigmoid(diff))", "np.where(a_empty, 0.0, sigmoid(diff))",
+         (L.HINT_EMPTY,)),                               # lse_a = -inf keeps a's o (no NaN)
+        ("np.where(a_empty, lse_b,", "np.where(a_empty, lse_a,", (L.HINT_EMPTY,)),
     ],
     "zigzag_ranges": [
         (_RET, _RET.replace("chunks - 1 - r", "world - 1 - r"), (L.HINT_MIRROR_W,)),
@@ -55,6 +59,9 @@ MISTAKES = {
         (_SIZES, "    sizes = [base for c in range(chunks)]",                   # remainder dropped
          (L.HINT_DROPPED.format(n=37, c=6, rest=1),)),
         (_SIZES, "    sizes = [base] * (chunks - 1) + [base + extra]", (L.HINT_REST_LAST,)),
+        (_SIZES, "    sizes = [base + extra] + [base] * (chunks - 1)", (L.HINT_REST_LAST,)),
+        (_SIZES, "    sizes = [(c + 1) * n // chunks - c * n // chunks for c in range(chunks)]",
+         (L.HINT_REST_LAST,)),                                       # edges c n // (2 world)
         (_SIZES, "    size = -(-n // chunks)\n"
                  "    sizes = [max(0, min(size, n - c * size)) for c in range(chunks)]",
          (L.HINT_CEIL,)),
@@ -124,3 +131,32 @@ def test_work_table_cases_hold_both_layouts():
     names = {c[2] for c in L.WORK_CASES}
     assert names == {"contiguous", "zigzag"}
     assert all(len(layout_shards(n, w, lay)) == w for n, w, lay in L.WORK_CASES)
+
+
+def test_half_block_claim_is_made_for_equal_chunks_only():
+    """Every zigzag step after the first costs each rank the same pairs when 2w divides n,
+    not otherwise: lab 16's summary and notebook 16 say so."""
+    import json
+    from pathlib import Path
+    assert len(set(causal_pairs(32, 4, "zigzag")[:, 1:].ravel())) == 1
+    assert len(set(causal_pairs(37, 3, "zigzag")[:, 1:].ravel())) > 1
+    root = Path(__file__).resolve().parents[1]
+    for path in (LAB, root / "notebooks" / "16_context_parallelism.ipynb"):
+        cells = json.loads(Path(path).read_text())["cells"]
+        text = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        text = " ".join(text.split())
+        i = text.index("every step after the first")
+        assert "divides" in text[i - 80:i], path
+
+
+def test_an_lse_left_at_minus_inf_is_reported_where_it_is_wrong(capsys):
+    """A merge whose lse stays -inf where a saw no key but b did: the report points at that
+    row (not at a row where both are -inf), and the checker's own arithmetic on -inf prints
+    no warning under 'Your function printed'."""
+    def keeps_a_lse(o_a, lse_a, o_b, lse_b):
+        o, lse = merge_sigmoid(o_a, lse_a, o_b, lse_b)
+        return o, np.where(np.isneginf(lse_a), lse_a, lse)
+    result = L.check_ring_merge(keeps_a_lse)
+    out = capsys.readouterr().out
+    assert not result.passed and result.hint == L.HINT_EMPTY
+    assert "yours -inf, expected -inf" not in out and "printed" not in out

@@ -31,6 +31,8 @@ the algorithm of the library that runs it, which this model leaves out.
 
 from __future__ import annotations
 
+import numpy as np
+
 __all__ = ["DESIGNS", "comm_bytes_per_rank", "held_bytes_per_rank", "kv_heads_per_rank"]
 
 #: the designs compared, in the order the notebook shows them
@@ -42,7 +44,7 @@ def _check(design, n, world, heads, kv_heads, d, element_bytes):
         raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
     for name, value in (("n", n), ("world", world), ("heads", heads), ("kv_heads", kv_heads),
                         ("d", d), ("element_bytes", element_bytes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     if heads % kv_heads:
         raise ValueError(f"kv_heads ({kv_heads}) must divide heads ({heads})")

@@ -59,5 +59,11 @@ def ring_step_times(n: int, d: int, world: int, *, heads: int = 1, batch: int = 
 def min_hidden_shard(*, element_bytes: int = 2, flops_per_s: float = 400e12,
                      link_bytes_per_s: float = 100e9) -> float:
     """Positions per rank (n / world) above which a non-causal ring step hides its
-    transfer: 4 s^2 d / F >= 2 s d e / W  <=>  s >= F e / (2 W)."""
+    transfer: 4 s^2 d / F >= 2 s d e / W  <=>  s >= F e / (2 W). ValueError naming an
+    argument that is not positive."""
+    for name, value in (("element_bytes", element_bytes), ("flops_per_s", flops_per_s),
+                        ("link_bytes_per_s", link_bytes_per_s)):
+        if isinstance(value, bool) or not (isinstance(value, (int, float, np.integer,
+                                                               np.floating)) and value > 0):
+            raise ValueError(f"{name} must be a positive number, got {value!r}")
     return flops_per_s * element_bytes / (2.0 * link_bytes_per_s)

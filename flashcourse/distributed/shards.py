@@ -85,6 +85,10 @@ def shard(x, ranges, axis: int = -2):
     """One rank's rows of a full array x (sequence along `axis`, default -2 of
     (..., T, d)): its ranges concatenated in order. numpy arrays or torch tensors."""
     ax = axis % x.ndim
+    for a, b in ranges:
+        if not 0 <= a < b <= x.shape[ax]:
+            raise ValueError(f"ranges must lie within the {x.shape[ax]} rows of x along axis "
+                             f"{axis}, got ({a}, {b})")
     pieces = [x[(slice(None),) * ax + (slice(a, b),)] for a, b in ranges]
     if isinstance(x, np.ndarray):
         return np.concatenate(pieces, axis=ax)

@@ -338,9 +338,10 @@ def _close(yours, expected, rtol, atol) -> tuple[bool, str, str]:
     ok = np.allclose(yours_arr, exp_arr, rtol=rtol, atol=atol, equal_nan=True)
     if ok:
         return True, "", ""
-    err = np.abs(yours_arr - exp_arr)
-    both_nan = np.isnan(yours_arr) & np.isnan(exp_arr)      # equal here, as in allclose
-    err = np.where(both_nan, 0.0, np.where(np.isnan(err), np.inf, err))
+    with np.errstate(invalid="ignore"):                      # inf - inf: not the learner's
+        err = np.abs(yours_arr - exp_arr)
+    same = (np.isnan(yours_arr) & np.isnan(exp_arr)) | (yours_arr == exp_arr)   # as allclose
+    err = np.where(same, 0.0, np.where(np.isnan(err), np.inf, err))
     idx = np.unravel_index(int(np.argmax(err)), err.shape) if err.ndim else ()
     why = (f"largest difference at index {tuple(int(i) for i in idx)}: "
            f"yours {float(yours_arr[idx])!r}, expected {float(exp_arr[idx])!r}")

@@ -18,10 +18,11 @@ The learner writes
 Expected values come from attention itself (the merge: the state of the union, computed
 directly in float64) and from `flashcourse.distributed.shards`. Each typical mistake is
 replayed on the case's own inputs and named: the sign of the correction flipped, the
-weights swapped, lse not updated (or updated with max, or summed), the exponentials taken
-without subtracting a max (overflow on large scores), no guard for an empty side (NaN);
-chunks r and world - 1 - r, chunk edges off by one, the remainder dropped or given to the
-last chunk, the late chunk listed first; the ring's direction reversed, the diagonal key
+weights swapped, lse not updated (or updated with max, or summed, or with the difference
+of o's weight), the exponentials taken without subtracting a max (overflow on large
+scores), no guard for an empty side (NaN); chunks r and world - 1 - r, chunk edges off by
+one, the remainder dropped, given to the last or the first chunk or spread by edges
+c n // (2 world), the late chunk listed first; the ring's direction reversed, the diagonal key
 left out, no mask, the table transposed.
 """
 
@@ -51,6 +52,9 @@ HINT_LSE_SUM = ("Your lse is lse_a + lse_b: log-sum-exps combine as log(e^lse_a 
                 "not by adding them. Use lse_a - logsigmoid(lse_a - lse_b).")
 HINT_LSE_SIGN = ("Your lse got smaller than lse_a: logsigmoid is never positive, so "
                  "lse = lse_a - logsigmoid(lse_a - lse_b) (minus) can only grow.")
+HINT_LSE_DIFF = ("Your lse uses the difference the other way round: o's weight takes "
+                 "lse_b - lse_a, but the lse grows by -logsigmoid(lse_a - lse_b) (= log(1 + "
+                 "e^(lse_b - lse_a))): lse = lse_a - logsigmoid(lse_a - lse_b).")
 HINT_AVERAGE = ("Your o is the plain average of o_a and o_b: each side weighs as much as its "
                 "softmax mass, e^lse. Weight b by sigmoid(lse_b - lse_a).")
 HINT_UNNORMALISED = ("Your o is w_a o_a + w_b o_b with weights e^(lse - max) that do not add "
@@ -60,8 +64,9 @@ HINT_OVERFLOW_EXP = ("Your result holds NaN or inf where the scores are large (|
                      "e^800 overflows and e^-800 underflows to 0. Never exponentiate an lse "
                      "itself: sigmoid(lse_b - lse_a) and logsigmoid(...) take only the "
                      "difference (use the lab's `sigmoid` and `logsigmoid`).")
-HINT_EMPTY = ("Your result holds NaN in rows where a side saw no key (its lse is -inf): "
-              "-inf - (-inf) is NaN. Where lse_a is -inf take b's state, where lse_b is -inf "
+HINT_EMPTY = ("Your result is wrong only in rows where a side saw no key (its lse is -inf): "
+              "there -inf - (-inf) gives NaN, and a row whose lse_a is -inf must become b's "
+              "state (o_b, lse_b). Where lse_a is -inf take b's state, where lse_b is -inf "
               "keep a's (np.where, with np.isneginf), and compute the formula only elsewhere.")
 
 
@@ -111,6 +116,8 @@ def _merge_mistake(o_a, lse_a, o_b, lse_b, mistake):
             lse = lse_a + lse_b
         elif mistake == "lse sign":
             lse = np.where(a_empty, lse_b, np.where(b_empty, lse_a, lse_a + logsigmoid(-diff)))
+        elif mistake == "lse diff":
+            lse = np.where(a_empty, lse_b, np.where(b_empty, lse_a, lse_a - logsigmoid(diff)))
         elif mistake == "average":
             o = (o_a + o_b) / 2.0
         elif mistake == "unnormalised":
@@ -131,6 +138,7 @@ def _merge_mistake(o_a, lse_a, o_b, lse_b, mistake):
 MISTAKES_MERGE = [("sign", (HINT_SIGN,)), ("swapped", (HINT_SWAPPED,)),
                   ("no lse", (HINT_NO_LSE,)), ("lse max", (HINT_LSE_MAX,)),
                   ("lse sum", (HINT_LSE_SUM,)), ("lse sign", (HINT_LSE_SIGN,)),
+                  ("lse diff", (HINT_LSE_DIFF,)),
                   ("average", (HINT_AVERAGE,)), ("unnormalised", (HINT_UNNORMALISED,))]
 
 
@@ -165,10 +173,23 @@ def _overflowed(large):
     return fired
 
 
-def _nan_on_empty(empty):
+def _wrong_rows(yours, want) -> np.ndarray | None:
+    """Rows (of lse's shape) where yours differs from the right state (NaN included)."""
+    try:
+        o, lse = (np.asarray(x, np.float64) for x in yours)
+    except (TypeError, ValueError):
+        return None
+    if o.shape != want[0].shape or lse.shape != want[1].shape:
+        return None
+    o_ok = np.isclose(o, want[0], rtol=1e-9, atol=1e-12).all(axis=-1)
+    lse_ok = np.isclose(lse, want[1], rtol=1e-9, atol=1e-12)    # -inf == -inf is close
+    return ~(o_ok & lse_ok)
+
+
+def _wrong_on_empty_only(empty):
     def fired(yours, want):
-        bad = _bad_rows(yours, want)
-        return bad is not None and bool(bad.any()) and not bool((bad & ~empty).any())
+        wrong = _wrong_rows(yours, want)
+        return wrong is not None and bool(wrong.any()) and not bool((wrong & ~empty).any())
     return fired
 
 
@@ -186,7 +207,7 @@ def _merge_case(name, s, v, in_a, in_b):
     if large.any():
         diagnoses.insert(0, (_overflowed(large), HINT_OVERFLOW_EXP))
     if empty.any():
-        diagnoses.insert(0, (_nan_on_empty(empty), HINT_EMPTY))
+        diagnoses.insert(0, (_wrong_on_empty_only(empty), HINT_EMPTY))
 
     def run(fn):
         return as_pair(fn(*(x.copy() for x in args))), want
@@ -273,9 +294,10 @@ HINT_DROPPED = ("The last positions belong to no rank: with n = {n} and 2 world 
                 "n // (2 world) positions per chunk leave {rest} over. Give the first "
                 "n % (2 world) chunks one more position each (numpy.array_split's rule).")
 HINT_REST_LAST = ("Your chunks hold every position, but the leftover n % (2 world) positions "
-                  "went to one chunk. The course's rule (numpy.array_split's, and "
-                  "flashcourse.distributed.shards.chunk_bounds') gives the first n % (2 world) "
-                  "chunks one position more each.")
+                  "are not where the course's rule puts them (all in one chunk, or spread "
+                  "from the end as edges c n // (2 world) spread them). The rule "
+                  "(numpy.array_split's, and flashcourse.distributed.shards.chunk_bounds') "
+                  "gives each of the first n % (2 world) chunks one position more.")
 HINT_CEIL = ("Your chunks are ceil(n / (2 world)) long with a short last one: the course's "
              "rule gives the first n % (2 world) chunks one position more than the others "
              "(numpy.array_split's cut), so lengths differ by at most one.")
@@ -291,6 +313,10 @@ def _bounds(n, parts, rule):
         sizes = [base] * parts
     elif rule == "rest last":
         sizes = [base] * (parts - 1) + [base + extra]
+    elif rule == "rest first":
+        sizes = [base + extra] + [base] * (parts - 1)
+    elif rule == "floor":                                     # edges c n // parts
+        sizes = [(c + 1) * n // parts - c * n // parts for c in range(parts)]
     elif rule == "ceil":
         size = -(-n // parts)
         sizes = [max(0, min(size, n - c * size)) for c in range(parts)]
@@ -305,7 +331,8 @@ def _zigzag_mistake(n, world, mistake):
         return zigzag_shards(n, world)
     if mistake == "contiguous":
         return layout_shards(n, world, "contiguous")
-    rule = mistake if mistake in ("dropped", "rest last", "ceil") else "split"
+    rule = mistake if mistake in ("dropped", "rest last", "rest first", "floor", "ceil") \
+        else "split"
     b = _bounds(n, 2 * world, rule)
     if mistake == "edge short":
         b = [(a, z - 1) for a, z in b]
@@ -338,7 +365,8 @@ def _zigzag_case(n, world):
                 ("contiguous", (HINT_CONTIGUOUS,)), ("edge short", (HINT_EDGE,)),
                 ("edge long", (HINT_EDGE,)),
                 ("dropped", (HINT_DROPPED.format(n=n, c=c, rest=n % c),)),
-                ("rest last", (HINT_REST_LAST,)), ("ceil", (HINT_CEIL,)),
+                ("rest last", (HINT_REST_LAST,)), ("rest first", (HINT_REST_LAST,)),
+                ("floor", (HINT_REST_LAST,)), ("ceil", (HINT_CEIL,)),
                 ("late first", (HINT_ORDER,))]
     replay = lambda m: np.asarray(_zigzag_mistake(n, world, m), np.float64)   # noqa: E731
     diagnoses = mistake_diagnoses(replay, mistakes, _same_ranges)
