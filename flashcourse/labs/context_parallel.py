@@ -153,14 +153,23 @@ def _pair_close(yours, want, rtol=1e-9, atol=1e-12) -> bool:
                for a, b in zip(y, want))
 
 
-def _bad_rows(yours, want) -> np.ndarray | None:
-    """Rows (of lse's shape) where yours holds NaN or inf that the right state does not."""
+def _state_of(yours, want):
+    """Your (o, lse) as float64 arrays of the right state's shapes, or None."""
     try:
         o, lse = (np.asarray(x, np.float64) for x in yours)
     except (TypeError, ValueError):
         return None
     if o.shape != want[0].shape or lse.shape != want[1].shape:
         return None
+    return o, lse
+
+
+def _bad_rows(yours, want) -> np.ndarray | None:
+    """Rows (of lse's shape) where yours holds NaN or inf that the right state does not."""
+    state = _state_of(yours, want)
+    if state is None:
+        return None
+    o, lse = state
     bad_o = ~np.isfinite(o).all(axis=-1)
     bad_lse = np.isnan(lse) | (np.isinf(lse) & ~np.isinf(want[1])) | (lse == np.inf)
     return bad_o | bad_lse
@@ -175,12 +184,10 @@ def _overflowed(large):
 
 def _wrong_rows(yours, want) -> np.ndarray | None:
     """Rows (of lse's shape) where yours differs from the right state (NaN included)."""
-    try:
-        o, lse = (np.asarray(x, np.float64) for x in yours)
-    except (TypeError, ValueError):
+    state = _state_of(yours, want)
+    if state is None:
         return None
-    if o.shape != want[0].shape or lse.shape != want[1].shape:
-        return None
+    o, lse = state
     o_ok = np.isclose(o, want[0], rtol=1e-9, atol=1e-12).all(axis=-1)
     lse_ok = np.isclose(lse, want[1], rtol=1e-9, atol=1e-12)    # -inf == -inf is close
     return ~(o_ok & lse_ok)
