@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, int32
 from numba import uint64 as U
 
 from ...constants import F0, F1, FULL_MASK, LN2_F, LOG2E, NEG_INF
@@ -81,8 +81,8 @@ from .vector_loads import row_loader
 from .combine import combine_row, combine_threads, make_combine_kernel, slot_merge  # noqa: F401
 from ..ptx.fp8 import resolve_hw_cvt
 from .decode_tc_kernels import (SPLIT_KERNELS, TC_MIN_ROWS, DecodeTCConfig,  # noqa: F401
-                                check_split_options, choose_kernel, make_split_tc_kernel,
-                                tc_blocks_per_sm, tc_plan)
+                                check_split_options, choose_kernel, contiguous_locate,
+                                make_split_tc_kernel, tc_blocks_per_sm, tc_plan)
 from .decode_tc_kernels import signature as tc_signature
 from ..common.result_check import check_result
 
@@ -230,10 +230,10 @@ def plan(d: int, itemsize: int, rows: int, *, unroll: int = 4, warps: int = 4,
 # ---------------------------------------------------------------------------------------
 
 @inlined
-def contiguous_key_row(kv, h, tk, key, valid, heads):
+def contiguous_key_row(kv, h, tk, key, valid, heads, page):
     """Where key `key` of KV head h lives in a contiguous cache (B*Hkv, Tk, d): row `key`
-    of head h; a key past the split reads row Tk (zeros). kv, heads: unused (the
-    paged twin, `paged_kernels.paged_key_row`, reads the block table kv there)."""
+    of head h; a key past the split reads row Tk (zeros). kv, heads, page: unused (the
+    paged twin, `paged_kernels.paged_key_row`, uses the page `paged_locate` read)."""
     return h, (key if valid else tk), tk
 
 
@@ -251,7 +251,7 @@ def make_split_kernel(cfg: DecodeConfig):
     `split_body`, shared with the paged kernel. An FP8 cache (cfg.fp8) takes two more
     arguments after v: k_scale, v_scale (B*Hkv, groups) float32 (`split_body`).
     """
-    body = split_body(cfg, contiguous_key_row)
+    body = split_body(cfg, contiguous_key_row, contiguous_locate)
     ROWS = cfg.rows
 
     def decode_split(q, k, v, o_part, lse_part, rows_kv, tq, tk, d, keys_per_split,
@@ -288,7 +288,7 @@ def split_name(cfg: DecodeConfig, prefix: str = "decode_split") -> str:
 
 
 @lru_cache(maxsize=None)
-def split_body(cfg: DecodeConfig, key_row):
+def split_body(cfg: DecodeConfig, key_row, locate):
     """The split kernel's work as one device function, shared by the contiguous kernel
     (`make_split_kernel`) and the paged one (`paged_kernels`):
 
@@ -298,8 +298,12 @@ def split_body(cfg: DecodeConfig, key_row):
     runs the online softmax of the block's query rows r0 .. r0 + rows - 1 (of the R =
     rows_kv rows of KV head h; q row qrow0 + r) over keys [k_begin, k_end) and writes
     the partial state into o_part[split, orow0 + r], lse_part[split, orow0 + r].
-    `key_row(kv, h, nkv, key, valid, heads)` -> (hh, kk, nn) says where a key's K and V
-    rows are: row kk of head hh of k, v seen as (heads, nn, d) arrays (kk >= nn: zeros).
+    `key_row(kv, h, nkv, key, valid, heads, page)` -> (hh, kk, nn) says where a key's K
+    and V rows are: row kk of head hh of k, v seen as (heads, nn, d) arrays (kk >= nn:
+    zeros); `page = locate(kv, key, valid)` is what that needs from memory (a paged
+    cache: the key's page, from the block table), read one step ahead, so that the K and
+    V loads of a step never wait for it (the table read is in flight during the step
+    before).
 
     FP8 caches (cfg.fp8: k, v hold e4m3 codes, decoded to float32 by `row_loader`) carry
     float32 scales k_scale, v_scale, read as 2-D arrays; the value of a code is
@@ -395,13 +399,18 @@ def split_body(cfg: DecodeConfig, key_row):
         sc = cuda.local.array(RU, float32)
         ksu = cuda.local.array(UN, float32)           # FP8 block scales of this step's keys
         vsu = cuda.local.array(UN, float32)
+        pg = cuda.local.array(UN, int32)              # locate() of the step's keys
         reset_state(acc, QN, m, l, RPW)
+        for u in range(UN):
+            key = k_begin + (u * KW + kw) * KPW + kg
+            pg[u] = locate(kv, key, key < k_end)
 
         for base in range(k_begin, k_end, STEP):
             # issue every load of this step before using any: 2 x UN x NV 16-byte loads
             for u in range(UN):
                 key = base + (u * KW + kw) * KPW + kg
-                hh, kk, nn = key_row(kv, h, nkv, key, key < k_end, heads)  # past k_end: zeros
+                hh, kk, nn = key_row(kv, h, nkv, key, key < k_end, heads,  # past k_end:
+                                     pg[u])                                # zeros
                 load_row(k, hh, kk, kl, nn, d, kr, u * EPL)
                 load_row(v, hh, kk, kl, nn, d, vr, u * EPL)
                 if BLOCK_SC:
@@ -412,6 +421,9 @@ def split_body(cfg: DecodeConfig, key_row):
                         vs = v_scale[U(hh), U(kk // SB)]
                     ksu[u] = ks
                     vsu[u] = vs
+            for u in range(UN):                           # the next step's, in flight
+                key = base + STEP + (u * KW + kw) * KPW + kg   # during this step's work
+                pg[u] = locate(kv, key, key < k_end)
             # partial dot products of this lane, then summed over the key's lanes
             for rr in range(RPW):
                 for u in range(UN):

@@ -191,11 +191,21 @@ def signature():
 
 
 @inlined
-def contiguous_tile_base(kv, h, tk, k0, k_end, krows):
+def contiguous_locate(kv, key, valid):
+    """What a key's (or a tile's) address needs from memory, read a step ahead of its
+    loads (`split_body`, `split_tc_body`): in a contiguous cache nothing (0; the compiler
+    drops it). The paged twin, `paged_kernels.paged_locate`, reads the key's page from
+    the block table kv."""
+    return 0
+
+
+@inlined
+def contiguous_tile_base(kv, h, tk, k0, k_end, krows, page):
     """(kbase, kz) of a tile of Bc keys from k0 in a contiguous cache: key j's row is
     kbase + j of the flat (B*Hkv*Tk) rows (kbase = h*Tk), and a key past k_end is
-    fetched (zero bytes) from row kbase + kz = kbase. kv, krows: unused (the paged twin,
-    `paged_kernels.paged_tile_base`, reads the block table kv there)."""
+    fetched (zero bytes) from row kbase + kz = kbase. kv, krows, page: unused (the paged
+    twin, `paged_kernels.paged_tile_base`, uses the page its locate read from the block
+    table kv; `contiguous_locate` reads nothing)."""
     return h * tk, 0
 
 
@@ -209,7 +219,7 @@ def make_split_tc_kernel(cfg: DecodeTCConfig):
         causal (0/1), Tk - Tq.
     Row r of KV head h is query row h*R + r of the flattened q, as in the CUDA-core
     kernel. The work itself is `split_tc_body`, shared with the paged kernel."""
-    body = split_tc_body(cfg, contiguous_tile_base)
+    body = split_tc_body(cfg, contiguous_tile_base, contiguous_locate)
     RB = 16 * cfg.m_tiles
 
     def decode_split_tc(q, k, v, o_part, lse_part, rows_kv, tq, tk, keys_per_split,
@@ -231,7 +241,7 @@ def split_tc_name(cfg: DecodeTCConfig, prefix: str = "decode_split_tc") -> str:
 
 
 @lru_cache(maxsize=None)
-def split_tc_body(cfg: DecodeTCConfig, tile_base):
+def split_tc_body(cfg: DecodeTCConfig, tile_base, locate):
     """The tensor-core split kernel's work as one device function, shared by the
     contiguous kernel (`make_split_tc_kernel`) and the paged one (`paged_kernels`):
 
@@ -240,9 +250,11 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
 
     the block's rows r0 .. r0 + 16 m_tiles - 1 of KV head h (q rows qrow0 + r) over keys
     [k_begin, k_end) (k_begin a multiple of Bc), partial state into o_part[split,
-    orow0 + r]. `tile_base(kv, h, nkv, k0, k_end, krows)` -> (kbase, kz): key j of the
-    tile from k0 (Bc keys, never across a page) is flat row kbase + j of k and v (krows
-    rows of d/2 words), a key past k_end is fetched (zero bytes) from row kbase + kz.
+    orow0 + r]. `tile_base(kv, h, nkv, k0, k_end, krows, page)` -> (kbase, kz): key j of
+    the tile from k0 (Bc keys, never across a page) is flat row kbase + j of k and v
+    (krows rows of d/2 words), a key past k_end is fetched (zero bytes) from row kbase +
+    kz; `page = locate(kv, k0, k0 < k_end)` is what that needs from memory (a paged
+    cache: the tile's page), read two tiles ahead, while the tile before is in flight.
     """
     ops = device_ops(cfg.simulator)
     MMA = ops["mma_fp16"]
@@ -305,10 +317,12 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
         # last block computes on zeros with every key masked: it changes nothing)
         n_kb = (k_end - k_begin + BC - 1) // BC if k_end > k_begin else 0
         n_it = (n_kb + NW - 1) // NW
+        pg = 0                         # locate() of this warp's next tile to load
         if n_it > 0:                   # first block -> buffer 0, in flight during Q's loads
             k0 = k_begin + warp * BC
-            kb, kz = tile_base(kv, h, nkv, k0, k_end, krows)
+            kb, kz = tile_base(kv, h, nkv, k0, k_end, krows, locate(kv, k0, k0 < k_end))
             load_tile(sm, k, v, wb, lane, k0, k_end, kb, kz)
+            pg = locate(kv, k0 + NW * BC, k0 + NW * BC < k_end)
 
         qa = cuda.local.array(QREGS, uint32)
         lim = cuda.local.array(ROWS, int32)     # last visible key of each row (causal)
@@ -347,8 +361,9 @@ def split_tc_body(cfg: DecodeTCConfig, tile_base):
             else:                      # this warp's block landed; its other buffer is free
                 cuda.syncwarp()        # (buffers are per warp: the warps run decoupled)
             if it + 1 < n_it:
-                kb, kz = tile_base(kv, h, nkv, k0 + NW * BC, k_end, krows)
+                kb, kz = tile_base(kv, h, nkv, k0 + NW * BC, k_end, krows, pg)
                 load_tile(sm, k, v, wb + BUF - (bo - wb), lane, k0 + NW * BC, k_end, kb, kz)
+                pg = locate(kv, k0 + 2 * NW * BC, k0 + 2 * NW * BC < k_end)  # the one after
 
             # S = Q K^T: one ldmatrix.x4 gives the B fragments of two n8 tiles
             par = QK(sm, bo + K_OFF, KS, lane, scr, wbase, par, qa, s)

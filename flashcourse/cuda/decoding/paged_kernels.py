@@ -145,19 +145,35 @@ SEQ_ITEMS = device_twin(seq_items, schedule=_SCHEDULE, seq_pages=_SEQ_PAGES)
 # ---------------------------------------------------------------------------------------
 
 @lru_cache(maxsize=None)
-def paged_key_row(page_size: int):
-    """`split_body`'s key_row for pages: key -> (page * Hkv + h, slot, page_size) of the
-    (num_pages * Hkv, page_size, d) view; kv is the sequence's row of the block table as
-    a (1, W) view, nkv = Hkv, heads = num_pages * Hkv (a bad page index is clamped into the
-    pool: wrong numbers, never a read outside it)."""
+def paged_locate(page_size: int):
+    """`split_body`'s locate for pages: the page of key `key` (kv: the sequence's row of
+    the block table as a (1, W) view), read one step before the key's loads; 0 for a key
+    past the item (never read)."""
     PS = page_size
 
     @inlined
-    def key_row(kv, h, nkv, key, valid, heads):
+    def locate(kv, key, valid):
+        page = 0
+        if valid:
+            page, _ = address(kv, 0, key, PS)
+        return page
+    return locate
+
+
+@lru_cache(maxsize=None)
+def paged_key_row(page_size: int):
+    """`split_body`'s key_row for pages: key -> (page * Hkv + h, slot, page_size) of the
+    (num_pages * Hkv, page_size, d) view, from the page `paged_locate` read; nkv = Hkv,
+    heads = num_pages * Hkv (a bad page index is clamped into the pool: wrong numbers,
+    never a read outside it)."""
+    PS = page_size
+
+    @inlined
+    def key_row(kv, h, nkv, key, valid, heads, page):
         hh = h
         kk = PS                                     # past the item: zeros, never read
         if valid:
-            page, kk = address(kv, 0, key, PS)
+            kk = key % PS
             hh = min(max(page * nkv + h, 0), heads - 1)
         return hh, kk, PS
     return key_row
@@ -166,19 +182,18 @@ def paged_key_row(page_size: int):
 @lru_cache(maxsize=None)
 def paged_tile_base(page_size: int):
     """`split_tc_body`'s tile_base for pages: the Bc keys of a tile from k0 lie in one page
-    (Bc divides page_size, k0 a multiple of Bc), rows kbase + key of the flat
-    (num_pages * Hkv * page_size) rows; a tile wholly past k_end reads page 0 (zero
-    bytes)."""
+    (Bc divides page_size, k0 a multiple of Bc), the page `paged_locate` read; rows kbase
+    + key of the flat (num_pages * Hkv * page_size) rows; a tile wholly past k_end reads
+    page 0 (zero bytes)."""
     PS = page_size
 
     @inlined
-    def tile_base(kv, h, nkv, k0, k_end, krows):
+    def tile_base(kv, h, nkv, k0, k_end, krows, page):
         kb = h * PS
         kz = 0
         if k0 < k_end:
-            page, slot = address(kv, 0, k0, PS)
             hh = min(max(page * nkv + h, 0), krows // PS - 1)
-            kz = k0 - slot                          # first key of the page
+            kz = k0 - k0 % PS                       # first key of the page
             kb = hh * PS - kz
         return kb, kz
     return tile_base
@@ -204,8 +219,8 @@ def make_paged_split_kernel(cfg, page_size: int):
     """
     PS = page_size
     tc = isinstance(cfg, DecodeTCConfig)
-    body = (split_tc_body(cfg, paged_tile_base(PS)) if tc
-            else split_body(cfg, paged_key_row(PS)))
+    body = (split_tc_body(cfg, paged_tile_base(PS), paged_locate(PS)) if tc
+            else split_body(cfg, paged_key_row(PS), paged_locate(PS)))
     RB = cfg.rows
 
     def paged_split(q, k, v, o_part, lse_part, block_table, seq_lens, hkv, rows_kv, tq, d,
