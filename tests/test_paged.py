@@ -398,3 +398,20 @@ def test_contiguous_tensor_core_decode_after_the_shared_body(rng):
     o, lse = cuda_decode(q, k, v, kernel="tensor_core", num_splits=1)
     o_ref, lse_ref = reference.attention(q, k, v)
     assert rel_err(lse, lse_ref) <= 1e-5 and rel_err(o, o_ref) <= 2e-2
+
+
+@pytest.mark.parametrize("options", [dict(unroll=2, warps=2), dict(unroll=4, warps=1)])
+def test_a_step_across_several_pages(rng, options):
+    """A step of the CUDA-core kernel (unroll x warps x keys per warp keys) larger than a
+    page: its keys' pages, read from the block table one step ahead of their loads, come
+    from several pages of a shuffled table (and the last step's from past the item)."""
+    hq, hkv, d, ps = 2, 1, 8, 16
+    lens = np.array([83, 16, 50], np.int32)
+    width = pc.pages_for(int(lens.max()), ps) + 1
+    num_pages = sum(pc.pages_for(n, ps) for n in lens.tolist()) + 2
+    kp, vp = pool(rng, num_pages, hkv, ps, d, np.float32)
+    bt = shuffled_table(rng, lens, ps, num_pages, width)
+    q = rng.standard_normal((lens.size, hq, 1, d)).astype(np.float32)
+    o, lse = paged_decode(q, kp, vp, bt, lens, target_items=2, kernel="cuda_cores",
+                          **options)
+    check_against_reference(q, kp, vp, bt, lens, o, lse, False)
