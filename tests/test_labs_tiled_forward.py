@@ -45,6 +45,13 @@ MISTAKES = {"flash_forward": [
     ("acc = alpha[:, None] * acc + p @ v_j", "acc = alpha[:, None] * (acc + p @ v_j)",
      L.HINT_RESCALE_AFTER),
     ("m_new = np.maximum(m, s.max(axis=1))", "m_new = s.max(axis=1)", L.HINT_MAX),
+    # review round 17 a (M): one max for the whole block passed every case; acc / l taken
+    # for the rows with l = 0 got the stand-in's hint (-inf - (-inf)), not the finalisation
+    ("m_new = np.maximum(m, s.max(axis=1))", "m_new = np.maximum(m, s.max())",
+     L.HINT_BLOCK_MAX),
+    ("seen = l > 0 ", "seen = l >= 0 ", L.HINT_FINALISE_EMPTY),
+    ("o[q0:q1][seen] = acc[seen] / l[seen, None]", "o[q0:q1] = acc / l[:, None]",
+     L.HINT_FINALISE_EMPTY),
     ("offset = t_k - t_q ", "offset = 0 ", L.HINT_TOP_LEFT),
     ("s = np.where(cols <= rows + offset, s, -np.inf)", "pass", L.HINT_NO_MASK),
     ("acc[seen] / l[seen, None]", "acc[seen]", L.HINT_DIVIDE),
