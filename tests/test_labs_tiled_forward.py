@@ -102,6 +102,14 @@ MISTAKES = {"flash_forward": [
      L.HINT_FA1_SKIP_EDGE),
     ("a_old * l_i)[:, None] * o[q0:q1]", "a_old)[:, None] * o[q0:q1]", L.HINT_FA1_MATH),
     ("if causal and k0 > q1 - 1 + offset:", "if False:", L.HINT_FA1_NO_SKIP),
+    # review round 17 a (M): the division by l_new = 0 passed (no block mixed rows with and
+    # without keys); skipping tiles a row sees got HINT_FA1_MATH (the normalisation)
+    ("l_div = np.where(l_new > 0, l_new, 1.0)[:, None]", "l_div = l_new[:, None]",
+     L.HINT_FA1_DIVIDE_EMPTY),
+    ("if causal and k0 > q1 - 1 + offset:", "if causal and k0 > q0 + offset:",
+     L.HINT_FA1_SKIP_VISIBLE),
+    ("if causal and k0 > q1 - 1 + offset:", "if causal and k0 >= q1 - 1 + offset:",
+     L.HINT_FA1_SKIP_VISIBLE),
     # review round 14: the mask and lse slips of the FA2 order, named in FA1 too (they got
     # HINT_FA1_MATH, on O_i kept normalised)
     ("lse = np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)",
