@@ -550,9 +550,10 @@ def _fewest_key_rows(tq, tk, br) -> int:
 
 
 def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
-    """Check `flash_forward(q, k, v, causal, scale, block_q, block_k)` on seven cases; then
-    the algorithm: the largest temporary it holds (no Br x Tk block), and that tiles the
-    causal mask hides in full are never loaded (rows sliced from k, and NaN tiles)."""
+    """Check `flash_forward(q, k, v, causal, scale, block_q, block_k)` on seven cases and one
+    whose rows differ in scale by thousands within a block; then the algorithm: the largest
+    temporary it holds (no Br x Tk block), and that tiles the causal mask hides in full are
+    never loaded (rows sliced from k, and NaN tiles)."""
     cases = tiled_cases(lambda n, tq, tk, d, causal, spread: _inputs(40 + n, tq, tk, d, spread),
                         lambda qkv, causal: reference.attention(*qkv, causal=causal, scale=SCALE),
                         replay, MISTAKES, _close, HINT_FORWARD, scale=SCALE, rtol=_RTOL,
