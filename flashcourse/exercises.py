@@ -207,7 +207,10 @@ def saved_bytes_09() -> Exercise:
                               "2.5 is the backward against the FORWARD; the question compares "
                               "the backward with and without recomputation"),
                              (lambda y: _same_number(y, 1.0, 1e-9),
-                              "recomputing S costs one more tile product: not free")],
+                              "recomputing S costs one more tile product: not free"),
+                             (lambda y: _same_number(y, 1 / factor, 1e-3),
+                              "that is without / with; the question asks the backward's FLOPs "
+                              "with recomputation over those without (more than 1)")],
         })
 
 

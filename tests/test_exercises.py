@@ -416,3 +416,10 @@ def test_nonmatmul_flops_03_a_missing_br_d_is_named():
     br, bc, d = E.NONMATMUL_TILE
     ok, lines = E.grade("03-nonmatmul-flops", fa1_flops=11488 - br * d, fa2_flops=7552 - br * d)
     assert not ok and "diag(l_new)^-1" in lines[0] and "still rescaled" in lines[1]
+
+
+def test_round_17a_inverse_flop_factor_is_named():
+    """Review round 17 a (m): the factor given the other way round (0.8, without / with) got
+    "not what the rule gives"."""
+    ok, lines = E.grade("09-saved-bytes", p_bytes=None, l_bytes=None, flops_factor=0.8)
+    assert not ok and "without / with" in lines[2]

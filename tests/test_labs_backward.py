@@ -85,7 +85,15 @@ MISTAKES = {"flash_backward": [
     ("q1 = min(q0 + block_q, t_q)\n            q_i, do_i",
      "q1 = q0 + block_q\n            q_i, do_i", L.HINT_RAGGED_Q_UNCLIPPED),
     *SHARED_MISTAKES,
+    # review round 17 a (M): D summed over axis 0 crashed with HINT_RAGGED_Q_UNCLIPPED (the
+    # ragged case has d = Tq % Br = 5)
+    ("delta = (do * o).sum(axis=1)", "delta = (do * o).sum(axis=0)", L.HINT_D_AXIS),
 ], "flash_backward_dq": [
+    # review round 17 a (M): the dQ pass's skipping was not checked (it passed); D over axis 0
+    ("k_end = max(0, min(t_k, q1 + offset)) if causal else t_k", "k_end = t_k",
+     L.HINT_DQ_NO_SKIP),
+    ("delta_i = (do_i * o[q0:q1]).sum(axis=1)", "delta_i = (do_i * o[q0:q1]).sum(axis=0)",
+     L.HINT_D_AXIS),
     ("delta_i = (do_i * o[q0:q1]).sum(axis=1)", "delta_i = (o[q0:q1] * o[q0:q1]).sum(axis=1)",
      L.HINT_DELTA_O_O),
     ("k_end = max(0, min(t_k, q1 + offset)) if causal",

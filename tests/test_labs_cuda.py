@@ -114,6 +114,13 @@ UPDATE_MISTAKES = [
      L.HINT_NEG_INF_ONE),
     ("alpha = math.exp(m[i] - m_use)", "alpha = float32(1)", L.HINT_RESCALE),
     ("m_new = max(m[i], mx)", "m_new = mx", L.HINT_MAX),
+    # review round 17 a (m): each got the generic HINT_UPDATE
+    ("lp[i] = lp[i] * alpha + psum", "lp[i] = lp[i] + psum", L.HINT_RESCALE_HALF),
+    ("acc[i * TD + j] *= alpha", "acc[i * TD + j] *= 1.0", L.HINT_RESCALE_HALF),
+    ("alpha = math.exp(m[i] - m_use)", "alpha = math.exp(m_use - m[i])", L.HINT_ALPHA_INVERTED),
+    ("    m[i] = m_new\n", "", L.HINT_M_NOT_STORED),
+    ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp(s[i * TN + j] - mx)", L.HINT_P_FROM_MX),
+    ("lp[i] = lp[i] * alpha + psum", "lp[i] = (lp[i] + psum) * alpha", L.HINT_RESCALE_AFTER),
     ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp(s[i * TN + j])", L.HINT_SHIFT),
     ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp2(s[i * TN + j] - m_use)",
      L.HINT_EXP2),

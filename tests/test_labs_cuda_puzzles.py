@@ -214,6 +214,8 @@ MISTAKES = {
         # review round 6 ac, M5: overflowing exponentials made NaN, named as an unset local
         ("p = math.exp(s - m_new)", "p = math.exp(s - m)", L.HINT_FLASH_OVERFLOW),
         ("alpha = math.exp(m - m_new)", "alpha = math.exp(m_new - m)", L.HINT_FLASH_OVERFLOW),
+        # review round 17 a (M): a shift by the latest score, not the running max, passed
+        ("m_new = max(m, s)", "m_new = s", L.HINT_FLASH_OVERFLOW),
         ("        qr[x] = q[r, x] * scale if (r < tq and x < d) else F0\n        acc[x] = F0\n",
          "        qr[x] = q[r, x] * scale if (r < tq and x < d) else F0\n", HINT_LOCAL_UNSET),
     ],

@@ -45,6 +45,13 @@ MISTAKES = {"flash_forward": [
     ("acc = alpha[:, None] * acc + p @ v_j", "acc = alpha[:, None] * (acc + p @ v_j)",
      L.HINT_RESCALE_AFTER),
     ("m_new = np.maximum(m, s.max(axis=1))", "m_new = s.max(axis=1)", L.HINT_MAX),
+    # review round 17 a (M): one max for the whole block passed every case; acc / l taken
+    # for the rows with l = 0 got the stand-in's hint (-inf - (-inf)), not the finalisation
+    ("m_new = np.maximum(m, s.max(axis=1))", "m_new = np.maximum(m, s.max())",
+     L.HINT_BLOCK_MAX),
+    ("seen = l > 0 ", "seen = l >= 0 ", L.HINT_FINALISE_EMPTY),
+    ("o[q0:q1][seen] = acc[seen] / l[seen, None]", "o[q0:q1] = acc / l[:, None]",
+     L.HINT_FINALISE_EMPTY),
     ("offset = t_k - t_q ", "offset = 0 ", L.HINT_TOP_LEFT),
     ("s = np.where(cols <= rows + offset, s, -np.inf)", "pass", L.HINT_NO_MASK),
     ("acc[seen] / l[seen, None]", "acc[seen]", L.HINT_DIVIDE),
@@ -95,6 +102,14 @@ MISTAKES = {"flash_forward": [
      L.HINT_FA1_SKIP_EDGE),
     ("a_old * l_i)[:, None] * o[q0:q1]", "a_old)[:, None] * o[q0:q1]", L.HINT_FA1_MATH),
     ("if causal and k0 > q1 - 1 + offset:", "if False:", L.HINT_FA1_NO_SKIP),
+    # review round 17 a (M): the division by l_new = 0 passed (no block mixed rows with and
+    # without keys); skipping tiles a row sees got HINT_FA1_MATH (the normalisation)
+    ("l_div = np.where(l_new > 0, l_new, 1.0)[:, None]", "l_div = l_new[:, None]",
+     L.HINT_FA1_DIVIDE_EMPTY),
+    ("if causal and k0 > q1 - 1 + offset:", "if causal and k0 > q0 + offset:",
+     L.HINT_FA1_SKIP_VISIBLE),
+    ("if causal and k0 > q1 - 1 + offset:", "if causal and k0 >= q1 - 1 + offset:",
+     L.HINT_FA1_SKIP_VISIBLE),
     # review round 14: the mask and lse slips of the FA2 order, named in FA1 too (they got
     # HINT_FA1_MATH, on O_i kept normalised)
     ("lse = np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)",

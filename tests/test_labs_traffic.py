@@ -68,6 +68,8 @@ def test_stub_reports_not_implemented(capsys):
                                    solution(Tq, Tk, d, Br, Bc, e)[1]), lab.HINT_TR_SIZES),
     (lambda Tq, Tk, d, Br, Bc, e: (solution(Tq, Tk, d, Br, Bc, e)[0], Tq * d * e + 8 * Tq),
      lab.HINT_LSE_ONE),
+    # review round 17 a (m): the right pair returned as (writes, reads) got the generic hint
+    (lambda Tq, Tk, d, Br, Bc, e: solution(Tq, Tk, d, Br, Bc, e)[::-1], lab.HINT_PAIR_SWAPPED),
 ])
 def test_wrong_formulas_fail_with_matching_hint(capsys, wrong, hint):
     r = lab.check_fa2_traffic(wrong)

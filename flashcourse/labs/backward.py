@@ -171,6 +171,8 @@ HINT_DQ_SKIP_TOO_MUCH = (
     "Your key loop skips key blocks that some query of this block can see.",
     "A key block is hidden from query block i only if its FIRST key is after what the "
     "block's LAST row can see, q1 - 1 + (Tk - Tq).")
+#: the dQ pass loading key tiles the mask hides from the whole query block: lab 03's hint
+HINT_DQ_NO_SKIP = _forward.HINT_NO_SKIP
 #: a crash of the ragged last key block not clipped (k1 = k0 + Bc): lab 03's hint fits
 HINT_RAGGED_UNCLIPPED = _forward.HINT_RAGGED_UNCLIPPED
 HINT_RAGGED_Q_UNCLIPPED = (
@@ -178,6 +180,13 @@ HINT_RAGGED_Q_UNCLIPPED = (
     "last query block has fewer than Br rows, but something else of that block (the query "
     "positions of the mask, shapes above) still has Br.",
     "Clip the block's end, q1 = min(q0 + Br, Tq), and use q1 for everything of that block.")
+HINT_D_AXIS = (
+    "D has the wrong shape: D_i = dO_i . O_i is one number per query ROW, the sum of dO * O "
+    "over the d columns of that row, so D has Tq entries. Yours has fewer rows than the "
+    "block it is subtracted from (shapes above): summed down the columns (over the rows), "
+    "it holds one number per column instead.",
+    "Sum dO * O along the head dimension, the last axis, keeping one value per query row; "
+    "then take the block's rows of it.")
 HINT_BACKWARD = (
     "Your gradients disagree with the dense backward. Compare dV first (it needs only P), "
     "then dP and dS on a 2 x 3 example.",
@@ -304,7 +313,14 @@ def _errors(tq, tk, br, bc) -> list:
     def rows_mix(a, b):                # 2-D shapes of a and of b rows: (Bc, d) beside (r, d)
         return lambda exc: {a, b} <= {s[0] for s in broadcast_shapes(exc) if len(s) == 2}
 
-    found = []
+    def column_beside_tile(exc):       # a (rows, cols) tile minus a (x, 1) column, x < rows
+        shapes = [s for s in broadcast_shapes(exc) if len(s) == 2]
+        return any(c > 1 and any(x < r and one == 1 for x, one in shapes)
+                   for r, c in shapes)
+
+    # D summed over axis 0 (d entries): a (Br, Bc) tile beside a (d, 1) column (review round
+    # 17 a: where d = Tq % Br it got HINT_RAGGED_Q_UNCLIPPED)
+    found = [(column_beside_tile, *HINT_D_AXIS)]
     if tk % bc and tk > bc:
         found.append(((lambda exc: shapes_mix(exc, bc, tk % bc, ndim=2)
                        or rows_mix(bc, tk % bc)(exc)), *HINT_RAGGED_UNCLIPPED))
@@ -371,6 +387,27 @@ def _hidden_tiles_case(n, name, tq, tk, br, bc):
                              HINT_NO_SKIP)
 
 
+def _dq_hidden_tiles_case(n, name, tq, tk, br, bc):
+    """For each key block: K_j and V_j set to NaN; the dq rows of the query blocks that the
+    causal mask hides it from must stay finite (review round 17 a: the dQ pass's skipping,
+    which its contract asks for, was not checked, and a loop over every key block passed)."""
+    args = _inputs(140 + n, tq, tk, 3, True)
+    poisons = [([(1, keys), (2, keys)], lambda out, rows=rows: _nan_query_rows(out, rows))
+               for keys, rows in hidden_blocks(tq, tk, br, bc, "key")]
+    return hidden_tiles_case(f"key blocks skipped, {name}: hidden key tiles filled with NaN "
+                             "never reach dq", args, (True, SCALE, br, bc), poisons,
+                             HINT_DQ_NO_SKIP)
+
+
+def _nan_query_rows(out, rows) -> int:
+    """NaN entries of dq in query `rows` (a result that is not one (Tq, d) array counts as
+    all)."""
+    dq = np.asarray(plain(out), np.float64) if not isinstance(out, tuple) else None
+    if dq is None or dq.ndim != 2 or dq.shape[0] != rows.shape[0]:
+        return int(rows.sum())
+    return int(np.isnan(dq[rows]).sum())
+
+
 def _nan_key_rows(out, rows) -> int:
     """NaN entries of dk and dv in key `rows` (a result that is not a triple counts as all)."""
     if not (isinstance(out, tuple) and len(out) == 3):
@@ -416,6 +453,8 @@ def check_flash_backward_dq(fn, *, verbose: bool = True, hint_level: int = 1) ->
                         rtol=_RTOL,
                         atol=_ATOL, first=_nonfinite_first(lambda y: (y,)),
                         names=("dq",), errors=_errors)
+    for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
+        cases.append(_dq_hidden_tiles_case(n, name, tq, tk, br, bc))
     return run_checks("flash_backward_dq(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
                       fn, cases, verbose=verbose, hint_level=hint_level)
 

@@ -99,6 +99,33 @@ HINT_RESCALE = (
     "to the new max is exp(0). Take alpha while m[i] still holds the old max.",
     "alpha = exp(m[i] - m_use), before m[i] is set to m_new; lp[i] = lp[i] * alpha + this "
     "tile's sum; every acc entry of row i times alpha.")
+HINT_RESCALE_HALF = (
+    "Half a rescale: only one of this thread's partial sum lp[i] and its acc row is brought "
+    "to the new max (the other array named above is off). Both are sums against the same "
+    "max; when it grows, both are multiplied by the same factor alpha before the tile's "
+    "probabilities are added to lp[i].",
+    "Multiply lp[i] by alpha and add the row's probabilities; multiply each of the TD "
+    "entries of the acc row by the same alpha.")
+HINT_ALPHA_INVERTED = (
+    "The rescale factor points the wrong way: alpha = exp(old max - new max) is at most 1 "
+    "and shrinks the old lp[i] and acc when the max grows; yours is its inverse.",
+    "Inside the exponential, subtract the new max (its stand-in while -inf) from the old "
+    "max m[i].")
+HINT_M_NOT_STORED = (
+    "m[i] keeps its old value: the new running max must be written back, or the next tile "
+    "rescales against a stale max.",
+    "Store the new max into m[i], after alpha has been taken from the old one.")
+HINT_P_FROM_MX = (
+    "The probabilities are measured against this tile's max mx, not against the new running "
+    "max: where the running max is larger than mx, exp(s - mx) is too large by "
+    "exp(running max - mx), out of step with lp[i] and acc, which use the running max.",
+    "Subtract the new running max (its stand-in while it is -inf) from every score of the "
+    "row.")
+HINT_RESCALE_AFTER = (
+    "The rescale is applied after this tile is added: alpha brings the OLD lp[i] to the new "
+    "max; the tile's probabilities already use the new max and must not be multiplied by "
+    "alpha.",
+    "Multiply lp[i] by alpha first, then add the row's probabilities.")
 HINT_MAX = (
     "Wrong max: the new max must combine the running max m[i] with the tile's row max mx.",
     "m_new is the larger of m[i] and mx; store it back into m[i].")
@@ -451,14 +478,22 @@ def update_reference(s, acc, m, lp, i, mx, mistake=None):
         m_p = m_new if mistake == "no_guard_p" else m_use             # exponential only
         alpha = 1.0 if mistake == "no_rescale" else math.exp(m[i] - m_alpha) \
             if not (math.isnan(m[i] - m_alpha)) else math.nan
-        m[i] = m_new
+        if mistake == "alpha_inverted":
+            alpha = 1.0 / alpha if alpha else math.inf
+        if mistake != "m_not_stored":
+            m[i] = m_new
         row = slice(i * TN, (i + 1) * TN)
         exp = np.exp2 if mistake == "exp2" else np.exp
+        if mistake == "p_from_mx":
+            m_p = mx if mx != -np.inf else 0.0
         p = exp(s[row]) if mistake == "no_shift" else exp(s[row] - m_p)
         if mistake != "p_not_stored":
             s[row] = p
-        lp[i] = lp[i] * alpha + p.sum()
-        acc[i * TD:(i + 1) * TD] *= alpha
+        lp[i] = ((lp[i] + p.sum()) * alpha if mistake == "rescale_after"
+                 else lp[i] + p.sum() if mistake == "no_rescale_lp"
+                 else lp[i] * alpha + p.sum())
+        if mistake != "no_rescale_acc":
+            acc[i * TD:(i + 1) * TD] *= alpha
     return s, acc, m, lp
 
 
@@ -466,7 +501,11 @@ UPDATE_MISTAKES = [("no_guard", HINT_NEG_INF), ("no_guard_alpha", HINT_NEG_INF_O
                    ("no_guard_p", HINT_NEG_INF_ONE), ("no_rescale", HINT_RESCALE),
                    ("tile_max", HINT_MAX), ("no_shift", HINT_SHIFT),
                    ("p_not_stored", HINT_P_NOT_STORED), ("exp2", HINT_EXP2),
-                   ("standin_mx", HINT_STANDIN_WHICH), ("standin_old", HINT_STANDIN_WHICH)]
+                   ("standin_mx", HINT_STANDIN_WHICH), ("standin_old", HINT_STANDIN_WHICH),
+                   # review round 17 a (m): each got the generic HINT_UPDATE
+                   ("no_rescale_lp", HINT_RESCALE_HALF), ("no_rescale_acc", HINT_RESCALE_HALF),
+                   ("alpha_inverted", HINT_ALPHA_INVERTED), ("m_not_stored", HINT_M_NOT_STORED),
+                   ("p_from_mx", HINT_P_FROM_MX), ("rescale_after", HINT_RESCALE_AFTER)]
 
 
 def _all_close(a, b, rtol, atol) -> bool:

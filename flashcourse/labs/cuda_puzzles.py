@@ -489,8 +489,9 @@ HINT_FLASH_RESCALE = ("Missing rescale: when the row max grows, l and acc were a
                       "acc[x] * alpha + p * v[x].")
 HINT_FLASH_OVERFLOW = ("inf or NaN in the output (with every local array set): an exponential "
                        "overflowed. Both exponents must be <= 0: p = exp(s - new max) and alpha "
-                       "= exp(old max - new max); at a row's first key the old max is -inf, so "
-                       "alpha is 0, and the other way round it is exp(+inf).",
+                       "= exp(old max - new max), where the new max is the larger of the old "
+                       "max and s (never s alone); at a row's first key the old max is -inf, "
+                       "so alpha is 0, and the other way round it is exp(+inf).",
                        "Subtract the new max in p, and take alpha as exp(old - new), not "
                        "exp(new - old).")
 HINT_FLASH_RESCALE_ACC = ("Half a rescale: your l is brought to the new max but acc is not. Both "
@@ -569,6 +570,21 @@ def _flash_case(name, tq, tk, d, seed, spread=1.0):
     v = rng.standard_normal((tk, d))
     return PuzzleCase(name, {"q": q, "k": k, "v": v}, {"o": (tq, d)},
                       {"tq": tq, "tk": tk, "d": d, "scale": 1.0 / math.sqrt(d)},
+                      ("q", "k", "v", "o", "tq", "tk", "d", "scale"), (1,), (BR11,))
+
+
+def _flash_falling_case(name, tq, tk, seed):
+    """Scores that alternate between about +200 and -200 from one key to the next (d = 2):
+    an update that shifts by the latest score instead of the running max (m_new = s) takes
+    alpha = exp(old - new) = exp(+400) and overflows (review round 17 a: it passed)."""
+    rng = _rng(seed)
+    q = np.abs(rng.standard_normal((tq, 2))) + 1.0
+    k = np.zeros((tk, 2))
+    k[:, 0] = 150.0 * (-1.0) ** np.arange(tk)
+    k[:, 1] = rng.standard_normal(tk)
+    v = rng.standard_normal((tk, 2))
+    return PuzzleCase(name, {"q": q, "k": k, "v": v}, {"o": (tq, 2)},
+                      {"tq": tq, "tk": tk, "d": 2, "scale": 1.0 / math.sqrt(2)},
                       ("q", "k", "v", "o", "tq", "tk", "d", "scale"), (1,), (BR11,))
 
 
@@ -720,7 +736,9 @@ def _ladder() -> list[Puzzle]:
                             20),
                 _flash_case("tq = 16, tk = 16, d = 4, large scores", 16, 16, 4, 21, 4.0),
                 _flash_case("tq = 3, tk = 300, d = 2: a long row, 38 key tiles", 3,
-                            300, 2, 23)],
+                            300, 2, 23),
+                _flash_falling_case("tq = 5, tk = 13, d = 2: scores alternating near +200 "
+                                    "and -200 from one key to the next", 5, 13, 24)],
                HINT_FLASH, [(_flash_replay("no_mask"), HINT_FLASH_MASK),
                             (_flash_replay("no_divide"), HINT_FLASH_DIVIDE),
                             (_flash_replay("no_scale"), HINT_FLASH_SCALE)]

@@ -118,6 +118,19 @@ HINT_NEG_INF = (
     "Subtract a finite stand-in (0 works) wherever the new max is still -inf; the "
     "probabilities and the factor are then exp(-inf) = 0 and the row stays empty. At the "
     "end, rows with l = 0 get o = 0 and lse = -inf.")
+HINT_FINALISE_EMPTY = (
+    "NaN in the output of rows that see no key at all, and only there: their l stays 0 and "
+    "their acc 0 to the end, so dividing acc by l gives 0 / 0 = NaN. The finalisation must "
+    "leave those rows as they started, o = 0 and lse = -inf.",
+    "Finalise only the rows with l > 0 (a boolean mask of the block's rows): o = acc / l "
+    "and lse = m + log l on those rows; the other rows keep their initial values.")
+HINT_BLOCK_MAX = (
+    "Your running max is one number for the whole query block (the largest score of the "
+    "tile, over all its rows), not one per row. A row whose scores sit far below the "
+    "block's largest (here by more than about 745) gets exp(score - max) = 0 for every key "
+    "and comes out empty. Each row subtracts its own max, as in the safe softmax.",
+    "Take the maximum along the key axis of the score tile (one value per query row, shape "
+    "(Br,)), not over the whole tile, and combine it elementwise with the state m.")
 HINT_MASK_ZERO = (
     "Hidden scores are set to 0, not -inf: a score of 0 is an ordinary score, and it still "
     "gets the weight exp(0 - m) in P, in l and in acc. The causal mask must remove the pair: "
@@ -241,6 +254,19 @@ HINT_FA1_NO_SKIP = (
     "Causal: your FA1 loop visits tiles that the mask hides in full; their Q_i, O_i, l_i, m_i "
     "are re-read and re-written for nothing.",
     "Skip a tile (before any load) when even its last query cannot see its first key.")
+HINT_FA1_DIVIDE_EMPTY = (
+    "NaN in the output of rows that see no key at all, and only there: such a row shares a "
+    "visited tile with rows of its block that do see keys, and after that tile its l_new is "
+    "still 0, so the division of line 12 by l_new is 0 / 0 = NaN (and the NaN stays in "
+    "O_i).",
+    "Divide by l_new only where it is positive (divide by 1 elsewhere: the numerator is 0 "
+    "there), so those rows keep O = 0.")
+HINT_FA1_SKIP_VISIBLE = (
+    "Causal: your FA1 loop skips tiles that some query of the block can see, so keys are "
+    "missing from those rows' softmax. A tile is hidden in full only when even the block's "
+    "LAST query, which sees the most keys, cannot see the tile's first key.",
+    "The block's last query q1 - 1 sees keys up to q1 - 1 + (Tk - Tq): skip the tile only "
+    "when k0 is greater than that.")
 HINT_FA1_TRAFFIC = (
     "Your counted bytes differ from the FA1 model. Count per loop: K and V once per key "
     "block; per visible tile read Q_i, O_i, l_i, m_i and write O_i, l_i, m_i; the "
@@ -298,7 +324,9 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
     exp), 'offset_sign' (Tq - Tk for the offset), 'mask_offset_sign' (Tq - Tk in the
     mask only), 'k_end_no_offset' (k_end = q1), 'mask_zero' (hidden scores 0, not -inf),
     'standin_old' (the stand-in tested on the old max), 'rescale_after', '_l', '_acc' (alpha
-    applied after the tile is added). Returns (o, lse).
+    applied after the tile is added), 'block_max' (one max for the whole block, s.max()),
+    'k_end_first_row' (only the tiles the block's first row sees).
+    Returns (o, lse).
     """
     tq, d = q.shape
     tk = k.shape[0]
@@ -316,6 +344,8 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
             k_end = max(0, min(tk, q1 + off)) if causal else tk
             if causal and mistake == "early_stop":
                 k_end = max(0, min(tk, q0 + off))
+            elif causal and mistake == "k_end_first_row":       # tiles seen by the first row
+                k_end = max(0, min(tk, q0 + off + 1))
             elif causal and mistake == "k_end_no_offset":
                 k_end = max(0, min(tk, q1))
             elif causal and mistake == "k_end_short":
@@ -330,7 +360,9 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
                     vis = (cols < rows + off if mistake == "strict_mask"
                            else cols <= rows + mask_off)
                     s = np.where(vis, s, 0.0 if mistake == "mask_zero" else -np.inf)
-                m_new = s.max(axis=1) if mistake == "tile_max" else np.maximum(m, s.max(axis=1))
+                m_new = (s.max(axis=1) if mistake == "tile_max" else
+                         np.maximum(m, s.max()) if mistake == "block_max" else
+                         np.maximum(m, s.max(axis=1)))
                 m_use = (np.where(np.isneginf(m), 0.0, m_new) if mistake == "standin_old"
                          else _safe(m_new))
                 p = (np.exp2 if mistake == "p_exp2" else np.exp)(s - m_use[:, None])
@@ -392,10 +424,26 @@ def _lost_rows(yours, expected) -> bool:
     return bool((want & ~np.isfinite(lse)).any() or ~np.isfinite(o[want]).all())
 
 
+def _nan_only_in_empty_rows(yours, expected) -> bool:
+    """NaN in o exactly where a row sees no key (expected lse = -inf), everything else
+    finite: the final acc / l taken for rows with l = 0 (review round 17 a: it got the
+    stand-in's hint, but with the loop starting at key 0 a missing stand-in leaves no NaN)."""
+    if not (isinstance(yours, tuple) and len(yours) == 2):
+        return False
+    o, lse = (np.asarray(y, np.float64) for y in plain(yours))
+    empty = np.isneginf(np.asarray(expected[1], np.float64))
+    if o.ndim != 2 or o.shape[0] != empty.shape[0] or lse.shape != empty.shape:
+        return False
+    nan_rows = np.isnan(o).any(axis=1)
+    return bool(nan_rows.any() and not (nan_rows & ~empty).any()
+                and not np.isnan(lse[~empty]).any())
+
+
 def _first(tq, tk, causal, spread) -> list:
-    """NaN names the -inf guard; in the large-score case (every smaller case passed, the
-    ragged blocks included) a row lost to overflow names the overflow, before any replay."""
-    found = [(_has_nan, *HINT_NEG_INF)]
+    """NaN confined to the rows that see no key names the finalisation, other NaN the -inf
+    guard; in the large-score case (every smaller case passed, the ragged blocks included)
+    a row lost to overflow names the overflow, before any replay."""
+    found = [(_nan_only_in_empty_rows, *HINT_FINALISE_EMPTY), (_has_nan, *HINT_NEG_INF)]
     if spread > 1.0:
         found.insert(0, (_lost_rows, *HINT_OVERFLOW))
     return found
@@ -440,6 +488,31 @@ def _describe_held(tq, tk, br, e=8) -> str:
             f"{br * tk * e:,} B, the whole {tq} x {tk} score matrix {tq * tk * e:,} B")
 
 
+#: the case on the row max: (Tq, Tk, d, Br, Bc), not causal; query row r of each block has
+#: its scores scaled by ROW_SCALES[r % 3], so rows of one block differ by thousands
+ROW_SCALE_SHAPE = (6, 10, 3, 3, 4)
+ROW_SCALES = (3000.0, 1.0, 0.01)
+
+
+def _row_scale_case():
+    """Rows of one query block whose scores differ by far more than exp's range: a single
+    max for the whole block empties the small rows (review round 17 a: it passed)."""
+    tq, tk, d, br, bc = ROW_SCALE_SHAPE
+    q, k, v = _inputs(57, tq, tk, d)
+    q = q * np.array([ROW_SCALES[r % 3] for r in range(tq)])[:, None]
+    rest = (False, SCALE, br, bc)
+    want = reference.attention(q, k, v, causal=False, scale=SCALE)
+    diagnoses = mistake_diagnoses(lambda mistake: replay(q, k, v, *rest, mistake),
+                                  [("block_max", HINT_BLOCK_MAX), *MISTAKES], _close)
+
+    def run(fn):
+        return result_tuple(fn(q.copy(), k.copy(), v.copy(), *rest), 2), want
+
+    return Case(f"rows of very different scales in one block (scores up to about 1e4, 1 and 0.01), "
+                f"Tq = {tq}, Tk = {tk}, d = {d}, Br = {br}, Bc = {bc}", run, HINT_FORWARD[0],
+                diagnoses, rtol=_RTOL, atol=_ATOL, hint2=HINT_FORWARD[1], names=("o", "lse"))
+
+
 def _held_case():
     tq, tk, d, br, bc = HELD_SHAPE
     return held_memory_case(
@@ -477,14 +550,16 @@ def _fewest_key_rows(tq, tk, br) -> int:
 
 
 def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
-    """Check `flash_forward(q, k, v, causal, scale, block_q, block_k)` on seven cases; then
-    the algorithm: the largest temporary it holds (no Br x Tk block), and that tiles the
-    causal mask hides in full are never loaded (rows sliced from k, and NaN tiles)."""
+    """Check `flash_forward(q, k, v, causal, scale, block_q, block_k)` on seven cases and one
+    whose rows differ in scale by thousands within a block; then the algorithm: the largest
+    temporary it holds (no Br x Tk block), and that tiles the causal mask hides in full are
+    never loaded (rows sliced from k, and NaN tiles)."""
     cases = tiled_cases(lambda n, tq, tk, d, causal, spread: _inputs(40 + n, tq, tk, d, spread),
                         lambda qkv, causal: reference.attention(*qkv, causal=causal, scale=SCALE),
                         replay, MISTAKES, _close, HINT_FORWARD, scale=SCALE, rtol=_RTOL,
                         atol=_ATOL, parts=2, first=_first,
                         names=("o", "lse"), errors=_errors)
+    cases.append(_row_scale_case())
     cases.append(_held_case())
     for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
         _, key_rows, _ = causal_block_sums(tq, tk, br, bc, True)   # over visible tiles
@@ -555,7 +630,10 @@ def _fa1_variants(tq, tk, d, br, bc, causal, e=8):
 FA1_CASES = [
     ("FA1, ragged, Tq = 19, Tk = 14, d = 3, Br = 5, Bc = 4", 19, 14, 3, 5, 4, False),
     ("FA1, causal, Tq = 12 < Tk = 20, d = 2, Br = 4, Bc = 6", 12, 20, 2, 4, 6, True),
-    ("FA1, causal, Tq = 21 > Tk = 9 (rows with no key), Br = 4, Bc = 3", 21, 9, 3, 4, 3, True),
+    # Br = 5: the block of rows 10-14 holds two rows with no key (review round 17 a: with
+    # Br = 4 no block mixed them, and a division by l_new = 0 passed); Bc = 2: tiles whose
+    # first key is the last one a block's last row sees (k0 = 2 and 8)
+    ("FA1, causal, Tq = 21 > Tk = 9 (rows with no key), Br = 5, Bc = 2", 21, 9, 3, 5, 2, True),
 ]
 
 
@@ -563,6 +641,10 @@ FA1_CASES = [
 FA1_REPLAYED = [(m, h) for m, h in MISTAKES if m in (
     "top_left", "offset_sign", "mask_offset_sign", "no_mask", "strict_mask", "lse_no_m",
     "lse_base2", "lse_log2_l", "sqrt_scale", "no_scale")]
+#: skip tests that drop tiles a row of the block sees (the FA2 replay skips the same tiles;
+#: review round 17 a: each got HINT_FA1_MATH, which speaks of the normalisation)
+FA1_SKIP_REPLAYED = [(m, HINT_FA1_SKIP_VISIBLE)
+                     for m in ("early_stop", "k_end_first_row", "k_end_short")]
 
 
 def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
@@ -581,9 +663,11 @@ def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Resul
         # the mask, scale and lse slips give the FA2 order's wrong output (to rounding)
         replayed = mistake_diagnoses(
             lambda mistake, q=q, k=k, v=v, causal=causal, br=br, bc=bc:
-            replay(q, k, v, causal, SCALE, br, bc, mistake), FA1_REPLAYED, _close)
+            replay(q, k, v, causal, SCALE, br, bc, mistake),
+            FA1_REPLAYED + (FA1_SKIP_REPLAYED if causal else []), _close)
+        first = [(_nan_only_in_empty_rows, *HINT_FA1_DIVIDE_EMPTY), (_has_nan, *HINT_NEG_INF)]
         cases.append(Case(f"{name}: result", run, HINT_FA1_MATH[0],
-                          [(_has_nan, *HINT_NEG_INF)] + replayed, rtol=_RTOL, atol=_ATOL,
+                          first + replayed, rtol=_RTOL, atol=_ATOL,
                           hint2=HINT_FA1_MATH[1], names=("o", "lse")))
     for name, tq, tk, d, br, bc, causal in FA1_CASES:
         q, k, v = _inputs(80, tq, tk, d)

@@ -55,6 +55,18 @@ HINT_SCORES = ("No score leaves the chip in tiled attention: S and P tiles are f
 HINT_GENERIC = ("Count per loop: for each query block i read Q_i once; for each key block j "
                 "read K_j and V_j; after the inner loop write O_i and lse_i. Sum over blocks.")
 HINT_RETURN = "Return a tuple (read_bytes, write_bytes) of two integers."
+HINT_PAIR_SWAPPED = ("Your two numbers are right but swapped: the contract returns (read_bytes, "
+                     "write_bytes), the bytes read first.")
+
+
+def _swapped(y, x) -> bool:
+    """The right pair in the wrong order (review round 17 a: it got the generic hint)."""
+    try:
+        return x[0] != x[1] and (int(y[0]), int(y[1])) == (x[1], x[0])
+    except (TypeError, ValueError, IndexError):
+        return False
+
+
 HINT_CAUSAL_NONE = ("Causal: tiles that the mask hides entirely are skipped, so their K_j, V_j "
                     "are never loaded. Your count equals the non-causal one.")
 HINT_CAUSAL_PARTIAL = ("Causal: a partly visible tile (the diagonal ones) is still loaded whole; "
@@ -139,6 +151,7 @@ def _diagnoses(cfg):
     tr, tc = ceil_div(tq, br), ceil_div(tk, bc)          # query and key blocks
     return [
         (lambda y, x: not (isinstance(y, tuple) and len(y) == 2), HINT_RETURN),
+        (_swapped, HINT_PAIR_SWAPPED),
         (lambda y, x: is_ragged and int(y[0]) in (ragged[0], tr * br * d * e
                                                   + 2 * tr * tc * bc * d * e,
                                                   tq * d * e + 2 * tr * tc * bc * d * e,
@@ -243,6 +256,7 @@ def _causal_diagnoses(cfg):
     tq, tk, d, br, bc, e = cfg
     return [
         (lambda y, x: not (isinstance(y, tuple) and len(y) == 2), HINT_RETURN),
+        (_swapped, HINT_PAIR_SWAPPED),
         (lambda y, x: y[0] != x[0] and int(y[0]) == _reads_fa2(tq, tk, d, br, e),
          HINT_CAUSAL_NONE),
         (lambda y, x: y[0] != x[0] and int(y[0]) == causal_reads_full_tiles_only(*cfg),
@@ -342,7 +356,8 @@ def check_backward_traffic(fn, *, verbose: bool = True, hint_level: int = 1) -> 
     cases = []
     for name, cfg in BACKWARD_CASES:
         variants = _bwd_variants(*cfg)
-        diagnoses = [(lambda y, x: not (isinstance(y, tuple) and len(y) == 2), HINT_RETURN)]
+        diagnoses = [(lambda y, x: not (isinstance(y, tuple) and len(y) == 2), HINT_RETURN),
+                     (_swapped, HINT_PAIR_SWAPPED)]
         for key, hint in (("no_dq", HINT_BWD_DQ), ("once", HINT_BWD_ONCE),
                           ("stat_e", HINT_BWD_STAT), ("no_d", HINT_BWD_D),
                           ("no_dkdv", HINT_BWD_DKDV), ("no_o", HINT_BWD_D),
