@@ -297,6 +297,23 @@ def _matmul(out, a, b, n_out, n_sum, b0, c0, n):
                 oi[c] += aij * bj[c]
 
 
+@njit(fastmath=FASTMATH, cache=True)
+def _store_rows(o_h, lse_h, q0, rows, acc, l, m):
+    """The end of a query block in base 2 (v2 and v3): o_h[q0 + r] = acc[r] / l[r] and
+    lse_h[q0 + r] = m[r] ln 2 + ln l[r] for its `rows` rows; a row that saw no key gets
+    o = 0, lse = -inf. acc (Br, d) is unnormalised O_i (v3 passes its acc^T transposed)."""
+    d = o_h.shape[1]
+    for r in range(rows):
+        if l[r] > 0:
+            for x in range(d):
+                o_h[q0 + r, x] = acc[r, x] / l[r]
+            lse_h[q0 + r] = m[r] * LN2 + np.log(l[r])
+        else:                                       # no visible key: o = 0, lse = -inf
+            for x in range(d):
+                o_h[q0 + r, x] = 0
+            lse_h[q0 + r] = -np.inf
+
+
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
 def _kernel_rows(q, kt, v, o, lse, br, bc, causal, scale2, int_t):
     """q (BH, Tq, d), kt (BH, d, Tk) = K^T, v (BH, Tk, d), accumulator dtype;
@@ -365,15 +382,7 @@ def _kernel_rows(q, kt, v, o, lse, br, bc, causal, scale2, int_t):
             # acc += P V_j, four query rows at a time (ragged rows one at a time)
             v_h = v[h]
             _matmul(acc, s, v_h, rows, cols, k0, 0, d)
-        for r in range(rows):
-            if l[r] > 0:
-                for x in range(d):
-                    o[h, q0 + r, x] = acc[r, x] / l[r]
-                lse[h, q0 + r] = m[r] * LN2 + np.log(l[r])
-            else:                                   # no visible key: o = 0, lse = -inf
-                for x in range(d):
-                    o[h, q0 + r, x] = zero
-                lse[h, q0 + r] = -np.inf
+        _store_rows(o[h], lse[h], q0, rows, acc, l, m)
 
 
 # ---------------------------------------------------------------------------
@@ -505,15 +514,7 @@ def _kernel_cols(q, k, v, o, lse, br, bc, causal, scale2, int_t):
             # acc^T = acc^T * alpha + V_j^T P^T
             _scale_cols(acct, alpha, rows)
             _pv_cols(acct, st, v[h], k0, cols, rows)
-        for r in range(rows):
-            if l[r] > 0:
-                for x in range(d):
-                    o[h, q0 + r, x] = acct[x, r] / l[r]
-                lse[h, q0 + r] = m[r] * LN2 + np.log(l[r])
-            else:                                   # no visible key: o = 0, lse = -inf
-                for x in range(d):
-                    o[h, q0 + r, x] = 0
-                lse[h, q0 + r] = -np.inf
+        _store_rows(o[h], lse[h], q0, rows, acct.T, l, m)
 
 
 # ---------------------------------------------------------------------------

@@ -16,6 +16,12 @@ from .._checks import accumulator_dtype, check_array, check_scale
 from .mods import check_fits, check_mod
 
 
+def _axis(name: str, axis: int) -> property:
+    """A read-only int property: the length of axis `axis` of the array field `name`."""
+    return property(lambda self: getattr(self, name).shape[axis],
+                    doc=f"{name}.shape[{axis}]")
+
+
 @dataclass(frozen=True)
 class Problem:
     """Validated inputs of one variants call."""
@@ -28,34 +34,17 @@ class Problem:
     mask_mod: object
     score_mod: object
 
-    @property
-    def batch(self) -> int:
-        return self.q.shape[0]
-
-    @property
-    def heads(self) -> int:
-        return self.q.shape[1]
-
-    @property
-    def kv_heads(self) -> int:
-        return self.k.shape[1]
+    batch = _axis("q", 0)
+    heads = _axis("q", 1)
+    kv_heads = _axis("k", 1)
+    tq = _axis("q", 2)
+    tk = _axis("k", 2)
+    d = _axis("q", 3)
 
     @property
     def group(self) -> int:
         """Query heads per key/value head."""
         return self.heads // self.kv_heads
-
-    @property
-    def tq(self) -> int:
-        return self.q.shape[2]
-
-    @property
-    def tk(self) -> int:
-        return self.k.shape[2]
-
-    @property
-    def d(self) -> int:
-        return self.q.shape[3]
 
     @property
     def acc_dtype(self) -> np.dtype:

@@ -441,6 +441,7 @@ class Explorer(w.VBox):
 
     css_class = "fc-explorer"
     error_title = "Cannot show this setting:"
+    readout = None                     # what `update` computed last (None before the first)
     blanked: tuple = ()                # attributes (HTML readouts) that `clear` empties
 
     def __init__(self, title: str, rows, readout, *, plot_px=None, plot_class="",

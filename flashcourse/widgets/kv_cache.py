@@ -42,7 +42,6 @@ class KVCacheExplorer(Explorer):
         self.controls = {"model": self.model, "dtype": self.dtype, "gpu": self.gpu,
                          "batch": self.batch, "log2_t_key": self.log2_t_key}
         self.details = html_box("fc-kv-cache-readout")
-        self.readout = None
         super().__init__(
             "<b>KV cache</b>: M_kv = batch &times; layers &times; 2 &times; Tk &times; Hkv "
             "&times; d &times; e bytes, beside the weights and the GPU's memory",

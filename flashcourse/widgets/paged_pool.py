@@ -163,7 +163,6 @@ class PagedPoolExplorer(Explorer):
                          "max_len": self.max_len, "prefix": self.prefix,
                          "pool_tokens": self.pool_tokens}
         self.details = html_box("fc-paged-pool-readout")
-        self.readout = None
         super().__init__(
             "<b>A paged KV cache</b>: requests in one pool of pages, against a contiguous "
             "allocation of max_len slots each",

@@ -49,7 +49,6 @@ class ScoreMemoryExplorer(Explorer):
                          "heads": self.heads.text, "causal": self.causal, "gpu": self.gpu}
         self.headline = classed(w.Label(value=""), "fc-score-readout")
         self.details = html_box("fc-score-details")
-        self.readout = None
         self._copying = False
         super().__init__(
             "<b>Score-matrix memory</b>: M_score = Tq &times; Tk &times; s bytes per head "

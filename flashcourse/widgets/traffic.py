@@ -70,7 +70,6 @@ class TrafficExplorer(Explorer):
                          "causal": self.causal, "gpu": self.gpu}
         self.note = html_box("fc-note")              # what the paper button chose, and why
         self.details = html_box("fc-traffic-readout")
-        self.readout = None
         self._setting = False
         super().__init__(
             "<b>Outer-memory traffic</b> of one head: dense (Algorithm 0) against tiled",

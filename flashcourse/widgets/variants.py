@@ -125,7 +125,6 @@ class VariantsExplorer(Explorer):
                          "documents": self.documents, "prefix": self.prefix,
                          "block": self.block, "head_dim": self.head_dim}
         self.details = html_box("fc-variants-readout")
-        self.readout = None
         super().__init__(
             "<b>Block masks</b>: the tiles a mask leaves full (no mask_mod call), partial "
             "(mask_mod on each pair) or empty (skipped), and what skipping saves",

@@ -223,38 +223,42 @@ def make_paged_split_kernel(cfg, page_size: int):
             else split_body(cfg, paged_key_row(PS), paged_locate(PS)))
     RB = cfg.rows
 
+    @inlined
+    def item(seq_lens, width, target, min_pages):
+        """This block's work item (b, first key, end key, slot; b = -1 past the items) and
+        its sequence's length n clipped to the table's width pages (0 past the items)."""
+        b, k0, k1, slot = WORK_ITEM(seq_lens, cuda.blockIdx.z, PS, width, target, min_pages)
+        n = 0
+        if b >= 0:
+            n = min(max(seq_lens[b], 0), width * PS)
+        return b, k0, k1, slot, n
+
     def paged_split(q, k, v, o_part, lse_part, block_table, seq_lens, hkv, rows_kv, tq, d,
                     qscale, causal, target, min_pages):
-        b, k0, k1, slot = WORK_ITEM(seq_lens, cuda.blockIdx.z, PS, block_table.shape[1],
-                                    target, min_pages)
+        b, k0, k1, slot, n = item(seq_lens, block_table.shape[1], target, min_pages)
         if b < 0:                                   # past the items: the whole block
             return
         hk = cuda.blockIdx.x                        # KV head
-        n = min(max(seq_lens[b], 0), block_table.shape[1] * PS)
         body(q, k, v, lse_part, lse_part, 0, o_part, lse_part, slot, block_table[b:b + 1],
              hk, hkv, (b * hkv + hk) * rows_kv, hk * rows_kv, cuda.blockIdx.y * RB, rows_kv,
              tq, d, k0, k1, qscale, causal, n - tq)
 
     def paged_split_fp8(q, k, v, k_scale, v_scale, o_part, lse_part, block_table, seq_lens,
                         hkv, rows_kv, tq, d, qscale, causal, target, min_pages):
-        b, k0, k1, slot = WORK_ITEM(seq_lens, cuda.blockIdx.z, PS, block_table.shape[1],
-                                    target, min_pages)
+        b, k0, k1, slot, n = item(seq_lens, block_table.shape[1], target, min_pages)
         if b < 0:
             return
         hk = cuda.blockIdx.x
-        n = min(max(seq_lens[b], 0), block_table.shape[1] * PS)
         body(q, k, v, k_scale, v_scale, b * hkv + hk, o_part, lse_part, slot,
              block_table[b:b + 1], hk, hkv, (b * hkv + hk) * rows_kv, hk * rows_kv,
              cuda.blockIdx.y * RB, rows_kv, tq, d, k0, k1, qscale, causal, n - tq)
 
     def paged_split_tc(q, k, v, o_part, lse_part, block_table, seq_lens, hkv, rows_kv, tq,
                        d, qscale, causal, target, min_pages):
-        b, k0, k1, slot = WORK_ITEM(seq_lens, cuda.blockIdx.z, PS, block_table.shape[1],
-                                    target, min_pages)
+        b, k0, k1, slot, n = item(seq_lens, block_table.shape[1], target, min_pages)
         if b < 0:
             return
         hk = cuda.blockIdx.x
-        n = min(max(seq_lens[b], 0), block_table.shape[1] * PS)
         body(q, k, v, o_part, lse_part, slot, block_table[b:b + 1], hk, hkv,
              (b * hkv + hk) * rows_kv, hk * rows_kv, cuda.blockIdx.y * RB, rows_kv, tq,
              k0, k1, qscale, causal, n - tq)

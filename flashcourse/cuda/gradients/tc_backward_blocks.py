@@ -386,16 +386,22 @@ def half_key_steps(simulator: bool, mma_into, pack, lda, ldb, ldbt, *, kt: int, 
         return par
 
     @jit
+    def pa_bt(sm, at, kp, pa, acc, scr, wbase, lane, par):
+        """acc += A B for k16 step kp: A in pa[0 .. 3], B the no n8 tiles of the row-major
+        tile at word `at` by ldmatrix.trans (dV += P^T dO_i from DON, dK += dS^T Q_i from QN)."""
+        for n2 in range(no // 2):
+            n = 2 * n2
+            b0, b1, b2, b3 = LDBT(sm, U(at + (kp * 16) * qs + n * 4), qs, lane)
+            par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, acc, 4 * n)
+            par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b2, b3, acc,
+                           4 * n + 4)
+        return par
+
+    @jit
     def dv_dk(sm, bo, s, dp, pa, dva, dka, scr, wbase, lane, par, warp, g, t):
         for kp in range(kq):
             PACK4(pa, 0, s, 8 * kp)
-            for n2 in range(no // 2):
-                n = 2 * n2
-                b0, b1, b2, b3 = LDBT(sm, U(bo + DON + (kp * 16) * qs + n * 4), qs, lane)
-                par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dva,
-                               4 * n)
-                par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b2, b3, dva,
-                               4 * n + 4)
+            par = pa_bt(sm, bo + DON, kp, pa, dva, scr, wbase, lane, par)
             PACK4(pa, 0, dp, 8 * kp)
             if with_dq:                     # dS^T rounded, [key][query pair], for dQ
                 sb = DSO + (warp * 16 + g) * dsh + 8 * kp + t
@@ -403,13 +409,7 @@ def half_key_steps(simulator: bool, mma_into, pack, lda, ldb, ldbt, *, kt: int, 
                 sm[U(sb + 8 * dsh)] = pa[1]
                 sm[U(sb + 4)] = pa[2]
                 sm[U(sb + 8 * dsh + 4)] = pa[3]
-            for n2 in range(no // 2):
-                n = 2 * n2
-                b0, b1, b2, b3 = LDBT(sm, U(bo + QN + (kp * 16) * qs + n * 4), qs, lane)
-                par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b0, b1, dka,
-                               4 * n)
-                par = MMA_INTO(scr, wbase, lane, par, pa[0], pa[1], pa[2], pa[3], b2, b3, dka,
-                               4 * n + 4)
+            par = pa_bt(sm, bo + QN, kp, pa, dka, scr, wbase, lane, par)
         return par
 
     @jit
