@@ -94,7 +94,8 @@ class Tiles(NamedTuple):
 
 TILES = Tiles()             # the lab's: KT = KQ = 1, NS = NO = 2
 # KT = 3 != KQ = 2 and NS = 4 != NO = 6: a loop over the wrong one of each pair runs too few
-# steps (not past an array's end); KT, KQ >= 2: offsets of step 1 and 2 (4 kk, 8 kp, 16 kp)
+# steps (KQ for KT, NS for NO) or past an array's end (KT for KQ, NO for NS: an IndexError on
+# the simulator); KT, KQ >= 2: offsets of step 1 and 2 (4 kk, 8 kp, 16 kp)
 WIDE = Tiles(D=48, BR=32)
 
 PARTS = ("row_delta", "transposed_scores", "ds_tile", "grad_tile", "store_grads")
