@@ -13,7 +13,7 @@ that replays one typical wrong implementation; a result that matches one gets it
 At the lab's tiles (D = BR = 16) KT = KQ = 1 and NS = NO = 2, so a loop over the wrong size
 of a pair, or an offset of k16 step 1, gives the right result there. Each part check (but
 row_delta's) and `check_kernel` therefore run the parts also at WIDE (D = 48, BR = 32: KT = 3,
-KQ = 2, NS = 4, NO = 6), rebuilt with those sizes (`tensor_core_backward_lab.at_tiles`); the
+KQ = 2, NS = 4, NO = 6), rebuilt with those sizes (`tile_sizes.at_tiles`); the
 slips that show only there are replayed (SCORES_WIDE_MISTAKES, GRAD_WIDE_MISTAKES, store's
 'ns'), and a part that reads none of a loop's size names gets HINT_LITERAL.
 
@@ -39,14 +39,15 @@ from ..geometry import ceil_div
 from ._harness import Case, Result, run_checks
 from .cuda_lab_kernel import _device
 from .kernel_source import kernel_guard
-from .kernel_source import py_func
 from .tensor_core_backward_lab import (_KERNEL_TOL, BC, KA_WORDS, KERNEL_CASES, NT, O_ACC,
                                        S_ACC, TILES, WIDE, Tiles, _parts, at_tiles,
                                        kernel_inputs, lab_backward, make_delta_kernel)
 from .tensor_core_lab import source_cases
 from .tensor_core_parts import (HINT_CI, _diagnoses, _from_a, _is_overflow, _launch, _mma,
-                                _mma_b_model, _overflowed, _part_diagnoses, _scratch, _table,
+                                _mma_b_model, _near, _overflowed, _part_diagnoses, _table,
                                 _tile)
+from .tensor_core_wide import _scratch
+from .tile_sizes import literal_diagnosis, wide_diagnoses
 
 _RTOL, _ATOL = 1e-5, 1e-5        # one part on exact fragments: fp32 sums of fp16 products
 
@@ -494,43 +495,12 @@ def store_model(dka, dva, k0, tk, d, scale, mistake=None, tiles=TILES):
 
 # -- the wider tiles: a fixed loop count, then the slips that show only there --------------
 
-def _names_read(fn, seen=None) -> set:
-    """The global names `fn` reads, and those of the functions of its own that it calls."""
-    seen = set() if seen is None else seen
-    inner = py_func(fn)
-    code, glob = getattr(inner, "__code__", None), getattr(inner, "__globals__", {})
-    if code is None or id(inner) in seen:
-        return set()
-    seen.add(id(inner))
-    names = set(code.co_names)
-    for name in list(names):
-        dep = glob.get(name)
-        if callable(dep) and not str(getattr(py_func(dep), "__module__", "")).startswith(
-                ("flashcourse", "numba", "math", "numpy")):
-            names |= _names_read(dep, seen)
-    return names
-
-
 def _literal_diagnosis(fn, needs) -> tuple:
-    """A diagnosis of a wide-tiles case: `fn` reads none of the names of one of the groups in
-    `needs` (e.g. ("KT", "D"): the k16 steps of the head dimension), so a loop of it has a
-    fixed count (range(1) where the lab's tiles need KT = 1)."""
-    def fired(_yours, _expected):
-        names = _names_read(fn)
-        return any(not names & set(group) for group in needs)
-    return (fired, *HINT_LITERAL)
+    return literal_diagnosis(fn, needs, HINT_LITERAL)
 
 
 def _wide_diagnoses(fn, want, slips, needs) -> list:
-    """The first diagnoses of a WIDE case: each slip of `slips` ((wrong result, hint, the
-    name the slip reads or None)) whose result it gives, when it reads that name (range(KQ)
-    for range(KT) reads KQ; range(2) is a fixed count); then a fixed count (`needs`)."""
-    out = []
-    for wrong, hint, name in slips:
-        for pred, *texts in _diagnoses(want, [(wrong, hint)]):
-            out.append(((lambda y, e, p=pred, n=name: p(y, e)
-                         and (n is None or n in _names_read(fn))), *texts))
-    return out + [_literal_diagnosis(fn, needs)]
+    return wide_diagnoses(fn, want, slips, needs, HINT_LITERAL, _near)
 
 
 # -- checker: row_delta ----------------------------------------------------------------------
