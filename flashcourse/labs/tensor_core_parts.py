@@ -13,6 +13,12 @@ check_quad come first, and a part check that fails asks first whether its helper
 (`load_b_fails`, `quad_max_fails`): a wrong helper can give exactly the output of one of
 the part's own mistakes.
 
+At the lab's tiles (D = BC = 16) KT = KP = 1 and NS = NO = 2, so a loop over the wrong size of
+a pair, or an offset of k16 step 1, gives the right result there: each of the three part checks
+also runs its part at `tensor_core_lab.WIDE` (D = 48, BC = 32), rebuilt with those sizes
+(`tile_sizes.at_tiles`, in the one-warp kernels of `tensor_core_wide`), and names the slips that
+show only there (`tensor_core_wide`'s hints).
+
 `kernel_model` composes the three models with the skeleton's mask and epilogue into the
 whole lab kernel, so `check_kernel` names a part's mistake from the kernel's output too,
 once check_fragments and check_quad pass. When no mistake matches, it runs the part checks
