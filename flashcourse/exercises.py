@@ -655,6 +655,10 @@ def tc_backward_10() -> Exercise:
          "FLOPs count a multiply and an add: 2 per multiply-add"),
         (lambda y: _same_number(y, 8 * unit, 1e-3),
          "8 x pairs x d is the backward that reads a stored P (4 products)"),
+        (lambda y: _same_number(y, det / 1e9, 1e-3),
+         "that is the count in GFLOP: give the number of FLOPs itself"),
+        (lambda y: _same_number(y, det / 1e6, 1e-3),
+         "that is the count in MFLOP: give the number of FLOPs itself"),
     ]
     return Exercise(
         "Kernel 1 (v2): the B load of S^T, dP^T, dV, dK, dQ; and the deterministic "

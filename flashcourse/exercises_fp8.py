@@ -143,8 +143,12 @@ HINT_P_NO_LIFT = ("You rounded exp(s - m) itself, in [0, 1]: every probability a
                   "2^-10 became 0. Multiply by 2^8 = 256 before rounding, as FlashAttention-3.")
 HINT_P_LIFT_AFTER = ("You multiplied by 256 after rounding: the small probabilities were already "
                      "lost to underflow. Lift first, then round.")
-HINT_P_E8 = ("Your lift is e^8 = 2981 (you added 8 inside exp): FlashAttention-3 subtracts 8 in "
-             "the exp2 domain, a factor 2^8 = 256, which stays below 448; e^8 saturates.")
+HINT_P_E8 = ("Your lift is e^8 = 2981 (you added 8 inside exp): FlashAttention-3 subtracts 8 "
+             "from the row max in the exp2 domain, a factor 2^8 = 256, which stays below 448; "
+             "e^8 saturates.")
+HINT_P_SHRUNK = ("Your P~ is 2^-8 exp(s - m), in [0, 1/256]: you subtracted 8 from the exponent. "
+                 "FlashAttention-3 subtracts 8 from the row max m (in base 2), and s - (m - 8) "
+                 "adds 8 to the exponent: P~ = 2^8 exp(s - m), in [0, 256].")
 HINT_P_GLOBAL_MAX = ("You subtracted the largest score of the whole matrix: each row has its "
                      "own max m (its largest P~ is exactly 256).")
 HINT_P_NORMALISED = ("You divided by the row sum: the kernel rounds the unnormalised P~ and "
@@ -169,12 +173,15 @@ def _p_mistake(s, mistake):
         return round_to_fp8(e * lift / e.sum(axis=1, keepdims=True))
     if mistake == "448":
         return round_to_fp8(e * 448.0)
+    if mistake == "shrunk":
+        return round_to_fp8(e / lift)
     raise ValueError(mistake)
 
 
 MISTAKES_P = [("no lift", (HINT_P_NO_LIFT,)), ("lift after", (HINT_P_LIFT_AFTER,)),
               ("e8", (HINT_P_E8,)), ("global max", (HINT_P_GLOBAL_MAX,)),
-              ("normalised", (HINT_P_NORMALISED,)), ("448", (HINT_P_448,))]
+              ("normalised", (HINT_P_NORMALISED,)), ("448", (HINT_P_448,)),
+              ("shrunk", (HINT_P_SHRUNK,))]
 
 
 def _p_case(name, s):

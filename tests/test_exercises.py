@@ -196,7 +196,9 @@ def test_tc_backward_10():
     assert "over queries" in lines[2] and ".trans" in lines[3] and "over keys" in lines[4]
     assert "atomic version" in lines[5]
     for wrong, hint in ((12 * pairs * d, "dP = dO V^T"), (14 * n * n * d, "visible pairs"),
-                        (7 * pairs * d, "a multiply and an add"), (8 * pairs * d, "stored P")):
+                        (7 * pairs * d, "a multiply and an add"), (8 * pairs * d, "stored P"),
+                        # the count in GFLOP or MFLOP (review round 17 b)
+                        (14 * pairs * d / 1e9, "in GFLOP"), (14 * pairs * d / 1e6, "in MFLOP")):
         ok, lines = E.grade("10-tc-backward", **{**right, "det_flops": wrong})
         assert not ok and hint in lines[5], (wrong, lines[5])
     ok, lines = E.grade("10-tc-backward", **{**right, "s_load": "ldmatrix.x4", "dv_load": 1})
@@ -224,6 +226,7 @@ def test_paged_exercises_11b_by_hand():
     assert not ok and "a page holds page_size" in lines[0] and "every KV head" in lines[1]
     assert "K and V" in lines[2]
     assert "2 bytes" in E.grade("11b-page-costs", piece_bytes=2048)[1][1]
+    assert "in KiB" in E.grade("11b-page-costs", piece_bytes=4)[1][1]      # review round 17 b
     # the fraction in percent (0.0061) got "not what the rule gives" (review round 16 b)
     assert "in percent" in E.grade("11b-page-costs", table_fraction=0.0061)[1][2]
 

@@ -81,7 +81,9 @@ def _p(lift=256.0, where="before", row_max=True, normalise=False, inside=0.0):
     (_p(normalise=True), X.HINT_P_NORMALISED),
     (_p(lift=448.0), X.HINT_P_448),
     (_p(lift=128.0), X.HINT_P),
-], ids=["no lift", "after", "e^8", "global max", "normalised", "448", "2^7"])
+    # 8 subtracted from the exponent instead of from the row max (review round 17 b)
+    (_p(lift=2.0 ** -8), X.HINT_P_SHRUNK),
+], ids=["no lift", "after", "e^8", "global max", "normalised", "448", "2^7", "2^-8"])
 def test_probability_mistakes_get_their_hint(fn, hint):
     r = X.check_fp8_probabilities(fn, verbose=False)
     assert not r.passed and r.hint == hint

@@ -41,6 +41,10 @@ MISTAKES = {
          H.HINT_FIELD_PLACE),
         (_PACK, "    return float((start >> 4) | (lbo >> 4) << 16 | (sbo >> 4) << 32 "
                 "| code << 62)", H.HINT_INT),
+        # fields joined by + with the shifts unbracketed: + binds first, so each shift moves
+        # the whole sum (past 2**64); HINT_INT said only "below 2**64" (review round 17 b)
+        (_PACK, "    return (start >> 4) + (lbo >> 4) << 16 + (sbo >> 4) << 32 + code << 62",
+         H.HINT_PLUS_SHIFT),
     ],
     "my_swizzled_offset": [
         (_XOR, "    return plain", H.HINT_NO_SWIZZLE),

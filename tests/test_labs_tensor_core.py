@@ -8,6 +8,7 @@ import pytest
 
 from flashcourse.labs import tensor_core_lab as L
 from flashcourse.labs import tensor_core_parts as P
+from flashcourse.labs import tensor_core_wide as W
 from flashcourse.labs.cuda_kernel import HINT_FLOAT64
 from labtools import (assert_hint, assert_stubs_not_implemented, correct_variants_test, edited,
                       functions_of, hint_leaks_test, idle_part_test, joint_mistakes_test,
@@ -79,6 +80,9 @@ FRAGMENT_MISTAKES = [
     ("load_b", "    g = lane // 4\n    t = lane % 4\n    for w in range(2):",
      "    g = lane % 4\n    t = lane // 4\n    for w in range(2):", L.HINT_B_GT),
     ("load_b", "kk = k0 + 2 * t + 8 * w", "kk = k0 + 2 * t", L.HINT_B_PLUS8),
+    # ai ignored: right at ai = 0, the only offset the checker used (review rounds 10 b, 17 b)
+    ("load_a", "a[ai + w] = pack(tile[row, col], tile[row, col + 1])",
+     "a[w] = pack(tile[row, col], tile[row, col + 1])", L.HINT_A_AI),
 ]
 
 
@@ -278,9 +282,10 @@ def test_a_part_that_does_not_call_the_helper_is_not_blamed_on_it():
     assert_hint(P.check_scores_tile, ns["scores_tile"], P.HINT_RESET[0])
 
 
-# a pv_tile that returns at once when vt is not the part check's 32 rows
+# a pv_tile that returns at once when vt is not the part check's 32 rows (96 at WIDE)
 test_kernel_says_when_every_part_check_passes = idle_part_test(
-    LAB, P, parts_of, "pv_tile", "    for kp in range(KP):\n", "vt.shape[0] != 32")
+    LAB, P, parts_of, "pv_tile", "    for kp in range(KP):\n",
+    "vt.shape[0] != 32 and vt.shape[0] != 96")
 test_kernel_that_raises_points_to_the_part_checks = kernel_error_test(
     LAB, P, parts_of, *PART_MISTAKES["pv-offsets"][:2],
     "on a GPU a read past vt returns garbage instead of raising")
@@ -332,6 +337,60 @@ CORRECT_VARIANTS = {
 
 test_unusual_correct_variants_pass = correct_variants_test(LAB, P, parts_of, PART_CHECK,
                                                            CORRECT_VARIANTS)
+#: sizes written from D and BC (right at every tile configuration): they follow WIDE too
+SIZES_FROM_D_BC = {"sizes": [
+    ("for kk in range(KT):", "for kk in range(D // 16):"),
+    ("    for x in range(4 * NS):\n", "    for x in range(BC // 2):\n"),
+    ("for kp in range(KP):", "for kp in range(BC // 16):"),
+    ("        for n in range(NO):\n            acc[", "        for n in range(D // 8):\n"
+     "            acc[")]}
+test_sizes_from_d_and_bc_pass = correct_variants_test(LAB, P, parts_of, PART_CHECK,
+                                                      SIZES_FROM_D_BC)
+
+#: right at D = BC = 16 (KT = KP = 1, NS = NO = 2), so caught only at WIDE (D = 48, BC = 32):
+#: review rounds 10 b and 15 found them passing, round 17 b added the wide case
+WIDE_MISTAKES = {
+    "s-kp-for-kt": ("scores_tile", [("for kk in range(KT):", "for kk in range(KP):")],
+                    W.HINT_S_KP),
+    "s-qa-words-kk": ("scores_tile", [("mma(qa, 4 * kk,", "mma(qa, kk,")], W.HINT_WIDE_SCORES),
+    "s-qa-words-2kk": ("scores_tile", [("mma(qa, 4 * kk,", "mma(qa, 2 * kk,")],
+                       W.HINT_S_QA_WORDS),
+    "s-k0-8kk": ("scores_tile", [("load_b(ks, 8 * n, 16 * kk, w[0], b)",
+                                  "load_b(ks, 8 * n, 8 * kk, w[0], b)")], W.HINT_S_K0),
+    "s-no-for-ns": ("scores_tile", [("for n in range(NS):", "for n in range(NO):")],
+                    W.HINT_WIDE_SCORES),
+    "s-literal-kt": ("scores_tile", [("for kk in range(KT):", "for kk in range(1):")],
+                     W.HINT_LITERAL),
+    "softmax-acc-ns": (SOFTMAX, [("        for n in range(NO):\n            acc[",
+                                  "        for n in range(NS):\n            acc[")],
+                       W.HINT_ACC_NS),
+    "softmax-s-no": (SOFTMAX, [("        for n in range(NS):\n            for c in range(2):",
+                                "        for n in range(NO):\n            for c in range(2):")],
+                     W.HINT_WIDE_SOFTMAX),
+    "softmax-literal": (SOFTMAX, [("        for n in range(NO):\n            acc[",
+                                   "        for n in range(2):\n            acc[")],
+                        W.HINT_LITERAL),
+    "pv-j0-4kp": ("pv_tile", [("j0 = 8 * kp", "j0 = 4 * kp")], W.HINT_PV_J0),
+    "pv-k0-8kp": ("pv_tile", [("load_b(vt, 8 * n, 16 * kp, w[0], b)",
+                               "load_b(vt, 8 * n, 8 * kp, w[0], b)")], W.HINT_PV_KP8),
+    "pv-k0-0": ("pv_tile", [("load_b(vt, 8 * n, 16 * kp, w[0], b)",
+                             "load_b(vt, 8 * n, 0, w[0], b)")], W.HINT_WIDE_PV),
+    "pv-ns-for-no": ("pv_tile", [("for n in range(NO):", "for n in range(NS):")], W.HINT_PV_NS),
+    "pv-kt-for-kp": ("pv_tile", [("for kp in range(KP):", "for kp in range(KT):")],
+                     W.HINT_WIDE_PV),
+    "pv-pa-4kp": ("pv_tile", [("mma(pa, 0, b, acc, 4 * n, scr, w)",
+                               "mma(pa, 4 * kp, b, acc, 4 * n, scr, w)")], W.HINT_WIDE_PV),
+    "pv-literal-kp": ("pv_tile", [("for kp in range(KP):", "for kp in range(1):")],
+                      W.HINT_LITERAL),
+}
+
+
+@pytest.mark.parametrize("key", sorted(WIDE_MISTAKES))
+def test_wide_mistakes_pass_the_lab_tiles_and_get_their_hint_at_the_wide_ones(key):
+    """Each passes every case at D = BC = 16 and fails the WIDE one with its hint."""
+    part, edits, hint = WIDE_MISTAKES[key]
+    result = assert_hint(PART_CHECK[part], edited(LAB, part, edits), hint[0])
+    assert "wider tiles" in result.case and str(L.WIDE) in result.case
 
 
 def test_log2e_folded_into_the_scores_is_a_correct_softmax_tile():

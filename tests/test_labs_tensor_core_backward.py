@@ -206,6 +206,14 @@ PART_MISTAKES = {
                                          "p = math.exp(s[4 * n + i] * scale) "
                                          "* math.exp(-lt[col])")],
                             P.HINT_DS_OVERFLOW, False),
+    # a loop over the wrong size of another pair (KQ or KT = 1 for NS or NO = 2): the first n8
+    # tile only, at the lab's tiles; the generic hint said nothing of the loop (round 17 b)
+    "ds-kq-for-ns": ("ds_tile", [("for n in range(NS):", "for n in range(KQ):")],
+                     P.HINT_DS_ONE_TILE, False),
+    "grad-kt-for-no": ("grad_tile", [("for n in range(NO):", "for n in range(KT):")],
+                       P.HINT_GRAD_ONE_TILE, False),
+    "store-kt-for-no": ("store_grads", [("for n in range(NO):", "for n in range(KT):")],
+                        P.HINT_STORE_ONE_TILE, False),
     "ds-base2-raw": ("ds_tile", [("p = math.exp(s[4 * n + i] * scale - lt[col])",
                                   "p = math.exp2(s[4 * n + i] * scale - lt[col])")],
                      P.HINT_DS_BASE2_RAW, False),
@@ -240,7 +248,22 @@ WIDE_MISTAKES = {
                          P.HINT_LITERAL, False),
     # a loop over NO where NS is right runs past s at WIDE (NO = 6 > NS = 4): the wide hint
     "ds-no-for-ns": ("ds_tile", [("for n in range(NS):", "for n in range(NO):")],
-                     P.HINT_WIDE, False),
+                     P.HINT_WIDE_DS, False),
+    # review round 17 b: past an array's end at WIDE (an IndexError on the simulator) or an
+    # offset of step 1, each gets its part's own wide hint; the general one told grad_tile
+    # "word 4 kk of an A fragment", which mma(pa, 4 * kp, ...) follows (pa is one step's)
+    "s-no-for-ns": ("transposed_scores", [("for n in range(NS):", "for n in range(NO):")],
+                    P.HINT_WIDE_SCORES, False),
+    "s-k0-8kk": ("transposed_scores", [("load_b(qs, 8 * n, 16 * kk, w[0], b)",
+                                        "load_b(qs, 8 * n, 8 * kk, w[0], b)"),
+                                       ("load_b(dos, 8 * n, 16 * kk, w[0], b)",
+                                        "load_b(dos, 8 * n, 8 * kk, w[0], b)")],
+                 P.HINT_WIDE_SCORES, False),
+    "grad-pa-4kp": ("grad_tile", [("mma(pa, 0, b, acc, 4 * n, scr, w)",
+                                   "mma(pa, 4 * kp, b, acc, 4 * n, scr, w)")],
+                    P.HINT_WIDE_GRAD, False),
+    "grad-kt-for-kq": ("grad_tile", [("for kp in range(KQ):", "for kp in range(KT):")],
+                       P.HINT_WIDE_GRAD, False),
 }
 
 

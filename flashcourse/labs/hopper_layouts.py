@@ -74,6 +74,11 @@ HINT_FIELD_PLACE = (
     "Shift LBO by 16, SBO by 32 and the swizzle code by 62.")
 HINT_INT = ("Return the descriptor as one Python int (non-negative, below 2**64).",
             "Build it with | and << on ints; no floats (2**62 does not fit a float exactly).")
+HINT_PLUS_SHIFT = ("Your descriptor is the fields added before they are shifted: in Python << "
+                   "binds less tightly than +, so a + b << 16 is (a + b) << 16, and each later "
+                   "shift moves the whole sum again (far past 64 bits here). Put each shifted "
+                   "field in brackets, or join them with |.",
+                   "(start >> 4) + ((lbo >> 4) << 16) + ..., or the same with |.")
 
 
 def _as_int(y):
@@ -123,7 +128,13 @@ def _desc_diagnoses(start, lbo, sbo, swizzle):
         return (isinstance(y, (int, np.integer)) and not isinstance(y, bool) and swizzle
                 and int(y) >> 62 == swizzle and int(y) & low == right & low)
 
-    return [(raw_width, *HINT_SWIZZLE_RAW), (lambda y, e: _as_int(y) is None, *HINT_INT),
+    def plus_shift(y, e):       # start + lbo << 16 + sbo << 32 + code << 62, Python's order
+        s4, l4, b4 = start >> 4, lbo >> 4, sbo >> 4
+        return (isinstance(y, (int, np.integer)) and not isinstance(y, bool)
+                and int(y) == s4 + l4 << 16 + b4 << 32 + code << 62)
+
+    return [(raw_width, *HINT_SWIZZLE_RAW), (plus_shift, *HINT_PLUS_SHIFT),
+            (lambda y, e: _as_int(y) is None, *HINT_INT),
             (bytes_fields, *HINT_UNITS), (swapped, *HINT_SWAP), (mode_shifted, *HINT_FIELD_PLACE),
             (mode_wrong, *HINT_SWIZZLE_CODE),
             (lambda y, e: True, *HINT_FIELD_PLACE)]

@@ -26,7 +26,7 @@ run over queries). The learner writes, as Numba device functions:
 `mma`, `pack` (`tensor_core_lab`) and `load_a`, `load_b` (lab 10's parts, given here) are
 the building blocks. Here: the kernel, `lab_backward(parts, ...)` that runs it with the D
 pre-pass, the tile configurations (`Tiles`: the lab's TILES and the checks' WIDE) and
-`at_tiles`, which rebuilds a part or the skeleton at another one, the kernel's inputs
+`at_tiles` (`tile_sizes`), which rebuilds a part or the skeleton at another one, the kernel's inputs
 (`kernel_inputs`, `KERNEL_CASES`) and, GPU only,
 `time_against_course(parts)`, which times it beside the course's tensor-core backward.
 `tensor_core_backward_parts` checks each part alone on known fragments against a numpy
@@ -37,7 +37,6 @@ kernel against the float64 backward (`check_kernel`).
 from __future__ import annotations
 
 import math
-import types
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -51,8 +50,9 @@ from ..cuda.ptx import mma as M
 from ..geometry import ceil_div
 from ..gpu import using_simulator
 from .cuda_lab_kernel import _device
-from .kernel_source import is_numba_kernel, kernel_guard, py_func
+from .kernel_source import kernel_guard
 from .tensor_core_lab import pack
+from .tile_sizes import at_tiles
 
 BR = 16                     # query rows per query tile (the n of S^T: two n8 tiles)
 BC = 16                     # keys per block (one m16 tile, one warp)
@@ -94,7 +94,8 @@ class Tiles(NamedTuple):
 
 TILES = Tiles()             # the lab's: KT = KQ = 1, NS = NO = 2
 # KT = 3 != KQ = 2 and NS = 4 != NO = 6: a loop over the wrong one of each pair runs too few
-# steps (not past an array's end); KT, KQ >= 2: offsets of step 1 and 2 (4 kk, 8 kp, 16 kp)
+# steps (KQ for KT, NS for NO) or past an array's end (KT for KQ, NO for NS: an IndexError on
+# the simulator); KT, KQ >= 2: offsets of step 1 and 2 (4 kk, 8 kp, 16 kp)
 WIDE = Tiles(D=48, BR=32)
 
 PARTS = ("row_delta", "transposed_scores", "ds_tile", "grad_tile", "store_grads")
@@ -123,74 +124,6 @@ def load_b(tile, n0, k0, lane, b):
     for wd in range(2):
         kk = k0 + 2 * t + 8 * wd
         b[wd] = pack(tile[n0 + g, kk], tile[n0 + g, kk + 1])
-
-
-# -- the same functions at another tile configuration ---------------------------------------
-
-def _names(code) -> set:
-    """The global names a code object (and any nested one) reads."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _names(const)
-    return names
-
-
-def _rebindable(obj) -> bool:
-    """A device function whose sizes may follow the tiles: the learner's (defined outside
-    flashcourse) or this module's skeleton (mask_transposed); not the library's (mma, pack),
-    whose names such as D mean other things."""
-    if not is_numba_kernel(obj):
-        return False
-    module = getattr(py_func(obj), "__globals__", {}).get("__name__", "")
-    return not module.startswith("flashcourse") or module == __name__
-
-
-_REBOUND: dict = {}
-
-
-def at_tiles(fn, tiles: Tiles):
-    """`fn` (a device function, or a plain function to be jitted) with the size names it
-    reads (BR, D, KT, KQ, NS, NO, KA_WORDS, S_ACC, O_ACC) taken at `tiles`, and so the
-    device functions it calls; `fn` itself where nothing changes (always at TILES).
-
-    Numba fixes a global when it compiles (the simulator reads it when the line runs), so a
-    new function on the same code with a copy of its globals, the names replaced, is
-    compiled with the new sizes on a GPU and runs with them on the simulator; array sizes
-    stay names fixed before compiling. A name is replaced only where it holds the lab's
-    value (a learner's own D = 5 is left as it is)."""
-    if tiles == TILES:
-        return fn
-    key = (fn, tiles)
-    if key not in _REBOUND:
-        _REBOUND[key] = fn                  # a function that calls itself: left as it is
-        _REBOUND[key] = _rebound(fn, tiles)
-    return _REBOUND[key]
-
-
-def _rebound(fn, tiles: Tiles):
-    inner = py_func(fn)
-    code, glob = getattr(inner, "__code__", None), getattr(inner, "__globals__", None)
-    if code is None or glob is None:
-        return fn
-    base, new = TILES.sizes, tiles.sizes
-    changes = {}
-    for name in _names(code):
-        value = glob.get(name)
-        if name in base and type(value) is int and value == base[name]:
-            changes[name] = new[name]
-        elif _rebindable(value):
-            other = at_tiles(value, tiles)
-            if other is not value:
-                changes[name] = other
-    if not changes:
-        return fn
-    rebound = types.FunctionType(code, {**glob, **changes}, inner.__name__, inner.__defaults__,
-                                 inner.__closure__)
-    rebound.__kwdefaults__ = inner.__kwdefaults__
-    rebound.__qualname__ = inner.__qualname__
-    rebound.__doc__ = inner.__doc__
-    return rebound if inner is fn else cuda.jit(device=True)(rebound)
 
 
 # -- the lab kernel -------------------------------------------------------------------------

@@ -13,7 +13,7 @@ that replays one typical wrong implementation; a result that matches one gets it
 At the lab's tiles (D = BR = 16) KT = KQ = 1 and NS = NO = 2, so a loop over the wrong size
 of a pair, or an offset of k16 step 1, gives the right result there. Each part check (but
 row_delta's) and `check_kernel` therefore run the parts also at WIDE (D = 48, BR = 32: KT = 3,
-KQ = 2, NS = 4, NO = 6), rebuilt with those sizes (`tensor_core_backward_lab.at_tiles`); the
+KQ = 2, NS = 4, NO = 6), rebuilt with those sizes (`tile_sizes.at_tiles`); the
 slips that show only there are replayed (SCORES_WIDE_MISTAKES, GRAD_WIDE_MISTAKES, store's
 'ns'), and a part that reads none of a loop's size names gets HINT_LITERAL.
 
@@ -39,14 +39,15 @@ from ..geometry import ceil_div
 from ._harness import Case, Result, run_checks
 from .cuda_lab_kernel import _device
 from .kernel_source import kernel_guard
-from .kernel_source import py_func
 from .tensor_core_backward_lab import (_KERNEL_TOL, BC, KA_WORDS, KERNEL_CASES, NT, O_ACC,
                                        S_ACC, TILES, WIDE, Tiles, _parts, at_tiles,
                                        kernel_inputs, lab_backward, make_delta_kernel)
 from .tensor_core_lab import source_cases
 from .tensor_core_parts import (HINT_CI, _diagnoses, _from_a, _is_overflow, _launch, _mma,
-                                _mma_b_model, _overflowed, _part_diagnoses, _scratch, _table,
+                                _mma_b_model, _near, _overflowed, _part_diagnoses, _table,
                                 _tile)
+from .tensor_core_wide import _scratch
+from .tile_sizes import literal_diagnosis, wide_diagnoses
 
 _RTOL, _ATOL = 1e-5, 1e-5        # one part on exact fragments: fp32 sums of fp16 products
 
@@ -179,13 +180,39 @@ HINT_KERNEL_ERROR = ("Your kernel stopped with an error (the line above). On the
 
 _SIZES = ("KT (the k16 steps of the head dimension), KQ (of the queries), NS (the n8 tiles "
           "of S^T, over queries) and NO (of dK and dV, over the head dimension)")
-HINT_WIDE = (f"Your part is right at the lab's tiles (D = BR = 16: KT = KQ = 1, NS = NO = 2) "
-             f"but not at the wider ones the check also runs, {WIDE}: a loop count or an "
-             f"offset that is right only at D = BR = 16. Loop over the named sizes, {_SIZES}, "
-             "never a fixed number; k16 step kk starts at column 16 kk of a tile and at word "
-             "4 kk of an A fragment, k16 step kp of the accumulators at entry 8 kp.",
-             "Which loop runs over the head dimension, which over the queries? Each count is "
-             "that dimension's size over 16 (k16 steps) or over 8 (n8 tiles).")
+def _wide(part_rule: str, hint2: str) -> tuple[str, str]:
+    """A part's hint at WIDE: right at the lab's tiles, wrong at the wider ones, and what that
+    part's loops and offsets must be (each part its own: a general list of the rules misled
+    grad_tile, whose pa is one k16 step's A fragment, read from word 0)."""
+    return ("Your part is right at the lab's tiles (D = BR = 16: KT = KQ = 1, NS = NO = 2) "
+            f"but not at the wider ones the check also runs, {WIDE}: a loop count or an "
+            "offset that is right only at D = BR = 16 (a loop over the wrong one of two sizes "
+            "equal there runs too few steps, or past an array's end). The sizes: "
+            f"{_SIZES}. {part_rule}", hint2)
+
+
+HINT_WIDE_SCORES = _wide(
+    "In transposed_scores: the reset covers all 4 NS entries of s and of dp; n runs over NS "
+    "(queries), kk over KT (the head dimension); step kk reads words 4 kk .. 4 kk + 3 of ka "
+    "and va, and columns 16 kk .. 16 kk + 15 of qs and dos (load_b's k0), n8 tile n their "
+    "rows from 8 n.",
+    "Which of your loops runs over the head dimension, which over the queries?")
+HINT_WIDE_DS = _wide(
+    "In ds_tile: n runs over NS, the n8 tiles of S^T (over queries), and accumulator i of "
+    "tile n is query 8 n + 2 t + (i % 2).",
+    "The n loop of ds_tile runs over the n8 tiles of the queries.")
+HINT_WIDE_GRAD = _wide(
+    "In grad_tile: kp runs over KQ (the queries), n over NO (the head dimension); pa holds "
+    "ONE k16 step's A fragment, packed anew for each kp from x's entries 8 kp .. 8 kp + 7, so "
+    "the mma reads it from word 0 (words 4 kp would be past pa's 4 words); the B fragment "
+    "of step kp is load_b on yt with n0 = 8 n and k0 = 16 kp.",
+    "Which of your loops runs over the queries, which over the head dimension? Where does "
+    "the mma read pa from?")
+HINT_WIDE_STORE = _wide(
+    "In store_grads: n runs over NO, the n8 tiles of dK and dV (over the head dimension), and "
+    "accumulator i of tile n is dimension 8 n + 2 t + (i % 2).",
+    "The n loop of store_grads runs over the n8 tiles of the head dimension.")
+
 HINT_LITERAL = ("Use the named sizes KT, KQ, NS, NO: your code is right only at D = BR = 16. "
                 f"The check also runs your part at {WIDE}, and your part does not read the "
                 "size one of its loops needs (KT or KQ for the k16 steps, NS or NO for the n8 "
@@ -213,6 +240,18 @@ HINT_GRAD_NO = (f"At {WIDE} your acc leaves its last n8 tiles as they were: your
                 "over NS (the n8 tiles of S^T, over queries) where acc's n8 tiles are over the "
                 "head dimension, NO of them (equal to NS only at D = BR = 16).",
                 "The n loop of grad_tile runs over NO.")
+HINT_DS_ONE_TILE = ("Your P^T and dS^T stop after the first n8 tile: the entries of tile 1 and up "
+                    "are as they came in. The n loop runs over NS = BR // 8, the n8 tiles of "
+                    "S^T over the queries (2 here; KT and KQ, the k16 steps, are 1).",
+                    "The n loop of ds_tile runs over NS.")
+HINT_GRAD_ONE_TILE = ("Your acc += X^T Y stops after the first n8 tile of the result: its tiles 1 "
+                      "and up keep the earlier query tiles' sum. The n loop runs over NO = D // 8, "
+                      "the n8 tiles of dK and dV over the head dimension (2 here; KT and KQ, "
+                      "the k16 steps, are 1).", "The n loop of grad_tile runs over NO.")
+HINT_STORE_ONE_TILE = ("Your dK and dV stop after the first n8 tile: dimensions 8 and up are "
+                       "never written. The n loop runs over NO = D // 8, the n8 tiles of dK and "
+                       "dV over the head dimension (2 here; KT and KQ, the k16 steps, are 1).",
+                       "The n loop of store_grads runs over NO.")
 HINT_STORE_NO = (f"At {WIDE} your dK and dV leave out dimensions {8 * WIDE.sizes['NS']} and "
                  "up: your n loop runs over NS (the n8 tiles of S^T, over queries) where dK's "
                  "and dV's n8 tiles are over the head dimension, NO of them (equal to NS only "
@@ -372,13 +411,13 @@ def scores_model(ktile, vtile, qs, dos, s, dp, mistake=None, tiles=TILES):
 def ds_model(s, dp, lt, dl, scale, mistake=None, tiles=TILES):
     """(s, dp) after ds_tile: P^T over s, dS^T over dp, float64; mistakes: 'base2' (exp2 of
     scale S log2 e - lse), 'base2_raw' (exp2 of scale S - lse), 'no_scale', 'lse_scaled'
-    (exp of scale (S - lse)), 'row' (lse, D of
+    (exp of scale (S - lse)), 'one_tile' (n8 tile 0 only), 'row' (lse, D of
     the key row), 'no_p' (dS = dP - D), 'sign', 'not_stored' (s keeps S^T), 'scaled' (dS
     times scale)."""
     s, dp = (np.asarray(x, np.float64) for x in (s, dp))
     lt, dl = (np.asarray(x, np.float64) for x in (lt, dl))
     p_out, ds_out = s.copy(), dp.copy()
-    for n in range(tiles.sizes["NS"]):
+    for n in range(1 if mistake == "one_tile" else tiles.sizes["NS"]):
         for i in range(4):
             j = 4 * n + i
             col = _G + 8 * (i // 2) if mistake == "row" else 8 * n + 2 * _T + (i % 2)
@@ -411,6 +450,7 @@ def grad_model(x, ys, yt, acc, mistake=None, tiles=TILES) -> np.ndarray:
     """(32, O_ACC): acc after grad_tile at `tiles`, acc += X^T Y with X^T = x (each lane's
     accumulators) and Y transposed in yt (Y row-major in ys); mistakes: 'transpose' (B read
     from ys), 'order', 'pairs' (pa's words or halves swapped), 'offsets', 'ci', 'overwrite',
+    'one_tile' (n8 tile 0 of the result only),
     and at wider tiles 'j0' (pa from entry 4 kp), 'kp8' (load_b's k0 = 8 kp), 'ns' (n over
     NS, not NO)."""
     z = tiles.sizes
@@ -421,7 +461,7 @@ def grad_model(x, ys, yt, acc, mistake=None, tiles=TILES) -> np.ndarray:
     for kp in range(z["KQ"]):
         j0 = 4 * kp if mistake == "j0" else 8 * kp
         a = _from_a(np.stack([x[:, j0 + words[i // 2][i % 2]] for i in range(8)], axis=1))
-        for n in range(z["NS"] if mistake == "ns" else z["NO"]):
+        for n in range({"ns": z["NS"], "one_tile": 1}.get(mistake, z["NO"])):
             n0, k0 = (16 * kp, 8 * n) if mistake == "offsets" else (8 * n, 16 * kp)
             k0 = 8 * kp if mistake == "kp8" else k0
             ci = n if mistake == "ci" else 4 * n
@@ -433,13 +473,14 @@ def grad_model(x, ys, yt, acc, mistake=None, tiles=TILES) -> np.ndarray:
 def store_model(dka, dva, k0, tk, d, scale, mistake=None, tiles=TILES):
     """(dk, dv) (tk, d), NaN where never written, after store_grads; mistakes: 'no_scale'
     (dK unscaled), 'scale_dv', 'scale_moved' (dK unscaled and dV scaled), 'rows' (key g for
-    all four), 'tile' (no 8 n), 'swap' (dK from dva times scale, dV from dka), and at wider
+    all four), 'tile' (no 8 n), 'swap' (dK from dva times scale, dV from dka), 'one_tile'
+    (n8 tile 0 only), and at wider
     tiles 'ns' (n over NS, not NO)."""
     dk = np.full((tk, d), np.nan)
     dv = np.full((tk, d), np.nan)
     z = tiles.sizes
     for lane in range(NT):
-        for n in range(z["NS"] if mistake == "ns" else z["NO"]):
+        for n in range({"ns": z["NS"], "one_tile": 1}.get(mistake, z["NO"])):
             for i in range(4):
                 key = k0 + _G[lane] + (0 if mistake == "rows" else 8 * (i // 2))
                 col = (0 if mistake == "tile" else 8 * n) + 2 * _T[lane] + (i % 2)
@@ -454,43 +495,12 @@ def store_model(dka, dva, k0, tk, d, scale, mistake=None, tiles=TILES):
 
 # -- the wider tiles: a fixed loop count, then the slips that show only there --------------
 
-def _names_read(fn, seen=None) -> set:
-    """The global names `fn` reads, and those of the functions of its own that it calls."""
-    seen = set() if seen is None else seen
-    inner = py_func(fn)
-    code, glob = getattr(inner, "__code__", None), getattr(inner, "__globals__", {})
-    if code is None or id(inner) in seen:
-        return set()
-    seen.add(id(inner))
-    names = set(code.co_names)
-    for name in list(names):
-        dep = glob.get(name)
-        if callable(dep) and not str(getattr(py_func(dep), "__module__", "")).startswith(
-                ("flashcourse", "numba", "math", "numpy")):
-            names |= _names_read(dep, seen)
-    return names
-
-
 def _literal_diagnosis(fn, needs) -> tuple:
-    """A diagnosis of a wide-tiles case: `fn` reads none of the names of one of the groups in
-    `needs` (e.g. ("KT", "D"): the k16 steps of the head dimension), so a loop of it has a
-    fixed count (range(1) where the lab's tiles need KT = 1)."""
-    def fired(_yours, _expected):
-        names = _names_read(fn)
-        return any(not names & set(group) for group in needs)
-    return (fired, *HINT_LITERAL)
+    return literal_diagnosis(fn, needs, HINT_LITERAL)
 
 
 def _wide_diagnoses(fn, want, slips, needs) -> list:
-    """The first diagnoses of a WIDE case: each slip of `slips` ((wrong result, hint, the
-    name the slip reads or None)) whose result it gives, when it reads that name (range(KQ)
-    for range(KT) reads KQ; range(2) is a fixed count); then a fixed count (`needs`)."""
-    out = []
-    for wrong, hint, name in slips:
-        for pred, *texts in _diagnoses(want, [(wrong, hint)]):
-            out.append(((lambda y, e, p=pred, n=name: p(y, e)
-                         and (n is None or n in _names_read(fn))), *texts))
-    return out + [_literal_diagnosis(fn, needs)]
+    return wide_diagnoses(fn, want, slips, needs, HINT_LITERAL, _near)
 
 
 # -- checker: row_delta ----------------------------------------------------------------------
@@ -572,7 +582,7 @@ def check_transposed_scores(transposed_scores, *, verbose: bool = True,
                            (a_words(ktile), a_words(vtile), qs, dos, s_prev, dp_prev),
                            (s_prev, dp_prev)), want
 
-        hint = HINT_SCORES if tiles == TILES else HINT_WIDE
+        hint = HINT_SCORES if tiles == TILES else HINT_WIDE_SCORES
         cases.append(Case("S^T = K Q^T and dP^T = V dO^T on one tile pair" + _tiles_name(tiles),
                           run, hint[0], first + _diagnoses(want, wrongs), rtol=_RTOL,
                           atol=_ATOL, hint2=hint[1], names=("s (S^T)", "dp (dP^T)")))
@@ -585,7 +595,7 @@ def check_transposed_scores(transposed_scores, *, verbose: bool = True,
 
 DS_MISTAKES = [("base2", HINT_DS_BASE2), ("base2_raw", HINT_DS_BASE2_RAW),
                ("no_scale", HINT_DS_SCALE), ("lse_scaled", HINT_DS_LSE_SCALED),
-               ("row", HINT_DS_ROW),
+               ("row", HINT_DS_ROW), ("one_tile", HINT_DS_ONE_TILE),
                ("no_p", HINT_DS_NO_P), ("sign", HINT_DS_SIGN), ("not_stored", HINT_DS_STORE),
                ("scaled", HINT_DS_SCALED)]
 
@@ -643,7 +653,7 @@ def check_ds_tile(ds_tile, *, verbose: bool = True, hint_level: int = 1) -> Resu
         # at 800 a float32 exponent carries 6e-5 of rounding: a right ds_tile that folds
         # log2 e in before the difference is that far off, so this case is looser
         tol = 1e-3 if large else _RTOL
-        hint = HINT_DS if tiles == TILES else HINT_WIDE
+        hint = HINT_DS if tiles == TILES else HINT_WIDE_DS
         cases.append(Case(name, run, hint[0],
                           (wide_first if tiles != TILES else []) + _diagnoses(want, wrongs)
                           + ([(_overflowed, *HINT_DS_OVERFLOW)] if large else []),
@@ -658,7 +668,7 @@ def check_ds_tile(ds_tile, *, verbose: bool = True, hint_level: int = 1) -> Resu
 
 GRAD_MISTAKES = [("transpose", HINT_GRAD_T), ("order", HINT_GRAD_ORDER),
                  ("pairs", HINT_GRAD_ORDER), ("offsets", HINT_GRAD_OFFSETS), ("ci", HINT_CI),
-                 ("overwrite", HINT_GRAD_ADD)]
+                 ("overwrite", HINT_GRAD_ADD), ("one_tile", HINT_GRAD_ONE_TILE)]
 
 
 GRAD_WIDE_MISTAKES = [("j0", HINT_GRAD_J0, None), ("kp8", HINT_GRAD_KP, None),
@@ -690,7 +700,7 @@ def check_grad_tile(grad_tile, *, verbose: bool = True, hint_level: int = 1) -> 
             return _launch(_grad_kernel(at_tiles(_device(fn), tiles), tiles), ins,
                            (ins[-1],))[0], want
 
-        hint = HINT_GRAD if tiles == TILES else HINT_WIDE
+        hint = HINT_GRAD if tiles == TILES else HINT_WIDE_GRAD
         cases.append(Case("acc += X^T Y, X^T from the accumulators (as dV += P^T dO)"
                           + _tiles_name(tiles), run, hint[0], first + _diagnoses(want, wrongs),
                           rtol=_RTOL, atol=_ATOL, hint2=hint[1], names=("acc",)))
@@ -703,7 +713,8 @@ def check_grad_tile(grad_tile, *, verbose: bool = True, hint_level: int = 1) -> 
 
 STORE_MISTAKES = [("no_scale", HINT_STORE_SCALE), ("scale_dv", HINT_STORE_SCALE_DV),
                   ("scale_moved", HINT_STORE_SCALE_MOVED), ("rows", HINT_STORE_ROWS),
-                  ("tile", HINT_STORE_TILE), ("swap", HINT_STORE_SWAP)]
+                  ("tile", HINT_STORE_TILE), ("swap", HINT_STORE_SWAP),
+                  ("one_tile", HINT_STORE_ONE_TILE)]
 
 
 def check_store_grads(store_grads, *, verbose: bool = True, hint_level: int = 1) -> Result:
@@ -733,7 +744,7 @@ def check_store_grads(store_grads, *, verbose: bool = True, hint_level: int = 1)
             return _launch(_store_kernel(at_tiles(_device(fn), tiles), tiles),
                            (*accs, args, np.array([scale])), want), want
 
-        hint = HINT_STORE if tiles == TILES else HINT_WIDE
+        hint = HINT_STORE if tiles == TILES else HINT_WIDE_STORE
         cases.append(Case(f"k0 = {k0}, Tk = {tk}, d = {d}" + _tiles_name(tiles), run, hint[0],
                           first + _diagnoses(want, wrongs), rtol=_RTOL, atol=_ATOL,
                           hint2=hint[1], names=("dk", "dv")))

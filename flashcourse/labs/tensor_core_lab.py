@@ -35,6 +35,7 @@ import inspect
 import math
 import textwrap
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 from numba import cuda, float32, int32, uint32
@@ -63,6 +64,32 @@ QA_WORDS = 4 * KT           # Q's A fragments: 4 words per k16 step
 S_ACC = 4 * NS              # S / P accumulators: 4 per n8 tile
 O_ACC = 4 * NO              # O accumulators: 4 per n8 tile
 
+
+class Tiles(NamedTuple):
+    """A tile configuration of lab 10: the head dimension D (padded) and the key tile BC,
+    both multiples of 16 (BR = 16 query rows, one warp, always). The lab runs at TILES
+    (D = BC = 16); the part checks also run scores_tile, softmax_tile and pv_tile at WIDE,
+    where each k16 step and n8 tile count is larger than one or two (`tile_sizes.at_tiles`)."""
+    D: int = 16
+    BC: int = 16
+
+    @property
+    def sizes(self) -> dict:
+        """The module's size names at this configuration (what your parts read)."""
+        kt, ns, no, kp = self.D // 16, self.BC // 8, self.D // 8, self.BC // 16
+        return dict(BC=self.BC, D=self.D, KT=kt, NS=ns, NO=no, KP=kp, QA_WORDS=4 * kt,
+                    S_ACC=4 * ns, O_ACC=4 * no)
+
+    def __str__(self) -> str:
+        z = self.sizes
+        return (f"D = {self.D}, BC = {self.BC} (KT = {z['KT']}, KP = {z['KP']}, "
+                f"NS = {z['NS']}, NO = {z['NO']})")
+
+
+TILES = Tiles()             # the lab's: KT = KP = 1, NS = NO = 2
+# KT = 3 != KP = 2 and NS = 4 != NO = 6; KT, KP >= 2: offsets of step 1 and 2
+WIDE = Tiles(D=48, BC=32)
+
 _OPS = M.device_ops(using_simulator())
 pack = _OPS["pack_fp16"]
 _MMA = _OPS["mma_fp16"]
@@ -89,6 +116,10 @@ HINT_A = ("Your A fragment is wrong: lane = 4 g + t holds, in word w, the two ne
           "from t (notebook 10's fragment map, mma.a_m16n8k16).",
           "Word w: row = r0 + g + 8 (w % 2), col = c0 + 2 t + 8 (w // 2); pack(lo = col, "
           "hi = col + 1).")
+HINT_A_AI = ("Your load_a leaves words ai .. ai + 3 of a empty: it writes the fragment from "
+             "word 0 whatever ai is. The kernel keeps every k16 step kk of Q in one array, step "
+             "kk at words 4 kk .. 4 kk + 3 (load_a(..., qa, 4 kk)), so word w of the fragment "
+             "goes to a[ai + w].", "a[ai + w] = pack(...).")
 HINT_A_T = ("Your A fragment is the tile transposed: the row of the A map comes from the "
             "group g = lane // 4 and indexes the tile's FIRST axis.",
             "tile[row, col], with row from g and col from t.")
@@ -318,23 +349,24 @@ def source_cases(fns, *, shuffles: bool = True) -> tuple[list, list]:
 
 @lru_cache(maxsize=None)
 def _load_kernel(load_a, load_b):
-    def kern(tile, words_a, words_b, r0, c0):
+    def kern(tile, words_a, words_b, r0, c0, ai):
         lane = cuda.threadIdx.x
-        a = cuda.local.array(4, uint32)
+        a = cuda.local.array(8, uint32)
         b = cuda.local.array(2, uint32)
-        for x in range(4):
+        for x in range(8):
             a[x] = 0
-        load_a(tile, r0, c0, lane, a, 0)
+        load_a(tile, r0, c0, lane, a, ai)
         load_b(tile, r0, c0, lane, b)
         for x in range(4):
-            words_a[lane, x] = a[x]
+            words_a[lane, x] = a[ai + x]
         for x in range(2):
             words_b[lane, x] = b[x]
     return cuda.jit(kern)
 
 
-def fragment_values(load_a, load_b, tile, r0, c0):
-    """(32, 8) and (32, 4): the values your load_a and load_b put in each lane's fragment."""
+def fragment_values(load_a, load_b, tile, r0, c0, ai=0):
+    """(32, 8) and (32, 4): the values your load_a and load_b put in each lane's fragment
+    (load_a's from word ai of an 8-word array of zeros)."""
     kernel_guard(load_a, "load_a")
     kernel_guard(load_b, "load_b")
     kern = _load_kernel(_device(load_a), _device(load_b))
@@ -342,7 +374,7 @@ def fragment_values(load_a, load_b, tile, r0, c0):
     wb = cuda.to_device(np.zeros((NT, 2), np.uint32))
     with simulator_lock():
         kern[1, NT](cuda.to_device(np.asarray(tile, np.float32)), wa, wb, np.int32(r0),
-                    np.int32(c0))
+                    np.int32(c0), np.int32(ai))
 
     def unpack(words):
         lo, hi = M.unpack_pair_model(words, "fp16")
@@ -389,24 +421,28 @@ def _equal_to(wrong):
 
 
 def check_fragments(load_a, load_b, *, verbose: bool = True, hint_level: int = 1) -> Result:
-    """Your load_a and load_b on a 32 x 32 tile, at offsets (0, 0) and (16, 8), against the
-    PTX maps; a mismatch is named by the typical mistakes."""
+    """Your load_a and load_b on a 32 x 32 tile, at offsets (0, 0) and (16, 8) (load_a at
+    ai = 0, then 4: the kernel loads k16 step kk at word 4 kk), against the PTX maps; a
+    mismatch is named by the typical mistakes."""
     rng = np.random.default_rng(10)
     tile = M.round_fp16(rng.standard_normal((32, 32))).astype(np.float64)   # (32, 32)
     cases = []
-    for r0, c0 in ((0, 0), (16, 8)):
+    for r0, c0, ai in ((0, 0, 0), (16, 8, 4)):
         want_a = _by_map(tile, M.a_m16n8k16, 8, r0, c0)
         want_b = _by_map(tile, lambda L, i: M.b_m16n8k16(L, i)[::-1], 4, r0, c0)  # tile[n, k]
         diag_a = [(_equal_to(_by_map(tile, f, 8, r0, c0)), *h) for f, h in _a_mistakes()]
+        if ai:                          # words ai .. ai + 3 left at 0: written from word 0
+            diag_a.insert(0, (_equal_to(np.zeros_like(want_a)), *HINT_A_AI))
         diag_b = [(_equal_to(_by_map(tile, f, 4, r0, c0)), *h) for f, h in _b_mistakes()]
 
-        def run_a(fns, r0=r0, c0=c0, want=want_a):
-            return fragment_values(*fns, tile, r0, c0)[0], want
+        def run_a(fns, r0=r0, c0=c0, ai=ai, want=want_a):
+            return fragment_values(*fns, tile, r0, c0, ai)[0], want
 
         def run_b(fns, r0=r0, c0=c0, want=want_b):
             return fragment_values(*fns, tile, r0, c0)[1], want
 
-        cases.append(Case(f"load_a: A fragment of tile[{r0}:{r0 + 16}, {c0}:{c0 + 16}]", run_a,
+        cases.append(Case(f"load_a: A fragment of tile[{r0}:{r0 + 16}, {c0}:{c0 + 16}] into "
+                          f"words {ai} .. {ai + 3}", run_a,
                           HINT_A[0], diag_a, rtol=0, atol=0, hint2=HINT_A[1]))
         cases.append(Case(f"load_b: B fragment, n0 = {r0}, k0 = {c0}", run_b, HINT_B[0],
                           diag_b, rtol=0, atol=0, hint2=HINT_B[1]))

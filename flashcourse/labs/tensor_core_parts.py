@@ -13,6 +13,12 @@ check_quad come first, and a part check that fails asks first whether its helper
 (`load_b_fails`, `quad_max_fails`): a wrong helper can give exactly the output of one of
 the part's own mistakes.
 
+At the lab's tiles (D = BC = 16) KT = KP = 1 and NS = NO = 2, so a loop over the wrong size of
+a pair, or an offset of k16 step 1, gives the right result there: each of the three part checks
+also runs its part at `tensor_core_lab.WIDE` (D = 48, BC = 32), rebuilt with those sizes
+(`tile_sizes.at_tiles`, in the one-warp kernels of `tensor_core_wide`), and names the slips that
+show only there (`tensor_core_wide`'s hints).
+
 `kernel_model` composes the three models with the skeleton's mask and epilogue into the
 whole lab kernel, so `check_kernel` names a part's mistake from the kernel's output too,
 once check_fragments and check_quad pass. When no mistake matches, it runs the part checks
@@ -26,18 +32,20 @@ import math
 from functools import lru_cache
 
 import numpy as np
-from numba import cuda, float32, int32, uint32
+from numba import cuda
 
 from ..cuda.ptx import mma as M
 from ..cuda.common._launch import simulator_lock
-from ..gpu import using_simulator
 from ._harness import Case, Result, run_checks
 from .cuda_lab_kernel import _device
 from .kernel_source import kernel_guard, py_func
-from .tensor_core_lab import (BC, BR, D, KERNEL_CASES, KP, KT, NO, NS, NT, O_ACC, QA_WORDS,
-                              S_ACC, _close, _inputs, _parts, check_fragments, check_quad,
-                              lab_forward, load_b_fails, mask_model, quad_max_fails, replay,
-                              source_cases)
+from . import tensor_core_wide as W
+from .tensor_core_lab import (BC, BR, D, KERNEL_CASES, NO, NT, O_ACC, S_ACC,
+                              TILES, WIDE, _close, _inputs, _parts, check_fragments,
+                              check_quad, lab_forward, load_b_fails, mask_model,
+                              quad_max_fails, replay, source_cases)
+from .tensor_core_wide import _pv_kernel, _scores_kernel, _softmax_kernel
+from .tile_sizes import at_tiles, wide_diagnoses
 
 _RTOL, _ATOL = 1e-5, 1e-5        # one part on exact fragments: fp32 sums of fp16 products
 _PART_CHECKS = "check_fragments, check_quad, check_scores_tile, check_softmax_tile, check_pv_tile"
@@ -245,10 +253,11 @@ def _quad_np(x, op):
 
 
 def q_fragment(qtile) -> np.ndarray:
-    """(32, QA_WORDS) uint32: Q's A fragments (k16 step kk in words 4 kk ..), by the PTX map."""
+    """(32, 4 KT) uint32: Q's A fragments (k16 step kk in words 4 kk ..), by the PTX map."""
     idx = _table("a_m16n8k16")
-    words = np.zeros((NT, QA_WORDS), np.uint32)
-    for kk in range(KT):
+    kt = np.shape(qtile)[1] // 16
+    words = np.zeros((NT, 4 * kt), np.uint32)
+    for kk in range(kt):
         vals = np.asarray(qtile, np.float32)[:, 16 * kk:16 * kk + 16][idx[..., 0], idx[..., 1]]
         words[:, 4 * kk:4 * kk + 4] = M.pack_pair_model(vals[:, 0::2], vals[:, 1::2])
     return words
@@ -258,8 +267,9 @@ def _mma_b_model(out, a, tile, n, k16, mistake=None) -> None:
     """One mma of a part, in place: out's n8 tile n (accumulators 4 n .. 4 n + 3) plus A
     (16, 16) times the B fragment that load_b reads from `tile` for n8 tile n and k16 step
     k16 (n0 = 8 n, k0 = 16 k16: B[kk, n] = tile[n0 + n, k0 + kk]); mistakes: 'offsets' (n0
-    and k0 swapped), 'ci' (tile n at entry n)."""
+    and k0 swapped), 'ci' (tile n at entry n), 'k0_8' (k0 = 8 k16)."""
     n0, k0 = (16 * k16, 8 * n) if mistake == "offsets" else (8 * n, 16 * k16)
+    k0 = 8 * k16 if mistake == "k0_8" else k0
     b = tile[n0:n0 + 8, k0:k0 + 16].T                         # B[kk, n] = tile[n0 + n, k0 + kk]
     ci = n if mistake == "ci" else 4 * n
     out[:, ci:ci + 4] = _mma(a, b, out[:, ci:ci + 4])
@@ -269,27 +279,34 @@ def _acc_a_model(x, tile, acc, k_steps, words, mistake=None) -> np.ndarray:
     """(32, n): acc after acc += X Y, X the A operand packed from each lane's accumulators x
     (k16 step kp: n8 tiles 2 kp and 2 kp + 1, each word the pair of entries `words` names,
     mma.p_as_a_operand), Y by load_b from `tile` (`_mma_b_model`): pv_tile's O += P V and lab
-    10b's grad_tile. mistakes: those of `_mma_b_model`, 'overwrite' (acc reset first)."""
+    10b's grad_tile. mistakes: those of `_mma_b_model`, 'overwrite' (acc reset first), and at
+    wider tiles 'j0' (x from entry 4 kp), 'ns' (n over x's n8 tiles, not acc's)."""
     out = np.array(acc, np.float32)
     if mistake == "overwrite":
         out[:] = 0.0
     x = np.asarray(x, np.float32)
     for kp in range(k_steps):
-        a = _from_a(np.stack([x[:, 8 * kp + words[i // 2][i % 2]] for i in range(8)], axis=1))
-        for n in range(out.shape[1] // 4):
+        j0 = 4 * kp if mistake == "j0" else 8 * kp
+        a = _from_a(np.stack([x[:, j0 + words[i // 2][i % 2]] for i in range(8)], axis=1))
+        for n in range((x if mistake == "ns" else out).shape[1] // 4):
             _mma_b_model(out, a, tile, n, kp, mistake)
     return out
 
 
 def scores_model(qtile, ks, s, mistake=None) -> np.ndarray:
-    """(32, S_ACC): scores_tile's accumulators of S = Q K^T for Q (16, 16 KT), K = ks[:16]
-    (ks may be larger: a wrong offset reads it), s the accumulators before; mistakes:
-    'no_reset' (S added to s), 'offsets' (n0 and k0 swapped), 'ci' (tile n at entry n),
-    'kt_short' (the last k16 step of the head dimension missing)."""
-    out = np.array(s, np.float32) if mistake == "no_reset" else np.zeros((NT, S_ACC), np.float32)
-    for n in range(NS):
-        for kk in range(KT - 1 if mistake == "kt_short" else KT):
-            _mma_b_model(out, qtile[:, 16 * kk:16 * kk + 16], ks, n, kk, mistake)
+    """(32, 4 NS): scores_tile's accumulators of S = Q K^T for Q (16, 16 KT), K = ks[:BC]
+    (ks may be larger: a wrong offset reads it), s (32, 4 NS) the accumulators before;
+    mistakes: 'no_reset' (S added to s), 'offsets' (n0 and k0 swapped), 'ci' (tile n at entry
+    n), 'kt_short' (the last k16 step of the head dimension missing), and at wider tiles 'kp'
+    (kk over KP = NS / 2), 'qa_words' (A from word 2 kk), 'k0_8' (load_b's k0 = 8 kk)."""
+    ns, kt = np.shape(s)[1] // 4, np.shape(qtile)[1] // 16
+    out = np.array(s, np.float32) if mistake == "no_reset" else np.zeros_like(s, np.float32)
+    idx = _table("a_m16n8k16")
+    for n in range(ns):
+        for kk in range({"kt_short": kt - 1, "kp": ns // 2}.get(mistake, kt)):
+            c0 = 8 * kk if mistake == "qa_words" else 16 * kk      # words 2 kk: columns 8 kk
+            a = _from_a(np.asarray(qtile, np.float32)[:, c0:c0 + 16][idx[..., 0], idx[..., 1]])
+            _mma_b_model(out, a, ks, n, kk, mistake)
     return out
 
 
@@ -299,8 +316,10 @@ def softmax_model(s, acc, m, lp, mistake=None):
     'tile_max' (m_new = the tile's max), 'index' (4 n + hf + c for 4 n + 2 hf + c),
     'index_s' / 'index_acc' (only there), 'no_standin' (in both exponentials;
     'no_standin_alpha', 'no_standin_p': in one of them), 'p_not_stored', 'lp_quad' (lp
-    summed over the quad), 'exp2' (P by exp2, alpha by exp)."""
+    summed over the quad), 'exp2' (P by exp2, alpha by exp), and at wider tiles 'acc_ns' (acc
+    rescaled over NS n8 tiles, not NO)."""
     s, acc, m, lp = (np.array(x, np.float32) for x in (s, acc, m, lp))
+    ns, no = s.shape[1] // 4, acc.shape[1] // 4
 
     def at(where, n, hf, c):
         wrong = mistake in ("index", f"index_{where}")
@@ -308,7 +327,7 @@ def softmax_model(s, acc, m, lp, mistake=None):
 
     for hf in range(2):
         x = np.full(NT, -np.inf)
-        for n in range(NS):
+        for n in range(ns):
             for c in range(2):
                 x = np.maximum(x, s[:, at("s", n, hf, c)])
         if mistake != "no_quad_max":
@@ -323,7 +342,7 @@ def softmax_model(s, acc, m, lp, mistake=None):
             alpha = np.exp(m_old - m_alpha)
         m[:, hf] = m_new
         ps = np.zeros(NT)
-        for n in range(NS):
+        for n in range(ns):
             for c in range(2):
                 j = at("s", n, hf, c)
                 with np.errstate(invalid="ignore", over="ignore"):
@@ -336,7 +355,7 @@ def softmax_model(s, acc, m, lp, mistake=None):
             ps = _quad_np(ps, np.add)
         lp[:, hf] = lp[:, hf] * (1.0 if mistake in ("no_rescale", "no_rescale_lp") else alpha) + ps
         if mistake not in ("no_rescale", "no_rescale_acc"):
-            for n in range(NO):
+            for n in range(ns if mistake == "acc_ns" else no):
                 for c in range(2):
                     j = at("acc", n, hf, c)
                     acc[:, j] = acc[:, j] * alpha
@@ -349,12 +368,14 @@ P_WORDS = {None: ((0, 1), (2, 3), (4, 5), (6, 7)), "p_order": ((0, 1), (4, 5), (
 
 
 def pv_model(s, vt, acc, mistake=None) -> np.ndarray:
-    """(32, O_ACC): acc after pv_tile, O += P V with P = s (each lane's accumulators of S) and
-    V^T = vt[:16, :16] (vt may be larger); mistakes: 'p_order', 'p_pairs' (pa's words or
+    """(32, 4 NO): acc after pv_tile, O += P V with P = s (each lane's accumulators of S) and
+    V^T = vt[:D, :BC] (vt may be larger); mistakes: 'p_order', 'p_pairs' (pa's words or
     halves swapped), 'v_as_k' (B[kk, n] = vt[kk, n]: V read like K), 'offsets' (n0 and k0
-    swapped), 'ci' (tile n at entry n), 'overwrite' (acc reset first)."""
+    swapped), 'ci' (tile n at entry n), 'overwrite' (acc reset first), and at wider tiles
+    'j0', 'k0_8', 'ns' (`_acc_a_model`, `_mma_b_model`)."""
     tile = vt.T if mistake == "v_as_k" else vt               # V read like K: B = vt[kk, n]
-    return _acc_a_model(s, tile, acc, KP, P_WORDS.get(mistake, P_WORDS[None]), mistake)
+    return _acc_a_model(s, tile, acc, np.shape(s)[1] // 8, P_WORDS.get(mistake, P_WORDS[None]),
+                        mistake)
 
 
 def kernel_model(q, k, v, *, causal=False, mistakes=None):
@@ -404,86 +425,6 @@ def kernel_model(q, k, v, *, causal=False, mistakes=None):
     return o, lse
 
 
-# -- the one-warp kernels that run one part -------------------------------------------------
-
-def _scratch() -> int:
-    return M.SIM_SCRATCH_PER_WARP if using_simulator() else 1
-
-
-@lru_cache(maxsize=None)
-def _scores_kernel(scores_tile):
-    SCR = _scratch()
-
-    def kern(qa_words, ks, s_in, s_out):
-        scr = cuda.shared.array(SCR, float32)
-        lane = cuda.threadIdx.x
-        w = cuda.local.array(2, int32)
-        w[0] = lane
-        w[1] = 0
-        qa = cuda.local.array(QA_WORDS, uint32)
-        s = cuda.local.array(S_ACC, float32)
-        b = cuda.local.array(2, uint32)
-        for x in range(QA_WORDS):
-            qa[x] = qa_words[lane, x]
-        for x in range(S_ACC):
-            s[x] = s_in[lane, x]
-        scores_tile(qa, ks, s, b, scr, w)
-        for x in range(S_ACC):
-            s_out[lane, x] = s[x]
-    return cuda.jit(kern)
-
-
-@lru_cache(maxsize=None)
-def _softmax_kernel(softmax_tile):
-    def kern(s_in, acc_in, m_in, lp_in, s_out, acc_out, m_out, lp_out):
-        red = cuda.shared.array(NT, float32)
-        lane = cuda.threadIdx.x
-        s = cuda.local.array(S_ACC, float32)
-        acc = cuda.local.array(O_ACC, float32)
-        m = cuda.local.array(2, float32)
-        lp = cuda.local.array(2, float32)
-        for x in range(S_ACC):
-            s[x] = s_in[lane, x]
-        for x in range(O_ACC):
-            acc[x] = acc_in[lane, x]
-        for x in range(2):
-            m[x] = m_in[lane, x]
-            lp[x] = lp_in[lane, x]
-        softmax_tile(s, acc, m, lp, red, lane)
-        for x in range(S_ACC):
-            s_out[lane, x] = s[x]
-        for x in range(O_ACC):
-            acc_out[lane, x] = acc[x]
-        for x in range(2):
-            m_out[lane, x] = m[x]
-            lp_out[lane, x] = lp[x]
-    return cuda.jit(kern)
-
-
-@lru_cache(maxsize=None)
-def _pv_kernel(pv_tile):
-    SCR = _scratch()
-
-    def kern(s_in, vt, acc_in, acc_out):
-        scr = cuda.shared.array(SCR, float32)
-        lane = cuda.threadIdx.x
-        w = cuda.local.array(2, int32)
-        w[0] = lane
-        w[1] = 0
-        s = cuda.local.array(S_ACC, float32)
-        acc = cuda.local.array(O_ACC, float32)
-        pa = cuda.local.array(4, uint32)
-        b = cuda.local.array(2, uint32)
-        for x in range(S_ACC):
-            s[x] = s_in[lane, x]
-        for x in range(O_ACC):
-            acc[x] = acc_in[lane, x]
-        pv_tile(s, vt, acc, pa, b, scr, w)
-        for x in range(O_ACC):
-            acc_out[lane, x] = acc[x]
-    return cuda.jit(kern)
-
-
 def _launch(kernel, ins, outs, threads=NT):
     """Run a one-block kernel (one warp unless `threads` says otherwise) on copies of `ins`
     (numpy) and outputs shaped like `outs`; returns the outputs (NaN-poisoned before, so an
@@ -530,6 +471,26 @@ def _helper_diagnosis(fn, helper: str, fails, hint) -> tuple:
     return (fired, *hint)
 
 
+def _wide_case(part, fn, kernel_of, ins, outs, model, mistakes, slips, needs, helper, what,
+               hint, names) -> Case:
+    """The case of a part check at WIDE: `fn` rebuilt at those sizes (`at_tiles`) in the
+    part's one-warp kernel (`kernel_of(part, tiles)`) on `ins`, against `model()`; the
+    slips that show only there first (`slips`: (mistake, hint, the name it reads)), then a
+    fixed loop count (`needs`), the helper and the part's own mistakes (`mistakes`)."""
+    want = model()
+    first = wide_diagnoses(fn, want, [(model(m), h, n) for m, h, n in slips], needs,
+                           W.HINT_LITERAL, _near)
+
+    def run(f):
+        kernel_guard(f, part)
+        out = _launch(kernel_of(at_tiles(_device(f), WIDE), WIDE), ins, outs)
+        return (out if len(outs) > 1 else out[0]), want
+
+    return Case(f"{what}, wider tiles: {WIDE}", run, hint[0],
+                first + [helper] + _diagnoses(want, [(model(m), h) for m, h in mistakes]),
+                rtol=_RTOL, atol=_ATOL, hint2=hint[1], names=names)
+
+
 # -- checker: scores_tile --------------------------------------------------------------------
 
 SCORES_MISTAKES = [("no_reset", HINT_RESET), ("offsets", HINT_S_OFFSETS), ("ci", HINT_CI),
@@ -550,12 +511,23 @@ def check_scores_tile(scores_tile, *, verbose: bool = True, hint_level: int = 1)
         return _launch(_scores_kernel(_device(fn)), (q_fragment(qtile), ks, s_prev),
                        (s_prev,))[0], want
 
-    diagnoses = ([_helper_diagnosis(scores_tile, "load_b", load_b_fails, HINT_SCORES_LOAD_B)]
-                 + _diagnoses(want, wrongs))
+    helper = _helper_diagnosis(scores_tile, "load_b", load_b_fails, HINT_SCORES_LOAD_B)
+    diagnoses = [helper] + _diagnoses(want, wrongs)
     first, last = source_cases((scores_tile,), shuffles=False)
+    # at WIDE: Q (16, 48), K = ks[:32, :48] of a 96 x 96 tile, s of 16 entries
+    qw, ksw = _tile(rng, (BR, WIDE.D)), _tile(rng, (96, 96))
+    sw = rng.random((NT, WIDE.sizes["S_ACC"])).astype(np.float32)
+    wide = _wide_case("scores_tile", scores_tile, _scores_kernel, (q_fragment(qw), ksw, sw),
+                      (sw,),
+                      lambda m=None: scores_model(qw, ksw, sw, m),
+                      [(m, h) for m, h in SCORES_MISTAKES if m != "kt_short"],
+                      [("kp", W.HINT_S_KP, "KP"), ("qa_words", W.HINT_S_QA_WORDS, None),
+                       ("k0_8", W.HINT_S_K0, None)],
+                      (("KT", "D", "QA_WORDS"), ("NS", "BC", "S_ACC")), helper,
+                      "S = Q K_j^T", W.HINT_WIDE_SCORES, ("s",))
     cases = first + [Case("S = Q K_j^T on one key tile (s holds the last tile's P)", run,
                           HINT_SCORES[0], diagnoses, rtol=_RTOL, atol=_ATOL,
-                          hint2=HINT_SCORES[1], names=("s",))] + last
+                          hint2=HINT_SCORES[1], names=("s",)), wide] + last
     return run_checks("scores_tile (S = Q K^T on the fragments)", scores_tile, cases,
                       verbose=verbose, hint_level=hint_level)
 
@@ -577,11 +549,12 @@ def _row_of(values_by_row):
     return np.stack([values_by_row[g], values_by_row[g + 8]], axis=1).astype(np.float32)
 
 
-def _softmax_inputs(first: bool):
+def _softmax_inputs(first: bool, tiles=TILES):
     """(s, acc, m, lp): the first key tile (m = -inf, lp = acc = 0; keys past 13 masked and
     row 5 wholly), or a later one (the max grows in some rows, not in others; row 11 wholly
-    masked in this tile)."""
-    rng = np.random.default_rng(30 if first else 31)
+    masked in this tile), the later one also at WIDE."""
+    rng = np.random.default_rng((30 if first else 31) + (tiles != TILES))
+    S_ACC, O_ACC, NS = (tiles.sizes[n] for n in ("S_ACC", "O_ACC", "NS"))   # noqa: N806
     s = (rng.standard_normal((NT, S_ACC)) * 2).astype(np.float32)
     lanes = np.arange(NT)
     if first:
@@ -647,6 +620,12 @@ def check_softmax_tile(softmax_tile, *, verbose: bool = True, hint_level: int = 
                           rtol=tol, atol=tol, hint2=HINT_SOFTMAX[1],
                           names=("s (P)", "acc", "m", "lp"),
                           error_diagnoses=[(_is_overflow, *HINT_P_OVERFLOW)] if large else []))
+    ins = _softmax_inputs(False, WIDE)
+    cases.append(_wide_case(
+        "softmax_tile", softmax_tile, _softmax_kernel, ins, ins,
+        lambda m=None: softmax_model(*ins, mistake=m), SOFTMAX_MISTAKES,
+        [("acc_ns", W.HINT_ACC_NS, "NS")], (("NS", "BC", "S_ACC"), ("NO", "D", "O_ACC")),
+        helper, "a later key tile", W.HINT_WIDE_SOFTMAX, ("s (P)", "acc", "m", "lp")))
     first, last = source_cases((softmax_tile,))
     return run_checks("softmax_tile (the online softmax on the fragments)", softmax_tile,
                       first + cases + last, verbose=verbose, hint_level=hint_level)
@@ -672,11 +651,20 @@ def check_pv_tile(pv_tile, *, verbose: bool = True, hint_level: int = 1) -> Resu
         return _launch(_pv_kernel(_device(fn)), (p, vt, acc), (acc,))[0], want
 
     first, last = source_cases((pv_tile,), shuffles=False)
-    diagnoses = ([_helper_diagnosis(pv_tile, "load_b", load_b_fails, HINT_PV_LOAD_B)]
-                 + _diagnoses(want, wrongs))
+    helper = _helper_diagnosis(pv_tile, "load_b", load_b_fails, HINT_PV_LOAD_B)
+    diagnoses = [helper] + _diagnoses(want, wrongs)
+    # at WIDE: P (16 entries: 4 n8 tiles of keys), V^T = vt[:48, :32] of 96 x 96, acc of 24
+    pw, vtw = rng.random((NT, WIDE.sizes["S_ACC"])).astype(np.float32), _tile(rng, (96, 96))
+    accw = rng.standard_normal((NT, WIDE.sizes["O_ACC"])).astype(np.float32)
+    wide = _wide_case("pv_tile", pv_tile, _pv_kernel, (pw, vtw, accw), (accw,),
+                      lambda m=None: pv_model(pw, vtw, accw, m), PV_MISTAKES,
+                      [("j0", W.HINT_PV_J0, None), ("k0_8", W.HINT_PV_KP8, None),
+                       ("ns", W.HINT_PV_NS, "NS")],
+                      (("KP", "BC", "S_ACC"), ("NO", "D", "O_ACC")), helper, "O += P V_j",
+                      W.HINT_WIDE_PV, ("acc",))
     cases = first + [Case("O += P V_j on one key tile (acc holds the earlier tiles' O)", run,
                           HINT_PV[0], diagnoses, rtol=_RTOL, atol=_ATOL,
-                          hint2=HINT_PV[1], names=("acc",))] + last
+                          hint2=HINT_PV[1], names=("acc",)), wide] + last
     return run_checks("pv_tile (O += P V with P as the A operand)", pv_tile, cases,
                       verbose=verbose, hint_level=hint_level)
 
