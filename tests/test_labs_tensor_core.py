@@ -10,6 +10,7 @@ from flashcourse.labs import tensor_core_lab as L
 from flashcourse.labs import tensor_core_parts as P
 from flashcourse.labs import tensor_core_wide as W
 from flashcourse.labs.cuda_kernel import HINT_FLOAT64
+from flashcourse.labs.tile_sizes import own_sizes_hint
 from labtools import (assert_hint, assert_stubs_not_implemented, correct_variants_test, edited,
                       functions_of, hint_leaks_test, idle_part_test, joint_mistakes_test,
                       kernel_error_test, lab_fixture, lab_path, mistakes_test, part_mistakes_tests,
@@ -440,3 +441,13 @@ def test_timing_is_gpu_only(lab):
 
 
 test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS + P.ALL_HINTS, LAB)
+
+
+def test_a_size_of_the_learners_own_is_named_at_the_wide_tiles():
+    """NK = D // 16 of the learner's own stays 1 at WIDE (D = 48): the hint names it."""
+    fn = edited(LAB, "scores_tile", [("for kk in range(KT):", "for kk in range(NK):")],
+                also=[("@cuda.jit(device=True)\ndef scores_tile(",
+                       "NK = D // 16\n\n\n@cuda.jit(device=True)\ndef scores_tile(")])
+    result = assert_hint(P.check_scores_tile, fn,
+                         own_sizes_hint([("NK", 1)], L.WIDE)[0])
+    assert "wider tiles" in result.case

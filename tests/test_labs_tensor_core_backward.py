@@ -11,6 +11,7 @@ from flashcourse.labs import tensor_core_backward_lab as L
 from flashcourse.labs import tensor_core_backward_parts as P
 from flashcourse.labs._harness import HINT_COMPILE
 from flashcourse.labs.cuda_kernel import HINT_FLOAT64
+from flashcourse.labs.tile_sizes import own_sizes_hint
 from labtools import (IMPORT_FLOAT32, assert_hint, assert_stubs_not_implemented, cells_of,
                       correct_variants_test, edited, functions_of, hint_leaks_test,
                       idle_part_test, kernel_error_test, lab_fixture, lab_path,
@@ -449,3 +450,14 @@ def test_the_generic_scores_hint_names_the_reset():
     """Review round 10 b, m1: a transposed_scores that resets only part of s and dp gets the
     generic HINT_SCORES, which must name the reset among the steps."""
     assert "reset to F0" in P.HINT_SCORES[0]
+
+
+def test_a_size_of_the_learners_own_is_named_at_the_wide_tiles():
+    """NK = D // 16 computed in the learner's cell is 1 when the cell runs and stays 1 when
+    the check rebuilds the part at WIDE: the hint names NK and says to use the lab's KT."""
+    fn = edited(LAB, "transposed_scores", [("for kk in range(KT):", "for kk in range(NK):")],
+                also=[("@cuda.jit(device=True)\ndef transposed_scores(",
+                       "NK = D // 16\n\n\n@cuda.jit(device=True)\ndef transposed_scores(")])
+    result = assert_hint(CHECK["transposed_scores"], fn,
+                         own_sizes_hint([("NK", 1)], L.WIDE)[0])
+    assert "wider tiles" in result.case

@@ -500,7 +500,7 @@ def _literal_diagnosis(fn, needs) -> tuple:
 
 
 def _wide_diagnoses(fn, want, slips, needs) -> list:
-    return wide_diagnoses(fn, want, slips, needs, HINT_LITERAL, _near)
+    return wide_diagnoses(fn, want, slips, needs, HINT_LITERAL, _near, WIDE)
 
 
 # -- checker: row_delta ----------------------------------------------------------------------

@@ -479,7 +479,7 @@ def _wide_case(part, fn, kernel_of, ins, outs, model, mistakes, slips, needs, he
     fixed loop count (`needs`), the helper and the part's own mistakes (`mistakes`)."""
     want = model()
     first = wide_diagnoses(fn, want, [(model(m), h, n) for m, h, n in slips], needs,
-                           W.HINT_LITERAL, _near)
+                           W.HINT_LITERAL, _near, WIDE)
 
     def run(f):
         kernel_guard(f, part)

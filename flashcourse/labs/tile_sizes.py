@@ -117,12 +117,57 @@ def literal_diagnosis(fn, needs, hint) -> tuple:
     return (fired, *hint)
 
 
-def wide_diagnoses(fn, want, slips, needs, literal_hint, near) -> list:
-    """The first diagnoses of a wide case: each slip of `slips` ((wrong result, hint, the
-    name the slip reads or None)) that differs from `want` and whose result the learner's
-    gives (`near(yours, wrong)`), when it reads that name (range(KQ) for range(KT) reads KQ;
-    range(2) is a fixed count); then a fixed count (`needs`, `literal_hint`)."""
+def own_sizes(fn, tiles) -> list:
+    """The whole-number globals of the learner's own that `fn` (and its own functions)
+    read, holding a value one of the lab's sizes has at the lab's tiles, and not one of
+    the lab module's names: NK = D // 16 computed in a cell of the learner's is 1, fixed
+    when that cell ran, and stays 1 when the check rebuilds the part at `tiles`."""
+    import sys
+    lab = vars(sys.modules[type(tiles).__module__])
+    values = set(type(tiles)().sizes.values())
+    found, seen, todo = [], set(), [fn]
+    while todo:
+        inner = py_func(todo.pop())
+        code, glob = getattr(inner, "__code__", None), getattr(inner, "__globals__", {})
+        if code is None or id(inner) in seen or str(glob.get("__name__", "")).startswith(
+                "flashcourse"):
+            continue
+        seen.add(id(inner))
+        for name in sorted(_names(code)):
+            value = glob.get(name)
+            if type(value) is int and value in values and name not in lab \
+                    and name not in found:
+                found.append(name)
+            elif callable(value):
+                todo.append(value)
+    return found
+
+
+def own_sizes_hint(named, tiles) -> tuple:
+    """The (text, hint2) for a part that reads sizes of the learner's own: `named` their
+    (name, value) pairs (`own_sizes`)."""
+    base = type(tiles)().sizes
+    yours = ", ".join(f"{n} = {v}" for n, v in named)
+    moved = ", ".join(f"{k} = {v}" for k, v in tiles.sizes.items() if base.get(k) != v)
+    return (f"Your part reads {yours}: a size of your own, fixed when your cell ran. The "
+            f"check also runs your part at wider tiles, where only the lab's own names "
+            f"change ({moved}), and yours keep the values they had. Use the lab's names in "
+            "the part itself (KT rather than a D // 16 of your own, and so on).",
+            "Replace each size you computed yourself by the lab's name for it.")
+
+
+def wide_diagnoses(fn, want, slips, needs, literal_hint, near, tiles=None) -> list:
+    """The first diagnoses of a wide case: a size of the learner's own (`own_sizes`, when
+    `tiles` is given); each slip of `slips` ((wrong result, hint, the name the slip reads
+    or None)) that differs from `want` and whose result the learner's gives (`near(yours,
+    wrong)`), when it reads that name (range(KQ) for range(KT) reads KQ; range(2) is a
+    fixed count); then a fixed count (`needs`, `literal_hint`)."""
     out = []
+    own = own_sizes(fn, tiles) if tiles is not None else []
+    if own:
+        glob = getattr(py_func(fn), "__globals__", {})
+        named = [(n, glob.get(n)) for n in own]
+        out.append(((lambda _y, _e: True), *own_sizes_hint(named, tiles)))
     for wrong, hint, name in slips:
         if near(wrong, want):
             continue
