@@ -11,10 +11,12 @@ parameters in fp32 with bf16 autocast, AdamW. Two runs from one seed on the same
             FLASH_ATTENTION backend allowed (torch.nn.attention.sdpa_kernel)
 
 Before training, `torch.library.opcheck` tests both operators (schema, fake tensor,
-autograd registration, AOT dispatch) on small CUDA tensors. Logged per step: the loss;
-per run: the median whole-step time, tokens/s, and the attention forward + backward
-time of one step (one layer's attention on (B, H, T, d) tensors timed with CUDA events,
-median of repeats, times n_layer; measured outside the model, the same way for both).
+autograd registration, AOT dispatch) on small CUDA tensors, and `check_fast_path` compares
+the operators' replayed plans (`torch_ops._planned`) with their checked path bit for bit.
+Logged per step: the loss; per run: the median whole-step time, tokens/s, and the
+attention forward + backward time of one step (one layer's attention on (B, H, T, d)
+tensors timed with CUDA events, median of repeats, times n_layer; measured outside the
+model, the same way for both).
 
     python benchmarks/gpu_train.py --out DIR                # >= 300 steps, ~5 min on an H100
     python benchmarks/gpu_train.py --steps 500 --out DIR
@@ -131,6 +133,37 @@ def run_opcheck(torch, device, dtype) -> dict:
         except Exception as exc:                          # recorded, and the run fails
             out[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     return out
+
+
+def check_fast_path(torch, device, dtype) -> str:
+    """The operators' replayed plans (`torch_ops._planned`) against their checked path
+    (FLASHCOURSE_PACKED_LAUNCH=0), bit for bit: o, lse and the three gradients, at the
+    opcheck's ragged shape and the capstone's, each called twice (the first call of a key
+    records its plan, the second replays it on other tensors of the same shapes). "ok" or
+    what differed."""
+    import os
+
+    from flashcourse import torch_ops
+    g = torch.Generator(device="cpu").manual_seed(1)
+    for shape in ((2, 3, 80, 64), (8, 12, 1024, 64)):
+        def run(seed_tensors):
+            q, k, v, do = (t.to(device=device, dtype=dtype) for t in seed_tensors)
+            o, lse = torch_ops.attention_forward(q, k, v, True, 0.125)
+            return (o, lse, *torch_ops.attention_backward(q, k, v, o, lse, do, True, 0.125))
+        for trial in range(2):
+            cpu = [torch.randn(*shape, generator=g) for _ in range(4)]
+            os.environ["FLASHCOURSE_PACKED_LAUNCH"] = "0"
+            try:
+                want = run(cpu)
+            finally:
+                del os.environ["FLASHCOURSE_PACKED_LAUNCH"]
+            got = run(cpu)
+            for name, a, b in zip(("o", "lse", "dq", "dk", "dv"), got, want):
+                if not torch.equal(a, b):
+                    return (f"{name} of the fast path differs from the checked path at "
+                            f"{shape}, call {trial + 1}")
+    torch.cuda.synchronize()
+    return "ok"
 
 
 def time_attention(torch, cfg, device, dtype, attention: str, repeats: int = 20) -> dict:
@@ -255,6 +288,8 @@ def main(argv=None):
         kernels = {"forward": "numpy tiled", "backward": "numpy tiled"}
     log(f"course kernels: {kernels}")
     checks = run_opcheck(torch, device, op_dtype)
+    if on_gpu:                  # the replayed plans against the checked path, bit for bit
+        checks["fast_path"] = check_fast_path(torch, device, op_dtype)
     log(f"opcheck: {checks}")
     runs = {}
     for attention in ("course", "sdpa"):

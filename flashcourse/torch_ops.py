@@ -15,15 +15,17 @@ On CUDA tensors the operators run the course's tensor-core kernels on the tensor
 the forward `flashcourse.cuda.forward(..., kernel="hopper")` (wgmma) on a GPU of compute
 capability 9.0 (H100, H200) when d fits it, else `kernel="tensor_core"` (mma.sync); the
 backward `flashcourse.cuda.backward(..., kernel="tensor_core")`. Both write lse as float32
-natural-log logsumexp, so either forward's lse feeds the backward. They run
-through the CUDA array interface (`numba.cuda.as_cuda_array`): float16 runs as fp16,
-bfloat16 as bf16 (the tensor is viewed as 16-bit integers, the kernels' bf16 bit patterns,
-`cuda.tensor_core.BF16_BITS`), float32 as 3xTF32. The kernels allocate their outputs
-through Numba; PyTorch takes them over without a copy (`torch.as_tensor` keeps the Numba
-array alive). Numba launches on its default stream, which PyTorch's default stream
-orders with. On CPU tensors they run the numpy `flashcourse.tiled.forward/backward`
-(float32 and float64; bfloat16/float16 are computed in float32 and rounded back), so that
-the registration can be tested, with `torch.library.opcheck`, on a machine without a GPU.
+natural-log logsumexp, so either forward's lse feeds the backward. They run through the CUDA
+array interface (`numba.cuda.as_cuda_array`) the first time a shape is seen, and from then
+on by replaying that call's kernels on the tensors' addresses (`_planned`, below): float16
+runs as fp16, bfloat16 as bf16 (the tensor is viewed as 16-bit integers, the kernels' bf16
+bit patterns, `cuda.tensor_core.BF16_BITS`), float32 as 3xTF32. On the first call the
+kernels allocate their outputs through Numba and PyTorch takes them over without a copy
+(`torch.as_tensor` keeps the Numba array alive); replays write into tensors PyTorch
+allocates. Numba launches on its default stream, which PyTorch's default stream orders with.
+On CPU tensors they run the numpy `flashcourse.tiled.forward/backward` (float32 and float64;
+bfloat16/float16 are computed in float32 and rounded back), so that the registration can be
+tested, with `torch.library.opcheck`, on a machine without a GPU.
 
 `register_fake` gives `torch.compile` each output's shape and dtype without running a
 kernel, so the operators trace into a graph with no break.
@@ -95,16 +97,84 @@ def _from_numba(a, dtype):
 
 def _cuda_forward(q, k, v, causal, scale):
     from . import cuda as fc_cuda
-    o, lse = fc_cuda.forward(*(_to_numba(t) for t in (q, k, v)), kernel=forward_kernel(q),
-                             causal=causal, scale=scale)
-    return _from_numba(o, q.dtype), _from_numba(lse, torch.float32)
+    kernel = forward_kernel(q)
+    ts = tuple(t.detach().contiguous() for t in (q, k, v))
+    return _planned(("forward", kernel, causal, scale), ts, (q.dtype, torch.float32),
+                    lambda a: fc_cuda._forward(*a, kernel, causal, scale, False, False, {}))
 
 
 def _cuda_backward(q, k, v, o, lse, do, causal, scale):
     from . import cuda as fc_cuda
-    grads = fc_cuda.backward(*(_to_numba(t) for t in (q, k, v, o)), _to_numba(lse),
-                             _to_numba(do), kernel=CUDA_KERNEL, causal=causal, scale=scale)
-    return tuple(_from_numba(g, q.dtype) for g in grads)
+    ts = tuple(t.detach().contiguous() for t in (q, k, v, o, lse, do))
+    return _planned(("backward", CUDA_KERNEL, causal, scale), ts, (q.dtype,) * 3,
+                    lambda a: fc_cuda._backward(*a, CUDA_KERNEL, causal, scale, False, {}))
+
+
+# -- the fast path: a call's kernels replayed on the tensors' own memory -----------------------
+#
+# A call through the checked path costs hundreds of microseconds of Python before its
+# kernels are queued: a Numba array made from each tensor (`_to_numba`, the CUDA array
+# interface read and checked), the checks, Numba's launch, and a PyTorch tensor made from
+# each output (`_from_numba`). At the training capstone's size (B H = 96, T = 1024, d = 64)
+# that is more than the kernels' own time (benchmarks/gpu_train.py). The library's
+# device-array calls already replay a recorded plan (`cuda.common.host_plans`); here the
+# plan is keyed on the tensors themselves and replayed on their addresses, into outputs
+# PyTorch allocates (its caching allocator, on the default stream where the kernels run).
+# The first call of a key runs the checked path, which records the plan.
+
+#: plans kept (least recently built dropped first); keys that cannot be planned
+MAX_PLANS = 32
+_PLANS: dict = {}
+_UNPLANNED: set = set()
+
+
+def _plan_key(entry, ts):
+    """The key of a call: each tensor's shape, dtype, strides, device and 16-byte
+    alignment, which tensors share an address, and the call's own settings (`entry`)."""
+    ptrs = [t.data_ptr() for t in ts]
+    parts = tuple((tuple(t.shape), t.dtype, t.stride(), t.device.index, p % 16)
+                  for t, p in zip(ts, ptrs))
+    return (entry, parts, tuple(ptrs.index(p) for p in ptrs)), ptrs
+
+
+def _fits(plan, dtypes) -> bool:
+    """The plan's outputs are C-contiguous arrays of these dtypes' sizes (so that PyTorch's
+    own tensors can stand in for them)."""
+    if len(plan.outputs) != len(dtypes):
+        return False
+    for (shape, strides, dtype, _), want in zip(plan.outputs, dtypes):
+        if dtype.itemsize != torch.empty((), dtype=want).element_size() or \
+                tuple(strides) != np.empty(shape, dtype).strides:
+            return False
+    return True
+
+
+def _planned(entry, ts, dtypes, checked):
+    """The outputs (tensors of `dtypes`) of the library call `checked(arrays)` on `ts`:
+    replayed from a plan when one exists for this key, else through the checked path (on
+    Numba views of `ts`; it records the plan, when the fast path is on: a GPU, the default
+    stream, FLASHCOURSE_PACKED_LAUNCH not 0)."""
+    from .cuda.common import host_plans
+    fast = host_plans.enabled() and torch.cuda.current_stream(ts[0].device).cuda_stream == 0
+    key, ptrs = _plan_key(entry, ts) if fast else (None, None)
+    plan = _PLANS.get(key) if fast else None
+    if plan is not None:
+        outs = tuple(torch.empty(shape, dtype=dt, device=ts[0].device)
+                     for (shape, *_), dt in zip(plan.outputs, dtypes))
+        plan.replay(ptrs, 0, outs)
+        return outs
+    arrays = tuple(_to_numba(t) for t in ts)
+    if not fast or key in _UNPLANNED:
+        result = checked(arrays)
+    else:
+        result, plan = host_plans.build_plan(ptrs, lambda: checked(arrays))
+        if plan is None or not _fits(plan, dtypes):
+            _UNPLANNED.add(key)
+        else:
+            if len(_PLANS) >= MAX_PLANS:
+                _PLANS.pop(next(iter(_PLANS)))
+            _PLANS[key] = plan
+    return tuple(_from_numba(r, dt) for r, dt in zip(result, dtypes))
 
 
 # -- CPU: the numpy tiled forward and backward ------------------------------------------------

@@ -302,7 +302,7 @@ class Plan:
             ctx = self._ctx
             outs = tuple(POOL.array(ctx, *o, template=t)
                          for o, t in zip(self.outputs, self._templates))
-        out_ptrs = [int(o.device_ctypes_pointer.value or 0) for o in outs]
+        out_ptrs = [_pointer(o) for o in outs]
         with self._lock:
             launches = self.launches
             for li, ai, kind, n in self.slots:
@@ -312,14 +312,40 @@ class Plan:
         return outs
 
 
+def _pointer(a) -> int:
+    """The device address of an output: a Numba device array, or a tensor with data_ptr()
+    (PyTorch's, whose outputs `flashcourse.torch_ops` allocates itself)."""
+    ptr = getattr(a, "device_ctypes_pointer", None)
+    if ptr is not None:
+        return int(ptr.value or 0)
+    return int(a.data_ptr())
+
+
 def enabled() -> bool:
     return available()
+
+
+def build_plan(in_ptrs, slow):
+    """(result, plan): `slow()` (a checked call, returning a tuple of device arrays) run
+    while its launches are recorded, and the `Plan` that replays them on inputs at new
+    addresses (`in_ptrs`: the device addresses of the inputs of this call), or None where
+    no complete plan can be built (then every call of its key takes the checked path)."""
+    global _warned
+    with _recording() as launches:
+        result = slow()
+    try:
+        plan = Plan(launches, in_ptrs, result)
+    except PackedLaunchError as exc:
+        if not _warned:
+            warnings.warn(f"flashcourse: the fast launch path is off ({exc})", stacklevel=3)
+            _warned = True
+        plan = None
+    return result, (plan if plan is not None and plan.complete else None)
 
 
 def cached_call(entry: str, arrays, settings, slow):
     """`slow()` (the checked path, returning a tuple of device arrays) or, when a plan for
     this key exists, its replay. Builds the plan on the first call of a key."""
-    global _warned
     if not enabled():
         return slow()
     key, ptrs = plan_key(entry, arrays, settings)
@@ -330,17 +356,9 @@ def cached_call(entry: str, arrays, settings, slow):
         return plan.replay(ptrs)
     if key in _UNPLANNABLE:
         return slow()
-    with _recording() as launches:
-        result = slow()
-    try:
-        plan = Plan(launches, ptrs, result)
-    except PackedLaunchError as exc:
-        if not _warned:
-            warnings.warn(f"flashcourse: the fast launch path is off ({exc})", stacklevel=3)
-            _warned = True
-        plan = None
+    result, plan = build_plan(ptrs, slow)
     with _LOCK:
-        if plan is None or not plan.complete:
+        if plan is None:
             _UNPLANNABLE.add(key)
         else:
             if len(_PLANS) >= MAX_PLANS:
