@@ -120,6 +120,12 @@ HINT_BYTES_Q_HEADS = ("You sent H heads of K and V: only the H_kv key/value head
                       "(grouped-query attention shares each among H / H_kv query heads).")
 HINT_BYTES_ONLY_K = ("Only K travels in yours: V goes around the ring (or the all-gather) too, "
                      "2 tensors.")
+HINT_BYTES_NO_E = ("Yours counts elements, not bytes: multiply by the element size e "
+                   "(element_bytes: 2 for fp16/bf16, 4 for fp32).")
+HINT_BYTES_HALF_OR_NO_E = ("Yours is half the right count. Either only K travels in yours (V "
+                           "goes around the ring, or through the all-gather, too: 2 tensors), "
+                           "or the element size e (here 2 bytes, fp16/bf16) is missing: "
+                           "2 (w - 1) (n / w) H_kv d e bytes.")
 HINT_BYTES_NO_OUT = ("Your Ulysses leaves out the all-to-all that brings O back to sequence "
                      "shards: (w - 1) (n / w) (H / w) d e more.")
 HINT_BYTES_ULYSSES_RING = ("Your Ulysses sends what the ring sends (every other rank's K and V): "
@@ -135,6 +141,8 @@ def _bytes_mistake(design, n, w, h, hkv, d, e, mistake):
     rows = n / w
     if mistake is None:
         return right
+    if mistake == "no e":
+        return right / e
     if design in ("ring", "allgather"):
         return {"w steps": right * w / (w - 1), "q heads": right * h / hkv,
                 "only k": right / 2}.get(mistake, right)
@@ -147,14 +155,18 @@ def _bytes_mistake(design, n, w, h, hkv, d, e, mistake):
 
 
 MISTAKES_BYTES = [("w steps", (HINT_BYTES_W_STEPS,)), ("q heads", (HINT_BYTES_Q_HEADS,)),
-                  ("only k", (HINT_BYTES_ONLY_K,)),
+                  ("only k", (HINT_BYTES_ONLY_K,)), ("no e", (HINT_BYTES_NO_E,)),
                   ("no out", (HINT_BYTES_NO_OUT,)), ("keep", (HINT_BYTES_KEEP,)),
                   ("ring formula", (HINT_BYTES_ULYSSES_RING,))]
 
 
 def _bytes_case(design, n, w, h, hkv, d, e):
     args = (design, n, w, h, hkv, d, e)
-    diagnoses = mistake_diagnoses(lambda m: _bytes_mistake(*args, m), MISTAKES_BYTES, _close)
+    # with e = 2, leaving out e halves the ring's bytes exactly as sending only K does
+    half = e == 2 and design in ("ring", "allgather")
+    mistakes = [(m, (HINT_BYTES_HALF_OR_NO_E,) if half and m in ("only k", "no e") else hint)
+                for m, hint in MISTAKES_BYTES]
+    diagnoses = mistake_diagnoses(lambda m: _bytes_mistake(*args, m), mistakes, _close)
     name = f"{design}: n = {n:,}, w = {w}, H = {h}, H_kv = {hkv}, d = {d}, e = {e}"
 
     def run(fn):
@@ -162,13 +174,14 @@ def _bytes_case(design, n, w, h, hkv, d, e):
     return Case(name, run, HINT_BYTES, diagnoses, rtol=1e-9, atol=0.0)
 
 
-# the small GQA Ulysses case comes before the 131,072 one, where the ring's count for
-# Ulysses equals Ulysses with H heads of K and V (2 H_kv = 4 H / w): each learner's first
-# failure is one whose hint names their own slip
-BYTES_CASES = [("ring", 131072, 8, 32, 8, 128, 2), ("allgather", 131072, 8, 32, 8, 128, 2),
+# Each learner's first failure is one whose hint names their own slip: the fp32 ring case
+# (e = 4) comes first, where leaving out e (a quarter) and sending only K (a half) differ,
+# as they do not with e = 2; the small GQA Ulysses case comes before the 131,072 one, where
+# the ring's count for Ulysses equals Ulysses with H heads of K and V (2 H_kv = 4 H / w)
+BYTES_CASES = [("ring", 1000, 4, 4, 4, 64, 4), ("ring", 131072, 8, 32, 8, 128, 2),
+               ("allgather", 131072, 8, 32, 8, 128, 2),
                ("ulysses", 24576, 4, 16, 4, 64, 2), ("ulysses", 131072, 8, 32, 8, 128, 2),
-               ("ring", 1000, 4, 4, 4, 64, 4), ("ulysses", 1000, 4, 4, 4, 64, 4),
-               ("allgather", 24576, 3, 6, 2, 80, 2)]
+               ("ulysses", 1000, 4, 4, 4, 64, 4), ("allgather", 24576, 3, 6, 2, 80, 2)]
 
 
 def check_comm_bytes(comm_bytes, *, verbose: bool = True, hint_level: int = 1) -> Result:
