@@ -50,6 +50,17 @@ HINT_EVEN_INVERTED = ("Yours is upside down: a faster link (larger B) must need 
                       "blocks, a faster GPU (larger F) longer ones. c = F e H_kv / (2 B H).")
 
 
+EVEN_STEPS = ("Step by step: the step computes 4 c^2 d H FLOPs (two products of 2 c^2 d per "
+              "head) at F FLOP/s, and sends 2 c H_kv d e bytes (one K and one V block) at B "
+              "bytes/s; set the two times equal, divide both sides by c d, and solve for c: "
+              "the result is a product of F, e and H_kv over 2, B and H.")
+
+
+def _level2(diagnoses, text):
+    """The diagnoses with `text` as their second, more explicit level."""
+    return [d if len(d) > 2 else (*d, text) for d in diagnoses]
+
+
 def _even_mistake(f, b, e, h, hkv, mistake):
     right = min_hidden_shard(element_bytes=e, flops_per_s=f, link_bytes_per_s=b) * hkv / h
     return {None: right, "no gqa": right * h / hkv, "gqa inverted": right * (h / hkv) ** 2,
@@ -84,7 +95,8 @@ def _even_case(name, f, b, e, h, hkv):
 
     def run(fn):
         return real_array(fn(f, b, e, h, hkv)), _even_mistake(f, b, e, h, hkv, None)
-    return Case(name, run, HINT_EVEN, diagnoses, rtol=1e-9, atol=1.0)
+    return Case(name, run, HINT_EVEN, _level2(diagnoses, EVEN_STEPS), rtol=1e-9, atol=1.0,
+                hint2=EVEN_STEPS)
 
 
 EVEN_CASES = [("H100 dense fp16 (989 TFLOP/s), NVLink 450 GB/s, H = H_kv = 32",
@@ -136,6 +148,13 @@ HINT_BYTES_KEEP = ("Your Ulysses sends all it holds: in an all-to-all a rank kee
                    "1 / w share, so it sends (w - 1) / w of its data.")
 
 
+BYTES_STEPS = ("Step by step: a rank holds rows = n / w positions. Ring and all-gather: each of "
+               "the w - 1 other ranks' blocks passes once, K and V, H_kv heads of d elements of "
+               "e bytes each, for rows positions. Ulysses: of its rows positions of Q (H heads), "
+               "K and V (H_kv heads each) and later of O (H heads) a rank keeps 1 / w and sends "
+               "(w - 1) / w; multiply by d e.")
+
+
 def _bytes_mistake(design, n, w, h, hkv, d, e, mistake):
     right = comm_bytes_per_rank(design, n, w, heads=h, kv_heads=hkv, d=d, element_bytes=e)
     rows = n / w
@@ -171,7 +190,8 @@ def _bytes_case(design, n, w, h, hkv, d, e):
 
     def run(fn):
         return real_array(fn(*args)), _bytes_mistake(*args, None)
-    return Case(name, run, HINT_BYTES, diagnoses, rtol=1e-9, atol=0.0)
+    return Case(name, run, HINT_BYTES, _level2(diagnoses, BYTES_STEPS), rtol=1e-9, atol=0.0,
+                hint2=BYTES_STEPS)
 
 
 # Each learner's first failure is one whose hint names their own slip: the fp32 ring case
@@ -199,4 +219,5 @@ def reference_comm_bytes(design, n, world, heads, kv_heads, d, element_bytes):
     return (world - 1) * rows * d * element_bytes * (2 * heads + 2 * kv_heads) / world
 
 
-HINTS = tuple(v for k, v in dict(globals()).items() if k.startswith("HINT_"))
+HINTS = tuple(v for k, v in dict(globals()).items()
+              if k.startswith("HINT_") or k.endswith("_STEPS"))

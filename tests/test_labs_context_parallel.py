@@ -10,7 +10,7 @@ import numpy as np
 from flashcourse.distributed.merge import merge_sigmoid
 from flashcourse.distributed.shards import causal_pairs, layout_shards, zigzag_shards
 from flashcourse.labs import context_parallel as L
-from labtools import assert_hint, lab_path, lab_tests, mistakes_test
+from labtools import assert_hint, hint_leaks_test, lab_path, lab_tests, mistakes_test
 
 LAB = lab_path("lab16_context_parallelism")
 CHECKS = [(L.check_ring_merge, "ring_merge"), (L.check_zigzag_ranges, "zigzag_ranges"),
@@ -223,3 +223,26 @@ def test_work_with_local_indices_or_later_keys_is_named():
     assert_hint(L.check_ring_work, _work_with(np.less_equal, local=True), L.HINT_LOCAL)
     assert_hint(L.check_ring_work, _work_with(np.greater_equal), L.HINT_KEY_AFTER)
     assert L.check_ring_work(_work_with(np.less_equal), verbose=False).passed
+
+
+test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)
+
+
+def test_hint_level_two_adds_an_explicit_nudge():
+    """The lab promises a more explicit hint with hint_level=2: every checker gives one, for
+    a named mistake and for an unnamed one."""
+    from flashcourse import exercises_distributed as X
+
+    def mirror_w(n, world):
+        b = zigzag_shards(n, world)
+        return [[b[r][0], b[world - 1 - r][0]] for r in range(world)]
+    wrong = [(L.check_ring_merge, lambda oa, la, ob, lb: (oa, la), L.MERGE_STEPS),
+             (L.check_ring_merge, lambda oa, la, ob, lb: ((oa + ob) / 2, la), L.MERGE_STEPS),
+             (L.check_zigzag_ranges, mirror_w, L.ZIGZAG_STEPS),
+             (L.check_ring_work, lambda layout: np.ones((len(layout),) * 2), L.WORK_STEPS),
+             (X.check_ring_break_even, lambda f, b, e, h, hkv: f * e / (2 * b), X.EVEN_STEPS),
+             (X.check_comm_bytes, lambda *a: 1.0, X.BYTES_STEPS)]
+    for check, fn, steps in wrong:
+        one = check(fn, verbose=False)
+        two = check(fn, verbose=False, hint_level=2)
+        assert not two.passed and two.hint == f"{one.hint}\n  More explicitly: {steps}"

@@ -73,6 +73,21 @@ HINT_EMPTY = ("Your result is wrong only in rows where a side saw no key (its ls
               "keep a's (np.where, with np.isneginf), and compute the formula only elsewhere.")
 
 
+MERGE_STEPS = ("Step by step: (1) mark the rows where a side saw no key, with np.isneginf on "
+               "lse_a and on lse_b; (2) take the difference lse_b - lse_a with both values "
+               "replaced by 0 in the marked rows, so that -inf never meets -inf; (3) b's "
+               "weight is sigmoid of that difference, but 0 where b is empty and 1 where a "
+               "is empty; (4) o moves from o_a toward o_b by that weight (give the weight a "
+               "last axis of length 1 so that it spreads over d); (5) the merged lse is lse_a "
+               "minus logsigmoid of minus that difference, and in a marked row the other "
+               "side's lse.")
+
+
+def _level2(diagnoses, text):
+    """The diagnoses with `text` as their second, more explicit level where they have none."""
+    return [d if len(d) > 2 else (*d, text) for d in diagnoses]
+
+
 def sigmoid(x):
     """1 / (1 + e^-x) without overflow, elementwise (float64; +-inf give 1 and 0)."""
     return np.exp(-np.logaddexp(0.0, -np.asarray(x, np.float64)))
@@ -221,7 +236,8 @@ def _merge_case(name, s, v, in_a, in_b):
 
     def run(fn):
         return as_pair(fn(*(x.copy() for x in args))), want
-    return Case(name, run, HINT_MERGE, diagnoses, rtol=1e-9, atol=1e-12, names=("o", "lse"))
+    return Case(name, run, HINT_MERGE, _level2(diagnoses, MERGE_STEPS), rtol=1e-9, atol=1e-12,
+                names=("o", "lse"), hint2=MERGE_STEPS)
 
 
 def _random_split(seed, lead, tq, tk, d, spread=2.0):
@@ -328,6 +344,13 @@ HINT_SPREAD = ("Your chunks cover every position once and their lengths differ b
                "not chunks chosen by rounding c n / (2 world) or from the end.")
 HINT_ORDER = ("Each rank's ranges are in the wrong order: list the early chunk (chunk r) "
               "first, then chunk 2 world - 1 - r, the order in which the rank holds its rows.")
+
+
+ZIGZAG_STEPS = ("Step by step: (1) split n into 2 world chunk lengths with divmod: the "
+                "quotient for every chunk, one more for each of the first (remainder) chunks; "
+                "(2) a chunk starts where the one before it stops, the first at 0; (3) write "
+                "chunk c as the tuple (its start, its start + its length); (4) rank r's entry "
+                "is the list of chunk r and chunk 2 world - 1 - r, in that order.")
 
 
 def _bounds(n, parts, rule):
@@ -439,7 +462,8 @@ def _zigzag_case(n, world):
 
     def run(fn):
         return _ranges_array(fn(n, world)), want
-    return Case(name, run, HINT_ZIGZAG, diagnoses, rtol=0.0, atol=0.0)
+    return Case(name, run, HINT_ZIGZAG, _level2(diagnoses, ZIGZAG_STEPS), rtol=0.0, atol=0.0,
+                hint2=ZIGZAG_STEPS)
 
 
 ZIGZAG_CASES = [(16, 4), (37, 3), (23, 2), (8, 4), (100, 8), (9, 1)]
@@ -471,6 +495,14 @@ HINT_KEY_AFTER = ("Your counts take the keys at or after each query (j >= i): ca
                   "lets a query see the keys up to itself, j <= i.")
 HINT_ABSOLUTE = ("At step s you used the K/V of rank s for every rank: each rank holds a "
                  "different block, the one of rank (r - s) % world.")
+
+
+WORK_STEPS = ("Step by step: (1) for each rank, the global positions its ranges cover (one "
+              "np.arange per (start, stop), joined); (2) for rank r and step s, the keys are "
+              "the positions of rank (r - s) % world; (3) compare every key with every query "
+              "(a key row against a query column, by broadcasting) and count the pairs where "
+              "the key is at most the query; (4) put that count at [r, s] of a (world, world) "
+              "integer array.")
 
 
 def _work(layout, mistake):
@@ -507,8 +539,8 @@ def _work_case(n, world, layout_name):
 
     def run(fn):
         return real_array(fn([list(map(tuple, r)) for r in layout])), want
-    return Case(f"{layout_name}, n = {n}, world = {world}", run, HINT_WORK, diagnoses,
-                rtol=0.0, atol=0.0)
+    return Case(f"{layout_name}, n = {n}, world = {world}", run, HINT_WORK,
+                _level2(diagnoses, WORK_STEPS), rtol=0.0, atol=0.0, hint2=WORK_STEPS)
 
 
 WORK_CASES = [(16, 4, "contiguous"), (16, 4, "zigzag"), (37, 3, "zigzag"), (11, 2, "contiguous")]
@@ -520,3 +552,7 @@ def check_ring_work(ring_work, *, verbose: bool = True, hint_level: int = 1) -> 
     cases = [_work_case(*c) for c in WORK_CASES]
     return run_checks("ring_work(layout)", ring_work, cases, verbose=verbose,
                       hint_level=hint_level)
+
+
+ALL_HINTS = tuple(v for k, v in dict(globals()).items()
+                  if k.startswith("HINT_") or k.endswith("_STEPS"))
