@@ -48,6 +48,7 @@ MISTAKES = {
         ("np.where(a_empty, 1.0, sigmoid(diff))", "np.where(a_empty, 0.0, sigmoid(diff))",
          (L.HINT_EMPTY,)),                               # lse_a = -inf keeps a's o (no NaN)
         ("np.where(a_empty, lse_b,", "np.where(a_empty, lse_a,", (L.HINT_EMPTY,)),
+        (_O, _O.replace("w_b[..., None]", "w_b"), (L.HINT_WEIGHT_AXIS,)),  # weight (...) * (..., d)
     ],
     "zigzag_ranges": [
         (_RET, _RET.replace("chunks - 1 - r", "world - 1 - r"), (L.HINT_MIRROR_W,)),

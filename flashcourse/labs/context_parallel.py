@@ -33,8 +33,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..distributed.shards import causal_pairs, layout_shards, zigzag_shards
-from ._harness import Case, Result, ResultKindError, as_pair, mistake_diagnoses, real_array, \
-    run_checks
+from ._harness import Case, Result, ResultKindError, as_pair, broadcast_shapes, \
+    mistake_diagnoses, real_array, run_checks
 
 # -- part 1: the merge ----------------------------------------------------------------------
 
@@ -67,6 +67,10 @@ HINT_OVERFLOW_EXP = ("Your result holds NaN or inf where the scores are large (|
                      "e^800 overflows and e^-800 underflows to 0. Never exponentiate an lse "
                      "itself: sigmoid(lse_b - lse_a) and logsigmoid(...) take only the "
                      "difference (use the lab's `sigmoid` and `logsigmoid`).")
+HINT_WEIGHT_AXIS = ("numpy could not combine a per-row number (shape (...), like lse) with a "
+                    "per-row vector (shape (..., d), like o): b's weight has lse's shape. Give "
+                    "it a last axis of length 1 (weight[..., None]) before multiplying it with "
+                    "o_a - o_b.")
 HINT_EMPTY = ("Your result is wrong only in rows where a side saw no key (its lse is -inf): "
               "there -inf - (-inf) gives NaN, and a row whose lse_a is -inf must become b's "
               "state (o_b, lse_b). Where lse_a is -inf take b's state, where lse_b is -inf "
@@ -218,6 +222,12 @@ def _wrong_on_empty_only(empty):
     return fired
 
 
+def _row_against_vector(exc) -> bool:
+    """A broadcast error between a row statistic (...) and a row vector (..., d)."""
+    shapes = broadcast_shapes(exc)
+    return any(len(b) == len(a) + 1 and b[:-1] == a for a in shapes for b in shapes)
+
+
 def _merge_case(name, s, v, in_a, in_b):
     """A case: the state over keys `in_a` merged with the state over `in_b` (boolean masks
     (..., Tq, Tk), disjoint) must be the state over both."""
@@ -237,7 +247,8 @@ def _merge_case(name, s, v, in_a, in_b):
     def run(fn):
         return as_pair(fn(*(x.copy() for x in args))), want
     return Case(name, run, HINT_MERGE, _level2(diagnoses, MERGE_STEPS), rtol=1e-9, atol=1e-12,
-                names=("o", "lse"), hint2=MERGE_STEPS)
+                names=("o", "lse"), hint2=MERGE_STEPS,
+                error_diagnoses=[(_row_against_vector, HINT_WEIGHT_AXIS, MERGE_STEPS)])
 
 
 def _random_split(seed, lead, tq, tk, d, spread=2.0):
