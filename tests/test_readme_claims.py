@@ -72,3 +72,12 @@ def test_paged_second_run_ratio_to_pytorch_matches_the_json():
     assert f"and {min(ratios):.1f}-{max(ratios):.1f}x PyTorch flash" in text
     assert f"{np.round(100 * min(fractions)):.0f}-{np.round(100 * max(fractions)):.0f}% of the " \
            "device copy" in text
+
+
+
+def test_env_note_names_the_h100_notebooks_too():
+    """Notebook 00's environment check says where the GPU numbers come from, as the README."""
+    from flashcourse import env
+    facts = dict(env.report(), cuda_gpu=False, simulator=True)
+    text = " ".join(" ".join(env.advice(facts)).split())
+    assert "(notebooks 11b, 13, 14 and 15: on an H100)" in text
