@@ -81,3 +81,24 @@ def test_env_note_names_the_h100_notebooks_too():
     facts = dict(env.report(), cuda_gpu=False, simulator=True)
     text = " ".join(" ".join(env.advice(facts)).split())
     assert "(notebooks 11b, 13, 14 and 15: on an H100)" in text
+
+
+def test_paged_kernel_ratios_match_the_json():
+    """The README's table of kernel-time ratios (min / median / max) and the ranges in
+    benchmarks/NOTES_cuda_decode.md, from the second H100 run."""
+    run2 = json.loads((RESULTS / "h100_run2_gpu_paged.json").read_text())
+    text = " ".join(README.split())
+    notes = " ".join((ROOT / "benchmarks" / "NOTES_cuda_decode.md").read_text().split())
+    spans = {}
+    for kernel, label in (("tensor_core", "tensor cores (G = 8, or Tq = 4)"),
+                          ("cuda_cores", "CUDA cores (G = 1, Tq = 1)")):
+        cells = []
+        for page in (64, 16):
+            r = [x["kernel_ratio"] for x in run2["table"]
+                 if x["kernel"] == kernel and x["page_size"] == page]
+            cells.append(f"{min(r):.2f} / {np.median(r):.2f} / {max(r):.2f}")
+        assert f"| {label} | {cells[0]} | {cells[1]} |" in text
+        every = [x["kernel_ratio"] for x in run2["table"] if x["kernel"] == kernel]
+        spans[kernel] = f"{min(every):.2f}-{max(every):.2f}x"
+    assert (f"{spans['cuda_cores']} the contiguous ones on CUDA cores and "
+            f"{spans['tensor_core']} on tensor cores") in notes
