@@ -80,8 +80,8 @@ def advice(facts: dict) -> list[str]:
                      "fail to compile, install requirements-gpu.txt (the CUDA toolkit wheels).")
     elif facts["simulator"]:
         notes.append("No NVIDIA GPU: CUDA kernels run in Numba's simulator (correct but slow), "
-                     "and the GPU notebooks plot the H200 results recorded in "
-                     "benchmarks/results/.")
+                     "and the GPU notebooks plot the results recorded on an H200 (notebooks "
+                     "11b, 13, 14 and 15: on an H100) in benchmarks/results/.")
     else:
         notes.append("No NVIDIA GPU and the simulator is off: import flashcourse before numba "
                      "(or set NUMBA_ENABLE_CUDASIM=1) to run the CUDA notebooks.")

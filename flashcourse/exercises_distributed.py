@@ -50,6 +50,17 @@ HINT_EVEN_INVERTED = ("Yours is upside down: a faster link (larger B) must need 
                       "blocks, a faster GPU (larger F) longer ones. c = F e H_kv / (2 B H).")
 
 
+EVEN_STEPS = ("Step by step: the step computes 4 c^2 d H FLOPs (two products of 2 c^2 d per "
+              "head) at F FLOP/s, and sends 2 c H_kv d e bytes (one K and one V block) at B "
+              "bytes/s; set the two times equal, divide both sides by c d, and solve for c: "
+              "the result is a product of F, e and H_kv over 2, B and H.")
+
+
+def _level2(diagnoses, text):
+    """The diagnoses with `text` as their second, more explicit level."""
+    return [d if len(d) > 2 else (*d, text) for d in diagnoses]
+
+
 def _even_mistake(f, b, e, h, hkv, mistake):
     right = min_hidden_shard(element_bytes=e, flops_per_s=f, link_bytes_per_s=b) * hkv / h
     return {None: right, "no gqa": right * h / hkv, "gqa inverted": right * (h / hkv) ** 2,
@@ -84,7 +95,8 @@ def _even_case(name, f, b, e, h, hkv):
 
     def run(fn):
         return real_array(fn(f, b, e, h, hkv)), _even_mistake(f, b, e, h, hkv, None)
-    return Case(name, run, HINT_EVEN, diagnoses, rtol=1e-9, atol=1.0)
+    return Case(name, run, HINT_EVEN, _level2(diagnoses, EVEN_STEPS), rtol=1e-9, atol=1.0,
+                hint2=EVEN_STEPS)
 
 
 EVEN_CASES = [("H100 dense fp16 (989 TFLOP/s), NVLink 450 GB/s, H = H_kv = 32",
@@ -120,6 +132,12 @@ HINT_BYTES_Q_HEADS = ("You sent H heads of K and V: only the H_kv key/value head
                       "(grouped-query attention shares each among H / H_kv query heads).")
 HINT_BYTES_ONLY_K = ("Only K travels in yours: V goes around the ring (or the all-gather) too, "
                      "2 tensors.")
+HINT_BYTES_NO_E = ("Yours counts elements, not bytes: multiply by the element size e "
+                   "(element_bytes: 2 for fp16/bf16, 4 for fp32).")
+HINT_BYTES_HALF_OR_NO_E = ("Yours is half the right count. Either only K travels in yours (V "
+                           "goes around the ring, or through the all-gather, too: 2 tensors), "
+                           "or the element size e (here 2 bytes, fp16/bf16) is missing: "
+                           "2 (w - 1) (n / w) H_kv d e bytes.")
 HINT_BYTES_NO_OUT = ("Your Ulysses leaves out the all-to-all that brings O back to sequence "
                      "shards: (w - 1) (n / w) (H / w) d e more.")
 HINT_BYTES_ULYSSES_RING = ("Your Ulysses sends what the ring sends (every other rank's K and V): "
@@ -130,11 +148,20 @@ HINT_BYTES_KEEP = ("Your Ulysses sends all it holds: in an all-to-all a rank kee
                    "1 / w share, so it sends (w - 1) / w of its data.")
 
 
+BYTES_STEPS = ("Step by step: a rank holds rows = n / w positions. Ring and all-gather: each of "
+               "the w - 1 other ranks' blocks passes once, K and V, H_kv heads of d elements of "
+               "e bytes each, for rows positions. Ulysses: of its rows positions of Q (H heads), "
+               "K and V (H_kv heads each) and later of O (H heads) a rank keeps 1 / w and sends "
+               "(w - 1) / w; multiply by d e.")
+
+
 def _bytes_mistake(design, n, w, h, hkv, d, e, mistake):
     right = comm_bytes_per_rank(design, n, w, heads=h, kv_heads=hkv, d=d, element_bytes=e)
     rows = n / w
     if mistake is None:
         return right
+    if mistake == "no e":
+        return right / e
     if design in ("ring", "allgather"):
         return {"w steps": right * w / (w - 1), "q heads": right * h / hkv,
                 "only k": right / 2}.get(mistake, right)
@@ -147,28 +174,34 @@ def _bytes_mistake(design, n, w, h, hkv, d, e, mistake):
 
 
 MISTAKES_BYTES = [("w steps", (HINT_BYTES_W_STEPS,)), ("q heads", (HINT_BYTES_Q_HEADS,)),
-                  ("only k", (HINT_BYTES_ONLY_K,)),
+                  ("only k", (HINT_BYTES_ONLY_K,)), ("no e", (HINT_BYTES_NO_E,)),
                   ("no out", (HINT_BYTES_NO_OUT,)), ("keep", (HINT_BYTES_KEEP,)),
                   ("ring formula", (HINT_BYTES_ULYSSES_RING,))]
 
 
 def _bytes_case(design, n, w, h, hkv, d, e):
     args = (design, n, w, h, hkv, d, e)
-    diagnoses = mistake_diagnoses(lambda m: _bytes_mistake(*args, m), MISTAKES_BYTES, _close)
+    # with e = 2, leaving out e halves the ring's bytes exactly as sending only K does
+    half = e == 2 and design in ("ring", "allgather")
+    mistakes = [(m, (HINT_BYTES_HALF_OR_NO_E,) if half and m in ("only k", "no e") else hint)
+                for m, hint in MISTAKES_BYTES]
+    diagnoses = mistake_diagnoses(lambda m: _bytes_mistake(*args, m), mistakes, _close)
     name = f"{design}: n = {n:,}, w = {w}, H = {h}, H_kv = {hkv}, d = {d}, e = {e}"
 
     def run(fn):
         return real_array(fn(*args)), _bytes_mistake(*args, None)
-    return Case(name, run, HINT_BYTES, diagnoses, rtol=1e-9, atol=0.0)
+    return Case(name, run, HINT_BYTES, _level2(diagnoses, BYTES_STEPS), rtol=1e-9, atol=0.0,
+                hint2=BYTES_STEPS)
 
 
-# the small GQA Ulysses case comes before the 131,072 one, where the ring's count for
-# Ulysses equals Ulysses with H heads of K and V (2 H_kv = 4 H / w): each learner's first
-# failure is one whose hint names their own slip
-BYTES_CASES = [("ring", 131072, 8, 32, 8, 128, 2), ("allgather", 131072, 8, 32, 8, 128, 2),
+# Each learner's first failure is one whose hint names their own slip: the fp32 ring case
+# (e = 4) comes first, where leaving out e (a quarter) and sending only K (a half) differ,
+# as they do not with e = 2; the small GQA Ulysses case comes before the 131,072 one, where
+# the ring's count for Ulysses equals Ulysses with H heads of K and V (2 H_kv = 4 H / w)
+BYTES_CASES = [("ring", 1000, 4, 4, 4, 64, 4), ("ring", 131072, 8, 32, 8, 128, 2),
+               ("allgather", 131072, 8, 32, 8, 128, 2),
                ("ulysses", 24576, 4, 16, 4, 64, 2), ("ulysses", 131072, 8, 32, 8, 128, 2),
-               ("ring", 1000, 4, 4, 4, 64, 4), ("ulysses", 1000, 4, 4, 4, 64, 4),
-               ("allgather", 24576, 3, 6, 2, 80, 2)]
+               ("ulysses", 1000, 4, 4, 4, 64, 4), ("allgather", 24576, 3, 6, 2, 80, 2)]
 
 
 def check_comm_bytes(comm_bytes, *, verbose: bool = True, hint_level: int = 1) -> Result:
@@ -186,4 +219,5 @@ def reference_comm_bytes(design, n, world, heads, kv_heads, d, element_bytes):
     return (world - 1) * rows * d * element_bytes * (2 * heads + 2 * kv_heads) / world
 
 
-HINTS = tuple(v for k, v in dict(globals()).items() if k.startswith("HINT_"))
+HINTS = tuple(v for k, v in dict(globals()).items()
+              if k.startswith("HINT_") or k.endswith("_STEPS"))

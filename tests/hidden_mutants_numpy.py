@@ -622,6 +622,22 @@ LAB16 = [
           "wrong way"),
     wrong(L16, RW, "diagonal left out", [("keys[None, :] <= positions[r][:, None]",
                                            "positions[r][:, None] > keys[None, :]")], "diagonal"),
+    wrong(L16, ZZ, "range objects for the chunks", [
+        ("    bounds = [(int(starts[c]), int(starts[c + 1])) for c in range(chunks)]",
+         "    bounds = [range(int(starts[c]), int(starts[c + 1])) for c in range(chunks)]")],
+          "range (or slice) objects"),
+    wrong(L16, ZZ, "(start, length) pairs", [
+        ("    bounds = [(int(starts[c]), int(starts[c + 1])) for c in range(chunks)]",
+         "    bounds = [(int(starts[c]), sizes[c]) for c in range(chunks)]")], "length"),
+    wrong(L16, RW, "local indices, not positions", [
+        ("(keys[None, :] <= positions[r][:, None]).sum()",
+         "(np.arange(keys.size)[None, :] <= np.arange(positions[r].size)[:, None]).sum()")],
+          "local indices"),
+    wrong(L16, RM, "weight without its last axis", [
+        ("w_b[..., None] * (o_a - o_b)", "w_b * (o_a - o_b)")], "last axis"),
+    right(L16, ZZ, "numpy integers from np.cumsum", [
+        ("    bounds = [(int(starts[c]), int(starts[c + 1])) for c in range(chunks)]",
+         "    bounds = [(starts[c], starts[c + 1]) for c in range(chunks)]")]),
     right(L16, RM, "logaddexp and exp of differences, guarded", [
         ("    a_empty, b_empty = np.isneginf(lse_a), np.isneginf(lse_b)",
          "    lse = np.logaddexp(lse_a, lse_b)\n"

@@ -78,3 +78,27 @@ def test_ulysses_counted_as_the_ring_gets_its_own_hint():
         return 2.0 * (world - 1) * (n / world) * kv_heads * d * e     # the ring's, everywhere
     r = X.check_comm_bytes(fn, verbose=False)
     assert not r.passed and r.hint == X.HINT_BYTES_ULYSSES_RING
+
+
+@pytest.mark.parametrize("design,hint", [("ring", X.HINT_BYTES_NO_E),
+                                         ("ulysses", X.HINT_BYTES_NO_E),
+                                         ("allgather", X.HINT_BYTES_HALF_OR_NO_E)])
+def test_bytes_without_element_size_are_not_told_only_k(design, hint):
+    """Leaving out e counts elements: the hint says so, never only "only K travels" (with
+    e = 2 the ring's two slips give the same number, and the all-gather's cases all have
+    e = 2: both causes are named; the first ring case has e = 4, where they differ)."""
+    def fn(d_, n, world, heads, kv_heads, d, e):
+        right = X.reference_comm_bytes(d_, n, world, heads, kv_heads, d, e)
+        return right / e if d_ == design else right
+    r = X.check_comm_bytes(fn, verbose=False)
+    assert not r.passed and r.hint == hint
+
+
+def test_bytes_only_k_or_no_e_named_together_where_they_coincide():
+    """A learner who gets the fp32 case right but halves the e = 2 all-gather's bytes is
+    told both possible causes."""
+    def fn(design, n, world, heads, kv_heads, d, e):
+        right = X.reference_comm_bytes(design, n, world, heads, kv_heads, d, e)
+        return right / 2 if design == "allgather" and e == 2 else right
+    r = X.check_comm_bytes(fn, verbose=False)
+    assert not r.passed and r.hint == X.HINT_BYTES_HALF_OR_NO_E

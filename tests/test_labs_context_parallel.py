@@ -10,7 +10,7 @@ import numpy as np
 from flashcourse.distributed.merge import merge_sigmoid
 from flashcourse.distributed.shards import causal_pairs, layout_shards, zigzag_shards
 from flashcourse.labs import context_parallel as L
-from labtools import assert_hint, lab_path, lab_tests, mistakes_test
+from labtools import assert_hint, hint_leaks_test, lab_path, lab_tests, mistakes_test
 
 LAB = lab_path("lab16_context_parallelism")
 CHECKS = [(L.check_ring_merge, "ring_merge"), (L.check_zigzag_ranges, "zigzag_ranges"),
@@ -48,6 +48,7 @@ MISTAKES = {
         ("np.where(a_empty, 1.0, sigmoid(diff))", "np.where(a_empty, 0.0, sigmoid(diff))",
          (L.HINT_EMPTY,)),                               # lse_a = -inf keeps a's o (no NaN)
         ("np.where(a_empty, lse_b,", "np.where(a_empty, lse_a,", (L.HINT_EMPTY,)),
+        (_O, _O.replace("w_b[..., None]", "w_b"), (L.HINT_WEIGHT_AXIS,)),  # weight (...) * (..., d)
     ],
     "zigzag_ranges": [
         (_RET, _RET.replace("chunks - 1 - r", "world - 1 - r"), (L.HINT_MIRROR_W,)),
@@ -160,3 +161,89 @@ def test_an_lse_left_at_minus_inf_is_reported_where_it_is_wrong(capsys):
     out = capsys.readouterr().out
     assert not result.passed and result.hint == L.HINT_EMPTY
     assert "yours -inf, expected -inf" not in out and "printed" not in out
+
+
+def _zigzag_from(bounds_of):
+    """A zigzag map whose chunk c is bounds_of(n, 2 world)[c], paired r with 2w - 1 - r."""
+    def fn(n, world):
+        b = bounds_of(n, 2 * world)
+        return [[b[r], b[2 * world - 1 - r]] for r in range(world)]
+    return fn
+
+
+def _right_bounds(n, chunks):
+    return [tuple(int(x) for x in (p[0], p[-1] + 1)) for p in np.array_split(np.arange(n), chunks)]
+
+
+def test_zigzag_range_objects_are_named():
+    """range(start, stop) objects (or slices) are not (start, stop) pairs: numpy reads a range
+    as its positions, which looked like an edge off by one."""
+    as_ranges = _zigzag_from(lambda n, c: [range(*b) for b in _right_bounds(n, c)])
+    as_slices = _zigzag_from(lambda n, c: [slice(*b) for b in _right_bounds(n, c)])
+    for fn in (as_ranges, as_slices):
+        assert_hint(L.check_zigzag_ranges, fn, L.HINT_RANGE_OBJECTS)
+    assert_hint(L.check_zigzag_ranges,
+                lambda n, w: dict(enumerate(_zigzag_from(_right_bounds)(n, w))),
+                L.HINT_NOT_A_LIST)
+
+
+def test_zigzag_start_length_pairs_are_named():
+    assert_hint(L.check_zigzag_ranges,
+                _zigzag_from(lambda n, c: [(a, z - a) for a, z in _right_bounds(n, c)]),
+                L.HINT_START_LENGTH)
+
+
+def test_zigzag_longer_chunks_spread_elsewhere_are_named():
+    """Edges round(c n / 2w) or ceil(c n / 2w) tile every position with chunks that differ by
+    at most one, but not with the first n % 2w chunks the longer ones."""
+    def edges(rule):
+        def bounds(n, chunks):
+            e = [rule(c * n, chunks) for c in range(chunks + 1)]
+            return [(e[c], e[c + 1]) for c in range(chunks)]
+        return bounds
+    for rule in (lambda a, b: round(a / b), lambda a, b: -(-a // b)):
+        assert_hint(L.check_zigzag_ranges, _zigzag_from(edges(rule)), L.HINT_SPREAD)
+
+
+def _work_with(compare, local=False):
+    def fn(layout):
+        pos = [np.concatenate([np.arange(a, b) for a, b in r]) for r in layout]
+        world = len(layout)
+        out = np.zeros((world, world), dtype=np.int64)
+        for r in range(world):
+            for s in range(world):
+                q, k = pos[r], pos[(r - s) % world]
+                if local:
+                    q, k = np.arange(q.size), np.arange(k.size)
+                out[r, s] = compare(k[None, :], q[:, None]).sum()
+        return out
+    return fn
+
+
+def test_work_with_local_indices_or_later_keys_is_named():
+    assert_hint(L.check_ring_work, _work_with(np.less_equal, local=True), L.HINT_LOCAL)
+    assert_hint(L.check_ring_work, _work_with(np.greater_equal), L.HINT_KEY_AFTER)
+    assert L.check_ring_work(_work_with(np.less_equal), verbose=False).passed
+
+
+test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)
+
+
+def test_hint_level_two_adds_an_explicit_nudge():
+    """The lab promises a more explicit hint with hint_level=2: every checker gives one, for
+    a named mistake and for an unnamed one."""
+    from flashcourse import exercises_distributed as X
+
+    def mirror_w(n, world):
+        b = zigzag_shards(n, world)
+        return [[b[r][0], b[world - 1 - r][0]] for r in range(world)]
+    wrong = [(L.check_ring_merge, lambda oa, la, ob, lb: (oa, la), L.MERGE_STEPS),
+             (L.check_ring_merge, lambda oa, la, ob, lb: ((oa + ob) / 2, la), L.MERGE_STEPS),
+             (L.check_zigzag_ranges, mirror_w, L.ZIGZAG_STEPS),
+             (L.check_ring_work, lambda layout: np.ones((len(layout),) * 2), L.WORK_STEPS),
+             (X.check_ring_break_even, lambda f, b, e, h, hkv: f * e / (2 * b), X.EVEN_STEPS),
+             (X.check_comm_bytes, lambda *a: 1.0, X.BYTES_STEPS)]
+    for check, fn, steps in wrong:
+        one = check(fn, verbose=False)
+        two = check(fn, verbose=False, hint_level=2)
+        assert not two.passed and two.hint == f"{one.hint}\n  More explicitly: {steps}"

@@ -22,8 +22,10 @@ weights swapped, lse not updated (or updated with max, or summed, or with the di
 of o's weight), the exponentials taken without subtracting a max (overflow on large
 scores), no guard for an empty side (NaN); chunks r and world - 1 - r, chunk edges off by
 one, the remainder dropped, given to the last or the first chunk or spread by edges
-c n // (2 world), the late chunk listed first; the ring's direction reversed, the diagonal key
-left out, no mask, the table transposed.
+c n // (2 world), the late chunk listed first, (start, length) pairs, range objects, the
+longer chunks anywhere but first; the ring's direction reversed, the diagonal key left out,
+no mask, the table transposed, local indices compared instead of global positions, the keys
+after the query counted.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..distributed.shards import causal_pairs, layout_shards, zigzag_shards
-from ._harness import Case, Result, as_pair, mistake_diagnoses, real_array, run_checks
+from ._harness import Case, Result, ResultKindError, as_pair, broadcast_shapes, \
+    mistake_diagnoses, real_array, run_checks
 
 # -- part 1: the merge ----------------------------------------------------------------------
 
@@ -64,10 +67,29 @@ HINT_OVERFLOW_EXP = ("Your result holds NaN or inf where the scores are large (|
                      "e^800 overflows and e^-800 underflows to 0. Never exponentiate an lse "
                      "itself: sigmoid(lse_b - lse_a) and logsigmoid(...) take only the "
                      "difference (use the lab's `sigmoid` and `logsigmoid`).")
+HINT_WEIGHT_AXIS = ("numpy could not combine a per-row number (shape (...), like lse) with a "
+                    "per-row vector (shape (..., d), like o): b's weight has lse's shape. Give "
+                    "it a last axis of length 1 (weight[..., None]) before multiplying it with "
+                    "o_a - o_b.")
 HINT_EMPTY = ("Your result is wrong only in rows where a side saw no key (its lse is -inf): "
               "there -inf - (-inf) gives NaN, and a row whose lse_a is -inf must become b's "
               "state (o_b, lse_b). Where lse_a is -inf take b's state, where lse_b is -inf "
               "keep a's (np.where, with np.isneginf), and compute the formula only elsewhere.")
+
+
+MERGE_STEPS = ("Step by step: (1) mark the rows where a side saw no key, with np.isneginf on "
+               "lse_a and on lse_b; (2) take the difference lse_b - lse_a with both values "
+               "replaced by 0 in the marked rows, so that -inf never meets -inf; (3) b's "
+               "weight is sigmoid of that difference, but 0 where b is empty and 1 where a "
+               "is empty; (4) o moves from o_a toward o_b by that weight (give the weight a "
+               "last axis of length 1 so that it spreads over d); (5) the merged lse is lse_a "
+               "minus logsigmoid of minus that difference, and in a marked row the other "
+               "side's lse.")
+
+
+def _level2(diagnoses, text):
+    """The diagnoses with `text` as their second, more explicit level where they have none."""
+    return [d if len(d) > 2 else (*d, text) for d in diagnoses]
 
 
 def sigmoid(x):
@@ -200,6 +222,12 @@ def _wrong_on_empty_only(empty):
     return fired
 
 
+def _row_against_vector(exc) -> bool:
+    """A broadcast error between a row statistic (...) and a row vector (..., d)."""
+    shapes = broadcast_shapes(exc)
+    return any(len(b) == len(a) + 1 and b[:-1] == a for a in shapes for b in shapes)
+
+
 def _merge_case(name, s, v, in_a, in_b):
     """A case: the state over keys `in_a` merged with the state over `in_b` (boolean masks
     (..., Tq, Tk), disjoint) must be the state over both."""
@@ -218,7 +246,9 @@ def _merge_case(name, s, v, in_a, in_b):
 
     def run(fn):
         return as_pair(fn(*(x.copy() for x in args))), want
-    return Case(name, run, HINT_MERGE, diagnoses, rtol=1e-9, atol=1e-12, names=("o", "lse"))
+    return Case(name, run, HINT_MERGE, _level2(diagnoses, MERGE_STEPS), rtol=1e-9, atol=1e-12,
+                names=("o", "lse"), hint2=MERGE_STEPS,
+                error_diagnoses=[(_row_against_vector, HINT_WEIGHT_AXIS, MERGE_STEPS)])
 
 
 def _random_split(seed, lead, tq, tk, d, spread=2.0):
@@ -310,8 +340,28 @@ HINT_CEIL = ("Your chunks are ceil(n / (2 world)) long with a short last one: th
              "(numpy.array_split's cut), so lengths differ by at most one.")
 HINT_INDICES = ("You returned each rank's positions one by one: return its two ranges as "
                 "(start, stop) pairs, [[(start, stop), (start, stop)], ...], stop exclusive.")
+HINT_RANGE_OBJECTS = ("Your ranges are Python range (or slice) objects: they hold the right "
+                      "idea, but later code unpacks each pair as `for a, b in ranges`, and a "
+                      "range unpacks into its positions. Write each chunk as the tuple "
+                      "(start, stop) of plain integers.")
+HINT_NOT_A_LIST = ("Return a list with one entry per rank, in rank order (rank r's entry at "
+                   "index r), each [(start, stop), (start, stop)]: not a dict or another "
+                   "container.")
+HINT_START_LENGTH = ("Your second number of each pair is the chunk's length: write (start, "
+                     "stop), stop exclusive, where stop = start + length.")
+HINT_SPREAD = ("Your chunks cover every position once and their lengths differ by at most "
+               "one, but the longer chunks are not where the course's rule puts them: the "
+               "first n % (2 world) chunks are the longer ones (numpy.array_split's cut), "
+               "not chunks chosen by rounding c n / (2 world) or from the end.")
 HINT_ORDER = ("Each rank's ranges are in the wrong order: list the early chunk (chunk r) "
               "first, then chunk 2 world - 1 - r, the order in which the rank holds its rows.")
+
+
+ZIGZAG_STEPS = ("Step by step: (1) split n into 2 world chunk lengths with divmod: the "
+                "quotient for every chunk, one more for each of the first (remainder) chunks; "
+                "(2) a chunk starts where the one before it stops, the first at 0; (3) write "
+                "chunk c as the tuple (its start, its start + its length); (4) rank r's entry "
+                "is the list of chunk r and chunk 2 world - 1 - r, in that order.")
 
 
 def _bounds(n, parts, rule):
@@ -353,8 +403,39 @@ def _zigzag_mistake(n, world, mistake):
     return out
 
 
+def _holds(x, kinds) -> bool:
+    """Whether the nested lists and tuples `x` hold an object of one of `kinds`."""
+    if isinstance(x, kinds):
+        return True
+    return isinstance(x, (list, tuple)) and any(_holds(y, kinds) for y in x)
+
+
 def _ranges_array(x):
+    if isinstance(x, dict):
+        raise ResultKindError("expected a list with one entry per rank, got a dict",
+                              HINT_NOT_A_LIST)
+    if _holds(x, (range, slice)):
+        raise ResultKindError("your result holds range or slice objects where (start, stop) "
+                              "pairs of integers are expected", HINT_RANGE_OBJECTS)
     return np.asarray(real_array(x), np.float64)
+
+
+def _spread_elsewhere(n, world):
+    """Yours tiles 0 .. n with 2 world chunks whose lengths differ by at most one, paired
+    r with 2 world - 1 - r, but not with the first n % (2 world) chunks the longer ones."""
+    def fired(yours, want):
+        y = np.asarray(yours, np.float64)
+        if y.shape != (world, 2, 2):
+            return False
+        chunks = [tuple(y[r, 0]) for r in range(world)] + \
+                 [tuple(y[r, 1]) for r in reversed(range(world))]
+        starts = np.array([a for a, _ in chunks])
+        stops = np.array([z for _, z in chunks])
+        sizes = stops - starts
+        return bool(starts[0] == 0 and stops[-1] == n and np.array_equal(starts[1:], stops[:-1])
+                    and sizes.min() >= n // (2 * world) and sizes.max() - sizes.min() <= 1
+                    and not np.array_equal(y, want))
+    return fired
 
 
 def _same_ranges(yours, want) -> bool:
@@ -379,6 +460,11 @@ def _zigzag_case(n, world):
     diagnoses = mistake_diagnoses(replay, mistakes, _same_ranges)
     diagnoses.append(((lambda yours, _want: np.ndim(yours) == 2 and len(yours) == world
                        and np.shape(yours)[1] != 2), HINT_INDICES))
+    start_length = replay(None).copy()
+    start_length[..., 1] -= start_length[..., 0]
+    diagnoses.append(((lambda yours, _want: _same_ranges(yours, start_length)),
+                      HINT_START_LENGTH))
+    diagnoses.append((_spread_elsewhere(n, world), HINT_SPREAD))
     want = replay(None)
     rest = n % c
     name = f"n = {n}, world = {world}" + (
@@ -387,7 +473,8 @@ def _zigzag_case(n, world):
 
     def run(fn):
         return _ranges_array(fn(n, world)), want
-    return Case(name, run, HINT_ZIGZAG, diagnoses, rtol=0.0, atol=0.0)
+    return Case(name, run, HINT_ZIGZAG, _level2(diagnoses, ZIGZAG_STEPS), rtol=0.0, atol=0.0,
+                hint2=ZIGZAG_STEPS)
 
 
 ZIGZAG_CASES = [(16, 4), (37, 3), (23, 2), (8, 4), (100, 8), (9, 1)]
@@ -412,8 +499,21 @@ HINT_NO_MASK = ("Your counts ignore the causal mask: every rank computes all its
                 "only keys j <= query i.")
 HINT_TRANSPOSED = ("Your table is transposed: rows are ranks and columns ring steps, entry "
                    "[r, s].")
+HINT_LOCAL = ("You compared the rows' local indices (0, 1, ... inside each rank) instead of "
+              "their global positions: the causal mask is about the sequence, key position j "
+              "<= query position i, so use the positions the ranges cover.")
+HINT_KEY_AFTER = ("Your counts take the keys at or after each query (j >= i): causal attention "
+                  "lets a query see the keys up to itself, j <= i.")
 HINT_ABSOLUTE = ("At step s you used the K/V of rank s for every rank: each rank holds a "
                  "different block, the one of rank (r - s) % world.")
+
+
+WORK_STEPS = ("Step by step: (1) for each rank, the global positions its ranges cover (one "
+              "np.arange per (start, stop), joined); (2) for rank r and step s, the keys are "
+              "the positions of rank (r - s) % world; (3) compare every key with every query "
+              "(a key row against a query column, by broadcasting) and count the pairs where "
+              "the key is at most the query; (4) put that count at [r, s] of a (world, world) "
+              "integer array.")
 
 
 def _work(layout, mistake):
@@ -424,7 +524,12 @@ def _work(layout, mistake):
         for s in range(world):
             src = {"direction": (r + s) % world, "absolute": s}.get(mistake, (r - s) % world)
             kj = np.concatenate([np.arange(a, b) for a, b in layout[src]])
-            if mistake == "no mask":
+            if mistake == "local":
+                qi_, kj_ = np.arange(qi.size), np.arange(kj.size)
+                out[r, s] = int((kj_[None, :] <= qi_[:, None]).sum())
+            elif mistake == "key after":
+                out[r, s] = int((kj[None, :] >= qi[:, None]).sum())
+            elif mistake == "no mask":
                 out[r, s] = qi.size * kj.size
             elif mistake == "strict":
                 out[r, s] = int((kj[None, :] < qi[:, None]).sum())
@@ -438,14 +543,15 @@ def _work_case(n, world, layout_name):
     want = causal_pairs(n, world, layout_name).astype(np.float64)
     mistakes = [("direction", (HINT_DIRECTION,)), ("strict", (HINT_STRICT,)),
                 ("no mask", (HINT_NO_MASK,)), ("transposed", (HINT_TRANSPOSED,)),
-                ("absolute", (HINT_ABSOLUTE,))]
+                ("absolute", (HINT_ABSOLUTE,)), ("local", (HINT_LOCAL,)),
+                ("key after", (HINT_KEY_AFTER,))]
     diagnoses = mistake_diagnoses(lambda m: _work(layout, m).astype(np.float64), mistakes,
                                   _same_ranges, right=want)
 
     def run(fn):
         return real_array(fn([list(map(tuple, r)) for r in layout])), want
-    return Case(f"{layout_name}, n = {n}, world = {world}", run, HINT_WORK, diagnoses,
-                rtol=0.0, atol=0.0)
+    return Case(f"{layout_name}, n = {n}, world = {world}", run, HINT_WORK,
+                _level2(diagnoses, WORK_STEPS), rtol=0.0, atol=0.0, hint2=WORK_STEPS)
 
 
 WORK_CASES = [(16, 4, "contiguous"), (16, 4, "zigzag"), (37, 3, "zigzag"), (11, 2, "contiguous")]
@@ -457,3 +563,7 @@ def check_ring_work(ring_work, *, verbose: bool = True, hint_level: int = 1) -> 
     cases = [_work_case(*c) for c in WORK_CASES]
     return run_checks("ring_work(layout)", ring_work, cases, verbose=verbose,
                       hint_level=hint_level)
+
+
+ALL_HINTS = tuple(v for k, v in dict(globals()).items()
+                  if k.startswith("HINT_") or k.endswith("_STEPS"))
