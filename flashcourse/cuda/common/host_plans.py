@@ -1,11 +1,12 @@
 """host_plans: the public calls' fast path for device arrays (plans cached per shape).
 
-Why this exists (measured on an H200, benchmarks/results/h200_host_path.json): a
-`cuda.decode` call on device arrays spent ~1 ms of Python before its two kernels
-(~85 us of GPU work) were queued: input checks, the split heuristic, four
-`cuda.device_array` allocations (~23 us each), reshapes (~5 us each, every one a new
-array object), and numba-cuda's kernel dispatch (~40-55 us per launch: it types every
-argument and repacks every array). PyTorch's whole SDPA call costs ~45 us of host time.
+Why this exists (measured on an H200 before the plans existed,
+benchmarks/results/h200_host_probe_log.txt): a `cuda.decode` call on device arrays spent
+~1 ms of Python before its two kernels (~80 us of GPU work) were queued: input checks,
+the split heuristic, four `cuda.device_array` allocations (~23 us each), reshapes (~5 us
+each, every one a new array object), and numba-cuda's kernel dispatch (37-56 us per
+launch: it types every argument and repacks every array). PyTorch's whole SDPA call costs
+~43 us of host time. After: benchmarks/results/h200_host_path.json (NOTES_host_path.md).
 
 What it does: the first call with a given set of shapes, dtypes, layouts and options
 runs the full, checked path while `_launch.launch` records every kernel launch it

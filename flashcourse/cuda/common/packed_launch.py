@@ -3,9 +3,9 @@
 Why: numba-cuda's `kernel[grid, block](*args)` is convenient and slow. Every call it
 types each argument (to pick the compiled overload), turns every array into the ~9
 values Numba passes for it (meminfo, parent, size, itemsize, data, shape..., strides...)
-and hands them to `cuda.core.launch`, which packs them again. For a decode call with
-two launches of 13 arguments that is hundreds of microseconds of Python for kernels
-that take ~100 us on the GPU (benchmarks/results/h200_host_path.json).
+and hands them to `cuda.core.launch`, which packs them again. For a decode call's two
+launches (13 and 6 arguments) that is 56 + 37 us of Python for kernels that take ~80 us
+on the GPU (benchmarks/results/h200_host_probe_log.txt, measured on an H200).
 
 What this does instead: the first launch goes through Numba as usual (it compiles,
 opts in to large shared memory, checks). `PackedLaunch` then takes the compiled

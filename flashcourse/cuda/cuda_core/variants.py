@@ -18,9 +18,10 @@ contract: same arguments and results as `flashcourse.variants.tiled.forward`.
 
 On a GPU the device functions come from `numba.cuda.jit(device=True)` of the plain
 Python functions (helpers they call compiled with them); tests/test_variants_cuda_sim.py
-passed on an H100 too (2026-12-06). Arrays a mask_mod closes over (document ids, say) are
-compiled in as constants, which Numba places in the GPU's constant memory: 64 KiB for a
-kernel, so int64 ids of two 4096-token sequences already fill it.
+passed on an H100 too (2026-12-06; not recorded in benchmarks/results/, and before
+`variants.library.softcap` kept its cap in float32). Arrays a mask_mod closes over
+(document ids, say) are compiled in as constants, which Numba places in the GPU's constant
+memory: 64 KiB for a kernel, so int64 ids of two 4096-token sequences already fill it.
 
 Run: `o, lse = cuda.cuda_core.variants.forward(q, k, v, block_mask=bm, score_mod=..., sinks=...)`;
 tests: `pytest tests/test_variants_cuda_sim.py`.

@@ -48,7 +48,7 @@ Expected cost and what limits it
     course's FA2-order kernel, fp32, 174x slower than ours in fp32); B x Hkv = 32:
     91-98% of a device copy's rate; G = 8: 0.55-0.8 TB/s on the large problems, 4-5x
     under PyTorch, whose kernel puts the G query heads on tensor cores, as decode_split_tc
-    does (NOTES_cuda_decode.md, run 3: 78-81 us for 1-16 rows, this kernel 78-545 us).
+    does (NOTES_cuda_decode.md, run 3: 78-82 us for 1-16 rows, this kernel 79-540 us).
     Small problems: the host's launch costs (NOTES_host_path.md).
 
 How to run it: decode(q, k, v) above; on a GPU, python benchmarks/gpu_decode.py --check --bench

@@ -6,20 +6,25 @@ normalised, lse_s) of every query row of the KV head; `decode_kernels.make_combi
 merges the splits.
 
 Why a second split kernel (measured on an H200, benchmarks/results/h200_host_path.json):
-the CUDA-core kernel reaches 3.4-4.4 TB/s with one query row per KV head, but with the
-G x Tq = 4 rows of a GQA group of 4 (or Tq = 4 speculative rows) it falls to 1.7-2.1 TB/s
-and with 16 rows to 0.5 TB/s: per key and row it pays a shuffle reduction of the dot
-product, an exponential and 2 d FMAs on the CUDA cores, and becomes instruction-bound.
+the CUDA-core kernel reaches 3.3-4.3 TB/s with one query row per KV head (from 256 MiB of
+K/V up), but with the G x Tq = 4 rows of a GQA group of 4 (or Tq = 4 speculative rows) it
+falls to 1.6-2.1 TB/s and with 16 rows to 0.5 TB/s: per key and row it pays a shuffle
+reduction of the dot product, an exponential and 2 d FMAs on the CUDA cores, and becomes
+instruction-bound.
 PyTorch's kernel puts the rows of a KV head into tensor-core tiles ("pack GQA"). This
 kernel does the same: the R = G x Tq rows of one KV head are the M rows of m16n8k16
 products (padded to 16: with R = 4, 12 rows of every product are zeros, which costs
 nothing while the kernel waits on memory anyway).
 
-One warp per block, `m_tiles` 16-row tiles per warp (R <= 16 x m_tiles; more rows use
-more row blocks). Per key block of Bc keys, as the tensor-core forward's version 2
-(`tensor_core_kernels_async.py`):
-    cp.async      K_j, V_j (Bc x d fp16) global -> shared, into one of two buffers while
-                  the warp computes on the other (keys past the split arrive as zeros)
+`warps` warps per block (8 by default on a GPU, 4 at d = 256 where the buffers of 8 do not
+fit; 1 on the simulator: `tc_plan`), `m_tiles` 16-row tiles per warp (R <= 16 x m_tiles;
+more rows use more row blocks). The warps take the split's key blocks round-robin (warp w
+takes blocks w, w + warps, ...), each with shared-memory buffers of its own, and merge their
+(m, l, o) in shared memory at the end (`combine.slot_merge`). Per key block of Bc keys, as
+the tensor-core forward's version 2 (`tensor_core_kernels_async.py`):
+    cp.async      K_j, V_j (Bc x d fp16) global -> shared, into one of the warp's two
+                  buffers while it computes on the other (keys past the split arrive as
+                  zeros)
     S = Q K^T     Q's A fragments in registers (loaded once); K's B fragments by
                   ldmatrix.x4 (two n8 tiles per instruction)
     softmax       the online softmax on the accumulator fragments (a quad of 4 lanes

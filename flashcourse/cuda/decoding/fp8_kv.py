@@ -17,7 +17,8 @@ on CUDA cores (kernel="tensor_core" is refused).
 
 Bytes per key and KV head: 2 d (codes of K and V) + 8 / scale_block (their scales) against
 4 d for fp16: at d = 128, 256 + 8 / Bs against 512 B, so a memory-bound decode can approach
-2x, less the scales and the conversions (benchmarks/gpu_fp8.py measures it).
+2x, less the scales and the conversions (benchmarks/gpu_fp8.py measures it; not yet run on a
+GPU).
 """
 
 from __future__ import annotations

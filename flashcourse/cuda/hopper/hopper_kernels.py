@@ -54,9 +54,9 @@ thread, keep the L2 busy (benchmarks/NOTES_hopper.md).
 
 Bytes moved: as the mma.sync kernel (Q once, K and V once per query block of Br rows).
 FLOPs: 4 Tq Tk d (half when causal). An H200's wgmma loop from Numba issued 907 TFLOP/s
-(../shared/TOOLCHAIN.md); the exponentials (Tq Tk of them, on the 16-per-clock special
-function units of each SM) cost about half the tensor-core time at d = 128 and as much at
-d = 64, which is why the softmax must overlap the products.
+(a probe of 2026-12-01, not kept in benchmarks/results/); the exponentials (Tq Tk of them,
+on the 16-per-clock special function units of each SM) cost about half the tensor-core time
+at d = 128 and as much at d = 64, which is why the softmax must overlap the products.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ same XOR to the absolute address bits, so a swizzled tile must start on a 1024-b
 inside an atom is done by adding 32 bytes to the descriptor's start address.
 
 This module is the model the course's Hopper notebook draws and the tests check; the
-Numba recipe for the instructions themselves is in ../shared/TOOLCHAIN.md. No GPU needed.
+instructions themselves, written from Numba, are in `ptx/wgmma.py`. No GPU needed.
 The course's kernel (hopper_kernels.py) uses the no-swizzle layouts modelled at the end
 (`interleaved_kmajor`, `interleaved_mnmajor`; `operand_address` is the hardware's read).
 """

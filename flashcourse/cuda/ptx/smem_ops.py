@@ -2,8 +2,8 @@
 (and two small helpers the same kernels need: `red.global.add.f32` and `ex2.approx.ftz`).
 
 Two PTX instruction families that FlashAttention-2's kernels are built on and that
-numba-cuda has no API for (written as `numba.cuda.extending.intrinsic` inline PTX, the
-recipe in ../shared/TOOLCHAIN.md, checked on an H200):
+numba-cuda has no API for (written as `numba.cuda.extending.intrinsic` inline PTX, as
+`mma.py` writes mma.sync; checked on an H200):
 
     cp.async.cg.shared.global [smem], [gmem], 16, src_size
         copies 16 bytes from global to shared memory WITHOUT passing through registers,
