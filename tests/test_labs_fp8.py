@@ -6,7 +6,8 @@ applied twice, and the others the checkers replay."""
 import numpy as np
 
 from flashcourse.labs import fp8 as L
-from labtools import assert_hint, hint_leaks_test, lab_path, lab_tests, mistakes_test
+from labtools import (assert_hint, hint_leaks_test, lab_path, lab_tests, mistakes_test,
+                      mutate)
 
 LAB = lab_path("lab15_fp8")
 CHECKS = [(L.check_block_scales, "block_scales"), (L.check_fake_quantize, "fake_quantize_blocks"),
@@ -138,4 +139,18 @@ def test_the_rmse_falls_with_the_solution(lab):
 
 
 test_no_hint_contains_a_solution_line = hint_leaks_test(
-    [v for k, v in vars(L).items() if k.startswith("HINT_")], LAB)
+    [v for k, v in vars(L).items() if k.startswith("HINT_") or k.endswith("_STEPS")], LAB)
+
+
+def test_hint_level_two_adds_an_explicit_nudge():
+    """Review round 18 c: the lab promises `check(fn, hint_level=2)` a more explicit hint, and
+    every mistake got the level-1 text again (no checker of lab 15 had a second level)."""
+    checks = {name: check for check, name in CHECKS}
+    for name, edits in MISTAKES.items():
+        for old, new, _ in edits:
+            fn = mutate(LAB, name, old, new)
+            with np.errstate(all="ignore"):
+                one = checks[name](fn, verbose=False)
+                two = checks[name](fn, verbose=False, hint_level=2)
+            assert not two.passed and two.hint.startswith(one.hint + "\n  More explicitly: ")
+            assert "Step by step" in two.hint

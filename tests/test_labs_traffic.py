@@ -163,3 +163,19 @@ def test_backward_q_read_once_is_named():
 
 
 test_no_hint_contains_a_solution_line = hint_leaks_test(lab.ALL_HINTS, LAB)
+
+
+def test_hint_level_two_adds_an_explicit_nudge():
+    """Review round 18 c: the lab promises a more explicit hint with `hint_level=2`, and every
+    mistake of the three checkers got the level-1 text again."""
+    wrongs = [(lab.check_fa2_traffic, w) for w in (lab.wrong_no_ragged, lab.wrong_k_only,
+                                                   lab.wrong_kv_once, lab.wrong_no_lse)]
+    wrongs.append((lab.check_fa2_traffic_causal, solution))
+    wrongs.append((lab.check_backward_traffic,
+                   mutate(LAB, "my_backward_traffic", "Tc = -(-Tk // Bc)", "Tc = Tk // Bc")))
+    wrongs.append((lab.check_backward_traffic,
+                   mutate(LAB, "my_backward_traffic", "2 * 4 * Tq", "2 * e * Tq")))
+    for check, fn in wrongs:
+        one, two = check(fn, verbose=False), check(fn, verbose=False, hint_level=2)
+        assert not two.passed and two.hint.startswith(one.hint + "\n  More explicitly: ")
+        assert "Step by step" in two.hint

@@ -35,6 +35,40 @@ from ._harness import Case, Result, mistake_diagnoses, plain, real_array, run_ch
 
 E4M3_MAX = 448.0
 
+#: the second, more explicit level of every hint of a function (`check_...(fn, hint_level=2)`):
+#: the steps in words, never a line of the solution
+SCALES_STEPS = ("Step by step: (1) the number of blocks is T / block rounded up, T being "
+                "x.shape[-2]; (2) for each block b, slice its tokens along axis -2, from "
+                "b * block up to the first token of the next block (the last block may be "
+                "shorter); (3) take the absolute values and their max over the block's tokens "
+                "and all d values at once (axis=(-2, -1)); (4) put the blocks' maxima side by "
+                "side on a new last axis and divide by 448; (5) return float32.")
+ROUND_STEPS = ("Step by step: (1) give every token its block's scale: repeat each scale `block` "
+               "times along the last axis and cut the result to the T tokens; (2) add an axis "
+               "of length 1, so that one token's scale divides all its d values; (3) divide x "
+               "by it, round the quotient with round_to_fp8, and multiply the rounded values "
+               "by the same per-token scale; (4) return float32.")
+HADAMARD_STEPS = ("Step by step: (1) start from the 1 x 1 matrix [[1.0]]; (2) while it is "
+                  "smaller than d x d, replace H by the block matrix with H in the top-left, "
+                  "top-right and bottom-left blocks and -H in the bottom-right one (np.block); "
+                  "(3) divide the d x d result by the square root of d, so that every row has "
+                  "length 1.")
+ROTATE_STEPS = ("Step by step: (1) d is the last axis of q and of k; (2) the rotation mixes the "
+                "d coordinates of each token: a matrix product with h on the right, over d; "
+                "(3) do it to q and to k with the same h; (4) return the two as a tuple, q's "
+                "first.")
+FORWARD_STEPS = ("Step by step: (1) only when use_hadamard is True: build the d x d matrix "
+                 "with your hadamard_matrix (d is q.shape[-1]) and rotate q and k with your "
+                 "rotate_qk; v is never rotated; (2) then, for each of q, k and v: its scales "
+                 "with your block_scales, and its round trip with your fake_quantize_blocks "
+                 "and those scales; (3) hand the three quantized arrays, in the order q, k, v, "
+                 "to forward_dequantized and return its output.")
+
+
+def _level2(diagnoses, text):
+    """The diagnoses with `text` as their second, more explicit level where they have none."""
+    return [d if len(d) > 2 else (*d, text) for d in diagnoses]
+
 
 def _same(yours, want, rtol=1e-6) -> bool:
     try:
@@ -144,7 +178,8 @@ def _scales_case(name, seed, shape, block, edges=False):
 
     def run(fn):
         return real_array(fn(x.copy(), block)), want
-    return Case(name, run, HINT_SCALES, diagnoses, rtol=1e-6, atol=0.0)
+    return Case(name, run, HINT_SCALES, _level2(diagnoses, SCALES_STEPS), rtol=1e-6, atol=0.0,
+                hint2=SCALES_STEPS)
 
 
 SCALE_CASES = [("2 heads, T = 70 in blocks of 16 (a ragged last block of 6), d = 8", 1,
@@ -211,7 +246,8 @@ def _round_case(name, seed, shape, block):
         return real_array(fn(x.copy(), s.copy(), block)), want
     # float32 x / s may round to the other e4m3 neighbour at a tie if computed in float64:
     # rtol 1e-5 keeps float32 noise, a tie flip (2^-3) is a failure
-    return Case(name, run, HINT_ROUND, diagnoses, rtol=1e-5, atol=0.0)
+    return Case(name, run, HINT_ROUND, _level2(diagnoses, ROUND_STEPS), rtol=1e-5, atol=0.0,
+                hint2=ROUND_STEPS)
 
 
 ROUND_CASES = [("2 heads, T = 70, blocks of 16, d = 8", 11, (2, 70, 8), 16),
@@ -262,7 +298,8 @@ def _hadamard_case(d):
 
     def run(fn):
         return real_array(fn(d)), _hadamard_mistake(d, None)
-    return Case(f"d = {d}", run, HINT_HADAMARD, diagnoses, rtol=1e-12, atol=1e-14)
+    return Case(f"d = {d}", run, HINT_HADAMARD, _level2(diagnoses, HADAMARD_STEPS),
+                rtol=1e-12, atol=1e-14, hint2=HADAMARD_STEPS)
 
 
 def check_hadamard(hadamard_matrix, *, verbose: bool = True, hint_level: int = 1) -> Result:
@@ -314,7 +351,8 @@ def _rotate_case(name, seed, tq, tk, d, general=False):
         if isinstance(out, tuple):
             out = tuple(real_array(o) for o in out)
         return out, replay[None]
-    return Case(name, run, HINT_ROTATE, diagnoses, rtol=1e-10, atol=1e-12, names=("q", "k"))
+    return Case(name, run, HINT_ROTATE, _level2(diagnoses, ROTATE_STEPS), rtol=1e-10,
+                atol=1e-12, names=("q", "k"), hint2=ROTATE_STEPS)
 
 
 def check_rotate_qk(rotate_qk, *, verbose: bool = True, hint_level: int = 1) -> Result:
@@ -391,9 +429,9 @@ def _forward_case(name, seed, tq, tk, d, block, use_h):
     # a rotation by the float64 h after the quantization hands float64 q, k to the forward
     errors = [((lambda exc: isinstance(exc, TypeError) and "must share one dtype" in str(exc)
                 and "q float64, k float64, v float32" in str(exc)),
-               HINT_FWD_ROTATE_AFTER_DTYPE)] if use_h else []
-    return Case(name, run, HINT_FORWARD, diagnoses, rtol=1e-3, atol=1e-4, time_limit_s=60.0,
-                error_diagnoses=errors)
+               HINT_FWD_ROTATE_AFTER_DTYPE, FORWARD_STEPS)] if use_h else []
+    return Case(name, run, HINT_FORWARD, _level2(diagnoses, FORWARD_STEPS), rtol=1e-3,
+                atol=1e-4, time_limit_s=60.0, error_diagnoses=errors, hint2=FORWARD_STEPS)
 
 
 def check_fp8_forward(fp8_forward, *, verbose: bool = True, hint_level: int = 1) -> Result:

@@ -188,12 +188,41 @@ def _as_pair(out):
     return out
 
 
-def _case(name, cfg, *, causal=False, diagnoses=None, hint=HINT_GENERIC):
+#: the second, more explicit level of every hint of a function (`check_...(fn, hint_level=2)`):
+#: the count in words, never a line of the solution
+FA2_STEPS = ("Step by step: (1) the number of query blocks Tr is Tq / Br rounded up (in integers, "
+             "minus the floor division of minus Tq by Br); (2) reads: every row of Q once, d "
+             "values of e bytes each, plus, for each of the Tr query blocks, all Tk rows of K "
+             "and all Tk rows of V; (3) writes: every row of O once (d values of e bytes) and "
+             "its lse (4 bytes); (4) return (reads, writes) as two integers.")
+CAUSAL_STEPS = ("Step by step: (1) start from Q read once and O and lse written once, as without "
+                "the mask; (2) walk the query blocks [q0, q1) and, inside, the key blocks "
+                "[k0, k1), each last block possibly shorter; (3) with the bottom-right mask "
+                "query i sees key j when j <= i + Tk - Tq, so a pair is loaded unless even its "
+                "last query row, q1 - 1, sees none of its keys, that is unless k0 is past "
+                "q1 - 1 + Tk - Tq; (4) for each loaded pair add the real rows of K_j and of "
+                "V_j, d values of e bytes each; (5) return (reads, writes).")
+BWD_STEPS = ("Step by step: (1) the number of key blocks Tc is Tk / Bc rounded up; (2) before "
+             "the loops: O and dO are read once (for D = rowsum(dO * O)), D is written (4 bytes "
+             "a row) and dQ is zeroed (written once); (3) per key block: K_j and V_j read and "
+             "dK_j, dV_j written, once each, so all of K, V, dK and dV once in total; (4) per "
+             "tile: Q_i, dO_i and dQ_i read, lse_i and D_i read (4 bytes a row each), dQ_i "
+             "written; summed over one key block's tiles that is all Tq rows of each; (5) "
+             "return (reads, writes).")
+
+
+def _level2(diagnoses, text):
+    """The diagnoses with `text` as their second, more explicit level where they have none."""
+    return [d if len(d) > 2 else (*d, text) for d in diagnoses]
+
+
+def _case(name, cfg, *, causal=False, diagnoses=None, hint=HINT_GENERIC, steps=FA2_STEPS):
     def run(fn):
         yours = _as_pair(fn(*cfg))
         return yours, counter_traffic(*cfg, causal=causal)
-    return Case(name, run, hint, diagnoses if diagnoses is not None else _diagnoses(cfg),
-                rtol=0.0, atol=0.0)
+    return Case(name, run, hint,
+                _level2(diagnoses if diagnoses is not None else _diagnoses(cfg), steps),
+                rtol=0.0, atol=0.0, hint2=steps)
 
 
 # (Tq, Tk, d, Br, Bc, e): divisible first, then each irregularity on its own
@@ -273,7 +302,7 @@ def check_fa2_traffic_causal(fn, *, verbose: bool = True,
         hint_level: int = 1) -> Result:
     """Bonus: check my_fa2_traffic_causal(Tq, Tk, d, Br, Bc, e), causal, bottom-right."""
     cases = [_case(name, cfg, causal=True, diagnoses=_causal_diagnoses(cfg),
-                   hint=HINT_CAUSAL_GENERIC) for name, cfg in CAUSAL_CASES]
+                   hint=HINT_CAUSAL_GENERIC, steps=CAUSAL_STEPS) for name, cfg in CAUSAL_CASES]
     return run_checks("my_fa2_traffic_causal against the byte counter", fn, cases,
                       verbose=verbose, hint_level=hint_level)
 
@@ -376,9 +405,11 @@ def check_backward_traffic(fn, *, verbose: bool = True, hint_level: int = 1) -> 
         def run(f, cfg=cfg):
             return _as_pair(f(*cfg)), backward_counter_traffic(*cfg)
 
-        cases.append(Case(name, run, HINT_BWD_GENERIC, diagnoses, rtol=0.0, atol=0.0))
+        cases.append(Case(name, run, HINT_BWD_GENERIC, _level2(diagnoses, BWD_STEPS), rtol=0.0,
+                          atol=0.0, hint2=BWD_STEPS))
     return run_checks("my_backward_traffic against the byte counter", fn, cases,
                       verbose=verbose, hint_level=hint_level)
 
 
-ALL_HINTS = [v for k, v in dict(globals()).items() if k.startswith("HINT_")]
+ALL_HINTS = [v for k, v in dict(globals()).items()
+             if k.startswith("HINT_") or k.endswith("_STEPS")]
