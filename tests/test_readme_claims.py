@@ -194,7 +194,7 @@ def test_decode_tc_header_describes_the_default_warps():
     header = " ".join(_module_doc(ROOT / "flashcourse/cuda/decoding/decode_tc_kernels.py")
                       .split())
     assert "One warp per block" not in header
-    assert f"({tc.DEFAULT_TC_WARPS} by default on a GPU" in header
+    assert f"(by default {tc.DEFAULT_TC_WARPS} on a GPU, halved until" in header
 
 
 def test_decode_tc_header_rates_match_the_host_path_json():

@@ -16,12 +16,13 @@ kernel does the same: the R = G x Tq rows of one KV head are the M rows of m16n8
 products (padded to 16: with R = 4, 12 rows of every product are zeros, which costs
 nothing while the kernel waits on memory anyway).
 
-`warps` warps per block (8 by default on a GPU, 4 at d = 256 where the buffers of 8 do not
-fit; 1 on the simulator: `tc_plan`), `m_tiles` 16-row tiles per warp (R <= 16 x m_tiles;
-more rows use more row blocks). The warps take the split's key blocks round-robin (warp w
-takes blocks w, w + warps, ...), each with shared-memory buffers of its own, and merge their
-(m, l, o) in shared memory at the end (`combine.slot_merge`). Per key block of Bc keys, as
-the tensor-core forward's version 2 (`tensor_core_kernels_async.py`):
+`warps` warps per block (by default 8 on a GPU, halved until their buffers fit its shared
+memory: 4 at d = 256 on an H100/H200; 1 on the simulator: `tc_plan`), `m_tiles` 16-row tiles
+per warp (R <= 16 x m_tiles; more rows use more row blocks). The warps take the split's key
+blocks round-robin (warp w takes blocks w, w + warps, ...), each with shared-memory buffers
+of its own, and merge their (m, l, o) in shared memory at the end (`combine.slot_merge`).
+Per key block of Bc keys, as the tensor-core forward's version 2
+(`tensor_core_kernels_async.py`):
     cp.async      K_j, V_j (Bc x d fp16) global -> shared, into one of the warp's two
                   buffers while it computes on the other (keys past the split arrive as
                   zeros)
