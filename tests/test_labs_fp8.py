@@ -138,4 +138,33 @@ def test_the_rmse_falls_with_the_solution(lab):
 
 
 test_no_hint_contains_a_solution_line = hint_leaks_test(
-    [v for k, v in vars(L).items() if k.startswith("HINT_")], LAB)
+    [v for k, v in vars(L).items() if k.startswith("HINT_") or k.endswith("_STEPS")], LAB)
+
+
+def test_hint_level_two_adds_an_explicit_nudge():
+    """The lab promises a more explicit hint with hint_level=2 (review round 18 b: every
+    checker gave the level-1 text again): each checker gives its steps, for a named mistake,
+    an unnamed one and a crash."""
+    def scales_per_token(x, block):
+        return (np.abs(x).max(axis=-1) / 448.0).astype(np.float32)
+
+    def forward_crash(q, k, v, block, use_h):
+        raise ValueError("a slip")
+    wrong = [(L.check_block_scales, scales_per_token, L.SCALES_STEPS),
+             (L.check_block_scales, lambda x, block: np.ones(x.shape[:-2] + (1,)),
+              L.SCALES_STEPS),
+             (L.check_fake_quantize, lambda x, s, block: x, L.ROUND_STEPS),
+             (L.check_fake_quantize, lambda x, s, block: x * 0.5, L.ROUND_STEPS),
+             (L.check_hadamard, lambda d: np.eye(d), L.HADAMARD_STEPS),
+             (L.check_hadamard, lambda d: L.course_hadamard(d) * np.sqrt(d), L.HADAMARD_STEPS),
+             (L.check_rotate_qk, lambda q, k, h: (q @ h, k), L.ROTATE_STEPS),
+             (L.check_rotate_qk, lambda q, k, h: (q, k), L.ROTATE_STEPS),
+             (L.check_fp8_forward, lambda q, k, v, block, use_h: L.fa.forward_dequantized(
+                 q, k, v), L.FORWARD_STEPS),
+             (L.check_fp8_forward, forward_crash, L.FORWARD_STEPS)]
+    for check, fn, steps in wrong:
+        with np.errstate(all="ignore"):
+            one = check(fn, verbose=False)
+            two = check(fn, verbose=False, hint_level=2)
+        assert not two.passed and two.hint == f"{one.hint}\n  More explicitly: {steps}", check
+

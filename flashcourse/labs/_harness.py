@@ -10,7 +10,9 @@ generic hint. Results are named as the contract names them (o, lse; dq, dk, dv).
 
 Hints come in two levels. Level 1 (the default) diagnoses: it names the
 mistake and points to the notebook's derivation. Level 2 (`check(fn,
-hint_level=2)`) adds a more explicit nudge, still without the solution's code.
+hint_level=2)`) adds a more explicit nudge, still without the solution's code; a failure
+whose hint is the harness's own (a wrong shape, None, a time limit) gets the case's second
+level.
 A diagnosis is `(predicate, hint)` or `(predicate, hint, hint2)`.
 
 Besides the numbers, checkers check the algorithm (`flashcourse.labs._algorithm`: the
@@ -47,6 +49,7 @@ import numpy as np
 from flashcourse.printing import say as _say_wrapped
 
 PASS_LINE = "All checks passed"
+MORE = "\n  More explicitly: "    # what joins a hint's two levels
 TODO_LINE = "Not implemented yet"
 TIMEOUT_LINE = "Time limit"
 DEFAULT_TIME_LIMIT_S = 20.0
@@ -88,6 +91,10 @@ HINT_PRECISION = (
     "precision of float32, but this checker compares in float64 (tolerance above): keep "
     "every array float64 (np.zeros and np.full give float64; avoid astype(np.float32) and "
     "float32 inputs to your own temporaries).")
+HINT_PRECISION_2 = (
+    "Print the dtype of each array your function makes (x.dtype): the first float32 one is "
+    "the cause. The usual places are astype(np.float32), np.float32(...) constants, "
+    "dtype=np.float32 in np.zeros or np.empty, and a float32 input copied into a new array.")
 HINT_SHAPE = (
     "A result has the wrong shape (named above): compare it with the shapes in the "
     "function's contract. The usual causes are a transposed tile, a block size used where "
@@ -413,9 +420,9 @@ def _compare(yours, expected, rtol, atol, names=()) -> tuple[bool, str, str]:
 def _pick_hint(case: Case, yours, expected, hint_level: int, kind: str = VALUE) -> str:
     hint, hint2 = case.hint, case.hint2
     if kind == PRECISION:
-        hint, hint2 = HINT_PRECISION, ""
-    elif kind == SHAPE:
-        hint, hint2 = HINT_SHAPE, ""
+        hint, hint2 = HINT_PRECISION, HINT_PRECISION_2
+    elif kind == SHAPE:       # the part's own second level states its shapes
+        hint = HINT_SHAPE
     for diagnosis in case.diagnoses:
         predicate, text = diagnosis[0], diagnosis[1]
         try:
@@ -426,7 +433,7 @@ def _pick_hint(case: Case, yours, expected, hint_level: int, kind: str = VALUE) 
             hint, hint2 = text, (diagnosis[2] if len(diagnosis) > 2 else "")
             break
     if hint_level >= 2 and hint2:
-        return f"{hint}\n  More explicitly: {hint2}"
+        return f"{hint}{MORE}{hint2}"
     return hint
 
 
@@ -449,7 +456,7 @@ def _judge(case: Case, yours, expected, hint_level: int) -> tuple[bool, str, str
 def _with_level(case: Case, hint_level: int) -> str:
     if hint_level < 2 or not case.hint2:
         return case.hint
-    return f"{case.hint}\n  More explicitly: {case.hint2}"
+    return f"{case.hint}{MORE}{case.hint2}"
 
 
 def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = True,
@@ -488,6 +495,8 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
                 continue
             failed = (why, hint)
         what, hint = failed
+        if hint_level >= 2 and case.hint2 and MORE not in hint:
+            hint = f"{hint}{MORE}{case.hint2}"  # a result of the wrong kind, a time limit...
         say(f"  FAILED {case.name}: {what}")
         say(f"  Hint: {hint}")
         return Result(False, case=case.name, hint=hint, detail=what)
@@ -505,7 +514,7 @@ def _crash_hint(case: Case, hint_level: int) -> Callable:
                 continue
             if fired:
                 hint, hint2 = diagnosis[1], (diagnosis[2] if len(diagnosis) > 2 else "")
-                return f"{hint}\n  More explicitly: {hint2}" if hint_level >= 2 and hint2 \
+                return f"{hint}{MORE}{hint2}" if hint_level >= 2 and hint2 \
                     else hint
         return None
     return pick
