@@ -8,7 +8,8 @@ import pytest
 
 from flashcourse import paged_cache as pc
 from flashcourse.labs import paged_cache as L
-from labtools import hint_leaks_test, lab_path, lab_tests, mistakes_test, variants_test
+from labtools import (functions_of, hint_leaks_test, lab_path, lab_tests, mistakes_test,
+                      variants_test)
 
 LAB = lab_path("lab11b_paged_cache")
 CHECKS = [(L.check_token_address, "my_token_address"), (L.check_gather, "my_gather"),
@@ -222,3 +223,12 @@ def test_the_rescale_hint_names_an_alpha_taken_after_the_max_moved():
     the output of no rescale at all; HINT_ATT_RESCALE ("No rescale") must say why a code
     that multiplies by alpha gets it."""
     assert "exp(0)" in L.HINT_ATT_RESCALE[0] and "before m = m_new" in L.HINT_ATT_RESCALE[1]
+
+
+def test_a_result_of_the_wrong_kind_gets_its_second_level():
+    """A slot returned as a float is named by HINT_INTS; at hint_level=2 its second level
+    was dropped (review round 18 b)."""
+    fn = functions_of(LAB, replace=[("    return page, t % page_size",
+                                     "    return page, float(t % page_size)")])["my_token_address"]
+    two = L.check_token_address(fn, verbose=False, hint_level=2)
+    assert not two.passed and two.hint == f"{L.HINT_INTS[0]}\n  More explicitly: {L.HINT_INTS[1]}"

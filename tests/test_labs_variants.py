@@ -333,3 +333,12 @@ def test_every_hint_has_two_levels_and_is_used():
         if name.startswith("HINT_"):
             assert isinstance(value, tuple) and len(value) == 2 and all(value), name
             assert re.search(rf"\bV\.{name}\b", source), name
+
+
+def test_a_result_of_the_wrong_kind_gets_its_second_level():
+    """softcap returning one function (not the pair) is named by HINT_PAIR; at hint_level=2
+    its second level was dropped (review round 18 b)."""
+    fn = functions_of(LAB, replace=[("    return softcap_score, softcap_grad",
+                                     "    return softcap_score")])["softcap"]
+    two = V.check_softcap(fn, verbose=False, hint_level=2)
+    assert not two.passed and two.hint == f"{V.HINT_PAIR[0]}\n  More explicitly: {V.HINT_PAIR[1]}"

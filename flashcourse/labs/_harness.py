@@ -139,12 +139,14 @@ class Result:
 
 
 class ResultKindError(Exception):
-    """A learner's result that is not made of real numbers: `what` (one line) and `hint`.
-    Raised by `real_array` inside a case; `run_checks` turns it into a FAILED line."""
+    """A learner's result that is not made of real numbers: `what` (one line) and `hint`
+    (a text, or the pair (level 1, level 2)). Raised by `real_array` inside a case;
+    `run_checks` turns it into a FAILED line."""
 
-    def __init__(self, what: str, hint: str):
+    def __init__(self, what: str, hint):
         super().__init__(what)
-        self.what, self.hint = what, hint
+        self.what = what
+        self.hint, self.hint2 = hint if isinstance(hint, tuple) else (hint, "")
 
 
 def _kind_problem(x) -> tuple[str, str] | None:
@@ -475,11 +477,13 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
             failed, found = _attempt(functools.partial(case.run, fn), case.time_limit_s,
                                      "your function", _with_level(case, hint_level),
                                      HINT_TIMEOUT,
-                                     crash_hint=_crash_hint(case, hint_level))
+                                     crash_hint=_crash_hint(case, hint_level),
+                                     hint_level=hint_level)
             if failed is None:                 # reading the result is limited too
                 failed, found = _attempt(
                     functools.partial(_judge, case, *found, hint_level), case.time_limit_s,
-                    "reading your result", HINT_UNREADABLE, HINT_SLOW_RESULT, todo=False)
+                    "reading your result", HINT_UNREADABLE, HINT_SLOW_RESULT, todo=False,
+                    hint_level=hint_level)
         text = printed.report()
         if text.strip():
             say("  Your function printed:\n" + text.rstrip())
@@ -521,7 +525,7 @@ def _crash_hint(case: Case, hint_level: int) -> Callable:
 
 
 def _attempt(call: Callable, seconds: float, who: str, hint: str, timeout_hint: str, *,
-             todo: bool = True, crash_hint: Callable | None = None):
+             todo: bool = True, crash_hint: Callable | None = None, hint_level: int = 1):
     """(None, call()) under the time limit, or (what failed, None): (line, hint), or the
     NotImplementedError itself when `todo` (a stub). `who` starts the line ("your function
     raised ..."); `hint` goes with an exception (or `crash_hint(exception)` when that names
@@ -540,7 +544,8 @@ def _attempt(call: Callable, seconds: float, who: str, hint: str, timeout_hint: 
         code = "" if exc.code is None else repr(exc.code)
         return (f"{who} called sys.exit({code})", HINT_EXIT), None
     except ResultKindError as exc:
-        return (exc.what, exc.hint), None
+        return (exc.what, f"{exc.hint}{MORE}{exc.hint2}" if hint_level >= 2 and exc.hint2
+                else exc.hint), None
     except BaseException as exc:  # the learner's code crashed: show where, kindly
         if is_compile_error(exc):
             return (f"the kernel does not compile: {_first_lines(exc)}", HINT_COMPILE), None

@@ -121,7 +121,7 @@ def _as_address(y, t):
             isinstance(x, (bool, np.bool_, float, np.floating)) or not isinstance(
                 x, (int, np.integer)) for x in y):
         raise ResultKindError(f"my_token_address(..., t = {t}, ...) returned {y!r}, not two "
-                              f"ints (page, slot)", HINT_INTS[0])
+                              f"ints (page, slot)", HINT_INTS)
     return int(y[0]), int(y[1])
 
 
