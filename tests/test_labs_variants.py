@@ -45,6 +45,11 @@ MISTAKES = {
         (_WINDOW, "        return abs(distance) <= window", V.HINT_WINDOW_FUTURE),
         ("    return window_mask", "    return window_mask(0, 0, 1, 1)", V.HINT_NOT_FUNCTION),
         (_WINDOW, "        return (distance >= 0) & (distance <= 2 * window)", V.HINT_WINDOW),
+        # review round 18 b: an int mask got "your mask differs ... (the line above names a
+        # pair)", though the line names the dtype and the pairs are right
+        (_WINDOW, "        return ((distance >= 0) & (distance <= window)).astype(int)",
+         V.HINT_MASK_BOOL),
+        (_WINDOW, "        return (distance >= 0) * (distance <= window) * 1.0", V.HINT_MASK_BOOL),
     ],
     "document": [
         ('side="right") - 1', 'side="left") - 1', V.HINT_DOCUMENT_EDGE),
@@ -55,6 +60,8 @@ MISTAKES = {
          V.HINT_DOCUMENT_CAUSAL),
         ("        return doc[q_idx] == doc[kv_idx]", "        return doc[q_idx] <= doc[kv_idx]",
          V.HINT_DOCUMENT),
+        ("        return doc[q_idx] == doc[kv_idx]",
+         "        return (doc[q_idx] == doc[kv_idx]).astype(np.int32)", V.HINT_MASK_BOOL),
     ],
     "softcap": [
         (_CAP, "        return np.tanh(score / cap)", V.HINT_SOFTCAP_OUTER),

@@ -88,6 +88,12 @@ HINT_DOCUMENT_CAUSAL = (
     "attention inside each document is the document mask combined with the causal one "
     "(mods.and_masks), done later.",
     "Drop the comparison of q_idx with kv_idx.")
+HINT_MASK_BOOL = (
+    "Your mask function returns numbers (the line above names their type), not True or "
+    "False. A mask only says whether a pair is visible; it is not a weight (a score_mod "
+    "changes scores). Return the comparisons themselves, combined with & and |.",
+    "Leave out astype(int), int(...), * 1 or a multiplication of two conditions: "
+    "(a >= 0) & (a <= w) is already an array of booleans.")
 HINT_NOT_FUNCTION = (
     "Return the mask function itself (a def or lambda taking b, h, q_idx, kv_idx), not "
     "its value or a tuple.",
@@ -123,8 +129,10 @@ def _mask_case(name, make, args, tq, tk, right, mistakes, hint):
     diagnoses = [(lambda y, e, w=w: np.array_equal(y, w), *h) for w, h in
                  ((_full_mask(m, tq, tk), h) for m, h in mistakes)
                  if not np.array_equal(w, want)]
+    numbers = [((lambda exc: isinstance(exc, TypeError)
+                 and "mask_mod must return a bool" in str(exc)), *HINT_MASK_BOOL)]
     return Case(f"{name}: {args}", run, hint[0], diagnoses, hint2=hint[1],
-                compare=_mask_compare)
+                compare=_mask_compare, error_diagnoses=numbers)
 
 
 def _window_by_distance(window, tq, tk, low, high, off=None):
