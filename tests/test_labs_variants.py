@@ -155,9 +155,11 @@ MISTAKES = {
         ("        visits = [(j, False) for j in full_kv_indices[i, :full_kv_num_blocks[i]]]",
          "        visits = []", VF.HINT_FWD_FULL_ONLY),
         # the partial list left out (only the full one): the generic hint before (review
-        # round 16 b)
+        # round 16 b); the first case has no full tile, so nothing is visited there, as with
+        # a NaN l (review round 18 b: an inverted alpha got "visits only one of the lists")
         ("        visits += [(j, True) for j in kv_indices[i, :kv_num_blocks[i]]]\n", "",
-         VF.HINT_FWD_FULL_ONLY),
+         VF.HINT_FWD_NOTHING),
+        (_ALPHA, "            alpha = np.exp(m_safe - m)\n", VF.HINT_FWD_NOTHING),
         # the running sums not rescaled when the max grows
         ("            alpha = np.exp(m - m_safe)", "            alpha = np.ones_like(m)",
          VF.HINT_FWD_RESCALE),
