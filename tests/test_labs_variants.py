@@ -160,6 +160,11 @@ MISTAKES = {
         ("        visits += [(j, True) for j in kv_indices[i, :kv_num_blocks[i]]]\n", "",
          VF.HINT_FWD_NOTHING),
         (_ALPHA, "            alpha = np.exp(m_safe - m)\n", VF.HINT_FWD_NOTHING),
+        # review round 18 b: the key positions not clipped at Tk (a broadcast error on the
+        # ragged last tile) got the generic "your (o, lse) differ"
+        ("            k0, k1 = j * block_k, min((j + 1) * block_k, t_k)\n            cols = "
+         "np.arange(k0, k1)", "            k0, k1 = j * block_k, min((j + 1) * block_k, t_k)\n"
+         "            cols = np.arange(k0, k0 + block_k)", VF.HINT_FWD_RAGGED),
         # the running sums not rescaled when the max grows
         ("            alpha = np.exp(m - m_safe)", "            alpha = np.ones_like(m)",
          VF.HINT_FWD_RESCALE),

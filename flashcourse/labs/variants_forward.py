@@ -66,6 +66,13 @@ HINT_FWD_NOTHING = (
     "exp(m_new - m_old) is inf there.",
     "Print l after the first tile of one query block: it must be the row sums of P, above 0 "
     "in every row that sees a key. Then check that the loop visits both lists.")
+HINT_FWD_RAGGED = (
+    "Two arrays of one tile have different sizes (the error above names the shapes): "
+    "the last key block (or query block) is shorter when T is not a multiple of the "
+    "block. Its end is min((j + 1) block_k, Tk), and the key positions, the rows of K and "
+    "V and the scores must all stop there.",
+    "Compute k0 and k1 once per tile, with k1 clipped to Tk, and take the positions "
+    "(np.arange(k0, k1)) and the slices of K and V from those two numbers.")
 HINT_FWD_RESCALE = (
     "Missing rescale: when a tile raises a row's running max, the sum l and the accumulator "
     "acc were measured against the OLD max and must both be multiplied by exp(m_old - "
@@ -298,7 +305,10 @@ def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread, big=None):
             return False, f"score_mod was evaluated on {empty} pairs of empty tiles"
         return True, ""
 
-    return Case(name, run, HINT_FORWARD[0], diagnoses, hint2=HINT_FORWARD[1], compare=compare)
+    ragged = [((lambda exc: isinstance(exc, ValueError) and "could not be broadcast" in str(exc)),
+               *HINT_FWD_RAGGED)]
+    return Case(name, run, HINT_FORWARD[0], diagnoses, hint2=HINT_FORWARD[1], compare=compare,
+                error_diagnoses=ragged)
 
 
 def check_flex_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
