@@ -121,6 +121,10 @@ MISTAKES = {
          "            m = m_new\n            alpha = np.exp(m - m_new)\n", L.HINT_ATT_RESCALE),
         ('            s = scale * np.einsum("hd,hkd->hk", q[b], k)',
          '            s = np.einsum("hd,hkd->hk", q[b], k)', L.HINT_ATT_SCALE),
+        # review round 18 b: 1 / sqrt(d) in place of the argument passed, as every case
+        # passed 1 / sqrt(d)
+        ('            s = scale * np.einsum("hd,hkd->hk", q[b], k)',
+         '            s = np.einsum("hd,hkd->hk", q[b], k) / np.sqrt(d)', L.HINT_ATT_SCALE),
         # no running max (m stays 0): exact for moderate scores, overflows for large ones
         ("            m_new = np.maximum(m, s.max(axis=1))",
          "            m_new = np.maximum(m, 0.0)", L.HINT_ATT_OVERFLOW),
