@@ -33,6 +33,10 @@ MISTAKES = {
         (_AMAX, "max(axis=-2)", (L.HINT_PER_CHANNEL,)),               # ... the other wrong axis
         ("    n_blocks = -(-x.shape[-2] // block)                               # ceil(T / block)",
          "    n_blocks = x.shape[-2] // block", (L.HINT_DROPPED.format(t=70, b=16, n=5),)),
+        # review round 18 b: T // block + 1 blocks (an empty last block when block divides
+        # T) crashed with the generic hint
+        ("    n_blocks = -(-x.shape[-2] // block)                               # ceil(T / block)",
+         "    n_blocks = x.shape[-2] // block + 1", (L.HINT_EXTRA_BLOCK,)),
         (_RET, "    return np.stack(amax, axis=-1).astype(np.float32)", (L.HINT_NO_448,)),
         (_RET, "    return (448.0 / np.stack(amax, axis=-1)).astype(np.float32)",
          (L.HINT_INVERTED,)),

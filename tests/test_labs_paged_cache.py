@@ -121,6 +121,9 @@ MISTAKES = {
          "            m = m_new\n            alpha = np.exp(m - m_new)\n", L.HINT_ATT_RESCALE),
         ('            s = scale * np.einsum("hd,hkd->hk", q[b], k)',
          '            s = np.einsum("hd,hkd->hk", q[b], k)', L.HINT_ATT_SCALE),
+        # review round 18 b: o kept in float32 got the generic rule, silent on precision
+        ("    o = np.zeros((n_seq, h, d))", "    o = np.zeros((n_seq, h, d), np.float32)",
+         (L.HINT_PRECISION, L.HINT_PRECISION_2)),
         # review round 18 b: 1 / sqrt(d) in place of the argument passed, as every case
         # passed 1 / sqrt(d)
         ('            s = scale * np.einsum("hd,hkd->hk", q[b], k)',

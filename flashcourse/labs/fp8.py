@@ -77,6 +77,9 @@ HINT_DROPPED = ("The last, shorter block is missing: T = {t} tokens in blocks of
 HINT_EDGE = ("Each block's max takes one token too few or too many at its edge: block b holds "
              "the tokens b * block to (b + 1) * block - 1, which is the slice "
              "x[..., b * block:(b + 1) * block, :] (Python's end is exclusive: no - 1, no + 1).")
+HINT_EXTRA_BLOCK = ("One block too many: the max of an empty block failed. T // block + 1 blocks "
+                    "is right only when block does not divide T; when it does (T = 64 in "
+                    "blocks of 64) the last of them is empty. The count is ceil(T / block).")
 HINT_E5M2 = ("You divided by 57344, e5m2's largest value: the lab quantizes to e4m3, whose "
              "largest value is 448.")
 
@@ -159,7 +162,10 @@ def _scales_case(name, seed, shape, block, edges=False):
 
     def run(fn):
         return real_array(fn(x.copy(), block)), want
-    return Case(name, run, HINT_SCALES, diagnoses, rtol=1e-6, atol=0.0, hint2=SCALES_STEPS)
+    empty = [((lambda exc: isinstance(exc, ValueError) and "zero-size array" in str(exc)),
+              HINT_EXTRA_BLOCK, SCALES_STEPS)]
+    return Case(name, run, HINT_SCALES, diagnoses, rtol=1e-6, atol=0.0, hint2=SCALES_STEPS,
+                error_diagnoses=empty)
 
 
 SCALE_CASES = [("2 heads, T = 70 in blocks of 16 (a ragged last block of 6), d = 8", 1,

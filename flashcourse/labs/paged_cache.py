@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import paged_cache as pc
-from ._harness import Case, Result, ResultKindError, run_checks
+from ._harness import (HINT_PRECISION, HINT_PRECISION_2, Case, Result, ResultKindError,
+                       run_checks)
 
 # -- part 1: the address -----------------------------------------------------------------
 
@@ -771,20 +772,19 @@ def _attention_case(name, ps, h, d, lens, spread, factor=1.0):
                               ("no rescale acc", HINT_ATT_RESCALE_ACC),
                               ("no rescale l", HINT_ATT_RESCALE_L),
                               ("no scale", HINT_ATT_SCALE), ("sqrt d", HINT_ATT_SCALE),
-                              ("floor", HINT_ATT_FLOOR),
-                              ("pool order", HINT_ATT_POOL_ORDER),
+                              ("floor", HINT_ATT_FLOOR), ("pool order", HINT_ATT_POOL_ORDER),
                               ("row 0", HINT_ATT_OTHER_ROW), ("next row", HINT_ATT_OTHER_ROW),
                               ("last key dropped", HINT_ATT_LAST_KEY),
                               ("m from 0", HINT_ATT_M_ZERO)):
             wrong = _attention_mistake(q, kp, vp, table, lens, scale, mistake)
             if not same(wrong, want):
                 diagnoses.append(((lambda y, e, w=wrong: same(y, w)), *hint))
-    diagnoses.append(((lambda y, e: y is not None and not np.isfinite(y).all()),
-                      *HINT_ATT_OVERFLOW))
+    diagnoses += [((lambda y, e: y is not None and not np.isfinite(y).all()), *HINT_ATT_OVERFLOW),
+                  ((lambda y, e: y is not None and y.shape == e.shape and np.allclose(  # float32
+                      y, e, rtol=1e-5, atol=1e-6)), HINT_PRECISION, HINT_PRECISION_2)]
     return Case(name, run, HINT_ATTENTION[0], diagnoses, hint2=HINT_ATTENTION[1],
-                compare=compare, error_diagnoses=[(  # numpy's error for an empty page's max
-                    lambda exc: isinstance(exc, ValueError)
-                    and "zero-size array to reduction" in str(exc), *HINT_ATT_EMPTY_PAGE)])
+                compare=compare, error_diagnoses=[(lambda exc: isinstance(exc, ValueError) and
+                    "zero-size array to reduction" in str(exc), *HINT_ATT_EMPTY_PAGE)])
 
 
 def check_paged_attention(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
