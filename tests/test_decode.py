@@ -436,6 +436,18 @@ def test_combine_checker():
         assert not res and res.hint == hint, fn.__name__
 
 
+def test_combine_names_o_and_lse():
+    """The failing result is named as the docstring names it (review round 18 b: "result
+    [1]")."""
+    from flashcourse.labs import decode as lab
+
+    def lse_plus_log_s(o, lse):
+        o_c, lse_c = lab.reference_combine(o, lse)
+        return o_c, lse_c + np.log(lse.shape[0])
+    res = lab.check_combine(lse_plus_log_s, verbose=False)
+    assert not res and res.detail.startswith("lse: ")
+
+
 # ---------------------------------------------------------------------------- hard inputs
 def test_tensor_core_split_nan_row_large_scores_and_overflow(rng):
     """The tensor-core split kernel on hard inputs: a NaN in one query row makes only that

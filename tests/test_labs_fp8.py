@@ -6,8 +6,7 @@ applied twice, and the others the checkers replay."""
 import numpy as np
 
 from flashcourse.labs import fp8 as L
-from labtools import (assert_hint, hint_leaks_test, lab_path, lab_tests, mistakes_test,
-                      mutate)
+from labtools import assert_hint, hint_leaks_test, lab_path, lab_tests, mistakes_test
 
 LAB = lab_path("lab15_fp8")
 CHECKS = [(L.check_block_scales, "block_scales"), (L.check_fake_quantize, "fake_quantize_blocks"),
@@ -34,6 +33,10 @@ MISTAKES = {
         (_AMAX, "max(axis=-2)", (L.HINT_PER_CHANNEL,)),               # ... the other wrong axis
         ("    n_blocks = -(-x.shape[-2] // block)                               # ceil(T / block)",
          "    n_blocks = x.shape[-2] // block", (L.HINT_DROPPED.format(t=70, b=16, n=5),)),
+        # review round 18 b: T // block + 1 blocks (an empty last block when block divides
+        # T) crashed with the generic hint
+        ("    n_blocks = -(-x.shape[-2] // block)                               # ceil(T / block)",
+         "    n_blocks = x.shape[-2] // block + 1", (L.HINT_EXTRA_BLOCK,)),
         (_RET, "    return np.stack(amax, axis=-1).astype(np.float32)", (L.HINT_NO_448,)),
         (_RET, "    return (448.0 / np.stack(amax, axis=-1)).astype(np.float32)",
          (L.HINT_INVERTED,)),
@@ -143,8 +146,38 @@ test_no_hint_contains_a_solution_line = hint_leaks_test(
 
 
 def test_hint_level_two_adds_an_explicit_nudge():
-    """Review round 18 c: the lab promises `check(fn, hint_level=2)` a more explicit hint, and
-    every mistake got the level-1 text again (no checker of lab 15 had a second level)."""
+    """The lab promises a more explicit hint with hint_level=2 (review round 18 b: every
+    checker gave the level-1 text again): each checker gives its steps, for a named mistake,
+    an unnamed one and a crash."""
+    def scales_per_token(x, block):
+        return (np.abs(x).max(axis=-1) / 448.0).astype(np.float32)
+
+    def forward_crash(q, k, v, block, use_h):
+        raise ValueError("a slip")
+    wrong = [(L.check_block_scales, scales_per_token, L.SCALES_STEPS),
+             (L.check_block_scales, lambda x, block: np.ones(x.shape[:-2] + (1,)),
+              L.SCALES_STEPS),
+             (L.check_fake_quantize, lambda x, s, block: x, L.ROUND_STEPS),
+             (L.check_fake_quantize, lambda x, s, block: x * 0.5, L.ROUND_STEPS),
+             (L.check_hadamard, lambda d: np.eye(d), L.HADAMARD_STEPS),
+             (L.check_hadamard, lambda d: L.course_hadamard(d) * np.sqrt(d), L.HADAMARD_STEPS),
+             (L.check_rotate_qk, lambda q, k, h: (q @ h, k), L.ROTATE_STEPS),
+             (L.check_rotate_qk, lambda q, k, h: (q, k), L.ROTATE_STEPS),
+             (L.check_fp8_forward, lambda q, k, v, block, use_h: L.fa.forward_dequantized(
+                 q, k, v), L.FORWARD_STEPS),
+             (L.check_fp8_forward, forward_crash, L.FORWARD_STEPS)]
+    for check, fn, steps in wrong:
+        with np.errstate(all="ignore"):
+            one = check(fn, verbose=False)
+            two = check(fn, verbose=False, hint_level=2)
+        assert not two.passed and two.hint == f"{one.hint}\n  More explicitly: {steps}", check
+
+
+
+def test_every_recorded_mistake_gets_a_second_level():
+    """Review round 18 c (merged with 18 b's levels): each mistake of MISTAKES gets, at
+    hint_level=2, its level-1 hint followed by a step-by-step second one."""
+    from labtools import mutate
     checks = {name: check for check, name in CHECKS}
     for name, edits in MISTAKES.items():
         for old, new, _ in edits:
@@ -152,5 +185,5 @@ def test_hint_level_two_adds_an_explicit_nudge():
             with np.errstate(all="ignore"):
                 one = checks[name](fn, verbose=False)
                 two = checks[name](fn, verbose=False, hint_level=2)
-            assert not two.passed and two.hint.startswith(one.hint + "\n  More explicitly: ")
-            assert "Step by step" in two.hint
+            assert not two.passed and two.hint.startswith(one.hint) and two.hint != one.hint
+            assert "Step by step" in two.hint, (name, old, two.hint)

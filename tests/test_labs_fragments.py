@@ -30,6 +30,10 @@ def test_stub_reports_todo():
     # map used for C (HINT_RANGE, true but silent on the cause)
     (lambda lane, i: (lane // 4 + 4 * (i // 2), 2 * (lane % 4) + i % 2), F.HINT_PLUS8),
     (lambda lane, i: (lane // 4 + 8 * (i % 2), 2 * (lane % 4) + 8 * (i // 2)), F.HINT_A_MAP),
+    # review round 18 b: lane / 4 passed (the map read its rows through int(), which cut
+    # 0.25 to 0), and col = 2 t + i got the range hint, true but silent on the cause
+    (lambda lane, i: (lane / 4 + 8 * (i // 2), 2 * (lane % 4) + i % 2), F.HINT_WHOLE),
+    (lambda lane, i: (lane // 4 + 8 * (i // 2), 2 * (lane % 4) + i), F.HINT_COL_I),
 ])
 def test_typical_mistakes_get_their_hint(wrong, hint):
     res = F.check_c_map(wrong, verbose=False)

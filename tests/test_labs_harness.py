@@ -66,6 +66,27 @@ def test_hint_level_two_adds_the_explicit_hint():
         H.run_checks("c", lambda: np.ones(2), [case], hint_level=3)
 
 
+def test_hint_level_two_reaches_the_harness_own_hints():
+    """A wrong shape, None, float32 rounding and a one-level diagnosis got the same text at
+    level 2 in every lab (review round 18 b): the case's second level (or, for float32, the
+    harness's own) is added."""
+    def case(diagnoses=()):
+        return H.Case("c", lambda fn: (fn(), np.zeros(2)), "generic", list(diagnoses),
+                      hint2="the part's steps")
+    for fn, one_hint, more in [(lambda: np.ones(3), H.HINT_SHAPE, "the part's steps"),
+                               (lambda: None, H.HINT_NONE, "the part's steps"),
+                               (lambda: np.full(2, 1e-9, np.float32), H.HINT_PRECISION,
+                                H.HINT_PRECISION_2)]:
+        c = case()
+        c.rtol, c.atol = 1e-12, 0.0
+        one = H.run_checks("c", fn, [c], verbose=False)
+        two = H.run_checks("c", fn, [c], verbose=False, hint_level=2)
+        assert one.hint == one_hint and two.hint == f"{one_hint}{H.MORE}{more}"
+    single = case([(lambda y, e: True, "level one")])
+    two = H.run_checks("c", lambda: np.ones(2), [single], verbose=False, hint_level=2)
+    assert two.hint == f"level one{H.MORE}the part's steps"
+
+
 def test_an_outer_alarm_survives_a_checker_run():
     """A per-test timeout (SIGALRM, as pytest-timeout's signal method) is given back."""
     import signal

@@ -8,7 +8,8 @@ import pytest
 
 from flashcourse import paged_cache as pc
 from flashcourse.labs import paged_cache as L
-from labtools import hint_leaks_test, lab_path, lab_tests, mistakes_test, variants_test
+from labtools import (functions_of, hint_leaks_test, lab_path, lab_tests, mistakes_test,
+                      variants_test)
 
 LAB = lab_path("lab11b_paged_cache")
 CHECKS = [(L.check_token_address, "my_token_address"), (L.check_gather, "my_gather"),
@@ -120,6 +121,13 @@ MISTAKES = {
          "            m = m_new\n            alpha = np.exp(m - m_new)\n", L.HINT_ATT_RESCALE),
         ('            s = scale * np.einsum("hd,hkd->hk", q[b], k)',
          '            s = np.einsum("hd,hkd->hk", q[b], k)', L.HINT_ATT_SCALE),
+        # review round 18 b: o kept in float32 got the generic rule, silent on precision
+        ("    o = np.zeros((n_seq, h, d))", "    o = np.zeros((n_seq, h, d), np.float32)",
+         (L.HINT_PRECISION, L.HINT_PRECISION_2)),
+        # review round 18 b: 1 / sqrt(d) in place of the argument passed, as every case
+        # passed 1 / sqrt(d)
+        ('            s = scale * np.einsum("hd,hkd->hk", q[b], k)',
+         '            s = np.einsum("hd,hkd->hk", q[b], k) / np.sqrt(d)', L.HINT_ATT_SCALE),
         # no running max (m stays 0): exact for moderate scores, overflows for large ones
         ("            m_new = np.maximum(m, s.max(axis=1))",
          "            m_new = np.maximum(m, 0.0)", L.HINT_ATT_OVERFLOW),
@@ -222,3 +230,12 @@ def test_the_rescale_hint_names_an_alpha_taken_after_the_max_moved():
     the output of no rescale at all; HINT_ATT_RESCALE ("No rescale") must say why a code
     that multiplies by alpha gets it."""
     assert "exp(0)" in L.HINT_ATT_RESCALE[0] and "before m = m_new" in L.HINT_ATT_RESCALE[1]
+
+
+def test_a_result_of_the_wrong_kind_gets_its_second_level():
+    """A slot returned as a float is named by HINT_INTS; at hint_level=2 its second level
+    was dropped (review round 18 b)."""
+    fn = functions_of(LAB, replace=[("    return page, t % page_size",
+                                     "    return page, float(t % page_size)")])["my_token_address"]
+    two = L.check_token_address(fn, verbose=False, hint_level=2)
+    assert not two.passed and two.hint == f"{L.HINT_INTS[0]}\n  More explicitly: {L.HINT_INTS[1]}"

@@ -45,6 +45,11 @@ MISTAKES = {
         (_WINDOW, "        return abs(distance) <= window", V.HINT_WINDOW_FUTURE),
         ("    return window_mask", "    return window_mask(0, 0, 1, 1)", V.HINT_NOT_FUNCTION),
         (_WINDOW, "        return (distance >= 0) & (distance <= 2 * window)", V.HINT_WINDOW),
+        # review round 18 b: an int mask got "your mask differs ... (the line above names a
+        # pair)", though the line names the dtype and the pairs are right
+        (_WINDOW, "        return ((distance >= 0) & (distance <= window)).astype(int)",
+         V.HINT_MASK_BOOL),
+        (_WINDOW, "        return (distance >= 0) * (distance <= window) * 1.0", V.HINT_MASK_BOOL),
     ],
     "document": [
         ('side="right") - 1', 'side="left") - 1', V.HINT_DOCUMENT_EDGE),
@@ -55,6 +60,8 @@ MISTAKES = {
          V.HINT_DOCUMENT_CAUSAL),
         ("        return doc[q_idx] == doc[kv_idx]", "        return doc[q_idx] <= doc[kv_idx]",
          V.HINT_DOCUMENT),
+        ("        return doc[q_idx] == doc[kv_idx]",
+         "        return (doc[q_idx] == doc[kv_idx]).astype(np.int32)", V.HINT_MASK_BOOL),
     ],
     "softcap": [
         (_CAP, "        return np.tanh(score / cap)", V.HINT_SOFTCAP_OUTER),
@@ -148,9 +155,16 @@ MISTAKES = {
         ("        visits = [(j, False) for j in full_kv_indices[i, :full_kv_num_blocks[i]]]",
          "        visits = []", VF.HINT_FWD_FULL_ONLY),
         # the partial list left out (only the full one): the generic hint before (review
-        # round 16 b)
+        # round 16 b); the first case has no full tile, so nothing is visited there, as with
+        # a NaN l (review round 18 b: an inverted alpha got "visits only one of the lists")
         ("        visits += [(j, True) for j in kv_indices[i, :kv_num_blocks[i]]]\n", "",
-         VF.HINT_FWD_FULL_ONLY),
+         VF.HINT_FWD_NOTHING),
+        (_ALPHA, "            alpha = np.exp(m_safe - m)\n", VF.HINT_FWD_NOTHING),
+        # review round 18 b: the key positions not clipped at Tk (a broadcast error on the
+        # ragged last tile) got the generic "your (o, lse) differ"
+        ("            k0, k1 = j * block_k, min((j + 1) * block_k, t_k)\n            cols = "
+         "np.arange(k0, k1)", "            k0, k1 = j * block_k, min((j + 1) * block_k, t_k)\n"
+         "            cols = np.arange(k0, k0 + block_k)", VF.HINT_FWD_RAGGED),
         # the running sums not rescaled when the max grows
         ("            alpha = np.exp(m - m_safe)", "            alpha = np.ones_like(m)",
          VF.HINT_FWD_RESCALE),
@@ -333,3 +347,12 @@ def test_every_hint_has_two_levels_and_is_used():
         if name.startswith("HINT_"):
             assert isinstance(value, tuple) and len(value) == 2 and all(value), name
             assert re.search(rf"\bV\.{name}\b", source), name
+
+
+def test_a_result_of_the_wrong_kind_gets_its_second_level():
+    """softcap returning one function (not the pair) is named by HINT_PAIR; at hint_level=2
+    its second level was dropped (review round 18 b)."""
+    fn = functions_of(LAB, replace=[("    return softcap_score, softcap_grad",
+                                     "    return softcap_score")])["softcap"]
+    two = V.check_softcap(fn, verbose=False, hint_level=2)
+    assert not two.passed and two.hint == f"{V.HINT_PAIR[0]}\n  More explicitly: {V.HINT_PAIR[1]}"

@@ -10,7 +10,9 @@ generic hint. Results are named as the contract names them (o, lse; dq, dk, dv).
 
 Hints come in two levels. Level 1 (the default) diagnoses: it names the
 mistake and points to the notebook's derivation. Level 2 (`check(fn,
-hint_level=2)`) adds a more explicit nudge, still without the solution's code.
+hint_level=2)`) adds a more explicit nudge, still without the solution's code; a failure
+whose hint is the harness's own (a wrong shape, None, a time limit) gets the case's second
+level.
 A diagnosis is `(predicate, hint)` or `(predicate, hint, hint2)`.
 
 Besides the numbers, checkers check the algorithm (`flashcourse.labs._algorithm`: the
@@ -47,6 +49,7 @@ import numpy as np
 from flashcourse.printing import say as _say_wrapped
 
 PASS_LINE = "All checks passed"
+MORE = "\n  More explicitly: "    # what joins a hint's two levels
 TODO_LINE = "Not implemented yet"
 TIMEOUT_LINE = "Time limit"
 DEFAULT_TIME_LIMIT_S = 20.0
@@ -88,6 +91,10 @@ HINT_PRECISION = (
     "precision of float32, but this checker compares in float64 (tolerance above): keep "
     "every array float64 (np.zeros and np.full give float64; avoid astype(np.float32) and "
     "float32 inputs to your own temporaries).")
+HINT_PRECISION_2 = (
+    "Print the dtype of each array your function makes (x.dtype): the first float32 one is "
+    "the cause. The usual places are astype(np.float32), np.float32(...) constants, "
+    "dtype=np.float32 in np.zeros or np.empty, and a float32 input copied into a new array.")
 HINT_SHAPE = (
     "A result has the wrong shape (named above): compare it with the shapes in the "
     "function's contract. The usual causes are a transposed tile, a block size used where "
@@ -132,12 +139,14 @@ class Result:
 
 
 class ResultKindError(Exception):
-    """A learner's result that is not made of real numbers: `what` (one line) and `hint`.
-    Raised by `real_array` inside a case; `run_checks` turns it into a FAILED line."""
+    """A learner's result that is not made of real numbers: `what` (one line) and `hint`
+    (a text, or the pair (level 1, level 2)). Raised by `real_array` inside a case;
+    `run_checks` turns it into a FAILED line."""
 
-    def __init__(self, what: str, hint: str):
+    def __init__(self, what: str, hint):
         super().__init__(what)
-        self.what, self.hint = what, hint
+        self.what = what
+        self.hint, self.hint2 = hint if isinstance(hint, tuple) else (hint, "")
 
 
 def _kind_problem(x) -> tuple[str, str] | None:
@@ -413,9 +422,9 @@ def _compare(yours, expected, rtol, atol, names=()) -> tuple[bool, str, str]:
 def _pick_hint(case: Case, yours, expected, hint_level: int, kind: str = VALUE) -> str:
     hint, hint2 = case.hint, case.hint2
     if kind == PRECISION:
-        hint, hint2 = HINT_PRECISION, ""
-    elif kind == SHAPE:
-        hint, hint2 = HINT_SHAPE, ""
+        hint, hint2 = HINT_PRECISION, HINT_PRECISION_2
+    elif kind == SHAPE:       # the part's own second level states its shapes
+        hint = HINT_SHAPE
     for diagnosis in case.diagnoses:
         predicate, text = diagnosis[0], diagnosis[1]
         try:
@@ -426,7 +435,7 @@ def _pick_hint(case: Case, yours, expected, hint_level: int, kind: str = VALUE) 
             hint, hint2 = text, (diagnosis[2] if len(diagnosis) > 2 else "")
             break
     if hint_level >= 2 and hint2:
-        return f"{hint}\n  More explicitly: {hint2}"
+        return f"{hint}{MORE}{hint2}"
     return hint
 
 
@@ -449,7 +458,7 @@ def _judge(case: Case, yours, expected, hint_level: int) -> tuple[bool, str, str
 def _with_level(case: Case, hint_level: int) -> str:
     if hint_level < 2 or not case.hint2:
         return case.hint
-    return f"{case.hint}\n  More explicitly: {case.hint2}"
+    return f"{case.hint}{MORE}{case.hint2}"
 
 
 def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = True,
@@ -468,11 +477,13 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
             failed, found = _attempt(functools.partial(case.run, fn), case.time_limit_s,
                                      "your function", _with_level(case, hint_level),
                                      HINT_TIMEOUT,
-                                     crash_hint=_crash_hint(case, hint_level))
+                                     crash_hint=_crash_hint(case, hint_level),
+                                     hint_level=hint_level)
             if failed is None:                 # reading the result is limited too
                 failed, found = _attempt(
                     functools.partial(_judge, case, *found, hint_level), case.time_limit_s,
-                    "reading your result", HINT_UNREADABLE, HINT_SLOW_RESULT, todo=False)
+                    "reading your result", HINT_UNREADABLE, HINT_SLOW_RESULT, todo=False,
+                    hint_level=hint_level)
         text = printed.report()
         if text.strip():
             say("  Your function printed:\n" + text.rstrip())
@@ -488,6 +499,8 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
                 continue
             failed = (why, hint)
         what, hint = failed
+        if hint_level >= 2 and case.hint2 and MORE not in hint:
+            hint = f"{hint}{MORE}{case.hint2}"  # a result of the wrong kind, a time limit...
         say(f"  FAILED {case.name}: {what}")
         say(f"  Hint: {hint}")
         return Result(False, case=case.name, hint=hint, detail=what)
@@ -505,14 +518,14 @@ def _crash_hint(case: Case, hint_level: int) -> Callable:
                 continue
             if fired:
                 hint, hint2 = diagnosis[1], (diagnosis[2] if len(diagnosis) > 2 else "")
-                return f"{hint}\n  More explicitly: {hint2}" if hint_level >= 2 and hint2 \
+                return f"{hint}{MORE}{hint2}" if hint_level >= 2 and hint2 \
                     else hint
         return None
     return pick
 
 
 def _attempt(call: Callable, seconds: float, who: str, hint: str, timeout_hint: str, *,
-             todo: bool = True, crash_hint: Callable | None = None):
+             todo: bool = True, crash_hint: Callable | None = None, hint_level: int = 1):
     """(None, call()) under the time limit, or (what failed, None): (line, hint), or the
     NotImplementedError itself when `todo` (a stub). `who` starts the line ("your function
     raised ..."); `hint` goes with an exception (or `crash_hint(exception)` when that names
@@ -531,7 +544,8 @@ def _attempt(call: Callable, seconds: float, who: str, hint: str, timeout_hint: 
         code = "" if exc.code is None else repr(exc.code)
         return (f"{who} called sys.exit({code})", HINT_EXIT), None
     except ResultKindError as exc:
-        return (exc.what, exc.hint), None
+        return (exc.what, f"{exc.hint}{MORE}{exc.hint2}" if hint_level >= 2 and exc.hint2
+                else exc.hint), None
     except BaseException as exc:  # the learner's code crashed: show where, kindly
         if is_compile_error(exc):
             return (f"the kernel does not compile: {_first_lines(exc)}", HINT_COMPILE), None

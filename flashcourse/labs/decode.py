@@ -135,7 +135,8 @@ def check_combine(combine, *, verbose: bool = True) -> Result:
                 (_only_lse_wrong, HINT_LSE)]
         hint = HINT_OVERFLOW if "800" in key else (
             HINT_EMPTY if ("empty" in key or "no visible" in key) else HINT_GENERIC)
-        cases.append(Case(key, runner(key), hint, diag, rtol=_RTOL, atol=_ATOL))
+        cases.append(Case(key, runner(key), hint, diag, rtol=_RTOL, atol=_ATOL,
+                          names=("o", "lse")))
     return run_checks("combine(o_parts, lse_parts)", combine, cases, verbose=verbose)
 
 

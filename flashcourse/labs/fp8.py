@@ -35,40 +35,6 @@ from ._harness import Case, Result, mistake_diagnoses, plain, real_array, run_ch
 
 E4M3_MAX = 448.0
 
-#: the second, more explicit level of every hint of a function (`check_...(fn, hint_level=2)`):
-#: the steps in words, never a line of the solution
-SCALES_STEPS = ("Step by step: (1) the number of blocks is T / block rounded up, T being "
-                "x.shape[-2]; (2) for each block b, slice its tokens along axis -2, from "
-                "b * block up to the first token of the next block (the last block may be "
-                "shorter); (3) take the absolute values and their max over the block's tokens "
-                "and all d values at once (axis=(-2, -1)); (4) put the blocks' maxima side by "
-                "side on a new last axis and divide by 448; (5) return float32.")
-ROUND_STEPS = ("Step by step: (1) give every token its block's scale: repeat each scale `block` "
-               "times along the last axis and cut the result to the T tokens; (2) add an axis "
-               "of length 1, so that one token's scale divides all its d values; (3) divide x "
-               "by it, round the quotient with round_to_fp8, and multiply the rounded values "
-               "by the same per-token scale; (4) return float32.")
-HADAMARD_STEPS = ("Step by step: (1) start from the 1 x 1 matrix [[1.0]]; (2) while it is "
-                  "smaller than d x d, replace H by the block matrix with H in the top-left, "
-                  "top-right and bottom-left blocks and -H in the bottom-right one (np.block); "
-                  "(3) divide the d x d result by the square root of d, so that every row has "
-                  "length 1.")
-ROTATE_STEPS = ("Step by step: (1) d is the last axis of q and of k; (2) the rotation mixes the "
-                "d coordinates of each token: a matrix product with h on the right, over d; "
-                "(3) do it to q and to k with the same h; (4) return the two as a tuple, q's "
-                "first.")
-FORWARD_STEPS = ("Step by step: (1) only when use_hadamard is True: build the d x d matrix "
-                 "with your hadamard_matrix (d is q.shape[-1]) and rotate q and k with your "
-                 "rotate_qk; v is never rotated; (2) then, for each of q, k and v: its scales "
-                 "with your block_scales, and its round trip with your fake_quantize_blocks "
-                 "and those scales; (3) hand the three quantized arrays, in the order q, k, v, "
-                 "to forward_dequantized and return its output.")
-
-
-def _level2(diagnoses, text):
-    """The diagnoses with `text` as their second, more explicit level where they have none."""
-    return [d if len(d) > 2 else (*d, text) for d in diagnoses]
-
 
 def _same(yours, want, rtol=1e-6) -> bool:
     try:
@@ -111,6 +77,9 @@ HINT_DROPPED = ("The last, shorter block is missing: T = {t} tokens in blocks of
 HINT_EDGE = ("Each block's max takes one token too few or too many at its edge: block b holds "
              "the tokens b * block to (b + 1) * block - 1, which is the slice "
              "x[..., b * block:(b + 1) * block, :] (Python's end is exclusive: no - 1, no + 1).")
+HINT_EXTRA_BLOCK = ("One block too many: the max of an empty block failed. T // block + 1 blocks "
+                    "is right only when block does not divide T; when it does (T = 64 in "
+                    "blocks of 64) the last of them is empty. The count is ceil(T / block).")
 HINT_E5M2 = ("You divided by 57344, e5m2's largest value: the lab quantizes to e4m3, whose "
              "largest value is 448.")
 
@@ -151,6 +120,20 @@ def _scales_mistake(x, block, mistake):
     raise ValueError(mistake)
 
 
+SCALES_STEPS = ("Step by step: (1) the number of blocks is T / block rounded up (math.ceil, or "
+                "minus the floor division of -T); (2) block b's tokens are those from b * block "
+                "up to, not including, (b + 1) * block (a slice stops at T by itself, so the "
+                "last block is shorter); (3) take np.abs of that slice and its max over the "
+                "tokens and d together (axis=(-2, -1)), which keeps the leading axes; (4) "
+                "stack the block maxima along a new last axis, divide by 448 and return "
+                "float32.")
+
+
+def _level2(mistakes, steps):
+    """The (mistake, (hint,)) pairs with `steps` as each hint's second, more explicit level."""
+    return [(m, (h[0], steps)) for m, h in mistakes]
+
+
 def _edge_inputs(seed, shape, block):
     """Inputs whose largest |x| in each block sits on the block's last token (even blocks) or
     its first (odd blocks), so that a slice one token short at either end changes a scale."""
@@ -173,13 +156,16 @@ def _scales_case(name, seed, shape, block, edges=False):
                 ("dropped", (HINT_DROPPED.format(t=t, b=block, n=n),)),
                 ("e5m2", (HINT_E5M2,)), ("edge last", (HINT_EDGE,)),
                 ("edge first", (HINT_EDGE,)), ("edge next", (HINT_EDGE,))]
-    diagnoses = mistake_diagnoses(lambda m: _scales_mistake(x, block, m), mistakes, _same)
+    diagnoses = mistake_diagnoses(lambda m: _scales_mistake(x, block, m),
+                                  _level2(mistakes, SCALES_STEPS), _same)
     want = _scales_mistake(x, block, None)
 
     def run(fn):
         return real_array(fn(x.copy(), block)), want
-    return Case(name, run, HINT_SCALES, _level2(diagnoses, SCALES_STEPS), rtol=1e-6, atol=0.0,
-                hint2=SCALES_STEPS)
+    empty = [((lambda exc: isinstance(exc, ValueError) and "zero-size array" in str(exc)),
+              HINT_EXTRA_BLOCK, SCALES_STEPS)]
+    return Case(name, run, HINT_SCALES, diagnoses, rtol=1e-6, atol=0.0, hint2=SCALES_STEPS,
+                error_diagnoses=empty)
 
 
 SCALE_CASES = [("2 heads, T = 70 in blocks of 16 (a ragged last block of 6), d = 8", 1,
@@ -216,6 +202,14 @@ HINT_TILED = ("Tokens got the wrong block's scale: np.tile repeats the whole lis
               "(s0 s0 ... s1 s1 ...): np.repeat(s, block, axis=-1).")
 
 
+ROUND_STEPS = ("Step by step: (1) give every token its block's scale: repeat each scale `block` "
+               "times along the last axis (np.repeat: s0 s0 ... s1 s1 ..., not np.tile) and "
+               "keep the first T; (2) add a last axis of length 1, so that a token's scale "
+               "divides all d of its values; (3) divide x by those scales (float32 divided by "
+               "float32) and round the quotient with round_to_fp8; (4) multiply the rounded "
+               "values by the same scales, once, and return float32.")
+
+
 def _expand(s, block, t):
     return np.repeat(np.asarray(s, np.float32), block, axis=-1)[..., :t, None]
 
@@ -238,7 +232,8 @@ def _round_case(name, seed, shape, block):
     mistakes = [("tiled", (HINT_TILED,)), ("twice", (HINT_TWICE,)),
                 ("not back", (HINT_NOT_BACK,)), ("multiplied", (HINT_MULTIPLIED,)),
                 ("not rounded", (HINT_NOT_ROUNDED,))]
-    diagnoses = mistake_diagnoses(lambda m: _round_mistake(x, s, block, m), mistakes,
+    diagnoses = mistake_diagnoses(lambda m: _round_mistake(x, s, block, m),
+                                  _level2(mistakes, ROUND_STEPS),
                                   lambda a, b: _same(a, b, 1e-5))
     want = _round_mistake(x, s, block, None)
 
@@ -246,8 +241,7 @@ def _round_case(name, seed, shape, block):
         return real_array(fn(x.copy(), s.copy(), block)), want
     # float32 x / s may round to the other e4m3 neighbour at a tie if computed in float64:
     # rtol 1e-5 keeps float32 noise, a tie flip (2^-3) is a failure
-    return Case(name, run, HINT_ROUND, _level2(diagnoses, ROUND_STEPS), rtol=1e-5, atol=0.0,
-                hint2=ROUND_STEPS)
+    return Case(name, run, HINT_ROUND, diagnoses, rtol=1e-5, atol=0.0, hint2=ROUND_STEPS)
 
 
 ROUND_CASES = [("2 heads, T = 70, blocks of 16, d = 8", 11, (2, 70, 8), 16),
@@ -274,6 +268,14 @@ HINT_ORDER = ("Your matrix is orthogonal but not Sylvester's: the doubling step 
               "[[H, H], [H, -H]] (the minus sign in the bottom-right block).")
 
 
+HADAMARD_STEPS = ("Step by step: (1) start from the 1 x 1 matrix of one 1.0; (2) while it has "
+                  "fewer than d rows, replace it by the 2 x 2 arrangement of itself (np.block) "
+                  "whose top-left, top-right and bottom-left blocks are the matrix and whose "
+                  "bottom-right block is its negative; (3) after the loop divide every entry "
+                  "by the square root of d (not by d). For d = 1 the loop never runs and the "
+                  "result is [[1.0]].")
+
+
 def _hadamard_mistake(d, mistake):
     h = course_hadamard(d)
     if mistake is None:
@@ -293,13 +295,14 @@ def _hadamard_mistake(d, mistake):
 def _hadamard_case(d):
     mistakes = [("unnormalised", (HINT_UNNORMALISED,)), ("by d", (HINT_BY_D,)),
                 ("order", (HINT_ORDER,))]
-    diagnoses = mistake_diagnoses(lambda m: _hadamard_mistake(d, m), mistakes,
+    diagnoses = mistake_diagnoses(lambda m: _hadamard_mistake(d, m),
+                                  _level2(mistakes, HADAMARD_STEPS),
                                   lambda a, b: _same(a, b, 1e-9))
 
     def run(fn):
         return real_array(fn(d)), _hadamard_mistake(d, None)
-    return Case(f"d = {d}", run, HINT_HADAMARD, _level2(diagnoses, HADAMARD_STEPS),
-                rtol=1e-12, atol=1e-14, hint2=HADAMARD_STEPS)
+    return Case(f"d = {d}", run, HINT_HADAMARD, diagnoses, rtol=1e-12, atol=1e-14,
+                hint2=HADAMARD_STEPS)
 
 
 def check_hadamard(hadamard_matrix, *, verbose: bool = True, hint_level: int = 1) -> Result:
@@ -323,6 +326,13 @@ HINT_TOKEN_AXIS = ("You rotated along the tokens (h @ x): the rotation mixes the
                    "of each token, x @ h.")
 
 
+ROTATE_STEPS = ("Step by step: (1) d is the last axis of q and of k, so each is multiplied by h "
+                "on the right, with the @ operator, which keeps every leading axis (heads, "
+                "tokens) as it is; (2) use h as it is given, not h.T: the checker also passes "
+                "an orthogonal h that is not symmetric; (3) return the two products as a "
+                "pair, the rotated q first.")
+
+
 def _rotate_case(name, seed, tq, tk, d, general=False):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((2, tq, d))
@@ -342,7 +352,7 @@ def _rotate_case(name, seed, tq, tk, d, general=False):
         a = plain(a)
         return isinstance(a, tuple) and len(a) == 2 and all(_same(x, y, 1e-9)
                                                             for x, y in zip(a, b))
-    diagnoses = mistake_diagnoses(lambda m: replay[m], mistakes, close)
+    diagnoses = mistake_diagnoses(lambda m: replay[m], _level2(mistakes, ROTATE_STEPS), close)
 
     def run(fn):
         out = fn(q.copy(), k.copy(), h.copy())
@@ -351,8 +361,8 @@ def _rotate_case(name, seed, tq, tk, d, general=False):
         if isinstance(out, tuple):
             out = tuple(real_array(o) for o in out)
         return out, replay[None]
-    return Case(name, run, HINT_ROTATE, _level2(diagnoses, ROTATE_STEPS), rtol=1e-10,
-                atol=1e-12, names=("q", "k"), hint2=ROTATE_STEPS)
+    return Case(name, run, HINT_ROTATE, diagnoses, rtol=1e-10, atol=1e-12, names=("q", "k"),
+                hint2=ROTATE_STEPS)
 
 
 def check_rotate_qk(rotate_qk, *, verbose: bool = True, hint_level: int = 1) -> Result:
@@ -392,6 +402,14 @@ HINT_FWD_TENSOR = ("Your output matches one scale per head (the whole tensor), n
                    "of `block` tokens.")
 
 
+FORWARD_STEPS = ("Step by step: (1) only when use_hadamard is True: h is your hadamard_matrix "
+                 "of q's last size, and q and k are replaced by what your rotate_qk returns "
+                 "for them (v is never rotated); (2) then each of q, k and v in turn: its "
+                 "scales from block_scales(x, block), and x replaced by "
+                 "fake_quantize_blocks(x, those scales, block); (3) return what "
+                 "forward_dequantized gives for the three quantized arrays.")
+
+
 def _forward_mistake(q, k, v, block, use_h, mistake):
     d = q.shape[-1]
     h = course_hadamard(d)
@@ -421,7 +439,8 @@ def _forward_case(name, seed, tq, tk, d, block, use_h):
                     ("no rotation", (HINT_FWD_NO_ROT,))] + mistakes
     want = _forward_mistake(q, k, v, block, use_h, None)
     diagnoses = mistake_diagnoses(lambda m: _forward_mistake(q, k, v, block, use_h, m),
-                                  mistakes, lambda a, b: _same(a, b, 1e-3), right=want)
+                                  _level2(mistakes, FORWARD_STEPS),
+                                  lambda a, b: _same(a, b, 1e-3), right=want)
 
     def run(fn):
         return real_array(fn(q.copy(), k.copy(), v.copy(), block, use_h)), want
@@ -430,8 +449,8 @@ def _forward_case(name, seed, tq, tk, d, block, use_h):
     errors = [((lambda exc: isinstance(exc, TypeError) and "must share one dtype" in str(exc)
                 and "q float64, k float64, v float32" in str(exc)),
                HINT_FWD_ROTATE_AFTER_DTYPE, FORWARD_STEPS)] if use_h else []
-    return Case(name, run, HINT_FORWARD, _level2(diagnoses, FORWARD_STEPS), rtol=1e-3,
-                atol=1e-4, time_limit_s=60.0, error_diagnoses=errors, hint2=FORWARD_STEPS)
+    return Case(name, run, HINT_FORWARD, diagnoses, rtol=1e-3, atol=1e-4, time_limit_s=60.0,
+                error_diagnoses=errors, hint2=FORWARD_STEPS)
 
 
 def check_fp8_forward(fp8_forward, *, verbose: bool = True, hint_level: int = 1) -> Result:

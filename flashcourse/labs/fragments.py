@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cuda.ptx import mma
-from ._harness import Case, Result, run_checks
+from ._harness import Case, Result, ResultKindError, run_checks
 
 HINT_GENERIC = ("Start from the two lane coordinates: g = lane // 4 (the groupID, 0..7) "
                 "and t = lane % 4 (the thread in the group, 0..3). Rows come from g, "
@@ -24,6 +24,11 @@ HINT_PLUS8 = ("Accumulators c2 and c3 sit 8 rows below c0 and c1: row = g for i 
 HINT_COL = ("Each lane holds two neighbouring columns: col = 2 t + (i % 2), so "
             "lanes t = 0..3 cover columns 0..7.")
 HINT_RANGE = "Return a (row, col) pair with 0 <= row < 16 and 0 <= col < 8."
+HINT_WHOLE = ("A row and a column are whole numbers: lane / 4 is a fraction (0.25 for lane "
+              "1); the groupID is the floor division lane // 4.")
+HINT_COL_I = ("Your columns reach 2 t + 3: i runs over 0..3, but c0, c1 are two neighbouring "
+              "columns and c2, c3 the same two columns 8 rows below, so the column takes "
+              "only i % 2: col = 2 t + (i % 2).")
 HINT_I_ROLES = ("The two halves of i have swapped roles: c0, c1 are neighbours in one row "
                 "(columns 2 t and 2 t + 1) and c2, c3 the same columns 8 rows below, so "
                 "the column takes i % 2 and the row i // 2: row = g + 8 (i // 2).")
@@ -45,6 +50,9 @@ def _table(fn) -> np.ndarray:
             if rc is None:
                 raise NotImplementedError("c_map returns None")
             row, col = rc
+            if any(float(x) != int(x) for x in (row, col)):
+                raise ResultKindError(f"c_map({lane}, {i}) returned ({row!r}, {col!r}): not "
+                                      "whole numbers", HINT_WHOLE)
             out[lane, i] = (int(row), int(col))
     return out
 
@@ -81,6 +89,13 @@ def _a_map(yours, expected):
 def _wrong_col(yours, expected):
     y, e = np.asarray(yours), np.asarray(expected)
     return np.array_equal(y[..., 0], e[..., 0]) and not np.array_equal(y[..., 1], e[..., 1])
+
+
+def _col_plus_i(yours, expected):
+    """Rows right, col = 2 t + i (i, not i % 2): columns up to 9."""
+    y, e = np.asarray(yours), np.asarray(expected)
+    lane, i = np.meshgrid(np.arange(mma.WARP), np.arange(4), indexing="ij")
+    return np.array_equal(y[..., 0], e[..., 0]) and np.array_equal(y[..., 1], 2 * (lane % 4) + i)
 
 
 def _i_roles(yours, expected):
@@ -126,7 +141,7 @@ def check_c_map(fn, *, verbose: bool = True) -> Result:
     cases = [
         Case("every (lane, i) against the PTX ISA map", lambda f: (_table(f), _expected()),
              HINT_GENERIC,
-             [(_g_t, HINT_G_T), (_a_map, HINT_A_MAP),
+             [(_g_t, HINT_G_T), (_a_map, HINT_A_MAP), (_col_plus_i, HINT_COL_I),
               (lambda y, e: _out_of_range(y, e), HINT_RANGE),
               (_i_roles, HINT_I_ROLES),
               (_missing_plus8, HINT_PLUS8), (_wrong_col, HINT_COL), (_swapped, HINT_SWAPPED)],

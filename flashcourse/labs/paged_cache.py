@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import paged_cache as pc
-from ._harness import Case, Result, ResultKindError, run_checks
+from ._harness import (HINT_PRECISION, HINT_PRECISION_2, Case, Result, ResultKindError,
+                       run_checks)
 
 # -- part 1: the address -----------------------------------------------------------------
 
@@ -121,7 +122,7 @@ def _as_address(y, t):
             isinstance(x, (bool, np.bool_, float, np.floating)) or not isinstance(
                 x, (int, np.integer)) for x in y):
         raise ResultKindError(f"my_token_address(..., t = {t}, ...) returned {y!r}, not two "
-                              f"ints (page, slot)", HINT_INTS[0])
+                              f"ints (page, slot)", HINT_INTS)
     return int(y[0]), int(y[1])
 
 
@@ -657,8 +658,10 @@ HINT_ATT_EMPTY_PAGE = (
     "seq_len - i x page_size keys; a sequence of one token has one).",
     "Walk i over range(ceil(seq_len / page_size)); the key count of page i is "
     "min(page_size, seq_len - i x page_size), at least 1.")
-HINT_ATT_SCALE = ("The scores are not scaled: s = scale x (q . k).",
-                  "Multiply the dot products by scale before the softmax.")
+HINT_ATT_SCALE = ("The scores are not scaled by the argument scale (it is left out, or 1 / "
+                  "sqrt(d) stands in its place): s = scale x (q . k).",
+                  "Multiply the dot products by the scale you are given before the softmax: "
+                  "a model may pass another one than 1 / sqrt(d), and this check does.")
 HINT_ATT_M_ZERO = (
     "Your running max starts at 0 instead of -inf. That is exact while some score is near "
     "0, but here every score of a row is far below 0 (-3200 or less): exp(s - 0) underflows "
@@ -693,7 +696,8 @@ def _attention_mistake(q, kp, vp, table, lens, scale, mistake):
             row = {"row 0": 0, "next row": (b + 1) % b_}.get(mistake, b)
             page = i if mistake == "pool order" else table[row, i]
             k, v = kp[page, :, :cnt], vp[page, :, :cnt]                 # (H, cnt, d)
-            s = (1.0 if mistake == "no scale" else scale) * np.einsum("hd,hkd->hk", q[b], k)
+            s = {"no scale": 1.0, "sqrt d": d ** -0.5}.get(mistake, scale) * np.einsum(
+                "hd,hkd->hk", q[b], k)
             m_new = np.maximum(m, s.max(axis=1))
             alpha = np.ones(h_) if mistake == "no rescale" else np.exp(m - m_new)
             p = np.exp(s - m_new[:, None])
@@ -708,15 +712,17 @@ def _attention_mistake(q, kp, vp, table, lens, scale, mistake):
 #: (name, page_size, H, d, lengths, spread of q and k; a negative spread: q . k < 0 for
 #: every key, |s| >= spread^2 d scale: exp(s) underflows unless the max is subtracted)
 ATTENTION_CASES = [
-    ("page 16, H = 2, d = 8, lengths 37, 16, 1, 50", 16, 2, 8, [37, 16, 1, 50], 1.0),
-    ("page 32, H = 1, d = 5, lengths 70, 33 (odd d, ragged pages)", 32, 1, 5, [70, 33], 1.0),
+    ("page 16, H = 2, d = 8, lengths 37, 16, 1, 50, scale 0.7 / sqrt(d)", 16, 2, 8,
+     [37, 16, 1, 50], 1.0, 0.7),
+    ("page 32, H = 1, d = 5, lengths 70, 33 (odd d, ragged pages), scale 0.7 / sqrt(d)", 32, 1,
+     5, [70, 33], 1.0, 0.7),
     ("large scores (|s| ~ 1e3), page 16, lengths 40, 9", 16, 2, 4, [40, 9], 20.0),
     ("every score far below 0 (-3200 or less), page 16, lengths 21, 5", 16, 2, 4,
      [21, 5], -40.0),
 ]
 
 
-def _attention_case(name, ps, h, d, lens, spread):
+def _attention_case(name, ps, h, d, lens, spread, factor=1.0):
     rng = np.random.default_rng(ps + d)
     widths = [pc.pages_for(n, ps) for n in lens]
     num_pages = sum(widths) + 2
@@ -736,16 +742,16 @@ def _attention_case(name, ps, h, d, lens, spread):
         kp = -spread * (1.0 + np.abs(kp / spread))
         q = spread * (1.0 + np.abs(q / spread))
     lens = np.array(lens, np.int32)
-    scale = 1 / np.sqrt(d)
+    scale = factor / np.sqrt(d)
     want = pc.paged_reference(q[:, :, None], kp, vp, table, lens, scale=scale)[0][:, :, 0]
 
     def run(fn):
         out = fn(q.copy(), kp.copy(), vp.copy(), table.copy(), lens.copy(), scale)
         return (None if out is None else np.asarray(out, dtype=np.float64)), want
 
-    def close(a, b):
-        return a is not None and a.shape == b.shape and np.allclose(a, b, rtol=1e-9,
-                                                                    atol=1e-11)
+    def same(a, b):            # a mistake's output, NaN where it divides 0 by 0
+        return a is not None and a.shape == b.shape and np.allclose(
+            a, b, rtol=1e-9, atol=1e-11, equal_nan=True)
 
     def compare(yours, expected):
         if yours is None:
@@ -754,13 +760,9 @@ def _attention_case(name, ps, h, d, lens, spread):
             return False, f"shape {yours.shape}, expected {expected.shape}"
         if not np.isfinite(yours).all():
             return False, "your result holds inf or NaN"
-        if close(yours, expected):
+        if same(yours, expected):          # finite here: NaN is not equal to anything
             return True, ""
         return False, f"largest difference {np.abs(yours - expected).max():.3g}"
-
-    def same(a, b):            # a mistake's output, NaN where it divides 0 by 0
-        return a is not None and a.shape == b.shape and np.allclose(
-            a, b, rtol=1e-9, atol=1e-11, equal_nan=True)
 
     # the replayed mistakes first: a page count rounded down gives NaN (0 / 0), not overflow
     diagnoses = []
@@ -769,22 +771,20 @@ def _attention_case(name, ps, h, d, lens, spread):
                               ("no rescale", HINT_ATT_RESCALE),
                               ("no rescale acc", HINT_ATT_RESCALE_ACC),
                               ("no rescale l", HINT_ATT_RESCALE_L),
-                              ("no scale", HINT_ATT_SCALE), ("floor", HINT_ATT_FLOOR),
-                              ("pool order", HINT_ATT_POOL_ORDER),
+                              ("no scale", HINT_ATT_SCALE), ("sqrt d", HINT_ATT_SCALE),
+                              ("floor", HINT_ATT_FLOOR), ("pool order", HINT_ATT_POOL_ORDER),
                               ("row 0", HINT_ATT_OTHER_ROW), ("next row", HINT_ATT_OTHER_ROW),
                               ("last key dropped", HINT_ATT_LAST_KEY),
                               ("m from 0", HINT_ATT_M_ZERO)):
             wrong = _attention_mistake(q, kp, vp, table, lens, scale, mistake)
             if not same(wrong, want):
                 diagnoses.append(((lambda y, e, w=wrong: same(y, w)), *hint))
-    diagnoses.append(((lambda y, e: y is not None and not np.isfinite(y).all()),
-                      *HINT_ATT_OVERFLOW))
+    diagnoses += [((lambda y, e: y is not None and not np.isfinite(y).all()), *HINT_ATT_OVERFLOW),
+                  ((lambda y, e: y is not None and y.shape == e.shape and np.allclose(  # float32
+                      y, e, rtol=1e-5, atol=1e-6)), HINT_PRECISION, HINT_PRECISION_2)]
     return Case(name, run, HINT_ATTENTION[0], diagnoses, hint2=HINT_ATTENTION[1],
-                compare=compare, error_diagnoses=[(_empty_reduction, *HINT_ATT_EMPTY_PAGE)])
-
-
-def _empty_reduction(exc) -> bool:      # numpy's error for the max of an empty page
-    return isinstance(exc, ValueError) and "zero-size array to reduction" in str(exc)
+                compare=compare, error_diagnoses=[(lambda exc: isinstance(exc, ValueError) and
+                    "zero-size array to reduction" in str(exc), *HINT_ATT_EMPTY_PAGE)])
 
 
 def check_paged_attention(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:

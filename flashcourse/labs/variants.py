@@ -88,6 +88,12 @@ HINT_DOCUMENT_CAUSAL = (
     "attention inside each document is the document mask combined with the causal one "
     "(mods.and_masks), done later.",
     "Drop the comparison of q_idx with kv_idx.")
+HINT_MASK_BOOL = (
+    "Your mask function returns numbers (the line above names their type), not True or "
+    "False. A mask only says whether a pair is visible; it is not a weight (a score_mod "
+    "changes scores). Return the comparisons themselves, combined with & and |.",
+    "Leave out astype(int), int(...), * 1 or a multiplication of two conditions: "
+    "(a >= 0) & (a <= w) is already an array of booleans.")
 HINT_NOT_FUNCTION = (
     "Return the mask function itself (a def or lambda taking b, h, q_idx, kv_idx), not "
     "its value or a tuple.",
@@ -110,7 +116,7 @@ def _full_mask(mask_mod, tq, tk):
     """(Tq, Tk) bool: mask_mod on every pair, through the course's tile evaluation."""
     if not callable(mask_mod) or isinstance(mask_mod, type):
         raise ResultKindError(f"expected a mask function, got {type(mask_mod).__name__}",
-                              HINT_NOT_FUNCTION[0])
+                              HINT_NOT_FUNCTION)
     return np.array(mask_tile(mask_mod, 0, 0, np.arange(tq), np.arange(tk)))
 
 
@@ -123,8 +129,10 @@ def _mask_case(name, make, args, tq, tk, right, mistakes, hint):
     diagnoses = [(lambda y, e, w=w: np.array_equal(y, w), *h) for w, h in
                  ((_full_mask(m, tq, tk), h) for m, h in mistakes)
                  if not np.array_equal(w, want)]
+    numbers = [((lambda exc: isinstance(exc, TypeError)
+                 and "mask_mod must return a bool" in str(exc)), *HINT_MASK_BOOL)]
     return Case(f"{name}: {args}", run, hint[0], diagnoses, hint2=hint[1],
-                compare=_mask_compare)
+                compare=_mask_compare, error_diagnoses=numbers)
 
 
 def _window_by_distance(window, tq, tk, low, high, off=None):
@@ -265,7 +273,7 @@ def _pair_of(out):
         out = tuple(out)
     if not (isinstance(out, tuple) and len(out) == 2 and all(callable(f) for f in out)):
         raise ResultKindError(f"softcap(cap) returned {type(out).__name__}, not a pair of "
-                              "functions", HINT_PAIR[0])
+                              "functions", HINT_PAIR)
     return out
 
 
@@ -461,14 +469,14 @@ def _ints(x, what, shape):
     try:
         a = np.asarray(x)
     except Exception:
-        raise ResultKindError(f"{what} is not an array", HINT_LAYOUT[0]) from None
+        raise ResultKindError(f"{what} is not an array", HINT_LAYOUT) from None
     if a.shape != shape:
-        raise ResultKindError(f"{what} has shape {a.shape}, expected {shape}", HINT_LAYOUT[0])
+        raise ResultKindError(f"{what} has shape {a.shape}, expected {shape}", HINT_LAYOUT)
     if a.dtype.kind == "f" and np.all(a == np.round(a)):
         a = a.astype(np.int64)
     if a.dtype.kind not in "iu":
         raise ResultKindError(f"{what} has dtype {a.dtype}, expected whole numbers",
-                              HINT_LAYOUT[0])
+                              HINT_LAYOUT)
     return a.astype(np.int64)
 
 
@@ -482,7 +490,7 @@ def block_states(out, t_query, t_key, block_q, block_k) -> np.ndarray:
     if not (isinstance(out, tuple) and len(out) == 4):
         raise ResultKindError(f"expected four arrays, got {type(out).__name__}"
                               + (f" of {len(out)}" if isinstance(out, tuple) else ""),
-                              HINT_LAYOUT[0])
+                              HINT_LAYOUT)
     names = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
     shapes = ((tr,), (tr, tc), (tr,), (tr, tc))
     num_p, idx_p, num_f, idx_f = (_ints(x, n, s) for x, n, s in zip(out, names, shapes))
@@ -492,17 +500,17 @@ def block_states(out, t_query, t_key, block_q, block_k) -> np.ndarray:
             n = int(num[i])
             if not 0 <= n <= tc:
                 raise ResultKindError(f"{name}_num_blocks[{i}] = {n}, not in 0 .. {tc}",
-                                      HINT_LAYOUT[0])
+                                      HINT_LAYOUT)
             for j in idx[i, :n]:
                 if not 0 <= j < tc:
                     raise ResultKindError(f"{name}_indices[{i}] lists key block {int(j)}, "
-                                          f"not in 0 .. {tc - 1}", HINT_LAYOUT[0])
+                                          f"not in 0 .. {tc - 1}", HINT_LAYOUT)
                 if states[i, j] == state:
                     raise ResultKindError(f"query block {i} lists key block {int(j)} twice "
-                                          f"in {name}_indices[{i}, :{n}]", HINT_INDEX_SLOT[0])
+                                          f"in {name}_indices[{i}, :{n}]", HINT_INDEX_SLOT)
                 if states[i, j] != EMPTY:
                     raise ResultKindError(f"query block {i} lists key block {int(j)} in both "
-                                          "lists", HINT_BOTH_LISTS[0])
+                                          "lists", HINT_BOTH_LISTS)
                 states[i, j] = state
     return states
 

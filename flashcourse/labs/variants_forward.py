@@ -57,6 +57,22 @@ HINT_FWD_FULL_ONLY = (
     "ones both hold visible pairs.",
     "Loop over full_kv_indices[i, :full_kv_num_blocks[i]] and kv_indices[i, "
     ":kv_num_blocks[i]].")
+HINT_FWD_NOTHING = (
+    "Every row of yours came out as a row that sees no key (o = 0, lse = -inf), though "
+    "most rows see keys. Either no key block was visited (here every visible tile is "
+    "partial, listed in kv_indices: a loop over the full list alone visits nothing), or "
+    "your l became NaN, and NaN > 0 is False. A NaN comes from inf * 0: alpha = "
+    "exp(m_old - m_new) is 0 on a row's first tile (m_old = -inf), while its inverse "
+    "exp(m_new - m_old) is inf there.",
+    "Print l after the first tile of one query block: it must be the row sums of P, above 0 "
+    "in every row that sees a key. Then check that the loop visits both lists.")
+HINT_FWD_RAGGED = (
+    "Two arrays of one tile have different sizes (the error above names the shapes): "
+    "the last key block (or query block) is shorter when T is not a multiple of the "
+    "block. Its end is min((j + 1) block_k, Tk), and the key positions, the rows of K and "
+    "V and the scores must all stop there.",
+    "Compute k0 and k1 once per tile, with k1 clipped to Tk, and take the positions "
+    "(np.arange(k0, k1)) and the slices of K and V from those two numbers.")
 HINT_FWD_RESCALE = (
     "Missing rescale: when a tile raises a row's running max, the sum l and the accumulator "
     "acc were measured against the OLD max and must both be multiplied by exp(m_old - "
@@ -233,6 +249,11 @@ def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread, big=None):
                               np.isnan(y[0]).any() or np.isposinf(y[0]).any()
                               or np.isnan(y[1]).any() or np.isposinf(y[1]).any()),
                           *HINT_FWD_OVERFLOW))
+    def nothing(y, e):          # no row saw a key: nothing visited, or l NaN (NaN > 0)
+        return (isinstance(y, tuple) and len(y) == 4 and y[0].shape == want[0].shape
+                and y[1].shape == want[1].shape and bool(np.isneginf(y[1]).all())
+                and bool((y[0] == 0).all()) and not bool(np.isneginf(want[1]).all()))
+    diagnoses.append((nothing, *HINT_FWD_NOTHING))
     replays = [(mistake, "partial_first", hint) for mistake, hint in FORWARD_MISTAKES]
     replays += [(mistake, order, hint) for mistake, hint in RESCALE_MISTAKES
                 for order in VISIT_ORDERS]
@@ -284,7 +305,10 @@ def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread, big=None):
             return False, f"score_mod was evaluated on {empty} pairs of empty tiles"
         return True, ""
 
-    return Case(name, run, HINT_FORWARD[0], diagnoses, hint2=HINT_FORWARD[1], compare=compare)
+    ragged = [((lambda exc: isinstance(exc, ValueError) and "could not be broadcast" in str(exc)),
+               *HINT_FWD_RAGGED)]
+    return Case(name, run, HINT_FORWARD[0], diagnoses, hint2=HINT_FORWARD[1], compare=compare,
+                error_diagnoses=ragged)
 
 
 def check_flex_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
