@@ -137,6 +137,24 @@ HINT_MASK_ZERO = (
     "-inf, whose exponential is exactly 0.",
     "Where the key position is past what the query sees, put -inf into S before the row "
     "max.")
+HINT_MASK_FINITE = (
+    "Hidden scores are set to a large negative number, not -inf: a row that sees keys does "
+    "not notice, but a row that sees NO key (causal, Tq > Tk) then has a finite max, each of "
+    "its hidden scores gets exp(0) = 1, and it comes out as a plain average of the values "
+    "instead of o = 0, lse = -inf. Hidden scores are -inf, whose exponential is exactly 0.",
+    "np.where(visible, s, -np.inf); the finite stand-in for a -inf max keeps exp defined.")
+HINT_MASK_P = (
+    "The mask is applied to P after the exponential, so the hidden scores still count in the "
+    "row max: a hidden score far above the visible ones (here by more than about 745) makes "
+    "exp(score - max) = 0 for every visible key, and the row comes out empty. Put -inf into "
+    "S before the row max, so that the max is taken over visible scores only.",
+    "Mask S (np.where(visible, s, -np.inf)) before s.max(axis=1), not P.")
+HINT_INIT_MAX = (
+    "Your running max starts at 0, not -inf: a row whose scores all lie far below 0 (here "
+    "about -1,500 and lower) keeps m = 0, every exp(score - 0) underflows to 0, and the row "
+    "comes out empty (o = 0, lse = -inf). The empty state is m = -inf, l = 0: the first "
+    "visible score then becomes the max.",
+    "Start m with np.full(rows, -np.inf) and keep the finite stand-in for the subtraction.")
 HINT_STANDIN_OLD = (
     "Your stand-in for a -inf max is tested on the old max m: on the first key tile m is "
     "-inf for every row, so every row subtracts 0 there instead of its new max, and l and "
@@ -295,7 +313,9 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
     mask only), 'k_end_no_offset' (k_end = q1), 'mask_zero' (hidden scores 0, not -inf),
     'standin_old' (the stand-in tested on the old max), 'rescale_after', '_l', '_acc' (alpha
     applied after the tile is added), 'block_max' (one max for the whole block, s.max()),
-    'k_end_first_row' (only the tiles the block's first row sees).
+    'k_end_first_row' (only the tiles the block's first row sees), 'mask_finite' (hidden
+    scores -1e9), 'mask_p' (the mask applied to P, the max over all scores), 'm_zero' (the
+    running max starts at 0).
     Returns (o, lse).
     """
     tq, d = q.shape
@@ -311,6 +331,7 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
         for q0 in range(0, tq // br * br if mistake == "q_ragged_drop" else tq, br):
             q1 = min(q0 + br, tq)
             m, l, acc = np.full(q1 - q0, -np.inf), np.zeros(q1 - q0), np.zeros((q1 - q0, d))
+            m = np.zeros_like(m) if mistake == "m_zero" else m
             k_end = max(0, min(tk, q1 + off)) if causal else tk
             if causal and mistake == "early_stop":
                 k_end = max(0, min(tk, q0 + off))
@@ -324,18 +345,20 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
                 k1 = min(k0 + bc, tk - 1 if mistake == "k_off_by_one" else tk)
                 if k1 <= k0 or (mistake == "k_ragged_drop" and k0 + bc > tk):
                     continue
-                s = scale * (q[q0:q1] @ k[k0:k1].T)
+                s, vis = scale * (q[q0:q1] @ k[k0:k1].T), None
                 if causal and mistake != "no_mask":
                     cols, rows = np.arange(k0, k1)[None, :], np.arange(q0, q1)[:, None]
                     vis = (cols < rows + off if mistake == "strict_mask"
                            else cols <= rows + mask_off)
-                    s = np.where(vis, s, 0.0 if mistake == "mask_zero" else -np.inf)
+                    fill = {"mask_zero": 0.0, "mask_finite": -1e9}.get(mistake, -np.inf)
+                    s = s if mistake == "mask_p" else np.where(vis, s, fill)
                 m_new = (s.max(axis=1) if mistake == "tile_max" else
                          np.maximum(m, s.max()) if mistake == "block_max" else
                          np.maximum(m, s.max(axis=1)))
                 m_use = (np.where(np.isneginf(m), 0.0, m_new) if mistake == "standin_old"
                          else _safe(m_new))
                 p = (np.exp2 if mistake == "p_exp2" else np.exp)(s - m_use[:, None])
+                p = np.where(vis, p, 0.0) if mistake == "mask_p" and vis is not None else p
                 alpha = np.ones_like(m) if mistake == "no_rescale" else np.exp(m - m_use)
                 a_l = 1.0 if mistake == "no_rescale_l" else alpha
                 a_acc = 1.0 if mistake == "no_rescale_acc" else alpha[:, None]
@@ -369,7 +392,12 @@ MISTAKES = [("no_rescale", HINT_RESCALE), ("no_rescale_l", HINT_RESCALE_L),
             # review round 16 a (m): each got HINT_FORWARD
             ("mask_zero", HINT_MASK_ZERO), ("standin_old", HINT_STANDIN_OLD),
             ("rescale_after", HINT_RESCALE_AFTER), ("rescale_after_l", HINT_RESCALE_AFTER),
-            ("rescale_after_acc", HINT_RESCALE_AFTER)]
+            ("rescale_after_acc", HINT_RESCALE_AFTER),
+            # round 18 (mutants): -1e9 for hidden scores got HINT_FORWARD (named by
+            # _empty_rows_filled, as its lse depends on the number chosen)
+            ("mask_finite", HINT_MASK_FINITE)]
+#: the mistakes that only _far_case's scores expose (round 18: both passed)
+FAR_MISTAKES = [("mask_p", HINT_MASK_P), ("m_zero", HINT_INIT_MAX)]
 
 
 def _close(a, b) -> bool:
@@ -409,11 +437,26 @@ def _nan_only_in_empty_rows(yours, expected) -> bool:
                 and not np.isnan(lse[~empty]).any())
 
 
+def _empty_rows_filled(yours, expected) -> bool:
+    """Rows that see no key came out with a finite lse, every other row right: hidden
+    scores set to a finite number (-1e9, -1e30...) instead of -inf (round 18)."""
+    if not (isinstance(yours, tuple) and len(yours) == 2):
+        return False
+    o, lse = (np.asarray(y, np.float64) for y in plain(yours))
+    want_o, want_lse = (np.asarray(x, np.float64) for x in expected)
+    empty = np.isneginf(want_lse)
+    if lse.shape != want_lse.shape or o.shape != want_o.shape or not empty.any():
+        return False
+    return bool(np.isfinite(lse[empty]).any()
+                and _close((o[~empty], lse[~empty]), (want_o[~empty], want_lse[~empty])))
+
+
 def _first(tq, tk, causal, spread) -> list:
     """NaN confined to the rows that see no key names the finalisation, other NaN the -inf
     guard; in the large-score case (every smaller case passed, the ragged blocks included)
     a row lost to overflow names the overflow, before any replay."""
-    found = [(_nan_only_in_empty_rows, *HINT_FINALISE_EMPTY), (_has_nan, *HINT_NEG_INF)]
+    found = [(_nan_only_in_empty_rows, *HINT_FINALISE_EMPTY), (_has_nan, *HINT_NEG_INF),
+             (_empty_rows_filled, *HINT_MASK_FINITE)]
     if spread > 1.0:
         found.insert(0, (_lost_rows, *HINT_OVERFLOW))
     return found
@@ -483,6 +526,37 @@ def _row_scale_case():
                 diagnoses, rtol=_RTOL, atol=_ATOL, hint2=HINT_FORWARD[1], names=("o", "lse"))
 
 
+#: the case on the visible scores: (Tq, Tk, d, Br, Bc), causal; the score of key j is about
+#: 1000 (j - 7.5) for every query, so every visible score lies below -1,500 and the hidden
+#: keys of a row score at least 1,000 above its visible ones
+FAR_SHAPE = (5, 7, 3, 2, 3)
+
+
+def _far_inputs():
+    tq, tk, d, _, _ = FAR_SHAPE
+    q, k, v = _inputs(58, tq, tk, d)
+    q[:, -1], k[:, -1] = 1.0, 1000.0 / SCALE * (np.arange(tk) - 7.5)
+    return q, k, v
+
+
+def _far_case():
+    """Scores far below 0, and hidden scores far above the visible ones (round 18: a
+    running max started at 0, and the mask applied to P after the exponential, passed)."""
+    tq, tk, d, br, bc = FAR_SHAPE
+    q, k, v = _far_inputs()
+    rest = (True, SCALE, br, bc)
+    want = reference.attention(q, k, v, causal=True, scale=SCALE)
+    diagnoses = mistake_diagnoses(lambda mistake: replay(q, k, v, *rest, mistake),
+                                  FAR_MISTAKES + MISTAKES, _close)
+
+    def run(fn):
+        return result_tuple(fn(q.copy(), k.copy(), v.copy(), *rest), 2), want
+
+    return Case(f"causal, every visible score below -1,500, hidden ones far above: Tq = {tq}, "
+                f"Tk = {tk}, Br = {br}, Bc = {bc}", run, HINT_FORWARD[0], diagnoses,
+                rtol=_RTOL, atol=_ATOL, hint2=HINT_FORWARD[1], names=("o", "lse"))
+
+
 def _held_case():
     tq, tk, d, br, bc = HELD_SHAPE
     return held_memory_case(
@@ -520,8 +594,9 @@ def _fewest_key_rows(tq, tk, br) -> int:
 
 
 def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
-    """Check `flash_forward(q, k, v, causal, scale, block_q, block_k)` on seven cases and one
-    whose rows differ in scale by thousands within a block; then the algorithm: the largest
+    """Check `flash_forward(q, k, v, causal, scale, block_q, block_k)` on seven cases, one
+    whose rows differ in scale by thousands within a block and one whose visible scores lie
+    far below 0 and far below the hidden ones; then the algorithm: the largest
     temporary it holds (no Br x Tk block), and that tiles the causal mask hides in full are
     never loaded (rows sliced from k, and NaN tiles)."""
     cases = tiled_cases(lambda n, tq, tk, d, causal, spread: _inputs(40 + n, tq, tk, d, spread),
@@ -529,8 +604,7 @@ def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
                         replay, MISTAKES, _close, HINT_FORWARD, scale=SCALE, rtol=_RTOL,
                         atol=_ATOL, parts=2, first=_first,
                         names=("o", "lse"), errors=_errors)
-    cases.append(_row_scale_case())
-    cases.append(_held_case())
+    cases += [_row_scale_case(), _far_case(), _held_case()]
     for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
         _, key_rows, _ = causal_block_sums(tq, tk, br, bc, True)   # over visible tiles
         cases.append(rows_loaded_case(f"causal skipping, {name}: key rows loaded through k[k0:k1]",
@@ -610,7 +684,7 @@ FA1_CASES = [
 #: the FA2 replays whose slip an FA1 loop can make in the same way (review round 14)
 FA1_REPLAYED = [(m, h) for m, h in MISTAKES if m in (
     "top_left", "offset_sign", "mask_offset_sign", "no_mask", "strict_mask", "lse_no_m",
-    "lse_base2", "lse_log2_l", "sqrt_scale", "no_scale")]
+    "lse_base2", "lse_log2_l", "sqrt_scale", "no_scale", "mask_finite")]
 #: skip tests that drop tiles a row of the block sees (the FA2 replay skips the same tiles;
 #: review round 17 a: each got HINT_FA1_MATH, which speaks of the normalisation)
 FA1_SKIP_REPLAYED = [(m, HINT_FA1_SKIP_VISIBLE)
@@ -621,8 +695,10 @@ def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Resul
     """Check `fa1_forward(q, k, v, causal, scale, block_q, block_k, counter)`: its result
     against dense attention, then its counted bytes against the FA1 model."""
     cases = []
-    for n, (name, tq, tk, d, br, bc, causal) in enumerate(FA1_CASES):
-        q, k, v = _inputs(70 + n, tq, tk, d)
+    far = ("FA1, causal, every visible score below -1,500, hidden ones far above",
+           *FAR_SHAPE[:3], *FAR_SHAPE[3:], True)
+    for n, (name, tq, tk, d, br, bc, causal) in enumerate(FA1_CASES + [far]):
+        q, k, v = _far_inputs() if n == len(FA1_CASES) else _inputs(70 + n, tq, tk, d)
         expected = reference.attention(q, k, v, causal=causal, scale=SCALE)
 
         def run(f, q=q, k=k, v=v, causal=causal, br=br, bc=bc, expected=expected):
@@ -634,8 +710,9 @@ def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Resul
         replayed = mistake_diagnoses(
             lambda mistake, q=q, k=k, v=v, causal=causal, br=br, bc=bc:
             replay(q, k, v, causal, SCALE, br, bc, mistake),
-            FA1_REPLAYED + (FA1_SKIP_REPLAYED if causal else []), _close)
-        first = [(_nan_only_in_empty_rows, *HINT_FA1_DIVIDE_EMPTY), (_has_nan, *HINT_NEG_INF)]
+            FAR_MISTAKES + FA1_REPLAYED + (FA1_SKIP_REPLAYED if causal else []), _close)
+        first = [(_nan_only_in_empty_rows, *HINT_FA1_DIVIDE_EMPTY), (_has_nan, *HINT_NEG_INF),
+                 (_empty_rows_filled, *HINT_MASK_FINITE)]
         cases.append(Case(f"{name}: result", run, HINT_FA1_MATH[0],
                           first + replayed, rtol=_RTOL, atol=_ATOL,
                           hint2=HINT_FA1_MATH[1], names=("o", "lse")))
