@@ -259,8 +259,11 @@ def test_stream_softmax_solution_passes_and_stub_is_reported(lab):
     # through the merge; rows then 0 or NaN) got HINT_SOFTMAX
     ("l_c = np.exp(part - np.where(np.isneginf(m_c), 0.0, m_c)[:, None]).sum(axis=1)",
      "l_c = np.exp(part - m_c[:, None]).sum(axis=1)", L1.HINT_STREAM_CHUNK_STANDIN),
+    # round 18 (mutants): the row state started at m = 0 passed (no row far below 0)
+    ("m, l = np.full(rows, -np.inf), np.zeros(rows)", "m, l = np.zeros(rows), np.zeros(rows)",
+     L1.HINT_STREAM_INIT),
 ], ids=["shift", "masked", "merge", "whole-x", "pass1-last-chunk", "pass2-last-chunk",
-        "chunk-standin"])
+        "chunk-standin", "state-from-zero"])
 def test_stream_softmax_mistakes_get_their_hint(lab, old, new, hint):
     fn = mutate(LAB, "stream_softmax", old, new)
     assert_hint(L1.check_stream_softmax, fn, hint, lab["merge_states"])

@@ -77,6 +77,10 @@ HINT_STREAM_CHUNK_STANDIN = ("A chunk whose every score is masked has max -inf, 
                              "exp(part - m_c) is then exp(-inf - (-inf)) = NaN, which spreads "
                              "through the merge into the row's l: such a chunk's statistics "
                              "need the finite stand-in too, so that they are (-inf, 0).")
+HINT_STREAM_INIT = ("Your row state starts at max 0, not -inf: a row whose scores all lie far "
+                    "below 0 (here about -1,000) keeps m = 0, every exp(score - 0) underflows "
+                    "to 0, its l is 0 and its probabilities come out 0. Start from the empty "
+                    "state (m, l) = (-inf, 0): the merge then takes the first chunk's max.")
 HINT_SOFTMAX_MASKED = ("A fully masked row must give probabilities 0 (not NaN): its l is 0.")
 HINT_SOFTMAX = ("Pass 1 folds each chunk's statistics into the row's state with your "
                 "merge_states; pass 2 turns every score into exp(score - m) / l.")
@@ -110,6 +114,7 @@ LEVEL2 = {
     HINT_STREAM_CHUNK_STANDIN: ("Subtract 0 in place of a chunk's max where that max is "
                                 "-inf, as online_update and merge_states do."),
     HINT_SOFTMAX_MASKED: "Divide only where l > 0; elsewhere the probabilities are 0.",
+    HINT_STREAM_INIT: "m = np.full(rows, -np.inf) and l = np.zeros(rows) before pass 1.",
     HINT_SOFTMAX: "Compare one row with flashcourse.reference.softmax_safe.",
     HINT_STREAM_CHUNKS: ("Loop over c0 in range(0, n, chunk) in pass 2 as well, and write each "
                          "chunk's probabilities into its columns of the output."),
@@ -562,7 +567,10 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
     cases = []
     for name, x, chunk in (("6 rows of 37 scores, chunks of 8", _stream_inputs(), 8),
                            ("large scores (|x| ~ 1e4), chunks of 5", big, 5),
-                           ("masked scores and a fully masked row, chunks of 4", masked, 4)):
+                           ("masked scores and a fully masked row, chunks of 4", masked, 4),
+                           # round 18 (mutants): a state started at m = 0 passed
+                           ("every score far below 0 (about -1,000), chunks of 8",
+                            _stream_inputs() - 1000.0, 8)):
         wrong = per_chunk(x, chunk)
         with np.errstate(all="ignore"):
             m_all, l_all = stats(x)
@@ -576,12 +584,20 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
             short_2[:, cut:] = 0.0
             chunk_nan = [w for w in no_chunk_standin(x, chunk)
                          if not np.allclose(w, expected(x), equal_nan=True)]
+            m0 = np.maximum(m_all, 0.0)                         # the state started at m = 0
+            l0 = np.exp(x - m0[:, None]).sum(axis=1)
+            from_zero = np.where(l0[:, None] > 0, np.exp(x - m0[:, None])
+                                 / np.where(l0 > 0, l0, 1.0)[:, None], 0.0)
 
         def run(fns, x=x, chunk=chunk):
             f, merge = fns
             return real_array(f(x.copy(), chunk, merge)), expected(x)
 
-        diagnoses = [((lambda y, e, w=wrong: np.allclose(y, w, equal_nan=True)),
+        # first: on the far-below case pass 2 without the max also gives 0 (exp(-1,000)),
+        # but that slip fails the first case already
+        diagnoses = [((lambda y, e, w=from_zero, x=x: not np.allclose(w, expected(x))
+                       and np.allclose(y, w, equal_nan=True)), HINT_STREAM_INIT),
+                     ((lambda y, e, w=wrong: np.allclose(y, w, equal_nan=True)),
                       HINT_SOFTMAX_SHIFT),
                      ((lambda y, e, w=unshifted: np.allclose(y, w, equal_nan=True)),
                       HINT_SOFTMAX_SHIFT),
