@@ -150,13 +150,15 @@ MASK_ON_P = {
         ("                s = np.where(cols <= rows + offset, s, -np.inf)\n            ### END",
          "                hide = cols > rows + offset\n            ### END"),
         ("p = np.exp(s - m_use[:, None])                      # (Br, Bc)",
-         "p = np.exp(s - m_use[:, None])\n            p = np.where(hide, 0.0, p) if causal else p")],
+         "p = np.exp(s - m_use[:, None])\n"
+         "            p = np.where(hide, 0.0, p) if causal else p")],
         L.HINT_MASK_P),
     "fa1_forward": ("fa1_forward", [
         ("                s = np.where(cols <= rows + offset, s, -np.inf)\n            m_t",
          "                hide = cols > rows + offset\n            m_t"),
         ("            l_t = p.sum(axis=1) ",
-         "            p = np.where(hide, 0.0, p) if causal else p\n            l_t = p.sum(axis=1) ")],
+         "            p = np.where(hide, 0.0, p) if causal else p\n"
+         "            l_t = p.sum(axis=1) ")],
         L.HINT_MASK_P)}
 test_mask_on_p_is_named = edits_mistakes_test(LAB, CHECKS, MASK_ON_P)
 test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)

@@ -54,7 +54,9 @@ from .cuda_puzzles_memory import (HINT_ATOMIC_GLOBAL, HINT_ATOMIC_SHARED,  # noq
                                   puzzle_histogram, puzzle_stage_reverse)
 from .cuda_puzzles_memory import HINTS as _MEMORY_HINTS
 from .cuda_puzzles_flash import (BC11, BR11, D11, HINT_FLASH, HINT_FLASH_DIVIDE,  # noqa: F401
-                                 HINT_FLASH_GLOBAL, HINT_FLASH_MASK, HINT_FLASH_OVERFLOW,
+                                 HINT_FLASH_GLOBAL, HINT_FLASH_INIT, HINT_FLASH_MASK,
+                                 HINT_FLASH_OVERFLOW, HINT_FLASH_UNLOADED, HINT_SM_INIT,
+                                 HINT_SM_UNWRITTEN,
                                  HINT_FLASH_RESCALE, HINT_FLASH_RESCALE_ACC,
                                  HINT_FLASH_RESCALE_L, HINT_FLASH_ROW, HINT_FLASH_SCALE,
                                  HINT_SM_LANES, HINT_SM_MERGE, HINT_SM_NAN, HINT_SM_RESCALE,
@@ -63,7 +65,8 @@ from .cuda_puzzles_flash import (BC11, BR11, D11, HINT_FLASH, HINT_FLASH_DIVIDE,
 from .cuda_puzzles_flash import HINTS as _FLASH_HINTS
 from .cuda_puzzles_matmul import (ACC7, B7, COLS7, HINT_K_TILES,  # noqa: F401
                                   HINT_MATMUL, HINT_MATMUL_GLOBAL, HINT_MICRO, HINT_MICRO_EDGE,
-                                  HINT_MICRO_REUSE, HINT_TILE_EDGE, HINT_TILE_TRANSPOSED, K7,
+                                  HINT_MICRO_REUSE, HINT_TILE_EDGE, HINT_TILE_STORE,
+                                  HINT_TILE_TRANSPOSED, K7,
                                   ROWS7, T6, TM7, TN7, _mm_budget, _mm_case, _mm_floor,
                                   _mm_reads, _mm_tiles_read_transposed, _mt_case, spec_matmul)
 
@@ -447,6 +450,8 @@ def _ladder() -> list[Puzzle]:
                 Rule(reads_at_most("b", _mm_budget, "one read per element of each tile"),
                      HINT_MATMUL_GLOBAL)],
                edge_hint=HINT_TILE_EDGE,
+               # round 18 (mutants): an unguarded store got the tile-load hint
+               error_hints=[(" is outside c of shape", HINT_TILE_STORE)],
                expected=lambda c: {"global read": _mm_reads(c),
                                    "global write": c.scalars["m"] * c.scalars["n"]}),
         Puzzle(7, "matmul_micro", "register micro-tiles: 2 x 2 outputs per thread",

@@ -43,6 +43,19 @@ HINT_SM_SHIFT = ("inf or NaN on a row of large values: exp(x) overflows float32 
                  "exp(x - m), never exp(x).")
 
 
+HINT_SM_UNWRITTEN = (
+    "Some elements of out were never written (NaN on the simulator): a row has cols "
+    "elements, and when cols > 32 each lane owns several of them, c = lane, lane + 32, ... "
+    "The last loop must write every element the lane owns, as the first loop reads them.",
+    "Write out[r, c] for the same c as the first loop visits, not only c = lane.")
+HINT_SM_INIT = (
+    "Your running max starts at 0, not -inf: on a row whose entries all lie far below 0 (here "
+    "about -1,000) it stays 0, every exp(x - 0) underflows to 0, l is 0 and out comes out "
+    "0 / 0 = NaN. A lane starts empty, m = -inf and l = 0: its first element then becomes "
+    "its max.",
+    "Start each lane with m = NEG_INF and l = F0; the finite stand-in keeps exp defined.")
+
+
 def spec_softmax(arrays, scalars):
     x = arrays["x"]
     m = x.max(axis=1, keepdims=True)
@@ -55,7 +68,7 @@ def _softmax_replay(x, mistake=None):
     out = np.zeros_like(x)
     with np.errstate(all="ignore"):
         for r in range(rows):
-            m, l = np.full(32, -np.inf), np.zeros(32)
+            m, l = np.full(32, 0.0 if mistake == "m_zero" else -np.inf), np.zeros(32)
             for lane in range(32):
                 for c in range(lane, cols, 32):
                     v = x[r, c]
@@ -87,15 +100,17 @@ def _softmax_replay(x, mistake=None):
     return out
 
 
-def _sm_case(name, seed, rows=3, cols=70):
+def _sm_case(name, seed, rows=3, cols=70, shift=0.0):
     """Row 0 grows (a new max inside every lane), row 1 is large (exp(x) would overflow),
-    row 2 is masked after 6 entries; with cols < 32 some lanes hold no element at all."""
+    row 2 is masked after 6 entries; with cols < 32 some lanes hold no element at all;
+    `shift` added to every entry (round 18: -1,000 shows a max started at 0)."""
     rng = _rng(seed)
     x = rng.standard_normal((rows, cols))
     x[1] *= 40.0
     x[1, 5] = 200.0
     x[2, 6:] = -np.inf
     x[0] = np.sort(x[0])
+    x += shift
     return PuzzleCase(name, {"x": x}, {"out": x.shape}, {"rows": rows, "cols": cols},
                       ("x", "out", "rows", "cols"), (rows,), (32,))
 
@@ -105,6 +120,12 @@ def _sm_nan(y, e):
     missing butterfly gives NaN there too, but a wrong plain row)."""
     return not y.error and bool(np.isnan(y.outputs["out"][2]).any()) and \
         np.allclose(y.outputs["out"][0], e["out"][0], rtol=1e-4, atol=1e-6)
+
+
+def _sm_unwritten(y, e):
+    """Elements of out that no thread wrote (round 18: they read as an overflow)."""
+    return not y.error and y.trace is not None and \
+        len(y.trace.written_by("out")) < np.size(e["out"])
 
 
 def _sm_overflow(y, e):
@@ -168,6 +189,20 @@ HINT_FLASH_GLOBAL = ("Right values, but the kernel reads K or V from global memo
                      "Global reads of k: one per element of each tile, by the whole block.")
 
 
+HINT_FLASH_INIT = (
+    "Your running max starts at 0, not -inf: when every score of a row lies far below 0 "
+    "(here about -1,000 and lower) it stays 0, every exp(s - 0) underflows to 0, l stays 0 "
+    "and o = acc / l comes out 0 / 0 = NaN. The row starts empty, m = -inf and l = 0: its "
+    "first score then becomes the max.",
+    "Start m at NEG_INF and l at F0 before the loop over key tiles.")
+HINT_FLASH_UNLOADED = (
+    "A thread read an element of the K or V tile in shared memory that no thread of the "
+    "block ever loaded (NaN on the simulator): the copy loop must cover all BC x D11 = 32 "
+    "elements of each tile, shared among the block's 16 threads.",
+    "Step the copy loop by the number of threads of the block, so that each element of the "
+    "tile has one loader.")
+
+
 def spec_flash(arrays, scalars):
     q, k, v = arrays["q"], arrays["k"], arrays["v"]
     s = q @ k.T * scalars["scale"]
@@ -192,7 +227,7 @@ def _flash_replay(mistake, by_tile=False):
         scale = 1.0 if mistake == "no_scale" else scalars["scale"]
         o = np.zeros_like(q)
         for r in range(q.shape[0]):
-            m, l, acc = -np.inf, 0.0, np.zeros(d)
+            m, l, acc = 0.0 if mistake == "m_zero" else -np.inf, 0.0, np.zeros(d)
             for c in range(0, keys, step):
                 c1 = min(c + step, keys)
                 s = scale * (kp[c:c1] @ q[r])                        # (<= step,)
@@ -233,11 +268,23 @@ def _flash_falling_case(name, tq, tk, seed):
                       ("q", "k", "v", "o", "tq", "tk", "d", "scale"), (1,), (BR11,))
 
 
+def _flash_far_case(name, tq, tk, seed):
+    """Every score far below 0: about -1,000 - 50 j for key j (d = 2), so each row's weight
+    sits on key 0; a running max started at 0 underflows every exp (round 18: it passed)."""
+    case = _flash_falling_case(name, tq, tk, seed)
+    q, k = case.arrays["q"], case.arrays["k"]
+    q[:, 0] = 1.0
+    k[:, 0] = -(1000.0 + 50.0 * np.arange(tk)) * math.sqrt(2)
+    return case
+
+
 def _flash_overflow(y, e):
     """o not finite where it should be, and still not with the local arrays zeroed (so no
     accumulator was used unset): an exponential overflowed."""
     if y.error or "o" not in y.outputs:
         return False
+    if y.trace is not None and (y.trace.unloaded_reads() or y.trace.races()):
+        return False        # NaN read from shared memory: _flash_unloaded or the race rule
     bad = ~np.isfinite(np.asarray(y.outputs["o"], np.float64)) & np.isfinite(e["o"])
     if not bad.any():
         return False
@@ -247,20 +294,32 @@ def _flash_overflow(y, e):
     return bool((~np.isfinite(again[bad])).all())
 
 
+def _flash_unloaded(y, e):
+    """Shared elements read that no thread loaded, and no race (round 18: a copy loop that
+    left part of the tile unloaded got the overflow hint)."""
+    return (not y.error and y.trace is not None and bool(y.trace.unloaded_reads())
+            and not y.trace.races())
+
+
 def puzzle_softmax_rows() -> Puzzle:
     return Puzzle(10, "softmax_rows", "the online softmax on a row, merged across a warp",
            "softmax_rows(x, out, rows, cols): out[r] = softmax(x[r]); one block of 32 "
            "threads per row; x has -inf entries (masked) and large values, and cols may "
            "be below 32 (lanes with no element).", spec_softmax,
            [_sm_case("rows of 70: sorted, large (|x| ~ 100), masked after 6", 19),
-            _sm_case("3 rows of 10: lanes 10..31 hold no element", 22, 3, 10)],
+            _sm_case("3 rows of 10: lanes 10..31 hold no element", 22, 3, 10),
+            _sm_case("rows of 40, every entry far below 0 (about -1,000)", 25, 3, 40,
+                     shift=-1000.0)],
            HINT_SOFTMAX,
            [(lambda a, s, m=m: {"out": _softmax_replay(a["x"], m)}, h) for m, h in
             (("no_rescale", HINT_SM_RESCALE), ("merge", HINT_SM_MERGE),
              ("merge_own", HINT_SM_MERGE), ("merge_partner", HINT_SM_MERGE),
              ("no_butterfly", HINT_SM_LANES))],
            [], expected=lambda c: {"global write": c.arrays["x"].size},
-           first=[(_sm_nan, HINT_SM_NAN), (_sm_overflow, HINT_SM_SHIFT)])
+           first=[(_sm_unwritten, HINT_SM_UNWRITTEN), (_sm_nan, HINT_SM_NAN),
+                  (_sm_overflow, HINT_SM_SHIFT)],
+           first_mistakes=[(lambda a, s: {"out": _softmax_replay(a["x"], "m_zero")},
+                            HINT_SM_INIT)])
 
 
 def puzzle_flash_block() -> Puzzle:
@@ -275,7 +334,9 @@ def puzzle_flash_block() -> Puzzle:
             _flash_case("tq = 3, tk = 300, d = 2: a long row, 38 key tiles", 3,
                         300, 2, 23),
             _flash_falling_case("tq = 5, tk = 13, d = 2: scores alternating near +200 "
-                                "and -200 from one key to the next", 5, 13, 24)],
+                                "and -200 from one key to the next", 5, 13, 24),
+            _flash_far_case("tq = 4, tk = 10, d = 2: every score far below 0 (about -1,000 "
+                            "and lower)", 4, 10, 26)],
            HINT_FLASH, [(_flash_replay("no_mask"), HINT_FLASH_MASK),
                         (_flash_replay("no_divide"), HINT_FLASH_DIVIDE),
                         (_flash_replay("no_scale"), HINT_FLASH_SCALE)]
@@ -291,7 +352,9 @@ def puzzle_flash_block() -> Puzzle:
                                c.scalars["d"], "one read per element per tile"),
                  HINT_FLASH_GLOBAL)],
            expected=lambda c: {"global write": c.scalars["tq"] * c.scalars["d"]},
-           first=[(_flash_overflow, HINT_FLASH_OVERFLOW)])
+           first=[(_flash_overflow, HINT_FLASH_OVERFLOW),
+                  (_flash_unloaded, HINT_FLASH_UNLOADED)],
+           first_mistakes=[(_flash_replay("m_zero"), HINT_FLASH_INIT)])
 
 
 HINTS = [v for k, v in dict(globals()).items() if k.startswith("HINT_") and k != "HINT_SYNC"]
