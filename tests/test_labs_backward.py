@@ -62,6 +62,8 @@ MISTAKES = {"flash_backward": [
     ("s = np.where(cols <= rows + offset, s, -np.inf)",
      "s = np.where(cols < rows + offset, s, -np.inf)", L.HINT_DIAGONAL),
     ("dk[k0:k1], dv[k0:k1] = dk_j, dv_j", "dk[k0:k1], dv[k0:k1] = dv_j, dk_j", L.HINT_SWAP_DKDV),
+    # round 18 (mutants): step 5 left out (dk, dv all zeros) got the generic HINT_BACKWARD
+    ("dk[k0:k1], dv[k0:k1] = dk_j, dv_j", "pass", L.HINT_NO_STORE),
     ("s = scale * (q_i @ k_j.T)", "s = q_i @ k_j.T", L.HINT_P_NO_SCALE),
     ("q_start = max(0, k0 - offset) // block_q * block_q", "q_start = k0 // block_q * block_q",
      L.HINT_SKIP_NO_OFFSET),

@@ -154,6 +154,11 @@ HINT_SWAP_DKDV = (
     "dK and dV are swapped: what you store as dk is the gradient of V (P^T dO) and what you "
     "store as dv is the gradient of K (scale dS^T Q).",
     "dV_j accumulates P^T dO_i; dK_j accumulates scale dS^T Q_i.")
+HINT_NO_STORE = (
+    "Your dk and dv come back all zeros while dq is right: dK_j and dV_j, summed over the "
+    "query blocks in the inner loop, must be stored into their rows of dk and dv after that "
+    "loop (step 5), or nothing of them leaves the key block.",
+    "After the inner loop, write dK_j and dV_j into rows k0:k1 of dk and dv.")
 HINT_P_NO_SCALE = (
     "P is recomputed from unscaled scores: the saved lse is the log-sum-exp of the SCALED "
     "scores, so S = scale * Q_i K_j^T before exp(S - lse) (the checker passes 0.37).",
@@ -277,7 +282,8 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
                     dq[q0:q1] += cq * (ds @ k[k0:k1])
             if mistake == "swap_dkdv":
                 dk_j, dv_j = dv_j, dk_j
-            dk[k0:k1], dv[k0:k1] = dk_j, dv_j
+            if mistake != "no_store":
+                dk[k0:k1], dv[k0:k1] = dk_j, dv_j
     return dq, dk, dv
 
 
@@ -295,7 +301,8 @@ MISTAKES = [("no_delta", HINT_FORGOT_D), ("delta_do_do", HINT_DELTA_DODO),
             ("k_ragged_drop", HINT_RAGGED_DROP), ("k_off_by_one", HINT_RAGGED_OFF_BY_ONE),
             ("q_ragged_drop", HINT_RAGGED_Q), ("strict_mask", HINT_DIAGONAL),
             ("swap_dkdv", HINT_SWAP_DKDV), ("p_no_scale", HINT_P_NO_SCALE),
-            ("skip_no_offset", HINT_SKIP_NO_OFFSET)] + [(m, HINT_P_BASE2) for m in BASE2_P]
+            ("skip_no_offset", HINT_SKIP_NO_OFFSET),
+            ("no_store", HINT_NO_STORE)] + [(m, HINT_P_BASE2) for m in BASE2_P]
 #: the mistakes the query-major dq pass can show (dv_from_o, dkdv_overwrite and swap_dkdv
 #: change only dk, dv; skip_no_offset is the key-major loop's), with its key loop's own
 #: k_end one short first, and skipping too much said of its key loop
@@ -303,7 +310,7 @@ DQ_MISTAKES = [("k_end_short", HINT_DQ_K_END_SHORT),
                ("k_end_no_offset", HINT_DQ_K_END_NO_OFFSET)] + [
     (m, HINT_DQ_SKIP_TOO_MUCH if m == "skip_too_much" else h) for m, h in MISTAKES
     if m not in ("dv_from_o", "dkdv_overwrite", "dk_overwrite", "dv_overwrite", "swap_dkdv",
-                 "skip_no_offset")]
+                 "skip_no_offset", "no_store")]
 
 
 def _errors(tq, tk, br, bc) -> list:
