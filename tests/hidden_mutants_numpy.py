@@ -647,8 +647,7 @@ LAB16 = [
 ]
 
 # ---------------------------------------------------------------- round 18 (mutants report)
-# The wrong ones each passed, or got another hint, before round 18; the right ones are the
-# unusual correct solutions tried in that round.
+# wrong: each passed or got another hint before; right: unusual correct solutions tried
 _FF_MASK = "                s = np.where(cols <= rows + offset, s, -np.inf)\n            ### END"
 _FA1_MASK = "                s = np.where(cols <= rows + offset, s, -np.inf)\n            m_t"
 ROUND18 = [
@@ -758,6 +757,21 @@ ROUND18 = [
          "                read_bytes += 2 * (k1 - k0) * d * e\n",
          "    for q0 in range(0, Tq, Br):\n        k_end = max(0, min(Tk, min(q0 + Br, Tq) + Tk - Tq))\n"
          "        read_bytes += 2 * min(Tk, -(-k_end // Bc) * Bc) * d * e\n")]),
+    wrong(L03, FF, "q scaled in place", [
+        ("    offset = t_k - t_q                                          # bottom-right alignment",
+         "    q *= scale\n    offset = t_k - t_q"),
+        ("s = scale * (q_i @ k_j.T)", "s = q_i @ k_j.T")], "in place", where=FF),
+    wrong(L03, MP, "o_a overwritten in place", [
+        ("o = w_a[:, None] * o_a + w_b[:, None] * o_b",
+         "o_a *= w_a[:, None]\n    o_a += w_b[:, None] * o_b\n    o = o_a")], "in place"),
+    wrong(L09, FB, "the stand-in written into the caller's lse", [
+        ("lse_i = np.where(np.isneginf(lse[q0:q1]), np.inf, lse[q0:q1])   # empty rows: P = 0",
+         "lse[q0:q1][np.isneginf(lse[q0:q1])] = np.inf\n            lse_i = lse[q0:q1]")],
+          "in place"),
+    wrong(L09, FBQ, "the stand-in written into the caller's lse", [
+        ("        lse_i = np.where(np.isneginf(lse[q0:q1]), np.inf, lse[q0:q1])\n        delta_i",
+         "        lse[q0:q1][np.isneginf(lse[q0:q1])] = np.inf\n        lse_i = lse[q0:q1]\n"
+         "        delta_i")], "in place"),
     wrong(L09, FB, "dK_j and dV_j never stored", [
         ("dk[k0:k1], dv[k0:k1] = dk_j, dv_j", "pass")], "all zeros"),
     right(L09, FB, "einsum D, lse stand-in 0, dk and dv added", [

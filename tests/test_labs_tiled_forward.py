@@ -140,6 +140,9 @@ MISTAKES = {"flash_forward": [
      "lse_use = np.where(np.isneginf(lse_a), 0.0, lse)", L.HINT_MERGE_STANDIN),
     ("lse_use = np.where(np.isneginf(lse), 0.0, lse)",
      "lse_use = np.where(np.isneginf(lse_b), 0.0, lse)", L.HINT_MERGE_STANDIN),
+    # round 18 (mutants): o_a overwritten in place passed (every case passes copies)
+    ("o = w_a[:, None] * o_a + w_b[:, None] * o_b",
+     "o_a *= w_a[:, None]\n    o_a += w_b[:, None] * o_b\n    o = o_a", L.HINT_INPUTS_CHANGED),
 ]}
 test_mistakes_get_their_hint = mistakes_test(LAB, CHECKS, MISTAKES)
 
@@ -159,7 +162,12 @@ MASK_ON_P = {
         ("            l_t = p.sum(axis=1) ",
          "            p = np.where(hide, 0.0, p) if causal else p\n"
          "            l_t = p.sum(axis=1) ")],
-        L.HINT_MASK_P)}
+        L.HINT_MASK_P),
+    # round 18 (mutants): q scaled in place (the scale then left out of S) passed
+    "q_in_place": ("flash_forward", [
+        ("    offset = t_k - t_q                                          # bottom-right alignment",
+         "    q *= scale\n    offset = t_k - t_q"),
+        ("s = scale * (q_i @ k_j.T)", "s = q_i @ k_j.T")], L.HINT_INPUTS_CHANGED)}
 test_mask_on_p_is_named = edits_mistakes_test(LAB, CHECKS, MASK_ON_P)
 test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)
 

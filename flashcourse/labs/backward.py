@@ -29,8 +29,9 @@ from .. import reference
 from ..geometry import causal_block_sums
 from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
                          rows_loaded_case)
-from ._harness import (SKIPPING_SHAPES, Result, broadcast_shapes, parts_close, plain,
-                       random_qkv, run_checks, shapes_mix, tiled_cases)
+from ._harness import (HINT_INPUTS_CHANGED, SKIPPING_SHAPES, Result,  # noqa: F401
+                       broadcast_shapes, inputs_kept_case, parts_close, plain, random_qkv,
+                       run_checks, shapes_mix, tiled_cases)
 from . import tiled_forward as _forward
 
 HINT_FORGOT_D = (
@@ -430,6 +431,15 @@ def _fewest_query_rows(tq, tk, bc) -> int:
     return sum(max(0, tq - max(0, k0 - (tk - tq))) for k0 in range(0, tk, bc))
 
 
+def _inputs_kept_case():
+    """round 18 (mutants): an argument changed in place passed (lse's -inf overwritten by the
+    stand-in +inf, q *= scale); Tq > Tk, Br = 5: the first block mixes rows with and without
+    keys, so it is visited."""
+    return inputs_kept_case("inputs q, k, v, o, lse, dO left unchanged",
+                            _inputs(160, 17, 13, 3, True), (True, SCALE, 5, 6),
+                            ("q", "k", "v", "o", "lse", "do"))
+
+
 def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Check `flash_backward(q, k, v, o, lse, do, causal, scale, block_q, block_k)` against
     the dense float64 backward on seven inputs; then the algorithm: the largest temporary it
@@ -447,6 +457,7 @@ def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
                                       (True, SCALE, br, bc), 0, query_rows, HINT_NO_SKIP,
                                       HINT_SKIP_TOO_MUCH, fewest=_fewest_query_rows(tq, tk, bc)))
         cases.append(_hidden_tiles_case(n, name, tq, tk, br, bc))
+    cases.append(_inputs_kept_case())
     return run_checks("flash_backward(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
                       fn, cases, verbose=verbose, hint_level=hint_level)
 
@@ -462,6 +473,7 @@ def check_flash_backward_dq(fn, *, verbose: bool = True, hint_level: int = 1) ->
                         names=("dq",), errors=_errors)
     for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
         cases.append(_dq_hidden_tiles_case(n, name, tq, tk, br, bc))
+    cases.append(_inputs_kept_case())
     return run_checks("flash_backward_dq(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
                       fn, cases, verbose=verbose, hint_level=hint_level)
 

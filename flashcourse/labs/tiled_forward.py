@@ -36,8 +36,9 @@ from ..counter import TrafficCounter
 from ..traffic import tiled_traffic
 from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
                          rows_loaded_case)
-from ._harness import (SKIPPING_SHAPES, Case, Result, mistake_diagnoses, parts_close, plain,
-                       random_qkv, result_tuple, run_checks, shapes_mix, tiled_cases)
+from ._harness import (HINT_INPUTS_CHANGED, SKIPPING_SHAPES, Case, Result,  # noqa: F401
+                       inputs_kept_case, mistake_diagnoses, parts_close, plain, random_qkv,
+                       result_tuple, run_checks, shapes_mix, tiled_cases)
 
 # -- hints: (level 1 diagnoses, level 2 more explicit); tests assert on these strings -----
 HINT_RESCALE = (
@@ -612,6 +613,9 @@ def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
                                       key_rows, HINT_NO_SKIP, HINT_SKIP_TOO_MUCH,
                                       fewest=_fewest_key_rows(tq, tk, br)))
         cases.append(_hidden_tiles_case(n, name, tq, tk, br, bc))
+    # round 18 (mutants): q scaled in place passed (every case passes copies)
+    cases.append(inputs_kept_case("inputs q, k, v left unchanged", _inputs(59, 13, 17, 3),
+                                  (True, SCALE, 4, 6), ("q", "k", "v")))
     return run_checks("flash_forward(q, k, v, causal, scale, block_q, block_k)", fn, cases,
                       verbose=verbose, hint_level=hint_level)
 
@@ -741,6 +745,10 @@ def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Resul
         cases.append(Case(f"{name}: (read, write) bytes counted vs the FA1 model", run,
                           HINT_FA1_TRAFFIC[0], diagnoses, rtol=0, atol=0,
                           hint2=HINT_FA1_TRAFFIC[1]))
+    cases.append(inputs_kept_case(
+        "inputs q, k, v left unchanged", _inputs(59, 13, 17, 3), (), ("q", "k", "v"),
+        make_rest=lambda: (True, SCALE, 4, 6, TrafficCounter(bytes_per_element=8,
+                                                             record_events=False))))
     return run_checks("fa1_forward(q, k, v, causal, scale, block_q, block_k, counter)", fn,
                       cases, verbose=verbose, hint_level=hint_level)
 

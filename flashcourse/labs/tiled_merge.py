@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import visible_mask
-from ._harness import Case, Result, plain, result_tuple, run_checks
+from ._harness import Case, Result, inputs_kept_case, plain, result_tuple, run_checks
 from .tiled_forward import _ATOL, _RTOL, SCALE, _close, _has_nan, _inputs, _safe
 
 HINT_MERGE_AVERAGE = (
@@ -120,5 +120,9 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
                               HINT_MERGE_OVERFLOW[0], [(overflowed, *HINT_MERGE_OVERFLOW)],
                               rtol=_RTOL, atol=_ATOL, hint2=HINT_MERGE_OVERFLOW[1],
                               names=("o", "lse")))
+            kept = inputs_kept_case("inputs o_a, lse_a, o_b, lse_b left unchanged",
+                                    (o_a, lse_a, o_b, lse_b), (),
+                                    ("o_a", "lse_a", "o_b", "lse_b"))
+    cases.append(kept)                  # round 18 (mutants): o_a scaled in place passed
     return run_checks("merge_partials(o_a, lse_a, o_b, lse_b)", fn, cases, verbose=verbose,
                       hint_level=hint_level)
