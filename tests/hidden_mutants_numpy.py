@@ -654,8 +654,11 @@ ROUND18 = [
     wrong(L02, SS, "row state started at m = 0", [
         ("m, l = np.full(rows, -np.inf), np.zeros(rows)", "m, l = np.zeros(rows), np.zeros(rows)")],
           "starts at max 0"),
-    right(L02, OU, "nan_to_num stand-in", [
-        ("m_safe = np.where(m_new == -np.inf, 0.0, m_new)", "m_safe = np.nan_to_num(m_new)")]),
+    wrong(L02, OU, "exp of the max and of x taken apart", [
+        ("l * np.exp(m - m_safe) + np.exp(x - m_safe)",
+         "l * np.exp(m) / np.exp(m_safe) + np.exp(x) / np.exp(m_safe)")], "overflow"),
+    right(L02, OU, "nan_to_num stand-in", [("m_safe = np.where(m_new == -np.inf, 0.0, m_new)",
+                                            "m_safe = np.nan_to_num(m_new)")]),
     right(L02, OU, "stacked max, isinf stand-in, copy then in place", [
         ("m_new = np.maximum(m, x)", "m_new = np.max(np.stack([m, x]), axis=0)"),
         ("m_safe = np.where(m_new == -np.inf, 0.0, m_new)",
@@ -735,11 +738,9 @@ ROUND18 = [
         ("o = w_a[:, None] * o_a + w_b[:, None] * o_b",
          "o = np.empty_like(o_a)\n    for i in range(o.shape[0]):\n"
          "        o[i] = w_a[i] * o_a[i] + w_b[i] * o_b[i]")]),
-    wrong(L04, "fa2", "Tr as floor + 1", [("Tr = -(-Tq // Br)", "Tr = Tq // Br + 1")],
-          "floor plus one"),
+    wrong(L04, "fa2", "Tr as floor + 1", [("Tr = -(-Tq // Br)", "Tr = Tq // Br + 1")], "floor plus one"),
     wrong(L04, "fa2", "Tr left a fraction", [("Tr = -(-Tq // Br)", "Tr = Tq / Br")], "fraction"),
-    wrong(L04, "backward", "Tc as floor + 1", [("Tc = -(-Tk // Bc)", "Tc = Tk // Bc + 1")],
-          "floor plus one"),
+    wrong(L04, "backward", "Tc as floor + 1", [("Tc = -(-Tk // Bc)", "Tc = Tk // Bc + 1")], "floor plus one"),
     right(L04, "fa2", "a loop over the query blocks", [
         ("read_bytes = Tq * d * e + Tr * 2 * Tk * d * e",
          "read_bytes = 0\n    for q0 in range(0, Tq, Br):\n"
@@ -772,8 +773,7 @@ ROUND18 = [
         ("        lse_i = np.where(np.isneginf(lse[q0:q1]), np.inf, lse[q0:q1])\n        delta_i",
          "        lse[q0:q1][np.isneginf(lse[q0:q1])] = np.inf\n        lse_i = lse[q0:q1]\n"
          "        delta_i")], "in place"),
-    wrong(L09, FB, "dK_j and dV_j never stored", [
-        ("dk[k0:k1], dv[k0:k1] = dk_j, dv_j", "pass")], "all zeros"),
+    wrong(L09, FB, "dK_j and dV_j never stored", [("dk[k0:k1], dv[k0:k1] = dk_j, dv_j", "pass")], "all zeros"),
     right(L09, FB, "einsum D, lse stand-in 0, dk and dv added", [
         ("delta = (do * o).sum(axis=1)", "delta = np.einsum('ij,ij->i', do, o)"),
         ("lse_i = np.where(np.isneginf(lse[q0:q1]), np.inf, lse[q0:q1])   # empty rows: P = 0",

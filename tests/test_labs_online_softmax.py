@@ -67,6 +67,14 @@ def _update_no_guard(m, l, x):
     return m_new, l * np.exp(m - m_new) + np.exp(x - m_new)
 
 
+def _update_exp_apart(m, l, x):
+    """round 18 (mutants): exp of the max and of x taken apart (inf / inf for x = 1e4) got
+    HINT_NEG_INF, the -inf - (-inf) of an empty state."""
+    m_new = np.maximum(m, x)
+    m_safe = _safe(m_new)
+    return m_new, l * np.exp(m) / np.exp(m_safe) + np.exp(x) / np.exp(m_safe)
+
+
 def _update_forgets_old_max(m, l, x):
     m_new = np.where(x == -np.inf, m, x)        # "the newest score is the max"
     return m_new, l * np.exp(m - _safe(m_new)) + np.exp(x - _safe(m_new))
@@ -168,7 +176,7 @@ WRONG = [(L1.check_online_update, wrong, hint) for wrong, hint in (
     (_update_unshifted, L1.HINT_SHIFT), (_update_new_term_old_max, L1.HINT_SHIFT_OLD),
     (_update_python_max, L1.HINT_ELEMENTWISE), (_update_swapped, L1.HINT_ORDER),
     (_update_standin_from_old_max, L1.HINT_STANDIN),
-    (_update_standin_from_x, L1.HINT_STANDIN))] + [
+    (_update_standin_from_x, L1.HINT_STANDIN), (_update_exp_apart, L1.HINT_OVERFLOW))] + [
     (L1.check_merge_states, wrong, hint) for wrong, hint in (
         (_merge_no_rescale, L1.HINT_RESCALE), (_merge_no_guard, L1.HINT_NEG_INF),
         (_merge_min, L1.HINT_MAX), (_merge_inverted, L1.HINT_DIRECTION),
