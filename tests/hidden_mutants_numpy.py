@@ -686,6 +686,7 @@ ROUND18 = [
     wrong(L03, FF, "running max started at 0", [
         ("m = np.full(q1 - q0, -np.inf)                           # (Br,) running max",
          "m = np.zeros(q1 - q0)")], "starts at 0, not -inf"),
+    wrong(L03, FF, "rescale factor inverted", [("alpha = np.exp(m - m_use)", "alpha = np.exp(m_use - m)")], "wrong way", where=FF),
     wrong(L03, FF, "hidden scores -1e30", [
         (_FF_MASK, _FF_MASK.replace("-np.inf", "-1e30"))], "large negative number"),
     wrong(L03, FF, "mask applied to P after the exponential", [
@@ -696,8 +697,7 @@ ROUND18 = [
     wrong(L03, FA1, "outer-memory max started at 0", [
         ("np.zeros(t_q), np.full(t_q, -np.inf)   # outer memory",
          "np.zeros(t_q), np.zeros(t_q)   # outer memory")], "starts at 0, not -inf"),
-    wrong(L03, FA1, "hidden scores -1e9", [(_FA1_MASK, _FA1_MASK.replace("-np.inf", "-1e9"))],
-          "large negative number"),
+    wrong(L03, FA1, "hidden scores -1e9", [(_FA1_MASK, _FA1_MASK.replace("-np.inf", "-1e9"))], "large negative number"),
     wrong(L03, FA1, "mask applied to P after the exponential", [
         (_FA1_MASK, "                hide = cols > rows + offset\n            m_t"),
         ("            l_t = p.sum(axis=1) ",

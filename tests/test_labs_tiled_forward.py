@@ -98,6 +98,7 @@ MISTAKES = {"flash_forward": [
      "s = np.where(cols <= rows + offset, s, -1e9)", L.HINT_MASK_FINITE),
     ("s = np.where(cols <= rows + offset, s, -np.inf)",
      "s = np.where(cols <= rows + offset, s, np.finfo(float).min)", L.HINT_MASK_FINITE),
+    ("alpha = np.exp(m - m_use)", "alpha = np.exp(m_use - m)", L.HINT_ALPHA_INVERTED),
 ], "fa1_forward": [
     ('            counter.write("O", (q1 - q0) * d)\n', "", L.HINT_FA1_TRAFFIC),
     ('    counter.write("O", t_q * d)\n    counter.write("l", t_q, kind="stat")\n'

@@ -167,6 +167,10 @@ HINT_RESCALE_AFTER = (
     "the OLD l and acc to the new max; this tile's P is already measured against the new max "
     "and must not be multiplied by alpha.",
     "Multiply l and acc by alpha first, then add the tile's row sums and P V_j.")
+HINT_ALPHA_INVERTED = (
+    "The rescale factor points the wrong way: when the max grows from m to m_new, the old l "
+    "and acc must shrink, by exp(m - m_new) <= 1; the inverse grows them instead.",
+    "The exponent is the old max minus the new max (stand-in), not the other way round.")
 HINT_DIVIDE = (
     "The output is not normalised: acc holds the UNnormalised sum, so each row must be "
     "divided by its l at the end.",
@@ -360,7 +364,8 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
                          else _safe(m_new))
                 p = (np.exp2 if mistake == "p_exp2" else np.exp)(s - m_use[:, None])
                 p = np.where(vis, p, 0.0) if mistake == "mask_p" and vis is not None else p
-                alpha = np.ones_like(m) if mistake == "no_rescale" else np.exp(m - m_use)
+                alpha = (np.ones_like(m) if mistake == "no_rescale" else
+                         np.exp(m_use - m) if mistake == "alpha_inverted" else np.exp(m - m_use))
                 a_l = 1.0 if mistake == "no_rescale_l" else alpha
                 a_acc = 1.0 if mistake == "no_rescale_acc" else alpha[:, None]
                 # alpha applied to (old + tile): to both, to l only or to acc only (round 16 a)
@@ -396,7 +401,7 @@ MISTAKES = [("no_rescale", HINT_RESCALE), ("no_rescale_l", HINT_RESCALE_L),
             ("rescale_after_acc", HINT_RESCALE_AFTER),
             # round 18 (mutants): -1e9 for hidden scores got HINT_FORWARD (named by
             # _empty_rows_filled, as its lse depends on the number chosen)
-            ("mask_finite", HINT_MASK_FINITE)]
+            ("mask_finite", HINT_MASK_FINITE), ("alpha_inverted", HINT_ALPHA_INVERTED)]
 #: the mistakes that only _far_case's scores expose (round 18: both passed)
 FAR_MISTAKES = [("mask_p", HINT_MASK_P), ("m_zero", HINT_INIT_MAX)]
 
