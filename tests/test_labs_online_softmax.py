@@ -270,8 +270,15 @@ def test_stream_softmax_solution_passes_and_stub_is_reported(lab):
     # round 18 (mutants): the row state started at m = 0 passed (no row far below 0)
     ("m, l = np.full(rows, -np.inf), np.zeros(rows)", "m, l = np.zeros(rows), np.zeros(rows)",
      L1.HINT_STREAM_INIT),
+    # round 18 (mutants): each got HINT_SOFTMAX
+    ("        m, l = merge_states(m, l, m_c, l_c)\n", "        merge_states(m, l, m_c, l_c)\n",
+     L1.HINT_STREAM_STATE),
+    ("out = np.zeros((rows, n))", "out = np.zeros((rows, n), dtype=int)", L1.HINT_STREAM_INT),
+    ("p = np.exp(x[:, c0:c0 + chunk] - m_safe)",
+     "p = np.exp(x[:, c0:c0 + chunk] - np.where(np.isneginf(m_c), 0.0, m_c)[:, None])",
+     L1.HINT_SOFTMAX_SHIFT),
 ], ids=["shift", "masked", "merge", "whole-x", "pass1-last-chunk", "pass2-last-chunk",
-        "chunk-standin", "state-from-zero"])
+        "chunk-standin", "state-from-zero", "merge-dropped", "int-output", "last-chunk-max"])
 def test_stream_softmax_mistakes_get_their_hint(lab, old, new, hint):
     fn = mutate(LAB, "stream_softmax", old, new)
     assert_hint(L1.check_stream_softmax, fn, hint, lab["merge_states"])

@@ -81,6 +81,12 @@ HINT_STREAM_INIT = ("Your row state starts at max 0, not -inf: a row whose score
                     "below 0 (here about -1,000) keeps m = 0, every exp(score - 0) underflows "
                     "to 0, its l is 0 and its probabilities come out 0. Start from the empty "
                     "state (m, l) = (-inf, 0): the merge then takes the first chunk's max.")
+HINT_STREAM_STATE = ("Every probability is 0: the row state after pass 1 is still the empty "
+                     "state (m, l) = (-inf, 0). merge_states returns the merged state; it does "
+                     "not change its arguments, so keep what it returns at every chunk.")
+HINT_STREAM_INT = ("Your result holds integers: an output array made with an integer dtype "
+                   "rounds every probability below 1 down to 0. Keep the output float64 "
+                   "(np.zeros gives float64 by default).")
 HINT_SOFTMAX_MASKED = ("A fully masked row must give probabilities 0 (not NaN): its l is 0.")
 HINT_SOFTMAX = ("Pass 1 folds each chunk's statistics into the row's state with your "
                 "merge_states; pass 2 turns every score into exp(score - m) / l.")
@@ -115,6 +121,8 @@ LEVEL2 = {
                                 "-inf, as online_update and merge_states do."),
     HINT_SOFTMAX_MASKED: "Divide only where l > 0; elsewhere the probabilities are 0.",
     HINT_STREAM_INIT: "m = np.full(rows, -np.inf) and l = np.zeros(rows) before pass 1.",
+    HINT_STREAM_INT: "Make the output with np.zeros((rows, n)) or np.zeros_like(x, dtype=float).",
+    HINT_STREAM_STATE: "Assign the merge's result back to the row state: m, l = merge(...).",
     HINT_SOFTMAX: "Compare one row with flashcourse.reference.softmax_safe.",
     HINT_STREAM_CHUNKS: ("Loop over c0 in range(0, n, chunk) in pass 2 as well, and write each "
                          "chunk's probabilities into its columns of the output."),
@@ -603,10 +611,17 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
             l0 = np.exp(x - m0[:, None]).sum(axis=1)
             from_zero = np.where(l0[:, None] > 0, np.exp(x - m0[:, None])
                                  / np.where(l0 > 0, l0, 1.0)[:, None], 0.0)
+            m_last = _safe(x[:, (x.shape[1] - 1) // chunk * chunk:].max(axis=1))
+            last_max = np.where(l_all[:, None] > 0, np.exp(x - m_last[:, None])
+                                / np.where(l_all > 0, l_all, 1.0)[:, None], 0.0)
 
-        def run(fns, x=x, chunk=chunk):
+        kind = [""]                        # the dtype kind of the learner's result
+
+        def run(fns, x=x, chunk=chunk, kind=kind):
             f, merge = fns
-            return real_array(f(x.copy(), chunk, merge)), expected(x)
+            out = f(x.copy(), chunk, merge)
+            kind[0] = getattr(out, "dtype", np.dtype(float)).kind
+            return real_array(out), expected(x)
 
         # first: on the far-below case pass 2 without the max also gives 0 (exp(-1,000)),
         # but that slip fails the first case already
@@ -616,6 +631,12 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
                       HINT_SOFTMAX_SHIFT),
                      ((lambda y, e, w=unshifted: np.allclose(y, w, equal_nan=True)),
                       HINT_SOFTMAX_SHIFT),
+                     # round 18 (mutants): pass 2 with the last chunk's max, and the merge's
+                     # result dropped (every probability 0), got HINT_SOFTMAX
+                     ((lambda y, e, w=last_max: np.allclose(y, w, equal_nan=True)),
+                      HINT_SOFTMAX_SHIFT),
+                     ((lambda y, e, kind=kind: kind[0] in "iu"), HINT_STREAM_INT),
+                     ((lambda y, e: not np.any(y) and np.any(e)), HINT_STREAM_STATE),
                      ((lambda y, e, w=undivided: np.allclose(y, w, equal_nan=True)),
                       HINT_SOFTMAX_SHIFT),
                      ((lambda y, e, w=short_1: np.allclose(y, w, equal_nan=True)),
