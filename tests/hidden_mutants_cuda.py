@@ -382,6 +382,11 @@ ROUND18 = [
     wrong(L05, "flash_block", "no barrier after the copy", [
         ("            vs[c, x] = v[k0 + c, x] if ok else F0\n        cuda.syncthreads()\n",
          "            vs[c, x] = v[k0 + c, x] if ok else F0\n")], "barrier"),
+    wrong(L05, "flash_block", "running max never stored", [("                m = m_new\n", "")],
+          "never stored"),
+    wrong(L05, "flash_block", "last partial key tile skipped", [
+        ("for k0 in range(0, tk, BC11):", "for k0 in range(0, tk - BC11 + 1, BC11):")],
+          "shorter key tile"),
     wrong(L05, "softmax_rows", "lane max started at 0", [
         ("    m = NEG_INF\n    l = F0\n    for c in range(lane, cols, 32):",
          "    m = F0\n    l = F0\n    for c in range(lane, cols, 32):")], "starts at 0, not -inf"),

@@ -237,6 +237,10 @@ MISTAKES = {
          L.HINT_FLASH_UNLOADED),
         ("            vs[c, x] = v[k0 + c, x] if ok else F0\n        cuda.syncthreads()\n",
          "            vs[c, x] = v[k0 + c, x] if ok else F0\n", L.HINT_SYNC),
+        # round 18 (mutants): both got the generic HINT_FLASH
+        ("                m = m_new\n", "", L.HINT_FLASH_STALE_MAX),
+        ("for k0 in range(0, tk, BC11):", "for k0 in range(0, tk - BC11 + 1, BC11):",
+         L.HINT_FLASH_RAGGED),
     ],
     "histogram": [
         # plain read-modify-writes: of the global histogram, of the shared one

@@ -55,7 +55,8 @@ from .cuda_puzzles_memory import (HINT_ATOMIC_GLOBAL, HINT_ATOMIC_SHARED,  # noq
 from .cuda_puzzles_memory import HINTS as _MEMORY_HINTS
 from .cuda_puzzles_flash import (BC11, BR11, D11, HINT_FLASH, HINT_FLASH_DIVIDE,  # noqa: F401
                                  HINT_FLASH_GLOBAL, HINT_FLASH_INIT, HINT_FLASH_MASK,
-                                 HINT_FLASH_OVERFLOW, HINT_FLASH_UNLOADED, HINT_SM_INIT,
+                                 HINT_FLASH_OVERFLOW, HINT_FLASH_RAGGED,
+                                 HINT_FLASH_STALE_MAX, HINT_FLASH_UNLOADED, HINT_SM_INIT,
                                  HINT_SM_UNWRITTEN,
                                  HINT_FLASH_RESCALE, HINT_FLASH_RESCALE_ACC,
                                  HINT_FLASH_RESCALE_L, HINT_FLASH_ROW, HINT_FLASH_SCALE,

@@ -175,6 +175,16 @@ HINT_FLASH_DIVIDE = ("The output is not normalised: acc holds the UNnormalised s
 HINT_FLASH_SCALE = ("The scores are missing `scale`: s = scale (q . k) (the puzzle passes "
                     "1 / sqrt(d)), before the max and the exponentials.",
                     "Multiply q's row (or each dot product) by scale.")
+HINT_FLASH_STALE_MAX = (
+    "Your running max is never stored: m keeps its starting value, so each key's new max is "
+    "its own score, alpha = exp(-inf - s) = 0 wipes everything before it, and o comes out as "
+    "the value of the last key alone. After each update the new max becomes the running max.",
+    "Set m to m_new at the end of each key's update.")
+HINT_FLASH_RAGGED = (
+    "The last, shorter key tile is missing: when tk is not a multiple of 8, the loop over "
+    "tiles must still start a tile at the last multiple of 8 below tk, and the guard "
+    "k0 + c < tk masks that tile's padding.",
+    "Let k0 run over every multiple of BC below tk, not only those of whole tiles.")
 HINT_FLASH_ROW = ("A thread keeps a whole row of scores (the line above names the array and "
                   "its size): that is the plain softmax, which needs every score of the row "
                   "before the first exponential, so its memory grows with tk. The online "
@@ -212,7 +222,8 @@ def spec_flash(arrays, scalars):
 
 def _flash_replay(mistake, by_tile=False):
     """The one-block forward in float64 with one mistake ('no_mask', 'no_rescale' (of l and
-    acc), 'no_rescale_acc', 'no_rescale_l', 'no_scale', 'no_divide'), updating the state key
+    acc), 'no_rescale_acc', 'no_rescale_l', 'no_scale', 'no_divide', 'm_zero', 'm_stale' (m
+    never stored), 'k_ragged_drop' (whole tiles only)), updating the state key
     by key or, `by_tile`, once per tile of BC11 keys: a missing rescale gives a different
     result in each."""
     def replay(arrays, scalars):
@@ -222,7 +233,7 @@ def _flash_replay(mistake, by_tile=False):
         kp = np.zeros((ntile * BC11, d))
         vp = np.zeros((ntile * BC11, d))
         kp[:tk], vp[:tk] = k, v
-        keys = ntile * BC11 if mistake == "no_mask" else tk
+        keys = {"no_mask": ntile * BC11, "k_ragged_drop": tk // BC11 * BC11}.get(mistake, tk)
         step = BC11 if by_tile else 1
         scale = 1.0 if mistake == "no_scale" else scalars["scale"]
         o = np.zeros_like(q)
@@ -236,7 +247,7 @@ def _flash_replay(mistake, by_tile=False):
                 p = np.exp(s - mn)
                 l = l * (1.0 if mistake == "no_rescale_l" else alpha) + p.sum()
                 acc = acc * (1.0 if mistake == "no_rescale_acc" else alpha) + p @ vp[c:c1]
-                m = mn
+                m = m if mistake == "m_stale" else mn
             o[r] = acc if mistake == "no_divide" else acc / l
         return {"o": o}
     return replay
@@ -339,7 +350,10 @@ def puzzle_flash_block() -> Puzzle:
                             "and lower)", 4, 10, 26)],
            HINT_FLASH, [(_flash_replay("no_mask"), HINT_FLASH_MASK),
                         (_flash_replay("no_divide"), HINT_FLASH_DIVIDE),
-                        (_flash_replay("no_scale"), HINT_FLASH_SCALE)]
+                        (_flash_replay("no_scale"), HINT_FLASH_SCALE),
+                        # round 18 (mutants): both got HINT_FLASH
+                        (_flash_replay("m_stale"), HINT_FLASH_STALE_MAX),
+                        (_flash_replay("k_ragged_drop"), HINT_FLASH_RAGGED)]
            + [(_flash_replay(m, by_tile), h) for by_tile in (False, True)
               for m, h in (("no_rescale", HINT_FLASH_RESCALE),
                            ("no_rescale_acc", HINT_FLASH_RESCALE_ACC),
