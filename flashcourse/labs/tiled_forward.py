@@ -36,6 +36,7 @@ from ..counter import TrafficCounter
 from ..traffic import tiled_traffic
 from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
                          rows_loaded_case)
+from ._tiled_common import _ATOL, _RTOL, SCALE, _close, _has_nan, _inputs, _safe
 from ._harness import (HINT_INPUTS_CHANGED, SKIPPING_SHAPES, Case, Result,  # noqa: F401
                        inputs_kept_case, mistake_diagnoses, parts_close, plain, random_qkv,
                        result_tuple, run_checks, shapes_mix, tiled_cases)
@@ -296,14 +297,8 @@ HINT_FA1_TRAFFIC = (
     "initial writes of O, l, m.",
     "Compare counter.read_bytes and counter.write_bytes with tiled_traffic(..., "
     "loop_order='fa1', bytes_per_element=8) on a small case and find the term that differs.")
-_RTOL, _ATOL = 1e-9, 1e-12      # float64 throughout: only rounding differs
-SCALE = 0.37                     # on purpose not 1/sqrt(d)
 
 # -- the spec, with typical mistakes, replayed on the same inputs ---------------------------
-
-def _safe(m):
-    return np.where(np.isneginf(m), 0.0, m)
-
 
 def replay(q, k, v, causal, scale, br, bc, mistake=None):
     """float64 FA2 forward of one head, optionally with one typical mistake.
@@ -406,14 +401,6 @@ MISTAKES = [("no_rescale", HINT_RESCALE), ("no_rescale_l", HINT_RESCALE_L),
 FAR_MISTAKES = [("mask_p", HINT_MASK_P), ("m_zero", HINT_INIT_MAX)]
 
 
-def _close(a, b) -> bool:
-    return parts_close(a, b, rtol=1e-7, atol=1e-10)
-
-
-def _has_nan(yours, _expected):
-    return any(np.isnan(np.asarray(p, np.float64)).any() for p in plain(yours))
-
-
 def _block_sizes(t, b) -> set[int]:
     """The lengths of the blocks of b rows that cover t rows (the last one ragged)."""
     return {min(b, t), t % b} - {0}
@@ -487,13 +474,6 @@ def _errors(tq, tk, br, bc) -> list:
         found.append(((lambda exc: shapes_mix(exc, bc, tk % bc, ndim=2)),
                       *HINT_RAGGED_UNCLIPPED))
     return found
-
-
-def _inputs(seed, tq, tk, d, spread=1.0):
-    q, k, v = random_qkv(np.random.default_rng(seed), tq, tk, d, spread)
-    if spread == 1.0 and tk > 4:       # later keys align more with q: the max keeps growing
-        k = k * 0.3 + q.mean(axis=0) * np.linspace(0.2, 3.0, tk)[:, None]
-    return q, k, v
 
 
 # -- checker 1: the whole FA2 forward -----------------------------------------------------

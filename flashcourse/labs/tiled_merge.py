@@ -1,7 +1,7 @@
 """Checker 3 of lab 03 (going further): merge_partials(o_a, lse_a, o_b, lse_b) -> (o, lse),
 the attention of the same queries over two disjoint key ranges combined into the attention
 over their union (the Flash-Decoding combine). Split from tiled_forward.py, which re-exports
-it; the shared helpers (inputs, scale, comparisons) stay there."""
+it; the shared helpers (inputs, scale, comparisons) are in _tiled_common.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 
 from ..geometry import visible_mask
 from ._harness import Case, Result, inputs_kept_case, plain, result_tuple, run_checks
-from .tiled_forward import _ATOL, _RTOL, SCALE, _close, _has_nan, _inputs, _safe
+from ._tiled_common import _ATOL, _RTOL, SCALE, _close, _has_nan, _inputs, _safe
 
 HINT_MERGE_AVERAGE = (
     "A plain average of the two outputs ignores how much weight each key range carries.",
