@@ -369,4 +369,70 @@ LAB10B = [
          "    g = lane >> 2\n    t = lane & 3\n    for n in range(NO):")]),
 ]
 
-CASES = LAB05 + LAB06 + LAB10 + LAB10B
+# ---------------------------------------------------------------- round 18 (mutants report)
+# The wrong ones each passed, or got another hint, before round 18; the right ones are the
+# unusual correct solutions tried in that round.
+ROUND18 = [
+    wrong(L05, "flash_block", "row max started at 0", [
+        ("    m = NEG_INF\n    l = F0\n    for k0", "    m = F0\n    l = F0\n    for k0")],
+          "starts at 0, not -inf"),
+    wrong(L05, "flash_block", "copy loop stepped by 32", [
+        ("for e in range(r, BC11 * D11, BR11):", "for e in range(r, BC11 * D11, 32):")],
+          "ever loaded"),
+    wrong(L05, "flash_block", "no barrier after the copy", [
+        ("            vs[c, x] = v[k0 + c, x] if ok else F0\n        cuda.syncthreads()\n",
+         "            vs[c, x] = v[k0 + c, x] if ok else F0\n")], "barrier"),
+    wrong(L05, "flash_block", "running max never stored", [("                m = m_new\n", "")],
+          "never stored"),
+    wrong(L05, "flash_block", "last partial key tile skipped", [
+        ("for k0 in range(0, tk, BC11):", "for k0 in range(0, tk - BC11 + 1, BC11):")],
+          "shorter key tile"),
+    wrong(L05, "softmax_rows", "lane max started at 0", [
+        ("    m = NEG_INF\n    l = F0\n    for c in range(lane, cols, 32):",
+         "    m = F0\n    l = F0\n    for c in range(lane, cols, 32):")], "starts at 0, not -inf"),
+    wrong(L05, "softmax_rows", "only out[r, lane] written", [
+        ("    for c in range(lane, cols, 32):\n        out[r, c] = math.exp(x[r, c] - m) / l",
+         "    if lane < cols:\n        out[r, lane] = math.exp(x[r, lane] - m) / l")],
+          "never written"),
+    wrong(L05, "matmul_tiled", "store unguarded", [
+        ("    if row < m and col < n:\n        c[row, col] = acc", "    c[row, col] = acc")],
+          "wrote c past its edge"),
+    right(L05, "flash_block", "scale after the dot product", [
+        ("qr[x] = q[r, x] * scale if (r < tq and x < d) else F0",
+         "qr[x] = q[r, x] if (r < tq and x < d) else F0"),
+        ("                for x in range(D11):\n                    s += qr[x] * ks[c, x]\n",
+         "                for x in range(D11):\n                    s += qr[x] * ks[c, x]\n"
+         "                s = s * scale\n")]),
+    right(L05, "flash_block", "break at the first key past tk", [
+        ("            if k0 + c < tk:\n                s = F0",
+         "            if k0 + c >= tk:\n                break\n            if True:\n"
+         "                s = F0")]),
+    right(L05, "softmax_rows", "two butterflies: the max, then the sum", [
+        ("    offset = 16\n    while offset > 0:\n        m_o = shfl_xor(m, offset, scratch, lane)\n"
+         "        l_o = shfl_xor(l, offset, scratch, lane)\n        m_new = max(m, m_o)\n"
+         "        m_use = m_new if m_new != NEG_INF else F0\n"
+         "        l = l * math.exp(m - m_use) + l_o * math.exp(m_o - m_use)\n        m = m_new\n"
+         "        offset //= 2\n",
+         "    offset = 16\n    while offset > 0:\n        m = max(m, shfl_xor(m, offset, scratch, lane))\n"
+         "        offset //= 2\n    l = F0\n    for c in range(lane, cols, 32):\n"
+         "        l += math.exp(x[r, c] - m)\n    offset = 16\n    while offset > 0:\n"
+         "        l += shfl_xor(l, offset, scratch, lane)\n        offset //= 2\n")]),
+    wrong(L06, KB, "one past the last key", [
+        ("last = min(q0 + BR, tq) - 1 + off", "last = min(q0 + BR, tq) + off")], "tile too many"),
+    wrong(L06, KB, "causal = 0 ignored", [("    if causal == 0:\n        return n\n", "")],
+          "causal = 0"),
+    right(L06, KB, "a ceiling from one past the last key, q1 unclipped", [
+        ("    last = min(q0 + BR, tq) - 1 + off                           # last key the last row sees\n"
+         "    if last < 0:\n        return 0\n    return min(n, last // BC + 1)",
+         "    end = q0 + BR + off\n    if end <= 0:\n        return 0\n"
+         "    return min(n, (end + BC - 1) // BC)")]),
+    right(L06, OU6, "if / else stand-in, acc rescaled first", [
+        ("m_use = m_new if m_new != NEG_INF else F0",
+         "if m_new > NEG_INF:\n        m_use = m_new\n    else:\n        m_use = F0"),
+        ("    psum = F0\n    for j in range(TN):",
+         "    for j in range(TD):\n        acc[i * TD + j] = acc[i * TD + j] * alpha\n"
+         "    psum = F0\n    for j in range(TN):"),
+        ("    for j in range(TD):\n        acc[i * TD + j] *= alpha\n", "")]),
+]
+
+CASES = LAB05 + LAB06 + LAB10 + LAB10B + ROUND18

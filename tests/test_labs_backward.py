@@ -62,6 +62,12 @@ MISTAKES = {"flash_backward": [
     ("s = np.where(cols <= rows + offset, s, -np.inf)",
      "s = np.where(cols < rows + offset, s, -np.inf)", L.HINT_DIAGONAL),
     ("dk[k0:k1], dv[k0:k1] = dk_j, dv_j", "dk[k0:k1], dv[k0:k1] = dv_j, dk_j", L.HINT_SWAP_DKDV),
+    # round 18 (mutants): step 5 left out (dk, dv all zeros) got the generic HINT_BACKWARD
+    ("dk[k0:k1], dv[k0:k1] = dk_j, dv_j", "pass", L.HINT_NO_STORE),
+    # round 18 (mutants): the stand-in +inf written into the caller's lse passed
+    ("lse_i = np.where(np.isneginf(lse[q0:q1]), np.inf, lse[q0:q1])   # empty rows: P = 0",
+     "lse[q0:q1][np.isneginf(lse[q0:q1])] = np.inf\n            lse_i = lse[q0:q1]",
+     L.HINT_INPUTS_CHANGED),
     ("s = scale * (q_i @ k_j.T)", "s = q_i @ k_j.T", L.HINT_P_NO_SCALE),
     ("q_start = max(0, k0 - offset) // block_q * block_q", "q_start = k0 // block_q * block_q",
      L.HINT_SKIP_NO_OFFSET),

@@ -219,15 +219,19 @@ KEY_BLOCK_MISTAKES = [
     # passed before round 7 ac (M5): no block's last key started or ended a tile; the ceiling
     # got the generic HINT_SKIP until round 16 a (m), now HINT_SKIP_SHORT
     ("return min(n, last // BC + 1)", "return min(n, (last + BC - 1) // BC)", L.HINT_SKIP_SHORT),
-    ("last = min(q0 + BR, tq) - 1 + off", "last = min(q0 + BR, tq) + off", L.HINT_SKIP),
+    # round 18 (mutants): generic HINT_SKIP until now
+    ("last = min(q0 + BR, tq) - 1 + off", "last = min(q0 + BR, tq) + off", L.HINT_SKIP_ONE_MORE),
     # review round 16 a (m): the block's first row in place of its last (generic before)
     ("last = min(q0 + BR, tq) - 1 + off", "last = q0 + off", L.HINT_SKIP_SHORT),
+    # round 18 (mutants): causal = 0 ignored (the causal count always) got HINT_SKIP
+    ("    if causal == 0:\n        return n\n", "", L.HINT_SKIP_NOT_CAUSAL),
 ]
 
 
 @pytest.mark.parametrize("old,new,hint", KEY_BLOCK_MISTAKES,
                          ids=["no-skip", "off-by-one", "top-left", "floor", "negative",
-                              "ceil-of-last", "last-plus-one", "first-row"])
+                              "ceil-of-last", "last-plus-one", "first-row",
+                              "causal-ignored"])
 def test_key_blocks_mistakes_get_their_hint(lab, old, new, hint):
     assert_hint(L.check_key_blocks, mutate(LAB, "key_blocks", old, new), hint[0], parts(lab))
 

@@ -141,6 +141,9 @@ MISTAKES = {
         ("acc += As[ty, kk] * Bs[kk, tx]",
          "acc += (a[row, kt * T6 + kk] if (row < m and kt * T6 + kk < k) else F0) * Bs[kk, tx]",
          L.HINT_MATMUL_GLOBAL),
+        # round 18 (mutants): the store left unguarded got the tile-load hint
+        ("    if row < m and col < n:\n        c[row, col] = acc", "    c[row, col] = acc",
+         L.HINT_TILE_STORE),
     ],
     "matmul_micro": [
         # a size computed inside the kernel: the GPU compiler refuses it, the simulator not
@@ -194,6 +197,13 @@ MISTAKES = {
         # no butterfly: each lane's own statistics (NaN in the masked row, not a stand-in slip)
         ("    offset = 16\n    while offset > 0:", "    offset = 0\n    while offset > 0:",
          L.HINT_SM_LANES),
+        # round 18 (mutants): a lane's max started at 0 passed (no row far below 0); only
+        # out[r, lane] written (NaN past column 32) got the overflow hint
+        ("    m = NEG_INF\n    l = F0\n    for c in range(lane, cols, 32):",
+         "    m = F0\n    l = F0\n    for c in range(lane, cols, 32):", L.HINT_SM_INIT),
+        ("    for c in range(lane, cols, 32):\n        out[r, c] = math.exp(x[r, c] - m) / l",
+         "    if lane < cols:\n        out[r, lane] = math.exp(x[r, lane] - m) / l",
+         L.HINT_SM_UNWRITTEN),
     ],
     "flash_block": [
         ("            if k0 + c < tk:\n", "            if True:\n", L.HINT_FLASH_MASK),
@@ -218,6 +228,19 @@ MISTAKES = {
         ("m_new = max(m, s)", "m_new = s", L.HINT_FLASH_OVERFLOW),
         ("        qr[x] = q[r, x] * scale if (r < tq and x < d) else F0\n        acc[x] = F0\n",
          "        qr[x] = q[r, x] * scale if (r < tq and x < d) else F0\n", HINT_LOCAL_UNSET),
+        # round 18 (mutants): the row max started at 0 passed (no row far below 0); the copy
+        # loop stepped by 32 (half of each tile never loaded) and the barrier after the copy
+        # left out got the overflow hint
+        ("    m = NEG_INF\n    l = F0\n    for k0", "    m = F0\n    l = F0\n    for k0",
+         L.HINT_FLASH_INIT),
+        ("for e in range(r, BC11 * D11, BR11):", "for e in range(r, BC11 * D11, 32):",
+         L.HINT_FLASH_UNLOADED),
+        ("            vs[c, x] = v[k0 + c, x] if ok else F0\n        cuda.syncthreads()\n",
+         "            vs[c, x] = v[k0 + c, x] if ok else F0\n", L.HINT_SYNC),
+        # round 18 (mutants): both got the generic HINT_FLASH
+        ("                m = m_new\n", "", L.HINT_FLASH_STALE_MAX),
+        ("for k0 in range(0, tk, BC11):", "for k0 in range(0, tk - BC11 + 1, BC11):",
+         L.HINT_FLASH_RAGGED),
     ],
     "histogram": [
         # plain read-modify-writes: of the global histogram, of the shared one

@@ -67,6 +67,14 @@ def _update_no_guard(m, l, x):
     return m_new, l * np.exp(m - m_new) + np.exp(x - m_new)
 
 
+def _update_exp_apart(m, l, x):
+    """round 18 (mutants): exp of the max and of x taken apart (inf / inf for x = 1e4) got
+    HINT_NEG_INF, the -inf - (-inf) of an empty state."""
+    m_new = np.maximum(m, x)
+    m_safe = _safe(m_new)
+    return m_new, l * np.exp(m) / np.exp(m_safe) + np.exp(x) / np.exp(m_safe)
+
+
 def _update_forgets_old_max(m, l, x):
     m_new = np.where(x == -np.inf, m, x)        # "the newest score is the max"
     return m_new, l * np.exp(m - _safe(m_new)) + np.exp(x - _safe(m_new))
@@ -168,7 +176,7 @@ WRONG = [(L1.check_online_update, wrong, hint) for wrong, hint in (
     (_update_unshifted, L1.HINT_SHIFT), (_update_new_term_old_max, L1.HINT_SHIFT_OLD),
     (_update_python_max, L1.HINT_ELEMENTWISE), (_update_swapped, L1.HINT_ORDER),
     (_update_standin_from_old_max, L1.HINT_STANDIN),
-    (_update_standin_from_x, L1.HINT_STANDIN))] + [
+    (_update_standin_from_x, L1.HINT_STANDIN), (_update_exp_apart, L1.HINT_OVERFLOW))] + [
     (L1.check_merge_states, wrong, hint) for wrong, hint in (
         (_merge_no_rescale, L1.HINT_RESCALE), (_merge_no_guard, L1.HINT_NEG_INF),
         (_merge_min, L1.HINT_MAX), (_merge_inverted, L1.HINT_DIRECTION),
@@ -259,8 +267,18 @@ def test_stream_softmax_solution_passes_and_stub_is_reported(lab):
     # through the merge; rows then 0 or NaN) got HINT_SOFTMAX
     ("l_c = np.exp(part - np.where(np.isneginf(m_c), 0.0, m_c)[:, None]).sum(axis=1)",
      "l_c = np.exp(part - m_c[:, None]).sum(axis=1)", L1.HINT_STREAM_CHUNK_STANDIN),
+    # round 18 (mutants): the row state started at m = 0 passed (no row far below 0)
+    ("m, l = np.full(rows, -np.inf), np.zeros(rows)", "m, l = np.zeros(rows), np.zeros(rows)",
+     L1.HINT_STREAM_INIT),
+    # round 18 (mutants): each got HINT_SOFTMAX
+    ("        m, l = merge_states(m, l, m_c, l_c)\n", "        merge_states(m, l, m_c, l_c)\n",
+     L1.HINT_STREAM_STATE),
+    ("out = np.zeros((rows, n))", "out = np.zeros((rows, n), dtype=int)", L1.HINT_STREAM_INT),
+    ("p = np.exp(x[:, c0:c0 + chunk] - m_safe)",
+     "p = np.exp(x[:, c0:c0 + chunk] - np.where(np.isneginf(m_c), 0.0, m_c)[:, None])",
+     L1.HINT_SOFTMAX_SHIFT),
 ], ids=["shift", "masked", "merge", "whole-x", "pass1-last-chunk", "pass2-last-chunk",
-        "chunk-standin"])
+        "chunk-standin", "state-from-zero", "merge-dropped", "int-output", "last-chunk-max"])
 def test_stream_softmax_mistakes_get_their_hint(lab, old, new, hint):
     fn = mutate(LAB, "stream_softmax", old, new)
     assert_hint(L1.check_stream_softmax, fn, hint, lab["merge_states"])

@@ -8,7 +8,8 @@ import pytest
 from flashcourse import reference
 from flashcourse.labs import _harness as H
 from flashcourse.labs import tiled_forward as L
-from labtools import functions_of, hint_leaks_test, lab_path, lab_tests, mistakes_test, mutate
+from labtools import (edits_mistakes_test, functions_of, hint_leaks_test, lab_path, lab_tests,
+                      mistakes_test, mutate)
 
 LAB = lab_path("lab03_tiled_forward")
 
@@ -90,6 +91,14 @@ MISTAKES = {"flash_forward": [
     ("o, lse = np.zeros((t_q, d)),", "o, lse = np.zeros((t_q, d), np.float32),",
      (H.HINT_PRECISION,)),
     ("    return o, lse", "    return o, lse[:, None]", (H.HINT_SHAPE,)),
+    # round 18 (mutants): a running max started at 0 passed (no row had every score far
+    # below 0); -1e9 for hidden scores got HINT_FORWARD
+    ("m = np.full(q1 - q0, -np.inf)", "m = np.zeros(q1 - q0)", L.HINT_INIT_MAX),
+    ("s = np.where(cols <= rows + offset, s, -np.inf)",
+     "s = np.where(cols <= rows + offset, s, -1e9)", L.HINT_MASK_FINITE),
+    ("s = np.where(cols <= rows + offset, s, -np.inf)",
+     "s = np.where(cols <= rows + offset, s, np.finfo(float).min)", L.HINT_MASK_FINITE),
+    ("alpha = np.exp(m - m_use)", "alpha = np.exp(m_use - m)", L.HINT_ALPHA_INVERTED),
 ], "fa1_forward": [
     ('            counter.write("O", (q1 - q0) * d)\n', "", L.HINT_FA1_TRAFFIC),
     ('    counter.write("O", t_q * d)\n    counter.write("l", t_q, kind="stat")\n'
@@ -116,6 +125,12 @@ MISTAKES = {"flash_forward": [
      "lse = np.where(seen, m + np.log2(np.where(seen, l, 1.0)), -np.inf)", L.HINT_LSE_LOG2),
     ("    offset = t_k - t_q\n    o, l, m", "    offset = t_q - t_k\n    o, l, m",
      L.HINT_OFFSET_SIGN),
+    # round 18 (mutants): m = 0 in outer memory passed; -1e9 for hidden scores got
+    # HINT_FA1_MATH
+    ("np.zeros(t_q), np.full(t_q, -np.inf)   # outer memory",
+     "np.zeros(t_q), np.zeros(t_q)   # outer memory", L.HINT_INIT_MAX),
+    ("s = np.where(cols <= rows + offset, s, -np.inf)\n            m_t",
+     "s = np.where(cols <= rows + offset, s, -1e9)\n            m_t", L.HINT_MASK_FINITE),
 ], "merge_partials": [
     ("o = w_a[:, None] * o_a + w_b[:, None] * o_b", "o = (o_a + o_b) / 2", L.HINT_MERGE_AVERAGE),
     ("lse = np.logaddexp(lse_a, lse_b)", "lse = lse_a + lse_b", L.HINT_MERGE_LSE),
@@ -126,8 +141,35 @@ MISTAKES = {"flash_forward": [
      "lse_use = np.where(np.isneginf(lse_a), 0.0, lse)", L.HINT_MERGE_STANDIN),
     ("lse_use = np.where(np.isneginf(lse), 0.0, lse)",
      "lse_use = np.where(np.isneginf(lse_b), 0.0, lse)", L.HINT_MERGE_STANDIN),
+    # round 18 (mutants): o_a overwritten in place passed (every case passes copies)
+    ("o = w_a[:, None] * o_a + w_b[:, None] * o_b",
+     "o_a *= w_a[:, None]\n    o_a += w_b[:, None] * o_b\n    o = o_a", L.HINT_INPUTS_CHANGED),
 ]}
 test_mistakes_get_their_hint = mistakes_test(LAB, CHECKS, MISTAKES)
+
+#: round 18 (mutants): the mask applied to P after the exponential (the max still over every
+#: score) passed in both orders: no hidden score lay far above the visible ones
+MASK_ON_P = {
+    "flash_forward": ("flash_forward", [
+        ("                s = np.where(cols <= rows + offset, s, -np.inf)\n            ### END",
+         "                hide = cols > rows + offset\n            ### END"),
+        ("p = np.exp(s - m_use[:, None])                      # (Br, Bc)",
+         "p = np.exp(s - m_use[:, None])\n"
+         "            p = np.where(hide, 0.0, p) if causal else p")],
+        L.HINT_MASK_P),
+    "fa1_forward": ("fa1_forward", [
+        ("                s = np.where(cols <= rows + offset, s, -np.inf)\n            m_t",
+         "                hide = cols > rows + offset\n            m_t"),
+        ("            l_t = p.sum(axis=1) ",
+         "            p = np.where(hide, 0.0, p) if causal else p\n"
+         "            l_t = p.sum(axis=1) ")],
+        L.HINT_MASK_P),
+    # round 18 (mutants): q scaled in place (the scale then left out of S) passed
+    "q_in_place": ("flash_forward", [
+        ("    offset = t_k - t_q                                          # bottom-right alignment",
+         "    q *= scale\n    offset = t_k - t_q"),
+        ("s = scale * (q_i @ k_j.T)", "s = q_i @ k_j.T")], L.HINT_INPUTS_CHANGED)}
+test_mask_on_p_is_named = edits_mistakes_test(LAB, CHECKS, MASK_ON_P)
 test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)
 
 

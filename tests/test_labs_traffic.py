@@ -70,6 +70,11 @@ def test_stub_reports_not_implemented(capsys):
      lab.HINT_LSE_ONE),
     # review round 17 a (m): the right pair returned as (writes, reads) got the generic hint
     (lambda Tq, Tk, d, Br, Bc, e: solution(Tq, Tk, d, Br, Bc, e)[::-1], lab.HINT_PAIR_SWAPPED),
+    # round 18 (mutants): Tr as floor + 1, and Tr left a fraction, got the generic hint
+    (lambda Tq, Tk, d, Br, Bc, e: (Tq * d * e + 2 * (Tq // Br + 1) * Tk * d * e,
+                                   Tq * d * e + 4 * Tq), lab.HINT_PLUS_ONE),
+    (lambda Tq, Tk, d, Br, Bc, e: (Tq * d * e + 2 * (Tq / Br) * Tk * d * e,
+                                   Tq * d * e + 4 * Tq), lab.HINT_FRACTION),
 ])
 def test_wrong_formulas_fail_with_matching_hint(capsys, wrong, hint):
     r = lab.check_fa2_traffic(wrong)
@@ -141,7 +146,9 @@ def test_backward_model_equals_the_counter():
     # in the old second case); Tc = ceil(Tq / Bc) got the generic hint
     ("Tc = -(-Tk // Bc)", "Tc = -(-Tk // Br)", lab.HINT_BWD_TC_SIZES),
     ("Tc = -(-Tk // Bc)", "Tc = -(-Tq // Bc)", lab.HINT_BWD_TC_SIZES),
-], ids=["dq", "stat", "dkdv", "floor", "one-stat", "no-o", "tc-br", "tc-tq"])
+    # round 18 (mutants): floor + 1 got the generic hint
+    ("Tc = -(-Tk // Bc)", "Tc = Tk // Bc + 1", lab.HINT_PLUS_ONE),
+], ids=["dq", "stat", "dkdv", "floor", "one-stat", "no-o", "tc-br", "tc-tq", "plus-one"])
 def test_backward_mistakes_get_their_hint(old, new, hint):
     fn = mutate(LAB, "my_backward_traffic", old, new)
     if hint is lab.HINT_BWD_DQ:                                  # ... nor written per tile

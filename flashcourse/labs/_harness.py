@@ -728,6 +728,34 @@ def tiled_cases(inputs: Callable, expected: Callable, replay: Callable, mistakes
     return cases
 
 
+HINT_INPUTS_CHANGED = (
+    "Your function changed one of its input arrays in place (named above). The caller still "
+    "holds that array, and its later uses (a reference to compare with, the backward pass) "
+    "then see other numbers. Compute into new arrays: q * scale makes a new one, q *= scale "
+    "overwrites the caller's.",
+    "Leave every argument as it came in; copy it first (x = x.copy()) to work in place.")
+
+
+def inputs_kept_case(name: str, arrays, rest, names, make_rest=None) -> Case:
+    """A case: fn(*arrays, *rest) must leave every array of `arrays` (named by `names`) as
+    it came in (round 18: a forward that scaled q in place passed, as every other case
+    passes copies). `make_rest()`, when given, builds `rest` anew for each call."""
+    changed: list = []
+
+    def run(fn):
+        given = [a.copy() for a in arrays]
+        fn(*given, *(make_rest() if make_rest else rest))
+        changed[:] = [n for n, a, b in zip(names, given, arrays)
+                      if not np.array_equal(a, b, equal_nan=True)]
+        return np.float64(len(changed)), np.float64(0)
+
+    def compare(yours, _expected):
+        return not changed, "changed in place: " + ", ".join(changed)
+
+    return Case(name, run, HINT_INPUTS_CHANGED[0], compare=compare,
+                hint2=HINT_INPUTS_CHANGED[1])
+
+
 def stub_guard(fn, what: str):
     """Raise NotImplementedError for a learner's stub before running anything heavy."""
     inner = getattr(fn, "py_func", fn)

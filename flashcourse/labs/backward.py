@@ -29,8 +29,9 @@ from .. import reference
 from ..geometry import causal_block_sums
 from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
                          rows_loaded_case)
-from ._harness import (SKIPPING_SHAPES, Result, broadcast_shapes, parts_close, plain,
-                       random_qkv, run_checks, shapes_mix, tiled_cases)
+from ._harness import (HINT_INPUTS_CHANGED, SKIPPING_SHAPES, Result,  # noqa: F401
+                       broadcast_shapes, inputs_kept_case, parts_close, plain, random_qkv,
+                       run_checks, shapes_mix, tiled_cases)
 from . import tiled_forward as _forward
 
 HINT_FORGOT_D = (
@@ -154,6 +155,11 @@ HINT_SWAP_DKDV = (
     "dK and dV are swapped: what you store as dk is the gradient of V (P^T dO) and what you "
     "store as dv is the gradient of K (scale dS^T Q).",
     "dV_j accumulates P^T dO_i; dK_j accumulates scale dS^T Q_i.")
+HINT_NO_STORE = (
+    "Your dk and dv come back all zeros while dq is right: dK_j and dV_j, summed over the "
+    "query blocks in the inner loop, must be stored into their rows of dk and dv after that "
+    "loop (step 5), or nothing of them leaves the key block.",
+    "After the inner loop, write dK_j and dV_j into rows k0:k1 of dk and dv.")
 HINT_P_NO_SCALE = (
     "P is recomputed from unscaled scores: the saved lse is the log-sum-exp of the SCALED "
     "scores, so S = scale * Q_i K_j^T before exp(S - lse) (the checker passes 0.37).",
@@ -277,7 +283,8 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
                     dq[q0:q1] += cq * (ds @ k[k0:k1])
             if mistake == "swap_dkdv":
                 dk_j, dv_j = dv_j, dk_j
-            dk[k0:k1], dv[k0:k1] = dk_j, dv_j
+            if mistake != "no_store":
+                dk[k0:k1], dv[k0:k1] = dk_j, dv_j
     return dq, dk, dv
 
 
@@ -295,7 +302,8 @@ MISTAKES = [("no_delta", HINT_FORGOT_D), ("delta_do_do", HINT_DELTA_DODO),
             ("k_ragged_drop", HINT_RAGGED_DROP), ("k_off_by_one", HINT_RAGGED_OFF_BY_ONE),
             ("q_ragged_drop", HINT_RAGGED_Q), ("strict_mask", HINT_DIAGONAL),
             ("swap_dkdv", HINT_SWAP_DKDV), ("p_no_scale", HINT_P_NO_SCALE),
-            ("skip_no_offset", HINT_SKIP_NO_OFFSET)] + [(m, HINT_P_BASE2) for m in BASE2_P]
+            ("skip_no_offset", HINT_SKIP_NO_OFFSET),
+            ("no_store", HINT_NO_STORE)] + [(m, HINT_P_BASE2) for m in BASE2_P]
 #: the mistakes the query-major dq pass can show (dv_from_o, dkdv_overwrite and swap_dkdv
 #: change only dk, dv; skip_no_offset is the key-major loop's), with its key loop's own
 #: k_end one short first, and skipping too much said of its key loop
@@ -303,7 +311,7 @@ DQ_MISTAKES = [("k_end_short", HINT_DQ_K_END_SHORT),
                ("k_end_no_offset", HINT_DQ_K_END_NO_OFFSET)] + [
     (m, HINT_DQ_SKIP_TOO_MUCH if m == "skip_too_much" else h) for m, h in MISTAKES
     if m not in ("dv_from_o", "dkdv_overwrite", "dk_overwrite", "dv_overwrite", "swap_dkdv",
-                 "skip_no_offset")]
+                 "skip_no_offset", "no_store")]
 
 
 def _errors(tq, tk, br, bc) -> list:
@@ -423,6 +431,15 @@ def _fewest_query_rows(tq, tk, bc) -> int:
     return sum(max(0, tq - max(0, k0 - (tk - tq))) for k0 in range(0, tk, bc))
 
 
+def _inputs_kept_case():
+    """round 18 (mutants): an argument changed in place passed (lse's -inf overwritten by the
+    stand-in +inf, q *= scale); Tq > Tk, Br = 5: the first block mixes rows with and without
+    keys, so it is visited."""
+    return inputs_kept_case("inputs q, k, v, o, lse, dO left unchanged",
+                            _inputs(160, 17, 13, 3, True), (True, SCALE, 5, 6),
+                            ("q", "k", "v", "o", "lse", "do"))
+
+
 def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Check `flash_backward(q, k, v, o, lse, do, causal, scale, block_q, block_k)` against
     the dense float64 backward on seven inputs; then the algorithm: the largest temporary it
@@ -440,6 +457,7 @@ def check_flash_backward(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
                                       (True, SCALE, br, bc), 0, query_rows, HINT_NO_SKIP,
                                       HINT_SKIP_TOO_MUCH, fewest=_fewest_query_rows(tq, tk, bc)))
         cases.append(_hidden_tiles_case(n, name, tq, tk, br, bc))
+    cases.append(_inputs_kept_case())
     return run_checks("flash_backward(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
                       fn, cases, verbose=verbose, hint_level=hint_level)
 
@@ -455,6 +473,7 @@ def check_flash_backward_dq(fn, *, verbose: bool = True, hint_level: int = 1) ->
                         names=("dq",), errors=_errors)
     for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
         cases.append(_dq_hidden_tiles_case(n, name, tq, tk, br, bc))
+    cases.append(_inputs_kept_case())
     return run_checks("flash_backward_dq(q, k, v, o, lse, do, causal, scale, block_q, block_k)",
                       fn, cases, verbose=verbose, hint_level=hint_level)
 

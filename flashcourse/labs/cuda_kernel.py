@@ -191,6 +191,16 @@ HINT_SKIP_SHORT = (
     "(its first row sees fewer keys), and tile index t means t + 1 tiles: a ceiling, "
     "ceil(last / BC), is one short whenever last is a multiple of BC.",
     "Take the block's last row, add off, divide by BC (floor) and add 1.")
+HINT_SKIP_ONE_MORE = (
+    "key_blocks: your count is a tile too many for some query blocks: the last key the "
+    "block's last row sees is min(q0 + BR, Tq) - 1 + off (positions count from 0). Counted "
+    "from one past it, a block whose visible keys end exactly at a tile's end also visits "
+    "the next tile, which it cannot see.",
+    "Subtract 1 from the end of the block's rows before adding off.")
+HINT_SKIP_NOT_CAUSAL = (
+    "key_blocks: with causal = 0 every query block visits all ceil(Tk / BC) key tiles; your "
+    "count skips tiles even though no mask hides them.",
+    "Return the full tile count first when causal is 0.")
 HINT_SKIP_TOP_LEFT = (
     "key_blocks: your count uses a top-left causal mask (key j visible iff j <= i). The lab "
     "kernel aligns it bottom-right: the last key a row i sees is i + off, with off = Tk - Tq.",
@@ -704,13 +714,16 @@ def key_blocks_expected(q0, tq, tk, causal, off, mistake=None):
     """Key tiles the query block at q0 visits, optionally with one typical mistake:
     'no_skip', 'off_by_one' (last // BC), 'top_left' (off = 0), 'floor' (Tk // BC tiles),
     'negative' (no clamp at 0 for blocks that see nothing), 'first_row' (the block's first
-    row's last key), 'ceil' (ceil(last / BC) tiles: one short where last starts a tile)."""
+    row's last key), 'ceil' (ceil(last / BC) tiles: one short where last starts a tile),
+    'one_more' (last = q1 + off, one past), 'always_causal' (causal = 0 ignored)."""
     n = tk // BC if mistake == "floor" else ceil_div(tk, BC)
+    if not causal and mistake == "always_causal":
+        return key_blocks_expected(q0, tq, tk, True, off)
     if not causal or mistake == "no_skip":
         return n
     if mistake == "top_left":
         off = 0
-    last = min(q0 + BR, tq) - 1 + off                  # last key the block's last row sees
+    last = min(q0 + BR, tq) - (0 if mistake == "one_more" else 1) + off   # last key seen
     if mistake == "first_row":
         last = q0 + off
     count = last // BC + (0 if mistake == "off_by_one" else 1)
@@ -725,7 +738,9 @@ KEY_BLOCK_MISTAKES = [("no_skip", HINT_SKIP_NONE), ("top_left", HINT_SKIP_TOP_LE
                       ("floor", HINT_SKIP_FLOOR), ("off_by_one", HINT_SKIP_OFF_BY_ONE),
                       ("negative", HINT_SKIP_NEGATIVE),
                       # review round 16 a (m): both got the generic HINT_SKIP
-                      ("first_row", HINT_SKIP_SHORT), ("ceil", HINT_SKIP_SHORT)]
+                      ("first_row", HINT_SKIP_SHORT), ("ceil", HINT_SKIP_SHORT),
+                      # round 18 (mutants): both got the generic HINT_SKIP
+                      ("one_more", HINT_SKIP_ONE_MORE), ("always_causal", HINT_SKIP_NOT_CAUSAL)]
 
 
 def check_key_blocks(key_blocks, parts, *, verbose: bool = True, hint_level: int = 1) -> Result:

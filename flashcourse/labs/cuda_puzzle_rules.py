@@ -228,6 +228,9 @@ class Puzzle:
     time_limit_s: float = 60.0
     #: [(text in the error, hint)]: errors named before the edge hint (a misaligned copy)
     error_hints: list = field(default_factory=list)
+    #: [(replay(arrays, scalars), hint)]: mistakes replayed BEFORE `first` (a state started
+    #: at 0 whose 0 / 0 the overflow test of `first` would otherwise name)
+    first_mistakes: list = field(default_factory=list)
 
     def describe(self) -> None:
         """Print the puzzle: its contract, the numpy spec and the first case's launch."""
@@ -267,13 +270,19 @@ class Puzzle:
         diagnoses += [((lambda y, e: bool(y.error) and "outside" in y.error), *self.edge_hint),
                      ((lambda y, e: bool(y.error)), *self.edge_hint)]
         diagnoses += [(rule_fired(i), *rules[i].hint) for i in range(len(GENERIC_RULES))]
-        diagnoses += [(pred, *hint) for pred, hint in self.first]
-        for replay, hint in self.mistakes:
-            with np.errstate(all="ignore"):
-                wrong = replay(arrays64, case.scalars)
-            if not _outputs_close(wrong, want):
-                diagnoses.append(((lambda y, e, w=wrong: not y.error
+        def replayed(mistakes):
+            found = []
+            for replay, hint in mistakes:
+                with np.errstate(all="ignore"):
+                    wrong = replay(arrays64, case.scalars)
+                if not _outputs_close(wrong, want):
+                    found.append(((lambda y, e, w=wrong: not y.error
                                    and _outputs_close(y.outputs, w)), *hint))
+            return found
+
+        diagnoses += replayed(self.first_mistakes)
+        diagnoses += [(pred, *hint) for pred, hint in self.first]
+        diagnoses += replayed(self.mistakes)
         diagnoses += [(rule_fired(i), *rules[i].hint)
                       for i in range(len(GENERIC_RULES), len(rules))]
         diagnoses += [(local_unset, *HINT_LOCAL_UNSET)]      # when no rule named a cause

@@ -23,7 +23,8 @@ trace; on a GPU only the values are checked (the trace is a simulator feature).
     P = puzzle("map_guard"); P.describe(); P.check(my_kernel); P.show(my_kernel)
 
 The machinery (Puzzle, launch, the tables, the rules) is in `cuda_puzzle_rules.py`; the
-pieces of the two matrix products (puzzles 6 and 7) in `cuda_puzzles_matmul.py`.
+pieces of the two matrix products (puzzles 6 and 7) in `cuda_puzzles_matmul.py`, puzzles 10
+and 11 (the online softmax, the one-block forward) in `cuda_puzzles_flash.py`.
 
 The puzzles climb to lab 06: indexing and guards, 2-D blocks, shared memory and barriers,
 block reductions, the warp-shuffle butterfly, a tiled matmul, register micro-tiles,
@@ -35,7 +36,6 @@ asynchronous copies into shared memory (`cp.async`).
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 
@@ -53,9 +53,21 @@ from .cuda_puzzles_memory import (HINT_ATOMIC_GLOBAL, HINT_ATOMIC_SHARED,  # noq
                                   HINT_FLUSH_ONCE, HINT_HIST_ZERO, HINT_PRIVATE,
                                   puzzle_histogram, puzzle_stage_reverse)
 from .cuda_puzzles_memory import HINTS as _MEMORY_HINTS
+from .cuda_puzzles_flash import (BC11, BR11, D11, HINT_FLASH, HINT_FLASH_DIVIDE,  # noqa: F401
+                                 HINT_FLASH_GLOBAL, HINT_FLASH_INIT, HINT_FLASH_MASK,
+                                 HINT_FLASH_OVERFLOW, HINT_FLASH_RAGGED,
+                                 HINT_FLASH_STALE_MAX, HINT_FLASH_UNLOADED, HINT_SM_INIT,
+                                 HINT_SM_UNWRITTEN,
+                                 HINT_FLASH_RESCALE, HINT_FLASH_RESCALE_ACC,
+                                 HINT_FLASH_RESCALE_L, HINT_FLASH_ROW, HINT_FLASH_SCALE,
+                                 HINT_SM_LANES, HINT_SM_MERGE, HINT_SM_NAN, HINT_SM_RESCALE,
+                                 HINT_SM_SHIFT, HINT_SOFTMAX, puzzle_flash_block,
+                                 puzzle_softmax_rows)
+from .cuda_puzzles_flash import HINTS as _FLASH_HINTS
 from .cuda_puzzles_matmul import (ACC7, B7, COLS7, HINT_K_TILES,  # noqa: F401
                                   HINT_MATMUL, HINT_MATMUL_GLOBAL, HINT_MICRO, HINT_MICRO_EDGE,
-                                  HINT_MICRO_REUSE, HINT_TILE_EDGE, HINT_TILE_TRANSPOSED, K7,
+                                  HINT_MICRO_REUSE, HINT_TILE_EDGE, HINT_TILE_STORE,
+                                  HINT_TILE_TRANSPOSED, K7,
                                   ROWS7, T6, TM7, TN7, _mm_budget, _mm_case, _mm_floor,
                                   _mm_reads, _mm_tiles_read_transposed, _mt_case, spec_matmul)
 
@@ -365,243 +377,6 @@ def _tr_case(name, rows, seed):
                       {"rows": rows}, ("a", "out", "rows"), (1,), (32,))
 
 
-# -- puzzle 10: online softmax on a row -------------------------------------------------------
-
-HINT_SOFTMAX = ("out[r] = softmax(x[r]), one warp per row: each lane keeps a running (m, l) "
-                "over its elements c = lane, lane + 32, ...; a butterfly merges the 32 pairs; "
-                "then each lane writes exp(x - m) / l for its elements.",
-                "Merge (m1, l1), (m2, l2): m = max(m1, m2), l = l1 exp(m1 - m) + l2 exp(m2 - m); "
-                "with -inf as the start and a finite stand-in while m is still -inf.")
-HINT_SM_RESCALE = ("Missing rescale in the running sum: when a lane's max grows, its l was "
-                   "measured against the old max and must be multiplied by exp(m_old - m_new) "
-                   "before adding the new term. If your code multiplies l by exp(m - m_use), "
-                   "that factor is 1 when m was already set to the new max: exp(0). Take it "
-                   "while m still holds the old max.",
-                   "l = l * exp(m - m_new) + exp(x - m_new), and only then m = m_new.")
-HINT_SM_MERGE = ("The butterfly adds the lanes' sums without rescaling both to the common max: "
-                 "l1 and l2 are measured against different maxima m1 and m2, and each needs "
-                 "its own factor (a factor on one of them only is half the merge).",
-                 "l = l1 * exp(m1 - m) + l2 * exp(m2 - m) with m = max(m1, m2).")
-HINT_SM_NAN = ("NaN in a row with masked (-inf) entries: a lane whose elements are all -inf "
-               "has m = -inf, and exp(-inf - (-inf)) is NaN. Use a finite stand-in (0) for the "
-               "subtraction while the max is still -inf.",
-               "m_use = m_new if m_new != -inf else 0 before every exp(... - m_use).")
-HINT_SM_LANES = ("Each lane keeps its own (m, l): the butterfly that merges the 32 lanes' "
-                 "statistics into the row's is missing or never runs, so every lane normalises "
-                 "its elements over its own elements only.",
-                 "for offset 16, 8, 4, 2, 1: merge (m, l) with the partner lane's, read by "
-                 "shfl_xor(..., offset, ...).")
-HINT_SM_SHIFT = ("inf or NaN on a row of large values: exp(x) overflows float32 for x > 88. "
-                 "Subtract the running max before every exponential. If you subtract m_use, "
-                 "m_use is 0 at a lane's first element: the stand-in must replace the NEW max "
-                 "only while it is still -inf, so test m_new, not the old m.",
-                 "exp(x - m), never exp(x).")
-
-
-def spec_softmax(arrays, scalars):
-    x = arrays["x"]
-    m = x.max(axis=1, keepdims=True)
-    p = np.exp(x - m)
-    return {"out": p / p.sum(axis=1, keepdims=True)}
-
-
-def _softmax_replay(x, mistake=None):
-    rows, cols = x.shape
-    out = np.zeros_like(x)
-    with np.errstate(all="ignore"):
-        for r in range(rows):
-            m, l = np.full(32, -np.inf), np.zeros(32)
-            for lane in range(32):
-                for c in range(lane, cols, 32):
-                    v = x[r, c]
-                    mn = max(m[lane], v)
-                    mu = mn if (mn != -np.inf or mistake == "no_guard") else 0.0
-                    ex = np.exp(v) if mistake == "no_shift" else np.exp(v - mu)
-                    alpha = 1.0 if mistake == "no_rescale" else np.exp(m[lane] - mu)
-                    l[lane] = l[lane] * alpha + ex
-                    m[lane] = mn
-            for off in () if mistake == "no_butterfly" else (16, 8, 4, 2, 1):
-                p = np.arange(32) ^ off
-                mn = np.maximum(m, m[p])
-                mu = mn if mistake == "no_guard" else np.where(mn == -np.inf, 0.0, mn)
-                if mistake == "merge":
-                    l = l + l[p]
-                elif mistake == "merge_own":         # only this lane's sum rescaled
-                    l = l * np.exp(m - mu) + l[p]
-                elif mistake == "merge_partner":     # only the partner's sum rescaled
-                    l = l + l[p] * np.exp(m[p] - mu)
-                elif mistake == "no_shift":
-                    l = l + l[p]
-                else:
-                    l = l * np.exp(m - mu) + l[p] * np.exp(m[p] - mu)
-                m = mn
-            for c in range(cols):
-                lane = c % 32
-                e = np.exp(x[r, c]) if mistake == "no_shift" else np.exp(x[r, c] - m[lane])
-                out[r, c] = e / l[lane]
-    return out
-
-
-def _sm_case(name, seed, rows=3, cols=70):
-    """Row 0 grows (a new max inside every lane), row 1 is large (exp(x) would overflow),
-    row 2 is masked after 6 entries; with cols < 32 some lanes hold no element at all."""
-    rng = _rng(seed)
-    x = rng.standard_normal((rows, cols))
-    x[1] *= 40.0
-    x[1, 5] = 200.0
-    x[2, 6:] = -np.inf
-    x[0] = np.sort(x[0])
-    return PuzzleCase(name, {"x": x}, {"out": x.shape}, {"rows": rows, "cols": cols},
-                      ("x", "out", "rows", "cols"), (rows,), (32,))
-
-
-def _sm_nan(y, e):
-    """NaN in the masked row only, the plain row right: a missing stand-in for -inf (a
-    missing butterfly gives NaN there too, but a wrong plain row)."""
-    return not y.error and bool(np.isnan(y.outputs["out"][2]).any()) and \
-        np.allclose(y.outputs["out"][0], e["out"][0], rtol=1e-4, atol=1e-6)
-
-
-def _sm_overflow(y, e):
-    row = np.asarray(y.outputs["out"][1], np.float64)
-    return not y.error and not np.isfinite(row).all() or (not y.error and np.allclose(row, 0))
-
-
-# -- puzzle 11: a one-block FlashAttention forward --------------------------------------------
-
-BR11, BC11, D11 = 16, 8, 4
-HINT_FLASH = ("One block of 16 threads, thread r for query row r (r < tq): loop over key tiles "
-              "of 8; the block loads K_j and V_j into shared memory (0 past tk); each thread "
-              "scores its row against the tile's keys (masked past tk), updates its running "
-              "max m, sum l and accumulator acc (online softmax), and finally writes acc / l.",
-              "Per tile: barrier; cooperative load; barrier; per key c < BC with k0 + c < tk: "
-              "s = scale q . k; the new max is the larger of m and s; alpha = exp(m - new max); "
-              "p = exp(s - new max); l = l alpha + p; acc = acc alpha + p v.")
-HINT_FLASH_MASK = ("The ragged last key tile is not masked: its padded keys (zeros) score 0 and "
-                   "take part in the softmax. Skip (or give -inf to) keys k0 + c >= tk.",
-                   "if k0 + c < tk: ... (only visible keys update m, l and acc).")
-HINT_FLASH_RESCALE = ("Missing rescale: when the row max grows, l and acc were accumulated "
-                      "against the old max and must be multiplied by exp(m_old - m_new). If "
-                      "your code multiplies them by alpha, alpha is 1: exp(m - m_new) taken "
-                      "after m was set to the new max is exp(0). Take alpha while m still "
-                      "holds the old max.",
-                      "alpha = exp(m - m_new), before m = m_new; l = l * alpha + p; acc[x] = "
-                      "acc[x] * alpha + p * v[x].")
-HINT_FLASH_OVERFLOW = ("inf or NaN in the output (with every local array set): an exponential "
-                       "overflowed. Both exponents must be <= 0: p = exp(s - new max) and alpha "
-                       "= exp(old max - new max), where the new max is the larger of the old "
-                       "max and s (never s alone); at a row's first key the old max is -inf, "
-                       "so alpha is 0, and the other way round it is exp(+inf).",
-                       "Subtract the new max in p, and take alpha as exp(old - new), not "
-                       "exp(new - old).")
-HINT_FLASH_RESCALE_ACC = ("Half a rescale: your l is brought to the new max but acc is not. Both "
-                          "were accumulated against the old max; when the row max grows, both "
-                          "must be multiplied by exp(m_old - m_new).",
-                          "acc[x] = acc[x] * alpha + p * v[x], with the alpha that multiplies "
-                          "l.")
-HINT_FLASH_RESCALE_L = ("Half a rescale: your acc is brought to the new max but l is not. Both "
-                        "were accumulated against the old max; when the row max grows, both "
-                        "must be multiplied by exp(m_old - m_new).",
-                        "l = l * alpha + p, with the alpha that multiplies acc.")
-HINT_FLASH_DIVIDE = ("The output is not normalised: acc holds the UNnormalised sum of p v, so "
-                     "each row's o is acc / l, once, after the last key tile.",
-                     "Divide each of the row's d accumulators by its l when you write o.")
-HINT_FLASH_SCALE = ("The scores are missing `scale`: s = scale (q . k) (the puzzle passes "
-                    "1 / sqrt(d)), before the max and the exponentials.",
-                    "Multiply q's row (or each dot product) by scale.")
-HINT_FLASH_ROW = ("A thread keeps a whole row of scores (the line above names the array and "
-                  "its size): that is the plain softmax, which needs every score of the row "
-                  "before the first exponential, so its memory grows with tk. The online "
-                  "softmax is one pass: each thread keeps only its running m, l and acc (and "
-                  "at most one tile of BC scores), rescaled when the max grows.",
-                  "Per key of the tile: the new max, alpha = exp(old max - new max), "
-                  "p = exp(s - new max); l and each acc[x] are multiplied by alpha before "
-                  "adding p (and p v[x]). No array indexed by the key's position in the row.")
-HINT_FLASH_GLOBAL = ("Right values, but the kernel reads K or V from global memory inside the "
-                     "per-row loop: each tile should be read from global memory once per "
-                     "block (into shared memory) and reused by all 16 rows.",
-                     "Global reads of k: one per element of each tile, by the whole block.")
-
-
-def spec_flash(arrays, scalars):
-    q, k, v = arrays["q"], arrays["k"], arrays["v"]
-    s = q @ k.T * scalars["scale"]
-    p = np.exp(s - s.max(axis=1, keepdims=True))
-    return {"o": p @ v / p.sum(axis=1, keepdims=True)}
-
-
-def _flash_replay(mistake, by_tile=False):
-    """The one-block forward in float64 with one mistake ('no_mask', 'no_rescale' (of l and
-    acc), 'no_rescale_acc', 'no_rescale_l', 'no_scale', 'no_divide'), updating the state key
-    by key or, `by_tile`, once per tile of BC11 keys: a missing rescale gives a different
-    result in each."""
-    def replay(arrays, scalars):
-        q, k, v = arrays["q"], arrays["k"], arrays["v"]
-        tk, d = k.shape
-        ntile = _cdiv(tk, BC11)
-        kp = np.zeros((ntile * BC11, d))
-        vp = np.zeros((ntile * BC11, d))
-        kp[:tk], vp[:tk] = k, v
-        keys = ntile * BC11 if mistake == "no_mask" else tk
-        step = BC11 if by_tile else 1
-        scale = 1.0 if mistake == "no_scale" else scalars["scale"]
-        o = np.zeros_like(q)
-        for r in range(q.shape[0]):
-            m, l, acc = -np.inf, 0.0, np.zeros(d)
-            for c in range(0, keys, step):
-                c1 = min(c + step, keys)
-                s = scale * (kp[c:c1] @ q[r])                        # (<= step,)
-                mn = max(m, s.max())
-                alpha = 1.0 if mistake == "no_rescale" else np.exp(m - mn)
-                p = np.exp(s - mn)
-                l = l * (1.0 if mistake == "no_rescale_l" else alpha) + p.sum()
-                acc = acc * (1.0 if mistake == "no_rescale_acc" else alpha) + p @ vp[c:c1]
-                m = mn
-            o[r] = acc if mistake == "no_divide" else acc / l
-        return {"o": o}
-    return replay
-
-
-def _flash_case(name, tq, tk, d, seed, spread=1.0):
-    rng = _rng(seed)
-    q = rng.standard_normal((tq, d)) * spread
-    k = rng.standard_normal((tk, d)) * spread
-    k[-BC11:] += 0.8 * q.mean(axis=0)        # the max grows in the last tiles
-    v = rng.standard_normal((tk, d))
-    return PuzzleCase(name, {"q": q, "k": k, "v": v}, {"o": (tq, d)},
-                      {"tq": tq, "tk": tk, "d": d, "scale": 1.0 / math.sqrt(d)},
-                      ("q", "k", "v", "o", "tq", "tk", "d", "scale"), (1,), (BR11,))
-
-
-def _flash_falling_case(name, tq, tk, seed):
-    """Scores that alternate between about +200 and -200 from one key to the next (d = 2):
-    an update that shifts by the latest score instead of the running max (m_new = s) takes
-    alpha = exp(old - new) = exp(+400) and overflows (review round 17 a: it passed)."""
-    rng = _rng(seed)
-    q = np.abs(rng.standard_normal((tq, 2))) + 1.0
-    k = np.zeros((tk, 2))
-    k[:, 0] = 150.0 * (-1.0) ** np.arange(tk)
-    k[:, 1] = rng.standard_normal(tk)
-    v = rng.standard_normal((tk, 2))
-    return PuzzleCase(name, {"q": q, "k": k, "v": v}, {"o": (tq, 2)},
-                      {"tq": tq, "tk": tk, "d": 2, "scale": 1.0 / math.sqrt(2)},
-                      ("q", "k", "v", "o", "tq", "tk", "d", "scale"), (1,), (BR11,))
-
-
-def _flash_overflow(y, e):
-    """o not finite where it should be, and still not with the local arrays zeroed (so no
-    accumulator was used unset): an exponential overflowed."""
-    if y.error or "o" not in y.outputs:
-        return False
-    bad = ~np.isfinite(np.asarray(y.outputs["o"], np.float64)) & np.isfinite(e["o"])
-    if not bad.any():
-        return False
-    if y.relaunch is None:
-        return True
-    again = np.asarray(y.relaunch(0.0)["o"], np.float64)
-    return bool((~np.isfinite(again[bad])).all())
-
-
 # -- the ladder -------------------------------------------------------------------------------
 
 def _ladder() -> list[Puzzle]:
@@ -676,6 +451,8 @@ def _ladder() -> list[Puzzle]:
                 Rule(reads_at_most("b", _mm_budget, "one read per element of each tile"),
                      HINT_MATMUL_GLOBAL)],
                edge_hint=HINT_TILE_EDGE,
+               # round 18 (mutants): an unguarded store got the tile-load hint
+               error_hints=[(" is outside c of shape", HINT_TILE_STORE)],
                expected=lambda c: {"global read": _mm_reads(c),
                                    "global write": c.scalars["m"] * c.scalars["n"]}),
         Puzzle(7, "matmul_micro", "register micro-tiles: 2 x 2 outputs per thread",
@@ -714,47 +491,8 @@ def _ladder() -> list[Puzzle]:
                 Rule(no_bank_conflicts, HINT_BANKS)],
                expected=lambda c: {"global read": c.arrays["a"].size,
                                    "global write": c.arrays["a"].size, "bank conflicts": 0}),
-        Puzzle(10, "softmax_rows", "the online softmax on a row, merged across a warp",
-               "softmax_rows(x, out, rows, cols): out[r] = softmax(x[r]); one block of 32 "
-               "threads per row; x has -inf entries (masked) and large values, and cols may "
-               "be below 32 (lanes with no element).", spec_softmax,
-               [_sm_case("rows of 70: sorted, large (|x| ~ 100), masked after 6", 19),
-                _sm_case("3 rows of 10: lanes 10..31 hold no element", 22, 3, 10)],
-               HINT_SOFTMAX,
-               [(lambda a, s, m=m: {"out": _softmax_replay(a["x"], m)}, h) for m, h in
-                (("no_rescale", HINT_SM_RESCALE), ("merge", HINT_SM_MERGE),
-                 ("merge_own", HINT_SM_MERGE), ("merge_partner", HINT_SM_MERGE),
-                 ("no_butterfly", HINT_SM_LANES))],
-               [], expected=lambda c: {"global write": c.arrays["x"].size},
-               first=[(_sm_nan, HINT_SM_NAN), (_sm_overflow, HINT_SM_SHIFT)]),
-        Puzzle(11, "flash_block", "a one-block FlashAttention forward",
-               "flash_block(q, k, v, o, tq, tk, d, scale): o = softmax(scale q k^T) v for "
-               "tq <= 16, d <= 4 and any tk; one block of 16 threads (one per query row), key "
-               "tiles of BC = 8 in shared memory, one pass (no thread keeps a row of scores).",
-               spec_flash,
-               [_flash_case("tq = 11, tk = 21, d = 3: ragged key tile, growing max", 11, 21, 3,
-                            20),
-                _flash_case("tq = 16, tk = 16, d = 4, large scores", 16, 16, 4, 21, 4.0),
-                _flash_case("tq = 3, tk = 300, d = 2: a long row, 38 key tiles", 3,
-                            300, 2, 23),
-                _flash_falling_case("tq = 5, tk = 13, d = 2: scores alternating near +200 "
-                                    "and -200 from one key to the next", 5, 13, 24)],
-               HINT_FLASH, [(_flash_replay("no_mask"), HINT_FLASH_MASK),
-                            (_flash_replay("no_divide"), HINT_FLASH_DIVIDE),
-                            (_flash_replay("no_scale"), HINT_FLASH_SCALE)]
-               + [(_flash_replay(m, by_tile), h) for by_tile in (False, True)
-                  for m, h in (("no_rescale", HINT_FLASH_RESCALE),
-                               ("no_rescale_acc", HINT_FLASH_RESCALE_ACC),
-                               ("no_rescale_l", HINT_FLASH_RESCALE_L))],
-               [Rule(arrays_hold_at_most(max(BC11, D11), BR11 * BC11,
-                                         "the online softmax (one tile of scores at a time)"),
-                     HINT_FLASH_ROW),
-                Rule(no_races, HINT_SYNC),
-                Rule(reads_at_most("k", lambda c: _cdiv(c.scalars["tk"], BC11) * BC11 *
-                                   c.scalars["d"], "one read per element per tile"),
-                     HINT_FLASH_GLOBAL)],
-               expected=lambda c: {"global write": c.scalars["tq"] * c.scalars["d"]},
-               first=[(_flash_overflow, HINT_FLASH_OVERFLOW)]),
+        puzzle_softmax_rows(),
+        puzzle_flash_block(),
         puzzle_histogram(),
         puzzle_stage_reverse(),
     ]
@@ -771,4 +509,5 @@ def puzzle(name: str) -> Puzzle:
 
 
 ALL_HINTS = list({id(v): v for v in [v for k, v in dict(globals()).items()
-                                      if k.startswith("HINT_")] + _MEMORY_HINTS}.values())
+                                      if k.startswith("HINT_")] + _MEMORY_HINTS
+                                      + _FLASH_HINTS}.values())

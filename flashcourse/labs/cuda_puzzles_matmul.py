@@ -38,6 +38,11 @@ HINT_TILE_EDGE = ("A tile load read past the edge of a or b: the last tiles are 
                   "matrix.",
                   "if row < m and kk < k: value = a[row, kk] else 0; the same for b.")
 
+HINT_TILE_STORE = ("A thread wrote c past its edge: the last tiles of c are ragged too, so the "
+                   "threads of a block that fall outside c (row >= m or col >= n) must not "
+                   "store. The loads' guards do not cover the store.",
+                   "Store acc only where row < m and col < n.")
+
 
 def spec_matmul(arrays, scalars):
     return {"c": arrays["a"] @ arrays["b"]}

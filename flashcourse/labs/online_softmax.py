@@ -77,6 +77,16 @@ HINT_STREAM_CHUNK_STANDIN = ("A chunk whose every score is masked has max -inf, 
                              "exp(part - m_c) is then exp(-inf - (-inf)) = NaN, which spreads "
                              "through the merge into the row's l: such a chunk's statistics "
                              "need the finite stand-in too, so that they are (-inf, 0).")
+HINT_STREAM_INIT = ("Your row state starts at max 0, not -inf: a row whose scores all lie far "
+                    "below 0 (here about -1,000) keeps m = 0, every exp(score - 0) underflows "
+                    "to 0, its l is 0 and its probabilities come out 0. Start from the empty "
+                    "state (m, l) = (-inf, 0): the merge then takes the first chunk's max.")
+HINT_STREAM_STATE = ("Every probability is 0: the row state after pass 1 is still the empty "
+                     "state (m, l) = (-inf, 0). merge_states returns the merged state; it does "
+                     "not change its arguments, so keep what it returns at every chunk.")
+HINT_STREAM_INT = ("Your result holds integers: an output array made with an integer dtype "
+                   "rounds every probability below 1 down to 0. Keep the output float64 "
+                   "(np.zeros gives float64 by default).")
 HINT_SOFTMAX_MASKED = ("A fully masked row must give probabilities 0 (not NaN): its l is 0.")
 HINT_SOFTMAX = ("Pass 1 folds each chunk's statistics into the row's state with your "
                 "merge_states; pass 2 turns every score into exp(score - m) / l.")
@@ -110,6 +120,9 @@ LEVEL2 = {
     HINT_STREAM_CHUNK_STANDIN: ("Subtract 0 in place of a chunk's max where that max is "
                                 "-inf, as online_update and merge_states do."),
     HINT_SOFTMAX_MASKED: "Divide only where l > 0; elsewhere the probabilities are 0.",
+    HINT_STREAM_INIT: "m = np.full(rows, -np.inf) and l = np.zeros(rows) before pass 1.",
+    HINT_STREAM_INT: "Make the output with np.zeros((rows, n)) or np.zeros_like(x, dtype=float).",
+    HINT_STREAM_STATE: "Assign the merge's result back to the row state: m, l = merge(...).",
     HINT_SOFTMAX: "Compare one row with flashcourse.reference.softmax_safe.",
     HINT_STREAM_CHUNKS: ("Loop over c0 in range(0, n, chunk) in pass 2 as well, and write each "
                          "chunk's probabilities into its columns of the output."),
@@ -257,6 +270,20 @@ def _has_posinf(yours, _expected):
                                             for y in yours)
 
 
+def _nan_at_large(yours, expected):
+    """NaN only where the element is large (|x| > 700) and the rest right: exp of a score
+    alone overflowed (inf / inf), not -inf - (-inf) (round 18: it got HINT_NEG_INF)."""
+    try:
+        m, l = (np.asarray(a, np.float64) for a in yours)
+        want_m, want_l = (np.asarray(a, np.float64) for a in expected)
+        bad = np.isnan(m) | np.isnan(l)
+        large = np.abs(want_m) > 700.0
+        return bool(bad.any() and not (bad & ~large).any()
+                    and np.allclose(l[~large], want_l[~large]))
+    except (TypeError, ValueError):
+        return False
+
+
 def _swapped(yours, expected):
     """The two results returned in the wrong order, (l, m)."""
     if not (isinstance(yours, tuple) and len(yours) == 2):
@@ -360,7 +387,8 @@ def check_online_update(online_update, *, verbose: bool = True,
              rtol=_RTOL, atol=_ATOL),
         Case("first element into the empty state (-inf, 0)", first,
              "From the empty state (m, l) = (-inf, 0) one element x gives (x, 1).",
-             common + [(_matches(from_empty(_update_standin_m)), HINT_STANDIN),
+             [(_nan_at_large, HINT_OVERFLOW)] + common
+             + [(_matches(from_empty(_update_standin_m)), HINT_STANDIN),
                        (_has_posinf, HINT_SHIFT)], rtol=_RTOL, atol=_ATOL),
         Case("37 random scores per row, 6 rows (rising, falling, random)", streamed(x_stream),
              HINT_RESCALE,
@@ -562,7 +590,10 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
     cases = []
     for name, x, chunk in (("6 rows of 37 scores, chunks of 8", _stream_inputs(), 8),
                            ("large scores (|x| ~ 1e4), chunks of 5", big, 5),
-                           ("masked scores and a fully masked row, chunks of 4", masked, 4)):
+                           ("masked scores and a fully masked row, chunks of 4", masked, 4),
+                           # round 18 (mutants): a state started at m = 0 passed
+                           ("every score far below 0 (about -1,000), chunks of 8",
+                            _stream_inputs() - 1000.0, 8)):
         wrong = per_chunk(x, chunk)
         with np.errstate(all="ignore"):
             m_all, l_all = stats(x)
@@ -576,15 +607,36 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
             short_2[:, cut:] = 0.0
             chunk_nan = [w for w in no_chunk_standin(x, chunk)
                          if not np.allclose(w, expected(x), equal_nan=True)]
+            m0 = np.maximum(m_all, 0.0)                         # the state started at m = 0
+            l0 = np.exp(x - m0[:, None]).sum(axis=1)
+            from_zero = np.where(l0[:, None] > 0, np.exp(x - m0[:, None])
+                                 / np.where(l0 > 0, l0, 1.0)[:, None], 0.0)
+            m_last = _safe(x[:, (x.shape[1] - 1) // chunk * chunk:].max(axis=1))
+            last_max = np.where(l_all[:, None] > 0, np.exp(x - m_last[:, None])
+                                / np.where(l_all > 0, l_all, 1.0)[:, None], 0.0)
 
-        def run(fns, x=x, chunk=chunk):
+        kind = [""]                        # the dtype kind of the learner's result
+
+        def run(fns, x=x, chunk=chunk, kind=kind):
             f, merge = fns
-            return real_array(f(x.copy(), chunk, merge)), expected(x)
+            out = f(x.copy(), chunk, merge)
+            kind[0] = getattr(out, "dtype", np.dtype(float)).kind
+            return real_array(out), expected(x)
 
-        diagnoses = [((lambda y, e, w=wrong: np.allclose(y, w, equal_nan=True)),
+        # first: on the far-below case pass 2 without the max also gives 0 (exp(-1,000)),
+        # but that slip fails the first case already
+        diagnoses = [((lambda y, e, w=from_zero, x=x: not np.allclose(w, expected(x))
+                       and np.allclose(y, w, equal_nan=True)), HINT_STREAM_INIT),
+                     ((lambda y, e, w=wrong: np.allclose(y, w, equal_nan=True)),
                       HINT_SOFTMAX_SHIFT),
                      ((lambda y, e, w=unshifted: np.allclose(y, w, equal_nan=True)),
                       HINT_SOFTMAX_SHIFT),
+                     # round 18 (mutants): pass 2 with the last chunk's max, and the merge's
+                     # result dropped (every probability 0), got HINT_SOFTMAX
+                     ((lambda y, e, w=last_max: np.allclose(y, w, equal_nan=True)),
+                      HINT_SOFTMAX_SHIFT),
+                     ((lambda y, e, kind=kind: kind[0] in "iu"), HINT_STREAM_INT),
+                     ((lambda y, e: not np.any(y) and np.any(e)), HINT_STREAM_STATE),
                      ((lambda y, e, w=undivided: np.allclose(y, w, equal_nan=True)),
                       HINT_SOFTMAX_SHIFT),
                      ((lambda y, e, w=short_1: np.allclose(y, w, equal_nan=True)),

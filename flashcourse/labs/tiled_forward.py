@@ -31,13 +31,15 @@ import math
 import numpy as np
 
 from .. import reference
-from ..geometry import causal_block_sums, ceil_div, visible_mask
+from ..geometry import causal_block_sums, ceil_div
 from ..counter import TrafficCounter
 from ..traffic import tiled_traffic
 from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
                          rows_loaded_case)
-from ._harness import (SKIPPING_SHAPES, Case, Result, mistake_diagnoses, parts_close, plain,
-                       random_qkv, result_tuple, run_checks, shapes_mix, tiled_cases)
+from ._tiled_common import _ATOL, _RTOL, SCALE, _close, _has_nan, _inputs, _safe
+from ._harness import (HINT_INPUTS_CHANGED, SKIPPING_SHAPES, Case, Result,  # noqa: F401
+                       inputs_kept_case, mistake_diagnoses, parts_close, plain, random_qkv,
+                       result_tuple, run_checks, shapes_mix, tiled_cases)
 
 # -- hints: (level 1 diagnoses, level 2 more explicit); tests assert on these strings -----
 HINT_RESCALE = (
@@ -137,6 +139,24 @@ HINT_MASK_ZERO = (
     "-inf, whose exponential is exactly 0.",
     "Where the key position is past what the query sees, put -inf into S before the row "
     "max.")
+HINT_MASK_FINITE = (
+    "Hidden scores are set to a large negative number, not -inf: a row that sees keys does "
+    "not notice, but a row that sees NO key (causal, Tq > Tk) then has a finite max, each of "
+    "its hidden scores gets exp(0) = 1, and it comes out as a plain average of the values "
+    "instead of o = 0, lse = -inf. Hidden scores are -inf, whose exponential is exactly 0.",
+    "np.where(visible, s, -np.inf); the finite stand-in for a -inf max keeps exp defined.")
+HINT_MASK_P = (
+    "The mask is applied to P after the exponential, so the hidden scores still count in the "
+    "row max: a hidden score far above the visible ones (here by more than about 745) makes "
+    "exp(score - max) = 0 for every visible key, and the row comes out empty. Put -inf into "
+    "S before the row max, so that the max is taken over visible scores only.",
+    "Mask S (np.where(visible, s, -np.inf)) before s.max(axis=1), not P.")
+HINT_INIT_MAX = (
+    "Your running max starts at 0, not -inf: a row whose scores all lie far below 0 (here "
+    "about -1,500 and lower) keeps m = 0, every exp(score - 0) underflows to 0, and the row "
+    "comes out empty (o = 0, lse = -inf). The empty state is m = -inf, l = 0: the first "
+    "visible score then becomes the max.",
+    "Start m with np.full(rows, -np.inf) and keep the finite stand-in for the subtraction.")
 HINT_STANDIN_OLD = (
     "Your stand-in for a -inf max is tested on the old max m: on the first key tile m is "
     "-inf for every row, so every row subtracts 0 there instead of its new max, and l and "
@@ -148,6 +168,10 @@ HINT_RESCALE_AFTER = (
     "the OLD l and acc to the new max; this tile's P is already measured against the new max "
     "and must not be multiplied by alpha.",
     "Multiply l and acc by alpha first, then add the tile's row sums and P V_j.")
+HINT_ALPHA_INVERTED = (
+    "The rescale factor points the wrong way: when the max grows from m to m_new, the old l "
+    "and acc must shrink, by exp(m - m_new) <= 1; the inverse grows them instead.",
+    "The exponent is the old max minus the new max (stand-in), not the other way round.")
 HINT_DIVIDE = (
     "The output is not normalised: acc holds the UNnormalised sum, so each row must be "
     "divided by its l at the end.",
@@ -273,44 +297,8 @@ HINT_FA1_TRAFFIC = (
     "initial writes of O, l, m.",
     "Compare counter.read_bytes and counter.write_bytes with tiled_traffic(..., "
     "loop_order='fa1', bytes_per_element=8) on a small case and find the term that differs.")
-HINT_MERGE_AVERAGE = (
-    "A plain average of the two outputs ignores how much weight each key range carries.",
-    "Weight each partial output by its share of the total softmax mass, exp(lse_part - "
-    "lse_total).")
-HINT_MERGE_LSE = (
-    "The merged lse is not the log of the summed masses: the masses add, not the lse values.",
-    "lse_total = logaddexp(lse_a, lse_b).")
-HINT_MERGE_EMPTY = (
-    "A part with no visible key has lse = -inf; your merge produced NaN for such rows.",
-    "Where both parts are empty return o = 0, lse = -inf; logaddexp handles one -inf, and "
-    "exp(-inf) = 0 weights an empty part.")
-HINT_MERGE_BASE2 = (
-    "Your weights are in base 2 (exp2) but lse is a natural log: the weight of a part is "
-    "exp(lse_part - lse_total), base e.",
-    "exp2(y) = exp(y ln 2); use np.exp here, as lse was made with np.log.")
-HINT_MERGE_OVERFLOW = (
-    "Your merge overflows for large lse values (inf or NaN where every input is finite): "
-    "exp(lse) alone is past float64's range once lse > 709.",
-    "Only differences go into exp: logaddexp(lse_a, lse_b), and weights exp(lse_part - lse).")
-HINT_MERGE_STANDIN = (
-    "Your merge is wrong where one part is empty (lse = -inf) and the other is not: the "
-    "weights are exp(lse_part - lse_total), with a stand-in 0 only where the TOTAL lse is "
-    "-inf (both parts empty). A stand-in tested on one part's lse is 0 where the total is "
-    "finite, and that part's weight comes out exp(lse_part) instead of 1.",
-    "Build the stand-in from the merged lse alone: 0 where it is -inf, itself elsewhere.")
-HINT_MERGE = (
-    "Your merge disagrees with attention over the union of the key ranges.",
-    "Each part's o is normalised over its own keys; undo that with its mass exp(lse), add, "
-    "renormalise.")
-
-_RTOL, _ATOL = 1e-9, 1e-12      # float64 throughout: only rounding differs
-SCALE = 0.37                     # on purpose not 1/sqrt(d)
 
 # -- the spec, with typical mistakes, replayed on the same inputs ---------------------------
-
-def _safe(m):
-    return np.where(np.isneginf(m), 0.0, m)
-
 
 def replay(q, k, v, causal, scale, br, bc, mistake=None):
     """float64 FA2 forward of one head, optionally with one typical mistake.
@@ -325,7 +313,9 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
     mask only), 'k_end_no_offset' (k_end = q1), 'mask_zero' (hidden scores 0, not -inf),
     'standin_old' (the stand-in tested on the old max), 'rescale_after', '_l', '_acc' (alpha
     applied after the tile is added), 'block_max' (one max for the whole block, s.max()),
-    'k_end_first_row' (only the tiles the block's first row sees).
+    'k_end_first_row' (only the tiles the block's first row sees), 'mask_finite' (hidden
+    scores -1e9), 'mask_p' (the mask applied to P, the max over all scores), 'm_zero' (the
+    running max starts at 0).
     Returns (o, lse).
     """
     tq, d = q.shape
@@ -341,6 +331,7 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
         for q0 in range(0, tq // br * br if mistake == "q_ragged_drop" else tq, br):
             q1 = min(q0 + br, tq)
             m, l, acc = np.full(q1 - q0, -np.inf), np.zeros(q1 - q0), np.zeros((q1 - q0, d))
+            m = np.zeros_like(m) if mistake == "m_zero" else m
             k_end = max(0, min(tk, q1 + off)) if causal else tk
             if causal and mistake == "early_stop":
                 k_end = max(0, min(tk, q0 + off))
@@ -354,19 +345,22 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
                 k1 = min(k0 + bc, tk - 1 if mistake == "k_off_by_one" else tk)
                 if k1 <= k0 or (mistake == "k_ragged_drop" and k0 + bc > tk):
                     continue
-                s = scale * (q[q0:q1] @ k[k0:k1].T)
+                s, vis = scale * (q[q0:q1] @ k[k0:k1].T), None
                 if causal and mistake != "no_mask":
                     cols, rows = np.arange(k0, k1)[None, :], np.arange(q0, q1)[:, None]
                     vis = (cols < rows + off if mistake == "strict_mask"
                            else cols <= rows + mask_off)
-                    s = np.where(vis, s, 0.0 if mistake == "mask_zero" else -np.inf)
+                    fill = {"mask_zero": 0.0, "mask_finite": -1e9}.get(mistake, -np.inf)
+                    s = s if mistake == "mask_p" else np.where(vis, s, fill)
                 m_new = (s.max(axis=1) if mistake == "tile_max" else
                          np.maximum(m, s.max()) if mistake == "block_max" else
                          np.maximum(m, s.max(axis=1)))
                 m_use = (np.where(np.isneginf(m), 0.0, m_new) if mistake == "standin_old"
                          else _safe(m_new))
                 p = (np.exp2 if mistake == "p_exp2" else np.exp)(s - m_use[:, None])
-                alpha = np.ones_like(m) if mistake == "no_rescale" else np.exp(m - m_use)
+                p = np.where(vis, p, 0.0) if mistake == "mask_p" and vis is not None else p
+                alpha = (np.ones_like(m) if mistake == "no_rescale" else
+                         np.exp(m_use - m) if mistake == "alpha_inverted" else np.exp(m - m_use))
                 a_l = 1.0 if mistake == "no_rescale_l" else alpha
                 a_acc = 1.0 if mistake == "no_rescale_acc" else alpha[:, None]
                 # alpha applied to (old + tile): to both, to l only or to acc only (round 16 a)
@@ -399,15 +393,12 @@ MISTAKES = [("no_rescale", HINT_RESCALE), ("no_rescale_l", HINT_RESCALE_L),
             # review round 16 a (m): each got HINT_FORWARD
             ("mask_zero", HINT_MASK_ZERO), ("standin_old", HINT_STANDIN_OLD),
             ("rescale_after", HINT_RESCALE_AFTER), ("rescale_after_l", HINT_RESCALE_AFTER),
-            ("rescale_after_acc", HINT_RESCALE_AFTER)]
-
-
-def _close(a, b) -> bool:
-    return parts_close(a, b, rtol=1e-7, atol=1e-10)
-
-
-def _has_nan(yours, _expected):
-    return any(np.isnan(np.asarray(p, np.float64)).any() for p in plain(yours))
+            ("rescale_after_acc", HINT_RESCALE_AFTER),
+            # round 18 (mutants): -1e9 for hidden scores got HINT_FORWARD (named by
+            # _empty_rows_filled, as its lse depends on the number chosen)
+            ("mask_finite", HINT_MASK_FINITE), ("alpha_inverted", HINT_ALPHA_INVERTED)]
+#: the mistakes that only _far_case's scores expose (round 18: both passed)
+FAR_MISTAKES = [("mask_p", HINT_MASK_P), ("m_zero", HINT_INIT_MAX)]
 
 
 def _block_sizes(t, b) -> set[int]:
@@ -439,11 +430,26 @@ def _nan_only_in_empty_rows(yours, expected) -> bool:
                 and not np.isnan(lse[~empty]).any())
 
 
+def _empty_rows_filled(yours, expected) -> bool:
+    """Rows that see no key came out with a finite lse, every other row right: hidden
+    scores set to a finite number (-1e9, -1e30...) instead of -inf (round 18)."""
+    if not (isinstance(yours, tuple) and len(yours) == 2):
+        return False
+    o, lse = (np.asarray(y, np.float64) for y in plain(yours))
+    want_o, want_lse = (np.asarray(x, np.float64) for x in expected)
+    empty = np.isneginf(want_lse)
+    if lse.shape != want_lse.shape or o.shape != want_o.shape or not empty.any():
+        return False
+    return bool(np.isfinite(lse[empty]).any()
+                and _close((o[~empty], lse[~empty]), (want_o[~empty], want_lse[~empty])))
+
+
 def _first(tq, tk, causal, spread) -> list:
     """NaN confined to the rows that see no key names the finalisation, other NaN the -inf
     guard; in the large-score case (every smaller case passed, the ragged blocks included)
     a row lost to overflow names the overflow, before any replay."""
-    found = [(_nan_only_in_empty_rows, *HINT_FINALISE_EMPTY), (_has_nan, *HINT_NEG_INF)]
+    found = [(_nan_only_in_empty_rows, *HINT_FINALISE_EMPTY), (_has_nan, *HINT_NEG_INF),
+             (_empty_rows_filled, *HINT_MASK_FINITE)]
     if spread > 1.0:
         found.insert(0, (_lost_rows, *HINT_OVERFLOW))
     return found
@@ -468,13 +474,6 @@ def _errors(tq, tk, br, bc) -> list:
         found.append(((lambda exc: shapes_mix(exc, bc, tk % bc, ndim=2)),
                       *HINT_RAGGED_UNCLIPPED))
     return found
-
-
-def _inputs(seed, tq, tk, d, spread=1.0):
-    q, k, v = random_qkv(np.random.default_rng(seed), tq, tk, d, spread)
-    if spread == 1.0 and tk > 4:       # later keys align more with q: the max keeps growing
-        k = k * 0.3 + q.mean(axis=0) * np.linspace(0.2, 3.0, tk)[:, None]
-    return q, k, v
 
 
 # -- checker 1: the whole FA2 forward -----------------------------------------------------
@@ -511,6 +510,37 @@ def _row_scale_case():
     return Case(f"rows of very different scales in one block (scores up to about 1e4, 1 and 0.01), "
                 f"Tq = {tq}, Tk = {tk}, d = {d}, Br = {br}, Bc = {bc}", run, HINT_FORWARD[0],
                 diagnoses, rtol=_RTOL, atol=_ATOL, hint2=HINT_FORWARD[1], names=("o", "lse"))
+
+
+#: the case on the visible scores: (Tq, Tk, d, Br, Bc), causal; the score of key j is about
+#: 1000 (j - 7.5) for every query, so every visible score lies below -1,500 and the hidden
+#: keys of a row score at least 1,000 above its visible ones
+FAR_SHAPE = (5, 7, 3, 2, 3)
+
+
+def _far_inputs():
+    tq, tk, d, _, _ = FAR_SHAPE
+    q, k, v = _inputs(58, tq, tk, d)
+    q[:, -1], k[:, -1] = 1.0, 1000.0 / SCALE * (np.arange(tk) - 7.5)
+    return q, k, v
+
+
+def _far_case():
+    """Scores far below 0, and hidden scores far above the visible ones (round 18: a
+    running max started at 0, and the mask applied to P after the exponential, passed)."""
+    tq, tk, d, br, bc = FAR_SHAPE
+    q, k, v = _far_inputs()
+    rest = (True, SCALE, br, bc)
+    want = reference.attention(q, k, v, causal=True, scale=SCALE)
+    diagnoses = mistake_diagnoses(lambda mistake: replay(q, k, v, *rest, mistake),
+                                  FAR_MISTAKES + MISTAKES, _close)
+
+    def run(fn):
+        return result_tuple(fn(q.copy(), k.copy(), v.copy(), *rest), 2), want
+
+    return Case(f"causal, every visible score below -1,500, hidden ones far above: Tq = {tq}, "
+                f"Tk = {tk}, Br = {br}, Bc = {bc}", run, HINT_FORWARD[0], diagnoses,
+                rtol=_RTOL, atol=_ATOL, hint2=HINT_FORWARD[1], names=("o", "lse"))
 
 
 def _held_case():
@@ -550,8 +580,9 @@ def _fewest_key_rows(tq, tk, br) -> int:
 
 
 def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
-    """Check `flash_forward(q, k, v, causal, scale, block_q, block_k)` on seven cases and one
-    whose rows differ in scale by thousands within a block; then the algorithm: the largest
+    """Check `flash_forward(q, k, v, causal, scale, block_q, block_k)` on seven cases, one
+    whose rows differ in scale by thousands within a block and one whose visible scores lie
+    far below 0 and far below the hidden ones; then the algorithm: the largest
     temporary it holds (no Br x Tk block), and that tiles the causal mask hides in full are
     never loaded (rows sliced from k, and NaN tiles)."""
     cases = tiled_cases(lambda n, tq, tk, d, causal, spread: _inputs(40 + n, tq, tk, d, spread),
@@ -559,8 +590,7 @@ def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
                         replay, MISTAKES, _close, HINT_FORWARD, scale=SCALE, rtol=_RTOL,
                         atol=_ATOL, parts=2, first=_first,
                         names=("o", "lse"), errors=_errors)
-    cases.append(_row_scale_case())
-    cases.append(_held_case())
+    cases += [_row_scale_case(), _far_case(), _held_case()]
     for n, (name, tq, tk, br, bc) in enumerate(SKIPPING_SHAPES):
         _, key_rows, _ = causal_block_sums(tq, tk, br, bc, True)   # over visible tiles
         cases.append(rows_loaded_case(f"causal skipping, {name}: key rows loaded through k[k0:k1]",
@@ -568,6 +598,9 @@ def check_flash_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Res
                                       key_rows, HINT_NO_SKIP, HINT_SKIP_TOO_MUCH,
                                       fewest=_fewest_key_rows(tq, tk, br)))
         cases.append(_hidden_tiles_case(n, name, tq, tk, br, bc))
+    # round 18 (mutants): q scaled in place passed (every case passes copies)
+    cases.append(inputs_kept_case("inputs q, k, v left unchanged", _inputs(59, 13, 17, 3),
+                                  (True, SCALE, 4, 6), ("q", "k", "v")))
     return run_checks("flash_forward(q, k, v, causal, scale, block_q, block_k)", fn, cases,
                       verbose=verbose, hint_level=hint_level)
 
@@ -640,7 +673,7 @@ FA1_CASES = [
 #: the FA2 replays whose slip an FA1 loop can make in the same way (review round 14)
 FA1_REPLAYED = [(m, h) for m, h in MISTAKES if m in (
     "top_left", "offset_sign", "mask_offset_sign", "no_mask", "strict_mask", "lse_no_m",
-    "lse_base2", "lse_log2_l", "sqrt_scale", "no_scale")]
+    "lse_base2", "lse_log2_l", "sqrt_scale", "no_scale", "mask_finite")]
 #: skip tests that drop tiles a row of the block sees (the FA2 replay skips the same tiles;
 #: review round 17 a: each got HINT_FA1_MATH, which speaks of the normalisation)
 FA1_SKIP_REPLAYED = [(m, HINT_FA1_SKIP_VISIBLE)
@@ -651,8 +684,10 @@ def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Resul
     """Check `fa1_forward(q, k, v, causal, scale, block_q, block_k, counter)`: its result
     against dense attention, then its counted bytes against the FA1 model."""
     cases = []
-    for n, (name, tq, tk, d, br, bc, causal) in enumerate(FA1_CASES):
-        q, k, v = _inputs(70 + n, tq, tk, d)
+    far = ("FA1, causal, every visible score below -1,500, hidden ones far above",
+           *FAR_SHAPE[:3], *FAR_SHAPE[3:], True)
+    for n, (name, tq, tk, d, br, bc, causal) in enumerate(FA1_CASES + [far]):
+        q, k, v = _far_inputs() if n == len(FA1_CASES) else _inputs(70 + n, tq, tk, d)
         expected = reference.attention(q, k, v, causal=causal, scale=SCALE)
 
         def run(f, q=q, k=k, v=v, causal=causal, br=br, bc=bc, expected=expected):
@@ -664,8 +699,9 @@ def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Resul
         replayed = mistake_diagnoses(
             lambda mistake, q=q, k=k, v=v, causal=causal, br=br, bc=bc:
             replay(q, k, v, causal, SCALE, br, bc, mistake),
-            FA1_REPLAYED + (FA1_SKIP_REPLAYED if causal else []), _close)
-        first = [(_nan_only_in_empty_rows, *HINT_FA1_DIVIDE_EMPTY), (_has_nan, *HINT_NEG_INF)]
+            FAR_MISTAKES + FA1_REPLAYED + (FA1_SKIP_REPLAYED if causal else []), _close)
+        first = [(_nan_only_in_empty_rows, *HINT_FA1_DIVIDE_EMPTY), (_has_nan, *HINT_NEG_INF),
+                 (_empty_rows_filled, *HINT_MASK_FINITE)]
         cases.append(Case(f"{name}: result", run, HINT_FA1_MATH[0],
                           first + replayed, rtol=_RTOL, atol=_ATOL,
                           hint2=HINT_FA1_MATH[1], names=("o", "lse")))
@@ -694,90 +730,18 @@ def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Resul
         cases.append(Case(f"{name}: (read, write) bytes counted vs the FA1 model", run,
                           HINT_FA1_TRAFFIC[0], diagnoses, rtol=0, atol=0,
                           hint2=HINT_FA1_TRAFFIC[1]))
+    cases.append(inputs_kept_case(
+        "inputs q, k, v left unchanged", _inputs(59, 13, 17, 3), (), ("q", "k", "v"),
+        make_rest=lambda: (True, SCALE, 4, 6, TrafficCounter(bytes_per_element=8,
+                                                             record_events=False))))
     return run_checks("fa1_forward(q, k, v, causal, scale, block_q, block_k, counter)", fn,
                       cases, verbose=verbose, hint_level=hint_level)
 
 
-# -- checker 3 (going further): merge two partial results --------------------------------------
-
-def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
-    """Check `merge_partials(o_a, lse_a, o_b, lse_b) -> (o, lse)` against attention over the
-    union of two key ranges; includes rows for which one or both ranges are fully masked."""
-    cases = []
-    for n, (name, tq, tk, split, causal, spread, swap) in enumerate([
-            ("two halves, Tq = 5, Tk = 12", 5, 12, 6, False, 1.0, False),
-            ("uneven split, large scores, Tq = 4, Tk = 9", 4, 9, 2, False, 15.0, False),
-            ("causal, Tq = 8 > Tk = 6: rows with no key in one or both parts", 8, 6, 3, True,
-             1.0, False),
-            ("the causal parts passed later keys first: part a empty where part b is not",
-             8, 6, 3, True, 1.0, True)]):
-        q, k, v = _inputs(90 + n, tq, tk, 3, spread)
-        mask = visible_mask(tq, tk, causal)                     # (Tq, Tk)
-        s = SCALE * (q @ k.T)
-        s = np.where(mask, s, -np.inf)
-
-        def part(cols, s=s, v=v):
-            sub = s[:, cols]                                    # (Tq, n)
-            mx = _safe(sub.max(axis=1))
-            with np.errstate(all="ignore"):
-                p = np.exp(sub - mx[:, None])
-                l = p.sum(axis=1)
-                o = np.where(l[:, None] > 0, (p @ v[cols]) / np.where(l > 0, l, 1)[:, None], 0.0)
-                lse = np.where(l > 0, mx + np.log(np.where(l > 0, l, 1)), -np.inf)
-            return o, lse
-
-        o_a, lse_a = part(np.arange(0, split))
-        o_b, lse_b = part(np.arange(split, tk))
-        if swap:                                                # merging commutes
-            (o_a, lse_a), (o_b, lse_b) = (o_b, lse_b), (o_a, lse_a)
-        expected = part(np.arange(tk))
-        with np.errstate(all="ignore"):
-            average = ((o_a + o_b) / 2, np.logaddexp(lse_a, lse_b))
-            bad = lse_a + lse_b
-            bad_use = np.where(np.isneginf(bad), 0.0, bad)
-            add_lse = (np.exp(lse_a - bad_use)[:, None] * o_a
-                       + np.exp(lse_b - bad_use)[:, None] * o_b, bad)
-            lse_max = np.maximum(lse_a, lse_b)
-            lse_use = np.where(np.isneginf(expected[1]), 0.0, expected[1])
-            base2 = (np.exp2(lse_a - lse_use)[:, None] * o_a
-                     + np.exp2(lse_b - lse_use)[:, None] * o_b, expected[1])
-            standins = []                      # the stand-in 0 where one part is empty
-            for key in (lse_a, lse_b):
-                use = np.where(np.isneginf(key), 0.0, expected[1])
-                standins.append((np.exp(lse_a - use)[:, None] * o_a
-                                 + np.exp(lse_b - use)[:, None] * o_b, expected[1]))
-        diagnoses = [(_has_nan, *HINT_MERGE_EMPTY),
-                     ((lambda y, e, w=average: _close(y, w)), *HINT_MERGE_AVERAGE),
-                     ((lambda y, e, w=add_lse: _close(y, w)), *HINT_MERGE_LSE),
-                     ((lambda y, e, w=base2: _close(y, w)), *HINT_MERGE_BASE2),
-                     ((lambda y, e, w=o_a + o_b: _close(plain(y)[:1], (w,))),
-                      *HINT_MERGE_AVERAGE),
-                     ((lambda y, e, w=lse_max: _close(plain(y)[1:], (w,))),
-                      *HINT_MERGE_LSE)]
-        diagnoses += [((lambda y, e, w=w: _close(y, w)), *HINT_MERGE_STANDIN)
-                      for w in standins if not _close(w, expected)]
-
-        def run(f, a=(o_a, lse_a, o_b, lse_b), expected=expected):
-            return result_tuple(f(*(x.copy() for x in a)), 2), expected
-
-        cases.append(Case(name, run, HINT_MERGE[0], diagnoses, rtol=_RTOL, atol=_ATOL,
-                          hint2=HINT_MERGE[1], names=("o", "lse")))
-        if n == 0:   # the same parts with every lse 800 higher: o is unchanged
-            big = (o_a, lse_a + 800.0, o_b, lse_b + 800.0)
-
-            def run_big(f, a=big, expected=(expected[0], expected[1] + 800.0)):
-                return result_tuple(f(*(x.copy() for x in a)), 2), expected
-
-            def overflowed(yours, _expected):
-                return any(not np.isfinite(np.asarray(p, np.float64)).all()
-                           for p in plain(yours))
-
-            cases.append(Case("large lse (about 800): exp(lse) overflows", run_big,
-                              HINT_MERGE_OVERFLOW[0], [(overflowed, *HINT_MERGE_OVERFLOW)],
-                              rtol=_RTOL, atol=_ATOL, hint2=HINT_MERGE_OVERFLOW[1],
-                              names=("o", "lse")))
-    return run_checks("merge_partials(o_a, lse_a, o_b, lse_b)", fn, cases, verbose=verbose,
-                      hint_level=hint_level)
+# -- checker 3 (going further), in its own module: merge two partial results
+from .tiled_merge import (HINT_MERGE, HINT_MERGE_AVERAGE, HINT_MERGE_BASE2,  # noqa: E402,F401
+                          HINT_MERGE_EMPTY, HINT_MERGE_LSE, HINT_MERGE_OVERFLOW,
+                          HINT_MERGE_STANDIN, check_merge_partials)
 
 
 ALL_HINTS = [v for k, v in dict(globals()).items() if k.startswith("HINT_")]

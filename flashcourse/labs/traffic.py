@@ -40,6 +40,13 @@ HINT_LSE = ("Writes are missing lse: besides O (Tq x d x e bytes) each query row
 HINT_LSE_SIZE = "lse is stored in fp32 whatever the input dtype: 4 bytes per row, not e."
 HINT_FLOOR = ("Number of query blocks: Tr = ceil(Tq / Br), rounded UP; floor division drops the "
               "ragged last block.")
+HINT_PLUS_ONE = ("Number of blocks: rounding up is not floor plus one. When the block size "
+                 "divides the length exactly, Tq // Br + 1 (or Tk // Bc + 1) counts a block "
+                 "that holds no row; a ceiling leaves exact quotients alone (math.ceil, or "
+                 "(Tq + Br - 1) // Br).")
+HINT_FRACTION = ("Number of query blocks: Tq / Br is a fraction when the last block is ragged, "
+                 "but the loop runs over whole blocks: Tr is a whole number, the quotient "
+                 "rounded UP.")
 HINT_TR_SIZES = ("Number of query blocks: Tr = ceil(Tq / Br), the QUERY length over the QUERY "
                  "block size. Yours divides Tk, or divides by Bc: those cut K and V into tiles, "
                  "and do not set how many times K and V are read.")
@@ -161,6 +168,9 @@ def _diagnoses(cfg):
         (reads_are(wrong_k_only(*cfg)[0]), HINT_V),
         (reads_are(wrong_kv_once(*cfg)[0]), HINT_ONCE),
         (reads_are(tq * d * e + 2 * (tq // br) * tk * d * e), HINT_FLOOR),
+        # round 18 (mutants): both got HINT_GENERIC
+        (reads_are(tq * d * e + 2 * (tq // br + 1) * tk * d * e), HINT_PLUS_ONE),
+        (reads_are(int(tq * d * e + 2 * (tq / br) * tk * d * e)), HINT_FRACTION),
         # Tr from the wrong length or block size (review round 16 a)
         (lambda y, x: int(y[0]) != right_reads and int(y[0]) in {
             tq * d * e + 2 * n * tk * d * e for n in (ceil_div(tq, bc), ceil_div(tk, br),
@@ -358,6 +368,7 @@ def _bwd_variants(tq, tk, d, br, bc, e):
             (ceil_div(tk, br), ceil_div(tq, bc), ceil_div(tq, br))) if n not in (tc, floor)},
         "floor": (reads - (tc - floor) * (3 * tq * d * e + 8 * tq),
                   writes - (tc - floor) * tq * d * e),
+        "plus_one": with_tc(floor + 1),                        # floor + 1 for the ceiling
         "no_dq": (reads - tc * tq * d * e, writes - tc * tq * d * e),
         "once": (reads - tc * 2 * tq * d * e + 2 * tq * d * e, writes),
         "stat_e": (reads + tc * 2 * tq * (e - 4), writes + tq * (e - 4)),
@@ -393,7 +404,8 @@ def check_backward_traffic(fn, *, verbose: bool = True, hint_level: int = 1) -> 
                           ("one_stat", HINT_BWD_STAT_TILE)):
             diagnoses.append(((lambda y, x, w=variants[key]: tuple(y) == w), hint))
         # statistics at e bytes, or key blocks rounded down, in the reads or the writes only
-        for key, hint in (("stat_e", HINT_BWD_STAT), ("floor", HINT_BWD_FLOOR)):
+        for key, hint in (("stat_e", HINT_BWD_STAT), ("floor", HINT_BWD_FLOOR),
+                          ("plus_one", HINT_PLUS_ONE)):
             diagnoses.append(((lambda y, x, w=variants[key]: (y[0] == w[0] and y[0] != x[0])
                                or (y[1] == w[1] and y[1] != x[1])), hint))
         # Tc from the wrong length or block size (review round 16 a: Br for Bc got the floor
