@@ -55,7 +55,10 @@ def test_products_match_the_kernel_source():
     dQ (read in the order the kernel issues them: the key-major steps and the dQ step it
     shares with the variants backward, in tc_backward_blocks.py)."""
     src = (ROOT / "flashcourse" / "cuda" / "gradients" / "tc_backward_blocks.py").read_text()
-    calls = re.findall(r"\b(LDBT?)\(sm, U\((?:bo \+ )?(QN|DON|KNO)", src)
+    # dV and dK go through one device function, pa_bt(sm, base, ...), whose B loads are .trans
+    assert re.search(r"def pa_bt\(.*\n(?:.*\n){0,6}.*\bLDBT\(sm, U\(at", src)
+    calls = [(m.group(1) or "LDBT", m.group(2) or m.group(3)) for m in re.finditer(
+        r"\b(?:(LDBT?)\(sm, U\((?:bo \+ )?(QN|DON|KNO)|pa_bt\(sm, bo \+ (QN|DON))", src)]
     assert calls == [("LDB", "QN"), ("LDB", "DON"), ("LDBT", "DON"), ("LDBT", "QN"),
                      ("LDBT", "KNO")]
     loads = {"LDB": "ld_b", "LDBT": "ld_bt"}

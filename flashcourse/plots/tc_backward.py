@@ -383,7 +383,8 @@ def gap_lines(doc: dict, exp_per_s: float, gpu: str = "H200") -> list[str]:
     line each, over the recorded shapes: ours / flash; what the public call adds; what
     determinism costs; the exponentials' time per score against the products' at the
     tensor-core peak (`exp_per_s`: exponentials per second); the default tiles'
-    registers, spills and resident warps; the bytes of dS through shared memory."""
+    registers, spills and resident warps (as of the run's date: the defaults of that day);
+    the bytes of dS through shared memory."""
     rows = [r for r in doc.get("bench", []) if "torch_flash_fp16" in r["tflops"]]
     lines = []
     if rows:
@@ -412,7 +413,9 @@ def gap_lines(doc: dict, exp_per_s: float, gpu: str = "H200") -> list[str]:
         if "tflops" in r and is_default(r):
             t = r["tiles"]
             ds_kib = t["block_q"] * 16 * t["warps"] * 2 / 1024      # Br Bc, 16-bit dS^T
-            lines.append(f"default tiles, d = {r['d']}: {r['regs']} registers per thread, "
+            when = str(doc.get("environment", {}).get("date", ""))[:10]   # the sweep's day
+            lines.append(f"default tiles{' of ' + when if when else ''}, d = {r['d']}: "
+                         f"{r['regs']} registers per thread, "
                          f"{r.get('local_bytes', 0)} B spilled, {warps_per_sm(r, gpu)} warps "
                          "per SM;")
             lines.append(f"  dS in 16 bits through shared memory: Br x Bc x 2 B = {ds_kib:g} "
