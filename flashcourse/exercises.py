@@ -167,9 +167,15 @@ def causal_tiles_06() -> Exercise:
              "for square tiles)"),
             (lambda y: _same_number(y, hidden_only, 0), "that counts only tiles visible in full; "
              "partly visible tiles on the diagonal are visited too"),
+            (lambda y: _same_number(y, causal / (n // br), 1e-3),
+             f"that is the average per query block; the question asks for the sum over the "
+             f"{n // br} query blocks of the head"),
         ], "tiles_full": [
             (lambda y: _same_number(y, (n // bc) ** 2, 0), f"there are {n // br} query blocks "
              f"of {br} rows, not {n // bc}"),
+            (lambda y: _same_number(y, n // bc, 0),
+             f"that is one query block's count; the question asks for all the key tiles the "
+             f"head's {n // br} query blocks visit together"),
         ]})
 
 

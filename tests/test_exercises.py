@@ -426,3 +426,12 @@ def test_round_17a_inverse_flop_factor_is_named():
     "not what the rule gives"."""
     ok, lines = E.grade("09-saved-bytes", p_bytes=None, l_bytes=None, flops_factor=0.8)
     assert not ok and "without / with" in lines[2]
+
+
+def test_round_19a_per_block_tile_counts_are_named():
+    # notebook 06 asks for the head's total; one query block's 128, or the causal average
+    # 4,160 / 64 = 65, got "not what the rule gives" before review round 19 a
+    ok, lines = E.grade("06-causal-tiles", tiles_full=128, tiles_causal=65)
+    assert not ok
+    assert "one query block's count" in lines[0], lines
+    assert "average per query block" in lines[1], lines

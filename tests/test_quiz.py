@@ -395,3 +395,15 @@ def test_includes_read_the_lesson_file_as_it_is_now(tmp_path, monkeypatch):
     lesson.write_text(GOOD.replace('text = "First?"', 'id = "x"\ntext = "First?"') * 2)
     with pytest.raises(QuizFileError, match=r"lesson.toml: ids must be distinct"):
         load_questions(lesson)
+
+
+def test_round_19a_nb05_work_per_tile_row_is_the_kernels():
+    # the feedback said "a few dozen multiply-adds" for one row of one tile step; with the
+    # fast kernel's defaults it is 2 Bc d = 16,384 (review round 19 a)
+    from flashcourse import cpu, quizzes
+    q = next(q for q in quizzes.get("05") if q.text.startswith("What does prange"))
+    row_step = q.feedback[q.choices.index(
+        "The Br rows of one tile, one thread per query row, at every tile step")]
+    assert "dozen" not in row_step
+    assert f"{2 * cpu.DEFAULT_BLOCK_K * 64:,}" in row_step
+    assert f"Bc = {cpu.DEFAULT_BLOCK_K}" in row_step
