@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from ._exercise import Exercise, _same_number
+from ._exercise import Exercise, _same_number, unit_slips
 from .exercises_hopper import (RESCALE_12, SETMAXNREG_12, V_LAYOUT_12,  # noqa: F401
                                WAVES_12, WGMMA_12, descriptors_12, rescale_12, setmaxnreg_12,
                                v_layout_12, waves_12)
@@ -188,6 +188,9 @@ def saved_bytes_09() -> Exercise:
     p_bytes = b * h * saved_for_backward(n, n, d, method="standard")["P"]
     l_bytes = b * h * saved_for_backward(n, n, d, method="tiled")["L"]
     factor = backward_flops(n, n, d) / backward_flops(n, n, d, recompute=False)
+
+    def close(y, value):
+        return _same_number(y, value, 1e-3)
     working = (f"(a) P: B H N^2 s = {b} x {h} x {n}^2 x 2 B = {p_bytes:,} B\n"
                f"(b) L: B H N x 4 B (fp32 statistics) = {l_bytes:,} B\n"
                f"(c) backward FLOPs with recomputation / without = {factor:.2f} "
@@ -197,11 +200,15 @@ def saved_bytes_09() -> Exercise:
         "for one layer, (b) bytes of L kept by FlashAttention, (c) the backward's FLOP factor",
         {"p_bytes": p_bytes, "l_bytes": l_bytes, "flops_factor": factor}, working, rtol=1e-3,
         diagnoses={
-            "p_bytes": [(lambda y: _same_number(y, p_bytes / (b * h), 1e-3),
+            "p_bytes": [*unit_slips(p_bytes, "bytes", {"GiB": 2 ** -30, "GB": 1e-9, "MiB": 2 ** -20,
+                                                        "MB": 1e-6}, close),
+                        (lambda y: _same_number(y, p_bytes / (b * h), 1e-3),
                          "that is one head of one request; multiply by B x H"),
                         (lambda y: _same_number(y, 2 * p_bytes, 1e-3),
                          "bf16 stores 2 bytes per probability, not 4")],
-            "l_bytes": [(lambda y: _same_number(y, l_bytes / 2, 1e-3),
+            "l_bytes": [*unit_slips(l_bytes, "bytes", {"MiB": 2 ** -20, "MB": 1e-6, "KiB": 2 ** -10,
+                                                        "kB": 1e-3}, close),
+                        (lambda y: _same_number(y, l_bytes / 2, 1e-3),
                          "L is stored in fp32 (4 bytes per row), whatever the input type"),
                         (lambda y: _same_number(y, l_bytes * d, 1e-3),
                          "L is one number per query row, not a row of d numbers"),
@@ -557,6 +564,8 @@ def dram_flash_08() -> Exercise:
         {"model_mib": model, "dram_mib": dram}, working, same=same,
         diagnoses={
             "model_mib": [
+                *unit_slips(model, "MiB (2^20 bytes)", {"bytes": MIB, "KiB": 1024, "GiB": 1 / 1024},
+                            lambda y, v: near(y, v, MODEL_RTOL_08)),
                 (lambda y: near(y, model * MIB / 1e6, 0.005),
                  "that is in MB (10^6 bytes); the question asks MiB (2^20 bytes)"),
                 (lambda y: near(y, 4 * one + lse),
@@ -576,6 +585,8 @@ def dram_flash_08() -> Exercise:
                  "tiled: Q once, K and V once per query block, O once"),
             ],
             "dram_mib": [
+                *unit_slips(dram, "MiB (2^20 bytes)", {"bytes": MIB, "KiB": 1024, "GiB": 1 / 1024},
+                            lambda y, v: lo <= float(y) / v <= hi),
                 (lambda y: near(y, model, 0.1),
                  f"that is the model: DRAM would see K and V {tr} times. But each head's K "
                  f"and V ({kv_head:g} MiB) fit in the {l2:g} MiB L2, and the blocks running "

@@ -435,3 +435,25 @@ def test_round_19a_per_block_tile_counts_are_named():
     assert not ok
     assert "one query block's count" in lines[0], lines
     assert "average per query block" in lines[1], lines
+
+
+def test_round_20a_amounts_in_other_units_are_named():
+    # review round 20 a (M): exercise 08's DRAM MiB given in bytes got "more than the model:
+    # the flash kernel never asks for more bytes than the model counts"; (m) the model's MiB
+    # in bytes, and exercise 09's bytes in GiB / MiB, got "not what the rule gives"
+    mib = 2 ** 20
+    right = E.get("08-dram-flash").answer
+    ok, lines = E.grade("08-dram-flash", model_mib=right["model_mib"] * mib,
+                        dram_mib=round(right["dram_mib"] * mib))
+    assert not ok and all("amount in bytes" in line for line in lines), lines
+    ok, lines = E.grade("08-dram-flash", dram_mib=right["dram_mib"] / 1024)
+    assert "amount in GiB" in lines[1], lines
+    right = E.get("09-saved-bytes").answer
+    ok, lines = E.grade("09-saved-bytes", p_bytes=8, l_bytes=2.097152)
+    assert "amount in GiB" in lines[0] and "amount in MB" in lines[1], lines
+
+
+def test_round_20a_thousands_separators_are_read():
+    # a right count written as a string with separators got "not what the rule gives"
+    ok, lines = E.grade("06-causal-tiles", tiles_full="8,192", tiles_causal="4 160")
+    assert ok, lines

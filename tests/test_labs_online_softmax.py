@@ -277,8 +277,13 @@ def test_stream_softmax_solution_passes_and_stub_is_reported(lab):
     ("p = np.exp(x[:, c0:c0 + chunk] - m_safe)",
      "p = np.exp(x[:, c0:c0 + chunk] - np.where(np.isneginf(m_c), 0.0, m_c)[:, None])",
      L1.HINT_SOFTMAX_SHIFT),
+    # review round 20 a (m): the same slip in both passes (one loop written twice) got
+    # the generic HINT_SOFTMAX
+    ("for c0 in range(0, n, chunk):", "for c0 in range(0, n - chunk + 1, chunk):",
+     L1.HINT_STREAM_LAST_CHUNK),
 ], ids=["shift", "masked", "merge", "whole-x", "pass1-last-chunk", "pass2-last-chunk",
-        "chunk-standin", "state-from-zero", "merge-dropped", "int-output", "last-chunk-max"])
+        "chunk-standin", "state-from-zero", "merge-dropped", "int-output", "last-chunk-max",
+        "both-last-chunk"])
 def test_stream_softmax_mistakes_get_their_hint(lab, old, new, hint):
     fn = mutate(LAB, "stream_softmax", old, new)
     assert_hint(L1.check_stream_softmax, fn, hint, lab["merge_states"])

@@ -70,8 +70,8 @@ HINT_MERGE = ("Merge both sides relative to the common max: each piece's sum is 
               "its own max to the common one, then the two are added.")
 HINT_SOFTMAX_SHIFT = ("Your probabilities overflow or do not sum to 1: pass 2 must subtract the "
                       "row's FINAL max and divide by its final sum from pass 1, in every chunk.")
-HINT_STREAM_LAST_CHUNK = ("The last, shorter chunk is missing from pass 1 or pass 2: when n is "
-                          "not a multiple of chunk, range(0, n, chunk) still starts a last "
+HINT_STREAM_LAST_CHUNK = ("The last, shorter chunk is missing from pass 1, pass 2 or both: when "
+                          "n is not a multiple of chunk, range(0, n, chunk) still starts a last "
                           "chunk, and x[:, c0:c0 + chunk] stops at n by itself.")
 HINT_STREAM_CHUNK_STANDIN = ("A chunk whose every score is masked has max -inf, and its own sum "
                              "exp(part - m_c) is then exp(-inf - (-inf)) = NaN, which spreads "
@@ -605,6 +605,8 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
                                / np.where(l_cut > 0, l_cut, 1.0)[:, None], 0.0)
             short_2 = expected(x)
             short_2[:, cut:] = 0.0
+            short_both = np.zeros_like(x)                     # review round 20 a: both passes
+            short_both[:, :cut] = expected(x[:, :cut])
             chunk_nan = [w for w in no_chunk_standin(x, chunk)
                          if not np.allclose(w, expected(x), equal_nan=True)]
             m0 = np.maximum(m_all, 0.0)                         # the state started at m = 0
@@ -643,6 +645,8 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
                       HINT_STREAM_LAST_CHUNK),
                      ((lambda y, e, w=short_2: np.allclose(y, w, equal_nan=True)),
                       HINT_STREAM_LAST_CHUNK),
+                     ((lambda y, e, w=short_both, x=x, cut=cut: cut < x.shape[1]
+                       and np.allclose(y, w, equal_nan=True)), HINT_STREAM_LAST_CHUNK),
                      ((lambda y, e, ws=chunk_nan: any(np.allclose(y, w, equal_nan=True)
                                                       for w in ws)), HINT_STREAM_CHUNK_STANDIN),
                      ((lambda y, e: bool(np.isnan(y).any())), HINT_SOFTMAX_MASKED),
