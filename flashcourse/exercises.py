@@ -371,7 +371,8 @@ def fa2_grid_07() -> Exercise:
                           "give it as a share between 0 and 1, not in percent"),
                          (lambda y: _same_number(y, 1.0, 0),
                           f"FA1 has only {fa1} blocks for {sms} SMs: one block runs on one SM")],
-            "fa2_blocks": [(lambda y: _same_number(y, ceil_slip, 0),
+            "fa2_blocks": [(lambda y: _same_number(y, ceil_slip, 0)
+                            or _same_number(y, b * h * tq / br, 1e-3),
                             f"{tq:,} / {br} is not whole: the ragged last query block needs "
                             "its own thread block too (round up)"),
                            (lambda y: _same_number(y, -(-tq // br), 0),
@@ -580,6 +581,10 @@ def dram_flash_08() -> Exercise:
                 (lambda y: near(y, model - one, 0.002),
                  f"{one:g} MiB short: the model counts both the one read of Q and the one "
                  f"write of O ({one:g} MiB each); one of them is missing"),
+                (lambda y: near(y, 2 * model, 0.002),             # review round 20 a
+                 "that is twice the model: fp32 takes 4 bytes per element, not 8 (Algorithm "
+                 "0's count, S and P through memory, comes to about the same here; the flash "
+                 "kernel reads Q once, K and V once per query block, and writes O once)"),
                 (lambda y: near(y, mt.model_bytes("dense", n, d, h) / MIB),
                  "that is Algorithm 0's count (S and P through memory); the flash kernel is "
                  "tiled: Q once, K and V once per query block, O once"),

@@ -457,3 +457,17 @@ def test_round_20a_thousands_separators_are_read():
     # a right count written as a string with separators got "not what the rule gives"
     ok, lines = E.grade("06-causal-tiles", tiles_full="8,192", tiles_causal="4 160")
     assert ok, lines
+
+
+def test_round_20a_twice_the_model_names_both_readings():
+    # review round 20 a (M): twice the model (8 bytes per fp32 element) got "that is
+    # Algorithm 0's count" alone (the dense count is 4,160 MiB, twice 2,080.25 within 0.02 %)
+    model = E.get("08-dram-flash").answer["model_mib"]
+    ok, lines = E.grade("08-dram-flash", model_mib=2 * model)
+    assert not ok and "not 8" in lines[0] and "Algorithm 0" in lines[0], lines
+
+
+def test_round_20a_unrounded_fa2_grid_is_named():
+    # B H Tq / Br = 2,500 (the quotient not rounded up) got "not what the rule gives"
+    ok, lines = E.grade("07-fa2-grid", fa2_blocks=2500)
+    assert not ok and "round up" in lines[2], lines
