@@ -54,6 +54,7 @@ MISTAKES = {"flash_backward": [
     ("dq, dk, dv = np.zeros((t_q, d)),", "dq, dk, dv = np.zeros((t_q, d), np.float32),",
      (H.HINT_PRECISION,)),
     ("    return dq, dk, dv", "    return dq, dk.T, dv", (H.HINT_SHAPE,)),
+    ("    return dq, dk, dv", "    return dk, dv, dq", (H.HINT_ORDER,)),   # review round 20 a
     ("p = np.exp(s - lse_i[:, None])", "p = np.exp2(s - lse_i[:, None])", L.HINT_P_BASE2),
     ("p = np.exp(s - lse_i[:, None])", "p = np.exp2(s * np.log2(np.e) - lse_i[:, None])",
      L.HINT_P_BASE2),

@@ -91,6 +91,8 @@ MISTAKES = {"flash_forward": [
     ("o, lse = np.zeros((t_q, d)),", "o, lse = np.zeros((t_q, d), np.float32),",
      (H.HINT_PRECISION,)),
     ("    return o, lse", "    return o, lse[:, None]", (H.HINT_SHAPE,)),
+    # review round 20 a (m): (lse, o) for (o, lse) got HINT_SHAPE's usual causes
+    ("    return o, lse", "    return lse, o", (H.HINT_ORDER,)),
     # round 18 (mutants): a running max started at 0 passed (no row had every score far
     # below 0); -1e9 for hidden scores got HINT_FORWARD
     ("m = np.full(q1 - q0, -np.inf)", "m = np.zeros(q1 - q0)", L.HINT_INIT_MAX),

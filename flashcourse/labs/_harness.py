@@ -99,6 +99,9 @@ HINT_SHAPE = (
     "A result has the wrong shape (named above): compare it with the shapes in the "
     "function's contract. The usual causes are a transposed tile, a block size used where "
     "a length is meant, or a dropped or extra axis.")
+HINT_ORDER = (
+    "Your results come back in another order than the contract's (the shapes above): return "
+    "them in the order the function's docstring lists them.")
 
 
 @dataclass
@@ -439,8 +442,26 @@ def _pick_hint(case: Case, yours, expected, hint_level: int, kind: str = VALUE) 
     return hint
 
 
+def _reordered(yours, expected) -> str | None:
+    """The shapes of `yours` when they are those of `expected` in another order (review round
+    20 a: (lse, o) for (o, lse) got HINT_SHAPE's transposed tiles and extra axes), else None."""
+    if not (isinstance(expected, tuple) and isinstance(yours, (tuple, list))
+            and len(yours) == len(expected) > 1):
+        return None
+    try:
+        mine, want = [np.shape(y) for y in yours], [np.shape(e) for e in expected]
+    except (TypeError, ValueError):
+        return None
+    if mine == want or sorted(mine) != sorted(want):
+        return None
+    return f"result shapes {', '.join(map(str, mine))}; expected {', '.join(map(str, want))}"
+
+
 def _judge(case: Case, yours, expected, hint_level: int) -> tuple[bool, str, str]:
     """(ok, why, hint) for one case's result."""
+    order = _reordered(yours, expected) if case.compare is None else None
+    if order is not None:
+        return False, order, HINT_ORDER
     # a case with its own compare reads its own records (text, counts): it judges their kind
     broken = _structural(yours, expected, case.names, kinds=case.compare is None)
     if broken is not None:
