@@ -108,3 +108,14 @@ def test_bank_groups_show_the_conflict(lab, capsys):
 
 
 test_no_hint_contains_a_solution_line = hint_leaks_test(H.HINTS, LAB)
+
+
+
+def test_a_descriptor_returned_as_hex_text_is_named_as_text():
+    """Review round 20 b: `return hex(...)` (the descriptor as the lab prints it) got the
+    harness's "a single number where an array is expected", true of neither."""
+    from flashcourse.labs import _harness
+    from labtools import assert_hint, mutate
+    line = "(start >> 4) | (lbo >> 4) << 16 | (sbo >> 4) << 32 | code << 62"
+    fn = mutate(LAB, "my_descriptor", f"return {line}", f"return hex({line})")
+    assert_hint(H.check_descriptor, fn, _harness.HINT_STRING)

@@ -39,6 +39,14 @@ HINT_FWD_EMPTY_VISITED = (
     "must skip them, reading neither K_j nor V_j.",
     "Loop over the listed key blocks only: full_kv_indices[i, :full_kv_num_blocks[i]] "
     "and kv_indices[i, :kv_num_blocks[i]].")
+HINT_FWD_LOCAL = (
+    "Your mask_mod or score_mod got positions inside the tile (0 .. Br - 1, 0 .. Bc - 1): "
+    "every tile was evaluated as if it were the first one. Both take the positions in the "
+    "whole sequence, q_idx = q0 + r and kv_idx = k0 + c, as in FlexAttention (a mask or a "
+    "score that depends on positions, like a window or ALiBi, needs them).",
+    "The row positions of query block i start at q0 = i x block_q and those of key block j "
+    "at k0 = j x block_k: hand mask_tile and score_tile those, not 0 .. Br - 1 and "
+    "0 .. Bc - 1.")
 HINT_FWD_PARTIAL_UNMASKED = (
     "Your forward does not apply the mask on partial tiles: hidden pairs of a partial "
     "tile are attended.",
@@ -249,6 +257,16 @@ def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread, big=None):
                               np.isnan(y[0]).any() or np.isposinf(y[0]).any()
                               or np.isnan(y[1]).any() or np.isposinf(y[1]).any()),
                           *HINT_FWD_OVERFLOW))
+    first = np.zeros((tq, tk), bool)
+    first[:br, :bc] = True                                              # tile (0, 0)
+
+    def local(grid, active):    # every call landed on tile (0, 0), some pair twice
+        return (not grid[~first].any() and int(grid.max()) > 1
+                and bool(active[~first].any()))
+    diagnoses.append((lambda y, e: len(y) == 4 and (local(y[2], tile_of == PARTIAL)
+                                                    or local(y[3], tile_of != EMPTY)),
+                      *HINT_FWD_LOCAL))
+
     def nothing(y, e):          # no row saw a key: nothing visited, or l NaN (NaN > 0)
         return (isinstance(y, tuple) and len(y) == 4 and y[0].shape == want[0].shape
                 and y[1].shape == want[1].shape and bool(np.isneginf(y[1]).all())
