@@ -169,6 +169,10 @@ MISTAKES = {
         ("                s = np.where(mask_tile(mask_mod, 0, 0, rows, cols), s, -np.inf)",
          "                s = np.where(mask_tile(mask_mod, 0, 0, rows - q0, cols - k0), s, -np.inf)",
          VF.HINT_FWD_LOCAL),
+        # review round 20 b: -1e30 for the hidden pairs got the generic hint
+        ("                s = np.where(mask_tile(mask_mod, 0, 0, rows, cols), s, -np.inf)",
+         "                s = np.where(mask_tile(mask_mod, 0, 0, rows, cols), s, -1e30)",
+         VF.HINT_FWD_FINITE),
         # review round 18 b: the key positions not clipped at Tk (a broadcast error on the
         # ragged last tile) got the generic "your (o, lse) differ"
         ("            k0, k1 = j * block_k, min((j + 1) * block_k, t_k)\n            cols = "

@@ -123,6 +123,12 @@ HINT_FWD_EMPTY_ROW = (
     "A row that sees no key at all (l = 0) gets NaN from acc / l: its output is 0 and its "
     "lse -inf, as in the dense reference.",
     "Divide only where l > 0: o = acc / l there, 0 elsewhere; lse = -inf where l = 0.")
+HINT_FWD_FINITE = (
+    "Your hidden pairs hold a large finite number (such as -1e30), not -inf: a row that "
+    "sees no key of a tile then has that number as its max, every exp(s - m) is 1, and the "
+    "hidden keys are averaged in. The dense reference gives such a row o = 0 and lse = -inf.",
+    "Mask with -np.inf; the stand-in m_safe = 0 where m_new is -inf keeps the exponentials "
+    "finite.")
 HINT_FWD_LSE = (
     "Your o is right but lse is not: lse = m + log(l) for each row, the natural log of the "
     "row's sum of exp(S) with the running max added back; -inf for a row that sees no key.",
@@ -182,7 +188,8 @@ def replay_forward(q, k, v, bm, mask_mod, score_mod, scale, br, bc, mistake=None
                 elif mistake not in ("after_max", "on_probs", "no_score"):
                     s = score_tile(score_mod, s, 0, 0, qi, ki)
                 if partial and mistake != "no_mask":
-                    s = np.where(mask_tile(mask_mod, 0, 0, qi, ki), s, -np.inf)
+                    s = np.where(mask_tile(mask_mod, 0, 0, qi, ki), s,
+                                 -1e30 if mistake == "finite_fill" else -np.inf)
                 m_new = np.maximum(m, s.max(axis=1))
                 m_safe = m_new if mistake == "no_standin" else np.where(np.isneginf(m_new),
                                                                            0.0, m_new)
@@ -211,7 +218,8 @@ FORWARD_MISTAKES = [("no_mask", HINT_FWD_PARTIAL_UNMASKED), ("after_max", HINT_F
                     ("on_probs", HINT_FWD_ON_PROBS), ("partial_only", HINT_FWD_FULL_ONLY),
                     ("full_only", HINT_FWD_FULL_ONLY),
                     ("no_score", HINT_FWD_NO_SCORE), ("scale_after", HINT_FWD_SCALE_AFTER),
-                    ("no_standin", HINT_FWD_STANDIN), ("no_guard", HINT_FWD_EMPTY_ROW)]
+                    ("no_standin", HINT_FWD_STANDIN), ("no_guard", HINT_FWD_EMPTY_ROW),
+                    ("finite_fill", HINT_FWD_FINITE)]
 #: a missing rescale shows whatever the order of the visits: replayed in each order
 RESCALE_MISTAKES = [("no_rescale", HINT_FWD_RESCALE), ("no_rescale_acc", HINT_FWD_RESCALE_ACC),
                     ("no_rescale_l", HINT_FWD_RESCALE_L)]
