@@ -170,6 +170,9 @@ MISTAKES = {
          "                s = np.where(mask_tile(mask_mod, 0, 0, rows - q0, cols - k0), s,"
          " -np.inf)",
          VF.HINT_FWD_LOCAL),
+        ("            s = score_tile(score_mod, scale * (q[q0:q1] @ k[k0:k1].T), 0, 0, rows, cols)",
+         "            s = score_tile(score_mod, scale * (q[q0:q1] @ k[k0:k1].T), 0, 0, rows,"
+         " cols - k0)", VF.HINT_FWD_LOCAL),
         # review round 20 b: -1e30 for the hidden pairs got the generic hint
         ("                s = np.where(mask_tile(mask_mod, 0, 0, rows, cols), s, -np.inf)",
          "                s = np.where(mask_tile(mask_mod, 0, 0, rows, cols), s, -1e30)",

@@ -40,8 +40,9 @@ HINT_FWD_EMPTY_VISITED = (
     "Loop over the listed key blocks only: full_kv_indices[i, :full_kv_num_blocks[i]] "
     "and kv_indices[i, :kv_num_blocks[i]].")
 HINT_FWD_LOCAL = (
-    "Your mask_mod or score_mod got positions inside the tile (0 .. Br - 1, 0 .. Bc - 1): "
-    "every tile was evaluated as if it were the first one. Both take the positions in the "
+    "Your mask_mod or score_mod got positions counted inside the tile (rows 0 .. Br - 1 or "
+    "columns 0 .. Bc - 1): every tile was evaluated as if it were in the first query block "
+    "or the first key block. Both take the positions in the "
     "whole sequence, q_idx = q0 + r and kv_idx = k0 + c, as in FlexAttention (a mask or a "
     "score that depends on positions, like a window or ALiBi, needs them).",
     "The row positions of query block i start at q0 = i x block_q and those of key block j "
@@ -265,12 +266,13 @@ def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread, big=None):
                               np.isnan(y[0]).any() or np.isposinf(y[0]).any()
                               or np.isnan(y[1]).any() or np.isposinf(y[1]).any()),
                           *HINT_FWD_OVERFLOW))
-    first = np.zeros((tq, tk), bool)
-    first[:br, :bc] = True                                              # tile (0, 0)
+    first_rows, first_cols = np.zeros((tq, tk), bool), np.zeros((tq, tk), bool)
+    first_rows[:br], first_cols[:, :bc] = True, True    # query block 0, key block 0
 
-    def local(grid, active):    # every call landed on tile (0, 0), some pair twice
-        return (not grid[~first].any() and int(grid.max()) > 1
-                and bool(active[~first].any()))
+    def local(grid, active):    # every call in the first block of rows or of columns, some
+        return any(not grid[~keep].any() and int(grid.max()) > 1    # pair twice, where a
+                   and bool(active[~keep].any())                    # right forward goes on
+                   for keep in (first_rows, first_cols))
     diagnoses.append((lambda y, e: len(y) == 4 and (local(y[2], tile_of == PARTIAL)
                                                     or local(y[3], tile_of != EMPTY)),
                       *HINT_FWD_LOCAL))
