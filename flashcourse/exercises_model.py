@@ -49,5 +49,7 @@ def saved_activations_13() -> Exercise:
                                          for u in (2**20, 1e6)),
                            "that is the size in MiB (or MB): give it in bytes")],
             "ratio": [(lambda y: _same_number(y, g["t"], 1e-3),
-                       "T x s / 4 with s = 2 bytes for bf16 P and 4 for fp32 lse")],
+                       "T x s / 4 with s = 2 bytes for bf16 P and 4 for fp32 lse"),
+                      (lambda y: _same_number(y, 1 / ratio, 1e-3),
+                       "that is lse / P; (c) asks how many times larger P is: P / lse")],
         })

@@ -377,6 +377,8 @@ def test_saved_activations_13_names_each_typical_mistake():
                               ("lse_bytes", right["lse_bytes"] / 2, "fp32"),
                               ("lse_bytes", right["lse_bytes"] * 64, "one number per query row"),
                               ("ratio", 1024, "s = 2 bytes"),
+                              # review round 20 b: the ratio inverted got the generic line
+                              ("ratio", 1 / 512, "lse / P"),
                               # sizes in GiB / MiB (review round 16 b: the generic line before)
                               ("p_bytes", 2.25, "in GiB"), ("p_bytes", 2.42, "in GiB"),
                               ("lse_bytes", 4.5, "in MiB"), ("lse_bytes", 4.72, "in MiB")):

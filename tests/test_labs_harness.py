@@ -33,6 +33,7 @@ def test_an_endless_loop_ends_with_a_time_limit_message(capsys):
     (np.zeros(3) + 1j, H.HINT_COMPLEX),
     (1 + 2j, H.HINT_COMPLEX),
     (10**400, H.HINT_OVERFLOW),
+    ("0x200", H.HINT_STRING),        # review round 20 b: a string got HINT_SCALAR
     ([1.0, 10**400, 2.0], H.HINT_OVERFLOW),
 ])
 def test_results_of_the_wrong_kind_get_a_specific_hint(value, hint):

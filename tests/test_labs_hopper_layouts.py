@@ -58,6 +58,10 @@ MISTAKES = {
         (_XOR, "    return plain ^ (((plain >> 7) & 7) << 3)", H.HINT_XOR_BITS),
         ("    plain = row * 128 + 2 * k", "    plain = row * 128 + k", H.HINT_ELEM),
         (_XOR, "    return (plain ^ (((plain >> 7) & 7) << 4)) >> 4", H.HINT_OFFSET_UNITS),
+        # review round 20 b: a float or hex text offset got the rule (HINT_SWIZZLE), silent
+        # on the cause the line above named ("not an int")
+        (_XOR, "    return (plain ^ (((plain >> 7) & 7) << 4)) / 1", H.HINT_OFFSET_INT),
+        (_XOR, "    return hex(plain ^ (((plain >> 7) & 7) << 4))", H.HINT_OFFSET_INT),
     ],
     "my_swizzle": [
         ("    mask = swizzle // 16 - 1", "    mask = 7", H.HINT_MODES_MASK),
@@ -67,6 +71,8 @@ MISTAKES = {
          "        swizzle = 128\n", H.HINT_MODES_NONE),
         ("    return offset ^ (((offset >> 7) & mask) << 4)",
          "    return offset ^ (((offset >> 4) & mask) << 7)", H.HINT_MODES),
+        ("    return offset ^ (((offset >> 7) & mask) << 4)",
+         "    return (offset ^ (((offset >> 7) & mask) << 4)) * 1.0", H.HINT_OFFSET_INT),
     ],
 }
 
@@ -108,3 +114,14 @@ def test_bank_groups_show_the_conflict(lab, capsys):
 
 
 test_no_hint_contains_a_solution_line = hint_leaks_test(H.HINTS, LAB)
+
+
+
+def test_a_descriptor_returned_as_hex_text_is_named_as_text():
+    """Review round 20 b: `return hex(...)` (the descriptor as the lab prints it) got the
+    harness's "a single number where an array is expected", true of neither."""
+    from flashcourse.labs import _harness
+    from labtools import assert_hint, mutate
+    line = "(start >> 4) | (lbo >> 4) << 16 | (sbo >> 4) << 32 | code << 62"
+    fn = mutate(LAB, "my_descriptor", f"return {line}", f"return hex({line})")
+    assert_hint(H.check_descriptor, fn, _harness.HINT_STRING)

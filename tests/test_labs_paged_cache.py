@@ -161,6 +161,9 @@ VARIANTS = {
     "address by divmod": ("my_token_address", [(
         _ADDR, "    col, slot = divmod(t, page_size)\n"
                "    return int(block_table[b][col]), int(slot)")]),
+    # review round 20 b: an array of the two ints got "Return two whole numbers"
+    "address as an array of two ints": ("my_token_address", [(
+        _ADDR, "    return np.array([block_table[b, t // page_size], t % page_size])")]),
     "gather vectorised": ("my_gather", [(
         "    rows = []\n    for t in range(seq_len):\n"
         "        page, slot = my_token_address(block_table, b, t, ps)\n"

@@ -160,6 +160,23 @@ MISTAKES = {
         ("        visits += [(j, True) for j in kv_indices[i, :kv_num_blocks[i]]]\n", "",
          VF.HINT_FWD_NOTHING),
         (_ALPHA, "            alpha = np.exp(m_safe - m)\n", VF.HINT_FWD_NOTHING),
+        # review round 20 b: positions inside the tile handed to score_mod (the softcap does
+        # not read them, so o was right) got "forms scores on empty tiles", and to mask_mod
+        # "every row sees no key ... no block visited or l NaN"
+        ("            s = score_tile(score_mod, scale * (q[q0:q1] @ k[k0:k1].T), 0, 0, rows, cols)",
+         "            s = score_tile(score_mod, scale * (q[q0:q1] @ k[k0:k1].T), 0, 0, rows - q0,"
+         " cols - k0)", VF.HINT_FWD_LOCAL),
+        ("                s = np.where(mask_tile(mask_mod, 0, 0, rows, cols), s, -np.inf)",
+         "                s = np.where(mask_tile(mask_mod, 0, 0, rows - q0, cols - k0), s,"
+         " -np.inf)",
+         VF.HINT_FWD_LOCAL),
+        ("            s = score_tile(score_mod, scale * (q[q0:q1] @ k[k0:k1].T), 0, 0, rows, cols)",
+         "            s = score_tile(score_mod, scale * (q[q0:q1] @ k[k0:k1].T), 0, 0, rows,"
+         " cols - k0)", VF.HINT_FWD_LOCAL),
+        # review round 20 b: -1e30 for the hidden pairs got the generic hint
+        ("                s = np.where(mask_tile(mask_mod, 0, 0, rows, cols), s, -np.inf)",
+         "                s = np.where(mask_tile(mask_mod, 0, 0, rows, cols), s, -1e30)",
+         VF.HINT_FWD_FINITE),
         # review round 18 b: the key positions not clipped at Tk (a broadcast error on the
         # ragged last tile) got the generic "your (o, lse) differ"
         ("            k0, k1 = j * block_k, min((j + 1) * block_k, t_k)\n            cols = "

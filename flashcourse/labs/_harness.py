@@ -59,6 +59,9 @@ HINT_NONE = ("Your function returned None: the last step must `return` its resul
              "(a missing return is the usual cause).")
 HINT_SCALAR = ("Your function returned a single number where an array is expected: keep one "
                "value per row (or per entry); a sum or max over the whole array loses the shape.")
+HINT_STRING = ("Your function returned text (a string) where numbers are expected: return the "
+               "number or array itself, not str(...), hex(...) or an f-string (print those "
+               "separately to look at them).")
 HINT_COMPLEX = ("Your result holds complex numbers: attention is real-valued. Look for a square "
                 "root or a power of a negative number, or a complex dtype.")
 HINT_OVERFLOW = ("Your result holds a number too large for a float (e.g. a Python integer like "
@@ -310,7 +313,7 @@ def _structure(yours, expected) -> tuple[str, str] | None:
     exp_shape = np.shape(expected)
     if np.isscalar(yours) or (isinstance(yours, np.ndarray) and yours.ndim == 0):
         if isinstance(yours, (str, bytes)):
-            return f"expected numbers, got the string {yours!r}", HINT_SCALAR
+            return f"expected numbers, got the string {yours!r}", HINT_STRING
         if isinstance(yours, complex) or np.iscomplexobj(yours):
             return f"expected real numbers, got {yours!r}", HINT_COMPLEX
         if isinstance(yours, int) and not isinstance(yours, bool):

@@ -200,6 +200,16 @@ HINT_OFFSET_UNITS = (
     "Do not shift the offset right by 4.")
 
 
+HINT_OFFSET_INT = (
+    "A byte offset is a whole number: return an int (the line above shows what yours "
+    "returned). / gives a float even when it divides exactly, and hex() or str() give text; "
+    "use //, the shifts and the bit operators, and print hex() separately.",
+    "Every operation of the swizzle is an integer one: *, +, //, >>, <<, &, ^.")
+#: the checker's own TypeError for a result that is not an int (a float, a string)
+NOT_INT = [((lambda exc: isinstance(exc, TypeError) and "not an int" in str(exc)),
+            *HINT_OFFSET_INT)]
+
+
 def swizzled_offsets(fn) -> tuple[np.ndarray, np.ndarray]:
     """(yours, the model's) byte offsets of every element of the ROWS x WIDTH tile."""
     rows, ks = np.meshgrid(np.arange(ROWS), np.arange(WIDTH), indexing="ij")
@@ -246,7 +256,8 @@ def _swizzle_case():
 
     diagnoses = [((lambda y, e, w=w: bool(np.array_equal(y, w))), *hint) for w, hint in mistakes]
     return Case(f"every element of a {ROWS} x {WIDTH} fp16 tile, 128-byte swizzle",
-                run, HINT_SWIZZLE[0], diagnoses, hint2=HINT_SWIZZLE[1], compare=compare)
+                run, HINT_SWIZZLE[0], diagnoses, hint2=HINT_SWIZZLE[1], compare=compare,
+                error_diagnoses=NOT_INT)
 
 
 def check_swizzled_offset(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
@@ -301,7 +312,7 @@ def _modes_case(mode):
     if mode is None:
         diagnoses = [((lambda y, e: not np.array_equal(y, e)), *HINT_MODES_NONE)]
     return Case(f"swizzle {mode}: offsets 0 .. {MODE_OFFSETS - 1}", run, HINT_MODES[0],
-                diagnoses, hint2=HINT_MODES[1], compare=compare)
+                diagnoses, hint2=HINT_MODES[1], compare=compare, error_diagnoses=NOT_INT)
 
 
 def check_swizzle_modes(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:

@@ -116,7 +116,7 @@ ADDRESS_WIDTH = 16
 
 
 def _as_address(y, t):
-    if isinstance(y, list):
+    if isinstance(y, (list, np.ndarray)):
         y = tuple(y)
     if not isinstance(y, tuple) or len(y) != 2 or any(
             isinstance(x, (bool, np.bool_, float, np.floating)) or not isinstance(

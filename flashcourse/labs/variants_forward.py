@@ -39,6 +39,15 @@ HINT_FWD_EMPTY_VISITED = (
     "must skip them, reading neither K_j nor V_j.",
     "Loop over the listed key blocks only: full_kv_indices[i, :full_kv_num_blocks[i]] "
     "and kv_indices[i, :kv_num_blocks[i]].")
+HINT_FWD_LOCAL = (
+    "Your mask_mod or score_mod got positions counted inside the tile (rows 0 .. Br - 1 or "
+    "columns 0 .. Bc - 1): every tile was evaluated as if it were in the first query block "
+    "or the first key block. Both take the positions in the "
+    "whole sequence, q_idx = q0 + r and kv_idx = k0 + c, as in FlexAttention (a mask or a "
+    "score that depends on positions, like a window or ALiBi, needs them).",
+    "The row positions of query block i start at q0 = i x block_q and those of key block j "
+    "at k0 = j x block_k: hand mask_tile and score_tile those, not 0 .. Br - 1 and "
+    "0 .. Bc - 1.")
 HINT_FWD_PARTIAL_UNMASKED = (
     "Your forward does not apply the mask on partial tiles: hidden pairs of a partial "
     "tile are attended.",
@@ -115,6 +124,12 @@ HINT_FWD_EMPTY_ROW = (
     "A row that sees no key at all (l = 0) gets NaN from acc / l: its output is 0 and its "
     "lse -inf, as in the dense reference.",
     "Divide only where l > 0: o = acc / l there, 0 elsewhere; lse = -inf where l = 0.")
+HINT_FWD_FINITE = (
+    "Your hidden pairs hold a large finite number (such as -1e30), not -inf: a row that "
+    "sees no key of a tile then has that number as its max, every exp(s - m) is 1, and the "
+    "hidden keys are averaged in. The dense reference gives such a row o = 0 and lse = -inf.",
+    "Mask with -np.inf; the stand-in m_safe = 0 where m_new is -inf keeps the exponentials "
+    "finite.")
 HINT_FWD_LSE = (
     "Your o is right but lse is not: lse = m + log(l) for each row, the natural log of the "
     "row's sum of exp(S) with the running max added back; -inf for a row that sees no key.",
@@ -174,7 +189,8 @@ def replay_forward(q, k, v, bm, mask_mod, score_mod, scale, br, bc, mistake=None
                 elif mistake not in ("after_max", "on_probs", "no_score"):
                     s = score_tile(score_mod, s, 0, 0, qi, ki)
                 if partial and mistake != "no_mask":
-                    s = np.where(mask_tile(mask_mod, 0, 0, qi, ki), s, -np.inf)
+                    s = np.where(mask_tile(mask_mod, 0, 0, qi, ki), s,
+                                 -1e30 if mistake == "finite_fill" else -np.inf)
                 m_new = np.maximum(m, s.max(axis=1))
                 m_safe = m_new if mistake == "no_standin" else np.where(np.isneginf(m_new),
                                                                            0.0, m_new)
@@ -203,7 +219,8 @@ FORWARD_MISTAKES = [("no_mask", HINT_FWD_PARTIAL_UNMASKED), ("after_max", HINT_F
                     ("on_probs", HINT_FWD_ON_PROBS), ("partial_only", HINT_FWD_FULL_ONLY),
                     ("full_only", HINT_FWD_FULL_ONLY),
                     ("no_score", HINT_FWD_NO_SCORE), ("scale_after", HINT_FWD_SCALE_AFTER),
-                    ("no_standin", HINT_FWD_STANDIN), ("no_guard", HINT_FWD_EMPTY_ROW)]
+                    ("no_standin", HINT_FWD_STANDIN), ("no_guard", HINT_FWD_EMPTY_ROW),
+                    ("finite_fill", HINT_FWD_FINITE)]
 #: a missing rescale shows whatever the order of the visits: replayed in each order
 RESCALE_MISTAKES = [("no_rescale", HINT_FWD_RESCALE), ("no_rescale_acc", HINT_FWD_RESCALE_ACC),
                     ("no_rescale_l", HINT_FWD_RESCALE_L)]
@@ -249,6 +266,17 @@ def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread, big=None):
                               np.isnan(y[0]).any() or np.isposinf(y[0]).any()
                               or np.isnan(y[1]).any() or np.isposinf(y[1]).any()),
                           *HINT_FWD_OVERFLOW))
+    first_rows, first_cols = np.zeros((tq, tk), bool), np.zeros((tq, tk), bool)
+    first_rows[:br], first_cols[:, :bc] = True, True    # query block 0, key block 0
+
+    def local(grid, active):    # every call in the first block of rows or of columns, some
+        return any(not grid[~keep].any() and int(grid.max()) > 1    # pair twice, where a
+                   and bool(active[~keep].any())                    # right forward goes on
+                   for keep in (first_rows, first_cols))
+    diagnoses.append((lambda y, e: len(y) == 4 and (local(y[2], tile_of == PARTIAL)
+                                                    or local(y[3], tile_of != EMPTY)),
+                      *HINT_FWD_LOCAL))
+
     def nothing(y, e):          # no row saw a key: nothing visited, or l NaN (NaN > 0)
         return (isinstance(y, tuple) and len(y) == 4 and y[0].shape == want[0].shape
                 and y[1].shape == want[1].shape and bool(np.isneginf(y[1]).all())
