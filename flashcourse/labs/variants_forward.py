@@ -157,6 +157,10 @@ FORWARD_CASES = [
      lambda tq, tk: library.prefix_lm(7, tq, tk), 0.8, 23, 40, 4, 7, 9, 3.0),
     ("causal, scores near 800 (exp(S) overflows float64), Tq = Tk = 26, Br = 8, Bc = 6",
      lambda tq, tk: library.causal(tq, tk), None, 26, 26, 4, 8, 6, 2.0, 800.0),
+    # a score change that reads the positions: q_idx, kv_idx counted inside a tile give other
+    # values on every tile, not only where an empty tile is scored (review round 20 b)
+    ("causal with ALiBi (slope 0.25), Tq = 30 < Tk = 33, Br = 8, Bc = 6",
+     lambda tq, tk: library.causal(tq, tk), library.alibi([0.25]), 30, 33, 4, 8, 6, 2.0),
 ]
 
 
@@ -250,7 +254,7 @@ def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread, big=None):
         q[:, 0] = k[:, 0] = np.sqrt(big / SCALE)                        # scores ~ big
     v = rng.standard_normal((tk, d))                                    # (Tk, d)
     mask = make(tq, tk)
-    score = _identity if cap is None else library.softcap(cap)
+    score = _identity if cap is None else cap if callable(cap) else library.softcap(cap)
     bm = create_block_mask(mask, None, None, tq, tk, br, bc, cache=False)
     arrays = (bm.kv_num_blocks[0, 0], bm.kv_indices[0, 0], bm.full_kv_num_blocks[0, 0],
               bm.full_kv_indices[0, 0])
