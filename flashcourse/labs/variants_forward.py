@@ -345,9 +345,9 @@ def _forward_case(n, name, make, cap, tq, tk, d, br, bc, spread, big=None):
 
 def check_flex_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """`flex_forward(q, k, v, block_mask, mask_mod, score_mod, scale, block_q, block_k)`
-    against the dense float64 reference on five masks and score changes (one with scores
-    near 800); the mask may be
-    evaluated on partial tiles only, and no score on an empty tile."""
+    against the dense float64 reference on six masks and score changes (one with scores
+    near 800, one with ALiBi); the mask may be evaluated on partial tiles only, and no score
+    on an empty tile."""
     cases = [_forward_case(n, *c) for n, c in enumerate(FORWARD_CASES)]
     return run_checks("flex_forward(q, k, v, block_mask, mask_mod, score_mod, scale, block_q, "
                       "block_k)", fn, cases, verbose=verbose, hint_level=hint_level)
