@@ -30,12 +30,14 @@ A table entry past a sequence's pages is never read (`NO_PAGE` in `PagedKVCache`
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import reference
 from ._checks import check_array, check_count, check_scale, check_whole
+from ._guards import dense_memory_limit
 from .decode import check_gqa, expand_kv
 
 #: Tokens per page the course's kernels are built for.
@@ -52,7 +54,15 @@ def token_address(block_table, b, t, page_size):
 
 
 def pages_for(seq_len, page_size):
-    """Pages a sequence of seq_len tokens occupies: ceil(seq_len / page_size)."""
+    """Pages a sequence of seq_len tokens occupies: ceil(seq_len / page_size). page_size:
+    a whole number >= 1; seq_len: a whole number >= 0 or an integer array (an error
+    naming either otherwise)."""
+    page_size = check_whole(page_size, "page_size", least=1)
+    if isinstance(seq_len, np.ndarray):
+        if seq_len.dtype.kind not in "iu":
+            raise TypeError(f"seq_len must hold integers, got dtype {seq_len.dtype}")
+    else:
+        seq_len = check_whole(seq_len, "seq_len")
     return (seq_len + page_size - 1) // page_size
 
 
@@ -278,6 +288,18 @@ class PagedKVCache:
         self.page_size = check_page_size(page_size)
         shape = (num_pages, check_count(heads_kv, "heads_kv"), self.page_size,
                  check_count(head_dim, "head_dim"))
+        if not isinstance(dtype, (type, np.dtype, str)) or np.dtype(dtype) not in (
+                np.float16, np.float32, np.float64):
+            raise TypeError(f"dtype must be float16, float32 or float64, got {dtype!r}")
+        rows = check_count(max_seqs, "max_seqs") * check_count(max_pages_per_seq,
+                                                                "max_pages_per_seq")
+        need = 2 * math.prod(shape) * np.dtype(dtype).itemsize + 4 * rows
+        if need > dense_memory_limit():
+            raise ValueError(
+                f"num_pages x heads_kv x page_size x head_dim (K and V) and max_seqs x "
+                f"max_pages_per_seq (the block table) need {need:,} bytes, more than the "
+                f"{dense_memory_limit():,} allowed (half the memory; "
+                f"FLASHCOURSE_DENSE_MAX_BYTES changes it): choose smaller sizes")
         self.k_pages = np.zeros(shape, dtype)                       # (P, Hkv, page, d)
         self.v_pages = np.zeros(shape, dtype)
         self.block_table = np.full((check_count(max_seqs, "max_seqs"),

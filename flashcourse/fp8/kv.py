@@ -100,7 +100,14 @@ def bytes_per_token(d: int, heads_kv: int, scale_block=None, *, itemsize: int = 
                     tokens: int | None = None) -> float:
     """Bytes of K and V per token of a cache: 2 Hkv d itemsize, plus the fp32 scales (2 Hkv
     per scale_block tokens; per (B, Hkv): 2 Hkv per `tokens`, the cache's length). itemsize
-    2 is an fp16 cache (no scales)."""
+    2 is an fp16 cache (no scales). d, heads_kv, itemsize, tokens: whole numbers >= 1
+    (tokens may be None), scale_block as `check_scale_block` takes it; an error naming
+    the argument otherwise."""
+    d, heads_kv, itemsize = check_block(d, "d"), check_block(heads_kv, "heads_kv"), \
+        check_block(itemsize, "itemsize")
+    scale_block = check_scale_block(scale_block)
+    if tokens is not None:
+        tokens = check_block(tokens, "tokens")
     values = 2 * heads_kv * d * itemsize
     if itemsize != 1:
         return float(values)
