@@ -85,7 +85,13 @@ def rank_indices(ranges) -> np.ndarray:
 
 def shard(x, ranges, axis: int = -2):
     """One rank's rows of a full array x (sequence along `axis`, default -2 of
-    (..., T, d)): its ranges concatenated in order. numpy arrays or torch tensors."""
+    (..., T, d)): its ranges concatenated in order. numpy arrays or torch tensors; axis
+    an int within x's dimensions (an error naming x or axis otherwise)."""
+    if not isinstance(x, np.ndarray) and type(x).__module__.split(".")[0] != "torch":
+        raise TypeError(f"x must be a numpy array or a torch tensor, got {type(x).__name__}")
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) \
+            or not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis must be an int in [-{x.ndim}, {x.ndim}), got {axis!r}")
     ax = axis % x.ndim
     for a, b in ranges:
         if not 0 <= a < b <= x.shape[ax]:
