@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from ._checks import check_block
+from ._checks import check_block, check_sizes
 from .geometry import ceil_div
 from .limits import DeviceLimits, LaunchError, check_launch, occupancy
 
@@ -83,6 +83,8 @@ def kernel_plan(block_q: int, block_k: int, threads: int, tm: int, head_dim: int
     `check_launch`'s job, so that configurations can be judged against any DeviceLimits.
     """
     from .cuda.cuda_core import flash
+    block_q, block_k, threads, tm, head_dim = check_sizes(
+        block_q=block_q, block_k=block_k, threads=threads, tm=tm, head_dim=head_dim)
     cfg = flash.layout(head_dim, block_q, block_k, threads, tm, shuffle=True)
     return cfg.tm, cfg.tn, cfg.td, cfg.shared_bytes
 
@@ -101,7 +103,10 @@ def make_config(block_q: int, block_k: int, threads: int, tm: int, head_dim: int
 
 def valid_tms(block_q: int, block_k: int, threads: int, head_dim: int,
               candidates=(1, 2, 4, 8, 16)) -> list:
-    """The rows-per-thread values for which the kernel can arrange this tile."""
+    """The rows-per-thread values for which the kernel can arrange this tile (the sizes:
+    whole numbers >= 1, an error naming them otherwise)."""
+    block_q, block_k, threads, head_dim = check_sizes(
+        block_q=block_q, block_k=block_k, threads=threads, head_dim=head_dim)
     out = []
     for tm in candidates:
         try:
@@ -117,6 +122,8 @@ def square_tm(block_q: int, block_k: int, threads: int, head_dim: int):
     ties): the most multiply-adds per shared-memory load for a given register count.
     None when no tm fits. (The kernel's own rule, `flashcourse.cuda.cuda_core.flash.square_tm`.)"""
     from .cuda.cuda_core import flash
+    block_q, block_k, threads, head_dim = check_sizes(
+        block_q=block_q, block_k=block_k, threads=threads, head_dim=head_dim)
     return flash.square_tm(head_dim, block_q, block_k, threads)
 
 

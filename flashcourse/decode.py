@@ -57,8 +57,8 @@ import math
 import numpy as np
 
 from ._checks import (accumulator_dtype, check_array, check_block, check_bool, check_causal,
-                      check_not_subclass, check_scale)
-from ._guards import forward_result
+                      check_not_subclass, check_scale, check_whole)
+from ._guards import dense_memory_limit, forward_result
 from .geometry import ceil_div, visible_mask
 
 #: FlashAttention-2's cap on the number of splits (flash_api.cpp: num_splits <= 128).
@@ -109,8 +109,18 @@ def check_gqa(q, k, v, *, allow_nonfinite: bool = False):
 def expand_kv(x: np.ndarray, group: int) -> np.ndarray:
     """(B, Hkv, Tk, d) -> (B, Hkv * group, Tk, d): KV head h copied to query heads
     h*group .. h*group + group - 1. A copy, for checking against the dense reference
-    only: the decode paths never copy K or V."""
-    return np.repeat(x, check_block(group, "group"), axis=1)
+    only: the decode paths never copy K or V. x: a float16/32/64 array of 4 dimensions
+    (NaN/inf are copied as they are), group: a positive integer; else an error naming x
+    or group (MemoryError for a copy larger than the dense reference's limit)."""
+    x = check_array(x, "x", allow_nonfinite=True)
+    if x.ndim != 4:
+        raise ValueError(f"x must have 4 dimensions (B, Hkv, Tk, d), got shape {x.shape}")
+    group = check_block(group, "group")
+    if x.nbytes * group > dense_memory_limit():
+        raise MemoryError(f"group = {group:,} copies of x ({x.nbytes:,} bytes) exceed the "
+                          f"{dense_memory_limit():,} bytes allowed (half the memory; "
+                          f"FLASHCOURSE_DENSE_MAX_BYTES changes it)")
+    return np.repeat(x, group, axis=1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -235,13 +245,26 @@ def split_partial(q, k, v, k0: int, k1: int, *, block_k: int = 64, causal: bool 
                   scale: float | None = None):
     """The partial state (o_s, lse_s) of keys [k0, k1) for every query row.
 
-    q (B, Hq, Tq, d); k, v (B, Hkv, Tk, d) already validated (`check_gqa`). The keys
+    q (B, Hq, Tq, d); k, v (B, Hkv, Tk, d) as `check_gqa` takes them (an error naming
+    q, k or v otherwise); 0 <= k0 <= k1 <= Tk (an error naming k0 or k1). The keys
     of the split are visited block_k at a time with the online softmax of notebook 03;
     all G x Tq query rows of a KV head are handled together, K and V are not copied.
 
     Returns o_s (B, Hq, Tq, d) and lse_s (B, Hq, Tq) in the accumulator dtype (float64
     for float64 input, else float32); an empty split gives o_s = 0, lse_s = -inf.
     """
+    q, k, v, _ = check_gqa(q, k, v)
+    tk = k.shape[2]
+    k0 = check_whole(k0, "k0", meaning="the split's first key")
+    k1 = check_whole(k1, "k1", least=k0, meaning="the key after the split's last, >= k0")
+    if k1 > tk:
+        raise ValueError(f"k1 must be at most Tk = k.shape[2] = {tk}, got {k1}")
+    return _split_partial(q, k, v, k0, k1, block_k=check_block(block_k, "block_k"),
+                          causal=causal, scale=scale)
+
+
+def _split_partial(q, k, v, k0: int, k1: int, *, block_k: int, causal: bool, scale):
+    """`split_partial` on inputs already checked."""
     b, hq, tq, d = q.shape
     hkv, tk = k.shape[1], k.shape[2]
     g = hq // hkv
@@ -277,6 +300,22 @@ def split_partial(q, k, v, k0: int, k1: int, *, block_k: int = 64, causal: bool 
 # The combine step: the merge of notebook 02, carried to outputs
 # ---------------------------------------------------------------------------------------
 
+def _check_values(x, name: str, *, lse: bool) -> np.ndarray:
+    """A partial state's o or lse as a real array without NaN; o finite, lse < +inf (its
+    -inf is an empty state). A NaN lse would otherwise weigh 0 and the row come out as
+    o = 0, lse = -inf: a row that looks masked."""
+    x = np.asarray(check_not_subclass(x, name))
+    if x.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold real numbers (a float array), got dtype "
+                        f"{x.dtype}")
+    bad = np.isnan(x) | (x == np.inf) if lse else ~np.isfinite(x)
+    if bad.any():
+        what = "NaN or +inf (-inf, an empty state, is the only non-finite value allowed)" \
+            if lse else "NaN or inf"
+        raise ValueError(f"{name} contains {what}: merge the states of finite inputs")
+    return x
+
+
 def merge(o_a, lse_a, o_b, lse_b):
     """Merge two partial states of the same rows over disjoint key sets.
 
@@ -288,11 +327,21 @@ def merge(o_a, lse_a, o_b, lse_b):
         lse = m + log(w_a + w_b)
         o   = (w_a o_a + w_b o_b) / (w_a + w_b)
 
-    o_a, o_b: (..., d); lse_a, lse_b: (...). Two empty states (-inf) give o = 0,
-    lse = -inf.
+    o_a, o_b: (..., d) of one shape; lse_a, lse_b: (...) = o_a.shape[:-1]. Two empty
+    states (-inf) give o = 0, lse = -inf. TypeError for values that are not real
+    numbers, ValueError for shapes that do not fit (nothing is broadcast), a NaN or
+    inf in o or a NaN or +inf in lse, each naming the argument.
     """
-    o_a, lse_a, o_b, lse_b = (np.asarray(check_not_subclass(x, n)) for x, n in
+    o_a, lse_a, o_b, lse_b = (_check_values(x, n, lse=n.startswith("lse")) for x, n in
                               ((o_a, "o_a"), (lse_a, "lse_a"), (o_b, "o_b"), (lse_b, "lse_b")))
+    if o_a.ndim < 1 or o_a.shape[-1] < 1:
+        raise ValueError(f"o_a must have shape (..., d) with d >= 1, got {o_a.shape}")
+    if o_b.shape != o_a.shape:
+        raise ValueError(f"o_b must have the shape of o_a {o_a.shape}, got {o_b.shape}")
+    for name, x in (("lse_a", lse_a), ("lse_b", lse_b)):
+        if x.shape != o_a.shape[:-1]:
+            raise ValueError(f"{name} must have shape o_a.shape[:-1] = {o_a.shape[:-1]} "
+                             f"(one lse per row), got {x.shape}")
     m = np.maximum(lse_a, lse_b)
     w_a, w_b = _exp_diff(lse_a, m), _exp_diff(lse_b, m)
     total = w_a + w_b                                        # >= 1 unless both empty
@@ -311,10 +360,15 @@ def combine(o_parts, lse_parts):
         m = max_s lse_s;  w_s = e^(lse_s - m);  lse = m + log sum_s w_s
         o = sum_s w_s o_s / sum_s w_s
     Equal to merging the S states pairwise in any order (up to rounding). ValueError
-    naming o_parts or lse_parts for no split at all (S = 0) or shapes that do not fit
-    together, TypeError for values that are not real numbers.
+    naming o_parts or lse_parts for no split at all (S = 0), shapes that do not fit
+    together, a NaN or inf in o_parts or a NaN or +inf in lse_parts; TypeError for
+    values that are not real numbers.
     """
-    o_parts, lse_parts = check_parts(o_parts, lse_parts)
+    return _combine(*check_parts(o_parts, lse_parts))
+
+
+def _combine(o_parts, lse_parts):
+    """`combine` on checked parts (NaN rows of allow_nonfinite inputs stay NaN)."""
     m = lse_parts.max(axis=0)                                # (...)
     w = _exp_diff(lse_parts, m)                              # (S, ...)
     total = w.sum(axis=0)
@@ -328,13 +382,10 @@ def combine(o_parts, lse_parts):
 
 def check_parts(o_parts, lse_parts):
     """o_parts (S, ..., d) and lse_parts (S, ...) as numpy arrays, S >= 1 partial states of
-    the same rows; else an error naming the argument (nothing is broadcast)."""
-    o_parts = np.asarray(check_not_subclass(o_parts, "o_parts"))
-    lse_parts = np.asarray(check_not_subclass(lse_parts, "lse_parts"))
-    for name, x in (("o_parts", o_parts), ("lse_parts", lse_parts)):
-        if x.dtype.kind not in "fiu":
-            raise TypeError(f"{name} must hold real numbers (a float array), got dtype "
-                            f"{x.dtype}")
+    the same rows; else an error naming the argument (nothing is broadcast; a NaN or
+    inf in o_parts, a NaN or +inf in lse_parts is a ValueError)."""
+    o_parts = _check_values(o_parts, "o_parts", lse=False)
+    lse_parts = _check_values(lse_parts, "lse_parts", lse=True)
     if o_parts.ndim < 2 or 0 in o_parts.shape:
         raise ValueError(f"o_parts must have shape (S, ..., d) with at least one partial "
                          f"state (S >= 1) and d >= 1, got shape {o_parts.shape}: pass the "
@@ -352,13 +403,13 @@ def merge_tree(o_parts, lse_parts, merge_fn=merge):
     Returns (o, lse, levels): levels[0] is the list of the S input states, each next
     level merges neighbours (an odd one out moves up unchanged), and the last level
     holds the single result. `merge_fn(o_a, lse_a, o_b, lse_b)` does each merge.
+    o_parts (S, ..., d) and lse_parts (S, ...) as `combine` takes them (`check_parts`).
     """
-    level = [(np.asarray(check_not_subclass(o, "o_parts")),
-              np.asarray(check_not_subclass(lse, "lse_parts")))
-             for o, lse in zip(check_not_subclass(o_parts, "o_parts"),
-                               check_not_subclass(lse_parts, "lse_parts"))]
-    if not level:
-        raise ValueError("o_parts must hold at least one partial state")
+    o_parts, lse_parts = check_parts(o_parts, lse_parts)
+    if not callable(merge_fn):
+        raise TypeError(f"merge_fn must be a function merge_fn(o_a, lse_a, o_b, lse_b), "
+                        f"got {merge_fn!r}")
+    level = list(zip(o_parts, lse_parts))
     levels = [level]
     while len(level) > 1:
         nxt = [merge_fn(*level[i], *level[i + 1]) for i in range(0, len(level) - 1, 2)]
@@ -411,11 +462,11 @@ def split_kv_forward(q, k, v, *, num_splits: int | None = None, block_k: int = 6
         num_splits = choose_num_splits(b * hkv, tk, bk)
     ns = check_num_splits(num_splits, tk, bk)
     bounds = split_bounds(tk, bk, ns)
-    parts = [split_partial(q, k, v, k0, k1, block_k=bk, causal=causal, scale=scale)
+    parts = [_split_partial(q, k, v, k0, k1, block_k=bk, causal=causal, scale=scale)
              for k0, k1 in bounds]
     o_parts = np.stack([p[0] for p in parts])                # (S, B, Hq, Tq, d)
     lse_parts = np.stack([p[1] for p in parts])              # (S, B, Hq, Tq)
-    o, lse = combine(o_parts, lse_parts)
+    o, lse = _combine(o_parts, lse_parts)
     o = o.astype(q.dtype)
     lse = lse.astype(accumulator_dtype(q.dtype))
     o, lse = forward_result(q, k, v, o, lse, causal, compute=accumulator_dtype(q.dtype).name,

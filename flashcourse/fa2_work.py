@@ -108,6 +108,16 @@ def nonmatmul_per_tile(block_q: int, block_k: int, head_dim: int,
                           end_flops=br * d + br, end_sfu_ops=2 * br)
 
 
+def _gpu(gpu) -> GPU:
+    """`gpu` as a GPU: a name from flashcourse.gpus or a GPU, else a TypeError naming gpu."""
+    if isinstance(gpu, str):
+        return get_gpu(gpu)
+    if not isinstance(gpu, GPU):
+        raise TypeError(f"gpu must be a GPU name (a string such as 'H200') or a "
+                        f"flashcourse.gpus.GPU, got {gpu!r} ({type(gpu).__name__})")
+    return gpu
+
+
 def tile_time_s(block_q: int, block_k: int, head_dim: int, version: str = "fa2",
                 gpu: str | GPU = "A100 80GB") -> dict:
     """Seconds one tile's work would take on the whole GPU at each unit's peak rate.
@@ -117,7 +127,7 @@ def tile_time_s(block_q: int, block_k: int, head_dim: int, version: str = "fa2",
     spread over all Tc tiles of the row). Shares, not a timing model: see the module
     docstring.
     """
-    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    g = _gpu(gpu)
     if g.sfu_ops_per_s is None:
         raise ValueError(f"gpu {g.name!r} has no special-function rate in flashcourse.gpus")
     n = nonmatmul_per_tile(block_q, block_k, head_dim, version)
@@ -199,7 +209,7 @@ def recompute_vs_read_s(t_query: int, t_key: int, head_dim: int, gpu: str | GPU 
                + exp (Tq Tk operations on the special-function units)
     Returns {'read P': s, 'S = Q K^T': s, 'S - lse': s, 'exp': s} (seconds, lower bounds).
     """
-    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    g = _gpu(gpu)
     if g.sfu_ops_per_s is None:
         raise ValueError(f"gpu {g.name!r} has no special-function rate in flashcourse.gpus")
     n = visible_pairs(t_query, t_key, causal=check_causal(causal))
@@ -218,7 +228,7 @@ def exp_share_of_matmul(head_dim: int, gpu: str | GPU) -> float:
     = (tensor rate / SFU rate) / (4 d). H100 SXM, d = 128: (989 / 3.9) / 512 = 0.50,
     the FlashAttention-3 paper's "exponential can take 50% of the cycle time".
     """
-    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    g = _gpu(gpu)
     d = check_block(head_dim, "head_dim")
     if g.sfu_ops_per_s is None:
         raise ValueError(f"gpu {g.name!r} has no special-function rate in flashcourse.gpus")

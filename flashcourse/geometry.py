@@ -18,27 +18,46 @@ T), so it works for T = 1e12 or 2**62 as well as for T = 5:
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-from ._checks import check_block, check_causal
+from ._checks import check_block, check_causal, check_whole
+
+
+def _integer(x, name: str) -> int:
+    """`x` as an int (any sign; bools refused), else a TypeError naming `name`."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {x!r} ({type(x).__name__})")
+    return int(x)
 
 
 def ceil_div(a: int, b: int) -> int:
-    """ceil(a / b) for integers, exact for any size (b > 0)."""
-    return -(-a // b)
+    """ceil(a / b) for integers, exact for any size (b > 0); a TypeError or ValueError
+    naming a or b otherwise."""
+    return -(-_integer(a, "a") // check_block(b, "b"))
 
 
 def causal_offset(t_query: int, t_key: int) -> int:
-    """Bottom-right alignment: query i may see key j iff j <= i + (Tk - Tq)."""
-    return t_key - t_query
+    """Bottom-right alignment: query i may see key j iff j <= i + (Tk - Tq); t_query and
+    t_key whole numbers >= 0 (an error naming them otherwise)."""
+    return check_whole(t_key, "t_key") - check_whole(t_query, "t_query")
 
 
 def visible_mask(t_query: int, t_key: int, causal: bool,
                  q0: int = 0, q1: int | None = None,
                  k0: int = 0, k1: int | None = None) -> np.ndarray:
-    """Boolean (q1-q0, k1-k0) mask of visible pairs for rows [q0, q1), cols [k0, k1)."""
-    q1 = t_query if q1 is None else q1
-    k1 = t_key if k1 is None else k1
+    """Boolean (q1-q0, k1-k0) mask of visible pairs for rows [q0, q1), cols [k0, k1).
+
+    Whole numbers with 0 <= q0 <= q1 and 0 <= k0 <= k1 (q1, k1 default to t_query,
+    t_key); a TypeError or ValueError naming the argument otherwise."""
+    t_query, t_key = check_whole(t_query, "t_query"), check_whole(t_key, "t_key")
+    causal = check_causal(causal)
+    q0, k0 = check_whole(q0, "q0"), check_whole(k0, "k0")
+    q1 = t_query if q1 is None else check_whole(q1, "q1", least=q0)
+    k1 = t_key if k1 is None else check_whole(k1, "k1", least=k0)
+    if q1 < q0 or k1 < k0:
+        raise ValueError(f"need q0 <= q1 and k0 <= k1, got q0={q0}, q1={q1}, k0={k0}, k1={k1}")
     if not causal:
         return np.ones((q1 - q0, k1 - k0), dtype=bool)
     i = np.arange(q0, q1)[:, None]
@@ -70,8 +89,13 @@ def causal_mask(t_query: int, t_key: int, *, align: str = "bottom-right") -> np.
 
 def tile_visibility(q0: int, q1: int, k0: int, k1: int,
                     t_query: int, t_key: int, causal: bool) -> str:
-    """Classify the tile rows [q0, q1) x cols [k0, k1): 'full', 'partial' or 'hidden'."""
-    if not causal:
+    """Classify the tile rows [q0, q1) x cols [k0, k1): 'full', 'partial' or 'hidden'.
+
+    Whole numbers (>= 0) and a bool causal; a TypeError or ValueError naming the argument
+    otherwise."""
+    q0, q1, k0, k1, t_query, t_key = (check_whole(x, n) for x, n in (
+        (q0, "q0"), (q1, "q1"), (k0, "k0"), (k1, "k1"), (t_query, "t_query"), (t_key, "t_key")))
+    if not check_causal(causal):
         return "full"
     off = causal_offset(t_query, t_key)
     if k0 > (q1 - 1) + off:  # even the last row cannot see the first column
@@ -106,7 +130,10 @@ def visible_pairs(t_query: int, t_key: int, *, causal: bool = False) -> int:
 
 def floor_sum(n: int, m: int, a: int, b: int) -> int:
     """sum_{i=0}^{n-1} floor((a i + b) / m) for integers n >= 0, m >= 1, any a, b,
-    in O(log) steps (the Euclid-like recursion; exact with Python integers)."""
+    in O(log) steps (the Euclid-like recursion; exact with Python integers). A TypeError
+    or ValueError naming the argument for anything else."""
+    n, m = check_whole(n, "n"), check_block(m, "m")
+    a, b = _integer(a, "a"), _integer(b, "b")
     total = 0
     while True:                  # Python's // and % floor, so negative a, b work too
         if not 0 <= a < m:
@@ -130,9 +157,12 @@ def causal_block_sums(t_query: int, t_key: int, block_q: int, block_k: int,
     n_i = clip(floor((q1_i - 1 + Tk - Tq) / Bc) + 1, 0, Tc): tiles = sum n_i,
     key_rows = sum min(n_i Bc, Tk) (rows of K, and of V, loaded), query_rows =
     sum rows(Q_i) n_i. The last query block ends at row Tq - 1 and sees every key
-    block; the others have Br rows, and the sum of their n_i is a floor sum.
+    block; the others have Br rows, and the sum of their n_i is a floor sum. Positive
+    whole numbers, causal a bool: an error naming the argument otherwise.
     """
-    tq, tk, br, bc = t_query, t_key, block_q, block_k
+    tq, tk = check_block(t_query, "t_query"), check_block(t_key, "t_key")
+    br, bc = check_block(block_q, "block_q"), check_block(block_k, "block_k")
+    causal = check_causal(causal)
     tr, tc = ceil_div(tq, br), ceil_div(tk, bc)
     if not causal:
         return tr * tc, tr * tk, tc * tq

@@ -106,12 +106,16 @@ def kv_cache_readout(model="Llama-3-8B", batch=1, t_key=8192, dtype="fp16",
     """The KV cache of `model` for `batch` requests of Tk tokens, against `gpu`'s memory.
 
     Raises ValueError naming the setting for an unknown model, dtype or GPU, or a
-    batch/Tk below 1.
+    batch/Tk below 1; TypeError naming model or gpu for one that is neither a name nor a
+    ModelShape / GPU.
     """
     if isinstance(model, str):
         if model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
         model = MODELS[model]
+    elif not isinstance(model, ModelShape):
+        raise TypeError(f"model must be one of {', '.join(MODELS)} or a ModelShape, got "
+                        f"{model!r} ({type(model).__name__})")
     b = _count(batch, "batch")
     tk = _count(t_key, "Tk (tokens in the context)")
     if dtype not in BYTES_PER_ELEMENT:
@@ -121,6 +125,9 @@ def kv_cache_readout(model="Llama-3-8B", batch=1, t_key=8192, dtype="fp16",
         if gpu not in GPUS:
             raise ValueError(f"gpu must be one of {', '.join(GPUS)}, got {gpu!r}")
         gpu = GPUS[gpu]
+    elif not isinstance(gpu, GPU):
+        raise TypeError(f"gpu must be one of {', '.join(GPUS)} or a flashcourse.gpus.GPU, "
+                        f"got {gpu!r} ({type(gpu).__name__})")
     m = model
     cache = kv_cache_bytes(b, m.layers, tk, m.heads_kv, m.head_dim, e)
     per_token = kv_cache_bytes(1, m.layers, 1, m.heads_kv, m.head_dim, e)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
-from ._checks import check_block, check_bool
+from ._checks import check_block, check_bool, check_whole
 from .geometry import ceil_div
 from .gpus import GPU, GPUS, get_gpu
 
@@ -192,6 +192,19 @@ def _ceil_to(x: int, unit: int) -> int:
     return ceil_div(x, unit) * unit
 
 
+def resolve_limits(limits) -> DeviceLimits:
+    """`limits` as a DeviceLimits: None is `current_limits()`, a string a preset's name
+    (`get_preset`); anything else is a TypeError naming limits."""
+    if limits is None:
+        return current_limits()
+    if isinstance(limits, str):
+        return get_preset(limits)
+    if not isinstance(limits, DeviceLimits):
+        raise TypeError(f"limits must be a DeviceLimits, a preset's name such as 'H200', or "
+                        f"None, got {limits!r} ({type(limits).__name__})")
+    return limits
+
+
 def check_launch(threads: int, shared_bytes: int, limits: DeviceLimits | None = None, *,
                  regs_per_thread: int | None = None, optin: bool = True, what: str = "",
                  grid: tuple | None = None) -> None:
@@ -201,10 +214,19 @@ def check_launch(threads: int, shared_bytes: int, limits: DeviceLimits | None = 
     threads: threads per block; shared_bytes: shared memory per block (bytes, static
     plus dynamic); regs_per_thread: from the compiled kernel (None = unknown, skipped);
     optin: whether the kernel raises its dynamic shared-memory limit beyond 48 KiB;
-    grid: blocks in x, y (and z), None = not checked.
+    grid: blocks in x, y (and z), None = not checked. limits may also be a preset's name
+    ('H200'). A value of the wrong kind is a TypeError or ValueError naming it.
     """
-    limits = current_limits() if limits is None else limits
+    limits = resolve_limits(limits)
     threads = check_block(threads, "threads")
+    shared_bytes = check_whole(shared_bytes, "shared_bytes", meaning="bytes")
+    if regs_per_thread is not None:
+        regs_per_thread = check_whole(regs_per_thread, "regs_per_thread")
+    if grid is not None:
+        if not isinstance(grid, tuple) or not 1 <= len(grid) <= 3:
+            raise TypeError(f"grid must be a tuple of 1 to 3 block counts or None, got "
+                            f"{grid!r}")
+        grid = tuple(check_block(b, "grid") for b in grid)
     optin = check_bool(optin, "optin")
     if threads > limits.max_threads_per_block:
         raise LaunchError("threads per block", threads, limits.max_threads_per_block,
@@ -325,8 +347,10 @@ def occupancy(threads: int, shared_bytes: int, limits: DeviceLimits, *,
         shared mem:   floor(smem_per_SM / ceil(shared_bytes + reserved, 128))
         blocks:       max_blocks_per_SM
 
-    Raises LaunchError when not even one block can launch.
+    Raises LaunchError when not even one block can launch. limits: a DeviceLimits, a
+    preset's name or None (`current_limits()`), as `check_launch` takes it.
     """
+    limits = resolve_limits(limits)
     check_launch(threads, shared_bytes, limits, regs_per_thread=regs_per_thread, optin=optin)
     warps = ceil_div(threads, limits.warp_size)
     max_warps = limits.max_threads_per_sm // limits.warp_size

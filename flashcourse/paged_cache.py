@@ -30,12 +30,14 @@ A table entry past a sequence's pages is never read (`NO_PAGE` in `PagedKVCache`
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import reference
 from ._checks import check_array, check_count, check_scale, check_whole
+from ._guards import dense_memory_limit
 from .decode import check_gqa, expand_kv
 
 #: Tokens per page the course's kernels are built for.
@@ -52,7 +54,15 @@ def token_address(block_table, b, t, page_size):
 
 
 def pages_for(seq_len, page_size):
-    """Pages a sequence of seq_len tokens occupies: ceil(seq_len / page_size)."""
+    """Pages a sequence of seq_len tokens occupies: ceil(seq_len / page_size). page_size:
+    a whole number >= 1; seq_len: a whole number >= 0 or an integer array (an error
+    naming either otherwise)."""
+    page_size = check_whole(page_size, "page_size", least=1)
+    if isinstance(seq_len, np.ndarray):
+        if seq_len.dtype.kind not in "iu":
+            raise TypeError(f"seq_len must hold integers, got dtype {seq_len.dtype}")
+    else:
+        seq_len = check_whole(seq_len, "seq_len")
     return (seq_len + page_size - 1) // page_size
 
 
@@ -162,11 +172,64 @@ def check_paged(q, k_pages, v_pages, block_table, seq_lens, *, allow_nonfinite=F
 # Reading and writing through the block table
 # ---------------------------------------------------------------------------------------
 
+def _check_map(block_table, seq_lens, page_size, num_pages):
+    """The arguments of `page_map` and `slot_usage`: block_table a 2-D integer array (B, W),
+    seq_lens B whole numbers >= 0 each within W pages, page_size and num_pages whole
+    numbers >= 1, every used entry a page 0 .. num_pages - 1; else an error naming it."""
+    if not isinstance(block_table, np.ndarray) or block_table.dtype.kind not in "iu" \
+            or block_table.ndim != 2:
+        raise TypeError(f"block_table must be a 2-D integer numpy array (B, max_pages_per_"
+                        f"seq), got {getattr(block_table, 'shape', type(block_table).__name__)}"
+                        f" {getattr(block_table, 'dtype', '')}")
+    lens = np.asarray(seq_lens)
+    if lens.dtype.kind not in "iu" or lens.shape != block_table.shape[:1]:
+        raise ValueError(f"seq_lens must be {block_table.shape[0]} whole numbers (one per row "
+                         f"of block_table), got {seq_lens!r}")
+    page_size = check_whole(page_size, "page_size", least=1)
+    num_pages = check_count(num_pages, "num_pages", MAX_MAP_PAGES)
+    for b, n in enumerate(lens.tolist()):
+        need = pages_for(check_whole(n, f"seq_lens[{b}]"), page_size)
+        if need > block_table.shape[1]:
+            raise ValueError(f"seq_lens[{b}] = {n} needs {need} pages, more than block_table's "
+                             f"{block_table.shape[1]} columns")
+        row = block_table[b, :need]
+        if ((row < 0) | (row >= num_pages)).any():
+            raise ValueError(f"block_table row {b} uses {row.tolist()}: pages must be 0 .. "
+                             f"num_pages - 1 = {num_pages - 1}")
+    return page_size, num_pages
+
+
+#: The most pages `page_map` draws a map of.
+MAX_MAP_PAGES = 1 << 24
+
+
 def gather(pages, block_table, b: int, seq_len: int):
     """The first seq_len tokens of sequence b as a contiguous (Hkv, seq_len, d) array
-    (a copy): token t is pages[page, :, slot] with (page, slot) = token_address."""
+    (a copy): token t is pages[page, :, slot] with (page, slot) = token_address.
+
+    pages (P, Hkv, page_size, d) a numpy array, block_table (B, W) integers, 0 <= b < B,
+    0 <= seq_len <= W * page_size, the pages used within 0 .. P - 1; else an error
+    naming the argument."""
+    if not isinstance(pages, np.ndarray) or pages.ndim != 4 or 0 in pages.shape:
+        raise ValueError(f"pages must be a numpy array (num_pages, Hkv, page_size, d) with no "
+                         f"empty axis, got {getattr(pages, 'shape', type(pages).__name__)}")
+    ps = pages.shape[2]
+    rows = np.zeros(0, np.int64) if not isinstance(block_table, np.ndarray) else \
+        np.zeros(block_table.shape[0] if block_table.ndim else 0, np.int64)
+    _check_map(block_table, rows, ps, pages.shape[0])
+    b = check_whole(b, "b")
+    if b >= block_table.shape[0]:
+        raise ValueError(f"b must be a row of block_table, 0 .. {block_table.shape[0] - 1}, "
+                         f"got {b}")
+    seq_len = check_whole(seq_len, "seq_len")
+    if seq_len > block_table.shape[1] * ps:
+        raise ValueError(f"seq_len must be at most block_table's {block_table.shape[1]} pages "
+                         f"x page_size {ps} = {block_table.shape[1] * ps}, got {seq_len}")
+    lens = np.zeros(block_table.shape[0], np.int64)
+    lens[b] = seq_len
+    _check_map(block_table, lens, ps, pages.shape[0])
     t = np.arange(seq_len)
-    page, slot = token_address(block_table, b, t, pages.shape[2])
+    page, slot = token_address(block_table, b, t, ps)
     return pages[page, :, slot].transpose(1, 0, 2)           # (L, Hkv, d) -> (Hkv, L, d)
 
 
@@ -198,7 +261,9 @@ FREE = -1
 def page_map(block_table, seq_lens, page_size, num_pages):
     """(owner, fill): two (num_pages,) int arrays. owner[p] is the one sequence whose
     table holds page p, SHARED when several do, FREE when none; fill[p] the tokens page p
-    holds, the most any of its sequences keeps there (a shared page holds one copy)."""
+    holds, the most any of its sequences keeps there (a shared page holds one copy).
+    The arguments as `_check_map` takes them (an error naming the argument otherwise)."""
+    page_size, num_pages = _check_map(block_table, seq_lens, page_size, num_pages)
     owner = np.full(num_pages, FREE, np.int64)
     fill = np.zeros(num_pages, np.int64)
     for b, n in enumerate(np.asarray(seq_lens).tolist()):
@@ -251,7 +316,9 @@ class SlotUsage:
 
 def slot_usage(block_table, seq_lens, page_size, num_pages, max_len) -> SlotUsage:
     """`SlotUsage` of a paged cache's state against a contiguous allocation of max_len
-    slots per request (`page_map` counts the pages and what they hold)."""
+    slots per request (`page_map` counts the pages and what they hold); max_len a whole
+    number >= 0."""
+    max_len = check_whole(max_len, "max_len")
     owner, fill = page_map(block_table, seq_lens, page_size, num_pages)
     lens = np.asarray(seq_lens, np.int64)
     return SlotUsage(int(lens.size), int(lens.sum()), int(fill.sum()), int(max_len),
@@ -278,6 +345,18 @@ class PagedKVCache:
         self.page_size = check_page_size(page_size)
         shape = (num_pages, check_count(heads_kv, "heads_kv"), self.page_size,
                  check_count(head_dim, "head_dim"))
+        if not isinstance(dtype, (type, np.dtype, str)) or np.dtype(dtype) not in (
+                np.float16, np.float32, np.float64):
+            raise TypeError(f"dtype must be float16, float32 or float64, got {dtype!r}")
+        rows = check_count(max_seqs, "max_seqs") * check_count(max_pages_per_seq,
+                                                                "max_pages_per_seq")
+        need = 2 * math.prod(shape) * np.dtype(dtype).itemsize + 4 * rows
+        if need > dense_memory_limit():
+            raise ValueError(
+                f"num_pages x heads_kv x page_size x head_dim (K and V) and max_seqs x "
+                f"max_pages_per_seq (the block table) need {need:,} bytes, more than the "
+                f"{dense_memory_limit():,} allowed (half the memory; "
+                f"FLASHCOURSE_DENSE_MAX_BYTES changes it): choose smaller sizes")
         self.k_pages = np.zeros(shape, dtype)                       # (P, Hkv, page, d)
         self.v_pages = np.zeros(shape, dtype)
         self.block_table = np.full((check_count(max_seqs, "max_seqs"),

@@ -8,7 +8,13 @@ so everything the course prints for the learner goes through `wrap_lines` (or
 
 from __future__ import annotations
 
+import math
+import numbers
 import textwrap
+
+import numpy as np
+
+from ._checks import check_block, check_whole
 
 LINE_WIDTH = 96   # characters; the notebook test allows 100
 
@@ -16,8 +22,10 @@ LINE_WIDTH = 96   # characters; the notebook test allows 100
 def wrap_lines(text, width: int = LINE_WIDTH) -> str:
     """Wrap each line of `text` longer than `width` at spaces; keep its indent (+4 after).
 
-    Short lines are left exactly as they are (aligned tables keep their spacing).
+    Short lines are left exactly as they are (aligned tables keep their spacing). width:
+    a whole number >= 1 (an error naming it otherwise).
     """
+    width = check_block(width, "width")
     out = []
     for line in str(text).splitlines():
         if len(line) <= width:
@@ -30,7 +38,9 @@ def wrap_lines(text, width: int = LINE_WIDTH) -> str:
 
 
 def say(*parts, sep: str = " ") -> None:
-    """`print`, with every line wrapped by `wrap_lines`."""
+    """`print`, with every line wrapped by `wrap_lines`; sep a string."""
+    if not isinstance(sep, str):
+        raise TypeError(f"sep must be a string, got {sep!r} ({type(sep).__name__})")
     print(wrap_lines(sep.join(str(p) for p in parts)))
 
 
@@ -43,7 +53,16 @@ def compare(ours: float, theirs: float, *, fewer: str = "less", more: str = "mor
 
     >>> compare(50, 100), compare(170, 100), compare(3, 3)
     ('2.0x less', '1.7x more', 'the same')
+
+    ours and theirs are amounts: finite real numbers >= 0; digits a whole number >= 0.
+    Anything else is an error naming it (a negative amount read as 'none', NaN as 'nanx').
     """
+    for name, x in (("ours", ours), ("theirs", theirs)):
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+            raise TypeError(f"{name} must be a real number, got {x!r} ({type(x).__name__})")
+        if not (math.isfinite(x) and x >= 0):
+            raise ValueError(f"{name} must be a finite amount >= 0, got {x}")
+    digits = check_whole(digits, "digits")
     if ours == theirs:
         return "the same"
     if ours < theirs:

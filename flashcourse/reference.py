@@ -15,6 +15,8 @@ every faster implementation in the course is checked against.
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import NamedTuple
 
 import numpy as np
@@ -169,14 +171,41 @@ class SoftmaxState(NamedTuple):
 EMPTY_STATE = SoftmaxState(-np.inf, 0.0)
 
 
+def _check_real(x, name: str, *, least: float = -math.inf) -> float:
+    """`x` as a float: a real number (not a bool), not NaN, not +inf, >= least."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {x!r} ({type(x).__name__})")
+    x = float(x)
+    if math.isnan(x) or x == math.inf or x < least:
+        also = f", >= {least:g}" if least > -math.inf else " (-inf means 'masked')"
+        raise ValueError(f"{name} must not be NaN or +inf{also}, got {x}")
+    return x
+
+
+def _check_state(state, name: str) -> SoftmaxState:
+    """`state` as a SoftmaxState: a pair (m, l), m a real number or -inf, l >= 0 finite."""
+    if not isinstance(state, tuple) or len(state) != 2:
+        raise TypeError(f"{name} must be a SoftmaxState(m, l) (or a pair (m, l)), got "
+                        f"{state!r} ({type(state).__name__})")
+    m = _check_real(state[0], f"{name}.m")
+    l = _check_real(state[1], f"{name}.l", least=0.0)
+    return SoftmaxState(m, l)
+
+
 def online_update(state: SoftmaxState, x: float) -> SoftmaxState:
     """Fold one more element x into the running (m, l) -- Milakov & Gimelshein 2018.
 
         m' = max(m, x)
         l' = l * exp(m - m') + exp(x - m')
 
-    The factor exp(m - m') rescales the old sum to the new maximum.
+    The factor exp(m - m') rescales the old sum to the new maximum. state: a
+    SoftmaxState (or a pair (m, l)); x: a real number, -inf for a masked element. NaN or
+    +inf in either, a negative l or a value that is not a number: an error naming it.
     """
+    return _online_update(_check_state(state, "state"), _check_real(x, "x"))
+
+
+def _online_update(state: SoftmaxState, x: float) -> SoftmaxState:
     m, l = state
     m_new = max(m, x)
     if m_new == -np.inf:  # nothing visible yet
@@ -191,8 +220,11 @@ def merge_states(a: SoftmaxState, b: SoftmaxState) -> SoftmaxState:
         l = l_a * exp(m_a - m) + l_b * exp(m_b - m)
 
     Associative and commutative, so blocks can be combined in any order: the
-    rule that lets FlashAttention process keys tile by tile.
+    rule that lets FlashAttention process keys tile by tile. a, b: SoftmaxStates (or
+    pairs (m, l)); a NaN or +inf, a negative l or a value that is not a number is an
+    error naming it (a.m, b.l, ...).
     """
+    a, b = _check_state(a, "a"), _check_state(b, "b")
     m = max(a.m, b.m)
     if m == -np.inf:
         return EMPTY_STATE
@@ -206,7 +238,7 @@ def online_softmax_stats(x: np.ndarray) -> SoftmaxState:
         raise ValueError(f"x must be 1-D for online_softmax_stats, got shape {x.shape}")
     state = EMPTY_STATE
     for xi in x.astype(np.float64):
-        state = online_update(state, float(xi))
+        state = _online_update(state, float(xi))
     return state
 
 
@@ -290,9 +322,16 @@ def softmax_jacobian(p_row: np.ndarray) -> np.ndarray:
     """The (Tk, Tk) Jacobian J[j, k] = d softmax_k / d s_j = p_j (delta_jk - p_k) of one row.
 
     Notebook 09 uses it to show that J dP = P * (dP - sum_k P_k dP_k): the full
-    matrix never has to be built.
+    matrix never has to be built. p_row: a non-empty 1-D array of finite real numbers
+    (TypeError/ValueError naming p_row otherwise); the result is float64.
     """
-    p = np.asarray(p_row, dtype=np.float64)
-    if p.ndim != 1:
-        raise ValueError(f"p_row must be 1-D (one row of probabilities), got shape {p.shape}")
+    p = np.asarray(check_not_subclass(p_row, "p_row"))
+    if p.dtype.kind not in "fiu":
+        raise TypeError(f"p_row must hold real numbers (a float array), got dtype {p.dtype}")
+    if p.ndim != 1 or p.size == 0:
+        raise ValueError(f"p_row must be 1-D and non-empty (one row of probabilities), got "
+                         f"shape {p.shape}")
+    p = p.astype(np.float64)
+    if not np.isfinite(p).all():
+        raise ValueError("p_row contains NaN or inf: pass a row of probabilities")
     return np.diag(p) - np.outer(p, p)

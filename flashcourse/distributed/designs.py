@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._checks import check_block
+
 __all__ = ["DESIGNS", "comm_bytes_per_rank", "held_bytes_per_rank", "kv_heads_per_rank"]
 
 #: the designs compared, in the order the notebook shows them
@@ -55,7 +57,9 @@ def _check(design, n, world, heads, kv_heads, d, element_bytes):
 
 def kv_heads_per_rank(kv_heads: int, world: int) -> int:
     """K/V heads a rank holds after Ulysses' all-to-all: kv_heads / world, or one whole
-    head (replicated) when world > kv_heads. ValueError when neither divides the other."""
+    head (replicated) when world > kv_heads. ValueError when neither divides the other;
+    both must be whole numbers >= 1 (an error naming them otherwise)."""
+    kv_heads, world = check_block(kv_heads, "kv_heads"), check_block(world, "world")
     if kv_heads % world == 0:
         return kv_heads // world
     if world % kv_heads == 0:

@@ -27,8 +27,9 @@ __all__ = ["merge_sigmoid"]
 def _check(o_a, lse_a, o_b, lse_b):
     for name, o, lse in (("o_a", o_a, lse_a), ("o_b", o_b, lse_b)):
         if tuple(o.shape[:-1]) != tuple(lse.shape):
-            raise ValueError(f"{name} must be (..., d) with lse's shape (...) in front, got "
-                             f"{name} {tuple(o.shape)} and its lse {tuple(lse.shape)}")
+            raise ValueError(f"lse_{name[-1]} must have the shape {name}.shape[:-1] = "
+                             f"{tuple(o.shape[:-1])} (one lse per row of {name} (..., d)), "
+                             f"got {tuple(lse.shape)}")
     if tuple(o_a.shape) != tuple(o_b.shape):
         raise ValueError(f"o_a and o_b must have one shape, got {tuple(o_a.shape)} and "
                          f"{tuple(o_b.shape)}")
@@ -39,11 +40,26 @@ def merge_sigmoid(o_a, lse_a, o_b, lse_b):
 
     o_a, o_b: (..., d); lse_a, lse_b: (...), natural log, -inf for a row with no key.
     numpy arrays or torch tensors (all four of one kind). Returns new arrays/tensors.
+    numpy: real arrays, o finite, lse without NaN or +inf (-inf is a row with no key);
+    anything else is a TypeError or ValueError naming the argument.
     """
+    names = ("o_a", "lse_a", "o_b", "lse_b")
     if isinstance(o_a, np.ndarray):
-        o_a, lse_a, o_b, lse_b = (np.asarray(x) for x in (o_a, lse_a, o_b, lse_b))
+        for name, x in zip(names, (o_a, lse_a, o_b, lse_b)):
+            if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiu":
+                raise TypeError(f"{name} must be a real numpy array like o_a, got "
+                                f"{type(x).__name__} {getattr(x, 'dtype', '')}")
+            bad = (np.isnan(x) | (x == np.inf)) if name.startswith("lse") else ~np.isfinite(x)
+            if bad.any():
+                raise ValueError(f"{name} contains NaN or inf"
+                                 + (" (only -inf, a row with no key, is allowed)"
+                                    if name.startswith("lse") else ""))
         _check(o_a, lse_a, o_b, lse_b)
         return _merge_numpy(o_a, lse_a, o_b, lse_b)
+    for name, x in zip(names, (o_a, lse_a, o_b, lse_b)):
+        if type(x).__module__.split(".")[0] != "torch":
+            raise TypeError(f"{name} must be a numpy array or a torch tensor (all four of "
+                            f"one kind), got {type(x).__name__}")
     _check(o_a, lse_a, o_b, lse_b)
     return _merge_torch(o_a, lse_a, o_b, lse_b)
 

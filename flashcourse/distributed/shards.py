@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._checks import check_bool
+
 __all__ = ["LAYOUTS", "chunk_bounds", "contiguous_shards", "zigzag_shards", "layout_shards",
            "rank_indices", "shard", "unshard", "causal_pairs", "ring_source", "chunk_ids",
            "pair_kind", "step_pairs"]
@@ -83,7 +85,13 @@ def rank_indices(ranges) -> np.ndarray:
 
 def shard(x, ranges, axis: int = -2):
     """One rank's rows of a full array x (sequence along `axis`, default -2 of
-    (..., T, d)): its ranges concatenated in order. numpy arrays or torch tensors."""
+    (..., T, d)): its ranges concatenated in order. numpy arrays or torch tensors; axis
+    an int within x's dimensions (an error naming x or axis otherwise)."""
+    if not isinstance(x, np.ndarray) and type(x).__module__.split(".")[0] != "torch":
+        raise TypeError(f"x must be a numpy array or a torch tensor, got {type(x).__name__}")
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) \
+            or not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis must be an int in [-{x.ndim}, {x.ndim}), got {axis!r}")
     ax = axis % x.ndim
     for a, b in ranges:
         if not 0 <= a < b <= x.shape[ax]:
@@ -119,15 +127,30 @@ def unshard(parts, layout, axis: int = -2):
     return torch.cat(pieces, dim=ax)
 
 
+def _check_rank(rank, world: int) -> int:
+    """`rank` as an int in [0, world), else an error naming rank."""
+    rank = _check_int(rank, "rank", 0)
+    if rank >= world:
+        raise ValueError(f"rank must be below world = {world} (ranks 0 .. {world - 1}), "
+                         f"got {rank}")
+    return rank
+
+
 def ring_source(rank: int, step: int, world: int) -> int:
     """The rank whose K/V block `rank` holds at ring step `step` (blocks move to
-    rank + 1 each step, so at step s rank r has the block of rank r - s)."""
-    return (rank - step) % world
+    rank + 1 each step, so at step s rank r has the block of rank r - s). Whole numbers,
+    world >= 1, 0 <= rank < world, step >= 0: an error naming the argument otherwise."""
+    world = _check_int(world, "world", 1)
+    rank = _check_rank(rank, world)
+    return (rank - _check_int(step, "step", 0)) % world
 
 
 def chunk_ids(rank: int, world: int, layout: str = "zigzag") -> list:
     """The global chunk numbers `rank` holds, in order: [rank] (contiguous, `world`
-    chunks) or [rank, 2 world - 1 - rank] (zigzag, 2 world chunks)."""
+    chunks) or [rank, 2 world - 1 - rank] (zigzag, 2 world chunks). world >= 1 and
+    0 <= rank < world (an error naming them otherwise)."""
+    world = _check_int(world, "world", 1)
+    rank = _check_rank(rank, world)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {sorted(LAYOUTS)}, got {layout!r}")
     return [rank] if layout == "contiguous" else [rank, 2 * world - 1 - rank]
@@ -136,8 +159,10 @@ def chunk_ids(rank: int, world: int, layout: str = "zigzag") -> list:
 def pair_kind(q_chunk: int, k_chunk: int, causal: bool = True) -> str:
     """How a query chunk sees a key chunk under the causal mask (chunks in sequence
     order): "full" (key chunk earlier: no mask; every pair without causal), "diagonal"
-    (the same chunk: causal, square) or "hidden" (key chunk later: skipped)."""
-    if not causal or k_chunk < q_chunk:
+    (the same chunk: causal, square) or "hidden" (key chunk later: skipped). Chunk
+    numbers are whole numbers >= 0, causal a bool (an error naming them otherwise)."""
+    q_chunk, k_chunk = _check_int(q_chunk, "q_chunk", 0), _check_int(k_chunk, "k_chunk", 0)
+    if not check_bool(causal, "causal") or k_chunk < q_chunk:
         return "full"
     return "diagonal" if k_chunk == q_chunk else "hidden"
 

@@ -60,10 +60,26 @@ def outlier_qkv(rng, shape_q: tuple, shape_k: tuple) -> tuple:
     return draw(shape_q), draw(shape_k), draw(shape_k)
 
 
+def check_offset(p_log2_offset) -> int:
+    """p_log2_offset as an int from 0 to P_LOG2_OFFSET = 8, else an error naming it."""
+    p_log2_offset = check_whole(p_log2_offset, "p_log2_offset", least=0,
+                                meaning="the power of two P~ is lifted by, FA3: 8")
+    if p_log2_offset > P_LOG2_OFFSET:
+        raise ValueError(f"p_log2_offset must be at most {P_LOG2_OFFSET} (2^8 = 256 <= 448, "
+                         f"e4m3's largest value), got {p_log2_offset}")
+    return p_log2_offset
+
+
 def quantize_p(p_tilde, p_log2_offset: int = P_LOG2_OFFSET) -> np.ndarray:
     """P~ (already multiplied by 2^p_log2_offset) rounded to e4m3 with saturation, float32.
-    The offset argument is only checked here (P~ must not exceed 448)."""
-    p = np.asarray(p_tilde, np.float32)
+    p_tilde: real, finite and >= 0, at most e4m3's 448 (with p_log2_offset from 0 to 8,
+    as `check_offset` takes it); an error naming the argument otherwise."""
+    p_log2_offset = check_offset(p_log2_offset)
+    p = np.asarray(p_tilde)
+    if p.dtype.kind not in "fiu" or not (np.isfinite(p).all() and (p >= 0).all()):
+        raise ValueError(f"p_tilde must hold finite real numbers >= 0 (2^p_log2_offset "
+                         f"exp(S - m)), got dtype {p.dtype}")
+    p = p.astype(np.float32)
     if (p > E4M3.max_finite).any():
         raise ValueError(f"P~ exceeds e4m3's 448: p_log2_offset = {p_log2_offset} is too "
                          f"large (at most 8: 2^8 = 256 <= 448 < 512)")
@@ -96,6 +112,7 @@ def forward_dequantized(q, k, v, *, scale: float | None = None, key_block: int =
     q, k, v = check_qkv(q, k, v)
     scale = check_scale(scale, q.shape[-1])
     key_block = check_block(key_block, "key_block")
+    p_log2_offset = check_offset(p_log2_offset)
     q, k, v = (x.astype(np.float32) for x in (q, k, v))
     return _run(q, k, v, scale, key_block, p_log2_offset, quantize_p)
 
@@ -124,11 +141,7 @@ def fp8_attention(q, k, v, *, scheme: str = "block", block: int = 64, hadamard: 
     q, k, v = check_qkv(q, k, v)
     scheme = _check_scheme(scheme)
     key_block = check_block(key_block, "key_block")
-    p_log2_offset = check_whole(p_log2_offset, "p_log2_offset", least=0,
-                                meaning="the power of two P~ is lifted by, FA3: 8")
-    if p_log2_offset > P_LOG2_OFFSET:
-        raise ValueError(f"p_log2_offset must be at most {P_LOG2_OFFSET} (2^8 = 256 <= 448, "
-                         f"e4m3's largest value), got {p_log2_offset}")
+    p_log2_offset = check_offset(p_log2_offset)
     scale = check_scale(scale, q.shape[-1])
     if hadamard:
         q, k = (rotate(pad_to_power_of_two(x), signs) for x in (q, k))
@@ -165,7 +178,13 @@ def reference(q, k, v, *, scale: float | None = None, rows: int = 512) -> np.nda
 
 
 def rmse(o, o_ref) -> float:
-    """Root mean squared error sqrt(mean((o - o_ref)^2)) over every element."""
+    """Root mean squared error sqrt(mean((o - o_ref)^2)) over every element. o and o_ref:
+    real, finite arrays of one shape (an error naming them otherwise)."""
+    for name, x in (("o", o), ("o_ref", o_ref)):
+        a = np.asarray(x)
+        if a.dtype.kind not in "fiu" or a.size == 0 or not np.isfinite(a).all():
+            raise ValueError(f"{name} must be a non-empty array of finite real numbers, got "
+                             f"dtype {a.dtype}, shape {a.shape}")
     o, o_ref = np.asarray(o, np.float64), np.asarray(o_ref, np.float64)
     if o.shape != o_ref.shape:
         raise ValueError(f"o and o_ref must have the same shape, got {o.shape} and "

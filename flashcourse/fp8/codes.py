@@ -171,7 +171,9 @@ _TABLES = {name: _value_table(f) for name, f in FORMATS.items()}
 
 
 def value_table(fmt="e4m3") -> np.ndarray:
-    """(256,) float64: the value of every code 0x00 ... 0xFF of `fmt` (a copy)."""
+    """(256,) float64: the value of every code 0x00 ... 0xFF of `fmt` (a copy). The codes
+    that are not numbers hold NaN (e4m3: 0x7F and 0xFF; e5m2: 0x7D-0x7F and 0xFD-0xFF),
+    e5m2's infinities +-inf (0x7C, 0xFC)."""
     return _TABLES[fp8_format(fmt).name].copy()
 
 

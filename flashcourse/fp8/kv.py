@@ -85,10 +85,21 @@ def per_token(scale, t: int, scale_block) -> np.ndarray:
     return np.repeat(s, scale_block, axis=-1)[..., :t, None]
 
 
-def dequantize_cache(codes, scale, scale_block=None) -> np.ndarray:
+def dequantize_cache(codes, scale, scale_block=None, *,
+                     allow_nonfinite: bool = False) -> np.ndarray:
     """float64 (..., T, d): decode(codes) x scale. Exact: a code has 4 significant bits and
-    a float32 scale 24, so the product fits float64's 53."""
-    codes = np.asarray(codes)
+    a float32 scale 24, so the product fits float64's 53. codes: a uint8 numpy array of
+    e4m3 codes (..., T, d) without NaN codes; scale: finite and > 0, of `scale_shape`'s
+    shape; an error naming the argument otherwise (allow_nonfinite: NaN codes and
+    scales are decoded as they are)."""
+    codes = check_codes(codes, "codes", allow_nonfinite=allow_nonfinite)
+    if codes.ndim < 2 or 0 in codes.shape:
+        raise ValueError(f"codes must have shape (..., T, d) with no empty axis, got "
+                         f"{codes.shape}")
+    arr = np.asarray(check_not_subclass(scale, "scale"))
+    if arr.dtype.kind not in "fiu" or not allow_nonfinite and not (
+            np.isfinite(arr).all() and (arr > 0).all()):
+        raise ValueError(f"scale must hold finite real numbers > 0, got dtype {arr.dtype}")
     return decode(codes) * per_token(scale, codes.shape[-2], check_scale_block(scale_block))
 
 
@@ -100,7 +111,14 @@ def bytes_per_token(d: int, heads_kv: int, scale_block=None, *, itemsize: int = 
                     tokens: int | None = None) -> float:
     """Bytes of K and V per token of a cache: 2 Hkv d itemsize, plus the fp32 scales (2 Hkv
     per scale_block tokens; per (B, Hkv): 2 Hkv per `tokens`, the cache's length). itemsize
-    2 is an fp16 cache (no scales)."""
+    2 is an fp16 cache (no scales). d, heads_kv, itemsize, tokens: whole numbers >= 1
+    (tokens may be None), scale_block as `check_scale_block` takes it; an error naming
+    the argument otherwise."""
+    d, heads_kv, itemsize = check_block(d, "d"), check_block(heads_kv, "heads_kv"), \
+        check_block(itemsize, "itemsize")
+    scale_block = check_scale_block(scale_block)
+    if tokens is not None:
+        tokens = check_block(tokens, "tokens")
     values = 2 * heads_kv * d * itemsize
     if itemsize != 1:
         return float(values)
@@ -175,14 +193,15 @@ def scale_what(scale_block, paged: bool) -> str:
 # A paged FP8 cache
 # ---------------------------------------------------------------------------------------
 
-def pool_values(codes, scale, block_table, seq_lens, scale_block=None) -> np.ndarray:
+def pool_values(codes, scale, block_table, seq_lens, scale_block=None, *,
+                allow_nonfinite: bool = False) -> np.ndarray:
     """float64 values of an FP8 pool (num_pages, Hkv, page_size, d): per block within a
     page (scale (num_pages, Hkv, page_size / scale_block)), or per (B, Hkv) (scale (B, Hkv):
     each sequence's pages with its scales; a page two sequences share with different scales
     is refused). Pages no sequence uses are 0 in the per-(B, Hkv) case."""
     codes = np.asarray(codes)
     if scale_block is not None:
-        return dequantize_cache(codes, scale, scale_block)
+        return dequantize_cache(codes, scale, scale_block, allow_nonfinite=allow_nonfinite)
     ps = codes.shape[2]
     out = np.zeros(codes.shape)
     owner = {}

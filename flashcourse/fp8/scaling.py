@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._checks import check_array, check_block, check_choice
+from .._checks import check_array, check_block, check_choice, check_not_subclass
 from .codes import decode, encode, fp8_format
 
 SCHEMES = ("tensor", "head", "block")
@@ -71,8 +71,20 @@ def scales(x, scheme: str = "block", *, block: int = 64, fmt="e4m3") -> tuple:
 
 
 def expand(scale, tokens: int, t: int) -> np.ndarray:
-    """(..., T, 1): each token's scale, from one scale per `tokens` tokens."""
-    return np.repeat(np.asarray(scale, np.float32), tokens, axis=-1)[..., :t, None]
+    """(..., T, 1) float32: each token's scale, from scale (..., ceil(T / tokens)), one per
+    `tokens` tokens. scale: real, finite and > 0; tokens, t: whole numbers >= 1 with
+    scale.shape[-1] * tokens >= t. Anything else is an error naming the argument."""
+    tokens, t = check_block(tokens, "tokens"), check_block(t, "t")
+    arr = np.asarray(check_not_subclass(scale, "scale"))
+    if arr.dtype.kind not in "fiu" or arr.ndim < 1:
+        raise TypeError(f"scale must be a real array (..., ceil(T / tokens)), got "
+                        f"{type(scale).__name__} of dtype {arr.dtype}, shape {arr.shape}")
+    if not (np.isfinite(arr).all() and (arr > 0).all()):
+        raise ValueError("scale must hold finite numbers > 0")
+    if arr.shape[-1] * tokens < t:
+        raise ValueError(f"scale's last axis ({arr.shape[-1]} scales x tokens {tokens}) must "
+                         f"cover t = {t} tokens")
+    return np.repeat(arr.astype(np.float32), tokens, axis=-1)[..., :t, None]
 
 
 @dataclass(frozen=True)

@@ -156,9 +156,31 @@ def from_states(states, seq_lengths, block_size, mask_mod, visible_pairs: int,
                      float(build_seconds))
 
 
+#: The largest block and the most tiles a BlockMask is built with (a (Tr, Tc) int8 table).
+MAX_BLOCK = 1 << 20
+MAX_TILES = 1 << 26
+
+
+def tile_grid(tq: int, tk: int, br: int, bc: int) -> tuple:
+    """(Tr, Tc) of checked sizes; a ValueError naming block_q / block_k above MAX_BLOCK, or
+    t_query and t_key when the grid has more than MAX_TILES tiles."""
+    for name, b in (("block_q", br), ("block_k", bc)):
+        if b > MAX_BLOCK:
+            raise ValueError(f"{name} must be at most {MAX_BLOCK:,}, got {b:,}")
+    tr, tc = ceil_div(tq, br), ceil_div(tk, bc)
+    if tr * tc > MAX_TILES:
+        raise ValueError(f"t_query = {tq:,} and t_key = {tk:,} in {br} x {bc} tiles give "
+                         f"{tr * tc:,} tiles, more than the {MAX_TILES:,} a BlockMask holds "
+                         f"here: use larger blocks or shorter sequences")
+    return tr, tc
+
+
 def full_block_mask(t_query: int, t_key: int, block_q: int, block_k: int) -> BlockMask:
-    """Every tile full (no mask): what the kernels use when given no mask_mod."""
-    tr, tc = ceil_div(t_query, block_q), ceil_div(t_key, block_k)
+    """Every tile full (no mask): what the kernels use when given no mask_mod. Whole
+    numbers >= 1 within `tile_grid`'s limits (an error naming the argument otherwise)."""
+    t_query, t_key = check_block(t_query, "t_query"), check_block(t_key, "t_key")
+    block_q, block_k = check_block(block_q, "block_q"), check_block(block_k, "block_k")
+    tr, tc = tile_grid(t_query, t_key, block_q, block_k)
     return from_states(np.full((1, 1, tr, tc), FULL, np.int8), (t_query, t_key),
                        (block_q, block_k), None, t_query * t_key)
 
@@ -204,10 +226,15 @@ def create_block_mask(mask_mod, B: int | None, H: int | None, t_query: int, t_ke
     kernels still call mask_mod with the true b, h on partial tiles), Tq x Tk positions,
     tiles of block_q x block_k. Evaluates mask_mod on all B' H' Tq Tk pairs, in numpy;
     cache=True returns a cached BlockMask for the same function contents and sizes."""
+    if mask_mod is None:
+        raise TypeError("mask_mod must be a function mask_mod(b, h, q_idx, kv_idx), got None "
+                        "(for no mask, give the kernels block_mask=None, or use "
+                        "full_block_mask)")
     check_mod(mask_mod, "mask_mod", 4)
     nb, nh = _count(B, "B"), _count(H, "H")
     tq, tk = check_block(t_query, "t_query"), check_block(t_key, "t_key")
     br, bc = check_block(block_q, "block_q"), check_block(block_k, "block_k")
+    tile_grid(tq, tk, br, bc)
     check_fits(mask_mod, "mask_mod", tq, tk, getattr(mask_mod, "num_heads", None) or nh)
     key = (fingerprint(mask_mod), nb, nh, tq, tk, br, bc)
     if cache and key in _CACHE:

@@ -68,12 +68,16 @@ class TileCost:
 
 def tile_cost(block_mask: BlockMask, head_dim: int, bytes_per_element: int = 2) -> TileCost:
     """The `TileCost` of `block_mask` for head dim d = `head_dim` and `bytes_per_element`
-    bytes per K/V element (2: fp16/bf16)."""
+    bytes per K/V element (2: fp16/bf16). head_dim at most 65,536 and bytes_per_element at
+    most 8 (whole numbers >= 1; an error naming them otherwise)."""
     if not isinstance(block_mask, BlockMask):
         raise TypeError(f"block_mask must be a BlockMask (from create_block_mask), got "
                         f"{type(block_mask).__name__}")
     d = check_block(head_dim, "head_dim")
     e = check_block(bytes_per_element, "bytes_per_element")
+    for name, x, most in (("head_dim", d, 1 << 16), ("bytes_per_element", e, 8)):
+        if x > most:
+            raise ValueError(f"{name} must be at most {most:,}, got {x:,}")
     (tq, tk), (br, bc) = block_mask.seq_lengths, block_mask.block_size
     states = block_mask.states()                                  # (B', H', Tr, Tc)
     tr, tc = states.shape[-2:]

@@ -141,15 +141,26 @@ def prefix_lm(prefix: int, t_query: int | None = None, t_key: int | None = None,
     return _lengths(prefix_lm_mask, t_query, t_key)
 
 
+#: The most blocks `random_block_sparse` draws (a (Tr, Tc) boolean table).
+MAX_RANDOM_BLOCKS = 1 << 26
+
+
 def random_block_sparse(t_query: int, t_key: int, block_q: int, block_k: int, *,
                         density: float = 0.5, seed: int = 0):
     """Each (block_q, block_k) block of the (Tq, Tk) grid is visible with probability
-    `density` (0..1), drawn once from `seed`."""
+    `density` (0..1), drawn once from `seed` (a whole number >= 0). At most
+    MAX_RANDOM_BLOCKS = 2**26 blocks: an error naming t_query and t_key beyond."""
     tq, tk, br, bc = (check_block(x, n) for x, n in ((t_query, "t_query"),
                       (t_key, "t_key"), (block_q, "block_q"), (block_k, "block_k")))
     if isinstance(density, bool) or not isinstance(density, numbers.Real) \
             or not 0.0 <= density <= 1.0:
         raise ValueError(f"density must be a number from 0 to 1, got {density!r}")
+    seed = check_whole(seed, "seed")
+    if -(-tq // br) * -(-tk // bc) > MAX_RANDOM_BLOCKS:
+        raise ValueError(f"t_query and t_key cut into block_q x block_k blocks give "
+                         f"{-(-tq // br) * -(-tk // bc):,} blocks, more than the "
+                         f"{MAX_RANDOM_BLOCKS:,} drawn here: use larger blocks or shorter "
+                         f"sequences")
     rng = np.random.default_rng(seed)
     blocks = rng.random((-(-tq // br), -(-tk // bc))) < density          # (Tr, Tc)
 
@@ -163,11 +174,18 @@ def random_block_sparse(t_query: int, t_key: int, block_q: int, block_k: int, *,
 # score_mods
 # ---------------------------------------------------------------------------
 
+#: The most heads `alibi_slopes` makes slopes for.
+MAX_ALIBI_HEADS = 1 << 16
+
+
 def alibi_slopes(num_heads: int) -> np.ndarray:
     """(H,) float64 ALiBi slopes (Press et al. 2022): for H a power of two the geometric
     sequence 2^(-8/H), 2^(-16/H), ..., 2^-8; otherwise those of the power of two below H,
-    then every other slope of twice that power (the authors' code)."""
+    then every other slope of twice that power (the authors' code). num_heads: a whole
+    number from 1 to MAX_ALIBI_HEADS = 65,536 (an error naming it otherwise)."""
     n = check_block(num_heads, "num_heads")
+    if n > MAX_ALIBI_HEADS:
+        raise ValueError(f"num_heads must be at most {MAX_ALIBI_HEADS:,}, got {n:,}")
 
     def power_of_two(p):
         start = 2.0 ** (-8.0 / p)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._checks import BACKWARD_NONFINITE_HINT, check_array
 from .._guards import check_dense_size
 from .inputs import check_inputs, check_result
 from .mods import mask_tile, resolve_grad, score_tile
@@ -91,7 +92,7 @@ def reference_backward(q, k, v, do, *, mask_mod=None, score_mod=None, score_mod_
     p = check_inputs(q, k, v, mask_mod=mask_mod, score_mod=score_mod, sinks=sinks,
                      scale=scale)
     grad = resolve_grad(score_mod, score_mod_grad)
-    do = np.asarray(do)
+    do = check_array(do, "do", hint=BACKWARD_NONFINITE_HINT)
     if do.shape != p.q.shape:
         raise ValueError(f"do must have q's shape {p.q.shape}, got {do.shape}")
     _size_check(p, "variants.reference_backward")

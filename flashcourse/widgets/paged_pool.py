@@ -65,7 +65,15 @@ def fill_pool(lengths, page_size, max_len, prefix, num_pages) -> pc.PagedKVCache
     the first `prefix` tokens and the others fork them; then the requests grow together,
     as in decoding, each appending up to a page of tokens per round (so their pages
     interleave in the pool; a fork's first append copies the shared last page).
-    MemoryError when the pool runs out."""
+    MemoryError when the pool runs out. The sizes as `pool_readout` takes them (lengths a
+    list of whole numbers >= 0); an error naming the argument otherwise."""
+    page_size = pc.check_page_size(page_size)
+    if not isinstance(lengths, (list, tuple)) or not lengths:
+        raise TypeError(f"lengths must be a non-empty list of whole numbers, got {lengths!r}")
+    lengths = [check_int_arg(n, "lengths", 0, MAX_TOKENS) for n in lengths]
+    max_len = check_int_arg(max_len, "max_len", max(lengths), MAX_TOKENS)
+    prefix = check_int_arg(prefix, "prefix", 0, max_len)
+    num_pages = check_int_arg(num_pages, "num_pages", 1, MAX_TOKENS)
     b = len(lengths)
     cache = pc.PagedKVCache(num_pages, 1, page_size, 1, b, pc.pages_for(max_len, page_size),
                             dtype=np.float32)

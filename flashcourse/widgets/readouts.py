@@ -467,6 +467,12 @@ def schedule_steps(t_query, t_key, head_dim, block_q, block_k, causal=False,
         raise ValueError(f"{tiles:,} tiles is too many to walk through (at most "
                          f"{MAX_SCHEDULE_TILES:,}): choose bigger blocks")
 
+    if d > MAX_SCHEDULE_LENGTH:
+        raise ValueError(f"d (head dimension) = {d:,} is too large to replay here: use at "
+                         f"most {MAX_SCHEDULE_LENGTH}")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) \
+            or seed < 0:
+        raise ValueError(f"seed must be a whole number >= 0, got {seed!r}")
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((tq, d)).astype(np.float32)        # (Tq, d)
     k = rng.standard_normal((tk, d)).astype(np.float32)        # (Tk, d)

@@ -146,16 +146,18 @@ def decode_fp8(q, k, v, k_scale, v_scale, *, scale_block=None, num_splits=None, 
     if on_device:
         o, lse = o.reshape(b, hq, tq, d), lse.reshape(b, hq, tq)
         if check:
-            kd = fkv.dequantize_cache(hk, hks, sb).astype(np.float32)
-            vd = fkv.dequantize_cache(hv, hvs, sb).astype(np.float32)
+            nf = allow_nonfinite
+            kd = fkv.dequantize_cache(hk, hks, sb, allow_nonfinite=nf).astype(np.float32)
+            vd = fkv.dequantize_cache(hv, hvs, sb, allow_nonfinite=nf).astype(np.float32)
             check_result(q, kd, vd, o, lse, causal=causal, scale=scale,
                          allow_nonfinite=allow_nonfinite, kv_group=group, advice=ADVICE)
         return o, lse
     o_h = o.copy_to_host().astype(q.dtype, copy=False).reshape(b, hq, tq, d)
     lse_h = lse.copy_to_host().astype(np.float64 if q.dtype == np.float64 else np.float32,
                                       copy=False).reshape(b, hq, tq)
-    kd = fkv.dequantize_cache(k, hks, sb).astype(np.float32)      # what the kernel read
-    vd = fkv.dequantize_cache(v, hvs, sb).astype(np.float32)
+    nf = allow_nonfinite                                          # what the kernel read:
+    kd = fkv.dequantize_cache(k, hks, sb, allow_nonfinite=nf).astype(np.float32)
+    vd = fkv.dequantize_cache(v, hvs, sb, allow_nonfinite=nf).astype(np.float32)
     return forward_result(q, kd, vd, o_h, lse_h, causal, compute="float32",
                           allow_nonfinite=allow_nonfinite, scale=scale, advice=ADVICE,
                           kv_group=group)
@@ -241,8 +243,9 @@ def paged_decode_fp8(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scal
               scales=paged_scales(dks, dvs, plan, num_pages))
     if on_device and not check:
         return out
-    kd = fkv.pool_values(hk, hks, tables[0], tables[1], sb).astype(np.float32)
-    vd = fkv.pool_values(hv, hvs, tables[0], tables[1], sb).astype(np.float32)
+    nf = allow_nonfinite
+    kd = fkv.pool_values(hk, hks, *tables[:2], sb, allow_nonfinite=nf).astype(np.float32)
+    vd = fkv.pool_values(hv, hvs, *tables[:2], sb, allow_nonfinite=nf).astype(np.float32)
     hq_ = q.copy_to_host() if on_device else q
     o = out[0].copy_to_host()
     lse = out[1].copy_to_host()
