@@ -675,6 +675,11 @@ def parts_close(a, b, *, rtol: float, atol: float) -> bool:
     return True
 
 
+def with_level2(diagnoses, text: str) -> list:
+    """The diagnoses with `text` as their second, more explicit level where they have none."""
+    return [d if len(d) > 2 else (*d, text) for d in diagnoses]
+
+
 def mistake_diagnoses(replay: Callable, mistakes, close: Callable, *, right=None,
                       seen: Callable | None = None) -> list:
     """The diagnoses of one case from typical mistakes replayed on its inputs.

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..distributed.shards import causal_pairs, layout_shards, zigzag_shards
 from ._harness import Case, Result, ResultKindError, as_pair, broadcast_shapes, \
-    mistake_diagnoses, real_array, run_checks
+    mistake_diagnoses, real_array, run_checks, with_level2
 
 # -- part 1: the merge ----------------------------------------------------------------------
 
@@ -85,11 +85,6 @@ MERGE_STEPS = ("Step by step: (1) mark the rows where a side saw no key, with np
                "last axis of length 1 so that it spreads over d); (5) the merged lse is lse_a "
                "minus logsigmoid of minus that difference, and in a marked row the other "
                "side's lse.")
-
-
-def _level2(diagnoses, text):
-    """The diagnoses with `text` as their second, more explicit level where they have none."""
-    return [d if len(d) > 2 else (*d, text) for d in diagnoses]
 
 
 def sigmoid(x):
@@ -246,7 +241,7 @@ def _merge_case(name, s, v, in_a, in_b):
 
     def run(fn):
         return as_pair(fn(*(x.copy() for x in args))), want
-    return Case(name, run, HINT_MERGE, _level2(diagnoses, MERGE_STEPS), rtol=1e-9, atol=1e-12,
+    return Case(name, run, HINT_MERGE, with_level2(diagnoses, MERGE_STEPS), rtol=1e-9, atol=1e-12,
                 names=("o", "lse"), hint2=MERGE_STEPS,
                 error_diagnoses=[(_row_against_vector, HINT_WEIGHT_AXIS, MERGE_STEPS)])
 
@@ -473,7 +468,7 @@ def _zigzag_case(n, world):
 
     def run(fn):
         return _ranges_array(fn(n, world)), want
-    return Case(name, run, HINT_ZIGZAG, _level2(diagnoses, ZIGZAG_STEPS), rtol=0.0, atol=0.0,
+    return Case(name, run, HINT_ZIGZAG, with_level2(diagnoses, ZIGZAG_STEPS), rtol=0.0, atol=0.0,
                 hint2=ZIGZAG_STEPS)
 
 
@@ -551,7 +546,7 @@ def _work_case(n, world, layout_name):
     def run(fn):
         return real_array(fn([list(map(tuple, r)) for r in layout])), want
     return Case(f"{layout_name}, n = {n}, world = {world}", run, HINT_WORK,
-                _level2(diagnoses, WORK_STEPS), rtol=0.0, atol=0.0, hint2=WORK_STEPS)
+                with_level2(diagnoses, WORK_STEPS), rtol=0.0, atol=0.0, hint2=WORK_STEPS)
 
 
 WORK_CASES = [(16, 4, "contiguous"), (16, 4, "zigzag"), (37, 3, "zigzag"), (11, 2, "contiguous")]

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import tiled
 from ..counter import TrafficCounter
-from ._harness import TODO_LINE, Case, Result, run_checks
+from ._harness import TODO_LINE, Case, Result, run_checks, with_level2
 from ..geometry import ceil_div
 
 # -- hints (tests assert on these exact strings) ------------------------------
@@ -221,17 +221,12 @@ BWD_STEPS = ("Step by step: (1) the number of key blocks Tc is Tk / Bc rounded u
              "return (reads, writes).")
 
 
-def _level2(diagnoses, text):
-    """The diagnoses with `text` as their second, more explicit level where they have none."""
-    return [d if len(d) > 2 else (*d, text) for d in diagnoses]
-
-
 def _case(name, cfg, *, causal=False, diagnoses=None, hint=HINT_GENERIC, steps=FA2_STEPS):
     def run(fn):
         yours = _as_pair(fn(*cfg))
         return yours, counter_traffic(*cfg, causal=causal)
     return Case(name, run, hint,
-                _level2(diagnoses if diagnoses is not None else _diagnoses(cfg), steps),
+                with_level2(diagnoses if diagnoses is not None else _diagnoses(cfg), steps),
                 rtol=0.0, atol=0.0, hint2=steps)
 
 
@@ -417,7 +412,7 @@ def check_backward_traffic(fn, *, verbose: bool = True, hint_level: int = 1) -> 
         def run(f, cfg=cfg):
             return _as_pair(f(*cfg)), backward_counter_traffic(*cfg)
 
-        cases.append(Case(name, run, HINT_BWD_GENERIC, _level2(diagnoses, BWD_STEPS), rtol=0.0,
+        cases.append(Case(name, run, HINT_BWD_GENERIC, with_level2(diagnoses, BWD_STEPS), rtol=0.0,
                           atol=0.0, hint2=BWD_STEPS))
     return run_checks("my_backward_traffic against the byte counter", fn, cases,
                       verbose=verbose, hint_level=hint_level)
