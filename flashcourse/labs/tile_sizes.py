@@ -20,6 +20,7 @@ tiles.
 
 from __future__ import annotations
 
+import sys
 import types
 
 from numba import cuda
@@ -90,21 +91,31 @@ def _rebound(fn, tiles):
     return rebound if inner is fn else cuda.jit(device=True)(rebound)
 
 
-def names_read(fn, seen=None) -> set:
+#: modules whose functions are the library's, not the learner's: never walked into
+LIBRARIES = ("flashcourse", "numba", "math", "numpy")
+
+
+def _own_functions(fn):
+    """(code, globals) of `fn` and of the functions of its own that it calls (not the
+    library's, `LIBRARIES`), each once."""
+    seen, todo = set(), [fn]
+    while todo:
+        inner = py_func(todo.pop())
+        code, glob = getattr(inner, "__code__", None), getattr(inner, "__globals__", {})
+        if code is None or id(inner) in seen:
+            continue
+        seen.add(id(inner))
+        yield code, glob
+        for name in code.co_names:
+            dep = glob.get(name)
+            if callable(dep) and not str(getattr(py_func(dep), "__module__", "")).startswith(
+                    LIBRARIES):
+                todo.append(dep)
+
+
+def names_read(fn) -> set:
     """The global names `fn` reads, and those of the functions of its own that it calls."""
-    seen = set() if seen is None else seen
-    inner = py_func(fn)
-    code, glob = getattr(inner, "__code__", None), getattr(inner, "__globals__", {})
-    if code is None or id(inner) in seen:
-        return set()
-    seen.add(id(inner))
-    names = set(code.co_names)
-    for name in list(names):
-        dep = glob.get(name)
-        if callable(dep) and not str(getattr(py_func(dep), "__module__", "")).startswith(
-                ("flashcourse", "numba", "math", "numpy")):
-            names |= names_read(dep, seen)
-    return names
+    return set().union(*(code.co_names for code, _ in _own_functions(fn)))
 
 
 def literal_diagnosis(fn, needs, hint) -> tuple:
@@ -122,24 +133,15 @@ def own_sizes(fn, tiles) -> list:
     read, holding a value one of the lab's sizes has at the lab's tiles, and not one of
     the lab module's names: NK = D // 16 computed in a cell of the learner's is 1, fixed
     when that cell ran, and stays 1 when the check rebuilds the part at `tiles`."""
-    import sys
     lab = vars(sys.modules[type(tiles).__module__])
     values = set(type(tiles)().sizes.values())
-    found, seen, todo = [], set(), [fn]
-    while todo:
-        inner = py_func(todo.pop())
-        code, glob = getattr(inner, "__code__", None), getattr(inner, "__globals__", {})
-        if code is None or id(inner) in seen or str(glob.get("__name__", "")).startswith(
-                "flashcourse"):
-            continue
-        seen.add(id(inner))
+    found = []
+    for code, glob in _own_functions(fn):
         for name in sorted(_names(code)):
             value = glob.get(name)
             if type(value) is int and value in values and name not in lab \
                     and name not in found:
                 found.append(name)
-            elif callable(value):
-                todo.append(value)
     return found
 
 
