@@ -167,3 +167,43 @@ def decode_ops(hw: bool):
             _HW = _make_hw()
         return _HW, decode_e4m3
     return decode_word_sw, decode_e4m3
+
+
+_PACK = None
+
+
+def encode_word_hw():
+    """An intrinsic pack(x0, x1, x2, x3) -> uint32: four float32 rounded to e4m3 (nearest,
+    ties to even, saturating at +-448: `encode_e4m3`'s rule) with two
+        cvt.rn.satfinite.e4m3x2.f32 h, a, b;
+    (PTX ISA, "cvt": h is .b16, a's code in its upper byte, b's in its lower), byte i of the
+    word = code of x_i: the order in which FP8 wgmma reads an A fragment register (its
+    element 0 in the low byte). GPU only (compute capability 8.9 or newer)."""
+    global _PACK
+    if _PACK is not None:
+        return _PACK
+    if using_simulator():
+        raise ValueError("the e4m3 conversion instruction does not run on the simulator")
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    li, lf = ir.IntType(32), ir.FloatType()
+    ptx = ("{\n.reg .b16 lo, hi;\n"
+           "cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1;\n"
+           "cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3;\n"
+           "mov.b32 $0, {lo, hi};\n}")
+
+    @intrinsic
+    def pack(typingctx, x0, x1, x2, x3):
+        sig = types.uint32(types.float32, types.float32, types.float32, types.float32)
+
+        def codegen(context, builder, signature, args):
+            vals = [context.cast(builder, a, t, types.float32)
+                    for a, t in zip(args, signature.args)]
+            return builder.asm(ir.FunctionType(li, [lf] * 4), ptx, "=r,f,f,f,f", vals,
+                               side_effect=False)
+        return sig, codegen
+
+    _PACK = pack
+    return pack

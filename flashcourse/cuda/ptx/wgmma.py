@@ -32,10 +32,14 @@ live in registers.
 
     mma_ss(n, kind)(acc, desc_a, desc_b, scale_d)     acc[0 : n / 2] (+)= A B, both from
                                                       shared memory, both K-major
+                                                      (kind "e4m3": A 64 x 32, B 32 x n,
+                                                      m64nNk32, FP8 codes, fp32 sums)
     mma_rs(n, kind, tnsp_b)(acc, a0, a1, a2, a3, desc_b, scale_d)
                                                       A from registers (4 words of two
                                                       16-bit values); tnsp_b = 1: B is
-                                                      stored MN-major (N contiguous)
+                                                      stored MN-major (N contiguous);
+                                                      kind "e4m3": 4 words of four FP8
+                                                      codes (64 x 32), tnsp_b must be 0
     tie(n, ptx)(acc)                                  `ptx` with acc[0 : n] tied through
                                                       it ("" pins the values: no code)
     fence(), commit(), wait0()                        wgmma.fence / commit / wait_group 0
@@ -56,7 +60,16 @@ from functools import lru_cache
 
 from .smem_ops import bare_ptx
 
-KINDS = ("f16", "bf16")
+KINDS = ("f16", "bf16", "e4m3")
+#: K of one instruction per input kind: 16 for the 16-bit kinds, 32 for FP8 (m64nNk32)
+K_OF = {"f16": 16, "bf16": 16, "e4m3": 32}
+
+
+def _tail(kind: str, trans: str) -> str:
+    """The immediates after scale-d: imm-scale-a, imm-scale-b and, for 16-bit inputs only,
+    the transpose flags (PTX ISA: FP8 operands in shared memory must be K-major, so the
+    .e4m3 form has no imm-trans-a / imm-trans-b)."""
+    return "1, 1" + ("" if kind == "e4m3" else ", " + trans)
 
 
 def _tools():
@@ -106,8 +119,9 @@ def mma_ss(n: int, kind: str = "f16"):
     ir, types, _, intrinsic = _tools()
     na = n // 2
     ptx = ("{\n.reg .pred p;\nsetp.ne.b32 p, $%d, 0;\n"
-           "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, $%d, $%d, p, 1, 1, 0, 0;\n}"
-           % (na + 2, n, kind, kind, _regs(0, na), na, na + 1))
+           "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {%s}, $%d, $%d, p, %s;\n}"
+           % (na + 2, n, K_OF[kind], kind, kind, _regs(0, na), na, na + 1,
+              _tail(kind, "0, 0")))
 
     @intrinsic
     def mma(typingctx, acc, desc_a, desc_b, scale_d):
@@ -134,8 +148,11 @@ def mma_rs(n: int, kind: str = "f16", tnsp_b: int = 1):
     ir, types, _, intrinsic = _tools()
     na = n // 2
     ptx = ("{\n.reg .pred p;\nsetp.ne.b32 p, $%d, 0;\n"
-           "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, {%s}, $%d, p, 1, 1, %d;\n}"
-           % (na + 5, n, kind, kind, _regs(0, na), _regs(na, 4), na + 4, int(tnsp_b)))
+           "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {%s}, {%s}, $%d, p, %s;\n}"
+           % (na + 5, n, K_OF[kind], kind, kind, _regs(0, na), _regs(na, 4), na + 4,
+              _tail(kind, str(int(tnsp_b)))))
+    if kind == "e4m3" and tnsp_b:
+        raise ValueError("FP8 wgmma reads B K-major only: tnsp_b must be 0 with kind='e4m3'")
 
     @intrinsic
     def mma(typingctx, acc, a0, a1, a2, a3, desc_b, scale_d):
