@@ -101,7 +101,10 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
             (fp16/bf16 version 2) for
             "tensor_core" (which keeps float16 input in float16); None means the
             kernel's default, and
-            an option the kernel does not use is a ValueError.
+            an option the kernel does not use is a ValueError. kernel="hopper" with
+            precision="fp8": numpy float inputs rounded to e4m3 on the host (scheme
+            "tensor" | "head" | "block", block tokens per scale (128), hadamard) and
+            FlashAttention-3's FP8 forward on the GPU (`hopper/fp8.py`).
 
     Returns:
         o (..., Tq, d) and lse (..., Tq) natural-log logsumexp per row (float32;
@@ -119,6 +122,13 @@ def forward(q, k, v, *, kernel: str = "flash", causal: bool = False,
     """
     check = check_bool(check, "check")
     kernel = check_choice(kernel, "kernel", FORWARD)
+    if kernel == "hopper" and options.get("precision") == "fp8":   # e4m3 inputs: hopper/fp8
+        from .hopper import fp8
+        unknown = sorted(set(options) - set(fp8.FLOAT_OPTIONS))
+        if unknown:
+            raise ValueError(f"precision='fp8' takes the options {fp8.FLOAT_OPTIONS}, got "
+                             f"{unknown}")
+        return fp8.forward_float(q, k, v, causal=causal, scale=scale, **options)
     if not check and kernel in PLANNED_KERNELS:   # device arrays: the cached fast path
         settings = (kernel, causal, scale, allow_nonfinite, tuple(sorted(options.items())))
         return host_plans.cached_call(

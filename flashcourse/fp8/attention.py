@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import check_block, check_qkv, check_scale, check_whole
+from .._checks import check_block, check_bool, check_qkv, check_scale, check_whole
 from ..formats import round_to
 from ..reference import attention as reference_attention
 from .codes import E4M3, round_to_fp8
@@ -86,22 +86,28 @@ def quantize_p(p_tilde, p_log2_offset: int = P_LOG2_OFFSET) -> np.ndarray:
     return round_to_fp8(p, E4M3).astype(np.float32)
 
 
-def _forward_head(q, k, v, scale, key_block, p_log2_offset, p_round):
-    """One head: q (Tq, d), k, v (Tk, d) float32 -> o (Tq, d) float32 (module steps 3-5)."""
+def _forward_head(q, k, v, scale, key_block, p_log2_offset, p_round, causal=False):
+    """One head: q (Tq, d), k, v (Tk, d) float32 -> o (Tq, d) float32 (module steps 3-5).
+    causal: key j visible to query i iff j <= i + Tk - Tq (bottom-right, as the kernels);
+    a row with no visible key gets o = 0."""
     tq, tk = q.shape[0], k.shape[0]
     o = np.zeros((tq, v.shape[1]), np.float32)
     m = np.full((tq, 1), -np.inf, np.float32)
     l = np.zeros((tq, 1), np.float32)
     lift = np.float32(2.0 ** p_log2_offset)
+    rows = np.arange(tq)[:, None] + (tk - tq)
     for j0 in range(0, tk, key_block):
         s = (q @ k[j0:j0 + key_block].T) * np.float32(scale)              # (Tq, Bc) fp32
+        if causal:
+            s = np.where(np.arange(j0, j0 + s.shape[1])[None, :] > rows, -np.inf, s)
         m_new = np.maximum(m, s.max(axis=1, keepdims=True))
-        alpha = np.exp(m - m_new)                                          # (Tq, 1)
-        p = np.exp(s - m_new) * lift                                       # (Tq, Bc) <= 2^off
+        mu = np.where(m_new == -np.inf, np.float32(0), m_new)             # no key yet
+        alpha = np.exp(m - mu)                                             # (Tq, 1)
+        p = np.exp(s - mu) * lift                                          # (Tq, Bc) <= 2^off
         l = l * alpha + p.sum(axis=1, keepdims=True)
         o = o * alpha + p_round(p) @ v[j0:j0 + key_block]                  # (Tq, d) fp32
         m = m_new
-    return o / l
+    return o / np.where(l == 0, np.float32(1), l)
 
 
 def forward_dequantized(q, k, v, *, scale: float | None = None, key_block: int = 128,
@@ -117,19 +123,20 @@ def forward_dequantized(q, k, v, *, scale: float | None = None, key_block: int =
     return _run(q, k, v, scale, key_block, p_log2_offset, quantize_p)
 
 
-def _run(q, k, v, scale, key_block, p_log2_offset, p_round):
+def _run(q, k, v, scale, key_block, p_log2_offset, p_round, causal=False):
     lead = q.shape[:-2]
     qf = q.reshape((-1,) + q.shape[-2:])
     kf = k.reshape((-1,) + k.shape[-2:])
     vf = v.reshape((-1,) + v.shape[-2:])
-    out = [_forward_head(a, b, c, scale, key_block, p_log2_offset, p_round)
+    out = [_forward_head(a, b, c, scale, key_block, p_log2_offset, p_round, causal)
            for a, b, c in zip(qf, kf, vf)]
     return np.stack(out).reshape(lead + (q.shape[-2], v.shape[-1]))
 
 
 def fp8_attention(q, k, v, *, scheme: str = "block", block: int = 64, hadamard: bool = False,
                   signs=None, scale: float | None = None, key_block: int = 128,
-                  p_log2_offset: int = P_LOG2_OFFSET, quantize_p_to_fp8: bool = True):
+                  p_log2_offset: int = P_LOG2_OFFSET, quantize_p_to_fp8: bool = True,
+                  causal: bool = False):
     """The FP8 forward simulated in numpy: o (..., Tq, d) float32 (module docstring).
 
     q (..., Tq, d), k, v (..., Tk, d): float arrays; scheme, block: the scales of Q, K and
@@ -137,7 +144,8 @@ def fp8_attention(q, k, v, *, scheme: str = "block", block: int = 64, hadamard: 
     (d padded with zeros to a power of two), with optional +-1 `signs`; scale: softmax
     scale (default 1/sqrt(d) of the unpadded d); key_block: keys per step of the online
     softmax; p_log2_offset: P~ = 2^offset exp(S - m) (0 to 8); quantize_p_to_fp8: round P~
-    to e4m3 (False keeps it in fp32, to isolate the inputs' error)."""
+    to e4m3 (False keeps it in fp32, to isolate the inputs' error); causal: the course's
+    bottom-right mask (what the GPU kernel `cuda.hopper.fp8` is checked against)."""
     q, k, v = check_qkv(q, k, v)
     scheme = _check_scheme(scheme)
     key_block = check_block(key_block, "key_block")
@@ -147,7 +155,8 @@ def fp8_attention(q, k, v, *, scheme: str = "block", block: int = 64, hadamard: 
         q, k = (rotate(pad_to_power_of_two(x), signs) for x in (q, k))
     qd, kd, vd = (fake_quantize(x, scheme, block=block) for x in (q, k, v))
     p_round = quantize_p if quantize_p_to_fp8 else (lambda p: p)
-    return _run(qd, kd, vd, scale, key_block, p_log2_offset, p_round)
+    return _run(qd, kd, vd, scale, key_block, p_log2_offset, p_round,
+                check_bool(causal, "causal"))
 
 
 def fp16_attention(q, k, v, *, scale: float | None = None, key_block: int = 128):

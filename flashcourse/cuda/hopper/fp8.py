@@ -1,0 +1,288 @@
+"""hopper.fp8: the host side of the FP8 (e4m3) Hopper forward.
+
+    from flashcourse.cuda.hopper import fp8
+    q8, k8, v8 = fp8.quantize(q, k, v, scheme="block", block=128, hadamard=True)  # numpy
+    o, lse = fp8.forward(q8, k8, v8, causal=True)      # o float16 (..., Tq, d), lse float32
+    python benchmarks/gpu_fp8.py --parts forward --check --bench   # on an H100/H200
+
+`quantize` turns float Q, K, V into `fp8.scaling.Quantized` codes and scales (optionally
+after FlashAttention-3's Hadamard rotation of Q and K, `flashcourse.fp8.hadamard`);
+`forward` runs the kernel (`fp8_kernels.py`) on them: V transposed once on the device
+(`fp8_kernels.make_transpose`), then the attention kernel. Its numpy twin, step for step,
+is `flashcourse.fp8.attention.fp8_attention(..., key_block=128)`, which the GPU check
+compares it with (benchmarks/gpu_fp8.py).
+
+What it takes: codes of shape (..., T, d) (uint8, leading axes such as batch and heads
+flattened), d at most 128 (padded with zero codes to a multiple of 32), one scale per
+head or per block of tokens; a block of Q's scale covers a multiple of 64 query rows, a
+block of K's and V's a multiple of the kernel's 128-key tiles (`check_blocks` says so by
+name otherwise). Compute capability 9.0 only, as every wgmma kernel (`check_capability`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ...constants import LOG2E
+from ...geometry import ceil_div
+from ..common._launch import check_registers, flat, launch
+from .fp8_kernels import TRANSPOSE_THREADS
+from .fp8_layouts import K_STEP
+from .host import check_capability
+
+#: head dims up to 128, padded to a multiple of 32 (one k32 step of S = Q K^T)
+MAX_HEAD_DIM, D_STEP = 128, 32
+#: the query-row multiple of Q's scale blocks (a warpgroup's rows share one scale)
+Q_ROWS = 64
+
+
+@dataclass(frozen=True)
+class Fp8Config:
+    """One variant of the FP8 kernel: warpgroups (Br = 64 x warpgroups), block_k (Bc, the
+    N of S = Q K^T), head_dim D (d rounded up to a multiple of 32), pipeline ("serial":
+    version 1, "overlap": version 2; `fp8_kernels`)."""
+
+    warpgroups: int
+    block_k: int
+    head_dim: int
+    pipeline: str = "serial"
+
+    @property
+    def block_q(self):
+        return 64 * self.warpgroups
+
+    @property
+    def threads(self):
+        return 128 * self.warpgroups
+
+    def offsets(self):
+        """32-bit word offsets: Q, K and V^T of buffer 0, the buffer size, the end."""
+        q_words = self.block_q * self.head_dim // 4
+        tile = self.block_k * self.head_dim // 4
+        return 0, q_words, q_words + tile, 2 * tile, q_words + 4 * tile
+
+    @property
+    def shared_bytes(self):
+        return 4 * self.offsets()[-1]
+
+
+PIPELINES = ("serial", "overlap")
+
+
+def plan(d: int, warpgroups: int = 3, block_k: int = 128,
+         pipeline: str = "serial") -> Fp8Config:
+    """A checked configuration for head dim d (ValueError naming the argument)."""
+    from ...limits import check_launch
+    if pipeline not in PIPELINES:
+        raise ValueError(f"pipeline must be one of {PIPELINES}, got {pipeline!r}")
+    if warpgroups not in (1, 2, 3):
+        raise ValueError(f"warpgroups must be 1, 2 or 3 for the FP8 kernel, got {warpgroups!r}")
+    if block_k not in (64, 128):
+        raise ValueError(f"block_k must be 64 or 128 for the FP8 kernel, got {block_k!r}")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"head dim d must be from 1 to {MAX_HEAD_DIM} for the FP8 kernel, "
+                         f"got d={d}")
+    cfg = Fp8Config(int(warpgroups), int(block_k), ceil_div(d, D_STEP) * D_STEP, pipeline)
+    check_launch(cfg.threads, cfg.shared_bytes, what="FP8 hopper kernel")
+    return cfg
+
+
+@lru_cache(maxsize=None)
+def kernel(cfg: Fp8Config):
+    from .fp8_kernels import make_fp8_kernel
+    return make_fp8_kernel(cfg)
+
+
+@lru_cache(maxsize=None)
+def transposer(D: int):
+    from .fp8_kernels import make_transpose
+    return make_transpose(D)
+
+
+_SIG: list = []
+
+
+def signature():
+    if not _SIG:
+        from numba import float32, int32, types, uint32
+        w1 = types.Array(uint32, 1, "C")
+        f2 = types.Array(float32, 2, "C")
+        _SIG.append((w1, w1, w1, types.Array(uint32, 3, "C"), f2, f2, f2, f2,
+                     int32, int32, int32, float32, int32, int32, int32, int32))
+    return _SIG[0]
+
+
+def quantize(q, k, v, scheme: str = "block", block: int = 128, hadamard: bool = False,
+             signs=None):
+    """(q8, k8, v8): float arrays (..., T, d) as `fp8.scaling.Quantized` e4m3 codes and
+    scales under `scheme` ("tensor", "head" or "block" of `block` tokens), Q and K first
+    rotated by the Hadamard matrix when `hadamard` (d padded to a power of two: the codes
+    then have that many columns, and Q K^T is unchanged)."""
+    from ..._checks import check_qkv
+    from ...fp8.hadamard import pad_to_power_of_two, rotate
+    from ...fp8.scaling import quantize as quantize_one
+    q, k, v = check_qkv(q, k, v)
+    if hadamard:
+        q, k = (rotate(pad_to_power_of_two(x), signs) for x in (q, k))
+    return tuple(quantize_one(x, scheme, block=block) for x in (q, k, v))
+
+
+def check_blocks(q8, k8, v8, block_k: int) -> tuple[int, int]:
+    """(qblk, kblk): the tokens each scale covers, checked against what the kernel can
+    apply (ValueError naming the argument otherwise)."""
+    tq, tk = q8.codes.shape[-2], k8.codes.shape[-2]
+    if k8.tokens != v8.tokens or k8.scale.shape != v8.scale.shape:
+        raise ValueError(f"k8 and v8 must share their scale blocks: {k8.tokens} and "
+                         f"{v8.tokens} tokens per scale")
+    qblk = q8.tokens if q8.scale.shape[-1] > 1 else 1 << 30
+    kblk = k8.tokens if k8.scale.shape[-1] > 1 else 1 << 30
+    if q8.scale.shape[-1] > 1 and q8.tokens % Q_ROWS:
+        raise ValueError(f"q8's scale blocks must cover a multiple of {Q_ROWS} query rows "
+                         f"(a warpgroup's rows share one scale), got {q8.tokens} (Tq={tq})")
+    if k8.scale.shape[-1] > 1 and k8.tokens % block_k:
+        raise ValueError(f"k8's and v8's scale blocks must cover a multiple of block_k = "
+                         f"{block_k} keys (a key tile shares one scale), got {k8.tokens} "
+                         f"(Tk={tk})")
+    return qblk, kblk
+
+
+def _codes(x, name: str, d: int, D: int):
+    from ...fp8.scaling import Quantized
+    if not isinstance(x, Quantized):
+        raise TypeError(f"{name} must be an fp8.scaling.Quantized (from fp8.quantize), got "
+                        f"{type(x).__name__}")
+    if x.fmt != "e4m3":
+        raise ValueError(f"{name} must hold e4m3 codes, got {x.fmt}")
+    c = np.asarray(x.codes, np.uint8)
+    c = c.reshape((-1,) + c.shape[-2:])
+    if c.shape[-1] != d:
+        raise ValueError(f"{name} has {c.shape[-1]} columns, expected {d}")
+    out = np.zeros(c.shape[:-1] + (D,), np.uint8)
+    out[..., :d] = c
+    s = np.ascontiguousarray(np.asarray(x.scale, np.float32).reshape(c.shape[0], -1))
+    if not (np.isfinite(s).all() and (s > 0).all()):
+        raise ValueError(f"{name}'s scales must be finite and > 0")
+    return out, s
+
+
+def forward(q8, k8, v8, *, scale: float | None = None, causal: bool = False,
+            warpgroups: int = 3, block_k: int = 128, pipeline: str = "serial"):
+    """(o, lse) on the GPU from `quantize`'s three outputs (numpy): o float16 (..., Tq, dv)
+    (dv: v8's columns), lse float32 (..., Tq). scale: the softmax scale (default
+    1/sqrt(dv): with a Hadamard rotation q8 and k8 may have more columns, zeros, than the
+    head had); causal: bottom-right aligned, as every kernel of the course."""
+    from numba import cuda
+    check_capability()
+    d, dv = q8.codes.shape[-1], v8.codes.shape[-1]
+    if dv > d:
+        raise ValueError(f"v8 has {dv} columns, more than q8's {d}")
+    D = plan(d, warpgroups, block_k, pipeline).head_dim
+    qc, qs = _codes(q8, "q8", d, D)
+    kc, ks = _codes(k8, "k8", d, D)
+    vc, vs = _codes(v8, "v8", dv, D)
+    qblk, kblk = check_blocks(q8, k8, v8, block_k)
+    dev = [cuda.to_device(x) for x in (qc, kc, vc, qs, ks, vs)]
+    o, lse = forward_device(*dev, q_block=qblk, kv_block=kblk,
+                            scale=dv ** -0.5 if scale is None else scale, causal=causal,
+                            warpgroups=warpgroups, block_k=block_k, pipeline=pipeline)
+    lead, tq = q8.codes.shape[:-2], qc.shape[1]
+    return (o.copy_to_host()[..., :dv].reshape(lead + (tq, dv)),
+            lse.copy_to_host().reshape(lead + (tq,)))
+
+
+#: what `flashcourse.cuda.forward(..., kernel="hopper", precision="fp8")` takes beside
+#: q, k, v, causal and scale (`forward_float`)
+FLOAT_OPTIONS = ("precision", "scheme", "block", "hadamard", "warpgroups", "block_k",
+                 "pipeline")
+
+
+def forward_float(q, k, v, *, causal: bool = False, scale: float | None = None,
+                  scheme: str = "block", block: int = 128, hadamard: bool = False,
+                  warpgroups: int = 3, block_k: int = 128, pipeline: str = "serial",
+                  precision: str = "fp8"):
+    """`flashcourse.cuda.forward(q, k, v, kernel="hopper", precision="fp8", ...)`: float
+    numpy q (..., Tq, d), k, v (..., Tk, d) quantized on the host (`quantize`: scheme,
+    block, hadamard), the FP8 kernel on the GPU; o in q's float dtype (float32 for
+    float16), lse float32. Device arrays: `forward_device` (codes and scales)."""
+    from ..._checks import check_bool
+    if precision != "fp8":
+        raise ValueError(f"precision must be 'fp8' here, got {precision!r}")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"{name}: precision='fp8' takes numpy float arrays (quantized on "
+                            f"the host); for device arrays of e4m3 codes call "
+                            f"flashcourse.cuda.hopper.fp8.forward_device, got "
+                            f"{type(x).__name__}")
+    causal = check_bool(causal, "causal")
+    q8, k8, v8 = quantize(q, k, v, scheme=scheme, block=block,
+                          hadamard=check_bool(hadamard, "hadamard"))
+    o, lse = forward(q8, k8, v8, scale=scale, causal=causal, warpgroups=warpgroups,
+                     block_k=block_k, pipeline=pipeline)
+    dt = q.dtype if q.dtype in (np.float32, np.float64) else np.float32
+    return o.astype(dt), lse
+
+
+def forward_device(q, k, v, q_scale, k_scale, v_scale, *, q_block: int | None = None,
+                   kv_block: int | None = None, scale: float, causal: bool = False,
+                   warpgroups: int = 3, block_k: int = 128, pipeline: str = "serial"):
+    """(o, lse) as device arrays, o float16 (BH, Tq, D), lse float32 (BH, Tq), from device
+    arrays: q (BH, Tq, D), k, v (BH, Tk, D) uint8 e4m3 codes with D a multiple of 32 (zero
+    codes past the head's d), q_scale (BH, nq), k_scale, v_scale (BH, nk) float32, each
+    scale covering q_block query rows or kv_block keys (None: one scale per head). The
+    public call the benchmark times: V's transpose and the attention kernel."""
+    from numba import cuda
+    check_capability()
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if np.dtype(x.dtype) != np.uint8 or len(x.shape) != 3:
+            raise TypeError(f"{name} must be a (BH, T, D) uint8 device array of e4m3 codes, "
+                            f"got {x.dtype} {tuple(x.shape)}")
+    bh, tq, D = q.shape
+    tk = k.shape[1]
+    if k.shape != (bh, tk, D) or v.shape != k.shape:
+        raise ValueError(f"k and v must be (BH, Tk, D) = ({bh}, Tk, {D}) like q, got "
+                         f"{tuple(k.shape)} and {tuple(v.shape)}")
+    cfg = plan(D, warpgroups, block_k, pipeline)
+    if cfg.head_dim != D:
+        raise ValueError(f"D (q's last axis) must be a multiple of {D_STEP}, got {D}")
+    qblk = 1 << 30 if q_block is None else int(q_block)
+    kblk = 1 << 30 if kv_block is None else int(kv_block)
+    kp = ceil_div(tk, cfg.block_k) * cfg.block_k
+    vt = cuda.device_array(bh * D * kp // 4, np.uint32)
+    o = cuda.device_array((bh, tq, D // 2), np.uint32)
+    lse = cuda.device_array((bh, tq), np.float32)
+    run(flat(q).view(np.uint32), flat(k).view(np.uint32), flat(v).view(np.uint32), vt,
+        q_scale, k_scale, v_scale, cfg=cfg, bh=bh, tq=tq, tk=tk, kp=kp, scale=scale,
+        causal=causal, qblk=qblk, kblk=kblk, out=(o, lse))
+    return o.view(np.float16), lse
+
+
+def run(qw, kw, vw, vt, qs, ks, vs, *, cfg: Fp8Config, bh: int, tq: int, tk: int, kp: int,
+        scale: float, causal: bool, qblk: int, kblk: int, out) -> None:
+    """Launch on device arrays: codes as flat uint32 words (q: BH Tq D, k and v: BH Tk D),
+    vt the V^T workspace (BH D kp codes), scales (BH, n) float32, out = (o (BH, Tq, D/2)
+    uint32 fp16 pairs, lse (BH, Tq) float32). The transpose, then the attention kernel."""
+    transpose(vw, vt, cfg.head_dim, bh, tk, kp)
+    attention(qw, kw, vt, qs, ks, vs, cfg=cfg, bh=bh, tq=tq, tk=tk, kp=kp, scale=scale,
+              causal=causal, qblk=qblk, kblk=kblk, out=out)
+
+
+def transpose(vw, vt, D: int, bh: int, tk: int, kp: int) -> None:
+    """V (flat words of BH Tk D codes) -> V^T (BH D kp codes, keys in KEY_ORDER)."""
+    launch(transposer(D), None, (kp // K_STEP, bh), TRANSPOSE_THREADS, 0,
+           (vw, vt, np.int32(tk), np.int32(kp)))
+
+
+def attention(qw, kw, vt, qs, ks, vs, *, cfg: Fp8Config, bh: int, tq: int, tk: int, kp: int,
+              scale: float, causal: bool, qblk: int, kblk: int, out) -> None:
+    """The attention kernel alone, on V^T from `transpose`."""
+    o, lse = out
+    kern = kernel(cfg)
+    sig = signature()
+    check_registers("FP8 hopper kernel", kern.compile(sig), cfg.threads)
+    launch(kern, sig, (ceil_div(tq, cfg.block_q), bh), cfg.threads, cfg.shared_bytes,
+           (qw, kw, vt, o, lse, qs, ks, vs, np.int32(tq), np.int32(tk), np.int32(kp),
+            np.float32(scale * LOG2E), np.int32(1 if causal else 0), np.int32(tk - tq),
+            np.int32(qblk), np.int32(kblk)))

@@ -1,0 +1,463 @@
+"""fp8_kernels: FlashAttention's forward with FP8 (e4m3) Q, K and V on Hopper's wgmma.
+
+Version 1 of the FP8 forward ("serial", as `hopper_kernels`' version 1, whose header says
+how a warpgroup owns 64 query rows and why the products are waited for at once):
+
+    S = Q K_j^T    d / 32 instructions m64n{Bc}k32.f32.e4m3.e4m3, Q and K_j K-major in
+                   shared memory (the same core matrices as the 16-bit kernel: 8 rows of
+                   16 bytes, now 16 codes a row instead of 8 values)
+    softmax        in fp32 on the accumulator: S times the softmax scale and the two
+                   dequantisation scales (Q's for this warpgroup's rows, K's for this key
+                   block), the running max m, P~ = 2^8 exp(S - m) (FlashAttention-3's
+                   offset, `fp8.attention` says why), the row sums of the fp32 P~
+    P -> FP8       each lane rounds its own 64 values of P~ to e4m3 (`cvt.rn.satfinite`)
+                   and packs them, four to a register, by `fp8_layouts.P_SOURCES`
+    O += P V_j     Bc / 32 instructions m64n{D}k32 with A = P from registers and B = V_j^T
+                   K-major: V transposed once per call by `make_transpose`, its keys in
+                   `fp8_layouts.KEY_ORDER` inside every 32 so that the lanes' own P values
+                   line up (no bytes move between lanes)
+    V's scale      one per key block (or per head): O is kept in units of the current
+                   block's V scale, and the rescale that the running max needs anyway
+                   also multiplies by sv_{j-1} / sv_j; the epilogue multiplies by the last
+                   one and divides by l.
+
+Scales: q_scale per block of `qblk` query rows, k_scale and v_scale per block of `kblk`
+keys (`fp8.scaling`'s "block" scheme; a whole head is one block when the scheme is "head"
+or "tensor"). qblk is a multiple of 64 (a warpgroup's rows share one scale) and kblk a
+multiple of Bc (a key block shares one): the host checks both.
+
+Bytes moved: half the 16-bit kernel's for Q, K, V (plus V's transpose: one read and one
+write of V per call). FLOPs as the 16-bit kernel; FP8 wgmma's rate is twice fp16's
+(H100 SXM datasheet: 1,979 against 989 dense TFLOP/s).
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float32, uint32
+from numba import uint64 as U
+
+from ...constants import F0, FULL_MASK, LN2_F, NEG_INF
+from ..common._device import reset_state, visible_key_blocks
+from ..ptx import wgmma
+from ..ptx.fp8 import encode_word_hw
+from ..ptx.mma import device_ops
+from ..ptx.smem_ops import intrinsics as smem_intrinsics
+from ..ptx.smem_ops import ops as smem_ops
+from .fp8_layouts import K_STEP, P_SOURCES
+
+#: 16-byte units in a descriptor's fields; FlashAttention-3's FP8 offset: P~ <= 2^8
+DESC_UNIT, P_LIFT = 16, 8.0
+#: the transposer's threads per block (one block: 32 keys x D of one head)
+TRANSPOSE_THREADS = 256
+
+
+def _inl(fn):
+    return cuda.jit(device=True, forceinline=True)(fn)
+
+
+def make_transpose(D: int):
+    """Kernel (v, vt, tk, kp): v (BH x Tk x D codes as flat uint32 words) -> vt (BH x D x
+    kp codes, flat words) with vt[h, n, 32 c + k] = v[h, 32 c + KEY_ORDER[k], n] and zeros
+    past Tk (`fp8_layouts.transpose_v` is its model). Grid (kp / 32, BH), 256 threads:
+    each block stages 32 keys x D codes in shared memory (coalesced words in), then writes
+    D rows of 8 words (coalesced words out). Runs on the simulator too."""
+    if D % 4:
+        raise ValueError(f"D must be a multiple of 4, got {D}")
+    DW = D // 4                 # words per key row of v
+    WORDS = K_STEP * DW         # words of one block (32 keys x D codes)
+    NT = TRANSPOSE_THREADS
+
+    @cuda.jit(device=True)              # (no forceinline: the simulator runs this kernel)
+    def key_of(k):
+        # KEY_ORDER[k] (k < 32) by arithmetic: 2t + (b % 2) + 8 (b // 2) + 16 (k // 16)
+        # with t = (k % 16) // 4, b = k % 4 (tests check it against fp8_layouts)
+        c = k % 16
+        return 16 * (k // 16) + 2 * (c // 4) + (c % 4) % 2 + 8 * ((c % 4) // 2)
+
+    def transpose_v(v, vt, tk, kp):
+        sm = cuda.shared.array(WORDS, uint32)
+        tid = cuda.threadIdx.x
+        c = cuda.blockIdx.x
+        h = cuda.blockIdx.y
+        for e in range(tid, WORDS, NT):
+            key = c * K_STEP + e // DW
+            sm[e] = v[(h * tk + key) * DW + e % DW] if key < tk else uint32(0)
+        cuda.syncthreads()
+        for e in range(tid, D * 8, NT):
+            n = e // 8
+            kw = e % 8
+            word = uint32(0)
+            for b in range(4):
+                key = key_of(4 * kw + b)
+                byte = (sm[key * DW + n // 4] >> uint32(8 * (n % 4))) & uint32(0xFF)
+                word |= byte << uint32(8 * b)
+            vt[(h * D + n) * (kp // 4) + c * 8 + kw] = word
+
+    transpose_v.__name__ = transpose_v.__qualname__ = f"fp8_transpose_v_d{D}"
+    return cuda.jit(transpose_v)
+
+
+class _Parts:
+    """Sizes, descriptors, intrinsics and device functions of one `fp8.Fp8Config`."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        PACK16 = device_ops(False)["pack_fp16"]
+        PACK8 = encode_word_hw()
+        so = smem_ops(False)
+        exp2 = so["ex2"]
+        self.COMMIT, self.WAIT = so["commit"], so["wait_all"]
+        self.NT, self.BR, self.BC, self.D = cfg.threads, cfg.block_q, cfg.block_k, cfg.head_dim
+        BR, BC, D = self.BR, self.BC, self.D
+        CH = D // 16                     # 16-byte chunks per row of Q and K (codes)
+        CHV = BC // 16                   # chunks per row of V^T (keys)
+        self.KT = D // K_STEP            # k32 steps of S = Q K^T
+        self.KP = BC // K_STEP           # k32 steps of O += P V
+        NS, NO = BC // 8, D // 8         # n8 tiles of S and of O per warp
+        self.SREGS, self.OREGS = SREGS, OREGS = BC // 2, D // 2
+        self.PREGS = PREGS = BC // 8     # P as FP8 A fragments: 4 words per k32 step
+        self.Q_OFF, self.K_OFF, self.V_OFF, self.BUF, self.END = cfg.offsets()
+        self.DESC_KM = U((128 // DESC_UNIT) << 16) | (U(8 * D // DESC_UNIT) << U(32))
+        self.DESC_VT = U((128 // DESC_UNIT) << 16) | (U(8 * BC // DESC_UNIT) << U(32))
+        self.KSTEP = U(256 // DESC_UNIT)  # 32 codes along K: two core matrices, 256 B
+        self.WG_Q = U(64 * D)             # bytes of 64 rows of Q
+        self.MMA_S = wgmma.mma_ss(BC, "e4m3")
+        self.MMA_O = wgmma.mma_rs(D, "e4m3", 0)
+        self.FENCE_O = wgmma.tie(OREGS, wgmma.FENCE)
+        self.WAIT_S = wgmma.tie(SREGS, wgmma.WAIT0)
+        self.WAIT_O = wgmma.tie(OREGS, wgmma.WAIT0)
+        self.PIN_P = wgmma.tie(PREGS, "", True)
+        self.FENCE = wgmma.bare(wgmma.FENCE)
+        self.WCOMMIT = wgmma.bare(wgmma.COMMIT)
+        self.PROXY = wgmma.bare(wgmma.PROXY_FENCE)
+        LIFT = float32(P_LIFT)
+        log2 = math.log2
+        S0, S1, S2, S3 = P_SOURCES
+
+        ins = smem_intrinsics()
+        CPR = ins["cp_async16_raw"]
+        self.GADDR = ins["global_address"]
+        self.SADDR = ins["shared_address"]
+
+        def kmajor_loader(ROWS, CHN, THREADS):
+            LOADS = -(-(ROWS * CHN) // THREADS)
+
+            @_inl
+            def load(saddr, gaddr, row_bytes, nvalid, tid):
+                # ROWS rows of CHN 16-byte chunks from global byte address gaddr (row r at
+                # gaddr + r row_bytes; rows past nvalid as zeros) into K-major core
+                # matrices at shared byte address saddr
+                for it in range(LOADS):
+                    e = tid + THREADS * it
+                    if THREADS * (it + 1) <= ROWS * CHN or e < ROWS * CHN:
+                        ri = e % 8
+                        cc = (e // 8) % CHN
+                        rg = e // (8 * CHN)
+                        r = rg * 8 + ri
+                        ok = r < nvalid
+                        CPR(saddr + U(((rg * CHN + cc) * 8 + ri) * 16),
+                            gaddr + U(r if ok else 0) * U(row_bytes) + U(cc * 16),
+                            16 if ok else 0)
+            return load
+
+        @_inl
+        def scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, sc, t):
+            # S (raw sums of code products) -> P~ = 2^8 exp2(S sc - m) in place; the
+            # running max m (log2 units, scaled), alpha and the row sums lp of P~
+            if k0 + BC > tk or (causal != 0 and k0 + BC - 1 > wg_row0 + off):
+                for n in range(NS):
+                    for i in range(4):
+                        col = k0 + n * 8 + 2 * t + (i % 2)
+                        row = row0 + 8 * (i // 2)
+                        if col >= tk or (causal != 0 and col > row + off):
+                            s[4 * n + i] = NEG_INF
+            for hf in range(2):
+                x = NEG_INF
+                for n in range(NS):
+                    x = max(x, max(s[4 * n + 2 * hf], s[4 * n + 2 * hf + 1]))
+                x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, 1))
+                x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, 2)) * sc
+                mo = m[hf]
+                mn = max(mo, x)
+                mu = mn if mn != NEG_INF else F0     # a row with no visible key so far
+                alpha[hf] = exp2(mo - mu)
+                m[hf] = mn
+                mb = mu - LIFT
+                ps = F0
+                for n in range(NS):
+                    j = 4 * n + 2 * hf
+                    p = exp2(s[j] * sc - mb)
+                    s[j] = p
+                    ps += p
+                    p = exp2(s[j + 1] * sc - mb)
+                    s[j + 1] = p
+                    ps += p
+                lp[hf] = lp[hf] * alpha[hf] + ps
+
+        @_inl
+        def rescale_and_pack(acc, alpha, vratio, s, pa):
+            # O *= alpha sv_{j-1} / sv_j per row; P~ -> e4m3 A fragments (P_SOURCES order)
+            for hf in range(2):
+                f = alpha[hf] * vratio
+                for n in range(NO):
+                    acc[4 * n + 2 * hf] *= f
+                    acc[4 * n + 2 * hf + 1] *= f
+            for kp in range(BC // K_STEP):
+                b = 16 * kp
+                pa[4 * kp] = PACK8(s[b + S0[0]], s[b + S0[1]], s[b + S0[2]], s[b + S0[3]])
+                pa[4 * kp + 1] = PACK8(s[b + S1[0]], s[b + S1[1]], s[b + S1[2]],
+                                       s[b + S1[3]])
+                pa[4 * kp + 2] = PACK8(s[b + S2[0]], s[b + S2[1]], s[b + S2[2]],
+                                       s[b + S2[3]])
+                pa[4 * kp + 3] = PACK8(s[b + S3[0]], s[b + S3[1]], s[b + S3[2]],
+                                       s[b + S3[3]])
+
+        @_inl
+        def epilogue(acc, m, lp, sv, o, lse, h, row0, t, tq):
+            # O = acc sv / l (fp16), lse = ln(l 2^-8) + m ln 2
+            for hf in range(2):
+                lt = lp[hf]
+                lt += cuda.shfl_xor_sync(FULL_MASK, lt, 1)
+                lt += cuda.shfl_xor_sync(FULL_MASK, lt, 2)
+                inv = sv / lt if lt != F0 else F0
+                row = row0 + 8 * hf
+                if row < tq:
+                    for n in range(NO):
+                        ob = 4 * n + 2 * hf
+                        o[U(h), U(row), U(n * 4 + t)] = PACK16(acc[ob] * inv,
+                                                               acc[ob + 1] * inv)
+                    if t == 0:
+                        lse[U(h), U(row)] = ((m[hf] + log2(lt) - LIFT) * LN2_F
+                                             if lt != F0 else NEG_INF)
+
+        MMA_S, MMA_O, KSTEP, KT, KP = self.MMA_S, self.MMA_O, self.KSTEP, self.KT, self.KP
+        FENCE_O, WCOMMIT, WAIT_O, PIN_P = self.FENCE_O, self.WCOMMIT, self.WAIT_O, self.PIN_P
+
+        @_inl
+        def s_product(s, desc_q, desc_k):
+            for kk in range(KT):
+                MMA_S(s, desc_q + U(kk) * KSTEP, desc_k + U(kk) * KSTEP, 1 if kk > 0 else 0)
+
+        @_inl
+        def pv_product(acc, pa, desc_v):
+            # O += P V_j: Bc / 32 wgmma, P from registers, V^T K-major (issued only)
+            for kp in range(KP):
+                MMA_O(acc, pa[4 * kp], pa[4 * kp + 1], pa[4 * kp + 2], pa[4 * kp + 3],
+                      desc_v + U(kp) * KSTEP, 1)
+
+        @_inl
+        def pv_and_wait(acc, pa, desc_v):
+            PIN_P(pa)
+            FENCE_O(acc)
+            pv_product(acc, pa, desc_v)
+            WCOMMIT()
+            WAIT_O(acc)
+            PIN_P(pa)
+
+        NC = 128 * cfg.warpgroups
+        self.load_q = kmajor_loader(BR, CH, NC)
+        self.load_k = kmajor_loader(BC, CH, NC)
+        self.load_vt = kmajor_loader(D, CHV, NC)
+        self.scores_to_p, self.rescale_and_pack, self.epilogue = (scores_to_p,
+                                                                  rescale_and_pack, epilogue)
+        self.s_product, self.pv_product, self.pv_and_wait = s_product, pv_product, pv_and_wait
+        self.WAIT1_S = wgmma.tie(SREGS, wgmma.WAIT1)
+
+
+def make_fp8_kernel(cfg):
+    """The kernel of one `fp8.Fp8Config` (GPU only: wgmma has no simulator)."""
+    P = _Parts(cfg)
+    kern = {"serial": _serial, "overlap": _overlap}[cfg.pipeline](P)
+    kern.__name__ = kern.__qualname__ = (f"hopper_fp8_{cfg.pipeline}_wg{cfg.warpgroups}"
+                                         f"_k{P.BC}_d{P.D}")
+    return cuda.jit(kern, launch_bounds=(P.NT, 1))
+
+
+def _serial(P):
+    """Version 1: each product waited for at once; the warpgroups overlap one another."""
+    BR, BC, D = P.BR, P.BC, P.D
+    SREGS, OREGS, PREGS = P.SREGS, P.OREGS, P.PREGS
+    Q_OFF, K_OFF, V_OFF, BUF = P.Q_OFF, P.K_OFF, P.V_OFF, P.BUF
+    DESC_KM, DESC_VT, WG_Q = P.DESC_KM, P.DESC_VT, P.WG_Q
+    FENCE, WCOMMIT, WAIT_S, PROXY, SADDR = P.FENCE, P.WCOMMIT, P.WAIT_S, P.PROXY, P.SADDR
+    COMMIT, WAIT = P.COMMIT, P.WAIT
+    load_q, load_k, load_vt, GADDR = P.load_q, P.load_k, P.load_vt, P.GADDR
+    scores_to_p, rescale_and_pack, epilogue = P.scores_to_p, P.rescale_and_pack, P.epilogue
+    s_product, pv_and_wait = P.s_product, P.pv_and_wait
+
+    def hopper_fp8_forward(q, k, vt, o, lse, qs, ks, vs, tq, tk, kp, qscale, causal, off,
+                           qblk, kblk):
+        # q (BH Tq D), k (BH Tk D), vt (BH D kp): e4m3 codes as flat uint32 words;
+        # o (BH, Tq, D/2) fp16 words; lse (BH, Tq); qs (BH, nq), ks, vs (BH, nk) float32
+        sm = cuda.shared.array(0, uint32, alignment=16)
+        tid = cuda.threadIdx.x
+        wg = tid // 128
+        t = tid % 4
+        h = cuda.blockIdx.y
+        qb = cuda.blockIdx.x
+        if causal != 0:                # longest rows first: the short blocks fill the tail
+            qb = cuda.gridDim.x - 1 - qb
+        q0 = qb * BR
+        wg_row0 = q0 + 64 * wg
+        row0 = wg_row0 + 16 * ((tid // 32) % 4) + (tid % 32) // 4   # rows row0, row0 + 8
+        base = U(SADDR(sm, 0))
+        sq = qs[h, min(wg_row0, tq - 1) // qblk] * qscale
+        desc_q = ((base + U(4 * Q_OFF) + U(wg) * WG_Q) >> U(4)) | DESC_KM
+
+        gk = GADDR(k, 0) + U(h * tk) * U(D)          # byte address of this head's K row 0
+        gv = GADDR(vt, 0) + U(h * D) * U(kp)         # ... and of its V^T row 0
+        load_q(base + U(4 * Q_OFF), GADDR(q, 0) + U(h * tq + q0) * U(D), D, tq - q0, tid)
+        n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
+        if n_kb > 0:
+            load_k(base + U(4 * K_OFF), gk, D, tk, tid)
+            load_vt(base + U(4 * V_OFF), gv, kp, D, tid)
+        COMMIT()
+
+        acc = cuda.local.array(OREGS, float32)
+        s = cuda.local.array(SREGS, float32)
+        pa = cuda.local.array(PREGS, uint32)
+        m = cuda.local.array(2, float32)
+        lp = cuda.local.array(2, float32)
+        alpha = cuda.local.array(2, float32)
+        reset_state(acc, OREGS, m, lp, 2)
+        sv = vs[h, 0]
+
+        for jb in range(n_kb):
+            k0 = jb * BC
+            bo = (jb % 2) * BUF
+            WAIT()
+            PROXY()                    # this thread's copies -> visible to wgmma
+            cuda.syncthreads()         # everyone's copies landed; the other buffer free
+            if jb + 1 < n_kb:
+                nb = BUF - bo
+                load_k(base + U(4 * (nb + K_OFF)), gk + U(k0 + BC) * U(D), D, tk - k0 - BC,
+                       tid)
+                load_vt(base + U(4 * (nb + V_OFF)), gv + U(k0 + BC), kp, D, tid)
+                COMMIT()
+
+            desc_k = ((base + U(4 * (bo + K_OFF))) >> U(4)) | DESC_KM
+            FENCE()
+            s_product(s, desc_q, desc_k)
+            WCOMMIT()
+            WAIT_S(s)
+            kb = k0 // kblk
+            svn = vs[h, kb]
+            scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off,
+                        sq * ks[h, kb], t)
+            rescale_and_pack(acc, alpha, sv / svn, s, pa)
+            sv = svn
+
+            desc_v = ((base + U(4 * (bo + V_OFF))) >> U(4)) | DESC_VT
+            pv_and_wait(acc, pa, desc_v)
+
+        epilogue(acc, m, lp, sv, o, lse, h, row0, t, tq)
+
+    return hopper_fp8_forward
+
+
+def _overlap(P):
+    """Version 2: S_j and P_{j-1} V_{j-1} issued together, the wait for S_j only
+    (`wait_group 1`), the softmax of block j while the product runs, then the wait for it,
+    O's rescale (alpha_j sv_{j-1} / sv_j) and P_j's packing: `hopper_kernels._overlap`'s
+    schedule (K one block ahead of V; a warpgroup skips the blocks masked for all its rows),
+    without its tail split."""
+    BR, BC, D = P.BR, P.BC, P.D
+    SREGS, OREGS, PREGS = P.SREGS, P.OREGS, P.PREGS
+    Q_OFF, K_OFF, V_OFF, BUF = P.Q_OFF, P.K_OFF, P.V_OFF, P.BUF
+    DESC_KM, DESC_VT, WG_Q = P.DESC_KM, P.DESC_VT, P.WG_Q
+    FENCE_O, WCOMMIT, PROXY, SADDR = P.FENCE_O, P.WCOMMIT, P.PROXY, P.SADDR
+    WAIT_S, WAIT1_S, WAIT_O, PIN_P = P.WAIT_S, P.WAIT1_S, P.WAIT_O, P.PIN_P
+    COMMIT, WAIT = P.COMMIT, P.WAIT
+    load_q, load_k, load_vt, GADDR = P.load_q, P.load_k, P.load_vt, P.GADDR
+    scores_to_p, rescale_and_pack, epilogue = P.scores_to_p, P.rescale_and_pack, P.epilogue
+    s_product, pv_product, pv_and_wait = P.s_product, P.pv_product, P.pv_and_wait
+
+    def hopper_fp8_forward(q, k, vt, o, lse, qs, ks, vs, tq, tk, kp, qscale, causal, off,
+                           qblk, kblk):
+        sm = cuda.shared.array(0, uint32, alignment=16)
+        tid = cuda.threadIdx.x
+        wg = cuda.shfl_sync(FULL_MASK, tid // 128, 0)     # uniform: no divergent wgmma
+        t = tid % 4
+        h = cuda.blockIdx.y
+        qb = cuda.blockIdx.x
+        if causal != 0:
+            qb = cuda.gridDim.x - 1 - qb
+        q0 = qb * BR
+        wg_row0 = q0 + 64 * wg
+        row0 = wg_row0 + 16 * ((tid // 32) % 4) + (tid % 32) // 4
+        base = U(SADDR(sm, 0))
+        sq = qs[h, min(wg_row0, tq - 1) // qblk] * qscale
+        desc_q = ((base + U(4 * Q_OFF) + U(wg) * WG_Q) >> U(4)) | DESC_KM
+
+        gk = GADDR(k, 0) + U(h * tk) * U(D)
+        gv = GADDR(vt, 0) + U(h * D) * U(kp)
+        load_q(base + U(4 * Q_OFF), GADDR(q, 0) + U(h * tq + q0) * U(D), D, tq - q0, tid)
+        n_kb = visible_key_blocks(tk, causal, min(q0 + BR, tq) + off, BC)
+        kb_wg = min(n_kb, visible_key_blocks(tk, causal, min(wg_row0 + 64, tq) + off, BC))
+        if wg_row0 >= tq:
+            kb_wg = 0
+        if n_kb > 0:
+            load_k(base + U(4 * K_OFF), gk, D, tk, tid)
+        COMMIT()
+
+        acc = cuda.local.array(OREGS, float32)
+        s = cuda.local.array(SREGS, float32)
+        pa = cuda.local.array(PREGS, uint32)
+        m = cuda.local.array(2, float32)
+        lp = cuda.local.array(2, float32)
+        alpha = cuda.local.array(2, float32)
+        reset_state(acc, OREGS, m, lp, 2)
+        for i in range(PREGS):
+            pa[i] = 0
+        sv = vs[h, 0]
+
+        for jb in range(n_kb):
+            k0 = jb * BC
+            WAIT()
+            PROXY()
+            cuda.syncthreads()         # K_j, V_{j-1} landed; S_{j-1}, PV_{j-2} done
+            kb = (jb % 2) * BUF        # K_j's buffer; V_j goes to the same buffer's V
+            if jb + 1 < n_kb:
+                load_k(base + U(4 * (BUF - kb + K_OFF)), gk + U(k0 + BC) * U(D), D,
+                       tk - k0 - BC, tid)
+            load_vt(base + U(4 * (kb + V_OFF)), gv + U(k0), kp, D, tid)
+            COMMIT()
+
+            if jb < kb_wg:
+                desc_k = ((base + U(4 * (kb + K_OFF))) >> U(4)) | DESC_KM
+                PIN_P(pa)
+                FENCE_O(acc)
+                s_product(s, desc_q, desc_k)
+                WCOMMIT()
+                if jb > 0:             # P_{j-1} V_{j-1}, in flight during the softmax
+                    desc_v = ((base + U(4 * (BUF - kb + V_OFF))) >> U(4)) | DESC_VT
+                    pv_product(acc, pa, desc_v)
+                    WCOMMIT()
+                    WAIT1_S(s)
+                else:
+                    WAIT_S(s)
+                kbk = k0 // kblk
+                svn = vs[h, kbk]
+                scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off,
+                            sq * ks[h, kbk], t)
+                WAIT_O(acc)
+                PIN_P(pa)
+                rescale_and_pack(acc, alpha, sv / svn, s, pa)
+                sv = svn
+            elif jb == kb_wg and jb > 0:       # this warpgroup's last P V
+                desc_v = ((base + U(4 * (BUF - kb + V_OFF))) >> U(4)) | DESC_VT
+                pv_and_wait(acc, pa, desc_v)
+
+        if n_kb > 0:                   # the last P V
+            WAIT()
+            PROXY()
+            cuda.syncthreads()
+            if kb_wg == n_kb:
+                desc_v = ((base + U(4 * (((n_kb - 1) % 2) * BUF + V_OFF))) >> U(4)) | DESC_VT
+                pv_and_wait(acc, pa, desc_v)
+
+        epilogue(acc, m, lp, sv, o, lse, h, row0, t, tq)
+
+    return hopper_fp8_forward
