@@ -510,7 +510,27 @@ def fp8_cases() -> list:
                       _fp8_decode_case(f16, 128, None, True), targets=("sm_90", "sm_89")))
     cases.append(Case("fp8", "paged page=256 q fp16 scale_block=64",
                       _fp8_paged_case(f16, 128, 256, 64, None)))
+    for d, scheme, causal in ((128, "block", False), (128, "head", True), (64, "block", True),
+                              (80, "tensor", False)):
+        cases.append(Case("fp8", f"hopper forward (wgmma e4m3) d={d} scheme={scheme} "
+                                 f"causal={causal}", _fp8_forward_case(d, scheme, causal),
+                          quick=Q90 if (d, causal) == (128, False) else (),
+                          targets=("sm_90",)))
+        cases.append(Case("fp8", f"hopper forward overlap (wgmma e4m3) d={d} scheme={scheme} "
+                                 f"causal={causal} wg=2",
+                          _fp8_forward_case(d, scheme, causal, pipeline="overlap",
+                                            warpgroups=2), targets=("sm_90",)))
     return cases
+
+
+def _fp8_forward_case(d, scheme, causal, tq=200, tk=300, **tiles):
+    def call(target):
+        from flashcourse.cuda.hopper import fp8
+        rng = _rng()
+        q, k, v = (rng.standard_normal((2, t, d)).astype("float32") for t in (tq, tk, tk))
+        fp8.forward(*fp8.quantize(q, k, v, scheme=scheme, block=128), causal=causal,
+                    **tiles)
+    return call
 
 
 def _variant_masks(tq, tk):
@@ -819,11 +839,17 @@ def compile_one(kernel, types_, target: str, ptxas: str | None, out: Path | None
         errors.append(f"{FP8_CVT} in PTX for {target}: the host chose the conversion "
                       f"instruction below sm_89")
     asm = {}
+    arch = target
+    if cc == (9, 0) and "wgmma." in ptx:
+        # Hopper's warpgroup instructions exist only on the arch-specific target, which a
+        # GPU build gets (numba-cuda adds the "a" on a 9.0 device); compile_ptx does not
+        arch = "sm_90a"
+        ptx = re.sub(r"^\.target sm_90\b", ".target sm_90a", ptx, count=1, flags=re.M)
     if ptxas:
         with tempfile.TemporaryDirectory() as tmp:
             src = Path(tmp) / "k.ptx"
             src.write_text(ptx)
-            r = subprocess.run([ptxas, f"-arch={target}", "-v", str(src), "-o",
+            r = subprocess.run([ptxas, f"-arch={arch}", "-v", str(src), "-o",
                                 str(Path(tmp) / "k.cubin")], capture_output=True, text=True)
         text = r.stdout + r.stderr
         if r.returncode:
