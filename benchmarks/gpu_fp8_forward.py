@@ -35,7 +35,14 @@ from flashcourse import env, reference, results
 from flashcourse.cuda import forward as public_forward
 from flashcourse.cuda.hopper import fp8
 from flashcourse.fp8 import attention as fa
-from gpu_bars import LOG, as_numba, log, med, sdpa_bottom_right  # shared helpers
+
+LOG: list = []
+
+
+def log(*a):
+    line = " ".join(str(x) for x in a)
+    LOG.append(line)
+    print(line, flush=True)
 
 BH, BENCH_ROUNDS = 32, 3
 NS, DS = (4096, 8192, 16384), (128, 64)
@@ -136,6 +143,8 @@ def fp8_inputs(torch, n, d, seed=0):
 
 def bench(doc, ns, ds):
     import torch
+    # the GPU scripts' shared helpers (benchmarks/, on the path when run as a script)
+    from gpu_bars import as_numba, med, sdpa_bottom_right
     doc["bench"] = []
     for d in ds:
         for causal in (False, True):
@@ -194,11 +203,30 @@ def as_numba_plain(t):
     return cuda.as_cuda_array(t.detach())
 
 
+def smoke() -> int:
+    """No GPU: V's transpose kernel on the simulator against its numpy model (the attention
+    kernel runs wgmma, which the simulator cannot; tests/test_fp8_forward.py checks its
+    layouts on the CPU)."""
+    from flashcourse.cuda.hopper import fp8_layouts
+    rng = np.random.default_rng(0)
+    bh, tk, d = 2, 100, 64
+    v = rng.integers(0, 256, (bh, tk, d), dtype=np.uint8)
+    vt = cuda.device_array(bh * d * 128 // 4, np.uint32)
+    fp8.transpose(cuda.to_device(v.reshape(-1).view(np.uint32)), vt, d, bh, tk, 128)
+    ok = np.array_equal(vt.copy_to_host().view(np.uint8).reshape(bh, d, 128),
+                        fp8_layouts.transpose_v(v, 128))
+    log(f"simulator smoke: V's transpose {'matches' if ok else 'DOES NOT match'} its model; "
+        f"the FP8 attention kernel needs a GPU of compute capability 9.0")
+    return 0 if ok else 1
+
+
 def main(argv=None):
     ap = results.benchmark_parser(__doc__, "check", "bench", "variants")
     ap.add_argument("--ns", default=",".join(map(str, NS)))
     ap.add_argument("--ds", default=",".join(map(str, DS)))
     args = results.parse_gpu_arguments(ap, argv, __file__)
+    if args.simulator_smoke:
+        return smoke()
     fp8.check_capability()
     doc = {"environment": env.record(), "timing": "CUDA events, median of 10 after 3 warm-up, "
            f"median of {BENCH_ROUNDS} interleaved rounds"}

@@ -20,7 +20,7 @@ from flashcourse.gpu import using_simulator
 BENCH = results.ROOT / "benchmarks"
 GPU_SCRIPTS = ["gpu_forward", "gpu_backward", "tune_sweep", "verify_defaults", "ncu_traffic",
                "gpu_decode", "gpu_tensor_core", "kernel_ab", "gpu_tc_backward", "gpu_labs",
-               "gpu_train", "gpu_variants", "gpu_fp8", "gpu_paged"]
+               "gpu_train", "gpu_variants", "gpu_fp8", "gpu_paged", "gpu_fp8_forward"]
 
 
 def _load(name):
