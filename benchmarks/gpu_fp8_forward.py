@@ -10,7 +10,8 @@
             causal (bottom-right) off and on, scales per tensor, per head and per 128-token
             block, with and without the Hadamard rotation. Passes when, per case, the
             kernel's RMSE against float64 is within 5% of the numpy model's, the largest
-            |kernel - model| is at most 2% of max |o|, and lse is within 0.02 of the float64
+            |kernel - model| is at most 5% of max |o| (a P~ that rounds the other way moves o by
+            one e4m3 step of its weight), and lse is within 0.02 of the float64
             lse of the dequantized Q and K (the rows with no visible key: -inf in both).
             Then the outlier test at 4 heads x 4096 x 128: RMSE of each scheme on the GPU and
             in numpy, and issue 53's bar (block + Hadamard <= 0.5 x per tensor, <= 1.1e-2).
@@ -53,7 +54,7 @@ CASES = [(2, 200, 300, 128, False, "block", False), (2, 300, 200, 128, True, "bl
          (2, 513, 1024, 128, True, "block", True), (1, 1, 700, 128, False, "head", False),
          (2, 640, 640, 96, True, "block", True), (2, 384, 384, 128, False, "block", False),
          (1, 1100, 1100, 128, True, "tensor", True), (2, 700, 130, 64, True, "block", False)]
-TOL_RMSE, TOL_MAX, TOL_LSE = 0.05, 0.02, 2e-2
+TOL_RMSE, TOL_MAX, TOL_LSE = 0.05, 0.05, 2e-2
 #: (pipeline, warpgroups) of the kernels timed alone (block_k 128)
 VARIANTS = (("serial", 3), ("serial", 2), ("overlap", 2), ("overlap", 3))
 
