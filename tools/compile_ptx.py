@@ -73,7 +73,7 @@ TARGETS = {"sm_90": ((9, 0), "H100 SXM"), "sm_89": ((8, 9), "L4"),
            "sm_80": ((8, 0), "A100 80GB")}
 DEFAULT_TARGETS = ("sm_90", "sm_80")
 FAMILIES = ("paged", "fp8", "variants_fwd", "variants_bwd", "tc_fwd", "tc_bwd", "cc_bwd",
-            "decode")
+            "decode", "hopper")
 #: the e4m3 conversion instruction (`flashcourse.cuda.ptx.fp8`), sm_89 and newer only
 FP8_CVT = "cvt.rn.f16x2.e4m3x2"
 #: the --quick sets a case belongs to
@@ -724,6 +724,16 @@ def _decode_case(kernel, hq, hkv, tq, d, **options):
     return call
 
 
+def _hopper_forward_case(precision, d, causal, **options):
+    def call(target):
+        import numpy as np
+        from flashcourse import cuda as fc
+        dtype = np.float16 if precision == "fp16" else np.uint16
+        q, k, v, *_ = _dense_arrays(dtype, 200, 300, d, bits=precision == "bf16")
+        fc.forward(q, k, v, kernel="hopper", causal=causal, **options)
+    return call
+
+
 def dense_cases() -> list:
     """The dense attention kernels: the tensor-core forward in every precision and version,
     the tensor-core backward (every version, both 3xTF32 small-term orders), the CUDA-core
@@ -741,6 +751,12 @@ def dense_cases() -> list:
                           _tc_forward_case(p, 64, True, pipeline="async", lazy_rescale=True)))
         cases.append(Case("tc_fwd", f"{p} plain d=64 causal m_tiles=2",
                           _tc_forward_case(p, 64, True, pipeline="plain", m_tiles=2)))
+    for p in ("fp16", "bf16"):          # the Hopper (wgmma) forward: sm_90 only
+        for pipe in ("serial", "overlap"):
+            for d in (64, 128):
+                cases.append(Case("hopper", f"{p} {pipe} d={d} causal",
+                                  _hopper_forward_case(p, d, True, pipeline=pipe),
+                                  targets=("sm_90",)))
     for p in ("3xtf32", "tf32"):
         for pipe in ("async", "planes"):
             for d in (64, 128):

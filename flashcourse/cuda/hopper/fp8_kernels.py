@@ -46,6 +46,7 @@ from ..ptx.mma import device_ops
 from ..ptx.smem_ops import intrinsics as smem_intrinsics
 from ..ptx.smem_ops import ops as smem_ops
 from .fp8_layouts import K_STEP, P_SOURCES
+from .hopper_kernels import wgmma_products
 
 #: 16-byte units in a descriptor's fields; FlashAttention-3's FP8 offset: P~ <= 2^8
 DESC_UNIT, P_LIFT = 16, 8.0
@@ -232,38 +233,14 @@ class _Parts:
                         lse[U(h), U(row)] = ((m[hf] + log2(lt) - LIFT) * LN2_F
                                              if lt != F0 else NEG_INF)
 
-        MMA_S, MMA_O, KSTEP, KT, KP = self.MMA_S, self.MMA_O, self.KSTEP, self.KT, self.KP
-        FENCE_O, WCOMMIT, WAIT_O, PIN_P = self.FENCE_O, self.WCOMMIT, self.WAIT_O, self.PIN_P
-
-        @_inl
-        def s_product(s, desc_q, desc_k):
-            for kk in range(KT):
-                MMA_S(s, desc_q + U(kk) * KSTEP, desc_k + U(kk) * KSTEP, 1 if kk > 0 else 0)
-
-        @_inl
-        def pv_product(acc, pa, desc_v):
-            # O += P V_j: Bc / 32 wgmma, P from registers, V^T K-major (issued only)
-            for kp in range(KP):
-                MMA_O(acc, pa[4 * kp], pa[4 * kp + 1], pa[4 * kp + 2], pa[4 * kp + 3],
-                      desc_v + U(kp) * KSTEP, 1)
-
-        @_inl
-        def pv_and_wait(acc, pa, desc_v):
-            PIN_P(pa)
-            FENCE_O(acc)
-            pv_product(acc, pa, desc_v)
-            WCOMMIT()
-            WAIT_O(acc)
-            PIN_P(pa)
-
         NC = 128 * cfg.warpgroups
         self.load_q = kmajor_loader(BR, CH, NC)
         self.load_k = kmajor_loader(BC, CH, NC)
         self.load_vt = kmajor_loader(D, CHV, NC)
         self.scores_to_p, self.rescale_and_pack, self.epilogue = (scores_to_p,
                                                                   rescale_and_pack, epilogue)
-        self.s_product, self.pv_product, self.pv_and_wait = s_product, pv_product, pv_and_wait
         self.WAIT1_S = wgmma.tie(SREGS, wgmma.WAIT1)
+        self.s_product, self.pv_product, self.pv_and_wait = wgmma_products(self)
 
 
 def make_fp8_kernel(cfg):

@@ -276,33 +276,7 @@ class _Parts:
                     if t == 0:
                         part_lse[U(pr)] = row_lse(m, hf, lt)
 
-        MMA_S, MMA_O, KSTEP, KT, KP = self.MMA_S, self.MMA_O, self.KSTEP, self.KT, self.KP
-        FENCE_O, WCOMMIT, WAIT_O, PIN_P = self.FENCE_O, self.WCOMMIT, self.WAIT_O, self.PIN_P
-
-        @_inl
-        def s_product(s, desc_q, desc_k):
-            # S = Q K_j^T: d / 16 wgmma, A and B from shared memory (issued, not waited for)
-            for kk in range(KT):
-                MMA_S(s, desc_q + U(kk) * KSTEP, desc_k + U(kk) * KSTEP, 1 if kk > 0 else 0)
-
-        @_inl
-        def pv_product(acc, pa, desc_v):
-            # O += P V_j: Bc / 16 wgmma, P from registers, V MN-major (issued, not waited for)
-            for kp in range(KP):
-                MMA_O(acc, pa[4 * kp], pa[4 * kp + 1], pa[4 * kp + 2], pa[4 * kp + 3],
-                      desc_v + U(kp) * KSTEP, 1)
-
-        @_inl
-        def pv_and_wait(acc, pa, desc_v):
-            # the fence, P V, its wait; P pinned on both sides (the product reads it)
-            PIN_P(pa)
-            FENCE_O(acc)
-            pv_product(acc, pa, desc_v)
-            WCOMMIT()
-            WAIT_O(acc)
-            PIN_P(pa)
-
-        self.s_product, self.pv_product, self.pv_and_wait = s_product, pv_product, pv_and_wait
+        self.s_product, self.pv_product, self.pv_and_wait = wgmma_products(self)
 
         NC = 128 * cfg.warpgroups      # consumer threads (all threads but a producer warp)
         self.load_q, self.load_k, self.load_v = (kmajor_loader(BR, NC), kmajor_loader(BC, NC),
@@ -313,6 +287,39 @@ class _Parts:
         self.scores_to_p, self.rescale_and_pack, self.epilogue = (scores_to_p,
                                                                   rescale_and_pack, epilogue)
         self.epilogue_part = epilogue_part
+
+
+def wgmma_products(P):
+    """(s_product, pv_product, pv_and_wait) of one kernel's parts P (its MMA_S, MMA_O, KSTEP,
+    KT, KP, FENCE_O, WCOMMIT, WAIT_O, PIN_P): the same three steps for every input type,
+    16-bit here and FP8 in `fp8_kernels` (k16 or k32 per instruction, the same 32 bytes)."""
+    MMA_S, MMA_O, KSTEP, KT, KP = P.MMA_S, P.MMA_O, P.KSTEP, P.KT, P.KP
+    FENCE_O, WCOMMIT, WAIT_O, PIN_P = P.FENCE_O, P.WCOMMIT, P.WAIT_O, P.PIN_P
+
+    @_inl
+    def s_product(s, desc_q, desc_k):
+        # S = Q K_j^T: KT wgmma, A and B from shared memory (issued, not waited for)
+        for kk in range(KT):
+            MMA_S(s, desc_q + U(kk) * KSTEP, desc_k + U(kk) * KSTEP, 1 if kk > 0 else 0)
+
+    @_inl
+    def pv_product(acc, pa, desc_v):
+        # O += P V_j: KP wgmma, P from registers, V from shared memory (issued only)
+        for kp in range(KP):
+            MMA_O(acc, pa[4 * kp], pa[4 * kp + 1], pa[4 * kp + 2], pa[4 * kp + 3],
+                  desc_v + U(kp) * KSTEP, 1)
+
+    @_inl
+    def pv_and_wait(acc, pa, desc_v):
+        # the fence, P V, its wait; P pinned on both sides (the product reads it)
+        PIN_P(pa)
+        FENCE_O(acc)
+        pv_product(acc, pa, desc_v)
+        WCOMMIT()
+        WAIT_O(acc)
+        PIN_P(pa)
+
+    return s_product, pv_product, pv_and_wait
 
 
 def make_wgmma_kernel(cfg):
