@@ -103,10 +103,10 @@ def _run(*args, timeout=600):
 
 @pytest.mark.slow
 def test_quick_set_compiles_for_sm90_and_sm80():
-    """26 kernel builds (paged CUDA-core and tensor-core split, combine, append; FP8
+    """36 kernel builds (paged CUDA-core and tensor-core split, combine, append; FP8
     decode with the conversion instruction and without, the FP8 append; variants forward
-    and backward with array masks, softcap, ALiBi, sinks, bf16 device arrays): 34 s on the
-    2-core machine."""
+    and backward with array masks, softcap, ALiBi, sinks, bf16 device arrays; the Hopper
+    forward, 16-bit and FP8, with V's transpose, for sm_90a): 40 s on the 2-core machine."""
     probe = _run("--probe", timeout=60)
     if probe.returncode == 2:
         pytest.skip("the kernels are not compiled for a GPU here: "
@@ -116,5 +116,7 @@ def test_quick_set_compiles_for_sm90_and_sm80():
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert "kernel builds ok" in r.stdout
     # sm_80 has no e4m3 conversion instruction: the host chose the arithmetic there
+    assert "[sm_90] ok   hopper_fp8_serial_wg3_k128_d128" in r.stdout
+    assert "[sm_90] ok   hopper_overlap_fp16_wg3_k80_d128" in r.stdout
     assert "[sm_80] ok   paged_split_p64_e1" in r.stdout and "_cvt (" not in \
         "".join(ln for ln in r.stdout.splitlines() if ln.startswith("[sm_80]"))

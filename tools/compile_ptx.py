@@ -49,7 +49,7 @@ requirements.txt does not install: `pip install "numba-cuda[cu13]"` (wheels), or
 toolkit named by CUDA_HOME (e.g. CUDA_HOME=<unpacked wheels>/nvidia/cu13). ptxas is optional
 (PATH, CUDA_HOME/bin). Nothing is downloaded. Exit status: 0 all compiled and checked,
 1 a kernel or host call failed, 2 no NVVM; --json FILE writes every result.
-tests/test_ptx_compile.py runs --quick (26 kernel builds, 34 s on 2 cores) when NVVM is found.
+tests/test_ptx_compile.py runs --quick (36 kernel builds, 40 s on 2 cores) when NVVM is found.
 """
 from __future__ import annotations
 
@@ -756,7 +756,8 @@ def dense_cases() -> list:
             for d in (64, 128):
                 cases.append(Case("hopper", f"{p} {pipe} d={d} causal",
                                   _hopper_forward_case(p, d, True, pipeline=pipe),
-                                  targets=("sm_90",)))
+                                  quick=Q90 if (p, pipe, d) == ("fp16", "overlap", 128)
+                                  else (), targets=("sm_90",)))
     for p in ("3xtf32", "tf32"):
         for pipe in ("async", "planes"):
             for d in (64, 128):
