@@ -46,7 +46,7 @@ from ..ptx.mma import device_ops
 from ..ptx.smem_ops import intrinsics as smem_intrinsics
 from ..ptx.smem_ops import ops as smem_ops
 from .fp8_layouts import K_STEP, P_SOURCES
-from .hopper_kernels import wgmma_products
+from .hopper_kernels import kmajor_copier, wgmma_products
 
 #: 16-byte units in a descriptor's fields; FlashAttention-3's FP8 offset: P~ <= 2^8
 DESC_UNIT, P_LIFT = 16, 8.0
@@ -143,24 +143,11 @@ class _Parts:
         self.SADDR = ins["shared_address"]
 
         def kmajor_loader(ROWS, CHN, THREADS):
-            LOADS = -(-(ROWS * CHN) // THREADS)
+            copy = kmajor_copier(ROWS, CHN, THREADS, CPR)
 
             @_inl
             def load(saddr, gaddr, row_bytes, nvalid, tid):
-                # ROWS rows of CHN 16-byte chunks from global byte address gaddr (row r at
-                # gaddr + r row_bytes; rows past nvalid as zeros) into K-major core
-                # matrices at shared byte address saddr
-                for it in range(LOADS):
-                    e = tid + THREADS * it
-                    if THREADS * (it + 1) <= ROWS * CHN or e < ROWS * CHN:
-                        ri = e % 8
-                        cc = (e // 8) % CHN
-                        rg = e // (8 * CHN)
-                        r = rg * 8 + ri
-                        ok = r < nvalid
-                        CPR(saddr + U(((rg * CHN + cc) * 8 + ri) * 16),
-                            gaddr + U(r if ok else 0) * U(row_bytes) + U(cc * 16),
-                            16 if ok else 0)
+                copy(saddr, gaddr, row_bytes, nvalid, tid, 0)
             return load
 
         @_inl

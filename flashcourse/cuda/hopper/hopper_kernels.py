@@ -137,23 +137,11 @@ class _Parts:
         ROW_BYTES = 4 * DW
 
         def kmajor_loader(ROWS, THREADS):
-            LOADS = -(-(ROWS * CH) // THREADS)
+            copy = kmajor_copier(ROWS, CH, THREADS, CPR)
 
             @_inl
             def load(saddr, gaddr, nvalid, tid, rbase):
-                # rows rbase .. rbase + ROWS - 1 from global byte address gaddr (its row 0;
-                # rows past nvalid as zeros, read from row 0) into K-major core matrices at
-                # shared byte address saddr: 8 threads fill one; THREADS threads take part
-                for it in range(LOADS):
-                    e = tid + THREADS * it
-                    if THREADS * (it + 1) <= ROWS * CH or e < ROWS * CH:
-                        ri = e % 8
-                        cc = (e // 8) % CH
-                        rg = e // (8 * CH)
-                        r = rbase + rg * 8 + ri
-                        ok = r < nvalid
-                        CPR(saddr + U(((rg * CH + cc) * 8 + ri) * 16),
-                            gaddr + U((r if ok else 0) * ROW_BYTES + cc * 16), 16 if ok else 0)
+                copy(saddr, gaddr, ROW_BYTES, nvalid, tid, rbase)
             return load
 
         def v_loader(THREADS):
@@ -287,6 +275,29 @@ class _Parts:
         self.scores_to_p, self.rescale_and_pack, self.epilogue = (scores_to_p,
                                                                   rescale_and_pack, epilogue)
         self.epilogue_part = epilogue_part
+
+
+def kmajor_copier(ROWS, CHN, THREADS, CPR):
+    """copy(saddr, gaddr, row_bytes, nvalid, tid, rbase): rows rbase .. rbase + ROWS - 1 of
+    CHN 16-byte chunks from global byte address gaddr (row r at gaddr + r row_bytes; rows
+    past nvalid as zeros, read from row 0) into K-major core matrices at shared byte address
+    saddr, by 16-byte `cp.async` (CPR): 8 threads fill one core matrix; THREADS threads take
+    part. The loader of Q and K in both Hopper kernels, and of V^T in the FP8 one."""
+    LOADS = -(-(ROWS * CHN) // THREADS)
+
+    @_inl
+    def copy(saddr, gaddr, row_bytes, nvalid, tid, rbase):
+        for it in range(LOADS):
+            e = tid + THREADS * it
+            if THREADS * (it + 1) <= ROWS * CHN or e < ROWS * CHN:
+                ri = e % 8
+                cc = (e // 8) % CHN
+                rg = e // (8 * CHN)
+                r = rbase + rg * 8 + ri
+                ok = r < nvalid
+                CPR(saddr + U(((rg * CHN + cc) * 8 + ri) * 16),
+                    gaddr + U((r if ok else 0) * row_bytes + cc * 16), 16 if ok else 0)
+    return copy
 
 
 def wgmma_products(P):
