@@ -13,11 +13,15 @@
             |kernel - model| is at most 5% of max |o| (a P~ that rounds the other way moves o by
             one e4m3 step of its weight), and lse is within 0.02 of the float64
             lse of the dequantized Q and K (the rows with no visible key: -inf in both).
+            The device quantization (`fp8.forward_device_float` on float16 device arrays,
+            block scales, with and without Hadamard) against the host's on the same values.
             Then the outlier test at 4 heads x 4096 x 128: RMSE of each scheme on the GPU and
             in numpy, and issue 53's bar (block + Hadamard <= 0.5 x per tensor, <= 1.1e-2).
 --bench     B x H = 32, N in {4096, 8192, 16384}, d = 128 (and 64), causal off and on: the
             FP8 public call with device arrays (`fp8.forward_device`: V's transpose and the
-            kernel), the kernel alone (V already transposed), the course's fp16 `hopper`
+            kernel), the same from float16 device arrays (`fp8.forward_device_float`: Q, K
+            and V quantized on the device, one scale per head, first), the kernel alone in
+            each version (V already transposed), the course's fp16 `hopper`
             forward (public call), PyTorch SDPA flash and cuDNN in fp16, all in the same
             run; medians of CUDA-event timings, every kernel in turn per round; TFLOP/s =
             4 N^2 d per head (half when causal); the ratios FP8 / hopper fp16 and FP8 /
@@ -88,6 +92,34 @@ def check_case(rng, heads, tq, tk, d, causal, scheme, had, **tiles):
     return row
 
 
+def check_device_path(rng, bh, tq, tk, d, causal, scheme, had):
+    """fp8.forward_device_float (quantize_device, transpose, kernel) on float16 device arrays
+    against fp8.forward on the host's quantization of the same float16 values."""
+    q, k, v = (x.astype(np.float16) for x in fa.outlier_qkv(rng, (bh, tq, d), (bh, tk, d)))
+    o_dev, lse_dev = fp8.forward_device_float(*(cuda.to_device(x) for x in (q, k, v)),
+                                              causal=causal, scheme=scheme, block=128,
+                                              hadamard=had)
+    o_dev = o_dev.copy_to_host()[..., :d].astype(np.float64)
+    o_host, lse_host = fp8.forward(*fp8.quantize(q, k, v, scheme=scheme, block=128,
+                                                 hadamard=had), causal=causal)
+    ref, ref_lse = reference.attention(q.astype(np.float64), k.astype(np.float64),
+                                       v.astype(np.float64), causal=causal)
+    r_dev, r_host = fa.rmse(o_dev, ref), fa.rmse(o_host, ref)
+    dmax = float(np.abs(o_dev - o_host).max() / max(np.abs(o_host).max(), 1e-30))
+    vis = np.isfinite(ref_lse)
+    lse_dev = lse_dev.copy_to_host()
+    lse_err = float(np.abs(lse_dev[vis] - lse_host[vis]).max()) if vis.any() else 0.0
+    ok = (np.isfinite(o_dev).all() and abs(r_dev - r_host) <= TOL_RMSE * r_host
+          and dmax <= TOL_MAX and lse_err <= TOL_LSE)
+    log(f"check {'ok  ' if ok else 'FAIL'} device quantization H={bh} Tq={tq} Tk={tk} d={d} "
+        f"causal={causal} {scheme}{' +H' if had else ''}: rmse device {r_dev:.3e} host "
+        f"{r_host:.3e}, max|dev-host|/max|o| {dmax:.2e}, lse {lse_err:.2e}")
+    return {"path": "device quantization", "heads": bh, "tq": tq, "tk": tk, "d": d,
+            "causal": causal, "scheme": scheme, "hadamard": had, "rmse_device": r_dev,
+            "rmse_host": r_host, "max_diff_vs_host": dmax, "lse_max_diff": lse_err,
+            "ok": bool(ok)}
+
+
 def check(doc, variants: bool) -> bool:
     rng = np.random.default_rng(0)
     rows = []
@@ -97,6 +129,11 @@ def check(doc, variants: bool) -> bool:
         except Exception as exc:                       # noqa: BLE001 (recorded, fails)
             log(f"check FAIL {case}: {type(exc).__name__}: {str(exc)[:400]}")
             rows.append({"case": list(case), "ok": False, "error": str(exc)[:400]})
+    # quantized on the device from float16 device arrays, against the host's quantization
+    for bh, tq, tk, d, causal, scheme, had in ((2, 300, 500, 128, True, "block", True),
+                                                (2, 257, 129, 64, False, "head", False),
+                                                (1, 200, 400, 96, True, "block", True)):
+        rows.append(check_device_path(rng, bh, tq, tk, d, causal, scheme, had))
     if variants:
         for p in fp8.PIPELINES:
             for wg in (1, 2, 3):
@@ -161,6 +198,7 @@ def bench(doc, ns, ds):
                 t16 = [torch.randn((1, BH, n, d), device="cuda", dtype=torch.float16)
                        for _ in range(3)]
                 q16, k16, v16 = (as_numba(t) for t in t16)
+                t16_3 = [as_numba_plain(t[0]) for t in t16]          # (BH, n, d)
                 cfg = fp8.plan(d)
                 kp = -(-n // cfg.block_k) * cfg.block_k
                 vt = cuda.device_array(BH * d * kp // 4, np.uint32)
@@ -173,6 +211,8 @@ def bench(doc, ns, ds):
                 fns = {
                     "fp8_public": (partial(fp8.forward_device, qc, kc, vc, qs, ks, vs,
                                            scale=d ** -0.5, causal=causal), "numba"),
+                    "fp8_from_fp16": (partial(fp8.forward_device_float, *t16_3,
+                                              causal=causal, scheme="head"), "numba"),
                     "fp8_transpose_and_kernel": (partial(fp8.run, *words, vt, qs, ks, vs,
                                                          **common), "numba"),
                     **{f"fp8_kernel_{p}_wg{wg}": (partial(
@@ -195,6 +235,8 @@ def bench(doc, ns, ds):
                     row[f"{name}_tflops"] = fl / row[f"{name}_ms"] / 1e9
                 row["fp8_vs_hopper_fp16"] = row["hopper_fp16_ms"] / row["fp8_public_ms"]
                 row["fp8_vs_cudnn_fp16"] = row["cudnn_fp16_ms"] / row["fp8_public_ms"]
+                row["fp8_from_fp16_vs_hopper_fp16"] = (row["hopper_fp16_ms"]
+                                                       / row["fp8_from_fp16_ms"])
                 doc["bench"].append(row)
                 log(f"bench d={d} causal={causal!s:5} N={n:5d}: fp8 public "
                     f"{row['fp8_public_tflops']:6.1f} kernels " + " ".join(

@@ -138,3 +138,51 @@ def test_public_forward_routes_fp8_and_names_bad_options():
         fc.forward(q, k, v, kernel="hopper", precision="fp8", warps=4)
     with pytest.raises(RuntimeError, match="simulator"):
         fc.forward(q, k, v, kernel="hopper", precision="fp8", hadamard=True)
+
+
+@pytest.mark.parametrize("scheme,block,had,d,dtype,t", [
+    ("block", 64, False, 80, np.float32, 70), ("head", None, True, 64, np.float16, 20),
+    ("block", 8, True, 100, np.float32, 20), ("block", 128, True, 32, np.float32, 30)])
+def test_device_quantizer_matches_the_numpy_scales_and_codes(scheme, block, had, d, dtype, t):
+    """fp8.quantize_device on the simulator against fp8.scaling (after hadamard.rotate on
+    the zero-padded rows): the same scales up to float32 rounding, the same codes except
+    where the rotation's float32 sums put a value on the other side of a rounding
+    boundary (then one code apart)."""
+    from numba import cuda
+    from flashcourse.fp8 import codes as fcodes, hadamard as fh, scaling
+    rng = np.random.default_rng(d)
+    bh = 2
+    x = (rng.standard_normal((bh, t, d)) * 3).astype(dtype)
+    x[0, 5, 3] = 40.0                                       # an outlier
+    signs = np.where(rng.random(1 << (d - 1).bit_length() if had else 1) < 0.5, -1.0, 1.0)
+    dq = fp8.quantize_device(cuda.to_device(x), scheme=scheme, block=block or 128,
+                             hadamard=had, signs=signs if had else None)
+    ref_in = fh.rotate(fh.pad_to_power_of_two(x.astype(np.float32)), signs) if had else x
+    ref = scaling.quantize(ref_in, scheme, block=block or 128)
+    got_scale = dq.scale.copy_to_host()
+    np.testing.assert_allclose(got_scale, ref.scale, rtol=1e-6)
+    got_all = dq.codes.copy_to_host()
+    got = got_all[..., :ref.codes.shape[-1]]
+    assert dq.tokens == ref.tokens and dq.d == d
+    vals = fcodes.decode(got), fcodes.decode(ref.codes)
+    diff = got != ref.codes
+    assert diff.mean() < 1e-3
+    step = np.abs(vals[1][diff]) / 8 + 2.0 ** -9             # one e4m3 step, at most
+    assert (np.abs(vals[0][diff] - vals[1][diff]) <= step + 1e-12).all()
+    if not had:
+        assert got_all.shape[-1] == 96 and (got_all[..., d:] == 0).all()
+
+
+def test_device_quantizer_names_bad_input():
+    from numba import cuda
+    x = cuda.to_device(np.zeros((1, 8, 64), np.float32))
+    with pytest.raises(TypeError, match="device array"):
+        fp8.quantize_device(np.zeros((1, 8, 64), np.float32))
+    with pytest.raises(ValueError, match="per tensor"):
+        fp8.quantize_device(x, scheme="tensor")
+    with pytest.raises(ValueError, match="signs"):
+        fp8.quantize_device(x, hadamard=True, signs=np.ones(3))
+    with pytest.raises(ValueError, match="head dim"):
+        fp8.quantize_device(cuda.to_device(np.zeros((1, 8, 160), np.float32)))
+    dq = fp8.quantize_device(x)
+    assert (dq.scale.copy_to_host() == 1).all() and (dq.codes.copy_to_host() == 0).all()

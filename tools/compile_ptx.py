@@ -516,11 +516,39 @@ def fp8_cases() -> list:
                                  f"causal={causal}", _fp8_forward_case(d, scheme, causal),
                           quick=Q90 if (d, causal) == (128, False) else (),
                           targets=("sm_90",)))
+        cases.append(Case("fp8", f"hopper forward from fp16 device arrays d={d} "
+                                 f"hadamard={causal}", _fp8_device_float_case(d, causal, causal),
+                          targets=("sm_90",)))
+        cases.append(Case("fp8", f"hopper quantize on the device d={d} scheme={scheme} "
+                                 f"hadamard={causal}",
+                          _fp8_quantize_case(d, "float16" if causal else "float32", causal,
+                                             "block" if scheme == "block" else "head"),
+                          quick=Q90 if (d, causal) == (128, True) else ()))
         cases.append(Case("fp8", f"hopper forward overlap (wgmma e4m3) d={d} scheme={scheme} "
                                  f"causal={causal} wg=2",
                           _fp8_forward_case(d, scheme, causal, pipeline="overlap",
                                             warpgroups=2), targets=("sm_90",)))
     return cases
+
+
+def _fp8_quantize_case(d, dtype, hadamard, scheme="block"):
+    def call(target):
+        from numba import cuda
+        from flashcourse.cuda.hopper import fp8
+        x = cuda.to_device(_rng().standard_normal((2, 100, d)).astype(dtype))
+        fp8.quantize_device(x, scheme=scheme, block=64, hadamard=hadamard)
+    return call
+
+
+def _fp8_device_float_case(d, hadamard, causal):
+    def call(target):
+        from numba import cuda
+        from flashcourse import cuda as fc
+        q, k, v = (cuda.to_device(_rng().standard_normal((2, t, d)).astype("float16"))
+                   for t in (150, 300, 300))
+        fc.forward(q, k, v, kernel="hopper", precision="fp8", hadamard=hadamard,
+                   causal=causal)
+    return call
 
 
 def _fp8_forward_case(d, scheme, causal, tq=200, tk=300, **tiles):

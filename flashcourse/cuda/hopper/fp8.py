@@ -29,7 +29,7 @@ import numpy as np
 from ...constants import LOG2E
 from ...geometry import ceil_div
 from ..common._launch import check_registers, flat, launch
-from .fp8_kernels import TRANSPOSE_THREADS
+from .fp8_kernels import QUANT_THREADS, TRANSPOSE_THREADS
 from .fp8_layouts import K_STEP
 from .host import check_capability
 
@@ -130,6 +130,71 @@ def quantize(q, k, v, scheme: str = "block", block: int = 128, hadamard: bool = 
     return tuple(quantize_one(x, scheme, block=block) for x in (q, k, v))
 
 
+@dataclass(frozen=True)
+class DeviceQuantized:
+    """A tensor in FP8 on the device (`quantize_device`): codes (BH, T, D) uint8, scale
+    (BH, n) float32, each scale covering `tokens` rows; d: the columns the input had."""
+
+    codes: object
+    scale: object
+    tokens: int
+    d: int
+
+
+@lru_cache(maxsize=None)
+def quantizer(D: int, hadamard: bool):
+    from .fp8_kernels import make_quantize
+    return make_quantize(D, hadamard)
+
+
+def quantize_device(x, *, scheme: str = "block", block: int = 128, hadamard: bool = False,
+                    signs=None, width: int | None = None) -> DeviceQuantized:
+    """x (BH, T, d) float16 or float32 device array -> `DeviceQuantized` e4m3 codes and
+    scales, computed on the device (`fp8_kernels.make_quantize`): `quantize`'s rule with
+    scheme "head" (one scale per row of BH) or "block" (one per `block` rows); with
+    `hadamard`, the rows rotated first by diag(signs) H / sqrt(D) (D = d padded to a power
+    of two, 32 to 128; signs: None or D values of +-1); width: D, the codes' columns (zeros
+    past the input's, default d rounded up to a multiple of 32). The per-tensor scheme
+    needs the whole tensor's amax first: quantize on the host (`quantize`) for it."""
+    from numba import cuda
+    from ..._checks import check_block, check_bool
+    from ..common._launch import is_device_array
+    if not is_device_array(x) or len(x.shape) != 3 or np.dtype(x.dtype) not in (
+            np.float16, np.float32):
+        raise TypeError(f"x must be a (BH, T, d) float16 or float32 device array, got "
+                        f"{type(x).__name__} {getattr(x, 'dtype', '')} "
+                        f"{tuple(getattr(x, 'shape', ()))}")
+    if scheme not in ("head", "block"):
+        raise ValueError(f"scheme must be 'head' or 'block' on the device, got {scheme!r} "
+                         f"(per tensor: quantize on the host with fp8.quantize)")
+    hadamard = check_bool(hadamard, "hadamard")
+    bh, t, d = (int(n) for n in x.shape)
+    if hadamard:
+        D = max(32, 1 << (d - 1).bit_length())
+    else:
+        D = ceil_div(d, D_STEP) * D_STEP
+    if width is not None:
+        if hadamard or int(width) < D or int(width) % D_STEP:
+            raise ValueError(f"width must be a multiple of {D_STEP} of at least {D} (and "
+                             f"is not taken with hadamard), got {width}")
+        D = int(width)
+    if D > MAX_HEAD_DIM:
+        raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the FP8 kernel, "
+                         f"got d={d}")
+    tokens = t if scheme == "head" else check_block(block, "block")
+    sg = np.ones(D, np.float32)
+    if signs is not None:
+        sg = np.asarray(signs, np.float32)
+        if not hadamard or sg.shape != (D,) or not np.isin(sg, (-1.0, 1.0)).all():
+            raise ValueError(f"signs must be None, or (with hadamard=True) {D} values of +-1")
+    n = ceil_div(t, tokens)
+    codes = cuda.device_array((bh, t, D), np.uint8)
+    scale = cuda.device_array((bh, n), np.float32)
+    launch(quantizer(D, hadamard), None, (n, bh), QUANT_THREADS, 0,
+           (x, cuda.to_device(sg), codes, scale, np.int32(t), np.int32(d), np.int32(tokens)))
+    return DeviceQuantized(codes, scale, tokens, d)
+
+
 def check_blocks(q8, k8, v8, block_k: int) -> tuple[int, int]:
     """(qblk, kblk): the tokens each scale covers, checked against what the kernel can
     apply (ValueError naming the argument otherwise)."""
@@ -199,6 +264,26 @@ FLOAT_OPTIONS = ("precision", "scheme", "block", "hadamard", "warpgroups", "bloc
                  "pipeline")
 
 
+def forward_device_float(q, k, v, *, causal: bool = False, scale: float | None = None,
+                         scheme: str = "block", block: int = 128, hadamard: bool = False,
+                         signs=None, warpgroups: int = 3, block_k: int = 128,
+                         pipeline: str = "serial"):
+    """(o, lse) as device arrays from float16/float32 device arrays q (BH, Tq, d), k, v
+    (BH, Tk, d): Q, K, V quantized on the device (`quantize_device`), V transposed, the
+    FP8 kernel. o float16 (BH, Tq, D): its first d columns are the output (D = d rounded
+    up to a multiple of 32, or to a power of two with hadamard; the rest are zeros)."""
+    qd = quantize_device(q, scheme=scheme, block=block, hadamard=hadamard, signs=signs)
+    kd = quantize_device(k, scheme=scheme, block=block, hadamard=hadamard, signs=signs)
+    D = int(qd.codes.shape[2])
+    vd = quantize_device(v, scheme=scheme, block=block, width=D)
+    blocks = (None, None) if scheme == "head" else (qd.tokens, kd.tokens)
+    d = qd.d
+    return forward_device(qd.codes, kd.codes, vd.codes, qd.scale, kd.scale, vd.scale,
+                          q_block=blocks[0], kv_block=blocks[1],
+                          scale=d ** -0.5 if scale is None else scale, causal=causal,
+                          warpgroups=warpgroups, block_k=block_k, pipeline=pipeline)
+
+
 def forward_float(q, k, v, *, causal: bool = False, scale: float | None = None,
                   scheme: str = "block", block: int = 128, hadamard: bool = False,
                   warpgroups: int = 3, block_k: int = 128, pipeline: str = "serial",
@@ -206,17 +291,24 @@ def forward_float(q, k, v, *, causal: bool = False, scale: float | None = None,
     """`flashcourse.cuda.forward(q, k, v, kernel="hopper", precision="fp8", ...)`: float
     numpy q (..., Tq, d), k, v (..., Tk, d) quantized on the host (`quantize`: scheme,
     block, hadamard), the FP8 kernel on the GPU; o in q's float dtype (float32 for
-    float16), lse float32. Device arrays: `forward_device` (codes and scales)."""
+    float16), lse float32. float16/float32 device arrays (BH, T, d): quantized on the
+    device, results left there (`forward_device_float`). Codes and scales of your own:
+    `forward_device`."""
     from ..._checks import check_bool
+    from ..common._launch import is_device_array
     if precision != "fp8":
         raise ValueError(f"precision must be 'fp8' here, got {precision!r}")
+    causal = check_bool(causal, "causal")
+    on_device = [is_device_array(x) for x in (q, k, v)]
+    if all(on_device):
+        return forward_device_float(q, k, v, causal=causal, scale=scale, scheme=scheme,
+                                    block=block, hadamard=hadamard, warpgroups=warpgroups,
+                                    block_k=block_k, pipeline=pipeline)
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, np.ndarray):
             raise TypeError(f"{name}: precision='fp8' takes numpy float arrays (quantized on "
-                            f"the host); for device arrays of e4m3 codes call "
-                            f"flashcourse.cuda.hopper.fp8.forward_device, got "
-                            f"{type(x).__name__}")
-    causal = check_bool(causal, "causal")
+                            f"the host) or float16/float32 device arrays for all three "
+                            f"(quantized on the device), got {type(x).__name__}")
     q8, k8, v8 = quantize(q, k, v, scheme=scheme, block=block,
                           hadamard=check_bool(hadamard, "hadamard"))
     o, lse = forward(q8, k8, v8, scale=scale, causal=causal, warpgroups=warpgroups,
@@ -247,6 +339,12 @@ def forward_device(q, k, v, q_scale, k_scale, v_scale, *, q_block: int | None = 
     cfg = plan(D, warpgroups, block_k, pipeline)
     if cfg.head_dim != D:
         raise ValueError(f"D (q's last axis) must be a multiple of {D_STEP}, got {D}")
+    if q_block is not None and (int(q_block) < 1 or int(q_block) % Q_ROWS):
+        raise ValueError(f"q_block must be None or a multiple of {Q_ROWS} (a warpgroup's rows "
+                         f"share one scale), got {q_block}")
+    if kv_block is not None and (int(kv_block) < 1 or int(kv_block) % cfg.block_k):
+        raise ValueError(f"kv_block must be None or a multiple of block_k = {cfg.block_k} "
+                         f"(a key tile shares one scale), got {kv_block}")
     qblk = 1 << 30 if q_block is None else int(q_block)
     kblk = 1 << 30 if kv_block is None else int(kv_block)
     kp = ceil_div(tk, cfg.block_k) * cfg.block_k

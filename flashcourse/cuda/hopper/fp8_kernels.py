@@ -425,3 +425,125 @@ def _overlap(P):
         epilogue(acc, m, lp, sv, o, lse, h, row0, t, tq)
 
     return hopper_fp8_forward
+
+
+# --------------------------------------------------------------------------------------
+# Quantizing on the device: the optional Hadamard rotation, one scale per block, e4m3 codes
+# --------------------------------------------------------------------------------------
+
+#: the quantizer's threads per block (8 warps: each rotates and encodes whole rows)
+QUANT_THREADS = 256
+
+
+def make_quantize(D: int, hadamard: bool):
+    """Kernel (x, signs, codes, scale, t, d, tokens): x (BH, T, d) float16 or float32 ->
+    codes (BH, T, D) uint8 e4m3 and scale (BH, ceil(T / tokens)) float32, one block of
+    `tokens` rows per CUDA block (grid (n_blocks, BH)), `fp8.scaling.quantize`'s rule:
+    scale = amax / 448 (1 for an all-zero block), code = round(x / scale) with saturation.
+    With `hadamard`, each row is first multiplied by diag(signs) H_D / sqrt(D) (D a power of
+    two from 32 to 128, d <= D padded with zeros: `fp8.hadamard.rotate` after
+    `pad_to_power_of_two`), by a fast Walsh-Hadamard transform in registers: lane l holds
+    columns V l .. V l + V - 1 (V = D / 32), the butterflies of the column bits inside a lane
+    are register pairs and the other five are `shfl_xor` with lane l ^ 2^b. Rows are
+    rotated twice (once for the block's amax, once to encode) instead of kept in shared
+    memory. The simulator and GPUs before sm_89 run it too (the integer encoder there, the
+    conversion instruction from sm_89: the same codes; `ptx.fp8` checks the two agree)."""
+    from ...gpu import using_simulator
+    from ..ptx.fp8 import encode_e4m3, hardware_decode
+    if D % 32 or not 32 <= D <= 128 or (hadamard and D & (D - 1)):
+        raise ValueError(f"D must be 32, 64, 96 or 128 (a power of two with hadamard), got {D}")
+    V = D // 32
+    NW = QUANT_THREADS // 32
+    INV = float32(1.0 / math.sqrt(D))
+    MAXF = float32(448.0)
+    SIM = using_simulator()
+    HW = not SIM and hardware_decode()       # the conversion instruction: sm_89 and newer
+    PACK8 = encode_word_hw() if HW else None
+    HAD = bool(hadamard)
+
+    def _encode(x):
+        return encode_e4m3(x)
+
+    def _encode_hw(x):
+        return PACK8(x, F0, F0, F0) & uint32(0xFF)
+
+    encode = cuda.jit(device=True)(_encode_hw if HW else _encode)
+
+    def _xor_shared(x, m, scratch, tid):
+        # the simulator has no shuffles: through shared memory (every thread calls it)
+        cuda.syncthreads()
+        scratch[tid] = x
+        cuda.syncthreads()
+        return scratch[tid ^ m]
+
+    def _xor_warp(x, m, scratch, tid):
+        return cuda.shfl_xor_sync(FULL_MASK, x, m)
+
+    xor = cuda.jit(device=True)(_xor_shared if SIM else _xor_warp)
+
+    @cuda.jit(device=True)
+    def row_values(x, signs, h, r, ok, d, lane, v, scratch, tid):
+        # v[0:V] = this lane's columns of row r (rotated when HAD; zeros when not ok)
+        for j in range(V):
+            c = V * lane + j
+            v[j] = float32(x[h, r, c]) if ok and c < d else F0
+            if HAD:
+                v[j] *= signs[c]
+        if HAD:
+            b = 1
+            while b < V:                       # column bits inside the lane
+                for j in range(V):
+                    if j & b == 0:
+                        a0 = v[j]
+                        a1 = v[j | b]
+                        v[j] = a0 + a1
+                        v[j | b] = a0 - a1
+                b *= 2
+            m = 1
+            while m < 32:                      # the other five: across lanes
+                for j in range(V):
+                    o = xor(v[j], m, scratch, tid)
+                    v[j] = v[j] + o if lane & m == 0 else o - v[j]
+                m *= 2
+            for j in range(V):
+                v[j] *= INV
+
+    def quantize(x, signs, codes, scale, t, d, tokens):
+        red = cuda.shared.array(NW, float32)
+        scratch = cuda.shared.array(QUANT_THREADS, float32)
+        tid = cuda.threadIdx.x
+        lane = tid % 32
+        w = tid // 32
+        h = cuda.blockIdx.y
+        r0 = cuda.blockIdx.x * tokens
+        r1 = min(r0 + tokens, t)
+        v = cuda.local.array(V, float32)
+        amax = F0
+        for rb in range(r0, r1, NW):           # every warp the same count (the exchanges)
+            r = rb + w
+            row_values(x, signs, h, r, r < r1, d, lane, v, scratch, tid)
+            for j in range(V):
+                amax = max(amax, abs(v[j]))
+        m = 16
+        while m > 0:
+            amax = max(amax, xor(amax, m, scratch, tid))
+            m //= 2
+        if lane == 0:
+            red[w] = amax
+        cuda.syncthreads()
+        amax = red[0]
+        for i in range(1, NW):
+            amax = max(amax, red[i])
+        s = amax / MAXF if amax > F0 else float32(1.0)
+        if tid == 0:
+            scale[h, cuda.blockIdx.x] = s
+        for rb in range(r0, r1, NW):
+            r = rb + w
+            row_values(x, signs, h, r, r < r1, d, lane, v, scratch, tid)
+            if r < r1:
+                for j in range(V):
+                    codes[h, r, V * lane + j] = encode(v[j] / s)
+
+    quantize.__name__ = quantize.__qualname__ = (f"fp8_quantize_d{D}"
+                                                 + ("_hadamard" if HAD else ""))
+    return cuda.jit(quantize)
