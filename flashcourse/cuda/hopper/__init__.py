@@ -4,4 +4,8 @@
     hopper_kernels.py the wgmma kernels (instructions in `ptx/wgmma.py`)
     wgmma_layouts.py  shared-memory matrix descriptors and swizzled layouts, in numpy
     tail_split.py     the last wave of a launch split along the keys, and its combine kernel
+    fp8.py            the FP8 (e4m3) forward's host side (`forward(kernel="hopper",
+                      precision="fp8")`): quantizing on the host or the device, the launches
+    fp8_kernels.py    its kernels: V's transpose, the device quantizer, the attention kernel
+    fp8_layouts.py    where the FP8 kernel keeps P and V (the key order), in numpy
 """
