@@ -289,11 +289,13 @@ def main(argv=None):
     finally:
         doc["log"] = LOG
         stem = "gpu_fp8_forward"
-        if args.record and ok:
+        if args.record:
             gpu = (doc["environment"].get("gpu") or "gpu").lower()
             stem = ("h100" if "h100" in gpu else "h200" if "h200" in gpu else "gpu") + \
                 "_fp8_forward"
         results.write_json(out, f"{stem}.json", doc)
+        results.write_output(out, f"{stem}_log.txt", "\n".join(LOG) + "\n")
+    results.finish(args, out, ok)
     return 0 if ok else 1
 
 
