@@ -73,8 +73,8 @@ def check_case(rng, heads, tq, tk, d, causal, scheme, had, **tiles):
                                        v.astype(np.float64), causal=causal)
     # lse of the dequantized Q, K in float64: what the kernel's lse must equal (P's
     # rounding does not enter it; only the tensor cores' sums and fp32 do)
-    _, dq_lse = reference.attention(q8.dequantize().astype(np.float64),
-                                    k8.dequantize().astype(np.float64), v.astype(np.float64),
+    kdq = k8.dequantize().astype(np.float64)           # (its columns padded with Hadamard)
+    _, dq_lse = reference.attention(q8.dequantize().astype(np.float64), kdq, kdq,
                                     causal=causal, scale=d ** -0.5)
     o = o.astype(np.float64)
     vis = np.isfinite(ref_lse)
