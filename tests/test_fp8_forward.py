@@ -186,3 +186,24 @@ def test_device_quantizer_names_bad_input():
         fp8.quantize_device(cuda.to_device(np.zeros((1, 8, 160), np.float32)))
     dq = fp8.quantize_device(x)
     assert (dq.scale.copy_to_host() == 1).all() and (dq.codes.copy_to_host() == 0).all()
+
+
+def test_forward_device_names_bad_scales_and_scale(monkeypatch):
+    """forward_device's checks, on the simulator (the capability check stubbed: they come
+    before any launch)."""
+    from numba import cuda
+    monkeypatch.setattr(fp8, "check_capability", lambda: None)
+    codes = [cuda.to_device(np.zeros((2, 100, 64), np.uint8)) for _ in range(3)]
+    one = cuda.to_device(np.ones((2, 1), np.float32))
+    with pytest.raises(ValueError, match="scale must be finite and > 0"):
+        fp8.forward_device(*codes, one, one, one, scale=-0.1)
+    ones64 = cuda.to_device(np.ones((2, 1), np.float64))
+    with pytest.raises(ValueError, match="k_scale must be a float32 device array of shape"):
+        fp8.forward_device(*codes, one, ones64, one, scale=0.1)
+    with pytest.raises(ValueError, match="q_scale must be a float32 device array of shape"):
+        fp8.forward_device(*codes, one, one, one, q_block=64, scale=0.1)
+    with pytest.raises(ValueError, match="kv_block must be None or a multiple"):
+        fp8.forward_device(*codes, one, one, one, kv_block=64, scale=0.1)
+    with pytest.raises(TypeError, match="uint8 device array"):
+        fp8.forward_device(cuda.to_device(np.zeros((2, 100, 64), np.float16)), *codes[1:],
+                           one, one, one, scale=0.1)

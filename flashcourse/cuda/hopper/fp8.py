@@ -3,14 +3,17 @@
     from flashcourse.cuda.hopper import fp8
     q8, k8, v8 = fp8.quantize(q, k, v, scheme="block", block=128, hadamard=True)  # numpy
     o, lse = fp8.forward(q8, k8, v8, causal=True)      # o float16 (..., Tq, d), lse float32
-    python benchmarks/gpu_fp8.py --parts forward --check --bench   # on an H100/H200
+    o, lse = flashcourse.cuda.forward(q16, k16, v16, kernel="hopper", precision="fp8")
+    python benchmarks/gpu_fp8_forward.py --check --bench           # on an H100/H200
 
 `quantize` turns float Q, K, V into `fp8.scaling.Quantized` codes and scales (optionally
 after FlashAttention-3's Hadamard rotation of Q and K, `flashcourse.fp8.hadamard`);
 `forward` runs the kernel (`fp8_kernels.py`) on them: V transposed once on the device
 (`fp8_kernels.make_transpose`), then the attention kernel. Its numpy twin, step for step,
 is `flashcourse.fp8.attention.fp8_attention(..., key_block=128)`, which the GPU check
-compares it with (benchmarks/gpu_fp8.py).
+compares it with (benchmarks/gpu_fp8_forward.py). `quantize_device` and
+`forward_device_float` do the quantization on the device, from float16/float32 device
+arrays; `forward_device` takes codes and scales already there.
 
 What it takes: codes of shape (..., T, d) (uint8, leading axes such as batch and heads
 flattened), d at most 128 (padded with zero codes to a multiple of 32), one scale per
@@ -21,6 +24,7 @@ name otherwise). Compute capability 9.0 only, as every wgmma kernel (`check_capa
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -331,11 +335,15 @@ def forward_device(q, k, v, q_scale, k_scale, v_scale, *, q_block: int | None = 
         if np.dtype(x.dtype) != np.uint8 or len(x.shape) != 3:
             raise TypeError(f"{name} must be a (BH, T, D) uint8 device array of e4m3 codes, "
                             f"got {x.dtype} {tuple(x.shape)}")
-    bh, tq, D = q.shape
-    tk = k.shape[1]
-    if k.shape != (bh, tk, D) or v.shape != k.shape:
+    bh, tq, D = (int(n) for n in q.shape)
+    tk = int(k.shape[1])
+    if tuple(k.shape) != (bh, tk, D) or tuple(v.shape) != tuple(k.shape):
         raise ValueError(f"k and v must be (BH, Tk, D) = ({bh}, Tk, {D}) like q, got "
                          f"{tuple(k.shape)} and {tuple(v.shape)}")
+    scale = float(scale)
+    if not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be finite and > 0 for the FP8 kernel (its row maxima "
+                         f"are taken before the scale), got {scale}")
     cfg = plan(D, warpgroups, block_k, pipeline)
     if cfg.head_dim != D:
         raise ValueError(f"D (q's last axis) must be a multiple of {D_STEP}, got {D}")
@@ -347,14 +355,36 @@ def forward_device(q, k, v, q_scale, k_scale, v_scale, *, q_block: int | None = 
                          f"(a key tile shares one scale), got {kv_block}")
     qblk = 1 << 30 if q_block is None else int(q_block)
     kblk = 1 << 30 if kv_block is None else int(kv_block)
+    for name, x, t, blk in (("q_scale", q_scale, tq, qblk), ("k_scale", k_scale, tk, kblk),
+                            ("v_scale", v_scale, tk, kblk)):
+        need = (bh, ceil_div(t, blk))
+        if np.dtype(x.dtype) != np.float32 or len(x.shape) != 2 or \
+                int(x.shape[0]) != bh or int(x.shape[1]) < need[1]:
+            raise ValueError(f"{name} must be a float32 device array of shape {need} (one "
+                             f"scale per {'head' if blk == 1 << 30 else f'{blk} rows'}), got "
+                             f"{x.dtype} {tuple(x.shape)}")
     kp = ceil_div(tk, cfg.block_k) * cfg.block_k
-    vt = cuda.device_array(bh * D * kp // 4, np.uint32)
+    vt = _workspace(bh * D * kp // 4)
     o = cuda.device_array((bh, tq, D // 2), np.uint32)
     lse = cuda.device_array((bh, tq), np.float32)
     run(flat(q).view(np.uint32), flat(k).view(np.uint32), flat(v).view(np.uint32), vt,
         q_scale, k_scale, v_scale, cfg=cfg, bh=bh, tq=tq, tk=tk, kp=kp, scale=scale,
         causal=causal, qblk=qblk, kblk=kblk, out=(o, lse))
     return o.view(np.float16), lse
+
+
+_WORKSPACE = threading.local()
+
+
+def _workspace(words: int):
+    """V^T's workspace (uint32 words), allocated once per size and host thread and reused:
+    a thread's launches go to one stream in order, so a call's transpose cannot overwrite
+    V^T before the previous call's kernel has read it; another thread has its own."""
+    from numba import cuda
+    held = getattr(_WORKSPACE, "array", None)
+    if held is None or int(held.size) != words:
+        _WORKSPACE.array = held = cuda.device_array(words, np.uint32)   # one size kept
+    return held
 
 
 def run(qw, kw, vw, vt, qs, ks, vs, *, cfg: Fp8Config, bh: int, tq: int, tk: int, kp: int,

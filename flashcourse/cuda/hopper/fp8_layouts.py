@@ -22,12 +22,15 @@ FP8 `wgmma` (PTX ISA, "wgmma.mma_async", .atype .e4m3: shape m64nNk32) differs f
 
    Row for row they agree (lane g holds rows g and g + 8 in both), but a lane holds keys
    {2t, 2t+1, 2t+8, 2t+9, ...} where the instruction expects k = {4t, ..., 4t+3, ...}.
-   FlashAttention-3 moves bytes between lanes to fix this (a register permutation). The
-   course does not move P at all: it packs each lane's own values (`P_SOURCES`) and lets
-   the instruction believe logical k holds key `KEY_ORDER[k]`. A sum over k does not care
-   about order as long as V's row at logical k is that same key, so the transpose writes
-   V^T with its keys in that order inside every block of 32. The permutation is free: it
-   costs nothing in the kernel, only an index in the transpose.
+   Nothing needs to move between lanes: each lane packs its own values (`P_SOURCES`), and
+   the instruction then believes logical k holds key `KEY_ORDER[k]`. A sum over k does not
+   care about order as long as row k of the B operand (column k of V^T's block of 32 keys)
+   is that same key, so the transpose writes V^T with its keys in that order. This is
+   FlashAttention-3's own trick for row-major V: it swaps P's registers inside each thread
+   (`permute_Cregs_fp8` in its hopper/utils.h, the same order as `P_SOURCES`) and writes
+   its per-tile V^T in the matching key order; it shuffles P across lanes only when V
+   arrives column-major (`permute_Aregs_fp8`). The course folds the whole permutation into
+   its one transpose per call.
 """
 
 from __future__ import annotations
