@@ -11,8 +11,11 @@
             block, with and without the Hadamard rotation. Passes when, per case, the
             kernel's RMSE against float64 is within 5% of the numpy model's, the largest
             |kernel - model| is at most 5% of max |o| (a P~ that rounds the other way moves o by
-            one e4m3 step of its weight), and lse is within 0.02 of the float64
-            lse of the dequantized Q and K (the rows with no visible key: -inf in both).
+            one e4m3 step of its weight), and lse is within its bound of the float64 lse of
+            the dequantized Q and K: scale 2^-11 max_j sum_c |q_c k_jc| + 1e-3 per row
+            (Hopper's FP8 tensor cores keep about 13-14 bits while summing: the first H100
+            run, results/h100_fp8_forward_run1_log.txt, failed a flat 0.02 with errors of
+            up to 0.032); the rows with no visible key: -inf in both.
             The device quantization (`fp8.forward_device_float` on float16 device arrays,
             block scales, with and without Hadamard) against the host's on the same values.
             Then the outlier test at 4 heads x 4096 x 128: RMSE of each scheme on the GPU and
@@ -58,7 +61,7 @@ CASES = [(2, 200, 300, 128, False, "block", False), (2, 300, 200, 128, True, "bl
          (2, 513, 1024, 128, True, "block", True), (1, 1, 700, 128, False, "head", False),
          (2, 640, 640, 96, True, "block", True), (2, 384, 384, 128, False, "block", False),
          (1, 1100, 1100, 128, True, "tensor", True), (2, 700, 130, 64, True, "block", False)]
-TOL_RMSE, TOL_MAX, TOL_LSE = 0.05, 0.05, 2e-2
+TOL_RMSE, TOL_MAX, TOL_LSE = 0.05, 0.05, 2e-2   # TOL_LSE: device vs host quantization
 #: (pipeline, warpgroups) of the kernels timed alone (block_k 128)
 VARIANTS = (("serial", 3), ("serial", 2), ("overlap", 2), ("overlap", 3))
 
@@ -74,21 +77,30 @@ def check_case(rng, heads, tq, tk, d, causal, scheme, had, **tiles):
     # lse of the dequantized Q, K in float64: what the kernel's lse must equal (P's
     # rounding does not enter it; only the tensor cores' sums and fp32 do)
     kdq = k8.dequantize().astype(np.float64)           # (its columns padded with Hadamard)
-    _, dq_lse = reference.attention(q8.dequantize().astype(np.float64), kdq, kdq,
-                                    causal=causal, scale=d ** -0.5)
+    qdq = q8.dequantize().astype(np.float64)
+    _, dq_lse = reference.attention(qdq, kdq, kdq, causal=causal, scale=d ** -0.5)
+    # Hopper's FP8 tensor cores keep about 13-14 bits while they sum (notebook 15): a score
+    # may be off by 2^-11 sum_c |q_c k_c| (a margin of 4x), and lse by at most the largest
+    # such error in its row
+    lse_bound = d ** -0.5 * 2.0 ** -11 * (np.abs(qdq) @ np.swapaxes(np.abs(kdq), -1, -2)
+                                          ).max(axis=-1) + 1e-3
     o = o.astype(np.float64)
     vis = np.isfinite(ref_lse)
     r_k, r_m = fa.rmse(o, ref), fa.rmse(model, ref)
     dmax = float(np.abs(o - model).max() / max(np.abs(model).max(), 1e-30))
     lse_err = float(np.abs(lse[vis] - dq_lse[vis]).max()) if vis.any() else 0.0
+    lse_ratio = float((np.abs(lse[vis] - dq_lse[vis]) / lse_bound[vis]).max()) \
+        if vis.any() else 0.0
     ok = (np.isfinite(o).all() and abs(r_k - r_m) <= TOL_RMSE * r_m and dmax <= TOL_MAX
-          and np.array_equal(np.isfinite(lse), vis) and lse_err <= TOL_LSE)
+          and np.array_equal(np.isfinite(lse), vis) and lse_ratio <= 1.0)
     row = {"heads": heads, "tq": tq, "tk": tk, "d": d, "causal": causal, "scheme": scheme,
            "hadamard": had, **tiles, "rmse_kernel": r_k, "rmse_model": r_m,
-           "max_diff_vs_model": dmax, "lse_max_err": lse_err, "ok": bool(ok)}
+           "max_diff_vs_model": dmax, "lse_max_err": lse_err,
+           "lse_err_over_bound": lse_ratio, "ok": bool(ok)}
     log(f"check {'ok  ' if ok else 'FAIL'} H={heads} Tq={tq} Tk={tk} d={d} causal={causal} "
         f"{scheme}{' +H' if had else ''} {tiles or ''}: rmse kernel {r_k:.3e} model {r_m:.3e}, "
-        f"max|kernel-model|/max|o| {dmax:.2e}, lse err {lse_err:.2e}")
+        f"max|kernel-model|/max|o| {dmax:.2e}, lse err {lse_err:.2e} "
+        f"({lse_ratio:.2f} of its bound)")
     return row
 
 

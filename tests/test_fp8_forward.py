@@ -173,6 +173,20 @@ def test_device_quantizer_matches_the_numpy_scales_and_codes(scheme, block, had,
         assert got_all.shape[-1] == 96 and (got_all[..., d:] == 0).all()
 
 
+def test_device_quantizer_head_scale_from_several_blocks(monkeypatch):
+    """scheme "head" takes its amax from several blocks of rows (an atomic max) and encodes
+    every block with the head's one scale."""
+    from numba import cuda
+    from flashcourse.fp8 import scaling
+    monkeypatch.setattr(fp8, "HEAD_ROWS", 8)
+    x = (np.random.default_rng(3).standard_normal((2, 30, 32)) * 2).astype(np.float32)
+    x[1, 29, 0] = 50.0                                      # the largest, in the last block
+    dq = fp8.quantize_device(cuda.to_device(x), scheme="head")
+    ref = scaling.quantize(x, "head")
+    np.testing.assert_allclose(dq.scale.copy_to_host(), ref.scale, rtol=1e-6)
+    assert (dq.codes.copy_to_host() == ref.codes).mean() > 0.999
+
+
 def test_device_quantizer_names_bad_input():
     from numba import cuda
     x = cuda.to_device(np.zeros((1, 8, 64), np.float32))

@@ -33,6 +33,7 @@ import numpy as np
 from ...constants import LOG2E
 from ...geometry import ceil_div
 from ..common._launch import check_registers, flat, launch
+from ..common.host_plans import pooled_empty
 from .fp8_kernels import QUANT_THREADS, TRANSPOSE_THREADS
 from .fp8_layouts import K_STEP
 from .host import check_capability
@@ -101,6 +102,14 @@ def kernel(cfg: Fp8Config):
 
 
 @lru_cache(maxsize=None)
+def checked_kernel(cfg: Fp8Config):
+    """The kernel, compiled and its registers checked once (not on every call)."""
+    kern = kernel(cfg)
+    check_registers("FP8 hopper kernel", kern.compile(signature()), cfg.threads)
+    return kern
+
+
+@lru_cache(maxsize=None)
 def transposer(D: int):
     from .fp8_kernels import make_transpose
     return make_transpose(D)
@@ -145,10 +154,21 @@ class DeviceQuantized:
     d: int
 
 
+#: rows per CUDA block when one scale covers a whole head (the amax pass and the encoding
+#: pass each spread over ceil(T / HEAD_ROWS) x BH blocks instead of BH)
+HEAD_ROWS = 256
+
+
 @lru_cache(maxsize=None)
 def quantizer(D: int, hadamard: bool):
     from .fp8_kernels import make_quantize
     return make_quantize(D, hadamard)
+
+
+@lru_cache(maxsize=None)
+def amax_kernel(D: int, hadamard: bool):
+    from .fp8_kernels import make_quantize
+    return make_quantize(D, hadamard, amax_only=True)
 
 
 def quantize_device(x, *, scheme: str = "block", block: int = 128, hadamard: bool = False,
@@ -194,8 +214,17 @@ def quantize_device(x, *, scheme: str = "block", block: int = 128, hadamard: boo
     n = ceil_div(t, tokens)
     codes = cuda.device_array((bh, t, D), np.uint8)
     scale = cuda.device_array((bh, n), np.float32)
-    launch(quantizer(D, hadamard), None, (n, bh), QUANT_THREADS, 0,
-           (x, cuda.to_device(sg), codes, scale, np.int32(t), np.int32(d), np.int32(tokens)))
+    sgd = cuda.to_device(sg)
+    if scheme == "head":             # one scale per head: the amax from many blocks first
+        amax = cuda.to_device(np.zeros((bh, 1), np.float32))
+        rows = min(t, HEAD_ROWS)
+        launch(amax_kernel(D, hadamard), None, (ceil_div(t, rows), bh), QUANT_THREADS, 0,
+               (x, sgd, amax, np.int32(t), np.int32(d), np.int32(rows)))
+        launch(quantizer(D, hadamard), None, (ceil_div(t, rows), bh), QUANT_THREADS, 0,
+               (x, sgd, codes, scale, np.int32(t), np.int32(d), np.int32(rows), amax))
+    else:
+        launch(quantizer(D, hadamard), None, (n, bh), QUANT_THREADS, 0,
+               (x, sgd, codes, scale, np.int32(t), np.int32(d), np.int32(tokens), None))
     return DeviceQuantized(codes, scale, tokens, d)
 
 
@@ -329,7 +358,6 @@ def forward_device(q, k, v, q_scale, k_scale, v_scale, *, q_block: int | None = 
     codes past the head's d), q_scale (BH, nq), k_scale, v_scale (BH, nk) float32, each
     scale covering q_block query rows or kv_block keys (None: one scale per head). The
     public call the benchmark times: V's transpose and the attention kernel."""
-    from numba import cuda
     check_capability()
     for name, x in (("q", q), ("k", k), ("v", v)):
         if np.dtype(x.dtype) != np.uint8 or len(x.shape) != 3:
@@ -365,8 +393,8 @@ def forward_device(q, k, v, q_scale, k_scale, v_scale, *, q_block: int | None = 
                              f"{x.dtype} {tuple(x.shape)}")
     kp = ceil_div(tk, cfg.block_k) * cfg.block_k
     vt = _workspace(bh * D * kp // 4)
-    o = cuda.device_array((bh, tq, D // 2), np.uint32)
-    lse = cuda.device_array((bh, tq), np.float32)
+    o = pooled_empty((bh, tq, D // 2), np.uint32)   # no cudaMalloc per call (host_plans)
+    lse = pooled_empty((bh, tq), np.float32)
     run(flat(q).view(np.uint32), flat(k).view(np.uint32), flat(v).view(np.uint32), vt,
         q_scale, k_scale, v_scale, cfg=cfg, bh=bh, tq=tq, tk=tk, kp=kp, scale=scale,
         causal=causal, qblk=qblk, kblk=kblk, out=(o, lse))
@@ -407,10 +435,8 @@ def attention(qw, kw, vt, qs, ks, vs, *, cfg: Fp8Config, bh: int, tq: int, tk: i
               scale: float, causal: bool, qblk: int, kblk: int, out) -> None:
     """The attention kernel alone, on V^T from `transpose`."""
     o, lse = out
-    kern = kernel(cfg)
-    sig = signature()
-    check_registers("FP8 hopper kernel", kern.compile(sig), cfg.threads)
-    launch(kern, sig, (ceil_div(tq, cfg.block_q), bh), cfg.threads, cfg.shared_bytes,
+    kern = checked_kernel(cfg)
+    launch(kern, signature(), (ceil_div(tq, cfg.block_q), bh), cfg.threads, cfg.shared_bytes,
            (qw, kw, vt, o, lse, qs, ks, vs, np.int32(tq), np.int32(tk), np.int32(kp),
             np.float32(scale * LOG2E), np.int32(1 if causal else 0), np.int32(tk - tq),
             np.int32(qblk), np.int32(kblk)))

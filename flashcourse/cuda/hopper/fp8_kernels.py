@@ -67,7 +67,10 @@ def make_transpose(D: int):
     if D % 4:
         raise ValueError(f"D must be a multiple of 4, got {D}")
     DW = D // 4                 # words per key row of v
+    SW = DW + 1                 # shared words per key row: padded, so the 32 keys of one
+    #                             column word fall in 32 different banks when read
     WORDS = K_STEP * DW         # words of one block (32 keys x D codes)
+    SWORDS = K_STEP * SW        # its shared array (a constant: the GPU compiler needs one)
     NT = TRANSPOSE_THREADS
 
     @cuda.jit(device=True)              # (no forceinline: the simulator runs this kernel)
@@ -78,13 +81,14 @@ def make_transpose(D: int):
         return 16 * (k // 16) + 2 * (c // 4) + (c % 4) % 2 + 8 * ((c % 4) // 2)
 
     def transpose_v(v, vt, tk, kp):
-        sm = cuda.shared.array(WORDS, uint32)
+        sm = cuda.shared.array(SWORDS, uint32)
         tid = cuda.threadIdx.x
         c = cuda.blockIdx.x
         h = cuda.blockIdx.y
         for e in range(tid, WORDS, NT):
             key = c * K_STEP + e // DW
-            sm[e] = v[(h * tk + key) * DW + e % DW] if key < tk else uint32(0)
+            sm[(e // DW) * SW + e % DW] = (v[(h * tk + key) * DW + e % DW] if key < tk
+                                           else uint32(0))
         cuda.syncthreads()
         for e in range(tid, D * 8, NT):
             n = e // 8
@@ -92,7 +96,7 @@ def make_transpose(D: int):
             word = uint32(0)
             for b in range(4):
                 key = key_of(4 * kw + b)
-                byte = (sm[key * DW + n // 4] >> uint32(8 * (n % 4))) & uint32(0xFF)
+                byte = (sm[key * SW + n // 4] >> uint32(8 * (n % 4))) & uint32(0xFF)
                 word |= byte << uint32(8 * b)
             vt[(h * D + n) * (kp // 4) + c * 8 + kw] = word
 
@@ -435,8 +439,8 @@ def _overlap(P):
 QUANT_THREADS = 256
 
 
-def make_quantize(D: int, hadamard: bool):
-    """Kernel (x, signs, codes, scale, t, d, tokens): x (BH, T, d) float16 or float32 ->
+def make_quantize(D: int, hadamard: bool, amax_only: bool = False):
+    """Kernel (x, signs, codes, scale, t, d, tokens, head_amax): x (BH, T, d) float16 or float32 ->
     codes (BH, T, D) uint8 e4m3 and scale (BH, ceil(T / tokens)) float32, one block of
     `tokens` rows per CUDA block (grid (n_blocks, BH)), `fp8.scaling.quantize`'s rule:
     scale = amax / 448 (1 for an all-zero block), code = round(x / scale) with saturation.
@@ -447,7 +451,11 @@ def make_quantize(D: int, hadamard: bool):
     are register pairs and the other five are `shfl_xor` with lane l ^ 2^b. Rows are
     rotated twice (once for the block's amax, once to encode) instead of kept in shared
     memory. The simulator and GPUs before sm_89 run it too (the integer encoder there, the
-    conversion instruction from sm_89: the same codes; `ptx.fp8` checks the two agree)."""
+    conversion instruction from sm_89: the same codes; `ptx.fp8` checks the two agree).
+    head_amax: None, or (BH, 1) float32 amaxes of whole heads (the scale per head: each
+    block then encodes its rows with its head's scale instead of its own block's).
+    amax_only: the first pass for that, kernel (x, signs, head_amax, t, d, tokens): each
+    block's amax into head_amax[h] by an atomic max (head_amax starts at zeros)."""
     from ...gpu import using_simulator
     from ..ptx.fp8 import encode_e4m3, hardware_decode
     if D % 32 or not 32 <= D <= 128 or (hadamard and D & (D - 1)):
@@ -508,16 +516,8 @@ def make_quantize(D: int, hadamard: bool):
             for j in range(V):
                 v[j] *= INV
 
-    def quantize(x, signs, codes, scale, t, d, tokens):
-        red = cuda.shared.array(NW, float32)
-        scratch = cuda.shared.array(QUANT_THREADS, float32)
-        tid = cuda.threadIdx.x
-        lane = tid % 32
-        w = tid // 32
-        h = cuda.blockIdx.y
-        r0 = cuda.blockIdx.x * tokens
-        r1 = min(r0 + tokens, t)
-        v = cuda.local.array(V, float32)
+    @cuda.jit(device=True)
+    def block_amax(x, signs, t, d, tokens, v, red, scratch, tid, lane, w, h, r0, r1):
         amax = F0
         for rb in range(r0, r1, NW):           # every warp the same count (the exchanges)
             r = rb + w
@@ -534,8 +534,37 @@ def make_quantize(D: int, hadamard: bool):
         amax = red[0]
         for i in range(1, NW):
             amax = max(amax, red[i])
-        s = amax / MAXF if amax > F0 else float32(1.0)
+        return amax
+
+    def head_amax_pass(x, signs, head_amax, t, d, tokens):
+        red = cuda.shared.array(NW, float32)
+        scratch = cuda.shared.array(QUANT_THREADS, float32)
+        tid = cuda.threadIdx.x
+        h = cuda.blockIdx.y
+        r0 = cuda.blockIdx.x * tokens
+        v = cuda.local.array(V, float32)
+        amax = block_amax(x, signs, t, d, tokens, v, red, scratch, tid, tid % 32, tid // 32,
+                          h, r0, min(r0 + tokens, t))
         if tid == 0:
+            cuda.atomic.max(head_amax, (h, 0), amax)
+
+    def quantize(x, signs, codes, scale, t, d, tokens, head_amax):
+        red = cuda.shared.array(NW, float32)
+        scratch = cuda.shared.array(QUANT_THREADS, float32)
+        tid = cuda.threadIdx.x
+        lane = tid % 32
+        w = tid // 32
+        h = cuda.blockIdx.y
+        r0 = cuda.blockIdx.x * tokens
+        r1 = min(r0 + tokens, t)
+        v = cuda.local.array(V, float32)
+        if head_amax is None:
+            amax = block_amax(x, signs, t, d, tokens, v, red, scratch, tid, lane, w, h, r0,
+                              r1)
+        else:
+            amax = head_amax[h, 0]
+        s = amax / MAXF if amax > F0 else float32(1.0)
+        if tid == 0 and (head_amax is None or cuda.blockIdx.x == 0):
             scale[h, cuda.blockIdx.x] = s
         for rb in range(r0, r1, NW):
             r = rb + w
@@ -544,6 +573,7 @@ def make_quantize(D: int, hadamard: bool):
                 for j in range(V):
                     codes[h, r, V * lane + j] = encode(v[j] / s)
 
-    quantize.__name__ = quantize.__qualname__ = (f"fp8_quantize_d{D}"
-                                                 + ("_hadamard" if HAD else ""))
-    return cuda.jit(quantize)
+    kern = head_amax_pass if amax_only else quantize
+    kern.__name__ = kern.__qualname__ = (f"fp8_{'amax' if amax_only else 'quantize'}_d{D}"
+                                         + ("_hadamard" if HAD else ""))
+    return cuda.jit(kern)
