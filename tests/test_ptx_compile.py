@@ -116,7 +116,7 @@ def test_quick_set_compiles_for_sm90_and_sm80():
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert "kernel builds ok" in r.stdout
     # sm_80 has no e4m3 conversion instruction: the host chose the arithmetic there
-    assert "[sm_90] ok   hopper_fp8_serial_wg3_k128_d128" in r.stdout
+    assert "[sm_90] ok   hopper_fp8_overlap_wg3_k128_d128" in r.stdout
     assert "[sm_90] ok   hopper_overlap_fp16_wg3_k80_d128" in r.stdout
     assert "[sm_80] ok   paged_split_p64_e1" in r.stdout and "_cvt (" not in \
         "".join(ln for ln in r.stdout.splitlines() if ln.startswith("[sm_80]"))
