@@ -17,10 +17,10 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32
 
-from ..constants import F0, FULL_MASK, NEG_INF
+from ..constants import F0, NEG_INF
+from ..cuda.common._device import shfl_xor as _common_shfl_xor
 from ..cuda.common._launch import simulator_lock
 from ..geometry import ceil_div
-from ..gpu import using_simulator
 from .kernel_source import kernel_guard
 
 BR = 4                      # query rows per block
@@ -38,22 +38,10 @@ TMTD = TM * TD              # a thread's output accumulators
 TMTN = TM * TN              # a thread's scores
 # -- shuffles: real on a GPU, through shared memory on the simulator ------------------------
 
-def _shfl_xor_shared(x, offset, scratch, tid):
-    """x of thread tid ^ offset, exchanged through shared memory (all NT threads call it)."""
-    cuda.syncthreads()
-    scratch[tid] = x
-    cuda.syncthreads()
-    return scratch[tid ^ offset]
-
-
-def _shfl_xor_warp(x, offset, scratch, tid):
-    """x of thread tid ^ offset, by a warp shuffle (scratch is unused on a GPU)."""
-    return cuda.shfl_xor_sync(FULL_MASK, x, offset)
-
-
-#: The exchange step of a butterfly: a warp shuffle on a GPU, shared memory on the simulator
-#: (which has no shuffles). All threads of the block must call it together.
-shfl_xor = cuda.jit(device=True)(_shfl_xor_shared if using_simulator() else _shfl_xor_warp)
+#: The exchange step of a butterfly, shfl_xor(x, offset, scratch, tid): a warp shuffle on a
+#: GPU, shared memory on the simulator (which has no shuffles). All threads of the block must
+#: call it together. The lab's name for the course's one (flashcourse/cuda/common/_device.py).
+shfl_xor = _common_shfl_xor
 
 
 @cuda.jit(device=True)

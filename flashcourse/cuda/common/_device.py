@@ -194,3 +194,23 @@ def mod_device(fn):
     as a CUDA device function that a variants kernel calls; plain `cuda.jit(device=True)`,
     which the compiler inlines or calls as it sees fit."""
     return cuda.jit(device=True)(jit_ready(fn))
+
+
+def _shfl_xor_shared(x, offset, scratch, tid):
+    """x of thread tid ^ offset, exchanged through shared memory (all threads call it)."""
+    cuda.syncthreads()
+    scratch[tid] = x
+    cuda.syncthreads()
+    return scratch[tid ^ offset]
+
+
+def _shfl_xor_warp(x, offset, scratch, tid):
+    """x of thread tid ^ offset, by a warp shuffle (scratch is unused on a GPU)."""
+    return cuda.shfl_xor_sync(0xFFFFFFFF, x, offset)
+
+
+#: The exchange step of a butterfly, shfl_xor(x, offset, scratch, tid): a warp shuffle on a
+#: GPU, shared memory on the simulator (which has no shuffles; scratch: one float32 per
+#: thread of the block). All threads of the block must call it together.
+shfl_xor = cuda.jit(device=True)(_shfl_xor_shared if using_simulator() else _shfl_xor_warp)
+

@@ -39,7 +39,7 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0, FULL_MASK, LN2_F, NEG_INF
-from ..common._device import reset_state, visible_key_blocks
+from ..common._device import reset_state, shfl_xor, visible_key_blocks
 from ..ptx import wgmma
 from ..ptx.fp8 import encode_word_hw
 from ..ptx.mma import device_ops
@@ -477,17 +477,7 @@ def make_quantize(D: int, hadamard: bool, amax_only: bool = False):
 
     encode = cuda.jit(device=True)(_encode_hw if HW else _encode)
 
-    def _xor_shared(x, m, scratch, tid):
-        # the simulator has no shuffles: through shared memory (every thread calls it)
-        cuda.syncthreads()
-        scratch[tid] = x
-        cuda.syncthreads()
-        return scratch[tid ^ m]
-
-    def _xor_warp(x, m, scratch, tid):
-        return cuda.shfl_xor_sync(FULL_MASK, x, m)
-
-    xor = cuda.jit(device=True)(_xor_shared if SIM else _xor_warp)
+    xor = shfl_xor                             # (shared memory on the simulator)
 
     @cuda.jit(device=True)
     def row_values(x, signs, h, r, ok, d, lane, v, scratch, tid):
