@@ -305,7 +305,7 @@ def main(argv=None):
             gpu = (doc["environment"].get("gpu") or "gpu").lower()
             stem = ("h100" if "h100" in gpu else "h200" if "h200" in gpu else "gpu") + \
                 "_fp8_forward"
-        results.write_json(out, f"{stem}.json", doc)
+        results.write_json(out, f"{stem}.json", doc, "fp8_forward")
         results.write_output(out, f"{stem}_log.txt", "\n".join(LOG) + "\n")
     results.finish(args, out, ok)
     return 0 if ok else 1

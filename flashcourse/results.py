@@ -93,6 +93,7 @@ RESULT_KINDS = {
     "*gpu_train.json": "gpu_train",
     "*gpu_attention_variants.json": "attention_variants",
     "*gpu_fp8.json": "fp8",
+    "*fp8_forward*.json": "fp8_forward",
     "*gpu_paged.json": "gpu_paged",
 }
 
