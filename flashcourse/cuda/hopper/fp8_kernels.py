@@ -469,13 +469,10 @@ def make_quantize(D: int, hadamard: bool, amax_only: bool = False):
     PACK8 = encode_word_hw() if HW else None
     HAD = bool(hadamard)
 
-    def _encode(x):
-        return encode_e4m3(x)
-
     def _encode_hw(x):
         return PACK8(x, F0, F0, F0) & uint32(0xFF)
 
-    encode = cuda.jit(device=True)(_encode_hw if HW else _encode)
+    encode = cuda.jit(device=True)(_encode_hw) if HW else encode_e4m3
 
     xor = shfl_xor                             # (shared memory on the simulator)
 
@@ -507,7 +504,7 @@ def make_quantize(D: int, hadamard: bool, amax_only: bool = False):
                 v[j] *= INV
 
     @cuda.jit(device=True)
-    def block_amax(x, signs, t, d, tokens, v, red, scratch, tid, lane, w, h, r0, r1):
+    def block_amax(x, signs, d, v, red, scratch, tid, lane, w, h, r0, r1):
         amax = F0
         for rb in range(r0, r1, NW):           # every warp the same count (the exchanges)
             r = rb + w
@@ -533,8 +530,8 @@ def make_quantize(D: int, hadamard: bool, amax_only: bool = False):
         h = cuda.blockIdx.y
         r0 = cuda.blockIdx.x * tokens
         v = cuda.local.array(V, float32)
-        amax = block_amax(x, signs, t, d, tokens, v, red, scratch, tid, tid % 32, tid // 32,
-                          h, r0, min(r0 + tokens, t))
+        amax = block_amax(x, signs, d, v, red, scratch, tid, tid % 32, tid // 32, h, r0,
+                          min(r0 + tokens, t))
         if tid == 0:
             cuda.atomic.max(head_amax, (h, 0), amax)
 
@@ -549,8 +546,7 @@ def make_quantize(D: int, hadamard: bool, amax_only: bool = False):
         r1 = min(r0 + tokens, t)
         v = cuda.local.array(V, float32)
         if head_amax is None:
-            amax = block_amax(x, signs, t, d, tokens, v, red, scratch, tid, lane, w, h, r0,
-                              r1)
+            amax = block_amax(x, signs, d, v, red, scratch, tid, lane, w, h, r0, r1)
         else:
             amax = head_amax[h, 0]
         s = amax / MAXF if amax > F0 else float32(1.0)

@@ -48,7 +48,8 @@ live in registers.
 (the 32-bit shared address a descriptor starts from: `smem_ops.intrinsics()["shared_address"]`)
 
 scale_d = 0 ignores the accumulator's old value (D = A B): the first product of a tile
-needs no zeroing. kind: "f16" or "bf16" inputs, fp32 accumulation. Checked on an H200
+needs no zeroing. kind: "f16" or "bf16" inputs (k16), or "e4m3" (FP8, k32), fp32
+accumulation. Checked on an H200
 through the Hopper kernel (benchmarks/gpu_hopper.py --check: results/h200_hopper.json); the
 simulator cannot run any of this (no warpgroups, no descriptors): the Hopper kernel refuses
 to run there (`hopper.check_capability`).
