@@ -250,6 +250,11 @@ def _merge_inverted(m_a, l_a, m_b, l_b):
         return m, l_a * np.exp(m - m_a) + l_b * np.exp(m - m_b)
 
 
+def _close_to(wrong):
+    """A diagnosis predicate: the learner's array is close to `wrong` (NaN where it has NaN)."""
+    return lambda yours, _expected: np.allclose(yours, wrong, equal_nan=True)
+
+
 def _matches(candidate):
     """A diagnosis predicate: the learner's output equals `candidate` (a pair)."""
     def predicate(yours, _expected):
@@ -631,22 +636,16 @@ def check_stream_softmax(stream_softmax, merge_states, *, verbose: bool = True,
         # but that slip fails the first case already
         diagnoses = [((lambda y, e, w=from_zero, x=x: not np.allclose(w, expected(x))
                        and np.allclose(y, w, equal_nan=True)), HINT_STREAM_INIT),
-                     ((lambda y, e, w=wrong: np.allclose(y, w, equal_nan=True)),
-                      HINT_SOFTMAX_SHIFT),
-                     ((lambda y, e, w=unshifted: np.allclose(y, w, equal_nan=True)),
-                      HINT_SOFTMAX_SHIFT),
+                     (_close_to(wrong), HINT_SOFTMAX_SHIFT),
+                     (_close_to(unshifted), HINT_SOFTMAX_SHIFT),
                      # round 18 (mutants): pass 2 with the last chunk's max, and the merge's
                      # result dropped (every probability 0), got HINT_SOFTMAX
-                     ((lambda y, e, w=last_max: np.allclose(y, w, equal_nan=True)),
-                      HINT_SOFTMAX_SHIFT),
+                     (_close_to(last_max), HINT_SOFTMAX_SHIFT),
                      ((lambda y, e, kind=kind: kind[0] in "iu"), HINT_STREAM_INT),
                      ((lambda y, e: not np.any(y) and np.any(e)), HINT_STREAM_STATE),
-                     ((lambda y, e, w=undivided: np.allclose(y, w, equal_nan=True)),
-                      HINT_SOFTMAX_SHIFT),
-                     ((lambda y, e, w=short_1: np.allclose(y, w, equal_nan=True)),
-                      HINT_STREAM_LAST_CHUNK),
-                     ((lambda y, e, w=short_2: np.allclose(y, w, equal_nan=True)),
-                      HINT_STREAM_LAST_CHUNK),
+                     (_close_to(undivided), HINT_SOFTMAX_SHIFT),
+                     (_close_to(short_1), HINT_STREAM_LAST_CHUNK),
+                     (_close_to(short_2), HINT_STREAM_LAST_CHUNK),
                      ((lambda y, e, w=short_both, x=x, cut=cut: cut < x.shape[1]
                        and np.allclose(y, w, equal_nan=True)), HINT_STREAM_LAST_CHUNK),
                      ((lambda y, e, ws=chunk_nan: any(np.allclose(y, w, equal_nan=True)
