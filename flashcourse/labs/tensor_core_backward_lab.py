@@ -52,7 +52,7 @@ from ..gpu import using_simulator
 from .cuda_lab_kernel import _device
 from .kernel_source import kernel_guard
 from .tensor_core_lab import pack
-from .tile_sizes import at_tiles
+from .tile_sizes import at_tiles, tiles_text
 
 BR = 16                     # query rows per query tile (the n of S^T: two n8 tiles)
 BC = 16                     # keys per block (one m16 tile, one warp)
@@ -87,9 +87,7 @@ class Tiles(NamedTuple):
                     KA_WORDS=4 * kt, S_ACC=4 * ns, O_ACC=4 * no)
 
     def __str__(self) -> str:
-        z = self.sizes
-        return (f"D = {self.D}, BR = {self.BR} (KT = {z['KT']}, KQ = {z['KQ']}, "
-                f"NS = {z['NS']}, NO = {z['NO']})")
+        return tiles_text(self, ("KT", "KQ", "NS", "NO"))
 
 
 TILES = Tiles()             # the lab's: KT = KQ = 1, NS = NO = 2

@@ -47,6 +47,7 @@ from ..geometry import ceil_div
 from ..gpu import using_simulator
 from ._harness import Case, Result, run_checks
 from .kernel_source import float64_literals, kernel_guard, py_func
+from .tile_sizes import tiles_text
 from .cuda_kernel import HINT_FLOAT64, run_reductions, xor_steps
 from .cuda_lab_kernel import _device
 
@@ -81,9 +82,7 @@ class Tiles(NamedTuple):
                     S_ACC=4 * ns, O_ACC=4 * no)
 
     def __str__(self) -> str:
-        z = self.sizes
-        return (f"D = {self.D}, BC = {self.BC} (KT = {z['KT']}, KP = {z['KP']}, "
-                f"NS = {z['NS']}, NO = {z['NO']})")
+        return tiles_text(self, ("KT", "KP", "NS", "NO"))
 
 
 TILES = Tiles()             # the lab's: KT = KP = 1, NS = NO = 2

@@ -31,6 +31,14 @@ from .kernel_source import is_numba_kernel, py_func
 SKELETONS = ("flashcourse.labs.tensor_core_backward_lab",)
 
 
+def tiles_text(tiles, shown) -> str:
+    """`tiles` in words: its fields, then the size names `shown` at it ("D = 48, BC = 32
+    (KT = 3, KP = 2, NS = 4, NO = 6)")."""
+    z = tiles.sizes
+    return (", ".join(f"{f} = {getattr(tiles, f)}" for f in tiles._fields)
+            + " (" + ", ".join(f"{n} = {z[n]}" for n in shown) + ")")
+
+
 def _names(code) -> set:
     """The global names a code object (and any nested one) reads."""
     names = set(code.co_names)
