@@ -33,74 +33,80 @@ def test_solution_agrees_with_the_library_on_irregular_causal_inputs(lab):
                 np.testing.assert_allclose(lse, want[1], rtol=1e-10, atol=1e-12)
 
 
+#: solution lines that several of the mistakes below replace
+_ALPHA = "alpha = np.exp(m - m_use)"
+_MASK = "s = np.where(cols <= rows + offset, s, -np.inf)"
+_L_UPDATE = "l = alpha * l + p.sum(axis=1)"
+_ACC_UPDATE = "acc = alpha[:, None] * acc + p @ v_j"
+_M_NEW = "m_new = np.maximum(m, s.max(axis=1))"
+_OFFSET = "offset = t_k - t_q "
+_LSE = "m[seen] + np.log(l[seen])"
+_SCORES = "s = scale * (q_i @ k_j.T)"
+_K_END = "k_end = max(0, min(t_k, q1 + offset))"
+_K1 = "k1 = min(k0 + block_k, t_k)"
+_P = "p = np.exp(s - m_use[:, None])"
+_RETURN = "    return o, lse"
+_FA1_SKIP = "if causal and k0 > q1 - 1 + offset:"
+_MERGE_O = "o = w_a[:, None] * o_a + w_b[:, None] * o_b"
+_MERGE_STANDIN = "lse_use = np.where(np.isneginf(lse), 0.0, lse)"
+
 #: function: [(solution text, the mistake that replaces it, the hint it must get), ...]
 MISTAKES = {"flash_forward": [
-    ("alpha = np.exp(m - m_use)", "alpha = np.ones_like(m)", L.HINT_RESCALE),
+    (_ALPHA, "alpha = np.ones_like(m)", L.HINT_RESCALE),
     # review round 16 a (m): hidden scores 0, the stand-in from the old max, alpha applied
     # after the tile was added: each got HINT_FORWARD
-    ("s = np.where(cols <= rows + offset, s, -np.inf)",
-     "s = np.where(cols <= rows + offset, s, 0.0)", L.HINT_MASK_ZERO),
+    (_MASK, "s = np.where(cols <= rows + offset, s, 0.0)", L.HINT_MASK_ZERO),
     ("m_use = np.where(np.isneginf(m_new), 0.0, m_new)",
      "m_use = np.where(np.isneginf(m), 0.0, m_new)", L.HINT_STANDIN_OLD),
-    ("l = alpha * l + p.sum(axis=1)", "l = alpha * (l + p.sum(axis=1))", L.HINT_RESCALE_AFTER),
-    ("acc = alpha[:, None] * acc + p @ v_j", "acc = alpha[:, None] * (acc + p @ v_j)",
-     L.HINT_RESCALE_AFTER),
-    ("m_new = np.maximum(m, s.max(axis=1))", "m_new = s.max(axis=1)", L.HINT_MAX),
+    (_L_UPDATE, "l = alpha * (l + p.sum(axis=1))", L.HINT_RESCALE_AFTER),
+    (_ACC_UPDATE, "acc = alpha[:, None] * (acc + p @ v_j)", L.HINT_RESCALE_AFTER),
+    (_M_NEW, "m_new = s.max(axis=1)", L.HINT_MAX),
     # review round 17 a (M): one max for the whole block passed every case; acc / l taken
     # for the rows with l = 0 got the stand-in's hint (-inf - (-inf)), not the finalisation
-    ("m_new = np.maximum(m, s.max(axis=1))", "m_new = np.maximum(m, s.max())",
-     L.HINT_BLOCK_MAX),
+    (_M_NEW, "m_new = np.maximum(m, s.max())", L.HINT_BLOCK_MAX),
     ("seen = l > 0 ", "seen = l >= 0 ", L.HINT_FINALISE_EMPTY),
     ("o[q0:q1][seen] = acc[seen] / l[seen, None]", "o[q0:q1] = acc / l[:, None]",
      L.HINT_FINALISE_EMPTY),
-    ("offset = t_k - t_q ", "offset = 0 ", L.HINT_TOP_LEFT),
-    ("s = np.where(cols <= rows + offset, s, -np.inf)", "pass", L.HINT_NO_MASK),
+    (_OFFSET, "offset = 0 ", L.HINT_TOP_LEFT),
+    (_MASK, "pass", L.HINT_NO_MASK),
     ("acc[seen] / l[seen, None]", "acc[seen]", L.HINT_DIVIDE),
-    ("m[seen] + np.log(l[seen])", "np.log(l[seen])", L.HINT_LSE),
-    ("s = scale * (q_i @ k_j.T)", "s = (q_i @ k_j.T) / np.sqrt(d)", L.HINT_SCALE),
-    ("k_end = max(0, min(t_k, q1 + offset))", "k_end = t_k", L.HINT_NO_SKIP),
-    ("k_end = max(0, min(t_k, q1 + offset))", "k_end = max(0, min(t_k, q0 + offset))",
-     L.HINT_SKIP_TOO_MUCH),
-    ("l = alpha * l + p.sum(axis=1)", "l = l + p.sum(axis=1)", L.HINT_RESCALE_L),
-    ("acc = alpha[:, None] * acc + p @ v_j", "acc = acc + p @ v_j", L.HINT_RESCALE_ACC),
+    (_LSE, "np.log(l[seen])", L.HINT_LSE),
+    (_SCORES, "s = (q_i @ k_j.T) / np.sqrt(d)", L.HINT_SCALE),
+    (_K_END, "k_end = t_k", L.HINT_NO_SKIP),
+    (_K_END, "k_end = max(0, min(t_k, q0 + offset))", L.HINT_SKIP_TOO_MUCH),
+    (_L_UPDATE, "l = l + p.sum(axis=1)", L.HINT_RESCALE_L),
+    (_ACC_UPDATE, "acc = acc + p @ v_j", L.HINT_RESCALE_ACC),
     ("        k_end = t_k\n", "        k_end = t_k // block_k * block_k\n", L.HINT_RAGGED_DROP),
-    ("k1 = min(k0 + block_k, t_k)", "k1 = min(k0 + block_k, t_k - 1)", L.HINT_RAGGED_OFF_BY_ONE),
-    ("m[seen] + np.log(l[seen])", "(m[seen] + np.log(l[seen])) / np.log(2)", L.HINT_LSE_BASE2),
-    ("m[seen] + np.log(l[seen])", "m[seen] + np.log2(l[seen])", L.HINT_LSE_LOG2),
-    ("k_end = max(0, min(t_k, q1 + offset))", "k_end = max(0, min(t_k, q1 + offset - 1))",
-     L.HINT_K_END_SHORT),
-    ("s = np.where(cols <= rows + offset, s, -np.inf)",
-     "s = np.where(cols < rows + offset, s, -np.inf)", L.HINT_DIAGONAL),
-    ("s = scale * (q_i @ k_j.T)", "s = q_i @ k_j.T", L.HINT_NO_SCALE),
-    ("p = np.exp(s - m_use[:, None])", "p = np.exp2(s - m_use[:, None])", L.HINT_P_BASE2),
-    ("m_new = np.maximum(m, s.max(axis=1))", "m_new = np.maximum(m, s.max(axis=0))",
-     L.HINT_AXIS),
-    ("l = alpha * l + p.sum(axis=1)", "l = alpha * l + p.sum(axis=0)", L.HINT_AXIS),
-    ("k1 = min(k0 + block_k, t_k)", "k1 = k0 + block_k", L.HINT_RAGGED_UNCLIPPED),
+    (_K1, "k1 = min(k0 + block_k, t_k - 1)", L.HINT_RAGGED_OFF_BY_ONE),
+    (_LSE, "(m[seen] + np.log(l[seen])) / np.log(2)", L.HINT_LSE_BASE2),
+    (_LSE, "m[seen] + np.log2(l[seen])", L.HINT_LSE_LOG2),
+    (_K_END, "k_end = max(0, min(t_k, q1 + offset - 1))", L.HINT_K_END_SHORT),
+    (_MASK, "s = np.where(cols < rows + offset, s, -np.inf)", L.HINT_DIAGONAL),
+    (_SCORES, "s = q_i @ k_j.T", L.HINT_NO_SCALE),
+    (_P, "p = np.exp2(s - m_use[:, None])", L.HINT_P_BASE2),
+    (_M_NEW, "m_new = np.maximum(m, s.max(axis=0))", L.HINT_AXIS),
+    (_L_UPDATE, "l = alpha * l + p.sum(axis=0)", L.HINT_AXIS),
+    (_K1, "k1 = k0 + block_k", L.HINT_RAGGED_UNCLIPPED),
     # review round 5 ac, M2: m, l, acc sized Br beside the last 5 rows, (8,) with (5,)
     ("q1 = min(q0 + block_q, t_q)", "q1 = q0 + block_q", L.HINT_RAGGED_Q_UNCLIPPED),
     # review round 5 ac, M4: overflow in the large-score case looked like a dropped block
-    ("p = np.exp(s - m_use[:, None])", "p = np.exp(s) / np.exp(m_use[:, None])", L.HINT_OVERFLOW),
-    ("alpha = np.exp(m - m_use)", "alpha = np.exp(m) / np.exp(m_use)", L.HINT_OVERFLOW),
+    (_P, "p = np.exp(s) / np.exp(m_use[:, None])", L.HINT_OVERFLOW),
+    (_ALPHA, "alpha = np.exp(m) / np.exp(m_use)", L.HINT_OVERFLOW),
     # review round 14: the offset's sign, in both places or in the mask only; k_end = q1
-    ("offset = t_k - t_q ", "offset = t_q - t_k ", L.HINT_OFFSET_SIGN),
-    ("s = np.where(cols <= rows + offset, s, -np.inf)",
-     "s = np.where(cols <= rows - offset, s, -np.inf)", L.HINT_OFFSET_SIGN),
-    ("k_end = max(0, min(t_k, q1 + offset))", "k_end = max(0, min(t_k, q1))",
-     L.HINT_K_END_NO_OFFSET),
+    (_OFFSET, "offset = t_q - t_k ", L.HINT_OFFSET_SIGN),
+    (_MASK, "s = np.where(cols <= rows - offset, s, -np.inf)", L.HINT_OFFSET_SIGN),
+    (_K_END, "k_end = max(0, min(t_k, q1))", L.HINT_K_END_NO_OFFSET),
     ("o, lse = np.zeros((t_q, d)),", "o, lse = np.zeros((t_q, d), np.float32),",
      (H.HINT_PRECISION,)),
-    ("    return o, lse", "    return o, lse[:, None]", (H.HINT_SHAPE,)),
+    (_RETURN, "    return o, lse[:, None]", (H.HINT_SHAPE,)),
     # review round 20 a (m): (lse, o) for (o, lse) got HINT_SHAPE's usual causes
-    ("    return o, lse", "    return lse, o", (H.HINT_ORDER,)),
+    (_RETURN, "    return lse, o", (H.HINT_ORDER,)),
     # round 18 (mutants): a running max started at 0 passed (no row had every score far
     # below 0); -1e9 for hidden scores got HINT_FORWARD
     ("m = np.full(q1 - q0, -np.inf)", "m = np.zeros(q1 - q0)", L.HINT_INIT_MAX),
-    ("s = np.where(cols <= rows + offset, s, -np.inf)",
-     "s = np.where(cols <= rows + offset, s, -1e9)", L.HINT_MASK_FINITE),
-    ("s = np.where(cols <= rows + offset, s, -np.inf)",
-     "s = np.where(cols <= rows + offset, s, np.finfo(float).min)", L.HINT_MASK_FINITE),
-    ("alpha = np.exp(m - m_use)", "alpha = np.exp(m_use - m)", L.HINT_ALPHA_INVERTED),
+    (_MASK, "s = np.where(cols <= rows + offset, s, -1e9)", L.HINT_MASK_FINITE),
+    (_MASK, "s = np.where(cols <= rows + offset, s, np.finfo(float).min)", L.HINT_MASK_FINITE),
+    (_ALPHA, "alpha = np.exp(m_use - m)", L.HINT_ALPHA_INVERTED),
 ], "fa1_forward": [
     ('            counter.write("O", (q1 - q0) * d)\n', "", L.HINT_FA1_TRAFFIC),
     ('    counter.write("O", t_q * d)\n    counter.write("l", t_q, kind="stat")\n'
@@ -109,18 +115,15 @@ MISTAKES = {"flash_forward": [
      L.HINT_FA1_STAT_KIND),
     ('counter.write("m", q1 - q0, kind="stat")', 'counter.write("m", q1 - q0)',
      L.HINT_FA1_STAT_KIND),
-    ("if causal and k0 > q1 - 1 + offset:", "if causal and k0 > q1 + offset:",
-     L.HINT_FA1_SKIP_EDGE),
+    (_FA1_SKIP, "if causal and k0 > q1 + offset:", L.HINT_FA1_SKIP_EDGE),
     ("a_old * l_i)[:, None] * o[q0:q1]", "a_old)[:, None] * o[q0:q1]", L.HINT_FA1_MATH),
-    ("if causal and k0 > q1 - 1 + offset:", "if False:", L.HINT_FA1_NO_SKIP),
+    (_FA1_SKIP, "if False:", L.HINT_FA1_NO_SKIP),
     # review round 17 a (M): the division by l_new = 0 passed (no block mixed rows with and
     # without keys); skipping tiles a row sees got HINT_FA1_MATH (the normalisation)
     ("l_div = np.where(l_new > 0, l_new, 1.0)[:, None]", "l_div = l_new[:, None]",
      L.HINT_FA1_DIVIDE_EMPTY),
-    ("if causal and k0 > q1 - 1 + offset:", "if causal and k0 > q0 + offset:",
-     L.HINT_FA1_SKIP_VISIBLE),
-    ("if causal and k0 > q1 - 1 + offset:", "if causal and k0 >= q1 - 1 + offset:",
-     L.HINT_FA1_SKIP_VISIBLE),
+    (_FA1_SKIP, "if causal and k0 > q0 + offset:", L.HINT_FA1_SKIP_VISIBLE),
+    (_FA1_SKIP, "if causal and k0 >= q1 - 1 + offset:", L.HINT_FA1_SKIP_VISIBLE),
     # review round 14: the mask and lse slips of the FA2 order, named in FA1 too (they got
     # HINT_FA1_MATH, on O_i kept normalised)
     ("lse = np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)",
@@ -134,17 +137,15 @@ MISTAKES = {"flash_forward": [
     ("s = np.where(cols <= rows + offset, s, -np.inf)\n            m_t",
      "s = np.where(cols <= rows + offset, s, -1e9)\n            m_t", L.HINT_MASK_FINITE),
 ], "merge_partials": [
-    ("o = w_a[:, None] * o_a + w_b[:, None] * o_b", "o = (o_a + o_b) / 2", L.HINT_MERGE_AVERAGE),
+    (_MERGE_O, "o = (o_a + o_b) / 2", L.HINT_MERGE_AVERAGE),
     ("lse = np.logaddexp(lse_a, lse_b)", "lse = lse_a + lse_b", L.HINT_MERGE_LSE),
-    ("lse_use = np.where(np.isneginf(lse), 0.0, lse)", "lse_use = lse", L.HINT_MERGE_EMPTY),
+    (_MERGE_STANDIN, "lse_use = lse", L.HINT_MERGE_EMPTY),
     # review round 14, M6: a stand-in tested on lse_a passed (no row had part a empty and
     # part b not); one tested on lse_b got the generic HINT_MERGE
-    ("lse_use = np.where(np.isneginf(lse), 0.0, lse)",
-     "lse_use = np.where(np.isneginf(lse_a), 0.0, lse)", L.HINT_MERGE_STANDIN),
-    ("lse_use = np.where(np.isneginf(lse), 0.0, lse)",
-     "lse_use = np.where(np.isneginf(lse_b), 0.0, lse)", L.HINT_MERGE_STANDIN),
+    (_MERGE_STANDIN, "lse_use = np.where(np.isneginf(lse_a), 0.0, lse)", L.HINT_MERGE_STANDIN),
+    (_MERGE_STANDIN, "lse_use = np.where(np.isneginf(lse_b), 0.0, lse)", L.HINT_MERGE_STANDIN),
     # round 18 (mutants): o_a overwritten in place passed (every case passes copies)
-    ("o = w_a[:, None] * o_a + w_b[:, None] * o_b",
+    (_MERGE_O,
      "o_a *= w_a[:, None]\n    o_a += w_b[:, None] * o_b\n    o = o_a", L.HINT_INPUTS_CHANGED),
 ]}
 test_mistakes_get_their_hint = mistakes_test(LAB, CHECKS, MISTAKES)
@@ -170,7 +171,7 @@ MASK_ON_P = {
     "q_in_place": ("flash_forward", [
         ("    offset = t_k - t_q                                          # bottom-right alignment",
          "    q *= scale\n    offset = t_k - t_q"),
-        ("s = scale * (q_i @ k_j.T)", "s = q_i @ k_j.T")], L.HINT_INPUTS_CHANGED)}
+        (_SCORES, "s = q_i @ k_j.T")], L.HINT_INPUTS_CHANGED)}
 test_mask_on_p_is_named = edits_mistakes_test(LAB, CHECKS, MASK_ON_P)
 test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS, LAB)
 
