@@ -30,61 +30,69 @@ def test_solution_matches_the_library_backward(lab):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
 
 
+#: solution lines that several of the mistakes below replace
+_P = "p = np.exp(s - lse_i[:, None])"
+_DS = "ds = p * (dp - delta[q0:q1, None])"
+_DQ = "dq[q0:q1] += scale * (ds @ k_j)"
+_DV = "dv_j += p.T @ do_i"
+_OFFSET = "offset = t_k - t_q "
+_Q_START = "q_start = max(0, k0 - offset) // block_q * block_q"
+_DELTA = "delta = (do * o).sum(axis=1)"
+_RETURN = "    return dq, dk, dv"
+_MASK = "s = np.where(cols <= rows + offset, s, -np.inf)"
+_DK_DV_STORE = "dk[k0:k1], dv[k0:k1] = dk_j, dv_j"
+_DELTA_I = "delta_i = (do_i * o[q0:q1]).sum(axis=1)"
+_K_END = "k_end = max(0, min(t_k, q1 + offset)) if causal"
+_DS_DQ_ONLY = "(p * (do_i @ v[k0:k1].T - delta_i[:, None]))"
+_DQ_DQ_ONLY = "dq[q0:q1] += scale * ("
+
 #: mistakes of the lines flash_backward and flash_backward_dq share, played in each
 SHARED_MISTAKES = [
     ("lse_i = np.where(np.isneginf(lse[q0:q1]), np.inf, lse[q0:q1])", "lse_i = lse[q0:q1]",
      L.HINT_NEG_INF),
     # review round 5 ac, M3: inf / inf in the large-score case, where no row is empty
-    ("p = np.exp(s - lse_i[:, None])", "p = np.exp(s) / np.exp(lse_i[:, None])",
-     L.HINT_P_OVERFLOW),
+    (_P, "p = np.exp(s) / np.exp(lse_i[:, None])", L.HINT_P_OVERFLOW),
 ]
 #: function: [(solution text, the mistake that replaces it, the hint it must get), ...]
 MISTAKES = {"flash_backward": [
-    ("ds = p * (dp - delta[q0:q1, None])", "ds = p * dp", L.HINT_FORGOT_D),
+    (_DS, "ds = p * dp", L.HINT_FORGOT_D),
     ("dp = do_i @ v_j.T", "dp = o[q0:q1] @ v_j.T", L.HINT_DP_FROM_O),
-    ("dq[q0:q1] += scale * (ds @ k_j)", "dq[q0:q1] += ds @ k_j", L.HINT_SCALE_CHAIN),
-    ("dv_j += p.T @ do_i", "dv_j += p.T @ o[q0:q1]", L.HINT_DV),
-    ("dq[q0:q1] += scale * (ds @ k_j)", "dq[q0:q1] = scale * (ds @ k_j)", L.HINT_DQ_OVERWRITE),
-    ("offset = t_k - t_q ", "offset = 0 ", L.HINT_TOP_LEFT),
-    ("q_start = max(0, k0 - offset) // block_q * block_q", "q_start = 0", L.HINT_NO_SKIP),
-    ("q_start = max(0, k0 - offset) // block_q * block_q",
+    (_DQ, "dq[q0:q1] += ds @ k_j", L.HINT_SCALE_CHAIN),
+    (_DV, "dv_j += p.T @ o[q0:q1]", L.HINT_DV),
+    (_DQ, "dq[q0:q1] = scale * (ds @ k_j)", L.HINT_DQ_OVERWRITE),
+    (_OFFSET, "offset = 0 ", L.HINT_TOP_LEFT),
+    (_Q_START, "q_start = 0", L.HINT_NO_SKIP),
+    (_Q_START,
      "q_start = max(0, k0 - offset + block_q) // block_q * block_q", L.HINT_SKIP_TOO_MUCH),
-    ("delta = (do * o).sum(axis=1)", "delta = (do * do).sum(axis=1)", L.HINT_DELTA_DODO),
+    (_DELTA, "delta = (do * do).sum(axis=1)", L.HINT_DELTA_DODO),
     ("k1 = min(k0 + block_k, t_k)", "k1 = min(k0 + block_k, t_k - 1)", L.HINT_RAGGED_OFF_BY_ONE),
     ("dq, dk, dv = np.zeros((t_q, d)),", "dq, dk, dv = np.zeros((t_q, d), np.float32),",
      (H.HINT_PRECISION,)),
-    ("    return dq, dk, dv", "    return dq, dk.T, dv", (H.HINT_SHAPE,)),
-    ("    return dq, dk, dv", "    return dk, dv, dq", (H.HINT_ORDER,)),   # review round 20 a
-    ("p = np.exp(s - lse_i[:, None])", "p = np.exp2(s - lse_i[:, None])", L.HINT_P_BASE2),
-    ("p = np.exp(s - lse_i[:, None])", "p = np.exp2(s * np.log2(np.e) - lse_i[:, None])",
-     L.HINT_P_BASE2),
-    ("p = np.exp(s - lse_i[:, None])", "p = np.exp(s - lse_i[:, None] / np.log(2))",
-     L.HINT_P_BASE2),
-    ("s = np.where(cols <= rows + offset, s, -np.inf)",
-     "s = np.where(cols < rows + offset, s, -np.inf)", L.HINT_DIAGONAL),
-    ("dk[k0:k1], dv[k0:k1] = dk_j, dv_j", "dk[k0:k1], dv[k0:k1] = dv_j, dk_j", L.HINT_SWAP_DKDV),
+    (_RETURN, "    return dq, dk.T, dv", (H.HINT_SHAPE,)),
+    (_RETURN, "    return dk, dv, dq", (H.HINT_ORDER,)),   # review round 20 a
+    (_P, "p = np.exp2(s - lse_i[:, None])", L.HINT_P_BASE2),
+    (_P, "p = np.exp2(s * np.log2(np.e) - lse_i[:, None])", L.HINT_P_BASE2),
+    (_P, "p = np.exp(s - lse_i[:, None] / np.log(2))", L.HINT_P_BASE2),
+    (_MASK, "s = np.where(cols < rows + offset, s, -np.inf)", L.HINT_DIAGONAL),
+    (_DK_DV_STORE, "dk[k0:k1], dv[k0:k1] = dv_j, dk_j", L.HINT_SWAP_DKDV),
     # round 18 (mutants): step 5 left out (dk, dv all zeros) got the generic HINT_BACKWARD
-    ("dk[k0:k1], dv[k0:k1] = dk_j, dv_j", "pass", L.HINT_NO_STORE),
+    (_DK_DV_STORE, "pass", L.HINT_NO_STORE),
     # round 18 (mutants): the stand-in +inf written into the caller's lse passed
     ("lse_i = np.where(np.isneginf(lse[q0:q1]), np.inf, lse[q0:q1])   # empty rows: P = 0",
      "lse[q0:q1][np.isneginf(lse[q0:q1])] = np.inf\n            lse_i = lse[q0:q1]",
      L.HINT_INPUTS_CHANGED),
     ("s = scale * (q_i @ k_j.T)", "s = q_i @ k_j.T", L.HINT_P_NO_SCALE),
-    ("q_start = max(0, k0 - offset) // block_q * block_q", "q_start = k0 // block_q * block_q",
-     L.HINT_SKIP_NO_OFFSET),
+    (_Q_START, "q_start = k0 // block_q * block_q", L.HINT_SKIP_NO_OFFSET),
     # review round 14: D from O * O or from the tile's own P * dP; the offset's sign
-    ("delta = (do * o).sum(axis=1)", "delta = (o * o).sum(axis=1)", L.HINT_DELTA_O_O),
-    ("ds = p * (dp - delta[q0:q1, None])",
-     "ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))", L.HINT_DELTA_TILE),
-    ("offset = t_k - t_q ", "offset = t_q - t_k ", L.HINT_OFFSET_SIGN),
-    ("s = np.where(cols <= rows + offset, s, -np.inf)",
-     "s = np.where(cols <= rows - offset, s, -np.inf)", L.HINT_OFFSET_SIGN),
+    (_DELTA, "delta = (o * o).sum(axis=1)", L.HINT_DELTA_O_O),
+    (_DS, "ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))", L.HINT_DELTA_TILE),
+    (_OFFSET, "offset = t_q - t_k ", L.HINT_OFFSET_SIGN),
+    (_MASK, "s = np.where(cols <= rows - offset, s, -np.inf)", L.HINT_OFFSET_SIGN),
     # review round 16 a: only one of dK_j, dV_j overwritten, and D subtracted outside the
     # product, got the generic HINT_BACKWARD
     ("dk_j += scale * (ds.T @ q_i)", "dk_j = scale * (ds.T @ q_i)", L.HINT_DKDV_OVERWRITE),
-    ("dv_j += p.T @ do_i", "dv_j = p.T @ do_i", L.HINT_DKDV_OVERWRITE),
-    ("ds = p * (dp - delta[q0:q1, None])", "ds = p * dp - delta[q0:q1, None]",
-     L.HINT_DS_ORDER),
+    (_DV, "dv_j = p.T @ do_i", L.HINT_DKDV_OVERWRITE),
+    (_DS, "ds = p * dp - delta[q0:q1, None]", L.HINT_DS_ORDER),
     # review round 16 a (m): a block end not clipped crashes on a broadcast; both got
     # HINT_BACKWARD ("your gradients disagree")
     ("k1 = min(k0 + block_k, t_k)\n        k_j", "k1 = k0 + block_k\n        k_j",
@@ -94,27 +102,20 @@ MISTAKES = {"flash_backward": [
     *SHARED_MISTAKES,
     # review round 17 a (M): D summed over axis 0 crashed with HINT_RAGGED_Q_UNCLIPPED (the
     # ragged case has d = Tq % Br = 5)
-    ("delta = (do * o).sum(axis=1)", "delta = (do * o).sum(axis=0)", L.HINT_D_AXIS),
+    (_DELTA, "delta = (do * o).sum(axis=0)", L.HINT_D_AXIS),
 ], "flash_backward_dq": [
     # review round 17 a (M): the dQ pass's skipping was not checked (it passed); D over axis 0
     ("k_end = max(0, min(t_k, q1 + offset)) if causal else t_k", "k_end = t_k",
      L.HINT_DQ_NO_SKIP),
-    ("delta_i = (do_i * o[q0:q1]).sum(axis=1)", "delta_i = (do_i * o[q0:q1]).sum(axis=0)",
-     L.HINT_D_AXIS),
-    ("delta_i = (do_i * o[q0:q1]).sum(axis=1)", "delta_i = (o[q0:q1] * o[q0:q1]).sum(axis=1)",
-     L.HINT_DELTA_O_O),
-    ("k_end = max(0, min(t_k, q1 + offset)) if causal",
-     "k_end = max(0, min(t_k, q1)) if causal", L.HINT_DQ_K_END_NO_OFFSET),
-    ("k_end = max(0, min(t_k, q1 + offset)) if causal",
-     "k_end = max(0, min(t_k, q1 + offset - 1)) if causal", L.HINT_DQ_K_END_SHORT),
-    ("k_end = max(0, min(t_k, q1 + offset)) if causal",
-     "k_end = max(0, min(t_k, q0 + offset)) if causal", L.HINT_DQ_SKIP_TOO_MUCH),
-    ("(p * (do_i @ v[k0:k1].T - delta_i[:, None]))", "(p * (do_i @ v[k0:k1].T))",
-     L.HINT_FORGOT_D),
-    ("dq[q0:q1] += scale * (", "dq[q0:q1] += (", L.HINT_SCALE_CHAIN),
-    ("dq[q0:q1] += scale * (", "dq[q0:q1] = scale * (", L.HINT_DQ_OVERWRITE),
-    ("(p * (do_i @ v[k0:k1].T - delta_i[:, None]))", "(p * (do_i @ v[k0:k1].T) - delta_i[:, None])",
-     L.HINT_DS_ORDER),
+    (_DELTA_I, "delta_i = (do_i * o[q0:q1]).sum(axis=0)", L.HINT_D_AXIS),
+    (_DELTA_I, "delta_i = (o[q0:q1] * o[q0:q1]).sum(axis=1)", L.HINT_DELTA_O_O),
+    (_K_END, "k_end = max(0, min(t_k, q1)) if causal", L.HINT_DQ_K_END_NO_OFFSET),
+    (_K_END, "k_end = max(0, min(t_k, q1 + offset - 1)) if causal", L.HINT_DQ_K_END_SHORT),
+    (_K_END, "k_end = max(0, min(t_k, q0 + offset)) if causal", L.HINT_DQ_SKIP_TOO_MUCH),
+    (_DS_DQ_ONLY, "(p * (do_i @ v[k0:k1].T))", L.HINT_FORGOT_D),
+    (_DQ_DQ_ONLY, "dq[q0:q1] += (", L.HINT_SCALE_CHAIN),
+    (_DQ_DQ_ONLY, "dq[q0:q1] = scale * (", L.HINT_DQ_OVERWRITE),
+    (_DS_DQ_ONLY, "(p * (do_i @ v[k0:k1].T) - delta_i[:, None])", L.HINT_DS_ORDER),
     ("k1 = min(k0 + block_k, t_k)\n            s =", "k1 = k0 + block_k\n            s =",
      L.HINT_RAGGED_UNCLIPPED),
     ("q1 = min(q0 + block_q, t_q)\n        q_i", "q1 = q0 + block_q\n        q_i",
@@ -186,11 +187,9 @@ ALLOCATIONS = {
     "copy": [(ZEROS, "dq, dk, dv = q.copy(), k.copy(), v.copy()\n"
                      "    dq[:] = 0; dk[:] = 0; dv[:] = 0")],
     "add.at": [(ZEROS, "dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)"),
-               ("dq[q0:q1] += scale * (ds @ k_j)",
-                "np.add.at(dq, np.arange(q0, q1), scale * (ds @ k_j))")],
+               (_DQ, "np.add.at(dq, np.arange(q0, q1), scale * (ds @ k_j))")],
     "out=": [(ZEROS, "dq, dk, dv = q * 0, np.zeros_like(k), np.zeros_like(v)"),
-             ("dq[q0:q1] += scale * (ds @ k_j)",
-              "np.add(dq[q0:q1], scale * (ds @ k_j), out=dq[q0:q1])")],
+             (_DQ, "np.add(dq[q0:q1], scale * (ds @ k_j), out=dq[q0:q1])")],
 }
 
 

@@ -58,13 +58,23 @@ def test_stubs_report_not_implemented(capsys):
     assert "Not implemented yet" in capsys.readouterr().out
 
 
+#: solution lines that several of the mistakes below replace
+_KB = "kb[j] = ks[tx + CT * j, kk]"
+_STANDIN = "m_use = m_new if m_new != NEG_INF else F0"
+_ALPHA = "alpha = math.exp(m[i] - m_use)"
+_P = "p = math.exp(s[i * TN + j] - m_use)"
+_LP = "lp[i] = lp[i] * alpha + psum"
+_NOT_CAUSAL = "    if causal == 0:\n        return n\n"
+_BLOCKS = "return min(n, last // BC + 1)"
+_LAST = "last = min(q0 + BR, tq) - 1 + off"
+
 SCORE_MISTAKES = [
     ("    for x in range(TM * TN):\n        s[x] = F0\n", "", L.HINT_SCORES_ZERO),
     ("qa[i] = qs[kk, ty + RT * i]", "qa[i] = qs[kk, ty * TM + i]", L.HINT_SCORES_LAYOUT),
     ("s[i * TN + j] += qa[i] * kb[j]", "s[i * TN + j] += qs[kk, ty + RT * i] * kb[j]",
      L.HINT_REUSE),
     ("        s[x] = F0", "        s[x] = 0.0", L.HINT_FLOAT64),
-    ("kb[j] = ks[tx + CT * j, kk]", "kb[j] = ks[kk, tx + CT * j]", L.HINT_SCORES_KS_T),
+    (_KB, "kb[j] = ks[kk, tx + CT * j]", L.HINT_SCORES_KS_T),
 ]
 
 
@@ -72,7 +82,7 @@ SCORE_MISTAKES = [
 def test_score_mistakes_get_their_hint(old, new, hint):
     fn = mutate(LAB, "micro_tile_scores", old, new)
     if hint is L.HINT_SCORES_LAYOUT:         # contiguous rows AND columns
-        fn = functions_of(LAB, replace=[(old, new), ("kb[j] = ks[tx + CT * j, kk]",
+        fn = functions_of(LAB, replace=[(old, new), (_KB,
                                                       "kb[j] = ks[tx * TN + j, kk]")])[
             "micro_tile_scores"]
     assert_hint(L.check_micro_tile_scores, fn, hint[0])
@@ -107,27 +117,24 @@ test_reduction_mistakes_get_their_hint = joint_mistakes_test(
 
 #: [(solution text, the mistake that replaces it, the hint it must get), ...]
 UPDATE_MISTAKES = [
-    ("m_use = m_new if m_new != NEG_INF else F0", "m_use = m_new", L.HINT_NEG_INF),
+    (_STANDIN, "m_use = m_new", L.HINT_NEG_INF),
     # the stand-in in one exponential only (round 14 b's lead from lab 10)
-    ("alpha = math.exp(m[i] - m_use)", "alpha = math.exp(m[i] - m_new)", L.HINT_NEG_INF_ONE),
-    ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp(s[i * TN + j] - m_new)",
-     L.HINT_NEG_INF_ONE),
-    ("alpha = math.exp(m[i] - m_use)", "alpha = float32(1)", L.HINT_RESCALE),
+    (_ALPHA, "alpha = math.exp(m[i] - m_new)", L.HINT_NEG_INF_ONE),
+    (_P, "p = math.exp(s[i * TN + j] - m_new)", L.HINT_NEG_INF_ONE),
+    (_ALPHA, "alpha = float32(1)", L.HINT_RESCALE),
     ("m_new = max(m[i], mx)", "m_new = mx", L.HINT_MAX),
     # review round 17 a (m): each got the generic HINT_UPDATE
-    ("lp[i] = lp[i] * alpha + psum", "lp[i] = lp[i] + psum", L.HINT_RESCALE_HALF),
+    (_LP, "lp[i] = lp[i] + psum", L.HINT_RESCALE_HALF),
     ("acc[i * TD + j] *= alpha", "acc[i * TD + j] *= 1.0", L.HINT_RESCALE_HALF),
-    ("alpha = math.exp(m[i] - m_use)", "alpha = math.exp(m_use - m[i])", L.HINT_ALPHA_INVERTED),
+    (_ALPHA, "alpha = math.exp(m_use - m[i])", L.HINT_ALPHA_INVERTED),
     ("    m[i] = m_new\n", "", L.HINT_M_NOT_STORED),
-    ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp(s[i * TN + j] - mx)", L.HINT_P_FROM_MX),
-    ("lp[i] = lp[i] * alpha + psum", "lp[i] = (lp[i] + psum) * alpha", L.HINT_RESCALE_AFTER),
-    ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp(s[i * TN + j])", L.HINT_SHIFT),
-    ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp2(s[i * TN + j] - m_use)",
-     L.HINT_EXP2),
+    (_P, "p = math.exp(s[i * TN + j] - mx)", L.HINT_P_FROM_MX),
+    (_LP, "lp[i] = (lp[i] + psum) * alpha", L.HINT_RESCALE_AFTER),
+    (_P, "p = math.exp(s[i * TN + j])", L.HINT_SHIFT),
+    (_P, "p = math.exp2(s[i * TN + j] - m_use)", L.HINT_EXP2),
     # review round 16 a, M: the stand-in tested on the tile's max mx passed every part case
     # (the kernel check failed it with "make the part checks pass first")
-    ("m_use = m_new if m_new != NEG_INF else F0", "m_use = m_new if mx != NEG_INF else F0",
-     L.HINT_STANDIN_WHICH),
+    (_STANDIN, "m_use = m_new if mx != NEG_INF else F0", L.HINT_STANDIN_WHICH),
 ]
 
 
@@ -144,8 +151,8 @@ def test_update_hints_name_the_slip_behind_them():
     result = assert_hint(L.check_online_update, guard_old, L.HINT_SHIFT[0])
     assert "test m_new, not m[i]" in result.hint
     exp2_both = edited(LAB, "online_update", [
-        ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp2(s[i * TN + j] - m_use)"),
-        ("alpha = math.exp(m[i] - m_use)", "alpha = math.exp2(m[i] - m_use)")])
+        (_P, "p = math.exp2(s[i * TN + j] - m_use)"),
+        (_ALPHA, "alpha = math.exp2(m[i] - m_use)")])
     result = assert_hint(L.check_online_update, exp2_both, L.HINT_EXP2[0])
     assert "but exp for the rescale" not in result.hint and "alpha too" in result.hint
 
@@ -171,7 +178,7 @@ def test_kernel_names_an_overflowing_exp_not_a_missing_guard(lab):
     update = edited(LAB, "online_update", [
         ("alpha = math.exp(m[i] - m_use)                              # rescale factor, <= 1\n"
          "    m[i] = m_new", "m_old = m[i]\n    m[i] = m_new\n    alpha = math.exp(m_old - m_use)"),
-        ("p = math.exp(s[i * TN + j] - m_use)", "p = math.exp(s[i * TN + j] - m_old)")])
+        (_P, "p = math.exp(s[i * TN + j] - m_old)")])
     first, *rest = parts(lab, online_update=update)
     result = assert_hint(L.check_kernel, first, L.HINT_OVERFLOW[0], *rest)
     assert "one key tile" in result.case
@@ -211,20 +218,20 @@ def test_show_counts_global_accesses_on_the_simulator(lab, capsys):
 
 #: key_blocks: [(solution text, the mistake that replaces it, the hint it must get), ...]
 KEY_BLOCK_MISTAKES = [
-    ("    if causal == 0:\n        return n\n", "    return n\n", L.HINT_SKIP_NONE),
-    ("return min(n, last // BC + 1)", "return min(n, last // BC)", L.HINT_SKIP_OFF_BY_ONE),
-    ("last = min(q0 + BR, tq) - 1 + off", "last = min(q0 + BR, tq) - 1", L.HINT_SKIP_TOP_LEFT),
+    (_NOT_CAUSAL, "    return n\n", L.HINT_SKIP_NONE),
+    (_BLOCKS, "return min(n, last // BC)", L.HINT_SKIP_OFF_BY_ONE),
+    (_LAST, "last = min(q0 + BR, tq) - 1", L.HINT_SKIP_TOP_LEFT),
     ("n = (tk + BC - 1) // BC", "n = tk // BC", L.HINT_SKIP_FLOOR),
     ("    if last < 0:\n        return 0\n", "", L.HINT_SKIP_NEGATIVE),
     # passed before round 7 ac (M5): no block's last key started or ended a tile; the ceiling
     # got the generic HINT_SKIP until round 16 a (m), now HINT_SKIP_SHORT
-    ("return min(n, last // BC + 1)", "return min(n, (last + BC - 1) // BC)", L.HINT_SKIP_SHORT),
+    (_BLOCKS, "return min(n, (last + BC - 1) // BC)", L.HINT_SKIP_SHORT),
     # round 18 (mutants): generic HINT_SKIP until now
-    ("last = min(q0 + BR, tq) - 1 + off", "last = min(q0 + BR, tq) + off", L.HINT_SKIP_ONE_MORE),
+    (_LAST, "last = min(q0 + BR, tq) + off", L.HINT_SKIP_ONE_MORE),
     # review round 16 a (m): the block's first row in place of its last (generic before)
-    ("last = min(q0 + BR, tq) - 1 + off", "last = q0 + off", L.HINT_SKIP_SHORT),
+    (_LAST, "last = q0 + off", L.HINT_SKIP_SHORT),
     # round 18 (mutants): causal = 0 ignored (the causal count always) got HINT_SKIP
-    ("    if causal == 0:\n        return n\n", "", L.HINT_SKIP_NOT_CAUSAL),
+    (_NOT_CAUSAL, "", L.HINT_SKIP_NOT_CAUSAL),
 ]
 
 
@@ -263,7 +270,7 @@ def test_replay_of_the_negative_case_is_the_reference():
 #: online updates that skip the rescale for a max of 0 or below: right on every positive
 #: case, so check_kernel passed them before review round 12
 SIGN_GATED = [
-    ("alpha = math.exp(m[i] - m_use)",
+    (_ALPHA,
      "alpha = math.exp(m[i] - m_use) if m[i] > F0 else F0 + float32(1)", L.HINT_RESCALE_SIGN),
     ("    for j in range(TD):\n        acc[i * TD + j] *= alpha",
      "    if mx > F0:\n        for j in range(TD):\n            acc[i * TD + j] *= alpha",

@@ -14,6 +14,12 @@ lab, test_solutions_pass, test_stubs_report_not_implemented = lab_tests(LAB, CHE
 _PACK = "    return (start >> 4) | (lbo >> 4) << 16 | (sbo >> 4) << 32 | code << 62"
 _XOR = "    return plain ^ (((plain >> 7) & 7) << 4)"
 
+
+#: solution lines that several of the mistakes below replace
+_CODES = "{None: 0, 128: 1, 64: 2, 32: 3}"
+_SWIZZLE_MASK = "    mask = swizzle // 16 - 1"
+_SWIZZLE_XOR = "    return offset ^ (((offset >> 7) & mask) << 4)"
+
 MISTAKES = {
     "my_descriptor": [
         # addresses in bytes where the fields hold 16-byte units
@@ -24,10 +30,8 @@ MISTAKES = {
         (_PACK, "    return (start >> 4) | (sbo >> 4) << 16 | (lbo >> 4) << 32 | code << 62",
          H.HINT_SWAP),
         # CUTLASS's Swizzle<3,4,3> read as the mode code, and the order of the codes reversed
-        ("{None: 0, 128: 1, 64: 2, 32: 3}", "{None: 0, 128: 3, 64: 2, 32: 1}",
-         H.HINT_SWIZZLE_CODE),
-        ("{None: 0, 128: 1, 64: 2, 32: 3}", "{None: 3, 128: 0, 64: 1, 32: 2}",
-         H.HINT_SWIZZLE_CODE),
+        (_CODES, "{None: 0, 128: 3, 64: 2, 32: 1}", H.HINT_SWIZZLE_CODE),
+        (_CODES, "{None: 3, 128: 0, 64: 1, 32: 2}", H.HINT_SWIZZLE_CODE),
         # the row width itself in the swizzle field: past 64 bits; HINT_INT said only "below
         # 2**64" and "no floats" (review round 10 b, m3)
         ("code = {None: 0, 128: 1, 64: 2, 32: 3}[swizzle]", "code = swizzle or 0",
@@ -64,14 +68,13 @@ MISTAKES = {
         (_XOR, "    return hex(plain ^ (((plain >> 7) & 7) << 4))", H.HINT_OFFSET_INT),
     ],
     "my_swizzle": [
-        ("    mask = swizzle // 16 - 1", "    mask = 7", H.HINT_MODES_MASK),
-        ("    mask = swizzle // 16 - 1", "    mask = swizzle // 32", H.HINT_MODES_MASK),
-        ("    mask = swizzle // 16 - 1", "    mask = swizzle // 16", H.HINT_MODES_MASK),
+        (_SWIZZLE_MASK, "    mask = 7", H.HINT_MODES_MASK),
+        (_SWIZZLE_MASK, "    mask = swizzle // 32", H.HINT_MODES_MASK),
+        (_SWIZZLE_MASK, "    mask = swizzle // 16", H.HINT_MODES_MASK),
         ("    if swizzle is None:\n        return offset\n", "    if swizzle is None:\n"
          "        swizzle = 128\n", H.HINT_MODES_NONE),
-        ("    return offset ^ (((offset >> 7) & mask) << 4)",
-         "    return offset ^ (((offset >> 4) & mask) << 7)", H.HINT_MODES),
-        ("    return offset ^ (((offset >> 7) & mask) << 4)",
+        (_SWIZZLE_XOR, "    return offset ^ (((offset >> 4) & mask) << 7)", H.HINT_MODES),
+        (_SWIZZLE_XOR,
          "    return (offset ^ (((offset >> 7) & mask) << 4)) * 1.0", H.HINT_OFFSET_INT),
     ],
 }

@@ -36,6 +36,20 @@ _COUNTED = ("    for col in range((start + ps - 1) // ps, NEED):\n"
             "        cache.block_table[b, col] = page\n"
             "    for i in range(n):\n")
 
+
+#: solution lines that several of the mistakes below replace
+_RETURN_ADDR = "    return page, t % page_size"
+_FOR_T = "    for t in range(seq_len):"
+_RETURN_ROWS = "    return np.stack(rows, axis=1)"
+_GATHER_ADDR = "        page, slot = my_token_address(block_table, b, t, ps)"
+_SEQ_LEN = "    cache.seq_lens[b] = start + n"
+_POP = "            page = cache.free.pop()"
+_DECREF = "                cache.refs[page] -= 1\n"
+_COUNT = "min(ps, n - i * ps)"
+_SCORES = '            s = scale * np.einsum("hd,hkd->hk", q[b], k)'
+_PAGES = "range((n + ps - 1) // ps)"
+_PAGE_CNT = "page, cnt = block_table[b, i], min(ps, n - i * ps)"
+
 MISTAKES = {
     "my_token_address": [
         (_ADDR, "    page = int(block_table[b, (t - 1) // page_size])\n"
@@ -44,42 +58,33 @@ MISTAKES = {
                 "    return page, t % page_size", L.HINT_PAGE_ROUNDED_UP),
         (_ADDR, "    page = int(block_table[b, t // page_size + 1])\n"
                 "    return page, t % page_size", L.HINT_ONE_BASED),
-        ("    return page, t % page_size", "    return t % page_size, page", L.HINT_SWAPPED),
+        (_RETURN_ADDR, "    return t % page_size, page", L.HINT_SWAPPED),
         (_ADDR, "    return int(block_table[b, t % page_size]), t // page_size", L.HINT_SWAPPED),
         (_ADDR, "    return t // page_size, t % page_size", L.HINT_NO_TABLE),
-        ("    return page, t % page_size", "    return page, t - page * page_size",
-         L.HINT_SLOT_FROM_PAGE),
-        ("    return page, t % page_size", "    return page, float(t % page_size)",
-         L.HINT_INTS),
+        (_RETURN_ADDR, "    return page, t - page * page_size", L.HINT_SLOT_FROM_PAGE),
+        (_RETURN_ADDR, "    return page, float(t % page_size)", L.HINT_INTS),
     ],
     "my_gather": [
-        ("    for t in range(seq_len):", "    for t in range(-(-seq_len // ps) * ps):",
-         L.HINT_PAST_LENGTH),
-        ("    for t in range(seq_len):", "    for t in range(seq_len + 1):",
-         L.HINT_LENGTH_ONE_OFF),
-        ("    return np.stack(rows, axis=1)", "    return np.stack(rows)", L.HINT_HEADS_FIRST),
-        ("        page, slot = my_token_address(block_table, b, t, ps)",
-         "        page, slot = my_token_address(\n"
+        (_FOR_T, "    for t in range(-(-seq_len // ps) * ps):", L.HINT_PAST_LENGTH),
+        (_FOR_T, "    for t in range(seq_len + 1):", L.HINT_LENGTH_ONE_OFF),
+        (_RETURN_ROWS, "    return np.stack(rows)", L.HINT_HEADS_FIRST),
+        (_GATHER_ADDR, "        page, slot = my_token_address(\n"
          "            np.sort(block_table[:, :-(-seq_len // ps)], axis=1), b, t, ps)",
          L.HINT_POOL_ORDER),
         # review round 14 (m): the next row read for seq_len tokens, past its own length;
         # tokens on the last axis (both generic before)
-        ("        page, slot = my_token_address(block_table, b, t, ps)",
+        (_GATHER_ADDR,
          "        page, slot = my_token_address(block_table, (b + 1) % len(block_table), t, ps)",
          L.HINT_OTHER_ROW),
-        ("    return np.stack(rows, axis=1)", "    return np.stack(rows, axis=-1)",
-         L.HINT_TOKENS_LAST),
+        (_RETURN_ROWS, "    return np.stack(rows, axis=-1)", L.HINT_TOKENS_LAST),
     ],
     "my_append": [
-        ("    cache.seq_lens[b] = start + n", "    pass", L.HINT_STALE_LENGTH),
-        ("    cache.seq_lens[b] = start + n", "    cache.seq_lens[b] = start + 1",
-         L.HINT_LENGTH_UPDATE),
+        (_SEQ_LEN, "    pass", L.HINT_STALE_LENGTH),
+        (_SEQ_LEN, "    cache.seq_lens[b] = start + 1", L.HINT_LENGTH_UPDATE),
         ("        if slot == 0:", "        if slot == 1:", L.HINT_PAGE_LATE),
         (_COL, "        col, slot = (t - 1) // ps, t % ps", L.HINT_APPEND_BOUNDARY),
-        ("            page = cache.free.pop()", "            page = cache.free[-1]",
-         L.HINT_FREE_LIST),
-        ("            page = cache.free.pop()", "            page = len(cache.free) - 1",
-         L.HINT_FREE_LIST),
+        (_POP, "            page = cache.free[-1]", L.HINT_FREE_LIST),
+        (_POP, "            page = len(cache.free) - 1", L.HINT_FREE_LIST),
         ("            cache.refs[page] = 1\n", "", L.HINT_REFS),
         ("            if cache.refs[page] > 1:", "            if False:", L.HINT_COW),
         ("                cache.k_pages[new] = cache.k_pages[page]\n"
@@ -87,11 +92,10 @@ MISTAKES = {
         # only one of the two copied: the generic hint before (review round 14 b)
         ("                cache.k_pages[new] = cache.k_pages[page]\n", "", L.HINT_COW_COPY),
         ("                cache.v_pages[new] = cache.v_pages[page]\n", "", L.HINT_COW_COPY),
-        ("                cache.refs[page] -= 1\n", "", L.HINT_COW_DECREF),
+        (_DECREF, "", L.HINT_COW_DECREF),
         # refs of the shared page set to 1, right for two sharers only: it passed all five
         # cases (review round 16 b, M)
-        ("                cache.refs[page] -= 1\n", "                cache.refs[page] = 1\n",
-         L.HINT_COW_REFS_ONE),
+        (_DECREF, "                cache.refs[page] = 1\n", L.HINT_COW_REFS_ONE),
         # the copy made and entered, the token written into the old page (generic hint before)
         ("                cache.block_table[b, col] = new\n                page = new\n",
          "                cache.block_table[b, col] = new\n", L.HINT_COW_WRITE_OLD),
@@ -113,20 +117,19 @@ MISTAKES = {
          "            page = cache.block_table[1 - b, col]", L.HINT_APPEND_OTHER_ROW),
     ],
     "my_paged_attention": [
-        ("min(ps, n - i * ps)", "ps", L.HINT_ATT_PAST_LENGTH),
+        (_COUNT, "ps", L.HINT_ATT_PAST_LENGTH),
         ("            alpha = np.exp(m - m_new)", "            alpha = np.ones(h)",
          L.HINT_ATT_RESCALE),
         # alpha after m = m_new: exp(0) = 1, the output of no rescale (review round 10 b, M2)
         ("            alpha = np.exp(m - m_new)\n",
          "            m = m_new\n            alpha = np.exp(m - m_new)\n", L.HINT_ATT_RESCALE),
-        ('            s = scale * np.einsum("hd,hkd->hk", q[b], k)',
-         '            s = np.einsum("hd,hkd->hk", q[b], k)', L.HINT_ATT_SCALE),
+        (_SCORES, '            s = np.einsum("hd,hkd->hk", q[b], k)', L.HINT_ATT_SCALE),
         # review round 18 b: o kept in float32 got the generic rule, silent on precision
         ("    o = np.zeros((n_seq, h, d))", "    o = np.zeros((n_seq, h, d), np.float32)",
          (L.HINT_PRECISION, L.HINT_PRECISION_2)),
         # review round 18 b: 1 / sqrt(d) in place of the argument passed, as every case
         # passed 1 / sqrt(d)
-        ('            s = scale * np.einsum("hd,hkd->hk", q[b], k)',
+        (_SCORES,
          '            s = np.einsum("hd,hkd->hk", q[b], k) / np.sqrt(d)', L.HINT_ATT_SCALE),
         # no running max (m stays 0): exact for moderate scores, overflows for large ones
         ("            m_new = np.maximum(m, s.max(axis=1))",
@@ -139,15 +142,13 @@ MISTAKES = {
          L.HINT_ATT_RESCALE_ACC),
         ("l = alpha * l + p.sum(axis=1)", "l = l + p.sum(axis=1)", L.HINT_ATT_RESCALE_L),
         # a sequence shorter than a page gets no page: 0 / 0, which is not an overflow
-        ("range((n + ps - 1) // ps)", "range(n // ps)", L.HINT_ATT_FLOOR),
-        ("page, cnt = block_table[b, i], min(ps, n - i * ps)",
-         "page, cnt = i, min(ps, n - i * ps)", L.HINT_ATT_POOL_ORDER),
+        (_PAGES, "range(n // ps)", L.HINT_ATT_FLOOR),
+        (_PAGE_CNT, "page, cnt = i, min(ps, n - i * ps)", L.HINT_ATT_POOL_ORDER),
         # review round 14 (m): another row of the table; a page with no key (the generic
         # HINT_ATTENTION before)
-        ("page, cnt = block_table[b, i], min(ps, n - i * ps)",
-         "page, cnt = block_table[0, i], min(ps, n - i * ps)", L.HINT_ATT_OTHER_ROW),
-        ("min(ps, n - i * ps)", "min(ps, n - i * ps - 1)", L.HINT_ATT_EMPTY_PAGE),
-        ("range((n + ps - 1) // ps)", "range(n // ps + 1)", L.HINT_ATT_EMPTY_PAGE),
+        (_PAGE_CNT, "page, cnt = block_table[0, i], min(ps, n - i * ps)", L.HINT_ATT_OTHER_ROW),
+        (_COUNT, "min(ps, n - i * ps - 1)", L.HINT_ATT_EMPTY_PAGE),
+        (_PAGES, "range(n // ps + 1)", L.HINT_ATT_EMPTY_PAGE),
         # the running max started at 0, not -inf: it passed every case, whose rows all had a
         # score near 0; NaN (0 / 0) once every score of a row underflows (review round 16 b)
         ("m, l, acc = np.full(h, -np.inf)", "m, l, acc = np.zeros(h)", L.HINT_ATT_M_ZERO),
@@ -238,7 +239,7 @@ def test_the_rescale_hint_names_an_alpha_taken_after_the_max_moved():
 def test_a_result_of_the_wrong_kind_gets_its_second_level():
     """A slot returned as a float is named by HINT_INTS; at hint_level=2 its second level
     was dropped (review round 18 b)."""
-    fn = functions_of(LAB, replace=[("    return page, t % page_size",
+    fn = functions_of(LAB, replace=[(_RETURN_ADDR,
                                      "    return page, float(t % page_size)")])["my_token_address"]
     two = L.check_token_address(fn, verbose=False, hint_level=2)
     assert not two.passed and two.hint == f"{L.HINT_INTS[0]}\n  More explicitly: {L.HINT_INTS[1]}"

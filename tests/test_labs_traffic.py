@@ -133,21 +133,25 @@ def test_backward_model_equals_the_counter():
                                                                         model.write_bytes)
 
 
+#: solution lines that several of the mistakes below replace
+_TC = "Tc = -(-Tk // Bc)"
+
+
 @pytest.mark.parametrize("old,new,hint", [
     ("3 * Tq * d * e", "2 * Tq * d * e", lab.HINT_BWD_DQ),       # dQ_i not read per tile...
     ("2 * 4 * Tq", "2 * e * Tq", lab.HINT_BWD_STAT),
     ("write_bytes = 4 * Tq + Tq * d * e + 2 * Tk * d * e",
      "write_bytes = 4 * Tq + Tq * d * e", lab.HINT_BWD_DKDV),
-    ("Tc = -(-Tk // Bc)", "Tc = Tk // Bc", lab.HINT_BWD_FLOOR),
+    (_TC, "Tc = Tk // Bc", lab.HINT_BWD_FLOOR),
     # review round 12: both got HINT_BWD_STAT (at e = 2 and d = 8 the same bytes)
     ("2 * 4 * Tq)", "4 * Tq)", lab.HINT_BWD_STAT_TILE),
     ("read_bytes = 2 * Tq * d * e + 2 * Tk", "read_bytes = Tq * d * e + 2 * Tk", lab.HINT_BWD_D),
     # review round 16 a: Tc = ceil(Tk / Br) got HINT_BWD_FLOOR (ceil(37 / 16) = floor(37 / 10)
     # in the old second case); Tc = ceil(Tq / Bc) got the generic hint
-    ("Tc = -(-Tk // Bc)", "Tc = -(-Tk // Br)", lab.HINT_BWD_TC_SIZES),
-    ("Tc = -(-Tk // Bc)", "Tc = -(-Tq // Bc)", lab.HINT_BWD_TC_SIZES),
+    (_TC, "Tc = -(-Tk // Br)", lab.HINT_BWD_TC_SIZES),
+    (_TC, "Tc = -(-Tq // Bc)", lab.HINT_BWD_TC_SIZES),
     # round 18 (mutants): floor + 1 got the generic hint
-    ("Tc = -(-Tk // Bc)", "Tc = Tk // Bc + 1", lab.HINT_PLUS_ONE),
+    (_TC, "Tc = Tk // Bc + 1", lab.HINT_PLUS_ONE),
 ], ids=["dq", "stat", "dkdv", "floor", "one-stat", "no-o", "tc-br", "tc-tq", "plus-one"])
 def test_backward_mistakes_get_their_hint(old, new, hint):
     fn = mutate(LAB, "my_backward_traffic", old, new)
