@@ -81,6 +81,12 @@ def edited(path: Path, name: str, edits, *, anywhere: bool = False, also=()):
     return functions_of(path, replace=[*edits, *also])[name]
 
 
+def loop_over(var: str, size: str, other) -> tuple[str, str]:
+    """The edit that makes the solution's loop `for var in range(size):` run over `other`
+    instead: another size name, a fixed count, or an expression for the same size."""
+    return f"for {var} in range({size}):", f"for {var} in range({other}):"
+
+
 #: an edit of a CUDA lab's import cell for edits that call float32(...)
 IMPORT_FLOAT32 = ("from numba import cuda\n", "from numba import cuda, float32\n")
 

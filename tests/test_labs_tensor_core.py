@@ -13,8 +13,8 @@ from flashcourse.labs.cuda_kernel import HINT_FLOAT64
 from flashcourse.labs.tile_sizes import own_sizes_hint
 from labtools import (assert_hint, assert_stubs_not_implemented, correct_variants_test, edited,
                       functions_of, hint_leaks_test, idle_part_test, joint_mistakes_test,
-                      kernel_error_test, lab_fixture, lab_path, mistakes_test, part_mistakes_tests,
-                      parts_picker)
+                      kernel_error_test, lab_fixture, lab_path, loop_over, mistakes_test,
+                      part_mistakes_tests, parts_picker)
 
 LAB = lab_path("lab10_tensor_cores")
 lab = lab_fixture(LAB)
@@ -340,9 +340,9 @@ test_unusual_correct_variants_pass = correct_variants_test(LAB, P, parts_of, PAR
                                                            CORRECT_VARIANTS)
 #: sizes written from D and BC (right at every tile configuration): they follow WIDE too
 SIZES_FROM_D_BC = {"sizes": [
-    ("for kk in range(KT):", "for kk in range(D // 16):"),
+    loop_over("kk", "KT", "D // 16"),
     ("    for x in range(4 * NS):\n", "    for x in range(BC // 2):\n"),
-    ("for kp in range(KP):", "for kp in range(BC // 16):"),
+    loop_over("kp", "KP", "BC // 16"),
     ("        for n in range(NO):\n            acc[", "        for n in range(D // 8):\n"
      "            acc[")]}
 test_sizes_from_d_and_bc_pass = correct_variants_test(LAB, P, parts_of, PART_CHECK,
@@ -351,17 +351,14 @@ test_sizes_from_d_and_bc_pass = correct_variants_test(LAB, P, parts_of, PART_CHE
 #: right at D = BC = 16 (KT = KP = 1, NS = NO = 2), so caught only at WIDE (D = 48, BC = 32):
 #: review rounds 10 b and 15 found them passing, round 17 b added the wide case
 WIDE_MISTAKES = {
-    "s-kp-for-kt": ("scores_tile", [("for kk in range(KT):", "for kk in range(KP):")],
-                    W.HINT_S_KP),
+    "s-kp-for-kt": ("scores_tile", [loop_over("kk", "KT", "KP")], W.HINT_S_KP),
     "s-qa-words-kk": ("scores_tile", [("mma(qa, 4 * kk,", "mma(qa, kk,")], W.HINT_WIDE_SCORES),
     "s-qa-words-2kk": ("scores_tile", [("mma(qa, 4 * kk,", "mma(qa, 2 * kk,")],
                        W.HINT_S_QA_WORDS),
     "s-k0-8kk": ("scores_tile", [("load_b(ks, 8 * n, 16 * kk, w[0], b)",
                                   "load_b(ks, 8 * n, 8 * kk, w[0], b)")], W.HINT_S_K0),
-    "s-no-for-ns": ("scores_tile", [("for n in range(NS):", "for n in range(NO):")],
-                    W.HINT_WIDE_SCORES),
-    "s-literal-kt": ("scores_tile", [("for kk in range(KT):", "for kk in range(1):")],
-                     W.HINT_LITERAL),
+    "s-no-for-ns": ("scores_tile", [loop_over("n", "NS", "NO")], W.HINT_WIDE_SCORES),
+    "s-literal-kt": ("scores_tile", [loop_over("kk", "KT", 1)], W.HINT_LITERAL),
     "softmax-acc-ns": (SOFTMAX, [("        for n in range(NO):\n            acc[",
                                   "        for n in range(NS):\n            acc[")],
                        W.HINT_ACC_NS),
@@ -376,13 +373,11 @@ WIDE_MISTAKES = {
                                "load_b(vt, 8 * n, 8 * kp, w[0], b)")], W.HINT_PV_KP8),
     "pv-k0-0": ("pv_tile", [("load_b(vt, 8 * n, 16 * kp, w[0], b)",
                              "load_b(vt, 8 * n, 0, w[0], b)")], W.HINT_WIDE_PV),
-    "pv-ns-for-no": ("pv_tile", [("for n in range(NO):", "for n in range(NS):")], W.HINT_PV_NS),
-    "pv-kt-for-kp": ("pv_tile", [("for kp in range(KP):", "for kp in range(KT):")],
-                     W.HINT_WIDE_PV),
+    "pv-ns-for-no": ("pv_tile", [loop_over("n", "NO", "NS")], W.HINT_PV_NS),
+    "pv-kt-for-kp": ("pv_tile", [loop_over("kp", "KP", "KT")], W.HINT_WIDE_PV),
     "pv-pa-4kp": ("pv_tile", [("mma(pa, 0, b, acc, 4 * n, scr, w)",
                                "mma(pa, 4 * kp, b, acc, 4 * n, scr, w)")], W.HINT_WIDE_PV),
-    "pv-literal-kp": ("pv_tile", [("for kp in range(KP):", "for kp in range(1):")],
-                      W.HINT_LITERAL),
+    "pv-literal-kp": ("pv_tile", [loop_over("kp", "KP", 1)], W.HINT_LITERAL),
 }
 
 
@@ -445,7 +440,7 @@ test_no_hint_contains_a_solution_line = hint_leaks_test(L.ALL_HINTS + P.ALL_HINT
 
 def test_a_size_of_the_learners_own_is_named_at_the_wide_tiles():
     """NK = D // 16 of the learner's own stays 1 at WIDE (D = 48): the hint names it."""
-    fn = edited(LAB, "scores_tile", [("for kk in range(KT):", "for kk in range(NK):")],
+    fn = edited(LAB, "scores_tile", [loop_over("kk", "KT", "NK")],
                 also=[("@cuda.jit(device=True)\ndef scores_tile(",
                        "NK = D // 16\n\n\n@cuda.jit(device=True)\ndef scores_tile(")])
     result = assert_hint(P.check_scores_tile, fn,

@@ -14,7 +14,7 @@ from flashcourse.labs.cuda_kernel import HINT_FLOAT64
 from flashcourse.labs.tile_sizes import own_sizes_hint
 from labtools import (IMPORT_FLOAT32, assert_hint, assert_stubs_not_implemented, cells_of,
                       correct_variants_test, edited, functions_of, hint_leaks_test,
-                      idle_part_test, kernel_error_test, lab_fixture, lab_path,
+                      idle_part_test, kernel_error_test, lab_fixture, lab_path, loop_over,
                       part_mistakes_tests, parts_picker)
 
 LAB = lab_path("lab10b_tensor_core_backward")
@@ -209,12 +209,9 @@ PART_MISTAKES = {
                             P.HINT_DS_OVERFLOW, False),
     # a loop over the wrong size of another pair (KQ or KT = 1 for NS or NO = 2): the first n8
     # tile only, at the lab's tiles; the generic hint said nothing of the loop (round 17 b)
-    "ds-kq-for-ns": ("ds_tile", [("for n in range(NS):", "for n in range(KQ):")],
-                     P.HINT_DS_ONE_TILE, False),
-    "grad-kt-for-no": ("grad_tile", [("for n in range(NO):", "for n in range(KT):")],
-                       P.HINT_GRAD_ONE_TILE, False),
-    "store-kt-for-no": ("store_grads", [("for n in range(NO):", "for n in range(KT):")],
-                        P.HINT_STORE_ONE_TILE, False),
+    "ds-kq-for-ns": ("ds_tile", [loop_over("n", "NS", "KQ")], P.HINT_DS_ONE_TILE, False),
+    "grad-kt-for-no": ("grad_tile", [loop_over("n", "NO", "KT")], P.HINT_GRAD_ONE_TILE, False),
+    "store-kt-for-no": ("store_grads", [loop_over("n", "NO", "KT")], P.HINT_STORE_ONE_TILE, False),
     "ds-base2-raw": ("ds_tile", [("p = math.exp(s[4 * n + i] * scale - lt[col])",
                                   "p = math.exp2(s[4 * n + i] * scale - lt[col])")],
                      P.HINT_DS_BASE2_RAW, False),
@@ -223,8 +220,7 @@ PART_MISTAKES = {
 #: right at D = BR = 16 (kk = kp = 0, NS = NO = 2), so caught only at WIDE (D = 48, BR = 32;
 #: review round 15, found not fixed): the size or offset each reads, and fixed loop counts
 WIDE_MISTAKES = {
-    "s-kq-for-kt": ("transposed_scores", [("for kk in range(KT):", "for kk in range(KQ):")],
-                    P.HINT_S_KQ, True),
+    "s-kq-for-kt": ("transposed_scores", [loop_over("kk", "KT", "KQ")], P.HINT_S_KQ, True),
     "s-a-words-2kk": ("transposed_scores", [("mma(ka, 4 * kk,", "mma(ka, 2 * kk,"),
                                             ("mma(va, 4 * kk,", "mma(va, 2 * kk,")],
                       P.HINT_S_A_WORDS, False),
@@ -232,29 +228,20 @@ WIDE_MISTAKES = {
     "grad-k0-8kp": ("grad_tile", [("load_b(yt, 8 * n, 16 * kp, w[0], b)",
                                    "load_b(yt, 8 * n, 8 * kp, w[0], b)")], P.HINT_GRAD_KP,
                     False),
-    "grad-ns-for-no": ("grad_tile", [("for n in range(NO):", "for n in range(NS):")],
-                       P.HINT_GRAD_NO, False),
-    "store-ns-for-no": ("store_grads", [("for n in range(NO):", "for n in range(NS):")],
-                        P.HINT_STORE_NO, True),
+    "grad-ns-for-no": ("grad_tile", [loop_over("n", "NO", "NS")], P.HINT_GRAD_NO, False),
+    "store-ns-for-no": ("store_grads", [loop_over("n", "NO", "NS")], P.HINT_STORE_NO, True),
     # fixed counts, right only at D = BR = 16
-    "s-literal-kt": ("transposed_scores", [("for kk in range(KT):", "for kk in range(1):")],
-                     P.HINT_LITERAL, False),
-    "ds-literal-ns": ("ds_tile", [("for n in range(NS):", "for n in range(2):")],
-                      P.HINT_LITERAL, False),
-    "grad-literal-kq": ("grad_tile", [("for kp in range(KQ):", "for kp in range(1):")],
-                        P.HINT_LITERAL, False),
-    "grad-literal-no": ("grad_tile", [("for n in range(NO):", "for n in range(2):")],
-                        P.HINT_LITERAL, False),
-    "store-literal-no": ("store_grads", [("for n in range(NO):", "for n in range(2):")],
-                         P.HINT_LITERAL, False),
+    "s-literal-kt": ("transposed_scores", [loop_over("kk", "KT", 1)], P.HINT_LITERAL, False),
+    "ds-literal-ns": ("ds_tile", [loop_over("n", "NS", 2)], P.HINT_LITERAL, False),
+    "grad-literal-kq": ("grad_tile", [loop_over("kp", "KQ", 1)], P.HINT_LITERAL, False),
+    "grad-literal-no": ("grad_tile", [loop_over("n", "NO", 2)], P.HINT_LITERAL, False),
+    "store-literal-no": ("store_grads", [loop_over("n", "NO", 2)], P.HINT_LITERAL, False),
     # a loop over NO where NS is right runs past s at WIDE (NO = 6 > NS = 4): the wide hint
-    "ds-no-for-ns": ("ds_tile", [("for n in range(NS):", "for n in range(NO):")],
-                     P.HINT_WIDE_DS, False),
+    "ds-no-for-ns": ("ds_tile", [loop_over("n", "NS", "NO")], P.HINT_WIDE_DS, False),
     # review round 17 b: past an array's end at WIDE (an IndexError on the simulator) or an
     # offset of step 1, each gets its part's own wide hint; the general one told grad_tile
     # "word 4 kk of an A fragment", which mma(pa, 4 * kp, ...) follows (pa is one step's)
-    "s-no-for-ns": ("transposed_scores", [("for n in range(NS):", "for n in range(NO):")],
-                    P.HINT_WIDE_SCORES, False),
+    "s-no-for-ns": ("transposed_scores", [loop_over("n", "NS", "NO")], P.HINT_WIDE_SCORES, False),
     "s-k0-8kk": ("transposed_scores", [("load_b(qs, 8 * n, 16 * kk, w[0], b)",
                                         "load_b(qs, 8 * n, 8 * kk, w[0], b)"),
                                        ("load_b(dos, 8 * n, 16 * kk, w[0], b)",
@@ -263,8 +250,7 @@ WIDE_MISTAKES = {
     "grad-pa-4kp": ("grad_tile", [("mma(pa, 0, b, acc, 4 * n, scr, w)",
                                    "mma(pa, 4 * kp, b, acc, 4 * n, scr, w)")],
                     P.HINT_WIDE_GRAD, False),
-    "grad-kt-for-kq": ("grad_tile", [("for kp in range(KQ):", "for kp in range(KT):")],
-                       P.HINT_WIDE_GRAD, False),
+    "grad-kt-for-kq": ("grad_tile", [loop_over("kp", "KQ", "KT")], P.HINT_WIDE_GRAD, False),
 }
 
 
@@ -365,10 +351,10 @@ CORRECT_VARIANTS = {
 
 #: sizes written from D and BR (right at every tile configuration): they follow WIDE too
 CORRECT_VARIANTS["sizes from D and BR"] = [
-    ("for kk in range(KT):", "for kk in range(D // 16):"),
+    loop_over("kk", "KT", "D // 16"),
     ("    for x in range(4 * NS):\n", "    for x in range(BR // 2):\n"),
-    ("for kp in range(KQ):", "for kp in range(BR // 16):"),
-    ("for n in range(NO):", "for n in range(D // 8):")]
+    loop_over("kp", "KQ", "BR // 16"),
+    loop_over("n", "NO", "D // 8")]
 test_unusual_correct_variants_pass = correct_variants_test(LAB, P, parts_of, CHECK,
                                                            CORRECT_VARIANTS)
 
@@ -455,7 +441,7 @@ def test_the_generic_scores_hint_names_the_reset():
 def test_a_size_of_the_learners_own_is_named_at_the_wide_tiles():
     """NK = D // 16 computed in the learner's cell is 1 when the cell runs and stays 1 when
     the check rebuilds the part at WIDE: the hint names NK and says to use the lab's KT."""
-    fn = edited(LAB, "transposed_scores", [("for kk in range(KT):", "for kk in range(NK):")],
+    fn = edited(LAB, "transposed_scores", [loop_over("kk", "KT", "NK")],
                 also=[("@cuda.jit(device=True)\ndef transposed_scores(",
                        "NK = D // 16\n\n\n@cuda.jit(device=True)\ndef transposed_scores(")])
     result = assert_hint(CHECK["transposed_scores"], fn,
