@@ -91,7 +91,7 @@ def test_no_import_cycle_lazy_imports_included():
 LAYERS = {
     "flashcourse.gpu": 0, "flashcourse._checks": 0, "flashcourse.gpus": 0,
     "flashcourse.constants": 0, "flashcourse.timing": 0, "flashcourse.formats": 0,
-    "flashcourse.printing": 0,
+    "flashcourse.printing": 0, "flashcourse.sim_scheduler": 0,
     "flashcourse.geometry": 1, "flashcourse.memory": 1, "flashcourse.traffic": 1,
     "flashcourse.limits": 1, "flashcourse.counter": 1, "flashcourse.reference": 1,
     "flashcourse.results": 1, "flashcourse._guards": 1, "flashcourse.env": 1,

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ptx.wgmma import a_fragment_e4m3
+
 #: keys per FP8 wgmma step (K of m64nNk32) and lanes per warp
 K_STEP, LANES = 32, 32
 #: P_SOURCES[r][b]: the element i (0..15) of this lane's accumulator values for one k32
@@ -44,10 +46,9 @@ K_STEP, LANES = 32, 32
 P_SOURCES = ((0, 1, 4, 5), (2, 3, 6, 7), (8, 9, 12, 13), (10, 11, 14, 15))
 
 
-def a_fragment(lane: int, r: int, b: int) -> tuple[int, int]:
-    """(row, k) of byte b of register r of `lane` in one warp's 16 x 32 FP8 A tile."""
-    g, t = lane // 4, lane % 4
-    return g + 8 * (r % 2), 4 * t + b + 16 * (r // 2)
+#: a_fragment(lane, r, b) -> (row, k) of byte b of register r of `lane` in one warp's
+#: 16 x 32 FP8 A tile (the instruction's layout, at home beside it in ptx/wgmma.py)
+a_fragment = a_fragment_e4m3
 
 
 def accumulator(lane: int, i: int) -> tuple[int, int]:

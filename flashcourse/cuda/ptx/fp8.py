@@ -99,6 +99,14 @@ def encode_e4m3(x):
     return sign | min((e1 + 6) * 8 + int32(r), MAX_CODE)
 
 
+@cuda.jit(device=True)
+def encode_word_sw(x0, x1, x2, x3):
+    """`encode_word_hw`'s word by `encode_e4m3`: byte i = the e4m3 code of x_i (the
+    simulator's twin of the conversion instruction; same rule, same bits)."""
+    return uint32(encode_e4m3(x0) | (encode_e4m3(x1) << 8) | (encode_e4m3(x2) << 16)
+                  | (encode_e4m3(x3) << 24))
+
+
 _HW = None
 
 

@@ -74,6 +74,7 @@ import numpy as np
 from numba import cuda
 
 from ...constants import LN2_F
+from ...gpu import using_simulator
 
 from .mma import a_m16n8k16, b_m16n8k16
 
@@ -294,12 +295,110 @@ def bare_ptx(ptx: str):
 
 @lru_cache(maxsize=None)
 def intrinsics(linear: bool = False) -> dict:
-    """The GPU intrinsics by name (built once; not usable under the simulator). linear:
+    """The GPU intrinsics by name (built once); on the simulator only the three that the
+    Hopper kernels form their copies with, as twins (`sim_intrinsics`). linear:
     shared addresses of 1-D arrays as (the array's start, converted once) + a 32-bit
     offset, which ptxas folds into the instruction's immediate where the index has a
     constant part (the generic form adds a 64-bit product and converts at every access:
     3 instructions per ldmatrix in the backward's SASS)."""
+    if using_simulator():
+        return sim_intrinsics()
     return _make_intrinsics(linear)
+
+
+# --------------------------------------------------------------------------------------
+# the simulator's addresses: twins of global_address, shared_address and cp_async16_raw
+# --------------------------------------------------------------------------------------
+#
+# On a GPU these are byte addresses. On the simulator, a global address is the host
+# address of the numpy array behind the kernel's argument (`array.ctypes.data` + offset),
+# and a shared address an offset from 0 into the block's shared arrays, each placed on a
+# 1024-byte boundary after the one before (what a wgmma descriptor's 14-bit start field
+# can hold). Each block keeps the arrays it has formed addresses of (`sim_scheduler.
+# block_state`), so a copy or a wgmma twin finds the bytes behind an address.
+
+#: where the simulator places a block's shared arrays: offsets that are multiples of this
+SIM_SHARED_ALIGN = 1024
+
+
+def _sim_array(x) -> np.ndarray:
+    """The numpy array behind a simulator kernel's array argument (or a shared array)."""
+    x = getattr(x, "_item", x)
+    return np.asarray(getattr(x, "_ary", x))
+
+
+def _sim_bytes(x) -> np.ndarray:
+    """The bytes of a simulator kernel's array argument or shared array (C order)."""
+    x = _sim_array(x)
+    if not x.flags.c_contiguous:
+        raise ValueError("an address is formed only of a C-contiguous array on the simulator")
+    return x.reshape(-1).view(np.uint8)
+
+
+def _sim_regions(name):
+    from ...sim_scheduler import block_state
+    return block_state(name, list)
+
+
+def sim_global_address(g, i):
+    """The byte address of g[i] (a 1-D array): its host address on the simulator."""
+    u8 = _sim_bytes(g)
+    start = int(u8.ctypes.data)
+    regions, lock = _sim_regions("global_arrays")
+    with lock:
+        if not any(r[0] == start and r[1] == u8.size for r in regions):
+            regions.append((start, u8.size, u8))
+    return np.uint64(start + int(i) * _sim_array(g).itemsize)
+
+
+def sim_shared_address(sm, i):
+    """The 32-bit shared address of sm[i]: the array's offset in the block, plus i's."""
+    u8 = _sim_bytes(sm)
+    ptr = int(u8.ctypes.data)
+    regions, lock = _sim_regions("shared_arrays")
+    with lock:
+        known = [r[0] for r in regions if r[3] == ptr]
+        if known:
+            base = known[0]
+        else:
+            end = regions[-1][0] + regions[-1][1] if regions else 0
+            base = -(-end // SIM_SHARED_ALIGN) * SIM_SHARED_ALIGN
+            regions.append((base, u8.size, u8, ptr))
+    return np.uint32(base + int(i) * sm.itemsize)
+
+
+def _find(name, addr, nbytes):
+    regions, lock = _sim_regions(name)
+    addr = int(addr)
+    with lock:
+        for r in regions:
+            if r[0] <= addr and addr + nbytes <= r[0] + r[1]:
+                return r[2], addr - r[0]
+    raise RuntimeError(f"no {name.replace('_', ' ')} holds bytes {addr:#x} .. "
+                       f"{addr + nbytes - 1:#x} on the simulator (an address past the end "
+                       f"of its array, or not formed by global_address / shared_address)")
+
+
+def sim_shared_bytes(addr, nbytes):
+    """(bytes of the shared array holding [addr, addr + nbytes), offset of addr in them)."""
+    return _find("shared_arrays", addr, nbytes)
+
+
+def sim_cp_async16_raw(saddr, gaddr, nbytes):
+    """cp.async of 16 bytes, done at once: the first nbytes (0..16) from gaddr, zeros after."""
+    n = int(nbytes)
+    dst, so = sim_shared_bytes(saddr, 16)
+    if n < 16:
+        dst[so:so + 16] = 0
+    if n > 0:
+        src, go = _find("global_arrays", gaddr, n)
+        dst[so:so + n] = src[go:go + n]
+
+
+def sim_intrinsics() -> dict:
+    """The simulator twins of the intrinsics the Hopper kernels form addresses with."""
+    return {"global_address": sim_global_address, "shared_address": sim_shared_address,
+            "cp_async16_raw": sim_cp_async16_raw}
 
 
 # --------------------------------------------------------------------------------------

@@ -50,15 +50,25 @@ live in registers.
 scale_d = 0 ignores the accumulator's old value (D = A B): the first product of a tile
 needs no zeroing. kind: "f16" or "bf16" inputs (k16), or "e4m3" (FP8, k32), fp32
 accumulation. Checked on an H200
-through the Hopper kernel (benchmarks/gpu_hopper.py --check: results/h200_hopper.json); the
-simulator cannot run any of this (no warpgroups, no descriptors): the Hopper kernel refuses
-to run there (`hopper.check_capability`).
+through the Hopper kernel (benchmarks/gpu_hopper.py --check: results/h200_hopper.json).
+
+On Numba's CUDA simulator every name here returns a twin with the same call (end of this
+module): the products are computed at once, each thread its own accumulator values, from
+the shared memory that the descriptors point to (`wgmma_layouts.operand_address`'s rule,
+the bytes found through `smem_ops.sim_shared_bytes`) and, for RS, from the A fragments
+that the four lanes of its row group hold (`sim_scheduler.warp_exchange`); fences, commits,
+waits and `setmaxnreg` do nothing (a twin's product is complete when it returns); the
+mbarriers and named barriers wait as the hardware's do. So the Hopper kernels run on the
+simulator at small sizes, slowly, with the same results up to the order of the fp32 sums.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
+import numpy as np
+
+from ...gpu import using_simulator
 from .smem_ops import bare_ptx
 
 KINDS = ("f16", "bf16", "e4m3")
@@ -117,6 +127,8 @@ def _check(n: int, kind: str) -> None:
 def mma_ss(n: int, kind: str = "f16"):
     """acc (n / 2 fp32 per thread) (+)= A (64 x 16, shared) B (16 x n, shared), K-major."""
     _check(n, kind)
+    if using_simulator():
+        return _sim_mma(n, kind, None)
     ir, types, _, intrinsic = _tools()
     na = n // 2
     ptx = ("{\n.reg .pred p;\nsetp.ne.b32 p, $%d, 0;\n"
@@ -146,14 +158,16 @@ def mma_rs(n: int, kind: str = "f16", tnsp_b: int = 1):
     """acc (+)= A (64 x 16, registers: a0..a3 per thread) B (16 x n, shared); tnsp_b = 1
     when B is stored MN-major (n contiguous), 0 when K-major."""
     _check(n, kind)
+    if kind == "e4m3" and tnsp_b:
+        raise ValueError("FP8 wgmma reads B K-major only: tnsp_b must be 0 with kind='e4m3'")
+    if using_simulator():
+        return _sim_mma(n, kind, int(tnsp_b))
     ir, types, _, intrinsic = _tools()
     na = n // 2
     ptx = ("{\n.reg .pred p;\nsetp.ne.b32 p, $%d, 0;\n"
            "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {%s}, {%s}, $%d, p, %s;\n}"
            % (na + 5, n, K_OF[kind], kind, kind, _regs(0, na), _regs(na, 4), na + 4,
               _tail(kind, str(int(tnsp_b)))))
-    if kind == "e4m3" and tnsp_b:
-        raise ValueError("FP8 wgmma reads B K-major only: tnsp_b must be 0 with kind='e4m3'")
 
     @intrinsic
     def mma(typingctx, acc, a0, a1, a2, a3, desc_b, scale_d):
@@ -176,6 +190,8 @@ def mma_rs(n: int, kind: str = "f16", tnsp_b: int = 1):
 def tie(n: int, ptx: str = "", word: bool = False):
     """`ptx` (e.g. the wait) with elements 0..n-1 of a local array tied through it:
     float32 elements, or uint32 with word=True."""
+    if using_simulator():
+        return _sim_nothing
     ir, types, _, intrinsic = _tools()
     elty = (ir.IntType(32), "r") if word else (ir.FloatType(), "f")
 
@@ -198,8 +214,10 @@ WAIT1 = "wgmma.wait_group.sync.aligned 1;"
 PROXY_FENCE = "fence.proxy.async.shared::cta;"
 
 
-#: bare(ptx): an intrinsic that emits `ptx` alone (fence, commit, wait with no operands)
-bare = bare_ptx
+def bare(ptx: str):
+    """An intrinsic that emits `ptx` alone (fence, commit, wait with no operands,
+    setmaxnreg); on the simulator a twin that does nothing."""
+    return _sim_nothing if using_simulator() else bare_ptx(ptx)
 
 
 # --------------------------------------------------------------------------------------
@@ -221,6 +239,8 @@ bare = bare_ptx
 
 @lru_cache(maxsize=None)
 def mbarrier_ops():
+    if using_simulator():
+        return _sim_mbarrier_ops()
     ir, types, _, intrinsic = _tools()
     li = ir.IntType(32)
 
@@ -274,3 +294,161 @@ def mbarrier_ops():
         "named_barrier": asm2("bar.sync $0, $1;", "r,r,~{memory}"),
         "named_arrive": asm2("bar.arrive $0, $1;", "r,r,~{memory}"),
     }
+
+
+# --------------------------------------------------------------------------------------
+# simulator twins (module docstring)
+# --------------------------------------------------------------------------------------
+
+def _sim_nothing(*args):
+    """fence, commit, wait, tie, setmaxnreg on the simulator: nothing to do."""
+    return None
+
+
+#: bytes per element of each kind
+ELEM_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1}
+
+
+def _sim_values(raw: np.ndarray, kind: str) -> np.ndarray:
+    """float64 values of elements given as their bytes' integer codes (uint16 or uint8)."""
+    if kind == "f16":
+        return raw.astype(np.uint16).view(np.float16).astype(np.float64)
+    if kind == "bf16":
+        return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    from ...fp8.codes import decode
+    return decode(raw.astype(np.uint8), "e4m3").astype(np.float64)
+
+
+def _sim_operand(desc, mn, k, kind: str, mn_major: bool) -> np.ndarray:
+    """Values of elements (mn, k) (numpy index arrays of one shape) of an operand tile in
+    shared memory with no swizzle: core matrices of 8 rows of 16 bytes, LBO between them
+    along K and SBO along M or N (`wgmma_layouts.operand_address`, for 1 or 2 bytes per
+    element)."""
+    from .smem_ops import sim_shared_bytes
+    d = int(desc)
+    if d >> 62 & 3:
+        raise ValueError("the simulator's wgmma reads no-swizzle descriptors only")
+    start, lbo, sbo = (d & 0x3FFF) << 4, (d >> 16 & 0x3FFF) << 4, (d >> 32 & 0x3FFF) << 4
+    eb = ELEM_BYTES[kind]
+    per_row = 16 // eb                     # elements in one 16-byte core-matrix row
+    if mn_major:                           # 16-bit only: 8 consecutive mn of one k
+        addr = (start + (mn // 8) * sbo + (k // 8) * lbo + (k % 8) * 16 + (mn % 8) * 2)
+    else:
+        addr = (start + (mn // 8) * sbo + (k // per_row) * lbo + (mn % 8) * 16
+                + (k % per_row) * eb)
+    u8, off = sim_shared_bytes(int(addr.min()), int(addr.max() - addr.min()) + eb)
+    rel = addr - addr.min() + off
+    raw = u8[rel] if eb == 1 else u8[rel].astype(np.uint16) | (u8[rel + 1].astype(np.uint16) << 8)
+    return _sim_values(raw, kind)
+
+
+@lru_cache(maxsize=None)
+def _sim_indices(n: int, kind: str, lane_in_wg: int):
+    """For the thread at `lane_in_wg` (0..127) of its warpgroup: its two rows of the
+    64-row tile, the k of one instruction, its accumulator columns (n / 4 of them, in
+    accumulator order: 8 j + 2 t + c)."""
+    w, lane = divmod(lane_in_wg, 32)
+    g, t = lane // 4, lane % 4
+    rows = np.array([16 * w + g, 16 * w + g + 8])
+    ks = np.arange(K_OF[kind])
+    cols = np.array([8 * j + 2 * t + c for j in range(n // 8) for c in (0, 1)])
+    return rows, ks, cols
+
+
+def a_fragment_e4m3(lane: int, r: int, b: int) -> tuple[int, int]:
+    """(row, k) of byte b of register r of `lane` in one warp's 16 x 32 A tile of an FP8
+    wgmma from registers (PTX ISA, "Register fragment layout for matrix A" of
+    m64nNk32 .e4m3: the layout of mma.m16n8k32 per warp); `hopper/fp8_layouts` shows why
+    the FP8 forward needs it."""
+    g, t = lane // 4, lane % 4
+    return g + 8 * (r % 2), 4 * t + b + 16 * (r // 2)
+
+
+def _sim_a_from_lanes(words: dict, g: int, kind: str) -> np.ndarray:
+    """(2, K) A values of rows g and g + 8 of one warp's 16-row tile, from the A fragment
+    registers {lane: (a0, a1, a2, a3)} of the four lanes of row group g."""
+    from .mma import a_m16n8k16
+    K = K_OF[kind]
+    raw = np.zeros((2, K), np.uint32)
+    for lane in range(4 * g, 4 * g + 4):
+        regs = words[lane]
+        if kind == "e4m3":
+            for r in range(4):
+                for b in range(4):
+                    row, k = a_fragment_e4m3(lane, r, b)
+                    raw[row // 8, k] = (int(regs[r]) >> (8 * b)) & 0xFF
+        else:
+            for i in range(8):
+                row, k = a_m16n8k16(lane, i)
+                raw[row // 8, k] = (int(regs[i // 2]) >> (16 * (i % 2))) & 0xFFFF
+    return _sim_values(raw, kind)
+
+
+def _sim_mma(n: int, kind: str, tnsp_b):
+    """The twin of mma_ss (tnsp_b None) or mma_rs(n, kind, tnsp_b)."""
+    from ...sim_scheduler import current_thread, warp_exchange
+
+    def product(acc, a, desc_b, scale_d):
+        lane_in_wg = current_thread().thread_id % 128
+        rows, ks, cols = _sim_indices(n, kind, lane_in_wg)
+        b = _sim_operand(desc_b, cols[None, :], ks[:, None], kind, bool(tnsp_b))  # (K, n/4)
+        d = a @ b                                                  # (2, n / 4)
+        # accumulator order 4 j + 2 r + c: rows r, columns 8 j + 2 t + c
+        vals = d.reshape(2, n // 8, 2).transpose(1, 0, 2).reshape(-1)
+        old = np.asarray(acc[:n // 2], np.float64) if int(scale_d) else 0.0
+        acc[:n // 2] = (old + vals).astype(np.float32)
+
+    if tnsp_b is None:
+        def mma(acc, desc_a, desc_b, scale_d):
+            rows, ks, _ = _sim_indices(n, kind, current_thread().thread_id % 128)
+            a = _sim_operand(desc_a, rows[:, None], ks[None, :], kind, False)   # (2, K)
+            product(acc, a, desc_b, scale_d)
+        return mma
+
+    def mma_rs_twin(acc, a0, a1, a2, a3, desc_b, scale_d):
+        lane = current_thread().thread_id % 32
+        words = warp_exchange((a0, a1, a2, a3))
+        product(acc, _sim_a_from_lanes(words, lane // 4, kind), desc_b, scale_d)
+    return mma_rs_twin
+
+
+def _sim_mbarrier_ops() -> dict:
+    """mbarriers as [arrivals expected, arrivals still missing, phases completed] per
+    shared address of the block; named barriers through `sim_scheduler.named_barrier`."""
+    import time
+
+    from ...sim_scheduler import block_state, named_barrier
+
+    def barrier(addr):
+        bars, lock = block_state("mbarriers", dict)
+        return bars, lock, int(addr)
+
+    def init(addr, count):
+        bars, lock, a = barrier(addr)
+        with lock:
+            bars[a] = [int(count), int(count), 0]
+
+    def arrive(addr):
+        bars, lock, a = barrier(addr)
+        with lock:
+            if a not in bars:
+                raise RuntimeError(f"mbarrier at shared address {a:#x} arrived on before "
+                                   f"mbarrier.init")
+            bar = bars[a]
+            bar[1] -= 1
+            if bar[1] == 0:
+                bar[1] = bar[0]
+                bar[2] += 1
+
+    def try_wait(addr, parity):
+        # 1 once the phase of this parity has completed: the current phase's parity differs
+        bars, lock, a = barrier(addr)
+        with lock:
+            done = a in bars and (bars[a][2] & 1) != (int(parity) & 1)
+        if not done:
+            time.sleep(1e-4)               # let the other threads run
+        return np.uint32(1 if done else 0)
+
+    return {"init": init, "arrive": arrive, "arrive_copies": arrive, "try_wait": try_wait,
+            "named_barrier": lambda i, n: named_barrier(i, n, True),
+            "named_arrive": lambda i, n: named_barrier(i, n, False)}
