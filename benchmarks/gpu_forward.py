@@ -48,7 +48,9 @@ from numba import cuda
 
 warnings.filterwarnings("ignore", message=".*under-utilization.*")
 
-KERNELS = tuple(FORWARD)
+#: the registered forwards that compute float32 inputs in fp32 (the 1e-5 check); the
+#: Hopper kernel computes in 16 bits: benchmarks/gpu_hopper.py checks and times it
+KERNELS = tuple(name for name in FORWARD if name != "hopper")
 NS = (1024, 2048, 4096, 8192, 16384)
 DS = (64, 128)
 BH = 32
@@ -321,7 +323,7 @@ def unroll_sweep(rng, results, unrolls=(1, 2, 4, 8), n=4096, ds=DS,
 
 def runnable(kernels) -> list:
     """The kernels of `kernels` that run here: on Numba's CUDA simulator, those the
-    registry marks as simulator-capable (`Kernel.simulator`; hopper's wgmma is not), each
+    registry marks as simulator-capable (`Kernel.simulator`: all of them today), each
     other one skipped with one printed line saying why."""
     if not using_simulator():
         return list(kernels)

@@ -95,11 +95,13 @@ def test_plan_and_block_checks_name_the_argument():
     assert fp8.check_blocks(*fp8.quantize(q, k, v, scheme="head"), 128) == (1 << 30, 1 << 30)
 
 
-def test_forward_refuses_the_simulator_by_name():
+def test_forward_runs_on_the_simulator():
+    """wgmma's twins run the kernel here (tests/test_hopper_simulator.py checks it against
+    its numpy twin): finite output of the input's shape, lse finite on every row."""
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, 64, 64)).astype(np.float32) for _ in range(3))
-    with pytest.raises(RuntimeError, match="simulator"):
-        fp8.forward(*fp8.quantize(q, k, v))
+    o, lse = fp8.forward(*fp8.quantize(q, k, v), warpgroups=1, block_k=64)
+    assert o.shape == q.shape and np.isfinite(o).all() and np.isfinite(lse).all()
 
 
 def test_quantize_with_hadamard_keeps_q_k_products():
@@ -136,8 +138,11 @@ def test_public_forward_routes_fp8_and_names_bad_options():
     q, k, v = (rng.standard_normal((1, 64, 64)).astype(np.float32) for _ in range(3))
     with pytest.raises(ValueError, match="takes the options"):
         fc.forward(q, k, v, kernel="hopper", precision="fp8", warps=4)
-    with pytest.raises(RuntimeError, match="simulator"):
-        fc.forward(q, k, v, kernel="hopper", precision="fp8", hadamard=True)
+    with pytest.raises(ValueError, match="scheme"):
+        fc.forward(q, k, v, kernel="hopper", precision="fp8", scheme="rows")
+    o, _ = fc.forward(q, k, v, kernel="hopper", precision="fp8", hadamard=True,
+                      warpgroups=1, block_k=64)             # routed: runs on the simulator
+    assert o.shape == q.shape and np.isfinite(o).all()
 
 
 @pytest.mark.parametrize("scheme,block,had,d,dtype,t", [

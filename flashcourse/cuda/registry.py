@@ -35,8 +35,9 @@ dicts; nothing else lists the kernels. One entry says everything a caller needs:
                  below 8.0) or ValueError for a head dim it does not support.
                  tests/test_gpu_presets.py checks every kernel on every preset.
     simulator    False for a kernel built from instructions Numba's CUDA simulator cannot
-                 run (hopper: wgmma); its `run` refuses there with a RuntimeError, and the
-                 tests that run every kernel on the simulator leave it out
+                 run (none today: hopper's wgmma runs through the twins of ptx/wgmma.py);
+                 its `run` would refuse there with a RuntimeError, and the tests that run
+                 every kernel on the simulator would leave it out
 
 To add a kernel: write its module in its family's folder (header comment: the idea, the
 bytes it moves, the expected cost), then one `register(Kernel(...))` line below.
@@ -258,7 +259,7 @@ register(Kernel("hopper", "forward", _run_hopper,
                 description="FlashAttention on Hopper's warpgroup tensor cores (wgmma, "
                             "compute capability 9.0 only): fp16/bf16",
                 **_TENSOR_CORE_INPUTS,
-                launches=_launches("hopper.host"), simulator=False))
+                launches=_launches("hopper.host")))
 register(Kernel("simple", "backward", _backward_runner("simple"), (), _delta_bytes,
                 description="one thread per row, two launches, no shared memory (d <= 256)",
                 launches=_launches("gradients.backward_kernels", kernel="simple")))

@@ -39,9 +39,10 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0, FULL_MASK, LN2_F, NEG_INF
-from ..common._device import reset_state, shfl_xor, visible_key_blocks
+from ...gpu import using_simulator
+from ..common._device import inlined, reset_state, shfl_xor, visible_key_blocks
 from ..ptx import wgmma
-from ..ptx.fp8 import encode_word_hw
+from ..ptx.fp8 import encode_word_hw, encode_word_sw
 from ..ptx.mma import device_ops
 from ..ptx.smem_ops import intrinsics as smem_intrinsics
 from ..ptx.smem_ops import ops as smem_ops
@@ -54,8 +55,10 @@ DESC_UNIT, P_LIFT = 16, 8.0
 TRANSPOSE_THREADS = 256
 
 
-def _inl(fn):
-    return cuda.jit(device=True, forceinline=True)(fn)
+#: True on Numba's CUDA simulator: the kernels are built from the twins of the intrinsics
+SIM = using_simulator()
+#: a device function inlined into the kernel on a GPU (a plain one on the simulator)
+_inl = inlined
 
 
 def make_transpose(D: int):
@@ -109,9 +112,9 @@ class _Parts:
 
     def __init__(self, cfg):
         self.cfg = cfg
-        PACK16 = device_ops(False)["pack_fp16"]
-        PACK8 = encode_word_hw()
-        so = smem_ops(False)
+        PACK16 = device_ops(SIM)["pack_fp16"]
+        PACK8 = encode_word_sw if SIM else encode_word_hw()
+        so = smem_ops(SIM)
         exp2 = so["ex2"]
         self.COMMIT, self.WAIT = so["commit"], so["wait_all"]
         self.NT, self.BR, self.BC, self.D = cfg.threads, cfg.block_q, cfg.block_k, cfg.head_dim
@@ -235,12 +238,12 @@ class _Parts:
 
 
 def make_fp8_kernel(cfg):
-    """The kernel of one `fp8.Fp8Config` (GPU only: wgmma has no simulator)."""
+    """The kernel of one `fp8.Fp8Config` (on the simulator: with the twins of `ptx/wgmma.py`)."""
     P = _Parts(cfg)
     kern = {"serial": _serial, "overlap": _overlap}[cfg.pipeline](P)
     kern.__name__ = kern.__qualname__ = (f"hopper_fp8_{cfg.pipeline}_wg{cfg.warpgroups}"
                                          f"_k{P.BC}_d{P.D}")
-    return cuda.jit(kern, launch_bounds=(P.NT, 1))
+    return cuda.jit(kern) if SIM else cuda.jit(kern, launch_bounds=(P.NT, 1))
 
 
 def _serial(P):

@@ -67,8 +67,9 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0, F1, FULL_MASK, LN2_F, NEG_INF, RESCALE_THRESHOLD
+from ...gpu import using_simulator
 from ..ptx import wgmma
-from ..common._device import reset_state, visible_key_blocks
+from ..common._device import inlined, reset_state, visible_key_blocks
 from ..ptx.mma import device_ops
 from ..ptx.smem_ops import intrinsics as smem_intrinsics
 from ..ptx.smem_ops import ops as smem_ops
@@ -82,8 +83,10 @@ DESC_UNIT = 16
 PIPELINES = ("serial", "overlap", "specialised", "producer", "pingpong")
 
 
-def _inl(fn):
-    return cuda.jit(device=True, forceinline=True)(fn)
+#: True on Numba's CUDA simulator: the kernels are built from the twins of the intrinsics
+SIM = using_simulator()
+#: a device function inlined into the kernel on a GPU (a plain one on the simulator)
+_inl = inlined
 
 
 class _Parts:
@@ -93,8 +96,8 @@ class _Parts:
     def __init__(self, cfg):
         self.cfg = cfg
         kind = "f16" if cfg.precision == "fp16" else "bf16"
-        PACK = device_ops(False)["pack_fp16" if cfg.precision == "fp16" else "pack_bf16"]
-        so = smem_ops(False)
+        PACK = device_ops(SIM)["pack_fp16" if cfg.precision == "fp16" else "pack_bf16"]
+        so = smem_ops(SIM)
         exp2 = so["ex2"]
         self.COMMIT, self.WAIT = so["commit"], so["wait_all"]
         self.NT, self.BR, self.BC, self.D = cfg.threads, cfg.block_q, cfg.block_k, cfg.head_dim
@@ -334,7 +337,8 @@ def wgmma_products(P):
 
 
 def make_wgmma_kernel(cfg):
-    """The kernel of one `hopper.HopperConfig` (GPU only: wgmma has no simulator)."""
+    """The kernel of one `hopper.HopperConfig` (on the simulator: built from the twins
+    of `ptx/wgmma.py`)."""
     P = _Parts(cfg)
     build = {"serial": _serial, "overlap": _overlap, "specialised": _specialised,
              "producer": _specialised, "pingpong": _specialised}[cfg.pipeline]
@@ -344,7 +348,7 @@ def make_wgmma_kernel(cfg):
         + ("_neg" if cfg.negative_scale else "")
         + ("" if cfg.skip_masked or cfg.pipeline != "overlap" else "_noskip")
         + ("_lazy" if cfg.lazy_rescale else ""))   # names for profilers
-    return cuda.jit(kern, launch_bounds=(P.NT, 1))
+    return cuda.jit(kern) if SIM else cuda.jit(kern, launch_bounds=(P.NT, 1))
 
 
 def _serial(P):

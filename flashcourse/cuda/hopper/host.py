@@ -11,8 +11,10 @@ instructions in `wgmma.py`; a numpy model of the descriptors and swizzles in
     python benchmarks/gpu_hopper.py --check --bench                   # on an H100/H200
 
 `wgmma` exists on compute capability 9.0 only (sm_90a: H100, H200, GH200): every other
-GPU, and Numba's CUDA simulator, get a clear refusal naming what they lack; the portable
-tensor-core kernel (`kernel="tensor_core"`, mma.sync) runs everywhere from 8.0.
+GPU gets a clear refusal naming what it lacks; the portable tensor-core kernel
+(`kernel="tensor_core"`, mma.sync) runs everywhere from 8.0. Numba's CUDA simulator runs
+the kernel through the twins of the instructions (`ptx/wgmma.py`): tiny sizes, slowly,
+the same arithmetic (the tests check it against float64 there).
 """
 from __future__ import annotations
 
@@ -146,25 +148,27 @@ def plan(precision: str, d: int, warpgroups: int, block_k: int, negative_scale: 
     if block_k % 16 or block_k > 256:
         raise ValueError(f"block_k must be a multiple of 16 up to 256 for the hopper kernel, "
                          f"got {block_k}")
-    if d > MAX_HEAD_DIM:
-        raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the hopper kernel, "
-                         f"got d={d}")
+    check_head_dim(d)
     cfg = HopperConfig(precision, int(warpgroups), block_k, ceil_div(d, 16) * 16,
                        negative_scale, v_swap, pipeline, skip_masked, lazy_rescale)
     check_launch(cfg.threads, cfg.shared_bytes, what="hopper kernel")
     return cfg
 
 
+def check_head_dim(d: int) -> None:
+    """ValueError naming d above MAX_HEAD_DIM (the sizes checked on a GPU)."""
+    if d > MAX_HEAD_DIM:
+        raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the hopper kernel, "
+                         f"got d={d}")
+
+
 def check_capability(limits=None) -> None:
     """RuntimeError unless the GPU (or `limits`, a `flashcourse.limits.DeviceLimits`) has
-    compute capability 9.0; the simulator cannot run wgmma either."""
+    compute capability 9.0; Numba's CUDA simulator passes (it runs wgmma's twins)."""
     if limits is not None:
         cc, name = tuple(limits.compute_capability), limits.name
     elif using_simulator():
-        raise RuntimeError(
-            "the hopper kernel runs wgmma (warpgroup tensor-core instructions), which "
-            "Numba's CUDA simulator cannot run: use kernel='tensor_core' on the simulator, "
-            "and notebook 12's numpy model of the layouts")
+        return                         # the twins of ptx/wgmma.py run it (slowly)
     else:
         from numba import cuda
         dev = cuda.get_current_device()
@@ -252,15 +256,19 @@ def prepared(qw, kw, vw, ow, lse, tq: int, tk: int, d: int, scale: float, causal
                          f"splits={splits!r} with pipeline={cfg.pipeline!r}")
     kern = make_hopper_kernel(cfg)
     sig = signature(cfg.pipeline)
-    ck = kern.compile(sig)
-    check_registers("hopper kernel", ck, cfg.threads)
+    sim = using_simulator()
+    if not sim:
+        ck = kern.compile(sig)
+        check_registers("hopper kernel", ck, cfg.threads)
     nqb, bh = ceil_div(tq, cfg.block_q), qw.shape[0]
     args = (flat(qw), flat(kw), flat(vw), ow, lse, np.int32(tq), np.int32(tk),
             np.float32(scale * LOG2E), np.int32(1 if causal else 0), np.int32(tk - tq))
     if cfg.pipeline != "overlap":
         return [(kern, sig, (nqb, bh), cfg.threads, cfg.shared_bytes, args)], cfg
     from ...limits import current_limits
-    slots = current_limits().sm_count * resident_blocks(cfg, int(ck.regs_per_thread))
+    regs = launch_bound_registers(cfg.threads, current_limits()) if sim else \
+        int(ck.regs_per_thread)
+    slots = current_limits().sm_count * resident_blocks(cfg, regs)
     sp = tail_split.plan(nqb * bh, ceil_div(tk, cfg.block_k), slots, causal, splits)
     part_o, part_lse = (_workspace(n) for n in
                         tail_split.workspace_shape(sp, cfg.block_q, cfg.head_dim))
@@ -342,6 +350,7 @@ def run_heads(x, out=None, precision: str | None = None, **tiles):
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS} or None for the hopper "
                          f"kernel, got {precision!r}")
+    check_head_dim(x.d)
     check_capability()
     return tensor_core.run_heads(x, out, precision, _run=run, **tiles)
 
@@ -350,9 +359,7 @@ def launches(d: int, tq: int, tk: int, bh: int, limits):
     """The launch `run` makes with the default tiles on a GPU with `limits`."""
     from ...limits import Launch
     check_capability(limits)
-    if d > MAX_HEAD_DIM:
-        raise ValueError(f"head dim d must be at most {MAX_HEAD_DIM} for the hopper kernel, "
-                         f"got d={d}")
+    check_head_dim(d)
     wg, bk, pipe = default_tiles(d)
     cfg = HopperConfig("fp16", wg, bk, ceil_div(d, 16) * 16, pipeline=pipe)
     return (Launch(f"hopper kernel d={d}", (ceil_div(tq, cfg.block_q), bh), cfg.threads,
