@@ -5,8 +5,6 @@ the submissions that fooled them or got a hint naming a mistake the learner did 
 import json
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 
 

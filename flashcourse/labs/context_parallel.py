@@ -24,9 +24,9 @@ scores) or of a large difference of the two lse (e^d / (1 + e^d), log of a sigmo
 underflowed), no guard for an empty side (NaN); chunks r and world - 1 - r, chunk edges off
 by one, the remainder dropped, given to the last or the first chunk or spread by edges
 c n // (2 world), the late chunk listed first, (start, length) pairs, range objects, a
-flat list of four numbers per rank, the longer chunks anywhere but first; the ring's direction reversed, the diagonal key left out,
-no mask, the table transposed, local indices compared instead of global positions, the keys
-after the query counted.
+flat list of four numbers per rank, the longer chunks anywhere but first; the ring's
+direction reversed, the diagonal key left out, no mask, the table transposed, local
+indices compared instead of global positions, the keys after the query counted.
 """
 
 from __future__ import annotations
