@@ -5,6 +5,8 @@ the submissions that fooled them or got a hint naming a mistake the learner did 
 import json
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -37,3 +39,36 @@ def test_fp8_kernel_speed_is_quoted_for_the_kernel_and_for_the_whole_call():
     assert f"{min(whole):.2f} to {max(whole):.2f}" in text
     assert "FlashAttention-3's FP8 forward written" not in text
     assert "without FlashAttention-3's TMA copies" in text
+
+
+# -- every lab checker: the function, not its result ------------------------------------------
+
+def test_a_result_passed_for_the_function_is_named():
+    """m: check_zigzag_ranges(zigzag_ranges(16, 4)) or check_hadamard(hadamard_matrix(4))
+    reported "'list' object is not callable" under the rule's hint (the cut into chunks,
+    Sylvester's construction), which the learner had not got wrong."""
+    from flashcourse.exercises_fp8 import check_round_e4m3
+    from flashcourse.labs._calls import HINT_NOT_CALLABLE
+    from flashcourse.labs.context_parallel import check_zigzag_ranges
+    from flashcourse.labs.fp8 import check_hadamard
+    for check, result in ((check_zigzag_ranges, [[(0, 2), (14, 16)]]),
+                          (check_hadamard, np.eye(4) / 2), (check_round_e4m3, np.ones(3)),
+                          (check_hadamard, None)):
+        r = check(result, verbose=False)
+        assert not r.passed and r.hint == HINT_NOT_CALLABLE
+
+
+# -- notebook 15's numpy model of the FP8 kernel: errors that name the argument ---------------
+
+def test_fp8_layouts_name_a_wrong_shape():
+    """m: transpose_v of a 1-D array raised IndexError 'tuple index out of range', and
+    pv_through_fragments with p of 8 rows an IndexError from inside its loop."""
+    import pytest
+
+    from flashcourse.cuda.hopper import fp8_layouts as L
+    with pytest.raises(ValueError, match="v must have shape"):
+        L.transpose_v(np.ones(8))
+    with pytest.raises(ValueError, match="p must have shape"):
+        L.pv_through_fragments(np.ones((8, 32)), np.ones((4, 32)))
+    with pytest.raises(ValueError, match="vt must have shape"):
+        L.pv_through_fragments(np.ones((16, 32)), np.ones((4, 16)))
