@@ -4,9 +4,9 @@ Kept apart from hidden_mutants_numpy.py, which is near the size limit."""
 from __future__ import annotations
 
 from hidden_mutants import right, wrong
-from hidden_mutants_numpy import L16
+from hidden_mutants_numpy import L15, L16
 
-RM, ZZ = "ring_merge", "zigzag_ranges"
+RM, ZZ, F8 = "ring_merge", "zigzag_ranges", "fp8_forward"
 _RET = "    return [[bounds[r], bounds[chunks - 1 - r]] for r in range(world)]"
 
 # wrong: each passed or got a hint naming another mistake before; right: must still pass
@@ -27,4 +27,12 @@ CASES = [
     wrong(L16, ZZ, "a generator of ranks", [
         (_RET, "    return ([bounds[r], bounds[chunks - 1 - r]] for r in range(world))")],
           "one entry per rank"),
+    wrong(L15, F8, "scales of q and k taken before the rotation", [
+        ("    if use_hadamard:\n        q, k = rotate_qk(q, k, hadamard_matrix(q.shape[-1]))\n"
+         "    q, k, v = (fake_quantize_blocks(x, block_scales(x, block), block)"
+         " for x in (q, k, v))",
+         "    scales = [block_scales(x, block) for x in (q, k, v)]\n"
+         "    if use_hadamard:\n        q, k = rotate_qk(q, k, hadamard_matrix(q.shape[-1]))\n"
+         "    q, k, v = (fake_quantize_blocks(x, s, block) for x, s in zip((q, k, v), scales))")],
+          "before the rotation"),
 ]
