@@ -83,3 +83,26 @@ def test_quizzes_13_to_16_keep_development_words_out():
     for n in (13, 14, 15, 16):
         text = (ROOT / "flashcourse" / "quizzes" / f"nb{n}.toml").read_text(encoding="utf-8")
         assert not re.search(r"\bissues?\b", text, re.IGNORECASE), n
+
+
+# -- a missing return -------------------------------------------------------------------------
+
+def test_a_missing_return_is_named_not_read_as_nan():
+    """M: in notebook 16's exercises a function without `return` got "your result contains
+    NaN" and the rule's hint: real_array read None as NaN (np.asarray(None, float) is nan)
+    before the harness could say "returned None"; lab 16's zigzag check gave the list hint."""
+    from flashcourse.exercises_distributed import check_comm_bytes, check_ring_break_even
+    from flashcourse.labs._harness import HINT_NONE
+    from flashcourse.labs.context_parallel import check_zigzag_ranges
+
+    def even(flops_per_s, link_bytes_per_s, element_bytes, heads, kv_heads):
+        flops_per_s * element_bytes * kv_heads / (2.0 * link_bytes_per_s * heads)
+
+    def comm(design, n, world, heads, kv_heads, d, element_bytes):
+        if design == "ring":
+            return 2.0 * (world - 1) * n / world * kv_heads * d * element_bytes
+
+    for check, fn in ((check_ring_break_even, even), (check_comm_bytes, comm),
+                      (check_zigzag_ranges, lambda n, world: None)):
+        r = check(fn, verbose=False)
+        assert not r.passed and r.hint == HINT_NONE, r.hint

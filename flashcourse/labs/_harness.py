@@ -186,6 +186,8 @@ def _kind_problem(x) -> tuple[str, str] | None:
 def real_array(x) -> np.ndarray:
     """The learner's result `x` as a float64 array, or ResultKindError (complex, booleans,
     Python objects, text: never an imaginary part silently dropped or True read as 1)."""
+    if x is None:               # not NaN: _structure names a missing return (HINT_NONE)
+        return None
     found = _kind_problem(x)
     if found is not None:
         raise ResultKindError(*found)

@@ -432,6 +432,8 @@ def _holds(x, kinds) -> bool:
 
 
 def _ranges_array(x):
+    if x is None:                                   # a missing return: named as such
+        return None
     if not isinstance(x, (list, tuple, np.ndarray)):
         raise ResultKindError(f"expected a list with one entry per rank, got a "
                               f"{type(x).__name__}", HINT_NOT_A_LIST)
