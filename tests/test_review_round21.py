@@ -106,3 +106,23 @@ def test_a_missing_return_is_named_not_read_as_nan():
                       (check_zigzag_ranges, lambda n, world: None)):
         r = check(fn, verbose=False)
         assert not r.passed and r.hint == HINT_NONE, r.hint
+
+
+# -- notebook 13's exercise: a factor left out ------------------------------------------------
+
+def test_saved_activations_name_the_factor_left_out():
+    """M: P counted without the heads (L B T^2 2) got "that is one layer", a mistake the
+    learner had not made (12 layers and 12 heads give the same factor); without the batch it
+    got the generic line."""
+    from flashcourse import exercises as E
+    layers, batch, heads, t = 12, 8, 12, 1024
+    right = dict(p_bytes=layers * batch * heads * t * t * 2,
+                 lse_bytes=layers * batch * heads * t * 4, ratio=512)
+    for part, wrong, reason in (
+            ("p_bytes", layers * batch * t * t * 2, "or one head"),
+            ("lse_bytes", layers * batch * t * 4, "or one head"),
+            ("p_bytes", layers * heads * t * t * 2, "batch (B = 8)"),
+            ("lse_bytes", layers * heads * t * 4, "batch (B = 8)")):
+        ok, lines = E.grade("13-saved-activations", **{**right, part: wrong})
+        line = next(s for s in lines if s.startswith(part))
+        assert not ok and reason in line, (part, line)
