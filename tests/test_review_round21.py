@@ -126,3 +126,32 @@ def test_saved_activations_name_the_factor_left_out():
         ok, lines = E.grade("13-saved-activations", **{**right, part: wrong})
         line = next(s for s in lines if s.startswith(part))
         assert not ok and reason in line, (part, line)
+
+
+# -- notebook 14's exercises: the form of what is returned ------------------------------------
+
+def test_variants_exercises_name_a_function_of_the_wrong_form():
+    """m: a tile returned instead of the mask_mod, a mask_mod of two arguments, a missing
+    return, one function instead of the pair: each raised the contract's TypeError and got
+    the rule's hint (the pairs, the formulas)."""
+    from flashcourse.exercises_variants import (HINT_MASK_FORM, HINT_PAIR_FORM,
+                                                check_head_scale, check_prefix_lm)
+
+    def tile(prefix, t_query, t_key):
+        q, kv = np.arange(t_query)[:, None], np.arange(t_key)[None, :]
+        return (kv < prefix) | (kv <= q + t_key - t_query)
+
+    def two_args(prefix, t_query, t_key):
+        return lambda q_idx, kv_idx: (kv_idx < prefix) | (kv_idx <= q_idx + t_key - t_query)
+
+    def no_return(prefix, t_query, t_key):
+        def mask_mod(b, h, q_idx, kv_idx):
+            return (kv_idx < prefix) | (kv_idx <= q_idx + t_key - t_query)
+
+    for fn in (tile, two_args, no_return):
+        r = check_prefix_lm(fn, verbose=False)
+        assert not r.passed and r.hint == HINT_MASK_FORM, fn.__name__
+    for fn in (lambda tau: (lambda s, b, h, i, j: tau[h] * s),
+               lambda tau: (lambda s, b, h, i, j: tau[h] * s, lambda s, h: tau[h] + 0 * s)):
+        r = check_head_scale(fn, verbose=False)
+        assert not r.passed and r.hint == HINT_PAIR_FORM
