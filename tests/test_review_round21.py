@@ -155,3 +155,18 @@ def test_variants_exercises_name_a_function_of_the_wrong_form():
                lambda tau: (lambda s, b, h, i, j: tau[h] * s, lambda s, h: tau[h] + 0 * s)):
         r = check_head_scale(fn, verbose=False)
         assert not r.passed and r.hint == HINT_PAIR_FORM
+
+
+def test_lab14_missing_return_is_named():
+    """m: lab 14's checkers read a None result as the wrong kind ("Return the mask function
+    itself ... not its value or a tuple", "four arrays", "a pair of functions"), not as the
+    missing return it is."""
+    from flashcourse.labs._harness import HINT_NONE
+    from flashcourse.labs.variants import (check_build_block_mask, check_document,
+                                           check_sliding_window, check_softcap)
+    for check, fn in ((check_sliding_window, lambda window, t_query, t_key: None),
+                      (check_document, lambda cu_seqlens: None),
+                      (check_softcap, lambda cap: None),
+                      (check_build_block_mask, lambda mask_mod, tq, tk, bq, bk: None)):
+        r = check(fn, verbose=False)
+        assert not r.passed and r.hint == HINT_NONE
