@@ -33,7 +33,10 @@ def saved_activations_13() -> Exercise:
         {"p_bytes": p_bytes, "lse_bytes": lse_bytes, "ratio": ratio}, working, rtol=1e-3,
         diagnoses={
             "p_bytes": [(lambda y: _same_number(y, per_layer, 1e-3),
-                         "that is one layer; every layer keeps its own P"),
+                         "12 times too few: one layer (or one head; here H = 12 too); every "
+                         "layer and every head keeps its own P"),
+                        (lambda y: _same_number(y, p_bytes / g["batch"], 1e-3),
+                         "8 times too few: every sequence of the batch (B = 8) keeps its own P"),
                         (lambda y: _same_number(y, 2 * p_bytes, 1e-3),
                          "bf16 stores 2 bytes per probability, not 4"),
                         (lambda y: any(_same_number(y, p_bytes / u, 1e-2)
@@ -44,7 +47,11 @@ def saved_activations_13() -> Exercise:
                           (lambda y: _same_number(y, lse_bytes * g["d"], 1e-3),
                            "lse is one number per query row, not a row of d numbers"),
                           (lambda y: _same_number(y, lse_bytes / g["layers"], 1e-3),
-                           "that is one layer; every layer keeps its own lse"),
+                           "12 times too few: one layer (or one head; here H = 12 too); "
+                           "every layer and every head keeps its own lse"),
+                          (lambda y: _same_number(y, lse_bytes / g["batch"], 1e-3),
+                           "8 times too few: every sequence of the batch (B = 8) keeps its "
+                           "own lse"),
                           (lambda y: any(_same_number(y, lse_bytes / u, 1e-2)
                                          for u in (2**20, 1e6)),
                            "that is the size in MiB (or MB): give it in bytes")],

@@ -118,6 +118,21 @@ PREFIX_CASES = [
 ]
 
 
+HINT_MASK_FORM = ("prefix_lm_mask must return the mask_mod itself (the inner def, which the "
+                  "line above names), taking exactly (b, h, q_idx, kv_idx): not a tile of "
+                  "booleans computed with it, and with all four arguments even if it uses two.")
+HINT_PAIR_FORM = ("head_scale_mods must return the two functions as a pair, `return score_mod, "
+                  "score_mod_grad`, each taking exactly (score, b, h, q_idx, kv_idx) (the line "
+                  "above says which part is off).")
+
+
+def _form_error(exc) -> bool:
+    """A TypeError of the contract: not a function, the wrong arguments, not a pair."""
+    return isinstance(exc, TypeError) and any(
+        text in str(exc) for text in ("must be a plain Python function", "must take exactly",
+                                      "not a pair", "returned None: return the inner"))
+
+
 def _first_difference(yours, expected) -> str:
     i, j = (int(x[0]) for x in np.nonzero(yours != expected))
     return (f"query {i}, key {j}: yours {bool(yours[i, j])}, expected {bool(expected[i, j])} "
@@ -156,7 +171,8 @@ def _prefix_case(name, prefix, tq, tk):
     diagnoses = mistake_diagnoses(
         lambda m: _prefix_rule(prefix, tk - tq, m)(qi[:, None], ki[None, :]),
         PREFIX_MISTAKES, close)
-    return Case(name, run, HINT_PREFIX, diagnoses, compare=_same_mask)
+    return Case(name, run, HINT_PREFIX, diagnoses, compare=_same_mask,
+                error_diagnoses=[(_form_error, HINT_MASK_FORM)])
 
 
 def _prefix_forward_case():
@@ -173,7 +189,8 @@ def _prefix_forward_case():
         o, _ = tiled.forward(q, k, v, block_mask=bm)
         return o, o_ref
     name = f"tiled forward with your mask (prefix {prefix}, Tq = {tq}, Tk = {tk}) vs reference"
-    return Case(name, run, HINT_PREFIX_FORWARD, rtol=1e-10, atol=1e-12, names=("o",))
+    return Case(name, run, HINT_PREFIX_FORWARD, rtol=1e-10, atol=1e-12, names=("o",),
+                error_diagnoses=[(_form_error, HINT_MASK_FORM)])
 
 
 def check_prefix_lm(prefix_lm_mask, *, verbose: bool = True, hint_level: int = 1) -> Result:
@@ -286,7 +303,8 @@ def _scale_case(name, tau, b, rows, cols, part):
         return a.shape == c.shape and np.allclose(a, c, rtol=1e-9, atol=1e-12)
 
     diagnoses = mistake_diagnoses(replay, SCALE_MISTAKES[part], close)
-    return Case(name, run, HINT_SCALE, diagnoses, rtol=1e-10, atol=1e-12)
+    return Case(name, run, HINT_SCALE, diagnoses, rtol=1e-10, atol=1e-12,
+                error_diagnoses=[(_form_error, HINT_PAIR_FORM)])
 
 
 def _scale_backward_case():
@@ -304,7 +322,8 @@ def _scale_backward_case():
                                            score_mod_grad=grad)
         return out[:3], expected
     return Case("reference backward (dq, dk, dv) with your pair, H = 4, causal", run,
-                HINT_SCALE_BACKWARD, rtol=1e-9, atol=1e-12, names=("dq", "dk", "dv"))
+                HINT_SCALE_BACKWARD, rtol=1e-9, atol=1e-12, names=("dq", "dk", "dv"),
+                error_diagnoses=[(_form_error, HINT_PAIR_FORM)])
 
 
 def check_head_scale(head_scale_mods, *, verbose: bool = True,

@@ -46,6 +46,7 @@ from typing import Callable
 
 import numpy as np
 
+from flashcourse.labs._calls import HINT_NOT_CALLABLE, not_a_function
 from flashcourse.printing import say as _say_wrapped
 
 PASS_LINE = "All checks passed"
@@ -185,6 +186,8 @@ def _kind_problem(x) -> tuple[str, str] | None:
 def real_array(x) -> np.ndarray:
     """The learner's result `x` as a float64 array, or ResultKindError (complex, booleans,
     Python objects, text: never an imaginary part silently dropped or True read as 1)."""
+    if x is None:               # not NaN: _structure names a missing return (HINT_NONE)
+        return None
     found = _kind_problem(x)
     if found is not None:
         raise ResultKindError(*found)
@@ -496,6 +499,10 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
     say = _say_wrapped if verbose else (lambda *a, **k: None)
     limit = max((c.time_limit_s for c in cases), default=0)
     say(f"Checking {title} (time limit {limit:g} s per case)")
+    if what := not_a_function(fn):                 # check(f(4)) written for check(f)
+        say(f"  FAILED {title}: {what}")
+        say(f"  Hint: {HINT_NOT_CALLABLE}")
+        return Result(False, case=title, hint=HINT_NOT_CALLABLE, detail=what)
     for case in cases:
         with _captured_output() as printed:
             failed, found = _attempt(functools.partial(case.run, fn), case.time_limit_s,

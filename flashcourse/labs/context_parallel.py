@@ -20,12 +20,13 @@ directly in float64) and from `flashcourse.distributed.shards`. Each typical mis
 replayed on the case's own inputs and named: the sign of the correction flipped, the
 weights swapped, lse not updated (or updated with max, or summed, or with the difference
 of o's weight), the exponentials taken without subtracting a max (overflow on large
-scores), no guard for an empty side (NaN); chunks r and world - 1 - r, chunk edges off by
-one, the remainder dropped, given to the last or the first chunk or spread by edges
-c n // (2 world), the late chunk listed first, (start, length) pairs, range objects, the
-longer chunks anywhere but first; the ring's direction reversed, the diagonal key left out,
-no mask, the table transposed, local indices compared instead of global positions, the keys
-after the query counted.
+scores) or of a large difference of the two lse (e^d / (1 + e^d), log of a sigmoid that
+underflowed), no guard for an empty side (NaN); chunks r and world - 1 - r, chunk edges off
+by one, the remainder dropped, given to the last or the first chunk or spread by edges
+c n // (2 world), the late chunk listed first, (start, length) pairs, range objects, a
+flat list of four numbers per rank, the longer chunks anywhere but first; the ring's
+direction reversed, the diagonal key left out, no mask, the table transposed, local
+indices compared instead of global positions, the keys after the query counted.
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ HINT_OVERFLOW_EXP = ("Your result holds NaN or inf where the scores are large (|
                      "e^800 overflows and e^-800 underflows to 0. Never exponentiate an lse "
                      "itself: sigmoid(lse_b - lse_a) and logsigmoid(...) take only the "
                      "difference (use the lab's `sigmoid` and `logsigmoid`).")
+HINT_OVERFLOW_DIFF = ("Your result holds NaN or inf where the two sides' lse are far apart "
+                      "(here about 1600): e^(lse_b - lse_a) overflows too, and np.log of a "
+                      "sigmoid that underflowed to 0 is -inf. The lab's `sigmoid` and "
+                      "`logsigmoid` never overflow: apply them to the difference directly.")
 HINT_WEIGHT_AXIS = ("numpy could not combine a per-row number (shape (...), like lse) with a "
                     "per-row vector (shape (..., d), like o): b's weight has lse's shape. Give "
                     "it a last axis of length 1 (weight[..., None]) before multiplying it with "
@@ -236,6 +241,10 @@ def _merge_case(name, s, v, in_a, in_b):
     empty = np.isneginf(lse_a) | np.isneginf(lse_b)
     if large.any():
         diagnoses.insert(0, (_overflowed(large), HINT_OVERFLOW_EXP))
+    with np.errstate(invalid="ignore"):
+        far = np.abs(lse_a - lse_b) > 700                       # -inf - (-inf) is not far
+    if far.any():
+        diagnoses.insert(0, (_overflowed(far), HINT_OVERFLOW_DIFF))
     if empty.any():
         diagnoses.insert(0, (_wrong_on_empty_only(empty), HINT_EMPTY))
 
@@ -286,11 +295,25 @@ def _large_split(seed):
     return s, v, in_a.copy(), ~in_a
 
 
+def _far_split(seed):
+    """Scores of order 1000 on one side only: a's keys near +800 and b's near -800 on even
+    rows, the reverse on odd rows, so that lse_b - lse_a is about -1600 or +1600."""
+    rng = np.random.default_rng(seed)
+    s = rng.standard_normal((2, 4, 9)) * 3.0
+    in_a = np.broadcast_to(np.arange(9) % 2 == 0, (2, 4, 9)).copy()
+    sign = np.where(np.arange(4) % 2 == 0, 1.0, -1.0)[None, :, None]    # (1, rows, 1)
+    s += np.where(in_a, 800.0, -800.0) * sign
+    v = rng.standard_normal((2, 9, 3))
+    return s, v, in_a, ~in_a
+
+
 MERGE_CASES = [
     ("2 heads x 7 rows, d = 5, 22 keys split at random between a and b",
      lambda: _random_split(1, (2,), 7, 22, 5)),
     ("2 heads x 6 rows, d = 4, scores of order 1000 (lse near +800 and -800)",
      lambda: _large_split(3)),
+    ("2 heads x 4 rows, d = 3, a's scores near +800 and b's near -800, or the reverse "
+     "(lse_b - lse_a about -1600 or +1600)", lambda: _far_split(5)),
     ("11 causal rows, d = 3: rows where a or b (or both) saw no key (lse = -inf)",
      lambda: _causal_split(2, 11, 3)),
     ("batch 3 x 2 heads x 1 row, d = 1, 5 keys", lambda: _random_split(4, (3, 2), 1, 5, 1)),
@@ -342,6 +365,9 @@ HINT_RANGE_OBJECTS = ("Your ranges are Python range (or slice) objects: they hol
 HINT_NOT_A_LIST = ("Return a list with one entry per rank, in rank order (rank r's entry at "
                    "index r), each [(start, stop), (start, stop)]: not a dict or another "
                    "container.")
+HINT_FLAT = ("Your four numbers per rank are right, but written as one flat list: give "
+             "each rank its two chunks as two (start, stop) pairs, [[(a, b), (c, d)], ...], "
+             "so that later code can write `for start, stop in ranges`.")
 HINT_START_LENGTH = ("Your second number of each pair is the chunk's length: write (start, "
                      "stop), stop exclusive, where stop = start + length.")
 HINT_SPREAD = ("Your chunks cover every position once and their lengths differ by at most "
@@ -406,9 +432,11 @@ def _holds(x, kinds) -> bool:
 
 
 def _ranges_array(x):
-    if isinstance(x, dict):
-        raise ResultKindError("expected a list with one entry per rank, got a dict",
-                              HINT_NOT_A_LIST)
+    if x is None:                                   # a missing return: named as such
+        return None
+    if not isinstance(x, (list, tuple, np.ndarray)):
+        raise ResultKindError(f"expected a list with one entry per rank, got a "
+                              f"{type(x).__name__}", HINT_NOT_A_LIST)
     if _holds(x, (range, slice)):
         raise ResultKindError("your result holds range or slice objects where (start, stop) "
                               "pairs of integers are expected", HINT_RANGE_OBJECTS)
@@ -453,6 +481,8 @@ def _zigzag_case(n, world):
                 ("late first", (HINT_ORDER,))]
     replay = lambda m: np.asarray(_zigzag_mistake(n, world, m), np.float64)   # noqa: E731
     diagnoses = mistake_diagnoses(replay, mistakes, _same_ranges)
+    flat = replay(None).reshape(world, 4)
+    diagnoses.append(((lambda yours, _want: _same_ranges(yours, flat)), HINT_FLAT))
     diagnoses.append(((lambda yours, _want: np.ndim(yours) == 2 and len(yours) == world
                        and np.shape(yours)[1] != 2), HINT_INDICES))
     start_length = replay(None).copy()

@@ -20,7 +20,7 @@ taken over the wrong axis (per token or per channel), the scale inverted or with
 a signed max, the ragged block dropped, a block's slice one token short or long at its
 edge, scales tiled instead of repeated, the scale applied twice or never applied back, an
 unnormalised Hadamard matrix, K left unrotated, V rotated too, Q and K rotated whatever
-`use_hadamard` says.
+`use_hadamard` says, Q and K quantized with the scales they had before the rotation.
 """
 
 from __future__ import annotations
@@ -398,6 +398,10 @@ HINT_FWD_ROTATE_AFTER_DTYPE = (
 HINT_FWD_ALWAYS_ROT = ("Your output matches rotating q and k although use_hadamard is False: "
                       "rotate them only when use_hadamard is True; otherwise q and k go to "
                       "FP8 as they are.")
+HINT_FWD_SCALES_BEFORE = ("Your output matches q and k quantized with the scales of q and k "
+                          "before the rotation: the rotation changes each block's largest "
+                          "value (it spreads the outliers), so take block_scales of the "
+                          "rotated q and k, just before fake_quantize_blocks.")
 HINT_FWD_TENSOR = ("Your output matches one scale per head (the whole tensor), not per block "
                    "of `block` tokens.")
 
@@ -410,8 +414,16 @@ FORWARD_STEPS = ("Step by step: (1) only when use_hadamard is True: h is your ha
                  "forward_dequantized gives for the three quantized arrays.")
 
 
+def _with_scales_of(x, before, block):
+    """x through e4m3 with the block scales of `before` (the unrotated tensor)."""
+    s_t = np.repeat(amax_scale(block_amax(before, block)), block, axis=-1)
+    s_t = s_t[..., :x.shape[-2], None]
+    return (round_to_fp8(x.astype(np.float32) / s_t) * s_t).astype(np.float32)
+
+
 def _forward_mistake(q, k, v, block, use_h, mistake):
     d = q.shape[-1]
+    q0, k0 = q, k
     h = course_hadamard(d)
     if mistake == "unnormalised":
         h = h * np.sqrt(d)
@@ -423,6 +435,8 @@ def _forward_mistake(q, k, v, block, use_h, mistake):
             k = k.astype(np.float64) @ h
     scheme = "head" if mistake == "tensor" else "block"
     qd, kd = (fake_quantize(x, scheme, block=block) for x in (q, k))
+    if mistake == "scales before":
+        qd, kd = _with_scales_of(q, q0, block), _with_scales_of(k, k0, block)
     vd = v.astype(np.float32) if mistake == "no v" else fake_quantize(v, scheme, block=block)
     return fa.forward_dequantized(qd, kd, vd)
 
@@ -436,7 +450,8 @@ def _forward_case(name, seed, tq, tk, d, block, use_h):
     if use_h:
         mistakes = [("only q", (HINT_FWD_ONLY_Q,)), ("v", (HINT_FWD_V,)),
                     ("unnormalised", (HINT_FWD_UNNORM,)),
-                    ("no rotation", (HINT_FWD_NO_ROT,))] + mistakes
+                    ("no rotation", (HINT_FWD_NO_ROT,)),
+                    ("scales before", (HINT_FWD_SCALES_BEFORE,))] + mistakes
     want = _forward_mistake(q, k, v, block, use_h, None)
     diagnoses = mistake_diagnoses(lambda m: _forward_mistake(q, k, v, block, use_h, m),
                                   _level2(mistakes, FORWARD_STEPS),

@@ -42,6 +42,7 @@ from ..geometry import ceil_div
 from ..variants import library
 from ..variants.block_mask import EMPTY, FULL, PARTIAL, create_block_mask
 from ..variants.mods import mask_tile, score_tile
+from ._harness import HINT_NONE as _MISSING_RETURN
 from ._harness import Case, Result, ResultKindError, run_checks
 
 # -- part 1: masks ----------------------------------------------------------------------
@@ -114,6 +115,8 @@ def _mask_compare(yours, expected):
 
 def _full_mask(mask_mod, tq, tk):
     """(Tq, Tk) bool: mask_mod on every pair, through the course's tile evaluation."""
+    if mask_mod is None:                                       # a missing return
+        raise ResultKindError("your function returned None", _MISSING_RETURN)
     if not callable(mask_mod) or isinstance(mask_mod, type):
         raise ResultKindError(f"expected a mask function, got {type(mask_mod).__name__}",
                               HINT_NOT_FUNCTION)
@@ -269,6 +272,8 @@ def _softcap_inputs(n, cap, rows, cols, spread):
 
 
 def _pair_of(out):
+    if out is None:                                            # a missing return
+        raise ResultKindError("your function returned None", _MISSING_RETURN)
     if isinstance(out, list):
         out = tuple(out)
     if not (isinstance(out, tuple) and len(out) == 2 and all(callable(f) for f in out)):
@@ -485,6 +490,8 @@ def block_states(out, t_query, t_key, block_q, block_k) -> np.ndarray:
     ResultKindError naming what is malformed (shapes, counts, indices, a block listed
     twice)."""
     tr, tc = ceil_div(t_query, block_q), ceil_div(t_key, block_k)
+    if out is None:                                            # a missing return
+        raise ResultKindError("your function returned None", _MISSING_RETURN)
     if isinstance(out, list):
         out = tuple(out)
     if not (isinstance(out, tuple) and len(out) == 4):

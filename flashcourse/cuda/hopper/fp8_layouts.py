@@ -88,6 +88,8 @@ def transpose_v(v, keys: int | None = None) -> np.ndarray:
     vt[..., n, 32 c + k] = v[..., 32 c + KEY_ORDER[k], n] and zeros past Tk; keys (default
     Tk rounded up to 32) must be a multiple of 32 and at least Tk."""
     v = np.asarray(v)
+    if v.ndim < 2:
+        raise ValueError(f"v must have shape (..., Tk, D), got shape {v.shape}")
     tk = v.shape[-2]
     keys = -(-tk // K_STEP) * K_STEP if keys is None else int(keys)
     if keys % K_STEP or keys < tk:
@@ -105,6 +107,12 @@ def pv_through_fragments(p, vt) -> np.ndarray:
     step of the transposed V. Each lane packs its own p by `P_SOURCES`, the instruction
     reads them at the A fragment's (row, k) and multiplies by vt[:, k]. Equals p @ v when
     vt = transpose_v(v): the check of the whole trick (tests/test_fp8_forward.py)."""
+    p, vt = np.asarray(p), np.asarray(vt)
+    if p.shape != (16, K_STEP):
+        raise ValueError(f"p must have shape (16, {K_STEP}) (one warp's rows x one step's keys), "
+                         f"got {p.shape}")
+    if vt.ndim != 2 or vt.shape[1] != K_STEP:
+        raise ValueError(f"vt must have shape (N, {K_STEP}) (one step of V^T), got {vt.shape}")
     a = np.zeros((16, K_STEP), np.float64)
     for lane in range(LANES):
         for r in range(4):
