@@ -274,10 +274,10 @@ register(Kernel("fast_two_pass", "backward", _backward_runner("fast_two_pass"),
                 launches=_launches("gradients.backward_kernels", kernel="fast_two_pass")))
 register(Kernel("tensor_core", "backward", _run_tc_backward,
                 ("precision", "deterministic", "pipeline", "warps", "block_q", "kv_regs",
-                 "q_block_k", "min_blocks"), _tc_backward_extra,
+                 "q_block_k", "min_blocks", "warpgroups"), _tc_backward_extra,
                 description="FlashAttention-2 backward on tensor cores (mma.sync): fp16 "
                             "for float16, 3xTF32 (or bf16) for float32; dQ by atomics or "
-                            "a second pass",
+                            "a second pass; pipeline='wgmma': Hopper's wgmma (fp16/bf16)",
                 **_TENSOR_CORE_INPUTS,
                 launches=_launches("gradients.tc_backward"), compute=_tc_backward_compute))
 

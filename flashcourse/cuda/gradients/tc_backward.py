@@ -451,7 +451,7 @@ def launches(d: int, tq: int, tk: int, bh: int, limits, deterministic: bool = Fa
 def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale: float,
         causal: bool, precision: str, *, deterministic: bool = False, psum=None, dsum=None,
         warps=None, block_q=None, kv_regs=None, q_block_k=None, min_blocks=None,
-        pipeline=None, ld=None) -> TCBConfig:
+        pipeline=None, ld=None, warpgroups=None) -> TCBConfig:
     """Launch the backward on prepared device arrays.
 
     qw, dow (BH, Tq, D/2), kw, vw (BH, Tk, D/2): uint32 words of two fp16/bf16 values,
@@ -465,6 +465,14 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
     (2, BH, Tq rounded up to 128) float32 workspace (allocated when None)."""
     check_capability()
     sim = using_simulator()
+    if pipeline == "wgmma":            # Hopper's warpgroup instructions (hopper/backward.py)
+        return _run_wgmma(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq, tk, d, scale,
+                          causal, precision, deterministic, psum, dsum, ld, warpgroups,
+                          dict(warps=warps, block_q=block_q, kv_regs=kv_regs,
+                               q_block_k=q_block_k, min_blocks=min_blocks))
+    if warpgroups is not None:
+        raise ValueError(f"warpgroups applies to pipeline='wgmma' only, got pipeline="
+                         f"{pipeline!r}")
     if sim:
         tiles = default_tiles(d, True, precision)
     else:
@@ -489,16 +497,8 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
     delta = ld[1]
     if not sums:
         psum = dsum = delta            # never written (sums=False), any (BH, Tq) array
-    tc_delta, tc_delta_bf16, _, tc_delta_bits, _ = passes.pass_kernels()
-    if precision == "bf16" and np.dtype(o.dtype) == BF16_BITS:     # bf16 bit arrays
-        tc_delta = tc_delta_bits
-    elif precision == "bf16":          # D from the bf16-rounded o, dO (float32 arrays)
-        tc_delta, o, do = tc_delta_bf16, o.view(np.uint32), do.view(np.uint32)
-    launch(tc_delta, None, passes.delta_grid(tq, bh), passes.PASS_THREADS, 0,
-           (o, do, lse, ld, dq, i32(0 if deterministic else 1), i32(tq), i32(d), psum, dsum,
-            i32(1 if sums else 0)))
-    tail = (i32(tq), i32(tk), i32(d), f32(scale * LOG2E), f32(scale), i32(1 if causal else 0),
-            i32(tk - tq))
+    prepass(precision, o, do, lse, ld, dq, deterministic, tq, d, psum, dsum, sums)
+    tail = _tail(tq, tk, d, scale, causal)
     sig_kv, sig_q = signatures(cfg.pipeline, precision, out16)
     if not sim:
         check_registers("tensor-core backward kernel", key_major.compile(sig_kv),
@@ -520,6 +520,51 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
         launch(query_major, sig_q, (ceil_div(tq, 16 * cfg.warps), bh), cfg.threads,
                cfg.q_shared_bytes, head + tail)
     return cfg
+
+
+def prepass(precision, o, do, lse, ld, dq, deterministic, tq, d, psum, dsum, sums) -> None:
+    """The D pre-pass before either key-major kernel: ld[0] = lse log2(e), ld[1] = D =
+    rowsum(dO o O) (+inf and 0 past Tq), dQ zeroed unless deterministic, the sums zeroed."""
+    tc_delta, tc_delta_bf16, _, tc_delta_bits, _ = passes.pass_kernels()
+    if precision == "bf16" and np.dtype(o.dtype) == BF16_BITS:     # bf16 bit arrays
+        tc_delta = tc_delta_bits
+    elif precision == "bf16":          # D from the bf16-rounded o, dO (float32 arrays)
+        tc_delta, o, do = tc_delta_bf16, o.view(np.uint32), do.view(np.uint32)
+    i32 = np.int32
+    launch(tc_delta, None, passes.delta_grid(tq, ld.shape[1]), passes.PASS_THREADS, 0,
+           (o, do, lse, ld, dq, i32(0 if deterministic else 1), i32(tq), i32(d), psum, dsum,
+            i32(1 if sums else 0)))
+
+
+def _tail(tq, tk, d, scale, causal) -> tuple:
+    """The key-major kernels' last scalar arguments."""
+    i32, f32 = np.int32, np.float32
+    return (i32(tq), i32(tk), i32(d), f32(scale * LOG2E), f32(scale), i32(1 if causal else 0),
+            i32(tk - tq))
+
+
+def _run_wgmma(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq, tk, d, scale, causal, precision,
+               deterministic, psum, dsum, ld, warpgroups, mma_sync_tiles):
+    """pipeline="wgmma": the pre-pass, then `hopper.backward.run`."""
+    from ..hopper import backward as hopper_backward
+    if deterministic:
+        raise ValueError("pipeline='wgmma' adds dQ by atomics: deterministic=True runs on "
+                         "mma.sync (pipeline 'async')")
+    extra = [n for n, v in mma_sync_tiles.items() if v is not None]
+    if extra:
+        raise ValueError(f"pipeline='wgmma' takes warpgroups (1 or 2), not the mma.sync "
+                         f"kernels' {', '.join(extra)}")
+    if np.dtype(dk.dtype) != np.float32:
+        raise ValueError("pipeline='wgmma' writes dK, dV in float32 (cast after)")
+    bh = qw.shape[0]
+    tqp = ceil_div(tq, LD_ROWS) * LD_ROWS
+    if ld is None or tuple(ld.shape) != (2, bh, tqp):
+        ld = cuda.device_array((2, bh, tqp), np.float32)
+    sums = psum is not None
+    prepass(precision, o, do, lse, ld, dq, False, tq, d, psum if sums else ld[1],
+            dsum if sums else ld[1], sums)
+    return hopper_backward.run(qw, kw, vw, dow, ld, dq, dk, dv, _tail(tq, tk, d, scale, causal),
+                               precision, psum, dsum, warpgroups)
 
 
 def default_precision(dtype) -> str:

@@ -124,17 +124,20 @@ def _check(n: int, kind: str) -> None:
 
 
 @lru_cache(maxsize=None)
-def mma_ss(n: int, kind: str = "f16"):
-    """acc (n / 2 fp32 per thread) (+)= A (64 x 16, shared) B (16 x n, shared), K-major."""
+def mma_ss(n: int, kind: str = "f16", tnsp_b: int = 0):
+    """acc (n / 2 fp32 per thread) (+)= A (64 x 16, shared, K-major) B (16 x n, shared):
+    K-major, or MN-major (n contiguous) with tnsp_b = 1 (16-bit kinds only)."""
     _check(n, kind)
+    if kind == "e4m3" and tnsp_b:
+        raise ValueError("FP8 wgmma reads B K-major only: tnsp_b must be 0 with kind='e4m3'")
     if using_simulator():
-        return _sim_mma(n, kind, None)
+        return _sim_mma(n, kind, int(tnsp_b), False)
     ir, types, _, intrinsic = _tools()
     na = n // 2
     ptx = ("{\n.reg .pred p;\nsetp.ne.b32 p, $%d, 0;\n"
            "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {%s}, $%d, $%d, p, %s;\n}"
            % (na + 2, n, K_OF[kind], kind, kind, _regs(0, na), na, na + 1,
-              _tail(kind, "0, 0")))
+              _tail(kind, "0, %d" % int(tnsp_b))))
 
     @intrinsic
     def mma(typingctx, acc, desc_a, desc_b, scale_d):
@@ -161,7 +164,7 @@ def mma_rs(n: int, kind: str = "f16", tnsp_b: int = 1):
     if kind == "e4m3" and tnsp_b:
         raise ValueError("FP8 wgmma reads B K-major only: tnsp_b must be 0 with kind='e4m3'")
     if using_simulator():
-        return _sim_mma(n, kind, int(tnsp_b))
+        return _sim_mma(n, kind, int(tnsp_b), True)
     ir, types, _, intrinsic = _tools()
     na = n // 2
     ptx = ("{\n.reg .pred p;\nsetp.ne.b32 p, $%d, 0;\n"
@@ -384,8 +387,8 @@ def _sim_a_from_lanes(words: dict, g: int, kind: str) -> np.ndarray:
     return _sim_values(raw, kind)
 
 
-def _sim_mma(n: int, kind: str, tnsp_b):
-    """The twin of mma_ss (tnsp_b None) or mma_rs(n, kind, tnsp_b)."""
+def _sim_mma(n: int, kind: str, tnsp_b: int, rs: bool):
+    """The twin of mma_rs(n, kind, tnsp_b) (rs) or mma_ss(n, kind, tnsp_b)."""
     from ...sim_scheduler import current_thread, warp_exchange
 
     def product(acc, a, desc_b, scale_d):
@@ -398,7 +401,7 @@ def _sim_mma(n: int, kind: str, tnsp_b):
         old = np.asarray(acc[:n // 2], np.float64) if int(scale_d) else 0.0
         acc[:n // 2] = (old + vals).astype(np.float32)
 
-    if tnsp_b is None:
+    if not rs:
         def mma(acc, desc_a, desc_b, scale_d):
             rows, ks, _ = _sim_indices(n, kind, current_thread().thread_id % 128)
             a = _sim_operand(desc_a, rows[:, None], ks[None, :], kind, False)   # (2, K)

@@ -1,0 +1,121 @@
+"""hopper.backward: the host side of the wgmma backward (`backward_kernels.py`).
+
+It runs inside the tensor-core backward's host path (`gradients/tc_backward.py`) as its
+pipeline "wgmma": the same word arrays in, the same D pre-pass before it (L = lse log2(e),
+D = rowsum(dO o O), dQ zeroed), the same casts of the float32 gradients after it, the
+same checks of a checked call:
+
+    from flashcourse.cuda import backward
+    dq, dk, dv = backward(q16, k16, v16, o16, lse, do16, kernel="tensor_core",
+                          pipeline="wgmma")               # compute capability 9.0
+    dq, dk, dv = backward(..., kernel="tensor_core", pipeline="wgmma", warpgroups=2)
+
+fp16 and bf16 only (3xTF32 stays on mma.sync), dQ by atomics only (deterministic=True is
+refused by name), head dim up to 128. On Numba's CUDA simulator it runs through wgmma's
+twins (`ptx/wgmma.py`), which is how `make test` checks it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ...geometry import ceil_div
+from ...gpu import using_simulator
+from ...limits import check_launch
+from ..common._launch import check_registers, flat, launch
+from .backward_kernels import BLOCK_Q, WG_KEYS, layout
+from .host import check_capability
+
+#: warpgroups per block by default (64 keys each)
+DEFAULT_WARPGROUPS = 2
+PRECISIONS = ("fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class HopperBackwardConfig:
+    """One variant: precision, warpgroups (64 keys each), head_dim D (d rounded up to 16),
+    sums (the column sums of P and dS of a checked call)."""
+
+    precision: str
+    warpgroups: int
+    head_dim: int
+    sums: bool = False
+    pipeline: str = "wgmma"
+
+    @property
+    def threads(self):
+        return 128 * self.warpgroups
+
+    @property
+    def block_k(self):
+        return WG_KEYS * self.warpgroups
+
+    @property
+    def block_q(self):
+        return BLOCK_Q
+
+    @property
+    def shared_bytes(self):
+        return layout(self.head_dim, self.warpgroups)["END"]
+
+
+def plan(precision: str, d: int, warpgroups=None, sums: bool = False) -> HopperBackwardConfig:
+    """Check one configuration (ValueError naming the argument)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"pipeline='wgmma' computes in fp16 or bf16, got precision="
+                         f"{precision!r} (3xtf32 runs on mma.sync: pipeline 'async')")
+    warpgroups = DEFAULT_WARPGROUPS if warpgroups is None else warpgroups
+    if warpgroups not in (1, 2):
+        raise ValueError(f"warpgroups must be 1 or 2 for pipeline='wgmma', got "
+                         f"{warpgroups!r}")
+    if d > 128:
+        raise ValueError(f"head dim d must be at most 128 for pipeline='wgmma', got d={d}")
+    D = ceil_div(d, 16) * 16
+    if (D // warpgroups) % 8:
+        raise ValueError(f"d={d} (padded to {D}) does not split into {warpgroups} column "
+                         f"blocks of dQ that are multiples of 8: use warpgroups=1")
+    cfg = HopperBackwardConfig(precision, int(warpgroups), D, bool(sums))
+    check_launch(cfg.threads, cfg.shared_bytes, what="hopper backward kernel")
+    return cfg
+
+
+@lru_cache(maxsize=None)
+def kernel(cfg: HopperBackwardConfig):
+    from .backward_kernels import make_backward_kernel
+    return make_backward_kernel(cfg.precision, cfg.head_dim, cfg.warpgroups, cfg.sums)
+
+
+_SIG: list = []
+
+
+def signature():
+    if not _SIG:
+        from numba import float32, int32, types, uint32
+        w1 = types.Array(uint32, 1, "C")
+        f1 = types.Array(float32, 1, "C")
+        f3 = types.Array(float32, 3, "C")
+        _SIG.append((w1, w1, w1, w1, f3, f1, f3, f3, int32, int32, int32, float32, float32,
+                     int32, int32, f1, f1))
+    return _SIG[0]
+
+
+def run(qw, kw, vw, dow, ld, dq, dk, dv, tail, precision: str, psum=None, dsum=None,
+        warpgroups=None) -> HopperBackwardConfig:
+    """Launch after the pre-pass: qw, dow (BH, Tq, D/2), kw, vw (BH, Tk, D/2) words of two
+    16-bit values; ld (2, BH, Tq padded) float32 from the pre-pass; dq (BH, Tq, d) float32
+    (zeroed), dk, dv (BH, Tk, d) float32; tail = (tq, tk, d, scale log2(e), scale, causal,
+    tk - tq) as int32/float32; psum, dsum (BH, Tq) float32 or None."""
+    check_capability()
+    tk, d = int(tail[1]), int(tail[2])
+    cfg = plan(precision, d, warpgroups, psum is not None)
+    kern = kernel(cfg)
+    sig = signature()
+    if not using_simulator():
+        check_registers("hopper backward kernel", kern.compile(sig), cfg.threads)
+    if psum is None:
+        psum = dsum = dq                # never written (sums=False): any float32 array
+    bh = qw.shape[0]
+    launch(kern, sig, (ceil_div(tk, cfg.block_k), bh), cfg.threads, cfg.shared_bytes,
+           (flat(qw), flat(kw), flat(vw), flat(dow), ld, flat(dq), dk, dv) + tuple(tail)
+           + (flat(psum), flat(dsum)))
+    return cfg
