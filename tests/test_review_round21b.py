@@ -1,0 +1,56 @@
+"""Review round 21 b: each test failed before its fix (REVIEW_2026-12-08_round21_b.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flashcourse.labs import _harness
+from flashcourse.labs.decode import check_combine
+from flashcourse.labs.fragments import c_map_solution, check_c_map
+from flashcourse.labs.hopper_layouts import check_descriptor
+from flashcourse.labs.paged_cache import check_token_address
+
+
+#: M1: a checker handed something that is not a function (the function called, its result
+#: passed: check_c_map(c_map(0, 0)); None; a name bound to a number) said "your function
+#: raised TypeError: ... object is not callable" and gave the formula hint of the first case,
+#: a mistake the learner's function need not have made
+NOT_FUNCTIONS = {
+    "c_map's result": (check_c_map, c_map_solution(0, 0)),
+    "combine's result": (check_combine, (np.zeros((4, 16)), np.zeros(4))),
+    "None": (check_descriptor, None),
+    "a number": (check_token_address, 7),
+}
+
+
+@pytest.mark.parametrize("key", sorted(NOT_FUNCTIONS))
+def test_a_checker_handed_a_result_says_pass_the_function(key):
+    check, thing = NOT_FUNCTIONS[key]
+    result = check(thing, verbose=False)
+    assert not result.passed and not result.todo
+    assert result.hint == _harness.HINT_NOT_CALLABLE
+
+
+def test_parts_given_as_functions_still_run():
+    """A tuple or dict of functions is what several checkers take: not refused."""
+    def fn(x):
+        return x
+    case = _harness.Case("identity", lambda f: (f[0](1.0), 1.0) if isinstance(f, tuple)
+                         else (f["a"](1.0), 1.0), "hint")
+    assert _harness.run_checks("t", (fn, fn), [case], verbose=False).passed
+    assert _harness.run_checks("t", {"a": fn}, [case], verbose=False).passed
+    assert not _harness.run_checks("t", (fn, None), [case], verbose=False).passed
+
+
+def test_append_names_v_new_when_its_token_count_differs_from_k_new():
+    """m1: k_new of 2 tokens with v_new of 3 raised numpy's "shape mismatch: value array of
+    shape (3,1,4) could not be broadcast ..." after the pages were already taken (the cache
+    left with a page in its table and no token counted in it)."""
+    from flashcourse import paged_cache as pc
+    cache = pc.PagedKVCache(num_pages=8, heads_kv=1, page_size=16, head_dim=4, max_seqs=2,
+                            max_pages_per_seq=2)
+    with pytest.raises(ValueError, match="v_new must have the shape of k_new"):
+        cache.append(0, np.zeros((1, 2, 4)), np.zeros((1, 3, 4)))
+    assert len(cache.free) == 8
+    assert (cache.block_table == pc.NO_PAGE).all() and cache.seq_lens[0] == 0
