@@ -62,3 +62,30 @@ def test_notebook_checkers_take_hint_level_as_the_labs_do(check):
     TypeError ("unexpected keyword argument 'hint_level'") for it."""
     result = check(lambda *args: None, hint_level=2, verbose=False)
     assert not result.passed and result.hint
+
+
+def _lab_parts(lab: str, names):
+    from labtools import functions_of, lab_path
+    ns = functions_of(lab_path(lab))
+    return {n: ns[n] for n in names}
+
+
+def test_lab_forward_and_backward_name_inputs_of_the_wrong_shape():
+    """m3: lab 10's lab_forward and lab 10b's lab_backward (the cells a learner reuses on
+    shapes of their own) read v of 6 rows beside k of 7 past its end ("index 6 is out of
+    bounds" from the simulator's thread, garbage on a GPU) and took a (1, T, d) q to
+    "too many values to unpack"."""
+    from flashcourse.labs import tensor_core_backward_lab as BL
+    from flashcourse.labs import tensor_core_lab as L
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((n, 8)) for n in (5, 7, 6))
+    fwd = _lab_parts("lab10_tensor_cores", L.PARTS)
+    with pytest.raises(ValueError, match="v must have the same shape as k"):
+        L.lab_forward(fwd, q, k, v)
+    with pytest.raises(ValueError, match="q must be 2-D"):
+        L.lab_forward(fwd, q[None], k[None], k[None])
+    bwd = _lab_parts("lab10b_tensor_core_backward", BL.PARTS)
+    with pytest.raises(ValueError, match="v must have the same shape as k"):
+        BL.lab_backward(bwd, q, k, v, q, np.zeros(5), q)
+    with pytest.raises(ValueError, match="lse must have shape"):
+        BL.lab_backward(bwd, q, k, k, q, np.zeros(4), q)
