@@ -164,7 +164,9 @@ def all_cases():
     import hidden_mutants_cuda
     import hidden_mutants_numpy
     import hidden_mutants_round18
-    cases = hidden_mutants_numpy.CASES + hidden_mutants_round18.CASES + hidden_mutants_cuda.CASES
+    import hidden_mutants_round21b
+    cases = (hidden_mutants_numpy.CASES + hidden_mutants_round18.CASES + hidden_mutants_cuda.CASES
+             + hidden_mutants_round21b.CASES)
     checks = {**hidden_mutants_numpy.CHECKS, **hidden_mutants_cuda.CHECKS}
     return cases, checks
 

@@ -89,3 +89,20 @@ def test_lab_forward_and_backward_name_inputs_of_the_wrong_shape():
         BL.lab_backward(bwd, q, k, v, q, np.zeros(5), q)
     with pytest.raises(ValueError, match="lse must have shape"):
         BL.lab_backward(bwd, q, k, k, q, np.zeros(4), q)
+
+
+def test_float_of_a_string_or_int_constant_is_named_as_float64():
+    """m4: x = float('-inf') (a common spelling of -inf) passed lab 10's float32-constants
+    check, which flags -math.inf: Numba types float('-inf') and float(0) float64 as well
+    (numba-cuda lowers float(string literal) to a float64 constant)."""
+    from labtools import edited, lab_path
+
+    from flashcourse.labs import tensor_core_parts as P
+    from flashcourse.labs.cuda_kernel import HINT_FLOAT64
+    from flashcourse.labs.kernel_source import float64_literals
+    fn = edited(lab_path("lab10_tensor_cores"), "softmax_tile",
+                [("x = NEG_INF", "x = float('-inf')")])
+    assert float64_literals(fn) == ["float('-inf')"]
+    with np.errstate(all="ignore"):
+        result = P.check_softmax_tile(fn, verbose=False)
+    assert not result.passed and result.hint == HINT_FLOAT64[0]

@@ -102,8 +102,8 @@ HINT_SHAPE = (
     "A result has the wrong shape (named above): compare it with the shapes in the "
     "function's contract. The usual causes are a transposed tile, a block size used where "
     "a length is meant, or a dropped or extra axis.")
-HINT_NOT_CALLABLE = ("Pass your function itself, its name without parentheses: check(my_fn), not "
-                     "check(my_fn(...)), which hands the checker what my_fn returned.")
+HINT_NOT_CALLABLE = "Pass the function itself, no parentheses: check(my_fn), not check(my_fn(...))."
+_RESULTS = (type(None), int, float, complex, str, list, np.ndarray, np.generic)  # not functions
 HINT_ORDER = (
     "Your results come back in another order than the contract's (the shapes above): return "
     "them in the order the function's docstring lists them.")
@@ -499,7 +499,7 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
     limit = max((c.time_limit_s for c in cases), default=0)
     say(f"Checking {title} (time limit {limit:g} s per case)")
     parts = tuple(fn.values()) if isinstance(fn, dict) else fn if isinstance(fn, tuple) else (fn,)
-    if not parts or not all(map(callable, parts)):     # check(f(...)): f's result, not f
+    if not parts or any(isinstance(p, _RESULTS) for p in parts):   # check(f(...)), not f
         say(f"  FAILED: what you passed is a {type(fn).__name__}, not a function\n  Hint: "
             f"{HINT_NOT_CALLABLE}")
         return Result(False, case="what you passed", hint=HINT_NOT_CALLABLE)
