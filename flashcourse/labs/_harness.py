@@ -500,8 +500,8 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
     say(f"Checking {title} (time limit {limit:g} s per case)")
     parts = tuple(fn.values()) if isinstance(fn, dict) else fn if isinstance(fn, tuple) else (fn,)
     if not parts or any(isinstance(p, _RESULTS) for p in parts):   # check(f(...)), not f
-        say(f"  FAILED: what you passed is a {type(fn).__name__}, not a function\n  Hint: "
-            f"{HINT_NOT_CALLABLE}")
+        say("  FAILED: a value (None, a number, text, an array) where a function is expected"
+            f"\n  Hint: {HINT_NOT_CALLABLE}")
         return Result(False, case="what you passed", hint=HINT_NOT_CALLABLE)
     for case in cases:
         with _captured_output() as printed:
