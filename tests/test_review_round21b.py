@@ -106,3 +106,13 @@ def test_float_of_a_string_or_int_constant_is_named_as_float64():
     with np.errstate(all="ignore"):
         result = P.check_softmax_tile(fn, verbose=False)
     assert not result.passed and result.hint == HINT_FLOAT64[0]
+
+
+@pytest.mark.parametrize("value", [None, "0x0"], ids=["None", "hex text"])
+def test_show_bank_groups_names_an_offset_that_is_not_a_number(value, capsys):
+    """m5: lab 12's show_bank_groups with a my_swizzled_offset that returns None (a missing
+    return) or text raised int()'s TypeError / ValueError out of the library."""
+    from flashcourse.labs.hopper_layouts import show_bank_groups
+    show_bank_groups(lambda row, k: value)
+    out = capsys.readouterr().out
+    assert "not a whole number of bytes" in out and "check_swizzled_offset" in out
