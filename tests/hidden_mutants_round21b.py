@@ -11,7 +11,7 @@ from hidden_mutants_cuda import L05, L06, L10
 _F64, _F64_PUZZLE = "float64 promotion", "is a float64"
 _SOFT_X = "        x = NEG_INF\n        for n in range(NS):"
 CASES = [
-    # m4: float('-inf') is a float64 constant to Numba (numba-cuda lowers float of a string
+    # M2: float('-inf') is a float64 constant to Numba (numba-cuda lowers float of a string
     # literal to one); -math.inf was flagged, this spelling passed every check
     wrong(L10, "softmax_tile", "row max started at float('-inf')", [
         (_SOFT_X, _SOFT_X.replace("NEG_INF", "float('-inf')"))], _F64),

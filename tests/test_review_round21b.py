@@ -92,7 +92,7 @@ def test_lab_forward_and_backward_name_inputs_of_the_wrong_shape():
 
 
 def test_float_of_a_string_or_int_constant_is_named_as_float64():
-    """m4: x = float('-inf') (a common spelling of -inf) passed lab 10's float32-constants
+    """M2: x = float('-inf') (a common spelling of -inf) passed lab 10's float32-constants
     check, which flags -math.inf: Numba types float('-inf') and float(0) float64 as well
     (numba-cuda lowers float(string literal) to a float64 constant)."""
     from labtools import edited, lab_path
@@ -110,7 +110,7 @@ def test_float_of_a_string_or_int_constant_is_named_as_float64():
 
 @pytest.mark.parametrize("value", [None, "0x0"], ids=["None", "hex text"])
 def test_show_bank_groups_names_an_offset_that_is_not_a_number(value, capsys):
-    """m5: lab 12's show_bank_groups with a my_swizzled_offset that returns None (a missing
+    """m4: lab 12's show_bank_groups with a my_swizzled_offset that returns None (a missing
     return) or text raised int()'s TypeError / ValueError out of the library."""
     from flashcourse.labs.hopper_layouts import show_bank_groups
     show_bank_groups(lambda row, k: value)
