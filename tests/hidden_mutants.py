@@ -165,8 +165,10 @@ def all_cases():
     import hidden_mutants_numpy
     import hidden_mutants_round18
     import hidden_mutants_round21
+    import hidden_mutants_round21b
     cases = (hidden_mutants_numpy.CASES + hidden_mutants_round18.CASES
-             + hidden_mutants_round21.CASES + hidden_mutants_cuda.CASES)
+             + hidden_mutants_round21.CASES + hidden_mutants_round21b.CASES
+             + hidden_mutants_cuda.CASES)
     checks = {**hidden_mutants_numpy.CHECKS, **hidden_mutants_cuda.CHECKS}
     return cases, checks
 
