@@ -46,6 +46,7 @@ from typing import Callable
 
 import numpy as np
 
+from flashcourse.labs._call_checks import HINT_NOT_FUNCTION, passed_a_result, signature_hint
 from flashcourse.printing import say as _say_wrapped
 
 PASS_LINE = "All checks passed"
@@ -494,6 +495,10 @@ def run_checks(title: str, fn: Callable, cases: list[Case], *, verbose: bool = T
     if isinstance(hint_level, bool) or hint_level not in (1, 2):
         raise ValueError(f"hint_level must be 1 or 2, got {hint_level!r}")
     say = _say_wrapped if verbose else (lambda *a, **k: None)
+    given = passed_a_result(fn)                 # check(f(...)): a result, not the function
+    if given:
+        say(f"Checking {title}\n  FAILED: {given}\n  Hint: {HINT_NOT_FUNCTION}")
+        return Result(False, hint=HINT_NOT_FUNCTION, detail=given)
     limit = max((c.time_limit_s for c in cases), default=0)
     say(f"Checking {title} (time limit {limit:g} s per case)")
     for case in cases:
@@ -577,7 +582,7 @@ def _attempt(call: Callable, seconds: float, who: str, hint: str, timeout_hint: 
             return (str(exc), HINT_NOT_KERNEL), None
         failed = exc
     tb = traceback.format_exception_only(type(failed), failed)[-1].strip()
-    named = crash_hint(failed) if crash_hint is not None else None
+    named = (crash_hint(failed) if crash_hint is not None else None) or signature_hint(failed)
     return (f"{who} raised {tb}", named or hint), None
 
 

@@ -1,0 +1,79 @@
+"""Review round 21 a (REVIEW_2026-12-08_round21_a.md): each test failed before its fix."""
+
+import numpy as np
+import pytest
+
+from flashcourse import exercises
+from flashcourse.labs.backward import check_flash_backward
+from flashcourse.labs.online_softmax import check_online_update, check_stream_softmax
+from flashcourse.labs.tiled_forward import check_flash_forward
+from flashcourse.labs.traffic import check_fa2_traffic
+
+
+# -- M1: a checker handed a result (check(f(...)), or a name holding None) ------------------
+
+@pytest.mark.parametrize("check, given", [
+    (check_online_update, None),
+    (check_online_update, (np.zeros(3), np.ones(3))),       # check(online_update(m, l, x))
+    (check_flash_forward, (np.zeros((4, 2)), np.zeros(4))),
+    (check_fa2_traffic, (1024, 512)),
+    (check_flash_backward, np.zeros((4, 2))),
+], ids=["ou-None", "ou-tuple", "ff-tuple", "fa2-ints", "bwd-array"])
+def test_a_result_for_a_function_is_named(check, given):
+    r = check(given, verbose=False)
+    assert not r.passed
+    assert "function itself" in r.hint and "without parentheses" in r.hint, r.hint
+    assert "not a function" in r.detail
+
+
+def test_a_result_for_one_of_two_functions_is_named():
+    r = check_stream_softmax(None, lambda *a: a, verbose=False)
+    assert not r.passed and "function itself" in r.hint, r.hint
+
+
+# -- M2: a function whose parameters do not fit the call ------------------------------------
+
+def _two_args(m, l):
+    return m, l
+
+
+@pytest.mark.parametrize("check, fn", [
+    (check_online_update, _two_args),
+    (check_flash_forward, lambda q, k, v, causal, scale: (q, q[:, 0])),
+    (check_flash_forward, lambda q, k, v, causal, scale, *, block_q, block_k: (q, q[:, 0])),
+], ids=["ou-two", "ff-five", "ff-keyword-only"])
+def test_arguments_that_do_not_fit_are_named(check, fn):
+    r = check(fn, verbose=False)
+    assert not r.passed
+    assert "do not fit the parameters" in r.hint, r.hint
+
+
+# -- m: exercise slips named (each got "not what the rule gives" or another reading) --------
+
+def _why(name, part, value, **rest):
+    ok, lines = exercises.grade(name, **{part: value}, **rest)
+    line = next(x for x in lines if x.startswith(part + ":"))
+    assert "not quite" in line, line
+    return line
+
+
+def test_alpha_given_as_its_exponent_is_named():
+    assert "exponent" in _why("03-second-tile", "alpha", -0.5)
+
+
+@pytest.mark.parametrize("part, value", [("tiles_full", 4096), ("tiles_causal", 2080)])
+def test_key_tiles_as_wide_as_query_blocks_are_named(part, value):
+    assert "Bc = 64" in _why("06-causal-tiles", part, value)
+
+
+def test_twice_the_saved_p_names_both_readings():
+    line = _why("09-saved-bytes", "p_bytes", 2 * 4 * 16 * 8192 ** 2 * 2)
+    assert "2 bytes per probability" in line and "only P" in line
+
+
+@pytest.mark.parametrize("name, answers", [
+    ("06-causal-tiles", {"tiles_full": 8192, "tiles_causal": 4160}),
+    ("03-second-tile", {"m": 3, "l": 2.2101, "alpha": 0.6065}),
+])
+def test_right_answers_still_pass(name, answers):
+    assert exercises.grade(name, **answers)[0]
