@@ -8,8 +8,8 @@ it must get (a substring of the checker's hint, case-insensitive); a right case 
 
 `python tests/hidden_mutants.py [lab ...]` prints the table: per lab, the wrong cases caught,
 caught with the hint meant for them, passed (must be 0), and the right cases rejected.
-The case lists live in hidden_mutants_numpy.py, hidden_mutants_round18.py and
-hidden_mutants_cuda.py.
+The case lists live in hidden_mutants_numpy.py, hidden_mutants_round18.py,
+hidden_mutants_round21a.py and hidden_mutants_cuda.py.
 """
 
 from __future__ import annotations
@@ -164,7 +164,9 @@ def all_cases():
     import hidden_mutants_cuda
     import hidden_mutants_numpy
     import hidden_mutants_round18
-    cases = hidden_mutants_numpy.CASES + hidden_mutants_round18.CASES + hidden_mutants_cuda.CASES
+    import hidden_mutants_round21a
+    cases = (hidden_mutants_numpy.CASES + hidden_mutants_round18.CASES
+             + hidden_mutants_round21a.CASES + hidden_mutants_cuda.CASES)
     checks = {**hidden_mutants_numpy.CHECKS, **hidden_mutants_cuda.CHECKS}
     return cases, checks
 

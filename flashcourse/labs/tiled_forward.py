@@ -157,6 +157,11 @@ HINT_INIT_MAX = (
     "comes out empty (o = 0, lse = -inf). The empty state is m = -inf, l = 0: the first "
     "visible score then becomes the max.",
     "Start m with np.full(rows, -np.inf) and keep the finite stand-in for the subtraction.")
+HINT_M_STALE = (
+    "Your running max is never updated (m = m_new is missing): m stays -inf, so the factor "
+    "alpha = exp(m - m_new) is 0 at every key tile, l and acc keep only the last tile's "
+    "terms, and lse = m + log(l) comes out -inf.",
+    "After the update of l and acc, store the new max: m = m_new.")
 HINT_STANDIN_OLD = (
     "Your stand-in for a -inf max is tested on the old max m: on the first key tile m is "
     "-inf for every row, so every row subtracts 0 there instead of its new max, and l and "
@@ -315,7 +320,7 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
     applied after the tile is added), 'block_max' (one max for the whole block, s.max()),
     'k_end_first_row' (only the tiles the block's first row sees), 'mask_finite' (hidden
     scores -1e9), 'mask_p' (the mask applied to P, the max over all scores), 'm_zero' (the
-    running max starts at 0).
+    running max starts at 0), 'm_stale' (m = m_new left out: m stays -inf).
     Returns (o, lse).
     """
     tq, d = q.shape
@@ -369,7 +374,7 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
                 l = alpha * (l + p.sum(axis=1)) if after_l else a_l * l + p.sum(axis=1)
                 acc = (alpha[:, None] * (acc + p @ v[k0:k1]) if after_acc
                        else a_acc * acc + p @ v[k0:k1])
-                m = m_new
+                m = m if mistake == "m_stale" else m_new
             seen = l > 0
             o[q0:q1][seen] = acc[seen] if mistake == "no_divide" else acc[seen] / l[seen, None]
             log_l = np.log2(l[seen]) if mistake == "lse_log2_l" else np.log(l[seen])
@@ -396,7 +401,8 @@ MISTAKES = [("no_rescale", HINT_RESCALE), ("no_rescale_l", HINT_RESCALE_L),
             ("rescale_after_acc", HINT_RESCALE_AFTER),
             # round 18 (mutants): -1e9 for hidden scores got HINT_FORWARD (named by
             # _empty_rows_filled, as its lse depends on the number chosen)
-            ("mask_finite", HINT_MASK_FINITE), ("alpha_inverted", HINT_ALPHA_INVERTED)]
+            ("mask_finite", HINT_MASK_FINITE), ("alpha_inverted", HINT_ALPHA_INVERTED),
+            ("m_stale", HINT_M_STALE)]         # review round 21 a: it got HINT_FORWARD
 #: the mistakes that only _far_case's scores expose (round 18: both passed)
 FAR_MISTAKES = [("mask_p", HINT_MASK_P), ("m_zero", HINT_INIT_MAX)]
 
