@@ -23,6 +23,10 @@ CASES = [
     wrong(L09, FBQ, "dS written D - dP", [
         (_DQ_PASS, _DQ_PASS.replace("do_i @ v[k0:k1].T - delta_i[:, None]",
                                     "delta_i[:, None] - do_i @ v[k0:k1].T"))], "wrong sign"),
+    wrong(L04, "fa2", "O read back once per key block", [
+        ("read_bytes = Tq * d * e + Tr * 2 * Tk * d * e",
+         "read_bytes = Tq * d * e + Tr * 2 * Tk * d * e + -(-Tk // Bc) * Tq * d * e")],
+          "moves O once per key block"),
     right(L02, OU, "stand-in 1.0 from isfinite", [
         ("m_safe = np.where(m_new == -np.inf, 0.0, m_new)",
          "m_safe = np.where(np.isfinite(m_new), m_new, 1.0)")]),

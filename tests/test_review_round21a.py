@@ -77,3 +77,25 @@ def test_twice_the_saved_p_names_both_readings():
 ])
 def test_right_answers_still_pass(name, answers):
     assert exercises.grade(name, **answers)[0]
+
+
+# -- M3: lab 04, O read once per key block named as scores ----------------------------------
+
+def _fa2_right(tq, tk, d, br, bc, e):
+    return tq * d * e + -(-tq // br) * 2 * tk * d * e, tq * d * e + 4 * tq
+
+
+@pytest.mark.parametrize("which", ["reads", "writes"])
+def test_o_once_per_key_block_is_not_called_scores(which):
+    def counted(tq, tk, d, br, bc, e):
+        r, w = _fa2_right(tq, tk, d, br, bc, e)
+        extra = -(-tk // bc) * tq * d * e
+        return (r + extra, w) if which == "reads" else (r, w + extra)
+    r = check_fa2_traffic(counted, verbose=False)
+    assert not r.passed and "once per key block" in r.hint, r.hint
+
+
+def test_scores_counted_still_named():
+    r = check_fa2_traffic(lambda *a: (_fa2_right(*a)[0] + 4 * a[0] * a[1], _fa2_right(*a)[1]),
+                          verbose=False)
+    assert not r.passed and "No score leaves the chip" in r.hint, r.hint
