@@ -95,6 +95,12 @@ def test_o_once_per_key_block_is_not_called_scores(which):
     assert not r.passed and "once per key block" in r.hint, r.hint
 
 
+def test_q_once_per_key_block_is_named():
+    r = check_fa2_traffic(lambda *a: (_fa2_right(*a)[0] + (-(-a[1] // a[4]) - 1) * a[0] * a[2]
+                                      * a[5], _fa2_right(*a)[1]), verbose=False)
+    assert not r.passed and "Q_i re-read" in r.hint, r.hint
+
+
 def test_scores_counted_still_named():
     r = check_fa2_traffic(lambda *a: (_fa2_right(*a)[0] + 4 * a[0] * a[1], _fa2_right(*a)[1]),
                           verbose=False)

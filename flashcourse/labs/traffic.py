@@ -58,11 +58,12 @@ HINT_PER_ROW = ("K and V are re-read once per query BLOCK, not once per query ro
                 "V cost 2 x Tr x Tk x d x e bytes with Tr = ceil(Tq / Br), not "
                 "2 x Tq x Tk x d x e.")
 HINT_O_PER_BLOCK = (
-    "Your count moves O once per key block: that is FlashAttention-1's order, which reads "
-    "O_i back and writes it for every key block. In the fa2 order the query block's output "
-    "stays on chip (acc) through the whole inner loop: O is never read, and written once, at "
-    "the end. (Where Bc = d this excess also equals Tq x Tk x e bytes: no score entry leaves "
-    "the chip either.)")
+    "Your count moves a (Tq, d) array once per key block: Q_i re-read, or O_i read back and "
+    "written, for every key block (FlashAttention-1's order does the latter). In the fa2 "
+    "order a query block's Q_i is loaded once and its output stays on chip (acc) through the "
+    "whole inner loop: Q is read once, O is never read and is written once, at the end. "
+    "(Where Bc = d this excess also equals Tq x Tk x e bytes: no score entry leaves the chip "
+    "either.)")
 HINT_SCORES = ("No score leaves the chip in tiled attention: S and P tiles are formed and "
                "discarded on chip, so Tq x Tk never appears in the byte count.")
 HINT_GENERIC = ("Count per loop: for each query block i read Q_i once; for each key block j "
@@ -185,7 +186,7 @@ def _diagnoses(cfg):
          HINT_TR_SIZES),
         (reads_are(2 * tk * d * e + tc * tq * d * e), HINT_SWAPPED),
         (reads_are(tq * d * e + 2 * tq * tk * d * e), HINT_PER_ROW),
-        # O read (or written) once per key block, FA1's order (review round 21 a: it got
+        # Q or O read (O written) once per key block, FA1's order (review round 21 a: it got
         # HINT_SCORES, as Tc Tq d e equals Tq Tk e when Bc = d)
         (lambda y, x: int(y[0]) - right_reads in o_rounds or int(y[1]) - right_writes in o_rounds,
          HINT_O_PER_BLOCK),
