@@ -105,3 +105,13 @@ def test_scores_counted_still_named():
     r = check_fa2_traffic(lambda *a: (_fa2_right(*a)[0] + 4 * a[0] * a[1], _fa2_right(*a)[1]),
                           verbose=False)
     assert not r.passed and "No score leaves the chip" in r.hint, r.hint
+
+
+# -- m: byte printing names a NaN or inf argument ----------------------------------------------
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_byte_printers_name_a_nonfinite_argument(value):
+    from flashcourse.memory import binary_size, format_bytes
+    for fn in (format_bytes, binary_size):
+        with pytest.raises(ValueError, match="n_bytes must be a finite number"):
+            fn(value)
