@@ -26,7 +26,10 @@ CASES = [
     wrong(L04, "fa2", "O read back once per key block", [
         ("read_bytes = Tq * d * e + Tr * 2 * Tk * d * e",
          "read_bytes = Tq * d * e + Tr * 2 * Tk * d * e + -(-Tk // Bc) * Tq * d * e")],
-          "moves O once per key block"),
+          "array once per key block"),
+    wrong(L03, FA1, "merge weights without the stand-in", [
+        ("a_old, a_t = np.exp(m_i - m_use), np.exp(m_t - m_use)",
+         "a_old, a_t = np.exp(m_i - m_new), np.exp(m_t - m_new)")], "without the finite stand-in"),
     right(L02, OU, "stand-in 1.0 from isfinite", [
         ("m_safe = np.where(m_new == -np.inf, 0.0, m_new)",
          "m_safe = np.where(np.isfinite(m_new), m_new, 1.0)")]),

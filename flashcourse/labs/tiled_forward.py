@@ -283,13 +283,15 @@ HINT_FA1_NO_SKIP = (
     "Causal: your FA1 loop visits tiles that the mask hides in full; their Q_i, O_i, l_i, m_i "
     "are re-read and re-written for nothing.",
     "Skip a tile (before any load) when even its last query cannot see its first key.")
-HINT_FA1_DIVIDE_EMPTY = (
+HINT_FA1_DIVIDE_EMPTY = (   # both causes: their outputs are the same (review round 21 a)
     "NaN in the output of rows that see no key at all, and only there: such a row shares a "
-    "visited tile with rows of its block that do see keys, and after that tile its l_new is "
-    "still 0, so the division of line 12 by l_new is 0 / 0 = NaN (and the NaN stays in "
-    "O_i).",
-    "Divide by l_new only where it is positive (divide by 1 elsewhere: the numerator is 0 "
-    "there), so those rows keep O = 0.")
+    "visited tile with rows of its block that do see keys, and there both its maxima and "
+    "m_new are still -inf. Either a merge weight was taken without the finite stand-in, "
+    "exp(m_i - m_new) or exp(m~ - m_new) = exp(-inf - (-inf)) = NaN, or its l_new is still 0 "
+    "and the division of line 12 by l_new is 0 / 0 = NaN (the NaN then stays in O_i).",
+    "Take both weights against the stand-in (0 where m_new is -inf), and divide by l_new "
+    "only where it is positive (by 1 elsewhere: the numerator is 0 there), so those rows "
+    "keep O = 0.")
 HINT_FA1_SKIP_VISIBLE = (
     "Causal: your FA1 loop skips tiles that some query of the block can see, so keys are "
     "missing from those rows' softmax. A tile is hidden in full only when even the block's "
