@@ -30,6 +30,21 @@ CASES = [
     wrong(L03, FA1, "merge weights without the stand-in", [
         ("a_old, a_t = np.exp(m_i - m_use), np.exp(m_t - m_use)",
          "a_old, a_t = np.exp(m_i - m_new), np.exp(m_t - m_new)")], "without the finite stand-in"),
+    wrong(L03, FF, "lse started at 0", [
+        ("o, lse = np.zeros((t_q, d)), np.full(t_q, -np.inf)          # (Tq, d), (Tq,)",
+         "o, lse = np.zeros((t_q, d)), np.zeros(t_q)")], "lse is not -inf"),
+    wrong(L03, FA1, "lse 0 where l = 0", [
+        ("lse = np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)",
+         "lse = np.where(seen, m + np.log(np.where(seen, l, 1.0)), 0.0)")], "lse is not -inf"),
+    right(L03, FF, "running max started at -1e30", [
+        ("m = np.full(q1 - q0, -np.inf)                           # (Br,) running max",
+         "m = np.full(q1 - q0, -1e30)")]),
+    right(L03, FA1, "outer-memory max started at -1e30", [
+        ("np.zeros(t_q), np.full(t_q, -np.inf)   # outer memory",
+         "np.zeros(t_q), np.full(t_q, -1e30)   # outer memory")]),
+    right(L09, FB, "stand-in 0 for an empty row's lse (its scores are all -inf)", [
+        ("lse_i = np.where(np.isneginf(lse[q0:q1]), np.inf, lse[q0:q1])   # empty rows: P = 0",
+         "lse_i = np.where(np.isneginf(lse[q0:q1]), 0.0, lse[q0:q1])")]),
     right(L02, OU, "stand-in 1.0 from isfinite", [
         ("m_safe = np.where(m_new == -np.inf, 0.0, m_new)",
          "m_safe = np.where(np.isfinite(m_new), m_new, 1.0)")]),

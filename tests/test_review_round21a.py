@@ -115,3 +115,31 @@ def test_byte_printers_name_a_nonfinite_argument(value):
     for fn in (format_bytes, binary_size):
         with pytest.raises(ValueError, match="n_bytes must be a finite number"):
             fn(value)
+
+
+# -- M6: lab 03, rows that see no key with the wrong lse or o -------------------------------
+
+def _forward_then(edit):
+    from flashcourse import tiled
+
+    def fn(q, k, v, causal, scale, block_q, block_k):
+        o, lse = tiled.forward(q, k, v, causal=causal, scale=scale, block_q=block_q,
+                               block_k=block_k)
+        o, lse = np.array(o, np.float64), np.array(lse, np.float64)
+        edit(o, lse, np.isneginf(lse))
+        return o, lse
+    return fn
+
+
+def test_lse_zero_for_empty_rows_is_not_called_a_finite_mask():
+    def lse_zero(o, lse, empty):
+        lse[empty] = 0.0
+    r = check_flash_forward(_forward_then(lse_zero), verbose=False)
+    assert not r.passed and "lse is not -inf" in r.hint, r.hint
+
+
+def test_o_filled_in_empty_rows_is_named():
+    def o_ones(o, lse, empty):
+        o[empty] = 1.0
+    r = check_flash_forward(_forward_then(o_ones), verbose=False)
+    assert not r.passed and "must come out with o = 0" in r.hint, r.hint

@@ -145,6 +145,16 @@ HINT_MASK_FINITE = (
     "its hidden scores gets exp(0) = 1, and it comes out as a plain average of the values "
     "instead of o = 0, lse = -inf. Hidden scores are -inf, whose exponential is exactly 0.",
     "np.where(visible, s, -np.inf); the finite stand-in for a -inf max keeps exp defined.")
+HINT_EMPTY_LSE = (
+    "Rows that see no key (causal, Tq > Tk) come out with o = 0, as they should, but their "
+    "lse is not -inf: the log-sum-exp of a row with nothing visible is log 0 = -inf. An lse "
+    "started at 0 (np.zeros), or set to a number for those rows, gives this.",
+    "Start lse at -inf (np.full(Tq, -np.inf)) and write m + log(l) only for rows with l > 0.")
+HINT_EMPTY_O = (
+    "Rows that see no key (causal, Tq > Tk) must come out with o = 0: yours hold other "
+    "numbers there, while every other row is right. An output made with np.empty keeps "
+    "whatever the memory held in the rows you never write.",
+    "Start o with np.zeros((Tq, d)), or write 0 into the rows with l = 0.")
 HINT_MASK_P = (
     "The mask is applied to P after the exponential, so the hidden scores still count in the "
     "row max: a hidden score far above the visible ones (here by more than about 745) makes "
@@ -452,11 +462,39 @@ def _empty_rows_filled(yours, expected) -> bool:
                 and _close((o[~empty], lse[~empty]), (want_o[~empty], want_lse[~empty])))
 
 
+def _empty_lse_only(yours, expected) -> bool:
+    """Only the lse of the rows that see no key is wrong (not -inf), o right everywhere: lse
+    started at 0 (review round 21 a: it got HINT_MASK_FINITE, whose rows are averages)."""
+    if not (isinstance(yours, tuple) and len(yours) == 2):
+        return False
+    o, lse = (np.asarray(y, np.float64) for y in plain(yours))
+    want_o, want_lse = (np.asarray(x, np.float64) for x in expected)
+    empty = np.isneginf(want_lse)
+    if lse.shape != want_lse.shape or o.shape != want_o.shape or not empty.any():
+        return False
+    return bool(not np.isneginf(lse[empty]).all()
+                and _close((o, lse[~empty]), (want_o, want_lse[~empty])))
+
+
+def _empty_o_only(yours, expected) -> bool:
+    """Only o of the rows that see no key is wrong, lse right: o from np.empty (review round
+    21 a: it got HINT_FORWARD)."""
+    if not (isinstance(yours, tuple) and len(yours) == 2):
+        return False
+    o, lse = (np.asarray(y, np.float64) for y in plain(yours))
+    want_o, want_lse = (np.asarray(x, np.float64) for x in expected)
+    empty = np.isneginf(want_lse)
+    if lse.shape != want_lse.shape or o.shape != want_o.shape or not empty.any():
+        return False
+    return bool(np.any(o[empty] != 0) and _close((o[~empty], lse), (want_o[~empty], want_lse)))
+
+
 def _first(tq, tk, causal, spread) -> list:
     """NaN confined to the rows that see no key names the finalisation, other NaN the -inf
     guard; in the large-score case (every smaller case passed, the ragged blocks included)
     a row lost to overflow names the overflow, before any replay."""
     found = [(_nan_only_in_empty_rows, *HINT_FINALISE_EMPTY), (_has_nan, *HINT_NEG_INF),
+             (_empty_lse_only, *HINT_EMPTY_LSE), (_empty_o_only, *HINT_EMPTY_O),
              (_empty_rows_filled, *HINT_MASK_FINITE)]
     if spread > 1.0:
         found.insert(0, (_lost_rows, *HINT_OVERFLOW))
@@ -709,6 +747,7 @@ def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Resul
             replay(q, k, v, causal, SCALE, br, bc, mistake),
             FAR_MISTAKES + FA1_REPLAYED + (FA1_SKIP_REPLAYED if causal else []), _close)
         first = [(_nan_only_in_empty_rows, *HINT_FA1_DIVIDE_EMPTY), (_has_nan, *HINT_NEG_INF),
+                 (_empty_lse_only, *HINT_EMPTY_LSE), (_empty_o_only, *HINT_EMPTY_O),
                  (_empty_rows_filled, *HINT_MASK_FINITE)]
         cases.append(Case(f"{name}: result", run, HINT_FA1_MATH[0],
                           first + replayed, rtol=_RTOL, atol=_ATOL,
