@@ -143,3 +143,27 @@ def test_o_filled_in_empty_rows_is_named():
         o[empty] = 1.0
     r = check_flash_forward(_forward_then(o_ones), verbose=False)
     assert not r.passed and "must come out with o = 0" in r.hint, r.hint
+
+
+# -- m: merge_partials, an empty row's lse and exchanged weights ------------------------------
+
+def _merge_right(o_a, lse_a, o_b, lse_b):
+    lse = np.logaddexp(lse_a, lse_b)
+    use = np.where(np.isneginf(lse), 0.0, lse)
+    return np.exp(lse_a - use)[:, None] * o_a + np.exp(lse_b - use)[:, None] * o_b, lse
+
+
+def test_merge_empty_rows_lse_and_swapped_weights_are_named():
+    from flashcourse.labs.tiled_merge import check_merge_partials
+    assert check_merge_partials(_merge_right, verbose=False).passed
+
+    def lse_zero(*a):
+        o, lse = _merge_right(*a)
+        return o, np.where(np.isneginf(lse), 0.0, lse)
+
+    def swapped(o_a, lse_a, o_b, lse_b):
+        lse = np.logaddexp(lse_a, lse_b)
+        use = np.where(np.isneginf(lse), 0.0, lse)
+        return np.exp(lse_b - use)[:, None] * o_a + np.exp(lse_a - use)[:, None] * o_b, lse
+    assert "merged lse is not -inf" in check_merge_partials(lse_zero, verbose=False).hint
+    assert "weights are exchanged" in check_merge_partials(swapped, verbose=False).hint

@@ -36,7 +36,8 @@ from ..counter import TrafficCounter
 from ..traffic import tiled_traffic
 from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
                          rows_loaded_case)
-from ._tiled_common import _ATOL, _RTOL, SCALE, _close, _has_nan, _inputs, _safe
+from ._tiled_common import (_ATOL, _RTOL, SCALE, _close, _empty_lse_only, _has_nan, _inputs,
+                            _safe)
 from ._harness import (HINT_INPUTS_CHANGED, SKIPPING_SHAPES, Case, Result,  # noqa: F401
                        inputs_kept_case, mistake_diagnoses, parts_close, plain, random_qkv,
                        result_tuple, run_checks, shapes_mix, tiled_cases)
@@ -460,20 +461,6 @@ def _empty_rows_filled(yours, expected) -> bool:
         return False
     return bool(np.isfinite(lse[empty]).any()
                 and _close((o[~empty], lse[~empty]), (want_o[~empty], want_lse[~empty])))
-
-
-def _empty_lse_only(yours, expected) -> bool:
-    """Only the lse of the rows that see no key is wrong (not -inf), o right everywhere: lse
-    started at 0 (review round 21 a: it got HINT_MASK_FINITE, whose rows are averages)."""
-    if not (isinstance(yours, tuple) and len(yours) == 2):
-        return False
-    o, lse = (np.asarray(y, np.float64) for y in plain(yours))
-    want_o, want_lse = (np.asarray(x, np.float64) for x in expected)
-    empty = np.isneginf(want_lse)
-    if lse.shape != want_lse.shape or o.shape != want_o.shape or not empty.any():
-        return False
-    return bool(not np.isneginf(lse[empty]).all()
-                and _close((o, lse[~empty]), (want_o, want_lse[~empty])))
 
 
 def _empty_o_only(yours, expected) -> bool:
