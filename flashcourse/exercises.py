@@ -76,7 +76,9 @@ def second_tile() -> Exercise:
             "alpha": [(lambda y: _same_number(y, inverted, 5e-3),
                        "the factor points the wrong way: exp(old max - new max), at most 1"),
                       (lambda y: _same_number(y, 1.0, 1e-9),
-                       "alpha is 1 only when the max does not grow; here it grows")],
+                       "alpha is 1 only when the max does not grow; here it grows"),
+                      (lambda y: _same_number(y, m1 - m2, 1e-9), "that is the exponent m - m'; "
+                       "alpha is its exponential, exp(m - m')")],
         })
 
 
@@ -167,10 +169,12 @@ def causal_tiles_06() -> Exercise:
              "for square tiles)"),
             (lambda y: _same_number(y, hidden_only, 0), "that counts only tiles visible in full; "
              "partly visible tiles on the diagonal are visited too"),
+            (lambda y: _same_number(y, (n // br) * (n // br + 1) // 2, 0), wide := "that "
+             f"takes key tiles {br} wide; they are Bc = {bc}: {n // bc} per query block, N / Bc"),
             (lambda y: _same_number(y, causal / (n // br), 1e-3),
              f"that is the average per query block; the question asks for the sum over the "
              f"{n // br} query blocks of the head"),
-        ], "tiles_full": [
+        ], "tiles_full": [(lambda y: _same_number(y, (n // br) ** 2, 0), wide),
             (lambda y: _same_number(y, (n // bc) ** 2, 0), f"there are {n // br} query blocks "
              f"of {br} rows, not {n // bc}"),
             (lambda y: _same_number(y, n // bc, 0),
@@ -205,7 +209,8 @@ def saved_bytes_09() -> Exercise:
                         (lambda y: _same_number(y, p_bytes / (b * h), 1e-3),
                          "that is one head of one request; multiply by B x H"),
                         (lambda y: _same_number(y, 2 * p_bytes, 1e-3),
-                         "bf16 stores 2 bytes per probability, not 4")],
+                         "that is twice: bf16 stores 2 bytes per probability, not 4; and only P "
+                         "is kept (S is not needed: dS comes from P and dP)")],
             "l_bytes": [*unit_slips(l_bytes, "bytes", {"MiB": 2 ** -20, "MB": 1e-6, "KiB": 2 ** -10,
                                                         "kB": 1e-3}, close),
                         (lambda y: _same_number(y, l_bytes / 2, 1e-3),

@@ -17,6 +17,8 @@ reach the smaller causal count.
 
 from __future__ import annotations
 
+import math
+
 from ._checks import check_block, check_causal, check_sizes
 from .geometry import visible_pairs
 
@@ -47,8 +49,8 @@ def score_matrix_bytes(t_query: int, t_key: int, bytes_per_score: int, *,
 
 def binary_size(n_bytes: int | float) -> str:
     """Human-readable binary size: 33554432 -> '32 MiB', 1536 -> '1.5 KiB'."""
-    if n_bytes < 0:
-        raise ValueError(f"n_bytes must be >= 0, got {n_bytes}")
+    if not math.isfinite(n_bytes) or n_bytes < 0:     # NaN or inf: named (review round 21 a)
+        raise ValueError(f"n_bytes must be a finite number >= 0, got {n_bytes}")
     value, unit = float(n_bytes), 0
     while value >= 1024 and unit < len(_BINARY_UNITS) - 1:
         value /= 1024
@@ -64,6 +66,8 @@ def format_bytes(n_bytes: int) -> str:
     >>> format_bytes(33554432)
     '33,554,432 B = 32 MiB'
     """
+    if not math.isfinite(n_bytes):
+        raise ValueError(f"n_bytes must be a finite number of bytes, got {n_bytes}")
     n_bytes = int(n_bytes)
     if n_bytes < 1024:
         return f"{n_bytes:,} B"

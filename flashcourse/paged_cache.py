@@ -389,6 +389,9 @@ class PagedKVCache:
             if np.shape(x)[:1] + np.shape(x)[2:] != (hkv, d) or np.ndim(x) != 3:
                 raise ValueError(f"{name} must have shape (Hkv, n, d) = ({hkv}, n, {d}), got "
                                  f"{np.shape(x)}")
+        if np.shape(v_new) != np.shape(k_new):       # one value per key: the same n tokens
+            raise ValueError(f"v_new must have the shape of k_new, {np.shape(k_new)}, got "
+                             f"{np.shape(v_new)}")
         n, start = np.shape(k_new)[1], int(self.seq_lens[seq])
         width = self.block_table.shape[1]
         if pages_for(start + n, self.page_size) > width:

@@ -9,7 +9,8 @@ it must get (a substring of the checker's hint, case-insensitive); a right case 
 `python tests/hidden_mutants.py [lab ...]` prints the table: per lab, the wrong cases caught,
 caught with the hint meant for them, passed (must be 0), and the right cases rejected.
 The case lists live in hidden_mutants_numpy.py, hidden_mutants_round18.py,
-hidden_mutants_round21.py and hidden_mutants_cuda.py.
+hidden_mutants_round21.py, hidden_mutants_round21a.py, hidden_mutants_round21b.py and
+hidden_mutants_cuda.py.
 """
 
 from __future__ import annotations
@@ -165,8 +166,11 @@ def all_cases():
     import hidden_mutants_numpy
     import hidden_mutants_round18
     import hidden_mutants_round21
+    import hidden_mutants_round21a
+    import hidden_mutants_round21b
     cases = (hidden_mutants_numpy.CASES + hidden_mutants_round18.CASES
-             + hidden_mutants_round21.CASES + hidden_mutants_cuda.CASES)
+             + hidden_mutants_round21.CASES + hidden_mutants_round21a.CASES
+             + hidden_mutants_round21b.CASES + hidden_mutants_cuda.CASES)
     checks = {**hidden_mutants_numpy.CHECKS, **hidden_mutants_cuda.CHECKS}
     return cases, checks
 

@@ -46,7 +46,7 @@ from typing import Callable
 
 import numpy as np
 
-from flashcourse.labs._calls import HINT_NOT_CALLABLE, not_a_function
+from flashcourse.labs._calls import HINT_NOT_CALLABLE, not_a_function, signature_hint
 from flashcourse.printing import say as _say_wrapped
 
 PASS_LINE = "All checks passed"
@@ -584,7 +584,7 @@ def _attempt(call: Callable, seconds: float, who: str, hint: str, timeout_hint: 
             return (str(exc), HINT_NOT_KERNEL), None
         failed = exc
     tb = traceback.format_exception_only(type(failed), failed)[-1].strip()
-    named = crash_hint(failed) if crash_hint is not None else None
+    named = (crash_hint(failed) if crash_hint is not None else None) or signature_hint(failed)
     return (f"{who} raised {tb}", named or hint), None
 
 

@@ -106,6 +106,18 @@ HINT_DS_ORDER = (
     "parentheses, so that it is multiplied by P too (the softmax Jacobian's row is "
     "P_ij (dP_ij - sum_k P_ik dP_ik)). P * dP - D_i gives every masked or tiny-P entry -D_i.",
     "Subtract each row's D_i from that row of dP first, then multiply by P elementwise.")
+HINT_DS_SIGN = (
+    "dQ and dK come out with the wrong sign (dV is right): dS = P * (dP - D_i), the row's D_i "
+    "subtracted from dP; D_i - dP flips the sign of every dS, and so of dQ and dK.",
+    "dS = P * (dP - D_i): dP first, minus D_i.")
+HINT_DV_FROM_DS = (
+    "dV_j is built from dS: O = P V is linear in V, so its gradient multiplies the "
+    "PROBABILITIES (transposed) by dO_i; dS is the gradient of the scores, for dQ and dK.",
+    "dV_j accumulates P transposed times dO_i over the query blocks.")
+HINT_DK_FROM_DO = (
+    "dK_j multiplies dS transposed by dO_i: S = scale * Q K^T, so the gradient of K takes "
+    "the QUERIES, dK = scale * dS^T Q (as dQ = scale * dS K takes the keys).",
+    "dK_j accumulates scale * dS transposed times Q_i over the query blocks.")
 HINT_DKDV_OVERWRITE = (
     "dK_j and dV_j sum over all query blocks that see key block j: yours keep only one.",
     "Accumulate into dK_j and dV_j inside the query loop; store them after it.")
@@ -268,12 +280,15 @@ def replay(q, k, v, o, lse, do, causal, scale, br, bc, mistake=None):
                     ds = p * dp - delta[q0:q1, None]
                 elif mistake == "delta_tile":      # D summed over this key block only
                     ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))
+                elif mistake == "ds_sign":         # D - dP (review round 21 a)
+                    ds = p * (delta[q0:q1, None] - dp)
                 else:
                     ds = p * (dp - delta[q0:q1, None])
                 cq = 1.0 if mistake in ("no_scale", "no_scale_dq") else scale
                 ck = 1.0 if mistake in ("no_scale", "no_scale_dk") else scale
-                upd_v = p.T @ (o[q0:q1] if mistake == "dv_from_o" else do_i)
-                upd_k = ck * (ds.T @ q[q0:q1])
+                upd_v = (ds if mistake == "dv_from_ds" else p).T @ (
+                    o[q0:q1] if mistake == "dv_from_o" else do_i)
+                upd_k = ck * (ds.T @ (do_i if mistake == "dk_from_do" else q[q0:q1]))
                 # overwritten instead of accumulated: both, or one of them (round 16 a)
                 dv_j = upd_v if mistake in ("dkdv_overwrite", "dv_overwrite") else dv_j + upd_v
                 dk_j = upd_k if mistake in ("dkdv_overwrite", "dk_overwrite") else dk_j + upd_k
@@ -303,7 +318,9 @@ MISTAKES = [("no_delta", HINT_FORGOT_D), ("delta_do_do", HINT_DELTA_DODO),
             ("q_ragged_drop", HINT_RAGGED_Q), ("strict_mask", HINT_DIAGONAL),
             ("swap_dkdv", HINT_SWAP_DKDV), ("p_no_scale", HINT_P_NO_SCALE),
             ("skip_no_offset", HINT_SKIP_NO_OFFSET),
-            ("no_store", HINT_NO_STORE)] + [(m, HINT_P_BASE2) for m in BASE2_P]
+            ("no_store", HINT_NO_STORE), ("ds_sign", HINT_DS_SIGN),
+            ("dv_from_ds", HINT_DV_FROM_DS), ("dk_from_do", HINT_DK_FROM_DO),
+            ] + [(m, HINT_P_BASE2) for m in BASE2_P]
 #: the mistakes the query-major dq pass can show (dv_from_o, dkdv_overwrite and swap_dkdv
 #: change only dk, dv; skip_no_offset is the key-major loop's), with its key loop's own
 #: k_end one short first, and skipping too much said of its key loop
@@ -311,7 +328,7 @@ DQ_MISTAKES = [("k_end_short", HINT_DQ_K_END_SHORT),
                ("k_end_no_offset", HINT_DQ_K_END_NO_OFFSET)] + [
     (m, HINT_DQ_SKIP_TOO_MUCH if m == "skip_too_much" else h) for m, h in MISTAKES
     if m not in ("dv_from_o", "dkdv_overwrite", "dk_overwrite", "dv_overwrite", "swap_dkdv",
-                 "skip_no_offset", "no_store")]
+                 "skip_no_offset", "no_store", "dv_from_ds", "dk_from_do")]
 
 
 def _errors(tq, tk, br, bc) -> list:

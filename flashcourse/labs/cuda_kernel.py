@@ -167,8 +167,8 @@ HINT_P_NOT_STORED = (
     "multiplies it by V.",
     "Write each p back into s[i*TN + j].")
 HINT_FLOAT64 = (
-    "float64 promotion: a Python float literal (0.0, 1.0, math.inf, ...) makes Numba compute in "
-    "float64 on a GPU (slow, and not what the kernel stores).",
+    "float64 promotion: a Python float literal (0.0, 1.0, math.inf, float('-inf'), ...) makes "
+    "Numba compute in float64 on a GPU (slow, and not what the kernel stores).",
     "Write float32(0.0), or use the lab's F0 and NEG_INF constants.")
 HINT_SKIP = (
     "key_blocks: your count of key tiles is wrong for this query block.",

@@ -99,7 +99,7 @@ def _unnormalised(o_parts, lse_parts):
     return (np.exp(lse_parts - m)[..., None] * o_parts).sum(axis=0)
 
 
-def check_combine(combine, *, verbose: bool = True) -> Result:
+def check_combine(combine, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Check the learner's `combine(o_parts, lse_parts) -> (o, lse)`.
 
     Cases: two splits; seven uneven splits of a GQA problem (Tk not a multiple of the
@@ -137,7 +137,8 @@ def check_combine(combine, *, verbose: bool = True) -> Result:
             HINT_EMPTY if ("empty" in key or "no visible" in key) else HINT_GENERIC)
         cases.append(Case(key, runner(key), hint, diag, rtol=_RTOL, atol=_ATOL,
                           names=("o", "lse")))
-    return run_checks("combine(o_parts, lse_parts)", combine, cases, verbose=verbose)
+    return run_checks("combine(o_parts, lse_parts)", combine, cases, verbose=verbose,
+                      hint_level=hint_level)
 
 
 def reference_combine(o_parts, lse_parts):

@@ -136,7 +136,7 @@ def _product_case(fn):
     return tile, A.astype(np.float64) @ B + C
 
 
-def check_c_map(fn, *, verbose: bool = True) -> Result:
+def check_c_map(fn, *, verbose: bool = True, hint_level: int = 1) -> Result:
     """Check the learner's `c_map(lane, i) -> (row, col)`; print yours vs expected + a hint."""
     cases = [
         Case("every (lane, i) against the PTX ISA map", lambda f: (_table(f), _expected()),
@@ -149,7 +149,8 @@ def check_c_map(fn, *, verbose: bool = True) -> Result:
         Case("gathering an mma's results with your map gives A @ B + C", _product_case,
              HINT_GENERIC, rtol=1e-5, atol=1e-5),
     ]
-    return run_checks("c_map (m16n8 accumulator fragment)", fn, cases, verbose=verbose)
+    return run_checks("c_map (m16n8 accumulator fragment)", fn, cases, verbose=verbose,
+                      hint_level=hint_level)
 
 
 def c_map_solution(lane: int, i: int) -> tuple[int, int]:

@@ -341,9 +341,14 @@ def show_bank_groups(fn, k: int = 0) -> None:
     through your offsets and through the unswizzled ones, and each read's conflict: eight
     threads reading one 16-byte column of eight rows."""
     try:
-        yours = [int(fn(r, k)) for r in range(W.ATOM_ROWS)]
+        yours = [fn(r, k) for r in range(W.ATOM_ROWS)]
     except NotImplementedError:
         print(f"{TODO_LINE}: fill in my_swizzled_offset first.")
+        return
+    bad = [(r, y) for r, y in enumerate(yours) if _as_int(y) is None]
+    if bad:                       # None, a float, text: the checker above names the cause
+        print(f"my_swizzled_offset({bad[0][0]}, {k}) returned {bad[0][1]!r}, not a whole "
+              "number of bytes: run check_swizzled_offset above")
         return
     plain = [r * 128 + ELEM_BYTES * k for r in range(W.ATOM_ROWS)]
     for name, offs in (("unswizzled", plain), ("yours", yours)):

@@ -147,7 +147,8 @@ def require_cuda_kernel(kernel, what: str) -> None:
 
 def float64_literals(fn) -> list[str]:
     """Float constants in `fn`'s source that are not wrapped in float32(...) (also
-    np.float32(...)): in a float32 kernel each makes Numba compute in float64 on a GPU.
+    np.float32(...)), float('-inf') and float(0) among them (Numba types both float64):
+    in a float32 kernel each makes Numba compute in float64 on a GPU.
     [] when the source cannot be read."""
     tree = _source_tree(fn)
     if tree is None:
@@ -168,4 +169,7 @@ def float64_literals(fn) -> list[str]:
         elif isinstance(node, ast.Attribute) and node.attr in ("inf", "nan", "pi", "e") and \
                 getattr(node.value, "id", "") in ("math", "np", "numpy"):
             found.append(f"{node.value.id}.{node.attr}")
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "float" and \
+                node.args and isinstance(node.args[0], ast.Constant):
+            found.append(ast.unparse(node))           # float('-inf'), float(0): float64 too
     return found

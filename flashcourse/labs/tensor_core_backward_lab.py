@@ -44,6 +44,7 @@ import numpy as np
 from numba import cuda, float32, int32, uint32
 
 from .. import reference
+from .._checks import check_backward_shapes
 from ..constants import F0, NEG_INF, POS_INF
 from ..cuda.common._launch import simulator_lock
 from ..cuda.ptx import mma as M
@@ -51,7 +52,7 @@ from ..geometry import ceil_div
 from ..gpu import using_simulator
 from .cuda_lab_kernel import _device
 from .kernel_source import kernel_guard
-from .tensor_core_lab import pack
+from .tensor_core_lab import check_lab_shapes, pack
 from .tile_sizes import at_tiles, tiles_text
 
 BR = 16                     # query rows per query tile (the n of S^T: two n8 tiles)
@@ -244,6 +245,8 @@ def lab_backward(parts, q, k, v, o, lse, do, *, causal=False, tiles=TILES):
     fns = _parts(parts)
     delta_k, kern = _kernels(fns, tiles)
     q, k, v, o, do = (np.ascontiguousarray(x, np.float32) for x in (q, k, v, o, do))
+    check_lab_shapes(q, k, v)
+    check_backward_shapes(q.shape, o.shape, np.shape(lse), do.shape)
     tq, d = q.shape
     tk = k.shape[0]
     if d > tiles.D:

@@ -40,6 +40,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
+from .._checks import check_qkv_shapes
 from ..constants import F0, NEG_INF
 from ..cuda.ptx import mma as M
 from ..cuda.common._launch import simulator_lock
@@ -257,6 +258,7 @@ def lab_forward(parts, q, k, v, *, causal=False):
     for name in PARTS:
         kernel_guard(fns[name], name)
     q, k, v = (np.ascontiguousarray(x, np.float32) for x in (q, k, v))
+    check_lab_shapes(q, k, v)
     tq, d = q.shape
     tk = k.shape[0]
     if d > D:
@@ -270,6 +272,15 @@ def lab_forward(parts, q, k, v, *, causal=False):
                                    np.int32(d), np.float32(1 / math.sqrt(d)),
                                    np.int32(1 if causal else 0))
     return o.copy_to_host(), lse.copy_to_host()
+
+
+def check_lab_shapes(q, k, v):
+    """q (Tq, d), k and v (Tk, d): a ValueError naming the array otherwise (the kernel would
+    read past a shorter k or v on a GPU, or raise deep inside the simulator)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.ndim != 2:
+            raise ValueError(f"{name} must be 2-D (T, d): one head, got shape {x.shape}")
+    check_qkv_shapes(q.shape, k.shape, v.shape)
 
 
 def _parts(parts) -> dict:

@@ -36,7 +36,8 @@ from ..counter import TrafficCounter
 from ..traffic import tiled_traffic
 from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
                          rows_loaded_case)
-from ._tiled_common import _ATOL, _RTOL, SCALE, _close, _has_nan, _inputs, _safe
+from ._tiled_common import (_ATOL, _RTOL, SCALE, _close, _empty_lse_only, _has_nan, _inputs,
+                            _safe)
 from ._harness import (HINT_INPUTS_CHANGED, SKIPPING_SHAPES, Case, Result,  # noqa: F401
                        inputs_kept_case, mistake_diagnoses, parts_close, plain, random_qkv,
                        result_tuple, run_checks, shapes_mix, tiled_cases)
@@ -145,6 +146,16 @@ HINT_MASK_FINITE = (
     "its hidden scores gets exp(0) = 1, and it comes out as a plain average of the values "
     "instead of o = 0, lse = -inf. Hidden scores are -inf, whose exponential is exactly 0.",
     "np.where(visible, s, -np.inf); the finite stand-in for a -inf max keeps exp defined.")
+HINT_EMPTY_LSE = (
+    "Rows that see no key (causal, Tq > Tk) come out with o = 0, as they should, but their "
+    "lse is not -inf: the log-sum-exp of a row with nothing visible is log 0 = -inf. An lse "
+    "started at 0 (np.zeros), or set to a number for those rows, gives this.",
+    "Start lse at -inf (np.full(Tq, -np.inf)) and write m + log(l) only for rows with l > 0.")
+HINT_EMPTY_O = (
+    "Rows that see no key (causal, Tq > Tk) must come out with o = 0: yours hold other "
+    "numbers there, while every other row is right. An output made with np.empty keeps "
+    "whatever the memory held in the rows you never write.",
+    "Start o with np.zeros((Tq, d)), or write 0 into the rows with l = 0.")
 HINT_MASK_P = (
     "The mask is applied to P after the exponential, so the hidden scores still count in the "
     "row max: a hidden score far above the visible ones (here by more than about 745) makes "
@@ -157,6 +168,11 @@ HINT_INIT_MAX = (
     "comes out empty (o = 0, lse = -inf). The empty state is m = -inf, l = 0: the first "
     "visible score then becomes the max.",
     "Start m with np.full(rows, -np.inf) and keep the finite stand-in for the subtraction.")
+HINT_M_STALE = (
+    "Your running max is never updated (m = m_new is missing): m stays -inf, so the factor "
+    "alpha = exp(m - m_new) is 0 at every key tile, l and acc keep only the last tile's "
+    "terms, and lse = m + log(l) comes out -inf.",
+    "After the update of l and acc, store the new max: m = m_new.")
 HINT_STANDIN_OLD = (
     "Your stand-in for a -inf max is tested on the old max m: on the first key tile m is "
     "-inf for every row, so every row subtracts 0 there instead of its new max, and l and "
@@ -278,13 +294,15 @@ HINT_FA1_NO_SKIP = (
     "Causal: your FA1 loop visits tiles that the mask hides in full; their Q_i, O_i, l_i, m_i "
     "are re-read and re-written for nothing.",
     "Skip a tile (before any load) when even its last query cannot see its first key.")
-HINT_FA1_DIVIDE_EMPTY = (
+HINT_FA1_DIVIDE_EMPTY = (   # both causes: their outputs are the same (review round 21 a)
     "NaN in the output of rows that see no key at all, and only there: such a row shares a "
-    "visited tile with rows of its block that do see keys, and after that tile its l_new is "
-    "still 0, so the division of line 12 by l_new is 0 / 0 = NaN (and the NaN stays in "
-    "O_i).",
-    "Divide by l_new only where it is positive (divide by 1 elsewhere: the numerator is 0 "
-    "there), so those rows keep O = 0.")
+    "visited tile with rows of its block that do see keys, and there both its maxima and "
+    "m_new are still -inf. Either a merge weight was taken without the finite stand-in, "
+    "exp(m_i - m_new) or exp(m~ - m_new) = exp(-inf - (-inf)) = NaN, or its l_new is still 0 "
+    "and the division of line 12 by l_new is 0 / 0 = NaN (the NaN then stays in O_i).",
+    "Take both weights against the stand-in (0 where m_new is -inf), and divide by l_new "
+    "only where it is positive (by 1 elsewhere: the numerator is 0 there), so those rows "
+    "keep O = 0.")
 HINT_FA1_SKIP_VISIBLE = (
     "Causal: your FA1 loop skips tiles that some query of the block can see, so keys are "
     "missing from those rows' softmax. A tile is hidden in full only when even the block's "
@@ -315,7 +333,7 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
     applied after the tile is added), 'block_max' (one max for the whole block, s.max()),
     'k_end_first_row' (only the tiles the block's first row sees), 'mask_finite' (hidden
     scores -1e9), 'mask_p' (the mask applied to P, the max over all scores), 'm_zero' (the
-    running max starts at 0).
+    running max starts at 0), 'm_stale' (m = m_new left out: m stays -inf).
     Returns (o, lse).
     """
     tq, d = q.shape
@@ -369,7 +387,7 @@ def replay(q, k, v, causal, scale, br, bc, mistake=None):
                 l = alpha * (l + p.sum(axis=1)) if after_l else a_l * l + p.sum(axis=1)
                 acc = (alpha[:, None] * (acc + p @ v[k0:k1]) if after_acc
                        else a_acc * acc + p @ v[k0:k1])
-                m = m_new
+                m = m if mistake == "m_stale" else m_new
             seen = l > 0
             o[q0:q1][seen] = acc[seen] if mistake == "no_divide" else acc[seen] / l[seen, None]
             log_l = np.log2(l[seen]) if mistake == "lse_log2_l" else np.log(l[seen])
@@ -396,7 +414,8 @@ MISTAKES = [("no_rescale", HINT_RESCALE), ("no_rescale_l", HINT_RESCALE_L),
             ("rescale_after_acc", HINT_RESCALE_AFTER),
             # round 18 (mutants): -1e9 for hidden scores got HINT_FORWARD (named by
             # _empty_rows_filled, as its lse depends on the number chosen)
-            ("mask_finite", HINT_MASK_FINITE), ("alpha_inverted", HINT_ALPHA_INVERTED)]
+            ("mask_finite", HINT_MASK_FINITE), ("alpha_inverted", HINT_ALPHA_INVERTED),
+            ("m_stale", HINT_M_STALE)]         # review round 21 a: it got HINT_FORWARD
 #: the mistakes that only _far_case's scores expose (round 18: both passed)
 FAR_MISTAKES = [("mask_p", HINT_MASK_P), ("m_zero", HINT_INIT_MAX)]
 
@@ -444,11 +463,25 @@ def _empty_rows_filled(yours, expected) -> bool:
                 and _close((o[~empty], lse[~empty]), (want_o[~empty], want_lse[~empty])))
 
 
+def _empty_o_only(yours, expected) -> bool:
+    """Only o of the rows that see no key is wrong, lse right: o from np.empty (review round
+    21 a: it got HINT_FORWARD)."""
+    if not (isinstance(yours, tuple) and len(yours) == 2):
+        return False
+    o, lse = (np.asarray(y, np.float64) for y in plain(yours))
+    want_o, want_lse = (np.asarray(x, np.float64) for x in expected)
+    empty = np.isneginf(want_lse)
+    if lse.shape != want_lse.shape or o.shape != want_o.shape or not empty.any():
+        return False
+    return bool(np.any(o[empty] != 0) and _close((o[~empty], lse), (want_o[~empty], want_lse)))
+
+
 def _first(tq, tk, causal, spread) -> list:
     """NaN confined to the rows that see no key names the finalisation, other NaN the -inf
     guard; in the large-score case (every smaller case passed, the ragged blocks included)
     a row lost to overflow names the overflow, before any replay."""
     found = [(_nan_only_in_empty_rows, *HINT_FINALISE_EMPTY), (_has_nan, *HINT_NEG_INF),
+             (_empty_lse_only, *HINT_EMPTY_LSE), (_empty_o_only, *HINT_EMPTY_O),
              (_empty_rows_filled, *HINT_MASK_FINITE)]
     if spread > 1.0:
         found.insert(0, (_lost_rows, *HINT_OVERFLOW))
@@ -701,6 +734,7 @@ def check_fa1_forward(fn, *, verbose: bool = True, hint_level: int = 1) -> Resul
             replay(q, k, v, causal, SCALE, br, bc, mistake),
             FAR_MISTAKES + FA1_REPLAYED + (FA1_SKIP_REPLAYED if causal else []), _close)
         first = [(_nan_only_in_empty_rows, *HINT_FA1_DIVIDE_EMPTY), (_has_nan, *HINT_NEG_INF),
+                 (_empty_lse_only, *HINT_EMPTY_LSE), (_empty_o_only, *HINT_EMPTY_O),
                  (_empty_rows_filled, *HINT_MASK_FINITE)]
         cases.append(Case(f"{name}: result", run, HINT_FA1_MATH[0],
                           first + replayed, rtol=_RTOL, atol=_ATOL,

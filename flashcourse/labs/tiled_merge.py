@@ -9,7 +9,8 @@ import numpy as np
 
 from ..geometry import visible_mask
 from ._harness import Case, Result, inputs_kept_case, plain, result_tuple, run_checks
-from ._tiled_common import _ATOL, _RTOL, SCALE, _close, _has_nan, _inputs, _safe
+from ._tiled_common import (_ATOL, _RTOL, SCALE, _close, _empty_lse_only, _has_nan, _inputs,
+                            _safe)
 
 HINT_MERGE_AVERAGE = (
     "A plain average of the two outputs ignores how much weight each key range carries.",
@@ -36,6 +37,15 @@ HINT_MERGE_STANDIN = (
     "-inf (both parts empty). A stand-in tested on one part's lse is 0 where the total is "
     "finite, and that part's weight comes out exp(lse_part) instead of 1.",
     "Build the stand-in from the merged lse alone: 0 where it is -inf, itself elsewhere.")
+HINT_MERGE_EMPTY_LSE = (
+    "Rows that are empty in both parts come out with o = 0, as they should, but their merged "
+    "lse is not -inf: logaddexp(-inf, -inf) = -inf, and an empty row keeps it. Return the "
+    "merged lse itself, not its stand-in 0.",
+    "The stand-in (0 where the merged lse is -inf) is for the weights' exponents only.")
+HINT_MERGE_SWAPPED = (
+    "Your weights are exchanged: part a's output gets part b's weight. Each part's weight is "
+    "its own share of the total mass, exp(lse_a - lse) for o_a and exp(lse_b - lse) for o_b.",
+    "o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b, row by row.")
 HINT_MERGE = (
     "Your merge disagrees with attention over the union of the key ranges.",
     "Each part's o is normalised over its own keys; undo that with its mass exp(lse), add, "
@@ -100,6 +110,13 @@ def check_merge_partials(fn, *, verbose: bool = True, hint_level: int = 1) -> Re
                       *HINT_MERGE_LSE)]
         diagnoses += [((lambda y, e, w=w: _close(y, w)), *HINT_MERGE_STANDIN)
                       for w in standins if not _close(w, expected)]
+        # review round 21 a: both got HINT_MERGE
+        with np.errstate(all="ignore"):
+            swapped = (np.exp(lse_b - lse_use)[:, None] * o_a
+                       + np.exp(lse_a - lse_use)[:, None] * o_b, expected[1])
+        if not _close(swapped, expected):
+            diagnoses.append(((lambda y, e, w=swapped: _close(y, w)), *HINT_MERGE_SWAPPED))
+        diagnoses.append((_empty_lse_only, *HINT_MERGE_EMPTY_LSE))
 
         def run(f, a=(o_a, lse_a, o_b, lse_b), expected=expected):
             return result_tuple(f(*(x.copy() for x in a)), 2), expected

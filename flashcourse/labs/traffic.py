@@ -57,6 +57,13 @@ HINT_PER_ROW = ("K and V are re-read once per query BLOCK, not once per query ro
                 "of Q_i share each load of K_j and V_j, which is the point of tiling, so K and "
                 "V cost 2 x Tr x Tk x d x e bytes with Tr = ceil(Tq / Br), not "
                 "2 x Tq x Tk x d x e.")
+HINT_O_PER_BLOCK = (
+    "Your count moves a (Tq, d) array once per key block: Q_i re-read, or O_i read back and "
+    "written, for every key block (FlashAttention-1's order does the latter). In the fa2 "
+    "order a query block's Q_i is loaded once and its output stays on chip (acc) through the "
+    "whole inner loop: Q is read once, O is never read and is written once, at the end. "
+    "(Where Bc = d this excess also equals Tq x Tk x e bytes: no score entry leaves the chip "
+    "either.)")
 HINT_SCORES = ("No score leaves the chip in tiled attention: S and P tiles are formed and "
                "discarded on chip, so Tq x Tk never appears in the byte count.")
 HINT_GENERIC = ("Count per loop: for each query block i read Q_i once; for each key block j "
@@ -156,6 +163,7 @@ def _diagnoses(cfg):
     ragged = wrong_no_ragged(*cfg)
     is_ragged = bool(tq % br or tk % bc)
     tr, tc = ceil_div(tq, br), ceil_div(tk, bc)          # query and key blocks
+    o_rounds = {tc * tq * d * e, (tc - 1) * tq * d * e}  # O once per key block (or after the 1st)
     return [
         (lambda y, x: not (isinstance(y, tuple) and len(y) == 2), HINT_RETURN),
         (_swapped, HINT_PAIR_SWAPPED),
@@ -178,6 +186,10 @@ def _diagnoses(cfg):
          HINT_TR_SIZES),
         (reads_are(2 * tk * d * e + tc * tq * d * e), HINT_SWAPPED),
         (reads_are(tq * d * e + 2 * tq * tk * d * e), HINT_PER_ROW),
+        # Q or O read (O written) once per key block, FA1's order (review round 21 a: it got
+        # HINT_SCORES, as Tc Tq d e equals Tq Tk e when Bc = d)
+        (lambda y, x: int(y[0]) - right_reads in o_rounds or int(y[1]) - right_writes in o_rounds,
+         HINT_O_PER_BLOCK),
         # S and/or P of e or 4 bytes an entry, read and/or written: 1 to 4 times Tq Tk entries
         (lambda y, x: int(y[0]) - right_reads in {n * b * tq * tk for n in range(1, 5)
                                                   for b in (e, 4)}, HINT_SCORES),
