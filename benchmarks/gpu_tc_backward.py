@@ -20,6 +20,9 @@
                     (half when causal), medians of CUDA-event timings after warm-up;
                     PRECISIONS: fp16, bf16 and 3xtf32 of ours (and each one's
                     deterministic dQ, raw).
+        --wgmma     (compute capability 9.0) fp16 and bf16 also through pipeline="wgmma"
+                    (the Hopper backward, `cuda/hopper/backward_kernels.py`): checked by
+                    the same rule and timed (public and raw) beside the mma.sync kernel
     python3 benchmarks/gpu_tc_backward.py --sanitize-small    (for compute-sanitizer)
     python3 benchmarks/gpu_tc_backward.py --simulator-smoke   (no GPU: one tiny check)
 
@@ -52,6 +55,8 @@ BOUND = {"fp16": 3e-3, "bf16": 2.4e-2, "3xtf32": 1e-5}
 PRECISIONS = ("fp16", "bf16", "3xtf32")
 #: the dQ designs of every precision: atomics (deterministic=False), a query-major pass
 DQ_DESIGNS = (False, True)
+#: --wgmma: the precisions the Hopper backward (pipeline "wgmma") also runs
+WGMMA_PRECISIONS = ("fp16", "bf16")
 #: torch's contender for each precision's error and time: (backend, dtype)
 TORCH_OF = {"fp16": ("flash", "float16"), "bf16": ("flash", "bfloat16"),
             "3xtf32": ("efficient", "float32")}
@@ -138,7 +143,7 @@ def passes(errs, t_err, zeros, precision) -> bool:
                for e, te, zero in zip(errs, t_err or [None] * 3, zeros))
 
 
-def run_checks(res, configs, quick=False):
+def run_checks(res, configs, quick=False, wgmma=False):
     rng = np.random.default_rng(7)
     rows = []
     shapes = check_shapes()
@@ -151,23 +156,25 @@ def run_checks(res, configs, quick=False):
                 theirs = torch_grads(r64, causal, precision)
             t_err = [rel_err(g, r) for g, r in zip(theirs, ref)] if theirs else None
             zeros = [not np.any(r) for r in ref]
-            for det in DQ_DESIGNS:
-                for tiles in configs.get(d, [None]):
-                    try:
-                        got = ours(host, causal, precision, det, tiles)
-                        errs = [rel_err(g, r) for g, r in zip(got, ref)]
-                    except Exception as exc:  # noqa: BLE001  (recorded, checking goes on)
-                        log("check raised", repr(exc)[:300])
-                        errs = [float("nan")] * 3
-                    ok = passes(errs, t_err, zeros, precision)
-                    rows.append({"bh": bh, "tq": tq, "tk": tk, "d": d, "causal": causal,
-                                 "precision": precision, "deterministic": det,
-                                 "tiles": tiles, "err": errs, "torch_err": t_err, "ok": ok})
-                    log(f"check {precision} det={det!s:5} bh={bh} Tq={tq:4d} Tk={tk:4d} d={d:3d}"
-                        f" causal={causal!s:5} tiles={tiles} err "
-                        + " ".join(f"{e:.2e}" for e in errs) + " torch "
-                        + (" ".join(f"{e:.2e}" for e in t_err) if t_err else "-")
-                        + (" ok" if ok else " FAIL"))
+            runs = [(det, tiles) for det in DQ_DESIGNS for tiles in configs.get(d, [None])]
+            if wgmma and precision in WGMMA_PRECISIONS:
+                runs.append((False, {"pipeline": "wgmma"}))
+            for det, tiles in runs:
+                try:
+                    got = ours(host, causal, precision, det, tiles)
+                    errs = [rel_err(g, r) for g, r in zip(got, ref)]
+                except Exception as exc:  # noqa: BLE001  (recorded, checking goes on)
+                    log("check raised", repr(exc)[:300])
+                    errs = [float("nan")] * 3
+                ok = passes(errs, t_err, zeros, precision)
+                rows.append({"bh": bh, "tq": tq, "tk": tk, "d": d, "causal": causal,
+                             "precision": precision, "deterministic": det,
+                             "tiles": tiles, "err": errs, "torch_err": t_err, "ok": ok})
+                log(f"check {precision} det={det!s:5} bh={bh} Tq={tq:4d} Tk={tk:4d} d={d:3d}"
+                    f" causal={causal!s:5} tiles={tiles} err "
+                    + " ".join(f"{e:.2e}" for e in errs) + " torch "
+                    + (" ".join(f"{e:.2e}" for e in t_err) if t_err else "-")
+                    + (" ok" if ok else " FAIL"))
     res["checks"] = {"all_ok": all(r["ok"] for r in rows), "rows": rows,
                      "rule": "err <= 2 x torch flash err + 1e-4, else <= BOUND; "
                              "3xtf32: err <= BOUND, or <= 2 x torch efficient fp32's err "
@@ -276,7 +283,7 @@ def run_variants(res, n=4096):
     res["variants"] = rows
 
 
-def run_bench(res, ns=(4096, 8192), ds=(64, 128), tiles_by_d=None):
+def run_bench(res, ns=(4096, 8192), ds=(64, 128), tiles_by_d=None, wgmma=False):
     rows = []
     for d in ds:
         tiles = (tiles_by_d or {}).get(d, {})
@@ -289,6 +296,9 @@ def run_bench(res, ns=(4096, 8192), ds=(64, 128), tiles_by_d=None):
                     fns = [(f"ours_{precision}_public", p.public(**tiles)),
                            (f"ours_{precision}_raw", p.raw(**tiles))]
                     fns.append((f"ours_{precision}_det_raw", p.raw(det=True, **tiles)))
+                    if wgmma and precision in WGMMA_PRECISIONS:
+                        fns += [(f"ours_{precision}_wgmma_public", p.public(pipeline="wgmma")),
+                                (f"ours_{precision}_wgmma_raw", p.raw(pipeline="wgmma"))]
                     for name, fn in fns:
                         try:
                             point[name] = time_ours(fn)
@@ -360,6 +370,8 @@ def main(argv=None) -> int:
     ap = results.benchmark_parser(__doc__, "check", "variants", "bench", "quick",
                                   "sanitize-small")
     ap.add_argument("--ns", type=int, nargs="+", help="the bench's N values")
+    ap.add_argument("--wgmma", action="store_true",
+                    help="fp16/bf16 also through pipeline='wgmma' (compute capability 9.0)")
     args = results.parse_gpu_arguments(ap, argv, __file__)
     if args.simulator_smoke:
         return simulator_smoke()
@@ -370,11 +382,12 @@ def main(argv=None) -> int:
     res = {"environment": env.record(), "bh": BH}
     try:
         if args.check:
-            run_checks(res, {}, quick=args.quick)
+            run_checks(res, {}, quick=args.quick, wgmma=args.wgmma)
         if args.variants:
             run_variants(res)
         if args.bench:
-            run_bench(res, ns=args.ns or ((4096,) if args.quick else (4096, 8192)))
+            run_bench(res, ns=args.ns or ((4096,) if args.quick else (4096, 8192)),
+                      wgmma=args.wgmma)
     finally:                    # whatever was measured, even when a step raised
         log("wrote", results.write_json(out, f"{stem}.json", res))
     ok = res.get("checks", {}).get("all_ok", True)

@@ -786,6 +786,14 @@ def dense_cases() -> list:
                                   _hopper_forward_case(p, d, True, pipeline=pipe),
                                   quick=Q90 if (p, pipe, d) == ("fp16", "overlap", 128)
                                   else (), targets=("sm_90",)))
+    for p in ("fp16", "bf16"):          # the Hopper (wgmma) backward: sm_90 only
+        for wg in (1, 2):
+            for d in (64, 128):
+                cases.append(Case("hopper", f"backward {p} wgmma warpgroups={wg} d={d} causal",
+                                  _tc_backward_case(p, d, True, pipeline="wgmma",
+                                                    warpgroups=wg),
+                                  quick=Q90 if (p, wg, d) == ("fp16", 2, 128) else (),
+                                  targets=("sm_90",)))
     for p in ("3xtf32", "tf32"):
         for pipe in ("async", "planes"):
             for d in (64, 128):

@@ -11,6 +11,8 @@ casts around the key-major kernel are in `tc_backward_passes.py`:
     dq, dk, dv = backward(q, k, v, o, lse, do, kernel="tensor_core")             # 3xTF32
     dq, dk, dv = backward(q, k, v, o, lse, do, kernel="tensor_core", precision="bf16")
     dq, dk, dv = backward(..., kernel="tensor_core", deterministic=True)  # dQ without atomics
+    dq, dk, dv = backward(q16, k16, v16, o16, lse, do16, kernel="tensor_core",
+                          pipeline="wgmma")         # Hopper's wgmma (hopper/backward.py)
     python benchmarks/gpu_tc_backward.py --check --bench                  # on a GPU
 
 Precisions: "fp16" for float16 arrays; "3xtf32" (the default for float32 arrays: fp32
@@ -490,7 +492,6 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
         dk, dv = dk.view(np.uint32), dv.view(np.uint32)
     key_major, query_major = kernels(cfg)
     bh = qw.shape[0]
-    i32, f32 = np.int32, np.float32
     tqp = ceil_div(tq, LD_ROWS) * LD_ROWS
     if ld is None or tuple(ld.shape) != (2, bh, tqp):
         ld = cuda.device_array((2, bh, tqp), np.float32)
