@@ -63,7 +63,8 @@ FLOAT64_ADVICE = ("use flashcourse.tiled.forward or flashcourse.cpu.forward with
 
 #: Names of the registered forward kernels (`registry.FORWARD`), in registration order.
 KERNELS = tuple(FORWARD)
-#: The forward kernels that run on Numba's simulator too (all but the Hopper-only "hopper").
+#: The forward kernels that run on Numba's simulator too (all of them today; hopper through
+#: the simulator's stand-ins for wgmma, `ptx/wgmma.py`).
 SIM_KERNELS = tuple(name for name, spec in FORWARD.items() if spec.simulator)
 #: Forward kernels whose device-array calls take the cached fast path (`host_plans`).
 PLANNED_KERNELS = ("flash", "tensor_core", "hopper", "decode")
