@@ -252,6 +252,9 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=None, help="training steps per run "
                     "(default 300; --quick 40)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--backward-pipeline", choices=("async", "wgmma"), default=None,
+                    help="the course's backward: the tensor-core default (async, mma.sync) "
+                         "or Hopper's wgmma (compute capability 9.0)")
     args = ap.parse_args(argv)
     conflicts = {k: v for k, v in (("--quick", "a tiny model"), ("--steps", "another length"))
                  if getattr(args, k[2:]) not in (None, False)}
@@ -283,7 +286,11 @@ def main(argv=None):
     if on_gpu:
         from flashcourse import torch_ops
         probe = torch.empty(1, 1, 1, cfg["n_embd"] // cfg["n_head"], device=device)
-        kernels = {"forward": torch_ops.forward_kernel(probe), "backward": torch_ops.CUDA_KERNEL}
+        if args.backward_pipeline:
+            torch_ops.BACKWARD_OPTIONS["pipeline"] = args.backward_pipeline
+        kernels = {"forward": torch_ops.forward_kernel(probe),
+                   "backward": torch_ops.CUDA_KERNEL + "".join(
+                       f" {k}={v}" for k, v in sorted(torch_ops.BACKWARD_OPTIONS.items()))}
     else:
         kernels = {"forward": "numpy tiled", "backward": "numpy tiled"}
     log(f"course kernels: {kernels}")

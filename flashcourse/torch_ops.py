@@ -43,6 +43,11 @@ from . import tiled
 #: the kernels used on CUDA tensors, with their measured defaults
 CUDA_KERNEL = "tensor_core"          # the backward, and the forward below compute capability 9.0
 HOPPER_KERNEL = "hopper"             # the forward on compute capability 9.0
+#: options of the backward kernel (`flashcourse.cuda.backward(..., kernel=CUDA_KERNEL)`):
+#: {} for its defaults (mma.sync); {"pipeline": "wgmma"} runs Hopper's wgmma backward
+#: (compute capability 9.0), not timed as the default yet (benchmarks/gpu_train.py
+#: --backward-pipeline wgmma times it)
+BACKWARD_OPTIONS: dict = {}
 
 
 def forward_kernel(q) -> str:
@@ -106,8 +111,10 @@ def _cuda_forward(q, k, v, causal, scale):
 def _cuda_backward(q, k, v, o, lse, do, causal, scale):
     from . import cuda as fc_cuda
     ts = tuple(t.detach().contiguous() for t in (q, k, v, o, lse, do))
-    return _planned(("backward", CUDA_KERNEL, causal, scale), ts, (q.dtype,) * 3,
-                    lambda a: fc_cuda._backward(*a, CUDA_KERNEL, causal, scale, False, {}))
+    options = dict(BACKWARD_OPTIONS)
+    return _planned(("backward", CUDA_KERNEL, causal, scale, tuple(sorted(options.items()))),
+                    ts, (q.dtype,) * 3,
+                    lambda a: fc_cuda._backward(*a, CUDA_KERNEL, causal, scale, False, options))
 
 
 # -- the fast path: a call's kernels replayed on the tensors' own memory -----------------------
