@@ -51,7 +51,8 @@ TOL = 1e-4
 #: d = 128 (32,64,16,16) 7.75, (64,64,16,16) 9.0, (32,32,8,16) 7.4: the defaults became
 #: (64,64,8,16) and (64,64,16,16). The old defaults stay in the sweep for comparison.
 EXTRA_CONFIGS = {64: [(64, 64, 16, 16)], 128: [(32, 64, 16, 16)]}
-KERNELS = tuple(BACKWARD)
+#: the registered backwards but the Hopper one (16-bit: gpu_tc_backward.py --wgmma checks it)
+KERNELS = tuple(name for name in BACKWARD if name != "hopper")
 
 
 def problem(rng, bh, tq, tk, d, causal):

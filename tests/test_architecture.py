@@ -245,6 +245,7 @@ KERNEL_FOLDERS = {
     ("forward", "tensor_core"): "tensor_core", ("forward", "hopper"): "hopper",
     ("backward", "simple"): "gradients", ("backward", "fast"): "gradients",
     ("backward", "fast_two_pass"): "gradients", ("backward", "tensor_core"): "gradients",
+    ("backward", "hopper"): "hopper",
 }
 
 

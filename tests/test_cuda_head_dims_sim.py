@@ -60,8 +60,8 @@ def test_forward_at_awkward_head_dims(kernel, d):
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_backward_at_awkward_head_dims(kernel, d):
     rng = np.random.default_rng(100 + d)
-    if kernel == "tensor_core":
-        _tensor_core_backward_at(d, rng)
+    if kernel in ("tensor_core", "hopper"):
+        _tensor_core_backward_at(d, rng, kernel)
         return
     for tq, tk, causal in CASES:
         q, k, v = (x.astype(np.float64) for x in make_qkv(rng, (1,), tq, tk, d))
@@ -75,10 +75,11 @@ def test_backward_at_awkward_head_dims(kernel, d):
             assert rel_err(g, r) <= BACKWARD_TOL, (kernel, d, tq, tk, causal, name)
 
 
-def _tensor_core_backward_at(d, rng):
-    """The tensor-core backward: float16 inputs (exact for its fp16 mma), d padded to a
-    multiple of 16, rows with no key; d > 128 refused naming its limit. Against float64 on
-    the same inputs: P and dS are rounded to float16 inside (as FlashAttention-2 does)."""
+def _tensor_core_backward_at(d, rng, kernel="tensor_core"):
+    """The tensor-core (mma.sync) or Hopper (wgmma) backward: float16 inputs (exact for
+    their fp16 products), d padded to a multiple of 16, rows with no key; d > 128 refused
+    naming the limit. Against float64 on the same inputs: P and dS are rounded to float16
+    inside (as FlashAttention-2 does)."""
     from flashcourse.cuda.gradients.tc_backward import MAX_HEAD_DIM
     tq, tk, causal = CASES[-1]
     q, k, v = (x.astype(np.float16) for x in make_qkv(rng, (1,), tq, tk, d))
@@ -88,9 +89,9 @@ def _tensor_core_backward_at(d, rng):
     args = (q, k, v, o.astype(np.float16), lse.astype(np.float32), do)
     if d > MAX_HEAD_DIM:
         with pytest.raises(ValueError, match=f"at most {MAX_HEAD_DIM}"):
-            backward(*args, kernel="tensor_core", causal=causal)
+            backward(*args, kernel=kernel, causal=causal)
         return
-    got = backward(*args, kernel="tensor_core", causal=causal)
+    got = backward(*args, kernel=kernel, causal=causal)
     ref = reference.attention_backward(*h64, causal=causal)
     for name, g, r in zip(("dq", "dk", "dv"), got, ref):
         assert np.isfinite(g).all() and rel_err(g, r) <= 3e-3, (d, name, rel_err(g, r))

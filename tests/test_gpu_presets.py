@@ -365,6 +365,7 @@ def test_default_launches_lists_every_kernel_or_its_refusal():
     assert isinstance(got.pop(("forward", "tensor_core")), RuntimeError)   # CC 7.5
     assert isinstance(got.pop(("backward", "tensor_core")), RuntimeError)  # mma.sync: 8.0
     assert isinstance(got.pop(("forward", "hopper")), RuntimeError)        # wgmma: 9.0 only
+    assert isinstance(got.pop(("backward", "hopper")), RuntimeError)
     assert all(isinstance(v, tuple) and v for v in got.values())
     refused = default_launches(TINY, 256)
     assert isinstance(refused["forward", "flash"], LaunchError)

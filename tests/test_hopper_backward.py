@@ -94,3 +94,26 @@ def test_warpgroups_belongs_to_the_wgmma_pipeline(rng):
     args, _ = _problem(rng, 8, 8, 16, False)
     with pytest.raises(ValueError, match="warpgroups applies to pipeline='wgmma'"):
         backward(*args, kernel="tensor_core", warpgroups=2)
+
+
+@pytest.mark.slow
+def test_kernel_hopper_checks_lse_and_o_with_16_bit_tolerances(rng):
+    """backward(kernel="hopper") is the same kernel; fp16 inputs are exact, so the checked
+    call's sums of P and dS (added by atomics in this kernel) refuse an lse off by 0.05
+    and the o of other inputs (the fp32 kernels' tests/test_hardening.py checks)."""
+    (q, k, v, o, lse, do), want = _problem(rng, 11, 13, 16, True)
+    got = backward(q, k, v, o, lse, do, kernel="hopper", causal=True)    # right: fine
+    for g, w in zip(got, want):
+        assert rel_err(g.astype(np.float64), w) < 2e-3
+    with pytest.raises(ValueError, match="lse does not match"):
+        backward(q, k, v, o, lse + np.float32(0.05), do, kernel="hopper", causal=True)
+    with pytest.raises(ValueError, match="o does not match"):
+        backward(q, k, v, o[:, :, ::-1].copy(), lse, do, kernel="hopper", causal=True)
+
+
+def test_kernel_hopper_names_what_it_does_not_take(rng):
+    args, _ = _problem(rng, 8, 8, 16, False, np.float32)
+    with pytest.raises(ValueError, match="3xtf32 runs on kernel='tensor_core'"):
+        backward(*args, kernel="hopper", precision="3xtf32")
+    with pytest.raises(ValueError, match="does not use deterministic"):
+        backward(*args, kernel="hopper", deterministic=True)

@@ -201,6 +201,22 @@ def _run_tc_backward(x, out=None, psum=None, dsum=None, **options):
     return tc_backward.run_heads(x, out, psum=psum, dsum=dsum, **options)
 
 
+def _run_hopper_backward(x, out=None, psum=None, dsum=None, precision=None,
+                         warpgroups=None):
+    # the tensor-core backward's host path (words, pre-pass, casts) with Hopper's kernel
+    from .gradients import tc_backward
+    from .hopper import backward as hopper_backward
+    return tc_backward.run_heads(x, out, psum=psum, dsum=dsum, pipeline="wgmma",
+                                 precision=hopper_backward.resolve_precision(x.dtype,
+                                                                             precision),
+                                 warpgroups=warpgroups)
+
+
+def _hopper_backward_compute(options: dict, dtype) -> str:
+    from .hopper import backward as hopper_backward
+    return hopper_backward.compute_type(options, dtype)
+
+
 def _tc_backward_compute(options: dict, dtype) -> str:
     from .gradients import tc_backward
     return tc_backward.compute_type(options, dtype)
@@ -280,6 +296,12 @@ register(Kernel("tensor_core", "backward", _run_tc_backward,
                             "a second pass; pipeline='wgmma': Hopper's wgmma (fp16/bf16)",
                 **_TENSOR_CORE_INPUTS,
                 launches=_launches("gradients.tc_backward"), compute=_tc_backward_compute))
+register(Kernel("hopper", "backward", _run_hopper_backward, ("precision", "warpgroups"),
+                _tc_backward_extra,
+                description="the key-major backward on Hopper's warpgroup tensor cores "
+                            "(wgmma, compute capability 9.0 only): fp16/bf16, dQ by atomics",
+                **_TENSOR_CORE_INPUTS,
+                launches=_launches("hopper.backward"), compute=_hopper_backward_compute))
 
 
 # ---------------------------------------------------------------------------

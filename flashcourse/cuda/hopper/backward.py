@@ -9,6 +9,7 @@ same checks of a checked call:
     dq, dk, dv = backward(q16, k16, v16, o16, lse, do16, kernel="tensor_core",
                           pipeline="wgmma")               # compute capability 9.0
     dq, dk, dv = backward(..., kernel="tensor_core", pipeline="wgmma", warpgroups=2)
+    dq, dk, dv = backward(q16, k16, v16, o16, lse, do16, kernel="hopper")   # the same
 
 fp16 and bf16 only (3xTF32 stays on mma.sync), dQ by atomics only (deterministic=True is
 refused by name), head dim up to 128. On Numba's CUDA simulator it runs through wgmma's
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+
+import numpy as np
 
 from ...geometry import ceil_div
 from ...gpu import using_simulator
@@ -119,3 +122,39 @@ def run(qw, kw, vw, dow, ld, dq, dk, dv, tail, precision: str, psum=None, dsum=N
            (flat(qw), flat(kw), flat(vw), flat(dow), ld, flat(dq), dk, dv) + tuple(tail)
            + (flat(psum), flat(dsum)))
     return cfg
+
+
+def default_precision(dtype) -> str:
+    """fp16 for float16 arrays; bf16 for uint16 arrays of bf16 bits and for float32 (bf16
+    keeps float32's range), as the Hopper forward."""
+    return "fp16" if np.dtype(dtype) == np.float16 else "bf16"
+
+
+def compute_type(options: dict, dtype) -> str:
+    """What the checks of `flashcourse.cuda.backward` allow rounding errors of: float16
+    inputs are multiplied exactly ("float32"); bf16 rounds float32 inputs ("bfloat16")."""
+    precision = options.get("precision") or default_precision(dtype)
+    return "float32" if precision == "fp16" else "bfloat16"
+
+
+def resolve_precision(dtype, precision=None) -> str:
+    """The precision of a `backward(..., kernel="hopper")` call (ValueError naming it)."""
+    precision = default_precision(dtype) if precision is None else precision
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS} for the hopper backward, "
+                         f"got {precision!r} (3xtf32 runs on kernel='tensor_core')")
+    return precision
+
+
+def launches(d: int, tq: int, tk: int, bh: int, limits):
+    """The launches `backward(..., kernel="hopper")` makes with the default tiles on a GPU with `limits`: the D
+    pre-pass and the kernel."""
+    from ...limits import Launch
+    from ..gradients import tc_backward_passes as passes
+    check_capability(limits)
+    cfg = plan("fp16", d)
+    return (Launch("hopper backward D pass", passes.delta_grid(tq, bh), passes.PASS_THREADS,
+                   0, config=""),
+            Launch(f"hopper backward d={d}", (ceil_div(tk, cfg.block_k), bh), cfg.threads,
+                   cfg.shared_bytes, config=f"Br={cfg.block_q} Bc={cfg.block_k} "
+                                            f"warpgroups={cfg.warpgroups}"))
