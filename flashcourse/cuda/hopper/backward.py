@@ -147,8 +147,8 @@ def resolve_precision(dtype, precision=None) -> str:
 
 
 def launches(d: int, tq: int, tk: int, bh: int, limits):
-    """The launches `backward(..., kernel="hopper")` makes with the default tiles on a GPU with `limits`: the D
-    pre-pass and the kernel."""
+    """The launches `backward(..., kernel="hopper")` makes with the default tiles on a GPU
+    with `limits`: the D pre-pass and the kernel."""
     from ...limits import Launch
     from ..gradients import tc_backward_passes as passes
     check_capability(limits)
