@@ -528,6 +528,10 @@ def fp8_cases() -> list:
                                  f"causal={causal} wg=2",
                           _fp8_forward_case(d, scheme, causal, pipeline="overlap",
                                             warpgroups=2), targets=("sm_90",)))
+        cases.append(Case("fp8", f"hopper forward serial (wgmma e4m3) d={d} scheme={scheme} "
+                                 f"causal={causal}",
+                          _fp8_forward_case(d, scheme, causal, pipeline="serial"),
+                          targets=("sm_90",)))
     return cases
 
 
@@ -786,6 +790,10 @@ def dense_cases() -> list:
                                   _hopper_forward_case(p, d, True, pipeline=pipe),
                                   quick=Q90 if (p, pipe, d) == ("fp16", "overlap", 128)
                                   else (), targets=("sm_90",)))
+    for pipe in ("specialised", "producer", "pingpong"):   # versions 3-5: one each
+        cases.append(Case("hopper", f"fp16 {pipe} d=128 causal",
+                          _hopper_forward_case("fp16", 128, True, pipeline=pipe),
+                          targets=("sm_90",)))
     for p in ("3xtf32", "tf32"):
         for pipe in ("async", "planes"):
             for d in (64, 128):
