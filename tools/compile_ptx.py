@@ -795,7 +795,7 @@ def dense_cases() -> list:
                           _hopper_forward_case("fp16", 128, True, pipeline=pipe),
                           targets=("sm_90",)))
     for p in ("3xtf32", "tf32"):
-        for pipe in ("async", "planes"):
+        for pipe in ("plain", "async", "planes"):
             for d in (64, 128):
                 cases.append(Case("tc_fwd", f"{p} {pipe} d={d} causal",
                                   _tc_forward_case(p, d, True, pipeline=pipe)))
