@@ -1,7 +1,7 @@
 """Compile the course's mma.sync-era CUDA kernels for a real GPU, WITHOUT a GPU: the paged,
-FP8 and attention-variants kernels, and (families tc_fwd, tc_bwd, cc_bwd, decode) the dense
-tensor-core forward and backward in every precision and version, the CUDA-core backward
-and decoding's split kernels.
+FP8 and attention-variants kernels, and (families tc_fwd, tc_bwd, cc_fwd, cc_bwd, decode) the
+dense tensor-core forward and backward in every precision and version, the CUDA-core forwards
+and backward and decoding's split kernels.
 
     python3 tools/compile_ptx.py                        # every case, sm_90 and sm_80
     python3 tools/compile_ptx.py --quick                # a few cases per family (the test's)
@@ -72,8 +72,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"sm_90": ((9, 0), "H100 SXM"), "sm_89": ((8, 9), "L4"),
            "sm_80": ((8, 0), "A100 80GB")}
 DEFAULT_TARGETS = ("sm_90", "sm_80")
-FAMILIES = ("paged", "fp8", "variants_fwd", "variants_bwd", "tc_fwd", "tc_bwd", "cc_bwd",
-            "decode", "hopper")
+FAMILIES = ("paged", "fp8", "variants_fwd", "variants_bwd", "tc_fwd", "tc_bwd", "cc_fwd",
+            "cc_bwd", "decode", "hopper")
 #: the e4m3 conversion instruction (`flashcourse.cuda.ptx.fp8`), sm_89 and newer only
 FP8_CVT = "cvt.rn.f16x2.e4m3x2"
 #: the --quick sets a case belongs to
@@ -736,6 +736,15 @@ def _tc_backward_case(precision, d, causal, small_terms=None, **options):
     return call
 
 
+def _cc_forward_case(kernel, d, causal):
+    def call(target):
+        import numpy as np
+        from flashcourse import cuda as fc
+        q, k, v, *_ = _dense_arrays(np.float32, 100, 120, d)
+        fc.forward(q, k, v, kernel=kernel, causal=causal)
+    return call
+
+
 def _cc_backward_case(kernel, d, causal):
     def call(target):
         import numpy as np
@@ -817,6 +826,11 @@ def dense_cases() -> list:
                                             f"causal {how}",
                                   _tc_backward_case("3xtf32", d, True, how, pipeline=pipe,
                                                     deterministic=det)))
+    for kern in ("flash", "dense", "textbook"):     # the CUDA-core forwards
+        for d in (64, 128):
+            for causal in (False, True):
+                cases.append(Case("cc_fwd", f"{kern} d={d} causal={causal}",
+                                  _cc_forward_case(kern, d, causal)))
     for kern in ("simple", "fast", "fast_two_pass"):
         for d in (64, 128):
             for causal in (False, True):
