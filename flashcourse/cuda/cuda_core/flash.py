@@ -88,21 +88,11 @@ class FlashConfig:
     head_dim: int            # D, padded
     shuffle: bool            # warp shuffles (GPU) or shared-memory reductions (simulator)
 
-    @property
-    def rt(self):
-        return self.block_q // self.tm
-
-    @property
-    def ct(self):
-        return self.threads // self.rt
-
-    @property
-    def tn(self):
-        return self.block_k // self.ct
-
-    @property
-    def td(self):
-        return self.head_dim // self.ct
+    # the thread grid: RT row groups x CT column groups; a thread's S tile TM x TN, O's TM x TD
+    rt = property(lambda self: self.block_q // self.tm)
+    ct = property(lambda self: self.threads // self.rt)
+    tn = property(lambda self: self.block_k // self.ct)
+    td = property(lambda self: self.head_dim // self.ct)
 
     # shared-memory layout, in float32 elements (strides chosen to avoid bank conflicts)
     @property
