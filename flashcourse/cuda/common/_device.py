@@ -78,6 +78,16 @@ def exp2_log2(simulator: bool | None = None):
     return math.exp2, math.log2
 
 
+def row_col(D: int):
+    """rc(e) -> (e // D, e % D): the row and column of element e of a row-major tile of D
+    columns (as a kernel's copy loops take their elements in turn)."""
+    @ir_inlined
+    def rc(e):
+        r = e // D
+        return r, e - r * D
+    return rc
+
+
 @inlined
 def reset_state(acc, n_acc, m, l, n_rows):
     """The empty online-softmax state of a thread: acc[:n_acc] = 0 (unnormalised O),

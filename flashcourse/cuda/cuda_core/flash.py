@@ -66,7 +66,7 @@ from ..._checks import check_block, check_bool
 from ...geometry import ceil_div
 from ...gpu import using_simulator
 from ...limits import check_launch
-from ..common._device import exp2_log2, reset_state, visible_key_blocks
+from ..common._device import exp2_log2, reset_state, row_col, visible_key_blocks
 from ..common._launch import check_registers, launch
 from ...constants import F0, F1, FULL_MASK, LN2_F, LOG2E, NEG_INF
 
@@ -241,6 +241,8 @@ def make_flash_kernel(block_q: int = 64, block_k: int = 64, threads: int = 256, 
             r += sm[U(R_OFF + row * CT + t)]
         return r
 
+    RC = row_col(D)
+
     def flash_forward(q, k, v, o, lse, tq, tk, d, qscale, causal, off):
         sm = cuda.shared.array(0, float32)
         tid = cuda.threadIdx.x
@@ -253,8 +255,7 @@ def make_flash_kernel(block_q: int = 64, block_k: int = 64, threads: int = 256, 
         for s_ in range(Q_LOADS):
             e = tid + NT * s_
             if e < BR * D:
-                r = e // D
-                c = e - r * D
+                r, c = RC(e)
                 val = F0
                 if q0 + r < tq and c < d:
                     val = q[U(h), U(q0 + r), U(c)] * qscale
@@ -278,8 +279,7 @@ def make_flash_kernel(block_q: int = 64, block_k: int = 64, threads: int = 256, 
             for s_ in range(KV_LOADS):
                 e = tid + NT * s_
                 if e < BC * D:
-                    r = e // D
-                    c = e - r * D
+                    r, c = RC(e)
                     kv = F0
                     vv = F0
                     if k0 + r < tk and c < d:
