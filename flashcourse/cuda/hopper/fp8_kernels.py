@@ -39,14 +39,14 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0, FULL_MASK, LN2_F, NEG_INF
-from ..common._device import shfl_xor, visible_key_blocks
+from ..common._device import ir_inlined, shfl_xor, visible_key_blocks
 from ..ptx import wgmma
 from ..ptx.fp8 import encode_word_hw
 from ..ptx.mma import device_ops
 from ..ptx.smem_ops import intrinsics as smem_intrinsics
 from ..ptx.smem_ops import ops as smem_ops
 from .fp8_layouts import K_STEP, P_SOURCES
-from .hopper_kernels import (ir_inlined, block_rows, kmajor_copier, pipeline_steps, softmax_step,
+from .hopper_kernels import (block_rows, kmajor_copier, pipeline_steps, softmax_step,
                              state_arrays, wgmma_products)
 
 #: 16-byte units in a descriptor's fields; FlashAttention-3's FP8 offset: P~ <= 2^8

@@ -68,7 +68,7 @@ from numba import uint64 as U
 
 from ...constants import F0, F1, FULL_MASK, LN2_F, NEG_INF, RESCALE_THRESHOLD
 from ..ptx import wgmma
-from ..common._device import reset_state, visible_key_blocks
+from ..common._device import ir_inlined, reset_state, visible_key_blocks
 from ..ptx.mma import device_ops
 from ..ptx.smem_ops import intrinsics as smem_intrinsics
 from ..ptx.smem_ops import ops as smem_ops
@@ -84,13 +84,6 @@ PIPELINES = ("serial", "overlap", "specialised", "producer", "pingpong")
 
 def _inl(fn):
     return cuda.jit(device=True, forceinline=True)(fn)
-
-
-def ir_inlined(fn):
-    """A kernel step inlined at Numba's IR level (inline="always"): compiled as if written
-    in the kernel (a forceinline function is optimised on its own first, which can share
-    arithmetic between its branches that the kernel kept apart)."""
-    return cuda.jit(device=True, inline="always")(fn)
 
 
 class _Parts:
@@ -451,7 +444,7 @@ def state_arrays(P, zero_p: bool):
     Numba's IR level (inline="always"), so the local arrays are the kernel's own."""
     OREGS, SREGS, PREGS, ZERO_P = P.OREGS, P.SREGS, P.PREGS, zero_p
 
-    @cuda.jit(device=True, inline="always")
+    @ir_inlined
     def arrays():
         acc = cuda.local.array(OREGS, float32)
         s = cuda.local.array(SREGS, float32)
