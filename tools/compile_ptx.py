@@ -826,20 +826,16 @@ def dense_cases() -> list:
                                             f"causal {how}",
                                   _tc_backward_case("3xtf32", d, True, how, pipeline=pipe,
                                                     deterministic=det)))
-    for kern in ("flash", "dense", "textbook"):     # the CUDA-core forwards
-        for d in (64, 128):
-            for causal in (False, True):
-                cases.append(Case("cc_fwd", f"{kern} d={d} causal={causal}",
-                                  _cc_forward_case(kern, d, causal),
-                                  quick=Q90 if (kern, d, causal) == ("flash", 64, True)
-                                  else ()))
-    for kern in ("simple", "fast", "fast_two_pass"):
-        for d in (64, 128):
-            for causal in (False, True):
-                cases.append(Case("cc_bwd", f"{kern} d={d} causal={causal}",
-                                  _cc_backward_case(kern, d, causal),
-                                  quick=Q90 if (kern, d, causal) == ("fast", 64, True)
-                                  else ()))
+    for fam, kerns, case in (("cc_fwd", ("flash", "dense", "textbook"), _cc_forward_case),
+                             ("cc_bwd", ("simple", "fast", "fast_two_pass"), _cc_backward_case)):
+        for kern in kerns:                  # the CUDA-core forwards and backward
+            for d in (64, 128):
+                for causal in (False, True):
+                    cases.append(Case(fam, f"{kern} d={d} causal={causal}",
+                                      case(kern, d, causal),
+                                      quick=Q90 if (kern, d, causal) in (("flash", 64, True),
+                                                                         ("fast", 64, True))
+                                      else ()))
     for kern in ("cuda_cores", "tensor_core"):
         for hq, hkv, tq, d in ((8, 2, 1, 128), (16, 2, 4, 64), (4, 4, 1, 128)):
             cases.append(Case("decode", f"{kern} Hq={hq} Hkv={hkv} Tq={tq} d={d}",
