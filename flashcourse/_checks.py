@@ -231,6 +231,16 @@ def check_causal(causal) -> bool:
     return check_bool(causal, "causal")
 
 
+def check_named(value, name: str, kind: type, lookup, expected: str):
+    """lookup(value) for a string (a name: lookup raises for an unknown one), `value` itself
+    when it is a `kind`, else a TypeError: "<name> must be <expected>, got ..."."""
+    if isinstance(value, str):
+        return lookup(value)
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be {expected}, got {value!r} ({type(value).__name__})")
+    return value
+
+
 def check_choice(value, name: str, choices, *, none_ok: bool = False):
     """`value` if it is one of the strings `choices` (None too with none_ok), else an error
     naming `name` and the choices: TypeError for a value that is not a string (a list,

@@ -36,6 +36,11 @@ def _same_number(a, b, rtol) -> bool:
     return math.isfinite(a) and abs(a - b) <= rtol * max(abs(b), 1e-12)
 
 
+def equal_to(value, message: str, rtol: float = 0.0) -> tuple:
+    """A diagnosis: `message` when the answer is `value` (within rtol; `_same_number`)."""
+    return (lambda y: _same_number(y, value, rtol), message)
+
+
 def unit_slips(right: float, asked: str, units: dict, same: Callable) -> list:
     """Diagnoses for an amount given in another unit than `asked`: `units` maps a unit's name
     to how many of it make one `asked`; `same(yours, value)` compares (review round 20 a: the

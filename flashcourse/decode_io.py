@@ -53,17 +53,10 @@ class DecodeTraffic:
     partial_bytes: int     # split states written + read again (0 for one split)
     flops: int
 
-    @property
-    def read_bytes(self) -> int:
-        return self.kv_bytes + self.q_bytes + self.partial_bytes // 2
-
-    @property
-    def write_bytes(self) -> int:
-        return self.o_bytes + self.lse_bytes + self.partial_bytes // 2
-
-    @property
-    def total_bytes(self) -> int:
-        return self.read_bytes + self.write_bytes
+    # bytes read, written and both (the split states: half of partial_bytes each way)
+    read_bytes = property(lambda self: self.kv_bytes + self.q_bytes + self.partial_bytes // 2)
+    write_bytes = property(lambda self: self.o_bytes + self.lse_bytes + self.partial_bytes // 2)
+    total_bytes = property(lambda self: self.read_bytes + self.write_bytes)
 
     @property
     def intensity(self) -> float:

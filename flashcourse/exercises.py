@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from ._exercise import Exercise, _same_number, unit_slips
+from ._exercise import Exercise, _same_number, equal_to, unit_slips
 from .exercises_hopper import (RESCALE_12, SETMAXNREG_12, V_LAYOUT_12,  # noqa: F401
                                WAVES_12, WGMMA_12, descriptors_12, rescale_12, setmaxnreg_12,
                                v_layout_12, waves_12)
@@ -276,43 +276,42 @@ def nonmatmul_flops_03() -> Exercise:
     def slips(count, sfu, example_count):
         """The diagnoses both versions' counts share: the scale or the second max left out,
         the exponentials (`sfu`) counted, the notebook's example (`example_count`) given."""
-        return [(lambda y: _same_number(y, count - br * bc, 0), no_scale),
-                (lambda y: _same_number(y, count - br, 0), no_max),
-                (lambda y: _same_number(y, count + sfu, 0), exps),
-                (lambda y: _same_number(y, example_count, 0), example)]
+        return [equal_to(count - br * bc, no_scale), equal_to(count - br, no_max),
+                equal_to(count + sfu, exps), equal_to(example_count, example)]
 
     return Exercise(
         f"Non-matmul FLOPs of one tile step, Br = {br}, Bc = {bc}, d = {d}: FA1 and FA2",
         {"fa1_flops": fa1, "fa2_flops": fa2}, working, rtol=0.0,
         diagnoses={
             "fa1_flops": [
-                (lambda y: _same_number(y, fa1 - shared, 0), share),
-                (lambda y: _same_number(y, fa1 - 2 * br * d, 0),
-                 "line 12 touches the (Br, d) output block more than once: the old O is "
-                 "scaled by l e^(m - m_new), the new P~ V by e^(m~ - m_new), the two are "
-                 "added, and the sum is multiplied by 1 / l_new"),
-                (lambda y: _same_number(y, mm, 0),
-                 "that is the tile's matmul FLOPs (4 Br Bc d); the question is everything else"),
+                equal_to(fa1 - shared, share),
+                equal_to(fa1 - 2 * br * d,
+                         "line 12 touches the (Br, d) output block more than once: the old O "
+                         "is scaled by l e^(m - m_new), the new P~ V by e^(m~ - m_new), the "
+                         "two are added, and the sum is multiplied by 1 / l_new"),
+                equal_to(mm, "that is the tile's matmul FLOPs (4 Br Bc d); the question is "
+                             "everything else"),
                 *slips(fa1, fa1_sfu, big[0]),
-                (lambda y: _same_number(y, fa2, 0),
-                 "that is FA2's count: FA1 rescales l~ and renormalises O on every tile"),
-                (lambda y: _same_number(y, fa1 - br * d, 0),
-                 "one Br d short: line 12 ends by multiplying the (Br, d) block by "
-                 "diag(l_new)^-1, Br d multiplies (the reciprocals themselves are SFU work)"),
+                equal_to(fa2, "that is FA2's count: FA1 rescales l~ and renormalises O on "
+                              "every tile"),
+                equal_to(fa1 - br * d,
+                         "one Br d short: line 12 ends by multiplying the (Br, d) block by "
+                         "diag(l_new)^-1, Br d multiplies (the reciprocals themselves are SFU "
+                         "work)"),
             ],
             "fa2_flops": [
-                (lambda y: _same_number(y, fa2 - shared, 0), share),
-                (lambda y: _same_number(y, fa2 + fa2_n.end_flops, 0),
-                 "FA2 divides by l and forms lse once per query block, after the last tile: "
-                 "not part of one tile step"),
-                (lambda y: _same_number(y, fa2 + br * d, 0),
-                 "the + of O = diag(.) O + P~ V is the matrix product's own accumulate (the "
-                 "mma adds into O), not Br d separate additions"),
-                (lambda y: _same_number(y, fa1, 0),
-                 "that is FA1's count: FA2 neither rescales l~ nor renormalises O every tile"),
-                (lambda y: _same_number(y, fa2 - br * d, 0),
-                 "one Br d short: the old O is still rescaled on every tile, "
-                 "diag(e^(m - m_new)) O, Br d multiplies; only the division by l waits"),
+                equal_to(fa2 - shared, share),
+                equal_to(fa2 + fa2_n.end_flops,
+                         "FA2 divides by l and forms lse once per query block, after the last "
+                         "tile: not part of one tile step"),
+                equal_to(fa2 + br * d,
+                         "the + of O = diag(.) O + P~ V is the matrix product's own accumulate "
+                         "(the mma adds into O), not Br d separate additions"),
+                equal_to(fa1, "that is FA1's count: FA2 neither rescales l~ nor renormalises O "
+                              "every tile"),
+                equal_to(fa2 - br * d,
+                         "one Br d short: the old O is still rescaled on every tile, "
+                         "diag(e^(m - m_new)) O, Br d multiplies; only the division by l waits"),
                 *slips(fa2, fa2_sfu, big[1]),
             ]})
 

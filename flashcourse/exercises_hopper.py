@@ -239,12 +239,13 @@ def rescale_12() -> Exercise:
     m2 = m1 if max(m1, x2) <= m1 + t else max(m1, x2)
     alpha = 2.0 ** (m1 - m2)
     skipped = 64 * e["d"] // 128
-    working = (f"block 1: max(m, x1) = {max(m0, x1)} <= m + threshold = {m0 + t}: keep m = {m1}\n"
-               f"  its largest P = 2^(x1 - m) = 2^{x1 - m1} = {p1:.4g} (<= 2^{t:g} = {2 ** t:g})\n"
-               f"block 2: {x2} > {m1} + {t:g} = {m1 + t}: the max moves to {m2}\n"
-               f"  alpha = 2^(m_old - m_new) = 2^({m1} - {m2}) = {alpha:.6g}: O and l shrink\n"
-               f"a block that moves no row's max skips O *= alpha: the 64 x {e['d']} fp32 tile "
-               f"over 128 threads = {skipped} multiplies a thread")
+    working = "\n".join((
+        f"block 1: max(m, x1) = {max(m0, x1)} <= m + threshold = {m0 + t}: keep m = {m1}",
+        f"  its largest P = 2^(x1 - m) = 2^{x1 - m1} = {p1:.4g} (<= 2^{t:g} = {2 ** t:g})",
+        f"block 2: {x2} > {m1} + {t:g} = {m1 + t}: the max moves to {m2}",
+        f"  alpha = 2^(m_old - m_new) = 2^({m1} - {m2}) = {alpha:.6g}: O and l shrink",
+        f"a block that moves no row's max skips O *= alpha: the 64 x {e['d']} fp32 tile over "
+        f"128 threads = {skipped} multiplies a thread"))
     diagnoses = {
         "m1": [(lambda y: _same_number(y, x1, 1e-9),
                 f"{x1} is within {t:g} of the kept max {m0}: the row keeps its max")],

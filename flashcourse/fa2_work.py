@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._checks import check_block, check_causal, check_sizes
+from ._checks import check_block, check_causal, check_named, check_sizes
 from .geometry import visible_pairs
 from .gpus import GPU, get_gpu
 
@@ -110,12 +110,8 @@ def nonmatmul_per_tile(block_q: int, block_k: int, head_dim: int,
 
 def _gpu(gpu) -> GPU:
     """`gpu` as a GPU: a name from flashcourse.gpus or a GPU, else a TypeError naming gpu."""
-    if isinstance(gpu, str):
-        return get_gpu(gpu)
-    if not isinstance(gpu, GPU):
-        raise TypeError(f"gpu must be a GPU name (a string such as 'H200') or a "
-                        f"flashcourse.gpus.GPU, got {gpu!r} ({type(gpu).__name__})")
-    return gpu
+    return check_named(gpu, "gpu", GPU, get_gpu,
+                       "a GPU name (a string such as 'H200') or a flashcourse.gpus.GPU")
 
 
 def tile_time_s(block_q: int, block_k: int, head_dim: int, version: str = "fa2",

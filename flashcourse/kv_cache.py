@@ -101,6 +101,20 @@ class KVCacheReadout:
     lines: tuple = ()
 
 
+def _named(value, name: str, table: dict, kind: type, what: str):
+    """table[value] for a name in table, value itself when it is a `kind` (what: how the
+    message names that type); ValueError naming `name` for an unknown name, TypeError for
+    anything else."""
+    if isinstance(value, str):
+        if value not in table:
+            raise ValueError(f"{name} must be one of {', '.join(table)}, got {value!r}")
+        return table[value]
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be one of {', '.join(table)} or {what}, got {value!r} "
+                        f"({type(value).__name__})")
+    return value
+
+
 def kv_cache_readout(model="Llama-3-8B", batch=1, t_key=8192, dtype="fp16",
                      gpu="H200") -> KVCacheReadout:
     """The KV cache of `model` for `batch` requests of Tk tokens, against `gpu`'s memory.
@@ -109,25 +123,13 @@ def kv_cache_readout(model="Llama-3-8B", batch=1, t_key=8192, dtype="fp16",
     batch/Tk below 1; TypeError naming model or gpu for one that is neither a name nor a
     ModelShape / GPU.
     """
-    if isinstance(model, str):
-        if model not in MODELS:
-            raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
-        model = MODELS[model]
-    elif not isinstance(model, ModelShape):
-        raise TypeError(f"model must be one of {', '.join(MODELS)} or a ModelShape, got "
-                        f"{model!r} ({type(model).__name__})")
+    model = _named(model, "model", MODELS, ModelShape, "a ModelShape")
     b = _count(batch, "batch")
     tk = _count(t_key, "Tk (tokens in the context)")
     if dtype not in BYTES_PER_ELEMENT:
         raise ValueError(f"dtype must be one of {', '.join(BYTES_PER_ELEMENT)}, got {dtype!r}")
     e = BYTES_PER_ELEMENT[dtype]
-    if isinstance(gpu, str):
-        if gpu not in GPUS:
-            raise ValueError(f"gpu must be one of {', '.join(GPUS)}, got {gpu!r}")
-        gpu = GPUS[gpu]
-    elif not isinstance(gpu, GPU):
-        raise TypeError(f"gpu must be one of {', '.join(GPUS)} or a flashcourse.gpus.GPU, "
-                        f"got {gpu!r} ({type(gpu).__name__})")
+    gpu = _named(gpu, "gpu", GPUS, GPU, "a flashcourse.gpus.GPU")
     m = model
     cache = kv_cache_bytes(b, m.layers, tk, m.heads_kv, m.head_dim, e)
     per_token = kv_cache_bytes(1, m.layers, 1, m.heads_kv, m.head_dim, e)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
-from ._checks import check_block, check_bool, check_whole
+from ._checks import check_block, check_bool, check_named, check_whole
 from .geometry import ceil_div
 from .gpus import GPU, GPUS, get_gpu
 
@@ -197,12 +197,8 @@ def resolve_limits(limits) -> DeviceLimits:
     (`get_preset`); anything else is a TypeError naming limits."""
     if limits is None:
         return current_limits()
-    if isinstance(limits, str):
-        return get_preset(limits)
-    if not isinstance(limits, DeviceLimits):
-        raise TypeError(f"limits must be a DeviceLimits, a preset's name such as 'H200', or "
-                        f"None, got {limits!r} ({type(limits).__name__})")
-    return limits
+    return check_named(limits, "limits", DeviceLimits, get_preset,
+                       "a DeviceLimits, a preset's name such as 'H200', or None")
 
 
 def check_launch(threads: int, shared_bytes: int, limits: DeviceLimits | None = None, *,

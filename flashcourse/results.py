@@ -41,12 +41,11 @@ RECORDED_DIR = ROOT / "benchmarks" / "results"
 RESULTS_DIR = Path(os.environ.get("FLASHCOURSE_RESULTS", RECORDED_DIR))
 #: Where benchmarks write by default (git-ignored).
 OUT_DIR = ROOT / "benchmarks" / "out"
-SWEEP_FILE = RESULTS_DIR / "h200_tuning_sweep.json"
-TRAFFIC_FILE = RESULTS_DIR / "h200_ncu_traffic.json"
-TENSOR_CORE_FILE = RESULTS_DIR / "h200_tensor_core.json"
-HOST_PATH_FILE = RESULTS_DIR / "h200_host_path.json"
-TC_BACKWARD_FILE = RESULTS_DIR / "h200_tc_backward.json"
-BARS_FILE = RESULTS_DIR / "h200_bars.json"
+#: The H200's recorded runs that the notebooks read (files in RESULTS_DIR).
+SWEEP_FILE, TRAFFIC_FILE, TENSOR_CORE_FILE, HOST_PATH_FILE, TC_BACKWARD_FILE, BARS_FILE = (
+    RESULTS_DIR / name for name in (
+        "h200_tuning_sweep.json", "h200_ncu_traffic.json", "h200_tensor_core.json",
+        "h200_host_path.json", "h200_tc_backward.json", "h200_bars.json"))
 #: the bars run whose backward rows notebook 10 shows: BARS_FILE itself since its run of
 #: 2026-12-03 19:40 UTC (all parts; dK, dV written in 16 bits, dQ by 8-byte pair adds); a
 #: backward-only run newer than BARS_FILE would be named here
@@ -55,15 +54,14 @@ BARS_BACKWARD_FILE = BARS_FILE
 TC_BACKWARD_NCU_FILE = RESULTS_DIR / "h200_tc_backward_ncu_log.txt"
 #: the same sections for the same kernel after dK/dV in 16 bits and dQ by pair reductions
 TC_BACKWARD_NCU_AFTER_FILE = RESULTS_DIR / "h200_tc_backward_ncu_v2_log.txt"
-TENSOR_CORE_AB_FILE = RESULTS_DIR / "h200_tensor_core_v2_ab.json"
-TF32_VARIANTS_FILE = RESULTS_DIR / "h200_tensor_core_v2_tf32_variants.json"
-TF32_SPLIT_FILE = RESULTS_DIR / "h200_bars_tf32_split_ab.json"
-TF32_TILES_FILE = RESULTS_DIR / "h200_bars_tf32_tiles.json"
-TF32_PLANES_FILE = RESULTS_DIR / "h200_bars_tf32_planes.json"
-LAZY_AB_FILE = RESULTS_DIR / "h200_bars_lazy_ab.json"
-HOPPER_FILE = RESULTS_DIR / "h200_hopper.json"
-HOPPER_V3_FILE = RESULTS_DIR / "h200_hopper_v3_variants.json"
-HOPPER_V45_FILE = RESULTS_DIR / "h200_hopper_v45_variants.json"
+#: A/B runs of single steps, and the Hopper forward's runs (files in RESULTS_DIR).
+(TENSOR_CORE_AB_FILE, TF32_VARIANTS_FILE, TF32_SPLIT_FILE, TF32_TILES_FILE, TF32_PLANES_FILE,
+ LAZY_AB_FILE, HOPPER_FILE, HOPPER_V3_FILE, HOPPER_V45_FILE) = (
+    RESULTS_DIR / name for name in (
+        "h200_tensor_core_v2_ab.json", "h200_tensor_core_v2_tf32_variants.json",
+        "h200_bars_tf32_split_ab.json", "h200_bars_tf32_tiles.json",
+        "h200_bars_tf32_planes.json", "h200_bars_lazy_ab.json", "h200_hopper.json",
+        "h200_hopper_v3_variants.json", "h200_hopper_v45_variants.json"))
 #: Nsight Compute report of versions 2 and 3 (N = 4096), ncu's text output
 HOPPER_NCU_FILE = RESULTS_DIR / "h200_hopper_ncu_log.txt"
 SWEEP_SCHEMA = "flashcourse.tuning.sweep/1"

@@ -1,7 +1,7 @@
 """Compile the course's mma.sync-era CUDA kernels for a real GPU, WITHOUT a GPU: the paged,
-FP8 and attention-variants kernels, and (families tc_fwd, tc_bwd, cc_bwd, decode) the dense
-tensor-core forward and backward in every precision and version, the CUDA-core backward
-and decoding's split kernels.
+FP8 and attention-variants kernels, and (families tc_fwd, tc_bwd, cc_fwd, cc_bwd, decode) the
+dense tensor-core forward and backward in every precision and version, the CUDA-core forwards
+and backward and decoding's split kernels.
 
     python3 tools/compile_ptx.py                        # every case, sm_90 and sm_80
     python3 tools/compile_ptx.py --quick                # a few cases per family (the test's)
@@ -72,8 +72,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"sm_90": ((9, 0), "H100 SXM"), "sm_89": ((8, 9), "L4"),
            "sm_80": ((8, 0), "A100 80GB")}
 DEFAULT_TARGETS = ("sm_90", "sm_80")
-FAMILIES = ("paged", "fp8", "variants_fwd", "variants_bwd", "tc_fwd", "tc_bwd", "cc_bwd",
-            "decode", "hopper")
+FAMILIES = ("paged", "fp8", "variants_fwd", "variants_bwd", "tc_fwd", "tc_bwd", "cc_fwd",
+            "cc_bwd", "decode", "hopper")
 #: the e4m3 conversion instruction (`flashcourse.cuda.ptx.fp8`), sm_89 and newer only
 FP8_CVT = "cvt.rn.f16x2.e4m3x2"
 #: the --quick sets a case belongs to
@@ -528,6 +528,10 @@ def fp8_cases() -> list:
                                  f"causal={causal} wg=2",
                           _fp8_forward_case(d, scheme, causal, pipeline="overlap",
                                             warpgroups=2), targets=("sm_90",)))
+        cases.append(Case("fp8", f"hopper forward serial (wgmma e4m3) d={d} scheme={scheme} "
+                                 f"causal={causal}",
+                          _fp8_forward_case(d, scheme, causal, pipeline="serial"),
+                          targets=("sm_90",)))
     return cases
 
 
@@ -732,6 +736,15 @@ def _tc_backward_case(precision, d, causal, small_terms=None, **options):
     return call
 
 
+def _cc_forward_case(kernel, d, causal):
+    def call(target):
+        import numpy as np
+        from flashcourse import cuda as fc
+        q, k, v, *_ = _dense_arrays(np.float32, 100, 120, d)
+        fc.forward(q, k, v, kernel=kernel, causal=causal)
+    return call
+
+
 def _cc_backward_case(kernel, d, causal):
     def call(target):
         import numpy as np
@@ -786,6 +799,10 @@ def dense_cases() -> list:
                                   _hopper_forward_case(p, d, True, pipeline=pipe),
                                   quick=Q90 if (p, pipe, d) == ("fp16", "overlap", 128)
                                   else (), targets=("sm_90",)))
+    for pipe in ("specialised", "producer", "pingpong"):   # versions 3-5: one each
+        cases.append(Case("hopper", f"fp16 {pipe} d=128 causal",
+                          _hopper_forward_case("fp16", 128, True, pipeline=pipe),
+                          targets=("sm_90",)))
     for p in ("fp16", "bf16"):          # the Hopper (wgmma) backward: sm_90 only
         for wg in (1, 2):
             for d in (64, 128):
@@ -795,7 +812,7 @@ def dense_cases() -> list:
                                   quick=Q90 if (p, wg, d) == ("fp16", 2, 128) else (),
                                   targets=("sm_90",)))
     for p in ("3xtf32", "tf32"):
-        for pipe in ("async", "planes"):
+        for pipe in ("plain", "async", "planes"):
             for d in (64, 128):
                 cases.append(Case("tc_fwd", f"{p} {pipe} d={d} causal",
                                   _tc_forward_case(p, d, True, pipeline=pipe)))
@@ -817,13 +834,16 @@ def dense_cases() -> list:
                                             f"causal {how}",
                                   _tc_backward_case("3xtf32", d, True, how, pipeline=pipe,
                                                     deterministic=det)))
-    for kern in ("simple", "fast", "fast_two_pass"):
-        for d in (64, 128):
-            for causal in (False, True):
-                cases.append(Case("cc_bwd", f"{kern} d={d} causal={causal}",
-                                  _cc_backward_case(kern, d, causal),
-                                  quick=Q90 if (kern, d, causal) == ("fast", 64, True)
-                                  else ()))
+    for fam, kerns, case in (("cc_fwd", ("flash", "dense", "textbook"), _cc_forward_case),
+                             ("cc_bwd", ("simple", "fast", "fast_two_pass"), _cc_backward_case)):
+        for kern in kerns:                  # the CUDA-core forwards and backward
+            for d in (64, 128):
+                for causal in (False, True):
+                    cases.append(Case(fam, f"{kern} d={d} causal={causal}",
+                                      case(kern, d, causal),
+                                      quick=Q90 if (kern, d, causal) in (("flash", 64, True),
+                                                                         ("fast", 64, True))
+                                      else ()))
     for kern in ("cuda_cores", "tensor_core"):
         for hq, hkv, tq, d in ((8, 2, 1, 128), (16, 2, 4, 64), (4, 4, 1, 128)):
             cases.append(Case("decode", f"{kern} Hq={hq} Hkv={hkv} Tq={tq} d={d}",

@@ -37,31 +37,36 @@ from .style import FULL_WIDTH_IN, legend_under_panels
 from .style import MIN_FONT_PT as FONT
 from .style import plt as _plt
 
+_REGS = "rows of the warp's 16 keys, in registers, loaded once"
+_ACC = "accumulators, rounded to 16 bits (C layout = A layout)"
+_SUMMED = {"d": "d", "Br": "queries", "Bc": "keys"}
+
+
+def _product(key, maths, kernel, mnk, a, b, b_rows):
+    """One row of PRODUCTS; b: the tile whose row-major copy in shared memory is the B
+    operand (read transposed when b_rows is "n")."""
+    bt = f"{b}^T" if b_rows == "n" else b
+    return {"key": key, "maths": maths, "kernel": kernel, "mnk": mnk, "A": a,
+            "B": f"{bt} (k = {_SUMMED[mnk[2]]}): {b} row-major in shared memory",
+            "b_rows": b_rows}
+
+
 #: The five products of one tile pair in the key-major kernel (its header lists them).
 #: mnk: the product's (M, N, K) for the whole thread block (each warp does 16 of the M
 #: rows); b_rows: what the rows of the B operand's shared-memory copy run over, "n" (the
 #: product's output columns) or "k" (the summed dimension); the B load follows from it.
 PRODUCTS = (
-    {"key": "s", "maths": "S = Q_i K_j^T", "kernel": "S^T = K_j Q_i^T",
-     "mnk": ("Bc", "Br", "d"),
-     "A": "K_j rows of the warp's 16 keys, in registers, loaded once",
-     "B": "Q_i^T (k = d): Q_i row-major in shared memory", "b_rows": "n"},
-    {"key": "dp", "maths": "dP = dO_i V_j^T", "kernel": "dP^T = V_j dO_i^T",
-     "mnk": ("Bc", "Br", "d"),
-     "A": "V_j rows of the warp's 16 keys, in registers, loaded once",
-     "B": "dO_i^T (k = d): dO_i row-major in shared memory", "b_rows": "n"},
-    {"key": "dv", "maths": "dV_j += P^T dO_i", "kernel": "dV_j += P^T dO_i",
-     "mnk": ("Bc", "d", "Br"),
-     "A": "P^T: the S^T accumulators, rounded to 16 bits (C layout = A layout)",
-     "B": "dO_i (k = queries): dO_i row-major in shared memory", "b_rows": "k"},
-    {"key": "dk", "maths": "dK_j += dS^T Q_i", "kernel": "dK_j += dS^T Q_i",
-     "mnk": ("Bc", "d", "Br"),
-     "A": "dS^T: the dP^T accumulators, rounded to 16 bits (C layout = A layout)",
-     "B": "Q_i (k = queries): Q_i row-major in shared memory", "b_rows": "k"},
-    {"key": "dq", "maths": "dQ_i += dS K_j", "kernel": "dQ_i += dS K_j (atomics)",
-     "mnk": ("Br", "d", "Bc"),
-     "A": "dS (rows = queries): dS^T in 16 bits in shared memory, by ldmatrix.trans",
-     "B": "K_j (k = keys): K_j row-major in shared memory", "b_rows": "k"},
+    _product("s", "S = Q_i K_j^T", "S^T = K_j Q_i^T", ("Bc", "Br", "d"), f"K_j {_REGS}",
+             "Q_i", "n"),
+    _product("dp", "dP = dO_i V_j^T", "dP^T = V_j dO_i^T", ("Bc", "Br", "d"), f"V_j {_REGS}",
+             "dO_i", "n"),
+    _product("dv", "dV_j += P^T dO_i", "dV_j += P^T dO_i", ("Bc", "d", "Br"),
+             f"P^T: the S^T {_ACC}", "dO_i", "k"),
+    _product("dk", "dK_j += dS^T Q_i", "dK_j += dS^T Q_i", ("Bc", "d", "Br"),
+             f"dS^T: the dP^T {_ACC}", "Q_i", "k"),
+    _product("dq", "dQ_i += dS K_j", "dQ_i += dS K_j (atomics)", ("Br", "d", "Bc"),
+             "dS (rows = queries): dS^T in 16 bits in shared memory, by ldmatrix.trans", "K_j",
+             "k"),
 )
 
 #: the loads of `flashcourse.cuda.ptx.smem_ops` by name, and their numpy models

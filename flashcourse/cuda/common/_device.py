@@ -24,6 +24,18 @@ def inlined(fn):
     return cuda.jit(device=True, forceinline=True)(fn)
 
 
+def ir_inlined(fn):
+    """`fn` as a device function that a GPU build inlines at Numba's IR level
+    (inline="always"): compiled exactly as if its lines stood in the kernel. A `inlined`
+    (forceinline) function is optimised on its own before NVVM inlines it, which can order
+    or share its arithmetic otherwise than the kernel would; a kernel step that must leave
+    the compiled code as it was uses this. The simulator runs it as a plain device
+    function."""
+    if using_simulator():
+        return cuda.jit(device=True)(fn)
+    return cuda.jit(device=True, inline="always")(fn)
+
+
 def shared_arrays(simulator: bool, scr: int = 1, red: int = 1):
     """A device function shared() -> (sm, smf, scr, red) that a kernel calls first: its
     dynamic shared memory as 32-bit words (sm) and as float32 (smf, the same bytes;
@@ -64,6 +76,16 @@ def exp2_log2(simulator: bool | None = None):
             return math.log(x) / LN2_F
         return exp2, log2
     return math.exp2, math.log2
+
+
+def row_col(D: int):
+    """rc(e) -> (e // D, e % D): the row and column of element e of a row-major tile of D
+    columns (as a kernel's copy loops take their elements in turn)."""
+    @ir_inlined
+    def rc(e):
+        r = e // D
+        return r, e - r * D
+    return rc
 
 
 @inlined

@@ -66,7 +66,7 @@ from ..._checks import check_block, check_bool
 from ...geometry import ceil_div
 from ...gpu import using_simulator
 from ...limits import check_launch
-from ..common._device import exp2_log2, reset_state, visible_key_blocks
+from ..common._device import exp2_log2, reset_state, row_col, visible_key_blocks
 from ..common._launch import check_registers, launch
 from ...constants import F0, F1, FULL_MASK, LN2_F, LOG2E, NEG_INF
 
@@ -88,21 +88,11 @@ class FlashConfig:
     head_dim: int            # D, padded
     shuffle: bool            # warp shuffles (GPU) or shared-memory reductions (simulator)
 
-    @property
-    def rt(self):
-        return self.block_q // self.tm
-
-    @property
-    def ct(self):
-        return self.threads // self.rt
-
-    @property
-    def tn(self):
-        return self.block_k // self.ct
-
-    @property
-    def td(self):
-        return self.head_dim // self.ct
+    # the thread grid: RT row groups x CT column groups; a thread's S tile TM x TN, O's TM x TD
+    rt = property(lambda self: self.block_q // self.tm)
+    ct = property(lambda self: self.threads // self.rt)
+    tn = property(lambda self: self.block_k // self.ct)
+    td = property(lambda self: self.head_dim // self.ct)
 
     # shared-memory layout, in float32 elements (strides chosen to avoid bank conflicts)
     @property
@@ -251,6 +241,8 @@ def make_flash_kernel(block_q: int = 64, block_k: int = 64, threads: int = 256, 
             r += sm[U(R_OFF + row * CT + t)]
         return r
 
+    RC = row_col(D)
+
     def flash_forward(q, k, v, o, lse, tq, tk, d, qscale, causal, off):
         sm = cuda.shared.array(0, float32)
         tid = cuda.threadIdx.x
@@ -263,8 +255,7 @@ def make_flash_kernel(block_q: int = 64, block_k: int = 64, threads: int = 256, 
         for s_ in range(Q_LOADS):
             e = tid + NT * s_
             if e < BR * D:
-                r = e // D
-                c = e - r * D
+                r, c = RC(e)
                 val = F0
                 if q0 + r < tq and c < d:
                     val = q[U(h), U(q0 + r), U(c)] * qscale
@@ -288,8 +279,7 @@ def make_flash_kernel(block_q: int = 64, block_k: int = 64, threads: int = 256, 
             for s_ in range(KV_LOADS):
                 e = tid + NT * s_
                 if e < BC * D:
-                    r = e // D
-                    c = e - r * D
+                    r, c = RC(e)
                     kv = F0
                     vv = F0
                     if k0 + r < tk and c < d:

@@ -43,6 +43,7 @@ from numba import uint64 as U
 from ...constants import F0, FULL_MASK
 from ...gpu import using_simulator
 from ..common._device import inlined
+from ..common.tc_blocks import pack_a
 from ..ptx import wgmma
 from ..ptx.mma import device_ops
 from ..ptx.smem_ops import intrinsics as smem_intrinsics
@@ -116,16 +117,14 @@ def make_backward_kernel(precision: str, D: int, warpgroups: int, sums: bool):
     copy_q = kmajor_copier(BR, CH, NT, CPR)
     SUMS = bool(sums)
 
+    pack4 = pack_a(SIM, PACK)
+
     @inlined
     def pack(x, words):
         # the accumulator's values (rows: this warp's keys, columns: queries) as A
         # fragments of 16-bit pairs, one k16 step (16 queries) per 4 words
         for kp in range(KQ):
-            j = 8 * kp
-            words[4 * kp] = PACK(x[j], x[j + 1])
-            words[4 * kp + 1] = PACK(x[j + 2], x[j + 3])
-            words[4 * kp + 2] = PACK(x[j + 4], x[j + 5])
-            words[4 * kp + 3] = PACK(x[j + 6], x[j + 7])
+            pack4(words, 4 * kp, x, 8 * kp)
 
     @inlined
     def column_sums(x, out, h, q0, t, g, tq):

@@ -40,14 +40,15 @@ from numba import uint64 as U
 
 from ...constants import F0, FULL_MASK, LN2_F, NEG_INF
 from ...gpu import using_simulator
-from ..common._device import inlined, reset_state, shfl_xor, visible_key_blocks
+from ..common._device import inlined, ir_inlined, shfl_xor, visible_key_blocks
 from ..ptx import wgmma
 from ..ptx.fp8 import encode_word_hw, encode_word_sw
 from ..ptx.mma import device_ops
 from ..ptx.smem_ops import intrinsics as smem_intrinsics
 from ..ptx.smem_ops import ops as smem_ops
 from .fp8_layouts import K_STEP, P_SOURCES
-from .hopper_kernels import kmajor_copier, wgmma_products
+from .hopper_kernels import (block_rows, kmajor_copier, pipeline_steps, softmax_step,
+                             state_arrays, wgmma_products)
 
 #: 16-byte units in a descriptor's fields; FlashAttention-3's FP8 offset: P~ <= 2^8
 DESC_UNIT, P_LIFT = 16, 8.0
@@ -157,39 +158,8 @@ class _Parts:
                 copy(saddr, gaddr, row_bytes, nvalid, tid, 0)
             return load
 
-        @_inl
-        def scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, sc, t):
-            # S (raw sums of code products) -> P~ = 2^8 exp2(S sc - m) in place; the
-            # running max m (log2 units, scaled), alpha and the row sums lp of P~
-            if k0 + BC > tk or (causal != 0 and k0 + BC - 1 > wg_row0 + off):
-                for n in range(NS):
-                    for i in range(4):
-                        col = k0 + n * 8 + 2 * t + (i % 2)
-                        row = row0 + 8 * (i // 2)
-                        if col >= tk or (causal != 0 and col > row + off):
-                            s[4 * n + i] = NEG_INF
-            for hf in range(2):
-                x = NEG_INF
-                for n in range(NS):
-                    x = max(x, max(s[4 * n + 2 * hf], s[4 * n + 2 * hf + 1]))
-                x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, 1))
-                x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, 2)) * sc
-                mo = m[hf]
-                mn = max(mo, x)
-                mu = mn if mn != NEG_INF else F0     # a row with no visible key so far
-                alpha[hf] = exp2(mo - mu)
-                m[hf] = mn
-                mb = mu - LIFT
-                ps = F0
-                for n in range(NS):
-                    j = 4 * n + 2 * hf
-                    p = exp2(s[j] * sc - mb)
-                    s[j] = p
-                    ps += p
-                    p = exp2(s[j + 1] * sc - mb)
-                    s[j + 1] = p
-                    ps += p
-                lp[hf] = lp[hf] * alpha[hf] + ps
+        # S (raw sums of code products) -> P~ = 2^8 exp2(S sc - m) in place
+        scores_to_p = softmax_step(NS, BC, exp2, False, False, False, P_LIFT)
 
         @_inl
         def rescale_and_pack(acc, alpha, vratio, s, pa):
@@ -235,6 +205,8 @@ class _Parts:
                                                                   rescale_and_pack, epilogue)
         self.WAIT1_S = wgmma.tie(SREGS, wgmma.WAIT1)
         self.s_product, self.pv_product, self.pv_and_wait = wgmma_products(self)
+        self.landed, self.s_and_wait, self.s_beside_pv, self.pv_from = pipeline_steps(
+            self, self.DESC_VT)
 
 
 def make_fp8_kernel(cfg):
@@ -246,82 +218,84 @@ def make_fp8_kernel(cfg):
     return cuda.jit(kern) if SIM else cuda.jit(kern, launch_bounds=(P.NT, 1))
 
 
+def block_start(P, uniform: bool):
+    """start(q, k, vt, qs, tq, tk, kp, qscale, causal, qblk) -> (tid, wg, t, h, q0, wg_row0,
+    row0, base, sq, desc_q, gk, gv) of both FP8 versions: the thread's place
+    (`hopper_kernels.block_rows`; uniform: wg broadcast from lane 0), shared memory's byte
+    address, the warpgroup's Q scale sq (its rows share one), Q's descriptor, the byte
+    addresses of the head's K row 0 and V^T row 0; and the copy of Q issued."""
+    Q_OFF, D, DESC_KM, WG_Q = P.Q_OFF, P.D, P.DESC_KM, P.WG_Q
+    SADDR, GADDR, load_q = P.SADDR, P.GADDR, P.load_q
+    ROWS = block_rows(P.BR, uniform)
+
+    @ir_inlined
+    def start(q, k, vt, qs, tq, tk, kp, qscale, causal, qblk):
+        sm = cuda.shared.array(0, uint32, alignment=16)
+        tid, wg, t, h, q0, wg_row0, row0 = ROWS(causal)     # rows row0, row0 + 8
+        base = U(SADDR(sm, 0))
+        sq = qs[h, min(wg_row0, tq - 1) // qblk] * qscale
+        desc_q = ((base + U(4 * Q_OFF) + U(wg) * WG_Q) >> U(4)) | DESC_KM
+        gk = GADDR(k, 0) + U(h * tk) * U(D)
+        gv = GADDR(vt, 0) + U(h * D) * U(kp)
+        load_q(base + U(4 * Q_OFF), GADDR(q, 0) + U(h * tq + q0) * U(D), D, tq - q0, tid)
+        return tid, wg, t, h, q0, wg_row0, row0, base, sq, desc_q, gk, gv
+    return start
+
+
+def fp8_state(P, zero_p: bool):
+    """state(vs, h) -> (acc, s, pa, m, lp, alpha, sv): `hopper_kernels.state_arrays`'s
+    registers of a thread and sv, V's scale of key block 0 (O is kept in units of the
+    current key block's V scale)."""
+    ARRAYS = state_arrays(P, zero_p)
+
+    @ir_inlined
+    def state(vs, h):
+        acc, s, pa, m, lp, alpha = ARRAYS()
+        return acc, s, pa, m, lp, alpha, vs[h, 0]
+    return state
+
+
 def _serial(P):
     """Version 1: each product waited for at once; the warpgroups overlap one another."""
-    BR, BC, D = P.BR, P.BC, P.D
-    SREGS, OREGS, PREGS = P.SREGS, P.OREGS, P.PREGS
-    Q_OFF, K_OFF, V_OFF, BUF = P.Q_OFF, P.K_OFF, P.V_OFF, P.BUF
-    DESC_KM, DESC_VT, WG_Q = P.DESC_KM, P.DESC_VT, P.WG_Q
-    FENCE, WCOMMIT, WAIT_S, PROXY, SADDR = P.FENCE, P.WCOMMIT, P.WAIT_S, P.PROXY, P.SADDR
-    COMMIT, WAIT = P.COMMIT, P.WAIT
-    load_q, load_k, load_vt, GADDR = P.load_q, P.load_k, P.load_vt, P.GADDR
+    BR, BC, D, K_OFF, V_OFF, BUF = P.BR, P.BC, P.D, P.K_OFF, P.V_OFF, P.BUF
+    COMMIT, load_k, load_vt = P.COMMIT, P.load_k, P.load_vt
     scores_to_p, rescale_and_pack, epilogue = P.scores_to_p, P.rescale_and_pack, P.epilogue
-    s_product, pv_and_wait = P.s_product, P.pv_and_wait
+    landed, s_and_wait, pv_from = P.landed, P.s_and_wait, P.pv_from
+    STATE, START = fp8_state(P, False), block_start(P, False)
 
     def hopper_fp8_forward(q, k, vt, o, lse, qs, ks, vs, tq, tk, kp, qscale, causal, off,
                            qblk, kblk):
         # q (BH Tq D), k (BH Tk D), vt (BH D kp): e4m3 codes as flat uint32 words;
         # o (BH, Tq, D/2) fp16 words; lse (BH, Tq); qs (BH, nq), ks, vs (BH, nk) float32
-        sm = cuda.shared.array(0, uint32, alignment=16)
-        tid = cuda.threadIdx.x
-        wg = tid // 128
-        t = tid % 4
-        h = cuda.blockIdx.y
-        qb = cuda.blockIdx.x
-        if causal != 0:                # longest rows first: the short blocks fill the tail
-            qb = cuda.gridDim.x - 1 - qb
-        q0 = qb * BR
-        wg_row0 = q0 + 64 * wg
-        row0 = wg_row0 + 16 * ((tid // 32) % 4) + (tid % 32) // 4   # rows row0, row0 + 8
-        base = U(SADDR(sm, 0))
-        sq = qs[h, min(wg_row0, tq - 1) // qblk] * qscale
-        desc_q = ((base + U(4 * Q_OFF) + U(wg) * WG_Q) >> U(4)) | DESC_KM
-
-        gk = GADDR(k, 0) + U(h * tk) * U(D)          # byte address of this head's K row 0
-        gv = GADDR(vt, 0) + U(h * D) * U(kp)         # ... and of its V^T row 0
-        load_q(base + U(4 * Q_OFF), GADDR(q, 0) + U(h * tq + q0) * U(D), D, tq - q0, tid)
+        tid, wg, t, h, q0, wg_row0, row0, base, sq, desc_q, gk, gv = START(
+            q, k, vt, qs, tq, tk, kp, qscale, causal, qblk)
         n_kb = visible_key_blocks(tk, causal, q0 + BR + off, BC)
         if n_kb > 0:
             load_k(base + U(4 * K_OFF), gk, D, tk, tid)
             load_vt(base + U(4 * V_OFF), gv, kp, D, tid)
         COMMIT()
 
-        acc = cuda.local.array(OREGS, float32)
-        s = cuda.local.array(SREGS, float32)
-        pa = cuda.local.array(PREGS, uint32)
-        m = cuda.local.array(2, float32)
-        lp = cuda.local.array(2, float32)
-        alpha = cuda.local.array(2, float32)
-        reset_state(acc, OREGS, m, lp, 2)
-        sv = vs[h, 0]
+        acc, s, pa, m, lp, alpha, sv = STATE(vs, h)
 
         for jb in range(n_kb):
             k0 = jb * BC
             bo = (jb % 2) * BUF
-            WAIT()
-            PROXY()                    # this thread's copies -> visible to wgmma
-            cuda.syncthreads()         # everyone's copies landed; the other buffer free
+            nb = BUF - bo              # block j + 1's buffer
+            landed()                   # ... and the other buffer is free
             if jb + 1 < n_kb:
-                nb = BUF - bo
                 load_k(base + U(4 * (nb + K_OFF)), gk + U(k0 + BC) * U(D), D, tk - k0 - BC,
                        tid)
                 load_vt(base + U(4 * (nb + V_OFF)), gv + U(k0 + BC), kp, D, tid)
                 COMMIT()
 
-            desc_k = ((base + U(4 * (bo + K_OFF))) >> U(4)) | DESC_KM
-            FENCE()
-            s_product(s, desc_q, desc_k)
-            WCOMMIT()
-            WAIT_S(s)
+            s_and_wait(s, desc_q, base, bo + K_OFF)
             kb = k0 // kblk
             svn = vs[h, kb]
             scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off,
                         sq * ks[h, kb], t)
             rescale_and_pack(acc, alpha, sv / svn, s, pa)
             sv = svn
-
-            desc_v = ((base + U(4 * (bo + V_OFF))) >> U(4)) | DESC_VT
-            pv_and_wait(acc, pa, desc_v)
+            pv_from(acc, pa, base, bo + V_OFF)
 
         epilogue(acc, m, lp, sv, o, lse, h, row0, t, tq)
 
@@ -334,37 +308,16 @@ def _overlap(P):
     O's rescale (alpha_j sv_{j-1} / sv_j) and P_j's packing: `hopper_kernels._overlap`'s
     schedule (K one block ahead of V; a warpgroup skips the blocks masked for all its rows),
     without its tail split."""
-    BR, BC, D = P.BR, P.BC, P.D
-    SREGS, OREGS, PREGS = P.SREGS, P.OREGS, P.PREGS
-    Q_OFF, K_OFF, V_OFF, BUF = P.Q_OFF, P.K_OFF, P.V_OFF, P.BUF
-    DESC_KM, DESC_VT, WG_Q = P.DESC_KM, P.DESC_VT, P.WG_Q
-    FENCE_O, WCOMMIT, PROXY, SADDR = P.FENCE_O, P.WCOMMIT, P.PROXY, P.SADDR
-    WAIT_S, WAIT1_S, WAIT_O, PIN_P = P.WAIT_S, P.WAIT1_S, P.WAIT_O, P.PIN_P
-    COMMIT, WAIT = P.COMMIT, P.WAIT
-    load_q, load_k, load_vt, GADDR = P.load_q, P.load_k, P.load_vt, P.GADDR
+    BR, BC, D, K_OFF, V_OFF, BUF = P.BR, P.BC, P.D, P.K_OFF, P.V_OFF, P.BUF
+    WAIT_O, PIN_P, COMMIT, load_k, load_vt = P.WAIT_O, P.PIN_P, P.COMMIT, P.load_k, P.load_vt
     scores_to_p, rescale_and_pack, epilogue = P.scores_to_p, P.rescale_and_pack, P.epilogue
-    s_product, pv_product, pv_and_wait = P.s_product, P.pv_product, P.pv_and_wait
+    landed, s_beside_pv, pv_from = P.landed, P.s_beside_pv, P.pv_from
+    STATE, START = fp8_state(P, True), block_start(P, True)   # wg uniform: no divergent wgmma
 
     def hopper_fp8_forward(q, k, vt, o, lse, qs, ks, vs, tq, tk, kp, qscale, causal, off,
                            qblk, kblk):
-        sm = cuda.shared.array(0, uint32, alignment=16)
-        tid = cuda.threadIdx.x
-        wg = cuda.shfl_sync(FULL_MASK, tid // 128, 0)     # uniform: no divergent wgmma
-        t = tid % 4
-        h = cuda.blockIdx.y
-        qb = cuda.blockIdx.x
-        if causal != 0:
-            qb = cuda.gridDim.x - 1 - qb
-        q0 = qb * BR
-        wg_row0 = q0 + 64 * wg
-        row0 = wg_row0 + 16 * ((tid // 32) % 4) + (tid % 32) // 4
-        base = U(SADDR(sm, 0))
-        sq = qs[h, min(wg_row0, tq - 1) // qblk] * qscale
-        desc_q = ((base + U(4 * Q_OFF) + U(wg) * WG_Q) >> U(4)) | DESC_KM
-
-        gk = GADDR(k, 0) + U(h * tk) * U(D)
-        gv = GADDR(vt, 0) + U(h * D) * U(kp)
-        load_q(base + U(4 * Q_OFF), GADDR(q, 0) + U(h * tq + q0) * U(D), D, tq - q0, tid)
+        tid, wg, t, h, q0, wg_row0, row0, base, sq, desc_q, gk, gv = START(
+            q, k, vt, qs, tq, tk, kp, qscale, causal, qblk)
         n_kb = visible_key_blocks(tk, causal, min(q0 + BR, tq) + off, BC)
         kb_wg = min(n_kb, visible_key_blocks(tk, causal, min(wg_row0 + 64, tq) + off, BC))
         if wg_row0 >= tq:
@@ -373,22 +326,11 @@ def _overlap(P):
             load_k(base + U(4 * K_OFF), gk, D, tk, tid)
         COMMIT()
 
-        acc = cuda.local.array(OREGS, float32)
-        s = cuda.local.array(SREGS, float32)
-        pa = cuda.local.array(PREGS, uint32)
-        m = cuda.local.array(2, float32)
-        lp = cuda.local.array(2, float32)
-        alpha = cuda.local.array(2, float32)
-        reset_state(acc, OREGS, m, lp, 2)
-        for i in range(PREGS):
-            pa[i] = 0
-        sv = vs[h, 0]
+        acc, s, pa, m, lp, alpha, sv = STATE(vs, h)
 
         for jb in range(n_kb):
             k0 = jb * BC
-            WAIT()
-            PROXY()
-            cuda.syncthreads()         # K_j, V_{j-1} landed; S_{j-1}, PV_{j-2} done
+            landed()                   # K_j, V_{j-1} landed; S_{j-1}, PV_{j-2} done
             kb = (jb % 2) * BUF        # K_j's buffer; V_j goes to the same buffer's V
             if jb + 1 < n_kb:
                 load_k(base + U(4 * (BUF - kb + K_OFF)), gk + U(k0 + BC) * U(D), D,
@@ -396,19 +338,8 @@ def _overlap(P):
             load_vt(base + U(4 * (kb + V_OFF)), gv + U(k0), kp, D, tid)
             COMMIT()
 
-            if jb < kb_wg:
-                desc_k = ((base + U(4 * (kb + K_OFF))) >> U(4)) | DESC_KM
-                PIN_P(pa)
-                FENCE_O(acc)
-                s_product(s, desc_q, desc_k)
-                WCOMMIT()
-                if jb > 0:             # P_{j-1} V_{j-1}, in flight during the softmax
-                    desc_v = ((base + U(4 * (BUF - kb + V_OFF))) >> U(4)) | DESC_VT
-                    pv_product(acc, pa, desc_v)
-                    WCOMMIT()
-                    WAIT1_S(s)
-                else:
-                    WAIT_S(s)
+            if jb < kb_wg:             # S_j, and P_{j-1} V_{j-1} behind it
+                s_beside_pv(s, acc, pa, desc_q, base, kb, jb, 0)
                 kbk = k0 // kblk
                 svn = vs[h, kbk]
                 scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off,
@@ -418,16 +349,12 @@ def _overlap(P):
                 rescale_and_pack(acc, alpha, sv / svn, s, pa)
                 sv = svn
             elif jb == kb_wg and jb > 0:       # this warpgroup's last P V
-                desc_v = ((base + U(4 * (BUF - kb + V_OFF))) >> U(4)) | DESC_VT
-                pv_and_wait(acc, pa, desc_v)
+                pv_from(acc, pa, base, BUF - kb + V_OFF)
 
         if n_kb > 0:                   # the last P V
-            WAIT()
-            PROXY()
-            cuda.syncthreads()
+            landed()
             if kb_wg == n_kb:
-                desc_v = ((base + U(4 * (((n_kb - 1) % 2) * BUF + V_OFF))) >> U(4)) | DESC_VT
-                pv_and_wait(acc, pa, desc_v)
+                pv_from(acc, pa, base, ((n_kb - 1) % 2) * BUF + V_OFF)
 
         epilogue(acc, m, lp, sv, o, lse, h, row0, t, tq)
 

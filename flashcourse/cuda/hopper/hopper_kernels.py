@@ -69,7 +69,7 @@ from numba import uint64 as U
 from ...constants import F0, F1, FULL_MASK, LN2_F, NEG_INF, RESCALE_THRESHOLD
 from ...gpu import using_simulator
 from ..ptx import wgmma
-from ..common._device import inlined, reset_state, visible_key_blocks
+from ..common._device import inlined, ir_inlined, reset_state, visible_key_blocks
 from ..ptx.mma import device_ops
 from ..ptx.smem_ops import intrinsics as smem_intrinsics
 from ..ptx.smem_ops import ops as smem_ops
@@ -104,7 +104,6 @@ class _Parts:
         BR, BC, D = self.BR, self.BC, self.D
         NEG = cfg.negative_scale
         LAZY = cfg.lazy_rescale
-        TH = float32(RESCALE_THRESHOLD)
         DW = D // 2                     # 32-bit words per row of q, k, v, o
         CH = D // 8                     # 16-byte chunks per row (core-matrix columns)
         self.KT = D // 16               # k16 steps of S = Q K^T
@@ -164,51 +163,7 @@ class _Parts:
                             gaddr + U((r if ok else 0) * ROW_BYTES + cc * 16), 16 if ok else 0)
             return load_v
 
-        @_inl
-        def scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, qsc, t):
-            # S (raw scores, this thread's fragments) -> P = exp2(S qsc - m) in place;
-            # the running max m, the rescale alpha and the row sums lp (log2 units)
-            if NEG:
-                for i in range(SREGS):
-                    s[i] = -s[i]
-            sc = qsc
-            if k0 + BC > tk or (causal != 0 and k0 + BC - 1 > wg_row0 + off):
-                for n in range(NS):
-                    for i in range(4):
-                        col = k0 + n * 8 + 2 * t + (i % 2)
-                        row = row0 + 8 * (i // 2)
-                        j = 4 * n + i
-                        if col >= tk or (causal != 0 and col > row + off):
-                            s[j] = NEG_INF
-                        else:
-                            s[j] = s[j] * qsc
-                sc = F1
-            for hf in range(2):
-                x = NEG_INF
-                for n in range(NS):
-                    x = max(x, max(s[4 * n + 2 * hf], s[4 * n + 2 * hf + 1]))
-                x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, 1))
-                x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, 2)) * sc
-                mo = m[hf]
-                mn = max(mo, x)
-                if LAZY and mn <= mo + TH:
-                    mn = mo                # keep the old max: P <= 2^threshold, alpha = 1
-                mu = mn if mn != NEG_INF else F0    # a row with no visible key so far
-                if LAZY:
-                    alpha[hf] = F1 if mn == mo else exp2(mo - mu)
-                else:
-                    alpha[hf] = exp2(mo - mu)
-                m[hf] = mn
-                ps = F0
-                for n in range(NS):
-                    j = 4 * n + 2 * hf
-                    p = exp2(s[j] * sc - mu)
-                    s[j] = p
-                    ps += p
-                    p = exp2(s[j + 1] * sc - mu)
-                    s[j + 1] = p
-                    ps += p
-                lp[hf] = lp[hf] * alpha[hf] + ps
+        scores_to_p = softmax_step(NS, BC, exp2, NEG, LAZY, True, 0.0)
 
         @_inl
         def rescale_and_pack(acc, alpha, s, pa):
@@ -268,6 +223,8 @@ class _Parts:
                         part_lse[U(pr)] = row_lse(m, hf, lt)
 
         self.s_product, self.pv_product, self.pv_and_wait = wgmma_products(self)
+        self.landed, self.s_and_wait, self.s_beside_pv, self.pv_from = pipeline_steps(
+            self, self.DESC_V)
 
         NC = 128 * cfg.warpgroups      # consumer threads (all threads but a producer warp)
         self.load_q, self.load_k, self.load_v = (kmajor_loader(BR, NC), kmajor_loader(BC, NC),
@@ -278,6 +235,68 @@ class _Parts:
         self.scores_to_p, self.rescale_and_pack, self.epilogue = (scores_to_p,
                                                                   rescale_and_pack, epilogue)
         self.epilogue_part = epilogue_part
+
+
+def softmax_step(NS, BC, exp2, neg: bool, lazy: bool, prescale: bool, lift: float):
+    """scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, sc, t) of both Hopper
+    forwards: a thread's NS n8 tiles of S (raw products, C layout: rows row0 and row0 + 8,
+    columns k0 + 8 n + 2 t and the next) -> P = 2^lift exp2(S sc - m) in place, with the
+    running max m (log2 units), the rescale alpha and the row sums lp; keys past tk and,
+    when causal, past a row's diagonal (+ off) masked. neg: S negated first (a negative
+    softmax scale); lazy: a row keeps its max until a score passes it by RESCALE_THRESHOLD;
+    prescale: a masked tile is multiplied by sc as it is masked (the 16-bit kernel);
+    lift: FlashAttention-3's FP8 offset (8: P~ <= 2^8), 0 for the 16-bit kernel."""
+    NEG, LAZY, PRESCALE = neg, lazy, prescale
+    TH = float32(RESCALE_THRESHOLD)
+    LIFT, LIFTED = float32(lift), lift != 0
+    SREGS = 4 * NS
+
+    @_inl
+    def scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, qsc, t):
+        if NEG:
+            for i in range(SREGS):
+                s[i] = -s[i]
+        sc = qsc
+        if k0 + BC > tk or (causal != 0 and k0 + BC - 1 > wg_row0 + off):
+            for n in range(NS):
+                for i in range(4):
+                    col = k0 + n * 8 + 2 * t + (i % 2)
+                    row = row0 + 8 * (i // 2)
+                    j = 4 * n + i
+                    if col >= tk or (causal != 0 and col > row + off):
+                        s[j] = NEG_INF
+                    elif PRESCALE:
+                        s[j] = s[j] * qsc
+            if PRESCALE:
+                sc = F1
+        for hf in range(2):
+            x = NEG_INF
+            for n in range(NS):
+                x = max(x, max(s[4 * n + 2 * hf], s[4 * n + 2 * hf + 1]))
+            x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, 1))
+            x = max(x, cuda.shfl_xor_sync(FULL_MASK, x, 2)) * sc
+            mo = m[hf]
+            mn = max(mo, x)
+            if LAZY and mn <= mo + TH:
+                mn = mo                # keep the old max: P <= 2^threshold, alpha = 1
+            mu = mn if mn != NEG_INF else F0    # a row with no visible key so far
+            if LAZY:
+                alpha[hf] = F1 if mn == mo else exp2(mo - mu)
+            else:
+                alpha[hf] = exp2(mo - mu)
+            m[hf] = mn
+            mb = mu - LIFT if LIFTED else mu
+            ps = F0
+            for n in range(NS):
+                j = 4 * n + 2 * hf
+                p = exp2(s[j] * sc - mb)
+                s[j] = p
+                ps += p
+                p = exp2(s[j + 1] * sc - mb)
+                s[j + 1] = p
+                ps += p
+            lp[hf] = lp[hf] * alpha[hf] + ps
+    return scores_to_p
 
 
 def kmajor_copier(ROWS, CHN, THREADS, CPR):
@@ -336,6 +355,114 @@ def wgmma_products(P):
     return s_product, pv_product, pv_and_wait
 
 
+def pipeline_steps(P, desc_v_bits):
+    """(landed, s_and_wait, s_beside_pv, pv_from) of one kernel's parts P (after
+    `wgmma_products`): the steps that the serial and overlap schedules of both Hopper
+    forwards (16-bit and FP8) are written in. Shared memory by 32-bit word offsets from
+    base (its byte address); desc_v_bits: the V tile's descriptor fields (V MN-major in
+    the 16-bit kernel, V^T K-major in the FP8 one).
+      landed()       this thread's copies done and made visible to wgmma, then the block's
+                     barrier: everyone's copies landed
+      s_and_wait(s, desc_q, base, kw)   S = Q K_j^T (K_j at word kw), waited for at once
+      s_beside_pv(s, acc, pa, desc_q, base, kb, with_pv)   S_j issued (K_j in buffer kb,
+                     a word offset), then (with_pv) P_{j-1} V_{j-1} (V_{j-1} in the other
+                     buffer) issued behind it, and the wait for S_j only (wait_group 1):
+                     the product runs during the softmax
+      pv_from(acc, pa, base, vw)        O += P V_j (V at word vw), waited for"""
+    DESC_KM, DV, K_OFF, V_OFF, BUF = P.DESC_KM, desc_v_bits, P.K_OFF, P.V_OFF, P.BUF
+    WAIT, PROXY, FENCE, WCOMMIT = P.WAIT, P.PROXY, P.FENCE, P.WCOMMIT
+    WAIT_S, WAIT1_S, FENCE_O, PIN_P = P.WAIT_S, P.WAIT1_S, P.FENCE_O, P.PIN_P
+    s_product, pv_product, pv_and_wait = P.s_product, P.pv_product, P.pv_and_wait
+
+    @ir_inlined
+    def landed():
+        WAIT()
+        PROXY()                    # this thread's copies -> visible to wgmma
+        cuda.syncthreads()         # everyone's copies landed
+
+    @ir_inlined
+    def s_and_wait(s, desc_q, base, kw):
+        desc_k = ((base + U(4 * kw)) >> U(4)) | DESC_KM
+        FENCE()
+        s_product(s, desc_q, desc_k)
+        WCOMMIT()
+        WAIT_S(s)
+
+    @ir_inlined
+    def s_beside_pv(s, acc, pa, desc_q, base, kb, jb, kb0):
+        desc_k = ((base + U(4 * (kb + K_OFF))) >> U(4)) | DESC_KM
+        PIN_P(pa)
+        FENCE_O(acc)
+        s_product(s, desc_q, desc_k)
+        WCOMMIT()
+        if jb > kb0:               # P_{j-1} V_{j-1}, in flight during the softmax
+            desc_v = ((base + U(4 * (BUF - kb + V_OFF))) >> U(4)) | DV
+            pv_product(acc, pa, desc_v)
+            WCOMMIT()
+            WAIT1_S(s)
+        else:
+            WAIT_S(s)
+
+    @ir_inlined
+    def pv_from(acc, pa, base, vw):
+        desc_v = ((base + U(4 * vw)) >> U(4)) | DV
+        pv_and_wait(acc, pa, desc_v)
+
+    return landed, s_and_wait, s_beside_pv, pv_from
+
+
+def block_rows(BR, uniform: bool):
+    """rows(causal) -> (tid, wg, t, h, q0, wg_row0, row0): a thread's place in a Hopper
+    forward on a (query blocks, heads) grid: its warpgroup wg (uniform: broadcast from lane
+    0, as CUTLASS's canonical_warp_group_idx, so that ptxas knows a branch on it is not
+    divergent, which would serialize every wgmma: C7519), its place t in a quad, the head,
+    the block's first query row q0 (causal: longest rows first, the short blocks fill the
+    tail), its warpgroup's first row and its own rows row0, row0 + 8."""
+    UNIFORM = uniform
+
+    @ir_inlined
+    def rows(causal):
+        tid = cuda.threadIdx.x
+        if UNIFORM:
+            wg = cuda.shfl_sync(FULL_MASK, tid // 128, 0)
+        else:
+            wg = tid // 128
+        t = tid % 4
+        h = cuda.blockIdx.y
+        qb = cuda.blockIdx.x
+        if causal != 0:
+            qb = cuda.gridDim.x - 1 - qb
+        q0 = qb * BR
+        wg_row0 = q0 + 64 * wg
+        return tid, wg, t, h, q0, wg_row0, wg_row0 + 16 * ((tid // 32) % 4) + (tid % 32) // 4
+    return rows
+
+
+def state_arrays(P, zero_p: bool):
+    """A device function () -> (acc, s, pa, m, lp, alpha): one thread's registers in a
+    Hopper forward of parts P (the FP8 one's too): P.OREGS fp32 accumulators of O, P.SREGS
+    of S, P.PREGS words of P as A fragments, and per row (two a thread) the running max,
+    the row sum and the rescale alpha; O's state reset (`reset_state`), and with zero_p
+    P's words zeroed (the overlap kernels pin P before its first product). Inlined at
+    Numba's IR level (inline="always"), so the local arrays are the kernel's own."""
+    OREGS, SREGS, PREGS, ZERO_P = P.OREGS, P.SREGS, P.PREGS, zero_p
+
+    @ir_inlined
+    def arrays():
+        acc = cuda.local.array(OREGS, float32)
+        s = cuda.local.array(SREGS, float32)
+        pa = cuda.local.array(PREGS, uint32)
+        m = cuda.local.array(2, float32)
+        lp = cuda.local.array(2, float32)
+        alpha = cuda.local.array(2, float32)
+        reset_state(acc, OREGS, m, lp, 2)
+        if ZERO_P:
+            for i in range(PREGS):
+                pa[i] = 0
+        return acc, s, pa, m, lp, alpha
+    return arrays
+
+
 def make_wgmma_kernel(cfg):
     """The kernel of one `hopper.HopperConfig` (on the simulator: built from the twins
     of `ptx/wgmma.py`)."""
@@ -354,29 +481,18 @@ def make_wgmma_kernel(cfg):
 def _serial(P):
     """Version 1: each product waited for at once; the warpgroups overlap one another."""
     BR, BC = P.BR, P.BC
-    SREGS, OREGS, PREGS = P.SREGS, P.OREGS, P.PREGS
     Q_OFF, K_OFF, V_OFF, BUF = P.Q_OFF, P.K_OFF, P.V_OFF, P.BUF
-    DESC_KM, DESC_V, WG_Q = P.DESC_KM, P.DESC_V, P.WG_Q
-    FENCE, WCOMMIT, WAIT_S, PROXY, SADDR = P.FENCE, P.WCOMMIT, P.WAIT_S, P.PROXY, P.SADDR
-    COMMIT, WAIT = P.COMMIT, P.WAIT
+    DESC_KM, WG_Q, SADDR, COMMIT = P.DESC_KM, P.WG_Q, P.SADDR, P.COMMIT
     load_q, load_k, load_v, GADDR = P.load_q, P.load_k, P.load_v, P.GADDR
     ROW_BYTES = 2 * P.D
     scores_to_p, rescale_and_pack, epilogue = P.scores_to_p, P.rescale_and_pack, P.epilogue
-    s_product, pv_and_wait = P.s_product, P.pv_and_wait
+    landed, s_and_wait, pv_from = P.landed, P.s_and_wait, P.pv_from
+    STATE, ROWS = state_arrays(P, False), block_rows(BR, False)
 
     def hopper_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
         # q, k, v flat uint32 words (BH T D/2); o (BH, Tq, D/2) words; lse (BH, Tq)
         sm = cuda.shared.array(0, uint32, alignment=16)
-        tid = cuda.threadIdx.x
-        wg = tid // 128
-        t = tid % 4
-        h = cuda.blockIdx.y
-        qb = cuda.blockIdx.x
-        if causal != 0:                # longest rows first: the short blocks fill the tail
-            qb = cuda.gridDim.x - 1 - qb
-        q0 = qb * BR
-        wg_row0 = q0 + 64 * wg
-        row0 = wg_row0 + 16 * ((tid // 32) % 4) + (tid % 32) // 4   # rows row0, row0 + 8
+        tid, wg, t, h, q0, wg_row0, row0 = ROWS(causal)     # rows row0, row0 + 8
         kbase = h * tk
         base = U(SADDR(sm, 0))
         qsc = -qscale if qscale < F0 else qscale
@@ -392,20 +508,12 @@ def _serial(P):
             load_v(base + U(4 * V_OFF), gv, tk, tid)
         COMMIT()
 
-        acc = cuda.local.array(OREGS, float32)
-        s = cuda.local.array(SREGS, float32)
-        pa = cuda.local.array(PREGS, uint32)
-        m = cuda.local.array(2, float32)
-        lp = cuda.local.array(2, float32)
-        alpha = cuda.local.array(2, float32)
-        reset_state(acc, OREGS, m, lp, 2)
+        acc, s, pa, m, lp, alpha = STATE()
 
         for jb in range(n_kb):
             k0 = jb * BC
             bo = (jb % 2) * BUF
-            WAIT()
-            PROXY()                    # this thread's copies -> visible to wgmma
-            cuda.syncthreads()         # everyone's copies landed; the other buffer free
+            landed()                   # ... and the other buffer is free
             if jb + 1 < n_kb:
                 nb = BUF - bo
                 g1 = U(k0 + BC) * U(ROW_BYTES)
@@ -414,17 +522,12 @@ def _serial(P):
                 COMMIT()
 
             # S = Q K_j^T: d / 16 wgmma, A and B from shared memory
-            desc_k = ((base + U(4 * (bo + K_OFF))) >> U(4)) | DESC_KM
-            FENCE()
-            s_product(s, desc_q, desc_k)
-            WCOMMIT()
-            WAIT_S(s)
+            s_and_wait(s, desc_q, base, bo + K_OFF)
             scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, qsc, t)
             rescale_and_pack(acc, alpha, s, pa)
 
             # O += P V_j: Bc / 16 wgmma, P from registers, V MN-major from shared memory
-            desc_v = ((base + U(4 * (bo + V_OFF))) >> U(4)) | DESC_V
-            pv_and_wait(acc, pa, desc_v)
+            pv_from(acc, pa, base, bo + V_OFF)
 
         epilogue(acc, m, lp, o, lse, h, row0, t, tq)
 
@@ -438,20 +541,16 @@ def _overlap(P):
     then wait for the product and rescale O. K runs one block ahead of V: at the top of
     iteration j, K_j and V_{j-1} are in shared memory and K_{j+1}, V_j are fetched."""
     BR, BC = P.BR, P.BC
-    SREGS, OREGS, PREGS = P.SREGS, P.OREGS, P.PREGS
     Q_OFF, K_OFF, V_OFF, BUF = P.Q_OFF, P.K_OFF, P.V_OFF, P.BUF
-    DESC_KM, DESC_V, WG_Q = P.DESC_KM, P.DESC_V, P.WG_Q
-    FENCE_O, WCOMMIT = P.FENCE_O, P.WCOMMIT
-    WAIT_S, WAIT1_S, WAIT_O, PIN_P, PROXY, SADDR = (P.WAIT_S, P.WAIT1_S, P.WAIT_O, P.PIN_P,
-                                                    P.PROXY, P.SADDR)
-    COMMIT, WAIT = P.COMMIT, P.WAIT
+    DESC_KM, WG_Q, WAIT_O, PIN_P, SADDR, COMMIT = (P.DESC_KM, P.WG_Q, P.WAIT_O, P.PIN_P,
+                                                   P.SADDR, P.COMMIT)
     load_q, load_k, load_v, GADDR = P.load_q, P.load_k, P.load_v, P.GADDR
     ROW_BYTES = 2 * P.D
     scores_to_p, rescale_and_pack, epilogue = P.scores_to_p, P.rescale_and_pack, P.epilogue
-    s_product, pv_product, pv_and_wait = P.s_product, P.pv_product, P.pv_and_wait
-
-    SKIP = P.cfg.skip_masked
+    landed, s_beside_pv, pv_from = P.landed, P.s_beside_pv, P.pv_from
     epilogue_part = P.epilogue_part
+    SKIP = P.cfg.skip_masked
+    STATE = state_arrays(P, True)
 
     def hopper_forward(q, k, v, o, lse, tq, tk, qscale, causal, off, nqb, bh, lpt, n_main,
                        splits, part_o, part_lse):
@@ -508,21 +607,11 @@ def _overlap(P):
                    tk - kb0 * BC, tid, 0)
         COMMIT()
 
-        acc = cuda.local.array(OREGS, float32)
-        s = cuda.local.array(SREGS, float32)
-        pa = cuda.local.array(PREGS, uint32)
-        m = cuda.local.array(2, float32)
-        lp = cuda.local.array(2, float32)
-        alpha = cuda.local.array(2, float32)
-        reset_state(acc, OREGS, m, lp, 2)
-        for i in range(PREGS):
-            pa[i] = 0
+        acc, s, pa, m, lp, alpha = STATE()
 
         for jb in range(kb0, kb1):
             k0 = jb * BC
-            WAIT()
-            PROXY()
-            cuda.syncthreads()         # K_j, V_{j-1} landed; S_{j-1}, PV_{j-2} done
+            landed()                   # K_j, V_{j-1} landed; S_{j-1}, PV_{j-2} done
             kb = (jb % 2) * BUF        # K_j's buffer; V_j goes to the same buffer's V
             if jb + 1 < kb1:
                 load_k(base + U(4 * (BUF - kb + K_OFF)), gk + U(k0 + BC) * U(ROW_BYTES),
@@ -530,34 +619,19 @@ def _overlap(P):
             load_v(base + U(4 * (kb + V_OFF)), gv + U(k0) * U(ROW_BYTES), tk - k0, tid)
             COMMIT()
 
-            if jb < kb_wg:
-                desc_k = ((base + U(4 * (kb + K_OFF))) >> U(4)) | DESC_KM
-                PIN_P(pa)
-                FENCE_O(acc)
-                s_product(s, desc_q, desc_k)
-                WCOMMIT()
-                if jb > kb0:           # P_{j-1} V_{j-1}, in flight during the softmax
-                    desc_v = ((base + U(4 * (BUF - kb + V_OFF))) >> U(4)) | DESC_V
-                    pv_product(acc, pa, desc_v)
-                    WCOMMIT()
-                    WAIT1_S(s)
-                else:
-                    WAIT_S(s)
+            if jb < kb_wg:             # S_j, and P_{j-1} V_{j-1} behind it
+                s_beside_pv(s, acc, pa, desc_q, base, kb, jb, kb0)
                 scores_to_p(s, m, lp, alpha, k0, tk, causal, row0, wg_row0, off, qsc, t)
                 WAIT_O(acc)
                 PIN_P(pa)
                 rescale_and_pack(acc, alpha, s, pa)
             elif jb == kb_wg and jb > kb0:     # this warpgroup's last P V (V_{j-1} landed)
-                desc_v = ((base + U(4 * (BUF - kb + V_OFF))) >> U(4)) | DESC_V
-                pv_and_wait(acc, pa, desc_v)
+                pv_from(acc, pa, base, BUF - kb + V_OFF)
 
         if kb1 > kb0:                  # the last P V
-            WAIT()
-            PROXY()
-            cuda.syncthreads()
+            landed()
             if kb_wg == kb1:
-                desc_v = ((base + U(4 * (((kb1 - 1) % 2) * BUF + V_OFF))) >> U(4)) | DESC_V
-                pv_and_wait(acc, pa, desc_v)
+                pv_from(acc, pa, base, ((kb1 - 1) % 2) * BUF + V_OFF)
 
         if piece < 0:
             epilogue(acc, m, lp, o, lse, h, row0, t, tq)
@@ -589,7 +663,6 @@ def _specialised(P):
     warpgroup w + 1 go), so one warpgroup's softmax runs while the next one's products
     occupy the tensor cores."""
     BR, BC = P.BR, P.BC
-    SREGS, OREGS, PREGS = P.SREGS, P.OREGS, P.PREGS
     Q_OFF, K_OFF, V_OFF, BUF, END, S = P.Q_OFF, P.K_OFF, P.V_OFF, P.BUF, P.END, P.STAGES
     DESC_KM, DESC_V, WG_Q = P.DESC_KM, P.DESC_V, P.WG_Q
     FENCE_O, WCOMMIT = P.FENCE_O, P.WCOMMIT
@@ -620,6 +693,7 @@ def _specialised(P):
     ROW_BYTES = 2 * P.D
     NC = BR * 2                        # consumer threads: 128 per warpgroup (Br = 64 each)
     MBAR = 4 * END                     # byte offset of the mbarriers: full[0..S), empty[0..S)
+    STATE = state_arrays(P, True)
 
     def hopper_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
         sm = cuda.shared.array(0, uint32, alignment=16)
@@ -674,15 +748,7 @@ def _specialised(P):
         PROXY()
         NAMED(1 + wg, 128)             # this warpgroup's Q is in shared memory
 
-        acc = cuda.local.array(OREGS, float32)
-        s = cuda.local.array(SREGS, float32)
-        pa = cuda.local.array(PREGS, uint32)
-        m = cuda.local.array(2, float32)
-        lp = cuda.local.array(2, float32)
-        alpha = cuda.local.array(2, float32)
-        reset_state(acc, OREGS, m, lp, 2)
-        for i in range(PREGS):
-            pa[i] = 0
+        acc, s, pa, m, lp, alpha = STATE()
 
         if PING and wg == NWG - 1:     # the last warpgroup lets the first one go first
             NAMED_ARRIVE(4, 256)

@@ -79,13 +79,20 @@ from numba import uint64 as U
 
 from ...constants import F0, FULL_MASK, NEG_INF
 from ...geometry import ceil_div
-from ..common._device import exp2_log2, lane_ids, reset_state, visible_key_blocks
+from ..common._device import exp2_log2, ir_inlined, lane_ids, reset_state, visible_key_blocks
 from ..common.tc_blocks import (epilogue_blocks, half_blocks, half_ops, mma_into, pack_a,
                                 pair_copy, pair_store, softmax_blocks, tf32_blocks)
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 
 Z32 = np.uint32(0)
 SIGN2 = np.uint32(0x80008000)      # the sign bits of both 16-bit halves of a word
+
+
+@ir_inlined
+def b_words(sm, w):
+    """(sm[w], sm[w + 4]): a thread's two 32-bit words b0, b1 of an mma B fragment whose
+    row lies along shared memory from word w (the column of b1 is b0's + 4 words)."""
+    return sm[U(w)], sm[U(w + 4)]
 
 
 def _jit(fn, cfg):
@@ -296,9 +303,7 @@ def make_half_kernel(cfg):
                 s[i] = F0
             for kk in range(KT):
                 for n in range(NS):
-                    kb = K_OFF + (n * 8 + g) * KS + kk * 8 + t
-                    b0 = sm[U(kb)]
-                    b1 = sm[U(kb + 4)]
+                    b0, b1 = b_words(sm, K_OFF + (n * 8 + g) * KS + kk * 8 + t)
                     for mt in range(MT):
                         qb = 4 * (mt * KT + kk)
                         sb = 4 * (mt * NS + n)
@@ -317,9 +322,7 @@ def make_half_kernel(cfg):
                 for mt in range(MT):       # S tiles 2kp, 2kp + 1 -> the A fragment of step kp
                     PACK4(pa, 4 * mt, s, 4 * (mt * NS + 2 * kp))
                 for n in range(NO):
-                    vb = V_OFF + (n * 8 + g) * VS + kp * 8 + t
-                    b0 = sm[U(vb)]
-                    b1 = sm[U(vb + 4)]
+                    b0, b1 = b_words(sm, V_OFF + (n * 8 + g) * VS + kp * 8 + t)
                     for mt in range(MT):
                         ob = 4 * (mt * NO + n)
                         par = MMA_INTO(scr, wbase, lane, par, pa[4 * mt], pa[4 * mt + 1],
@@ -460,8 +463,7 @@ def make_tf32_kernel(cfg, passes: int):
             for kk in range(KT):
                 for n in range(NS):
                     kb = K_OFF + (n * 8 + g) * KS + kk * 8 + t
-                    b0 = sm[U(kb)]
-                    b1 = sm[U(kb + 4)]
+                    b0, b1 = b_words(sm, kb)
                     f0 = b0                    # (one pass: no small terms)
                     f1 = b1
                     if THREE:

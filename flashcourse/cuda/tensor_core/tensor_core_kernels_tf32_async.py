@@ -37,7 +37,8 @@ from numba import cuda, float32, uint32
 from numba import uint64 as U
 
 from ...constants import F0, NEG_INF
-from ..common._device import lane_ids, query_block_order, shared_arrays, visible_key_blocks
+from ..common._device import (inlined, lane_ids, query_block_order, shared_arrays,
+                              visible_key_blocks)
 from ..common.tc_blocks import cp_async_rows, epilogue_blocks, softmax_blocks, tf32_blocks
 from ..ptx.mma import SIM_SCRATCH_PER_WARP, device_ops
 from ..ptx.smem_ops import ops as smem_ops
@@ -73,18 +74,48 @@ def tf32_steps(cfg, passes: int, raw: bool) -> dict:
 def make_tf32_async_kernel(cfg, passes: int):
     st = tf32_steps(cfg, passes, raw=True)     # K_j, V_j split where read
     COMMIT, WAIT = st["so"]["commit"], st["so"]["wait_all"]
+    BC = cfg.block_k
+    RS = cfg.k_stride              # row stride of Q, K and V in shared memory (words)
+    Q_OFF, K_OFF, V_OFF, BUF, _ = cfg.tf32_async_offsets()
+    COPY_KV = st["copy_kv"]
+
+    @inlined
+    def stage(sm, k, v, jb, n_kb, k0, kbase, tk, tid):
+        # K_j, V_j raw in buffer jb % 2 (their small parts: split where read); block
+        # jb + 1 copies into the other buffer while this one computes
+        bo = (jb % 2) * BUF
+        WAIT()
+        cuda.syncthreads()         # block jb (and Q) landed; the other buffer is free
+        if jb + 1 < n_kb:
+            k1 = k0 + BC
+            nb = BUF - bo
+            COPY_KV(sm, nb + K_OFF, nb + V_OFF, RS, k, v, kbase, k1, tk, tid)
+            COMMIT()
+        return bo + K_OFF, 0, bo + V_OFF, 0
+
+    return tf32_forward_kernel(cfg, st, (Q_OFF, K_OFF, V_OFF), stage, "async")
+
+
+def tf32_forward_kernel(cfg, st, offsets, stage, version: str):
+    """The kernel of versions 2 and 3 (`tf32_steps` st): all but what the versions differ
+    in, `stage` (sm, k, v, jb, n_kb, k0, kbase, tk, tid) -> (K_j's word offset, its small
+    plane's, V_j's, its small plane's): the device step that waits for key block jb, starts
+    block jb + 1's copy and says where K_j and V_j are read from. offsets: (Q_OFF, K_OFF,
+    V_OFF), where Q and key block 0 are copied; version: "async" or "planes" (its name)."""
+    COMMIT = st["so"]["commit"]
     NW, BR, BC, D = cfg.warps, cfg.block_q, cfg.block_k, cfg.head_dim
     NO = D // 8                    # n8 tiles of O
     RS = cfg.k_stride              # row stride of Q, K and V in shared memory (words)
-    Q_OFF, K_OFF, V_OFF, BUF, _ = cfg.tf32_async_offsets()
+    Q_OFF, K_OFF, V_OFF = offsets
     OREGS, SREGS = 4 * NO, 4 * (BC // 8)
     SIM = cfg.simulator
     SHARED, block_of, MASK, SOFTMAX, STORE = st["shared"], st["block_of"], st["mask"], \
         st["softmax"], st["store"]
     QK, SPLIT_P, PV, COPY_Q, COPY_KV = st["qk"], st["split_p"], st["pv"], st["copy_q"], \
         st["copy_kv"]
+    STAGE = stage
 
-    def tc_tf32_forward_async(q, k, v, o, lse, tq, tk, qscale, causal, off):
+    def tc_tf32_forward(q, k, v, o, lse, tq, tk, qscale, causal, off):
         # q, k, v: the fp32 bits as uint32 words, FLAT (1-D): one unsigned index per copy
         sm, _, scr, red = SHARED()   # (scr, red: the simulator's scratch)
         tid, warp, lane, g, t = lane_ids()   # g = lane // 4, t = lane % 4
@@ -119,19 +150,12 @@ def make_tf32_async_kernel(cfg, passes: int):
 
         for jb in range(n_kb):
             k0 = jb * BC
-            bo = (jb % 2) * BUF
-            WAIT()
-            cuda.syncthreads()         # block jb (and Q) landed; the other buffer is free
-            if jb + 1 < n_kb:
-                k1 = k0 + BC
-                nb = BUF - bo
-                COPY_KV(sm, nb + K_OFF, nb + V_OFF, RS, k, v, kbase, k1, tk, tid)
-                COMMIT()
+            kb, ks, vb, vs = STAGE(sm, k, v, jb, n_kb, k0, kbase, tk, tid)
 
             # S = Q K^T. ldmatrix.x4 of Q at (rows 0-7 | 8-15) x (words 0-3 | 4-7) gives
             # A registers (a0, a2, a1, a3); of K (rows n..n+7 | n+8..n+15) the B
             # registers (b0, b1) of two n8 tiles.
-            par = QK(sm, qrow, bo + K_OFF, 0, lane, scr, wbase, par, s, neg)
+            par = QK(sm, qrow, kb, ks, lane, scr, wbase, par, s, neg)
 
             sc = MASK(s, k0, tk, causal, q0, off, r0, t, qsc)   # scaled, then masked
             m0, m1, l0, l1 = SOFTMAX(s, acc, m0, m1, l0, l1, sc, red, tid)
@@ -139,10 +163,10 @@ def make_tf32_async_kernel(cfg, passes: int):
             # O += P V, as version 1 (keys permuted inside each k8 step; this block's
             # P V from zero, big and small terms apart, added to O in fp32)
             SPLIT_P(s, pb, pl)
-            par = PV(sm, bo + V_OFF, 0, RS, t, g, scr, wbase, lane, par, pb, pl, acc, acc, 0)
+            par = PV(sm, vb, vs, RS, t, g, scr, wbase, lane, par, pb, pl, acc, acc, 0)
 
         STORE(o, lse, acc, m0, m1, l0, l1, h, r0, r1, tq, t, red, tid)
 
-    tc_tf32_forward_async.__name__ = (f"tc_{cfg.precision}_async_w{NW}_k{BC}_d{D}"
-                                      + ("_sim" if SIM else ""))
-    return _jit(tc_tf32_forward_async, cfg)
+    tc_tf32_forward.__name__ = (f"tc_{cfg.precision}_{version}_w{NW}_k{BC}_d{D}"
+                                + ("_sim" if SIM else ""))
+    return _jit(tc_tf32_forward, cfg)
