@@ -233,24 +233,37 @@ def warp_exchange(value, mask: int = FULL_MASK) -> dict:
     room = block._warps[t.thread_id // 32]
     with block._lock:
         generation = room.generation
-        room.slots[lane] = value
+        mine = room.slots               # this exchange's table (a later one gets a new one)
+        mine[lane] = value
         room.mask |= int(mask) & FULL_MASK
         if room._complete():
             room.release()
         else:
             _wait(t, room.cv, lambda: room.generation != generation)
-        return room.snapshot
+        return mine
 
 
 def named_barrier(bar_id: int, count: int, wait: bool = True) -> None:
     """bar.sync bar_id, count (wait=True) or bar.arrive (wait=False): `count` threads of
     the block, counted as they arrive, release the barrier."""
+    bar_id, count = int(bar_id), int(count)
+    if not 0 <= bar_id < 16:
+        raise ValueError(f"a named barrier's id must be 0..15 (bar.sync), got {bar_id}")
+    if count <= 0 or count % 32:
+        raise ValueError(f"a named barrier's thread count must be a positive multiple of "
+                         f"32 (whole warps; bar.sync), got {count}")
     t = current_thread()
     block = t._manager
     with block._lock:
-        bar = block._named.get(int(bar_id))
+        bar = block._named.get(bar_id)
         if bar is None:
-            bar = block._named[int(bar_id)] = _NamedBarrier(block._lock, int(count))
+            bar = block._named[bar_id] = _NamedBarrier(block._lock, count)
+        elif bar.arrived == 0:
+            bar.count = count           # a new phase may count other threads
+        elif bar.count != count:
+            raise RuntimeError(f"named barrier {bar_id}: {count} threads named while "
+                               f"{bar.arrived} of {bar.count} have arrived (every thread "
+                               f"of one phase must name the same count)")
         generation = bar.generation
         bar.arrive()
         if wait:
@@ -284,7 +297,8 @@ def _add_warp_functions():
 
     def shfl_xor_sync(self, mask, value, lane_mask):
         vals = warp_exchange(value, mask)
-        return vals.get((_lane() ^ int(lane_mask)) % 32, value)
+        src = _lane() ^ int(lane_mask)          # past lane 31: its own value (shfl.bfly)
+        return vals.get(src, value) if src < 32 else value
 
     def shfl_up_sync(self, mask, value, delta):
         vals = warp_exchange(value, mask)

@@ -387,11 +387,20 @@ def sim_shared_bytes(addr, nbytes):
 def sim_cp_async16_raw(saddr, gaddr, nbytes):
     """cp.async of 16 bytes, done at once: the first nbytes (0..16) from gaddr, zeros after."""
     n = int(nbytes)
+    if not 0 <= n <= 16:
+        raise ValueError(f"cp.async of 16 bytes copies 0..16 of them, got {n}")
+    if int(saddr) % 16:                  # the GPU faults on a misaligned cp.async.cg
+        raise RuntimeError(f"cp.async of 16 bytes to shared address {int(saddr):#x}, "
+                           f"not a multiple of 16")
     dst, so = sim_shared_bytes(saddr, 16)
+    if n > 0:
+        src, go = _find("global_arrays", gaddr, n)
+        if go % 16:
+            raise RuntimeError(f"cp.async of 16 bytes from byte {go} of a global array, "
+                               f"not a multiple of 16")
     if n < 16:
         dst[so:so + 16] = 0
     if n > 0:
-        src, go = _find("global_arrays", gaddr, n)
         dst[so:so + n] = src[go:go + n]
 
 

@@ -447,7 +447,10 @@ def _sim_mbarrier_ops() -> dict:
         # 1 once the phase of this parity has completed: the current phase's parity differs
         bars, lock, a = barrier(addr)
         with lock:
-            done = a in bars and (bars[a][2] & 1) != (int(parity) & 1)
+            if a not in bars:            # it would never complete: say so, do not spin
+                raise RuntimeError(f"mbarrier at shared address {a:#x} waited on before "
+                                   f"mbarrier.init")
+            done = (bars[a][2] & 1) != (int(parity) & 1)
         if not done:
             time.sleep(1e-4)               # let the other threads run
         return np.uint32(1 if done else 0)
