@@ -149,3 +149,26 @@ def test_m5_cp_async_from_or_to_a_misaligned_address_is_named(src, dst, match):
     out = np.zeros(1, np.int64)
     good[1, 1](g, out)
     assert out[0] == int(np.arange(16, 20, dtype=np.uint8).view(np.uint32)[0])
+
+
+def test_m6_hopper_backward_adds_the_unscaled_row_sums_of_ds(rng, monkeypatch):
+    """The checked call's dsum is sum_j P_ij (dP_ij - D_i), before the softmax scale that
+    dS takes for dQ and dK (the check's tolerance is set for that sum): with an o off
+    by a known amount, dsum_i = rowsum(dO o (P V - o))_i. A kernel that summed the scaled
+    dS passed every other test."""
+    import flashcourse.cuda as fc
+    from flashcourse import reference
+    from flashcourse.cuda import backward
+
+    tq, tk, d = 20, 30, 16
+    q, k, v, do = (rng.standard_normal((1, t, d)).astype(np.float16)
+                   for t in (tq, tk, tk, tq))
+    q64, k64, v64, do64 = (x.astype(np.float64) for x in (q, k, v, do))
+    o64, lse = reference.attention(q64, k64, v64)
+    o = (o64 + 0.05 * rng.standard_normal(o64.shape)).astype(np.float16)
+    seen = {}
+    monkeypatch.setattr(fc, "o_rowsums", lambda dsum, *a, **kw: seen.setdefault("d", dsum))
+    backward(q, k, v, o, lse.astype(np.float32), do, kernel="hopper")
+    want = (do64 * (o64 - o.astype(np.float64))).sum(-1)
+    got = seen["d"].reshape(want.shape)
+    assert np.abs(got - want).max() < 2e-2 * np.abs(want).max()
