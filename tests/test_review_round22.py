@@ -172,3 +172,18 @@ def test_m6_hopper_backward_adds_the_unscaled_row_sums_of_ds(rng, monkeypatch):
     want = (do64 * (o64 - o.astype(np.float64))).sum(-1)
     got = seen["d"].reshape(want.shape)
     assert np.abs(got - want).max() < 2e-2 * np.abs(want).max()
+
+
+def test_m7_an_address_past_a_shared_array_is_named_in_the_singular():
+    from flashcourse.cuda.ptx.smem_ops import sim_intrinsics
+    ins = sim_intrinsics()
+    CP, GADDR, SADDR = ins["cp_async16_raw"], ins["global_address"], ins["shared_address"]
+
+    @cuda.jit
+    def kernel(g, out):
+        sm = cuda.shared.array(4, uint32, alignment=16)
+        CP(SADDR(sm, 4), GADDR(g, 0), 16)                # one past its 16 bytes
+        out[0] = sm[0]
+
+    with pytest.raises(RuntimeError, match="no shared array holds bytes"):
+        kernel[1, 1](np.arange(16, dtype=np.uint8), np.zeros(1, np.int64))

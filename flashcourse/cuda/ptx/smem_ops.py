@@ -374,7 +374,7 @@ def _find(name, addr, nbytes):
         for r in regions:
             if r[0] <= addr and addr + nbytes <= r[0] + r[1]:
                 return r[2], addr - r[0]
-    raise RuntimeError(f"no {name.replace('_', ' ')} holds bytes {addr:#x} .. "
+    raise RuntimeError(f"no {name.replace('_', ' ')[:-1]} holds bytes {addr:#x} .. "
                        f"{addr + nbytes - 1:#x} on the simulator (an address past the end "
                        f"of its array, or not formed by global_address / shared_address)")
 
