@@ -274,6 +274,7 @@ def make_backward_kernel(precision: str, D: int, warpgroups: int, sums: bool):
                     if row < tq and col < d:
                         RED(dq, U(h * tq + row) * U(d) + U(col), acc_q[4 * n + i])
 
+        WAIT()                  # a block that saw no query block: K, V's copies still due
         for n in range(D // 8):
             for i in range(4):
                 key = k0 + key0 + 8 * (i // 2)
