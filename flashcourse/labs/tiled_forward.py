@@ -37,7 +37,7 @@ from ..traffic import tiled_traffic
 from ._algorithm import (held_budget, held_memory_case, hidden_blocks, hidden_tiles_case,
                          rows_loaded_case)
 from ._tiled_common import (_ATOL, _RTOL, SCALE, _close, _empty_lse_only, _has_nan, _inputs,
-                            _safe)
+                            _safe, _with_empty_rows)
 from ._harness import (HINT_INPUTS_CHANGED, SKIPPING_SHAPES, Case, Result,  # noqa: F401
                        inputs_kept_case, mistake_diagnoses, parts_close, plain, random_qkv,
                        result_tuple, run_checks, shapes_mix, tiled_cases)
@@ -452,13 +452,10 @@ def _nan_only_in_empty_rows(yours, expected) -> bool:
 def _empty_rows_filled(yours, expected) -> bool:
     """Rows that see no key came out with a finite lse, every other row right: hidden
     scores set to a finite number (-1e9, -1e30...) instead of -inf (round 18)."""
-    if not (isinstance(yours, tuple) and len(yours) == 2):
+    rows = _with_empty_rows(yours, expected)
+    if rows is None:
         return False
-    o, lse = (np.asarray(y, np.float64) for y in plain(yours))
-    want_o, want_lse = (np.asarray(x, np.float64) for x in expected)
-    empty = np.isneginf(want_lse)
-    if lse.shape != want_lse.shape or o.shape != want_o.shape or not empty.any():
-        return False
+    o, lse, want_o, want_lse, empty = rows
     return bool(np.isfinite(lse[empty]).any()
                 and _close((o[~empty], lse[~empty]), (want_o[~empty], want_lse[~empty])))
 
@@ -466,13 +463,10 @@ def _empty_rows_filled(yours, expected) -> bool:
 def _empty_o_only(yours, expected) -> bool:
     """Only o of the rows that see no key is wrong, lse right: o from np.empty (review round
     21 a: it got HINT_FORWARD)."""
-    if not (isinstance(yours, tuple) and len(yours) == 2):
+    rows = _with_empty_rows(yours, expected)
+    if rows is None:
         return False
-    o, lse = (np.asarray(y, np.float64) for y in plain(yours))
-    want_o, want_lse = (np.asarray(x, np.float64) for x in expected)
-    empty = np.isneginf(want_lse)
-    if lse.shape != want_lse.shape or o.shape != want_o.shape or not empty.any():
-        return False
+    o, lse, want_o, want_lse, empty = rows
     return bool(np.any(o[empty] != 0) and _close((o[~empty], lse), (want_o[~empty], want_lse)))
 
 
