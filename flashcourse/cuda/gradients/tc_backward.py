@@ -492,9 +492,7 @@ def run(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq: int, tk: int, d: int, scale
         dk, dv = dk.view(np.uint32), dv.view(np.uint32)
     key_major, query_major = kernels(cfg)
     bh = qw.shape[0]
-    tqp = ceil_div(tq, LD_ROWS) * LD_ROWS
-    if ld is None or tuple(ld.shape) != (2, bh, tqp):
-        ld = cuda.device_array((2, bh, tqp), np.float32)
+    ld = _ld_workspace(ld, bh, tq)
     delta = ld[1]
     if not sums:
         psum = dsum = delta            # never written (sums=False), any (BH, Tq) array
@@ -537,6 +535,15 @@ def prepass(precision, o, do, lse, ld, dq, deterministic, tq, d, psum, dsum, sum
             i32(1 if sums else 0)))
 
 
+def _ld_workspace(ld, bh: int, tq: int):
+    """The pre-pass's (2, BH, Tq rounded up to LD_ROWS) float32 workspace: `ld` when it has
+    that shape, else a new one."""
+    tqp = ceil_div(tq, LD_ROWS) * LD_ROWS
+    if ld is None or tuple(ld.shape) != (2, bh, tqp):
+        ld = cuda.device_array((2, bh, tqp), np.float32)
+    return ld
+
+
 def _tail(tq, tk, d, scale, causal) -> tuple:
     """The key-major kernels' last scalar arguments."""
     i32, f32 = np.int32, np.float32
@@ -557,10 +564,7 @@ def _run_wgmma(qw, kw, vw, dow, o, do, lse, dq, dk, dv, tq, tk, d, scale, causal
                          f"kernels' {', '.join(extra)}")
     if np.dtype(dk.dtype) != np.float32:
         raise ValueError("pipeline='wgmma' writes dK, dV in float32 (cast after)")
-    bh = qw.shape[0]
-    tqp = ceil_div(tq, LD_ROWS) * LD_ROWS
-    if ld is None or tuple(ld.shape) != (2, bh, tqp):
-        ld = cuda.device_array((2, bh, tqp), np.float32)
+    ld = _ld_workspace(ld, qw.shape[0], tq)
     sums = psum is not None
     prepass(precision, o, do, lse, ld, dq, False, tq, d, psum if sums else ld[1],
             dsum if sums else ld[1], sums)
